@@ -1,0 +1,9 @@
+"""rfol_dask: random-feature operator learning on Dask."""
+
+from ._version import __version__
+
+__all__ = ["__version__"]
+
+from .operator import RandomFeatureOperator  # noqa: E402
+
+__all__ += ["RandomFeatureOperator"]

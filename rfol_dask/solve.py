@@ -1,0 +1,309 @@
+"""Fitting the coefficients: Cholesky once, triangular solves over output column blocks.
+
+Two regimes (``A = phi(U)`` is M x N, ``V`` is M x m, both centred when fitting an intercept):
+
+- dual (``N >= M``): ``(A A^T + alpha I) Beta = V``, ``C = A^T Beta``;
+- primal (``N < M``): ``(A^T A + alpha I) C = A^T V``.
+
+``fit_numpy`` runs in memory with no graph; ``fit_dask`` builds one dask graph over the
+row blocks of dask inputs (features per block, Gram tiles or chained partial sums, one
+factorisation task, solve tasks over column blocks of the right-hand sides, a tree sum
+for ``C = A^T Beta``) and computes it in a single ``compute`` call, so the data are read
+once. Centring uses ``H K H`` in the dual (``H = I - 1 1^T / M``) and
+``A^T A - M mu mu^T`` in the primal, so no centred copy of ``A`` is ever formed.
+
+Jitter policy: the Gram plus ``alpha I`` is factorised in place; if it is not numerically
+positive definite and ``alpha > 0``, the factorisation is retried with the ridge raised
+in steps of 10 from ``eps(dtype) * mean(diag)`` and a warning says which value was used.
+With ``alpha = 0`` a singular Gram is an error that asks for ``alpha > 0``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import dask
+import numpy as np
+from scipy.linalg import lapack
+
+from .gram import add_partials, check_finite, dual_tile, features_block, primal_partial, symmetrize_lower
+from .progress import active_client, compute
+
+__all__ = ["cholesky", "cho_solve", "check_gram_memory", "fit_numpy", "fit_dask", "choose_solver"]
+
+#: rows of ``A`` formed at once by the in-memory primal path and by ``predict``
+_ROW_BLOCK_BYTES = 128 * 2**20
+
+
+def choose_solver(solver, n_samples, n_features):
+    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram (dual when ``N >= M``)."""
+    if solver == "auto":
+        return "dual" if n_features >= n_samples else "primal"
+    return solver
+
+
+def check_gram_memory(size, dtype, max_bytes=None, client=None):
+    """Raise ValueError if a ``size x size`` Gram of ``dtype`` cannot be held by one process.
+
+    The budget is ``max_bytes`` if given, else 60 % of the smallest worker memory limit of
+    the distributed ``client`` (if it has limits), else 60 % of this machine's available memory.
+    """
+    need = int(size) ** 2 * np.dtype(dtype).itemsize
+    budget, where = max_bytes, "max_gram_bytes"
+    if budget is None and client is not None:
+        limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+        if limits and min(limits) > 0:
+            budget, where = 0.6 * min(limits), "60% of the smallest worker memory limit"
+    if budget is None:
+        import psutil
+
+        budget, where = 0.6 * psutil.virtual_memory().available, "60% of the available memory"
+    if need > budget:
+        raise ValueError(
+            f"the {size} x {size} Gram matrix needs {need:,} bytes ({need / 2**30:.2f} GiB) but the "
+            f"budget ({where}) is {int(budget):,} bytes; use fewer samples or features, the other "
+            "solver (solver='primal' when n_features < n_samples), or pass max_gram_bytes"
+        )
+    return need
+
+
+def cholesky(G, alpha):
+    """Lower Cholesky factor of ``G + alpha I``, computed in place in ``G``.
+
+    ``G`` is a symmetric Fortran-ordered array with both triangles filled (the upper one
+    is kept as the backup used to retry with jitter). Returns ``(L, ridge)`` where only the
+    lower triangle of ``L`` is meaningful. Cost ``n^3 / 3`` flops, no extra ``n x n`` memory.
+    """
+    n = G.shape[0]
+    diag = np.diagonal(G).copy()
+    eps = np.finfo(G.dtype).eps
+    floor = eps * max(float(np.mean(np.abs(diag))), np.finfo(G.dtype).tiny)
+    ridges = [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
+    idx = np.arange(n)
+    for attempt, ridge in enumerate(ridges):
+        if attempt:
+            lower = np.tril_indices(n, -1)
+            G[lower] = G.T[lower]
+        G[idx, idx] = diag + G.dtype.type(ridge)
+        L, info = lapack.get_lapack_funcs("potrf", (G,))(G, lower=1, overwrite_a=1, clean=0)
+        if info == 0:
+            if attempt:
+                warnings.warn(
+                    f"the Gram matrix plus alpha={alpha:g} is not numerically positive definite in "
+                    f"{G.dtype}; used ridge {ridge:.3g} instead (raise alpha or use float64)",
+                    RuntimeWarning, stacklevel=3)
+            return L, ridge
+        if info < 0:  # pragma: no cover - argument error in LAPACK
+            raise RuntimeError(f"potrf argument {-info} invalid")
+    if alpha == 0:
+        raise ValueError(
+            "alpha=0 leaves the Gram matrix singular (not positive definite; e.g. fewer features "
+            "than samples, or repeated samples): pass alpha > 0, for example alpha=1e-10"
+        )
+    raise ValueError(
+        f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} (alpha={alpha:g}); "
+        "check the data for duplicated or constant samples, or pass a larger alpha"
+    )
+
+
+def cho_solve(L, B):
+    """Solve ``L L^T X = B`` for the (n, k) right-hand sides ``B`` (cost ``2 n^2 k`` flops)."""
+    X, info = lapack.get_lapack_funcs("potrs", (L,))(L, B, lower=1)
+    if info != 0:  # pragma: no cover
+        raise RuntimeError(f"potrs failed with info={info}")
+    return X
+
+
+# ---------------------------------------------------------------------------------------
+# factorisation and solve kernels shared by the in-memory path and the dask graphs
+
+
+def dual_factor(tiles, sizes, vsum, alpha, fit_intercept, dtype):
+    """Assemble ``K`` from its tiles ``{(i, j): A_i A_j^T}`` (i <= j), centre, factorise.
+
+    Memory: one ``M x M`` array (a single tile covering all of ``K`` is used in place).
+    Returns a dict with the factor ``L``, uncentred row sums ``r = K 1``, ``vbar`` and ``M``.
+    """
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    M = int(offsets[-1])
+    if len(tiles) == 1 and tiles[0][1].shape == (M, M):
+        K = np.asfortranarray(tiles[0][1])
+    else:
+        K = np.empty((M, M), dtype=dtype, order="F")
+        for (i, j), T in tiles:
+            K[offsets[i]:offsets[i + 1], offsets[j]:offsets[j + 1]] = T
+            if i != j:
+                K[offsets[j]:offsets[j + 1], offsets[i]:offsets[i + 1]] = T.T
+    r = K.sum(axis=1)
+    if fit_intercept:
+        K -= (r / M)[:, None]
+        K -= (r / M)[None, :]
+        K += r.sum() / M**2
+    L, _ = cholesky(K, alpha)
+    vbar = vsum / M if fit_intercept else np.zeros_like(vsum)
+    return {"L": L, "r": r, "vbar": vbar, "M": M, "fit_intercept": fit_intercept}
+
+
+def dual_solve(fac, V, start=0):
+    """Centred dual coefficients ``H Beta`` (M, k) for the output columns ``start:start+k`` in ``V``."""
+    Beta = cho_solve(fac["L"], V - fac["vbar"][start:start + V.shape[1]])
+    if fac["fit_intercept"]:
+        Beta -= Beta.mean(axis=0)
+    return Beta
+
+
+def dual_intercept(fac, Beta, start=0):
+    """Intercepts of the columns ``start:start+k`` solved in ``Beta``: ``vbar - r^T Beta / M``
+    (equal to ``vbar - mu^T C`` since ``A C = K Beta``)."""
+    if not fac["fit_intercept"]:
+        return np.zeros(Beta.shape[1], Beta.dtype)
+    return fac["vbar"][start:start + Beta.shape[1]] - (fac["r"] @ Beta) / fac["M"]
+
+
+def primal_factor(acc, alpha, fit_intercept):
+    """Centre the summed primal partials and factorise ``A^T A + alpha I`` in place."""
+    G, AtV, M = symmetrize_lower(acc["G"]), acc["AtV"], acc["count"]
+    mu = acc["colsum"] / M
+    vbar = acc["vsum"] / M
+    if fit_intercept:
+        G -= M * np.outer(mu, mu)
+        AtV = AtV - M * np.outer(mu, vbar)
+    else:
+        mu, vbar = np.zeros_like(mu), np.zeros_like(vbar)
+    L, _ = cholesky(G, alpha)
+    return {"L": L, "AtV": AtV, "mu": mu, "vbar": vbar}
+
+
+def primal_solve(fac, start, stop):
+    """Coefficients ``C[:, start:stop]`` and their intercepts from the primal factor."""
+    C = cho_solve(fac["L"], fac["AtV"][:, start:stop])
+    return C, fac["vbar"][start:stop] - fac["mu"] @ C
+
+
+# ---------------------------------------------------------------------------------------
+# in-memory path
+
+
+def _row_blocks(n_rows, row_bytes):
+    step = max(1, int(_ROW_BLOCK_BYTES // max(row_bytes, 1)))
+    return [(s, min(s + step, n_rows)) for s in range(0, n_rows, step)]
+
+
+def fit_numpy(U, V, omega, b, *, alpha, fit_intercept, solver):
+    """Fit on numpy ``U`` (M, n), ``V`` (M, m); returns ``(coef (N, m), intercept (m,))``.
+
+    Memory: dual ``M N + M^2`` (A and K), primal ``N^2 + N m`` plus one 128 MiB row block.
+    """
+    dtype = omega.dtype
+    if solver == "dual":
+        A = features_block(U, omega, b)
+        V = np.asarray(V, dtype=dtype)
+        check_finite(V, 0, "V")
+        fac = dual_factor([((0, 0), dual_tile(A, A, True))], [len(A)], V.sum(axis=0), alpha, fit_intercept, dtype)
+        Beta = dual_solve(fac, V)
+        return A.T @ Beta, dual_intercept(fac, Beta)
+    acc = None
+    for s, e in _row_blocks(len(U), omega.shape[1] * dtype.itemsize):
+        acc = primal_partial(U[s:e], V[s:e], omega, b, s, acc)
+    fac = primal_factor(acc, alpha, fit_intercept)
+    return primal_solve(fac, 0, V.shape[1])
+
+
+# ---------------------------------------------------------------------------------------
+# dask path
+
+
+def _column_blocks(m, block):
+    return [(s, min(s + block, m)) for s in range(0, m, block)]
+
+
+def _tree(parts, combine):
+    """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``."""
+    parts = list(parts)
+    while len(parts) > 1:
+        parts = [combine(parts[k], parts[k + 1]) if k + 1 < len(parts) else parts[k]
+                 for k in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def _iadd(a, b):
+    a += b
+    return a
+
+
+def _vsum(V, start):
+    V = np.asarray(V)
+    check_finite(V, start, "V")
+    return V.sum(axis=0)
+
+
+def _column_slab(start, stop, dtype, *blocks):
+    """Columns ``start:stop`` of the row blocks ``blocks``, stacked: (M, stop - start)."""
+    return np.concatenate([np.asarray(B)[:, start:stop] for B in blocks], axis=0).astype(dtype, copy=False)
+
+
+def _cross_block(A, Beta, start, stop):
+    return A.T @ Beta[start:stop]
+
+
+def _n_slots(client):
+    if client is not None:
+        return max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
+    return os.cpu_count() or 1
+
+
+def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
+             progress=False, max_gram_bytes=None):
+    """Fit on dask arrays ``U`` (M, n) and ``V`` (M, m) chunked along samples only.
+
+    One graph, one ``compute``: features per row block (never concatenated), the Gram
+    (tiles ``i <= j`` in the dual; per-worker chains of in-place partial sums in the
+    primal), one factorisation task, solves over column blocks of ``column_block``
+    outputs, and a tree sum for ``C = A^T Beta``. Returns numpy ``(coef, intercept)``.
+    """
+    client = active_client()
+    dtype = omega.dtype
+    M, m = V.shape
+    N = omega.shape[1]
+    check_gram_memory(M if solver == "dual" else N, dtype, max_gram_bytes, client)
+    U = U.rechunk({1: -1})
+    V = V.rechunk({0: U.chunks[0], 1: -1})
+    starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
+    Ub = U.to_delayed().ravel()
+    Vb = V.to_delayed().ravel()
+    om = dask.delayed(omega, pure=True)
+    bb = dask.delayed(b, pure=True)
+    nb = len(Ub)
+    slots = _n_slots(client)
+    if column_block is None:
+        column_block = max(1, -(-m // slots))
+    cols = _column_blocks(m, column_block)
+
+    if solver == "dual":
+        A = [dask.delayed(features_block)(Ub[i], om, bb, starts[i]) for i in range(nb)]
+        tiles = [((i, j), dask.delayed(dual_tile)(A[i], A[j], i == j)) for i in range(nb) for j in range(i, nb)]
+        vsum = _tree([dask.delayed(_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add))
+        fac = dask.delayed(dual_factor)(tiles, list(np.diff(starts)), vsum, alpha, fit_intercept, dtype)
+        coefs, intercepts = [], []
+        for c0, c1 in cols:
+            Vcol = dask.delayed(_column_slab)(c0, c1, dtype, *Vb)
+            Beta = dask.delayed(dual_solve)(fac, Vcol, c0)
+            parts = [dask.delayed(_cross_block)(A[i], Beta, starts[i], starts[i + 1]) for i in range(nb)]
+            coefs.append(_tree(parts, dask.delayed(_iadd)))
+            intercepts.append(dask.delayed(dual_intercept)(fac, Beta, c0))
+    else:
+        n_chains = min(slots, nb)
+        chains = []
+        for c in range(n_chains):
+            acc = None
+            for i in range(c, nb, n_chains):
+                acc = dask.delayed(primal_partial)(Ub[i], Vb[i], om, bb, starts[i], acc)
+            chains.append(acc)
+        total = _tree(chains, dask.delayed(add_partials))
+        fac = dask.delayed(primal_factor)(total, alpha, fit_intercept)
+        solved = [dask.delayed(primal_solve, nout=2)(fac, c0, c1) for c0, c1 in cols]
+        coefs = [s[0] for s in solved]
+        intercepts = [s[1] for s in solved]
+    coefs, intercepts = compute(coefs, intercepts, progress=progress, client=client, desc=f"fit ({solver})")
+    return np.concatenate(coefs, axis=1), np.concatenate(intercepts)
