@@ -20,7 +20,7 @@ from scipy.linalg import blas
 
 from .features import feature_map
 
-__all__ = ["check_finite", "features_block", "dual_tile", "syrk", "primal_partial", "add_partials"]
+__all__ = ["check_finite", "features_block", "block_means", "dual_tile", "syrk", "primal_partial", "add_partials"]
 
 
 def check_finite(X, start, name):
@@ -34,11 +34,30 @@ def check_finite(X, start, name):
         )
 
 
-def features_block(U, omega, b, start=0, name="U"):
-    """Checked features of one row block: ``U`` (k, n) -> ``A`` (k, N). Memory ``k N itemsize``."""
+def features_block(U, omega, b, start=0, shift=None, name="U"):
+    """Checked features of one row block, minus ``shift``: ``U`` (k, n) -> ``A - shift`` (k, N).
+
+    Memory ``k N itemsize``. The shift (a row vector, see :func:`block_means`) keeps the
+    centred Grams free of cancellation: ``H (A - s)(A - s)^T H = H A A^T H`` exactly, but
+    with small entries when ``s`` is close to the column means.
+    """
     U = np.asarray(U, dtype=omega.dtype)
     check_finite(U, start, name)
-    return feature_map(U, omega, b)
+    A = feature_map(U, omega, b)
+    if shift is not None:
+        A -= shift
+    return A
+
+
+def block_means(U, V, omega, b, fit_intercept=True):
+    """Shifts ``(s, t)``: column means of ``phi(U)`` (N,) and ``V`` (m,) of one block (zeros
+    without intercept). Any block serves; the first one is used."""
+    if not fit_intercept:
+        return np.zeros(omega.shape[1], omega.dtype), np.zeros(np.shape(V)[1], omega.dtype)
+    A = features_block(U, omega, b)
+    V = np.asarray(V, dtype=omega.dtype)
+    check_finite(V, 0, "V")
+    return A.mean(axis=0), V.mean(axis=0)
 
 
 def syrk(A, trans, C=None):
@@ -69,16 +88,20 @@ def dual_tile(Ai, Aj, diagonal):
     return Ai @ Aj.T
 
 
-def primal_partial(U, V, omega, b, start=0, acc=None):
-    """Add one row block to the primal sums; returns the updated ``acc`` dict.
+def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None)):
+    """Add one row block to the primal sums of the shifted data; returns the updated ``acc``.
 
-    ``acc`` holds ``G`` (N, N; lower triangle, Fortran order, updated in place),
-    ``AtV`` (N, m), ``colsum`` (N,) = ``A^T 1``, ``vsum`` (m,) and ``count``.
+    With ``shifts = (s, t)`` the sums are over ``A - s`` and ``V - t``: ``acc`` holds ``G``
+    (N, N; lower triangle, Fortran order, updated in place), ``AtV`` (N, m), ``colsum``
+    (N,) = ``(A - s)^T 1``, ``vsum`` (m,) and ``count``.
     Memory: ``N^2 + N m`` for the sums plus ``k N`` for the block's features.
     """
-    A = features_block(U, omega, b, start)
+    s, t = shifts
+    A = features_block(U, omega, b, start, s)
     V = np.asarray(V, dtype=omega.dtype)
     check_finite(V, start, "V")
+    if t is not None:
+        V = V - t
     if acc is None:
         return {"G": syrk(A, trans=True), "AtV": A.T @ V, "colsum": A.sum(axis=0),
                 "vsum": V.sum(axis=0), "count": len(A)}

@@ -27,7 +27,7 @@ import dask
 import numpy as np
 from scipy.linalg import lapack
 
-from .gram import add_partials, check_finite, dual_tile, features_block, primal_partial, symmetrize_lower
+from .gram import add_partials, block_means, check_finite, dual_tile, features_block, primal_partial, symmetrize_lower
 from .progress import active_client, compute
 
 __all__ = ["cholesky", "cho_solve", "check_gram_memory", "fit_numpy", "fit_dask", "choose_solver"]
@@ -91,7 +91,7 @@ def cholesky(G, alpha):
             if attempt:
                 warnings.warn(
                     f"the Gram matrix plus alpha={alpha:g} is not numerically positive definite in "
-                    f"{G.dtype}; used ridge {ridge:.3g} instead (raise alpha or use float64)",
+                    f"{G.dtype}; used ridge {ridge:.3g} instead (pass a larger alpha to choose it yourself)",
                     RuntimeWarning, stacklevel=3)
             return L, ridge
         if info < 0:  # pragma: no cover - argument error in LAPACK
@@ -122,8 +122,9 @@ def cho_solve(L, B):
 def dual_factor(tiles, sizes, vsum, alpha, fit_intercept, dtype):
     """Assemble ``K`` from its tiles ``{(i, j): A_i A_j^T}`` (i <= j), centre, factorise.
 
+    The tiles come from shifted features ``A - s``; ``H K H`` does not depend on ``s``.
     Memory: one ``M x M`` array (a single tile covering all of ``K`` is used in place).
-    Returns a dict with the factor ``L``, uncentred row sums ``r = K 1``, ``vbar`` and ``M``.
+    Returns a dict with the factor ``L``, the row sums ``r = K 1``, ``vbar`` and ``M``.
     """
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     M = int(offsets[-1])
@@ -153,24 +154,30 @@ def dual_solve(fac, V, start=0):
     return Beta
 
 
-def dual_intercept(fac, Beta, start=0):
-    """Intercepts of the columns ``start:start+k`` solved in ``Beta``: ``vbar - r^T Beta / M``
-    (equal to ``vbar - mu^T C`` since ``A C = K Beta``)."""
+def dual_intercept(fac, Beta, C, shift, start=0):
+    """Intercepts ``vbar - mu^T C`` of the columns ``start:start+k``.
+
+    With shifted features ``(A - s) C = K Beta``, so ``mu^T C = s^T C + r^T Beta / M``.
+    """
     if not fac["fit_intercept"]:
         return np.zeros(Beta.shape[1], Beta.dtype)
-    return fac["vbar"][start:start + Beta.shape[1]] - (fac["r"] @ Beta) / fac["M"]
+    return fac["vbar"][start:start + Beta.shape[1]] - shift @ C - (fac["r"] @ Beta) / fac["M"]
 
 
-def primal_factor(acc, alpha, fit_intercept):
-    """Centre the summed primal partials and factorise ``A^T A + alpha I`` in place."""
+def primal_factor(acc, shifts, alpha, fit_intercept):
+    """Centre the summed (shifted) primal partials and factorise ``A_c^T A_c + alpha I`` in place.
+
+    With ``d = colsum / M`` the mean of ``A - s``: ``A_c^T A_c = G - M d d^T`` and
+    ``A_c^T V_c = AtV - M d e^T`` (``e`` the mean of ``V - t``).
+    """
     G, AtV, M = symmetrize_lower(acc["G"]), acc["AtV"], acc["count"]
-    mu = acc["colsum"] / M
-    vbar = acc["vsum"] / M
     if fit_intercept:
-        G -= M * np.outer(mu, mu)
-        AtV = AtV - M * np.outer(mu, vbar)
+        d, e = acc["colsum"] / M, acc["vsum"] / M
+        G -= M * np.outer(d, d)
+        AtV = AtV - M * np.outer(d, e)
+        mu, vbar = shifts[0] + d, shifts[1] + e
     else:
-        mu, vbar = np.zeros_like(mu), np.zeros_like(vbar)
+        mu, vbar = np.zeros(G.shape[0], G.dtype), np.zeros(AtV.shape[1], G.dtype)
     L, _ = cholesky(G, alpha)
     return {"L": L, "AtV": AtV, "mu": mu, "vbar": vbar}
 
@@ -198,15 +205,20 @@ def fit_numpy(U, V, omega, b, *, alpha, fit_intercept, solver):
     dtype = omega.dtype
     if solver == "dual":
         A = features_block(U, omega, b)
+        shift = A.mean(axis=0) if fit_intercept else np.zeros(A.shape[1], dtype)  # exact centring
+        A -= shift
         V = np.asarray(V, dtype=dtype)
         check_finite(V, 0, "V")
         fac = dual_factor([((0, 0), dual_tile(A, A, True))], [len(A)], V.sum(axis=0), alpha, fit_intercept, dtype)
         Beta = dual_solve(fac, V)
-        return A.T @ Beta, dual_intercept(fac, Beta)
+        C = A.T @ Beta
+        return C, dual_intercept(fac, Beta, C, shift)
+    blocks = _row_blocks(len(U), omega.shape[1] * dtype.itemsize)
+    shifts = block_means(U[: blocks[0][1]], V[: blocks[0][1]], omega, b, fit_intercept)
     acc = None
-    for s, e in _row_blocks(len(U), omega.shape[1] * dtype.itemsize):
-        acc = primal_partial(U[s:e], V[s:e], omega, b, s, acc)
-    fac = primal_factor(acc, alpha, fit_intercept)
+    for s, e in blocks:
+        acc = primal_partial(U[s:e], V[s:e], omega, b, s, acc, shifts)
+    fac = primal_factor(acc, shifts, alpha, fit_intercept)
     return primal_solve(fac, 0, V.shape[1])
 
 
@@ -280,8 +292,10 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
         column_block = max(1, -(-m // slots))
     cols = _column_blocks(m, column_block)
 
+    shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)
     if solver == "dual":
-        A = [dask.delayed(features_block)(Ub[i], om, bb, starts[i]) for i in range(nb)]
+        shift = shifts[0]
+        A = [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift) for i in range(nb)]
         tiles = [((i, j), dask.delayed(dual_tile)(A[i], A[j], i == j)) for i in range(nb) for j in range(i, nb)]
         vsum = _tree([dask.delayed(_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add))
         fac = dask.delayed(dual_factor)(tiles, list(np.diff(starts)), vsum, alpha, fit_intercept, dtype)
@@ -291,17 +305,17 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
             Beta = dask.delayed(dual_solve)(fac, Vcol, c0)
             parts = [dask.delayed(_cross_block)(A[i], Beta, starts[i], starts[i + 1]) for i in range(nb)]
             coefs.append(_tree(parts, dask.delayed(_iadd)))
-            intercepts.append(dask.delayed(dual_intercept)(fac, Beta, c0))
+            intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
     else:
         n_chains = min(slots, nb)
         chains = []
         for c in range(n_chains):
             acc = None
             for i in range(c, nb, n_chains):
-                acc = dask.delayed(primal_partial)(Ub[i], Vb[i], om, bb, starts[i], acc)
+                acc = dask.delayed(primal_partial)(Ub[i], Vb[i], om, bb, starts[i], acc, shifts)
             chains.append(acc)
         total = _tree(chains, dask.delayed(add_partials))
-        fac = dask.delayed(primal_factor)(total, alpha, fit_intercept)
+        fac = dask.delayed(primal_factor)(total, shifts, alpha, fit_intercept)
         solved = [dask.delayed(primal_solve, nout=2)(fac, c0, c1) for c0, c1 in cols]
         coefs = [s[0] for s in solved]
         intercepts = [s[1] for s in solved]
