@@ -183,15 +183,16 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         return U, V
 
     # ------------------------------------------------------------------ fit
-    def fit(self, U, V=None):
-        """Fit on inputs ``U`` (M, n) or (M, *input_grid) and outputs ``V`` (M,), (M, m) or
-        (M, *output_grid); or on an xarray Dataset / Zarr store path with ``input`` and ``output``.
+    def fit(self, X, y=None):
+        """Fit on input functions ``X`` (the paper's U: (M, n) or (M, *input_grid)) and output
+        functions ``y`` (V: (M,), (M, m) or (M, *output_grid)); or on an xarray Dataset / Zarr
+        store path with variables ``input`` and ``output`` passed as ``X`` alone.
 
         numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask
         graph over its sample chunks (``rfol_dask.solve.fit_dask``).
         """
         self._check_params()
-        U, V = io.read_pair(U, V)
+        U, V = io.read_pair(X, y)
         if V is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None: "
@@ -244,13 +245,15 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
                 f"X has {n} features, but {type(self).__name__} is expecting {self.n_features_in_} "
                 f"features as input (input grid {tuple(shape)} vs the training grid {self.input_shape_})")
 
-    def predict(self, U):
-        """Predict outputs for ``U`` (M, *input_grid); returns (M, *output_grid) in the caller's kind.
+    def predict(self, X):
+        """Predict output functions for inputs ``X`` (M, *input_grid); returns (M, *output_grid)
+        in the caller's kind.
 
         numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``U``);
         xarray predictions carry the sample coordinate and the output grid coordinates.
         """
         check_is_fitted(self)
+        U = X
         if isinstance(U, (str, bytes)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U)
         u = io.as_operand(U, "U")
@@ -264,19 +267,17 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
             Y = da.map_blocks(lambda blk, p: _predict_block(blk, *p), X, params,
                               chunks=(X.chunks[0], (self.coef_.shape[1],)), dtype=self.omega_.dtype)
         else:
-            raw = np.asarray(u.data) if u.kind == "xarray" else u.data
-            shape = np.shape(raw)
-            if len(shape) > 2:
-                raw = np.reshape(raw, (shape[0], -1))
+            raw, _ = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
             Y = _predict_block(X, self.omega_, self.b_, self.coef_, self.intercept_)
         return io.wrap_like(Y, u, self.output_shape_, self.output_dims_, self.output_coords_, name="prediction")
 
-    def score(self, U, V=None, sample_weight=None):
-        """R^2 of ``predict(U)`` against ``V``, averaged uniformly over output grid points."""
+    def score(self, X, y=None, sample_weight=None):
+        """R^2 of ``predict(X)`` against ``y``, averaged uniformly over output grid points
+        (``X`` may also be a Dataset / store path holding both)."""
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported")
-        U, V = io.read_pair(U, V)
+        U, V = io.read_pair(X, y)
         pred = self.predict(U)
         return r2_score(V, pred)
 

@@ -1,0 +1,24 @@
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def cluster_client():
+    """A real distributed LocalCluster (processes, 2 workers x 1 thread)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        with Client(cluster) as client:
+            yield client
+
+
+def smooth_operator_data(n_samples=240, n_points=32, seed=0, n_out=None):
+    """Inputs: random smooth periodic functions; outputs: a heat-semigroup smoothing of them."""
+    rng = np.random.default_rng(seed)
+    x = np.arange(n_points) / n_points
+    k = np.arange(1, 6)
+    a = rng.standard_normal((n_samples, k.size)) / k
+    U = a @ np.sin(2 * np.pi * np.outer(k, x))
+    V = (a * np.exp(-0.05 * k**2)) @ np.sin(2 * np.pi * np.outer(k, x))
+    V = V[:, : (n_out or n_points)] + 0.3 * U[:, : (n_out or n_points)] ** 2
+    return U, V

@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from rfol_dask.features import check_random_state, draw_frequencies, feature_map
+
+
+def _kernel_estimate(x, y, distribution, gamma, nu=None, n_features=400_000, seed=0):
+    omega, b = draw_frequencies(x.size, n_features, distribution, gamma, nu, seed)
+    px = feature_map(x[None, :], omega, b)[0]
+    py = feature_map(y[None, :], omega, b)[0]
+    return float(px @ py)
+
+
+@pytest.mark.parametrize("gamma", [0.3, 1.5])
+def test_cauchy_features_approximate_laplace_l1_kernel(gamma):
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        x, y = rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4)
+        exact = np.exp(-gamma * np.abs(x - y).sum())
+        est = _kernel_estimate(x, y, "cauchy", gamma)
+        # Monte-Carlo error of a mean of N terms bounded by 2/N * 1: sd <= sqrt(2/N)
+        assert abs(est - exact) < 5 * np.sqrt(2 / 400_000), (est, exact)
+
+
+@pytest.mark.parametrize("gamma", [0.2, 2.0])
+def test_gaussian_features_approximate_rbf_kernel(gamma):
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        x, y = rng.uniform(-1, 1, 3), rng.uniform(-1, 1, 3)
+        exact = np.exp(-gamma * ((x - y) ** 2).sum())
+        est = _kernel_estimate(x, y, "gaussian", gamma)
+        assert abs(est - exact) < 5 * np.sqrt(2 / 400_000), (est, exact)
+
+
+def test_student_t_features_approximate_their_scale_mixture_kernel():
+    # omega = gamma * sqrt(nu / w) z, w ~ chi2_nu: E cos(omega.d) = E_w exp(-gamma^2 |d|^2 nu / (2 w))
+    nu, gamma = 3.0, 0.8
+    x, y = np.array([0.1, -0.4]), np.array([0.7, 0.2])
+    r2 = ((x - y) ** 2).sum()
+    exact, _ = integrate.quad(lambda w: np.exp(-gamma**2 * r2 * nu / (2 * w)) * stats.chi2.pdf(w, nu), 0, np.inf)
+    est = _kernel_estimate(x, y, "student_t", gamma, nu=nu)
+    assert abs(est - exact) < 5 * np.sqrt(2 / 400_000), (est, exact)
+
+
+def test_frequencies_depend_only_on_seed_and_share_draw_across_dtypes():
+    o1, b1 = draw_frequencies(5, 7, "cauchy", 2.0, None, 3)
+    o2, b2 = draw_frequencies(5, 7, "cauchy", 2.0, None, 3, dtype=np.float32)
+    np.testing.assert_array_equal(o1.astype(np.float32), o2)
+    assert o2.dtype == np.float32 and b2.dtype == np.float32
+    o3, _ = draw_frequencies(5, 7, "cauchy", 2.0, None, 4)
+    assert not np.allclose(o1, o3)
+
+
+def test_bad_distribution_and_random_state():
+    with pytest.raises(ValueError, match="unknown distribution 'laplace'"):
+        draw_frequencies(2, 3, "laplace")
+    with pytest.raises(ValueError, match="nu > 0"):
+        draw_frequencies(2, 3, "student_t", nu=None)
+    with pytest.raises(TypeError, match="random_state"):
+        check_random_state("seed")

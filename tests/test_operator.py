@@ -1,0 +1,241 @@
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import smooth_operator_data
+from sklearn.base import clone
+from sklearn.linear_model import Ridge
+
+from rfol_dask import RandomFeatureOperator
+from rfol_dask.metrics import relative_l2_error
+
+
+def plain_numpy_fit_predict(U, V, Ut, omega, b, alpha, fit_intercept, solver):
+    """The textbook formulas, with the same Omega and b."""
+    N = omega.shape[1]
+    A = np.sqrt(2.0 / N) * np.cos(U @ omega + b)
+    At = np.sqrt(2.0 / N) * np.cos(Ut @ omega + b)
+    mu = A.mean(0) if fit_intercept else np.zeros(N)
+    vbar = V.mean(0) if fit_intercept else np.zeros(V.shape[1])
+    Ac, Vc = A - mu, V - vbar
+    if solver == "dual":
+        C = Ac.T @ np.linalg.solve(Ac @ Ac.T + alpha * np.eye(len(A)), Vc)
+    else:
+        C = np.linalg.solve(Ac.T @ Ac + alpha * np.eye(N), Ac.T @ Vc)
+    return (At - mu) @ C + vbar
+
+
+@pytest.mark.parametrize("solver,n_features", [("dual", 300), ("primal", 120)])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("distribution", ["cauchy", "gaussian"])
+def test_matches_plain_numpy(solver, n_features, fit_intercept, distribution):
+    U, V = smooth_operator_data(200, 24)
+    Ut, Vt = smooth_operator_data(50, 24, seed=1)
+    model = RandomFeatureOperator(n_features=n_features, distribution=distribution, gamma=0.5, alpha=1e-4,
+                                  fit_intercept=fit_intercept, solver=solver, random_state=0)
+    pred = model.fit(U, V).predict(Ut)
+    ref = plain_numpy_fit_predict(U, V, Ut, model.omega_, model.b_, 1e-4, fit_intercept, solver)
+    assert model.solver_ == solver
+    np.testing.assert_allclose(pred, ref, rtol=1e-8, atol=1e-8 * np.abs(ref).max())
+    # the dask path gives the same predictions
+    Ud, Vd = da.from_array(U, chunks=(70, -1)), da.from_array(V, chunks=(70, -1))
+    pred_d = clone(model).fit(Ud, Vd).predict(Ut)
+    np.testing.assert_allclose(pred_d, ref, rtol=1e-8, atol=1e-8 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_matches_sklearn_ridge_on_same_features(fit_intercept):
+    U, V = smooth_operator_data(150, 16)
+    model = RandomFeatureOperator(n_features=400, gamma=1.0, alpha=1e-3, fit_intercept=fit_intercept,
+                                  random_state=3).fit(U, V)
+    A = np.sqrt(2.0 / 400) * np.cos(U @ model.omega_ + model.b_)
+    ridge = Ridge(alpha=1e-3, fit_intercept=fit_intercept).fit(A, V)
+    np.testing.assert_allclose(model.coef_, ridge.coef_.T, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(model.intercept_, ridge.intercept_ if fit_intercept else 0, atol=1e-9)
+    np.testing.assert_allclose(model.predict(U), ridge.predict(A), atol=1e-9)
+
+
+def test_auto_solver_picks_smaller_gram():
+    U, V = smooth_operator_data(100, 8)
+    assert RandomFeatureOperator(n_features=150, random_state=0).fit(U, V).solver_ == "dual"
+    assert RandomFeatureOperator(n_features=50, random_state=0).fit(U, V).solver_ == "primal"
+
+
+@pytest.mark.parametrize("solver,n_features", [("dual", 400), ("primal", 150)])
+def test_same_model_for_any_chunking(solver, n_features):
+    U, V = smooth_operator_data(210, 20)
+    ref = RandomFeatureOperator(n_features=n_features, gamma=0.5, alpha=1e-5, solver=solver, random_state=7).fit(U, V)
+    for n_chunks in (1, 3, 7):
+        Ud = da.from_array(U, chunks=(-(-210 // n_chunks), -1))
+        Vd = da.from_array(V, chunks=(-(-210 // n_chunks), -1))
+        assert Ud.numblocks[0] == n_chunks
+        model = clone(ref).fit(Ud, Vd)
+        np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-10 * np.abs(ref.coef_).max())
+        np.testing.assert_allclose(model.intercept_, ref.intercept_, rtol=1e-10, atol=1e-12)
+
+
+class CountingScheduler:
+    """A dask scheduler that counts compute calls (as xarray's raise_if_dask_computes)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, dsk, keys, **kwargs):
+        self.calls += 1
+        return dask.get(dsk, keys, **kwargs)
+
+
+@pytest.mark.parametrize("solver,n_features", [("dual", 300), ("primal", 60)])
+def test_fit_reads_data_once_in_one_compute(solver, n_features):
+    U, V = smooth_operator_data(180, 12)
+    reads = []
+
+    def load(block, block_info=None):
+        reads.append(block_info[0]["chunk-location"])
+        return block
+
+    Ud = da.from_array(U, chunks=(45, -1)).map_blocks(load, dtype=U.dtype)
+    Vd = da.from_array(V, chunks=(45, -1)).map_blocks(load, dtype=V.dtype)
+    counter = CountingScheduler()
+    with dask.config.set(scheduler=counter):
+        model = RandomFeatureOperator(n_features=n_features, solver=solver, alpha=1e-6, random_state=0).fit(Ud, Vd)
+    assert counter.calls == 1
+    assert sorted(reads) == sorted([(i, 0) for i in range(4)] * 2)  # each block of U and V once
+    assert model.coef_.shape == (n_features, 12)
+
+
+def test_predict_is_lazy_for_dask_and_keeps_chunks():
+    U, V = smooth_operator_data(120, 10)
+    model = RandomFeatureOperator(n_features=200, alpha=1e-6, random_state=0).fit(U, V)
+    Ud = da.from_array(U, chunks=(50, -1))
+    counter = CountingScheduler()
+    with dask.config.set(scheduler=counter):
+        pred = model.predict(Ud)
+        assert counter.calls == 0
+    assert isinstance(pred, da.Array) and pred.chunks[0] == (50, 50, 20)
+    np.testing.assert_allclose(pred.compute(), model.predict(U), rtol=1e-12)
+
+
+def test_real_local_cluster_two_workers_same_model(cluster_client):
+    U, V = smooth_operator_data(160, 16)
+    for solver, n_features in (("dual", 300), ("primal", 80)):
+        ref = RandomFeatureOperator(n_features=n_features, alpha=1e-5, solver=solver, random_state=1).fit(U, V)
+        Ud, Vd = da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
+        model = clone(ref).fit(Ud, Vd)  # runs on the active LocalCluster client
+        assert len(cluster_client.scheduler_info()["workers"]) == 2
+        np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-10 * np.abs(ref.coef_).max())
+        pred = model.predict(Ud).compute()
+        np.testing.assert_allclose(pred, ref.predict(U), rtol=1e-9, atol=1e-10)
+
+
+def test_one_worker_and_two_workers_agree():
+    from distributed import Client, LocalCluster
+
+    U, V = smooth_operator_data(150, 10)
+    Ud, Vd = da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+    coefs = []
+    for workers in (1, 2):
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
+                Client(c):
+            coefs.append(RandomFeatureOperator(n_features=250, alpha=1e-5, random_state=5).fit(Ud, Vd).coef_)
+    np.testing.assert_allclose(coefs[0], coefs[1], rtol=1e-10, atol=1e-12)
+
+
+def test_grid_shapes_and_xarray_coordinates_kept():
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((60, 4, 5))
+    V = np.stack([U.sum(axis=(1, 2)), U[:, 0, 0], U[:, 1, 1]], axis=1).reshape(60, 3, 1)
+    model = RandomFeatureOperator(n_features=100, alpha=1e-6, random_state=0).fit(U, V)
+    assert model.predict(U).shape == (60, 3, 1)
+    assert model.input_shape_ == (4, 5) and model.output_shape_ == (3, 1)
+
+    Ux = xr.DataArray(U, dims=("sample", "x", "y"), coords={"sample": np.arange(100, 160), "x": np.arange(4.0)})
+    Vx = xr.DataArray(V, dims=("sample", "p", "q"), coords={"p": [0.1, 0.2, 0.3]})
+    mx = clone(model).fit(Ux, Vx)
+    px = mx.predict(Ux)
+    assert isinstance(px, xr.DataArray) and px.dims == ("sample", "p", "q")
+    np.testing.assert_array_equal(px["sample"], np.arange(100, 160))
+    np.testing.assert_array_equal(px["p"], [0.1, 0.2, 0.3])
+    np.testing.assert_allclose(px.values, model.predict(U), rtol=1e-12)
+    # dask-backed xarray: lazy prediction with coordinates
+    pl = mx.predict(Ux.chunk({"sample": 25}))
+    assert isinstance(pl.data, da.Array)
+    np.testing.assert_allclose(pl.values, px.values, rtol=1e-10)
+    # 1-D targets give 1-D predictions
+    m1 = clone(model).fit(U, V[:, 0, 0])
+    assert m1.predict(U).shape == (60,)
+
+
+def test_fit_from_dataset_and_zarr_path(tmp_path):
+    from rfol_dask import datasets
+
+    ds = datasets.generate("advection1", 300, store=tmp_path / "adv.zarr", block_size=64)
+    m1 = RandomFeatureOperator(n_features=500, gamma=1e-3, alpha=1e-6, random_state=0).fit(str(tmp_path / "adv.zarr"))
+    m2 = RandomFeatureOperator(n_features=500, gamma=1e-3, alpha=1e-6, random_state=0).fit(ds.compute())
+    pred = m1.predict(ds)
+    np.testing.assert_allclose(pred.values, m2.predict(ds["input"].values), rtol=1e-7, atol=1e-9)
+    assert pred.dims == ("sample", "x") and isinstance(pred.data, da.Array)
+    assert relative_l2_error(ds["output"], pred) < 0.05
+
+
+@pytest.mark.parametrize("solver,n_features", [("dual", 300), ("primal", 100)])
+def test_float32_in_float32_out(solver, n_features):
+    U, V = smooth_operator_data(200, 16)
+    m64 = RandomFeatureOperator(n_features=n_features, alpha=1e-3, solver=solver, random_state=0).fit(U, V)
+    m32 = clone(m64).fit(U.astype(np.float32), V.astype(np.float32))
+    p32 = m32.predict(U.astype(np.float32))
+    assert m32.coef_.dtype == np.float32 and p32.dtype == np.float32
+    p64 = m64.predict(U)
+    assert np.linalg.norm(p32 - p64) / np.linalg.norm(p64) < 1e-3
+    md = clone(m64).fit(da.from_array(U.astype(np.float32), chunks=(70, -1)), da.from_array(V.astype(np.float32)))
+    assert md.coef_.dtype == np.float32
+    assert md.predict(da.from_array(U.astype(np.float32))).dtype == np.float32
+    # dtype= forces the working precision
+    assert clone(m64).set_params(dtype="float32").fit(U, V).predict(U).dtype == np.float32
+
+
+def test_save_load_roundtrip(tmp_path):
+    U = xr.DataArray(np.random.default_rng(0).standard_normal((50, 6)), dims=("sample", "x"),
+                     coords={"x": np.linspace(0, 1, 6)})
+    V = xr.DataArray(U.values[:, ::2] ** 2, dims=("sample", "y"), coords={"y": [1.0, 2.0, 3.0]})
+    model = RandomFeatureOperator(n_features=80, distribution="student_t", nu=3.0, alpha=1e-6,
+                                  random_state=4).fit(U, V)
+    model.save(tmp_path / "m.zarr")
+    loaded = RandomFeatureOperator.load(tmp_path / "m.zarr")
+    assert loaded.get_params() == model.get_params()
+    np.testing.assert_array_equal(loaded.predict(U).values, model.predict(U).values)
+    np.testing.assert_array_equal(loaded.predict(U)["y"], [1.0, 2.0, 3.0])
+    assert loaded.output_dims_ == ("y",)
+
+
+def test_interrupted_save_leaves_previous_model(tmp_path, monkeypatch):
+    import zarr
+
+    U, V = smooth_operator_data(40, 6)
+    old = RandomFeatureOperator(n_features=30, alpha=1e-6, random_state=0).fit(U, V)
+    old.save(tmp_path / "m.zarr")
+    new = RandomFeatureOperator(n_features=50, alpha=1e-6, random_state=1).fit(U, V)
+    real = zarr.Group.create_array
+    calls = []
+
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed mid-save")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(zarr.Group, "create_array", failing)
+    with pytest.raises(KeyboardInterrupt):
+        new.save(tmp_path / "m.zarr")
+    monkeypatch.undo()
+    loaded = RandomFeatureOperator.load(tmp_path / "m.zarr")
+    np.testing.assert_array_equal(loaded.coef_, old.coef_)
+    assert [p.name for p in tmp_path.iterdir()] == ["m.zarr"]  # no temporary left behind
+
+
+def test_get_set_params_clone():
+    model = RandomFeatureOperator(n_features=10, gamma=2.0)
+    assert model.get_params()["gamma"] == 2.0
+    c = clone(model.set_params(alpha=1e-3))
+    assert c.alpha == 1e-3 and c is not model
