@@ -45,7 +45,10 @@ def open_dataset(path):
     path = os.fspath(path)
     if not Path(path).exists():
         raise FileNotFoundError(f"no data set at {path}")
-    ds = xr.open_zarr(path, consolidated=False)
+    try:
+        ds = xr.open_zarr(path, consolidated=False)
+    except (KeyError, ValueError, OSError) as exc:
+        raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
     if "block_done" in ds:
         done = ds["block_done"].values.astype(bool)
         if not done.all():
