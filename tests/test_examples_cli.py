@@ -1,0 +1,51 @@
+"""The quickstart command, the example script and the notebook run as a new user runs them."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cli_quickstart(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "quickstart", "--out", str(tmp_path / "qs"),
+                          "--train", "400", "--test", "200"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = {l.split()[0]: l.split() for l in res.stdout.splitlines() if l.startswith(("cauchy", "gaussian"))}
+    assert set(lines) == {"cauchy", "gaussian"}
+    for words in lines.values():
+        assert float(words[1]) < 1e-3  # relative test error
+        assert float(words[2]) > 0  # fit time
+    assert (tmp_path / "qs" / "quickstart.png").stat().st_size > 10_000
+    assert (tmp_path / "qs" / "model_cauchy.zarr").is_dir()
+
+
+def test_cli_datasets_and_generate_errors(tmp_path):
+    from rfol_dask.cli import main
+
+    assert main(["datasets"]) == 0
+    assert main(["generate", "nope", "--samples", "3", "--out", str(tmp_path / "x.zarr")]) == 2
+    assert main(["generate", "advection1", "--samples", "6", "--out", str(tmp_path / "a.zarr"),
+                 "--param", "t_index=5"]) == 0
+    assert main(["generate", "advection2", "--samples", "6", "--out", str(tmp_path / "a.zarr")]) == 2
+    assert main(["generate", "advection2", "--samples", "6", "--out", str(tmp_path / "a.zarr"), "--overwrite"]) == 0
+
+
+def test_example_script(tmp_path):
+    res = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    err = float(res.stdout.split("relative L2 test error:")[1].split()[0])
+    assert err < 1e-4
+    assert (tmp_path / "advection2.png").exists() and (tmp_path / "advection2_model.zarr").is_dir()
+
+
+def test_example_notebook(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(ROOT / "examples" / "quickstart.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert (tmp_path / "notebook_advection1.zarr").is_dir()
