@@ -7,7 +7,15 @@ Each generator lives in its own module and registers a :class:`DatasetSpec`.
 
 from .registry import DatasetSpec, get, names, register, resolve_params, sample_rng
 from .store import generate, open_dataset
-from . import advection  # noqa: F401  (registers advection1, advection2)
+from . import (  # noqa: F401  (each module registers its data sets)
+    advection,
+    advection3,
+    burgers,
+    darcy,
+    helmholtz,
+    navier_stokes,
+    structural_mechanics,
+)
 
 open = open_dataset  # noqa: A001  (the documented name: ``datasets.open(path)``)
 
