@@ -62,14 +62,52 @@ def draw_frequencies(n_inputs, n_features, distribution="cauchy", gamma=1.0, nu=
     return omega.astype(dtype, copy=False), b.astype(dtype, copy=False)
 
 
-def feature_map(U, omega, b, out=None):
-    """``sqrt(2 / N) cos(U @ omega + b)`` for a numpy block ``U`` (k, n) -> (k, N).
+def _blas_threads():
+    """Threads the BLAS may use here (1 inside a default dask worker): the elementwise work
+    of the feature map is split over as many threads."""
+    from threadpoolctl import threadpool_info
+
+    counts = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    return max(1, min(counts)) if counts else 1
+
+
+_POOL = {}
+
+
+def _rowwise(func, Z, threads, slab_bytes=2**21):
+    """Apply the in-place ``func`` to slabs of rows of ``Z`` (about 2 MiB each, so that the
+    elementwise passes stay in cache) on ``threads`` threads (numpy releases the GIL)."""
+    rows = max(1, slab_bytes // max(1, Z.shape[1] * Z.itemsize))
+    slabs = [(s, min(s + rows, Z.shape[0])) for s in range(0, Z.shape[0], rows)]
+    if threads <= 1 or len(slabs) == 1:
+        for a, e in slabs:
+            func(Z[a:e])
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = _POOL.get(threads)
+    if pool is None:
+        pool = _POOL[threads] = ThreadPoolExecutor(threads, thread_name_prefix="rfol-features")
+    list(pool.map(lambda ae: func(Z[ae[0]:ae[1]]), slabs))
+
+
+def feature_map(U, omega, b, out=None, shift=None):
+    """``sqrt(2 / N) cos(U @ omega + b) - shift`` for a numpy block ``U`` (k, n) -> (k, N).
 
     Works in place on one (k, N) buffer (``out`` if given): memory ``k * N * itemsize``.
+    The projection runs in the BLAS; the cosine and the other elementwise passes are split
+    over as many threads as the BLAS may use, on slabs of rows.
     """
     n_features = omega.shape[1]
     Z = np.matmul(U, omega, out=out)
-    Z += b
-    np.cos(Z, out=Z)
-    Z *= Z.dtype.type(np.sqrt(2.0 / n_features))
+    scale = Z.dtype.type(np.sqrt(2.0 / n_features))
+
+    def finish(block):
+        block += b
+        np.cos(block, out=block)
+        block *= scale
+        if shift is not None:
+            block -= shift
+
+    _rowwise(finish, Z, _blas_threads() if Z.size >= 2**20 else 1)
     return Z

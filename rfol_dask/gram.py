@@ -43,17 +43,15 @@ def features_block(U, omega, b, start=0, shift=None, name="U"):
     """
     U = np.asarray(U, dtype=omega.dtype)
     check_finite(U, start, name)
-    A = feature_map(U, omega, b)
-    if shift is not None:
-        A -= shift
-    return A
+    return feature_map(U, omega, b, shift=shift)
 
 
-def block_means(U, V, omega, b, fit_intercept=True):
-    """Shifts ``(s, t)``: column means of ``phi(U)`` (N,) and ``V`` (m,) of one block (zeros
-    without intercept). Any block serves; the first one is used."""
+def block_means(U, V, omega, b, fit_intercept=True, rows=64):
+    """Shifts ``(s, t)``: column means of ``phi(U)`` (N,) and ``V`` (m,) over the first ``rows``
+    samples of a block (zeros without intercept). Any representative sample serves."""
     if not fit_intercept:
         return np.zeros(omega.shape[1], omega.dtype), np.zeros(np.shape(V)[1], omega.dtype)
+    U, V = U[:rows], V[:rows]
     A = features_block(U, omega, b)
     V = np.asarray(V, dtype=omega.dtype)
     check_finite(V, 0, "V")
@@ -74,11 +72,25 @@ def syrk(A, trans, C=None):
     return f(1.0, A.T, beta=1.0, c=C, trans=0 if trans else 1, lower=1, overwrite_c=1)
 
 
+def symmetrize(C, source="lower", block=512):
+    """Fill one triangle of the square ``C`` from the other (``source``), in place; returns ``C``.
+
+    Copies transposed slabs of ``block`` rows (O(n^2) memory traffic, no n^2 index arrays).
+    """
+    n = C.shape[0]
+    T = C if source == "lower" else C.T  # mirror the lower triangle of T into its upper one
+    for j in range(0, n, block):
+        e = min(j + block, n)
+        T[j:e, e:] = T[e:, j:e].T
+        D = T[j:e, j:e]
+        iu = np.triu_indices(e - j, 1)
+        D[iu] = D.T[iu]
+    return C
+
+
 def symmetrize_lower(C):
     """Fill the upper triangle of ``C`` from its lower triangle, in place; returns ``C``."""
-    iu = np.triu_indices(C.shape[0], 1)
-    C[iu] = C.T[iu]
-    return C
+    return symmetrize(C, "lower")
 
 
 def dual_tile(Ai, Aj, diagonal):

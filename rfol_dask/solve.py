@@ -26,8 +26,10 @@ import warnings
 import dask
 import numpy as np
 from scipy.linalg import lapack
+from threadpoolctl import threadpool_limits
 
-from .gram import add_partials, block_means, check_finite, dual_tile, features_block, primal_partial, symmetrize_lower
+from .gram import (add_partials, block_means, check_finite, dual_tile, features_block, primal_partial, symmetrize,
+                   symmetrize_lower)
 from .progress import active_client, compute
 
 __all__ = ["cholesky", "cho_solve", "check_gram_memory", "fit_numpy", "fit_dask", "choose_solver"]
@@ -68,6 +70,15 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None):
     return need
 
 
+def factor_threads():
+    """BLAS threads for the factorisation: ``dask.config`` key ``rfol_dask.factor-threads``, by
+    default every core this process may run on. The factorisation is the one step every
+    other task waits for, so inside a dask worker (1 BLAS thread by default) it borrows the
+    idle cores of its host."""
+    n = dask.config.get("rfol_dask.factor-threads", None)
+    return int(n) if n else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
 def cholesky(G, alpha):
     """Lower Cholesky factor of ``G + alpha I``, computed in place in ``G``.
 
@@ -81,21 +92,21 @@ def cholesky(G, alpha):
     floor = eps * max(float(np.mean(np.abs(diag))), np.finfo(G.dtype).tiny)
     ridges = [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
     idx = np.arange(n)
-    for attempt, ridge in enumerate(ridges):
-        if attempt:
-            lower = np.tril_indices(n, -1)
-            G[lower] = G.T[lower]
-        G[idx, idx] = diag + G.dtype.type(ridge)
-        L, info = lapack.get_lapack_funcs("potrf", (G,))(G, lower=1, overwrite_a=1, clean=0)
-        if info == 0:
+    with threadpool_limits(limits=factor_threads(), user_api="blas"):
+        for attempt, ridge in enumerate(ridges):
             if attempt:
-                warnings.warn(
-                    f"the Gram matrix plus alpha={alpha:g} is not numerically positive definite in "
-                    f"{G.dtype}; used ridge {ridge:.3g} instead (pass a larger alpha to choose it yourself)",
-                    RuntimeWarning, stacklevel=3)
-            return L, ridge
-        if info < 0:  # pragma: no cover - argument error in LAPACK
-            raise RuntimeError(f"potrf argument {-info} invalid")
+                symmetrize(G, "upper")  # restore the lower triangle from the untouched upper one
+            G[idx, idx] = diag + G.dtype.type(ridge)
+            L, info = lapack.get_lapack_funcs("potrf", (G,))(G, lower=1, overwrite_a=1, clean=0)
+            if info == 0:
+                if attempt:
+                    warnings.warn(
+                        f"the Gram matrix plus alpha={alpha:g} is not numerically positive definite in "
+                        f"{G.dtype}; used ridge {ridge:.3g} instead (pass a larger alpha to choose it "
+                        "yourself)", RuntimeWarning, stacklevel=2)
+                return L, ridge
+            if info < 0:  # pragma: no cover - argument error in LAPACK
+                raise RuntimeError(f"potrf argument {-info} invalid")
     if alpha == 0:
         raise ValueError(
             "alpha=0 leaves the Gram matrix singular (not positive definite; e.g. fewer features "
@@ -214,7 +225,7 @@ def fit_numpy(U, V, omega, b, *, alpha, fit_intercept, solver):
         C = A.T @ Beta
         return C, dual_intercept(fac, Beta, C, shift)
     blocks = _row_blocks(len(U), omega.shape[1] * dtype.itemsize)
-    shifts = block_means(U[: blocks[0][1]], V[: blocks[0][1]], omega, b, fit_intercept)
+    shifts = block_means(U, V, omega, b, fit_intercept)
     acc = None
     for s, e in blocks:
         acc = primal_partial(U[s:e], V[s:e], omega, b, s, acc, shifts)
@@ -284,8 +295,10 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
     starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
     Ub = U.to_delayed().ravel()
     Vb = V.to_delayed().ravel()
-    om = dask.delayed(omega, pure=True)
-    bb = dask.delayed(b, pure=True)
+    if client is not None:  # ship the frequencies to every worker once, not inside the graph
+        om, bb = client.scatter([omega, b], broadcast=True, hash=False)
+    else:
+        om, bb = dask.delayed(omega, pure=True), dask.delayed(b, pure=True)
     nb = len(Ub)
     slots = _n_slots(client)
     if column_block is None:
