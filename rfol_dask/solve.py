@@ -142,11 +142,12 @@ def dual_factor(tiles, sizes, vsum, alpha, fit_intercept, dtype):
     if len(tiles) == 1 and tiles[0][1].shape == (M, M):
         K = np.asfortranarray(tiles[0][1])
     else:
-        K = np.empty((M, M), dtype=dtype, order="F")
+        # C order, so that each C-ordered tile is a straight copy; K.T is the Fortran-ordered
+        # view that LAPACK factorises (K is symmetric, so it is the same matrix).
+        Kc = np.empty((M, M), dtype=dtype)
         for (i, j), T in tiles:
-            K[offsets[i]:offsets[i + 1], offsets[j]:offsets[j + 1]] = T
-            if i != j:
-                K[offsets[j]:offsets[j + 1], offsets[i]:offsets[i + 1]] = T.T
+            Kc[offsets[i]:offsets[i + 1], offsets[j]:offsets[j + 1]] = T
+        K = symmetrize(Kc, "upper").T
     r = K.sum(axis=1)
     if fit_intercept:
         K -= (r / M)[:, None]
@@ -165,14 +166,16 @@ def dual_solve(fac, V, start=0):
     return Beta
 
 
-def dual_intercept(fac, Beta, C, shift, start=0):
+def dual_intercept(fac, Beta, C=None, shift=None, start=0):
     """Intercepts ``vbar - mu^T C`` of the columns ``start:start+k``.
 
-    With shifted features ``(A - s) C = K Beta``, so ``mu^T C = s^T C + r^T Beta / M``.
+    With shifted features ``(A - s) C = K Beta``, so ``mu^T C = s^T C + r^T Beta / M``; a
+    kernel method (no explicit ``C``) passes neither ``C`` nor ``shift``.
     """
     if not fac["fit_intercept"]:
         return np.zeros(Beta.shape[1], Beta.dtype)
-    return fac["vbar"][start:start + Beta.shape[1]] - shift @ C - (fac["r"] @ Beta) / fac["M"]
+    out = fac["vbar"][start:start + Beta.shape[1]] - (fac["r"] @ Beta) / fac["M"]
+    return out if C is None else out - shift @ C
 
 
 def primal_factor(acc, shifts, alpha, fit_intercept):
@@ -208,6 +211,15 @@ def _row_blocks(n_rows, row_bytes):
     return [(s, min(s + step, n_rows)) for s in range(0, n_rows, step)]
 
 
+def dual_numpy(X, V, tile, *, alpha, fit_intercept):
+    """Dual solve in memory: ``K = tile(X, X, True)`` (M, M), centred, factorised once, solved
+    for all columns of ``V`` (M, m). Returns ``(factor dict, centred Beta (M, m))``."""
+    V = np.asarray(V, dtype=X.dtype)
+    check_finite(V, 0, "V")
+    fac = dual_factor([((0, 0), tile(X, X, True))], [len(X)], V.sum(axis=0), alpha, fit_intercept, X.dtype)
+    return fac, dual_solve(fac, V)
+
+
 def fit_numpy(U, V, omega, b, *, alpha, fit_intercept, solver):
     """Fit on numpy ``U`` (M, n), ``V`` (M, m); returns ``(coef (N, m), intercept (m,))``.
 
@@ -218,10 +230,7 @@ def fit_numpy(U, V, omega, b, *, alpha, fit_intercept, solver):
         A = features_block(U, omega, b)
         shift = A.mean(axis=0) if fit_intercept else np.zeros(A.shape[1], dtype)  # exact centring
         A -= shift
-        V = np.asarray(V, dtype=dtype)
-        check_finite(V, 0, "V")
-        fac = dual_factor([((0, 0), dual_tile(A, A, True))], [len(A)], V.sum(axis=0), alpha, fit_intercept, dtype)
-        Beta = dual_solve(fac, V)
+        fac, Beta = dual_numpy(A, V, dual_tile, alpha=alpha, fit_intercept=fit_intercept)
         C = A.T @ Beta
         return C, dual_intercept(fac, Beta, C, shift)
     blocks = _row_blocks(len(U), omega.shape[1] * dtype.itemsize)
@@ -270,6 +279,43 @@ def _cross_block(A, Beta, start, stop):
     return A.T @ Beta[start:stop]
 
 
+def row_blocks(U, V, column_block=None, client=None):
+    """Delayed row blocks of ``U`` (M, n) and ``V`` (M, m) on the same sample chunks, their
+    start offsets (nb + 1,), and the output column blocks for the solves (default: one per
+    worker thread). Nothing is computed."""
+    U = U.rechunk({1: -1})
+    V = V.rechunk({0: U.chunks[0], 1: -1})
+    starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
+    m = V.shape[1]
+    if column_block is None:
+        column_block = max(1, -(-m // _n_slots(client)))
+    return U.to_delayed().ravel(), V.to_delayed().ravel(), starts, _column_blocks(m, column_block)
+
+
+def broadcast(client, *arrays):
+    """Arrays every task needs (frequencies, training inputs): scattered to every worker once
+    with a distributed client, else wrapped as delayed values, never copied into each task."""
+    if client is not None:
+        return client.scatter(list(arrays), broadcast=True, hash=False)
+    return [dask.delayed(a, pure=True) for a in arrays]
+
+
+def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype):
+    """The dual part of a dask fit, shared by the random-feature and kernel models.
+
+    ``Xb`` are delayed row blocks (features, or inputs for a kernel), ``tile(X_i, X_j, diag)``
+    makes one Gram tile (only ``i <= j`` are formed), ``Vb`` the delayed output blocks.
+    Returns the delayed factor and one delayed centred ``Beta`` (M, c1 - c0) per column block
+    ``(c0, c1)`` of ``cols``: one factorisation task, the solves spread over the workers.
+    """
+    nb = len(Xb)
+    tiles = [((i, j), dask.delayed(tile)(Xb[i], Xb[j], i == j)) for i in range(nb) for j in range(i, nb)]
+    vsum = _tree([dask.delayed(_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add))
+    fac = dask.delayed(dual_factor)(tiles, list(np.diff(starts)), vsum, alpha, fit_intercept, dtype)
+    betas = [dask.delayed(dual_solve)(fac, dask.delayed(_column_slab)(c0, c1, dtype, *Vb), c0) for c0, c1 in cols]
+    return fac, betas
+
+
 def _n_slots(client):
     if client is not None:
         return max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
@@ -287,35 +333,19 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
     """
     client = active_client()
     dtype = omega.dtype
-    M, m = V.shape
-    N = omega.shape[1]
-    check_gram_memory(M if solver == "dual" else N, dtype, max_gram_bytes, client)
-    U = U.rechunk({1: -1})
-    V = V.rechunk({0: U.chunks[0], 1: -1})
-    starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
-    Ub = U.to_delayed().ravel()
-    Vb = V.to_delayed().ravel()
-    if client is not None:  # ship the frequencies to every worker once, not inside the graph
-        om, bb = client.scatter([omega, b], broadcast=True, hash=False)
-    else:
-        om, bb = dask.delayed(omega, pure=True), dask.delayed(b, pure=True)
-    nb = len(Ub)
-    slots = _n_slots(client)
-    if column_block is None:
-        column_block = max(1, -(-m // slots))
-    cols = _column_blocks(m, column_block)
+    check_gram_memory(V.shape[0] if solver == "dual" else omega.shape[1], dtype, max_gram_bytes, client)
+    Ub, Vb, starts, cols = row_blocks(U, V, column_block, client)
+    om, bb = broadcast(client, omega, b)
+    nb, slots = len(Ub), _n_slots(client)
 
     shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)
     if solver == "dual":
         shift = shifts[0]
         A = [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift) for i in range(nb)]
-        tiles = [((i, j), dask.delayed(dual_tile)(A[i], A[j], i == j)) for i in range(nb) for j in range(i, nb)]
-        vsum = _tree([dask.delayed(_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add))
-        fac = dask.delayed(dual_factor)(tiles, list(np.diff(starts)), vsum, alpha, fit_intercept, dtype)
+        fac, betas = dual_graph(A, Vb, starts, dual_tile, cols, alpha=alpha, fit_intercept=fit_intercept,
+                                dtype=dtype)
         coefs, intercepts = [], []
-        for c0, c1 in cols:
-            Vcol = dask.delayed(_column_slab)(c0, c1, dtype, *Vb)
-            Beta = dask.delayed(dual_solve)(fac, Vcol, c0)
+        for (c0, _), Beta in zip(cols, betas):
             parts = [dask.delayed(_cross_block)(A[i], Beta, starts[i], starts[i + 1]) for i in range(nb)]
             coefs.append(_tree(parts, dask.delayed(_iadd)))
             intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
