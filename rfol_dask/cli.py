@@ -1,4 +1,4 @@
-"""The ``rfol-dask`` command: ``quickstart``, ``datasets``, ``generate``."""
+"""The ``rfol-dask`` command: ``quickstart``, ``datasets``, ``generate``, ``fit``."""
 
 from __future__ import annotations
 
@@ -101,6 +101,55 @@ def _cmd_quickstart(args):
     return 0
 
 
+def _cmd_fit(args):
+    import contextlib
+
+    from . import RandomFeatureOperator
+    from .cluster import load_config, start_client
+    from .io import open_dataset
+    from .metrics import relative_l2_error
+
+    client = start_client(load_config(args.cluster)) if args.cluster else None
+    report = contextlib.nullcontext()
+    if args.report:
+        from distributed import performance_report
+
+        try:
+            import bokeh  # noqa: F401
+        except ImportError:
+            raise ValueError("--report needs bokeh: pip install 'rfol-dask[diagnostics]'") from None
+
+        report = performance_report(filename=args.report)
+    try:
+        ds = open_dataset(args.data)
+        n = ds.sizes["sample"]
+        n_train = args.train or n
+        if not 1 <= n_train <= n:
+            raise ValueError(f"--train must be between 1 and the {n} samples of {args.data}, got {n_train}")
+        train, test = ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
+        model = RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution, gamma=args.gamma,
+                                      nu=args.nu, alpha=args.alpha, solver=args.solver, dtype=args.dtype,
+                                      random_state=args.seed, progress=True)
+        with report:
+            t0 = time.perf_counter()
+            model.fit(train)
+            fit_time = time.perf_counter() - t0
+            print(f"fit: {n_train} samples, N={args.n_features} {args.distribution} features, "
+                  f"solver {model.solver_}: {fit_time:.2f} s")
+            if test.sizes["sample"]:
+                err = relative_l2_error(test["output"], model.predict(test["input"]))
+                print(f"relative L2 error on the {test.sizes['sample']} remaining samples: {err:.4e}")
+        if args.out:
+            model.save(args.out)
+            print(f"model: {args.out}")
+    finally:
+        if client is not None:
+            client.close()
+            with contextlib.suppress(Exception):
+                client.cluster.close()
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="rfol-dask", description="Random-feature operator learning on Dask")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +168,22 @@ def build_parser():
 
     d = sub.add_parser("datasets", help="list the data sets and their default parameters")
     d.set_defaults(func=_cmd_datasets)
+
+    f = sub.add_parser("fit", help="fit a model on a data-set store (train on the first --train samples)")
+    f.add_argument("data", help="Zarr store with variables input and output")
+    f.add_argument("--train", type=int, default=None, help="training samples (the rest are tested)")
+    f.add_argument("--n-features", type=int, default=1000)
+    f.add_argument("--distribution", default="cauchy", choices=["cauchy", "gaussian", "student_t"])
+    f.add_argument("--gamma", type=float, default=1.0)
+    f.add_argument("--nu", type=float, default=None)
+    f.add_argument("--alpha", type=float, default=1e-10)
+    f.add_argument("--solver", default="auto", choices=["auto", "dual", "primal"])
+    f.add_argument("--dtype", default=None, choices=["float32", "float64"])
+    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--cluster", default=None, help="cluster configuration YAML (see cluster/)")
+    f.add_argument("--report", default=None, help="write dask's performance report (HTML) here")
+    f.add_argument("--out", default=None, help="save the model to this Zarr path")
+    f.set_defaults(func=_cmd_fit)
 
     g = sub.add_parser("generate", help="generate a data set into a Zarr store (resumable)")
     g.add_argument("name")

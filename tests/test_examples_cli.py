@@ -49,3 +49,22 @@ def test_example_notebook(tmp_path):
     nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert (tmp_path / "notebook_advection1.zarr").is_dir()
+
+
+def test_cli_fit_with_cluster_config_report_and_save(tmp_path):
+    from rfol_dask import RandomFeatureOperator
+    from rfol_dask.cli import main
+
+    store, model = str(tmp_path / "a.zarr"), str(tmp_path / "m.zarr")
+    assert main(["generate", "advection2", "--samples", "300", "--out", store]) == 0
+    cfg = tmp_path / "local.yaml"
+    cfg.write_text("kind: local\nblas_threads: 1\noptions: {n_workers: 1, threads_per_worker: 1}\n")
+    args = ["fit", store, "--train", "200", "--n-features", "1500", "--gamma", "1e-4", "--alpha", "1e-10",
+            "--cluster", str(cfg), "--out", model]
+    if __import__("importlib").util.find_spec("bokeh"):
+        args += ["--report", str(tmp_path / "report.html")]
+    assert main(args) == 0
+    assert RandomFeatureOperator.load(model).coef_.shape == (1500, 40)
+    if "--report" in args:
+        assert (tmp_path / "report.html").stat().st_size > 1000
+    assert main(["fit", store, "--train", "999"]) == 2
