@@ -300,20 +300,57 @@ def broadcast(client, *arrays):
     return [dask.delayed(a, pure=True) for a in arrays]
 
 
-def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype):
+def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False):
     """The dual part of a dask fit, shared by the random-feature and kernel models.
 
     ``Xb`` are delayed row blocks (features, or inputs for a kernel), ``tile(X_i, X_j, diag)``
     makes one Gram tile (only ``i <= j`` are formed), ``Vb`` the delayed output blocks.
-    Returns the delayed factor and one delayed centred ``Beta`` (M, c1 - c0) per column block
-    ``(c0, c1)`` of ``cols``: one factorisation task, the solves spread over the workers.
+    Returns the delayed factor (a dict with ``r``, ``vbar``, ``M``) and one delayed centred
+    ``Beta`` (M, c1 - c0) per column block ``(c0, c1)`` of ``cols``.
+
+    In memory (default) one task assembles and factorises the Gram and the column blocks
+    are solved in tasks spread over the workers. ``blocked=True`` never assembles it: the
+    tiles form a dask array factorised by ``dask.array.linalg.cholesky`` and solved by
+    blocked triangular solves, so no worker holds more than a few tiles.
     """
     nb = len(Xb)
+    sizes = [int(k) for k in np.diff(starts)]
     tiles = [((i, j), dask.delayed(tile)(Xb[i], Xb[j], i == j)) for i in range(nb) for j in range(i, nb)]
     vsum = _tree([dask.delayed(_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add))
-    fac = dask.delayed(dual_factor)(tiles, list(np.diff(starts)), vsum, alpha, fit_intercept, dtype)
+    if blocked:
+        return _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype)
+    fac = dask.delayed(dual_factor)(tiles, sizes, vsum, alpha, fit_intercept, dtype)
     betas = [dask.delayed(dual_solve)(fac, dask.delayed(_column_slab)(c0, c1, dtype, *Vb), c0) for c0, c1 in cols]
     return fac, betas
+
+
+def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
+    """Blocked dual solve on the tiles as a dask array (see :func:`dual_graph`)."""
+    import dask.array as da
+
+    M, m, nb = sum(sizes), cols[-1][1], len(sizes)
+    T = {ij: da.from_delayed(t, (sizes[ij[0]], sizes[ij[1]]), dtype=dtype) for ij, t in tiles}
+    K = da.block([[T[i, j] if i <= j else T[j, i].T for j in range(nb)] for i in range(nb)])
+    r = K.sum(axis=1)
+    V = da.concatenate([da.from_delayed(v, (sizes[i], m), dtype=dtype) for i, v in enumerate(Vb)])
+    vbar = da.from_delayed(vsum, (m,), dtype=dtype) / M if fit_intercept else da.zeros(m, dtype=dtype)
+    if fit_intercept:
+        K = K - r[:, None] / M - r[None, :] / M + r.sum() / M**2
+    K = K + da.diag(da.full(M, alpha, chunks=(tuple(sizes),), dtype=dtype))
+    # dask's blocked Cholesky wants equal square chunks: pad with an identity block to a multiple
+    c = max(sizes)
+    pad = -M % c
+    rhs = V - vbar
+    if pad:
+        K = da.block([[K, da.zeros((M, pad), dtype=dtype)], [da.zeros((pad, M), dtype=dtype), da.eye(pad, dtype=dtype)]])
+        rhs = da.concatenate([rhs, da.zeros((pad, m), dtype=dtype)])
+    L = da.linalg.cholesky(K.rechunk(c), lower=True)
+    Beta = da.linalg.solve_triangular(L.T, da.linalg.solve_triangular(L, rhs.rechunk((c, m)), lower=True), lower=False)
+    Beta = Beta[:M]
+    if fit_intercept:
+        Beta = Beta - Beta.mean(axis=0)
+    fac = dask.delayed(dict)(r=r, vbar=vbar, M=M, fit_intercept=fit_intercept)
+    return fac, [dask.delayed(np.asarray)(Beta[:, c0:c1].astype(dtype)) for c0, c1 in cols]
 
 
 def _n_slots(client):
@@ -333,7 +370,15 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
     """
     client = active_client()
     dtype = omega.dtype
-    check_gram_memory(V.shape[0] if solver == "dual" else omega.shape[1], dtype, max_gram_bytes, client)
+    blocked = False
+    try:
+        check_gram_memory(V.shape[0] if solver == "dual" else omega.shape[1], dtype, max_gram_bytes, client)
+    except ValueError as exc:
+        if solver != "dual":
+            raise
+        blocked = True  # the dual Gram stays distributed: blocked Cholesky over its tiles
+        warnings.warn(f"{exc.args[0].split(';')[0]}: factorising it blocked, across the workers",
+                      RuntimeWarning, stacklevel=3)
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client)
     om, bb = broadcast(client, omega, b)
     nb, slots = len(Ub), _n_slots(client)
@@ -343,7 +388,7 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
         shift = shifts[0]
         A = [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift) for i in range(nb)]
         fac, betas = dual_graph(A, Vb, starts, dual_tile, cols, alpha=alpha, fit_intercept=fit_intercept,
-                                dtype=dtype)
+                                dtype=dtype, blocked=blocked)
         coefs, intercepts = [], []
         for (c0, _), Beta in zip(cols, betas):
             parts = [dask.delayed(_cross_block)(A[i], Beta, starts[i], starts[i + 1]) for i in range(nb)]
@@ -362,5 +407,9 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
         solved = [dask.delayed(primal_solve, nout=2)(fac, c0, c1) for c0, c1 in cols]
         coefs = [s[0] for s in solved]
         intercepts = [s[1] for s in solved]
-    coefs, intercepts = compute(coefs, intercepts, progress=progress, client=client, desc=f"fit ({solver})")
+    try:
+        coefs, intercepts = compute(coefs, intercepts, progress=progress, client=client, desc=f"fit ({solver})")
+    except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky (no jitter retry there)
+        raise ValueError(f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
+                         "is not numerically positive definite; pass a larger alpha") from exc
     return np.concatenate(coefs, axis=1), np.concatenate(intercepts)

@@ -1,0 +1,45 @@
+"""Scale-out behaviour: the blocked Cholesky when the dual Gram does not fit one worker."""
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from conftest import smooth_operator_data
+
+from rfol_dask import RandomFeatureOperator
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_blocked_cholesky_matches_in_memory_fit(fit_intercept):
+    U, V = smooth_operator_data(230, 12)
+    ref = RandomFeatureOperator(n_features=400, alpha=1e-5, fit_intercept=fit_intercept, random_state=2).fit(U, V)
+    Ud, Vd = da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))  # uneven last chunk
+    with pytest.warns(RuntimeWarning, match="factorising it blocked"):
+        model = RandomFeatureOperator(n_features=400, alpha=1e-5, fit_intercept=fit_intercept, random_state=2,
+                                      max_gram_bytes=10_000).fit(Ud, Vd)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
+
+
+def test_worker_memory_limit_triggers_blocked_factorisation():
+    from distributed import Client, LocalCluster
+
+    U, V = smooth_operator_data(400, 10)
+    ref = RandomFeatureOperator(n_features=600, alpha=1e-5, random_state=0).fit(U, V)
+    # the limit is only a number here: the memory monitor is off so the tiny limit cannot pause workers
+    off = {f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause", "terminate")}
+    with dask.config.set(off), LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                            memory_limit="1MB", dashboard_address=":0") as c, Client(c):
+        with pytest.warns(RuntimeWarning, match=r"400 x 400 Gram matrix needs 1,280,000 bytes.*smallest worker"):
+            model = RandomFeatureOperator(n_features=600, alpha=1e-5, random_state=0).fit(
+                da.from_array(U, chunks=(100, -1)), da.from_array(V, chunks=(100, -1)))
+    np.testing.assert_allclose(model.predict(U), ref.predict(U), rtol=1e-8, atol=1e-9)
+
+
+def test_blocked_factorisation_reports_indefinite_gram():
+    U, V = smooth_operator_data(120, 6)
+    U = np.vstack([U, U])  # repeated samples: singular Gram
+    V = np.vstack([V, V])
+    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="blocked Cholesky factorisation failed"):
+        RandomFeatureOperator(n_features=600, alpha=0.0, random_state=0, max_gram_bytes=1000).fit(
+            da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1)))
