@@ -130,24 +130,26 @@ def cho_solve(L, B):
 # factorisation and solve kernels shared by the in-memory path and the dask graphs
 
 
-def dual_factor(tiles, sizes, vsum, alpha, fit_intercept, dtype):
-    """Assemble ``K`` from its tiles ``{(i, j): A_i A_j^T}`` (i <= j), centre, factorise.
+def gram_place(K, offsets, i, *tiles):
+    """Copy the tiles ``A_i A_j^T`` (j = i, i+1, ...) of row block ``i`` into the upper block
+    triangle of the C-ordered ``K`` (M, M), in place; returns ``K``. A chain of these builds
+    the Gram while holding one tile row at a time besides ``K``."""
+    for j, T in enumerate(tiles, start=i):
+        K[offsets[i]:offsets[i + 1], offsets[j]:offsets[j + 1]] = T
+    return K
 
-    The tiles come from shifted features ``A - s``; ``H K H`` does not depend on ``s``.
-    Memory: one ``M x M`` array (a single tile covering all of ``K`` is used in place).
+
+def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
+    """Centre the Gram ``K`` (M, M) and factorise ``H K H + alpha I`` in place.
+
+    ``K`` is full and symmetric, or (``upper=True``) C-ordered with only its upper block
+    triangle filled (from :func:`gram_place`). The tiles come from shifted features
+    ``A - s``; ``H K H`` does not depend on ``s``. Memory: ``K`` itself, no copy.
     Returns a dict with the factor ``L``, the row sums ``r = K 1``, ``vbar`` and ``M``.
     """
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    M = int(offsets[-1])
-    if len(tiles) == 1 and tiles[0][1].shape == (M, M):
-        K = np.asfortranarray(tiles[0][1])
-    else:
-        # C order, so that each C-ordered tile is a straight copy; K.T is the Fortran-ordered
-        # view that LAPACK factorises (K is symmetric, so it is the same matrix).
-        Kc = np.empty((M, M), dtype=dtype)
-        for (i, j), T in tiles:
-            Kc[offsets[i]:offsets[i + 1], offsets[j]:offsets[j + 1]] = T
-        K = symmetrize(Kc, "upper").T
+    M = K.shape[0]
+    # K.T of a C-ordered symmetric K is the Fortran-ordered view LAPACK factorises in place
+    K = symmetrize(K, "upper").T if upper else np.asfortranarray(K)
     r = K.sum(axis=1)
     if fit_intercept:
         K -= (r / M)[:, None]
@@ -216,7 +218,7 @@ def dual_numpy(X, V, tile, *, alpha, fit_intercept):
     for all columns of ``V`` (M, m). Returns ``(factor dict, centred Beta (M, m))``."""
     V = np.asarray(V, dtype=X.dtype)
     check_finite(V, 0, "V")
-    fac = dual_factor([((0, 0), tile(X, X, True))], [len(X)], V.sum(axis=0), alpha, fit_intercept, X.dtype)
+    fac = dual_factor(tile(X, X, True), V.sum(axis=0), alpha, fit_intercept)
     return fac, dual_solve(fac, V)
 
 
@@ -275,8 +277,12 @@ def _column_slab(start, stop, dtype, *blocks):
     return np.concatenate([np.asarray(B)[:, start:stop] for B in blocks], axis=0).astype(dtype, copy=False)
 
 
-def _cross_block(A, Beta, start, stop):
-    return A.T @ Beta[start:stop]
+def _rows(X, start, stop):
+    return X[start:stop]
+
+
+def _cross_block(A, Beta_rows):
+    return A.T @ Beta_rows
 
 
 def row_blocks(U, V, column_block=None, client=None):
@@ -308,18 +314,24 @@ def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, block
     Returns the delayed factor (a dict with ``r``, ``vbar``, ``M``) and one delayed centred
     ``Beta`` (M, c1 - c0) per column block ``(c0, c1)`` of ``cols``.
 
-    In memory (default) one task assembles and factorises the Gram and the column blocks
-    are solved in tasks spread over the workers. ``blocked=True`` never assembles it: the
-    tiles form a dask array factorised by ``dask.array.linalg.cholesky`` and solved by
-    blocked triangular solves, so no worker holds more than a few tiles.
+    In memory (default) a chain of tasks copies each row of tiles into the Gram as it is
+    made (the Gram plus one tile row in memory), one task factorises it, and the column
+    blocks are solved in tasks spread over the workers (``cols`` with one block solves on the
+    factorising worker, so the factor is never copied). ``blocked=True`` never assembles the
+    Gram: the tiles form a dask array factorised by ``dask.array.linalg.cholesky`` and solved
+    by blocked triangular solves, so no worker holds more than a few tiles.
     """
     nb = len(Xb)
     sizes = [int(k) for k in np.diff(starts)]
-    tiles = [((i, j), dask.delayed(tile)(Xb[i], Xb[j], i == j)) for i in range(nb) for j in range(i, nb)]
     vsum = _tree([dask.delayed(_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add))
     if blocked:
+        tiles = [((i, j), dask.delayed(tile)(Xb[i], Xb[j], i == j)) for i in range(nb) for j in range(i, nb)]
         return _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype)
-    fac = dask.delayed(dual_factor)(tiles, sizes, vsum, alpha, fit_intercept, dtype)
+    K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
+    for i in range(nb):
+        row = [dask.delayed(tile)(Xb[i], Xb[j], i == j) for j in range(i, nb)]
+        K = dask.delayed(gram_place)(K, starts, i, *row)
+    fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, upper=True)
     betas = [dask.delayed(dual_solve)(fac, dask.delayed(_column_slab)(c0, c1, dtype, *Vb), c0) for c0, c1 in cols]
     return fac, betas
 
@@ -353,6 +365,28 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     return fac, [dask.delayed(np.asarray)(Beta[:, c0:c1].astype(dtype)) for c0, c1 in cols]
 
 
+def memory_plan(client, M, N, m, dtype):
+    """How a dask dual fit uses memory, from the sizes and the workers' memory.
+
+    ``spread_solves``: the factor (M x M) is copied to each worker solving a column block,
+    so blocks are spread only if it takes at most a quarter of a worker's memory; otherwise
+    one task on the factorising worker solves all columns. ``keep_features``: the row blocks
+    of ``A`` (M x N in all) stay in memory for ``C = A^T Beta`` if they take at most 30 % of
+    the cluster's memory; otherwise they are recomputed from the inputs (one more
+    projection, ``2 M n N`` flops, instead of holding ``A``).
+    """
+    import psutil
+
+    itemsize = np.dtype(dtype).itemsize
+    limits = []
+    if client is not None:
+        limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    if not limits or min(limits) <= 0:
+        limits = [psutil.virtual_memory().available]
+    return {"spread_solves": M * M * itemsize <= 0.25 * min(limits),
+            "keep_features": M * N * itemsize <= 0.3 * sum(limits)}
+
+
 def _n_slots(client):
     if client is not None:
         return max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
@@ -360,13 +394,17 @@ def _n_slots(client):
 
 
 def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
-             progress=False, max_gram_bytes=None):
+             progress=False, max_gram_bytes=None, frequencies=None):
     """Fit on dask arrays ``U`` (M, n) and ``V`` (M, m) chunked along samples only.
 
     One graph, one ``compute``: features per row block (never concatenated), the Gram
     (tiles ``i <= j`` in the dual; per-worker chains of in-place partial sums in the
     primal), one factorisation task, solves over column blocks of ``column_block``
     outputs, and a tree sum for ``C = A^T Beta``. Returns numpy ``(coef, intercept)``.
+
+    ``frequencies``, a picklable callable returning ``(omega, b)``, lets the workers draw the
+    frequencies themselves (one task, recomputed if the workers holding it die; nothing
+    large in the graph). Without it the arrays are scattered to every worker.
     """
     client = active_client()
     dtype = omega.dtype
@@ -380,18 +418,27 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
         warnings.warn(f"{exc.args[0].split(';')[0]}: factorising it blocked, across the workers",
                       RuntimeWarning, stacklevel=3)
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client)
-    om, bb = broadcast(client, omega, b)
+    if frequencies is not None:
+        om, bb = dask.delayed(frequencies, pure=True, nout=2)()
+    else:
+        om, bb = broadcast(client, omega, b)
     nb, slots = len(Ub), _n_slots(client)
 
     shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)
     if solver == "dual":
         shift = shifts[0]
+        plan = memory_plan(client, V.shape[0], omega.shape[1], V.shape[1], dtype)
+        if not plan["spread_solves"] and not blocked:
+            cols = [(0, V.shape[1])]
         A = [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift) for i in range(nb)]
         fac, betas = dual_graph(A, Vb, starts, dual_tile, cols, alpha=alpha, fit_intercept=fit_intercept,
                                 dtype=dtype, blocked=blocked)
+        if not plan["keep_features"]:  # new tasks: the features are made again for C = A^T Beta
+            A = [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift) for i in range(nb)]
         coefs, intercepts = [], []
         for (c0, _), Beta in zip(cols, betas):
-            parts = [dask.delayed(_cross_block)(A[i], Beta, starts[i], starts[i + 1]) for i in range(nb)]
+            parts = [dask.delayed(_cross_block)(A[i], dask.delayed(_rows)(Beta, starts[i], starts[i + 1]))
+                     for i in range(nb)]
             coefs.append(_tree(parts, dask.delayed(_iadd)))
             intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
     else:

@@ -43,3 +43,35 @@ def test_blocked_factorisation_reports_indefinite_gram():
     with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="blocked Cholesky factorisation failed"):
         RandomFeatureOperator(n_features=600, alpha=0.0, random_state=0, max_gram_bytes=1000).fit(
             da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1)))
+
+
+@pytest.mark.parametrize("spread,keep", [(False, False), (True, False), (False, True)])
+def test_memory_plans_give_the_same_model(monkeypatch, spread, keep):
+    from rfol_dask import solve
+
+    U, V = smooth_operator_data(200, 16)
+    ref = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3).fit(U, V)
+    monkeypatch.setattr(solve, "memory_plan", lambda *a: {"spread_solves": spread, "keep_features": keep})
+    calls = []
+    real = solve.features_block
+    monkeypatch.setattr(solve, "features_block", lambda *a: calls.append(a[3]) or real(*a))
+    model = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3, column_block=5).fit(
+        da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-10 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-11)
+    assert len(calls) == (4 if keep else 8)  # features made once per block, or again for C = A^T Beta
+
+
+def test_memory_plan_thresholds():
+    from rfol_dask.solve import memory_plan
+
+    class FakeClient:
+        def scheduler_info(self):
+            return {"workers": {"a": {"memory_limit": 4e9}, "b": {"memory_limit": 4e9}}}
+
+    # factor 0.8 GB <= 1 GB (a quarter of a worker); A 1.6 GB <= 2.4 GB (30 % of the cluster)
+    assert memory_plan(FakeClient(), 10_000, 20_000, 10, np.float64) == {"spread_solves": True,
+                                                                         "keep_features": True}
+    # factor 3.2 GB, A 24 GB: solve on the factorising worker, recompute the features
+    assert memory_plan(FakeClient(), 20_000, 150_000, 10, np.float64) == {"spread_solves": False,
+                                                                          "keep_features": False}
