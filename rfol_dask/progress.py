@@ -27,17 +27,29 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
 
     With a distributed client (given, or the active one) the collections run there and
     ``distributed.progress`` draws the bar; otherwise dask's local scheduler runs them
-    under ``dask.diagnostics.ProgressBar``. Progress goes to stderr.
+    under ``dask.diagnostics.ProgressBar``. Progress goes to stderr. A task that keeps
+    killing its workers (``distributed.KilledWorker``) becomes a RuntimeError saying so.
     """
     client = client if client is not None else active_client()
     if client is not None:
-        futures = client.compute(list(collections))
-        if progress:
-            from distributed import progress as dprogress
+        from distributed import KilledWorker
 
-            print(f"{desc}:", file=sys.stderr)
-            dprogress(futures, notebook=False)
-        return tuple(client.gather(futures))
+        futures = client.compute(list(collections))
+        try:
+            if progress:
+                from distributed import progress as dprogress
+
+                print(f"{desc}:", file=sys.stderr)
+                dprogress(futures, notebook=False)
+            return tuple(client.gather(futures))
+        except KilledWorker as exc:
+            raise RuntimeError(
+                f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} last); "
+                "the computation was abandoned and nothing was written. A task that kills its worker "
+                "usually ran out of memory: use smaller chunks, more memory per worker, or fewer features"
+            ) from exc
+        finally:
+            client.cancel(futures)
     ctx = contextlib.nullcontext()
     if progress:
         from dask.diagnostics import ProgressBar

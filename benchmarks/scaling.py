@@ -1,0 +1,110 @@
+"""Scaling study: strong scaling over workers, an N sweep and an M sweep, with the time of each
+phase of the fit (features, Gram, factorisation, solves, coefficients) read from dask's task
+stream, plus prediction. The same script runs unchanged on a larger cluster (--cluster).
+
+    python benchmarks/scaling.py                              # LocalCluster, 1 and 2 workers
+    python benchmarks/scaling.py --cluster cluster/slurm.yaml --workers 4,8,16
+
+Phase columns: ``busy`` = summed task time of the phase over all workers, ``span`` = first start
+to last end of its tasks (phases overlap). Results: results/scaling.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import dask.array as da
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import dual_flops, matmul_rate, primal_flops, synthetic_operator  # noqa: E402
+
+from rfol_dask import RandomFeatureOperator  # noqa: E402
+from rfol_dask.cluster import local_client, start_client  # noqa: E402
+
+PHASES = {"features_block": "features", "block_means": "features", "dual_tile": "gram", "gram_place": "gram",
+          "primal_partial": "features+gram", "add_partials": "gram", "dual_factor": "factor",
+          "primal_factor": "factor", "dual_solve": "solve", "primal_solve": "solve", "_cross_block": "coef",
+          "_iadd": "coef", "_rows": "coef"}
+
+
+def phase_times(stream):
+    busy, first, last = defaultdict(float), {}, {}
+    for task in stream:
+        key = task["key"][0] if isinstance(task["key"], tuple) else task["key"]
+        phase = PHASES.get(key.rsplit("-", 5)[0] if "-" in key else key)
+        if phase is None:
+            phase = next((v for k, v in PHASES.items() if key.startswith(k)), "other")
+        for ss in task["startstops"]:
+            if ss["action"] == "compute":
+                busy[phase] += ss["stop"] - ss["start"]
+                first[phase] = min(first.get(phase, ss["start"]), ss["start"])
+                last[phase] = max(last.get(phase, ss["stop"]), ss["stop"])
+    return {p: {"busy_s": busy[p], "span_s": last[p] - first[p]} for p in busy}
+
+
+def run(client, M, n, N, m, chunk, repeats=2):
+    from distributed import get_task_stream
+
+    U, V = synthetic_operator(M, n, seed=0)
+    Ud = da.from_array(U, chunks=(chunk, -1)).persist()
+    Vd = da.from_array(V, chunks=(chunk, -1)).persist()
+    model = RandomFeatureOperator(n_features=N, gamma=1.0 / (0.5 * n), alpha=1e-4, random_state=0)
+    times = []
+    for _ in range(repeats):
+        with get_task_stream(client=client) as ts:
+            t0 = time.perf_counter()
+            model.fit(Ud, Vd)
+            times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    model.predict(Ud).compute()
+    predict_s = time.perf_counter() - t0
+    flops = (dual_flops if model.solver_ == "dual" else primal_flops)(M, n, N, m)
+    return {"M": M, "n": n, "N": N, "m": m, "chunk": chunk, "solver": model.solver_, "fit_s": min(times),
+            "flops": flops, "predict_s": predict_s, "phases": phase_times(ts.data)}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", default="1,2")
+    p.add_argument("--cluster", default=None, help="cluster configuration (default: LocalCluster)")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "scaling.json"))
+    args = p.parse_args(argv)
+    n = m = 256
+    strong = [(4000, 4000)]
+    n_sweep = [(3000, N) for N in (3000, 6000, 12000)]
+    m_sweep = [(M, 2000) for M in (4000, 8000, 16000)]
+    if args.quick:
+        strong, n_sweep, m_sweep = [(600, 800)], [(400, 500)], [(1000, 200)]
+    rate = matmul_rate()
+    rows = []
+    for workers in [int(w) for w in args.workers.split(",")]:
+        client = start_client(args.cluster) if args.cluster else local_client(n_workers=workers)
+        if args.cluster:
+            client.cluster.scale(workers)
+            client.wait_for_workers(workers)
+        try:
+            for study, cases in (("strong", strong), ("N sweep", n_sweep), ("M sweep", m_sweep)):
+                if study != "strong" and workers != max(int(w) for w in args.workers.split(",")):
+                    continue
+                for M, N in cases:
+                    row = run(client, M, n, N, m, chunk=max(250, M // 8))
+                    row.update(study=study, workers=workers, flop_bound_s=row["flops"] / rate)
+                    rows.append(row)
+                    ph = " ".join(f"{k}={v['busy_s']:.2f}/{v['span_s']:.2f}" for k, v in sorted(row["phases"].items()))
+                    print(f"{study:8s} workers={workers} M={M:6d} N={N:6d} {row['solver']:6s} fit {row['fit_s']:6.2f} s "
+                          f"(bound {row['flop_bound_s']:.2f}) predict {row['predict_s']:.2f} s | busy/span: {ph}",
+                          flush=True)
+        finally:
+            client.close()
+            client.cluster.close()
+    Path(args.out).write_text(json.dumps({"matmul_gflops": rate / 1e9, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
