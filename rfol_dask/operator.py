@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import io
+from . import recovery as rec
 from ._version import __version__
 from .features import DISTRIBUTIONS, draw_frequencies, feature_map
 from .gram import check_finite
@@ -91,6 +92,12 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         Memory budget for the Gram (default: 60 % of available / worker memory).
     progress : bool, default=False
         Show a progress bar while fitting dask input.
+    recovery : {"cubic", "linear", "nearest", "spectral", "rf"}, dict or 2-tuple, default="cubic"
+        Recovery maps ``R_U`` (input) and ``R_V`` (output) used when ``predict`` reads or
+        writes another grid than the training one (:func:`rfol_dask.recovery.make_recovery`;
+        a dict carries options, e.g. ``{"kind": "rf", "distribution": "cauchy"}``; a tuple
+        gives ``(R_U, R_V)`` separately). Cubic is the default (measured most accurate on
+        smooth data; see :mod:`rfol_dask.recovery`); ``"spectral"`` means periodic grids.
 
     Attributes
     ----------
@@ -107,6 +114,10 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         Grid shapes of one input and one output function.
     input_dims_, output_dims_, input_coords_, output_coords_
         Grid dimension names and coordinates when fitted on xarray data (else None / {}).
+    input_grid_, output_grid_ : tuple of ndarray or None
+        The training grids (one coordinate array per grid axis), from ``fit(...,
+        input_grid=, output_grid=)`` or from the xarray coordinates; None if unknown (then
+        ``predict`` only reads and writes the training grids).
 
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
     holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` exists only
@@ -126,11 +137,12 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "progress": ["boolean"],
+        "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
     }
 
     def __init__(self, *, n_features=1000, distribution="cauchy", gamma=1.0, nu=None, alpha=1e-10,
                  fit_intercept=True, solver="auto", dtype=None, random_state=None, column_block=None,
-                 max_gram_bytes=None, progress=False):
+                 max_gram_bytes=None, progress=False, recovery="cubic"):
         self.n_features = n_features
         self.distribution = distribution
         self.gamma = gamma
@@ -143,6 +155,7 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         self.column_block = column_block
         self.max_gram_bytes = max_gram_bytes
         self.progress = progress
+        self.recovery = recovery
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -165,6 +178,40 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         self._validate_params()
         if self.distribution == "student_t" and self.nu is None:
             raise ValueError("distribution='student_t' needs the degrees of freedom: pass nu > 0, e.g. nu=3")
+        self._recovery_specs()
+
+    def _recovery_specs(self):
+        """``(R_U spec, R_V spec)`` from the ``recovery`` parameter."""
+        specs = self.recovery if isinstance(self.recovery, (tuple, list)) else (self.recovery,) * 2
+        if len(specs) != 2:
+            raise ValueError(f"recovery must be a kind, a dict or a pair (input, output); got {self.recovery!r}")
+        for spec in specs:
+            kind = spec.get("kind", "cubic") if isinstance(spec, dict) else spec
+            if kind not in rec.KINDS:
+                raise ValueError(f"unknown recovery kind {kind!r} in recovery={self.recovery!r}; "
+                                 f"choose from {rec.KINDS}")
+        return tuple(specs)
+
+    @staticmethod
+    def _learn_grid(grid, operand, shape, which):
+        """The training grid of one side: the explicit ``grid``, else the xarray coordinates."""
+        if grid is not None:
+            grid = rec.as_grid(grid, f"{which}_grid")
+            if tuple(len(ax) for ax in grid) != tuple(shape):
+                raise ValueError(f"{which}_grid has shape {tuple(len(ax) for ax in grid)} but the {which} "
+                                 f"functions have grid shape {tuple(shape)}")
+            return grid
+        return RandomFeatureOperator._operand_grid(operand)
+
+    @staticmethod
+    def _operand_grid(operand):
+        """The grid of an xarray operand if every grid dim has numeric increasing coordinates."""
+        if operand.kind != "xarray" or not operand.dims or any(d not in operand.coords for d in operand.dims):
+            return None
+        try:
+            return rec.as_grid({d: operand.coords[d] for d in operand.dims})
+        except (TypeError, ValueError):
+            return None
 
     def _check_lazy(self, U, V):
         """Validate dask operands from their metadata only (nothing is computed)."""
@@ -183,10 +230,14 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         return U, V
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, *, input_grid=None, output_grid=None):
         """Fit on input functions ``X`` (the paper's U: (M, n) or (M, *input_grid)) and output
         functions ``y`` (V: (M,), (M, m) or (M, *output_grid)); or on an xarray Dataset / Zarr
         store path with variables ``input`` and ``output`` passed as ``X`` alone.
+
+        ``input_grid`` / ``output_grid`` (one coordinate array per grid axis, or a mapping
+        dim -> coordinates) record the training grids for numpy / dask input; xarray input
+        gives them through its coordinates. They let ``predict`` read and write other grids.
 
         numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask
         graph over its sample chunks (``rfol_dask.solve.fit_dask``).
@@ -219,6 +270,8 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
         self.input_dims_, self.input_coords_ = u.dims, u.coords
         self.output_dims_, self.output_coords_ = v.dims, v.coords
+        self.input_grid_ = self._learn_grid(input_grid, u, self.input_shape_, "input")
+        self.output_grid_ = self._learn_grid(output_grid, v, self.output_shape_, "output")
 
         dt = self._work_dtype(Ud)
         M, m = Ud.shape[0], Vd.shape[1]
@@ -245,18 +298,26 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
                 f"X has {n} features, but {type(self).__name__} is expecting {self.n_features_in_} "
                 f"features as input (input grid {tuple(shape)} vs the training grid {self.input_shape_})")
 
-    def predict(self, X):
-        """Predict output functions for inputs ``X`` (M, *input_grid); returns (M, *output_grid)
+    def predict(self, X, *, input_grid=None, output_grid=None):
+        """Predict output functions for inputs ``X`` (M, *grid); returns (M, *output grid)
         in the caller's kind.
 
         numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``U``);
         xarray predictions carry the sample coordinate and the output grid coordinates.
+
+        Inputs on another grid of the training domain (xarray coordinates differing from
+        the training ones, or ``input_grid=`` for numpy / dask) are first resampled to the
+        training grid through ``R_U``; ``output_grid=`` returns the prediction on that grid
+        through ``R_V`` (default: the training output grid). Grids of another dimension, or
+        outside the training domain, raise ValueError. Extra memory: the resampled inputs
+        and outputs of one block.
         """
         check_is_fitted(self)
         U = X
         if isinstance(U, (str, bytes)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U)
         u = io.as_operand(U, "U")
+        u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
             X = u.data
             if X.ndim != 2:
@@ -270,7 +331,62 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
             raw, _ = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
             Y = _predict_block(X, self.omega_, self.b_, self.coef_, self.intercept_)
-        return io.wrap_like(Y, u, self.output_shape_, self.output_dims_, self.output_coords_, name="prediction")
+        shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
+        grid = getattr(self, "output_grid_", None)
+        if output_grid is not None:
+            grid_new = self._check_grid(output_grid, grid, "output")
+            if not rec.same_grid(grid_new, grid):
+                R_V = rec.make_recovery(self._recovery_specs()[1], grid)
+                grid_new = R_V.check_grid(grid_new, "output_grid", "the training output grid")
+                Y = R_V.resample(Y.reshape((Y.shape[0], *shape)), grid_new)
+                shape, grid = Y.shape[1:], grid_new
+                Y = Y.reshape((Y.shape[0], -1))
+        if grid is not None and (not coords or output_grid is not None):
+            dims = dims or tuple(f"dim_{k}" for k in range(len(grid)))
+            coords = dict(zip(dims, grid))
+        return io.wrap_like(Y, u, shape, dims, coords, name="prediction")
+
+    def _check_grid(self, grid, trained, which):
+        """``grid`` as axes; ValueError if the model has no grid there or the dimension differs."""
+        grid = rec.as_grid(grid, f"{which}_grid")
+        if trained is None:
+            raise ValueError(
+                f"the model was fitted without {which} grid coordinates, so it cannot use another {which} grid: "
+                f"fit on xarray data with coordinates or pass fit(..., {which}_grid=...)")
+        if len(grid) != len(trained):
+            raise ValueError(f"{which}_grid has {len(grid)} axes but the model was trained on a "
+                             f"{len(trained)}-D {which} grid of shape {tuple(len(a) for a in trained)}")
+        return grid
+
+    def _to_training_grid(self, U, u, input_grid):
+        """The operand ``u`` resampled through ``R_U`` to the training input grid if its grid
+        (``input_grid`` or the xarray coordinates) differs from it."""
+        grid = rec.as_grid(input_grid, "input_grid") if input_grid is not None else self._operand_grid(u)
+        trained = getattr(self, "input_grid_", None)
+        if grid is None or rec.same_grid(grid, trained):
+            return u
+        if input_grid is None and trained is None:
+            return u  # xarray coordinates but a model without grid: positional, as before
+        grid = self._check_grid(grid, trained, "input")
+        R_U = rec.make_recovery(self._recovery_specs()[0], grid)
+        domain = rec.grid_domain(trained, R_U.periodic)
+        for k, (x, y, (lo, hi), (c_lo, c_hi)) in enumerate(zip(trained, grid, domain, R_U.domain())):
+            tol, step = 1e-6 * (hi - lo), (hi - lo) / max(len(x) - 1, 1)
+            if x[0] < c_lo - tol or x[-1] > c_hi + tol:
+                raise ValueError(
+                    f"input_grid spans [{c_lo:g}, {c_hi:g}] along axis {k} but the model was trained on "
+                    f"[{lo:g}, {hi:g}]: the input must cover the training domain (no extrapolation)")
+            if y[0] < lo - step or y[-1] > hi + step:
+                raise ValueError(f"input_grid spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the training "
+                                 f"domain [{lo:g}, {hi:g}]")
+        data = U.data if u.kind == "xarray" else U
+        data = data if isinstance(data, da.Array) else np.asarray(data)
+        shape = tuple(len(ax) for ax in grid)
+        if data.ndim < 1 or int(np.prod(data.shape[1:])) != int(np.prod(shape)):
+            raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
+        resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
+        new = io.as_operand(resampled, "U")
+        return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
 
     def score(self, X, y=None, sample_weight=None):
         """R^2 of ``predict(X)`` against ``y``, averaged uniformly over output grid points
@@ -307,6 +423,11 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         for which, coords in (("input", self.input_coords_), ("output", self.output_coords_)):
             for dim, values in coords.items():
                 arrays[f"coord_{which}_{dim}"] = np.asarray(values)
+        for which in ("input", "output"):
+            grid = getattr(self, f"{which}_grid_", None)
+            attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
+            for k, ax in enumerate(grid or ()):
+                arrays[f"grid_{which}_{k}"] = ax
         io.save_model(path, arrays, attrs)
         return path
 
@@ -315,7 +436,10 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
         """Load a model written by :meth:`save`."""
         arrays, attrs = io.load_model(path)
         rs = attrs["random_state"]
-        model = cls(**attrs["params"], random_state=rs if isinstance(rs, (int, type(None))) else None)
+        params = dict(attrs["params"])
+        if isinstance(params.get("recovery"), list):
+            params["recovery"] = tuple(params["recovery"])
+        model = cls(**params, random_state=rs if isinstance(rs, (int, type(None))) else None)
         model.omega_, model.b_ = arrays["omega"], arrays["b"]
         model.coef_, model.intercept_ = arrays["coef"], arrays["intercept"]
         model.solver_ = attrs["solver_"]
@@ -327,4 +451,7 @@ class RandomFeatureOperator(RegressorMixin, BaseEstimator):
             setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
             setattr(model, f"{which}_coords_",
                     {d: arrays[f"coord_{which}_{d}"] for d in (dims or []) if f"coord_{which}_{d}" in arrays})
+            ndim = attrs.get(f"{which}_grid_ndim")
+            setattr(model, f"{which}_grid_",
+                    None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)))
         return model
