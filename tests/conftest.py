@@ -4,11 +4,15 @@ import pytest
 
 @pytest.fixture(scope="session")
 def cluster_client():
-    """A real distributed LocalCluster (processes, 2 workers x 1 thread)."""
+    """A real distributed LocalCluster (processes, 2 workers x 1 thread), shared by the session.
+
+    It is not the default client: a test uses it inside ``with cluster_client.as_current():``,
+    so that other tests keep dask's local scheduler.
+    """
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        with Client(cluster) as client:
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+        with Client(cluster, set_as_default=False) as client:
             yield client
 
 

@@ -122,10 +122,14 @@ def test_real_local_cluster_two_workers_same_model(cluster_client):
     for solver, n_features in (("dual", 300), ("primal", 80)):
         ref = RandomFeatureOperator(n_features=n_features, alpha=1e-5, solver=solver, random_state=1).fit(U, V)
         Ud, Vd = da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
-        model = clone(ref).fit(Ud, Vd)  # runs on the active LocalCluster client
-        assert len(cluster_client.scheduler_info()["workers"]) == 2
+        from distributed import get_task_stream
+
+        with cluster_client.as_current(), get_task_stream(client=cluster_client) as ts:
+            model = clone(ref).fit(Ud, Vd)  # runs on the LocalCluster
+            assert any(str(t["key"]).startswith(("dual_factor", "primal_factor")) for t in ts.data)
+            assert len(cluster_client.scheduler_info()["workers"]) == 2
+            pred = model.predict(Ud).compute()
         np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-10 * np.abs(ref.coef_).max())
-        pred = model.predict(Ud).compute()
         np.testing.assert_allclose(pred, ref.predict(U), rtol=1e-9, atol=1e-10)
 
 
