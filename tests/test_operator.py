@@ -124,11 +124,12 @@ def test_real_local_cluster_two_workers_same_model(cluster_client):
         Ud, Vd = da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
         from distributed import get_task_stream
 
-        with cluster_client.as_current(), get_task_stream(client=cluster_client) as ts:
-            model = clone(ref).fit(Ud, Vd)  # runs on the LocalCluster
-            assert any(str(t["key"]).startswith(("dual_factor", "primal_factor")) for t in ts.data)
+        with cluster_client.as_current():
+            with get_task_stream(client=cluster_client) as ts:
+                model = clone(ref).fit(Ud, Vd)  # runs on the LocalCluster
             assert len(cluster_client.scheduler_info()["workers"]) == 2
             pred = model.predict(Ud).compute()
+        assert any(str(t["key"]).startswith(("dual_factor", "primal_factor")) for t in ts.data)
         np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-10 * np.abs(ref.coef_).max())
         np.testing.assert_allclose(pred, ref.predict(U), rtol=1e-9, atol=1e-10)
 
