@@ -285,6 +285,18 @@ def _cross_block(A, Beta_rows):
     return A.T @ Beta_rows
 
 
+def dual_needs_blocking(M, dtype, max_gram_bytes=None, client=None):
+    """True (with a warning) if the M x M dual Gram does not fit one worker: the dask fit then
+    factorises it blocked across the workers instead of failing (:func:`dual_graph`)."""
+    try:
+        check_gram_memory(M, dtype, max_gram_bytes, client)
+        return False
+    except ValueError as exc:
+        warnings.warn(f"{exc.args[0].split(';')[0]}: factorising it blocked, across the workers",
+                      RuntimeWarning, stacklevel=4)
+        return True
+
+
 def row_blocks(U, V, column_block=None, client=None):
     """Delayed row blocks of ``U`` (M, n) and ``V`` (M, m) on the same sample chunks, their
     start offsets (nb + 1,), and the output column blocks for the solves (default: one per
@@ -408,15 +420,11 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
     """
     client = active_client()
     dtype = omega.dtype
-    blocked = False
-    try:
-        check_gram_memory(V.shape[0] if solver == "dual" else omega.shape[1], dtype, max_gram_bytes, client)
-    except ValueError as exc:
-        if solver != "dual":
-            raise
-        blocked = True  # the dual Gram stays distributed: blocked Cholesky over its tiles
-        warnings.warn(f"{exc.args[0].split(';')[0]}: factorising it blocked, across the workers",
-                      RuntimeWarning, stacklevel=3)
+    if solver == "dual":
+        blocked = dual_needs_blocking(V.shape[0], dtype, max_gram_bytes, client)
+    else:
+        check_gram_memory(omega.shape[1], dtype, max_gram_bytes, client)
+        blocked = False
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client)
     if frequencies is not None:
         om, bb = dask.delayed(frequencies, pure=True, nout=2)()
@@ -454,9 +462,15 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
         solved = [dask.delayed(primal_solve, nout=2)(fac, c0, c1) for c0, c1 in cols]
         coefs = [s[0] for s in solved]
         intercepts = [s[1] for s in solved]
+    coefs, intercepts = compute_fit(coefs, intercepts, progress=progress, client=client,
+                                    desc=f"fit ({solver})", alpha=alpha)
+    return np.concatenate(coefs, axis=1), np.concatenate(intercepts)
+
+
+def compute_fit(*collections, progress, client, desc, alpha):
+    """``progress.compute`` for a fit graph; a failed blocked Cholesky becomes a ValueError."""
     try:
-        coefs, intercepts = compute(coefs, intercepts, progress=progress, client=client, desc=f"fit ({solver})")
+        return compute(*collections, progress=progress, client=client, desc=desc)
     except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky (no jitter retry there)
         raise ValueError(f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
                          "is not numerically positive definite; pass a larger alpha") from exc
-    return np.concatenate(coefs, axis=1), np.concatenate(intercepts)

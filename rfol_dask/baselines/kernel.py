@@ -1,0 +1,150 @@
+"""KernelOperator: exact kernel ridge regression for operators (one scalar kernel shared by all
+output components, as in Batlle et al. 2024), on the same dual Gram / Cholesky / column-block
+machinery as the random-feature model (``rfol_dask.solve.dual_numpy`` and ``dual_graph``).
+
+Model: ``v(u) = k(u, U_train) Beta + c0`` with ``(H K H + nugget I) Beta = V - vbar`` when fitting
+an intercept (``H`` centres in feature space, as the random-feature model does). Optional input
+PCA (``n_components``) replaces each input by its leading principal scores.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+
+import dask
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .. import recovery as rec
+from ..estimator import OperatorEstimator
+from ..gram import check_finite
+from ..progress import active_client
+from ..solve import (_ROW_BLOCK_BYTES, check_gram_memory, compute_fit, dual_graph, dual_intercept,
+                     dual_needs_blocking, dual_numpy, row_blocks)
+from .kernels import KERNELS, kernel_tile
+
+__all__ = ["KernelOperator", "pca"]
+
+
+def _transform(U, start, mean, components, dtype):
+    """Checked inputs of one row block, projected on the PCA directions if any: (k, n) -> (k, p)."""
+    U = np.asarray(U, dtype=dtype)
+    check_finite(U, start, "U")
+    return U if components is None else (U - mean) @ components
+
+
+def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
+    """``k(U, X_train) Beta + c0`` for one row block (k, n) -> (k, m), in row chunks."""
+    X = _transform(U, 0, mean, components, Beta.dtype)
+    out = np.empty((len(X), Beta.shape[1]), dtype=Beta.dtype)
+    step = max(1, _ROW_BLOCK_BYTES // (Beta.dtype.itemsize * max(1, len(X_train))))
+    for s in range(0, len(X), step):
+        out[s:s + step] = tile(X[s:s + step], X_train) @ Beta
+    out += intercept
+    return out
+
+
+def pca(U, n_components):
+    """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy or dask).
+
+    One pass over ``U`` (the ``n x n`` scatter matrix is summed over sample blocks) and an
+    ``n x n`` symmetric eigendecomposition; memory ``n^2``.
+    """
+    mean = U.mean(axis=0)
+    Uc = U - mean
+    mean, scatter = dask.compute(mean, Uc.T @ Uc)
+    _, Q = np.linalg.eigh(np.asarray(scatter))
+    p = min(int(n_components), Q.shape[1])
+    return np.asarray(mean), np.ascontiguousarray(Q[:, ::-1][:, :p])
+
+
+class KernelOperator(OperatorEstimator):
+    """Kernel ridge regression for operators, with the conventions of ``RandomFeatureOperator``.
+
+    Parameters
+    ----------
+    kernel : {"rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "linear"}, default="rbf"
+        Scalar kernel of the (flattened, optionally PCA-reduced) input functions; see
+        :mod:`rfol_dask.baselines.kernels`. ``"linear"`` is the linear baseline (ridge on raw inputs).
+    length_scale : float, default=1.0
+        Kernel length scale ``l`` (ignored by ``"linear"``).
+    nugget : float, default=1e-8
+        Ridge added to the diagonal of the centred Gram (>= 0).
+    n_components : int, default=None
+        Input PCA: fit on the leading ``n_components`` principal scores of the inputs.
+    fit_intercept, dtype, column_block, max_gram_bytes, progress, recovery
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+
+    Attributes
+    ----------
+    X_train_ : ndarray (M, p)
+        Training inputs (PCA scores if ``n_components``), needed to predict.
+    dual_coef_ : ndarray (M, m)
+    intercept_ : ndarray (m,)
+    pca_mean_, pca_components_ : ndarray (n,), (n, p) or None
+
+    Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
+    does not fit one) plus the training inputs. Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
+    """
+
+    _parameter_constraints = {
+        "kernel": [StrOptions(set(KERNELS))],
+        "length_scale": [Interval(numbers.Real, 0, None, closed="neither")],
+        "nugget": [Interval(numbers.Real, 0, None, closed="left")],
+        "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "fit_intercept": ["boolean"],
+        "dtype": [StrOptions({"float32", "float64"}), type, None],
+        "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "progress": ["boolean"],
+        "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
+    }
+    _fitted_arrays = ("X_train_", "dual_coef_", "intercept_", "pca_mean_", "pca_components_")
+
+    def __init__(self, *, kernel="rbf", length_scale=1.0, nugget=1e-8, n_components=None, fit_intercept=True,
+                 dtype=None, column_block=None, max_gram_bytes=None, progress=False, recovery="cubic"):
+        self.kernel = kernel
+        self.length_scale = length_scale
+        self.nugget = nugget
+        self.n_components = n_components
+        self.fit_intercept = fit_intercept
+        self.dtype = dtype
+        self.column_block = column_block
+        self.max_gram_bytes = max_gram_bytes
+        self.progress = progress
+        self.recovery = recovery
+
+    def _tile(self):
+        return functools.partial(kernel_tile, kernel=self.kernel, length_scale=float(self.length_scale))
+
+    def _fit_arrays(self, U, V, lazy, dtype):
+        """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,); keep the training inputs."""
+        M = U.shape[0]
+        self.pca_mean_ = self.pca_components_ = None
+        if self.n_components is not None:
+            self.pca_mean_, self.pca_components_ = (a.astype(dtype) for a in pca(U, self.n_components))
+        transform = functools.partial(_transform, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
+        alpha = float(self.nugget)
+        if not lazy:
+            check_gram_memory(M, dtype, self.max_gram_bytes)
+            X = transform(U, 0)
+            fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
+            self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
+            return
+        client = active_client()
+        blocked = dual_needs_blocking(M, dtype, self.max_gram_bytes, client)
+        Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
+        Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
+        fac, betas = dual_graph(Xb, Vb, starts, self._tile(), cols, alpha=alpha, fit_intercept=self.fit_intercept,
+                                dtype=dtype, blocked=blocked)
+        intercepts = [dask.delayed(dual_intercept)(fac, Beta, start=c0) for (c0, _), Beta in zip(cols, betas)]
+        X, betas, intercepts = compute_fit(dask.delayed(np.concatenate)(Xb), betas, intercepts,
+                                           progress=self.progress, client=client, desc="fit (kernel)", alpha=alpha)
+        self.X_train_ = X
+        self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
+        self.intercept_ = np.concatenate(intercepts).astype(dtype, copy=False)
+
+    def _predict_kernel(self):
+        return _predict_block, (self.X_train_, self.dual_coef_, self.intercept_, self.pca_mean_,
+                                self.pca_components_, self._tile())

@@ -1,0 +1,336 @@
+"""The estimator base shared by the operator learners: inputs, grids, prediction, persistence.
+
+Subclasses (``RandomFeatureOperator``, ``baselines.KernelOperator``) supply the numerics:
+``_fit_arrays(U, V, lazy, dtype)`` fits on 2-D numpy or dask arrays, ``_predict_kernel()``
+returns the block function and its fitted arrays, ``_fitted_arrays`` / ``_fitted_scalars`` name
+what ``save`` writes. Everything about operands (numpy, dask, xarray, Dataset / Zarr path),
+sklearn validation, training grids and the recovery maps ``R_U`` / ``R_V`` lives here once.
+"""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from . import io
+from . import recovery as rec
+from ._version import __version__
+from .metrics import r2_score
+
+__all__ = ["OperatorEstimator"]
+
+
+def _flatten(X):
+    """``(M, *grid) -> (M, prod(grid))`` for numpy-like ``X``; returns ``(X2, grid or None)``.
+
+    Array-likes of at most two dimensions (lists, sparse matrices, ...) pass through unchanged
+    for scikit-learn's validation to judge.
+    """
+    if hasattr(X, "toarray") or not hasattr(X, "shape") or len(X.shape) <= 2:
+        return X, None
+    return np.reshape(np.asarray(X), (X.shape[0], -1)), tuple(X.shape[1:])
+
+
+def _num_samples(X):
+    shape = getattr(X, "shape", None)
+    if shape is None:
+        try:
+            return len(X)
+        except TypeError:
+            return None
+    return shape[0] if len(shape) else None
+
+
+class OperatorEstimator(RegressorMixin, BaseEstimator):
+    """Base of the operator learners (see the module docstring); not used directly."""
+
+    _fitted_arrays: tuple = ("intercept_",)
+    _fitted_scalars: tuple = ()
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        tags.target_tags.single_output = True
+        tags.input_tags.allow_nan = False
+        return tags
+
+    # ------------------------------------------------------------------ helpers
+    def _work_dtype(self, data):
+        if self.dtype is not None:
+            dt = np.dtype(self.dtype)
+            if dt not in (np.float32, np.float64):
+                raise ValueError(f"dtype must be float32 or float64, got {dt}")
+            return dt
+        dt = getattr(data, "dtype", None)
+        return np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)
+
+    def _check_params(self):
+        self._validate_params()
+        self._recovery_specs()
+
+    def _recovery_specs(self):
+        """``(R_U spec, R_V spec)`` from the ``recovery`` parameter."""
+        specs = self.recovery if isinstance(self.recovery, (tuple, list)) else (self.recovery,) * 2
+        if len(specs) != 2:
+            raise ValueError(f"recovery must be a kind, a dict or a pair (input, output); got {self.recovery!r}")
+        for spec in specs:
+            kind = spec.get("kind", "cubic") if isinstance(spec, dict) else spec
+            if kind not in rec.KINDS:
+                raise ValueError(f"unknown recovery kind {kind!r} in recovery={self.recovery!r}; "
+                                 f"choose from {rec.KINDS}")
+        return tuple(specs)
+
+    @staticmethod
+    def _learn_grid(grid, operand, shape, which):
+        """The training grid of one side: the explicit ``grid``, else the xarray coordinates."""
+        if grid is not None:
+            grid = rec.as_grid(grid, f"{which}_grid")
+            if tuple(len(ax) for ax in grid) != tuple(shape):
+                raise ValueError(f"{which}_grid has shape {tuple(len(ax) for ax in grid)} but the {which} "
+                                 f"functions have grid shape {tuple(shape)}")
+            return grid
+        return OperatorEstimator._operand_grid(operand)
+
+    @staticmethod
+    def _operand_grid(operand):
+        """The grid of an xarray operand if every grid dim has numeric increasing coordinates."""
+        if operand.kind != "xarray" or not operand.dims or any(d not in operand.coords for d in operand.dims):
+            return None
+        try:
+            return rec.as_grid({d: operand.coords[d] for d in operand.dims})
+        except (TypeError, ValueError):
+            return None
+
+    def _check_lazy(self, U, V):
+        """Validate dask operands from their metadata only (nothing is computed)."""
+        if U.ndim != 2:
+            raise ValueError("U must be 2-D (n_samples, n_points) or more; reshape a single "
+                             "input function with U.reshape(1, -1)")
+        V = V[:, None] if V.ndim == 1 else V
+        if U.shape[0] != V.shape[0]:
+            raise ValueError(f"U has {U.shape[0]} samples but V has {V.shape[0]}; they must match")
+        if U.shape[0] < 1 or U.shape[1] < 1:
+            raise ValueError(f"U has shape {U.shape}: need at least one sample and one point")
+        for name, X in (("U", U), ("V", V)):
+            if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
+                raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
+        self.n_features_in_ = U.shape[1]
+        return U, V
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y=None, *, input_grid=None, output_grid=None):
+        """Fit on input functions ``X`` (the paper's U: (M, n) or (M, *input_grid)) and output
+        functions ``y`` (V: (M,), (M, m) or (M, *output_grid)); or on an xarray Dataset / Zarr
+        store path with variables ``input`` and ``output`` passed as ``X`` alone.
+
+        ``input_grid`` / ``output_grid`` (one coordinate array per grid axis, or a mapping
+        dim -> coordinates) record the training grids for numpy / dask input; xarray input
+        gives them through its coordinates. They let ``predict`` read and write other grids.
+
+        numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask
+        graph over its sample chunks, computed once.
+        """
+        self._check_params()
+        U, V = io.read_pair(X, y)
+        if V is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None: "
+                "call fit(U, V), or fit(dataset) with variables 'input' and 'output'")
+        u, v = io.as_operand(U, "U"), io.as_operand(V, "V")
+        lazy = isinstance(u.data, da.Array) or isinstance(v.data, da.Array)
+        if lazy:
+            ud, vd = (x if isinstance(x.data, da.Array) else io.as_operand(da.asarray(np.asarray(x.data)), n)
+                      for x, n in ((u, "U"), (v, "V")))
+            Ud, Vd = self._check_lazy(ud.data, vd.data)
+            in_shape, out_shape = ud.grid_shape, vd.grid_shape
+        else:
+            (Ua, in_shape), (Va, out_shape) = _flatten(u.data), _flatten(v.data)
+            n_u, n_v = _num_samples(Ua), _num_samples(Va)
+            if n_u is not None and n_v is not None and n_u != n_v:
+                raise ValueError(f"U has {n_u} samples but V has {n_v}; they must match")
+            Ua, Va = validate_data(self, Ua, Va, multi_output=True, y_numeric=True,
+                                   dtype=[np.float64, np.float32], ensure_all_finite=False)
+            dt = self._work_dtype(Ua)
+            Ud, Vd = np.asarray(Ua, dtype=dt), np.asarray(Va, dtype=dt)
+            in_shape = in_shape or (Ud.shape[1],)
+            out_shape = out_shape if out_shape is not None else Vd.shape[1:]
+            Vd = Vd[:, None] if Vd.ndim == 1 else Vd
+        self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
+        self.input_dims_, self.input_coords_ = u.dims, u.coords
+        self.output_dims_, self.output_coords_ = v.dims, v.coords
+        self.input_grid_ = self._learn_grid(input_grid, u, self.input_shape_, "input")
+        self.output_grid_ = self._learn_grid(output_grid, v, self.output_shape_, "output")
+
+        self._fit_arrays(Ud, Vd, lazy, self._work_dtype(Ud))
+        return self
+
+    # ------------------------------------------------------------------ predict
+    def _check_width(self, n, shape):
+        if n != self.n_features_in_:
+            raise ValueError(
+                f"X has {n} features, but {type(self).__name__} is expecting {self.n_features_in_} "
+                f"features as input (input grid {tuple(shape)} vs the training grid {self.input_shape_})")
+
+    def predict(self, X, *, input_grid=None, output_grid=None):
+        """Predict output functions for inputs ``X`` (M, *grid); returns (M, *output grid)
+        in the caller's kind.
+
+        numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``U``);
+        xarray predictions carry the sample coordinate and the output grid coordinates.
+
+        Inputs on another grid of the training domain (xarray coordinates differing from
+        the training ones, or ``input_grid=`` for numpy / dask) are first resampled to the
+        training grid through ``R_U``; ``output_grid=`` returns the prediction on that grid
+        through ``R_V`` (default: the training output grid). Grids of another dimension, or
+        outside the training domain, raise ValueError. Extra memory: the resampled inputs
+        and outputs of one block.
+        """
+        check_is_fitted(self)
+        U = X
+        if isinstance(U, (str, bytes)) or hasattr(U, "data_vars"):
+            U, _ = io.read_pair(U)
+        u = io.as_operand(U, "U")
+        u = self._to_training_grid(U, u, input_grid)
+        if isinstance(u.data, da.Array):
+            X = u.data
+            if X.ndim != 2:
+                raise ValueError(f"U must be at least 2-D (n_samples, ...), got shape {X.shape}")
+            self._check_width(X.shape[1], U.shape[1:])
+            X = X.rechunk({1: -1})
+            block, args = self._predict_kernel()
+            params = dask.delayed(args, pure=True, traverse=False)
+            Y = da.map_blocks(lambda blk, p: block(blk, *p), X, params,
+                              chunks=(X.chunks[0], (len(self.intercept_),)), dtype=self.intercept_.dtype)
+        else:
+            raw, _ = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
+            X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
+            block, args = self._predict_kernel()
+            Y = block(X, *args)
+        shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
+        grid = getattr(self, "output_grid_", None)
+        if output_grid is not None:
+            grid_new = self._check_grid(output_grid, grid, "output")
+            if not rec.same_grid(grid_new, grid):
+                R_V = rec.make_recovery(self._recovery_specs()[1], grid)
+                grid_new = R_V.check_grid(grid_new, "output_grid", "the training output grid")
+                Y = R_V.resample(Y.reshape((Y.shape[0], *shape)), grid_new)
+                shape, grid = Y.shape[1:], grid_new
+                Y = Y.reshape((Y.shape[0], -1))
+        if grid is not None and (not coords or output_grid is not None):
+            dims = dims or tuple(f"dim_{k}" for k in range(len(grid)))
+            coords = dict(zip(dims, grid))
+        return io.wrap_like(Y, u, shape, dims, coords, name="prediction")
+
+    def _check_grid(self, grid, trained, which):
+        """``grid`` as axes; ValueError if the model has no grid there or the dimension differs."""
+        grid = rec.as_grid(grid, f"{which}_grid")
+        if trained is None:
+            raise ValueError(
+                f"the model was fitted without {which} grid coordinates, so it cannot use another {which} grid: "
+                f"fit on xarray data with coordinates or pass fit(..., {which}_grid=...)")
+        if len(grid) != len(trained):
+            raise ValueError(f"{which}_grid has {len(grid)} axes but the model was trained on a "
+                             f"{len(trained)}-D {which} grid of shape {tuple(len(a) for a in trained)}")
+        return grid
+
+    def _to_training_grid(self, U, u, input_grid):
+        """The operand ``u`` resampled through ``R_U`` to the training input grid if its grid
+        (``input_grid`` or the xarray coordinates) differs from it."""
+        grid = rec.as_grid(input_grid, "input_grid") if input_grid is not None else self._operand_grid(u)
+        trained = getattr(self, "input_grid_", None)
+        if grid is None or rec.same_grid(grid, trained):
+            return u
+        if input_grid is None and trained is None:
+            return u  # xarray coordinates but a model without grid: positional, as before
+        grid = self._check_grid(grid, trained, "input")
+        R_U = rec.make_recovery(self._recovery_specs()[0], grid)
+        domain = rec.grid_domain(trained, R_U.periodic)
+        for k, (x, y, (lo, hi), (c_lo, c_hi)) in enumerate(zip(trained, grid, domain, R_U.domain())):
+            tol, step = 1e-6 * (hi - lo), (hi - lo) / max(len(x) - 1, 1)
+            if x[0] < c_lo - tol or x[-1] > c_hi + tol:
+                raise ValueError(
+                    f"input_grid spans [{c_lo:g}, {c_hi:g}] along axis {k} but the model was trained on "
+                    f"[{lo:g}, {hi:g}]: the input must cover the training domain (no extrapolation)")
+            if y[0] < lo - step or y[-1] > hi + step:
+                raise ValueError(f"input_grid spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the training "
+                                 f"domain [{lo:g}, {hi:g}]")
+        data = U.data if u.kind == "xarray" else U
+        data = data if isinstance(data, da.Array) else np.asarray(data)
+        shape = tuple(len(ax) for ax in grid)
+        if data.ndim < 1 or int(np.prod(data.shape[1:])) != int(np.prod(shape)):
+            raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
+        resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
+        new = io.as_operand(resampled, "U")
+        return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
+
+    def score(self, X, y=None, sample_weight=None):
+        """R^2 of ``predict(X)`` against ``y``, averaged uniformly over output grid points
+        (``X`` may also be a Dataset / store path holding both)."""
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported")
+        U, V = io.read_pair(X, y)
+        pred = self.predict(U)
+        return r2_score(V, pred)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path):
+        """Save the fitted model to a Zarr store (parameters, fitted arrays, grids, version).
+
+        The write goes to a temporary store renamed into place: an interrupted save leaves
+        the previous model at ``path`` readable.
+        """
+        check_is_fitted(self)
+        params = self.get_params()
+        params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
+        if "random_state" in params:  # a Generator is not JSON: the fitted arrays hold its draw
+            rs = params["random_state"]
+            params["random_state"] = rs if isinstance(rs, (int, type(None))) else None
+        attrs = {
+            "params": params,
+            "n_features_in_": int(self.n_features_in_),
+            "input_shape_": list(self.input_shape_),
+            "output_shape_": list(self.output_shape_),
+            "input_dims_": None if self.input_dims_ is None else list(self.input_dims_),
+            "output_dims_": None if self.output_dims_ is None else list(self.output_dims_),
+            "version": __version__,
+        }
+        arrays = {name: getattr(self, name) for name in self._fitted_arrays if getattr(self, name) is not None}
+        attrs.update({name: getattr(self, name) for name in self._fitted_scalars})
+        for which, coords in (("input", self.input_coords_), ("output", self.output_coords_)):
+            for dim, values in coords.items():
+                arrays[f"coord_{which}_{dim}"] = np.asarray(values)
+        for which in ("input", "output"):
+            grid = getattr(self, f"{which}_grid_", None)
+            attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
+            for k, ax in enumerate(grid or ()):
+                arrays[f"grid_{which}_{k}"] = ax
+        io.save_model(path, arrays, attrs)
+        return path
+
+    @classmethod
+    def load(cls, path):
+        """Load a model written by :meth:`save`."""
+        arrays, attrs = io.load_model(path)
+        params = dict(attrs["params"])
+        if isinstance(params.get("recovery"), list):
+            params["recovery"] = tuple(params["recovery"])
+        model = cls(**params)
+        for name in model._fitted_arrays:
+            setattr(model, name, arrays.get(name))
+        for name in model._fitted_scalars:
+            setattr(model, name, attrs[name])
+        model.n_features_in_ = attrs["n_features_in_"]
+        model.input_shape_ = tuple(attrs["input_shape_"])
+        model.output_shape_ = tuple(attrs["output_shape_"])
+        for which in ("input", "output"):
+            dims = attrs[f"{which}_dims_"]
+            setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
+            setattr(model, f"{which}_coords_",
+                    {d: arrays[f"coord_{which}_{d}"] for d in (dims or []) if f"coord_{which}_{d}" in arrays})
+            ndim = attrs.get(f"{which}_grid_ndim")
+            setattr(model, f"{which}_grid_",
+                    None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)))
+        return model

@@ -1,0 +1,99 @@
+"""Failure behaviour on a real distributed cluster (DESIGN.md, "Failure behaviour expected")."""
+
+import os
+import signal
+import threading
+import time
+
+import dask
+import dask.array as da
+import numpy as np
+import pytest
+from conftest import smooth_operator_data
+from distributed import Client, LocalCluster
+
+from rfol_dask import RandomFeatureOperator, datasets
+
+
+def _slow_block(block):
+    time.sleep(0.15)  # makes the fit last long enough to kill a worker in its middle
+    return block
+
+
+@pytest.mark.parametrize("solver,n_features", [("dual", 900), ("primal", 150)])
+def test_worker_killed_mid_fit_gives_same_model(solver, n_features):
+    U, V = smooth_operator_data(800, 24)
+    ref = RandomFeatureOperator(n_features=n_features, alpha=1e-6, solver=solver, random_state=0)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        Ud = da.from_array(U, chunks=(50, -1)).map_blocks(_slow_block, dtype=U.dtype)
+        Vd = da.from_array(V, chunks=(50, -1))
+        clean = ref.__class__(**ref.get_params()).fit(Ud, Vd)
+        pids = list(client.run(os.getpid).values())
+        killer = threading.Timer(0.8, os.kill, (pids[0], signal.SIGKILL))
+        killer.start()
+        t0 = time.perf_counter()
+        model = ref.__class__(**ref.get_params()).fit(Ud, Vd)
+        assert time.perf_counter() - t0 > 0.8  # the kill happened during the fit
+        killer.join()
+        assert pids[0] not in client.run(os.getpid).values()  # a fresh worker replaced it
+    np.testing.assert_allclose(model.coef_, clean.coef_, rtol=1e-12, atol=1e-13 * np.abs(clean.coef_).max())
+    np.testing.assert_allclose(model.intercept_, clean.intercept_, rtol=1e-12, atol=1e-13)
+
+
+def _kill_worker(block):
+    os._exit(1)
+
+
+def test_task_that_kills_every_worker_gives_clear_error_and_writes_nothing(tmp_path):
+    U, V = smooth_operator_data(100, 8)
+    good = RandomFeatureOperator(n_features=200, alpha=1e-6, random_state=0).fit(U, V)
+    good.save(tmp_path / "model.zarr")
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster):
+        Ud = da.from_array(U, chunks=(25, -1))
+        Ud = da.map_blocks(lambda b, block_info=None: _kill_worker(b) if block_info[0]["chunk-location"][0] == 2
+                           else b, Ud, dtype=U.dtype)
+        model = RandomFeatureOperator(n_features=200, alpha=1e-6, random_state=1)
+        with pytest.raises(RuntimeError, match="killed the workers it ran on"):
+            model.fit(Ud, da.from_array(V, chunks=(25, -1)))
+        assert not hasattr(model, "coef_")
+        # the previous model on disk is untouched
+        np.testing.assert_array_equal(RandomFeatureOperator.load(tmp_path / "model.zarr").coef_, good.coef_)
+
+        # a data-set generation whose block kills its workers leaves an incomplete store, never a complete one
+        from rfol_dask.datasets import store as store_mod
+
+        real = store_mod._write_block
+        store_mod._write_block = lambda p, name, seed, a, b, k, params: os._exit(1) if k == 1 else real(
+            p, name, seed, a, b, k, params)
+        try:
+            with pytest.raises(RuntimeError, match="killed the workers it ran on"):
+                datasets.generate("advection1", 40, store=tmp_path / "data.zarr", block_size=10)
+        finally:
+            store_mod._write_block = real
+        with pytest.raises(ValueError, match="incomplete"):
+            datasets.open(tmp_path / "data.zarr")
+
+
+def test_fit_under_memory_pressure_spills_and_completes():
+    U, V = smooth_operator_data(1200, 64)
+    ref = RandomFeatureOperator(n_features=1500, alpha=1e-6, random_state=0).fit(U, V)
+    # a low spill threshold: feature blocks and tiles are spilled to disk during the fit
+    spill = {"distributed.worker.memory.target": 0.02, "distributed.worker.memory.spill": 0.03,
+             "distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
+    with dask.config.set(spill), LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                              memory_limit="1500MB", dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        from distributed import get_task_stream
+
+        Ud, Vd = da.from_array(U, chunks=(150, -1)), da.from_array(V, chunks=(150, -1))
+        with get_task_stream(client=client) as ts:
+            model = RandomFeatureOperator(n_features=1500, alpha=1e-6, random_state=0).fit(Ud, Vd)
+        spilled = client.run(lambda dask_worker: sum(v for k, v in dask_worker.digests_total.items()
+                                                     if "disk-write" in k and k[-1] == "bytes"))
+    assert sum(spilled.values()) > 0
+    keys = [t["key"] for t in ts.data]
+    assert len(keys) == len(set(keys))  # one pass: no task (data loads included) ran twice
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-10 * np.abs(ref.coef_).max())
