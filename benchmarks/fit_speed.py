@@ -131,6 +131,21 @@ def run_case(name, M, n, N, m, repeats, clusters):
     return rows
 
 
+def profile_case(solver, M, n, N, m):
+    """Where the numpy fit spends its time: cProfile of one warm fit, top 10 by own time."""
+    import cProfile
+    import pstats
+
+    U, V = synthetic_operator(M, n, seed=0)
+    model = RandomFeatureOperator(n_features=N, gamma=median_heuristic_gamma(U), alpha=ALPHA, solver=solver,
+                                  random_state=0)
+    model.fit(U, V)  # warm-up
+    prof = cProfile.Profile()
+    prof.runcall(model.fit, U, V)
+    print(f"\n== profile of the numpy float64 fit, {solver}: M={M} n={n} N={N} m={m}")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(10)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -138,10 +153,14 @@ def main(argv=None):
     parser.add_argument("--cases", default="dual,primal")
     parser.add_argument("--clusters", default="processes,threads")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "fit_speed.json"))
+    parser.add_argument("--profile", action="store_true",
+                        help="only profile the numpy float64 fit of each case (cProfile, top functions)")
     args = parser.parse_args(argv)
     sizes = {"dual": (5000, 1024, 5000, 1024), "primal": (20000, 1024, 4000, 1024)}
     if args.quick:
         sizes = {"dual": (600, 64, 800, 64), "primal": (2000, 64, 300, 64)}
+    if args.profile:
+        return [profile_case(c, *sizes[c]) for c in args.cases.split(",")]
     info = {"machine": platform.machine(), "cpus": os.cpu_count(), "blas": blas_info(),
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"), "python": platform.python_version()}
     print("machine:", info)
