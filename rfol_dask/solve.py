@@ -160,9 +160,12 @@ def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
     return {"L": L, "r": r, "vbar": vbar, "M": M, "fit_intercept": fit_intercept}
 
 
-def dual_solve(fac, V, start=0):
-    """Centred dual coefficients ``H Beta`` (M, k) for the output columns ``start:start+k`` in ``V``."""
-    Beta = cho_solve(fac["L"], V - fac["vbar"][start:start + V.shape[1]])
+def dual_solve(fac, V, start=0, borrow_threads=False):
+    """Centred dual coefficients ``H Beta`` (M, k) for the output columns ``start:start+k`` in ``V``
+    (with ``borrow_threads``, on all the cores the factorisation uses)."""
+    limits = factor_threads() if borrow_threads else None
+    with threadpool_limits(limits=limits, user_api="blas"):
+        Beta = cho_solve(fac["L"], V - fac["vbar"][start:start + V.shape[1]])
     if fac["fit_intercept"]:
         Beta -= Beta.mean(axis=0)
     return Beta
@@ -339,13 +342,29 @@ def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, block
     if blocked:
         tiles = [((i, j), dask.delayed(tile)(Xb[i], Xb[j], i == j)) for i in range(nb) for j in range(i, nb)]
         return _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype)
-    K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
-    for i in range(nb):
-        row = [dask.delayed(tile)(Xb[i], Xb[j], i == j) for j in range(i, nb)]
-        K = dask.delayed(gram_place)(K, starts, i, *row)
-    fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, upper=True)
-    betas = [dask.delayed(dual_solve)(fac, dask.delayed(_column_slab)(c0, c1, dtype, *Vb), c0) for c0, c1 in cols]
+    rows = [[dask.delayed(tile)(Xb[i], Xb[j], i == j) for j in range(i, nb)] for i in range(nb)]
+    # The Gram, its factor and (unless spread) the solves stay on one worker: the chain is pinned
+    # there as a preference, so the M x M array never travels between workers.
+    with _on_one_worker():
+        K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
+        for i in range(nb):
+            K = dask.delayed(gram_place)(K, starts, i, *rows[i])
+        fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, upper=True)
+    borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
+    betas = [dask.delayed(dual_solve)(fac, dask.delayed(_column_slab)(c0, c1, dtype, *Vb), c0, borrow)
+             for c0, c1 in cols]
     return fac, betas
+
+
+def _on_one_worker():
+    """``dask.annotate`` preferring one worker of the active distributed client (else a no-op)."""
+    import contextlib
+
+    client = active_client()
+    if client is None:
+        return contextlib.nullcontext()
+    workers = sorted(client.scheduler_info()["workers"])
+    return dask.annotate(workers=workers[:1], allow_other_workers=True) if workers else contextlib.nullcontext()
 
 
 def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
