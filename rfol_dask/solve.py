@@ -284,8 +284,12 @@ def _rows(X, start, stop):
     return X[start:stop]
 
 
-def _cross_block(A, Beta_rows):
-    return A.T @ Beta_rows
+def _cross_block(A, Beta_rows, acc=None):
+    """``acc + A^T Beta_rows`` (N, k), accumulated in place into ``acc`` when given."""
+    if acc is None:
+        return A.T @ Beta_rows
+    acc += A.T @ Beta_rows
+    return acc
 
 
 def dual_needs_blocking(M, dtype, max_gram_bytes=None, client=None):
@@ -463,10 +467,17 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
         if not plan["keep_features"]:  # new tasks: the features are made again for C = A^T Beta
             A = [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift) for i in range(nb)]
         coefs, intercepts = [], []
+        n_chains = min(slots, nb)
         for (c0, _), Beta in zip(cols, betas):
-            parts = [dask.delayed(_cross_block)(A[i], dask.delayed(_rows)(Beta, starts[i], starts[i + 1]))
-                     for i in range(nb)]
-            coefs.append(_tree(parts, dask.delayed(_iadd)))
+            # C = sum_i A_i^T Beta_i: one in-place (N, k) accumulator per worker thread, then a
+            # tree over those few; (N, k) partials per row block would cross between workers
+            chains = []
+            for c in range(n_chains):
+                acc = None
+                for i in range(c, nb, n_chains):
+                    acc = dask.delayed(_cross_block)(A[i], dask.delayed(_rows)(Beta, starts[i], starts[i + 1]), acc)
+                chains.append(acc)
+            coefs.append(_tree(chains, dask.delayed(_iadd)))
             intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
     else:
         n_chains = min(slots, nb)
