@@ -68,8 +68,9 @@ def _panel(fig, ax, values, grid, title, error=False):
         extent = None
         if grid is not None:
             extent = [grid[0][0], grid[0][-1], grid[1][0], grid[1][-1]]
-        im = ax.imshow(values.T, origin="lower", extent=extent, aspect="auto",
-                       cmap="RdBu_r" if error else "viridis")
+        vmax = float(np.abs(values).max()) if error else None  # errors: a colour scale centred at 0
+        im = ax.imshow(values.T, origin="lower", extent=extent, aspect="auto", cmap="RdBu_r" if error else "viridis",
+                       vmin=-vmax if error else None, vmax=vmax)
         fig.colorbar(im, ax=ax, shrink=0.8)
     ax.set_title(title, fontsize=10)
 

@@ -1,0 +1,217 @@
+"""Error-vs-N and fit-time-vs-N curves from one fit per seed that grows N block by block.
+
+The dual Gram of ``N`` features is a sum over feature blocks: with ``A_f`` the (centred)
+features of the columns of block ``f``, ``K_N = sum_f A_f A_f^T``. One pass over the
+feature blocks of a single frequency draw ``Omega`` (n, N_max) therefore gives the fit at
+every checkpoint ``N`` (a leading column count): at each one the running sum is copied,
+factorised once (``solve.dual_factor``: ``H K_N H + alpha I``, Cholesky with the jitter
+policy of :mod:`rfol_dask.solve`) and solved for all outputs (``solve.dual_solve``). The
+result equals ``fit_numpy`` on ``omega[:, :N]``, i.e. ``RandomFeatureOperator(n_features=N)``
+with those frequencies (note: a fresh ``N``-column draw from the same seed holds other
+numbers for ``N < N_max``, since the draw is row-major).
+
+Predictions never need ``C_N = A_{1:N}^T Beta`` (N, m): the test features of the same blocks,
+shifted by the training column means, are accumulated the same way into the cross Gram
+``K*_N = sum_f A*_f A_f^T`` (M_test, M), and ``A*_{1:N} C_N = K*_N Beta``; the intercept
+is ``solve.dual_intercept``. This is exactly the prediction of the fitted model.
+
+Everything is in memory (numpy). A dask version would accumulate the same block sums as
+per-block tasks (``rfol_dask.gram``); it is a possible extension.
+
+Slopes: :func:`fit_slope` fits ``log error = a + s log N`` by least squares over the
+points before saturation; see :func:`saturation_index` for the rule.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .features import draw_frequencies
+from .gram import check_finite, features_block, symmetrize_lower, syrk
+from .metrics import relative_l2_error
+from .solve import dual_factor, dual_intercept, dual_solve
+
+__all__ = ["doubling", "error_curve", "error_curves", "saturation_index", "fit_slope"]
+
+#: bytes of one block of training (or test) features held at a time
+_BLOCK_BYTES = 64 * 2**20
+
+
+def doubling(start=250, stop=64000):
+    """Checkpoints ``start, 2 start, 4 start, ...`` up to ``stop`` (int ndarray)."""
+    out = [int(start)]
+    while out[-1] * 2 <= stop:
+        out.append(out[-1] * 2)
+    return np.array(out)
+
+
+def _block_edges(checkpoints, block_size):
+    """Feature-block boundaries: every checkpoint and every multiple of ``block_size``."""
+    grid = np.arange(0, checkpoints[-1] + 1, block_size)
+    return np.unique(np.concatenate([[0], grid, checkpoints]))
+
+
+def error_curve(U, V, U_test, V_test, n_features, *, distribution="cauchy", gamma=1.0, nu=None, alpha=1e-10,
+                fit_intercept=True, random_state=None, frequencies=None, block_size=None,
+                error=relative_l2_error, return_predictions=False):
+    """Test error and fit time of the dual random-feature fit at each ``N`` in ``n_features``.
+
+    Parameters
+    ----------
+    U, V : ndarray (M, n), (M, m)
+        Training inputs and outputs (flattened grids).
+    U_test, V_test : ndarray (M_t, n), (M_t, m)
+        Test inputs and outputs.
+    n_features : sequence of int
+        Increasing checkpoints; the largest is ``N_max``.
+    distribution, gamma, nu, alpha, fit_intercept, random_state
+        As in :class:`rfol_dask.RandomFeatureOperator`; one draw ``Omega`` (n, N_max) from
+        ``random_state``, of which checkpoint ``N`` uses the leading ``N`` columns.
+    frequencies : tuple (omega (n, N_max), b (N_max,)), optional
+        Use these frequencies instead of drawing them.
+    block_size : int, optional
+        Features per block (default: about 64 MiB of training or test features per block).
+    error : callable, default relative_l2_error
+        ``error(V_test, prediction) -> float``.
+    return_predictions : bool, default False
+        Also return the test predictions at every checkpoint (``M_t m`` memory each).
+
+    Returns
+    -------
+    dict with ndarrays over the checkpoints: ``n_features``, ``error``, ``fit_time``
+    (seconds a single fit at that ``N`` costs here: the feature and Gram work of the blocks
+    up to ``N`` plus one factorisation and solve, not the earlier checkpoints' solves),
+    and ``predict_time`` (test features, cross Gram up to ``N`` and the product). A ridge
+    raised by the jitter policy is announced by a RuntimeWarning, as in a plain fit. With
+    ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
+
+    For ``N < M`` the Gram has rank ``N`` and the solve leans on ``alpha`` (a plain fit would use
+    the primal solver for the same model; on Burgers with ``alpha = 1e-12`` the two give
+    predictions that agree to about 1e-4 relative and errors to 4 digits).
+
+    Memory: ``Omega`` (``n N_max``), the running Gram and its factorised copy (``2 M^2``), the
+    cross Gram (``M_t M``) and one feature block of each set; no ``M x N`` matrix.
+    Cost: ``M^2 N_max + 2 M_t M N_max + 2 (M + M_t) n N_max`` flops for the sums plus
+    ``M^3 / 3 + 2 M^2 m`` per checkpoint.
+    """
+    U, U_test = (np.ascontiguousarray(X, dtype=np.float64) for X in (U, U_test))
+    V, V_test = (np.asarray(Y, dtype=np.float64) for Y in (V, V_test))
+    V, V_test = (Y[:, None] if Y.ndim == 1 else Y for Y in (V, V_test))
+    check_finite(V, 0, "V")
+    checkpoints = np.asarray(n_features, dtype=int)
+    if checkpoints.ndim != 1 or len(checkpoints) == 0 or checkpoints[0] < 1 or np.any(np.diff(checkpoints) <= 0):
+        raise ValueError(f"n_features must be increasing positive integers, got {n_features!r}")
+    M, n = U.shape
+    n_max = int(checkpoints[-1])
+    if frequencies is None:
+        omega, b = draw_frequencies(n, n_max, distribution, gamma, nu, random_state)
+    else:
+        omega, b = (np.asarray(a, dtype=np.float64) for a in frequencies)
+        if omega.shape[0] != n or omega.shape[1] < n_max or b.shape != (omega.shape[1],):
+            raise ValueError(f"frequencies have shape {omega.shape}; need ({n}, >= {n_max})")
+    if block_size is None:
+        block_size = max(64, _BLOCK_BYTES // (8 * max(M, len(U_test))))
+    edges = _block_edges(checkpoints, int(block_size))
+
+    S = np.zeros((M, M), order="F")  # lower triangle of sum_f A_f A_f^T, A_f = sqrt(2) cos(...) - s_f
+    S_test = np.zeros((len(U_test), M))
+    vsum = V.sum(axis=0)
+    out = {k: [] for k in ("n_features", "error", "fit_time", "predict_time")}
+    t_fit = t_pred = 0.0
+    predictions = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        t0 = time.perf_counter()
+        # feature_map scales by sqrt(2 / width): rescale so that K_N = S / N for every N
+        A = features_block(U, omega[:, lo:hi], b[lo:hi])
+        A *= np.sqrt(hi - lo)
+        shift = A.mean(axis=0) if fit_intercept else None  # exact column means, as in fit_numpy
+        if shift is not None:
+            A -= shift
+        syrk(A, trans=False, C=S)
+        t1 = time.perf_counter()
+        At = features_block(U_test, omega[:, lo:hi], b[lo:hi], name="U_test")
+        At *= np.sqrt(hi - lo)
+        if shift is not None:
+            At -= shift
+        S_test += At @ A.T
+        t_fit += t1 - t0
+        t_pred += time.perf_counter() - t1
+        if hi not in checkpoints:
+            continue
+        t0 = time.perf_counter()
+        K = symmetrize_lower(S.copy(order="F"))
+        K /= hi
+        fac = dual_factor(K, vsum, float(alpha), fit_intercept)
+        Beta = dual_solve(fac, V)
+        intercept = dual_intercept(fac, Beta)
+        t1 = time.perf_counter()
+        pred = (S_test @ Beta) / hi + intercept
+        t2 = time.perf_counter()
+        out["n_features"].append(int(hi))
+        out["error"].append(float(error(V_test, pred)))
+        out["fit_time"].append(t_fit + t1 - t0)
+        out["predict_time"].append(t_pred + t2 - t1)
+        if return_predictions:
+            predictions.append(pred)
+    out = {k: np.asarray(v) for k, v in out.items()}
+    if return_predictions:
+        out["predictions"] = predictions
+    return out
+
+
+def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwargs):
+    """:func:`error_curve` for each seed in ``seeds``; returns a dict of (n_seeds, n_points)
+    arrays ``error``, ``fit_time``, ``predict_time``, the ``n_features`` checkpoints, the
+    ``seeds`` and the slope fit (:func:`fit_slope`) of the geometric-mean error over seeds.
+    Memory as one :func:`error_curve` (the seeds run one after another)."""
+    runs = [error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds]
+    res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
+    res["n_features"] = runs[0]["n_features"]
+    res["seeds"] = np.asarray(list(seeds))
+    res["slope"] = fit_slope(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)))
+    res["time_slope"] = fit_slope(res["n_features"], np.median(res["fit_time"], axis=0), min_decay=None)
+    return res
+
+
+def saturation_index(n_features, errors, min_decay=0.1):
+    """Index of the first checkpoint at which the error has saturated.
+
+    Rule: with the local slopes ``s_k = log(e_k / e_{k-1}) / log(N_k / N_{k-1})``, the curve
+    saturates at the first ``k`` with ``s_k > -min_decay`` (for doubling ``N`` and the default
+    0.1: the error fell by less than 7 % over the last doubling, or rose). Points ``0 .. k-1``
+    are before saturation; ``len(errors)`` means no saturation. A noisy curve (few seeds,
+    or near the interpolation threshold ``N ~ M`` with a tiny ridge) can trip the rule early.
+    """
+    n, e = np.log(np.asarray(n_features, float)), np.log(np.asarray(errors, float))
+    local = np.diff(e) / np.diff(n)
+    bad = np.flatnonzero(local > -min_decay)
+    return int(bad[0] + 1) if len(bad) else len(e)
+
+
+def fit_slope(n_features, errors, min_decay=0.1, min_points=2):
+    """Least-squares slope of ``log errors`` against ``log n_features`` before saturation.
+
+    Parameters
+    ----------
+    n_features, errors : array (k,)
+        Checkpoints and (positive) errors (or times).
+    min_decay : float or None
+        Saturation threshold of :func:`saturation_index`; ``None`` fits every point (for
+        growing quantities such as fit times).
+    min_points : int
+        Fewer points before saturation than this gives ``slope = nan``.
+
+    Returns
+    -------
+    dict ``slope``, ``intercept`` (of the log-log line), ``n_points`` (points used) and
+    ``saturated_at`` (the first saturated ``N``, or None).
+    """
+    N, err = np.asarray(n_features, float), np.asarray(errors, float)
+    k = len(N) if min_decay is None else saturation_index(N, err, min_decay)
+    sat = None if k >= len(N) else float(N[k])
+    if k < min_points:
+        return {"slope": float("nan"), "intercept": float("nan"), "n_points": k, "saturated_at": sat}
+    slope, intercept = np.polyfit(np.log(N[:k]), np.log(err[:k]), 1)
+    return {"slope": float(slope), "intercept": float(intercept), "n_points": k, "saturated_at": sat}

@@ -1,0 +1,87 @@
+"""Error-vs-N curves grown feature block by feature block (rfol_dask.curves)."""
+
+import numpy as np
+import pytest
+
+from conftest import smooth_operator_data
+from rfol_dask import RandomFeatureOperator
+from rfol_dask.curves import doubling, error_curve, error_curves, fit_slope, saturation_index
+from rfol_dask.features import draw_frequencies, feature_map
+from rfol_dask.metrics import relative_l2_error
+from rfol_dask.solve import fit_numpy
+
+
+@pytest.fixture(scope="module")
+def data():
+    U, V = smooth_operator_data(150, 24, seed=0)
+    Ut, Vt = smooth_operator_data(60, 24, seed=1)
+    return U, V, Ut, Vt
+
+
+def _rel(a, b):
+    return np.abs(a - b).max() / np.abs(b).max()
+
+
+@pytest.mark.parametrize("distribution,fit_intercept", [("cauchy", True), ("gaussian", True), ("cauchy", False)])
+def test_grown_curve_equals_separate_fits(data, distribution, fit_intercept):
+    U, V, Ut, Vt = data
+    omega, b = draw_frequencies(U.shape[1], 640, distribution, 0.3, random_state=7)
+    checkpoints = [100, 150, 320, 640]  # below, at and above M = 150; blocks of 70 cross the checkpoints
+    res = error_curve(U, V, Ut, Vt, checkpoints, frequencies=(omega, b), alpha=1e-4, block_size=70,
+                      fit_intercept=fit_intercept, return_predictions=True)
+    assert res["n_features"].tolist() == checkpoints
+    assert np.all(res["fit_time"] > 0) and np.all(np.diff(res["fit_time"]) > -0.5)
+    for k, N in enumerate(checkpoints):
+        coef, intercept = fit_numpy(U, V, omega[:, :N], b[:N], alpha=1e-4, fit_intercept=fit_intercept,
+                                    solver="dual")
+        expected = feature_map(Ut, omega[:, :N], b[:N]) @ coef + intercept
+        assert _rel(res["predictions"][k], expected) < 1e-8
+        assert res["error"][k] == pytest.approx(relative_l2_error(Vt, expected), rel=1e-8)
+
+
+def test_last_checkpoint_is_the_operator_with_the_same_seed(data):
+    U, V, Ut, Vt = data
+    res = error_curve(U, V, Ut, Vt, [200, 400], distribution="cauchy", gamma=0.5, alpha=1e-6, random_state=3,
+                      return_predictions=True)
+    model = RandomFeatureOperator(n_features=400, gamma=0.5, alpha=1e-6, random_state=3, solver="dual").fit(U, V)
+    assert _rel(res["predictions"][-1], model.predict(Ut)) < 1e-8
+
+
+def test_error_curves_over_seeds(data):
+    U, V, Ut, Vt = data
+    res = error_curves(U, V, Ut, Vt, doubling(100, 800), seeds=(0, 1), gamma=0.3, alpha=1e-6)
+    assert res["error"].shape == res["fit_time"].shape == (2, 4)
+    assert res["n_features"].tolist() == [100, 200, 400, 800]
+    assert not np.allclose(res["error"][0], res["error"][1])  # the seeds draw different features
+    assert set(res["slope"]) == {"slope", "intercept", "n_points", "saturated_at"}
+
+
+def test_bad_checkpoints(data):
+    U, V, Ut, Vt = data
+    with pytest.raises(ValueError, match="increasing"):
+        error_curve(U, V, Ut, Vt, [200, 100])
+    with pytest.raises(ValueError, match="frequencies"):
+        error_curve(U, V, Ut, Vt, [100], frequencies=draw_frequencies(3, 100, random_state=0))
+
+
+def test_slope_of_a_known_power_law_with_saturation():
+    N = doubling(250, 64000)
+    err = np.maximum(3.0 * N ** -0.5, 0.01)  # N^-1/2 until it saturates at 0.01 (N = 90000 > 64000: none)
+    fit = fit_slope(N, err)
+    assert fit["slope"] == pytest.approx(-0.5, abs=1e-12)
+    assert fit["intercept"] == pytest.approx(np.log(3.0), abs=1e-12)
+    assert fit["n_points"] == len(N) and fit["saturated_at"] is None
+
+    err = np.maximum(3.0 * N ** -0.5, 0.05)  # saturates between N = 2000 (0.067) and 4000 (0.047 -> 0.05)
+    assert saturation_index(N, err) == 5  # N = 8000: the first point that is not at least 7 % lower
+    fit = fit_slope(N, err)
+    assert fit["saturated_at"] == 8000 and fit["n_points"] == 5
+    assert -0.5 < fit["slope"] < -0.45  # the last point before saturation is clipped a little
+
+    rng = np.random.default_rng(0)
+    noisy = 2.0 * N ** -0.4 * np.exp(0.03 * rng.standard_normal(len(N)))
+    assert fit_slope(N, noisy)["slope"] == pytest.approx(-0.4, abs=0.05)
+
+    times = 1e-3 * N ** 0.8
+    assert fit_slope(N, times, min_decay=None)["slope"] == pytest.approx(0.8, abs=1e-12)
+    assert np.isnan(fit_slope(N, np.full(len(N), 0.1))["slope"])  # flat from the start: no slope
