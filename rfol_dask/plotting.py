@@ -13,11 +13,7 @@ def plot_prediction(path, truth, predictions, grid=None, title=None):
     1-D outputs give line plots (truth and predictions, then pointwise errors on a log
     scale); 2-D outputs give images (truth, each prediction, each error).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     truth = np.asarray(truth)
     if truth.ndim == 1:
         x = np.arange(truth.size) if grid is None else np.asarray(grid)
@@ -41,12 +37,7 @@ def plot_prediction(path, truth, predictions, grid=None, title=None):
             im = ax.imshow(img.T, origin="lower", cmap="RdBu_r" if "error" in label else "viridis")
             ax.set_title(label)
             fig.colorbar(im, ax=ax, shrink=0.8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title, dpi=110)
 
 
 def _pyplot():
@@ -56,6 +47,16 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(fig, path, title=None, dpi=100):
+    """Title, lay out, write ``fig`` to ``path`` as PNG and close it; returns ``path``."""
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    _pyplot().close(fig)
+    return path
 
 
 def _panel(fig, ax, values, grid, title, error=False):
@@ -107,12 +108,7 @@ def plot_example(path, train_input, train_output, test_truth, test_prediction, i
         _panel(fig, axes[2], truth, output_grid, "true test")
         _panel(fig, axes[3], pred, output_grid, f"predicted test ({label})")
         _panel(fig, axes[4], pred - truth, output_grid, "pointwise error", error=True)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title, dpi=100)
 
 
 def plot_curves(path, curves, title=None):
@@ -141,9 +137,4 @@ def plot_curves(path, curves, title=None):
     ax1.set(xlabel="N (random features)", ylabel="fit time [s]", title="fit time vs N")
     ax0.legend(fontsize=8)
     ax1.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path, title, dpi=100)
