@@ -19,6 +19,7 @@ from . import io
 from . import recovery as rec
 from ._version import __version__
 from .metrics import r2_score
+from .progress import active_client
 
 __all__ = ["OperatorEstimator"]
 
@@ -42,6 +43,10 @@ def _num_samples(X):
         except TypeError:
             return None
     return shape[0] if len(shape) else None
+
+
+def _identity(x):
+    return x
 
 
 class OperatorEstimator(RegressorMixin, BaseEstimator):
@@ -201,7 +206,11 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             self._check_width(X.shape[1], U.shape[1:])
             X = X.rechunk({1: -1})
             block, args = self._predict_kernel()
-            params = dask.delayed(args, pure=True, traverse=False)
+            client = active_client()
+            if client is not None:  # the fitted arrays go to the workers once, not inside the graph
+                params = dask.delayed(_identity, pure=True)(client.scatter([args], broadcast=True, hash=False)[0])
+            else:
+                params = dask.delayed(args, pure=True, traverse=False)
             Y = da.map_blocks(lambda blk, p: block(blk, *p), X, params,
                               chunks=(X.chunks[0], (len(self.intercept_),)), dtype=self.intercept_.dtype)
         else:

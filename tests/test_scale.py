@@ -75,3 +75,20 @@ def test_memory_plan_thresholds():
     # factor 3.2 GB, A 24 GB: solve on the factorising worker, recompute the features
     assert memory_plan(FakeClient(), 20_000, 150_000, 10, np.float64) == {"spread_solves": False,
                                                                           "keep_features": False}
+
+
+def test_predict_on_a_cluster_ships_the_model_once_not_in_the_graph():
+    import warnings
+
+    from distributed import Client, LocalCluster
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((300, 500))
+    V = U[:, :400] ** 2
+    model = RandomFeatureOperator(n_features=6000, alpha=1e-6, random_state=0).fit(U, V)  # ~43 MB of arrays
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as c, Client(c):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pred = model.predict(da.from_array(U, chunks=(100, -1))).compute()
+    assert not [w for w in caught if "large graph" in str(w.message)]
+    np.testing.assert_allclose(pred, model.predict(U), rtol=1e-10, atol=1e-10)
