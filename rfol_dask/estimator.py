@@ -9,7 +9,6 @@ sklearn validation, training grids and the recovery maps ``R_U`` / ``R_V`` lives
 
 from __future__ import annotations
 
-import dask
 import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
@@ -20,6 +19,7 @@ from . import recovery as rec
 from ._version import __version__
 from .metrics import r2_score
 from .progress import active_client
+from .solve import broadcast
 
 __all__ = ["OperatorEstimator"]
 
@@ -43,10 +43,6 @@ def _num_samples(X):
         except TypeError:
             return None
     return shape[0] if len(shape) else None
-
-
-def _identity(x):
-    return x
 
 
 class OperatorEstimator(RegressorMixin, BaseEstimator):
@@ -206,11 +202,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             self._check_width(X.shape[1], U.shape[1:])
             X = X.rechunk({1: -1})
             block, args = self._predict_kernel()
-            client = active_client()
-            if client is not None:  # the fitted arrays go to the workers once, not inside the graph
-                params = dask.delayed(_identity, pure=True)(client.scatter([args], broadcast=True, hash=False)[0])
-            else:
-                params = dask.delayed(args, pure=True, traverse=False)
+            (params,) = broadcast(active_client(), args)  # shipped once, not inside every task
             Y = da.map_blocks(lambda blk, p: block(blk, *p), X, params,
                               chunks=(X.chunks[0], (len(self.intercept_),)), dtype=self.intercept_.dtype)
         else:

@@ -317,12 +317,18 @@ def row_blocks(U, V, column_block=None, client=None):
     return U.to_delayed().ravel(), V.to_delayed().ravel(), starts, _column_blocks(m, column_block)
 
 
-def broadcast(client, *arrays):
-    """Arrays every task needs (frequencies, training inputs): scattered to every worker once
-    with a distributed client, else wrapped as delayed values, never copied into each task."""
+def _identity(x):
+    return x
+
+
+def broadcast(client, *values):
+    """Delayed handles of values every task needs (frequencies, fitted arrays): scattered to
+    every worker once with a distributed client, else kept as single graph values; never
+    copied into each task. The handles serve as arguments of delayed calls and map_blocks."""
     if client is not None:
-        return client.scatter(list(arrays), broadcast=True, hash=False)
-    return [dask.delayed(a, pure=True) for a in arrays]
+        futures = client.scatter(list(values), broadcast=True, hash=False)
+        return [dask.delayed(_identity, pure=True)(f) for f in futures]
+    return [dask.delayed(v, pure=True, traverse=False) for v in values]
 
 
 def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False):
