@@ -2,6 +2,7 @@
 bound, bytes moved between workers, peak memory of all processes (issue: scale out).
 
     python benchmarks/scale_ns.py --case n20000     # N = 20000 Cauchy features, dual
+    python benchmarks/scale_ns.py --case n20000 --workers 1 --threads-per-worker 2   # one worker, 2 threads
     python benchmarks/scale_ns.py --case n150000    # N = 150000 features on the same samples
     python benchmarks/scale_ns.py --case primal     # synthetic M = 200000, N = 8000, primal, from Zarr
 
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import PeakMemory, dual_flops, matmul_rate, primal_flops  # noqa: E402
+from _common import PeakMemory, blas_info, dual_flops, matmul_rate, primal_flops  # noqa: E402
 
 from rfol_dask import RandomFeatureOperator, datasets  # noqa: E402
 from rfol_dask.cluster import local_client  # noqa: E402
@@ -81,7 +82,11 @@ def main(argv=None):
     p.add_argument("--case", choices=["n20000", "n150000", "primal"], default="n20000")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--memory-limit", default="11GB", help="per worker")
-    p.add_argument("--blas-threads", type=int, default=1)
+    p.add_argument("--threads-per-worker", type=int, default=1)
+    p.add_argument("--blas-threads", type=int, default=1,
+                   help="BLAS threads of each worker process (the Gram chain and factorisation set their own)")
+    p.add_argument("--no-processes", dest="processes", action="store_false",
+                   help="workers as threads of this process (LocalCluster(processes=False))")
     p.add_argument("--data", default=str(HERE / "results" / "data"))
     p.add_argument("--out", default=str(HERE / "results" / "scale_ns.json"))
     args = p.parse_args(argv)
@@ -104,7 +109,8 @@ def main(argv=None):
     bound = flops / rate
     print(f"{args.case}: M={M} n={n} m={m} N={N}: {flops / 1e12:.1f} Tflop, matmul {rate / 1e9:.0f} GF/s, "
           f"flop bound {bound:.0f} s", flush=True)
-    with local_client(n_workers=args.workers, memory_limit=args.memory_limit,
+    with local_client(n_workers=args.workers, threads_per_worker=args.threads_per_worker,
+                      memory_limit=args.memory_limit, processes=args.processes,
                       blas_threads=args.blas_threads) as client:
         moved0 = bytes_moved(client)
         with PeakMemory(interval=0.05) as pm:
@@ -116,7 +122,8 @@ def main(argv=None):
         pred = model.predict(test["input"])
         err = relative_l2_error(test["output"], pred)
         client.cluster.close()
-    row = {"case": args.case, "M": M, "n": n, "m": m, "N": N, "workers": args.workers,
+    row = {"case": args.case, "M": M, "n": n, "m": m, "N": N, "workers": args.workers, "threads_per_worker": args.threads_per_worker,
+           "processes": args.processes, "blas": blas_info(),
            "memory_limit": args.memory_limit, "blas_threads": args.blas_threads, "fit_s": fit_s,
            "flop_bound_s": bound, "ratio": fit_s / bound, "matmul_gflops": rate / 1e9,
            "peak_bytes_all_processes": pm.peak, "peak_increase_bytes": pm.increase,

@@ -8,8 +8,9 @@
 - ``"student_t"``: ``sqrt(nu / chi2_nu) * N(0, gamma^2)`` with one chi-square draw per
   feature (a multivariate t law); kernel of Matern type with smoothness ``nu / 2``;
 
-and ``b ~ U(0, 2 pi)``. Frequencies are always drawn with numpy on the client so that a
-seed fixes the model whatever the chunking (never ``dask.array.random``).
+and ``b ~ U(0, 2 pi)``. Frequencies are drawn with numpy from the seed, in column blocks
+with streams of their own, so that a seed fixes the model whatever the chunking and any
+slab of columns can be drawn where it is needed (never ``dask.array.random``).
 """
 
 from __future__ import annotations
@@ -37,29 +38,50 @@ def check_random_state(seed):
     )
 
 
-def draw_frequencies(n_inputs, n_features, distribution="cauchy", gamma=1.0, nu=None,
-                     random_state=None, dtype=np.float64):
-    """Draw ``Omega`` (n_inputs, n_features) and ``b`` (n_features,).
+#: columns of ``Omega`` drawn from one random stream: any slab of columns can be drawn alone
+FREQUENCY_BLOCK = 256
 
-    Memory: ``8 * n_inputs * n_features`` bytes for float64 ``Omega``.
-    The draw is made in float64 and cast, so float32 and float64 models of one seed
-    share their frequencies.
+
+def _seed_sequence(random_state):
+    if isinstance(random_state, np.random.SeedSequence):
+        return random_state
+    if random_state is None or isinstance(random_state, (int, np.integer)):
+        return np.random.SeedSequence(random_state)
+    return np.random.SeedSequence(int(check_random_state(random_state).integers(2**63)))
+
+
+def draw_frequencies(n_inputs, n_features, distribution="cauchy", gamma=1.0, nu=None,
+                     random_state=None, dtype=np.float64, columns=None):
+    """Draw ``Omega`` (n_inputs, n_features) and ``b`` (n_features,), or with ``columns=(f0, f1)``
+    only their columns ``f0:f1``.
+
+    Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
+    (the seed's ``SeedSequence`` with spawn key ``k``), so a worker can draw the slab it needs
+    without the rest. The draw is made in float64 and cast, so float32 and float64 models of
+    one seed share their frequencies. Memory: the output plus one block.
     """
-    rng = check_random_state(random_state)
-    shape = (int(n_inputs), int(n_features))
-    if distribution == "cauchy":
-        omega = gamma * rng.standard_cauchy(shape)
-    elif distribution == "gaussian":
-        omega = np.sqrt(2.0 * gamma) * rng.standard_normal(shape)
-    elif distribution == "student_t":
-        if nu is None or not nu > 0:
-            raise ValueError(f"distribution='student_t' needs nu > 0 degrees of freedom, got nu={nu!r}")
-        scale = np.sqrt(nu / rng.chisquare(nu, size=shape[1]))
-        omega = gamma * rng.standard_normal(shape) * scale
-    else:
+    if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r}; choose one of {DISTRIBUTIONS}")
-    b = rng.uniform(0.0, 2.0 * np.pi, size=shape[1])
-    return omega.astype(dtype, copy=False), b.astype(dtype, copy=False)
+    if distribution == "student_t" and (nu is None or not nu > 0):
+        raise ValueError(f"distribution='student_t' needs nu > 0 degrees of freedom, got nu={nu!r}")
+    seq = _seed_sequence(random_state)
+    n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
+    omega, b = np.empty((n, f1 - f0), dtype=dtype), np.empty(f1 - f0, dtype=dtype)
+    B = FREQUENCY_BLOCK
+    for k in range(f0 // B, -(-f1 // B)):
+        width = min(B, int(n_features) - k * B)
+        rng = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,)))
+        if distribution == "cauchy":
+            om = gamma * rng.standard_cauchy((n, width))
+        elif distribution == "gaussian":
+            om = np.sqrt(2.0 * gamma) * rng.standard_normal((n, width))
+        else:
+            om = gamma * rng.standard_normal((n, width)) * np.sqrt(nu / rng.chisquare(nu, size=width))
+        bk = rng.uniform(0.0, 2.0 * np.pi, size=width)
+        lo, hi = max(f0, k * B), min(f1, k * B + width)
+        omega[:, lo - f0:hi - f0] = om[:, lo - k * B:hi - k * B]
+        b[lo - f0:hi - f0] = bk[lo - k * B:hi - k * B]
+    return omega, b
 
 
 def _blas_threads():
@@ -91,14 +113,17 @@ def _rowwise(func, Z, threads, slab_bytes=2**21):
     list(pool.map(lambda ae: func(Z[ae[0]:ae[1]]), slabs))
 
 
-def feature_map(U, omega, b, out=None, shift=None):
+def feature_map(U, omega, b, out=None, shift=None, n_features=None):
     """``sqrt(2 / N) cos(U @ omega + b) - shift`` for a numpy block ``U`` (k, n) -> (k, N).
+
+    ``omega`` (n, N') and ``b`` (N',) may be a slab of ``N'`` of the model's ``n_features``
+    columns (``N``, default ``N'``).
 
     Works in place on one (k, N) buffer (``out`` if given): memory ``k * N * itemsize``.
     The projection runs in the BLAS; the cosine and the other elementwise passes are split
     over as many threads as the BLAS may use, on slabs of rows.
     """
-    n_features = omega.shape[1]
+    n_features = omega.shape[1] if n_features is None else n_features
     Z = np.matmul(U, omega, out=out)
     scale = Z.dtype.type(np.sqrt(2.0 / n_features))
 

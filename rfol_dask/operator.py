@@ -104,8 +104,9 @@ class RandomFeatureOperator(OperatorEstimator):
         ``predict`` only reads and writes the training grids).
 
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
-    holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` exists only
-    as row blocks on the workers.
+    holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` is never
+    whole: the dual sums the Gram over 256 MiB feature slabs on each worker (``8 M^2 + 8 M n``
+    per worker; see ``solve.dual_stream_graph``), the primal over row blocks.
     """
 
     _parameter_constraints = {
@@ -155,13 +156,14 @@ class RandomFeatureOperator(OperatorEstimator):
         self.solver_ = choose_solver(self.solver, M, self.n_features)
         recipe = functools.partial(draw_frequencies, U.shape[1], self.n_features, self.distribution, self.gamma,
                                    self.nu, _integer_seed(self.random_state), dtype=dtype)
-        self.omega_, self.b_ = recipe()
-        if lazy:
-            coef, intercept = fit_dask(U, V, self.omega_, self.b_, alpha=float(self.alpha),
-                                       fit_intercept=self.fit_intercept, solver=self.solver_,
-                                       column_block=self.column_block, progress=self.progress,
-                                       max_gram_bytes=self.max_gram_bytes, frequencies=recipe)
+        if lazy:  # the workers draw what they need; the client draws Omega after the fit
+            coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
+                                       solver=self.solver_, column_block=self.column_block,
+                                       progress=self.progress, max_gram_bytes=self.max_gram_bytes,
+                                       frequencies=recipe, n_features=self.n_features, dtype=dtype)
+            self.omega_, self.b_ = recipe()
         else:
+            self.omega_, self.b_ = recipe()
             check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes)
             coef, intercept = fit_numpy(U, V, self.omega_, self.b_, alpha=float(self.alpha),
                                         fit_intercept=self.fit_intercept, solver=self.solver_)

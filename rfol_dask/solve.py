@@ -28,8 +28,9 @@ import numpy as np
 from scipy.linalg import lapack
 from threadpoolctl import threadpool_limits
 
+from .features import feature_map
 from .gram import (add_partials, block_means, check_finite, dual_tile, features_block, primal_partial, symmetrize,
-                   symmetrize_lower)
+                   symmetrize_lower, syrk)
 from .progress import active_client, compute
 
 __all__ = ["cholesky", "cho_solve", "check_gram_memory", "fit_numpy", "fit_dask", "choose_solver"]
@@ -118,9 +119,10 @@ def cholesky(G, alpha):
     )
 
 
-def cho_solve(L, B):
-    """Solve ``L L^T X = B`` for the (n, k) right-hand sides ``B`` (cost ``2 n^2 k`` flops)."""
-    X, info = lapack.get_lapack_funcs("potrs", (L,))(L, B, lower=1)
+def cho_solve(L, B, overwrite=False):
+    """Solve ``L L^T X = B`` for the (n, k) right-hand sides ``B`` (cost ``2 n^2 k`` flops);
+    with ``overwrite`` and a Fortran-ordered ``B`` the solution replaces ``B`` (no copy)."""
+    X, info = lapack.get_lapack_funcs("potrs", (L,))(L, B, lower=1, overwrite_b=overwrite)
     if info != 0:  # pragma: no cover
         raise RuntimeError(f"potrs failed with info={info}")
     return X
@@ -160,12 +162,18 @@ def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
     return {"L": L, "r": r, "vbar": vbar, "M": M, "fit_intercept": fit_intercept}
 
 
-def dual_solve(fac, V, start=0, borrow_threads=False):
+def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
     """Centred dual coefficients ``H Beta`` (M, k) for the output columns ``start:start+k`` in ``V``
-    (with ``borrow_threads``, on all the cores the factorisation uses)."""
+    (with ``borrow_threads``, on all the cores the factorisation uses; with ``overwrite``, in
+    the memory of a Fortran-ordered ``V``, which the caller gives up)."""
     limits = factor_threads() if borrow_threads else None
+    vbar = fac["vbar"][start:start + V.shape[1]]
+    if overwrite:
+        V -= vbar
+    else:
+        V = V - vbar
     with threadpool_limits(limits=limits, user_api="blas"):
-        Beta = cho_solve(fac["L"], V - fac["vbar"][start:start + V.shape[1]])
+        Beta = cho_solve(fac["L"], V, overwrite=True)
     if fac["fit_intercept"]:
         Beta -= Beta.mean(axis=0)
     return Beta
@@ -276,8 +284,15 @@ def _vsum(V, start):
 
 
 def _column_slab(start, stop, dtype, *blocks):
-    """Columns ``start:stop`` of the row blocks ``blocks``, stacked: (M, stop - start)."""
-    return np.concatenate([np.asarray(B)[:, start:stop] for B in blocks], axis=0).astype(dtype, copy=False)
+    """Columns ``start:stop`` of the row blocks ``blocks``, stacked in one Fortran-ordered
+    (M, stop - start) array (the layout the triangular solves overwrite in place)."""
+    out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
+    row = 0
+    for B in blocks:
+        out[row:row + len(B)] = B = np.asarray(B)[:, start:stop]
+        check_finite(B, row, "V")
+        row += len(B)
+    return out
 
 
 def _rows(X, start, stop):
@@ -361,7 +376,7 @@ def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, block
             K = dask.delayed(gram_place)(K, starts, i, *rows[i])
         fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, upper=True)
     borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
-    betas = [dask.delayed(dual_solve)(fac, dask.delayed(_column_slab)(c0, c1, dtype, *Vb), c0, borrow)
+    betas = [dask.delayed(dual_solve)(fac, dask.delayed(_column_slab)(c0, c1, dtype, *Vb), c0, borrow, True)
              for c0, c1 in cols]
     return fac, betas
 
@@ -402,16 +417,222 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     Beta = Beta[:M]
     if fit_intercept:
         Beta = Beta - Beta.mean(axis=0)
+    # chunks as delayed with the arrays' own keys: the tiles and features are shared with the
+    # rest of the fit graph, not optimised (and so recomputed) once per array
+    r, vbar, Beta = (_whole(x) for x in (r, vbar, Beta.astype(dtype)))
     fac = dask.delayed(dict)(r=r, vbar=vbar, M=M, fit_intercept=fit_intercept)
-    return fac, [dask.delayed(np.asarray)(Beta[:, c0:c1].astype(dtype)) for c0, c1 in cols]
+    return fac, [dask.delayed(_columns)(Beta, c0, c1) for c0, c1 in cols]
+
+
+def _whole(x):
+    """A dask array as one delayed numpy array, keeping its keys (no separate optimisation)."""
+    blocks = x.to_delayed(optimize_graph=False)
+    return dask.delayed(_assemble)(blocks.tolist(), x.ndim)
+
+
+def _assemble(blocks, ndim):
+    return np.block(blocks) if ndim > 1 else np.concatenate(blocks)
+
+
+def _columns(X, start, stop):
+    return X[:, start:stop]
+
+
+# ---------------------------------------------------------------------------------------
+# streamed dual: the Gram as a sum over feature slabs, reduced across the workers
+
+#: bytes of one feature slab ``A[:, f0:f1]`` (M x slab width) in the streamed dual
+SLAB_BYTES = 256 * 2**20
+
+
+def feature_slabs(M, N, n_groups, itemsize, slab_bytes=None):
+    """Column ranges ``(f0, f1)`` of ``A`` (M x N) of about ``slab_bytes`` each, split into
+    ``n_groups`` contiguous groups (one per worker; empty groups dropped)."""
+    slab_bytes = SLAB_BYTES if slab_bytes is None else slab_bytes
+    width = max(1, min(-(-N // n_groups), int(slab_bytes // (M * itemsize))))
+    slabs = [(f, min(f + width, N)) for f in range(0, N, width)]
+    return [[slabs[k] for k in g] for g in np.array_split(np.arange(len(slabs)), n_groups) if len(g)]
+
+
+def _worker_threads():
+    """BLAS threads for a task that runs alone on its worker: the worker's task threads in a
+    distributed worker, else every core (local schedulers run one Gram chain)."""
+    try:
+        from distributed import get_worker
+
+        return max(1, int(get_worker().state.nthreads))
+    except (ImportError, ValueError, AttributeError):
+        return factor_threads()
+
+
+def _cache_file(token, f0):
+    """Where slab ``f0`` of the fit ``token`` is cached: the worker's local directory (else
+    the temporary directory), or None without a token."""
+    if token is None:
+        return None
+    import tempfile
+
+    try:
+        from distributed import get_worker
+
+        base = get_worker().local_directory
+    except (ImportError, ValueError, AttributeError):
+        base = tempfile.gettempdir()
+    return os.path.join(base, f"rfol-{token}-{f0}.npy")
+
+
+def remove_cache(token):
+    """Delete what is left of the feature cache of the fit ``token`` (after a failure)."""
+    import glob
+
+    for path in glob.glob(_cache_file(token, "*")):
+        try:
+            os.remove(path)
+        except OSError:  # pragma: no cover - removed concurrently
+            pass
+
+
+def _clean(client, token):
+    """Remove the feature cache of ``token`` here and on every worker (best effort)."""
+    remove_cache(token)
+    if client is not None:
+        try:
+            client.run(remove_cache, token)
+        except Exception:  # pragma: no cover - a cluster going down takes its scratch space along
+            pass
+
+
+def _stack_rows(starts, dtype, *blocks):
+    """The checked row blocks stacked into one (M, n) array (copied once per worker)."""
+    out = np.empty((int(starts[-1]), np.shape(blocks[0])[1]), dtype=dtype)
+    for i, B in enumerate(blocks):
+        B = np.asarray(B)
+        check_finite(B, starts[i], "U")
+        out[starts[i]:starts[i + 1]] = B
+    return out
+
+
+#: samples whose mean features shift each slab (the centring shift of :func:`block_means`)
+_SHIFT_ROWS = 64
+
+
+def _slab(U, freq, N, f0, f1, centre):
+    """Features ``A[:, f0:f1]`` (of ``N``) of all of ``U`` minus their mean over the first
+    samples (if ``centre``), and that shift. ``freq`` is a recipe ``freq(columns=(f0, f1))``
+    drawing the slab of ``(Omega, b)`` (``features.draw_frequencies``) or the whole ``(Omega, b)``."""
+    omega, b = freq(columns=(f0, f1)) if callable(freq) else (freq[0][:, f0:f1], freq[1][f0:f1])
+    shift = feature_map(U[:_SHIFT_ROWS], omega, b, n_features=N).mean(axis=0) if centre else None
+    return feature_map(U, omega, b, shift=shift, n_features=N), shift
+
+
+def gram_slab(K, U, freq, N, f0, f1, centre, token=None):
+    """``K + A_f A_f^T`` for the shifted feature slab ``A_f = A[:, f0:f1] - s_f`` (lower
+    triangle, Fortran order, in place; ``K=None`` starts the sum). ``A_f`` (M x (f1 - f0)) is
+    made from all of ``U`` on the worker's cores and, with a ``token``, kept on the worker's
+    disk for ``C = A^T Beta`` when there is room (else it is made again then). Cost
+    ``2 M n (f1 - f0) + M^2 (f1 - f0)`` flops."""
+    import shutil
+
+    with threadpool_limits(limits=_worker_threads(), user_api="blas"):
+        A, _ = _slab(U, freq, N, f0, f1, centre)
+        K = syrk(A, trans=False, C=K)
+    path = _cache_file(token, f0)
+    if path is not None and dask.config.get("rfol_dask.feature-cache", "disk") == "disk":
+        if shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
+            np.save(path, A)
+    return K
+
+
+def coef_slab(acc, n0, U, freq, N, f0, f1, centre, Beta, token=None):
+    """Rows ``f0:f1`` of ``C = A^T Beta`` written into ``acc["C"]`` (holding rows ``n0:``) in
+    place, and ``s_f^T C_f`` added to ``acc["sC"]`` (the intercept needs ``s^T C``). The slab
+    is read back from the worker's disk (and deleted) or made again."""
+    path = _cache_file(token, f0)
+    with threadpool_limits(limits=_worker_threads(), user_api="blas"):
+        if path is not None and os.path.exists(path):
+            A = np.load(path)
+            os.remove(path)
+            shift = _slab(U[:_SHIFT_ROWS], freq, N, f0, f1, centre)[1]
+        else:
+            A, shift = _slab(U, freq, N, f0, f1, centre)
+        Cf = np.matmul(A.T, Beta, out=acc["C"][f0 - n0:f1 - n0])
+    if shift is not None:
+        acc["sC"] += shift @ Cf
+    return acc
+
+
+def _coef_part(rows, m, dtype):
+    return {"C": np.empty((rows, m), dtype=dtype), "sC": np.zeros(m, dtype=dtype)}
+
+
+def _pinned(worker):
+    """``dask.annotate`` preferring ``worker`` (loosely: another takes over if it dies)."""
+    import contextlib
+
+    return dask.annotate(workers=[worker], allow_other_workers=True) if worker else contextlib.nullcontext()
+
+
+def _factor_info(fac):
+    """The factor's small parts (everything but ``L``), so ``L`` is freed after the solve."""
+    return {k: v for k, v in fac.items() if k != "L"}
+
+
+def _intercept_minus(intercept, *parts):
+    return intercept - sum(p["sC"] for p in parts)
+
+
+def dual_stream_graph(Ub, Vb, starts, m, freq, *, n_features, alpha, fit_intercept, dtype, client):
+    """The streamed dual fit of random features; returns delayed ``(coef parts, intercept)``
+    and the token of the feature cache.
+
+    Each worker gets all of ``U`` (M x n) and a contiguous group of feature slabs
+    (:func:`feature_slabs`); along a chain of tasks it draws each slab's frequencies, makes
+    the slab and adds ``A_f A_f^T`` to its own Gram, so neither ``A`` nor ``Omega`` exists
+    whole and ``A`` never travels. The workers' Grams are summed (a tree; ``8 M^2`` bytes
+    moved per worker beyond the first), factorised once, and solved for all outputs on one
+    worker (in place); ``Beta`` (M x m) goes to every worker, which writes the rows of
+    ``C = A^T Beta`` of its slabs. Memory per worker: ``8 M^2`` (its Gram) ``+ 8 M n``
+    (``U``) ``+`` two slabs; on the factorising worker ``+ 8 M m``; the coefficients
+    ``8 N m`` in all. Flops: those of the in-memory dual; the slabs are cached on the
+    workers' local disks between the two passes (config ``rfol_dask.feature-cache: none``
+    makes them again instead: ``2 M n N`` more flops).
+    """
+    import uuid
+
+    workers = sorted(client.scheduler_info()["workers"]) if client is not None else [None]
+    groups = feature_slabs(int(starts[-1]), n_features, len(workers), np.dtype(dtype).itemsize)
+    token = uuid.uuid4().hex if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
+    U = dask.delayed(_stack_rows)(starts, dtype, *Ub)
+    grams = []
+    for w, group in zip(workers, groups):
+        with _pinned(w):
+            K = None
+            for f0, f1 in group:
+                K = dask.delayed(gram_slab)(K, U, freq, n_features, f0, f1, fit_intercept, token)
+        grams.append(K)
+    with _pinned(workers[0]):
+        K = dask.delayed(symmetrize_lower)(_tree(grams, dask.delayed(_iadd)))
+        Vslab = dask.delayed(_column_slab)(0, m, dtype, *Vb)
+        fac = dask.delayed(dual_factor)(K, dask.delayed(np.sum)(Vslab, axis=0), alpha, fit_intercept)
+        Beta = dask.delayed(dual_solve)(fac, Vslab, 0, True, True)
+        info = dask.delayed(_factor_info)(fac)
+    parts = []
+    for w, group in zip(workers, groups):
+        n0, n1 = group[0][0], group[-1][1]
+        with _pinned(w):
+            acc = dask.delayed(_coef_part)(n1 - n0, m, dtype)
+            for f0, f1 in group:
+                acc = dask.delayed(coef_slab)(acc, n0, U, freq, n_features, f0, f1, fit_intercept, Beta, token)
+        parts.append(acc)
+    intercept = dask.delayed(_intercept_minus)(dask.delayed(dual_intercept)(info, Beta), *parts)
+    return parts, intercept, token
 
 
 def memory_plan(client, M, N, m, dtype):
-    """How a dask dual fit uses memory, from the sizes and the workers' memory.
+    """How the tiled dask dual fit (:func:`dual_graph`) uses memory, from the sizes and the
+    workers' memory.
 
-    ``spread_solves``: the factor (M x M) is copied to each worker solving a column block,
-    so blocks are spread only if it takes at most a quarter of a worker's memory; otherwise
-    one task on the factorising worker solves all columns. ``keep_features``: the row blocks
+    ``keep_features``: the row blocks
     of ``A`` (M x N in all) stay in memory for ``C = A^T Beta`` if they take at most 30 % of
     the cluster's memory; otherwise they are recomputed from the inputs (one more
     projection, ``2 M n N`` flops, instead of holding ``A``).
@@ -424,8 +645,7 @@ def memory_plan(client, M, N, m, dtype):
         limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
     if not limits or min(limits) <= 0:
         limits = [psutil.virtual_memory().available]
-    return {"spread_solves": M * M * itemsize <= 0.25 * min(limits),
-            "keep_features": M * N * itemsize <= 0.3 * sum(limits)}
+    return {"keep_features": M * N * itemsize <= 0.3 * sum(limits)}
 
 
 def _n_slots(client):
@@ -434,25 +654,32 @@ def _n_slots(client):
     return os.cpu_count() or 1
 
 
-def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
-             progress=False, max_gram_bytes=None, frequencies=None):
+def fit_dask(U, V, omega=None, b=None, *, alpha, fit_intercept, solver, column_block=None,
+             progress=False, max_gram_bytes=None, frequencies=None, n_features=None, dtype=None):
     """Fit on dask arrays ``U`` (M, n) and ``V`` (M, m) chunked along samples only.
 
-    One graph, one ``compute``: features per row block (never concatenated), the Gram
-    (tiles ``i <= j`` in the dual; per-worker chains of in-place partial sums in the
-    primal), one factorisation task, solves over column blocks of ``column_block``
-    outputs, and a tree sum for ``C = A^T Beta``. Returns numpy ``(coef, intercept)``.
+    One graph, one ``compute``. Dual: the Gram summed over feature slabs on each worker and
+    reduced across them (:func:`dual_stream_graph`), or, when it does not fit a worker, as
+    tiles ``i <= j`` of row blocks factorised blocked (:func:`dual_graph`). Primal: features
+    per row block (never concatenated), per-worker chains of in-place partial sums. Then one
+    factorisation, solves over column blocks of ``column_block`` outputs (primal and
+    blocked), and ``C``. Returns numpy ``(coef, intercept)``.
 
-    ``frequencies``, a picklable callable returning ``(omega, b)``, lets the workers draw the
-    frequencies themselves (one task, recomputed if the workers holding it die; nothing
-    large in the graph). Without it the arrays are scattered to every worker.
+    ``frequencies``, a picklable callable returning ``(omega, b)`` (or, with
+    ``columns=(f0, f1)``, their columns ``f0:f1``), lets the workers draw the frequencies
+    themselves (the streamed dual draws one slab per task; recomputed if the workers holding
+    them die; nothing large in the graph), and ``omega``, ``b`` may then be None (give
+    ``n_features`` and ``dtype``). Without it the arrays are scattered to every worker.
     """
+    if omega is None and frequencies is None:
+        raise ValueError("fit_dask needs the frequencies: omega and b, or a frequencies recipe")
     client = active_client()
-    dtype = omega.dtype
+    dtype = omega.dtype if omega is not None else np.dtype(dtype)
+    N = omega.shape[1] if omega is not None else int(n_features)
     if solver == "dual":
         blocked = dual_needs_blocking(V.shape[0], dtype, max_gram_bytes, client)
     else:
-        check_gram_memory(omega.shape[1], dtype, max_gram_bytes, client)
+        check_gram_memory(N, dtype, max_gram_bytes, client)
         blocked = False
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client)
     if frequencies is not None:
@@ -462,11 +689,21 @@ def fit_dask(U, V, omega, b, *, alpha, fit_intercept, solver, column_block=None,
     nb, slots = len(Ub), _n_slots(client)
 
     shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)
-    if solver == "dual":
+    if solver == "dual" and not blocked:
+        parts, intercept, token = dual_stream_graph(
+            Ub, Vb, starts, V.shape[1], frequencies if frequencies is not None else (om, bb), n_features=N,
+            alpha=alpha, fit_intercept=fit_intercept, dtype=dtype, client=client)
+        try:
+            parts, intercept = compute_fit(parts, intercept, progress=progress, client=client,
+                                           desc="fit (dual)", alpha=alpha)
+        finally:
+            if token is not None:
+                _clean(client, token)
+        parts = [p["C"] for p in parts]
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)), intercept
+    if solver == "dual":  # blocked: Gram tiles of row blocks, factorised across the workers
         shift = shifts[0]
-        plan = memory_plan(client, V.shape[0], omega.shape[1], V.shape[1], dtype)
-        if not plan["spread_solves"] and not blocked:
-            cols = [(0, V.shape[1])]
+        plan = memory_plan(client, V.shape[0], N, V.shape[1], dtype)
         A = [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift) for i in range(nb)]
         fac, betas = dual_graph(A, Vb, starts, dual_tile, cols, alpha=alpha, fit_intercept=fit_intercept,
                                 dtype=dtype, blocked=blocked)

@@ -1,4 +1,6 @@
-"""Scale-out behaviour: the blocked Cholesky when the dual Gram does not fit one worker."""
+"""Scale-out behaviour: the streamed dual, and the blocked Cholesky when the dual Gram does not fit one worker."""
+
+import os
 
 import dask
 import dask.array as da
@@ -45,20 +47,22 @@ def test_blocked_factorisation_reports_indefinite_gram():
             da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1)))
 
 
-@pytest.mark.parametrize("spread,keep", [(False, False), (True, False), (False, True)])
-def test_memory_plans_give_the_same_model(monkeypatch, spread, keep):
+@pytest.mark.parametrize("keep", [False, True])
+def test_blocked_memory_plans_give_the_same_model(monkeypatch, keep):
     from rfol_dask import solve
 
     U, V = smooth_operator_data(200, 16)
     ref = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3).fit(U, V)
-    monkeypatch.setattr(solve, "memory_plan", lambda *a: {"spread_solves": spread, "keep_features": keep})
+    monkeypatch.setattr(solve, "memory_plan", lambda *a: {"keep_features": keep})
     calls = []
     real = solve.features_block
     monkeypatch.setattr(solve, "features_block", lambda *a: calls.append(a[3]) or real(*a))
-    model = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3, column_block=5).fit(
-        da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
-    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-10 * np.abs(ref.coef_).max())
-    np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-11)
+    with pytest.warns(RuntimeWarning, match="factorising it blocked"):
+        model = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3, column_block=5,
+                                      max_gram_bytes=10_000).fit(
+            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
     assert len(calls) == (4 if keep else 8)  # features made once per block, or again for C = A^T Beta
 
 
@@ -69,12 +73,75 @@ def test_memory_plan_thresholds():
         def scheduler_info(self):
             return {"workers": {"a": {"memory_limit": 4e9}, "b": {"memory_limit": 4e9}}}
 
-    # factor 0.8 GB <= 1 GB (a quarter of a worker); A 1.6 GB <= 2.4 GB (30 % of the cluster)
-    assert memory_plan(FakeClient(), 10_000, 20_000, 10, np.float64) == {"spread_solves": True,
-                                                                         "keep_features": True}
-    # factor 3.2 GB, A 24 GB: solve on the factorising worker, recompute the features
-    assert memory_plan(FakeClient(), 20_000, 150_000, 10, np.float64) == {"spread_solves": False,
-                                                                          "keep_features": False}
+    # A 1.6 GB <= 2.4 GB (30 % of the cluster): kept; A 24 GB: made again for C = A^T Beta
+    assert memory_plan(FakeClient(), 10_000, 20_000, 10, np.float64) == {"keep_features": True}
+    assert memory_plan(FakeClient(), 20_000, 150_000, 10, np.float64) == {"keep_features": False}
+
+
+def test_feature_slabs_cover_the_columns_in_contiguous_groups():
+    from rfol_dask.solve import feature_slabs
+
+    groups = feature_slabs(20_000, 150_000, 2, 8)  # 256 MiB slabs of 1677 columns, 45 + 45
+    flat = [s for g in groups for s in g]
+    assert flat[0][0] == 0 and flat[-1][1] == 150_000 and all(a[1] == b[0] for a, b in zip(flat, flat[1:]))
+    assert len(groups) == 2 and abs(len(groups[0]) - len(groups[1])) <= 1
+    assert max(e - s for s, e in flat) * 20_000 * 8 <= 256 * 2**20
+    assert feature_slabs(100, 3, 4, 8) == [[(0, 1)], [(1, 2)], [(2, 3)]]  # fewer slabs than workers
+
+
+@pytest.mark.parametrize("cache", ["disk", "none"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_streamed_dual_sums_the_gram_over_feature_slabs_and_workers(monkeypatch, tmp_path, cache, fit_intercept):
+    """Several slabs per worker, two workers each holding a partial Gram: the same model as the
+    in-memory fit; the slabs cached between the passes are deleted afterwards."""
+    import glob
+    import tempfile
+
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import solve
+
+    U, V = smooth_operator_data(150, 9)
+    ref = RandomFeatureOperator(n_features=500, alpha=1e-6, fit_intercept=fit_intercept, random_state=4).fit(U, V)
+    monkeypatch.setattr(solve, "SLAB_BYTES", 150 * 8 * 60)  # slabs of 60 features: 5 per worker
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    saved = []
+    real_save = np.save
+    monkeypatch.setattr(np, "save", lambda path, a: saved.append(path) or real_save(path, a))
+    with dask.config.set({"rfol_dask.feature-cache": cache}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+                         local_directory=str(tmp_path)) as c, Client(c):
+        model = RandomFeatureOperator(n_features=500, alpha=1e-6, fit_intercept=fit_intercept, random_state=4).fit(
+            da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1)))
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
+    assert len(saved) == (9 if cache == "disk" else 0)  # ceil(500 / 60) slabs
+    assert not glob.glob(str(tmp_path / "**" / "rfol-*.npy"), recursive=True)
+
+
+def test_streamed_dual_makes_a_lost_cached_slab_again(monkeypatch):
+    from rfol_dask import solve
+
+    U, V = smooth_operator_data(120, 5)
+    ref = RandomFeatureOperator(n_features=300, alpha=1e-6, random_state=1).fit(U, V)
+    monkeypatch.setattr(solve, "SLAB_BYTES", 120 * 8 * 100)
+    real_gram = solve.gram_slab
+
+    def gram_then_drop(K, U, freq, N, f0, f1, centre, token=None):
+        K = real_gram(K, U, freq, N, f0, f1, centre, token)
+        if f0 == 0:
+            os.remove(solve._cache_file(token, f0))
+        return K
+
+    monkeypatch.setattr(solve, "gram_slab", gram_then_drop)
+    made = []
+    real_slab = solve._slab
+    monkeypatch.setattr(solve, "_slab", lambda *a: (len(a[0]) > solve._SHIFT_ROWS and made.append(a[3]))
+                        or real_slab(*a))
+    model = RandomFeatureOperator(n_features=300, alpha=1e-6, random_state=1).fit(
+        da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+    assert sorted(made) == [0, 0, 100, 200]  # slab 0 made again for C; the others read back
 
 
 def test_predict_on_a_cluster_ships_the_model_once_not_in_the_graph():
