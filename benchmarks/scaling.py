@@ -29,7 +29,8 @@ from rfol_dask.cluster import local_client, start_client  # noqa: E402
 PHASES = {"features_block": "features", "block_means": "features", "dual_tile": "gram", "gram_place": "gram",
           "primal_partial": "features+gram", "add_partials": "gram", "dual_factor": "factor",
           "primal_factor": "factor", "dual_solve": "solve", "primal_solve": "solve", "_cross_block": "coef",
-          "_iadd": "coef", "_rows": "coef"}
+          "_iadd": "coef", "_rows": "coef", "gram_slab": "features+gram", "symmetrize_lower": "gram",
+          "coef_slab": "coef", "_coef_part": "coef", "_column_slab": "solve"}
 
 
 def phase_times(stream):

@@ -561,7 +561,8 @@ def coef_slab(acc, n0, U, freq, N, f0, f1, centre, Beta, token=None):
     return acc
 
 
-def _coef_part(rows, m, dtype):
+def _coef_part(rows, m, dtype, after=None):
+    """An empty part of ``C`` (``rows`` x m); ``after`` (ignored) keeps it from being made early."""
     return {"C": np.empty((rows, m), dtype=dtype), "sC": np.zeros(m, dtype=dtype)}
 
 
@@ -620,7 +621,7 @@ def dual_stream_graph(Ub, Vb, starts, m, freq, *, n_features, alpha, fit_interce
     for w, group in zip(workers, groups):
         n0, n1 = group[0][0], group[-1][1]
         with _pinned(w):
-            acc = dask.delayed(_coef_part)(n1 - n0, m, dtype)
+            acc = dask.delayed(_coef_part)(n1 - n0, m, dtype, Beta)
             for f0, f1 in group:
                 acc = dask.delayed(coef_slab)(acc, n0, U, freq, n_features, f0, f1, fit_intercept, Beta, token)
         parts.append(acc)
