@@ -5,11 +5,13 @@ Two regimes (``A = phi(U)`` is M x N, ``V`` is M x m, both centred when fitting 
 - dual (``N >= M``): ``(A A^T + alpha I) Beta = V``, ``C = A^T Beta``;
 - primal (``N < M``): ``(A^T A + alpha I) C = A^T V``.
 
-``fit_numpy`` runs in memory with no graph; ``fit_dask`` builds one dask graph over the
-row blocks of dask inputs (features per block, Gram tiles or chained partial sums, one
-factorisation task, solve tasks over column blocks of the right-hand sides, a tree sum
-for ``C = A^T Beta``) and computes it in a single ``compute`` call, so the data are read
-once. Centring uses ``H K H`` in the dual (``H = I - 1 1^T / M``) and
+``fit_numpy`` runs in memory with no graph; ``fit_dask`` builds one dask graph and
+computes it in a single ``compute`` call, so the data are read once: in the dual, each
+worker sums ``A_f A_f^T`` over its slabs of feature columns into its own Gram, the Grams
+are reduced across the workers and factorised once (:func:`dual_stream_graph`; when the
+Gram does not fit a worker, tiles of row blocks factorised blocked, :func:`dual_graph`);
+in the primal, chained partial sums over row blocks; then solves over column blocks of
+the right-hand sides and ``C``. Centring uses ``H K H`` in the dual (``H = I - 1 1^T / M``) and
 ``A^T A - M mu mu^T`` in the primal, so no centred copy of ``A`` is ever formed.
 
 Jitter policy: the Gram plus ``alpha I`` is factorised in place; if it is not numerically
@@ -28,7 +30,7 @@ import numpy as np
 from scipy.linalg import lapack
 from threadpoolctl import threadpool_limits
 
-from .features import feature_map
+from .features import FREQUENCY_BLOCK, feature_map
 from .gram import (add_partials, block_means, check_finite, dual_tile, features_block, primal_partial, symmetrize,
                    symmetrize_lower, syrk)
 from .progress import active_client, compute
@@ -446,10 +448,13 @@ SLAB_BYTES = 256 * 2**20
 
 
 def feature_slabs(M, N, n_groups, itemsize, slab_bytes=None):
-    """Column ranges ``(f0, f1)`` of ``A`` (M x N) of about ``slab_bytes`` each, split into
-    ``n_groups`` contiguous groups (one per worker; empty groups dropped)."""
+    """Column ranges ``(f0, f1)`` of ``A`` (M x N) of at most ``slab_bytes`` each (whole blocks
+    of frequencies when wider than one), split into ``n_groups`` contiguous groups (one per
+    worker; empty groups dropped)."""
     slab_bytes = SLAB_BYTES if slab_bytes is None else slab_bytes
     width = max(1, min(-(-N // n_groups), int(slab_bytes // (M * itemsize))))
+    if width > FREQUENCY_BLOCK:  # whole blocks of frequencies per slab (each drawn once)
+        width -= width % FREQUENCY_BLOCK
     slabs = [(f, min(f + width, N)) for f in range(0, N, width)]
     return [[slabs[k] for k in g] for g in np.array_split(np.arange(len(slabs)), n_groups) if len(g)]
 

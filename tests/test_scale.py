@@ -81,11 +81,12 @@ def test_memory_plan_thresholds():
 def test_feature_slabs_cover_the_columns_in_contiguous_groups():
     from rfol_dask.solve import feature_slabs
 
-    groups = feature_slabs(20_000, 150_000, 2, 8)  # 256 MiB slabs of 1677 columns, 45 + 45
+    groups = feature_slabs(20_000, 150_000, 2, 8)  # 256 MiB slabs: 1536 columns (6 blocks of 256)
     flat = [s for g in groups for s in g]
     assert flat[0][0] == 0 and flat[-1][1] == 150_000 and all(a[1] == b[0] for a, b in zip(flat, flat[1:]))
     assert len(groups) == 2 and abs(len(groups[0]) - len(groups[1])) <= 1
     assert max(e - s for s, e in flat) * 20_000 * 8 <= 256 * 2**20
+    assert all((e - s) % 256 == 0 for s, e in flat[:-1])  # whole frequency blocks
     assert feature_slabs(100, 3, 4, 8) == [[(0, 1)], [(1, 2)], [(2, 3)]]  # fewer slabs than workers
 
 
