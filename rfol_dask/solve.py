@@ -448,15 +448,19 @@ SLAB_BYTES = 256 * 2**20
 
 
 def feature_slabs(M, N, n_groups, itemsize, slab_bytes=None):
-    """Column ranges ``(f0, f1)`` of ``A`` (M x N) of at most ``slab_bytes`` each (whole blocks
-    of frequencies when wider than one), split into ``n_groups`` contiguous groups (one per
-    worker; empty groups dropped)."""
-    slab_bytes = SLAB_BYTES if slab_bytes is None else slab_bytes
-    width = max(1, min(-(-N // n_groups), int(slab_bytes // (M * itemsize))))
-    if width > FREQUENCY_BLOCK:  # whole blocks of frequencies per slab (each drawn once)
-        width -= width % FREQUENCY_BLOCK
-    slabs = [(f, min(f + width, N)) for f in range(0, N, width)]
-    return [[slabs[k] for k in g] for g in np.array_split(np.arange(len(slabs)), n_groups) if len(g)]
+    """Column ranges ``(f0, f1)`` of ``A`` (M x N) in ``n_groups`` contiguous groups of nearly
+    equal width (one per worker; empty groups dropped), each cut into slabs of at most
+    ``slab_bytes``. Boundaries fall on whole blocks of frequencies where the sizes allow, so
+    each block is drawn once."""
+    B = FREQUENCY_BLOCK
+    width = max(1, int((SLAB_BYTES if slab_bytes is None else slab_bytes) // (M * itemsize)))
+    width -= width % B if width > B else 0
+    n_blocks = -(-N // B)
+    if n_blocks >= n_groups:
+        bounds = [min(N, (n_blocks * g // n_groups) * B) for g in range(n_groups + 1)]
+    else:
+        bounds = [N * g // n_groups for g in range(n_groups + 1)]
+    return [[(f, min(f + width, g1)) for f in range(g0, g1, width)] for g0, g1 in zip(bounds, bounds[1:]) if g1 > g0]
 
 
 def _worker_threads():
