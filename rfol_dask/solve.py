@@ -385,13 +385,9 @@ def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, block
 
 def _on_one_worker():
     """``dask.annotate`` preferring one worker of the active distributed client (else a no-op)."""
-    import contextlib
-
     client = active_client()
-    if client is None:
-        return contextlib.nullcontext()
-    workers = sorted(client.scheduler_info()["workers"])
-    return dask.annotate(workers=workers[:1], allow_other_workers=True) if workers else contextlib.nullcontext()
+    workers = sorted(client.scheduler_info()["workers"]) if client is not None else []
+    return _pinned(workers[0] if workers else None)
 
 
 def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
