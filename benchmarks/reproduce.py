@@ -325,11 +325,12 @@ def run_curves(name, train, test, cfg, out):
     s = res["slope"]
     sat = "-" if s["saturated_at"] is None else int(s["saturated_at"])
     print(f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over {s['n_points']} points"
-          f" (saturated at N = {sat}); fit-time slope {res['time_slope']['slope']:+.2f}", flush=True)
+          f" (saturated at N = {sat}); fit-time slope {res['time_slope']['slope']:+.2f}; for N >= 2M: error = "
+          f"{res['excess']['floor']:.3g} + c N^-{res['excess']['p']:.2f}", flush=True)
     return {"train": len(U), "test": len(Ut), "distribution": "cauchy", "seeds": res["seeds"].tolist(),
             "n_features": res["n_features"].tolist(), "error": res["error"].tolist(),
             "fit_time": res["fit_time"].tolist(), "predict_time": res["predict_time"].tolist(),
-            "slope": s, "time_slope": res["time_slope"]}
+            "slope": s, "time_slope": res["time_slope"], "excess": res["excess"]}
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -349,7 +350,7 @@ def _slope(x):
 
 
 def _fmt(x, pct=True):
-    if x is None:
+    if x is None or not np.isfinite(x):
         return "-"
     return f"{100 * x:.3g}" if pct else f"{x:.3g}"
 
@@ -393,13 +394,14 @@ def render(out, names=NAMES):
     if cv:
         lines += ["" if lines else None,
                   "| curve (Cauchy) | train / test | N | seeds | error slope | points fitted | saturated at N | "
-                  "fit-time slope |", "|---|---|---|---|---|---|---|---|"]
+                  "fit-time slope | N >= 2M: floor + c N^-p, p | floor % |", "|---|---|---|---|---|---|---|---|---|---|"]
         for name, c in cv.items():
-            s = c["slope"]
+            s, ex = c["slope"], c.get("excess", {})
             lines.append(f"| {name} | {c['train']} / {c['test']} | {c['n_features'][0]}-{c['n_features'][-1]} | "
                          f"{len(c['seeds'])} | {_slope(s['slope'])} | {s['n_points']} | "
                          f"{'-' if s['saturated_at'] is None else int(s['saturated_at'])} | "
-                         f"{c['time_slope']['slope']:+.2f} |")
+                         f"{c['time_slope']['slope']:+.2f} | {_fmt(ex.get('p'), pct=False)} | "
+                         f"{_fmt(ex.get('floor'))} |")
     text = "\n".join(line for line in lines if line is not None) + "\n"
     (out / "table.md").write_text(text)
     return text

@@ -6,9 +6,9 @@ feature blocks of a single frequency draw ``Omega`` (n, N_max) therefore gives t
 every checkpoint ``N`` (a leading column count): at each one the running sum is copied,
 factorised once (``solve.dual_factor``: ``H K_N H + alpha I``, Cholesky with the jitter
 policy of :mod:`rfol_dask.solve`) and solved for all outputs (``solve.dual_solve``). The
-result equals ``fit_numpy`` on ``omega[:, :N]``, i.e. ``RandomFeatureOperator(n_features=N)``
-with those frequencies (note: a fresh ``N``-column draw from the same seed holds other
-numbers for ``N < N_max``, since the draw is row-major).
+result equals ``fit_numpy`` on ``omega[:, :N]``, which is the model
+``RandomFeatureOperator(n_features=N)`` of the same seed draws (``draw_frequencies`` is
+nested in ``N``).
 
 Predictions never need ``C_N = A_{1:N}^T Beta`` (N, m): the test features of the same blocks,
 shifted by the training column means, are accumulated the same way into the cross Gram
@@ -19,7 +19,9 @@ Everything is in memory (numpy). A dask version would accumulate the same block 
 per-block tasks (``rfol_dask.gram``); it is a possible extension.
 
 Slopes: :func:`fit_slope` fits ``log error = a + s log N`` by least squares over the
-points before saturation; see :func:`saturation_index` for the rule.
+points before saturation; see :func:`saturation_index` for the rule. Past the interpolation
+threshold (``N >= 2 M`` with a tiny ridge) the error falls towards the kernel interpolant's;
+:func:`fit_excess` fits ``error = floor + c N^(-p)`` there.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .gram import check_finite, features_block, symmetrize_lower, syrk
 from .metrics import relative_l2_error
 from .solve import dual_factor, dual_intercept, dual_solve
 
-__all__ = ["doubling", "error_curve", "error_curves", "saturation_index", "fit_slope"]
+__all__ = ["doubling", "error_curve", "error_curves", "saturation_index", "fit_slope", "fit_excess"]
 
 #: bytes of one block of training (or test) features held at a time
 _BLOCK_BYTES = 64 * 2**20
@@ -172,6 +174,7 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     res["seeds"] = np.asarray(list(seeds))
     res["slope"] = fit_slope(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)))
     res["time_slope"] = fit_slope(res["n_features"], np.median(res["fit_time"], axis=0), min_decay=None)
+    res["excess"] = fit_excess(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)), start_at=2 * len(U))
     return res
 
 
@@ -215,3 +218,32 @@ def fit_slope(n_features, errors, min_decay=0.1, min_points=2):
         return {"slope": float("nan"), "intercept": float("nan"), "n_points": k, "saturated_at": sat}
     slope, intercept = np.polyfit(np.log(N[:k]), np.log(err[:k]), 1)
     return {"slope": float(slope), "intercept": float(intercept), "n_points": k, "saturated_at": sat}
+
+
+def fit_excess(n_features, errors, start_at=None, min_points=4):
+    """Fit ``error = floor + c N^(-p)`` (least squares on ``log error``) over the checkpoints
+    with ``N >= start_at``: the decay of the error towards its limit (the kernel interpolant
+    for a tiny ridge and ``N >> M``). Returns a dict ``floor``, ``c``, ``p``, ``n_points``,
+    ``from_n``; NaNs with fewer than ``min_points`` points or if the fit fails."""
+    from scipy.optimize import curve_fit
+
+    N, err = np.asarray(n_features, float), np.asarray(errors, float)
+    keep = N >= (start_at or 0)
+    N, err = N[keep], err[keep]
+    out = {"floor": float("nan"), "c": float("nan"), "p": float("nan"), "n_points": int(len(N)),
+           "from_n": float(N[0]) if len(N) else None}
+    if len(N) < min_points:
+        return out
+
+    def model(logn, log_floor, log_c, p):
+        return np.logaddexp(log_floor, log_c - p * logn)
+
+    floor0 = 0.9 * err.min()
+    p0 = (np.log(floor0), np.log(max(err[0] - floor0, 1e-12 * err[0])) + 0.5 * np.log(N[0]), 0.5)
+    try:
+        (lf, lc, p), _ = curve_fit(model, np.log(N), np.log(err), p0=p0, bounds=([-50, -50, 0], [5, 50, 4]),
+                                   maxfev=20000)
+    except (RuntimeError, ValueError):
+        return out
+    out.update(floor=float(np.exp(lf)), c=float(np.exp(lc)), p=float(p))
+    return out

@@ -57,7 +57,8 @@ def draw_frequencies(n_inputs, n_features, distribution="cauchy", gamma=1.0, nu=
 
     Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
     (the seed's ``SeedSequence`` with spawn key ``k``), so a worker can draw the slab it needs
-    without the rest. The draw is made in float64 and cast, so float32 and float64 models of
+    without the rest, and the first ``N'`` columns of a draw of ``N`` features are the draw
+    of ``N'`` features (one seed, nested models). The draw is made in float64 and cast, so float32 and float64 models of
     one seed share their frequencies. Memory: the output plus one block.
     """
     if distribution not in DISTRIBUTIONS:
@@ -69,16 +70,17 @@ def draw_frequencies(n_inputs, n_features, distribution="cauchy", gamma=1.0, nu=
     omega, b = np.empty((n, f1 - f0), dtype=dtype), np.empty(f1 - f0, dtype=dtype)
     B = FREQUENCY_BLOCK
     for k in range(f0 // B, -(-f1 // B)):
-        width = min(B, int(n_features) - k * B)
+        # always a whole block (the last one sliced): the first N' columns of any draw are the
+        # draw of N' features
         rng = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,)))
         if distribution == "cauchy":
-            om = gamma * rng.standard_cauchy((n, width))
+            om = gamma * rng.standard_cauchy((n, B))
         elif distribution == "gaussian":
-            om = np.sqrt(2.0 * gamma) * rng.standard_normal((n, width))
+            om = np.sqrt(2.0 * gamma) * rng.standard_normal((n, B))
         else:
-            om = gamma * rng.standard_normal((n, width)) * np.sqrt(nu / rng.chisquare(nu, size=width))
-        bk = rng.uniform(0.0, 2.0 * np.pi, size=width)
-        lo, hi = max(f0, k * B), min(f1, k * B + width)
+            om = gamma * rng.standard_normal((n, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
+        bk = rng.uniform(0.0, 2.0 * np.pi, size=B)
+        lo, hi = max(f0, k * B), min(f1, k * B + B)
         omega[:, lo - f0:hi - f0] = om[:, lo - k * B:hi - k * B]
         b[lo - f0:hi - f0] = bk[lo - k * B:hi - k * B]
     return omega, b

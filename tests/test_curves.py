@@ -39,12 +39,13 @@ def test_grown_curve_equals_separate_fits(data, distribution, fit_intercept):
         assert res["error"][k] == pytest.approx(relative_l2_error(Vt, expected), rel=1e-8)
 
 
-def test_last_checkpoint_is_the_operator_with_the_same_seed(data):
+def test_every_checkpoint_is_the_operator_with_the_same_seed(data):
     U, V, Ut, Vt = data
     res = error_curve(U, V, Ut, Vt, [200, 400], distribution="cauchy", gamma=0.5, alpha=1e-6, random_state=3,
                       return_predictions=True)
-    model = RandomFeatureOperator(n_features=400, gamma=0.5, alpha=1e-6, random_state=3, solver="dual").fit(U, V)
-    assert _rel(res["predictions"][-1], model.predict(Ut)) < 1e-8
+    for k, N in enumerate([200, 400]):  # the frequency draw is nested in N
+        model = RandomFeatureOperator(n_features=N, gamma=0.5, alpha=1e-6, random_state=3, solver="dual").fit(U, V)
+        assert _rel(res["predictions"][k], model.predict(Ut)) < 1e-8
 
 
 def test_error_curves_over_seeds(data):
@@ -85,3 +86,14 @@ def test_slope_of_a_known_power_law_with_saturation():
     times = 1e-3 * N ** 0.8
     assert fit_slope(N, times, min_decay=None)["slope"] == pytest.approx(0.8, abs=1e-12)
     assert np.isnan(fit_slope(N, np.full(len(N), 0.1))["slope"])  # flat from the start: no slope
+
+
+def test_excess_decay_towards_a_floor():
+    from rfol_dask.curves import fit_excess
+
+    N = np.array([250, 500, 1000, 2000, 4000, 8000, 16000, 32000, 64000], float)
+    err = 0.03 + 2.0 * N ** -0.5
+    fit = fit_excess(N, err, start_at=1000)
+    assert fit["n_points"] == 7 and fit["from_n"] == 1000
+    np.testing.assert_allclose([fit["floor"], fit["c"], fit["p"]], [0.03, 2.0, 0.5], rtol=1e-4)
+    assert np.isnan(fit_excess(N, err, start_at=20000)["p"])  # three points: too few

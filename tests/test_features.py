@@ -59,3 +59,14 @@ def test_bad_distribution_and_random_state():
         draw_frequencies(2, 3, "student_t", nu=None)
     with pytest.raises(TypeError, match="random_state"):
         check_random_state("seed")
+
+
+@pytest.mark.parametrize("distribution,nu", [("cauchy", None), ("gaussian", None), ("student_t", 3.0)])
+def test_frequency_slabs_and_prefixes_are_the_same_draw(distribution, nu):
+    omega, b = draw_frequencies(6, 700, distribution, 0.5, nu, 11)
+    slab = draw_frequencies(6, 700, distribution, 0.5, nu, 11, columns=(250, 530))  # across block edges
+    np.testing.assert_array_equal(slab[0], omega[:, 250:530])
+    np.testing.assert_array_equal(slab[1], b[250:530])
+    small = draw_frequencies(6, 300, distribution, 0.5, nu, 11)  # nested: the first 300 of 700
+    np.testing.assert_array_equal(small[0], omega[:, :300])
+    np.testing.assert_array_equal(small[1], b[:300])
