@@ -459,15 +459,21 @@ def feature_slabs(M, N, n_groups, itemsize, slab_bytes=None):
     return [[(f, min(f + width, g1)) for f in range(g0, g1, width)] for g0, g1 in zip(bounds, bounds[1:]) if g1 > g0]
 
 
-def _worker_threads():
-    """BLAS threads for a task that runs alone on its worker: the worker's task threads in a
-    distributed worker, else every core (local schedulers run one Gram chain)."""
+def _current_worker():
+    """The distributed worker running this task, or None (local schedulers, the client)."""
     try:
         from distributed import get_worker
 
-        return max(1, int(get_worker().state.nthreads))
-    except (ImportError, ValueError, AttributeError):
-        return factor_threads()
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
+def _worker_threads():
+    """BLAS threads for a task that runs alone on its worker: the worker's task threads in a
+    distributed worker, else every core (local schedulers run one Gram chain)."""
+    worker = _current_worker()
+    return max(1, int(worker.state.nthreads)) if worker is not None else factor_threads()
 
 
 def _cache_file(token, f0):
@@ -477,12 +483,8 @@ def _cache_file(token, f0):
         return None
     import tempfile
 
-    try:
-        from distributed import get_worker
-
-        base = get_worker().local_directory
-    except (ImportError, ValueError, AttributeError):
-        base = tempfile.gettempdir()
+    worker = _current_worker()
+    base = worker.local_directory if worker is not None else tempfile.gettempdir()
     return os.path.join(base, f"rfol-{token}-{f0}.npy")
 
 
@@ -542,9 +544,8 @@ def gram_slab(K, U, freq, N, f0, f1, centre, token=None):
         A, _ = _slab(U, freq, N, f0, f1, centre)
         K = syrk(A, trans=False, C=K)
     path = _cache_file(token, f0)
-    if path is not None and dask.config.get("rfol_dask.feature-cache", "disk") == "disk":
-        if shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
-            np.save(path, A)
+    if path is not None and shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
+        np.save(path, A)
     return K
 
 
