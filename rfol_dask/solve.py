@@ -639,10 +639,9 @@ def memory_plan(client, M, N, m, dtype):
     """How the tiled dask dual fit (:func:`dual_graph`) uses memory, from the sizes and the
     workers' memory.
 
-    ``keep_features``: the row blocks
-    of ``A`` (M x N in all) stay in memory for ``C = A^T Beta`` if they take at most 30 % of
-    the cluster's memory; otherwise they are recomputed from the inputs (one more
-    projection, ``2 M n N`` flops, instead of holding ``A``).
+    ``keep_features``: the row blocks of ``A`` (M x N in all) stay in memory for
+    ``C = A^T Beta`` if they take at most 30 % of the cluster's memory; otherwise they are
+    recomputed from the inputs (one more projection, ``2 M n N`` flops, instead of holding ``A``).
     """
     import psutil
 
@@ -693,9 +692,6 @@ def fit_dask(U, V, omega=None, b=None, *, alpha, fit_intercept, solver, column_b
         om, bb = dask.delayed(frequencies, pure=True, nout=2)()
     else:
         om, bb = broadcast(client, omega, b)
-    nb, slots = len(Ub), _n_slots(client)
-
-    shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)
     if solver == "dual" and not blocked:
         parts, intercept, token = dual_stream_graph(
             Ub, Vb, starts, V.shape[1], frequencies if frequencies is not None else (om, bb), n_features=N,
@@ -708,6 +704,8 @@ def fit_dask(U, V, omega=None, b=None, *, alpha, fit_intercept, solver, column_b
                 _clean(client, token)
         parts = [p["C"] for p in parts]
         return (parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)), intercept
+    nb, slots = len(Ub), _n_slots(client)
+    shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)
     if solver == "dual":  # blocked: Gram tiles of row blocks, factorised across the workers
         shift = shifts[0]
         plan = memory_plan(client, V.shape[0], N, V.shape[1], dtype)
