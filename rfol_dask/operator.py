@@ -117,7 +117,7 @@ class RandomFeatureOperator(OperatorEstimator):
         "alpha": [Interval(numbers.Real, 0, None, closed="left")],
         "fit_intercept": ["boolean"],
         "solver": [StrOptions({"auto", "dual", "primal"})],
-        "dtype": [StrOptions({"float32", "float64"}), type, None],
+        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
