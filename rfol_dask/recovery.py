@@ -254,7 +254,8 @@ class Recovery:
             if y[0] < lo - tol or y[-1] > hi + tol:
                 raise ValueError(
                     f"{name} spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the domain [{lo:g}, {hi:g}] of "
-                    f"{where}; recovery does not extrapolate")
+                    f"{where}; recovery does not extrapolate (if the axis is periodic, give its period: the "
+                    "coordinate attribute 'period' or fit(..., periods=))")
             out.append(np.clip(y, lo, hi))
         return tuple(out)
 
