@@ -166,7 +166,8 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
                     f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: give one "
                     "period (or None) per axis, or a mapping dim -> period when the input and output grids differ")
         if grid is None:
-            if any(P is not None for P in per_axis) and periods is not None:
+            named = any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None
+            if named:
                 raise ValueError(f"periods= needs the {which} grid coordinates: pass fit(..., {which}_grid=...) "
                                  "or xarray data with coordinates")
             return None
