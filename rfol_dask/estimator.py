@@ -237,10 +237,6 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             in_shape = in_shape or (Ud.shape[1],)
             out_shape = out_shape if out_shape is not None else Vd.shape[1:]
             Vd = Vd[:, None] if Vd.ndim == 1 else Vd
-            if Vd.shape[1] < 1:
-                raise ValueError(f"V has shape {Vd.shape}: the output functions have no values; pass at least "
-                                 "one output point per sample")
-            check_finite(Vd, 0, "V")  # before the features are made, as U is
         self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
         self.input_dims_, self.input_coords_ = u.dims, u.coords
         self.output_dims_, self.output_coords_ = v.dims, v.coords
