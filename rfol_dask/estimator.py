@@ -50,26 +50,6 @@ def _num_samples(X):
     return shape[0] if len(shape) else None
 
 
-def _check_v_block(V, block_info=None):
-    """Check one row block of ``V`` for NaN / Inf (rows numbered from the block's offset)."""
-    start = block_info[0]["array-location"][0][0] if block_info else 0
-    check_finite(np.asarray(V), start, "V")
-    return np.zeros((len(V), 1), dtype=bool)
-
-
-def _after(U, flags):
-    return U
-
-
-def _checked_first(U, V):
-    """``U`` (M, n) whose row blocks wait for the NaN / Inf check of the same rows of ``V``
-    (M, m): a bad ``V`` fails before the features of ``U`` are made, as a bad ``U`` does.
-    Rechunks ``U`` to whole rows; each check returns one flag per row (no data moves)."""
-    U = U.rechunk({1: -1})
-    flags = V.rechunk({0: U.chunks[0], 1: -1}).map_blocks(_check_v_block, chunks=(U.chunks[0], (1,)), dtype=bool)
-    return da.blockwise(_after, "ij", U, "ij", flags, "ik", dtype=U.dtype, concatenate=True)
-
-
 def _match_dims(X, dims, name):
     """DataArray ``X`` transposed to ``("sample", *dims)`` (grid dims matched by name, as
     ``apply_ufunc`` core dims are); other operands, or ``dims`` None, unchanged."""
@@ -190,7 +170,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
                 raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
         self.n_features_in_ = U.shape[1]
-        return _checked_first(U, V), V
+        return U, V
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None):
