@@ -85,7 +85,7 @@ class _ChunkReader:
     a failed read names the store, the variable and the chunk (picklable: reopens the array)."""
 
     def __init__(self, path, name):
-        self.path, self.name = path, name
+        self.path, self.name = os.path.abspath(path), name  # workers may run elsewhere
         arr = self.array
         self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
         self.stamp = os.stat(os.path.join(path, name)).st_mtime_ns
