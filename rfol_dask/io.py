@@ -54,8 +54,25 @@ def open_dataset(path):
         ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
         raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
+    _check_store(ds, path)
+    if "block_done" in ds:
+        ds = ds.drop_vars("block_done")
+    for name in ("input", "output"):
+        if name in ds and isinstance(ds[name].data, da.Array) and "scale_factor" not in ds[name].encoding \
+                and "add_offset" not in ds[name].encoding:
+            reader = _ChunkReader(path, name)
+            data = da.from_array(reader, chunks=ds[name].data.chunks, asarray=True, lock=False,
+                                 meta=np.empty((0,) * reader.ndim, reader.dtype),
+                                 name=f"read-{name}-{dask.base.tokenize(path, name, reader.stamp)}")
+            ds[name] = ds[name].copy(data=data)
+    return ds
+
+
+def _check_store(ds, path):
+    """ValueError if the store at ``path`` (opened as ``ds``) was never finished (unset
+    ``block_done`` flags: resume it) or lacks a chunk file of ``input`` / ``output``."""
     meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
-    regenerate = f"rfol-dask generate {meta.get('dataset', 'NAME')} ... --overwrite"
+    command = f"rfol-dask generate {meta.get('dataset', 'NAME')} ..."
     if "block_done" in ds:
         done = ds["block_done"].values.astype(bool)
         if not done.all():
@@ -65,19 +82,11 @@ def open_dataset(path):
             raise ValueError(
                 f"data set at {path} is incomplete: {len(missing)} of {len(done)} blocks were never "
                 f"written (first missing samples {first}-{first + bs - 1}); rerun the same generate "
-                f"command (rfol-dask generate {meta.get('dataset', 'NAME')} ...) to resume it"
+                f"command ({command}) to resume it"
             )
-        ds = ds.drop_vars("block_done")
     for name in ("input", "output"):
-        if name in ds and isinstance(ds[name].data, da.Array) and "scale_factor" not in ds[name].encoding \
-                and "add_offset" not in ds[name].encoding:
-            reader = _ChunkReader(path, name)
-            reader.check_complete(regenerate)
-            data = da.from_array(reader, chunks=ds[name].data.chunks, asarray=True, lock=False,
-                                 meta=np.empty((0,) * reader.ndim, reader.dtype),
-                                 name=f"read-{name}-{dask.base.tokenize(path, name, reader.stamp)}")
-            ds[name] = ds[name].copy(data=data)
-    return ds
+        if name in ds and os.path.isdir(os.path.join(path, name)):
+            _ChunkReader(path, name).check_complete(f"{command} --overwrite")
 
 
 class _ChunkReader:
@@ -157,8 +166,17 @@ def read_pair(X, y=None):
             raise ValueError(f"the Dataset needs variables 'input' and 'output'; missing {missing}")
         if y is not None:
             raise ValueError("pass either a Dataset / store path alone or the arrays (U, V), not both")
+        _check_source(X)
         return X["input"], X["output"]
     return X, align_samples(X, y)
+
+
+def _check_source(ds):
+    """:func:`_check_store` for a Dataset opened from a local Zarr store by ``xr.open_zarr``
+    (its ``source``): a missing chunk would otherwise read as its fill value."""
+    source = ds.encoding.get("source")
+    if isinstance(source, str) and os.path.isdir(source):
+        _check_store(ds, source)
 
 
 def align_samples(X, y):

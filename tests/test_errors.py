@@ -200,6 +200,8 @@ def test_deleted_chunk_is_reported_missing_not_nan(store):
         RandomFeatureOperator(n_features=20).fit(str(store))
     with pytest.raises(ValueError, match="missing from the store"):
         open_dataset(store)
+    with pytest.raises(ValueError, match="chunk.* of variable 'output' are missing from the store"):
+        RandomFeatureOperator(n_features=20).fit(xr.open_zarr(store, consolidated=False))
 
 
 def test_corrupt_chunk_names_store_variable_and_chunk(store):
