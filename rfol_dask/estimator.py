@@ -372,7 +372,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             "output_shape_": list(self.output_shape_),
             "input_dims_": None if self.input_dims_ is None else list(self.input_dims_),
             "output_dims_": None if self.output_dims_ is None else list(self.output_dims_),
-            "periods_": {w: None if getattr(self, f"{w}_periods_", None) is None else list(getattr(self, f"{w}_periods_"))
+            "periods_": {w: None if (p := getattr(self, f"{w}_periods_", None)) is None else list(p)
                          for w in ("input", "output")},
             "version": __version__,
         }

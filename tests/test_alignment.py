@@ -41,7 +41,8 @@ def test_disjoint_or_partial_sample_labels_are_refused(pair):
     X, Y = pair
     with pytest.raises(ValueError, match=r"different 'sample' labels: 60 only in X .* 60 only in y.*xarray\.align"):
         _model().fit(X, Y.assign_coords(sample=Y["sample"].values + 1000))
-    with pytest.raises(ValueError, match=r"10 only in X \(e\.g\. \[150, 151, 152\]\), 10 only in y \(e\.g\. \[90, 91, 92\]\)"):
+    with pytest.raises(ValueError, match=r"10 only in X \(e\.g\. \[150, 151, 152\]\), "
+                                         r"10 only in y \(e\.g\. \[90, 91, 92\]\)"):
         _model().fit(X, Y.assign_coords(sample=Y["sample"].values - 10))
     model = _model().fit(X, Y)
     with pytest.raises(ValueError, match="different 'sample' labels"):
