@@ -251,8 +251,10 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         the training ones, or ``input_grid=`` for numpy / dask) are first resampled to the
         training grid through ``R_U``; ``output_grid=`` returns the prediction on that grid
         through ``R_V`` (default: the training output grid). Grids of another dimension, or
-        outside the training domain, raise ValueError. Extra memory: the resampled inputs
-        and outputs of one block.
+        outside the training domain, raise ValueError; along a periodic axis (``period``
+        known at fit) any grid is valid, the recovery wraps. xarray grid dims are matched to
+        the training dims by name (transposed as needed; other names raise ValueError).
+        Extra memory: the resampled inputs and outputs of one block.
         """
         check_is_fitted(self)
         U = X

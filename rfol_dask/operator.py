@@ -102,6 +102,9 @@ class RandomFeatureOperator(OperatorEstimator):
         The training grids (one coordinate array per grid axis), from ``fit(...,
         input_grid=, output_grid=)`` or from the xarray coordinates; None if unknown (then
         ``predict`` only reads and writes the training grids).
+    input_periods_, output_periods_ : tuple of (float or None) or None
+        The period of each grid axis (None: not periodic), from ``fit(..., periods=)`` or the
+        coordinates' ``period`` attributes; periodic axes wrap in ``predict``.
 
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
     holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` is never
