@@ -210,6 +210,8 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             n_u, n_v = _num_samples(Ua), _num_samples(Va)
             if n_u is not None and n_v is not None and n_u != n_v:
                 raise ValueError(f"U has {n_u} samples but V has {n_v}; they must match")
+            if isinstance(Va, np.ndarray) and np.issubdtype(Va.dtype, np.floating) and Va.ndim:
+                check_finite(Va, 0, "V")  # names the samples (scikit-learn's check of y does not)
             Ua, Va = validate_data(self, Ua, Va, multi_output=True, y_numeric=True,
                                    dtype=[np.float64, np.float32], ensure_all_finite=False)
             dt = self._work_dtype(Ua)

@@ -135,7 +135,7 @@ def test_nan_in_v_is_found_before_the_features(data, count_features, lazy):
     V[45, 3] = np.nan
     if lazy:
         U, V = da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1))
-    match = r"V contains NaN or infinity in samples 40-59 \(first bad sample: 45" if lazy else "Input y contains NaN"
+    match = r"V contains NaN or infinity in samples (40-59|0-59) \(first bad sample: 45"
     with pytest.raises(ValueError, match=match):
         RandomFeatureOperator(n_features=100, random_state=0).fit(U, V)  # dual: the Gram is the expensive pass
     assert count_features == []
