@@ -103,6 +103,9 @@ class RandomFeatureOperator(OperatorEstimator):
         The training grids (one coordinate array per grid axis), from ``fit(...,
         input_grid=, output_grid=)`` or from the xarray coordinates; None if unknown (then
         ``predict`` only reads and writes the training grids).
+    input_periods_, output_periods_ : tuple of (float or None) or None
+        The period of each grid axis (None: not periodic), from ``fit(..., periods=)`` or the
+        coordinates' ``period`` attributes; periodic axes wrap in ``predict``.
 
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
     holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` is never
@@ -118,7 +121,7 @@ class RandomFeatureOperator(OperatorEstimator):
         "alpha": [Interval(numbers.Real, 0, None, closed="left")],
         "fit_intercept": ["boolean"],
         "solver": [StrOptions({"auto", "dual", "primal"})],
-        "dtype": [StrOptions({"float32", "float64"}), type, None],
+        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],

@@ -9,8 +9,11 @@ PCA (``n_components``) replaces each input by its leading principal scores.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import numbers
+import re
+import warnings
 
 import dask
 import numpy as np
@@ -46,6 +49,21 @@ def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
         out[s:s + step] = tile(X[s:s + step], X_train) @ Beta
     out += intercept
     return out
+
+
+@contextlib.contextmanager
+def _nugget_messages():
+    """The shared solvers (:mod:`rfol_dask.solve`) call their ridge ``alpha``; this model's is
+    ``nugget``: their errors and warnings are re-raised with the name this model takes."""
+    rename = functools.partial(re.sub, r"\balpha\b", "nugget")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        except ValueError as exc:
+            raise ValueError(rename(str(exc))) from exc
+    for w in caught:
+        warnings.warn_explicit(rename(str(w.message)), w.category, w.filename, w.lineno)
 
 
 def pca(U, n_components):
@@ -97,7 +115,7 @@ class KernelOperator(OperatorEstimator):
         "nugget": [Interval(numbers.Real, 0, None, closed="left")],
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "fit_intercept": ["boolean"],
-        "dtype": [StrOptions({"float32", "float64"}), type, None],
+        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
         "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "progress": ["boolean"],
@@ -123,6 +141,10 @@ class KernelOperator(OperatorEstimator):
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,); keep the training inputs."""
+        with _nugget_messages():
+            self._solve(U, V, lazy, dtype)
+
+    def _solve(self, U, V, lazy, dtype):
         M = U.shape[0]
         self.pca_mean_ = self.pca_components_ = None
         if self.n_components is not None:

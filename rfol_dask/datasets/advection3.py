@@ -80,6 +80,8 @@ ADVECTION3 = register(
         name="advection3",
         make_block=make_block,
         defaults=dict(_DEFAULTS),
+        units="m",
+        periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
         grids=grids,
         description="Advection III: thresholded 50-mode periodic field translated by half a period (200 -> 200)",
         paper=dict(train=1000, test=1000, n_features=3000, gamma=1e-6, alpha=1e-15,

@@ -68,7 +68,7 @@ def _template(spec, params, n_samples, block_size, seed):
         coords={"sample": np.arange(n_samples), **gin, **gout},
     )
     for dim in {**gin, **gout}:
-        ds[dim].attrs["units"] = spec.units
+        ds[dim].attrs.update(spec.coord_attrs(dim))
     meta = {"dataset": spec.name, "n_samples": n_samples, "seed": int(seed),
             "block_size": block_size, "params": params}
     ds.attrs.update(

@@ -415,6 +415,7 @@ def _spec(name, n_output, paper, what):
         name=name,
         make_block=block,
         defaults=defaults,
+        units="m",
         grids=_make_grids(n_output),
         description=f"Structural mechanics {what}: top-edge load (41) -> von Mises stress "
                     f"({n_output}x{n_output}), plane-stress plate with a fibre",

@@ -35,7 +35,7 @@ def test_store_layout_attributes_and_chunks(tmp_path):
     assert ds["input"].dims == ("sample", "x") and ds["input"].chunks == ((4, 4, 2), (40,))
     assert ds.attrs["seed"] == 2 and ds.attrs["param_t_index"] == 10 and ds.attrs["param_n_points"] == 40
     assert ds.attrs["rfol_dask_version"] == __version__
-    assert ds["x"].attrs["units"] == "1"
+    assert ds["x"].attrs["units"] == "m" and ds["x"].attrs["period"] == 1.0
     assert "block_done" not in ds
 
 
