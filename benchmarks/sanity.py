@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from rfol_dask import RandomFeatureOperator, datasets
-from rfol_dask.experiments import SharedCluster, load_split, reference
+from rfol_dask.experiments import SharedCluster, load_split, reference_data
 from rfol_dask.metrics import relative_l2_error
 
 HERE = Path(__file__).resolve().parent
-NAMES = reference()["sets"]
+NAMES = reference_data()["sets"]
 
 
 def run(name, data_dir, max_test, workers, train=None, n_features=None, gaussian=False):

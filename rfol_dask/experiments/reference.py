@@ -11,7 +11,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["METHODS", "PARTS", "reference", "sizes", "quick_train", "quick_bound", "paper_error", "paper_equal_time"]
+__all__ = ["METHODS", "PARTS", "reference_data", "sizes", "quick_train", "quick_bound", "paper_error",
+           "paper_equal_time"]
 
 #: the methods of every fits table, in table order
 METHODS = ("rf_cauchy", "rf_gaussian", "rbf", "matern52", "linear")
@@ -20,7 +21,7 @@ PARTS = ("fits", "equal_time", "curves")
 
 
 @lru_cache(maxsize=1)
-def reference() -> dict[str, Any]:
+def reference_data() -> dict[str, Any]:
     """The parsed ``reference.toml`` (data-set lists, paper figures, full and quick settings)."""
     with resources.files(__package__).joinpath("reference.toml").open("rb") as f:
         return tomllib.load(f)
@@ -28,20 +29,20 @@ def reference() -> dict[str, Any]:
 
 def sizes(quick: bool) -> dict[str, int]:
     """The run sizes of the ``[quick]`` or ``[full]`` table (``max_features = 0``: the paper's N)."""
-    table = reference()["quick" if quick else "full"]
+    table = reference_data()["quick" if quick else "full"]
     return {k: v for k, v in table.items() if not isinstance(v, dict)}
 
 
 def quick_train(name: str) -> int:
     """Training samples of data set ``name`` in quick mode."""
-    quick = reference()["quick"]
+    quick = reference_data()["quick"]
     return int(quick["train_by_set"].get(name, quick["train"]))
 
 
 def quick_bound(name: str, method: str) -> float:
     """Upper bound on the quick-mode relative test error of ``method`` on ``name``."""
     try:
-        return float(reference()["quick"]["bounds"][name][method])
+        return float(reference_data()["quick"]["bounds"][name][method])
     except KeyError:
         raise ValueError(f"reference.toml has no quick-mode bound for {name!r} / {method!r}") from None
 
@@ -56,7 +57,7 @@ def paper_error(name: str, method: str) -> float | None:
         from .. import datasets
 
         return datasets.get(name).paper[method[3:]]
-    paper = reference()["paper"]
+    paper = reference_data()["paper"]
     if method == "linear":
         return paper["linear"].get(name)
     return paper["kernels"].get(name, {}).get(method)
@@ -64,5 +65,5 @@ def paper_error(name: str, method: str) -> float | None:
 
 def paper_equal_time(name: str, method: str) -> tuple[float, float] | None:
     """The paper's table 2 entry ``(relative error, training seconds)``, or None."""
-    entry = reference()["paper"]["equal_time"].get(name, {}).get(method)
+    entry = reference_data()["paper"]["equal_time"].get(name, {}).get(method)
     return None if entry is None else (float(entry[0]), float(entry[1]))

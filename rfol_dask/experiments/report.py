@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .reference import METHODS, reference
+from .reference import METHODS, reference_data
 
 __all__ = ["render", "fmt_error", "fits_table", "equal_time_table", "curves_table"]
 
@@ -42,8 +42,8 @@ def fits_table(results: dict, quick: bool) -> list[str]:
             else:
                 col = "-" if m["paper"] is None else f"{m['error'] / m['paper']:.2f}"
             flag = "" if m.get("passed", True) else " **over bound**"
-            lines.append(f"| {name} | {size} | {label} | {fmt_error(m['error'])}{flag} | {fmt_error(m['paper'])} | {col} | "
-                         f"{m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
+            lines.append(f"| {name} | {size} | {label} | {fmt_error(m['error'])}{flag} | {fmt_error(m['paper'])} | "
+                         f"{col} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
     return lines
 
 
@@ -80,7 +80,7 @@ def render(out, names=None) -> str:
     """The markdown tables of every ``<out>/<name>.json`` present (fits, equal time, curves),
     separated by blank lines; also written to ``<out>/table.md``. ``names`` default: every set."""
     out = Path(out)
-    names = reference()["sets"] if names is None else names
+    names = reference_data()["sets"] if names is None else names
     results = {n: json.loads((out / f"{n}.json").read_text()) for n in names if (out / f"{n}.json").exists()}
     quick = any(r.get("quick") for r in results.values())
     tables = []

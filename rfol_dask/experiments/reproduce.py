@@ -26,7 +26,7 @@ import argparse
 import time
 from pathlib import Path
 
-from .reference import PARTS, reference, sizes
+from .reference import PARTS, reference_data, sizes
 
 __all__ = ["reproduce", "add_arguments", "run_args", "build_parser", "main"]
 
@@ -37,7 +37,7 @@ def _curve_figure(out):
 
     from ..plotting import plot_curves
 
-    files = [Path(out) / f"{n}.json" for n in reference()["curve_sets"]]
+    files = [Path(out) / f"{n}.json" for n in reference_data()["curve_sets"]]
     plots = {f.stem: json.loads(f.read_text()).get("curves") for f in files if f.exists()}
     plots = {n: c for n, c in plots.items() if c}
     if plots:
@@ -60,7 +60,7 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     from .runners import run
 
     if isinstance(names, str):
-        names = reference()["sets"] if names == "all" else names.split(",")
+        names = reference_data()["sets"] if names == "all" else names.split(",")
     for name in names:
         datasets.get(name)  # unknown names fail before any work
     parts = parts.split(",") if isinstance(parts, str) else list(parts)

@@ -9,7 +9,7 @@ import numpy as np
 from ..baselines import KernelOperator
 from ..baselines.kernels import sq_distances
 from ..metrics import relative_l2_error
-from .reference import reference
+from .reference import reference_data
 
 __all__ = ["median_length_scale", "select_nugget"]
 
@@ -34,7 +34,7 @@ def select_nugget(kernel: str, length_scale: float, U: np.ndarray, V: np.ndarray
     Returns ``(nugget, seconds, errors)``: the chosen absolute nugget, the time the selection
     took, and ``{"<nugget>": validation error}`` over the grid.
     """
-    grid = reference()["nuggets"] if grid is None else grid
+    grid = reference_data()["nuggets"] if grid is None else grid
     t0 = time.perf_counter()
     n_fit = min(1000, int(0.8 * len(U)))
     n_val = min(500, len(U) - n_fit)
