@@ -151,20 +151,9 @@ def _cmd_fit(args):
 
 
 def _cmd_reproduce(args):
-    """Run ``benchmarks/reproduce.py`` of this source checkout (it is not part of the wheel)."""
-    import importlib.util
+    from .experiments.reproduce import run_args
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduce.py"
-    if not script.exists():
-        raise FileNotFoundError(f"{script} not found: 'reproduce' runs the benchmarks of a source checkout "
-                                "(git clone the project and pip install -e .)")
-    spec = importlib.util.spec_from_file_location("rfol_dask_reproduce", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    argv = [args.name] + (["--quick"] if args.quick else []) + (["--out", args.out] if args.out else [])
-    argv += (["--data", args.data] if args.data else []) + (["--parts", args.parts] if args.parts else [])
-    argv += ["--workers", str(args.workers)]
-    return module.main(argv)
+    return run_args(args)
 
 
 def build_parser():
@@ -214,13 +203,10 @@ def build_parser():
     g.set_defaults(func=_cmd_generate)
 
     r = sub.add_parser("reproduce", help="the paper's tables, equal-time comparison and error-vs-N curves, "
-                                         "beside kernel and linear baselines (benchmarks/reproduce.py)")
-    r.add_argument("name", help="a data set, a comma-separated list, or 'all'")
-    r.add_argument("--quick", action="store_true", help="small sizes (CI); checks every error against a bound")
-    r.add_argument("--out", default=None, help="results folder (default benchmarks/results/reproduce[/quick])")
-    r.add_argument("--data", default=None, help="data-set stores (default benchmarks/results/data)")
-    r.add_argument("--parts", default=None, help="comma-separated subset of fits,equal_time,curves")
-    r.add_argument("--workers", type=int, default=2, help="processes generating missing data (0: threads)")
+                                         "beside kernel and linear baselines (rfol_dask.experiments)")
+    from .experiments.reproduce import add_arguments
+
+    add_arguments(r)
     r.set_defaults(func=_cmd_reproduce)
     return parser
 

@@ -24,29 +24,11 @@ Kinds
     or Gaussian law of :mod:`rfol_dask.features`, coefficients ``A^T (A A^T + ridge I)^{-1} u``
     from one Cholesky factor (:func:`rfol_dask.solve.cholesky`) applied to all functions.
 
-Why cubic is the default: it is robust, has no hyperparameter and is the most accurate
-general kind on smooth data. Measured (``benchmarks/README.md``, section "Resolution"):
-
-- ``sin(3x) + exp(-x) cos(7x)`` on ``linspace(0, 1, n)``, max error on 1001 points:
-
-      n                        13       26       51       101
-      cubic                    1.2e-3   1.1e-4   8.4e-6   5.6e-7   (rate h^4)
-      linear                   3.6e-2   9.0e-3   2.3e-3   5.9e-4   (rate h^2)
-      rf, gaussian (defaults)  1.3e-3   1.0e-3   5.8e-4   3.1e-4   (no rate: Monte-Carlo
-                               error of the features, and the default ridge smooths)
-      rf, cauchy               ~1e-2 .. 1e-1 (kernel exp(-gamma |x - y|): rough)
-
-- Helmholtz outputs (wave number 50, 20 samples) read on 29 x 29, evaluated on 43 x 43,
-  relative L2 error: cubic 4.5 % (quintic the same), linear 25 %, rf gaussian 1.7-2.3 %
-  over 4 seeds (defaults). Darcy outputs 13 x 13 -> 101 x 101: cubic 1.2 %, rf 1.6-1.8 %.
-
-So the random-feature interpolant pays where a grid barely resolves oscillations, but it
-depends on its bandwidth, feature count and ridge (with ``ridge=1e-10`` instead of
-``1e-6`` the Helmholtz error ranged 1.4 % - 30 % over bandwidths 0.15-0.25 x Nyquist
-and 16-64 features per point). ``"spectral"``
-is exact for band-limited periodic data and is the choice on periodic grids. For
-piecewise-constant data (Darcy coefficients) ``"nearest"`` or ``"linear"`` avoid the
-overshoot of cubic (for the Darcy operator learned at 13 x 13 it made no difference).
+Which kind: ``"cubic"`` is the default (robust, no hyperparameter, the most accurate general
+kind on smooth data); ``"spectral"`` is exact for band-limited periodic data and is the choice on
+periodic grids; ``"nearest"`` or ``"linear"`` avoid the overshoot of cubic on piecewise-constant
+data; ``"rf"`` helps where a grid barely resolves oscillations but depends on its bandwidth,
+feature count and ridge. The measurements behind this: ``benchmarks/README.md``, "Resolution".
 
 Periods
 -------

@@ -1,4 +1,4 @@
-"""Failure behaviour on a real distributed cluster (DESIGN.md, "Failure behaviour expected")."""
+"""Failure behaviour on a real distributed cluster (docs/design.md, "Failure behaviour")."""
 
 import os
 import signal

@@ -1,6 +1,6 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
-Layout (DESIGN.md): variables ``input`` (sample, <input grid dims>) and ``output``
+Layout (docs/design.md): variables ``input`` (sample, <input grid dims>) and ``output``
 (sample, <output grid dims>), grid coordinates with units, chunks along ``sample`` only,
 attributes for every generator parameter, the seed and the package version. A
 bookkeeping variable ``block_done`` (one int8 per block) is set only after a block's
