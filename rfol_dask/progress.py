@@ -1,8 +1,13 @@
-"""Running dask collections with a progress bar that works on the local and distributed schedulers."""
+"""Running dask collections with a progress bar that works on the local and distributed schedulers.
+
+Progress never goes to stdout (which carries results): the text bars write to stderr, and in
+a Jupyter kernel with ``ipywidgets`` installed the distributed bar is a widget.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 
 import dask
@@ -22,13 +27,61 @@ def active_client():
         return None
 
 
+def _widgets_available():
+    """True in a Jupyter kernel that can show ipywidgets."""
+    from distributed.utils import is_kernel
+
+    return is_kernel() and importlib.util.find_spec("ipywidgets") is not None
+
+
+def _text_bar(futures, scheduler, desc, out):
+    """Block until ``futures`` finish, drawing distributed's text bar to ``out``."""
+    from distributed.diagnostics.progressbar import TextProgressBar
+
+    class Bar(TextProgressBar):  # distributed's bar writes to sys.stdout; this one to ``out``
+        def _draw_bar(self, remaining, all, **kwargs):
+            frac = (1 - remaining / all) if all else 1.0
+            with contextlib.suppress(ValueError):
+                out.write(f"\r{desc}: [{'#' * int(self.width * frac):<{self.width}}] | {int(100 * frac)}% Completed"
+                          f" | {self.elapsed:.1f}s")
+                out.flush()
+
+        def _draw_stop(self, **kwargs):
+            with contextlib.suppress(ValueError):
+                out.write("\n")
+                out.flush()
+
+    Bar(futures, scheduler=scheduler, complete=True)
+
+
+def _widget_bar(futures, client, desc):
+    """Show distributed's progress widget for ``futures``; it updates from the client's loop."""
+    from distributed.diagnostics.progressbar import MultiProgressWidget
+    from IPython.display import display
+    from ipywidgets import HTML, VBox
+
+    bar = MultiProgressWidget(futures, scheduler=client.scheduler.address, complete=True)
+    display(VBox([HTML(f"<b>{desc}</b>"), bar.widget]))
+    client.loop.add_callback(bar.listen)
+    return bar
+
+
+def show_progress(futures, client, desc="rfol_dask"):
+    """Progress of distributed ``futures``: a widget in a notebook with ipywidgets (returns at
+    once), else a text bar on stderr (returns when the futures are done)."""
+    if _widgets_available():
+        return _widget_bar(futures, client, desc)
+    _text_bar(futures, client.scheduler.address, desc, sys.stderr)
+    return None
+
+
 def compute(*collections, progress=False, client=None, desc="rfol_dask"):
     """``dask.compute(*collections)`` with an optional progress bar.
 
-    With a distributed client (given, or the active one) the collections run there and
-    ``distributed.progress`` draws the bar; otherwise dask's local scheduler runs them
-    under ``dask.diagnostics.ProgressBar``. Progress goes to stderr. A task that keeps
-    killing its workers (``distributed.KilledWorker``) becomes a RuntimeError saying so.
+    With a distributed client (given, or the active one) the collections run there under
+    :func:`show_progress`; otherwise dask's local scheduler runs them under
+    ``dask.diagnostics.ProgressBar`` on stderr. A task that keeps killing its workers
+    (``distributed.KilledWorker``) becomes a RuntimeError saying so.
     """
     client = client if client is not None else active_client()
     if client is not None:
@@ -37,10 +90,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
         futures = client.compute(list(collections))
         try:
             if progress:
-                from distributed import progress as dprogress
-
-                print(f"{desc}:", file=sys.stderr)
-                dprogress(futures, notebook=False)
+                show_progress(futures, client, desc)
             return tuple(client.gather(futures))
         except KilledWorker as exc:
             raise RuntimeError(
@@ -54,7 +104,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
     if progress:
         from dask.diagnostics import ProgressBar
 
-        print(f"{desc}:", file=sys.stderr)
+        sys.stderr.write(f"{desc}:\n")
         ctx = ProgressBar(out=sys.stderr)
     with ctx:
         return dask.compute(*collections)
