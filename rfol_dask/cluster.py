@@ -34,7 +34,7 @@ from pathlib import Path
 from .progress import active_client
 
 __all__ = ["active_client", "local_client", "local_cluster", "load_config", "job_script", "make_cluster", "start_client",
-           "blas_env", "shipped_configs", "node_threads", "KINDS"]
+           "blas_env", "shipped_configs", "node_threads", "dashboard_link", "KINDS"]
 
 KINDS = ("local", "slurm", "pbs", "kubernetes", "mpi")
 _KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file", "launcher", "node_cores", "ranks_per_node",
@@ -281,6 +281,14 @@ def job_script(config):
     return yaml.safe_dump({"LocalCluster": config["options"], "env": blas_env(config["blas_threads"])})
 
 
+def dashboard_link(client):
+    """The dashboard URL of ``client``'s scheduler, or None when it has none (bokeh missing)."""
+    try:
+        return client.dashboard_link
+    except (KeyError, AttributeError, TypeError):
+        return None
+
+
 def start_client(config):
     """Start (or, for MPI, connect to) the cluster of ``config`` and return a ``Client``.
 
@@ -303,5 +311,6 @@ def start_client(config):
         client = Client(cluster)
         if config["kind"] != "local":
             client.wait_for_workers(1)
-    logger.info("%s cluster started, dashboard: %s", config["kind"], client.dashboard_link)
+    logger.info("%s cluster started, dashboard: %s", config["kind"],
+                dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')")
     return client

@@ -55,20 +55,24 @@ def _text_bar(futures, scheduler, desc, out):
 
 
 def _widget_bar(futures, client, desc):
-    """Show distributed's progress widget for ``futures``; it updates from the client's loop."""
+    """Show distributed's progress widget for ``futures``; it updates from the client's loop
+    (the kernel's own loop is blocked while the cell waits). Returns the concurrent future
+    of the updating coroutine."""
+    import asyncio
+
     from distributed.diagnostics.progressbar import MultiProgressWidget
     from IPython.display import display
     from ipywidgets import HTML, VBox
 
     bar = MultiProgressWidget(futures, scheduler=client.scheduler.address, complete=True)
     display(VBox([HTML(f"<b>{desc}</b>"), bar.widget]))
-    client.loop.add_callback(bar.listen)
-    return bar
+    return asyncio.run_coroutine_threadsafe(bar.listen(), client.loop.asyncio_loop)
 
 
 def show_progress(futures, client, desc="rfol_dask"):
     """Progress of distributed ``futures``: a widget in a notebook with ipywidgets (returns at
-    once), else a text bar on stderr (returns when the futures are done)."""
+    once, with a ``concurrent.futures.Future`` that ends when the widget shows the end), else a
+    text bar on stderr (returns None when the futures are done)."""
     if _widgets_available():
         return _widget_bar(futures, client, desc)
     _text_bar(futures, client.scheduler.address, desc, sys.stderr)
@@ -89,9 +93,12 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
 
         futures = client.compute(list(collections))
         try:
-            if progress:
-                show_progress(futures, client, desc)
-            return tuple(client.gather(futures))
+            widget = show_progress(futures, client, desc) if progress else None
+            results = tuple(client.gather(futures))
+            if widget is not None:  # let the widget draw the end before the futures go
+                with contextlib.suppress(Exception):
+                    widget.result(timeout=5)
+            return results
         except KilledWorker as exc:
             raise RuntimeError(
                 f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} last); "
