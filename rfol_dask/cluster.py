@@ -89,7 +89,7 @@ def shipped_configs():
 def _read_config(config):
     """The YAML text of a shipped name or a path."""
     path = Path(config)
-    if path.exists():
+    if path.is_file():
         return path.read_text()
     name = str(config)
     if name in shipped_configs():
@@ -112,7 +112,7 @@ def load_config(config):
     unknown = sorted(set(config) - _KEYS)
     if unknown:
         raise ValueError(f"unknown cluster configuration keys {unknown}; allowed: {sorted(_KEYS)}")
-    misplaced = sorted(set(config) & _MPI_KEYS - {"scheduler_file"}) if kind != "mpi" else []
+    misplaced = sorted(set(config) & (_MPI_KEYS - {"scheduler_file"})) if kind != "mpi" else []
     if misplaced:
         hint = " (for slurm/pbs set options.python and options.job_script_prologue)" if kind in ("slurm", "pbs") else ""
         raise ValueError(f"cluster configuration keys {misplaced} are for kind mpi only{hint}")
