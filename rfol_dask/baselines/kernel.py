@@ -120,7 +120,9 @@ class KernelOperator(OperatorEstimator):
         Mean of the training inputs (None without ``n_components``).
     pca_components_ : ndarray of shape (n, p) or None
         Leading principal directions of the training inputs (None without ``n_components``).
-    n_features_in_, input_shape_, output_shape_, input_grid_, output_grid_, input_periods_, output_periods_
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_grid_, output_grid_, input_periods_, output_periods_
         As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
