@@ -101,6 +101,7 @@ def test_cli_generate_on_a_cluster_configuration(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.cluster  # the performance report needs a distributed client: fit starts one
 def test_cli_fit_report_without_cluster(tmp_path, capsys):
     pytest.importorskip("bokeh")
     from rfol_dask.cli import main
