@@ -10,11 +10,13 @@ sklearn validation, training grids and the recovery maps ``R_U`` / ``R_V`` lives
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 
 import dask.array as da
 import numpy as np
 import xarray as xr
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -27,6 +29,15 @@ from .progress import active_client
 from .placement import broadcast
 
 __all__ = ["OperatorEstimator"]
+
+#: what ``fit`` / ``predict`` / ``score`` take as functions: array-likes, dask arrays, DataArrays
+Functions = ArrayLike | da.Array | xr.DataArray
+#: a training or test set given whole: a Dataset with ``input`` / ``output``, or its Zarr store path
+Data = Functions | xr.Dataset | str | os.PathLike
+#: a grid: one increasing coordinate array per axis, or a mapping dim -> coordinates
+Grid = Sequence[ArrayLike] | Mapping[str, ArrayLike]
+#: periods of grid axes: one for every axis, one (or None) per axis, or a mapping dim -> period
+Periods = float | Sequence[float | None] | Mapping[str, float | None]
 
 
 def _flatten(X):
@@ -173,24 +184,49 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         return U, V
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None):
-        """Fit on input functions ``X`` (the paper's U: (M, n) or (M, *input_grid)) and output
-        functions ``y`` (V: (M,), (M, m) or (M, *output_grid)); or on an xarray Dataset / Zarr
-        store path with variables ``input`` and ``output`` passed as ``X`` alone.
-
-        ``input_grid`` / ``output_grid`` (one coordinate array per grid axis, or a mapping
-        dim -> coordinates) record the training grids for numpy / dask input; xarray input
-        gives them through its coordinates. They let ``predict`` read and write other grids.
-        ``periods`` marks periodic grid axes: a number (every axis of both grids), one entry
-        per axis (float or None), or a mapping dim -> period; default: the ``period``
-        attributes of the xarray coordinates. On a periodic axis ``predict`` accepts any
-        grid (it wraps; see :mod:`rfol_dask.recovery`).
-
-        xarray ``X`` and ``y`` are paired by their ``sample`` labels (reordered if needed;
-        different label sets are an error).
+    def fit(self, X: Data, y: Functions | None = None, *, input_grid: Grid | None = None,
+            output_grid: Grid | None = None, periods: Periods | None = None) -> OperatorEstimator:
+        """Fit the operator on pairs of input and output functions.
 
         numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask
-        graph over its sample chunks, computed once.
+        graph over its sample chunks, computed once (on the active ``distributed.Client``
+        if any, else dask's local scheduler). xarray ``X`` and ``y`` are paired by their
+        ``sample`` labels (reordered if needed; different label sets are an error).
+
+        Parameters
+        ----------
+        X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
+            The ``M`` input functions (the paper's ``U``), float32 or float64 (other real
+            dtypes are cast to float64). A Dataset, or the path of a Zarr store, with
+            variables ``input`` and ``output`` gives both ``X`` and ``y``.
+        y : array-like, dask array or DataArray of shape (M,), (M, m) or (M, *output_grid), default=None
+            The output functions (the paper's ``V``); None only with a Dataset / store ``X``.
+        input_grid, output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
+            The training grids of numpy / dask input (one increasing coordinate array per grid
+            axis); xarray input gives them through its coordinates. They let ``predict`` read
+            and write other grids of the same domain.
+        periods : float, sequence of (float or None) or mapping dim -> float, default=None
+            Periodic grid axes: one period for every axis of both grids, one entry per axis
+            (None: not periodic), or a mapping dim -> period; default: the ``period``
+            attributes of the xarray coordinates. On a periodic axis ``predict`` accepts any
+            grid (it wraps; see :mod:`rfol_dask.recovery`).
+
+        Returns
+        -------
+        OperatorEstimator
+            ``self``, fitted.
+
+        Raises
+        ------
+        ValueError
+            If the sample counts or labels of ``X`` and ``y`` differ, the data hold NaN / Inf
+            (the samples are named), a grid does not match the data, or the Gram does not fit
+            in memory (the message gives the bytes and the fix).
+
+        Notes
+        -----
+        Memory: the in-memory fit holds the inputs and outputs, plus the model's Gram
+        (see the class docstring); a dask fit never holds the data whole.
         """
         self._check_params()
         U, V = io.read_pair(X, y)
@@ -242,21 +278,44 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
                 f"X has {n} features, but {type(self).__name__} is expecting {self.n_features_in_} "
                 f"features as input (input grid {tuple(shape)} vs the training grid {self.input_shape_})")
 
-    def predict(self, X, *, input_grid=None, output_grid=None):
-        """Predict output functions for inputs ``X`` (M, *grid); returns (M, *output grid)
-        in the caller's kind.
+    def predict(self, X: Data, *, input_grid: Grid | None = None,
+                output_grid: Grid | None = None) -> np.ndarray | da.Array | xr.DataArray:
+        """Predict the output functions of input functions ``X``.
 
-        numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``U``);
+        numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``X``);
         xarray predictions carry the sample coordinate and the output grid coordinates.
+        xarray grid dims are matched to the training dims by name (transposed as needed).
 
-        Inputs on another grid of the training domain (xarray coordinates differing from
-        the training ones, or ``input_grid=`` for numpy / dask) are first resampled to the
-        training grid through ``R_U``; ``output_grid=`` returns the prediction on that grid
-        through ``R_V`` (default: the training output grid). Grids of another dimension, or
-        outside the training domain, raise ValueError; along a periodic axis (``period``
-        known at fit) any grid is valid, the recovery wraps. xarray grid dims are matched to
-        the training dims by name (transposed as needed; other names raise ValueError).
-        Extra memory: the resampled inputs and outputs of one block.
+        Parameters
+        ----------
+        X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
+            The input functions, on the training input grid unless ``input_grid`` (or the
+            xarray coordinates) says otherwise; a Dataset or Zarr store path gives its
+            ``input`` variable.
+        input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
+            The grid of numpy / dask ``X`` when it is not the training grid: ``X`` is first
+            resampled to the training grid through ``R_U`` (the ``recovery`` parameter).
+        output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
+            Return the prediction on this grid (through ``R_V``) instead of the training
+            output grid.
+
+        Returns
+        -------
+        ndarray, dask array or DataArray of shape (M, *output_grid)
+            The predicted output functions in the working dtype, in the kind of ``X``
+            (a Dataset or store path gives a DataArray).
+
+        Raises
+        ------
+        ValueError
+            If ``X`` has the wrong width or dims, holds NaN / Inf (the samples are named), or a
+            grid has another dimension than the training grid or lies outside the training
+            domain (along a periodic axis any grid is valid: the recovery wraps).
+
+        Notes
+        -----
+        Extra memory: the features (or kernel row) of one row block of about 128 MiB, and
+        the resampled inputs and outputs of one block.
         """
         check_is_fitted(self)
         U = X
@@ -346,9 +405,25 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         new = io.as_operand(resampled, "U")
         return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
 
-    def score(self, X, y=None, sample_weight=None):
-        """R^2 of ``predict(X)`` against ``y``, averaged uniformly over output grid points
-        (``X`` may also be a Dataset / store path holding both)."""
+    def score(self, X: Data, y: Functions | None = None, sample_weight: None = None) -> float:
+        """Return the coefficient of determination R^2 of ``predict(X)`` against ``y``.
+
+        Parameters
+        ----------
+        X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
+            Test input functions; a Dataset or Zarr store path holds both ``input`` and
+            ``output``.
+        y : array-like, dask array or DataArray of shape (M,), (M, m) or (M, *output_grid), default=None
+            True output functions; None only with a Dataset / store ``X``.
+        sample_weight : None, default=None
+            Not supported (anything but None raises ValueError).
+
+        Returns
+        -------
+        float
+            R^2 of every output grid point, averaged uniformly over the points
+            (:func:`rfol_dask.metrics.r2_score`).
+        """
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported")
         U, V = io.read_pair(X, y)
@@ -357,11 +432,33 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         return r2_score(V, pred)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path):
-        """Save the fitted model to a Zarr store (parameters, fitted arrays, grids, version).
+    def save(self, path: str | os.PathLike) -> str | os.PathLike:
+        """Save the fitted model to a Zarr store.
 
-        The write goes to a temporary store renamed into place: an interrupted save leaves
-        the previous model at ``path`` readable.
+        The store holds the parameters, the fitted arrays, the training grids and periods and
+        the package version. The write goes to a temporary store renamed into place: an
+        interrupted save leaves the previous model at ``path`` readable.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Directory of the Zarr store (replaced if it exists).
+
+        Returns
+        -------
+        str or os.PathLike
+            ``path``, as given.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            If the model is not fitted.
+
+        Notes
+        -----
+        Disk: the fitted arrays (e.g. ``omega_`` (n, N) and ``coef_`` (N, m) of a
+        ``RandomFeatureOperator``, ``X_train_`` (M, p) and ``dual_coef_`` (M, m) of a
+        ``KernelOperator``), written from memory without a further copy.
         """
         check_is_fitted(self)
         params = self.get_params()
@@ -394,8 +491,27 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         return path
 
     @classmethod
-    def load(cls, path):
-        """Load a model written by :meth:`save`."""
+    def load(cls, path: str | os.PathLike) -> OperatorEstimator:
+        """Load a model written by :meth:`save`.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The Zarr store written by :meth:`save`.
+
+        Returns
+        -------
+        OperatorEstimator
+            A fitted instance of ``cls`` with the saved parameters and fitted arrays
+            (numpy, in memory).
+
+        Raises
+        ------
+        FileNotFoundError
+            If there is no model at ``path`` (nor the copy an interrupted save left beside it).
+        ValueError
+            If ``path`` is not a model store written by :meth:`save`.
+        """
         arrays, attrs = io.load_model(path)
         params = dict(attrs["params"])
         if isinstance(params.get("recovery"), list):

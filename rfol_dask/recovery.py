@@ -51,11 +51,12 @@ An axis with a given period has no bounds.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 import dask.array as da
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .features import check_random_state, draw_frequencies, feature_map
 from .linalg import cho_solve, cholesky
@@ -523,8 +524,10 @@ class RandomFeatureInterpolant(Recovery):
         return out.reshape((block.shape[0], *_shape(grid_out))).astype(dtype, copy=False)
 
 
-def make_recovery(kind="cubic", grid_in=None, periods=None, **options):
-    """A fitted recovery map for ``grid_in``.
+def make_recovery(kind: str | Mapping = "cubic",
+                  grid_in: ArrayLike | Sequence[ArrayLike] | Mapping[str, ArrayLike] | None = None,
+                  periods: float | Sequence[float | None] | None = None, **options) -> Recovery:
+    """Build the recovery map of one grid, ready to resample values on it to other grids.
 
     Parameters
     ----------
@@ -532,7 +535,9 @@ def make_recovery(kind="cubic", grid_in=None, periods=None, **options):
         A dict is ``{"kind": ..., **options}`` (e.g. ``{"kind": "rf", "distribution":
         "cauchy"}``). ``"cubic"`` is the default: see the module docstring for the measured
         comparison.
-    grid_in : grid (see :func:`as_grid`)
+    grid_in : 1-D array, sequence of 1-D arrays or mapping dim -> 1-D array
+        The grid the values live on: one strictly increasing coordinate array per axis
+        (:func:`as_grid`). Required.
     periods : None, float or sequence of (float or None), default=None
         Known period of each axis (see the module docstring and :func:`as_periods`): those
         axes wrap. Ignored by ``"rf"``.
@@ -542,7 +547,15 @@ def make_recovery(kind="cubic", grid_in=None, periods=None, **options):
     Returns
     -------
     Recovery
-        With ``.resample(values (M, *grid_in), grid_out) -> (M, *grid_out)``.
+        With ``.resample(values (M, *grid_in), grid_out) -> (M, *grid_out)`` (numpy or dask,
+        chunks along ``M`` kept).
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is unknown, or ``grid_in`` or ``periods`` is invalid.
+    TypeError
+        If ``grid_in`` is missing, or options are given to a kind that takes none.
     """
     if isinstance(kind, Mapping):
         options = {**{k: v for k, v in kind.items() if k != "kind"}, **options}

@@ -86,19 +86,24 @@ class RandomFeatureOperator(OperatorEstimator):
 
     Attributes
     ----------
-    omega_ : ndarray (n, N) and b_ : ndarray (N,)
-        The frequencies and phases.
-    coef_ : ndarray (N, m)
-        Coefficients ``C``.
-    intercept_ : ndarray (m,)
-    solver_ : str
+    omega_ : ndarray of shape (n, N)
+        The frequencies ``Omega``, in the working dtype (float32 or float64).
+    b_ : ndarray of shape (N,)
+        The phases ``b``.
+    coef_ : ndarray of shape (N, m)
+        Coefficients ``C`` (``m`` output grid points).
+    intercept_ : ndarray of shape (m,)
+        Intercept ``c0`` of each output grid point (zeros without ``fit_intercept``).
+    solver_ : {"dual", "primal"}
         The solver used.
     n_features_in_ : int
         Input width ``n`` (grid points of one input function).
-    input_shape_, output_shape_ : tuple
-        Grid shapes of one input and one output function.
-    input_dims_, output_dims_, input_coords_, output_coords_
-        Grid dimension names and coordinates when fitted on xarray data (else None / {}).
+    input_shape_, output_shape_ : tuple of int
+        Grid shapes of one input and one output function (``prod(output_shape_) == m``).
+    input_dims_, output_dims_ : tuple of str or None
+        Grid dimension names when fitted on xarray data (else None).
+    input_coords_, output_coords_ : dict of str to ndarray
+        Grid coordinates when fitted on xarray data (else empty).
     input_grid_, output_grid_ : tuple of ndarray or None
         The training grids (one coordinate array per grid axis), from ``fit(...,
         input_grid=, output_grid=)`` or from the xarray coordinates; None if unknown (then

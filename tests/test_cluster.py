@@ -12,6 +12,7 @@ from rfol_dask import cluster
 CONFIGS = Path(cluster.__file__).parent / "clusters"  # shipped as package data
 
 
+@pytest.mark.cluster
 def test_local_config_starts_a_local_cluster_with_blas_threads():
     import os
 
@@ -102,6 +103,7 @@ def test_oversubscribed_user_config_warns_with_numbers_and_fix(kind, options, fi
     assert f"on {options['cores']} cores" in message and fix in message
 
 
+@pytest.mark.cluster
 def test_oversubscribed_mpi_and_local_configs_warn(monkeypatch):
     with pytest.warns(UserWarning, match="8 worker processes x 2 task threads x 4 BLAS threads = 64 threads on 32"):
         cluster.job_script({"kind": "mpi", "scale": 15, "blas_threads": 4, "node_cores": 32, "ranks_per_node": 8,
@@ -147,6 +149,7 @@ def test_shipped_names_and_unknown_name():
         cluster.load_config("slurmm")
 
 
+@pytest.mark.cluster
 def test_start_client_logs_the_dashboard(caplog):
     import logging
 

@@ -9,6 +9,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_cli_quickstart(tmp_path):
     res = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "quickstart", "--out", str(tmp_path / "qs"),
                           "--train", "400", "--test", "200"], capture_output=True, text=True, timeout=300)
@@ -33,6 +35,8 @@ def test_cli_datasets_and_generate_errors(tmp_path):
     assert main(["generate", "advection2", "--samples", "6", "--out", str(tmp_path / "a.zarr"), "--overwrite"]) == 0
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_example_script(tmp_path):
     res = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
@@ -42,6 +46,8 @@ def test_example_script(tmp_path):
     assert (tmp_path / "advection2.png").exists() and (tmp_path / "advection2_model.zarr").is_dir()
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_example_notebook(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -51,6 +57,8 @@ def test_example_notebook(tmp_path):
     assert (tmp_path / "notebook_advection1.zarr").is_dir()
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_cli_fit_with_cluster_config_report_and_save(tmp_path):
     from rfol_dask import RandomFeatureOperator
     from rfol_dask.cli import main
@@ -70,6 +78,8 @@ def test_cli_fit_with_cluster_config_report_and_save(tmp_path):
     assert main(["fit", store, "--train", "999"]) == 2
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_cli_generate_on_a_cluster_configuration(tmp_path):
     """`generate --cluster`: the dashboard link and the progress go to stderr, stdout holds the result only."""
     cfg = tmp_path / "one.yaml"
@@ -90,6 +100,8 @@ def test_cli_generate_on_a_cluster_configuration(tmp_path):
                  "--cluster", str(cfg), "--workers", "2"]) == 2
 
 
+@pytest.mark.slow
+@pytest.mark.cluster  # the performance report needs a distributed client: fit starts one
 def test_cli_fit_report_without_cluster(tmp_path, capsys):
     pytest.importorskip("bokeh")
     from rfol_dask.cli import main

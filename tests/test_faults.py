@@ -14,6 +14,8 @@ from distributed import Client, LocalCluster
 
 from rfol_dask import RandomFeatureOperator, datasets
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # every test runs a process cluster
+
 
 def _slow_block(block):
     time.sleep(0.15)  # makes the fit last long enough to kill a worker in its middle

@@ -24,6 +24,8 @@ def test_local_progress_goes_to_stderr(capsys):
     assert out == "" and "local sum:" in err and "100%" in err
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_notebook_shows_a_widget(tmp_path):
     """In a Jupyter kernel with ipywidgets the bar is a widget, and nothing is printed."""
     pytest.importorskip("ipywidgets")

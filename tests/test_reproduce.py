@@ -16,6 +16,7 @@ def _table_rows(table, first):
     return [line for line in table.splitlines() if line.startswith(f"| {first} |")]
 
 
+@pytest.mark.slow
 def test_quick_fits_meet_the_bounds_of_the_data_file(tmp_path):
     out, data = tmp_path / "out", tmp_path / "data"
     assert main(["reproduce", "advection1", "--quick", "--parts", "fits", "--out", str(out), "--data", str(data),

@@ -44,6 +44,7 @@ def test_blocked_cholesky_matches_in_memory_fit(fit_intercept):
     np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
 
 
+@pytest.mark.cluster
 def test_worker_memory_limit_triggers_blocked_factorisation():
     from distributed import Client, LocalCluster
 
@@ -67,6 +68,7 @@ def test_blocked_factorisation_reports_indefinite_gram():
 
 
 @pytest.mark.parametrize("limit,keep", [("500kB", False), ("1MB", True)])
+@pytest.mark.cluster
 def test_blocked_memory_plans_give_the_same_model(limit, keep):
     """A (200 x 350 doubles, 560 kB) is kept for C = A^T Beta when it takes at most 30 % of the
     cluster memory, else each feature block is made again (the tasks ``features-again``)."""
@@ -142,6 +144,7 @@ def _draw_or_fail(delay_columns, fail_columns, *args, columns=None):
 
 @pytest.mark.parametrize("cache", ["disk", "none"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.cluster
 def test_streamed_dual_sums_the_gram_over_feature_slabs_and_workers(tmp_path, cache, fit_intercept):
     """Several slabs per worker, two workers each holding a partial Gram: the same model as the
     in-memory fit; the slabs cached between the passes are deleted afterwards."""
@@ -183,6 +186,7 @@ def test_streamed_dual_makes_a_lost_cached_slab_again(tmp_path, monkeypatch):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.cluster
 def test_failed_streamed_fit_leaves_no_feature_cache(tmp_path):
     """One worker's slab fails while the other is still making (and caching) its first slab:
     the fit fails, and nothing of its cache is left on the workers' disks, not even the slab
@@ -202,6 +206,7 @@ def test_failed_streamed_fit_leaves_no_feature_cache(tmp_path):
         assert not glob.glob(str(tmp_path / "**" / "rfol-*"), recursive=True)
 
 
+@pytest.mark.cluster
 def test_predict_on_a_cluster_ships_the_model_once_not_in_the_graph():
     import warnings
 

@@ -94,16 +94,36 @@ class KernelOperator(OperatorEstimator):
         Ridge added to the diagonal of the centred Gram (>= 0).
     n_components : int, default=None
         Input PCA: fit on the leading ``n_components`` principal scores of the inputs.
-    fit_intercept, dtype, column_block, max_gram_bytes, progress, recovery
-        As in :class:`rfol_dask.RandomFeatureOperator`.
+    fit_intercept : bool, default=True
+        Centre in feature space and fit an intercept per output component.
+    dtype : {None, "float32", "float64"}, default=None
+        Working precision; ``None`` follows the input.
+    column_block : int, default=None
+        Output columns per solve task for dask input (default: spread over all worker threads).
+    max_gram_bytes : int, default=None
+        Memory budget for the M x M Gram (default: 60 % of available / worker memory).
+    progress : bool, default=False
+        Show a progress bar while fitting dask input.
+    recovery : str, dict or 2-tuple, default="cubic"
+        Recovery maps ``(R_U, R_V)`` used by ``predict`` on other grids, as in
+        :class:`rfol_dask.RandomFeatureOperator`.
 
     Attributes
     ----------
-    X_train_ : ndarray (M, p)
-        Training inputs (PCA scores if ``n_components``), needed to predict.
-    dual_coef_ : ndarray (M, m)
-    intercept_ : ndarray (m,)
-    pca_mean_, pca_components_ : ndarray (n,), (n, p) or None
+    X_train_ : ndarray of shape (M, p)
+        Training inputs (``p = n``, or the PCA scores: ``p = n_components``), needed to predict.
+    dual_coef_ : ndarray of shape (M, m)
+        Dual coefficients ``Beta`` (``m`` output grid points).
+    intercept_ : ndarray of shape (m,)
+        Intercept ``c0`` of each output grid point.
+    pca_mean_ : ndarray of shape (n,) or None
+        Mean of the training inputs (None without ``n_components``).
+    pca_components_ : ndarray of shape (n, p) or None
+        Leading principal directions of the training inputs (None without ``n_components``).
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_grid_, output_grid_, input_periods_, output_periods_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
     does not fit one) plus the training inputs. Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.

@@ -17,6 +17,7 @@ def test_registry_lists_and_rejects():
             datasets.generate("advection1", bad)
 
 
+@pytest.mark.cluster
 def test_same_bytes_for_any_block_size_and_workers(tmp_path):
     ref = datasets.generate("advection2", 23, seed=5, block_size=23)
     a = datasets.generate("advection2", 23, store=tmp_path / "a.zarr", seed=5, block_size=4)
