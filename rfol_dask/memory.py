@@ -2,9 +2,10 @@
 the sizes of the blocks the algorithms hold at a time.
 
 A budget is ``max_gram_bytes`` when the user gives one, else, for the workers of a distributed
-client that have memory limits, the smallest of ``min(0.6 limit, 0.8 limit - used)`` (``used`` the
-memory the worker process holds once it has imported this package: a small worker's own footprint is a large share of its
-limit, and dask pauses a worker at 80 %), else 60 % of this machine's available memory.
+client that have memory limits, the smallest of ``min(0.6 limit, 0.8 limit - used)`` (``used``
+the memory the worker process holds once it has imported this package: a small worker's own
+footprint is a large share of its limit, and dask pauses a worker at 80 %), else 60 % of this
+machine's available memory.
 """
 
 from __future__ import annotations
