@@ -114,8 +114,9 @@ class RandomFeatureOperator(OperatorEstimator):
 
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
     holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` is never
-    whole: the dual sums the Gram over 256 MiB feature slabs on each worker (``8 M^2 + 8 M n``
-    per worker; see :mod:`rfol_dask.solve.streamed`), the primal over row blocks.
+    whole: the dual sums the Gram over feature slabs of at most 256 MiB (less where the worker
+    memory asks) on each worker (``8 M^2 + 8 M n`` per worker; see :mod:`rfol_dask.solve.streamed`
+    and :func:`rfol_dask.memory.dual_plan`), the primal over row blocks.
     """
 
     _parameter_constraints = {

@@ -50,3 +50,17 @@ def smooth_operator_data(n_samples=240, n_points=32, seed=0, n_out=None):
     V = (a * np.exp(-0.05 * k**2)) @ np.sin(2 * np.pi * np.outer(k, x))
     V = V[:, : (n_out or n_points)] + 0.3 * U[:, : (n_out or n_points)] ** 2
     return U, V
+
+
+class FakeClient:
+    """A stand-in for a distributed client whose workers have the given memory limits (bytes)
+    and hold ``used`` bytes each already (what ``run`` reports)."""
+
+    def __init__(self, *limits, used=0):
+        self.limits, self.used = limits, used
+
+    def scheduler_info(self):
+        return {"workers": {f"w{i}": {"memory_limit": m, "nthreads": 1} for i, m in enumerate(self.limits)}}
+
+    def run(self, func):
+        return {f"w{i}": self.used for i in range(len(self.limits))}

@@ -10,23 +10,12 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import smooth_operator_data
+from conftest import FakeClient, smooth_operator_data
 from dask.utils import key_split
 
 from rfol_dask import RandomFeatureOperator
 from rfol_dask.features import draw_frequencies
 from rfol_dask.solve import fit_dask, fit_numpy
-
-
-class FakeClient:
-    """A client whose workers have the given memory limits (bytes)."""
-
-    def __init__(self, *limits):
-        self.limits = limits
-
-    def scheduler_info(self):
-        return {"workers": {f"w{i}": {"memory_limit": m, "nthreads": 1} for i, m in enumerate(self.limits)}}
-
 
 #: the memory monitor is off so that tiny limits are only numbers the plans read
 _MONITOR_OFF = {f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause", "terminate")}
@@ -204,6 +193,23 @@ def test_failed_streamed_fit_leaves_no_feature_cache(tmp_path):
         time.sleep(2.0)  # the slow slab is finished by now; the workers (and their directories) live on
         assert glob.glob(str(tmp_path / "**" / "worker-*"), recursive=True)
         assert not glob.glob(str(tmp_path / "**" / "rfol-*"), recursive=True)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_streamed_dual_fits_small_workers():
+    """A worker process limited to 300 MB (about 190 MB of it the process itself): a 500 x 60000
+    feature matrix (240 MB) in slabs that the worker memory sizes, not one 240 MB slab that gets
+    the worker killed."""
+    from distributed import Client, LocalCluster
+
+    U, V = smooth_operator_data(500, 16)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="300MB",
+                         dashboard_address=":0") as c, Client(c):
+        model = RandomFeatureOperator(n_features=60_000, alpha=1e-6, random_state=0).fit(
+            da.from_array(U, chunks=(250, -1)), da.from_array(V, chunks=(250, -1)))
+    assert model.score(U, V) > 0.999
 
 
 @pytest.mark.cluster
