@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["RTOL", "as_grid", "as_periods", "is_closed", "periodic_matrix", "grid_domain", "span", "same_grid",
-           "grid_shape"]
+__all__ = ["RTOL", "as_grid", "as_periods", "is_closed", "periodic_matrix", "uniform_period", "grid_domain", "span",
+           "same_grid", "grid_shape"]
 
 #: tolerance on grid coordinates, relative to the span of the axis
 RTOL = 1e-6
@@ -114,11 +114,17 @@ def periodic_matrix(x, P, y, method):
     return W
 
 
+def uniform_period(ax):
+    """``n * spacing`` of a uniform axis of ``n > 1`` points: its period when it is read as an open
+    periodic grid (``linspace(a, b, n, endpoint=False)``)."""
+    return ax.size * (ax[-1] - ax[0]) / (ax.size - 1)
+
+
 def grid_domain(grid, periodic=False):
     """``[(lo, hi), ...]`` per axis: ``[x[0], x[-1]]``, or ``[x[0], x[0] + n * spacing)`` if ``periodic``."""
     out = []
     for ax in as_grid(grid):
-        hi = ax[0] + ax.size * (ax[-1] - ax[0]) / (ax.size - 1) if periodic and ax.size > 1 else ax[-1]
+        hi = ax[0] + uniform_period(ax) if periodic and ax.size > 1 else ax[-1]
         out.append((float(ax[0]), float(hi)))
     return out
 

@@ -8,7 +8,8 @@ from functools import partial
 import dask.array as da
 import numpy as np
 
-from .grids import RTOL, as_grid, as_periods, grid_domain, grid_shape, is_closed, periodic_matrix, same_grid, span
+from .grids import (RTOL, as_grid, as_periods, grid_domain, grid_shape, is_closed, periodic_matrix, same_grid, span,
+                    uniform_period)
 
 __all__ = ["Recovery", "GridInterpolation", "SpectralResampling", "apply_matrix"]
 
@@ -100,10 +101,16 @@ class Recovery:
             out = self._resample_block(np.asarray(values), grid_out, dtype)
         return out[0] if single else out
 
-    def _resample_block(self, block, grid_out, dtype):
-        out = np.asarray(block, dtype=np.float64)
-        if not np.all(np.isfinite(out)):
+    @staticmethod
+    def _finite(block):
+        """One block of values as float64; ValueError if it holds NaN or Inf."""
+        block = np.asarray(block, dtype=np.float64)
+        if not np.all(np.isfinite(block)):
             raise ValueError("values hold NaN or Inf; recovery needs finite values")
+        return block
+
+    def _resample_block(self, block, grid_out, dtype):
+        out = self._finite(block)
         for axis, y in enumerate(grid_out):
             if not same_grid((self.grid_in[axis],), (y,)):
                 out = self._apply(out, axis + 1, axis, y)
@@ -190,7 +197,7 @@ class SpectralResampling(Recovery):
         """``(period, closed)`` of grid axis ``axis``: the given period, else ``n * spacing``."""
         x, P = self.grid_in[axis], self.periods[axis]
         if P is None:
-            return x.size * (x[-1] - x[0]) / (x.size - 1), False
+            return uniform_period(x), False
         return P, is_closed(x, P)
 
     def _coefficients(self, values, array_axis, n):

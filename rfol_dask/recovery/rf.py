@@ -115,9 +115,7 @@ class RandomFeatureInterpolant(Recovery):
     def _resample_block(self, block, grid_out, dtype):
         if self.separable:
             return super()._resample_block(block, grid_out, dtype)
-        block = np.asarray(block, dtype=np.float64)
-        if not np.all(np.isfinite(block)):
-            raise ValueError("values hold NaN or Inf; recovery needs finite values")
+        block = self._finite(block)
         key = ("joint",) + tuple(y.tobytes() for y in grid_out)
         W = self._cached(key, lambda: self._map(self.factors[0], list(grid_out)))
         out = block.reshape(block.shape[0], -1) @ W.T
