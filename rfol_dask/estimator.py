@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dask.array as da
 import numpy as np
+import xarray as xr
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -33,6 +34,24 @@ def _flatten(X):
     if hasattr(X, "toarray") or not hasattr(X, "shape") or len(X.shape) <= 2:
         return X, None
     return np.reshape(np.asarray(X), (X.shape[0], -1)), tuple(X.shape[1:])
+
+
+def _jsonable(value):
+    """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def _attrs_of(V, dims):
+    """``(attrs, {dim: coordinate attrs})`` of an xarray output ``V``; empty for arrays."""
+    if not isinstance(V, xr.DataArray):
+        return {}, {}
+    return _jsonable(dict(V.attrs)), {d: _jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords}
 
 
 def _num_samples(X):
@@ -162,6 +181,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
         self.input_dims_, self.input_coords_ = u.dims, u.coords
         self.output_dims_, self.output_coords_ = v.dims, v.coords
+        self.output_attrs_, self.output_coord_attrs_ = _attrs_of(V, v.dims)
         self.input_grid_ = self._learn_grid(input_grid, u, self.input_shape_, "input")
         self.output_grid_ = self._learn_grid(output_grid, v, self.output_shape_, "output")
 
@@ -223,7 +243,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         if grid is not None and (not coords or output_grid is not None):
             dims = dims or tuple(f"dim_{k}" for k in range(len(grid)))
             coords = dict(zip(dims, grid))
-        return io.wrap_like(Y, u, shape, dims, coords, name="prediction")
+        return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
 
     def _check_grid(self, grid, trained, which):
         """``grid`` as axes; ValueError if the model has no grid there or the dimension differs."""
@@ -277,13 +297,37 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         return r2_score(V, pred)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path):
+    def _with_output_attrs(self, pred):
+        """An xarray prediction with the training output's attributes and coordinate attributes."""
+        if isinstance(pred, xr.DataArray):
+            pred.attrs.update(getattr(self, "output_attrs_", {}))
+            for dim, attrs in getattr(self, "output_coord_attrs_", {}).items():
+                if dim in pred.coords:
+                    pred[dim].attrs.update(attrs)
+        return pred
+
+    def save(self, path, *, overwrite=True):
         """Save the fitted model to a Zarr store (parameters, fitted arrays, grids, version).
 
+        Parameters
+        ----------
+        path : str or path-like
+            Where to write. Nothing there, an empty directory, or an rfol_dask model (replaced
+            only if ``overwrite``); anything else (a file, a data set, other files) raises
+            ValueError and is left untouched.
+        overwrite : bool, default True
+            Whether an existing model at ``path`` may be replaced.
+
+        Returns
+        -------
+        path
+            ``path``, for ``load(model.save(path))``.
+
         The write goes to a temporary store renamed into place: an interrupted save leaves
-        the previous model at ``path`` readable.
+        the previous model readable. Every array gets a checksum that :meth:`load` verifies.
         """
         check_is_fitted(self)
+        io.check_model_path(path, overwrite)
         params = self.get_params()
         params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
         if "random_state" in params:  # a Generator is not JSON: the fitted arrays hold its draw
@@ -296,6 +340,8 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             "output_shape_": list(self.output_shape_),
             "input_dims_": None if self.input_dims_ is None else list(self.input_dims_),
             "output_dims_": None if self.output_dims_ is None else list(self.output_dims_),
+            "output_attrs_": getattr(self, "output_attrs_", {}),
+            "output_coord_attrs_": getattr(self, "output_coord_attrs_", {}),
             "version": __version__,
         }
         arrays = {name: getattr(self, name) for name in self._fitted_arrays if getattr(self, name) is not None}
@@ -308,12 +354,27 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
             for k, ax in enumerate(grid or ()):
                 arrays[f"grid_{which}_{k}"] = ax
-        io.save_model(path, arrays, attrs)
+        io.save_model(path, arrays, attrs, overwrite=overwrite)
         return path
 
     @classmethod
     def load(cls, path):
-        """Load a model written by :meth:`save`."""
+        """Load a model written by :meth:`save`.
+
+        Parameters
+        ----------
+        path : str or path-like
+            The model's Zarr store.
+
+        Returns
+        -------
+        estimator
+            The fitted estimator.
+
+        Raises FileNotFoundError if there is no model, ValueError if the store is not a model,
+        has a newer format, or an array is missing or damaged (the message names it). Models
+        saved before the format was versioned load with a warning (see ``io.MODEL_FORMAT``).
+        """
         arrays, attrs = io.load_model(path)
         params = dict(attrs["params"])
         if isinstance(params.get("recovery"), list):
@@ -326,6 +387,8 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         model.n_features_in_ = attrs["n_features_in_"]
         model.input_shape_ = tuple(attrs["input_shape_"])
         model.output_shape_ = tuple(attrs["output_shape_"])
+        model.output_attrs_ = attrs.get("output_attrs_", {})
+        model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
         for which in ("input", "output"):
             dims = attrs[f"{which}_dims_"]
             setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
