@@ -1,6 +1,6 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
-Layout (docs: the data-set conventions): variables ``input`` (sample, <input grid dims>) and
+Layout: variables ``input`` (sample, <input grid dims>) and
 ``output`` (sample, <output grid dims>) with ``long_name`` and ``units``, grid coordinates with
 units, chunks along ``sample`` only, attributes for every generator parameter, the seed, the
 package version and ``Conventions``; metadata consolidated (a plain ``xr.open_zarr`` reads it
@@ -45,9 +45,20 @@ _LOCK = ".rfol_dask.lock"  # held by the generate run writing the store (see sto
 _TEMPLATE_MARK = ".rfol_dask.template"  # present while the store's template is being written
 
 
+def _grids(spec, params):
+    """``spec.grids(**params)``; ValueError if an axis has no points."""
+    gin, gout = spec.grids(**params)
+    for which, grid in (("input", gin), ("output", gout)):
+        empty = [d for d, c in grid.items() if len(c) == 0]
+        if empty:
+            raise ValueError(f"{spec.name}: parameters {params} give an empty {which} grid (no points along "
+                             f"{empty}); choose larger grid sizes")
+    return gin, gout
+
+
 def default_block_size(spec, params, n_samples):
     """Samples per block: chunks of about 32 MiB, at most 1000 samples, at most ``n_samples``."""
-    gin, gout = spec.grids(**params)
+    gin, gout = _grids(spec, params)
     per_sample = 8 * (np.prod([len(c) for c in gin.values()]) + np.prod([len(c) for c in gout.values()]))
     return int(max(1, min(n_samples, 1000, _TARGET_CHUNK_BYTES // per_sample)))
 
@@ -63,15 +74,10 @@ def _blocks(n_samples, block_size):
 
 
 def _template(spec, params, n_samples, block_size, seed):
-    gin, gout = spec.grids(**params)
+    gin, gout = _grids(spec, params)
     for dim in set(gin) & set(gout):
         if not np.array_equal(gin[dim], gout[dim]):
             raise ValueError(f"{spec.name}: input and output share dim {dim!r} with different coordinates")
-    for which, grid in (("input", gin), ("output", gout)):
-        empty = [d for d, c in grid.items() if len(c) == 0]
-        if empty:
-            raise ValueError(f"{spec.name}: parameters {params} give an empty {which} grid (no points along "
-                             f"{empty}); choose larger grid sizes")
     shape_in = (n_samples, *(len(c) for c in gin.values()))
     shape_out = (n_samples, *(len(c) for c in gout.values()))
     chunks_in = (block_size, *shape_in[1:])
@@ -238,7 +244,10 @@ def _store_state(path):
 
 
 def _stored_meta(path):
-    return json.loads(xr.open_zarr(path).attrs["rfol_dask_meta"])
+    """The generation parameters recorded in the data-set store at ``path``."""
+    import zarr
+
+    return json.loads(zarr.open_group(str(path), mode="r").attrs["rfol_dask_meta"])
 
 
 def _write_block(path, name, seed, start, stop, block, params):
@@ -267,8 +276,13 @@ def generate(name, n_samples, store=None, *, seed=0, client=None, block_size=Non
     of a Zarr store and the store is returned lazily; rerunning the same call after an
     interruption skips the blocks already written. Without ``store`` the result is in memory.
 
+    A run holds a lock file in the store: a second run into the same store raises ValueError
+    naming the first. A run killed at any point (even while creating the store) is resumed
+    or restarted by the same call.
+
     Raises ValueError for an unknown name or parameter, a non-positive size, or a store
-    that holds another data set (pass ``overwrite=True`` to replace it).
+    that holds another data set (pass ``overwrite=True`` to replace it; nothing but an
+    rfol_dask data set is ever replaced: a file or other directory is refused).
     """
     spec = get(name)
     n_samples = _check_count(n_samples, "n_samples")
@@ -295,23 +309,28 @@ def generate(name, n_samples, store=None, *, seed=0, client=None, block_size=Non
         _check_store_kind(path)  # refuse a foreign directory before even taking the lock in it
     path.mkdir(parents=True, exist_ok=True)
     with store_lock(path, meta):
-        state = _check_store_kind(path)
-        if state == "dataset" and (overwrite or _stored_meta(path) != json.loads(json.dumps(meta, sort_keys=True))):
-            if not overwrite:
-                existing = _stored_meta(path)
-                diff = {k: (existing.get(k), meta[k]) for k in _META_KEYS if existing.get(k) != meta[k]}
-                raise ValueError(f"{path} holds another data set (stored vs requested: {diff}); pass "
-                                 "overwrite=True (--overwrite) to replace it, or use another path")
-            state = "new"
-        if state != "dataset":
-            _write_template(path, ds, encoding, len(blocks))
-        done = block_flags(path)
+        done = _prepare_store(path, ds, meta, encoding, len(blocks), overwrite)
         todo = [(k, a, b) for k, (a, b) in enumerate(blocks) if not done[k]]
         tasks = [dask.delayed(_write_block)(str(path), name, seed, a, b, k, params,
                                             dask_key_name=f"generate-{name}-{k}") for k, a, b in todo]
         if tasks:
             compute(*tasks, client=client, progress=progress, desc=f"generate {name} ({len(todo)} blocks)")
     return open_dataset(path)
+
+
+def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
+    """Under the lock: keep a store of the same data set (to resume it), else write the template
+    (a new or cut-short store, or another data set with ``overwrite``). Returns the block flags."""
+    state = _check_store_kind(path)
+    if state == "dataset":
+        existing = _stored_meta(path)
+        if existing != json.loads(json.dumps(meta, sort_keys=True)) and not overwrite:
+            diff = {k: (existing.get(k), meta[k]) for k in _META_KEYS if existing.get(k) != meta[k]}
+            raise ValueError(f"{path} holds another data set (stored vs requested: {diff}); pass "
+                             "overwrite=True (--overwrite) to replace it, or use another path")
+    if state != "dataset" or overwrite:
+        _write_template(path, ds, encoding, n_blocks)
+    return block_flags(path)
 
 
 def _check_store_kind(path):
