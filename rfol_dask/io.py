@@ -42,36 +42,6 @@ class Operand:
     sample: object = None  # the DataArray's sample coordinate, if any
 
 
-BOOKKEEPING_GROUP = "_rfol_dask"
-"""The Zarr group of a data-set store holding ``block_done`` (not an xarray variable)."""
-
-
-def process_alive(host, pid):
-    """Whether process ``pid`` on ``host`` may still run (another host: assumed alive)."""
-    if host != socket.gethostname():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, TypeError, ValueError):
-        return True
-    return True
-
-
-def block_flags(path):
-    """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None
-    if it has none (a store not written by ``datasets.generate``)."""
-    import zarr
-
-    try:
-        group = zarr.open_group(os.fspath(path), mode="r")
-        arr = group[f"{BOOKKEEPING_GROUP}/block_done"] if BOOKKEEPING_GROUP in group else group["block_done"]
-        return np.asarray(arr[...]).astype(bool)
-    except Exception:  # noqa: BLE001  (no such group or array)
-        return None
-
-
 def open_dataset(path):
     """Open a data-set store lazily; raise if it is not one or if blocks are missing.
 
@@ -151,6 +121,38 @@ def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     if template.sample is not None:
         out_coords["sample"] = template.sample
     return xr.DataArray(values, dims=("sample", *dims), coords=out_coords, name=name)
+
+
+# ------------------------------------------------------------------------------ data-set stores
+
+BOOKKEEPING_GROUP = "_rfol_dask"
+"""The Zarr group of a data-set store holding ``block_done`` (not an xarray variable)."""
+
+
+def process_alive(host, pid):
+    """Whether process ``pid`` on ``host`` may still run (another host: assumed alive)."""
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, TypeError, ValueError):
+        return True
+    return True
+
+
+def block_flags(path):
+    """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None
+    if it has none (a store not written by ``datasets.generate``)."""
+    import zarr
+
+    try:
+        group = zarr.open_group(os.fspath(path), mode="r")
+        arr = group[f"{BOOKKEEPING_GROUP}/block_done"] if BOOKKEEPING_GROUP in group else group["block_done"]
+        return np.asarray(arr[...]).astype(bool)
+    except Exception:  # noqa: BLE001  (no such group or array)
+        return None
 
 
 # ------------------------------------------------------------------------------ models
