@@ -46,7 +46,7 @@ def open_dataset(path):
     """Open a data-set store lazily; raise if it is not one or if blocks are missing.
 
     Stores written by ``rfol_dask.datasets.generate`` carry a ``block_done`` flag per block
-    (in the Zarr group ``_rfol_dask``; a variable in stores of rfol_dask 0.1.0); a store with
+    (in the Zarr group ``_rfol_dask``; a variable in stores written before it); a store with
     unset flags was interrupted (rerun the generation to resume it).
     """
     path = os.fspath(path)
@@ -162,7 +162,7 @@ MODEL_FORMAT = 1
 
 * 1: NaN fill value for float arrays, a SHA-256 checksum per array (``rfol_dask_checksums``,
   verified on load) and the save time (``rfol_dask_saved``, ns since the epoch).
-* 0 (no attribute): models saved by rfol_dask 0.1.0 before the format was versioned. They
+* 0 (no attribute): models saved before the format was versioned. They
   load, with a warning that their arrays cannot be verified; saving them again upgrades them.
 
 A model of a newer format is refused with a message to upgrade rfol_dask.
