@@ -3,7 +3,7 @@ phase of the fit (features, Gram, factorisation, solves, coefficients) read from
 stream, plus prediction. The same script runs unchanged on a larger cluster (--cluster).
 
     python benchmarks/scaling.py                              # LocalCluster, 1 and 2 workers
-    python benchmarks/scaling.py --cluster cluster/slurm.yaml --workers 4,8,16
+    python benchmarks/scaling.py --cluster slurm --workers 4,8,16
 
 Phase columns: ``busy`` = summed task time of the phase over all workers, ``span`` = first start
 to last end of its tasks (phases overlap). Results: results/scaling.json.

@@ -4,8 +4,8 @@ The dual Gram of ``N`` features is a sum over feature blocks: with ``A_f`` the (
 features of the columns of block ``f``, ``K_N = sum_f A_f A_f^T``. One pass over the
 feature blocks of a single frequency draw ``Omega`` (n, N_max) therefore gives the fit at
 every checkpoint ``N`` (a leading column count): at each one the running sum is copied,
-factorised once (``solve.dual_factor``: ``H K_N H + alpha I``, Cholesky with the jitter
-policy of :mod:`rfol_dask.solve`) and solved for all outputs (``solve.dual_solve``). The
+factorised once (``factor.dual_factor``: ``H K_N H + alpha I``, Cholesky with the jitter
+policy of :mod:`rfol_dask.linalg`) and solved for all outputs (``factor.dual_solve``). The
 result equals ``fit_numpy`` on ``omega[:, :N]``, which is the model
 ``RandomFeatureOperator(n_features=N)`` of the same seed draws (``draw_frequencies`` is
 nested in ``N``).
@@ -13,7 +13,7 @@ nested in ``N``).
 Predictions never need ``C_N = A_{1:N}^T Beta`` (N, m): the test features of the same blocks,
 shifted by the training column means, are accumulated the same way into the cross Gram
 ``K*_N = sum_f A*_f A_f^T`` (M_test, M), and ``A*_{1:N} C_N = K*_N Beta``; the intercept
-is ``solve.dual_intercept``. This is exactly the prediction of the fitted model.
+is ``factor.dual_intercept``. This is exactly the prediction of the fitted model.
 
 Everything is in memory (numpy). A dask version would accumulate the same block sums as
 per-block tasks (``rfol_dask.gram``); it is a possible extension.
@@ -27,13 +27,16 @@ threshold (``N >= 2 M`` with a tiny ridge) the error falls towards the kernel in
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from .factor import dual_factor, dual_intercept, dual_solve
 from .features import draw_frequencies
-from .gram import check_finite, features_block, symmetrize_lower, syrk
+from .gram import check_finite, features_block
+from .linalg import symmetrize_lower, syrk
 from .metrics import relative_l2_error
-from .solve import dual_factor, dual_intercept, dual_solve
 
 __all__ = ["doubling", "error_curve", "error_curves", "saturation_index", "fit_slope", "fit_excess"]
 
@@ -55,39 +58,66 @@ def _block_edges(checkpoints, block_size):
     return np.unique(np.concatenate([[0], grid, checkpoints]))
 
 
-def error_curve(U, V, U_test, V_test, n_features, *, distribution="cauchy", gamma=1.0, nu=None, alpha=1e-10,
-                fit_intercept=True, random_state=None, frequencies=None, block_size=None,
-                error=relative_l2_error, return_predictions=False):
+def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike, n_features: Sequence[int], *,
+                distribution: str = "cauchy", gamma: float = 1.0, nu: float | None = None, alpha: float = 1e-10,
+                fit_intercept: bool = True, random_state: int | np.random.Generator | None = None,
+                frequencies: tuple[ArrayLike, ArrayLike] | None = None, block_size: int | None = None,
+                error: Callable[[np.ndarray, np.ndarray], float] = relative_l2_error,
+                return_predictions: bool = False) -> dict:
     """Test error and fit time of the dual random-feature fit at each ``N`` in ``n_features``.
 
     Parameters
     ----------
-    U, V : ndarray (M, n), (M, m)
-        Training inputs and outputs (flattened grids).
-    U_test, V_test : ndarray (M_t, n), (M_t, m)
-        Test inputs and outputs.
+    U : array-like of shape (M, n)
+        Training inputs (flattened grids); computed in float64.
+    V : array-like of shape (M, m) or (M,)
+        Training outputs.
+    U_test : array-like of shape (M_t, n)
+        Test inputs.
+    V_test : array-like of shape (M_t, m) or (M_t,)
+        Test outputs.
     n_features : sequence of int
         Increasing checkpoints; the largest is ``N_max``.
-    distribution, gamma, nu, alpha, fit_intercept, random_state
-        As in :class:`rfol_dask.RandomFeatureOperator`; one draw ``Omega`` (n, N_max) from
-        ``random_state``, of which checkpoint ``N`` uses the leading ``N`` columns.
+    distribution : {"cauchy", "gaussian", "student_t"}, default="cauchy"
+        Frequency law, as in :class:`rfol_dask.RandomFeatureOperator`.
+    gamma : float, default=1.0
+        Frequency scale.
+    nu : float, optional
+        Degrees of freedom of ``"student_t"``.
+    alpha : float, default=1e-10
+        Ridge parameter.
+    fit_intercept : bool, default=True
+        Centre features and outputs.
+    random_state : int, Generator or None, default=None
+        Seed of the one draw ``Omega`` (n, N_max), of which checkpoint ``N`` uses the leading
+        ``N`` columns.
     frequencies : tuple (omega (n, N_max), b (N_max,)), optional
         Use these frequencies instead of drawing them.
     block_size : int, optional
         Features per block (default: about 64 MiB of training or test features per block).
-    error : callable, default relative_l2_error
+    error : callable, default=relative_l2_error
         ``error(V_test, prediction) -> float``.
-    return_predictions : bool, default False
+    return_predictions : bool, default=False
         Also return the test predictions at every checkpoint (``M_t m`` memory each).
 
     Returns
     -------
-    dict with ndarrays over the checkpoints: ``n_features``, ``error``, ``fit_time``
-    (seconds a single fit at that ``N`` costs here: the feature and Gram work of the blocks
-    up to ``N`` plus one factorisation and solve, not the earlier checkpoints' solves),
-    and ``predict_time`` (test features, cross Gram up to ``N`` and the product). A ridge
-    raised by the jitter policy is announced by a RuntimeWarning, as in a plain fit. With
-    ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
+    dict
+        Arrays of shape (n_checkpoints,): ``n_features``, ``error``, ``fit_time`` (seconds
+        a single fit at that ``N`` costs here: the feature and Gram work of the blocks up to
+        ``N`` plus one factorisation and solve, not the earlier checkpoints' solves) and
+        ``predict_time`` (test features, cross Gram up to ``N`` and the product). With
+        ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
+
+    Raises
+    ------
+    ValueError
+        If ``n_features`` is not increasing positive integers, ``frequencies`` are too few,
+        or ``V`` holds NaN / Inf.
+
+    Notes
+    -----
+    A ridge raised by the jitter policy is announced by a RuntimeWarning, as in a plain fit.
 
     For ``N < M`` the Gram has rank ``N`` and the solve leans on ``alpha`` (a plain fit would use
     the primal solver for the same model; on Burgers with ``alpha = 1e-12`` the two give

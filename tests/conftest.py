@@ -1,6 +1,30 @@
 import numpy as np
 import pytest
 
+# Markers (registered in pyproject.toml): ``slow`` for tests of more than a few seconds (the fast
+# loop is ``python -m pytest -m "not slow"``), ``cluster`` for tests that start a distributed
+# LocalCluster. Users of the ``cluster_client`` fixture get ``cluster`` here; a test that starts a
+# cluster itself carries the marker, and the guard below fails one that does not.
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "cluster_client" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(autouse=True)
+def _clusters_only_in_cluster_tests(request, monkeypatch):
+    """Fail a test that starts a LocalCluster in this process without the ``cluster`` marker."""
+    if request.node.get_closest_marker("cluster") is None:
+        from distributed import LocalCluster
+
+        def refuse(self, *args, **kwargs):
+            raise AssertionError(f"{request.node.nodeid} starts a LocalCluster: mark it @pytest.mark.cluster")
+
+        monkeypatch.setattr(LocalCluster, "__init__", refuse)
+    yield
+
 
 @pytest.fixture(scope="session")
 def cluster_client():

@@ -1,6 +1,6 @@
 """KernelOperator: exact kernel ridge regression for operators (one scalar kernel shared by all
 output components, as in Batlle et al. 2024), on the same dual Gram / Cholesky / column-block
-machinery as the random-feature model (``rfol_dask.solve.dual_numpy`` and ``dual_graph``).
+machinery as the random-feature model (``rfol_dask.solve.in_memory.dual_numpy`` and ``rfol_dask.solve.tiled.dual_graph``).
 
 Model: ``v(u) = k(u, U_train) Beta + c0`` with ``(H K H + nugget I) Beta = V - vbar`` when fitting
 an intercept (``H`` centres in feature space, as the random-feature model does). Optional input
@@ -9,8 +9,11 @@ PCA (``n_components``) replaces each input by its leading principal scores.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import numbers
+import re
+import warnings
 
 import dask
 import numpy as np
@@ -20,8 +23,11 @@ from .. import recovery as rec
 from ..estimator import OperatorEstimator
 from ..gram import check_finite
 from ..progress import active_client
-from ..solve import (_ROW_BLOCK_BYTES, check_gram_memory, compute_fit, dual_graph, dual_intercept,
-                     dual_needs_blocking, dual_numpy, row_blocks)
+from ..factor import dual_intercept
+from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan
+from ..solve.graph import compute_fit, row_blocks
+from ..solve.in_memory import dual_numpy
+from ..solve.tiled import dual_graph
 from .kernels import KERNELS, kernel_tile
 
 __all__ = ["KernelOperator", "pca"]
@@ -38,11 +44,26 @@ def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
     """``k(U, X_train) Beta + c0`` for one row block (k, n) -> (k, m), in row chunks."""
     X = _transform(U, 0, mean, components, Beta.dtype)
     out = np.empty((len(X), Beta.shape[1]), dtype=Beta.dtype)
-    step = max(1, _ROW_BLOCK_BYTES // (Beta.dtype.itemsize * max(1, len(X_train))))
+    step = max(1, ROW_BLOCK_BYTES // (Beta.dtype.itemsize * max(1, len(X_train))))
     for s in range(0, len(X), step):
         out[s:s + step] = tile(X[s:s + step], X_train) @ Beta
     out += intercept
     return out
+
+
+@contextlib.contextmanager
+def _nugget_messages():
+    """The shared solvers (:mod:`rfol_dask.solve`) call their ridge ``alpha``; this model's is
+    ``nugget``: their errors and warnings are re-raised with the name this model takes."""
+    rename = functools.partial(re.sub, r"\balpha\b", "nugget")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        except ValueError as exc:
+            raise ValueError(rename(str(exc))) from exc
+    for w in caught:
+        warnings.warn_explicit(rename(str(w.message)), w.category, w.filename, w.lineno)
 
 
 def pca(U, n_components):
@@ -73,16 +94,36 @@ class KernelOperator(OperatorEstimator):
         Ridge added to the diagonal of the centred Gram (>= 0).
     n_components : int, default=None
         Input PCA: fit on the leading ``n_components`` principal scores of the inputs.
-    fit_intercept, dtype, column_block, max_gram_bytes, progress, recovery
-        As in :class:`rfol_dask.RandomFeatureOperator`.
+    fit_intercept : bool, default=True
+        Centre in feature space and fit an intercept per output component.
+    dtype : {None, "float32", "float64"}, default=None
+        Working precision; ``None`` follows the input.
+    column_block : int, default=None
+        Output columns per solve task for dask input (default: spread over all worker threads).
+    max_gram_bytes : int, default=None
+        Memory budget for the M x M Gram (default: 60 % of available / worker memory).
+    progress : bool, default=False
+        Show a progress bar while fitting dask input.
+    recovery : str, dict or 2-tuple, default="cubic"
+        Recovery maps ``(R_U, R_V)`` used by ``predict`` on other grids, as in
+        :class:`rfol_dask.RandomFeatureOperator`.
 
     Attributes
     ----------
-    X_train_ : ndarray (M, p)
-        Training inputs (PCA scores if ``n_components``), needed to predict.
-    dual_coef_ : ndarray (M, m)
-    intercept_ : ndarray (m,)
-    pca_mean_, pca_components_ : ndarray (n,), (n, p) or None
+    X_train_ : ndarray of shape (M, p)
+        Training inputs (``p = n``, or the PCA scores: ``p = n_components``), needed to predict.
+    dual_coef_ : ndarray of shape (M, m)
+        Dual coefficients ``Beta`` (``m`` output grid points).
+    intercept_ : ndarray of shape (m,)
+        Intercept ``c0`` of each output grid point.
+    pca_mean_ : ndarray of shape (n,) or None
+        Mean of the training inputs (None without ``n_components``).
+    pca_components_ : ndarray of shape (n, p) or None
+        Leading principal directions of the training inputs (None without ``n_components``).
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
     does not fit one) plus the training inputs. Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
@@ -94,7 +135,7 @@ class KernelOperator(OperatorEstimator):
         "nugget": [Interval(numbers.Real, 0, None, closed="left")],
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "fit_intercept": ["boolean"],
-        "dtype": [StrOptions({"float32", "float64"}), type, None],
+        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
         "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "progress": ["boolean"],
@@ -120,6 +161,10 @@ class KernelOperator(OperatorEstimator):
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,); keep the training inputs."""
+        with _nugget_messages():
+            self._solve(U, V, lazy, dtype)
+
+    def _solve(self, U, V, lazy, dtype):
         M = U.shape[0]
         self.pca_mean_ = self.pca_components_ = None
         if self.n_components is not None:
@@ -127,13 +172,13 @@ class KernelOperator(OperatorEstimator):
         transform = functools.partial(_transform, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
         alpha = float(self.nugget)
         if not lazy:
-            check_gram_memory(M, dtype, self.max_gram_bytes)
+            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel")
             X = transform(U, 0)
             fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
         client = active_client()
-        blocked = dual_needs_blocking(M, dtype, self.max_gram_bytes, client)
+        blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
         fac, betas = dual_graph(Xb, Vb, starts, self._tile(), cols, alpha=alpha, fit_intercept=self.fit_intercept,

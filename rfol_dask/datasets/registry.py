@@ -41,9 +41,13 @@ class DatasetSpec:
     description : str
         One line for ``rfol-dask datasets``.
     units : str
-        Units of the grid coordinates.
+        Units of the grid coordinates (``"m"`` for positions; ``"1"`` only for truly
+        dimensionless ones).
     input_attrs, output_attrs : mapping
         CF attributes of the ``input`` / ``output`` variables (``long_name``, ``units``).
+    periods : mapping
+        Grid dimension -> period, for every periodic axis; written as the coordinate
+        attribute ``period``, which ``fit`` reads (recovery then wraps around that axis).
     paper : mapping
         The paper's settings and figures (``train``, ``test``, ``n_features``,
         ``gamma``, ``alpha``, ``cauchy``, ``gaussian``) for sanity tables.
@@ -58,6 +62,14 @@ class DatasetSpec:
     input_attrs: Mapping[str, str] = field(default_factory=dict)
     output_attrs: Mapping[str, str] = field(default_factory=dict)
     paper: Mapping[str, Any] = field(default_factory=dict)
+    periods: Mapping[str, float] = field(default_factory=dict)
+
+    def coord_attrs(self, dim: str) -> dict:
+        """Attributes of the grid coordinate ``dim``: ``units``, and ``period`` if it is periodic."""
+        attrs = {"units": self.units}
+        if dim in self.periods:
+            attrs["period"] = float(self.periods[dim])
+        return attrs
 
 
 def register(spec: DatasetSpec) -> DatasetSpec:

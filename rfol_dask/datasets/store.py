@@ -1,6 +1,6 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
-Layout: variables ``input`` (sample, <input grid dims>) and
+Layout (docs/design.md): variables ``input`` (sample, <input grid dims>) and
 ``output`` (sample, <output grid dims>) with ``long_name`` and ``units``, grid coordinates with
 units, chunks along ``sample`` only, attributes for every generator parameter, the seed, the
 package version and ``Conventions``; metadata consolidated (a plain ``xr.open_zarr`` reads it
@@ -25,6 +25,7 @@ import socket
 import time
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dask
 import dask.array as da
@@ -35,6 +36,9 @@ from .._version import __version__
 from ..io import BOOKKEEPING_GROUP, block_flags, open_dataset, process_alive
 from ..progress import compute
 from .registry import get, resolve_params
+
+if TYPE_CHECKING:  # annotations only: importing distributed here would slow every import
+    import distributed
 
 __all__ = ["generate", "open_dataset", "default_block_size", "store_lock"]
 
@@ -90,7 +94,7 @@ def _template(spec, params, n_samples, block_size, seed):
         coords={"sample": np.arange(n_samples), **gin, **gout},
     )
     for dim in {**gin, **gout}:
-        ds[dim].attrs["units"] = spec.units
+        ds[dim].attrs.update(spec.coord_attrs(dim))
     ds["sample"].attrs["long_name"] = "sample index"
     meta = {"dataset": spec.name, "n_samples": n_samples, "seed": int(seed),
             "block_size": block_size, "params": params}
@@ -266,23 +270,62 @@ def _write_block(path, name, seed, start, stop, block, params):
     return stop - start
 
 
-def generate(name, n_samples, store=None, *, seed=0, client=None, block_size=None,
-             overwrite=False, progress=False, **params):
-    """Make ``n_samples`` samples of data set ``name`` and return them as an ``xarray.Dataset``.
+def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, *, seed: int = 0,
+             client: distributed.Client | None = None, block_size: int | None = None,
+             overwrite: bool = False, progress: bool = False, **params) -> xr.Dataset:
+    """Make ``n_samples`` samples of a benchmark data set as a dask job.
 
     Samples are made in blocks of ``block_size`` as dask tasks (on ``client``, the active
     distributed client, or dask's local scheduler); sample ``i`` depends only on
-    ``(seed, i)``. With ``store`` (a path) every block is written straight into its region
-    of a Zarr store and the store is returned lazily; rerunning the same call after an
-    interruption skips the blocks already written. Without ``store`` the result is in memory.
+    ``(seed, i)``, whatever the blocks. With ``store`` every block is written straight into
+    its region of a Zarr store; rerunning the same call after an interruption skips the
+    blocks already written.
 
-    A run holds a lock file in the store: a second run into the same store raises ValueError
-    naming the first. A run killed at any point (even while creating the store) is resumed
-    or restarted by the same call.
+    Parameters
+    ----------
+    name : str
+        A registered data set (``rfol_dask.datasets.names()``), e.g. ``"advection1"``.
+    n_samples : int
+        Number of samples ``M`` (>= 1).
+    store : str or os.PathLike, optional
+        Zarr store to write into; without it the samples are made in memory.
+    seed : int, default=0
+        Non-negative seed of the samples.
+    client : distributed.Client, optional
+        Cluster to run on (default: the active client, else dask's local scheduler).
+    block_size : int, optional
+        Samples per task (default: chunks of about 32 MiB, at most 1000 samples).
+    overwrite : bool, default=False
+        Replace a store that holds another rfol_dask data set (nothing else is ever
+        replaced: a file or another directory is refused and left untouched).
+    progress : bool, default=False
+        Show a progress bar on stderr.
+    **params
+        Generator parameters of the data set (see its :class:`DatasetSpec`), e.g. the grid size.
 
-    Raises ValueError for an unknown name or parameter, a non-positive size, or a store
-    that holds another data set (pass ``overwrite=True`` to replace it; nothing but an
-    rfol_dask data set is ever replaced: a file or other directory is refused).
+    Returns
+    -------
+    xarray.Dataset
+        Variables ``input`` (sample, *input grid dims) and ``output`` (sample, *output grid
+        dims), float64, with grid coordinates (units, ``period`` on periodic axes) and the
+        parameters as attributes; read lazily from ``store`` (chunks of ``block_size``
+        samples), or in memory without one.
+
+    Raises
+    ------
+    ValueError
+        If the name or a parameter is unknown (the message names it), a size or the seed is
+        not a positive integer, ``store`` holds another data set (pass ``overwrite=True`` to
+        replace it) or something that is not a data set, or another run holds the store's
+        lock (the message names it).
+
+    Notes
+    -----
+    A run holds a lock file in the store, so two runs never write one store; a run killed at
+    any point (even while creating the store) is resumed or restarted by the same call.
+
+    Memory: one block of inputs and outputs per worker thread with ``store``; the whole
+    data set (``8 M (n + m)`` bytes, twice while the blocks are joined) without.
     """
     spec = get(name)
     n_samples = _check_count(n_samples, "n_samples")

@@ -12,7 +12,8 @@ from . import recovery as rec
 from .estimator import OperatorEstimator
 from .features import DISTRIBUTIONS, check_random_state, draw_frequencies, feature_map
 from .gram import check_finite
-from .solve import _ROW_BLOCK_BYTES, check_gram_memory, choose_solver, fit_dask, fit_numpy
+from .memory import ROW_BLOCK_BYTES, check_gram_memory
+from .solve import choose_solver, fit_dask, fit_numpy
 
 __all__ = ["RandomFeatureOperator"]
 
@@ -22,7 +23,7 @@ def _predict_block(U, omega, b, coef, intercept):
     U = np.asarray(U, dtype=omega.dtype)
     check_finite(U, 0, "U")
     out = np.empty((len(U), coef.shape[1]), dtype=omega.dtype)
-    step = max(1, _ROW_BLOCK_BYTES // (omega.shape[1] * omega.dtype.itemsize))
+    step = max(1, ROW_BLOCK_BYTES // (omega.shape[1] * omega.dtype.itemsize))
     for s in range(0, len(U), step):
         out[s:s + step] = feature_map(U[s:s + step], omega, b) @ coef
     out += intercept
@@ -85,28 +86,40 @@ class RandomFeatureOperator(OperatorEstimator):
 
     Attributes
     ----------
-    omega_ : ndarray (n, N) and b_ : ndarray (N,)
-        The frequencies and phases.
-    coef_ : ndarray (N, m)
-        Coefficients ``C``.
-    intercept_ : ndarray (m,)
-    solver_ : str
+    omega_ : ndarray of shape (n, N)
+        The frequencies ``Omega``, in the working dtype (float32 or float64).
+    b_ : ndarray of shape (N,)
+        The phases ``b``.
+    coef_ : ndarray of shape (N, m)
+        Coefficients ``C`` (``m`` output grid points).
+    intercept_ : ndarray of shape (m,)
+        Intercept ``c0`` of each output grid point (zeros without ``fit_intercept``).
+    solver_ : {"dual", "primal"}
         The solver used.
     n_features_in_ : int
         Input width ``n`` (grid points of one input function).
-    input_shape_, output_shape_ : tuple
-        Grid shapes of one input and one output function.
-    input_dims_, output_dims_, input_coords_, output_coords_
-        Grid dimension names and coordinates when fitted on xarray data (else None / {}).
+    input_shape_, output_shape_ : tuple of int
+        Grid shapes of one input and one output function (``prod(output_shape_) == m``).
+    input_dims_, output_dims_ : tuple of str or None
+        Grid dimension names when fitted on xarray data (else None).
+    input_coords_, output_coords_ : dict of str to ndarray
+        Grid coordinates when fitted on xarray data (else empty).
     input_grid_, output_grid_ : tuple of ndarray or None
         The training grids (one coordinate array per grid axis), from ``fit(...,
         input_grid=, output_grid=)`` or from the xarray coordinates; None if unknown (then
         ``predict`` only reads and writes the training grids).
+    input_periods_, output_periods_ : tuple of (float or None) or None
+        The period of each grid axis (None: not periodic), from ``fit(..., periods=)`` or the
+        coordinates' ``period`` attributes; periodic axes wrap in ``predict``.
+    output_attrs_, output_coord_attrs_ : dict
+        Attributes of the training output (e.g. ``long_name``, ``units``) and of its grid
+        coordinates (dim -> dict) when fitted on xarray data (else empty); xarray predictions
+        carry them.
 
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
     holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` is never
     whole: the dual sums the Gram over 256 MiB feature slabs on each worker (``8 M^2 + 8 M n``
-    per worker; see ``solve.dual_stream_graph``), the primal over row blocks.
+    per worker; see :mod:`rfol_dask.solve.streamed`), the primal over row blocks.
     """
 
     _parameter_constraints = {
@@ -117,7 +130,7 @@ class RandomFeatureOperator(OperatorEstimator):
         "alpha": [Interval(numbers.Real, 0, None, closed="left")],
         "fit_intercept": ["boolean"],
         "solver": [StrOptions({"auto", "dual", "primal"})],
-        "dtype": [StrOptions({"float32", "float64"}), type, None],
+        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
@@ -164,7 +177,8 @@ class RandomFeatureOperator(OperatorEstimator):
             self.omega_, self.b_ = recipe()
         else:
             self.omega_, self.b_ = recipe()
-            check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes)
+            check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes,
+                              solver=self.solver_)
             coef, intercept = fit_numpy(U, V, self.omega_, self.b_, alpha=float(self.alpha),
                                         fit_intercept=self.fit_intercept, solver=self.solver_)
         self.coef_ = coef.astype(dtype, copy=False)

@@ -1,0 +1,116 @@
+"""Fitting the coefficients: one Cholesky factorisation, triangular solves over output columns.
+
+``fit_numpy`` (:mod:`.in_memory`) runs in memory with no graph; ``fit_dask`` builds one dask
+graph and computes it in a single ``compute`` call, so the data are read once, with one of
+three algorithms:
+
+- :mod:`.streamed`: the dual Gram summed over feature slabs on each worker and reduced across
+  the workers (the default dual);
+- :mod:`.tiled`: the dual Gram from tiles of row blocks, factorised blocked across the workers
+  (the dual when the Gram does not fit one worker, :func:`rfol_dask.memory.dual_plan`);
+- :mod:`.primal`: chained partial sums of ``A^T A`` over row blocks.
+
+The factor and solve kernels are in :mod:`rfol_dask.factor`, the dense linear algebra in
+:mod:`rfol_dask.linalg`, the memory policy in :mod:`rfol_dask.memory`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import dask.array as da
+import numpy as np
+from numpy.typing import DTypeLike
+
+from ..memory import check_gram_memory, dual_plan
+from ..progress import active_client
+from .graph import row_blocks
+from .in_memory import fit_numpy
+from .primal import fit_primal
+from .streamed import fit_streamed
+from .tiled import fit_tiled
+
+__all__ = ["choose_solver", "fit_numpy", "fit_dask"]
+
+
+def choose_solver(solver, n_samples, n_features):
+    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram (dual when ``N >= M``)."""
+    if solver == "auto":
+        return "dual" if n_features >= n_samples else "primal"
+    return solver
+
+
+def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],
+             n_features: int, dtype: DTypeLike, alpha: float, fit_intercept: bool, solver: str,
+             column_block: int | None = None, progress: bool = False,
+             max_gram_bytes: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
+
+    Runs on the active ``distributed.Client`` if any, else dask's local scheduler. The dual
+    is streamed, or tiled and factorised blocked across the workers when its Gram does not
+    fit one worker (:func:`rfol_dask.memory.dual_plan`); the primal sums over row blocks.
+
+    Parameters
+    ----------
+    U : dask array of shape (M, n)
+        Input functions (flattened grids), chunked along samples only.
+    V : dask array of shape (M, m)
+        Output functions, chunked along samples only.
+    frequencies : callable
+        Picklable recipe returning ``(omega (n, N), b (N,))`` or, called with
+        ``columns=(f0, f1)``, their columns ``f0:f1`` (a ``functools.partial`` of
+        :func:`rfol_dask.features.draw_frequencies`): the workers draw what they need
+        (again if the workers holding them die); nothing large enters the graph.
+    n_features : int
+        The number of features ``N``.
+    dtype : {"float32", "float64"} or numpy dtype
+        Working precision.
+    alpha : float
+        Ridge parameter (>= 0).
+    fit_intercept : bool
+        Centre features and outputs and fit an intercept per output column.
+    solver : {"dual", "primal"}
+        Dual (M x M Gram) or primal (N x N Gram); :func:`choose_solver` resolves ``"auto"``.
+    column_block : int, optional
+        Output columns per solve task (default: spread over all worker threads).
+    progress : bool, default=False
+        Show a progress bar on stderr.
+    max_gram_bytes : float, optional
+        Memory budget of the Gram (default: 60 % of the available / worker memory).
+
+    Returns
+    -------
+    coef : ndarray of shape (N, m)
+        The coefficients ``C``, numpy in ``dtype``.
+    intercept : ndarray of shape (m,)
+        The intercept ``c0`` of each output column.
+
+    Raises
+    ------
+    ValueError
+        If the primal Gram does not fit the memory budget (the message gives the bytes), or
+        the data hold NaN / Inf (the samples are named).
+
+    Notes
+    -----
+    Worker memory: streamed dual ``8 M^2 + 8 M n`` bytes per worker (its Gram and inputs, with
+    feature slabs of about 256 MiB); tiled dual the Gram as tiles spread over the workers;
+    primal the N x N Gram plus one row block. The client receives only ``coef`` and
+    ``intercept``.
+    """
+    client = active_client()
+    dtype = np.dtype(dtype)
+    (M, n), m = U.shape, V.shape[1]
+    if solver == "dual":
+        plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=M * (n + m) * dtype.itemsize,
+                         n_features=n_features)
+    else:
+        check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal")
+    Ub, Vb, starts, cols = row_blocks(U, V, column_block, client)
+    common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress)
+    if solver == "primal":
+        return fit_primal(Ub, Vb, starts, cols, frequencies, **common)
+    if plan.blocked:
+        return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common)
+    return fit_streamed(Ub, Vb, starts, m, frequencies, n_features=n_features, dtype=dtype,
+                        slab_bytes=plan.slab_bytes, **common)
