@@ -131,6 +131,7 @@ def _python(code, wait=True):
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # subprocesses
 def test_concurrent_generate_into_one_store_is_refused(tmp_path):
     store, gate = tmp_path / "s.zarr", tmp_path / "gate"
     # run A writes seed 1 and waits inside its first block until the gate file appears
@@ -184,6 +185,7 @@ def test_stale_lock_of_a_dead_run_is_taken_over(tmp_path):
         datasets.generate("advection1", 6, store=store)
 
 
+@pytest.mark.slow  # subprocesses
 @pytest.mark.parametrize("legacy", [False, True])
 def test_generate_killed_while_writing_the_template_is_restarted_by_the_same_command(tmp_path, legacy):
     store = tmp_path / "s.zarr"
