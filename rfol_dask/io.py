@@ -466,7 +466,7 @@ def load_model(path):
                       f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
                       stacklevel=3)
         path = found
-    kind = describe_path(path)
+    kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind != "model":
         raise ValueError(f"{path} is not an rfol_dask model (no '{_MODEL_KEY}' attribute; it is "
                          f"{'an empty directory' if kind == 'empty' else kind})")

@@ -50,6 +50,10 @@ def test_save_refuses_anything_but_a_model_and_leaves_it_untouched(tmp_path, mod
     # an empty directory and an existing model (unless overwrite=False) may be replaced
     (tmp_path / "empty.zarr").mkdir()
     np.testing.assert_array_equal(RandomFeatureOperator.load(a.save(tmp_path / "empty.zarr")).coef_, a.coef_)
+    os.symlink(tmp_path / "empty.zarr", tmp_path / "link.zarr")  # a link to a model loads, is never replaced
+    np.testing.assert_array_equal(RandomFeatureOperator.load(tmp_path / "link.zarr").coef_, a.coef_)
+    with pytest.raises(ValueError, match="is a symbolic link, not an rfol_dask model"):
+        b.save(tmp_path / "link.zarr")
     with pytest.raises(ValueError, match="a model already exists.*overwrite=True"):
         b.save(tmp_path / "empty.zarr", overwrite=False)
     np.testing.assert_array_equal(RandomFeatureOperator.load(b.save(tmp_path / "empty.zarr")).coef_, b.coef_)
