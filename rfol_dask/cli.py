@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from ._version import __version__
+
 __all__ = ["main"]
 
 
@@ -131,9 +133,13 @@ def _cmd_fit(args):
     import contextlib
 
     from . import RandomFeatureOperator
-    from .io import open_dataset
+    from .io import check_model_path, open_dataset
     from .metrics import relative_l2_error
 
+    if args.out:
+        check_model_path(args.out)  # before the fit: never replace a file, a data set or other files
+    if args.train is not None and args.train < 1:
+        raise ValueError(f"--train must be at least 1, got {args.train}")
     report = contextlib.nullcontext()
     if args.report:
         from distributed import performance_report
@@ -149,7 +155,7 @@ def _cmd_fit(args):
     try:
         ds = open_dataset(args.data)
         n = ds.sizes["sample"]
-        n_train = args.train or n
+        n_train = n if args.train is None else args.train
         if not 1 <= n_train <= n:
             raise ValueError(f"--train must be between 1 and the {n} samples of {args.data}, got {n_train}")
         train, test = ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
@@ -181,6 +187,7 @@ def _cmd_reproduce(args):
 
 def build_parser():
     parser = argparse.ArgumentParser(prog="rfol-dask", description="Random-feature operator learning on Dask")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     q = sub.add_parser("quickstart", help="make a small data set, fit Cauchy and Gaussian models, plot")

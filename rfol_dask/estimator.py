@@ -51,6 +51,24 @@ def _flatten(X):
     return np.reshape(np.asarray(X), (X.shape[0], -1)), tuple(X.shape[1:])
 
 
+def _jsonable(value):
+    """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def _attrs_of(V, dims):
+    """``(attrs, {dim: coordinate attrs})`` of an xarray output ``V``; empty for arrays."""
+    if not isinstance(V, xr.DataArray):
+        return {}, {}
+    return _jsonable(dict(V.attrs)), {d: _jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords}
+
+
 def _num_samples(X):
     shape = getattr(X, "shape", None)
     if shape is None:
@@ -258,6 +276,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
         self.input_dims_, self.input_coords_ = u.dims, u.coords
         self.output_dims_, self.output_coords_ = v.dims, v.coords
+        self.output_attrs_, self.output_coord_attrs_ = _attrs_of(V, v.dims)
         self.input_grid_ = self._learn_grid(input_grid, u, self.input_shape_, "input")
         self.output_grid_ = self._learn_grid(output_grid, v, self.output_shape_, "output")
         if isinstance(periods, Mapping):
@@ -359,7 +378,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         if grid is not None and (not coords or output_grid is not None):
             dims = dims or tuple(f"dim_{k}" for k in range(len(grid)))
             coords = dict(zip(dims, grid))
-        return io.wrap_like(Y, u, shape, dims, coords, name="prediction")
+        return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
 
     def _check_grid(self, grid, trained, which):
         """``grid`` as axes; ValueError if the model has no grid there or the dimension differs."""
@@ -432,17 +451,30 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         return r2_score(V, pred)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path: str | os.PathLike) -> str | os.PathLike:
+    def _with_output_attrs(self, pred):
+        """An xarray prediction with the training output's attributes and coordinate attributes."""
+        if isinstance(pred, xr.DataArray):
+            pred.attrs.update(getattr(self, "output_attrs_", {}))
+            for dim, attrs in getattr(self, "output_coord_attrs_", {}).items():
+                if dim in pred.coords:
+                    pred[dim].attrs.update(attrs)
+        return pred
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> str | os.PathLike:
         """Save the fitted model to a Zarr store.
 
-        The store holds the parameters, the fitted arrays, the training grids and periods and
-        the package version. The write goes to a temporary store renamed into place: an
-        interrupted save leaves the previous model at ``path`` readable.
+        The store holds the parameters, the fitted arrays with a checksum each, the training
+        grids and periods, the output's attributes and the package and format versions. The
+        write goes to a temporary store renamed into place: an interrupted save leaves the
+        previous model readable.
 
         Parameters
         ----------
         path : str or os.PathLike
-            Directory of the Zarr store (replaced if it exists).
+            Directory of the Zarr store: nothing there, an empty directory, or an rfol_dask
+            model (replaced only if ``overwrite``).
+        overwrite : bool, default=True
+            Whether an existing model at ``path`` may be replaced.
 
         Returns
         -------
@@ -453,6 +485,9 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         ------
         sklearn.exceptions.NotFittedError
             If the model is not fitted.
+        ValueError
+            If ``path`` holds anything but an rfol_dask model (a file, a data set, other
+            files: left untouched), or a model and ``overwrite`` is false.
 
         Notes
         -----
@@ -461,6 +496,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         ``KernelOperator``), written from memory without a further copy.
         """
         check_is_fitted(self)
+        io.check_model_path(path, overwrite)
         params = self.get_params()
         params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
         if "random_state" in params:  # a Generator is not JSON: the fitted arrays hold its draw
@@ -475,6 +511,8 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             "output_dims_": None if self.output_dims_ is None else list(self.output_dims_),
             "periods_": {w: None if (p := getattr(self, f"{w}_periods_", None)) is None else list(p)
                          for w in ("input", "output")},
+            "output_attrs_": getattr(self, "output_attrs_", {}),
+            "output_coord_attrs_": getattr(self, "output_coord_attrs_", {}),
             "version": __version__,
         }
         arrays = {name: getattr(self, name) for name in self._fitted_arrays if getattr(self, name) is not None}
@@ -487,7 +525,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
             for k, ax in enumerate(grid or ()):
                 arrays[f"grid_{which}_{k}"] = ax
-        io.save_model(path, arrays, attrs)
+        io.save_model(path, arrays, attrs, overwrite=overwrite)
         return path
 
     @classmethod
@@ -508,9 +546,12 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         Raises
         ------
         FileNotFoundError
-            If there is no model at ``path`` (nor the copy an interrupted save left beside it).
+            If there is no model at ``path`` (nor a complete one an interrupted save left
+            beside it: then the newest is loaded, with a warning).
         ValueError
-            If ``path`` is not a model store written by :meth:`save`.
+            If ``path`` is not a model store written by :meth:`save`, has a newer format, or
+            an array is missing or damaged (the message names it). Models saved before the
+            format was versioned load with a warning (see ``rfol_dask.io.MODEL_FORMAT``).
         """
         arrays, attrs = io.load_model(path)
         params = dict(attrs["params"])
@@ -524,6 +565,8 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         model.n_features_in_ = attrs["n_features_in_"]
         model.input_shape_ = tuple(attrs["input_shape_"])
         model.output_shape_ = tuple(attrs["output_shape_"])
+        model.output_attrs_ = attrs.get("output_attrs_", {})
+        model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
         for which in ("input", "output"):
             dims = attrs[f"{which}_dims_"]
             setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))

@@ -8,10 +8,15 @@ one axis without computing anything and remembers how to undo that.
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import os
 import shutil
+import socket
+import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +27,8 @@ import xarray as xr
 
 from ._version import __version__
 
-__all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "save_model", "load_model"]
+__all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "save_model", "load_model",
+           "check_model_path", "describe_path", "MODEL_FORMAT", "BOOKKEEPING_GROUP", "block_flags", "process_alive"]
 
 
 @dataclass
@@ -41,8 +47,9 @@ class Operand:
 def open_dataset(path):
     """Open a data-set store lazily; raise if it is not one or if blocks or chunks are missing.
 
-    Stores written by ``rfol_dask.datasets.generate`` carry a ``block_done`` flag per block;
-    a store with unset flags was interrupted (rerun the generation to resume it). A chunk
+    Stores written by ``rfol_dask.datasets.generate`` carry a ``block_done`` flag per block
+    (in the Zarr group ``_rfol_dask``; a variable in stores written before it); a store with
+    unset flags was interrupted (rerun the generation to resume it). A chunk
     file of ``input`` / ``output`` missing from the store (it would read back as its fill
     value) is an error naming it; a chunk that cannot be decoded (a damaged file) raises,
     when it is read, a ValueError naming the store, the variable and the chunk.
@@ -51,12 +58,14 @@ def open_dataset(path):
     if not Path(path).exists():
         raise FileNotFoundError(f"no data set at {path}")
     try:
-        ds = xr.open_zarr(path, consolidated=False)
+        try:
+            ds = xr.open_zarr(path, consolidated=True)
+        except (KeyError, ValueError):  # stores written without consolidated metadata
+            ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
         raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
     _check_store(ds, path)
-    if "block_done" in ds:
-        ds = ds.drop_vars("block_done")
+    ds = ds.drop_vars("block_done", errors="ignore")
     for name in ("input", "output"):
         if name in ds and isinstance(ds[name].data, da.Array) and "scale_factor" not in ds[name].encoding \
                 and "add_offset" not in ds[name].encoding:
@@ -73,17 +82,16 @@ def _check_store(ds, path):
     ``block_done`` flags: resume it) or lacks a chunk file of ``input`` / ``output``."""
     meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
     command = f"rfol-dask generate {meta.get('dataset', 'NAME')} ..."
-    if "block_done" in ds:
-        done = ds["block_done"].values.astype(bool)
-        if not done.all():
-            missing = np.flatnonzero(~done)
-            bs = int(meta.get("block_size", 1))
-            first = int(missing[0]) * bs
-            raise ValueError(
-                f"data set at {path} is incomplete: {len(missing)} of {len(done)} blocks were never "
-                f"written (first missing samples {first}-{first + bs - 1}); rerun the same generate "
-                f"command ({command}) to resume it"
-            )
+    done = block_flags(path)
+    if done is not None and not done.all():
+        missing = np.flatnonzero(~done)
+        bs = int(meta.get("block_size", 1))
+        first = int(missing[0]) * bs
+        raise ValueError(
+            f"data set at {path} is incomplete: {len(missing)} of {len(done)} blocks were never "
+            f"written (first missing samples {first}-{first + bs - 1}); rerun the same generate "
+            f"command ({command}) to resume it"
+        )
     for name in ("input", "output"):
         if name in ds and os.path.isdir(os.path.join(path, name)):
             _ChunkReader(path, name).check_complete(f"{command} --overwrite")
@@ -246,54 +254,244 @@ def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     return xr.DataArray(values, dims=("sample", *dims), coords=out_coords, name=name)
 
 
+# ------------------------------------------------------------------------------ data-set stores
+
+BOOKKEEPING_GROUP = "_rfol_dask"
+"""The Zarr group of a data-set store holding ``block_done`` (not an xarray variable)."""
+
+
+def process_alive(host, pid):
+    """Whether process ``pid`` on ``host`` may still run (another host: assumed alive)."""
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, TypeError, ValueError):
+        return True
+    return True
+
+
+def block_flags(path):
+    """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None
+    if it has none (a store not written by ``datasets.generate``)."""
+    import zarr
+
+    try:
+        group = zarr.open_group(os.fspath(path), mode="r")
+        arr = group[f"{BOOKKEEPING_GROUP}/block_done"] if BOOKKEEPING_GROUP in group else group["block_done"]
+        return np.asarray(arr[...]).astype(bool)
+    except Exception:  # noqa: BLE001  (no such group or array)
+        return None
+
+
 # ------------------------------------------------------------------------------ models
 
+MODEL_FORMAT = 1
+"""Layout version of a saved model, written as the attribute ``rfol_dask_format``.
 
-def save_model(path, arrays, attrs):
-    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` to a Zarr group at ``path``.
+* 1: NaN fill value for float arrays, a SHA-256 checksum per array (``rfol_dask_checksums``,
+  verified on load) and the save time (``rfol_dask_saved``, ns since the epoch).
+* 0 (no attribute): models saved before the format was versioned. They
+  load, with a warning that their arrays cannot be verified; saving them again upgrades them.
 
-    The group is written to a temporary sibling and renamed into place, so an interrupted
-    save leaves the previous model at ``path`` readable.
+A model of a newer format is refused with a message to upgrade rfol_dask.
+"""
+
+_MODEL_KEY = "rfol_dask_model"  # written last: its presence marks a complete model
+_STALE_FOREIGN_TMP_S = 3600  # a temporary of another host older than this is abandoned
+
+
+def _checksum(value):
+    """SHA-256 of an array's dtype, shape and bytes (hex)."""
+    h = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode())
+    h.update(np.ascontiguousarray(value).tobytes())
+    return h.hexdigest()
+
+
+def _group_attrs(path):
+    """Root attributes of the Zarr group at ``path``, or None if it is not a readable group."""
+    import zarr
+
+    try:
+        return dict(zarr.open_group(str(path), mode="r").attrs)
+    except Exception:  # noqa: BLE001  (anything unreadable is "not a group")
+        return None
+
+
+def describe_path(path):
+    """What is at ``path``: None (nothing), ``"model"``, ``"empty"`` (an empty directory) or a
+    phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, ...)."""
+    path = Path(os.fspath(path))
+    if path.is_symlink():
+        return "a symbolic link"
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        return "a file"
+    attrs = _group_attrs(path)
+    if attrs is not None and _MODEL_KEY in attrs:
+        return "model"
+    if not any(path.iterdir()):
+        return "empty"
+    if attrs is not None and "rfol_dask_meta" in attrs:
+        return "an rfol_dask data set"
+    if attrs is not None:
+        return "a Zarr store that is not an rfol_dask model"
+    return "a directory holding other files"
+
+
+def check_model_path(path, overwrite=True):
+    """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
+    directory, or an rfol_dask model when ``overwrite`` is true. Nothing else is ever replaced."""
+    kind = describe_path(path)
+    if kind in (None, "empty"):
+        return
+    if kind == "model":
+        if not overwrite:
+            raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
+        return
+    raise ValueError(f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
+                     "(only an existing model is ever replaced): choose another path or move it away yourself")
+
+
+def _sibling(path, kind):
+    """A fresh hidden sibling ``.NAME.<kind>-<host>.<pid>.<random>`` of ``path``."""
+    return path.with_name(f".{path.name}.{kind}-{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+
+
+def _writer_gone(leftover, prefix):
+    """Whether the process that named ``leftover`` (``prefix`` + ``<host>.<pid>.<random>``, see
+    :func:`_sibling`) is no longer running."""
+    try:
+        host, pid, _ = leftover.name[len(prefix):].rsplit(".", 2)
+        pid = int(pid)
+    except ValueError:
+        return True  # not one of ours: an old-style name, left by a finished or killed save
+    if host != socket.gethostname():
+        return time.time() - leftover.stat().st_mtime > _STALE_FOREIGN_TMP_S
+    return pid == os.getpid() or not process_alive(host, pid)
+
+
+def _leftovers(path, kind):
+    """The hidden siblings ``.NAME.<kind>-*`` of ``path``."""
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.{kind}-*"))
+
+
+def _clean_leftovers(path):
+    """Remove the hidden siblings that interrupted saves of ``path`` left: every previous model
+    (``.old-*``; ``path`` holds the newest) and every temporary whose writer is gone."""
+    for old in _leftovers(path, "old"):
+        shutil.rmtree(old, ignore_errors=True)
+    for tmp in _leftovers(path, "tmp"):
+        if _writer_gone(tmp, f".{path.name}.tmp-"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _saved_time(path):
+    """When the model at ``path`` was saved (ns): its ``rfol_dask_saved`` attribute, else the
+    modification time of its metadata (models of format 0)."""
+    saved = (_group_attrs(path) or {}).get("rfol_dask_saved")
+    return int(saved) if saved is not None else (path / "zarr.json").stat().st_mtime_ns
+
+
+def save_model(path, arrays, attrs, *, overwrite=True):
+    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model (a Zarr group) at ``path``.
+
+    Only an existing model is replaced (and only with ``overwrite``); a file, a data set or any
+    other directory at ``path`` raises ValueError and is left untouched. The group is written
+    to a hidden temporary sibling and renamed into place: an interrupted save leaves the
+    previous model readable (at ``path``, or beside it if the process was killed between
+    the two renames; :func:`load_model` finds it). A successful save removes what earlier
+    interrupted saves left behind.
     """
     import zarr
 
     path = Path(os.fspath(path))
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    check_model_path(path, overwrite)
+    tmp, old = _sibling(path, "tmp"), None
     try:
         group = zarr.open_group(str(tmp), mode="w")
+        sums = {}
         for key, value in arrays.items():
             value = np.asarray(value)
-            group.create_array(key, shape=value.shape, dtype=value.dtype,
-                               chunks=value.shape or None)[...] = value
-        group.attrs.update({"rfol_dask_model": json.dumps(attrs), "rfol_dask_version": __version__})
-        old = None
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+            fill = np.nan if value.dtype.kind in "fc" else None
+            group.create_array(key, shape=value.shape, dtype=value.dtype, chunks=value.shape or None,
+                               fill_value=fill)[...] = value
+            sums[key] = _checksum(value)
+        group.attrs.update({"rfol_dask_format": MODEL_FORMAT, "rfol_dask_version": __version__,
+                            "rfol_dask_checksums": sums, "rfol_dask_saved": time.time_ns(),
+                            _MODEL_KEY: json.dumps(attrs)})
+        check_model_path(path, overwrite)  # again: something may have appeared meanwhile
+        if describe_path(path) == "empty":
+            path.rmdir()
+        elif path.exists():
+            old = _sibling(path, "old")
             os.replace(path, old)
         os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        if old is not None and old.exists() and not path.exists():
+            os.replace(old, path)  # put the previous model back
+        raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    _clean_leftovers(path)
+
+
+def _fallback_model(path):
+    """The newest complete model that interrupted saves left beside a missing ``path``, or None."""
+    found = [p for p in _leftovers(path, "old") + _leftovers(path, "tmp") if describe_path(p) == "model"]
+    return max(found, key=_saved_time) if found else None
 
 
 def load_model(path):
-    """Read ``(arrays, attrs)`` written by :func:`save_model`.
+    """Read ``(arrays, attrs)`` written by :func:`save_model`, verifying every array.
 
-    If ``path`` is missing because a save was interrupted between its two renames, the
-    previous model kept beside it is read instead.
+    If ``path`` is missing because a save was killed between its two renames, the newest
+    complete model left beside it (by save time) is read, with a warning. Raises
+    FileNotFoundError if there is no model, ValueError if ``path`` is not a model, is of a
+    newer format, or an array is missing, unreadable or fails its checksum (the message
+    names the array).
     """
     import zarr
 
     path = Path(os.fspath(path))
     if not path.exists():
-        olds = sorted(path.parent.glob(f".{path.name}.old-*"))
-        if not olds:
+        found = _fallback_model(path)
+        if found is None:
             raise FileNotFoundError(f"no model at {path}")
-        path = olds[-1]
+        warnings.warn(f"no model at {path}: a save to it was interrupted; loading the newest complete model "
+                      f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
+                      stacklevel=3)
+        path = found
+    kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
+    if kind != "model":
+        raise ValueError(f"{path} is not an rfol_dask model (no '{_MODEL_KEY}' attribute; it is "
+                         f"{'an empty directory' if kind == 'empty' else kind})")
     group = zarr.open_group(str(path), mode="r")
-    if "rfol_dask_model" not in group.attrs:
-        raise ValueError(f"{path} is not an rfol_dask model (no 'rfol_dask_model' attribute)")
-    arrays = {key: arr[...] for key, arr in group.arrays()}
-    return arrays, json.loads(group.attrs["rfol_dask_model"])
+    attrs = dict(group.attrs)
+    fmt = attrs.get("rfol_dask_format", 0)
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or not 0 <= fmt <= MODEL_FORMAT:
+        raise ValueError(f"the model at {path} has format {fmt!r} (written by rfol_dask "
+                         f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
+                         f"0 to {MODEL_FORMAT}: upgrade rfol_dask to load it")
+    arrays = {}
+    for key, arr in group.arrays():
+        try:
+            arrays[key] = arr[...]
+        except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
+            raise ValueError(f"array {key!r} of the model at {path} cannot be read ({type(exc).__name__}: "
+                             f"{exc}): the model is damaged; fit and save it again") from exc
+    if fmt == 0:
+        warnings.warn(f"the model at {path} was saved before model format 1 and has no checksums, so its "
+                      "arrays cannot be verified; save it again to add them", stacklevel=3)
+    for key, expected in attrs.get("rfol_dask_checksums", {}).items():
+        if key not in arrays:
+            raise ValueError(f"array {key!r} of the model at {path} is missing: the model is damaged; "
+                             "fit and save it again")
+        if _checksum(arrays[key]) != expected:
+            raise ValueError(f"array {key!r} of the model at {path} does not match its checksum (a chunk is "
+                             "missing or was changed): the model is damaged; fit and save it again")
+    return arrays, json.loads(attrs[_MODEL_KEY])

@@ -111,6 +111,10 @@ class RandomFeatureOperator(OperatorEstimator):
     input_periods_, output_periods_ : tuple of (float or None) or None
         The period of each grid axis (None: not periodic), from ``fit(..., periods=)`` or the
         coordinates' ``period`` attributes; periodic axes wrap in ``predict``.
+    output_attrs_, output_coord_attrs_ : dict
+        Attributes of the training output (e.g. ``long_name``, ``units``) and of its grid
+        coordinates (dim -> dict) when fitted on xarray data (else empty); xarray predictions
+        carry them.
 
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
     holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` is never

@@ -122,7 +122,7 @@ class KernelOperator(OperatorEstimator):
         Leading principal directions of the training inputs (None without ``n_components``).
     n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_grid_, output_grid_, input_periods_, output_periods_
+    input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that

@@ -74,6 +74,8 @@ def _grids(*, n_points=40, t_index=20):
 ADVECTION1 = register(
     DatasetSpec(
         name="advection1",
+        input_attrs={"long_name": "initial condition u(x, 0)", "units": "1"},
+        output_attrs={"long_name": "solution u(x, t)", "units": "1"},
         make_block=_make(_draw_1, _profile_1),
         defaults=dict(_DEFAULTS),
         units="m",
@@ -88,6 +90,8 @@ ADVECTION1 = register(
 ADVECTION2 = register(
     DatasetSpec(
         name="advection2",
+        input_attrs={"long_name": "initial condition u(x, 0)", "units": "1"},
+        output_attrs={"long_name": "solution u(x, t)", "units": "1"},
         make_block=_make(_draw_2, _profile_2),
         defaults=dict(_DEFAULTS),
         units="m",

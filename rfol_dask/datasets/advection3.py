@@ -78,6 +78,8 @@ def grids(*, n_points=200, n_modes=50, tau=3.0, alpha=2.0, shift=0.5):
 ADVECTION3 = register(
     DatasetSpec(
         name="advection3",
+        input_attrs={"long_name": "initial condition u(x, 0)", "units": "1"},
+        output_attrs={"long_name": "solution u(x, t)", "units": "1"},
         make_block=make_block,
         defaults=dict(_DEFAULTS),
         units="m",

@@ -179,6 +179,8 @@ def _grids(*, n_out=128, **_):
 BURGERS = register(
     DatasetSpec(
         name="burgers",
+        input_attrs={"long_name": "initial velocity u(x, 0)", "units": "1"},
+        output_attrs={"long_name": "velocity u(x, T)", "units": "1"},
         make_block=make_block,
         defaults=dict(_DEFAULTS),
         units="m",

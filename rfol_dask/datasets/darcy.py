@@ -174,6 +174,8 @@ def grids(*, n_solve=421, stride=15, **_):
 DARCY = register(
     DatasetSpec(
         name="darcy",
+        input_attrs={"long_name": "permeability a(x, y)", "units": "1"},
+        output_attrs={"long_name": "solution u(x, y)", "units": "1"},
         make_block=make_block,
         defaults=dict(_DEFAULTS),
         units="m",

@@ -266,6 +266,8 @@ _DEFAULTS = {
 HELMHOLTZ_HIGH = register(
     DatasetSpec(
         name="helmholtz_high",
+        input_attrs={"long_name": "wave speed c(x, y)", "units": "1"},
+        output_attrs={"long_name": "wave field v(x, y)", "units": "1"},
         make_block=make_block,
         defaults=dict(_DEFAULTS),
         units="m",
@@ -279,6 +281,8 @@ HELMHOLTZ_HIGH = register(
 HELMHOLTZ_LOW = register(
     DatasetSpec(
         name="helmholtz_low",
+        input_attrs={"long_name": "wave speed c(x, y)", "units": "1"},
+        output_attrs={"long_name": "wave field v(x, y)", "units": "1"},
         make_block=partial(make_block, stride=4),
         defaults=dict(_DEFAULTS, stride=4),
         units="m",

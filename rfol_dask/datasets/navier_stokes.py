@@ -194,6 +194,8 @@ _PAPER_LOW = dict(train=2000, test=2000, n_features=10000, gamma=1e-3, alpha=1e-
 NAVIER_STOKES_HIGH = register(
     DatasetSpec(
         name="navier_stokes_high",
+        input_attrs={"long_name": "forcing f(x, y)", "units": "1"},
+        output_attrs={"long_name": "vorticity w(x, y, T)", "units": "1"},
         make_block=make_block,
         defaults=dict(_DEFAULTS),
         units="m",
@@ -207,6 +209,8 @@ NAVIER_STOKES_HIGH = register(
 NAVIER_STOKES_LOW = register(
     DatasetSpec(
         name="navier_stokes_low",
+        input_attrs={"long_name": "forcing f(x, y)", "units": "1"},
+        output_attrs={"long_name": "vorticity w(x, y, T)", "units": "1"},
         make_block=make_block,
         defaults={**_DEFAULTS, "stride": 4},
         units="m",

@@ -43,6 +43,8 @@ class DatasetSpec:
     units : str
         Units of the grid coordinates (``"m"`` for positions; ``"1"`` only for truly
         dimensionless ones).
+    input_attrs, output_attrs : mapping
+        CF attributes of the ``input`` / ``output`` variables (``long_name``, ``units``).
     periods : mapping
         Grid dimension -> period, for every periodic axis; written as the coordinate
         attribute ``period``, which ``fit`` reads (recovery then wraps around that axis).
@@ -57,6 +59,8 @@ class DatasetSpec:
     grids: Callable[..., tuple[dict, dict]]
     description: str = ""
     units: str = "1"
+    input_attrs: Mapping[str, str] = field(default_factory=dict)
+    output_attrs: Mapping[str, str] = field(default_factory=dict)
     paper: Mapping[str, Any] = field(default_factory=dict)
     periods: Mapping[str, float] = field(default_factory=dict)
 
@@ -91,8 +95,17 @@ def get(name: str) -> DatasetSpec:
         ) from None
 
 
+def _is_count(key):
+    """Parameters named ``n_*``, ``*_n`` or ``stride`` count points, modes or steps: at least 1."""
+    return key.startswith("n_") or key.endswith("_n") or key == "stride"
+
+
 def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec's defaults updated with ``params``; unknown keywords raise a ValueError."""
+    """The spec's defaults updated with ``params``, converted to the defaults' types.
+
+    Unknown keywords, values that do not convert (``n_points='abc'``) and counts below 1
+    (``n_*``, ``*_n``, ``stride``) raise a ValueError naming the parameter.
+    """
     unknown = sorted(set(params) - set(spec.defaults))
     if unknown:
         raise ValueError(
@@ -104,12 +117,19 @@ def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, An
         default = spec.defaults[key]
         if isinstance(default, bool) or default is None:
             out[key] = value
-        elif isinstance(default, int) and not isinstance(value, bool):
-            if float(value) != int(float(value)):
-                raise ValueError(f"parameter {key!r} must be an integer, got {value!r}")
-            out[key] = int(float(value))
-        elif isinstance(default, float):
-            out[key] = float(value)
+        elif isinstance(default, (int, float)):
+            kind = "an integer" if isinstance(default, int) else "a number"
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"parameter {key!r} of data set {spec.name!r} must be {kind}, "
+                                 f"got {value!r}") from None
+            if isinstance(value, bool) or not np.isfinite(number) or (
+                    isinstance(default, int) and number != int(number)):
+                raise ValueError(f"parameter {key!r} of data set {spec.name!r} must be {kind}, got {value!r}")
+            out[key] = int(number) if isinstance(default, int) else number
+            if isinstance(default, int) and _is_count(key) and out[key] < 1:
+                raise ValueError(f"parameter {key!r} of data set {spec.name!r} must be at least 1, got {value!r}")
         else:
             out[key] = value
     return out

@@ -1,18 +1,29 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
-Layout (docs/design.md): variables ``input`` (sample, <input grid dims>) and ``output``
-(sample, <output grid dims>), grid coordinates with units, chunks along ``sample`` only,
-attributes for every generator parameter, the seed and the package version. A
-bookkeeping variable ``block_done`` (one int8 per block) is set only after a block's
-data are written, so a killed run resumes where it stopped; arrays are created with a
-NaN fill value so that a missing chunk is never read back as zeros.
+Layout (docs/design.md): variables ``input`` (sample, <input grid dims>) and
+``output`` (sample, <output grid dims>) with ``long_name`` and ``units``, grid coordinates with
+units, chunks along ``sample`` only, attributes for every generator parameter, the seed, the
+package version and ``Conventions``; metadata consolidated (a plain ``xr.open_zarr`` reads it
+without warnings). Bookkeeping lives in the Zarr group ``_rfol_dask``, which xarray does not
+show: ``block_done`` (one int8 per block) is set only after a block's data are written, so a
+killed run resumes where it stopped; arrays have a NaN fill value so that a missing chunk is
+never read back as zeros.
+
+A run holds a lock file ``.rfol_dask.lock`` in the store (created with ``O_EXCL``; it names
+the process and host), so two runs never write one store; the lock of a dead process on this
+host is taken over. A marker file exists while the template is written, so a run killed then
+is restarted by the same command.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import socket
+import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,23 +33,36 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import open_dataset
+from ..io import BOOKKEEPING_GROUP, block_flags, open_dataset, process_alive
 from ..progress import compute
 from .registry import get, resolve_params
 
 if TYPE_CHECKING:  # annotations only: importing distributed here would slow every import
     import distributed
 
-__all__ = ["generate", "open_dataset", "default_block_size"]
+__all__ = ["generate", "open_dataset", "default_block_size", "store_lock"]
 
 
 _TARGET_CHUNK_BYTES = 32 * 2**20
 _META_KEYS = ("dataset", "n_samples", "seed", "block_size", "params")
+_LOCK = ".rfol_dask.lock"  # held by the generate run writing the store (see store_lock)
+_TEMPLATE_MARK = ".rfol_dask.template"  # present while the store's template is being written
+
+
+def _grids(spec, params):
+    """``spec.grids(**params)``; ValueError if an axis has no points."""
+    gin, gout = spec.grids(**params)
+    for which, grid in (("input", gin), ("output", gout)):
+        empty = [d for d, c in grid.items() if len(c) == 0]
+        if empty:
+            raise ValueError(f"{spec.name}: parameters {params} give an empty {which} grid (no points along "
+                             f"{empty}); choose larger grid sizes")
+    return gin, gout
 
 
 def default_block_size(spec, params, n_samples):
     """Samples per block: chunks of about 32 MiB, at most 1000 samples, at most ``n_samples``."""
-    gin, gout = spec.grids(**params)
+    gin, gout = _grids(spec, params)
     per_sample = 8 * (np.prod([len(c) for c in gin.values()]) + np.prod([len(c) for c in gout.values()]))
     return int(max(1, min(n_samples, 1000, _TARGET_CHUNK_BYTES // per_sample)))
 
@@ -54,7 +78,7 @@ def _blocks(n_samples, block_size):
 
 
 def _template(spec, params, n_samples, block_size, seed):
-    gin, gout = spec.grids(**params)
+    gin, gout = _grids(spec, params)
     for dim in set(gin) & set(gout):
         if not np.array_equal(gin[dim], gout[dim]):
             raise ValueError(f"{spec.name}: input and output share dim {dim!r} with different coordinates")
@@ -62,22 +86,22 @@ def _template(spec, params, n_samples, block_size, seed):
     shape_out = (n_samples, *(len(c) for c in gout.values()))
     chunks_in = (block_size, *shape_in[1:])
     chunks_out = (block_size, *shape_out[1:])
-    n_blocks = len(_blocks(n_samples, block_size))
     ds = xr.Dataset(
         {
-            "input": (("sample", *gin), da.full(shape_in, np.nan, chunks=chunks_in)),
-            "output": (("sample", *gout), da.full(shape_out, np.nan, chunks=chunks_out)),
-            "block_done": (("block",), np.zeros(n_blocks, dtype="int8")),
+            "input": (("sample", *gin), da.full(shape_in, np.nan, chunks=chunks_in), dict(spec.input_attrs)),
+            "output": (("sample", *gout), da.full(shape_out, np.nan, chunks=chunks_out), dict(spec.output_attrs)),
         },
         coords={"sample": np.arange(n_samples), **gin, **gout},
     )
     for dim in {**gin, **gout}:
         ds[dim].attrs.update(spec.coord_attrs(dim))
+    ds["sample"].attrs["long_name"] = "sample index"
     meta = {"dataset": spec.name, "n_samples": n_samples, "seed": int(seed),
             "block_size": block_size, "params": params}
     ds.attrs.update(
         {
             "title": spec.description,
+            "Conventions": "CF-1.10",
             "rfol_dask_version": __version__,
             "rfol_dask_meta": json.dumps(meta, sort_keys=True),
             "dataset": spec.name,
@@ -88,18 +112,146 @@ def _template(spec, params, n_samples, block_size, seed):
     encoding = {
         "input": {"chunks": chunks_in, "fill_value": np.nan},
         "output": {"chunks": chunks_out, "fill_value": np.nan},
-        "block_done": {"chunks": (1,), "fill_value": 0},
     }
     return ds, meta, encoding
 
 
-def _stored_meta(path):
+def _read_lock(lock):
     try:
-        attrs = xr.open_zarr(path, consolidated=False).attrs
-    except Exception:
+        return lock.read_text()
+    except FileNotFoundError:
         return None
-    raw = attrs.get("rfol_dask_meta")
-    return None if raw is None else json.loads(raw)
+
+
+def _lock_holder(text):
+    """The lock's JSON content, or None while its writer has not written it yet."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def store_lock(path, meta):
+    """Hold the lock file of the store directory ``path`` for the generate run ``meta``.
+
+    Raises ValueError naming the holder (pid, host, data set, seed, start time) if another
+    live run holds it. A lock whose process is gone (same host) is taken over; a lock of
+    another host is reported with the command to remove it.
+    """
+    lock = Path(path) / _LOCK
+    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "dataset": meta["dataset"],
+                       "seed": meta["seed"], "params": meta["params"],
+                       "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            text = _read_lock(lock)
+            held = _lock_holder(text)
+            if held is None:  # being written right now, or cut short: judge by age
+                try:
+                    young = time.time() - lock.stat().st_mtime < 60
+                except FileNotFoundError:
+                    continue
+                gone = not young
+            else:
+                gone = not process_alive(held.get("host"), held.get("pid"))
+            if not gone:
+                who = ("another run" if held is None else
+                       f"rfol-dask generate {held.get('dataset')} (seed {held.get('seed')}, pid {held.get('pid')} "
+                       f"on {held.get('host')}, started {held.get('started')})")
+                raise ValueError(f"{path} is being written by {who}; wait for it to finish or use another "
+                                 f"path (if no such run is alive, remove {lock})")
+            _break_lock(lock, text)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(mine)
+        break
+    else:
+        raise ValueError(f"could not take the lock {lock}: other runs keep taking it; try again")
+    try:
+        yield
+    finally:
+        if _read_lock(lock) == mine:
+            lock.unlink()
+
+
+def _break_lock(lock, text):
+    """Remove the stale lock whose content is ``text`` (not a fresh lock taken meanwhile)."""
+    grave = lock.with_name(f"{lock.name}.stale-{os.getpid()}")
+    try:
+        os.rename(lock, grave)
+    except FileNotFoundError:
+        return
+    if _read_lock(grave) != text:  # another run replaced the stale lock first: give it back
+        with contextlib.suppress(FileExistsError):
+            os.link(grave, lock)
+    grave.unlink()
+
+
+@contextlib.contextmanager
+def _quiet_zarr():
+    """Silence zarr's warning that our lock / marker files are no Zarr nodes, and that
+    consolidated metadata is not in the Zarr v3 specification."""
+    import zarr
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"Object at \.rfol_dask", zarr.errors.ZarrUserWarning)
+        warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
+        yield
+
+
+def _write_template(path, ds, encoding, n_blocks):
+    """Write the store's metadata, coordinates and zeroed block flags (no sample data).
+
+    A marker file is present while this runs, so that a store whose template was cut short
+    is recognised and restarted; everything but the lock is cleared first.
+    """
+    import zarr
+
+    mark = path / _TEMPLATE_MARK
+    mark.write_text(ds.attrs["rfol_dask_meta"])
+    for entry in path.iterdir():
+        if entry.name not in (_LOCK, _TEMPLATE_MARK):
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    with _quiet_zarr():
+        ds.to_zarr(path, mode="a", compute=False, encoding=encoding, consolidated=False)
+        book = zarr.open_group(str(path), mode="r+").require_group(BOOKKEEPING_GROUP)
+        book.create_array("block_done", shape=(n_blocks,), dtype="int8", chunks=(1,), fill_value=0)
+        zarr.consolidate_metadata(str(path))
+    mark.unlink()
+
+
+def _store_state(path):
+    """What the directory ``path`` holds: ``"new"`` (nothing but our lock), ``"partial"`` (a
+    template cut short), ``"dataset"`` (an rfol_dask data set), or a phrase for anything else."""
+    import zarr
+
+    entries = {e.name for e in path.iterdir() if not e.name.startswith(f"{_LOCK}.stale-")} - {_LOCK}
+    if not entries:
+        return "new"
+    if _TEMPLATE_MARK in entries:
+        return "partial"
+    try:
+        group = zarr.open_group(str(path), mode="r")
+        attrs = dict(group.attrs)
+    except Exception:  # noqa: BLE001  (not a Zarr group)
+        return "a directory holding other files"
+    if "rfol_dask_meta" not in attrs:
+        return "an rfol_dask model" if "rfol_dask_model" in attrs else "a Zarr store of another kind"
+    with _quiet_zarr():
+        arrays = {k for k, _ in group.arrays()}
+    if block_flags(path) is None or not {"input", "output"} <= arrays:
+        return "partial"  # cut short by a version without the marker: no block can have been written
+    return "dataset"
+
+
+def _stored_meta(path):
+    """The generation parameters recorded in the data-set store at ``path``."""
+    import zarr
+
+    return json.loads(zarr.open_group(str(path), mode="r").attrs["rfol_dask_meta"])
 
 
 def _write_block(path, name, seed, start, stop, block, params):
@@ -113,7 +265,8 @@ def _write_block(path, name, seed, start, stop, block, params):
         if not np.isfinite(values).all():
             raise FloatingPointError(f"{name}: generator produced NaN/Inf in {var} of samples {start}-{stop - 1}")
         group[var][start:stop] = values
-    group["block_done"][block] = 1
+    flags = f"{BOOKKEEPING_GROUP}/block_done" if BOOKKEEPING_GROUP in group else "block_done"  # older stores
+    group[flags][block] = 1
     return stop - start
 
 
@@ -143,7 +296,8 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     block_size : int, optional
         Samples per task (default: chunks of about 32 MiB, at most 1000 samples).
     overwrite : bool, default=False
-        Replace a store that holds another data set (or anything else).
+        Replace a store that holds another rfol_dask data set (nothing else is ever
+        replaced: a file or another directory is refused and left untouched).
     progress : bool, default=False
         Show a progress bar on stderr.
     **params
@@ -160,11 +314,16 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     Raises
     ------
     ValueError
-        If the name or a parameter is unknown, a size or the seed is not a positive integer,
-        or ``store`` holds another data set (pass ``overwrite=True`` to replace it).
+        If the name or a parameter is unknown (the message names it), a size or the seed is
+        not a positive integer, ``store`` holds another data set (pass ``overwrite=True`` to
+        replace it) or something that is not a data set, or another run holds the store's
+        lock (the message names it).
 
     Notes
     -----
+    A run holds a lock file in the store, so two runs never write one store; a run killed at
+    any point (even while creating the store) is resumed or restarted by the same call.
+
     Memory: one block of inputs and outputs per worker thread with ``store``; the whole
     data set (``8 M (n + m)`` bytes, twice while the blocks are joined) without.
     """
@@ -184,28 +343,43 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
         parts = compute(*tasks, client=client, progress=progress, desc=f"generate {name}")
         ds["input"].data = np.concatenate([p[0] for p in parts])
         ds["output"].data = np.concatenate([p[1] for p in parts])
-        return ds.drop_vars("block_done")
+        return ds
 
-    path = os.fspath(store)
-    existing = _stored_meta(path) if Path(path).exists() else None
-    if Path(path).exists() and (overwrite or existing is None):
-        if not overwrite and any(Path(path).iterdir()):
-            raise ValueError(f"{path} exists and is not an rfol_dask data set; pick another path "
-                             "or pass overwrite=True (--overwrite) to replace it")
-        shutil.rmtree(path)
-        existing = None
-    if existing is not None and existing != json.loads(json.dumps(meta, sort_keys=True)):
-        diff = {k: (existing.get(k), meta[k]) for k in _META_KEYS if existing.get(k) != meta[k]}
-        raise ValueError(f"{path} holds another data set (stored vs requested: {diff}); pass "
-                         "overwrite=True (--overwrite) to replace it, or use another path")
-    if existing is None:
-        ds.to_zarr(path, mode="w", compute=False, encoding=encoding, consolidated=False)
-        done = np.zeros(len(blocks), dtype=bool)
-    else:
-        done = xr.open_zarr(path, consolidated=False)["block_done"].values.astype(bool)
-    todo = [(k, a, b) for k, (a, b) in enumerate(blocks) if not done[k]]
-    tasks = [dask.delayed(_write_block)(path, name, seed, a, b, k, params, dask_key_name=f"generate-{name}-{k}")
-             for k, a, b in todo]
-    if tasks:
-        compute(*tasks, client=client, progress=progress, desc=f"generate {name} ({len(todo)} blocks)")
+    path = Path(os.fspath(store))
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path} is a file, not a data-set store; pick another path (it was left untouched)")
+    if path.exists():
+        _check_store_kind(path)  # refuse a foreign directory before even taking the lock in it
+    path.mkdir(parents=True, exist_ok=True)
+    with store_lock(path, meta):
+        done = _prepare_store(path, ds, meta, encoding, len(blocks), overwrite)
+        todo = [(k, a, b) for k, (a, b) in enumerate(blocks) if not done[k]]
+        tasks = [dask.delayed(_write_block)(str(path), name, seed, a, b, k, params,
+                                            dask_key_name=f"generate-{name}-{k}") for k, a, b in todo]
+        if tasks:
+            compute(*tasks, client=client, progress=progress, desc=f"generate {name} ({len(todo)} blocks)")
     return open_dataset(path)
+
+
+def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
+    """Under the lock: keep a store of the same data set (to resume it), else write the template
+    (a new or cut-short store, or another data set with ``overwrite``). Returns the block flags."""
+    state = _check_store_kind(path)
+    if state == "dataset":
+        existing = _stored_meta(path)
+        if existing != json.loads(json.dumps(meta, sort_keys=True)) and not overwrite:
+            diff = {k: (existing.get(k), meta[k]) for k in _META_KEYS if existing.get(k) != meta[k]}
+            raise ValueError(f"{path} holds another data set (stored vs requested: {diff}); pass "
+                             "overwrite=True (--overwrite) to replace it, or use another path")
+    if state != "dataset" or overwrite:
+        _write_template(path, ds, encoding, n_blocks)
+    return block_flags(path)
+
+
+def _check_store_kind(path):
+    """:func:`_store_state` of ``path``; ValueError unless it is new, partial or a data set."""
+    state = _store_state(path)
+    if state not in ("new", "partial", "dataset"):
+        raise ValueError(f"{path} exists and is not an rfol_dask data set (it is {state}); pick another "
+                         "path (--overwrite replaces only an rfol_dask data set)")
+    return state

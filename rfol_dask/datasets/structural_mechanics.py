@@ -423,6 +423,8 @@ def _spec(name, n_output, paper, what):
 
     return register(DatasetSpec(
         name=name,
+        input_attrs={"long_name": "top-edge normal traction f(x)", "units": "1"},
+        output_attrs={"long_name": "von Mises stress", "units": "1"},
         make_block=block,
         defaults=defaults,
         units="m",

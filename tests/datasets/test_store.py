@@ -4,6 +4,7 @@ import xarray as xr
 import zarr
 
 from rfol_dask import __version__, datasets
+from rfol_dask.io import block_flags
 
 
 def test_registry_lists_and_rejects():
@@ -60,8 +61,8 @@ def test_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="incomplete.*rerun the same generate command"):
         datasets.open(path)
     # the missing block is NaN in the raw store, never zeros
-    raw = xr.open_zarr(path, consolidated=False)
-    done = raw["block_done"].values
+    raw = xr.open_zarr(path)
+    done = block_flags(path).astype(int)  # the bookkeeping, hidden from xarray
     missing = int(np.flatnonzero(done == 0)[0])
     assert np.isnan(raw["input"].values[missing * 5:(missing + 1) * 5]).all()
 
@@ -99,3 +100,144 @@ def test_open_rejects_foreign_store(tmp_path):
     g.create_array("a", shape=(2,), dtype="f8")
     with pytest.raises(ValueError, match="cannot be read as an xarray data set in Zarr"):
         datasets.open(tmp_path / "z.zarr")
+
+
+# ---------------------------------------------------------------------- concurrency, kills, layout
+import json  # noqa: E402
+import os  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import textwrap  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "rfol_dask.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _python(code, wait=True):
+    """Run ``code`` in a fresh interpreter that imports this checkout (``Popen`` if not ``wait``)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-c", textwrap.dedent(code)]
+    if not wait:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow  # subprocesses
+def test_concurrent_generate_into_one_store_is_refused(tmp_path):
+    store, gate = tmp_path / "s.zarr", tmp_path / "gate"
+    # run A writes seed 1 and waits inside its first block until the gate file appears
+    a = _python(f"""
+        import time
+        from pathlib import Path
+        from rfol_dask.datasets import store
+        real = store._write_block
+        def waits(*args):
+            while not Path({str(gate)!r}).exists():
+                time.sleep(0.05)
+            return real(*args)
+        store._write_block = waits
+        from rfol_dask.cli import main
+        raise SystemExit(main(["generate", "advection1", "--samples", "8", "--seed", "1", "--out", {str(store)!r}]))
+    """, wait=False)
+    try:
+        deadline = time.time() + 120
+        while not (store / ".rfol_dask.lock").exists():
+            assert a.poll() is None and time.time() < deadline, a.communicate()
+            time.sleep(0.05)
+        b = _cli("generate", "advection1", "--samples", "8", "--seed", "2", "--out", str(store))
+        assert b.returncode == 2, b.stderr
+        assert "being written by rfol-dask generate advection1 (seed 1, pid" in b.stderr
+        assert "Traceback" not in b.stderr
+    finally:
+        gate.write_text("go")
+        out, err = a.communicate(timeout=120)
+    assert a.returncode == 0, err
+    assert not (store / ".rfol_dask.lock").exists()
+    ds = datasets.open(store)
+    assert ds.attrs["seed"] == 1
+    np.testing.assert_array_equal(ds["input"].values, datasets.generate("advection1", 8, seed=1)["input"].values)
+    # run B again, now alone: a clash of seeds, reported as such
+    b = _cli("generate", "advection1", "--samples", "8", "--seed", "2", "--out", str(store))
+    assert b.returncode == 2 and "holds another data set" in b.stderr and "'seed': (1, 2)" in b.stderr
+
+
+def test_stale_lock_of_a_dead_run_is_taken_over(tmp_path):
+    store = tmp_path / "s.zarr"
+    dead = _python("import os; print(os.getpid())").stdout.strip()
+    store.mkdir()
+    (store / ".rfol_dask.lock").write_text(json.dumps({"pid": int(dead), "host": socket.gethostname(),
+                                                       "dataset": "advection1", "seed": 0}))
+    ds = datasets.generate("advection1", 6, store=store)
+    assert ds["input"].shape == (6, 40) and not (store / ".rfol_dask.lock").exists()
+    # a lock of another host cannot be judged: refused with the way out
+    (store / ".rfol_dask.lock").write_text(json.dumps({"pid": 1, "host": "elsewhere", "dataset": "advection1",
+                                                       "seed": 0, "started": "earlier"}))
+    with pytest.raises(ValueError, match=r"being written by .*pid 1 on elsewhere.*remove .*\.rfol_dask\.lock"):
+        datasets.generate("advection1", 6, store=store)
+
+
+@pytest.mark.slow  # subprocesses
+@pytest.mark.parametrize("legacy", [False, True])
+def test_generate_killed_while_writing_the_template_is_restarted_by_the_same_command(tmp_path, legacy):
+    store = tmp_path / "s.zarr"
+    killed = _python(f"""
+        import os, zarr
+        zarr.Group.require_group = lambda *a, **k: os._exit(9)  # killed after the variables, before the bookkeeping
+        from rfol_dask.cli import main
+        main(["generate", "advection2", "--samples", "10", "--seed", "3", "--block-size", "4",
+              "--out", {str(store)!r}])
+    """)
+    assert killed.returncode == 9, killed.stderr
+    assert (store / ".rfol_dask.template").exists() and (store / ".rfol_dask.lock").exists()
+    if legacy:  # as a version without the marker would leave it
+        (store / ".rfol_dask.template").unlink()
+    again = _cli("generate", "advection2", "--samples", "10", "--seed", "3", "--block-size", "4", "--out", str(store))
+    assert again.returncode == 0, again.stderr
+    ref = datasets.generate("advection2", 10, seed=3)
+    ds = datasets.open(store)
+    np.testing.assert_array_equal(ds["input"].values, ref["input"].values)
+    np.testing.assert_array_equal(ds["output"].values, ref["output"].values)
+    assert not any(p.startswith(".rfol_dask") for p in os.listdir(store))
+
+
+def test_store_follows_cf_conventions_and_hides_bookkeeping(tmp_path):
+    path = tmp_path / "s.zarr"
+    datasets.generate("advection1", 6, store=path, block_size=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # consolidated metadata: no warning from a plain open_zarr
+        ds = xr.open_zarr(path)
+    assert "block_done" not in ds.variables and "block" not in ds.dims
+    assert ds.attrs["Conventions"].startswith("CF-")
+    for var in ("input", "output"):
+        assert ds[var].attrs["long_name"] and ds[var].attrs["units"] == "1"
+    assert ds["input"].attrs["long_name"] == "initial condition u(x, 0)"
+    assert block_flags(path).tolist() == [True, True]
+
+
+def test_generate_replaces_only_rfol_dask_data_sets(tmp_path):
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("keep")
+    from rfol_dask import RandomFeatureOperator
+
+    model = tmp_path / "m.zarr"
+    RandomFeatureOperator(n_features=10, random_state=0).fit(np.ones((5, 3)) * np.arange(5)[:, None],
+                                                              np.ones((5, 2))).save(model)
+    for path, what in ((other, "a directory holding other files"), (model, "an rfol_dask model")):
+        with pytest.raises(ValueError, match=f"exists and is not an rfol_dask data set \\(it is {what}\\)"):
+            datasets.generate("advection1", 8, store=path, overwrite=True)
+    with pytest.raises(ValueError, match="is a file, not a data-set store"):
+        datasets.generate("advection1", 8, store=plain, overwrite=True)
+    assert sorted(os.listdir(other)) == ["keep.txt"] and plain.read_text() == "keep"
+    RandomFeatureOperator.load(model)

@@ -1,0 +1,78 @@
+"""Bad command lines get a clear error (exit status 2, no traceback) and leave the user's files alone."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rfol_dask import __version__, datasets
+from rfol_dask.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(args, capsys):
+    code = main(args)
+    return code, capsys.readouterr().err
+
+
+def test_version():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "--version"], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == f"rfol-dask {__version__}"
+
+
+@pytest.mark.parametrize("value, says", [("0", "must be at least 1, got 0"), ("-4", "must be at least 1, got -4"),
+                                         ("abc", "must be an integer, got 'abc'"),
+                                         ("2.5", "must be an integer, got 2.5")])
+def test_generate_bad_grid_size_names_the_parameter(tmp_path, capsys, value, says):
+    out = tmp_path / "a.zarr"
+    code, err = _run(["generate", "advection1", "--samples", "4", "--param", f"n_points={value}", "--out", str(out)],
+                     capsys)
+    assert code == 2
+    assert f"parameter 'n_points' of data set 'advection1' {says}" in err
+    assert not out.exists()
+
+
+def test_generate_bad_float_parameter_names_it(tmp_path, capsys):
+    code, err = _run(["generate", "burgers", "--samples", "2", "--param", "nu=fast", "--out", str(tmp_path / "b")],
+                     capsys)
+    assert code == 2 and "parameter 'nu' of data set 'burgers' must be a number, got 'fast'" in err
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "d.zarr"
+    datasets.generate("advection2", 30, store=path)
+    return path
+
+
+def test_fit_train_zero_is_an_error(store, capsys):
+    code, err = _run(["fit", str(store), "--train", "0", "--n-features", "20"], capsys)
+    assert code == 2 and "--train must be at least 1, got 0" in err
+
+
+def test_fit_out_refuses_a_file_and_the_data_set_itself(store, tmp_path, capsys):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("keep")
+    code, err = _run(["fit", str(store), "--n-features", "20", "--out", str(plain)], capsys)
+    assert code == 2 and "exists and is a file, not an rfol_dask model" in err and "Traceback" not in err
+    assert plain.read_text() == "keep"
+    code, err = _run(["fit", str(store), "--n-features", "20", "--out", str(store)], capsys)
+    assert code == 2 and "exists and is an rfol_dask data set, not an rfol_dask model" in err
+    assert datasets.open(store)["input"].shape == (30, 40)  # the training data survive
+    mine = tmp_path / "results"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    code, err = _run(["fit", str(store), "--n-features", "20", "--out", str(mine)], capsys)
+    assert code == 2 and "holding other files" in err and (mine / "notes.txt").read_text() == "mine"
+    # a model is replaced, as before
+    model = tmp_path / "m.zarr"
+    assert main(["fit", str(store), "--train", "20", "--n-features", "20", "--out", str(model)]) == 0
+    assert main(["fit", str(store), "--train", "20", "--n-features", "30", "--out", str(model)]) == 0
+    from rfol_dask import RandomFeatureOperator
+
+    assert RandomFeatureOperator.load(model).coef_.shape == (30, 40)

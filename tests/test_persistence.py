@@ -1,0 +1,212 @@
+"""Saving and loading models as a user meets it: what save may replace, damaged and foreign-version
+models, interrupted saves (exceptions and kills) and what they leave behind."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from conftest import smooth_operator_data
+from rfol_dask import RandomFeatureOperator, datasets
+from rfol_dask import io as rio
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def models():
+    U, V = smooth_operator_data(40, 6)
+    return [RandomFeatureOperator(n_features=20 + 10 * k, alpha=1e-6, random_state=k).fit(U, V) for k in range(3)]
+
+
+def _hidden(folder):
+    return sorted(p.name for p in Path(folder).iterdir() if p.name.startswith("."))
+
+
+def test_save_refuses_anything_but_a_model_and_leaves_it_untouched(tmp_path, models):
+    a, b, _ = models
+    mine = tmp_path / "results"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    plain = tmp_path / "plain.txt"
+    plain.write_text("keep")
+    data = tmp_path / "d.zarr"
+    datasets.generate("advection1", 6, store=data)
+    for path, what in ((mine, "a directory holding other files"), (plain, "a file"),
+                       (data, "an rfol_dask data set")):
+        for overwrite in (True, False):
+            with pytest.raises(ValueError, match=f"exists and is {what}, not an rfol_dask model.*refuses"):
+                a.save(path, overwrite=overwrite)
+    assert (mine / "notes.txt").read_text() == "mine" and sorted(os.listdir(mine)) == ["notes.txt"]
+    assert plain.read_text() == "keep"
+    assert datasets.open(data)["input"].shape == (6, 40)
+    assert _hidden(tmp_path) == []
+    # an empty directory and an existing model (unless overwrite=False) may be replaced
+    (tmp_path / "empty.zarr").mkdir()
+    np.testing.assert_array_equal(RandomFeatureOperator.load(a.save(tmp_path / "empty.zarr")).coef_, a.coef_)
+    os.symlink(tmp_path / "empty.zarr", tmp_path / "link.zarr")  # a link to a model loads, is never replaced
+    np.testing.assert_array_equal(RandomFeatureOperator.load(tmp_path / "link.zarr").coef_, a.coef_)
+    with pytest.raises(ValueError, match="is a symbolic link, not an rfol_dask model"):
+        b.save(tmp_path / "link.zarr")
+    with pytest.raises(ValueError, match="a model already exists.*overwrite=True"):
+        b.save(tmp_path / "empty.zarr", overwrite=False)
+    np.testing.assert_array_equal(RandomFeatureOperator.load(b.save(tmp_path / "empty.zarr")).coef_, b.coef_)
+    assert _hidden(tmp_path) == []
+
+
+def _chunk_files(model, name):
+    return [p for p in (Path(model) / name).rglob("*") if p.is_file() and p.name != "zarr.json"]
+
+
+def test_damaged_model_is_refused_naming_the_array(tmp_path, models):
+    a = models[0]
+    path = a.save(tmp_path / "m.zarr")
+    (chunk,) = _chunk_files(path, "coef_")
+    chunk.unlink()  # a lost chunk: the array reads back as its fill value
+    with pytest.raises(ValueError, match=r"array 'coef_' of the model at .*checksum.*damaged"):
+        RandomFeatureOperator.load(path)
+    a.save(path)
+    (chunk,) = _chunk_files(path, "intercept_")
+    chunk.write_bytes(b"\x00garbage" * 4)  # a corrupt chunk: the codec fails
+    with pytest.raises(ValueError, match=r"array 'intercept_' of the model at .*(cannot be read|checksum)"):
+        RandomFeatureOperator.load(path)
+    a.save(path)
+    import shutil
+
+    shutil.rmtree(Path(path) / "omega_")  # a whole array gone
+    with pytest.raises(ValueError, match=r"array 'omega_' of the model at .* is missing"):
+        RandomFeatureOperator.load(path)
+
+
+def test_model_format_version_checked(tmp_path, models):
+    a = models[0]
+    path = a.save(tmp_path / "m.zarr")
+    group = zarr.open_group(str(path), mode="r+")
+    assert group.attrs["rfol_dask_format"] == rio.MODEL_FORMAT == 1
+    group.attrs["rfol_dask_format"] = 99
+    with pytest.raises(ValueError, match=r"has format 99 .*reads formats 0 to 1: upgrade rfol_dask"):
+        RandomFeatureOperator.load(path)
+    # a model saved before the format was versioned (no format, no checksums) loads, with a warning
+    attrs = dict(group.attrs)
+    for key in ("rfol_dask_format", "rfol_dask_checksums", "rfol_dask_saved"):
+        del attrs[key]
+    group.attrs.clear()
+    group.attrs.update(attrs)
+    with pytest.warns(UserWarning, match="saved before model format 1 and has no checksums"):
+        legacy = RandomFeatureOperator.load(path)
+    np.testing.assert_array_equal(legacy.coef_, a.coef_)
+
+
+def test_exception_mid_save_restores_previous_model_and_leaves_nothing(tmp_path, models, monkeypatch):
+    a, b, _ = models
+    path = a.save(tmp_path / "m.zarr")
+    real, calls = os.replace, []
+
+    def second_rename_fails(src, dst):
+        if Path(dst).parent == tmp_path:  # a rename of save's, not one of zarr's file writes
+            calls.append(dst)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("interrupted between the two renames")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", second_rename_fails)
+    with pytest.raises(KeyboardInterrupt):
+        b.save(path)
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == ["m.zarr"]  # the previous model is back, nothing hidden left
+    np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, a.coef_)
+
+
+_KILLED_SAVE = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    sys.path.insert(0, {tests!r})
+    from conftest import smooth_operator_data
+    from rfol_dask import RandomFeatureOperator
+    U, V = smooth_operator_data(40, 6)
+    fit = lambda k: RandomFeatureOperator(n_features=20 + 10 * k, alpha=1e-6, random_state=k).fit(U, V)
+    fit(0).save({path!r})
+    real, calls = os.replace, []
+    def killed_after(n):
+        def replace(src, dst):
+            real(src, dst)
+            if os.path.dirname(os.fspath(dst)) != os.path.dirname({path!r}):
+                return  # one of zarr's file writes, not a rename of save's
+            calls.append(1)
+            if len(calls) == n:
+                os._exit(9)  # as a kill: no finally, no cleanup
+        return replace
+    os.replace = killed_after({n})
+    fit({k}).save({path!r})
+""")
+
+
+def _killed_save(path, k, n_renames):
+    """Save model 0 at ``path``, then save model ``k`` in a process killed after its n-th rename."""
+    code = _KILLED_SAVE.format(tests=str(ROOT / "tests"), path=str(path), n=n_renames, k=k)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 9, res.stderr
+
+
+def test_load_falls_back_after_a_save_killed_between_renames(tmp_path, models):
+    path = tmp_path / "m.zarr"
+    _killed_save(path, k=1, n_renames=1)  # killed after moving the previous model aside
+    assert not path.exists()
+    assert [n.split("-")[0] for n in _hidden(tmp_path)] == [".m.zarr.old", ".m.zarr.tmp"]
+    with pytest.warns(UserWarning, match="a save to it was interrupted; loading the newest complete model"):
+        loaded = RandomFeatureOperator.load(path)
+    np.testing.assert_array_equal(loaded.coef_, models[1].coef_)  # the newer of the two complete models
+    # the next save finishes the job: one model, no hidden leftovers
+    models[2].save(path)
+    assert os.listdir(tmp_path) == ["m.zarr"]
+    np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, models[2].coef_)
+
+
+def test_load_picks_the_newest_leftover_by_save_time_not_by_name(tmp_path, models):
+    a, b, _ = models
+    a.save(tmp_path / "x.zarr")
+    os.rename(tmp_path / "x.zarr", tmp_path / ".m.zarr.old-zzzzzzzz")  # older, but last by name
+    b.save(tmp_path / "y.zarr")
+    os.rename(tmp_path / "y.zarr", tmp_path / ".m.zarr.old-aaaaaaaa")
+    with pytest.warns(UserWarning, match="interrupted"):
+        np.testing.assert_array_equal(RandomFeatureOperator.load(tmp_path / "m.zarr").coef_, b.coef_)
+
+
+def test_successful_save_removes_leftovers_of_dead_saves_only(tmp_path, models):
+    path = tmp_path / "m.zarr"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        import socket
+
+        host = socket.gethostname()
+        for name in (f".m.zarr.old-{host}.{dead}.aa", ".m.zarr.old-1234abcd", f".m.zarr.tmp-{host}.{dead}.bb",
+                     ".m.zarr.tmp-5678abcd", f".m.zarr.tmp-{host}.{live.pid}.cc"):
+            models[0].save(tmp_path / name)
+        models[1].save(path)
+        # every previous model and every temporary of a dead save is gone; a live save's temporary stays
+        assert _hidden(tmp_path) == [f".m.zarr.tmp-{host}.{live.pid}.cc"]
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_predictions_carry_the_output_attributes(tmp_path):
+    ds = datasets.generate("advection2", 60, store=tmp_path / "d.zarr")
+    ds["x"].attrs["note"] = "grid attrs travel"
+    model = RandomFeatureOperator(n_features=300, gamma=1e-4, alpha=1e-10, random_state=0).fit(ds)
+    for m in (model, RandomFeatureOperator.load(model.save(tmp_path / "m.zarr"))):
+        pred = m.predict(ds["input"][:5])
+        assert pred.attrs["long_name"] == ds["output"].attrs["long_name"] == "solution u(x, t)"
+        assert pred.attrs["units"] == "1"
+        assert pred["x"].attrs["units"] == ds["x"].attrs["units"]
+        assert pred["x"].attrs["note"] == "grid attrs travel"
+        assert isinstance(pred, xr.DataArray)
