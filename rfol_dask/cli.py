@@ -133,7 +133,8 @@ def _cmd_fit(args):
     import contextlib
 
     from . import RandomFeatureOperator
-    from .io import check_model_path, open_dataset
+    from .io import open_dataset
+    from .persistence import check_model_path
     from .metrics import relative_l2_error
 
     if args.out:

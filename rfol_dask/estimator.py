@@ -9,7 +9,6 @@ sklearn validation, training grids and the recovery maps ``R_U`` / ``R_V`` lives
 
 from __future__ import annotations
 
-import numbers
 import os
 from collections.abc import Mapping, Sequence
 
@@ -20,9 +19,8 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import io
+from . import io, persistence
 from . import recovery as rec
-from ._version import __version__
 from .gram import check_finite
 from .metrics import r2_score
 from .progress import active_client
@@ -51,24 +49,6 @@ def _flatten(X):
     return np.reshape(np.asarray(X), (X.shape[0], -1)), tuple(X.shape[1:])
 
 
-def _jsonable(value):
-    """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
-
-
-def _attrs_of(V, dims):
-    """``(attrs, {dim: coordinate attrs})`` of an xarray output ``V``; empty for arrays."""
-    if not isinstance(V, xr.DataArray):
-        return {}, {}
-    return _jsonable(dict(V.attrs)), {d: _jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords}
-
-
 def _num_samples(X):
     shape = getattr(X, "shape", None)
     if shape is None:
@@ -77,23 +57,6 @@ def _num_samples(X):
         except TypeError:
             return None
     return shape[0] if len(shape) else None
-
-
-def _match_dims(X, dims, name):
-    """DataArray ``X`` transposed to ``("sample", *dims)`` (grid dims matched by name, as
-    ``apply_ufunc`` core dims are); other operands, or ``dims`` None, unchanged."""
-    if not isinstance(X, xr.DataArray) or dims is None or "sample" not in X.dims:
-        return X
-    grid = tuple(d for d in X.dims if d != "sample")
-    if grid == tuple(dims):
-        return X.transpose("sample", *dims) if X.dims[0] != "sample" else X
-    if sorted(map(str, grid)) != sorted(map(str, dims)):
-        unknown, absent = [d for d in grid if d not in dims], [d for d in dims if d not in grid]
-        raise ValueError(
-            f"{name} has dims {X.dims} but the model was trained on ('sample', {', '.join(map(repr, dims))}); "
-            f"unknown dims {unknown}, missing {absent}: rename them, e.g. {name}.rename("
-            f"{dict(zip(unknown, absent)) or '...'})")
-    return X.transpose("sample", *dims)
 
 
 class OperatorEstimator(RegressorMixin, BaseEstimator):
@@ -134,53 +97,6 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
                 raise ValueError(f"unknown recovery kind {kind!r} in recovery={self.recovery!r}; "
                                  f"choose from {rec.KINDS}")
         return tuple(specs)
-
-    @staticmethod
-    def _learn_grid(grid, operand, shape, which):
-        """The training grid of one side: the explicit ``grid``, else the xarray coordinates."""
-        if grid is not None:
-            grid = rec.as_grid(grid, f"{which}_grid")
-            if tuple(len(ax) for ax in grid) != tuple(shape):
-                raise ValueError(f"{which}_grid has shape {tuple(len(ax) for ax in grid)} but the {which} "
-                                 f"functions have grid shape {tuple(shape)}")
-            return grid
-        return OperatorEstimator._operand_grid(operand)
-
-    @staticmethod
-    def _operand_grid(operand):
-        """The grid of an xarray operand if every grid dim has numeric increasing coordinates."""
-        if operand.kind != "xarray" or not operand.dims or any(d not in operand.coords for d in operand.dims):
-            return None
-        try:
-            return rec.as_grid({d: operand.coords[d] for d in operand.dims})
-        except (TypeError, ValueError):
-            return None
-
-    @staticmethod
-    def _learn_periods(periods, operand, grid, which):
-        """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` (a
-        number, one entry per axis, or a mapping dim -> period) or else from the ``period``
-        attributes of the xarray coordinates; None without a grid."""
-        dims = operand.dims or tuple(f"dim_{k}" for k in range(len(grid or ())))
-        if periods is None:
-            per_axis = [operand.periods.get(d) for d in dims]
-        elif isinstance(periods, Mapping):
-            per_axis = [periods.get(d) for d in dims]
-        elif isinstance(periods, numbers.Real):
-            per_axis = [periods] * len(dims)
-        else:
-            per_axis = list(periods)
-            if grid is not None and len(per_axis) != len(grid):
-                raise ValueError(
-                    f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: give one "
-                    "period (or None) per axis, or a mapping dim -> period when the input and output grids differ")
-        if grid is None:
-            named = any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None
-            if named:
-                raise ValueError(f"periods= needs the {which} grid coordinates: pass fit(..., {which}_grid=...) "
-                                 "or xarray data with coordinates")
-            return None
-        return rec.as_periods(per_axis, grid, f"the periods of the {which} grid")
 
     def _check_lazy(self, U, V):
         """Validate dask operands from their metadata only (nothing is computed)."""
@@ -276,16 +192,16 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
         self.input_dims_, self.input_coords_ = u.dims, u.coords
         self.output_dims_, self.output_coords_ = v.dims, v.coords
-        self.output_attrs_, self.output_coord_attrs_ = _attrs_of(V, v.dims)
-        self.input_grid_ = self._learn_grid(input_grid, u, self.input_shape_, "input")
-        self.output_grid_ = self._learn_grid(output_grid, v, self.output_shape_, "output")
+        self.output_attrs_, self.output_coord_attrs_ = persistence.attrs_of(V, v.dims)
+        self.input_grid_ = io.learn_grid(input_grid, u, self.input_shape_, "input")
+        self.output_grid_ = io.learn_grid(output_grid, v, self.output_shape_, "output")
         if isinstance(periods, Mapping):
             unknown = set(periods) - set(u.dims or ()) - set(v.dims or ())
             if unknown:
                 raise ValueError(f"periods names dims {sorted(unknown)} that are not grid dims of the data "
                                  f"(input {u.dims}, output {v.dims})")
-        self.input_periods_ = self._learn_periods(periods, u, self.input_grid_, "input")
-        self.output_periods_ = self._learn_periods(periods, v, self.output_grid_, "output")
+        self.input_periods_ = io.learn_periods(periods, u, self.input_grid_, "input")
+        self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output")
 
         self._fit_arrays(Ud, Vd, lazy, self._work_dtype(Ud))
         return self
@@ -340,7 +256,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         U = X
         if isinstance(U, (str, bytes)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U)
-        U = _match_dims(U, getattr(self, "input_dims_", None), "X")
+        U = io.match_dims(U, getattr(self, "input_dims_", None), "X")
         u = io.as_operand(U, "U")
         u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
@@ -395,7 +311,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
     def _to_training_grid(self, U, u, input_grid):
         """The operand ``u`` resampled through ``R_U`` to the training input grid if its grid
         (``input_grid`` or the xarray coordinates) differs from it."""
-        grid = rec.as_grid(input_grid, "input_grid") if input_grid is not None else self._operand_grid(u)
+        grid = rec.as_grid(input_grid, "input_grid") if input_grid is not None else io.operand_grid(u)
         trained = getattr(self, "input_grid_", None)
         if grid is None or rec.same_grid(grid, trained):
             return u
@@ -447,7 +363,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             raise ValueError("sample_weight is not supported")
         U, V = io.read_pair(X, y)
         pred = self.predict(U)
-        V = _match_dims(V, getattr(self, "output_dims_", None), "y")
+        V = io.match_dims(V, getattr(self, "output_dims_", None), "y")
         return r2_score(V, pred)
 
     # ------------------------------------------------------------------ persistence
@@ -496,36 +412,9 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         ``KernelOperator``), written from memory without a further copy.
         """
         check_is_fitted(self)
-        io.check_model_path(path, overwrite)
-        params = self.get_params()
-        params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
-        if "random_state" in params:  # a Generator is not JSON: the fitted arrays hold its draw
-            rs = params["random_state"]
-            params["random_state"] = rs if isinstance(rs, (int, type(None))) else None
-        attrs = {
-            "params": params,
-            "n_features_in_": int(self.n_features_in_),
-            "input_shape_": list(self.input_shape_),
-            "output_shape_": list(self.output_shape_),
-            "input_dims_": None if self.input_dims_ is None else list(self.input_dims_),
-            "output_dims_": None if self.output_dims_ is None else list(self.output_dims_),
-            "periods_": {w: None if (p := getattr(self, f"{w}_periods_", None)) is None else list(p)
-                         for w in ("input", "output")},
-            "output_attrs_": getattr(self, "output_attrs_", {}),
-            "output_coord_attrs_": getattr(self, "output_coord_attrs_", {}),
-            "version": __version__,
-        }
-        arrays = {name: getattr(self, name) for name in self._fitted_arrays if getattr(self, name) is not None}
-        attrs.update({name: getattr(self, name) for name in self._fitted_scalars})
-        for which, coords in (("input", self.input_coords_), ("output", self.output_coords_)):
-            for dim, values in coords.items():
-                arrays[f"coord_{which}_{dim}"] = np.asarray(values)
-        for which in ("input", "output"):
-            grid = getattr(self, f"{which}_grid_", None)
-            attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
-            for k, ax in enumerate(grid or ()):
-                arrays[f"grid_{which}_{k}"] = ax
-        io.save_model(path, arrays, attrs, overwrite=overwrite)
+        persistence.check_model_path(path, overwrite)
+        arrays, attrs = persistence.estimator_state(self)
+        persistence.save_model(path, arrays, attrs, overwrite=overwrite)
         return path
 
     @classmethod
@@ -551,30 +440,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         ValueError
             If ``path`` is not a model store written by :meth:`save`, has a newer format, or
             an array is missing or damaged (the message names it). Models saved before the
-            format was versioned load with a warning (see ``rfol_dask.io.MODEL_FORMAT``).
+            format was versioned load with a warning (see ``rfol_dask.persistence.MODEL_FORMAT``).
         """
-        arrays, attrs = io.load_model(path)
-        params = dict(attrs["params"])
-        if isinstance(params.get("recovery"), list):
-            params["recovery"] = tuple(params["recovery"])
-        model = cls(**params)
-        for name in model._fitted_arrays:
-            setattr(model, name, arrays.get(name))
-        for name in model._fitted_scalars:
-            setattr(model, name, attrs[name])
-        model.n_features_in_ = attrs["n_features_in_"]
-        model.input_shape_ = tuple(attrs["input_shape_"])
-        model.output_shape_ = tuple(attrs["output_shape_"])
-        model.output_attrs_ = attrs.get("output_attrs_", {})
-        model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
-        for which in ("input", "output"):
-            dims = attrs[f"{which}_dims_"]
-            setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
-            setattr(model, f"{which}_coords_",
-                    {d: arrays[f"coord_{which}_{d}"] for d in (dims or []) if f"coord_{which}_{d}" in arrays})
-            ndim = attrs.get(f"{which}_grid_ndim")
-            setattr(model, f"{which}_grid_",
-                    None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)))
-            periods = attrs.get("periods_", {}).get(which)
-            setattr(model, f"{which}_periods_", None if periods is None else tuple(periods))
-        return model
+        arrays, attrs = persistence.load_model(path)
+        return persistence.restore_estimator(cls, arrays, attrs)

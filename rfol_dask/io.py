@@ -1,4 +1,4 @@
-"""xarray / Zarr conventions: reading operands, opening data-set stores, saving models.
+"""xarray / Zarr conventions: reading operands and opening data-set stores (models: ``persistence``).
 
 An operand is a numpy array, a dask array, an ``xarray.DataArray`` with ``sample`` as its
 first dimension, or (for ``fit``) an ``xarray.Dataset`` / Zarr store path holding the
@@ -8,15 +8,11 @@ one axis without computing anything and remembers how to undo that.
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
 import os
-import shutil
 import socket
-import time
-import uuid
-import warnings
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,10 +21,12 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from ._version import __version__
+from .recovery.grids import as_grid, as_periods
 
-__all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "save_model", "load_model",
-           "check_model_path", "describe_path", "MODEL_FORMAT", "BOOKKEEPING_GROUP", "block_flags", "process_alive"]
+
+__all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
+           "process_alive",
+           "learn_grid", "operand_grid", "learn_periods", "match_dims"]
 
 
 @dataclass
@@ -254,6 +252,70 @@ def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     return xr.DataArray(values, dims=("sample", *dims), coords=out_coords, name=name)
 
 
+# ------------------------------------------------------------------------------ grids and dims
+
+def learn_grid(grid, operand, shape, which):
+    """The training grid of one side: the explicit ``grid``, else the xarray coordinates."""
+    if grid is not None:
+        grid = as_grid(grid, f"{which}_grid")
+        if tuple(len(ax) for ax in grid) != tuple(shape):
+            raise ValueError(f"{which}_grid has shape {tuple(len(ax) for ax in grid)} but the {which} "
+                             f"functions have grid shape {tuple(shape)}")
+        return grid
+    return operand_grid(operand)
+
+def operand_grid(operand):
+    """The grid of an xarray operand if every grid dim has numeric increasing coordinates."""
+    if operand.kind != "xarray" or not operand.dims or any(d not in operand.coords for d in operand.dims):
+        return None
+    try:
+        return as_grid({d: operand.coords[d] for d in operand.dims})
+    except (TypeError, ValueError):
+        return None
+
+def learn_periods(periods, operand, grid, which):
+    """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` (a
+    number, one entry per axis, or a mapping dim -> period) or else from the ``period``
+    attributes of the xarray coordinates; None without a grid."""
+    dims = operand.dims or tuple(f"dim_{k}" for k in range(len(grid or ())))
+    if periods is None:
+        per_axis = [operand.periods.get(d) for d in dims]
+    elif isinstance(periods, Mapping):
+        per_axis = [periods.get(d) for d in dims]
+    elif isinstance(periods, numbers.Real):
+        per_axis = [periods] * len(dims)
+    else:
+        per_axis = list(periods)
+        if grid is not None and len(per_axis) != len(grid):
+            raise ValueError(
+                f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: give one "
+                "period (or None) per axis, or a mapping dim -> period when the input and output grids differ")
+    if grid is None:
+        named = any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None
+        if named:
+            raise ValueError(f"periods= needs the {which} grid coordinates: pass fit(..., {which}_grid=...) "
+                             "or xarray data with coordinates")
+        return None
+    return as_periods(per_axis, grid, f"the periods of the {which} grid")
+
+
+def match_dims(X, dims, name):
+    """DataArray ``X`` transposed to ``("sample", *dims)`` (grid dims matched by name, as
+    ``apply_ufunc`` core dims are); other operands, or ``dims`` None, unchanged."""
+    if not isinstance(X, xr.DataArray) or dims is None or "sample" not in X.dims:
+        return X
+    grid = tuple(d for d in X.dims if d != "sample")
+    if grid == tuple(dims):
+        return X.transpose("sample", *dims) if X.dims[0] != "sample" else X
+    if sorted(map(str, grid)) != sorted(map(str, dims)):
+        unknown, absent = [d for d in grid if d not in dims], [d for d in dims if d not in grid]
+        raise ValueError(
+            f"{name} has dims {X.dims} but the model was trained on ('sample', {', '.join(map(repr, dims))}); "
+            f"unknown dims {unknown}, missing {absent}: rename them, e.g. {name}.rename("
+            f"{dict(zip(unknown, absent)) or '...'})")
+    return X.transpose("sample", *dims)
+
+
 # ------------------------------------------------------------------------------ data-set stores
 
 BOOKKEEPING_GROUP = "_rfol_dask"
@@ -284,214 +346,3 @@ def block_flags(path):
         return np.asarray(arr[...]).astype(bool)
     except Exception:  # noqa: BLE001  (no such group or array)
         return None
-
-
-# ------------------------------------------------------------------------------ models
-
-MODEL_FORMAT = 1
-"""Layout version of a saved model, written as the attribute ``rfol_dask_format``.
-
-* 1: NaN fill value for float arrays, a SHA-256 checksum per array (``rfol_dask_checksums``,
-  verified on load) and the save time (``rfol_dask_saved``, ns since the epoch).
-* 0 (no attribute): models saved before the format was versioned. They
-  load, with a warning that their arrays cannot be verified; saving them again upgrades them.
-
-A model of a newer format is refused with a message to upgrade rfol_dask.
-"""
-
-_MODEL_KEY = "rfol_dask_model"  # written last: its presence marks a complete model
-_STALE_FOREIGN_TMP_S = 3600  # a temporary of another host older than this is abandoned
-
-
-def _checksum(value):
-    """SHA-256 of an array's dtype, shape and bytes (hex)."""
-    h = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode())
-    h.update(np.ascontiguousarray(value).tobytes())
-    return h.hexdigest()
-
-
-def _group_attrs(path):
-    """Root attributes of the Zarr group at ``path``, or None if it is not a readable group."""
-    import zarr
-
-    try:
-        return dict(zarr.open_group(str(path), mode="r").attrs)
-    except Exception:  # noqa: BLE001  (anything unreadable is "not a group")
-        return None
-
-
-def describe_path(path):
-    """What is at ``path``: None (nothing), ``"model"``, ``"empty"`` (an empty directory) or a
-    phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, ...)."""
-    path = Path(os.fspath(path))
-    if path.is_symlink():
-        return "a symbolic link"
-    if not path.exists():
-        return None
-    if not path.is_dir():
-        return "a file"
-    attrs = _group_attrs(path)
-    if attrs is not None and _MODEL_KEY in attrs:
-        return "model"
-    if not any(path.iterdir()):
-        return "empty"
-    if attrs is not None and "rfol_dask_meta" in attrs:
-        return "an rfol_dask data set"
-    if attrs is not None:
-        return "a Zarr store that is not an rfol_dask model"
-    return "a directory holding other files"
-
-
-def check_model_path(path, overwrite=True):
-    """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
-    directory, or an rfol_dask model when ``overwrite`` is true. Nothing else is ever replaced."""
-    kind = describe_path(path)
-    if kind in (None, "empty"):
-        return
-    if kind == "model":
-        if not overwrite:
-            raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
-        return
-    raise ValueError(f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
-                     "(only an existing model is ever replaced): choose another path or move it away yourself")
-
-
-def _sibling(path, kind):
-    """A fresh hidden sibling ``.NAME.<kind>-<host>.<pid>.<random>`` of ``path``."""
-    return path.with_name(f".{path.name}.{kind}-{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-
-
-def _writer_gone(leftover, prefix):
-    """Whether the process that named ``leftover`` (``prefix`` + ``<host>.<pid>.<random>``, see
-    :func:`_sibling`) is no longer running."""
-    try:
-        host, pid, _ = leftover.name[len(prefix):].rsplit(".", 2)
-        pid = int(pid)
-    except ValueError:
-        return True  # not one of ours: an old-style name, left by a finished or killed save
-    if host != socket.gethostname():
-        return time.time() - leftover.stat().st_mtime > _STALE_FOREIGN_TMP_S
-    return pid == os.getpid() or not process_alive(host, pid)
-
-
-def _leftovers(path, kind):
-    """The hidden siblings ``.NAME.<kind>-*`` of ``path``."""
-    return sorted(path.parent.glob(f".{glob.escape(path.name)}.{kind}-*"))
-
-
-def _clean_leftovers(path):
-    """Remove the hidden siblings that interrupted saves of ``path`` left: every previous model
-    (``.old-*``; ``path`` holds the newest) and every temporary whose writer is gone."""
-    for old in _leftovers(path, "old"):
-        shutil.rmtree(old, ignore_errors=True)
-    for tmp in _leftovers(path, "tmp"):
-        if _writer_gone(tmp, f".{path.name}.tmp-"):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _saved_time(path):
-    """When the model at ``path`` was saved (ns): its ``rfol_dask_saved`` attribute, else the
-    modification time of its metadata (models of format 0)."""
-    saved = (_group_attrs(path) or {}).get("rfol_dask_saved")
-    return int(saved) if saved is not None else (path / "zarr.json").stat().st_mtime_ns
-
-
-def save_model(path, arrays, attrs, *, overwrite=True):
-    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model (a Zarr group) at ``path``.
-
-    Only an existing model is replaced (and only with ``overwrite``); a file, a data set or any
-    other directory at ``path`` raises ValueError and is left untouched. The group is written
-    to a hidden temporary sibling and renamed into place: an interrupted save leaves the
-    previous model readable (at ``path``, or beside it if the process was killed between
-    the two renames; :func:`load_model` finds it). A successful save removes what earlier
-    interrupted saves left behind.
-    """
-    import zarr
-
-    path = Path(os.fspath(path))
-    check_model_path(path, overwrite)
-    tmp, old = _sibling(path, "tmp"), None
-    try:
-        group = zarr.open_group(str(tmp), mode="w")
-        sums = {}
-        for key, value in arrays.items():
-            value = np.asarray(value)
-            fill = np.nan if value.dtype.kind in "fc" else None
-            group.create_array(key, shape=value.shape, dtype=value.dtype, chunks=value.shape or None,
-                               fill_value=fill)[...] = value
-            sums[key] = _checksum(value)
-        group.attrs.update({"rfol_dask_format": MODEL_FORMAT, "rfol_dask_version": __version__,
-                            "rfol_dask_checksums": sums, "rfol_dask_saved": time.time_ns(),
-                            _MODEL_KEY: json.dumps(attrs)})
-        check_model_path(path, overwrite)  # again: something may have appeared meanwhile
-        if describe_path(path) == "empty":
-            path.rmdir()
-        elif path.exists():
-            old = _sibling(path, "old")
-            os.replace(path, old)
-        os.replace(tmp, path)
-    except BaseException:
-        if old is not None and old.exists() and not path.exists():
-            os.replace(old, path)  # put the previous model back
-        raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    _clean_leftovers(path)
-
-
-def _fallback_model(path):
-    """The newest complete model that interrupted saves left beside a missing ``path``, or None."""
-    found = [p for p in _leftovers(path, "old") + _leftovers(path, "tmp") if describe_path(p) == "model"]
-    return max(found, key=_saved_time) if found else None
-
-
-def load_model(path):
-    """Read ``(arrays, attrs)`` written by :func:`save_model`, verifying every array.
-
-    If ``path`` is missing because a save was killed between its two renames, the newest
-    complete model left beside it (by save time) is read, with a warning. Raises
-    FileNotFoundError if there is no model, ValueError if ``path`` is not a model, is of a
-    newer format, or an array is missing, unreadable or fails its checksum (the message
-    names the array).
-    """
-    import zarr
-
-    path = Path(os.fspath(path))
-    if not path.exists():
-        found = _fallback_model(path)
-        if found is None:
-            raise FileNotFoundError(f"no model at {path}")
-        warnings.warn(f"no model at {path}: a save to it was interrupted; loading the newest complete model "
-                      f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
-                      stacklevel=3)
-        path = found
-    kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
-    if kind != "model":
-        raise ValueError(f"{path} is not an rfol_dask model (no '{_MODEL_KEY}' attribute; it is "
-                         f"{'an empty directory' if kind == 'empty' else kind})")
-    group = zarr.open_group(str(path), mode="r")
-    attrs = dict(group.attrs)
-    fmt = attrs.get("rfol_dask_format", 0)
-    if isinstance(fmt, bool) or not isinstance(fmt, int) or not 0 <= fmt <= MODEL_FORMAT:
-        raise ValueError(f"the model at {path} has format {fmt!r} (written by rfol_dask "
-                         f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
-                         f"0 to {MODEL_FORMAT}: upgrade rfol_dask to load it")
-    arrays = {}
-    for key, arr in group.arrays():
-        try:
-            arrays[key] = arr[...]
-        except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
-            raise ValueError(f"array {key!r} of the model at {path} cannot be read ({type(exc).__name__}: "
-                             f"{exc}): the model is damaged; fit and save it again") from exc
-    if fmt == 0:
-        warnings.warn(f"the model at {path} was saved before model format 1 and has no checksums, so its "
-                      "arrays cannot be verified; save it again to add them", stacklevel=3)
-    for key, expected in attrs.get("rfol_dask_checksums", {}).items():
-        if key not in arrays:
-            raise ValueError(f"array {key!r} of the model at {path} is missing: the model is damaged; "
-                             "fit and save it again")
-        if _checksum(arrays[key]) != expected:
-            raise ValueError(f"array {key!r} of the model at {path} does not match its checksum (a chunk is "
-                             "missing or was changed): the model is damaged; fit and save it again")
-    return arrays, json.loads(attrs[_MODEL_KEY])

@@ -14,7 +14,7 @@ import zarr
 
 from conftest import smooth_operator_data
 from rfol_dask import RandomFeatureOperator, datasets
-from rfol_dask import io as rio
+from rfol_dask import persistence as rio
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,0 +1,329 @@
+"""Model files: what a fitted estimator writes and reads back.
+
+A model is a Zarr group: one array per fitted array, the training coordinates and grids, and
+JSON attributes (parameters, shapes, dims, periods, the output's attributes, versions). The
+write goes to a temporary group that is renamed into place, so an interrupted save leaves the
+previous model readable; :func:`save_model` never replaces anything but an rfol_dask model.
+:func:`estimator_state` / :func:`restore_estimator` turn an ``OperatorEstimator`` into that
+content and back.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import socket
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ._version import __version__
+from .io import process_alive
+
+__all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
+           "estimator_state", "restore_estimator"]
+
+
+MODEL_FORMAT = 1
+"""Layout version of a saved model, written as the attribute ``rfol_dask_format``.
+
+* 1: NaN fill value for float arrays, a SHA-256 checksum per array (``rfol_dask_checksums``,
+  verified on load) and the save time (``rfol_dask_saved``, ns since the epoch).
+* 0 (no attribute): models saved before the format was versioned. They
+  load, with a warning that their arrays cannot be verified; saving them again upgrades them.
+
+A model of a newer format is refused with a message to upgrade rfol_dask.
+"""
+
+_MODEL_KEY = "rfol_dask_model"  # written last: its presence marks a complete model
+_STALE_FOREIGN_TMP_S = 3600  # a temporary of another host older than this is abandoned
+
+
+def _checksum(value):
+    """SHA-256 of an array's dtype, shape and bytes (hex)."""
+    h = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode())
+    h.update(np.ascontiguousarray(value).tobytes())
+    return h.hexdigest()
+
+
+def _group_attrs(path):
+    """Root attributes of the Zarr group at ``path``, or None if it is not a readable group."""
+    import zarr
+
+    try:
+        return dict(zarr.open_group(str(path), mode="r").attrs)
+    except Exception:  # noqa: BLE001  (anything unreadable is "not a group")
+        return None
+
+
+def describe_path(path):
+    """What is at ``path``: None (nothing), ``"model"``, ``"empty"`` (an empty directory) or a
+    phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, ...)."""
+    path = Path(os.fspath(path))
+    if path.is_symlink():
+        return "a symbolic link"
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        return "a file"
+    attrs = _group_attrs(path)
+    if attrs is not None and _MODEL_KEY in attrs:
+        return "model"
+    if not any(path.iterdir()):
+        return "empty"
+    if attrs is not None and "rfol_dask_meta" in attrs:
+        return "an rfol_dask data set"
+    if attrs is not None:
+        return "a Zarr store that is not an rfol_dask model"
+    return "a directory holding other files"
+
+
+def check_model_path(path, overwrite=True):
+    """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
+    directory, or an rfol_dask model when ``overwrite`` is true. Nothing else is ever replaced."""
+    kind = describe_path(path)
+    if kind in (None, "empty"):
+        return
+    if kind == "model":
+        if not overwrite:
+            raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
+        return
+    raise ValueError(f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
+                     "(only an existing model is ever replaced): choose another path or move it away yourself")
+
+
+def _sibling(path, kind):
+    """A fresh hidden sibling ``.NAME.<kind>-<host>.<pid>.<random>`` of ``path``."""
+    return path.with_name(f".{path.name}.{kind}-{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+
+
+def _writer_gone(leftover, prefix):
+    """Whether the process that named ``leftover`` (``prefix`` + ``<host>.<pid>.<random>``, see
+    :func:`_sibling`) is no longer running."""
+    try:
+        host, pid, _ = leftover.name[len(prefix):].rsplit(".", 2)
+        pid = int(pid)
+    except ValueError:
+        return True  # not one of ours: an old-style name, left by a finished or killed save
+    if host != socket.gethostname():
+        return time.time() - leftover.stat().st_mtime > _STALE_FOREIGN_TMP_S
+    return pid == os.getpid() or not process_alive(host, pid)
+
+
+def _leftovers(path, kind):
+    """The hidden siblings ``.NAME.<kind>-*`` of ``path``."""
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.{kind}-*"))
+
+
+def _clean_leftovers(path):
+    """Remove the hidden siblings that interrupted saves of ``path`` left: every previous model
+    (``.old-*``; ``path`` holds the newest) and every temporary whose writer is gone."""
+    for old in _leftovers(path, "old"):
+        shutil.rmtree(old, ignore_errors=True)
+    for tmp in _leftovers(path, "tmp"):
+        if _writer_gone(tmp, f".{path.name}.tmp-"):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _saved_time(path):
+    """When the model at ``path`` was saved (ns): its ``rfol_dask_saved`` attribute, else the
+    modification time of its metadata (models of format 0)."""
+    saved = (_group_attrs(path) or {}).get("rfol_dask_saved")
+    return int(saved) if saved is not None else (path / "zarr.json").stat().st_mtime_ns
+
+
+def save_model(path, arrays, attrs, *, overwrite=True):
+    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model (a Zarr group) at ``path``.
+
+    Only an existing model is replaced (and only with ``overwrite``); a file, a data set or any
+    other directory at ``path`` raises ValueError and is left untouched. The group is written
+    to a hidden temporary sibling and renamed into place: an interrupted save leaves the
+    previous model readable (at ``path``, or beside it if the process was killed between
+    the two renames; :func:`load_model` finds it). A successful save removes what earlier
+    interrupted saves left behind.
+    """
+    import zarr
+
+    path = Path(os.fspath(path))
+    check_model_path(path, overwrite)
+    tmp, old = _sibling(path, "tmp"), None
+    try:
+        group = zarr.open_group(str(tmp), mode="w")
+        sums = {}
+        for key, value in arrays.items():
+            value = np.asarray(value)
+            fill = np.nan if value.dtype.kind in "fc" else None
+            group.create_array(key, shape=value.shape, dtype=value.dtype, chunks=value.shape or None,
+                               fill_value=fill)[...] = value
+            sums[key] = _checksum(value)
+        group.attrs.update({"rfol_dask_format": MODEL_FORMAT, "rfol_dask_version": __version__,
+                            "rfol_dask_checksums": sums, "rfol_dask_saved": time.time_ns(),
+                            _MODEL_KEY: json.dumps(attrs)})
+        check_model_path(path, overwrite)  # again: something may have appeared meanwhile
+        if describe_path(path) == "empty":
+            path.rmdir()
+        elif path.exists():
+            old = _sibling(path, "old")
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        if old is not None and old.exists() and not path.exists():
+            os.replace(old, path)  # put the previous model back
+        raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    _clean_leftovers(path)
+
+
+def _fallback_model(path):
+    """The newest complete model that interrupted saves left beside a missing ``path``, or None."""
+    found = [p for p in _leftovers(path, "old") + _leftovers(path, "tmp") if describe_path(p) == "model"]
+    return max(found, key=_saved_time) if found else None
+
+
+def load_model(path):
+    """Read ``(arrays, attrs)`` written by :func:`save_model`, verifying every array.
+
+    If ``path`` is missing because a save was killed between its two renames, the newest
+    complete model left beside it (by save time) is read, with a warning. Raises
+    FileNotFoundError if there is no model, ValueError if ``path`` is not a model, is of a
+    newer format, or an array is missing, unreadable or fails its checksum (the message
+    names the array).
+    """
+    import zarr
+
+    path = Path(os.fspath(path))
+    if not path.exists():
+        found = _fallback_model(path)
+        if found is None:
+            raise FileNotFoundError(f"no model at {path}")
+        warnings.warn(f"no model at {path}: a save to it was interrupted; loading the newest complete model "
+                      f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
+                      stacklevel=3)
+        path = found
+    kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
+    if kind != "model":
+        raise ValueError(f"{path} is not an rfol_dask model (no '{_MODEL_KEY}' attribute; it is "
+                         f"{'an empty directory' if kind == 'empty' else kind})")
+    group = zarr.open_group(str(path), mode="r")
+    attrs = dict(group.attrs)
+    fmt = attrs.get("rfol_dask_format", 0)
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or not 0 <= fmt <= MODEL_FORMAT:
+        raise ValueError(f"the model at {path} has format {fmt!r} (written by rfol_dask "
+                         f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
+                         f"0 to {MODEL_FORMAT}: upgrade rfol_dask to load it")
+    arrays = {}
+    for key, arr in group.arrays():
+        try:
+            arrays[key] = arr[...]
+        except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
+            raise ValueError(f"array {key!r} of the model at {path} cannot be read ({type(exc).__name__}: "
+                             f"{exc}): the model is damaged; fit and save it again") from exc
+    if fmt == 0:
+        warnings.warn(f"the model at {path} was saved before model format 1 and has no checksums, so its "
+                      "arrays cannot be verified; save it again to add them", stacklevel=3)
+    for key, expected in attrs.get("rfol_dask_checksums", {}).items():
+        if key not in arrays:
+            raise ValueError(f"array {key!r} of the model at {path} is missing: the model is damaged; "
+                             "fit and save it again")
+        if _checksum(arrays[key]) != expected:
+            raise ValueError(f"array {key!r} of the model at {path} does not match its checksum (a chunk is "
+                             "missing or was changed): the model is damaged; fit and save it again")
+    return arrays, json.loads(attrs[_MODEL_KEY])
+
+
+# ------------------------------------------------------------------------------ estimator state
+
+def jsonable(value):
+    """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def attrs_of(V, dims):
+    """``(attrs, {dim: coordinate attrs})`` of an xarray output ``V``; empty for arrays."""
+    if not isinstance(V, xr.DataArray):
+        return {}, {}
+    return jsonable(dict(V.attrs)), {d: jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords}
+
+
+def _params(model):
+    """``model.get_params()`` as JSON values (a dtype by name; a Generator seed as None: the
+    fitted arrays hold its draw)."""
+    params = model.get_params()
+    params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
+    if "random_state" in params:
+        rs = params["random_state"]
+        params["random_state"] = rs if isinstance(rs, (int, type(None))) else None
+    return params
+
+
+def estimator_state(model):
+    """``(arrays, attrs)`` of a fitted ``OperatorEstimator``: the numpy arrays
+    (``model._fitted_arrays``, ``coord_<which>_<dim>``, ``grid_<which>_<k>``) and the JSON
+    attributes that :func:`restore_estimator` reads back."""
+    attrs = {
+        "params": _params(model),
+        "n_features_in_": int(model.n_features_in_),
+        "input_shape_": list(model.input_shape_),
+        "output_shape_": list(model.output_shape_),
+        "input_dims_": None if model.input_dims_ is None else list(model.input_dims_),
+        "output_dims_": None if model.output_dims_ is None else list(model.output_dims_),
+        "periods_": {w: None if (p := getattr(model, f"{w}_periods_", None)) is None else list(p)
+                     for w in ("input", "output")},
+        "output_attrs_": getattr(model, "output_attrs_", {}),
+        "output_coord_attrs_": getattr(model, "output_coord_attrs_", {}),
+        "version": __version__,
+    }
+    arrays = {name: getattr(model, name) for name in model._fitted_arrays if getattr(model, name) is not None}
+    attrs.update({name: getattr(model, name) for name in model._fitted_scalars})
+    for which, coords in (("input", model.input_coords_), ("output", model.output_coords_)):
+        for dim, values in coords.items():
+            arrays[f"coord_{which}_{dim}"] = np.asarray(values)
+    for which in ("input", "output"):
+        grid = getattr(model, f"{which}_grid_", None)
+        attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
+        for k, ax in enumerate(grid or ()):
+            arrays[f"grid_{which}_{k}"] = ax
+    return arrays, attrs
+
+
+def restore_estimator(cls, arrays, attrs):
+    """A fitted ``cls`` instance from what :func:`estimator_state` wrote."""
+    params = dict(attrs["params"])
+    if isinstance(params.get("recovery"), list):
+        params["recovery"] = tuple(params["recovery"])
+    model = cls(**params)
+    for name in model._fitted_arrays:
+        setattr(model, name, arrays.get(name))
+    for name in model._fitted_scalars:
+        setattr(model, name, attrs[name])
+    model.n_features_in_ = attrs["n_features_in_"]
+    model.input_shape_ = tuple(attrs["input_shape_"])
+    model.output_shape_ = tuple(attrs["output_shape_"])
+    model.output_attrs_ = attrs.get("output_attrs_", {})
+    model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
+    for which in ("input", "output"):
+        dims = attrs[f"{which}_dims_"]
+        setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
+        setattr(model, f"{which}_coords_",
+                {d: arrays[f"coord_{which}_{d}"] for d in (dims or []) if f"coord_{which}_{d}" in arrays})
+        ndim = attrs.get(f"{which}_grid_ndim")
+        setattr(model, f"{which}_grid_",
+                None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)))
+        periods = attrs.get("periods_", {}).get(which)
+        setattr(model, f"{which}_periods_", None if periods is None else tuple(periods))
+    return model
