@@ -4,6 +4,6 @@ from ._version import __version__
 
 __all__ = ["__version__"]
 
-from .operator import RandomFeatureOperator  # noqa: E402
+from .rf_operator import RandomFeatureOperator  # noqa: E402
 
 __all__ += ["RandomFeatureOperator"]

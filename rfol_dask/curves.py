@@ -4,8 +4,8 @@ The dual Gram of ``N`` features is a sum over feature blocks: with ``A_f`` the (
 features of the columns of block ``f``, ``K_N = sum_f A_f A_f^T``. One pass over the
 feature blocks of a single frequency draw ``Omega`` (n, N_max) therefore gives the fit at
 every checkpoint ``N`` (a leading column count): at each one the running sum is copied,
-factorised once (``solve.dual_factor``: ``H K_N H + alpha I``, Cholesky with the jitter
-policy of :mod:`rfol_dask.solve`) and solved for all outputs (``solve.dual_solve``). The
+factorised once (``factor.dual_factor``: ``H K_N H + alpha I``, Cholesky with the jitter
+policy of :mod:`rfol_dask.linalg`) and solved for all outputs (``factor.dual_solve``). The
 result equals ``fit_numpy`` on ``omega[:, :N]``, which is the model
 ``RandomFeatureOperator(n_features=N)`` of the same seed draws (``draw_frequencies`` is
 nested in ``N``).
@@ -13,7 +13,7 @@ nested in ``N``).
 Predictions never need ``C_N = A_{1:N}^T Beta`` (N, m): the test features of the same blocks,
 shifted by the training column means, are accumulated the same way into the cross Gram
 ``K*_N = sum_f A*_f A_f^T`` (M_test, M), and ``A*_{1:N} C_N = K*_N Beta``; the intercept
-is ``solve.dual_intercept``. This is exactly the prediction of the fitted model.
+is ``factor.dual_intercept``. This is exactly the prediction of the fitted model.
 
 Everything is in memory (numpy). A dask version would accumulate the same block sums as
 per-block tasks (``rfol_dask.gram``); it is a possible extension.
@@ -30,10 +30,11 @@ import time
 
 import numpy as np
 
+from .factor import dual_factor, dual_intercept, dual_solve
 from .features import draw_frequencies
-from .gram import check_finite, features_block, symmetrize_lower, syrk
+from .gram import check_finite, features_block
+from .linalg import symmetrize_lower, syrk
 from .metrics import relative_l2_error
-from .solve import dual_factor, dual_intercept, dual_solve
 
 __all__ = ["doubling", "error_curve", "error_curves", "saturation_index", "fit_slope", "fit_excess"]
 

@@ -19,7 +19,7 @@ from . import recovery as rec
 from ._version import __version__
 from .metrics import r2_score
 from .progress import active_client
-from .solve import broadcast
+from .placement import broadcast
 
 __all__ = ["OperatorEstimator"]
 

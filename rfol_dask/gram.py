@@ -15,12 +15,14 @@ sample range of a bad value.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
-from scipy.linalg import blas
 
 from .features import feature_map
+from .linalg import symmetrize_lower, syrk
 
-__all__ = ["check_finite", "features_block", "block_means", "dual_tile", "syrk", "primal_partial", "add_partials"]
+__all__ = ["check_finite", "features_block", "block_means", "dual_tile", "PrimalSums", "primal_partial", "add_partials"]
 
 
 def check_finite(X, start, name):
@@ -58,41 +60,6 @@ def block_means(U, V, omega, b, fit_intercept=True, rows=64):
     return A.mean(axis=0), V.mean(axis=0)
 
 
-def syrk(A, trans, C=None):
-    """Lower triangle of ``A A^T`` (``trans=False``) or ``A^T A`` (``trans=True``), Fortran order.
-
-    ``A`` is C-contiguous; with ``C`` given the product is added to it in place (beta = 1).
-    Only the lower triangle of the result is meaningful.
-    """
-    A = np.ascontiguousarray(A)
-    f = blas.get_blas_funcs("syrk", (A,))
-    # A.T is a Fortran-ordered view: syrk(a=A.T, trans=0) = A^T A, syrk(a=A.T, trans=1) = A A^T.
-    if C is None:
-        return f(1.0, A.T, trans=0 if trans else 1, lower=1)
-    return f(1.0, A.T, beta=1.0, c=C, trans=0 if trans else 1, lower=1, overwrite_c=1)
-
-
-def symmetrize(C, source="lower", block=512):
-    """Fill one triangle of the square ``C`` from the other (``source``), in place; returns ``C``.
-
-    Copies transposed slabs of ``block`` rows (O(n^2) memory traffic, no n^2 index arrays).
-    """
-    n = C.shape[0]
-    T = C if source == "lower" else C.T  # mirror the lower triangle of T into its upper one
-    for j in range(0, n, block):
-        e = min(j + block, n)
-        T[j:e, e:] = T[e:, j:e].T
-        D = T[j:e, j:e]
-        iu = np.triu_indices(e - j, 1)
-        D[iu] = D.T[iu]
-    return C
-
-
-def symmetrize_lower(C):
-    """Fill the upper triangle of ``C`` from its lower triangle, in place; returns ``C``."""
-    return symmetrize(C, "lower")
-
-
 def dual_tile(Ai, Aj, diagonal):
     """Tile ``A_i A_j^T`` of the dual Gram (full tile; SYRK and mirrored when ``diagonal``)."""
     if diagonal:
@@ -100,12 +67,35 @@ def dual_tile(Ai, Aj, diagonal):
     return Ai @ Aj.T
 
 
-def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None)):
-    """Add one row block to the primal sums of the shifted data; returns the updated ``acc``.
+@dataclass
+class PrimalSums:
+    """The primal sums over the row blocks read so far, of the shifted data ``A - s``, ``V - t``.
 
-    With ``shifts = (s, t)`` the sums are over ``A - s`` and ``V - t``: ``acc`` holds ``G``
-    (N, N; lower triangle, Fortran order, updated in place), ``AtV`` (N, m), ``colsum``
-    (N,) = ``(A - s)^T 1``, ``vsum`` (m,) and ``count``.
+    Attributes
+    ----------
+    G : ndarray (N, N)
+        ``(A - s)^T (A - s)``; lower triangle only, Fortran order (updated in place by SYRK).
+    AtV : ndarray (N, m)
+        ``(A - s)^T (V - t)``.
+    colsum : ndarray (N,)
+        ``(A - s)^T 1``.
+    vsum : ndarray (m,)
+        ``(V - t)^T 1``.
+    count : int
+        Rows summed (``M`` once every block is in).
+    """
+
+    G: np.ndarray
+    AtV: np.ndarray
+    colsum: np.ndarray
+    vsum: np.ndarray
+    count: int
+
+
+def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None)):
+    """Add one row block ``U`` (k, n), ``V`` (k, m) to the :class:`PrimalSums` ``acc`` (in place;
+    ``None`` starts the sums); returns it. ``shifts = (s, t)`` (N,), (m,) are subtracted from the
+    features and outputs (``None``: no shift).
     Memory: ``N^2 + N m`` for the sums plus ``k N`` for the block's features.
     """
     s, t = shifts
@@ -115,19 +105,21 @@ def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None)):
     if t is not None:
         V = V - t
     if acc is None:
-        return {"G": syrk(A, trans=True), "AtV": A.T @ V, "colsum": A.sum(axis=0),
-                "vsum": V.sum(axis=0), "count": len(A)}
-    acc["G"] = syrk(A, trans=True, C=acc["G"])
-    acc["AtV"] += A.T @ V
-    acc["colsum"] += A.sum(axis=0)
-    acc["vsum"] += V.sum(axis=0)
-    acc["count"] += len(A)
+        return PrimalSums(G=syrk(A, trans=True), AtV=A.T @ V, colsum=A.sum(axis=0), vsum=V.sum(axis=0),
+                          count=len(A))
+    acc.G = syrk(A, trans=True, C=acc.G)
+    acc.AtV += A.T @ V
+    acc.colsum += A.sum(axis=0)
+    acc.vsum += V.sum(axis=0)
+    acc.count += len(A)
     return acc
 
 
 def add_partials(a, b):
-    """Sum of two primal partial dicts (in place into ``a``)."""
-    a["G"] += b["G"]
-    for key in ("AtV", "colsum", "vsum", "count"):
-        a[key] += b[key]
+    """Sum of two :class:`PrimalSums` (in place into ``a``); returns ``a``."""
+    a.G += b.G
+    a.AtV += b.AtV
+    a.colsum += b.colsum
+    a.vsum += b.vsum
+    a.count += b.count
     return a

@@ -63,7 +63,8 @@ import dask.array as da
 import numpy as np
 
 from .features import check_random_state, draw_frequencies, feature_map
-from .solve import check_gram_memory, cho_solve, cholesky
+from .linalg import cho_solve, cholesky
+from .memory import check_gram_memory
 
 __all__ = ["KINDS", "as_grid", "make_recovery", "Recovery", "GridInterpolation", "SpectralResampling",
            "RandomFeatureInterpolant", "same_grid", "grid_domain"]

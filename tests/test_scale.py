@@ -1,14 +1,35 @@
 """Scale-out behaviour: the streamed dual, and the blocked Cholesky when the dual Gram does not fit one worker."""
 
+import functools
+import glob
 import os
+import tempfile
+import time
 
 import dask
 import dask.array as da
 import numpy as np
 import pytest
 from conftest import smooth_operator_data
+from dask.utils import key_split
 
 from rfol_dask import RandomFeatureOperator
+from rfol_dask.features import draw_frequencies
+from rfol_dask.solve import fit_dask, fit_numpy
+
+
+class FakeClient:
+    """A client whose workers have the given memory limits (bytes)."""
+
+    def __init__(self, *limits):
+        self.limits = limits
+
+    def scheduler_info(self):
+        return {"workers": {f"w{i}": {"memory_limit": m, "nthreads": 1} for i, m in enumerate(self.limits)}}
+
+
+#: the memory monitor is off so that tiny limits are only numbers the plans read
+_MONITOR_OFF = {f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause", "terminate")}
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
@@ -28,9 +49,7 @@ def test_worker_memory_limit_triggers_blocked_factorisation():
 
     U, V = smooth_operator_data(400, 10)
     ref = RandomFeatureOperator(n_features=600, alpha=1e-5, random_state=0).fit(U, V)
-    # the limit is only a number here: the memory monitor is off so the tiny limit cannot pause workers
-    off = {f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause", "terminate")}
-    with dask.config.set(off), LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+    with dask.config.set(_MONITOR_OFF), LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
                                             memory_limit="1MB", dashboard_address=":0") as c, Client(c):
         with pytest.warns(RuntimeWarning, match=r"400 x 400 Gram matrix needs 1,280,000 bytes.*smallest worker"):
             model = RandomFeatureOperator(n_features=600, alpha=1e-5, random_state=0).fit(
@@ -47,102 +66,140 @@ def test_blocked_factorisation_reports_indefinite_gram():
             da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1)))
 
 
-@pytest.mark.parametrize("keep", [False, True])
-def test_blocked_memory_plans_give_the_same_model(monkeypatch, keep):
-    from rfol_dask import solve
+@pytest.mark.parametrize("limit,keep", [("500kB", False), ("1MB", True)])
+def test_blocked_memory_plans_give_the_same_model(limit, keep):
+    """A (200 x 350 doubles, 560 kB) is kept for C = A^T Beta when it takes at most 30 % of the
+    cluster memory, else each feature block is made again (the tasks ``features-again``)."""
+    from distributed import Client, LocalCluster, get_task_stream
 
     U, V = smooth_operator_data(200, 16)
     ref = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3).fit(U, V)
-    monkeypatch.setattr(solve, "memory_plan", lambda *a: {"keep_features": keep})
-    calls = []
-    real = solve.features_block
-    monkeypatch.setattr(solve, "features_block", lambda *a: calls.append(a[3]) or real(*a))
-    with pytest.warns(RuntimeWarning, match="factorising it blocked"):
-        model = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3, column_block=5,
-                                      max_gram_bytes=10_000).fit(
-            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    with dask.config.set(_MONITOR_OFF), LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                                     memory_limit=limit, dashboard_address=":0") as c, Client(c):
+        with pytest.warns(RuntimeWarning, match="factorising it blocked"), get_task_stream() as ts:
+            model = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3, column_block=5,
+                                          max_gram_bytes=10_000).fit(
+                da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
     np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
     np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
-    assert len(calls) == (4 if keep else 8)  # features made once per block, or again for C = A^T Beta
+    names = [key_split(t["key"]) for t in ts.data]
+    assert names.count("features") == 4  # one task per row block
+    assert names.count("features-again") == (0 if keep else 4)
 
 
 def test_memory_plan_thresholds():
-    from rfol_dask.solve import memory_plan
-
-    class FakeClient:
-        def scheduler_info(self):
-            return {"workers": {"a": {"memory_limit": 4e9}, "b": {"memory_limit": 4e9}}}
+    from rfol_dask.memory import memory_plan
 
     # A 1.6 GB <= 2.4 GB (30 % of the cluster): kept; A 24 GB: made again for C = A^T Beta
-    assert memory_plan(FakeClient(), 10_000, 20_000, 10, np.float64) == {"keep_features": True}
-    assert memory_plan(FakeClient(), 20_000, 150_000, 10, np.float64) == {"keep_features": False}
+    assert memory_plan(FakeClient(4e9, 4e9), 10_000, 20_000, np.float64).keep_features
+    assert not memory_plan(FakeClient(4e9, 4e9), 20_000, 150_000, np.float64).keep_features
 
 
 def test_feature_slabs_cover_the_columns_in_contiguous_groups():
-    from rfol_dask.solve import feature_slabs
+    from rfol_dask.memory import SLAB_BYTES
+    from rfol_dask.solve.streamed import feature_slabs
 
-    groups = feature_slabs(20_000, 150_000, 2, 8)  # 256 MiB slabs: 1536 columns (6 blocks of 256)
+    groups = feature_slabs(20_000, 150_000, 2, 8, SLAB_BYTES)  # 256 MiB slabs: 1536 columns (6 blocks of 256)
     flat = [s for g in groups for s in g]
     assert flat[0][0] == 0 and flat[-1][1] == 150_000 and all(a[1] == b[0] for a, b in zip(flat, flat[1:]))
     assert len(groups) == 2 and abs(len(groups[0]) - len(groups[1])) <= 1
     assert max(e - s for s, e in flat) * 20_000 * 8 <= 256 * 2**20
     assert all((e - s) % 256 == 0 for s, e in flat[:-1])  # whole frequency blocks
-    assert feature_slabs(100, 3, 4, 8) == [[(0, 1)], [(1, 2)], [(2, 3)]]  # fewer slabs than workers
+    assert feature_slabs(100, 3, 4, 8, SLAB_BYTES) == [[(0, 1)], [(1, 2)], [(2, 3)]]  # fewer slabs than workers
+
+
+def _cached_slabs(root):
+    return glob.glob(os.path.join(root, "**", "rfol-*", "slab-*.npy"), recursive=True)
+
+
+#: what the recipes below saw (the workers run in this process)
+_SEEN = []
+
+
+def _draw_and_count_cache(root, *args, columns=None):
+    """``draw_frequencies``, noting how many slabs are cached under ``root`` when it is called."""
+    _SEEN.append(len(_cached_slabs(root)))
+    return draw_frequencies(*args, columns=columns)
+
+
+def _draw_and_drop_slab_0(root, *args, columns=None):
+    """``draw_frequencies``, deleting the cached slab 0 (noted in ``_SEEN``) once it exists."""
+    for path in _cached_slabs(root):
+        if os.path.basename(path) == "slab-0.npy":
+            os.remove(path)
+            _SEEN.append(path)
+    return draw_frequencies(*args, columns=columns)
+
+
+def _draw_or_fail(delay_columns, fail_columns, *args, columns=None):
+    """``draw_frequencies``, slowly for the slab at ``delay_columns``; the slab at ``fail_columns`` fails."""
+    if columns is not None and columns[0] == fail_columns:
+        raise RuntimeError("this slab cannot be drawn")
+    if columns is not None and columns[0] == delay_columns:
+        time.sleep(1.0)
+    return draw_frequencies(*args, columns=columns)
 
 
 @pytest.mark.parametrize("cache", ["disk", "none"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
-def test_streamed_dual_sums_the_gram_over_feature_slabs_and_workers(monkeypatch, tmp_path, cache, fit_intercept):
+def test_streamed_dual_sums_the_gram_over_feature_slabs_and_workers(tmp_path, cache, fit_intercept):
     """Several slabs per worker, two workers each holding a partial Gram: the same model as the
     in-memory fit; the slabs cached between the passes are deleted afterwards."""
-    import glob
-    import tempfile
-
-    from distributed import Client, LocalCluster
-
-    from rfol_dask import solve
+    from distributed import Client, LocalCluster, get_task_stream
 
     U, V = smooth_operator_data(150, 9)
-    ref = RandomFeatureOperator(n_features=500, alpha=1e-6, fit_intercept=fit_intercept, random_state=4).fit(U, V)
-    monkeypatch.setattr(solve, "SLAB_BYTES", 150 * 8 * 60)  # slabs of at most 60 features: 5 per worker
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    saved = []
-    real_save = np.save
-    monkeypatch.setattr(np, "save", lambda path, a: saved.append(path) or real_save(path, a))
-    with dask.config.set({"rfol_dask.feature-cache": cache}), \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
-                         local_directory=str(tmp_path)) as c, Client(c):
-        model = RandomFeatureOperator(n_features=500, alpha=1e-6, fit_intercept=fit_intercept, random_state=4).fit(
-            da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1)))
-    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
-    np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
-    assert len(saved) == (10 if cache == "disk" else 0)  # halves 0:256 and 256:500, 5 slabs of <= 60 each
-    assert not glob.glob(str(tmp_path / "**" / "rfol-*.npy"), recursive=True)
+    args = (U.shape[1], 500, "cauchy", 1.0, None, 4)
+    ref = fit_numpy(U, V, *draw_frequencies(*args), alpha=1e-6, fit_intercept=fit_intercept, solver="dual")
+    _SEEN.clear()
+    config = {"rfol_dask.feature-cache": cache, "rfol_dask.slab-bytes": 150 * 8 * 60}  # slabs of <= 60 features
+    with dask.config.set(config), LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                               dashboard_address=":0", local_directory=str(tmp_path)) as c, \
+            Client(c), get_task_stream() as ts:
+        coef, intercept = fit_dask(da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1)),
+                                   frequencies=functools.partial(_draw_and_count_cache, str(tmp_path), *args),
+                                   n_features=500, dtype=np.float64, alpha=1e-6, fit_intercept=fit_intercept,
+                                   solver="dual")
+    np.testing.assert_allclose(coef, ref[0], rtol=1e-9, atol=1e-9 * np.abs(ref[0]).max())
+    np.testing.assert_allclose(intercept, ref[1], atol=1e-10)
+    names = [key_split(t["key"]) for t in ts.data]
+    assert names.count("gram-slab") == names.count("coef-slab") == 10  # halves 0:256, 256:500; 5 slabs each
+    assert (max(_SEEN) > 0) == (cache == "disk")  # slabs were on the disk between the passes
+    assert not glob.glob(str(tmp_path / "**" / "rfol-*"), recursive=True)
 
 
-def test_streamed_dual_makes_a_lost_cached_slab_again(monkeypatch):
-    from rfol_dask import solve
+def test_streamed_dual_makes_a_lost_cached_slab_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the cache of the local scheduler
+    U, V = smooth_operator_data(120, 5)
+    args = (U.shape[1], 300, "cauchy", 1.0, None, 1)
+    ref = fit_numpy(U, V, *draw_frequencies(*args), alpha=1e-6, fit_intercept=True, solver="dual")
+    _SEEN.clear()
+    with dask.config.set({"rfol_dask.slab-bytes": 120 * 8 * 100}):  # three slabs, one chain
+        coef, intercept = fit_dask(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)),
+                                   frequencies=functools.partial(_draw_and_drop_slab_0, str(tmp_path), *args),
+                                   n_features=300, dtype=np.float64, alpha=1e-6, fit_intercept=True, solver="dual")
+    assert len(_SEEN) == 1  # slab 0 was cached, then lost: it was made again for C
+    np.testing.assert_allclose(coef, ref[0], rtol=1e-9, atol=1e-9 * np.abs(ref[0]).max())
+    np.testing.assert_allclose(intercept, ref[1], atol=1e-10)
+    assert not os.listdir(tmp_path)
+
+
+def test_failed_streamed_fit_leaves_no_feature_cache(tmp_path):
+    """One worker's slab fails while the other is still making (and caching) its first slab:
+    the fit fails, and nothing of its cache is left on the workers' disks, not even the slab
+    that was finished after the failure."""
+    from distributed import Client, LocalCluster
 
     U, V = smooth_operator_data(120, 5)
-    ref = RandomFeatureOperator(n_features=300, alpha=1e-6, random_state=1).fit(U, V)
-    monkeypatch.setattr(solve, "SLAB_BYTES", 120 * 8 * 100)
-    real_gram = solve.gram_slab
-
-    def gram_then_drop(K, U, freq, N, f0, f1, centre, token=None):
-        K = real_gram(K, U, freq, N, f0, f1, centre, token)
-        if f0 == 0:
-            os.remove(solve._cache_file(token, f0))
-        return K
-
-    monkeypatch.setattr(solve, "gram_slab", gram_then_drop)
-    made = []
-    real_slab = solve._slab
-    monkeypatch.setattr(solve, "_slab", lambda *a: (len(a[0]) > solve._SHIFT_ROWS and made.append(a[3]))
-                        or real_slab(*a))
-    model = RandomFeatureOperator(n_features=300, alpha=1e-6, random_state=1).fit(
-        da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
-    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
-    assert sorted(made) == [0, 0, 100, 200]  # slab 0 made again for C; the others read back
+    args = (U.shape[1], 512, "cauchy", 1.0, None, 1)
+    recipe = functools.partial(_draw_or_fail, 0, 256, *args)  # worker 1 draws 0:256, worker 2 256:512
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+                      local_directory=str(tmp_path)) as c, Client(c):
+        with pytest.raises(RuntimeError, match="cannot be drawn"):
+            fit_dask(da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1)), frequencies=recipe,
+                     n_features=512, dtype=np.float64, alpha=1e-6, fit_intercept=True, solver="dual")
+        time.sleep(2.0)  # the slow slab is finished by now; the workers (and their directories) live on
+        assert glob.glob(str(tmp_path / "**" / "worker-*"), recursive=True)
+        assert not glob.glob(str(tmp_path / "**" / "rfol-*"), recursive=True)
 
 
 def test_predict_on_a_cluster_ships_the_model_once_not_in_the_graph():

@@ -1,6 +1,6 @@
 """KernelOperator: exact kernel ridge regression for operators (one scalar kernel shared by all
 output components, as in Batlle et al. 2024), on the same dual Gram / Cholesky / column-block
-machinery as the random-feature model (``rfol_dask.solve.dual_numpy`` and ``dual_graph``).
+machinery as the random-feature model (``rfol_dask.solve.in_memory.dual_numpy`` and ``rfol_dask.solve.tiled.dual_graph``).
 
 Model: ``v(u) = k(u, U_train) Beta + c0`` with ``(H K H + nugget I) Beta = V - vbar`` when fitting
 an intercept (``H`` centres in feature space, as the random-feature model does). Optional input
@@ -20,8 +20,11 @@ from .. import recovery as rec
 from ..estimator import OperatorEstimator
 from ..gram import check_finite
 from ..progress import active_client
-from ..solve import (_ROW_BLOCK_BYTES, check_gram_memory, compute_fit, dual_graph, dual_intercept,
-                     dual_needs_blocking, dual_numpy, row_blocks)
+from ..factor import dual_intercept
+from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan
+from ..solve.graph import compute_fit, row_blocks
+from ..solve.in_memory import dual_numpy
+from ..solve.tiled import dual_graph
 from ..tuning import median_length_scale, sample_rows
 from .kernels import KERNELS, kernel_tile
 
@@ -39,7 +42,7 @@ def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
     """``k(U, X_train) Beta + c0`` for one row block (k, n) -> (k, m), in row chunks."""
     X = _transform(U, 0, mean, components, Beta.dtype)
     out = np.empty((len(X), Beta.shape[1]), dtype=Beta.dtype)
-    step = max(1, _ROW_BLOCK_BYTES // (Beta.dtype.itemsize * max(1, len(X_train))))
+    step = max(1, ROW_BLOCK_BYTES // (Beta.dtype.itemsize * max(1, len(X_train))))
     for s in range(0, len(X), step):
         out[s:s + step] = tile(X[s:s + step], X_train) @ Beta
     out += intercept
@@ -143,13 +146,13 @@ class KernelOperator(OperatorEstimator):
         alpha = float(self.nugget)
         self.length_scale_ = self._resolve_length_scale(U, transform)
         if not lazy:
-            check_gram_memory(M, dtype, self.max_gram_bytes)
+            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel")
             X = transform(U, 0)
             fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
         client = active_client()
-        blocked = dual_needs_blocking(M, dtype, self.max_gram_bytes, client)
+        blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
         fac, betas = dual_graph(Xb, Vb, starts, self._tile(), cols, alpha=alpha, fit_intercept=self.fit_intercept,

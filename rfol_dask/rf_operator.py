@@ -12,7 +12,8 @@ from . import recovery as rec
 from .estimator import OperatorEstimator
 from .features import DISTRIBUTIONS, check_random_state, draw_frequencies, feature_map
 from .gram import check_finite
-from .solve import _ROW_BLOCK_BYTES, check_gram_memory, choose_solver, fit_dask, fit_numpy
+from .memory import ROW_BLOCK_BYTES, check_gram_memory
+from .solve import choose_solver, fit_dask, fit_numpy
 from .tuning import median_gamma
 
 __all__ = ["RandomFeatureOperator"]
@@ -23,7 +24,7 @@ def _predict_block(U, omega, b, coef, intercept):
     U = np.asarray(U, dtype=omega.dtype)
     check_finite(U, 0, "U")
     out = np.empty((len(U), coef.shape[1]), dtype=omega.dtype)
-    step = max(1, _ROW_BLOCK_BYTES // (omega.shape[1] * omega.dtype.itemsize))
+    step = max(1, ROW_BLOCK_BYTES // (omega.shape[1] * omega.dtype.itemsize))
     for s in range(0, len(U), step):
         out[s:s + step] = feature_map(U[s:s + step], omega, b) @ coef
     out += intercept
@@ -113,7 +114,7 @@ class RandomFeatureOperator(OperatorEstimator):
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
     holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` is never
     whole: the dual sums the Gram over 256 MiB feature slabs on each worker (``8 M^2 + 8 M n``
-    per worker; see ``solve.dual_stream_graph``), the primal over row blocks.
+    per worker; see :mod:`rfol_dask.solve.streamed`), the primal over row blocks.
     """
 
     _parameter_constraints = {
@@ -174,7 +175,8 @@ class RandomFeatureOperator(OperatorEstimator):
             self.omega_, self.b_ = recipe()
         else:
             self.omega_, self.b_ = recipe()
-            check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes)
+            check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes,
+                              solver=self.solver_)
             coef, intercept = fit_numpy(U, V, self.omega_, self.b_, alpha=float(self.alpha),
                                         fit_intercept=self.fit_intercept, solver=self.solver_)
         self.coef_ = coef.astype(dtype, copy=False)

@@ -1,0 +1,161 @@
+"""Factorisation and solve kernels of the ridge normal equations, shared by the in-memory fit,
+the dask graphs, the kernel baseline and the error curves.
+
+Two regimes (``A = phi(U)`` is M x N, ``V`` is M x m, both centred when fitting an intercept):
+
+- dual (``N >= M``): ``(H K H + alpha I) Beta = V - vbar`` with ``K = A A^T``, ``C = A^T Beta``;
+- primal (``N < M``): ``(A_c^T A_c + alpha I) C = A_c^T V_c``.
+
+Centring uses ``H K H`` in the dual (``H = I - 1 1^T / M``) and ``A^T A - M mu mu^T`` in the
+primal, so no centred copy of ``A`` is ever formed. The Cholesky step and its jitter policy
+are :func:`rfol_dask.linalg.cholesky`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from .linalg import cho_solve, cholesky, factor_threads, symmetrize, symmetrize_lower
+
+__all__ = ["DualFactor", "PrimalFactor", "gram_place", "dual_factor", "dual_solve", "dual_intercept",
+           "primal_factor", "primal_solve"]
+
+
+@dataclass
+class DualFactor:
+    """The factorised dual system.
+
+    Attributes
+    ----------
+    L : ndarray (M, M) or None
+        Lower Cholesky factor of ``H K H + alpha I`` (only its lower triangle is meaningful);
+        None where only the intercepts are still needed (:meth:`without_factor`).
+    r : ndarray (M,)
+        Row sums ``K 1`` of the (uncentred) Gram.
+    vbar : ndarray (m,)
+        Output means (zeros without intercept).
+    M : int
+        Samples.
+    fit_intercept : bool
+    """
+
+    L: np.ndarray | None
+    r: np.ndarray
+    vbar: np.ndarray
+    M: int
+    fit_intercept: bool
+
+    def without_factor(self):
+        """The small parts only (``L`` dropped), so that the factor is freed after the solve."""
+        return dataclasses.replace(self, L=None)
+
+
+@dataclass
+class PrimalFactor:
+    """The factorised primal system.
+
+    Attributes
+    ----------
+    L : ndarray (N, N)
+        Lower Cholesky factor of ``A_c^T A_c + alpha I``.
+    AtV : ndarray (N, m)
+        Right-hand sides ``A_c^T V_c``.
+    mu : ndarray (N,)
+        Feature means (zeros without intercept).
+    vbar : ndarray (m,)
+        Output means (zeros without intercept).
+    """
+
+    L: np.ndarray
+    AtV: np.ndarray
+    mu: np.ndarray
+    vbar: np.ndarray
+
+
+def gram_place(K, offsets, i, *tiles):
+    """Copy the tiles ``A_i A_j^T`` (j = i, i+1, ...) of row block ``i`` into the upper block
+    triangle of the C-ordered ``K`` (M, M), in place; returns ``K``. ``offsets`` (nb + 1,) are
+    the row-block starts. A chain of these builds the Gram holding one tile row besides ``K``."""
+    for j, T in enumerate(tiles, start=i):
+        K[offsets[i]:offsets[i + 1], offsets[j]:offsets[j + 1]] = T
+    return K
+
+
+def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
+    """Centre the Gram ``K`` (M, M) and factorise ``H K H + alpha I`` in place; returns a
+    :class:`DualFactor`. ``vsum`` (m,) are the column sums of ``V``.
+
+    ``K`` is full and symmetric, or (``upper=True``) C-ordered with only its upper block
+    triangle filled (from :func:`gram_place`). The tiles may come from shifted features
+    ``A - s``; ``H K H`` does not depend on ``s``. Memory: ``K`` itself, no copy.
+    """
+    M = K.shape[0]
+    # K.T of a C-ordered symmetric K is the Fortran-ordered view LAPACK factorises in place
+    K = symmetrize(K, "upper").T if upper else np.asfortranarray(K)
+    r = K.sum(axis=1)
+    if fit_intercept:
+        K -= (r / M)[:, None]
+        K -= (r / M)[None, :]
+        K += r.sum() / M**2
+    L, _ = cholesky(K, alpha)
+    vbar = vsum / M if fit_intercept else np.zeros_like(vsum)
+    return DualFactor(L=L, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept)
+
+
+def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
+    """Centred dual coefficients ``H Beta`` (M, k) for the output columns ``start:start+k`` in
+    ``V`` (M, k) (with ``borrow_threads``, on all the cores the factorisation uses; with
+    ``overwrite``, in the memory of a Fortran-ordered ``V``, which the caller gives up)."""
+    limits = factor_threads() if borrow_threads else None
+    vbar = fac.vbar[start:start + V.shape[1]]
+    if overwrite:
+        V -= vbar
+    else:
+        V = V - vbar
+    with threadpool_limits(limits=limits, user_api="blas"):
+        Beta = cho_solve(fac.L, V, overwrite=True)
+    if fac.fit_intercept:
+        Beta -= Beta.mean(axis=0)
+    return Beta
+
+
+def dual_intercept(fac, Beta, C=None, shift=None, start=0):
+    """Intercepts ``vbar - mu^T C`` (k,) of the columns ``start:start+k`` of ``Beta`` (M, k).
+
+    With shifted features ``(A - s) C = K Beta``, so ``mu^T C = s^T C + r^T Beta / M``; a
+    kernel method (no explicit ``C`` (N, k)) passes neither ``C`` nor ``shift`` (N,).
+    """
+    if not fac.fit_intercept:
+        return np.zeros(Beta.shape[1], Beta.dtype)
+    out = fac.vbar[start:start + Beta.shape[1]] - (fac.r @ Beta) / fac.M
+    return out if C is None else out - shift @ C
+
+
+def primal_factor(sums, shifts, alpha, fit_intercept):
+    """Centre the :class:`rfol_dask.gram.PrimalSums` ``sums`` (of the data shifted by
+    ``shifts = (s (N,), t (m,))``) and factorise ``A_c^T A_c + alpha I`` in place; returns a
+    :class:`PrimalFactor`.
+
+    With ``d = colsum / M`` the mean of ``A - s``: ``A_c^T A_c = G - M d d^T`` and
+    ``A_c^T V_c = AtV - M d e^T`` (``e`` the mean of ``V - t``).
+    """
+    G, AtV, M = symmetrize_lower(sums.G), sums.AtV, sums.count
+    if fit_intercept:
+        d, e = sums.colsum / M, sums.vsum / M
+        G -= M * np.outer(d, d)
+        AtV = AtV - M * np.outer(d, e)
+        mu, vbar = shifts[0] + d, shifts[1] + e
+    else:
+        mu, vbar = np.zeros(G.shape[0], G.dtype), np.zeros(AtV.shape[1], G.dtype)
+    L, _ = cholesky(G, alpha)
+    return PrimalFactor(L=L, AtV=AtV, mu=mu, vbar=vbar)
+
+
+def primal_solve(fac, start, stop):
+    """Coefficients ``C[:, start:stop]`` (N, k) and their intercepts (k,) from the primal factor."""
+    C = cho_solve(fac.L, fac.AtV[:, start:stop])
+    return C, fac.vbar[start:stop] - fac.mu @ C

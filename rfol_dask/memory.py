@@ -1,0 +1,168 @@
+"""Memory policy of the fits: budgets, the Gram pre-check, the layout of the dask dual fit, and
+the sizes of the blocks the algorithms hold at a time.
+
+A budget is ``max_gram_bytes`` when the user gives one, else 60 % of the smallest worker memory
+limit of the distributed client (when its workers have limits), else 60 % of this machine's
+available memory. The other 40 % is left to the process itself and to temporaries.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+
+__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "Budget", "memory_budget", "check_gram_memory",
+           "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
+
+#: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
+ROW_BLOCK_BYTES = 128 * 2**20
+
+#: bytes of one feature slab ``A[:, f0:f1]`` in the streamed dual (dask config
+#: ``rfol_dask.slab-bytes`` overrides it); smaller where the worker memory asks for it
+SLAB_BYTES = 256 * 2**20
+
+#: the narrowest feature slab the streamed dual uses before it factorises blocked instead
+MIN_SLAB_COLUMNS = 64
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Bytes one process may give to a fit.
+
+    Attributes
+    ----------
+    bytes : float
+        The budget.
+    where : str
+        Where it comes from, for messages (``"max_gram_bytes"``, a share of worker memory...).
+    """
+
+    bytes: float
+    where: str
+
+
+def _worker_limits(client):
+    """Memory limits (bytes) of the client's workers; empty if there is no client or any is unlimited."""
+    if client is None:
+        return []
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
+    return limits if limits and min(limits) > 0 else []
+
+
+def memory_budget(max_bytes=None, client=None):
+    """The :class:`Budget` of one process (see the module docstring for the rule)."""
+    if max_bytes is not None:
+        return Budget(float(max_bytes), "max_gram_bytes")
+    limits = _worker_limits(client)
+    if limits:
+        return Budget(0.6 * min(limits), "60% of the smallest worker memory limit")
+    import psutil
+
+    return Budget(0.6 * psutil.virtual_memory().available, "60% of the available memory")
+
+
+def _shortfall(size, need, budget, extra=""):
+    return (f"the {size} x {size} Gram matrix needs {need:,} bytes ({need / 2**30:.2f} GiB){extra} but the "
+            f"budget ({budget.where}) is {int(budget.bytes):,} bytes")
+
+
+_ADVICE = {
+    "dual": "use fewer samples, solver='primal' (an n_features x n_features Gram) if n_features < n_samples, "
+            "or pass a larger max_gram_bytes",
+    "primal": "use fewer features, solver='dual' (an n_samples x n_samples Gram) if n_samples < n_features, "
+              "or pass a larger max_gram_bytes",
+    "kernel": "use fewer samples, pass dask arrays (the Gram is then factorised blocked across the workers), "
+              "or pass a larger max_gram_bytes",
+    None: "use a smaller problem or pass a larger max_gram_bytes",
+}
+
+
+def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None):
+    """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`;
+    returns the bytes it needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"`` or None) picks the advice."""
+    need = int(size) ** 2 * np.dtype(dtype).itemsize
+    budget = memory_budget(max_bytes, client)
+    if need > budget.bytes:
+        raise ValueError(f"{_shortfall(size, need, budget)}; {_ADVICE[solver]}")
+    return need
+
+
+@dataclass(frozen=True)
+class DualPlan:
+    """How a dask dual fit holds the M x M Gram.
+
+    Attributes
+    ----------
+    blocked : bool
+        The Gram (with what a worker holds alongside it) does not fit one worker: it is
+        factorised blocked across the workers (tiles of row blocks) instead.
+    slab_bytes : int
+        Bytes of one feature slab (M x slab width) of the streamed dual (0 when blocked or
+        when the fit has no feature slabs).
+    """
+
+    blocked: bool
+    slab_bytes: int
+
+
+def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0):
+    """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
+
+    A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` besides (the inputs
+    and outputs) and up to two feature slabs (the slab and its temporaries) of ``n_features``
+    columns in all: the slab is shrunk (from ``SLAB_BYTES``) to what the budget leaves, down to
+    :data:`MIN_SLAB_COLUMNS` columns. Without ``n_features`` (a kernel fit) only the Gram and
+    ``held_bytes`` count. If they do not fit, a RuntimeWarning says so and the plan is blocked.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    budget = memory_budget(max_gram_bytes, client)
+    gram = int(M) ** 2 * itemsize
+    column = int(M) * itemsize
+    smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)
+    if gram + held_bytes + 2 * smallest <= budget.bytes:
+        room = max(int((budget.bytes - gram - held_bytes) / 2), smallest)
+        slab = min(int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES)), room) if n_features else 0
+        return DualPlan(blocked=False, slab_bytes=slab)
+    extra = ""
+    if held_bytes or smallest:
+        extra = f", and {held_bytes + 2 * smallest:,} more bytes for the data and the feature slabs held with it,"
+    warnings.warn(f"{_shortfall(M, gram, budget, extra)}: factorising it blocked, across the workers",
+                  RuntimeWarning, stacklevel=3)
+    return DualPlan(blocked=True, slab_bytes=0)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """How the tiled dask dual fit uses memory.
+
+    Attributes
+    ----------
+    keep_features : bool
+        The row blocks of ``A`` (M x N in all) stay in memory for ``C = A^T Beta``; otherwise
+        they are made again from the inputs (``2 M n N`` more flops instead of holding ``A``).
+    """
+
+    keep_features: bool
+
+
+def memory_plan(client, M, N, dtype):
+    """The :class:`MemoryPlan` of a tiled dual fit of ``M`` samples and ``N`` features: the
+    features are kept if ``A`` takes at most 30 % of the cluster's memory (all worker limits,
+    else this machine's available memory)."""
+    limits = _worker_limits(client)
+    if not limits:
+        import psutil
+
+        limits = [psutil.virtual_memory().available]
+    return MemoryPlan(keep_features=M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits))
+
+
+def n_slots(client):
+    """Task threads of the client's workers (this machine's cores without a client)."""
+    if client is not None:
+        return max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
+    return os.cpu_count() or 1

@@ -1,0 +1,62 @@
+"""Where tasks run: values shipped once to every worker, tasks pinned (loosely) to a worker,
+and the worker a task runs on."""
+
+from __future__ import annotations
+
+import contextlib
+
+import dask
+
+from .linalg import factor_threads
+from .progress import active_client
+
+__all__ = ["broadcast", "pinned", "on_one_worker", "worker_addresses", "current_worker", "worker_threads"]
+
+
+def _identity(x):
+    return x
+
+
+def broadcast(client, *values):
+    """Delayed handles of values every task needs (frequencies, fitted arrays): scattered to
+    every worker once with a distributed client, else kept as single graph values; never
+    copied into each task. The handles serve as arguments of delayed calls and map_blocks."""
+    if client is not None:
+        futures = client.scatter(list(values), broadcast=True, hash=False)
+        return [dask.delayed(_identity, pure=True)(f) for f in futures]
+    return [dask.delayed(v, pure=True, traverse=False) for v in values]
+
+
+def pinned(worker):
+    """``dask.annotate`` preferring ``worker`` (loosely: another takes over if it dies); a
+    no-op for ``None``."""
+    if worker is None:
+        return contextlib.nullcontext()
+    return dask.annotate(workers=[worker], allow_other_workers=True)
+
+
+def worker_addresses(client):
+    """The client's worker addresses, sorted; ``[None]`` without a client (one local "worker")."""
+    return sorted(client.scheduler_info()["workers"]) if client is not None else [None]
+
+
+def on_one_worker():
+    """``dask.annotate`` preferring one worker of the active distributed client (else a no-op)."""
+    return pinned(worker_addresses(active_client())[0])
+
+
+def current_worker():
+    """The distributed worker running this task, or None (local schedulers, the client)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
+def worker_threads():
+    """BLAS threads for a task that runs alone on its worker: the worker's task threads in a
+    distributed worker, else every core (local schedulers run one chain at a time)."""
+    worker = current_worker()
+    return max(1, int(worker.state.nthreads)) if worker is not None else factor_threads()

@@ -1,0 +1,109 @@
+"""Pieces shared by the dask fit graphs: row and column blocks, named tasks, chains of
+in-place sums with a tree over the chains, and the ``compute`` of a fit."""
+
+from __future__ import annotations
+
+import uuid
+
+import dask
+import numpy as np
+
+from ..gram import check_finite
+from ..memory import n_slots
+from ..progress import compute
+
+__all__ = ["TaskNames", "row_blocks", "column_blocks", "tree_sum", "iadd", "chained_sum", "block_vsum",
+           "column_slab", "rows", "compute_fit"]
+
+
+class TaskNames:
+    """Key names for the tasks of one fit: ``names("gram-slab", 3)`` is ``"gram-slab-<token>-3"``,
+    so the tasks show under their own name in dashboards and task streams (``dask.utils.key_split``
+    gives back ``"gram-slab"``), and two fits never share a key."""
+
+    def __init__(self):
+        self.token = uuid.uuid4().hex
+
+    def __call__(self, name, *index):
+        return "-".join([name, self.token, *map(str, index)])
+
+
+def row_blocks(U, V, column_block=None, client=None):
+    """Delayed row blocks of ``U`` (M, n) and ``V`` (M, m) on the same sample chunks, their
+    start offsets (nb + 1,), and the output column blocks for the solves (default: one per
+    worker thread). Nothing is computed."""
+    U = U.rechunk({1: -1})
+    V = V.rechunk({0: U.chunks[0], 1: -1})
+    starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
+    m = V.shape[1]
+    if column_block is None:
+        column_block = max(1, -(-m // n_slots(client)))
+    return U.to_delayed().ravel(), V.to_delayed().ravel(), starts, column_blocks(m, column_block)
+
+
+def column_blocks(m, block):
+    """Ranges ``(c0, c1)`` of at most ``block`` of the ``m`` output columns."""
+    return [(s, min(s + block, m)) for s in range(0, m, block)]
+
+
+def tree_sum(parts, combine):
+    """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``."""
+    parts = list(parts)
+    while len(parts) > 1:
+        parts = [combine(parts[k], parts[k + 1]) if k + 1 < len(parts) else parts[k]
+                 for k in range(0, len(parts), 2)]
+    return parts[0]
+
+
+def iadd(a, b):
+    """``a += b``; returns ``a``."""
+    a += b
+    return a
+
+
+def chained_sum(n_blocks, n_chains, add_block, combine):
+    """A sum over ``n_blocks`` blocks in at most ``n_chains`` chains: block ``i`` joins chain
+    ``i % n_chains`` by ``acc = add_block(i, acc)`` (``acc`` None for the first block of a
+    chain; in place after that, so a chain holds one accumulator), then the chains' ends are
+    summed by a pairwise tree of ``combine``. ``add_block`` and ``combine`` build delayed tasks."""
+    n_chains = min(n_chains, n_blocks)
+    ends = []
+    for c in range(n_chains):
+        acc = None
+        for i in range(c, n_blocks, n_chains):
+            acc = add_block(i, acc)
+        ends.append(acc)
+    return tree_sum(ends, combine)
+
+
+def block_vsum(V, start):
+    """Column sums (m,) of the checked output block ``V`` (k, m) that starts at sample ``start``."""
+    V = np.asarray(V)
+    check_finite(V, start, "V")
+    return V.sum(axis=0)
+
+
+def column_slab(start, stop, dtype, *blocks):
+    """Columns ``start:stop`` of the row blocks ``blocks``, checked and stacked in one
+    Fortran-ordered (M, stop - start) array (the layout the triangular solves overwrite in place)."""
+    out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
+    row = 0
+    for B in blocks:
+        out[row:row + len(B)] = B = np.asarray(B)[:, start:stop]
+        check_finite(B, row, "V")
+        row += len(B)
+    return out
+
+
+def rows(X, start, stop):
+    """``X[start:stop]``."""
+    return X[start:stop]
+
+
+def compute_fit(*collections, progress, client, desc, alpha):
+    """``progress.compute`` for a fit graph; a failed blocked Cholesky becomes a ValueError."""
+    try:
+        return compute(*collections, progress=progress, client=client, desc=desc)
+    except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky (no jitter retry there)
+        raise ValueError(f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
+                         "is not numerically positive definite; pass a larger alpha") from exc

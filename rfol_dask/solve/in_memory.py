@@ -1,0 +1,47 @@
+"""The in-memory fit (numpy, no graph): the dual with one Gram, the primal over row blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..factor import dual_factor, dual_intercept, dual_solve, primal_factor, primal_solve
+from ..gram import block_means, check_finite, dual_tile, features_block, primal_partial
+from ..memory import ROW_BLOCK_BYTES
+
+__all__ = ["row_ranges", "dual_numpy", "fit_numpy"]
+
+
+def row_ranges(n_rows, row_bytes, block_bytes=ROW_BLOCK_BYTES):
+    """Ranges ``(s, e)`` of rows, each about ``block_bytes`` for rows of ``row_bytes``."""
+    step = max(1, int(block_bytes // max(row_bytes, 1)))
+    return [(s, min(s + step, n_rows)) for s in range(0, n_rows, step)]
+
+
+def dual_numpy(X, V, tile, *, alpha, fit_intercept):
+    """Dual solve in memory: ``K = tile(X, X, True)`` (M, M), centred, factorised once, solved
+    for all columns of ``V`` (M, m). Returns ``(DualFactor, centred Beta (M, m))``."""
+    V = np.asarray(V, dtype=X.dtype)
+    check_finite(V, 0, "V")
+    fac = dual_factor(tile(X, X, True), V.sum(axis=0), alpha, fit_intercept)
+    return fac, dual_solve(fac, V)
+
+
+def fit_numpy(U, V, omega, b, *, alpha, fit_intercept, solver):
+    """Fit on numpy ``U`` (M, n), ``V`` (M, m) with the frequencies ``omega`` (n, N), ``b`` (N,).
+
+    Returns ``(coef (N, m), intercept (m,))``. Memory: dual ``M N + M^2`` (A and K), primal
+    ``N^2 + N m`` plus one 128 MiB row block.
+    """
+    dtype = omega.dtype
+    if solver == "dual":
+        A = features_block(U, omega, b)
+        shift = A.mean(axis=0) if fit_intercept else np.zeros(A.shape[1], dtype)  # exact centring
+        A -= shift
+        fac, Beta = dual_numpy(A, V, dual_tile, alpha=alpha, fit_intercept=fit_intercept)
+        C = A.T @ Beta
+        return C, dual_intercept(fac, Beta, C, shift)
+    shifts = block_means(U, V, omega, b, fit_intercept)
+    sums = None
+    for s, e in row_ranges(len(U), omega.shape[1] * dtype.itemsize):
+        sums = primal_partial(U[s:e], V[s:e], omega, b, s, sums, shifts)
+    return primal_solve(primal_factor(sums, shifts, alpha, fit_intercept), 0, V.shape[1])

@@ -1,0 +1,40 @@
+"""The primal dask fit: ``G = A^T A`` (N, N) and ``A^T V`` (N, m) summed over row blocks in
+per-worker-thread chains of in-place partial sums, a tree over the chains, one factorisation,
+solves over column blocks of the outputs."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+
+from ..factor import primal_factor, primal_solve
+from ..gram import add_partials, block_means, primal_partial
+from ..memory import n_slots
+from .graph import TaskNames, chained_sum, compute_fit
+
+__all__ = ["fit_primal"]
+
+
+def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, client, progress):
+    """The primal random-feature fit on the delayed row blocks ``Ub`` (k_i, n), ``Vb`` (k_i, m)
+    (offsets ``starts``, output column blocks ``cols``); the workers draw the frequencies with
+    the recipe ``frequencies()``. Returns numpy ``(coef (N, m), intercept (m,))``.
+
+    Features are made per row block (never concatenated) in tasks ``primal-partial``; memory
+    per chain ``N^2 + N m`` plus one block of features.
+    """
+    names = TaskNames()
+    om, bb = dask.delayed(frequencies, pure=True, nout=2)()
+    shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)
+
+    def add_block(i, acc):
+        return dask.delayed(primal_partial)(Ub[i], Vb[i], om, bb, starts[i], acc, shifts,
+                                            dask_key_name=names("primal-partial", i))
+
+    sums = chained_sum(len(Ub), n_slots(client), add_block, dask.delayed(add_partials))
+    fac = dask.delayed(primal_factor)(sums, shifts, alpha, fit_intercept, dask_key_name=names("primal-factor"))
+    solved = [dask.delayed(primal_solve, nout=2)(fac, c0, c1, dask_key_name=names("primal-solve", c0))
+              for c0, c1 in cols]
+    coefs, intercepts = compute_fit([s[0] for s in solved], [s[1] for s in solved], progress=progress,
+                                    client=client, desc="fit (primal)", alpha=alpha)
+    return np.concatenate(coefs, axis=1), np.concatenate(intercepts)

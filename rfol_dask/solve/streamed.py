@@ -1,0 +1,260 @@
+"""The streamed dask dual: the Gram ``K = sum_f A_f A_f^T`` summed over feature slabs on each
+worker and reduced across the workers, factorised once; ``C = A^T Beta`` slab by slab.
+
+Each worker gets all of ``U`` (M x n) and a contiguous group of feature slabs
+(:func:`feature_slabs`); along a chain of tasks (``gram-slab``) it draws each slab's
+frequencies, makes the slab and adds ``A_f A_f^T`` to its own Gram (:func:`gram_slab`), so
+neither ``A`` nor ``Omega`` exists whole and ``A`` never travels. The workers' Grams are
+summed (a tree; ``itemsize M^2`` bytes moved per worker beyond the first), factorised once and
+solved for all outputs on one worker (in place); ``Beta`` (M x m) goes to every worker, which
+writes the rows of ``C = A^T Beta`` of its slabs (``coef-slab``, :func:`coef_slab`).
+
+Memory per worker: its Gram ``+ U +`` a slab and its temporaries (:func:`rfol_dask.memory.dual_plan`
+sizes the slab); on the factorising worker ``+ V`` (M x m); the coefficients (N x m) in all.
+Flops: those of the in-memory dual. The slabs are cached on the workers' local disks between
+the two passes, in a directory of the fit that is removed when the fit ends, whether it
+succeeds or fails (dask config ``rfol_dask.feature-cache: none`` makes them again instead:
+``2 M n N`` more flops).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
+from ..features import FREQUENCY_BLOCK, feature_map
+from ..gram import check_finite
+from ..linalg import symmetrize_lower, syrk
+from ..placement import current_worker, pinned, worker_addresses, worker_threads
+from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
+
+__all__ = ["SHIFT_ROWS", "CoefPart", "feature_slabs", "slab_features", "gram_slab", "coef_slab", "open_cache",
+           "remove_cache", "dual_stream_graph", "fit_streamed"]
+
+#: samples whose mean features shift each slab (the centring shift of ``gram.block_means``)
+SHIFT_ROWS = 64
+
+
+def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
+    """Column ranges ``(f0, f1)`` of ``A`` (M x N) in ``n_groups`` contiguous groups of nearly
+    equal width (one per worker; empty groups dropped), each cut into slabs of at most
+    ``slab_bytes``. Boundaries fall on whole blocks of frequencies where the sizes allow, so
+    each block is drawn once."""
+    B = FREQUENCY_BLOCK
+    width = max(1, int(slab_bytes // (M * itemsize)))
+    width -= width % B if width > B else 0
+    n_blocks = -(-N // B)
+    if n_blocks >= n_groups:
+        bounds = [min(N, (n_blocks * g // n_groups) * B) for g in range(n_groups + 1)]
+    else:
+        bounds = [N * g // n_groups for g in range(n_groups + 1)]
+    return [[(f, min(f + width, g1)) for f in range(g0, g1, width)] for g0, g1 in zip(bounds, bounds[1:]) if g1 > g0]
+
+
+# ---------------------------------------------------------------------------------------
+# the feature cache: one directory per fit on each worker's local disk
+
+
+def _cache_dir(token, worker=None):
+    """The cache directory of the fit ``token``: in the worker's local directory, else the
+    temporary directory."""
+    base = worker.local_directory if worker is not None else tempfile.gettempdir()
+    return os.path.join(base, f"rfol-{token}")
+
+
+def open_cache(token, dask_worker=None):
+    """Make the cache directory of the fit ``token`` (``client.run`` passes ``dask_worker``).
+    Slabs are only cached where it exists, so a task that outlives its failed fit writes nothing."""
+    os.makedirs(_cache_dir(token, dask_worker), exist_ok=True)
+
+
+def remove_cache(token, dask_worker=None):
+    """Delete the cache directory of the fit ``token`` and what is left in it."""
+    path = _cache_dir(token, dask_worker)
+    for _ in range(5):  # a task creating a file while the tree is removed makes rmtree fail: again
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            return
+        time.sleep(0.05)
+
+
+def _cache_file(token, f0):
+    return None if token is None else os.path.join(_cache_dir(token, current_worker()), f"slab-{f0}.npy")
+
+
+def _cache_put(token, f0, A):
+    """Keep the slab ``A`` on this worker's disk if the fit's cache is open and there is room."""
+    path = _cache_file(token, f0)
+    if path is None:
+        return
+    try:
+        if shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
+            np.save(path, A)
+    except OSError:  # the cache is closed (the fit ended) or the disk is full: make it again later
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def _cache_take(token, f0):
+    """The cached slab ``f0`` (deleted from the disk), or None."""
+    path = _cache_file(token, f0)
+    if path is None or not os.path.exists(path):
+        return None
+    A = np.load(path)
+    os.remove(path)
+    return A
+
+
+def _close_cache(client, token):
+    """Remove the feature cache of ``token`` here and on every worker (best effort)."""
+    remove_cache(token)
+    if client is not None:
+        try:
+            client.run(remove_cache, token)
+        except Exception:  # pragma: no cover - a cluster going down takes its scratch space along
+            pass
+
+
+# ---------------------------------------------------------------------------------------
+# the tasks
+
+
+def _stack_rows(starts, dtype, *blocks):
+    """The checked row blocks stacked into one (M, n) array (copied once per worker)."""
+    out = np.empty((int(starts[-1]), np.shape(blocks[0])[1]), dtype=dtype)
+    for i, B in enumerate(blocks):
+        B = np.asarray(B)
+        check_finite(B, starts[i], "U")
+        out[starts[i]:starts[i + 1]] = B
+    return out
+
+
+def slab_features(U, frequencies, n_features, f0, f1, centre):
+    """Features ``A[:, f0:f1]`` (M, f1 - f0) of all of ``U`` (M, n) minus their mean ``s_f``
+    over the first :data:`SHIFT_ROWS` samples (if ``centre``), and that shift (or None).
+    ``frequencies(columns=(f0, f1))`` draws the slab of ``(Omega, b)`` (a
+    ``features.draw_frequencies`` recipe); ``n_features`` is the model's ``N``."""
+    omega, b = frequencies(columns=(f0, f1))
+    shift = feature_map(U[:SHIFT_ROWS], omega, b, n_features=n_features).mean(axis=0) if centre else None
+    return feature_map(U, omega, b, shift=shift, n_features=n_features), shift
+
+
+def gram_slab(K, U, frequencies, n_features, f0, f1, centre, token=None):
+    """``K + A_f A_f^T`` (M, M) for the shifted feature slab ``A_f`` of columns ``f0:f1``
+    (:func:`slab_features`): lower triangle, Fortran order, in place (``K=None`` starts the
+    sum). ``A_f`` is made on the worker's cores and, with a ``token``, kept on the worker's
+    disk for ``C = A^T Beta`` (else made again then). Cost ``2 M n (f1 - f0) + M^2 (f1 - f0)`` flops."""
+    with threadpool_limits(limits=worker_threads(), user_api="blas"):
+        A, _ = slab_features(U, frequencies, n_features, f0, f1, centre)
+        K = syrk(A, trans=False, C=K)
+    _cache_put(token, f0, A)
+    return K
+
+
+@dataclass
+class CoefPart:
+    """The rows ``n0:n0 + len(C)`` of the coefficients that one worker writes.
+
+    Attributes
+    ----------
+    C : ndarray (rows, m)
+        ``A[:, rows]^T Beta``.
+    sC : ndarray (m,)
+        ``s^T C`` over those rows (``s`` the slabs' shifts), which the intercepts need.
+    """
+
+    C: np.ndarray
+    sC: np.ndarray
+
+
+def _coef_part(rows, m, dtype, after=None):
+    """An empty :class:`CoefPart`; ``after`` (ignored) keeps it from being made early."""
+    return CoefPart(C=np.empty((rows, m), dtype=dtype), sC=np.zeros(m, dtype=dtype))
+
+
+def coef_slab(part, n0, U, frequencies, n_features, f0, f1, centre, Beta, token=None):
+    """Rows ``f0:f1`` of ``C = A^T Beta`` written into the :class:`CoefPart` ``part`` (holding
+    rows ``n0:``) in place, and ``s_f^T C_f`` added to ``part.sC``; ``Beta`` is (M, m). The slab
+    is read back from the worker's disk (and deleted) or made again."""
+    with threadpool_limits(limits=worker_threads(), user_api="blas"):
+        A = _cache_take(token, f0)
+        if A is None:
+            A, shift = slab_features(U, frequencies, n_features, f0, f1, centre)
+        else:
+            shift = slab_features(U[:SHIFT_ROWS], frequencies, n_features, f0, f1, centre)[1]
+        Cf = np.matmul(A.T, Beta, out=part.C[f0 - n0:f1 - n0])
+    if shift is not None:
+        part.sC += shift @ Cf
+    return part
+
+
+def _intercept_minus(intercept, *parts):
+    return intercept - sum(p.sC for p in parts)
+
+
+def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client,
+                      slab_bytes, token=None):
+    """The streamed dual fit (see the module docstring) on the delayed row blocks ``Ub``
+    (k_i, n), ``Vb`` (k_i, m) with offsets ``starts``; returns the delayed
+    ``(list of CoefPart, intercept (m,))``. ``token`` names the feature cache (None: no cache)."""
+    names = TaskNames()
+    workers = worker_addresses(client)
+    groups = feature_slabs(int(starts[-1]), n_features, len(workers), np.dtype(dtype).itemsize, slab_bytes)
+    U = dask.delayed(_stack_rows)(starts, dtype, *Ub, dask_key_name=names("stack-inputs"))
+    args = (U, frequencies, n_features)
+    grams = []
+    for w, group in zip(workers, groups):
+        with pinned(w):
+            K = None
+            for f0, f1 in group:
+                K = dask.delayed(gram_slab)(K, *args, f0, f1, fit_intercept, token, dask_key_name=names("gram-slab", f0))
+        grams.append(K)
+    with pinned(workers[0]):
+        K = dask.delayed(symmetrize_lower)(tree_sum(grams, dask.delayed(iadd)))
+        Vslab = dask.delayed(column_slab)(0, m, dtype, *Vb)
+        fac = dask.delayed(dual_factor)(K, dask.delayed(np.sum)(Vslab, axis=0), alpha, fit_intercept,
+                                        dask_key_name=names("dual-factor"))
+        Beta = dask.delayed(dual_solve)(fac, Vslab, 0, True, True, dask_key_name=names("dual-solve"))
+        info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve
+    parts = []
+    for w, group in zip(workers, groups):
+        n0, n1 = group[0][0], group[-1][1]
+        with pinned(w):
+            part = dask.delayed(_coef_part)(n1 - n0, m, dtype, Beta)
+            for f0, f1 in group:
+                part = dask.delayed(coef_slab)(part, n0, *args, f0, f1, fit_intercept, Beta, token,
+                                               dask_key_name=names("coef-slab", f0))
+        parts.append(part)
+    intercept = dask.delayed(_intercept_minus)(dask.delayed(dual_intercept)(info, Beta), *parts)
+    return parts, intercept
+
+
+def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
+                 slab_bytes):
+    """Run :func:`dual_stream_graph` in one ``compute``; returns numpy ``(coef (N, m), intercept (m,))``.
+    The feature cache is opened on every worker first and removed afterwards, also on failure."""
+    token = uuid.uuid4().hex if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
+    try:
+        if token is not None and client is None:
+            open_cache(token)
+        elif token is not None:
+            client.run(open_cache, token)
+        parts, intercept = dual_stream_graph(Ub, Vb, starts, m, frequencies, n_features=n_features, alpha=alpha,
+                                             fit_intercept=fit_intercept, dtype=dtype, client=client,
+                                             slab_bytes=slab_bytes, token=token)
+        parts, intercept = compute_fit(parts, intercept, progress=progress, client=client, desc="fit (dual)",
+                                       alpha=alpha)
+    finally:
+        if token is not None:
+            _close_cache(client, token)
+    parts = [p.C for p in parts]
+    return (parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)), intercept

@@ -1,0 +1,152 @@
+"""The tiled dask dual: the Gram from tiles ``X_i X_j^T`` of row blocks (``i <= j``), assembled
+on one worker and factorised there, or, when it does not fit one worker, kept as a dask array
+of tiles and factorised blocked across the workers (``dask.array.linalg.cholesky``).
+
+:func:`dual_graph` serves the random-feature and the kernel models; :func:`fit_tiled` is the
+random-feature fit on it (features per row block, ``C = A^T Beta`` summed over row blocks).
+"""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+
+from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_place
+from ..gram import block_means, dual_tile, features_block
+from ..memory import memory_plan, n_slots
+from ..placement import on_one_worker
+from .graph import TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum
+
+__all__ = ["dual_graph", "fit_tiled", "cross_block"]
+
+
+def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False, names=None):
+    """The dual part of a dask fit, shared by the random-feature and kernel models.
+
+    ``Xb`` are delayed row blocks (features, or inputs for a kernel), ``tile(X_i, X_j, diag)``
+    makes one Gram tile (only ``i <= j`` are formed), ``Vb`` the delayed output blocks,
+    ``starts`` (nb + 1,) the block offsets. Returns the delayed :class:`DualFactor` and one
+    delayed centred ``Beta`` (M, c1 - c0) per column block ``(c0, c1)`` of ``cols``.
+
+    In memory (default) a chain of tasks copies each row of tiles into the Gram as it is
+    made (the Gram plus one tile row in memory), one task factorises it, and the column
+    blocks are solved in tasks spread over the workers (``cols`` with one block solves on the
+    factorising worker, so the factor is never copied). ``blocked=True`` never assembles the
+    Gram: the tiles form a dask array factorised by ``dask.array.linalg.cholesky`` and solved
+    by blocked triangular solves, so no worker holds more than a few tiles.
+    """
+    names = names or TaskNames()
+    nb = len(Xb)
+    sizes = [int(k) for k in np.diff(starts)]
+    vsum = tree_sum([dask.delayed(block_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add))
+
+    def gram_tile(i, j):
+        return dask.delayed(tile)(Xb[i], Xb[j], i == j, dask_key_name=names("gram-tile", i, j))
+
+    if blocked:
+        tiles = {(i, j): gram_tile(i, j) for i in range(nb) for j in range(i, nb)}
+        return _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype)
+    tile_rows = [[gram_tile(i, j) for j in range(i, nb)] for i in range(nb)]  # made anywhere
+    # The Gram, its factor and (unless spread) the solves stay on one worker: the chain is pinned
+    # there as a preference, so the M x M array never travels between workers.
+    with on_one_worker():
+        K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
+        for i in range(nb):
+            K = dask.delayed(gram_place)(K, starts, i, *tile_rows[i], dask_key_name=names("gram-place", i))
+        fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, upper=True,
+                                        dask_key_name=names("dual-factor"))
+    borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
+    betas = [dask.delayed(dual_solve)(fac, dask.delayed(column_slab)(c0, c1, dtype, *Vb), c0, borrow, True,
+                                      dask_key_name=names("dual-solve", c0)) for c0, c1 in cols]
+    return fac, betas
+
+
+def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
+    """Blocked dual solve on the ``tiles`` {(i, j): delayed tile, i <= j} as a dask array (see
+    :func:`dual_graph`); returns the delayed factor (without ``L``) and the ``Beta`` blocks."""
+    import dask.array as da
+
+    M, m, nb = sum(sizes), cols[-1][1], len(sizes)
+    T = {ij: da.from_delayed(t, (sizes[ij[0]], sizes[ij[1]]), dtype=dtype) for ij, t in tiles.items()}
+    K = da.block([[T[i, j] if i <= j else T[j, i].T for j in range(nb)] for i in range(nb)])
+    r = K.sum(axis=1)
+    V = da.concatenate([da.from_delayed(v, (sizes[i], m), dtype=dtype) for i, v in enumerate(Vb)])
+    vbar = da.from_delayed(vsum, (m,), dtype=dtype) / M if fit_intercept else da.zeros(m, dtype=dtype)
+    if fit_intercept:
+        K = K - r[:, None] / M - r[None, :] / M + r.sum() / M**2
+    K = K + da.diag(da.full(M, alpha, chunks=(tuple(sizes),), dtype=dtype))
+    # dask's blocked Cholesky wants equal square chunks: pad with an identity block to a multiple
+    c = max(sizes)
+    pad = -M % c
+    rhs = V - vbar
+    if pad:
+        K = da.block([[K, da.zeros((M, pad), dtype=dtype)], [da.zeros((pad, M), dtype=dtype), da.eye(pad, dtype=dtype)]])
+        rhs = da.concatenate([rhs, da.zeros((pad, m), dtype=dtype)])
+    L = da.linalg.cholesky(K.rechunk(c), lower=True)
+    Beta = da.linalg.solve_triangular(L.T, da.linalg.solve_triangular(L, rhs.rechunk((c, m)), lower=True), lower=False)
+    Beta = Beta[:M]
+    if fit_intercept:
+        Beta = Beta - Beta.mean(axis=0)
+    # chunks as delayed with the arrays' own keys: the tiles and features are shared with the
+    # rest of the fit graph, not optimised (and so recomputed) once per array
+    r, vbar, Beta = (_whole(x) for x in (r, vbar, Beta.astype(dtype)))
+    fac = dask.delayed(DualFactor)(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept)
+    return fac, [dask.delayed(_columns)(Beta, c0, c1) for c0, c1 in cols]
+
+
+def _whole(x):
+    """A dask array as one delayed numpy array, keeping its keys (no separate optimisation)."""
+    blocks = x.to_delayed(optimize_graph=False)
+    return dask.delayed(_assemble)(blocks.tolist(), x.ndim)
+
+
+def _assemble(blocks, ndim):
+    return np.block(blocks) if ndim > 1 else np.concatenate(blocks)
+
+
+def _columns(X, start, stop):
+    return X[:, start:stop]
+
+
+def cross_block(A, Beta_rows, acc=None):
+    """``acc + A^T Beta_rows`` (N, k) for a row block ``A`` (k_i, N), ``Beta_rows`` (k_i, k),
+    accumulated in place into ``acc`` when given."""
+    if acc is None:
+        return A.T @ Beta_rows
+    acc += A.T @ Beta_rows
+    return acc
+
+
+def fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress):
+    """The tiled random-feature dual fit, factorised blocked across the workers, on the delayed row blocks ``Ub``, ``Vb`` (offsets
+    ``starts``); the frequencies come from the recipe ``frequencies()``. Returns numpy
+    ``(coef (N, m), intercept (m,))``.
+
+    Features per row block (task ``features``) feed the Gram tiles; ``C = sum_i A_i^T Beta_i``
+    is summed in one in-place (N, k) accumulator per worker thread and a tree over those
+    (``(N, k)`` partials per row block would cross between workers). When ``A`` would take more
+    than 30 % of the cluster memory (:func:`rfol_dask.memory.memory_plan`) the blocks are made
+    again for ``C`` (tasks ``features-again``) instead of being held.
+    """
+    names = TaskNames()
+    nb = len(Ub)
+    om, bb = dask.delayed(frequencies, pure=True, nout=2)()
+    shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)[0]
+
+    def features(name):
+        return [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift, dask_key_name=names(name, i))
+                for i in range(nb)]
+
+    A = features("features")
+    fac, betas = dual_graph(A, Vb, starts, dual_tile, cols, alpha=alpha, fit_intercept=fit_intercept, dtype=dtype,
+                            blocked=True, names=names)
+    if not memory_plan(client, int(starts[-1]), n_features, dtype).keep_features:
+        A = features("features-again")
+    coefs, intercepts = [], []
+    for (c0, _), Beta in zip(cols, betas):
+        coefs.append(chained_sum(nb, n_slots(client), lambda i, acc: dask.delayed(cross_block)(
+            A[i], dask.delayed(rows)(Beta, starts[i], starts[i + 1]), acc), dask.delayed(iadd)))
+        intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
+    coefs, intercepts = compute_fit(coefs, intercepts, progress=progress, client=client, desc="fit (dual)",
+                                    alpha=alpha)
+    return np.concatenate(coefs, axis=1), np.concatenate(intercepts)
