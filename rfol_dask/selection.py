@@ -88,7 +88,9 @@ class SelectionCV(OperatorEstimator):
     (``_stage_errors``) and the winner's parameters (``_params_of``).
     """
 
-    _param_name = "gamma"
+    _param_name = "gamma"  # the scale parameter of the base estimator
+    _alpha_name = "alpha"  # its ridge parameter
+    _distributed_search = True  # False: dask input is gathered and searched in memory
 
     # ------------------------------------------------------------------ delegation
     def predict(self, X, **kwargs):
@@ -152,7 +154,7 @@ class SelectionCV(OperatorEstimator):
     def _data(self, U, V, lazy):
         """The training data for the Gram passes: numpy arrays, or (distributed client) delayed
         stacked arrays persisted on the cluster, and the client."""
-        client = active_client() if lazy else None
+        client = active_client() if lazy and self._distributed_search else None
         if lazy:
             U = U.rechunk({1: -1})
             V = V.rechunk({0: U.chunks[0], 1: -1})
@@ -188,6 +190,7 @@ class SelectionCV(OperatorEstimator):
     def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name):
         """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas."""
         alphas = self._alphas()
+        scales = self._family_multiples(family, scales)
         errs = [self._stage_errors(X, Y, tr, va, client, family, scales, Ns) for tr, va in splits]
         if client is not None:
             (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})")
@@ -199,7 +202,7 @@ class SelectionCV(OperatorEstimator):
                     e = errs[i, j, a]
                     row = {"stage": name, "family": family, "scale_multiple": float(mult),
                            self._param_name: float(mult * self.median_scales_[family]),
-                           "n_features": int(N) if N is not None else -1, "alpha": float(alpha),
+                           "n_features": int(N) if N is not None else -1, self._alpha_name: float(alpha),
                            "n_train_rows": int(rows_used), "mean_relative_l2": float(np.mean(e)),
                            "mean_test_score": -float(np.mean(e)), "std_test_score": float(np.std(e))}
                     row.update({f"split{k}_test_score": -float(v) for k, v in enumerate(e)})
@@ -226,8 +229,7 @@ class SelectionCV(OperatorEstimator):
             mults = best["scale_multiple"] * np.asarray(self.refine, dtype=float)
         name = "fine" if coarse else "full"
         for fam in families:
-            rows += self._stage(X, Y, splits, client, fam, self._family_multiples(fam, mults), Ns,
-                                len(splits[0][0]), name)
+            rows += self._stage(X, Y, splits, client, fam, mults, Ns, len(splits[0][0]), name)
         ranks = {}
         for stage in {r["stage"] for r in rows}:
             part = [r for r in rows if r["stage"] == stage]
@@ -239,6 +241,13 @@ class SelectionCV(OperatorEstimator):
         return rows
 
     # ------------------------------------------------------------------ hooks
+    def _check_grids(self, *names):
+        """ValueError unless each named parameter is None or a non-empty sequence of positive numbers."""
+        for name in names:
+            values = getattr(self, name)
+            if values is not None and (len(values) == 0 or not np.all(np.asarray(values, dtype=float) > 0)):
+                raise ValueError(f"{name} must be a non-empty sequence of positive numbers; got {values!r}")
+
     def _family_multiples(self, family, mults):
         return mults
 
@@ -246,7 +255,8 @@ class SelectionCV(OperatorEstimator):
         return [None]
 
     def _alphas(self):
-        return np.asarray(DEFAULT_ALPHAS if self.alphas is None else self.alphas, dtype=float)
+        alphas = getattr(self, self._alpha_name + "s")
+        return np.asarray(DEFAULT_ALPHAS if alphas is None else alphas, dtype=float)
 
 
 class RandomFeatureOperatorCV(SelectionCV):
@@ -362,10 +372,7 @@ class RandomFeatureOperatorCV(SelectionCV):
                 raise ValueError(f"unknown distribution {law!r} in distributions; choose from {DISTRIBUTIONS}")
         if "student_t" in self.distributions and self.nu is None:
             raise ValueError("distributions includes 'student_t': pass its degrees of freedom nu > 0, e.g. nu=3")
-        for name in ("gammas", "alphas", "refine"):
-            values = getattr(self, name)
-            if values is not None and (len(values) == 0 or not np.all(np.asarray(values, dtype=float) > 0)):
-                raise ValueError(f"{name} must be a non-empty sequence of positive numbers; got {values!r}")
+        self._check_grids("gammas", "alphas", "refine")
 
     def _base_estimator(self, **best):
         return RandomFeatureOperator(nu=self.nu, fit_intercept=self.fit_intercept, solver=self.solver,

@@ -148,3 +148,43 @@ def test_distributed_search_equals_numpy(cluster_client):
                                                   random_state=0)])
 def test_sklearn_compatible_cv(estimator, check):
     check(estimator)
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+
+from rfol_dask.baselines import KernelOperator, KernelOperatorCV  # noqa: E402
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "matern32", "inverse_quadratic", "linear"])
+def test_kernel_eigen_path_equals_brute_force_fits(kernel):
+    U, V = _nonlinear_data(150)
+    # (the linear Gram has rank 24 and eigenvalues up to ~1e3: nuggets that keep it well conditioned)
+    nuggets = (1e-3, 1e-1, 10.0) if kernel == "linear" else (1e-6, 1e-3, 1e-1)
+    cv = KernelOperatorCV(kernels=(kernel,), length_scales=(0.5, 2.0), nuggets=nuggets, coarse=None,
+                          refit=False).fit(U, V)
+    res = cv.cv_results_
+    assert len(res["nugget"]) == (1 if kernel == "linear" else 2) * 3
+    for k in range(len(res["nugget"])):
+        ls = {} if kernel == "linear" else {"length_scale": float(res["length_scale"][k])}
+        model = KernelOperator(kernel=kernel, nugget=float(res["nugget"][k]), **ls).fit(U[:120], V[:120])
+        assert res["mean_relative_l2"][k] == pytest.approx(relative_l2_error(V[120:], model.predict(U[120:])),
+                                                           rel=1e-8)
+
+
+def test_kernel_cv_search_and_dask_input():
+    U, V = _nonlinear_data(500)
+    Ut, Vt = U[400:], V[400:]
+    U, V = U[:400], V[:400]
+    cv = KernelOperatorCV(coarse=0.7, n_components=8).fit(U, V)
+    assert set(cv.cv_results_["stage"]) == {"coarse", "fine"}
+    assert set(cv.best_params_) == {"kernel", "length_scale", "nugget"}
+    default = KernelOperator(n_components=8).fit(U, V)
+    assert relative_l2_error(Vt, cv.predict(Ut)) < relative_l2_error(Vt, default.predict(Ut))
+    lazy = KernelOperatorCV(coarse=0.7, n_components=8).fit(da.from_array(U, chunks=(100, -1)),
+                                                            da.from_array(V, chunks=(100, -1)))
+    assert lazy.best_params_ == cv.best_params_
+
+
+@parametrize_with_checks([KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))])
+def test_sklearn_compatible_kernel_cv(estimator, check):
+    check(estimator)
