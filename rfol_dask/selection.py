@@ -6,7 +6,8 @@ rows of the TRAINING data (default: the last 20 %; ``cv=`` an int or a scikit-le
 for K folds), then refits the winner on all training data (``best_estimator_``). It is cheap
 because (see :mod:`rfol_dask.tuning`):
 
-- the ridge path: one eigendecomposition of each training Gram gives every alpha;
+- the ridge path: one eigendecomposition of each training Gram gives every alpha (or one
+  Cholesky factorisation per alpha where that is cheaper: short alpha grids, large Grams);
 - the validation cross-Gram is summed in the same pass over feature slabs as the Gram;
 - the Gaussian, Cauchy and Student-t laws are scale families: one projection ``U Z`` per slab
   serves every gamma of a sweep; nested N come out of the same pass;
@@ -39,7 +40,7 @@ from .placement import pinned, worker_addresses
 from .progress import active_client, compute
 from .rf_operator import RandomFeatureOperator, _integer_seed
 from .solve.graph import tree_sum
-from .tuning import (EigenPath, add_validation, frequency_scale, median_gamma, slab_bounds, validation_grams,
+from .tuning import (add_validation, frequency_scale, median_gamma, path_errors, slab_bounds, validation_grams,
                      validation_slab)
 
 __all__ = ["RandomFeatureOperatorCV", "SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS"]
@@ -290,6 +291,9 @@ class RandomFeatureOperatorCV(SelectionCV):
         Fine-stage factors applied to the coarse winner's gamma.
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
+    alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
+        How each Gram is solved for all alphas: one eigendecomposition, one Cholesky
+        factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).
     fit_intercept, solver, dtype, random_state, column_block, max_gram_bytes, progress, recovery
         As in :class:`~rfol_dask.RandomFeatureOperator`; passed to ``best_estimator_``. The
         search itself runs in float64 on the dual Gram. ``random_state`` fixes the base draw: the
@@ -333,6 +337,7 @@ class RandomFeatureOperatorCV(SelectionCV):
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
         "refine": ["array-like"],
         "refit": ["boolean"],
+        "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
         "fit_intercept": ["boolean"],
         "solver": [StrOptions({"auto", "dual", "primal"})],
         "dtype": [StrOptions({"float32", "float64"}), type, None],
@@ -344,9 +349,9 @@ class RandomFeatureOperatorCV(SelectionCV):
     }
 
     def __init__(self, *, n_features=1000, distributions=("cauchy", "gaussian"), gammas=None, alphas=None, nu=None,
-                 cv=None, coarse=0.25, refine=DEFAULT_REFINE, refit=True, fit_intercept=True, solver="auto",
-                 dtype=None, random_state=None, column_block=None, max_gram_bytes=None, progress=False,
-                 recovery="cubic"):
+                 cv=None, coarse=0.25, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", fit_intercept=True,
+                 solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
+                 progress=False, recovery="cubic"):
         self.n_features = n_features
         self.distributions = distributions
         self.gammas = gammas
@@ -356,6 +361,7 @@ class RandomFeatureOperatorCV(SelectionCV):
         self.coarse = coarse
         self.refine = refine
         self.refit = refit
+        self.alpha_path = alpha_path
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.dtype = dtype
@@ -408,7 +414,7 @@ class RandomFeatureOperatorCV(SelectionCV):
         budget = memory_budget(self.max_gram_bytes, client).bytes
         group = max(1, int(0.5 * budget // per))
         slabs = slab_bounds(N, M_t + M_v, Ns)
-        args = (self._alphas(), self.fit_intercept)
+        args = (self._alphas(), self.fit_intercept, self.alpha_path)
         if client is None:
             Xa, Yt, Yv = _arrange(X, train, valid), Y[train], Y[valid]
             out = []
@@ -444,7 +450,7 @@ def _take(Y, rows):
     return Y[rows]
 
 
-def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept):
-    """Validation errors (n_alpha,) of scale ``k`` and ``segments[g]`` features, by the eigen path."""
+def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method):
+    """Validation errors (n_alpha,) of scale ``k`` and ``segments[g]`` features (:func:`path_errors`)."""
     G, K = validation_grams(acc, k, segments, g)
-    return EigenPath(G, K, V_train, fit_intercept).errors(alphas, V_valid)
+    return path_errors(G, K, V_train, V_valid, alphas, fit_intercept, method)

@@ -14,10 +14,12 @@ and for the exact kernels of :mod:`rfol_dask.baselines` (functions of ``||x - y|
 training rows (at most ``max_rows``, fewer for wide inputs so that the distances cost at most
 about ``_PAIR_FLOPS``; see :func:`sample_rows`): nothing but that sample is read.
 
-Ridge path: one symmetric eigendecomposition of the centred dual Gram ``G = Q diag(lam) Q^T``
+Ridge path (:func:`path_errors`): one symmetric eigendecomposition of the centred dual Gram ``G = Q diag(lam) Q^T``
 (training rows) gives the solution for every ``alpha``: ``Beta(alpha) = Q (lam + alpha)^-1 Q^T V_c``,
 and the validation predictions ``K_vt Beta(alpha) + vbar = (K_vt Q) (lam + alpha)^-1 (Q^T V_c) + vbar``
-cost ``2 M_v M_t m`` flops per alpha once the two products are made (:class:`EigenPath`).
+cost ``2 M_v M_t m`` flops per alpha once the two products are made (:class:`EigenPath`). An
+``eigh`` costs as much as 10-26 Cholesky factorisations here (measured at M = 2000-6000), so
+for short alpha grids on large Grams one factorisation per alpha is cheaper and is used instead.
 
 Scale families: the Gaussian, Cauchy and Student-t frequencies of one seed are ``s(gamma) Z`` for
 the draw ``Z`` of ``gamma = 1`` (:func:`frequency_scale`), so a sweep over ``gamma`` projects
@@ -37,7 +39,8 @@ from .features import FREQUENCY_BLOCK, draw_frequencies
 from .linalg import symmetrize_lower, syrk
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_length_scale", "GAMMA_METRIC",
-           "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "relative_errors"]
+           "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "path_errors",
+           "relative_errors"]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
 GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "euclidean"}
@@ -214,7 +217,8 @@ class EigenPath:
         Training outputs.
     fit_intercept : bool
 
-    Cost: ``eigh`` (about ``4 M_t^3`` flops with the divide-and-conquer driver) plus
+    Cost: ``eigh`` (LAPACK ``syevr``: measured 10-26 Cholesky factorisations of the same size
+    at M = 2000-6000, one thread; see :func:`path_errors`) plus
     ``2 M_v M_t^2 + 2 M_t^2 m``; then ``2 M_v M_t m`` per alpha. Memory: ``G``, ``Q`` and
     ``K Q`` (M_v, M_t). The solution for ``alpha`` equals the Cholesky solve of
     ``(G + alpha I) Beta = V - vbar`` (eigenvalues below 0 are rounding and set to 0).
@@ -224,7 +228,7 @@ class EigenPath:
         from .linalg import factor_threads
 
         with threadpool_limits(limits=factor_threads(), user_api="blas"):
-            lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evd")
+            lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
             self.vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
             self.lam = np.maximum(lam, 0.0)
             self.R = Q.T @ (V - self.vbar)
@@ -241,3 +245,52 @@ class EigenPath:
         if not keep.any():
             raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
         return np.array([np.mean(relative_errors(V_valid[keep], self.predict(a)[keep])) for a in alphas])
+
+
+def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
+    """The validation errors of :meth:`EigenPath.errors` by one Cholesky factorisation (and
+    solve) per alpha; an alpha at which ``G + alpha I`` is not numerically positive definite
+    scores ``inf`` (no jitter). Memory: ``G`` and one copy. Cost ``M_t^3 / 3 + 2 M_t^2 m +
+    2 M_v M_t m`` flops per alpha."""
+    from scipy.linalg import lapack
+
+    from .linalg import cho_solve, factor_threads
+
+    vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
+    Vc = V - vbar
+    keep = np.linalg.norm(V_valid, axis=1) > 0
+    idx = np.arange(len(G))
+    out = []
+    with threadpool_limits(limits=factor_threads(), user_api="blas"):
+        for alpha in alphas:
+            F = np.array(G, order="F")
+            F[idx, idx] += alpha
+            L, info = lapack.get_lapack_funcs("potrf", (F,))(F, lower=1, overwrite_a=1, clean=0)
+            if info != 0:
+                out.append(np.inf)
+                continue
+            pred = K @ cho_solve(L, Vc) + vbar
+            out.append(np.mean(relative_errors(V_valid[keep], pred[keep])))
+    return np.array(out)
+
+
+def eigh_pays(n_alphas, M):
+    """Whether one ``eigh`` beats ``n_alphas`` Cholesky factorisations of an M x M Gram: measured
+    (benchmarks/tuning.py --alpha-path, one thread) break-even at 15, 18 and 26 alphas for
+    M = 2000, 4000 and 6000, about ``sqrt(M) / 3``."""
+    return n_alphas >= np.sqrt(M) / 3
+
+
+def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto"):
+    """Mean relative L2 validation errors (n_alpha,) of the dual ridge problem for every alpha:
+    ``method="eigh"`` (:class:`EigenPath`), ``"cholesky"`` (:func:`cholesky_errors`) or
+    ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten."""
+    if method == "auto":
+        method = "eigh" if eigh_pays(len(alphas), len(G)) else "cholesky"
+    if method == "eigh":
+        return EigenPath(G, K, V, fit_intercept).errors(alphas, V_valid)
+    if method == "cholesky":
+        if not (np.linalg.norm(V_valid, axis=1) > 0).any():
+            raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
+        return cholesky_errors(G, K, V, V_valid, alphas, fit_intercept)
+    raise ValueError(f"unknown ridge path method {method!r}; choose 'auto', 'eigh' or 'cholesky'")

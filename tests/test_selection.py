@@ -24,11 +24,12 @@ def _nonlinear_data(M=200, seed=0):
     return U, np.sin(3 * V) + V
 
 
-@pytest.mark.parametrize("law", ["cauchy", "gaussian", "student_t"])
-def test_eigen_path_scores_equal_brute_force_fits(law):
+@pytest.mark.parametrize("law, path", [("cauchy", "eigh"), ("gaussian", "eigh"), ("student_t", "eigh"),
+                                       ("cauchy", "cholesky")])
+def test_path_scores_equal_brute_force_fits(law, path):
     U, V = _nonlinear_data(150)
     cv = RandomFeatureOperatorCV(n_features=(128, 300), distributions=(law,), nu=3.0, random_state=7,
-                                 refit=False, **SMALL).fit(U, V)
+                                 refit=False, alpha_path=path, **SMALL).fit(U, V)
     res = cv.cv_results_
     assert len(res["alpha"]) == 3 * 2 * 3 and set(res["stage"]) == {"full"}
     train, valid = np.arange(120), np.arange(120, 150)  # the default split: the last 20 %
@@ -155,13 +156,14 @@ def test_sklearn_compatible_cv(estimator, check):
 from rfol_dask.baselines import KernelOperator, KernelOperatorCV  # noqa: E402
 
 
-@pytest.mark.parametrize("kernel", ["rbf", "matern32", "inverse_quadratic", "linear"])
-def test_kernel_eigen_path_equals_brute_force_fits(kernel):
+@pytest.mark.parametrize("kernel, path", [("rbf", "eigh"), ("matern32", "eigh"), ("inverse_quadratic", "eigh"),
+                                          ("linear", "eigh"), ("matern52", "cholesky")])
+def test_kernel_path_equals_brute_force_fits(kernel, path):
     U, V = _nonlinear_data(150)
     # (the linear Gram has rank 24 and eigenvalues up to ~1e3: nuggets that keep it well conditioned)
     nuggets = (1e-3, 1e-1, 10.0) if kernel == "linear" else (1e-6, 1e-3, 1e-1)
     cv = KernelOperatorCV(kernels=(kernel,), length_scales=(0.5, 2.0), nuggets=nuggets, coarse=None,
-                          refit=False).fit(U, V)
+                          refit=False, alpha_path=path).fit(U, V)
     res = cv.cv_results_
     assert len(res["nugget"]) == (1 if kernel == "linear" else 2) * 3
     for k in range(len(res["nugget"])):

@@ -112,3 +112,25 @@ def test_median_on_dask_reads_only_the_sample_window_in_one_extra_compute():
         model = RandomFeatureOperator(n_features=300, random_state=0).fit(Ud, da.from_array(V, chunks=(45, -1)))
     assert len(calls) == 2  # the sample, then the fit
     assert model.gamma_ == pytest.approx(median_gamma(U, "cauchy", random_state=0))
+
+
+def test_ridge_paths_agree_and_the_cheaper_is_chosen():
+    from rfol_dask.tuning import EigenPath, eigh_pays, path_errors
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(90, 200))
+    A -= A[:70].mean(axis=0)
+    G, K, V = A[:70] @ A[:70].T, A[70:] @ A[:70].T, rng.normal(size=(90, 3))
+    alphas = [1e-3, 1e-1, 10.0]
+    e = path_errors(np.asfortranarray(G), K, V[:70], V[70:], alphas, method="eigh")
+    c = path_errors(G.copy(), K, V[:70], V[70:], alphas, method="cholesky")
+    np.testing.assert_allclose(e, c, rtol=1e-10)
+    # the eigen path's prediction is the ridge solution
+    beta = np.linalg.solve(G + 0.1 * np.eye(70), V[:70] - V[:70].mean(axis=0))
+    np.testing.assert_allclose(EigenPath(G.copy(), K, V[:70]).predict(0.1), K @ beta + V[:70].mean(axis=0),
+                               rtol=1e-10)
+    assert eigh_pays(14, 1000) and not eigh_pays(14, 4000)
+    # alpha = 0 on a singular Gram: the Cholesky path says inf, never a jittered value
+    assert np.isinf(path_errors(np.zeros((70, 70)), K, V[:70], V[70:], [0.0], method="cholesky")[0])
+    with pytest.raises(ValueError, match="unknown ridge path method"):
+        path_errors(G, K, V[:70], V[70:], alphas, method="qr")

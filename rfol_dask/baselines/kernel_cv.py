@@ -3,7 +3,8 @@ validation on the training data (the search of :mod:`rfol_dask.selection`).
 
 Per split, the squared distances (training x training and validation x training) are computed
 once and every (kernel, length scale) candidate is an elementwise map of them; one
-eigendecomposition of each centred training Gram gives every nugget (:class:`rfol_dask.tuning.EigenPath`).
+eigendecomposition of each centred training Gram gives every nugget (or one Cholesky
+factorisation per nugget where cheaper: :func:`rfol_dask.tuning.path_errors`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import recovery as rec
 from ..selection import DEFAULT_REFINE, SelectionCV
-from ..tuning import EigenPath
+from ..tuning import path_errors
 from .kernel import KernelOperator, _transform, pca
 from .kernels import KERNELS, _apply, sq_distances
 
@@ -59,7 +60,7 @@ class KernelOperatorCV(SelectionCV):
         Ridge values (> 0) on the centred Gram; default ``1e-12 ... 10``.
     n_components : int, default=None
         Input PCA (fitted on all training inputs before the search).
-    cv, coarse, refine, refit
+    cv, coarse, refine, refit, alpha_path
         As in :class:`rfol_dask.RandomFeatureOperatorCV`.
     fit_intercept, dtype, column_block, max_gram_bytes, progress, recovery
         As in :class:`KernelOperator`; passed to ``best_estimator_``.
@@ -93,6 +94,7 @@ class KernelOperatorCV(SelectionCV):
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
         "refine": ["array-like"],
         "refit": ["boolean"],
+        "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
         "fit_intercept": ["boolean"],
         "dtype": [StrOptions({"float32", "float64"}), type, None],
         "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
@@ -102,8 +104,8 @@ class KernelOperatorCV(SelectionCV):
     }
 
     def __init__(self, *, kernels=("rbf", "matern52", "inverse_quadratic"), length_scales=None, nuggets=None,
-                 n_components=None, cv=None, coarse=0.25, refine=DEFAULT_REFINE, refit=True, fit_intercept=True,
-                 dtype=None, column_block=None, max_gram_bytes=None, progress=False, recovery="cubic"):
+                 n_components=None, cv=None, coarse=0.25, refine=DEFAULT_REFINE, refit=True, alpha_path="auto",
+                 fit_intercept=True, dtype=None, column_block=None, max_gram_bytes=None, progress=False, recovery="cubic"):
         self.kernels = kernels
         self.length_scales = length_scales
         self.nuggets = nuggets
@@ -112,6 +114,7 @@ class KernelOperatorCV(SelectionCV):
         self.coarse = coarse
         self.refine = refine
         self.refit = refit
+        self.alpha_path = alpha_path
         self.fit_intercept = fit_intercept
         self.dtype = dtype
         self.column_block = column_block
@@ -164,6 +167,6 @@ class KernelOperatorCV(SelectionCV):
         out = []
         for m in mults:
             G, K = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
-            out.append([EigenPath(np.asfortranarray(G), K, Y[train], self.fit_intercept).errors(self._alphas(),
-                                                                                              Y[valid])])
+            out.append([path_errors(np.asfortranarray(G), K, Y[train], Y[valid], self._alphas(), self.fit_intercept,
+                                    self.alpha_path)])
         return np.asarray(out)
