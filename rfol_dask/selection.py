@@ -47,11 +47,11 @@ __all__ = ["RandomFeatureOperatorCV", "SearchResults", "SelectionCV", "DEFAULT_A
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
 DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-12, 2))
-#: default multiples of the median-heuristic gamma: 1/1024 to 16 (more than four decades)
-DEFAULT_GAMMAS = tuple(2.0 ** np.arange(-10, 5))
-#: default fine-stage factors around the coarse winner's scale
-DEFAULT_REFINE = (2**-0.5, 1.0, 2**0.5)
-#: the coarse stage is skipped when its training subsample would have fewer rows
+#: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four decades)
+DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
+#: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
+DEFAULT_REFINE = (0.5, 1.0, 2.0)
+#: the coarse stage subsamples rows only when that leaves at least this many training rows
 MIN_COARSE_ROWS = 200
 
 
@@ -215,14 +215,15 @@ class SelectionCV(OperatorEstimator):
         Ns = self._n_list()
         n_train = min(len(tr) for tr, _ in splits)
         frac = self.coarse
-        coarse = frac is not None and frac < 1 and int(frac * n_train) >= MIN_COARSE_ROWS and (
-            len(families) * len(mults) > len(self.refine))
+        sub_rows = frac is not None and frac < 1 and int(frac * n_train) >= MIN_COARSE_ROWS
+        Nc = [None] if Ns == [None] or frac is None else [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
+        coarse = (sub_rows or Nc[0] not in (None, Ns[-1])) and len(families) * len(mults) > len(self.refine)
         rows = []
         if coarse:
             rng = np.random.default_rng(self._seed)
             sub = [(np.sort(rng.choice(tr, int(frac * len(tr)), replace=False)),
-                    np.sort(rng.choice(va, max(1, int(frac * len(va))), replace=False))) for tr, va in splits]
-            Nc = [None] if Ns == [None] else [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
+                    np.sort(rng.choice(va, max(1, int(frac * len(va))), replace=False))) if sub_rows else (tr, va)
+                   for tr, va in splits]
             for fam in families:
                 rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
             best = max(rows, key=lambda r: r["mean_test_score"])
@@ -272,7 +273,7 @@ class RandomFeatureOperatorCV(SelectionCV):
         Frequency laws searched.
     gammas : sequence of float, default=None
         Multiples of each law's median-heuristic gamma (:func:`rfol_dask.tuning.median_gamma`);
-        default ``2^-10 ... 2^4`` (:data:`DEFAULT_GAMMAS`, more than four decades).
+        default ``4^-5 ... 4^2`` (:data:`DEFAULT_GAMMAS`, more than four decades).
     alphas : sequence of float, default=None
         Ridge values (> 0); default ``1e-12 ... 10`` (:data:`DEFAULT_ALPHAS`).
     nu : float, default=None
@@ -282,12 +283,12 @@ class RandomFeatureOperatorCV(SelectionCV):
         (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
         index arrays. Scores are averaged over splits (validation samples whose output is
         identically zero are left out of the relative error).
-    coarse : float or None, default=0.25
-        Coarse stage on this fraction of the (training and validation) rows and features, over
-        the whole grid; then a fine stage at full size for the coarse winner's law only, at
-        its gamma times ``refine``. None (or a subsample of fewer than 200 rows): one stage,
-        the whole grid at full size.
-    refine : sequence of float, default=(2^-0.5, 1, 2^0.5)
+    coarse : float or None, default=0.125
+        Coarse stage on this fraction of the features (at least 256) and of the (training and
+        validation) rows (if that leaves at least 200 training rows), over the whole grid; then a
+        fine stage at full size for the coarse winner's law only, at its gamma times ``refine``.
+        None: one stage, the whole grid at full size.
+    refine : sequence of float, default=(0.5, 1, 2)
         Fine-stage factors applied to the coarse winner's gamma.
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
@@ -349,7 +350,7 @@ class RandomFeatureOperatorCV(SelectionCV):
     }
 
     def __init__(self, *, n_features=1000, distributions=("cauchy", "gaussian"), gammas=None, alphas=None, nu=None,
-                 cv=None, coarse=0.25, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", fit_intercept=True,
+                 cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", fit_intercept=True,
                  solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
                  progress=False, recovery="cubic"):
         self.n_features = n_features

@@ -33,7 +33,6 @@ import dask.array as da
 import numpy as np
 import scipy.linalg
 from scipy.spatial.distance import pdist
-from threadpoolctl import threadpool_limits
 
 from .features import FREQUENCY_BLOCK, draw_frequencies
 from .linalg import symmetrize_lower, syrk
@@ -47,6 +46,19 @@ GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "
 
 #: budget of the pairwise distances (about ``rows^2 / 2 * n`` flops)
 _PAIR_FLOPS = 4e8
+
+
+_CONTROLLER = []
+
+
+def _blas_threads(n):
+    """``threadpool_limits(n, "blas")`` from one cached ``ThreadpoolController`` (building a new
+    one scans the loaded libraries: milliseconds per call, which a search makes hundreds of)."""
+    if not _CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0].limit(limits=n, user_api="blas")
 
 
 def _rng(random_state):
@@ -152,7 +164,7 @@ def validation_slab(acc, X, n_train, frequencies, n_features, f0, f1, scales, se
     Z, b = frequencies(columns=(f0, f1))
     g = int(np.searchsorted(segments, f1))
     norm = np.sqrt(2.0 / n_features)
-    with threadpool_limits(limits=worker_threads(), user_api="blas"):
+    with _blas_threads(worker_threads()):
         P = X @ Z
         A = np.empty_like(P)
         if acc is None:
@@ -227,7 +239,7 @@ class EigenPath:
     def __init__(self, G, K, V, fit_intercept=True):
         from .linalg import factor_threads
 
-        with threadpool_limits(limits=factor_threads(), user_api="blas"):
+        with _blas_threads(factor_threads()):
             lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
             self.vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
             self.lam = np.maximum(lam, 0.0)
@@ -261,7 +273,7 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     keep = np.linalg.norm(V_valid, axis=1) > 0
     idx = np.arange(len(G))
     out = []
-    with threadpool_limits(limits=factor_threads(), user_api="blas"):
+    with _blas_threads(factor_threads()):
         for alpha in alphas:
             F = np.array(G, order="F")
             F[idx, idx] += alpha

@@ -23,8 +23,8 @@ from .kernels import KERNELS, _apply, sq_distances
 
 __all__ = ["KernelOperatorCV", "DEFAULT_LENGTH_SCALES"]
 
-#: default multiples of the median-heuristic length scale: 1/16 to 16
-DEFAULT_LENGTH_SCALES = tuple(2.0 ** np.arange(-4, 5))
+#: default multiples of the median-heuristic length scale: 4^-2 = 1/16 to 4^2 = 16
+DEFAULT_LENGTH_SCALES = tuple(4.0 ** np.arange(-2, 3))
 
 
 def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None, X_v=None):
@@ -55,7 +55,7 @@ class KernelOperatorCV(SelectionCV):
         Kernels searched (:data:`rfol_dask.baselines.KERNELS`; ``"linear"`` has no length scale).
     length_scales : sequence of float, default=None
         Multiples of the median-heuristic length scale (``KernelOperator(length_scale="median")``);
-        default ``2^-4 ... 2^4``.
+        default ``4^-2 ... 4^2`` (the fine stage halves the spacing around the winner).
     nuggets : sequence of float, default=None
         Ridge values (> 0) on the centred Gram; default ``1e-12 ... 10``.
     n_components : int, default=None
