@@ -190,3 +190,17 @@ def test_kernel_cv_search_and_dask_input():
 @parametrize_with_checks([KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))])
 def test_sklearn_compatible_kernel_cv(estimator, check):
     check(estimator)
+
+
+def test_fit_from_zarr_store(tmp_path):
+    U, V = _nonlinear_data(150)
+    ds = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)},
+                    coords={"x": np.linspace(0, 1, U.shape[1]), "y": np.linspace(0, 1, V.shape[1])})
+    ds.chunk({"sample": 50}).to_zarr(tmp_path / "d.zarr")
+    kw = dict(n_features=300, random_state=0, **SMALL)
+    on_store = RandomFeatureOperatorCV(**kw).fit(str(tmp_path / "d.zarr"))
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    assert on_store.best_params_ == ref.best_params_
+    assert on_store.best_estimator_.input_grid_ is not None  # the refit saw the store's coordinates
+    kernel = KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2)).fit(str(tmp_path / "d.zarr"))
+    assert kernel.best_params_ == KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2)).fit(U, V).best_params_
