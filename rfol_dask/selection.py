@@ -51,7 +51,7 @@ DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-12, 2))
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
-#: the coarse stage subsamples rows only when that leaves at least this many training rows
+#: the coarse stage keeps at least this many training rows (all if there are fewer)
 MIN_COARSE_ROWS = 200
 
 
@@ -215,18 +215,31 @@ class SelectionCV(OperatorEstimator):
         Ns = self._n_list()
         n_train = min(len(tr) for tr, _ in splits)
         frac = self.coarse
-        sub_rows = frac is not None and frac < 1 and int(frac * n_train) >= MIN_COARSE_ROWS
+        n_coarse = n_train if frac is None else min(n_train, max(MIN_COARSE_ROWS, int(frac * n_train)))
         Nc = [None] if Ns == [None] or frac is None else [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
-        coarse = (sub_rows or Nc[0] not in (None, Ns[-1])) and len(families) * len(mults) > len(self.refine)
+        coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(mults) > len(self.refine)
         rows = []
         if coarse:
             rng = np.random.default_rng(self._seed)
-            sub = [(np.sort(rng.choice(tr, int(frac * len(tr)), replace=False)),
-                    np.sort(rng.choice(va, max(1, int(frac * len(va))), replace=False))) if sub_rows else (tr, va)
-                   for tr, va in splits]
+            sub = []
+            for tr, va in splits:
+                k = min(len(tr), n_coarse)
+                sub.append((np.sort(rng.choice(tr, k, replace=False)),
+                            np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False))))
             for fam in families:
                 rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
             best = max(rows, key=lambda r: r["mean_test_score"])
+            # a winner on the edge of the grid: extend the grid that way (two steps at a time, at most 3 times)
+            step = float(np.max(mults) / np.min(mults)) ** (1 / max(1, len(mults) - 1)) if len(mults) > 1 else 4.0
+            for _ in range(3):
+                fam = best["family"]
+                tried = [r["scale_multiple"] for r in rows if r["family"] == fam]
+                if len(self._family_multiples(fam, mults)) < 2 or min(tried) < best["scale_multiple"] < max(tried):
+                    break
+                edge, sign = (min(tried), -1) if best["scale_multiple"] == min(tried) else (max(tried), 1)
+                rows += self._stage(X, Y, sub, client, fam, edge * step ** (sign * np.arange(1, 3)), Nc,
+                                    len(sub[0][0]), "coarse")
+                best = max(rows, key=lambda r: r["mean_test_score"])
             families = [best["family"]]
             mults = best["scale_multiple"] * np.asarray(self.refine, dtype=float)
         name = "fine" if coarse else "full"
@@ -285,9 +298,10 @@ class RandomFeatureOperatorCV(SelectionCV):
         identically zero are left out of the relative error).
     coarse : float or None, default=0.125
         Coarse stage on this fraction of the features (at least 256) and of the (training and
-        validation) rows (if that leaves at least 200 training rows), over the whole grid; then a
-        fine stage at full size for the coarse winner's law only, at its gamma times ``refine``.
-        None: one stage, the whole grid at full size.
+        validation) rows (at least 200 training rows), over the whole grid (extended by two
+        grid steps, up to three times, while the winner is on its edge); then a fine stage at
+        full size for the coarse winner's law only, at its gamma times ``refine``. None: one
+        stage, the whole grid at full size.
     refine : sequence of float, default=(0.5, 1, 2)
         Fine-stage factors applied to the coarse winner's gamma.
     refit : bool, default=True
