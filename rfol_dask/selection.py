@@ -14,7 +14,7 @@ because (see :mod:`rfol_dask.tuning`):
 - two stages: a coarse one over the whole grid on a subsample of rows and features
   (``coarse``), then a fine one at full size around the coarse winner (``refine``).
 
-dask input runs the Gram passes as one graph per stage on the workers, on inputs stacked and
+dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked and
 persisted on the cluster once (without a distributed client the inputs are gathered here),
 so the search reads the data once; the refit reads it again.
 """
@@ -46,7 +46,7 @@ from .tuning import (add_validation, frequency_scale, median_gamma, path_errors,
 __all__ = ["RandomFeatureOperatorCV", "SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS"]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
-DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-12, 2))
+DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
 #: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four decades)
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
@@ -65,6 +65,12 @@ class SearchResults(dict):
         import pandas as pd
 
         return pd.DataFrame(dict(self))
+
+
+def _score(row):
+    """The ranking key of a results row (a NaN score ranks last)."""
+    score = row["mean_test_score"]
+    return -np.inf if np.isnan(score) else score
 
 
 def _arrange(U, train, valid):
@@ -183,7 +189,7 @@ class SelectionCV(OperatorEstimator):
                 client.cancel([X, Y])
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
         final = [r for r in rows if r["stage"] == rows[-1]["stage"]]
-        best = max(final, key=lambda r: r["mean_test_score"])
+        best = max(final, key=_score)
         self.best_score_ = float(best["mean_test_score"])
         self.best_params_ = self._params_of(best)
         self.n_splits_ = len(splits)
@@ -228,7 +234,7 @@ class SelectionCV(OperatorEstimator):
                             np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False))))
             for fam in families:
                 rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
-            best = max(rows, key=lambda r: r["mean_test_score"])
+            best = max(rows, key=_score)
             # a winner on the edge of the grid: extend the grid that way (two steps at a time, at most 3 times)
             step = float(np.max(mults) / np.min(mults)) ** (1 / max(1, len(mults) - 1)) if len(mults) > 1 else 4.0
             for _ in range(3):
@@ -239,7 +245,7 @@ class SelectionCV(OperatorEstimator):
                 edge, sign = (min(tried), -1) if best["scale_multiple"] == min(tried) else (max(tried), 1)
                 rows += self._stage(X, Y, sub, client, fam, edge * step ** (sign * np.arange(1, 3)), Nc,
                                     len(sub[0][0]), "coarse")
-                best = max(rows, key=lambda r: r["mean_test_score"])
+                best = max(rows, key=_score)
             families = [best["family"]]
             mults = best["scale_multiple"] * np.asarray(self.refine, dtype=float)
         name = "fine" if coarse else "full"
@@ -248,7 +254,7 @@ class SelectionCV(OperatorEstimator):
         ranks = {}
         for stage in {r["stage"] for r in rows}:
             part = [r for r in rows if r["stage"] == stage]
-            order = np.argsort([-r["mean_test_score"] for r in part], kind="stable")
+            order = np.argsort([-_score(r) for r in part], kind="stable")
             for rank, k in enumerate(order, start=1):
                 ranks[id(part[k])] = rank
         for r in rows:
@@ -288,7 +294,8 @@ class RandomFeatureOperatorCV(SelectionCV):
         Multiples of each law's median-heuristic gamma (:func:`rfol_dask.tuning.median_gamma`);
         default ``4^-5 ... 4^2`` (:data:`DEFAULT_GAMMAS`, more than four decades).
     alphas : sequence of float, default=None
-        Ridge values (> 0); default ``1e-12 ... 10`` (:data:`DEFAULT_ALPHAS`).
+        Ridge values (> 0); default ``1e-16 ... 10`` (:data:`DEFAULT_ALPHAS`; the paper's
+        advection settings use 1e-15).
     nu : float, default=None
         Degrees of freedom for ``"student_t"``.
     cv : None, int or scikit-learn splitter, default=None

@@ -57,7 +57,7 @@ class KernelOperatorCV(SelectionCV):
         Multiples of the median-heuristic length scale (``KernelOperator(length_scale="median")``);
         default ``4^-2 ... 4^2`` (the fine stage halves the spacing around the winner).
     nuggets : sequence of float, default=None
-        Ridge values (> 0) on the centred Gram; default ``1e-12 ... 10``.
+        Ridge values (> 0) on the centred Gram; default ``1e-16 ... 10``.
     n_components : int, default=None
         Input PCA (fitted on all training inputs before the search).
     cv, coarse, refine, refit, alpha_path
