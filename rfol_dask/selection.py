@@ -26,7 +26,6 @@ import numbers
 import time
 
 import dask
-import dask.array as da
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted

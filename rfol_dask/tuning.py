@@ -18,7 +18,7 @@ Ridge path (:func:`path_errors`): one symmetric eigendecomposition of the centre
 (training rows) gives the solution for every ``alpha``: ``Beta(alpha) = Q (lam + alpha)^-1 Q^T V_c``,
 and the validation predictions ``K_vt Beta(alpha) + vbar = (K_vt Q) (lam + alpha)^-1 (Q^T V_c) + vbar``
 cost ``2 M_v M_t m`` flops per alpha once the two products are made (:class:`EigenPath`). An
-``eigh`` costs as much as 10-26 Cholesky factorisations here (measured at M = 2000-6000), so
+``eigh`` costs as much as 9-24 Cholesky factorisations here (measured at M = 1000-6000), so
 for short alpha grids on large Grams one factorisation per alpha is cheaper and is used instead.
 
 Scale families: the Gaussian, Cauchy and Student-t frequencies of one seed are ``s(gamma) Z`` for
@@ -34,12 +34,12 @@ import numpy as np
 import scipy.linalg
 from scipy.spatial.distance import pdist
 
-from .features import FREQUENCY_BLOCK, draw_frequencies
+from .features import FREQUENCY_BLOCK
 from .linalg import symmetrize_lower, syrk
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_length_scale", "GAMMA_METRIC",
            "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "path_errors",
-           "relative_errors"]
+           "eigh_pays", "relative_errors"]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
 GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "euclidean"}
@@ -229,8 +229,8 @@ class EigenPath:
         Training outputs.
     fit_intercept : bool
 
-    Cost: ``eigh`` (LAPACK ``syevr``: measured 10-26 Cholesky factorisations of the same size
-    at M = 2000-6000, one thread; see :func:`path_errors`) plus
+    Cost: ``eigh`` (LAPACK ``syevr``: measured as much as 9-24 Cholesky factorisations of the
+    same size at M = 1000-6000, one thread; see :func:`eigh_pays`) plus
     ``2 M_v M_t^2 + 2 M_t^2 m``; then ``2 M_v M_t m`` per alpha. Memory: ``G``, ``Q`` and
     ``K Q`` (M_v, M_t). The solution for ``alpha`` equals the Cholesky solve of
     ``(G + alpha I) Beta = V - vbar`` (eigenvalues below 0 are rounding and set to 0).
@@ -287,9 +287,9 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
 
 
 def eigh_pays(n_alphas, M):
-    """Whether one ``eigh`` beats ``n_alphas`` Cholesky factorisations of an M x M Gram: measured
-    (benchmarks/tuning.py --alpha-path, one thread) break-even at 15, 18 and 26 alphas for
-    M = 2000, 4000 and 6000, about ``sqrt(M) / 3``."""
+    """Whether one ``eigh`` beats ``n_alphas`` Cholesky factorisations (and solves) of an M x M
+    Gram: measured (``benchmarks/tuning.py --alpha-path``, syevr, one thread) break-even at 8.6,
+    13.3, 16.4 and 23.9 alphas for M = 1000, 2000, 4000 and 6000, about ``sqrt(M) / 3``."""
     return n_alphas >= np.sqrt(M) / 3
 
 

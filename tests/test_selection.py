@@ -202,16 +202,17 @@ def test_fit_from_zarr_store(tmp_path):
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
     assert on_store.best_params_ == ref.best_params_
     assert on_store.best_estimator_.input_grid_ is not None  # the refit saw the store's coordinates
-    kernel = KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2)).fit(str(tmp_path / "d.zarr"))
-    assert kernel.best_params_ == KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2)).fit(U, V).best_params_
+    grid = dict(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))
+    kernel = KernelOperatorCV(**grid).fit(str(tmp_path / "d.zarr"))
+    assert kernel.best_params_ == KernelOperatorCV(**grid).fit(U, V).best_params_
 
 
 def test_coarse_grid_is_extended_past_an_edge_winner():
     # a linear operator: the smaller gamma, the better (the features' linear regime)
     U, _ = smooth_operator_data(300, 24)
     V = U @ np.random.default_rng(0).normal(size=(24, 6))
-    cv = RandomFeatureOperatorCV(n_features=1024, distributions=("cauchy",), gammas=(1.0, 4.0, 16.0, 64.0), alphas=(1e-10, 1e-6),
-                                 random_state=0, refit=False).fit(U, V)
+    cv = RandomFeatureOperatorCV(n_features=1024, distributions=("cauchy",), gammas=(1.0, 4.0, 16.0, 64.0),
+                                 alphas=(1e-10, 1e-6), random_state=0, refit=False).fit(U, V)
     res = cv.cv_results_
     coarse = res["stage"] == "coarse"
     assert res["scale_multiple"][coarse].min() < 1.0  # looked below the grid
