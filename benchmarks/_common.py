@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import statistics
-import threading
 import time
 
 import numpy as np
-import psutil
+
+from rfol_dask.experiments.measure import PeakMemory  # noqa: F401  (the benchmarks import it from here)
 
 
 def synthetic_operator(n_samples, n_points, seed=0, dtype=np.float64):
@@ -41,45 +40,6 @@ def dual_flops(M, n, N, m):
 
 def primal_flops(M, n, N, m):
     return 2 * M * n * N + N**2 * M + N**3 / 3 + 2 * N**2 * m + 2 * N * M * m
-
-
-class PeakMemory:
-    """Peak resident memory of this process and its children (e.g. LocalCluster workers),
-    sampled every ``interval`` seconds, minus the resident memory at entry."""
-
-    def __init__(self, interval=0.005):
-        self.interval = interval
-        self.peak = 0
-
-    def _rss(self):
-        proc = psutil.Process(os.getpid())
-        total = proc.memory_info().rss
-        for child in proc.children(recursive=True):
-            try:
-                total += child.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._rss())
-            time.sleep(self.interval)
-
-    def __enter__(self):
-        self.base = self._rss()
-        self.peak = self.base
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._rss())
-        self.increase = self.peak - self.base
-        return False
 
 
 def blas_info():

@@ -6,7 +6,7 @@ Cases (n = m = 1024 grid points in and out):
 
 For each: rfol_dask on numpy input (float64 and float32), plain numpy (the textbook formulas with
 np.linalg.solve), and rfol_dask on dask input on a LocalCluster (data persisted on the workers
-first). Times are medians of --repeats runs; the flop bound is the DESIGN.md flop count divided by
+first). Times are medians of --repeats runs; the flop bound is the docs/design.md flop count divided by
 the matrix-multiply rate measured in the same run; peak memory is the growth of the resident memory
 of this process and its children (the LocalCluster workers) during the first run.
 

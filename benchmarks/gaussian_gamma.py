@@ -1,11 +1,11 @@
 """Why RF Gaussian misses the paper's figures at the paper's (Cauchy) gamma: a sweep of the Gaussian
 bandwidth by decades around it (issue 5).
 
-DATASETS.md gives one (N, gamma, alpha) per data set, the Cauchy one; the Gaussian law
+docs/datasets.md gives one (N, gamma, alpha) per data set, the Cauchy one; the Gaussian law
 ``Omega = sqrt(2 gamma) N(0, 1)`` at that gamma has a far wider spectrum than the Cauchy law
 ``gamma * standard_cauchy`` on inputs of large norm. This fits RF Gaussian at 10 gamma, gamma,
-gamma/10, gamma/100, gamma/1000 on the paper-size splits of ``sanity.py`` (N capped at --max-features) and
-records the test errors against the paper's Gaussian figure.
+gamma/10, gamma/100, gamma/1000 on the paper-size splits of ``rfol_dask.experiments.load_split`` (N capped
+at --max-features) and records the test errors against the paper's Gaussian figure.
 
     python benchmarks/gaussian_gamma.py structural_mechanics_low darcy helmholtz_low navier_stokes_low
 """
@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from sanity import load_split  # noqa: E402
+from rfol_dask import RandomFeatureOperator, datasets
+from rfol_dask.experiments import SharedCluster, arrays, load_split
+from rfol_dask.metrics import relative_l2_error
 
-from rfol_dask import RandomFeatureOperator, datasets  # noqa: E402
-from rfol_dask.metrics import relative_l2_error  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def main(argv=None):
@@ -35,9 +33,12 @@ def main(argv=None):
     rows = []
     for name in args.names:
         paper = datasets.get(name).paper
-        train, test, _, _ = load_split(name, args.data, 2000, 2)
-        U, V = (train[k].values.reshape(train.sizes["sample"], -1) for k in ("input", "output"))
-        Ut, Vt = (test[k].values.reshape(test.sizes["sample"], -1) for k in ("input", "output"))
+        cluster = SharedCluster(2)
+        try:
+            train, test = load_split(name, args.data, 2000, cluster)
+        finally:
+            cluster.close()
+        (U, V), (Ut, Vt) = arrays(train), arrays(test)
         N = min(int(paper["n_features"]), args.max_features)
         for decade in (-1, 0, 1, 2, 3):
             gamma = paper["gamma"] / 10.0**decade

@@ -18,29 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from rfol_dask import RandomFeatureOperator, datasets
-from rfol_dask.cluster import local_client
+from rfol_dask.experiments import SharedCluster, load_split, reference_data
 from rfol_dask.metrics import relative_l2_error
 
 HERE = Path(__file__).resolve().parent
-NAMES = ["advection1", "advection2", "advection3", "burgers", "darcy", "helmholtz_low", "helmholtz_high",
-         "structural_mechanics_low", "structural_mechanics_high", "navier_stokes_low", "navier_stokes_high"]
-
-
-def load_split(name, data_dir, max_test, workers, seed=0):
-    paper = datasets.get(name).paper
-    n_train, n_test = paper["train"], min(paper["test"], max_test)
-    path = Path(data_dir) / f"{name}.zarr"
-    try:
-        ds = datasets.open(path)
-        if ds.sizes["sample"] != n_train + n_test:
-            raise ValueError("size differs")
-    except (FileNotFoundError, ValueError):
-        with local_client(n_workers=workers) as client:
-            ds = datasets.generate(name, n_train + n_test, store=path, seed=seed, client=client, overwrite=True,
-                                   progress=False)
-            client.cluster.close()
-    ds = ds.load()
-    return ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None)), n_train, n_test
+NAMES = reference_data()["sets"]
 
 
 def run(name, data_dir, max_test, workers, train=None, n_features=None, gaussian=False):
@@ -48,8 +30,13 @@ def run(name, data_dir, max_test, workers, train=None, n_features=None, gaussian
     ``n_features`` override the paper's training size and feature count (a subset of the stored data)."""
     paper = datasets.get(name).paper
     t0 = time.perf_counter()
-    train_ds, test, n_train, n_test = load_split(name, data_dir, max_test, workers)
+    cluster = SharedCluster(workers)
+    try:
+        train_ds, test = load_split(name, data_dir, max_test, cluster)
+    finally:
+        cluster.close()
     gen_time = time.perf_counter() - t0
+    n_train, n_test = train_ds.sizes["sample"], test.sizes["sample"]
     n_train = min(train or n_train, n_train)
     N = int(n_features or paper["n_features"])
     U, V = train_ds["input"].values[:n_train], train_ds["output"].values[:n_train]

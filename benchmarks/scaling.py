@@ -3,7 +3,7 @@ phase of the fit (features, Gram, factorisation, solves, coefficients) read from
 stream, plus prediction. The same script runs unchanged on a larger cluster (--cluster).
 
     python benchmarks/scaling.py                              # LocalCluster, 1 and 2 workers
-    python benchmarks/scaling.py --cluster cluster/slurm.yaml --workers 4,8,16
+    python benchmarks/scaling.py --cluster slurm --workers 4,8,16
 
 Phase columns: ``busy`` = summed task time of the phase over all workers, ``span`` = first start
 to last end of its tasks (phases overlap). Results: results/scaling.json.
@@ -19,6 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import dask.array as da
+from dask.utils import key_split
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import dual_flops, matmul_rate, primal_flops, synthetic_operator  # noqa: E402
@@ -26,20 +27,19 @@ from _common import dual_flops, matmul_rate, primal_flops, synthetic_operator  #
 from rfol_dask import RandomFeatureOperator  # noqa: E402
 from rfol_dask.cluster import local_client, start_client  # noqa: E402
 
-PHASES = {"features_block": "features", "block_means": "features", "dual_tile": "gram", "gram_place": "gram",
-          "primal_partial": "features+gram", "add_partials": "gram", "dual_factor": "factor",
-          "primal_factor": "factor", "dual_solve": "solve", "primal_solve": "solve", "_cross_block": "coef",
-          "_iadd": "coef", "_rows": "coef", "gram_slab": "features+gram", "symmetrize_lower": "gram",
-          "coef_slab": "coef", "_coef_part": "coef", "_column_slab": "solve"}
+#: the fit's tasks by name (``dask.utils.key_split`` of their keys) and the phase they belong to
+PHASES = {"features": "features", "features-again": "features", "block_means": "features",
+          "stack-inputs": "features", "gram-tile": "gram", "gram-place": "gram", "primal-partial": "features+gram",
+          "add_partials": "gram", "gram-slab": "features+gram", "symmetrize_lower": "gram",
+          "dual-factor": "factor", "primal-factor": "factor", "dual-solve": "solve", "primal-solve": "solve",
+          "column_slab": "solve", "cross_block": "coef", "iadd": "coef", "rows": "coef", "coef-slab": "coef",
+          "coef_part": "coef"}
 
 
 def phase_times(stream):
     busy, first, last = defaultdict(float), {}, {}
     for task in stream:
-        key = task["key"][0] if isinstance(task["key"], tuple) else task["key"]
-        phase = PHASES.get(key.rsplit("-", 5)[0] if "-" in key else key)
-        if phase is None:
-            phase = next((v for k, v in PHASES.items() if key.startswith(k)), "other")
+        phase = PHASES.get(key_split(task["key"]), "other")
         for ss in task["startstops"]:
             if ss["action"] == "compute":
                 busy[phase] += ss["stop"] - ss["start"]

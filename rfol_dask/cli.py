@@ -32,12 +32,39 @@ def _cmd_datasets(args):
     return 0
 
 
+def _start_cluster(config=None, n_workers=None):
+    """A client of the cluster configuration ``config`` (shipped name or YAML path), or of a
+    LocalCluster with ``n_workers``; its dashboard link goes to stderr."""
+    from .cluster import local_client, start_client
+
+    client = start_client(config) if config else local_client(n_workers=n_workers)
+    _print_dashboard(client)
+    return client
+
+
+def _print_dashboard(client):
+    from .cluster import dashboard_link
+
+    link = dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')"
+    print(f"dask dashboard: {link}", file=sys.stderr, flush=True)
+
+
+def _close_cluster(client):
+    import contextlib
+
+    if client is not None:
+        client.close()
+        with contextlib.suppress(Exception):
+            client.cluster.close()
+
+
 def _cmd_generate(args):
     from . import datasets
-    from .cluster import local_client
 
     params = dict(args.param or [])
-    client = local_client(n_workers=args.workers) if args.workers else None
+    if args.cluster and args.workers:
+        raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
+    client = _start_cluster(args.cluster, args.workers) if args.cluster or args.workers else None
     try:
         t0 = time.perf_counter()
         ds = datasets.generate(args.name, args.samples, store=args.out, seed=args.seed, client=client,
@@ -45,9 +72,7 @@ def _cmd_generate(args):
                                **params)
         dt = time.perf_counter() - t0
     finally:
-        if client is not None:
-            client.close()
-            client.cluster.close()
+        _close_cluster(client)
     print(f"{args.name}: {args.samples} samples in {args.out} ({dt:.1f} s, "
           f"input {ds['input'].shape}, output {ds['output'].shape})")
     return 0
@@ -68,6 +93,7 @@ def _cmd_quickstart(args):
     print(f"rfol-dask quickstart: {args.dataset} ({spec.description})")
     with local_client(n_workers=args.workers) as client:
         print(f"LocalCluster: {len(client.scheduler_info()['workers'])} workers")
+        _print_dashboard(client)
         t0 = time.perf_counter()
         ds = datasets.generate(args.dataset, n_train + n_test, store=store, seed=args.seed,
                                overwrite=True)
@@ -93,7 +119,7 @@ def _cmd_quickstart(args):
             ref_s = "-" if ref is None else f"{ref:.3g}"
             print(f"{dist:10s} {err:20.3e} {fit_time:13.2f} {ref_s:>10s}")
         out_dims = ds["output"].dims[1:]
-        grid = ds[out_dims[0]].values if len(out_dims) == 1 and out_dims[0] in ds.coords else None
+        grid = ds[out_dims[0]] if len(out_dims) == 1 and out_dims[0] in ds.coords else None  # with its units
         png = plot_prediction(out / "quickstart.png", truth[0], predictions, grid=grid,
                               title=f"{args.dataset}: test sample 0")
         print(f"\nfigure: {png}\nmodels: {out}/model_cauchy.zarr, {out}/model_gaussian.zarr")
@@ -105,11 +131,9 @@ def _cmd_fit(args):
     import contextlib
 
     from . import RandomFeatureOperator
-    from .cluster import load_config, start_client
     from .io import open_dataset
     from .metrics import relative_l2_error
 
-    client = start_client(load_config(args.cluster)) if args.cluster else None
     report = contextlib.nullcontext()
     if args.report:
         from distributed import performance_report
@@ -120,6 +144,8 @@ def _cmd_fit(args):
             raise ValueError("--report needs bokeh: pip install 'rfol-dask[diagnostics]'") from None
 
         report = performance_report(filename=args.report)
+    # a performance report needs a distributed scheduler: without --cluster, a local one
+    client = _start_cluster(args.cluster or "local") if args.cluster or args.report else None
     try:
         ds = open_dataset(args.data)
         n = ds.sizes["sample"]
@@ -143,28 +169,14 @@ def _cmd_fit(args):
             model.save(args.out)
             print(f"model: {args.out}")
     finally:
-        if client is not None:
-            client.close()
-            with contextlib.suppress(Exception):
-                client.cluster.close()
+        _close_cluster(client)
     return 0
 
 
 def _cmd_reproduce(args):
-    """Run ``benchmarks/reproduce.py`` of this source checkout (it is not part of the wheel)."""
-    import importlib.util
+    from .experiments.reproduce import run_args
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "reproduce.py"
-    if not script.exists():
-        raise FileNotFoundError(f"{script} not found: 'reproduce' runs the benchmarks of a source checkout "
-                                "(git clone the project and pip install -e .)")
-    spec = importlib.util.spec_from_file_location("rfol_dask_reproduce", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    argv = [args.name] + (["--quick"] if args.quick else []) + (["--out", args.out] if args.out else [])
-    argv += (["--data", args.data] if args.data else []) + (["--parts", args.parts] if args.parts else [])
-    argv += ["--workers", str(args.workers)]
-    return module.main(argv)
+    return run_args(args)
 
 
 def build_parser():
@@ -197,7 +209,9 @@ def build_parser():
     f.add_argument("--solver", default="auto", choices=["auto", "dual", "primal"])
     f.add_argument("--dtype", default=None, choices=["float32", "float64"])
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--cluster", default=None, help="cluster configuration YAML (see cluster/)")
+    f.add_argument("--cluster", default=None, metavar="NAME|PATH",
+                   help="cluster configuration: a shipped name (local, slurm, slurm-dual, pbs, kubernetes, mpi) "
+                        "or a YAML file")
     f.add_argument("--report", default=None, help="write dask's performance report (HTML) here")
     f.add_argument("--out", default=None, help="save the model to this Zarr path")
     f.set_defaults(func=_cmd_fit)
@@ -208,19 +222,18 @@ def build_parser():
     g.add_argument("--out", required=True)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--workers", type=int, default=None, help="start a LocalCluster with this many workers")
+    g.add_argument("--cluster", default=None, metavar="NAME|PATH",
+                   help="cluster configuration: a shipped name (local, slurm, pbs, ...) or a YAML file")
     g.add_argument("--block-size", type=int, default=None)
     g.add_argument("--param", type=_parse_param, action="append", metavar="KEY=VALUE")
     g.add_argument("--overwrite", action="store_true")
     g.set_defaults(func=_cmd_generate)
 
     r = sub.add_parser("reproduce", help="the paper's tables, equal-time comparison and error-vs-N curves, "
-                                         "beside kernel and linear baselines (benchmarks/reproduce.py)")
-    r.add_argument("name", help="a data set, a comma-separated list, or 'all'")
-    r.add_argument("--quick", action="store_true", help="small sizes (CI); checks every error against a bound")
-    r.add_argument("--out", default=None, help="results folder (default benchmarks/results/reproduce[/quick])")
-    r.add_argument("--data", default=None, help="data-set stores (default benchmarks/results/data)")
-    r.add_argument("--parts", default=None, help="comma-separated subset of fits,equal_time,curves")
-    r.add_argument("--workers", type=int, default=2, help="processes generating missing data (0: threads)")
+                                         "beside kernel and linear baselines (rfol_dask.experiments)")
+    from .experiments.reproduce import add_arguments
+
+    add_arguments(r)
     r.set_defaults(func=_cmd_reproduce)
     return parser
 

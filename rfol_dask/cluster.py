@@ -3,37 +3,56 @@
 Library calls never start a cluster on their own; the CLI and user code call
 :func:`local_client` or :func:`start_client` explicitly.
 
-A configuration (a YAML file under ``cluster/`` or a dict) names its ``kind`` and the
-keywords of the matching cluster manager::
+A configuration (a shipped name such as ``"slurm"``, a path to a YAML file, or a dict) names
+its ``kind`` and the keywords of the matching cluster manager::
 
     kind: slurm            # local | slurm | pbs | kubernetes | mpi
-    scale: 4               # jobs (slurm/pbs) or workers (kubernetes) to start
-    blas_threads: 8        # BLAS threads per worker process, set deliberately
+    scale: 4               # jobs (slurm/pbs), worker pods (kubernetes) or worker ranks (mpi)
+    blas_threads: 1        # BLAS threads per worker process, set deliberately
     options: {...}         # keywords of LocalCluster / SLURMCluster / PBSCluster / make_cluster_spec / dask-mpi
 
-``job_script(config)`` renders what would be submitted (batch script, Kubernetes spec or
-MPI launch script) without contacting any scheduler.
+MPI configurations also take ``node_cores`` and ``ranks_per_node`` (placement, for the core
+check and the launcher's ``{ranks_per_node}``), ``python`` and ``prologue`` (shell lines run
+first). The shipped configurations live in ``rfol_dask/clusters/`` (see :func:`shipped_configs`).
+
+Every node must satisfy ``processes x threads_per_worker x blas_threads <= cores``;
+:func:`job_script`, :func:`make_cluster` and :func:`start_client` warn when a configuration
+oversubscribes its nodes. ``job_script(config)`` renders what would be submitted (batch
+script, Kubernetes spec or MPI launch script) without contacting any scheduler.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shlex
+import warnings
+from importlib import resources
 from pathlib import Path
 
 from .progress import active_client
 
 __all__ = ["active_client", "local_client", "local_cluster", "load_config", "job_script", "make_cluster", "start_client",
-           "blas_env", "KINDS"]
+           "blas_env", "shipped_configs", "node_threads", "dashboard_link", "KINDS"]
 
 KINDS = ("local", "slurm", "pbs", "kubernetes", "mpi")
-_KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file", "launcher"}
+_KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file", "launcher", "node_cores", "ranks_per_node",
+         "python", "prologue"}
+_MPI_KEYS = {"scheduler_file", "launcher", "node_cores", "ranks_per_node", "python", "prologue"}
 _BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+_SCHEDULER = "tcp://SCHEDULER:8786"  # placeholder address of rendered job scripts
+
+logger = logging.getLogger("rfol_dask")
 
 
 def blas_env(blas_threads):
     """Environment variables that fix the BLAS threads of a worker process."""
     return {var: str(int(blas_threads)) for var in _BLAS_VARS}
+
+
+def _cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def local_client(n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True,
@@ -49,11 +68,11 @@ def local_cluster(n_workers=None, threads_per_worker=1, memory_limit="auto", pro
                   blas_threads=1, **kwargs):
     """A ``distributed.LocalCluster``: by default one worker process per core with one task
     thread and one BLAS thread each (distributed's own default BLAS setting, made explicit)
-    and no dashboard."""
+    and the dashboard on a free port."""
     from distributed import LocalCluster
 
     if n_workers is None:
-        n_workers = max(1, (os.cpu_count() or 1) // threads_per_worker)
+        n_workers = max(1, _cores() // threads_per_worker)
     if processes:
         kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
     return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
@@ -61,15 +80,31 @@ def local_cluster(n_workers=None, threads_per_worker=1, memory_limit="auto", pro
                         dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
 
 
+def shipped_configs():
+    """Names of the configurations shipped with the package (``load_config`` accepts them)."""
+    return sorted(p.name[:-5] for p in resources.files("rfol_dask").joinpath("clusters").iterdir()
+                  if p.name.endswith(".yaml"))
+
+
+def _read_config(config):
+    """The YAML text of a shipped name or a path."""
+    path = Path(config)
+    if path.is_file():
+        return path.read_text()
+    name = str(config)
+    if name in shipped_configs():
+        return resources.files("rfol_dask").joinpath("clusters", f"{name}.yaml").read_text()
+    raise FileNotFoundError(f"no cluster configuration at {path}: give a YAML file or one of the shipped "
+                            f"configurations {shipped_configs()}")
+
+
 def load_config(config):
-    """Read and check a cluster configuration (a path to YAML, or a dict); returns a dict."""
+    """Read and check a cluster configuration: a shipped name (``"slurm"``, see
+    :func:`shipped_configs`), a path to YAML, or a dict; returns a dict."""
     if isinstance(config, (str, os.PathLike)):
         import yaml
 
-        path = Path(config)
-        if not path.exists():
-            raise FileNotFoundError(f"no cluster configuration at {path}; see the files in cluster/")
-        config = yaml.safe_load(path.read_text()) or {}
+        config = yaml.safe_load(_read_config(config)) or {}
     config = dict(config)
     kind = config.get("kind")
     if kind not in KINDS:
@@ -77,6 +112,10 @@ def load_config(config):
     unknown = sorted(set(config) - _KEYS)
     if unknown:
         raise ValueError(f"unknown cluster configuration keys {unknown}; allowed: {sorted(_KEYS)}")
+    misplaced = sorted(set(config) & (_MPI_KEYS - {"scheduler_file"})) if kind != "mpi" else []
+    if misplaced:
+        hint = " (for slurm/pbs set options.python and options.job_script_prologue)" if kind in ("slurm", "pbs") else ""
+        raise ValueError(f"cluster configuration keys {misplaced} are for kind mpi only{hint}")
     config.setdefault("options", {})
     config.setdefault("blas_threads", 1)
     config.setdefault("scale", 1)
@@ -86,10 +125,86 @@ def load_config(config):
 
 
 def _jobqueue_options(config):
+    """SLURMCluster/PBSCluster keywords: the BLAS exports go first in the prologue, and a
+    prologue without ``python`` runs the ``python`` it puts on the PATH (not this machine's)."""
     opts = dict(config["options"])
+    if opts.get("job_script_prologue") and not opts.get("python"):
+        opts["python"] = "python"
     exports = [f"export {k}={v}" for k, v in blas_env(config["blas_threads"]).items()]
     opts["job_script_prologue"] = exports + list(opts.get("job_script_prologue", []))
     return opts
+
+
+def _jobqueue_job(config):
+    """The dask-jobqueue job object of one job (renders the script, submits nothing)."""
+    import dask_jobqueue
+
+    cls = dask_jobqueue.slurm.SLURMJob if config["kind"] == "slurm" else dask_jobqueue.pbs.PBSJob
+    return cls(scheduler=_SCHEDULER, name="rfol-dask", **_jobqueue_options(config))
+
+
+def _cpu_count(text):
+    """Kubernetes CPU quantity ("4", "3500m", 2) as a number of cores."""
+    text = str(text)
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+def _flag(command, name, default):
+    match = re.search(rf"--{name}[ =](\d+)", command)
+    return int(match.group(1)) if match else default
+
+
+def node_threads(config):
+    """Threads per node of ``config``: a dict ``processes``, ``threads`` (task threads per
+    worker process), ``blas`` and ``cores`` (of a node), or None where the configuration
+    does not say (an MPI one without ``node_cores``)."""
+    config = load_config(config)
+    kind, opts, blas = config["kind"], config["options"], int(config["blas_threads"])
+    if kind == "local":
+        threads = int(opts.get("threads_per_worker", 1))
+        workers = opts.get("n_workers") or max(1, _cores() // threads)
+        if not opts.get("processes", True):  # one process: the BLAS variables are not set
+            return {"processes": 1, "threads": int(workers) * threads, "blas": 1, "cores": _cores()}
+        return {"processes": int(workers), "threads": threads, "blas": blas, "cores": _cores()}
+    if kind in ("slurm", "pbs"):
+        job = _jobqueue_job(config)
+        cores = job.worker_cores
+        if kind == "slurm" and opts.get("job_cpu"):
+            cores = int(opts["job_cpu"])
+        match = re.search(r"ncpus=(\d+)", str(opts.get("resource_spec", "")))
+        if kind == "pbs" and match:
+            cores = int(match.group(1))
+        return {"processes": int(job.worker_processes), "threads": int(job.worker_process_threads),
+                "blas": blas, "cores": int(cores)}
+    if kind == "kubernetes":
+        command = str(opts.get("worker_command", "dask-worker"))
+        res = opts.get("resources") or {}
+        cpu = (res.get("limits") or {}).get("cpu") or (res.get("requests") or {}).get("cpu")
+        if cpu is None:
+            return None
+        return {"processes": _flag(command, "nworkers", 1), "threads": _flag(command, "nthreads", 1), "blas": blas,
+                "cores": _cpu_count(cpu)}
+    if config.get("node_cores") is None:
+        return None
+    ranks = int(config.get("ranks_per_node") or 1)
+    return {"processes": ranks, "threads": int(config["options"].get("nthreads") or 1), "blas": blas,
+            "cores": int(config["node_cores"])}
+
+
+def _check_threads(config):
+    """Warn when a node of ``config`` runs more threads than it has cores."""
+    t = node_threads(config)
+    if t is None or t["processes"] * t["threads"] * t["blas"] <= t["cores"]:
+        return
+    total = t["processes"] * t["threads"] * t["blas"]
+    fit = max(1, int(t["cores"] // (t["processes"] * t["threads"])))
+    fix = (f"set blas_threads: {fit}" if t["processes"] * t["threads"] <= t["cores"]
+           else "use fewer worker processes or task threads per node")
+    warnings.warn(
+        f"the {config['kind']} cluster configuration oversubscribes each node {total / t['cores']:.3g}x: "
+        f"{t['processes']} worker processes x {t['threads']} task threads x {t['blas']} BLAS threads = {total} "
+        f"threads on {t['cores']:g} cores; {fix} so that processes x threads x blas_threads <= cores",
+        UserWarning, stacklevel=3)
 
 
 def _kubernetes_spec(config):
@@ -101,15 +216,24 @@ def _kubernetes_spec(config):
 
 
 def _mpi_script(config):
+    """Launch script of the dask-mpi command: rank 0 runs the scheduler, ranks 1.. the
+    ``scale`` workers; ``env`` sets the BLAS variables on every rank, local or remote."""
     opts = dict(config["options"])
     sched = config.get("scheduler_file", "scheduler.json")
-    ranks = int(config["scale"]) + 2  # rank 0 scheduler, rank 1 client, the rest workers
-    launcher = config.get("launcher", "mpirun -n {ranks}").format(ranks=ranks)
+    ranks = int(config["scale"]) + 1
+    launcher = config.get("launcher", "mpirun -n {ranks}").format(
+        ranks=ranks, ranks_per_node=config.get("ranks_per_node", ""))
     args = " ".join(f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in opts.items())
-    exports = "\n".join(f"export {k}={v}" for k, v in blas_env(config["blas_threads"]).items())
-    return (f"#!/usr/bin/env bash\n# rfol_dask on MPI: dask-mpi starts the scheduler and {ranks - 2} workers;\n"
-            f"# connect with rfol_dask.cluster.start_client(config) (it reads {sched}).\n{exports}\n"
-            f"{launcher} dask-mpi --no-nanny --scheduler-file {shlex.quote(sched)} {args}\n")
+    blas = blas_env(config["blas_threads"]).items()
+    env = " ".join(f"{k}={v}" for k, v in blas)
+    exports = "".join(f"export {k}={v}\n" for k, v in blas)
+    python = config.get("python")
+    command = f"{shlex.quote(python)} -m dask_mpi.cli" if python else "dask-mpi"
+    prologue = "".join(f"{line}\n" for line in config.get("prologue") or [])
+    return (f"#!/usr/bin/env bash\n# rfol_dask on MPI: {ranks} ranks, dask-mpi runs the scheduler on rank 0 and "
+            f"{ranks - 1} workers on ranks 1-{ranks - 1};\n"
+            f"# connect with rfol_dask.cluster.start_client(config) (it reads {sched}).\n{exports}{prologue}"
+            f"{launcher} env {env} {command} --scheduler-file {shlex.quote(sched)} {args}\n")
 
 
 def make_cluster(config):
@@ -121,6 +245,10 @@ def make_cluster(config):
     """
     config = load_config(config)
     kind = config["kind"]
+    if kind == "mpi":
+        raise ValueError("an MPI cluster is started by mpirun, not from Python: run the script of "
+                         "rfol_dask.cluster.job_script(config), then start_client(config)")
+    _check_threads(config)
     if kind == "local":
         return local_cluster(blas_threads=config["blas_threads"], **config["options"])
     if kind in ("slurm", "pbs"):
@@ -128,24 +256,20 @@ def make_cluster(config):
 
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
         return cls(**_jobqueue_options(config))
-    if kind == "kubernetes":
-        from dask_kubernetes.operator import KubeCluster
+    from dask_kubernetes.operator import KubeCluster
 
-        return KubeCluster(custom_cluster_spec=_kubernetes_spec(config))
-    raise ValueError("an MPI cluster is started by mpirun, not from Python: run the script of "
-                     "rfol_dask.cluster.job_script(config), then start_client(config)")
+    return KubeCluster(custom_cluster_spec=_kubernetes_spec(config))
 
 
 def job_script(config):
     """What would be submitted for ``config``, as text: the batch script of one SLURM/PBS job,
-    the Kubernetes cluster spec (YAML), the MPI launch script, or the local settings."""
+    the Kubernetes cluster spec (YAML), the MPI launch script, or the local settings.
+    Warns when the configuration oversubscribes its nodes."""
     config = load_config(config)
+    _check_threads(config)
     kind = config["kind"]
     if kind in ("slurm", "pbs"):
-        import dask_jobqueue
-
-        cls = dask_jobqueue.slurm.SLURMJob if kind == "slurm" else dask_jobqueue.pbs.PBSJob
-        return cls(scheduler="tcp://SCHEDULER:8786", name="rfol-dask", **_jobqueue_options(config)).job_script()
+        return _jobqueue_job(config).job_script()
     if kind == "kubernetes":
         import yaml
 
@@ -157,24 +281,36 @@ def job_script(config):
     return yaml.safe_dump({"LocalCluster": config["options"], "env": blas_env(config["blas_threads"])})
 
 
+def dashboard_link(client):
+    """The dashboard URL of ``client``'s scheduler, or None when it has none (bokeh missing)."""
+    try:
+        return client.dashboard_link
+    except (KeyError, AttributeError, TypeError):
+        return None
+
+
 def start_client(config):
     """Start (or, for MPI, connect to) the cluster of ``config`` and return a ``Client``.
 
     SLURM/PBS/Kubernetes clusters are scaled to ``scale`` jobs/workers and the call waits
-    for the first worker.
+    for the first worker. The dashboard link is logged (logger ``rfol_dask``, level INFO).
+    Warns when the configuration oversubscribes its nodes.
     """
     from distributed import Client
 
     config = load_config(config)
     if config["kind"] == "mpi":
-        return Client(scheduler_file=config.get("scheduler_file", "scheduler.json"))
-    if config["kind"] == "local":
-        return local_client(blas_threads=config["blas_threads"], **config["options"])
-    cluster = make_cluster(config)
-    if config["kind"] in ("slurm", "pbs"):
-        cluster.scale(jobs=int(config["scale"]))
+        _check_threads(config)
+        client = Client(scheduler_file=config.get("scheduler_file", "scheduler.json"))
     else:
-        cluster.scale(int(config["scale"]))
-    client = Client(cluster)
-    client.wait_for_workers(1)
+        cluster = make_cluster(config)
+        if config["kind"] in ("slurm", "pbs"):
+            cluster.scale(jobs=int(config["scale"]))
+        elif config["kind"] == "kubernetes":
+            cluster.scale(int(config["scale"]))
+        client = Client(cluster)
+        if config["kind"] != "local":
+            client.wait_for_workers(1)
+    logger.info("%s cluster started, dashboard: %s", config["kind"],
+                dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')")
     return client

@@ -27,8 +27,10 @@ threshold (``N >= 2 M`` with a tiny ridge) the error falls towards the kernel in
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .factor import dual_factor, dual_intercept, dual_solve
 from .features import draw_frequencies
@@ -56,39 +58,66 @@ def _block_edges(checkpoints, block_size):
     return np.unique(np.concatenate([[0], grid, checkpoints]))
 
 
-def error_curve(U, V, U_test, V_test, n_features, *, distribution="cauchy", gamma=1.0, nu=None, alpha=1e-10,
-                fit_intercept=True, random_state=None, frequencies=None, block_size=None,
-                error=relative_l2_error, return_predictions=False):
+def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike, n_features: Sequence[int], *,
+                distribution: str = "cauchy", gamma: float = 1.0, nu: float | None = None, alpha: float = 1e-10,
+                fit_intercept: bool = True, random_state: int | np.random.Generator | None = None,
+                frequencies: tuple[ArrayLike, ArrayLike] | None = None, block_size: int | None = None,
+                error: Callable[[np.ndarray, np.ndarray], float] = relative_l2_error,
+                return_predictions: bool = False) -> dict:
     """Test error and fit time of the dual random-feature fit at each ``N`` in ``n_features``.
 
     Parameters
     ----------
-    U, V : ndarray (M, n), (M, m)
-        Training inputs and outputs (flattened grids).
-    U_test, V_test : ndarray (M_t, n), (M_t, m)
-        Test inputs and outputs.
+    U : array-like of shape (M, n)
+        Training inputs (flattened grids); computed in float64.
+    V : array-like of shape (M, m) or (M,)
+        Training outputs.
+    U_test : array-like of shape (M_t, n)
+        Test inputs.
+    V_test : array-like of shape (M_t, m) or (M_t,)
+        Test outputs.
     n_features : sequence of int
         Increasing checkpoints; the largest is ``N_max``.
-    distribution, gamma, nu, alpha, fit_intercept, random_state
-        As in :class:`rfol_dask.RandomFeatureOperator`; one draw ``Omega`` (n, N_max) from
-        ``random_state``, of which checkpoint ``N`` uses the leading ``N`` columns.
+    distribution : {"cauchy", "gaussian", "student_t"}, default="cauchy"
+        Frequency law, as in :class:`rfol_dask.RandomFeatureOperator`.
+    gamma : float, default=1.0
+        Frequency scale.
+    nu : float, optional
+        Degrees of freedom of ``"student_t"``.
+    alpha : float, default=1e-10
+        Ridge parameter.
+    fit_intercept : bool, default=True
+        Centre features and outputs.
+    random_state : int, Generator or None, default=None
+        Seed of the one draw ``Omega`` (n, N_max), of which checkpoint ``N`` uses the leading
+        ``N`` columns.
     frequencies : tuple (omega (n, N_max), b (N_max,)), optional
         Use these frequencies instead of drawing them.
     block_size : int, optional
         Features per block (default: about 64 MiB of training or test features per block).
-    error : callable, default relative_l2_error
+    error : callable, default=relative_l2_error
         ``error(V_test, prediction) -> float``.
-    return_predictions : bool, default False
+    return_predictions : bool, default=False
         Also return the test predictions at every checkpoint (``M_t m`` memory each).
 
     Returns
     -------
-    dict with ndarrays over the checkpoints: ``n_features``, ``error``, ``fit_time``
-    (seconds a single fit at that ``N`` costs here: the feature and Gram work of the blocks
-    up to ``N`` plus one factorisation and solve, not the earlier checkpoints' solves),
-    and ``predict_time`` (test features, cross Gram up to ``N`` and the product). A ridge
-    raised by the jitter policy is announced by a RuntimeWarning, as in a plain fit. With
-    ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
+    dict
+        Arrays of shape (n_checkpoints,): ``n_features``, ``error``, ``fit_time`` (seconds
+        a single fit at that ``N`` costs here: the feature and Gram work of the blocks up to
+        ``N`` plus one factorisation and solve, not the earlier checkpoints' solves) and
+        ``predict_time`` (test features, cross Gram up to ``N`` and the product). With
+        ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
+
+    Raises
+    ------
+    ValueError
+        If ``n_features`` is not increasing positive integers, ``frequencies`` are too few,
+        or ``V`` holds NaN / Inf.
+
+    Notes
+    -----
+    A ridge raised by the jitter policy is announced by a RuntimeWarning, as in a plain fit.
 
     For ``N < M`` the Gram has rank ``N`` and the solve leans on ``alpha`` (a plain fit would use
     the primal solver for the same model; on Burgers with ``alpha = 1e-12`` the two give

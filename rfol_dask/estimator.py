@@ -9,19 +9,35 @@ sklearn validation, training grids and the recovery maps ``R_U`` / ``R_V`` lives
 
 from __future__ import annotations
 
+import numbers
+import os
+from collections.abc import Mapping, Sequence
+
 import dask.array as da
 import numpy as np
+import xarray as xr
+from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import io
 from . import recovery as rec
 from ._version import __version__
+from .gram import check_finite
 from .metrics import r2_score
 from .progress import active_client
 from .placement import broadcast
 
 __all__ = ["OperatorEstimator"]
+
+#: what ``fit`` / ``predict`` / ``score`` take as functions: array-likes, dask arrays, DataArrays
+Functions = ArrayLike | da.Array | xr.DataArray
+#: a training or test set given whole: a Dataset with ``input`` / ``output``, or its Zarr store path
+Data = Functions | xr.Dataset | str | os.PathLike
+#: a grid: one increasing coordinate array per axis, or a mapping dim -> coordinates
+Grid = Sequence[ArrayLike] | Mapping[str, ArrayLike]
+#: periods of grid axes: one for every axis, one (or None) per axis, or a mapping dim -> period
+Periods = float | Sequence[float | None] | Mapping[str, float | None]
 
 
 def _flatten(X):
@@ -43,6 +59,23 @@ def _num_samples(X):
         except TypeError:
             return None
     return shape[0] if len(shape) else None
+
+
+def _match_dims(X, dims, name):
+    """DataArray ``X`` transposed to ``("sample", *dims)`` (grid dims matched by name, as
+    ``apply_ufunc`` core dims are); other operands, or ``dims`` None, unchanged."""
+    if not isinstance(X, xr.DataArray) or dims is None or "sample" not in X.dims:
+        return X
+    grid = tuple(d for d in X.dims if d != "sample")
+    if grid == tuple(dims):
+        return X.transpose("sample", *dims) if X.dims[0] != "sample" else X
+    if sorted(map(str, grid)) != sorted(map(str, dims)):
+        unknown, absent = [d for d in grid if d not in dims], [d for d in dims if d not in grid]
+        raise ValueError(
+            f"{name} has dims {X.dims} but the model was trained on ('sample', {', '.join(map(repr, dims))}); "
+            f"unknown dims {unknown}, missing {absent}: rename them, e.g. {name}.rename("
+            f"{dict(zip(unknown, absent)) or '...'})")
+    return X.transpose("sample", *dims)
 
 
 class OperatorEstimator(RegressorMixin, BaseEstimator):
@@ -105,6 +138,32 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         except (TypeError, ValueError):
             return None
 
+    @staticmethod
+    def _learn_periods(periods, operand, grid, which):
+        """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` (a
+        number, one entry per axis, or a mapping dim -> period) or else from the ``period``
+        attributes of the xarray coordinates; None without a grid."""
+        dims = operand.dims or tuple(f"dim_{k}" for k in range(len(grid or ())))
+        if periods is None:
+            per_axis = [operand.periods.get(d) for d in dims]
+        elif isinstance(periods, Mapping):
+            per_axis = [periods.get(d) for d in dims]
+        elif isinstance(periods, numbers.Real):
+            per_axis = [periods] * len(dims)
+        else:
+            per_axis = list(periods)
+            if grid is not None and len(per_axis) != len(grid):
+                raise ValueError(
+                    f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: give one "
+                    "period (or None) per axis, or a mapping dim -> period when the input and output grids differ")
+        if grid is None:
+            named = any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None
+            if named:
+                raise ValueError(f"periods= needs the {which} grid coordinates: pass fit(..., {which}_grid=...) "
+                                 "or xarray data with coordinates")
+            return None
+        return rec.as_periods(per_axis, grid, f"the periods of the {which} grid")
+
     def _check_lazy(self, U, V):
         """Validate dask operands from their metadata only (nothing is computed)."""
         if U.ndim != 2:
@@ -115,6 +174,9 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             raise ValueError(f"U has {U.shape[0]} samples but V has {V.shape[0]}; they must match")
         if U.shape[0] < 1 or U.shape[1] < 1:
             raise ValueError(f"U has shape {U.shape}: need at least one sample and one point")
+        if V.shape[1] < 1:
+            raise ValueError(f"V has shape {V.shape}: the output functions have no values; pass at least one "
+                             "output point per sample")
         for name, X in (("U", U), ("V", V)):
             if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
                 raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
@@ -122,17 +184,49 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         return U, V
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None, *, input_grid=None, output_grid=None):
-        """Fit on input functions ``X`` (the paper's U: (M, n) or (M, *input_grid)) and output
-        functions ``y`` (V: (M,), (M, m) or (M, *output_grid)); or on an xarray Dataset / Zarr
-        store path with variables ``input`` and ``output`` passed as ``X`` alone.
-
-        ``input_grid`` / ``output_grid`` (one coordinate array per grid axis, or a mapping
-        dim -> coordinates) record the training grids for numpy / dask input; xarray input
-        gives them through its coordinates. They let ``predict`` read and write other grids.
+    def fit(self, X: Data, y: Functions | None = None, *, input_grid: Grid | None = None,
+            output_grid: Grid | None = None, periods: Periods | None = None) -> OperatorEstimator:
+        """Fit the operator on pairs of input and output functions.
 
         numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask
-        graph over its sample chunks, computed once.
+        graph over its sample chunks, computed once (on the active ``distributed.Client``
+        if any, else dask's local scheduler). xarray ``X`` and ``y`` are paired by their
+        ``sample`` labels (reordered if needed; different label sets are an error).
+
+        Parameters
+        ----------
+        X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
+            The ``M`` input functions (the paper's ``U``), float32 or float64 (other real
+            dtypes are cast to float64). A Dataset, or the path of a Zarr store, with
+            variables ``input`` and ``output`` gives both ``X`` and ``y``.
+        y : array-like, dask array or DataArray of shape (M,), (M, m) or (M, *output_grid), default=None
+            The output functions (the paper's ``V``); None only with a Dataset / store ``X``.
+        input_grid, output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
+            The training grids of numpy / dask input (one increasing coordinate array per grid
+            axis); xarray input gives them through its coordinates. They let ``predict`` read
+            and write other grids of the same domain.
+        periods : float, sequence of (float or None) or mapping dim -> float, default=None
+            Periodic grid axes: one period for every axis of both grids, one entry per axis
+            (None: not periodic), or a mapping dim -> period; default: the ``period``
+            attributes of the xarray coordinates. On a periodic axis ``predict`` accepts any
+            grid (it wraps; see :mod:`rfol_dask.recovery`).
+
+        Returns
+        -------
+        OperatorEstimator
+            ``self``, fitted.
+
+        Raises
+        ------
+        ValueError
+            If the sample counts or labels of ``X`` and ``y`` differ, the data hold NaN / Inf
+            (the samples are named), a grid does not match the data, or the Gram does not fit
+            in memory (the message gives the bytes and the fix).
+
+        Notes
+        -----
+        Memory: the in-memory fit holds the inputs and outputs, plus the model's Gram
+        (see the class docstring); a dask fit never holds the data whole.
         """
         self._check_params()
         U, V = io.read_pair(X, y)
@@ -152,6 +246,8 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             n_u, n_v = _num_samples(Ua), _num_samples(Va)
             if n_u is not None and n_v is not None and n_u != n_v:
                 raise ValueError(f"U has {n_u} samples but V has {n_v}; they must match")
+            if isinstance(Va, np.ndarray) and np.issubdtype(Va.dtype, np.floating) and Va.ndim:
+                check_finite(Va, 0, "V")  # names the samples (scikit-learn's check of y does not)
             Ua, Va = validate_data(self, Ua, Va, multi_output=True, y_numeric=True,
                                    dtype=[np.float64, np.float32], ensure_all_finite=False)
             dt = self._work_dtype(Ua)
@@ -164,6 +260,13 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         self.output_dims_, self.output_coords_ = v.dims, v.coords
         self.input_grid_ = self._learn_grid(input_grid, u, self.input_shape_, "input")
         self.output_grid_ = self._learn_grid(output_grid, v, self.output_shape_, "output")
+        if isinstance(periods, Mapping):
+            unknown = set(periods) - set(u.dims or ()) - set(v.dims or ())
+            if unknown:
+                raise ValueError(f"periods names dims {sorted(unknown)} that are not grid dims of the data "
+                                 f"(input {u.dims}, output {v.dims})")
+        self.input_periods_ = self._learn_periods(periods, u, self.input_grid_, "input")
+        self.output_periods_ = self._learn_periods(periods, v, self.output_grid_, "output")
 
         self._fit_arrays(Ud, Vd, lazy, self._work_dtype(Ud))
         return self
@@ -175,24 +278,50 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
                 f"X has {n} features, but {type(self).__name__} is expecting {self.n_features_in_} "
                 f"features as input (input grid {tuple(shape)} vs the training grid {self.input_shape_})")
 
-    def predict(self, X, *, input_grid=None, output_grid=None):
-        """Predict output functions for inputs ``X`` (M, *grid); returns (M, *output grid)
-        in the caller's kind.
+    def predict(self, X: Data, *, input_grid: Grid | None = None,
+                output_grid: Grid | None = None) -> np.ndarray | da.Array | xr.DataArray:
+        """Predict the output functions of input functions ``X``.
 
-        numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``U``);
+        numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``X``);
         xarray predictions carry the sample coordinate and the output grid coordinates.
+        xarray grid dims are matched to the training dims by name (transposed as needed).
 
-        Inputs on another grid of the training domain (xarray coordinates differing from
-        the training ones, or ``input_grid=`` for numpy / dask) are first resampled to the
-        training grid through ``R_U``; ``output_grid=`` returns the prediction on that grid
-        through ``R_V`` (default: the training output grid). Grids of another dimension, or
-        outside the training domain, raise ValueError. Extra memory: the resampled inputs
-        and outputs of one block.
+        Parameters
+        ----------
+        X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
+            The input functions, on the training input grid unless ``input_grid`` (or the
+            xarray coordinates) says otherwise; a Dataset or Zarr store path gives its
+            ``input`` variable.
+        input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
+            The grid of numpy / dask ``X`` when it is not the training grid: ``X`` is first
+            resampled to the training grid through ``R_U`` (the ``recovery`` parameter).
+        output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
+            Return the prediction on this grid (through ``R_V``) instead of the training
+            output grid.
+
+        Returns
+        -------
+        ndarray, dask array or DataArray of shape (M, *output_grid)
+            The predicted output functions in the working dtype, in the kind of ``X``
+            (a Dataset or store path gives a DataArray).
+
+        Raises
+        ------
+        ValueError
+            If ``X`` has the wrong width or dims, holds NaN / Inf (the samples are named), or a
+            grid has another dimension than the training grid or lies outside the training
+            domain (along a periodic axis any grid is valid: the recovery wraps).
+
+        Notes
+        -----
+        Extra memory: the features (or kernel row) of one row block of about 128 MiB, and
+        the resampled inputs and outputs of one block.
         """
         check_is_fitted(self)
         U = X
         if isinstance(U, (str, bytes)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U)
+        U = _match_dims(U, getattr(self, "input_dims_", None), "X")
         u = io.as_operand(U, "U")
         u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
@@ -203,11 +332,18 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             X = X.rechunk({1: -1})
             block, args = self._predict_kernel()
             (params,) = broadcast(active_client(), args)  # shipped once, not inside every task
-            Y = da.map_blocks(lambda blk, p: block(blk, *p), X, params,
+
+            def run(blk, p, block_info=None):
+                check_finite(np.asarray(blk), block_info[0]["array-location"][0][0] if block_info else 0,
+                             "X", "predicting")
+                return block(blk, *p)
+
+            Y = da.map_blocks(run, X, params,
                               chunks=(X.chunks[0], (len(self.intercept_),)), dtype=self.intercept_.dtype)
         else:
             raw, _ = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
+            check_finite(np.asarray(X), 0, "X", "predicting")
             block, args = self._predict_kernel()
             Y = block(X, *args)
         shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
@@ -215,7 +351,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         if output_grid is not None:
             grid_new = self._check_grid(output_grid, grid, "output")
             if not rec.same_grid(grid_new, grid):
-                R_V = rec.make_recovery(self._recovery_specs()[1], grid)
+                R_V = rec.make_recovery(self._recovery_specs()[1], grid, periods=getattr(self, "output_periods_", None))
                 grid_new = R_V.check_grid(grid_new, "output_grid", "the training output grid")
                 Y = R_V.resample(Y.reshape((Y.shape[0], *shape)), grid_new)
                 shape, grid = Y.shape[1:], grid_new
@@ -247,9 +383,11 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         if input_grid is None and trained is None:
             return u  # xarray coordinates but a model without grid: positional, as before
         grid = self._check_grid(grid, trained, "input")
-        R_U = rec.make_recovery(self._recovery_specs()[0], grid)
+        R_U = rec.make_recovery(self._recovery_specs()[0], grid, periods=getattr(self, "input_periods_", None))
         domain = rec.grid_domain(trained, R_U.periodic)
-        for k, (x, y, (lo, hi), (c_lo, c_hi)) in enumerate(zip(trained, grid, domain, R_U.domain())):
+        for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(zip(trained, grid, domain, R_U.domain(), R_U.periods)):
+            if P is not None:
+                continue  # a periodic axis: any grid of one period covers the training one
             tol, step = 1e-6 * (hi - lo), (hi - lo) / max(len(x) - 1, 1)
             if x[0] < c_lo - tol or x[-1] > c_hi + tol:
                 raise ValueError(
@@ -267,21 +405,60 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         new = io.as_operand(resampled, "U")
         return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
 
-    def score(self, X, y=None, sample_weight=None):
-        """R^2 of ``predict(X)`` against ``y``, averaged uniformly over output grid points
-        (``X`` may also be a Dataset / store path holding both)."""
+    def score(self, X: Data, y: Functions | None = None, sample_weight: None = None) -> float:
+        """Return the coefficient of determination R^2 of ``predict(X)`` against ``y``.
+
+        Parameters
+        ----------
+        X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
+            Test input functions; a Dataset or Zarr store path holds both ``input`` and
+            ``output``.
+        y : array-like, dask array or DataArray of shape (M,), (M, m) or (M, *output_grid), default=None
+            True output functions; None only with a Dataset / store ``X``.
+        sample_weight : None, default=None
+            Not supported (anything but None raises ValueError).
+
+        Returns
+        -------
+        float
+            R^2 of every output grid point, averaged uniformly over the points
+            (:func:`rfol_dask.metrics.r2_score`).
+        """
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported")
         U, V = io.read_pair(X, y)
         pred = self.predict(U)
+        V = _match_dims(V, getattr(self, "output_dims_", None), "y")
         return r2_score(V, pred)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path):
-        """Save the fitted model to a Zarr store (parameters, fitted arrays, grids, version).
+    def save(self, path: str | os.PathLike) -> str | os.PathLike:
+        """Save the fitted model to a Zarr store.
 
-        The write goes to a temporary store renamed into place: an interrupted save leaves
-        the previous model at ``path`` readable.
+        The store holds the parameters, the fitted arrays, the training grids and periods and
+        the package version. The write goes to a temporary store renamed into place: an
+        interrupted save leaves the previous model at ``path`` readable.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            Directory of the Zarr store (replaced if it exists).
+
+        Returns
+        -------
+        str or os.PathLike
+            ``path``, as given.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            If the model is not fitted.
+
+        Notes
+        -----
+        Disk: the fitted arrays (e.g. ``omega_`` (n, N) and ``coef_`` (N, m) of a
+        ``RandomFeatureOperator``, ``X_train_`` (M, p) and ``dual_coef_`` (M, m) of a
+        ``KernelOperator``), written from memory without a further copy.
         """
         check_is_fitted(self)
         params = self.get_params()
@@ -296,6 +473,8 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             "output_shape_": list(self.output_shape_),
             "input_dims_": None if self.input_dims_ is None else list(self.input_dims_),
             "output_dims_": None if self.output_dims_ is None else list(self.output_dims_),
+            "periods_": {w: None if (p := getattr(self, f"{w}_periods_", None)) is None else list(p)
+                         for w in ("input", "output")},
             "version": __version__,
         }
         arrays = {name: getattr(self, name) for name in self._fitted_arrays if getattr(self, name) is not None}
@@ -312,8 +491,27 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
         return path
 
     @classmethod
-    def load(cls, path):
-        """Load a model written by :meth:`save`."""
+    def load(cls, path: str | os.PathLike) -> OperatorEstimator:
+        """Load a model written by :meth:`save`.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The Zarr store written by :meth:`save`.
+
+        Returns
+        -------
+        OperatorEstimator
+            A fitted instance of ``cls`` with the saved parameters and fitted arrays
+            (numpy, in memory).
+
+        Raises
+        ------
+        FileNotFoundError
+            If there is no model at ``path`` (nor the copy an interrupted save left beside it).
+        ValueError
+            If ``path`` is not a model store written by :meth:`save`.
+        """
         arrays, attrs = io.load_model(path)
         params = dict(attrs["params"])
         if isinstance(params.get("recovery"), list):
@@ -334,4 +532,6 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             ndim = attrs.get(f"{which}_grid_ndim")
             setattr(model, f"{which}_grid_",
                     None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)))
+            periods = attrs.get("periods_", {}).get(which)
+            setattr(model, f"{which}_periods_", None if periods is None else tuple(periods))
         return model

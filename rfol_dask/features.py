@@ -16,6 +16,7 @@ slab of columns can be drawn where it is needed (never ``dask.array.random``).
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 __all__ = ["DISTRIBUTIONS", "draw_frequencies", "feature_map", "check_random_state"]
 
@@ -50,16 +51,53 @@ def _seed_sequence(random_state):
     return np.random.SeedSequence(int(check_random_state(random_state).integers(2**63)))
 
 
-def draw_frequencies(n_inputs, n_features, distribution="cauchy", gamma=1.0, nu=None,
-                     random_state=None, dtype=np.float64, columns=None):
-    """Draw ``Omega`` (n_inputs, n_features) and ``b`` (n_features,), or with ``columns=(f0, f1)``
-    only their columns ``f0:f1``.
+def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy", gamma: float = 1.0,
+                     nu: float | None = None,
+                     random_state: int | np.random.Generator | np.random.SeedSequence | None = None,
+                     dtype: DTypeLike = np.float64,
+                     columns: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
     Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
     (the seed's ``SeedSequence`` with spawn key ``k``), so a worker can draw the slab it needs
     without the rest, and the first ``N'`` columns of a draw of ``N`` features are the draw
-    of ``N'`` features (one seed, nested models). The draw is made in float64 and cast, so float32 and float64 models of
-    one seed share their frequencies. Memory: the output plus one block.
+    of ``N'`` features (one seed, nested models). The draw is made in float64 and cast, so
+    float32 and float64 models of one seed share their frequencies.
+
+    Parameters
+    ----------
+    n_inputs : int
+        Input width ``n`` (rows of ``Omega``).
+    n_features : int
+        Number of features ``N`` (columns of ``Omega``).
+    distribution : {"cauchy", "gaussian", "student_t"}, default="cauchy"
+        Frequency law (see the module docstring).
+    gamma : float, default=1.0
+        Frequency scale (> 0).
+    nu : float, optional
+        Degrees of freedom of ``"student_t"`` (> 0); ignored by the others.
+    random_state : int, Generator, SeedSequence or None, default=None
+        Seed; an int or SeedSequence fixes the draw whatever ``columns`` asks for.
+    dtype : numpy dtype, default=np.float64
+        Dtype of the returned arrays.
+    columns : tuple of (int, int), optional
+        Draw only the columns ``f0:f1`` of the ``n_features``.
+
+    Returns
+    -------
+    omega : ndarray of shape (n_inputs, N')
+        The frequencies, ``N' = n_features`` or ``f1 - f0``.
+    b : ndarray of shape (N',)
+        The phases, uniform on ``[0, 2 pi)``.
+
+    Raises
+    ------
+    ValueError
+        If ``distribution`` is unknown, or ``"student_t"`` comes without ``nu > 0``.
+
+    Notes
+    -----
+    Memory: the output plus one block of ``n_inputs x 256`` float64.
     """
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r}; choose one of {DISTRIBUTIONS}")
@@ -115,15 +153,36 @@ def _rowwise(func, Z, threads, slab_bytes=2**21):
     list(pool.map(lambda ae: func(Z[ae[0]:ae[1]]), slabs))
 
 
-def feature_map(U, omega, b, out=None, shift=None, n_features=None):
-    """``sqrt(2 / N) cos(U @ omega + b) - shift`` for a numpy block ``U`` (k, n) -> (k, N).
+def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
+                shift: np.ndarray | None = None, n_features: int | None = None) -> np.ndarray:
+    """Compute the random Fourier features ``sqrt(2 / N) cos(U @ omega + b) - shift`` of a block.
 
-    ``omega`` (n, N') and ``b`` (N',) may be a slab of ``N'`` of the model's ``n_features``
-    columns (``N``, default ``N'``).
-
-    Works in place on one (k, N) buffer (``out`` if given): memory ``k * N * itemsize``.
     The projection runs in the BLAS; the cosine and the other elementwise passes are split
     over as many threads as the BLAS may use, on slabs of rows.
+
+    Parameters
+    ----------
+    U : ndarray of shape (k, n)
+        A block of input functions.
+    omega : ndarray of shape (n, N')
+        Frequencies: all ``N`` of the model's, or a slab of ``N'`` of them.
+    b : ndarray of shape (N',)
+        Phases of the same columns.
+    out : ndarray of shape (k, N'), optional
+        Buffer to write the features into (its dtype must be that of ``U @ omega``).
+    shift : ndarray of shape (N',), optional
+        Subtracted from every row (the training column means, to centre).
+    n_features : int, optional
+        The model's ``N`` in the scale ``sqrt(2 / N)`` (default ``N'``).
+
+    Returns
+    -------
+    ndarray of shape (k, N')
+        The features, in the dtype of ``U @ omega`` (``out`` if given).
+
+    Notes
+    -----
+    Works in place on one (k, N') buffer: memory ``k * N' * itemsize``.
     """
     n_features = omega.shape[1] if n_features is None else n_features
     Z = np.matmul(U, omega, out=out)

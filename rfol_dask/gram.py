@@ -25,14 +25,14 @@ from .linalg import symmetrize_lower, syrk
 __all__ = ["check_finite", "features_block", "block_means", "dual_tile", "PrimalSums", "primal_partial", "add_partials"]
 
 
-def check_finite(X, start, name):
+def check_finite(X, start, name, action="fitting"):
     """Raise ValueError naming the samples of ``X`` (rows ``start + i``) that hold NaN or Inf."""
     if not np.isfinite(X).all():
         rows = np.flatnonzero(~np.isfinite(X.reshape(len(X), -1)).all(axis=1)) + start
         raise ValueError(
             f"{name} contains NaN or infinity in samples {start}-{start + len(X) - 1} "
             f"(first bad sample: {rows[0]}, {len(rows)} bad in this block); "
-            "drop or fill those samples before fitting"
+            f"drop or fill those samples before {action}"
         )
 
 

@@ -15,13 +15,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
 
 from ._version import __version__
 
-__all__ = ["Operand", "as_operand", "open_dataset", "read_pair", "save_model", "load_model"]
+__all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "save_model", "load_model"]
 
 
 @dataclass
@@ -34,13 +35,17 @@ class Operand:
     dims: tuple | None = None
     coords: dict = field(default_factory=dict)
     sample: object = None  # the DataArray's sample coordinate, if any
+    periods: dict = field(default_factory=dict)  # dim -> the ``period`` attribute of its coordinate
 
 
 def open_dataset(path):
-    """Open a data-set store lazily; raise if it is not one or if blocks are missing.
+    """Open a data-set store lazily; raise if it is not one or if blocks or chunks are missing.
 
     Stores written by ``rfol_dask.datasets.generate`` carry a ``block_done`` flag per block;
-    a store with unset flags was interrupted (rerun the generation to resume it).
+    a store with unset flags was interrupted (rerun the generation to resume it). A chunk
+    file of ``input`` / ``output`` missing from the store (it would read back as its fill
+    value) is an error naming it; a chunk that cannot be decoded (a damaged file) raises,
+    when it is read, a ValueError naming the store, the variable and the chunk.
     """
     path = os.fspath(path)
     if not Path(path).exists():
@@ -49,24 +54,110 @@ def open_dataset(path):
         ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
         raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
+    _check_store(ds, path)
+    if "block_done" in ds:
+        ds = ds.drop_vars("block_done")
+    for name in ("input", "output"):
+        if name in ds and isinstance(ds[name].data, da.Array) and "scale_factor" not in ds[name].encoding \
+                and "add_offset" not in ds[name].encoding:
+            reader = _ChunkReader(path, name)
+            data = da.from_array(reader, chunks=ds[name].data.chunks, asarray=True, lock=False,
+                                 meta=np.empty((0,) * reader.ndim, reader.dtype),
+                                 name=f"read-{name}-{dask.base.tokenize(path, name, reader.stamp)}")
+            ds[name] = ds[name].copy(data=data)
+    return ds
+
+
+def _check_store(ds, path):
+    """ValueError if the store at ``path`` (opened as ``ds``) was never finished (unset
+    ``block_done`` flags: resume it) or lacks a chunk file of ``input`` / ``output``."""
+    meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
+    command = f"rfol-dask generate {meta.get('dataset', 'NAME')} ..."
     if "block_done" in ds:
         done = ds["block_done"].values.astype(bool)
         if not done.all():
             missing = np.flatnonzero(~done)
-            meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
             bs = int(meta.get("block_size", 1))
             first = int(missing[0]) * bs
             raise ValueError(
                 f"data set at {path} is incomplete: {len(missing)} of {len(done)} blocks were never "
                 f"written (first missing samples {first}-{first + bs - 1}); rerun the same generate "
-                f"command (rfol-dask generate {meta.get('dataset', 'NAME')} ...) to resume it"
+                f"command ({command}) to resume it"
             )
-        ds = ds.drop_vars("block_done")
-    return ds
+    for name in ("input", "output"):
+        if name in ds and os.path.isdir(os.path.join(path, name)):
+            _ChunkReader(path, name).check_complete(f"{command} --overwrite")
+
+
+class _ChunkReader:
+    """Array-like view of variable ``name`` of the Zarr store at ``path`` for ``da.from_array``;
+    a failed read names the store, the variable and the chunk (picklable: reopens the array)."""
+
+    def __init__(self, path, name):
+        self.path, self.name = os.path.abspath(path), name  # workers may run elsewhere
+        arr = self.array
+        self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
+        self.stamp = os.stat(os.path.join(path, name)).st_mtime_ns
+
+    @property
+    def array(self):
+        import zarr
+
+        if getattr(self, "_array", None) is None:
+            self._array = zarr.open_array(os.path.join(self.path, self.name), mode="r")
+        return self._array
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_array"}
+
+    def _chunk_file(self, index):
+        return os.path.join(self.path, self.name, self.array.metadata.encode_chunk_key(index))
+
+    def _samples(self, index):
+        a = index[0] * self.chunks[0] if self.ndim else 0
+        return f"samples {a}-{min(a + self.chunks[0], self.shape[0]) - 1}" if self.ndim else "the value"
+
+    def check_complete(self, regenerate):
+        """ValueError naming the first chunk file of the variable that is not in the store."""
+        arr = self.array
+        if arr.nchunks_initialized == arr.nchunks:
+            return
+        missing = [i for i in np.ndindex(*arr.cdata_shape) if not os.path.exists(self._chunk_file(i))]
+        if missing:
+            raise ValueError(
+                f"data set at {self.path}: {len(missing)} chunk(s) of variable {self.name!r} are missing from the "
+                f"store (first: chunk {missing[0]}, {self._samples(missing[0])}, file {self._chunk_file(missing[0])}); "
+                f"the store is damaged: restore the files or regenerate it ({regenerate})")
+
+    def __getitem__(self, key):
+        try:
+            return self.array[key]
+        except Exception as exc:
+            bad = self._find_bad_chunk(key)
+            where = (f"chunk {bad} ({self._samples(bad)}, file {self._chunk_file(bad)})" if bad is not None
+                     else f"region {key}")
+            raise ValueError(f"cannot read {where} of variable {self.name!r} in the data set at {self.path}: "
+                             f"{type(exc).__name__}: {exc}; the file is damaged: restore it or regenerate the "
+                             "data set") from exc
+
+    def _find_bad_chunk(self, key):
+        """The first chunk index within the region ``key`` (a tuple of slices) that fails to read."""
+        ranges = []
+        for k, n, c in zip(key, self.shape, self.chunks):
+            start, stop, _ = k.indices(n) if isinstance(k, slice) else (int(k), int(k) + 1, 1)
+            ranges.append(range(start // c, max(start // c + 1, -(-stop // c))))
+        for index in np.ndindex(*(len(r) for r in ranges)):
+            chunk = tuple(r[i] for r, i in zip(ranges, index))
+            try:
+                self.array[tuple(slice(i * c, (i + 1) * c) for i, c in zip(chunk, self.chunks))]
+            except Exception:
+                return chunk
+        return None
 
 
 def read_pair(X, y=None):
-    """``(input, output)`` DataArrays from a Dataset or a store path; ``(X, y)`` otherwise."""
+    """``(input, output)`` DataArrays from a Dataset or a store path; ``(X, y)`` otherwise,
+    with ``y`` aligned to the samples of ``X`` (:func:`align_samples`)."""
     if isinstance(X, (str, os.PathLike)):
         X = open_dataset(X)
     if isinstance(X, xr.Dataset):
@@ -75,8 +166,43 @@ def read_pair(X, y=None):
             raise ValueError(f"the Dataset needs variables 'input' and 'output'; missing {missing}")
         if y is not None:
             raise ValueError("pass either a Dataset / store path alone or the arrays (U, V), not both")
+        _check_source(X)
         return X["input"], X["output"]
-    return X, y
+    return X, align_samples(X, y)
+
+
+def _check_source(ds):
+    """:func:`_check_store` for a Dataset opened from a local Zarr store by ``xr.open_zarr``
+    (its ``source``): a missing chunk would otherwise read as its fill value."""
+    source = ds.encoding.get("source")
+    if isinstance(source, str) and os.path.isdir(source):
+        _check_store(ds, source)
+
+
+def align_samples(X, y):
+    """``y`` paired with ``X`` by the labels of their ``sample`` coordinates.
+
+    Applies when both are DataArrays with a ``sample`` coordinate (else ``y`` unchanged:
+    arrays pair by position). The same labels in another order: ``y`` reordered to the
+    order of ``X`` (lazily for dask). Different label sets or duplicated labels:
+    ValueError saying how to align them.
+    """
+    if not (isinstance(X, xr.DataArray) and isinstance(y, xr.DataArray)) or \
+            "sample" not in X.coords or "sample" not in y.coords or "sample" not in X.indexes:
+        return y
+    a, b = X.indexes["sample"], y.indexes.get("sample")
+    if b is None or a.equals(b):
+        return y
+    how = ("pair them yourself: X, y = xarray.align(X, y, join='inner') keeps the common samples, "
+           "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position")
+    if not (a.is_unique and b.is_unique):
+        raise ValueError(f"X or y has duplicated 'sample' labels, so they cannot be paired by label; {how}")
+    only_x, only_y = a.difference(b), b.difference(a)
+    if len(only_x) or len(only_y):
+        raise ValueError(
+            f"X and y have different 'sample' labels: {len(only_x)} only in X (e.g. {list(only_x[:3])}), "
+            f"{len(only_y)} only in y (e.g. {list(only_y[:3])}); {how}")
+    return y.sel(sample=a)
 
 
 def as_operand(X, name):
@@ -90,12 +216,17 @@ def as_operand(X, name):
                 f"use {name}.transpose('sample', ...) or rename the sample dimension"
             )
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}
+        periods = {d: X[d].attrs["period"] for d in coords if X[d].attrs.get("period") is not None}
         inner = as_operand(X.data, name)
         return Operand(inner.data, inner.grid_shape, "xarray", tuple(X.dims[1:]), coords,
-                       X["sample"] if "sample" in X.coords else None)
+                       X["sample"] if "sample" in X.coords else None, periods)
     if isinstance(X, da.Array):
         if X.ndim == 0:
             raise ValueError(f"{name} must have a sample axis, got a 0-d array")
+        if any(np.isnan(n) for n in X.shape):
+            raise ValueError(
+                f"{name} is a dask array of unknown chunk sizes (shape {X.shape}, e.g. after boolean indexing "
+                f"or from_delayed): call {name}.compute_chunk_sizes() first, or pass a Zarr store / xarray data set")
         if X.ndim > 2:
             X = X.rechunk({k: -1 for k in range(1, X.ndim)})
         return Operand(X.reshape(X.shape[0], -1) if X.ndim > 2 else X, tuple(X.shape[1:]), "dask")

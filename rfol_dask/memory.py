@@ -1,9 +1,11 @@
 """Memory policy of the fits: budgets, the Gram pre-check, the layout of the dask dual fit, and
 the sizes of the blocks the algorithms hold at a time.
 
-A budget is ``max_gram_bytes`` when the user gives one, else 60 % of the smallest worker memory
-limit of the distributed client (when its workers have limits), else 60 % of this machine's
-available memory. The other 40 % is left to the process itself and to temporaries.
+A budget is ``max_gram_bytes`` when the user gives one, else, for the workers of a distributed
+client that have memory limits, the smallest of ``min(0.6 limit, 0.8 limit - used)`` (``used``
+the memory the worker process holds once it has imported this package: a small worker's own
+footprint is a large share of its limit, and dask pauses a worker at 80 %), else 60 % of this
+machine's available memory.
 """
 
 from __future__ import annotations
@@ -46,11 +48,17 @@ class Budget:
 
 
 def _worker_limits(client):
-    """Memory limits (bytes) of the client's workers; empty if there is no client or any is unlimited."""
-    if client is None:
-        return []
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info()["workers"].values()]
-    return limits if limits and min(limits) > 0 else []
+    """Memory limits {address: bytes} of the client's workers; empty unless every worker has one."""
+    workers = client.scheduler_info()["workers"] if client is not None else {}
+    limits = {a: w.get("memory_limit") or 0 for a, w in workers.items()}
+    return limits if limits and min(limits.values()) > 0 else {}
+
+
+def _process_memory():
+    """Bytes this process holds (run on the workers, where it first imports this package, as a fit will)."""
+    import psutil
+
+    return psutil.Process().memory_info().rss
 
 
 def memory_budget(max_bytes=None, client=None):
@@ -59,7 +67,9 @@ def memory_budget(max_bytes=None, client=None):
         return Budget(float(max_bytes), "max_gram_bytes")
     limits = _worker_limits(client)
     if limits:
-        return Budget(0.6 * min(limits), "60% of the smallest worker memory limit")
+        used = client.run(_process_memory)
+        room = min(min(0.6 * limit, 0.8 * limit - used.get(a, 0)) for a, limit in limits.items())
+        return Budget(room, "60% of the smallest worker memory limit, less what the worker uses beyond 20%")
     import psutil
 
     return Budget(0.6 * psutil.virtual_memory().available, "60% of the available memory")
@@ -153,7 +163,7 @@ def memory_plan(client, M, N, dtype):
     """The :class:`MemoryPlan` of a tiled dual fit of ``M`` samples and ``N`` features: the
     features are kept if ``A`` takes at most 30 % of the cluster's memory (all worker limits,
     else this machine's available memory)."""
-    limits = _worker_limits(client)
+    limits = list(_worker_limits(client).values())
     if not limits:
         import psutil
 

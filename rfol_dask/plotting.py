@@ -1,43 +1,55 @@
-"""Figures a user looks at: truth, prediction and pointwise error of test samples (matplotlib)."""
+"""Figures a user looks at: truth, prediction and pointwise error of test samples (matplotlib).
+
+Fields may be NumPy arrays or xarray DataArrays. Axes are physical: the grid coordinates
+(``grid`` arguments, or a DataArray's own coordinates), labelled with their ``long_name``
+(or name) and ``units`` attributes when these exist. In 2-D figures truth and prediction
+share one colour scale and the error has a symmetric, diverging one centred at 0.
+The ``*_figure`` functions return the ``matplotlib.figure.Figure``; ``plot_*`` save it as PNG.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["plot_prediction", "plot_example", "plot_curves"]
+__all__ = ["plot_prediction", "plot_example", "plot_curves", "prediction_figure", "example_figure"]
+
+_FIELD_CMAP, _ERROR_CMAP = "viridis", "RdBu_r"
 
 
-def plot_prediction(path, truth, predictions, grid=None, title=None):
-    """Save a PNG comparing one test sample's ``truth`` with ``predictions`` (label -> array).
+def _label(obj, default):
+    """``long_name [units]`` of an xarray object's attrs, else its name, else ``default``."""
+    attrs = getattr(obj, "attrs", None) or {}
+    name = attrs.get("long_name") or getattr(obj, "name", None) or default
+    units = attrs.get("units")
+    if name is None:
+        return None
+    return f"{name} [{units}]" if units not in (None, "") else str(name)
 
-    1-D outputs give line plots (truth and predictions, then pointwise errors on a log
-    scale); 2-D outputs give images (truth, each prediction, each error).
+
+def _grid_of(values, grid):
+    """``grid`` as a tuple of axes (one bare array is the axis of a 1-D field); without one,
+    a DataArray's own coordinates, else None."""
+    if grid is not None and not isinstance(grid, (tuple, list)) and np.ndim(values) == 1:
+        return (grid,)
+    if grid is None and hasattr(values, "dims") and all(d in values.coords for d in values.dims):
+        return tuple(values[d] for d in values.dims)
+    return grid
+
+
+def _axes(values, grid):
+    """Per dimension of ``values``: (coordinate array, axis label).
+
+    ``grid``: None, one 1-D array (1-D fields) or a tuple of 1-D arrays / xarray coordinates.
+    Without a grid a DataArray's own coordinates are used, else the indices.
     """
-    plt = _pyplot()
-    truth = np.asarray(truth)
-    if truth.ndim == 1:
-        x = np.arange(truth.size) if grid is None else np.asarray(grid)
-        fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 3.8))
-        ax0.plot(x, truth, "k-", lw=2, label="truth")
-        floor = np.finfo(float).eps * max(np.abs(truth).max(), np.finfo(float).tiny)  # exact zeros on a log axis
-        for label, pred in predictions.items():
-            ax0.plot(x, np.asarray(pred), "--", label=label)
-            ax1.semilogy(x, np.maximum(np.abs(np.asarray(pred) - truth), floor), label=label)
-        ax0.set(xlabel="x", title="test output")
-        ax1.set(xlabel="x", title="pointwise |error|")
-        ax0.legend()
-        ax1.legend()
-    else:
-        cols = 1 + 2 * len(predictions)
-        fig, axes = plt.subplots(1, cols, figsize=(3.2 * cols, 3.2))
-        panels = [("truth", truth)]
-        for label, pred in predictions.items():
-            panels += [(label, np.asarray(pred)), (f"{label} error", np.asarray(pred) - truth)]
-        for ax, (label, img) in zip(axes, panels):
-            im = ax.imshow(img.T, origin="lower", cmap="RdBu_r" if "error" in label else "viridis")
-            ax.set_title(label)
-            fig.colorbar(im, ax=ax, shrink=0.8)
-    return _save(fig, path, title, dpi=110)
+    ndim = np.ndim(values)
+    grid = _grid_of(values, grid)
+    names = getattr(values, "dims", None) or ("x", "y", "z")[:ndim]
+    if grid is None:
+        return [(np.arange(n), f"{name} (index)") for n, name in zip(np.shape(values), names)]
+    if len(grid) != ndim:
+        raise ValueError(f"grid has {len(grid)} axes but the field has {ndim} dimensions {np.shape(values)}")
+    return [(np.asarray(g, dtype=float), _label(g, name)) for g, name in zip(grid, names)]
 
 
 def _pyplot():
@@ -49,66 +61,164 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path, title=None, dpi=100):
-    """Title, lay out, write ``fig`` to ``path`` as PNG and close it; returns ``path``."""
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+def _save(fig, path, dpi=100):
+    """Write ``fig`` to ``path`` as PNG and close it; returns ``path``."""
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(path, dpi=dpi)
     _pyplot().close(fig)
     return path
 
 
-def _panel(fig, ax, values, grid, title, error=False):
-    """One panel: a line for 1-D values, an image (with colour bar) for 2-D values."""
-    values = np.asarray(values)
-    if values.ndim == 1:
-        x = np.arange(values.size) if grid is None else np.asarray(grid[0])
-        ax.plot(x, values, "r-" if error else "k-", lw=1.5)
-    else:
-        extent = None
-        if grid is not None:
-            extent = [grid[0][0], grid[0][-1], grid[1][0], grid[1][-1]]
-        vmax = float(np.abs(values).max()) if error else None  # errors: a colour scale centred at 0
-        im = ax.imshow(values.T, origin="lower", extent=extent, aspect="auto", cmap="RdBu_r" if error else "viridis",
-                       vmin=-vmax if error else None, vmax=vmax)
-        fig.colorbar(im, ax=ax, shrink=0.8)
+def _field_norm(*fields):
+    """One colour scale (Normalize) covering every field."""
+    from matplotlib.colors import Normalize
+
+    finite = np.concatenate([np.asarray(f, float)[np.isfinite(np.asarray(f, float))] for f in fields])
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    return Normalize(lo, hi if hi > lo else lo + 1.0)
+
+
+def _error_norm(*errors):
+    """A symmetric colour scale [-m, m] covering every error."""
+    from matplotlib.colors import Normalize
+
+    m = max((float(np.nanmax(np.abs(np.asarray(e, float)))) for e in errors), default=0.0)
+    m = m if np.isfinite(m) and m > 0 else 1.0
+    return Normalize(-m, m)
+
+
+def _image(ax, values, grid, norm, cmap, title):
+    """A 2-D field on its physical axes; returns the QuadMesh."""
+    (x, xlabel), (y, ylabel) = _axes(values, grid)
+    mesh = ax.pcolormesh(x, y, np.asarray(values, float).T, shading="auto", norm=norm, cmap=cmap)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.set_title(title, fontsize=10)
+    return mesh
+
+
+def _line(ax, values, grid, title, style="k-", ylabel=None):
+    """A 1-D field on its physical axis."""
+    ((x, xlabel),) = _axes(values, grid)
+    ax.plot(x, np.asarray(values, float), style, lw=1.5)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title, fontsize=10)
+
+
+def _field_panel(fig, ax, values, grid, title):
+    """One panel with its own scale: a line (1-D) or an image with colour bar (2-D)."""
+    if np.ndim(values) == 1:
+        _line(ax, values, grid, title, ylabel=_label(values, None))
+    else:
+        mesh = _image(ax, values, grid, _field_norm(values), _FIELD_CMAP, title)
+        fig.colorbar(mesh, ax=ax, shrink=0.8, label=_label(values, ""))
+
+
+def _compare_2d(fig, axes, truth, predictions, grid, truth_title="truth"):
+    """Truth, predictions (one shared colour scale) and errors (one symmetric scale)."""
+    grid = _grid_of(truth, grid)
+    errors = {label: np.asarray(p, float) - np.asarray(truth, float) for label, p in predictions.items()}
+    norm, enorm = _field_norm(truth, *predictions.values()), _error_norm(*errors.values())
+    value_label = _label(truth, "")
+    field_axes = [axes[0]]
+    mesh = _image(axes[0], truth, grid, norm, _FIELD_CMAP, truth_title)
+    err_axes = []
+    for i, (label, pred) in enumerate(predictions.items()):
+        _image(axes[1 + 2 * i], pred, grid, norm, _FIELD_CMAP, label)
+        emesh = _image(axes[2 + 2 * i], errors[label], grid, enorm, _ERROR_CMAP, f"{label} - truth")
+        field_axes.append(axes[1 + 2 * i])
+        err_axes.append(axes[2 + 2 * i])
+    fig.colorbar(mesh, ax=field_axes, shrink=0.8, label=value_label)
+    fig.colorbar(emesh, ax=err_axes, shrink=0.8, label=f"error {value_label}".strip())
+
+
+def prediction_figure(truth, predictions, grid=None, title=None):
+    """Figure comparing one test sample's ``truth`` with ``predictions`` (label -> array).
+
+    1-D outputs give line plots (truth and predictions, then pointwise errors on a log
+    scale); 2-D outputs give images: truth and each prediction on one colour scale, each
+    error ``prediction - truth`` on one symmetric scale.
+
+    Parameters
+    ----------
+    truth : ndarray or DataArray, shape (k,) or (kx, ky)
+    predictions : dict of label -> array of the same shape
+    grid : 1-D array (1-D outputs) or tuple of 1-D arrays / coordinates, optional
+    """
+    plt = _pyplot()
+    if np.ndim(truth) == 1:
+        ((x, xlabel),) = _axes(truth, grid)
+        t = np.asarray(truth, float)
+        fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+        ax0.plot(x, t, "k-", lw=2, label="truth")
+        floor = np.finfo(float).eps * max(np.abs(t).max(), np.finfo(float).tiny)  # exact zeros on a log axis
+        for label, pred in predictions.items():
+            ax0.plot(x, np.asarray(pred, float), "--", label=label)
+            ax1.semilogy(x, np.maximum(np.abs(np.asarray(pred, float) - t), floor), label=label)
+        ax0.set(xlabel=xlabel, ylabel=_label(truth, "output"), title="test output")
+        ax1.set(xlabel=xlabel, ylabel="|prediction - truth|", title="pointwise |error|")
+        ax0.legend()
+        ax1.legend()
+    else:
+        cols = 1 + 2 * len(predictions)
+        fig, axes = plt.subplots(1, cols, figsize=(3.4 * cols, 3.4), layout="constrained", squeeze=False)
+        _compare_2d(fig, axes[0], truth, predictions, grid)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_prediction(path, truth, predictions, grid=None, title=None):
+    """Save :func:`prediction_figure` as a PNG at ``path``; returns ``path``."""
+    return _save(prediction_figure(truth, predictions, grid, title), path, dpi=110)
+
+
+def example_figure(train_input, train_output, test_truth, test_prediction, input_grid=None,
+                   output_grid=None, title=None, label="prediction"):
+    """Figure laid out like the paper's data-set figures.
+
+    Panels: (a) a training input, (b) its output, then for one test sample either (c) truth
+    and prediction overlaid and (d) the pointwise error (1-D outputs), or (c) the truth and
+    (d) the prediction on one colour scale and (e) the pointwise error ``prediction - truth``
+    on a symmetric one (2-D outputs). Inputs and outputs may differ in dimension (e.g. a
+    1-D load and a 2-D stress field).
+
+    Parameters
+    ----------
+    train_input, train_output, test_truth, test_prediction : ndarray or DataArray, shape (k,) or (kx, ky)
+    input_grid, output_grid : tuple of 1-D coordinate arrays (or xarray coordinates), optional
+        Grid axes (default: a DataArray's coordinates, else indices).
+    """
+    plt = _pyplot()
+    n_panels = 4 if np.ndim(test_truth) == 1 else 5
+    fig, axes = plt.subplots(1, n_panels, figsize=(3.4 * n_panels, 3.2), layout="constrained")
+    _field_panel(fig, axes[0], train_input, input_grid, "training input")
+    _field_panel(fig, axes[1], train_output, output_grid, "training output")
+    error = np.asarray(test_prediction, float) - np.asarray(test_truth, float)
+    if np.ndim(test_truth) == 1:
+        ((x, xlabel),) = _axes(test_truth, output_grid)
+        axes[2].plot(x, np.asarray(test_truth, float), "k-", lw=2, label="truth")
+        axes[2].plot(x, np.asarray(test_prediction, float), "r--", lw=1.5, label=label)
+        axes[2].set(xlabel=xlabel, ylabel=_label(test_truth, None))
+        axes[2].set_title("true and predicted test", fontsize=10)
+        axes[2].legend(fontsize=8)
+        grid = _grid_of(test_truth, output_grid)
+        _line(axes[3], error, grid, "pointwise error", "r-", ylabel=f"{label} - truth")
+        lim = _error_norm(error).vmax
+        axes[3].set_ylim(-1.05 * lim, 1.05 * lim)
+    else:
+        _compare_2d(fig, axes[2:], test_truth, {f"predicted test ({label})": test_prediction}, output_grid,
+                    truth_title="true test")
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def plot_example(path, train_input, train_output, test_truth, test_prediction, input_grid=None,
                  output_grid=None, title=None, label="prediction"):
-    """Save a PNG laid out like the paper's data-set figures.
-
-    Panels: (a) a training input, (b) its output, then for one test sample either (c) truth
-    and prediction overlaid and (d) the pointwise error (1-D outputs), or (c) the truth,
-    (d) the prediction and (e) the pointwise error ``prediction - truth`` (2-D outputs).
-    Inputs and outputs may differ in dimension (e.g. a 1-D load and a 2-D stress field).
-
-    Parameters
-    ----------
-    train_input, test_truth, ... : ndarray, shape of one function's grid (k,) or (kx, ky)
-    input_grid, output_grid : tuple of 1-D coordinate arrays, optional
-        Grid axes (default: indices).
-    """
-    plt = _pyplot()
-    truth, pred = np.asarray(test_truth), np.asarray(test_prediction)
-    n_panels = 4 if truth.ndim == 1 else 5
-    fig, axes = plt.subplots(1, n_panels, figsize=(3.2 * n_panels, 3.0))
-    _panel(fig, axes[0], train_input, input_grid, "training input")
-    _panel(fig, axes[1], train_output, output_grid, "training output")
-    if truth.ndim == 1:
-        x = np.arange(truth.size) if output_grid is None else np.asarray(output_grid[0])
-        axes[2].plot(x, truth, "k-", lw=2, label="truth")
-        axes[2].plot(x, pred, "r--", lw=1.5, label=label)
-        axes[2].set_title("true and predicted test", fontsize=10)
-        axes[2].legend(fontsize=8)
-        _panel(fig, axes[3], pred - truth, output_grid, "pointwise error", error=True)
-    else:
-        _panel(fig, axes[2], truth, output_grid, "true test")
-        _panel(fig, axes[3], pred, output_grid, f"predicted test ({label})")
-        _panel(fig, axes[4], pred - truth, output_grid, "pointwise error", error=True)
-    return _save(fig, path, title, dpi=100)
+    """Save :func:`example_figure` as a PNG at ``path``; returns ``path``."""
+    return _save(example_figure(train_input, train_output, test_truth, test_prediction, input_grid, output_grid,
+                                title, label), path, dpi=100)
 
 
 def plot_curves(path, curves, title=None):
@@ -137,4 +247,6 @@ def plot_curves(path, curves, title=None):
     ax1.set(xlabel="N (random features)", ylabel="fit time [s]", title="fit time vs N")
     ax0.legend(fontsize=8)
     ax1.legend(fontsize=8)
-    return _save(fig, path, title, dpi=100)
+    if title:
+        fig.suptitle(title)
+    return _save(fig, path, dpi=100)

@@ -1,8 +1,13 @@
-"""Running dask collections with a progress bar that works on the local and distributed schedulers."""
+"""Running dask collections with a progress bar that works on the local and distributed schedulers.
+
+Progress never goes to stdout (which carries results): the text bars write to stderr, and in
+a Jupyter kernel with ``ipywidgets`` installed the distributed bar is a widget.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 
 import dask
@@ -22,13 +27,65 @@ def active_client():
         return None
 
 
+def _widgets_available():
+    """True in a Jupyter kernel that can show ipywidgets."""
+    from distributed.utils import is_kernel
+
+    return is_kernel() and importlib.util.find_spec("ipywidgets") is not None
+
+
+def _text_bar(futures, scheduler, desc, out):
+    """Block until ``futures`` finish, drawing distributed's text bar to ``out``."""
+    from distributed.diagnostics.progressbar import TextProgressBar
+
+    class Bar(TextProgressBar):  # distributed's bar writes to sys.stdout; this one to ``out``
+        def _draw_bar(self, remaining, all, **kwargs):
+            frac = (1 - remaining / all) if all else 1.0
+            with contextlib.suppress(ValueError):
+                out.write(f"\r{desc}: [{'#' * int(self.width * frac):<{self.width}}] | {int(100 * frac)}% Completed"
+                          f" | {self.elapsed:.1f}s")
+                out.flush()
+
+        def _draw_stop(self, **kwargs):
+            with contextlib.suppress(ValueError):
+                out.write("\n")
+                out.flush()
+
+    Bar(futures, scheduler=scheduler, complete=True)
+
+
+def _widget_bar(futures, client, desc):
+    """Show distributed's progress widget for ``futures``; it updates from the client's loop
+    (the kernel's own loop is blocked while the cell waits). Returns the concurrent future
+    of the updating coroutine."""
+    import asyncio
+
+    from distributed.diagnostics.progressbar import MultiProgressWidget
+    from IPython.display import display
+    from ipywidgets import HTML, VBox
+
+    bar = MultiProgressWidget(futures, scheduler=client.scheduler.address, complete=True)
+    display(VBox([HTML(f"<b>{desc}</b>"), bar.widget]))
+    return asyncio.run_coroutine_threadsafe(bar.listen(), client.loop.asyncio_loop)
+
+
+def show_progress(futures, client, desc="rfol_dask"):
+    """Progress of distributed ``futures``: a widget in a notebook with ipywidgets (returns at
+    once, with a ``concurrent.futures.Future`` that ends when the widget shows the end), else a
+    text bar on stderr (returns None when the futures are done)."""
+    if _widgets_available():
+        return _widget_bar(futures, client, desc)
+    _text_bar(futures, client.scheduler.address, desc, sys.stderr)
+    return None
+
+
 def compute(*collections, progress=False, client=None, desc="rfol_dask"):
     """``dask.compute(*collections)`` with an optional progress bar.
 
-    With a distributed client (given, or the active one) the collections run there and
-    ``distributed.progress`` draws the bar; otherwise dask's local scheduler runs them
-    under ``dask.diagnostics.ProgressBar``. Progress goes to stderr. A task that keeps
-    killing its workers (``distributed.KilledWorker``) becomes a RuntimeError saying so.
+    With a distributed client (given, or the active one) the collections run there under
+    :func:`show_progress`; otherwise dask's local scheduler runs them under
+    ``dask.diagnostics.ProgressBar`` on stderr. A task that keeps killing its workers
+    (``distributed.KilledWorker``) becomes a RuntimeError saying so.
     """
     client = client if client is not None else active_client()
     if client is not None:
@@ -36,12 +93,12 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
 
         futures = client.compute(list(collections))
         try:
-            if progress:
-                from distributed import progress as dprogress
-
-                print(f"{desc}:", file=sys.stderr)
-                dprogress(futures, notebook=False)
-            return tuple(client.gather(futures))
+            widget = show_progress(futures, client, desc) if progress else None
+            results = tuple(client.gather(futures))
+            if widget is not None:  # let the widget draw the end before the futures go
+                with contextlib.suppress(Exception):
+                    widget.result(timeout=5)
+            return results
         except KilledWorker as exc:
             raise RuntimeError(
                 f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} last); "
@@ -54,7 +111,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
     if progress:
         from dask.diagnostics import ProgressBar
 
-        print(f"{desc}:", file=sys.stderr)
+        sys.stderr.write(f"{desc}:\n")
         ctx = ProgressBar(out=sys.stderr)
     with ctx:
         return dask.compute(*collections)

@@ -24,49 +24,45 @@ Kinds
     or Gaussian law of :mod:`rfol_dask.features`, coefficients ``A^T (A A^T + ridge I)^{-1} u``
     from one Cholesky factor (:func:`rfol_dask.solve.cholesky`) applied to all functions.
 
-Why cubic is the default: it is robust, has no hyperparameter and is the most accurate
-general kind on smooth data. Measured (``benchmarks/README.md``, section "Resolution"):
+Which kind: ``"cubic"`` is the default (robust, no hyperparameter, the most accurate general
+kind on smooth data); ``"spectral"`` is exact for band-limited periodic data and is the choice on
+periodic grids; ``"nearest"`` or ``"linear"`` avoid the overshoot of cubic on piecewise-constant
+data; ``"rf"`` helps where a grid barely resolves oscillations but depends on its bandwidth,
+feature count and ridge. The measurements behind this: ``benchmarks/README.md``, "Resolution".
 
-- ``sin(3x) + exp(-x) cos(7x)`` on ``linspace(0, 1, n)``, max error on 1001 points:
+Periods
+-------
+``make_recovery(kind, grid_in, periods=...)`` gives an axis a known period ``P`` (one entry
+per axis, ``None`` for a non-periodic one; data-set coordinates carry it as the attribute
+``period``). The axis must then lie in one period: an open grid (``x[-1] < x[0] + P``, e.g.
+``arange(n) / n``) or a closed one whose last point repeats the first (``x[-1] = x[0] + P``,
+e.g. ``linspace(0, 1, n)``; its last value is read as the first, averaged). On such an axis
+the recovery wraps: any output coordinate is valid (read modulo ``P``); ``"cubic"`` is a
+periodic cubic spline and ``"linear"`` / ``"nearest"`` wrap around
+(``scipy.interpolate.make_interp_spline``); ``"spectral"`` uses ``P`` and needs the nodes to
+split it uniformly. ``"rf"`` ignores periods (it is not periodic).
 
-      n                        13       26       51       101
-      cubic                    1.2e-3   1.1e-4   8.4e-6   5.6e-7   (rate h^4)
-      linear                   3.6e-2   9.0e-3   2.3e-3   5.9e-4   (rate h^2)
-      rf, gaussian (defaults)  1.3e-3   1.0e-3   5.8e-4   3.1e-4   (no rate: Monte-Carlo
-                               error of the features, and the default ridge smooths)
-      rf, cauchy               ~1e-2 .. 1e-1 (kernel exp(-gamma |x - y|): rough)
-
-- Helmholtz outputs (wave number 50, 20 samples) read on 29 x 29, evaluated on 43 x 43,
-  relative L2 error: cubic 4.5 % (quintic the same), linear 25 %, rf gaussian 1.7-2.3 %
-  over 4 seeds (defaults). Darcy outputs 13 x 13 -> 101 x 101: cubic 1.2 %, rf 1.6-1.8 %.
-
-So the random-feature interpolant pays where a grid barely resolves oscillations, but it
-depends on its bandwidth, feature count and ridge (with ``ridge=1e-10`` instead of
-``1e-6`` the Helmholtz error ranged 1.4 % - 30 % over bandwidths 0.15-0.25 x Nyquist
-and 16-64 features per point). ``"spectral"``
-is exact for band-limited periodic data and is the choice on periodic grids. For
-piecewise-constant data (Darcy coefficients) ``"nearest"`` or ``"linear"`` avoid the
-overshoot of cubic (for the Darcy operator learned at 13 x 13 it made no difference).
-
-Domains: a non-periodic axis spans ``[x[0], x[-1]]``; a periodic one ``[x[0], x[0] + n h)``.
-Output points outside it (beyond a tolerance of ``1e-6`` of the span) are an error;
-recovery never extrapolates.
+Domains: a non-periodic axis spans ``[x[0], x[-1]]``; a ``"spectral"`` axis without a given
+period ``[x[0], x[0] + n h)`` (``n h`` is then taken as its period). Output points outside
+(beyond a tolerance of ``1e-6`` of the span) are an error: recovery never extrapolates.
+An axis with a given period has no bounds.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 import dask.array as da
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .features import check_random_state, draw_frequencies, feature_map
 from .linalg import cho_solve, cholesky
 from .memory import check_gram_memory
 
-__all__ = ["KINDS", "as_grid", "make_recovery", "Recovery", "GridInterpolation", "SpectralResampling",
+__all__ = ["KINDS", "as_grid", "as_periods", "make_recovery", "Recovery", "GridInterpolation", "SpectralResampling",
            "RandomFeatureInterpolant", "same_grid", "grid_domain"]
 
 KINDS = ("cubic", "linear", "nearest", "spectral", "rf")
@@ -108,6 +104,69 @@ def as_grid(grid, name="grid"):
     return tuple(out)
 
 
+def as_periods(periods, grid, name="periods"):
+    """Per-axis periods of ``grid``: a tuple of float or None (non-periodic), one per axis.
+
+    ``periods`` is None (no periodic axis), one number (every axis) or a sequence with one
+    entry per axis. Each period must be > 0 and its axis must fit in one period (an open
+    grid, or a closed one whose last point is ``x[0] + period``); else ValueError.
+    """
+    grid = as_grid(grid)
+    if periods is None:
+        return (None,) * len(grid)
+    if isinstance(periods, numbers.Real):
+        periods = (periods,) * len(grid)
+    periods = tuple(periods)
+    if len(periods) != len(grid):
+        raise ValueError(f"{name} has {len(periods)} entries but the grid has {len(grid)} axes: "
+                         "give one period (or None) per axis")
+    out = []
+    for k, (ax, P) in enumerate(zip(grid, periods)):
+        if P is None:
+            out.append(None)
+            continue
+        if not isinstance(P, numbers.Real) or isinstance(P, bool) or not np.isfinite(P) or P <= 0:
+            raise ValueError(f"{name}: the period of axis {k} must be a positive number, got {P!r}")
+        P = float(P)
+        if ax[-1] - ax[0] > P * (1 + _RTOL):
+            raise ValueError(f"{name}: axis {k} spans [{ax[0]:g}, {ax[-1]:g}], more than its period {P:g}; "
+                             "a periodic axis must lie in one period, e.g. [0, period)")
+        out.append(P)
+    return tuple(out)
+
+
+def _closed(ax, P):
+    """True if the periodic axis ``ax`` repeats its first point at ``ax[0] + P``."""
+    return ax.size > 1 and abs(ax[-1] - ax[0] - P) <= _RTOL * P
+
+
+def _periodic_matrix(x, P, y, method):
+    """The (len(y), len(x)) map of values on the periodic axis ``x`` (period ``P``) to ``y``:
+    wraps ``y`` into ``[x[0], x[0] + P)``; cubic: periodic spline, linear: wrapped hat
+    functions (``scipy.interpolate.make_interp_spline``), nearest: nearest node modulo ``P``.
+    On a closed axis the repeated end point shares the weight of the first."""
+    closed = _closed(x, P)
+    xu = x[:-1] if closed else x
+    n = xu.size
+    yw = np.clip(x[0] + np.mod(y - x[0], P), x[0], x[0] + P)
+    if n == 1:
+        W = np.ones((y.size, 1))
+    elif method == "nearest":
+        d = np.abs(np.mod(yw[:, None] - xu[None, :] + P / 2, P) - P / 2)
+        W = np.zeros((y.size, n))
+        W[np.arange(y.size), d.argmin(axis=1)] = 1.0
+    else:
+        from scipy.interpolate import make_interp_spline
+
+        k = 3 if method == "cubic" and n >= 3 else 1
+        basis = np.vstack([np.eye(n), np.eye(n)[:1]])  # node values of the n cardinal functions, wrapped
+        W = make_interp_spline(np.append(xu, x[0] + P), basis, k=k, bc_type="periodic" if k > 1 else None)(yw)
+    if closed:
+        W = np.concatenate([W, W[:, :1] / 2], axis=1)
+        W[:, 0] /= 2
+    return W
+
+
 def grid_domain(grid, periodic=False):
     """``[(lo, hi), ...]`` per axis: ``[x[0], x[-1]]``, or ``[x[0], x[0] + n * spacing)`` if ``periodic``."""
     out = []
@@ -147,9 +206,10 @@ class Recovery:
     kind = None
     periodic = False
 
-    def __init__(self, grid_in):
+    def __init__(self, grid_in, periods=None):
         self.grid_in = as_grid(grid_in, "grid_in")
         self.shape_in = _shape(self.grid_in)
+        self.periods = as_periods(periods, self.grid_in)
         self._cache = {}
 
     @property
@@ -157,8 +217,10 @@ class Recovery:
         return len(self.grid_in)
 
     def domain(self):
-        """``[(lo, hi), ...]`` per axis of ``grid_in`` (see :func:`grid_domain`)."""
-        return grid_domain(self.grid_in, self.periodic)
+        """``[(lo, hi), ...]`` per axis of ``grid_in`` (see :func:`grid_domain`); an axis with a
+        given period gives ``(x[0], x[0] + period)`` (its points wrap, any coordinate is valid)."""
+        return [(ax[0], ax[0] + P) if P is not None else d
+                for ax, P, d in zip(self.grid_in, self.periods, grid_domain(self.grid_in, self.periodic))]
 
     def check_grid(self, grid, name="grid_out", where="the grid it is recovered from"):
         """``grid`` as a tuple of axes, clipped into the domain; ValueError if it has the wrong
@@ -168,12 +230,16 @@ class Recovery:
             raise ValueError(f"{name} has {len(grid)} axes but the recovery grid has {self.ndim} "
                              f"(shape {self.shape_in}): pass one coordinate array per axis")
         out = []
-        for k, (y, (lo, hi), x) in enumerate(zip(grid, self.domain(), self.grid_in)):
+        for k, (y, (lo, hi), x, P) in enumerate(zip(grid, self.domain(), self.grid_in, self.periods)):
+            if P is not None:  # wraps: every coordinate is valid
+                out.append(y)
+                continue
             tol = _RTOL * _span(x)
             if y[0] < lo - tol or y[-1] > hi + tol:
                 raise ValueError(
                     f"{name} spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the domain [{lo:g}, {hi:g}] of "
-                    f"{where}; recovery does not extrapolate")
+                    f"{where}; recovery does not extrapolate (if the axis is periodic, give its period: the "
+                    "coordinate attribute 'period' or fit(..., periods=))")
             out.append(np.clip(y, lo, hi))
         return tuple(out)
 
@@ -248,8 +314,8 @@ class GridInterpolation(Recovery):
     (``"cubic"``) or 2 points (``"linear"``) falls back to the highest order it allows.
     """
 
-    def __init__(self, grid_in, method="cubic"):
-        super().__init__(grid_in)
+    def __init__(self, grid_in, method="cubic", periods=None):
+        super().__init__(grid_in, periods)
         if method not in ("cubic", "linear", "nearest"):
             raise ValueError(f"method must be 'cubic', 'linear' or 'nearest', got {method!r}")
         self.kind = self.method = method
@@ -260,6 +326,8 @@ class GridInterpolation(Recovery):
 
         x = self.grid_in[axis]
         n = x.size
+        if self.periods[axis] is not None:
+            return _periodic_matrix(x, self.periods[axis], y, self.method)
         if n == 1:
             return np.ones((y.size, 1))
         method = self.method
@@ -284,12 +352,24 @@ class SpectralResampling(Recovery):
     kind = "spectral"
     periodic = True
 
-    def __init__(self, grid_in):
-        super().__init__(grid_in)
-        for k, x in enumerate(self.grid_in):
+    def __init__(self, grid_in, periods=None):
+        super().__init__(grid_in, periods)
+        for k, (x, P) in enumerate(zip(self.grid_in, self.periods)):
             if x.size > 2 and not np.allclose(np.diff(x), x[1] - x[0], rtol=_RTOL, atol=0):
                 raise ValueError(f"spectral resampling needs uniform periodic axes; axis {k} is not uniform "
                                  "(use kind='cubic' for general grids)")
+            n = x.size - 1 if P is not None and _closed(x, P) else x.size
+            if P is not None and n > 1 and abs(n * (x[1] - x[0]) - P) > _RTOL * P:
+                raise ValueError(
+                    f"spectral resampling needs the nodes of a periodic axis to split its period uniformly: "
+                    f"axis {k} has {n} points {x[1] - x[0]:g} apart but period {P:g} (use kind='cubic')")
+
+    def _period(self, axis):
+        """``(period, closed)`` of grid axis ``axis``: the given period, else ``n * spacing``."""
+        x, P = self.grid_in[axis], self.periods[axis]
+        if P is None:
+            return x.size * (x[-1] - x[0]) / (x.size - 1), False
+        return P, _closed(x, P)
 
     def _coefficients(self, values, array_axis, n):
         """Fourier coefficients along ``array_axis`` (moved last), Nyquist split: (..., K), k (K,)."""
@@ -303,10 +383,15 @@ class SpectralResampling(Recovery):
 
     def _apply(self, values, array_axis, axis, y):
         x = self.grid_in[axis]
-        n = x.size
-        if n == 1:
+        if x.size == 1:
             return np.repeat(values, y.size, axis=array_axis)
-        period = n * (x[-1] - x[0]) / (n - 1)
+        period, closed = self._period(axis)
+        if closed:  # the repeated end point: averaged into the first, then dropped
+            last = np.take(values, -1, axis=array_axis)
+            values = np.delete(values, -1, axis=array_axis)
+            first = (slice(None),) * array_axis + (0,)
+            values[first] = (values[first] + last) / 2
+        n = values.shape[array_axis]
         m = y.size
         uniform = m == 1 or (np.allclose(np.diff(y), period / m, rtol=_RTOL, atol=0))
         if uniform:
@@ -439,8 +524,10 @@ class RandomFeatureInterpolant(Recovery):
         return out.reshape((block.shape[0], *_shape(grid_out))).astype(dtype, copy=False)
 
 
-def make_recovery(kind="cubic", grid_in=None, **options):
-    """A fitted recovery map for ``grid_in``.
+def make_recovery(kind: str | Mapping = "cubic",
+                  grid_in: ArrayLike | Sequence[ArrayLike] | Mapping[str, ArrayLike] | None = None,
+                  periods: float | Sequence[float | None] | None = None, **options) -> Recovery:
+    """Build the recovery map of one grid, ready to resample values on it to other grids.
 
     Parameters
     ----------
@@ -448,14 +535,27 @@ def make_recovery(kind="cubic", grid_in=None, **options):
         A dict is ``{"kind": ..., **options}`` (e.g. ``{"kind": "rf", "distribution":
         "cauchy"}``). ``"cubic"`` is the default: see the module docstring for the measured
         comparison.
-    grid_in : grid (see :func:`as_grid`)
+    grid_in : 1-D array, sequence of 1-D arrays or mapping dim -> 1-D array
+        The grid the values live on: one strictly increasing coordinate array per axis
+        (:func:`as_grid`). Required.
+    periods : None, float or sequence of (float or None), default=None
+        Known period of each axis (see the module docstring and :func:`as_periods`): those
+        axes wrap. Ignored by ``"rf"``.
     **options
         Passed to :class:`RandomFeatureInterpolant` for ``kind="rf"``; none for the others.
 
     Returns
     -------
     Recovery
-        With ``.resample(values (M, *grid_in), grid_out) -> (M, *grid_out)``.
+        With ``.resample(values (M, *grid_in), grid_out) -> (M, *grid_out)`` (numpy or dask,
+        chunks along ``M`` kept).
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is unknown, or ``grid_in`` or ``periods`` is invalid.
+    TypeError
+        If ``grid_in`` is missing, or options are given to a kind that takes none.
     """
     if isinstance(kind, Mapping):
         options = {**{k: v for k, v in kind.items() if k != "kind"}, **options}
@@ -469,5 +569,5 @@ def make_recovery(kind="cubic", grid_in=None, **options):
     if options:
         raise TypeError(f"recovery kind {kind!r} takes no options, got {sorted(options)}")
     if kind == "spectral":
-        return SpectralResampling(grid_in)
-    return GridInterpolation(grid_in, method=kind)
+        return SpectralResampling(grid_in, periods)
+    return GridInterpolation(grid_in, method=kind, periods=periods)

@@ -91,30 +91,39 @@ class RandomFeatureOperator(OperatorEstimator):
 
     Attributes
     ----------
-    omega_ : ndarray (n, N) and b_ : ndarray (N,)
-        The frequencies and phases.
-    coef_ : ndarray (N, m)
-        Coefficients ``C``.
-    intercept_ : ndarray (m,)
-    solver_ : str
+    omega_ : ndarray of shape (n, N)
+        The frequencies ``Omega``, in the working dtype (float32 or float64).
+    b_ : ndarray of shape (N,)
+        The phases ``b``.
+    coef_ : ndarray of shape (N, m)
+        Coefficients ``C`` (``m`` output grid points).
+    intercept_ : ndarray of shape (m,)
+        Intercept ``c0`` of each output grid point (zeros without ``fit_intercept``).
+    solver_ : {"dual", "primal"}
         The solver used.
     gamma_ : float
         The frequency scale used (``gamma``, or its median-heuristic value).
     n_features_in_ : int
         Input width ``n`` (grid points of one input function).
-    input_shape_, output_shape_ : tuple
-        Grid shapes of one input and one output function.
-    input_dims_, output_dims_, input_coords_, output_coords_
-        Grid dimension names and coordinates when fitted on xarray data (else None / {}).
+    input_shape_, output_shape_ : tuple of int
+        Grid shapes of one input and one output function (``prod(output_shape_) == m``).
+    input_dims_, output_dims_ : tuple of str or None
+        Grid dimension names when fitted on xarray data (else None).
+    input_coords_, output_coords_ : dict of str to ndarray
+        Grid coordinates when fitted on xarray data (else empty).
     input_grid_, output_grid_ : tuple of ndarray or None
         The training grids (one coordinate array per grid axis), from ``fit(...,
         input_grid=, output_grid=)`` or from the xarray coordinates; None if unknown (then
         ``predict`` only reads and writes the training grids).
+    input_periods_, output_periods_ : tuple of (float or None) or None
+        The period of each grid axis (None: not periodic), from ``fit(..., periods=)`` or the
+        coordinates' ``period`` attributes; periodic axes wrap in ``predict``.
 
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
     holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` is never
-    whole: the dual sums the Gram over 256 MiB feature slabs on each worker (``8 M^2 + 8 M n``
-    per worker; see :mod:`rfol_dask.solve.streamed`), the primal over row blocks.
+    whole: the dual sums the Gram over feature slabs of at most 256 MiB (less where the worker
+    memory asks) on each worker (``8 M^2 + 8 M n`` per worker; see :mod:`rfol_dask.solve.streamed`
+    and :func:`rfol_dask.memory.dual_plan`), the primal over row blocks.
     """
 
     _parameter_constraints = {
@@ -125,7 +134,7 @@ class RandomFeatureOperator(OperatorEstimator):
         "alpha": [Interval(numbers.Real, 0, None, closed="left")],
         "fit_intercept": ["boolean"],
         "solver": [StrOptions({"auto", "dual", "primal"})],
-        "dtype": [StrOptions({"float32", "float64"}), type, None],
+        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],

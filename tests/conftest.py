@@ -1,6 +1,30 @@
 import numpy as np
 import pytest
 
+# Markers (registered in pyproject.toml): ``slow`` for tests of more than a few seconds (the fast
+# loop is ``python -m pytest -m "not slow"``), ``cluster`` for tests that start a distributed
+# LocalCluster. Users of the ``cluster_client`` fixture get ``cluster`` here; a test that starts a
+# cluster itself carries the marker, and the guard below fails one that does not.
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "cluster_client" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(autouse=True)
+def _clusters_only_in_cluster_tests(request, monkeypatch):
+    """Fail a test that starts a LocalCluster in this process without the ``cluster`` marker."""
+    if request.node.get_closest_marker("cluster") is None:
+        from distributed import LocalCluster
+
+        def refuse(self, *args, **kwargs):
+            raise AssertionError(f"{request.node.nodeid} starts a LocalCluster: mark it @pytest.mark.cluster")
+
+        monkeypatch.setattr(LocalCluster, "__init__", refuse)
+    yield
+
 
 @pytest.fixture(scope="session")
 def cluster_client():
@@ -26,3 +50,17 @@ def smooth_operator_data(n_samples=240, n_points=32, seed=0, n_out=None):
     V = (a * np.exp(-0.05 * k**2)) @ np.sin(2 * np.pi * np.outer(k, x))
     V = V[:, : (n_out or n_points)] + 0.3 * U[:, : (n_out or n_points)] ** 2
     return U, V
+
+
+class FakeClient:
+    """A stand-in for a distributed client whose workers have the given memory limits (bytes)
+    and hold ``used`` bytes each already (what ``run`` reports)."""
+
+    def __init__(self, *limits, used=0):
+        self.limits, self.used = limits, used
+
+    def scheduler_info(self):
+        return {"workers": {f"w{i}": {"memory_limit": m, "nthreads": 1} for i, m in enumerate(self.limits)}}
+
+    def run(self, func):
+        return {f"w{i}": self.used for i in range(len(self.limits))}

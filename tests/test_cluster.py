@@ -1,14 +1,18 @@
 """Each ready cluster configuration loads and renders a valid job script or spec, no scheduler needed."""
 
+import re
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 from rfol_dask import cluster
 
-CONFIGS = Path(__file__).resolve().parents[1] / "cluster"
+CONFIGS = Path(cluster.__file__).parent / "clusters"  # shipped as package data
 
 
+@pytest.mark.cluster
 def test_local_config_starts_a_local_cluster_with_blas_threads():
     import os
 
@@ -46,7 +50,8 @@ def test_kubernetes_spec():
 
 def test_mpi_script():
     script = cluster.job_script(CONFIGS / "mpi.yaml")
-    assert "mpirun -n 64 dask-mpi" in script and "--scheduler-file scheduler.json" in script
+    # dask-mpi's command runs the scheduler on rank 0 and a worker on every other rank
+    assert "mpirun -n 64 " in script and "63 workers" in script and "--scheduler-file scheduler.json" in script
     assert "--memory-limit 15GB" in script and "export OMP_NUM_THREADS=4" in script
     with pytest.raises(ValueError, match="started by mpirun"):
         cluster.make_cluster(CONFIGS / "mpi.yaml")
@@ -59,3 +64,112 @@ def test_bad_configs():
         cluster.load_config({"kind": "local", "workers": 3})
     with pytest.raises(FileNotFoundError, match="no cluster configuration"):
         cluster.load_config("cluster/none.yaml")
+
+
+def test_every_shipped_configuration_fits_its_nodes():
+    """processes x task threads x BLAS threads <= cores, and rendering it raises no warning."""
+    names = cluster.shipped_configs()
+    assert {"local", "slurm", "slurm-dual", "pbs", "kubernetes", "mpi"} <= set(names)
+    assert sorted(p.stem for p in CONFIGS.glob("*.yaml")) == names
+    for name in names:
+        if name == "kubernetes" and not __import__("importlib").util.find_spec("dask_kubernetes"):
+            continue
+        t = cluster.node_threads(name)
+        assert t["processes"] * t["threads"] * t["blas"] <= t["cores"], (name, t)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cluster.job_script(name)
+
+
+def test_dual_configuration_runs_one_worker_per_node_with_all_cores():
+    pytest.importorskip("dask_jobqueue")
+    t = cluster.node_threads("slurm-dual")
+    assert t["processes"] == 1 and t["threads"] == t["cores"] == 32
+    script = cluster.job_script("slurm-dual")
+    assert "--nthreads 32" in script and "--nworkers" not in script and "--cpus-per-task=32" in script
+
+
+@pytest.mark.parametrize("kind,options,fix", [
+    ("slurm", {"cores": 32, "processes": 4, "memory": "180GB"}, "set blas_threads: 1"),
+    ("pbs", {"cores": 24, "processes": 4, "memory": "96GB", "resource_spec": "select=1:ncpus=24"}, "set blas_threads: 1"),
+])
+def test_oversubscribed_user_config_warns_with_numbers_and_fix(kind, options, fix):
+    pytest.importorskip("dask_jobqueue")
+    config = {"kind": kind, "blas_threads": 8, "options": options}
+    with pytest.warns(UserWarning, match="oversubscribes") as record:
+        cluster.job_script(config)
+    message = str(record[0].message)
+    assert f"4 worker processes x {options['cores'] // 4} task threads x 8 BLAS threads" in message
+    assert f"on {options['cores']} cores" in message and fix in message
+
+
+@pytest.mark.cluster
+def test_oversubscribed_mpi_and_local_configs_warn(monkeypatch):
+    with pytest.warns(UserWarning, match="8 worker processes x 2 task threads x 4 BLAS threads = 64 threads on 32"):
+        cluster.job_script({"kind": "mpi", "scale": 15, "blas_threads": 4, "node_cores": 32, "ranks_per_node": 8,
+                            "options": {"nthreads": 2}})
+    cores = cluster.node_threads("local")["cores"]
+    with pytest.warns(UserWarning, match="use fewer worker processes"):
+        cluster.start_client({"kind": "local", "options": {"n_workers": cores + 1, "threads_per_worker": 1,
+                                                           "processes": False}}).close()
+
+
+def test_job_scripts_run_the_configured_python():
+    """The worker command runs the environment the prologue activates, not this machine's interpreter."""
+    pytest.importorskip("dask_jobqueue")
+    for name in ("slurm", "slurm-dual", "pbs"):
+        script = cluster.job_script(name)
+        assert sys.executable not in script
+        assert re.search(r"^python -m distributed.cli.dask_worker", script, re.M), script
+        assert script.index("activate") < script.index("python -m distributed")
+    config = cluster.load_config("slurm")
+    config["options"]["python"] = "/opt/env/bin/python3"
+    assert "/opt/env/bin/python3 -m distributed.cli.dask_worker" in cluster.job_script(config)
+    # a prologue without python: the python it puts on the PATH
+    del config["options"]["python"]
+    assert sys.executable not in cluster.job_script(config)
+
+
+def test_mpi_script_counts_ranks_forwards_blas_and_uses_python():
+    script = cluster.job_script("mpi")
+    launch = [line for line in script.splitlines() if line.startswith("mpirun")][0]
+    assert launch.startswith("mpirun -n 64 --map-by ppr:8:node env OMP_NUM_THREADS=4 OPENBLAS_NUM_THREADS=4 "
+                             "MKL_NUM_THREADS=4 python -m dask_mpi.cli ")
+    assert "--no-nanny" not in launch  # dask-mpi's command rejects it today
+    assert script.index("activate") < script.index("mpirun")
+    small = cluster.job_script({"kind": "mpi", "scale": 3, "launcher": "srun -n {ranks}"})
+    assert "srun -n 4 env OMP_NUM_THREADS=1" in small and "dask-mpi --scheduler-file" in small
+    with pytest.raises(ValueError, match="are for kind mpi only"):
+        cluster.load_config({"kind": "slurm", "python": "python"})
+
+
+def test_shipped_names_and_unknown_name():
+    assert cluster.load_config("slurm-dual")["options"]["processes"] == 1
+    with pytest.raises(FileNotFoundError, match="shipped configurations \\['kubernetes', 'local'"):
+        cluster.load_config("slurmm")
+
+
+@pytest.mark.cluster
+def test_start_client_logs_the_dashboard(caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="rfol_dask"):
+        client = cluster.start_client({"kind": "local", "options": {"n_workers": 1, "processes": False}})
+    try:
+        assert (cluster.dashboard_link(client) or "needs bokeh") in caplog.text and "dashboard" in caplog.text
+    finally:
+        client.close()
+        client.cluster.close()
+
+
+def test_configurations_are_package_data_kept_once():
+    """The YAML files live only in the package and pyproject ships them in the wheel."""
+    import tomllib
+    from fnmatch import fnmatch
+
+    root = Path(__file__).resolve().parents[1]
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["rfol_dask"]
+    for path in CONFIGS.glob("*.yaml"):
+        assert any(fnmatch(f"clusters/{path.name}", g) for g in globs), path
+    assert not list((root / "cluster").glob("*.yaml"))  # no second copy beside cluster/README.md

@@ -30,7 +30,7 @@ def test_grown_curve_equals_separate_fits(data, distribution, fit_intercept):
     res = error_curve(U, V, Ut, Vt, checkpoints, frequencies=(omega, b), alpha=1e-4, block_size=70,
                       fit_intercept=fit_intercept, return_predictions=True)
     assert res["n_features"].tolist() == checkpoints
-    assert np.all(res["fit_time"] > 0) and np.all(np.diff(res["fit_time"]) > -0.5)
+    assert np.all(res["fit_time"] > 0) and np.all(res["predict_time"] > 0)
     for k, N in enumerate(checkpoints):
         coef, intercept = fit_numpy(U, V, omega[:, :N], b[:N], alpha=1e-4, fit_intercept=fit_intercept,
                                     solver="dual")
@@ -48,13 +48,48 @@ def test_every_checkpoint_is_the_operator_with_the_same_seed(data):
         assert _rel(res["predictions"][k], model.predict(Ut)) < 1e-8
 
 
-def test_error_curves_over_seeds(data):
+def test_error_curves_over_seeds_are_the_single_seed_curves(data):
     U, V, Ut, Vt = data
     res = error_curves(U, V, Ut, Vt, doubling(100, 800), seeds=(0, 1), gamma=0.3, alpha=1e-6)
-    assert res["error"].shape == res["fit_time"].shape == (2, 4)
-    assert res["n_features"].tolist() == [100, 200, 400, 800]
+    assert res["error"].shape == res["fit_time"].shape == res["predict_time"].shape == (2, 4)
+    assert res["n_features"].tolist() == [100, 200, 400, 800] and res["seeds"].tolist() == [0, 1]
+    for row, seed in enumerate((0, 1)):  # row s is the curve of random_state s
+        single = error_curve(U, V, Ut, Vt, doubling(100, 800), gamma=0.3, alpha=1e-6, random_state=seed)
+        np.testing.assert_allclose(res["error"][row], single["error"], rtol=1e-10)
     assert not np.allclose(res["error"][0], res["error"][1])  # the seeds draw different features
-    assert set(res["slope"]) == {"slope", "intercept", "n_points", "saturated_at"}
+
+
+def test_error_falls_with_n_on_an_easy_problem():
+    # a smooth 5-mode operator, narrow Gaussian features, N <= M: every doubling of N lowers the
+    # test error by at least a quarter on every seed (measured: 29-60 %), down to about 0.1 %
+    U, V = smooth_operator_data(400, 24, seed=0)
+    Ut, Vt = smooth_operator_data(100, 24, seed=1)
+    res = error_curves(U, V, Ut, Vt, doubling(25, 400), seeds=(0, 1, 2), distribution="gaussian", gamma=0.03,
+                       alpha=1e-8)
+    assert np.all(np.diff(np.log(res["error"]), axis=1) < np.log(0.75))
+    assert res["error"][:, -1].max() < 0.005
+    assert res["slope"]["n_points"] == 5 and res["slope"]["saturated_at"] is None
+    assert res["slope"]["slope"] < -1.0
+    # the slope is that of the geometric mean over the seeds
+    assert res["slope"] == fit_slope(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)))
+
+
+def test_fit_time_counts_the_blocks_up_to_n_and_one_solve(data, monkeypatch):
+    """A clock that ticks once per reading: each block and each checkpoint solve then costs a fixed
+    number of ticks, so the fit time at N must grow exactly with the number of blocks up to N
+    (the earlier checkpoints' solves are not charged to later ones)."""
+    import rfol_dask.curves as curves_module
+
+    U, V, Ut, Vt = data
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(curves_module.time, "perf_counter", lambda: float(next(ticks)))
+    checkpoints = [50, 100, 300, 350]
+    res = error_curve(U, V, Ut, Vt, checkpoints, gamma=0.3, alpha=1e-6, random_state=0, block_size=50)
+    blocks = np.array(checkpoints) // 50  # blocks of 50 features up to each checkpoint
+    per_block = np.diff(res["fit_time"]) / np.diff(blocks)
+    assert np.all(per_block > 0) and np.all(per_block == per_block[0])
+    per_block_pred = np.diff(res["predict_time"]) / np.diff(blocks)
+    assert np.all(per_block_pred > 0) and np.all(per_block_pred == per_block_pred[0])
 
 
 def test_bad_checkpoints(data):

@@ -9,6 +9,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_cli_quickstart(tmp_path):
     res = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "quickstart", "--out", str(tmp_path / "qs"),
                           "--train", "400", "--test", "200"], capture_output=True, text=True, timeout=300)
@@ -33,6 +35,8 @@ def test_cli_datasets_and_generate_errors(tmp_path):
     assert main(["generate", "advection2", "--samples", "6", "--out", str(tmp_path / "a.zarr"), "--overwrite"]) == 0
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_example_script(tmp_path):
     res = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
@@ -42,6 +46,8 @@ def test_example_script(tmp_path):
     assert (tmp_path / "advection2.png").exists() and (tmp_path / "advection2_model.zarr").is_dir()
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_example_notebook(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -51,6 +57,8 @@ def test_example_notebook(tmp_path):
     assert (tmp_path / "notebook_advection1.zarr").is_dir()
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_cli_fit_with_cluster_config_report_and_save(tmp_path):
     from rfol_dask import RandomFeatureOperator
     from rfol_dask.cli import main
@@ -68,3 +76,40 @@ def test_cli_fit_with_cluster_config_report_and_save(tmp_path):
     if "--report" in args:
         assert (tmp_path / "report.html").stat().st_size > 1000
     assert main(["fit", store, "--train", "999"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_cli_generate_on_a_cluster_configuration(tmp_path):
+    """`generate --cluster`: the dashboard link and the progress go to stderr, stdout holds the result only."""
+    cfg = tmp_path / "one.yaml"
+    cfg.write_text("kind: local\nblas_threads: 1\noptions: {n_workers: 1, threads_per_worker: 1}\n")
+    res = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "generate", "advection1", "--samples", "40",
+                          "--out", str(tmp_path / "a.zarr"), "--cluster", str(cfg)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [l for l in res.stdout.splitlines() if l.startswith("advection1: 40 samples")]
+    assert len(res.stdout.splitlines()) == 1
+    assert "dask dashboard: http://" in res.stderr and "100% Completed" in res.stderr
+    from rfol_dask.cli import main
+
+    assert main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "b.zarr"),
+                 "--cluster", "no-such-cluster"]) == 2
+    assert main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "b.zarr"),
+                 "--cluster", str(cfg), "--workers", "2"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.cluster  # the performance report needs a distributed client: fit starts one
+def test_cli_fit_report_without_cluster(tmp_path, capsys):
+    pytest.importorskip("bokeh")
+    from rfol_dask.cli import main
+
+    store = str(tmp_path / "a.zarr")
+    assert main(["generate", "advection2", "--samples", "120", "--out", store]) == 0
+    assert main(["fit", store, "--train", "100", "--n-features", "300", "--gamma", "1e-4",
+                 "--report", str(tmp_path / "report.html")]) == 0
+    assert (tmp_path / "report.html").stat().st_size > 1000
+    out, err = capsys.readouterr()
+    assert "dask dashboard:" in err and "dask dashboard" not in out and "fit: 100 samples" in out

@@ -1,4 +1,4 @@
-"""Failure behaviour on a real distributed cluster (DESIGN.md, "Failure behaviour expected")."""
+"""Failure behaviour on a real distributed cluster (docs/design.md, "Failure behaviour")."""
 
 import os
 import signal
@@ -13,6 +13,8 @@ from conftest import smooth_operator_data
 from distributed import Client, LocalCluster
 
 from rfol_dask import RandomFeatureOperator, datasets
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # every test runs a process cluster
 
 
 def _slow_block(block):

@@ -1,7 +1,12 @@
+import threading
+
 import numpy as np
 import pytest
+from conftest import smooth_operator_data
 from scipy import integrate, stats
+from threadpoolctl import threadpool_limits
 
+from rfol_dask import RandomFeatureOperator
 from rfol_dask.features import check_random_state, draw_frequencies, feature_map
 
 
@@ -70,3 +75,37 @@ def test_frequency_slabs_and_prefixes_are_the_same_draw(distribution, nu):
     small = draw_frequencies(6, 300, distribution, 0.5, nu, 11)  # nested: the first 300 of 700
     np.testing.assert_array_equal(small[0], omega[:, :300])
     np.testing.assert_array_equal(small[1], b[:300])
+
+
+@pytest.mark.parametrize("seed", [lambda: 5, lambda: np.random.RandomState(5), lambda: np.random.default_rng(5)],
+                         ids=["int", "RandomState", "Generator"])
+def test_every_kind_of_seed_gives_a_reproducible_model(seed):
+    U, V = smooth_operator_data(50, 8)
+    first = RandomFeatureOperator(n_features=60, random_state=seed()).fit(U, V)
+    again = RandomFeatureOperator(n_features=60, random_state=seed()).fit(U, V)
+    np.testing.assert_array_equal(first.omega_, again.omega_)
+    np.testing.assert_array_equal(first.coef_, again.coef_)
+    other = RandomFeatureOperator(n_features=60, random_state=6).fit(U, V)
+    assert not np.allclose(first.omega_, other.omega_)
+
+
+def test_draw_frequencies_takes_a_random_state():
+    a = draw_frequencies(3, 10, random_state=np.random.RandomState(1))
+    b = draw_frequencies(3, 10, random_state=np.random.RandomState(1))
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_feature_map_on_several_threads_matches_one_thread():
+    """A block of over 2^20 entries: the elementwise passes run on as many threads as the BLAS
+    may use, slab by slab, and give exactly the one-thread result."""
+    U = np.random.default_rng(0).standard_normal((1200, 6))
+    omega, b = draw_frequencies(6, 1000, random_state=0)
+    shift = np.linspace(-0.01, 0.01, 1000)
+    with threadpool_limits(limits=1, user_api="blas"):
+        one = feature_map(U, omega, b, shift=shift)
+    with threadpool_limits(limits=4, user_api="blas"):
+        many = feature_map(U, omega, b, shift=shift)
+    assert any(t.name.startswith("rfol-features") for t in threading.enumerate())
+    np.testing.assert_array_equal(many, one)
+    np.testing.assert_allclose(one, np.sqrt(2 / 1000) * np.cos(U @ omega + b) - shift, rtol=1e-12, atol=1e-12)

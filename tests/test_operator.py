@@ -119,6 +119,7 @@ def test_predict_is_lazy_for_dask_and_keeps_chunks():
     np.testing.assert_allclose(pred.compute(), model.predict(U), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_real_local_cluster_two_workers_same_model(cluster_client):
     U, V = smooth_operator_data(160, 16)
     for solver, n_features in (("dual", 300), ("primal", 80)):
@@ -136,6 +137,7 @@ def test_real_local_cluster_two_workers_same_model(cluster_client):
         np.testing.assert_allclose(pred, ref.predict(U), rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.cluster
 def test_one_worker_and_two_workers_agree():
     from distributed import Client, LocalCluster
 

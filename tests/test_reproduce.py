@@ -1,71 +1,119 @@
-"""The reproduction benchmark (benchmarks/reproduce.py) in --quick mode, on every data set."""
+"""The reproduction (rfol_dask.experiments, ``rfol-dask reproduce``): quick mode, tables, data access."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from rfol_dask import experiments
+from rfol_dask.baselines import KernelOperator
+from rfol_dask.cli import main
+import rfol_dask.experiments.reference as reference_module
+from rfol_dask.metrics import relative_l2_error
 
 
-@pytest.fixture(scope="module")
-def reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce_under_test", ROOT / "benchmarks" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _table_rows(table, first):
+    return [line for line in table.splitlines() if line.startswith(f"| {first} |")]
 
 
-def test_quick_mode_through_the_cli(tmp_path, reproduce):
-    from rfol_dask.cli import main
+@pytest.mark.slow
+def test_quick_fits_meet_the_bounds_of_the_data_file(tmp_path):
+    out, data = tmp_path / "out", tmp_path / "data"
+    assert main(["reproduce", "advection1", "--quick", "--parts", "fits", "--out", str(out), "--data", str(data),
+                 "--workers", "0"]) == 0
+    res = json.loads((out / "advection1.json").read_text())
+    assert res["quick"] and (res["train"], res["test"]) == (200, 100)
+    methods = res["fits"]["methods"]
+    assert list(methods) == list(experiments.METHODS)
+    for label, m in methods.items():
+        assert 0 < m["error"] < experiments.quick_bound("advection1", label)
+    assert methods["rf_cauchy"]["n_features"] == 2000  # the paper's N = 5000, capped in quick mode
+    assert (out / "advection1.png").stat().st_size > 10_000
+    # the table holds one row per method with the error of the JSON file, in percent
+    rows = _table_rows((out / "table.md").read_text(), "advection1")
+    assert [r.split(" | ")[2] for r in rows] == list(experiments.METHODS)
+    for row, m in zip(rows, methods.values()):
+        assert float(row.split(" | ")[3]) == pytest.approx(100 * m["error"], rel=5e-3)
+    assert "over bound" not in (out / "table.md").read_text()
 
+
+def test_an_error_over_its_bound_fails_the_run(tmp_path, monkeypatch):
+    ref = json.loads(json.dumps(reference_module.reference_data()))
+    ref["quick"]["bounds"]["advection1"]["rbf"] = 1e-9  # far below the error RBF reaches
+    monkeypatch.setattr(reference_module, "reference_data", lambda: ref)
+    out = tmp_path / "out"
+    assert main(["reproduce", "advection1", "--quick", "--parts", "fits", "--out", str(out),
+                 "--data", str(tmp_path / "data"), "--workers", "0"]) == 1
+    m = json.loads((out / "advection1.json").read_text())["fits"]["methods"]
+    assert not m["rbf"]["passed"] and m["rf_cauchy"]["passed"]
+    (row,) = [r for r in _table_rows((out / "table.md").read_text(), "advection1") if "| rbf |" in r]
+    assert "**over bound**" in row
+
+
+@pytest.mark.slow
+def test_quick_mode_of_every_data_set_through_the_cli(tmp_path):
     out, data = tmp_path / "out", tmp_path / "data"
     # every data set from scratch (generated here): fits, equal time and curves, each error
-    # checked against its stated bound (the CI check of the issue; a few minutes)
+    # checked against the bound of reference.toml (the CI check; about 2 minutes)
     assert main(["reproduce", "all", "--quick", "--out", str(out), "--data", str(data), "--workers", "0"]) == 0
-    for name in reproduce.NAMES:
+    names = experiments.reference_data()["sets"]
+    for name in names:
         res = json.loads((out / f"{name}.json").read_text())
-        assert res["quick"] and res["train"] == reproduce.QUICK_TRAIN.get(name, 200) and res["test"] == 100
-        methods = res["fits"]["methods"]
-        assert set(methods) == set(reproduce.METHODS)
-        for label, m in methods.items():
-            assert m["passed"] and m["error"] < m["bound"] == reproduce.QUICK_BOUNDS[name][label]
+        assert res["train"] == experiments.quick_train(name) and res["test"] == 100
+        for label, m in res["fits"]["methods"].items():
+            assert m["error"] < experiments.quick_bound(name, label), (name, label)
             assert m["fit_s"] > 0 and m["predict_s"] > 0 and m["peak_mib"] > 0
-        assert methods["rf_cauchy"]["n_features"] == 2000 and methods["rbf"]["length_scale"] > 0
-        assert (out / res["fits"]["figure"]).stat().st_size > 10_000
-    res = json.loads((out / "burgers.json").read_text())
-    eq = res["equal_time"]["methods"]
-    assert set(eq) == {"rbf", "matern52", "rf_cauchy", "rf_gaussian"}
-    assert eq["rf_cauchy"]["n_features"] in reproduce.curves.doubling(250, 2000)
-    curve = res["curves"]
+    eq = json.loads((out / "burgers.json").read_text())["equal_time"]
+    for law in ("rf_cauchy", "rf_gaussian"):  # the N whose ladder fit time is nearest the kernels' budget
+        m = eq["methods"][law]
+        times = np.array(m["ladder_fit_s"])
+        assert len(times) == 4
+        assert m["n_features"] == [250, 500, 1000, 2000][int(np.argmin(np.abs(np.log(times / eq["budget_s"]))))]
+    curve = json.loads((out / "burgers.json").read_text())["curves"]
     assert curve["n_features"] == [250, 500, 1000, 2000] and np.shape(curve["error"]) == (2, 4)
     assert (out / "curves.png").stat().st_size > 10_000
-    table = (out / "table.md").read_text()
-    fits, equal, curve = table.split("\n\n")
-    assert fits.count("| burgers | 200 / 100 |") == 5 and equal.count("| burgers |") == 4
-    assert all(f"| {name} |" in fits for name in reproduce.NAMES)
-    assert curve.startswith("| curve (Cauchy) |") and "| burgers | 200 / 100 | 250-2000 | 2 |" in curve
+    fits, equal, curves = (out / "table.md").read_text().split("\n\n")
+    assert all(len(_table_rows(fits, name)) == 5 for name in names)
+    assert len(_table_rows(equal, "burgers")) == 4 and len(_table_rows(equal, "navier_stokes_low")) == 4
+    assert curves.startswith("| curve (Cauchy) |") and "| burgers | 200 / 100 | 250-2000 | 2 |" in curves
 
 
-def test_subset_of_a_larger_store_is_the_same_data(tmp_path, reproduce):
+def test_subset_of_a_larger_store_is_the_same_data(tmp_path):
     from rfol_dask import datasets
 
     big, small = tmp_path / "big", tmp_path / "small"
     big.mkdir()
     datasets.generate("advection1", 40, store=big / "advection1.zarr", seed=0)
-    a_train, a_test = reproduce.load_subset("advection1", 12, 6, big)  # sliced from the big store
-    b_train, b_test = reproduce.load_subset("advection1", 12, 6, small)  # generated afresh
+    a_train, a_test = experiments.load_subset("advection1", 12, 6, big)  # sliced from the big store
+    b_train, b_test = experiments.load_subset("advection1", 12, 6, small)  # generated afresh
     assert (small / "subsets" / "advection1_18.zarr").is_dir() and not (big / "subsets").exists()
     np.testing.assert_array_equal(a_train["input"].values, b_train["input"].values)
     np.testing.assert_array_equal(a_test["output"].values, b_test["output"].values)
     assert a_test.sizes["sample"] == 6
 
 
-def test_unknown_name_and_part(tmp_path):
-    from rfol_dask.cli import main
+def test_median_length_scale():
+    X = np.array([[0.0, 0.0], [3.0, 0.0], [3.0, 4.0]])  # pairwise distances 3, 4, 5
+    assert experiments.median_length_scale(X) == pytest.approx(4.0)
+    assert experiments.median_length_scale(np.vstack([X, [[100.0, 0.0]]]), max_rows=3) == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        experiments.median_length_scale(X[:1])
 
+
+def test_select_nugget_picks_the_best_validation_error():
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((50, 4))
+    V = np.sin(U @ rng.standard_normal((4, 3))) + 0.3 * rng.standard_normal((50, 3))  # noisy: a nugget helps
+    grid = (1e-8, 1e-2, 1.0)
+    nugget, seconds, errors = experiments.select_nugget("rbf", 2.0, U, V, grid=grid)
+    expected = {g: relative_l2_error(V[40:], KernelOperator(kernel="rbf", length_scale=2.0, nugget=g)
+                                     .fit(U[:40], V[:40]).predict(U[40:])) for g in grid}
+    assert nugget == min(expected, key=expected.get) and seconds > 0
+    assert errors == pytest.approx({f"{g:.3g}": e for g, e in expected.items()})
+    assert nugget != 1e-8  # the noise makes interpolation lose
+
+
+def test_unknown_name_and_part(tmp_path):
     assert main(["reproduce", "nope", "--quick", "--out", str(tmp_path)]) == 2
     assert main(["reproduce", "advection1", "--quick", "--parts", "tables", "--out", str(tmp_path)]) == 2
 

@@ -10,23 +10,12 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import smooth_operator_data
+from conftest import FakeClient, smooth_operator_data
 from dask.utils import key_split
 
 from rfol_dask import RandomFeatureOperator
 from rfol_dask.features import draw_frequencies
 from rfol_dask.solve import fit_dask, fit_numpy
-
-
-class FakeClient:
-    """A client whose workers have the given memory limits (bytes)."""
-
-    def __init__(self, *limits):
-        self.limits = limits
-
-    def scheduler_info(self):
-        return {"workers": {f"w{i}": {"memory_limit": m, "nthreads": 1} for i, m in enumerate(self.limits)}}
-
 
 #: the memory monitor is off so that tiny limits are only numbers the plans read
 _MONITOR_OFF = {f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause", "terminate")}
@@ -44,6 +33,7 @@ def test_blocked_cholesky_matches_in_memory_fit(fit_intercept):
     np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
 
 
+@pytest.mark.cluster
 def test_worker_memory_limit_triggers_blocked_factorisation():
     from distributed import Client, LocalCluster
 
@@ -67,6 +57,7 @@ def test_blocked_factorisation_reports_indefinite_gram():
 
 
 @pytest.mark.parametrize("limit,keep", [("500kB", False), ("1MB", True)])
+@pytest.mark.cluster
 def test_blocked_memory_plans_give_the_same_model(limit, keep):
     """A (200 x 350 doubles, 560 kB) is kept for C = A^T Beta when it takes at most 30 % of the
     cluster memory, else each feature block is made again (the tasks ``features-again``)."""
@@ -142,6 +133,7 @@ def _draw_or_fail(delay_columns, fail_columns, *args, columns=None):
 
 @pytest.mark.parametrize("cache", ["disk", "none"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.cluster
 def test_streamed_dual_sums_the_gram_over_feature_slabs_and_workers(tmp_path, cache, fit_intercept):
     """Several slabs per worker, two workers each holding a partial Gram: the same model as the
     in-memory fit; the slabs cached between the passes are deleted afterwards."""
@@ -183,6 +175,7 @@ def test_streamed_dual_makes_a_lost_cached_slab_again(tmp_path, monkeypatch):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.cluster
 def test_failed_streamed_fit_leaves_no_feature_cache(tmp_path):
     """One worker's slab fails while the other is still making (and caching) its first slab:
     the fit fails, and nothing of its cache is left on the workers' disks, not even the slab
@@ -202,6 +195,24 @@ def test_failed_streamed_fit_leaves_no_feature_cache(tmp_path):
         assert not glob.glob(str(tmp_path / "**" / "rfol-*"), recursive=True)
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_streamed_dual_fits_small_workers():
+    """A worker process limited to 300 MB (about 190 MB of it the process itself): a 500 x 60000
+    feature matrix (240 MB) in slabs that the worker memory sizes, not one 240 MB slab that gets
+    the worker killed."""
+    from distributed import Client, LocalCluster
+
+    U, V = smooth_operator_data(500, 16)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="300MB",
+                         dashboard_address=":0") as c, Client(c):
+        model = RandomFeatureOperator(n_features=60_000, alpha=1e-6, random_state=0).fit(
+            da.from_array(U, chunks=(250, -1)), da.from_array(V, chunks=(250, -1)))
+    assert model.score(U, V) > 0.999
+
+
+@pytest.mark.cluster
 def test_predict_on_a_cluster_ships_the_model_once_not_in_the_graph():
     import warnings
 

@@ -9,8 +9,11 @@ PCA (``n_components``) replaces each input by its leading principal scores.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import numbers
+import re
+import warnings
 
 import dask
 import numpy as np
@@ -49,6 +52,21 @@ def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
     return out
 
 
+@contextlib.contextmanager
+def _nugget_messages():
+    """The shared solvers (:mod:`rfol_dask.solve`) call their ridge ``alpha``; this model's is
+    ``nugget``: their errors and warnings are re-raised with the name this model takes."""
+    rename = functools.partial(re.sub, r"\balpha\b", "nugget")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        except ValueError as exc:
+            raise ValueError(rename(str(exc))) from exc
+    for w in caught:
+        warnings.warn_explicit(rename(str(w.message)), w.category, w.filename, w.lineno)
+
+
 def pca(U, n_components):
     """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy or dask).
 
@@ -79,18 +97,38 @@ class KernelOperator(OperatorEstimator):
         Ridge added to the diagonal of the centred Gram (>= 0).
     n_components : int, default=None
         Input PCA: fit on the leading ``n_components`` principal scores of the inputs.
-    fit_intercept, dtype, column_block, max_gram_bytes, progress, recovery
-        As in :class:`rfol_dask.RandomFeatureOperator`.
+    fit_intercept : bool, default=True
+        Centre in feature space and fit an intercept per output component.
+    dtype : {None, "float32", "float64"}, default=None
+        Working precision; ``None`` follows the input.
+    column_block : int, default=None
+        Output columns per solve task for dask input (default: spread over all worker threads).
+    max_gram_bytes : int, default=None
+        Memory budget for the M x M Gram (default: 60 % of available / worker memory).
+    progress : bool, default=False
+        Show a progress bar while fitting dask input.
+    recovery : str, dict or 2-tuple, default="cubic"
+        Recovery maps ``(R_U, R_V)`` used by ``predict`` on other grids, as in
+        :class:`rfol_dask.RandomFeatureOperator`.
 
     Attributes
     ----------
-    X_train_ : ndarray (M, p)
-        Training inputs (PCA scores if ``n_components``), needed to predict.
-    dual_coef_ : ndarray (M, m)
-    intercept_ : ndarray (m,)
-    pca_mean_, pca_components_ : ndarray (n,), (n, p) or None
+    X_train_ : ndarray of shape (M, p)
+        Training inputs (``p = n``, or the PCA scores: ``p = n_components``), needed to predict.
+    dual_coef_ : ndarray of shape (M, m)
+        Dual coefficients ``Beta`` (``m`` output grid points).
+    intercept_ : ndarray of shape (m,)
+        Intercept ``c0`` of each output grid point.
+    pca_mean_ : ndarray of shape (n,) or None
+        Mean of the training inputs (None without ``n_components``).
+    pca_components_ : ndarray of shape (n, p) or None
+        Leading principal directions of the training inputs (None without ``n_components``).
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_grid_, output_grid_, input_periods_, output_periods_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
     length_scale_ : float
-        The length scale used (``length_scale`` or its median-heuristic value; 1.0 for ``"linear"``).
+        The length scale used (``length_scale``, or its median-heuristic value; 1.0 for ``"linear"``).
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
     does not fit one) plus the training inputs. Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
@@ -102,7 +140,7 @@ class KernelOperator(OperatorEstimator):
         "nugget": [Interval(numbers.Real, 0, None, closed="left")],
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "fit_intercept": ["boolean"],
-        "dtype": [StrOptions({"float32", "float64"}), type, None],
+        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
         "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "progress": ["boolean"],
@@ -138,6 +176,10 @@ class KernelOperator(OperatorEstimator):
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,); keep the training inputs."""
+        with _nugget_messages():
+            self._solve(U, V, lazy, dtype)
+
+    def _solve(self, U, V, lazy, dtype):
         M = U.shape[0]
         self.pca_mean_ = self.pca_components_ = None
         if self.n_components is not None:

@@ -1,8 +1,9 @@
 """Benchmark data sets of the paper, generated on the cluster into Zarr.
 
 ``names()`` lists them, ``generate(name, n_samples, store=None, seed=0, **params)`` makes one
-(into a Zarr store when ``store`` is given), ``open(path)`` reads one back lazily.
-Each generator lives in its own module and registers a :class:`DatasetSpec`.
+(into a Zarr store when ``store`` is given), ``open_dataset(path)`` reads one back lazily
+(``datasets.open(path)`` is the same function). Each generator lives in its own module and
+registers a :class:`DatasetSpec`. How each data set is made: docs/datasets.md.
 """
 
 from .registry import DatasetSpec, get, names, register, resolve_params, sample_rng
@@ -17,7 +18,14 @@ from . import (  # noqa: F401  (each module registers its data sets)
     structural_mechanics,
 )
 
-open = open_dataset  # noqa: A001  (the documented name: ``datasets.open(path)``)
-
 __all__ = ["DatasetSpec", "get", "names", "register", "resolve_params", "sample_rng",
-           "generate", "open", "open_dataset"]
+           "generate", "open_dataset"]
+
+
+def __getattr__(name):
+    # ``datasets.open(path)``: an attribute of the package, never a global name in it (which
+    # would hide the builtin ``open`` here); left out of ``__all__`` so that ``import *`` cannot
+    # shadow the builtin either
+    if name == "open":
+        return open_dataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -76,6 +76,8 @@ ADVECTION1 = register(
         name="advection1",
         make_block=_make(_draw_1, _profile_1),
         defaults=dict(_DEFAULTS),
+        units="m",
+        periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
         grids=_grids,
         description="Advection I: periodic square wave translated to t = 20/39 (40 -> 40)",
         paper=dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-15,
@@ -88,6 +90,8 @@ ADVECTION2 = register(
         name="advection2",
         make_block=_make(_draw_2, _profile_2),
         defaults=dict(_DEFAULTS),
+        units="m",
+        periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
         grids=_grids,
         description="Advection II: square wave plus bump translated to t = 20/39 (40 -> 40)",
         paper=dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-15,

@@ -5,7 +5,7 @@ Grid ``x = linspace(0, 1, n_points)`` (endpoint included, 200 points). The field
     a(x) = sum_{l=1}^{L} (4 pi^2 l^2 + tau^2)^(-alpha/2) sqrt(2)
            (theta_{2l-1} cos 2 pi l x + theta_{2l} sin 2 pi l x),   theta ~ N(0, 1),
 
-with ``L = n_modes = 50``, ``tau = 3``, ``alpha = 2`` (DATASETS.md), is thresholded to
+with ``L = n_modes = 50``, ``tau = 3``, ``alpha = 2`` (docs/datasets.md), is thresholded to
 ``u0 = +1`` where ``a > 0`` and ``-1`` elsewhere (input). The output is the exact solution of
 ``u_t + u_x = 0`` at ``t = shift = 0.5``: the same series evaluated at ``(x - shift) mod 1`` and
 thresholded the same way (no numerical transport, so the discontinuities stay sharp).
@@ -80,6 +80,8 @@ ADVECTION3 = register(
         name="advection3",
         make_block=make_block,
         defaults=dict(_DEFAULTS),
+        units="m",
+        periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
         grids=grids,
         description="Advection III: thresholded 50-mode periodic field translated by half a period (200 -> 200)",
         paper=dict(train=1000, test=1000, n_features=3000, gamma=1e-6, alpha=1e-15,

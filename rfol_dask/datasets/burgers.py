@@ -181,6 +181,8 @@ BURGERS = register(
         name="burgers",
         make_block=make_block,
         defaults=dict(_DEFAULTS),
+        units="m",
+        periods={"x": 1.0},
         grids=_grids,
         description="Burgers, nu = 0.1, u0 -> u(., 1) on [0, 1) periodic (128 -> 128)",
         paper=dict(train=1848, test=200, n_features=100000, gamma=0.01, alpha=1e-12,

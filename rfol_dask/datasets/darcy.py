@@ -176,6 +176,7 @@ DARCY = register(
         name="darcy",
         make_block=make_block,
         defaults=dict(_DEFAULTS),
+        units="m",
         grids=grids,
         description="Darcy: -div(a grad u) = 1, a in {3, 12}, 421^2 solve (29x29 -> 29x29)",
         paper=dict(train=1000, test=200, n_features=100000, gamma=2e-4, alpha=1e-12,

@@ -1,4 +1,4 @@
-"""Random input fields shared by the benchmark generators (DATASETS.md).
+"""Random input fields shared by the benchmark generators (docs/datasets.md).
 
 Every function takes the per-sample generator ``rng`` (see ``registry.sample_rng``)
 and returns one field on the requested grid, float64. Costs are O(grid size x modes)

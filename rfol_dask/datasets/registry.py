@@ -41,7 +41,11 @@ class DatasetSpec:
     description : str
         One line for ``rfol-dask datasets``.
     units : str
-        Units of the grid coordinates.
+        Units of the grid coordinates (``"m"`` for positions; ``"1"`` only for truly
+        dimensionless ones).
+    periods : mapping
+        Grid dimension -> period, for every periodic axis; written as the coordinate
+        attribute ``period``, which ``fit`` reads (recovery then wraps around that axis).
     paper : mapping
         The paper's settings and figures (``train``, ``test``, ``n_features``,
         ``gamma``, ``alpha``, ``cauchy``, ``gaussian``) for sanity tables.
@@ -54,6 +58,14 @@ class DatasetSpec:
     description: str = ""
     units: str = "1"
     paper: Mapping[str, Any] = field(default_factory=dict)
+    periods: Mapping[str, float] = field(default_factory=dict)
+
+    def coord_attrs(self, dim: str) -> dict:
+        """Attributes of the grid coordinate ``dim``: ``units``, and ``period`` if it is periodic."""
+        attrs = {"units": self.units}
+        if dim in self.periods:
+            attrs["period"] = float(self.periods[dim])
+        return attrs
 
 
 def register(spec: DatasetSpec) -> DatasetSpec:

@@ -1,6 +1,6 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
-Layout (DESIGN.md): variables ``input`` (sample, <input grid dims>) and ``output``
+Layout (docs/design.md): variables ``input`` (sample, <input grid dims>) and ``output``
 (sample, <output grid dims>), grid coordinates with units, chunks along ``sample`` only,
 attributes for every generator parameter, the seed and the package version. A
 bookkeeping variable ``block_done`` (one int8 per block) is set only after a block's
@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dask
 import dask.array as da
@@ -24,6 +25,9 @@ from .._version import __version__
 from ..io import open_dataset
 from ..progress import compute
 from .registry import get, resolve_params
+
+if TYPE_CHECKING:  # annotations only: importing distributed here would slow every import
+    import distributed
 
 __all__ = ["generate", "open_dataset", "default_block_size"]
 
@@ -68,7 +72,7 @@ def _template(spec, params, n_samples, block_size, seed):
         coords={"sample": np.arange(n_samples), **gin, **gout},
     )
     for dim in {**gin, **gout}:
-        ds[dim].attrs["units"] = spec.units
+        ds[dim].attrs.update(spec.coord_attrs(dim))
     meta = {"dataset": spec.name, "n_samples": n_samples, "seed": int(seed),
             "block_size": block_size, "params": params}
     ds.attrs.update(
@@ -113,18 +117,56 @@ def _write_block(path, name, seed, start, stop, block, params):
     return stop - start
 
 
-def generate(name, n_samples, store=None, *, seed=0, client=None, block_size=None,
-             overwrite=False, progress=False, **params):
-    """Make ``n_samples`` samples of data set ``name`` and return them as an ``xarray.Dataset``.
+def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, *, seed: int = 0,
+             client: distributed.Client | None = None, block_size: int | None = None,
+             overwrite: bool = False, progress: bool = False, **params) -> xr.Dataset:
+    """Make ``n_samples`` samples of a benchmark data set as a dask job.
 
     Samples are made in blocks of ``block_size`` as dask tasks (on ``client``, the active
     distributed client, or dask's local scheduler); sample ``i`` depends only on
-    ``(seed, i)``. With ``store`` (a path) every block is written straight into its region
-    of a Zarr store and the store is returned lazily; rerunning the same call after an
-    interruption skips the blocks already written. Without ``store`` the result is in memory.
+    ``(seed, i)``, whatever the blocks. With ``store`` every block is written straight into
+    its region of a Zarr store; rerunning the same call after an interruption skips the
+    blocks already written.
 
-    Raises ValueError for an unknown name or parameter, a non-positive size, or a store
-    that holds another data set (pass ``overwrite=True`` to replace it).
+    Parameters
+    ----------
+    name : str
+        A registered data set (``rfol_dask.datasets.names()``), e.g. ``"advection1"``.
+    n_samples : int
+        Number of samples ``M`` (>= 1).
+    store : str or os.PathLike, optional
+        Zarr store to write into; without it the samples are made in memory.
+    seed : int, default=0
+        Non-negative seed of the samples.
+    client : distributed.Client, optional
+        Cluster to run on (default: the active client, else dask's local scheduler).
+    block_size : int, optional
+        Samples per task (default: chunks of about 32 MiB, at most 1000 samples).
+    overwrite : bool, default=False
+        Replace a store that holds another data set (or anything else).
+    progress : bool, default=False
+        Show a progress bar on stderr.
+    **params
+        Generator parameters of the data set (see its :class:`DatasetSpec`), e.g. the grid size.
+
+    Returns
+    -------
+    xarray.Dataset
+        Variables ``input`` (sample, *input grid dims) and ``output`` (sample, *output grid
+        dims), float64, with grid coordinates (units, ``period`` on periodic axes) and the
+        parameters as attributes; read lazily from ``store`` (chunks of ``block_size``
+        samples), or in memory without one.
+
+    Raises
+    ------
+    ValueError
+        If the name or a parameter is unknown, a size or the seed is not a positive integer,
+        or ``store`` holds another data set (pass ``overwrite=True`` to replace it).
+
+    Notes
+    -----
+    Memory: one block of inputs and outputs per worker thread with ``store``; the whole
+    data set (``8 M (n + m)`` bytes, twice while the blocks are joined) without.
     """
     spec = get(name)
     n_samples = _check_count(n_samples, "n_samples")

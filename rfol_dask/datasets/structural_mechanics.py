@@ -1,44 +1,23 @@
 """Structural mechanics (de Hoop et al. 2022): von Mises stress of a loaded plate with a fibre.
 
-Model (DATASETS.md; linear-elastic plane-stress variant of the original hyperelastic data):
-the unit square with a centred circular fibre of radius ``radius = 0.3``, linear elasticity in
-plane stress, ``sigma = 2 mu eps + lambda* tr(eps) I`` with ``lambda* = E nu / (1 - nu^2)``.
+The unit square with a centred circular fibre (``radius``), linear elasticity in plane stress
+(a linear-elastic variant of the original hyperelastic data): fibre ``E_fibre``, ``nu_fibre``;
+matrix shear modulus ``mu_matrix`` and ``nu_matrix``. The top edge carries the normal traction
+``f(x) = load_mean + load_scale sum_{l=1}^{n_modes} theta_l (pi^2 l^2 + tau^2)^(-1/2) sqrt(2) cos(pi l x)``,
+``theta_l ~ N(0, 1)``; left and right edges are free. ``bottom_bc``: ``"clamped"`` (``u = 0``,
+the benchmark) or ``"roller"`` (a frictionless support: ``u_y = 0`` along the bottom, ``u_x = 0``
+at the corner (0, 0) only; a homogeneous plate under a uniform load then has the exact uniform
+stress ``sigma_yy = f``, which P2 reproduces to rounding: the generator's patch test).
+Input: ``f`` at ``n_input`` points of the top edge (``input_interp="cubic21"``: sampled at 21
+points and interpolated by a not-a-knot cubic spline, as in the original files; ``"exact"``;
+``"cubicN"``). Output: von Mises on ``linspace(0, 1, n_output)^2`` (axis 0 along x).
 
-* fibre: ``E = 4e6``, ``nu = 0.35``;
-* matrix: shear modulus ``mu = 0.39e6``, ``nu = 0.45``, i.e. ``E = 2 mu (1 + nu) = 1.131e6``
-  (the DATASETS.md choice that reproduces the paper's errors; ``mu_matrix`` and ``nu_matrix``
-  are parameters);
-* bottom edge clamped (``u = 0``), left and right edges free, top edge loaded by the normal
-  traction ``t = f(x) n`` (``n = (0, 1)`` the outward normal: ``f > 0`` pulls), applied as the
-  boundary integral ``int_top f(x) v_y ds`` with a high-order Gauss rule per facet;
-* load ``f(x) = 100 + 400 sum_{l=1}^{100} theta_l (pi^2 l^2 + 9)^(-1/2) sqrt(2) cos(pi l x)``.
-
-Discretisation: P2 triangles (``ElementVector(ElementTriP2())``, scikit-fem) on a mesh that
-conforms to the circle, built here as an O-grid of mapped quadrilaterals (an inner square,
-a ring up to the circle and a ring out to the square boundary), each split along its shorter
-diagonal; ``mesh_n`` elements along each side of the unit square (default 48: 15 000
-triangles, 60 000 unknowns). Von Mises ``sqrt(sxx^2 - sxx syy + syy^2 + 3 sxy^2)`` is formed at
-the quadrature points, projected onto continuous P1 with the lumped (diagonal) mass, i.e. the
-nodal averages ``int(vm phi_i) / int(phi_i)`` (positive, no over- or undershoot, unlike the
-consistent L2 projection), and evaluated at the output grid ``linspace(0, 1, n_output)^2`` (axis 0 along
-x, axis 1 along y). Mesh dependence of the output (relative L2, 20 samples, against
-``mesh_n = 96``): 3.2 % at 32, 2.0 % at 48, 1.2 % at 64, concentrated at the two clamped
-bottom corners (stress singularities) and next to the fibre interface (where the projection
-smooths the jump); elsewhere about half of that.
-
-Input: the load at ``n_input = 41`` points of the top edge. As in the original files the default
-``input_interp = "cubic21"`` samples ``f`` at 21 points and interpolates to the 41 points with a
-not-a-knot cubic spline (this matters for the learning errors, DATASETS.md); ``"exact"`` gives
-``f`` itself at the 41 points, ``"cubicN"`` samples at ``N`` points.
-
-Cost: the stiffness is assembled and factorised once per parameter set and process (module
-cache, about 10 s at the defaults). The load is a combination of 101 fixed profiles (the
-constant and the 100 cosines), so their 101 displacements are computed once by one
-multi-right-hand-side solve; each sample's displacement is then exactly the solve of its own
-right-hand side, obtained as one dense product. Von Mises only matters at the quadrature
-points that reach the output grid, and projection plus probing is one precomputed sparse
-matrix, so a batch of 50 samples costs one dense product (dofs near the output points x 101 x
-50) and a few sparse products.
+Discretisation: P2 triangles (scikit-fem) on an O-grid mesh conforming to the circle
+(:func:`build_mesh`, ``mesh_n`` elements per side); von Mises at the quadrature points, projected
+onto P1 with the lumped mass (nodal averages), probed at the output grid. The stiffness is
+factorised once per parameter set and process; the load is a combination of ``n_modes + 1``
+fixed profiles whose displacements one multi-right-hand-side solve gives, so a sample costs one
+dense product plus sparse products. Parameters, mesh study and validation: docs/datasets.md.
 """
 
 from __future__ import annotations
@@ -57,23 +36,38 @@ from skfem.helpers import ddot, eye, sym_grad, trace
 from .grf import cosine_series_1d
 from .registry import DatasetSpec, register, sample_rng
 
-__all__ = ["STRUCTURAL_MECHANICS_LOW", "STRUCTURAL_MECHANICS_HIGH", "make_block", "load",
+__all__ = ["STRUCTURAL_MECHANICS_LOW", "STRUCTURAL_MECHANICS_HIGH", "DEFAULTS", "make_block", "load",
            "draw_load", "load_coefficients", "build_mesh", "model", "von_mises"]
 
-_PHYSICAL = {
-    "radius": 0.3,
-    "E_fibre": 4.0e6,
-    "nu_fibre": 0.35,
-    "mu_matrix": 0.39e6,
-    "nu_matrix": 0.45,
-    "load_mean": 100.0,
-    "load_scale": 400.0,
-    "n_modes": 100,
-    "tau": 3.0,
+#: every parameter of the generator but ``n_output`` (21 low, 41 high), with its default; the one
+#: place the defaults are written (:func:`model` and :func:`make_block` fill from it)
+DEFAULTS = {
+    "radius": 0.3,          # fibre radius
+    "E_fibre": 4.0e6,       # fibre Young's modulus
+    "nu_fibre": 0.35,       # fibre Poisson ratio
+    "mu_matrix": 0.39e6,    # matrix shear modulus
+    "nu_matrix": 0.45,      # matrix Poisson ratio
+    "load_mean": 100.0,     # mean of the top-edge traction
+    "load_scale": 400.0,    # scale of its random part
+    "n_modes": 100,         # cosine modes of the load
+    "tau": 3.0,             # decay (pi^2 l^2 + tau^2)^(-1/2) of the modes
+    "mesh_n": 48,           # elements along each side of the square
+    "n_input": 41,          # load samples on the top edge
+    "input_interp": "cubic21",
+    "bottom_bc": "clamped",  # or "roller"
 }
-_NUMERICAL = {"mesh_n": 48, "n_input": 41, "input_interp": "cubic21", "bottom_bc": "clamped"}
+#: the parameters that define the finite-element model (the key of its per-process cache)
 _MODEL_KEYS = ("radius", "E_fibre", "nu_fibre", "mu_matrix", "nu_matrix", "n_modes", "mesh_n",
                "bottom_bc")
+_BOTTOM_BC = ("clamped", "roller")
+
+
+def _params(params):
+    """``DEFAULTS`` updated with ``params``; an unknown keyword is a ValueError naming the known ones."""
+    unknown = sorted(set(params) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown structural mechanics parameter(s) {unknown}; known: {sorted(DEFAULTS)}")
+    return {**DEFAULTS, **params}
 # Samples are processed in batches of _BATCH aligned on absolute sample indices (sample i is
 # column i % _BATCH of batch i // _BATCH, padded with zero loads), so every sample goes through
 # exactly the same BLAS / SuperLU calls whatever the block split: identical bytes.
@@ -84,7 +78,53 @@ _BATCH = 50
 # mesh
 
 
-def build_mesh(mesh_n=48, radius=0.3):
+def _rings(m, radius, n_in, n_out):
+    """Points of the O-grid loops, loop after loop, ``4 m`` points each, centred at the origin:
+    ``n_in + 1`` loops from the inner square (half-width ``radius / 2``) to the circle, then
+    ``n_out`` loops out to the square of half-width 1/2. Shape (n_loops * 4 m, 2)."""
+    # one loop of 4m points: side s (0 right, 1 top, 2 left, 3 bottom), u in [-1, 1)
+    u = -1.0 + 2.0 * np.arange(m) / m
+    rot = [np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]) for a in np.pi / 2 * np.arange(4)]
+    square = np.concatenate([(R @ np.stack([np.ones(m), u])).T for R in rot])  # on [-1, 1]^2
+    angle = np.concatenate([s * np.pi / 2 + np.pi / 4 * u for s in range(4)])
+    circle = radius * np.stack([np.cos(angle), np.sin(angle)], axis=1)
+    half_in = 0.5 * radius
+    loops = [(1 - t) * half_in * square + t * circle for t in np.arange(n_in + 1) / n_in]
+    loops += [(1 - t) * circle + t * 0.5 * square for t in np.arange(1, n_out + 1) / n_out]
+    return np.concatenate(loops)
+
+
+def _inner_grid(m, half_in, n_ring):
+    """The ``(m + 1)^2`` grid filling the inner square: its node indices (m + 1, m + 1), whose
+    boundary is loop 0 of the rings and whose interior is numbered from ``n_ring``, and the
+    interior points (centred at the origin)."""
+    g = -1.0 + 2.0 * np.arange(m + 1) / m
+    idx = -np.ones((m + 1, m + 1), dtype=np.int64)
+    j = np.arange(m)
+    idx[m, j] = j                  # right, u = y
+    idx[m - j, m] = m + j          # top, x = -u
+    idx[0, m - j] = 2 * m + j      # left, y = -u
+    idx[j, 0] = 3 * m + j          # bottom, x = u
+    inner = idx < 0
+    idx[inner] = n_ring + np.arange(inner.sum())
+    gi, gj = np.meshgrid(g, g, indexing="ij")
+    return idx, half_in * np.stack([gi[inner], gj[inner]], axis=1)
+
+
+def _triangles(p, q):
+    """Quads ``q`` (k, 4) split along their shorter diagonal into counter-clockwise triangles (2k, 3)."""
+    d02 = np.linalg.norm(p[q[:, 0]] - p[q[:, 2]], axis=1)
+    d13 = np.linalg.norm(p[q[:, 1]] - p[q[:, 3]], axis=1)
+    t = np.where((d02 <= d13)[:, None, None],
+                 np.stack([q[:, [0, 1, 2]], q[:, [0, 2, 3]]], 1),
+                 np.stack([q[:, [0, 1, 3]], q[:, [1, 2, 3]]], 1)).reshape(-1, 3)
+    e1, e2 = p[t[:, 1]] - p[t[:, 0]], p[t[:, 2]] - p[t[:, 0]]
+    neg = e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0] < 0
+    t[neg] = t[neg][:, [0, 2, 1]]
+    return t
+
+
+def build_mesh(mesh_n=DEFAULTS["mesh_n"], radius=DEFAULTS["radius"]):
     """Triangle mesh of the unit square conforming to the circle of ``radius`` about (0.5, 0.5).
 
     O-grid: ``4 mesh_n`` nodes on each of the loops {inner square of half-width ``radius / 2``,
@@ -99,53 +139,19 @@ def build_mesh(mesh_n=48, radius=0.3):
     if not 0.0 < radius < 0.5:
         raise ValueError(f"radius must lie in (0, 0.5), got {radius!r}")
     c = np.array([0.5, 0.5])
-    half_in = 0.5 * radius
-    n_in, n_out = max(2, round(0.2 * m)), max(2, round(0.4 * m))
-
-    # one loop of 4m points: side s (0 right, 1 top, 2 left, 3 bottom), u in [-1, 1)
-    u = -1.0 + 2.0 * np.arange(m) / m
-    rot = [np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]) for a in np.pi / 2 * np.arange(4)]
-    square = np.concatenate([(R @ np.stack([np.ones(m), u])).T for R in rot])  # on [-1, 1]^2
-    angle = np.concatenate([s * np.pi / 2 + np.pi / 4 * u for s in range(4)])
-    circle = radius * np.stack([np.cos(angle), np.sin(angle)], axis=1)
-    loops = []
-    for t in np.arange(n_in + 1) / n_in:
-        loops.append((1 - t) * half_in * square + t * circle)
-    for t in np.arange(1, n_out + 1) / n_out:
-        loops.append((1 - t) * circle + t * 0.5 * square)
-    ring = np.concatenate(loops)  # (n_loops * 4m, 2)
-    n_loops, k4 = len(loops), 4 * m
-
-    # inner square grid (m+1)^2; its boundary is loop 0
-    g = -1.0 + 2.0 * np.arange(m + 1) / m
-    idx = -np.ones((m + 1, m + 1), dtype=np.int64)
-    j = np.arange(m)
-    idx[m, j] = j                  # right, u = y
-    idx[m - j, m] = m + j          # top, x = -u
-    idx[0, m - j] = 2 * m + j      # left, y = -u
-    idx[j, 0] = 3 * m + j          # bottom, x = u
-    inner = idx < 0
-    idx[inner] = len(ring) + np.arange(inner.sum())
-    gi, gj = np.meshgrid(g, g, indexing="ij")
-    interior = half_in * np.stack([gi[inner], gj[inner]], axis=1)
+    ring = _rings(m, radius, max(2, round(0.2 * m)), max(2, round(0.4 * m)))
+    k4 = 4 * m
+    n_loops = len(ring) // k4
+    idx, interior = _inner_grid(m, 0.5 * radius, len(ring))
     p = np.concatenate([ring, interior]) + c
 
-    quads = []
-    a, b = np.arange(m), np.arange(m)
-    A, B = np.meshgrid(a, b, indexing="ij")
-    quads.append(np.stack([idx[A, B], idx[A + 1, B], idx[A + 1, B + 1], idx[A, B + 1]], -1).reshape(-1, 4))
+    A, B = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
     L, K = np.meshgrid(np.arange(n_loops - 1), np.arange(k4), indexing="ij")
     K1 = (K + 1) % k4
-    quads.append(np.stack([L * k4 + K, (L + 1) * k4 + K, (L + 1) * k4 + K1, L * k4 + K1], -1).reshape(-1, 4))
-    q = np.concatenate(quads)
-    d02 = np.linalg.norm(p[q[:, 0]] - p[q[:, 2]], axis=1)
-    d13 = np.linalg.norm(p[q[:, 1]] - p[q[:, 3]], axis=1)
-    t = np.where((d02 <= d13)[:, None, None],
-                 np.stack([q[:, [0, 1, 2]], q[:, [0, 2, 3]]], 1),
-                 np.stack([q[:, [0, 1, 3]], q[:, [1, 2, 3]]], 1)).reshape(-1, 3)
-    e1, e2 = p[t[:, 1]] - p[t[:, 0]], p[t[:, 2]] - p[t[:, 0]]
-    neg = e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0] < 0
-    t[neg] = t[neg][:, [0, 2, 1]]
+    q = np.concatenate([
+        np.stack([idx[A, B], idx[A + 1, B], idx[A + 1, B + 1], idx[A, B + 1]], -1).reshape(-1, 4),
+        np.stack([L * k4 + K, (L + 1) * k4 + K, (L + 1) * k4 + K1, L * k4 + K1], -1).reshape(-1, 4)])
+    t = _triangles(p, q)
     # snap the square boundary exactly onto the unit square
     p = np.where(np.abs(p) < 1e-12, 0.0, p)
     p = np.where(np.abs(p - 1.0) < 1e-12, 1.0, p)
@@ -193,11 +199,9 @@ class _Model:
         bottom = self.ubasis.get_dofs(lambda x: x[1] < 1e-10)
         if bottom_bc == "clamped":
             D = bottom.all()
-        elif bottom_bc == "roller":  # test-only: u_y = 0 on the bottom, u_x = 0 at (0, 0)
+        else:  # "roller": u_y = 0 on the bottom, u_x = 0 at (0, 0) only (no rigid motion left)
             corner = np.nonzero((mesh.p[0] < 1e-10) & (mesh.p[1] < 1e-10))[0]
             D = np.union1d(bottom.all(["u^2"]), self.ubasis.get_dofs(nodes=corner).all(["u^1"]))
-        else:
-            raise ValueError(f"bottom_bc must be 'clamped' or 'roller', got {bottom_bc!r}")
         self.free = np.setdiff1d(np.arange(self.ubasis.N), D)
         self._lu = None
 
@@ -315,12 +319,17 @@ _CACHE: dict = {}
 _LOCK = threading.Lock()
 
 
-def model(*, radius=0.3, E_fibre=4.0e6, nu_fibre=0.35, mu_matrix=0.39e6, nu_matrix=0.45,
-          n_modes=100, mesh_n=48, bottom_bc="clamped"):
+def model(**params):
     """The cached :class:`_Model` of a parameter set (built on first use in each process:
-    about 10 s, peak 0.7 GB during the factorisation, at the defaults)."""
-    key = (float(radius), float(E_fibre), float(nu_fibre), float(mu_matrix), float(nu_matrix),
-           int(n_modes), int(mesh_n), str(bottom_bc))
+    about 10 s, peak 0.7 GB during the factorisation, at the defaults).
+
+    ``params``: any of :data:`DEFAULTS` (the others default); only the model's own ones
+    (``_MODEL_KEYS``: geometry, materials, modes, mesh, bottom condition) matter.
+    """
+    p = _params(params)
+    if p["bottom_bc"] not in _BOTTOM_BC:
+        raise ValueError(f"bottom_bc must be one of {_BOTTOM_BC}, got {p['bottom_bc']!r}")
+    key = tuple(type(DEFAULTS[k])(p[k]) for k in _MODEL_KEYS)
     with _LOCK:
         if key not in _CACHE:
             _CACHE[key] = _Model(*key)
@@ -336,12 +345,13 @@ def _amplitudes(n_modes, tau):
     return (np.pi**2 * l**2 + tau**2) ** -0.5
 
 
-def draw_load(rng, n_modes=100):
+def draw_load(rng, n_modes=DEFAULTS["n_modes"]):
     """The ``n_modes`` N(0, 1) coefficients ``theta_l`` of one sample; shape (n_modes,)."""
     return rng.standard_normal(int(n_modes))
 
 
-def load_coefficients(theta, *, load_mean=100.0, load_scale=400.0, tau=3.0):
+def load_coefficients(theta, *, load_mean=DEFAULTS["load_mean"], load_scale=DEFAULTS["load_scale"],
+                      tau=DEFAULTS["tau"]):
     """Weights of the profiles ``[1, sqrt(2) cos(pi l x)]`` for ``theta`` of shape (k, L): (k, L + 1)."""
     theta = np.atleast_2d(theta)
     amp = load_scale * _amplitudes(theta.shape[1], tau) * theta
@@ -362,36 +372,36 @@ def _input_matrix(input_interp, n_input):
     return x_s, CubicSpline(x_s, np.eye(len(x_s)), axis=0)(x_in)
 
 
-def load(theta, x, *, load_mean=100.0, load_scale=400.0, tau=3.0):
+def load(theta, x, *, load_mean=DEFAULTS["load_mean"], load_scale=DEFAULTS["load_scale"],
+         tau=DEFAULTS["tau"]):
     """``f(x) = load_mean + load_scale sum_l theta_l (pi^2 l^2 + tau^2)^(-1/2) sqrt(2) cos(pi l x)``;
     ``theta`` shape (L,), ``x`` shape (n,) -> (n,)."""
     return load_mean + load_scale * cosine_series_1d(theta, _amplitudes(len(theta), tau), x)
 
 
-def make_block(seed, start, stop, *, n_output, radius=0.3, E_fibre=4.0e6, nu_fibre=0.35,
-               mu_matrix=0.39e6, nu_matrix=0.45, load_mean=100.0, load_scale=400.0, n_modes=100,
-               tau=3.0, mesh_n=48, n_input=41, input_interp="cubic21", bottom_bc="clamped"):
+def make_block(seed, start, stop, *, n_output, **params):
     """Samples ``start .. stop-1``: loads (k, n_input) and von Mises stresses (k, n_output, n_output).
 
-    The first call in a process builds the factorised model (:func:`model`, about 10 s at the
-    defaults); then each sample costs O(N_u x (L + 1)) for its displacement plus sparse products
-    batched by 50: 200-450 samples per second (41 x 41, 2-core machine) after a 7-12 s setup.
+    ``params``: any of :data:`DEFAULTS` (the others default). The first call in a process builds
+    the factorised model (:func:`model`, about 10 s at the defaults); then each sample costs
+    O(N_u x (L + 1)) for its displacement plus sparse products batched by 50: 200-450 samples per
+    second (41 x 41, 2-core machine) after a 7-12 s setup.
     """
-    m = model(radius=radius, E_fibre=E_fibre, nu_fibre=nu_fibre, mu_matrix=mu_matrix,
-              nu_matrix=nu_matrix, n_modes=n_modes, mesh_n=mesh_n, bottom_bc=bottom_bc)
-    x_s, S = _input_matrix(input_interp, n_input)
+    p = _params(params)
+    m = model(**p)
+    x_s, S = _input_matrix(p["input_interp"], p["n_input"])
+    n_modes, shape = int(p["n_modes"]), {k: p[k] for k in ("load_mean", "load_scale", "tau")}
     k, n = stop - start, int(n_output)
-    inputs = np.empty((k, int(n_input)))
+    inputs = np.empty((k, int(p["n_input"])))
     outputs = np.empty((k, n, n))
     for b in range(start // _BATCH, -(-stop // _BATCH)):
         lo = b * _BATCH
         rows = range(max(lo, start), min(lo + _BATCH, stop))
-        theta = np.zeros((_BATCH, int(n_modes)))
+        theta = np.zeros((_BATCH, n_modes))
         for i in rows:
             theta[i - lo] = draw_load(sample_rng(seed, i), n_modes)
-            inputs[i - start] = S @ load(theta[i - lo], x_s, load_mean=load_mean,
-                                         load_scale=load_scale, tau=tau)
-        coef = load_coefficients(theta, load_mean=load_mean, load_scale=load_scale, tau=tau)
+            inputs[i - start] = S @ load(theta[i - lo], x_s, **shape)
+        coef = load_coefficients(theta, **shape)
         coef[[j for j in range(_BATCH) if lo + j not in rows]] = 0.0
         out = m.output_from_coefficients(coef, n)
         outputs[rows.start - start:rows.stop - start] = out[rows.start - lo:rows.stop - lo]
@@ -399,14 +409,14 @@ def make_block(seed, start, stop, *, n_output, radius=0.3, E_fibre=4.0e6, nu_fib
 
 
 def _make_grids(n_output_default):
-    def grids(*, n_input=41, n_output=n_output_default, **_):
+    def grids(*, n_input=DEFAULTS["n_input"], n_output=n_output_default, **_):
         xo = np.linspace(0.0, 1.0, int(n_output))
         return {"x_load": np.linspace(0.0, 1.0, int(n_input))}, {"x": xo, "y": xo.copy()}
     return grids
 
 
 def _spec(name, n_output, paper, what):
-    defaults = {**_PHYSICAL, **_NUMERICAL, "n_output": n_output}
+    defaults = {**DEFAULTS, "n_output": n_output}
 
     def block(seed, start, stop, **params):
         return make_block(seed, start, stop, **{**defaults, **params})
@@ -415,6 +425,7 @@ def _spec(name, n_output, paper, what):
         name=name,
         make_block=block,
         defaults=defaults,
+        units="m",
         grids=_make_grids(n_output),
         description=f"Structural mechanics {what}: top-edge load (41) -> von Mises stress "
                     f"({n_output}x{n_output}), plane-stress plate with a fibre",

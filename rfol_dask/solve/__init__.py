@@ -16,7 +16,11 @@ The factor and solve kernels are in :mod:`rfol_dask.factor`, the dense linear al
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import dask.array as da
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..memory import check_gram_memory, dual_plan
 from ..progress import active_client
@@ -36,17 +40,63 @@ def choose_solver(solver, n_samples, n_features):
     return solver
 
 
-def fit_dask(U, V, *, frequencies, n_features, dtype, alpha, fit_intercept, solver, column_block=None,
-             progress=False, max_gram_bytes=None):
-    """Fit on dask arrays ``U`` (M, n) and ``V`` (M, m) chunked along samples only.
+def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],
+             n_features: int, dtype: DTypeLike, alpha: float, fit_intercept: bool, solver: str,
+             column_block: int | None = None, progress: bool = False,
+             max_gram_bytes: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
 
-    ``frequencies`` is a picklable recipe returning ``(omega (n, N), b (N,))`` or, with
-    ``columns=(f0, f1)``, their columns ``f0:f1`` (``functools.partial`` of
-    ``features.draw_frequencies``): the workers draw what they need (recomputed if the workers
-    holding them die; nothing large in the graph). ``n_features`` is ``N``, ``dtype`` the working
-    precision. One graph, one ``compute``: the dual is streamed, or tiled and factorised
-    blocked when its Gram does not fit a worker; the primal sums over row blocks. Returns numpy
-    ``(coef (N, m), intercept (m,))``.
+    Runs on the active ``distributed.Client`` if any, else dask's local scheduler. The dual
+    is streamed, or tiled and factorised blocked across the workers when its Gram does not
+    fit one worker (:func:`rfol_dask.memory.dual_plan`); the primal sums over row blocks.
+
+    Parameters
+    ----------
+    U : dask array of shape (M, n)
+        Input functions (flattened grids), chunked along samples only.
+    V : dask array of shape (M, m)
+        Output functions, chunked along samples only.
+    frequencies : callable
+        Picklable recipe returning ``(omega (n, N), b (N,))`` or, called with
+        ``columns=(f0, f1)``, their columns ``f0:f1`` (a ``functools.partial`` of
+        :func:`rfol_dask.features.draw_frequencies`): the workers draw what they need
+        (again if the workers holding them die); nothing large enters the graph.
+    n_features : int
+        The number of features ``N``.
+    dtype : {"float32", "float64"} or numpy dtype
+        Working precision.
+    alpha : float
+        Ridge parameter (>= 0).
+    fit_intercept : bool
+        Centre features and outputs and fit an intercept per output column.
+    solver : {"dual", "primal"}
+        Dual (M x M Gram) or primal (N x N Gram); :func:`choose_solver` resolves ``"auto"``.
+    column_block : int, optional
+        Output columns per solve task (default: spread over all worker threads).
+    progress : bool, default=False
+        Show a progress bar on stderr.
+    max_gram_bytes : float, optional
+        Memory budget of the Gram (default: 60 % of the available / worker memory).
+
+    Returns
+    -------
+    coef : ndarray of shape (N, m)
+        The coefficients ``C``, numpy in ``dtype``.
+    intercept : ndarray of shape (m,)
+        The intercept ``c0`` of each output column.
+
+    Raises
+    ------
+    ValueError
+        If the primal Gram does not fit the memory budget (the message gives the bytes), or
+        the data hold NaN / Inf (the samples are named).
+
+    Notes
+    -----
+    Worker memory: streamed dual ``8 M^2 + 8 M n`` bytes per worker (its Gram and inputs, with
+    feature slabs of about 256 MiB); tiled dual the Gram as tiles spread over the workers;
+    primal the N x N Gram plus one row block. The client receives only ``coef`` and
+    ``intercept``.
     """
     client = active_client()
     dtype = np.dtype(dtype)

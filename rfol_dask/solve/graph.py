@@ -38,7 +38,16 @@ def row_blocks(U, V, column_block=None, client=None):
     m = V.shape[1]
     if column_block is None:
         column_block = max(1, -(-m // n_slots(client)))
-    return U.to_delayed().ravel(), V.to_delayed().ravel(), starts, column_blocks(m, column_block)
+    Ub, Vb = U.to_delayed().ravel(), V.to_delayed().ravel()
+    Ub = [dask.delayed(_after_v_check)(u, v, s) for u, v, s in zip(Ub, Vb, starts)]
+    return Ub, Vb, starts, column_blocks(m, column_block)
+
+
+def _after_v_check(U, V, start):
+    """The block ``U`` once the same rows of ``V`` are checked: a NaN in ``V`` fails before
+    the features are made, as one in ``U`` does."""
+    check_finite(np.asarray(V), start, "V")
+    return U
 
 
 def column_blocks(m, block):

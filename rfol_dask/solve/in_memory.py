@@ -26,11 +26,45 @@ def dual_numpy(X, V, tile, *, alpha, fit_intercept):
     return fac, dual_solve(fac, V)
 
 
-def fit_numpy(U, V, omega, b, *, alpha, fit_intercept, solver):
-    """Fit on numpy ``U`` (M, n), ``V`` (M, m) with the frequencies ``omega`` (n, N), ``b`` (N,).
+def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *, alpha: float,
+              fit_intercept: bool, solver: str) -> tuple[np.ndarray, np.ndarray]:
+    """Fit the random-feature ridge coefficients in memory (numpy, no graph).
 
-    Returns ``(coef (N, m), intercept (m,))``. Memory: dual ``M N + M^2`` (A and K), primal
-    ``N^2 + N m`` plus one 128 MiB row block.
+    Parameters
+    ----------
+    U : ndarray of shape (M, n)
+        Input functions (flattened grids), in the dtype of ``omega``.
+    V : ndarray of shape (M, m)
+        Output functions.
+    omega : ndarray of shape (n, N)
+        Frequencies; their dtype (float32 or float64) is the working precision.
+    b : ndarray of shape (N,)
+        Phases.
+    alpha : float
+        Ridge parameter (>= 0).
+    fit_intercept : bool
+        Centre features and outputs and fit an intercept per output column.
+    solver : {"dual", "primal"}
+        Dual: ``(A A^T + alpha I) Beta = V``, ``C = A^T Beta``; primal:
+        ``(A^T A + alpha I) C = A^T V``.
+
+    Returns
+    -------
+    coef : ndarray of shape (N, m)
+        The coefficients ``C``.
+    intercept : ndarray of shape (m,)
+        The intercept ``c0`` of each output column.
+
+    Raises
+    ------
+    ValueError
+        If ``V`` holds NaN / Inf (the samples are named) or the Gram is singular with
+        ``alpha=0`` (the message suggests a ridge).
+
+    Notes
+    -----
+    Memory: dual ``M N + M^2`` elements (the features ``A`` and the Gram), primal
+    ``N^2 + N m`` plus one row block of about 128 MiB.
     """
     dtype = omega.dtype
     if solver == "dual":

@@ -8,7 +8,7 @@ from rfol_dask.datasets.registry import get, sample_rng
 
 
 def _series_direct(theta, x, n_modes=50, tau=3.0):
-    """Independent evaluation of the DATASETS.md formula with theta_{2l-1}, theta_{2l} in draw order."""
+    """Independent evaluation of the docs/datasets.md formula with theta_{2l-1}, theta_{2l} in draw order."""
     out = np.zeros_like(x)
     for l in range(1, n_modes + 1):
         c = 1.0 / (4 * np.pi**2 * l**2 + tau**2)

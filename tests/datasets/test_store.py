@@ -17,6 +17,7 @@ def test_registry_lists_and_rejects():
             datasets.generate("advection1", bad)
 
 
+@pytest.mark.cluster
 def test_same_bytes_for_any_block_size_and_workers(tmp_path):
     ref = datasets.generate("advection2", 23, seed=5, block_size=23)
     a = datasets.generate("advection2", 23, store=tmp_path / "a.zarr", seed=5, block_size=4)
@@ -35,7 +36,7 @@ def test_store_layout_attributes_and_chunks(tmp_path):
     assert ds["input"].dims == ("sample", "x") and ds["input"].chunks == ((4, 4, 2), (40,))
     assert ds.attrs["seed"] == 2 and ds.attrs["param_t_index"] == 10 and ds.attrs["param_n_points"] == 40
     assert ds.attrs["rfol_dask_version"] == __version__
-    assert ds["x"].attrs["units"] == "1"
+    assert ds["x"].attrs["units"] == "m" and ds["x"].attrs["period"] == 1.0
     assert "block_done" not in ds
 
 

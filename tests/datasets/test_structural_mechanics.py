@@ -59,7 +59,7 @@ def test_uniform_traction_on_homogeneous_plate_gives_uniform_stress():
     x, y = sm.make_block(0, 0, 3, n_output=21, **params)
     np.testing.assert_allclose(x, 250.0, rtol=1e-13)
     np.testing.assert_allclose(y, 250.0, rtol=1e-9)
-    m = sm.model(**{k: {**sm.STRUCTURAL_MECHANICS_LOW.defaults, **params}[k] for k in sm._MODEL_KEYS})
+    m = sm.model(**params)
     c = np.zeros((101, 1)); c[0] = 250.0
     sxx, syy, sxy = m.stresses_quad(m.U @ c)
     assert np.abs(sxx).max() < 1e-8 * 250 and np.abs(sxy).max() < 1e-8 * 250
@@ -145,3 +145,16 @@ def test_output_varies_with_load_and_fibre_matters():
     assert 0.05 < rel_sd < 2.0
     yh = sm.make_block(1, 0, 20, n_output=21, E_fibre=E_M, nu_fibre=NU, **SMALL)[1]
     assert np.linalg.norm(y - yh) > 0.05 * np.linalg.norm(y)
+
+
+def test_bottom_condition_is_a_data_set_parameter():
+    from rfol_dask import datasets
+
+    ds = datasets.generate("structural_mechanics_low", 2, mesh_n=12, bottom_bc="roller")
+    assert ds.attrs["param_bottom_bc"] == "roller"
+    clamped = datasets.generate("structural_mechanics_low", 2, mesh_n=12)
+    assert not np.allclose(ds["output"].values, clamped["output"].values)
+    with pytest.raises(ValueError, match="bottom_bc must be one of"):
+        sm.make_block(0, 0, 1, n_output=21, bottom_bc="free", **SMALL)
+    with pytest.raises(ValueError, match="unknown structural mechanics parameter"):
+        sm.make_block(0, 0, 1, n_output=21, young=1.0, **SMALL)

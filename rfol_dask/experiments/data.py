@@ -1,0 +1,100 @@
+"""Data access of the experiments: the seed-0 splits of the benchmark data sets, from Zarr stores.
+
+Sample ``i`` of a data set depends only on ``(seed, i)``, so the first samples of a large store are
+the same numbers as a fresh small store; :func:`load_subset` relies on it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from .. import datasets
+
+__all__ = ["SharedCluster", "load_split", "load_subset", "arrays", "grid"]
+
+
+class SharedCluster:
+    """One LocalCluster of ``workers`` processes for all the data generated in a run.
+
+    Calling it returns the client, starting the cluster on the first call (so a run whose stores
+    all exist starts none); ``workers=0`` returns None (dask threads in this process).
+    """
+
+    def __init__(self, workers: int):
+        self.workers, self.client = workers, None
+
+    def __call__(self):
+        if self.client is None and self.workers:
+            from ..cluster import local_client
+
+            self.client = local_client(n_workers=self.workers)
+        return self.client
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client.cluster.close()
+            self.client = None
+
+
+def _is_default_seed0(ds: xr.Dataset, name: str) -> bool:
+    meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
+    params = datasets.resolve_params(datasets.get(name), {})
+    return meta.get("seed") == 0 and meta.get("params") == json.loads(json.dumps(params, sort_keys=True))
+
+
+def load_split(name: str, data_dir, max_test: int, cluster=None) -> tuple[xr.Dataset, xr.Dataset]:
+    """The paper-size split of data set ``name`` (seed 0), loaded into memory: ``(train, test)``.
+
+    ``train`` holds the paper's training size, ``test`` ``min(paper test size, max_test)``
+    samples. The store ``<data_dir>/<name>.zarr`` is reused when it holds exactly that many
+    samples, else (re)generated on ``cluster()`` (a :class:`SharedCluster`; None: dask threads).
+    """
+    paper = datasets.get(name).paper
+    n_train, n_test = paper["train"], min(paper["test"], max_test)
+    path = Path(data_dir) / f"{name}.zarr"
+    try:
+        ds = datasets.open_dataset(path)
+        if ds.sizes["sample"] != n_train + n_test:
+            raise ValueError("size differs")
+    except (FileNotFoundError, ValueError):
+        ds = datasets.generate(name, n_train + n_test, store=path, seed=0, overwrite=True,
+                               client=cluster() if cluster else None)
+    ds = ds.load()
+    return ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
+
+
+def load_subset(name: str, n_train: int, n_test: int, data_dir, cluster=None) -> tuple[xr.Dataset, xr.Dataset]:
+    """Samples ``[0, n_train)`` (train) and ``[n_train, n_train + n_test)`` (test) of the seed-0 data.
+
+    The paper-size store ``<data_dir>/<name>.zarr`` of :func:`load_split` is sliced when it holds
+    enough default seed-0 samples; otherwise ``n_train + n_test`` samples are generated into
+    ``<data_dir>/subsets/<name>_<n>.zarr`` on ``cluster()`` (None: dask threads).
+    """
+    total = n_train + n_test
+    try:
+        ds = datasets.open_dataset(Path(data_dir) / f"{name}.zarr")
+        if ds.sizes["sample"] < total or not _is_default_seed0(ds, name):
+            raise ValueError("too small or other data")
+    except (FileNotFoundError, ValueError):
+        path = Path(data_dir) / "subsets" / f"{name}_{total}.zarr"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ds = datasets.generate(name, total, store=path, seed=0, client=cluster() if cluster else None)
+    ds = ds.isel(sample=slice(0, total)).load()
+    return ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
+
+
+def arrays(ds: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and outputs flattened per sample: shapes (M, n) and (M, m)."""
+    U, V = ds["input"].values, ds["output"].values
+    return U.reshape(len(U), -1), V.reshape(len(V), -1)
+
+
+def grid(da: xr.DataArray) -> tuple[np.ndarray, ...] | None:
+    """The 1-D coordinates of the grid dimensions of ``da`` (None when a dimension has none)."""
+    dims = da.dims[1:]
+    return tuple(np.asarray(da[d].values) for d in dims) if all(d in da.coords for d in dims) else None

@@ -1,0 +1,87 @@
+"""Timing and memory of one fit + predict."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+import tracemalloc
+
+import psutil
+
+from ..metrics import relative_l2_error
+
+__all__ = ["PeakMemory", "run_method"]
+
+
+class PeakMemory:
+    """Peak resident memory of this process and its children (e.g. LocalCluster workers).
+
+    Sampled every ``interval`` seconds in a thread while the ``with`` block runs; afterwards
+    ``peak`` is the peak and ``increase`` the peak minus the resident memory at entry, in bytes.
+    """
+
+    def __init__(self, interval: float = 0.005):
+        self.interval = interval
+        self.peak = 0
+
+    def _rss(self) -> int:
+        proc = psutil.Process(os.getpid())
+        total = proc.memory_info().rss
+        for child in proc.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._rss())
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self.base = self._rss()
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+        self.increase = self.peak - self.base
+        return False
+
+
+def run_method(model, U, V, Ut, Vt, repeats: int = 1):
+    """Fit ``model`` on ``U`` (M, n) / ``V`` (M, m) and predict ``Ut`` (M_test, n), ``repeats`` times.
+
+    Returns ``(row, prediction)``: ``row`` holds ``error`` (relative L2 against ``Vt``), ``fit_s``
+    and ``predict_s`` (medians over the repeats), ``peak_mib`` (peak of the memory allocated
+    through Python, numpy arrays included but BLAS / LAPACK workspaces not, during fit + predict,
+    by ``tracemalloc``, above what was allocated before) and ``rss_mib`` (growth of the resident
+    memory, :class:`PeakMemory`; it misses memory the allocator reuses, so it is a lower bound);
+    ``prediction`` has shape (M_test, m).
+    """
+    fits, preds = [], []
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        with PeakMemory() as pm:
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                model.fit(U, V)
+                t1 = time.perf_counter()
+                pred = model.predict(Ut)
+                fits.append(t1 - t0)
+                preds.append(time.perf_counter() - t1)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    row = {"error": relative_l2_error(Vt, pred), "fit_s": statistics.median(fits),
+           "predict_s": statistics.median(preds), "peak_mib": peak / 2**20, "rss_mib": pm.increase / 2**20}
+    return row, pred

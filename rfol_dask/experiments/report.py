@@ -1,0 +1,95 @@
+"""Markdown tables of the reproduction results (``<out>/<name>.json`` -> ``<out>/table.md``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .reference import METHODS, reference_data
+
+__all__ = ["render", "fmt_error", "fits_table", "equal_time_table", "curves_table"]
+
+
+def fmt_error(x, pct=True):
+    """``x`` in percent (or plain with ``pct=False``) to 3 digits; "-" for None / NaN."""
+    if x is None or not np.isfinite(x):
+        return "-"
+    return f"{100 * x:.3g}" if pct else f"{x:.3g}"
+
+
+def _slope(x):
+    """A fitted slope, or "-" where fewer than two points were left to fit (saturated at once)."""
+    return "-" if x is None or not np.isfinite(x) else f"{x:+.3f}"
+
+
+def fits_table(results: dict, quick: bool) -> list[str]:
+    """Rows of the fits table: one per data set and method (error, paper, bound or ratio, times, memory)."""
+    third = "bound %" if quick else "ratio"
+    lines = [f"| data set | train / test | method | error % | paper % | {third} | fit s | predict s | peak MiB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        if "fits" not in r:
+            continue
+        size = f"{r['train']} / {r['test']}"
+        if r["paper_test"] != r["test"] and not r["quick"]:
+            size += f" (paper {r['paper_test']})"
+        for label in METHODS:
+            m = r["fits"]["methods"][label]
+            if quick:
+                col = fmt_error(m.get("bound"))
+            else:
+                col = "-" if m["paper"] is None else f"{m['error'] / m['paper']:.2f}"
+            flag = "" if m.get("passed", True) else " **over bound**"
+            lines.append(f"| {name} | {size} | {label} | {fmt_error(m['error'])}{flag} | {fmt_error(m['paper'])} | "
+                         f"{col} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
+    return lines
+
+
+def equal_time_table(results: dict) -> list[str]:
+    """Rows of the equal-time table (the paper's table 2)."""
+    lines = ["| equal time | train / test | method | N | error % | train s | paper error % | paper s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        e = r["equal_time"]
+        for label in ("rbf", "matern52", "rf_cauchy", "rf_gaussian"):
+            m = e["methods"][label]
+            p = m["paper"] or (None, None)
+            lines.append(f"| {name} | {e['train']} / {e['test']} | {label} | {m.get('n_features', '-')} | "
+                         f"{fmt_error(m['error'])} | {m['train_s']:.3g} | {fmt_error(p[0])} | {p[1] or '-'} |")
+    return lines
+
+
+def curves_table(results: dict) -> list[str]:
+    """Rows of the curves table: slopes, saturation and the floor fit past N = 2M."""
+    lines = ["| curve (Cauchy) | train / test | N | seeds | error slope | points fitted | saturated at N | "
+             "fit-time slope | N >= 2M: floor + c N^-p, p | floor % |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        c = r["curves"]
+        s, ex = c["slope"], c.get("excess", {})
+        lines.append(f"| {name} | {c['train']} / {c['test']} | {c['n_features'][0]}-{c['n_features'][-1]} | "
+                     f"{len(c['seeds'])} | {_slope(s['slope'])} | {s['n_points']} | "
+                     f"{'-' if s['saturated_at'] is None else int(s['saturated_at'])} | "
+                     f"{c['time_slope']['slope']:+.2f} | {fmt_error(ex.get('p'), pct=False)} | "
+                     f"{fmt_error(ex.get('floor'))} |")
+    return lines
+
+
+def render(out, names=None) -> str:
+    """The markdown tables of every ``<out>/<name>.json`` present (fits, equal time, curves),
+    separated by blank lines; also written to ``<out>/table.md``. ``names`` default: every set."""
+    out = Path(out)
+    names = reference_data()["sets"] if names is None else names
+    results = {n: json.loads((out / f"{n}.json").read_text()) for n in names if (out / f"{n}.json").exists()}
+    quick = any(r.get("quick") for r in results.values())
+    tables = []
+    if any("fits" in r for r in results.values()):
+        tables.append(fits_table(results, quick))
+    for part, table in (("equal_time", equal_time_table), ("curves", curves_table)):
+        subset = {n: r for n, r in results.items() if part in r}
+        if subset:
+            tables.append(table(subset))
+    text = "\n\n".join("\n".join(t) for t in tables) + "\n"
+    (out / "table.md").write_text(text)
+    return text

@@ -1,0 +1,120 @@
+"""The reproduction driver: the paper's tables beside kernel and linear baselines on the same data.
+
+For each data set (low and high variants separately):
+
+- fits: RF Cauchy and RF Gaussian with the paper's (N, gamma, alpha); kernel ridge with the RBF and
+  Matern 5/2 kernels (length scale: median heuristic on the training inputs; nugget chosen on a
+  validation split of the training set); the linear baseline (ridge on the raw inputs, nugget chosen
+  the same way). Relative test error, fit time, predict time and peak memory go to
+  ``<out>/<name>.json``; a figure like the paper's to ``<out>/<name>.png``.
+- equal time (the paper's table 2; Burgers and Navier-Stokes low): the kernels as above, each RF law
+  with the N at which its fit takes about as long as the kernels' training.
+- curves (the paper's figure 8; Burgers, Darcy, Navier-Stokes low): error and fit time vs N from one
+  grow-by-blocks fit per seed (:mod:`rfol_dask.curves`), slopes.
+
+Sizes: the ``[full]`` and ``[quick]`` tables of ``reference.toml``. Full: the paper's training sizes,
+test sets capped at 2000 samples. Quick: 200 train / 100 test per data set (the first samples of the
+same seed-0 data), N <= 2000, curves up to N = 2000 with 2 seeds, every error checked against its
+bound in ``[quick.bounds]``.
+
+Only the standard library is imported at module level, so ``rfol-dask`` builds its parser quickly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from .reference import PARTS, reference_data, sizes
+
+__all__ = ["reproduce", "add_arguments", "run_args", "build_parser", "main"]
+
+
+def _curve_figure(out):
+    """``<out>/curves.png`` from the curves of every ``<out>/<name>.json`` present (this run's and earlier)."""
+    import json
+
+    from ..plotting import plot_curves
+
+    files = [Path(out) / f"{n}.json" for n in reference_data()["curve_sets"]]
+    plots = {f.stem: json.loads(f.read_text()).get("curves") for f in files if f.exists()}
+    plots = {n: c for n, c in plots.items() if c}
+    if plots:
+        plot_curves(Path(out) / "curves.png", plots, title="Cauchy random features: error and fit time vs N")
+
+
+def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, parts=PARTS, workers=2) -> int:
+    """Run ``parts`` of the reproduction on ``names`` (a list, a comma-separated string or "all").
+
+    Writes ``<out>/<name>.json``, ``<name>.png``, ``curves.png`` and ``table.md``; data-set stores
+    are read from (or generated into) ``data`` (default ``<out>/data``) on a LocalCluster of
+    ``workers`` processes (0: dask threads in this process). Returns 0, or 1 when a quick-mode
+    error is over its bound. Unknown names or parts raise ValueError before any work.
+    """
+    import numpy as np
+
+    from .. import datasets
+    from .data import SharedCluster
+    from .report import render
+    from .runners import run
+
+    if isinstance(names, str):
+        names = reference_data()["sets"] if names == "all" else names.split(",")
+    for name in names:
+        datasets.get(name)  # unknown names fail before any work
+    parts = parts.split(",") if isinstance(parts, str) else list(parts)
+    if set(parts) - set(PARTS):
+        raise ValueError(f"parts must be a subset of {PARTS}, got {parts}")
+    out = Path(out)
+    data = out / "data" if data is None else Path(data)
+    out.mkdir(parents=True, exist_ok=True)
+    data.mkdir(parents=True, exist_ok=True)
+    cfg = sizes(quick)
+    t0 = time.perf_counter()
+    results, cluster = {}, SharedCluster(workers)
+    with np.errstate(all="ignore"):
+        try:
+            for name in names:
+                results[name] = run(name, parts, cfg, out, data, quick, cluster)
+        finally:
+            cluster.close()
+    _curve_figure(out)
+    print("\n" + render(out))
+    print(f"total {time.perf_counter() - t0:.1f} s; results in {out}")
+    failed = [f"{name}/{k}" for name, res in results.items()
+              for k, m in res.get("fits", {}).get("methods", {}).items() if not m.get("passed", True)]
+    if failed:
+        print(f"over the quick-mode bound: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser, default_out="reproduce_output", default_data=None):
+    """The reproduction's options (shared by ``rfol-dask reproduce`` and ``benchmarks/reproduce.py``)."""
+    data_help = f"{default_out}/data" if default_data is None else default_data
+    parser.add_argument("name", help="a data set, a comma-separated list, or 'all'")
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI); checks every error against a bound")
+    parser.add_argument("--out", default=None, help=f"results folder (default {default_out}, quick: .../quick)")
+    parser.add_argument("--data", default=default_data, help=f"data-set stores (default {data_help})")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    parser.add_argument("--workers", type=int, default=2, help="processes generating missing data (0: threads)")
+    parser.set_defaults(default_out=default_out)
+    return parser
+
+
+def run_args(args) -> int:
+    """:func:`reproduce` with the options of :func:`add_arguments`."""
+    out = args.out or str(Path(args.default_out) / ("quick" if args.quick else ""))
+    data = args.data or str(Path(args.default_out) / "data")
+    return reproduce(args.name, quick=args.quick, out=out, data=data, parts=args.parts, workers=args.workers)
+
+
+def build_parser(default_out="reproduce_output", default_data=None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return add_arguments(parser, default_out, default_data)
+
+
+def main(argv=None, default_out="reproduce_output", default_data=None) -> int:
+    """Command-line entry point; ``benchmarks/reproduce.py`` passes the source tree's result folders."""
+    return run_args(build_parser(default_out, default_data).parse_args(argv))

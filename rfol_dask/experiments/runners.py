@@ -1,0 +1,161 @@
+"""The three parts of the reproduction for one data set: the fits table, equal time, error curves."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+
+from .. import RandomFeatureOperator, curves, datasets
+from ..baselines import KernelOperator
+from ..plotting import plot_example
+from .data import arrays, grid, load_split, load_subset
+from .measure import run_method
+from .reference import METHODS, paper_equal_time, paper_error, quick_bound, quick_train, reference_data
+from .report import fmt_error
+from .selection import median_length_scale, select_nugget
+
+__all__ = ["make_models", "run_fits", "run_equal_time", "run_curves", "run"]
+
+def _rf(law, N, paper):
+    return RandomFeatureOperator(n_features=N, distribution=law, gamma=paper["gamma"], alpha=paper["alpha"],
+                                 random_state=0)
+
+
+def make_models(paper, U, V, max_features=None):
+    """The five methods with their hyperparameters: ``{label: (estimator, info, select_s)}``.
+
+    RF Cauchy / Gaussian at the paper's (N, gamma, alpha), N capped at ``max_features``;
+    RBF, Matern 5/2 and linear kernel ridge with the median-heuristic length scale of ``U``
+    (M, n) and the nugget of :func:`select_nugget` (``select_s``: its seconds).
+    """
+    N = int(paper["n_features"]) if not max_features else min(int(paper["n_features"]), max_features)
+    out = {}
+    for law in ("cauchy", "gaussian"):
+        out[f"rf_{law}"] = (_rf(law, N, paper), {"n_features": N, "gamma": paper["gamma"],
+                                                 "alpha": paper["alpha"]}, 0.0)
+    ell = median_length_scale(U)
+    for kernel in ("rbf", "matern52", "linear"):
+        nugget, sel_s, sel = select_nugget(kernel, ell, U, V)
+        info = {"nugget": nugget, "validation": sel}
+        if kernel != "linear":
+            info["length_scale"] = ell
+        out[kernel] = (KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget), info, sel_s)
+    return out
+
+
+def run_fits(name, train, test, cfg, out, quick):
+    """Every method of :data:`METHODS` on one split; the RF Cauchy example figure to ``<out>/<name>.png``.
+
+    Returns ``{"methods": {label: row}, "figure": file name}``; each row holds the
+    :func:`run_method` figures, the hyperparameters, the paper's error and, in quick mode,
+    the ``bound`` and whether the error ``passed`` it.
+    """
+    paper = datasets.get(name).paper
+    U, V = arrays(train)
+    Ut, Vt = arrays(test)
+    rows, example = {}, None
+    for label, (model, info, sel_s) in make_models(paper, U, V, cfg["max_features"]).items():
+        row, pred = run_method(model, U, V, Ut, Vt)
+        row.update(info, select_s=sel_s, paper=paper_error(name, label))
+        if quick:
+            row["bound"] = quick_bound(name, label)
+            row["passed"] = bool(row["error"] < row["bound"])
+        rows[label] = row
+        print(f"  {name:26s} {label:12s} error {row['error']:.3e}  paper {fmt_error(row['paper'])}  "
+              f"fit {row['fit_s']:7.2f} s  predict {row['predict_s']:6.2f} s  peak {row['peak_mib']:7.0f} MiB"
+              + (f"  select {sel_s:.2f} s" if sel_s else ""), flush=True)
+        if label == "rf_cauchy":
+            example = pred
+    shape_out = train["output"].shape[1:]
+    png = plot_example(Path(out) / f"{name}.png", train["input"].values[0], train["output"].values[0],
+                       test["output"].values[0], example[0].reshape(shape_out), grid(train["input"]),
+                       grid(train["output"]), title=f"{name}: RF Cauchy, N = {rows['rf_cauchy']['n_features']}",
+                       label="RF Cauchy")
+    assert set(rows) == set(METHODS)
+    return {"methods": rows, "figure": Path(png).name}
+
+
+def run_equal_time(name, train, test, cfg):
+    """The paper's table 2: kernels as in the fits; each RF law at the N of a doubling ladder
+    (timed by one grow-by-blocks curve) whose fit time is closest to the kernels' mean training
+    time (nugget selection + final fit). Fit times are medians of 3 runs."""
+    paper = datasets.get(name).paper
+    U, V = arrays(train)
+    Ut, Vt = arrays(test)
+    rows = {}
+    ell = median_length_scale(U)
+    for kernel in ("rbf", "matern52"):
+        nugget, sel_s, _ = select_nugget(kernel, ell, U, V)
+        row, _ = run_method(KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget), U, V, Ut, Vt, repeats=3)
+        row.update(nugget=nugget, length_scale=ell, select_s=sel_s, train_s=sel_s + row["fit_s"])
+        rows[kernel] = row
+    budget = float(np.mean([r["train_s"] for r in rows.values()]))
+    ladder = curves.doubling(250, cfg["curve_stop"])
+    for law in ("cauchy", "gaussian"):
+        c = curves.error_curve(U, V, Ut, Vt, ladder, distribution=law, gamma=paper["gamma"], alpha=paper["alpha"],
+                               random_state=0)
+        N = int(c["n_features"][np.argmin(np.abs(np.log(c["fit_time"] / budget)))])
+        row, _ = run_method(_rf(law, N, paper), U, V, Ut, Vt, repeats=3)
+        row.update(n_features=N, train_s=row["fit_s"], ladder_fit_s=c["fit_time"].tolist(),
+                   ladder_error=c["error"].tolist())
+        rows[f"rf_{law}"] = row
+    for label, row in rows.items():
+        row["paper"] = paper_equal_time(name, label)
+        print(f"  equal time {name:18s} {label:12s} error {row['error']:.3e}  train {row['train_s']:6.3f} s"
+              + (f"  N = {row['n_features']}" if "n_features" in row else "")
+              + (f"  (paper {row['paper'][0]:.2%}, {row['paper'][1]} s)" if row["paper"] else ""), flush=True)
+    return {"train": len(U), "test": len(Ut), "budget_s": budget, "methods": rows}
+
+
+def run_curves(name, train, test, cfg):
+    """Error and fit time vs N (Cauchy) from one grow-by-blocks fit per seed, with the fitted slopes."""
+    paper = datasets.get(name).paper
+    U, V = arrays(train)
+    Ut, Vt = arrays(test)
+    ladder = curves.doubling(250, cfg["curve_stop"])
+    res = curves.error_curves(U, V, Ut, Vt, ladder, seeds=range(cfg["curve_seeds"]), distribution="cauchy",
+                              gamma=paper["gamma"], alpha=paper["alpha"])
+    s = res["slope"]
+    sat = "-" if s["saturated_at"] is None else int(s["saturated_at"])
+    print(f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over {s['n_points']} points"
+          f" (saturated at N = {sat}); fit-time slope {res['time_slope']['slope']:+.2f}; for N >= 2M: "
+          + (f"error = {res['excess']['floor']:.3g} + c N^-{res['excess']['p']:.2f}"
+             if np.isfinite(res["excess"]["p"]) else "too few points to fit a floor"), flush=True)
+    return {"train": len(U), "test": len(Ut), "distribution": "cauchy", "seeds": res["seeds"].tolist(),
+            "n_features": res["n_features"].tolist(), "error": res["error"].tolist(),
+            "fit_time": res["fit_time"].tolist(), "predict_time": res["predict_time"].tolist(),
+            "slope": s, "time_slope": res["time_slope"], "excess": res["excess"]}
+
+
+def _split(name, cfg, data_dir, quick, cluster):
+    """The fits / curves split: the quick subset, or the paper-size split with capped test set."""
+    if quick:
+        return load_subset(name, quick_train(name), cfg["test"], data_dir, cluster)
+    return load_split(name, data_dir, cfg["max_test"], cluster)
+
+
+def run(name, parts, cfg, out, data_dir, quick, cluster=None):
+    """The requested ``parts`` for data set ``name``; writes ``<out>/<name>.json`` (merged with an
+    earlier file of the same name) after each part and returns its content."""
+    path = Path(out) / f"{name}.json"
+    res = json.loads(path.read_text()) if path.exists() else {}
+    if "fits" in parts:
+        train, test = _split(name, cfg, data_dir, quick, cluster)
+        res.update(name=name, quick=quick, train=train.sizes["sample"], test=test.sizes["sample"],
+                   paper_test=datasets.get(name).paper["test"], machine=platform.machine(),
+                   load_avg=os.getloadavg()[0])
+        res["fits"] = run_fits(name, train, test, cfg, out, quick)
+        path.write_text(json.dumps(res, indent=1))
+    if "equal_time" in parts and name in reference_data()["equal_time_sets"]:
+        train, test = load_subset(name, cfg["equal_train"], cfg["equal_test"], data_dir, cluster)
+        res["equal_time"] = run_equal_time(name, train, test, cfg)
+        path.write_text(json.dumps(res, indent=1))
+    if "curves" in parts and name in reference_data()["curve_sets"]:
+        train, test = _split(name, cfg, data_dir, quick, cluster)
+        res["curves"] = run_curves(name, train, test, cfg)
+        path.write_text(json.dumps(res, indent=1))
+    return res

@@ -1,0 +1,59 @@
+"""Dense linear algebra: the Cholesky jitter policy and the threads of the factorisation."""
+
+import os
+
+import dask
+import numpy as np
+import pytest
+from conftest import smooth_operator_data
+
+from rfol_dask import RandomFeatureOperator
+from rfol_dask.linalg import cho_solve, cholesky, factor_threads
+
+
+def _rank_deficient_gram(n=40, rank=5, seed=0):
+    A = np.random.default_rng(seed).standard_normal((n, rank))
+    return np.asfortranarray(A @ A.T)
+
+
+def test_cholesky_of_a_singular_gram_retries_with_jitter_and_says_so():
+    G = _rank_deficient_gram()
+    ref = G.copy()
+    with pytest.warns(RuntimeWarning, match=r"alpha=1e-30 is not numerically positive definite in float64; "
+                                            r"used ridge \S+ instead"):
+        L, ridge = cholesky(G, 1e-30)
+    assert 1e-30 < ridge < 1e-6 * np.abs(np.diag(ref)).mean()  # a small step above the rounding floor
+    L = np.tril(L)
+    np.testing.assert_allclose(L @ L.T, ref + ridge * np.eye(len(ref)), atol=1e-12 * np.abs(ref).max())
+
+
+def test_cholesky_of_a_positive_definite_gram_keeps_alpha_without_warning(recwarn):
+    G = _rank_deficient_gram() + 2.0 * np.eye(40)
+    ref = G.copy()
+    L, ridge = cholesky(np.asfortranarray(G), 1e-3)
+    assert ridge == 1e-3 and not recwarn.list
+    B = np.random.default_rng(1).standard_normal((40, 3))
+    np.testing.assert_allclose((ref + 1e-3 * np.eye(40)) @ cho_solve(L, B), B, atol=1e-10)
+
+
+def test_cholesky_with_alpha_zero_refuses_a_singular_gram():
+    with pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular.*pass alpha > 0"):
+        cholesky(_rank_deficient_gram(), 0.0)
+
+
+def test_fit_with_a_tiny_alpha_warns_with_the_ridge_it_used():
+    U, V = smooth_operator_data(60, 8)
+    with pytest.warns(RuntimeWarning, match="used ridge"):
+        model = RandomFeatureOperator(n_features=20, alpha=1e-30, solver="dual", random_state=0).fit(U, V)
+    assert np.isfinite(model.coef_).all()
+
+
+def test_factor_threads_follows_the_dask_config_key():
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert factor_threads() == cores
+    U, V = smooth_operator_data(80, 8)
+    ref = RandomFeatureOperator(n_features=300, alpha=1e-6, random_state=0).fit(U, V)
+    with dask.config.set({"rfol_dask.factor-threads": 3}):
+        assert factor_threads() == 3
+        model = RandomFeatureOperator(n_features=300, alpha=1e-6, random_state=0).fit(U, V)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-12 * np.abs(ref.coef_).max())

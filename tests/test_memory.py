@@ -1,0 +1,58 @@
+"""The memory policy: what a fit may hold, and what the user is told when it cannot."""
+
+import dask.array as da
+import numpy as np
+import pytest
+from conftest import FakeClient, smooth_operator_data
+
+from rfol_dask import RandomFeatureOperator
+from rfol_dask.memory import SLAB_BYTES, check_gram_memory, dual_plan, memory_budget
+
+
+def test_budget_of_small_workers_leaves_out_what_the_process_holds():
+    # 300 MB workers that hold 190 MB each: 0.8 * 300 - 190 = 50 MB, not 60 % of the limit (180 MB)
+    assert memory_budget(client=FakeClient(300e6, 300e6, used=190e6)).bytes == pytest.approx(50e6)
+    assert memory_budget(client=FakeClient(16e9, used=190e6)).bytes == pytest.approx(0.6 * 16e9)
+    assert memory_budget(1234, client=FakeClient(16e9)).bytes == 1234
+
+
+def test_dual_plan_counts_the_feature_slab():
+    """A 300 MB worker: the Gram (2 MB) fits, a 256 MiB feature slab does not; the slab is cut
+    to what the budget leaves beside the Gram and the data."""
+    M, n, m, N = 500, 16, 16, 30_000
+    client = FakeClient(300e6, used=190e6)
+    held = M * (n + m) * 8
+    plan = dual_plan(M, np.float64, client=client, held_bytes=held, n_features=N)
+    assert not plan.blocked
+    assert 0 < plan.slab_bytes < SLAB_BYTES
+    assert M**2 * 8 + held + 2 * plan.slab_bytes <= memory_budget(client=client).bytes
+    roomy = dual_plan(M, np.float64, client=FakeClient(64e9), held_bytes=held, n_features=N)
+    assert roomy.slab_bytes == SLAB_BYTES  # the default where memory allows
+
+
+def test_dual_plan_blocks_when_the_gram_and_the_narrowest_slabs_do_not_fit():
+    M = 2000  # a 32 MB Gram fits 40 MB, but not with two slabs of 64 columns (2 MB each) and 8 MB of data
+    with pytest.warns(RuntimeWarning, match=r"2000 x 2000 Gram matrix needs 32,000,000 bytes .*feature slabs.*"
+                                            r"factorising it blocked"):
+        plan = dual_plan(M, np.float64, 40e6, held_bytes=8_000_000, n_features=10_000)
+    assert plan.blocked
+    assert not dual_plan(M, np.float64, 40e6, held_bytes=0, n_features=10_000).blocked
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_oversized_primal_fit_advises_the_dual_solver(lazy):
+    U, V = smooth_operator_data(60, 8)
+    if lazy:
+        U, V = da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1))
+    model = RandomFeatureOperator(n_features=400, solver="primal", max_gram_bytes=100_000)
+    with pytest.raises(ValueError, match="400 x 400 Gram") as info:
+        model.fit(U, V)
+    assert "solver='dual'" in str(info.value) and "solver='primal'" not in str(info.value)
+
+
+def test_oversized_dual_fit_advises_the_primal_solver():
+    U, V = smooth_operator_data(200, 8)
+    with pytest.raises(ValueError, match="200 x 200 Gram.*solver='primal'"):
+        RandomFeatureOperator(n_features=100, solver="dual", max_gram_bytes=10_000).fit(U, V)
+    with pytest.raises(ValueError, match="fewer samples, pass dask arrays"):
+        check_gram_memory(200, np.float64, 10_000, solver="kernel")

@@ -1,0 +1,74 @@
+"""Figures read as a user reads them: physical axes with units, comparable colour scales."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from rfol_dask.plotting import example_figure, plot_example, plot_prediction, prediction_figure
+
+
+def _field(shift=0.0, scale=1.0):
+    x = np.linspace(0, 2 * np.pi, 32, endpoint=False)
+    y = np.linspace(0.0, 0.5, 12)
+    values = scale * np.outer(np.sin(x), 1 + y) + shift
+    return xr.DataArray(values, dims=("x", "y"), name="output",
+                        coords={"x": ("x", x, {"long_name": "position", "units": "m"}),
+                                "y": ("y", y, {"units": "s"})},
+                        attrs={"long_name": "temperature", "units": "K"})
+
+
+def _panels(fig):
+    """Title -> axes of the image panels (colour bars excluded)."""
+    return {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+
+
+def test_2d_prediction_figure_shares_scales_and_labels_axes():
+    truth = _field()
+    fig = prediction_figure(truth, {"rf": _field(shift=0.3), "small": _field(scale=0.5)})
+    panels = _panels(fig)
+    meshes = {t: ax.collections[0] for t, ax in panels.items()}
+    # one colour scale for truth and predictions, covering all of them
+    clims = {meshes[t].get_clim() for t in ("truth", "rf", "small")}
+    assert len(clims) == 1
+    lo, hi = clims.pop()
+    assert lo == pytest.approx(float(truth.min())) and hi == pytest.approx(float(truth.max()) + 0.3)
+    # one symmetric scale for the errors, with a diverging colour map
+    err = [meshes[t] for t in ("rf - truth", "small - truth")]
+    assert err[0].get_clim() == err[1].get_clim()
+    e_lo, e_hi = err[0].get_clim()
+    assert e_lo == -e_hi and e_hi == pytest.approx(0.5 * float(np.abs(truth).max()))
+    assert err[0].get_cmap().name == "RdBu_r" and meshes["truth"].get_cmap().name != "RdBu_r"
+    # physical axes: the coordinates, their long names and units
+    for ax in panels.values():
+        assert ax.get_xlabel() == "position [m]" and ax.get_ylabel() == "y [s]"
+        assert ax.get_xlim()[1] > 6  # x runs over [0, 2 pi), not over 32 indices
+        assert ax.get_ylim()[1] < 1
+    cbar_labels = {ax.get_ylabel() for ax in fig.axes if not ax.get_title()}
+    assert cbar_labels == {"temperature [K]", "error temperature [K]"}
+
+
+def test_example_figure_with_plain_arrays_and_grids():
+    truth = _field().values
+    x, y = _field().x.values, _field().y.values
+    fig = example_figure(np.cos(x), truth, truth, truth + 0.01, input_grid=(x,), output_grid=(x, y), label="RF")
+    panels = _panels(fig)
+    assert panels["true test"].collections[0].norm is panels["predicted test (RF)"].collections[0].norm
+    lo, hi = panels["predicted test (RF) - truth"].collections[0].get_clim()
+    assert lo == pytest.approx(-0.01) and hi == pytest.approx(0.01)
+    assert panels["true test"].get_xlim()[1] > 6 and panels["training input"].get_xlabel() == "x"
+    # 1-D: the error axis is symmetric about 0 and the x axis is physical
+    fig = example_figure(np.cos(x), np.sin(x), np.sin(x), np.sin(x) + 1e-3, input_grid=(x,), output_grid=(x,))
+    lo, hi = _panels(fig)["pointwise error"].get_ylim()
+    assert lo == pytest.approx(-hi)
+    assert _panels(fig)["pointwise error"].get_xlim()[1] > 6
+
+
+def test_1d_prediction_figure_uses_coordinate_units(tmp_path):
+    truth = _field().isel(y=0)
+    fig = prediction_figure(truth, {"rf": truth + 1e-3})
+    assert {ax.get_xlabel() for ax in fig.axes} == {"position [m]"}
+    assert fig.axes[0].get_ylabel() == "temperature [K]"
+    with pytest.raises(ValueError, match="grid has 1 axes but the field has 2"):
+        prediction_figure(_field().values, {"rf": _field().values}, grid=(np.arange(32),))
+    assert plot_prediction(tmp_path / "p.png", _field(), {"rf": _field(shift=0.1)}).stat().st_size > 5_000
+    assert plot_example(tmp_path / "e.png", truth, _field(), _field(), _field(shift=0.1)).stat().st_size > 5_000
