@@ -280,8 +280,10 @@ class SelectionCV(OperatorEstimator):
 
 
 class RandomFeatureOperatorCV(SelectionCV):
-    """:class:`~rfol_dask.RandomFeatureOperator` with ``distribution``, ``gamma``, ``alpha`` (and
-    optionally ``n_features``) chosen by validation on the training data.
+    """RandomFeatureOperator with its law, gamma and alpha chosen by validation on the training data.
+
+    Searches ``distribution`` x ``gamma`` x ``alpha`` (and optionally ``n_features``) of
+    :class:`~rfol_dask.RandomFeatureOperator`, then refits the winner on all training data.
 
     Parameters
     ----------
@@ -315,10 +317,23 @@ class RandomFeatureOperatorCV(SelectionCV):
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
         How each Gram is solved for all alphas: one eigendecomposition, one Cholesky
         factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).
-    fit_intercept, solver, dtype, random_state, column_block, max_gram_bytes, progress, recovery
-        As in :class:`~rfol_dask.RandomFeatureOperator`; passed to ``best_estimator_``. The
-        search itself runs in float64 on the dual Gram. ``random_state`` fixes the base draw: the
-        refitted winner (``random_state=random_state_``) has exactly the searched frequencies.
+    fit_intercept : bool, default=True
+        Centre features and outputs (an intercept per output component).
+    solver : {"auto", "dual", "primal"}, default="auto"
+        Solver of ``best_estimator_`` (the search itself always uses the dual Gram, in float64).
+    dtype : {None, "float32", "float64"}, default=None
+        Working precision of ``best_estimator_``.
+    random_state : int, Generator or None, default=None
+        Seed of the base draw of the frequencies: the refitted winner
+        (``random_state=random_state_``) has exactly the searched frequencies.
+    column_block : int, default=None
+        Passed to ``best_estimator_``.
+    max_gram_bytes : int, default=None
+        Memory budget of a Gram (the search groups its gammas to fit it); passed on.
+    progress : bool, default=False
+        Progress bars for dask input.
+    recovery : str, dict or 2-tuple, default="cubic"
+        Recovery maps of ``best_estimator_``.
 
     Attributes
     ----------
@@ -339,6 +354,12 @@ class RandomFeatureOperatorCV(SelectionCV):
         The seed of the frequencies.
     search_time_, refit_time_ : float
         Seconds of the search (including the median heuristic) and of the refit.
+    n_splits_ : int
+        Number of validation splits.
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_grid_, output_grid_, input_periods_, output_periods_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Cost per stage, for each split and law, with ``S`` gammas: one pass over the feature
     slabs, ``2 M n N`` (projection) ``+ S (M_t^2 + 2 M_v M_t) N`` flops, then per gamma (and N)

@@ -46,8 +46,10 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
 
 
 class KernelOperatorCV(SelectionCV):
-    """:class:`KernelOperator` with ``kernel``, ``length_scale`` and ``nugget`` chosen by validation
-    on the training data (see :class:`rfol_dask.RandomFeatureOperatorCV` for the search).
+    """KernelOperator with its kernel, length scale and nugget chosen by validation on the training data.
+
+    See :class:`rfol_dask.RandomFeatureOperatorCV` for the search; the winner is refitted on all
+    training data.
 
     Parameters
     ----------
@@ -60,10 +62,28 @@ class KernelOperatorCV(SelectionCV):
         Ridge values (> 0) on the centred Gram; default ``1e-16 ... 10``.
     n_components : int, default=None
         Input PCA (fitted on all training inputs before the search).
-    cv, coarse, refine, refit, alpha_path
-        As in :class:`rfol_dask.RandomFeatureOperatorCV`.
-    fit_intercept, dtype, column_block, max_gram_bytes, progress, recovery
-        As in :class:`KernelOperator`; passed to ``best_estimator_``.
+    cv : None, int or scikit-learn splitter, default=None
+        Validation splits, as in :class:`rfol_dask.RandomFeatureOperatorCV`.
+    coarse : float or None, default=0.25
+        Coarse stage on this fraction of the rows (at least 200 training rows), over the whole grid.
+    refine : sequence of float, default=(0.5, 1, 2)
+        Fine-stage factors applied to the coarse winner's length scale.
+    refit : bool, default=True
+        Refit the winner on all training data as ``best_estimator_``.
+    alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
+        How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`).
+    fit_intercept : bool, default=True
+        Centre in feature space and fit an intercept per output component.
+    dtype : {None, "float32", "float64"}, default=None
+        Working precision of ``best_estimator_`` (the search runs in float64).
+    column_block : int, default=None
+        Passed to ``best_estimator_``.
+    max_gram_bytes : int, default=None
+        Passed to ``best_estimator_``.
+    progress : bool, default=False
+        Progress bars for dask input.
+    recovery : str, dict or 2-tuple, default="cubic"
+        Recovery maps of ``best_estimator_``.
 
     Attributes
     ----------
@@ -74,6 +94,12 @@ class KernelOperatorCV(SelectionCV):
         kernel, ``length_scale`` and ``nugget`` columns).
     median_scales_ : dict
         The median-heuristic length scale of each kernel (one value).
+    n_splits_ : int
+        Number of validation splits.
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_grid_, output_grid_, input_periods_, output_periods_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Cost per split: ``3 M_t (M_t + M_v) n`` flops for the distances, then per (kernel, length
     scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram. Memory: four
