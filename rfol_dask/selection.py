@@ -39,7 +39,7 @@ from .placement import pinned, worker_addresses
 from .progress import active_client, compute
 from .rf_operator import RandomFeatureOperator, _integer_seed
 from .solve.graph import tree_sum
-from .tuning import (add_validation, frequency_scale, median_gamma, path_errors, slab_bounds, validation_grams,
+from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, slab_bounds, validation_grams,
                      validation_slab)
 
 __all__ = ["RandomFeatureOperatorCV", "SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS"]
@@ -430,7 +430,7 @@ class RandomFeatureOperatorCV(SelectionCV):
 
     def _prepare(self, U, lazy):
         self._seed = self.random_state_ = _integer_seed(self.random_state)
-        self.median_scales_ = {law: median_gamma(U, law, random_state=self._seed) for law in self.distributions}
+        self.median_scales_ = median_gammas(U, list(self.distributions), random_state=self._seed)
 
     def _families(self):
         return list(self.distributions)

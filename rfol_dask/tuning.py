@@ -37,7 +37,7 @@ from scipy.spatial.distance import pdist
 from .features import FREQUENCY_BLOCK
 from .linalg import symmetrize_lower, syrk
 
-__all__ = ["sample_rows", "median_distance", "median_gamma", "median_length_scale", "GAMMA_METRIC",
+__all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
            "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "path_errors",
            "eigh_pays", "relative_errors"]
 
@@ -105,14 +105,25 @@ def _sample_for_pairs(U, max_rows, random_state):
     return sample_rows(U, rows, random_state)
 
 
+def median_gammas(U, distributions, *, max_rows=2000, random_state=None):
+    """:func:`median_gamma` of several laws from one sample of ``U`` (one read for dask input):
+    a dict law -> gamma."""
+    for law in distributions:
+        if law not in GAMMA_METRIC:
+            raise ValueError(f"unknown distribution {law!r}; choose one of {tuple(GAMMA_METRIC)}")
+    X = _sample_for_pairs(U, max_rows, random_state)
+    out = {}
+    for law in distributions:
+        med = median_distance(X, GAMMA_METRIC[law])
+        out[law] = 1.0 / med if np.isfinite(med) else 1.0
+    return out
+
+
 def median_gamma(U, distribution="cauchy", *, max_rows=2000, random_state=None):
     """``gamma = 1 / median distance`` of the law's kernel (see the module docstring) over a
     random sample of the rows of ``U`` (M, n; numpy or dask). Falls back to ``1.0`` when all
     sampled inputs coincide."""
-    if distribution not in GAMMA_METRIC:
-        raise ValueError(f"unknown distribution {distribution!r}; choose one of {tuple(GAMMA_METRIC)}")
-    med = median_distance(_sample_for_pairs(U, max_rows, random_state), GAMMA_METRIC[distribution])
-    return 1.0 / med if np.isfinite(med) else 1.0
+    return median_gammas(U, [distribution], max_rows=max_rows, random_state=random_state)[distribution]
 
 
 def median_length_scale(U, *, max_rows=2000, random_state=None):
