@@ -132,17 +132,9 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     V, V_test = (np.asarray(Y, dtype=np.float64) for Y in (V, V_test))
     V, V_test = (Y[:, None] if Y.ndim == 1 else Y for Y in (V, V_test))
     check_finite(V, 0, "V")
-    checkpoints = np.asarray(n_features, dtype=int)
-    if checkpoints.ndim != 1 or len(checkpoints) == 0 or checkpoints[0] < 1 or np.any(np.diff(checkpoints) <= 0):
-        raise ValueError(f"n_features must be increasing positive integers, got {n_features!r}")
+    checkpoints = _check_checkpoints(n_features)
     M, n = U.shape
-    n_max = int(checkpoints[-1])
-    if frequencies is None:
-        omega, b = draw_frequencies(n, n_max, distribution, gamma, nu, random_state)
-    else:
-        omega, b = (np.asarray(a, dtype=np.float64) for a in frequencies)
-        if omega.shape[0] != n or omega.shape[1] < n_max or b.shape != (omega.shape[1],):
-            raise ValueError(f"frequencies have shape {omega.shape}; need ({n}, >= {n_max})")
+    omega, b = _curve_frequencies(frequencies, n, int(checkpoints[-1]), distribution, gamma, nu, random_state)
     if block_size is None:
         block_size = max(64, _BLOCK_BYTES // (8 * max(M, len(U_test))))
     edges = _block_edges(checkpoints, int(block_size))
@@ -154,43 +146,82 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     t_fit = t_pred = 0.0
     predictions = []
     for lo, hi in zip(edges[:-1], edges[1:]):
-        t0 = time.perf_counter()
-        # feature_map scales by sqrt(2 / width): rescale so that K_N = S / N for every N
-        A = features_block(U, omega[:, lo:hi], b[lo:hi])
-        A *= np.sqrt(hi - lo)
-        shift = A.mean(axis=0) if fit_intercept else None  # exact column means, as in fit_numpy
-        if shift is not None:
-            A -= shift
-        syrk(A, trans=False, C=S)
-        t1 = time.perf_counter()
-        At = features_block(U_test, omega[:, lo:hi], b[lo:hi], name="U_test")
-        At *= np.sqrt(hi - lo)
-        if shift is not None:
-            At -= shift
-        S_test += At @ A.T
-        t_fit += t1 - t0
-        t_pred += time.perf_counter() - t1
+        dt_fit, dt_pred = _accumulate_block(U, U_test, omega[:, lo:hi], b[lo:hi], fit_intercept, S, S_test)
+        t_fit, t_pred = t_fit + dt_fit, t_pred + dt_pred
         if hi not in checkpoints:
             continue
-        t0 = time.perf_counter()
-        K = symmetrize_lower(S.copy(order="F"))
-        K /= hi
-        fac = dual_factor(K, vsum, float(alpha), fit_intercept)
-        Beta = dual_solve(fac, V)
-        intercept = dual_intercept(fac, Beta)
-        t1 = time.perf_counter()
-        pred = (S_test @ Beta) / hi + intercept
-        t2 = time.perf_counter()
+        pred, dt_fit, dt_pred = _checkpoint_prediction(S, S_test, hi, V, vsum, float(alpha), fit_intercept)
         out["n_features"].append(int(hi))
         out["error"].append(float(error(V_test, pred)))
-        out["fit_time"].append(t_fit + t1 - t0)
-        out["predict_time"].append(t_pred + t2 - t1)
+        out["fit_time"].append(t_fit + dt_fit)
+        out["predict_time"].append(t_pred + dt_pred)
         if return_predictions:
             predictions.append(pred)
     out = {k: np.asarray(v) for k, v in out.items()}
     if return_predictions:
         out["predictions"] = predictions
     return out
+
+
+def _check_checkpoints(n_features):
+    """``n_features`` as an int array (k,); ValueError unless increasing positive integers."""
+    checkpoints = np.asarray(n_features, dtype=int)
+    if checkpoints.ndim != 1 or len(checkpoints) == 0 or checkpoints[0] < 1 or np.any(np.diff(checkpoints) <= 0):
+        raise ValueError(f"n_features must be increasing positive integers, got {n_features!r}")
+    return checkpoints
+
+
+def _curve_frequencies(frequencies, n, n_max, distribution, gamma, nu, random_state):
+    """``(omega (n, >= n_max), b)``: the given ``frequencies`` (checked) or a fresh draw of ``n_max``."""
+    if frequencies is None:
+        return draw_frequencies(n, n_max, distribution, gamma, nu, random_state)
+    omega, b = (np.asarray(a, dtype=np.float64) for a in frequencies)
+    if omega.shape[0] != n or omega.shape[1] < n_max or b.shape != (omega.shape[1],):
+        raise ValueError(f"frequencies have shape {omega.shape}; need ({n}, >= {n_max})")
+    return omega, b
+
+
+def _scaled_features(X, omega, b, shift=None, name="U"):
+    """Features of ``X`` (k, n) for one block of frequencies ``omega`` (n, w), ``b`` (w,), times
+    ``sqrt(w)`` (``feature_map`` scales by ``sqrt(2 / w)``; this makes ``K_N = S / N`` for every
+    ``N``), minus ``shift`` (w,) if given: (k, w)."""
+    A = features_block(X, omega, b, name=name)
+    A *= np.sqrt(omega.shape[1])
+    if shift is not None:
+        A -= shift
+    return A
+
+
+def _accumulate_block(U, U_test, omega, b, fit_intercept, S, S_test):
+    """Add one feature block to the running sums, in place: ``S`` (M, M, lower triangle)
+    ``+= A A^T`` and ``S_test`` (M_t, M) ``+= A* A^T``, with ``A`` (M, w) and ``A*`` (M_t, w)
+    shifted by the exact column means of ``A`` if ``fit_intercept`` (as in ``fit_numpy``).
+    Returns the seconds of the training part and of the test part."""
+    t0 = time.perf_counter()
+    A = _scaled_features(U, omega, b)
+    shift = A.mean(axis=0) if fit_intercept else None
+    if shift is not None:
+        A -= shift
+    syrk(A, trans=False, C=S)
+    t1 = time.perf_counter()
+    At = _scaled_features(U_test, omega, b, shift, name="U_test")
+    S_test += At @ A.T
+    return t1 - t0, time.perf_counter() - t1
+
+
+def _checkpoint_prediction(S, S_test, N, V, vsum, alpha, fit_intercept):
+    """The fit at checkpoint ``N`` from the running sums: ``K_N = S / N`` factorised and solved
+    for ``V`` (M, m) (``vsum`` (m,) its column sums); returns the test prediction (M_t, m), the
+    seconds of the factorisation and solve, and those of the prediction."""
+    t0 = time.perf_counter()
+    K = symmetrize_lower(S.copy(order="F"))
+    K /= N
+    fac = dual_factor(K, vsum, alpha, fit_intercept)
+    Beta = dual_solve(fac, V)
+    intercept = dual_intercept(fac, Beta)
+    t1 = time.perf_counter()
+    pred = (S_test @ Beta) / N + intercept
+    return pred, t1 - t0, time.perf_counter() - t1
 
 
 def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwargs):

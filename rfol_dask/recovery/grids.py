@@ -1,0 +1,146 @@
+"""Grids of the recovery maps: normalised coordinates, periods, domains and the periodic axis map.
+
+A grid is a tuple of 1-D float64 coordinate arrays, one per axis (:func:`as_grid`); ``periods``
+gives each axis a period or None (:func:`as_periods`). See :mod:`rfol_dask.recovery`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+
+import numpy as np
+
+__all__ = ["RTOL", "as_grid", "as_periods", "is_closed", "periodic_matrix", "uniform_period", "grid_domain", "span",
+           "same_grid", "grid_shape"]
+
+#: tolerance on grid coordinates, relative to the span of the axis
+RTOL = 1e-6
+
+
+def as_grid(grid, name="grid"):
+    """Normalise a grid to a tuple of 1-D float64 coordinate arrays, one per axis.
+
+    Accepts a 1-D array (one axis), a sequence of 1-D arrays, or a mapping
+    ``{dim: coords}`` (e.g. ``DataArray.coords`` restricted to the grid dims; order kept).
+    Every axis must be finite and strictly increasing.
+    """
+    if isinstance(grid, Mapping):
+        axes = list(grid.values())
+    elif isinstance(grid, np.ndarray) and grid.ndim == 1:
+        axes = [grid]
+    elif isinstance(grid, (list, tuple)) and grid and all(isinstance(g, numbers.Real) for g in grid):
+        axes = [grid]
+    elif isinstance(grid, (list, tuple)) and grid:
+        axes = list(grid)
+    else:
+        raise TypeError(f"{name} must be a 1-D coordinate array, a sequence of them (one per axis) or a "
+                        f"mapping dim -> coordinates; got {type(grid).__name__}")
+    out = []
+    for k, ax in enumerate(axes):
+        ax = np.asarray(getattr(ax, "values", ax))
+        if ax.ndim != 1 or ax.size == 0 or not np.issubdtype(ax.dtype, np.number):
+            raise ValueError(f"{name}: axis {k} must be a non-empty 1-D array of numbers, got shape {ax.shape} "
+                             f"and dtype {ax.dtype}")
+        ax = ax.astype(np.float64)
+        if not np.all(np.isfinite(ax)):
+            raise ValueError(f"{name}: axis {k} holds NaN or Inf")
+        if ax.size > 1 and not np.all(np.diff(ax) > 0):
+            raise ValueError(f"{name}: axis {k} must be strictly increasing")
+        out.append(ax)
+    return tuple(out)
+
+
+def as_periods(periods, grid, name="periods"):
+    """Per-axis periods of ``grid``: a tuple of float or None (non-periodic), one per axis.
+
+    ``periods`` is None (no periodic axis), one number (every axis) or a sequence with one
+    entry per axis. Each period must be > 0 and its axis must fit in one period (an open
+    grid, or a closed one whose last point is ``x[0] + period``); else ValueError.
+    """
+    grid = as_grid(grid)
+    if periods is None:
+        return (None,) * len(grid)
+    if isinstance(periods, numbers.Real):
+        periods = (periods,) * len(grid)
+    periods = tuple(periods)
+    if len(periods) != len(grid):
+        raise ValueError(f"{name} has {len(periods)} entries but the grid has {len(grid)} axes: "
+                         "give one period (or None) per axis")
+    out = []
+    for k, (ax, P) in enumerate(zip(grid, periods)):
+        if P is None:
+            out.append(None)
+            continue
+        if not isinstance(P, numbers.Real) or isinstance(P, bool) or not np.isfinite(P) or P <= 0:
+            raise ValueError(f"{name}: the period of axis {k} must be a positive number, got {P!r}")
+        P = float(P)
+        if ax[-1] - ax[0] > P * (1 + RTOL):
+            raise ValueError(f"{name}: axis {k} spans [{ax[0]:g}, {ax[-1]:g}], more than its period {P:g}; "
+                             "a periodic axis must lie in one period, e.g. [0, period)")
+        out.append(P)
+    return tuple(out)
+
+
+def is_closed(ax, P):
+    """True if the periodic axis ``ax`` repeats its first point at ``ax[0] + P``."""
+    return ax.size > 1 and abs(ax[-1] - ax[0] - P) <= RTOL * P
+
+
+def periodic_matrix(x, P, y, method):
+    """The (len(y), len(x)) map of values on the periodic axis ``x`` (period ``P``) to ``y``:
+    wraps ``y`` into ``[x[0], x[0] + P)``; cubic: periodic spline, linear: wrapped hat
+    functions (``scipy.interpolate.make_interp_spline``), nearest: nearest node modulo ``P``.
+    On a closed axis the repeated end point shares the weight of the first."""
+    closed = is_closed(x, P)
+    xu = x[:-1] if closed else x
+    n = xu.size
+    yw = np.clip(x[0] + np.mod(y - x[0], P), x[0], x[0] + P)
+    if n == 1:
+        W = np.ones((y.size, 1))
+    elif method == "nearest":
+        d = np.abs(np.mod(yw[:, None] - xu[None, :] + P / 2, P) - P / 2)
+        W = np.zeros((y.size, n))
+        W[np.arange(y.size), d.argmin(axis=1)] = 1.0
+    else:
+        from scipy.interpolate import make_interp_spline
+
+        k = 3 if method == "cubic" and n >= 3 else 1
+        basis = np.vstack([np.eye(n), np.eye(n)[:1]])  # node values of the n cardinal functions, wrapped
+        W = make_interp_spline(np.append(xu, x[0] + P), basis, k=k, bc_type="periodic" if k > 1 else None)(yw)
+    if closed:
+        W = np.concatenate([W, W[:, :1] / 2], axis=1)
+        W[:, 0] /= 2
+    return W
+
+
+def uniform_period(ax):
+    """``n * spacing`` of a uniform axis of ``n > 1`` points: its period when it is read as an open
+    periodic grid (``linspace(a, b, n, endpoint=False)``)."""
+    return ax.size * (ax[-1] - ax[0]) / (ax.size - 1)
+
+
+def grid_domain(grid, periodic=False):
+    """``[(lo, hi), ...]`` per axis: ``[x[0], x[-1]]``, or ``[x[0], x[0] + n * spacing)`` if ``periodic``."""
+    out = []
+    for ax in as_grid(grid):
+        hi = ax[0] + uniform_period(ax) if periodic and ax.size > 1 else ax[-1]
+        out.append((float(ax[0]), float(hi)))
+    return out
+
+
+def span(ax):
+    """Length ``x[-1] - x[0]`` of the axis ``ax`` (1.0 for a single point): the scale of its tolerances."""
+    return float(ax[-1] - ax[0]) if ax.size > 1 else 1.0
+
+
+def same_grid(a, b):
+    """True if the grids ``a`` and ``b`` have the same shape and coordinates (to ``1e-6`` of the span)."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x.shape == y.shape and np.allclose(x, y, rtol=0, atol=RTOL * span(x)) for x, y in zip(a, b))
+
+
+def grid_shape(grid):
+    """Shape ``(n_1, ..., n_d)`` of the grid (a tuple of axes)."""
+    return tuple(len(ax) for ax in grid)
