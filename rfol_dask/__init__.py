@@ -7,3 +7,7 @@ __all__ = ["__version__"]
 from .rf_operator import RandomFeatureOperator  # noqa: E402
 
 __all__ += ["RandomFeatureOperator"]
+
+from .selection import RandomFeatureOperatorCV  # noqa: E402
+
+__all__ += ["RandomFeatureOperatorCV"]

@@ -14,6 +14,7 @@ from .features import DISTRIBUTIONS, check_random_state, draw_frequencies, featu
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory
 from .solve import choose_solver, fit_dask, fit_numpy
+from .tuning import median_gamma
 
 __all__ = ["RandomFeatureOperator"]
 
@@ -55,8 +56,12 @@ class RandomFeatureOperator(OperatorEstimator):
         Frequency law: tensor-product Cauchy with scale ``gamma`` (kernel
         ``exp(-gamma ||x-y||_1)``), Gaussian ``N(0, 2 gamma)`` (kernel
         ``exp(-gamma ||x-y||^2)``) or multivariate Student-t with ``nu`` degrees of freedom.
-    gamma : float, default=1.0
-        Frequency scale (> 0).
+    gamma : float or "median", default="median"
+        Frequency scale (> 0). ``"median"`` sets it from the training inputs (median heuristic,
+        :func:`rfol_dask.tuning.median_gamma`, over a sample of at most 2000 rows drawn with
+        ``random_state``): ``1 / median ||u_i - u_j||_2^2`` for ``"gaussian"``,
+        ``1 / median ||u_i - u_j||_1`` for ``"cauchy"``, ``1 / median ||u_i - u_j||_2`` for
+        ``"student_t"``, so a typical pair of inputs has kernel value about ``exp(-1)``.
     nu : float, default=None
         Degrees of freedom for ``distribution="student_t"`` (> 0).
     alpha : float, default=1e-10
@@ -96,6 +101,8 @@ class RandomFeatureOperator(OperatorEstimator):
         Intercept ``c0`` of each output grid point (zeros without ``fit_intercept``).
     solver_ : {"dual", "primal"}
         The solver used.
+    gamma_ : float
+        The frequency scale used (``gamma``, or its median-heuristic value).
     n_features_in_ : int
         Input width ``n`` (grid points of one input function).
     input_shape_, output_shape_ : tuple of int
@@ -126,7 +133,7 @@ class RandomFeatureOperator(OperatorEstimator):
     _parameter_constraints = {
         "n_features": [Interval(numbers.Integral, 1, None, closed="left")],
         "distribution": [StrOptions(set(DISTRIBUTIONS))],
-        "gamma": [Interval(numbers.Real, 0, None, closed="neither")],
+        "gamma": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"median"})],
         "nu": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "alpha": [Interval(numbers.Real, 0, None, closed="left")],
         "fit_intercept": ["boolean"],
@@ -139,7 +146,7 @@ class RandomFeatureOperator(OperatorEstimator):
         "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
     }
 
-    def __init__(self, *, n_features=1000, distribution="cauchy", gamma=1.0, nu=None, alpha=1e-10,
+    def __init__(self, *, n_features=1000, distribution="cauchy", gamma="median", nu=None, alpha=1e-10,
                  fit_intercept=True, solver="auto", dtype=None, random_state=None, column_block=None,
                  max_gram_bytes=None, progress=False, recovery="cubic"):
         self.n_features = n_features
@@ -157,7 +164,7 @@ class RandomFeatureOperator(OperatorEstimator):
         self.recovery = recovery
 
     _fitted_arrays = ("omega_", "b_", "coef_", "intercept_")
-    _fitted_scalars = ("solver_",)
+    _fitted_scalars = ("solver_", "gamma_")
 
     def _check_params(self):
         super()._check_params()
@@ -168,8 +175,11 @@ class RandomFeatureOperator(OperatorEstimator):
         """Draw the frequencies and solve for ``coef_`` (N, m) and ``intercept_`` (m,)."""
         M, m = U.shape[0], V.shape[1]
         self.solver_ = choose_solver(self.solver, M, self.n_features)
-        recipe = functools.partial(draw_frequencies, U.shape[1], self.n_features, self.distribution, self.gamma,
-                                   self.nu, _integer_seed(self.random_state), dtype=dtype)
+        seed = _integer_seed(self.random_state)
+        self.gamma_ = (median_gamma(U, self.distribution, random_state=seed) if self.gamma == "median"
+                       else float(self.gamma))
+        recipe = functools.partial(draw_frequencies, U.shape[1], self.n_features, self.distribution, self.gamma_,
+                                   self.nu, seed, dtype=dtype)
         if lazy:  # the workers draw what they need; the client draws Omega after the fit
             coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
                                        solver=self.solver_, column_block=self.column_block,

@@ -65,7 +65,7 @@ def test_dask_input_same_model_in_memory_and_blocked(n_components):
 
 def test_save_load_and_errors(tmp_path):
     U, V = smooth_operator_data(60, 8)
-    model = KernelOperator(kernel="inverse_quadratic", nugget=1e-5, n_components=3).fit(U, V)
+    model = KernelOperator(kernel="inverse_quadratic", length_scale=1.0, nugget=1e-5, n_components=3).fit(U, V)
     model.save(tmp_path / "k.zarr")
     again = KernelOperator.load(tmp_path / "k.zarr")
     np.testing.assert_allclose(again.predict(U), model.predict(U), rtol=1e-12, atol=1e-14)

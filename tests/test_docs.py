@@ -9,8 +9,8 @@ import pytest
 from numpydoc.docscrape import ClassDoc
 from numpydoc.validate import validate
 
-from rfol_dask import RandomFeatureOperator
-from rfol_dask.baselines import KernelOperator
+from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
+from rfol_dask.baselines import KernelOperator, KernelOperatorCV
 
 FUNCTIONS = [
     "rfol_dask.estimator.OperatorEstimator.fit",
@@ -26,7 +26,8 @@ FUNCTIONS = [
     "rfol_dask.datasets.generate",
     "rfol_dask.curves.error_curve",
 ]
-CLASSES = ["rfol_dask.RandomFeatureOperator", "rfol_dask.baselines.KernelOperator"]
+CLASSES = ["rfol_dask.RandomFeatureOperator", "rfol_dask.baselines.KernelOperator",
+           "rfol_dask.RandomFeatureOperatorCV", "rfol_dask.baselines.KernelOperatorCV"]
 
 # numpydoc checks left out: extended summary, See Also and Examples sections are optional here
 OPTIONAL = {"ES01", "SA01", "EX01"}
@@ -69,6 +70,8 @@ def _documented_attributes(cls):
 @pytest.mark.parametrize("model", [
     RandomFeatureOperator(n_features=20, random_state=0),
     KernelOperator(n_components=3),
+    RandomFeatureOperatorCV(n_features=20, gammas=(1.0,), alphas=(1e-3,), random_state=0),
+    KernelOperatorCV(n_components=3, length_scales=(1.0,), nuggets=(1e-3,)),
 ], ids=lambda m: type(m).__name__)
 def test_class_docstring_lists_every_fitted_attribute(model):
     rng = np.random.default_rng(0)

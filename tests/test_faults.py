@@ -81,7 +81,7 @@ def test_task_that_kills_every_worker_gives_clear_error_and_writes_nothing(tmp_p
 
 def test_fit_under_memory_pressure_spills_and_completes():
     U, V = smooth_operator_data(1200, 64)
-    ref = RandomFeatureOperator(n_features=1500, alpha=1e-6, random_state=0).fit(U, V)
+    ref = RandomFeatureOperator(n_features=1500, gamma=1.0, alpha=1e-6, random_state=0).fit(U, V)
     # a low spill threshold: feature blocks and tiles are spilled to disk during the fit
     spill = {"distributed.worker.memory.target": 0.02, "distributed.worker.memory.spill": 0.03,
              "distributed.worker.memory.pause": False, "distributed.worker.memory.terminate": False}
@@ -92,7 +92,8 @@ def test_fit_under_memory_pressure_spills_and_completes():
 
         Ud, Vd = da.from_array(U, chunks=(150, -1)), da.from_array(V, chunks=(150, -1))
         with get_task_stream(client=client) as ts:
-            model = RandomFeatureOperator(n_features=1500, alpha=1e-6, random_state=0).fit(Ud, Vd)
+            # (a numeric gamma: the default "median" reads a sample of U in a compute of its own first)
+            model = RandomFeatureOperator(n_features=1500, gamma=1.0, alpha=1e-6, random_state=0).fit(Ud, Vd)
         spilled = client.run(lambda dask_worker: sum(v for k, v in dask_worker.digests_total.items()
                                                      if "disk-write" in k and k[-1] == "bytes"))
     assert sum(spilled.values()) > 0

@@ -100,7 +100,8 @@ def test_fit_reads_data_once_in_one_compute(solver, n_features):
     Vd = da.from_array(V, chunks=(45, -1)).map_blocks(load, dtype=V.dtype)
     counter = CountingScheduler()
     with dask.config.set(scheduler=counter):
-        model = RandomFeatureOperator(n_features=n_features, solver=solver, alpha=1e-6, random_state=0).fit(Ud, Vd)
+        model = RandomFeatureOperator(n_features=n_features, solver=solver, gamma=1.0, alpha=1e-6,
+                                      random_state=0).fit(Ud, Vd)  # gamma="median" reads a sample first
     assert counter.calls == 1
     assert sorted(reads) == sorted([(i, 0) for i in range(4)] * 2)  # each block of U and V once
     assert model.coef_.shape == (n_features, 12)
@@ -146,7 +147,7 @@ def test_one_worker_and_two_workers_agree():
     for workers in (1, 2):
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
                 Client(c):
-            coefs.append(RandomFeatureOperator(n_features=250, alpha=1e-5, random_state=5).fit(Ud, Vd).coef_)
+            coefs.append(RandomFeatureOperator(n_features=250, gamma=1.0, alpha=1e-5, random_state=5).fit(Ud, Vd).coef_)
     np.testing.assert_allclose(coefs[0], coefs[1], rtol=1e-10, atol=1e-12)
 
 

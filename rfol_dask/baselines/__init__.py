@@ -3,6 +3,7 @@
 (``KernelOperator(kernel="linear")``, ridge on the raw inputs)."""
 
 from .kernel import KernelOperator, pca
+from .kernel_cv import KernelOperatorCV
 from .kernels import KERNELS, kernel_tile
 
-__all__ = ["KernelOperator", "KERNELS", "kernel_tile", "pca"]
+__all__ = ["KernelOperator", "KernelOperatorCV", "KERNELS", "kernel_tile", "pca"]

@@ -28,6 +28,7 @@ from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan
 from ..solve.graph import compute_fit, row_blocks
 from ..solve.in_memory import dual_numpy
 from ..solve.tiled import dual_graph
+from ..tuning import median_length_scale, sample_rows
 from .kernels import KERNELS, kernel_tile
 
 __all__ = ["KernelOperator", "pca"]
@@ -88,8 +89,10 @@ class KernelOperator(OperatorEstimator):
     kernel : {"rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "linear"}, default="rbf"
         Scalar kernel of the (flattened, optionally PCA-reduced) input functions; see
         :mod:`rfol_dask.baselines.kernels`. ``"linear"`` is the linear baseline (ridge on raw inputs).
-    length_scale : float, default=1.0
-        Kernel length scale ``l`` (ignored by ``"linear"``).
+    length_scale : float or "median", default="median"
+        Kernel length scale ``l`` (ignored by ``"linear"``). ``"median"``: ``l = median
+        ||x_i - x_j||_2`` over a sample of at most 2000 training inputs (seed 0; after PCA if any;
+        :func:`rfol_dask.tuning.median_length_scale`), the distance of a typical pair.
     nugget : float, default=1e-8
         Ridge added to the diagonal of the centred Gram (>= 0).
     n_components : int, default=None
@@ -124,6 +127,8 @@ class KernelOperator(OperatorEstimator):
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
+    length_scale_ : float
+        The length scale used (``length_scale``, or its median-heuristic value; 1.0 for ``"linear"``).
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
     does not fit one) plus the training inputs. Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
@@ -131,7 +136,7 @@ class KernelOperator(OperatorEstimator):
 
     _parameter_constraints = {
         "kernel": [StrOptions(set(KERNELS))],
-        "length_scale": [Interval(numbers.Real, 0, None, closed="neither")],
+        "length_scale": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"median"})],
         "nugget": [Interval(numbers.Real, 0, None, closed="left")],
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "fit_intercept": ["boolean"],
@@ -142,8 +147,9 @@ class KernelOperator(OperatorEstimator):
         "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
     }
     _fitted_arrays = ("X_train_", "dual_coef_", "intercept_", "pca_mean_", "pca_components_")
+    _fitted_scalars = ("length_scale_",)
 
-    def __init__(self, *, kernel="rbf", length_scale=1.0, nugget=1e-8, n_components=None, fit_intercept=True,
+    def __init__(self, *, kernel="rbf", length_scale="median", nugget=1e-8, n_components=None, fit_intercept=True,
                  dtype=None, column_block=None, max_gram_bytes=None, progress=False, recovery="cubic"):
         self.kernel = kernel
         self.length_scale = length_scale
@@ -157,7 +163,16 @@ class KernelOperator(OperatorEstimator):
         self.recovery = recovery
 
     def _tile(self):
-        return functools.partial(kernel_tile, kernel=self.kernel, length_scale=float(self.length_scale))
+        return functools.partial(kernel_tile, kernel=self.kernel, length_scale=float(self.length_scale_))
+
+    def _resolve_length_scale(self, U, transform):
+        """``length_scale_`` from the parameter, or the median heuristic on a sample of the
+        (transformed) inputs ``U`` (numpy or dask; only the sample is read)."""
+        if self.kernel == "linear":
+            return 1.0
+        if self.length_scale != "median":
+            return float(self.length_scale)
+        return median_length_scale(transform(sample_rows(U, random_state=0), 0), random_state=0)
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,); keep the training inputs."""
@@ -171,6 +186,7 @@ class KernelOperator(OperatorEstimator):
             self.pca_mean_, self.pca_components_ = (a.astype(dtype) for a in pca(U, self.n_components))
         transform = functools.partial(_transform, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
         alpha = float(self.nugget)
+        self.length_scale_ = self._resolve_length_scale(U, transform)
         if not lazy:
             check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel")
             X = transform(U, 0)

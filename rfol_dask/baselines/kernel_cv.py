@@ -1,0 +1,199 @@
+"""KernelOperatorCV: the exact kernel baseline with its kernel, length scale and nugget chosen by
+validation on the training data (the search of :mod:`rfol_dask.selection`).
+
+Per split, the squared distances (training x training and validation x training) are computed
+once and every (kernel, length scale) candidate is an elementwise map of them; one
+eigendecomposition of each centred training Gram gives every nugget (or one Cholesky
+factorisation per nugget where cheaper: :func:`rfol_dask.tuning.path_errors`).
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+
+import numpy as np
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from .. import recovery as rec
+from ..selection import DEFAULT_REFINE, SelectionCV
+from ..tuning import path_errors
+from .kernel import KernelOperator, _transform, pca
+from .kernels import KERNELS, _apply, sq_distances
+
+__all__ = ["KernelOperatorCV", "DEFAULT_LENGTH_SCALES"]
+
+#: default multiples of the median-heuristic length scale: 4^-2 = 1/16 to 4^2 = 16
+DEFAULT_LENGTH_SCALES = tuple(4.0 ** np.arange(-2, 3))
+
+
+def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None, X_v=None):
+    """Centred training Gram ``H K_tt H`` (M_t, M_t) and validation cross-Gram (M_v, M_t) for one
+    kernel and length scale, from the squared distances (for ``"linear"``, from ``X_t``, ``X_v``):
+    the kernel of features centred by their training mean, as :class:`KernelOperator` fits it."""
+    if kernel == "linear":
+        K_tt, K_vt = X_t @ X_t.T, X_v @ X_t.T
+    else:
+        K_tt, K_vt = _apply(D2_tt.copy(), kernel, length_scale), _apply(D2_vt.copy(), kernel, length_scale)
+    if fit_intercept:
+        r = K_tt.mean(axis=0)
+        c = r.mean()
+        K_vt -= K_vt.mean(axis=1)[:, None]
+        K_vt -= r[None, :] - c
+        K_tt -= r[:, None]
+        K_tt -= r[None, :] - c
+    return K_tt, K_vt
+
+
+class KernelOperatorCV(SelectionCV):
+    """KernelOperator with its kernel, length scale and nugget chosen by validation on the training data.
+
+    See :class:`rfol_dask.RandomFeatureOperatorCV` for the search; the winner is refitted on all
+    training data.
+
+    Parameters
+    ----------
+    kernels : sequence of str, default=("rbf", "matern52", "inverse_quadratic")
+        Kernels searched (:data:`rfol_dask.baselines.KERNELS`; ``"linear"`` has no length scale).
+    length_scales : sequence of float, default=None
+        Multiples of the median-heuristic length scale (``KernelOperator(length_scale="median")``);
+        default ``4^-2 ... 4^2`` (the fine stage halves the spacing around the winner).
+    nuggets : sequence of float, default=None
+        Ridge values (> 0) on the centred Gram; default ``1e-16 ... 10``.
+    n_components : int, default=None
+        Input PCA (fitted on all training inputs before the search).
+    cv : None, int or scikit-learn splitter, default=None
+        Validation splits, as in :class:`rfol_dask.RandomFeatureOperatorCV`.
+    coarse : float or None, default=0.25
+        Coarse stage on this fraction of the rows (at least 200 training rows), over the whole grid.
+    refine : sequence of float, default=(0.5, 1, 2)
+        Fine-stage factors applied to the coarse winner's length scale.
+    refit : bool, default=True
+        Refit the winner on all training data as ``best_estimator_``.
+    alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
+        How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`).
+    fit_intercept : bool, default=True
+        Centre in feature space and fit an intercept per output component.
+    dtype : {None, "float32", "float64"}, default=None
+        Working precision of ``best_estimator_`` (the search runs in float64).
+    column_block : int, default=None
+        Passed to ``best_estimator_``.
+    max_gram_bytes : int, default=None
+        Passed to ``best_estimator_``.
+    progress : bool, default=False
+        Progress bars for dask input.
+    recovery : str, dict or 2-tuple, default="cubic"
+        Recovery maps of ``best_estimator_``.
+
+    Attributes
+    ----------
+    best_params_ : dict
+        ``kernel``, ``length_scale``, ``nugget``.
+    best_score_, cv_results_, best_estimator_, search_time_, refit_time_
+        As in :class:`rfol_dask.RandomFeatureOperatorCV` (``cv_results_`` has ``family`` = the
+        kernel, ``length_scale`` and ``nugget`` columns).
+    median_scales_ : dict
+        The median-heuristic length scale of each kernel (one value).
+    n_splits_ : int
+        Number of validation splits.
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_grid_, output_grid_, input_periods_, output_periods_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+
+    Cost per split: ``3 M_t (M_t + M_v) n`` flops for the distances, then per (kernel, length
+    scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram. Memory: four
+    ``M_t x M_t`` and two ``M_v x M_t`` arrays. dask input is gathered first (the model holds
+    its training inputs anyway).
+    """
+
+    _param_name = "length_scale"
+    _alpha_name = "nugget"
+    _distributed_search = False
+
+    _parameter_constraints = {
+        "kernels": ["array-like"],
+        "length_scales": ["array-like", None],
+        "nuggets": ["array-like", None],
+        "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
+        "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
+        "refine": ["array-like"],
+        "refit": ["boolean"],
+        "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
+        "fit_intercept": ["boolean"],
+        "dtype": [StrOptions({"float32", "float64"}), type, None],
+        "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "progress": ["boolean"],
+        "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
+    }
+
+    def __init__(self, *, kernels=("rbf", "matern52", "inverse_quadratic"), length_scales=None, nuggets=None,
+                 n_components=None, cv=None, coarse=0.25, refine=DEFAULT_REFINE, refit=True, alpha_path="auto",
+                 fit_intercept=True, dtype=None, column_block=None, max_gram_bytes=None, progress=False,
+                 recovery="cubic"):
+        self.kernels = kernels
+        self.length_scales = length_scales
+        self.nuggets = nuggets
+        self.n_components = n_components
+        self.cv = cv
+        self.coarse = coarse
+        self.refine = refine
+        self.refit = refit
+        self.alpha_path = alpha_path
+        self.fit_intercept = fit_intercept
+        self.dtype = dtype
+        self.column_block = column_block
+        self.max_gram_bytes = max_gram_bytes
+        self.progress = progress
+        self.recovery = recovery
+
+    def _check_params(self):
+        super()._check_params()
+        for kernel in self.kernels:
+            if kernel not in KERNELS:
+                raise ValueError(f"unknown kernel {kernel!r} in kernels; choose from {KERNELS}")
+        self._check_grids("length_scales", "nuggets", "refine")
+
+    def _base_estimator(self, **best):
+        return KernelOperator(n_components=self.n_components, fit_intercept=self.fit_intercept, dtype=self.dtype,
+                              column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
+                              progress=self.progress, recovery=self.recovery, **best)
+
+    def _prepare(self, U, lazy):
+        self._seed = 0
+        self._pca = (None, None) if self.n_components is None else pca(U, self.n_components)
+        transform = functools.partial(_transform, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
+        self._transform = transform
+        ell = KernelOperator(kernel="rbf")._resolve_length_scale(U, transform)
+        self.median_scales_ = {k: (1.0 if k == "linear" else ell) for k in self.kernels}
+
+    def _families(self):
+        return list(self.kernels)
+
+    def _multiples(self):
+        return DEFAULT_LENGTH_SCALES if self.length_scales is None else self.length_scales
+
+    def _family_multiples(self, family, mults):
+        return [1.0] if family == "linear" else mults
+
+    def _params_of(self, row):
+        params = {"kernel": str(row["family"]), "nugget": float(row["nugget"])}
+        if row["family"] != "linear":
+            params["length_scale"] = float(row["length_scale"])
+        return params
+
+    def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns):
+        """Validation errors (len(mults), 1, n_nugget) of one split."""
+        X_t, X_v = self._transform(X[train], 0), self._transform(X[valid], 0)
+        D2_tt = D2_vt = None
+        if kernel != "linear":
+            D2_tt, D2_vt = sq_distances(X_t, X_t), sq_distances(X_v, X_t)
+            np.fill_diagonal(D2_tt, 0.0)
+        out = []
+        for m in mults:
+            G, K = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
+            out.append([path_errors(np.asfortranarray(G), K, Y[train], Y[valid], self._alphas(), self.fit_intercept,
+                                    self.alpha_path)])
+        return np.asarray(out)

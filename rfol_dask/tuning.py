@@ -1,0 +1,319 @@
+"""Hyperparameters from the data: the median heuristic and the ridge (alpha) path.
+
+Median heuristic (like scikit-learn's ``SVR(gamma="scale")``): the kernel bandwidth is set so
+that the typical pair of training inputs sits at kernel value ``exp(-1)``. Per frequency law of
+:func:`rfol_dask.features.draw_frequencies`:
+
+- ``"gaussian"``, kernel ``exp(-gamma ||x - y||_2^2)``: ``gamma = 1 / median ||x - y||_2^2``;
+- ``"cauchy"``, kernel ``exp(-gamma ||x - y||_1)``: ``gamma = 1 / median ||x - y||_1``;
+- ``"student_t"``, frequencies ``gamma * N(0, I) * sqrt(nu / chi2_nu)``: a Matern-type kernel of
+  ``gamma ||x - y||_2``, so ``gamma = 1 / median ||x - y||_2``;
+
+and for the exact kernels of :mod:`rfol_dask.baselines` (functions of ``||x - y||_2 / l``)
+``length_scale = median ||x - y||_2``. The median runs over all pairs of a random sample of
+training rows (at most ``max_rows``, fewer for wide inputs so that the distances cost at most
+about ``_PAIR_FLOPS``; see :func:`sample_rows`): nothing but that sample is read.
+
+Ridge path (:func:`path_errors`): one symmetric eigendecomposition of the centred dual Gram ``G = Q diag(lam) Q^T``
+(training rows) gives the solution for every ``alpha``: ``Beta(alpha) = Q (lam + alpha)^-1 Q^T V_c``,
+and the validation predictions ``K_vt Beta(alpha) + vbar = (K_vt Q) (lam + alpha)^-1 (Q^T V_c) + vbar``
+cost ``2 M_v M_t m`` flops per alpha once the two products are made (:class:`EigenPath`). An
+``eigh`` costs as much as 9-24 Cholesky factorisations here (measured at M = 1000-6000), so
+for short alpha grids on large Grams one factorisation per alpha is cheaper and is used instead.
+
+Scale families: the Gaussian, Cauchy and Student-t frequencies of one seed are ``s(gamma) Z`` for
+the draw ``Z`` of ``gamma = 1`` (:func:`frequency_scale`), so a sweep over ``gamma`` projects
+the inputs once per feature slab, ``P = U Z``, and makes every gamma's features from it
+(:func:`validation_slab`).
+"""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import scipy.linalg
+from scipy.spatial.distance import pdist
+
+from .features import FREQUENCY_BLOCK
+from .linalg import symmetrize_lower, syrk
+
+__all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
+           "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "path_errors",
+           "eigh_pays", "relative_errors"]
+
+#: the distance whose median sets ``gamma = 1 / median`` for each frequency law
+GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "euclidean"}
+
+#: budget of the pairwise distances (about ``rows^2 / 2 * n`` flops)
+_PAIR_FLOPS = 4e8
+
+
+_CONTROLLER = []
+
+
+def _blas_threads(n):
+    """``threadpool_limits(n, "blas")`` from one cached ``ThreadpoolController`` (building a new
+    one scans the loaded libraries: milliseconds per call, which a search makes hundreds of)."""
+    if not _CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0].limit(limits=n, user_api="blas")
+
+
+def _rng(random_state):
+    from .features import check_random_state
+
+    return check_random_state(random_state)
+
+
+def sample_rows(U, max_rows=2000, random_state=None, window=5):
+    """A random sample of at most ``max_rows`` rows of ``U`` (M, n; numpy or dask) as a float64
+    numpy array, in increasing row order.
+
+    The rows are drawn without replacement from the first ``window * max_rows`` samples (all
+    of them when ``M`` is smaller), so the sample does not depend on the chunking (numpy and
+    dask input give the same rows) and dask input reads only the chunks of that leading window
+    (one small ``compute``). The data sets' samples are i.i.d., so a leading window is a
+    random subset; shuffle ordered data first.
+    """
+    rng = _rng(random_state)
+    pool = min(U.shape[0], window * max_rows)
+    idx = np.sort(rng.choice(pool, size=min(max_rows, pool), replace=False))
+    if isinstance(U, da.Array):
+        from .progress import compute
+
+        (rows,) = compute(U[idx], desc="median heuristic (sample of the inputs)")
+    else:
+        rows = U[idx]
+    return np.asarray(rows, dtype=np.float64)
+
+
+def median_distance(X, metric="sqeuclidean"):
+    """Median over all pairs ``i < j`` of rows of the numpy ``X`` (k, n) of ``metric``
+    (``"sqeuclidean"``, ``"euclidean"`` or ``"cityblock"``). Zero distances (repeated rows) are
+    left out; returns ``nan`` if there is no pair at a positive distance. Memory ``k^2 / 2``."""
+    if metric not in ("sqeuclidean", "euclidean", "cityblock"):
+        raise ValueError(f"unknown metric {metric!r}; choose 'sqeuclidean', 'euclidean' or 'cityblock'")
+    d = pdist(np.asarray(X, dtype=np.float64), metric)
+    d = d[d > 0]
+    return float(np.median(d)) if d.size else float("nan")
+
+
+def _sample_for_pairs(U, max_rows, random_state):
+    rows = int(min(max_rows, max(2, np.sqrt(2 * _PAIR_FLOPS / max(1, U.shape[1])))))
+    return sample_rows(U, rows, random_state)
+
+
+def median_gammas(U, distributions, *, max_rows=2000, random_state=None):
+    """:func:`median_gamma` of several laws from one sample of ``U`` (one read for dask input):
+    a dict law -> gamma."""
+    for law in distributions:
+        if law not in GAMMA_METRIC:
+            raise ValueError(f"unknown distribution {law!r}; choose one of {tuple(GAMMA_METRIC)}")
+    X = _sample_for_pairs(U, max_rows, random_state)
+    out = {}
+    for law in distributions:
+        med = median_distance(X, GAMMA_METRIC[law])
+        out[law] = 1.0 / med if np.isfinite(med) else 1.0
+    return out
+
+
+def median_gamma(U, distribution="cauchy", *, max_rows=2000, random_state=None):
+    """``gamma = 1 / median distance`` of the law's kernel (see the module docstring) over a
+    random sample of the rows of ``U`` (M, n; numpy or dask). Falls back to ``1.0`` when all
+    sampled inputs coincide."""
+    return median_gammas(U, [distribution], max_rows=max_rows, random_state=random_state)[distribution]
+
+
+def median_length_scale(U, *, max_rows=2000, random_state=None):
+    """``l = median ||x - y||_2`` over a random sample of the rows of ``U`` (M, n; numpy or
+    dask): the length scale of the kernels of :mod:`rfol_dask.baselines.kernels` at which a
+    typical pair has kernel argument 1. Falls back to ``1.0`` when all sampled inputs coincide."""
+    med = median_distance(_sample_for_pairs(U, max_rows, random_state), "euclidean")
+    return med if np.isfinite(med) else 1.0
+
+
+# ---------------------------------------------------------------------------------------
+# scale families and the validation Grams of random features
+
+
+def frequency_scale(distribution, gamma):
+    """``s`` with ``draw_frequencies(..., gamma) = s * draw_frequencies(..., 1.0)`` (same seed;
+    the phases ``b`` do not depend on ``gamma``): ``sqrt(gamma)`` for ``"gaussian"`` (variance
+    ``2 gamma``), ``gamma`` for ``"cauchy"`` and ``"student_t"``."""
+    if distribution not in GAMMA_METRIC:
+        raise ValueError(f"unknown distribution {distribution!r}; choose one of {tuple(GAMMA_METRIC)}")
+    return float(np.sqrt(gamma)) if distribution == "gaussian" else float(gamma)
+
+
+def slab_bounds(n_features, M, segments=(), slab_bytes=64 * 2**20):
+    """Column ranges ``(f0, f1)`` covering ``0:n_features`` in slabs of at most ``slab_bytes``
+    for ``M`` rows (whole frequency blocks where possible), cut at every ``segments`` boundary."""
+    width = max(1, int(slab_bytes // (8 * max(M, 1))))
+    width = max(FREQUENCY_BLOCK, width - width % FREQUENCY_BLOCK)
+    cuts = sorted({0, int(n_features), *range(width, int(n_features), width), *(int(c) for c in segments)})
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def validation_slab(acc, X, n_train, frequencies, n_features, f0, f1, scales, segments, fit_intercept=True):
+    """Add the feature slab ``f0:f1`` to the validation Grams of every scale; returns ``acc``.
+
+    ``X`` (M_t + M_v, n): the training rows, then the validation rows. ``frequencies(columns=)``
+    draws the base slab ``(Z, b)`` (``gamma = 1``); the projection ``P = X Z`` is made once and the
+    features of scale ``s`` are ``sqrt(2 / N) cos(s P + b)`` (``N = n_features``), centred by
+    their training mean (``fit_intercept``). ``segments`` (increasing, ending at ``N``): the slab
+    lies in segment ``g`` (``segments[g-1] < f1 <= segments[g]``), whose sums are kept apart so
+    nested models ``N' = segments[g]`` come out of one pass (:func:`validation_grams`).
+
+    ``acc[k][g]`` is ``(G, K)``: ``G`` (M_t, M_t; lower triangle, Fortran order) the sum of
+    ``A_t A_t^T`` and ``K`` (M_v, M_t) of ``A_v A_t^T``. Cost ``2 M n w + S (M_t^2 + 2 M_v M_t) w``
+    flops for ``S`` scales and slab width ``w``; memory ``S`` pairs per segment plus ``2 M w``.
+    """
+    from .placement import worker_threads
+
+    Z, b = frequencies(columns=(f0, f1))
+    g = int(np.searchsorted(segments, f1))
+    norm = np.sqrt(2.0 / n_features)
+    with _blas_threads(worker_threads()):
+        P = X @ Z
+        A = np.empty_like(P)
+        if acc is None:
+            acc = [[None] * len(segments) for _ in scales]
+        for k, s in enumerate(scales):
+            np.multiply(P, s, out=A)
+            A += b
+            np.cos(A, out=A)
+            A *= norm
+            At, Av = A[:n_train], A[n_train:]
+            if fit_intercept:
+                A -= At.mean(axis=0)
+            G, K = acc[k][g] if acc[k][g] is not None else (None, np.zeros((len(Av), n_train)))
+            K += Av @ At.T
+            acc[k][g] = (syrk(At, trans=False, C=G), K)
+    return acc
+
+
+def add_validation(a, b):
+    """The sum of two :func:`validation_slab` accumulators (into ``a``)."""
+    for ra, rb in zip(a, b):
+        for g, (pa, pb) in enumerate(zip(ra, rb)):
+            if pa is None:
+                ra[g] = pb
+            elif pb is not None:
+                pa[0][...] += pb[0]
+                pa[1][...] += pb[1]
+    return a
+
+
+def validation_grams(acc, k, segments, g):
+    """``(G, K)`` of scale ``k`` for the model with ``segments[g]`` features: the segments'
+    sums up to ``g``, rescaled by ``N / segments[g]`` (the features carry ``sqrt(2 / N)``)."""
+    parts = [p for p in acc[k][:g + 1] if p is not None]
+    G = sum(p[0] for p in parts)
+    K = sum(p[1] for p in parts)
+    factor = segments[-1] / segments[g]
+    return np.asfortranarray(symmetrize_lower(G) * factor), K * factor
+
+
+# ---------------------------------------------------------------------------------------
+# the ridge path
+
+
+def relative_errors(true, pred):
+    """Per-sample relative L2 errors ``||pred_i - true_i|| / ||true_i||`` of numpy (k, m) arrays."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.linalg.norm(pred - true, axis=1) / np.linalg.norm(true, axis=1)
+
+
+class EigenPath:
+    """Validation predictions of the dual ridge problem for every ``alpha`` from one
+    eigendecomposition.
+
+    Parameters
+    ----------
+    G : ndarray (M_t, M_t)
+        Centred training Gram ``H K H`` (overwritten).
+    K : ndarray (M_v, M_t)
+        Centred validation cross-Gram (validation rows x training rows).
+    V : ndarray (M_t, m)
+        Training outputs.
+    fit_intercept : bool
+
+    Cost: ``eigh`` (LAPACK ``syevr``: measured as much as 9-24 Cholesky factorisations of the
+    same size at M = 1000-6000, one thread; see :func:`eigh_pays`) plus
+    ``2 M_v M_t^2 + 2 M_t^2 m``; then ``2 M_v M_t m`` per alpha. Memory: ``G``, ``Q`` and
+    ``K Q`` (M_v, M_t). The solution for ``alpha`` equals the Cholesky solve of
+    ``(G + alpha I) Beta = V - vbar`` (eigenvalues below 0 are rounding and set to 0).
+    """
+
+    def __init__(self, G, K, V, fit_intercept=True):
+        from .linalg import factor_threads
+
+        with _blas_threads(factor_threads()):
+            lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
+            self.vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
+            self.lam = np.maximum(lam, 0.0)
+            self.R = Q.T @ (V - self.vbar)
+            self.W = K @ Q
+
+    def predict(self, alpha):
+        """Validation predictions (M_v, m) for the ridge ``alpha`` (> 0)."""
+        return self.W @ (self.R / (self.lam + alpha)[:, None]) + self.vbar
+
+    def errors(self, alphas, V_valid):
+        """Mean relative L2 validation error for each of ``alphas``: (n_alpha,). Samples whose
+        output is identically zero (relative error undefined) are left out."""
+        keep = np.linalg.norm(V_valid, axis=1) > 0
+        if not keep.any():
+            raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
+        return np.array([np.mean(relative_errors(V_valid[keep], self.predict(a)[keep])) for a in alphas])
+
+
+def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
+    """The validation errors of :meth:`EigenPath.errors` by one Cholesky factorisation (and
+    solve) per alpha; an alpha at which ``G + alpha I`` is not numerically positive definite
+    scores ``inf`` (no jitter). Memory: ``G`` and one copy. Cost ``M_t^3 / 3 + 2 M_t^2 m +
+    2 M_v M_t m`` flops per alpha."""
+    from scipy.linalg import lapack
+
+    from .linalg import cho_solve, factor_threads
+
+    vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
+    Vc = V - vbar
+    keep = np.linalg.norm(V_valid, axis=1) > 0
+    idx = np.arange(len(G))
+    out = []
+    with _blas_threads(factor_threads()):
+        for alpha in alphas:
+            F = np.array(G, order="F")
+            F[idx, idx] += alpha
+            L, info = lapack.get_lapack_funcs("potrf", (F,))(F, lower=1, overwrite_a=1, clean=0)
+            if info != 0:
+                out.append(np.inf)
+                continue
+            pred = K @ cho_solve(L, Vc) + vbar
+            out.append(np.mean(relative_errors(V_valid[keep], pred[keep])))
+    return np.array(out)
+
+
+def eigh_pays(n_alphas, M):
+    """Whether one ``eigh`` beats ``n_alphas`` Cholesky factorisations (and solves) of an M x M
+    Gram: measured (``benchmarks/tuning.py --alpha-path``, syevr, one thread) break-even at 8.6,
+    13.3, 16.4 and 23.9 alphas for M = 1000, 2000, 4000 and 6000, about ``sqrt(M) / 3``."""
+    return n_alphas >= np.sqrt(M) / 3
+
+
+def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto"):
+    """Mean relative L2 validation errors (n_alpha,) of the dual ridge problem for every alpha:
+    ``method="eigh"`` (:class:`EigenPath`), ``"cholesky"`` (:func:`cholesky_errors`) or
+    ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten."""
+    if method == "auto":
+        method = "eigh" if eigh_pays(len(alphas), len(G)) else "cholesky"
+    if method == "eigh":
+        return EigenPath(G, K, V, fit_intercept).errors(alphas, V_valid)
+    if method == "cholesky":
+        if not (np.linalg.norm(V_valid, axis=1) > 0).any():
+            raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
+        return cholesky_errors(G, K, V, V_valid, alphas, fit_intercept)
+    raise ValueError(f"unknown ridge path method {method!r}; choose 'auto', 'eigh' or 'cholesky'")

@@ -1,0 +1,54 @@
+"""Error measures and the relative-L2 scorer."""
+
+import dask.array as da
+import numpy as np
+import pytest
+from sklearn.model_selection import GridSearchCV, KFold
+
+from rfol_dask import RandomFeatureOperator
+from rfol_dask.metrics import r2_score, relative_l2_error, relative_l2_errors, relative_l2_scorer
+
+
+def test_relative_l2_error_numpy_and_dask():
+    rng = np.random.default_rng(0)
+    true, pred = rng.normal(size=(7, 3, 4)), rng.normal(size=(7, 3, 4))
+    want = np.mean(np.linalg.norm((pred - true).reshape(7, -1), axis=1) / np.linalg.norm(true.reshape(7, -1), axis=1))
+    assert relative_l2_error(true, pred) == pytest.approx(want, rel=1e-12)
+    assert relative_l2_error(da.from_array(true, chunks=3), da.from_array(pred, chunks=2)) == pytest.approx(want)
+
+
+@pytest.mark.filterwarnings("ignore:.*encountered in divide:RuntimeWarning")
+def test_relative_l2_all_zero_true_sample_is_infinite():
+    true = np.array([[1.0, 0.0], [0.0, 0.0]])
+    pred = np.array([[1.0, 0.0], [0.1, 0.0]])
+    errs = np.asarray(relative_l2_errors(true, pred))
+    assert errs[0] == 0 and np.isinf(errs[1])
+    assert np.isinf(relative_l2_error(true, pred))
+    # a zero true sample predicted exactly is 0/0: NaN, and the mean says so
+    assert np.isnan(relative_l2_error(true, np.array([[1.0, 0.0], [0.0, 0.0]])))
+
+
+def test_r2_constant_column_rule():
+    true = np.array([[1.0, 5.0], [2.0, 5.0], [3.0, 5.0]])
+    # constant component predicted exactly: scores 1, so the mean is that of (1, 1)
+    assert r2_score(true, true) == 1.0
+    pred = true.copy()
+    pred[:, 1] = [5.0, 5.1, 5.0]  # constant component missed: scores 0, not -inf
+    assert r2_score(true, pred) == pytest.approx(0.5)
+    from sklearn.metrics import r2_score as sk_r2
+
+    assert r2_score(true, pred) == pytest.approx(sk_r2(true, pred))
+
+
+def test_scorer_is_negative_relative_l2_and_ranks_in_gridsearch():
+    rng = np.random.default_rng(1)
+    U = rng.uniform(-1, 1, size=(80, 6))
+    V = np.sin(U @ rng.normal(size=(6, 5))) + 2.0
+    model = RandomFeatureOperator(n_features=100, gamma=0.5, alpha=1e-6, random_state=0).fit(U[:60], V[:60])
+    assert relative_l2_scorer(model, U[60:], V[60:]) == pytest.approx(
+        -relative_l2_error(V[60:], model.predict(U[60:])), rel=1e-12)
+    search = GridSearchCV(RandomFeatureOperator(n_features=100, gamma=0.5, random_state=0),
+                          {"alpha": [1e-6, 1e3]}, scoring=relative_l2_scorer, cv=KFold(3))
+    search.fit(U, V)
+    assert search.best_params_ == {"alpha": 1e-6}
+    assert search.best_score_ < 0

@@ -1,0 +1,219 @@
+"""Model selection: RandomFeatureOperatorCV and KernelOperatorCV."""
+
+import inspect
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import smooth_operator_data
+from sklearn.model_selection import KFold
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
+from rfol_dask.features import draw_frequencies
+from rfol_dask.metrics import relative_l2_error
+from rfol_dask.tuning import frequency_scale
+
+SMALL = dict(gammas=(0.25, 1.0, 4.0), alphas=(1e-6, 1e-3, 1e-1), coarse=None)
+
+
+def _nonlinear_data(M=200, seed=0):
+    """A nonlinear operator whose best gamma is far from the median heuristic."""
+    U, V = smooth_operator_data(M, 24, seed=seed)
+    return U, np.sin(3 * V) + V
+
+
+@pytest.mark.parametrize("law, path", [("cauchy", "eigh"), ("gaussian", "eigh"), ("student_t", "eigh"),
+                                       ("cauchy", "cholesky")])
+def test_path_scores_equal_brute_force_fits(law, path):
+    U, V = _nonlinear_data(150)
+    cv = RandomFeatureOperatorCV(n_features=(128, 300), distributions=(law,), nu=3.0, random_state=7,
+                                 refit=False, alpha_path=path, **SMALL).fit(U, V)
+    res = cv.cv_results_
+    assert len(res["alpha"]) == 3 * 2 * 3 and set(res["stage"]) == {"full"}
+    train, valid = np.arange(120), np.arange(120, 150)  # the default split: the last 20 %
+    for k in range(len(res["alpha"])):
+        model = RandomFeatureOperator(n_features=int(res["n_features"][k]), distribution=law, nu=3.0,
+                                      gamma=float(res["gamma"][k]), alpha=float(res["alpha"][k]), solver="dual",
+                                      random_state=7).fit(U[train], V[train])
+        brute = relative_l2_error(V[valid], model.predict(U[valid]))
+        assert res["mean_relative_l2"][k] == pytest.approx(brute, rel=1e-8)
+    assert cv.median_scales_[law] == RandomFeatureOperator(distribution=law, nu=3.0, random_state=7).fit(U, V).gamma_
+
+
+def test_refitted_winner_uses_the_searched_frequencies():
+    U, V = _nonlinear_data(150)
+    cv = RandomFeatureOperatorCV(n_features=300, random_state=3, **SMALL).fit(U, V)
+    best = cv.best_estimator_
+    assert {k: best.get_params()[k] for k in cv.best_params_} == cv.best_params_
+    law, gamma = cv.best_params_["distribution"], cv.best_params_["gamma"]
+    base, b = draw_frequencies(U.shape[1], 300, law, 1.0, None, cv.random_state_)
+    np.testing.assert_allclose(best.omega_, frequency_scale(law, gamma) * base, rtol=1e-14)
+    np.testing.assert_array_equal(best.b_, b)
+
+
+def test_search_picks_a_sensible_model_and_beats_the_defaults():
+    U, V = _nonlinear_data(600)
+    Ut, Vt = U[500:], V[500:]  # held out: never given to the search
+    U, V = U[:500], V[:500]
+    cv = RandomFeatureOperatorCV(n_features=400, coarse=0.5, random_state=0).fit(U, V)
+    res = cv.cv_results_
+    assert set(res["stage"]) == {"coarse", "fine"}  # coarse: 200 of the 400 training rows
+    assert set(res["n_train_rows"][res["stage"] == "coarse"]) == {200}
+    err_cv = relative_l2_error(Vt, cv.predict(Ut))
+    errs = {}
+    for gamma in ("median", 1.0):
+        default = RandomFeatureOperator(n_features=400, gamma=gamma, random_state=0).fit(U, V)
+        errs[gamma] = relative_l2_error(Vt, default.predict(Ut))
+    print(err_cv, errs, cv.best_params_)
+    assert err_cv < 0.5 * min(errs.values())
+    # the fine stage is the coarse winner's law, around its gamma; the best is the fine stage's best
+    coarse = res["stage"] == "coarse"
+    top = np.argmax(res["mean_test_score"][coarse])
+    assert cv.best_params_["distribution"] == res["family"][coarse][top]
+    fine = res["stage"] == "fine"
+    assert cv.best_score_ == res["mean_test_score"][fine].max()
+    assert res["rank_test_score"][fine][np.argmax(res["mean_test_score"][fine])] == 1
+    df = res.to_dataframe()
+    assert len(df) == len(res["alpha"]) and "mean_relative_l2" in df
+
+
+def test_search_sees_only_training_data():
+    params = inspect.signature(RandomFeatureOperatorCV.fit).parameters
+    assert list(params) == ["self", "X", "y", "input_grid", "output_grid"]
+    U, V = _nonlinear_data(150)
+    seen = []
+
+    class Recording(KFold):
+        def split(self, X, y=None, groups=None):
+            seen.append(len(X))
+            return super().split(X, y, groups)
+
+    cv = RandomFeatureOperatorCV(n_features=200, cv=Recording(3), random_state=0, **SMALL).fit(U[:100], V[:100])
+    assert seen == [100]
+    assert cv.n_splits_ == 3 and {"split0_test_score", "split2_test_score"} <= set(cv.cv_results_)
+    s = cv.cv_results_
+    np.testing.assert_allclose(s["mean_test_score"],
+                               np.mean([s[f"split{k}_test_score"] for k in range(3)], axis=0))
+
+
+def test_kfold_int_and_delegation(tmp_path):
+    U, V = _nonlinear_data(150)
+    cv = RandomFeatureOperatorCV(n_features=200, cv=3, random_state=0, **SMALL).fit(U, V)
+    assert cv.n_splits_ == 3
+    np.testing.assert_array_equal(cv.predict(U[:5]), cv.best_estimator_.predict(U[:5]))
+    assert cv.score(U, V) == cv.best_estimator_.score(U, V)
+    loaded = RandomFeatureOperator.load(cv.save(tmp_path / "m.zarr"))
+    np.testing.assert_allclose(loaded.predict(U[:5]), cv.predict(U[:5]))
+    with pytest.raises(TypeError, match="RandomFeatureOperator.load"):
+        RandomFeatureOperatorCV.load(tmp_path / "m.zarr")
+
+
+def test_errors_are_clear():
+    U, V = _nonlinear_data(60)
+    with pytest.raises(ValueError, match="nu > 0"):
+        RandomFeatureOperatorCV(distributions=("student_t",)).fit(U, V)
+    with pytest.raises(ValueError, match="unknown distribution 'laplace'"):
+        RandomFeatureOperatorCV(distributions=("laplace",)).fit(U, V)
+    with pytest.raises(ValueError, match="alphas must be a non-empty sequence of positive numbers"):
+        RandomFeatureOperatorCV(alphas=(0.0, 1.0)).fit(U, V)
+
+
+def test_numpy_dask_and_xarray_give_the_same_search():
+    U, V = _nonlinear_data(150)
+    kw = dict(n_features=300, random_state=0, **SMALL)
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1)))
+    assert lazy.best_params_ == ref.best_params_
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    Ux = xr.DataArray(U, dims=("sample", "x")).chunk({"sample": 50})
+    Vx = xr.DataArray(V, dims=("sample", "y")).chunk({"sample": 50})
+    on_x = RandomFeatureOperatorCV(**kw).fit(Ux, Vx)
+    assert on_x.best_params_ == ref.best_params_
+    assert isinstance(on_x.predict(Ux), xr.DataArray)
+
+
+def test_distributed_search_equals_numpy(cluster_client):
+    U, V = _nonlinear_data(150)
+    kw = dict(n_features=600, random_state=0, **SMALL)
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    with cluster_client.as_current():
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(40, -1)),
+                                                 da.from_array(V, chunks=(40, -1)))
+    assert lazy.best_params_ == ref.best_params_
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+
+
+@parametrize_with_checks([RandomFeatureOperatorCV(n_features=50, gammas=(0.5, 2.0), alphas=(1e-6, 1e-2),
+                                                  random_state=0)])
+def test_sklearn_compatible_cv(estimator, check):
+    check(estimator)
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+
+from rfol_dask.baselines import KernelOperator, KernelOperatorCV  # noqa: E402
+
+
+@pytest.mark.parametrize("kernel, path", [("rbf", "eigh"), ("matern32", "eigh"), ("inverse_quadratic", "eigh"),
+                                          ("linear", "eigh"), ("matern52", "cholesky")])
+def test_kernel_path_equals_brute_force_fits(kernel, path):
+    U, V = _nonlinear_data(150)
+    # (the linear Gram has rank 24 and eigenvalues up to ~1e3: nuggets that keep it well conditioned)
+    nuggets = (1e-3, 1e-1, 10.0) if kernel == "linear" else (1e-6, 1e-3, 1e-1)
+    cv = KernelOperatorCV(kernels=(kernel,), length_scales=(0.5, 2.0), nuggets=nuggets, coarse=None,
+                          refit=False, alpha_path=path).fit(U, V)
+    res = cv.cv_results_
+    assert len(res["nugget"]) == (1 if kernel == "linear" else 2) * 3
+    for k in range(len(res["nugget"])):
+        ls = {} if kernel == "linear" else {"length_scale": float(res["length_scale"][k])}
+        model = KernelOperator(kernel=kernel, nugget=float(res["nugget"][k]), **ls).fit(U[:120], V[:120])
+        assert res["mean_relative_l2"][k] == pytest.approx(relative_l2_error(V[120:], model.predict(U[120:])),
+                                                           rel=1e-8)
+
+
+def test_kernel_cv_search_and_dask_input():
+    U, V = _nonlinear_data(500)
+    Ut, Vt = U[400:], V[400:]
+    U, V = U[:400], V[:400]
+    cv = KernelOperatorCV(coarse=0.7, n_components=8).fit(U, V)
+    assert set(cv.cv_results_["stage"]) == {"coarse", "fine"}
+    assert set(cv.best_params_) == {"kernel", "length_scale", "nugget"}
+    default = KernelOperator(n_components=8).fit(U, V)
+    assert relative_l2_error(Vt, cv.predict(Ut)) < relative_l2_error(Vt, default.predict(Ut))
+    lazy = KernelOperatorCV(coarse=0.7, n_components=8).fit(da.from_array(U, chunks=(100, -1)),
+                                                            da.from_array(V, chunks=(100, -1)))
+    assert lazy.best_params_ == cv.best_params_
+
+
+@parametrize_with_checks([KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))])
+def test_sklearn_compatible_kernel_cv(estimator, check):
+    check(estimator)
+
+
+def test_fit_from_zarr_store(tmp_path):
+    U, V = _nonlinear_data(150)
+    ds = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)},
+                    coords={"x": np.linspace(0, 1, U.shape[1]), "y": np.linspace(0, 1, V.shape[1])})
+    ds.chunk({"sample": 50}).to_zarr(tmp_path / "d.zarr")
+    kw = dict(n_features=300, random_state=0, **SMALL)
+    on_store = RandomFeatureOperatorCV(**kw).fit(str(tmp_path / "d.zarr"))
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    assert on_store.best_params_ == ref.best_params_
+    assert on_store.best_estimator_.input_grid_ is not None  # the refit saw the store's coordinates
+    grid = dict(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))
+    kernel = KernelOperatorCV(**grid).fit(str(tmp_path / "d.zarr"))
+    assert kernel.best_params_ == KernelOperatorCV(**grid).fit(U, V).best_params_
+
+
+def test_coarse_grid_is_extended_past_an_edge_winner():
+    # a linear operator: the smaller gamma, the better (the features' linear regime)
+    U, _ = smooth_operator_data(300, 24)
+    V = U @ np.random.default_rng(0).normal(size=(24, 6))
+    cv = RandomFeatureOperatorCV(n_features=1024, distributions=("cauchy",), gammas=(1.0, 4.0, 16.0, 64.0),
+                                 alphas=(1e-10, 1e-6), random_state=0, refit=False).fit(U, V)
+    res = cv.cv_results_
+    coarse = res["stage"] == "coarse"
+    assert res["scale_multiple"][coarse].min() < 1.0  # looked below the grid
+    assert cv.best_params_["gamma"] < cv.median_scales_["cauchy"]

@@ -1,0 +1,136 @@
+"""Median heuristics (rfol_dask.tuning) and the estimators' "median" defaults."""
+
+import dask.array as da
+import numpy as np
+import pytest
+from scipy.spatial.distance import pdist
+
+from rfol_dask import RandomFeatureOperator
+from rfol_dask.baselines import KernelOperator
+from rfol_dask.tuning import median_gamma, median_length_scale, sample_rows
+
+
+def _data(M=300, n=12, seed=0):
+    rng = np.random.default_rng(seed)
+    U = rng.uniform(-1, 1, size=(M, n)) * np.linspace(0.5, 3, n)
+    V = np.sin(U @ rng.normal(size=(n, 4)) / 3)
+    return U, V
+
+
+@pytest.mark.parametrize("law, metric, power", [("gaussian", "sqeuclidean", 1), ("cauchy", "cityblock", 1),
+                                                ("student_t", "euclidean", 1)])
+def test_median_gamma_is_inverse_median_distance_of_the_law(law, metric, power):
+    U, _ = _data()
+    # the sample is all rows when M <= max_rows: the exact median over all pairs
+    assert median_gamma(U, law, random_state=0) == pytest.approx(1 / np.median(pdist(U, metric)), rel=1e-12)
+    assert median_length_scale(U) == pytest.approx(np.median(pdist(U)), rel=1e-12)
+
+
+def test_sample_is_seeded_and_independent_of_chunks():
+    U, _ = _data(M=900)
+    a = sample_rows(U, 100, random_state=3)
+    b = sample_rows(da.from_array(U, chunks=(77, -1)), 100, random_state=3)
+    np.testing.assert_array_equal(a, b)
+    assert len(np.unique(a, axis=0)) == 100
+    assert not np.array_equal(a, sample_rows(U, 100, random_state=4))
+    # a wide sample is cut so the pair distances stay cheap, and the estimate stays close
+    assert median_gamma(U, "gaussian", max_rows=200, random_state=0) == pytest.approx(
+        median_gamma(U, "gaussian", random_state=0), rel=0.1)
+
+
+def test_constant_inputs_fall_back_to_one():
+    assert median_gamma(np.ones((10, 3)), "cauchy") == 1.0
+    assert median_length_scale(np.ones((10, 3))) == 1.0
+
+
+@pytest.mark.parametrize("law", ["gaussian", "cauchy", "student_t"])
+def test_default_gamma_is_the_median_heuristic(law):
+    U, V = _data()
+    model = RandomFeatureOperator(n_features=200, distribution=law, nu=3 if law == "student_t" else None,
+                                  random_state=0).fit(U, V)
+    assert model.gamma == "median"
+    assert model.gamma_ == pytest.approx(median_gamma(U, law, random_state=0))
+    same = RandomFeatureOperator(n_features=200, distribution=law, nu=model.nu, gamma=model.gamma_,
+                                 random_state=0).fit(U, V)
+    np.testing.assert_array_equal(model.omega_, same.omega_)
+    np.testing.assert_allclose(model.predict(U), same.predict(U))
+    lazy = RandomFeatureOperator(n_features=200, distribution=law, nu=model.nu, random_state=0).fit(
+        da.from_array(U, chunks=(70, -1)), da.from_array(V, chunks=(70, -1)))
+    assert lazy.gamma_ == model.gamma_
+
+
+def test_default_gamma_beats_the_old_default_on_wide_inputs():
+    # functions on a 200-point grid: pairwise distances ~ 10, where gamma=1 is far too narrow
+    rng = np.random.default_rng(0)
+    x = np.linspace(0, np.pi, 200)
+    a = rng.normal(size=(300, 3))
+    U = a @ np.sin(np.outer([1, 2, 3], x))
+    V = np.tanh(a) @ np.cos(np.outer([1, 2, 3], x[::10]))
+    Ut, Vt = U[240:], V[240:]
+    from rfol_dask.metrics import relative_l2_error
+
+    err = {g: relative_l2_error(Vt, RandomFeatureOperator(n_features=400, gamma=g, alpha=1e-6, random_state=0)
+                                .fit(U[:240], V[:240]).predict(Ut)) for g in ("median", 1.0)}
+    assert err["median"] < 0.5 * err[1.0]
+
+
+def test_kernel_default_length_scale_is_the_median(tmp_path):
+    U, V = _data()
+    model = KernelOperator().fit(U, V)
+    assert model.length_scale_ == pytest.approx(np.median(pdist(U)), rel=1e-12)
+    fixed = KernelOperator(length_scale=model.length_scale_).fit(U, V)
+    np.testing.assert_allclose(model.predict(U[:20]), fixed.predict(U[:20]), rtol=1e-10)
+    lazy = KernelOperator().fit(da.from_array(U, chunks=(70, -1)), da.from_array(V, chunks=(70, -1)))
+    assert lazy.length_scale_ == model.length_scale_
+    loaded = KernelOperator.load(model.save(tmp_path / "k.zarr"))
+    assert loaded.length_scale_ == model.length_scale_
+    np.testing.assert_allclose(loaded.predict(U[:5]), model.predict(U[:5]))
+    pca = KernelOperator(n_components=4).fit(U, V)
+    assert pca.length_scale_ == pytest.approx(np.median(pdist((U - pca.pca_mean_) @ pca.pca_components_)))
+
+
+def test_median_on_dask_reads_only_the_sample_window_in_one_extra_compute():
+    import dask
+
+    U, V = _data(M=180)
+    reads = []
+
+    def load(block, block_info=None):
+        reads.append(block_info[0]["chunk-location"][0])
+        return block
+
+    Ud = da.from_array(U, chunks=(45, -1)).map_blocks(load, dtype=U.dtype)
+    sample_rows(Ud, 20, random_state=0, window=5)  # rows drawn from the first 100 samples
+    assert sorted(set(reads)) == [0, 1, 2]
+    calls = []
+
+    def counting(dsk, keys, **kwargs):
+        calls.append(keys)
+        return dask.get(dsk, keys, **kwargs)
+
+    with dask.config.set(scheduler=counting):
+        model = RandomFeatureOperator(n_features=300, random_state=0).fit(Ud, da.from_array(V, chunks=(45, -1)))
+    assert len(calls) == 2  # the sample, then the fit
+    assert model.gamma_ == pytest.approx(median_gamma(U, "cauchy", random_state=0))
+
+
+def test_ridge_paths_agree_and_the_cheaper_is_chosen():
+    from rfol_dask.tuning import EigenPath, eigh_pays, path_errors
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(90, 200))
+    A -= A[:70].mean(axis=0)
+    G, K, V = A[:70] @ A[:70].T, A[70:] @ A[:70].T, rng.normal(size=(90, 3))
+    alphas = [1e-3, 1e-1, 10.0]
+    e = path_errors(np.asfortranarray(G), K, V[:70], V[70:], alphas, method="eigh")
+    c = path_errors(G.copy(), K, V[:70], V[70:], alphas, method="cholesky")
+    np.testing.assert_allclose(e, c, rtol=1e-10)
+    # the eigen path's prediction is the ridge solution
+    beta = np.linalg.solve(G + 0.1 * np.eye(70), V[:70] - V[:70].mean(axis=0))
+    np.testing.assert_allclose(EigenPath(G.copy(), K, V[:70]).predict(0.1), K @ beta + V[:70].mean(axis=0),
+                               rtol=1e-10)
+    assert eigh_pays(14, 1000) and not eigh_pays(14, 4000)
+    # alpha = 0 on a singular Gram: the Cholesky path says inf, never a jittered value
+    assert np.isinf(path_errors(np.zeros((70, 70)), K, V[:70], V[70:], [0.0], method="cholesky")[0])
+    with pytest.raises(ValueError, match="unknown ridge path method"):
+        path_errors(G, K, V[:70], V[70:], alphas, method="qr")
