@@ -98,7 +98,7 @@ class KernelOperatorCV(SelectionCV):
         Number of validation splits.
     n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_grid_, output_grid_, input_periods_, output_periods_
+    input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Cost per split: ``3 M_t (M_t + M_v) n`` flops for the distances, then per (kernel, length
