@@ -1,13 +1,12 @@
 """rfol_dask: random-feature operator learning on Dask."""
 
+import logging
+
 from ._version import __version__
+from .rf_operator import RandomFeatureOperator
+from .selection import RandomFeatureOperatorCV
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "RandomFeatureOperator", "RandomFeatureOperatorCV"]
 
-from .rf_operator import RandomFeatureOperator  # noqa: E402
-
-__all__ += ["RandomFeatureOperator"]
-
-from .selection import RandomFeatureOperatorCV  # noqa: E402
-
-__all__ += ["RandomFeatureOperatorCV"]
+# library messages go through the "rfol_dask" logger; the application decides where they appear
+logging.getLogger("rfol_dask").addHandler(logging.NullHandler())

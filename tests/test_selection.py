@@ -53,6 +53,7 @@ def test_refitted_winner_uses_the_searched_frequencies():
     np.testing.assert_array_equal(best.b_, b)
 
 
+@pytest.mark.slow
 def test_search_picks_a_sensible_model_and_beats_the_defaults():
     U, V = _nonlinear_data(600)
     Ut, Vt = U[500:], V[500:]  # held out: never given to the search
@@ -120,6 +121,7 @@ def test_errors_are_clear():
         RandomFeatureOperatorCV(alphas=(0.0, 1.0)).fit(U, V)
 
 
+@pytest.mark.slow
 def test_numpy_dask_and_xarray_give_the_same_search():
     U, V = _nonlinear_data(150)
     kw = dict(n_features=300, random_state=0, **SMALL)
@@ -134,6 +136,7 @@ def test_numpy_dask_and_xarray_give_the_same_search():
     assert isinstance(on_x.predict(Ux), xr.DataArray)
 
 
+@pytest.mark.slow
 def test_distributed_search_equals_numpy(cluster_client):
     U, V = _nonlinear_data(150)
     kw = dict(n_features=600, random_state=0, **SMALL)
@@ -173,6 +176,7 @@ def test_kernel_path_equals_brute_force_fits(kernel, path):
                                                            rel=1e-8)
 
 
+@pytest.mark.slow
 def test_kernel_cv_search_and_dask_input():
     U, V = _nonlinear_data(500)
     Ut, Vt = U[400:], V[400:]
