@@ -230,6 +230,7 @@ def cholesky(G, alpha):
     eye = None if in_place else xp.eye(n, dtype=G.dtype, device=getattr(G, "device", None))
     idx = xp.arange(n) if in_place else None
     for attempt, ridge in enumerate(ridges):
+        ridge = float(ridge)
         try:
             if in_place:
                 G[idx, idx] = diag + ridge
