@@ -374,10 +374,16 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             args = _on(args, np)  # dask blocks are computed on the CPU workers
             (params,) = broadcast(active_client(), args)  # shipped once, not inside every task
 
+            device = self._device()
+
             def run(blk, p, block_info=None):
-                check_finite(np.asarray(blk), block_info[0]["array-location"][0][0] if block_info else 0,
-                             "X", "predicting")
-                return block(blk, *p)
+                # CuPy chunks are computed on their GPU (CuPy out); numpy chunks where ``device`` says
+                on_host = not backend.is_array_api(blk)
+                xp = backend.device_namespace(device) if on_host else backend.namespace(blk)
+                blk = backend.to_namespace(np.asarray(blk) if on_host else blk, xp)
+                check_finite(blk, block_info[0]["array-location"][0][0] if block_info else 0, "X", "predicting")
+                Y = block(blk, *_on(p, xp))
+                return backend.to_numpy(Y) if on_host else Y
 
             Y = da.map_blocks(run, X, params,
                               chunks=(X.chunks[0], (self.intercept_.shape[0],)),

@@ -181,7 +181,8 @@ class RandomFeatureOperator(OperatorEstimator):
             coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
                                        solver=self.solver_, column_block=self.column_block,
                                        progress=self.progress, max_gram_bytes=self.max_gram_bytes,
-                                       frequencies=recipe, n_features=self.n_features, dtype=dtype)
+                                       frequencies=recipe, n_features=self.n_features, dtype=dtype,
+                                       device=self._device())
             self.omega_, self.b_ = recipe()
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)

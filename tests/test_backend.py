@@ -265,3 +265,23 @@ def test_cpu_fit_imports_nothing_gpu_related():
         assert not bad, bad
     """)
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------ the streamed dask dual on a device
+
+
+def test_streamed_dual_on_the_device_equals_the_cpu_fit(fake_cuda, data):
+    """device="cuda" with dask input: each worker stacks U on the device, makes its slabs and
+    Gram there, the factor and solves run there, the coefficients come back as numpy."""
+    da = pytest.importorskip("dask.array")
+    U, V = data
+    kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
+    want = RandomFeatureOperator(**kw).fit(U, V)
+    Ud, Vd = da.from_array(U, chunks=25), da.from_array(V, chunks=25)
+    model = RandomFeatureOperator(device="cuda", **kw).fit(Ud, Vd)
+    assert isinstance(model.coef_, np.ndarray)
+    assert rel(model.coef_, want.coef_) < TOL and rel(model.intercept_, want.intercept_) < TOL
+    pred = model.predict(Ud[:10])  # lazy; each block computed on the device, returned as numpy
+    assert rel(pred.compute(), want.predict(U[:10])) < TOL
+    with pytest.raises(NotImplementedError, match="streamed dual only"):
+        RandomFeatureOperator(device="cuda", n_features=20, solver="primal").fit(Ud, Vd)
