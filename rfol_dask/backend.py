@@ -200,14 +200,26 @@ def syrk(A, trans, C=None):
     return C
 
 
-def symmetrize(C, source="lower"):
-    """Fill one triangle of the square ``C`` from the other (``source``); numpy in place."""
+def symmetrize(C, source="lower", block=512):
+    """Fill one triangle of the square ``C`` from the other (``source``), in place; returns ``C``.
+
+    numpy: :func:`rfol_dask.linalg.symmetrize`. Other namespaces: the same slabs of ``block``
+    rows copied transposed by slice assignment (no ``n x n`` temporary on a GPU).
+    """
     xp = namespace(C)
     if is_fast(xp):
         return linalg.symmetrize(C, source)
-    if source == "lower":
-        return xp.tril(C) + xp.tril(C, k=-1).T
-    return xp.triu(C) + xp.triu(C, k=1).T
+    n = C.shape[0]
+    for j in range(0, n, block):
+        e = min(j + block, n)
+        D = C[j:e, j:e]
+        if source == "lower":
+            C[j:e, e:] = C[e:, j:e].T
+            C[j:e, j:e] = xp.tril(D) + xp.tril(D, k=-1).T
+        else:
+            C[e:, j:e] = C[j:e, e:].T
+            C[j:e, j:e] = xp.triu(D) + xp.triu(D, k=1).T
+    return C
 
 
 def cholesky(G, alpha):

@@ -211,12 +211,17 @@ def _generic():
 def _feature_map_generic(U, omega, b, out, shift, n_features):
     """:func:`feature_map` with the operations of the arrays' own namespace (in place where
     the namespace allows it: CuPy runs each step as one kernel over the (k, N') buffer)."""
-    from .backend import namespace
+    from .backend import is_cupy, namespace
 
     xp = namespace(U, omega, b)
     Z = U @ omega
     Z += b
-    Z = xp.cos(Z)
+    if is_cupy(xp):  # in place: one (k, N') buffer, as on the CPU
+        import cupy
+
+        cupy.cos(Z, out=Z)
+    else:
+        Z = xp.cos(Z)
     Z *= float(np.sqrt(2.0 / n_features))
     if shift is not None:
         Z -= shift
