@@ -59,10 +59,13 @@ def is_array_api(x):
     """True for an array of a namespace other than numpy (CuPy, array_api_strict, ...): an
     operand that is computed where it lives ("follow the input"). numpy, dask, xarray and
     array-likes are False."""
-    if x is None or isinstance(x, np.ndarray) or not hasattr(x, "__array_namespace__"):
+    if x is None or isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
         return False
     mod = type(x).__module__.split(".")[0]
-    return mod not in ("dask", "xarray", "numpy")
+    if mod in ("dask", "xarray", "numpy", "pandas", "scipy"):
+        return False
+    # CuPy arrays are recognised by array_api_compat (from sys.modules, without importing CuPy)
+    return hasattr(x, "__array_namespace__") or _compat().is_array_api_obj(x)
 
 
 def namespace(*arrays):
@@ -246,22 +249,28 @@ def cholesky(G, alpha):
         try:
             if in_place:
                 G[idx, idx] = diag + ridge
-                L = xp.linalg.cholesky(G)
+                with _raise_on_failed_factor():  # cuSOLVER reports a failed potrf in devInfo only
+                    L = xp.linalg.cholesky(G)
             else:
                 L = xp.linalg.cholesky(G + ridge * eye)
-        except Exception as exc:  # numpy-backed namespaces raise LinAlgError (a ValueError)
+        except Exception as exc:  # the numpy-backed namespaces and CuPy raise LinAlgError
             if type(exc).__name__ != "LinAlgError":
                 raise
             continue
-        if bool(xp.all(xp.isfinite(xp.linalg.diagonal(L)))):  # CuPy returns NaN rather than raising
-            if in_place:
-                G[idx, idx] = diag
+        if bool(xp.all(xp.isfinite(xp.linalg.diagonal(L)))):
             if attempt:
                 linalg.warn_ridge(alpha, ridge, to_numpy_dtype(G.dtype))
             return L, ridge
     if in_place:
         G[idx, idx] = diag
     raise linalg.not_positive_definite(alpha, ridges)
+
+
+def _raise_on_failed_factor():
+    """CuPy's switch that turns a failed cuSOLVER factorisation into ``LinAlgError``."""
+    import cupyx
+
+    return cupyx.errstate(linalg="raise")
 
 
 def _cupy_solve_triangular():
