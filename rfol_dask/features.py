@@ -203,9 +203,10 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
 
 
 def _generic():
-    from .backend import is_fast, namespace
+    """True inside ``backend.generic_numpy()`` (numpy through the generic path)."""
+    from .backend import _GENERIC
 
-    return not is_fast(namespace(np.empty(0)))
+    return _GENERIC.get()
 
 
 def _feature_map_generic(U, omega, b, out, shift, n_features):

@@ -285,3 +285,5 @@ def test_streamed_dual_on_the_device_equals_the_cpu_fit(fake_cuda, data):
     assert rel(pred.compute(), want.predict(U[:10])) < TOL
     with pytest.raises(NotImplementedError, match="streamed dual only"):
         RandomFeatureOperator(device="cuda", n_features=20, solver="primal").fit(Ud, Vd)
+    with pytest.raises(NotImplementedError, match="KernelOperator fits dask input on the CPU only"):
+        KernelOperator(device="cuda").fit(Ud, Vd)

@@ -201,6 +201,10 @@ class KernelOperator(OperatorEstimator):
             fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
+        if self.device != "cpu" or backend.is_array_api(getattr(U, "_meta", None)):
+            raise NotImplementedError(
+                "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): pass "
+                "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit")
         client = active_client()
         blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
