@@ -46,7 +46,7 @@ def test_cupy_in_cupy_out_equals_cpu(data, solver, N):
     pred = gpu.predict(cupy.asarray(U[:50]))
     assert isinstance(pred, cupy.ndarray) and pred.shape == (50, 30)
     assert rel(pred, cpu.predict(U[:50])) < RTOL
-    assert rel(gpu.coef_, cpu.coef_) < RTOL
+    assert rel(gpu.coef_, cpu.coef_) < 1e-6  # coefficients carry the Gram's conditioning
 
 
 def test_device_cuda_numpy_in_numpy_out(data):
@@ -84,10 +84,14 @@ def test_jitter_policy_on_gpu():
         _, r_cpu = backend.cholesky(np.asfortranarray(G.copy()), 1e-300)
     with pytest.warns(RuntimeWarning, match="used ridge"):
         L, r_gpu = backend.cholesky(cupy.asarray(G), 1e-300)
-    assert r_cpu == r_gpu
+    # the same ladder of ridges (the GPU's reduction order may move the borderline by one step)
+    assert 0.099 * r_cpu <= r_gpu <= 10.01 * r_cpu
     B = np.random.default_rng(5).standard_normal((60, 3))
-    X = backend.cho_solve(L, cupy.asarray(B))
-    assert rel(X, np.linalg.solve(G + r_gpu * np.eye(60), B)) < 1e-6
+    X = backend.to_numpy(backend.cho_solve(L, cupy.asarray(B)))
+    Gr = G + r_gpu * np.eye(60)
+    assert np.linalg.norm(Gr @ X - B) / (np.linalg.norm(Gr) * np.linalg.norm(X)) < 1e-12  # backward stable
+    with pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular"):
+        backend.cholesky(cupy.asarray(G), 0.0)
 
 
 def test_dask_with_cupy_chunks(data):
