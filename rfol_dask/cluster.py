@@ -6,12 +6,14 @@ Library calls never start a cluster on their own; the CLI and user code call
 A configuration (a shipped name such as ``"slurm"``, a path to a YAML file, or a dict) names
 its ``kind`` and the keywords of the matching cluster manager::
 
-    kind: slurm            # local | slurm | pbs | kubernetes | mpi
+    kind: slurm            # local | cuda-local | slurm | pbs | kubernetes | mpi
     scale: 4               # jobs (slurm/pbs), worker pods (kubernetes) or worker ranks (mpi)
     blas_threads: 1        # BLAS threads per worker process, set deliberately
     options: {...}         # keywords of LocalCluster / SLURMCluster / PBSCluster / make_cluster_spec / dask-mpi
 
-MPI configurations also take ``node_cores`` and ``ranks_per_node`` (placement, for the core
+``cuda-local`` starts ``dask_cuda.LocalCUDACluster`` (one worker process per GPU; ``pip install
+'rfol-dask[gpu]'``); on GPU nodes of a SLURM / PBS cluster the jobs run ``dask cuda worker``
+(``options.worker_command``, see the shipped ``slurm-gpu``). MPI configurations also take ``node_cores`` and ``ranks_per_node`` (placement, for the core
 check and the launcher's ``{ranks_per_node}``), ``python`` and ``prologue`` (shell lines run
 first). The shipped configurations live in ``rfol_dask/clusters/`` (see :func:`shipped_configs`).
 
@@ -33,10 +35,10 @@ from pathlib import Path
 
 from .progress import active_client
 
-__all__ = ["active_client", "local_client", "local_cluster", "load_config", "job_script", "make_cluster", "start_client",
+__all__ = ["active_client", "local_client", "local_cluster", "local_cuda_cluster", "load_config", "job_script", "make_cluster", "start_client",
            "blas_env", "shipped_configs", "node_threads", "dashboard_link", "KINDS"]
 
-KINDS = ("local", "slurm", "pbs", "kubernetes", "mpi")
+KINDS = ("local", "cuda-local", "slurm", "pbs", "kubernetes", "mpi")
 _KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file", "launcher", "node_cores", "ranks_per_node",
          "python", "prologue"}
 _MPI_KEYS = {"scheduler_file", "launcher", "node_cores", "ranks_per_node", "python", "prologue"}
@@ -160,6 +162,10 @@ def node_threads(config):
     does not say (an MPI one without ``node_cores``)."""
     config = load_config(config)
     kind, opts, blas = config["kind"], config["options"], int(config["blas_threads"])
+    if kind == "cuda-local":  # one worker process per GPU: the GPUs named, or counted on this machine
+        gpus = opts.get("n_workers") or _visible_gpus(opts.get("CUDA_VISIBLE_DEVICES"))  # 0: none visible
+        return {"processes": int(gpus), "threads": int(opts.get("threads_per_worker", 1)), "blas": blas,
+                "cores": _cores()}
     if kind == "local":
         threads = int(opts.get("threads_per_worker", 1))
         workers = opts.get("n_workers") or max(1, _cores() // threads)
@@ -189,6 +195,28 @@ def node_threads(config):
     ranks = int(config.get("ranks_per_node") or 1)
     return {"processes": ranks, "threads": int(config["options"].get("nthreads") or 1), "blas": blas,
             "cores": int(config["node_cores"])}
+
+
+def _visible_gpus(visible=None):
+    """GPUs a LocalCUDACluster uses: those of its ``CUDA_VISIBLE_DEVICES`` option (a list or a
+    comma-separated string), else of the environment variable; 0 when neither names any."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if isinstance(visible, (list, tuple)):
+        return len(visible)
+    return len([d for d in str(visible).split(",") if d.strip()]) if visible else 0
+
+
+def local_cuda_cluster(blas_threads=1, **kwargs):
+    """A ``dask_cuda.LocalCUDACluster``: one worker process per visible GPU (``n_workers`` /
+    ``CUDA_VISIBLE_DEVICES`` choose), one task thread each by default, BLAS threads set."""
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as exc:
+        raise ImportError("cluster kind 'cuda-local' needs dask-cuda (and CuPy): pip install 'rfol-dask[gpu]'; "
+                          "or use kind 'local'") from exc
+    kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
+    kwargs.setdefault("threads_per_worker", 1)
+    return LocalCUDACluster(dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
 
 
 def _check_threads(config):
@@ -239,7 +267,7 @@ def _mpi_script(config):
 def make_cluster(config):
     """The cluster manager object for ``config`` (nothing is submitted until it is scaled).
 
-    ``local``: ``LocalCluster``; ``slurm``/``pbs``: ``dask_jobqueue.SLURMCluster``/``PBSCluster``;
+    ``local``: ``LocalCluster``; ``cuda-local``: ``dask_cuda.LocalCUDACluster``; ``slurm``/``pbs``: ``dask_jobqueue.SLURMCluster``/``PBSCluster``;
     ``kubernetes``: ``dask_kubernetes.operator.KubeCluster`` (needs a reachable cluster).
     ``mpi`` has no manager object: launch :func:`job_script` with ``mpirun``.
     """
@@ -251,6 +279,8 @@ def make_cluster(config):
     _check_threads(config)
     if kind == "local":
         return local_cluster(blas_threads=config["blas_threads"], **config["options"])
+    if kind == "cuda-local":
+        return local_cuda_cluster(blas_threads=config["blas_threads"], **config["options"])
     if kind in ("slurm", "pbs"):
         import dask_jobqueue
 
@@ -278,7 +308,8 @@ def job_script(config):
         return _mpi_script(config)
     import yaml
 
-    return yaml.safe_dump({"LocalCluster": config["options"], "env": blas_env(config["blas_threads"])})
+    manager = "LocalCUDACluster" if kind == "cuda-local" else "LocalCluster"
+    return yaml.safe_dump({manager: config["options"], "env": blas_env(config["blas_threads"])})
 
 
 def dashboard_link(client):
@@ -309,7 +340,7 @@ def start_client(config):
         elif config["kind"] == "kubernetes":
             cluster.scale(int(config["scale"]))
         client = Client(cluster)
-        if config["kind"] != "local":
+        if config["kind"] not in ("local", "cuda-local"):
             client.wait_for_workers(1)
     logger.info("%s cluster started, dashboard: %s", config["kind"],
                 dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')")

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import io, persistence
+from . import backend, io, persistence
 from . import recovery as rec
 from .gram import check_finite
 from .metrics import r2_score
@@ -46,7 +46,15 @@ def _flatten(X):
     """
     if hasattr(X, "toarray") or not hasattr(X, "shape") or len(X.shape) <= 2:
         return X, None
+    if backend.is_array_api(X):
+        return backend.namespace(X).reshape(X, (X.shape[0], -1)), tuple(X.shape[1:])
     return np.reshape(np.asarray(X), (X.shape[0], -1)), tuple(X.shape[1:])
+
+
+def _on(args, xp):
+    """The arrays among ``args`` (fitted arrays of a predict kernel) as arrays of ``xp``."""
+    return tuple(backend.to_namespace(a, xp) if isinstance(a, np.ndarray) or backend.is_array_api(a) else a
+                 for a in args)
 
 
 def _num_samples(X):
@@ -80,11 +88,35 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
                 raise ValueError(f"dtype must be float32 or float64, got {dt}")
             return dt
         dt = getattr(data, "dtype", None)
+        dt = backend.to_numpy_dtype(dt) if dt is not None and backend.is_array_api(data) else dt
         return np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)
 
     def _check_params(self):
         self._validate_params()
         self._recovery_specs()
+
+    def _device(self):
+        """The ``device`` parameter ("cpu" where a subclass has none)."""
+        return backend.check_device(getattr(self, "device", "cpu"))
+
+    def _check_arrays(self, U, V):
+        """Validate and flatten array API operands of another namespace than numpy (CuPy: on
+        their device); returns ``(U (M, n), V (M, m), input grid shape, output grid shape)``."""
+        if backend.is_array_api(U) != backend.is_array_api(V):  # one side numpy: moved to the other's
+            xp = backend.namespace(U if backend.is_array_api(U) else V)
+            U, V = backend.to_namespace(np.asarray(U) if not backend.is_array_api(U) else U, xp), \
+                backend.to_namespace(np.asarray(V) if not backend.is_array_api(V) else V, xp)
+        xp = backend.namespace(U, V)
+        if U.ndim < 2:
+            raise ValueError("U must be 2-D (n_samples, n_points) or more; reshape a single "
+                             "input function with U.reshape(1, -1)")
+        (U2, in_shape), (V2, out_shape) = _flatten(U), _flatten(V)
+        out_shape = out_shape if out_shape is not None else tuple(V.shape[1:])
+        U2, V2 = self._check_lazy(U2, V2 if V2.ndim > 1 else xp.reshape(V2, (V2.shape[0], 1)))
+        dt = self._work_dtype(U2)
+        U2, V2 = (xp.astype(X, getattr(xp, dt.name)) for X in (U2, V2))
+        check_finite(V2, 0, "V")
+        return U2, V2, in_shape or (U2.shape[1],), out_shape
 
     def _recovery_specs(self):
         """``(R_U spec, R_V spec)`` from the ``recovery`` parameter."""
@@ -112,7 +144,7 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             raise ValueError(f"V has shape {V.shape}: the output functions have no values; pass at least one "
                              "output point per sample")
         for name, X in (("U", U), ("V", V)):
-            if not (np.issubdtype(X.dtype, np.floating) or np.issubdtype(X.dtype, np.integer)):
+            if not backend.is_real_dtype(X.dtype):
                 raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
         self.n_features_in_ = U.shape[1]
         return U, V
@@ -170,7 +202,11 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
                 "call fit(U, V), or fit(dataset) with variables 'input' and 'output'")
         u, v = io.as_operand(U, "U"), io.as_operand(V, "V")
         lazy = isinstance(u.data, da.Array) or isinstance(v.data, da.Array)
-        if lazy:
+        device = self._device()
+        if not lazy and (backend.is_array_api(u.data) or backend.is_array_api(v.data)):
+            # follow the input: CuPy (any array API) arrays are fitted where they live
+            Ud, Vd, in_shape, out_shape = self._check_arrays(u.data, v.data)
+        elif lazy:
             ud, vd = (x if isinstance(x.data, da.Array) else io.as_operand(da.asarray(np.asarray(x.data)), n)
                       for x, n in ((u, "U"), (v, "V")))
             Ud, Vd = self._check_lazy(ud.data, vd.data)
@@ -189,6 +225,9 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             in_shape = in_shape or (Ud.shape[1],)
             out_shape = out_shape if out_shape is not None else Vd.shape[1:]
             Vd = Vd[:, None] if Vd.ndim == 1 else Vd
+            if device != "cpu":  # numpy / xarray input on an accelerator: moved there once, here
+                xp = backend.device_namespace(device)
+                Ud, Vd = backend.to_namespace(Ud, xp), backend.to_namespace(Vd, xp)
         self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
         self.input_dims_, self.input_coords_ = u.dims, u.coords
         self.output_dims_, self.output_coords_ = v.dims, v.coords
@@ -266,21 +305,50 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             self._check_width(X.shape[1], U.shape[1:])
             X = X.rechunk({1: -1})
             block, args = self._predict_kernel()
+            args = _on(args, np)  # dask blocks are computed on the CPU workers
             (params,) = broadcast(active_client(), args)  # shipped once, not inside every task
 
+            device = self._device()
+
             def run(blk, p, block_info=None):
-                check_finite(np.asarray(blk), block_info[0]["array-location"][0][0] if block_info else 0,
-                             "X", "predicting")
-                return block(blk, *p)
+                # CuPy chunks are computed on their GPU (CuPy out); numpy chunks where ``device`` says
+                on_host = not backend.is_array_api(blk)
+                xp = backend.device_namespace(device) if on_host else backend.namespace(blk)
+                blk = backend.to_namespace(np.asarray(blk) if on_host else blk, xp)
+                check_finite(blk, block_info[0]["array-location"][0][0] if block_info else 0, "X", "predicting")
+                Y = block(blk, *_on(p, xp))
+                return backend.to_numpy(Y) if on_host else Y
 
             Y = da.map_blocks(run, X, params,
-                              chunks=(X.chunks[0], (len(self.intercept_),)), dtype=self.intercept_.dtype)
+                              chunks=(X.chunks[0], (self.intercept_.shape[0],)),
+                              dtype=backend.to_numpy(self.intercept_).dtype)
+        elif backend.is_array_api(u.data):  # follow the input: computed where X lives, returned there
+            X, _ = _flatten(u.data)
+            xp = backend.namespace(X)
+            if X.ndim != 2:
+                raise ValueError(f"U must be at least 2-D (n_samples, ...), got shape {tuple(X.shape)}")
+            self._check_width(X.shape[1], u.data.shape[1:])
+            check_finite(X, 0, "X", "predicting")
+            block, args = self._predict_kernel()
+            args = _on(args, xp)
+            Y = block(X, *args)
         else:
             raw, _ = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
             check_finite(np.asarray(X), 0, "X", "predicting")
             block, args = self._predict_kernel()
-            Y = block(X, *args)
+            xp = backend.device_namespace(self._device())
+            Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))  # numpy in, numpy out
+        if backend.is_array_api(Y):
+            xp, shape = backend.namespace(Y), self.output_shape_
+            if output_grid is not None:  # the recovery maps are numpy: resampled on the host, moved back
+                return backend.to_namespace(self._output_on_grid(backend.to_numpy(Y), u, output_grid), xp)
+            return xp.reshape(Y, (Y.shape[0], *shape))
+        return self._output_on_grid(Y, u, output_grid)
+
+    def _output_on_grid(self, Y, u, output_grid):
+        """Predictions ``Y`` (M, m) on the training output grid, resampled to ``output_grid`` if
+        given, in the kind of the operand ``u`` (numpy, dask or xarray)."""
         shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
         grid = getattr(self, "output_grid_", None)
         if output_grid is not None:
@@ -443,4 +511,4 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
             format was versioned load with a warning (see ``rfol_dask.persistence.MODEL_FORMAT``).
         """
         arrays, attrs = persistence.load_model(path)
-        return persistence.restore_estimator(cls, arrays, attrs)
+        return persistence.restore_estimator(cls, arrays, attrs, path)

@@ -8,7 +8,8 @@ Two regimes (``A = phi(U)`` is M x N, ``V`` is M x m, both centred when fitting 
 
 Centring uses ``H K H`` in the dual (``H = I - 1 1^T / M``) and ``A^T A - M mu mu^T`` in the
 primal, so no centred copy of ``A`` is ever formed. The Cholesky step and its jitter policy
-are :func:`rfol_dask.linalg.cholesky`.
+are :func:`rfol_dask.linalg.cholesky`. Every kernel takes its array namespace from its
+arguments (:mod:`rfol_dask.backend`): numpy runs the in-place LAPACK path, CuPy the GPU one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .linalg import cho_solve, cholesky, factor_threads, symmetrize, symmetrize_lower
+from .backend import as_fortran, cho_solve, cholesky, namespace, symmetrize
+from .linalg import factor_threads
 
 __all__ = ["DualFactor", "PrimalFactor", "gram_place", "dual_factor", "dual_solve", "dual_intercept",
            "primal_factor", "primal_solve"]
@@ -93,16 +95,16 @@ def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
     triangle filled (from :func:`gram_place`). The tiles may come from shifted features
     ``A - s``; ``H K H`` does not depend on ``s``. Memory: ``K`` itself, no copy.
     """
-    M = K.shape[0]
+    M, xp = K.shape[0], namespace(K)
     # K.T of a C-ordered symmetric K is the Fortran-ordered view LAPACK factorises in place
-    K = symmetrize(K, "upper").T if upper else np.asfortranarray(K)
-    r = K.sum(axis=1)
+    K = symmetrize(K, "upper").T if upper else as_fortran(K)
+    r = xp.sum(K, axis=1)
     if fit_intercept:
         K -= (r / M)[:, None]
         K -= (r / M)[None, :]
-        K += r.sum() / M**2
+        K += xp.sum(r) / M**2
     L, _ = cholesky(K, alpha)
-    vbar = vsum / M if fit_intercept else np.zeros_like(vsum)
+    vbar = vsum / M if fit_intercept else xp.zeros_like(vsum)
     return DualFactor(L=L, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept)
 
 
@@ -119,7 +121,7 @@ def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
     with threadpool_limits(limits=limits, user_api="blas"):
         Beta = cho_solve(fac.L, V, overwrite=True)
     if fac.fit_intercept:
-        Beta -= Beta.mean(axis=0)
+        Beta -= namespace(Beta).mean(Beta, axis=0)
     return Beta
 
 
@@ -130,7 +132,7 @@ def dual_intercept(fac, Beta, C=None, shift=None, start=0):
     kernel method (no explicit ``C`` (N, k)) passes neither ``C`` nor ``shift`` (N,).
     """
     if not fac.fit_intercept:
-        return np.zeros(Beta.shape[1], Beta.dtype)
+        return namespace(Beta).zeros(Beta.shape[1], dtype=Beta.dtype)
     out = fac.vbar[start:start + Beta.shape[1]] - (fac.r @ Beta) / fac.M
     return out if C is None else out - shift @ C
 
@@ -143,14 +145,15 @@ def primal_factor(sums, shifts, alpha, fit_intercept):
     With ``d = colsum / M`` the mean of ``A - s``: ``A_c^T A_c = G - M d d^T`` and
     ``A_c^T V_c = AtV - M d e^T`` (``e`` the mean of ``V - t``).
     """
-    G, AtV, M = symmetrize_lower(sums.G), sums.AtV, sums.count
+    G, AtV, M = symmetrize(sums.G, "lower"), sums.AtV, sums.count
+    xp = namespace(G)
     if fit_intercept:
         d, e = sums.colsum / M, sums.vsum / M
-        G -= M * np.outer(d, d)
-        AtV = AtV - M * np.outer(d, e)
+        G -= M * (d[:, None] * d[None, :])  # the outer products, as np.outer forms them
+        AtV = AtV - M * (d[:, None] * e[None, :])
         mu, vbar = shifts[0] + d, shifts[1] + e
     else:
-        mu, vbar = np.zeros(G.shape[0], G.dtype), np.zeros(AtV.shape[1], G.dtype)
+        mu, vbar = xp.zeros(G.shape[0], dtype=G.dtype), xp.zeros(AtV.shape[1], dtype=G.dtype)
     L, _ = cholesky(G, alpha)
     return PrimalFactor(L=L, AtV=AtV, mu=mu, vbar=vbar)
 

@@ -182,9 +182,12 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
 
     Notes
     -----
-    Works in place on one (k, N') buffer: memory ``k * N' * itemsize``.
+    Works in place on one (k, N') buffer: memory ``k * N' * itemsize``. Arrays of another
+    namespace than numpy (CuPy on a GPU) take the same steps with that namespace's operations.
     """
     n_features = omega.shape[1] if n_features is None else n_features
+    if not (isinstance(omega, np.ndarray) and isinstance(U, np.ndarray)) or _generic():
+        return _feature_map_generic(U, omega, b, out, shift, n_features)
     Z = np.matmul(U, omega, out=out)
     scale = Z.dtype.type(np.sqrt(2.0 / n_features))
 
@@ -196,4 +199,34 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
             block -= shift
 
     _rowwise(finish, Z, _blas_threads() if Z.size >= 2**20 else 1)
+    return Z
+
+
+def _generic():
+    """True inside ``backend.generic_numpy()`` (numpy through the generic path)."""
+    from .backend import _GENERIC
+
+    return _GENERIC.get()
+
+
+def _feature_map_generic(U, omega, b, out, shift, n_features):
+    """:func:`feature_map` with the operations of the arrays' own namespace (in place where
+    the namespace allows it: CuPy runs each step as one kernel over the (k, N') buffer)."""
+    from .backend import is_cupy, namespace
+
+    xp = namespace(U, omega, b)
+    Z = U @ omega
+    Z += b
+    if is_cupy(xp):  # in place: one (k, N') buffer, as on the CPU
+        import cupy
+
+        cupy.cos(Z, out=Z)
+    else:
+        Z = xp.cos(Z)
+    Z *= float(np.sqrt(2.0 / n_features))
+    if shift is not None:
+        Z -= shift
+    if out is not None:
+        out[...] = Z
+        return out
     return Z

@@ -1,7 +1,8 @@
 """Blockwise Gram matrices and cross-products of the feature matrix ``A = phi(U)``.
 
-The kernels here act on numpy row blocks (one block = one chunk of samples) and are
-shared by the in-memory path and the dask graphs of :mod:`rfol_dask.solve`:
+The kernels here act on row blocks (one block = one chunk of samples) of numpy or any array
+API namespace (CuPy on a GPU; :mod:`rfol_dask.backend`) and are shared by the in-memory path
+and the dask graphs of :mod:`rfol_dask.solve`:
 
 - dual: ``K = A A^T`` (M, M) is a set of tiles ``A_i A_j^T`` over pairs of row blocks
   ``i <= j`` (diagonal tiles by SYRK, so the Gram costs ``M^2 N`` flops, not ``2 M^2 N``);
@@ -20,14 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .features import feature_map
-from .linalg import symmetrize_lower, syrk
+from .backend import namespace, symmetrize, syrk, to_numpy
 
 __all__ = ["check_finite", "features_block", "block_means", "dual_tile", "PrimalSums", "primal_partial", "add_partials"]
 
 
 def check_finite(X, start, name, action="fitting"):
     """Raise ValueError naming the samples of ``X`` (rows ``start + i``) that hold NaN or Inf."""
-    if not np.isfinite(X).all():
+    xp = namespace(X)
+    if not bool(xp.all(xp.isfinite(X))):
+        X = to_numpy(X)
         rows = np.flatnonzero(~np.isfinite(X.reshape(len(X), -1)).all(axis=1)) + start
         raise ValueError(
             f"{name} contains NaN or infinity in samples {start}-{start + len(X) - 1} "
@@ -43,7 +46,7 @@ def features_block(U, omega, b, start=0, shift=None, name="U"):
     centred Grams free of cancellation: ``H (A - s)(A - s)^T H = H A A^T H`` exactly, but
     with small entries when ``s`` is close to the column means.
     """
-    U = np.asarray(U, dtype=omega.dtype)
+    U = namespace(omega).asarray(U, dtype=omega.dtype)
     check_finite(U, start, name)
     return feature_map(U, omega, b, shift=shift)
 
@@ -51,19 +54,21 @@ def features_block(U, omega, b, start=0, shift=None, name="U"):
 def block_means(U, V, omega, b, fit_intercept=True, rows=64):
     """Shifts ``(s, t)``: column means of ``phi(U)`` (N,) and ``V`` (m,) over the first ``rows``
     samples of a block (zeros without intercept). Any representative sample serves."""
+    xp = namespace(omega)
     if not fit_intercept:
-        return np.zeros(omega.shape[1], omega.dtype), np.zeros(np.shape(V)[1], omega.dtype)
-    U, V = U[:rows], V[:rows]
+        return xp.zeros(omega.shape[1], dtype=omega.dtype), xp.zeros(V.shape[1], dtype=omega.dtype)
+    rows = min(rows, U.shape[0])
+    U, V = U[:rows, ...], V[:rows, ...]
     A = features_block(U, omega, b)
-    V = np.asarray(V, dtype=omega.dtype)
+    V = xp.asarray(V, dtype=omega.dtype)
     check_finite(V, 0, "V")
-    return A.mean(axis=0), V.mean(axis=0)
+    return xp.mean(A, axis=0), xp.mean(V, axis=0)
 
 
 def dual_tile(Ai, Aj, diagonal):
     """Tile ``A_i A_j^T`` of the dual Gram (full tile; SYRK and mirrored when ``diagonal``)."""
     if diagonal:
-        return symmetrize_lower(syrk(Ai, trans=False))
+        return symmetrize(syrk(Ai, trans=False), "lower")
     return Ai @ Aj.T
 
 
@@ -99,19 +104,20 @@ def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None)):
     Memory: ``N^2 + N m`` for the sums plus ``k N`` for the block's features.
     """
     s, t = shifts
+    xp = namespace(omega)
     A = features_block(U, omega, b, start, s)
-    V = np.asarray(V, dtype=omega.dtype)
+    V = xp.asarray(V, dtype=omega.dtype)
     check_finite(V, start, "V")
     if t is not None:
         V = V - t
     if acc is None:
-        return PrimalSums(G=syrk(A, trans=True), AtV=A.T @ V, colsum=A.sum(axis=0), vsum=V.sum(axis=0),
-                          count=len(A))
+        return PrimalSums(G=syrk(A, trans=True), AtV=A.T @ V, colsum=xp.sum(A, axis=0), vsum=xp.sum(V, axis=0),
+                          count=A.shape[0])
     acc.G = syrk(A, trans=True, C=acc.G)
     acc.AtV += A.T @ V
-    acc.colsum += A.sum(axis=0)
-    acc.vsum += V.sum(axis=0)
-    acc.count += len(A)
+    acc.colsum += xp.sum(A, axis=0)
+    acc.vsum += xp.sum(V, axis=0)
+    acc.count += A.shape[0]
     return acc
 
 

@@ -17,7 +17,8 @@ import numpy as np
 from scipy.linalg import blas, lapack
 from threadpoolctl import threadpool_limits
 
-__all__ = ["syrk", "symmetrize", "symmetrize_lower", "factor_threads", "cholesky", "cho_solve"]
+__all__ = ["syrk", "symmetrize", "symmetrize_lower", "factor_threads", "jitter_ridges", "warn_ridge",
+           "not_positive_definite", "cholesky", "cho_solve"]
 
 
 def syrk(A, trans, C=None):
@@ -66,6 +67,34 @@ def factor_threads():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
+def jitter_ridges(alpha, mean_diag, dtype):
+    """The ridges tried in turn: ``alpha``, then (if ``alpha > 0``) 10x, 100x, ... (8 steps) of
+    ``max(alpha, eps(dtype) * mean_diag)``, ``mean_diag`` the mean absolute diagonal."""
+    floor = np.finfo(dtype).eps * max(mean_diag, np.finfo(dtype).tiny)
+    return [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
+
+
+def warn_ridge(alpha, ridge, dtype):
+    """The RuntimeWarning of a factorisation that needed ``ridge`` instead of ``alpha``."""
+    warnings.warn(
+        f"the Gram matrix plus alpha={alpha:g} is not numerically positive definite in "
+        f"{np.dtype(dtype)}; used ridge {ridge:.3g} instead (pass a larger alpha to choose it "
+        "yourself)", RuntimeWarning, stacklevel=3)
+
+
+def not_positive_definite(alpha, ridges):
+    """The ValueError of a Gram that no ridge in ``ridges`` made positive definite."""
+    if alpha == 0:
+        return ValueError(
+            "alpha=0 leaves the Gram matrix singular (not positive definite; e.g. fewer features "
+            "than samples, or repeated samples): pass alpha > 0, for example alpha=1e-10"
+        )
+    return ValueError(
+        f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} (alpha={alpha:g}); "
+        "check the data for duplicated or constant samples, or pass a larger alpha"
+    )
+
+
 def cholesky(G, alpha):
     """Lower Cholesky factor of ``G + alpha I``, computed in place in ``G``.
 
@@ -76,8 +105,7 @@ def cholesky(G, alpha):
     """
     n = G.shape[0]
     diag = np.diagonal(G).copy()
-    floor = np.finfo(G.dtype).eps * max(float(np.mean(np.abs(diag))), np.finfo(G.dtype).tiny)
-    ridges = [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
+    ridges = jitter_ridges(alpha, float(np.mean(np.abs(diag))), G.dtype)
     idx = np.arange(n)
     potrf = lapack.get_lapack_funcs("potrf", (G,))
     with threadpool_limits(limits=factor_threads(), user_api="blas"):
@@ -90,20 +118,9 @@ def cholesky(G, alpha):
                 raise RuntimeError(f"potrf argument {-info} invalid")
             if info == 0:
                 if attempt:
-                    warnings.warn(
-                        f"the Gram matrix plus alpha={alpha:g} is not numerically positive definite in "
-                        f"{G.dtype}; used ridge {ridge:.3g} instead (pass a larger alpha to choose it "
-                        "yourself)", RuntimeWarning, stacklevel=2)
+                    warn_ridge(alpha, ridge, G.dtype)
                 return L, ridge
-    if alpha == 0:
-        raise ValueError(
-            "alpha=0 leaves the Gram matrix singular (not positive definite; e.g. fewer features "
-            "than samples, or repeated samples): pass alpha > 0, for example alpha=1e-10"
-        )
-    raise ValueError(
-        f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} (alpha={alpha:g}); "
-        "check the data for duplicated or constant samples, or pass a larger alpha"
-    )
+    raise not_positive_definite(alpha, ridges)
 
 
 def cho_solve(L, B, overwrite=False):

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from . import backend
 from ._version import __version__
 from .io import process_alive
 
@@ -288,7 +289,9 @@ def estimator_state(model):
         "output_coord_attrs_": getattr(model, "output_coord_attrs_", {}),
         "version": __version__,
     }
-    arrays = {name: getattr(model, name) for name in model._fitted_arrays if getattr(model, name) is not None}
+    # numpy on disk whatever the device of the fit: a model fitted on a GPU loads on a CPU
+    arrays = {name: backend.to_numpy(getattr(model, name)) for name in model._fitted_arrays
+              if getattr(model, name) is not None}
     attrs.update({name: getattr(model, name) for name in model._fitted_scalars})
     for which, coords in (("input", model.input_coords_), ("output", model.output_coords_)):
         for dim, values in coords.items():
@@ -301,12 +304,20 @@ def estimator_state(model):
     return arrays, attrs
 
 
-def restore_estimator(cls, arrays, attrs):
-    """A fitted ``cls`` instance from what :func:`estimator_state` wrote."""
+def restore_estimator(cls, arrays, attrs, path=None):
+    """A fitted ``cls`` instance from what :func:`estimator_state` wrote (read from ``path``).
+    A model fitted on a device that is not available here predicts on the CPU, with a warning."""
     params = dict(attrs["params"])
     if isinstance(params.get("recovery"), list):
         params["recovery"] = tuple(params["recovery"])
     model = cls(**params)
+    if getattr(model, "device", "cpu") != "cpu":
+        try:
+            backend.device_namespace(model.device)
+        except (ImportError, RuntimeError) as exc:
+            warnings.warn(f"the model at {path} was fitted with device={model.device!r}, which is not available "
+                          f"here ({exc}); it predicts on the CPU (device='cpu')", UserWarning, stacklevel=3)
+            model.device = "cpu"
     for name in model._fitted_arrays:
         setattr(model, name, arrays.get(name))
     for name in model._fitted_scalars:

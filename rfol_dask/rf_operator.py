@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from . import backend
 from . import recovery as rec
 from .estimator import OperatorEstimator
 from .features import DISTRIBUTIONS, check_random_state, draw_frequencies, feature_map
@@ -21,12 +22,15 @@ __all__ = ["RandomFeatureOperator"]
 
 def _predict_block(U, omega, b, coef, intercept):
     """Predictions for one row block ``U`` (k, n) -> (k, m), in row chunks of bounded memory."""
-    U = np.asarray(U, dtype=omega.dtype)
+    xp = backend.namespace(omega)
+    U = xp.asarray(U, dtype=omega.dtype)
     check_finite(U, 0, "U")
-    out = np.empty((len(U), coef.shape[1]), dtype=omega.dtype)
-    step = max(1, ROW_BLOCK_BYTES // (omega.shape[1] * omega.dtype.itemsize))
-    for s in range(0, len(U), step):
-        out[s:s + step] = feature_map(U[s:s + step], omega, b) @ coef
+    M = U.shape[0]
+    out = xp.empty((M, coef.shape[1]), dtype=omega.dtype)
+    step = max(1, ROW_BLOCK_BYTES // (omega.shape[1] * backend.itemsize(omega.dtype)))
+    for s in range(0, M, step):
+        e = min(s + step, M)
+        out[s:e, ...] = feature_map(U[s:e, ...], omega, b) @ coef
     out += intercept
     return out
 
@@ -88,6 +92,11 @@ class RandomFeatureOperator(OperatorEstimator):
         a dict carries options, e.g. ``{"kind": "rf", "distribution": "cauchy"}``; a tuple
         gives ``(R_U, R_V)`` separately). Cubic is the default (measured most accurate on
         smooth data; see :mod:`rfol_dask.recovery`); ``"spectral"`` means periodic grids.
+    device : {"cpu", "cuda"}, default="cpu"
+        Where numpy / xarray input is computed: ``"cuda"`` moves it to the GPU (CuPy; install
+        ``rfol-dask[gpu]``) and returns numpy. CuPy input is always computed on its GPU and
+        gives CuPy predictions and fitted arrays ("follow the input"); ``save`` writes numpy,
+        so a model fitted on a GPU loads and predicts on a CPU.
 
     Attributes
     ----------
@@ -144,11 +153,12 @@ class RandomFeatureOperator(OperatorEstimator):
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "progress": ["boolean"],
         "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
+        "device": [StrOptions(set(backend.DEVICES))],
     }
 
     def __init__(self, *, n_features=1000, distribution="cauchy", gamma="median", nu=None, alpha=1e-10,
                  fit_intercept=True, solver="auto", dtype=None, random_state=None, column_block=None,
-                 max_gram_bytes=None, progress=False, recovery="cubic"):
+                 max_gram_bytes=None, progress=False, recovery="cubic", device="cpu"):
         self.n_features = n_features
         self.distribution = distribution
         self.gamma = gamma
@@ -162,6 +172,7 @@ class RandomFeatureOperator(OperatorEstimator):
         self.max_gram_bytes = max_gram_bytes
         self.progress = progress
         self.recovery = recovery
+        self.device = device
 
     _fitted_arrays = ("omega_", "b_", "coef_", "intercept_")
     _fitted_scalars = ("solver_", "gamma_")
@@ -184,14 +195,19 @@ class RandomFeatureOperator(OperatorEstimator):
             coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
                                        solver=self.solver_, column_block=self.column_block,
                                        progress=self.progress, max_gram_bytes=self.max_gram_bytes,
-                                       frequencies=recipe, n_features=self.n_features, dtype=dtype)
+                                       frequencies=recipe, n_features=self.n_features, dtype=dtype,
+                                       device=self._device())
             self.omega_, self.b_ = recipe()
-        else:
-            self.omega_, self.b_ = recipe()
+        else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
+            xp = backend.namespace(U)
+            self.omega_, self.b_ = (backend.to_namespace(a, xp) for a in recipe())
             check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes,
                               solver=self.solver_)
             coef, intercept = fit_numpy(U, V, self.omega_, self.b_, alpha=float(self.alpha),
                                         fit_intercept=self.fit_intercept, solver=self.solver_)
+            if not backend.is_fast(xp):
+                self.coef_, self.intercept_ = coef, xp.reshape(intercept, (m,))
+                return
         self.coef_ = coef.astype(dtype, copy=False)
         self.intercept_ = np.asarray(intercept, dtype=dtype).reshape(m)
 

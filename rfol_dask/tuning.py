@@ -34,6 +34,7 @@ import numpy as np
 import scipy.linalg
 from scipy.spatial.distance import pdist
 
+from . import backend
 from .features import FREQUENCY_BLOCK
 from .linalg import symmetrize_lower, syrk
 
@@ -84,6 +85,9 @@ def sample_rows(U, max_rows=2000, random_state=None, window=5):
         from .progress import compute
 
         (rows,) = compute(U[idx], desc="median heuristic (sample of the inputs)")
+    elif backend.is_array_api(U):  # CuPy, array_api_strict, ...: index where U lives, move the sample
+        xp = backend.namespace(U)
+        rows = backend.to_numpy(xp.take(U, xp.asarray(idx), axis=0))
     else:
         rows = U[idx]
     return np.asarray(rows, dtype=np.float64)

@@ -19,6 +19,7 @@ import dask
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .. import backend
 from .. import recovery as rec
 from ..estimator import OperatorEstimator
 from ..gram import check_finite
@@ -36,18 +37,22 @@ __all__ = ["KernelOperator", "pca"]
 
 def _transform(U, start, mean, components, dtype):
     """Checked inputs of one row block, projected on the PCA directions if any: (k, n) -> (k, p)."""
-    U = np.asarray(U, dtype=dtype)
+    xp = backend.namespace(U) if backend.is_array_api(U) else np
+    U = xp.asarray(U, dtype=getattr(xp, np.dtype(dtype).name))
     check_finite(U, start, "U")
     return U if components is None else (U - mean) @ components
 
 
 def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
     """``k(U, X_train) Beta + c0`` for one row block (k, n) -> (k, m), in row chunks."""
-    X = _transform(U, 0, mean, components, Beta.dtype)
-    out = np.empty((len(X), Beta.shape[1]), dtype=Beta.dtype)
-    step = max(1, ROW_BLOCK_BYTES // (Beta.dtype.itemsize * max(1, len(X_train))))
-    for s in range(0, len(X), step):
-        out[s:s + step] = tile(X[s:s + step], X_train) @ Beta
+    xp = backend.namespace(Beta)
+    X = _transform(backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(Beta.dtype))
+    M = X.shape[0]
+    out = xp.empty((M, Beta.shape[1]), dtype=Beta.dtype)
+    step = max(1, ROW_BLOCK_BYTES // (backend.itemsize(Beta.dtype) * max(1, X_train.shape[0])))
+    for s in range(0, M, step):
+        e = min(s + step, M)
+        out[s:e, ...] = tile(X[s:e, ...], X_train) @ Beta
     out += intercept
     return out
 
@@ -73,9 +78,20 @@ def pca(U, n_components):
     One pass over ``U`` (the ``n x n`` scatter matrix is summed over sample blocks) and an
     ``n x n`` symmetric eigendecomposition; memory ``n^2``.
     """
+    if backend.is_array_api(U):  # CuPy: the scatter on the device, the small eigenproblem on the host
+        xp = backend.namespace(U)
+        mean = xp.mean(U, axis=0)
+        mean, Q = pca_from_scatter(backend.to_numpy(mean), backend.to_numpy((U - mean).T @ (U - mean)),
+                                   n_components)
+        return backend.to_namespace(mean, xp), backend.to_namespace(Q, xp)
     mean = U.mean(axis=0)
     Uc = U - mean
     mean, scatter = dask.compute(mean, Uc.T @ Uc)
+    return pca_from_scatter(mean, scatter, n_components)
+
+
+def pca_from_scatter(mean, scatter, n_components):
+    """``(mean (n,), leading principal directions (n, p))`` from the scatter matrix (n, n)."""
     _, Q = np.linalg.eigh(np.asarray(scatter))
     p = min(int(n_components), Q.shape[1])
     return np.asarray(mean), np.ascontiguousarray(Q[:, ::-1][:, :p])
@@ -110,6 +126,9 @@ class KernelOperator(OperatorEstimator):
     recovery : str, dict or 2-tuple, default="cubic"
         Recovery maps ``(R_U, R_V)`` used by ``predict`` on other grids, as in
         :class:`rfol_dask.RandomFeatureOperator`.
+    device : {"cpu", "cuda"}, default="cpu"
+        Where numpy / xarray input is computed, as in :class:`rfol_dask.RandomFeatureOperator`
+        (CuPy input is computed on its GPU whatever this says).
 
     Attributes
     ----------
@@ -145,12 +164,14 @@ class KernelOperator(OperatorEstimator):
         "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "progress": ["boolean"],
         "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
+        "device": [StrOptions(set(backend.DEVICES))],
     }
     _fitted_arrays = ("X_train_", "dual_coef_", "intercept_", "pca_mean_", "pca_components_")
     _fitted_scalars = ("length_scale_",)
 
     def __init__(self, *, kernel="rbf", length_scale="median", nugget=1e-8, n_components=None, fit_intercept=True,
-                 dtype=None, column_block=None, max_gram_bytes=None, progress=False, recovery="cubic"):
+                 dtype=None, column_block=None, max_gram_bytes=None, progress=False, recovery="cubic",
+                 device="cpu"):
         self.kernel = kernel
         self.length_scale = length_scale
         self.nugget = nugget
@@ -161,6 +182,7 @@ class KernelOperator(OperatorEstimator):
         self.max_gram_bytes = max_gram_bytes
         self.progress = progress
         self.recovery = recovery
+        self.device = device
 
     def _tile(self):
         return functools.partial(kernel_tile, kernel=self.kernel, length_scale=float(self.length_scale_))
@@ -183,7 +205,9 @@ class KernelOperator(OperatorEstimator):
         M = U.shape[0]
         self.pca_mean_ = self.pca_components_ = None
         if self.n_components is not None:
-            self.pca_mean_, self.pca_components_ = (a.astype(dtype) for a in pca(U, self.n_components))
+            xp = backend.namespace(U) if backend.is_array_api(U) else np
+            self.pca_mean_, self.pca_components_ = (xp.astype(a, getattr(xp, dtype.name))
+                                                    for a in pca(U, self.n_components))
         transform = functools.partial(_transform, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
         alpha = float(self.nugget)
         self.length_scale_ = self._resolve_length_scale(U, transform)
@@ -193,6 +217,10 @@ class KernelOperator(OperatorEstimator):
             fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
+        if self.device != "cpu" or backend.is_array_api(getattr(U, "_meta", None)):
+            raise NotImplementedError(
+                "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): pass "
+                "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit")
         client = active_client()
         blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)

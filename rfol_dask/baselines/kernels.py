@@ -11,12 +11,15 @@
 
 These are scikit-learn's ``RBF``, ``Matern(nu=0.5, 1.5, 2.5)`` and ``RationalQuadratic(alpha=1)``.
 Squared distances come from one matrix product (``|x|^2 + |y|^2 - 2 x.y``, clipped at 0), so a
-(k_i, k_j) tile costs ``2 k_i k_j n`` flops and ``k_i k_j`` memory.
+(k_i, k_j) tile costs ``2 k_i k_j n`` flops and ``k_i k_j`` memory. numpy tiles are computed in
+place; tiles of another array namespace (CuPy on a GPU) with its own operations.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from ..backend import is_fast, namespace
 
 __all__ = ["KERNELS", "kernel_tile", "sq_distances"]
 
@@ -25,12 +28,24 @@ KERNELS = ("rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "line
 
 def sq_distances(X, Y):
     """Squared Euclidean distances between the rows of ``X`` (k, n) and ``Y`` (l, n): (k, l)."""
+    xp = namespace(X, Y)
     D = X @ Y.T
     D *= -2.0
-    D += (X * X).sum(axis=1)[:, None]
-    D += (Y * Y).sum(axis=1)[None, :]
+    D += xp.sum(X * X, axis=1)[:, None]
+    D += xp.sum(Y * Y, axis=1)[None, :]
+    if not is_fast(xp):
+        return xp.clip(D, min=0.0)
     np.maximum(D, 0, out=D)
     return D
+
+
+_GENERIC = {"exp": lambda xp, x: xp.exp(x), "sqrt": lambda xp, x: xp.sqrt(x), "reciprocal": lambda xp, x: 1.0 / x}
+
+
+def _elementwise(name, x):
+    """``np.<name>(x, out=x)`` for numpy, the namespace's own function (a new array) otherwise."""
+    xp = namespace(x)
+    return getattr(np, name)(x, out=x) if is_fast(xp) else _GENERIC[name](xp, x)
 
 
 def _apply(D2, kernel, length_scale):
@@ -39,18 +54,18 @@ def _apply(D2, kernel, length_scale):
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {KERNELS}")
     if kernel == "rbf":
         D2 *= -0.5 / length_scale**2
-        return np.exp(D2, out=D2)
+        return _elementwise("exp", D2)
     if kernel == "inverse_quadratic":
         D2 *= 0.5 / length_scale**2
         D2 += 1.0
-        return np.reciprocal(D2, out=D2)
-    r = np.sqrt(D2, out=D2)
+        return _elementwise("reciprocal", D2)
+    r = _elementwise("sqrt", D2)
     if kernel == "matern12":
         r *= -1.0 / length_scale
-        return np.exp(r, out=r)
-    c = np.sqrt(3.0) if kernel == "matern32" else np.sqrt(5.0)
+        return _elementwise("exp", r)
+    c = float(np.sqrt(3.0) if kernel == "matern32" else np.sqrt(5.0))
     r *= c / length_scale
-    e = np.exp(-r)
+    e = namespace(r).exp(-r)
     if kernel == "matern32":
         r += 1.0
     else:
@@ -65,6 +80,9 @@ def kernel_tile(X, Y, diagonal=False, *, kernel="rbf", length_scale=1.0):
     if kernel == "linear":
         return X @ Y.T
     D2 = sq_distances(X, Y)
-    if diagonal:
+    if diagonal and is_fast(namespace(D2)):
         np.fill_diagonal(D2, 0.0)
+    elif diagonal:
+        xp = namespace(D2)
+        D2 = xp.where(xp.eye(D2.shape[0], D2.shape[1], dtype=D2.dtype) == 1, 0.0, D2)
     return _apply(D2, kernel, length_scale)

@@ -22,6 +22,7 @@ import dask.array as da
 import numpy as np
 from numpy.typing import DTypeLike
 
+from ..backend import is_array_api
 from ..memory import check_gram_memory, dual_plan
 from ..progress import active_client
 from .graph import row_blocks
@@ -43,7 +44,7 @@ def choose_solver(solver, n_samples, n_features):
 def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],
              n_features: int, dtype: DTypeLike, alpha: float, fit_intercept: bool, solver: str,
              column_block: int | None = None, progress: bool = False,
-             max_gram_bytes: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+             max_gram_bytes: float | None = None, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
 
     Runs on the active ``distributed.Client`` if any, else dask's local scheduler. The dual
@@ -77,6 +78,9 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         Show a progress bar on stderr.
     max_gram_bytes : float, optional
         Memory budget of the Gram (default: 60 % of the available / worker memory).
+    device : {"cpu", "cuda"}, default="cpu"
+        Where the workers compute numpy chunks; CuPy chunks are computed on their GPU whatever
+        this says. Only the streamed dual runs on GPUs.
 
     Returns
     -------
@@ -90,6 +94,8 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     ValueError
         If the primal Gram does not fit the memory budget (the message gives the bytes), or
         the data hold NaN / Inf (the samples are named).
+    NotImplementedError
+        On a GPU (``device="cuda"`` or CuPy chunks) with the primal or the blocked dual.
 
     Notes
     -----
@@ -106,6 +112,13 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
                          n_features=n_features)
     else:
         check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal")
+    if device != "cpu" or is_array_api(getattr(U, "_meta", None)):
+        if solver == "primal" or plan.blocked:
+            raise NotImplementedError(
+                f"on a GPU, dask input is fitted by the streamed dual only, not the "
+                f"{'primal' if solver == 'primal' else 'blocked dual (the Gram does not fit one worker)'}: "
+                "pass solver='dual' with a Gram that fits one GPU worker, or compute the data into memory "
+                "(numpy or CuPy) for the in-memory GPU fit")
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client)
     common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress)
     if solver == "primal":
@@ -113,4 +126,4 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     if plan.blocked:
         return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common)
     return fit_streamed(Ub, Vb, starts, m, frequencies, n_features=n_features, dtype=dtype,
-                        slab_bytes=plan.slab_bytes, **common)
+                        slab_bytes=plan.slab_bytes, device=device, **common)

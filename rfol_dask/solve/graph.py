@@ -8,6 +8,7 @@ import uuid
 import dask
 import numpy as np
 
+from ..backend import is_array_api, to_numpy
 from ..gram import check_finite
 from ..memory import n_slots
 from ..progress import compute
@@ -46,7 +47,7 @@ def row_blocks(U, V, column_block=None, client=None):
 def _after_v_check(U, V, start):
     """The block ``U`` once the same rows of ``V`` are checked: a NaN in ``V`` fails before
     the features are made, as one in ``U`` does."""
-    check_finite(np.asarray(V), start, "V")
+    check_finite(V if is_array_api(V) else np.asarray(V), start, "V")  # CuPy: checked on its GPU
     return U
 
 
@@ -98,7 +99,7 @@ def column_slab(start, stop, dtype, *blocks):
     out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
     row = 0
     for B in blocks:
-        out[row:row + len(B)] = B = np.asarray(B)[:, start:stop]
+        out[row:row + len(B)] = B = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
         check_finite(B, row, "V")
         row += len(B)
     return out

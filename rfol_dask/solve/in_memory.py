@@ -1,9 +1,11 @@
-"""The in-memory fit (numpy, no graph): the dual with one Gram, the primal over row blocks."""
+"""The in-memory fit (no graph): the dual with one Gram, the primal over row blocks; numpy on the
+CPU, or CuPy (any array API namespace) where the arrays live (:mod:`rfol_dask.backend`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..backend import itemsize, namespace
 from ..factor import dual_factor, dual_intercept, dual_solve, primal_factor, primal_solve
 from ..gram import block_means, check_finite, dual_tile, features_block, primal_partial
 from ..memory import ROW_BLOCK_BYTES
@@ -20,9 +22,9 @@ def row_ranges(n_rows, row_bytes, block_bytes=ROW_BLOCK_BYTES):
 def dual_numpy(X, V, tile, *, alpha, fit_intercept):
     """Dual solve in memory: ``K = tile(X, X, True)`` (M, M), centred, factorised once, solved
     for all columns of ``V`` (M, m). Returns ``(DualFactor, centred Beta (M, m))``."""
-    V = np.asarray(V, dtype=X.dtype)
+    V = namespace(X).asarray(V, dtype=X.dtype)
     check_finite(V, 0, "V")
-    fac = dual_factor(tile(X, X, True), V.sum(axis=0), alpha, fit_intercept)
+    fac = dual_factor(tile(X, X, True), namespace(X).sum(V, axis=0), alpha, fit_intercept)
     return fac, dual_solve(fac, V)
 
 
@@ -33,7 +35,9 @@ def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *,
     Parameters
     ----------
     U : ndarray of shape (M, n)
-        Input functions (flattened grids), in the dtype of ``omega``.
+        Input functions (flattened grids), in the dtype of ``omega``. Any array API namespace:
+        the fit runs in the namespace of ``omega`` (CuPy arrays: on their GPU) and returns
+        arrays of it; numpy takes the in-place LAPACK path.
     V : ndarray of shape (M, m)
         Output functions.
     omega : ndarray of shape (n, N)
@@ -66,16 +70,16 @@ def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *,
     Memory: dual ``M N + M^2`` elements (the features ``A`` and the Gram), primal
     ``N^2 + N m`` plus one row block of about 128 MiB.
     """
-    dtype = omega.dtype
+    dtype, xp = omega.dtype, namespace(omega)
     if solver == "dual":
         A = features_block(U, omega, b)
-        shift = A.mean(axis=0) if fit_intercept else np.zeros(A.shape[1], dtype)  # exact centring
+        shift = xp.mean(A, axis=0) if fit_intercept else xp.zeros(A.shape[1], dtype=dtype)  # exact centring
         A -= shift
         fac, Beta = dual_numpy(A, V, dual_tile, alpha=alpha, fit_intercept=fit_intercept)
         C = A.T @ Beta
         return C, dual_intercept(fac, Beta, C, shift)
     shifts = block_means(U, V, omega, b, fit_intercept)
     sums = None
-    for s, e in row_ranges(len(U), omega.shape[1] * dtype.itemsize):
-        sums = primal_partial(U[s:e], V[s:e], omega, b, s, sums, shifts)
+    for s, e in row_ranges(U.shape[0], omega.shape[1] * itemsize(dtype)):
+        sums = primal_partial(U[s:e, ...], V[s:e, ...], omega, b, s, sums, shifts)
     return primal_solve(primal_factor(sums, shifts, alpha, fit_intercept), 0, V.shape[1])

@@ -15,6 +15,12 @@ Flops: those of the in-memory dual. The slabs are cached on the workers' local d
 the two passes, in a directory of the fit that is removed when the fit ends, whether it
 succeeds or fails (dask config ``rfol_dask.feature-cache: none`` makes them again instead:
 ``2 M n N`` more flops).
+
+On GPUs (``device="cuda"``, or dask arrays with CuPy chunks) each worker stacks ``U`` on its
+GPU and makes its slabs, Gram and (on the factorising worker) factor and solves there, in the
+namespace of its arrays (:mod:`rfol_dask.backend`); the Grams are summed across workers as
+on the CPU, the slabs are made again for ``C = A^T Beta`` (no disk cache) and the coefficient
+rows come back to the host.
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ import dask
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from .. import backend
+from ..backend import symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
 from ..gram import check_finite
-from ..linalg import symmetrize_lower, syrk
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
@@ -94,7 +101,7 @@ def _cache_file(token, f0):
 def _cache_put(token, f0, A):
     """Keep the slab ``A`` on this worker's disk if the fit's cache is open and there is room."""
     path = _cache_file(token, f0)
-    if path is None:
+    if path is None or not isinstance(A, np.ndarray):  # device slabs are made again instead
         return
     try:
         if shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
@@ -128,14 +135,27 @@ def _close_cache(client, token):
 # the tasks
 
 
-def _stack_rows(starts, dtype, *blocks):
-    """The checked row blocks stacked into one (M, n) array (copied once per worker)."""
-    out = np.empty((int(starts[-1]), np.shape(blocks[0])[1]), dtype=dtype)
+def _stack_rows(starts, dtype, device, *blocks):
+    """The checked row blocks stacked into one (M, n) array (copied once per worker), in the
+    namespace of the blocks if they are CuPy (array API) arrays, else of ``device``."""
+    xp = backend.compute_namespace(device, *blocks)
+    fast = backend.is_fast(xp)
+    out = xp.empty((int(starts[-1]), blocks[0].shape[1]),
+                   dtype=dtype if fast else getattr(xp, np.dtype(dtype).name))
     for i, B in enumerate(blocks):
-        B = np.asarray(B)
+        B = backend.to_namespace(B, xp)
         check_finite(B, starts[i], "U")
-        out[starts[i]:starts[i + 1]] = B
+        out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype)
     return out
+
+
+def _like(X, ref):
+    """``X`` moved to the namespace (device) of ``ref``."""
+    return backend.to_namespace(X, backend.namespace(ref))
+
+
+def _colsum(X):
+    return backend.namespace(X).sum(X, axis=0)
 
 
 def slab_features(U, frequencies, n_features, f0, f1, centre):
@@ -143,8 +163,10 @@ def slab_features(U, frequencies, n_features, f0, f1, centre):
     over the first :data:`SHIFT_ROWS` samples (if ``centre``), and that shift (or None).
     ``frequencies(columns=(f0, f1))`` draws the slab of ``(Omega, b)`` (a
     ``features.draw_frequencies`` recipe); ``n_features`` is the model's ``N``."""
-    omega, b = frequencies(columns=(f0, f1))
-    shift = feature_map(U[:SHIFT_ROWS], omega, b, n_features=n_features).mean(axis=0) if centre else None
+    xp = backend.namespace(U)
+    omega, b = (backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
+    head = U[:min(SHIFT_ROWS, U.shape[0]), ...]
+    shift = xp.mean(feature_map(head, omega, b, n_features=n_features), axis=0) if centre else None
     return feature_map(U, omega, b, shift=shift, n_features=n_features), shift
 
 
@@ -191,25 +213,30 @@ def coef_slab(part, n0, U, frequencies, n_features, f0, f1, centre, Beta, token=
             A, shift = slab_features(U, frequencies, n_features, f0, f1, centre)
         else:
             shift = slab_features(U[:SHIFT_ROWS], frequencies, n_features, f0, f1, centre)[1]
-        Cf = np.matmul(A.T, Beta, out=part.C[f0 - n0:f1 - n0])
+        if isinstance(A, np.ndarray) and isinstance(Beta, np.ndarray):
+            Cf = np.matmul(A.T, Beta, out=part.C[f0 - n0:f1 - n0])
+        else:  # on the device; the rows come back to the host
+            Cf = A.T @ Beta
+            part.C[f0 - n0:f1 - n0] = to_numpy(Cf)
     if shift is not None:
-        part.sC += shift @ Cf
+        part.sC += to_numpy(shift @ Cf)
     return part
 
 
 def _intercept_minus(intercept, *parts):
-    return intercept - sum(p.sC for p in parts)
+    return to_numpy(intercept) - sum(p.sC for p in parts)
 
 
 def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client,
-                      slab_bytes, token=None):
+                      slab_bytes, token=None, device="cpu"):
     """The streamed dual fit (see the module docstring) on the delayed row blocks ``Ub``
     (k_i, n), ``Vb`` (k_i, m) with offsets ``starts``; returns the delayed
-    ``(list of CoefPart, intercept (m,))``. ``token`` names the feature cache (None: no cache)."""
+    ``(list of CoefPart, intercept (m,))``. ``token`` names the feature cache (None: no cache);
+    ``device`` where numpy blocks are computed (CuPy blocks stay on their GPU)."""
     names = TaskNames()
     workers = worker_addresses(client)
     groups = feature_slabs(int(starts[-1]), n_features, len(workers), np.dtype(dtype).itemsize, slab_bytes)
-    U = dask.delayed(_stack_rows)(starts, dtype, *Ub, dask_key_name=names("stack-inputs"))
+    U = dask.delayed(_stack_rows)(starts, dtype, device, *Ub, dask_key_name=names("stack-inputs"))
     args = (U, frequencies, n_features)
     grams = []
     for w, group in zip(workers, groups):
@@ -219,9 +246,9 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
                 K = dask.delayed(gram_slab)(K, *args, f0, f1, fit_intercept, token, dask_key_name=names("gram-slab", f0))
         grams.append(K)
     with pinned(workers[0]):
-        K = dask.delayed(symmetrize_lower)(tree_sum(grams, dask.delayed(iadd)))
-        Vslab = dask.delayed(column_slab)(0, m, dtype, *Vb)
-        fac = dask.delayed(dual_factor)(K, dask.delayed(np.sum)(Vslab, axis=0), alpha, fit_intercept,
+        K = dask.delayed(symmetrize)(tree_sum(grams, dask.delayed(iadd)), "lower")
+        Vslab = dask.delayed(_like)(dask.delayed(column_slab)(0, m, dtype, *Vb), K)
+        fac = dask.delayed(dual_factor)(K, dask.delayed(_colsum)(Vslab), alpha, fit_intercept,
                                         dask_key_name=names("dual-factor"))
         Beta = dask.delayed(dual_solve)(fac, Vslab, 0, True, True, dask_key_name=names("dual-solve"))
         info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve
@@ -239,7 +266,7 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
 
 
 def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
-                 slab_bytes):
+                 slab_bytes, device="cpu"):
     """Run :func:`dual_stream_graph` in one ``compute``; returns numpy ``(coef (N, m), intercept (m,))``.
     The feature cache is opened on every worker first and removed afterwards, also on failure."""
     token = uuid.uuid4().hex if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
@@ -250,7 +277,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
             client.run(open_cache, token)
         parts, intercept = dual_stream_graph(Ub, Vb, starts, m, frequencies, n_features=n_features, alpha=alpha,
                                              fit_intercept=fit_intercept, dtype=dtype, client=client,
-                                             slab_bytes=slab_bytes, token=token)
+                                             slab_bytes=slab_bytes, token=token, device=device)
         parts, intercept = compute_fit(parts, intercept, progress=progress, client=client, desc="fit (dual)",
                                        alpha=alpha)
     finally:

@@ -1,0 +1,219 @@
+"""GPU fit benchmark (issue: GPUs): the 20000-sample, 64 x 64 -> 64 x 64 in-memory fit on one GPU.
+
+One command on a machine with a CUDA GPU and CuPy:
+
+    python benchmarks/gpu.py                          # M = 20000, n = m = 4096, N = 20000 and 160000
+    python benchmarks/gpu.py --size tiny --device cpu # smoke test without a GPU (seconds)
+
+It writes ``benchmarks/results/gpu_<size>_<device>.json`` (``--out`` to change) with the device
+name, and for each N: the fit time (median of ``--repeats`` after a warm-up fit that compiles the
+CuPy kernels; the first, cold fit is reported too), the prediction time of the test samples, the
+test error, the peak GPU memory and the model's memory (``8 M^2`` Gram + features ``8 M N`` +
+``U`` + ``V``). Also: the fit from numpy input with ``device="cuda"`` (host-to-device copies
+included), the streamed dask dual on the GPU (``--dask``: dask arrays of numpy chunks,
+``device="cuda"``, dask's threaded scheduler, no cluster), and the equality of GPU and CPU
+predictions with the same seed at a small size (target 1e-8 relative, float64).
+
+Timing: every GPU timing ends with ``cupy.cuda.Device().synchronize()``. Peak GPU memory: the
+CuPy memory pool is emptied (``free_all_blocks``) before each fit; the pool keeps the blocks
+freed during the fit, so its reserved bytes afterwards (``total_bytes``) are the fit's
+high-water mark (up to the pool's rounding). TF32 stays off (CuPy's default; float64 is not
+affected by it anyway).
+
+Data: synthetic smooth periodic 64 x 64 fields (Gaussian random fields with a ``(1 + |k|^2)^-1.5``
+spectrum) and outputs ``heat(u) + 0.3 u^2``, with the Navier-Stokes benchmark's shapes (20000
+training and 2000 test samples of 4096 points in and out). The Navier-Stokes generator of
+``rfol_dask.datasets`` needs dask and is slow to make 22000 solutions for; its test error is not
+reproduced here, only the shapes and the flops.
+
+Requirements on the GPU machine: numpy, scipy, cupy (``cupy-cuda12x``, or ``cupy-cuda13x`` for
+CUDA 13). ``import rfol_dask`` also imports dask, xarray (pandas), scikit-learn (joblib,
+threadpoolctl), psutil, pyyaml and array-api-compat (the in-memory GPU path computes with none of
+them, but the package imports them). Where they are missing, build a wheelhouse on a machine with
+the internet and carry it:
+
+    pip download -d wheelhouse --only-binary=:all: --python-version 3.11 \\
+        dask toolz cloudpickle partd locket fsspec xarray pandas python-dateutil tzdata \\
+        scikit-learn joblib threadpoolctl psutil pyyaml array-api-compat
+    # on the GPU machine:
+    pip install --no-index --find-links wheelhouse dask xarray scikit-learn psutil pyyaml array-api-compat
+    PYTHONPATH=$PWD python benchmarks/gpu.py
+
+(zarr, distributed and dask-cuda are not needed.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+SIZES = {  # (train samples, grid side, test samples, feature counts, equality-check samples)
+    "tiny": (200, 8, 50, (200, 800), 100),
+    "small": (2000, 32, 200, (2000, 8000), 500),
+    "full": (20000, 64, 2000, (20000, 160000), 1000),
+}
+
+
+def synthetic_fields(n_samples, side, seed=0, batch=1000):
+    """Smooth periodic fields ``U`` (M, side^2) and outputs ``V = heat(U) + 0.3 U^2`` (M, side^2)."""
+    rng = np.random.default_rng(seed)
+    k = np.fft.fftfreq(side, 1.0 / side)
+    k2 = k[:, None] ** 2 + k[None, :] ** 2
+    amp = (1.0 + k2) ** -0.75
+    heat = np.exp(-0.01 * k2)
+    U = np.empty((n_samples, side * side))
+    V = np.empty_like(U)
+    for s in range(0, n_samples, batch):
+        e = min(s + batch, n_samples)
+        coef = (rng.standard_normal((e - s, side, side)) + 1j * rng.standard_normal((e - s, side, side))) * amp
+        u = np.fft.ifft2(coef).real
+        u /= u.std(axis=(1, 2), keepdims=True)
+        v = np.fft.ifft2(np.fft.fft2(u) * heat).real + 0.3 * u**2
+        U[s:e], V[s:e] = u.reshape(e - s, -1), v.reshape(e - s, -1)
+    return U, V
+
+
+def median_gamma(U, pairs=500, seed=0):
+    """``1 / median ||u_i - u_j||_1`` over random pairs (the fit_speed benchmark's heuristic)."""
+    i, j = np.random.default_rng(seed).integers(0, len(U), (2, pairs))
+    return float(1.0 / np.median(np.abs(U[i] - U[j]).sum(axis=1)))
+
+
+class Device:
+    """numpy or CuPy: moving arrays, synchronising, the memory pool."""
+
+    def __init__(self, name):
+        self.name = name
+        if name == "cuda":
+            import cupy
+
+            self.cp = cupy
+            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+            self.info = {"device": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
+                         "device_memory_bytes": int(props["totalGlobalMem"]), "cupy": cupy.__version__,
+                         "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion()}
+        else:
+            self.cp = None
+            self.info = {"device": f"cpu ({platform.processor() or platform.machine()})"}
+
+    def put(self, x):
+        return self.cp.asarray(x) if self.cp is not None else x
+
+    def get(self, x):
+        return x.get() if self.cp is not None and hasattr(x, "get") else np.asarray(x)
+
+    def sync(self):
+        if self.cp is not None:
+            self.cp.cuda.Device().synchronize()
+
+    def reset_pool(self):
+        if self.cp is not None:
+            self.sync()
+            self.cp.get_default_memory_pool().free_all_blocks()
+
+    def pool_bytes(self):
+        return int(self.cp.get_default_memory_pool().total_bytes()) if self.cp is not None else None
+
+
+def timed(dev, fn):
+    dev.sync()
+    t0 = time.perf_counter()
+    out = fn()
+    dev.sync()
+    return time.perf_counter() - t0, out
+
+
+def rel_l2(V, P):
+    """Mean over samples of ``||v - v_hat|| / ||v||`` (numpy)."""
+    return float(np.mean(np.linalg.norm(V - P, axis=1) / np.linalg.norm(V, axis=1)))
+
+
+def run(size, device, repeats, alpha, dask_mode, seed=0):
+    from rfol_dask import RandomFeatureOperator
+
+    M, side, M_test, feature_counts, M_eq = SIZES[size]
+    dev = Device(device)
+    t0 = time.perf_counter()
+    U, V = synthetic_fields(M + M_test, side, seed)
+    U_train, V_train, U_test, V_test = U[:M], V[:M], U[M:], V[M:]
+    gamma = median_gamma(U_train)
+    report = {**dev.info, "size": size, "M": M, "n": side * side, "m": side * side, "M_test": M_test,
+              "gamma": gamma, "alpha": alpha, "dtype": "float64", "distribution": "cauchy",
+              "data": "synthetic smooth 64x64-type fields (not the Navier-Stokes generator)",
+              "data_seconds": time.perf_counter() - t0, "runs": []}
+    Ug, Vg, Ug_test = dev.put(U_train), dev.put(V_train), dev.put(U_test)
+
+    def model(N, **kw):
+        return RandomFeatureOperator(n_features=N, gamma=gamma, alpha=alpha, random_state=seed, **kw)
+
+    # warm-up: compiles the CuPy kernels and creates the cuBLAS / cuSOLVER handles
+    warm_N = min(feature_counts[0], 2 * M_eq)
+    report["warmup_seconds"] = timed(dev, lambda: model(warm_N).fit(dev.put(U_train[:M_eq]),
+                                                                     dev.put(V_train[:M_eq])))[0]
+    for N in feature_counts:
+        row = {"N": N}
+        dev.reset_pool()
+        times = []
+        for r in range(max(1, repeats)):
+            t, est = timed(dev, lambda: model(N).fit(Ug, Vg))
+            times.append(t)
+            if r == 0:
+                row["peak_gpu_bytes"] = dev.pool_bytes()
+        row.update(fit_seconds=statistics.median(times), fit_seconds_all=times, solver=est.solver_)
+        t, P = timed(dev, lambda: est.predict(Ug_test))
+        row.update(predict_seconds=t, test_rel_l2=rel_l2(V_test, dev.get(P)))
+        row["model_bytes"] = {"gram_8M2": 8 * M * M, "features_8MN": 8 * M * N, "U": U_train.nbytes,
+                              "V": V_train.nbytes, "coef_8Nm": 8 * N * V.shape[1], "omega_8nN": 8 * U.shape[1] * N}
+        if row["peak_gpu_bytes"]:
+            b = row["model_bytes"]
+            row["peak_over_gram_features_U_V"] = row["peak_gpu_bytes"] / (b["gram_8M2"] + b["features_8MN"]
+                                                                          + b["U"] + b["V"])
+        del est, P
+        if device == "cuda" and N == feature_counts[0]:
+            row["fit_seconds_numpy_input_device_cuda"] = timed(
+                dev, lambda: model(N, device="cuda").fit(U_train, V_train))[0]
+            if dask_mode:
+                import dask.array as da
+
+                Ud, Vd = da.from_array(U_train, chunks=2000), da.from_array(V_train, chunks=2000)
+                with __import__("dask").config.set(scheduler="threads"):
+                    row["fit_seconds_dask_streamed_device_cuda"] = timed(
+                        dev, lambda: model(N, device="cuda", solver="dual").fit(Ud, Vd))[0]
+        report["runs"].append(row)
+        print(json.dumps(row, default=str), flush=True)
+    # equality with the CPU fit of the same seed, at a small size
+    N_eq = 2 * M_eq
+    cpu = model(N_eq).fit(U_train[:M_eq], V_train[:M_eq])
+    here = model(N_eq).fit(dev.put(U_train[:M_eq]), dev.put(V_train[:M_eq]))
+    P_cpu, P_dev = cpu.predict(U_test), dev.get(here.predict(dev.put(U_test)))
+    report["equality"] = {"M": M_eq, "N": N_eq,
+                          "max_rel_diff_predictions": float(np.abs(P_dev - P_cpu).max() / np.abs(P_cpu).max())}
+    print(json.dumps(report["equality"]), flush=True)
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=sorted(SIZES), default="full")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--alpha", type=float, default=1e-6)
+    parser.add_argument("--dask", action="store_true", help="also time the streamed dask dual on the GPU")
+    parser.add_argument("--out", default=None, help="results JSON (default benchmarks/results/gpu_SIZE_DEVICE.json)")
+    args = parser.parse_args(argv)
+    report = run(args.size, args.device, args.repeats, args.alpha, args.dask)
+    out = Path(args.out or Path(__file__).resolve().parent / "results" / f"gpu_{args.size}_{args.device}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, default=str))
+    print(f"wrote {out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

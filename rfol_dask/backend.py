@@ -1,0 +1,295 @@
+"""Array namespaces: which library computes a fit, and the few operations the array API
+standard lacks, dispatched per backend.
+
+The numerics above this module (features, Gram, factor, solves, prediction) are written once
+against an array namespace ``xp`` (the array API standard, through ``array_api_compat``):
+
+- numpy arrays: ``xp`` is the ``numpy`` module itself and every operation below is the fast CPU
+  path of :mod:`rfol_dask.linalg` (in-place SYRK, in-place LAPACK ``potrf`` / ``potrs``, Fortran
+  order, threaded cosines); nothing generic is on that path;
+- CuPy arrays (``device="cuda"``): cuBLAS products, ``cupy.linalg.cholesky`` with the ridge put on
+  the diagonal in place, ``cupyx.scipy.linalg.solve_triangular``;
+- any other array API namespace (e.g. ``array_api_strict``, or numpy inside
+  :func:`generic_numpy`): the standard's operations; triangular solves by ``xp.linalg.solve`` on
+  the triangle (the standard has no triangular solve).
+
+CuPy is imported only when a CuPy array is seen (``array_api_compat`` looks in ``sys.modules``)
+or when ``device="cuda"`` is asked for; a CPU install never imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+import numpy as np
+
+from . import linalg
+
+__all__ = ["DEVICES", "namespace", "generic_numpy", "is_fast", "is_cupy", "device_namespace", "check_device",
+           "compute_namespace", "to_namespace", "to_numpy", "is_array_api", "itemsize", "is_real_dtype",
+           "as_fortran", "syrk", "symmetrize", "cholesky", "cho_solve"]
+
+DEVICES = ("cpu", "cuda")
+
+_GENERIC = contextvars.ContextVar("rfol_dask_generic_numpy", default=False)
+
+_GPU_INSTALL = ("pip install 'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install cupy-cuda13x "
+                "instead of cupy-cuda12x)")
+
+
+@contextlib.contextmanager
+def generic_numpy():
+    """Within this block numpy arrays go through the generic array API path
+    (``array_api_compat.numpy``) instead of the LAPACK fast path; for tests and comparisons."""
+    token = _GENERIC.set(True)
+    try:
+        yield
+    finally:
+        _GENERIC.reset(token)
+
+
+def _compat():
+    import array_api_compat
+
+    return array_api_compat
+
+
+def is_array_api(x):
+    """True for an array of a namespace other than numpy (CuPy, array_api_strict, ...): an
+    operand that is computed where it lives ("follow the input"). numpy, dask, xarray and
+    array-likes are False."""
+    if x is None or isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
+        return False
+    mod = type(x).__module__.split(".")[0]
+    if mod in ("dask", "xarray", "numpy", "pandas", "scipy"):
+        return False
+    # CuPy arrays are recognised by array_api_compat (from sys.modules, without importing CuPy)
+    return hasattr(x, "__array_namespace__") or _compat().is_array_api_obj(x)
+
+
+def namespace(*arrays):
+    """The namespace that computes on ``arrays`` (``None`` and Python scalars ignored): the
+    ``numpy`` module for numpy arrays (the fast path; ``array_api_compat.numpy`` inside
+    :func:`generic_numpy`), else ``array_api_compat.array_namespace`` (TypeError when the arrays
+    live in different libraries, e.g. numpy mixed with CuPy)."""
+    arrays = [a for a in arrays if a is not None and not isinstance(a, (int, float, bool))]
+    if all(isinstance(a, (np.ndarray, np.generic)) for a in arrays):
+        if _GENERIC.get():
+            return _compat().array_namespace(*arrays) if arrays else _compat().array_namespace(np.empty(0))
+        return np
+    return _compat().array_namespace(*arrays)
+
+
+def is_fast(xp):
+    """True when ``xp`` is numpy on its fast (LAPACK, in-place) path."""
+    return xp is np
+
+
+def is_cupy(xp):
+    """True when ``xp`` is CuPy's namespace (checked without importing CuPy)."""
+    return "cupy" in getattr(xp, "__name__", "")
+
+
+def _load_cupy():
+    try:
+        import cupy
+    except ImportError as exc:
+        raise ImportError(f"device='cuda' needs CuPy and a CUDA GPU, but CuPy is not installed: {_GPU_INSTALL}; "
+                          "or pass device='cpu'") from exc
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError without a driver
+        raise RuntimeError(f"device='cuda' needs a CUDA GPU, but CuPy finds none ({exc}); check the driver and "
+                           "CUDA_VISIBLE_DEVICES, or pass device='cpu'") from exc
+    if count < 1:
+        raise RuntimeError("device='cuda' needs a CUDA GPU, but CuPy finds none (check CUDA_VISIBLE_DEVICES), "
+                           "or pass device='cpu'")
+    return _compat().array_namespace(cupy.empty(0))
+
+
+#: loaders of the namespace of each accelerator device (imported on first use)
+_DEVICE_NAMESPACES = {"cuda": _load_cupy}
+
+
+def check_device(device):
+    """Validate a ``device`` parameter ("cpu" or "cuda"); ValueError naming the choices."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, got {device!r}")
+    return device
+
+
+def device_namespace(device):
+    """The namespace computing on ``device``: numpy for "cpu"; for "cuda" CuPy's (imported here;
+    ImportError / RuntimeError saying what to install when CuPy or a GPU is missing)."""
+    check_device(device)
+    if device == "cpu":
+        return namespace(np.empty(0))
+    return _DEVICE_NAMESPACES[device]()
+
+
+def compute_namespace(device, *arrays):
+    """Where a computation on ``arrays`` runs: the arrays' own namespace when they are
+    array API arrays other than numpy (follow the input), else that of ``device``."""
+    foreign = [a for a in arrays if is_array_api(a)]
+    if foreign:
+        return namespace(*foreign)
+    return device_namespace(device)
+
+
+def to_namespace(x, xp):
+    """``x`` (numpy or another namespace's array) as an array of ``xp`` (a copy only when it moves)."""
+    if x is None:
+        return None
+    if is_fast(xp) or (getattr(xp, "__name__", "") == "array_api_compat.numpy"):
+        return to_numpy(x)
+    if not isinstance(x, np.ndarray) and namespace(x) is xp:
+        return x
+    return xp.asarray(to_numpy(x))
+
+
+def to_numpy(x):
+    """``x`` as a numpy array (CuPy: copied to the host; others through DLPack)."""
+    if x is None or isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "get") and type(x).__module__.startswith("cupy"):
+        return x.get()
+    try:
+        return np.from_dlpack(x)
+    except (TypeError, RuntimeError, BufferError, AttributeError):
+        return np.asarray(x)
+
+
+def itemsize(dtype):
+    """Bytes per element of a floating ``dtype`` of any namespace."""
+    return to_numpy_dtype(dtype).itemsize
+
+
+def to_numpy_dtype(dtype):
+    """The numpy dtype of a floating or integer dtype of any namespace."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return np.dtype(str(dtype).rsplit(".", 1)[-1])
+
+
+def is_real_dtype(dtype):
+    """True for real floating or integer dtypes (of any namespace)."""
+    dt = to_numpy_dtype(dtype)
+    return bool(np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer))
+
+
+# ---------------------------------------------------------------------- what the standard lacks
+
+
+def as_fortran(A):
+    """``A`` in Fortran order for LAPACK (numpy; other namespaces choose their own layout)."""
+    return np.asfortranarray(A) if isinstance(A, np.ndarray) and is_fast(namespace(A)) else A
+
+
+def syrk(A, trans, C=None):
+    """``A A^T`` (``trans=False``) or ``A^T A`` (``trans=True``), added to ``C`` if given.
+
+    numpy: BLAS SYRK, in place into ``C``, only the lower triangle meaningful
+    (:func:`rfol_dask.linalg.syrk`). Other namespaces: the full product (a new array).
+    """
+    xp = namespace(A, C)
+    if is_fast(xp):
+        return linalg.syrk(A, trans, C)
+    P = A.T @ A if trans else A @ A.T
+    if C is None:
+        return P
+    C += P
+    return C
+
+
+def symmetrize(C, source="lower", block=512):
+    """Fill one triangle of the square ``C`` from the other (``source``), in place; returns ``C``.
+
+    numpy: :func:`rfol_dask.linalg.symmetrize`. Other namespaces: the same slabs of ``block``
+    rows copied transposed by slice assignment (no ``n x n`` temporary on a GPU).
+    """
+    xp = namespace(C)
+    if is_fast(xp):
+        return linalg.symmetrize(C, source)
+    n = C.shape[0]
+    for j in range(0, n, block):
+        e = min(j + block, n)
+        D = C[j:e, j:e]
+        if source == "lower":
+            C[j:e, e:] = C[e:, j:e].T
+            C[j:e, j:e] = xp.tril(D) + xp.tril(D, k=-1).T
+        else:
+            C[e:, j:e] = C[j:e, e:].T
+            C[j:e, j:e] = xp.triu(D) + xp.triu(D, k=1).T
+    return C
+
+
+def cholesky(G, alpha):
+    """Lower Cholesky factor of ``G + alpha I`` with the jitter policy of
+    :func:`rfol_dask.linalg.cholesky`; returns ``(L, ridge)``.
+
+    numpy: in place in the Fortran-ordered ``G`` (LAPACK ``potrf``). CuPy: the ridge is put on
+    the diagonal of ``G`` in place and ``cupy.linalg.cholesky`` writes a new factor (peak
+    ``2 n^2`` elements). Other namespaces: ``xp.linalg.cholesky(G + ridge I)``.
+    """
+    xp = namespace(G)
+    if is_fast(xp):
+        return linalg.cholesky(G, alpha)
+    n = G.shape[0]
+    diag = xp.linalg.diagonal(G)
+    diag = xp.asarray(diag, copy=True)
+    mean_diag = float(xp.mean(xp.abs(diag))) if n else 0.0
+    ridges = linalg.jitter_ridges(alpha, mean_diag, to_numpy_dtype(G.dtype))
+    in_place = is_cupy(xp)
+    eye = None if in_place else xp.eye(n, dtype=G.dtype, device=getattr(G, "device", None))
+    idx = xp.arange(n) if in_place else None
+    for attempt, ridge in enumerate(ridges):
+        ridge = float(ridge)
+        try:
+            if in_place:
+                G[idx, idx] = diag + ridge
+                with _raise_on_failed_factor():  # cuSOLVER reports a failed potrf in devInfo only
+                    L = xp.linalg.cholesky(G)
+            else:
+                L = xp.linalg.cholesky(G + ridge * eye)
+        except Exception as exc:  # the numpy-backed namespaces and CuPy raise LinAlgError
+            if type(exc).__name__ != "LinAlgError":
+                raise
+            continue
+        if bool(xp.all(xp.isfinite(xp.linalg.diagonal(L)))):
+            if attempt:
+                linalg.warn_ridge(alpha, ridge, to_numpy_dtype(G.dtype))
+            return L, ridge
+    if in_place:
+        G[idx, idx] = diag
+    raise linalg.not_positive_definite(alpha, ridges)
+
+
+def _raise_on_failed_factor():
+    """CuPy's switch that turns a failed cuSOLVER factorisation into ``LinAlgError``."""
+    import cupyx
+
+    return cupyx.errstate(linalg="raise")
+
+
+def _cupy_solve_triangular():
+    from cupyx.scipy.linalg import solve_triangular
+
+    return solve_triangular
+
+
+def cho_solve(L, B, overwrite=False):
+    """Solve ``L L^T X = B`` for the (n, k) right-hand sides ``B`` (lower ``L`` from
+    :func:`cholesky`; only its lower triangle is read). numpy: LAPACK ``potrs`` (with
+    ``overwrite`` and a Fortran-ordered ``B``, in its memory); CuPy: two cuBLAS triangular
+    solves; other namespaces: ``xp.linalg.solve`` on the triangle (LU, ``n^3`` more flops)."""
+    xp = namespace(L, B)
+    if is_fast(xp):
+        return linalg.cho_solve(L, B, overwrite)
+    if is_cupy(xp):
+        tri = _cupy_solve_triangular()
+        Y = tri(L, B, lower=True, overwrite_b=overwrite, check_finite=False)
+        return tri(L, Y, lower=True, trans="T", overwrite_b=True, check_finite=False)
+    T = xp.tril(L)
+    return xp.linalg.solve(T.T, xp.linalg.solve(T, B))

@@ -1,0 +1,289 @@
+"""The array-namespace layer (rfol_dask.backend) and every path it selects, on the CPU.
+
+Three ways through the same numerics are compared to 1e-10: numpy on its fast LAPACK path,
+numpy through the generic array API path (``backend.generic_numpy``) and array_api_strict
+arrays (a strict stand-in for CuPy: no numpy methods, no implicit conversion). The CUDA device
+is exercised by pointing the ``"cuda"`` loader at array_api_strict, so the plumbing of
+``device="cuda"`` (numpy in, moved, numpy out) runs without a GPU.
+"""
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+from rfol_dask import RandomFeatureOperator, backend
+from rfol_dask.baselines import KernelOperator
+from rfol_dask.baselines.kernels import KERNELS, kernel_tile
+from rfol_dask.features import draw_frequencies, feature_map
+from rfol_dask.solve.in_memory import fit_numpy
+
+xs = pytest.importorskip("array_api_strict")
+
+TOL = 1e-10
+
+
+def rel(a, b):
+    a, b = backend.to_numpy(a), backend.to_numpy(b)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
+
+
+def strict(*arrays):
+    return tuple(xs.asarray(a) for a in arrays)
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(3)
+    U = rng.standard_normal((70, 9))
+    V = np.sin(U[:, :4]) + 0.1 * rng.standard_normal((70, 4))
+    return U, V
+
+
+# ------------------------------------------------------------------ namespaces
+
+
+def test_namespace_selection():
+    a = np.ones((2, 2))
+    assert backend.namespace(a, None, 1.0) is np and backend.is_fast(np)
+    with backend.generic_numpy():
+        xp = backend.namespace(a)
+        assert xp is not np and not backend.is_fast(xp)
+    assert backend.namespace(a) is np  # the context is left
+    (s,) = strict(a)
+    assert backend.namespace(s).__name__ == "array_api_strict"
+    assert backend.is_array_api(s) and not backend.is_array_api(a)
+    with pytest.raises(TypeError):
+        backend.namespace(a, s)  # numpy mixed with another library is not guessed
+    assert isinstance(backend.to_numpy(s), np.ndarray)
+    assert backend.to_namespace(a, backend.namespace(s)).__class__ is s.__class__
+    assert backend.itemsize(xs.float32) == 4 and backend.itemsize(np.float64) == 8
+    assert backend.is_real_dtype(xs.int64) and not backend.is_real_dtype(xs.bool)
+
+
+@pytest.mark.parametrize("trans", [False, True])
+def test_syrk_symmetrize_paths(trans):
+    A = np.random.default_rng(0).standard_normal((30, 12))
+    want = A.T @ A if trans else A @ A.T
+    fast = backend.symmetrize(backend.syrk(A, trans), "lower")
+    with backend.generic_numpy():
+        gen = backend.symmetrize(backend.syrk(A, trans), "lower")
+    (As,) = strict(A)
+    st = backend.symmetrize(backend.syrk(As, trans), "lower")
+    for got in (fast, gen, st):
+        assert rel(got, want) < TOL
+    # accumulation into C (in place on numpy, returned elsewhere)
+    C = backend.syrk(A, trans)
+    C = backend.syrk(A, trans, C)
+    assert rel(backend.symmetrize(C, "lower"), 2 * want) < TOL
+    Cs = backend.syrk(As, trans, backend.syrk(As, trans))
+    assert rel(backend.symmetrize(Cs, "upper"), 2 * want) < TOL
+
+
+def test_cholesky_and_solve_paths():
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((40, 25))
+    G = A @ A.T  # rank 25 < 40: needs the ridge
+    B = rng.standard_normal((40, 3))
+    alpha = 1e-3
+    L0, r0 = backend.cholesky(np.asfortranarray(G.copy()), alpha)
+    X0 = backend.cho_solve(L0, B.copy())
+    want = np.linalg.solve(G + alpha * np.eye(40), B)
+    assert r0 == alpha and rel(X0, want) < TOL
+    with backend.generic_numpy():
+        L1, r1 = backend.cholesky(G.copy(), alpha)
+        X1 = backend.cho_solve(L1, B)
+    Gs, Bs = strict(G, B)
+    L2, r2 = backend.cholesky(Gs, alpha)
+    X2 = backend.cho_solve(L2, Bs)
+    assert r1 == r2 == alpha
+    assert rel(X1, want) < TOL and rel(X2, want) < TOL
+    assert rel(np.tril(backend.to_numpy(L2)), np.tril(L0)) < TOL
+
+
+def test_cholesky_jitter_policy_same_on_every_path():
+    A = np.random.default_rng(2).standard_normal((30, 10))
+    G = A @ A.T  # singular
+    with pytest.warns(RuntimeWarning, match="used ridge") as fast:
+        _, r_fast = backend.cholesky(np.asfortranarray(G.copy()), 1e-300)
+    with pytest.warns(RuntimeWarning, match="used ridge") as gen:
+        _, r_gen = backend.cholesky(*strict(G), 1e-300)
+    assert r_fast == r_gen > 1e-300
+    assert str(fast[0].message) == str(gen[0].message)
+    for G0 in (np.asfortranarray(G.copy()), *strict(G)):
+        with pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular"):
+            backend.cholesky(G0, 0.0)
+
+
+def test_feature_map_paths():
+    rng = np.random.default_rng(4)
+    U = rng.standard_normal((50, 6))
+    om, b = draw_frequencies(6, 40, gamma=0.5, random_state=0)
+    shift = rng.standard_normal(40)
+    want = feature_map(U, om, b, shift=shift, n_features=80)
+    with backend.generic_numpy():
+        gen = feature_map(U, om, b, shift=shift, n_features=80)
+    st = feature_map(*strict(U, om, b), shift=xs.asarray(shift), n_features=80)
+    assert rel(gen, want) < TOL and rel(st, want) < TOL
+    assert backend.namespace(st).__name__ == "array_api_strict"
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_tiles_paths(kernel):
+    rng = np.random.default_rng(5)
+    X, Y = rng.standard_normal((20, 5)), rng.standard_normal((15, 5))
+    for diagonal, Yk in ((False, Y), (True, X)):
+        want = kernel_tile(X, Yk, diagonal, kernel=kernel, length_scale=1.7)
+        with backend.generic_numpy():
+            gen = kernel_tile(X, Yk, diagonal, kernel=kernel, length_scale=1.7)
+        st = kernel_tile(*strict(X, Yk), diagonal, kernel=kernel, length_scale=1.7)
+        assert rel(gen, want) < TOL and rel(st, want) < TOL
+
+
+@pytest.mark.parametrize("solver, N", [("dual", 120), ("primal", 30)])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_fit_numpy_paths(data, solver, N, fit_intercept):
+    """features -> Gram -> factor -> solves -> coefficients: one code path, three namespaces."""
+    U, V = data
+    om, b = draw_frequencies(U.shape[1], N, gamma=0.4, random_state=7)
+    kw = dict(alpha=1e-6, fit_intercept=fit_intercept, solver=solver)
+    C0, c0 = fit_numpy(U, V, om, b, **kw)
+    with backend.generic_numpy():
+        C1, c1 = fit_numpy(U, V, om, b, **kw)
+    C2, c2 = fit_numpy(*strict(U, V, om, b), **kw)
+    assert backend.namespace(C2).__name__ == "array_api_strict"
+    for C, c in ((C1, c1), (C2, c2)):
+        assert rel(C, C0) < TOL
+        assert np.abs(backend.to_numpy(c) - c0).max() < TOL * max(1.0, np.abs(c0).max())
+
+
+def test_nan_named_on_generic_path(data):
+    U, V = data
+    U = U.copy()
+    U[11, 2] = np.nan
+    with pytest.raises(ValueError, match="first bad sample: 11"):
+        RandomFeatureOperator(n_features=50, random_state=0).fit(*strict(U, V))
+
+
+# ------------------------------------------------------------------ estimators: follow the input
+
+
+@pytest.mark.parametrize("solver", ["dual", "primal"])
+def test_operator_follows_array_api_input(tmp_path, data, solver):
+    U, V = data
+    U3 = U.reshape(70, 3, 3)
+    kw = dict(n_features=150 if solver == "dual" else 40, gamma=0.4, alpha=1e-6, random_state=5, solver=solver)
+    cpu = RandomFeatureOperator(**kw).fit(U3, V)
+    want = cpu.predict(U3[:9])
+    model = RandomFeatureOperator(**kw).fit(*strict(U3, V))
+    assert backend.namespace(model.coef_).__name__ == "array_api_strict"
+    assert model.input_shape_ == (3, 3) and model.n_features_in_ == 9
+    pred = model.predict(xs.asarray(U3[:9]))
+    assert backend.is_array_api(pred) and pred.shape == (9, 4)
+    assert rel(pred, want) < TOL
+    host = model.predict(U3[:9])  # numpy in, numpy out, from the same fitted model
+    assert isinstance(host, np.ndarray) and rel(host, want) < TOL
+    model.save(tmp_path / "m")
+    loaded = RandomFeatureOperator.load(tmp_path / "m")
+    assert isinstance(loaded.coef_, np.ndarray)
+    assert rel(loaded.predict(U3[:9]), want) < TOL
+
+
+def test_kernel_operator_follows_array_api_input(tmp_path, data):
+    U, V = data
+    kw = dict(kernel="matern52", length_scale=2.0, nugget=1e-4)
+    want = KernelOperator(**kw).fit(U, V).predict(U[:8])
+    model = KernelOperator(**kw).fit(*strict(U, V))
+    assert backend.is_array_api(model.dual_coef_)
+    assert rel(model.predict(xs.asarray(U[:8])), want) < TOL
+    model.save(tmp_path / "k")
+    assert rel(KernelOperator.load(tmp_path / "k").predict(U[:8]), want) < TOL
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """device="cuda" served by array_api_strict: the device plumbing without a GPU."""
+    monkeypatch.setitem(backend._DEVICE_NAMESPACES, "cuda", lambda: backend.namespace(xs.asarray(0.0)))
+
+
+@pytest.mark.parametrize("est, kw", [(RandomFeatureOperator, dict(n_features=150, gamma=0.4, random_state=2)),
+                                     (KernelOperator, dict(kernel="rbf", length_scale=2.0, nugget=1e-4))])
+def test_device_cuda_moves_numpy_input_and_returns_numpy(fake_cuda, tmp_path, data, est, kw):
+    U, V = data
+    want = est(**kw).fit(U, V).predict(U[:6])
+    model = est(device="cuda", **kw).fit(U, V)
+    fitted = model.coef_ if est is RandomFeatureOperator else model.dual_coef_
+    assert backend.is_array_api(fitted)  # computed and kept on the device
+    pred = model.predict(U[:6])
+    assert isinstance(pred, np.ndarray) and rel(pred, want) < TOL  # returned in the input's kind
+    model.save(tmp_path / "m")
+    assert isinstance(est.load(tmp_path / "m").predict(U[:6]), np.ndarray)
+
+
+# ------------------------------------------------------------------ validation and imports
+
+
+def test_device_validation(data):
+    U, V = data
+    with pytest.raises(ValueError, match="device"):
+        RandomFeatureOperator(device="gpu").fit(U, V)
+    with pytest.raises(ValueError, match="device"):
+        KernelOperator(device="tpu").fit(U, V)
+    with pytest.raises(ValueError, match="device must be one of"):
+        backend.check_device("gpu")
+
+
+@pytest.mark.skipif("cupy" in sys.modules or __import__("importlib").util.find_spec("cupy") is not None,
+                    reason="CuPy is installed here")
+def test_device_cuda_without_cupy_says_what_to_install(tmp_path, data):
+    U, V = data
+    for est in (RandomFeatureOperator(device="cuda", n_features=20), KernelOperator(device="cuda")):
+        with pytest.raises(ImportError, match=r"pip install 'rfol-dask\[gpu\]'"):
+            est.fit(U, V)
+    # a model saved with device="cuda" (here: fitted on the CPU, then re-labelled) loads and predicts
+    model = RandomFeatureOperator(n_features=20, random_state=0).fit(U, V)
+    want = model.predict(U[:3])
+    model.set_params(device="cuda").save(tmp_path / "m")
+    with pytest.warns(UserWarning, match="predicts on the CPU"):
+        loaded = RandomFeatureOperator.load(tmp_path / "m")
+    assert loaded.device == "cpu" and rel(loaded.predict(U[:3]), want) < TOL
+
+
+def test_cpu_fit_imports_nothing_gpu_related():
+    code = textwrap.dedent("""
+        import sys
+        import numpy as np
+        import rfol_dask
+        from rfol_dask.baselines import KernelOperator
+        U = np.random.default_rng(0).standard_normal((40, 5)); V = U[:, :2] ** 2
+        for m in (rfol_dask.RandomFeatureOperator(n_features=60, random_state=0), KernelOperator()):
+            m.fit(U, V).predict(U)
+        bad = [name for name in ("cupy", "cupyx", "dask_cuda") if name in sys.modules]
+        assert not bad, bad
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------ the streamed dask dual on a device
+
+
+def test_streamed_dual_on_the_device_equals_the_cpu_fit(fake_cuda, data):
+    """device="cuda" with dask input: each worker stacks U on the device, makes its slabs and
+    Gram there, the factor and solves run there, the coefficients come back as numpy."""
+    da = pytest.importorskip("dask.array")
+    U, V = data
+    kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
+    want = RandomFeatureOperator(**kw).fit(U, V)
+    Ud, Vd = da.from_array(U, chunks=25), da.from_array(V, chunks=25)
+    model = RandomFeatureOperator(device="cuda", **kw).fit(Ud, Vd)
+    assert isinstance(model.coef_, np.ndarray)
+    assert rel(model.coef_, want.coef_) < TOL and rel(model.intercept_, want.intercept_) < TOL
+    pred = model.predict(Ud[:10])  # lazy; each block computed on the device, returned as numpy
+    assert rel(pred.compute(), want.predict(U[:10])) < TOL
+    with pytest.raises(NotImplementedError, match="streamed dual only"):
+        RandomFeatureOperator(device="cuda", n_features=20, solver="primal").fit(Ud, Vd)
+    with pytest.raises(NotImplementedError, match="KernelOperator fits dask input on the CPU only"):
+        KernelOperator(device="cuda").fit(Ud, Vd)
