@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+import numbers
+
 import dask.array as da
 import numpy as np
 import xarray as xr
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import backend, io, persistence
@@ -72,6 +75,16 @@ class OperatorEstimator(RegressorMixin, BaseEstimator):
 
     _fitted_arrays: tuple = ("intercept_",)
     _fitted_scalars: tuple = ()
+    #: the constraints of the parameters every operator learner has (subclasses add theirs)
+    _common_constraints: dict = {
+        "fit_intercept": ["boolean"],
+        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
+        "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "progress": ["boolean"],
+        "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
+        "device": [StrOptions(set(backend.DEVICES))],
+    }
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

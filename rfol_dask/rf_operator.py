@@ -9,7 +9,6 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import backend
-from . import recovery as rec
 from .estimator import OperatorEstimator
 from .features import DISTRIBUTIONS, check_random_state, draw_frequencies, feature_map
 from .gram import check_finite
@@ -145,15 +144,9 @@ class RandomFeatureOperator(OperatorEstimator):
         "gamma": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"median"})],
         "nu": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "alpha": [Interval(numbers.Real, 0, None, closed="left")],
-        "fit_intercept": ["boolean"],
         "solver": [StrOptions({"auto", "dual", "primal"})],
-        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
-        "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
-        "progress": ["boolean"],
-        "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
-        "device": [StrOptions(set(backend.DEVICES))],
+        **OperatorEstimator._common_constraints,
     }
 
     def __init__(self, *, n_features=1000, distribution="cauchy", gamma="median", nu=None, alpha=1e-10,

@@ -20,7 +20,6 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import backend
-from .. import recovery as rec
 from ..estimator import OperatorEstimator
 from ..gram import check_finite
 from ..progress import active_client
@@ -158,13 +157,7 @@ class KernelOperator(OperatorEstimator):
         "length_scale": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"median"})],
         "nugget": [Interval(numbers.Real, 0, None, closed="left")],
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "fit_intercept": ["boolean"],
-        "dtype": [StrOptions({"float32", "float64"}), type, np.dtype, None],
-        "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
-        "progress": ["boolean"],
-        "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
-        "device": [StrOptions(set(backend.DEVICES))],
+        **OperatorEstimator._common_constraints,
     }
     _fitted_arrays = ("X_train_", "dual_coef_", "intercept_", "pca_mean_", "pca_components_")
     _fitted_scalars = ("length_scale_",)
