@@ -179,8 +179,9 @@ class SelectionCV(OperatorEstimator):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""
         M = U.shape[0]
         splits = self._splits(M)
-        self._prepare(U, lazy)
         X, Y, client = self._data(U, V, lazy)
+        # the median heuristic samples the gathered arrays where there are some (no extra read)
+        self._prepare(U if client is not None else X, lazy and client is not None)
         try:
             rows = self._search(X, Y, splits, client)
         finally:
