@@ -61,6 +61,17 @@ def _blas_threads(n):
     return _CONTROLLER[0].limit(limits=n, user_api="blas")
 
 
+#: below this many flops a BLAS / LAPACK call of the search runs on one thread: small calls gain
+#: little from threads and lose a lot when the cores are shared (measured: a 160 x 160 ``eigh``
+#: took 6 ms on one thread and 70 ms on two, on 2 cores with other jobs running)
+SMALL_FLOPS = 1e9
+
+
+def _threads(n, flops):
+    """``n`` BLAS threads, or 1 for a call of fewer than :data:`SMALL_FLOPS` flops."""
+    return 1 if flops < SMALL_FLOPS else n
+
+
 def _rng(random_state):
     from .features import check_random_state
 
@@ -175,7 +186,9 @@ def validation_slab(acc, X, n_train, frequencies, n_features, f0, f1, scales, se
     Z, b = frequencies(columns=(f0, f1))
     g = int(np.searchsorted(segments, f1))
     norm = np.sqrt(2.0 / n_features)
-    with _blas_threads(worker_threads()):
+    M_t, M_v, w = n_train, len(X) - n_train, f1 - f0
+    flops = 2 * len(X) * X.shape[1] * w + len(scales) * (M_t ** 2 + 2 * M_v * M_t) * w
+    with _blas_threads(_threads(worker_threads(), flops)):
         P = X @ Z
         A = np.empty_like(P)
         if acc is None:
@@ -250,7 +263,8 @@ class EigenPath:
     def __init__(self, G, K, V, fit_intercept=True):
         from .linalg import factor_threads
 
-        with _blas_threads(factor_threads()):
+        M = len(G)
+        with _blas_threads(_threads(factor_threads(), 9.0 * M ** 3 + 2.0 * len(K) * M ** 2)):
             lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
             self.vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
             self.lam = np.maximum(lam, 0.0)
@@ -284,7 +298,8 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     keep = np.linalg.norm(V_valid, axis=1) > 0
     idx = np.arange(len(G))
     out = []
-    with _blas_threads(factor_threads()):
+    M = len(G)
+    with _blas_threads(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * V.shape[1] + 2.0 * len(K) * M * V.shape[1])):
         for alpha in alphas:
             F = np.array(G, order="F")
             F[idx, idx] += alpha
