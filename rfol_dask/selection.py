@@ -12,7 +12,10 @@ because (see :mod:`rfol_dask.tuning`):
 - the Gaussian, Cauchy and Student-t laws are scale families: one projection ``U Z`` per slab
   serves every gamma of a sweep; nested N come out of the same pass;
 - two stages: a coarse one over the whole grid on a subsample of rows and features
-  (``coarse``), then a fine one at full size around the coarse winner (``refine``).
+  (``coarse``), then a fine one at full size around the coarse winner (``refine``); where one
+  Cholesky factorisation per alpha of the five alphas around the coarse winner's is cheaper than
+  an ``eigh`` (large Grams), the fine stage solves only those (widened while the best is on the
+  window's edge) and the other alphas score NaN in ``cv_results_``.
 
 dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked and
 persisted on the cluster once (without a distributed client the inputs are gathered here),
@@ -194,9 +197,11 @@ class SelectionCV(OperatorEstimator):
         self.best_params_ = self._params_of(best)
         self.n_splits_ = len(splits)
 
-    def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name):
-        """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas."""
+    def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
+        """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
+        index ``alpha_center`` only, where that is cheaper: :func:`rfol_dask.tuning.path_errors`)."""
         alphas = self._alphas()
+        self._alpha_center = alpha_center
         scales = self._family_multiples(family, scales)
         errs = [self._stage_errors(X, Y, tr, va, client, family, scales, Ns) for tr, va in splits]
         if client is not None:
@@ -248,9 +253,13 @@ class SelectionCV(OperatorEstimator):
                 best = max(rows, key=_score)
             families = [best["family"]]
             mults = best["scale_multiple"] * np.asarray(self.refine, dtype=float)
+            # the fine stage solves the alphas around the coarse winner's where that is cheaper
+            center = int(np.argmin(np.abs(np.log(self._alphas()) - np.log(best[self._alpha_name]))))
+        else:
+            center = None
         name = "fine" if coarse else "full"
         for fam in families:
-            rows += self._stage(X, Y, splits, client, fam, mults, Ns, len(splits[0][0]), name)
+            rows += self._stage(X, Y, splits, client, fam, mults, Ns, len(splits[0][0]), name, center)
         ranks = {}
         for stage in {r["stage"] for r in rows}:
             part = [r for r in rows if r["stage"] == stage]
@@ -457,7 +466,7 @@ class RandomFeatureOperatorCV(SelectionCV):
         budget = memory_budget(self.max_gram_bytes, client).bytes
         group = max(1, int(0.5 * budget // per))
         slabs = slab_bounds(N, M_t + M_v, Ns)
-        args = (self._alphas(), self.fit_intercept, self.alpha_path)
+        args = (self._alphas(), self.fit_intercept, self.alpha_path, self._alpha_center)
         if client is None:
             Xa, Yt, Yv = _arrange(X, train, valid), Y[train], Y[valid]
             out = []
@@ -493,7 +502,7 @@ def _take(Y, rows):
     return Y[rows]
 
 
-def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method):
+def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None):
     """Validation errors (n_alpha,) of scale ``k`` and ``segments[g]`` features (:func:`path_errors`)."""
     G, K = validation_grams(acc, k, segments, g)
-    return path_errors(G, K, V_train, V_valid, alphas, fit_intercept, method)
+    return path_errors(G, K, V_train, V_valid, alphas, fit_intercept, method, center)

@@ -38,7 +38,8 @@ from .features import FREQUENCY_BLOCK
 from .linalg import symmetrize_lower, syrk
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
-           "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "path_errors",
+           "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "window_errors",
+           "path_errors",
            "eigh_pays", "relative_errors"]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
@@ -319,10 +320,40 @@ def eigh_pays(n_alphas, M):
     return n_alphas >= np.sqrt(M) / 3
 
 
-def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto"):
+def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=True):
+    """:func:`cholesky_errors` on the ``2 half_width + 1`` alphas around index ``center`` of
+    ``alphas``, widened by one alpha at a time on a side while the best error sits on that edge
+    of the window (and not on the grid's edge); the alphas left out score NaN. ``G`` is kept."""
+    alphas = np.asarray(alphas, dtype=float)
+    n = len(alphas)
+    lo, hi = max(0, center - half_width), min(n, center + half_width + 1)
+    out = np.full(n, np.nan)
+    out[lo:hi] = cholesky_errors(G, K, V, V_valid, alphas[lo:hi], fit_intercept)
+    while True:
+        best = lo + int(np.argmin(out[lo:hi]))
+        if (best == hi - 1 or not np.isfinite(out[best])) and hi < n:  # larger alphas (or none solved yet)
+            out[hi] = cholesky_errors(G, K, V, V_valid, alphas[hi:hi + 1], fit_intercept)[0]
+            hi += 1
+        elif best == lo and lo > 0 and np.isfinite(out[best]):
+            lo -= 1
+            out[lo] = cholesky_errors(G, K, V, V_valid, alphas[lo:lo + 1], fit_intercept)[0]
+        else:
+            return out
+
+
+def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", center=None, half_width=2):
     """Mean relative L2 validation errors (n_alpha,) of the dual ridge problem for every alpha:
     ``method="eigh"`` (:class:`EigenPath`), ``"cholesky"`` (:func:`cholesky_errors`) or
-    ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten."""
+    ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten.
+
+    ``center`` (an index of ``alphas``, e.g. a coarse stage's winner) with ``method="auto"``:
+    where one Cholesky factorisation per alpha of a window of ``2 half_width + 1`` alphas around
+    it is cheaper than an ``eigh``, only that window is solved (:func:`window_errors`: widened
+    while its best is on its edge); the other alphas score NaN."""
+    if center is not None and method == "auto" and not eigh_pays(2 * half_width + 1, len(G)):
+        if not (np.linalg.norm(V_valid, axis=1) > 0).any():
+            raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
+        return window_errors(G, K, V, V_valid, alphas, int(center), half_width, fit_intercept)
     if method == "auto":
         method = "eigh" if eigh_pays(len(alphas), len(G)) else "cholesky"
     if method == "eigh":

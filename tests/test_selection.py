@@ -221,3 +221,18 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
     coarse = res["stage"] == "coarse"
     assert res["scale_multiple"][coarse].min() < 1.0  # looked below the grid
     assert cv.best_params_["gamma"] < cv.median_scales_["cauchy"]
+
+
+def test_fine_stage_solves_only_the_alphas_around_the_coarse_winner_and_loses_nothing():
+    U, V = _nonlinear_data(400)  # 320 training rows: one Cholesky per alpha of 5 beats an eigh
+    kw = dict(n_features=600, distributions=("gaussian",), random_state=0, refit=False)
+    auto = RandomFeatureOperatorCV(**kw).fit(U, V)
+    full = RandomFeatureOperatorCV(alpha_path="eigh", **kw).fit(U, V)
+    res = auto.cv_results_
+    fine = res["stage"] == "fine"
+    assert fine.any() and np.isnan(res["mean_test_score"][fine]).any()  # alphas left out
+    assert np.isfinite(full.cv_results_["mean_test_score"]).all()
+    # the scores that were computed agree with the full path, and the winner is the same
+    both = fine & np.isfinite(res["mean_test_score"])
+    np.testing.assert_allclose(res["mean_test_score"][both], full.cv_results_["mean_test_score"][both], rtol=1e-6)
+    assert auto.best_params_ == full.best_params_ and auto.best_score_ == pytest.approx(full.best_score_, rel=1e-6)

@@ -195,5 +195,5 @@ class KernelOperatorCV(SelectionCV):
         for m in mults:
             G, K = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
             out.append([path_errors(np.asfortranarray(G), K, Y[train], Y[valid], self._alphas(), self.fit_intercept,
-                                    self.alpha_path)])
+                                    self.alpha_path, self._alpha_center)])
         return np.asarray(out)
