@@ -10,7 +10,7 @@ Data: the first ``--train`` + ``--test`` samples of the seed-0 data set (generat
    gamma and alpha, and with the defaults (Cauchy, ``gamma="median"``, alpha 1e-10);
 3. ``benchmarks/results/choosing.png`` (error and fit time vs N) and ``choosing.json``.
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/choosing.py            # burgers, 500 / 200, N 250-8000
+    OPENBLAS_NUM_THREADS=1 python benchmarks/choosing.py            # burgers, 500 / 200, N 250-32000 (about 10 s)
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main(argv=None):
     parser.add_argument("--train", type=int, default=500)
     parser.add_argument("--test", type=int, default=200)
     parser.add_argument("--search-n", type=int, default=2000, help="N of the search")
-    parser.add_argument("--stop", type=int, default=8000, help="largest N of the curves")
+    parser.add_argument("--stop", type=int, default=32000, help="largest N of the curves")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--data", default=str(HERE / "results" / "data"))
     parser.add_argument("--out", default=str(HERE / "results" / "choosing"))
