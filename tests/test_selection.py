@@ -236,3 +236,31 @@ def test_fine_stage_solves_only_the_alphas_around_the_coarse_winner_and_loses_no
     both = fine & np.isfinite(res["mean_test_score"])
     np.testing.assert_allclose(res["mean_test_score"][both], full.cv_results_["mean_test_score"][both], rtol=1e-6)
     assert auto.best_params_ == full.best_params_ and auto.best_score_ == pytest.approx(full.best_score_, rel=1e-6)
+
+
+def test_dask_search_reads_each_chunk_once_and_the_refit_once_more():
+    import dask
+
+    U, V = _nonlinear_data(150)
+    reads = {}
+
+    def load(block, block_info=None, which=""):
+        key = (which, block_info[0]["chunk-location"][0])
+        reads[key] = reads.get(key, 0) + 1
+        return block
+
+    Ud = da.from_array(U, chunks=(40, -1)).map_blocks(load, dtype=U.dtype, which="U")
+    Vd = da.from_array(V, chunks=(40, -1)).map_blocks(load, dtype=V.dtype, which="V")
+    calls = []
+
+    def counting(dsk, keys, **kwargs):
+        calls.append(keys)
+        return dask.threaded.get(dsk, keys, **kwargs)
+
+    kw = dict(n_features=300, random_state=0, **SMALL)
+    with dask.config.set(scheduler=counting):
+        search = RandomFeatureOperatorCV(refit=False, **kw).fit(Ud, Vd)
+        assert len(calls) == 1 and set(reads.values()) == {1} and len(reads) == 8  # the median samples the read
+        search = RandomFeatureOperatorCV(**kw).fit(Ud, Vd)
+    assert set(reads.values()) == {3}  # twice per fit: the search, then the refit of the winner
+    assert search.median_scales_ == RandomFeatureOperatorCV(**kw).fit(U, V).median_scales_
