@@ -327,6 +327,8 @@ class RandomFeatureOperatorCV(SelectionCV):
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
         How each Gram is solved for all alphas: one eigendecomposition, one Cholesky
         factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).
+        With ``"auto"`` the fine stage solves only the five alphas around the coarse winner's
+        (widened while the best is on the window's edge) where that is cheaper than an ``eigh``.
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
     solver : {"auto", "dual", "primal"}, default="auto"
@@ -355,7 +357,8 @@ class RandomFeatureOperatorCV(SelectionCV):
         One row per candidate: ``stage`` ("coarse", "fine" or "full"), ``family``
         (the law), ``scale_multiple``, ``gamma``, ``n_features``, ``alpha``, ``n_train_rows``,
         ``mean_relative_l2``, ``mean_test_score``, ``std_test_score``, ``split<k>_test_score``,
-        ``rank_test_score`` (within the stage). ``.to_dataframe()`` with pandas.
+        ``rank_test_score`` (within the stage). ``.to_dataframe()`` with pandas. A NaN score: an
+        alpha the fine stage left unsolved (see ``alpha_path``); it ranks last.
     best_estimator_ : RandomFeatureOperator
         The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to it.
     median_scales_ : dict

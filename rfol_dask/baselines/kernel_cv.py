@@ -71,7 +71,9 @@ class KernelOperatorCV(SelectionCV):
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
-        How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`).
+        How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`); with
+        ``"auto"`` the fine stage solves only the nuggets around the coarse winner's where cheaper
+        (as in :class:`rfol_dask.RandomFeatureOperatorCV`; the others score NaN).
     fit_intercept : bool, default=True
         Centre in feature space and fit an intercept per output component.
     dtype : {None, "float32", "float64"}, default=None
