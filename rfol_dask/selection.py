@@ -18,8 +18,8 @@ because (see :mod:`rfol_dask.tuning`):
   window's edge) and the other alphas score NaN in ``cv_results_``.
 
 dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked and
-persisted on the cluster once (without a distributed client the inputs are gathered here),
-so the search reads the data once; the refit reads it again.
+persisted on the cluster once (without a distributed client the inputs are gathered here; the
+median heuristic samples those), so the search reads the data once; the refit reads it again.
 """
 
 from __future__ import annotations
@@ -183,8 +183,8 @@ class SelectionCV(OperatorEstimator):
         M = U.shape[0]
         splits = self._splits(M)
         X, Y, client = self._data(U, V, lazy)
-        # the median heuristic samples the gathered arrays where there are some (no extra read)
-        self._prepare(U if client is not None else X, lazy and client is not None)
+        # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
+        self._prepare(X, False, client)
         try:
             rows = self._search(X, Y, splits, client)
         finally:
@@ -441,9 +441,13 @@ class RandomFeatureOperatorCV(SelectionCV):
                                      column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                                      progress=self.progress, recovery=self.recovery, **best)
 
-    def _prepare(self, U, lazy):
+    def _prepare(self, U, lazy, client=None):
         self._seed = self.random_state_ = _integer_seed(self.random_state)
-        self.median_scales_ = median_gammas(U, list(self.distributions), random_state=self._seed)
+        laws = list(self.distributions)
+        if client is not None:  # U: the stacked inputs persisted on the cluster
+            self.median_scales_ = client.compute(dask.delayed(median_gammas)(U, laws, random_state=self._seed)).result()
+        else:
+            self.median_scales_ = median_gammas(U, laws, random_state=self._seed)
 
     def _families(self):
         return list(self.distributions)

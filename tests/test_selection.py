@@ -265,3 +265,23 @@ def test_dask_search_reads_each_chunk_once_and_the_refit_once_more():
         search = RandomFeatureOperatorCV(**kw).fit(Ud, Vd)
     assert set(reads.values()) == {3}  # twice per fit: the search, then the refit of the winner
     assert search.median_scales_ == RandomFeatureOperatorCV(**kw).fit(U, V).median_scales_
+
+
+def _logged_read(block, block_info=None, log=None):
+    with open(log, "a") as f:
+        f.write(f"{block_info[0]['chunk-location'][0]}\n")
+    return block
+
+
+@pytest.mark.slow
+def test_distributed_search_reads_each_chunk_once(cluster_client, tmp_path):
+    U, V = _nonlinear_data(150)
+    log = str(tmp_path / "reads.txt")
+    Ud = da.from_array(U, chunks=(40, -1)).map_blocks(_logged_read, dtype=U.dtype, log=log)
+    with cluster_client.as_current():
+        lazy = RandomFeatureOperatorCV(n_features=300, random_state=0, refit=False, **SMALL).fit(
+            Ud, da.from_array(V, chunks=(40, -1)))
+    reads = sorted(int(line) for line in open(log))
+    assert reads == [0, 1, 2, 3]  # the median heuristic samples the persisted inputs: no second read
+    ref = RandomFeatureOperatorCV(n_features=300, random_state=0, **SMALL).fit(U, V)
+    assert lazy.median_scales_ == ref.median_scales_

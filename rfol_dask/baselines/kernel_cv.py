@@ -163,7 +163,7 @@ class KernelOperatorCV(SelectionCV):
                               column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                               progress=self.progress, recovery=self.recovery, **best)
 
-    def _prepare(self, U, lazy):
+    def _prepare(self, U, lazy, client=None):
         self._seed = 0
         self._pca = (None, None) if self.n_components is None else pca(U, self.n_components)
         transform = functools.partial(_transform, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
