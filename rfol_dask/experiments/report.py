@@ -64,9 +64,16 @@ def tuned_note(results: dict) -> list[str]:
                               + f", ridge {ridge:.0e}, validation {fmt_error(methods[label]['validation_error'])} %")
     if not chosen:
         return []
-    return ["rf_tuned: RandomFeatureOperatorCV (Cauchy and Gaussian, gamma 4^-5..4^2 x the median heuristic, "
-            "alpha 1e-16..10) at the N of the RF rows; kernel_tuned: KernelOperatorCV (RBF, Matern 5/2, inverse "
-            "quadratic, length scale 4^-2..4^2 x the median, nugget 1e-16..10). Both are selected on the last 20 % "
+    from ..baselines.kernel_cv import DEFAULT_LENGTH_SCALES
+    from ..selection import DEFAULT_ALPHAS, DEFAULT_GAMMAS
+
+    def span(grid):
+        return f"{min(grid):.3g}..{max(grid):.3g}"
+
+    return [f"rf_tuned: RandomFeatureOperatorCV (Cauchy and Gaussian, gamma {span(DEFAULT_GAMMAS)} x the median "
+            f"heuristic, alpha {span(DEFAULT_ALPHAS)}) at the N of the RF rows; kernel_tuned: KernelOperatorCV (RBF, "
+            f"Matern 5/2, inverse quadratic, length scale {span(DEFAULT_LENGTH_SCALES)} x the median, nugget "
+            f"{span(DEFAULT_ALPHAS)}). Both are selected on the last 20 % "
             "of the TRAINING split (never the test set) and refitted on all of it; their fit time includes the "
             "search. Their paper % is the better published figure of their kind (RF; RBF / Matern 5/2). Chosen: "
             + "; ".join(chosen) + "."]
