@@ -17,6 +17,11 @@ one Cholesky factorisation (+ solve) per alpha.
 
     python benchmarks/tuning.py burgers,navier_stokes_low --threads 1
     python benchmarks/tuning.py --alpha-path 2000,4000 --threads 1
+    python benchmarks/tuning.py burgers --cost --train 1500 --max-features 4000 --threads 1
+
+``--cost`` times a default search (no refit) against one fit at the chosen parameters (medians of
+``--repeats``), on numpy input and on dask input from the Zarr store, and counts the dask
+``compute`` calls and the reads of each input chunk.
 """
 
 from __future__ import annotations
@@ -31,13 +36,14 @@ from pathlib import Path
 
 import numpy as np
 
+from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, datasets
+from rfol_dask.baselines import KernelOperatorCV
+from rfol_dask.experiments import arrays as _arrays, load_subset, quick_train, sizes
+from rfol_dask.metrics import relative_l2_error
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from reproduce import QUICK, QUICK_TRAIN, _arrays, load_subset  # noqa: E402
-
-from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, datasets  # noqa: E402
-from rfol_dask.baselines import KernelOperatorCV  # noqa: E402
-from rfol_dask.metrics import relative_l2_error  # noqa: E402
+QUICK = sizes(quick=True)
 
 OUT = HERE / "results" / "tuning.json"
 
@@ -136,6 +142,76 @@ def alpha_path(sizes, n_alphas=14, m=64, seed=0):
     return out
 
 
+def _median_time(fn, repeats):
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), times, out
+
+
+def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250):
+    """Seconds of a default ``RandomFeatureOperatorCV(n_features=N)`` search (no refit) against one
+    ``RandomFeatureOperator`` fit at the chosen parameters, medians of ``repeats`` runs each, on
+    numpy input and on dask input read from the Zarr store (threaded scheduler, ``chunk`` samples
+    per chunk). For dask input it also counts the ``compute`` calls and how often each input
+    chunk is read (search, then the fit of the winner)."""
+    import dask
+    import dask.array as da
+    import dask.threaded
+
+    load_subset(name, n_train, n_test, data_dir)  # generates the store when missing
+    store = Path(data_dir) / "subsets" / f"{name}_{n_train + n_test}.zarr"
+    ds = datasets.open_dataset(store if store.exists() else Path(data_dir) / f"{name}.zarr")
+    ds = ds.isel(sample=slice(0, n_train))
+    Ul = ds["input"].data.reshape(n_train, -1).rechunk((chunk, -1))
+    Vl = ds["output"].data.reshape(n_train, -1).rechunk((chunk, -1))
+    U, V = np.asarray(Ul.compute(), dtype=np.float64), np.asarray(Vl.compute(), dtype=np.float64)
+    out = {"name": name, "train": n_train, "n_features": N, "n_in": U.shape[1], "n_out": V.shape[1],
+           "repeats": repeats, "load_avg_start": os.getloadavg()[0]}
+    for kind in ("numpy", "dask"):
+        reads, calls = {}, []
+
+        def count(block, block_info=None, which=""):
+            key = (which, block_info[0]["chunk-location"][0])
+            reads[key] = reads.get(key, 0) + 1
+            return block
+
+        def scheduler(dsk, keys, **kwargs):
+            calls.append(len(keys) if isinstance(keys, list) else 1)
+            return dask.threaded.get(dsk, keys, **kwargs)
+
+        if kind == "numpy":
+            X, Y = U, V
+        else:
+            X = Ul.map_blocks(count, dtype=Ul.dtype, which="U")
+            Y = Vl.map_blocks(count, dtype=Vl.dtype, which="V")
+        with dask.config.set(scheduler=scheduler):
+            search_s, search_all, search = _median_time(
+                lambda: RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False).fit(X, Y), repeats)
+            search_reads, search_calls = dict(reads), len(calls)
+            best = search.best_params_
+            fit_s, fit_all, _ = _median_time(lambda: RandomFeatureOperator(random_state=0, **best).fit(X, Y), repeats)
+        row = {"search_s": search_s, "search_all_s": search_all, "fit_s": fit_s, "fit_all_s": fit_all,
+               "ratio": search_s / fit_s, "best_params": best, "validation_error": -search.best_score_,
+               "candidates": int(len(search.cv_results_["mean_test_score"]))}
+        if kind == "dask":
+            per_search = {k: v / repeats for k, v in search_reads.items()}
+            row.update(search_computes=search_calls / repeats, fit_computes=(len(calls) - search_calls) / repeats,
+                       max_reads_per_chunk_search=max(per_search.values()),
+                       max_reads_per_chunk_search_and_fit=max((reads[k] - search_reads.get(k, 0)) / repeats
+                                                              + per_search.get(k, 0) for k in reads))
+        out[kind] = row
+        print(f"  {name} M = {n_train}, N = {N}, {kind}: search {search_s:.2f} s, fit {fit_s:.2f} s "
+              f"({row['ratio']:.2f} x); best {best}" + (
+                  f"; computes search / fit {row['search_computes']:g} / {row['fit_computes']:g}, reads per chunk "
+                  f"(search + fit) <= {row['max_reads_per_chunk_search_and_fit']:g}" if kind == "dask" else ""),
+              flush=True)
+    out["load_avg_end"] = os.getloadavg()[0]
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="?", default="burgers,navier_stokes_low",
@@ -148,6 +224,11 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None,
                         help="BLAS threads of the factorisations (dask config rfol_dask.factor-threads)")
     parser.add_argument("--alpha-path", default=None, help="comma-separated Gram sizes M: time eigh vs Cholesky")
+    parser.add_argument("--cost", action="store_true",
+                        help="search cost vs one fit (numpy and dask input) on the first data set at --train "
+                             "samples and N = --max-features; results under 'cost' (key: --label)")
+    parser.add_argument("--repeats", type=int, default=3, help="--cost: runs per timing (medians)")
+    parser.add_argument("--label", default=None, help="--cost: key of the result (default name_M_N)")
     args = parser.parse_args(argv)
     import dask
 
@@ -156,7 +237,13 @@ def main(argv=None):
     out = Path(args.out)
     res = json.loads(out.read_text()) if out.exists() else {}
     res.update(machine=platform.machine(), cpus=os.cpu_count(), threads=args.threads)
-    if args.alpha_path:
+    if args.cost:
+        name = args.names.split(",")[0]
+        n_train = args.train or quick_train(name)
+        row = cost(name, n_train, args.test, args.max_features, args.data, args.repeats)
+        row["threads"] = args.threads
+        res.setdefault("cost", {})[args.label or f"{name}_{n_train}_{args.max_features}"] = row
+    elif args.alpha_path:
         res["alpha_path"] = alpha_path([int(s) for s in args.alpha_path.split(",")])
         res["alpha_path_load_avg"] = os.getloadavg()[0]
     else:
@@ -165,7 +252,7 @@ def main(argv=None):
         names = NAMES if args.names == "all" else args.names.split(",")
         sets = res.setdefault("sets", {})
         for name in names:
-            n_train = args.train or QUICK_TRAIN.get(name, QUICK["train"])
+            n_train = args.train or quick_train(name)
             t0 = time.perf_counter()
             sets[name] = run_set(name, n_train, args.test, args.max_features, args.data)
             sets[name]["load_avg"] = os.getloadavg()[0]

@@ -129,6 +129,19 @@ def _cmd_quickstart(args):
     return 0
 
 
+def _gamma(text):
+    """``--gamma``: "median" or a positive number."""
+    if text == "median":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0 or 'median', got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"gamma must be > 0 (or 'median'), got {text}")
+    return value
+
+
 def _cmd_fit(args):
     import contextlib
 
@@ -160,15 +173,36 @@ def _cmd_fit(args):
         if not 1 <= n_train <= n:
             raise ValueError(f"--train must be between 1 and the {n} samples of {args.data}, got {n_train}")
         train, test = ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
-        model = RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution, gamma=args.gamma,
-                                      nu=args.nu, alpha=args.alpha, solver=args.solver, dtype=args.dtype,
-                                      random_state=args.seed, progress=True)
+        if args.tune:
+            from .selection import RandomFeatureOperatorCV
+
+            if args.gamma != "median" or args.alpha is not None:
+                raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
+
+            laws = ("cauchy", "gaussian") if args.distribution is None else (args.distribution,)
+            model = RandomFeatureOperatorCV(n_features=args.n_features, distributions=laws, nu=args.nu,
+                                            solver=args.solver, dtype=args.dtype, random_state=args.seed,
+                                            progress=True)
+        else:
+            model = RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution or "cauchy",
+                                          gamma=args.gamma, nu=args.nu,
+                                          alpha=1e-10 if args.alpha is None else args.alpha, solver=args.solver,
+                                          dtype=args.dtype, random_state=args.seed, progress=True)
         with report:
             t0 = time.perf_counter()
             model.fit(train)
             fit_time = time.perf_counter() - t0
-            print(f"fit: {n_train} samples, N={args.n_features} {args.distribution} features, "
-                  f"solver {model.solver_}: {fit_time:.2f} s")
+            if args.tune:
+                best = model.best_params_
+                print(f"search: {len(model.cv_results_['mean_test_score'])} candidates in {model.search_time_:.2f} s; "
+                      f"best {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
+                      f"N={best['n_features']}; validation relative L2 error {-model.best_score_:.4e} "
+                      f"(last 20 % of the training samples)")
+                print(f"fit: {n_train} samples, N={args.n_features} {best['distribution']} features, solver "
+                      f"{model.best_estimator_.solver_}: {fit_time:.2f} s (search + refit)")
+            else:
+                print(f"fit: {n_train} samples, N={args.n_features} {model.distribution} features, "
+                      f"gamma {model.gamma_:.4g}, solver {model.solver_}: {fit_time:.2f} s")
             if test.sizes["sample"]:
                 err = relative_l2_error(test["output"], model.predict(test["input"]))
                 print(f"relative L2 error on the {test.sizes['sample']} remaining samples: {err:.4e}")
@@ -210,10 +244,17 @@ def build_parser():
     f.add_argument("data", help="Zarr store with variables input and output")
     f.add_argument("--train", type=int, default=None, help="training samples (the rest are tested)")
     f.add_argument("--n-features", type=int, default=1000)
-    f.add_argument("--distribution", default="cauchy", choices=["cauchy", "gaussian", "student_t"])
-    f.add_argument("--gamma", type=float, default=1.0)
+    f.add_argument("--distribution", default=None, choices=["cauchy", "gaussian", "student_t"],
+                   help="frequency law (default cauchy; with --tune: search cauchy and gaussian)")
+    f.add_argument("--gamma", type=_gamma, default="median",
+                   help="a number > 0, or 'median' (default): 1 / the median pairwise distance of the inputs")
     f.add_argument("--nu", type=float, default=None)
-    f.add_argument("--alpha", type=float, default=1e-10)
+    f.add_argument("--alpha", type=float, default=None,
+                   help="ridge on the centred Gram of unit-variance features (default 1e-10, as "
+                        "RandomFeatureOperator; --tune searches it)")
+    f.add_argument("--tune", action="store_true",
+                   help="choose the law, gamma and alpha by validation on the training samples "
+                        "(RandomFeatureOperatorCV); prints the choice and its validation error")
     f.add_argument("--solver", default="auto", choices=["auto", "dual", "primal"])
     f.add_argument("--dtype", default=None, choices=["float32", "float64"])
     f.add_argument("--seed", type=int, default=0)

@@ -12,11 +12,14 @@ because (see :mod:`rfol_dask.tuning`):
 - the Gaussian, Cauchy and Student-t laws are scale families: one projection ``U Z`` per slab
   serves every gamma of a sweep; nested N come out of the same pass;
 - two stages: a coarse one over the whole grid on a subsample of rows and features
-  (``coarse``), then a fine one at full size around the coarse winner (``refine``).
+  (``coarse``), then a fine one at full size around the coarse winner (``refine``); where one
+  Cholesky factorisation per alpha of the five alphas around the coarse winner's is cheaper than
+  an ``eigh`` (large Grams), the fine stage solves only those (widened while the best is on the
+  window's edge) and the other alphas score NaN in ``cv_results_``.
 
 dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked and
-persisted on the cluster once (without a distributed client the inputs are gathered here),
-so the search reads the data once; the refit reads it again.
+persisted on the cluster once (without a distributed client the inputs are gathered here; the
+median heuristic samples those), so the search reads the data once; the refit reads it again.
 """
 
 from __future__ import annotations
@@ -179,8 +182,9 @@ class SelectionCV(OperatorEstimator):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""
         M = U.shape[0]
         splits = self._splits(M)
-        self._prepare(U, lazy)
         X, Y, client = self._data(U, V, lazy)
+        # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
+        self._prepare(X, False, client)
         try:
             rows = self._search(X, Y, splits, client)
         finally:
@@ -193,9 +197,11 @@ class SelectionCV(OperatorEstimator):
         self.best_params_ = self._params_of(best)
         self.n_splits_ = len(splits)
 
-    def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name):
-        """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas."""
+    def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
+        """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
+        index ``alpha_center`` only, where that is cheaper: :func:`rfol_dask.tuning.path_errors`)."""
         alphas = self._alphas()
+        self._alpha_center = alpha_center
         scales = self._family_multiples(family, scales)
         errs = [self._stage_errors(X, Y, tr, va, client, family, scales, Ns) for tr, va in splits]
         if client is not None:
@@ -247,9 +253,13 @@ class SelectionCV(OperatorEstimator):
                 best = max(rows, key=_score)
             families = [best["family"]]
             mults = best["scale_multiple"] * np.asarray(self.refine, dtype=float)
+            # the fine stage solves the alphas around the coarse winner's where that is cheaper
+            center = int(np.argmin(np.abs(np.log(self._alphas()) - np.log(best[self._alpha_name]))))
+        else:
+            center = None
         name = "fine" if coarse else "full"
         for fam in families:
-            rows += self._stage(X, Y, splits, client, fam, mults, Ns, len(splits[0][0]), name)
+            rows += self._stage(X, Y, splits, client, fam, mults, Ns, len(splits[0][0]), name, center)
         ranks = {}
         for stage in {r["stage"] for r in rows}:
             part = [r for r in rows if r["stage"] == stage]
@@ -317,6 +327,8 @@ class RandomFeatureOperatorCV(SelectionCV):
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
         How each Gram is solved for all alphas: one eigendecomposition, one Cholesky
         factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).
+        With ``"auto"`` the fine stage solves only the five alphas around the coarse winner's
+        (widened while the best is on the window's edge) where that is cheaper than an ``eigh``.
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
     solver : {"auto", "dual", "primal"}, default="auto"
@@ -345,7 +357,8 @@ class RandomFeatureOperatorCV(SelectionCV):
         One row per candidate: ``stage`` ("coarse", "fine" or "full"), ``family``
         (the law), ``scale_multiple``, ``gamma``, ``n_features``, ``alpha``, ``n_train_rows``,
         ``mean_relative_l2``, ``mean_test_score``, ``std_test_score``, ``split<k>_test_score``,
-        ``rank_test_score`` (within the stage). ``.to_dataframe()`` with pandas.
+        ``rank_test_score`` (within the stage). ``.to_dataframe()`` with pandas. A NaN score: an
+        alpha the fine stage left unsolved (see ``alpha_path``); it ranks last.
     best_estimator_ : RandomFeatureOperator
         The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to it.
     median_scales_ : dict
@@ -428,9 +441,13 @@ class RandomFeatureOperatorCV(SelectionCV):
                                      column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                                      progress=self.progress, recovery=self.recovery, **best)
 
-    def _prepare(self, U, lazy):
+    def _prepare(self, U, lazy, client=None):
         self._seed = self.random_state_ = _integer_seed(self.random_state)
-        self.median_scales_ = median_gammas(U, list(self.distributions), random_state=self._seed)
+        laws = list(self.distributions)
+        if client is not None:  # U: the stacked inputs persisted on the cluster
+            self.median_scales_ = client.compute(dask.delayed(median_gammas)(U, laws, random_state=self._seed)).result()
+        else:
+            self.median_scales_ = median_gammas(U, laws, random_state=self._seed)
 
     def _families(self):
         return list(self.distributions)
@@ -456,7 +473,7 @@ class RandomFeatureOperatorCV(SelectionCV):
         budget = memory_budget(self.max_gram_bytes, client).bytes
         group = max(1, int(0.5 * budget // per))
         slabs = slab_bounds(N, M_t + M_v, Ns)
-        args = (self._alphas(), self.fit_intercept, self.alpha_path)
+        args = (self._alphas(), self.fit_intercept, self.alpha_path, self._alpha_center)
         if client is None:
             Xa, Yt, Yv = _arrange(X, train, valid), Y[train], Y[valid]
             out = []
@@ -492,7 +509,7 @@ def _take(Y, rows):
     return Y[rows]
 
 
-def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method):
+def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None):
     """Validation errors (n_alpha,) of scale ``k`` and ``segments[g]`` features (:func:`path_errors`)."""
     G, K = validation_grams(acc, k, segments, g)
-    return path_errors(G, K, V_train, V_valid, alphas, fit_intercept, method)
+    return path_errors(G, K, V_train, V_valid, alphas, fit_intercept, method, center)

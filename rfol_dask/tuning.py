@@ -39,7 +39,8 @@ from .features import FREQUENCY_BLOCK
 from .linalg import symmetrize_lower, syrk
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
-           "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "path_errors",
+           "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "window_errors",
+           "path_errors",
            "eigh_pays", "relative_errors"]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
@@ -60,6 +61,17 @@ def _blas_threads(n):
 
         _CONTROLLER.append(ThreadpoolController())
     return _CONTROLLER[0].limit(limits=n, user_api="blas")
+
+
+#: below this many flops a BLAS / LAPACK call of the search runs on one thread: small calls gain
+#: little from threads and lose a lot when the cores are shared (measured: a 160 x 160 ``eigh``
+#: took 6 ms on one thread and 70 ms on two, on 2 cores with other jobs running)
+SMALL_FLOPS = 1e9
+
+
+def _threads(n, flops):
+    """``n`` BLAS threads, or 1 for a call of fewer than :data:`SMALL_FLOPS` flops."""
+    return 1 if flops < SMALL_FLOPS else n
 
 
 def _rng(random_state):
@@ -179,7 +191,9 @@ def validation_slab(acc, X, n_train, frequencies, n_features, f0, f1, scales, se
     Z, b = frequencies(columns=(f0, f1))
     g = int(np.searchsorted(segments, f1))
     norm = np.sqrt(2.0 / n_features)
-    with _blas_threads(worker_threads()):
+    M_t, M_v, w = n_train, len(X) - n_train, f1 - f0
+    flops = 2 * len(X) * X.shape[1] * w + len(scales) * (M_t ** 2 + 2 * M_v * M_t) * w
+    with _blas_threads(_threads(worker_threads(), flops)):
         P = X @ Z
         A = np.empty_like(P)
         if acc is None:
@@ -254,7 +268,8 @@ class EigenPath:
     def __init__(self, G, K, V, fit_intercept=True):
         from .linalg import factor_threads
 
-        with _blas_threads(factor_threads()):
+        M = len(G)
+        with _blas_threads(_threads(factor_threads(), 9.0 * M ** 3 + 2.0 * len(K) * M ** 2)):
             lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
             self.vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
             self.lam = np.maximum(lam, 0.0)
@@ -288,7 +303,8 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     keep = np.linalg.norm(V_valid, axis=1) > 0
     idx = np.arange(len(G))
     out = []
-    with _blas_threads(factor_threads()):
+    M = len(G)
+    with _blas_threads(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * V.shape[1] + 2.0 * len(K) * M * V.shape[1])):
         for alpha in alphas:
             F = np.array(G, order="F")
             F[idx, idx] += alpha
@@ -308,10 +324,40 @@ def eigh_pays(n_alphas, M):
     return n_alphas >= np.sqrt(M) / 3
 
 
-def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto"):
+def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=True):
+    """:func:`cholesky_errors` on the ``2 half_width + 1`` alphas around index ``center`` of
+    ``alphas``, widened by one alpha at a time on a side while the best error sits on that edge
+    of the window (and not on the grid's edge); the alphas left out score NaN. ``G`` is kept."""
+    alphas = np.asarray(alphas, dtype=float)
+    n = len(alphas)
+    lo, hi = max(0, center - half_width), min(n, center + half_width + 1)
+    out = np.full(n, np.nan)
+    out[lo:hi] = cholesky_errors(G, K, V, V_valid, alphas[lo:hi], fit_intercept)
+    while True:
+        best = lo + int(np.argmin(out[lo:hi]))
+        if (best == hi - 1 or not np.isfinite(out[best])) and hi < n:  # larger alphas (or none solved yet)
+            out[hi] = cholesky_errors(G, K, V, V_valid, alphas[hi:hi + 1], fit_intercept)[0]
+            hi += 1
+        elif best == lo and lo > 0 and np.isfinite(out[best]):
+            lo -= 1
+            out[lo] = cholesky_errors(G, K, V, V_valid, alphas[lo:lo + 1], fit_intercept)[0]
+        else:
+            return out
+
+
+def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", center=None, half_width=2):
     """Mean relative L2 validation errors (n_alpha,) of the dual ridge problem for every alpha:
     ``method="eigh"`` (:class:`EigenPath`), ``"cholesky"`` (:func:`cholesky_errors`) or
-    ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten."""
+    ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten.
+
+    ``center`` (an index of ``alphas``, e.g. a coarse stage's winner) with ``method="auto"``:
+    where one Cholesky factorisation per alpha of a window of ``2 half_width + 1`` alphas around
+    it is cheaper than an ``eigh``, only that window is solved (:func:`window_errors`: widened
+    while its best is on its edge); the other alphas score NaN."""
+    if center is not None and method == "auto" and not eigh_pays(2 * half_width + 1, len(G)):
+        if not (np.linalg.norm(V_valid, axis=1) > 0).any():
+            raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
+        return window_errors(G, K, V, V_valid, alphas, int(center), half_width, fit_intercept)
     if method == "auto":
         method = "eigh" if eigh_pays(len(alphas), len(G)) else "cholesky"
     if method == "eigh":

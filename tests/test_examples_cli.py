@@ -113,3 +113,42 @@ def test_cli_fit_report_without_cluster(tmp_path, capsys):
     assert (tmp_path / "report.html").stat().st_size > 1000
     out, err = capsys.readouterr()
     assert "dask dashboard:" in err and "dask dashboard" not in out and "fit: 100 samples" in out
+
+
+def test_cli_fit_gamma_defaults_to_the_median_heuristic_and_tune_searches(tmp_path, capsys):
+    from rfol_dask import RandomFeatureOperator
+    from rfol_dask.cli import main
+    from rfol_dask.tuning import median_gamma
+
+    store = str(tmp_path / "b.zarr")
+    assert main(["generate", "advection2", "--samples", "150", "--out", store]) == 0
+    capsys.readouterr()
+    # the default gamma is the median heuristic of the training inputs (the value is printed)
+    assert main(["fit", store, "--train", "120", "--n-features", "300", "--out", str(tmp_path / "m.zarr")]) == 0
+    out = capsys.readouterr().out
+    model = RandomFeatureOperator.load(str(tmp_path / "m.zarr"))
+    from rfol_dask.io import open_dataset
+
+    U = open_dataset(store)["input"].values[:120].reshape(120, -1)
+    assert model.gamma_ == pytest.approx(median_gamma(U, "cauchy", random_state=0))
+    assert f"gamma {model.gamma_:.4g}" in out and model.alpha == 1e-10
+    default_err = float(out.split("remaining samples: ")[1].split()[0])
+    # --gamma takes a number too
+    assert main(["fit", store, "--train", "120", "--n-features", "300", "--gamma", "2e-5"]) == 0
+    assert "gamma 2e-05" in capsys.readouterr().out
+    # --tune: the search's choice and its validation error are printed, and it beats the default
+    assert main(["fit", store, "--train", "120", "--n-features", "300", "--tune"]) == 0
+    out = capsys.readouterr().out
+    assert "search: " in out and "validation relative L2 error" in out and "(search + refit)" in out
+    tuned_err = float(out.split("remaining samples: ")[1].split()[0])
+    assert tuned_err < default_err
+    # wrong values: a usage error (exit 2) that names the fix
+    for bad in (["--gamma", "abc"], ["--gamma", "-1"]):  # argparse: exit status 2
+        with pytest.raises(SystemExit) as exc:
+            main(["fit", store, "--train", "120", *bad])
+        assert exc.value.code == 2
+    for bad in (["--tune", "--gamma", "1e-4"], ["--tune", "--alpha", "1e-8"]):
+        assert main(["fit", store, "--train", "120", *bad]) == 2
+    err = capsys.readouterr().err
+    assert "expected a number > 0 or 'median'" in err and "gamma must be > 0" in err
+    assert "leave out --gamma and --alpha" in err

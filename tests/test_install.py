@@ -43,4 +43,4 @@ def test_installed_package_reproduces_from_another_directory(tmp_path):
     assert all(m["passed"] for m in res["fits"]["methods"].values())
     assert (out / "advection1.png").stat().st_size > 10_000
     assert (work / "reproduce_output" / "data" / "subsets" / "advection1_300.zarr").is_dir()
-    assert (out / "table.md").read_text().count("| advection1 | 200 / 100 |") == 5
+    assert (out / "table.md").read_text().count("| advection1 | 200 / 100 |") == 7  # 5 methods + 2 tuned

@@ -74,8 +74,9 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
     top = np.argmax(res["mean_test_score"][coarse])
     assert cv.best_params_["distribution"] == res["family"][coarse][top]
     fine = res["stage"] == "fine"
-    assert cv.best_score_ == res["mean_test_score"][fine].max()
-    assert res["rank_test_score"][fine][np.argmax(res["mean_test_score"][fine])] == 1
+    # (NaN: alphas the fine stage left unsolved, far from the coarse winner's)
+    assert cv.best_score_ == np.nanmax(res["mean_test_score"][fine])
+    assert res["rank_test_score"][fine][np.nanargmax(res["mean_test_score"][fine])] == 1
     df = res.to_dataframe()
     assert len(df) == len(res["alpha"]) and "mean_relative_l2" in df
 
@@ -221,3 +222,66 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
     coarse = res["stage"] == "coarse"
     assert res["scale_multiple"][coarse].min() < 1.0  # looked below the grid
     assert cv.best_params_["gamma"] < cv.median_scales_["cauchy"]
+
+
+def test_fine_stage_solves_only_the_alphas_around_the_coarse_winner_and_loses_nothing():
+    U, V = _nonlinear_data(400)  # 320 training rows: one Cholesky per alpha of 5 beats an eigh
+    kw = dict(n_features=600, distributions=("gaussian",), random_state=0, refit=False)
+    auto = RandomFeatureOperatorCV(**kw).fit(U, V)
+    full = RandomFeatureOperatorCV(alpha_path="eigh", **kw).fit(U, V)
+    res = auto.cv_results_
+    fine = res["stage"] == "fine"
+    assert fine.any() and np.isnan(res["mean_test_score"][fine]).any()  # alphas left out
+    assert np.isfinite(full.cv_results_["mean_test_score"]).all()
+    # the scores that were computed agree with the full path, and the winner is the same
+    both = fine & np.isfinite(res["mean_test_score"])
+    np.testing.assert_allclose(res["mean_test_score"][both], full.cv_results_["mean_test_score"][both], rtol=1e-6)
+    assert auto.best_params_ == full.best_params_ and auto.best_score_ == pytest.approx(full.best_score_, rel=1e-6)
+
+
+def test_dask_search_reads_each_chunk_once_and_the_refit_once_more():
+    import dask
+
+    U, V = _nonlinear_data(150)
+    reads = {}
+
+    def load(block, block_info=None, which=""):
+        key = (which, block_info[0]["chunk-location"][0])
+        reads[key] = reads.get(key, 0) + 1
+        return block
+
+    Ud = da.from_array(U, chunks=(40, -1)).map_blocks(load, dtype=U.dtype, which="U")
+    Vd = da.from_array(V, chunks=(40, -1)).map_blocks(load, dtype=V.dtype, which="V")
+    calls = []
+
+    def counting(dsk, keys, **kwargs):
+        calls.append(keys)
+        return dask.threaded.get(dsk, keys, **kwargs)
+
+    kw = dict(n_features=300, random_state=0, **SMALL)
+    with dask.config.set(scheduler=counting):
+        search = RandomFeatureOperatorCV(refit=False, **kw).fit(Ud, Vd)
+        assert len(calls) == 1 and set(reads.values()) == {1} and len(reads) == 8  # the median samples the read
+        search = RandomFeatureOperatorCV(**kw).fit(Ud, Vd)
+    assert set(reads.values()) == {3}  # twice per fit: the search, then the refit of the winner
+    assert search.median_scales_ == RandomFeatureOperatorCV(**kw).fit(U, V).median_scales_
+
+
+def _logged_read(block, block_info=None, log=None):
+    with open(log, "a") as f:
+        f.write(f"{block_info[0]['chunk-location'][0]}\n")
+    return block
+
+
+@pytest.mark.slow
+def test_distributed_search_reads_each_chunk_once(cluster_client, tmp_path):
+    U, V = _nonlinear_data(150)
+    log = str(tmp_path / "reads.txt")
+    Ud = da.from_array(U, chunks=(40, -1)).map_blocks(_logged_read, dtype=U.dtype, log=log)
+    with cluster_client.as_current():
+        lazy = RandomFeatureOperatorCV(n_features=300, random_state=0, refit=False, **SMALL).fit(
+            Ud, da.from_array(V, chunks=(40, -1)))
+    reads = sorted(int(line) for line in open(log))
+    assert reads == [0, 1, 2, 3]  # the median heuristic samples the persisted inputs: no second read
+    ref = RandomFeatureOperatorCV(n_features=300, random_state=0, **SMALL).fit(U, V)
+    assert lazy.median_scales_ == ref.median_scales_

@@ -134,3 +134,30 @@ def test_ridge_paths_agree_and_the_cheaper_is_chosen():
     assert np.isinf(path_errors(np.zeros((70, 70)), K, V[:70], V[70:], [0.0], method="cholesky")[0])
     with pytest.raises(ValueError, match="unknown ridge path method"):
         path_errors(G, K, V[:70], V[70:], alphas, method="qr")
+
+
+def test_window_errors_solve_only_around_the_center_and_widen_at_an_edge():
+    from rfol_dask.tuning import path_errors, window_errors
+
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(400, 300))
+    A -= A[:320].mean(axis=0)
+    G, K = A[:320] @ A[:320].T, A[320:] @ A[:320].T
+    V = A @ rng.normal(size=(300, 3)) / 10 + 0.5 * rng.normal(size=(400, 3))  # noisy: an interior best alpha
+    alphas = 10.0 ** np.arange(-8, 8)
+    full = path_errors(G.copy(), K, V[:320], V[320:], alphas, method="cholesky")
+    best = int(np.argmin(full))
+    assert 2 < best < len(alphas) - 3
+    # centred at the best: exactly the 5 alphas around it, equal to the full path there
+    win = window_errors(G, K, V[:320], V[320:], alphas, best)
+    solved = np.flatnonzero(np.isfinite(win))
+    np.testing.assert_array_equal(solved, np.arange(best - 2, best + 3))
+    np.testing.assert_allclose(win[solved], full[solved], rtol=1e-12)
+    # centred far below the best: widened until the best is inside, and found
+    win = window_errors(G, K, V[:320], V[320:], alphas, 0)
+    assert int(np.nanargmin(win)) == best and np.isnan(win[best + 2:]).all()
+    # path_errors uses the window when one Cholesky per alpha of it beats an eigh (M = 320 > 225)
+    auto = path_errors(G.copy(), K, V[:320], V[320:], alphas, center=best)
+    np.testing.assert_array_equal(np.isnan(auto), np.isnan(window_errors(G, K, V[:320], V[320:], alphas, best)))
+    small = path_errors(G[:100, :100].copy(), K[:, :100], V[:100], V[320:], alphas, center=best)
+    assert np.isfinite(small).all()  # M = 100: the eigh path gives every alpha

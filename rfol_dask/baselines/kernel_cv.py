@@ -71,7 +71,9 @@ class KernelOperatorCV(SelectionCV):
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
-        How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`).
+        How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`); with
+        ``"auto"`` the fine stage solves only the nuggets around the coarse winner's where cheaper
+        (as in :class:`rfol_dask.RandomFeatureOperatorCV`; the others score NaN).
     fit_intercept : bool, default=True
         Centre in feature space and fit an intercept per output component.
     dtype : {None, "float32", "float64"}, default=None
@@ -161,7 +163,7 @@ class KernelOperatorCV(SelectionCV):
                               column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                               progress=self.progress, recovery=self.recovery, **best)
 
-    def _prepare(self, U, lazy):
+    def _prepare(self, U, lazy, client=None):
         self._seed = 0
         self._pca = (None, None) if self.n_components is None else pca(U, self.n_components)
         transform = functools.partial(_transform, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
@@ -195,5 +197,5 @@ class KernelOperatorCV(SelectionCV):
         for m in mults:
             G, K = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
             out.append([path_errors(np.asfortranarray(G), K, Y[train], Y[valid], self._alphas(), self.fit_intercept,
-                                    self.alpha_path)])
+                                    self.alpha_path, self._alpha_center)])
         return np.asarray(out)
