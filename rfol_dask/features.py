@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import DTypeLike
 
-__all__ = ["DISTRIBUTIONS", "draw_frequencies", "feature_map", "check_random_state"]
+__all__ = ["DISTRIBUTIONS", "draw_frequencies", "feature_map", "check_random_state", "integer_seed"]
 
 DISTRIBUTIONS = ("cauchy", "gaussian", "student_t")
 
@@ -40,6 +40,16 @@ def check_random_state(seed):
 
 
 #: columns of ``Omega`` drawn from one random stream: any slab of columns can be drawn alone
+def integer_seed(random_state):
+    """An integer seed standing for ``random_state``: the frequencies are drawn from it, on the
+    client and (if the workers need them again after a failure) on any worker."""
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        return int(random_state)
+    if random_state is None:
+        return int(np.random.SeedSequence().entropy)
+    return int(check_random_state(random_state).integers(2**63))
+
+
 FREQUENCY_BLOCK = 256
 
 

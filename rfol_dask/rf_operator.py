@@ -10,7 +10,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import backend
 from .estimator import OperatorEstimator
-from .features import DISTRIBUTIONS, check_random_state, draw_frequencies, feature_map
+from .features import DISTRIBUTIONS, draw_frequencies, feature_map, integer_seed
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory
 from .solve import choose_solver, fit_dask, fit_numpy
@@ -32,16 +32,6 @@ def _predict_block(U, omega, b, coef, intercept):
         out[s:e, ...] = feature_map(U[s:e, ...], omega, b) @ coef
     out += intercept
     return out
-
-
-def _integer_seed(random_state):
-    """An integer seed standing for ``random_state``: the frequencies are drawn from it, on the
-    client and (if the workers need them again after a failure) on any worker."""
-    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
-        return int(random_state)
-    if random_state is None:
-        return int(np.random.SeedSequence().entropy)
-    return int(check_random_state(random_state).integers(2**63))
 
 
 class RandomFeatureOperator(OperatorEstimator):
@@ -179,7 +169,7 @@ class RandomFeatureOperator(OperatorEstimator):
         """Draw the frequencies and solve for ``coef_`` (N, m) and ``intercept_`` (m,)."""
         M, m = U.shape[0], V.shape[1]
         self.solver_ = choose_solver(self.solver, M, self.n_features)
-        seed = _integer_seed(self.random_state)
+        seed = integer_seed(self.random_state)
         self.gamma_ = (median_gamma(U, self.distribution, random_state=seed) if self.gamma == "median"
                        else float(self.gamma))
         recipe = functools.partial(draw_frequencies, U.shape[1], self.n_features, self.distribution, self.gamma_,

@@ -33,14 +33,14 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from . import recovery as rec
+from . import backend
 from .estimator import OperatorEstimator
 from .gram import check_finite
-from .features import DISTRIBUTIONS, FREQUENCY_BLOCK, draw_frequencies
+from .features import DISTRIBUTIONS, FREQUENCY_BLOCK, draw_frequencies, integer_seed
 from .memory import memory_budget
 from .placement import pinned, worker_addresses
 from .progress import active_client, compute
-from .rf_operator import RandomFeatureOperator, _integer_seed
+from .rf_operator import RandomFeatureOperator
 from .solve.graph import tree_sum
 from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, slab_bounds, validation_grams,
                      validation_slab)
@@ -84,7 +84,8 @@ def _stack(starts, name, *blocks):
     """Row blocks stacked into one float64 array, checked for NaN / Inf."""
     out = np.empty((int(starts[-1]), np.shape(blocks[0])[1]))
     for i, B in enumerate(blocks):
-        check_finite(np.asarray(B), starts[i], name)
+        B = backend.to_numpy(B)  # the search runs on the host, whatever the input's device
+        check_finite(B, starts[i], name)
         out[starts[i]:starts[i + 1]] = B
     return out
 
@@ -170,7 +171,7 @@ class SelectionCV(OperatorEstimator):
         if client is None:
             if lazy:
                 U, V = compute(U, V, desc="selection (read the training data)")
-            U, V = (_stack([0, len(X)], name, X) for X, name in ((U, "U"), (V, "V")))
+            U, V = (_stack([0, X.shape[0]], name, X) for X, name in ((U, "U"), (V, "V")))
             return U, V, None
         starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
         Us = dask.delayed(_stack)(starts, "U", *U.to_delayed().ravel())
@@ -346,6 +347,10 @@ class RandomFeatureOperatorCV(SelectionCV):
         Progress bars for dask input.
     recovery : str, dict or 2-tuple, default="cubic"
         Recovery maps of ``best_estimator_``.
+    device : {"cpu", "cuda"}, default="cpu"
+        Where ``best_estimator_`` is refitted and predicts (see
+        :class:`rfol_dask.RandomFeatureOperator`). The search itself runs on the CPU: input on a
+        GPU (CuPy) is copied to the host for it.
 
     Attributes
     ----------
@@ -393,20 +398,15 @@ class RandomFeatureOperatorCV(SelectionCV):
         "refine": ["array-like"],
         "refit": ["boolean"],
         "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
-        "fit_intercept": ["boolean"],
         "solver": [StrOptions({"auto", "dual", "primal"})],
-        "dtype": [StrOptions({"float32", "float64"}), type, None],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
-        "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
-        "progress": ["boolean"],
-        "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
+        **OperatorEstimator._common_constraints,
     }
 
     def __init__(self, *, n_features=1000, distributions=("cauchy", "gaussian"), gammas=None, alphas=None, nu=None,
                  cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", fit_intercept=True,
                  solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
-                 progress=False, recovery="cubic"):
+                 progress=False, recovery="cubic", device="cpu"):
         self.n_features = n_features
         self.distributions = distributions
         self.gammas = gammas
@@ -425,6 +425,7 @@ class RandomFeatureOperatorCV(SelectionCV):
         self.max_gram_bytes = max_gram_bytes
         self.progress = progress
         self.recovery = recovery
+        self.device = device
 
     def _check_params(self):
         super()._check_params()
@@ -439,10 +440,10 @@ class RandomFeatureOperatorCV(SelectionCV):
         return RandomFeatureOperator(nu=self.nu, fit_intercept=self.fit_intercept, solver=self.solver,
                                      dtype=self.dtype, random_state=self.random_state_,
                                      column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
-                                     progress=self.progress, recovery=self.recovery, **best)
+                                     progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
     def _prepare(self, U, lazy, client=None):
-        self._seed = self.random_state_ = _integer_seed(self.random_state)
+        self._seed = self.random_state_ = integer_seed(self.random_state)
         laws = list(self.distributions)
         if client is not None:  # U: the stacked inputs persisted on the cluster
             self.median_scales_ = client.compute(dask.delayed(median_gammas)(U, laws, random_state=self._seed)).result()

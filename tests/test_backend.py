@@ -223,6 +223,28 @@ def test_device_cuda_moves_numpy_input_and_returns_numpy(fake_cuda, tmp_path, da
     assert isinstance(est.load(tmp_path / "m").predict(U[:6]), np.ndarray)
 
 
+@pytest.mark.parametrize("est, kw", [
+    ("RandomFeatureOperatorCV", dict(n_features=120, distributions=("gaussian",), gammas=(0.5, 2.0), alphas=(1e-6, 1e-2),
+                                     random_state=0)),
+    ("KernelOperatorCV", dict(kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2)))])
+def test_cv_search_on_the_host_refit_on_the_device(fake_cuda, data, est, kw):
+    """The CV estimators take array-API input (searched on the host, same choice as numpy) and
+    refit their winner where ``device`` says."""
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperatorCV
+
+    cls = {"RandomFeatureOperatorCV": RandomFeatureOperatorCV, "KernelOperatorCV": KernelOperatorCV}[est]
+    U, V = data
+    on_cpu = cls(**kw).fit(U, V)
+    from_strict = cls(**kw).fit(*strict(U, V))
+    assert from_strict.best_params_ == on_cpu.best_params_
+    on_device = cls(device="cuda", **kw).fit(U, V)
+    assert on_device.best_params_ == on_cpu.best_params_
+    assert on_device.best_estimator_.device == "cuda"
+    assert isinstance(on_device.predict(U[:5]), np.ndarray)
+    assert rel(on_device.predict(U[:5]), on_cpu.predict(U[:5])) < 1e-8
+
+
 # ------------------------------------------------------------------ validation and imports
 
 

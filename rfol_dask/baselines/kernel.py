@@ -31,10 +31,10 @@ from ..solve.tiled import dual_graph
 from ..tuning import median_length_scale, sample_rows
 from .kernels import KERNELS, kernel_tile
 
-__all__ = ["KernelOperator", "pca"]
+__all__ = ["KernelOperator", "pca", "transform_inputs"]
 
 
-def _transform(U, start, mean, components, dtype):
+def transform_inputs(U, start, mean, components, dtype):
     """Checked inputs of one row block, projected on the PCA directions if any: (k, n) -> (k, p)."""
     xp = backend.namespace(U) if backend.is_array_api(U) else np
     U = xp.asarray(U, dtype=getattr(xp, np.dtype(dtype).name))
@@ -45,7 +45,7 @@ def _transform(U, start, mean, components, dtype):
 def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
     """``k(U, X_train) Beta + c0`` for one row block (k, n) -> (k, m), in row chunks."""
     xp = backend.namespace(Beta)
-    X = _transform(backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(Beta.dtype))
+    X = transform_inputs(backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(Beta.dtype))
     M = X.shape[0]
     out = xp.empty((M, Beta.shape[1]), dtype=Beta.dtype)
     step = max(1, ROW_BLOCK_BYTES // (backend.itemsize(Beta.dtype) * max(1, X_train.shape[0])))
@@ -201,7 +201,7 @@ class KernelOperator(OperatorEstimator):
             xp = backend.namespace(U) if backend.is_array_api(U) else np
             self.pca_mean_, self.pca_components_ = (xp.astype(a, getattr(xp, dtype.name))
                                                     for a in pca(U, self.n_components))
-        transform = functools.partial(_transform, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
+        transform = functools.partial(transform_inputs, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
         alpha = float(self.nugget)
         self.length_scale_ = self._resolve_length_scale(U, transform)
         if not lazy:

@@ -15,11 +15,11 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from .. import recovery as rec
+from ..estimator import OperatorEstimator
 from ..selection import DEFAULT_REFINE, SelectionCV
 from ..tuning import path_errors
-from .kernel import KernelOperator, _transform, pca
-from .kernels import KERNELS, _apply, sq_distances
+from .kernel import KernelOperator, pca, transform_inputs
+from .kernels import KERNELS, kernel_values, sq_distances
 
 __all__ = ["KernelOperatorCV", "DEFAULT_LENGTH_SCALES"]
 
@@ -34,7 +34,7 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
     if kernel == "linear":
         K_tt, K_vt = X_t @ X_t.T, X_v @ X_t.T
     else:
-        K_tt, K_vt = _apply(D2_tt.copy(), kernel, length_scale), _apply(D2_vt.copy(), kernel, length_scale)
+        K_tt, K_vt = kernel_values(D2_tt.copy(), kernel, length_scale), kernel_values(D2_vt.copy(), kernel, length_scale)
     if fit_intercept:
         r = K_tt.mean(axis=0)
         c = r.mean()
@@ -86,6 +86,10 @@ class KernelOperatorCV(SelectionCV):
         Progress bars for dask input.
     recovery : str, dict or 2-tuple, default="cubic"
         Recovery maps of ``best_estimator_``.
+    device : {"cpu", "cuda"}, default="cpu"
+        Where ``best_estimator_`` is refitted and predicts (see
+        :class:`rfol_dask.RandomFeatureOperator`). The search itself runs on the CPU: input on a
+        GPU (CuPy) is copied to the host for it.
 
     Attributes
     ----------
@@ -123,18 +127,13 @@ class KernelOperatorCV(SelectionCV):
         "refine": ["array-like"],
         "refit": ["boolean"],
         "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
-        "fit_intercept": ["boolean"],
-        "dtype": [StrOptions({"float32", "float64"}), type, None],
-        "column_block": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "max_gram_bytes": [Interval(numbers.Real, 0, None, closed="neither"), None],
-        "progress": ["boolean"],
-        "recovery": [StrOptions(set(rec.KINDS)), dict, tuple],
+        **OperatorEstimator._common_constraints,
     }
 
     def __init__(self, *, kernels=("rbf", "matern52", "inverse_quadratic"), length_scales=None, nuggets=None,
                  n_components=None, cv=None, coarse=0.25, refine=DEFAULT_REFINE, refit=True, alpha_path="auto",
                  fit_intercept=True, dtype=None, column_block=None, max_gram_bytes=None, progress=False,
-                 recovery="cubic"):
+                 recovery="cubic", device="cpu"):
         self.kernels = kernels
         self.length_scales = length_scales
         self.nuggets = nuggets
@@ -150,6 +149,7 @@ class KernelOperatorCV(SelectionCV):
         self.max_gram_bytes = max_gram_bytes
         self.progress = progress
         self.recovery = recovery
+        self.device = device
 
     def _check_params(self):
         super()._check_params()
@@ -161,12 +161,12 @@ class KernelOperatorCV(SelectionCV):
     def _base_estimator(self, **best):
         return KernelOperator(n_components=self.n_components, fit_intercept=self.fit_intercept, dtype=self.dtype,
                               column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
-                              progress=self.progress, recovery=self.recovery, **best)
+                              progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
     def _prepare(self, U, lazy, client=None):
         self._seed = 0
         self._pca = (None, None) if self.n_components is None else pca(U, self.n_components)
-        transform = functools.partial(_transform, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
+        transform = functools.partial(transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
         self._transform = transform
         ell = KernelOperator(kernel="rbf")._resolve_length_scale(U, transform)
         self.median_scales_ = {k: (1.0 if k == "linear" else ell) for k in self.kernels}

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..backend import is_fast, namespace
 
-__all__ = ["KERNELS", "kernel_tile", "sq_distances"]
+__all__ = ["KERNELS", "kernel_tile", "kernel_values", "sq_distances"]
 
 KERNELS = ("rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "linear")
 
@@ -48,7 +48,7 @@ def _elementwise(name, x):
     return getattr(np, name)(x, out=x) if is_fast(xp) else _GENERIC[name](xp, x)
 
 
-def _apply(D2, kernel, length_scale):
+def kernel_values(D2, kernel, length_scale):
     """Kernel values from squared distances, in place on ``D2``."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {KERNELS}")
@@ -85,4 +85,4 @@ def kernel_tile(X, Y, diagonal=False, *, kernel="rbf", length_scale=1.0):
     elif diagonal:
         xp = namespace(D2)
         D2 = xp.where(xp.eye(D2.shape[0], D2.shape[1], dtype=D2.dtype) == 1, 0.0, D2)
-    return _apply(D2, kernel, length_scale)
+    return kernel_values(D2, kernel, length_scale)
