@@ -19,6 +19,15 @@ one Cholesky factorisation (+ solve) per alpha.
     python benchmarks/tuning.py --alpha-path 2000,4000 --threads 1
     python benchmarks/tuning.py burgers --cost --train 1500 --max-features 4000 --threads 1
 
+``--refit-features`` grows N after the search (full-size runs, ``results/tuning_full.json``): one more
+:class:`rfol_dask.RandomFeatureOperatorCV` pass at the searched law, over the searched N and the
+listed larger ones (nested features of the same draw), the chosen gamma times ``--refit-refine``
+and every alpha, scored on the same validation split of the training data; its winner (N
+included) is refitted on all training data and only then scored on the test split:
+
+    OPENBLAS_NUM_THREADS=2 python benchmarks/tuning.py burgers --train 1848 --test 200 --max-features 4000 \
+        --refit-features 8000,16000,32000 --threads 2 --out benchmarks/results/tuning_full.json
+
 ``--cost`` times a default search (no refit) against one fit at the chosen parameters (medians of
 ``--repeats``), on numpy input and on dask input from the Zarr store, and counts the dask
 ``compute`` calls and the reads of each input chunk.
@@ -54,7 +63,33 @@ def timed_fit(model, U, V):
     return time.perf_counter() - t0
 
 
-def run_set(name, n_train, n_test, max_features, data_dir):
+def grow_features(search, U, V, refit_features, refine):
+    """The searched winner's law at the searched N and the larger ``refit_features`` (one pass,
+    nested features), at its gamma times ``refine`` and every alpha, on the search's validation
+    split; the winner is refitted on all of ``U``, ``V``. Returns (the CV estimator, the row)."""
+    best = search.best_params_
+    law, N0 = best["distribution"], best["n_features"]
+    mult = best["gamma"] / search.median_scales_[law]
+    Ns = sorted({N0, *refit_features})
+    grow = RandomFeatureOperatorCV(n_features=Ns, distributions=[law], gammas=[mult * r for r in refine],
+                                   coarse=None, random_state=search.random_state_)
+    grow.fit(U, V)
+    res = grow.cv_results_
+    curve = {}
+    for N in Ns:
+        sel = res["n_features"] == N
+        k = int(np.nanargmin(np.where(sel, res["mean_relative_l2"], np.nan)))
+        curve[int(N)] = {"validation_error": float(res["mean_relative_l2"][k]), "gamma": float(res["gamma"][k]),
+                         "alpha": float(res["alpha"][k])}
+    row = {"best_params": grow.best_params_, "validation_error": -grow.best_score_, "search_s": grow.search_time_,
+           "refit_s": grow.refit_time_, "cost_ratio": grow.search_time_ / grow.refit_time_, "n_searched": Ns,
+           "refine": list(refine), "validation_curve": curve,
+           "median_scale": search.median_scales_[law], "grow_median_scale": grow.median_scales_[law],
+           "candidates": int(len(res["mean_test_score"]))}
+    return grow, row
+
+
+def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), refine=(1.0,)):
     """All models on one data set; returns the result dict."""
     paper = datasets.get(name).paper
     train, test = load_subset(name, n_train, n_test, data_dir)
@@ -78,11 +113,39 @@ def run_set(name, n_train, n_test, max_features, data_dir):
                        "refit_s": search.refit_time_, "cost_ratio": search.search_time_ / search.refit_time_,
                        "candidates": int(len(res["mean_test_score"])),
                        "stages": sorted({str(s) for s in res["stage"]})}
+        if label == "rf_tuned" and refit_features:
+            grow, row = grow_features(search, U, V, refit_features, refine)
+            row["error"] = relative_l2_error(Vt, grow.predict(Ut))
+            row["total_search_s"] = rows["rf_tuned"]["search_s"] + row["search_s"]
+            rows["rf_tuned_grown"] = row
+            for N, c in row["validation_curve"].items():
+                print(f"  {name:26s} grow N = {N:6d}: validation {c['validation_error']:.3e} "
+                      f"(gamma {c['gamma']:.3g}, alpha {c['alpha']:.0e})", flush=True)
     for label, row in rows.items():
         extra = (f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  {row['best_params']}"
                  if "search_s" in row else f"  fit {row['fit_s']:.2f} s")
         print(f"  {name:26s} {label:18s} error {row['error']:.3e}{extra}", flush=True)
     return {"name": name, "train": len(U), "test": len(Ut), "n_features": N, "paper": paper, "methods": rows}
+
+
+def render_full(results):
+    """Markdown table of the full-size runs (``--refit-features``)."""
+    lines = ["| data set | train / test | N searched | N chosen | law, gamma, alpha | RF tuned | kernel tuned "
+             "| paper's better RF | validation error | search s (search + grow) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results.values():
+        m = r["methods"]
+        if "rf_tuned_grown" not in m:
+            continue
+        g, kern, p = m["rf_tuned_grown"], m["kernel_tuned"], r["paper"]
+        bp = g["best_params"]
+        lines.append(
+            f"| {r['name']} | {r['train']} / {r['test']} | {r['n_features']}; {', '.join(map(str, g['n_searched']))} "
+            f"| {bp['n_features']} | {bp['distribution']}, {bp['gamma']:.3g}, {bp['alpha']:.0e} | {g['error']:.3%} "
+            f"| {kern['error']:.3%} ({kern['best_params']['kernel']}) | {min(p['cauchy'], p['gaussian']):.2%} "
+            f"| {g['validation_error']:.3%} | {g['total_search_s']:.1f} ({m['rf_tuned']['search_s']:.1f} + "
+            f"{g['search_s']:.1f}) |")
+    return "\n".join(lines)
 
 
 def render(results):
@@ -229,6 +292,12 @@ def main(argv=None):
                              "samples and N = --max-features; results under 'cost' (key: --label)")
     parser.add_argument("--repeats", type=int, default=3, help="--cost: runs per timing (medians)")
     parser.add_argument("--label", default=None, help="--cost: key of the result (default name_M_N)")
+    parser.add_argument("--refit-features", default=None,
+                        help="comma-separated larger N: after the search at --max-features, search N (with the "
+                             "winner's law, gamma x --refit-refine, every alpha) on the same validation split "
+                             "and refit the winner (row rf_tuned_grown)")
+    parser.add_argument("--refit-refine", default="1",
+                        help="--refit-features: multiples of the searched gamma tried (default 1)")
     args = parser.parse_args(argv)
     import dask
 
@@ -254,11 +323,15 @@ def main(argv=None):
         for name in names:
             n_train = args.train or quick_train(name)
             t0 = time.perf_counter()
-            sets[name] = run_set(name, n_train, args.test, args.max_features, args.data)
+            grow = [int(v) for v in args.refit_features.split(",")] if args.refit_features else ()
+            sets[name] = run_set(name, n_train, args.test, args.max_features, args.data, grow,
+                                 [float(v) for v in args.refit_refine.split(",")])
             sets[name]["load_avg"] = os.getloadavg()[0]
             sets[name]["wall_s"] = time.perf_counter() - t0
             out.write_text(json.dumps(res, indent=1, default=float))
         print("\n" + render(sets))
+        if args.refit_features:
+            print("\n" + render_full(sets))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1, default=float))
     return 0

@@ -4,7 +4,7 @@ import logging
 
 from ._version import __version__
 from .rf_operator import RandomFeatureOperator
-from .selection import RandomFeatureOperatorCV
+from .rf_operator_cv import RandomFeatureOperatorCV
 
 __all__ = ["__version__", "RandomFeatureOperator", "RandomFeatureOperatorCV"]
 

@@ -142,28 +142,63 @@ def _gamma(text):
     return value
 
 
-def _cmd_fit(args):
+def _report_context(path):
+    """A dask performance report written to ``path`` (a no-op context without one)."""
     import contextlib
 
+    if not path:
+        return contextlib.nullcontext()
+    from distributed import performance_report
+
+    try:
+        import bokeh  # noqa: F401
+    except ImportError:
+        raise ValueError("--report needs bokeh: pip install 'rfol-dask[diagnostics]'") from None
+    return performance_report(filename=path)
+
+
+def _fit_model(args):
+    """The estimator ``rfol-dask fit`` fits: RandomFeatureOperatorCV with ``--tune``, else
+    RandomFeatureOperator with the given settings."""
+    if args.tune:
+        from .rf_operator_cv import RandomFeatureOperatorCV
+
+        if args.gamma != "median" or args.alpha is not None:
+            raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
+        laws = ("cauchy", "gaussian") if args.distribution is None else (args.distribution,)
+        return RandomFeatureOperatorCV(n_features=args.n_features, distributions=laws, nu=args.nu,
+                                       solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=True)
     from . import RandomFeatureOperator
+
+    return RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution or "cauchy",
+                                 gamma=args.gamma, nu=args.nu, alpha=1e-10 if args.alpha is None else args.alpha,
+                                 solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=True)
+
+
+def _print_fit(args, model, n_train, fit_time):
+    if args.tune:
+        best = model.best_params_
+        print(f"search: {len(model.cv_results_['mean_test_score'])} candidates in {model.search_time_:.2f} s; "
+              f"best {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
+              f"N={best['n_features']}; validation relative L2 error {-model.best_score_:.4e} "
+              f"(last 20 % of the training samples)")
+        print(f"fit: {n_train} samples, N={args.n_features} {best['distribution']} features, solver "
+              f"{model.best_estimator_.solver_}: {fit_time:.2f} s (search + refit)")
+    else:
+        print(f"fit: {n_train} samples, N={args.n_features} {model.distribution} features, "
+              f"gamma {model.gamma_:.4g}, solver {model.solver_}: {fit_time:.2f} s")
+
+
+def _cmd_fit(args):
     from .io import open_dataset
-    from .persistence import check_model_path
     from .metrics import relative_l2_error
+    from .persistence import check_model_path
 
     if args.out:
         check_model_path(args.out)  # before the fit: never replace a file, a data set or other files
     if args.train is not None and args.train < 1:
         raise ValueError(f"--train must be at least 1, got {args.train}")
-    report = contextlib.nullcontext()
-    if args.report:
-        from distributed import performance_report
-
-        try:
-            import bokeh  # noqa: F401
-        except ImportError:
-            raise ValueError("--report needs bokeh: pip install 'rfol-dask[diagnostics]'") from None
-
-        report = performance_report(filename=args.report)
+    report = _report_context(args.report)
     # a performance report needs a distributed scheduler: without --cluster, a local one
     client = _start_cluster(args.cluster or "local") if args.cluster or args.report else None
     try:
@@ -173,36 +208,11 @@ def _cmd_fit(args):
         if not 1 <= n_train <= n:
             raise ValueError(f"--train must be between 1 and the {n} samples of {args.data}, got {n_train}")
         train, test = ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
-        if args.tune:
-            from .selection import RandomFeatureOperatorCV
-
-            if args.gamma != "median" or args.alpha is not None:
-                raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
-
-            laws = ("cauchy", "gaussian") if args.distribution is None else (args.distribution,)
-            model = RandomFeatureOperatorCV(n_features=args.n_features, distributions=laws, nu=args.nu,
-                                            solver=args.solver, dtype=args.dtype, random_state=args.seed,
-                                            progress=True)
-        else:
-            model = RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution or "cauchy",
-                                          gamma=args.gamma, nu=args.nu,
-                                          alpha=1e-10 if args.alpha is None else args.alpha, solver=args.solver,
-                                          dtype=args.dtype, random_state=args.seed, progress=True)
+        model = _fit_model(args)
         with report:
             t0 = time.perf_counter()
             model.fit(train)
-            fit_time = time.perf_counter() - t0
-            if args.tune:
-                best = model.best_params_
-                print(f"search: {len(model.cv_results_['mean_test_score'])} candidates in {model.search_time_:.2f} s; "
-                      f"best {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
-                      f"N={best['n_features']}; validation relative L2 error {-model.best_score_:.4e} "
-                      f"(last 20 % of the training samples)")
-                print(f"fit: {n_train} samples, N={args.n_features} {best['distribution']} features, solver "
-                      f"{model.best_estimator_.solver_}: {fit_time:.2f} s (search + refit)")
-            else:
-                print(f"fit: {n_train} samples, N={args.n_features} {model.distribution} features, "
-                      f"gamma {model.gamma_:.4g}, solver {model.solver_}: {fit_time:.2f} s")
+            _print_fit(args, model, n_train, time.perf_counter() - t0)
             if test.sizes["sample"]:
                 err = relative_l2_error(test["output"], model.predict(test["input"]))
                 print(f"relative L2 error on the {test.sizes['sample']} remaining samples: {err:.4e}")
@@ -220,26 +230,8 @@ def _cmd_reproduce(args):
     return run_args(args)
 
 
-def build_parser():
-    parser = argparse.ArgumentParser(prog="rfol-dask", description="Random-feature operator learning on Dask")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    q = sub.add_parser("quickstart", help="make a small data set, fit Cauchy and Gaussian models, plot")
-    q.add_argument("--dataset", default="advection1")
-    q.add_argument("--train", type=int, default=1000)
-    q.add_argument("--test", type=int, default=1000)
-    q.add_argument("--n-features", type=int, default=None, help="default: the paper's N for the data set")
-    q.add_argument("--gamma", type=float, default=None)
-    q.add_argument("--alpha", type=float, default=None)
-    q.add_argument("--workers", type=int, default=2)
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--out", default="quickstart_output")
-    q.set_defaults(func=_cmd_quickstart)
-
-    d = sub.add_parser("datasets", help="list the data sets and their default parameters")
-    d.set_defaults(func=_cmd_datasets)
-
+def _add_fit_parser(sub):
+    """The ``fit`` subcommand's arguments."""
     f = sub.add_parser("fit", help="fit a model on a data-set store (train on the first --train samples)")
     f.add_argument("data", help="Zarr store with variables input and output")
     f.add_argument("--train", type=int, default=None, help="training samples (the rest are tested)")
@@ -264,6 +256,29 @@ def build_parser():
     f.add_argument("--report", default=None, help="write dask's performance report (HTML) here")
     f.add_argument("--out", default=None, help="save the model to this Zarr path")
     f.set_defaults(func=_cmd_fit)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="rfol-dask", description="Random-feature operator learning on Dask")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    q = sub.add_parser("quickstart", help="make a small data set, fit Cauchy and Gaussian models, plot")
+    q.add_argument("--dataset", default="advection1")
+    q.add_argument("--train", type=int, default=1000)
+    q.add_argument("--test", type=int, default=1000)
+    q.add_argument("--n-features", type=int, default=None, help="default: the paper's N for the data set")
+    q.add_argument("--gamma", type=float, default=None)
+    q.add_argument("--alpha", type=float, default=None)
+    q.add_argument("--workers", type=int, default=2)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", default="quickstart_output")
+    q.set_defaults(func=_cmd_quickstart)
+
+    d = sub.add_parser("datasets", help="list the data sets and their default parameters")
+    d.set_defaults(func=_cmd_datasets)
+
+    _add_fit_parser(sub)
 
     g = sub.add_parser("generate", help="generate a data set into a Zarr store (resumable)")
     g.add_argument("name")

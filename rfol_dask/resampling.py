@@ -1,0 +1,103 @@
+"""How an operator learner reads and writes other grids: the recovery maps ``R_U`` / ``R_V``
+chosen by its ``recovery`` parameter, applied to operands whose grid differs from the training
+grids (see :mod:`rfol_dask.recovery`). A mixin of :class:`rfol_dask.estimator.OperatorEstimator`;
+the fitted attributes it reads are the estimator's (``input_grid_``, ``output_grid_``, their
+periods, dims, coordinates and the output's attributes)."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import xarray as xr
+
+from . import io
+from . import recovery as rec
+
+__all__ = ["ResamplingMixin"]
+
+
+class ResamplingMixin:
+    """Recovery-map helpers of the operator learners (see the module docstring)."""
+
+    def _recovery_specs(self):
+        """``(R_U spec, R_V spec)`` from the ``recovery`` parameter."""
+        specs = self.recovery if isinstance(self.recovery, (tuple, list)) else (self.recovery,) * 2
+        if len(specs) != 2:
+            raise ValueError(f"recovery must be a kind, a dict or a pair (input, output); got {self.recovery!r}")
+        for spec in specs:
+            kind = spec.get("kind", "cubic") if isinstance(spec, dict) else spec
+            if kind not in rec.KINDS:
+                raise ValueError(f"unknown recovery kind {kind!r} in recovery={self.recovery!r}; "
+                                 f"choose from {rec.KINDS}")
+        return tuple(specs)
+
+    def _output_on_grid(self, Y, u, output_grid):
+        """Predictions ``Y`` (M, m) on the training output grid, resampled to ``output_grid`` if
+        given, in the kind of the operand ``u`` (numpy, dask or xarray)."""
+        shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
+        grid = getattr(self, "output_grid_", None)
+        if output_grid is not None:
+            grid_new = self._check_grid(output_grid, grid, "output")
+            if not rec.same_grid(grid_new, grid):
+                R_V = rec.make_recovery(self._recovery_specs()[1], grid, periods=getattr(self, "output_periods_", None))
+                grid_new = R_V.check_grid(grid_new, "output_grid", "the training output grid")
+                Y = R_V.resample(Y.reshape((Y.shape[0], *shape)), grid_new)
+                shape, grid = Y.shape[1:], grid_new
+                Y = Y.reshape((Y.shape[0], -1))
+        if grid is not None and (not coords or output_grid is not None):
+            dims = dims or tuple(f"dim_{k}" for k in range(len(grid)))
+            coords = dict(zip(dims, grid))
+        return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
+
+    def _check_grid(self, grid, trained, which):
+        """``grid`` as axes; ValueError if the model has no grid there or the dimension differs."""
+        grid = rec.as_grid(grid, f"{which}_grid")
+        if trained is None:
+            raise ValueError(
+                f"the model was fitted without {which} grid coordinates, so it cannot use another {which} grid: "
+                f"fit on xarray data with coordinates or pass fit(..., {which}_grid=...)")
+        if len(grid) != len(trained):
+            raise ValueError(f"{which}_grid has {len(grid)} axes but the model was trained on a "
+                             f"{len(trained)}-D {which} grid of shape {tuple(len(a) for a in trained)}")
+        return grid
+
+    def _to_training_grid(self, U, u, input_grid):
+        """The operand ``u`` resampled through ``R_U`` to the training input grid if its grid
+        (``input_grid`` or the xarray coordinates) differs from it."""
+        grid = rec.as_grid(input_grid, "input_grid") if input_grid is not None else io.operand_grid(u)
+        trained = getattr(self, "input_grid_", None)
+        if grid is None or rec.same_grid(grid, trained):
+            return u
+        if input_grid is None and trained is None:
+            return u  # xarray coordinates but a model without grid: positional, as before
+        grid = self._check_grid(grid, trained, "input")
+        R_U = rec.make_recovery(self._recovery_specs()[0], grid, periods=getattr(self, "input_periods_", None))
+        domain = rec.grid_domain(trained, R_U.periodic)
+        for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(zip(trained, grid, domain, R_U.domain(), R_U.periods)):
+            if P is not None:
+                continue  # a periodic axis: any grid of one period covers the training one
+            tol, step = 1e-6 * (hi - lo), (hi - lo) / max(len(x) - 1, 1)
+            if x[0] < c_lo - tol or x[-1] > c_hi + tol:
+                raise ValueError(
+                    f"input_grid spans [{c_lo:g}, {c_hi:g}] along axis {k} but the model was trained on "
+                    f"[{lo:g}, {hi:g}]: the input must cover the training domain (no extrapolation)")
+            if y[0] < lo - step or y[-1] > hi + step:
+                raise ValueError(f"input_grid spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the training "
+                                 f"domain [{lo:g}, {hi:g}]")
+        data = U.data if u.kind == "xarray" else U
+        data = data if isinstance(data, da.Array) else np.asarray(data)
+        shape = tuple(len(ax) for ax in grid)
+        if data.ndim < 1 or int(np.prod(data.shape[1:])) != int(np.prod(shape)):
+            raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
+        resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
+        new = io.as_operand(resampled, "U")
+        return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
+
+    def _with_output_attrs(self, pred):
+        """An xarray prediction with the training output's attributes and coordinate attributes."""
+        if isinstance(pred, xr.DataArray):
+            pred.attrs.update(getattr(self, "output_attrs_", {}))
+            for dim, attrs in getattr(self, "output_coord_attrs_", {}).items():
+                if dim in pred.coords:
+                    pred[dim].attrs.update(attrs)
+        return pred
