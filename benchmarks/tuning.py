@@ -118,8 +118,8 @@ def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), re
             row["error"] = relative_l2_error(Vt, grow.predict(Ut))
             row["total_search_s"] = rows["rf_tuned"]["search_s"] + row["search_s"]
             rows["rf_tuned_grown"] = row
-            for N, c in row["validation_curve"].items():
-                print(f"  {name:26s} grow N = {N:6d}: validation {c['validation_error']:.3e} "
+            for n, c in row["validation_curve"].items():
+                print(f"  {name:26s} grow N = {n:6d}: validation {c['validation_error']:.3e} "
                       f"(gamma {c['gamma']:.3g}, alpha {c['alpha']:.0e})", flush=True)
     for label, row in rows.items():
         extra = (f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  {row['best_params']}"
