@@ -206,11 +206,13 @@ class SelectionCV(OperatorEstimator):
             for j, N in enumerate(Ns):
                 for a, alpha in enumerate(alphas):
                     e = errs[i, j, a]
+                    with np.errstate(invalid="ignore"):  # an infinite error (a failed solve): NaN spread
+                        spread = float(np.std(e))
                     row = {"stage": name, "family": family, "scale_multiple": float(mult),
                            self._param_name: float(mult * self.median_scales_[family]),
                            "n_features": int(N) if N is not None else -1, self._alpha_name: float(alpha),
                            "n_train_rows": int(rows_used), "mean_relative_l2": float(np.mean(e)),
-                           "mean_test_score": -float(np.mean(e)), "std_test_score": float(np.std(e))}
+                           "mean_test_score": -float(np.mean(e)), "std_test_score": spread}
                     row.update({f"split{k}_test_score": -float(v) for k, v in enumerate(e)})
                     out.append(row)
         return out
