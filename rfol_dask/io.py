@@ -62,12 +62,11 @@ def open_dataset(path):
             ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
         raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
-    _check_store(ds, path)
+    readers = _check_store(ds, path)
     ds = ds.drop_vars("block_done", errors="ignore")
-    for name in ("input", "output"):
-        if name in ds and isinstance(ds[name].data, da.Array) and "scale_factor" not in ds[name].encoding \
+    for name, reader in readers.items():
+        if isinstance(ds[name].data, da.Array) and "scale_factor" not in ds[name].encoding \
                 and "add_offset" not in ds[name].encoding:
-            reader = _ChunkReader(path, name)
             data = da.from_array(reader, chunks=ds[name].data.chunks, asarray=True, lock=False,
                                  meta=np.empty((0,) * reader.ndim, reader.dtype),
                                  name=f"read-{name}-{dask.base.tokenize(path, name, reader.stamp)}")
@@ -77,7 +76,8 @@ def open_dataset(path):
 
 def _check_store(ds, path):
     """ValueError if the store at ``path`` (opened as ``ds``) was never finished (unset
-    ``block_done`` flags: resume it) or lacks a chunk file of ``input`` / ``output``."""
+    ``block_done`` flags: resume it) or lacks a chunk file of ``input`` / ``output``; returns the
+    checked variables' readers ``{name: _ChunkReader}``."""
     meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
     command = f"rfol-dask generate {meta.get('dataset', 'NAME')} ..."
     done = block_flags(path)
@@ -90,9 +90,11 @@ def _check_store(ds, path):
             f"written (first missing samples {first}-{first + bs - 1}); rerun the same generate "
             f"command ({command}) to resume it"
         )
-    for name in ("input", "output"):
-        if name in ds and os.path.isdir(os.path.join(path, name)):
-            _ChunkReader(path, name).check_complete(f"{command} --overwrite")
+    readers = {name: _ChunkReader(path, name) for name in ("input", "output")
+               if name in ds and os.path.isdir(os.path.join(path, name))}
+    for reader in readers.values():
+        reader.check_complete(f"{command} --overwrite")
+    return readers
 
 
 class _ChunkReader:
@@ -164,15 +166,17 @@ class _ChunkReader:
 def read_pair(X, y=None):
     """``(input, output)`` DataArrays from a Dataset or a store path; ``(X, y)`` otherwise,
     with ``y`` aligned to the samples of ``X`` (:func:`align_samples`)."""
-    if isinstance(X, (str, os.PathLike)):
-        X = open_dataset(X)
+    opened = isinstance(X, (str, os.PathLike))
+    if opened:
+        X = open_dataset(X)  # checks the store
     if isinstance(X, xr.Dataset):
         missing = [v for v in ("input", "output") if v not in X]
         if missing:
             raise ValueError(f"the Dataset needs variables 'input' and 'output'; missing {missing}")
         if y is not None:
             raise ValueError("pass either a Dataset / store path alone or the arrays (U, V), not both")
-        _check_source(X)
+        if not opened:
+            _check_source(X)
         return X["input"], X["output"]
     return X, align_samples(X, y)
 
