@@ -177,7 +177,7 @@ class RandomFeatureOperatorCV(SelectionCV):
                                      column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                                      progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
-    def _prepare(self, U, lazy, client=None):
+    def _prepare(self, U, client=None):
         self._seed = self.random_state_ = integer_seed(self.random_state)
         laws = list(self.distributions)
         if client is not None:  # U: the stacked inputs persisted on the cluster
@@ -199,7 +199,7 @@ class RandomFeatureOperatorCV(SelectionCV):
         return {"distribution": str(row["family"]), "gamma": float(row["gamma"]), "alpha": float(row["alpha"]),
                 "n_features": int(row["n_features"])}
 
-    def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns):
+    def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None):
         """Validation errors (len(mults), len(Ns), n_alpha) of one split, or their delayed value."""
         N = Ns[-1]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N, law, 1.0, self.nu, self._seed)
@@ -209,7 +209,7 @@ class RandomFeatureOperatorCV(SelectionCV):
         budget = memory_budget(self.max_gram_bytes, client).bytes
         group = max(1, int(0.5 * budget // per))
         slabs = slab_bounds(N, M_t + M_v, Ns)
-        args = (self._alphas(), self.fit_intercept, self.alpha_path, self._alpha_center)
+        args = (self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
         if client is None:
             Xa, Yt, Yv = arrange_rows(X, train, valid), Y[train], Y[valid]
             out = []

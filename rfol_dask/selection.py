@@ -87,7 +87,7 @@ class SelectionCV(OperatorEstimator):
     """Base of the selection estimators (see the module docstring); not used directly.
 
     Subclasses give the base estimator (``_base_estimator``), the families and their median
-    scale (``_families``, ``_median_scales``), the validation errors of one stage
+    scale (``_families``; ``_prepare`` sets ``median_scales_``), the validation errors of one stage
     (``_stage_errors``) and the winner's parameters (``_params_of``).
     """
 
@@ -178,7 +178,7 @@ class SelectionCV(OperatorEstimator):
         splits = self._splits(M)
         X, Y, client = self._data(U, V, lazy)
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
-        self._prepare(X, False, client)
+        self._prepare(X, client)
         try:
             rows = self._search(X, Y, splits, client)
         finally:
@@ -195,9 +195,8 @@ class SelectionCV(OperatorEstimator):
         """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
         index ``alpha_center`` only, where that is cheaper: :func:`rfol_dask.tuning.path_errors`)."""
         alphas = self._alphas()
-        self._alpha_center = alpha_center
         scales = self._family_multiples(family, scales)
-        errs = [self._stage_errors(X, Y, tr, va, client, family, scales, Ns) for tr, va in splits]
+        errs = [self._stage_errors(X, Y, tr, va, client, family, scales, Ns, alpha_center) for tr, va in splits]
         if client is not None:
             (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})")
         errs = np.stack([np.asarray(e) for e in errs], axis=-1)  # (scales, Ns, alphas, splits)

@@ -37,6 +37,7 @@ from scipy.spatial.distance import pdist
 from . import backend
 from .features import FREQUENCY_BLOCK
 from .linalg import symmetrize_lower, syrk
+from .metrics import relative_l2_errors
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
            "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "window_errors",
@@ -239,9 +240,10 @@ def validation_grams(acc, k, segments, g):
 
 
 def relative_errors(true, pred):
-    """Per-sample relative L2 errors ``||pred_i - true_i|| / ||true_i||`` of numpy (k, m) arrays."""
+    """Per-sample relative L2 errors (:func:`rfol_dask.metrics.relative_l2_errors`) of numpy
+    (k, m) arrays, a zero true sample giving inf / nan without a warning."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.linalg.norm(pred - true, axis=1) / np.linalg.norm(true, axis=1)
+        return relative_l2_errors(true, pred)
 
 
 class EigenPath:

@@ -80,8 +80,8 @@ def pca(U, n_components):
     if backend.is_array_api(U):  # CuPy: the scatter on the device, the small eigenproblem on the host
         xp = backend.namespace(U)
         mean = xp.mean(U, axis=0)
-        mean, Q = pca_from_scatter(backend.to_numpy(mean), backend.to_numpy((U - mean).T @ (U - mean)),
-                                   n_components)
+        Uc = U - mean
+        mean, Q = pca_from_scatter(backend.to_numpy(mean), backend.to_numpy(Uc.T @ Uc), n_components)
         return backend.to_namespace(mean, xp), backend.to_namespace(Q, xp)
     mean = U.mean(axis=0)
     Uc = U - mean

@@ -163,7 +163,7 @@ class KernelOperatorCV(SelectionCV):
                               column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                               progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
-    def _prepare(self, U, lazy, client=None):
+    def _prepare(self, U, client=None):
         self._seed = 0
         self._pca = (None, None) if self.n_components is None else pca(U, self.n_components)
         transform = functools.partial(transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
@@ -186,7 +186,7 @@ class KernelOperatorCV(SelectionCV):
             params["length_scale"] = float(row["length_scale"])
         return params
 
-    def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns):
+    def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None):
         """Validation errors (len(mults), 1, n_nugget) of one split."""
         X_t, X_v = self._transform(X[train], 0), self._transform(X[valid], 0)
         D2_tt = D2_vt = None
@@ -197,5 +197,5 @@ class KernelOperatorCV(SelectionCV):
         for m in mults:
             G, K = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
             out.append([path_errors(np.asfortranarray(G), K, Y[train], Y[valid], self._alphas(), self.fit_intercept,
-                                    self.alpha_path, self._alpha_center)])
+                                    self.alpha_path, alpha_center)])
         return np.asarray(out)
