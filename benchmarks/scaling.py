@@ -30,7 +30,8 @@ from rfol_dask.cluster import local_client, start_client  # noqa: E402
 #: the fit's tasks by name (``dask.utils.key_split`` of their keys) and the phase they belong to
 PHASES = {"features": "features", "features-again": "features", "block_means": "features",
           "stack-inputs": "features", "gram-tile": "gram", "gram-place": "gram", "primal-partial": "features+gram",
-          "add_partials": "gram", "gram-slab": "features+gram", "symmetrize_lower": "gram",
+          "add_partials": "gram", "gram-slab": "features+gram", "symmetrize": "gram",
+          "after_v_check": "features", "like": "solve", "colsum": "solve",
           "dual-factor": "factor", "primal-factor": "factor", "dual-solve": "solve", "primal-solve": "solve",
           "column_slab": "solve", "cross_block": "coef", "iadd": "coef", "rows": "coef", "coef-slab": "coef",
           "coef_part": "coef"}

@@ -39,7 +39,6 @@ def check_random_state(seed):
     )
 
 
-#: columns of ``Omega`` drawn from one random stream: any slab of columns can be drawn alone
 def integer_seed(random_state):
     """An integer seed standing for ``random_state``: the frequencies are drawn from it, on the
     client and (if the workers need them again after a failure) on any worker."""
@@ -50,6 +49,7 @@ def integer_seed(random_state):
     return int(check_random_state(random_state).integers(2**63))
 
 
+#: columns of ``Omega`` drawn from one random stream: any slab of columns can be drawn alone
 FREQUENCY_BLOCK = 256
 
 
@@ -58,7 +58,7 @@ def _seed_sequence(random_state):
         return random_state
     if random_state is None or isinstance(random_state, (int, np.integer)):
         return np.random.SeedSequence(random_state)
-    return np.random.SeedSequence(int(check_random_state(random_state).integers(2**63)))
+    return np.random.SeedSequence(integer_seed(random_state))
 
 
 def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy", gamma: float = 1.0,

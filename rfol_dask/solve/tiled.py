@@ -142,9 +142,9 @@ def fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_inter
                             blocked=True, names=names)
     if not memory_plan(client, int(starts[-1]), n_features, dtype).keep_features:
         A = features("features-again")
-    coefs, intercepts = [], []
+    coefs, intercepts, slots = [], [], n_slots(client)
     for (c0, _), Beta in zip(cols, betas):
-        coefs.append(chained_sum(nb, n_slots(client), lambda i, acc: dask.delayed(cross_block)(
+        coefs.append(chained_sum(nb, slots, lambda i, acc: dask.delayed(cross_block)(
             A[i], dask.delayed(rows)(Beta, starts[i], starts[i + 1]), acc), dask.delayed(iadd)))
         intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
     coefs, intercepts = compute_fit(coefs, intercepts, progress=progress, client=client, desc="fit (dual)",
