@@ -18,6 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import DTypeLike
 
+from . import backend
+
 __all__ = ["DISTRIBUTIONS", "draw_frequencies", "feature_map", "check_random_state", "integer_seed"]
 
 DISTRIBUTIONS = ("cauchy", "gaussian", "student_t")
@@ -196,8 +198,9 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
     namespace than numpy (CuPy on a GPU) take the same steps with that namespace's operations.
     """
     n_features = omega.shape[1] if n_features is None else n_features
-    if not (isinstance(omega, np.ndarray) and isinstance(U, np.ndarray)) or _generic():
-        return _feature_map_generic(U, omega, b, out, shift, n_features)
+    xp = backend.namespace(U, omega, b)  # numpy, unless another namespace or backend.generic_numpy()
+    if not backend.is_fast(xp):
+        return _feature_map_generic(xp, U, omega, b, out, shift, n_features)
     Z = np.matmul(U, omega, out=out)
     scale = Z.dtype.type(np.sqrt(2.0 / n_features))
 
@@ -212,22 +215,12 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
     return Z
 
 
-def _generic():
-    """True inside ``backend.generic_numpy()`` (numpy through the generic path)."""
-    from .backend import _GENERIC
-
-    return _GENERIC.get()
-
-
-def _feature_map_generic(U, omega, b, out, shift, n_features):
+def _feature_map_generic(xp, U, omega, b, out, shift, n_features):
     """:func:`feature_map` with the operations of the arrays' own namespace (in place where
     the namespace allows it: CuPy runs each step as one kernel over the (k, N') buffer)."""
-    from .backend import is_cupy, namespace
-
-    xp = namespace(U, omega, b)
     Z = U @ omega
     Z += b
-    if is_cupy(xp):  # in place: one (k, N') buffer, as on the CPU
+    if backend.is_cupy(xp):  # in place: one (k, N') buffer, as on the CPU
         import cupy
 
         cupy.cos(Z, out=Z)
