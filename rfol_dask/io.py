@@ -25,8 +25,7 @@ from .recovery.grids import as_grid, as_periods
 
 
 __all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
-           "process_alive",
-           "learn_grid", "operand_grid", "learn_periods", "match_dims"]
+           "flags_key", "process_alive", "learn_grid", "operand_grid", "learn_periods", "match_dims"]
 
 
 @dataclass
@@ -339,6 +338,12 @@ def process_alive(host, pid):
     return True
 
 
+def flags_key(group):
+    """Where the ``block_done`` flags sit in the Zarr ``group`` of a data-set store: in the
+    bookkeeping group, or (stores written before it) a top-level array."""
+    return f"{BOOKKEEPING_GROUP}/block_done" if BOOKKEEPING_GROUP in group else "block_done"
+
+
 def block_flags(path):
     """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None
     if it has none (a store not written by ``datasets.generate``)."""
@@ -346,7 +351,6 @@ def block_flags(path):
 
     try:
         group = zarr.open_group(os.fspath(path), mode="r")
-        arr = group[f"{BOOKKEEPING_GROUP}/block_done"] if BOOKKEEPING_GROUP in group else group["block_done"]
-        return np.asarray(arr[...]).astype(bool)
+        return np.asarray(group[flags_key(group)][...]).astype(bool)
     except Exception:  # noqa: BLE001  (no such group or array)
         return None

@@ -33,7 +33,7 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import BOOKKEEPING_GROUP, block_flags, open_dataset, process_alive
+from ..io import BOOKKEEPING_GROUP, block_flags, flags_key, open_dataset, process_alive
 from ..progress import compute
 from .registry import get, resolve_params
 
@@ -265,8 +265,7 @@ def _write_block(path, name, seed, start, stop, block, params):
         if not np.isfinite(values).all():
             raise FloatingPointError(f"{name}: generator produced NaN/Inf in {var} of samples {start}-{stop - 1}")
         group[var][start:stop] = values
-    flags = f"{BOOKKEEPING_GROUP}/block_done" if BOOKKEEPING_GROUP in group else "block_done"  # older stores
-    group[flags][block] = 1
+    group[flags_key(group)][block] = 1
     return stop - start
 
 
