@@ -52,12 +52,9 @@ def _print_dashboard(client):
 
 
 def _close_cluster(client):
-    import contextlib
+    from .cluster import close_client
 
-    if client is not None:
-        client.close()
-        with contextlib.suppress(Exception):
-            client.cluster.close()
+    close_client(client)
 
 
 def _cmd_generate(args):

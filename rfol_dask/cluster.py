@@ -36,7 +36,7 @@ from pathlib import Path
 from .progress import active_client
 
 __all__ = ["active_client", "local_client", "local_cluster", "local_cuda_cluster", "load_config", "job_script", "make_cluster", "start_client",
-           "blas_env", "shipped_configs", "node_threads", "dashboard_link", "KINDS"]
+           "blas_env", "shipped_configs", "node_threads", "dashboard_link", "close_client", "KINDS"]
 
 KINDS = ("local", "cuda-local", "slurm", "pbs", "kubernetes", "mpi")
 _KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file", "launcher", "node_cores", "ranks_per_node",
@@ -60,7 +60,7 @@ def _cores():
 def local_client(n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True,
                  blas_threads=1, **kwargs):
     """Start a ``distributed.LocalCluster`` (see :func:`local_cluster`) and return a ``Client``
-    connected to it. Close both with ``client.close(); client.cluster.close()``."""
+    connected to it. Close both with :func:`close_client`."""
     from distributed import Client
 
     return Client(local_cluster(n_workers, threads_per_worker, memory_limit, processes, blas_threads, **kwargs))
@@ -310,6 +310,16 @@ def job_script(config):
 
     manager = "LocalCUDACluster" if kind == "cuda-local" else "LocalCluster"
     return yaml.safe_dump({manager: config["options"], "env": blas_env(config["blas_threads"])})
+
+
+def close_client(client):
+    """Close ``client`` and the cluster it started (None: nothing to do)."""
+    import contextlib
+
+    if client is not None:
+        client.close()
+        with contextlib.suppress(Exception):  # a cluster already gone, or a client without one
+            client.cluster.close()
 
 
 def dashboard_link(client):

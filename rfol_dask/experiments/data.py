@@ -35,10 +35,10 @@ class SharedCluster:
         return self.client
 
     def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client.cluster.close()
-            self.client = None
+        from ..cluster import close_client
+
+        close_client(self.client)
+        self.client = None
 
 
 def _is_default_seed0(ds: xr.Dataset, name: str) -> bool:
