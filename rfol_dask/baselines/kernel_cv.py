@@ -164,7 +164,7 @@ class KernelOperatorCV(SelectionCV):
                               progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
     def _prepare(self, U, client=None):
-        self._seed = 0
+        self._seed, self._distances = 0, None
         self._pca = (None, None) if self.n_components is None else pca(U, self.n_components)
         transform = functools.partial(transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
         self._transform = transform
@@ -186,13 +186,30 @@ class KernelOperatorCV(SelectionCV):
             params["length_scale"] = float(row["length_scale"])
         return params
 
+    def _split_distances(self, X, train, valid, need):
+        """Transformed inputs of one split and (``need``) their squared distances, kept for the
+        next call with the same rows: every kernel of a stage reuses them (the last split only;
+        dropped when the search ends)."""
+        key = (train.tobytes(), valid.tobytes())
+        cached = getattr(self, "_distances", None)
+        if cached is None or cached[0] != key or (need and cached[1][2] is None):
+            X_t, X_v = self._transform(X[train], 0), self._transform(X[valid], 0)
+            D2_tt = D2_vt = None
+            if need:
+                D2_tt, D2_vt = sq_distances(X_t, X_t), sq_distances(X_v, X_t)
+                np.fill_diagonal(D2_tt, 0.0)
+            cached = self._distances = (key, (X_t, X_v, D2_tt, D2_vt))
+        return cached[1]
+
+    def _fit_arrays(self, U, V, lazy, dtype):
+        try:
+            return super()._fit_arrays(U, V, lazy, dtype)
+        finally:
+            self._distances = None  # the fitted estimator keeps no M_t x M_t arrays
+
     def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None):
         """Validation errors (len(mults), 1, n_nugget) of one split."""
-        X_t, X_v = self._transform(X[train], 0), self._transform(X[valid], 0)
-        D2_tt = D2_vt = None
-        if kernel != "linear":
-            D2_tt, D2_vt = sq_distances(X_t, X_t), sq_distances(X_v, X_t)
-            np.fill_diagonal(D2_tt, 0.0)
+        X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         out = []
         for m in mults:
             G, K = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
