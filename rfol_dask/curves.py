@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike
 from .factor import dual_factor, dual_intercept, dual_solve
 from .features import draw_frequencies
 from .gram import check_finite, features_block
-from .linalg import symmetrize_lower, syrk
+from .linalg import symmetrize, syrk
 from .metrics import relative_l2_error
 
 __all__ = ["doubling", "error_curve", "error_curves", "saturation_index", "fit_slope", "fit_excess"]
@@ -214,7 +214,7 @@ def _checkpoint_prediction(S, S_test, N, V, vsum, alpha, fit_intercept):
     for ``V`` (M, m) (``vsum`` (m,) its column sums); returns the test prediction (M_t, m), the
     seconds of the factorisation and solve, and those of the prediction."""
     t0 = time.perf_counter()
-    K = symmetrize_lower(S.copy(order="F"))
+    K = symmetrize(S.copy(order="F"))
     K /= N
     fac = dual_factor(K, vsum, alpha, fit_intercept)
     Beta = dual_solve(fac, V)

@@ -17,7 +17,7 @@ import numpy as np
 from scipy.linalg import blas, lapack
 from threadpoolctl import threadpool_limits
 
-__all__ = ["syrk", "symmetrize", "symmetrize_lower", "factor_threads", "jitter_ridges", "warn_ridge",
+__all__ = ["syrk", "symmetrize", "factor_threads", "jitter_ridges", "warn_ridge",
            "not_positive_definite", "cholesky", "cho_solve"]
 
 
@@ -50,10 +50,6 @@ def symmetrize(C, source="lower", block=512):
         D[iu] = D.T[iu]
     return C
 
-
-def symmetrize_lower(C):
-    """Fill the upper triangle of ``C`` from its lower triangle, in place; returns ``C``."""
-    return symmetrize(C, "lower")
 
 
 def factor_threads():

@@ -36,7 +36,7 @@ from scipy.spatial.distance import pdist
 
 from . import backend
 from .features import FREQUENCY_BLOCK
-from .linalg import symmetrize_lower, syrk
+from .linalg import symmetrize, syrk
 from .metrics import relative_l2_errors
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
@@ -232,7 +232,7 @@ def validation_grams(acc, k, segments, g):
     G = sum(p[0] for p in parts)
     K = sum(p[1] for p in parts)
     factor = segments[-1] / segments[g]
-    return np.asfortranarray(symmetrize_lower(G) * factor), K * factor
+    return np.asfortranarray(symmetrize(G) * factor), K * factor
 
 
 # ---------------------------------------------------------------------------------------
