@@ -19,14 +19,23 @@ one Cholesky factorisation (+ solve) per alpha.
     python benchmarks/tuning.py --alpha-path 2000,4000 --threads 1
     python benchmarks/tuning.py burgers --cost --train 1500 --max-features 4000 --threads 1
 
-``--refit-features`` grows N after the search (full-size runs, ``results/tuning_full.json``): one more
-:class:`rfol_dask.RandomFeatureOperatorCV` pass at the searched law, over the searched N and the
-listed larger ones (nested features of the same draw), the chosen gamma times ``--refit-refine``
-and every alpha, scored on the same validation split of the training data; its winner (N
-included) is refitted on all training data and only then scored on the test split:
+``--grow-to NMAX`` lets the search grow N after it (full-size runs, ``results/tuning_full.json``):
+``RandomFeatureOperatorCV(n_features=--max-features, max_features=NMAX)`` scores the winner's law,
+gamma and alphas at N, 2 N, 4 N, ... NMAX on the same validation split of the training data (one
+pass, nested features, stopping once a doubling gains under 1 %); the best N is refitted on all
+training data and only then scored on the test split:
 
     OPENBLAS_NUM_THREADS=2 python benchmarks/tuning.py burgers --train 1848 --test 200 --max-features 4000 \
-        --refit-features 8000,16000,32000 --threads 2 --out benchmarks/results/tuning_full.json
+        --grow-to 128000 --threads 2 --out benchmarks/results/tuning_full.json
+
+``--ns-high`` runs the 20000-sample Navier-Stokes target instead: train = the first 20000 samples
+of ``results/data/navier_stokes_high_22000.zarr`` (made by ``scale_ns.py``, or here when missing),
+test = the other 2000, read from Zarr on a LocalCluster of one in-process worker (2 threads); the
+search at ``--max-features`` grows N to ``--grow-to``; the winner is refitted, then refitted
+again at N = 20000; peak memory of the process is sampled throughout:
+
+    OPENBLAS_CORETYPE=Haswell OPENBLAS_NUM_THREADS=2 python benchmarks/tuning.py --ns-high --max-features 4000 \
+        --grow-to 160000 --threads 2 --max-gram-bytes 6e9 --out benchmarks/results/tuning_ns_high.json
 
 ``--cost`` times a default search (no refit) against one fit at the chosen parameters (medians of
 ``--repeats``), on numpy input and on dask input from the Zarr store, and counts the dask
@@ -59,37 +68,32 @@ OUT = HERE / "results" / "tuning.json"
 
 def timed_fit(model, U, V):
     t0 = time.perf_counter()
-    model.fit(U, V)
+    model.fit(U) if V is None else model.fit(U, V)
     return time.perf_counter() - t0
 
 
-def grow_features(search, U, V, refit_features, refine):
-    """The searched winner's law at the searched N and the larger ``refit_features`` (one pass,
-    nested features), at its gamma times ``refine`` and every alpha, on the search's validation
-    split; the winner is refitted on all of ``U``, ``V``. Returns (the CV estimator, the row)."""
-    best = search.best_params_
-    law, N0 = best["distribution"], best["n_features"]
-    mult = best["gamma"] / search.median_scales_[law]
-    Ns = sorted({N0, *refit_features})
-    grow = RandomFeatureOperatorCV(n_features=Ns, distributions=[law], gammas=[mult * r for r in refine],
-                                   coarse=None, random_state=search.random_state_)
-    grow.fit(U, V)
-    res = grow.cv_results_
+def growth_curve(search):
+    """Validation error of the best alpha at each N of the growth stage: {N: {...}}."""
+    res = search.cv_results_
     curve = {}
-    for N in Ns:
-        sel = res["n_features"] == N
+    for N in sorted({int(n) for n, st in zip(res["n_features"], res["stage"]) if st == "growth"}):
+        sel = (res["n_features"] == N) & (res["stage"] == "growth")
         k = int(np.nanargmin(np.where(sel, res["mean_relative_l2"], np.nan)))
-        curve[int(N)] = {"validation_error": float(res["mean_relative_l2"][k]), "gamma": float(res["gamma"][k]),
-                         "alpha": float(res["alpha"][k])}
-    row = {"best_params": grow.best_params_, "validation_error": -grow.best_score_, "search_s": grow.search_time_,
-           "refit_s": grow.refit_time_, "cost_ratio": grow.search_time_ / grow.refit_time_, "n_searched": Ns,
-           "refine": list(refine), "validation_curve": curve,
-           "median_scale": search.median_scales_[law], "grow_median_scale": grow.median_scales_[law],
-           "candidates": int(len(res["mean_test_score"]))}
-    return grow, row
+        curve[N] = {"validation_error": float(res["mean_relative_l2"][k]), "gamma": float(res["gamma"][k]),
+                    "alpha": float(res["alpha"][k])}
+    return curve
 
 
-def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), refine=(1.0,)):
+def search_row(search, Vt, pred):
+    """The results row of a fitted search and its test predictions."""
+    res = search.cv_results_
+    return {"error": relative_l2_error(Vt, pred), "best_params": search.best_params_,
+            "validation_error": -search.best_score_, "search_s": search.search_time_,
+            "refit_s": search.refit_time_, "cost_ratio": search.search_time_ / search.refit_time_,
+            "candidates": int(len(res["mean_test_score"])), "stages": sorted({str(s) for s in res["stage"]})}
+
+
+def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None):
     """All models on one data set; returns the result dict."""
     paper = datasets.get(name).paper
     train, test = load_subset(name, n_train, n_test, data_dir)
@@ -104,47 +108,80 @@ def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), re
             fit_s = timed_fit(model, U, V)
             rows[label] = {"error": relative_l2_error(Vt, model.predict(Ut)), "fit_s": fit_s, "n_features": N,
                            "gamma": model.gamma_, "alpha": alpha}
-    for label, search in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, random_state=0)),
+    for label, search in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, max_features=grow_to, random_state=0)),
                           ("kernel_tuned", KernelOperatorCV())):
         search.fit(U, V)
-        res = search.cv_results_
-        rows[label] = {"error": relative_l2_error(Vt, search.predict(Ut)), "best_params": search.best_params_,
-                       "validation_error": -search.best_score_, "search_s": search.search_time_,
-                       "refit_s": search.refit_time_, "cost_ratio": search.search_time_ / search.refit_time_,
-                       "candidates": int(len(res["mean_test_score"])),
-                       "stages": sorted({str(s) for s in res["stage"]})}
-        if label == "rf_tuned" and refit_features:
-            grow, row = grow_features(search, U, V, refit_features, refine)
-            row["error"] = relative_l2_error(Vt, grow.predict(Ut))
-            row["total_search_s"] = rows["rf_tuned"]["search_s"] + row["search_s"]
-            rows["rf_tuned_grown"] = row
-            for n, c in row["validation_curve"].items():
+        rows[label] = search_row(search, Vt, search.predict(Ut))
+        if label == "rf_tuned" and grow_to:
+            rows[label]["validation_curve"] = curve = growth_curve(search)
+            for n, c in curve.items():
                 print(f"  {name:26s} grow N = {n:6d}: validation {c['validation_error']:.3e} "
                       f"(gamma {c['gamma']:.3g}, alpha {c['alpha']:.0e})", flush=True)
     for label, row in rows.items():
         extra = (f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  {row['best_params']}"
                  if "search_s" in row else f"  fit {row['fit_s']:.2f} s")
         print(f"  {name:26s} {label:18s} error {row['error']:.3e}{extra}", flush=True)
-    return {"name": name, "train": len(U), "test": len(Ut), "n_features": N, "paper": paper, "methods": rows}
+    return {"name": name, "train": len(U), "test": len(Ut), "n_features": N, "grow_to": grow_to, "paper": paper,
+            "methods": rows}
+
+
+def ns_high(args):
+    """The 20000-sample Navier-Stokes target: search + growth + refit from Zarr on a LocalCluster,
+    then the winner refitted at N = ``--second-features``."""
+    from _common import blas_info
+    from scale_ns import ns_data
+
+    from rfol_dask.cluster import close_client, local_client
+    from rfol_dask.experiments.measure import PeakMemory
+
+    ds = datasets.open(args.store) if args.store else ns_data(Path(args.data) / "navier_stokes_high_22000.zarr",
+                                                               20000, 2000, 2)
+    M = args.train or 20000
+    train, test = ds.isel(sample=slice(0, M)), ds.isel(sample=slice(M, None))
+    Vt = test["output"].values
+    row = {"M": M, "test": len(Vt), "store": args.store, "n_features": args.max_features, "grow_to": args.grow_to, "blas": blas_info(),
+           "max_gram_bytes": args.max_gram_bytes, "memory_limit": args.memory_limit,
+           "load_avg_start": os.getloadavg()}
+    client = local_client(n_workers=1, threads_per_worker=2, processes=False, memory_limit=args.memory_limit)
+    try:
+        with PeakMemory(interval=0.05) as pm:
+            search = RandomFeatureOperatorCV(n_features=args.max_features, max_features=args.grow_to, random_state=0,
+                                             max_gram_bytes=args.max_gram_bytes, progress=True)
+            search.fit(train)
+        pred = search.predict(test["input"])
+        row["rf_tuned"] = search_row(search, Vt, np.asarray(pred))
+        row["rf_tuned"].update(validation_curve=growth_curve(search), peak_bytes=pm.peak,
+                               peak_increase_bytes=pm.increase, load_avg=os.getloadavg())
+        print(json.dumps(row["rf_tuned"], indent=1, default=float), flush=True)
+        best = dict(search.best_params_, n_features=args.second_features)
+        del search, pred
+        with PeakMemory(interval=0.05) as pm:
+            model = RandomFeatureOperator(random_state=0, max_gram_bytes=args.max_gram_bytes, progress=True, **best)
+            fit_s = timed_fit(model, train, None)
+        row["rf_tuned_second"] = {"error": relative_l2_error(Vt, np.asarray(model.predict(test["input"]))),
+                                  "params": best, "fit_s": fit_s, "peak_bytes": pm.peak, "load_avg": os.getloadavg()}
+        print(json.dumps(row["rf_tuned_second"], indent=1, default=float), flush=True)
+    finally:
+        close_client(client)
+    return row
 
 
 def render_full(results):
-    """Markdown table of the full-size runs (``--refit-features``)."""
-    lines = ["| data set | train / test | N searched | N chosen | law, gamma, alpha | RF tuned | kernel tuned "
-             "| paper's better RF | validation error | search s (search + grow) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    """Markdown table of the full-size runs (``--grow-to``)."""
+    lines = ["| data set | train / test | N searched, grown to | N chosen | law, gamma, alpha | RF tuned | kernel tuned "
+             "| paper's better RF | validation error | search s (incl. growth) | refit s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results.values():
         m = r["methods"]
-        if "rf_tuned_grown" not in m:
+        if not r.get("grow_to"):
             continue
-        g, kern, p = m["rf_tuned_grown"], m["kernel_tuned"], r["paper"]
+        g, kern, p = m["rf_tuned"], m["kernel_tuned"], r["paper"]
         bp = g["best_params"]
         lines.append(
-            f"| {r['name']} | {r['train']} / {r['test']} | {r['n_features']}; {', '.join(map(str, g['n_searched']))} "
+            f"| {r['name']} | {r['train']} / {r['test']} | {r['n_features']}, {r['grow_to']} "
             f"| {bp['n_features']} | {bp['distribution']}, {bp['gamma']:.3g}, {bp['alpha']:.0e} | {g['error']:.3%} "
             f"| {kern['error']:.3%} ({kern['best_params']['kernel']}) | {min(p['cauchy'], p['gaussian']):.2%} "
-            f"| {g['validation_error']:.3%} | {g['total_search_s']:.1f} ({m['rf_tuned']['search_s']:.1f} + "
-            f"{g['search_s']:.1f}) |")
+            f"| {g['validation_error']:.3%} | {g['search_s']:.1f} | {g['refit_s']:.1f} |")
     return "\n".join(lines)
 
 
@@ -292,12 +329,17 @@ def main(argv=None):
                              "samples and N = --max-features; results under 'cost' (key: --label)")
     parser.add_argument("--repeats", type=int, default=3, help="--cost: runs per timing (medians)")
     parser.add_argument("--label", default=None, help="--cost: key of the result (default name_M_N)")
-    parser.add_argument("--refit-features", default=None,
-                        help="comma-separated larger N: after the search at --max-features, search N (with the "
-                             "winner's law, gamma x --refit-refine, every alpha) on the same validation split "
-                             "and refit the winner (row rf_tuned_grown)")
-    parser.add_argument("--refit-refine", default="1",
-                        help="--refit-features: multiples of the searched gamma tried (default 1)")
+    parser.add_argument("--grow-to", type=int, default=None,
+                        help="let the search grow N from --max-features up to this many features (max_features)")
+    parser.add_argument("--ns-high", action="store_true",
+                        help="the 20000-sample Navier-Stokes high target from Zarr on a LocalCluster (key ns_high)")
+    parser.add_argument("--store", default=None, help="--ns-high: another store (a dry run; --train samples train)")
+    parser.add_argument("--second-features", type=int, default=20000,
+                        help="--ns-high: N of the second refit of the winner (row rf_tuned_second)")
+    parser.add_argument("--memory-limit", default="20GB", help="--ns-high: the worker's memory limit")
+    parser.add_argument("--max-gram-bytes", type=float, default=6e9,
+                        help="--ns-high: max_gram_bytes of the search and the fits (the search then builds one "
+                             "gamma's Grams at a time)")
     args = parser.parse_args(argv)
     import dask
 
@@ -306,7 +348,9 @@ def main(argv=None):
     out = Path(args.out)
     res = json.loads(out.read_text()) if out.exists() else {}
     res.update(machine=platform.machine(), cpus=os.cpu_count(), threads=args.threads)
-    if args.cost:
+    if args.ns_high:
+        res["ns_high"] = ns_high(args)
+    elif args.cost:
         name = args.names.split(",")[0]
         n_train = args.train or quick_train(name)
         row = cost(name, n_train, args.test, args.max_features, args.data, args.repeats)
@@ -323,14 +367,12 @@ def main(argv=None):
         for name in names:
             n_train = args.train or quick_train(name)
             t0 = time.perf_counter()
-            grow = [int(v) for v in args.refit_features.split(",")] if args.refit_features else ()
-            sets[name] = run_set(name, n_train, args.test, args.max_features, args.data, grow,
-                                 [float(v) for v in args.refit_refine.split(",")])
+            sets[name] = run_set(name, n_train, args.test, args.max_features, args.data, args.grow_to)
             sets[name]["load_avg"] = os.getloadavg()[0]
             sets[name]["wall_s"] = time.perf_counter() - t0
             out.write_text(json.dumps(res, indent=1, default=float))
         print("\n" + render(sets))
-        if args.refit_features:
+        if args.grow_to:
             print("\n" + render_full(sets))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1, default=float))

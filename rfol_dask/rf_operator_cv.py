@@ -17,12 +17,17 @@ from .features import DISTRIBUTIONS, draw_frequencies, integer_seed
 from .memory import memory_budget
 from .placement import pinned, worker_addresses
 from .rf_operator import RandomFeatureOperator
-from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows
+from .progress import compute
+from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, best_row
 from .solve.graph import tree_sum
-from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, slab_bounds, validation_grams,
-                     validation_slab)
+from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, slab_bounds, sum_validation,
+                     validation_grams, validation_slab)
 
 __all__ = ["RandomFeatureOperatorCV"]
+
+#: the growth stage solves the alphas within this many grid steps of the best one so far (widened
+#: while the best sits on the window's edge) where one Cholesky per alpha beats an ``eigh``
+GROWTH_HALF_WIDTH = 1
 
 
 class RandomFeatureOperatorCV(SelectionCV):
@@ -35,6 +40,16 @@ class RandomFeatureOperatorCV(SelectionCV):
     ----------
     n_features : int or sequence of int, default=1000
         ``N``; a sequence is searched too (nested models of one draw, one pass for all).
+    max_features : int or None, default=None
+        Grow ``N`` after the search: the winner's law, gamma and (a window of) alphas are scored
+        at ``N, 2 N, 4 N, ...`` up to ``max_features`` features on the same validation split(s),
+        in one pass over the frequencies (nested models of one draw), stopping early once a
+        doubling lowers the best validation error by less than ``growth_tol``; the best of these
+        (stage ``"growth"`` in ``cv_results_``) is refitted. None: no growth. Costs about one fit
+        at the largest ``N`` reached (``(M_t^2 + 2 M_v M_t) N`` flops) plus one solve per
+        checkpoint; memory one training Gram and cross-Gram per split.
+    growth_tol : float, default=0.01
+        Relative decrease of the best validation error below which the growth stops.
     distributions : sequence of {"cauchy", "gaussian", "student_t"}, default=("cauchy", "gaussian")
         Frequency laws searched.
     gammas : sequence of float, default=None
@@ -124,6 +139,8 @@ class RandomFeatureOperatorCV(SelectionCV):
 
     _parameter_constraints = {
         "n_features": [Interval(numbers.Integral, 1, None, closed="left"), "array-like"],
+        "max_features": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "growth_tol": [Interval(numbers.Real, 0, None, closed="left")],
         "distributions": ["array-like"],
         "gammas": ["array-like", None],
         "alphas": ["array-like", None],
@@ -138,11 +155,13 @@ class RandomFeatureOperatorCV(SelectionCV):
         **OperatorEstimator._common_constraints,
     }
 
-    def __init__(self, *, n_features=1000, distributions=("cauchy", "gaussian"), gammas=None, alphas=None, nu=None,
-                 cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", fit_intercept=True,
+    def __init__(self, *, n_features=1000, max_features=None, growth_tol=0.01, distributions=("cauchy", "gaussian"),
+                 gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", fit_intercept=True,
                  solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
                  progress=False, recovery="cubic", device="cpu"):
         self.n_features = n_features
+        self.max_features = max_features
+        self.growth_tol = growth_tol
         self.distributions = distributions
         self.gammas = gammas
         self.alphas = alphas
@@ -223,29 +242,104 @@ class RandomFeatureOperatorCV(SelectionCV):
         workers = worker_addresses(client)
         Xa = dask.delayed(arrange_rows)(X, train, valid)
         Yt, Yv = dask.delayed(_take)(Y, train), dask.delayed(_take)(Y, valid)
-        groups = [list(g) for g in np.array_split(np.arange(len(slabs)), min(len(workers), len(slabs))) if len(g)]
-        out = []
+        out, last = [], None
         for g0 in range(0, len(scales), group):
             sc = scales[g0:g0 + group]
-            accs = []
-            for w, idx in zip(workers, groups):
-                with pinned(w):
-                    acc = None
-                    for i in idx:
-                        f0, f1 = slabs[i]
-                        acc = dask.delayed(validation_slab)(acc, Xa, M_t, freq, N, f0, f1, sc, Ns, self.fit_intercept)
-                accs.append(acc)
-            total = tree_sum(accs, dask.delayed(add_validation))
-            out += [[dask.delayed(_path_errors)(total, k, Ns, g, Yt, Yv, *args) for g in range(len(Ns))]
-                    for k in range(len(sc))]
+            step = functools.partial(dask.delayed(validation_slab), X=Xa, n_train=M_t, frequencies=freq, n_features=N,
+                                     scales=sc, segments=Ns, fit_intercept=self.fit_intercept)
+            # one group's Grams at a time on the first worker, and one solve at a time (each solve
+            # uses every core and a copy of a Gram): each waits for the task before it
+            start = [None if last is None else dask.delayed(_after)(None, last)] + [None] * (len(workers) - 1)
+            total = tree_sum(_chains(start, workers, slabs, step), dask.delayed(add_validation))
+            row = []
+            for k in range(len(sc)):
+                row.append([])
+                for g in range(len(Ns)):
+                    last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), k, Ns, g, Yt, Yv, *args)
+                    row[-1].append(last)
+            out += row
         return dask.delayed(np.asarray)(out)
+
+    def _extend(self, X, Y, splits, client, rows):
+        """The growth stage (``max_features``): the search's winner at ``N, 2 N, ...`` features."""
+        best = best_row([r for r in rows if r["stage"] == rows[-1]["stage"]])
+        N0 = best["n_features"]
+        if self.max_features is None or self.max_features <= N0:
+            return []
+        N_max = int(self.max_features)
+        checkpoints = sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
+        law, mult = best["family"], best["scale_multiple"]
+        scale = [frequency_scale(law, best["gamma"])]
+        freq = functools.partial(draw_frequencies, self.n_features_in_, N_max, law, 1.0, self.nu, self._seed)
+        alphas = self._alphas()
+        center = int(np.argmin(np.abs(np.log(alphas) - np.log(best["alpha"]))))
+        workers = worker_addresses(client)
+        state = []  # per split: (inputs arranged, training outputs, validation outputs, per-worker accumulators)
+        for tr, va in splits:
+            data = (arrange_rows(X, tr, va), Y[tr], Y[va]) if client is None else client.persist(
+                [dask.delayed(arrange_rows)(X, tr, va), dask.delayed(_take)(Y, tr), dask.delayed(_take)(Y, va)])
+            state.append([*data, [None] * len(workers)])
+        slabs = slab_bounds(N_max, len(splits[0][0]) + len(splits[0][1]), checkpoints)
+        out, previous, done = [], np.inf, 0
+        for Nk in checkpoints:
+            new = [(f0, f1) for f0, f1 in slabs if done <= f0 and f1 <= Nk]
+            done = Nk
+            errs = []
+            for k, ((tr, va), st) in enumerate(zip(splits, state)):
+                Xa, Yt, Yv, accs = st
+                opts = dict(X=Xa, n_train=len(tr), frequencies=freq, n_features=N_max, scales=scale,
+                            segments=[N_max], fit_intercept=self.fit_intercept)
+                # the running sums carry sqrt(2 / N_max): segments (Nk, N_max) rescale them to Nk features
+                args = (0, (Nk, N_max), 0, Yt, Yv, alphas, self.fit_intercept, self.alpha_path, center, GROWTH_HALF_WIDTH)
+                if client is None:
+                    acc = accs[0]
+                    for f0, f1 in new:
+                        acc = validation_slab(acc, f0=f0, f1=f1, **opts)
+                    st[3] = [acc]
+                    errs.append(_path_errors(acc, *args))
+                    continue
+                accs = client.persist(_chains(accs, workers, new, functools.partial(dask.delayed(validation_slab),
+                                                                                     **opts)))
+                st[3] = accs + [None] * (len(workers) - len(accs))
+                total = accs[0] if len(accs) == 1 else dask.delayed(sum_validation)(*accs)
+                errs.append(dask.delayed(_path_errors)(dask.delayed(_after)(total, *errs[-1:]), *args))
+            if client is not None:
+                (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection (growth, N = {Nk})")
+            errs = np.stack([np.asarray(e) for e in errs], axis=-1)  # (alphas, splits)
+            out += self._rows(errs[None, None], law, [mult], [Nk], len(splits[0][0]), "growth")
+            mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
+            center = int(np.argmin(np.where(np.isnan(mean), np.inf, mean)))
+            if not mean[center] < previous * (1.0 - self.growth_tol):
+                break
+            previous = mean[center]
+        return out
+
+
+def _chains(accs, workers, slabs, step):
+    """Per worker, its accumulator (None: none yet) advanced by ``step(acc, f0=, f1=)`` (delayed)
+    over its share of ``slabs`` (consecutive groups, one per worker); the accumulators that
+    exist afterwards."""
+    groups = np.array_split(np.arange(len(slabs)), len(workers))
+    out = []
+    for w, acc, idx in zip(workers, accs, groups):
+        with pinned(w):
+            for i in idx:
+                acc = step(acc, f0=slabs[i][0], f1=slabs[i][1])
+        if acc is not None:
+            out.append(acc)
+    return out
 
 
 def _take(Y, rows):
     return Y[rows]
 
 
-def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None):
+def _after(value, *_):
+    """``value``, once the tasks given after it are done (orders tasks that need the whole machine)."""
+    return value
+
+
+def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2):
     """Validation errors (n_alpha,) of scale ``k`` and ``segments[g]`` features (:func:`path_errors`)."""
     G, K = validation_grams(acc, k, segments, g)
-    return path_errors(G, K, V_train, V_valid, alphas, fit_intercept, method, center)
+    return path_errors(G, K, V_train, V_valid, alphas, fit_intercept, method, center, half_width)

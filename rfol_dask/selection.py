@@ -38,7 +38,7 @@ from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
-           "arrange_rows"]
+           "arrange_rows", "best_row"]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
 DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
@@ -66,6 +66,20 @@ def _score(row):
     """The ranking key of a results row (a NaN score ranks last)."""
     score = row["mean_test_score"]
     return -np.inf if np.isnan(score) else score
+
+
+def _rank(rows):
+    """Set ``rank_test_score`` of every results row, within its stage (1 = best)."""
+    for stage in {r["stage"] for r in rows}:
+        part = [r for r in rows if r["stage"] == stage]
+        order = np.argsort([-_score(r) for r in part], kind="stable")
+        for rank, k in enumerate(order, start=1):
+            part[k]["rank_test_score"] = rank
+
+
+def best_row(rows):
+    """The best results row (NaN scores rank last)."""
+    return max(rows, key=_score)
 
 
 def arrange_rows(U, train, valid):
@@ -181,12 +195,14 @@ class SelectionCV(OperatorEstimator):
         self._prepare(X, client)
         try:
             rows = self._search(X, Y, splits, client)
+            rows += self._extend(X, Y, splits, client, rows)
         finally:
             if client is not None:
                 client.cancel([X, Y])
+        _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
         final = [r for r in rows if r["stage"] == rows[-1]["stage"]]
-        best = max(final, key=_score)
+        best = best_row(final)
         self.best_score_ = float(best["mean_test_score"])
         self.best_params_ = self._params_of(best)
         self.n_splits_ = len(splits)
@@ -194,16 +210,19 @@ class SelectionCV(OperatorEstimator):
     def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
         """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
         index ``alpha_center`` only, where that is cheaper: :func:`rfol_dask.tuning.path_errors`)."""
-        alphas = self._alphas()
         scales = self._family_multiples(family, scales)
         errs = [self._stage_errors(X, Y, tr, va, client, family, scales, Ns, alpha_center) for tr, va in splits]
         if client is not None:
             (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})")
         errs = np.stack([np.asarray(e) for e in errs], axis=-1)  # (scales, Ns, alphas, splits)
+        return self._rows(errs, family, scales, Ns, rows_used, name)
+
+    def _rows(self, errs, family, scales, Ns, rows_used, name):
+        """Results rows of the validation errors ``errs`` (scales, Ns, alphas, splits)."""
         out = []
         for i, mult in enumerate(scales):
             for j, N in enumerate(Ns):
-                for a, alpha in enumerate(alphas):
+                for a, alpha in enumerate(self._alphas()):
                     e = errs[i, j, a]
                     with np.errstate(invalid="ignore"):  # an infinite error (a failed solve): NaN spread
                         spread = float(np.std(e))
@@ -234,7 +253,7 @@ class SelectionCV(OperatorEstimator):
                             np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False))))
             for fam in families:
                 rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
-            best = max(rows, key=_score)
+            best = best_row(rows)
             # a winner on the edge of the grid: extend the grid that way (two steps at a time, at most 3 times)
             step = float(np.max(mults) / np.min(mults)) ** (1 / max(1, len(mults) - 1)) if len(mults) > 1 else 4.0
             for _ in range(3):
@@ -245,7 +264,7 @@ class SelectionCV(OperatorEstimator):
                 edge, sign = (min(tried), -1) if best["scale_multiple"] == min(tried) else (max(tried), 1)
                 rows += self._stage(X, Y, sub, client, fam, edge * step ** (sign * np.arange(1, 3)), Nc,
                                     len(sub[0][0]), "coarse")
-                best = max(rows, key=_score)
+                best = best_row(rows)
             families = [best["family"]]
             mults = best["scale_multiple"] * np.asarray(self.refine, dtype=float)
             # the fine stage solves the alphas around the coarse winner's where that is cheaper
@@ -255,15 +274,11 @@ class SelectionCV(OperatorEstimator):
         name = "fine" if coarse else "full"
         for fam in families:
             rows += self._stage(X, Y, splits, client, fam, mults, Ns, len(splits[0][0]), name, center)
-        ranks = {}
-        for stage in {r["stage"] for r in rows}:
-            part = [r for r in rows if r["stage"] == stage]
-            order = np.argsort([-_score(r) for r in part], kind="stable")
-            for rank, k in enumerate(order, start=1):
-                ranks[id(part[k])] = rank
-        for r in rows:
-            r["rank_test_score"] = ranks[id(r)]
         return rows
+
+    def _extend(self, X, Y, splits, client, rows):
+        """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows N)."""
+        return []
 
     # ------------------------------------------------------------------ hooks
     def _check_grids(self, *names):

@@ -40,7 +40,7 @@ from .linalg import symmetrize, syrk
 from .metrics import relative_l2_errors
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
-           "frequency_scale", "validation_slab", "validation_grams", "EigenPath", "cholesky_errors", "window_errors",
+           "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "EigenPath", "cholesky_errors", "window_errors",
            "path_errors",
            "eigh_pays", "relative_errors"]
 
@@ -225,14 +225,26 @@ def add_validation(a, b):
     return a
 
 
+def sum_validation(*accs):
+    """The sum of :func:`validation_slab` accumulators in a new one (the inputs are kept)."""
+    out = [[None if p is None else (p[0].copy(order="K"), p[1].copy()) for p in row] for row in accs[0]]
+    for acc in accs[1:]:
+        add_validation(out, acc)
+    return out
+
+
 def validation_grams(acc, k, segments, g):
     """``(G, K)`` of scale ``k`` for the model with ``segments[g]`` features: the segments'
     sums up to ``g``, rescaled by ``N / segments[g]`` (the features carry ``sqrt(2 / N)``)."""
     parts = [p for p in acc[k][:g + 1] if p is not None]
-    G = sum(p[0] for p in parts)
-    K = sum(p[1] for p in parts)
     factor = segments[-1] / segments[g]
-    return np.asfortranarray(symmetrize(G) * factor), K * factor
+    G = np.array(parts[0][0], order="F")  # a new array: the accumulator is kept
+    K = parts[0][1] * factor
+    for p in parts[1:]:
+        G += p[0]
+        K += p[1] * factor
+    G *= factor
+    return symmetrize(G), K
 
 
 # ---------------------------------------------------------------------------------------

@@ -285,3 +285,67 @@ def test_distributed_search_reads_each_chunk_once(cluster_client, tmp_path):
     assert reads == [0, 1, 2, 3]  # the median heuristic samples the persisted inputs: no second read
     ref = RandomFeatureOperatorCV(n_features=300, random_state=0, **SMALL).fit(U, V)
     assert lazy.median_scales_ == ref.median_scales_
+
+
+# ---------------------------------------------------------------------------------------------- growth of N
+GROW = dict(n_features=256, max_features=2048, growth_tol=0.0, random_state=0, **SMALL)
+
+
+def _growth(cv):
+    res = cv.cv_results_.to_dataframe()
+    return res[res.stage == "growth"]
+
+
+def test_growth_scores_equal_a_search_at_each_n():
+    """Each growth checkpoint scores exactly what a one-stage search at that N, law and gamma
+    scores (nested frequencies of one draw), and the refitted winner has the chosen N."""
+    U, V = _nonlinear_data(200)
+    cv = RandomFeatureOperatorCV(**GROW).fit(U, V)
+    grown = _growth(cv)
+    assert sorted(set(grown.n_features)) == [256, 512, 1024, 2048]
+    law, mult = cv.best_params_["distribution"], float(grown.scale_multiple.iloc[0])
+    for N in (512, 2048):
+        ref = RandomFeatureOperatorCV(n_features=N, distributions=(law,), gammas=(mult,), alphas=SMALL["alphas"],
+                                      coarse=None, random_state=0, refit=False).fit(U, V)
+        mine = grown[grown.n_features == N].set_index("alpha").mean_relative_l2
+        theirs = ref.cv_results_.to_dataframe().set_index("alpha").mean_relative_l2
+        solved = mine.notna()  # the alphas of the window around the best one so far
+        assert solved.sum() >= 2
+        np.testing.assert_allclose(mine[solved], theirs[solved], rtol=1e-9)
+    best = grown.loc[grown.mean_relative_l2.idxmin()]
+    assert cv.best_params_["n_features"] == best.n_features
+    assert cv.best_score_ == -best.mean_relative_l2
+    assert cv.best_estimator_.n_features == best.n_features
+    assert (cv.cv_results_["rank_test_score"][cv.cv_results_["stage"] == "growth"] >= 1).all()
+
+
+def test_growth_stops_when_a_doubling_gains_too_little_and_is_off_by_default():
+    U, V = _nonlinear_data(200)
+    stopped = RandomFeatureOperatorCV(**dict(GROW, growth_tol=0.99)).fit(U, V)
+    assert sorted(set(_growth(stopped).n_features)) == [256, 512]  # 512 cannot gain 99 %: stop there
+    plain = RandomFeatureOperatorCV(**dict(GROW, max_features=None)).fit(U, V)
+    assert "growth" not in set(plain.cv_results_["stage"]) and plain.best_params_["n_features"] == 256
+    assert "growth" not in set(RandomFeatureOperatorCV(**dict(GROW, max_features=256)).fit(U, V).cv_results_["stage"])
+    with pytest.raises(ValueError, match="max_features"):
+        RandomFeatureOperatorCV(max_features=0).fit(U, V)
+
+
+def test_growth_on_dask_input_equals_numpy():
+    U, V = _nonlinear_data(200)
+    ref = RandomFeatureOperatorCV(**GROW).fit(U, V)
+    lazy = RandomFeatureOperatorCV(**GROW).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    assert lazy.best_params_ == ref.best_params_
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+
+
+@pytest.mark.slow
+def test_distributed_growth_equals_numpy(cluster_client):
+    """Growth on a 2-worker cluster (the slabs of a checkpoint split over the workers, their sums
+    added without touching the running accumulators) scores what the numpy search scores."""
+    U, V = _nonlinear_data(200)
+    kw = dict(GROW, max_features=4096, refit=False)
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    with cluster_client.as_current():
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    assert lazy.best_params_ == ref.best_params_
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
