@@ -163,8 +163,11 @@ def _fit_model(args):
         if args.gamma != "median" or args.alpha is not None:
             raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
         laws = ("cauchy", "gaussian") if args.distribution is None else (args.distribution,)
-        return RandomFeatureOperatorCV(n_features=args.n_features, distributions=laws, nu=args.nu,
-                                       solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=True)
+        return RandomFeatureOperatorCV(n_features=args.n_features, max_features=args.max_features,
+                                       distributions=laws, nu=args.nu, solver=args.solver, dtype=args.dtype,
+                                       random_state=args.seed, progress=True)
+    if args.max_features is not None:
+        raise ValueError("--max-features grows N during the --tune search: add --tune, or set N with --n-features")
     from . import RandomFeatureOperator
 
     return RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution or "cauchy",
@@ -179,7 +182,7 @@ def _print_fit(args, model, n_train, fit_time):
               f"best {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
               f"N={best['n_features']}; validation relative L2 error {-model.best_score_:.4e} "
               f"(last 20 % of the training samples)")
-        print(f"fit: {n_train} samples, N={args.n_features} {best['distribution']} features, solver "
+        print(f"fit: {n_train} samples, N={best['n_features']} {best['distribution']} features, solver "
               f"{model.best_estimator_.solver_}: {fit_time:.2f} s (search + refit)")
     else:
         print(f"fit: {n_train} samples, N={args.n_features} {model.distribution} features, "
@@ -244,6 +247,9 @@ def _add_fit_parser(sub):
     f.add_argument("--tune", action="store_true",
                    help="choose the law, gamma and alpha by validation on the training samples "
                         "(RandomFeatureOperatorCV); prints the choice and its validation error")
+    f.add_argument("--max-features", type=int, default=None,
+                   help="with --tune: after the search at --n-features, grow N (doubling) up to this many "
+                        "features while the validation error falls by at least 1 %% a doubling")
     f.add_argument("--solver", default="auto", choices=["auto", "dual", "primal"])
     f.add_argument("--dtype", default=None, choices=["float32", "float64"])
     f.add_argument("--seed", type=int, default=0)

@@ -147,8 +147,13 @@ def test_cli_fit_gamma_defaults_to_the_median_heuristic_and_tune_searches(tmp_pa
         with pytest.raises(SystemExit) as exc:
             main(["fit", store, "--train", "120", *bad])
         assert exc.value.code == 2
-    for bad in (["--tune", "--gamma", "1e-4"], ["--tune", "--alpha", "1e-8"]):
+    for bad in (["--tune", "--gamma", "1e-4"], ["--tune", "--alpha", "1e-8"], ["--max-features", "600"]):
         assert main(["fit", store, "--train", "120", *bad]) == 2
     err = capsys.readouterr().err
     assert "expected a number > 0 or 'median'" in err and "gamma must be > 0" in err
-    assert "leave out --gamma and --alpha" in err
+    assert "leave out --gamma and --alpha" in err and "add --tune" in err
+    # --tune --max-features: the search grows N and the printed N is the chosen one
+    assert main(["fit", store, "--train", "120", "--n-features", "128", "--tune", "--max-features", "1024"]) == 0
+    out = capsys.readouterr().out
+    chosen = int(out.split("best ")[1].split("N=")[1].split(";")[0])
+    assert chosen in (128, 256, 512, 1024) and f"N={chosen} " in out.split("fit: ")[1]
