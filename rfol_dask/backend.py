@@ -7,11 +7,16 @@ against an array namespace ``xp`` (the array API standard, through ``array_api_c
 - numpy arrays: ``xp`` is the ``numpy`` module itself and every operation below is the fast CPU
   path of :mod:`rfol_dask.linalg` (in-place SYRK, in-place LAPACK ``potrf`` / ``potrs``, Fortran
   order, threaded cosines); nothing generic is on that path;
-- CuPy arrays (``device="cuda"``): cuBLAS products, ``cupy.linalg.cholesky`` with the ridge put on
-  the diagonal in place, ``cupyx.scipy.linalg.solve_triangular``;
+- CuPy arrays (``device="cuda"``): cuBLAS products, the Cholesky factor by cuSOLVER ``potrf`` in
+  place in the Gram's own buffer (the ridge put on its diagonal), ``cupyx.scipy.linalg.solve_triangular``
+  on that Fortran-ordered factor (no copy of it);
 - any other array API namespace (e.g. ``array_api_strict``, or numpy inside
-  :func:`generic_numpy`): the standard's operations; triangular solves by ``xp.linalg.solve`` on
-  the triangle (the standard has no triangular solve).
+  :func:`generic_numpy`): the standard's operations; the Cholesky factor is a new array
+  (``xp.linalg.cholesky``), triangular solves by ``xp.linalg.solve`` on the triangle (the standard
+  has no triangular solve).
+
+Only numpy and CuPy factorise in place; products accumulated into an existing array (:func:`syrk`
+with ``C``) never form a second ``n x n`` array on any path.
 
 CuPy is imported only when a CuPy array is seen (``array_api_compat`` looks in ``sys.modules``)
 or when ``device="cuda"`` is asked for; a CPU install never imports it.
@@ -28,7 +33,7 @@ from . import linalg
 
 __all__ = ["DEVICES", "namespace", "generic_numpy", "is_fast", "is_cupy", "device_namespace", "check_device",
            "compute_namespace", "to_namespace", "to_numpy", "is_array_api", "itemsize", "is_real_dtype",
-           "as_fortran", "syrk", "symmetrize", "cholesky", "cho_solve"]
+           "as_fortran", "fortran_copy", "syrk", "symmetrize", "cholesky", "cho_solve"]
 
 DEVICES = ("cpu", "cuda")
 
@@ -187,19 +192,39 @@ def as_fortran(A):
     return np.asfortranarray(A) if isinstance(A, np.ndarray) and is_fast(namespace(A)) else A
 
 
+def fortran_copy(X):
+    """A copy of ``X`` that a solve may overwrite: Fortran order for numpy and CuPy (LAPACK
+    ``potrs`` and cuBLAS ``trsm`` work in place on it, and copy a C-ordered right-hand side
+    first), the namespace's own layout elsewhere. Memory: one copy of ``X``."""
+    if isinstance(X, np.ndarray):
+        return np.array(X, order="F")
+    xp = namespace(X)
+    if is_cupy(xp):
+        import cupy
+
+        return cupy.array(X, order="F")
+    return xp.asarray(X, copy=True)
+
+
 def syrk(A, trans, C=None):
     """``A A^T`` (``trans=False``) or ``A^T A`` (``trans=True``), added to ``C`` if given.
 
     numpy: BLAS SYRK, in place into ``C``, only the lower triangle meaningful
-    (:func:`rfol_dask.linalg.syrk`). Other namespaces: the full product (a new array).
+    (:func:`rfol_dask.linalg.syrk`). Other namespaces: the full product; without ``C`` a new
+    array, with ``C`` added to it in place by slabs of its rows, each a temporary of about a
+    quarter of ``A`` (never a second ``n x n`` array beside ``C``).
     """
     xp = namespace(A, C)
     if is_fast(xp):
         return linalg.syrk(A, trans, C)
-    P = A.T @ A if trans else A @ A.T
+    B = A.T if trans else A  # the product is B B^T, B (n, k)
     if C is None:
-        return P
-    C += P
+        return B @ B.T
+    n, k = B.shape
+    step = max(64, k // 4)
+    for s in range(0, n, step):
+        e = min(s + step, n)  # in bounds: the standard leaves slices past the end unspecified
+        C[s:e, :] += B[s:e, :] @ B.T
     return C
 
 
@@ -229,48 +254,90 @@ def cholesky(G, alpha):
     """Lower Cholesky factor of ``G + alpha I`` with the jitter policy of
     :func:`rfol_dask.linalg.cholesky`; returns ``(L, ridge)``.
 
-    numpy: in place in the Fortran-ordered ``G`` (LAPACK ``potrf``). CuPy: the ridge is put on
-    the diagonal of ``G`` in place and ``cupy.linalg.cholesky`` writes a new factor (peak
-    ``2 n^2`` elements). Other namespaces: ``xp.linalg.cholesky(G + ridge I)``.
+    ``G`` (n, n) is symmetric with both triangles filled. numpy: in place in the Fortran-ordered
+    ``G`` (LAPACK ``potrf``). CuPy: in place too (:func:`_cupy_factor_in_place`: cuSOLVER
+    ``potrf`` on ``G``'s own buffer, the ridge put on its diagonal); ``L`` is a Fortran-ordered
+    view of that buffer whose lower triangle is the factor (the upper one keeps ``G``), so the
+    peak is ``n^2`` elements plus cuSOLVER's workspace. Other namespaces:
+    ``xp.linalg.cholesky(G + ridge I)``, a new factor beside ``G``, the identity and the sum
+    (peak about ``4 n^2`` elements).
     """
     xp = namespace(G)
     if is_fast(xp):
         return linalg.cholesky(G, alpha)
-    n = G.shape[0]
-    diag = xp.linalg.diagonal(G)
-    diag = xp.asarray(diag, copy=True)
-    mean_diag = float(xp.mean(xp.abs(diag))) if n else 0.0
-    ridges = linalg.jitter_ridges(alpha, mean_diag, to_numpy_dtype(G.dtype))
-    in_place = is_cupy(xp)
-    eye = None if in_place else xp.eye(n, dtype=G.dtype, device=getattr(G, "device", None))
-    idx = xp.arange(n) if in_place else None
+    n, dtype = G.shape[0], to_numpy_dtype(G.dtype)
+    diag = xp.asarray(xp.linalg.diagonal(G), copy=True)
+    ridges = linalg.jitter_ridges(alpha, float(xp.mean(xp.abs(diag))) if n else 0.0, dtype)
+    factor = _cupy_factor_in_place(G, diag) if is_cupy(xp) else _factor_copy(G, xp)
     for attempt, ridge in enumerate(ridges):
-        ridge = float(ridge)
-        try:
-            if in_place:
-                G[idx, idx] = diag + ridge
-                with _raise_on_failed_factor():  # cuSOLVER reports a failed potrf in devInfo only
-                    L = xp.linalg.cholesky(G)
-            else:
-                L = xp.linalg.cholesky(G + ridge * eye)
-        except Exception as exc:  # the numpy-backed namespaces and CuPy raise LinAlgError
-            if type(exc).__name__ != "LinAlgError":
-                raise
-            continue
-        if bool(xp.all(xp.isfinite(xp.linalg.diagonal(L)))):
+        L = factor(float(ridge), attempt)
+        if L is not None and bool(xp.all(xp.isfinite(xp.linalg.diagonal(L)))):
             if attempt:
-                linalg.warn_ridge(alpha, ridge, to_numpy_dtype(G.dtype))
+                linalg.warn_ridge(alpha, ridge, dtype)
             return L, ridge
-    if in_place:
-        G[idx, idx] = diag
     raise linalg.not_positive_definite(alpha, ridges)
 
 
-def _raise_on_failed_factor():
-    """CuPy's switch that turns a failed cuSOLVER factorisation into ``LinAlgError``."""
-    import cupyx
+def _factor_copy(G, xp):
+    """``factor(ridge, attempt)``: the lower factor of ``G + ridge I`` as a new array, or None
+    where it is not positive definite (the standard's ``xp.linalg.cholesky``; ``G`` untouched)."""
+    eye = xp.eye(G.shape[0], dtype=G.dtype, device=getattr(G, "device", None))
 
-    return cupyx.errstate(linalg="raise")
+    def factor(ridge, attempt):
+        try:
+            return xp.linalg.cholesky(G + ridge * eye)
+        except Exception as exc:  # the numpy-backed namespaces raise LinAlgError
+            if type(exc).__name__ != "LinAlgError":
+                raise
+            return None
+
+    return factor
+
+
+# ---------------------------------------------------------------------- CuPy only
+
+
+def _cupy_factor_in_place(G, diag):
+    """``factor(ridge, attempt)`` for the CuPy array ``G``: puts ``diag + ridge`` on the diagonal
+    and factorises in place (:func:`_cupy_potrf`); returns the Fortran-ordered factor (a view of
+    ``G``'s buffer, lower triangle), or None where it is not positive definite. A retry first
+    restores the lower triangle from the upper one, which ``potrf`` does not touch (as LAPACK
+    on the CPU, :func:`rfol_dask.linalg.cholesky`)."""
+    import cupy
+
+    # a C-ordered symmetric G is its own transpose: G.T is the Fortran-ordered view to factorise
+    F = G if G.flags.f_contiguous else G.T if G.flags.c_contiguous else cupy.asfortranarray(G)
+    idx = cupy.arange(G.shape[0])
+
+    def factor(ridge, attempt):
+        if attempt:
+            symmetrize(F, "upper")
+        F[idx, idx] = diag + ridge
+        return F if _cupy_potrf(F) == 0 else None
+
+    return factor
+
+
+def _cupy_potrf(F):
+    """cuSOLVER ``potrf`` (lower) on the Fortran-ordered (n, n) float32 / float64 CuPy array
+    ``F``, in place: its lower triangle becomes the Cholesky factor, the strict upper one is not
+    read or written. Returns cuSOLVER's ``devInfo``: 0 on success, ``k > 0`` where the leading
+    minor of order ``k`` is not positive definite. Memory: cuSOLVER's workspace only."""
+    import cupy
+    from cupy.cuda import device
+    from cupy_backends.cuda.libs import cublas, cusolver
+
+    kind = {"float32": "s", "float64": "d"}[F.dtype.name]
+    potrf, buffer_size = getattr(cusolver, kind + "potrf"), getattr(cusolver, kind + "potrf_bufferSize")
+    handle, n, lower = device.get_cusolver_handle(), F.shape[0], cublas.CUBLAS_FILL_MODE_LOWER
+    lwork = buffer_size(handle, lower, n, F.data.ptr, n)
+    work = cupy.empty(lwork, dtype=F.dtype)
+    info = cupy.zeros(1, dtype=np.int32)
+    potrf(handle, lower, n, F.data.ptr, n, work.data.ptr, lwork, info.data.ptr)
+    status = int(info[0])  # synchronises
+    if status < 0:  # pragma: no cover - argument error
+        raise RuntimeError(f"cuSOLVER potrf argument {-status} invalid")
+    return status
 
 
 def _cupy_solve_triangular():
@@ -283,7 +350,9 @@ def cho_solve(L, B, overwrite=False):
     """Solve ``L L^T X = B`` for the (n, k) right-hand sides ``B`` (lower ``L`` from
     :func:`cholesky`; only its lower triangle is read). numpy: LAPACK ``potrs`` (with
     ``overwrite`` and a Fortran-ordered ``B``, in its memory); CuPy: two cuBLAS triangular
-    solves; other namespaces: ``xp.linalg.solve`` on the triangle (LU, ``n^3`` more flops)."""
+    solves (``cupyx.scipy.linalg.solve_triangular``, which copies a C-ordered ``L`` or ``B``
+    into Fortran order first: :func:`cholesky` returns a Fortran-ordered ``L``, and
+    :func:`fortran_copy` makes a right-hand side to overwrite); other namespaces: ``xp.linalg.solve`` on the triangle (LU, ``n^3`` more flops)."""
     xp = namespace(L, B)
     if is_fast(xp):
         return linalg.cho_solve(L, B, overwrite)

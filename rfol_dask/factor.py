@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .backend import as_fortran, cho_solve, cholesky, namespace, symmetrize
+from .backend import as_fortran, cho_solve, cholesky, fortran_copy, namespace, symmetrize
 from .linalg import factor_threads
 
 __all__ = ["DualFactor", "PrimalFactor", "gram_place", "dual_factor", "dual_solve", "dual_intercept",
@@ -111,13 +111,13 @@ def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
 def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
     """Centred dual coefficients ``H Beta`` (M, k) for the output columns ``start:start+k`` in
     ``V`` (M, k) (with ``borrow_threads``, on all the cores the factorisation uses; with
-    ``overwrite``, in the memory of a Fortran-ordered ``V``, which the caller gives up)."""
+    ``overwrite``, in the memory of a Fortran-ordered ``V``, which the caller gives up; else in
+    one Fortran-ordered copy of ``V``, M k elements)."""
     limits = factor_threads() if borrow_threads else None
     vbar = fac.vbar[start:start + V.shape[1]]
-    if overwrite:
-        V -= vbar
-    else:
-        V = V - vbar
+    if not overwrite:
+        V = fortran_copy(V)
+    V -= vbar
     with threadpool_limits(limits=limits, user_api="blas"):
         Beta = cho_solve(fac.L, V, overwrite=True)
     if fac.fit_intercept:

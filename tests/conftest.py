@@ -40,6 +40,15 @@ def cluster_client():
             yield client
 
 
+def rel(a, b):
+    """Largest absolute difference of ``a`` and ``b`` over the largest ``|b|`` (arrays of any
+    namespace: CuPy and array_api_strict arrays are brought to numpy)."""
+    from rfol_dask.backend import to_numpy
+
+    a, b = to_numpy(a), to_numpy(b)
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
+
+
 def smooth_operator_data(n_samples=240, n_points=32, seed=0, n_out=None):
     """Inputs: random smooth periodic functions; outputs: a heat-semigroup smoothing of them."""
     rng = np.random.default_rng(seed)

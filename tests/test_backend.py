@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import rel
 
 from rfol_dask import RandomFeatureOperator, backend
 from rfol_dask.baselines import KernelOperator
@@ -24,11 +25,6 @@ from rfol_dask.solve.in_memory import fit_numpy
 xs = pytest.importorskip("array_api_strict")
 
 TOL = 1e-10
-
-
-def rel(a, b):
-    a, b = backend.to_numpy(a), backend.to_numpy(b)
-    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
 
 
 def strict(*arrays):

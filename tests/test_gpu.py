@@ -1,7 +1,9 @@
 """The estimators on a CUDA GPU through CuPy: skipped where CuPy or a GPU is missing.
 
 Run on a GPU machine with ``python -m pytest -q tests/test_gpu.py`` (needs ``rfol-dask[gpu]``).
-Every test compares with the CPU fit of the same seed (1e-8 relative, float64).
+The fits are compared with the CPU fit of the same seed (1e-8 relative, float64); the in-place
+Cholesky with ``cupy.linalg.cholesky``; the in-memory dual's peak pool memory with the issue's
+``1.2 x (8 M^2 + slab + U + V)``.
 """
 
 import warnings
@@ -17,15 +19,14 @@ except Exception:  # CUDARuntimeError: no driver
 if _GPUS < 1:
     pytest.skip("no CUDA GPU visible to CuPy", allow_module_level=True)
 
+from conftest import rel  # noqa: E402
+
 from rfol_dask import RandomFeatureOperator, backend  # noqa: E402
 from rfol_dask.baselines import KernelOperator  # noqa: E402
+from rfol_dask.features import draw_frequencies  # noqa: E402
+from rfol_dask.solve.in_memory import fit_numpy  # noqa: E402
 
 RTOL = 1e-8
-
-
-def rel(a, b):
-    a, b = backend.to_numpy(a), backend.to_numpy(b)
-    return float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-300))
 
 
 @pytest.fixture
@@ -92,6 +93,62 @@ def test_jitter_policy_on_gpu():
     assert np.linalg.norm(Gr @ X - B) / (np.linalg.norm(Gr) * np.linalg.norm(X)) < 1e-12  # backward stable
     with pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular"):
         backend.cholesky(cupy.zeros((5, 5)), 0.0)  # a zero pivot: potrf fails for certain
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_cholesky_in_place_equals_cupy_cholesky(order):
+    A = np.random.default_rng(7).standard_normal((300, 500))
+    G0 = A @ A.T
+    G = cupy.array(G0, order=order)
+    L, ridge = backend.cholesky(G, 1e-6)
+    assert ridge == 1e-6
+    assert L.data.ptr == G.data.ptr and L.flags.f_contiguous  # G's own buffer, as cuSOLVER wants it
+    want = cupy.linalg.cholesky(cupy.asarray(G0) + 1e-6 * cupy.eye(300))
+    assert rel(cupy.tril(L), want) < 1e-12
+    # potrf leaves the strict upper triangle (of the Fortran view) alone: the Gram is kept there
+    assert bool(cupy.all(cupy.triu(L, 1) == cupy.asarray(np.triu(G0.T if order == "C" else G0, 1))))
+    B = np.random.default_rng(8).standard_normal((300, 4))
+    X = backend.cho_solve(L, backend.fortran_copy(cupy.asarray(B)), overwrite=True)
+    assert rel(X, np.linalg.solve(G0 + 1e-6 * np.eye(300), B)) < 1e-8
+
+
+def test_in_memory_dual_in_slabs_equals_cpu():
+    """Several feature slabs, the last one ragged, with and without intercept."""
+    rng = np.random.default_rng(9)
+    U, V = rng.standard_normal((300, 20)), rng.standard_normal((300, 6))
+    om, b = draw_frequencies(20, 2000, gamma=0.1, random_state=0)
+    for fit_intercept in (True, False):
+        kw = dict(alpha=1e-6, fit_intercept=fit_intercept, solver="dual")
+        C0, c0 = fit_numpy(U, V, om, b, **kw)
+        C, c = fit_numpy(*(cupy.asarray(a) for a in (U, V, om, b)), slab_bytes=8 * 300 * 256, **kw)  # 8 slabs
+        assert rel(C, C0) < 1e-6  # coefficients carry the Gram's conditioning
+        assert np.abs(backend.to_numpy(c) - c0).max() < 1e-8 * max(1.0, np.abs(c0).max())
+        A = np.sqrt(2.0 / 2000) * np.cos(U[:50] @ om + b)
+        assert rel(A @ backend.to_numpy(C) + backend.to_numpy(c), A @ C0 + c0) < RTOL
+
+
+def test_in_memory_dual_peak_gpu_memory():
+    """The CuPy pool's high-water mark during fit_numpy (dual): within the issue's
+    ``1.2 x (8 M^2 + slab + U + V)`` besides the model's Omega, b and the coefficients
+    (N x m) it returns; A whole (``8 M N``) would not fit. Omitted: cuBLAS / cuSOLVER handles
+    and cuBLAS's own workspace, which are not allocated from the pool."""
+    M, N, n, m, width = 4000, 16000, 256, 256, 1024
+    slab = 8 * M * width
+    rng = np.random.default_rng(10)
+    om, b = (cupy.asarray(a) for a in draw_frequencies(n, N, gamma=0.05, random_state=0))
+    U = cupy.asarray(rng.standard_normal((M, n)))
+    V = cupy.tanh(U @ cupy.asarray(rng.standard_normal((n, m))) / 16)
+    fit_numpy(U[:200], V[:200], om[:, :400], b[:400], alpha=1e-6, fit_intercept=True, solver="dual")  # handles, kernels
+    pool = cupy.get_default_memory_pool()
+    cupy.cuda.Device().synchronize()
+    pool.free_all_blocks()
+    C, _ = fit_numpy(U, V, om, b, alpha=1e-6, fit_intercept=True, solver="dual", slab_bytes=slab)
+    cupy.cuda.Device().synchronize()
+    peak = pool.total_bytes()  # blocks freed during the fit stay in the pool: its size is the high-water mark
+    model = 8 * M * M + slab + U.nbytes + V.nbytes
+    outside = om.nbytes + b.nbytes + C.nbytes
+    assert peak <= 1.2 * model + outside, (peak - outside) / model
+    assert 8 * M * N + 8 * M * M > 1.2 * model  # the old path (A whole beside the Gram) could not
 
 
 def test_dask_with_cupy_chunks(data):

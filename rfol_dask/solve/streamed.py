@@ -158,15 +158,23 @@ def _colsum(X):
     return backend.namespace(X).sum(X, axis=0)
 
 
-def slab_features(U, frequencies, n_features, f0, f1, centre):
+def slab_features(U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS):
     """Features ``A[:, f0:f1]`` (M, f1 - f0) of all of ``U`` (M, n) minus their mean ``s_f``
-    over the first :data:`SHIFT_ROWS` samples (if ``centre``), and that shift (or None).
+    over the first ``shift_rows`` samples (if ``centre``; ``shift_rows=None``: over all of them,
+    the exact column means), and that shift (or None).
     ``frequencies(columns=(f0, f1))`` draws the slab of ``(Omega, b)`` (a
     ``features.draw_frequencies`` recipe); ``n_features`` is the model's ``N``."""
     xp = backend.namespace(U)
     omega, b = (backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
-    head = U[:min(SHIFT_ROWS, U.shape[0]), ...]
-    shift = xp.mean(feature_map(head, omega, b, n_features=n_features), axis=0) if centre else None
+    if not centre:
+        return feature_map(U, omega, b, n_features=n_features), None
+    if shift_rows is None:
+        A = feature_map(U, omega, b, n_features=n_features)
+        shift = xp.mean(A, axis=0)
+        A -= shift
+        return A, shift
+    head = U[:min(shift_rows, U.shape[0]), ...]
+    shift = xp.mean(feature_map(head, omega, b, n_features=n_features), axis=0)
     return feature_map(U, omega, b, shift=shift, n_features=n_features), shift
 
 
