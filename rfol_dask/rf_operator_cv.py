@@ -35,7 +35,7 @@ class RandomFeatureOperatorCV(SelectionCV):
     ----------
     n_features : int or sequence of int, default=1000
         ``N``; a sequence is searched too (nested models of one draw, one pass for all).
-    distributions : sequence of {"cauchy", "gaussian", "student_t"}, default=("cauchy", "gaussian")
+    distributions : sequence of {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default=("cauchy", "gaussian")
         Frequency laws searched.
     gammas : sequence of float, default=None
         Multiples of each law's median-heuristic gamma (:func:`rfol_dask.tuning.median_gamma`);
@@ -44,7 +44,8 @@ class RandomFeatureOperatorCV(SelectionCV):
         Ridge values (> 0); default ``1e-16 ... 10`` (:data:`DEFAULT_ALPHAS`; the paper's
         advection settings use 1e-15).
     nu : float, default=None
-        Degrees of freedom for ``"student_t"``.
+        Degrees of freedom for ``"student_t"`` (required with it) and shape ``a`` of
+        ``"rational_quadratic"`` (None: 1); one value serves both when both are searched.
     cv : None, int or scikit-learn splitter, default=None
         None: validate on the last 20 % of the training samples; an int: that many
         (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
