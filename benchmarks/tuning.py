@@ -31,6 +31,14 @@ included) is refitted on all training data and only then scored on the test spli
 ``--cost`` times a default search (no refit) against one fit at the chosen parameters (medians of
 ``--repeats``), on numpy input and on dask input from the Zarr store, and counts the dask
 ``compute`` calls and the reads of each input chunk.
+
+``--distributions`` (comma-separated laws, default: those of ``RandomFeatureOperatorCV()``) and
+``--nu`` set the laws the RF search (and ``--cost``'s) chooses among; a non-default set is stored
+under the key ``"<name> [<laws>]"`` (``--cost``: its label gets the same suffix), so runs with
+and without a law share one output file:
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/tuning.py burgers --threads 1 \
+        --distributions cauchy,gaussian,rational_quadratic --out benchmarks/results/tuning_iq.json
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ from rfol_dask.metrics import relative_l2_error
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 QUICK = sizes(quick=True)
+#: the laws a default RandomFeatureOperatorCV searches
+DEFAULT_LAWS = tuple(RandomFeatureOperatorCV().get_params()["distributions"])
 
 OUT = HERE / "results" / "tuning.json"
 
@@ -72,7 +82,7 @@ def grow_features(search, U, V, refit_features, refine):
     mult = best["gamma"] / search.median_scales_[law]
     Ns = sorted({N0, *refit_features})
     grow = RandomFeatureOperatorCV(n_features=Ns, distributions=[law], gammas=[mult * r for r in refine],
-                                   coarse=None, random_state=search.random_state_)
+                                   nu=search.nu, coarse=None, random_state=search.random_state_)
     grow.fit(U, V)
     res = grow.cv_results_
     curve = {}
@@ -89,8 +99,14 @@ def grow_features(search, U, V, refit_features, refine):
     return grow, row
 
 
-def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), refine=(1.0,)):
-    """All models on one data set; returns the result dict."""
+def laws_key(name, laws):
+    """``name``, or ``"name [law,...]"`` for a search over other laws than the default."""
+    return name if tuple(laws) == DEFAULT_LAWS else f"{name} [{','.join(laws)}]"
+
+
+def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), refine=(1.0,), laws=DEFAULT_LAWS,
+            nu=None):
+    """All models on one data set, the RF search over ``laws`` (with ``nu``); returns the result dict."""
     paper = datasets.get(name).paper
     train, test = load_subset(name, n_train, n_test, data_dir)
     U, V = _arrays(train)
@@ -104,7 +120,8 @@ def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), re
             fit_s = timed_fit(model, U, V)
             rows[label] = {"error": relative_l2_error(Vt, model.predict(Ut)), "fit_s": fit_s, "n_features": N,
                            "gamma": model.gamma_, "alpha": alpha}
-    for label, search in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, random_state=0)),
+    for label, search in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, distributions=laws, nu=nu,
+                                                                random_state=0)),
                           ("kernel_tuned", KernelOperatorCV())):
         search.fit(U, V)
         res = search.cv_results_
@@ -125,7 +142,8 @@ def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), re
         extra = (f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  {row['best_params']}"
                  if "search_s" in row else f"  fit {row['fit_s']:.2f} s")
         print(f"  {name:26s} {label:18s} error {row['error']:.3e}{extra}", flush=True)
-    return {"name": name, "train": len(U), "test": len(Ut), "n_features": N, "paper": paper, "methods": rows}
+    return {"name": name, "label": laws_key(name, laws), "distributions": list(laws), "nu": nu, "train": len(U),
+            "test": len(Ut), "n_features": N, "paper": paper, "methods": rows}
 
 
 def render_full(results):
@@ -140,7 +158,8 @@ def render_full(results):
         g, kern, p = m["rf_tuned_grown"], m["kernel_tuned"], r["paper"]
         bp = g["best_params"]
         lines.append(
-            f"| {r['name']} | {r['train']} / {r['test']} | {r['n_features']}; {', '.join(map(str, g['n_searched']))} "
+            f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']}; "
+            f"{', '.join(map(str, g['n_searched']))} "
             f"| {bp['n_features']} | {bp['distribution']}, {bp['gamma']:.3g}, {bp['alpha']:.0e} | {g['error']:.3%} "
             f"| {kern['error']:.3%} ({kern['best_params']['kernel']}) | {min(p['cauchy'], p['gaussian']):.2%} "
             f"| {g['validation_error']:.3%} | {g['total_search_s']:.1f} ({m['rf_tuned']['search_s']:.1f} + "
@@ -158,7 +177,7 @@ def render(results):
         tuned, kern = m["rf_tuned"], m["kernel_tuned"]
         bp = tuned["best_params"]
         lines.append(
-            f"| {r['name']} | {r['train']} / {r['test']} | {r['n_features']} | "
+            f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']} | "
             f"{m['rf_cauchy_paper']['error']:.3%} / {m['rf_gaussian_paper']['error']:.3%} | "
             f"{m['rf_cauchy_median']['error']:.3%} / {m['rf_gaussian_median']['error']:.3%} | "
             f"{tuned['error']:.3%} ({bp['distribution']}, gamma {bp['gamma']:.3g}, alpha {bp['alpha']:.0e}) | "
@@ -214,8 +233,8 @@ def _median_time(fn, repeats):
     return float(np.median(times)), times, out
 
 
-def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250):
-    """Seconds of a default ``RandomFeatureOperatorCV(n_features=N)`` search (no refit) against one
+def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, laws=DEFAULT_LAWS, nu=None):
+    """Seconds of a ``RandomFeatureOperatorCV(n_features=N, distributions=laws, nu=nu)`` search (no refit) against one
     ``RandomFeatureOperator`` fit at the chosen parameters, medians of ``repeats`` runs each, on
     numpy input and on dask input read from the Zarr store (threaded scheduler, ``chunk`` samples
     per chunk). For dask input it also counts the ``compute`` calls and how often each input
@@ -231,7 +250,8 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250):
     Ul = ds["input"].data.reshape(n_train, -1).rechunk((chunk, -1))
     Vl = ds["output"].data.reshape(n_train, -1).rechunk((chunk, -1))
     U, V = np.asarray(Ul.compute(), dtype=np.float64), np.asarray(Vl.compute(), dtype=np.float64)
-    out = {"name": name, "train": n_train, "n_features": N, "n_in": U.shape[1], "n_out": V.shape[1],
+    out = {"name": name, "distributions": list(laws), "nu": nu, "train": n_train, "n_features": N,
+           "n_in": U.shape[1], "n_out": V.shape[1],
            "repeats": repeats, "load_avg_start": os.getloadavg()[0]}
     for kind in ("numpy", "dask"):
         reads, calls = {}, []
@@ -252,7 +272,8 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250):
             Y = Vl.map_blocks(count, dtype=Vl.dtype, which="V")
         with dask.config.set(scheduler=scheduler):
             search_s, search_all, search = _median_time(
-                lambda: RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False).fit(X, Y), repeats)
+                lambda: RandomFeatureOperatorCV(n_features=N, distributions=laws, nu=nu, random_state=0,
+                                                refit=False).fit(X, Y), repeats)
             search_reads, search_calls = dict(reads), len(calls)
             best = search.best_params_
             fit_s, fit_all, _ = _median_time(lambda: RandomFeatureOperator(random_state=0, **best).fit(X, Y), repeats)
@@ -296,9 +317,15 @@ def main(argv=None):
                         help="comma-separated larger N: after the search at --max-features, search N (with the "
                              "winner's law, gamma x --refit-refine, every alpha) on the same validation split "
                              "and refit the winner (row rf_tuned_grown)")
+    parser.add_argument("--distributions", default=",".join(DEFAULT_LAWS),
+                        help="comma-separated laws of the RF search (default: RandomFeatureOperatorCV's, "
+                             f"{','.join(DEFAULT_LAWS)})")
+    parser.add_argument("--nu", type=float, default=None,
+                        help="nu of the RF search: student_t's degrees of freedom, rational_quadratic's shape")
     parser.add_argument("--refit-refine", default="1",
                         help="--refit-features: multiples of the searched gamma tried (default 1)")
     args = parser.parse_args(argv)
+    laws = tuple(args.distributions.split(","))
     import dask
 
     if args.threads:
@@ -309,9 +336,9 @@ def main(argv=None):
     if args.cost:
         name = args.names.split(",")[0]
         n_train = args.train or quick_train(name)
-        row = cost(name, n_train, args.test, args.max_features, args.data, args.repeats)
+        row = cost(name, n_train, args.test, args.max_features, args.data, args.repeats, laws=laws, nu=args.nu)
         row["threads"] = args.threads
-        res.setdefault("cost", {})[args.label or f"{name}_{n_train}_{args.max_features}"] = row
+        res.setdefault("cost", {})[laws_key(args.label or f"{name}_{n_train}_{args.max_features}", laws)] = row
     elif args.alpha_path:
         res["alpha_path"] = alpha_path([int(s) for s in args.alpha_path.split(",")])
         res["alpha_path_load_avg"] = os.getloadavg()[0]
@@ -324,10 +351,11 @@ def main(argv=None):
             n_train = args.train or quick_train(name)
             t0 = time.perf_counter()
             grow = [int(v) for v in args.refit_features.split(",")] if args.refit_features else ()
-            sets[name] = run_set(name, n_train, args.test, args.max_features, args.data, grow,
-                                 [float(v) for v in args.refit_refine.split(",")])
-            sets[name]["load_avg"] = os.getloadavg()[0]
-            sets[name]["wall_s"] = time.perf_counter() - t0
+            key = laws_key(name, laws)
+            sets[key] = run_set(name, n_train, args.test, args.max_features, args.data, grow,
+                                [float(v) for v in args.refit_refine.split(",")], laws, args.nu)
+            sets[key]["load_avg"] = os.getloadavg()[0]
+            sets[key]["wall_s"] = time.perf_counter() - t0
             out.write_text(json.dumps(res, indent=1, default=float))
         print("\n" + render(sets))
         if args.refit_features:
