@@ -32,10 +32,11 @@ included) is refitted on all training data and only then scored on the test spli
 ``--repeats``), on numpy input and on dask input from the Zarr store, and counts the dask
 ``compute`` calls and the reads of each input chunk.
 
-``--distributions`` (comma-separated laws, default: those of ``RandomFeatureOperatorCV()``) and
-``--nu`` set the laws the RF search (and ``--cost``'s) chooses among; a non-default set is stored
-under the key ``"<name> [<laws>]"`` (``--cost``: its label gets the same suffix), so runs with
-and without a law share one output file:
+``--distributions`` (comma-separated laws, default: those of ``RandomFeatureOperatorCV()``),
+``--nu`` and ``--coarse`` set the RF search's (and ``--cost``'s) laws and stages; a run with
+other than the defaults is stored under the key ``"<name> [<laws>; nu=...; coarse=...]"``
+(non-default entries only; ``--cost``: its label gets the same suffix), so such runs share one
+output file:
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/tuning.py burgers --threads 1 \
         --distributions cauchy,gaussian,rational_quadratic --out benchmarks/results/tuning_iq.json
@@ -61,8 +62,9 @@ from rfol_dask.metrics import relative_l2_error
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 QUICK = sizes(quick=True)
-#: the laws a default RandomFeatureOperatorCV searches
-DEFAULT_LAWS = tuple(RandomFeatureOperatorCV().get_params()["distributions"])
+#: the RandomFeatureOperatorCV defaults of the options --distributions, --nu and --coarse set
+DEFAULT_SEARCH = {k: RandomFeatureOperatorCV().get_params()[k] for k in ("distributions", "nu", "coarse")}
+DEFAULT_LAWS = tuple(DEFAULT_SEARCH["distributions"])
 
 OUT = HERE / "results" / "tuning.json"
 
@@ -99,14 +101,20 @@ def grow_features(search, U, V, refit_features, refine):
     return grow, row
 
 
-def laws_key(name, laws):
-    """``name``, or ``"name [law,...]"`` for a search over other laws than the default."""
-    return name if tuple(laws) == DEFAULT_LAWS else f"{name} [{','.join(laws)}]"
+def search_key(name, search):
+    """``name``, or ``"name [law,...; nu=...; coarse=...]"`` naming the entries of the RF search
+    options ``search`` (a dict as :data:`DEFAULT_SEARCH`) that differ from the defaults."""
+    laws = tuple(search.get("distributions", DEFAULT_LAWS))
+    parts = [] if laws == DEFAULT_LAWS else [",".join(laws)]
+    parts += [f"{k}={search[k]}" for k in ("nu", "coarse") if k in search and search[k] != DEFAULT_SEARCH[k]]
+    return f"{name} [{'; '.join(parts)}]" if parts else name
 
 
-def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), refine=(1.0,), laws=DEFAULT_LAWS,
-            nu=None):
-    """All models on one data set, the RF search over ``laws`` (with ``nu``); returns the result dict."""
+def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), refine=(1.0,), search=None):
+    """All models on one data set, the RF search with the options ``search`` (``distributions``,
+    ``nu``, ``coarse`` of :class:`rfol_dask.RandomFeatureOperatorCV`; default its defaults);
+    returns the result dict."""
+    search = {**DEFAULT_SEARCH, **(search or {})}
     paper = datasets.get(name).paper
     train, test = load_subset(name, n_train, n_test, data_dir)
     U, V = _arrays(train)
@@ -120,18 +128,17 @@ def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), re
             fit_s = timed_fit(model, U, V)
             rows[label] = {"error": relative_l2_error(Vt, model.predict(Ut)), "fit_s": fit_s, "n_features": N,
                            "gamma": model.gamma_, "alpha": alpha}
-    for label, search in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, distributions=laws, nu=nu,
-                                                                random_state=0)),
-                          ("kernel_tuned", KernelOperatorCV())):
-        search.fit(U, V)
-        res = search.cv_results_
-        rows[label] = {"error": relative_l2_error(Vt, search.predict(Ut)), "best_params": search.best_params_,
-                       "validation_error": -search.best_score_, "search_s": search.search_time_,
-                       "refit_s": search.refit_time_, "cost_ratio": search.search_time_ / search.refit_time_,
+    for label, est in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, random_state=0, **search)),
+                       ("kernel_tuned", KernelOperatorCV())):
+        est.fit(U, V)
+        res = est.cv_results_
+        rows[label] = {"error": relative_l2_error(Vt, est.predict(Ut)), "best_params": est.best_params_,
+                       "validation_error": -est.best_score_, "search_s": est.search_time_,
+                       "refit_s": est.refit_time_, "cost_ratio": est.search_time_ / est.refit_time_,
                        "candidates": int(len(res["mean_test_score"])),
                        "stages": sorted({str(s) for s in res["stage"]})}
         if label == "rf_tuned" and refit_features:
-            grow, row = grow_features(search, U, V, refit_features, refine)
+            grow, row = grow_features(est, U, V, refit_features, refine)
             row["error"] = relative_l2_error(Vt, grow.predict(Ut))
             row["total_search_s"] = rows["rf_tuned"]["search_s"] + row["search_s"]
             rows["rf_tuned_grown"] = row
@@ -142,7 +149,7 @@ def run_set(name, n_train, n_test, max_features, data_dir, refit_features=(), re
         extra = (f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  {row['best_params']}"
                  if "search_s" in row else f"  fit {row['fit_s']:.2f} s")
         print(f"  {name:26s} {label:18s} error {row['error']:.3e}{extra}", flush=True)
-    return {"name": name, "label": laws_key(name, laws), "distributions": list(laws), "nu": nu, "train": len(U),
+    return {"name": name, "label": search_key(name, search), "search_options": search, "train": len(U),
             "test": len(Ut), "n_features": N, "paper": paper, "methods": rows}
 
 
@@ -233,8 +240,8 @@ def _median_time(fn, repeats):
     return float(np.median(times)), times, out
 
 
-def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, laws=DEFAULT_LAWS, nu=None):
-    """Seconds of a ``RandomFeatureOperatorCV(n_features=N, distributions=laws, nu=nu)`` search (no refit) against one
+def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, search=None):
+    """Seconds of a ``RandomFeatureOperatorCV(n_features=N, **search)`` search (no refit) against one
     ``RandomFeatureOperator`` fit at the chosen parameters, medians of ``repeats`` runs each, on
     numpy input and on dask input read from the Zarr store (threaded scheduler, ``chunk`` samples
     per chunk). For dask input it also counts the ``compute`` calls and how often each input
@@ -250,7 +257,8 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, laws=DEFAULT_
     Ul = ds["input"].data.reshape(n_train, -1).rechunk((chunk, -1))
     Vl = ds["output"].data.reshape(n_train, -1).rechunk((chunk, -1))
     U, V = np.asarray(Ul.compute(), dtype=np.float64), np.asarray(Vl.compute(), dtype=np.float64)
-    out = {"name": name, "distributions": list(laws), "nu": nu, "train": n_train, "n_features": N,
+    search = {**DEFAULT_SEARCH, **(search or {})}
+    out = {"name": name, "search_options": search, "train": n_train, "n_features": N,
            "n_in": U.shape[1], "n_out": V.shape[1],
            "repeats": repeats, "load_avg_start": os.getloadavg()[0]}
     for kind in ("numpy", "dask"):
@@ -272,8 +280,8 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, laws=DEFAULT_
             Y = Vl.map_blocks(count, dtype=Vl.dtype, which="V")
         with dask.config.set(scheduler=scheduler):
             search_s, search_all, search = _median_time(
-                lambda: RandomFeatureOperatorCV(n_features=N, distributions=laws, nu=nu, random_state=0,
-                                                refit=False).fit(X, Y), repeats)
+                lambda: RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False, **search).fit(X, Y),
+                repeats)
             search_reads, search_calls = dict(reads), len(calls)
             best = search.best_params_
             fit_s, fit_all, _ = _median_time(lambda: RandomFeatureOperator(random_state=0, **best).fit(X, Y), repeats)
@@ -294,6 +302,11 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, laws=DEFAULT_
               flush=True)
     out["load_avg_end"] = os.getloadavg()[0]
     return out
+
+
+def _coarse(text):
+    """``--coarse``: a fraction in (0, 1], or "none"."""
+    return None if text.lower() == "none" else float(text)
 
 
 def main(argv=None):
@@ -322,10 +335,13 @@ def main(argv=None):
                              f"{','.join(DEFAULT_LAWS)})")
     parser.add_argument("--nu", type=float, default=None,
                         help="nu of the RF search: student_t's degrees of freedom, rational_quadratic's shape")
+    parser.add_argument("--coarse", type=_coarse, default=DEFAULT_SEARCH["coarse"],
+                        help="coarse fraction of the RF search, or 'none' for one stage at full size "
+                             f"(default {DEFAULT_SEARCH['coarse']})")
     parser.add_argument("--refit-refine", default="1",
                         help="--refit-features: multiples of the searched gamma tried (default 1)")
     args = parser.parse_args(argv)
-    laws = tuple(args.distributions.split(","))
+    search = {"distributions": tuple(args.distributions.split(",")), "nu": args.nu, "coarse": args.coarse}
     import dask
 
     if args.threads:
@@ -336,9 +352,9 @@ def main(argv=None):
     if args.cost:
         name = args.names.split(",")[0]
         n_train = args.train or quick_train(name)
-        row = cost(name, n_train, args.test, args.max_features, args.data, args.repeats, laws=laws, nu=args.nu)
+        row = cost(name, n_train, args.test, args.max_features, args.data, args.repeats, search=search)
         row["threads"] = args.threads
-        res.setdefault("cost", {})[laws_key(args.label or f"{name}_{n_train}_{args.max_features}", laws)] = row
+        res.setdefault("cost", {})[search_key(args.label or f"{name}_{n_train}_{args.max_features}", search)] = row
     elif args.alpha_path:
         res["alpha_path"] = alpha_path([int(s) for s in args.alpha_path.split(",")])
         res["alpha_path_load_avg"] = os.getloadavg()[0]
@@ -351,9 +367,9 @@ def main(argv=None):
             n_train = args.train or quick_train(name)
             t0 = time.perf_counter()
             grow = [int(v) for v in args.refit_features.split(",")] if args.refit_features else ()
-            key = laws_key(name, laws)
+            key = search_key(name, search)
             sets[key] = run_set(name, n_train, args.test, args.max_features, args.data, grow,
-                                [float(v) for v in args.refit_refine.split(",")], laws, args.nu)
+                                [float(v) for v in args.refit_refine.split(",")], search)
             sets[key]["load_avg"] = os.getloadavg()[0]
             sets[key]["wall_s"] = time.perf_counter() - t0
             out.write_text(json.dumps(res, indent=1, default=float))
