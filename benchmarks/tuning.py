@@ -40,6 +40,15 @@ again at N = 20000; peak memory of the process is sampled throughout:
 ``--cost`` times a default search (no refit) against one fit at the chosen parameters (medians of
 ``--repeats``), on numpy input and on dask input from the Zarr store, and counts the dask
 ``compute`` calls and the reads of each input chunk.
+
+``--distributions`` (comma-separated laws, default: those of ``RandomFeatureOperatorCV()``),
+``--nu`` and ``--coarse`` set the RF search's (and ``--cost``'s) laws and stages; a run with
+other than the defaults is stored under the key ``"<name> [<laws>; nu=...; coarse=...]"``
+(non-default entries only; ``--cost``: its label gets the same suffix), so such runs share one
+output file:
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/tuning.py burgers --threads 1 \
+        --distributions cauchy,gaussian,rational_quadratic --out benchmarks/results/tuning_iq.json
 """
 
 from __future__ import annotations
@@ -62,6 +71,9 @@ from rfol_dask.metrics import relative_l2_error
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 QUICK = sizes(quick=True)
+#: the RandomFeatureOperatorCV defaults of the options --distributions, --nu and --coarse set
+DEFAULT_SEARCH = {k: RandomFeatureOperatorCV().get_params()[k] for k in ("distributions", "nu", "coarse")}
+DEFAULT_LAWS = tuple(DEFAULT_SEARCH["distributions"])
 
 OUT = HERE / "results" / "tuning.json"
 
@@ -93,8 +105,20 @@ def search_row(search, Vt, pred):
             "candidates": int(len(res["mean_test_score"])), "stages": sorted({str(s) for s in res["stage"]})}
 
 
-def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None):
-    """All models on one data set; returns the result dict."""
+def search_key(name, search):
+    """``name``, or ``"name [law,...; nu=...; coarse=...]"`` naming the entries of the RF search
+    options ``search`` (a dict as :data:`DEFAULT_SEARCH`) that differ from the defaults."""
+    laws = tuple(search.get("distributions", DEFAULT_LAWS))
+    parts = [] if laws == DEFAULT_LAWS else [",".join(laws)]
+    parts += [f"{k}={search[k]}" for k in ("nu", "coarse") if k in search and search[k] != DEFAULT_SEARCH[k]]
+    return f"{name} [{'; '.join(parts)}]" if parts else name
+
+
+def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None, search=None):
+    """All models on one data set, the RF search with the options ``search`` (``distributions``,
+    ``nu``, ``coarse`` of :class:`rfol_dask.RandomFeatureOperatorCV`; default its defaults) and
+    ``max_features=grow_to``; returns the result dict."""
+    search = {**DEFAULT_SEARCH, **(search or {})}
     paper = datasets.get(name).paper
     train, test = load_subset(name, n_train, n_test, data_dir)
     U, V = _arrays(train)
@@ -108,7 +132,8 @@ def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None):
             fit_s = timed_fit(model, U, V)
             rows[label] = {"error": relative_l2_error(Vt, model.predict(Ut)), "fit_s": fit_s, "n_features": N,
                            "gamma": model.gamma_, "alpha": alpha}
-    for label, search in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, max_features=grow_to, random_state=0)),
+    for label, search in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, max_features=grow_to, random_state=0,
+                                                                    **search)),
                           ("kernel_tuned", KernelOperatorCV())):
         search.fit(U, V)
         rows[label] = search_row(search, Vt, search.predict(Ut))
@@ -121,8 +146,8 @@ def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None):
         extra = (f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  {row['best_params']}"
                  if "search_s" in row else f"  fit {row['fit_s']:.2f} s")
         print(f"  {name:26s} {label:18s} error {row['error']:.3e}{extra}", flush=True)
-    return {"name": name, "train": len(U), "test": len(Ut), "n_features": N, "grow_to": grow_to, "paper": paper,
-            "methods": rows}
+    return {"name": name, "label": search_key(name, search), "search_options": search, "train": len(U),
+            "test": len(Ut), "n_features": N, "grow_to": grow_to, "paper": paper, "methods": rows}
 
 
 def ns_high(args):
@@ -178,7 +203,7 @@ def render_full(results):
         g, kern, p = m["rf_tuned"], m["kernel_tuned"], r["paper"]
         bp = g["best_params"]
         lines.append(
-            f"| {r['name']} | {r['train']} / {r['test']} | {r['n_features']}, {r['grow_to']} "
+            f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']}, {r['grow_to']} "
             f"| {bp['n_features']} | {bp['distribution']}, {bp['gamma']:.3g}, {bp['alpha']:.0e} | {g['error']:.3%} "
             f"| {kern['error']:.3%} ({kern['best_params']['kernel']}) | {min(p['cauchy'], p['gaussian']):.2%} "
             f"| {g['validation_error']:.3%} | {g['search_s']:.1f} | {g['refit_s']:.1f} |")
@@ -195,7 +220,7 @@ def render(results):
         tuned, kern = m["rf_tuned"], m["kernel_tuned"]
         bp = tuned["best_params"]
         lines.append(
-            f"| {r['name']} | {r['train']} / {r['test']} | {r['n_features']} | "
+            f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']} | "
             f"{m['rf_cauchy_paper']['error']:.3%} / {m['rf_gaussian_paper']['error']:.3%} | "
             f"{m['rf_cauchy_median']['error']:.3%} / {m['rf_gaussian_median']['error']:.3%} | "
             f"{tuned['error']:.3%} ({bp['distribution']}, gamma {bp['gamma']:.3g}, alpha {bp['alpha']:.0e}) | "
@@ -251,8 +276,8 @@ def _median_time(fn, repeats):
     return float(np.median(times)), times, out
 
 
-def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250):
-    """Seconds of a default ``RandomFeatureOperatorCV(n_features=N)`` search (no refit) against one
+def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, search=None):
+    """Seconds of a ``RandomFeatureOperatorCV(n_features=N, **search)`` search (no refit) against one
     ``RandomFeatureOperator`` fit at the chosen parameters, medians of ``repeats`` runs each, on
     numpy input and on dask input read from the Zarr store (threaded scheduler, ``chunk`` samples
     per chunk). For dask input it also counts the ``compute`` calls and how often each input
@@ -268,7 +293,9 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250):
     Ul = ds["input"].data.reshape(n_train, -1).rechunk((chunk, -1))
     Vl = ds["output"].data.reshape(n_train, -1).rechunk((chunk, -1))
     U, V = np.asarray(Ul.compute(), dtype=np.float64), np.asarray(Vl.compute(), dtype=np.float64)
-    out = {"name": name, "train": n_train, "n_features": N, "n_in": U.shape[1], "n_out": V.shape[1],
+    search = {**DEFAULT_SEARCH, **(search or {})}
+    out = {"name": name, "search_options": search, "train": n_train, "n_features": N,
+           "n_in": U.shape[1], "n_out": V.shape[1],
            "repeats": repeats, "load_avg_start": os.getloadavg()[0]}
     for kind in ("numpy", "dask"):
         reads, calls = {}, []
@@ -289,7 +316,8 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250):
             Y = Vl.map_blocks(count, dtype=Vl.dtype, which="V")
         with dask.config.set(scheduler=scheduler):
             search_s, search_all, search = _median_time(
-                lambda: RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False).fit(X, Y), repeats)
+                lambda: RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False, **search).fit(X, Y),
+                repeats)
             search_reads, search_calls = dict(reads), len(calls)
             best = search.best_params_
             fit_s, fit_all, _ = _median_time(lambda: RandomFeatureOperator(random_state=0, **best).fit(X, Y), repeats)
@@ -310,6 +338,11 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250):
               flush=True)
     out["load_avg_end"] = os.getloadavg()[0]
     return out
+
+
+def _coarse(text):
+    """``--coarse``: a fraction in (0, 1], or "none"."""
+    return None if text.lower() == "none" else float(text)
 
 
 def main(argv=None):
@@ -340,7 +373,16 @@ def main(argv=None):
     parser.add_argument("--max-gram-bytes", type=float, default=6e9,
                         help="--ns-high: max_gram_bytes of the search and the fits (the search then builds one "
                              "gamma's Grams at a time)")
+    parser.add_argument("--distributions", default=",".join(DEFAULT_LAWS),
+                        help="comma-separated laws of the RF search (default: RandomFeatureOperatorCV's, "
+                             f"{','.join(DEFAULT_LAWS)})")
+    parser.add_argument("--nu", type=float, default=None,
+                        help="nu of the RF search: student_t's degrees of freedom, rational_quadratic's shape")
+    parser.add_argument("--coarse", type=_coarse, default=DEFAULT_SEARCH["coarse"],
+                        help="coarse fraction of the RF search, or 'none' for one stage at full size "
+                             f"(default {DEFAULT_SEARCH['coarse']})")
     args = parser.parse_args(argv)
+    search = {"distributions": tuple(args.distributions.split(",")), "nu": args.nu, "coarse": args.coarse}
     import dask
 
     if args.threads:
@@ -353,9 +395,9 @@ def main(argv=None):
     elif args.cost:
         name = args.names.split(",")[0]
         n_train = args.train or quick_train(name)
-        row = cost(name, n_train, args.test, args.max_features, args.data, args.repeats)
+        row = cost(name, n_train, args.test, args.max_features, args.data, args.repeats, search=search)
         row["threads"] = args.threads
-        res.setdefault("cost", {})[args.label or f"{name}_{n_train}_{args.max_features}"] = row
+        res.setdefault("cost", {})[search_key(args.label or f"{name}_{n_train}_{args.max_features}", search)] = row
     elif args.alpha_path:
         res["alpha_path"] = alpha_path([int(s) for s in args.alpha_path.split(",")])
         res["alpha_path_load_avg"] = os.getloadavg()[0]
@@ -367,9 +409,10 @@ def main(argv=None):
         for name in names:
             n_train = args.train or quick_train(name)
             t0 = time.perf_counter()
-            sets[name] = run_set(name, n_train, args.test, args.max_features, args.data, args.grow_to)
-            sets[name]["load_avg"] = os.getloadavg()[0]
-            sets[name]["wall_s"] = time.perf_counter() - t0
+            key = search_key(name, search)
+            sets[key] = run_set(name, n_train, args.test, args.max_features, args.data, args.grow_to, search)
+            sets[key]["load_avg"] = os.getloadavg()[0]
+            sets[key]["wall_s"] = time.perf_counter() - t0
             out.write_text(json.dumps(res, indent=1, default=float))
         print("\n" + render(sets))
         if args.grow_to:

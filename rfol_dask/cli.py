@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from ._version import __version__
+from .features import DISTRIBUTIONS
 
 __all__ = ["main"]
 
@@ -236,11 +237,12 @@ def _add_fit_parser(sub):
     f.add_argument("data", help="Zarr store with variables input and output")
     f.add_argument("--train", type=int, default=None, help="training samples (the rest are tested)")
     f.add_argument("--n-features", type=int, default=1000)
-    f.add_argument("--distribution", default=None, choices=["cauchy", "gaussian", "student_t"],
+    f.add_argument("--distribution", default=None, choices=list(DISTRIBUTIONS),
                    help="frequency law (default cauchy; with --tune: search cauchy and gaussian)")
     f.add_argument("--gamma", type=_gamma, default="median",
                    help="a number > 0, or 'median' (default): 1 / the median pairwise distance of the inputs")
-    f.add_argument("--nu", type=float, default=None)
+    f.add_argument("--nu", type=float, default=None,
+                   help="degrees of freedom of student_t; shape of rational_quadratic (default 1)")
     f.add_argument("--alpha", type=float, default=None,
                    help="ridge on the centred Gram of unit-variance features (default 1e-10, as "
                         "RandomFeatureOperator; --tune searches it)")

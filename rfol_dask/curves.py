@@ -78,12 +78,12 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
         Test outputs.
     n_features : sequence of int
         Increasing checkpoints; the largest is ``N_max``.
-    distribution : {"cauchy", "gaussian", "student_t"}, default="cauchy"
+    distribution : {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default="cauchy"
         Frequency law, as in :class:`rfol_dask.RandomFeatureOperator`.
     gamma : float, default=1.0
         Frequency scale.
     nu : float, optional
-        Degrees of freedom of ``"student_t"``.
+        Degrees of freedom of ``"student_t"``, shape of ``"rational_quadratic"``.
     alpha : float, default=1e-10
         Ridge parameter.
     fit_intercept : bool, default=True

@@ -7,10 +7,24 @@
 - ``"gaussian"``: i.i.d. ``N(0, 2 gamma)`` entries; kernel ``exp(-gamma ||x - y||^2)``;
 - ``"student_t"``: ``sqrt(nu / chi2_nu) * N(0, gamma^2)`` with one chi-square draw per
   feature (a multivariate t law); kernel of Matern type with smoothness ``nu / 2``;
+- ``"rational_quadratic"``: ``sqrt(2 gamma t / a) * N(0, I)`` with one ``t ~ Gamma(a, 1)`` per
+  feature, shape ``a = nu`` (``a = 1`` when ``nu`` is None); kernel
+  ``(1 + gamma ||x - y||^2 / a)^-a`` (see below);
 
 and ``b ~ U(0, 2 pi)``. Frequencies are drawn with numpy from the seed, in column blocks
 with streams of their own, so that a seed fixes the model whatever the chunking and any
 slab of columns can be drawn where it is needed (never ``dask.array.random``).
+
+The rational quadratic law is a Gamma scale mixture of the Gaussian one. For a column
+``omega = sqrt(2 gamma t / a) g``, ``g ~ N(0, I_n)``, and ``d = x - y``, conditionally on ``t``
+``omega . d ~ N(0, 2 gamma t ||d||^2 / a)``, so ``E[cos(omega . d) | t] = exp(-gamma t ||d||^2 / a)``,
+and the Laplace transform of ``t ~ Gamma(a, 1)``, ``E[exp(-s t)] = (1 + s)^-a``, gives
+
+    E[cos(omega . d)] = (1 + gamma ||d||^2 / a)^-a.
+
+That is scikit-learn's ``RationalQuadratic(length_scale=l, alpha=a)`` at ``gamma = 1 / (2 l^2)``
+(the Gaussian law's ``exp(-gamma ||d||^2)`` is its limit ``a -> infinity``); ``a = 1`` is the
+inverse quadratic ``(1 + gamma ||d||^2)^-1``.
 """
 
 from __future__ import annotations
@@ -22,7 +36,7 @@ from . import backend
 
 __all__ = ["DISTRIBUTIONS", "draw_frequencies", "feature_map", "check_random_state", "integer_seed"]
 
-DISTRIBUTIONS = ("cauchy", "gaussian", "student_t")
+DISTRIBUTIONS = ("cauchy", "gaussian", "student_t", "rational_quadratic")
 
 
 def check_random_state(seed):
@@ -82,12 +96,14 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         Input width ``n`` (rows of ``Omega``).
     n_features : int
         Number of features ``N`` (columns of ``Omega``).
-    distribution : {"cauchy", "gaussian", "student_t"}, default="cauchy"
+    distribution : {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default="cauchy"
         Frequency law (see the module docstring).
     gamma : float, default=1.0
         Frequency scale (> 0).
     nu : float, optional
-        Degrees of freedom of ``"student_t"`` (> 0); ignored by the others.
+        Degrees of freedom of ``"student_t"`` (> 0, required), or the shape ``a`` of
+        ``"rational_quadratic"`` (> 0; None: ``a = 1``, the inverse quadratic kernel); ignored by
+        the others.
     random_state : int, Generator, SeedSequence or None, default=None
         Seed; an int or SeedSequence fixes the draw whatever ``columns`` asks for.
     dtype : numpy dtype, default=np.float64
@@ -105,7 +121,8 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
     Raises
     ------
     ValueError
-        If ``distribution`` is unknown, or ``"student_t"`` comes without ``nu > 0``.
+        If ``distribution`` is unknown, ``"student_t"`` comes without ``nu > 0``, or
+        ``"rational_quadratic"`` with a ``nu`` that is not ``> 0``.
 
     Notes
     -----
@@ -115,6 +132,10 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         raise ValueError(f"unknown distribution {distribution!r}; choose one of {DISTRIBUTIONS}")
     if distribution == "student_t" and (nu is None or not nu > 0):
         raise ValueError(f"distribution='student_t' needs nu > 0 degrees of freedom, got nu={nu!r}")
+    if distribution == "rational_quadratic":
+        if nu is not None and not nu > 0:
+            raise ValueError(f"distribution='rational_quadratic' needs a shape nu > 0 (or None for 1), got nu={nu!r}")
+        shape = 1.0 if nu is None else float(nu)
     seq = _seed_sequence(random_state)
     n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
     omega, b = np.empty((n, f1 - f0), dtype=dtype), np.empty(f1 - f0, dtype=dtype)
@@ -127,8 +148,10 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
             om = gamma * rng.standard_cauchy((n, B))
         elif distribution == "gaussian":
             om = np.sqrt(2.0 * gamma) * rng.standard_normal((n, B))
-        else:
+        elif distribution == "student_t":
             om = gamma * rng.standard_normal((n, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
+        else:  # rational_quadratic: a Gamma(a, 1) scale mixture of the Gaussian law
+            om = np.sqrt(2.0 * gamma / shape) * rng.standard_normal((n, B)) * np.sqrt(rng.standard_gamma(shape, B))
         bk = rng.uniform(0.0, 2.0 * np.pi, size=B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
         omega[:, lo - f0:hi - f0] = om[:, lo - k * B:hi - k * B]

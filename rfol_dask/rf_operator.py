@@ -45,18 +45,23 @@ class RandomFeatureOperator(OperatorEstimator):
     ----------
     n_features : int, default=1000
         Number of random features ``N``.
-    distribution : {"cauchy", "gaussian", "student_t"}, default="cauchy"
+    distribution : {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default="cauchy"
         Frequency law: tensor-product Cauchy with scale ``gamma`` (kernel
         ``exp(-gamma ||x-y||_1)``), Gaussian ``N(0, 2 gamma)`` (kernel
-        ``exp(-gamma ||x-y||^2)``) or multivariate Student-t with ``nu`` degrees of freedom.
+        ``exp(-gamma ||x-y||^2)``), multivariate Student-t with ``nu`` degrees of freedom, or
+        a Gamma(``nu``, 1) scale mixture of Gaussians (kernel ``(1 + gamma ||x-y||^2 / nu)^-nu``,
+        ``nu = 1`` if None); see :func:`rfol_dask.features.draw_frequencies`.
     gamma : float or "median", default="median"
         Frequency scale (> 0). ``"median"`` sets it from the training inputs (median heuristic,
         :func:`rfol_dask.tuning.median_gamma`, over a sample of at most 2000 rows drawn with
         ``random_state``): ``1 / median ||u_i - u_j||_2^2`` for ``"gaussian"``,
         ``1 / median ||u_i - u_j||_1`` for ``"cauchy"``, ``1 / median ||u_i - u_j||_2`` for
-        ``"student_t"``, so a typical pair of inputs has kernel value about ``exp(-1)``.
+        ``"student_t"``, so a typical pair of inputs has kernel value about ``exp(-1)``
+        (``1 / median ||u_i - u_j||_2^2`` for ``"rational_quadratic"``: kernel value
+        ``(1 + 1 / nu)^-nu``, 1/2 at ``nu = 1``).
     nu : float, default=None
-        Degrees of freedom for ``distribution="student_t"`` (> 0).
+        Degrees of freedom for ``distribution="student_t"`` (> 0, required); shape ``a`` of
+        ``distribution="rational_quadratic"`` (> 0; None: 1, the inverse quadratic kernel).
     alpha : float, default=1e-10
         Ridge parameter (>= 0). ``alpha=0`` is min-norm interpolation; it needs a
         positive definite Gram.

@@ -23,7 +23,12 @@ from .solve.graph import tree_sum
 from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, slab_bounds, sum_validation,
                      validation_grams, validation_slab)
 
-__all__ = ["RandomFeatureOperatorCV"]
+__all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE"]
+
+#: the frequency laws searched by default
+DEFAULT_LAWS = ("cauchy", "gaussian", "rational_quadratic")
+#: the multiples of the searched gamma scored while N grows
+DEFAULT_GROWTH_REFINE = (0.5, 1.0)
 
 #: the growth stage solves the alphas within this many grid steps of the best one so far (widened
 #: while the best sits on the window's edge) where one Cholesky per alpha beats an ``eigh``
@@ -41,17 +46,27 @@ class RandomFeatureOperatorCV(SelectionCV):
     n_features : int or sequence of int, default=1000
         ``N``; a sequence is searched too (nested models of one draw, one pass for all).
     max_features : int or None, default=None
-        Grow ``N`` after the search: the winner's law, gamma and (a window of) alphas are scored
-        at ``N, 2 N, 4 N, ...`` up to ``max_features`` features on the same validation split(s),
-        in one pass over the frequencies (nested models of one draw), stopping early once a
-        doubling lowers the best validation error by less than ``growth_tol``; the best of these
-        (stage ``"growth"`` in ``cv_results_``) is refitted. None: no growth. Costs about one fit
-        at the largest ``N`` reached (``(M_t^2 + 2 M_v M_t) N`` flops) plus one solve per
-        checkpoint; memory one training Gram and cross-Gram per split.
+        Grow ``N`` after the search: the winner's law at its gamma times ``growth_refine``, with
+        a window of alphas around the best, is scored at ``N, 2 N, 4 N, ...`` up to
+        ``max_features`` features on the same validation split(s), in one pass over the
+        frequencies (nested models of one draw), stopping early once a doubling lowers the best
+        validation error by less than ``growth_tol``; the best of these (stage ``"growth"`` in
+        ``cv_results_``) is refitted. None: no growth. Costs about ``len(growth_refine)`` fits
+        at the largest ``N`` reached (``(M_t^2 + 2 M_v M_t) N`` flops per gamma) plus one solve
+        per checkpoint and gamma; memory one training Gram and cross-Gram per split and gamma
+        (gammas in groups that fit ``max_gram_bytes``, one pass per group).
     growth_tol : float, default=0.01
         Relative decrease of the best validation error below which the growth stops.
-    distributions : sequence of {"cauchy", "gaussian", "student_t"}, default=("cauchy", "gaussian")
-        Frequency laws searched.
+    growth_refine : sequence of float, default=(0.5, 1.0)
+        Multiples of the searched gamma scored while N grows (the best gamma of a large-N model
+        is often below that of the N searched: more features resolve a wider kernel).
+    distributions : sequence of {"cauchy", "gaussian", "student_t", "rational_quadratic"}, \
+default=("cauchy", "gaussian", "rational_quadratic")
+        Frequency laws searched. The coarse stage passes its best two laws (``finalists``) to
+        the fine stage.
+    finalists : int, default=2
+        Laws the coarse stage passes to the fine stage (the coarse stage's ranking of laws, on
+        an eighth of the rows and features, is a noisy guess of the full-size one).
     gammas : sequence of float, default=None
         Multiples of each law's median-heuristic gamma (:func:`rfol_dask.tuning.median_gamma`);
         default ``4^-5 ... 4^2`` (:data:`DEFAULT_GAMMAS`, more than four decades).
@@ -59,7 +74,8 @@ class RandomFeatureOperatorCV(SelectionCV):
         Ridge values (> 0); default ``1e-16 ... 10`` (:data:`DEFAULT_ALPHAS`; the paper's
         advection settings use 1e-15).
     nu : float, default=None
-        Degrees of freedom for ``"student_t"``.
+        Degrees of freedom for ``"student_t"`` (required with it) and shape ``a`` of
+        ``"rational_quadratic"`` (None: 1); one value serves both when both are searched.
     cv : None, int or scikit-learn splitter, default=None
         None: validate on the last 20 % of the training samples; an int: that many
         (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
@@ -69,10 +85,10 @@ class RandomFeatureOperatorCV(SelectionCV):
         Coarse stage on this fraction of the features (at least 256) and of the (training and
         validation) rows (at least 200 training rows), over the whole grid (extended by two
         grid steps, up to three times, while the winner is on its edge); then a fine stage at
-        full size for the coarse winner's law only, at its gamma times ``refine``. None: one
+        full size for the ``finalists`` best laws, each at its gamma times ``refine``. None: one
         stage, the whole grid at full size.
     refine : sequence of float, default=(0.5, 1, 2)
-        Fine-stage factors applied to the coarse winner's gamma.
+        Fine-stage factors applied to each finalist law's best coarse gamma.
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
@@ -141,6 +157,8 @@ class RandomFeatureOperatorCV(SelectionCV):
         "n_features": [Interval(numbers.Integral, 1, None, closed="left"), "array-like"],
         "max_features": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "growth_tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "growth_refine": ["array-like"],
+        "finalists": [Interval(numbers.Integral, 1, None, closed="left")],
         "distributions": ["array-like"],
         "gammas": ["array-like", None],
         "alphas": ["array-like", None],
@@ -155,13 +173,15 @@ class RandomFeatureOperatorCV(SelectionCV):
         **OperatorEstimator._common_constraints,
     }
 
-    def __init__(self, *, n_features=1000, max_features=None, growth_tol=0.01, distributions=("cauchy", "gaussian"),
-                 gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", fit_intercept=True,
+    def __init__(self, *, n_features=1000, max_features=None, growth_tol=0.01, growth_refine=DEFAULT_GROWTH_REFINE,
+                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", fit_intercept=True,
                  solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
                  progress=False, recovery="cubic", device="cpu"):
         self.n_features = n_features
         self.max_features = max_features
         self.growth_tol = growth_tol
+        self.growth_refine = growth_refine
+        self.finalists = finalists
         self.distributions = distributions
         self.gammas = gammas
         self.alphas = alphas
@@ -188,7 +208,7 @@ class RandomFeatureOperatorCV(SelectionCV):
                 raise ValueError(f"unknown distribution {law!r} in distributions; choose from {DISTRIBUTIONS}")
         if "student_t" in self.distributions and self.nu is None:
             raise ValueError("distributions includes 'student_t': pass its degrees of freedom nu > 0, e.g. nu=3")
-        self._check_grids("gammas", "alphas", "refine")
+        self._check_grids("gammas", "alphas", "refine", "growth_refine")
 
     def _base_estimator(self, **best):
         return RandomFeatureOperator(nu=self.nu, fit_intercept=self.fit_intercept, solver=self.solver,
@@ -206,6 +226,9 @@ class RandomFeatureOperatorCV(SelectionCV):
 
     def _families(self):
         return list(self.distributions)
+
+    def _finalists(self):
+        return self.finalists
 
     def _multiples(self):
         return DEFAULT_GAMMAS if self.gammas is None else self.gammas
@@ -261,18 +284,28 @@ class RandomFeatureOperatorCV(SelectionCV):
         return dask.delayed(np.asarray)(out)
 
     def _extend(self, X, Y, splits, client, rows):
-        """The growth stage (``max_features``): the search's winner at ``N, 2 N, ...`` features."""
+        """The growth stage (``max_features``): the search's winner at ``N, 2 N, ...`` features, at
+        its gamma times ``growth_refine`` (gammas in groups that fit the memory budget)."""
         best = best_row([r for r in rows if r["stage"] == rows[-1]["stage"]])
-        N0 = best["n_features"]
-        if self.max_features is None or self.max_features <= N0:
+        if self.max_features is None or self.max_features <= best["n_features"]:
             return []
-        N_max = int(self.max_features)
+        mults = best["scale_multiple"] * np.asarray(self.growth_refine, dtype=float)
+        M_t, M_v = len(splits[0][0]), len(splits[0][1])
+        per = 8.0 * (M_t + M_v) * M_t
+        group = max(1, int(0.5 * memory_budget(self.max_gram_bytes, client).bytes // per))
+        out = []
+        for g0 in range(0, len(mults), group):
+            out += self._grow(X, Y, splits, client, best, mults[g0:g0 + group])
+        return out
+
+    def _grow(self, X, Y, splits, client, best, mults):
+        """Growth rows of the scale multiples ``mults`` of ``best``'s law: one pass over nested slabs."""
+        N0, N_max, law = best["n_features"], int(self.max_features), best["family"]
         checkpoints = sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
-        law, mult = best["family"], best["scale_multiple"]
-        scale = [frequency_scale(law, best["gamma"])]
+        scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N_max, law, 1.0, self.nu, self._seed)
         alphas = self._alphas()
-        center = int(np.argmin(np.abs(np.log(alphas) - np.log(best["alpha"]))))
+        centers = [int(np.argmin(np.abs(np.log(alphas) - np.log(best["alpha"]))))] * len(mults)
         workers = worker_addresses(client)
         state = []  # per split: (inputs arranged, training outputs, validation outputs, per-worker accumulators)
         for tr, va in splits:
@@ -284,34 +317,41 @@ class RandomFeatureOperatorCV(SelectionCV):
         for Nk in checkpoints:
             new = [(f0, f1) for f0, f1 in slabs if done <= f0 and f1 <= Nk]
             done = Nk
-            errs = []
-            for k, ((tr, va), st) in enumerate(zip(splits, state)):
+            errs = []  # per split, per scale: (n_alpha,)
+            for (tr, va), st in zip(splits, state):
                 Xa, Yt, Yv, accs = st
-                opts = dict(X=Xa, n_train=len(tr), frequencies=freq, n_features=N_max, scales=scale,
+                opts = dict(X=Xa, n_train=len(tr), frequencies=freq, n_features=N_max, scales=scales,
                             segments=[N_max], fit_intercept=self.fit_intercept)
                 # the running sums carry sqrt(2 / N_max): segments (Nk, N_max) rescale them to Nk features
-                args = (0, (Nk, N_max), 0, Yt, Yv, alphas, self.fit_intercept, self.alpha_path, center, GROWTH_HALF_WIDTH)
+                args = [(k, (Nk, N_max), 0, Yt, Yv, alphas, self.fit_intercept, self.alpha_path, centers[k],
+                         GROWTH_HALF_WIDTH) for k in range(len(scales))]
                 if client is None:
                     acc = accs[0]
                     for f0, f1 in new:
                         acc = validation_slab(acc, f0=f0, f1=f1, **opts)
                     st[3] = [acc]
-                    errs.append(_path_errors(acc, *args))
+                    errs.append([_path_errors(acc, *a) for a in args])
                     continue
                 accs = client.persist(_chains(accs, workers, new, functools.partial(dask.delayed(validation_slab),
                                                                                      **opts)))
                 st[3] = accs + [None] * (len(workers) - len(accs))
                 total = accs[0] if len(accs) == 1 else dask.delayed(sum_validation)(*accs)
-                errs.append(dask.delayed(_path_errors)(dask.delayed(_after)(total, *errs[-1:]), *args))
+                last = errs[-1][-1] if errs else None
+                row = []
+                for a in args:  # one solve at a time
+                    last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), *a)
+                    row.append(last)
+                errs.append(row)
             if client is not None:
                 (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection (growth, N = {Nk})")
-            errs = np.stack([np.asarray(e) for e in errs], axis=-1)  # (alphas, splits)
-            out += self._rows(errs[None, None], law, [mult], [Nk], len(splits[0][0]), "growth")
+            errs = np.moveaxis(np.asarray(errs, dtype=float), 0, -1)  # (scales, alphas, splits)
+            out += self._rows(errs[:, None], law, mults, [Nk], len(splits[0][0]), "growth")
             mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
-            center = int(np.argmin(np.where(np.isnan(mean), np.inf, mean)))
-            if not mean[center] < previous * (1.0 - self.growth_tol):
+            mean = np.where(np.isnan(mean), np.inf, mean)
+            centers = [int(np.argmin(m)) for m in mean]
+            if not mean.min() < previous * (1.0 - self.growth_tol):
                 break
-            previous = mean[center]
+            previous = mean.min()
         return out
 
 

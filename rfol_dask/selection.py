@@ -9,10 +9,11 @@ because (see :mod:`rfol_dask.tuning`):
 - the ridge path: one eigendecomposition of each training Gram gives every alpha (or one
   Cholesky factorisation per alpha where that is cheaper: short alpha grids, large Grams);
 - the validation cross-Gram is summed in the same pass over feature slabs as the Gram;
-- the Gaussian, Cauchy and Student-t laws are scale families: one projection ``U Z`` per slab
+- every frequency law is a scale family: one projection ``U Z`` per slab
   serves every gamma of a sweep; nested N come out of the same pass;
 - two stages: a coarse one over the whole grid on a subsample of rows and features
-  (``coarse``), then a fine one at full size around the coarse winner (``refine``); where one
+  (``coarse``), then a fine one at full size around the coarse winner of each of the best
+  families (one for the kernels, ``finalists`` laws for the RF search; ``refine``); where one
   Cholesky factorisation per alpha of the five alphas around the coarse winner's is cheaper than
   an ``eigh`` (large Grams), the fine stage solves only those (widened while the best is on the
   window's edge) and the other alphas score NaN in ``cv_results_``.
@@ -265,15 +266,19 @@ class SelectionCV(OperatorEstimator):
                 rows += self._stage(X, Y, sub, client, fam, edge * step ** (sign * np.arange(1, 3)), Nc,
                                     len(sub[0][0]), "coarse")
                 best = best_row(rows)
-            families = [best["family"]]
-            mults = best["scale_multiple"] * np.asarray(self.refine, dtype=float)
-            # the fine stage solves the alphas around the coarse winner's where that is cheaper
-            center = int(np.argmin(np.abs(np.log(self._alphas()) - np.log(best[self._alpha_name]))))
+            # the fine stage: the best families of the coarse stage, each at its best scale times
+            # refine, solving the alphas around its best one where that is cheaper
+            leaders = {}
+            for r in sorted(rows, key=_score, reverse=True):
+                leaders.setdefault(r["family"], r)
+            plan = [(fam, r["scale_multiple"] * np.asarray(self.refine, dtype=float),
+                     int(np.argmin(np.abs(np.log(self._alphas()) - np.log(r[self._alpha_name])))))
+                    for fam, r in list(leaders.items())[:self._finalists()]]
         else:
-            center = None
+            plan = [(fam, mults, None) for fam in families]
         name = "fine" if coarse else "full"
-        for fam in families:
-            rows += self._stage(X, Y, splits, client, fam, mults, Ns, len(splits[0][0]), name, center)
+        for fam, scales, center in plan:
+            rows += self._stage(X, Y, splits, client, fam, scales, Ns, len(splits[0][0]), name, center)
         return rows
 
     def _extend(self, X, Y, splits, client, rows):
@@ -290,6 +295,10 @@ class SelectionCV(OperatorEstimator):
 
     def _family_multiples(self, family, mults):
         return mults
+
+    def _finalists(self):
+        """How many families the coarse stage passes to the fine stage."""
+        return 1
 
     def _n_list(self):
         return [None]

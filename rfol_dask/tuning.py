@@ -8,6 +8,9 @@ that the typical pair of training inputs sits at kernel value ``exp(-1)``. Per f
 - ``"cauchy"``, kernel ``exp(-gamma ||x - y||_1)``: ``gamma = 1 / median ||x - y||_1``;
 - ``"student_t"``, frequencies ``gamma * N(0, I) * sqrt(nu / chi2_nu)``: a Matern-type kernel of
   ``gamma ||x - y||_2``, so ``gamma = 1 / median ||x - y||_2``;
+- ``"rational_quadratic"``, kernel ``(1 + gamma ||x - y||_2^2 / a)^-a``: like the Gaussian,
+  ``gamma = 1 / median ||x - y||_2^2`` (a typical pair at kernel value ``(1 + 1 / a)^-a``: 1/2
+  for ``a = 1``, ``exp(-1)`` as ``a -> infinity``);
 
 and for the exact kernels of :mod:`rfol_dask.baselines` (functions of ``||x - y||_2 / l``)
 ``length_scale = median ||x - y||_2``. The median runs over all pairs of a random sample of
@@ -21,7 +24,7 @@ cost ``2 M_v M_t m`` flops per alpha once the two products are made (:class:`Eig
 ``eigh`` costs as much as 9-24 Cholesky factorisations here (measured at M = 1000-6000), so
 for short alpha grids on large Grams one factorisation per alpha is cheaper and is used instead.
 
-Scale families: the Gaussian, Cauchy and Student-t frequencies of one seed are ``s(gamma) Z`` for
+Scale families: the frequencies of every law of one seed are ``s(gamma) Z`` for
 the draw ``Z`` of ``gamma = 1`` (:func:`frequency_scale`), so a sweep over ``gamma`` projects
 the inputs once per feature slab, ``P = U Z``, and makes every gamma's features from it
 (:func:`validation_slab`).
@@ -45,7 +48,8 @@ __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "m
            "eigh_pays", "relative_errors"]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
-GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "euclidean"}
+GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "euclidean",
+                "rational_quadratic": "sqeuclidean"}
 
 #: budget of the pairwise distances (about ``rows^2 / 2 * n`` flops)
 _PAIR_FLOPS = 4e8
@@ -157,11 +161,16 @@ def median_length_scale(U, *, max_rows=2000, random_state=None):
 
 def frequency_scale(distribution, gamma):
     """``s`` with ``draw_frequencies(..., gamma) = s * draw_frequencies(..., 1.0)`` (same seed;
-    the phases ``b`` do not depend on ``gamma``): ``sqrt(gamma)`` for ``"gaussian"`` (variance
-    ``2 gamma``), ``gamma`` for ``"cauchy"`` and ``"student_t"``."""
+    the phases ``b`` do not depend on ``gamma``).
+
+    A law whose kernel is a function of ``gamma`` times a squared distance (``GAMMA_METRIC``
+    ``"sqeuclidean"``: ``"gaussian"``, variance ``2 gamma``, and ``"rational_quadratic"``) has
+    frequencies proportional to ``sqrt(gamma)``; the others (``"cauchy"``, ``"student_t"``:
+    functions of ``gamma`` times a distance) to ``gamma``.
+    """
     if distribution not in GAMMA_METRIC:
         raise ValueError(f"unknown distribution {distribution!r}; choose one of {tuple(GAMMA_METRIC)}")
-    return float(np.sqrt(gamma)) if distribution == "gaussian" else float(gamma)
+    return float(np.sqrt(gamma)) if GAMMA_METRIC[distribution] == "sqeuclidean" else float(gamma)
 
 
 def slab_bounds(n_features, M, segments=(), slab_bytes=64 * 2**20):

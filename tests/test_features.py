@@ -48,6 +48,33 @@ def test_student_t_features_approximate_their_scale_mixture_kernel():
     assert abs(est - exact) < 5 * np.sqrt(2 / 400_000), (est, exact)
 
 
+@pytest.mark.parametrize("nu, a", [(None, 1.0), (2.0, 2.0)])
+def test_rational_quadratic_features_approximate_their_kernel(nu, a):
+    # omega = sqrt(2 gamma t / a) g, t ~ Gamma(a, 1): E cos(omega.d) = E_t exp(-gamma t |d|^2 / a)
+    # = (1 + gamma |d|^2 / a)^-a. The feature inner product is the mean of
+    # cos(omega.d) + cos(omega.(x + y) + 2 b) over N features: the second term has mean 0 and
+    # variance 1/2 and is uncorrelated with the first, whose variance is (1 + k(2d)) / 2 - k(d)^2.
+    N, gamma = 200_000, 0.6
+    rng = np.random.default_rng(4)
+    kernel = lambda r2: (1 + gamma * r2 / a) ** -a  # noqa: E731
+    omega, b = draw_frequencies(4, N, "rational_quadratic", gamma, nu, 5)
+    for _ in range(3):
+        x, y = rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4)
+        r2 = ((x - y) ** 2).sum()
+        exact = kernel(r2)
+        sd = np.sqrt(((1 + kernel(4 * r2)) / 2 - exact**2 + 0.5) / N)
+        est = float(feature_map(x[None, :], omega, b)[0] @ feature_map(y[None, :], omega, b)[0])
+        assert abs(est - exact) < 4 * sd, (est, exact, sd)  # 4 sd: about 7e-3
+        # Bochner's mean alone (no phase term): a tighter check of the law
+        cf, sd_cf = np.cos((x - y) @ omega).mean(), np.sqrt(((1 + kernel(4 * r2)) / 2 - exact**2) / N)
+        assert abs(cf - exact) < 4 * sd_cf, (cf, exact, sd_cf)
+        # the check tells the law from its neighbours: the Gaussian of the same gamma, and the
+        # mixture without the 1 / a (kernel (1 + gamma |d|^2)^-a)
+        assert abs(np.exp(-gamma * r2) - exact) > 8 * sd
+        if a != 1:
+            assert abs((1 + gamma * r2) ** -a - exact) > 8 * sd
+
+
 def test_frequencies_depend_only_on_seed_and_share_draw_across_dtypes():
     o1, b1 = draw_frequencies(5, 7, "cauchy", 2.0, None, 3)
     o2, b2 = draw_frequencies(5, 7, "cauchy", 2.0, None, 3, dtype=np.float32)
@@ -62,11 +89,14 @@ def test_bad_distribution_and_random_state():
         draw_frequencies(2, 3, "laplace")
     with pytest.raises(ValueError, match="nu > 0"):
         draw_frequencies(2, 3, "student_t", nu=None)
+    with pytest.raises(ValueError, match="shape nu > 0"):
+        draw_frequencies(2, 3, "rational_quadratic", nu=-1.0)
     with pytest.raises(TypeError, match="random_state"):
         check_random_state("seed")
 
 
-@pytest.mark.parametrize("distribution,nu", [("cauchy", None), ("gaussian", None), ("student_t", 3.0)])
+@pytest.mark.parametrize("distribution,nu", [("cauchy", None), ("gaussian", None), ("student_t", 3.0),
+                                             ("rational_quadratic", None), ("rational_quadratic", 2.5)])
 def test_frequency_slabs_and_prefixes_are_the_same_draw(distribution, nu):
     omega, b = draw_frequencies(6, 700, distribution, 0.5, nu, 11)
     slab = draw_frequencies(6, 700, distribution, 0.5, nu, 11, columns=(250, 530))  # across block edges

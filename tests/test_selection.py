@@ -13,7 +13,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
 from rfol_dask.features import draw_frequencies
 from rfol_dask.metrics import relative_l2_error
-from rfol_dask.tuning import frequency_scale
+from rfol_dask.tuning import frequency_scale, median_gamma
 
 SMALL = dict(gammas=(0.25, 1.0, 4.0), alphas=(1e-6, 1e-3, 1e-1), coarse=None)
 
@@ -25,7 +25,7 @@ def _nonlinear_data(M=200, seed=0):
 
 
 @pytest.mark.parametrize("law, path", [("cauchy", "eigh"), ("gaussian", "eigh"), ("student_t", "eigh"),
-                                       ("cauchy", "cholesky")])
+                                       ("rational_quadratic", "eigh"), ("cauchy", "cholesky")])
 def test_path_scores_equal_brute_force_fits(law, path):
     U, V = _nonlinear_data(150)
     cv = RandomFeatureOperatorCV(n_features=(128, 300), distributions=(law,), nu=3.0, random_state=7,
@@ -79,6 +79,28 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
     assert res["rank_test_score"][fine][np.nanargmax(res["mean_test_score"][fine])] == 1
     df = res.to_dataframe()
     assert len(df) == len(res["alpha"]) and "mean_relative_l2" in df
+
+
+def test_search_can_pick_the_rational_quadratic_law():
+    # smooth outputs of smooth inputs: the rough Cauchy kernel loses to the rational quadratic
+    rng = np.random.default_rng(0)
+    U = rng.uniform(-1, 1, (300, 3))
+    V = np.sin(U @ rng.normal(size=(3, 4)))
+    cv = RandomFeatureOperatorCV(n_features=400, distributions=("cauchy", "rational_quadratic"),
+                                 alphas=(1e-12, 1e-9, 1e-6, 1e-3), coarse=0.5, random_state=0).fit(U, V)
+    assert cv.nu is None  # the law needs no nu: shape 1, the inverse quadratic kernel
+    res = cv.cv_results_
+    coarse = res["stage"] == "coarse"
+    err = {law: -np.nanmax(res["mean_test_score"][coarse & (res["family"] == law)]) for law in cv.distributions}
+    assert err["rational_quadratic"] < 0.5 * err["cauchy"], err
+    assert cv.best_params_["distribution"] == "rational_quadratic"
+    assert set(res["family"][res["stage"] == "fine"]) == {"cauchy", "rational_quadratic"}  # both finalists
+    # the median heuristic of the Gaussian: 1 / median squared distance
+    assert cv.median_scales_["rational_quadratic"] == median_gamma(U, "gaussian", random_state=cv.random_state_)
+    best = cv.best_estimator_
+    assert best.distribution == "rational_quadratic" and best.gamma == cv.best_params_["gamma"]
+    base, _ = draw_frequencies(3, 400, "rational_quadratic", 1.0, None, cv.random_state_)
+    np.testing.assert_allclose(best.omega_, frequency_scale("rational_quadratic", best.gamma) * base, rtol=1e-14)
 
 
 def test_search_sees_only_training_data():
@@ -303,11 +325,15 @@ def test_growth_scores_equal_a_search_at_each_n():
     cv = RandomFeatureOperatorCV(**GROW).fit(U, V)
     grown = _growth(cv)
     assert sorted(set(grown.n_features)) == [256, 512, 1024, 2048]
-    law, mult = cv.best_params_["distribution"], float(grown.scale_multiple.iloc[0])
-    for N in (512, 2048):
+    law = cv.best_params_["distribution"]
+    fine = cv.cv_results_.to_dataframe().query("stage == 'full'")  # SMALL: one stage
+    searched = fine.loc[fine.mean_relative_l2.idxmin()].scale_multiple
+    mults = sorted(set(grown.scale_multiple))
+    np.testing.assert_allclose(mults, [0.5 * searched, searched])  # growth_refine
+    for N, mult in ((512, mults[0]), (2048, mults[1])):
         ref = RandomFeatureOperatorCV(n_features=N, distributions=(law,), gammas=(mult,), alphas=SMALL["alphas"],
                                       coarse=None, random_state=0, refit=False).fit(U, V)
-        mine = grown[grown.n_features == N].set_index("alpha").mean_relative_l2
+        mine = grown[(grown.n_features == N) & (grown.scale_multiple == mult)].set_index("alpha").mean_relative_l2
         theirs = ref.cv_results_.to_dataframe().set_index("alpha").mean_relative_l2
         solved = mine.notna()  # the alphas of the window around the best one so far
         assert solved.sum() >= 2

@@ -7,7 +7,8 @@ from scipy.spatial.distance import pdist
 
 from rfol_dask import RandomFeatureOperator
 from rfol_dask.baselines import KernelOperator
-from rfol_dask.tuning import median_gamma, median_length_scale, sample_rows
+from rfol_dask.features import DISTRIBUTIONS, draw_frequencies
+from rfol_dask.tuning import frequency_scale, median_gamma, median_length_scale, sample_rows
 
 
 def _data(M=300, n=12, seed=0):
@@ -18,12 +19,26 @@ def _data(M=300, n=12, seed=0):
 
 
 @pytest.mark.parametrize("law, metric, power", [("gaussian", "sqeuclidean", 1), ("cauchy", "cityblock", 1),
-                                                ("student_t", "euclidean", 1)])
+                                                ("student_t", "euclidean", 1),
+                                                ("rational_quadratic", "sqeuclidean", 1)])
 def test_median_gamma_is_inverse_median_distance_of_the_law(law, metric, power):
     U, _ = _data()
     # the sample is all rows when M <= max_rows: the exact median over all pairs
     assert median_gamma(U, law, random_state=0) == pytest.approx(1 / np.median(pdist(U, metric)), rel=1e-12)
     assert median_length_scale(U) == pytest.approx(np.median(pdist(U)), rel=1e-12)
+
+
+@pytest.mark.parametrize("law, nu", [("cauchy", None), ("gaussian", None), ("student_t", 3.0),
+                                     ("rational_quadratic", None), ("rational_quadratic", 2.5)])
+def test_every_law_is_a_scale_family(law, nu):
+    # the search draws gamma = 1 once and scales it for every gamma (rfol_dask.tuning.validation_slab)
+    base, b = draw_frequencies(5, 600, law, 1.0, nu, 9)
+    for gamma in (0.01, 0.7, 30.0):
+        omega, b_gamma = draw_frequencies(5, 600, law, gamma, nu, 9)
+        np.testing.assert_allclose(omega, frequency_scale(law, gamma) * base, rtol=1e-13)
+        np.testing.assert_array_equal(b_gamma, b)
+    expected = {"cauchy": 30.0, "student_t": 30.0}.get(law, np.sqrt(30.0))
+    assert frequency_scale(law, 30.0) == pytest.approx(expected, rel=1e-15)
 
 
 def test_sample_is_seeded_and_independent_of_chunks():
@@ -43,7 +58,7 @@ def test_constant_inputs_fall_back_to_one():
     assert median_length_scale(np.ones((10, 3))) == 1.0
 
 
-@pytest.mark.parametrize("law", ["gaussian", "cauchy", "student_t"])
+@pytest.mark.parametrize("law", DISTRIBUTIONS)
 def test_default_gamma_is_the_median_heuristic(law):
     U, V = _data()
     model = RandomFeatureOperator(n_features=200, distribution=law, nu=3 if law == "student_t" else None,
