@@ -132,13 +132,13 @@ def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None, search=
             fit_s = timed_fit(model, U, V)
             rows[label] = {"error": relative_l2_error(Vt, model.predict(Ut)), "fit_s": fit_s, "n_features": N,
                            "gamma": model.gamma_, "alpha": alpha}
-    for label, search in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, max_features=grow_to, random_state=0,
-                                                                    **search)),
-                          ("kernel_tuned", KernelOperatorCV())):
-        search.fit(U, V)
-        rows[label] = search_row(search, Vt, search.predict(Ut))
+    for label, est in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, max_features=grow_to, random_state=0,
+                                                             **search)),
+                       ("kernel_tuned", KernelOperatorCV())):
+        est.fit(U, V)
+        rows[label] = search_row(est, Vt, est.predict(Ut))
         if label == "rf_tuned" and grow_to:
-            rows[label]["validation_curve"] = curve = growth_curve(search)
+            rows[label]["validation_curve"] = curve = growth_curve(est)
             for n, c in curve.items():
                 print(f"  {name:26s} grow N = {n:6d}: validation {c['validation_error']:.3e} "
                       f"(gamma {c['gamma']:.3g}, alpha {c['alpha']:.0e})", flush=True)
