@@ -176,3 +176,32 @@ def test_window_errors_solve_only_around_the_center_and_widen_at_an_edge():
     np.testing.assert_array_equal(np.isnan(auto), np.isnan(window_errors(G, K, V[:320], V[320:], alphas, best)))
     small = path_errors(G[:100, :100].copy(), K[:, :100], V[:100], V[320:], alphas, center=best)
     assert np.isfinite(small).all()  # M = 100: the eigh path gives every alpha
+
+
+def test_cholesky_path_factors_in_place_and_gives_the_gram_back():
+    """One Cholesky per alpha in the Gram's own buffer (restored from its upper triangle after
+    each): the errors equal plain solves, the Gram comes back unchanged (a failed alpha
+    included), and no second Gram is allocated."""
+    import tracemalloc
+
+    from rfol_dask.tuning import cholesky_errors, relative_errors
+
+    rng = np.random.default_rng(2)
+    M = 1500  # the Gram (18 MB) dwarfs the fixed-size temporaries of mirroring a triangle (about 3 MB)
+    A = rng.normal(size=(M + 100, 400))
+    A -= A[:M].mean(axis=0)
+    G, K = np.asfortranarray(A[:M] @ A[:M].T), A[M:] @ A[:M].T
+    V = A @ rng.normal(size=(400, 2)) / 10 + 0.3 * rng.normal(size=(M + 100, 2))
+    G0 = G.copy()
+    alphas = [-1e9, 1e-2, 1.0, 100.0]  # the first: not positive definite
+    tracemalloc.start()
+    errs = cholesky_errors(G, K, V[:M], V[M:], alphas)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 0.5 * G.nbytes
+    np.testing.assert_array_equal(G, G0)
+    assert np.isinf(errs[0])
+    vbar = V[:M].mean(axis=0)
+    for alpha, e in zip(alphas[1:], errs[1:]):
+        pred = K @ np.linalg.solve(G0 + alpha * np.eye(M), V[:M] - vbar) + vbar
+        np.testing.assert_allclose(e, np.mean(relative_errors(V[M:], pred)), rtol=1e-10)
