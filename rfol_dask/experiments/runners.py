@@ -25,19 +25,14 @@ def _rf(law, N, paper):
                                  random_state=0)
 
 
-#: full size: ``rf_tuned`` grows N up to this many features (never below the paper's N)
-TUNED_GROW_TO = 64000
-
-
 def make_models(paper, U, V, max_features=None):
     """The methods of :data:`METHODS` with their hyperparameters: ``{label: (estimator, info, select_s)}``.
 
     RF Cauchy / Gaussian at the paper's (N, gamma, alpha), N capped at ``max_features``;
     RBF, Matern 5/2 and linear kernel ridge with the median-heuristic length scale of ``U``
     (M, n) and the nugget of :func:`select_nugget` (``select_s``: its seconds); ``rf_tuned``:
-    :class:`~rfol_dask.RandomFeatureOperatorCV` searching at the same N (default search: law,
-    gamma and alpha), then (full size, no ``max_features``) growing N up to
-    ``max(N, TUNED_GROW_TO)``; ``kernel_tuned``: :class:`~rfol_dask.baselines.KernelOperatorCV` (default
+    :class:`~rfol_dask.RandomFeatureOperatorCV` at the same N (default search: Cauchy and Gaussian,
+    gamma and alpha), ``kernel_tuned``: :class:`~rfol_dask.baselines.KernelOperatorCV` (default
     search: kernel, length scale and nugget). Both select on a validation split of the training
     data ``U``, ``V`` (the last 20 %) when fitted, then refit the winner on all of it; their
     selection time is part of their fit time (``select_s`` 0).
@@ -54,9 +49,7 @@ def make_models(paper, U, V, max_features=None):
         if kernel != "linear":
             info["length_scale"] = ell
         out[kernel] = (KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget), info, sel_s)
-    grow_to = None if max_features else max(N, TUNED_GROW_TO)
-    out["rf_tuned"] = (RandomFeatureOperatorCV(n_features=N, max_features=grow_to, random_state=0),
-                       {"n_features": N, "max_features": grow_to}, 0.0)
+    out["rf_tuned"] = (RandomFeatureOperatorCV(n_features=N, random_state=0), {"n_features": N}, 0.0)
     out["kernel_tuned"] = (KernelOperatorCV(), {}, 0.0)
     return out
 
