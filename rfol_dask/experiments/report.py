@@ -70,8 +70,10 @@ def tuned_note(results: dict) -> list[str]:
     def span(grid):
         return f"{min(grid):.3g}..{max(grid):.3g}"
 
-    return [f"rf_tuned: RandomFeatureOperatorCV (Cauchy and Gaussian, gamma {span(DEFAULT_GAMMAS)} x the median "
-            f"heuristic, alpha {span(DEFAULT_ALPHAS)}) at the N of the RF rows; kernel_tuned: KernelOperatorCV (RBF, "
+    from ..rf_operator_cv import DEFAULT_LAWS
+
+    return [f"rf_tuned: RandomFeatureOperatorCV ({', '.join(DEFAULT_LAWS)}; gamma {span(DEFAULT_GAMMAS)} x the "
+            f"median heuristic, alpha {span(DEFAULT_ALPHAS)}) at the N of the RF rows; kernel_tuned: KernelOperatorCV (RBF, "
             f"Matern 5/2, inverse quadratic, length scale {span(DEFAULT_LENGTH_SCALES)} x the median, nugget "
             f"{span(DEFAULT_ALPHAS)}). Both are selected on the last 20 % "
             "of the TRAINING split (never the test set) and refitted on all of it; their fit time includes the "

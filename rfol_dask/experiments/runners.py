@@ -31,8 +31,8 @@ def make_models(paper, U, V, max_features=None):
     RF Cauchy / Gaussian at the paper's (N, gamma, alpha), N capped at ``max_features``;
     RBF, Matern 5/2 and linear kernel ridge with the median-heuristic length scale of ``U``
     (M, n) and the nugget of :func:`select_nugget` (``select_s``: its seconds); ``rf_tuned``:
-    :class:`~rfol_dask.RandomFeatureOperatorCV` at the same N (default search: Cauchy and Gaussian,
-    gamma and alpha), ``kernel_tuned``: :class:`~rfol_dask.baselines.KernelOperatorCV` (default
+    :class:`~rfol_dask.RandomFeatureOperatorCV` at the same N (the default search: law, gamma and
+    alpha; no growth of N), ``kernel_tuned``: :class:`~rfol_dask.baselines.KernelOperatorCV` (default
     search: kernel, length scale and nugget). Both select on a validation split of the training
     data ``U``, ``V`` (the last 20 %) when fitted, then refit the winner on all of it; their
     selection time is part of their fit time (``select_s`` 0).
