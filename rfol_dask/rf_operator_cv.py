@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import sys
 
 import dask
 import numpy as np
@@ -349,6 +350,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
             mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
             mean = np.where(np.isnan(mean), np.inf, mean)
             centers = [int(np.argmin(m)) for m in mean]
+            if self.progress:
+                print(f"selection (growth): N = {Nk}, best validation error {mean.min():.4g}", file=sys.stderr,
+                      flush=True)
             if not mean.min() < previous * (1.0 - self.growth_tol):
                 break
             previous = mean.min()
