@@ -39,8 +39,14 @@ def test_worker_killed_mid_fit_gives_same_model(solver, n_features):
         assert time.perf_counter() - t0 > 0.8  # the kill happened during the fit
         killer.join()
         assert pids[0] not in client.run(os.getpid).values()  # a fresh worker replaced it
-    np.testing.assert_allclose(model.coef_, clean.coef_, rtol=1e-12, atol=1e-13 * np.abs(clean.coef_).max())
-    np.testing.assert_allclose(model.intercept_, clean.intercept_, rtol=1e-12, atol=1e-13)
+    # A lost or doubly counted row block would move the model by far more than 1e-6. What may
+    # differ is the order of the sums: the replacement worker can take another share of the row
+    # blocks, and rounding differences of the Gram (1e-16) grow by its condition number in the
+    # coefficients (seen: 6e-8 relative for the primal on a loaded machine); predictions are
+    # better conditioned.
+    np.testing.assert_allclose(model.coef_, clean.coef_, rtol=1e-6, atol=1e-7 * np.abs(clean.coef_).max())
+    np.testing.assert_allclose(model.intercept_, clean.intercept_, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(model.predict(U), clean.predict(U), rtol=1e-7, atol=1e-7 * np.abs(V).max())
 
 
 def _kill_worker(block):
