@@ -19,7 +19,7 @@ from .memory import memory_budget
 from .placement import pinned, worker_addresses
 from .rf_operator import RandomFeatureOperator
 from .progress import compute
-from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, best_row
+from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, final_best
 from .solve.graph import tree_sum
 from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, slab_bounds, sum_validation,
                      validation_grams, validation_slab)
@@ -242,15 +242,19 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return {"distribution": str(row["family"]), "gamma": float(row["gamma"]), "alpha": float(row["alpha"]),
                 "n_features": int(row["n_features"])}
 
+    def _gram_group(self, M_t, M_v, n_segments, client):
+        """How many gammas' Grams and cross-Grams (``n_segments`` each) one pass may hold: half
+        the memory budget over ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
+        per = 8.0 * (M_t + M_v) * M_t * n_segments
+        return max(1, int(0.5 * memory_budget(self.max_gram_bytes, client).bytes // per))
+
     def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None):
         """Validation errors (len(mults), len(Ns), n_alpha) of one split, or their delayed value."""
         N = Ns[-1]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N, law, 1.0, self.nu, self._seed)
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
         M_t, M_v = len(train), len(valid)
-        per = 8.0 * (M_t + M_v) * M_t * len(Ns)
-        budget = memory_budget(self.max_gram_bytes, client).bytes
-        group = max(1, int(0.5 * budget // per))
+        group = self._gram_group(M_t, M_v, len(Ns), client)
         slabs = slab_bounds(N, M_t + M_v, Ns)
         args = (self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
         if client is None:
@@ -287,13 +291,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
     def _extend(self, X, Y, splits, client, rows):
         """The growth stage (``max_features``): the search's winner at ``N, 2 N, ...`` features, at
         its gamma times ``growth_refine`` (gammas in groups that fit the memory budget)."""
-        best = best_row([r for r in rows if r["stage"] == rows[-1]["stage"]])
+        best = final_best(rows)
         if self.max_features is None or self.max_features <= best["n_features"]:
             return []
         mults = best["scale_multiple"] * np.asarray(self.growth_refine, dtype=float)
-        M_t, M_v = len(splits[0][0]), len(splits[0][1])
-        per = 8.0 * (M_t + M_v) * M_t
-        group = max(1, int(0.5 * memory_budget(self.max_gram_bytes, client).bytes // per))
+        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), 1, client)
         out = []
         for g0 in range(0, len(mults), group):
             out += self._grow(X, Y, splits, client, best, mults[g0:g0 + group])
@@ -306,7 +308,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N_max, law, 1.0, self.nu, self._seed)
         alphas = self._alphas()
-        centers = [int(np.argmin(np.abs(np.log(alphas) - np.log(best["alpha"]))))] * len(mults)
+        centers = [self._alpha_index(best["alpha"])] * len(mults)
         workers = worker_addresses(client)
         state = []  # per split: (inputs arranged, training outputs, validation outputs, per-worker accumulators)
         for tr, va in splits:

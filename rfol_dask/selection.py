@@ -39,7 +39,7 @@ from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
-           "arrange_rows", "best_row"]
+           "arrange_rows", "best_row", "final_best"]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
 DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
@@ -81,6 +81,11 @@ def _rank(rows):
 def best_row(rows):
     """The best results row (NaN scores rank last)."""
     return max(rows, key=_score)
+
+
+def final_best(rows):
+    """The best results row of the last stage in ``rows``."""
+    return best_row([r for r in rows if r["stage"] == rows[-1]["stage"]])
 
 
 def arrange_rows(U, train, valid):
@@ -202,8 +207,7 @@ class SelectionCV(OperatorEstimator):
                 client.cancel([X, Y])
         _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
-        final = [r for r in rows if r["stage"] == rows[-1]["stage"]]
-        best = best_row(final)
+        best = final_best(rows)
         self.best_score_ = float(best["mean_test_score"])
         self.best_params_ = self._params_of(best)
         self.n_splits_ = len(splits)
@@ -272,7 +276,7 @@ class SelectionCV(OperatorEstimator):
             for r in sorted(rows, key=_score, reverse=True):
                 leaders.setdefault(r["family"], r)
             plan = [(fam, r["scale_multiple"] * np.asarray(self.refine, dtype=float),
-                     int(np.argmin(np.abs(np.log(self._alphas()) - np.log(r[self._alpha_name])))))
+                     self._alpha_index(r[self._alpha_name]))
                     for fam, r in list(leaders.items())[:self._finalists()]]
         else:
             plan = [(fam, mults, None) for fam in families]
@@ -302,6 +306,10 @@ class SelectionCV(OperatorEstimator):
 
     def _n_list(self):
         return [None]
+
+    def _alpha_index(self, alpha):
+        """Index of the grid alpha nearest ``alpha`` (in log)."""
+        return int(np.argmin(np.abs(np.log(self._alphas()) - np.log(alpha))))
 
     def _alphas(self):
         alphas = getattr(self, self._alpha_name + "s")
