@@ -18,7 +18,7 @@ from scipy.linalg import blas, lapack
 from threadpoolctl import threadpool_limits
 
 __all__ = ["syrk", "symmetrize", "factor_threads", "jitter_ridges", "warn_ridge",
-           "not_positive_definite", "cholesky", "cho_solve"]
+           "not_positive_definite", "potrf_ridge", "cholesky", "cho_solve"]
 
 
 def syrk(A, trans, C=None):
@@ -91,6 +91,21 @@ def not_positive_definite(alpha, ridges):
     )
 
 
+def potrf_ridge(G, diag, ridge, restore=False):
+    """LAPACK ``potrf`` of ``G`` with ``diag + ridge`` on its diagonal, in place in its lower
+    triangle; the strict upper triangle is left as it was. ``restore``: first mirror that upper
+    triangle into the lower one (``G`` was factorised before). ``G``: symmetric, Fortran order;
+    ``diag`` its original diagonal. Returns ``(L, info)`` (``info > 0``: not positive definite)."""
+    if restore:
+        symmetrize(G, "upper")
+    idx = np.arange(G.shape[0])
+    G[idx, idx] = diag + G.dtype.type(ridge)
+    L, info = lapack.get_lapack_funcs("potrf", (G,))(G, lower=1, overwrite_a=1, clean=0)
+    if info < 0:  # pragma: no cover - argument error in LAPACK
+        raise RuntimeError(f"potrf argument {-info} invalid")
+    return L, info
+
+
 def cholesky(G, alpha):
     """Lower Cholesky factor of ``G + alpha I``, computed in place in ``G``.
 
@@ -99,19 +114,11 @@ def cholesky(G, alpha):
     lower triangle of ``L`` (n, n) is meaningful and ``ridge`` is the value added to the
     diagonal. Cost ``n^3 / 3`` flops, no extra ``n x n`` memory.
     """
-    n = G.shape[0]
     diag = np.diagonal(G).copy()
     ridges = jitter_ridges(alpha, float(np.mean(np.abs(diag))), G.dtype)
-    idx = np.arange(n)
-    potrf = lapack.get_lapack_funcs("potrf", (G,))
     with threadpool_limits(limits=factor_threads(), user_api="blas"):
         for attempt, ridge in enumerate(ridges):
-            if attempt:
-                symmetrize(G, "upper")  # restore the lower triangle from the untouched upper one
-            G[idx, idx] = diag + G.dtype.type(ridge)
-            L, info = potrf(G, lower=1, overwrite_a=1, clean=0)
-            if info < 0:  # pragma: no cover - argument error in LAPACK
-                raise RuntimeError(f"potrf argument {-info} invalid")
+            L, info = potrf_ridge(G, diag, ridge, restore=attempt > 0)
             if info == 0:
                 if attempt:
                     warn_ridge(alpha, ridge, G.dtype)

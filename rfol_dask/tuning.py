@@ -320,32 +320,25 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     both triangles filled, Fortran order; returned as it came). Memory: ``G`` and the solves
     (``2 M_t m + M_v m``), no copy of ``G``. Cost ``M_t^3 / 3 + 2 M_t^2 m + 2 M_v M_t m`` flops
     per alpha."""
-    from scipy.linalg import lapack
-
-    from .linalg import cho_solve, factor_threads
+    from .linalg import cho_solve, factor_threads, potrf_ridge
 
     vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
     Vc = np.asfortranarray(V - vbar)
     keep = np.linalg.norm(V_valid, axis=1) > 0
     G = np.asfortranarray(G)
-    idx = np.arange(len(G))
-    diag = G[idx, idx].copy()
-    potrf = lapack.get_lapack_funcs("potrf", (G,))
+    diag = np.diagonal(G).copy()
     out = []
     M = len(G)
     with _blas_threads(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * V.shape[1] + 2.0 * len(K) * M * V.shape[1])):
         for k, alpha in enumerate(alphas):
-            if k:
-                symmetrize(G, "upper")  # the lower triangle back from the untouched upper one
-            G[idx, idx] = diag + alpha
-            L, info = potrf(G, lower=1, overwrite_a=1, clean=0)
+            L, info = potrf_ridge(G, diag, alpha, restore=k > 0)
             if info != 0:
                 out.append(np.inf)
                 continue
             pred = K @ cho_solve(L, Vc) + vbar
             out.append(np.mean(relative_errors(V_valid[keep], pred[keep])))
         symmetrize(G, "upper")
-        G[idx, idx] = diag
+        G[np.arange(M), np.arange(M)] = diag
     return np.array(out)
 
 
