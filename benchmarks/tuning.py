@@ -169,14 +169,17 @@ def ns_high(args):
            "load_avg_start": os.getloadavg()}
     client = local_client(n_workers=1, threads_per_worker=2, processes=False, memory_limit=args.memory_limit)
     try:
-        with PeakMemory(interval=0.05) as pm:
+        with PeakMemory(interval=0.05, every=10.0) as pm:
             search = RandomFeatureOperatorCV(n_features=args.max_features, max_features=args.grow_to, random_state=0,
                                              max_gram_bytes=args.max_gram_bytes, progress=True)
             search.fit(train)
         pred = search.predict(test["input"])
         row["rf_tuned"] = search_row(search, Vt, np.asarray(pred))
         row["rf_tuned"].update(validation_curve=growth_curve(search), peak_bytes=pm.peak,
-                               peak_increase_bytes=pm.increase, load_avg=os.getloadavg())
+                               peak_increase_bytes=pm.increase, load_avg=os.getloadavg(),
+                               search_peak_bytes=pm.peak_between(0, search.search_time_),
+                               refit_peak_bytes=pm.peak_between(search.search_time_),
+                               memory_timeline=pm.timeline)
         print(json.dumps(row["rf_tuned"], indent=1, default=float), flush=True)
         best = dict(search.best_params_, n_features=args.second_features)
         del search, pred

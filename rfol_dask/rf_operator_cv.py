@@ -19,17 +19,23 @@ from .memory import memory_budget
 from .placement import pinned, worker_addresses
 from .rf_operator import RandomFeatureOperator
 from .progress import compute
-from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, final_best
+from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, best_row, final_best
 from .solve.graph import tree_sum
 from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, slab_bounds, sum_validation,
                      validation_grams, validation_slab)
 
-__all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE"]
+__all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE", "GROWTH_PRUNE", "GROWTH_EXTEND"]
 
 #: the frequency laws searched by default
 DEFAULT_LAWS = ("cauchy", "gaussian", "rational_quadratic")
 #: the multiples of the searched gamma scored while N grows
-DEFAULT_GROWTH_REFINE = (0.5, 1.0)
+DEFAULT_GROWTH_REFINE = (0.5, 1.0, 2.0)
+#: while N grows, a gamma whose best validation error at a checkpoint exceeds the best one seen
+#: there (by any gamma) by more than this fraction is dropped
+GROWTH_PRUNE = 0.25
+#: the growth stage adds up to this many gammas beyond the edge of ``growth_refine`` (one step of
+#: its grid at a time) while the best growth model sits on that edge
+GROWTH_EXTEND = 2
 
 #: the growth stage solves the alphas within this many grid steps of the best one so far (widened
 #: while the best sits on the window's edge) where one Cholesky per alpha beats an ``eigh``
@@ -50,17 +56,21 @@ class RandomFeatureOperatorCV(SelectionCV):
         Grow ``N`` after the search: the winner's law at its gamma times ``growth_refine``, with
         a window of alphas around the best, is scored at ``N, 2 N, 4 N, ...`` up to
         ``max_features`` features on the same validation split(s), in one pass over the
-        frequencies (nested models of one draw), stopping early once a doubling lowers the best
-        validation error by less than ``growth_tol``; the best of these (stage ``"growth"`` in
-        ``cv_results_``) is refitted. None: no growth. Costs about ``len(growth_refine)`` fits
-        at the largest ``N`` reached (``(M_t^2 + 2 M_v M_t) N`` flops per gamma) plus one solve
-        per checkpoint and gamma; memory one training Gram and cross-Gram per split and gamma
-        (gammas in groups that fit ``max_gram_bytes``, one pass per group).
+        frequencies per gamma (nested models of one draw). A gamma stops growing once a doubling
+        lowers its best validation error by less than ``growth_tol``, or once that error is more
+        than 25 % above the best seen at the same ``N`` (gammas in turn, the searched one
+        first). While the best growth model is at the largest (smallest) multiple, up to two
+        more multiples beyond it (a step of the ``growth_refine`` grid each) are grown. The best
+        of these (stage ``"growth"`` in ``cv_results_``) is refitted. None: no growth. Costs
+        about one fit at the largest ``N`` reached per gamma grown that far
+        (``(M_t^2 + 2 M_v M_t) N`` flops) plus one solve per checkpoint and gamma; memory one
+        training Gram and cross-Gram per split and gamma (gammas in groups that fit
+        ``max_gram_bytes``, one pass per group).
     growth_tol : float, default=0.01
-        Relative decrease of the best validation error below which the growth stops.
-    growth_refine : sequence of float, default=(0.5, 1.0)
-        Multiples of the searched gamma scored while N grows (the best gamma of a large-N model
-        is often below that of the N searched: more features resolve a wider kernel).
+        Relative decrease of the best validation error below which a gamma stops growing.
+    growth_refine : sequence of float, default=(0.5, 1.0, 2.0)
+        Multiples of the searched gamma scored while N grows: the best gamma of a large-N model
+        differs from that of the N searched (on Burgers it is smaller, on Navier-Stokes larger).
     distributions : sequence of {"cauchy", "gaussian", "student_t", "rational_quadratic"}, \
 default=("cauchy", "gaussian", "rational_quadratic")
         Frequency laws searched. The coarse stage passes its best two laws (``finalists``) to
@@ -290,19 +300,33 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _extend(self, X, Y, splits, client, rows):
         """The growth stage (``max_features``): the search's winner at ``N, 2 N, ...`` features, at
-        its gamma times ``growth_refine`` (gammas in groups that fit the memory budget)."""
+        its gamma times ``growth_refine`` (the searched gamma first, then the others nearest
+        first, in groups that fit the memory budget), extended beyond the edge of those multiples
+        while the best growth model sits there (:data:`GROWTH_EXTEND`)."""
         best = final_best(rows)
         if self.max_features is None or self.max_features <= best["n_features"]:
             return []
-        mults = best["scale_multiple"] * np.asarray(self.growth_refine, dtype=float)
+        refine = np.unique(np.asarray(self.growth_refine, dtype=float))
+        step = float(refine[-1] / refine[0]) ** (1 / (len(refine) - 1)) if len(refine) > 1 else 2.0
+        pending = list(best["scale_multiple"] * refine[np.argsort(np.abs(np.log(refine)), kind="stable")])
         group = self._gram_group(len(splits[0][0]), len(splits[0][1]), 1, client)
-        out = []
-        for g0 in range(0, len(mults), group):
-            out += self._grow(X, Y, splits, client, best, mults[g0:g0 + group])
+        out, record, extended = [], {}, 0
+        while pending:
+            out += self._grow(X, Y, splits, client, best, pending[:group], record)
+            pending = pending[group:]
+            if pending or extended == GROWTH_EXTEND or len(refine) < 2:
+                continue
+            tried = sorted({r["scale_multiple"] for r in out})
+            top = best_row(out)["scale_multiple"]
+            if top in (tried[0], tried[-1]):  # the best at the edge: one step beyond it
+                pending, extended = [top * step if top == tried[-1] else top / step], extended + 1
         return out
 
-    def _grow(self, X, Y, splits, client, best, mults):
-        """Growth rows of the scale multiples ``mults`` of ``best``'s law: one pass over nested slabs."""
+    def _grow(self, X, Y, splits, client, best, mults, record):
+        """Growth rows of the scale multiples ``mults`` of ``best``'s law: one pass over nested
+        slabs, stopping once no multiple gains ``growth_tol`` over the previous checkpoint or all
+        are more than :data:`GROWTH_PRUNE` above ``record`` (checkpoint N -> the best validation
+        error seen there, updated)."""
         N0, N_max, law = best["n_features"], int(self.max_features), best["family"]
         checkpoints = sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
@@ -316,7 +340,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
                 [dask.delayed(arrange_rows)(X, tr, va), dask.delayed(_take)(Y, tr), dask.delayed(_take)(Y, va)])
             state.append([*data, [None] * len(workers)])
         slabs = slab_bounds(N_max, len(splits[0][0]) + len(splits[0][1]), checkpoints)
-        out, previous, done = [], np.inf, 0
+        out, previous, done = [], np.full(len(scales), np.inf), 0
         for Nk in checkpoints:
             new = [(f0, f1) for f0, f1 in slabs if done <= f0 and f1 <= Nk]
             done = Nk
@@ -351,13 +375,25 @@ default=("cauchy", "gaussian", "rational_quadratic")
             out += self._rows(errs[:, None], law, mults, [Nk], len(splits[0][0]), "growth")
             mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
             mean = np.where(np.isnan(mean), np.inf, mean)
-            centers = [int(np.argmin(m)) for m in mean]
+            best_k = mean.min(axis=1)
+            record[Nk] = min(record.get(Nk, np.inf), best_k.min())
             if self.progress:
-                print(f"selection (growth): N = {Nk}, best validation error {mean.min():.4g}", file=sys.stderr,
-                      flush=True)
-            if not mean.min() < previous * (1.0 - self.growth_tol):
+                for m, e in zip(mults, best_k):
+                    print(f"selection (growth): {law}, gamma = {m:.3g} x median, N = {Nk}: best validation error "
+                          f"{e:.4g} (best at this N: {record[Nk]:.4g})", file=sys.stderr, flush=True)
+            # each gamma grows on while a doubling gains growth_tol and it is not far behind the best
+            keep = np.flatnonzero((best_k < previous * (1.0 - self.growth_tol))
+                                  & (best_k <= record[Nk] * (1.0 + GROWTH_PRUNE)))
+            if len(keep) == 0:
                 break
-            previous = mean.min()
+            centers = [int(np.argmin(mean[k])) for k in keep]
+            previous, mults = best_k[keep], [mults[k] for k in keep]
+            if len(keep) < len(scales):  # the dropped gammas' sums are freed
+                scales = [scales[k] for k in keep]
+                for st in state:
+                    st[3] = [a if a is None else (_select(a, keep) if client is None else
+                                                  client.persist(dask.delayed(_select)(a, keep)))
+                             for a in st[3]]
         return out
 
 
@@ -374,6 +410,11 @@ def _chains(accs, workers, slabs, step):
         if acc is not None:
             out.append(acc)
     return out
+
+
+def _select(acc, keep):
+    """The :func:`validation_slab` accumulator of the scales ``keep`` only."""
+    return [acc[k] for k in keep]
 
 
 def _take(Y, rows):

@@ -329,8 +329,11 @@ def test_growth_scores_equal_a_search_at_each_n():
     fine = cv.cv_results_.to_dataframe().query("stage == 'full'")  # SMALL: one stage
     searched = fine.loc[fine.mean_relative_l2.idxmin()].scale_multiple
     mults = sorted(set(grown.scale_multiple))
-    np.testing.assert_allclose(mults, [0.5 * searched, searched])  # growth_refine
-    for N, mult in ((512, mults[0]), (2048, mults[1])):
+    assert {0.5 * searched, searched, 2 * searched} <= set(mults)  # growth_refine
+    assert set(mults) <= {searched * 2.0 ** k for k in range(-3, 4)}  # at most two steps beyond its edge
+    for N, mult in ((512, 0.5 * searched), (2048, searched)):
+        if N not in set(grown[grown.scale_multiple == mult].n_features):
+            continue  # that gamma stopped growing before N (no gain, or far behind the best)
         ref = RandomFeatureOperatorCV(n_features=N, distributions=(law,), gammas=(mult,), alphas=SMALL["alphas"],
                                       coarse=None, random_state=0, refit=False).fit(U, V)
         mine = grown[(grown.n_features == N) & (grown.scale_multiple == mult)].set_index("alpha").mean_relative_l2
@@ -343,6 +346,30 @@ def test_growth_scores_equal_a_search_at_each_n():
     assert cv.best_score_ == -best.mean_relative_l2
     assert cv.best_estimator_.n_features == best.n_features
     assert (cv.cv_results_["rank_test_score"][cv.cv_results_["stage"] == "growth"] >= 1).all()
+
+
+def test_growth_drops_a_gamma_far_behind_and_extends_beyond_the_edge():
+    """A gamma whose validation error at a checkpoint is more than GROWTH_PRUNE above the best
+    seen there stops growing; while the best sits at the edge of the multiples, more are grown
+    beyond it (GROWTH_EXTEND)."""
+    from rfol_dask.rf_operator_cv import GROWTH_EXTEND
+
+    U, V = _nonlinear_data(200)
+    cv = RandomFeatureOperatorCV(**dict(GROW, growth_refine=(1.0, 256.0))).fit(U, V)
+    grown, res = _growth(cv), cv.cv_results_.to_dataframe()
+    searched = res.loc[res[res.stage == "full"].mean_relative_l2.idxmin()].scale_multiple
+    assert sorted(set(grown[grown.scale_multiple == searched].n_features)) == [256, 512, 1024, 2048]
+    best = grown.groupby("n_features").mean_relative_l2.min()
+    for far in (256 * searched, searched / 256):  # the edge (searched) was best: one step below it too
+        assert sorted(set(grown[grown.scale_multiple == far].n_features)) == [256]  # far behind: dropped
+        assert grown[grown.scale_multiple == far].mean_relative_l2.min() > 1.25 * best[256]
+    assert sorted(set(grown.scale_multiple)) == [searched / 256, searched, 256 * searched]
+    # two multiples far below the best: the growth walks up, one step of their grid at a time
+    low = RandomFeatureOperatorCV(**dict(GROW, growth_refine=(1 / 64, 1 / 16))).fit(U, V)
+    grown = _growth(low)
+    base = grown.scale_multiple.min() * 64
+    np.testing.assert_allclose(sorted(set(grown.scale_multiple)),
+                               base * np.array([1 / 64, 1 / 16, 1 / 4, 1][:2 + GROWTH_EXTEND]))
 
 
 def test_growth_stops_when_a_doubling_gains_too_little_and_is_off_by_default():
@@ -365,11 +392,13 @@ def test_growth_on_dask_input_equals_numpy():
 
 
 @pytest.mark.slow
-def test_distributed_growth_equals_numpy(cluster_client):
+@pytest.mark.parametrize("refine", [(0.5, 1.0, 2.0), (1.0, 256.0)])
+def test_distributed_growth_equals_numpy(cluster_client, refine):
     """Growth on a 2-worker cluster (the slabs of a checkpoint split over the workers, their sums
-    added without touching the running accumulators) scores what the numpy search scores."""
+    added without touching the running accumulators; a gamma far behind dropped from them) scores
+    what the numpy search scores."""
     U, V = _nonlinear_data(200)
-    kw = dict(GROW, max_features=4096, refit=False)
+    kw = dict(GROW, max_features=4096, refit=False, growth_refine=refine)
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
     with cluster_client.as_current():
         lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))

@@ -20,11 +20,15 @@ class PeakMemory:
 
     Sampled every ``interval`` seconds in a thread while the ``with`` block runs; afterwards
     ``peak`` is the peak and ``increase`` the peak minus the resident memory at entry, in bytes.
+    With ``every`` (seconds), ``timeline`` holds ``(seconds since entry, peak since the previous
+    entry)`` pairs about that far apart (for a plot, or the peak of a phase: :meth:`peak_between`).
     """
 
-    def __init__(self, interval: float = 0.005):
+    def __init__(self, interval: float = 0.005, every: float | None = None):
         self.interval = interval
+        self.every = every
         self.peak = 0
+        self.timeline = []
 
     def _rss(self) -> int:
         proc = psutil.Process(os.getpid())
@@ -37,13 +41,24 @@ class PeakMemory:
         return total
 
     def _run(self):
+        window, last = 0, self._t0
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._rss())
+            rss = self._rss()
+            self.peak, window = max(self.peak, rss), max(window, rss)
+            now = time.perf_counter()
+            if self.every is not None and now - last >= self.every:
+                self.timeline.append((now - self._t0, window))
+                window, last = 0, now
             time.sleep(self.interval)
+
+    def peak_between(self, t0: float, t1: float = float("inf")) -> int:
+        """The peak (bytes) of the ``timeline`` entries in ``[t0, t1)`` seconds since entry (0: none)."""
+        return max((rss for t, rss in self.timeline if t0 <= t < t1), default=0)
 
     def __enter__(self):
         self.base = self._rss()
         self.peak = self.base
+        self._t0 = time.perf_counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
