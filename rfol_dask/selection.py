@@ -39,7 +39,7 @@ from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
-           "arrange_rows", "best_row", "final_best"]
+           "FINE_EXTEND", "arrange_rows", "best_row", "final_best"]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
 DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
@@ -47,6 +47,8 @@ DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
+#: the fine stage goes this many steps of its ``refine`` grid beyond a family's best on its edge
+FINE_EXTEND = 2
 #: the coarse stage keeps at least this many training rows (all if there are fewer)
 MIN_COARSE_ROWS = 200
 
@@ -86,6 +88,17 @@ def best_row(rows):
 def final_best(rows):
     """The best results row of the last stage in ``rows``."""
     return best_row([r for r in rows if r["stage"] == rows[-1]["stage"]])
+
+
+def _beyond_edge(rows, step, n):
+    """``n`` scale multiples beyond the edge of those tried in ``rows`` (one family) at which
+    the best row sits (a factor ``step`` apart), or None if the best is inside."""
+    tried = sorted({r["scale_multiple"] for r in rows})
+    best = best_row(rows)["scale_multiple"]
+    if len(tried) < 2 or tried[0] < best < tried[-1]:
+        return None
+    sign = -1 if best == tried[0] else 1
+    return best * step ** (sign * np.arange(1, n + 1))
 
 
 def arrange_rows(U, train, valid):
@@ -258,18 +271,17 @@ class SelectionCV(OperatorEstimator):
                             np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False))))
             for fam in families:
                 rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
-            best = best_row(rows)
-            # a winner on the edge of the grid: extend the grid that way (two steps at a time, at most 3 times)
+            # a family whose best is on the edge of the grid: extend the grid that way (two steps at
+            # a time, at most 3 times), for every family (the coarse stage is cheap)
             step = float(np.max(mults) / np.min(mults)) ** (1 / max(1, len(mults) - 1)) if len(mults) > 1 else 4.0
-            for _ in range(3):
-                fam = best["family"]
-                tried = [r["scale_multiple"] for r in rows if r["family"] == fam]
-                if len(self._family_multiples(fam, mults)) < 2 or min(tried) < best["scale_multiple"] < max(tried):
-                    break
-                edge, sign = (min(tried), -1) if best["scale_multiple"] == min(tried) else (max(tried), 1)
-                rows += self._stage(X, Y, sub, client, fam, edge * step ** (sign * np.arange(1, 3)), Nc,
-                                    len(sub[0][0]), "coarse")
-                best = best_row(rows)
+            if len(mults) > 1:
+                for fam in families:
+                    for _ in range(3):
+                        fam_rows = [r for r in rows if r["family"] == fam]
+                        new = _beyond_edge(fam_rows, step, 2)
+                        if new is None or len(self._family_multiples(fam, mults)) < 2:
+                            break
+                        rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
             # the fine stage: the best families of the coarse stage, each at its best scale times
             # refine, solving the alphas around its best one where that is cheaper
             leaders = {}
@@ -281,8 +293,19 @@ class SelectionCV(OperatorEstimator):
         else:
             plan = [(fam, mults, None) for fam in families]
         name = "fine" if coarse else "full"
+        refine = np.unique(np.asarray(self.refine, dtype=float))
+        fine_step = float(refine[-1] / refine[0]) ** (1 / (len(refine) - 1)) if len(refine) > 1 else None
         for fam, scales, center in plan:
             rows += self._stage(X, Y, splits, client, fam, scales, Ns, len(splits[0][0]), name, center)
+            # the fine stage's best on the edge of its multiples: one step further, at most FINE_EXTEND times
+            for _ in range(FINE_EXTEND if coarse and fine_step and len(self._family_multiples(fam, scales)) > 1 else 0):
+                fam_rows = [r for r in rows if r["family"] == fam and r["stage"] == name]
+                new = _beyond_edge(fam_rows, fine_step, 1)
+                if new is None:
+                    break
+                best = best_row(fam_rows)
+                rows += self._stage(X, Y, splits, client, fam, new, Ns, len(splits[0][0]), name,
+                                    self._alpha_index(best[self._alpha_name]))
         return rows
 
     def _extend(self, X, Y, splits, client, rows):
