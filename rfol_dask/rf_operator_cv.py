@@ -95,11 +95,13 @@ default=("cauchy", "gaussian", "rational_quadratic")
     coarse : float or None, default=0.125
         Coarse stage on this fraction of the features (at least 256) and of the (training and
         validation) rows (at least 200 training rows), over the whole grid (extended by two
-        grid steps, up to three times, while the winner is on its edge); then a fine stage at
-        full size for the ``finalists`` best laws, each at its gamma times ``refine``. None: one
-        stage, the whole grid at full size.
+        grid steps, up to three times, for each law whose best is on its edge); then a fine
+        stage at full size for the ``finalists`` best laws, each at its gamma times ``refine``.
+        None: one stage, the whole grid at full size.
     refine : sequence of float, default=(0.5, 1, 2)
-        Fine-stage factors applied to each finalist law's best coarse gamma.
+        Fine-stage factors applied to each finalist law's best coarse gamma; while a finalist's
+        best sits on their edge, up to two more steps of their grid beyond it are scored
+        (:data:`rfol_dask.selection.FINE_EXTEND`).
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"

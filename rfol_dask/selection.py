@@ -12,8 +12,10 @@ because (see :mod:`rfol_dask.tuning`):
 - every frequency law is a scale family: one projection ``U Z`` per slab
   serves every gamma of a sweep; nested N come out of the same pass;
 - two stages: a coarse one over the whole grid on a subsample of rows and features
-  (``coarse``), then a fine one at full size around the coarse winner of each of the best
-  families (one for the kernels, ``finalists`` laws for the RF search; ``refine``); where one
+  (``coarse``; a family whose best is on the grid's edge gets the grid extended that way), then
+  a fine one at full size around the coarse winner of each of the best families (one for the
+  kernels, ``finalists`` laws for the RF search; ``refine``, stepped further while a family's
+  best is on its edge, :data:`FINE_EXTEND`); where one
   Cholesky factorisation per alpha of the five alphas around the coarse winner's is cheaper than
   an ``eigh`` (large Grams), the fine stage solves only those (widened while the best is on the
   window's edge) and the other alphas score NaN in ``cv_results_``.

@@ -12,6 +12,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
 from rfol_dask.features import draw_frequencies
+from rfol_dask.selection import DEFAULT_REFINE, FINE_EXTEND
 from rfol_dask.metrics import relative_l2_error
 from rfol_dask.tuning import frequency_scale, median_gamma
 
@@ -238,12 +239,20 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
     # a linear operator: the smaller gamma, the better (the features' linear regime)
     U, _ = smooth_operator_data(300, 24)
     V = U @ np.random.default_rng(0).normal(size=(24, 6))
-    cv = RandomFeatureOperatorCV(n_features=1024, distributions=("cauchy",), gammas=(1.0, 4.0, 16.0, 64.0),
+    cv = RandomFeatureOperatorCV(n_features=1024, distributions=("cauchy", "gaussian"), gammas=(1.0, 4.0, 16.0, 64.0),
                                  alphas=(1e-10, 1e-6), random_state=0, refit=False).fit(U, V)
-    res = cv.cv_results_
-    coarse = res["stage"] == "coarse"
-    assert res["scale_multiple"][coarse].min() < 1.0  # looked below the grid
-    assert cv.best_params_["gamma"] < cv.median_scales_["cauchy"]
+    res = cv.cv_results_.to_dataframe()
+    coarse = res[res.stage == "coarse"]
+    for law in ("cauchy", "gaussian"):  # every family on the edge is extended, not only the best one
+        assert coarse[coarse.family == law].scale_multiple.min() < 1.0
+    assert cv.best_params_["gamma"] < cv.median_scales_[cv.best_params_["distribution"]]
+    # the fine stage: each finalist's best is inside the multiples it scored, or it went FINE_EXTEND
+    # refine steps (factor 2) past the coarse winner's refine grid
+    for law, fine in res[res.stage == "fine"].groupby("family"):
+        tried = np.sort(fine.scale_multiple.unique())
+        best = fine.loc[fine.mean_relative_l2.idxmin()].scale_multiple
+        assert tried[0] < best < tried[-1] or len(tried) == len(DEFAULT_REFINE) + FINE_EXTEND
+        np.testing.assert_allclose(np.diff(np.log2(tried)), 1.0)  # one grid of factor 2
 
 
 def test_fine_stage_solves_only_the_alphas_around_the_coarse_winner_and_loses_nothing():
