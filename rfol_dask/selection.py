@@ -49,7 +49,8 @@ DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
-#: the fine stage goes this many steps of its ``refine`` grid beyond a family's best on its edge
+#: the fine stage scores this many steps of its ``refine`` grid beyond a family's best on its edge
+#: (one more pass over the feature slabs)
 FINE_EXTEND = 2
 #: the coarse stage keeps at least this many training rows (all if there are fewer)
 MIN_COARSE_ROWS = 200
@@ -299,15 +300,13 @@ class SelectionCV(OperatorEstimator):
         fine_step = float(refine[-1] / refine[0]) ** (1 / (len(refine) - 1)) if len(refine) > 1 else None
         for fam, scales, center in plan:
             rows += self._stage(X, Y, splits, client, fam, scales, Ns, len(splits[0][0]), name, center)
-            # the fine stage's best on the edge of its multiples: one step further, at most FINE_EXTEND times
-            for _ in range(FINE_EXTEND if coarse and fine_step and len(self._family_multiples(fam, scales)) > 1 else 0):
-                fam_rows = [r for r in rows if r["family"] == fam and r["stage"] == name]
-                new = _beyond_edge(fam_rows, fine_step, 1)
-                if new is None:
-                    break
-                best = best_row(fam_rows)
+            # the fine stage's best on the edge of its multiples: FINE_EXTEND more steps beyond it,
+            # in one pass (one projection per slab for both)
+            fam_rows = [r for r in rows if r["family"] == fam and r["stage"] == name]
+            new = _beyond_edge(fam_rows, fine_step, FINE_EXTEND) if coarse and fine_step else None
+            if new is not None and len(self._family_multiples(fam, scales)) > 1:
                 rows += self._stage(X, Y, splits, client, fam, new, Ns, len(splits[0][0]), name,
-                                    self._alpha_index(best[self._alpha_name]))
+                                    self._alpha_index(best_row(fam_rows)[self._alpha_name]))
         return rows
 
     def _extend(self, X, Y, splits, client, rows):

@@ -246,7 +246,7 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
     for law in ("cauchy", "gaussian"):  # every family on the edge is extended, not only the best one
         assert coarse[coarse.family == law].scale_multiple.min() < 1.0
     assert cv.best_params_["gamma"] < cv.median_scales_[cv.best_params_["distribution"]]
-    # the fine stage: each finalist's best is inside the multiples it scored, or it went FINE_EXTEND
+    # the fine stage: each finalist's best is inside the multiples it scored, or it scored FINE_EXTEND
     # refine steps (factor 2) past the coarse winner's refine grid
     for law, fine in res[res.stage == "fine"].groupby("family"):
         tried = np.sort(fine.scale_multiple.unique())
