@@ -21,8 +21,8 @@ from .rf_operator import RandomFeatureOperator
 from .progress import compute
 from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, best_row, final_best
 from .solve.graph import tree_sum
-from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, slab_bounds, sum_validation,
-                     validation_grams, validation_slab)
+from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, path_method, slab_bounds,
+                     sum_validation, validation_grams, validation_slab)
 
 __all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE", "GROWTH_PRUNE", "GROWTH_EXTEND"]
 
@@ -430,5 +430,7 @@ def _after(value, *_):
 
 def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2):
     """Validation errors (n_alpha,) of scale ``k`` and ``segments[g]`` features (:func:`path_errors`)."""
-    G, K = validation_grams(acc, k, segments, g)
-    return path_errors(G, K, V_train, V_valid, alphas, fit_intercept, method, center, half_width)
+    # the Cholesky paths solve in the accumulator's own Gram and leave it as it was: no M_t^2 copy
+    in_place = path_method(len(alphas), len(V_train), method, center, half_width) != "eigh"
+    G, K, factor = validation_grams(acc, k, segments, g, copy=not in_place)
+    return path_errors(G, K, V_train, V_valid, np.asarray(alphas) / factor, fit_intercept, method, center, half_width)

@@ -43,7 +43,7 @@ from .linalg import symmetrize, syrk
 from .metrics import relative_l2_errors
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
-           "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "EigenPath", "cholesky_errors", "window_errors",
+           "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "EigenPath", "cholesky_errors", "window_errors",
            "path_errors",
            "eigh_pays", "relative_errors"]
 
@@ -242,18 +242,25 @@ def sum_validation(*accs):
     return out
 
 
-def validation_grams(acc, k, segments, g):
-    """``(G, K)`` of scale ``k`` for the model with ``segments[g]`` features: the segments'
-    sums up to ``g``, rescaled by ``N / segments[g]`` (the features carry ``sqrt(2 / N)``)."""
+def validation_grams(acc, k, segments, g, copy=True):
+    """``(G, K, factor)`` of scale ``k`` for the model with ``segments[g]`` features: the
+    segments' sums up to ``g`` (symmetric, Fortran order); that model's Gram and cross-Gram are
+    ``factor G`` and ``factor K``, ``factor = N / segments[g]`` (the features carry
+    ``sqrt(2 / N)``), so its ridge ``alpha`` is ``G``'s ``alpha / factor`` with ``K`` as it is.
+
+    ``copy=False`` with a single segment in the sum: ``G`` and ``K`` are the accumulator's own
+    arrays, ``G``'s upper triangle filled in place from its lower one (which a solve must leave as
+    it is: :func:`cholesky_errors` does); no ``M_t^2`` copy."""
     parts = [p for p in acc[k][:g + 1] if p is not None]
     factor = segments[-1] / segments[g]
+    if not copy and len(parts) == 1:
+        return symmetrize(parts[0][0]), parts[0][1], factor
     G = np.array(parts[0][0], order="F")  # a new array: the accumulator is kept
-    K = parts[0][1] * factor
+    K = parts[0][1].copy()
     for p in parts[1:]:
         G += p[0]
-        K += p[1] * factor
-    G *= factor
-    return symmetrize(G), K
+        K += p[1]
+    return symmetrize(G), K, factor
 
 
 # ---------------------------------------------------------------------------------------
@@ -370,6 +377,16 @@ def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=
             return out
 
 
+def path_method(n_alphas, M, method="auto", center=None, half_width=2):
+    """The ridge path :func:`path_errors` takes for ``n_alphas`` alphas of an ``M x M`` Gram:
+    ``"window"``, ``"eigh"`` or ``"cholesky"`` (``method`` itself unless ``"auto"``)."""
+    if method != "auto":
+        return method
+    if center is not None and not eigh_pays(2 * half_width + 1, M):
+        return "window"
+    return "eigh" if eigh_pays(n_alphas, M) else "cholesky"
+
+
 def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", center=None, half_width=2):
     """Mean relative L2 validation errors (n_alpha,) of the dual ridge problem for every alpha:
     ``method="eigh"`` (:class:`EigenPath`), ``"cholesky"`` (:func:`cholesky_errors`) or
@@ -379,12 +396,11 @@ def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", cen
     where one Cholesky factorisation per alpha of a window of ``2 half_width + 1`` alphas around
     it is cheaper than an ``eigh``, only that window is solved (:func:`window_errors`: widened
     while its best is on its edge); the other alphas score NaN."""
-    if center is not None and method == "auto" and not eigh_pays(2 * half_width + 1, len(G)):
+    method = path_method(len(alphas), len(G), method, center, half_width)
+    if method == "window":
         if not (np.linalg.norm(V_valid, axis=1) > 0).any():
             raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
         return window_errors(G, K, V, V_valid, alphas, int(center), half_width, fit_intercept)
-    if method == "auto":
-        method = "eigh" if eigh_pays(len(alphas), len(G)) else "cholesky"
     if method == "eigh":
         return EigenPath(G, K, V, fit_intercept).errors(alphas, V_valid)
     if method == "cholesky":

@@ -205,3 +205,41 @@ def test_cholesky_path_factors_in_place_and_gives_the_gram_back():
     for alpha, e in zip(alphas[1:], errs[1:]):
         pred = K @ np.linalg.solve(G0 + alpha * np.eye(M), V[:M] - vbar) + vbar
         np.testing.assert_allclose(e, np.mean(relative_errors(V[M:], pred)), rtol=1e-10)
+
+
+@pytest.mark.parametrize("n_used", [1200, 2400])
+def test_growth_solves_in_the_accumulator_and_leaves_it_as_it_was(n_used):
+    """The search's Cholesky paths solve in a running accumulator's own Gram (no M_t^2 copy),
+    for the model of all its features or of fewer (the ridge rescaled instead of the Gram), and
+    give the errors of a fresh copy; the accumulator's lower triangle and cross-Gram are kept."""
+    import tracemalloc
+
+    from rfol_dask.rf_operator_cv import _path_errors
+    from rfol_dask.tuning import validation_grams, validation_slab
+
+    U, V = _data(M=1400, n=12)
+    n_train, N = 1100, 2400
+    freq = lambda columns: draw_frequencies(12, N, "gaussian", 1.0, None, 0, columns=columns)  # noqa: E731
+    acc = validation_slab(None, U, n_train, freq, N, 0, N, [frequency_scale("gaussian", 0.05)], [N])
+    G0, K0 = np.tril(acc[0][0][0]).copy(), acc[0][0][1].copy()
+    alphas = np.array([1e-8, 1e-6, 1e-4, 1e-2])
+    args = ((n_used, N), 0, V[:n_train], V[n_train:], alphas, True, "auto", 2, 1)
+    G, K, factor = validation_grams(acc, 0, (n_used, N), 0)  # a copy
+    np.testing.assert_allclose(G, G0 + np.tril(G0, -1).T, rtol=1e-13)
+    assert factor == N / n_used
+    tracemalloc.start()
+    errs = _path_errors(acc, 0, *args)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 0.5 * G0.nbytes  # no Gram copy
+    assert np.isfinite(errs[1:4]).all() and np.isnan(errs[0])  # the window around index 2
+    np.testing.assert_array_equal(np.tril(acc[0][0][0]), G0)
+    np.testing.assert_array_equal(acc[0][0][1], K0)
+    # the reference: the rescaled model's own Gram and cross-Gram, solved afresh
+    from rfol_dask.tuning import relative_errors
+
+    Gs, Ks = factor * (G0 + np.tril(G0, -1).T), factor * K0
+    vbar = V[:n_train].mean(axis=0)
+    for a in (1, 2, 3):
+        pred = Ks @ np.linalg.solve(Gs + alphas[a] * np.eye(n_train), V[:n_train] - vbar) + vbar
+        np.testing.assert_allclose(errs[a], np.mean(relative_errors(V[n_train:], pred)), rtol=1e-8)
