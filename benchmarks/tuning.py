@@ -213,6 +213,11 @@ def render_full(results):
     return "\n".join(lines)
 
 
+def _pct(x):
+    """A relative error in percent, three significant digits."""
+    return f"{100 * x:.3g}%"
+
+
 def render(results):
     """Markdown table of the tuned vs paper-settings errors."""
     lines = ["| data set | train / test | N | RF paper (Cauchy / Gaussian) | RF median default (C / G) | RF tuned "
@@ -224,10 +229,10 @@ def render(results):
         bp = tuned["best_params"]
         lines.append(
             f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']} | "
-            f"{m['rf_cauchy_paper']['error']:.3%} / {m['rf_gaussian_paper']['error']:.3%} | "
-            f"{m['rf_cauchy_median']['error']:.3%} / {m['rf_gaussian_median']['error']:.3%} | "
-            f"{tuned['error']:.3%} ({bp['distribution']}, gamma {bp['gamma']:.3g}, alpha {bp['alpha']:.0e}) | "
-            f"{kern['error']:.3%} ({kern['best_params']['kernel']}) | {tuned['error'] / kern['error']:.2f} | "
+            f"{_pct(m['rf_cauchy_paper']['error'])} / {_pct(m['rf_gaussian_paper']['error'])} | "
+            f"{_pct(m['rf_cauchy_median']['error'])} / {_pct(m['rf_gaussian_median']['error'])} | "
+            f"{_pct(tuned['error'])} ({bp['distribution']}, gamma {bp['gamma']:.3g}, alpha {bp['alpha']:.0e}) | "
+            f"{_pct(kern['error'])} ({kern['best_params']['kernel']}) | {tuned['error'] / kern['error']:.2f} | "
             f"{tuned['cost_ratio']:.1f} | {kern['cost_ratio']:.1f} |")
     return "\n".join(lines)
 
