@@ -323,15 +323,15 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, search=None):
             X = Ul.map_blocks(count, dtype=Ul.dtype, which="U")
             Y = Vl.map_blocks(count, dtype=Vl.dtype, which="V")
         with dask.config.set(scheduler=scheduler):
-            search_s, search_all, search = _median_time(
+            search_s, search_all, fitted = _median_time(
                 lambda: RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False, **search).fit(X, Y),
                 repeats)
             search_reads, search_calls = dict(reads), len(calls)
-            best = search.best_params_
+            best = fitted.best_params_
             fit_s, fit_all, _ = _median_time(lambda: RandomFeatureOperator(random_state=0, **best).fit(X, Y), repeats)
         row = {"search_s": search_s, "search_all_s": search_all, "fit_s": fit_s, "fit_all_s": fit_all,
-               "ratio": search_s / fit_s, "best_params": best, "validation_error": -search.best_score_,
-               "candidates": int(len(search.cv_results_["mean_test_score"]))}
+               "ratio": search_s / fit_s, "best_params": best, "validation_error": -fitted.best_score_,
+               "candidates": int(len(fitted.cv_results_["mean_test_score"]))}
         if kind == "dask":
             per_search = {k: v / repeats for k, v in search_reads.items()}
             row.update(search_computes=search_calls / repeats, fit_computes=(len(calls) - search_calls) / repeats,

@@ -99,8 +99,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         stage at full size for the ``finalists`` best laws, each at its gamma times ``refine``.
         None: one stage, the whole grid at full size.
     refine : sequence of float, default=(0.5, 1, 2)
-        Fine-stage factors applied to each finalist law's best coarse gamma; while a finalist's
-        best sits on their edge, up to two more steps of their grid beyond it are scored
+        Fine-stage factors applied to each finalist law's best coarse gamma; when the fine
+        stage's winner sits on their edge, two more steps of their grid beyond it are scored
         (:data:`rfol_dask.selection.FINE_EXTEND`).
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.

@@ -14,8 +14,8 @@ because (see :mod:`rfol_dask.tuning`):
 - two stages: a coarse one over the whole grid on a subsample of rows and features
   (``coarse``; a family whose best is on the grid's edge gets the grid extended that way), then
   a fine one at full size around the coarse winner of each of the best families (one for the
-  kernels, ``finalists`` laws for the RF search; ``refine``, stepped further while a family's
-  best is on its edge, :data:`FINE_EXTEND`); where one
+  kernels, ``finalists`` laws for the RF search; ``refine``, stepped further when the winner is
+  on its edge, :data:`FINE_EXTEND`); where one
   Cholesky factorisation per alpha of the five alphas around the coarse winner's is cheaper than
   an ``eigh`` (large Grams), the fine stage solves only those (widened while the best is on the
   window's edge) and the other alphas score NaN in ``cv_results_``.
@@ -49,8 +49,8 @@ DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
-#: the fine stage scores this many steps of its ``refine`` grid beyond a family's best on its edge
-#: (one more pass over the feature slabs)
+#: the fine stage scores this many steps of its ``refine`` grid beyond its winner on the edge of
+#: that family's multiples (one more pass over the feature slabs)
 FINE_EXTEND = 2
 #: the coarse stage keeps at least this many training rows (all if there are fewer)
 MIN_COARSE_ROWS = 200
@@ -300,13 +300,15 @@ class SelectionCV(OperatorEstimator):
         fine_step = float(refine[-1] / refine[0]) ** (1 / (len(refine) - 1)) if len(refine) > 1 else None
         for fam, scales, center in plan:
             rows += self._stage(X, Y, splits, client, fam, scales, Ns, len(splits[0][0]), name, center)
-            # the fine stage's best on the edge of its multiples: FINE_EXTEND more steps beyond it,
-            # in one pass (one projection per slab for both)
-            fam_rows = [r for r in rows if r["family"] == fam and r["stage"] == name]
-            new = _beyond_edge(fam_rows, fine_step, FINE_EXTEND) if coarse and fine_step else None
-            if new is not None and len(self._family_multiples(fam, scales)) > 1:
-                rows += self._stage(X, Y, splits, client, fam, new, Ns, len(splits[0][0]), name,
-                                    self._alpha_index(best_row(fam_rows)[self._alpha_name]))
+        # the fine stage's winner on the edge of its family's multiples: FINE_EXTEND more steps
+        # beyond it, in one pass (one projection per slab for both)
+        if coarse and fine_step:
+            best = best_row([r for r in rows if r["stage"] == name])
+            fam_rows = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
+            new = _beyond_edge(fam_rows, fine_step, FINE_EXTEND)
+            if new is not None and len(self._family_multiples(best["family"], new)) > 1:
+                rows += self._stage(X, Y, splits, client, best["family"], new, Ns, len(splits[0][0]), name,
+                                    self._alpha_index(best[self._alpha_name]))
         return rows
 
     def _extend(self, X, Y, splits, client, rows):

@@ -67,8 +67,8 @@ class KernelOperatorCV(SelectionCV):
     coarse : float or None, default=0.25
         Coarse stage on this fraction of the rows (at least 200 training rows), over the whole grid.
     refine : sequence of float, default=(0.5, 1, 2)
-        Fine-stage factors applied to the coarse winner's length scale; while the best sits on
-        their edge, up to two more steps of their grid beyond it are scored.
+        Fine-stage factors applied to the coarse winner's length scale; when the fine stage's
+        winner sits on their edge, two more steps of their grid beyond it are scored.
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
