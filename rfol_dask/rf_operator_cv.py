@@ -37,9 +37,9 @@ GROWTH_PRUNE = 0.25
 #: its grid at a time) while the best growth model sits on that edge
 GROWTH_EXTEND = 2
 
-#: the growth stage solves the alphas within this many grid steps of the best one so far (widened
-#: while the best sits on the window's edge) where one Cholesky per alpha beats an ``eigh``
-GROWTH_HALF_WIDTH = 1
+#: the fine and growth stages solve the alphas within this many grid steps of the best one so far
+#: (widened while the best sits on the window's edge) where one Cholesky per alpha beats an ``eigh``
+WINDOW_HALF_WIDTH = 1
 
 
 class RandomFeatureOperatorCV(SelectionCV):
@@ -107,7 +107,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
         How each Gram is solved for all alphas: one eigendecomposition, one Cholesky
         factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).
-        With ``"auto"`` the fine stage solves only the five alphas around the coarse winner's
+        With ``"auto"`` the fine stage solves only the three alphas around the coarse winner's
         (widened while the best is on the window's edge) where that is cheaper than an ``eigh``.
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
@@ -268,7 +268,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         M_t, M_v = len(train), len(valid)
         group = self._gram_group(M_t, M_v, len(Ns), client)
         slabs = slab_bounds(N, M_t + M_v, Ns)
-        args = (self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
+        args = (self._alphas(), self.fit_intercept, self.alpha_path, alpha_center, WINDOW_HALF_WIDTH)
         if client is None:
             Xa, Yt, Yv = arrange_rows(X, train, valid), Y[train], Y[valid]
             out = []
@@ -353,7 +353,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
                             segments=[N_max], fit_intercept=self.fit_intercept)
                 # the running sums carry sqrt(2 / N_max): segments (Nk, N_max) rescale them to Nk features
                 args = [(k, (Nk, N_max), 0, Yt, Yv, alphas, self.fit_intercept, self.alpha_path, centers[k],
-                         GROWTH_HALF_WIDTH) for k in range(len(scales))]
+                         WINDOW_HALF_WIDTH) for k in range(len(scales))]
                 if client is None:
                     acc = accs[0]
                     for f0, f1 in new:

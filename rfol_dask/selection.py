@@ -16,7 +16,8 @@ because (see :mod:`rfol_dask.tuning`):
   a fine one at full size around the coarse winner of each of the best families (one for the
   kernels, ``finalists`` laws for the RF search; ``refine``, stepped further when the winner is
   on its edge, :data:`FINE_EXTEND`); where one
-  Cholesky factorisation per alpha of the five alphas around the coarse winner's is cheaper than
+  Cholesky factorisation per alpha of the alphas around the coarse winner's (five for the
+  kernels, three for the RF search) is cheaper than
   an ``eigh`` (large Grams), the fine stage solves only those (widened while the best is on the
   window's edge) and the other alphas score NaN in ``cv_results_``.
 
