@@ -19,7 +19,8 @@ from .memory import memory_budget
 from .placement import pinned, worker_addresses
 from .rf_operator import RandomFeatureOperator
 from .progress import compute
-from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, best_row, final_best
+from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, beyond_edge, final_best,
+                        grid_step)
 from .solve.graph import tree_sum
 from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, path_method, slab_bounds,
                      sum_validation, validation_grams, validation_slab)
@@ -309,19 +310,17 @@ default=("cauchy", "gaussian", "rational_quadratic")
         if self.max_features is None or self.max_features <= best["n_features"]:
             return []
         refine = np.unique(np.asarray(self.growth_refine, dtype=float))
-        step = float(refine[-1] / refine[0]) ** (1 / (len(refine) - 1)) if len(refine) > 1 else 2.0
+        step = grid_step(refine)
         pending = list(best["scale_multiple"] * refine[np.argsort(np.abs(np.log(refine)), kind="stable")])
         group = self._gram_group(len(splits[0][0]), len(splits[0][1]), 1, client)
         out, record, extended = [], {}, 0
         while pending:
             out += self._grow(X, Y, splits, client, best, pending[:group], record)
             pending = pending[group:]
-            if pending or extended == GROWTH_EXTEND or len(refine) < 2:
-                continue
-            tried = sorted({r["scale_multiple"] for r in out})
-            top = best_row(out)["scale_multiple"]
-            if top in (tried[0], tried[-1]):  # the best at the edge: one step beyond it
-                pending, extended = [top * step if top == tried[-1] else top / step], extended + 1
+            if not pending and step is not None and extended < GROWTH_EXTEND:
+                beyond = beyond_edge(out, step, 1)  # the best at the edge: one step beyond it
+                if beyond is not None:
+                    pending, extended = list(beyond), extended + 1
         return out
 
     def _grow(self, X, Y, splits, client, best, mults, record):

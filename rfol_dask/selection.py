@@ -42,7 +42,7 @@ from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
-           "FINE_EXTEND", "arrange_rows", "best_row", "final_best"]
+           "FINE_EXTEND", "arrange_rows", "best_row", "beyond_edge", "final_best", "grid_step"]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
 DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
@@ -94,7 +94,14 @@ def final_best(rows):
     return best_row([r for r in rows if r["stage"] == rows[-1]["stage"]])
 
 
-def _beyond_edge(rows, step, n):
+def grid_step(values, default=None):
+    """The mean ratio between neighbours of the sorted positive ``values`` (a geometric grid's
+    factor), or ``default`` for fewer than two."""
+    values = np.unique(np.asarray(values, dtype=float))
+    return float(values[-1] / values[0]) ** (1 / (len(values) - 1)) if len(values) > 1 else default
+
+
+def beyond_edge(rows, step, n):
     """``n`` scale multiples beyond the edge of those tried in ``rows`` (one family) at which
     the best row sits (a factor ``step`` apart), or None if the best is inside."""
     tried = sorted({r["scale_multiple"] for r in rows})
@@ -277,12 +284,12 @@ class SelectionCV(OperatorEstimator):
                 rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
             # a family whose best is on the edge of the grid: extend the grid that way (two steps at
             # a time, at most 3 times), for every family (the coarse stage is cheap)
-            step = float(np.max(mults) / np.min(mults)) ** (1 / max(1, len(mults) - 1)) if len(mults) > 1 else 4.0
+            step = grid_step(mults, 4.0)
             if len(mults) > 1:
                 for fam in families:
                     for _ in range(3):
                         fam_rows = [r for r in rows if r["family"] == fam]
-                        new = _beyond_edge(fam_rows, step, 2)
+                        new = beyond_edge(fam_rows, step, 2)
                         if new is None or len(self._family_multiples(fam, mults)) < 2:
                             break
                         rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
@@ -297,8 +304,7 @@ class SelectionCV(OperatorEstimator):
         else:
             plan = [(fam, mults, None) for fam in families]
         name = "fine" if coarse else "full"
-        refine = np.unique(np.asarray(self.refine, dtype=float))
-        fine_step = float(refine[-1] / refine[0]) ** (1 / (len(refine) - 1)) if len(refine) > 1 else None
+        fine_step = grid_step(self.refine)
         for fam, scales, center in plan:
             rows += self._stage(X, Y, splits, client, fam, scales, Ns, len(splits[0][0]), name, center)
         # the fine stage's winner on the edge of its family's multiples: FINE_EXTEND more steps
@@ -306,7 +312,7 @@ class SelectionCV(OperatorEstimator):
         if coarse and fine_step:
             best = best_row([r for r in rows if r["stage"] == name])
             fam_rows = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
-            new = _beyond_edge(fam_rows, fine_step, FINE_EXTEND)
+            new = beyond_edge(fam_rows, fine_step, FINE_EXTEND)
             if new is not None and len(self._family_multiples(best["family"], new)) > 1:
                 rows += self._stage(X, Y, splits, client, best["family"], new, Ns, len(splits[0][0]), name,
                                     self._alpha_index(best[self._alpha_name]))
