@@ -164,14 +164,15 @@ def ns_high(args):
     M = args.train or 20000
     train, test = ds.isel(sample=slice(0, M)), ds.isel(sample=slice(M, None))
     Vt = test["output"].values
-    row = {"M": M, "test": len(Vt), "store": args.store, "n_features": args.max_features, "grow_to": args.grow_to, "blas": blas_info(),
+    row = {"M": M, "test": len(Vt), "store": args.store, "score_outputs": args.score_outputs, "n_features": args.max_features, "grow_to": args.grow_to, "blas": blas_info(),
            "max_gram_bytes": args.max_gram_bytes, "memory_limit": args.memory_limit,
            "load_avg_start": os.getloadavg()}
     client = local_client(n_workers=1, threads_per_worker=2, processes=False, memory_limit=args.memory_limit)
     try:
         with PeakMemory(interval=0.05, every=10.0) as pm:
             search = RandomFeatureOperatorCV(n_features=args.max_features, max_features=args.grow_to, random_state=0,
-                                             max_gram_bytes=args.max_gram_bytes, progress=True)
+                                             max_gram_bytes=args.max_gram_bytes, score_outputs=args.score_outputs,
+                                             progress=True)
             search.fit(train)
         pred = search.predict(test["input"])
         row["rf_tuned"] = search_row(search, Vt, np.asarray(pred))
@@ -378,6 +379,9 @@ def main(argv=None):
     parser.add_argument("--second-features", type=int, default=20000,
                         help="--ns-high: N of the second refit of the winner (row rf_tuned_second)")
     parser.add_argument("--memory-limit", default="20GB", help="--ns-high: the worker's memory limit")
+    parser.add_argument("--score-outputs", type=int, default=None,
+                        help="--ns-high: score the search on a sketch of this many output combinations "
+                             "(RandomFeatureOperatorCV(score_outputs=)); default all outputs")
     parser.add_argument("--max-gram-bytes", type=float, default=6e9,
                         help="--ns-high: max_gram_bytes of the search and the fits (the search then builds one "
                              "gamma's Grams at a time)")

@@ -110,6 +110,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
         factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).
         With ``"auto"`` the fine stage solves only the three alphas around the coarse winner's
         (widened while the best is on the window's edge) where that is cheaper than an ``eigh``.
+    score_outputs : int or None, default=None
+        Score the search on a Gaussian sketch of this many combinations of the output components
+        (:func:`rfol_dask.selection.sketch_outputs`) when there are more: the solves of the
+        search cost ``2 M_t^2 k`` instead of ``2 M_t^2 m`` per alpha. The validation errors are
+        then estimates (per-sample spread ``sqrt(1 / k)``, the same sketch for every
+        candidate); the refit uses all outputs. None: all outputs.
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
     solver : {"auto", "dual", "primal"}, default="auto"
@@ -182,13 +188,14 @@ default=("cauchy", "gaussian", "rational_quadratic")
         "refine": ["array-like"],
         "refit": ["boolean"],
         "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
+        "score_outputs": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "solver": [StrOptions({"auto", "dual", "primal"})],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         **OperatorEstimator._common_constraints,
     }
 
     def __init__(self, *, n_features=1000, max_features=None, growth_tol=0.01, growth_refine=DEFAULT_GROWTH_REFINE,
-                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", fit_intercept=True,
+                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", score_outputs=None, fit_intercept=True,
                  solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
                  progress=False, recovery="cubic", device="cpu"):
         self.n_features = n_features
@@ -205,6 +212,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         self.refine = refine
         self.refit = refit
         self.alpha_path = alpha_path
+        self.score_outputs = score_outputs
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.dtype = dtype
@@ -240,6 +248,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _families(self):
         return list(self.distributions)
+
+    def _score_outputs(self):
+        return self.score_outputs
 
     def _finalists(self):
         return self.finalists

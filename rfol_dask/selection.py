@@ -42,7 +42,7 @@ from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
-           "FINE_EXTEND", "arrange_rows", "best_row", "beyond_edge", "final_best", "grid_step"]
+           "FINE_EXTEND", "arrange_rows", "sketch_outputs", "best_row", "beyond_edge", "final_best", "grid_step"]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
 DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
@@ -110,6 +110,16 @@ def beyond_edge(rows, step, n):
         return None
     sign = -1 if best == tried[0] else 1
     return best * step ** (sign * np.arange(1, n + 1))
+
+
+def sketch_outputs(V, k, seed=None):
+    """``V S`` (M, k): the outputs (M, m) times a Gaussian sketch ``S`` (m, k) with variance
+    ``1 / k`` drawn from ``seed``. Every prediction of a ridge model is linear in its training
+    outputs, so a search scored on ``V S`` scores the sketch of each model's predictions; each
+    sample's ``||v S||^2`` is an unbiased estimate of ``||v||^2`` (relative spread
+    ``sqrt(2 / k)``), and the sketch is the same for every candidate."""
+    S = np.random.default_rng(seed).standard_normal((V.shape[1], k)) / np.sqrt(k)
+    return V @ S
 
 
 def arrange_rows(U, train, valid):
@@ -223,6 +233,15 @@ class SelectionCV(OperatorEstimator):
         X, Y, client = self._data(U, V, lazy)
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
         self._prepare(X, client)
+        k = self._score_outputs()
+        if k is not None and k < V.shape[1]:  # score on a sketch of the outputs (the refit sees them all)
+            seed = getattr(self, "_seed", None)
+            if client is None:
+                Y = sketch_outputs(Y, k, seed)
+            else:
+                # the full outputs are released with their last reference (cancelling them would
+                # cancel the sketch too)
+                (Y,) = client.persist([dask.delayed(sketch_outputs)(Y, k, seed)])
         try:
             rows = self._search(X, Y, splits, client)
             rows += self._extend(X, Y, splits, client, rows)
@@ -332,6 +351,10 @@ class SelectionCV(OperatorEstimator):
 
     def _family_multiples(self, family, mults):
         return mults
+
+    def _score_outputs(self):
+        """Outputs the validation scores are computed on (a sketch), or None: all of them."""
+        return None
 
     def _finalists(self):
         """How many families the coarse stage passes to the fine stage."""

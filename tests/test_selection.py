@@ -418,3 +418,36 @@ def test_distributed_growth_equals_numpy(cluster_client, refine):
         lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
     assert lazy.best_params_ == ref.best_params_
     np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------- sketched scores
+def test_scores_on_an_output_sketch_estimate_the_exact_ones_and_refit_on_all_outputs():
+    """score_outputs=k scores the search on k Gaussian combinations of the outputs: close to the
+    exact scores, the same winner here, a refit on every output; k >= m changes nothing."""
+    U, V = _nonlinear_data(300)
+    V = np.concatenate([V, np.sin(3 * V), np.cos(2 * V), V ** 2], axis=1)  # m = 4 x the base outputs
+    kw = dict(n_features=400, random_state=0, **SMALL)
+    exact = RandomFeatureOperatorCV(**kw).fit(U, V)
+    sketched = RandomFeatureOperatorCV(score_outputs=32, **kw).fit(U, V)  # of m = 96
+    assert V.shape[1] > 32
+    assert sketched.best_params_ == exact.best_params_
+    np.testing.assert_allclose(sketched.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"],
+                               rtol=0.15)  # per-sample spread sqrt(1 / 32) = 18 %, averaged over 60 samples
+    assert not np.allclose(sketched.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"],
+                           rtol=1e-9)  # a sketch, not the exact scores
+    assert sketched.best_estimator_.coef_.shape == exact.best_estimator_.coef_.shape
+    np.testing.assert_allclose(sketched.predict(U[:5]), exact.predict(U[:5]))
+    same = RandomFeatureOperatorCV(score_outputs=V.shape[1], **kw).fit(U, V)
+    np.testing.assert_array_equal(same.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"])
+    with pytest.raises(ValueError, match="score_outputs"):
+        RandomFeatureOperatorCV(score_outputs=0).fit(U, V)
+
+
+@pytest.mark.slow
+def test_sketched_scores_on_a_cluster_equal_numpy(cluster_client):
+    U, V = _nonlinear_data(200)
+    kw = dict(n_features=300, random_state=0, score_outputs=2, refit=False, **SMALL)
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    with cluster_client.as_current():
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
