@@ -304,14 +304,12 @@ class SelectionCV(OperatorEstimator):
             # a family whose best is on the edge of the grid: extend the grid that way (two steps at
             # a time, at most 3 times), for every family (the coarse stage is cheap)
             step = grid_step(mults, 4.0)
-            if len(mults) > 1:
-                for fam in families:
-                    for _ in range(3):
-                        fam_rows = [r for r in rows if r["family"] == fam]
-                        new = beyond_edge(fam_rows, step, 2)
-                        if new is None or len(self._family_multiples(fam, mults)) < 2:
-                            break
-                        rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
+            for fam in families:
+                for _ in range(3):
+                    new = beyond_edge([r for r in rows if r["family"] == fam], step, 2)  # None: a scale-free family
+                    if new is None:
+                        break
+                    rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
             # the fine stage: the best families of the coarse stage, each at its best scale times
             # refine, solving the alphas around its best one where that is cheaper
             leaders = {}
@@ -332,7 +330,7 @@ class SelectionCV(OperatorEstimator):
             best = best_row([r for r in rows if r["stage"] == name])
             fam_rows = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
             new = beyond_edge(fam_rows, fine_step, FINE_EXTEND)
-            if new is not None and len(self._family_multiples(best["family"], new)) > 1:
+            if new is not None:
                 rows += self._stage(X, Y, splits, client, best["family"], new, Ns, len(splits[0][0]), name,
                                     self._alpha_index(best[self._alpha_name]))
         return rows
