@@ -155,10 +155,45 @@ def rel_l2(V, P):
     return float(np.mean(np.linalg.norm(V - P, axis=1) / np.linalg.norm(V, axis=1)))
 
 
-def run(size, device, repeats, alpha, dask_mode, seed=0):
+def _stage(report, name, fn, out):
+    """Run one stage; its result (or the error's traceback) goes under ``report["stages"][name]``
+    and the JSON is written again, so a stage that fails or a run cut off keeps what came before."""
+    import traceback
+
+    t0 = time.perf_counter()
+    try:
+        result = fn()
+    except Exception:  # noqa: BLE001 - one broken stage must not lose the others' figures
+        result = {"error": traceback.format_exc()}
+    if isinstance(result, dict):
+        result.setdefault("stage_seconds", time.perf_counter() - t0)
+    report["stages"][name] = result
+    print(name, json.dumps(result, default=str)[:2000], flush=True)
+    if out is not None:
+        out.write_text(json.dumps(report, indent=1, default=str))
+    return result
+
+
+def _one_gpu_cluster(device):
+    """One dask worker process on the GPU: ``dask_cuda.LocalCUDACluster`` where dask-cuda is
+    installed (cluster kind ``cuda-local``), else a one-worker ``LocalCluster``."""
+    from rfol_dask import cluster
+
+    if device == "cuda":
+        try:
+            return cluster.make_cluster("local-cuda"), "dask_cuda.LocalCUDACluster"
+        except ImportError:
+            pass
+    from distributed import LocalCluster
+
+    return LocalCluster(n_workers=1, threads_per_worker=1, processes=True), "distributed.LocalCluster"
+
+
+def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_full=False, select=0, out=None):
     from rfol_dask import RandomFeatureOperator
 
     M, side, M_test, feature_counts, M_eq = SIZES[size]
+    N0 = feature_counts[0]
     dev = Device(device)
     t0 = time.perf_counter()
     U, V = synthetic_fields(M + M_test, side, seed)
@@ -167,17 +202,20 @@ def run(size, device, repeats, alpha, dask_mode, seed=0):
     report = {**dev.info, "size": size, "M": M, "n": side * side, "m": side * side, "M_test": M_test,
               "gamma": gamma, "alpha": alpha, "dtype": "float64", "distribution": "cauchy",
               "data": "synthetic smooth 64x64-type fields (not the Navier-Stokes generator)",
-              "data_seconds": time.perf_counter() - t0, "runs": []}
+              "data_seconds": time.perf_counter() - t0, "runs": [], "stages": {}}
     Ug, Vg, Ug_test = dev.put(U_train), dev.put(V_train), dev.put(U_test)
+    kept = {}  # predictions of the in-memory fit at N0, and its time
 
     def model(N, **kw):
         return RandomFeatureOperator(n_features=N, gamma=gamma, alpha=alpha, random_state=seed, **kw)
 
-    # warm-up: compiles the CuPy kernels and creates the cuBLAS / cuSOLVER handles
-    warm_N = min(feature_counts[0], 2 * M_eq)
-    report["warmup_seconds"] = timed(dev, lambda: model(warm_N).fit(dev.put(U_train[:M_eq]),
-                                                                     dev.put(V_train[:M_eq])))[0]
-    for N in feature_counts:
+    def warmup():  # compiles the CuPy kernels and creates the cuBLAS / cuSOLVER handles
+        warm_N = min(N0, 2 * M_eq)
+        return {"seconds": timed(dev, lambda: model(warm_N).fit(dev.put(U_train[:M_eq]), dev.put(V_train[:M_eq])))[0]}
+
+    _stage(report, "warmup", warmup, out)
+
+    def in_memory(N):
         row = {"N": N}
         dev.reset_pool()
         times = []
@@ -188,7 +226,8 @@ def run(size, device, repeats, alpha, dask_mode, seed=0):
                 row["peak_gpu_bytes"] = dev.pool_bytes()
         row.update(fit_seconds=statistics.median(times), fit_seconds_all=times, solver=est.solver_)
         t, P = timed(dev, lambda: est.predict(Ug_test))
-        row.update(predict_seconds=t, test_rel_l2=rel_l2(V_test, dev.get(P)))
+        P = dev.get(P)
+        row.update(predict_seconds=t, test_rel_l2=rel_l2(V_test, P))
         row["model_bytes"] = b = {"gram_8M2": 8 * M * M, "slab": slab_bytes(M, N), "U": U_train.nbytes,
                                   "V": V_train.nbytes, "features_8MN_cpu_only": 8 * M * N,
                                   "coef_8Nm": 8 * N * V.shape[1], "omega_8nN": 8 * U.shape[1] * N, "b_8N": 8 * N}
@@ -197,27 +236,99 @@ def run(size, device, repeats, alpha, dask_mode, seed=0):
             row["peak_over_target"] = row["peak_gpu_bytes"] / target
             row["peak_less_model_arrays_over_target"] = (
                 row["peak_gpu_bytes"] - b["omega_8nN"] - b["b_8N"] - b["coef_8Nm"]) / target
-        del est, P
-        if device == "cuda" and N == feature_counts[0]:
-            row["fit_seconds_numpy_input_device_cuda"] = timed(
-                dev, lambda: model(N, device="cuda").fit(U_train, V_train))[0]
-            if dask_mode:
-                import dask.array as da
-
-                Ud, Vd = da.from_array(U_train, chunks=2000), da.from_array(V_train, chunks=2000)
-                with __import__("dask").config.set(scheduler="threads"):
-                    row["fit_seconds_dask_streamed_device_cuda"] = timed(
-                        dev, lambda: model(N, device="cuda", solver="dual").fit(Ud, Vd))[0]
+        if N == N0:
+            kept.update(P=P, seconds=row["fit_seconds"])
+        del est
+        dev.reset_pool()
         report["runs"].append(row)
-        print(json.dumps(row, default=str), flush=True)
-    # equality with the CPU fit of the same seed, at a small size
-    N_eq = 2 * M_eq
-    cpu = model(N_eq).fit(U_train[:M_eq], V_train[:M_eq])
-    here = model(N_eq).fit(dev.put(U_train[:M_eq]), dev.put(V_train[:M_eq]))
-    P_cpu, P_dev = cpu.predict(U_test), dev.get(here.predict(dev.put(U_test)))
-    report["equality"] = {"M": M_eq, "N": N_eq,
-                          "max_rel_diff_predictions": float(np.abs(P_dev - P_cpu).max() / np.abs(P_cpu).max())}
-    print(json.dumps(report["equality"]), flush=True)
+        return row
+
+    for N in feature_counts:
+        _stage(report, f"in_memory_N{N}", lambda N=N: in_memory(N), out)
+
+    def against_in_memory(est, seconds):
+        P = dev.get(est.predict(U_test))
+        res = {"fit_seconds": seconds}
+        if "P" in kept:
+            res.update(over_in_memory=seconds / kept["seconds"],
+                       max_rel_diff_predictions=float(np.abs(P - kept["P"]).max() / np.abs(kept["P"]).max()))
+        return res
+
+    if device == "cuda":
+        def numpy_input():
+            t, est = timed(dev, lambda: model(N0, device="cuda").fit(U_train, V_train))
+            return against_in_memory(est, t)
+
+        _stage(report, "numpy_input_device_cuda", numpy_input, out)
+    if dask_mode:
+        def dask_threads():
+            import dask
+            import dask.array as da
+
+            Ud, Vd = da.from_array(U_train, chunks=(2000, -1)), da.from_array(V_train, chunks=(2000, -1))
+            with dask.config.set(scheduler="threads"):
+                t, est = timed(dev, lambda: model(N0, device=device, solver="dual").fit(Ud, Vd))
+            return against_in_memory(est, t)
+
+        _stage(report, "dask_threads_streamed", dask_threads, out)
+    if zarr_mode:
+        def from_zarr():
+            import tempfile
+
+            import dask.array as da
+            from distributed import Client
+
+            store = Path(tempfile.mkdtemp())
+            t_write = time.perf_counter()
+            da.from_array(U_train, chunks=(2000, -1)).to_zarr(str(store / "U.zarr"))
+            da.from_array(V_train, chunks=(2000, -1)).to_zarr(str(store / "V.zarr"))
+            t_write = time.perf_counter() - t_write
+            cluster, kind = _one_gpu_cluster(device)
+            with cluster, Client(cluster):
+                Uz, Vz = da.from_zarr(str(store / "U.zarr")), da.from_zarr(str(store / "V.zarr"))
+                times = []
+                for _ in range(max(2, repeats)):  # the first includes the worker's CUDA start-up
+                    t, est = timed(dev, lambda: model(N0, device=device, solver="dual").fit(Uz, Vz))
+                    times.append(t)
+                res = against_in_memory(est, statistics.median(times[1:]))
+                res.update(cluster=kind, fit_seconds_all=times, zarr_write_seconds=t_write,
+                           chunks=list(Uz.chunks[0]), coef_type=type(est.coef_).__module__)
+            return res
+
+        _stage(report, "zarr_one_gpu_worker", from_zarr, out)
+
+    def equality_small():
+        N_eq = 2 * M_eq
+        cpu = model(N_eq).fit(U_train[:M_eq], V_train[:M_eq])
+        here = model(N_eq).fit(dev.put(U_train[:M_eq]), dev.put(V_train[:M_eq]))
+        P_cpu, P_dev = cpu.predict(U_test), dev.get(here.predict(dev.put(U_test)))
+        return {"M": M_eq, "N": N_eq, "max_rel_diff_predictions": float(np.abs(P_dev - P_cpu).max() / np.abs(P_cpu).max())}
+
+    _stage(report, "equality_small", equality_small, out)
+    if equal_full and "P" in kept:
+        def equality_full():  # the CPU fit at the full size (M, N0): minutes on a many-core host
+            t, cpu = timed(dev, lambda: model(N0).fit(U_train, V_train))
+            P_cpu = cpu.predict(U_test)
+            return {"M": M, "N": N0, "cpu_fit_seconds": t, "cpu_test_rel_l2": rel_l2(V_test, P_cpu),
+                    "max_rel_diff_predictions": float(np.abs(kept["P"] - P_cpu).max() / np.abs(P_cpu).max())}
+
+        _stage(report, "equality_full", equality_full, out)
+    if select:
+        def selection():
+            from rfol_dask import RandomFeatureOperatorCV
+
+            k = min(select, M)
+            Us, Vs = dev.put(U_train[:k]), dev.put(V_train[:k])
+            cv = RandomFeatureOperatorCV(n_features=min(N0, 2 * k), random_state=seed, device=device)
+            t, cv = timed(dev, lambda: cv.fit(Us, Vs))
+            best = {key: cv.best_params_[key] for key in cv.best_params_}
+            t_fit, _ = timed(dev, lambda: RandomFeatureOperator(random_state=seed, **best).fit(Us, Vs))
+            P = dev.get(cv.predict(Ug_test))
+            return {"train": k, "search_seconds": t, "fit_seconds_best": t_fit, "search_over_fit": t / t_fit,
+                    "best_params": best, "best_score": cv.best_score_, "test_rel_l2": rel_l2(V_test, P),
+                    "candidates": len(cv.cv_results_["alpha"])}
+
+        _stage(report, "selection", selection, out)
     return report
 
 
@@ -227,12 +338,19 @@ def main(argv=None):
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--alpha", type=float, default=1e-6)
-    parser.add_argument("--dask", action="store_true", help="also time the streamed dask dual on the GPU")
+    parser.add_argument("--dask", action="store_true", help="also time the streamed dask dual (threads, numpy chunks)")
+    parser.add_argument("--zarr", action="store_true",
+                        help="also time the fit from a Zarr store through a one-GPU dask worker (dask-cuda if installed)")
+    parser.add_argument("--equal-full", action="store_true",
+                        help="also compare with the CPU fit at the full size and the first N (minutes on the host)")
+    parser.add_argument("--select", type=int, default=0, metavar="SAMPLES",
+                        help="also time RandomFeatureOperatorCV's default search on this many training samples")
     parser.add_argument("--out", default=None, help="results JSON (default benchmarks/results/gpu_SIZE_DEVICE.json)")
     args = parser.parse_args(argv)
-    report = run(args.size, args.device, args.repeats, args.alpha, args.dask)
     out = Path(args.out or Path(__file__).resolve().parent / "results" / f"gpu_{args.size}_{args.device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
+    report = run(args.size, args.device, args.repeats, args.alpha, args.dask, zarr_mode=args.zarr,
+                 equal_full=args.equal_full, select=args.select, out=out)
     out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {out}")
     return report
