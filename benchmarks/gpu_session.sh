@@ -4,6 +4,7 @@
 #
 #   OUT=/some/dir bash benchmarks/gpu_session.sh        # results in $OUT (default benchmarks/results)
 #
+# GPU_STAGES picks the optional stages (default "--dask --zarr --equal-full"), GPU_SELECT the search size (0: none).
 # Packages the machine lacks (dask, distributed, zarr, dask-cuda, array-api-compat, ...) can be carried as
 # wheels in ./.whl (git-ignored); they are installed into /tmp/site without touching the image.
 set -u
@@ -23,6 +24,6 @@ fi
 timeout "${GPU_TESTS_S:-150}" python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_cluster_gpu.py \
     > "$OUT/gpu_tests.log" 2>&1
 echo "tests rc=$?" >> "$OUT/gpu_tests.log"
-timeout "${GPU_BENCH_S:-420}" python3 -u benchmarks/gpu.py --size "${GPU_SIZE:-full}" --device "${GPU_DEVICE:-cuda}" --dask --zarr --equal-full \
+timeout "${GPU_BENCH_S:-420}" python3 -u benchmarks/gpu.py --size "${GPU_SIZE:-full}" --device "${GPU_DEVICE:-cuda}" ${GPU_STAGES---dask --zarr --equal-full} \
     --select "${GPU_SELECT:-3000}" --out "$OUT/gpu_full_cuda.json" > "$OUT/gpu_bench.log" 2>&1
 echo "bench rc=$?" >> "$OUT/gpu_bench.log"

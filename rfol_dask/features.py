@@ -81,7 +81,7 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
                      nu: float | None = None,
                      random_state: int | np.random.Generator | np.random.SeedSequence | None = None,
                      dtype: DTypeLike = np.float64,
-                     columns: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     columns: tuple[int, int] | None = None, xp=None) -> tuple[np.ndarray, np.ndarray]:
     """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
     Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
@@ -110,11 +110,15 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         Dtype of the returned arrays.
     columns : tuple of (int, int), optional
         Draw only the columns ``f0:f1`` of the ``n_features``.
+    xp : array namespace, optional
+        Namespace of the returned arrays (CuPy's: each block is moved to the GPU as soon as it
+        is drawn, the host holding a few blocks at a time); default numpy. The values do not
+        depend on it.
 
     Returns
     -------
     omega : ndarray of shape (n_inputs, N')
-        The frequencies, ``N' = n_features`` or ``f1 - f0``.
+        The frequencies, ``N' = n_features`` or ``f1 - f0``, in ``xp``.
     b : ndarray of shape (N',)
         The phases, uniform on ``[0, 2 pi)``.
 
@@ -126,7 +130,11 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
 
     Notes
     -----
-    Memory: the output plus one block of ``n_inputs x 256`` float64.
+    The blocks are drawn on the BLAS threads this process may use (one inside a default dask
+    worker; numpy's generators release the GIL), each from its own stream, so the values do not
+    depend on the thread count.
+
+    Memory: the output plus one block of ``n_inputs x 256`` float64 per thread.
     """
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r}; choose one of {DISTRIBUTIONS}")
@@ -138,9 +146,14 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         shape = 1.0 if nu is None else float(nu)
     seq = _seed_sequence(random_state)
     n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
-    omega, b = np.empty((n, f1 - f0), dtype=dtype), np.empty(f1 - f0, dtype=dtype)
+    host = xp is None or xp is np
+    xp = np if host else xp
+    dt = np.dtype(dtype)
+    xdt = dt if host else getattr(xp, dt.name)  # the namespace's own dtype object (array API)
+    omega, b = xp.empty((n, f1 - f0), dtype=xdt), xp.empty(f1 - f0, dtype=xdt)
     B = FREQUENCY_BLOCK
-    for k in range(f0 // B, -(-f1 // B)):
+
+    def block(k):
         # always a whole block (the last one sliced): the first N' columns of any draw are the
         # draw of N' features
         rng = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,)))
@@ -154,8 +167,19 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
             om = np.sqrt(2.0 * gamma / shape) * rng.standard_normal((n, B)) * np.sqrt(rng.standard_gamma(shape, B))
         bk = rng.uniform(0.0, 2.0 * np.pi, size=B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
-        omega[:, lo - f0:hi - f0] = om[:, lo - k * B:hi - k * B]
-        b[lo - f0:hi - f0] = bk[lo - k * B:hi - k * B]
+        om, bk = om[:, lo - k * B:hi - k * B], bk[lo - k * B:hi - k * B]
+        if not host:  # cast on the host, one contiguous transfer per block
+            om, bk = xp.asarray(np.ascontiguousarray(om, dtype=dt)), xp.asarray(bk.astype(dt))
+        omega[:, lo - f0:hi - f0] = om
+        b[lo - f0:hi - f0] = bk
+
+    blocks = range(f0 // B, -(-f1 // B))
+    threads = min(len(blocks), _blas_threads()) if n * (f1 - f0) >= 2**20 else 1
+    if threads <= 1:
+        for k in blocks:
+            block(k)
+    else:
+        list(_pool(threads).map(block, blocks))
     return omega, b
 
 
@@ -171,6 +195,16 @@ def _blas_threads():
 _POOL = {}
 
 
+def _pool(threads):
+    """The process's thread pool of ``threads`` workers (made once)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = _POOL.get(threads)
+    if pool is None:
+        pool = _POOL[threads] = ThreadPoolExecutor(threads, thread_name_prefix="rfol-features")
+    return pool
+
+
 def _rowwise(func, Z, threads, slab_bytes=2**21):
     """Apply the in-place ``func`` to slabs of rows of ``Z`` (about 2 MiB each, so that the
     elementwise passes stay in cache) on ``threads`` threads (numpy releases the GIL)."""
@@ -180,12 +214,7 @@ def _rowwise(func, Z, threads, slab_bytes=2**21):
         for a, e in slabs:
             func(Z[a:e])
         return
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = _POOL.get(threads)
-    if pool is None:
-        pool = _POOL[threads] = ThreadPoolExecutor(threads, thread_name_prefix="rfol-features")
-    list(pool.map(lambda ae: func(Z[ae[0]:ae[1]]), slabs))
+    list(_pool(threads).map(lambda ae: func(Z[ae[0]:ae[1]]), slabs))
 
 
 def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,

@@ -107,6 +107,29 @@ def test_frequency_slabs_and_prefixes_are_the_same_draw(distribution, nu):
     np.testing.assert_array_equal(small[1], b[:300])
 
 
+@pytest.mark.parametrize("distribution,nu", [("cauchy", None), ("student_t", 3.0)])
+def test_frequencies_do_not_depend_on_threads_or_namespace(distribution, nu):
+    """Large draws are spread over threads (one stream per block) and can be placed in another
+    namespace block by block (CuPy: the GPU); the values are those of the serial numpy draw."""
+    xs = pytest.importorskip("array_api_strict")
+    from threadpoolctl import threadpool_limits
+
+    from rfol_dask import features
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        serial = draw_frequencies(2048, 1100, distribution, 0.5, nu, 3, columns=(100, 1100))
+    assert 2048 * 1000 >= 2**20  # large enough for the threaded draw
+    with threadpool_limits(limits=3, user_api="blas"):
+        assert features._blas_threads() == 3
+        threaded = draw_frequencies(2048, 1100, distribution, 0.5, nu, 3, columns=(100, 1100))
+        placed = draw_frequencies(2048, 1100, distribution, 0.5, nu, 3, dtype=np.float32,
+                                  columns=(100, 1100), xp=xs)
+    for s, t, p in zip(serial, threaded, placed):
+        np.testing.assert_array_equal(t, s)
+        assert p.dtype == xs.float32
+        np.testing.assert_array_equal(np.asarray(p), s.astype(np.float32))
+
+
 @pytest.mark.parametrize("seed", [lambda: 5, lambda: np.random.RandomState(5), lambda: np.random.default_rng(5)],
                          ids=["int", "RandomState", "Generator"])
 def test_every_kind_of_seed_gives_a_reproducible_model(seed):
