@@ -18,10 +18,9 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from .backend import as_fortran, cho_solve, cholesky, fortran_copy, namespace, symmetrize
-from .linalg import factor_threads
+from .linalg import blas_limits, factor_threads
 
 __all__ = ["DualFactor", "PrimalFactor", "gram_place", "dual_factor", "dual_solve", "dual_intercept",
            "primal_factor", "primal_solve"]
@@ -118,7 +117,7 @@ def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
     if not overwrite:
         V = fortran_copy(V)
     V -= vbar
-    with threadpool_limits(limits=limits, user_api="blas"):
+    with blas_limits(limits):
         Beta = cho_solve(fac.L, V, overwrite=True)
     if fac.fit_intercept:
         Beta -= namespace(Beta).mean(Beta, axis=0)

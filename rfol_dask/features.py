@@ -33,6 +33,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from . import backend
+from .linalg import blas_threads
 
 __all__ = ["DISTRIBUTIONS", "draw_frequencies", "feature_map", "check_random_state", "integer_seed"]
 
@@ -174,22 +175,13 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         b[lo - f0:hi - f0] = bk
 
     blocks = range(f0 // B, -(-f1 // B))
-    threads = min(len(blocks), _blas_threads()) if n * (f1 - f0) >= 2**20 else 1
+    threads = min(len(blocks), blas_threads()) if n * (f1 - f0) >= 2**20 else 1
     if threads <= 1:
         for k in blocks:
             block(k)
     else:
         list(_pool(threads).map(block, blocks))
     return omega, b
-
-
-def _blas_threads():
-    """Threads the BLAS may use here (1 inside a default dask worker): the elementwise work
-    of the feature map is split over as many threads."""
-    from threadpoolctl import threadpool_info
-
-    counts = [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
-    return max(1, min(counts)) if counts else 1
 
 
 _POOL = {}
@@ -263,7 +255,7 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
         if shift is not None:
             block -= shift
 
-    _rowwise(finish, Z, _blas_threads() if Z.size >= 2**20 else 1)
+    _rowwise(finish, Z, blas_threads() if Z.size >= 2**20 else 1)
     return Z
 
 

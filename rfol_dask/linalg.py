@@ -15,10 +15,35 @@ import warnings
 import dask
 import numpy as np
 from scipy.linalg import blas, lapack
-from threadpoolctl import threadpool_limits
 
-__all__ = ["syrk", "symmetrize", "factor_threads", "jitter_ridges", "warn_ridge",
+__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "factor_threads", "jitter_ridges", "warn_ridge",
            "not_positive_definite", "potrf_ridge", "cholesky", "cho_solve"]
+
+
+_CONTROLLER = []
+
+
+def _controller():
+    """One ``ThreadpoolController`` for the process: building one (or calling
+    ``threadpool_limits`` / ``threadpool_info``) scans the loaded libraries, 0.4 ms on a plain install and
+    10 ms where many are loaded (a PyTorch environment), on every call."""
+    if not _CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0]
+
+
+def blas_limits(n):
+    """Context manager: at most ``n`` BLAS threads inside (``threadpool_limits(n, "blas")``)."""
+    return _controller().limit(limits=n, user_api="blas")
+
+
+def blas_threads():
+    """Threads the BLAS may use now (the fewest over its loaded libraries; 1 inside a default
+    dask worker, 1 where no BLAS is found)."""
+    counts = [i["num_threads"] for i in _controller().info() if i["user_api"] == "blas"]
+    return max(1, min(counts)) if counts else 1
 
 
 def syrk(A, trans, C=None):
@@ -116,7 +141,7 @@ def cholesky(G, alpha):
     """
     diag = np.diagonal(G).copy()
     ridges = jitter_ridges(alpha, float(np.mean(np.abs(diag))), G.dtype)
-    with threadpool_limits(limits=factor_threads(), user_api="blas"):
+    with blas_limits(factor_threads()):
         for attempt, ridge in enumerate(ridges):
             L, info = potrf_ridge(G, diag, ridge, restore=attempt > 0)
             if info == 0:

@@ -39,7 +39,7 @@ from scipy.spatial.distance import pdist
 
 from . import backend
 from .features import FREQUENCY_BLOCK
-from .linalg import symmetrize, syrk
+from .linalg import blas_limits, symmetrize, syrk
 from .metrics import relative_l2_errors
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
@@ -53,19 +53,6 @@ GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "
 
 #: budget of the pairwise distances (about ``rows^2 / 2 * n`` flops)
 _PAIR_FLOPS = 4e8
-
-
-_CONTROLLER = []
-
-
-def _blas_threads(n):
-    """``threadpool_limits(n, "blas")`` from one cached ``ThreadpoolController`` (building a new
-    one scans the loaded libraries: milliseconds per call, which a search makes hundreds of)."""
-    if not _CONTROLLER:
-        from threadpoolctl import ThreadpoolController
-
-        _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0].limit(limits=n, user_api="blas")
 
 
 #: below this many flops a BLAS / LAPACK call of the search runs on one thread: small calls gain
@@ -203,7 +190,7 @@ def validation_slab(acc, X, n_train, frequencies, n_features, f0, f1, scales, se
     norm = np.sqrt(2.0 / n_features)
     M_t, M_v, w = n_train, len(X) - n_train, f1 - f0
     flops = 2 * len(X) * X.shape[1] * w + len(scales) * (M_t ** 2 + 2 * M_v * M_t) * w
-    with _blas_threads(_threads(worker_threads(), flops)):
+    with blas_limits(_threads(worker_threads(), flops)):
         P = X @ Z
         A = np.empty_like(P)
         if acc is None:
@@ -299,7 +286,7 @@ class EigenPath:
         from .linalg import factor_threads
 
         M = len(G)
-        with _blas_threads(_threads(factor_threads(), 9.0 * M ** 3 + 2.0 * len(K) * M ** 2)):
+        with blas_limits(_threads(factor_threads(), 9.0 * M ** 3 + 2.0 * len(K) * M ** 2)):
             lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
             self.vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
             self.lam = np.maximum(lam, 0.0)
@@ -336,7 +323,7 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     diag = np.diagonal(G).copy()
     out = []
     M = len(G)
-    with _blas_threads(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * V.shape[1] + 2.0 * len(K) * M * V.shape[1])):
+    with blas_limits(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * V.shape[1] + 2.0 * len(K) * M * V.shape[1])):
         for k, alpha in enumerate(alphas):
             L, info = potrf_ridge(G, diag, alpha, restore=k > 0)
             if info != 0:

@@ -120,7 +120,7 @@ def test_frequencies_do_not_depend_on_threads_or_namespace(distribution, nu):
         serial = draw_frequencies(2048, 1100, distribution, 0.5, nu, 3, columns=(100, 1100))
     assert 2048 * 1000 >= 2**20  # large enough for the threaded draw
     with threadpool_limits(limits=3, user_api="blas"):
-        assert features._blas_threads() == 3
+        assert features.blas_threads() == 3
         threaded = draw_frequencies(2048, 1100, distribution, 0.5, nu, 3, columns=(100, 1100))
         placed = draw_frequencies(2048, 1100, distribution, 0.5, nu, 3, dtype=np.float32,
                                   columns=(100, 1100), xp=xs)

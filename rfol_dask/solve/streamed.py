@@ -34,13 +34,13 @@ from dataclasses import dataclass
 
 import dask
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from .. import backend
 from ..backend import symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
 from ..gram import check_finite
+from ..linalg import blas_limits
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
@@ -183,7 +183,7 @@ def gram_slab(K, U, frequencies, n_features, f0, f1, centre, token=None):
     (:func:`slab_features`): lower triangle, Fortran order, in place (``K=None`` starts the
     sum). ``A_f`` is made on the worker's cores and, with a ``token``, kept on the worker's
     disk for ``C = A^T Beta`` (else made again then). Cost ``2 M n (f1 - f0) + M^2 (f1 - f0)`` flops."""
-    with threadpool_limits(limits=worker_threads(), user_api="blas"):
+    with blas_limits(worker_threads()):
         A, _ = slab_features(U, frequencies, n_features, f0, f1, centre)
         K = syrk(A, trans=False, C=K)
     _cache_put(token, f0, A)
@@ -215,7 +215,7 @@ def coef_slab(part, n0, U, frequencies, n_features, f0, f1, centre, Beta, token=
     """Rows ``f0:f1`` of ``C = A^T Beta`` written into the :class:`CoefPart` ``part`` (holding
     rows ``n0:``) in place, and ``s_f^T C_f`` added to ``part.sC``; ``Beta`` is (M, m). The slab
     is read back from the worker's disk (and deleted) or made again."""
-    with threadpool_limits(limits=worker_threads(), user_api="blas"):
+    with blas_limits(worker_threads()):
         A = _cache_take(token, f0)
         if A is None:
             A, shift = slab_features(U, frequencies, n_features, f0, f1, centre)
