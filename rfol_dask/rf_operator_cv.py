@@ -74,11 +74,13 @@ class RandomFeatureOperatorCV(SelectionCV):
         differs from that of the N searched (on Burgers it is smaller, on Navier-Stokes larger).
     distributions : sequence of {"cauchy", "gaussian", "student_t", "rational_quadratic"}, \
 default=("cauchy", "gaussian", "rational_quadratic")
-        Frequency laws searched. The coarse stage passes its best two laws (``finalists``) to
-        the fine stage.
+        Frequency laws searched. The coarse stage passes its best law, and up to ``finalists - 1``
+        more that tie with it, to the fine stage.
     finalists : int, default=2
-        Laws the coarse stage passes to the fine stage (the coarse stage's ranking of laws, on
-        an eighth of the rows and features, is a noisy guess of the full-size one).
+        At most this many laws go to the fine stage: the coarse stage's best, and each next one
+        whose coarse best validation error is within 2 % of the best's
+        (:data:`rfol_dask.selection.FINALIST_TIE`; there the coarse stage, on an eighth of the rows
+        and features, cannot tell the laws apart).
     gammas : sequence of float, default=None
         Multiples of each law's median-heuristic gamma (:func:`rfol_dask.tuning.median_gamma`);
         default ``4^-5 ... 4^2`` (:data:`DEFAULT_GAMMAS`, more than four decades).
@@ -97,12 +99,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
         Coarse stage on this fraction of the features (at least 256) and of the (training and
         validation) rows (at least 200 training rows), over the whole grid (extended by two
         grid steps, up to three times, for each law whose best is on its edge); then a fine
-        stage at full size for the ``finalists`` best laws, each at its gamma times ``refine``.
+        stage at full size for the best law (and its ties, ``finalists``), each at its gamma times ``refine``.
         None: one stage, the whole grid at full size.
     refine : sequence of float, default=(0.5, 1, 2)
         Fine-stage factors applied to each finalist law's best coarse gamma; when the fine
-        stage's winner sits on their edge, two more steps of their grid beyond it are scored
-        (:data:`rfol_dask.selection.FINE_EXTEND`).
+        stage's winner sits on their edge, steps of their grid beyond it are scored one at a
+        time while it stays there, two at most (:data:`rfol_dask.selection.FINE_EXTEND`).
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"

@@ -42,7 +42,7 @@ from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
-           "FINE_EXTEND", "arrange_rows", "sketch_outputs", "best_row", "beyond_edge", "final_best", "grid_step"]
+           "FINE_EXTEND", "FINALIST_TIE", "arrange_rows", "sketch_outputs", "best_row", "beyond_edge", "final_best", "grid_step"]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
 DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
@@ -50,9 +50,14 @@ DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
-#: the fine stage scores this many steps of its ``refine`` grid beyond its winner on the edge of
-#: that family's multiples (one more pass over the feature slabs)
+#: the fine stage scores up to this many steps of its ``refine`` grid beyond its winner on the
+#: edge of that family's multiples, one step (one more pass over the feature slabs) at a time
+#: while the winner stays on the edge
 FINE_EXTEND = 2
+#: a family after the coarse stage's best joins the fine stage only when its coarse best error is
+#: within this factor of the best one's (a tie at the coarse stage's resolution); on the eight
+#: full-size benchmark sets the coarse stage's best law was the fine stage's winner every time
+FINALIST_TIE = 1.02
 #: the coarse stage keeps at least this many training rows (all if there are fewer)
 MIN_COARSE_ROWS = 200
 
@@ -315,24 +320,27 @@ class SelectionCV(OperatorEstimator):
             leaders = {}
             for r in sorted(rows, key=_score, reverse=True):
                 leaders.setdefault(r["family"], r)
+            first = -_score(next(iter(leaders.values())))  # the best coarse error
             plan = [(fam, r["scale_multiple"] * np.asarray(self.refine, dtype=float),
                      self._alpha_index(r[self._alpha_name]))
-                    for fam, r in list(leaders.items())[:self._finalists()]]
+                    for k, (fam, r) in enumerate(list(leaders.items())[:self._finalists()])
+                    if k == 0 or -_score(r) <= FINALIST_TIE * first]
         else:
             plan = [(fam, mults, None) for fam in families]
         name = "fine" if coarse else "full"
         fine_step = grid_step(self.refine)
         for fam, scales, center in plan:
             rows += self._stage(X, Y, splits, client, fam, scales, Ns, len(splits[0][0]), name, center)
-        # the fine stage's winner on the edge of its family's multiples: FINE_EXTEND more steps
-        # beyond it, in one pass (one projection per slab for both)
-        if coarse and fine_step:
+        # the fine stage's winner on the edge of its family's multiples: one step beyond it at a
+        # time, up to FINE_EXTEND, while it stays there (a step that loses ends the walk)
+        for _ in range(FINE_EXTEND if coarse and fine_step else 0):
             best = best_row([r for r in rows if r["stage"] == name])
             fam_rows = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
-            new = beyond_edge(fam_rows, fine_step, FINE_EXTEND)
-            if new is not None:
-                rows += self._stage(X, Y, splits, client, best["family"], new, Ns, len(splits[0][0]), name,
-                                    self._alpha_index(best[self._alpha_name]))
+            new = beyond_edge(fam_rows, fine_step, 1)
+            if new is None:
+                break
+            rows += self._stage(X, Y, splits, client, best["family"], new, Ns, len(splits[0][0]), name,
+                                self._alpha_index(best[self._alpha_name]))
         return rows
 
     def _extend(self, X, Y, splits, client, rows):

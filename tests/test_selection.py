@@ -95,7 +95,8 @@ def test_search_can_pick_the_rational_quadratic_law():
     err = {law: -np.nanmax(res["mean_test_score"][coarse & (res["family"] == law)]) for law in cv.distributions}
     assert err["rational_quadratic"] < 0.5 * err["cauchy"], err
     assert cv.best_params_["distribution"] == "rational_quadratic"
-    assert set(res["family"][res["stage"] == "fine"]) == {"cauchy", "rational_quadratic"}  # both finalists
+    # Cauchy is no coarse tie (2 x worse): only the rational quadratic goes to the fine stage
+    assert set(res["family"][res["stage"] == "fine"]) == {"rational_quadratic"}
     # the median heuristic of the Gaussian: 1 / median squared distance
     assert cv.median_scales_["rational_quadratic"] == median_gamma(U, "gaussian", random_state=cv.random_state_)
     best = cv.best_estimator_
@@ -233,6 +234,22 @@ def test_fit_from_zarr_store(tmp_path):
     grid = dict(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))
     kernel = KernelOperatorCV(**grid).fit(str(tmp_path / "d.zarr"))
     assert kernel.best_params_ == KernelOperatorCV(**grid).fit(U, V).best_params_
+
+
+@pytest.mark.parametrize("tie, fine_laws", [(1.0, {"rational_quadratic"}), (10.0, {"cauchy", "rational_quadratic"})])
+def test_a_second_law_reaches_the_fine_stage_only_on_a_coarse_tie(monkeypatch, tie, fine_laws):
+    from rfol_dask import selection
+
+    monkeypatch.setattr(selection, "FINALIST_TIE", tie)  # Cauchy is about 2 x behind at the coarse stage
+    rng = np.random.default_rng(0)
+    U = rng.uniform(-1, 1, (300, 3))
+    V = np.sin(U @ rng.normal(size=(3, 4)))
+    kw = dict(n_features=400, distributions=("cauchy", "rational_quadratic"), alphas=(1e-9, 1e-6), coarse=0.5,
+              random_state=0, refit=False)
+    res = RandomFeatureOperatorCV(**kw).fit(U, V).cv_results_
+    assert set(res["family"][res["stage"] == "fine"]) == fine_laws
+    one = RandomFeatureOperatorCV(finalists=1, **kw).fit(U, V).cv_results_  # finalists caps the ties
+    assert set(one["family"][one["stage"] == "fine"]) == {"rational_quadratic"}
 
 
 def test_coarse_grid_is_extended_past_an_edge_winner():
