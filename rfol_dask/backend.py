@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
+import os
+
 import numpy as np
 
 from . import linalg
@@ -295,6 +297,20 @@ def _factor_copy(G, xp):
 
 
 # ---------------------------------------------------------------------- CuPy only
+
+
+def host_threads_per_gpu():
+    """Host cores per GPU of this node (at least 1): the threads a GPU task may give its host-side
+    work (the frequency draws), the GPU doing the arithmetic. The GPUs are counted by CuPy
+    (a dask-cuda worker sees them all, its own first); 1 GPU where CuPy cannot count them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        import cupy
+
+        gpus = int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # noqa: BLE001 - no CuPy, no driver: count one
+        gpus = 1
+    return max(1, cores // max(1, gpus))
 
 
 def _cupy_factor_in_place(G, diag):

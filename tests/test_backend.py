@@ -305,3 +305,24 @@ def test_streamed_dual_on_the_device_equals_the_cpu_fit(fake_cuda, data):
         RandomFeatureOperator(device="cuda", n_features=20, solver="primal").fit(Ud, Vd)
     with pytest.raises(NotImplementedError, match="KernelOperator fits dask input on the CPU only"):
         KernelOperator(device="cuda").fit(Ud, Vd)
+
+
+def test_gpu_slab_tasks_draw_on_the_host_cores_per_gpu(monkeypatch):
+    """A slab task whose inputs live on a GPU gets the host cores per GPU for its draw (the
+    worker's BLAS threads on the CPU); the GPUs are counted by CuPy, one where it cannot."""
+    import types
+
+    xs = pytest.importorskip("array_api_strict")
+    import os
+
+    from rfol_dask.solve import streamed
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 4)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    assert backend.host_threads_per_gpu() == max(1, cores // 4)
+    assert streamed._slab_threads(xs.asarray(np.ones((3, 2)))) == max(1, cores // 4)
+    monkeypatch.setattr(streamed, "worker_threads", lambda: 7)
+    assert streamed._slab_threads(np.ones((3, 2))) == 7
+    monkeypatch.setitem(sys.modules, "cupy", None)  # no CuPy: one GPU
+    assert backend.host_threads_per_gpu() == cores

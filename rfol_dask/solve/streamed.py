@@ -178,12 +178,19 @@ def slab_features(U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_R
     return feature_map(U, omega, b, shift=shift, n_features=n_features), shift
 
 
+def _slab_threads(U):
+    """BLAS threads of a slab task, and so of its frequency draw (:func:`.features.draw_frequencies`):
+    the worker's on the CPU; where ``U`` is on a GPU, which does the products, the host cores per
+    GPU of the node (:func:`rfol_dask.backend.host_threads_per_gpu`), for the draw."""
+    return worker_threads() if isinstance(U, np.ndarray) else backend.host_threads_per_gpu()
+
+
 def gram_slab(K, U, frequencies, n_features, f0, f1, centre, token=None):
     """``K + A_f A_f^T`` (M, M) for the shifted feature slab ``A_f`` of columns ``f0:f1``
     (:func:`slab_features`): lower triangle, Fortran order, in place (``K=None`` starts the
     sum). ``A_f`` is made on the worker's cores and, with a ``token``, kept on the worker's
     disk for ``C = A^T Beta`` (else made again then). Cost ``2 M n (f1 - f0) + M^2 (f1 - f0)`` flops."""
-    with blas_limits(worker_threads()):
+    with blas_limits(_slab_threads(U)):
         A, _ = slab_features(U, frequencies, n_features, f0, f1, centre)
         K = syrk(A, trans=False, C=K)
     _cache_put(token, f0, A)
@@ -215,7 +222,7 @@ def coef_slab(part, n0, U, frequencies, n_features, f0, f1, centre, Beta, token=
     """Rows ``f0:f1`` of ``C = A^T Beta`` written into the :class:`CoefPart` ``part`` (holding
     rows ``n0:``) in place, and ``s_f^T C_f`` added to ``part.sC``; ``Beta`` is (M, m). The slab
     is read back from the worker's disk (and deleted) or made again."""
-    with blas_limits(worker_threads()):
+    with blas_limits(_slab_threads(U)):
         A = _cache_take(token, f0)
         if A is None:
             A, shift = slab_features(U, frequencies, n_features, f0, f1, centre)
