@@ -326,3 +326,15 @@ def test_gpu_slab_tasks_draw_on_the_host_cores_per_gpu(monkeypatch):
     assert streamed._slab_threads(np.ones((3, 2))) == 7
     monkeypatch.setitem(sys.modules, "cupy", None)  # no CuPy: one GPU
     assert backend.host_threads_per_gpu() == cores
+
+
+def test_array_api_input_of_the_working_dtype_is_not_copied():
+    """``fit`` on array API operands already in the working dtype keeps their buffers (CuPy: no
+    second U and V on the GPU); another dtype is converted."""
+    xs = pytest.importorskip("array_api_strict")
+    U = xs.asarray(np.random.default_rng(0).normal(size=(40, 6)))
+    V = xs.asarray(np.random.default_rng(1).normal(size=(40, 3)))
+    U2, V2, _, _ = RandomFeatureOperator(n_features=30)._check_arrays(U, V)
+    assert np.shares_memory(U2._array, U._array) and np.shares_memory(V2._array, V._array)
+    U3, _, _, _ = RandomFeatureOperator(n_features=30, dtype=np.float32)._check_arrays(U, V)
+    assert U3.dtype == xs.float32

@@ -145,7 +145,7 @@ def _stack_rows(starts, dtype, device, *blocks):
     for i, B in enumerate(blocks):
         B = backend.to_namespace(B, xp)
         check_finite(B, starts[i], "U")
-        out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype)
+        out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
     return out
 
 
