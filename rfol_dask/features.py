@@ -29,6 +29,8 @@ inverse quadratic ``(1 + gamma ||d||^2)^-1``.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
 from numpy.typing import DTypeLike
 
@@ -82,7 +84,7 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
                      nu: float | None = None,
                      random_state: int | np.random.Generator | np.random.SeedSequence | None = None,
                      dtype: DTypeLike = np.float64,
-                     columns: tuple[int, int] | None = None, xp=None) -> tuple[np.ndarray, np.ndarray]:
+                     columns: tuple[int, int] | None = None, xp: ModuleType | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
     Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
