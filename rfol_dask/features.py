@@ -29,6 +29,8 @@ inverse quadratic ``(1 + gamma ||d||^2)^-1``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from types import ModuleType
 
 import numpy as np
@@ -156,6 +158,14 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
     omega, b = xp.empty((n, f1 - f0), dtype=xdt), xp.empty(f1 - f0, dtype=xdt)
     B = FREQUENCY_BLOCK
 
+    # CuPy: the pool threads put their blocks on the GPU of omega (a thread starts on device 0);
+    # one Device object per block (a Device keeps its own stack of the devices it replaced)
+    device = contextlib.nullcontext
+    if not host and backend.is_cupy(xp):
+        import cupy
+
+        device = functools.partial(cupy.cuda.Device, omega.device.id)
+
     def block(k):
         # always a whole block (the last one sliced): the first N' columns of any draw are the
         # draw of N' features
@@ -171,10 +181,11 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         bk = rng.uniform(0.0, 2.0 * np.pi, size=B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
         om, bk = om[:, lo - k * B:hi - k * B], bk[lo - k * B:hi - k * B]
-        if not host:  # cast on the host, one contiguous transfer per block
-            om, bk = xp.asarray(np.ascontiguousarray(om, dtype=dt)), xp.asarray(bk.astype(dt))
-        omega[:, lo - f0:hi - f0] = om
-        b[lo - f0:hi - f0] = bk
+        with device():
+            if not host:  # cast on the host, one contiguous transfer per block
+                om, bk = xp.asarray(np.ascontiguousarray(om, dtype=dt)), xp.asarray(bk.astype(dt))
+            omega[:, lo - f0:hi - f0] = om
+            b[lo - f0:hi - f0] = bk
 
     blocks = range(f0 // B, -(-f1 // B))
     threads = min(len(blocks), blas_threads()) if n * (f1 - f0) >= 2**20 else 1
