@@ -150,7 +150,12 @@ def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None, search=
             "test": len(Ut), "n_features": N, "grow_to": grow_to, "paper": paper, "methods": rows}
 
 
-def ns_high(args):
+def _floats(text):
+    """Comma-separated positive numbers (a CLI grid), or None for an empty string."""
+    return tuple(float(x) for x in text.split(",")) if text else None
+
+
+def ns_high(args, search=None):
     """The 20000-sample Navier-Stokes target: search + growth + refit from Zarr on a LocalCluster,
     then the winner refitted at N = ``--second-features``."""
     from _common import blas_info
@@ -170,9 +175,12 @@ def ns_high(args):
     client = local_client(n_workers=1, threads_per_worker=2, processes=False, memory_limit=args.memory_limit)
     try:
         with PeakMemory(interval=0.05, every=10.0) as pm:
+            options = {**(search or {}), **{k: v for k, v in (("gammas", args.gammas), ("alphas", args.alphas),
+                                                                ("growth_refine", args.growth_refine)) if v}}
+            row["search_options"] = options
             search = RandomFeatureOperatorCV(n_features=args.max_features, max_features=args.grow_to, random_state=0,
                                              max_gram_bytes=args.max_gram_bytes, score_outputs=args.score_outputs,
-                                             progress=True)
+                                             progress=True, **options)
             search.fit(train)
         pred = search.predict(test["input"])
         row["rf_tuned"] = search_row(search, Vt, np.asarray(pred))
@@ -385,6 +393,12 @@ def main(argv=None):
     parser.add_argument("--max-gram-bytes", type=float, default=6e9,
                         help="--ns-high: max_gram_bytes of the search and the fits (the search then builds one "
                              "gamma's Grams at a time)")
+    parser.add_argument("--gammas", type=_floats, default=None,
+                        help="--ns-high: comma-separated gamma multiples of the search (default the estimator's)")
+    parser.add_argument("--alphas", type=_floats, default=None,
+                        help="--ns-high: comma-separated alphas of the search (default the estimator's)")
+    parser.add_argument("--growth-refine", type=_floats, default=None,
+                        help="--ns-high: the growth stage's gamma multiples (default the estimator's)")
     parser.add_argument("--distributions", default=",".join(DEFAULT_LAWS),
                         help="comma-separated laws of the RF search (default: RandomFeatureOperatorCV's, "
                              f"{','.join(DEFAULT_LAWS)})")
@@ -403,7 +417,7 @@ def main(argv=None):
     res = json.loads(out.read_text()) if out.exists() else {}
     res.update(machine=platform.machine(), cpus=os.cpu_count(), threads=args.threads)
     if args.ns_high:
-        res["ns_high"] = ns_high(args)
+        res["ns_high"] = ns_high(args, search)
     elif args.cost:
         name = args.names.split(",")[0]
         n_train = args.train or quick_train(name)
