@@ -188,10 +188,8 @@ class RandomFeatureOperator(OperatorEstimator):
             self.omega_, self.b_ = recipe()
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)
-            if backend.is_cupy(xp):  # drawn on the host, each block moved to the GPU as it comes
-                self.omega_, self.b_ = recipe(xp=xp)
-            else:
-                self.omega_, self.b_ = (backend.to_namespace(a, xp) for a in recipe())
+            # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
+            self.omega_, self.b_ = recipe(xp=xp)
             check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes,
                               solver=self.solver_)
             coef, intercept = fit_numpy(U, V, self.omega_, self.b_, alpha=float(self.alpha),
