@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
-import os
-
 import numpy as np
 
 from . import linalg
@@ -303,7 +301,7 @@ def host_threads_per_gpu():
     """Host cores per GPU of this node (at least 1): the threads a GPU task may give its host-side
     work (the frequency draws), the GPU doing the arithmetic. The GPUs are counted by CuPy
     (a dask-cuda worker sees them all, its own first); 1 GPU where CuPy cannot count them."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = linalg.host_cores()
     try:
         import cupy
 

@@ -33,6 +33,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
+from .linalg import host_cores
 from .progress import active_client
 
 __all__ = ["active_client", "local_client", "local_cluster", "local_cuda_cluster", "load_config", "job_script", "make_cluster", "start_client",
@@ -53,10 +54,6 @@ def blas_env(blas_threads):
     return {var: str(int(blas_threads)) for var in _BLAS_VARS}
 
 
-def _cores():
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def local_client(n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True,
                  blas_threads=1, **kwargs):
     """Start a ``distributed.LocalCluster`` (see :func:`local_cluster`) and return a ``Client``
@@ -74,7 +71,7 @@ def local_cluster(n_workers=None, threads_per_worker=1, memory_limit="auto", pro
     from distributed import LocalCluster
 
     if n_workers is None:
-        n_workers = max(1, _cores() // threads_per_worker)
+        n_workers = max(1, host_cores() // threads_per_worker)
     if processes:
         kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
     return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
@@ -165,13 +162,13 @@ def node_threads(config):
     if kind == "cuda-local":  # one worker process per GPU: the GPUs named, or counted on this machine
         gpus = opts.get("n_workers") or _visible_gpus(opts.get("CUDA_VISIBLE_DEVICES"))  # 0: none visible
         return {"processes": int(gpus), "threads": int(opts.get("threads_per_worker", 1)), "blas": blas,
-                "cores": _cores()}
+                "cores": host_cores()}
     if kind == "local":
         threads = int(opts.get("threads_per_worker", 1))
-        workers = opts.get("n_workers") or max(1, _cores() // threads)
+        workers = opts.get("n_workers") or max(1, host_cores() // threads)
         if not opts.get("processes", True):  # one process: the BLAS variables are not set
-            return {"processes": 1, "threads": int(workers) * threads, "blas": 1, "cores": _cores()}
-        return {"processes": int(workers), "threads": threads, "blas": blas, "cores": _cores()}
+            return {"processes": 1, "threads": int(workers) * threads, "blas": 1, "cores": host_cores()}
+        return {"processes": int(workers), "threads": threads, "blas": blas, "cores": host_cores()}
     if kind in ("slurm", "pbs"):
         job = _jobqueue_job(config)
         cores = job.worker_cores

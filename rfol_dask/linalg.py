@@ -16,7 +16,7 @@ import dask
 import numpy as np
 from scipy.linalg import blas, lapack
 
-__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "factor_threads", "jitter_ridges", "warn_ridge",
+__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "host_cores", "factor_threads", "jitter_ridges", "warn_ridge",
            "not_positive_definite", "potrf_ridge", "cholesky", "cho_solve"]
 
 
@@ -77,6 +77,11 @@ def symmetrize(C, source="lower", block=512):
 
 
 
+def host_cores():
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def factor_threads():
     """BLAS threads for the factorisation: ``dask.config`` key ``rfol_dask.factor-threads``, by
     default every core this process may run on. The factorisation is the one step every
@@ -85,7 +90,7 @@ def factor_threads():
     n = dask.config.get("rfol_dask.factor-threads", None)
     if n:
         return int(n)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return host_cores()
 
 
 def jitter_ridges(alpha, mean_diag, dtype):

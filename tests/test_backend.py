@@ -313,11 +313,10 @@ def test_gpu_slab_tasks_draw_on_the_host_cores_per_gpu(monkeypatch):
     import types
 
     xs = pytest.importorskip("array_api_strict")
-    import os
-
+    from rfol_dask import linalg
     from rfol_dask.solve import streamed
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = linalg.host_cores()
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 4)))
     monkeypatch.setitem(sys.modules, "cupy", fake)
     assert backend.host_threads_per_gpu() == max(1, cores // 4)
