@@ -67,6 +67,7 @@ from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, datasets
 from rfol_dask.baselines import KernelOperatorCV
 from rfol_dask.experiments import arrays as _arrays, load_subset, quick_train, sizes
 from rfol_dask.metrics import relative_l2_error
+from rfol_dask.selection import DEFAULT_GAMMAS
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -94,6 +95,18 @@ def growth_curve(search):
         curve[N] = {"validation_error": float(res["mean_relative_l2"][k]), "gamma": float(res["gamma"][k]),
                     "alpha": float(res["alpha"][k])}
     return curve
+
+
+def stage_curves(search, stage):
+    """Best validation error (over alpha) of each gamma multiple and N of one stage:
+    {multiple: {N: error}} (NaN scores, alphas left unsolved, skipped)."""
+    res = search.cv_results_
+    out = {}
+    for mult, N, err, st in zip(res["scale_multiple"], res["n_features"], res["mean_relative_l2"], res["stage"]):
+        if st == stage and np.isfinite(err):
+            row = out.setdefault(f"{float(mult):.6g}", {})
+            row[int(N)] = min(row.get(int(N), np.inf), float(err))
+    return out
 
 
 def search_row(search, Vt, pred):
@@ -155,6 +168,11 @@ def _floats(text):
     return tuple(float(x) for x in text.split(",")) if text else None
 
 
+def _limit_gammas(text):
+    """``--limit-gammas``: comma-separated multiples, ``default`` (the default gamma grid) or ``none``."""
+    return {"default": DEFAULT_GAMMAS, "none": "none"}.get(text) or _floats(text)
+
+
 def ns_high(args, search=None):
     """The 20000-sample Navier-Stokes target: search + growth + refit from Zarr on a LocalCluster,
     then the winner refitted at N = ``--second-features``."""
@@ -177,6 +195,8 @@ def ns_high(args, search=None):
         with PeakMemory(interval=0.05, every=10.0) as pm:
             options = {**(search or {}), **{k: v for k, v in (("gammas", args.gammas), ("alphas", args.alphas),
                                                                 ("growth_refine", args.growth_refine)) if v}}
+            if args.limit_gammas is not None:
+                options["limit_gammas"] = None if args.limit_gammas == "none" else args.limit_gammas
             row["search_options"] = options
             search = RandomFeatureOperatorCV(n_features=args.max_features, max_features=args.grow_to, random_state=0,
                                              max_gram_bytes=args.max_gram_bytes, score_outputs=args.score_outputs,
@@ -184,7 +204,8 @@ def ns_high(args, search=None):
             search.fit(train)
         pred = search.predict(test["input"])
         row["rf_tuned"] = search_row(search, Vt, np.asarray(pred))
-        row["rf_tuned"].update(validation_curve=growth_curve(search), peak_bytes=pm.peak,
+        row["rf_tuned"].update(validation_curve=growth_curve(search), growth_curves=stage_curves(search, "growth"),
+                               limit_stage=stage_curves(search, "limit"), peak_bytes=pm.peak,
                                peak_increase_bytes=pm.increase, load_avg=os.getloadavg(),
                                search_peak_bytes=pm.peak_between(0, search.search_time_),
                                refit_peak_bytes=pm.peak_between(search.search_time_),
@@ -397,6 +418,9 @@ def main(argv=None):
                         help="--ns-high: comma-separated gamma multiples of the search (default the estimator's)")
     parser.add_argument("--alphas", type=_floats, default=None,
                         help="--ns-high: comma-separated alphas of the search (default the estimator's)")
+    parser.add_argument("--limit-gammas", type=_limit_gammas, default=None,
+                        help="--ns-high: the limit stage's gamma multiples, 'default' for the default grid "
+                             "(DEFAULT_GAMMAS) or 'none' (default: the search's grid)")
     parser.add_argument("--growth-refine", type=_floats, default=None,
                         help="--ns-high: the growth stage's gamma multiples (default the estimator's)")
     parser.add_argument("--distributions", default=",".join(DEFAULT_LAWS),

@@ -19,13 +19,14 @@ from .memory import memory_budget
 from .placement import pinned, worker_addresses
 from .rf_operator import RandomFeatureOperator
 from .progress import compute
-from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, beyond_edge, final_best,
-                        grid_step)
+from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, MIN_COARSE_ROWS, SelectionCV, arrange_rows, beyond_edge,
+                        best_row, final_best, grid_step)
 from .solve.graph import tree_sum
 from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, path_method, slab_bounds,
                      sum_validation, validation_grams, validation_slab)
 
-__all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE", "GROWTH_PRUNE", "GROWTH_EXTEND"]
+__all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE", "GROWTH_PRUNE", "GROWTH_EXTEND",
+           "LIMIT_FEATURES_PER_ROW"]
 
 #: the frequency laws searched by default
 DEFAULT_LAWS = ("cauchy", "gaussian", "rational_quadratic")
@@ -37,6 +38,11 @@ GROWTH_PRUNE = 0.25
 #: the growth stage adds up to this many gammas beyond the edge of ``growth_refine`` (one step of
 #: its grid at a time) while the best growth model sits on that edge
 GROWTH_EXTEND = 2
+
+#: the limit stage (before the growth) scores the winner's law with this many features per training
+#: row, near the kernel the features converge to as N grows, whose best gamma is where a large-N
+#: model's best gamma goes (on Navier-Stokes a hundred times the one searched at small N)
+LIMIT_FEATURES_PER_ROW = 16
 
 #: the fine and growth stages solve the alphas within this many grid steps of the best one so far
 #: (widened while the best sits on the window's edge) where one Cholesky per alpha beats an ``eigh``
@@ -72,6 +78,16 @@ class RandomFeatureOperatorCV(SelectionCV):
     growth_refine : sequence of float, default=(0.5, 1.0, 2.0)
         Multiples of the searched gamma scored while N grows: the best gamma of a large-N model
         differs from that of the N searched (on Burgers it is smaller, on Navier-Stokes larger).
+    limit_gammas : "gammas", sequence of float or None, default="gammas"
+        Before the growth (``max_features``), a limit stage scores the winner's law at these
+        multiples of its median gamma (``"gammas"``: the search's grid; extended at its edge as
+        the coarse stage's) with ``LIMIT_FEATURES_PER_ROW`` = 16 features per training row, on
+        ``max(coarse rows, N / 4)`` training rows: near the kernel the features converge to,
+        whose best gamma is where a large-N model's best gamma goes. When that gamma is outside
+        the searched gamma times ``growth_refine``, it is grown too, times ``growth_refine``
+        (in the same passes, the searched gamma first); its gammas are pruned only against each
+        other (they are expected to trail at small N), the searched gamma's against all. Skipped
+        when it would not have more features than the search. None: no limit stage.
     distributions : sequence of {"cauchy", "gaussian", "student_t", "rational_quadratic"}, \
 default=("cauchy", "gaussian", "rational_quadratic")
         Frequency laws searched. The coarse stage passes its best law, and up to ``finalists - 1``
@@ -180,6 +196,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         "max_features": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "growth_tol": [Interval(numbers.Real, 0, None, closed="left")],
         "growth_refine": ["array-like"],
+        "limit_gammas": [StrOptions({"gammas"}), "array-like", None],
         "finalists": [Interval(numbers.Integral, 1, None, closed="left")],
         "distributions": ["array-like"],
         "gammas": ["array-like", None],
@@ -197,6 +214,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
     }
 
     def __init__(self, *, n_features=1000, max_features=None, growth_tol=0.01, growth_refine=DEFAULT_GROWTH_REFINE,
+                 limit_gammas="gammas",
                  distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", score_outputs=None, fit_intercept=True,
                  solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
                  progress=False, recovery="cubic", device="cpu"):
@@ -204,6 +222,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         self.max_features = max_features
         self.growth_tol = growth_tol
         self.growth_refine = growth_refine
+        self.limit_gammas = limit_gammas
         self.finalists = finalists
         self.distributions = distributions
         self.gammas = gammas
@@ -233,6 +252,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         if "student_t" in self.distributions and self.nu is None:
             raise ValueError("distributions includes 'student_t': pass its degrees of freedom nu > 0, e.g. nu=3")
         self._check_grids("gammas", "alphas", "refine", "growth_refine")
+        if not isinstance(self.limit_gammas, str):
+            self._check_grids("limit_gammas")
 
     def _base_estimator(self, **best):
         return RandomFeatureOperator(nu=self.nu, fit_intercept=self.fit_intercept, solver=self.solver,
@@ -315,38 +336,81 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return dask.delayed(np.asarray)(out)
 
     def _extend(self, X, Y, splits, client, rows):
-        """The growth stage (``max_features``): the search's winner at ``N, 2 N, ...`` features, at
-        its gamma times ``growth_refine`` (the searched gamma first, then the others nearest
-        first, in groups that fit the memory budget), extended beyond the edge of those multiples
-        while the best growth model sits there (:data:`GROWTH_EXTEND`)."""
+        """The limit stage (:meth:`_limit_stage`), then the growth stage (``max_features``): the
+        search's winner at ``N, 2 N, ...`` features, at its gamma times ``growth_refine`` (and
+        the limit stage's best gamma times ``growth_refine`` when it is outside those), the centre
+        multiples first, in groups that fit the memory budget; each anchor's multiples are
+        extended beyond their edge while its best growth model sits there (:data:`GROWTH_EXTEND`)."""
         best = final_best(rows)
         if self.max_features is None or self.max_features <= best["n_features"]:
             return []
         refine = np.unique(np.asarray(self.growth_refine, dtype=float))
         step = grid_step(refine)
-        pending = list(best["scale_multiple"] * refine[np.argsort(np.abs(np.log(refine)), kind="stable")])
+        # anchors: (gamma multiple, index of the alpha its windows start at)
+        anchors, out = [(best["scale_multiple"], self._alpha_index(best["alpha"]))], self._limit_stage(
+            X, Y, splits, client, best)
+        if out:
+            limit = best_row(out)
+            if not refine[0] * (1 - 1e-9) <= limit["scale_multiple"] / anchors[0][0] <= refine[-1] * (1 + 1e-9):
+                anchors.append((limit["scale_multiple"], self._alpha_index(limit["alpha"])))
+        order = refine[np.argsort(np.abs(np.log(refine)), kind="stable")]
+        pending = [(a * r, i) for r in order for i, (a, _) in enumerate(anchors)]
+        # the searched anchor's gammas are pruned against every gamma's best error at a checkpoint,
+        # the limit anchor's (expected to trail at small N) against their own only
+        overall, own = {}, {}
+        rules = [([overall], overall), ([overall, own], own)]
         group = self._gram_group(len(splits[0][0]), len(splits[0][1]), 1, client)
-        out, record, extended = [], {}, 0
+        of, grown, extended = {}, [], [0] * len(anchors)
         while pending:
-            out += self._grow(X, Y, splits, client, best, pending[:group], record)
-            pending = pending[group:]
-            if not pending and step is not None and extended < GROWTH_EXTEND:
-                beyond = beyond_edge(out, step, 1)  # the best at the edge: one step beyond it
-                if beyond is not None:
-                    pending, extended = list(beyond), extended + 1
-        return out
+            chunk, pending = pending[:group], pending[group:]
+            of.update({m: i for m, i in chunk})
+            grown += self._grow(X, Y, splits, client, best["family"], best["n_features"], [m for m, _ in chunk],
+                                [rules[i] for _, i in chunk], [anchors[i][1] for _, i in chunk])
+            for i in range(len(anchors) if not pending and step is not None else 0):
+                mine = [r for r in grown if of[r["scale_multiple"]] == i]
+                beyond = beyond_edge(mine, step, 1) if extended[i] < GROWTH_EXTEND else None
+                if beyond is not None and not np.isclose(beyond[0], list(of)).any():
+                    pending.append((float(beyond[0]), i))
+                    extended[i] += 1
+        return out + grown
 
-    def _grow(self, X, Y, splits, client, best, mults, record):
-        """Growth rows of the scale multiples ``mults`` of ``best``'s law: one pass over nested
-        slabs, stopping once no multiple gains ``growth_tol`` over the previous checkpoint or all
-        are more than :data:`GROWTH_PRUNE` above ``record`` (checkpoint N -> the best validation
-        error seen there, updated)."""
-        N0, N_max, law = best["n_features"], int(self.max_features), best["family"]
+    def _limit_stage(self, X, Y, splits, client, best):
+        """Rows of the limit stage (see ``limit_gammas``): ``best``'s law over the grid on a
+        subsample of rows with :data:`LIMIT_FEATURES_PER_ROW` features per training row (at most
+        ``max_features``), all alphas; [] when skipped. Costs about a search's fine stage on a
+        quarter of the rows or fewer."""
+        if self.limit_gammas is None:
+            return []
+        mults = np.asarray(self._multiples() if isinstance(self.limit_gammas, str) else self.limit_gammas, dtype=float)
+        n_train = min(len(tr) for tr, _ in splits)
+        n_coarse = max(MIN_COARSE_ROWS, int((self.coarse or 0.125) * n_train))
+        n_rows = min(n_train, max(n_coarse, best["n_features"] // 4))
+        N = min(int(self.max_features), LIMIT_FEATURES_PER_ROW * n_rows)
+        if N <= best["n_features"]:
+            return []
+        sub, law = self._subsample(splits, n_rows), best["family"]
+        rows = self._stage(X, Y, sub, client, law, mults, [N], len(sub[0][0]), "limit")
+        step = grid_step(mults, 4.0)
+        for _ in range(3):  # the best on the grid's edge: two steps beyond it, as the coarse stage
+            new = beyond_edge(rows, step, 2)
+            if new is None:
+                break
+            rows += self._stage(X, Y, sub, client, law, new, [N], len(sub[0][0]), "limit")
+        return rows
+
+    def _grow(self, X, Y, splits, client, law, N0, mults, rules, centers):
+        """Growth rows of the scale multiples ``mults`` of ``law`` from ``N0`` features: one pass
+        over nested slabs, a multiple dropping out once it gains less than ``growth_tol`` over the
+        previous checkpoint or is more than :data:`GROWTH_PRUNE` above its record. ``rules[k]`` of
+        multiple ``k``: (the records it updates, the record it is held to); a record maps a
+        checkpoint N to the best validation error seen there. ``centers[k]``: the index of the
+        alpha its first window is centred on."""
+        N_max = int(self.max_features)
         checkpoints = sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N_max, law, 1.0, self.nu, self._seed)
         alphas = self._alphas()
-        centers = [self._alpha_index(best["alpha"])] * len(mults)
+        centers = list(centers)
         workers = worker_addresses(client)
         state = []  # per split: (inputs arranged, training outputs, validation outputs, per-worker accumulators)
         for tr, va in splits:
@@ -390,18 +454,20 @@ default=("cauchy", "gaussian", "rational_quadratic")
             mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
             mean = np.where(np.isnan(mean), np.inf, mean)
             best_k = mean.min(axis=1)
-            record[Nk] = min(record.get(Nk, np.inf), best_k.min())
+            for (updates, _), e in zip(rules, best_k):
+                for record in updates:
+                    record[Nk] = min(record.get(Nk, np.inf), e)
+            held = np.array([rule[1][Nk] for rule in rules])
             if self.progress:
-                for m, e in zip(mults, best_k):
+                for m, e, h in zip(mults, best_k, held):
                     print(f"selection (growth): {law}, gamma = {m:.3g} x median, N = {Nk}: best validation error "
-                          f"{e:.4g} (best at this N: {record[Nk]:.4g})", file=sys.stderr, flush=True)
-            # each gamma grows on while a doubling gains growth_tol and it is not far behind the best
-            keep = np.flatnonzero((best_k < previous * (1.0 - self.growth_tol))
-                                  & (best_k <= record[Nk] * (1.0 + GROWTH_PRUNE)))
+                          f"{e:.4g} (its record at this N: {h:.4g})", file=sys.stderr, flush=True)
+            # each gamma grows on while a doubling gains growth_tol and it is not far behind its record
+            keep = np.flatnonzero((best_k < previous * (1.0 - self.growth_tol)) & (best_k <= held * (1.0 + GROWTH_PRUNE)))
             if len(keep) == 0:
                 break
             centers = [int(np.argmin(mean[k])) for k in keep]
-            previous, mults = best_k[keep], [mults[k] for k in keep]
+            previous, mults, rules = best_k[keep], [mults[k] for k in keep], [rules[k] for k in keep]
             if len(keep) < len(scales):  # the dropped gammas' sums are freed
                 scales = [scales[k] for k in keep]
                 for st in state:

@@ -298,12 +298,7 @@ class SelectionCV(OperatorEstimator):
         coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(mults) > len(self.refine)
         rows = []
         if coarse:
-            rng = np.random.default_rng(self._seed)
-            sub = []
-            for tr, va in splits:
-                k = min(len(tr), n_coarse)
-                sub.append((np.sort(rng.choice(tr, k, replace=False)),
-                            np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False))))
+            sub = self._subsample(splits, n_coarse)
             for fam in families:
                 rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
             # a family whose best is on the edge of the grid: extend the grid that way (two steps at
@@ -342,6 +337,17 @@ class SelectionCV(OperatorEstimator):
             rows += self._stage(X, Y, splits, client, best["family"], new, Ns, len(splits[0][0]), name,
                                 self._alpha_index(best[self._alpha_name]))
         return rows
+
+    def _subsample(self, splits, n_rows):
+        """The splits cut to ``n_rows`` training rows each (drawn from the search's seed; the
+        validation rows in proportion, at least one): the coarse stage's rows."""
+        rng = np.random.default_rng(self._seed)
+        sub = []
+        for tr, va in splits:
+            k = min(len(tr), n_rows)
+            sub.append((np.sort(rng.choice(tr, k, replace=False)),
+                        np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False))))
+        return sub
 
     def _extend(self, X, Y, splits, client, rows):
         """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows N)."""

@@ -311,9 +311,11 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     solve) per alpha; an alpha at which ``G + alpha I`` is not numerically positive definite
     scores ``inf`` (no jitter). Each factorisation is made in place in ``G``, whose lower
     triangle and diagonal are restored from its upper triangle afterwards (``G``: symmetric,
-    both triangles filled, Fortran order; returned as it came). Memory: ``G`` and the solves
-    (``2 M_t m + M_v m``), no copy of ``G``. Cost ``M_t^3 / 3 + 2 M_t^2 m + 2 M_v M_t m`` flops
-    per alpha."""
+    both triangles filled, Fortran order; returned as it came). The predictions
+    ``K (G + alpha I)^-1 V`` are formed in the cheaper order: the solve against the ``m``
+    outputs, or against the ``M_v`` validation rows ``K^T`` when ``M_v < m``. Memory: ``G`` and
+    the solves (``2 M_t min(m, M_v) + M_v m``), no copy of ``G``. Cost ``M_t^3 / 3 +
+    2 M_t^2 min(m, M_v) + 2 M_v M_t m`` flops per alpha."""
     from .linalg import cho_solve, factor_threads, potrf_ridge
 
     vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
@@ -322,14 +324,16 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     G = np.asfortranarray(G)
     diag = np.diagonal(G).copy()
     out = []
-    M = len(G)
-    with blas_limits(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * V.shape[1] + 2.0 * len(K) * M * V.shape[1])):
+    M, m, M_v = len(G), V.shape[1], len(K)
+    by_rows = M_v < m  # solve for K (G + alpha I)^-1 (M_v right-hand sides), then times V
+    rhs = np.asfortranarray(K.T) if by_rows else Vc
+    with blas_limits(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * min(m, M_v) + 2.0 * M_v * M * m)):
         for k, alpha in enumerate(alphas):
             L, info = potrf_ridge(G, diag, alpha, restore=k > 0)
             if info != 0:
                 out.append(np.inf)
                 continue
-            pred = K @ cho_solve(L, Vc) + vbar
+            pred = (cho_solve(L, rhs).T @ Vc if by_rows else K @ cho_solve(L, Vc)) + vbar
             out.append(np.mean(relative_errors(V_valid[keep], pred[keep])))
         symmetrize(G, "upper")
         G[np.arange(M), np.arange(M)] = diag

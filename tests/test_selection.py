@@ -341,7 +341,7 @@ def test_distributed_search_reads_each_chunk_once(cluster_client, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- growth of N
-GROW = dict(n_features=256, max_features=2048, growth_tol=0.0, random_state=0, **SMALL)
+GROW = dict(n_features=256, max_features=2048, growth_tol=0.0, random_state=0, limit_gammas=None, **SMALL)
 
 
 def _growth(cv):
@@ -414,6 +414,53 @@ def test_growth_stops_when_a_doubling_gains_too_little_and_is_off_by_default():
         RandomFeatureOperatorCV(max_features=0).fit(U, V)
 
 
+def test_limit_stage_scores_the_law_with_many_features_per_row():
+    """The limit stage scores the winner's law over the gamma grid on a subsample of the rows
+    with LIMIT_FEATURES_PER_ROW features per training row (capped by max_features), exactly as a
+    one-stage search on those rows would; it is skipped when it would not have more features
+    than the search, and with limit_gammas=None."""
+    from rfol_dask.rf_operator_cv import LIMIT_FEATURES_PER_ROW
+
+    U, V = _nonlinear_data(200)
+    cv = RandomFeatureOperatorCV(**dict(GROW, limit_gammas="gammas", max_features=4096)).fit(U, V)
+    res = cv.cv_results_.to_dataframe()
+    limit = res[res.stage == "limit"]
+    n_rows = 160  # all 160 training rows: max(200 coarse rows, 256 // 4), at most the training rows
+    assert set(limit.n_train_rows) == {n_rows} and set(limit.n_features) == {LIMIT_FEATURES_PER_ROW * n_rows}
+    assert set(limit.family) == {cv.best_params_["distribution"]}
+    assert set(SMALL["gammas"]) <= set(limit.scale_multiple)
+    ref = RandomFeatureOperatorCV(n_features=LIMIT_FEATURES_PER_ROW * n_rows, distributions=(cv.best_params_["distribution"],),
+                                  gammas=tuple(sorted(set(limit.scale_multiple))), alphas=SMALL["alphas"], coarse=None,
+                                  random_state=0, refit=False).fit(U, V)
+    theirs = ref.cv_results_.to_dataframe().set_index(["scale_multiple", "alpha"]).mean_relative_l2
+    np.testing.assert_allclose(limit.set_index(["scale_multiple", "alpha"]).mean_relative_l2.loc[theirs.index], theirs,
+                               rtol=1e-9)
+    assert "growth" == res.stage.iloc[-1]  # the growth rows come last: the winner is one of them
+    few = RandomFeatureOperatorCV(**dict(GROW, limit_gammas="gammas", n_features=2048, max_features=4096)).fit(U[:100], V[:100])
+    assert "limit" not in set(few.cv_results_["stage"])  # 80 rows x 16 = 1280 features < 2048 searched
+    assert "limit" not in set(RandomFeatureOperatorCV(**GROW).fit(U, V).cv_results_["stage"])
+    with pytest.raises(ValueError, match="limit_gammas"):
+        RandomFeatureOperatorCV(**dict(GROW, limit_gammas=(1.0, -2.0))).fit(U, V)
+
+
+def test_limit_gamma_outside_the_growth_multiples_grows_beside_them():
+    """A limit-stage gamma outside the searched gamma times growth_refine is grown too, times
+    growth_refine; its gammas are held only to each other's errors, so they keep growing while
+    far behind the searched gamma at small N (they would be dropped if held to it)."""
+    U, V = _nonlinear_data(200)
+    far = 64.0  # outside 0.25 ... 4 (SMALL's gammas) times 0.5 ... 2
+    cv = RandomFeatureOperatorCV(**dict(GROW, limit_gammas=(far,))).fit(U, V)
+    grown = _growth(cv)
+    assert {far / 2, far, 2 * far} <= set(grown.scale_multiple)
+    at = grown.groupby(["scale_multiple", "n_features"]).mean_relative_l2.min()
+    searched = {m for m in set(grown.scale_multiple) if m < far / 4}
+    best_searched = min(at[m].loc[256] for m in searched)
+    best_far = min(at[m].loc[256] for m in (far / 2, far, 2 * far))
+    assert best_far > 1.25 * best_searched  # far behind at the first checkpoint ...
+    reached = max(max(at[m].index) for m in (far / 2, far, 2 * far))
+    assert reached > 256  # ... and grown on all the same
+
+
 def test_growth_on_dask_input_equals_numpy():
     U, V = _nonlinear_data(200)
     ref = RandomFeatureOperatorCV(**GROW).fit(U, V)
@@ -423,13 +470,13 @@ def test_growth_on_dask_input_equals_numpy():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("refine", [(0.5, 1.0, 2.0), (1.0, 256.0)])
-def test_distributed_growth_equals_numpy(cluster_client, refine):
+@pytest.mark.parametrize("refine, limit", [((0.5, 1.0, 2.0), None), ((1.0, 256.0), None), ((0.5, 1.0, 2.0), (64.0,))])
+def test_distributed_growth_equals_numpy(cluster_client, refine, limit):
     """Growth on a 2-worker cluster (the slabs of a checkpoint split over the workers, their sums
-    added without touching the running accumulators; a gamma far behind dropped from them) scores
-    what the numpy search scores."""
+    added without touching the running accumulators; a gamma far behind dropped from them; the
+    limit stage and its anchor) scores what the numpy search scores."""
     U, V = _nonlinear_data(200)
-    kw = dict(GROW, max_features=4096, refit=False, growth_refine=refine)
+    kw = dict(GROW, max_features=4096, refit=False, growth_refine=refine, limit_gammas=limit)
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
     with cluster_client.as_current():
         lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))

@@ -178,10 +178,12 @@ def test_window_errors_solve_only_around_the_center_and_widen_at_an_edge():
     assert np.isfinite(small).all()  # M = 100: the eigh path gives every alpha
 
 
-def test_cholesky_path_factors_in_place_and_gives_the_gram_back():
+@pytest.mark.parametrize("m", [2, 300])
+def test_cholesky_path_factors_in_place_and_gives_the_gram_back(m):
     """One Cholesky per alpha in the Gram's own buffer (restored from its upper triangle after
     each): the errors equal plain solves, the Gram comes back unchanged (a failed alpha
-    included), and no second Gram is allocated."""
+    included), and no second Gram is allocated; with more outputs (m = 300) than validation
+    rows (100) the solve runs against the validation rows, with the same errors."""
     import tracemalloc
 
     from rfol_dask.tuning import cholesky_errors, relative_errors
@@ -191,7 +193,7 @@ def test_cholesky_path_factors_in_place_and_gives_the_gram_back():
     A = rng.normal(size=(M + 100, 400))
     A -= A[:M].mean(axis=0)
     G, K = np.asfortranarray(A[:M] @ A[:M].T), A[M:] @ A[:M].T
-    V = A @ rng.normal(size=(400, 2)) / 10 + 0.3 * rng.normal(size=(M + 100, 2))
+    V = A @ rng.normal(size=(400, m)) / 10 + 0.3 * rng.normal(size=(M + 100, m))
     G0 = G.copy()
     alphas = [-1e9, 1e-2, 1.0, 100.0]  # the first: not positive definite
     tracemalloc.start()
