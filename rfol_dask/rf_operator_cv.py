@@ -121,6 +121,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
         Fine-stage factors applied to each finalist law's best coarse gamma; when the fine
         stage's winner sits on their edge, steps of their grid beyond it are scored one at a
         time while it stays there, two at most (:data:`rfol_dask.selection.FINE_EXTEND`).
+    fine : float or None, default=0.5
+        The fine stage runs on this fraction of the (training and validation) rows (at least
+        the coarse stage's), then its winner alone at full size (stage ``"final"``, for its
+        alphas): successive halving, a quarter of the fine stage's Gram flops. None or 1: the
+        fine stage at full size, no final stage.
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
@@ -163,7 +168,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
     best_score_ : float
         Its validation score, ``-mean relative L2 error`` (greater is better).
     cv_results_ : SearchResults
-        One row per candidate: ``stage`` ("coarse", "fine" or "full"), ``family``
+        One row per candidate: ``stage`` ("coarse", "fine", "final", "full", "limit" or
+        "growth"), ``family``
         (the law), ``scale_multiple``, ``gamma``, ``n_features``, ``alpha``, ``n_train_rows``,
         ``mean_relative_l2``, ``mean_test_score``, ``std_test_score``, ``split<k>_test_score``,
         ``rank_test_score`` (within the stage). ``.to_dataframe()`` with pandas. A NaN score: an
@@ -204,6 +210,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         "nu": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
+        "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
         "refine": ["array-like"],
         "refit": ["boolean"],
         "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
@@ -215,7 +222,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def __init__(self, *, n_features=1000, max_features=None, growth_tol=0.01, growth_refine=DEFAULT_GROWTH_REFINE,
                  limit_gammas="gammas",
-                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", score_outputs=None, fit_intercept=True,
+                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, fine=0.5, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", score_outputs=None, fit_intercept=True,
                  solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
                  progress=False, recovery="cubic", device="cpu"):
         self.n_features = n_features
@@ -230,6 +237,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         self.nu = nu
         self.cv = cv
         self.coarse = coarse
+        self.fine = fine
         self.refine = refine
         self.refit = refit
         self.alpha_path = alpha_path

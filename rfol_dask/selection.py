@@ -11,15 +11,16 @@ because (see :mod:`rfol_dask.tuning`):
 - the validation cross-Gram is summed in the same pass over feature slabs as the Gram;
 - every frequency law is a scale family: one projection ``U Z`` per slab
   serves every gamma of a sweep; nested N come out of the same pass;
-- two stages: a coarse one over the whole grid on a subsample of rows and features
+- successive halving: a coarse stage over the whole grid on a subsample of rows and features
   (``coarse``; a family whose best is on the grid's edge gets the grid extended that way), then
-  a fine one at full size around the coarse winner of each of the best families (one for the
-  kernels, ``finalists`` laws for the RF search; ``refine``, stepped further when the winner is
-  on its edge, :data:`FINE_EXTEND`); where one
+  a fine one on half of the rows (``fine``) around the coarse winner of each of the best
+  families (one for the kernels, ``finalists`` laws for the RF search; ``refine``, stepped
+  further when the winner is on its edge, :data:`FINE_EXTEND`), then the fine winner alone at
+  full size (stage ``"final"``, for its alphas); where one
   Cholesky factorisation per alpha of the alphas around the coarse winner's (five for the
   kernels, three for the RF search) is cheaper than
-  an ``eigh`` (large Grams), the fine stage solves only those (widened while the best is on the
-  window's edge) and the other alphas score NaN in ``cv_results_``.
+  an ``eigh`` (large Grams), the fine and final stages solve only those (widened while the best
+  is on the window's edge) and the other alphas score NaN in ``cv_results_``.
 
 dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked and
 persisted on the cluster once (without a distributed client the inputs are gathered here; the
@@ -324,8 +325,12 @@ class SelectionCV(OperatorEstimator):
             plan = [(fam, mults, None) for fam in families]
         name = "fine" if coarse else "full"
         fine_step = grid_step(self.refine)
+        # successive halving: the fine stage on a fraction of the rows, then its winner alone at
+        # full size (stage "final", for its alphas)
+        n_fine = n_train if not coarse or self.fine is None else min(n_train, max(n_coarse, int(self.fine * n_train)))
+        rows_fine = splits if n_fine >= n_train else self._subsample(splits, n_fine)
         for fam, scales, center in plan:
-            rows += self._stage(X, Y, splits, client, fam, scales, Ns, len(splits[0][0]), name, center)
+            rows += self._stage(X, Y, rows_fine, client, fam, scales, Ns, len(rows_fine[0][0]), name, center)
         # the fine stage's winner on the edge of its family's multiples: one step beyond it at a
         # time, up to FINE_EXTEND, while it stays there (a step that loses ends the walk)
         for _ in range(FINE_EXTEND if coarse and fine_step else 0):
@@ -334,8 +339,12 @@ class SelectionCV(OperatorEstimator):
             new = beyond_edge(fam_rows, fine_step, 1)
             if new is None:
                 break
-            rows += self._stage(X, Y, splits, client, best["family"], new, Ns, len(splits[0][0]), name,
+            rows += self._stage(X, Y, rows_fine, client, best["family"], new, Ns, len(rows_fine[0][0]), name,
                                 self._alpha_index(best[self._alpha_name]))
+        if rows_fine is not splits:
+            best = best_row([r for r in rows if r["stage"] == name])
+            rows += self._stage(X, Y, splits, client, best["family"], [best["scale_multiple"]], Ns, len(splits[0][0]),
+                                "final", self._alpha_index(best[self._alpha_name]))
         return rows
 
     def _subsample(self, splits, n_rows):

@@ -61,8 +61,11 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
     U, V = U[:500], V[:500]
     cv = RandomFeatureOperatorCV(n_features=400, coarse=0.5, random_state=0).fit(U, V)
     res = cv.cv_results_
-    assert set(res["stage"]) == {"coarse", "fine"}  # coarse: 200 of the 400 training rows
+    # coarse and fine: 200 of the 400 training rows (fine=0.5), then the fine winner at full size
+    assert set(res["stage"]) == {"coarse", "fine", "final"}
     assert set(res["n_train_rows"][res["stage"] == "coarse"]) == {200}
+    assert set(res["n_train_rows"][res["stage"] == "fine"]) == {200}
+    assert set(res["n_train_rows"][res["stage"] == "final"]) == {400}
     err_cv = relative_l2_error(Vt, cv.predict(Ut))
     errs = {}
     for gamma in ("median", 1.0):
@@ -70,14 +73,16 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
         errs[gamma] = relative_l2_error(Vt, default.predict(Ut))
     print(err_cv, errs, cv.best_params_)
     assert err_cv < 0.5 * min(errs.values())
-    # the fine stage is the coarse winner's law, around its gamma; the best is the fine stage's best
+    # the fine stage is the coarse winner's law, around its gamma; the final stage is the fine
+    # stage's best gamma, and the best is the final stage's best
     coarse = res["stage"] == "coarse"
     top = np.argmax(res["mean_test_score"][coarse])
     assert cv.best_params_["distribution"] == res["family"][coarse][top]
-    fine = res["stage"] == "fine"
-    # (NaN: alphas the fine stage left unsolved, far from the coarse winner's)
-    assert cv.best_score_ == np.nanmax(res["mean_test_score"][fine])
-    assert res["rank_test_score"][fine][np.nanargmax(res["mean_test_score"][fine])] == 1
+    fine, final = res["stage"] == "fine", res["stage"] == "final"
+    assert set(res["gamma"][final]) == {res["gamma"][fine][np.nanargmax(res["mean_test_score"][fine])]}
+    # (NaN: alphas the fine and final stages left unsolved, far from the best so far)
+    assert cv.best_score_ == np.nanmax(res["mean_test_score"][final])
+    assert res["rank_test_score"][final][np.nanargmax(res["mean_test_score"][final])] == 1
     df = res.to_dataframe()
     assert len(df) == len(res["alpha"]) and "mean_relative_l2" in df
 
@@ -207,7 +212,8 @@ def test_kernel_cv_search_and_dask_input():
     Ut, Vt = U[400:], V[400:]
     U, V = U[:400], V[:400]
     cv = KernelOperatorCV(coarse=0.7, n_components=8).fit(U, V)
-    assert set(cv.cv_results_["stage"]) == {"coarse", "fine"}
+    assert set(cv.cv_results_["stage"]) == {"coarse", "fine", "final"}
+    assert set(KernelOperatorCV(coarse=0.7, fine=None, n_components=8).fit(U, V).cv_results_["stage"]) == {"coarse", "fine"}
     assert set(cv.best_params_) == {"kernel", "length_scale", "nugget"}
     default = KernelOperator(n_components=8).fit(U, V)
     assert relative_l2_error(Vt, cv.predict(Ut)) < relative_l2_error(Vt, default.predict(Ut))

@@ -69,6 +69,10 @@ class KernelOperatorCV(SelectionCV):
     refine : sequence of float, default=(0.5, 1, 2)
         Fine-stage factors applied to the coarse winner's length scale; when the fine stage's
         winner sits on their edge, two more steps of their grid beyond it are scored.
+    fine : float or None, default=0.5
+        The fine stage runs on this fraction of the rows (at least the coarse stage's), then its
+        winner alone at full size (stage ``"final"``, for its nuggets); None or 1: the fine stage
+        at full size, no final stage.
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
@@ -125,6 +129,7 @@ class KernelOperatorCV(SelectionCV):
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
+        "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
         "refine": ["array-like"],
         "refit": ["boolean"],
         "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
@@ -132,7 +137,7 @@ class KernelOperatorCV(SelectionCV):
     }
 
     def __init__(self, *, kernels=("rbf", "matern52", "inverse_quadratic"), length_scales=None, nuggets=None,
-                 n_components=None, cv=None, coarse=0.25, refine=DEFAULT_REFINE, refit=True, alpha_path="auto",
+                 n_components=None, cv=None, coarse=0.25, fine=0.5, refine=DEFAULT_REFINE, refit=True, alpha_path="auto",
                  fit_intercept=True, dtype=None, column_block=None, max_gram_bytes=None, progress=False,
                  recovery="cubic", device="cpu"):
         self.kernels = kernels
@@ -141,6 +146,7 @@ class KernelOperatorCV(SelectionCV):
         self.n_components = n_components
         self.cv = cv
         self.coarse = coarse
+        self.fine = fine
         self.refine = refine
         self.refit = refit
         self.alpha_path = alpha_path
