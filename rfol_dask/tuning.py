@@ -120,11 +120,8 @@ def median_gammas(U, distributions, *, max_rows=2000, random_state=None):
         if law not in GAMMA_METRIC:
             raise ValueError(f"unknown distribution {law!r}; choose one of {tuple(GAMMA_METRIC)}")
     X = _sample_for_pairs(U, max_rows, random_state)
-    out = {}
-    for law in distributions:
-        med = median_distance(X, GAMMA_METRIC[law])
-        out[law] = 1.0 / med if np.isfinite(med) else 1.0
-    return out
+    meds = {metric: median_distance(X, metric) for metric in {GAMMA_METRIC[law] for law in distributions}}
+    return {law: 1.0 / meds[GAMMA_METRIC[law]] if np.isfinite(meds[GAMMA_METRIC[law]]) else 1.0 for law in distributions}
 
 
 def median_gamma(U, distribution="cauchy", *, max_rows=2000, random_state=None):

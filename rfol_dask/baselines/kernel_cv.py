@@ -71,8 +71,8 @@ class KernelOperatorCV(SelectionCV):
         winner sits on their edge, two more steps of their grid beyond it are scored.
     fine : float or None, default=0.5
         The fine stage runs on this fraction of the rows (at least the coarse stage's), then its
-        winner alone at full size (stage ``"final"``, for its nuggets); None or 1: the fine stage
-        at full size, no final stage.
+        winner and half its length scale (fewer rows favour longer ones) at full size (stage
+        ``"final"``); None or 1: the fine stage at full size, no final stage.
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
@@ -121,6 +121,7 @@ class KernelOperatorCV(SelectionCV):
     _param_name = "length_scale"
     _alpha_name = "nugget"
     _distributed_search = False
+    _narrower = -1
 
     _parameter_constraints = {
         "kernels": ["array-like"],
