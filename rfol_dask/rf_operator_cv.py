@@ -222,7 +222,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def __init__(self, *, n_features=1000, max_features=None, growth_tol=0.01, growth_refine=DEFAULT_GROWTH_REFINE,
                  limit_gammas="gammas",
-                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, fine=0.5, refine=DEFAULT_REFINE, refit=True, alpha_path="auto", score_outputs=None, fit_intercept=True,
+                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, fine=0.5, refit=True, alpha_path="auto", score_outputs=None, fit_intercept=True,
                  solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
                  progress=False, recovery="cubic", device="cpu"):
         self.n_features = n_features

@@ -138,7 +138,7 @@ class KernelOperatorCV(SelectionCV):
     }
 
     def __init__(self, *, kernels=("rbf", "matern52", "inverse_quadratic"), length_scales=None, nuggets=None,
-                 n_components=None, cv=None, coarse=0.25, fine=0.5, refine=DEFAULT_REFINE, refit=True, alpha_path="auto",
+                 n_components=None, cv=None, coarse=0.25, refine=DEFAULT_REFINE, fine=0.5, refit=True, alpha_path="auto",
                  fit_intercept=True, dtype=None, column_block=None, max_gram_bytes=None, progress=False,
                  recovery="cubic", device="cpu"):
         self.kernels = kernels
