@@ -79,13 +79,13 @@ class RandomFeatureOperatorCV(SelectionCV):
         Multiples of the searched gamma scored while N grows: the best gamma of a large-N model
         differs from that of the N searched (on Burgers it is smaller, on Navier-Stokes larger).
     limit_gammas : "gammas", sequence of float or None, default="gammas"
-        Before the growth (``max_features``), a limit stage scores the winner's law at these
+        Before the growth (``max_features``), a limit stage scores every searched law at these
         multiples of its median gamma (``"gammas"``: the search's grid; extended at its edge as
         the coarse stage's) with ``LIMIT_FEATURES_PER_ROW`` = 16 features per training row, on
         ``max(coarse rows, N / 4)`` training rows: near the kernel the features converge to,
-        whose best gamma is where a large-N model's best gamma goes. When that gamma is outside
-        the searched gamma times ``growth_refine``, it is grown too, times ``growth_refine``
-        (in the same passes, the searched gamma first); its gammas are pruned only against each
+        whose best law and gamma are where a large-N model's go. When that is another law, or
+        a gamma outside the searched gamma times ``growth_refine``, it is grown too, times
+        ``growth_refine`` (the searched gamma first); its gammas are pruned only against each
         other (they are expected to trail at small N), the searched gamma's against all. Skipped
         when it would not have more features than the search. None: no limit stage.
     distributions : sequence of {"cauchy", "gaussian", "student_t", "rational_quadratic"}, \
@@ -346,47 +346,52 @@ default=("cauchy", "gaussian", "rational_quadratic")
     def _extend(self, X, Y, splits, client, rows):
         """The limit stage (:meth:`_limit_stage`), then the growth stage (``max_features``): the
         search's winner at ``N, 2 N, ...`` features, at its gamma times ``growth_refine`` (and
-        the limit stage's best gamma times ``growth_refine`` when it is outside those), the centre
-        multiples first, in groups that fit the memory budget; each anchor's multiples are
-        extended beyond their edge while its best growth model sits there (:data:`GROWTH_EXTEND`)."""
+        the limit stage's best law and gamma times ``growth_refine`` when that is another law or
+        outside those multiples), the centre multiples first, in groups of one law that fit the
+        memory budget; each anchor's multiples are extended beyond their edge while its best
+        growth model sits there (:data:`GROWTH_EXTEND`)."""
         best = final_best(rows)
         if self.max_features is None or self.max_features <= best["n_features"]:
             return []
         refine = np.unique(np.asarray(self.growth_refine, dtype=float))
         step = grid_step(refine)
-        # anchors: (gamma multiple, index of the alpha its windows start at)
-        anchors, out = [(best["scale_multiple"], self._alpha_index(best["alpha"]))], self._limit_stage(
-            X, Y, splits, client, best)
+        # anchors: (law, gamma multiple, index of the alpha its windows start at)
+        anchors = [(best["family"], best["scale_multiple"], self._alpha_index(best["alpha"]))]
+        out = self._limit_stage(X, Y, splits, client, best)
         if out:
             limit = best_row(out)
-            if not refine[0] * (1 - 1e-9) <= limit["scale_multiple"] / anchors[0][0] <= refine[-1] * (1 + 1e-9):
-                anchors.append((limit["scale_multiple"], self._alpha_index(limit["alpha"])))
+            ratio = limit["scale_multiple"] / anchors[0][1]
+            if limit["family"] != anchors[0][0] or not refine[0] * (1 - 1e-9) <= ratio <= refine[-1] * (1 + 1e-9):
+                anchors.append((limit["family"], limit["scale_multiple"], self._alpha_index(limit["alpha"])))
         order = refine[np.argsort(np.abs(np.log(refine)), kind="stable")]
-        pending = [(a * r, i) for r in order for i, (a, _) in enumerate(anchors)]
+        pending = [(a * r, i) for r in order for i, (_, a, _) in enumerate(anchors)]
         # the searched anchor's gammas are pruned against every gamma's best error at a checkpoint,
         # the limit anchor's (expected to trail at small N) against their own only
         overall, own = {}, {}
         rules = [([overall], overall), ([overall, own], own)]
         group = self._gram_group(len(splits[0][0]), len(splits[0][1]), 1, client)
-        of, grown, extended = {}, [], [0] * len(anchors)
+        of, grown, extended = {}, [], [0] * len(anchors)  # of: (law, multiple) -> anchor
         while pending:
-            chunk, pending = pending[:group], pending[group:]
-            of.update({m: i for m, i in chunk})
-            grown += self._grow(X, Y, splits, client, best["family"], best["n_features"], [m for m, _ in chunk],
-                                [rules[i] for _, i in chunk], [anchors[i][1] for _, i in chunk])
+            law = anchors[pending[0][1]][0]  # one pass draws one law's frequencies
+            chunk = [p for p in pending if anchors[p[1]][0] == law][:group]
+            pending = [p for p in pending if p not in chunk]
+            of.update({(law, m): i for m, i in chunk})
+            grown += self._grow(X, Y, splits, client, law, best["n_features"], [m for m, _ in chunk],
+                                [rules[i] for _, i in chunk], [anchors[i][2] for _, i in chunk])
             for i in range(len(anchors) if not pending and step is not None else 0):
-                mine = [r for r in grown if of[r["scale_multiple"]] == i]
+                mine = [r for r in grown if of[(r["family"], r["scale_multiple"])] == i]
                 beyond = beyond_edge(mine, step, 1) if extended[i] < GROWTH_EXTEND else None
-                if beyond is not None and not np.isclose(beyond[0], list(of)).any():
+                tried = [m for (fam, m) in of if fam == anchors[i][0]]
+                if beyond is not None and not np.isclose(beyond[0], tried).any():
                     pending.append((float(beyond[0]), i))
                     extended[i] += 1
         return out + grown
 
     def _limit_stage(self, X, Y, splits, client, best):
-        """Rows of the limit stage (see ``limit_gammas``): ``best``'s law over the grid on a
+        """Rows of the limit stage (see ``limit_gammas``): every searched law over the grid on a
         subsample of rows with :data:`LIMIT_FEATURES_PER_ROW` features per training row (at most
         ``max_features``), all alphas; [] when skipped. Costs about a search's fine stage on a
-        quarter of the rows or fewer."""
+        quarter of the rows or fewer, per law."""
         if self.limit_gammas is None:
             return []
         mults = np.asarray(self._multiples() if isinstance(self.limit_gammas, str) else self.limit_gammas, dtype=float)
@@ -396,15 +401,17 @@ default=("cauchy", "gaussian", "rational_quadratic")
         N = min(int(self.max_features), LIMIT_FEATURES_PER_ROW * n_rows)
         if N <= best["n_features"]:
             return []
-        sub, law = self._subsample(splits, n_rows), best["family"]
-        rows = self._stage(X, Y, sub, client, law, mults, [N], len(sub[0][0]), "limit")
+        sub, out = self._subsample(splits, n_rows), []
         step = grid_step(mults, 4.0)
-        for _ in range(3):  # the best on the grid's edge: two steps beyond it, as the coarse stage
-            new = beyond_edge(rows, step, 2)
-            if new is None:
-                break
-            rows += self._stage(X, Y, sub, client, law, new, [N], len(sub[0][0]), "limit")
-        return rows
+        for law in self._families():
+            rows = self._stage(X, Y, sub, client, law, mults, [N], len(sub[0][0]), "limit")
+            for _ in range(3):  # the best on the grid's edge: two steps beyond it, as the coarse stage
+                new = beyond_edge(rows, step, 2)
+                if new is None:
+                    break
+                rows += self._stage(X, Y, sub, client, law, new, [N], len(sub[0][0]), "limit")
+            out += rows
+        return out
 
     def _grow(self, X, Y, splits, client, law, N0, mults, rules, centers):
         """Growth rows of the scale multiples ``mults`` of ``law`` from ``N0`` features: one pass

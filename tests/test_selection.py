@@ -422,7 +422,7 @@ def test_growth_stops_when_a_doubling_gains_too_little_and_is_off_by_default():
 
 
 def test_limit_stage_scores_the_law_with_many_features_per_row():
-    """The limit stage scores the winner's law over the gamma grid on a subsample of the rows
+    """The limit stage scores every searched law over the gamma grid on a subsample of the rows
     with LIMIT_FEATURES_PER_ROW features per training row (capped by max_features), exactly as a
     one-stage search on those rows would; it is skipped when it would not have more features
     than the search, and with limit_gammas=None."""
@@ -434,13 +434,15 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
     limit = res[res.stage == "limit"]
     n_rows = 160  # all 160 training rows: max(200 coarse rows, 256 // 4), at most the training rows
     assert set(limit.n_train_rows) == {n_rows} and set(limit.n_features) == {LIMIT_FEATURES_PER_ROW * n_rows}
-    assert set(limit.family) == {cv.best_params_["distribution"]}
-    assert set(SMALL["gammas"]) <= set(limit.scale_multiple)
-    ref = RandomFeatureOperatorCV(n_features=LIMIT_FEATURES_PER_ROW * n_rows, distributions=(cv.best_params_["distribution"],),
-                                  gammas=tuple(sorted(set(limit.scale_multiple))), alphas=SMALL["alphas"], coarse=None,
+    assert set(limit.family) == set(cv.distributions)
+    law = "gaussian"
+    mine = limit[limit.family == law]
+    assert set(SMALL["gammas"]) <= set(mine.scale_multiple)
+    ref = RandomFeatureOperatorCV(n_features=LIMIT_FEATURES_PER_ROW * n_rows, distributions=(law,),
+                                  gammas=tuple(sorted(set(mine.scale_multiple))), alphas=SMALL["alphas"], coarse=None,
                                   random_state=0, refit=False).fit(U, V)
     theirs = ref.cv_results_.to_dataframe().set_index(["scale_multiple", "alpha"]).mean_relative_l2
-    np.testing.assert_allclose(limit.set_index(["scale_multiple", "alpha"]).mean_relative_l2.loc[theirs.index], theirs,
+    np.testing.assert_allclose(mine.set_index(["scale_multiple", "alpha"]).mean_relative_l2.loc[theirs.index], theirs,
                                rtol=1e-9)
     assert "growth" == res.stage.iloc[-1]  # the growth rows come last: the winner is one of them
     few = RandomFeatureOperatorCV(**dict(GROW, limit_gammas="gammas", n_features=2048, max_features=4096)).fit(U[:100], V[:100])
@@ -451,14 +453,16 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
 
 
 def test_limit_gamma_outside_the_growth_multiples_grows_beside_them():
-    """A limit-stage gamma outside the searched gamma times growth_refine is grown too, times
-    growth_refine; its gammas are held only to each other's errors, so they keep growing while
-    far behind the searched gamma at small N (they would be dropped if held to it)."""
+    """A limit-stage gamma outside the searched gamma times growth_refine is grown too (in its
+    own law), times growth_refine; its gammas are held only to each other's errors, so they keep
+    growing while far behind the searched gamma at small N (they would be dropped if held to it)."""
     U, V = _nonlinear_data(200)
     far = 64.0  # outside 0.25 ... 4 (SMALL's gammas) times 0.5 ... 2
     cv = RandomFeatureOperatorCV(**dict(GROW, limit_gammas=(far,))).fit(U, V)
-    grown = _growth(cv)
-    assert {far / 2, far, 2 * far} <= set(grown.scale_multiple)
+    grown, res = _growth(cv), cv.cv_results_.to_dataframe()
+    limit = res[res.stage == "limit"]
+    law = limit.loc[limit.mean_relative_l2.idxmin()].family
+    assert {far / 2, far, 2 * far} <= set(grown[grown.family == law].scale_multiple)
     at = grown.groupby(["scale_multiple", "n_features"]).mean_relative_l2.min()
     searched = {m for m in set(grown.scale_multiple) if m < far / 4}
     best_searched = min(at[m].loc[256] for m in searched)
