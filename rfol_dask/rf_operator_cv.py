@@ -39,9 +39,9 @@ GROWTH_PRUNE = 0.25
 #: its grid at a time) while the best growth model sits on that edge
 GROWTH_EXTEND = 2
 
-#: the limit stage (before the growth) scores the winner's law with this many features per training
-#: row, near the kernel the features converge to as N grows, whose best gamma is where a large-N
-#: model's best gamma goes (on Navier-Stokes a hundred times the one searched at small N)
+#: the limit stage (before the growth) scores every law with this many features per training row,
+#: near the kernel the features converge to as N grows, whose best gamma is where a large-N
+#: model's best gamma goes (on Navier-Stokes high 32 to 128 times the one searched at N = 4000)
 LIMIT_FEATURES_PER_ROW = 16
 
 #: the fine and growth stages solve the alphas within this many grid steps of the best one so far
