@@ -123,9 +123,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
         time while it stays there, two at most (:data:`rfol_dask.selection.FINE_EXTEND`).
     fine : float or None, default=0.5
         The fine stage runs on this fraction of the (training and validation) rows (at least
-        the coarse stage's), then its winner and twice its gamma (fewer rows favour smaller
-        gammas) at full size (stage ``"final"``): successive halving, a quarter of the fine
-        stage's Gram flops. None or 1: the fine stage at full size, no final stage.
+        the coarse stage's), then its winner at full size (stage ``"final"``), with twice its
+        gamma where that was within 5 % of it on the fine rows (fewer rows favour smaller
+        gammas; :data:`rfol_dask.selection.NARROWER_TIE`): successive halving, a quarter of the
+        fine stage's Gram flops. None or 1: the fine stage at full size, no final stage.
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"

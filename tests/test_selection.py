@@ -74,18 +74,33 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
     print(err_cv, errs, cv.best_params_)
     assert err_cv < 0.5 * min(errs.values())
     # the fine stage is the coarse winner's law, around its gamma; the final stage is the fine
-    # stage's best gamma and twice it, and the best is the final stage's best
+    # stage's best gamma (and twice it where that ties on the fine rows), and the best is the
+    # final stage's best
     coarse = res["stage"] == "coarse"
     top = np.argmax(res["mean_test_score"][coarse])
     assert cv.best_params_["distribution"] == res["family"][coarse][top]
     fine, final = res["stage"] == "fine", res["stage"] == "final"
     gamma = res["gamma"][fine][np.nanargmax(res["mean_test_score"][fine])]
-    np.testing.assert_allclose(sorted(set(res["gamma"][final])), [gamma, 2 * gamma], rtol=1e-12)
+    assert gamma in set(res["gamma"][final]) and set(res["gamma"][final]) <= {gamma, 2 * gamma}
     # (NaN: alphas the fine and final stages left unsolved, far from the best so far)
     assert cv.best_score_ == np.nanmax(res["mean_test_score"][final])
     assert res["rank_test_score"][final][np.nanargmax(res["mean_test_score"][final])] == 1
     df = res.to_dataframe()
     assert len(df) == len(res["alpha"]) and "mean_relative_l2" in df
+
+
+@pytest.mark.parametrize("tie", [0.0, np.inf])
+def test_final_stage_scores_the_narrower_gamma_only_on_a_fine_stage_tie(monkeypatch, tie):
+    from rfol_dask import selection
+
+    monkeypatch.setattr(selection, "NARROWER_TIE", tie)
+    U, V = _nonlinear_data(500)
+    res = RandomFeatureOperatorCV(n_features=400, distributions=("gaussian",), coarse=0.5, random_state=0,
+                                  refit=False).fit(U, V).cv_results_.to_dataframe()
+    fine, final = res[res.stage == "fine"], res[res.stage == "final"]
+    gamma = fine.loc[fine.mean_relative_l2.idxmin()].scale_multiple
+    assert sorted(set(final.scale_multiple)) == ([gamma] if tie == 0 else [gamma, 2 * gamma])
+    assert set(final.n_train_rows) == {400} and set(fine.n_train_rows) == {200}
 
 
 def test_search_can_pick_the_rational_quadratic_law():

@@ -71,8 +71,9 @@ class KernelOperatorCV(SelectionCV):
         winner sits on their edge, two more steps of their grid beyond it are scored.
     fine : float or None, default=0.5
         The fine stage runs on this fraction of the rows (at least the coarse stage's), then its
-        winner and half its length scale (fewer rows favour longer ones) at full size (stage
-        ``"final"``); None or 1: the fine stage at full size, no final stage.
+        winner at full size (stage ``"final"``), with half its length scale where that was within
+        5 % of it on the fine rows (fewer rows favour longer ones); None or 1: the fine stage at
+        full size, no final stage.
     refit : bool, default=True
         Refit the winner on all training data as ``best_estimator_``.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
