@@ -19,8 +19,8 @@ from .memory import memory_budget
 from .placement import pinned, worker_addresses
 from .rf_operator import RandomFeatureOperator
 from .progress import compute
-from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, MIN_COARSE_ROWS, SelectionCV, arrange_rows, beyond_edge,
-                        best_row, final_best, grid_step)
+from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, beyond_edge, best_row,
+                        final_best, grid_step)
 from .solve.graph import tree_sum
 from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, path_method, slab_bounds,
                      sum_validation, validation_grams, validation_slab)
@@ -397,8 +397,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
             return []
         mults = np.asarray(self._multiples() if isinstance(self.limit_gammas, str) else self.limit_gammas, dtype=float)
         n_train = min(len(tr) for tr, _ in splits)
-        n_coarse = max(MIN_COARSE_ROWS, int((self.coarse or 0.125) * n_train))
-        n_rows = min(n_train, max(n_coarse, best["n_features"] // 4))
+        n_rows = min(n_train, max(self._n_rows(n_train, self.coarse or 0.125), best["n_features"] // 4))
         N = min(int(self.max_features), LIMIT_FEATURES_PER_ROW * n_rows)
         if N <= best["n_features"]:
             return []

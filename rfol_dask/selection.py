@@ -301,7 +301,7 @@ class SelectionCV(OperatorEstimator):
         Ns = self._n_list()
         n_train = min(len(tr) for tr, _ in splits)
         frac = self.coarse
-        n_coarse = n_train if frac is None else min(n_train, max(MIN_COARSE_ROWS, int(frac * n_train)))
+        n_coarse = self._n_rows(n_train, frac)
         Nc = [None] if Ns == [None] or frac is None else [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
         coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(mults) > len(self.refine)
         rows = []
@@ -332,9 +332,9 @@ class SelectionCV(OperatorEstimator):
             plan = [(fam, mults, None) for fam in families]
         name = "fine" if coarse else "full"
         fine_step = grid_step(self.refine)
-        # successive halving: the fine stage on a fraction of the rows, then its winner alone at
-        # full size (stage "final", for its alphas)
-        n_fine = n_train if not coarse or self.fine is None else min(n_train, max(n_coarse, int(self.fine * n_train)))
+        # successive halving: the fine stage on a fraction of the rows, then its winner (and its
+        # narrower neighbour on a tie) at full size (stage "final")
+        n_fine = n_train if not coarse or self.fine is None else max(n_coarse, self._n_rows(n_train, self.fine))
         rows_fine = splits if n_fine >= n_train else self._subsample(splits, n_fine)
         for fam, scales, center in plan:
             rows += self._stage(X, Y, rows_fine, client, fam, scales, Ns, len(rows_fine[0][0]), name, center)
@@ -363,6 +363,11 @@ class SelectionCV(OperatorEstimator):
             rows += self._stage(X, Y, splits, client, best["family"], finals, Ns, len(splits[0][0]), "final",
                                 self._alpha_index(best[self._alpha_name]))
         return rows
+
+    def _n_rows(self, n_train, frac):
+        """Training rows of a stage on the fraction ``frac`` of ``n_train`` (None: all): at least
+        :data:`MIN_COARSE_ROWS`, at most all."""
+        return n_train if frac is None else min(n_train, max(MIN_COARSE_ROWS, int(frac * n_train)))
 
     def _subsample(self, splits, n_rows):
         """The splits cut to ``n_rows`` training rows each (drawn from the search's seed; the
