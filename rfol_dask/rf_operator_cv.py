@@ -26,7 +26,7 @@ from .tuning import (add_validation, frequency_scale, median_gammas, path_errors
                      sum_validation, validation_grams, validation_slab)
 
 __all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE", "GROWTH_PRUNE", "GROWTH_EXTEND",
-           "LIMIT_FEATURES_PER_ROW"]
+           "LIMIT_FEATURES_PER_ROW", "LIMIT_ROWS_FRACTION"]
 
 #: the frequency laws searched by default
 DEFAULT_LAWS = ("cauchy", "gaussian", "rational_quadratic")
@@ -43,6 +43,10 @@ GROWTH_EXTEND = 2
 #: near the kernel the features converge to as N grows, whose best gamma is where a large-N
 #: model's best gamma goes (on Navier-Stokes high 32 to 128 times the one searched at N = 4000)
 LIMIT_FEATURES_PER_ROW = 16
+#: ... on at least this fraction of the training rows: the gamma that wins near the kernel limit
+#: drifts with the rows (Navier-Stokes high, 16000 training rows: 1/256 of the median gamma on 2000
+#: rows, 1/64 on 4000, the kernel's best near 1/32)
+LIMIT_ROWS_FRACTION = 0.25
 
 #: the fine and growth stages solve the alphas within this many grid steps of the best one so far
 #: (widened while the best sits on the window's edge) where one Cholesky per alpha beats an ``eigh``
@@ -82,7 +86,8 @@ class RandomFeatureOperatorCV(SelectionCV):
         Before the growth (``max_features``), a limit stage scores every searched law at these
         multiples of its median gamma (``"gammas"``: the search's grid; extended at its edge as
         the coarse stage's) with ``LIMIT_FEATURES_PER_ROW`` = 16 features per training row, on
-        ``max(coarse rows, N / 4)`` training rows: near the kernel the features converge to,
+        ``max(coarse rows, N / 4, a quarter of the training rows)`` training rows: near the
+        kernel the features converge to,
         whose best law and gamma are where a large-N model's go. When that is another law, or
         a gamma outside the searched gamma times ``growth_refine``, it is grown too, times
         ``growth_refine`` (the searched gamma first); its gammas are pruned only against each
@@ -397,7 +402,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
             return []
         mults = np.asarray(self._multiples() if isinstance(self.limit_gammas, str) else self.limit_gammas, dtype=float)
         n_train = min(len(tr) for tr, _ in splits)
-        n_rows = min(n_train, max(self._n_rows(n_train, self.coarse or 0.125), best["n_features"] // 4))
+        n_rows = min(n_train, max(self._n_rows(n_train, self.coarse or 0.125), best["n_features"] // 4,
+                                  int(LIMIT_ROWS_FRACTION * n_train)))
         N = min(int(self.max_features), LIMIT_FEATURES_PER_ROW * n_rows)
         if N <= best["n_features"]:
             return []
