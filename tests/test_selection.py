@@ -447,7 +447,7 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
     cv = RandomFeatureOperatorCV(**dict(GROW, limit_gammas="gammas", max_features=4096)).fit(U, V)
     res = cv.cv_results_.to_dataframe()
     limit = res[res.stage == "limit"]
-    n_rows = 160  # all 160 training rows: max(200 coarse rows, 256 // 4), at most the training rows
+    n_rows = 160  # all 160 training rows: max(200 coarse rows, 256 // 4, 160 // 4), at most the training rows
     assert set(limit.n_train_rows) == {n_rows} and set(limit.n_features) == {LIMIT_FEATURES_PER_ROW * n_rows}
     assert set(limit.family) == set(cv.distributions)
     law = "gaussian"
@@ -465,6 +465,19 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
     assert "limit" not in set(RandomFeatureOperatorCV(**GROW).fit(U, V).cv_results_["stage"])
     with pytest.raises(ValueError, match="limit_gammas"):
         RandomFeatureOperatorCV(**dict(GROW, limit_gammas=(1.0, -2.0))).fit(U, V)
+
+
+def test_limit_stage_rows_are_at_least_a_fraction_of_the_training_rows(monkeypatch):
+    """The limit stage's rows: max(coarse rows, N / 4, LIMIT_ROWS_FRACTION x training rows)."""
+    import rfol_dask.rf_operator_cv as mod
+
+    U, V = _nonlinear_data(400)  # 320 training rows; coarse rows max(200, 40) = 200, N / 4 = 64
+    monkeypatch.setattr(mod, "LIMIT_ROWS_FRACTION", 0.75)
+    cv = RandomFeatureOperatorCV(**dict(GROW, limit_gammas=(1.0,), distributions=("gaussian",),
+                                        max_features=8192)).fit(U, V)
+    res = cv.cv_results_.to_dataframe()
+    limit = res[res.stage == "limit"]
+    assert set(limit.n_train_rows) == {240} and set(limit.n_features) == {16 * 240}
 
 
 def test_limit_gamma_outside_the_growth_multiples_grows_beside_them():
