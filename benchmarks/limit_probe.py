@@ -10,6 +10,13 @@ value, scored at nested N = Nmax / 16, Nmax / 4, Nmax (one draw, one pass; alpha
 a sketch of 512 output combinations). ``--kernel`` also runs ``KernelOperatorCV`` with the
 inverse-quadratic kernel (the law's N -> infinity limit) over length scales 4^-1 ... 4^5 of the
 median one and nuggets 1e-18 ... 1e-5, one stage.
+
+    OPENBLAS_NUM_THREADS=2 python benchmarks/limit_probe.py --limit-rows 0.125,0.25 benchmarks/results/limit_rows.json
+
+``--limit-rows F1,F2,...``: the growth's limit stage alone, as ``RandomFeatureOperatorCV`` runs it
+on all 20000 training samples (default split, search of 1.22e-4 x median at N = 4000, growth to
+160000), with at least the fraction F of the 16000 training rows (``LIMIT_ROWS_FRACTION``) and the
+gamma multiples 1/1024 ... 1/16 of the default grid: which gamma it would grow.
 """
 import json
 import sys
@@ -37,8 +44,42 @@ def best_per(res, keys):
     return {" ".join(f"{k}={float(v):.4g}" for k, v in zip(keys, key)): v for key, v in sorted(groups.items())}
 
 
+class LimitStageOnly(RandomFeatureOperatorCV):
+    """The limit stage of a search whose N = 4000 winner is given: no search, no growth."""
+
+    def _search(self, X, Y, splits, client):
+        return self._limit_stage(X, Y, splits, client, {"n_features": 4000})
+
+    def _extend(self, X, Y, splits, client, rows):
+        return []
+
+
+def limit_rows(fractions, out):
+    """The limit stage's choice per ``LIMIT_ROWS_FRACTION`` (see the module docstring)."""
+    import rfol_dask.rf_operator_cv as cv_module
+
+    ds = ns_data(HERE / "results" / "data" / "navier_stokes_high_22000.zarr", 20000, 2000, 2)
+    train = ds.isel(sample=slice(0, 20000)).load()
+    rows = []
+    for frac in fractions:
+        cv_module.LIMIT_ROWS_FRACTION = frac
+        t0 = time.perf_counter()
+        cv = LimitStageOnly(n_features=4000, max_features=160000, distributions=("rational_quadratic",), coarse=None,
+                            gammas=(1.220703125e-4,), limit_gammas=tuple(4.0 ** np.arange(-5, -1)),
+                            alphas=tuple(10.0 ** np.arange(-18, -3)), score_outputs=512, random_state=0,
+                            refit=False).fit(train)
+        res = cv.cv_results_
+        rows.append({"fraction": frac, "n_train_rows": int(res["n_train_rows"][0]),
+                     "n_features": int(res["n_features"][0]),
+                     "best": best_per(res, ("scale_multiple",)), "seconds": time.perf_counter() - t0})
+        print(json.dumps(rows[-1], indent=1), flush=True)
+    out.write_text(json.dumps({"limit_rows": rows}, indent=1))
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv[0] == "--limit-rows":
+        return limit_rows([float(f) for f in argv[1].split(",")], Path(argv[2]))
     M, N_max, out = int(argv[0]), int(argv[1]), Path(argv[2])
     ds = ns_data(HERE / "results" / "data" / "navier_stokes_high_22000.zarr", 20000, 2000, 2)
     train = ds.isel(sample=slice(0, M)).load()
