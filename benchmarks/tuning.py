@@ -237,9 +237,9 @@ def render_full(results):
         bp = g["best_params"]
         lines.append(
             f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']}, {r['grow_to']} "
-            f"| {bp['n_features']} | {bp['distribution']}, {bp['gamma']:.3g}, {bp['alpha']:.0e} | {g['error']:.3%} "
-            f"| {kern['error']:.3%} ({kern['best_params']['kernel']}) | {min(p['cauchy'], p['gaussian']):.2%} "
-            f"| {g['validation_error']:.3%} | {g['search_s']:.1f} | {g['refit_s']:.1f} |")
+            f"| {bp['n_features']} | {bp['distribution']}, {bp['gamma']:.3g}, {bp['alpha']:.0e} | {_pct(g['error'])} "
+            f"| {_pct(kern['error'])} ({kern['best_params']['kernel']}) | {_pct(min(p['cauchy'], p['gaussian']))} "
+            f"| {_pct(g['validation_error'])} | {g['search_s']:.1f} | {g['refit_s']:.1f} |")
     return "\n".join(lines)
 
 
