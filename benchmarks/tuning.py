@@ -224,6 +224,27 @@ def ns_high(args, search=None):
     return row
 
 
+def ns_high_kernel(args):
+    """The tuned exact kernel on the same 20000 / 2000 Navier-Stokes-high split as ``--ns-high``
+    (a default ``KernelOperatorCV()`` on in-memory arrays): the limit the RF models approach."""
+    from _common import blas_info
+    from scale_ns import ns_data
+
+    from rfol_dask.experiments.measure import PeakMemory
+
+    ds = datasets.open(args.store) if args.store else ns_data(Path(args.data) / "navier_stokes_high_22000.zarr",
+                                                               20000, 2000, 2)
+    M = args.train or 20000
+    U, V = _arrays(ds.isel(sample=slice(0, M)).load())
+    Ut, Vt = _arrays(ds.isel(sample=slice(M, None)).load())
+    with PeakMemory(interval=0.05) as pm:
+        est = KernelOperatorCV().fit(U, V)
+    row = search_row(est, Vt, est.predict(Ut))
+    row.update(M=M, test=len(Vt), peak_bytes=pm.peak, blas=blas_info(), load_avg=os.getloadavg())
+    print(json.dumps(row, indent=1, default=float), flush=True)
+    return row
+
+
 def render_full(results):
     """Markdown table of the full-size runs (``--grow-to``)."""
     lines = ["| data set | train / test | N searched, grown to | N chosen | law, gamma, alpha | RF tuned | kernel tuned "
@@ -404,6 +425,8 @@ def main(argv=None):
                         help="let the search grow N from --max-features up to this many features (max_features)")
     parser.add_argument("--ns-high", action="store_true",
                         help="the 20000-sample Navier-Stokes high target from Zarr on a LocalCluster (key ns_high)")
+    parser.add_argument("--ns-high-kernel", action="store_true",
+                        help="the tuned exact kernel on the --ns-high split, in memory (key ns_high_kernel)")
     parser.add_argument("--store", default=None, help="--ns-high: another store (a dry run; --train samples train)")
     parser.add_argument("--second-features", type=int, default=20000,
                         help="--ns-high: N of the second refit of the winner (row rf_tuned_second)")
@@ -440,7 +463,9 @@ def main(argv=None):
     out = Path(args.out)
     res = json.loads(out.read_text()) if out.exists() else {}
     res.update(machine=platform.machine(), cpus=os.cpu_count(), threads=args.threads)
-    if args.ns_high:
+    if args.ns_high_kernel:
+        res["ns_high_kernel"] = ns_high_kernel(args)
+    elif args.ns_high:
         res["ns_high"] = ns_high(args, search)
     elif args.cost:
         name = args.names.split(",")[0]
