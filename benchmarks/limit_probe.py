@@ -16,7 +16,8 @@ median one and nuggets 1e-18 ... 1e-5, one stage.
 ``--limit-rows F1,F2,...``: the growth's limit stage alone, as ``RandomFeatureOperatorCV`` runs it
 on all 20000 training samples (default split, search of 1.22e-4 x median at N = 4000, growth to
 160000), with at least the fraction F of the 16000 training rows (``LIMIT_ROWS_FRACTION``) and the
-gamma multiples 1/1024 ... 1/16 of the default grid: which gamma it would grow.
+gamma multiples 1/1024 ... 1/16 of the default grid: which gamma it would grow. A fourth
+argument names another law than the rational quadratic one (e.g. ``gaussian``).
 """
 import json
 import sys
@@ -54,7 +55,7 @@ class LimitStageOnly(RandomFeatureOperatorCV):
         return []
 
 
-def limit_rows(fractions, out):
+def limit_rows(fractions, out, law="rational_quadratic"):
     """The limit stage's choice per ``LIMIT_ROWS_FRACTION`` (see the module docstring)."""
     import rfol_dask.rf_operator_cv as cv_module
 
@@ -64,12 +65,12 @@ def limit_rows(fractions, out):
     for frac in fractions:
         cv_module.LIMIT_ROWS_FRACTION = frac
         t0 = time.perf_counter()
-        cv = LimitStageOnly(n_features=4000, max_features=160000, distributions=("rational_quadratic",), coarse=None,
+        cv = LimitStageOnly(n_features=4000, max_features=160000, distributions=(law,), coarse=None,
                             gammas=(1.220703125e-4,), limit_gammas=tuple(4.0 ** np.arange(-5, -1)),
                             alphas=tuple(10.0 ** np.arange(-18, -3)), score_outputs=512, random_state=0,
                             refit=False).fit(train)
         res = cv.cv_results_
-        rows.append({"fraction": frac, "n_train_rows": int(res["n_train_rows"][0]),
+        rows.append({"law": law, "fraction": frac, "n_train_rows": int(res["n_train_rows"][0]),
                      "n_features": int(res["n_features"][0]),
                      "best": best_per(res, ("scale_multiple",)), "seconds": time.perf_counter() - t0})
         print(json.dumps(rows[-1], indent=1), flush=True)
@@ -79,7 +80,7 @@ def limit_rows(fractions, out):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[0] == "--limit-rows":
-        return limit_rows([float(f) for f in argv[1].split(",")], Path(argv[2]))
+        return limit_rows([float(f) for f in argv[1].split(",")], Path(argv[2]), *argv[3:4])
     M, N_max, out = int(argv[0]), int(argv[1]), Path(argv[2])
     ds = ns_data(HERE / "results" / "data" / "navier_stokes_high_22000.zarr", 20000, 2000, 2)
     train = ds.isel(sample=slice(0, M)).load()
