@@ -173,18 +173,25 @@ def _limit_gammas(text):
     return {"default": DEFAULT_GAMMAS, "none": "none"}.get(text) or _floats(text)
 
 
+def _ns_high_data(args):
+    """The NS-high data set (``--store`` or the 22000-sample store, made when missing) and the
+    number of training samples (the first ``--train``, default 20000)."""
+    from scale_ns import ns_data
+
+    ds = datasets.open(args.store) if args.store else ns_data(Path(args.data) / "navier_stokes_high_22000.zarr",
+                                                               20000, 2000, 2)
+    return ds, args.train or 20000
+
+
 def ns_high(args, search=None):
     """The 20000-sample Navier-Stokes target: search + growth + refit from Zarr on a LocalCluster,
     then the winner refitted at N = ``--second-features``."""
     from _common import blas_info
-    from scale_ns import ns_data
 
     from rfol_dask.cluster import close_client, local_client
     from rfol_dask.experiments.measure import PeakMemory
 
-    ds = datasets.open(args.store) if args.store else ns_data(Path(args.data) / "navier_stokes_high_22000.zarr",
-                                                               20000, 2000, 2)
-    M = args.train or 20000
+    ds, M = _ns_high_data(args)
     train, test = ds.isel(sample=slice(0, M)), ds.isel(sample=slice(M, None))
     Vt = test["output"].values
     row = {"M": M, "test": len(Vt), "store": args.store, "score_outputs": args.score_outputs, "n_features": args.max_features, "grow_to": args.grow_to, "blas": blas_info(),
@@ -228,13 +235,10 @@ def ns_high_kernel(args):
     """The tuned exact kernel on the same 20000 / 2000 Navier-Stokes-high split as ``--ns-high``
     (a default ``KernelOperatorCV()`` on in-memory arrays): the limit the RF models approach."""
     from _common import blas_info
-    from scale_ns import ns_data
 
     from rfol_dask.experiments.measure import PeakMemory
 
-    ds = datasets.open(args.store) if args.store else ns_data(Path(args.data) / "navier_stokes_high_22000.zarr",
-                                                               20000, 2000, 2)
-    M = args.train or 20000
+    ds, M = _ns_high_data(args)
     U, V = _arrays(ds.isel(sample=slice(0, M)).load())
     Ut, Vt = _arrays(ds.isel(sample=slice(M, None)).load())
     with PeakMemory(interval=0.05) as pm:
