@@ -45,6 +45,12 @@ def best_per(res, keys):
     return {" ".join(f"{k}={float(v):.4g}" for k, v in zip(keys, key)): v for key, v in sorted(groups.items())}
 
 
+def _training_samples(M):
+    """The first M samples of the Navier-Stokes-high store (made when missing), in memory."""
+    ds = ns_data(HERE / "results" / "data" / "navier_stokes_high_22000.zarr", 20000, 2000, 2)
+    return ds.isel(sample=slice(0, M)).load()
+
+
 class LimitStageOnly(RandomFeatureOperatorCV):
     """The limit stage of a search whose N = 4000 winner is given: no search, no growth."""
 
@@ -59,8 +65,7 @@ def limit_rows(fractions, out, law="rational_quadratic"):
     """The limit stage's choice per ``LIMIT_ROWS_FRACTION`` (see the module docstring)."""
     import rfol_dask.rf_operator_cv as cv_module
 
-    ds = ns_data(HERE / "results" / "data" / "navier_stokes_high_22000.zarr", 20000, 2000, 2)
-    train = ds.isel(sample=slice(0, 20000)).load()
+    train = _training_samples(20000)
     rows = []
     for frac in fractions:
         cv_module.LIMIT_ROWS_FRACTION = frac
@@ -82,8 +87,7 @@ def main(argv=None):
     if argv[0] == "--limit-rows":
         return limit_rows([float(f) for f in argv[1].split(",")], Path(argv[2]), *argv[3:4])
     M, N_max, out = int(argv[0]), int(argv[1]), Path(argv[2])
-    ds = ns_data(HERE / "results" / "data" / "navier_stokes_high_22000.zarr", 20000, 2000, 2)
-    train = ds.isel(sample=slice(0, M)).load()
+    train = _training_samples(M)
     row = {"M": M, "N": [N_max // 16, N_max // 4, N_max]}
     t0 = time.perf_counter()
     rf = RandomFeatureOperatorCV(distributions=("rational_quadratic",), coarse=None, n_features=row["N"],

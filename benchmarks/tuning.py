@@ -174,13 +174,14 @@ def _limit_gammas(text):
 
 
 def _ns_high_data(args):
-    """The NS-high data set (``--store`` or the 22000-sample store, made when missing) and the
-    number of training samples (the first ``--train``, default 20000)."""
+    """Training and test parts (lazy) of the NS-high data set (``--store`` or the 22000-sample
+    store, made when missing): the first ``--train`` samples (default 20000) and the rest."""
     from scale_ns import ns_data
 
     ds = datasets.open(args.store) if args.store else ns_data(Path(args.data) / "navier_stokes_high_22000.zarr",
                                                                20000, 2000, 2)
-    return ds, args.train or 20000
+    M = args.train or 20000
+    return ds.isel(sample=slice(0, M)), ds.isel(sample=slice(M, None))
 
 
 def ns_high(args, search=None):
@@ -191,8 +192,8 @@ def ns_high(args, search=None):
     from rfol_dask.cluster import close_client, local_client
     from rfol_dask.experiments.measure import PeakMemory
 
-    ds, M = _ns_high_data(args)
-    train, test = ds.isel(sample=slice(0, M)), ds.isel(sample=slice(M, None))
+    train, test = _ns_high_data(args)
+    M = train.sizes["sample"]
     Vt = test["output"].values
     row = {"M": M, "test": len(Vt), "store": args.store, "score_outputs": args.score_outputs, "n_features": args.max_features, "grow_to": args.grow_to, "blas": blas_info(),
            "max_gram_bytes": args.max_gram_bytes, "memory_limit": args.memory_limit,
@@ -238,13 +239,12 @@ def ns_high_kernel(args):
 
     from rfol_dask.experiments.measure import PeakMemory
 
-    ds, M = _ns_high_data(args)
-    U, V = _arrays(ds.isel(sample=slice(0, M)).load())
-    Ut, Vt = _arrays(ds.isel(sample=slice(M, None)).load())
+    train, test = _ns_high_data(args)
+    (U, V), (Ut, Vt) = _arrays(train.load()), _arrays(test.load())
     with PeakMemory(interval=0.05) as pm:
         est = KernelOperatorCV().fit(U, V)
     row = search_row(est, Vt, est.predict(Ut))
-    row.update(M=M, test=len(Vt), peak_bytes=pm.peak, blas=blas_info(), load_avg=os.getloadavg())
+    row.update(M=len(U), test=len(Vt), peak_bytes=pm.peak, blas=blas_info(), load_avg=os.getloadavg())
     print(json.dumps(row, indent=1, default=float), flush=True)
     return row
 
