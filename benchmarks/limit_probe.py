@@ -17,7 +17,8 @@ median one and nuggets 1e-18 ... 1e-5, one stage.
 on all 20000 training samples (default split, search of 1.22e-4 x median at N = 4000, growth to
 160000), with at least the fraction F of the 16000 training rows (``LIMIT_ROWS_FRACTION``) and the
 gamma multiples 1/1024 ... 1/16 of the default grid: which gamma it would grow. A fourth
-argument names another law than the rational quadratic one (e.g. ``gaussian``).
+argument names another law than the rational quadratic one (e.g. ``gaussian``; ``student_t:5``
+for a law with its ``nu``).
 """
 import json
 import sys
@@ -62,20 +63,23 @@ class LimitStageOnly(RandomFeatureOperatorCV):
 
 
 def limit_rows(fractions, out, law="rational_quadratic"):
-    """The limit stage's choice per ``LIMIT_ROWS_FRACTION`` (see the module docstring)."""
+    """The limit stage's choice per ``LIMIT_ROWS_FRACTION`` (see the module docstring); ``law``
+    may carry its ``nu`` after a colon (``"student_t:5"``)."""
     import rfol_dask.rf_operator_cv as cv_module
 
+    law, _, nu = law.partition(":")
+    nu = float(nu) if nu else None
     train = _training_samples(20000)
     rows = []
     for frac in fractions:
         cv_module.LIMIT_ROWS_FRACTION = frac
         t0 = time.perf_counter()
-        cv = LimitStageOnly(n_features=4000, max_features=160000, distributions=(law,), coarse=None,
+        cv = LimitStageOnly(n_features=4000, max_features=160000, distributions=(law,), coarse=None, nu=nu,
                             gammas=(1.220703125e-4,), limit_gammas=tuple(4.0 ** np.arange(-5, -1)),
                             alphas=tuple(10.0 ** np.arange(-18, -3)), score_outputs=512, random_state=0,
                             refit=False).fit(train)
         res = cv.cv_results_
-        rows.append({"law": law, "fraction": frac, "n_train_rows": int(res["n_train_rows"][0]),
+        rows.append({"law": law, "nu": nu, "fraction": frac, "n_train_rows": int(res["n_train_rows"][0]),
                      "n_features": int(res["n_features"][0]),
                      "best": best_per(res, ("scale_multiple",)), "seconds": time.perf_counter() - t0})
         print(json.dumps(rows[-1], indent=1), flush=True)
