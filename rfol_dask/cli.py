@@ -159,11 +159,11 @@ def _fit_model(args):
     """The estimator ``rfol-dask fit`` fits: RandomFeatureOperatorCV with ``--tune``, else
     RandomFeatureOperator with the given settings."""
     if args.tune:
-        from .rf_operator_cv import RandomFeatureOperatorCV
+        from .rf_operator_cv import DEFAULT_LAWS, RandomFeatureOperatorCV
 
         if args.gamma != "median" or args.alpha is not None:
             raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
-        laws = ("cauchy", "gaussian") if args.distribution is None else (args.distribution,)
+        laws = DEFAULT_LAWS if args.distribution is None else (args.distribution,)
         return RandomFeatureOperatorCV(n_features=args.n_features, max_features=args.max_features,
                                        distributions=laws, nu=args.nu, solver=args.solver, dtype=args.dtype,
                                        random_state=args.seed, progress=True)
@@ -238,7 +238,8 @@ def _add_fit_parser(sub):
     f.add_argument("--train", type=int, default=None, help="training samples (the rest are tested)")
     f.add_argument("--n-features", type=int, default=1000)
     f.add_argument("--distribution", default=None, choices=list(DISTRIBUTIONS),
-                   help="frequency law (default cauchy; with --tune: search cauchy and gaussian)")
+                   help="frequency law (default cauchy; with --tune: search this law only, default the "
+                        "library's search: cauchy, gaussian and rational_quadratic)")
     f.add_argument("--gamma", type=_gamma, default="median",
                    help="a number > 0, or 'median' (default): 1 / the median pairwise distance of the inputs")
     f.add_argument("--nu", type=float, default=None,

@@ -142,6 +142,13 @@ def test_cli_fit_gamma_defaults_to_the_median_heuristic_and_tune_searches(tmp_pa
     assert "search: " in out and "validation relative L2 error" in out and "(search + refit)" in out
     tuned_err = float(out.split("remaining samples: ")[1].split()[0])
     assert tuned_err < default_err
+    # --tune searches the library's default laws; --distribution narrows it to one
+    from rfol_dask.cli import _fit_model, build_parser
+    from rfol_dask.rf_operator_cv import DEFAULT_LAWS
+
+    assert tuple(_fit_model(build_parser().parse_args(["fit", store, "--tune"])).distributions) == DEFAULT_LAWS
+    one = _fit_model(build_parser().parse_args(["fit", store, "--tune", "--distribution", "gaussian"]))
+    assert tuple(one.distributions) == ("gaussian",)
     # wrong values: a usage error (exit 2) that names the fix
     for bad in (["--gamma", "abc"], ["--gamma", "-1"]):  # argparse: exit status 2
         with pytest.raises(SystemExit) as exc:
