@@ -72,13 +72,19 @@ MIN_COARSE_ROWS = 200
 class SearchResults(dict):
     """``cv_results_``: a dict of equal-length numpy arrays, one entry per candidate (row).
 
-    ``to_dataframe()`` gives a ``pandas.DataFrame`` (pandas needed).
+    ``to_dataframe()`` gives a ``pandas.DataFrame`` (pandas needed), ``to_xarray()`` an
+    ``xarray.Dataset`` with one variable per column along the dimension ``candidate``.
     """
 
     def to_dataframe(self):
         import pandas as pd
 
         return pd.DataFrame(dict(self))
+
+    def to_xarray(self):
+        import xarray as xr
+
+        return xr.Dataset({k: ("candidate", np.asarray(v)) for k, v in self.items()})
 
 
 def _score(row):

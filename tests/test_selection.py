@@ -87,6 +87,10 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
     assert res["rank_test_score"][final][np.nanargmax(res["mean_test_score"][final])] == 1
     df = res.to_dataframe()
     assert len(df) == len(res["alpha"]) and "mean_relative_l2" in df
+    table = res.to_xarray()
+    assert table.sizes["candidate"] == len(res["alpha"]) and set(table.data_vars) == set(res)
+    np.testing.assert_array_equal(table["mean_relative_l2"].values, res["mean_relative_l2"])
+    assert list(table["stage"].values) == list(res["stage"])
 
 
 @pytest.mark.parametrize("tie", [0.0, np.inf])
