@@ -62,12 +62,16 @@ def check_random_state(seed):
 
 def integer_seed(random_state):
     """An integer seed standing for ``random_state``: the frequencies are drawn from it, on the
-    client and (if the workers need them again after a failure) on any worker."""
+    client and (if the workers need them again after a failure) on any worker.
+
+    An int is returned as it is; None, a Generator, a RandomState or a SeedSequence give one in
+    ``[0, 2**32)``, a valid ``random_state`` of every estimator (scikit-learn's range), so a
+    search can hand its seed to the model it refits."""
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
     if random_state is None:
-        return int(np.random.SeedSequence().entropy)
-    return int(check_random_state(random_state).integers(2**63))
+        return int(np.random.SeedSequence().generate_state(1)[0])
+    return int(check_random_state(random_state).integers(2**32))
 
 
 #: columns of ``Omega`` drawn from one random stream: any slab of columns can be drawn alone

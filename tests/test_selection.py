@@ -43,9 +43,13 @@ def test_path_scores_equal_brute_force_fits(law, path):
     assert cv.median_scales_[law] == RandomFeatureOperator(distribution=law, nu=3.0, random_state=7).fit(U, V).gamma_
 
 
-def test_refitted_winner_uses_the_searched_frequencies():
+@pytest.mark.parametrize("seed", [3, None, np.random.default_rng(5), np.random.RandomState(5)])
+def test_refitted_winner_uses_the_searched_frequencies(seed):
+    # the default random_state=None and Generator seeds included: the search's seed is one the
+    # refitted estimator accepts (scikit-learn's [0, 2**32)), and its draw is the search's
     U, V = _nonlinear_data(150)
-    cv = RandomFeatureOperatorCV(n_features=300, random_state=3, **SMALL).fit(U, V)
+    cv = RandomFeatureOperatorCV(n_features=300, random_state=seed, **SMALL).fit(U, V)
+    assert 0 <= cv.random_state_ < 2**32 and cv.best_estimator_.random_state == cv.random_state_
     best = cv.best_estimator_
     assert {k: best.get_params()[k] for k in cv.best_params_} == cv.best_params_
     law, gamma = cv.best_params_["distribution"], cv.best_params_["gamma"]
@@ -438,6 +442,10 @@ def test_growth_stops_when_a_doubling_gains_too_little_and_is_off_by_default():
     assert "growth" not in set(RandomFeatureOperatorCV(**dict(GROW, max_features=256)).fit(U, V).cv_results_["stage"])
     with pytest.raises(ValueError, match="max_features"):
         RandomFeatureOperatorCV(max_features=0).fit(U, V)
+    # below the searched N (the largest of a sequence): an error, not a silent search without growth
+    for n, top in ((256, 128), ((128, 512), 256)):
+        with pytest.raises(ValueError, match=f"max_features={top} is below the searched n_features"):
+            RandomFeatureOperatorCV(n_features=n, max_features=top).fit(U, V)
 
 
 def test_limit_stage_scores_the_law_with_many_features_per_row():
