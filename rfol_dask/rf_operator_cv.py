@@ -268,6 +268,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
         self._check_grids("gammas", "alphas", "refine", "growth_refine")
         if not isinstance(self.limit_gammas, str):
             self._check_grids("limit_gammas")
+        searched = np.max(np.atleast_1d(self.n_features))
+        if self.max_features is not None and self.max_features < searched:
+            raise ValueError(f"max_features={self.max_features} is below the searched n_features ({searched}): the "
+                             f"growth starts from the searched N; pass max_features >= n_features, or None")
 
     def _base_estimator(self, **best):
         return RandomFeatureOperator(nu=self.nu, fit_intercept=self.fit_intercept, solver=self.solver,
