@@ -153,3 +153,28 @@ def test_plot_example_mixed_dimensions(tmp_path):
     plot_curves(tmp_path / "c.png", {"toy": {"n_features": N, "error": [N ** -0.5, 1.1 * N ** -0.5],
                                              "fit_time": [N * 1e-3, N * 1.2e-3]}})
     assert all((tmp_path / f).stat().st_size > 5_000 for f in ("a.png", "b.png", "c.png"))
+
+
+def test_grow_to_grows_the_tuned_rf_row_only(tmp_path):
+    # --grow-to: the "RF tuned" row searches at the RF rows' N, then grows N; the other rows keep
+    # the paper's N, the JSON row carries the chosen N and the note says it is not the paper's
+    from rfol_dask.experiments.report import tuned_note
+    from rfol_dask.experiments.runners import run_fits
+
+    train, test = experiments.load_subset("advection1", 60, 20, tmp_path / "data")
+    cfg = dict(experiments.sizes(True), max_features=100, grow_to=800)
+    methods = run_fits("advection1", train, test, cfg, tmp_path, quick=False)["methods"]
+    rf = methods["rf_tuned"]
+    assert rf["grow_to"] == 800 and rf["n_features"] == rf["best_params"]["n_features"] in (100, 200, 400, 800)
+    assert methods["rf_cauchy"]["n_features"] == 100 and "grow_to" not in methods["rf_cauchy"]
+    U, V = experiments.arrays(train)
+    search = RandomFeatureOperatorCV(n_features=100, max_features=800, random_state=0, refit=False).fit(U, V)
+    assert search.best_params_ == rf["best_params"]  # the same search, on the training samples alone
+    (note,) = tuned_note({"advection1": {"fits": {"methods": methods}}})
+    assert "then N grown up to 800 features" in note and f"N {rf['n_features']}, validation" in note
+    # the option, through the command line's parser; a bad value fails before any work
+    from rfol_dask.cli import build_parser
+
+    assert build_parser().parse_args(["reproduce", "advection1", "--grow-to", "800"]).grow_to == 800
+    with pytest.raises(ValueError, match="grow_to"):
+        experiments.reproduce.reproduce("advection1", out=tmp_path / "o", grow_to=0)

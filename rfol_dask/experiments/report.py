@@ -51,7 +51,7 @@ def fits_table(results: dict, quick: bool) -> list[str]:
 
 def tuned_note(results: dict) -> list[str]:
     """The lines under the fits table that say how the tuned rows were selected and what they chose."""
-    chosen = []
+    chosen, grown = [], set()
     for name, r in results.items():
         methods = r.get("fits", {}).get("methods", {})
         for label in TUNED:
@@ -60,8 +60,11 @@ def tuned_note(results: dict) -> list[str]:
                 law = p.get("distribution", p.get("kernel"))
                 scale = p.get("gamma", p.get("length_scale"))
                 ridge = p.get("alpha", p.get("nugget"))
+                if methods[label].get("grow_to"):
+                    grown.add(methods[label]["grow_to"])
                 chosen.append(f"{name} {label}: {law}" + ("" if scale is None else f", scale {scale:.3g}")
-                              + f", ridge {ridge:.0e}, validation {fmt_error(methods[label]['validation_error'])} %")
+                              + f", ridge {ridge:.0e}" + (f", N {p['n_features']}" if "n_features" in p else "")
+                              + f", validation {fmt_error(methods[label]['validation_error'])} %")
     if not chosen:
         return []
     from ..baselines.kernel_cv import DEFAULT_LENGTH_SCALES
@@ -73,7 +76,10 @@ def tuned_note(results: dict) -> list[str]:
     from ..rf_operator_cv import DEFAULT_LAWS
 
     return [f"rf_tuned: RandomFeatureOperatorCV ({', '.join(DEFAULT_LAWS)}; gamma {span(DEFAULT_GAMMAS)} x the "
-            f"median heuristic, alpha {span(DEFAULT_ALPHAS)}) at the N of the RF rows; kernel_tuned: KernelOperatorCV (RBF, "
+            f"median heuristic, alpha {span(DEFAULT_ALPHAS)}) at the N of the RF rows"
+            + (f", then N grown up to {', '.join(str(g) for g in sorted(grown))} features while the validation error "
+               "falls (its N is not the paper's)" if grown else "")
+            + f"; kernel_tuned: KernelOperatorCV (RBF, "
             f"Matern 5/2, inverse quadratic, length scale {span(DEFAULT_LENGTH_SCALES)} x the median, nugget "
             f"{span(DEFAULT_ALPHAS)}). Both are selected on the last 20 % "
             "of the TRAINING split (never the test set) and refitted on all of it; their fit time includes the "

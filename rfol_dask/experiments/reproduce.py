@@ -46,8 +46,12 @@ def _curve_figure(out):
         plot_curves(Path(out) / "curves.png", plots, title="Cauchy random features: error and fit time vs N")
 
 
-def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, parts=PARTS, workers=2) -> int:
+def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, parts=PARTS, workers=2,
+              grow_to=None) -> int:
     """Run ``parts`` of the reproduction on ``names`` (a list, a comma-separated string or "all").
+
+    ``grow_to``: the "RF tuned" row grows N from the RF rows' N up to this many features
+    (``RandomFeatureOperatorCV(max_features=grow_to)``); None: it stays at their N.
 
     Writes ``<out>/<name>.json``, ``<name>.png``, ``curves.png`` and ``table.md``; data-set stores
     are read from (or generated into) ``data`` (default ``<out>/data``) on a LocalCluster of
@@ -72,7 +76,9 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     data = out / "data" if data is None else Path(data)
     out.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
-    cfg = sizes(quick)
+    if grow_to is not None and int(grow_to) < 1:
+        raise ValueError(f"grow_to must be a number of features >= 1, got {grow_to}")
+    cfg = dict(sizes(quick), grow_to=grow_to)
     t0 = time.perf_counter()
     results, cluster = {}, SharedCluster(workers)
     with np.errstate(all="ignore"):
@@ -101,6 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser, default_out="reproduce_output
     parser.add_argument("--data", default=default_data, help=f"data-set stores (default {data_help})")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--workers", type=int, default=2, help="processes generating missing data (0: threads)")
+    parser.add_argument("--grow-to", type=int, default=None, metavar="N",
+                        help="grow the 'RF tuned' row's N up to N features while the validation error falls "
+                             "(RandomFeatureOperatorCV(max_features=N)); default: the RF rows' N")
     parser.set_defaults(default_out=default_out)
     return parser
 
@@ -109,7 +118,8 @@ def run_args(args) -> int:
     """:func:`reproduce` with the options of :func:`add_arguments`."""
     out = args.out or str(Path(args.default_out) / ("quick" if args.quick else ""))
     data = args.data or str(Path(args.default_out) / "data")
-    return reproduce(args.name, quick=args.quick, out=out, data=data, parts=args.parts, workers=args.workers)
+    return reproduce(args.name, quick=args.quick, out=out, data=data, parts=args.parts, workers=args.workers,
+                     grow_to=args.grow_to)
 
 
 def build_parser(default_out="reproduce_output", default_data=None) -> argparse.ArgumentParser:

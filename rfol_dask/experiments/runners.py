@@ -25,14 +25,14 @@ def _rf(law, N, paper):
                                  random_state=0)
 
 
-def make_models(paper, U, V, max_features=None):
+def make_models(paper, U, V, max_features=None, grow_to=None):
     """The methods of :data:`METHODS` with their hyperparameters: ``{label: (estimator, info, select_s)}``.
 
     RF Cauchy / Gaussian at the paper's (N, gamma, alpha), N capped at ``max_features``;
     RBF, Matern 5/2 and linear kernel ridge with the median-heuristic length scale of ``U``
     (M, n) and the nugget of :func:`select_nugget` (``select_s``: its seconds); ``rf_tuned``:
     :class:`~rfol_dask.RandomFeatureOperatorCV` at the same N (the default search: law, gamma and
-    alpha; no growth of N), ``kernel_tuned``: :class:`~rfol_dask.baselines.KernelOperatorCV` (default
+    alpha; with ``grow_to`` > N its growth stage then grows N up to ``grow_to``), ``kernel_tuned``: :class:`~rfol_dask.baselines.KernelOperatorCV` (default
     search: kernel, length scale and nugget). Both select on a validation split of the training
     data ``U``, ``V`` (the last 20 %) when fitted, then refit the winner on all of it; their
     selection time is part of their fit time (``select_s`` 0).
@@ -49,7 +49,9 @@ def make_models(paper, U, V, max_features=None):
         if kernel != "linear":
             info["length_scale"] = ell
         out[kernel] = (KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget), info, sel_s)
-    out["rf_tuned"] = (RandomFeatureOperatorCV(n_features=N, random_state=0), {"n_features": N}, 0.0)
+    grow = int(grow_to) if grow_to and int(grow_to) > N else None
+    out["rf_tuned"] = (RandomFeatureOperatorCV(n_features=N, max_features=grow, random_state=0),
+                       {"n_features": N, "grow_to": grow}, 0.0)
     out["kernel_tuned"] = (KernelOperatorCV(), {}, 0.0)
     return out
 
@@ -73,11 +75,13 @@ def run_fits(name, train, test, cfg, out, quick):
     U, V = arrays(train)
     Ut, Vt = arrays(test)
     rows, example = {}, None
-    for label, (model, info, sel_s) in make_models(paper, U, V, cfg["max_features"]).items():
+    for label, (model, info, sel_s) in make_models(paper, U, V, cfg["max_features"], cfg.get("grow_to")).items():
         row, pred = run_method(model, U, V, Ut, Vt)
         row.update(info, select_s=sel_s, paper=paper_error(name, label))
         if label in TUNED:
             row.update(tuned_info(model))
+            if "n_features" in row["best_params"]:  # the N the growth chose
+                row["n_features"] = row["best_params"]["n_features"]
         if quick:
             row["bound"] = quick_bound(name, label)
             row["passed"] = bool(row["error"] < row["bound"])
