@@ -294,6 +294,11 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         -----
         Extra memory: the features (or kernel row) of one row block of about 128 MiB, and
         the resampled inputs and outputs of one block.
+
+        Dask input gives a lazy result. On a distributed client the model's arrays are
+        scattered to the workers once when they hold 16 MiB or more
+        (:data:`rfol_dask.placement.EMBED_BYTES`); such a result must be computed, persisted or
+        saved while that client is open. Smaller models travel inside the graph.
         """
         check_is_fitted(self)
         U = X

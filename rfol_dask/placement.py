@@ -10,18 +10,33 @@ import dask
 from .linalg import factor_threads
 from .progress import active_client
 
-__all__ = ["broadcast", "pinned", "on_one_worker", "worker_addresses", "current_worker", "worker_threads"]
+__all__ = ["EMBED_BYTES", "broadcast", "pinned", "on_one_worker", "worker_addresses", "current_worker", "worker_threads"]
 
 
 def _identity(x):
     return x
 
 
+#: values of fewer bytes (all together) stay in the graph rather than being scattered: a lazy
+#: result that uses them can then be computed after its client has closed, or by another one
+EMBED_BYTES = 16 * 2**20
+
+
+def _nbytes(value):
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    return int(getattr(value, "nbytes", 0))
+
+
 def broadcast(client, *values):
     """Delayed handles of values every task needs (frequencies, fitted arrays): scattered to
-    every worker once with a distributed client, else kept as single graph values; never
-    copied into each task. The handles serve as arguments of delayed calls and map_blocks."""
-    if client is not None:
+    every worker once with a distributed client (when they hold :data:`EMBED_BYTES` or more),
+    else kept as single graph values; never copied into each task. The handles serve as
+    arguments of delayed calls and map_blocks. A result built on scattered values needs that
+    client until it is computed (or persisted)."""
+    if client is not None and _nbytes(values) >= EMBED_BYTES:
         futures = client.scatter(list(values), broadcast=True, hash=False)
         return [dask.delayed(_identity, pure=True)(f) for f in futures]
     return [dask.delayed(v, pure=True, traverse=False) for v in values]

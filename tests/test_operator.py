@@ -248,3 +248,24 @@ def test_get_set_params_clone():
     assert model.get_params()["gamma"] == 2.0
     c = clone(model.set_params(alpha=1e-3))
     assert c.alpha == 1e-3 and c is not model
+
+
+@pytest.mark.cluster
+def test_lazy_prediction_of_a_small_model_outlives_its_client(monkeypatch):
+    # a prediction made lazily on a distributed client and computed after the client closed (a
+    # notebook's `with Client(): pred = model.predict(ds)`, then `pred.plot()`): a small model
+    # travels in the graph; a large one is scattered and needs its client until computed
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import placement
+
+    U, V = smooth_operator_data(120, 16)
+    model = RandomFeatureOperator(n_features=64, random_state=0).fit(U, V)
+    X = da.from_array(U, chunks=40)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster):
+        small = model.predict(X)
+        monkeypatch.setattr(placement, "EMBED_BYTES", 0)
+        large = model.predict(X)
+        np.testing.assert_allclose(large.compute(), model.predict(U), rtol=1e-12)
+    np.testing.assert_allclose(small.compute(), model.predict(U), rtol=1e-12)
