@@ -229,10 +229,13 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     arrays ``error``, ``fit_time``, ``predict_time``, the ``n_features`` checkpoints, the
     ``seeds`` and the slope fit (:func:`fit_slope`) of the geometric-mean error over seeds.
     Memory as one :func:`error_curve` (the seeds run one after another)."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed (one curve per seed)")
     runs = [error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
     res["n_features"] = runs[0]["n_features"]
-    res["seeds"] = np.asarray(list(seeds))
+    res["seeds"] = np.asarray(seeds)
     res["slope"] = fit_slope(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)))
     res["time_slope"] = fit_slope(res["n_features"], np.median(res["fit_time"], axis=0), min_decay=None)
     res["excess"] = fit_excess(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)), start_at=2 * len(U))

@@ -57,6 +57,10 @@ def test_error_curves_over_seeds_are_the_single_seed_curves(data):
         single = error_curve(U, V, Ut, Vt, doubling(100, 800), gamma=0.3, alpha=1e-6, random_state=seed)
         np.testing.assert_allclose(res["error"][row], single["error"], rtol=1e-10)
     assert not np.allclose(res["error"][0], res["error"][1])  # the seeds draw different features
+    # a generator of seeds is read once; no seed at all is a clear error
+    assert error_curves(U, V, Ut, Vt, [100], seeds=iter((0, 1)), gamma=0.3)["seeds"].tolist() == [0, 1]
+    with pytest.raises(ValueError, match="at least one seed"):
+        error_curves(U, V, Ut, Vt, [100], seeds=[], gamma=0.3)
 
 
 def test_error_falls_with_n_on_an_easy_problem():
