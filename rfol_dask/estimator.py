@@ -378,7 +378,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             raise ValueError("sample_weight is not supported")
         U, V = io.read_pair(X, y)
         pred = self.predict(U)
-        V = io.match_dims(V, getattr(self, "output_dims_", None), "y")
+        V = io.ascending_grid(io.match_dims(V, getattr(self, "output_dims_", None), "y"))  # the order of pred
         return r2_score(V, pred)
 
     # ------------------------------------------------------------------ persistence

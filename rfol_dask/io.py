@@ -214,8 +214,28 @@ def align_samples(X, y):
     return y.sel(sample=a)
 
 
+def ascending_grid(X):
+    """A DataArray with every grid dim (all but the first) whose numeric coordinates are not
+    increasing sorted by them (a descending latitude, a reversed axis), lazily; anything else
+    as it is. The models read and write grids in increasing order, so data given in another
+    order are matched by their coordinates, not by position."""
+    if not isinstance(X, xr.DataArray):
+        return X
+    for d in X.dims[1:]:
+        c = X.coords.get(d)
+        if c is None or c.ndim != 1 or c.size < 2 or not np.issubdtype(c.dtype, np.number):
+            continue
+        step = np.diff(c.values)
+        if np.all(step < 0):
+            X = X.isel({d: slice(None, None, -1)})
+        elif not np.all(step > 0):
+            X = X.sortby(d)
+    return X
+
+
 def as_operand(X, name):
-    """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``."""
+    """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``.
+    A DataArray's grid dims are first put in increasing coordinate order (:func:`ascending_grid`)."""
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
@@ -224,6 +244,7 @@ def as_operand(X, name):
                 f"{name} must have 'sample' as its first dimension, got dims {X.dims}; "
                 f"use {name}.transpose('sample', ...) or rename the sample dimension"
             )
+        X = ascending_grid(X)
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}
         periods = {d: X[d].attrs["period"] for d in coords if X[d].attrs.get("period") is not None}
         inner = as_operand(X.data, name)

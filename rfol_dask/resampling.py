@@ -84,7 +84,7 @@ class ResamplingMixin:
             if y[0] < lo - step or y[-1] > hi + step:
                 raise ValueError(f"input_grid spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the training "
                                  f"domain [{lo:g}, {hi:g}]")
-        data = U.data if u.kind == "xarray" else U
+        data = u.data if u.kind == "xarray" else U  # u: the grid dims in increasing order
         data = data if isinstance(data, da.Array) else np.asarray(data)
         shape = tuple(len(ax) for ax in grid)
         if data.ndim < 1 or int(np.prod(data.shape[1:])) != int(np.prod(shape)):

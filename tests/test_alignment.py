@@ -90,3 +90,25 @@ def test_unknown_grid_dims_are_refused(grid2d):
         model.predict(X.rename(y="z"))
     # numpy keeps its positional meaning
     np.testing.assert_allclose(model.predict(X.values[:3]), model.predict(X[:3]).values)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+def test_grid_dims_in_another_order_are_matched_by_coordinate(pair, lazy, order):
+    # a descending axis (latitude 90 -> -90) or a shuffled one is read in increasing coordinate
+    # order, at fit, predict and score: the same model and predictions as the sorted data
+    X, Y = pair
+    idx = np.arange(16)[::-1] if order == "reversed" else np.random.default_rng(2).permutation(16)
+    Xo, Yo = X.isel(x=idx), Y.isel(x=idx)
+    if lazy:
+        X, Y, Xo, Yo = (a.chunk({"sample": 25}) for a in (X, Y, Xo, Yo))
+    ref = _model().fit(X, Y)
+    pred = ref.predict(X)
+    np.testing.assert_allclose(ref.predict(Xo), pred, rtol=1e-8, atol=1e-12)  # was: positional, wrong
+    model = _model().fit(Xo, Yo)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-8, atol=1e-12)
+    out = model.predict(Xo)
+    assert np.all(np.diff(out["x"].values) > 0)  # labelled, in increasing order
+    np.testing.assert_allclose(out, pred, rtol=1e-8, atol=1e-12)
+    assert model.score(Xo, Yo) == pytest.approx(ref.score(X, Y), rel=1e-9)
+    assert ref.score(Xo, Yo) == pytest.approx(ref.score(X, Y), rel=1e-9)
