@@ -301,6 +301,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         saved while that client is open. Smaller models travel inside the graph.
         """
         check_is_fitted(self)
+        self._check_coordinate_order()
         U = X
         if isinstance(U, (str, bytes)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U)
@@ -380,6 +381,19 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         pred = self.predict(U)
         V = io.ascending_grid(io.match_dims(V, getattr(self, "output_dims_", None), "y"))  # the order of pred
         return r2_score(V, pred)
+
+    def _check_coordinate_order(self):
+        """ValueError for a model fitted (by rfol_dask 0.1.0 before grids were sorted) on xarray
+        grid coordinates that do not increase: it read its data by position, data are now read in
+        increasing coordinate order (:func:`rfol_dask.io.ascending_grid`), so its predictions
+        would be silently wrong."""
+        for which in ("input", "output"):
+            for d, c in (getattr(self, f"{which}_coords_", None) or {}).items():
+                c = np.asarray(c)
+                if c.ndim == 1 and c.size > 1 and np.issubdtype(c.dtype, np.number) and not np.all(np.diff(c) > 0):
+                    raise ValueError(f"this model was fitted on {which} coordinates that do not increase along "
+                                     f"{d!r} (an older rfol_dask read them by position); data are now read in "
+                                     "increasing coordinate order: refit the model with this version")
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> str | os.PathLike:

@@ -112,3 +112,15 @@ def test_grid_dims_in_another_order_are_matched_by_coordinate(pair, lazy, order)
     np.testing.assert_allclose(out, pred, rtol=1e-8, atol=1e-12)
     assert model.score(Xo, Yo) == pytest.approx(ref.score(X, Y), rel=1e-9)
     assert ref.score(Xo, Yo) == pytest.approx(ref.score(X, Y), rel=1e-9)
+
+
+@pytest.mark.parametrize("which", ["input", "output"])
+def test_a_model_fitted_by_position_on_descending_coordinates_refuses_to_predict(pair, which):
+    # an older version kept descending coordinates and read the data by position: such a
+    # model (its coordinates as saved then) would now predict on reordered data, silently wrong
+    X, Y = pair
+    model = _model().fit(X, Y)
+    coords = getattr(model, f"{which}_coords_")
+    coords["x"] = coords["x"][::-1]
+    with pytest.raises(ValueError, match=f"fitted on {which} coordinates that do not increase along 'x'"):
+        model.predict(X)
