@@ -158,6 +158,8 @@ def _report_context(path):
 def _fit_model(args):
     """The estimator ``rfol-dask fit`` fits: RandomFeatureOperatorCV with ``--tune``, else
     RandomFeatureOperator with the given settings."""
+    if args.distribution == "student_t" and args.nu is None:
+        raise ValueError("--distribution student_t needs its degrees of freedom: add --nu, e.g. --nu 3")
     if args.tune:
         from .rf_operator_cv import DEFAULT_LAWS, RandomFeatureOperatorCV
 

@@ -159,6 +159,9 @@ def test_cli_fit_gamma_defaults_to_the_median_heuristic_and_tune_searches(tmp_pa
     err = capsys.readouterr().err
     assert "expected a number > 0 or 'median'" in err and "gamma must be > 0" in err
     assert "leave out --gamma and --alpha" in err and "add --tune" in err
+    for tune in ([], ["--tune"]):  # the flag to add is named as the command line spells it
+        assert main(["fit", store, "--train", "120", "--distribution", "student_t", *tune]) == 2
+        assert "add --nu, e.g. --nu 3" in capsys.readouterr().err
     # --tune --max-features: the search grows N and the printed N is the chosen one
     assert main(["fit", store, "--train", "120", "--n-features", "128", "--tune", "--max-features", "1024"]) == 0
     out = capsys.readouterr().out
