@@ -389,8 +389,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         would be silently wrong."""
         for which in ("input", "output"):
             for d, c in (getattr(self, f"{which}_coords_", None) or {}).items():
-                c = np.asarray(c)
-                if c.ndim == 1 and c.size > 1 and np.issubdtype(c.dtype, np.number) and not np.all(np.diff(c) > 0):
+                if io.unsorted_axis(c):
                     raise ValueError(f"this model was fitted on {which} coordinates that do not increase along "
                                      f"{d!r} (an older rfol_dask read them by position); data are now read in "
                                      "increasing coordinate order: refit the model with this version")

@@ -214,6 +214,12 @@ def align_samples(X, y):
     return y.sel(sample=a)
 
 
+def unsorted_axis(coords):
+    """True for numeric 1-D coordinates of two or more points that do not increase."""
+    c = np.asarray(coords)
+    return c.ndim == 1 and c.size > 1 and np.issubdtype(c.dtype, np.number) and not np.all(np.diff(c) > 0)
+
+
 def ascending_grid(X):
     """A DataArray with every grid dim (all but the first) whose numeric coordinates are not
     increasing sorted by them (a descending latitude, a reversed axis), lazily; anything else
@@ -223,13 +229,8 @@ def ascending_grid(X):
         return X
     for d in X.dims[1:]:
         c = X.coords.get(d)
-        if c is None or c.ndim != 1 or c.size < 2 or not np.issubdtype(c.dtype, np.number):
-            continue
-        step = np.diff(c.values)
-        if np.all(step < 0):
-            X = X.isel({d: slice(None, None, -1)})
-        elif not np.all(step > 0):
-            X = X.sortby(d)
+        if c is not None and unsorted_axis(c.values):
+            X = X.isel({d: slice(None, None, -1)}) if np.all(np.diff(c.values) < 0) else X.sortby(d)
     return X
 
 

@@ -32,8 +32,9 @@ def make_models(paper, U, V, max_features=None, grow_to=None):
     RBF, Matern 5/2 and linear kernel ridge with the median-heuristic length scale of ``U``
     (M, n) and the nugget of :func:`select_nugget` (``select_s``: its seconds); ``rf_tuned``:
     :class:`~rfol_dask.RandomFeatureOperatorCV` at the same N (the default search: law, gamma and
-    alpha; with ``grow_to`` > N its growth stage then grows N up to ``grow_to``), ``kernel_tuned``: :class:`~rfol_dask.baselines.KernelOperatorCV` (default
-    search: kernel, length scale and nugget). Both select on a validation split of the training
+    alpha; with ``grow_to`` > N its growth stage then grows N up to ``grow_to``),
+    ``kernel_tuned``: :class:`~rfol_dask.baselines.KernelOperatorCV` (default search: kernel,
+    length scale and nugget). Both select on a validation split of the training
     data ``U``, ``V`` (the last 20 %) when fitted, then refit the winner on all of it; their
     selection time is part of their fit time (``select_s`` 0).
     """
