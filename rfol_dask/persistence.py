@@ -277,6 +277,7 @@ def estimator_state(model):
     (``model._fitted_arrays``, ``coord_<which>_<dim>``, ``grid_<which>_<k>``) and the JSON
     attributes that :func:`restore_estimator` reads back."""
     attrs = {
+        "estimator": type(model).__name__,
         "params": _params(model),
         "n_features_in_": int(model.n_features_in_),
         "input_shape_": list(model.input_shape_),
@@ -310,7 +311,14 @@ def restore_estimator(cls, arrays, attrs, path=None):
     params = dict(attrs["params"])
     if isinstance(params.get("recovery"), list):
         params["recovery"] = tuple(params["recovery"])
-    model = cls(**params)
+    saved = attrs.get("estimator")  # absent in models saved before it was recorded
+    if saved is not None and saved != cls.__name__:
+        raise ValueError(f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load")
+    try:
+        model = cls(**params)
+    except TypeError as exc:  # an older save of another estimator class
+        raise ValueError(f"the model at {path} was saved by another estimator class than {cls.__name__} "
+                         f"({exc}): load it with that class's load") from exc
     if getattr(model, "device", "cpu") != "cpu":
         try:
             backend.device_namespace(model.device)

@@ -210,3 +210,22 @@ def test_predictions_carry_the_output_attributes(tmp_path):
         assert pred["x"].attrs["units"] == ds["x"].attrs["units"]
         assert pred["x"].attrs["note"] == "grid attrs travel"
         assert isinstance(pred, xr.DataArray)
+
+
+def test_loading_with_another_estimator_class_names_the_right_one(tmp_path, models):
+    import json
+
+    from rfol_dask.baselines import KernelOperator
+
+    path = models[0].save(tmp_path / "m.zarr")
+    with pytest.raises(ValueError, match=r"is a RandomFeatureOperator, not a KernelOperator: load it with "
+                                         r"RandomFeatureOperator.load"):
+        KernelOperator.load(path)
+    # saved before the class was recorded: the parameters do not fit the class, a clear error too
+    group = zarr.open_group(str(path), mode="r+")
+    state = json.loads(group.attrs["rfol_dask_model"])
+    del state["estimator"]
+    group.attrs["rfol_dask_model"] = json.dumps(state)
+    with pytest.raises(ValueError, match="saved by another estimator class than KernelOperator"):
+        KernelOperator.load(path)
+    np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, models[0].coef_)
