@@ -161,8 +161,8 @@ def node_threads(config):
     kind, opts, blas = config["kind"], config["options"], int(config["blas_threads"])
     if kind == "cuda-local":  # one worker process per GPU: the GPUs named, or counted on this machine
         gpus = opts.get("n_workers") or _visible_gpus(opts.get("CUDA_VISIBLE_DEVICES"))  # 0: none visible
-        return {"processes": int(gpus), "threads": int(opts.get("threads_per_worker", 1)), "blas": blas,
-                "cores": host_cores()}
+        return {"processes": int(gpus), "threads": _cuda_threads(opts.get("threads_per_worker", "auto"), gpus),
+                "blas": blas, "cores": host_cores()}
     if kind == "local":
         threads = int(opts.get("threads_per_worker", 1))
         workers = opts.get("n_workers") or max(1, host_cores() // threads)
@@ -203,16 +203,33 @@ def _visible_gpus(visible=None):
     return len([d for d in str(visible).split(",") if d.strip()]) if visible else 0
 
 
+#: the most task threads of a GPU worker under ``threads_per_worker: auto``
+CUDA_WORKER_THREADS = 8
+
+
+def _cuda_threads(value, gpus):
+    """Task threads of each GPU worker: ``value``, or for ``"auto"`` the host cores per GPU, at
+    most :data:`CUDA_WORKER_THREADS` (the threads read and check chunks in parallel and feed
+    the GPU, whose tasks run one after another along the fit's chains)."""
+    if value != "auto":
+        return int(value)
+    return max(1, min(CUDA_WORKER_THREADS, host_cores() // max(1, int(gpus))))
+
+
 def local_cuda_cluster(blas_threads=1, **kwargs):
     """A ``dask_cuda.LocalCUDACluster``: one worker process per visible GPU (``n_workers`` /
-    ``CUDA_VISIBLE_DEVICES`` choose), one task thread each by default, BLAS threads set."""
+    ``CUDA_VISIBLE_DEVICES`` choose), ``threads_per_worker`` task threads each (default
+    ``"auto"``: :func:`_cuda_threads`), BLAS threads set."""
     try:
         from dask_cuda import LocalCUDACluster
+        from dask_cuda.utils import get_n_gpus
     except ImportError as exc:
         raise ImportError("cluster kind 'cuda-local' needs dask-cuda (and CuPy): pip install 'rfol-dask[gpu]'; "
                           "or use kind 'local'") from exc
     kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
-    kwargs.setdefault("threads_per_worker", 1)
+    if kwargs.get("threads_per_worker", "auto") == "auto":
+        gpus = kwargs.get("n_workers") or _visible_gpus(kwargs.get("CUDA_VISIBLE_DEVICES")) or get_n_gpus()
+        kwargs["threads_per_worker"] = _cuda_threads("auto", gpus)
     return LocalCUDACluster(dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import numbers
 
@@ -179,13 +180,19 @@ class RandomFeatureOperator(OperatorEstimator):
                        else float(self.gamma))
         recipe = functools.partial(draw_frequencies, U.shape[1], self.n_features, self.distribution, self.gamma_,
                                    self.nu, seed, dtype=dtype)
-        if lazy:  # the workers draw what they need; the client draws Omega after the fit
-            coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
-                                       solver=self.solver_, column_block=self.column_block,
-                                       progress=self.progress, max_gram_bytes=self.max_gram_bytes,
-                                       frequencies=recipe, n_features=self.n_features, dtype=dtype,
-                                       device=self._device())
-            self.omega_, self.b_ = recipe()
+        if lazy:
+            # the workers draw what they need and the client draws Omega: after the fit on the CPU
+            # (whose workers may share this host's memory), in a thread meanwhile on GPUs (whose
+            # workers hold the Gram and slabs in device memory)
+            overlap = self._device() != "cpu" or backend.is_array_api(getattr(U, "_meta", None))
+            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
+                drawn = pool.submit(recipe) if overlap else None
+                coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
+                                           solver=self.solver_, column_block=self.column_block,
+                                           progress=self.progress, max_gram_bytes=self.max_gram_bytes,
+                                           frequencies=recipe, n_features=self.n_features, dtype=dtype,
+                                           device=self._device())
+                self.omega_, self.b_ = drawn.result() if overlap else recipe()
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)

@@ -307,6 +307,40 @@ def test_streamed_dual_on_the_device_equals_the_cpu_fit(fake_cuda, data):
         KernelOperator(device="cuda").fit(Ud, Vd)
 
 
+@pytest.mark.parametrize("room", [True, False])
+def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_room(fake_cuda, data, monkeypatch,
+                                                                                      room):
+    """On a device the second pass (``C = A^T Beta``) reuses the frequencies the first pass drew
+    (one draw per slab, not two) while the device has room, draws them again when it has not,
+    with the same fit either way; nothing stays kept after the fit."""
+    import dask
+    import dask.array as da
+
+    from rfol_dask import rf_operator
+    from rfol_dask.features import draw_frequencies
+    from rfol_dask.solve import streamed
+
+    U, V = data
+    slab_draws = []
+
+    def counting(*args, columns=None, **kw):
+        if columns is not None:
+            slab_draws.append(tuple(columns))
+        return draw_frequencies(*args, columns=columns, **kw)
+
+    monkeypatch.setattr(rf_operator, "draw_frequencies", counting)
+    monkeypatch.setattr(streamed, "free_bytes", lambda X: 2**40 if room else 0)
+    kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
+    want = RandomFeatureOperator(**kw).fit(U, V)
+    with dask.config.set({"rfol_dask.slab-bytes": 70 * 8 * 256}):  # slabs of 256 columns: 3
+        model = RandomFeatureOperator(device="cuda", **kw).fit(da.from_array(U, chunks=25), da.from_array(V, chunks=25))
+    slabs = sorted(set(slab_draws))
+    assert slabs == [(0, 256), (256, 512), (512, 700)]
+    assert len(slab_draws) == (3 if room else 6)
+    assert rel(model.coef_, want.coef_) < TOL and rel(model.intercept_, want.intercept_) < TOL
+    assert streamed._KEPT_FREQUENCIES == {}
+
+
 def test_gpu_slab_tasks_draw_on_the_host_cores_per_gpu(monkeypatch):
     """A slab task whose inputs live on a GPU gets the host cores per GPU for its draw (the
     worker's BLAS threads on the CPU); the GPUs are counted by CuPy, one where it cannot."""

@@ -30,7 +30,9 @@ def test_cuda_local_kind_counts_one_worker_per_gpu(monkeypatch):
     assert "LocalCUDACluster" in cluster.job_script("local-cuda")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
     t = cluster.node_threads("local-cuda")
-    assert (t["processes"], t["threads"], t["blas"]) == (3, 1, 1)
+    assert (t["processes"], t["threads"], t["blas"]) == (3, max(1, min(8, t["cores"] // 3)), 1)
+    assert cluster._cuda_threads("auto", 1) == max(1, min(8, t["cores"]))
+    assert cluster._cuda_threads(2, 1) == 2
     named = {"kind": "cuda-local", "options": {"CUDA_VISIBLE_DEVICES": [0, 1]}}
     assert cluster.node_threads(named)["processes"] == 2
     many = {"kind": "cuda-local", "options": {"n_workers": 2, "threads_per_worker": 64}}

@@ -168,3 +168,6 @@ def test_dask_with_cupy_chunks(data):
         numpy_chunks = RandomFeatureOperator(device="cuda", **kw).fit(da.from_array(U2, chunks=100),
                                                                        da.from_array(V, chunks=100))
     assert rel(numpy_chunks.coef_, cpu.coef_) < RTOL
+    from rfol_dask.solve import streamed
+
+    assert streamed._KEPT_FREQUENCIES == {}  # the frequencies kept between the passes are released

@@ -19,12 +19,15 @@ succeeds or fails (dask config ``rfol_dask.feature-cache: none`` makes them agai
 On GPUs (``device="cuda"``, or dask arrays with CuPy chunks) each worker stacks ``U`` on its
 GPU and makes its slabs, Gram and (on the factorising worker) factor and solves there, in the
 namespace of its arrays (:mod:`rfol_dask.backend`); the Grams are summed across workers as
-on the CPU, the slabs are made again for ``C = A^T Beta`` (no disk cache) and the coefficient
+on the CPU, ``V`` is stacked on the factorising worker's GPU block by block, the slabs are made
+again for ``C = A^T Beta`` (no disk cache) from the frequencies drawn in the first pass, kept on
+the GPU while it has room (``8 n N / workers`` bytes; else drawn again), and the coefficient
 rows come back to the host.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -85,7 +88,10 @@ def open_cache(token, dask_worker=None):
 
 
 def remove_cache(token, dask_worker=None):
-    """Delete the cache directory of the fit ``token`` and what is left in it."""
+    """Delete the cache directory of the fit ``token`` and what is left in it (and the
+    frequencies kept in this process)."""
+    for key in [k for k in _KEPT_FREQUENCIES if k[0] == token]:
+        _KEPT_FREQUENCIES.pop(key, None)
     path = _cache_dir(token, dask_worker)
     for _ in range(5):  # a task creating a file while the tree is removed makes rmtree fail: again
         shutil.rmtree(path, ignore_errors=True)
@@ -109,6 +115,39 @@ def _cache_put(token, f0, A):
     except OSError:  # the cache is closed (the fit ended) or the disk is full: make it again later
         if os.path.exists(path):
             os.remove(path)
+
+
+def free_bytes(X):
+    """Bytes that the memory holding ``X`` still has free: the GPU's (CuPy: free device memory
+    plus the pool's free blocks), else the host's available memory."""
+    if backend.is_cupy(backend.namespace(X)):
+        import cupy
+
+        return int(cupy.cuda.runtime.memGetInfo()[0]) + int(cupy.get_default_memory_pool().free_bytes())
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+#: the frequencies of device slabs between a fit's two passes, by ``(token, f0)``, per process
+_KEPT_FREQUENCIES = {}
+
+
+def _slab_frequencies(token, U, frequencies, f0, f1, keep):
+    """``(omega, b)`` of the columns ``f0:f1`` in the namespace of ``U``, as a ``frequencies``
+    recipe for :func:`slab_features`. Numpy ``U`` draws them. Elsewhere (a GPU) the first pass
+    (``keep=True``) draws them and, while the fit's cache is open and the device keeps
+    ``4 x`` their bytes ``+ 1 GiB`` free, keeps them for the second pass (``keep=False``), which
+    takes them back (or draws them again)."""
+    if isinstance(U, np.ndarray) or token is None:
+        return frequencies
+    pair = _KEPT_FREQUENCIES.pop((token, f0), None)
+    if pair is None:
+        pair = tuple(_like(a, U) for a in frequencies(columns=(f0, f1)))
+        if keep and os.path.isdir(_cache_dir(token, current_worker())) and \
+                free_bytes(U) > 4 * sum(math.prod(a.shape) * backend.itemsize(a.dtype) for a in pair) + 2**30:
+            _KEPT_FREQUENCIES[(token, f0)] = pair
+    return lambda columns: pair
 
 
 def _cache_take(token, f0):
@@ -135,18 +174,37 @@ def _close_cache(client, token):
 # the tasks
 
 
-def _stack_rows(starts, dtype, device, *blocks):
+def _stack_rows(starts, dtype, device, *blocks, name="U", fortran=False):
     """The checked row blocks stacked into one (M, n) array (copied once per worker), in the
-    namespace of the blocks if they are CuPy (array API) arrays, else of ``device``."""
+    namespace of the blocks if they are CuPy (array API) arrays, else of ``device``; with
+    ``fortran``, Fortran-ordered on numpy and CuPy."""
     xp = backend.compute_namespace(device, *blocks)
     fast = backend.is_fast(xp)
-    out = xp.empty((int(starts[-1]), blocks[0].shape[1]),
-                   dtype=dtype if fast else getattr(xp, np.dtype(dtype).name))
+    shape, order = (int(starts[-1]), blocks[0].shape[1]), {"order": "F"} if fortran else {}
+    if fast or backend.is_cupy(xp):
+        out = xp.empty(shape, dtype=dtype if fast else getattr(xp, np.dtype(dtype).name), **order)
+    else:
+        out = xp.empty(shape, dtype=getattr(xp, np.dtype(dtype).name))
     for i, B in enumerate(blocks):
         B = backend.to_namespace(B, xp)
-        check_finite(B, starts[i], "U")
+        check_finite(B, starts[i], name)
         out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
     return out
+
+
+def _stack_outputs(starts, dtype, device, m, *blocks):
+    """The checked output blocks stacked into one Fortran-ordered (M, m) array for the in-place
+    solves: on the host by :func:`.graph.column_slab`; on a device each block is moved as it is
+    (C order) and written into the Fortran-ordered stack there (no transposing copy on the host)."""
+    if backend.is_fast(backend.compute_namespace(device, *blocks)):
+        return column_slab(0, m, dtype, *blocks)
+    return _stack_rows(starts, dtype, device, *blocks, name="V", fortran=True)
+
+
+def _symmetric(K):
+    """The summed Gram made symmetric: numpy's SYRK fills the lower triangle only; the other
+    namespaces sum full products, symmetric already (:func:`rfol_dask.backend.syrk`)."""
+    return symmetrize(K, "lower") if isinstance(K, np.ndarray) else K
 
 
 def _like(X, ref):
@@ -191,7 +249,7 @@ def gram_slab(K, U, frequencies, n_features, f0, f1, centre, token=None):
     sum). ``A_f`` is made on the worker's cores and, with a ``token``, kept on the worker's
     disk for ``C = A^T Beta`` (else made again then). Cost ``2 M n (f1 - f0) + M^2 (f1 - f0)`` flops."""
     with blas_limits(_slab_threads(U)):
-        A, _ = slab_features(U, frequencies, n_features, f0, f1, centre)
+        A, _ = slab_features(U, _slab_frequencies(token, U, frequencies, f0, f1, True), n_features, f0, f1, centre)
         K = syrk(A, trans=False, C=K)
     _cache_put(token, f0, A)
     return K
@@ -224,6 +282,7 @@ def coef_slab(part, n0, U, frequencies, n_features, f0, f1, centre, Beta, token=
     is read back from the worker's disk (and deleted) or made again."""
     with blas_limits(_slab_threads(U)):
         A = _cache_take(token, f0)
+        frequencies = _slab_frequencies(token, U, frequencies, f0, f1, False)
         if A is None:
             A, shift = slab_features(U, frequencies, n_features, f0, f1, centre)
         else:
@@ -261,8 +320,9 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
                 K = dask.delayed(gram_slab)(K, *args, f0, f1, fit_intercept, token, dask_key_name=names("gram-slab", f0))
         grams.append(K)
     with pinned(workers[0]):
-        K = dask.delayed(symmetrize)(tree_sum(grams, dask.delayed(iadd)), "lower")
-        Vslab = dask.delayed(_like)(dask.delayed(column_slab)(0, m, dtype, *Vb), K)
+        K = dask.delayed(_symmetric)(tree_sum(grams, dask.delayed(iadd)))
+        Vslab = dask.delayed(_like)(dask.delayed(_stack_outputs)(starts, dtype, device, m, *Vb,
+                                                                 dask_key_name=names("stack-outputs")), K)
         fac = dask.delayed(dual_factor)(K, dask.delayed(_colsum)(Vslab), alpha, fit_intercept,
                                         dask_key_name=names("dual-factor"))
         Beta = dask.delayed(dual_solve)(fac, Vslab, 0, True, True, dask_key_name=names("dual-solve"))
