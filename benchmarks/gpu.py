@@ -178,13 +178,21 @@ def _with_task_stream(dev, client, fn):
     """``timed(fn)`` on ``client`` with the task stream recorded: per task name (``key_split``) the
     count, the seconds computing, moving and reading from disk, and the first start / last end
     after the call began; the call's seconds before the first task and after the last one (graph
-    building, gathering the results, the client's own work)."""
+    building, gathering the results, the client's own work), and the client thread's profile
+    (cProfile, cumulative)."""
     from dask.utils import key_split
     from distributed import get_task_stream
 
+    import cProfile
+    import io
+    import pstats
+
+    profile = cProfile.Profile()
     with get_task_stream(client) as ts:
         t0 = time.time()
-        t, out = timed(dev, fn)
+        t, out = timed(dev, lambda: profile.runcall(fn))
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
     rows, first, last = {}, float("inf"), 0.0
     for task in ts.data:
         row = rows.setdefault(key_split(task["key"]), {"n": 0, "compute": 0.0, "transfer": 0.0, "disk-read": 0.0,
@@ -195,7 +203,8 @@ def _with_task_stream(dev, client, fn):
             row["start"], row["stop"] = min(row["start"], ss["start"] - t0), max(row["stop"], ss["stop"] - t0)
         first, last = min(first, row["start"]), max(last, row["stop"])
     tasks = {"seconds": t, "before_first_task": first, "after_last_task": t - last,
-             "by_name": {k: {a: round(v, 4) for a, v in r.items()} for k, r in sorted(rows.items(), key=lambda kv: kv[1]["start"])}}
+             "by_name": {k: {a: round(v, 4) for a, v in r.items()} for k, r in sorted(rows.items(), key=lambda kv: kv[1]["start"])},
+             "client_profile": [line for line in text.getvalue().splitlines() if line.strip()][-30:]}
     return t, out, tasks
 
 
@@ -322,8 +331,15 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
                 res = against_in_memory(est, statistics.median(times[1:]))
                 # the floor of any fit from this store: reading (and decompressing) U and V on the worker
                 t_read, _ = timed(dev, lambda: client.compute([Uz.sum(), Vz.sum()], sync=True))
+                # and of moving the coefficients (N0 x m float64) from the worker to the client
+                made = client.submit(np.ones, (N0, V_train.shape[1]), pure=False)
+                from distributed import wait
+
+                wait(made)
+                t_gather, _ = timed(dev, made.result)
+                del made
                 res.update(cluster=kind, worker_threads=sum(client.nthreads().values()), fit_seconds_all=times,
-                           zarr_write_seconds=t_write, zarr_read_seconds=t_read, last_fit_tasks=tasks,
+                           zarr_write_seconds=t_write, zarr_read_seconds=t_read, coef_gather_seconds=t_gather, last_fit_tasks=tasks,
                            chunks=list(Uz.chunks[0]), coef_type=type(est.coef_).__module__)
             return res
 

@@ -276,6 +276,15 @@ def _coef_part(rows, m, dtype, after=None):
     return CoefPart(C=np.empty((rows, m), dtype=dtype), sC=np.zeros(m, dtype=dtype))
 
 
+def _to_host(X, out):
+    """Copy the device array ``X`` into the C-contiguous numpy array ``out`` (CuPy: straight
+    into it, no temporary host array)."""
+    if backend.is_cupy(backend.namespace(X)) and X.flags.c_contiguous:
+        X.get(out=out)
+    else:
+        out[...] = to_numpy(X)
+
+
 def coef_slab(part, n0, U, frequencies, n_features, f0, f1, centre, Beta, token=None):
     """Rows ``f0:f1`` of ``C = A^T Beta`` written into the :class:`CoefPart` ``part`` (holding
     rows ``n0:``) in place, and ``s_f^T C_f`` added to ``part.sC``; ``Beta`` is (M, m). The slab
@@ -291,7 +300,7 @@ def coef_slab(part, n0, U, frequencies, n_features, f0, f1, centre, Beta, token=
             Cf = np.matmul(A.T, Beta, out=part.C[f0 - n0:f1 - n0])
         else:  # on the device; the rows come back to the host
             Cf = A.T @ Beta
-            part.C[f0 - n0:f1 - n0] = to_numpy(Cf)
+            _to_host(Cf, part.C[f0 - n0:f1 - n0])
     if shift is not None:
         part.sC += to_numpy(shift @ Cf)
     return part
