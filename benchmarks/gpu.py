@@ -187,10 +187,27 @@ def _with_task_stream(dev, client, fn):
     import io
     import pstats
 
+    import logging
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(f"{time.time() - t0:.3f} {record.getMessage()}")
+
+    logs, log = Lines(), logging.getLogger("rfol_dask")
+    level, _ = log.level, log.addHandler(logs)
+    log.setLevel(logging.DEBUG)
     profile = cProfile.Profile()
-    with get_task_stream(client) as ts:
-        t0 = time.time()
-        t, out = timed(dev, lambda: profile.runcall(fn))
+    try:
+        with get_task_stream(client) as ts:
+            t0 = time.time()
+            t, out = timed(dev, lambda: profile.runcall(fn))
+    finally:
+        log.removeHandler(logs)
+        log.setLevel(level)
     text = io.StringIO()
     pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
     rows, first, last = {}, float("inf"), 0.0
@@ -204,6 +221,7 @@ def _with_task_stream(dev, client, fn):
         first, last = min(first, row["start"]), max(last, row["stop"])
     tasks = {"seconds": t, "before_first_task": first, "after_last_task": t - last,
              "by_name": {k: {a: round(v, 4) for a, v in r.items()} for k, r in sorted(rows.items(), key=lambda kv: kv[1]["start"])},
+             "client_log": logs.lines,
              "client_profile": [line for line in text.getvalue().splitlines() if line.strip()][-30:]}
     return t, out, tasks
 
@@ -223,10 +241,12 @@ def _one_gpu_cluster(device):
     return LocalCluster(n_workers=1, threads_per_worker=1, processes=True), "distributed.LocalCluster"
 
 
-def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_full=False, select=0, out=None):
+def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_full=False, select=0, out=None,
+        features=None):
     from rfol_dask import RandomFeatureOperator
 
     M, side, M_test, feature_counts, M_eq = SIZES[size]
+    feature_counts = tuple(features or feature_counts)
     N0 = feature_counts[0]
     dev = Device(device)
     t0 = time.perf_counter()
@@ -393,12 +413,15 @@ def main(argv=None):
                         help="also compare with the CPU fit at the full size and the first N (minutes on the host)")
     parser.add_argument("--select", type=int, default=0, metavar="SAMPLES",
                         help="also time RandomFeatureOperatorCV's default search on this many training samples")
+    parser.add_argument("--features", type=lambda t: [int(x) for x in t.split(",")], default=None, metavar="N,N",
+                        help="feature counts of the in-memory fits (default: the size's; the first is also the "
+                             "Zarr and equality fits')")
     parser.add_argument("--out", default=None, help="results JSON (default benchmarks/results/gpu_SIZE_DEVICE.json)")
     args = parser.parse_args(argv)
     out = Path(args.out or Path(__file__).resolve().parent / "results" / f"gpu_{args.size}_{args.device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     report = run(args.size, args.device, args.repeats, args.alpha, args.dask, zarr_mode=args.zarr,
-                 equal_full=args.equal_full, select=args.select, out=out)
+                 equal_full=args.equal_full, select=args.select, out=out, features=args.features)
     out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {out}")
     return report

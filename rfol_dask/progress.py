@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import sys
+import time
 
 import dask
 
 __all__ = ["active_client", "compute"]
+
+logger = logging.getLogger("rfol_dask")
 
 
 def active_client():
@@ -89,12 +93,16 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
     """
     client = client if client is not None else active_client()
     if client is not None:
-        from distributed import KilledWorker
+        from distributed import KilledWorker, wait
 
+        t0 = time.perf_counter()
         futures = client.compute(list(collections))
         try:
             widget = show_progress(futures, client, desc) if progress else None
+            wait(futures)
+            t1 = time.perf_counter()
             results = tuple(client.gather(futures))
+            logger.debug("%s: computed in %.3f s, results gathered in %.3f s", desc, t1 - t0, time.perf_counter() - t1)
             if widget is not None:  # let the widget draw the end before the futures go
                 with contextlib.suppress(Exception):
                     widget.result(timeout=5)

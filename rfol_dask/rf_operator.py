@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import logging
 import numbers
+import time
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -32,6 +34,17 @@ def _predict_block(U, omega, b, coef, intercept):
         e = min(s + step, M)
         out[s:e, ...] = feature_map(U[s:e, ...], omega, b) @ coef
     out += intercept
+    return out
+
+
+logger = logging.getLogger("rfol_dask")
+
+
+def _timed_draw(recipe):
+    """``recipe()``, its time logged (debug)."""
+    t0 = time.perf_counter()
+    out = recipe()
+    logger.debug("Omega drawn on the client in %.3f s", time.perf_counter() - t0)
     return out
 
 
@@ -186,13 +199,17 @@ class RandomFeatureOperator(OperatorEstimator):
             # workers hold the Gram and slabs in device memory)
             overlap = self._device() != "cpu" or backend.is_array_api(getattr(U, "_meta", None))
             with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
-                drawn = pool.submit(recipe) if overlap else None
+                drawn = pool.submit(_timed_draw, recipe) if overlap else None
+                t0 = time.perf_counter()
                 coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
                                            solver=self.solver_, column_block=self.column_block,
                                            progress=self.progress, max_gram_bytes=self.max_gram_bytes,
                                            frequencies=recipe, n_features=self.n_features, dtype=dtype,
                                            device=self._device())
-                self.omega_, self.b_ = drawn.result() if overlap else recipe()
+                t1 = time.perf_counter()
+                self.omega_, self.b_ = drawn.result() if overlap else _timed_draw(recipe)
+                logger.debug("dask fit %.3f s, then %.3f s for the client's draw of Omega", t1 - t0,
+                             time.perf_counter() - t1)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)

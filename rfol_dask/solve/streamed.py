@@ -27,6 +27,7 @@ rows come back to the host.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -49,6 +50,8 @@ from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
 __all__ = ["SHIFT_ROWS", "CoefPart", "feature_slabs", "slab_features", "gram_slab", "coef_slab", "open_cache",
            "remove_cache", "dual_stream_graph", "fit_streamed"]
+
+logger = logging.getLogger("rfol_dask")
 
 #: samples whose mean features shift each slab (the centring shift of ``gram.block_means``)
 SHIFT_ROWS = 64
@@ -366,6 +369,8 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
                                        alpha=alpha)
     finally:
         if token is not None:
+            t0 = time.perf_counter()
             _close_cache(client, token)
+            logger.debug("feature cache closed in %.3f s", time.perf_counter() - t0)
     parts = [p.C for p in parts]
     return (parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)), intercept
