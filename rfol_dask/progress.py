@@ -93,13 +93,14 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
     """
     client = client if client is not None else active_client()
     if client is not None:
-        from distributed import KilledWorker, wait
+        from distributed import KilledWorker, as_completed
 
         t0 = time.perf_counter()
         futures = client.compute(list(collections))
         try:
             widget = show_progress(futures, client, desc) if progress else None
-            wait(futures)
+            for _ in as_completed(futures, loop=client.loop):  # wait (without a default client)
+                pass
             t1 = time.perf_counter()
             results = tuple(client.gather(futures))
             logger.debug("%s: computed in %.3f s, results gathered in %.3f s", desc, t1 - t0, time.perf_counter() - t1)
