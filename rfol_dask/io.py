@@ -1,7 +1,7 @@
 """xarray / Zarr conventions: reading operands and opening data-set stores (models: ``persistence``).
 
-An operand is a numpy array, a dask array, an ``xarray.DataArray`` with ``sample`` as its
-first dimension, or (for ``fit``) an ``xarray.Dataset`` / Zarr store path holding the
+An operand is a numpy array, a dask array, an ``xarray.DataArray`` with a ``sample``
+dimension (anywhere; it is put first), or (for ``fit``) an ``xarray.Dataset`` / Zarr store path holding the
 variables ``input`` and ``output``. :func:`as_operand` flattens the grid dimensions to
 one axis without computing anything and remembers how to undo that.
 """
@@ -236,16 +236,18 @@ def ascending_grid(X):
 
 def as_operand(X, name):
     """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``.
-    A DataArray's grid dims are first put in increasing coordinate order (:func:`ascending_grid`)."""
+    A DataArray's ``sample`` dim is put first (wherever it is) and its grid dims in increasing
+    coordinate order (:func:`ascending_grid`)."""
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
-        if X.ndim == 0 or X.dims[0] != "sample":
+        if "sample" not in X.dims:
             raise ValueError(
-                f"{name} must have 'sample' as its first dimension, got dims {X.dims}; "
-                f"use {name}.transpose('sample', ...) or rename the sample dimension"
+                f"{name} must have a 'sample' dimension, got dims {X.dims}; rename the dimension that "
+                f"runs over the samples, e.g. {name}.rename({{{X.dims[0]!r}: 'sample'}})" if X.ndim else
+                f"{name} must have a 'sample' dimension, got a 0-d DataArray"
             )
-        X = ascending_grid(X)
+        X = ascending_grid(X.transpose("sample", ...))  # matched by name: the samples first
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}
         periods = {d: X[d].attrs["period"] for d in coords if X[d].attrs.get("period") is not None}
         inner = as_operand(X.data, name)

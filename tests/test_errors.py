@@ -93,10 +93,15 @@ def test_not_fitted_and_missing_target(data):
         RandomFeatureOperator().fit(data[0])
 
 
-def test_xarray_needs_sample_first_and_dataset_variables(data):
+def test_xarray_needs_a_sample_dim_anywhere_and_dataset_variables(data):
     U, V = data
-    with pytest.raises(ValueError, match="'sample' as its first dimension"):
-        RandomFeatureOperator().fit(xr.DataArray(U, dims=("x", "sample")), V)
+    with pytest.raises(ValueError, match=r"must have a 'sample' dimension.*rename\(\{'time': 'sample'\}\)"):
+        RandomFeatureOperator().fit(xr.DataArray(U, dims=("time", "x")), V)
+    # the sample dim is found by name, wherever it is: (x, sample) fits as (sample, x) does
+    kw = dict(n_features=60, gamma=0.5, random_state=0)
+    want = RandomFeatureOperator(**kw).fit(xr.DataArray(U, dims=("sample", "x")), V).predict(U[:5])
+    got = RandomFeatureOperator(**kw).fit(xr.DataArray(U.T, dims=("x", "sample")), V).predict(U[:5])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
     with pytest.raises(ValueError, match="needs variables 'input' and 'output'"):
         RandomFeatureOperator().fit(xr.Dataset({"input": (("sample", "x"), U)}))
 
