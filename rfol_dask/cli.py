@@ -168,14 +168,25 @@ def _fit_model(args):
         laws = DEFAULT_LAWS if args.distribution is None else (args.distribution,)
         return RandomFeatureOperatorCV(n_features=args.n_features, max_features=args.max_features,
                                        distributions=laws, nu=args.nu, solver=args.solver, dtype=args.dtype,
-                                       random_state=args.seed, progress=True)
+                                       random_state=args.seed, progress=True, device=_device(args))
     if args.max_features is not None:
         raise ValueError("--max-features grows N during the --tune search: add --tune, or set N with --n-features")
     from . import RandomFeatureOperator
 
     return RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution or "cauchy",
                                  gamma=args.gamma, nu=args.nu, alpha=1e-10 if args.alpha is None else args.alpha,
-                                 solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=True)
+                                 solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=True,
+                                 device=_device(args))
+
+
+def _device(args):
+    """``--device``, by default ``cuda`` on a GPU cluster configuration (``local-cuda``,
+    ``slurm-gpu``: :func:`rfol_dask.cluster.gpu_config`), else ``cpu``."""
+    if args.device is not None:
+        return args.device
+    from .cluster import gpu_config
+
+    return "cuda" if args.cluster and gpu_config(args.cluster) else "cpu"
 
 
 def _print_fit(args, model, n_train, fit_time):
@@ -233,6 +244,12 @@ def _cmd_reproduce(args):
     return run_args(args)
 
 
+def _shipped():
+    from .cluster import shipped_configs
+
+    return shipped_configs()
+
+
 def _add_fit_parser(sub):
     """The ``fit`` subcommand's arguments."""
     f = sub.add_parser("fit", help="fit a model on a data-set store (train on the first --train samples)")
@@ -259,8 +276,10 @@ def _add_fit_parser(sub):
     f.add_argument("--dtype", default=None, choices=["float32", "float64"])
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--cluster", default=None, metavar="NAME|PATH",
-                   help="cluster configuration: a shipped name (local, slurm, slurm-dual, pbs, kubernetes, mpi) "
-                        "or a YAML file")
+                   help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
+    f.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                   help="where the fit computes (default: cuda with a GPU cluster configuration such as "
+                        "local-cuda or slurm-gpu, else cpu); cuda needs rfol-dask[gpu]")
     f.add_argument("--report", default=None, help="write dask's performance report (HTML) here")
     f.add_argument("--out", default=None, help="save the model to this Zarr path")
     f.set_defaults(func=_cmd_fit)
@@ -295,7 +314,7 @@ def build_parser():
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--workers", type=int, default=None, help="start a LocalCluster with this many workers")
     g.add_argument("--cluster", default=None, metavar="NAME|PATH",
-                   help="cluster configuration: a shipped name (local, slurm, pbs, ...) or a YAML file")
+                   help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
     g.add_argument("--block-size", type=int, default=None)
     g.add_argument("--param", type=_parse_param, action="append", metavar="KEY=VALUE")
     g.add_argument("--overwrite", action="store_true")
@@ -314,7 +333,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:  # ImportError: an optional extra
         print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

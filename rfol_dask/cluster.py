@@ -37,7 +37,7 @@ from .linalg import host_cores
 from .progress import active_client
 
 __all__ = ["active_client", "local_client", "local_cluster", "local_cuda_cluster", "load_config", "job_script", "make_cluster", "start_client",
-           "blas_env", "shipped_configs", "node_threads", "dashboard_link", "close_client", "KINDS"]
+           "blas_env", "shipped_configs", "gpu_config", "node_threads", "dashboard_link", "close_client", "KINDS"]
 
 KINDS = ("local", "cuda-local", "slurm", "pbs", "kubernetes", "mpi")
 _KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file", "launcher", "node_cores", "ranks_per_node",
@@ -83,6 +83,14 @@ def shipped_configs():
     """Names of the configurations shipped with the package (``load_config`` accepts them)."""
     return sorted(p.name[:-5] for p in resources.files("rfol_dask").joinpath("clusters").iterdir()
                   if p.name.endswith(".yaml"))
+
+
+def gpu_config(config):
+    """True where the configuration's workers run on GPUs: kind ``cuda-local``, or jobs whose
+    ``worker_command`` is dask-cuda's (``dask cuda worker``)."""
+    config = load_config(config)
+    command = str(config["options"].get("worker_command", ""))
+    return config["kind"] == "cuda-local" or "cuda" in command.split()
 
 
 def _read_config(config):

@@ -76,3 +76,20 @@ def test_fit_out_refuses_a_file_and_the_data_set_itself(store, tmp_path, capsys)
     from rfol_dask import RandomFeatureOperator
 
     assert RandomFeatureOperator.load(model).coef_.shape == (30, 40)
+
+
+def test_fit_device_defaults_to_the_cluster_kind_and_cuda_without_cupy_says_what_to_install(store, capsys):
+    import argparse
+    import importlib.util
+
+    from rfol_dask.cli import _device
+
+    def args(**kw):
+        return argparse.Namespace(**{"device": None, "cluster": None, **kw})
+
+    assert _device(args()) == "cpu" and _device(args(cluster="local")) == "cpu"
+    assert _device(args(cluster="local-cuda")) == "cuda" and _device(args(cluster="slurm-gpu")) == "cuda"
+    assert _device(args(cluster="slurm")) == "cpu" and _device(args(cluster="local-cuda", device="cpu")) == "cpu"
+    if importlib.util.find_spec("cupy") is None:
+        code, err = _run(["fit", str(store), "--train", "20", "--n-features", "20", "--device", "cuda"], capsys)
+        assert code == 2 and "pip install 'rfol-dask[gpu]'" in err and "Traceback" not in err
