@@ -90,7 +90,8 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
                      nu: float | None = None,
                      random_state: int | np.random.Generator | np.random.SeedSequence | None = None,
                      dtype: DTypeLike = np.float64,
-                     columns: tuple[int, int] | None = None, xp: ModuleType | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     columns: tuple[int, int] | None = None, xp: ModuleType | None = None,
+                     metric: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
     Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
@@ -123,6 +124,11 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         Namespace of the returned arrays (CuPy's: each block is moved to the GPU as soon as it
         is drawn, the host holding a few blocks at a time); default numpy. The values do not
         depend on it.
+    metric : ndarray of shape (n_inputs, r), optional
+        An input metric ``T`` (:func:`rfol_dask.tuning.pca_metric`): the frequencies are drawn
+        in ``r`` dimensions (``omega_r``, the draw of ``n_inputs = r``) and mapped to the grid,
+        ``omega = T omega_r``, so ``omega^T u = omega_r^T (T^T u)``: the law's kernel measured
+        in the distance ``||T^T (u - u')||``. Cost ``2 n r`` flops per column.
 
     Returns
     -------
@@ -155,6 +161,9 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         shape = 1.0 if nu is None else float(nu)
     seq = _seed_sequence(random_state)
     n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
+    if metric is not None and np.shape(metric)[0] != n:
+        raise ValueError(f"metric has {np.shape(metric)[0]} rows, expected n_inputs={n}")
+    r = n if metric is None else int(np.shape(metric)[1])  # the dimension the law draws in
     host = xp is None or xp is np
     xp = np if host else xp
     dt = np.dtype(dtype)
@@ -175,16 +184,18 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         # draw of N' features
         rng = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,)))
         if distribution == "cauchy":
-            om = gamma * rng.standard_cauchy((n, B))
+            om = gamma * rng.standard_cauchy((r, B))
         elif distribution == "gaussian":
-            om = np.sqrt(2.0 * gamma) * rng.standard_normal((n, B))
+            om = np.sqrt(2.0 * gamma) * rng.standard_normal((r, B))
         elif distribution == "student_t":
-            om = gamma * rng.standard_normal((n, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
+            om = gamma * rng.standard_normal((r, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
         else:  # rational_quadratic: a Gamma(a, 1) scale mixture of the Gaussian law
-            om = np.sqrt(2.0 * gamma / shape) * rng.standard_normal((n, B)) * np.sqrt(rng.standard_gamma(shape, B))
+            om = np.sqrt(2.0 * gamma / shape) * rng.standard_normal((r, B)) * np.sqrt(rng.standard_gamma(shape, B))
         bk = rng.uniform(0.0, 2.0 * np.pi, size=B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
         om, bk = om[:, lo - k * B:hi - k * B], bk[lo - k * B:hi - k * B]
+        if metric is not None:
+            om = metric @ om
         with device():
             if not host:  # cast on the host, one contiguous transfer per block
                 om, bk = xp.asarray(np.ascontiguousarray(om, dtype=dt)), xp.asarray(bk.astype(dt))

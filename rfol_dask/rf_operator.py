@@ -17,7 +17,7 @@ from .features import DISTRIBUTIONS, draw_frequencies, feature_map, integer_seed
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory
 from .solve import choose_solver, fit_dask, fit_numpy
-from .tuning import median_gamma
+from .tuning import input_scales
 
 __all__ = ["RandomFeatureOperator"]
 
@@ -79,6 +79,16 @@ class RandomFeatureOperator(OperatorEstimator):
     alpha : float, default=1e-10
         Ridge parameter (>= 0). ``alpha=0`` is min-norm interpolation; it needs a
         positive definite Gram.
+    pca_power : float or None, default=None
+        The input metric. None: the Euclidean (``"cauchy"``: l1) distance of the grid values.
+        A number ``q``: the distance in the inputs' principal directions ``v_j`` (of a sample
+        of at most 4000 training rows, :func:`rfol_dask.tuning.pca_metric`), the component
+        along ``v_j`` weighted by ``(s_j / s_1)^q`` (``s_j`` its singular value): ``q > 0``
+        stresses the leading, large-variance directions (on smooth data the smooth ones),
+        ``0`` is Euclidean on their span, ``q < 0`` whitens. The frequencies are drawn in
+        those coordinates and mapped back to the grid (``Omega = T Omega_r``), so the model keeps
+        the form ``cos(u @ Omega + b)``; ``gamma="median"`` measures in the same metric.
+        Select it by validation (``RandomFeatureOperatorCV(pca_power=...)``).
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
     solver : {"auto", "dual", "primal"}, default="auto"
@@ -120,6 +130,8 @@ class RandomFeatureOperator(OperatorEstimator):
         The solver used.
     gamma_ : float
         The frequency scale used (``gamma``, or its median-heuristic value).
+    input_metric_ : ndarray of shape (n, r) or None
+        The metric ``T`` of ``pca_power`` (None without it); not saved (``omega_`` holds it).
     n_features_in_ : int
         Input width ``n`` (grid points of one input function).
     input_shape_, output_shape_ : tuple of int
@@ -153,19 +165,21 @@ class RandomFeatureOperator(OperatorEstimator):
         "gamma": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"median"})],
         "nu": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "alpha": [Interval(numbers.Real, 0, None, closed="left")],
+        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None],
         "solver": [StrOptions({"auto", "dual", "primal"})],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
         **OperatorEstimator._common_constraints,
     }
 
     def __init__(self, *, n_features=1000, distribution="cauchy", gamma="median", nu=None, alpha=1e-10,
-                 fit_intercept=True, solver="auto", dtype=None, random_state=None, column_block=None,
+                 pca_power=None, fit_intercept=True, solver="auto", dtype=None, random_state=None, column_block=None,
                  max_gram_bytes=None, progress=False, recovery="cubic", device="cpu"):
         self.n_features = n_features
         self.distribution = distribution
         self.gamma = gamma
         self.nu = nu
         self.alpha = alpha
+        self.pca_power = pca_power
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.dtype = dtype
@@ -189,10 +203,13 @@ class RandomFeatureOperator(OperatorEstimator):
         M, m = U.shape[0], V.shape[1]
         self.solver_ = choose_solver(self.solver, M, self.n_features)
         seed = integer_seed(self.random_state)
-        self.gamma_ = (median_gamma(U, self.distribution, random_state=seed) if self.gamma == "median"
-                       else float(self.gamma))
+        self.input_metric_, self.gamma_ = None, self.gamma
+        if self.gamma == "median" or self.pca_power is not None:
+            self.input_metric_, gammas = input_scales(U, [self.distribution], self.pca_power, random_state=seed)
+            self.gamma_ = gammas[self.distribution] if self.gamma == "median" else self.gamma
+        self.gamma_ = float(self.gamma_)
         recipe = functools.partial(draw_frequencies, U.shape[1], self.n_features, self.distribution, self.gamma_,
-                                   self.nu, seed, dtype=dtype)
+                                   self.nu, seed, dtype=dtype, metric=self.input_metric_)
         if lazy:
             # the workers draw what they need and the client draws Omega: after the fit on the CPU
             # (whose workers may share this host's memory), in a thread meanwhile on GPUs (whose

@@ -22,7 +22,7 @@ from .progress import compute
 from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, beyond_edge, best_row,
                         final_best, grid_step)
 from .solve.graph import tree_sum
-from .tuning import (add_validation, frequency_scale, median_gammas, path_errors, path_method, slab_bounds,
+from .tuning import (add_validation, frequency_scale, input_scales, path_errors, path_method, slab_bounds,
                      sum_validation, validation_grams, validation_slab)
 
 __all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE", "GROWTH_PRUNE", "GROWTH_EXTEND",
@@ -111,6 +111,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
     nu : float, default=None
         Degrees of freedom for ``"student_t"`` (required with it) and shape ``a`` of
         ``"rational_quadratic"`` (None: 1); one value serves both when both are searched.
+    pca_power : float or None, default=None
+        The input metric of every candidate and of the refit (``RandomFeatureOperator``'s
+        ``pca_power``; its principal directions come from the training rows, the median gammas
+        are measured in it). One value per search: compare searches of different values by
+        their ``best_score_``.
     cv : None, int or scikit-learn splitter, default=None
         None: validate on the last 20 % of the training samples; an int: that many
         (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
@@ -214,6 +219,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         "gammas": ["array-like", None],
         "alphas": ["array-like", None],
         "nu": [Interval(numbers.Real, 0, None, closed="neither"), None],
+        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
         "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
@@ -228,7 +234,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def __init__(self, *, n_features=1000, max_features=None, growth_tol=0.01, growth_refine=DEFAULT_GROWTH_REFINE,
                  limit_gammas="gammas",
-                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, fine=0.5, refit=True, alpha_path="auto", score_outputs=None, fit_intercept=True,
+                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, pca_power=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, fine=0.5, refit=True, alpha_path="auto", score_outputs=None, fit_intercept=True,
                  solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
                  progress=False, recovery="cubic", device="cpu"):
         self.n_features = n_features
@@ -241,6 +247,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         self.gammas = gammas
         self.alphas = alphas
         self.nu = nu
+        self.pca_power = pca_power
         self.cv = cv
         self.coarse = coarse
         self.fine = fine
@@ -274,7 +281,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
                              f"growth starts from the searched N; pass max_features >= n_features, or None")
 
     def _base_estimator(self, **best):
-        return RandomFeatureOperator(nu=self.nu, fit_intercept=self.fit_intercept, solver=self.solver,
+        return RandomFeatureOperator(nu=self.nu, pca_power=self.pca_power, fit_intercept=self.fit_intercept,
+                                     solver=self.solver,
                                      dtype=self.dtype, random_state=self.random_state_,
                                      column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                                      progress=self.progress, recovery=self.recovery, device=self.device, **best)
@@ -283,9 +291,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
         self._seed = self.random_state_ = integer_seed(self.random_state)
         laws = list(self.distributions)
         if client is not None:  # U: the stacked inputs persisted on the cluster
-            self.median_scales_ = client.compute(dask.delayed(median_gammas)(U, laws, random_state=self._seed)).result()
+            self.input_metric_, self.median_scales_ = client.compute(dask.delayed(input_scales)(
+                U, laws, self.pca_power, random_state=self._seed)).result()
         else:
-            self.median_scales_ = median_gammas(U, laws, random_state=self._seed)
+            self.input_metric_, self.median_scales_ = input_scales(U, laws, self.pca_power, random_state=self._seed)
 
     def _families(self):
         return list(self.distributions)
@@ -316,7 +325,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
     def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None):
         """Validation errors (len(mults), len(Ns), n_alpha) of one split, or their delayed value."""
         N = Ns[-1]
-        freq = functools.partial(draw_frequencies, self.n_features_in_, N, law, 1.0, self.nu, self._seed)
+        freq = functools.partial(draw_frequencies, self.n_features_in_, N, law, 1.0, self.nu, self._seed,
+                                 metric=self.input_metric_)
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
         M_t, M_v = len(train), len(valid)
         group = self._gram_group(M_t, M_v, len(Ns), client)
@@ -434,7 +444,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         N_max = int(self.max_features)
         checkpoints = sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
-        freq = functools.partial(draw_frequencies, self.n_features_in_, N_max, law, 1.0, self.nu, self._seed)
+        freq = functools.partial(draw_frequencies, self.n_features_in_, N_max, law, 1.0, self.nu, self._seed,
+                                 metric=self.input_metric_)
         alphas = self._alphas()
         centers = list(centers)
         workers = worker_addresses(client)

@@ -42,7 +42,8 @@ from .features import FREQUENCY_BLOCK
 from .linalg import blas_limits, symmetrize, syrk
 from .metrics import relative_l2_errors
 
-__all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale", "GAMMA_METRIC",
+__all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
+           "PCA_ROWS", "pca_metric", "input_scales", "GAMMA_METRIC",
            "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "EigenPath", "cholesky_errors", "window_errors",
            "path_errors",
            "eigh_pays", "relative_errors"]
@@ -108,20 +109,68 @@ def median_distance(X, metric="sqeuclidean"):
     return float(np.median(d)) if d.size else float("nan")
 
 
+def _pair_rows(U, max_rows):
+    return int(min(max_rows, max(2, np.sqrt(2 * _PAIR_FLOPS / max(1, U.shape[1])))))
+
+
 def _sample_for_pairs(U, max_rows, random_state):
-    rows = int(min(max_rows, max(2, np.sqrt(2 * _PAIR_FLOPS / max(1, U.shape[1])))))
-    return sample_rows(U, rows, random_state)
+    return sample_rows(U, _pair_rows(U, max_rows), random_state)
+
+
+#: training rows sampled for the principal directions of the input metric (:func:`pca_metric`)
+PCA_ROWS = 4000
+
+
+def pca_metric(X, power, rtol=1e-6):
+    """The input metric ``T`` (n, r) of ``pca_power = power`` from the sample ``X`` (k, n).
+
+    ``T = [v_1 w_1, ..., v_r w_r]``: the principal directions ``v_j`` of the centred sample
+    (singular values ``s_j``) weighted by ``w_j = (s_j / s_1)^power``, so that the distance
+    ``||T^T (u - u')||`` weighs the inputs' component along ``v_j`` by ``w_j``. ``power > 0``
+    stresses the leading (large-variance, on smooth data the smooth) directions, ``0`` keeps
+    the Euclidean distance on the span of the sample, ``power < 0`` whitens. Directions whose
+    share of a typical distance, ``(s_j / s_1)^(1 + power)``, is below ``rtol`` (or with
+    ``s_j <= 1e-10 s_1``) are left out. All inputs equal: the identity (Euclidean).
+    Cost: one SVD of (k, n); memory ``k n + n r``.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    X = X - X.mean(axis=0)
+    _, sv, Vt = np.linalg.svd(X, full_matrices=False)
+    if not sv.size or not sv[0] > 0:
+        return np.eye(X.shape[1])
+    ratio = sv / sv[0]
+    keep = (ratio > 1e-10) & (ratio ** (1.0 + power) >= rtol)
+    return np.ascontiguousarray(Vt[keep].T * ratio[keep] ** power)
+
+
+def _median_gammas_of(X, distributions):
+    meds = {metric: median_distance(X, metric) for metric in {GAMMA_METRIC[law] for law in distributions}}
+    return {law: 1.0 / meds[GAMMA_METRIC[law]] if np.isfinite(meds[GAMMA_METRIC[law]]) else 1.0 for law in distributions}
+
+
+def input_scales(U, distributions, power=None, *, max_rows=2000, random_state=None):
+    """The input metric and the median-heuristic gammas from one sample of the rows of ``U``
+    (M, n; numpy, dask or array API; one read for dask input): ``(T, {law: gamma})``.
+
+    ``power`` None: ``T`` is None and the gammas are :func:`median_gammas`'. Else ``T`` is
+    :func:`pca_metric` of a sample of :data:`PCA_ROWS` rows and each law's gamma is
+    measured in its distance, ``||T^T (u - u')||`` (on an evenly spread part of the sample of the
+    size :func:`median_gammas` uses)."""
+    for law in distributions:  # before anything is read
+        if law not in GAMMA_METRIC:
+            raise ValueError(f"unknown distribution {law!r}; choose one of {tuple(GAMMA_METRIC)}")
+    rows = _pair_rows(U, max_rows)
+    if power is None:
+        return None, _median_gammas_of(sample_rows(U, rows, random_state), distributions)
+    X = sample_rows(U, max(rows, PCA_ROWS), random_state)
+    T = pca_metric(X, power)
+    return T, _median_gammas_of(X[::max(1, len(X) // rows)][:rows] @ T, distributions)
 
 
 def median_gammas(U, distributions, *, max_rows=2000, random_state=None):
     """:func:`median_gamma` of several laws from one sample of ``U`` (one read for dask input):
     a dict law -> gamma."""
-    for law in distributions:
-        if law not in GAMMA_METRIC:
-            raise ValueError(f"unknown distribution {law!r}; choose one of {tuple(GAMMA_METRIC)}")
-    X = _sample_for_pairs(U, max_rows, random_state)
-    meds = {metric: median_distance(X, metric) for metric in {GAMMA_METRIC[law] for law in distributions}}
-    return {law: 1.0 / meds[GAMMA_METRIC[law]] if np.isfinite(meds[GAMMA_METRIC[law]]) else 1.0 for law in distributions}
+    return input_scales(U, distributions, max_rows=max_rows, random_state=random_state)[1]
 
 
 def median_gamma(U, distribution="cauchy", *, max_rows=2000, random_state=None):
