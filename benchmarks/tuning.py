@@ -232,6 +232,38 @@ def ns_high(args, search=None):
     return row
 
 
+def ns_high_fixed(args, params):
+    """The 20000-sample Navier-Stokes target without a search: ``RandomFeatureOperator(**params)``
+    (chosen elsewhere on training data only, e.g. by a search on a subset of the training
+    samples) fitted from Zarr on the same LocalCluster at N = ``--grow-to`` and at
+    ``--second-features``, each scored on the test split."""
+    from _common import blas_info
+
+    from rfol_dask.cluster import close_client, local_client
+    from rfol_dask.experiments.measure import PeakMemory
+
+    train, test = _ns_high_data(args)
+    Vt = test["output"].values
+    row = {"M": train.sizes["sample"], "test": len(Vt), "store": args.store, "params": params, "blas": blas_info(),
+           "max_gram_bytes": args.max_gram_bytes, "memory_limit": args.memory_limit,
+           "load_avg_start": os.getloadavg(), "fits": []}
+    client = local_client(n_workers=1, threads_per_worker=2, processes=False, memory_limit=args.memory_limit)
+    try:
+        for N in (args.grow_to, args.second_features):
+            with PeakMemory(interval=0.05) as pm:
+                model = RandomFeatureOperator(random_state=0, max_gram_bytes=args.max_gram_bytes, progress=True,
+                                              **{**params, "n_features": N})
+                fit_s = timed_fit(model, train, None)
+            fit = {"n_features": N, "error": relative_l2_error(Vt, np.asarray(model.predict(test["input"]))),
+                   "gamma_": model.gamma_, "fit_s": fit_s, "peak_bytes": pm.peak, "load_avg": os.getloadavg()}
+            row["fits"].append(fit)
+            print(json.dumps(fit, indent=1, default=float), flush=True)
+            del model
+    finally:
+        close_client(client)
+    return row
+
+
 def ns_high_kernel(args):
     """The tuned exact kernel on the same 20000 / 2000 Navier-Stokes-high split as ``--ns-high``
     (a default ``KernelOperatorCV()`` on in-memory arrays): the limit the RF models approach."""
@@ -455,11 +487,17 @@ def main(argv=None):
                              f"{','.join(DEFAULT_LAWS)})")
     parser.add_argument("--nu", type=float, default=None,
                         help="nu of the RF search: student_t's degrees of freedom, rational_quadratic's shape")
+    parser.add_argument("--pca-power", type=float, default=None,
+                        help="pca_power of the RF search (default None: the grid values' own metric)")
+    parser.add_argument("--params", type=json.loads, default=None,
+                        help="--ns-high: no search; fit RandomFeatureOperator(**PARAMS) (JSON) at --grow-to and "
+                             "--second-features features (key ns_high_fixed)")
     parser.add_argument("--coarse", type=_coarse, default=DEFAULT_SEARCH["coarse"],
                         help="coarse fraction of the RF search, or 'none' for one stage at full size "
                              f"(default {DEFAULT_SEARCH['coarse']})")
     args = parser.parse_args(argv)
-    search = {"distributions": tuple(args.distributions.split(",")), "nu": args.nu, "coarse": args.coarse}
+    search = {"distributions": tuple(args.distributions.split(",")), "nu": args.nu, "coarse": args.coarse,
+              **({"pca_power": args.pca_power} if args.pca_power is not None else {})}
     import dask
 
     if args.threads:
@@ -469,6 +507,8 @@ def main(argv=None):
     res.update(machine=platform.machine(), cpus=os.cpu_count(), threads=args.threads)
     if args.ns_high_kernel:
         res["ns_high_kernel"] = ns_high_kernel(args)
+    elif args.ns_high and args.params is not None:
+        res["ns_high_fixed"] = ns_high_fixed(args, args.params)
     elif args.ns_high:
         res["ns_high"] = ns_high(args, search)
     elif args.cost:

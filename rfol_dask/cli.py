@@ -167,7 +167,8 @@ def _fit_model(args):
             raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
         laws = DEFAULT_LAWS if args.distribution is None else (args.distribution,)
         return RandomFeatureOperatorCV(n_features=args.n_features, max_features=args.max_features,
-                                       distributions=laws, nu=args.nu, solver=args.solver, dtype=args.dtype,
+                                       distributions=laws, nu=args.nu, pca_power=args.pca_power,
+                                       solver=args.solver, dtype=args.dtype,
                                        random_state=args.seed, progress=True, device=_device(args))
     if args.max_features is not None:
         raise ValueError("--max-features grows N during the --tune search: add --tune, or set N with --n-features")
@@ -175,6 +176,7 @@ def _fit_model(args):
 
     return RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution or "cauchy",
                                  gamma=args.gamma, nu=args.nu, alpha=1e-10 if args.alpha is None else args.alpha,
+                                 pca_power=args.pca_power,
                                  solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=True,
                                  device=_device(args))
 
@@ -266,6 +268,10 @@ def _add_fit_parser(sub):
     f.add_argument("--alpha", type=float, default=None,
                    help="ridge on the centred Gram of unit-variance features (default 1e-10, as "
                         "RandomFeatureOperator; --tune searches it)")
+    f.add_argument("--pca-power", type=float, default=None,
+                   help="input metric: distances in the inputs' principal directions weighted by "
+                        "(s_j / s_1)^POWER (e.g. 1: stress the smooth, large-variance directions); default: the "
+                        "grid values' own distance")
     f.add_argument("--tune", action="store_true",
                    help="choose the law, gamma and alpha by validation on the training samples "
                         "(RandomFeatureOperatorCV); prints the choice and its validation error")

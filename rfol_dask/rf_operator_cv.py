@@ -188,7 +188,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
     best_estimator_ : RandomFeatureOperator
         The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to it.
     median_scales_ : dict
-        Each law's median-heuristic gamma.
+        Each law's median-heuristic gamma (in the input metric of ``pca_power``).
+    input_metric_ : ndarray of shape (n, r) or None
+        The input metric of ``pca_power`` (:func:`rfol_dask.tuning.pca_metric`; None without it).
     random_state_ : int
         The seed of the frequencies.
     search_time_, refit_time_ : float

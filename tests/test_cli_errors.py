@@ -93,3 +93,12 @@ def test_fit_device_defaults_to_the_cluster_kind_and_cuda_without_cupy_says_what
     if importlib.util.find_spec("cupy") is None:
         code, err = _run(["fit", str(store), "--train", "20", "--n-features", "20", "--device", "cuda"], capsys)
         assert code == 2 and "pip install 'rfol-dask[gpu]'" in err and "Traceback" not in err
+
+
+def test_fit_pca_power_fits_in_the_input_metric(store, capsys, tmp_path):
+    from rfol_dask import RandomFeatureOperator
+
+    code = main(["fit", str(store), "--train", "20", "--n-features", "40", "--pca-power", "1", "--out",
+                 str(tmp_path / "m.zarr")])
+    assert code == 0 and "relative L2 error on the 10 remaining samples" in capsys.readouterr().out
+    assert RandomFeatureOperator.load(tmp_path / "m.zarr").pca_power == 1.0

@@ -1,0 +1,43 @@
+"""Choosing ``pca_power`` on Navier-Stokes high from training samples only (issue 10).
+
+For each power, a ``RandomFeatureOperatorCV(pca_power=q)`` search on the first ``M`` training
+samples of the 22000-sample store (its own validation split: the last 20 % of them), refit off;
+prints and writes the validation error and the chosen law, gamma and alpha per power. The
+test samples (20000 onwards) are never read.
+
+    OPENBLAS_NUM_THREADS=2 python benchmarks/pca_power.py 5000 16000 none,0.5,0.75,1,1.5,2,3 results/pca_power_16000.json
+    OPENBLAS_NUM_THREADS=2 python benchmarks/pca_power.py 5000 64000 1,1.5 results/pca_power_64000.json gaussian
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from limit_probe import _training_samples
+
+from rfol_dask import RandomFeatureOperatorCV
+
+
+def main(argv):
+    M, N = int(argv[0]), int(argv[1])
+    powers = [None if p == "none" else float(p) for p in argv[2].split(",")]
+    out = Path(argv[3])
+    laws = {"distributions": tuple(argv[4].split(","))} if len(argv) > 4 else {}
+    ds = _training_samples(M)
+    res = {"M": M, "N": N, "laws": laws.get("distributions", "default"), "powers": {}}
+    for q in powers:
+        t0 = time.perf_counter()
+        cv = RandomFeatureOperatorCV(n_features=N, pca_power=q, random_state=0, refit=False, score_outputs=512,
+                                     **laws).fit(ds)
+        res["powers"][str(q)] = {"validation_error": -cv.best_score_, "best_params": cv.best_params_,
+                                 "median_scales": cv.median_scales_, "seconds": time.perf_counter() - t0}
+        print(q, json.dumps(res["powers"][str(q)], default=float), flush=True)
+        out.write_text(json.dumps(res, indent=1, default=float))
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
