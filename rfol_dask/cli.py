@@ -155,6 +155,17 @@ def _report_context(path):
     return performance_report(filename=path)
 
 
+def _powers(text):
+    """``--pca-power``: a number, ``none``, or a comma-separated list of them."""
+    values = []
+    for part in text.split(","):
+        try:
+            values.append(None if part.strip().lower() == "none" else float(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be numbers or 'none', comma-separated, got {text!r}") from None
+    return values
+
+
 def _fit_model(args):
     """The estimator ``rfol-dask fit`` fits: RandomFeatureOperatorCV with ``--tune``, else
     RandomFeatureOperator with the given settings."""
@@ -167,7 +178,8 @@ def _fit_model(args):
             raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
         laws = DEFAULT_LAWS if args.distribution is None else (args.distribution,)
         return RandomFeatureOperatorCV(n_features=args.n_features, max_features=args.max_features,
-                                       distributions=laws, nu=args.nu, pca_power=args.pca_power,
+                                       distributions=laws, nu=args.nu,
+                                       pca_power=None if args.pca_power is None else tuple(args.pca_power),
                                        solver=args.solver, dtype=args.dtype,
                                        random_state=args.seed, progress=True, device=_device(args))
     if args.max_features is not None:
@@ -176,9 +188,17 @@ def _fit_model(args):
 
     return RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution or "cauchy",
                                  gamma=args.gamma, nu=args.nu, alpha=1e-10 if args.alpha is None else args.alpha,
-                                 pca_power=args.pca_power,
+                                 pca_power=_one_power(args.pca_power),
                                  solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=True,
                                  device=_device(args))
+
+
+def _one_power(powers):
+    if powers is None:
+        return None
+    if len(powers) > 1:
+        raise ValueError("--pca-power takes one value without --tune (a list is searched with --tune)")
+    return powers[0]
 
 
 def _device(args):
@@ -196,7 +216,8 @@ def _print_fit(args, model, n_train, fit_time):
         best = model.best_params_
         print(f"search: {len(model.cv_results_['mean_test_score'])} candidates in {model.search_time_:.2f} s; "
               f"best {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
-              f"N={best['n_features']}; validation relative L2 error {-model.best_score_:.4e} "
+              f"N={best['n_features']}" + (f", pca_power {best['pca_power']}" if "pca_power" in best else "") +
+              f"; validation relative L2 error {-model.best_score_:.4e} "
               f"(last 20 % of the training samples)")
         print(f"fit: {n_train} samples, N={best['n_features']} {best['distribution']} features, solver "
               f"{model.best_estimator_.solver_}: {fit_time:.2f} s (search + refit)")
@@ -268,10 +289,10 @@ def _add_fit_parser(sub):
     f.add_argument("--alpha", type=float, default=None,
                    help="ridge on the centred Gram of unit-variance features (default 1e-10, as "
                         "RandomFeatureOperator; --tune searches it)")
-    f.add_argument("--pca-power", type=float, default=None,
+    f.add_argument("--pca-power", type=_powers, default=None, metavar="POWER[,POWER...]",
                    help="input metric: distances in the inputs' principal directions weighted by "
                         "(s_j / s_1)^POWER (e.g. 1: stress the smooth, large-variance directions); default: the "
-                        "grid values' own distance")
+                        "grid values' own distance. With --tune a list (e.g. none,1) is searched")
     f.add_argument("--tune", action="store_true",
                    help="choose the law, gamma and alpha by validation on the training samples "
                         "(RandomFeatureOperatorCV); prints the choice and its validation error")

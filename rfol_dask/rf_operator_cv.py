@@ -111,11 +111,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
     nu : float, default=None
         Degrees of freedom for ``"student_t"`` (required with it) and shape ``a`` of
         ``"rational_quadratic"`` (None: 1); one value serves both when both are searched.
-    pca_power : float or None, default=None
-        The input metric of every candidate and of the refit (``RandomFeatureOperator``'s
-        ``pca_power``; its principal directions come from the training rows, the median gammas
-        are measured in it). One value per search: compare searches of different values by
-        their ``best_score_``.
+    pca_power : float, None or sequence of (float or None), default=None
+        The input metric (``RandomFeatureOperator``'s ``pca_power``; its principal directions
+        come from the training rows, the median gammas are measured in it). A sequence is
+        searched: a whole search per value on the same data (one read; the cost times the
+        number of values), the best validation error wins, and ``cv_results_`` gets a
+        ``pca_power`` column (also for a single value).
     cv : None, int or scikit-learn splitter, default=None
         None: validate on the last 20 % of the training samples; an int: that many
         (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
@@ -221,7 +222,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         "gammas": ["array-like", None],
         "alphas": ["array-like", None],
         "nu": [Interval(numbers.Real, 0, None, closed="neither"), None],
-        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None],
+        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None, "array-like"],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
         "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
@@ -275,6 +276,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
         if "student_t" in self.distributions and self.nu is None:
             raise ValueError("distributions includes 'student_t': pass its degrees of freedom nu > 0, e.g. nu=3")
         self._check_grids("gammas", "alphas", "refine", "growth_refine")
+        powers = self._powers()
+        if not powers or not all(q is None or (isinstance(q, numbers.Real) and np.isfinite(q)) for q in powers):
+            raise ValueError(f"pca_power must be None, a number or a non-empty sequence of them, got {self.pca_power!r}")
         if not isinstance(self.limit_gammas, str):
             self._check_grids("limit_gammas")
         searched = np.max(np.atleast_1d(self.n_features))
@@ -283,20 +287,34 @@ default=("cauchy", "gaussian", "rational_quadratic")
                              f"growth starts from the searched N; pass max_features >= n_features, or None")
 
     def _base_estimator(self, **best):
-        return RandomFeatureOperator(nu=self.nu, pca_power=self.pca_power, fit_intercept=self.fit_intercept,
-                                     solver=self.solver,
+        powers = self._powers()
+        best = {"pca_power": powers[0] if len(powers) == 1 else None, **best}  # best_params_ name the searched one
+        return RandomFeatureOperator(nu=self.nu, fit_intercept=self.fit_intercept, solver=self.solver,
                                      dtype=self.dtype, random_state=self.random_state_,
                                      column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                                      progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
     def _prepare(self, U, client=None):
         self._seed = self.random_state_ = integer_seed(self.random_state)
+
+    def _powers(self):
+        """``pca_power`` as the list of values searched (one: the value itself)."""
+        return list(self.pca_power) if isinstance(self.pca_power, (list, tuple, np.ndarray)) else [self.pca_power]
+
+    def _metric_values(self):
+        return self._powers()
+
+    def _metric_column(self):
+        return None if self.pca_power is None else "pca_power"
+
+    def _set_metric(self, U, client, power):
+        """The input metric of ``power`` and each law's median gamma in it (one sample of ``U``)."""
         laws = list(self.distributions)
         if client is not None:  # U: the stacked inputs persisted on the cluster
             self.input_metric_, self.median_scales_ = client.compute(dask.delayed(input_scales)(
-                U, laws, self.pca_power, random_state=self._seed)).result()
+                U, laws, power, random_state=self._seed)).result()
         else:
-            self.input_metric_, self.median_scales_ = input_scales(U, laws, self.pca_power, random_state=self._seed)
+            self.input_metric_, self.median_scales_ = input_scales(U, laws, power, random_state=self._seed)
 
     def _families(self):
         return list(self.distributions)
@@ -315,8 +333,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return sorted({int(N) for N in Ns})
 
     def _params_of(self, row):
-        return {"distribution": str(row["family"]), "gamma": float(row["gamma"]), "alpha": float(row["alpha"]),
-                "n_features": int(row["n_features"])}
+        params = {"distribution": str(row["family"]), "gamma": float(row["gamma"]), "alpha": float(row["alpha"]),
+                  "n_features": int(row["n_features"])}
+        if "pca_power" in row:
+            params["pca_power"] = None if row["pca_power"] is None else float(row["pca_power"])
+        return params
 
     def _gram_group(self, M_t, M_v, n_segments, client):
         """How many gammas' Grams and cross-Grams (``n_segments`` each) one pass may hold: half

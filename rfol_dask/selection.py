@@ -252,6 +252,7 @@ class SelectionCV(OperatorEstimator):
         X, Y, client = self._data(U, V, lazy)
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
         self._prepare(X, client)
+        values, column = self._metric_values(), self._metric_column()
         k = self._score_outputs()
         if k is not None and k < V.shape[1]:  # score on a sketch of the outputs (the refit sees them all)
             seed = getattr(self, "_seed", None)
@@ -261,15 +262,25 @@ class SelectionCV(OperatorEstimator):
                 # the full outputs are released with their last reference (cancelling them would
                 # cancel the sketch too)
                 (Y,) = client.persist([dask.delayed(sketch_outputs)(Y, k, seed)])
+        searches = []  # (metric value, its rows): one whole search per value, on the same data
         try:
-            rows = self._search(X, Y, splits, client)
-            rows += self._extend(X, Y, splits, client, rows)
+            for value in values:
+                self._set_metric(X, client, value)
+                rows = self._search(X, Y, splits, client)
+                rows += self._extend(X, Y, splits, client, rows)
+                if column is not None:
+                    for r in rows:
+                        r[column] = value
+                searches.append((value, rows))
+            value, best = max(((v, final_best(r)) for v, r in searches), key=lambda vb: _score(vb[1]))
+            if len(values) > 1:
+                self._set_metric(X, client, value)  # the winner's metric (and median scales) stay
         finally:
             if client is not None:
                 client.cancel([X, Y])
+        rows = [r for _, part in searches for r in part]
         _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
-        best = final_best(rows)
         self.best_score_ = float(best["mean_test_score"])
         self.best_params_ = self._params_of(best)
         self.n_splits_ = len(splits)
@@ -389,6 +400,17 @@ class SelectionCV(OperatorEstimator):
     def _extend(self, X, Y, splits, client, rows):
         """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows N)."""
         return []
+
+    def _metric_values(self):
+        """The input metrics searched, one whole search each (here one: the estimator's own)."""
+        return [None]
+
+    def _metric_column(self):
+        """The results column naming each row's metric value (None: no column)."""
+        return None
+
+    def _set_metric(self, X, client, value):
+        """Make ``value`` the metric of the next search (and its scales); here nothing to do."""
 
     # ------------------------------------------------------------------ hooks
     def _check_grids(self, *names):

@@ -102,3 +102,11 @@ def test_fit_pca_power_fits_in_the_input_metric(store, capsys, tmp_path):
                  str(tmp_path / "m.zarr")])
     assert code == 0 and "relative L2 error on the 10 remaining samples" in capsys.readouterr().out
     assert RandomFeatureOperator.load(tmp_path / "m.zarr").pca_power == 1.0
+
+
+def test_fit_pca_power_list_needs_tune(store, capsys):
+    code, err = _run(["fit", str(store), "--train", "20", "--n-features", "40", "--pca-power", "none,1"], capsys)
+    assert code == 2 and "--pca-power takes one value without --tune" in err
+    with pytest.raises(SystemExit):
+        main(["fit", str(store), "--pca-power", "smooth"])
+    assert "must be numbers or 'none'" in capsys.readouterr().err

@@ -88,3 +88,23 @@ def test_cv_searches_in_the_metric_and_refits_with_it(smooth, tmp_path):
     loaded = RandomFeatureOperator.load(tmp_path / "m")
     assert loaded.pca_power == 0.5
     np.testing.assert_allclose(loaded.predict(U[:5]), cv.predict(U[:5]), rtol=1e-12)
+
+
+def test_cv_searches_a_list_of_powers_as_separate_searches_on_one_read(smooth):
+    """``pca_power=(None, 1.0)``: the better of the two searches made alone wins, with its
+    parameters, score and metric; every row names its power; the refit uses the winner's."""
+    U, V, _ = smooth
+    kw = dict(n_features=300, distributions=("gaussian",), gammas=(0.5, 2.0), alphas=(1e-8, 1e-4), random_state=0)
+    alone = {q: RandomFeatureOperatorCV(pca_power=q, **kw).fit(U, V) for q in (None, 1.0)}
+    both = RandomFeatureOperatorCV(pca_power=(None, 1.0), **kw).fit(U, V)
+    winner = max(alone, key=lambda q: alone[q].best_score_)
+    assert both.best_score_ == alone[winner].best_score_
+    assert both.best_params_ == {**alone[winner].best_params_, "pca_power": winner}
+    assert set(both.cv_results_["pca_power"]) == {None, 1.0}
+    assert len(both.cv_results_["alpha"]) == sum(len(a.cv_results_["alpha"]) for a in alone.values())
+    assert both.best_estimator_.pca_power == winner
+    np.testing.assert_allclose(both.predict(U[:5]), alone[winner].predict(U[:5]), rtol=1e-12)
+    if winner is not None:
+        np.testing.assert_allclose(both.input_metric_, alone[winner].input_metric_)
+    with pytest.raises(ValueError, match="pca_power must be None, a number or a non-empty sequence"):
+        RandomFeatureOperatorCV(pca_power=[], **kw).fit(U, V)
