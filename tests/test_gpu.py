@@ -50,6 +50,17 @@ def test_cupy_in_cupy_out_equals_cpu(data, solver, N):
     assert rel(gpu.coef_, cpu.coef_) < 1e-6  # coefficients carry the Gram's conditioning
 
 
+def test_pca_power_on_gpu_equals_cpu(data):
+    """The input metric is found on the host from a sample of the CuPy inputs; the draw through it
+    and the fit run as without it."""
+    U, V = data
+    kw = dict(n_features=600, alpha=1e-6, random_state=3, pca_power=1.0)
+    cpu = RandomFeatureOperator(**kw).fit(U, V)
+    gpu = RandomFeatureOperator(**kw).fit(cupy.asarray(U), cupy.asarray(V))
+    assert gpu.gamma_ == cpu.gamma_
+    assert rel(gpu.predict(cupy.asarray(U[:40])), cpu.predict(U[:40])) < RTOL
+
+
 def test_device_cuda_numpy_in_numpy_out(data):
     U, V = data
     kw = dict(n_features=600, gamma=0.05, alpha=1e-6, random_state=2)
