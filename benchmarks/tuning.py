@@ -266,7 +266,8 @@ def ns_high_fixed(args, params):
 
 def ns_high_kernel(args):
     """The tuned exact kernel on the same 20000 / 2000 Navier-Stokes-high split as ``--ns-high``
-    (a default ``KernelOperatorCV()`` on in-memory arrays): the limit the RF models approach."""
+    (a default ``KernelOperatorCV(pca_power=--pca-power)`` on in-memory arrays): the limit the RF
+    models approach."""
     from _common import blas_info
 
     from rfol_dask.experiments.measure import PeakMemory
@@ -274,9 +275,10 @@ def ns_high_kernel(args):
     train, test = _ns_high_data(args)
     (U, V), (Ut, Vt) = _arrays(train.load()), _arrays(test.load())
     with PeakMemory(interval=0.05) as pm:
-        est = KernelOperatorCV().fit(U, V)
+        est = KernelOperatorCV(pca_power=args.pca_power).fit(U, V)
     row = search_row(est, Vt, est.predict(Ut))
-    row.update(M=len(U), test=len(Vt), peak_bytes=pm.peak, blas=blas_info(), load_avg=os.getloadavg())
+    row.update(M=len(U), test=len(Vt), pca_power=args.pca_power, peak_bytes=pm.peak, blas=blas_info(),
+               load_avg=os.getloadavg())
     print(json.dumps(row, indent=1, default=float), flush=True)
     return row
 
@@ -488,7 +490,8 @@ def main(argv=None):
     parser.add_argument("--nu", type=float, default=None,
                         help="nu of the RF search: student_t's degrees of freedom, rational_quadratic's shape")
     parser.add_argument("--pca-power", type=float, default=None,
-                        help="pca_power of the RF search (default None: the grid values' own metric)")
+                        help="pca_power of the RF search and of --ns-high-kernel (default None: the grid values' "
+                             "own metric)")
     parser.add_argument("--params", type=json.loads, default=None,
                         help="--ns-high: no search; fit RandomFeatureOperator(**PARAMS) (JSON) at --grow-to and "
                              "--second-features features (key ns_high_fixed)")

@@ -108,3 +108,21 @@ def test_cv_searches_a_list_of_powers_as_separate_searches_on_one_read(smooth):
         np.testing.assert_allclose(both.input_metric_, alone[winner].input_metric_)
     with pytest.raises(ValueError, match="pca_power must be None, a number or a non-empty sequence"):
         RandomFeatureOperatorCV(pca_power=[], **kw).fit(U, V)
+
+
+def test_kernel_operator_takes_the_same_metric(smooth):
+    """KernelOperator(pca_power=q): its principal directions, weighted as the RF metric's (the
+    same directions, up to sign, on the same rows), are the inputs of its kernel; the CV passes
+    the power to every candidate and the refit."""
+    from rfol_dask.baselines import KernelOperator, KernelOperatorCV
+
+    U, V, _ = smooth
+    model = KernelOperator(kernel="matern52", length_scale=1.0, nugget=1e-6, pca_power=1.0).fit(U[:250], V[:250])
+    T = pca_metric(U[:250], 1.0)
+    assert model.pca_components_.shape == T.shape
+    np.testing.assert_allclose(np.abs(model.pca_components_.T @ T), np.diag(np.sum(T * T, axis=0)), atol=1e-9)
+    X = (U - model.pca_mean_) @ model.pca_components_
+    mapped = KernelOperator(kernel="matern52", length_scale=1.0, nugget=1e-6).fit(X[:250], V[:250])
+    np.testing.assert_allclose(model.predict(U[250:]), mapped.predict(X[250:]), rtol=1e-9, atol=1e-12)
+    cv = KernelOperatorCV(kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-3), pca_power=1.0).fit(U, V)
+    assert cv.best_estimator_.pca_power == 1.0 and cv.best_estimator_.pca_components_.shape[1] == 6

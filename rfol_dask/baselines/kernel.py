@@ -71,8 +71,9 @@ def _nugget_messages():
         warnings.warn_explicit(rename(str(w.message)), w.category, w.filename, w.lineno)
 
 
-def pca(U, n_components):
-    """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy or dask).
+def pca(U, n_components, power=None):
+    """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy or dask),
+    each weighted by ``(s_j / s_1)^power`` if ``power`` is given (:func:`pca_from_scatter`).
 
     One pass over ``U`` (the ``n x n`` scatter matrix is summed over sample blocks) and an
     ``n x n`` symmetric eigendecomposition; memory ``n^2``.
@@ -81,19 +82,31 @@ def pca(U, n_components):
         xp = backend.namespace(U)
         mean = xp.mean(U, axis=0)
         Uc = U - mean
-        mean, Q = pca_from_scatter(backend.to_numpy(mean), backend.to_numpy(Uc.T @ Uc), n_components)
+        mean, Q = pca_from_scatter(backend.to_numpy(mean), backend.to_numpy(Uc.T @ Uc), n_components, power)
         return backend.to_namespace(mean, xp), backend.to_namespace(Q, xp)
     mean = U.mean(axis=0)
     Uc = U - mean
     mean, scatter = dask.compute(mean, Uc.T @ Uc)
-    return pca_from_scatter(mean, scatter, n_components)
+    return pca_from_scatter(mean, scatter, n_components, power)
 
 
-def pca_from_scatter(mean, scatter, n_components):
-    """``(mean (n,), leading principal directions (n, p))`` from the scatter matrix (n, n)."""
-    _, Q = np.linalg.eigh(np.asarray(scatter))
-    p = min(int(n_components), Q.shape[1])
-    return np.asarray(mean), np.ascontiguousarray(Q[:, ::-1][:, :p])
+def pca_from_scatter(mean, scatter, n_components, power=None):
+    """``(mean (n,), leading principal directions (n, p))`` from the scatter matrix (n, n).
+
+    With ``power`` (``pca_power``) the directions are weighted by ``(s_j / s_1)^power`` (``s_j^2``
+    the scatter's eigenvalues) and, as in :func:`rfol_dask.tuning.pca_metric`, those with
+    ``(s_j / s_1)^(1 + power) < 1e-6`` or ``s_j <= 1e-10 s_1`` are left out (then at most
+    ``n_components`` of the rest, if given)."""
+    lam, Q = np.linalg.eigh(np.asarray(scatter))
+    lam, Q = lam[::-1], Q[:, ::-1]
+    if power is None:
+        p = min(int(n_components), Q.shape[1])
+        return np.asarray(mean), np.ascontiguousarray(Q[:, :p])
+    ratio = np.sqrt(np.clip(lam, 0.0, None) / lam[0]) if lam[0] > 0 else np.ones_like(lam)
+    keep = np.flatnonzero((ratio > 1e-10) & (ratio ** (1.0 + power) >= 1e-6))
+    if n_components is not None:
+        keep = keep[:int(n_components)]
+    return np.asarray(mean), np.ascontiguousarray(Q[:, keep] * ratio[keep] ** power)
 
 
 class KernelOperator(OperatorEstimator):
@@ -112,6 +125,10 @@ class KernelOperator(OperatorEstimator):
         Ridge added to the diagonal of the centred Gram (>= 0).
     n_components : int, default=None
         Input PCA: fit on the leading ``n_components`` principal scores of the inputs.
+    pca_power : float or None, default=None
+        The input metric, as ``RandomFeatureOperator``'s: the principal scores (of all training
+        inputs) weighted by ``(s_j / s_1)^pca_power``; the kernel and its median length scale
+        are taken in them (with ``n_components``, of at most that many directions).
     fit_intercept : bool, default=True
         Centre in feature space and fit an intercept per output component.
     dtype : {None, "float32", "float64"}, default=None
@@ -138,9 +155,10 @@ class KernelOperator(OperatorEstimator):
     intercept_ : ndarray of shape (m,)
         Intercept ``c0`` of each output grid point.
     pca_mean_ : ndarray of shape (n,) or None
-        Mean of the training inputs (None without ``n_components``).
+        Mean of the training inputs (None without ``n_components`` and ``pca_power``).
     pca_components_ : ndarray of shape (n, p) or None
-        Leading principal directions of the training inputs (None without ``n_components``).
+        Leading principal directions of the training inputs, weighted with ``pca_power`` (None
+        without ``n_components`` and ``pca_power``).
     n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
@@ -157,18 +175,21 @@ class KernelOperator(OperatorEstimator):
         "length_scale": [Interval(numbers.Real, 0, None, closed="neither"), StrOptions({"median"})],
         "nugget": [Interval(numbers.Real, 0, None, closed="left")],
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None],
         **OperatorEstimator._common_constraints,
     }
     _fitted_arrays = ("X_train_", "dual_coef_", "intercept_", "pca_mean_", "pca_components_")
     _fitted_scalars = ("length_scale_",)
 
-    def __init__(self, *, kernel="rbf", length_scale="median", nugget=1e-8, n_components=None, fit_intercept=True,
+    def __init__(self, *, kernel="rbf", length_scale="median", nugget=1e-8, n_components=None, pca_power=None,
+                 fit_intercept=True,
                  dtype=None, column_block=None, max_gram_bytes=None, progress=False, recovery="cubic",
                  device="cpu"):
         self.kernel = kernel
         self.length_scale = length_scale
         self.nugget = nugget
         self.n_components = n_components
+        self.pca_power = pca_power
         self.fit_intercept = fit_intercept
         self.dtype = dtype
         self.column_block = column_block
@@ -197,10 +218,10 @@ class KernelOperator(OperatorEstimator):
     def _solve(self, U, V, lazy, dtype):
         M = U.shape[0]
         self.pca_mean_ = self.pca_components_ = None
-        if self.n_components is not None:
+        if self.n_components is not None or self.pca_power is not None:
             xp = backend.namespace(U) if backend.is_array_api(U) else np
             self.pca_mean_, self.pca_components_ = (xp.astype(a, getattr(xp, dtype.name))
-                                                    for a in pca(U, self.n_components))
+                                                    for a in pca(U, self.n_components, self.pca_power))
         transform = functools.partial(transform_inputs, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
         alpha = float(self.nugget)
         self.length_scale_ = self._resolve_length_scale(U, transform)

@@ -62,6 +62,8 @@ class KernelOperatorCV(SelectionCV):
         Ridge values (> 0) on the centred Gram; default ``1e-16 ... 10``.
     n_components : int, default=None
         Input PCA (fitted on all training inputs before the search).
+    pca_power : float or None, default=None
+        The input metric of every candidate and of the refit (``KernelOperator``'s).
     cv : None, int or scikit-learn splitter, default=None
         Validation splits, as in :class:`rfol_dask.RandomFeatureOperatorCV`.
     coarse : float or None, default=0.25
@@ -129,6 +131,7 @@ class KernelOperatorCV(SelectionCV):
         "length_scales": ["array-like", None],
         "nuggets": ["array-like", None],
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
         "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
@@ -139,13 +142,14 @@ class KernelOperatorCV(SelectionCV):
     }
 
     def __init__(self, *, kernels=("rbf", "matern52", "inverse_quadratic"), length_scales=None, nuggets=None,
-                 n_components=None, cv=None, coarse=0.25, refine=DEFAULT_REFINE, fine=0.5, refit=True, alpha_path="auto",
+                 n_components=None, pca_power=None, cv=None, coarse=0.25, refine=DEFAULT_REFINE, fine=0.5, refit=True, alpha_path="auto",
                  fit_intercept=True, dtype=None, column_block=None, max_gram_bytes=None, progress=False,
                  recovery="cubic", device="cpu"):
         self.kernels = kernels
         self.length_scales = length_scales
         self.nuggets = nuggets
         self.n_components = n_components
+        self.pca_power = pca_power
         self.cv = cv
         self.coarse = coarse
         self.fine = fine
@@ -168,13 +172,15 @@ class KernelOperatorCV(SelectionCV):
         self._check_grids("length_scales", "nuggets", "refine")
 
     def _base_estimator(self, **best):
-        return KernelOperator(n_components=self.n_components, fit_intercept=self.fit_intercept, dtype=self.dtype,
+        return KernelOperator(n_components=self.n_components, pca_power=self.pca_power,
+                              fit_intercept=self.fit_intercept, dtype=self.dtype,
                               column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                               progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
     def _prepare(self, U, client=None):
         self._seed, self._distances = 0, None
-        self._pca = (None, None) if self.n_components is None else pca(U, self.n_components)
+        self._pca = ((None, None) if self.n_components is None and self.pca_power is None
+                     else pca(U, self.n_components, self.pca_power))
         transform = functools.partial(transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
         self._transform = transform
         ell = KernelOperator(kernel="rbf")._resolve_length_scale(U, transform)
