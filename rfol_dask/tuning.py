@@ -43,7 +43,7 @@ from .linalg import blas_limits, symmetrize, syrk
 from .metrics import relative_l2_errors
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
-           "PCA_ROWS", "pca_metric", "input_scales", "GAMMA_METRIC",
+           "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
            "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "EigenPath", "cholesky_errors", "window_errors",
            "path_errors",
            "eigh_pays", "relative_errors"]
@@ -138,9 +138,16 @@ def pca_metric(X, power, rtol=1e-6):
     _, sv, Vt = np.linalg.svd(X, full_matrices=False)
     if not sv.size or not sv[0] > 0:
         return np.eye(X.shape[1])
-    ratio = sv / sv[0]
-    keep = (ratio > 1e-10) & (ratio ** (1.0 + power) >= rtol)
-    return np.ascontiguousarray(Vt[keep].T * ratio[keep] ** power)
+    return weighted_directions(Vt.T, sv / sv[0], power, rtol=rtol)
+
+
+def weighted_directions(directions, ratio, power, max_directions=None, rtol=1e-6):
+    """The principal ``directions`` (n, k), in decreasing order of ``ratio = s_j / s_1`` (k,),
+    weighted by ``ratio^power``: those with ``ratio^(1 + power) < rtol`` or ``ratio <= 1e-10``
+    left out, then at most ``max_directions`` kept. The rule of :func:`pca_metric` and of the
+    kernels' ``pca_power`` (:func:`rfol_dask.baselines.kernel.pca_from_scatter`)."""
+    keep = np.flatnonzero((ratio > 1e-10) & (ratio ** (1.0 + power) >= rtol))[:max_directions]
+    return np.ascontiguousarray(directions[:, keep] * ratio[keep] ** power)
 
 
 def _median_gammas_of(X, distributions):

@@ -28,7 +28,7 @@ from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan
 from ..solve.graph import compute_fit, row_blocks
 from ..solve.in_memory import dual_numpy
 from ..solve.tiled import dual_graph
-from ..tuning import median_length_scale, sample_rows
+from ..tuning import median_length_scale, sample_rows, weighted_directions
 from .kernels import KERNELS, kernel_tile
 
 __all__ = ["KernelOperator", "pca", "transform_inputs"]
@@ -94,19 +94,15 @@ def pca_from_scatter(mean, scatter, n_components, power=None):
     """``(mean (n,), leading principal directions (n, p))`` from the scatter matrix (n, n).
 
     With ``power`` (``pca_power``) the directions are weighted by ``(s_j / s_1)^power`` (``s_j^2``
-    the scatter's eigenvalues) and, as in :func:`rfol_dask.tuning.pca_metric`, those with
-    ``(s_j / s_1)^(1 + power) < 1e-6`` or ``s_j <= 1e-10 s_1`` are left out (then at most
-    ``n_components`` of the rest, if given)."""
+    the scatter's eigenvalues), with the rule of :func:`rfol_dask.tuning.weighted_directions`
+    (the directions that hardly count left out, then at most ``n_components`` of the rest)."""
     lam, Q = np.linalg.eigh(np.asarray(scatter))
     lam, Q = lam[::-1], Q[:, ::-1]
     if power is None:
         p = min(int(n_components), Q.shape[1])
         return np.asarray(mean), np.ascontiguousarray(Q[:, :p])
     ratio = np.sqrt(np.clip(lam, 0.0, None) / lam[0]) if lam[0] > 0 else np.ones_like(lam)
-    keep = np.flatnonzero((ratio > 1e-10) & (ratio ** (1.0 + power) >= 1e-6))
-    if n_components is not None:
-        keep = keep[:int(n_components)]
-    return np.asarray(mean), np.ascontiguousarray(Q[:, keep] * ratio[keep] ** power)
+    return np.asarray(mean), weighted_directions(Q, ratio, power, None if n_components is None else int(n_components))
 
 
 class KernelOperator(OperatorEstimator):
