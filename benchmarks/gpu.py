@@ -242,7 +242,7 @@ def _one_gpu_cluster(device):
 
 
 def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_full=False, select=0, out=None,
-        features=None):
+        features=None, zarr_codecs=("none",)):
     from rfol_dask import RandomFeatureOperator
 
     M, side, M_test, feature_counts, M_eq = SIZES[size]
@@ -326,16 +326,18 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
 
         _stage(report, "dask_threads_streamed", dask_threads, out)
     if zarr_mode:
-        def from_zarr():
+        def from_zarr(codec):
             import tempfile
 
             import dask.array as da
             from distributed import Client
 
             store = Path(tempfile.mkdtemp())
+            # "none": uncompressed, as rfol_dask's data sets are stored; "zstd": zarr's default codec
+            kw = {"compressors": None} if codec == "none" else {}
             t_write = time.perf_counter()
-            da.from_array(U_train, chunks=(2000, -1)).to_zarr(str(store / "U.zarr"))
-            da.from_array(V_train, chunks=(2000, -1)).to_zarr(str(store / "V.zarr"))
+            da.from_array(U_train, chunks=(2000, -1)).to_zarr(str(store / "U.zarr"), **kw)
+            da.from_array(V_train, chunks=(2000, -1)).to_zarr(str(store / "V.zarr"), **kw)
             t_write = time.perf_counter() - t_write
             cluster, kind = _one_gpu_cluster(device)
             with cluster, Client(cluster) as client:
@@ -359,11 +361,14 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
                 t_gather, _ = timed(dev, made.result)
                 del made
                 res.update(cluster=kind, worker_threads=sum(client.nthreads().values()), fit_seconds_all=times,
-                           zarr_write_seconds=t_write, zarr_read_seconds=t_read, coef_gather_seconds=t_gather, last_fit_tasks=tasks,
-                           chunks=list(Uz.chunks[0]), coef_type=type(est.coef_).__module__)
+                           zarr_codec=codec, zarr_write_seconds=t_write, zarr_read_seconds=t_read,
+                           coef_gather_seconds=t_gather, last_fit_tasks=tasks, chunks=list(Uz.chunks[0]),
+                           coef_type=type(est.coef_).__module__)
             return res
 
-        _stage(report, "zarr_one_gpu_worker", from_zarr, out)
+        for codec in zarr_codecs:
+            name = "zarr_one_gpu_worker" + ("" if codec == "none" else f"_{codec}")
+            _stage(report, name, lambda codec=codec: from_zarr(codec), out)
 
     def equality_small():
         N_eq = 2 * M_eq
@@ -409,6 +414,9 @@ def main(argv=None):
     parser.add_argument("--dask", action="store_true", help="also time the streamed dask dual (threads, numpy chunks)")
     parser.add_argument("--zarr", action="store_true",
                         help="also time the fit from a Zarr store through a one-GPU dask worker (dask-cuda if installed)")
+    parser.add_argument("--zarr-codecs", type=lambda t: t.split(","), default=["none"], metavar="none,zstd",
+                        help="codecs of the Zarr stores, one timed stage each (none: uncompressed, as rfol_dask "
+                             "stores its data sets; zstd: zarr's default)")
     parser.add_argument("--equal-full", action="store_true",
                         help="also compare with the CPU fit at the full size and the first N (minutes on the host)")
     parser.add_argument("--select", type=int, default=0, metavar="SAMPLES",
@@ -421,7 +429,8 @@ def main(argv=None):
     out = Path(args.out or Path(__file__).resolve().parent / "results" / f"gpu_{args.size}_{args.device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     report = run(args.size, args.device, args.repeats, args.alpha, args.dask, zarr_mode=args.zarr,
-                 equal_full=args.equal_full, select=args.select, out=out, features=args.features)
+                 equal_full=args.equal_full, select=args.select, out=out, features=args.features,
+                 zarr_codecs=tuple(args.zarr_codecs))
     out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {out}")
     return report

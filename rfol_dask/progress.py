@@ -83,30 +83,29 @@ def show_progress(futures, client, desc="rfol_dask"):
     return None
 
 
-def compute(*collections, progress=False, client=None, desc="rfol_dask"):
+def compute(*collections, progress=False, client=None, desc="rfol_dask", consume=None):
     """``dask.compute(*collections)`` with an optional progress bar.
 
     With a distributed client (given, or the active one) the collections run there under
     :func:`show_progress`; otherwise dask's local scheduler runs them under
     ``dask.diagnostics.ProgressBar`` on stderr. A task that keeps killing its workers
     (``distributed.KilledWorker``) becomes a RuntimeError saying so.
+
+    ``consume(i, result)``, if given, receives the result of ``collections[i]`` as soon as it
+    is computed, and nothing is returned: with a client each result is gathered while the others
+    still run and then released on the cluster, so a large result that comes in parts (the
+    coefficient rows of a fit) moves to the client during the computation and never lies
+    whole on the workers; the local scheduler hands the results over at the end, in order.
     """
     client = client if client is not None else active_client()
     if client is not None:
-        from distributed import KilledWorker, as_completed
+        from distributed import KilledWorker
 
         t0 = time.perf_counter()
-        futures = client.compute(list(collections))
+        pending = dict(enumerate(client.compute(list(collections))))
         try:
-            widget = show_progress(futures, client, desc) if progress else None
-            for _ in as_completed(futures, loop=client.loop):  # wait (without a default client)
-                pass
-            t1 = time.perf_counter()
-            results = tuple(client.gather(futures))
-            logger.debug("%s: computed in %.3f s, results gathered in %.3f s", desc, t1 - t0, time.perf_counter() - t1)
-            if widget is not None:  # let the widget draw the end before the futures go
-                with contextlib.suppress(Exception):
-                    widget.result(timeout=5)
+            results = _collect(pending, client, desc, progress, consume)
+            logger.debug("%s: computed and gathered in %.3f s", desc, time.perf_counter() - t0)
             return results
         except KilledWorker as exc:
             raise RuntimeError(
@@ -115,7 +114,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
                 "usually ran out of memory: use smaller chunks, more memory per worker, or fewer features"
             ) from exc
         finally:
-            client.cancel(futures)
+            client.cancel(list(pending.values()))
     ctx = contextlib.nullcontext()
     if progress:
         from dask.diagnostics import ProgressBar
@@ -123,4 +122,52 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask"):
         sys.stderr.write(f"{desc}:\n")
         ctx = ProgressBar(out=sys.stderr)
     with ctx:
-        return dask.compute(*collections)
+        results = dask.compute(*collections)
+    if consume is None:
+        return results
+    for i, result in enumerate(results):
+        consume(i, result)
+    return None
+
+
+def _collect(pending, client, desc, progress, consume):
+    """Wait for the futures ``pending`` (``{index: future}``) under a progress bar; gather them
+    all at the end, or hand each to ``consume`` as it finishes (popped from ``pending``, so that
+    the cluster forgets it)."""
+    import threading
+
+    from distributed import as_completed
+
+    futures = list(pending.values())
+    widget = bar = None
+    if progress and (consume is None or _widgets_available()):
+        widget = show_progress(futures, client, desc)  # the text bar returns at the end
+    elif progress:  # the text bar blocks until the end: in a thread beside the streamed gathers
+        keys = [f.key for f in futures]  # keys, not futures: a gathered result is forgotten at once
+        bar = threading.Thread(target=_text_bar, args=(keys, client.scheduler.address, desc, sys.stderr),
+                               daemon=True, name="rfol-progress")
+        bar.start()
+    t0 = time.perf_counter()
+    if consume is None:
+        for _ in as_completed(futures, loop=client.loop):  # wait (without a default client)
+            pass
+        t1 = time.perf_counter()
+        results = tuple(client.gather(futures))
+        logger.debug("%s: computed in %.3f s, results gathered in %.3f s", desc, t1 - t0, time.perf_counter() - t1)
+    else:
+        index = {f.key: i for i, f in pending.items()}
+        done = as_completed(futures, with_results=True, loop=client.loop)
+        del futures
+        for future, result in done:
+            i = index[future.key]
+            del pending[i], future
+            consume(i, result)
+            del result
+        results = None
+        logger.debug("%s: computed, results streamed to the client in %.3f s", desc, time.perf_counter() - t0)
+    if bar is not None:
+        bar.join(timeout=5)
+    if widget is not None:  # let the widget draw the end before the futures go
+        with contextlib.suppress(Exception):
+            widget.result(timeout=5)
+    return results

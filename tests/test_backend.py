@@ -310,9 +310,12 @@ def test_streamed_dual_on_the_device_equals_the_cpu_fit(fake_cuda, data):
 @pytest.mark.parametrize("room", [True, False])
 def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_room(fake_cuda, data, monkeypatch,
                                                                                       room):
-    """On a device the second pass (``C = A^T Beta``) reuses the frequencies the first pass drew
-    (one draw per slab, not two) while the device has room, draws them again when it has not,
-    with the same fit either way; nothing stays kept after the fit."""
+    """On a device each slab's frequencies are drawn ahead of the Gram pass, by tasks that need
+    no data (``draw-slab``), and both passes use them (one draw per slab, not two) while the
+    device has room; without room nothing is drawn ahead and the passes draw them, with the same
+    fit either way; nothing stays kept after the fit."""
+    import threading
+
     import dask
     import dask.array as da
 
@@ -326,10 +329,23 @@ def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_
     def counting(*args, columns=None, **kw):
         if columns is not None:
             slab_draws.append(tuple(columns))
+            if getattr(inside, "on", False):
+                ahead.append(tuple(columns))
         return draw_frequencies(*args, columns=columns, **kw)
 
     monkeypatch.setattr(rf_operator, "draw_frequencies", counting)
     monkeypatch.setattr(streamed, "free_bytes", lambda X: 2**40 if room else 0)
+    ahead, inside = [], threading.local()  # the draws made inside draw_slab, on any thread
+    draw_slab = streamed.draw_slab
+
+    def counting_ahead(*args):
+        inside.on = True
+        try:
+            return draw_slab(*args)
+        finally:
+            inside.on = False
+
+    monkeypatch.setattr(streamed, "draw_slab", counting_ahead)
     kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
     want = RandomFeatureOperator(**kw).fit(U, V)
     with dask.config.set({"rfol_dask.slab-bytes": 70 * 8 * 256}):  # slabs of 256 columns: 3
@@ -337,6 +353,7 @@ def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_
     slabs = sorted(set(slab_draws))
     assert slabs == [(0, 256), (256, 512), (512, 700)]
     assert len(slab_draws) == (3 if room else 6)
+    assert sorted(ahead) == (slabs if room else [])  # with room: every draw was made ahead
     assert rel(model.coef_, want.coef_) < TOL and rel(model.intercept_, want.intercept_) < TOL
     assert streamed._KEPT_FREQUENCIES == {}
 

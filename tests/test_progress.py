@@ -48,3 +48,43 @@ def test_notebook_shows_a_widget(tmp_path):
     counts = [re.search(r">(\d+) / (\d+)<", str(w["state"].get("value"))) for w in state.values()]
     counts = [m.groups() for m in counts if m]
     assert counts and all(done == total for done, total in counts)
+
+
+def _wait_for(path, seconds=30.0):
+    import os
+    import time
+
+    end = time.monotonic() + seconds
+    while not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.02)
+    return os.path.exists(path)
+
+
+def test_consume_receives_each_result_while_the_others_run(cluster_client, tmp_path, capsys):
+    """With ``consume`` a result reaches the client as soon as it is made (the second task
+    waits for the first one's consumption, so gathering at the end would time it out), and
+    the client forgets it then."""
+    import dask
+
+    flag = str(tmp_path / "first-consumed")
+    first = dask.delayed(sum)([1, 2, 3], dask_key_name="consume-first")
+    second = dask.delayed(_wait_for)(flag, dask_key_name="consume-second")
+    got = []
+
+    def consume(i, result):
+        got.append((i, result))
+        if i == 0:
+            open(flag, "w").close()
+            assert "consume-first" not in cluster_client.futures  # released on the cluster
+    assert compute(first, second, client=cluster_client, progress=True, desc="streamed", consume=consume) is None
+    assert got == [(0, 6), (1, True)]
+    assert "streamed: [" in capsys.readouterr().err  # the text bar ran beside the gathers
+
+
+def test_consume_on_the_local_scheduler_gets_every_result_in_order():
+    import dask
+
+    got = []
+    parts = [dask.delayed(int)(k) for k in range(4)]
+    assert compute(*parts, consume=lambda i, r: got.append((i, r))) is None
+    assert got == [(k, k) for k in range(4)]

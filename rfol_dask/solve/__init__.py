@@ -22,7 +22,7 @@ import dask.array as da
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..backend import is_array_api
+from ..backend import is_array_api, is_cupy, namespace
 from ..memory import check_gram_memory, dual_plan
 from ..progress import active_client
 from .graph import row_blocks
@@ -125,5 +125,7 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         return fit_primal(Ub, Vb, starts, cols, frequencies, **common)
     if plan.blocked:
         return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common)
+    meta = getattr(U, "_meta", None)
+    draw_on = "cuda" if device == "cuda" or (is_array_api(meta) and is_cupy(namespace(meta))) else None
     return fit_streamed(Ub, Vb, starts, m, frequencies, n_features=n_features, dtype=dtype,
-                        slab_bytes=plan.slab_bytes, device=device, **common)
+                        slab_bytes=plan.slab_bytes, device=device, draw_on=draw_on, n_inputs=n, **common)

@@ -110,10 +110,11 @@ def rows(X, start, stop):
     return X[start:stop]
 
 
-def compute_fit(*collections, progress, client, desc, alpha):
-    """``progress.compute`` for a fit graph; a failed blocked Cholesky becomes a ValueError."""
+def compute_fit(*collections, progress, client, desc, alpha, consume=None):
+    """``progress.compute`` for a fit graph (``consume``: see there); a failed blocked Cholesky
+    becomes a ValueError."""
     try:
-        return compute(*collections, progress=progress, client=client, desc=desc)
+        return compute(*collections, progress=progress, client=client, desc=desc, consume=consume)
     except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky (no jitter retry there)
         raise ValueError(f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
                          "is not numerically positive definite; pass a larger alpha") from exc

@@ -7,7 +7,8 @@ frequencies, makes the slab and adds ``A_f A_f^T`` to its own Gram (:func:`gram_
 neither ``A`` nor ``Omega`` exists whole and ``A`` never travels. The workers' Grams are
 summed (a tree; ``itemsize M^2`` bytes moved per worker beyond the first), factorised once and
 solved for all outputs on one worker (in place); ``Beta`` (M x m) goes to every worker, which
-writes the rows of ``C = A^T Beta`` of its slabs (``coef-slab``, :func:`coef_slab`).
+makes the rows of ``C = A^T Beta`` of its slabs (``coef-slab``, :func:`coef_slab`), and the
+client gathers each slab's rows while the next ones are made (:func:`fit_streamed`).
 
 Memory per worker: its Gram ``+ U +`` a slab and its temporaries (:func:`rfol_dask.memory.dual_plan`
 sizes the slab); on the factorising worker ``+ V`` (M x m); the coefficients (N x m) in all.
@@ -33,6 +34,7 @@ import os
 import shutil
 import tempfile
 import time
+import types
 import uuid
 
 import dask
@@ -120,9 +122,9 @@ def _cache_put(token, f0, A):
 
 
 def free_bytes(X):
-    """Bytes that the memory holding ``X`` still has free: the GPU's (CuPy: free device memory
-    plus the pool's free blocks), else the host's available memory."""
-    if backend.is_cupy(backend.namespace(X)):
+    """Bytes that the memory holding ``X`` (an array, or a namespace) still has free: the GPU's
+    (CuPy: free device memory plus the pool's free blocks), else the host's available memory."""
+    if backend.is_cupy(X if isinstance(X, types.ModuleType) else backend.namespace(X)):
         import cupy
 
         return int(cupy.cuda.runtime.memGetInfo()[0]) + int(cupy.get_default_memory_pool().free_bytes())
@@ -144,12 +146,34 @@ def _slab_frequencies(token, U, frequencies, f0, f1, keep):
     if isinstance(U, np.ndarray) or token is None:
         return frequencies
     pair = _KEPT_FREQUENCIES.pop((token, f0), None)
-    if pair is None:
+    if pair is None:  # not drawn ahead (:func:`draw_slab`) or not kept
         pair = tuple(_like(a, U) for a in frequencies(columns=(f0, f1)))
-        if keep and os.path.isdir(_cache_dir(token, current_worker())) and \
-                free_bytes(U) > 4 * sum(math.prod(a.shape) * backend.itemsize(a.dtype) for a in pair) + 2**30:
-            _KEPT_FREQUENCIES[(token, f0)] = pair
+        keep = keep and _room(token, backend.namespace(U), sum(math.prod(a.shape) * backend.itemsize(a.dtype)
+                                                                for a in pair))
+    if keep:
+        _KEPT_FREQUENCIES[(token, f0)] = pair
     return lambda columns: pair
+
+
+def _room(token, xp, nbytes, reserve=0):
+    """True while the fit ``token`` runs (its cache directory exists) and the memory of ``xp``
+    has ``reserve + 4 nbytes + 1 GiB`` free: room to keep ``nbytes`` of frequencies."""
+    return os.path.isdir(_cache_dir(token, current_worker())) and free_bytes(xp) > reserve + 4 * nbytes + 2**30
+
+
+def draw_slab(token, frequencies, f0, f1, device, nbytes, reserve):
+    """Draw the frequencies of the columns ``f0:f1`` (``nbytes`` of them) on the host cores and
+    keep them on ``device`` for both passes of the fit ``token`` (:func:`_slab_frequencies`), if
+    the device keeps ``reserve`` bytes (the fit's Gram, ``U``, ``V`` and slabs) beyond them
+    free; else draw nothing (the passes draw them). These tasks need no data, so a GPU worker
+    draws while the rows of ``U`` are still read and its Gram pass only computes."""
+    xp = backend.device_namespace(device)
+    if _room(token, xp, nbytes, reserve):
+        with blas_limits(backend.host_threads_per_gpu()):
+            pair = tuple(backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
+        if _room(token, xp, 0, reserve):  # still, now that they are there
+            _KEPT_FREQUENCIES[(token, f0)] = pair
+    return f0
 
 
 def _cache_take(token, f0):
@@ -192,6 +216,14 @@ def _stack_rows(starts, dtype, device, *blocks, name="U", fortran=False):
         check_finite(B, starts[i], name)
         out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
     return out
+
+
+def _on_device(B, device, start, name):
+    """The row block ``B`` (starting at sample ``start``) moved to ``device`` (unless it is an
+    array API array already, which stays where it is) and checked for NaN / Inf there."""
+    B = backend.to_namespace(B, backend.compute_namespace(device, B))
+    check_finite(B, start, name)
+    return B
 
 
 def _stack_outputs(starts, dtype, device, m, *blocks):
@@ -245,26 +277,17 @@ def _slab_threads(U):
     return worker_threads() if isinstance(U, np.ndarray) else backend.host_threads_per_gpu()
 
 
-def gram_slab(K, U, frequencies, n_features, f0, f1, centre, token=None):
+def gram_slab(K, U, frequencies, n_features, f0, f1, centre, token=None, after=None):
     """``K + A_f A_f^T`` (M, M) for the shifted feature slab ``A_f`` of columns ``f0:f1``
     (:func:`slab_features`): lower triangle, Fortran order, in place (``K=None`` starts the
     sum). ``A_f`` is made on the worker's cores and, with a ``token``, kept on the worker's
-    disk for ``C = A^T Beta`` (else made again then). Cost ``2 M n (f1 - f0) + M^2 (f1 - f0)`` flops."""
+    disk for ``C = A^T Beta`` (else made again then). ``after`` (ignored): the slab's
+    :func:`draw_slab`, if any. Cost ``2 M n (f1 - f0) + M^2 (f1 - f0)`` flops."""
     with blas_limits(_slab_threads(U)):
         A, _ = slab_features(U, _slab_frequencies(token, U, frequencies, f0, f1, True), n_features, f0, f1, centre)
         K = syrk(A, trans=False, C=K)
     _cache_put(token, f0, A)
     return K
-
-
-def _coef_part(rows, m, dtype, after=None):
-    """An empty coefficient part: the tuple ``(C (rows, m), sC (m,))`` of the rows
-    ``n0:n0 + rows`` of the coefficients that one worker writes, ``C = A[:, rows]^T Beta``, and
-    ``sC = s^T C`` over those rows (``s`` the slabs' shifts), which the intercepts need. A
-    plain tuple of arrays, not an object: distributed moves it to the client as two numpy
-    frames (an object holding them went through pickle, 2-3 x slower for the 655 MB of a
-    20000-feature model). ``after`` (ignored) keeps it from being made early."""
-    return np.empty((rows, m), dtype=dtype), np.zeros(m, dtype=dtype)
 
 
 def _to_host(X, out):
@@ -276,11 +299,14 @@ def _to_host(X, out):
         out[...] = to_numpy(X)
 
 
-def coef_slab(part, n0, U, frequencies, n_features, f0, f1, centre, Beta, token=None):
-    """Rows ``f0:f1`` of ``C = A^T Beta`` written into the coefficient part ``part = (C, sC)``
-    (:func:`_coef_part`, holding rows ``n0:``) in place, and ``s_f^T C_f`` added to ``sC``;
-    ``Beta`` is (M, m). The slab
-    is read back from the worker's disk (and deleted) or made again."""
+def coef_slab(U, frequencies, n_features, f0, f1, centre, Beta, token=None, out=None, after=None):
+    """Rows ``f0:f1`` of ``C = A^T Beta`` (``Beta`` (M, m)) on the host, and ``s_f^T C_f`` (m,)
+    (``s_f`` the slab's shift; None without centring), which the intercepts need. With ``out``
+    (the (N, m) numpy coefficients in this process: the local scheduler) the rows are written
+    into ``out[f0:f1]`` and None stands in their place; else they are a new (f1 - f0, m) array,
+    which the client gathers while the next slabs are made (:func:`fit_streamed`). The slab is
+    read back from the worker's disk (and deleted) or made again. ``after`` (ignored) chains a
+    worker's slabs, so that they run one at a time on all its cores."""
     with blas_limits(_slab_threads(U)):
         A = _cache_take(token, f0)
         frequencies = _slab_frequencies(token, U, frequencies, f0, f1, False)
@@ -288,29 +314,38 @@ def coef_slab(part, n0, U, frequencies, n_features, f0, f1, centre, Beta, token=
             A, shift = slab_features(U, frequencies, n_features, f0, f1, centre)
         else:
             shift = slab_features(U[:SHIFT_ROWS], frequencies, n_features, f0, f1, centre)[1]
+        rows = None if out is None else out[f0:f1]
         if isinstance(A, np.ndarray) and isinstance(Beta, np.ndarray):
-            Cf = np.matmul(A.T, Beta, out=part[0][f0 - n0:f1 - n0])
+            Cf = rows = np.matmul(A.T, Beta, out=rows)
         else:  # on the device; the rows come back to the host
             Cf = A.T @ Beta
-            _to_host(Cf, part[0][f0 - n0:f1 - n0])
-    if shift is not None:
-        part[1][...] += to_numpy(shift @ Cf)
-    return part
-
-
-def _intercept_minus(intercept, *parts):
-    return to_numpy(intercept) - sum(sC for _, sC in parts)
+            if rows is None:
+                rows = to_numpy(Cf)
+            else:
+                _to_host(Cf, rows)
+    return (None if out is not None else rows), (None if shift is None else to_numpy(shift @ Cf))
 
 
 def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client,
-                      slab_bytes, token=None, device="cpu"):
+                      slab_bytes, token=None, device="cpu", out=None, draw_on=None, n_inputs=0):
     """The streamed dual fit (see the module docstring) on the delayed row blocks ``Ub``
-    (k_i, n), ``Vb`` (k_i, m) with offsets ``starts``; returns the delayed
-    ``(list of coefficient parts (C, sC), intercept (m,))``. ``token`` names the feature cache (None: no cache);
-    ``device`` where numpy blocks are computed (CuPy blocks stay on their GPU)."""
+    (k_i, n), ``Vb`` (k_i, m) with offsets ``starts``; returns ``slabs``, a list of
+    ``((f0, f1), delayed (rows of C or None, s_f^T C_f or None))`` (:func:`coef_slab`), and
+    the delayed intercept (m,) before the shifts' part ``- sum_f s_f^T C_f``. ``token`` names
+    the feature cache (None: no cache); ``device`` where numpy blocks are computed (CuPy blocks
+    stay on their GPU); ``out`` the (N, m) numpy array the local scheduler writes the
+    coefficients into (None on a cluster, whose slabs return their rows); ``draw_on`` the device
+    (``"cuda"``) on which the workers draw each slab's frequencies ahead of the Gram pass
+    (:func:`draw_slab`, ``n_inputs`` rows each; None: in the slab tasks, as on the CPU)."""
     names = TaskNames()
     workers = worker_addresses(client)
-    groups = feature_slabs(int(starts[-1]), n_features, len(workers), np.dtype(dtype).itemsize, slab_bytes)
+    M, itemsize = int(starts[-1]), np.dtype(dtype).itemsize
+    groups = feature_slabs(M, n_features, len(workers), itemsize, slab_bytes)
+    if draw_on is not None:  # each block moved and checked on the device as soon as it is read
+        Ub = [dask.delayed(_on_device)(B, draw_on, starts[i], "U", dask_key_name=names("device-inputs", i))
+              for i, B in enumerate(Ub)]
+        Vb = [dask.delayed(_on_device)(B, draw_on, starts[i], "V", dask_key_name=names("device-outputs", i))
+              for i, B in enumerate(Vb)]
     U = dask.delayed(_stack_rows)(starts, dtype, device, *Ub, dask_key_name=names("stack-inputs"))
     args = (U, frequencies, n_features)
     grams = []
@@ -318,7 +353,13 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
         with pinned(w):
             K = None
             for f0, f1 in group:
-                K = dask.delayed(gram_slab)(K, *args, f0, f1, fit_intercept, token, dask_key_name=names("gram-slab", f0))
+                drawn = None
+                if draw_on is not None and token is not None:
+                    drawn = dask.delayed(draw_slab)(token, frequencies, f0, f1, draw_on, itemsize * (n_inputs + 1) * (f1 - f0),
+                                                    itemsize * (M * (M + n_inputs + m) + 2 * M * (f1 - f0)),
+                                                    dask_key_name=names("draw-slab", f0))
+                K = dask.delayed(gram_slab)(K, *args, f0, f1, fit_intercept, token, drawn,
+                                            dask_key_name=names("gram-slab", f0))
         grams.append(K)
     with pinned(workers[0]):
         K = dask.delayed(_symmetric)(tree_sum(grams, dask.delayed(iadd)))
@@ -328,38 +369,54 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
                                         dask_key_name=names("dual-factor"))
         Beta = dask.delayed(dual_solve)(fac, Vslab, 0, True, True, dask_key_name=names("dual-solve"))
         info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve
-    parts = []
+    slabs = []
     for w, group in zip(workers, groups):
-        n0, n1 = group[0][0], group[-1][1]
         with pinned(w):
-            part = dask.delayed(_coef_part)(n1 - n0, m, dtype, Beta)
+            rows = None
             for f0, f1 in group:
-                part = dask.delayed(coef_slab)(part, n0, *args, f0, f1, fit_intercept, Beta, token,
+                rows = dask.delayed(coef_slab)(*args, f0, f1, fit_intercept, Beta, token, out, rows,
                                                dask_key_name=names("coef-slab", f0))
-        parts.append(part)
-    intercept = dask.delayed(_intercept_minus)(dask.delayed(dual_intercept)(info, Beta), *parts)
-    return parts, intercept
+                slabs.append(((f0, f1), rows))
+    return slabs, dask.delayed(dual_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
 
 
 def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
-                 slab_bytes, device="cpu"):
+                 slab_bytes, device="cpu", draw_on=None, n_inputs=0):
     """Run :func:`dual_stream_graph` in one ``compute``; returns numpy ``(coef (N, m), intercept (m,))``.
-    The feature cache is opened on every worker first and removed afterwards, also on failure."""
+    On a cluster each slab's coefficient rows are gathered into ``coef`` as soon as they are
+    made, while the workers make the next ones, and then forgotten on the cluster; the local
+    scheduler writes them into ``coef`` in place. The client holds ``coef`` and one slab's rows
+    in transit. The feature cache is opened on every worker first and removed afterwards, also
+    on failure."""
     token = uuid.uuid4().hex if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
+    coef = np.empty((n_features, m), dtype=dtype)
+    got = {"shift": np.zeros(m, dtype=dtype)}
     try:
         if token is not None and client is None:
             open_cache(token)
         elif token is not None:
             client.run(open_cache, token)
-        parts, intercept = dual_stream_graph(Ub, Vb, starts, m, frequencies, n_features=n_features, alpha=alpha,
+        slabs, intercept = dual_stream_graph(Ub, Vb, starts, m, frequencies, n_features=n_features, alpha=alpha,
                                              fit_intercept=fit_intercept, dtype=dtype, client=client,
-                                             slab_bytes=slab_bytes, token=token, device=device)
-        parts, intercept = compute_fit(parts, intercept, progress=progress, client=client, desc="fit (dual)",
-                                       alpha=alpha)
+                                             slab_bytes=slab_bytes, token=token, device=device,
+                                             out=coef if client is None else None, draw_on=draw_on,
+                                             n_inputs=n_inputs)
+
+        def consume(i, result):
+            if i == len(slabs):
+                got["intercept"] = to_numpy(result)
+                return
+            (f0, f1), (rows, shifted) = slabs[i][0], result
+            if rows is not None:
+                coef[f0:f1] = rows
+            if shifted is not None:
+                got["shift"] += shifted
+
+        compute_fit(*(slab for _, slab in slabs), intercept, progress=progress, client=client, desc="fit (dual)",
+                    alpha=alpha, consume=consume)
     finally:
         if token is not None:
             t0 = time.perf_counter()
             _close_cache(client, token)
             logger.debug("feature cache closed in %.3f s", time.perf_counter() - t0)
-    parts = [C for C, _ in parts]
-    return (parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)), intercept
+    return coef, got["intercept"] - got["shift"]

@@ -39,6 +39,10 @@ def test_store_layout_attributes_and_chunks(tmp_path):
     assert ds.attrs["rfol_dask_version"] == __version__
     assert ds["x"].attrs["units"] == "m" and ds["x"].attrs["period"] == 1.0
     assert "block_done" not in ds
+    import zarr
+
+    group = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
+    assert group["input"].compressors == () and group["output"].compressors == ()  # fields stored raw
 
 
 def test_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypatch):
