@@ -38,12 +38,15 @@ def _widgets_available():
     return is_kernel() and importlib.util.find_spec("ipywidgets") is not None
 
 
-def _text_bar(futures, scheduler, desc, out):
-    """Block until ``futures`` finish, drawing distributed's text bar to ``out``."""
+def _text_bar(futures, scheduler, desc, out, drawn=None):
+    """Block until ``futures`` (or their keys) finish, drawing distributed's text bar to ``out``;
+    ``drawn`` (a ``threading.Event``) is set at its first drawing, when the scheduler tracks them."""
     from distributed.diagnostics.progressbar import TextProgressBar
 
     class Bar(TextProgressBar):  # distributed's bar writes to sys.stdout; this one to ``out``
         def _draw_bar(self, remaining, all, **kwargs):
+            if drawn is not None:
+                drawn.set()
             frac = (1 - remaining / all) if all else 1.0
             with contextlib.suppress(ValueError):
                 out.write(f"\r{desc}: [{'#' * int(self.width * frac):<{self.width}}] | {int(100 * frac)}% Completed"
@@ -144,9 +147,12 @@ def _collect(pending, client, desc, progress, consume):
         widget = show_progress(futures, client, desc)  # the text bar returns at the end
     elif progress:  # the text bar blocks until the end: in a thread beside the streamed gathers
         keys = [f.key for f in futures]  # keys, not futures: a gathered result is forgotten at once
-        bar = threading.Thread(target=_text_bar, args=(keys, client.scheduler.address, desc, sys.stderr),
+        drawn = threading.Event()
+        bar = threading.Thread(target=_text_bar, args=(keys, client.scheduler.address, desc, sys.stderr, drawn),
                                daemon=True, name="rfol-progress")
         bar.start()
+        while bar.is_alive() and not drawn.wait(0.05):  # tracking the keys before any is forgotten
+            pass
     t0 = time.perf_counter()
     if consume is None:
         for _ in as_completed(futures, loop=client.loop):  # wait (without a default client)

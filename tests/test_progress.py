@@ -64,6 +64,8 @@ def test_consume_receives_each_result_while_the_others_run(cluster_client, tmp_p
     """With ``consume`` a result reaches the client as soon as it is made (the second task
     waits for the first one's consumption, so gathering at the end would time it out), and
     the client forgets it then."""
+    import time
+
     import dask
 
     flag = str(tmp_path / "first-consumed")
@@ -75,7 +77,11 @@ def test_consume_receives_each_result_while_the_others_run(cluster_client, tmp_p
         got.append((i, result))
         if i == 0:
             open(flag, "w").close()
-            assert "consume-first" not in cluster_client.futures  # released on the cluster
+            for _ in range(250):  # released on the cluster (the client's loop drops its last reference)
+                if "consume-first" not in cluster_client.futures:
+                    break
+                time.sleep(0.02)
+            assert "consume-first" not in cluster_client.futures
     assert compute(first, second, client=cluster_client, progress=True, desc="streamed", consume=consume) is None
     assert got == [(0, 6), (1, True)]
     assert "streamed: [" in capsys.readouterr().err  # the text bar ran beside the gathers

@@ -11,7 +11,8 @@ makes the rows of ``C = A^T Beta`` of its slabs (``coef-slab``, :func:`coef_slab
 client gathers each slab's rows while the next ones are made (:func:`fit_streamed`).
 
 Memory per worker: its Gram ``+ U +`` a slab and its temporaries (:func:`rfol_dask.memory.dual_plan`
-sizes the slab); on the factorising worker ``+ V`` (M x m); the coefficients (N x m) in all.
+sizes the slab); on the factorising worker ``+ V`` (M x m); the coefficient rows of the slabs
+not yet gathered (the client holds ``C``, N x m).
 Flops: those of the in-memory dual. The slabs are cached on the workers' local disks between
 the two passes, in a directory of the fit that is removed when the fit ends, whether it
 succeeds or fails (dask config ``rfol_dask.feature-cache: none`` makes them again instead:
