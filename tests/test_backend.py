@@ -358,6 +358,38 @@ def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_
     assert streamed._KEPT_FREQUENCIES == {}
 
 
+@pytest.mark.cluster
+def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, data, monkeypatch):
+    """The device path on a distributed worker (in-process, so that it sees the fake device):
+    the frequencies drawn ahead on the worker, the coefficient rows gathered slab by slab into
+    the client's array; the fit equals the CPU fit."""
+    from collections import Counter
+
+    import dask
+    import dask.array as da
+    from dask.utils import key_split
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from rfol_dask.solve import streamed
+
+    monkeypatch.setattr(streamed, "free_bytes", lambda X: 2**40)
+    U, V = data
+    kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
+    want = RandomFeatureOperator(**kw).fit(U, V)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client, dask.config.set({"rfol_dask.slab-bytes": 70 * 8 * 256}):
+        with get_task_stream(client) as ts:
+            model = RandomFeatureOperator(device="cuda", **kw).fit(da.from_array(U, chunks=25),
+                                                                   da.from_array(V, chunks=25))
+        assert not client.futures  # nothing of the fit is left on the cluster
+    ran = Counter(key_split(t["key"]) for t in ts.data)
+    assert ran["draw-slab"] == ran["gram-slab"] == ran["coef-slab"] == 3  # 3 slabs, drawn ahead
+    assert ran["device-inputs"] == ran["device-outputs"] == 3  # 3 row blocks (70 samples), each moved as read
+    assert isinstance(model.coef_, np.ndarray) and model.coef_.flags.c_contiguous
+    assert rel(model.coef_, want.coef_) < TOL and rel(model.intercept_, want.intercept_) < TOL
+    assert streamed._KEPT_FREQUENCIES == {}
+
+
 def test_gpu_slab_tasks_draw_on_the_host_cores_per_gpu(monkeypatch):
     """A slab task whose inputs live on a GPU gets the host cores per GPU for its draw (the
     worker's BLAS threads on the CPU); the GPUs are counted by CuPy, one where it cannot."""
