@@ -151,7 +151,9 @@ def _collect(pending, client, desc, progress, consume):
         bar = threading.Thread(target=_text_bar, args=(keys, client.scheduler.address, desc, sys.stderr, drawn),
                                daemon=True, name="rfol-progress")
         bar.start()
-        while bar.is_alive() and not drawn.wait(0.05):  # tracking the keys before any is forgotten
+        # wait until the bar tracks the keys, before any is forgotten (at most 10 s: else no bar)
+        deadline = time.monotonic() + 10
+        while bar.is_alive() and not drawn.wait(0.05) and time.monotonic() < deadline:
             pass
     t0 = time.perf_counter()
     if consume is None:
