@@ -107,6 +107,20 @@ def test_fit_reads_data_once_in_one_compute(solver, n_features):
     assert model.coef_.shape == (n_features, 12)
 
 
+def test_dask_processes_scheduler_gives_the_in_memory_fit():
+    """dask's local processes scheduler runs the tasks elsewhere: the coefficient rows come back
+    (the threaded scheduler writes them into the caller's array in place instead)."""
+    U, V = smooth_operator_data(120, 10)
+    kw = dict(n_features=300, solver="dual", gamma=1.0, alpha=1e-6, random_state=0)
+    want = RandomFeatureOperator(**kw).fit(U, V)
+    Ud, Vd = da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
+    for scheduler in ("processes", "threads"):
+        with dask.config.set(scheduler=scheduler, num_workers=2):
+            model = RandomFeatureOperator(**kw).fit(Ud, Vd)
+        np.testing.assert_allclose(model.coef_, want.coef_, rtol=1e-9, atol=1e-10 * np.abs(want.coef_).max())
+        np.testing.assert_allclose(model.intercept_, want.intercept_, rtol=1e-9, atol=1e-12)
+
+
 def test_predict_is_lazy_for_dask_and_keeps_chunks():
     U, V = smooth_operator_data(120, 10)
     model = RandomFeatureOperator(n_features=200, alpha=1e-6, random_state=0).fit(U, V)

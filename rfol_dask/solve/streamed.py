@@ -381,12 +381,22 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
     return slabs, dask.delayed(dual_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
 
 
+def _in_process():
+    """True when dask's local scheduler runs the tasks in this process (threads, or synchronous),
+    so that they can write into the caller's arrays; not its ``"processes"`` scheduler."""
+    import dask.base
+    import dask.local
+    import dask.threaded
+
+    return dask.base.get_scheduler() in (None, dask.threaded.get, dask.local.get_sync)
+
+
 def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
                  slab_bytes, device="cpu", draw_on=None, n_inputs=0):
     """Run :func:`dual_stream_graph` in one ``compute``; returns numpy ``(coef (N, m), intercept (m,))``.
     On a cluster each slab's coefficient rows are gathered into ``coef`` as soon as they are
-    made, while the workers make the next ones, and then forgotten on the cluster; the local
-    scheduler writes them into ``coef`` in place. The client holds ``coef`` and one slab's rows
+    made, while the workers make the next ones, and then forgotten on the cluster; dask's local
+    scheduler writes them into ``coef`` in place (its processes scheduler returns them). The client holds ``coef`` and one slab's rows
     in transit. The feature cache is opened on every worker first and removed afterwards, also
     on failure."""
     token = uuid.uuid4().hex if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
@@ -400,7 +410,8 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
         slabs, intercept = dual_stream_graph(Ub, Vb, starts, m, frequencies, n_features=n_features, alpha=alpha,
                                              fit_intercept=fit_intercept, dtype=dtype, client=client,
                                              slab_bytes=slab_bytes, token=token, device=device,
-                                             out=coef if client is None else None, draw_on=draw_on,
+                                             out=coef if client is None and _in_process() else None,
+                                             draw_on=draw_on,
                                              n_inputs=n_inputs)
 
         def consume(i, result):
