@@ -18,7 +18,8 @@ __all__ = ["fit_primal"]
 def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, client, progress):
     """The primal random-feature fit on the delayed row blocks ``Ub`` (k_i, n), ``Vb`` (k_i, m)
     (offsets ``starts``, output column blocks ``cols``); the workers draw the frequencies with
-    the recipe ``frequencies()``. Returns numpy ``(coef (N, m), intercept (m,))``.
+    the recipe ``frequencies()``. Returns numpy ``(coef (N, m), intercept (m,))``; on a cluster
+    each column block of them is gathered as soon as it is solved.
 
     Features are made per row block (never concatenated) in tasks ``primal-partial``; memory
     per chain ``N^2 + N m`` plus one block of features.
@@ -35,6 +36,13 @@ def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, clien
     fac = dask.delayed(primal_factor)(sums, shifts, alpha, fit_intercept, dask_key_name=names("primal-factor"))
     solved = [dask.delayed(primal_solve, nout=2)(fac, c0, c1, dask_key_name=names("primal-solve", c0))
               for c0, c1 in cols]
-    coefs, intercepts = compute_fit([s[0] for s in solved], [s[1] for s in solved], progress=progress,
-                                    client=client, desc="fit (primal)", alpha=alpha)
-    return np.concatenate(coefs, axis=1), np.concatenate(intercepts)
+    got = {}
+
+    def consume(i, result):  # each column block into its place as it comes (no concatenated copy)
+        (C, c), (c0, c1) = result, cols[i]
+        if not got:
+            got.update(coef=np.empty((C.shape[0], cols[-1][1]), dtype=C.dtype), intercept=np.empty(cols[-1][1], c.dtype))
+        got["coef"][:, c0:c1], got["intercept"][c0:c1] = C, c
+
+    compute_fit(*solved, progress=progress, client=client, desc="fit (primal)", alpha=alpha, consume=consume)
+    return got["coef"], got["intercept"]
