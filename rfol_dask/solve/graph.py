@@ -14,7 +14,7 @@ from ..memory import n_slots
 from ..progress import compute
 
 __all__ = ["TaskNames", "row_blocks", "column_blocks", "tree_sum", "iadd", "chained_sum", "block_vsum",
-           "column_slab", "rows", "compute_fit"]
+           "column_slab", "rows", "Columns", "compute_fit"]
 
 
 class TaskNames:
@@ -108,6 +108,26 @@ def column_slab(start, stop, dtype, *blocks):
 def rows(X, start, stop):
     """``X[start:stop]``."""
     return X[start:stop]
+
+
+class Columns:
+    """The coefficients (N, m) and intercepts (m,) of a fit, filled block by block of the output
+    columns ``cols`` (``[(c0, c1), ...]``) as :func:`compute_fit` hands them over (``consume``):
+    each block goes into its place as it is gathered, with no concatenated copy at the end."""
+
+    def __init__(self, cols):
+        self.cols, self.m = cols, cols[-1][1]
+        self.coef = self.intercept = None
+
+    def put_coef(self, k, C):
+        if self.coef is None:
+            self.coef = np.empty((C.shape[0], self.m), dtype=C.dtype)
+        self.coef[:, slice(*self.cols[k])] = C
+
+    def put_intercept(self, k, c):
+        if self.intercept is None:
+            self.intercept = np.empty(self.m, dtype=c.dtype)
+        self.intercept[slice(*self.cols[k])] = c
 
 
 def compute_fit(*collections, progress, client, desc, alpha, consume=None):

@@ -5,12 +5,11 @@ solves over column blocks of the outputs."""
 from __future__ import annotations
 
 import dask
-import numpy as np
 
 from ..factor import primal_factor, primal_solve
 from ..gram import add_partials, block_means, primal_partial
 from ..memory import n_slots
-from .graph import TaskNames, chained_sum, compute_fit
+from .graph import Columns, TaskNames, chained_sum, compute_fit
 
 __all__ = ["fit_primal"]
 
@@ -36,13 +35,11 @@ def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, clien
     fac = dask.delayed(primal_factor)(sums, shifts, alpha, fit_intercept, dask_key_name=names("primal-factor"))
     solved = [dask.delayed(primal_solve, nout=2)(fac, c0, c1, dask_key_name=names("primal-solve", c0))
               for c0, c1 in cols]
-    got = {}
+    out = Columns(cols)
 
-    def consume(i, result):  # each column block into its place as it comes (no concatenated copy)
-        (C, c), (c0, c1) = result, cols[i]
-        if not got:
-            got.update(coef=np.empty((C.shape[0], cols[-1][1]), dtype=C.dtype), intercept=np.empty(cols[-1][1], c.dtype))
-        got["coef"][:, c0:c1], got["intercept"][c0:c1] = C, c
+    def consume(k, result):
+        out.put_coef(k, result[0])
+        out.put_intercept(k, result[1])
 
     compute_fit(*solved, progress=progress, client=client, desc="fit (primal)", alpha=alpha, consume=consume)
-    return got["coef"], got["intercept"]
+    return out.coef, out.intercept

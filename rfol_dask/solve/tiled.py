@@ -15,7 +15,7 @@ from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_p
 from ..gram import block_means, dual_tile, features_block
 from ..memory import memory_plan, n_slots
 from ..placement import on_one_worker
-from .graph import TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum
+from .graph import Columns, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum
 
 __all__ = ["dual_graph", "fit_tiled", "cross_block"]
 
@@ -147,6 +147,7 @@ def fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_inter
         coefs.append(chained_sum(nb, slots, lambda i, acc: dask.delayed(cross_block)(
             A[i], dask.delayed(rows)(Beta, starts[i], starts[i + 1]), acc), dask.delayed(iadd)))
         intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
-    coefs, intercepts = compute_fit(coefs, intercepts, progress=progress, client=client, desc="fit (dual)",
-                                    alpha=alpha)
-    return np.concatenate(coefs, axis=1), np.concatenate(intercepts)
+    out, nc = Columns(cols), len(cols)
+    compute_fit(*coefs, *intercepts, progress=progress, client=client, desc="fit (dual)", alpha=alpha,
+                consume=lambda i, r: out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r))
+    return out.coef, out.intercept
