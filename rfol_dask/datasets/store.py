@@ -111,7 +111,7 @@ def _template(spec, params, n_samples, block_size, seed):
     )
     # the fields are stored uncompressed: float64 solution fields shrink by 5 % (zstd) to 12 %
     # (blosc, byte shuffle), and decoding them costs more than reading those bytes from a local
-    # disk (2.2 x the read time of Navier-Stokes 64 x 64 blocks; benchmarks/README.md, "Reading")
+    # disk (1.8-2.2 x the read time of Navier-Stokes 64 x 64 blocks; benchmarks/README.md, "Reading")
     encoding = {
         "input": {"chunks": chunks_in, "fill_value": np.nan, "compressors": None},
         "output": {"chunks": chunks_out, "fill_value": np.nan, "compressors": None},
