@@ -358,6 +358,21 @@ def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_
     assert streamed._KEPT_FREQUENCIES == {}
 
 
+def test_frequencies_kept_after_their_fit_ended_are_dropped():
+    """A slab task that keeps frequencies while (or after) its fit's cache is removed keeps
+    nothing: the directory goes first, and keeping checks it after storing."""
+    from rfol_dask.solve import streamed
+
+    token = "test-keep"
+    streamed.open_cache(token)
+    streamed._keep(token, 0, ("omega", "b"))
+    assert streamed._KEPT_FREQUENCIES[(token, 0)] == ("omega", "b")
+    streamed.remove_cache(token)
+    assert (token, 0) not in streamed._KEPT_FREQUENCIES
+    streamed._keep(token, 256, ("omega", "b"))  # a task finishing after the fit
+    assert not any(k[0] == token for k in streamed._KEPT_FREQUENCIES)
+
+
 @pytest.mark.cluster
 def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, data, monkeypatch):
     """The device path on a distributed worker (in-process, so that it sees the fake device):

@@ -94,15 +94,16 @@ def open_cache(token, dask_worker=None):
 
 def remove_cache(token, dask_worker=None):
     """Delete the cache directory of the fit ``token`` and what is left in it (and the
-    frequencies kept in this process)."""
-    for key in [k for k in _KEPT_FREQUENCIES if k[0] == token]:
-        _KEPT_FREQUENCIES.pop(key, None)
+    frequencies kept in this process: after the directory, so that a task keeping some
+    meanwhile finds it gone and drops them, :func:`_keep`)."""
     path = _cache_dir(token, dask_worker)
     for _ in range(5):  # a task creating a file while the tree is removed makes rmtree fail: again
         shutil.rmtree(path, ignore_errors=True)
         if not os.path.exists(path):
-            return
+            break
         time.sleep(0.05)
+    for key in [k for k in _KEPT_FREQUENCIES if k[0] == token]:
+        _KEPT_FREQUENCIES.pop(key, None)
 
 
 def _cache_file(token, f0):
@@ -152,8 +153,17 @@ def _slab_frequencies(token, U, frequencies, f0, f1, keep):
         keep = keep and _room(token, backend.namespace(U), sum(math.prod(a.shape) * backend.itemsize(a.dtype)
                                                                 for a in pair))
     if keep:
-        _KEPT_FREQUENCIES[(token, f0)] = pair
+        _keep(token, f0, pair)
     return lambda columns: pair
+
+
+def _keep(token, f0, pair):
+    """Keep the frequencies ``pair`` of slab ``f0`` for the fit ``token`` in this process, unless
+    that fit has ended (its cache directory is gone; checked after storing them, as
+    :func:`remove_cache` removes the directory before the kept frequencies)."""
+    _KEPT_FREQUENCIES[(token, f0)] = pair
+    if not os.path.isdir(_cache_dir(token, current_worker())):
+        _KEPT_FREQUENCIES.pop((token, f0), None)
 
 
 def _room(token, xp, nbytes, reserve=0):
@@ -173,7 +183,7 @@ def draw_slab(token, frequencies, f0, f1, device, nbytes, reserve):
         with blas_limits(backend.host_threads_per_gpu()):
             pair = tuple(backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
         if _room(token, xp, 0, reserve):  # still, now that they are there
-            _KEPT_FREQUENCIES[(token, f0)] = pair
+            _keep(token, f0, pair)
     return f0
 
 
