@@ -229,12 +229,10 @@ def _stack_rows(starts, dtype, device, *blocks, name="U", fortran=False):
     return out
 
 
-def _on_device(B, device, start, name):
-    """The row block ``B`` (starting at sample ``start``) moved to ``device`` (unless it is an
-    array API array already, which stays where it is) and checked for NaN / Inf there."""
-    B = backend.to_namespace(B, backend.compute_namespace(device, B))
-    check_finite(B, start, name)
-    return B
+def _on_device(B, device):
+    """The row block ``B`` moved to ``device`` (unless it is an array API array already, which
+    stays where it is); :func:`_stack_rows` checks it there."""
+    return backend.to_namespace(B, backend.compute_namespace(device, B))
 
 
 def _stack_outputs(starts, dtype, device, m, *blocks):
@@ -352,11 +350,9 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
     workers = worker_addresses(client)
     M, itemsize = int(starts[-1]), np.dtype(dtype).itemsize
     groups = feature_slabs(M, n_features, len(workers), itemsize, slab_bytes)
-    if draw_on is not None:  # each block moved and checked on the device as soon as it is read
-        Ub = [dask.delayed(_on_device)(B, draw_on, starts[i], "U", dask_key_name=names("device-inputs", i))
-              for i, B in enumerate(Ub)]
-        Vb = [dask.delayed(_on_device)(B, draw_on, starts[i], "V", dask_key_name=names("device-outputs", i))
-              for i, B in enumerate(Vb)]
+    if draw_on is not None:  # each block moved to the device as soon as it is read
+        Ub = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-inputs", i)) for i, B in enumerate(Ub)]
+        Vb = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-outputs", i)) for i, B in enumerate(Vb)]
     U = dask.delayed(_stack_rows)(starts, dtype, device, *Ub, dask_key_name=names("stack-inputs"))
     args = (U, frequencies, n_features)
     grams = []
