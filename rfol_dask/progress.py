@@ -104,12 +104,9 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
     if client is not None:
         from distributed import KilledWorker
 
-        t0 = time.perf_counter()
         pending = dict(enumerate(client.compute(list(collections))))
         try:
-            results = _collect(pending, client, desc, progress, consume)
-            logger.debug("%s: computed and gathered in %.3f s", desc, time.perf_counter() - t0)
-            return results
+            return _collect(pending, client, desc, progress, consume)  # logs its times
         except KilledWorker as exc:
             raise RuntimeError(
                 f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} last); "

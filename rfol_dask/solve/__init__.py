@@ -112,7 +112,8 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
                          n_features=n_features)
     else:
         check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal")
-    if device != "cpu" or is_array_api(getattr(U, "_meta", None)):
+    meta = getattr(U, "_meta", None)
+    if device != "cpu" or is_array_api(meta):
         if solver == "primal" or plan.blocked:
             raise NotImplementedError(
                 f"on a GPU, dask input is fitted by the streamed dual only, not the "
@@ -125,7 +126,6 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         return fit_primal(Ub, Vb, starts, cols, frequencies, **common)
     if plan.blocked:
         return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common)
-    meta = getattr(U, "_meta", None)
     draw_on = "cuda" if device == "cuda" or (is_array_api(meta) and is_cupy(namespace(meta))) else None
     return fit_streamed(Ub, Vb, starts, m, frequencies, n_features=n_features, dtype=dtype,
                         slab_bytes=plan.slab_bytes, device=device, draw_on=draw_on, n_inputs=n, **common)

@@ -402,9 +402,9 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
     """Run :func:`dual_stream_graph` in one ``compute``; returns numpy ``(coef (N, m), intercept (m,))``.
     On a cluster each slab's coefficient rows are gathered into ``coef`` as soon as they are
     made, while the workers make the next ones, and then forgotten on the cluster; dask's local
-    scheduler writes them into ``coef`` in place (its processes scheduler returns them). The client holds ``coef`` and one slab's rows
-    in transit. The feature cache is opened on every worker first and removed afterwards, also
-    on failure."""
+    scheduler writes them into ``coef`` in place (its processes scheduler returns them). The
+    client holds ``coef`` and one slab's rows in transit. The feature cache is opened on every
+    worker first and removed afterwards, also on failure."""
     token = uuid.uuid4().hex if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
     coef = np.empty((n_features, m), dtype=dtype)
     got = {"shift": np.zeros(m, dtype=dtype)}
@@ -417,8 +417,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
                                              fit_intercept=fit_intercept, dtype=dtype, client=client,
                                              slab_bytes=slab_bytes, token=token, device=device,
                                              out=coef if client is None and _in_process() else None,
-                                             draw_on=draw_on,
-                                             n_inputs=n_inputs)
+                                             draw_on=draw_on, n_inputs=n_inputs)
 
         def consume(i, result):
             if i == len(slabs):
