@@ -399,9 +399,19 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
             best = {key: cv.best_params_[key] for key in cv.best_params_}
             t_fit, _ = timed(dev, lambda: RandomFeatureOperator(random_state=seed, **best).fit(Us, Vs))
             P = dev.get(cv.predict(Ug_test))
-            return {"train": k, "search_seconds": t, "fit_seconds_best": t_fit, "search_over_fit": t / t_fit,
-                    "best_params": best, "best_score": cv.best_score_, "test_rel_l2": rel_l2(V_test, P),
-                    "candidates": len(cv.cv_results_["alpha"])}
+            res = {"train": k, "search_seconds": t, "fit_seconds_best": t_fit, "search_over_fit": t / t_fit,
+                   "best_params": best, "best_score": cv.best_score_, "test_rel_l2": rel_l2(V_test, P),
+                   "candidates": len(cv.cv_results_["alpha"])}
+            if device == "cuda":  # the same search on the host's cores, for the ratio (numpy in, device="cpu")
+                t_cpu, cpu = timed(dev, lambda: RandomFeatureOperatorCV(n_features=min(N0, 2 * k), random_state=seed)
+                                   .fit(U_train[:k], V_train[:k]))
+                errs = np.asarray(cv.cv_results_["mean_test_score"])
+                res.update({"cpu_search_seconds": t_cpu, "gpu_over_cpu_search": t / t_cpu,
+                            "same_best_params": cpu.best_params_ == cv.best_params_,
+                            "max_rel_diff_validation_errors": float(
+                                np.max(np.abs(errs - cpu.cv_results_["mean_test_score"]) / np.abs(errs)))
+                            if len(errs) == len(cpu.cv_results_["mean_test_score"]) else None})
+            return res
 
         _stage(report, "selection", selection, out)
     return report
@@ -422,7 +432,8 @@ def main(argv=None):
     parser.add_argument("--equal-full", action="store_true",
                         help="also compare with the CPU fit at the full size and the first N (minutes on the host)")
     parser.add_argument("--select", type=int, default=0, metavar="SAMPLES",
-                        help="also time RandomFeatureOperatorCV's default search on this many training samples")
+                        help="also time RandomFeatureOperatorCV's default search on this many training samples "
+                             "(on the device, then on the host's cores for the ratio)")
     parser.add_argument("--features", type=lambda t: [int(x) for x in t.split(",")], default=None, metavar="N,N",
                         help="feature counts of the in-memory fits (default: the size's; the first is also the "
                              "Zarr and equality fits')")

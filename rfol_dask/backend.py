@@ -33,7 +33,8 @@ from . import linalg
 
 __all__ = ["DEVICES", "namespace", "generic_numpy", "is_fast", "is_cupy", "device_namespace", "check_device",
            "compute_namespace", "to_namespace", "to_numpy", "is_array_api", "itemsize", "is_real_dtype",
-           "as_fortran", "fortran_copy", "syrk", "symmetrize", "cholesky", "cho_solve"]
+           "as_fortran", "fortran_copy", "copy", "take_rows", "fill_diagonal", "syrk", "symmetrize", "ridge_factor",
+           "cholesky", "cho_solve"]
 
 DEVICES = ("cpu", "cuda")
 
@@ -206,6 +207,37 @@ def fortran_copy(X):
     return xp.asarray(X, copy=True)
 
 
+def copy(X):
+    """A copy of ``X`` in its own namespace and memory layout (numpy: ``order="K"``)."""
+    if isinstance(X, np.ndarray):
+        return X.copy(order="K")
+    return namespace(X).asarray(X, copy=True)
+
+
+def take_rows(X, rows):
+    """The rows ``rows`` (integer indices, numpy) of ``X`` (numpy or another namespace's
+    array), where ``X`` lives: a new (len(rows), ...) array."""
+    if isinstance(X, np.ndarray):
+        return X[rows]
+    xp = namespace(X)
+    return xp.take(X, xp.asarray(np.asarray(rows, dtype=np.int64)), axis=0)
+
+
+def fill_diagonal(X, value):
+    """``X`` (n, n) with ``value`` on its diagonal: in place on numpy and CuPy, a new array in
+    the other namespaces (the standard has no assignment by integer arrays); returns it."""
+    xp = namespace(X)
+    if isinstance(X, np.ndarray) and is_fast(xp):
+        np.fill_diagonal(X, value)
+        return X
+    if is_cupy(xp):
+        import cupy
+
+        cupy.fill_diagonal(X, value)
+        return X
+    return xp.where(xp.eye(X.shape[0], X.shape[1], dtype=xp.bool), xp.asarray(value, dtype=X.dtype), X)
+
+
 def syrk(A, trans, C=None):
     """``A A^T`` (``trans=False``) or ``A^T A`` (``trans=True``), added to ``C`` if given.
 
@@ -266,11 +298,10 @@ def cholesky(G, alpha):
     if is_fast(xp):
         return linalg.cholesky(G, alpha)
     n, dtype = G.shape[0], to_numpy_dtype(G.dtype)
-    diag = xp.asarray(xp.linalg.diagonal(G), copy=True)
-    ridges = linalg.jitter_ridges(alpha, float(xp.mean(xp.abs(diag))) if n else 0.0, dtype)
-    factor = _cupy_factor_in_place(G, diag) if is_cupy(xp) else _factor_copy(G, xp)
+    factor, _ = ridge_factor(G)
+    ridges = linalg.jitter_ridges(alpha, float(xp.mean(xp.abs(xp.linalg.diagonal(G)))) if n else 0.0, dtype)
     for attempt, ridge in enumerate(ridges):
-        L = factor(float(ridge), attempt)
+        L = factor(float(ridge), attempt > 0)
         if L is not None and bool(xp.all(xp.isfinite(xp.linalg.diagonal(L)))):
             if attempt:
                 linalg.warn_ridge(alpha, ridge, dtype)
@@ -278,12 +309,40 @@ def cholesky(G, alpha):
     raise linalg.not_positive_definite(alpha, ridges)
 
 
+def ridge_factor(G):
+    """Cholesky factorisations of ``G + ridge I`` for several ridges: ``(factor, restore)``.
+
+    ``factor(ridge, again)`` returns the lower factor (only its lower triangle meaningful), or
+    None where ``G + ridge I`` is not numerically positive definite; ``again`` says that an
+    earlier call factorised ``G`` already. ``restore()`` gives ``G`` back as it came. ``G`` (n, n):
+    symmetric with both triangles filled. numpy (Fortran order) and CuPy: in place, the factor in
+    ``G``'s lower triangle and the upper one its backup (LAPACK / cuSOLVER ``potrf``), no
+    ``n^2`` copy. Other namespaces: ``xp.linalg.cholesky`` of a new ``G + ridge I`` (``G`` untouched).
+    """
+    xp = namespace(G)
+    if is_fast(xp):
+        diag = np.diagonal(G).copy()
+
+        def factor(ridge, again):
+            L, info = linalg.potrf_ridge(G, diag, ridge, restore=again)
+            return L if info == 0 else None
+
+        def restore():
+            linalg.symmetrize(G, "upper")
+            np.fill_diagonal(G, diag)
+
+        return factor, restore
+    if is_cupy(xp):
+        return _cupy_factor_in_place(G)
+    return _factor_copy(G, xp), lambda: None
+
+
 def _factor_copy(G, xp):
-    """``factor(ridge, attempt)``: the lower factor of ``G + ridge I`` as a new array, or None
+    """``factor(ridge, again)``: the lower factor of ``G + ridge I`` as a new array, or None
     where it is not positive definite (the standard's ``xp.linalg.cholesky``; ``G`` untouched)."""
     eye = xp.eye(G.shape[0], dtype=G.dtype, device=getattr(G, "device", None))
 
-    def factor(ridge, attempt):
+    def factor(ridge, again):
         try:
             return xp.linalg.cholesky(G + ridge * eye)
         except Exception as exc:  # the numpy-backed namespaces raise LinAlgError
@@ -311,25 +370,32 @@ def host_threads_per_gpu():
     return max(1, cores // max(1, gpus))
 
 
-def _cupy_factor_in_place(G, diag):
-    """``factor(ridge, attempt)`` for the CuPy array ``G``: puts ``diag + ridge`` on the diagonal
-    and factorises in place (:func:`_cupy_potrf`); returns the Fortran-ordered factor (a view of
-    ``G``'s buffer, lower triangle), or None where it is not positive definite. A retry first
-    restores the lower triangle from the upper one, which ``potrf`` does not touch (as LAPACK
-    on the CPU, :func:`rfol_dask.linalg.cholesky`)."""
+def _cupy_factor_in_place(G):
+    """:func:`ridge_factor` for the CuPy array ``G``: ``factor`` puts ``diag + ridge`` on the
+    diagonal and factorises in place (:func:`_cupy_potrf`), returning the Fortran-ordered factor
+    (a view of ``G``'s buffer, lower triangle) or None where it is not positive definite. A
+    second call first restores the lower triangle from the upper one, which ``potrf`` does not
+    touch (as LAPACK on the CPU, :func:`rfol_dask.linalg.cholesky`)."""
     import cupy
 
     # a C-ordered symmetric G is its own transpose: G.T is the Fortran-ordered view to factorise
+    copied = not (G.flags.f_contiguous or G.flags.c_contiguous)  # a strided view: factorised in a copy
     F = G if G.flags.f_contiguous else G.T if G.flags.c_contiguous else cupy.asfortranarray(G)
     idx = cupy.arange(G.shape[0])
+    diag = F[idx, idx].copy()
 
-    def factor(ridge, attempt):
-        if attempt:
+    def factor(ridge, again):
+        if again:
             symmetrize(F, "upper")
         F[idx, idx] = diag + ridge
         return F if _cupy_potrf(F) == 0 else None
 
-    return factor
+    def restore():
+        if not copied:
+            symmetrize(F, "upper")
+            F[idx, idx] = diag
+
+    return factor, restore
 
 
 def _cupy_potrf(F):

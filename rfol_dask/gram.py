@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import backend
 from .features import feature_map
 from .backend import namespace, symmetrize, syrk, to_numpy
 
-__all__ = ["check_finite", "features_block", "block_means", "dual_tile", "PrimalSums", "primal_partial", "add_partials"]
+__all__ = ["check_finite", "stack_rows", "features_block", "block_means", "dual_tile", "PrimalSums", "primal_partial", "add_partials"]
 
 
 def check_finite(X, start, name, action="fitting"):
@@ -37,6 +38,25 @@ def check_finite(X, start, name, action="fitting"):
             f"(first bad sample: {rows[0]}, {len(rows)} bad in this block); "
             f"drop or fill those samples before {action}"
         )
+
+
+def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False):
+    """The row blocks (k_i, n) stacked into one (M, n) array of ``dtype``, each checked for NaN /
+    Inf (:func:`check_finite`, rows ``starts[i]:starts[i+1]``): in the namespace of the blocks if
+    they are CuPy (array API) arrays, else of ``device`` (numpy blocks moved there one at a
+    time); with ``fortran``, Fortran-ordered on numpy and CuPy. Memory: the stack, one copy."""
+    xp = backend.compute_namespace(device, *blocks)
+    fast = backend.is_fast(xp)
+    shape, order = (int(starts[-1]), blocks[0].shape[1]), {"order": "F"} if fortran else {}
+    if fast or backend.is_cupy(xp):
+        out = xp.empty(shape, dtype=dtype if fast else getattr(xp, np.dtype(dtype).name), **order)
+    else:
+        out = xp.empty(shape, dtype=getattr(xp, np.dtype(dtype).name))
+    for i, B in enumerate(blocks):
+        B = backend.to_namespace(B, xp)
+        check_finite(B, starts[i], name)
+        out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
+    return out
 
 
 def features_block(U, omega, b, start=0, shift=None, name="U"):

@@ -11,13 +11,16 @@ machine's available memory.
 from __future__ import annotations
 
 import os
+import types
 import warnings
 from dataclasses import dataclass
 
 import dask
 import numpy as np
 
-__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "Budget", "memory_budget", "check_gram_memory",
+from . import backend
+
+__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "Budget", "memory_budget", "free_bytes", "check_gram_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
@@ -73,6 +76,18 @@ def memory_budget(max_bytes=None, client=None):
     import psutil
 
     return Budget(0.6 * psutil.virtual_memory().available, "60% of the available memory")
+
+
+def free_bytes(X):
+    """Bytes that the memory holding ``X`` (an array, or a namespace) still has free: the GPU's
+    (CuPy: free device memory plus the pool's free blocks), else the host's available memory."""
+    if backend.is_cupy(X if isinstance(X, types.ModuleType) else backend.namespace(X)):
+        import cupy
+
+        return int(cupy.cuda.runtime.memGetInfo()[0]) + int(cupy.get_default_memory_pool().free_bytes())
+    import psutil
+
+    return int(psutil.virtual_memory().available)
 
 
 def _shortfall(size, need, budget, extra=""):

@@ -15,6 +15,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .estimator import OperatorEstimator
 from .features import DISTRIBUTIONS, draw_frequencies, integer_seed
+from .backend import take_rows
 from .memory import memory_budget
 from .placement import pinned, worker_addresses
 from .rf_operator import RandomFeatureOperator
@@ -169,9 +170,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
     recovery : str, dict or 2-tuple, default="cubic"
         Recovery maps of ``best_estimator_``.
     device : {"cpu", "cuda"}, default="cpu"
-        Where ``best_estimator_`` is refitted and predicts (see
-        :class:`rfol_dask.RandomFeatureOperator`). The search itself runs on the CPU: input on a
-        GPU (CuPy) is copied to the host for it.
+        Where the search runs and ``best_estimator_`` is refitted and predicts (see
+        :class:`rfol_dask.RandomFeatureOperator`): ``"cuda"`` moves numpy / dask input to the GPU
+        (on a cluster: each worker's), and CuPy input is searched where it lives whatever
+        ``device`` says. The Grams, ridge paths and scores are computed there; the median
+        heuristic and the input metric come from a sample on the host.
 
     Attributes
     ----------
@@ -341,9 +344,13 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _gram_group(self, M_t, M_v, n_segments, client):
         """How many gammas' Grams and cross-Grams (``n_segments`` each) one pass may hold: half
-        the memory budget over ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
+        the memory budget (on a GPU, at most :data:`DEVICE_SHARE` of its free memory) over
+        ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
         per = 8.0 * (M_t + M_v) * M_t * n_segments
-        return max(1, int(0.5 * memory_budget(self.max_gram_bytes, client).bytes // per))
+        budget = memory_budget(self.max_gram_bytes, client).bytes
+        if self.max_gram_bytes is None and getattr(self, "_device_room", None) is not None:
+            budget = min(budget, self._device_room)  # the search's Grams on a GPU
+        return max(1, int(0.5 * budget // per))
 
     def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None):
         """Validation errors (len(mults), len(Ns), n_alpha) of one split, or their delayed value."""
@@ -356,7 +363,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         slabs = slab_bounds(N, M_t + M_v, Ns)
         args = (self._alphas(), self.fit_intercept, self.alpha_path, alpha_center, WINDOW_HALF_WIDTH)
         if client is None:
-            Xa, Yt, Yv = arrange_rows(X, train, valid), Y[train], Y[valid]
+            Xa, Yt, Yv = arrange_rows(X, train, valid), take_rows(Y, train), take_rows(Y, valid)
             out = []
             for g0 in range(0, len(scales), group):
                 sc = scales[g0:g0 + group]
@@ -367,7 +374,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
             return np.asarray(out)
         workers = worker_addresses(client)
         Xa = dask.delayed(arrange_rows)(X, train, valid)
-        Yt, Yv = dask.delayed(_take)(Y, train), dask.delayed(_take)(Y, valid)
+        Yt, Yv = dask.delayed(take_rows)(Y, train), dask.delayed(take_rows)(Y, valid)
         out, last = [], None
         for g0 in range(0, len(scales), group):
             sc = scales[g0:g0 + group]
@@ -474,8 +481,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         workers = worker_addresses(client)
         state = []  # per split: (inputs arranged, training outputs, validation outputs, per-worker accumulators)
         for tr, va in splits:
-            data = (arrange_rows(X, tr, va), Y[tr], Y[va]) if client is None else client.persist(
-                [dask.delayed(arrange_rows)(X, tr, va), dask.delayed(_take)(Y, tr), dask.delayed(_take)(Y, va)])
+            data = (arrange_rows(X, tr, va), take_rows(Y, tr), take_rows(Y, va)) if client is None else client.persist(
+                [dask.delayed(arrange_rows)(X, tr, va), dask.delayed(take_rows)(Y, tr), dask.delayed(take_rows)(Y, va)])
             state.append([*data, [None] * len(workers)])
         slabs = slab_bounds(N_max, len(splits[0][0]) + len(splits[0][1]), checkpoints)
         out, previous, done = [], np.full(len(scales), np.inf), 0
@@ -557,10 +564,6 @@ def _select(acc, keep):
     return [acc[k] for k in keep]
 
 
-def _take(Y, rows):
-    return Y[rows]
-
-
 def _after(value, *_):
     """``value``, once the tasks given after it are done (orders tasks that need the whole machine)."""
     return value
@@ -569,6 +572,6 @@ def _after(value, *_):
 def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2):
     """Validation errors (n_alpha,) of scale ``k`` and ``segments[g]`` features (:func:`path_errors`)."""
     # the Cholesky paths solve in the accumulator's own Gram and leave it as it was: no M_t^2 copy
-    in_place = path_method(len(alphas), len(V_train), method, center, half_width) != "eigh"
+    in_place = path_method(len(alphas), V_train.shape[0], method, center, half_width) != "eigh"
     G, K, factor = validation_grams(acc, k, segments, g, copy=not in_place)
     return path_errors(G, K, V_train, V_valid, np.asarray(alphas) / factor, fit_intercept, method, center, half_width)

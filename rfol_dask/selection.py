@@ -39,15 +39,19 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import backend
 from .estimator import OperatorEstimator
-from .gram import check_finite
+from .gram import stack_rows
+from .memory import free_bytes
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
-           "FINE_EXTEND", "FINALIST_TIE", "NARROWER_TIE", "arrange_rows", "sketch_outputs", "best_row", "beyond_edge", "final_best", "grid_step"]
+           "FINE_EXTEND", "FINALIST_TIE", "DEVICE_SHARE", "NARROWER_TIE", "arrange_rows", "sketch_outputs", "best_row", "beyond_edge", "final_best", "grid_step"]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
 DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
+#: share of a device's free memory (a GPU's) that a search on it gives its Grams, as 60 % of the
+#: host's available memory on the CPU (:func:`rfol_dask.memory.memory_budget`)
+DEVICE_SHARE = 0.6
 #: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four decades)
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
@@ -137,22 +141,15 @@ def sketch_outputs(V, k, seed=None):
     sample's ``||v S||^2`` is an unbiased estimate of ``||v||^2`` (relative spread
     ``sqrt(2 / k)``), and the sketch is the same for every candidate."""
     S = np.random.default_rng(seed).standard_normal((V.shape[1], k)) / np.sqrt(k)
-    return V @ S
+    return V @ (S if isinstance(V, np.ndarray) else backend.to_namespace(S, backend.namespace(V)))
 
 
 def arrange_rows(U, train, valid):
-    """The rows ``train`` then ``valid`` of ``U`` in one float64 array (M_t + M_v, n)."""
-    return np.ascontiguousarray(np.concatenate([U[train], U[valid]]), dtype=np.float64)
-
-
-def _stack(starts, name, *blocks):
-    """Row blocks stacked into one float64 array, checked for NaN / Inf."""
-    out = np.empty((int(starts[-1]), np.shape(blocks[0])[1]))
-    for i, B in enumerate(blocks):
-        B = backend.to_numpy(B)  # the search runs on the host, whatever the input's device
-        check_finite(B, starts[i], name)
-        out[starts[i]:starts[i + 1]] = B
-    return out
+    """The rows ``train`` then ``valid`` of the float64 ``U`` in one new array (M_t + M_v, n),
+    where ``U`` lives (numpy, CuPy, ...)."""
+    if isinstance(U, np.ndarray):
+        return np.ascontiguousarray(np.concatenate([U[train], U[valid]]), dtype=np.float64)
+    return backend.take_rows(U, np.concatenate([train, valid]))
 
 
 class SelectionCV(OperatorEstimator):
@@ -228,20 +225,25 @@ class SelectionCV(OperatorEstimator):
         return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
 
     def _data(self, U, V, lazy):
-        """The training data for the Gram passes: numpy arrays, or (distributed client) delayed
-        stacked arrays persisted on the cluster, and the client."""
+        """The training data for the Gram passes, checked, in float64 where the search runs (the
+        input's own namespace for array API input, else ``device``: numpy, or CuPy on a GPU), or
+        (distributed client) delayed stacked arrays persisted on the cluster; and the client."""
         client = active_client() if lazy and self._distributed_search else None
+        device, self._device_room = self._device(), None
         if lazy:
             U = U.rechunk({1: -1})
             V = V.rechunk({0: U.chunks[0], 1: -1})
         if client is None:
             if lazy:
                 U, V = compute(U, V, desc="selection (read the training data)")
-            U, V = (_stack([0, X.shape[0]], name, X) for X, name in ((U, "U"), (V, "V")))
+            U, V = (stack_rows([0, X.shape[0]], np.float64, device, X, name=name) for X, name in ((U, "U"), (V, "V")))
+            xp = backend.namespace(U)
+            # a search on a device holds its Grams there: their groups fit what it has free
+            self._device_room = None if backend.is_fast(xp) else DEVICE_SHARE * free_bytes(xp)
             return U, V, None
         starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
-        Us = dask.delayed(_stack)(starts, "U", *U.to_delayed().ravel())
-        Vs = dask.delayed(_stack)(starts, "V", *V.to_delayed().ravel())
+        Us = dask.delayed(stack_rows)(starts, np.float64, device, *U.to_delayed().ravel(), name="U")
+        Vs = dask.delayed(stack_rows)(starts, np.float64, device, *V.to_delayed().ravel(), name="V")
         Us, Vs = client.persist([Us, Vs])
         return Us, Vs, client
 

@@ -39,14 +39,15 @@ from scipy.spatial.distance import pdist
 
 from . import backend
 from .features import FREQUENCY_BLOCK
-from .linalg import blas_limits, symmetrize, syrk
+from .backend import symmetrize, syrk
+from .linalg import blas_limits
 from .metrics import relative_l2_errors
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
            "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
            "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "EigenPath", "cholesky_errors", "window_errors",
            "path_errors",
-           "eigh_pays", "relative_errors"]
+           "eigh_pays", "relative_errors", "scored_rows"]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
 GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "euclidean",
@@ -232,31 +233,39 @@ def validation_slab(acc, X, n_train, frequencies, n_features, f0, f1, scales, se
     lies in segment ``g`` (``segments[g-1] < f1 <= segments[g]``), whose sums are kept apart so
     nested models ``N' = segments[g]`` come out of one pass (:func:`validation_grams`).
 
-    ``acc[k][g]`` is ``(G, K)``: ``G`` (M_t, M_t; lower triangle, Fortran order) the sum of
-    ``A_t A_t^T`` and ``K`` (M_v, M_t) of ``A_v A_t^T``. Cost ``2 M n w + S (M_t^2 + 2 M_v M_t) w``
+    ``acc[k][g]`` is ``(G, K)``: ``G`` (M_t, M_t) the sum of ``A_t A_t^T`` (numpy: lower
+    triangle, Fortran order; other namespaces: both triangles) and ``K`` (M_v, M_t) of
+    ``A_v A_t^T``. ``X`` may be an array of another namespace (CuPy): the slab is drawn on the
+    host, moved there, and every sum is made there. Cost ``2 M n w + S (M_t^2 + 2 M_v M_t) w``
     flops for ``S`` scales and slab width ``w``; memory ``S`` pairs per segment plus ``2 M w``.
     """
     from .placement import worker_threads
 
-    Z, b = frequencies(columns=(f0, f1))
+    xp = backend.namespace(X)
+    fast = backend.is_fast(xp)
+    Z, b = (x if fast else backend.to_namespace(x, xp) for x in frequencies(columns=(f0, f1)))
     g = int(np.searchsorted(segments, f1))
-    norm = np.sqrt(2.0 / n_features)
-    M_t, M_v, w = n_train, len(X) - n_train, f1 - f0
-    flops = 2 * len(X) * X.shape[1] * w + len(scales) * (M_t ** 2 + 2 * M_v * M_t) * w
+    norm = float(np.sqrt(2.0 / n_features))
+    M = X.shape[0]
+    M_t, M_v, w = n_train, M - n_train, f1 - f0
+    flops = 2 * M * X.shape[1] * w + len(scales) * (M_t ** 2 + 2 * M_v * M_t) * w
     with blas_limits(_threads(worker_threads(), flops)):
         P = X @ Z
-        A = np.empty_like(P)
+        A = np.empty_like(P) if fast else None
         if acc is None:
             acc = [[None] * len(segments) for _ in scales]
         for k, s in enumerate(scales):
-            np.multiply(P, s, out=A)
-            A += b
-            np.cos(A, out=A)
-            A *= norm
-            At, Av = A[:n_train], A[n_train:]
+            if fast:  # in place: one (M, w) buffer beside P
+                np.multiply(P, s, out=A)
+                A += b
+                np.cos(A, out=A)
+                A *= norm
+            else:
+                A = xp.cos(P * float(s) + b) * norm
             if fit_intercept:
-                A -= At.mean(axis=0)
-            G, K = acc[k][g] if acc[k][g] is not None else (None, np.zeros((len(Av), n_train)))
+                A -= xp.mean(A[:n_train, ...], axis=0)
+            At, Av = A[:n_train, ...], A[n_train:, ...]
+            G, K = acc[k][g] if acc[k][g] is not None else (None, xp.zeros((M_v, n_train), dtype=X.dtype))
             K += Av @ At.T
             acc[k][g] = (syrk(At, trans=False, C=G), K)
     return acc
@@ -269,14 +278,15 @@ def add_validation(a, b):
             if pa is None:
                 ra[g] = pb
             elif pb is not None:
-                pa[0][...] += pb[0]
-                pa[1][...] += pb[1]
+                G, K = pa
+                G += pb[0]  # in place (numpy, CuPy, array API)
+                K += pb[1]
     return a
 
 
 def sum_validation(*accs):
     """The sum of :func:`validation_slab` accumulators in a new one (the inputs are kept)."""
-    out = [[None if p is None else (p[0].copy(order="K"), p[1].copy()) for p in row] for row in accs[0]]
+    out = [[None if p is None else (backend.copy(p[0]), backend.copy(p[1])) for p in row] for row in accs[0]]
     for acc in accs[1:]:
         add_validation(out, acc)
     return out
@@ -295,8 +305,8 @@ def validation_grams(acc, k, segments, g, copy=True):
     factor = segments[-1] / segments[g]
     if not copy and len(parts) == 1:
         return symmetrize(parts[0][0]), parts[0][1], factor
-    G = np.array(parts[0][0], order="F")  # a new array: the accumulator is kept
-    K = parts[0][1].copy()
+    G = backend.fortran_copy(parts[0][0])  # a new array: the accumulator is kept
+    K = backend.copy(parts[0][1])
     for p in parts[1:]:
         G += p[0]
         K += p[1]
@@ -308,20 +318,38 @@ def validation_grams(acc, k, segments, g, copy=True):
 
 
 def relative_errors(true, pred):
-    """Per-sample relative L2 errors (:func:`rfol_dask.metrics.relative_l2_errors`) of numpy
-    (k, m) arrays, a zero true sample giving inf / nan without a warning."""
+    """Per-sample relative L2 errors (:func:`rfol_dask.metrics.relative_l2_errors`) of (k, m)
+    arrays (numpy, or another namespace's: computed there), as a numpy (k,) array; a zero true
+    sample gives inf / nan without a warning."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        return relative_l2_errors(true, pred)
+        if isinstance(true, np.ndarray) and isinstance(pred, np.ndarray):
+            return relative_l2_errors(true, pred)
+        xp = backend.namespace(true, pred)
+        return backend.to_numpy(xp.sqrt(xp.sum((pred - true) ** 2, axis=1)) / xp.sqrt(xp.sum(true ** 2, axis=1)))
+
+
+def scored_rows(V_valid):
+    """The validation samples a score counts (numpy bool (M_v,)): those whose output is not
+    identically zero (their relative error is undefined); ValueError when there is none."""
+    xp = backend.namespace(V_valid)
+    keep = backend.to_numpy(xp.sum(V_valid * V_valid, axis=1) > 0)
+    if not keep.any():
+        raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
+    return keep
+
+
+def _mean_error(V_valid, pred, keep):
+    return float(np.mean(relative_errors(V_valid, pred)[keep]))
 
 
 class EigenPath:
     """Validation predictions of the dual ridge problem for every ``alpha`` from one
     eigendecomposition.
 
-    Parameters
+    Parameters (numpy, or arrays of one other namespace, e.g. CuPy: computed there)
     ----------
     G : ndarray (M_t, M_t)
-        Centred training Gram ``H K H`` (overwritten).
+        Centred training Gram ``H K H`` (overwritten on numpy).
     K : ndarray (M_v, M_t)
         Centred validation cross-Gram (validation rows x training rows).
     V : ndarray (M_t, m)
@@ -338,25 +366,27 @@ class EigenPath:
     def __init__(self, G, K, V, fit_intercept=True):
         from .linalg import factor_threads
 
-        M = len(G)
-        with blas_limits(_threads(factor_threads(), 9.0 * M ** 3 + 2.0 * len(K) * M ** 2)):
-            lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
-            self.vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
-            self.lam = np.maximum(lam, 0.0)
+        xp = backend.namespace(G, K, V)
+        M = G.shape[0]
+        with blas_limits(_threads(factor_threads(), 9.0 * M ** 3 + 2.0 * K.shape[0] * M ** 2)):
+            if backend.is_fast(xp):
+                lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
+            else:
+                lam, Q = xp.linalg.eigh(G)
+            self.vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
+            self.lam = xp.maximum(lam, xp.zeros_like(lam))
             self.R = Q.T @ (V - self.vbar)
             self.W = K @ Q
 
     def predict(self, alpha):
         """Validation predictions (M_v, m) for the ridge ``alpha`` (> 0)."""
-        return self.W @ (self.R / (self.lam + alpha)[:, None]) + self.vbar
+        return self.W @ (self.R / (self.lam + float(alpha))[:, None]) + self.vbar
 
     def errors(self, alphas, V_valid):
-        """Mean relative L2 validation error for each of ``alphas``: (n_alpha,). Samples whose
-        output is identically zero (relative error undefined) are left out."""
-        keep = np.linalg.norm(V_valid, axis=1) > 0
-        if not keep.any():
-            raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
-        return np.array([np.mean(relative_errors(V_valid[keep], self.predict(a)[keep])) for a in alphas])
+        """Mean relative L2 validation error for each of ``alphas``: numpy (n_alpha,). Samples
+        whose output is identically zero (relative error undefined) are left out."""
+        keep = scored_rows(V_valid)
+        return np.array([_mean_error(V_valid, self.predict(a), keep) for a in alphas])
 
 
 def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
@@ -367,29 +397,30 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     both triangles filled, Fortran order; returned as it came). The predictions
     ``K (G + alpha I)^-1 V`` are formed in the cheaper order: the solve against the ``m``
     outputs, or against the ``M_v`` validation rows ``K^T`` when ``M_v < m``. Memory: ``G`` and
-    the solves (``2 M_t min(m, M_v) + M_v m``), no copy of ``G``. Cost ``M_t^3 / 3 +
-    2 M_t^2 min(m, M_v) + 2 M_v M_t m`` flops per alpha."""
-    from .linalg import cho_solve, factor_threads, potrf_ridge
+    the solves (``2 M_t min(m, M_v) + M_v m``), no copy of ``G`` (numpy, CuPy: the factor is
+    made in place, :func:`rfol_dask.backend.ridge_factor`; other namespaces factorise a copy).
+    Cost ``M_t^3 / 3 + 2 M_t^2 min(m, M_v) + 2 M_v M_t m`` flops per alpha."""
+    from .linalg import factor_threads
 
-    vbar = V.mean(axis=0) if fit_intercept else np.zeros(V.shape[1])
-    Vc = np.asfortranarray(V - vbar)
-    keep = np.linalg.norm(V_valid, axis=1) > 0
-    G = np.asfortranarray(G)
-    diag = np.diagonal(G).copy()
+    xp = backend.namespace(G, K, V)
+    keep = scored_rows(V_valid)
+    vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
+    Vc = backend.as_fortran(V - vbar)
+    G = backend.as_fortran(G)
+    factor, restore = backend.ridge_factor(G)
     out = []
-    M, m, M_v = len(G), V.shape[1], len(K)
+    M, m, M_v = G.shape[0], V.shape[1], K.shape[0]
     by_rows = M_v < m  # solve for K (G + alpha I)^-1 (M_v right-hand sides), then times V
-    rhs = np.asfortranarray(K.T) if by_rows else Vc
+    rhs = backend.as_fortran(K.T) if by_rows else Vc
     with blas_limits(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * min(m, M_v) + 2.0 * M_v * M * m)):
         for k, alpha in enumerate(alphas):
-            L, info = potrf_ridge(G, diag, alpha, restore=k > 0)
-            if info != 0:
+            L = factor(float(alpha), k > 0)
+            if L is None:
                 out.append(np.inf)
                 continue
-            pred = (cho_solve(L, rhs).T @ Vc if by_rows else K @ cho_solve(L, Vc)) + vbar
-            out.append(np.mean(relative_errors(V_valid[keep], pred[keep])))
-        symmetrize(G, "upper")
-        G[np.arange(M), np.arange(M)] = diag
+            pred = (backend.cho_solve(L, rhs).T @ Vc if by_rows else K @ backend.cho_solve(L, Vc)) + vbar
+            out.append(_mean_error(V_valid, pred, keep))
+        restore()
     return np.array(out)
 
 
@@ -440,15 +471,12 @@ def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", cen
     where one Cholesky factorisation per alpha of a window of ``2 half_width + 1`` alphas around
     it is cheaper than an ``eigh``, only that window is solved (:func:`window_errors`: widened
     while its best is on its edge); the other alphas score NaN."""
-    method = path_method(len(alphas), len(G), method, center, half_width)
+    method = path_method(len(alphas), G.shape[0], method, center, half_width)
     if method == "window":
-        if not (np.linalg.norm(V_valid, axis=1) > 0).any():
-            raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
+        scored_rows(V_valid)  # before a window is solved
         return window_errors(G, K, V, V_valid, alphas, int(center), half_width, fit_intercept)
     if method == "eigh":
         return EigenPath(G, K, V, fit_intercept).errors(alphas, V_valid)
     if method == "cholesky":
-        if not (np.linalg.norm(V_valid, axis=1) > 0).any():
-            raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
         return cholesky_errors(G, K, V, V_valid, alphas, fit_intercept)
     raise ValueError(f"unknown ridge path method {method!r}; choose 'auto', 'eigh' or 'cholesky'")

@@ -10,7 +10,6 @@ is exercised by pointing the ``"cuda"`` loader at array_api_strict, so the plumb
 import subprocess
 import sys
 import textwrap
-import warnings
 
 import numpy as np
 import pytest
@@ -156,6 +155,109 @@ def test_fit_numpy_paths(data, solver, N, fit_intercept):
         assert np.abs(backend.to_numpy(c) - c0).max() < TOL * max(1.0, np.abs(c0).max())
 
 
+def _ridge_problem(M_t=40, M_v=9, m=5, seed=11):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((M_t + M_v, 25))
+    A -= A[:M_t].mean(axis=0)
+    G, K = A[:M_t] @ A[:M_t].T, A[M_t:] @ A[:M_t].T  # rank 25 < M_t: small alphas need the ridge
+    V, V_valid = rng.standard_normal((M_t, m)), rng.standard_normal((M_v, m))
+    V_valid[2] = 0.0  # a zero output: left out of every score
+    return G, K, V, V_valid
+
+
+@pytest.mark.parametrize("m", [5, 30])  # M_v < m: the solves run against the validation rows
+def test_ridge_path_kernels_on_every_path(m):
+    """The validation errors of the ridge path (eigh, one Cholesky per alpha, the window) and
+    the ridge factorisations behind them: numpy (in place), generic numpy and array_api_strict
+    agree to 1e-10, and a Gram solved in place is given back as it came."""
+    from rfol_dask import tuning
+
+    G, K, V, V_valid = _ridge_problem(m=m)
+    alphas = np.array([-5.0, 1e-3, 1e-2, 1e-1, 1.0])  # -5: not positive definite, scores inf
+    want = tuning.cholesky_errors(np.asfortranarray(G.copy()), K, V, V_valid, alphas)
+    assert np.isinf(want[0]) and np.isfinite(want[1:]).all()
+    eig = tuning.EigenPath(G.copy(), K, V).errors(alphas[1:], V_valid)
+    assert rel(eig, want[1:]) < 1e-6  # two exact methods, different rounding
+    Gf = np.asfortranarray(G.copy())
+    win = tuning.window_errors(Gf, K, V, V_valid, alphas, center=3, half_width=1)
+    assert np.array_equal(Gf, G)  # solved in place, given back
+    for run in (lambda f: f(), lambda f: _generic(f)):
+        got = run(lambda: tuning.cholesky_errors(G.copy(), K, V, V_valid, alphas))
+        assert np.isinf(got[0]) and rel(got[1:], want[1:]) < TOL
+        got = run(lambda: tuning.EigenPath(G.copy(), K, V).errors(alphas[1:], V_valid))
+        assert rel(got, eig) < TOL
+    Gs, Ks, Vs, Vvs = strict(G, K, V, V_valid)
+    got = tuning.cholesky_errors(Gs, Ks, Vs, Vvs, alphas)
+    assert isinstance(got, np.ndarray) and np.isinf(got[0]) and rel(got[1:], want[1:]) < TOL
+    assert rel(tuning.EigenPath(Gs, Ks, Vs).errors(alphas[1:], Vvs), eig) < TOL
+    got = tuning.window_errors(Gs, Ks, Vs, Vvs, alphas, center=3, half_width=1)
+    assert np.array_equal(np.isnan(got), np.isnan(win)) and rel(got[~np.isnan(win)], win[~np.isnan(win)]) < TOL
+    assert np.array_equal(backend.to_numpy(Gs), G)
+    for method in ("eigh", "cholesky", "auto"):
+        got = tuning.path_errors(Gs, Ks, Vs, Vvs, alphas[1:], method=method)
+        assert rel(got, want[1:]) < 1e-6
+    with pytest.raises(ValueError, match="identically zero"):
+        tuning.path_errors(Gs, Ks, Vs, xs.zeros((9, m), dtype=xs.float64), alphas, method="cholesky")
+
+
+def _generic(f):
+    with backend.generic_numpy():
+        return f()
+
+
+def test_ridge_factor_paths():
+    """``ridge_factor``: in place on numpy (the Gram given back by ``restore``), a new factor
+    elsewhere; None where the ridge leaves the matrix indefinite."""
+    G = _ridge_problem()[0]
+    for Gx in (np.asfortranarray(G.copy()), *strict(G)):
+        factor, restore = backend.ridge_factor(Gx)
+        assert factor(-5.0, False) is None
+        L = factor(1e-3, True)
+        want = np.linalg.cholesky(G + 1e-3 * np.eye(len(G)))
+        assert rel(np.tril(backend.to_numpy(L)), want) < TOL
+        restore()
+        assert np.array_equal(backend.to_numpy(Gx), G)
+
+
+def test_validation_grams_on_every_path():
+    """The validation Grams of random features (the sums the search solves): one slab at a time,
+    two accumulators summed, nested segments; numpy, generic numpy and array_api_strict agree."""
+    import functools
+
+    from rfol_dask import tuning
+
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((50, 7))
+    N, Ns, scales = 512, [256, 512], [0.3, 1.1]
+    freq = functools.partial(draw_frequencies, 7, N, "cauchy", 1.0, random_state=3)
+
+    def grams(X):
+        accs = [None, None]
+        for i, (f0, f1) in enumerate(tuning.slab_bounds(N, len(X) if isinstance(X, np.ndarray) else X.shape[0],
+                                                        Ns, slab_bytes=50 * 8 * 128)):
+            accs[i % 2] = tuning.validation_slab(accs[i % 2], X, 40, freq, N, f0, f1, scales, Ns)
+        total = tuning.sum_validation(*accs)
+        out = [tuning.validation_grams(total, k, Ns, g) for k in range(2) for g in range(2)]
+        tuning.add_validation(accs[0], accs[1])
+        out += [tuning.validation_grams(accs[0], 1, Ns, 1, copy=False)]
+        return [(backend.to_numpy(G), backend.to_numpy(K), f) for G, K, f in out]
+
+    want = grams(X)
+    # the reference: the centred features of all N columns at once
+    om, b = freq()
+    for k, s in enumerate(scales):
+        A = np.sqrt(2.0 / N) * np.cos(s * X @ om + b)
+        A -= A[:40].mean(axis=0)
+        for g, Ng in enumerate(Ns):
+            G, K, f = want[2 * k + g]
+            At, Av = A[:40, :Ng], A[40:, :Ng]
+            assert f == N / Ng and rel(G, At @ At.T) < TOL and rel(K, Av @ At.T) < TOL
+    assert rel(want[-1][0], want[3][0]) < TOL
+    for got in (_generic(lambda: grams(X)), grams(xs.asarray(X))):
+        for (G, K, f), (G0, K0, f0) in zip(got, want):
+            assert f == f0 and rel(G, G0) < TOL and rel(K, K0) < TOL
+
+
 def test_nan_named_on_generic_path(data):
     U, V = data
     U = U.copy()
@@ -219,26 +321,100 @@ def test_device_cuda_moves_numpy_input_and_returns_numpy(fake_cuda, tmp_path, da
     assert isinstance(est.load(tmp_path / "m").predict(U[:6]), np.ndarray)
 
 
-@pytest.mark.parametrize("est, kw", [
-    ("RandomFeatureOperatorCV", dict(n_features=120, distributions=("gaussian",), gammas=(0.5, 2.0), alphas=(1e-6, 1e-2),
-                                     random_state=0)),
-    ("KernelOperatorCV", dict(kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2)))])
-def test_cv_search_on_the_host_refit_on_the_device(fake_cuda, data, est, kw):
-    """The CV estimators take array-API input (searched on the host, same choice as numpy) and
-    refit their winner where ``device`` says."""
+_CV = [("RandomFeatureOperatorCV", dict(n_features=120, distributions=("gaussian",), gammas=(0.5, 2.0),
+                                        alphas=(1e-6, 1e-2), random_state=0)),
+       ("RandomFeatureOperatorCV", dict(n_features=(64, 128), max_features=256, distributions=("cauchy",),
+                                        gammas=(0.5, 1.0, 2.0), alphas=(1e-6, 1e-4, 1e-2), pca_power=1.0,
+                                        score_outputs=3, random_state=1)),
+       ("KernelOperatorCV", dict(kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))),
+       ("KernelOperatorCV", dict(kernels=("matern52", "linear"), length_scales=(0.5, 2.0), nuggets=(1e-4, 1e-2),
+                                 pca_power=1.0))]
+
+
+def _cv_class(name):
     from rfol_dask import RandomFeatureOperatorCV
     from rfol_dask.baselines import KernelOperatorCV
 
-    cls = {"RandomFeatureOperatorCV": RandomFeatureOperatorCV, "KernelOperatorCV": KernelOperatorCV}[est]
+    return {"RandomFeatureOperatorCV": RandomFeatureOperatorCV, "KernelOperatorCV": KernelOperatorCV}[name]
+
+
+@pytest.fixture
+def scored_in(monkeypatch):
+    """The namespaces the ridge paths of a search were computed in (a spy on the scoring)."""
+    from rfol_dask import tuning
+
+    seen, real = set(), tuning.scored_rows
+
+    def spy(V_valid):
+        seen.add(backend.namespace(V_valid).__name__)
+        return real(V_valid)
+
+    monkeypatch.setattr(tuning, "scored_rows", spy)
+    return seen
+
+
+@pytest.mark.parametrize("est, kw", _CV)
+def test_cv_search_runs_on_the_device(fake_cuda, scored_in, data, est, kw):
+    """The CV estimators search where the fit runs: with ``device="cuda"`` (numpy in) and with
+    array API input, every Gram, ridge path and score is computed in that namespace, and the
+    validation errors equal the CPU search's to 1e-10; the winner is refitted there."""
+    cls = _cv_class(est)
     U, V = data
     on_cpu = cls(**kw).fit(U, V)
-    from_strict = cls(**kw).fit(*strict(U, V))
-    assert from_strict.best_params_ == on_cpu.best_params_
+    assert scored_in == {"numpy"}
+    for make in (lambda: cls(device="cuda", **kw).fit(U, V), lambda: cls(**kw).fit(*strict(U, V))):
+        scored_in.clear()
+        model = make()
+        assert scored_in == {"array_api_strict"}
+        assert model.best_params_ == on_cpu.best_params_
+        assert rel(model.cv_results_["mean_test_score"], on_cpu.cv_results_["mean_test_score"]) < TOL
     on_device = cls(device="cuda", **kw).fit(U, V)
-    assert on_device.best_params_ == on_cpu.best_params_
     assert on_device.best_estimator_.device == "cuda"
     assert isinstance(on_device.predict(U[:5]), np.ndarray)
     assert rel(on_device.predict(U[:5]), on_cpu.predict(U[:5])) < 1e-8
+
+
+def test_cv_search_groups_its_grams_by_the_device_memory(fake_cuda, data, monkeypatch):
+    """A search on a device holds as many gammas' Grams at once as the device has room for (a
+    share of its free memory, not the host's); fewer at a time give the same errors."""
+    from rfol_dask import RandomFeatureOperatorCV, selection
+
+    U, V = data
+    kw = dict(n_features=96, distributions=("gaussian",), gammas=(0.5, 1.0, 2.0), alphas=(1e-6, 1e-2), random_state=0)
+    want = RandomFeatureOperatorCV(**kw).fit(U, V)
+    groups = []
+    real = RandomFeatureOperatorCV._gram_group
+    monkeypatch.setattr(RandomFeatureOperatorCV, "_gram_group", lambda self, *a: groups.append(real(self, *a)) or groups[-1])
+    monkeypatch.setattr(selection, "free_bytes", lambda xp: 8.0 * 70 * 56 * 2 / selection.DEVICE_SHARE)
+    model = RandomFeatureOperatorCV(device="cuda", **kw).fit(U, V)
+    assert groups and max(groups) == 1 and model._device_room == 8.0 * 70 * 56 * 2
+    assert rel(model.cv_results_["mean_test_score"], want.cv_results_["mean_test_score"]) < TOL
+    RandomFeatureOperatorCV(**kw).fit(U, V)
+    assert max(groups[-2:]) > 1  # on the host: the host's budget
+
+
+@pytest.mark.cluster
+def test_cv_search_on_the_device_through_a_distributed_worker(fake_cuda, scored_in, data):
+    """Dask input on a cluster: the training rows are stacked on the worker's device and the
+    search runs there, with the CPU search's errors."""
+    import dask.array as da
+    from dask.utils import key_split
+    from distributed import Client, LocalCluster, get_task_stream
+
+    cls, kw = _cv_class(_CV[1][0]), _CV[1][1]
+    U, V = data
+    on_cpu = cls(**kw).fit(U, V)
+    scored_in.clear()
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        with get_task_stream(client) as ts:
+            model = cls(device="cuda", **kw).fit(da.from_array(U, chunks=25), da.from_array(V, chunks=25))
+        assert not client.futures
+    ran = {key_split(t["key"]) for t in ts.data}
+    assert {"stack_rows", "validation_slab", "path_errors"} <= ran  # searched on the worker
+    assert scored_in == {"array_api_strict"}
+    assert model.best_params_ == on_cpu.best_params_
+    assert rel(model.cv_results_["mean_test_score"], on_cpu.cv_results_["mean_test_score"]) < TOL
 
 
 # ------------------------------------------------------------------ validation and imports

@@ -89,6 +89,30 @@ def test_kernel_operator_on_gpu(data):
     assert rel(gpu.predict(cupy.asarray(U[:30])), cpu.predict(U[:30])) < RTOL
 
 
+@pytest.mark.parametrize("est", ["random_features", "kernel"])
+def test_cv_search_on_gpu_equals_cpu(data, est, monkeypatch):
+    """The CV search of CuPy input runs on the GPU (every ridge path scored there) and finds the
+    CPU search's errors and winner."""
+    from rfol_dask import RandomFeatureOperatorCV, tuning
+    from rfol_dask.baselines import KernelOperatorCV
+
+    seen, real = set(), tuning.scored_rows
+    monkeypatch.setattr(tuning, "scored_rows", lambda Vv: seen.add(type(Vv).__module__.split(".")[0]) or real(Vv))
+    if est == "random_features":
+        cls, kw = RandomFeatureOperatorCV, dict(n_features=(150, 300), max_features=600, gammas=(0.25, 1.0, 4.0),
+                                                alphas=(1e-8, 1e-6, 1e-4, 1e-2), random_state=0)
+    else:
+        cls, kw = KernelOperatorCV, dict(kernels=("rbf", "matern52"), nuggets=(1e-6, 1e-4, 1e-2))
+    U, V = data
+    cpu = cls(**kw).fit(U, V)
+    seen.clear()
+    gpu = cls(**kw).fit(cupy.asarray(U), cupy.asarray(V))
+    assert seen == {"cupy"}
+    assert gpu.best_params_ == cpu.best_params_
+    assert rel(gpu.cv_results_["mean_test_score"], cpu.cv_results_["mean_test_score"]) < RTOL
+    assert rel(gpu.predict(cupy.asarray(U[:30])), cpu.predict(U[:30])) < RTOL
+
+
 def test_jitter_policy_on_gpu():
     A = np.random.default_rng(4).standard_normal((60, 20))
     G = A @ A.T

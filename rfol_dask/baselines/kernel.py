@@ -35,9 +35,12 @@ __all__ = ["KernelOperator", "pca", "transform_inputs"]
 
 
 def transform_inputs(U, start, mean, components, dtype):
-    """Checked inputs of one row block, projected on the PCA directions if any: (k, n) -> (k, p)."""
-    xp = backend.namespace(U) if backend.is_array_api(U) else np
-    U = xp.asarray(U, dtype=getattr(xp, np.dtype(dtype).name))
+    """Checked inputs of one row block, projected on the PCA directions if any: (k, n) -> (k, p);
+    computed where the directions live (a numpy ``U`` is moved to a device's directions), else
+    where ``U`` lives."""
+    ref = components if backend.is_array_api(components) else U
+    xp = backend.namespace(ref) if backend.is_array_api(ref) else np
+    U = xp.asarray(backend.to_namespace(U, xp) if xp is not np else U, dtype=getattr(xp, np.dtype(dtype).name))
     check_finite(U, start, "U")
     return U if components is None else (U - mean) @ components
 

@@ -15,6 +15,7 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..backend import as_fortran, copy, fill_diagonal, namespace, take_rows
 from ..estimator import OperatorEstimator
 from ..selection import DEFAULT_REFINE, SelectionCV
 from ..tuning import path_errors
@@ -34,11 +35,12 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
     if kernel == "linear":
         K_tt, K_vt = X_t @ X_t.T, X_v @ X_t.T
     else:
-        K_tt, K_vt = kernel_values(D2_tt.copy(), kernel, length_scale), kernel_values(D2_vt.copy(), kernel, length_scale)
+        K_tt, K_vt = kernel_values(copy(D2_tt), kernel, length_scale), kernel_values(copy(D2_vt), kernel, length_scale)
     if fit_intercept:
-        r = K_tt.mean(axis=0)
-        c = r.mean()
-        K_vt -= K_vt.mean(axis=1)[:, None]
+        xp = namespace(K_tt)
+        r = xp.mean(K_tt, axis=0)
+        c = xp.mean(r)
+        K_vt -= xp.mean(K_vt, axis=1)[:, None]
         K_vt -= r[None, :] - c
         K_tt -= r[:, None]
         K_tt -= r[None, :] - c
@@ -95,9 +97,11 @@ class KernelOperatorCV(SelectionCV):
     recovery : str, dict or 2-tuple, default="cubic"
         Recovery maps of ``best_estimator_``.
     device : {"cpu", "cuda"}, default="cpu"
-        Where ``best_estimator_`` is refitted and predicts (see
-        :class:`rfol_dask.RandomFeatureOperator`). The search itself runs on the CPU: input on a
-        GPU (CuPy) is copied to the host for it.
+        Where the search runs and ``best_estimator_`` is refitted and predicts (see
+        :class:`rfol_dask.RandomFeatureOperator`): ``"cuda"`` moves numpy / dask input to the GPU
+        (on a cluster: each worker's), and CuPy input is searched where it lives whatever
+        ``device`` says. The Grams, ridge paths and scores are computed there; the median
+        heuristic and the input metric come from a sample on the host.
 
     Attributes
     ----------
@@ -208,11 +212,10 @@ class KernelOperatorCV(SelectionCV):
         key = (train.tobytes(), valid.tobytes())
         cached = getattr(self, "_distances", None)
         if cached is None or cached[0] != key or (need and cached[1][2] is None):
-            X_t, X_v = self._transform(X[train], 0), self._transform(X[valid], 0)
+            X_t, X_v = self._transform(take_rows(X, train), 0), self._transform(take_rows(X, valid), 0)
             D2_tt = D2_vt = None
             if need:
-                D2_tt, D2_vt = sq_distances(X_t, X_t), sq_distances(X_v, X_t)
-                np.fill_diagonal(D2_tt, 0.0)
+                D2_tt, D2_vt = fill_diagonal(sq_distances(X_t, X_t), 0.0), sq_distances(X_v, X_t)
             cached = self._distances = (key, (X_t, X_v, D2_tt, D2_vt))
         return cached[1]
 
@@ -225,9 +228,9 @@ class KernelOperatorCV(SelectionCV):
     def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None):
         """Validation errors (len(mults), 1, n_nugget) of one split."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
-        out = []
+        Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
         for m in mults:
             G, K = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
-            out.append([path_errors(np.asfortranarray(G), K, Y[train], Y[valid], self._alphas(), self.fit_intercept,
-                                    self.alpha_path, alpha_center)])
+            out.append([path_errors(as_fortran(G), K, Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path,
+                                    alpha_center)])
         return np.asarray(out)

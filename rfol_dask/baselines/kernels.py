@@ -52,6 +52,7 @@ def kernel_values(D2, kernel, length_scale):
     """Kernel values from squared distances, in place on ``D2``."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {KERNELS}")
+    length_scale = float(length_scale)  # a Python scalar: the array API takes no numpy scalars
     if kernel == "rbf":
         D2 *= -0.5 / length_scale**2
         return _elementwise("exp", D2)

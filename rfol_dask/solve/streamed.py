@@ -35,7 +35,6 @@ import os
 import shutil
 import tempfile
 import time
-import types
 import uuid
 
 import dask
@@ -45,8 +44,9 @@ from .. import backend
 from ..backend import symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
-from ..gram import check_finite
+from ..gram import stack_rows
 from ..linalg import blas_limits
+from ..memory import free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
@@ -121,18 +121,6 @@ def _cache_put(token, f0, A):
     except OSError:  # the cache is closed (the fit ended) or the disk is full: make it again later
         if os.path.exists(path):
             os.remove(path)
-
-
-def free_bytes(X):
-    """Bytes that the memory holding ``X`` (an array, or a namespace) still has free: the GPU's
-    (CuPy: free device memory plus the pool's free blocks), else the host's available memory."""
-    if backend.is_cupy(X if isinstance(X, types.ModuleType) else backend.namespace(X)):
-        import cupy
-
-        return int(cupy.cuda.runtime.memGetInfo()[0]) + int(cupy.get_default_memory_pool().free_bytes())
-    import psutil
-
-    return int(psutil.virtual_memory().available)
 
 
 #: the frequencies of device slabs between a fit's two passes, by ``(token, f0)``, per process
@@ -211,27 +199,9 @@ def _close_cache(client, token):
 # the tasks
 
 
-def _stack_rows(starts, dtype, device, *blocks, name="U", fortran=False):
-    """The checked row blocks stacked into one (M, n) array (copied once per worker), in the
-    namespace of the blocks if they are CuPy (array API) arrays, else of ``device``; with
-    ``fortran``, Fortran-ordered on numpy and CuPy."""
-    xp = backend.compute_namespace(device, *blocks)
-    fast = backend.is_fast(xp)
-    shape, order = (int(starts[-1]), blocks[0].shape[1]), {"order": "F"} if fortran else {}
-    if fast or backend.is_cupy(xp):
-        out = xp.empty(shape, dtype=dtype if fast else getattr(xp, np.dtype(dtype).name), **order)
-    else:
-        out = xp.empty(shape, dtype=getattr(xp, np.dtype(dtype).name))
-    for i, B in enumerate(blocks):
-        B = backend.to_namespace(B, xp)
-        check_finite(B, starts[i], name)
-        out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
-    return out
-
-
 def _on_device(B, device):
     """The row block ``B`` moved to ``device`` (unless it is an array API array already, which
-    stays where it is); :func:`_stack_rows` checks it there."""
+    stays where it is); :func:`rfol_dask.gram.stack_rows` checks it there."""
     return backend.to_namespace(B, backend.compute_namespace(device, B))
 
 
@@ -241,7 +211,7 @@ def _stack_outputs(starts, dtype, device, m, *blocks):
     (C order) and written into the Fortran-ordered stack there (no transposing copy on the host)."""
     if backend.is_fast(backend.compute_namespace(device, *blocks)):
         return column_slab(0, m, dtype, *blocks)
-    return _stack_rows(starts, dtype, device, *blocks, name="V", fortran=True)
+    return stack_rows(starts, dtype, device, *blocks, name="V", fortran=True)
 
 
 def _symmetric(K):
@@ -353,7 +323,7 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
     if draw_on is not None:  # each block moved to the device as soon as it is read
         Ub = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-inputs", i)) for i, B in enumerate(Ub)]
         Vb = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-outputs", i)) for i, B in enumerate(Vb)]
-    U = dask.delayed(_stack_rows)(starts, dtype, device, *Ub, dask_key_name=names("stack-inputs"))
+    U = dask.delayed(stack_rows)(starts, dtype, device, *Ub, dask_key_name=names("stack-inputs"))
     args = (U, frequencies, n_features)
     grams = []
     for w, group in zip(workers, groups):
