@@ -73,3 +73,9 @@ class FakeClient:
 
     def run(self, func):
         return {f"w{i}": self.used for i in range(len(self.limits))}
+
+
+def same_scores(model, ref, tol):
+    """Assert that the validation scores of two searches agree to ``tol`` (relative), their
+    unsolved (NaN) and failed (-inf) candidates alike."""
+    np.testing.assert_allclose(model.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=tol)

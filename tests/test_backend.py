@@ -13,7 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import rel
+from conftest import rel, same_scores
 
 from rfol_dask import RandomFeatureOperator, backend
 from rfol_dask.baselines import KernelOperator
@@ -367,7 +367,7 @@ def test_cv_search_runs_on_the_device(fake_cuda, scored_in, data, est, kw):
         model = make()
         assert scored_in == {"array_api_strict"}
         assert model.best_params_ == on_cpu.best_params_
-        assert rel(model.cv_results_["mean_test_score"], on_cpu.cv_results_["mean_test_score"]) < TOL
+        same_scores(model, on_cpu, TOL)
     on_device = cls(device="cuda", **kw).fit(U, V)
     assert on_device.best_estimator_.device == "cuda"
     assert isinstance(on_device.predict(U[:5]), np.ndarray)
@@ -388,7 +388,7 @@ def test_cv_search_groups_its_grams_by_the_device_memory(fake_cuda, data, monkey
     monkeypatch.setattr(selection, "free_bytes", lambda xp: 8.0 * 70 * 56 * 2 / selection.DEVICE_SHARE)
     model = RandomFeatureOperatorCV(device="cuda", **kw).fit(U, V)
     assert groups and max(groups) == 1 and model._device_room == 8.0 * 70 * 56 * 2
-    assert rel(model.cv_results_["mean_test_score"], want.cv_results_["mean_test_score"]) < TOL
+    same_scores(model, want, TOL)
     RandomFeatureOperatorCV(**kw).fit(U, V)
     assert max(groups[-2:]) > 1  # on the host: the host's budget
 
@@ -414,7 +414,7 @@ def test_cv_search_on_the_device_through_a_distributed_worker(fake_cuda, scored_
     assert {"stack_rows", "validation_slab", "path_errors"} <= ran  # searched on the worker
     assert scored_in == {"array_api_strict"}
     assert model.best_params_ == on_cpu.best_params_
-    assert rel(model.cv_results_["mean_test_score"], on_cpu.cv_results_["mean_test_score"]) < TOL
+    same_scores(model, on_cpu, TOL)
 
 
 # ------------------------------------------------------------------ validation and imports
