@@ -524,7 +524,8 @@ def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_
     monkeypatch.setattr(streamed, "draw_slab", counting_ahead)
     kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
     want = RandomFeatureOperator(**kw).fit(U, V)
-    with dask.config.set({"rfol_dask.slab-bytes": 70 * 8 * 256}):  # slabs of 256 columns: 3
+    with dask.config.set({"rfol_dask.slab-bytes": 70 * 8 * 256,  # slabs of 256 columns: 3
+                          "rfol_dask.device-features": "slabs"}):
         model = RandomFeatureOperator(device="cuda", **kw).fit(da.from_array(U, chunks=25), da.from_array(V, chunks=25))
     slabs = sorted(set(slab_draws))
     assert slabs == [(0, 256), (256, 512), (512, 700)]
@@ -550,10 +551,13 @@ def test_frequencies_kept_after_their_fit_ended_are_dropped():
 
 
 @pytest.mark.cluster
-def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, data, monkeypatch):
+@pytest.mark.parametrize("room", [True, False])
+def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, data, monkeypatch, room):
     """The device path on a distributed worker (in-process, so that it sees the fake device):
     the frequencies drawn ahead on the worker, the coefficient rows gathered slab by slab into
-    the client's array; the fit equals the CPU fit."""
+    the client's array; the fit equals the CPU fit. Where the device has room for the features
+    the Gram grows row block by row block as the blocks come and the features are kept for
+    ``C`` (rows mode); else they are made in slabs of the stacked rows, twice."""
     from collections import Counter
 
     import dask
@@ -564,6 +568,8 @@ def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, dat
     from rfol_dask.solve import streamed
 
     monkeypatch.setattr(streamed, "free_bytes", lambda X: 2**40)
+    need = streamed.rows_need(70, 700, 4, 9, 8)
+    monkeypatch.setattr(streamed, "_device_free", lambda device: need + 1 if room else need)
     U, V = data
     kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
     want = RandomFeatureOperator(**kw).fit(U, V)
@@ -574,8 +580,12 @@ def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, dat
                                                                    da.from_array(V, chunks=25))
         assert not client.futures  # nothing of the fit is left on the cluster
     ran = Counter(key_split(t["key"]) for t in ts.data)
-    assert ran["draw-slab"] == ran["gram-slab"] == ran["coef-slab"] == 3  # 3 slabs, drawn ahead
     assert ran["device-inputs"] == ran["device-outputs"] == 3  # 3 row blocks (70 samples), each moved as read
+    if room:  # a Gram strip per row block as it comes, C from the kept features of each slab
+        assert ran["draw-slab"] == ran["gram-rows"] == ran["check-inputs"] == ran["coef-rows"] == 3
+        assert ran["stack-inputs"] == ran["gram-slab"] == ran["coef-slab"] == 0
+    else:
+        assert ran["draw-slab"] == ran["gram-slab"] == ran["coef-slab"] == ran["stack-inputs"] * 3 == 3
     assert isinstance(model.coef_, np.ndarray) and model.coef_.flags.c_contiguous
     assert rel(model.coef_, want.coef_) < TOL and rel(model.intercept_, want.intercept_) < TOL
     assert streamed._KEPT_FREQUENCIES == {}

@@ -121,6 +121,29 @@ def test_dask_processes_scheduler_gives_the_in_memory_fit():
         np.testing.assert_allclose(model.intercept_, want.intercept_, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_streamed_dual_rows_mode_gives_the_in_memory_fit(fit_intercept):
+    """The rows mode of the streamed dual (features kept, the Gram grown row block by row block
+    as the blocks come; the default on a GPU with room) fits what the slabs mode and the
+    in-memory fit do, on the threaded and the processes scheduler; a NaN is named as ever."""
+    U, V = smooth_operator_data(130, 10)  # chunks of 40: the last block is short
+    kw = dict(n_features=300, solver="dual", gamma=1.0, alpha=1e-6, random_state=0, fit_intercept=fit_intercept)
+    want = RandomFeatureOperator(**kw).fit(U, V)
+    Ud, Vd = da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
+    for scheduler in ("threads", "processes"):
+        with dask.config.set({"rfol_dask.device-features": "rows", "rfol_dask.slab-bytes": 130 * 8 * 128},
+                             scheduler=scheduler, num_workers=2):
+            model = RandomFeatureOperator(**kw).fit(Ud, Vd)
+        np.testing.assert_allclose(model.coef_, want.coef_, rtol=1e-9, atol=1e-10 * np.abs(want.coef_).max())
+        np.testing.assert_allclose(model.intercept_, want.intercept_, rtol=1e-9, atol=1e-12)
+    bad = U.copy()
+    bad[97, 0] = np.nan
+    with dask.config.set({"rfol_dask.device-features": "rows"}), pytest.raises(ValueError, match="first bad sample: 97"):
+        RandomFeatureOperator(**kw).fit(da.from_array(bad, chunks=(40, -1)), Vd)
+    with dask.config.set({"rfol_dask.device-features": "sideways"}), pytest.raises(ValueError, match="device-features"):
+        RandomFeatureOperator(**kw).fit(Ud, Vd)
+
+
 def test_predict_is_lazy_for_dask_and_keeps_chunks():
     U, V = smooth_operator_data(120, 10)
     model = RandomFeatureOperator(n_features=200, alpha=1e-6, random_state=0).fit(U, V)
@@ -161,8 +184,12 @@ def test_one_worker_and_two_workers_agree():
     for workers in (1, 2):
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
                 Client(c):
-            coefs.append(RandomFeatureOperator(n_features=250, gamma=1.0, alpha=1e-5, random_state=5).fit(Ud, Vd).coef_)
-    np.testing.assert_allclose(coefs[0], coefs[1], rtol=1e-10, atol=1e-12)
+            for mode in ("slabs", "rows"):  # rows: each worker keeps its features (its group of columns)
+                with dask.config.set({"rfol_dask.device-features": mode}):
+                    coefs.append(RandomFeatureOperator(n_features=250, gamma=1.0, alpha=1e-5, random_state=5)
+                                 .fit(Ud, Vd).coef_)
+    for coef in coefs[1:]:
+        np.testing.assert_allclose(coef, coefs[0], rtol=1e-10, atol=1e-12)
 
 
 def test_grid_shapes_and_xarray_coordinates_kept():

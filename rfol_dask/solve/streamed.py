@@ -44,7 +44,7 @@ from .. import backend
 from ..backend import symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
-from ..gram import stack_rows
+from ..gram import check_finite, stack_rows
 from ..linalg import blas_limits
 from ..memory import free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
@@ -205,6 +205,17 @@ def _on_device(B, device):
     return backend.to_namespace(B, backend.compute_namespace(device, B))
 
 
+def _checked(B, start, dtype, device):
+    """The row block ``B`` in ``dtype`` where it is computed (moved to ``device`` unless it is an
+    array API array already), checked for NaN / Inf (rows named from ``start``)."""
+    xp = backend.compute_namespace(device, B)
+    B = backend.to_namespace(B, xp)
+    check_finite(B, start, "U")
+    if backend.is_fast(xp):
+        return np.asarray(B, dtype=dtype)
+    return xp.astype(B, getattr(xp, np.dtype(dtype).name), copy=False)
+
+
 def _stack_outputs(starts, dtype, device, m, *blocks):
     """The checked output blocks stacked into one Fortran-ordered (M, m) array for the in-place
     solves: on the host by :func:`.graph.column_slab`; on a device each block is moved as it is
@@ -293,20 +304,123 @@ def coef_slab(U, frequencies, n_features, f0, f1, centre, Beta, token=None, out=
             A, shift = slab_features(U, frequencies, n_features, f0, f1, centre)
         else:
             shift = slab_features(U[:SHIFT_ROWS], frequencies, n_features, f0, f1, centre)[1]
-        rows = None if out is None else out[f0:f1]
-        if isinstance(A, np.ndarray) and isinstance(Beta, np.ndarray):
-            Cf = rows = np.matmul(A.T, Beta, out=rows)
-        else:  # on the device; the rows come back to the host
-            Cf = A.T @ Beta
-            if rows is None:
-                rows = to_numpy(Cf)
-            else:
-                _to_host(Cf, rows)
+        return _coef_rows(A, Beta, shift, f0, f1, out)
+
+
+def _coef_rows(A, Beta, shift, f0, f1, out):
+    """``C_f = A^T Beta`` of the features ``A`` (M, f1 - f0) of the columns ``f0:f1``, on the
+    host (see :func:`coef_slab` for ``out``), and ``s_f^T C_f``."""
+    rows = None if out is None else out[f0:f1]
+    if isinstance(A, np.ndarray) and isinstance(Beta, np.ndarray):
+        Cf = rows = np.matmul(A.T, Beta, out=rows)
+    else:  # on the device; the rows come back to the host
+        Cf = A.T @ Beta
+        if rows is None:
+            rows = to_numpy(Cf)
+        else:
+            _to_host(Cf, rows)
     return (None if out is not None else rows), (None if shift is None else to_numpy(shift @ Cf))
 
 
+# ---------------------------------------------------------------------------------------
+# resident features: the Gram made row block by row block, as the blocks are read
+
+
+class Resident:
+    """What one worker holds in the rows mode (:func:`gram_rows`): its features ``A`` (M, w) of
+    the columns ``g0:g0 + w`` (its feature group), each slab's shift ``s_f`` and frequencies, and
+    its Gram ``K`` (M, M; numpy: lower triangle, Fortran order; elsewhere both triangles).
+    Memory ``itemsize (M w + M^2)`` plus the frequencies (dropped after the last block)."""
+
+    __slots__ = ("A", "K", "g0", "shifts", "pairs")
+
+
+def gram_rows(acc, B, start, M, frequencies, n_features, slabs, centre, token=None, last=False, after=None):
+    """Add the row block ``B`` (k, n) (rows ``start:start + k`` of ``U``) to the worker's
+    :class:`Resident` ``acc`` (None: the first block, which allocates it, takes each slab's
+    frequencies, drawn ahead by :func:`draw_slab` or drawn here, and fixes each slab's shift from
+    its first :data:`SHIFT_ROWS` rows): its features of the ``slabs`` (contiguous ``(f0, f1)``)
+    become rows of ``A``, and the Gram strip ``K[start:e, :e] = A[start:e] A[:e]^T``
+    (``e = start + k``) is made, mirrored above the diagonal outside numpy. So the Gram grows
+    while the later blocks are still read, and ``C = A^T Beta`` reads ``A`` instead of making the
+    features again (:func:`coef_rows`). The blocks must come in order. ``last``: drop the
+    frequencies. Cost ``2 k n w + 2 k e w`` flops (``w`` the group's width)."""
+    xp = backend.namespace(B)
+    with blas_limits(_slab_threads(B)):
+        if acc is None:
+            acc = Resident()
+            acc.g0, width = slabs[0][0], slabs[-1][1] - slabs[0][0]
+            dt = B.dtype
+            acc.A = xp.empty((M, width), dtype=dt)
+            acc.K = np.zeros((M, M), dtype=dt, order="F") if isinstance(B, np.ndarray) else xp.zeros((M, M), dtype=dt)
+            acc.pairs = {f0: tuple(_like(a, B) for a in _slab_frequencies(token, B, frequencies, f0, f1, False)(
+                columns=(f0, f1))) for f0, f1 in slabs}
+            acc.shifts = {}
+            if centre:
+                head = B[:min(SHIFT_ROWS, B.shape[0]), ...]
+                for f0, _ in slabs:
+                    acc.shifts[f0] = xp.mean(feature_map(head, *acc.pairs[f0], n_features=n_features), axis=0)
+        e = start + B.shape[0]
+        for f0, f1 in slabs:
+            acc.A[start:e, f0 - acc.g0:f1 - acc.g0] = feature_map(B, *acc.pairs[f0], shift=acc.shifts.get(f0),
+                                                                  n_features=n_features)
+        acc.K[start:e, :e] = acc.A[start:e, ...] @ acc.A[:e, ...].T
+        if not isinstance(acc.K, np.ndarray) and start:
+            acc.K[:start, start:e] = acc.K[start:e, :start].T
+    if last:
+        acc.pairs = None
+    return acc
+
+
+def resident_gram(acc):
+    """The Gram of a :class:`Resident` (factorised in place afterwards; ``A`` stays)."""
+    return acc.K
+
+
+def coef_rows(acc, f0, f1, centre, Beta, out=None, after=None):
+    """:func:`coef_slab` from the worker's resident features ``A`` (no features made again)."""
+    with blas_limits(_slab_threads(acc.A)):
+        A = acc.A[:, f0 - acc.g0:f1 - acc.g0]
+        return _coef_rows(A, Beta, acc.shifts.get(f0) if centre else None, f0, f1, out)
+
+
+#: dask config ``rfol_dask.device-features``: how the streamed dual on a device makes its
+#: features: ``"auto"`` (rows where every worker's device has room for them, else slabs),
+#: ``"rows"`` (also on the CPU: for tests and comparisons), ``"slabs"``
+FEATURE_MODES = ("auto", "rows", "slabs")
+
+
+def _device_free(device):
+    """Free bytes of ``device`` here (run on each worker)."""
+    return free_bytes(backend.device_namespace(device))
+
+
+def rows_need(M, width, m, n_inputs, itemsize):
+    """Bytes a worker's device holds in the rows mode: its features and Gram, ``V`` and ``Beta``
+    (on the factorising worker), the group's frequencies, a row block's temporaries (a quarter
+    of the rest) and 1 GiB for the libraries."""
+    held = itemsize * (M * width + M * M + 2 * M * m + (n_inputs + 1) * width)
+    return int(1.25 * held) + 2**30
+
+
+def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
+    """``"rows"`` or ``"slabs"`` for a streamed dual fit (config ``rfol_dask.device-features``,
+    :data:`FEATURE_MODES`): ``"auto"`` takes the rows mode on a device (``draw_on``) whose every
+    worker has :func:`rows_need` bytes free for its share of the ``N`` features."""
+    mode = dask.config.get("rfol_dask.device-features", "auto")
+    if mode not in FEATURE_MODES:
+        raise ValueError(f"rfol_dask.device-features must be one of {FEATURE_MODES}, got {mode!r}")
+    if mode != "auto":
+        return mode
+    if draw_on is None:
+        return "slabs"
+    need = rows_need(M, -(-N // max(1, n_workers)), m, n_inputs, itemsize)
+    free = client.run(_device_free, draw_on).values() if client is not None else [_device_free(draw_on)]
+    return "rows" if min(free) > need else "slabs"
+
+
 def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client,
-                      slab_bytes, token=None, device="cpu", out=None, draw_on=None, n_inputs=0):
+                      slab_bytes, token=None, device="cpu", out=None, draw_on=None, n_inputs=0, mode="slabs"):
     """The streamed dual fit (see the module docstring) on the delayed row blocks ``Ub``
     (k_i, n), ``Vb`` (k_i, m) with offsets ``starts``; returns ``slabs``, a list of
     ``((f0, f1), delayed (rows of C or None, s_f^T C_f or None))`` (:func:`coef_slab`), and
@@ -315,7 +429,10 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
     stay on their GPU); ``out`` the (N, m) numpy array the local scheduler writes the
     coefficients into (None on a cluster, whose slabs return their rows); ``draw_on`` the device
     (``"cuda"``) on which the workers draw each slab's frequencies ahead of the Gram pass
-    (:func:`draw_slab`, ``n_inputs`` rows each; None: in the slab tasks, as on the CPU)."""
+    (:func:`draw_slab`, ``n_inputs`` rows each; None: in the slab tasks, as on the CPU).
+    ``mode="rows"``: each worker keeps its features and grows its Gram row block by row block as
+    the blocks are read (:func:`gram_rows`), instead of making feature slabs of the stacked
+    ``U`` twice."""
     names = TaskNames()
     workers = worker_addresses(client)
     M, itemsize = int(starts[-1]), np.dtype(dtype).itemsize
@@ -323,20 +440,40 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
     if draw_on is not None:  # each block moved to the device as soon as it is read
         Ub = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-inputs", i)) for i, B in enumerate(Ub)]
         Vb = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-outputs", i)) for i, B in enumerate(Vb)]
-    U = dask.delayed(stack_rows)(starts, dtype, device, *Ub, dask_key_name=names("stack-inputs"))
-    args = (U, frequencies, n_features)
-    grams = []
+    rows_mode = mode == "rows"
+    if rows_mode:
+        Ub = [dask.delayed(_checked)(B, starts[i], dtype, device, dask_key_name=names("check-inputs", i))
+              for i, B in enumerate(Ub)]
+    else:
+        U = dask.delayed(stack_rows)(starts, dtype, device, *Ub, dask_key_name=names("stack-inputs"))
+        args = (U, frequencies, n_features)
+    grams, residents = [], []
     for w, group in zip(workers, groups):
+        width = group[-1][1] - group[0][0]
         with pinned(w):
-            K = None
+            drawn = []
             for f0, f1 in group:
-                drawn = None
                 if draw_on is not None and token is not None:
-                    drawn = dask.delayed(draw_slab)(token, frequencies, f0, f1, draw_on, itemsize * (n_inputs + 1) * (f1 - f0),
-                                                    itemsize * (M * (M + n_inputs + m) + 2 * M * (f1 - f0)),
-                                                    dask_key_name=names("draw-slab", f0))
-                K = dask.delayed(gram_slab)(K, *args, f0, f1, fit_intercept, token, drawn,
-                                            dask_key_name=names("gram-slab", f0))
+                    # what the device must keep free beside the frequencies: Gram, V, and U and two
+                    # slabs, or the resident features
+                    held = M * (M + m) + (M * width if rows_mode else M * n_inputs + 2 * M * (f1 - f0))
+                    drawn.append(dask.delayed(draw_slab)(token, frequencies, f0, f1, draw_on,
+                                                         itemsize * (n_inputs + 1) * (f1 - f0), itemsize * held,
+                                                         dask_key_name=names("draw-slab", f0)))
+                else:
+                    drawn.append(None)
+            K = None
+            if rows_mode:
+                for i, B in enumerate(Ub):
+                    K = dask.delayed(gram_rows)(K, B, int(starts[i]), M, frequencies, n_features, group, fit_intercept,
+                                                token, i == len(Ub) - 1, drawn if i == 0 else None,
+                                                dask_key_name=names("gram-rows", f"{group[0][0]}-{i}"))
+                residents.append(K)
+                K = dask.delayed(resident_gram)(K, dask_key_name=names("resident-gram", group[0][0]))
+            else:
+                for (f0, f1), d in zip(group, drawn):
+                    K = dask.delayed(gram_slab)(K, *args, f0, f1, fit_intercept, token, d,
+                                                dask_key_name=names("gram-slab", f0))
         grams.append(K)
     with pinned(workers[0]):
         K = dask.delayed(_symmetric)(tree_sum(grams, dask.delayed(iadd)))
@@ -347,12 +484,16 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
         Beta = dask.delayed(dual_solve)(fac, Vslab, 0, True, True, dask_key_name=names("dual-solve"))
         info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve
     slabs = []
-    for w, group in zip(workers, groups):
+    for g, (w, group) in enumerate(zip(workers, groups)):
         with pinned(w):
             rows = None
             for f0, f1 in group:
-                rows = dask.delayed(coef_slab)(*args, f0, f1, fit_intercept, Beta, token, out, rows,
-                                               dask_key_name=names("coef-slab", f0))
+                if rows_mode:
+                    rows = dask.delayed(coef_rows)(residents[g], f0, f1, fit_intercept, Beta, out, rows,
+                                                   dask_key_name=names("coef-rows", f0))
+                else:
+                    rows = dask.delayed(coef_slab)(*args, f0, f1, fit_intercept, Beta, token, out, rows,
+                                                   dask_key_name=names("coef-slab", f0))
                 slabs.append(((f0, f1), rows))
     return slabs, dask.delayed(dual_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
 
@@ -376,6 +517,9 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
     client holds ``coef`` and one slab's rows in transit. The feature cache is opened on every
     worker first and removed afterwards, also on failure."""
     token = uuid.uuid4().hex if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
+    mode = feature_mode(client, draw_on, int(starts[-1]), n_features, m, n_inputs, np.dtype(dtype).itemsize,
+                        len(worker_addresses(client)))
+    logger.debug("streamed dual: %s mode", mode)
     coef = np.empty((n_features, m), dtype=dtype)
     got = {"shift": np.zeros(m, dtype=dtype)}
     try:
@@ -387,7 +531,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
                                              fit_intercept=fit_intercept, dtype=dtype, client=client,
                                              slab_bytes=slab_bytes, token=token, device=device,
                                              out=coef if client is None and _in_process() else None,
-                                             draw_on=draw_on, n_inputs=n_inputs)
+                                             draw_on=draw_on, n_inputs=n_inputs, mode=mode)
 
         def consume(i, result):
             if i == len(slabs):
