@@ -244,7 +244,7 @@ def _one_gpu_cluster(device):
 
 
 def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_full=False, select=0, out=None,
-        features=None, zarr_codecs=("none",)):
+        features=None, zarr_codecs=("none",), zarr_modes=("auto",)):
     from rfol_dask import RandomFeatureOperator
 
     M, side, M_test, feature_counts, M_eq = SIZES[size]
@@ -328,9 +328,10 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
 
         _stage(report, "dask_threads_streamed", dask_threads, out)
     if zarr_mode:
-        def from_zarr(codec):
+        def from_zarr(codec, mode):
             import tempfile
 
+            import dask
             import dask.array as da
             from distributed import Client
 
@@ -342,7 +343,7 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
             da.from_array(V_train, chunks=(2000, -1)).to_zarr(str(store / "V.zarr"), **kw)
             t_write = time.perf_counter() - t_write
             cluster, kind = _one_gpu_cluster(device)
-            with cluster, Client(cluster) as client:
+            with cluster, Client(cluster) as client, dask.config.set({"rfol_dask.device-features": mode}):
                 Uz, Vz = da.from_zarr(str(store / "U.zarr")), da.from_zarr(str(store / "V.zarr"))
                 times = []
                 for r in range(max(2, repeats)):  # the first includes the worker's CUDA start-up
@@ -363,14 +364,16 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
                 t_gather, _ = timed(dev, made.result)
                 del made
                 res.update(cluster=kind, worker_threads=sum(client.nthreads().values()), fit_seconds_all=times,
-                           zarr_codec=codec, zarr_write_seconds=t_write, zarr_read_seconds=t_read,
+                           zarr_codec=codec, feature_mode=mode, zarr_write_seconds=t_write, zarr_read_seconds=t_read,
                            coef_gather_seconds=t_gather, last_fit_tasks=tasks, chunks=list(Uz.chunks[0]),
                            coef_type=type(est.coef_).__module__)
             return res
 
         for codec in zarr_codecs:
-            name = "zarr_one_gpu_worker" + ("" if codec == "none" else f"_{codec}")
-            _stage(report, name, lambda codec=codec: from_zarr(codec), out)
+            for mode in zarr_modes:
+                name = "zarr_one_gpu_worker" + ("" if codec == "none" else f"_{codec}") + (
+                    "" if mode == "auto" else f"_{mode}")
+                _stage(report, name, lambda codec=codec, mode=mode: from_zarr(codec, mode), out)
 
     def equality_small():
         N_eq = 2 * M_eq
@@ -429,6 +432,9 @@ def main(argv=None):
     parser.add_argument("--zarr-codecs", type=lambda t: t.split(","), default=["none"], metavar="none,zstd",
                         help="codecs of the Zarr stores, one timed stage each (none: uncompressed, as rfol_dask "
                              "stores its data sets; zstd: zarr's default)")
+    parser.add_argument("--zarr-modes", type=lambda t: t.split(","), default=["auto"], metavar="auto,slabs",
+                        help="rfol_dask.device-features of the Zarr fits, one timed stage each (auto: the rows mode "
+                             "where the GPU has room; slabs: the slabs of the stacked rows)")
     parser.add_argument("--equal-full", action="store_true",
                         help="also compare with the CPU fit at the full size and the first N (minutes on the host)")
     parser.add_argument("--select", type=int, default=0, metavar="SAMPLES",
@@ -443,7 +449,7 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     report = run(args.size, args.device, args.repeats, args.alpha, args.dask, zarr_mode=args.zarr,
                  equal_full=args.equal_full, select=args.select, out=out, features=args.features,
-                 zarr_codecs=tuple(args.zarr_codecs))
+                 zarr_codecs=tuple(args.zarr_codecs), zarr_modes=tuple(args.zarr_modes))
     out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {out}")
     return report

@@ -25,6 +25,14 @@ on the CPU, ``V`` is stacked on the factorising worker's GPU block by block, the
 again for ``C = A^T Beta`` (no disk cache) from the frequencies drawn in the first pass, kept on
 the GPU while it has room (``8 n N / workers`` bytes; else drawn again), and the coefficient
 rows come back to the host.
+
+Rows mode (the default on a device whose every worker has room for its features, config
+``rfol_dask.device-features``): no ``U`` is stacked; each worker takes the row blocks in order
+as they are read, writes their features of its columns into the ``A`` it keeps (M x its
+columns) and adds the Gram strip of the block (:func:`gram_rows`), so the Gram is done shortly
+after the last block is read; ``C = A^T Beta`` then reads the kept ``A`` (:func:`coef_rows`).
+Memory per worker ``itemsize (M^2 + M w)`` for ``w`` columns (:func:`rows_need`); flops those
+of the slabs mode less the second pass's features.
 """
 
 from __future__ import annotations
@@ -50,8 +58,9 @@ from ..memory import free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
-__all__ = ["SHIFT_ROWS", "feature_slabs", "slab_features", "gram_slab", "coef_slab", "open_cache",
-           "remove_cache", "dual_stream_graph", "fit_streamed"]
+__all__ = ["SHIFT_ROWS", "FEATURE_MODES", "feature_slabs", "slab_features", "gram_slab", "coef_slab", "Resident",
+           "gram_rows", "coef_rows", "rows_need", "feature_mode", "open_cache", "remove_cache", "dual_stream_graph",
+           "fit_streamed"]
 
 logger = logging.getLogger("rfol_dask")
 
