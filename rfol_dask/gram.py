@@ -40,11 +40,11 @@ def check_finite(X, start, name, action="fitting"):
         )
 
 
-def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False):
+def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0):
     """The row blocks (k_i, n) stacked into one (M, n) array of ``dtype``, each checked for NaN /
-    Inf (:func:`check_finite`, rows ``starts[i]:starts[i+1]``): in the namespace of the blocks if
-    they are CuPy (array API) arrays, else of ``device`` (numpy blocks moved there one at a
-    time); with ``fortran``, Fortran-ordered on numpy and CuPy. Memory: the stack, one copy."""
+    Inf (:func:`check_finite`, samples ``offset + starts[i]`` on): in the namespace of the
+    blocks if they are CuPy (array API) arrays, else of ``device`` (numpy blocks moved there one
+    at a time); with ``fortran``, Fortran-ordered on numpy and CuPy. Memory: the stack, one copy."""
     xp = backend.compute_namespace(device, *blocks)
     fast = backend.is_fast(xp)
     shape, order = (int(starts[-1]), blocks[0].shape[1]), {"order": "F"} if fortran else {}
@@ -54,7 +54,7 @@ def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False):
         out = xp.empty(shape, dtype=getattr(xp, np.dtype(dtype).name))
     for i, B in enumerate(blocks):
         B = backend.to_namespace(B, xp)
-        check_finite(B, starts[i], name)
+        check_finite(B, offset + starts[i], name)
         out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
     return out
 

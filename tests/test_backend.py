@@ -568,6 +568,7 @@ def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, dat
     from rfol_dask.solve import streamed
 
     monkeypatch.setattr(streamed, "free_bytes", lambda X: 2**40)
+    monkeypatch.setattr(streamed, "ROW_STEP", 1)  # rows mode: a Gram strip per row block
     need = streamed.rows_need(70, 700, 4, 9, 8)
     monkeypatch.setattr(streamed, "_device_free", lambda device: need + 1 if room else need)
     U, V = data

@@ -186,8 +186,13 @@ def test_in_memory_dual_peak_gpu_memory():
     assert 8 * M * N + 8 * M * M > 1.2 * model  # the old path (A whole beside the Gram) could not
 
 
-def test_dask_with_cupy_chunks(data):
+@pytest.mark.parametrize("mode", ["auto", "slabs"])  # auto: the rows mode (the GPU has room)
+def test_dask_with_cupy_chunks(data, mode, monkeypatch):
     da = pytest.importorskip("dask.array")
+    import dask
+
+    monkeypatch.setitem(dask.config.config, "rfol_dask", {**dask.config.config.get("rfol_dask", {}),
+                                                         "device-features": mode})
     U, V = data
     U2 = U.reshape(300, -1)
     kw = dict(n_features=600, gamma=0.05, alpha=1e-6, random_state=6, solver="dual")

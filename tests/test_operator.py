@@ -122,10 +122,14 @@ def test_dask_processes_scheduler_gives_the_in_memory_fit():
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
-def test_streamed_dual_rows_mode_gives_the_in_memory_fit(fit_intercept):
+@pytest.mark.parametrize("step", [1, 50])  # a strip per block, or per two blocks taken together
+def test_streamed_dual_rows_mode_gives_the_in_memory_fit(fit_intercept, step, monkeypatch):
     """The rows mode of the streamed dual (features kept, the Gram grown row block by row block
     as the blocks come; the default on a GPU with room) fits what the slabs mode and the
     in-memory fit do, on the threaded and the processes scheduler; a NaN is named as ever."""
+    from rfol_dask.solve import streamed
+
+    monkeypatch.setattr(streamed, "ROW_STEP", step)
     U, V = smooth_operator_data(130, 10)  # chunks of 40: the last block is short
     kw = dict(n_features=300, solver="dual", gamma=1.0, alpha=1e-6, random_state=0, fit_intercept=fit_intercept)
     want = RandomFeatureOperator(**kw).fit(U, V)
@@ -175,8 +179,12 @@ def test_real_local_cluster_two_workers_same_model(cluster_client):
 
 
 @pytest.mark.cluster
-def test_one_worker_and_two_workers_agree():
+def test_one_worker_and_two_workers_agree(monkeypatch):
     from distributed import Client, LocalCluster
+
+    from rfol_dask.solve import streamed
+
+    monkeypatch.setattr(streamed, "ROW_STEP", 1)  # rows mode: a Gram strip per row block
 
     U, V = smooth_operator_data(150, 10)
     Ud, Vd = da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))

@@ -52,13 +52,13 @@ from .. import backend
 from ..backend import symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
-from ..gram import check_finite, stack_rows
+from ..gram import stack_rows
 from ..linalg import blas_limits
 from ..memory import free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
-__all__ = ["SHIFT_ROWS", "FEATURE_MODES", "feature_slabs", "slab_features", "gram_slab", "coef_slab", "Resident",
+__all__ = ["SHIFT_ROWS", "ROW_STEP", "FEATURE_MODES", "row_steps", "feature_slabs", "slab_features", "gram_slab", "coef_slab", "Resident",
            "gram_rows", "coef_rows", "rows_need", "feature_mode", "open_cache", "remove_cache", "dual_stream_graph",
            "fit_streamed"]
 
@@ -66,6 +66,22 @@ logger = logging.getLogger("rfol_dask")
 
 #: samples whose mean features shift each slab (the centring shift of ``gram.block_means``)
 SHIFT_ROWS = 64
+
+#: the rows mode adds the Gram strip of at least this many rows at a time (whole row blocks):
+#: small chunks are taken together, so that each step is one large product
+ROW_STEP = 1024
+
+
+def row_steps(starts, at_least=None):
+    """Consecutive groups of the row blocks with offsets ``starts`` (block indices), each of at
+    least ``at_least`` (default :data:`ROW_STEP`) rows but for the last."""
+    at_least = ROW_STEP if at_least is None else at_least
+    steps, first = [], 0
+    for i in range(1, len(starts)):
+        if starts[i] - starts[first] >= at_least or i == len(starts) - 1:
+            steps.append(list(range(first, i)))
+            first = i
+    return steps
 
 
 def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
@@ -212,17 +228,6 @@ def _on_device(B, device):
     """The row block ``B`` moved to ``device`` (unless it is an array API array already, which
     stays where it is); :func:`rfol_dask.gram.stack_rows` checks it there."""
     return backend.to_namespace(B, backend.compute_namespace(device, B))
-
-
-def _checked(B, start, dtype, device):
-    """The row block ``B`` in ``dtype`` where it is computed (moved to ``device`` unless it is an
-    array API array already), checked for NaN / Inf (rows named from ``start``)."""
-    xp = backend.compute_namespace(device, B)
-    B = backend.to_namespace(B, xp)
-    check_finite(B, start, "U")
-    if backend.is_fast(xp):
-        return np.asarray(B, dtype=dtype)
-    return xp.astype(B, getattr(xp, np.dtype(dtype).name), copy=False)
 
 
 def _stack_outputs(starts, dtype, device, m, *blocks):
@@ -450,9 +455,12 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
         Ub = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-inputs", i)) for i, B in enumerate(Ub)]
         Vb = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-outputs", i)) for i, B in enumerate(Vb)]
     rows_mode = mode == "rows"
-    if rows_mode:
-        Ub = [dask.delayed(_checked)(B, starts[i], dtype, device, dask_key_name=names("check-inputs", i))
-              for i, B in enumerate(Ub)]
+    if rows_mode:  # the row blocks of each step, checked and stacked where they are computed
+        steps = row_steps(starts)
+        Ub = [dask.delayed(stack_rows)([int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)], dtype, device,
+                                       *(Ub[i] for i in s), offset=int(starts[s[0]]),
+                                       dask_key_name=names("check-inputs", k)) for k, s in enumerate(steps)]
+        row_starts = [int(starts[s[0]]) for s in steps]
     else:
         U = dask.delayed(stack_rows)(starts, dtype, device, *Ub, dask_key_name=names("stack-inputs"))
         args = (U, frequencies, n_features)
@@ -474,7 +482,7 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
             K = None
             if rows_mode:
                 for i, B in enumerate(Ub):
-                    K = dask.delayed(gram_rows)(K, B, int(starts[i]), M, frequencies, n_features, group, fit_intercept,
+                    K = dask.delayed(gram_rows)(K, B, row_starts[i], M, frequencies, n_features, group, fit_intercept,
                                                 token, i == len(Ub) - 1, drawn if i == 0 else None,
                                                 dask_key_name=names("gram-rows", f"{group[0][0]}-{i}"))
                 residents.append(K)
