@@ -20,7 +20,7 @@ import numpy as np
 
 from . import backend
 
-__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "Budget", "memory_budget", "free_bytes", "check_gram_memory",
+__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "check_gram_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
@@ -88,6 +88,12 @@ def free_bytes(X):
     import psutil
 
     return int(psutil.virtual_memory().available)
+
+
+def device_free_bytes(device):
+    """:func:`free_bytes` of ``device`` ("cpu": the host; "cuda": this process's GPU) where this
+    runs (``client.run`` it on the workers)."""
+    return free_bytes(backend.device_namespace(device))
 
 
 def _shortfall(size, need, budget, extra=""):

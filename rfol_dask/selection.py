@@ -40,7 +40,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import backend
 from .estimator import OperatorEstimator
 from .gram import stack_rows
-from .memory import free_bytes
+from .memory import device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
@@ -241,6 +241,9 @@ class SelectionCV(OperatorEstimator):
             # a search on a device holds its Grams there: their groups fit what it has free
             self._device_room = None if backend.is_fast(xp) else DEVICE_SHARE * free_bytes(xp)
             return U, V, None
+        meta = getattr(U, "_meta", None)
+        if device == "cuda" or (backend.is_array_api(meta) and backend.is_cupy(backend.namespace(meta))):  # GPUs
+            self._device_room = DEVICE_SHARE * min(client.run(device_free_bytes, "cuda").values())
         starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
         Us = dask.delayed(stack_rows)(starts, np.float64, device, *U.to_delayed().ravel(), name="U")
         Vs = dask.delayed(stack_rows)(starts, np.float64, device, *V.to_delayed().ravel(), name="V")

@@ -412,6 +412,7 @@ def test_cv_search_on_the_device_through_a_distributed_worker(fake_cuda, scored_
         assert not client.futures
     ran = {key_split(t["key"]) for t in ts.data}
     assert {"stack_rows", "validation_slab", "path_errors"} <= ran  # searched on the worker
+    assert model._device_room > 0  # its Grams grouped by the workers' device memory
     assert scored_in == {"array_api_strict"}
     assert model.best_params_ == on_cpu.best_params_
     same_scores(model, on_cpu, TOL)
@@ -570,7 +571,7 @@ def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, dat
     monkeypatch.setattr(streamed, "free_bytes", lambda X: 2**40)
     monkeypatch.setattr(streamed, "ROW_STEP", 1)  # rows mode: a Gram strip per row block
     need = streamed.rows_need(70, 700, 4, 9, 8)
-    monkeypatch.setattr(streamed, "_device_free", lambda device: need + 1 if room else need)
+    monkeypatch.setattr(streamed, "device_free_bytes", lambda device: need + 1 if room else need)
     U, V = data
     kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
     want = RandomFeatureOperator(**kw).fit(U, V)

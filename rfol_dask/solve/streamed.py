@@ -54,7 +54,7 @@ from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
 from ..gram import stack_rows
 from ..linalg import blas_limits
-from ..memory import free_bytes
+from ..memory import device_free_bytes, free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
@@ -404,11 +404,6 @@ def coef_rows(acc, f0, f1, centre, Beta, out=None, after=None):
 FEATURE_MODES = ("auto", "rows", "slabs")
 
 
-def _device_free(device):
-    """Free bytes of ``device`` here (run on each worker)."""
-    return free_bytes(backend.device_namespace(device))
-
-
 def rows_need(M, width, m, n_inputs, itemsize):
     """Bytes a worker's device holds in the rows mode: its features and Gram, ``V`` and ``Beta``
     (on the factorising worker), the group's frequencies, a row block's temporaries (a quarter
@@ -429,7 +424,7 @@ def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
     if draw_on is None:
         return "slabs"
     need = rows_need(M, -(-N // max(1, n_workers)), m, n_inputs, itemsize)
-    free = client.run(_device_free, draw_on).values() if client is not None else [_device_free(draw_on)]
+    free = client.run(device_free_bytes, draw_on).values() if client is not None else [device_free_bytes(draw_on)]
     return "rows" if min(free) > need else "slabs"
 
 
