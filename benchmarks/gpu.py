@@ -12,7 +12,8 @@ test error, the peak GPU memory and the model's memory. Also: the fit from numpy
 ``device="cuda"`` (host-to-device copies included), the streamed dask dual on the GPU (``--dask``: dask arrays of numpy chunks,
 ``device="cuda"``, dask's threaded scheduler, no cluster), the fit from a Zarr store through a one-GPU
 dask worker (``--zarr``; ``--zarr-codecs none,zstd``: stores written uncompressed, as rfol_dask's
-data sets, and with zarr's default codec, one stage each), and the equality of GPU and CPU
+data sets, and with zarr's default codec; ``--zarr-modes auto,slabs``: the streamed dual's rows mode,
+where the GPU has room, and its slabs mode; one stage each), and the equality of GPU and CPU
 predictions with the same seed at a small size (target 1e-8 relative, float64).
 
 Timing: every GPU timing ends with ``cupy.cuda.Device().synchronize()``. Peak GPU memory: the
