@@ -1,0 +1,60 @@
+"""CPU timings for before / after comparisons of the code: run alternately from two checkouts,
+
+    PYTHONPATH=<checkout> python benchmarks/cpu_ab.py search   # the default CV searches
+    PYTHONPATH=<checkout> python benchmarks/cpu_ab.py stream   # the dask fits (local threads)
+
+``search``: RandomFeatureOperatorCV (n_features=1000) and KernelOperatorCV on 2000 synthetic smooth
+1-D samples (256 points in and out). ``stream``: the streamed dask dual (N = 6000) and the dask
+primal (N = 1500) on 2000 random samples of 1024 points in and out, chunks of 500 rows, dask's
+threaded scheduler. One line of JSON per run: the times (and the searches' winners).
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def search():
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperatorCV
+
+    rng = np.random.default_rng(0)
+    M, n = 2000, 256
+    x = np.linspace(0, 1, n, endpoint=False)
+    c = rng.standard_normal((M, 8)) / (1 + np.arange(8))
+    U = sum(c[:, [k]] * np.sin(2 * np.pi * (k + 1) * x) for k in range(8))
+    V = np.tanh(U) + 0.3 * U ** 2
+    out = {}
+    t = time.perf_counter()
+    rf = RandomFeatureOperatorCV(n_features=1000, random_state=0).fit(U, V)
+    out["rf_cv"] = time.perf_counter() - t
+    t = time.perf_counter()
+    kc = KernelOperatorCV().fit(U, V)
+    out["kernel_cv"] = time.perf_counter() - t
+    out["rf_best"], out["kernel_best"] = rf.best_params_, kc.best_params_
+    return out
+
+
+def stream():
+    import dask.array as da
+
+    from rfol_dask import RandomFeatureOperator
+
+    rng = np.random.default_rng(0)
+    M, n = 2000, 1024
+    U = rng.standard_normal((M, n))
+    V = np.tanh(U @ rng.standard_normal((n, n)) / 32)
+    Ud, Vd = da.from_array(U, chunks=(500, -1)), da.from_array(V, chunks=(500, -1))
+    out = {}
+    for solver, N in (("dual", 6000), ("primal", 1500)):
+        t = time.perf_counter()
+        RandomFeatureOperator(n_features=N, gamma=1e-3, alpha=1e-6, random_state=0, solver=solver).fit(Ud, Vd)
+        out[solver] = time.perf_counter() - t
+    return out
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "search"
+    print(json.dumps({"search": search, "stream": stream}[what]()))
