@@ -343,7 +343,8 @@ def _coef_rows(A, Beta, shift, f0, f1, out):
 class Resident:
     """What one worker holds in the rows mode (:func:`gram_rows`): its features ``A`` (M, w) of
     the columns ``g0:g0 + w`` (its feature group), each slab's shift ``s_f`` and frequencies, and
-    its Gram ``K`` (M, M; numpy: lower triangle, Fortran order; elsewhere both triangles).
+    its Gram ``K`` (M, M; numpy: lower triangle, Fortran order; elsewhere both triangles) until
+    :func:`resident_gram` hands it over.
     Memory ``itemsize (M w + M^2)`` plus the frequencies (dropped after the last block)."""
 
     __slots__ = ("A", "K", "g0", "shifts", "pairs")
@@ -387,8 +388,10 @@ def gram_rows(acc, B, start, M, frequencies, n_features, slabs, centre, token=No
 
 
 def resident_gram(acc):
-    """The Gram of a :class:`Resident` (factorised in place afterwards; ``A`` stays)."""
-    return acc.K
+    """The Gram of a :class:`Resident`, handed over: the worker's ``acc`` keeps ``A`` only, so the
+    Gram (factorised in place afterwards) is freed after the solves, before ``C = A^T Beta``."""
+    K, acc.K = acc.K, None
+    return K
 
 
 def coef_rows(acc, f0, f1, centre, Beta, out=None, after=None):
