@@ -1,4 +1,6 @@
-"""Error measures for operator learning; they accept numpy, dask and xarray arrays.
+"""Error measures for operator learning; they accept numpy, dask and xarray arrays, and
+arrays of other array API namespaces (CuPy: reduced on the GPU, the per-sample or per-point
+sums brought to the host).
 
 Samples run along axis 0; every other axis is part of one function's grid values.
 Dask inputs are reduced lazily and computed once at the end.
@@ -12,24 +14,38 @@ import numpy as np
 import xarray as xr
 from sklearn.metrics import make_scorer
 
+from .backend import is_array_api, namespace, to_numpy
+
 __all__ = ["relative_l2_error", "relative_l2_errors", "r2_score", "relative_l2_scorer"]
 
 
 def _pair(true, pred):
     true, pred = (x.data if isinstance(x, xr.DataArray) else x for x in (true, pred))
-    true, pred = (x if isinstance(x, da.Array) else np.asarray(x) for x in (true, pred))
+    if is_array_api(true) or is_array_api(pred):  # computed where they live (one side numpy: moved there)
+        xp = namespace(true if is_array_api(true) else pred)
+        true, pred = (x if is_array_api(x) else xp.asarray(np.asarray(x)) for x in (true, pred))
+    else:
+        true, pred = (x if isinstance(x, da.Array) else np.asarray(x) for x in (true, pred))
     if true.shape != pred.shape:
         raise ValueError(f"true has shape {true.shape} but pred has shape {pred.shape}")
     if true.ndim == 0 or true.shape[0] == 0:
         raise ValueError("need at least one sample along axis 0")
+    if is_array_api(true):
+        xp = namespace(true, pred)
+        return xp.reshape(true, (true.shape[0], -1)), xp.reshape(pred, (pred.shape[0], -1))
     return true.reshape(true.shape[0], -1), pred.reshape(pred.shape[0], -1)
 
 
+def _sum(x, axis):
+    return namespace(x).sum(x, axis=axis) if is_array_api(x) else x.sum(axis=axis)
+
+
 def relative_l2_errors(true, pred):
-    """Per-sample ``||pred_i - true_i|| / ||true_i||``, shape (M,); lazy for dask inputs."""
+    """Per-sample ``||pred_i - true_i|| / ||true_i||``, shape (M,); lazy for dask inputs, in
+    the inputs' namespace for array API inputs (CuPy)."""
     t, p = _pair(true, pred)
-    num = ((p - t) ** 2).sum(axis=1) ** 0.5
-    den = (t**2).sum(axis=1) ** 0.5
+    num = _sum((p - t) ** 2, 1) ** 0.5
+    den = _sum(t**2, 1) ** 0.5
     return num / den
 
 
@@ -38,9 +54,9 @@ def relative_l2_error(true, pred):
 
     A sample whose true function is identically zero makes the result infinite.
     """
-    (errors,) = dask.compute(relative_l2_errors(true, pred))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.mean(errors))
+        (errors,) = dask.compute(relative_l2_errors(true, pred))
+        return float(np.mean(to_numpy(errors)))
 
 
 def r2_score(true, pred):
@@ -50,10 +66,10 @@ def r2_score(true, pred):
     a constant component scores 1 if predicted exactly, else 0.
     """
     t, p = _pair(true, pred)
-    ss_res = ((t - p) ** 2).sum(axis=0)
-    ss_tot = ((t - t.mean(axis=0)) ** 2).sum(axis=0)
+    ss_res = _sum((t - p) ** 2, 0)
+    ss_tot = _sum((t - (namespace(t).mean(t, axis=0) if is_array_api(t) else t.mean(axis=0))) ** 2, 0)
     ss_res, ss_tot = dask.compute(ss_res, ss_tot)
-    ss_res, ss_tot = np.asarray(ss_res, float), np.asarray(ss_tot, float)
+    ss_res, ss_tot = (np.asarray(to_numpy(x), dtype=float) for x in (ss_res, ss_tot))
     score = np.ones_like(ss_res)
     ok = ss_tot != 0
     score[ok] = 1.0 - ss_res[ok] / ss_tot[ok]

@@ -302,9 +302,35 @@ def test_kernel_operator_follows_array_api_input(tmp_path, data):
 
 
 @pytest.fixture
-def fake_cuda(monkeypatch):
-    """device="cuda" served by array_api_strict: the device plumbing without a GPU."""
+def no_implicit_numpy(monkeypatch):
+    """array_api_strict arrays refuse ``np.asarray``, as CuPy arrays do (numpy would silently copy
+    them to the host): what runs "on the device" must use the namespace or ``backend.to_numpy``."""
+    def refuse(self, *args, **kwargs):
+        raise TypeError("implicit conversion to a NumPy array is not allowed (as for CuPy)")
+
+    monkeypatch.setattr(type(xs.asarray(0.0)), "__array__", refuse)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch, no_implicit_numpy):
+    """device="cuda" served by array_api_strict: the device plumbing without a GPU (the arrays
+    refusing implicit conversion to numpy, as CuPy's do)."""
     monkeypatch.setitem(backend._DEVICE_NAMESPACES, "cuda", lambda: backend.namespace(xs.asarray(0.0)))
+
+
+def test_metrics_and_score_of_device_arrays(no_implicit_numpy, data):
+    """The error measures and ``score`` take arrays of another namespace (CuPy) where they live,
+    also mixed with numpy, and give the numpy values."""
+    from rfol_dask.metrics import r2_score, relative_l2_error
+
+    U, V = data
+    model = RandomFeatureOperator(n_features=120, gamma=0.4, random_state=2).fit(*strict(U, V))
+    P = model.predict(xs.asarray(U))
+    P_np = backend.to_numpy(P)
+    for true, pred in ((xs.asarray(V), P), (V, P), (xs.asarray(V), P_np)):
+        assert relative_l2_error(true, pred) == pytest.approx(relative_l2_error(V, P_np), rel=1e-12)
+        assert r2_score(true, pred) == pytest.approx(r2_score(V, P_np), rel=1e-12)
+    assert model.score(*strict(U, V)) == pytest.approx(r2_score(V, P_np), rel=1e-12)
 
 
 @pytest.mark.parametrize("est, kw", [(RandomFeatureOperator, dict(n_features=150, gamma=0.4, random_state=2)),
