@@ -30,6 +30,16 @@ def strict(*arrays):
     return tuple(xs.asarray(a) for a in arrays)
 
 
+@pytest.fixture(autouse=True)
+def no_implicit_numpy(monkeypatch):
+    """array_api_strict arrays refuse ``np.asarray``, as CuPy arrays do (numpy would silently copy
+    them to the host): what runs "on the device" must use the namespace or ``backend.to_numpy``."""
+    def refuse(self, *args, **kwargs):
+        raise TypeError("implicit conversion to a NumPy array is not allowed (as for CuPy)")
+
+    monkeypatch.setattr(type(xs.asarray(0.0)), "__array__", refuse)
+
+
 @pytest.fixture
 def data():
     rng = np.random.default_rng(3)
@@ -302,23 +312,13 @@ def test_kernel_operator_follows_array_api_input(tmp_path, data):
 
 
 @pytest.fixture
-def no_implicit_numpy(monkeypatch):
-    """array_api_strict arrays refuse ``np.asarray``, as CuPy arrays do (numpy would silently copy
-    them to the host): what runs "on the device" must use the namespace or ``backend.to_numpy``."""
-    def refuse(self, *args, **kwargs):
-        raise TypeError("implicit conversion to a NumPy array is not allowed (as for CuPy)")
-
-    monkeypatch.setattr(type(xs.asarray(0.0)), "__array__", refuse)
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch, no_implicit_numpy):
-    """device="cuda" served by array_api_strict: the device plumbing without a GPU (the arrays
-    refusing implicit conversion to numpy, as CuPy's do)."""
+def fake_cuda(monkeypatch):
+    """device="cuda" served by array_api_strict: the device plumbing without a GPU (its arrays
+    refuse implicit conversion to numpy, as CuPy's do: :func:`no_implicit_numpy`)."""
     monkeypatch.setitem(backend._DEVICE_NAMESPACES, "cuda", lambda: backend.namespace(xs.asarray(0.0)))
 
 
-def test_metrics_and_score_of_device_arrays(no_implicit_numpy, data):
+def test_metrics_and_score_of_device_arrays(data):
     """The error measures and ``score`` take arrays of another namespace (CuPy) where they live,
     also mixed with numpy, and give the numpy values."""
     from rfol_dask.metrics import r2_score, relative_l2_error
