@@ -1,6 +1,7 @@
 """Figures a user looks at: truth, prediction and pointwise error of test samples (matplotlib).
 
-Fields may be NumPy arrays or xarray DataArrays. Axes are physical: the grid coordinates
+Fields may be NumPy arrays, xarray DataArrays or arrays on a GPU (CuPy, copied to the host for
+the figure). Axes are physical: the grid coordinates
 (``grid`` arguments, or a DataArray's own coordinates), labelled with their ``long_name``
 (or name) and ``units`` attributes when these exist. In 2-D figures truth and prediction
 share one colour scale and the error has a symmetric, diverging one centred at 0.
@@ -11,9 +12,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from .backend import is_array_api, to_numpy
+
 __all__ = ["plot_prediction", "plot_example", "plot_curves", "prediction_figure", "example_figure"]
 
 _FIELD_CMAP, _ERROR_CMAP = "viridis", "RdBu_r"
+
+
+def _host(x):
+    """``x`` with its values on the host: a CuPy (array API) array, or a DataArray holding one,
+    copied there; anything else as it is."""
+    if is_array_api(x):
+        return to_numpy(x)
+    if is_array_api(getattr(x, "data", None)) and hasattr(x, "copy"):
+        return x.copy(data=to_numpy(x.data))
+    return x
 
 
 def _label(obj, default):
@@ -146,6 +159,7 @@ def prediction_figure(truth, predictions, grid=None, title=None):
     grid : 1-D array (1-D outputs) or tuple of 1-D arrays / coordinates, optional
     """
     plt = _pyplot()
+    truth, predictions = _host(truth), {label: _host(p) for label, p in predictions.items()}
     if np.ndim(truth) == 1:
         ((x, xlabel),) = _axes(truth, grid)
         t = np.asarray(truth, float)
@@ -190,6 +204,8 @@ def example_figure(train_input, train_output, test_truth, test_prediction, input
         Grid axes (default: a DataArray's coordinates, else indices).
     """
     plt = _pyplot()
+    train_input, train_output, test_truth, test_prediction = map(
+        _host, (train_input, train_output, test_truth, test_prediction))
     n_panels = 4 if np.ndim(test_truth) == 1 else 5
     fig, axes = plt.subplots(1, n_panels, figsize=(3.4 * n_panels, 3.2), layout="constrained")
     _field_panel(fig, axes[0], train_input, input_grid, "training input")

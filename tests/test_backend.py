@@ -333,6 +333,32 @@ def test_metrics_and_score_of_device_arrays(data):
     assert model.score(*strict(U, V)) == pytest.approx(r2_score(V, P_np), rel=1e-12)
 
 
+def test_figures_of_device_arrays():
+    """The figures take predictions on a device (CuPy) as they take numpy ones."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    import xarray as xr
+
+    from rfol_dask.plotting import example_figure, prediction_figure
+
+    rng = np.random.default_rng(9)
+    for shape in ((12, 7), (15,)):
+        T = rng.standard_normal(shape)
+        P = T + 0.1 * rng.standard_normal(shape)
+        figs = [prediction_figure(T, {"m": P}), prediction_figure(xs.asarray(T), {"m": xs.asarray(P)}),
+                prediction_figure(xr.DataArray(xs.asarray(T)), {"m": P}),
+                example_figure(T, T, T, P), example_figure(*strict(T, T, T, P))]
+        for a, b in ((figs[0], figs[1]), (figs[0], figs[2]), (figs[3], figs[4])):
+            for ax_a, ax_b in zip(a.axes, b.axes):
+                drawn = [(c.get_array() if hasattr(c, "get_array") else None) for c in ax_a.collections]
+                again = [(c.get_array() if hasattr(c, "get_array") else None) for c in ax_b.collections]
+                lines = [ln.get_ydata() for ln in ax_a.lines], [ln.get_ydata() for ln in ax_b.lines]
+                assert all(np.array_equal(x, y) for x, y in zip(drawn, again) if x is not None)
+                assert all(np.array_equal(x, y) for x, y in zip(*lines))
+        for f in figs:
+            plt.close(f)
+
+
 @pytest.mark.parametrize("est, kw", [(RandomFeatureOperator, dict(n_features=150, gamma=0.4, random_state=2)),
                                      (KernelOperator, dict(kernel="rbf", length_scale=2.0, nugget=1e-4))])
 def test_device_cuda_moves_numpy_input_and_returns_numpy(fake_cuda, tmp_path, data, est, kw):
