@@ -40,6 +40,10 @@ def _sum(x, axis):
     return namespace(x).sum(x, axis=axis) if is_array_api(x) else x.sum(axis=axis)
 
 
+def _mean(x, axis):
+    return namespace(x).mean(x, axis=axis) if is_array_api(x) else x.mean(axis=axis)
+
+
 def relative_l2_errors(true, pred):
     """Per-sample ``||pred_i - true_i|| / ||true_i||``, shape (M,); lazy for dask inputs, in
     the inputs' namespace for array API inputs (CuPy)."""
@@ -67,7 +71,7 @@ def r2_score(true, pred):
     """
     t, p = _pair(true, pred)
     ss_res = _sum((t - p) ** 2, 0)
-    ss_tot = _sum((t - (namespace(t).mean(t, axis=0) if is_array_api(t) else t.mean(axis=0))) ** 2, 0)
+    ss_tot = _sum((t - _mean(t, 0)) ** 2, 0)
     ss_res, ss_tot = dask.compute(ss_res, ss_tot)
     ss_res, ss_tot = (np.asarray(to_numpy(x), dtype=float) for x in (ss_res, ss_tot))
     score = np.ones_like(ss_res)
