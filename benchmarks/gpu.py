@@ -244,8 +244,42 @@ def _one_gpu_cluster(device):
     return LocalCluster(n_workers=1, threads_per_worker=1, processes=True), "distributed.LocalCluster"
 
 
+def alpha_path(dev, U, V, sizes, n_alphas=18):
+    """The ridge path's two methods on the device, for :func:`rfol_dask.tuning.eigh_pays` (measured
+    with LAPACK on the CPU: ``eigh`` costs 9-24 Cholesky factorisations and solves there): per
+    size M, the seconds of ``EigenPath`` (``eigh`` and its products) and of the path's scores, and
+    of one alpha of ``cholesky_errors`` (factorisation, solve, score), on the centred Gram of M
+    training and M / 4 validation rows with N = M Cauchy features."""
+    from rfol_dask import backend
+    from rfol_dask.features import draw_frequencies, feature_map
+    from rfol_dask.tuning import EigenPath, cholesky_errors
+
+    rows = []
+    for M in sizes:
+        Mv = M // 4
+        if M + Mv > len(U):
+            rows.append({"M": M, "skipped": f"needs {M + Mv} training rows, the size has {len(U)}"})
+            continue
+        X, Y = dev.put(U[:M + Mv]), dev.put(V[:M + Mv, :64])
+        omega, b = (dev.put(a) for a in draw_frequencies(U.shape[1], M, "cauchy", 1.0 / U.shape[1], None, 0))
+        A = feature_map(X, omega, b, n_features=M)
+        A -= A[:M].mean(axis=0)
+        K = A[M:] @ A[:M].T
+        alphas = 10.0 ** np.arange(-12, -12 + n_alphas)
+        timed(dev, lambda: EigenPath(A[:M] @ A[:M].T, K, Y[:M]).errors(alphas[:1], Y[M:]))  # warm-up
+        t_eigh, path = timed(dev, lambda: EigenPath(A[:M] @ A[:M].T, K, Y[:M]))
+        t_scores, _ = timed(dev, lambda: path.errors(alphas, Y[M:]))
+        G = backend.fortran_copy(A[:M] @ A[:M].T)
+        t_chol, _ = timed(dev, lambda: cholesky_errors(G, K, Y[:M], Y[M:], [1e-6]))
+        rows.append({"M": M, "eigh_s": t_eigh, "path_scores_s": t_scores, "n_alphas": n_alphas,
+                     "cholesky_alpha_s": t_chol, "break_even_alphas": (t_eigh + t_scores) / t_chol,
+                     "cpu_rule_break_even": float(np.sqrt(M) / 3)})
+        print("alpha_path", json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_full=False, select=0, out=None,
-        features=None, zarr_codecs=("none",), zarr_modes=("auto",)):
+        features=None, zarr_codecs=("none",), zarr_modes=("auto",), alpha_sizes=()):
     from rfol_dask import RandomFeatureOperator
 
     M, side, M_test, feature_counts, M_eq = SIZES[size]
@@ -384,6 +418,8 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
         return {"M": M_eq, "N": N_eq, "max_rel_diff_predictions": float(np.abs(P_dev - P_cpu).max() / np.abs(P_cpu).max())}
 
     _stage(report, "equality_small", equality_small, out)
+    if alpha_sizes:
+        _stage(report, "alpha_path", lambda: {"sizes": alpha_path(dev, U_train, V_train, alpha_sizes)}, out)
     if equal_full and "P" in kept:
         def equality_full():  # the CPU fit at the full size (M, N0): minutes on a many-core host
             t, cpu = timed(dev, lambda: model(N0).fit(U_train, V_train))
@@ -441,6 +477,9 @@ def main(argv=None):
     parser.add_argument("--select", type=int, default=0, metavar="SAMPLES",
                         help="also time RandomFeatureOperatorCV's default search on this many training samples "
                              "(on the device, then on the host's cores for the ratio)")
+    parser.add_argument("--alpha-path", type=lambda t: [int(x) for x in t.split(",")], default=(), metavar="M,M",
+                        help="also time the ridge path's eigh against one Cholesky per alpha on the device at "
+                             "these Gram sizes (the break-even of tuning.eigh_pays)")
     parser.add_argument("--features", type=lambda t: [int(x) for x in t.split(",")], default=None, metavar="N,N",
                         help="feature counts of the in-memory fits (default: the size's; the first is also the "
                              "Zarr and equality fits')")
@@ -450,7 +489,8 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     report = run(args.size, args.device, args.repeats, args.alpha, args.dask, zarr_mode=args.zarr,
                  equal_full=args.equal_full, select=args.select, out=out, features=args.features,
-                 zarr_codecs=tuple(args.zarr_codecs), zarr_modes=tuple(args.zarr_modes))
+                 zarr_codecs=tuple(args.zarr_codecs), zarr_modes=tuple(args.zarr_modes),
+                 alpha_sizes=tuple(args.alpha_path))
     out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {out}")
     return report
