@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import is_fast, namespace
+from ..backend import fill_diagonal, is_fast, namespace
 
 __all__ = ["KERNELS", "kernel_tile", "kernel_values", "sq_distances"]
 
@@ -81,9 +81,6 @@ def kernel_tile(X, Y, diagonal=False, *, kernel="rbf", length_scale=1.0):
     if kernel == "linear":
         return X @ Y.T
     D2 = sq_distances(X, Y)
-    if diagonal and is_fast(namespace(D2)):
-        np.fill_diagonal(D2, 0.0)
-    elif diagonal:
-        xp = namespace(D2)
-        D2 = xp.where(xp.eye(D2.shape[0], D2.shape[1], dtype=D2.dtype) == 1, 0.0, D2)
+    if diagonal:
+        D2 = fill_diagonal(D2, 0.0)
     return kernel_values(D2, kernel, length_scale)
