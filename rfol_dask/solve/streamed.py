@@ -58,7 +58,7 @@ from ..memory import device_free_bytes, free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
-__all__ = ["SHIFT_ROWS", "ROW_STEP", "FEATURE_MODES", "row_steps", "feature_slabs", "slab_features", "gram_slab", "coef_slab", "Resident",
+__all__ = ["SHIFT_ROWS", "ROW_STEP", "FEATURE_MODES", "row_steps", "feature_slabs", "slab_features", "slab_shift", "gram_slab", "coef_slab", "Resident",
            "gram_rows", "coef_rows", "rows_need", "feature_mode", "open_cache", "remove_cache", "dual_stream_graph",
            "fit_streamed"]
 
@@ -269,9 +269,15 @@ def slab_features(U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_R
         shift = xp.mean(A, axis=0)
         A -= shift
         return A, shift
-    head = U[:min(shift_rows, U.shape[0]), ...]
-    shift = xp.mean(feature_map(head, omega, b, n_features=n_features), axis=0)
+    shift = slab_shift(U, omega, b, n_features, shift_rows)
     return feature_map(U, omega, b, shift=shift, n_features=n_features), shift
+
+
+def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS):
+    """The centring shift ``s_f`` of a slab: the mean of its features over the first
+    ``shift_rows`` samples of ``U`` (all of them if fewer), in ``U``'s namespace."""
+    head = U[:min(shift_rows, U.shape[0]), ...]
+    return backend.namespace(U).mean(feature_map(head, omega, b, n_features=n_features), axis=0)
 
 
 def _slab_threads(U):
@@ -372,9 +378,8 @@ def gram_rows(acc, B, start, M, frequencies, n_features, slabs, centre, token=No
                 columns=(f0, f1))) for f0, f1 in slabs}
             acc.shifts = {}
             if centre:
-                head = B[:min(SHIFT_ROWS, B.shape[0]), ...]
                 for f0, _ in slabs:
-                    acc.shifts[f0] = xp.mean(feature_map(head, *acc.pairs[f0], n_features=n_features), axis=0)
+                    acc.shifts[f0] = slab_shift(B, *acc.pairs[f0], n_features)
         e = start + B.shape[0]
         for f0, f1 in slabs:
             acc.A[start:e, f0 - acc.g0:f1 - acc.g0] = feature_map(B, *acc.pairs[f0], shift=acc.shifts.get(f0),
