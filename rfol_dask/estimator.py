@@ -251,10 +251,19 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ predict
     def _check_width(self, n, shape):
+        """ValueError unless ``X`` has the training width ``n`` and, when both are grids of two or
+        more axes, the training grid shape (a transposed or reshaped grid of the same size would
+        otherwise be read by position)."""
+        shape = tuple(shape)
         if n != self.n_features_in_:
             raise ValueError(
                 f"X has {n} features, but {type(self).__name__} is expecting {self.n_features_in_} "
-                f"features as input (input grid {tuple(shape)} vs the training grid {self.input_shape_})")
+                f"features as input (input grid {shape} vs the training grid {self.input_shape_})")
+        if len(shape) > 1 and len(self.input_shape_) > 1 and shape != tuple(self.input_shape_):
+            raise ValueError(
+                f"X has input grid {shape} but the model was trained on the grid {tuple(self.input_shape_)}: "
+                "pass the functions on the training grid (same axes, same order), flattened (M, n) "
+                "rows of it, or input_grid= for another grid of the same domain")
 
     def predict(self, X: Data, *, input_grid: Grid | None = None,
                 output_grid: Grid | None = None) -> np.ndarray | da.Array | xr.DataArray:
@@ -269,7 +278,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
             The input functions, on the training input grid unless ``input_grid`` (or the
             xarray coordinates) says otherwise; a Dataset or Zarr store path gives its
-            ``input`` variable.
+            ``input`` variable (an ``output`` is not needed). Arrays are read by position, in
+            the model's grid order (increasing coordinates for a model fitted on xarray); a
+            DataArray by its dims and coordinates (by position for a model fitted on arrays
+            without grids).
         input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             The grid of numpy / dask ``X`` when it is not the training grid: ``X`` is first
             resampled to the training grid through ``R_U`` (the ``recovery`` parameter).
@@ -286,9 +298,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            If ``X`` has the wrong width or dims, holds NaN / Inf (the samples are named), or a
-            grid has another dimension than the training grid or lies outside the training
-            domain (along a periodic axis any grid is valid: the recovery wraps).
+            If ``X`` has the wrong width, dims or grid shape, holds NaN / Inf (the samples are
+            named), or a grid has another dimension or other dim names than the training grid or
+            lies outside the training domain (along a periodic axis any grid is valid: the
+            recovery wraps).
+        TypeError
+            If ``X`` holds complex or non-numeric values.
 
         Notes
         -----
@@ -303,16 +318,20 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         self._check_coordinate_order()
         U = X
-        if isinstance(U, (str, bytes)) or hasattr(U, "data_vars"):
-            U, _ = io.read_pair(U)
+        if isinstance(U, (str, bytes, os.PathLike)) or hasattr(U, "data_vars"):
+            U, _ = io.read_pair(U, variables=("input",))
         U = io.match_dims(U, getattr(self, "input_dims_", None), "X")
-        u = io.as_operand(U, "U")
+        # a model fitted on numpy without a grid reads a DataArray by position, as it read its data
+        known = getattr(self, "input_dims_", None) is not None or getattr(self, "input_grid_", None) is not None
+        u = io.as_operand(U, "U", sort=known)
         u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
             X = u.data
             if X.ndim != 2:
                 raise ValueError(f"U must be at least 2-D (n_samples, ...), got shape {X.shape}")
-            self._check_width(X.shape[1], U.shape[1:])
+            if not backend.is_real_dtype(X.dtype):
+                raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
+            self._check_width(X.shape[1], u.grid_shape)
             X = X.rechunk({1: -1})
             block, args = self._predict_kernel()
             args = _on(args, np)  # dask blocks are computed on the CPU workers
@@ -343,7 +362,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             args = _on(args, xp)
             Y = block(X, *args)
         else:
-            raw, _ = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
+            raw, grid_shape = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
+            if grid_shape is not None:
+                self._check_width(raw.shape[1], grid_shape)
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
             check_finite(np.asarray(X), 0, "X", "predicting")
             block, args = self._predict_kernel()
@@ -379,7 +400,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             raise ValueError("sample_weight is not supported")
         U, V = io.read_pair(X, y)
         pred = self.predict(U)
-        V = io.ascending_grid(io.match_dims(V, getattr(self, "output_dims_", None), "y"))  # the order of pred
+        V = io.match_dims(V, getattr(self, "output_dims_", None), "y")
+        if getattr(self, "output_dims_", None) is not None or getattr(self, "output_grid_", None) is not None:
+            V = io.ascending_grid(V)  # the order of pred (a model fitted on numpy writes by position)
         return r2_score(V, pred)
 
     def _check_coordinate_order(self):

@@ -54,8 +54,8 @@ def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0
         out = xp.empty(shape, dtype=getattr(xp, np.dtype(dtype).name))
     for i, B in enumerate(blocks):
         B = backend.to_namespace(B, xp)
-        check_finite(B, offset + starts[i], name)
         out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
+        check_finite(out[starts[i]:starts[i + 1], ...], offset + starts[i], name)  # after the cast (overflow)
     return out
 
 

@@ -162,21 +162,23 @@ class _ChunkReader:
         return None
 
 
-def read_pair(X, y=None):
+def read_pair(X, y=None, variables=("input", "output")):
     """``(input, output)`` DataArrays from a Dataset or a store path; ``(X, y)`` otherwise,
-    with ``y`` aligned to the samples of ``X`` (:func:`align_samples`)."""
+    with ``y`` aligned to the samples of ``X`` (:func:`align_samples`). With ``variables=
+    ("input",)`` (prediction) only ``input`` is needed: ``(input, None)``."""
     opened = isinstance(X, (str, os.PathLike))
     if opened:
         X = open_dataset(X)  # checks the store
     if isinstance(X, xr.Dataset):
-        missing = [v for v in ("input", "output") if v not in X]
+        missing = [v for v in variables if v not in X]
         if missing:
-            raise ValueError(f"the Dataset needs variables 'input' and 'output'; missing {missing}")
+            raise ValueError(f"the Dataset needs variable{'s' if len(variables) > 1 else ''} "
+                             f"{' and '.join(map(repr, variables))}; missing {missing}")
         if y is not None:
             raise ValueError("pass either a Dataset / store path alone or the arrays (U, V), not both")
         if not opened:
             _check_source(X)
-        return X["input"], X["output"]
+        return X["input"], X["output"] if "output" in variables else None
     return X, align_samples(X, y)
 
 
@@ -234,10 +236,10 @@ def ascending_grid(X):
     return X
 
 
-def as_operand(X, name):
+def as_operand(X, name, sort=True):
     """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``.
-    A DataArray's ``sample`` dim is put first (wherever it is) and its grid dims in increasing
-    coordinate order (:func:`ascending_grid`)."""
+    A DataArray's ``sample`` dim is put first (wherever it is) and, with ``sort``, its grid dims
+    in increasing coordinate order (:func:`ascending_grid`; without: by position)."""
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
@@ -247,7 +249,8 @@ def as_operand(X, name):
                 f"runs over the samples, e.g. {name}.rename({{{X.dims[0]!r}: 'sample'}})" if X.ndim else
                 f"{name} must have a 'sample' dimension, got a 0-d DataArray"
             )
-        X = ascending_grid(X.transpose("sample", ...))  # matched by name: the samples first
+        X = X.transpose("sample", ...)  # matched by name: the samples first
+        X = ascending_grid(X) if sort else X
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}
         periods = {d: X[d].attrs["period"] for d in coords if X[d].attrs.get("period") is not None}
         inner = as_operand(X.data, name)

@@ -20,6 +20,7 @@ import time
 import uuid
 import warnings
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import xarray as xr
@@ -86,15 +87,30 @@ def describe_path(path):
     return "a directory holding other files"
 
 
+def _foreign_entries(path):
+    """Entries of the model directory ``path`` that are not Zarr metadata or a Zarr array or
+    group (files a user put there), sorted by name."""
+    meta = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
+    return sorted(e.name for e in Path(path).iterdir()
+                  if not (e.name in meta or e.is_dir() and not e.is_symlink()
+                          and any((e / m).is_file() for m in ("zarr.json", ".zarray", ".zgroup"))))
+
+
 def check_model_path(path, overwrite=True):
     """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
-    directory, or an rfol_dask model when ``overwrite`` is true. Nothing else is ever replaced."""
+    directory, or an rfol_dask model (holding nothing but its own arrays) when ``overwrite`` is
+    true. Nothing else is ever replaced."""
     kind = describe_path(path)
     if kind in (None, "empty"):
         return
     if kind == "model":
         if not overwrite:
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
+        foreign = _foreign_entries(path)
+        if foreign:
+            raise ValueError(f"the model at {path} also holds other files ({', '.join(foreign[:5])}"
+                             f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move "
+                             "them away or choose another path")
         return
     raise ValueError(f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
                      "(only an existing model is ever replaced): choose another path or move it away yourself")
@@ -221,24 +237,38 @@ def load_model(path):
         raise ValueError(f"the model at {path} has format {fmt!r} (written by rfol_dask "
                          f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
                          f"0 to {MODEL_FORMAT}: upgrade rfol_dask to load it")
+    def damaged(subject, problem, exc=None):
+        detail = "" if exc is None else f" ({type(exc).__name__}: {exc})"
+        return ValueError(f"{subject} of the model at {path} {problem}{detail}: the model is damaged; "
+                          "fit and save it again")
+
     arrays = {}
-    for key, arr in group.arrays():
+    try:
+        listed = list(group.arrays())
+    except Exception as exc:  # noqa: BLE001  (an array's metadata unreadable)
+        raise damaged("the array metadata", "cannot be read", exc) from exc
+    for key, arr in listed:
         try:
             arrays[key] = arr[...]
         except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
-            raise ValueError(f"array {key!r} of the model at {path} cannot be read ({type(exc).__name__}: "
-                             f"{exc}): the model is damaged; fit and save it again") from exc
+            raise damaged(f"array {key!r}", "cannot be read", exc) from exc
     if fmt == 0:
         warnings.warn(f"the model at {path} was saved before model format 1 and has no checksums, so its "
                       "arrays cannot be verified; save it again to add them", stacklevel=3)
-    for key, expected in attrs.get("rfol_dask_checksums", {}).items():
+    sums = attrs.get("rfol_dask_checksums", {})
+    if fmt >= 1:
+        unsummed = sorted(set(arrays) - set(sums)) if isinstance(sums, dict) else ["(all)"]
+        if unsummed:
+            raise damaged(f"the checksums of arrays {unsummed}", "are missing")
+    for key, expected in sums.items():
         if key not in arrays:
-            raise ValueError(f"array {key!r} of the model at {path} is missing: the model is damaged; "
-                             "fit and save it again")
+            raise damaged(f"array {key!r}", "is missing")
         if _checksum(arrays[key]) != expected:
-            raise ValueError(f"array {key!r} of the model at {path} does not match its checksum (a chunk is "
-                             "missing or was changed): the model is damaged; fit and save it again")
-    return arrays, json.loads(attrs[_MODEL_KEY])
+            raise damaged(f"array {key!r}", "does not match its checksum (a chunk is missing or was changed)")
+    try:
+        return arrays, json.loads(attrs[_MODEL_KEY])
+    except (TypeError, ValueError) as exc:
+        raise damaged(f"the attribute {_MODEL_KEY!r}", "cannot be read", exc) from exc
 
 
 # ------------------------------------------------------------------------------ estimator state
@@ -272,6 +302,31 @@ def _params(model):
     return params
 
 
+def _coord_key(which, dim):
+    """The array name of a training coordinate: the dim name with ``/`` (a Zarr group separator)
+    and other characters outside letters, digits and ``_.-~`` percent-escaped (plain names as
+    they are, as models of earlier versions stored them)."""
+    return f"coord_{which}_{quote(str(dim), safe='')}"
+
+
+def _saved_coord(arrays, which, dim):
+    """The training coordinate ``dim`` among the loaded ``arrays`` (by its escaped name, or the raw
+    one of models saved before names were escaped), or None."""
+    return next((arrays[k] for k in (_coord_key(which, dim), f"coord_{which}_{dim}") if k in arrays), None)
+
+
+def _coord_array(which, dim, values):
+    """A training coordinate as a numpy array Zarr can store: object arrays of strings (pandas,
+    netCDF labels) as unicode; ValueError for other objects."""
+    values = np.asarray(values)
+    if values.dtype == object:
+        if not all(isinstance(v, str) for v in values.ravel()):
+            raise ValueError(f"the {which} coordinate {dim!r} holds Python objects ({values.dtype}), which a model "
+                             "cannot store: give it numbers, strings or datetimes (e.g. .astype(str))")
+        values = values.astype(str)
+    return values
+
+
 def estimator_state(model):
     """``(arrays, attrs)`` of a fitted ``OperatorEstimator``: the numpy arrays
     (``model._fitted_arrays``, ``coord_<which>_<dim>``, ``grid_<which>_<k>``) and the JSON
@@ -296,7 +351,7 @@ def estimator_state(model):
     attrs.update({name: getattr(model, name) for name in model._fitted_scalars})
     for which, coords in (("input", model.input_coords_), ("output", model.output_coords_)):
         for dim, values in coords.items():
-            arrays[f"coord_{which}_{dim}"] = np.asarray(values)
+            arrays[_coord_key(which, dim)] = _coord_array(which, dim, values)
     for which in ("input", "output"):
         grid = getattr(model, f"{which}_grid_", None)
         attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
@@ -339,7 +394,7 @@ def restore_estimator(cls, arrays, attrs, path=None):
         dims = attrs[f"{which}_dims_"]
         setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
         setattr(model, f"{which}_coords_",
-                {d: arrays[f"coord_{which}_{d}"] for d in (dims or []) if f"coord_{which}_{d}" in arrays})
+                {d: c for d in (dims or []) if (c := _saved_coord(arrays, which, d)) is not None})
         ndim = attrs.get(f"{which}_grid_ndim")
         setattr(model, f"{which}_grid_",
                 None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)))

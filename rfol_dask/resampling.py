@@ -6,6 +6,8 @@ periods, dims, coordinates and the output's attributes)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dask.array as da
 import numpy as np
 import xarray as xr
@@ -49,9 +51,21 @@ class ResamplingMixin:
             coords = dict(zip(dims, grid))
         return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
 
+    def _named_axes(self, grid, which):
+        """A mapping ``{dim: coords}`` grid as its axes in the order of the model's ``which`` dims
+        (ValueError for names that are not those dims); any other grid as it is."""
+        dims = getattr(self, f"{which}_dims_", None)
+        if not isinstance(grid, Mapping) or dims is None:
+            return grid  # a model fitted on arrays knows no names: the mapping's order
+        unknown, missing = [d for d in grid if d not in dims], [d for d in dims if d not in grid]
+        if unknown or missing:
+            raise ValueError(f"{which}_grid names dims {list(grid)} but the model's {which} grid has dims "
+                             f"{list(dims)} (unknown {unknown}, missing {missing})")
+        return [grid[d] for d in dims]
+
     def _check_grid(self, grid, trained, which):
         """``grid`` as axes; ValueError if the model has no grid there or the dimension differs."""
-        grid = rec.as_grid(grid, f"{which}_grid")
+        grid = rec.as_grid(self._named_axes(grid, which), f"{which}_grid")
         if trained is None:
             raise ValueError(
                 f"the model was fitted without {which} grid coordinates, so it cannot use another {which} grid: "
@@ -64,7 +78,8 @@ class ResamplingMixin:
     def _to_training_grid(self, U, u, input_grid):
         """The operand ``u`` resampled through ``R_U`` to the training input grid if its grid
         (``input_grid`` or the xarray coordinates) differs from it."""
-        grid = rec.as_grid(input_grid, "input_grid") if input_grid is not None else io.operand_grid(u)
+        grid = rec.as_grid(self._named_axes(input_grid, "input"), "input_grid") if input_grid is not None \
+            else io.operand_grid(u)
         trained = getattr(self, "input_grid_", None)
         if grid is None or rec.same_grid(grid, trained):
             return u

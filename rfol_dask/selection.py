@@ -73,6 +73,23 @@ NARROWER_TIE = 1.05
 MIN_COARSE_ROWS = 200
 
 
+
+def _split_rows(rows, M, which):
+    """The ``which`` rows of a user's cv split as indices into the ``M`` training samples: a
+    boolean mask of length ``M`` or integer indices in ``[0, M)``; else ValueError."""
+    rows = np.asarray(rows)
+    if rows.dtype == bool:
+        if rows.shape != (M,):
+            raise ValueError(f"a cv split's {which} mask has shape {rows.shape}, expected ({M},) for {M} samples")
+        return np.flatnonzero(rows)
+    if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
+        raise ValueError(f"a cv split's {which} rows must be a 1-D array of integer indices or a boolean mask, "
+                         f"got shape {rows.shape} and dtype {rows.dtype}")
+    if rows.size and (rows.min() < 0 or rows.max() >= M):
+        raise ValueError(f"a cv split's {which} rows hold indices outside [0, {M}) (from {rows.min()} to "
+                         f"{rows.max()}) for {M} training samples")
+    return rows.astype(np.intp)
+
 class SearchResults(dict):
     """``cv_results_``: a dict of equal-length numpy arrays, one entry per candidate (row).
 
@@ -215,8 +232,8 @@ class SelectionCV(OperatorEstimator):
             splits = list(KFold(int(self.cv)).split(np.zeros((M, 1))))
         elif hasattr(self.cv, "split"):
             splits = list(self.cv.split(np.zeros((M, 1))))
-        else:  # an iterable of (train, validation) index arrays
-            splits = list(self.cv)
+        else:  # an iterable of (train, validation) index arrays or boolean masks
+            splits = [(_split_rows(tr, M, "training"), _split_rows(va, M, "validation")) for tr, va in self.cv]
         for tr, va in splits:
             if len(tr) < 2 or len(va) < 1:
                 raise ValueError(f"{type(self).__name__} needs at least 2 training and 1 validation sample per "

@@ -99,9 +99,10 @@ def column_slab(start, stop, dtype, *blocks):
     out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
     row = 0
     for B in blocks:
-        out[row:row + len(B)] = B = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
-        check_finite(B, row, "V")
-        row += len(B)
+        k = len(B)
+        out[row:row + k] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
+        check_finite(out[row:row + k], row, "V")  # after the cast: a float64 value may overflow float32
+        row += k
     return out
 
 

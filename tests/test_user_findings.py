@@ -1,0 +1,173 @@
+"""Found by testing as a user (2026-11-27): silent wrong results at predict time, data lost or
+made unloadable by save, and unclear errors. Each test fails on the code before its fix."""
+
+import json
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from conftest import smooth_operator_data
+
+from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
+from rfol_dask.baselines import KernelOperator
+
+
+def _rf(**kw):
+    return RandomFeatureOperator(**{"n_features": 60, "gamma": 0.1, "alpha": 1e-8, "random_state": 0, **kw})
+
+
+@pytest.fixture(scope="module")
+def grid2d():
+    """Inputs and outputs on a 4 x 5 grid (x, y) as DataArrays with coordinates."""
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((40, 4, 5))
+    V = np.cumsum(U, axis=1) + 0.2 * U**2
+    coords = {"sample": np.arange(40), "x": np.linspace(0, 1, 4), "y": np.linspace(0, 2, 5)}
+    return (xr.DataArray(U, dims=("sample", "x", "y"), coords=coords),
+            xr.DataArray(V, dims=("sample", "x", "y"), coords=coords))
+
+
+def test_predict_reads_a_store_or_dataset_of_inputs_alone(tmp_path, grid2d):
+    XU, XV = grid2d
+    model = _rf().fit(XU, XV)
+    want = model.predict(XU[:10])
+    inputs = xr.Dataset({"input": XU[:10]})
+    xr.testing.assert_allclose(model.predict(inputs), want)
+    inputs.to_zarr(tmp_path / "inputs.zarr")
+    for path in (tmp_path / "inputs.zarr", str(tmp_path / "inputs.zarr")):
+        np.testing.assert_allclose(model.predict(path).values, want.values, rtol=1e-12)
+    with pytest.raises(ValueError, match="needs variable 'input'; missing"):
+        model.predict(xr.Dataset({"output": XV[:10]}))
+
+
+def test_grid_mappings_are_matched_by_dim_name(grid2d):
+    XU, XV = grid2d
+    model = _rf(recovery="linear").fit(XU, XV)
+    x2, y2 = np.linspace(0, 1, 7), np.linspace(0, 2, 9)
+    a = model.predict(XU, output_grid={"x": x2, "y": y2})
+    b = model.predict(XU, output_grid={"y": y2, "x": x2})
+    assert a.dims == b.dims == ("sample", "x", "y") and a.shape == b.shape == (40, 7, 9)
+    xr.testing.assert_identical(a, b)
+    U = XU.values
+    same = model.predict(U, input_grid={"y": XU.y.values, "x": XU.x.values})
+    np.testing.assert_allclose(same, model.predict(U), rtol=1e-12)
+    with pytest.raises(ValueError, match=r"output_grid names dims \['p', 'q'\].*unknown \['p', 'q'\]"):
+        model.predict(XU, output_grid={"p": x2, "q": y2})
+    with pytest.raises(ValueError, match=r"input_grid names dims \['x'\].*missing \['y'\]"):
+        model.predict(U, input_grid={"x": XU.x.values})
+
+
+def test_model_fitted_on_arrays_reads_a_dataarray_by_position():
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((40, 7))
+    V = U**2 + 0.5 * U[:, :1]
+    lat = np.linspace(60, -60, 7)  # descending, as latitudes often are
+    XU = xr.DataArray(U, dims=("sample", "lat"), coords={"lat": lat})
+    model = _rf().fit(U, V)
+    np.testing.assert_allclose(model.predict(XU).values, model.predict(U), rtol=1e-12)
+    XV = xr.DataArray(V, dims=("sample", "lat"), coords={"lat": lat})
+    assert model.score(XU, XV) == pytest.approx(model.score(U, V), rel=1e-12)
+    # a model fitted on the DataArrays matches coordinates (reads and writes increasing latitudes)
+    labelled = _rf().fit(XU, XV)
+    np.testing.assert_allclose(labelled.predict(XU[:, ::-1]).values, labelled.predict(XU).values, rtol=1e-12)
+
+
+@pytest.mark.parametrize("estimator", [_rf, lambda: KernelOperator(kernel="rbf", length_scale=1.0)])
+def test_complex_dask_input_to_predict_is_refused(estimator):
+    U, V = smooth_operator_data(30, 8)
+    model = estimator().fit(U, V)
+    with pytest.raises(TypeError, match="real numbers.*complex128"):
+        model.predict(da.from_array(U + 1j * U, chunks=10))
+    with pytest.raises(TypeError, match="real numbers"):
+        model.predict(xr.DataArray(da.from_array(U + 1j * U, chunks=10), dims=("sample", "x")))
+
+
+def test_a_value_that_overflows_float32_is_named_in_dask_fits():
+    U, V = smooth_operator_data(30, 8)
+    V[4, 1] = 1e300
+    for model in (_rf(dtype="float32"), KernelOperator(kernel="rbf", length_scale=1.0, dtype="float32")):
+        with pytest.raises(ValueError, match="V contains NaN or infinity.*first bad sample: 4"):
+            model.fit(da.from_array(U, chunks=10), da.from_array(V, chunks=10))
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_grid_of_another_shape_but_the_same_size_is_refused(grid2d, lazy):
+    XU, XV = grid2d
+    U, V = XU.values, XV.values
+    model = _rf().fit(U, V)
+    wrap = (lambda a: da.from_array(a, chunks=10)) if lazy else (lambda a: a)
+    for bad in (U.transpose(0, 2, 1), U.reshape(40, 2, 10)):
+        with pytest.raises(ValueError, match=r"input grid \(\d+, \d+\) but the model was trained on the grid \(4, 5\)"):
+            model.predict(wrap(bad))
+    np.testing.assert_allclose(np.asarray(model.predict(wrap(U.reshape(40, 20)))), model.predict(U), rtol=1e-12)
+    with pytest.raises(ValueError, match="input grid"):
+        model.predict(xr.DataArray(U.reshape(40, 2, 10), dims=("sample", "dim_0", "dim_1")))
+
+
+def test_save_keeps_coordinates_of_strings_and_names_with_a_slash(tmp_path):
+    U, V = smooth_operator_data(30, 4)
+    XU = xr.DataArray(U, dims=("sample", "u/v"), coords={"u/v": np.arange(4.0)})
+    names = np.array(["a", "bb", "c", "d"], dtype=object)  # pandas / netCDF labels
+    XV = xr.DataArray(V, dims=("sample", "variable"), coords={"variable": names})
+    model = _rf().fit(XU, XV)
+    loaded = RandomFeatureOperator.load(model.save(tmp_path / "m.zarr"))
+    assert list(loaded.predict(XU)["variable"].values) == list(names)
+    np.testing.assert_array_equal(loaded.predict(XU).values, model.predict(XU).values)
+    np.testing.assert_array_equal(loaded.input_coords_["u/v"], np.arange(4.0))
+    objects = xr.DataArray(V, dims=("sample", "variable"), coords={"variable": np.array([1, "b", 2.0, None])})
+    with pytest.raises(ValueError, match="output coordinate 'variable' holds Python objects"):
+        _rf().fit(XU, objects).save(tmp_path / "o.zarr")
+    assert not (tmp_path / "o.zarr").exists()
+
+
+def test_damaged_metadata_is_named_as_damage(tmp_path):
+    U, V = smooth_operator_data(30, 4)
+    model = _rf().fit(U, V)
+    meta = Path(model.save(tmp_path / "a.zarr")) / "omega_" / "zarr.json"
+    meta.write_text(meta.read_text()[:40])
+    with pytest.raises(ValueError, match="array metadata of the model at .* cannot be read.*damaged"):
+        RandomFeatureOperator.load(tmp_path / "a.zarr")
+    root = Path(model.save(tmp_path / "b.zarr")) / "zarr.json"
+    doc = json.loads(root.read_text())
+    doc["attributes"]["rfol_dask_model"] = doc["attributes"]["rfol_dask_model"][:50]
+    root.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="attribute 'rfol_dask_model' of the model at .* cannot be read.*damaged"):
+        RandomFeatureOperator.load(tmp_path / "b.zarr")
+
+
+def test_an_array_without_its_checksum_is_damage(tmp_path):
+    U, V = smooth_operator_data(30, 4)
+    root = Path(_rf().fit(U, V).save(tmp_path / "m.zarr")) / "zarr.json"
+    doc = json.loads(root.read_text())
+    del doc["attributes"]["rfol_dask_checksums"]["coef_"]
+    root.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"checksums of arrays \['coef_'\] .* are missing.*damaged"):
+        RandomFeatureOperator.load(tmp_path / "m.zarr")
+
+
+def test_saving_over_a_model_never_deletes_the_users_files_beside_it(tmp_path):
+    U, V = smooth_operator_data(30, 4)
+    a, b = _rf().fit(U, V), _rf(random_state=1).fit(U, V)
+    path = Path(a.save(tmp_path / "m.zarr"))
+    (path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"also holds other files \(notes.txt\).*delete"):
+        b.save(path)
+    assert (path / "notes.txt").read_text() == "mine"
+    np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, a.coef_)  # it still loads
+    (path / "notes.txt").unlink()
+    np.testing.assert_array_equal(RandomFeatureOperator.load(b.save(path)).coef_, b.coef_)
+
+
+def test_cv_splits_as_masks_and_bad_indices():
+    U, V = smooth_operator_data(60, 8)
+    kw = dict(n_features=40, distributions=("gaussian",), gammas=(1.0,), alphas=(1e-8,), random_state=0)
+    rows = np.arange(60)
+    by_index = RandomFeatureOperatorCV(cv=[(rows[:45], rows[45:])], **kw).fit(U, V)
+    by_mask = RandomFeatureOperatorCV(cv=[(rows < 45, rows >= 45)], **kw).fit(U, V)
+    assert by_mask.best_score_ == by_index.best_score_
+    with pytest.raises(ValueError, match=r"validation rows hold indices outside \[0, 60\)"):
+        RandomFeatureOperatorCV(cv=[(rows[:45], np.arange(45, 70))], **kw).fit(U, V)
+    with pytest.raises(ValueError, match=r"training mask has shape \(50,\), expected \(60,\)"):
+        RandomFeatureOperatorCV(cv=[(rows[:50] < 45, rows >= 45)], **kw).fit(U, V)
