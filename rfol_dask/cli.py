@@ -25,6 +25,20 @@ def _parse_param(text):
     return key.strip(), value
 
 
+def _count(least):
+    """An argparse type: a whole number >= ``least``."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
+        return value
+
+    return parse
+
+
 def _cmd_datasets(args):
     from . import datasets
 
@@ -62,9 +76,9 @@ def _cmd_generate(args):
     from . import datasets
 
     params = dict(args.param or [])
-    if args.cluster and args.workers:
+    if args.cluster and args.workers is not None:
         raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
-    client = _start_cluster(args.cluster, args.workers) if args.cluster or args.workers else None
+    client = _start_cluster(args.cluster, args.workers) if args.cluster or args.workers is not None else None
     try:
         t0 = time.perf_counter()
         ds = datasets.generate(args.name, args.samples, store=args.out, seed=args.seed, client=client,
@@ -155,6 +169,15 @@ def _report_context(path):
     return performance_report(filename=path)
 
 
+def _check_report_path(path):
+    """ValueError unless an HTML report can be written at ``path`` (checked before the fit)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"--report {path} is a directory; give the path of an HTML file")
+    if not path.parent.is_dir():
+        raise ValueError(f"--report {path}: its folder {path.parent} does not exist or is not a directory")
+
+
 def _powers(text):
     """``--pca-power``: a number, ``none``, or a comma-separated list of them."""
     values = []
@@ -235,11 +258,16 @@ def _cmd_fit(args):
         check_model_path(args.out)  # before the fit: never replace a file, a data set or other files
     if args.train is not None and args.train < 1:
         raise ValueError(f"--train must be at least 1, got {args.train}")
+    if args.report:
+        _check_report_path(args.report)
     report = _report_context(args.report)
     # a performance report needs a distributed scheduler: without --cluster, a local one
     client = _start_cluster(args.cluster or "local") if args.cluster or args.report else None
     try:
         ds = open_dataset(args.data)
+        if "sample" not in ds["input"].dims or "sample" not in ds["output"].dims:
+            raise ValueError(f"{args.data}: input and output need a 'sample' dimension (got {ds['input'].dims} and "
+                             f"{ds['output'].dims}); rename the dimension that runs over the samples")
         n = ds.sizes["sample"]
         n_train = n if args.train is None else args.train
         if not 1 <= n_train <= n:
@@ -250,12 +278,12 @@ def _cmd_fit(args):
             t0 = time.perf_counter()
             model.fit(train)
             _print_fit(args, model, n_train, time.perf_counter() - t0)
+            if args.out:  # before the test and the report: a failure there keeps the model
+                model.save(args.out)
+                print(f"model: {args.out}")
             if test.sizes["sample"]:
                 err = relative_l2_error(test["output"], model.predict(test["input"]))
                 print(f"relative L2 error on the {test.sizes['sample']} remaining samples: {err:.4e}")
-        if args.out:
-            model.save(args.out)
-            print(f"model: {args.out}")
     finally:
         _close_cluster(client)
     return 0
@@ -319,12 +347,12 @@ def build_parser():
 
     q = sub.add_parser("quickstart", help="make a small data set, fit Cauchy and Gaussian models, plot")
     q.add_argument("--dataset", default="advection1")
-    q.add_argument("--train", type=int, default=1000)
-    q.add_argument("--test", type=int, default=1000)
+    q.add_argument("--train", type=_count(1), default=1000)
+    q.add_argument("--test", type=_count(1), default=1000)
     q.add_argument("--n-features", type=int, default=None, help="default: the paper's N for the data set")
     q.add_argument("--gamma", type=float, default=None)
     q.add_argument("--alpha", type=float, default=None)
-    q.add_argument("--workers", type=int, default=2)
+    q.add_argument("--workers", type=_count(1), default=2)
     q.add_argument("--seed", type=int, default=0)
     q.add_argument("--out", default="quickstart_output")
     q.set_defaults(func=_cmd_quickstart)
@@ -339,7 +367,7 @@ def build_parser():
     g.add_argument("--samples", type=int, required=True)
     g.add_argument("--out", required=True)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--workers", type=int, default=None, help="start a LocalCluster with this many workers")
+    g.add_argument("--workers", type=_count(1), default=None, help="start a LocalCluster with this many workers")
     g.add_argument("--cluster", default=None, metavar="NAME|PATH",
                    help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
     g.add_argument("--block-size", type=int, default=None)
@@ -356,11 +384,23 @@ def build_parser():
     return parser
 
 
+def _terminate(signum, frame):
+    """SIGTERM (a batch system's kill, ``timeout``) as SystemExit, so that the fit's clean-up runs
+    (its feature cache, its cluster) as it does for Ctrl-C."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:  # ImportError: an optional extra
+    # ImportError: an optional extra; NotImplementedError: a combination of settings not supported
+    except (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError) as exc:
         print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

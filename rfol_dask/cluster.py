@@ -26,6 +26,7 @@ script, Kubernetes spec or MPI launch script) without contacting any scheduler.
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import re
 import shlex
@@ -54,13 +55,36 @@ def blas_env(blas_threads):
     return {var: str(int(blas_threads)) for var in _BLAS_VARS}
 
 
+def _owning_client(cluster):
+    """A ``distributed.Client`` of ``cluster`` that also closes the cluster when it closes (as
+    ``with local_client() as client:`` expects; a plain ``Client(cluster)`` leaves it running)."""
+    from distributed import Client
+
+    class OwningClient(Client):
+        def close(self, *args, **kwargs):
+            try:
+                return super().close(*args, **kwargs)
+            finally:
+                import contextlib
+
+                with contextlib.suppress(Exception):  # already closed, or gone
+                    cluster.close()
+
+    return OwningClient(cluster)
+
+
 def local_client(n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True,
                  blas_threads=1, **kwargs):
     """Start a ``distributed.LocalCluster`` (see :func:`local_cluster`) and return a ``Client``
-    connected to it. Close both with :func:`close_client`."""
-    from distributed import Client
+    connected to it; closing the client (or leaving its ``with`` block) closes both."""
+    return _owning_client(local_cluster(n_workers, threads_per_worker, memory_limit, processes, blas_threads,
+                                        **kwargs))
 
-    return Client(local_cluster(n_workers, threads_per_worker, memory_limit, processes, blas_threads, **kwargs))
+
+def _check_count(name, value):
+    """ValueError unless ``value`` is a whole number >= 1 (a cluster of no workers waits forever)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
 
 
 def local_cluster(n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True,
@@ -70,8 +94,10 @@ def local_cluster(n_workers=None, threads_per_worker=1, memory_limit="auto", pro
     and the dashboard on a free port."""
     from distributed import LocalCluster
 
+    _check_count("threads_per_worker", threads_per_worker)
     if n_workers is None:
         n_workers = max(1, host_cores() // threads_per_worker)
+    _check_count("n_workers", n_workers)
     if processes:
         kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
     return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
@@ -94,13 +120,13 @@ def gpu_config(config):
 
 
 def _read_config(config):
-    """The YAML text of a shipped name or a path."""
-    path = Path(config)
-    if path.is_file():
-        return path.read_text()
-    name = str(config)
+    """The YAML text of a shipped name or a path (a shipped name wins over a file of that name in
+    the working directory; ``./local`` reads the file)."""
+    path, name = Path(config), os.fspath(config)
     if name in shipped_configs():
         return resources.files("rfol_dask").joinpath("clusters", f"{name}.yaml").read_text()
+    if path.is_file():
+        return path.read_text()
     raise FileNotFoundError(f"no cluster configuration at {path}: give a YAML file or one of the shipped "
                             f"configurations {shipped_configs()}")
 
@@ -111,7 +137,14 @@ def load_config(config):
     if isinstance(config, (str, os.PathLike)):
         import yaml
 
-        config = yaml.safe_load(_read_config(config)) or {}
+        name = config
+        try:
+            config = yaml.safe_load(_read_config(config)) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"cluster configuration {name} is not valid YAML: {exc}") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"cluster configuration {name} must be a YAML mapping (kind: ..., options: ...), "
+                             f"got a {type(config).__name__}")
     config = dict(config)
     kind = config.get("kind")
     if kind not in KINDS:
@@ -234,6 +267,8 @@ def local_cuda_cluster(blas_threads=1, **kwargs):
     except ImportError as exc:
         raise ImportError("cluster kind 'cuda-local' needs dask-cuda (and CuPy): pip install 'rfol-dask[gpu]'; "
                           "or use kind 'local'") from exc
+    if kwargs.get("n_workers") is not None:
+        _check_count("n_workers", kwargs["n_workers"])
     kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
     if kwargs.get("threads_per_worker", "auto") == "auto":
         gpus = kwargs.get("n_workers") or _visible_gpus(kwargs.get("CUDA_VISIBLE_DEVICES")) or get_n_gpus()
@@ -371,7 +406,7 @@ def start_client(config):
             cluster.scale(jobs=int(config["scale"]))
         elif config["kind"] == "kubernetes":
             cluster.scale(int(config["scale"]))
-        client = Client(cluster)
+        client = _owning_client(cluster)
         if config["kind"] not in ("local", "cuda-local"):
             client.wait_for_workers(1)
     logger.info("%s cluster started, dashboard: %s", config["kind"],

@@ -101,7 +101,12 @@ def check_model_path(path, overwrite=True):
     directory, or an rfol_dask model (holding nothing but its own arrays) when ``overwrite`` is
     true. Nothing else is ever replaced."""
     kind = describe_path(path)
-    if kind in (None, "empty"):
+    if kind is None:
+        parent = next(p for p in Path(os.path.abspath(path)).parents if p.exists())
+        if not parent.is_dir():
+            raise ValueError(f"cannot save a model at {path}: {parent} is a file, not a directory")
+        return
+    if kind == "empty":
         return
     if kind == "model":
         if not overwrite:
@@ -121,22 +126,36 @@ def _sibling(path, kind):
     return path.with_name(f".{path.name}.{kind}-{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
 
 
-def _writer_gone(leftover, prefix):
-    """Whether the process that named ``leftover`` (``prefix`` + ``<host>.<pid>.<random>``, see
-    :func:`_sibling`) is no longer running."""
+def _writer(leftover, prefix):
+    """``(host, pid)`` of the save that named ``leftover`` (``prefix`` + ``<host>.<pid>.<hex>``,
+    see :func:`_sibling`), or None for any other name."""
     try:
-        host, pid, _ = leftover.name[len(prefix):].rsplit(".", 2)
-        pid = int(pid)
+        host, pid, tag = leftover.name[len(prefix):].rsplit(".", 2)
+        int(tag, 16)
+        return (host, int(pid)) if host else None
     except ValueError:
-        return True  # not one of ours: an old-style name, left by a finished or killed save
+        return None
+
+
+def _writer_gone(leftover, prefix):
+    """Whether the save that named ``leftover`` (see :func:`_writer`) no longer runs (a model of
+    an older naming: its save has finished or was killed)."""
+    writer = _writer(leftover, prefix)
+    if writer is None:
+        return True
+    host, pid = writer
     if host != socket.gethostname():
         return time.time() - leftover.stat().st_mtime > _STALE_FOREIGN_TMP_S
     return pid == os.getpid() or not process_alive(host, pid)
 
 
 def _leftovers(path, kind):
-    """The hidden siblings ``.NAME.<kind>-*`` of ``path``."""
-    return sorted(path.parent.glob(f".{glob.escape(path.name)}.{kind}-*"))
+    """The hidden siblings ``.NAME.<kind>-*`` of ``path`` that saves left: named by a save
+    (:func:`_writer`) or holding a model (older namings). A user's own ``.NAME.old-backup``
+    folder of other files is not one, and is never removed."""
+    prefix = f".{path.name}.{kind}-"
+    return sorted(p for p in path.parent.glob(f"{glob.escape(prefix)}*")
+                  if _writer(p, prefix) is not None or describe_path(p) == "model")
 
 
 def _clean_leftovers(path):

@@ -110,3 +110,60 @@ def test_fit_pca_power_list_needs_tune(store, capsys):
     with pytest.raises(SystemExit):
         main(["fit", str(store), "--pca-power", "smooth"])
     assert "must be numbers or 'none'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["generate", "advection1", "--samples", "4", "--out", "x.zarr", "--workers", "0"],
+                                  ["generate", "advection1", "--samples", "4", "--out", "x.zarr", "--workers", "-1"],
+                                  ["quickstart", "--workers", "0"], ["quickstart", "--train", "-5"],
+                                  ["quickstart", "--test", "0"]])
+def test_counts_below_one_are_refused_by_the_parser(args, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2 and "must be >= 1" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_fit_checks_report_and_out_paths_and_the_sample_dim_before_fitting(store, tmp_path, capsys):
+    folder, plain = tmp_path / "adir", tmp_path / "afile"
+    folder.mkdir()
+    plain.write_text("x")
+    code, err = _run(["fit", str(store), "--train", "20", "--n-features", "20", "--report", str(folder),
+                      "--out", str(tmp_path / "m.zarr")], capsys)
+    assert code == 2 and "is a directory; give the path of an HTML file" in err
+    code, err = _run(["fit", str(store), "--train", "20", "--n-features", "20", "--out", str(plain / "m.zarr")], capsys)
+    assert code == 2 and "is a file, not a directory" in err
+    assert sorted(os.listdir(tmp_path)) == ["adir", "afile"]
+    import numpy as np
+    import xarray as xr
+
+    xr.Dataset({"input": (("s", "x"), np.ones((4, 3))), "output": (("s", "y"), np.ones((4, 2)))}).to_zarr(
+        tmp_path / "nosample.zarr")
+    code, err = _run(["fit", str(tmp_path / "nosample.zarr"), "--n-features", "20"], capsys)
+    assert code == 2 and "need a 'sample' dimension" in err
+
+
+def test_sigterm_during_a_fit_removes_its_feature_cache(tmp_path):
+    import time
+
+    import numpy as np
+    import xarray as xr
+
+    rng = np.random.default_rng(0)
+    xr.Dataset({"input": (("sample", "x"), rng.standard_normal((600, 64))),
+                "output": (("sample", "x"), rng.standard_normal((600, 64)))}).chunk({"sample": 100}).to_zarr(
+        tmp_path / "d.zarr")
+    cache = tmp_path / "tmp"
+    cache.mkdir()
+    env = dict(os.environ, TMPDIR=str(cache), PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "rfol_dask.cli", "fit", str(tmp_path / "d.zarr"), "--n-features",
+                             "60000", "--gamma", "0.1", "--solver", "dual"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith("rfol-") for p in cache.iterdir()) and proc.poll() is None:
+        assert time.monotonic() < deadline, "the fit made no feature cache"
+        time.sleep(0.02)
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + 15, err.decode()[-2000:]
+    assert [p.name for p in cache.iterdir() if p.name.startswith("rfol-")] == []

@@ -173,3 +173,34 @@ def test_configurations_are_package_data_kept_once():
     for path in CONFIGS.glob("*.yaml"):
         assert any(fnmatch(f"clusters/{path.name}", g) for g in globs), path
     assert not list((root / "cluster").glob("*.yaml"))  # no second copy beside cluster/README.md
+
+
+@pytest.mark.cluster
+def test_leaving_the_with_block_of_a_client_closes_its_cluster():
+    with cluster.local_client(n_workers=1, processes=False) as client:
+        assert client.submit(sum, [1, 2]).result() == 3
+    assert client.cluster.status.name == "closed"
+    with cluster.start_client({"kind": "local", "options": {"n_workers": 1, "processes": False}}) as client:
+        pass
+    assert client.cluster.status.name == "closed"
+
+
+def test_a_cluster_of_no_workers_is_refused_not_waited_for():
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match=f"n_workers must be a whole number >= 1, got {bad!r}"):
+            cluster.local_cluster(n_workers=bad)
+    with pytest.raises(ValueError, match="n_workers must be a whole number >= 1, got 0"):
+        cluster.start_client({"kind": "local", "options": {"n_workers": 0}})
+
+
+def test_bad_yaml_and_a_file_named_like_a_shipped_configuration(tmp_path, monkeypatch):
+    (tmp_path / "broken.yaml").write_text(": : :\n  - [\n")
+    with pytest.raises(ValueError, match="broken.yaml is not valid YAML"):
+        cluster.load_config(tmp_path / "broken.yaml")
+    (tmp_path / "list.yaml").write_text("- kind\n- local\n")
+    with pytest.raises(ValueError, match="must be a YAML mapping.*got a list"):
+        cluster.load_config(tmp_path / "list.yaml")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "local").write_text("kind: slurm\n")  # a stray file does not shadow the shipped name
+    assert cluster.load_config("local")["kind"] == "local"
+    assert cluster.load_config("./local")["kind"] == "slurm"

@@ -229,3 +229,31 @@ def test_loading_with_another_estimator_class_names_the_right_one(tmp_path, mode
     with pytest.raises(ValueError, match="saved by another estimator class than KernelOperator"):
         KernelOperator.load(path)
     np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, models[0].coef_)
+
+
+def test_a_users_hidden_folders_beside_the_model_are_never_removed(tmp_path, models):
+    for name in (".m.zarr.old-backup", ".m.zarr.tmp-notes"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "thesis.txt").write_text("mine")
+    models[0].save(tmp_path / "m.zarr")
+    models[1].save(tmp_path / "m.zarr")
+    assert _hidden(tmp_path) == [".m.zarr.old-backup", ".m.zarr.tmp-notes"]
+    assert (tmp_path / ".m.zarr.old-backup" / "thesis.txt").read_text() == "mine"
+
+
+def test_stale_feature_caches_of_killed_fits_are_swept(tmp_path, monkeypatch):
+    import socket
+    import tempfile
+
+    from rfol_dask.solve import streamed
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    host = socket.gethostname()
+    names = [f"rfol-{host}.{dead}.ab12", f"rfol-{host}.{os.getpid()}.cd34", f"rfol-other-host.{dead}.ef56",
+             "rfol-0123abcd", "rfol-notes"]
+    for name in names:
+        (tmp_path / name).mkdir()
+    streamed.sweep_stale_caches()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])

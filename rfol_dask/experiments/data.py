@@ -25,6 +25,8 @@ class SharedCluster:
     """
 
     def __init__(self, workers: int):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"workers must be a whole number >= 0 (0: threads in this process), got {workers!r}")
         self.workers, self.client = workers, None
 
     def __call__(self):

@@ -22,7 +22,7 @@ import dask.array as da
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..backend import is_array_api, is_cupy, namespace
+from ..backend import device_namespace, is_array_api, is_cupy, namespace
 from ..memory import check_gram_memory, dual_plan
 from ..progress import active_client
 from .graph import row_blocks
@@ -113,6 +113,8 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     else:
         check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal")
     meta = getattr(U, "_meta", None)
+    if device != "cpu" and client is None:  # computed in this process: say what is missing, first
+        device_namespace(device)
     if device != "cpu" or is_array_api(meta):
         if solver == "primal" or plan.blocked:
             raise NotImplementedError(

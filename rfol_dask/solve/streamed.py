@@ -37,10 +37,12 @@ of the slabs mode less the second pass's features.
 
 from __future__ import annotations
 
+import glob
 import logging
 import math
 import os
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -53,13 +55,14 @@ from ..backend import symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
 from ..gram import stack_rows
+from ..io import process_alive
 from ..linalg import blas_limits
 from ..memory import device_free_bytes, free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
 __all__ = ["SHIFT_ROWS", "ROW_STEP", "FEATURE_MODES", "row_steps", "feature_slabs", "slab_features", "slab_shift", "gram_slab", "coef_slab", "Resident",
-           "gram_rows", "coef_rows", "rows_need", "feature_mode", "open_cache", "remove_cache", "dual_stream_graph",
+           "gram_rows", "coef_rows", "rows_need", "feature_mode", "new_token", "sweep_stale_caches", "open_cache", "remove_cache", "dual_stream_graph",
            "fit_streamed"]
 
 logger = logging.getLogger("rfol_dask")
@@ -109,6 +112,26 @@ def _cache_dir(token, worker=None):
     temporary directory."""
     base = worker.local_directory if worker is not None else tempfile.gettempdir()
     return os.path.join(base, f"rfol-{token}")
+
+
+def new_token():
+    """A fresh fit token, ``<host>.<pid>.<random>``: the fitting process is known by the name of its
+    cache directory (:func:`sweep_stale_caches`)."""
+    return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex}"
+
+
+def sweep_stale_caches():
+    """Remove the cache directories that fits of this host left in the temporary directory when
+    their process was killed (SIGKILL, or SIGTERM outside the CLI: no clean-up ran). A worker's
+    caches live in its local directory, which dask removes with the worker."""
+    for path in glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "rfol-*")):
+        try:
+            host, pid, _ = os.path.basename(path)[len("rfol-"):].rsplit(".", 2)
+            pid = int(pid)
+        except ValueError:
+            continue  # not a cache of this naming
+        if host == socket.gethostname() and not process_alive(host, pid):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def open_cache(token, dask_worker=None):
@@ -536,7 +559,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
     scheduler writes them into ``coef`` in place (its processes scheduler returns them). The
     client holds ``coef`` and one slab's rows in transit. The feature cache is opened on every
     worker first and removed afterwards, also on failure."""
-    token = uuid.uuid4().hex if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
+    token = new_token() if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
     mode = feature_mode(client, draw_on, int(starts[-1]), n_features, m, n_inputs, np.dtype(dtype).itemsize,
                         len(worker_addresses(client)))
     logger.debug("streamed dual: %s mode", mode)
@@ -544,6 +567,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
     got = {"shift": np.zeros(m, dtype=dtype)}
     try:
         if token is not None and client is None:
+            sweep_stale_caches()
             open_cache(token)
         elif token is not None:
             client.run(open_cache, token)
