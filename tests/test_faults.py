@@ -106,3 +106,32 @@ def test_fit_under_memory_pressure_spills_and_completes():
     keys = [t["key"] for t in ts.data]
     assert len(keys) == len(set(keys))  # one pass: no task (data loads included) ran twice
     np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-10 * np.abs(ref.coef_).max())
+
+
+class _KillOnce:
+    """A worker plugin that kills its worker when a task whose key starts with ``prefix`` starts,
+    once per ``flag`` file."""
+
+    def __init__(self, prefix, flag):
+        self.prefix, self.flag = prefix, flag
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "executing" and str(key).startswith(self.prefix) and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("prefix", ["dual-factor", "coef-rows"])
+def test_rows_mode_survives_a_worker_lost_after_the_gram_pass(tmp_path, prefix):
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    U, V = smooth_operator_data(600, 16)
+    kw = dict(n_features=900, gamma=0.05, alpha=1e-6, random_state=0)
+    want = RandomFeatureOperator(**kw).fit(U, V)
+    plugin = type("KillOnce", (_KillOnce, WorkerPlugin), {})(prefix, str(tmp_path / "killed"))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client, dask.config.set({"rfol_dask.device-features": "rows"}):
+        client.register_plugin(plugin)
+        model = RandomFeatureOperator(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    assert (tmp_path / "killed").exists()  # a worker died during the fit
+    np.testing.assert_allclose(model.predict(U), want.predict(U), rtol=1e-7, atol=1e-9)

@@ -417,8 +417,13 @@ def gram_rows(acc, B, start, M, frequencies, n_features, slabs, centre, token=No
 
 def resident_gram(acc):
     """The Gram of a :class:`Resident`, handed over: the worker's ``acc`` keeps ``A`` only, so the
-    Gram (factorised in place afterwards) is freed after the solves, before ``C = A^T Beta``."""
+    Gram (factorised in place afterwards) is freed after the solves, before ``C = A^T Beta``.
+    Run again (dask recomputes it when the worker holding the summed Gram is lost), it makes the
+    Gram again from ``A``: ``A A^T``, the sum of the strips (``2 M^2 w`` flops)."""
     K, acc.K = acc.K, None
+    if K is None:
+        with blas_limits(_slab_threads(acc.A)):
+            K = syrk(acc.A, trans=False)
     return K
 
 
