@@ -165,6 +165,10 @@ def _collect(pending, client, desc, progress, consume):
         del futures
         for future, result in done:
             i = index[future.key]
+            if isinstance(result, BaseException):  # a cancelled future comes with its CancelledError
+                raise RuntimeError(f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: {result}); "
+                                   "was the cluster restarted or the client closed during the computation? "
+                                   "Run it again") from result
             del pending[i], future
             consume(i, result)
             del result

@@ -94,3 +94,23 @@ def test_consume_on_the_local_scheduler_gets_every_result_in_order():
     parts = [dask.delayed(int)(k) for k in range(4)]
     assert compute(*parts, consume=lambda i, r: got.append((i, r))) is None
     assert got == [(k, k) for k in range(4)]
+
+
+def test_a_task_cancelled_while_results_stream_is_named(cluster_client, tmp_path):
+    """A future cancelled under the consumer (a cluster restart, another thread) ends the compute
+    with an error that says so, not with the CancelledError handed to ``consume`` as a result."""
+    import dask
+    from distributed import Future
+
+    first = dask.delayed(sum)([1, 2], dask_key_name="cancel-first")
+    second = dask.delayed(_wait_for)(str(tmp_path / "never"), dask_key_name="cancel-second")
+    got = []
+
+    def consume(i, result):
+        got.append((i, result))
+        if i == 0:
+            cluster_client.cancel([Future("cancel-second", cluster_client)], force=True)
+
+    with pytest.raises(RuntimeError, match="streamed: task 'cancel-second' was cancelled.*Run it again"):
+        compute(first, second, client=cluster_client, desc="streamed", consume=consume)
+    assert got == [(0, 3)]
