@@ -25,7 +25,7 @@ from ..gram import check_finite
 from ..progress import active_client
 from ..factor import dual_intercept
 from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan
-from ..solve.graph import compute_fit, row_blocks
+from ..solve.graph import MAX_TILE_BLOCKS, compute_fit, row_blocks
 from ..solve.in_memory import dual_numpy
 from ..solve.tiled import dual_graph
 from ..tuning import median_length_scale, sample_rows, weighted_directions
@@ -236,7 +236,7 @@ class KernelOperator(OperatorEstimator):
                 "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit")
         client = active_client()
         blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
-        Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
+        Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS)
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
         fac, betas = dual_graph(Xb, Vb, starts, self._tile(), cols, alpha=alpha, fit_intercept=self.fit_intercept,
                                 dtype=dtype, blocked=blocked)

@@ -25,7 +25,7 @@ from numpy.typing import DTypeLike
 from ..backend import device_namespace, is_array_api, is_cupy, namespace
 from ..memory import check_gram_memory, dual_plan
 from ..progress import active_client
-from .graph import row_blocks
+from .graph import MAX_TILE_BLOCKS, row_blocks
 from .in_memory import fit_numpy
 from .primal import fit_primal
 from .streamed import fit_streamed
@@ -122,7 +122,8 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
                 f"{'primal' if solver == 'primal' else 'blocked dual (the Gram does not fit one worker)'}: "
                 "pass solver='dual' with a Gram that fits one GPU worker, or compute the data into memory "
                 "(numpy or CuPy) for the in-memory GPU fit")
-    Ub, Vb, starts, cols = row_blocks(U, V, column_block, client)
+    Ub, Vb, starts, cols = row_blocks(U, V, column_block, client,
+                                      max_blocks=MAX_TILE_BLOCKS if solver == "dual" and plan.blocked else None)
     common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress)
     if solver == "primal":
         return fit_primal(Ub, Vb, starts, cols, frequencies, **common)

@@ -29,10 +29,19 @@ class TaskNames:
         return "-".join([name, self.token, *map(str, index)])
 
 
-def row_blocks(U, V, column_block=None, client=None):
-    """Delayed row blocks of ``U`` (M, n) and ``V`` (M, m) on the same sample chunks, their
-    start offsets (nb + 1,), and the output column blocks for the solves (default: one per
-    worker thread). Nothing is computed."""
+#: the tiled duals (:mod:`.tiled`, the kernel model) take at most this many row blocks: their
+#: graphs grow as ``nb^2`` tiles (``nb^3 / 6`` tasks when factorised blocked), so finer sample
+#: chunks are merged
+MAX_TILE_BLOCKS = 32
+
+
+def row_blocks(U, V, column_block=None, client=None, max_blocks=None):
+    """Delayed row blocks of ``U`` (M, n) and ``V`` (M, m) on the same sample chunks (merged
+    into ``max_blocks`` equal ones where there are more), their start offsets (nb + 1,), and
+    the output column blocks for the solves (default: one per worker thread). Nothing is
+    computed."""
+    if max_blocks is not None and len(U.chunks[0]) > max_blocks:
+        U = U.rechunk({0: -(-U.shape[0] // max_blocks)})
     U = U.rechunk({1: -1})
     V = V.rechunk({0: U.chunks[0], 1: -1})
     starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
