@@ -167,3 +167,13 @@ def test_sigterm_during_a_fit_removes_its_feature_cache(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + 15, err.decode()[-2000:]
     assert [p.name for p in cache.iterdir() if p.name.startswith("rfol-")] == []
+
+
+def test_generate_refuses_a_dangling_link_and_a_path_under_a_file(tmp_path, capsys):
+    os.symlink(tmp_path / "nowhere", tmp_path / "link")
+    (tmp_path / "afile").write_text("keep")
+    code, err = _run(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "link")], capsys)
+    assert code == 2 and "symbolic link to a missing target" in err
+    code, err = _run(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "afile" / "d.zarr")], capsys)
+    assert code == 2 and "afile is a file, not a directory" in err
+    assert sorted(os.listdir(tmp_path)) == ["afile", "link"] and (tmp_path / "afile").read_text() == "keep"

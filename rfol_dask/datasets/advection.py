@@ -2,15 +2,17 @@
 
 Grid ``x = linspace(0, 1, n_points)`` (endpoint included); input ``u(., 0)``, output
 ``u(., t_index / (n_points - 1))`` (default 20/39, about 0.513, as in the published files).
+Ranges: ``n_points >= 2`` (two grid points span the period), ``t_index >= 1`` (a time ``t > 0``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .registry import DatasetSpec, register, sample_rng
+from .registry import DatasetSpec, at_least, register, sample_rng
 
 _DEFAULTS = {"n_points": 40, "t_index": 20}
+_RANGES = {"n_points": at_least(2), "t_index": at_least(1)}
 
 
 def _grid(n_points):
@@ -81,6 +83,7 @@ ADVECTION1 = register(
         units="m",
         periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
         grids=_grids,
+        ranges=_RANGES,
         description="Advection I: periodic square wave translated to t = 20/39 (40 -> 40)",
         paper=dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-15,
                    cauchy=2.55e-6, gaussian=4.62e-6),
@@ -97,6 +100,7 @@ ADVECTION2 = register(
         units="m",
         periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
         grids=_grids,
+        ranges=_RANGES,
         description="Advection II: square wave plus bump translated to t = 20/39 (40 -> 40)",
         paper=dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-15,
                    cauchy=1.88e-6, gaussian=6.30e-6),

@@ -9,6 +9,8 @@ with ``L = n_modes = 50``, ``tau = 3``, ``alpha = 2`` (docs/datasets.md), is thr
 ``u0 = +1`` where ``a > 0`` and ``-1`` elsewhere (input). The output is the exact solution of
 ``u_t + u_x = 0`` at ``t = shift = 0.5``: the same series evaluated at ``(x - shift) mod 1`` and
 thresholded the same way (no numerical transport, so the discontinuities stay sharp).
+Ranges: ``n_points >= 2``, ``n_modes >= 1``, ``tau >= 0``, ``alpha > 0`` (decaying modes),
+``shift > 0``.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from __future__ import annotations
 import numpy as np
 
 from .grf import periodic_series_1d
-from .registry import DatasetSpec, register, sample_rng
+from .registry import DatasetSpec, at_least, greater, register, sample_rng
 
 __all__ = ["ADVECTION3", "make_block", "grids", "coefficients", "draw_theta", "field"]
 
 _DEFAULTS = {"n_points": 200, "n_modes": 50, "tau": 3.0, "alpha": 2.0, "shift": 0.5}
+_RANGES = {"n_points": at_least(2), "n_modes": at_least(1), "tau": at_least(0), "alpha": greater(0),
+           "shift": greater(0)}
 
 
 def coefficients(n_modes=50, tau=3.0, alpha=2.0):
@@ -85,6 +89,7 @@ ADVECTION3 = register(
         units="m",
         periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
         grids=grids,
+        ranges=_RANGES,
         description="Advection III: thresholded 50-mode periodic field translated by half a period (200 -> 200)",
         paper=dict(train=1000, test=1000, n_features=3000, gamma=1e-6, alpha=1e-15,
                    cauchy=0.141, gaussian=0.211),

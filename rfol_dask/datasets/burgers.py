@@ -12,6 +12,9 @@ rough data's high modes does not cut ETDRK4 to low order. Accuracy at the defaul
 points, 100 steps): halving the steps changes the output by about 1e-8 relative, doubling
 the grid by about 1e-13, and the Cole-Hopf solution is matched to 1.5e-8
 (``tests/datasets/test_burgers.py``). With ``nu = 1e-3`` raise ``n_solve`` and ``n_steps``.
+
+Ranges: ``nu``, ``T``, ``grading``, ``sigma > 0``; ``tau >= 0``; ``n_out >= 2``; ``n_solve`` even
+and a multiple of ``n_out``; ``1 <= n_modes < n_solve / 2``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 import scipy.fft
 
 from . import grf
-from .registry import DatasetSpec, register, sample_rng
+from .registry import EVEN, DatasetSpec, Rule, at_least, check_params, greater, register, sample_rng
 
 __all__ = ["etdrk4_coefficients", "etdrk4", "time_grid", "solve", "make_block", "BURGERS"]
 
@@ -34,6 +37,18 @@ _DEFAULTS = {
     "n_modes": 511,
     "sigma": 25.0,
     "tau": 5.0,
+}
+_RANGES = {
+    "nu": greater(0),
+    "T": greater(0),
+    "n_out": at_least(2),
+    "n_solve": (EVEN, Rule(lambda v, p: v % p["n_out"] == 0, lambda p: f"be a multiple of n_out = {p['n_out']}")),
+    "n_steps": at_least(1),
+    "grading": greater(0),
+    "n_modes": Rule(lambda v, p: 1 <= v < p["n_solve"] // 2,
+                    lambda p: f"be in [1, {p['n_solve'] // 2 - 1}] (below n_solve / 2 = {p['n_solve'] // 2})"),
+    "sigma": greater(0),
+    "tau": at_least(0),
 }
 
 
@@ -148,13 +163,6 @@ def solve(u0, T=1.0, nu=0.1, n_steps=100, grading=2.0):
     return scipy.fft.irfft(v, n, axis=-1)
 
 
-def _check(n_solve, n_out, n_modes):
-    if n_solve % n_out or n_solve % 2:
-        raise ValueError(f"n_solve ({n_solve}) must be even and a multiple of n_out ({n_out})")
-    if not 1 <= n_modes < n_solve // 2:
-        raise ValueError(f"n_modes must be in [1, {n_solve // 2 - 1}], got {n_modes}")
-
-
 def make_block(seed, start, stop, *, nu=0.1, T=1.0, n_solve=1024, n_out=128, n_steps=100,
                grading=2.0, n_modes=511, sigma=25.0, tau=5.0):
     """Samples ``start .. stop-1``: inputs ``u0`` and outputs ``u(., T)``, each (B, n_out).
@@ -162,7 +170,7 @@ def make_block(seed, start, stop, *, nu=0.1, T=1.0, n_solve=1024, n_out=128, n_s
     Sample ``i`` draws its ``2 n_modes`` normals from ``sample_rng(seed, i)``; the solves of
     the block run as one batched :func:`solve` on ``n_solve`` points.
     """
-    _check(n_solve, n_out, n_modes)
+    check_params(_RANGES, {"n_out": n_out, "n_solve": n_solve, "n_modes": n_modes})
     u0 = np.stack([grf.burgers_initial(sample_rng(seed, i), n_solve, n_modes=n_modes,
                                        sigma=sigma, tau=tau)
                    for i in range(start, stop)]) if stop > start else np.zeros((0, n_solve))
@@ -186,6 +194,7 @@ BURGERS = register(
         units="m",
         periods={"x": 1.0},
         grids=_grids,
+        ranges=_RANGES,
         description="Burgers, nu = 0.1, u0 -> u(., 1) on [0, 1) periodic (128 -> 128)",
         paper=dict(train=1848, test=200, n_features=100000, gamma=0.01, alpha=1e-12,
                    cauchy=0.0382, gaussian=0.0270),

@@ -20,6 +20,10 @@ Laplacian, applied with two orthonormal DST-I transforms (``scipy.fft.dstn``). T
 matrix is spectrally equivalent to that Laplacian with ratio ``max(a) / min(a)`` (4 here), so
 CG needs about 25 iterations independently of the grid: ~0.15 s per 421 x 421 sample on one core.
 Each sample is solved on its own, so its bytes do not depend on the block it is made in.
+
+Ranges: ``n_solve >= 4`` (the 5-point matrix needs 2 x 2 interior nodes); ``stride`` divides
+``n_solve - 1``; ``0 < a_low <= a_high`` (a positive coefficient); ``alpha``, ``tau > 0``;
+``0 < rtol < 1``.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
 from . import grf
-from .registry import DatasetSpec, register, sample_rng
+from .registry import (DatasetSpec, Rule, at_least, between, check_params, divisor_of, greater, register,
+                       sample_rng)
 
 __all__ = ["assemble_darcy", "solve_darcy", "darcy_coefficient", "DARCY"]
 
@@ -44,6 +49,15 @@ _DEFAULTS = {
     "alpha": 2.0,
     "tau": 3.0,
     "rtol": 1e-10,
+}
+_RANGES = {
+    "n_solve": at_least(4),
+    "stride": divisor_of("n_solve", -1),
+    "a_low": greater(0),
+    "a_high": Rule(lambda v, p: v >= p["a_low"], lambda p: f"be at least a_low = {p['a_low']}"),
+    "alpha": greater(0),
+    "tau": greater(0),
+    "rtol": between(0, 1, open_low=True, open_high=True),
 }
 
 
@@ -117,8 +131,8 @@ def solve_darcy(a, f=1.0, *, rtol=1e-10):
     """
     a = np.asarray(a, dtype=float)
     n = a.shape[0]
-    if a.shape != (n, n) or n < 3:
-        raise ValueError(f"a must be a square nodal array with n >= 3, got shape {a.shape}")
+    if a.shape != (n, n) or n < 4:
+        raise ValueError(f"a must be a square nodal array with n >= 4, got shape {a.shape}")
     m = n - 2
     h = 1.0 / (n - 1)
     rhs = np.broadcast_to(np.asarray(f, dtype=float), (n, n))[1:-1, 1:-1].ravel() * h**2
@@ -139,19 +153,11 @@ def darcy_coefficient(rng, n_solve=421, *, a_high=12.0, a_low=3.0, alpha=2.0, ta
     return np.where(field >= 0.0, a_high, a_low)
 
 
-def _check(n_solve, stride):
-    if n_solve < 3 or stride < 1 or (n_solve - 1) % stride:
-        divisors = [d for d in range(1, n_solve) if (n_solve - 1) % d == 0]
-        raise ValueError(
-            f"stride must divide n_solve - 1 = {n_solve - 1}; valid strides: {divisors}"
-        )
-
-
 def make_block(seed, start, stop, *, n_solve=421, stride=15, a_high=12.0, a_low=3.0,
                alpha=2.0, tau=3.0, rtol=1e-10):
     """Samples ``start .. stop-1``: inputs ``a`` and outputs ``u``, both shape
     ``(stop - start, k, k)`` with ``k = 1 + (n_solve - 1) // stride``. One CG solve per sample."""
-    _check(n_solve, stride)
+    check_params(_RANGES, {"n_solve": n_solve, "stride": stride})
     k = 1 + (n_solve - 1) // stride
     inputs = np.empty((stop - start, k, k))
     outputs = np.empty_like(inputs)
@@ -166,7 +172,7 @@ def make_block(seed, start, stop, *, n_solve=421, stride=15, a_high=12.0, a_low=
 
 def grids(*, n_solve=421, stride=15, **_):
     """Node coordinates ``linspace(0, 1, n_solve)[::stride]`` for x and y (input = output)."""
-    _check(n_solve, stride)
+    check_params(_RANGES, {"n_solve": n_solve, "stride": stride})
     x = np.linspace(0.0, 1.0, n_solve)[::stride]
     return {"x": x, "y": x.copy()}, {"x": x, "y": x.copy()}
 
@@ -180,6 +186,7 @@ DARCY = register(
         defaults=dict(_DEFAULTS),
         units="m",
         grids=grids,
+        ranges=_RANGES,
         description="Darcy: -div(a grad u) = 1, a in {3, 12}, 421^2 solve (29x29 -> 29x29)",
         paper=dict(train=1000, test=200, n_features=100000, gamma=2e-4, alpha=1e-12,
                    cauchy=0.0308, gaussian=0.0374),

@@ -13,6 +13,10 @@ Per mesh, :class:`HelmholtzQ1` precomputes the stiffness matrix, the matrix that
 nodal values to the quadrature points and the (sparse) map from quadrature-point weights to the
 entries of the weighted mass matrix; a sample then costs two sparse mat-vecs and one LU of a
 ``(n_cells + 1)^2`` system (about 30 ms at 101 x 101).
+
+Ranges: ``n_cells >= 1``; ``stride`` divides ``n_cells``; ``omega > 0`` (0 leaves the Neumann
+problem singular); ``c0 > 1`` (so that ``c = c0 + tanh(a) > 0``); ``n_modes >= 1``; ``tau >= 0``;
+``power > 0``; ``0 <= flux_lo < flux_hi <= 1``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import skfem
 from skfem.helpers import dot, grad
 
 from . import grf
-from .registry import DatasetSpec, register, sample_rng
+from .registry import DatasetSpec, Rule, at_least, between, check_params, divisor_of, greater, register, sample_rng
 
 __all__ = [
     "HelmholtzQ1", "get_fe", "solve_helmholtz", "wave_speed", "HELMHOLTZ_HIGH", "HELMHOLTZ_LOW",
@@ -221,16 +225,11 @@ def wave_speed(rng, x, *, c0=20.0, n_modes=100, tau=3.0, power=1.0):
     return c0 + np.tanh(grf.neumann_eigen_2d(rng, x, x, n_modes=n_modes, tau=tau, power=power))
 
 
-def _check(n_cells, stride):
-    if n_cells < 1 or stride < 1 or n_cells % stride:
-        raise ValueError(f"stride must divide n_cells = {n_cells}, got stride={stride}")
-
-
 def make_block(seed, start, stop, *, n_cells=100, stride=1, omega=1000.0, c0=20.0, n_modes=100,
                tau=3.0, power=1.0, flux_lo=0.35, flux_hi=0.65):
     """Samples ``start .. stop-1``: nodal ``c`` (input) and ``v`` (output), both of shape
     ``(stop - start, k, k)`` with ``k = n_cells // stride + 1``. One sparse LU per sample."""
-    _check(n_cells, stride)
+    check_params(_RANGES, {"n_cells": n_cells, "stride": stride})
     x = np.linspace(0.0, 1.0, n_cells + 1)
     if stop <= start:
         k = n_cells // stride + 1
@@ -246,7 +245,7 @@ def make_block(seed, start, stop, *, n_cells=100, stride=1, omega=1000.0, c0=20.
 
 
 def _grids(*, n_cells=100, stride=1, **_):
-    _check(n_cells, stride)
+    check_params(_RANGES, {"n_cells": n_cells, "stride": stride})
     x = np.linspace(0.0, 1.0, n_cells + 1)[::stride]
     return {"x": x, "y": x.copy()}, {"x": x, "y": x.copy()}
 
@@ -262,6 +261,17 @@ _DEFAULTS = {
     "flux_lo": 0.35,
     "flux_hi": 0.65,
 }
+_RANGES = {
+    "n_cells": at_least(1),
+    "stride": divisor_of("n_cells"),
+    "omega": greater(0),
+    "c0": greater(1),
+    "n_modes": at_least(1),
+    "tau": at_least(0),
+    "power": greater(0),
+    "flux_lo": between(0, 1, open_high=True),
+    "flux_hi": Rule(lambda v, p: p["flux_lo"] < v <= 1, lambda p: f"be in (flux_lo = {p['flux_lo']}, 1]"),
+}
 
 HELMHOLTZ_HIGH = register(
     DatasetSpec(
@@ -272,6 +282,7 @@ HELMHOLTZ_HIGH = register(
         defaults=dict(_DEFAULTS),
         units="m",
         grids=_grids,
+        ranges=_RANGES,
         description="Helmholtz: wave speed c -> Q1 solution v, omega = 1000 (101x101 -> 101x101)",
         paper=dict(train=10000, test=30000, n_features=5000, gamma=1e-4, alpha=1e-12,
                    cauchy=0.0273, gaussian=0.0287),
@@ -287,6 +298,7 @@ HELMHOLTZ_LOW = register(
         defaults=dict(_DEFAULTS, stride=4),
         units="m",
         grids=_grids,
+        ranges=_RANGES,
         description="Helmholtz, every 4th node of the 101x101 solution (26x26 -> 26x26)",
         paper=dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-13,
                    cauchy=0.0666, gaussian=0.0363),

@@ -12,6 +12,10 @@ one ``(B, n, n)`` FFT stack. ``navier_stokes_high`` keeps the 64 x 64 grid,
 
 Accuracy at the defaults (40 steps of 0.25): halving the step changes ``w(., 10)`` by about
 1e-9 relative (see ``tests/datasets/test_navier_stokes.py``).
+
+Ranges: ``nu``, ``T``, ``power > 0``; ``n_grid`` even and at least 4 (the 2/3 rule keeps modes
+``|k| <= (n_grid - 1) // 3``); ``stride`` divides ``n_grid`` into at least 2 points;
+``n_steps``, ``n_modes >= 1``; ``w0_seed``, ``tau >= 0``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import scipy.fft
 
 from . import grf
 from .burgers import etdrk4, time_grid
-from .registry import DatasetSpec, register, sample_rng
+from .registry import EVEN, DatasetSpec, at_least, check_params, divisor_of, greater, register, sample_rng
 
 __all__ = ["solve", "advection", "cfl_number", "initial_vorticity", "make_block",
            "NAVIER_STOKES_HIGH", "NAVIER_STOKES_LOW"]
@@ -36,6 +40,17 @@ _DEFAULTS = {
     "n_modes": 50,
     "tau": 3.0,
     "power": 2.0,
+}
+_RANGES = {
+    "nu": greater(0),
+    "T": greater(0),
+    "n_grid": (at_least(4), EVEN),
+    "stride": divisor_of("n_grid", proper=True),
+    "n_steps": at_least(1),
+    "w0_seed": at_least(0),
+    "n_modes": at_least(1),
+    "tau": at_least(0),
+    "power": greater(0),
 }
 
 
@@ -165,8 +180,7 @@ def make_block(seed, start, stop, *, nu=0.025, T=10.0, n_grid=64, stride=1, n_st
                w0_seed=0, n_modes=50, tau=3.0, power=2.0):
     """Samples ``start .. stop-1``: inputs ``f`` and outputs ``w(., T)``, each
     (B, n_grid / stride, n_grid / stride), solved as one (B, n_grid, n_grid) stack."""
-    if n_grid % stride:
-        raise ValueError(f"stride ({stride}) must divide n_grid ({n_grid})")
+    check_params(_RANGES, {"n_grid": n_grid, "stride": stride})
     x = _grid(n_grid)
     f = np.empty((stop - start, n_grid, n_grid))
     for row, i in enumerate(range(start, stop)):
@@ -201,6 +215,7 @@ NAVIER_STOKES_HIGH = register(
         units="m",
         periods={"x": 2 * np.pi, "y": 2 * np.pi},
         grids=_grids,
+        ranges=_RANGES,
         description="Navier-Stokes vorticity, nu = 1/40: forcing f -> w(., 10) (64x64 -> 64x64)",
         paper=_PAPER_HIGH,
     )
@@ -216,6 +231,7 @@ NAVIER_STOKES_LOW = register(
         units="m",
         periods={"x": 2 * np.pi, "y": 2 * np.pi},
         grids=_grids,
+        ranges=_RANGES,
         description="Navier-Stokes vorticity, nu = 1/40: forcing f -> w(., 10) (16x16 -> 16x16)",
         paper=_PAPER_LOW,
     )

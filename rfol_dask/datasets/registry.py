@@ -4,7 +4,9 @@ A generator module builds a ``DatasetSpec`` and calls :func:`register` at import
 The spec's ``make_block(seed, start, stop, **params)`` returns ``(inputs, outputs)`` for
 samples ``start .. stop-1``; sample ``i`` must depend only on ``(seed, i)`` (draw its
 randomness from :func:`sample_rng`), so that any block size and any number of workers
-give the same bytes.
+give the same bytes. Its ``ranges`` map parameters to :class:`Rule` s (built with
+:func:`greater`, :func:`at_least`, :func:`between`, :func:`one_of`, :data:`EVEN`,
+:func:`divisor_of`), which :func:`resolve_params` checks before anything is made or written.
 """
 
 from __future__ import annotations
@@ -14,9 +16,90 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["DatasetSpec", "register", "get", "names", "sample_rng", "resolve_params"]
+__all__ = ["DatasetSpec", "Rule", "register", "get", "names", "sample_rng", "resolve_params",
+           "check_params", "greater", "at_least", "between", "one_of", "EVEN", "divisor_of"]
 
 _REGISTRY: dict[str, "DatasetSpec"] = {}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A condition on one generator parameter.
+
+    ``holds(value, params)`` is True where it is met (``params``: all parameters, for conditions
+    that involve others); ``says`` completes "<parameter> must ...", e.g. ``"be > 0"``: a str, or
+    ``says(params) -> str``.
+    """
+
+    holds: Callable[[Any, Mapping[str, Any]], bool]
+    says: str | Callable[[Mapping[str, Any]], str]
+
+    def text(self, params: Mapping[str, Any]) -> str:
+        return self.says(params) if callable(self.says) else self.says
+
+
+def greater(bound) -> Rule:
+    """``value > bound``."""
+    return Rule(lambda v, p: v > bound, f"be > {bound}")
+
+
+def at_least(bound) -> Rule:
+    """``value >= bound``."""
+    return Rule(lambda v, p: v >= bound, f"be at least {bound}")
+
+
+def between(low, high, *, open_low=False, open_high=False) -> Rule:
+    """``value`` in the interval from ``low`` to ``high`` (closed ends unless ``open_*``)."""
+    def holds(v, p):
+        return (low < v if open_low else low <= v) and (v < high if open_high else v <= high)
+
+    return Rule(holds, f"be in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}")
+
+
+def one_of(*choices) -> Rule:
+    """``value`` is one of ``choices``."""
+    return Rule(lambda v, p: v in choices, f"be one of {choices}")
+
+
+#: an even number
+EVEN = Rule(lambda v, p: v % 2 == 0, "be even")
+
+
+def divisor_of(key: str, offset: int = 0, *, proper: bool = False) -> Rule:
+    """``value`` divides ``params[key] + offset`` (``proper``: and is smaller, leaving >= 2 parts);
+    the message lists the valid values."""
+    def size(p):
+        return p[key] + offset
+
+    def valid(p):
+        n = size(p)
+        return [d for d in range(1, n if proper else n + 1) if n % d == 0]
+
+    label = key if not offset else f"{key} {'+' if offset > 0 else '-'} {abs(offset)}"
+    return Rule(lambda v, p: v >= 1 and size(p) % v == 0 and (not proper or v < size(p)),
+                lambda p: f"divide {label} = {size(p)}{' into >= 2 parts' if proper else ''} "
+                          f"(valid: {valid(p)})")
+
+
+def _invalid(name, key, says, value):
+    """The ValueError "parameter <key> of data set <name> must <says>, got <value>" (``name``
+    None: "<key> must ..."), the one wording of every parameter error."""
+    who = f"parameter {key!r} of data set {name!r}" if name else key
+    return ValueError(f"{who} must {says}, got {value!r}")
+
+
+def check_params(ranges: Mapping[str, "Rule | tuple[Rule, ...]"], params: Mapping[str, Any],
+                 name: str | None = None) -> None:
+    """Raise a ValueError naming the first parameter of ``params`` that breaks a rule of ``ranges``.
+
+    ``ranges`` maps a parameter to a :class:`Rule` or a tuple of them, checked in order;
+    parameters absent from ``params`` are skipped. ``name``: the data set, for the message.
+    """
+    for key, rules in ranges.items():
+        if key in params:
+            for rule in rules if isinstance(rules, tuple) else (rules,):
+                if not rule.holds(params[key], params):
+                    raise _invalid(name, key, rule.text(params), params[key])
 
 
 @dataclass(frozen=True)
@@ -48,6 +131,9 @@ class DatasetSpec:
     periods : mapping
         Grid dimension -> period, for every periodic axis; written as the coordinate
         attribute ``period``, which ``fit`` reads (recovery then wraps around that axis).
+    ranges : mapping
+        Parameter -> :class:`Rule` or tuple of rules: the values the scheme can run with,
+        checked by :func:`resolve_params` (the defaults are checked by :func:`register`).
     paper : mapping
         The paper's settings and figures (``train``, ``test``, ``n_features``,
         ``gamma``, ``alpha``, ``cauchy``, ``gaussian``) for sanity tables.
@@ -63,6 +149,7 @@ class DatasetSpec:
     output_attrs: Mapping[str, str] = field(default_factory=dict)
     paper: Mapping[str, Any] = field(default_factory=dict)
     periods: Mapping[str, float] = field(default_factory=dict)
+    ranges: Mapping[str, Rule | tuple[Rule, ...]] = field(default_factory=dict)
 
     def coord_attrs(self, dim: str) -> dict:
         """Attributes of the grid coordinate ``dim``: ``units``, and ``period`` if it is periodic."""
@@ -73,9 +160,14 @@ class DatasetSpec:
 
 
 def register(spec: DatasetSpec) -> DatasetSpec:
-    """Add ``spec`` to the registry (a second spec under the same name is an error)."""
+    """Add ``spec`` to the registry (a second spec under the same name, a rule on an unknown
+    parameter or a default out of its range is an error)."""
     if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
         raise ValueError(f"a data set named {spec.name!r} is already registered")
+    unknown = sorted(set(spec.ranges) - set(spec.defaults))
+    if unknown:
+        raise ValueError(f"{spec.name}: ranges name unknown parameter(s) {unknown}")
+    check_params(spec.ranges, spec.defaults, spec.name)
     _REGISTRY[spec.name] = spec
     return spec
 
@@ -101,10 +193,11 @@ def _is_count(key):
 
 
 def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec's defaults updated with ``params``, converted to the defaults' types.
+    """The spec's defaults updated with ``params``, converted to the defaults' types and checked.
 
-    Unknown keywords, values that do not convert (``n_points='abc'``) and counts below 1
-    (``n_*``, ``*_n``, ``stride``) raise a ValueError naming the parameter.
+    Unknown keywords, values that do not convert (``n_points='abc'``), counts below 1 (``n_*``,
+    ``*_n``, ``stride``) and values outside the spec's ``ranges`` raise a ValueError naming the
+    data set, the parameter, the value and the valid range.
     """
     unknown = sorted(set(params) - set(spec.defaults))
     if unknown:
@@ -118,20 +211,20 @@ def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, An
         if isinstance(default, bool) or default is None:
             out[key] = value
         elif isinstance(default, (int, float)):
-            kind = "an integer" if isinstance(default, int) else "a number"
+            kind = "be an integer" if isinstance(default, int) else "be a number"
             try:
                 number = float(value)
             except (TypeError, ValueError):
-                raise ValueError(f"parameter {key!r} of data set {spec.name!r} must be {kind}, "
-                                 f"got {value!r}") from None
+                raise _invalid(spec.name, key, kind, value) from None
             if isinstance(value, bool) or not np.isfinite(number) or (
                     isinstance(default, int) and number != int(number)):
-                raise ValueError(f"parameter {key!r} of data set {spec.name!r} must be {kind}, got {value!r}")
+                raise _invalid(spec.name, key, kind, value)
             out[key] = int(number) if isinstance(default, int) else number
-            if isinstance(default, int) and _is_count(key) and out[key] < 1:
-                raise ValueError(f"parameter {key!r} of data set {spec.name!r} must be at least 1, got {value!r}")
+            if isinstance(default, int) and _is_count(key):
+                check_params({key: at_least(1)}, out, spec.name)
         else:
             out[key] = value
+    check_params(spec.ranges, out, spec.name)
     return out
 
 

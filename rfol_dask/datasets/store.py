@@ -316,8 +316,9 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     Raises
     ------
     ValueError
-        If the name or a parameter is unknown (the message names it), a size or the seed is
-        not a positive integer, ``store`` holds another data set (pass ``overwrite=True`` to
+        If the name or a parameter is unknown or a parameter is out of its range (the message
+        names it, its value and the range; checked before the store is touched), a size or the
+        seed is not a positive integer, ``store`` holds another data set (pass ``overwrite=True`` to
         replace it) or something that is not a data set, or another run holds the store's
         lock (the message names it).
 
@@ -348,8 +349,13 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
         return ds
 
     path = Path(os.fspath(store))
+    if path.is_symlink() and not path.exists():
+        raise ValueError(f"{path} is a symbolic link to a missing target; pick another path (it was left untouched)")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} is a file, not a data-set store; pick another path (it was left untouched)")
+    parent = next(p for p in Path(os.path.abspath(path)).parents if p.exists())
+    if not parent.is_dir():
+        raise ValueError(f"cannot write a data set at {path}: {parent} is a file, not a directory")
     if path.exists():
         _check_store_kind(path)  # refuse a foreign directory before even taking the lock in it
     path.mkdir(parents=True, exist_ok=True)

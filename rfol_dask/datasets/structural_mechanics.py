@@ -18,6 +18,11 @@ onto P1 with the lumped mass (nodal averages), probed at the output grid. The st
 factorised once per parameter set and process; the load is a combination of ``n_modes + 1``
 fixed profiles whose displacements one multi-right-hand-side solve gives, so a sample costs one
 dense product plus sparse products. Parameters, mesh study and validation: docs/datasets.md.
+
+Ranges: ``0 < radius < 0.5`` (the fibre inside the square); ``E_fibre``, ``mu_matrix > 0`` and
+Poisson ratios in ``(-1, 0.5]`` (a stable isotropic material); ``load_scale``, ``tau >= 0``;
+``n_modes >= 1``; ``mesh_n`` even and at least 4; ``n_input``, ``n_output >= 2``; ``input_interp``
+``"exact"`` or ``"cubicN"`` with ``N >= 4``; ``bottom_bc`` ``"clamped"`` or ``"roller"``.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from skfem import (Basis, BilinearForm, ElementTriP1, ElementTriP2, ElementVecto
 from skfem.helpers import ddot, eye, sym_grad, trace
 
 from .grf import cosine_series_1d
-from .registry import DatasetSpec, register, sample_rng
+from .registry import (EVEN, DatasetSpec, Rule, at_least, between, check_params, greater, one_of, register,
+                       sample_rng)
 
 __all__ = ["STRUCTURAL_MECHANICS_LOW", "STRUCTURAL_MECHANICS_HIGH", "DEFAULTS", "make_block", "load",
            "draw_load", "load_coefficients", "build_mesh", "model", "von_mises"]
@@ -60,6 +66,31 @@ DEFAULTS = {
 _MODEL_KEYS = ("radius", "E_fibre", "nu_fibre", "mu_matrix", "nu_matrix", "n_modes", "mesh_n",
                "bottom_bc")
 _BOTTOM_BC = ("clamped", "roller")
+
+
+def _cubic_points(input_interp):
+    """N of ``"cubicN"``, else None."""
+    match = re.fullmatch(r"cubic(\d+)", str(input_interp))
+    return int(match.group(1)) if match else None
+
+
+_POISSON = between(-1, 0.5, open_low=True)
+_RANGES = {
+    "radius": between(0, 0.5, open_low=True, open_high=True),
+    "E_fibre": greater(0),
+    "nu_fibre": _POISSON,
+    "mu_matrix": greater(0),
+    "nu_matrix": _POISSON,
+    "load_scale": at_least(0),
+    "n_modes": at_least(1),
+    "tau": at_least(0),
+    "mesh_n": (at_least(4), EVEN),
+    "n_input": at_least(2),
+    "input_interp": Rule(lambda v, p: v == "exact" or (_cubic_points(v) or 0) >= 4,
+                         "be 'exact' or 'cubicN' with N >= 4"),
+    "bottom_bc": one_of(*_BOTTOM_BC),
+    "n_output": at_least(2),
+}
 
 
 def _params(params):
@@ -133,11 +164,8 @@ def build_mesh(mesh_n=DEFAULTS["mesh_n"], radius=DEFAULTS["radius"]):
     square. Quads are split along their shorter diagonal. Returns ``(mesh, fibre)`` where
     ``fibre`` is a boolean array over the elements (True inside the circle). O(mesh_n^2).
     """
+    check_params(_RANGES, {"mesh_n": mesh_n, "radius": radius})
     m = int(mesh_n)
-    if m < 4 or m % 2:
-        raise ValueError(f"mesh_n must be an even integer >= 4, got {mesh_n!r}")
-    if not 0.0 < radius < 0.5:
-        raise ValueError(f"radius must lie in (0, 0.5), got {radius!r}")
     c = np.array([0.5, 0.5])
     ring = _rings(m, radius, max(2, round(0.2 * m)), max(2, round(0.4 * m)))
     k4 = 4 * m
@@ -327,8 +355,7 @@ def model(**params):
     (``_MODEL_KEYS``: geometry, materials, modes, mesh, bottom condition) matter.
     """
     p = _params(params)
-    if p["bottom_bc"] not in _BOTTOM_BC:
-        raise ValueError(f"bottom_bc must be one of {_BOTTOM_BC}, got {p['bottom_bc']!r}")
+    check_params(_RANGES, p)
     key = tuple(type(DEFAULTS[k])(p[k]) for k in _MODEL_KEYS)
     with _LOCK:
         if key not in _CACHE:
@@ -362,13 +389,11 @@ def _input_matrix(input_interp, n_input):
     """``(x_sample, S)``: the load is sampled at ``x_sample`` and the input is ``S @ f(x_sample)``
     (shape (n_input, len(x_sample))); ``S`` is the identity for ``"exact"`` and the not-a-knot
     cubic spline (``scipy.interpolate.CubicSpline``) for ``"cubicN"``."""
+    check_params(_RANGES, {"input_interp": input_interp, "n_input": n_input})
     x_in = np.linspace(0.0, 1.0, int(n_input))
     if input_interp == "exact":
         return x_in, np.eye(len(x_in))
-    match = re.fullmatch(r"cubic(\d+)", str(input_interp))
-    if not match or int(match.group(1)) < 4:
-        raise ValueError(f"input_interp must be 'exact' or 'cubicN' (N >= 4), got {input_interp!r}")
-    x_s = np.linspace(0.0, 1.0, int(match.group(1)))
+    x_s = np.linspace(0.0, 1.0, _cubic_points(input_interp))
     return x_s, CubicSpline(x_s, np.eye(len(x_s)), axis=0)(x_in)
 
 
@@ -388,6 +413,7 @@ def make_block(seed, start, stop, *, n_output, **params):
     second (41 x 41, 2-core machine) after a 7-12 s setup.
     """
     p = _params(params)
+    check_params(_RANGES, {**p, "n_output": n_output})
     m = model(**p)
     x_s, S = _input_matrix(p["input_interp"], p["n_input"])
     n_modes, shape = int(p["n_modes"]), {k: p[k] for k in ("load_mean", "load_scale", "tau")}
@@ -429,6 +455,7 @@ def _spec(name, n_output, paper, what):
         defaults=defaults,
         units="m",
         grids=_make_grids(n_output),
+        ranges=_RANGES,
         description=f"Structural mechanics {what}: top-edge load (41) -> von Mises stress "
                     f"({n_output}x{n_output}), plane-stress plate with a fibre",
         paper=paper,
