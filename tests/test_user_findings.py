@@ -171,3 +171,13 @@ def test_cv_splits_as_masks_and_bad_indices():
         RandomFeatureOperatorCV(cv=[(rows[:45], np.arange(45, 70))], **kw).fit(U, V)
     with pytest.raises(ValueError, match=r"training mask has shape \(50,\), expected \(60,\)"):
         RandomFeatureOperatorCV(cv=[(rows[:50] < 45, rows >= 45)], **kw).fit(U, V)
+
+
+def test_rf_recovery_on_a_periodic_axis_says_it_does_not_wrap():
+    U, V = smooth_operator_data(30, 64)
+    x = np.arange(64) / 64
+    model = _rf(recovery="rf").fit(U, V, input_grid=x, output_grid=x, periods=1.0)
+    with pytest.raises(ValueError, match="recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral'"):
+        model.predict(U, output_grid=np.arange(96) / 96)
+    wraps = _rf(recovery="cubic").fit(U, V, input_grid=x, output_grid=x, periods=1.0)
+    assert wraps.predict(U, output_grid=np.arange(96) / 96).shape == (30, 96)

@@ -59,10 +59,12 @@ class Recovery:
                 continue
             tol = RTOL * span(x)
             if y[0] < lo - tol or y[-1] > hi + tol:
+                hint = ("if the axis is periodic, give its period: the coordinate attribute 'period' or "
+                        "fit(..., periods=)") if self.kind != "rf" else (
+                        "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral' for them")
                 raise ValueError(
                     f"{name} spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the domain [{lo:g}, {hi:g}] of "
-                    f"{where}; recovery does not extrapolate (if the axis is periodic, give its period: the "
-                    "coordinate attribute 'period' or fit(..., periods=))")
+                    f"{where}; recovery does not extrapolate ({hint})")
             out.append(np.clip(y, lo, hi))
         return tuple(out)
 
