@@ -44,7 +44,7 @@ def main():
                         {"cauchy RF": sample.values, "reloaded": again.predict(test["input"][:1]).values[0]},
                         grid=ds["x"].values, title="Advection II, test sample 0")
         print(f"wrote {out / 'advection2.png'}")
-        client.cluster.close()
+    # leaving the with block closed the client and its LocalCluster
 
 
 if __name__ == "__main__":  # worker processes are spawned: keep the work under this guard

@@ -137,8 +137,7 @@ def _cmd_quickstart(args):
         png = plot_prediction(out / "quickstart.png", truth[0], predictions, grid=grid,
                               title=f"{args.dataset}: test sample 0")
         print(f"\nfigure: {png}\nmodels: {out}/model_cauchy.zarr, {out}/model_gaussian.zarr")
-        client.cluster.close()
-    return 0
+    return 0  # leaving the with block closed the client and its cluster
 
 
 def _gamma(text):
