@@ -25,6 +25,7 @@ script, Kubernetes spec or MPI launch script) without contacting any scheduler.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import numbers
 import os
@@ -65,8 +66,6 @@ def _owning_client(cluster):
             try:
                 return super().close(*args, **kwargs)
             finally:
-                import contextlib
-
                 with contextlib.suppress(Exception):  # already closed, or gone
                     cluster.close()
 
@@ -371,8 +370,6 @@ def job_script(config):
 
 def close_client(client):
     """Close ``client`` and the cluster it started (None: nothing to do)."""
-    import contextlib
-
     if client is not None:
         client.close()
         with contextlib.suppress(Exception):  # a cluster already gone, or a client without one
