@@ -84,9 +84,20 @@ def test_blocked_factorisation_reports_indefinite_gram():
     U, V = smooth_operator_data(120, 6)
     U = np.vstack([U, U])  # repeated samples: singular Gram
     V = np.vstack([V, V])
-    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="blocked Cholesky factorisation failed"):
+    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular"):
         RandomFeatureOperator(n_features=600, alpha=0.0, random_state=0, max_gram_bytes=1000).fit(
             da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1)))
+
+
+def test_blocked_factorisation_retries_with_raised_ridges_as_in_memory():
+    """A ridge below the Gram's rounding fails the blocked Cholesky; like the in-memory
+    factorisations it is tried again with the jitter policy's raised ridges, with a warning."""
+    U, V = smooth_operator_data(120, 6)
+    U, V = np.vstack([U, U]), np.vstack([V, V])  # repeated samples: singular Gram
+    Ud, Vd = da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1))
+    with pytest.warns(RuntimeWarning, match=r"alpha=1e-20 is not numerically positive definite.*used ridge"):
+        model = RandomFeatureOperator(n_features=600, alpha=1e-20, random_state=0, max_gram_bytes=1000).fit(Ud, Vd)
+    assert np.abs(model.predict(U) - V).max() < 1e-3 * np.abs(V).max()
 
 
 @pytest.mark.parametrize("limit,keep", [("500kB", False), ("1MB", True)])

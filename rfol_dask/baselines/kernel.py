@@ -25,7 +25,7 @@ from ..gram import check_finite
 from ..progress import active_client
 from ..factor import dual_intercept
 from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan
-from ..solve.graph import MAX_TILE_BLOCKS, compute_fit, row_blocks
+from ..solve.graph import MAX_TILE_BLOCKS, compute_fit, row_blocks, with_ridges
 from ..solve.in_memory import dual_numpy
 from ..solve.tiled import dual_graph
 from ..tuning import median_length_scale, sample_rows, weighted_directions
@@ -238,11 +238,15 @@ class KernelOperator(OperatorEstimator):
         blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS)
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
-        fac, betas = dual_graph(Xb, Vb, starts, self._tile(), cols, alpha=alpha, fit_intercept=self.fit_intercept,
-                                dtype=dtype, blocked=blocked)
-        intercepts = [dask.delayed(dual_intercept)(fac, Beta, start=c0) for (c0, _), Beta in zip(cols, betas)]
-        X, betas, intercepts = compute_fit(dask.delayed(np.concatenate)(Xb), betas, intercepts,
-                                           progress=self.progress, client=client, desc="fit (kernel)", alpha=alpha)
+
+        def run(ridge):  # the blocked factorisation is tried again with raised ridges if it fails
+            fac, betas = dual_graph(Xb, Vb, starts, self._tile(), cols, alpha=ridge, fit_intercept=self.fit_intercept,
+                                    dtype=dtype, blocked=blocked)
+            intercepts = [dask.delayed(dual_intercept)(fac, Beta, start=c0) for (c0, _), Beta in zip(cols, betas)]
+            return compute_fit(dask.delayed(np.concatenate)(Xb), betas, intercepts, progress=self.progress,
+                               client=client, desc="fit (kernel)", alpha=ridge)
+
+        X, betas, intercepts = with_ridges(run, alpha, dtype)
         self.X_train_ = X
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
         self.intercept_ = np.concatenate(intercepts).astype(dtype, copy=False)

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..backend import is_array_api, to_numpy
 from ..gram import check_finite
+from ..linalg import jitter_ridges, not_positive_definite, warn_ridge
 from ..memory import n_slots
 from ..progress import compute
 
@@ -140,11 +141,34 @@ class Columns:
         self.intercept[slice(*self.cols[k])] = c
 
 
+class BlockedFactorError(ValueError):
+    """The blocked Cholesky factorisation of a fit graph failed (:func:`compute_fit`)."""
+
+
 def compute_fit(*collections, progress, client, desc, alpha, consume=None):
     """``progress.compute`` for a fit graph (``consume``: see there); a failed blocked Cholesky
-    becomes a ValueError."""
+    becomes a :class:`BlockedFactorError` (a ValueError; :func:`with_ridges` retries it)."""
     try:
         return compute(*collections, progress=progress, client=client, desc=desc, consume=consume)
-    except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky (no jitter retry there)
-        raise ValueError(f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
-                         "is not numerically positive definite; pass a larger alpha") from exc
+    except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky
+        raise BlockedFactorError(f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
+                                 "is not numerically positive definite; pass a larger alpha") from exc
+
+
+def with_ridges(run, alpha, dtype, mean_diag=1.0):
+    """``run(ridge)`` (build and compute a blocked fit graph with that ridge) for the ridges of the
+    jitter policy (:func:`rfol_dask.linalg.jitter_ridges`; ``mean_diag``: the Gram's mean
+    diagonal, 1 for unit-variance features and kernels) until its factorisation succeeds, as the
+    in-memory factorisations retry: a RuntimeWarning names a raised ridge. Each retry computes
+    the whole graph again (the blocked factor is not kept beside its Gram)."""
+    ridges = jitter_ridges(alpha, mean_diag, dtype)
+    for attempt, ridge in enumerate(ridges):
+        try:
+            result = run(float(ridge))
+        except BlockedFactorError:
+            if attempt == len(ridges) - 1:
+                raise not_positive_definite(alpha, ridges) from None
+            continue
+        if attempt:
+            warn_ridge(alpha, ridge, dtype)
+        return result

@@ -15,7 +15,8 @@ from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_p
 from ..gram import block_means, dual_tile, features_block
 from ..memory import memory_plan, n_slots
 from ..placement import on_one_worker
-from .graph import Columns, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum
+from .graph import (Columns, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum,
+                    with_ridges)
 
 __all__ = ["dual_graph", "fit_tiled", "cross_block"]
 
@@ -126,8 +127,16 @@ def fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_inter
     is summed in one in-place (N, k) accumulator per worker thread and a tree over those
     (``(N, k)`` partials per row block would cross between workers). When ``A`` would take more
     than 30 % of the cluster memory (:func:`rfol_dask.memory.memory_plan`) the blocks are made
-    again for ``C`` (tasks ``features-again``) instead of being held.
+    again for ``C`` (tasks ``features-again``) instead of being held. A factorisation that fails
+    is tried again with the raised ridges of the jitter policy (:func:`.graph.with_ridges`).
     """
+    return with_ridges(lambda ridge: _fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, alpha=ridge,
+                                                fit_intercept=fit_intercept, dtype=dtype, client=client,
+                                                progress=progress), alpha, dtype)
+
+
+def _fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress):
+    """One try of :func:`fit_tiled` with the ridge ``alpha``."""
     names = TaskNames()
     nb = len(Ub)
     om, bb = dask.delayed(frequencies, pure=True, nout=2)()
