@@ -216,6 +216,27 @@ def align_samples(X, y):
     return y.sel(sample=a)
 
 
+def align_by_label(a, b, names=("true", "pred")):
+    """``b`` matched to the DataArray ``a`` by label, as the estimators match their operands:
+    dims by name (``b`` transposed to the order of ``a``), and along every dim whose coordinate
+    both carry, the labels of ``a`` picked from ``b`` (another order is reordered; different
+    label sets raise ValueError naming the dim). Anything but two DataArrays of the same dim
+    names (e.g. the ``dim_0`` of a model fitted on arrays): ``b`` unchanged, paired by position."""
+    if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)) or set(a.dims) != set(b.dims):
+        return b
+    b = b.transpose(*a.dims)
+    for d in a.dims:
+        ia, ib = a.indexes.get(d), b.indexes.get(d)
+        if ia is None or ib is None or ia.equals(ib):
+            continue
+        if not (ia.is_unique and ib.is_unique) or len(ia) != len(ib) or len(ia.difference(ib)):
+            raise ValueError(f"{names[0]} and {names[1]} have different {d!r} coordinates "
+                             f"({len(ia.difference(ib))} labels only in {names[0]}, e.g. {list(ia.difference(ib)[:3])}): "
+                             f"align them first (e.g. xarray.align(..., join='inner')) or pass .values to pair by position")
+        b = b.sel({d: ia})
+    return b
+
+
 def unsorted_axis(coords):
     """True for numeric 1-D coordinates of two or more points that do not increase."""
     c = np.asarray(coords)

@@ -2,7 +2,9 @@
 arrays of other array API namespaces (CuPy: reduced on the GPU, the per-sample or per-point
 sums brought to the host).
 
-Samples run along axis 0; every other axis is part of one function's grid values.
+Samples run along axis 0; every other axis is part of one function's grid values. Two
+DataArrays are matched by label (dims by name, samples and grid points by coordinate), arrays
+by position.
 Dask inputs are reduced lazily and computed once at the end.
 """
 
@@ -15,11 +17,13 @@ import xarray as xr
 from sklearn.metrics import make_scorer
 
 from .backend import is_array_api, namespace, to_numpy
+from .io import align_by_label
 
 __all__ = ["relative_l2_error", "relative_l2_errors", "r2_score", "relative_l2_scorer"]
 
 
 def _pair(true, pred):
+    pred = align_by_label(true, pred)  # DataArrays: by dims, samples and grid coordinates
     true, pred = (x.data if isinstance(x, xr.DataArray) else x for x in (true, pred))
     if is_array_api(true) or is_array_api(pred):  # computed where they live (one side numpy: moved there)
         xp = namespace(true if is_array_api(true) else pred)

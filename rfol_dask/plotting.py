@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .backend import is_array_api, to_numpy
+from .io import align_by_label
 
 __all__ = ["plot_prediction", "plot_example", "plot_curves", "prediction_figure", "example_figure"]
 
@@ -155,11 +156,13 @@ def prediction_figure(truth, predictions, grid=None, title=None):
     Parameters
     ----------
     truth : ndarray or DataArray, shape (k,) or (kx, ky)
-    predictions : dict of label -> array of the same shape
+    predictions : dict of label -> array of the same shape (DataArrays matched to a DataArray
+        ``truth`` by dims and coordinates, arrays by position)
     grid : 1-D array (1-D outputs) or tuple of 1-D arrays / coordinates, optional
     """
     plt = _pyplot()
-    truth, predictions = _host(truth), {label: _host(p) for label, p in predictions.items()}
+    truth = _host(truth)
+    predictions = {label: align_by_label(truth, _host(p), ("truth", label)) for label, p in predictions.items()}
     if np.ndim(truth) == 1:
         ((x, xlabel),) = _axes(truth, grid)
         t = np.asarray(truth, float)
@@ -206,6 +209,7 @@ def example_figure(train_input, train_output, test_truth, test_prediction, input
     plt = _pyplot()
     train_input, train_output, test_truth, test_prediction = map(
         _host, (train_input, train_output, test_truth, test_prediction))
+    test_prediction = align_by_label(test_truth, test_prediction, ("test_truth", "test_prediction"))
     n_panels = 4 if np.ndim(test_truth) == 1 else 5
     fig, axes = plt.subplots(1, n_panels, figsize=(3.4 * n_panels, 3.2), layout="constrained")
     _field_panel(fig, axes[0], train_input, input_grid, "training input")

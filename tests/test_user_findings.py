@@ -181,3 +181,26 @@ def test_rf_recovery_on_a_periodic_axis_says_it_does_not_wrap():
         model.predict(U, output_grid=np.arange(96) / 96)
     wraps = _rf(recovery="cubic").fit(U, V, input_grid=x, output_grid=x, periods=1.0)
     assert wraps.predict(U, output_grid=np.arange(96) / 96).shape == (30, 96)
+
+
+def test_metrics_and_figures_match_dataarrays_by_label(tmp_path):
+    from rfol_dask.metrics import r2_score, relative_l2_error
+    from rfol_dask.plotting import prediction_figure
+
+    rng = np.random.default_rng(0)
+    y = np.linspace(0, 1, 9)
+    truth = xr.DataArray(rng.standard_normal((20, 9)), dims=("sample", "y"), coords={"sample": np.arange(20), "y": y})
+    pred = truth + 0.1 * rng.standard_normal((20, 9))
+    want = relative_l2_error(truth.values, pred.values)
+    shuffled = pred.isel(sample=rng.permutation(20))
+    flipped = truth.isel(y=slice(None, None, -1))  # a descending axis, as data often come
+    assert relative_l2_error(truth, shuffled) == pytest.approx(want, rel=1e-12)
+    assert relative_l2_error(flipped, pred) == pytest.approx(want, rel=1e-12)
+    assert r2_score(flipped, shuffled) == pytest.approx(r2_score(truth.values, pred.values), rel=1e-12)
+    with pytest.raises(ValueError, match="different 'sample' coordinates"):
+        relative_l2_error(truth, pred.assign_coords(sample=np.arange(100, 120)))
+    unnamed = xr.DataArray(pred.values, dims=("sample", "dim_0"))  # other dim names: by position
+    assert relative_l2_error(truth, unnamed) == pytest.approx(want, rel=1e-12)
+    fig = prediction_figure(flipped[0], {"model": pred[0]})
+    drawn = fig.axes[0].lines[1].get_ydata()  # the prediction, on the truth's (descending) axis
+    np.testing.assert_array_equal(drawn, pred[0].values[::-1])
