@@ -105,6 +105,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         dt = backend.to_numpy_dtype(dt) if dt is not None and backend.is_array_api(data) else dt
         return np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)
 
+    def _cast_dtype(self, data):
+        """The dtype numpy input is cast to before :meth:`_fit_arrays`: the working dtype."""
+        return self._work_dtype(data)
+
     def _check_params(self):
         self._validate_params()
         self._recovery_specs()
@@ -224,7 +228,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
                 check_finite(Va, 0, "V")  # names the samples (scikit-learn's check of y does not)
             Ua, Va = validate_data(self, Ua, Va, multi_output=True, y_numeric=True,
                                    dtype=[np.float64, np.float32], ensure_all_finite=False)
-            dt = self._work_dtype(Ua)
+            dt = self._cast_dtype(Ua)
             Ud, Vd = np.asarray(Ua, dtype=dt), np.asarray(Va, dtype=dt)
             in_shape = in_shape or (Ud.shape[1],)
             out_shape = out_shape if out_shape is not None else Vd.shape[1:]

@@ -221,6 +221,11 @@ class SelectionCV(OperatorEstimator):
             self.refit_time_ = time.perf_counter() - t1
         return self
 
+    def _cast_dtype(self, data):
+        """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask input
+        (the refit on the caller's data works in ``dtype``)."""
+        return np.dtype(np.float64)
+
     def _splits(self, M):
         """``[(train rows, validation rows)]`` of the training set (M samples)."""
         from sklearn.model_selection import KFold

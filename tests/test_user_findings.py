@@ -204,3 +204,17 @@ def test_metrics_and_figures_match_dataarrays_by_label(tmp_path):
     fig = prediction_figure(flipped[0], {"model": pred[0]})
     drawn = fig.axes[0].lines[1].get_ydata()  # the prediction, on the truth's (descending) axis
     np.testing.assert_array_equal(drawn, pred[0].values[::-1])
+
+
+def test_cv_search_with_dtype_float32_is_the_same_for_numpy_and_dask():
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V = smooth_operator_data(80, 8)
+    Ud, Vd = da.from_array(U, chunks=20), da.from_array(V, chunks=20)
+    for make in (lambda: RandomFeatureOperatorCV(n_features=60, distributions=("gaussian",), random_state=0,
+                                                 dtype="float32"),
+                 lambda: KernelOperatorCV(kernels=("rbf",), dtype="float32")):
+        a, b = make().fit(U, V), make().fit(Ud, Vd)
+        assert a.best_params_ == b.best_params_
+        np.testing.assert_allclose(a.cv_results_["mean_test_score"], b.cv_results_["mean_test_score"], rtol=1e-9)
+        assert a.best_estimator_.intercept_.dtype == np.float32  # the refit works in dtype
