@@ -33,10 +33,11 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .factor import dual_factor, dual_intercept, dual_solve
-from .features import draw_frequencies
+from .features import draw_frequencies, integer_seed
 from .gram import check_finite, features_block
 from .linalg import symmetrize, syrk
 from .metrics import relative_l2_error
+from .tuning import input_scales
 
 __all__ = ["doubling", "error_curve", "error_curves", "saturation_index", "fit_slope", "fit_excess"]
 
@@ -63,7 +64,7 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
                 fit_intercept: bool = True, random_state: int | np.random.Generator | None = None,
                 frequencies: tuple[ArrayLike, ArrayLike] | None = None, block_size: int | None = None,
                 error: Callable[[np.ndarray, np.ndarray], float] = relative_l2_error,
-                return_predictions: bool = False) -> dict:
+                return_predictions: bool = False, pca_power: float | None = None) -> dict:
     """Test error and fit time of the dual random-feature fit at each ``N`` in ``n_features``.
 
     Parameters
@@ -99,6 +100,10 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
         ``error(V_test, prediction) -> float``.
     return_predictions : bool, default=False
         Also return the test predictions at every checkpoint (``M_t m`` memory each).
+    pca_power : float, optional
+        Draw in the input metric of ``RandomFeatureOperator(pca_power=...)``, measured on ``U``
+        from the same rows for the same seed: the curve of a search's winner whose
+        ``best_params_`` hold a ``pca_power`` is that model's.
 
     Returns
     -------
@@ -113,7 +118,8 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     ------
     ValueError
         If ``n_features`` is not increasing positive integers, ``frequencies`` are too few,
-        or ``V`` holds NaN / Inf.
+        the arrays' shapes do not match (``(M, n)``, ``(M, m)``, ``(M_t, n)``, ``(M_t, m)``),
+        ``gamma`` is not positive, ``alpha`` is negative, or ``V`` holds NaN / Inf.
 
     Notes
     -----
@@ -128,13 +134,16 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     Cost: ``M^2 N_max + 2 M_t M N_max + 2 (M + M_t) n N_max`` flops for the sums plus
     ``M^3 / 3 + 2 M^2 m`` per checkpoint.
     """
-    U, U_test = (np.ascontiguousarray(X, dtype=np.float64) for X in (U, U_test))
-    V, V_test = (np.asarray(Y, dtype=np.float64) for Y in (V, V_test))
-    V, V_test = (Y[:, None] if Y.ndim == 1 else Y for Y in (V, V_test))
+    U, V, U_test, V_test = _check_curve_data(U, V, U_test, V_test, gamma, alpha)
     check_finite(V, 0, "V")
     checkpoints = _check_checkpoints(n_features)
     M, n = U.shape
-    omega, b = _curve_frequencies(frequencies, n, int(checkpoints[-1]), distribution, gamma, nu, random_state)
+    seed, metric = integer_seed(random_state), None
+    if pca_power is not None:
+        if frequencies is not None:
+            raise ValueError("pass pca_power or frequencies, not both (the metric shapes the frequencies)")
+        metric, _ = input_scales(U, [distribution], pca_power, random_state=seed)  # as the model measures it
+    omega, b = _curve_frequencies(frequencies, n, int(checkpoints[-1]), distribution, gamma, nu, seed, metric)
     if block_size is None:
         block_size = max(64, _BLOCK_BYTES // (8 * max(M, len(U_test))))
     edges = _block_edges(checkpoints, int(block_size))
@@ -171,10 +180,33 @@ def _check_checkpoints(n_features):
     return checkpoints
 
 
-def _curve_frequencies(frequencies, n, n_max, distribution, gamma, nu, random_state):
-    """``(omega (n, >= n_max), b)``: the given ``frequencies`` (checked) or a fresh draw of ``n_max``."""
+def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
+    """The four arrays in float64 (``U`` C-contiguous, outputs 2-D); ValueError naming what does
+    not match or a ``gamma`` / ``alpha`` out of range."""
+    if not (isinstance(gamma, (int, float, np.floating)) and np.isfinite(gamma) and gamma > 0):
+        raise ValueError(f"gamma must be a number > 0, got {gamma!r}")
+    if not (np.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
+    U, U_test = (np.ascontiguousarray(X, dtype=np.float64) for X in (U, U_test))
+    V, V_test = (np.asarray(Y, dtype=np.float64) for Y in (V, V_test))
+    V, V_test = (Y[:, None] if Y.ndim == 1 else Y for Y in (V, V_test))
+    for name, X in (("U", U), ("U_test", U_test), ("V", V), ("V_test", V_test)):
+        if X.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (samples, flattened grid), got shape {X.shape}: reshape it to "
+                             f"({name}.shape[0], -1)")
+    if len(V) != len(U) or len(V_test) != len(U_test):
+        raise ValueError(f"samples differ: U {len(U)}, V {len(V)}, U_test {len(U_test)}, V_test {len(V_test)}")
+    if U_test.shape[1] != U.shape[1] or V_test.shape[1] != V.shape[1]:
+        raise ValueError(f"widths differ: U {U.shape[1]} vs U_test {U_test.shape[1]}, V {V.shape[1]} vs V_test "
+                         f"{V_test.shape[1]}")
+    return U, V, U_test, V_test
+
+
+def _curve_frequencies(frequencies, n, n_max, distribution, gamma, nu, random_state, metric=None):
+    """``(omega (n, >= n_max), b)``: the given ``frequencies`` (checked) or a fresh draw of ``n_max``
+    (in the input ``metric`` if given)."""
     if frequencies is None:
-        return draw_frequencies(n, n_max, distribution, gamma, nu, random_state)
+        return draw_frequencies(n, n_max, distribution, gamma, nu, random_state, metric=metric)
     omega, b = (np.asarray(a, dtype=np.float64) for a in frequencies)
     if omega.shape[0] != n or omega.shape[1] < n_max or b.shape != (omega.shape[1],):
         raise ValueError(f"frequencies have shape {omega.shape}; need ({n}, >= {n_max})")

@@ -218,3 +218,23 @@ def test_cv_search_with_dtype_float32_is_the_same_for_numpy_and_dask():
         assert a.best_params_ == b.best_params_
         np.testing.assert_allclose(a.cv_results_["mean_test_score"], b.cv_results_["mean_test_score"], rtol=1e-9)
         assert a.best_estimator_.intercept_.dtype == np.float32  # the refit works in dtype
+
+
+def test_error_curve_takes_the_pca_power_of_a_search_and_checks_its_inputs():
+    from rfol_dask import curves
+    from rfol_dask.metrics import relative_l2_error
+
+    U, V = smooth_operator_data(120, 16)
+    Ut, Vt = smooth_operator_data(30, 16, seed=1)
+    kw = dict(distribution="gaussian", gamma=0.05, alpha=1e-8)
+    model = RandomFeatureOperator(n_features=150, pca_power=1.0, solver="dual", random_state=3, **kw).fit(U, V)
+    curve = curves.error_curve(U, V, Ut, Vt, [150], pca_power=1.0, random_state=3, **kw)
+    assert curve["error"][0] == pytest.approx(relative_l2_error(Vt, model.predict(Ut)), rel=1e-8)
+    plain = curves.error_curve(U, V, Ut, Vt, [150], random_state=3, **kw)
+    assert abs(plain["error"][0] - curve["error"][0]) > 1e-6  # the metric changes the model
+    for bad, match in (((U, V[:10], Ut, Vt), "samples differ"), ((U, V, Ut[:, :5], Vt), "widths differ"),
+                       ((U.reshape(120, 4, 4), V, Ut, Vt), "U must be 2-D")):
+        with pytest.raises(ValueError, match=match):
+            curves.error_curve(*bad, [10], **kw)
+    with pytest.raises(ValueError, match="gamma must be a number > 0"):
+        curves.error_curve(U, V, Ut, Vt, [10], distribution="gaussian", gamma=-1.0)
