@@ -273,6 +273,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _check_params(self):
         super()._check_params()
+        if not len(self.distributions):
+            raise ValueError(f"distributions is empty: give at least one of {DISTRIBUTIONS}")
         for law in self.distributions:
             if law not in DISTRIBUTIONS:
                 raise ValueError(f"unknown distribution {law!r} in distributions; choose from {DISTRIBUTIONS}")

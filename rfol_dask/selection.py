@@ -202,7 +202,7 @@ class SelectionCV(OperatorEstimator):
     @classmethod
     def load(cls, path):
         raise TypeError(f"{cls.__name__}.save writes its best_estimator_: load it with that estimator's load, "
-                        "e.g. RandomFeatureOperator.load(path)")
+                        f"{cls.__name__.removesuffix('CV')}.load(path)")
 
     def _predict_kernel(self):  # pragma: no cover - predict is delegated
         return self.best_estimator_._predict_kernel()

@@ -238,3 +238,15 @@ def test_error_curve_takes_the_pca_power_of_a_search_and_checks_its_inputs():
             curves.error_curve(*bad, [10], **kw)
     with pytest.raises(ValueError, match="gamma must be a number > 0"):
         curves.error_curve(U, V, Ut, Vt, [10], distribution="gaussian", gamma=-1.0)
+
+
+def test_empty_law_lists_and_the_load_hint_of_a_search():
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V = smooth_operator_data(30, 4)
+    with pytest.raises(ValueError, match="distributions is empty"):
+        RandomFeatureOperatorCV(distributions=[]).fit(U, V)
+    with pytest.raises(ValueError, match="kernels is empty"):
+        KernelOperatorCV(kernels=[]).fit(U, V)
+    with pytest.raises(TypeError, match=r"KernelOperator\.load\(path\)"):
+        KernelOperatorCV.load("m.zarr")

@@ -170,6 +170,8 @@ class KernelOperatorCV(SelectionCV):
 
     def _check_params(self):
         super()._check_params()
+        if not len(self.kernels):
+            raise ValueError(f"kernels is empty: give at least one of {KERNELS}")
         for kernel in self.kernels:
             if kernel not in KERNELS:
                 raise ValueError(f"unknown kernel {kernel!r} in kernels; choose from {KERNELS}")
