@@ -177,3 +177,11 @@ def test_generate_refuses_a_dangling_link_and_a_path_under_a_file(tmp_path, caps
     code, err = _run(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "afile" / "d.zarr")], capsys)
     assert code == 2 and "afile is a file, not a directory" in err
     assert sorted(os.listdir(tmp_path)) == ["afile", "link"] and (tmp_path / "afile").read_text() == "keep"
+
+
+@pytest.mark.parametrize("args, says", [(["--grow-to", "0"], "grow_to must be"), (["--workers", "-1"], "workers must be")])
+def test_reproduce_refuses_bad_options_before_making_folders(tmp_path, monkeypatch, capsys, args, says):
+    monkeypatch.chdir(tmp_path)
+    code, err = _run(["reproduce", "advection1", "--quick", "--out", str(tmp_path / "X"), *args], capsys)
+    assert code == 2 and says in err
+    assert os.listdir(tmp_path) == []

@@ -72,15 +72,16 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     parts = parts.split(",") if isinstance(parts, str) else list(parts)
     if set(parts) - set(PARTS):
         raise ValueError(f"parts must be a subset of {PARTS}, got {parts}")
+    if grow_to is not None and int(grow_to) < 1:
+        raise ValueError(f"grow_to must be a number of features >= 1, got {grow_to}")
+    cluster = SharedCluster(workers)  # checks workers; starts nothing yet
     out = Path(out)
     data = out / "data" if data is None else Path(data)
     out.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
-    if grow_to is not None and int(grow_to) < 1:
-        raise ValueError(f"grow_to must be a number of features >= 1, got {grow_to}")
     cfg = dict(sizes(quick), grow_to=grow_to)
     t0 = time.perf_counter()
-    results, cluster = {}, SharedCluster(workers)
+    results = {}
     with np.errstate(all="ignore"):
         try:
             for name in names:
