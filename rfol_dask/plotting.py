@@ -76,9 +76,14 @@ def _pyplot():
 
 
 def _save(fig, path, dpi=100):
-    """Write ``fig`` to ``path`` as PNG and close it; returns ``path``."""
+    """Write ``fig`` to ``path`` (its suffix names the format; none: PNG, ``.png`` appended) and
+    close it; returns the path written (``path`` itself when it has a suffix)."""
+    import os
+
     if fig.get_layout_engine() is None:
         fig.tight_layout()
+    if not os.path.splitext(os.fspath(path))[1]:
+        path = type(path)(os.fspath(path) + ".png") if isinstance(path, os.PathLike) else f"{path}.png"
     fig.savefig(path, dpi=dpi)
     _pyplot().close(fig)
     return path

@@ -2,6 +2,7 @@
 made unloadable by save, and unclear errors. Each test fails on the code before its fix."""
 
 import json
+import os
 from pathlib import Path
 
 import dask.array as da
@@ -250,3 +251,12 @@ def test_empty_law_lists_and_the_load_hint_of_a_search():
         KernelOperatorCV(kernels=[]).fit(U, V)
     with pytest.raises(TypeError, match=r"KernelOperator\.load\(path\)"):
         KernelOperatorCV.load("m.zarr")
+
+
+def test_a_figure_path_without_suffix_returns_the_file_written(tmp_path):
+    from rfol_dask.plotting import plot_prediction
+
+    for path in (tmp_path / "fig", str(tmp_path / "fig2")):
+        written = plot_prediction(path, np.arange(5.0), {"model": np.arange(5.0)})
+        assert os.path.exists(written) and str(written).endswith(".png")
+    assert plot_prediction(tmp_path / "f.pdf", np.arange(5.0), {"m": np.arange(5.0)}) == tmp_path / "f.pdf"
