@@ -97,6 +97,7 @@ def _cmd_quickstart(args):
     from .cluster import local_client
     from .metrics import relative_l2_error
     from .plotting import plot_prediction
+    from .progress import scheduler_workers
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -106,7 +107,7 @@ def _cmd_quickstart(args):
     store = out / f"{args.dataset}.zarr"
     print(f"rfol-dask quickstart: {args.dataset} ({spec.description})")
     with local_client(n_workers=args.workers) as client:
-        print(f"LocalCluster: {len(client.scheduler_info()['workers'])} workers")
+        print(f"LocalCluster: {len(scheduler_workers(client))} workers")
         _print_dashboard(client)
         t0 = time.perf_counter()
         ds = datasets.generate(args.dataset, n_train + n_test, store=store, seed=args.seed,

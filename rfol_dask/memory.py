@@ -19,6 +19,7 @@ import dask
 import numpy as np
 
 from . import backend
+from .progress import scheduler_workers
 
 __all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "check_gram_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
@@ -52,7 +53,7 @@ class Budget:
 
 def _worker_limits(client):
     """Memory limits {address: bytes} of the client's workers; empty unless every worker has one."""
-    workers = client.scheduler_info()["workers"] if client is not None else {}
+    workers = scheduler_workers(client) if client is not None else {}
     limits = {a: w.get("memory_limit") or 0 for a, w in workers.items()}
     return limits if limits and min(limits.values()) > 0 else {}
 
@@ -195,5 +196,5 @@ def memory_plan(client, M, N, dtype):
 def n_slots(client):
     """Task threads of the client's workers (this machine's cores without a client)."""
     if client is not None:
-        return max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
+        return max(1, sum(w["nthreads"] for w in scheduler_workers(client).values()))
     return os.cpu_count() or 1

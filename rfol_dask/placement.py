@@ -8,7 +8,7 @@ import contextlib
 import dask
 
 from .linalg import factor_threads
-from .progress import active_client
+from .progress import active_client, scheduler_workers
 
 __all__ = ["EMBED_BYTES", "broadcast", "pinned", "on_one_worker", "worker_addresses", "current_worker", "worker_threads"]
 
@@ -52,7 +52,7 @@ def pinned(worker):
 
 def worker_addresses(client):
     """The client's worker addresses, sorted; ``[None]`` without a client (one local "worker")."""
-    return sorted(client.scheduler_info()["workers"]) if client is not None else [None]
+    return sorted(scheduler_workers(client)) if client is not None else [None]
 
 
 def on_one_worker():

@@ -14,7 +14,7 @@ import time
 
 import dask
 
-__all__ = ["active_client", "compute"]
+__all__ = ["active_client", "scheduler_workers", "compute"]
 
 logger = logging.getLogger("rfol_dask")
 
@@ -29,6 +29,15 @@ def active_client():
         return get_client()
     except ValueError:
         return None
+
+
+def scheduler_workers(client):
+    """``{address: info}`` of the client's workers (``nthreads``, ``memory_limit``, ...), asked of
+    the scheduler itself: a synchronous client's ``scheduler_info()`` returns a cache that its
+    periodic refresh can empty between the update and the read (then a fit saw no workers)."""
+    if getattr(client, "asynchronous", False) or not hasattr(client, "sync"):
+        return client.scheduler_info()["workers"]
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
 def _widgets_available():

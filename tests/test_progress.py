@@ -114,3 +114,14 @@ def test_a_task_cancelled_while_results_stream_is_named(cluster_client, tmp_path
     with pytest.raises(RuntimeError, match="streamed: task 'cancel-second' was cancelled.*Run it again"):
         compute(first, second, client=cluster_client, desc="streamed", consume=consume)
     assert got == [(0, 3)]
+
+
+def test_worker_lists_are_asked_of_the_scheduler_not_the_clients_cache(cluster_client, monkeypatch):
+    """distributed's periodic refresh can empty the cache ``scheduler_info()`` returns between its
+    update and its read; a fit then saw no workers (seen once: ``array_split`` into 0 groups)."""
+    from rfol_dask.memory import n_slots
+    from rfol_dask.placement import worker_addresses
+
+    want = sorted(cluster_client.scheduler_info()["workers"])
+    monkeypatch.setattr(cluster_client, "scheduler_info", lambda *a, **k: {"workers": {}})
+    assert worker_addresses(cluster_client) == want and n_slots(cluster_client) == 2
