@@ -26,6 +26,7 @@ threshold (``N >= 2 M`` with a tiny ridge) the error falls towards the kernel in
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable, Sequence
 
@@ -91,7 +92,8 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
         Centre features and outputs.
     random_state : int, Generator or None, default=None
         Seed of the one draw ``Omega`` (n, N_max), of which checkpoint ``N`` uses the leading
-        ``N`` columns.
+        ``N`` columns; taken as ``RandomFeatureOperator`` takes it, so checkpoint ``N`` is that
+        model of the same ``random_state``.
     frequencies : tuple (omega (n, N_max), b (N_max,)), optional
         Use these frequencies instead of drawing them.
     block_size : int, optional
@@ -183,9 +185,12 @@ def _check_checkpoints(n_features):
 def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
     """The four arrays in float64 (``U`` C-contiguous, outputs 2-D); ValueError naming what does
     not match or a ``gamma`` / ``alpha`` out of range."""
-    if not (isinstance(gamma, (int, float, np.floating)) and np.isfinite(gamma) and gamma > 0):
+    def number(x):
+        return isinstance(x, numbers.Real) and not isinstance(x, bool) and np.isfinite(x)
+
+    if not (number(gamma) and gamma > 0):
         raise ValueError(f"gamma must be a number > 0, got {gamma!r}")
-    if not (np.isfinite(alpha) and alpha >= 0):
+    if not (number(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
     U, U_test = (np.ascontiguousarray(X, dtype=np.float64) for X in (U, U_test))
     V, V_test = (np.asarray(Y, dtype=np.float64) for Y in (V, V_test))

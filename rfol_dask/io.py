@@ -21,7 +21,7 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from .recovery.grids import as_grid, as_periods
+from .recovery.grids import as_grid, as_periods, same_grid
 
 
 __all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
@@ -227,7 +227,7 @@ def align_by_label(a, b, names=("true", "pred")):
     b = b.transpose(*a.dims)
     for d in a.dims:
         ia, ib = a.indexes.get(d), b.indexes.get(d)
-        if ia is None or ib is None or ia.equals(ib):
+        if ia is None or ib is None or ia.equals(ib) or _same_axis(ia, ib):
             continue
         if not (ia.is_unique and ib.is_unique) or len(ia) != len(ib) or len(ia.difference(ib)):
             raise ValueError(f"{names[0]} and {names[1]} have different {d!r} coordinates "
@@ -235,6 +235,14 @@ def align_by_label(a, b, names=("true", "pred")):
                              f"align them first (e.g. xarray.align(..., join='inner')) or pass .values to pair by position")
         b = b.sel({d: ia})
     return b
+
+
+def _same_axis(ia, ib):
+    """Numeric coordinates equal as the grids of the recovery maps are (to ``1e-6`` of the span:
+    rounding, float32 copies), point by point in the same order."""
+    x, y = np.asarray(ia), np.asarray(ib)
+    numeric = all(np.issubdtype(v.dtype, np.number) and not np.issubdtype(v.dtype, np.complexfloating) for v in (x, y))
+    return numeric and x.ndim == 1 and same_grid((x.astype(float),), (y.astype(float),))
 
 
 def unsorted_axis(coords):

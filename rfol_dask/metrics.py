@@ -23,6 +23,8 @@ __all__ = ["relative_l2_error", "relative_l2_errors", "r2_score", "relative_l2_s
 
 
 def _pair(true, pred):
+    if isinstance(true, xr.DataArray) and "sample" in true.dims:
+        true = true.transpose("sample", ...)  # the samples first, wherever they are
     pred = align_by_label(true, pred)  # DataArrays: by dims, samples and grid coordinates
     true, pred = (x.data if isinstance(x, xr.DataArray) else x for x in (true, pred))
     if is_array_api(true) or is_array_api(pred):  # computed where they live (one side numpy: moved there)

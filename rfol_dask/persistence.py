@@ -14,6 +14,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import time
@@ -87,13 +88,36 @@ def describe_path(path):
     return "a directory holding other files"
 
 
+_ZARR_META = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
+
+
 def _foreign_entries(path):
-    """Entries of the model directory ``path`` that are not Zarr metadata or a Zarr array or
-    group (files a user put there), sorted by name."""
-    meta = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
-    return sorted(e.name for e in Path(path).iterdir()
-                  if not (e.name in meta or e.is_dir() and not e.is_symlink()
-                          and any((e / m).is_file() for m in ("zarr.json", ".zarray", ".zgroup"))))
+    """What the model directory ``path`` holds beyond the model (files or folders a user put
+    there, a store of theirs too), sorted: every entry that is neither Zarr metadata nor one of
+    the model's own arrays (the keys of its checksums, else the arrays Zarr lists), and inside
+    an array's folder anything but its metadata and chunk keys (digits and dots, under ``c/``)."""
+    import zarr
+
+    path = Path(path)
+    attrs = _group_attrs(path) or {}
+    sums = attrs.get("rfol_dask_checksums")
+    try:
+        names = set(sums) if isinstance(sums, dict) else set(zarr.open_group(str(path), mode="r").array_keys())
+    except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
+        names = set()
+    chunk = re.compile(r"[0-9.]+")
+    foreign = []
+    for entry in path.iterdir():
+        if entry.name in _ZARR_META:
+            continue
+        keys = [n.split("/") for n in names if n.split("/")[0] == entry.name]
+        if not keys or entry.is_symlink() or not entry.is_dir():
+            foreign.append(entry.name)
+            continue
+        allowed = _ZARR_META | {"c"} | {part for k in keys for part in k[1:]}  # metadata, chunks, nested arrays
+        foreign += [str(sub.relative_to(path)) for sub in entry.rglob("*")
+                    if not all(p in allowed or chunk.fullmatch(p) for p in sub.relative_to(entry).parts)]
+    return sorted(foreign)
 
 
 def check_model_path(path, overwrite=True):
@@ -280,6 +304,11 @@ def load_model(path):
         if unsummed:
             raise damaged(f"the checksums of arrays {unsummed}", "are missing")
     for key, expected in sums.items():
+        if key not in arrays and "/" in key:  # a nested array (a dim name with '/' in older versions)
+            try:
+                arrays[key] = group[key][...]
+            except Exception:  # noqa: BLE001  (absent or unreadable: reported as missing below)
+                pass
         if key not in arrays:
             raise damaged(f"array {key!r}", "is missing")
         if _checksum(arrays[key]) != expected:

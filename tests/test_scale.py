@@ -272,3 +272,15 @@ def test_predict_on_a_cluster_ships_the_model_once_not_in_the_graph():
             pred = model.predict(da.from_array(U, chunks=(100, -1))).compute()
     assert not [w for w in caught if "large graph" in str(w.message)]
     np.testing.assert_allclose(pred, model.predict(U), rtol=1e-10, atol=1e-10)
+
+
+def test_merged_row_blocks_stay_within_their_byte_bound():
+    from rfol_dask.solve.graph import MERGED_BLOCK_BYTES, row_blocks
+
+    U = da.zeros((100, 3), chunks=(1, 3))
+    V = da.zeros((100, 2), chunks=(1, 2))
+    assert np.diff(row_blocks(U, V, max_blocks=4)[2]).tolist() == [25] * 4
+    capped = row_blocks(U, V, max_blocks=4, row_bytes=MERGED_BLOCK_BYTES // 10)[2]  # 10 rows fit the bound
+    assert np.diff(capped).tolist() == [10] * 10
+    coarse = da.zeros((100, 3), chunks=(50, 3))  # chunks already coarser than needed: kept, never cut
+    assert np.diff(row_blocks(coarse, V, max_blocks=4, row_bytes=MERGED_BLOCK_BYTES // 10)[2]).tolist() == [50, 50]

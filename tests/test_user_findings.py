@@ -239,6 +239,9 @@ def test_error_curve_takes_the_pca_power_of_a_search_and_checks_its_inputs():
             curves.error_curve(*bad, [10], **kw)
     with pytest.raises(ValueError, match="gamma must be a number > 0"):
         curves.error_curve(U, V, Ut, Vt, [10], distribution="gaussian", gamma=-1.0)
+    with pytest.raises(ValueError, match="alpha must be a number >= 0, got None"):
+        curves.error_curve(U, V, Ut, Vt, [10], distribution="gaussian", gamma=1.0, alpha=None)
+    assert curves.error_curve(U, V, Ut, Vt, [10], distribution="gaussian", gamma=np.int64(1))["error"].shape == (1,)
 
 
 def test_empty_law_lists_and_the_load_hint_of_a_search():
@@ -260,3 +263,34 @@ def test_a_figure_path_without_suffix_returns_the_file_written(tmp_path):
         written = plot_prediction(path, np.arange(5.0), {"model": np.arange(5.0)})
         assert os.path.exists(written) and str(written).endswith(".png")
     assert plot_prediction(tmp_path / "f.pdf", np.arange(5.0), {"m": np.arange(5.0)}) == tmp_path / "f.pdf"
+
+
+def test_label_matching_takes_rounded_grids_as_equal_and_the_samples_first(grid2d):
+    from rfol_dask.metrics import relative_l2_error
+
+    XU, XV = grid2d
+    model = _rf().fit(XU, XV)
+    # the test grid differs from the training grid by rounding (another formula, a float32 copy)
+    other = XV.assign_coords(x=np.arange(4) / 3, y=XV.y.astype(np.float32))
+    pred = model.predict(XU)
+    want = relative_l2_error(XV.values, pred.values)
+    assert relative_l2_error(other, pred) == pytest.approx(want, rel=1e-12)
+    assert model.score(XU, other) == pytest.approx(model.score(XU, XV), rel=1e-12)
+    # a truth whose sample dim is not the first is read by its samples, not by position
+    assert relative_l2_error(XV.transpose("x", "y", "sample"), pred) == pytest.approx(want, rel=1e-12)
+
+
+def test_saving_over_a_model_refuses_a_users_store_or_file_inside_it(tmp_path):
+    U, V = smooth_operator_data(30, 4)
+    a = _rf().fit(U, V)
+    for what in ("store", "in-array"):
+        path = Path(a.save(tmp_path / f"{what}.zarr"))
+        if what == "store":  # a Zarr group of the user's inside the model folder
+            xr.Dataset({"r": ("k", np.arange(3.0))}).to_zarr(path / "my_results")
+        else:
+            (path / "coef_" / "README").write_text("mine")
+        with pytest.raises(ValueError, match="also holds other files"):
+            a.save(path)
+        assert (path / "my_results").exists() if what == "store" else (path / "coef_" / "README").exists()
+    np.testing.assert_array_equal(RandomFeatureOperator.load(a.save(tmp_path / "fresh.zarr")).coef_, a.coef_)
+    a.save(tmp_path / "fresh.zarr")  # a model folder of nothing but the model is replaced

@@ -236,7 +236,8 @@ class KernelOperator(OperatorEstimator):
                 "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit")
         client = active_client()
         blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
-        Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS)
+        Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS,
+                                          row_bytes=U.shape[1] * np.dtype(dtype).itemsize)
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
 
         def run(ridge):  # the blocked factorisation is tried again with raised ridges if it fails

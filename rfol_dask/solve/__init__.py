@@ -122,8 +122,9 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
                 f"{'primal' if solver == 'primal' else 'blocked dual (the Gram does not fit one worker)'}: "
                 "pass solver='dual' with a Gram that fits one GPU worker, or compute the data into memory "
                 "(numpy or CuPy) for the in-memory GPU fit")
-    Ub, Vb, starts, cols = row_blocks(U, V, column_block, client,
-                                      max_blocks=MAX_TILE_BLOCKS if solver == "dual" and plan.blocked else None)
+    tiled = solver == "dual" and plan.blocked  # its blocks make features: n_features values a row
+    Ub, Vb, starts, cols = row_blocks(U, V, column_block, client, max_blocks=MAX_TILE_BLOCKS if tiled else None,
+                                      row_bytes=n_features * dtype.itemsize)
     common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress)
     if solver == "primal":
         return fit_primal(Ub, Vb, starts, cols, frequencies, **common)

@@ -32,17 +32,25 @@ class TaskNames:
 
 #: the tiled duals (:mod:`.tiled`, the kernel model) take at most this many row blocks: their
 #: graphs grow as ``nb^2`` tiles (``nb^3 / 6`` tasks when factorised blocked), so finer sample
-#: chunks are merged
+#: chunks are merged (up to :data:`MERGED_BLOCK_BYTES` per block)
 MAX_TILE_BLOCKS = 32
 
+#: a merged row block's rows take at most this many bytes (``row_bytes`` each: features or inputs)
+MERGED_BLOCK_BYTES = 256 * 2**20
 
-def row_blocks(U, V, column_block=None, client=None, max_blocks=None):
-    """Delayed row blocks of ``U`` (M, n) and ``V`` (M, m) on the same sample chunks (merged
-    into ``max_blocks`` equal ones where there are more), their start offsets (nb + 1,), and
-    the output column blocks for the solves (default: one per worker thread). Nothing is
-    computed."""
+
+def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=None):
+    """Delayed row blocks of ``U`` (M, n) and ``V`` (M, m) on the same sample chunks, their
+    start offsets (nb + 1,), and the output column blocks for the solves (default: one per
+    worker thread). Nothing is computed. With ``max_blocks``, chunks smaller than
+    ``M / max_blocks`` rows are merged into blocks of that many rows, but of at most
+    :data:`MERGED_BLOCK_BYTES` (``row_bytes`` per row: what a block's task makes of a row)."""
     if max_blocks is not None and len(U.chunks[0]) > max_blocks:
-        U = U.rechunk({0: -(-U.shape[0] // max_blocks)})
+        rows = -(-U.shape[0] // max_blocks)
+        if row_bytes:
+            rows = min(rows, max(1, MERGED_BLOCK_BYTES // int(row_bytes)))
+        if rows > max(U.chunks[0]):  # only ever merged, never cut
+            U = U.rechunk({0: rows})
     U = U.rechunk({1: -1})
     V = V.rechunk({0: U.chunks[0], 1: -1})
     starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
