@@ -201,39 +201,43 @@ def align_samples(X, y):
     if not (isinstance(X, xr.DataArray) and isinstance(y, xr.DataArray)) or \
             "sample" not in X.coords or "sample" not in y.coords or "sample" not in X.indexes:
         return y
-    a, b = X.indexes["sample"], y.indexes.get("sample")
-    if b is None or a.equals(b):
-        return y
     how = ("pair them yourself: X, y = xarray.align(X, y, join='inner') keeps the common samples, "
            "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position")
-    if not (a.is_unique and b.is_unique):
-        raise ValueError(f"X or y has duplicated 'sample' labels, so they cannot be paired by label; {how}")
-    only_x, only_y = a.difference(b), b.difference(a)
-    if len(only_x) or len(only_y):
+    return _same_labels(X, y, "sample", ("X", "y"), how)
+
+
+def _same_labels(a, b, d, names, how):
+    """``b`` with the labels of ``a`` along ``d`` (reordered; unchanged where they are equal);
+    ValueError, ending in ``how``, for duplicated labels or different label sets."""
+    ia, ib = a.indexes[d], b.indexes.get(d)
+    if ib is None or ia.equals(ib):
+        return b
+    if not (ia.is_unique and ib.is_unique):
+        raise ValueError(f"{names[0]} or {names[1]} has duplicated {d!r} labels, so they cannot be paired by label; "
+                         f"{how}")
+    only_a, only_b = ia.difference(ib), ib.difference(ia)
+    if len(only_a) or len(only_b):
         raise ValueError(
-            f"X and y have different 'sample' labels: {len(only_x)} only in X (e.g. {list(only_x[:3])}), "
-            f"{len(only_y)} only in y (e.g. {list(only_y[:3])}); {how}")
-    return y.sel(sample=a)
+            f"{names[0]} and {names[1]} have different {d!r} labels: {len(only_a)} only in {names[0]} (e.g. "
+            f"{list(only_a[:3])}), {len(only_b)} only in {names[1]} (e.g. {list(only_b[:3])}); {how}")
+    return b.sel({d: ia})
 
 
 def align_by_label(a, b, names=("true", "pred")):
     """``b`` matched to the DataArray ``a`` by label, as the estimators match their operands:
     dims by name (``b`` transposed to the order of ``a``), and along every dim whose coordinate
-    both carry, the labels of ``a`` picked from ``b`` (another order is reordered; different
-    label sets raise ValueError naming the dim). Anything but two DataArrays of the same dim
-    names (e.g. the ``dim_0`` of a model fitted on arrays): ``b`` unchanged, paired by position."""
+    both carry, the labels of ``a`` picked from ``b`` (another order is reordered; numeric grids
+    equal to ``1e-6`` of their span are equal; different label sets raise ValueError naming the
+    dim). Anything but two DataArrays of the same dim names (e.g. the ``dim_0`` of a model
+    fitted on arrays): ``b`` unchanged, paired by position."""
     if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)) or set(a.dims) != set(b.dims):
         return b
     b = b.transpose(*a.dims)
+    how = "align them first (e.g. xarray.align(..., join='inner')) or pass .values to pair by position"
     for d in a.dims:
         ia, ib = a.indexes.get(d), b.indexes.get(d)
-        if ia is None or ib is None or ia.equals(ib) or _same_axis(ia, ib):
-            continue
-        if not (ia.is_unique and ib.is_unique) or len(ia) != len(ib) or len(ia.difference(ib)):
-            raise ValueError(f"{names[0]} and {names[1]} have different {d!r} coordinates "
-                             f"({len(ia.difference(ib))} labels only in {names[0]}, e.g. {list(ia.difference(ib)[:3])}): "
-                             f"align them first (e.g. xarray.align(..., join='inner')) or pass .values to pair by position")
-        b = b.sel({d: ia})
+        if ia is not None and ib is not None and not _same_axis(ia, ib):
+            b = _same_labels(a, b, d, names, how)
     return b
 
 
