@@ -385,6 +385,14 @@ BOOKKEEPING_GROUP = "_rfol_dask"
 """The Zarr group of a data-set store holding ``block_done`` (not an xarray variable)."""
 
 
+def check_parent_dir(path, what):
+    """ValueError when the nearest existing folder above ``path`` is a file (``what`` cannot be
+    written there: ``mkdir`` would fail half-way)."""
+    parent = next(p for p in Path(os.path.abspath(path)).parents if p.exists())
+    if not parent.is_dir():
+        raise ValueError(f"cannot write {what} at {path}: {parent} is a file, not a directory")
+
+
 def process_alive(host, pid):
     """Whether process ``pid`` on ``host`` may still run (another host: assumed alive)."""
     if host != socket.gethostname():

@@ -28,7 +28,7 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
-from .io import process_alive
+from .io import check_parent_dir, process_alive
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator"]
@@ -126,9 +126,7 @@ def check_model_path(path, overwrite=True):
     true. Nothing else is ever replaced."""
     kind = describe_path(path)
     if kind is None:
-        parent = next(p for p in Path(os.path.abspath(path)).parents if p.exists())
-        if not parent.is_dir():
-            raise ValueError(f"cannot save a model at {path}: {parent} is a file, not a directory")
+        check_parent_dir(path, "a model")
         return
     if kind == "empty":
         return

@@ -33,7 +33,7 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import BOOKKEEPING_GROUP, block_flags, flags_key, open_dataset, process_alive
+from ..io import BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, open_dataset, process_alive
 from ..progress import compute
 from .registry import get, resolve_params
 
@@ -353,9 +353,7 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
         raise ValueError(f"{path} is a symbolic link to a missing target; pick another path (it was left untouched)")
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} is a file, not a data-set store; pick another path (it was left untouched)")
-    parent = next(p for p in Path(os.path.abspath(path)).parents if p.exists())
-    if not parent.is_dir():
-        raise ValueError(f"cannot write a data set at {path}: {parent} is a file, not a directory")
+    check_parent_dir(path, "a data set")
     if path.exists():
         _check_store_kind(path)  # refuse a foreign directory before even taking the lock in it
     path.mkdir(parents=True, exist_ok=True)
