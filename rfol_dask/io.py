@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import uuid
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -391,6 +392,22 @@ def check_parent_dir(path, what):
     parent = next(p for p in Path(os.path.abspath(path)).parents if p.exists())
     if not parent.is_dir():
         raise ValueError(f"cannot write {what} at {path}: {parent} is a file, not a directory")
+
+
+def owned_tag(length=32):
+    """A fresh ``<host>.<pid>.<hex>`` tag (``length`` hex digits): what is named with it says
+    which process made it (:func:`tag_owner`)."""
+    return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:length]}"
+
+
+def tag_owner(tag):
+    """``(host, pid)`` of a tag made by :func:`owned_tag`, or None for any other text."""
+    try:
+        host, pid, digits = tag.rsplit(".", 2)
+        int(digits, 16)
+        return (host, int(pid)) if host else None
+    except ValueError:
+        return None
 
 
 def process_alive(host, pid):

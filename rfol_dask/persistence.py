@@ -18,7 +18,6 @@ import re
 import shutil
 import socket
 import time
-import uuid
 import warnings
 from pathlib import Path
 from urllib.parse import quote
@@ -28,7 +27,7 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
-from .io import check_parent_dir, process_alive
+from .io import check_parent_dir, owned_tag, process_alive, tag_owner
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator"]
@@ -145,18 +144,13 @@ def check_model_path(path, overwrite=True):
 
 def _sibling(path, kind):
     """A fresh hidden sibling ``.NAME.<kind>-<host>.<pid>.<random>`` of ``path``."""
-    return path.with_name(f".{path.name}.{kind}-{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    return path.with_name(f".{path.name}.{kind}-{owned_tag(8)}")
 
 
 def _writer(leftover, prefix):
-    """``(host, pid)`` of the save that named ``leftover`` (``prefix`` + ``<host>.<pid>.<hex>``,
-    see :func:`_sibling`), or None for any other name."""
-    try:
-        host, pid, tag = leftover.name[len(prefix):].rsplit(".", 2)
-        int(tag, 16)
-        return (host, int(pid)) if host else None
-    except ValueError:
-        return None
+    """``(host, pid)`` of the save that named ``leftover`` (``prefix`` + its tag, see
+    :func:`_sibling`), or None for any other name."""
+    return tag_owner(leftover.name[len(prefix):])
 
 
 def _writer_gone(leftover, prefix):

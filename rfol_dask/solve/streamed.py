@@ -45,7 +45,6 @@ import shutil
 import socket
 import tempfile
 import time
-import uuid
 
 import dask
 import numpy as np
@@ -55,7 +54,7 @@ from ..backend import symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
 from ..gram import stack_rows
-from ..io import process_alive
+from ..io import owned_tag, process_alive, tag_owner
 from ..linalg import blas_limits
 from ..memory import device_free_bytes, free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
@@ -115,9 +114,9 @@ def _cache_dir(token, worker=None):
 
 
 def new_token():
-    """A fresh fit token, ``<host>.<pid>.<random>``: the fitting process is known by the name of its
-    cache directory (:func:`sweep_stale_caches`)."""
-    return f"{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex}"
+    """A fresh fit token, ``<host>.<pid>.<random>`` (:func:`rfol_dask.io.owned_tag`): the fitting
+    process is known by the name of its cache directory (:func:`sweep_stale_caches`)."""
+    return owned_tag()
 
 
 def sweep_stale_caches():
@@ -125,12 +124,8 @@ def sweep_stale_caches():
     their process was killed (SIGKILL, or SIGTERM outside the CLI: no clean-up ran). A worker's
     caches live in its local directory, which dask removes with the worker."""
     for path in glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "rfol-*")):
-        try:
-            host, pid, _ = os.path.basename(path)[len("rfol-"):].rsplit(".", 2)
-            pid = int(pid)
-        except ValueError:
-            continue  # not a cache of this naming
-        if host == socket.gethostname() and not process_alive(host, pid):
+        owner = tag_owner(os.path.basename(path)[len("rfol-"):])  # None: not a cache of this naming
+        if owner is not None and owner[0] == socket.gethostname() and not process_alive(*owner):
             shutil.rmtree(path, ignore_errors=True)
 
 
