@@ -299,14 +299,12 @@ def cholesky(G, alpha):
         return linalg.cholesky(G, alpha)
     n, dtype = G.shape[0], to_numpy_dtype(G.dtype)
     factor, _ = ridge_factor(G)
-    ridges = linalg.jitter_ridges(alpha, float(xp.mean(xp.abs(xp.linalg.diagonal(G)))) if n else 0.0, dtype)
-    for attempt, ridge in enumerate(ridges):
-        L = factor(float(ridge), attempt > 0)
-        if L is not None and bool(xp.all(xp.isfinite(xp.linalg.diagonal(L)))):
-            if attempt:
-                linalg.warn_ridge(alpha, ridge, dtype)
-            return L, ridge
-    raise linalg.not_positive_definite(alpha, ridges)
+
+    def attempt(ridge, again):
+        L = factor(ridge, again)
+        return L if L is not None and bool(xp.all(xp.isfinite(xp.linalg.diagonal(L)))) else None
+
+    return linalg.first_ridge(attempt, alpha, float(xp.mean(xp.abs(xp.linalg.diagonal(G)))) if n else 0.0, dtype)
 
 
 def ridge_factor(G):

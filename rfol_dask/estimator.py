@@ -254,6 +254,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return self
 
     # ------------------------------------------------------------------ predict
+    def _knows_grid(self, which):
+        """Whether the model's ``which`` grid has dims or coordinates: then DataArrays are read in
+        increasing coordinate order; a model fitted on arrays without grids reads them by position,
+        as it read its data."""
+        return getattr(self, f"{which}_dims_", None) is not None or getattr(self, f"{which}_grid_", None) is not None
+
     def _check_width(self, n, shape):
         """ValueError unless ``X`` has the training width ``n`` and, when both are grids of two or
         more axes, the training grid shape (a transposed or reshaped grid of the same size would
@@ -325,9 +331,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if isinstance(U, (str, bytes, os.PathLike)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U, variables=("input",))
         U = io.match_dims(U, getattr(self, "input_dims_", None), "X")
-        # a model fitted on numpy without a grid reads a DataArray by position, as it read its data
-        known = getattr(self, "input_dims_", None) is not None or getattr(self, "input_grid_", None) is not None
-        u = io.as_operand(U, "U", sort=known)
+        u = io.as_operand(U, "U", sort=self._knows_grid("input"))
         u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
             X = u.data
@@ -405,8 +409,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         U, V = io.read_pair(X, y)
         pred = self.predict(U)
         V = io.match_dims(V, getattr(self, "output_dims_", None), "y")
-        if getattr(self, "output_dims_", None) is not None or getattr(self, "output_grid_", None) is not None:
-            V = io.ascending_grid(V)  # the order of pred (a model fitted on numpy writes by position)
+        if self._knows_grid("output"):
+            V = io.ascending_grid(V)  # the order of pred
         return r2_score(V, pred)
 
     def _check_coordinate_order(self):

@@ -16,7 +16,7 @@ import dask
 import numpy as np
 from scipy.linalg import blas, lapack
 
-__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "host_cores", "factor_threads", "jitter_ridges", "warn_ridge",
+__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "host_cores", "factor_threads", "jitter_ridges", "first_ridge", "warn_ridge",
            "not_positive_definite", "potrf_ridge", "cholesky", "cho_solve"]
 
 
@@ -105,7 +105,22 @@ def warn_ridge(alpha, ridge, dtype):
     warnings.warn(
         f"the Gram matrix plus alpha={alpha:g} is not numerically positive definite in "
         f"{np.dtype(dtype)}; used ridge {ridge:.3g} instead (pass a larger alpha to choose it "
-        "yourself)", RuntimeWarning, stacklevel=3)
+        "yourself)", RuntimeWarning, stacklevel=4)  # the caller of the factorisation (via first_ridge)
+
+
+def first_ridge(attempt, alpha, mean_diag, dtype):
+    """The jitter policy's loop: ``attempt(ridge, again)`` for each ridge of
+    :func:`jitter_ridges` in turn (``again``: not the first try) until it returns something
+    other than None; returns ``(that, ridge)``, with :func:`warn_ridge` for a raised ridge, or
+    raises :func:`not_positive_definite` when every ridge fails."""
+    ridges = jitter_ridges(alpha, mean_diag, dtype)
+    for k, ridge in enumerate(ridges):
+        result = attempt(float(ridge), k > 0)
+        if result is not None:
+            if k:
+                warn_ridge(alpha, ridge, dtype)
+            return result, ridge
+    raise not_positive_definite(alpha, ridges)
 
 
 def not_positive_definite(alpha, ridges):
@@ -145,15 +160,13 @@ def cholesky(G, alpha):
     diagonal. Cost ``n^3 / 3`` flops, no extra ``n x n`` memory.
     """
     diag = np.diagonal(G).copy()
-    ridges = jitter_ridges(alpha, float(np.mean(np.abs(diag))), G.dtype)
+
+    def attempt(ridge, again):
+        L, info = potrf_ridge(G, diag, ridge, restore=again)
+        return L if info == 0 else None
+
     with blas_limits(factor_threads()):
-        for attempt, ridge in enumerate(ridges):
-            L, info = potrf_ridge(G, diag, ridge, restore=attempt > 0)
-            if info == 0:
-                if attempt:
-                    warn_ridge(alpha, ridge, G.dtype)
-                return L, ridge
-    raise not_positive_definite(alpha, ridges)
+        return first_ridge(attempt, alpha, float(np.mean(np.abs(diag))), G.dtype)
 
 
 def cho_solve(L, B, overwrite=False):

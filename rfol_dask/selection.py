@@ -73,7 +73,6 @@ NARROWER_TIE = 1.05
 MIN_COARSE_ROWS = 200
 
 
-
 def _split_rows(rows, M, which):
     """The ``which`` rows of a user's cv split as indices into the ``M`` training samples: a
     boolean mask of length ``M`` or integer indices in ``[0, M)``; else ValueError."""
@@ -89,6 +88,7 @@ def _split_rows(rows, M, which):
         raise ValueError(f"a cv split's {which} rows hold indices outside [0, {M}) (from {rows.min()} to "
                          f"{rows.max()}) for {M} training samples")
     return rows.astype(np.intp)
+
 
 class SearchResults(dict):
     """``cv_results_``: a dict of equal-length numpy arrays, one entry per candidate (row).

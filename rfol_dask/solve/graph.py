@@ -10,7 +10,7 @@ import numpy as np
 
 from ..backend import is_array_api, to_numpy
 from ..gram import check_finite
-from ..linalg import jitter_ridges, not_positive_definite, warn_ridge
+from ..linalg import first_ridge
 from ..memory import n_slots
 from ..progress import compute
 
@@ -169,14 +169,10 @@ def with_ridges(run, alpha, dtype, mean_diag=1.0):
     diagonal, 1 for unit-variance features and kernels) until its factorisation succeeds, as the
     in-memory factorisations retry: a RuntimeWarning names a raised ridge. Each retry computes
     the whole graph again (the blocked factor is not kept beside its Gram)."""
-    ridges = jitter_ridges(alpha, mean_diag, dtype)
-    for attempt, ridge in enumerate(ridges):
+    def attempt(ridge, again):
         try:
-            result = run(float(ridge))
+            return (run(ridge),)  # wrapped: any result of run counts, None too
         except BlockedFactorError:
-            if attempt == len(ridges) - 1:
-                raise not_positive_definite(alpha, ridges) from None
-            continue
-        if attempt:
-            warn_ridge(alpha, ridge, dtype)
-        return result
+            return None
+
+    return first_ridge(attempt, alpha, mean_diag, dtype)[0][0]

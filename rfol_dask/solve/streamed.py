@@ -61,7 +61,7 @@ from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
 __all__ = ["SHIFT_ROWS", "ROW_STEP", "FEATURE_MODES", "row_steps", "feature_slabs", "slab_features", "slab_shift", "gram_slab", "coef_slab", "Resident",
-           "gram_rows", "coef_rows", "rows_need", "feature_mode", "new_token", "sweep_stale_caches", "open_cache", "remove_cache", "dual_stream_graph",
+           "gram_rows", "coef_rows", "rows_need", "feature_mode", "sweep_stale_caches", "open_cache", "remove_cache", "dual_stream_graph",
            "fit_streamed"]
 
 logger = logging.getLogger("rfol_dask")
@@ -111,12 +111,6 @@ def _cache_dir(token, worker=None):
     temporary directory."""
     base = worker.local_directory if worker is not None else tempfile.gettempdir()
     return os.path.join(base, f"rfol-{token}")
-
-
-def new_token():
-    """A fresh fit token, ``<host>.<pid>.<random>`` (:func:`rfol_dask.io.owned_tag`): the fitting
-    process is known by the name of its cache directory (:func:`sweep_stale_caches`)."""
-    return owned_tag()
 
 
 def sweep_stale_caches():
@@ -559,7 +553,8 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
     scheduler writes them into ``coef`` in place (its processes scheduler returns them). The
     client holds ``coef`` and one slab's rows in transit. The feature cache is opened on every
     worker first and removed afterwards, also on failure."""
-    token = new_token() if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
+    # the fit's token names its cache directories: ``<host>.<pid>.<hex>`` tells sweep_stale_caches whose they are
+    token = owned_tag() if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
     mode = feature_mode(client, draw_on, int(starts[-1]), n_features, m, n_inputs, np.dtype(dtype).itemsize,
                         len(worker_addresses(client)))
     logger.debug("streamed dual: %s mode", mode)
