@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -46,3 +47,16 @@ def blas_info():
     from threadpoolctl import threadpool_info
 
     return [(i["internal_api"], i.get("architecture"), i["num_threads"]) for i in threadpool_info()]
+
+
+def argv_or_usage(doc, n_positional, argv=None):
+    """The script's arguments, or its docstring and an exit for ``-h`` / ``--help`` (status 0) and for
+    fewer than ``n_positional`` positional arguments (status 2, the docstring on stderr)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(doc)
+        raise SystemExit(0)
+    if sum(not a.startswith("--") for a in argv) < n_positional:
+        print(f"{doc}\nexpected at least {n_positional} positional arguments, got {argv}", file=sys.stderr)
+        raise SystemExit(2)
+    return argv

@@ -10,7 +10,6 @@ threaded scheduler. One line of JSON per run: the times (and the searches' winne
 """
 
 import json
-import sys
 import time
 
 import numpy as np
@@ -56,5 +55,10 @@ def stream():
 
 
 if __name__ == "__main__":
-    what = sys.argv[1] if len(sys.argv) > 1 else "search"
+    from _common import argv_or_usage
+
+    argv = argv_or_usage(__doc__, 0)
+    what = argv[0] if argv else "search"
+    if what not in ("search", "stream"):
+        raise SystemExit(f"unknown case {what!r}: search or stream")
     print(json.dumps({"search": search, "stream": stream}[what]()))

@@ -104,9 +104,10 @@ def probe(M, seed=0):
 
 
 def main():
-    from _common import blas_info
+    from _common import argv_or_usage, blas_info
 
-    sizes, path = [int(s) for s in sys.argv[1].split(",")], Path(sys.argv[2])
+    argv = argv_or_usage(__doc__, 2)
+    sizes, path = [int(s) for s in argv[0].split(",")], Path(argv[1])
     res = {"blas": blas_info(), "probes": [probe(M) for M in sizes]}
     path.write_text(json.dumps(res, indent=1))
 

@@ -11,12 +11,12 @@ against the reproduction's recorded ``rf_tuned`` row: chosen parameters, test er
 reached the fine stage, seconds. ``all``: the eight sets the full reproduction ran on this machine.
 """
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from _common import argv_or_usage
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, selection
 from rfol_dask.experiments import arrays, load_subset
 from rfol_dask.metrics import relative_l2_error
@@ -58,7 +58,7 @@ def one(name, default):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+    argv = argv_or_usage(__doc__, 2, argv)
     default = "--default" in argv
     names, out = [a for a in argv if a != "--default"]
     results = {}

@@ -32,6 +32,7 @@ from rfol_dask.baselines import KernelOperatorCV
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _common import argv_or_usage  # noqa: E402
 from scale_ns import ns_data  # noqa: E402
 
 
@@ -87,7 +88,7 @@ def limit_rows(fractions, out, law="rational_quadratic"):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+    argv = argv_or_usage(__doc__, 2, argv)
     if argv[0] == "--limit-rows":
         return limit_rows([float(f) for f in argv[1].split(",")], Path(argv[2]), *argv[3:4])
     M, N_max, out = int(argv[0]), int(argv[1]), Path(argv[2])

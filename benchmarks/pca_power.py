@@ -17,10 +17,10 @@ rows the search trains on) times ``(s_j / s_1)^q``; ``none`` there is the plain 
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
+from _common import argv_or_usage
 from limit_probe import _training_samples
 
 from rfol_dask import RandomFeatureOperatorCV
@@ -45,7 +45,8 @@ def kernel(ds, M, powers, out):
     return res
 
 
-def main(argv):
+def main(argv=None):
+    argv = argv_or_usage(__doc__, 4, argv)
     M = int(argv[0])
     powers = [None if p == "none" else float(p) for p in argv[2].split(",")]
     if argv[1] == "kernel":
@@ -67,4 +68,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
