@@ -141,6 +141,16 @@ def test_unknown_name_and_part(tmp_path):
     assert main(["reproduce", "advection1", "--quick", "--parts", "tables", "--out", str(tmp_path)]) == 2
 
 
+def test_parts_the_paper_lacks_are_named_not_silently_skipped(tmp_path, capsys):
+    # advection1 has no curves in the paper: nothing would run, so it is an error before any work
+    assert main(["reproduce", "advection1", "--quick", "--parts", "curves", "--out", str(tmp_path / "r")]) == 2
+    assert "nothing to run" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+    assert experiments.reference.part_applies("burgers", "curves")
+    assert not experiments.reference.part_applies("advection1", "equal_time")
+    assert experiments.reference.part_applies("advection1", "fits")
+
+
 def test_plot_example_mixed_dimensions(tmp_path):
     from rfol_dask.plotting import plot_curves, plot_example
 

@@ -11,7 +11,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["METHODS", "TUNED", "PARTS", "reference_data", "sizes", "quick_train", "quick_bound", "paper_error",
+__all__ = ["METHODS", "TUNED", "PARTS", "reference_data", "part_applies", "sizes", "quick_train", "quick_bound", "paper_error",
            "paper_equal_time"]
 
 #: the methods of every fits table, in table order: the paper's settings (RF) and the median heuristic
@@ -29,6 +29,12 @@ def reference_data() -> dict[str, Any]:
     """The parsed ``reference.toml`` (data-set lists, paper figures, full and quick settings)."""
     with resources.files(__package__).joinpath("reference.toml").open("rb") as f:
         return tomllib.load(f)
+
+
+def part_applies(name: str, part: str) -> bool:
+    """Whether the paper has ``part`` for data set ``name``: fits for every set, the equal-time
+    comparison and the error curves for the sets of ``equal_time_sets`` and ``curve_sets``."""
+    return part == "fits" or name in reference_data()[{"equal_time": "equal_time_sets", "curves": "curve_sets"}[part]]
 
 
 def sizes(quick: bool) -> dict[str, int]:

@@ -28,7 +28,7 @@ import argparse
 import time
 from pathlib import Path
 
-from .reference import PARTS, reference_data, sizes
+from .reference import PARTS, part_applies, reference_data, sizes
 
 __all__ = ["reproduce", "add_arguments", "run_args", "build_parser", "main"]
 
@@ -72,6 +72,13 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     parts = parts.split(",") if isinstance(parts, str) else list(parts)
     if set(parts) - set(PARTS):
         raise ValueError(f"parts must be a subset of {PARTS}, got {parts}")
+    skipped = [(n, p) for n in names for p in parts if not part_applies(n, p)]
+    if len(skipped) == len(names) * len(parts):
+        raise ValueError(f"nothing to run: the paper has no {' or '.join(parts)} for {', '.join(names)} "
+                         f"(equal time: {', '.join(reference_data()['equal_time_sets'])}; "
+                         f"curves: {', '.join(reference_data()['curve_sets'])})")
+    for n, p in skipped:
+        print(f"{n}: no {p} in the paper; skipped")
     if grow_to is not None and int(grow_to) < 1:
         raise ValueError(f"grow_to must be a number of features >= 1, got {grow_to}")
     cluster = SharedCluster(workers)  # checks workers; starts nothing yet

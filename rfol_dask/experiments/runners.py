@@ -14,7 +14,7 @@ from ..baselines import KernelOperator, KernelOperatorCV
 from ..plotting import plot_example
 from .data import arrays, grid, load_split, load_subset
 from .measure import run_method
-from .reference import METHODS, TUNED, paper_equal_time, paper_error, quick_bound, quick_train, reference_data
+from .reference import METHODS, TUNED, paper_equal_time, paper_error, part_applies, quick_bound, quick_train
 from .report import fmt_error
 from .selection import median_length_scale, select_nugget
 
@@ -173,11 +173,11 @@ def run(name, parts, cfg, out, data_dir, quick, cluster=None):
                    load_avg=os.getloadavg()[0])
         res["fits"] = run_fits(name, train, test, cfg, out, quick)
         path.write_text(json.dumps(res, indent=1))
-    if "equal_time" in parts and name in reference_data()["equal_time_sets"]:
+    if "equal_time" in parts and part_applies(name, "equal_time"):
         train, test = load_subset(name, cfg["equal_train"], cfg["equal_test"], data_dir, cluster)
         res["equal_time"] = run_equal_time(name, train, test, cfg)
         path.write_text(json.dumps(res, indent=1))
-    if "curves" in parts and name in reference_data()["curve_sets"]:
+    if "curves" in parts and part_applies(name, "curves"):
         train, test = _split(name, cfg, data_dir, quick, cluster)
         res["curves"] = run_curves(name, train, test, cfg)
         path.write_text(json.dumps(res, indent=1))
