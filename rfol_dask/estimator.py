@@ -261,15 +261,17 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return getattr(self, f"{which}_dims_", None) is not None or getattr(self, f"{which}_grid_", None) is not None
 
     def _check_width(self, n, shape):
-        """ValueError unless ``X`` has the training width ``n`` and, when both are grids of two or
-        more axes, the training grid shape (a transposed or reshaped grid of the same size would
-        otherwise be read by position)."""
+        """ValueError unless ``X`` has the training width ``n`` and, when ``X`` is a grid of two or
+        more axes and the model's grid has two or more axes or is known (dims or coordinates), the
+        training grid shape (a transposed or reshaped grid of the same size would otherwise be read
+        by position). Flattened (M, n) rows are always read by position."""
         shape = tuple(shape)
         if n != self.n_features_in_:
             raise ValueError(
                 f"X has {n} features, but {type(self).__name__} is expecting {self.n_features_in_} "
                 f"features as input (input grid {shape} vs the training grid {self.input_shape_})")
-        if len(shape) > 1 and len(self.input_shape_) > 1 and shape != tuple(self.input_shape_):
+        if (len(shape) > 1 and shape != tuple(self.input_shape_)
+                and (len(self.input_shape_) > 1 or self._knows_grid("input"))):
             raise ValueError(
                 f"X has input grid {shape} but the model was trained on the grid {tuple(self.input_shape_)}: "
                 "pass the functions on the training grid (same axes, same order), flattened (M, n) "

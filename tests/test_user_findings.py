@@ -107,6 +107,17 @@ def test_a_grid_of_another_shape_but_the_same_size_is_refused(grid2d, lazy):
         model.predict(xr.DataArray(U.reshape(40, 2, 10), dims=("sample", "dim_0", "dim_1")))
 
 
+def test_a_known_1d_grid_refuses_a_2d_grid_of_the_same_size():
+    U, V = smooth_operator_data(30, 8)
+    known = _rf().fit(xr.DataArray(U, dims=("sample", "x"), coords={"x": np.linspace(0, 1, 8)}), V)
+    with pytest.raises(ValueError, match=r"input grid \(2, 4\) but the model was trained on the grid \(8,\)"):
+        known.predict(U.reshape(30, 2, 4))
+    np.testing.assert_allclose(known.predict(U), known.predict(xr.DataArray(U, dims=("sample", "x"))))
+    # fitted on flattened rows without a grid: another shape of the same size is read by position
+    flat = _rf().fit(U, V)
+    np.testing.assert_allclose(flat.predict(U.reshape(30, 2, 4)), flat.predict(U), rtol=1e-12)
+
+
 def test_save_keeps_coordinates_of_strings_and_names_with_a_slash(tmp_path):
     U, V = smooth_operator_data(30, 4)
     XU = xr.DataArray(U, dims=("sample", "u/v"), coords={"u/v": np.arange(4.0)})
