@@ -112,13 +112,16 @@ def first_ridge(attempt, alpha, mean_diag, dtype):
     """The jitter policy's loop: ``attempt(ridge, again)`` for each ridge of
     :func:`jitter_ridges` in turn (``again``: not the first try) until it returns something
     other than None; returns ``(that, ridge)``, with :func:`warn_ridge` for a raised ridge, or
-    raises :func:`not_positive_definite` when every ridge fails."""
-    ridges = jitter_ridges(alpha, mean_diag, dtype)
-    for k, ridge in enumerate(ridges):
-        result = attempt(float(ridge), k > 0)
+    raises :func:`not_positive_definite` when every ridge fails. ``mean_diag``: a number, or a
+    callable giving it, called only when ``alpha`` itself fails (it may cost a pass over data)."""
+    result = attempt(float(alpha), False)
+    if result is not None:
+        return result, alpha
+    ridges = jitter_ridges(alpha, mean_diag() if callable(mean_diag) else mean_diag, dtype)
+    for ridge in ridges[1:]:
+        result = attempt(float(ridge), True)
         if result is not None:
-            if k:
-                warn_ridge(alpha, ridge, dtype)
+            warn_ridge(alpha, ridge, dtype)
             return result, ridge
     raise not_positive_definite(alpha, ridges)
 

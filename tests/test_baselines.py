@@ -63,6 +63,22 @@ def test_dask_input_same_model_in_memory_and_blocked(n_components):
     np.testing.assert_allclose(blocked.predict(Ud).compute(), ref.predict(U), rtol=1e-8, atol=1e-9)
 
 
+def test_blocked_linear_kernel_raises_the_ridge_as_in_memory():
+    # a singular linear Gram with a large diagonal: the raised ridges follow its mean diagonal
+    rng = np.random.default_rng(0)
+    U = 100 * rng.standard_normal((80, 6))
+    V = U @ rng.standard_normal((6, 3))
+
+    def ridge_used(X, Y, **kw):
+        with pytest.warns(RuntimeWarning, match="used ridge") as record:
+            KernelOperator(kernel="linear", nugget=1e-20, **kw).fit(X, Y)
+        return [str(w.message) for w in record if "used ridge" in str(w.message)]
+
+    in_memory = ridge_used(U, V)
+    blocked = ridge_used(da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1)), max_gram_bytes=1000)
+    assert blocked == in_memory
+
+
 def test_save_load_and_errors(tmp_path):
     U, V = smooth_operator_data(60, 8)
     model = KernelOperator(kernel="inverse_quadratic", length_scale=1.0, nugget=1e-5, n_components=3).fit(U, V)

@@ -108,6 +108,19 @@ def pca_from_scatter(mean, scatter, n_components, power=None):
     return np.asarray(mean), weighted_directions(Q, ratio, power, None if n_components is None else int(n_components))
 
 
+def _block_moments(X):
+    """Column sums, sum of squares and row count of the row block ``X``."""
+    return X.sum(axis=0), float((X * X).sum()), X.shape[0]
+
+
+def _linear_mean_diag(Xb, centred):
+    """The mean diagonal of the linear kernel's Gram, centred (``H X X^T H``:
+    ``mean |x_i - xbar|^2``) or not, from the delayed row blocks ``Xb``: one pass over them."""
+    parts = dask.compute(*[dask.delayed(_block_moments)(x) for x in Xb])
+    total, squares, M = (sum(p[k] for p in parts) for k in range(3))
+    return squares / M - (float(total @ total) / M**2 if centred else 0.0)
+
+
 class KernelOperator(OperatorEstimator):
     """Kernel ridge regression for operators, with the conventions of ``RandomFeatureOperator``.
 
@@ -247,7 +260,9 @@ class KernelOperator(OperatorEstimator):
             return compute_fit(dask.delayed(np.concatenate)(Xb), betas, intercepts, progress=self.progress,
                                client=client, desc="fit (kernel)", alpha=ridge)
 
-        X, betas, intercepts = with_ridges(run, alpha, dtype)
+        # the linear kernel's diagonal is not 1: its mean sets the raised ridges, as in memory
+        mean_diag = functools.partial(_linear_mean_diag, Xb, self.fit_intercept) if self.kernel == "linear" else 1.0
+        X, betas, intercepts = with_ridges(run, alpha, dtype, mean_diag)
         self.X_train_ = X
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
         self.intercept_ = np.concatenate(intercepts).astype(dtype, copy=False)

@@ -165,8 +165,9 @@ def compute_fit(*collections, progress, client, desc, alpha, consume=None):
 
 def with_ridges(run, alpha, dtype, mean_diag=1.0):
     """``run(ridge)`` (build and compute a blocked fit graph with that ridge) for the ridges of the
-    jitter policy (:func:`rfol_dask.linalg.jitter_ridges`; ``mean_diag``: the Gram's mean
-    diagonal, 1 for unit-variance features and kernels) until its factorisation succeeds, as the
+    jitter policy (:func:`rfol_dask.linalg.jitter_ridges`; ``mean_diag``: the centred Gram's mean
+    diagonal or a callable giving it, as :func:`rfol_dask.linalg.first_ridge` takes it; the
+    default 1 bounds it for unit-variance features and kernels) until its factorisation succeeds, as the
     in-memory factorisations retry: a RuntimeWarning names a raised ridge. Each retry computes
     the whole graph again (the blocked factor is not kept beside its Gram)."""
     def attempt(ridge, again):
