@@ -33,7 +33,7 @@ from . import linalg
 
 __all__ = ["DEVICES", "namespace", "generic_numpy", "is_fast", "is_cupy", "device_namespace", "check_device",
            "compute_namespace", "to_namespace", "to_numpy", "is_array_api", "itemsize", "is_real_dtype",
-           "as_fortran", "fortran_copy", "copy", "take_rows", "fill_diagonal", "syrk", "symmetrize", "ridge_factor",
+           "as_fortran", "fortran_copy", "copy", "take_rows", "diagonal", "fill_diagonal", "syrk", "symmetrize", "ridge_factor",
            "cholesky", "cho_solve"]
 
 DEVICES = ("cpu", "cuda")
@@ -223,6 +223,13 @@ def take_rows(X, rows):
     return xp.take(X, xp.asarray(np.asarray(rows, dtype=np.int64)), axis=0)
 
 
+def diagonal(X):
+    """The diagonal of ``X`` (n, n): ``np.diagonal`` on numpy (numpy < 2 has no
+    ``linalg.diagonal``), the namespace's ``linalg.diagonal`` elsewhere."""
+    xp = namespace(X)
+    return np.diagonal(X) if xp is np else xp.linalg.diagonal(X)
+
+
 def fill_diagonal(X, value):
     """``X`` (n, n) with ``value`` on its diagonal: in place on numpy and CuPy, a new array in
     the other namespaces (the standard has no assignment by integer arrays); returns it."""
@@ -302,9 +309,9 @@ def cholesky(G, alpha):
 
     def attempt(ridge, again):
         L = factor(ridge, again)
-        return L if L is not None and bool(xp.all(xp.isfinite(xp.linalg.diagonal(L)))) else None
+        return L if L is not None and bool(xp.all(xp.isfinite(diagonal(L)))) else None
 
-    return linalg.first_ridge(attempt, alpha, float(xp.mean(xp.abs(xp.linalg.diagonal(G)))) if n else 0.0, dtype)
+    return linalg.first_ridge(attempt, alpha, float(xp.mean(xp.abs(diagonal(G)))) if n else 0.0, dtype)
 
 
 def ridge_factor(G):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import as_fortran, cho_solve, cholesky, fortran_copy, namespace, symmetrize
+from .backend import as_fortran, cho_solve, cholesky, diagonal, fortran_copy, namespace, symmetrize
 from .linalg import blas_limits, factor_threads
 
 __all__ = ["DualFactor", "PrimalFactor", "gram_place", "dual_factor", "dual_solve", "dual_intercept",
@@ -86,9 +86,21 @@ def gram_place(K, offsets, i, *tiles):
     return K
 
 
+def lift_ones(mean_diag, M):
+    """The constant added to every entry of a centred Gram ``H K H`` (M, M) at ``alpha = 0``:
+    ``mean_diag / M``, so the ones direction, else in its null space, gets the eigenvalue
+    ``mean_diag`` (the Gram's mean diagonal). The right-hand sides are centred, so the solution
+    has no component along ones and is the same as without the lift."""
+    return mean_diag / M
+
+
 def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
     """Centre the Gram ``K`` (M, M) and factorise ``H K H + alpha I`` in place; returns a
     :class:`DualFactor`. ``vsum`` (m,) are the column sums of ``V``.
+
+    ``H K H`` has the ones vector in its null space. With ``alpha = 0`` (min-norm interpolation)
+    that direction is lifted (:func:`lift_ones`), which leaves the solution (projected off it
+    by :func:`dual_solve`) unchanged and keeps the factorisation from depending on rounding.
 
     ``K`` is full and symmetric, or (``upper=True``) C-ordered with only its upper block
     triangle filled (from :func:`gram_place`). The tiles may come from shifted features
@@ -102,6 +114,8 @@ def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
         K -= (r / M)[:, None]
         K -= (r / M)[None, :]
         K += xp.sum(r) / M**2
+        if alpha == 0:
+            K += lift_ones(xp.mean(xp.abs(diagonal(K))), M)
     L, _ = cholesky(K, alpha)
     vbar = vsum / M if fit_intercept else xp.zeros_like(vsum)
     return DualFactor(L=L, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept)

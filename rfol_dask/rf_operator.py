@@ -16,7 +16,7 @@ from .estimator import OperatorEstimator
 from .features import DISTRIBUTIONS, draw_frequencies, feature_map, integer_seed
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory
-from .solve import choose_solver, fit_dask, fit_numpy
+from .solve import check_min_norm, choose_solver, fit_dask, fit_numpy
 from .tuning import input_scales
 
 __all__ = ["RandomFeatureOperator"]
@@ -77,8 +77,9 @@ class RandomFeatureOperator(OperatorEstimator):
         Degrees of freedom for ``distribution="student_t"`` (> 0, required); shape ``a`` of
         ``distribution="rational_quadratic"`` (> 0; None: 1, the inverse quadratic kernel).
     alpha : float, default=1e-10
-        Ridge parameter (>= 0). ``alpha=0`` is min-norm interpolation; it needs a
-        positive definite Gram.
+        Ridge parameter (>= 0). ``alpha=0`` is min-norm interpolation: the dual needs
+        ``n_features >= M - 1`` (``M`` without an intercept), the primal ``n_features <= M - 1``
+        (``M``), else a ValueError; ``solver="auto"`` picks the one that applies.
     pca_power : float or None, default=None
         The input metric. None: the Euclidean (``"cauchy"``: l1) distance of the grid values.
         A number ``q``: the distance in the inputs' principal directions ``v_j`` (of a sample
@@ -202,6 +203,7 @@ class RandomFeatureOperator(OperatorEstimator):
         """Draw the frequencies and solve for ``coef_`` (N, m) and ``intercept_`` (m,)."""
         M, m = U.shape[0], V.shape[1]
         self.solver_ = choose_solver(self.solver, M, self.n_features)
+        check_min_norm(self.solver_, self.alpha, M, self.n_features, self.fit_intercept)
         seed = integer_seed(self.random_state)
         self.input_metric_, self.gamma_ = None, self.gamma
         if self.gamma == "median" or self.pca_power is not None:

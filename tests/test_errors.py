@@ -67,8 +67,11 @@ def test_student_t_needs_nu(data):
 
 def test_alpha_zero_singular_gram_suggests_alpha(data):
     U, V = data
-    with pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular.*pass alpha > 0"):
+    with pytest.raises(ValueError, match=r"alpha=0 \(min-norm interpolation\) in the dual needs n_features >= 59.*"
+                                         "pass solver='primal' or alpha > 0"):
         RandomFeatureOperator(n_features=10, solver="dual", alpha=0.0, random_state=0).fit(U, V)
+    with pytest.raises(ValueError, match=r"in the primal needs n_features <= 60.*pass solver='dual' or alpha > 0"):
+        RandomFeatureOperator(n_features=61, solver="primal", alpha=0.0, fit_intercept=False).fit(U, V)
     # repeated samples make the dual Gram singular as well
     with pytest.raises(ValueError, match="pass alpha > 0"):
         RandomFeatureOperator(n_features=500, alpha=0.0, random_state=0).fit(np.vstack([U, U]), np.vstack([V, V]))

@@ -305,3 +305,32 @@ def test_saving_over_a_model_refuses_a_users_store_or_file_inside_it(tmp_path):
         assert (path / "my_results").exists() if what == "store" else (path / "coef_" / "README").exists()
     np.testing.assert_array_equal(RandomFeatureOperator.load(a.save(tmp_path / "fresh.zarr")).coef_, a.coef_)
     a.save(tmp_path / "fresh.zarr")  # a model folder of nothing but the model is replaced
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("n_features, solver", [(99, "dual"), (100, "dual"), (101, "auto"), (99, "primal"),
+                                                (99, "auto"), (60, "auto")])
+def test_alpha_zero_is_the_min_norm_interpolant_on_every_path(n_features, solver, lazy):
+    # the centred features have rank min(N, M - 1): the dual's ones direction is lifted, so the
+    # fit no longer factorises (or fails) by rounding; compared with pinv of the centred features
+    rng = np.random.default_rng(4)
+    U, Ut = rng.normal(size=(100, 10)), rng.normal(size=(50, 10))
+    V = np.tanh(U[:, :3]) + 1.5
+    X, Y = (da.from_array(U, chunks=30), da.from_array(V, chunks=30)) if lazy else (U, V)
+    model = _rf(n_features=n_features, gamma=0.3, alpha=0.0, solver=solver).fit(X, Y)
+    if lazy and model.solver_ == "dual":  # and factorised blocked across the workers
+        with pytest.warns(RuntimeWarning, match="blocked"):
+            blocked = _rf(n_features=n_features, gamma=0.3, alpha=0.0, solver=solver, max_gram_bytes=1000).fit(X, Y)
+        np.testing.assert_allclose(blocked.predict(Ut), model.predict(Ut), rtol=1e-9, atol=1e-9)
+    A, At = (np.sqrt(2 / n_features) * np.cos(W @ model.omega_ + model.b_) for W in (U, Ut))
+    mu, vbar = A.mean(0), V.mean(0)
+    expected = (At - mu) @ (np.linalg.pinv(A - mu) @ (V - vbar)) + vbar
+    np.testing.assert_allclose(np.asarray(model.predict(Ut)), expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())
+
+
+def test_alpha_zero_where_the_gram_is_singular_whatever_the_data_is_refused():
+    U, V = smooth_operator_data(100, 6)
+    with pytest.raises(ValueError, match="in the primal needs n_features <= 99"):
+        _rf(n_features=100, alpha=0.0, solver="primal").fit(U, V)
+    with pytest.raises(ValueError, match="in the dual needs n_features >= 99"):
+        _rf(n_features=98, alpha=0.0, solver="dual").fit(da.from_array(U, chunks=30), V)

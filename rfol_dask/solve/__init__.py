@@ -31,7 +31,7 @@ from .primal import fit_primal
 from .streamed import fit_streamed
 from .tiled import fit_tiled
 
-__all__ = ["choose_solver", "fit_numpy", "fit_dask"]
+__all__ = ["choose_solver", "check_min_norm", "fit_numpy", "fit_dask"]
 
 
 def choose_solver(solver, n_samples, n_features):
@@ -39,6 +39,26 @@ def choose_solver(solver, n_samples, n_features):
     if solver == "auto":
         return "dual" if n_features >= n_samples else "primal"
     return solver
+
+
+def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
+    """ValueError for ``alpha = 0`` where the Gram is singular whatever the data: the centred
+    features (M, N) have rank at most ``r = min(N, M - 1)`` (``M`` without an intercept), so the
+    primal (N x N) needs ``N <= r`` and the dual (M x M, its ones direction lifted with an
+    intercept: :func:`rfol_dask.factor.lift_ones`) ``N >= M - 1`` (``M``). A factorisation
+    could otherwise succeed by rounding and give a wrong interpolant. ``"auto"`` always passes."""
+    if alpha != 0:
+        return
+    rows = n_samples - bool(fit_intercept)
+    which = " with an intercept" if fit_intercept else ""
+    if solver == "primal" and n_features > rows:
+        raise ValueError(f"alpha=0 (min-norm interpolation) in the primal needs n_features <= {rows} (the samples"
+                         f"{' less one' if fit_intercept else ''}{which}), got {n_features} features and "
+                         f"{n_samples} samples: the N x N Gram is singular; pass solver='dual' or alpha > 0")
+    if solver == "dual" and n_features < rows:
+        raise ValueError(f"alpha=0 (min-norm interpolation) in the dual needs n_features >= {rows} (the samples"
+                         f"{' less one' if fit_intercept else ''}{which}), got {n_features} features and "
+                         f"{n_samples} samples: the M x M Gram is singular; pass solver='primal' or alpha > 0")
 
 
 def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_place
+from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_place, lift_ones
 from ..gram import block_means, dual_tile, features_block
 from ..memory import memory_plan, n_slots
 from ..placement import on_one_worker
@@ -75,6 +75,8 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     vbar = da.from_delayed(vsum, (m,), dtype=dtype) / M if fit_intercept else da.zeros(m, dtype=dtype)
     if fit_intercept:
         K = K - r[:, None] / M - r[None, :] / M + r.sum() / M**2
+        if alpha == 0:
+            K = K + lift_ones(abs(da.diag(K)).mean(), M)
     K = K + da.diag(da.full(M, alpha, chunks=(tuple(sizes),), dtype=dtype))
     # dask's blocked Cholesky wants equal square chunks: pad with an identity block to a multiple
     c = max(sizes)
