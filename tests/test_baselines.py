@@ -79,6 +79,18 @@ def test_blocked_linear_kernel_raises_the_ridge_as_in_memory():
     assert blocked == in_memory
 
 
+@pytest.mark.parametrize("kernel", ["rbf", "matern52"])
+def test_float32_distances_survive_a_large_common_offset(kernel):
+    # |x|^2 + |y|^2 - 2 x.y in float32 lost every digit at an offset 1000 x the spread
+    U, V = smooth_operator_data(150, 16)
+    U = U / U.std() + 1000.0
+    f64 = KernelOperator(kernel=kernel, length_scale=2.0, nugget=1e-4).fit(U[:100], V[:100])
+    f32 = KernelOperator(kernel=kernel, length_scale=2.0, nugget=1e-4).fit(U[:100].astype(np.float32),
+                                                                          V[:100].astype(np.float32))
+    expected = f64.predict(U[100:])
+    assert np.linalg.norm(f32.predict(U[100:].astype(np.float32)) - expected) < 1e-3 * np.linalg.norm(expected)
+
+
 def test_save_load_and_errors(tmp_path):
     U, V = smooth_operator_data(60, 8)
     model = KernelOperator(kernel="inverse_quadratic", length_scale=1.0, nugget=1e-5, n_components=3).fit(U, V)

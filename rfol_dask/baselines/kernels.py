@@ -27,13 +27,21 @@ KERNELS = ("rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "line
 
 
 def sq_distances(X, Y):
-    """Squared Euclidean distances between the rows of ``X`` (k, n) and ``Y`` (l, n): (k, l)."""
+    """Squared Euclidean distances between the rows of ``X`` (k, n) and ``Y`` (l, n): (k, l).
+
+    Both are first shifted by the mean row of ``Y`` (distances do not change), so a large
+    common offset does not cancel in ``|x|^2 + |y|^2 - 2 x.y`` (in float32 an offset 1000 x
+    the spread lost every digit). Memory: the (k, l) result and the shifted copies (k + l) n."""
     xp = namespace(X, Y)
-    D = X @ Y.T
+    centre = xp.mean(Y, axis=0)
+    Xc = X - centre
+    Yc = Xc if Y is X else Y - centre
+    D = Xc @ Yc.T
     D *= -2.0
-    D += xp.sum(X * X, axis=1)[:, None]
-    D += xp.sum(Y * Y, axis=1)[None, :]
-    if not is_fast(xp):
+    fast = is_fast(xp)
+    D += (np.einsum("ij,ij->i", Xc, Xc) if fast else xp.sum(Xc * Xc, axis=1))[:, None]
+    D += (np.einsum("ij,ij->i", Yc, Yc) if fast else xp.sum(Yc * Yc, axis=1))[None, :]
+    if not fast:
         return xp.clip(D, min=0.0)
     np.maximum(D, 0, out=D)
     return D
