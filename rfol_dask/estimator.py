@@ -251,7 +251,26 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output")
 
         self._fit_arrays(Ud, Vd, lazy, self._work_dtype(Ud))
+        self._check_fitted_finite()
         return self
+
+    def _check_fitted_finite(self):
+        """ValueError when the fit gave NaN or infinity (an input scale, ``gamma`` or length scale
+        beyond the working dtype's range). With an intercept only ``intercept_`` (m,) is read:
+        it is ``vbar`` less the feature means times every coefficient, so a non-finite
+        coefficient shows there; without one, every fitted array. A search without refit has none."""
+        if getattr(self, "intercept_", None) is None:
+            return
+        arrays = [self.intercept_] if self.fit_intercept else list(self._predict_kernel()[1])
+        for a in arrays:
+            if backend.is_array_api(a) or isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.inexact):
+                xp = backend.namespace(a)
+                if not bool(xp.all(xp.isfinite(a))):
+                    scale = {k: getattr(self, k) for k in ("gamma_", "length_scale_") if hasattr(self, k)}
+                    raise ValueError(
+                        f"the fit gave NaN or infinite coefficients ({', '.join(f'{k}={v:.3g}' for k, v in scale.items())}): "
+                        "the inputs' scale or the model's scale parameter is beyond the range of the working dtype; "
+                        "rescale the inputs (e.g. to unit spread) or pass another gamma / length_scale")
 
     # ------------------------------------------------------------------ predict
     def _knows_grid(self, which):

@@ -102,12 +102,21 @@ def sample_rows(U, max_rows=2000, random_state=None, window=5):
 def median_distance(X, metric="sqeuclidean"):
     """Median over all pairs ``i < j`` of rows of the numpy ``X`` (k, n) of ``metric``
     (``"sqeuclidean"``, ``"euclidean"`` or ``"cityblock"``). Zero distances (repeated rows) are
-    left out; returns ``nan`` if there is no pair at a positive distance. Memory ``k^2 / 2``."""
+    left out; returns ``nan`` if there is no pair at a positive distance. The rows are measured
+    divided by their largest absolute value, so inputs of any representable scale neither
+    overflow nor underflow (the median itself may: ``inf`` or 0). Memory ``k^2 / 2``."""
     if metric not in ("sqeuclidean", "euclidean", "cityblock"):
         raise ValueError(f"unknown metric {metric!r}; choose 'sqeuclidean', 'euclidean' or 'cityblock'")
-    d = pdist(np.asarray(X, dtype=np.float64), metric)
+    X = np.asarray(X, dtype=np.float64)
+    scale = float(np.max(np.abs(X))) if X.size else 0.0
+    if not 0 < scale < np.inf:
+        return float("nan")
+    d = pdist(X / scale, metric)
     d = d[d > 0]
-    return float(np.median(d)) if d.size else float("nan")
+    if not d.size:
+        return float("nan")
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.median(d) * np.float64(scale) ** (2 if metric == "sqeuclidean" else 1))
 
 
 def _pair_rows(U, max_rows):
@@ -151,9 +160,23 @@ def weighted_directions(directions, ratio, power, max_directions=None, rtol=1e-6
     return np.ascontiguousarray(directions[:, keep] * ratio[keep] ** power)
 
 
+METRIC_NAMES = {"sqeuclidean": "squared distance", "euclidean": "distance", "cityblock": "l1 distance"}
+
+
+def _from_median(med, what):
+    """``med`` of :func:`median_distance`; 1.0 for ``nan`` (all sampled inputs coincide); a
+    ValueError for a median beyond float64 (0 or ``inf``: no usable scale follows from it)."""
+    if np.isnan(med):
+        return 1.0
+    if not 0 < med < np.inf or not 0 < 1 / med < np.inf:
+        raise ValueError(f"the median {what} of the inputs is {med:.3g}, beyond the range of float64: "
+                         "rescale the inputs (e.g. to unit spread)")
+    return med
+
+
 def _median_gammas_of(X, distributions):
     meds = {metric: median_distance(X, metric) for metric in {GAMMA_METRIC[law] for law in distributions}}
-    return {law: 1.0 / meds[GAMMA_METRIC[law]] if np.isfinite(meds[GAMMA_METRIC[law]]) else 1.0 for law in distributions}
+    return {law: 1.0 / _from_median(meds[GAMMA_METRIC[law]], METRIC_NAMES[GAMMA_METRIC[law]]) for law in distributions}
 
 
 def input_scales(U, distributions, power=None, *, max_rows=2000, random_state=None):
@@ -192,8 +215,7 @@ def median_length_scale(U, *, max_rows=2000, random_state=None):
     """``l = median ||x - y||_2`` over a random sample of the rows of ``U`` (M, n; numpy or
     dask): the length scale of the kernels of :mod:`rfol_dask.baselines.kernels` at which a
     typical pair has kernel argument 1. Falls back to ``1.0`` when all sampled inputs coincide."""
-    med = median_distance(_sample_for_pairs(U, max_rows, random_state), "euclidean")
-    return med if np.isfinite(med) else 1.0
+    return _from_median(median_distance(_sample_for_pairs(U, max_rows, random_state), "euclidean"), "distance")
 
 
 # ---------------------------------------------------------------------------------------

@@ -334,3 +334,22 @@ def test_alpha_zero_where_the_gram_is_singular_whatever_the_data_is_refused():
         _rf(n_features=100, alpha=0.0, solver="primal").fit(U, V)
     with pytest.raises(ValueError, match="in the dual needs n_features >= 99"):
         _rf(n_features=98, alpha=0.0, solver="dual").fit(da.from_array(U, chunks=30), V)
+
+
+def test_inputs_of_extreme_scale_give_an_error_not_nan_coefficients():
+    U, V = smooth_operator_data(60, 8)
+    # the median heuristic measures rescaled rows: any representable input scale gets its gamma
+    tiny = RandomFeatureOperator(distribution="gaussian", n_features=80, random_state=0).fit(U * 1e-150, V)
+    plain = RandomFeatureOperator(distribution="gaussian", n_features=80, random_state=0).fit(U, V)
+    np.testing.assert_allclose(tiny.predict(U * 1e-150), plain.predict(U), rtol=1e-6, atol=1e-6)
+    # a median whose gamma is not a float64 is an error, not a silent gamma = 1
+    for scale in (1e-170, 1e200):
+        with pytest.raises(ValueError, match="median squared distance of the inputs is .* rescale the inputs"):
+            RandomFeatureOperator(distribution="gaussian", n_features=80).fit(U * scale, V)
+    for kw in ({}, {"fit_intercept": False}):  # NaN coefficients used to be returned silently
+        with pytest.raises(ValueError, match=r"NaN or infinite coefficients \(gamma_=1e\+308\)"):
+            RandomFeatureOperator(gamma=1e308, n_features=80, random_state=0, **kw).fit(U, V)
+    with pytest.raises(ValueError, match="length scale .* its square is beyond the range of float64"):
+        KernelOperator().fit(U * 1e160, V)
+    with pytest.raises(ValueError, match="length scale 1e-200"):
+        KernelOperator(length_scale=1e-200).fit(U, V)

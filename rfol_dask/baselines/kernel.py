@@ -215,12 +215,19 @@ class KernelOperator(OperatorEstimator):
 
     def _resolve_length_scale(self, U, transform):
         """``length_scale_`` from the parameter, or the median heuristic on a sample of the
-        (transformed) inputs ``U`` (numpy or dask; only the sample is read)."""
+        (transformed) inputs ``U`` (numpy or dask; only the sample is read). ValueError for a
+        length scale whose square is beyond float64 (the kernels divide by it)."""
         if self.kernel == "linear":
             return 1.0
         if self.length_scale != "median":
-            return float(self.length_scale)
-        return median_length_scale(transform(sample_rows(U, random_state=0), 0), random_state=0)
+            ell = float(self.length_scale)
+        else:
+            ell = median_length_scale(transform(sample_rows(U, random_state=0), 0), random_state=0)
+        with np.errstate(over="ignore", under="ignore"):
+            if not 0 < np.float64(ell) ** 2 < np.inf:
+                raise ValueError(f"length scale {ell:.3g}{' (the median distance of the inputs)' if self.length_scale == 'median' else ''}: "
+                                 "its square is beyond the range of float64; rescale the inputs (e.g. to unit spread)")
+        return ell
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,); keep the training inputs."""
