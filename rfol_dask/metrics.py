@@ -5,15 +5,19 @@ sums brought to the host).
 Samples run along axis 0; every other axis is part of one function's grid values. Two
 DataArrays are matched by label (dims by name, samples and grid points by coordinate), arrays
 by position.
-Dask inputs are reduced lazily and computed once at the end.
+Dask inputs are reduced lazily and computed once at the end. Sums are taken in float64 (float32
+squares overflow above about 1e19 and underflow below 1e-22); NaN in the data gives NaN.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
+from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import make_scorer
 
 from .backend import is_array_api, namespace, to_numpy
@@ -36,10 +40,12 @@ def _pair(true, pred):
         raise ValueError(f"true has shape {true.shape} but pred has shape {pred.shape}")
     if true.ndim == 0 or true.shape[0] == 0:
         raise ValueError("need at least one sample along axis 0")
+    if 0 in true.shape[1:]:
+        raise ValueError(f"need at least one value per sample, got shape {true.shape}")
     if is_array_api(true):
         xp = namespace(true, pred)
-        return xp.reshape(true, (true.shape[0], -1)), xp.reshape(pred, (pred.shape[0], -1))
-    return true.reshape(true.shape[0], -1), pred.reshape(pred.shape[0], -1)
+        return tuple(xp.astype(xp.reshape(x, (x.shape[0], -1)), xp.float64, copy=False) for x in (true, pred))
+    return tuple(x.reshape(x.shape[0], -1).astype(np.float64, copy=False) for x in (true, pred))
 
 
 def _sum(x, axis):
@@ -62,7 +68,8 @@ def relative_l2_errors(true, pred):
 def relative_l2_error(true, pred):
     """The paper's metric: the mean over samples of ``||pred_i - true_i||_2 / ||true_i||_2``.
 
-    A sample whose true function is identically zero makes the result infinite.
+    A sample whose true function is identically zero makes the result infinite (NaN when its
+    prediction is zero too).
     """
     with np.errstate(divide="ignore", invalid="ignore"):
         (errors,) = dask.compute(relative_l2_errors(true, pred))
@@ -73,9 +80,13 @@ def r2_score(true, pred):
     """Coefficient of determination averaged uniformly over output components.
 
     Same convention as ``sklearn.metrics.r2_score(multioutput="uniform_average")``:
-    a constant component scores 1 if predicted exactly, else 0.
+    a constant component scores 1 if predicted exactly, else 0; fewer than two samples give NaN
+    and an ``UndefinedMetricWarning``.
     """
     t, p = _pair(true, pred)
+    if t.shape[0] < 2:
+        warnings.warn("R^2 score is not well-defined with less than two samples.", UndefinedMetricWarning)
+        return float("nan")
     ss_res = _sum((t - p) ** 2, 0)
     ss_tot = _sum((t - _mean(t, 0)) ** 2, 0)
     ss_res, ss_tot = dask.compute(ss_res, ss_tot)

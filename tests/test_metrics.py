@@ -52,3 +52,21 @@ def test_scorer_is_negative_relative_l2_and_ranks_in_gridsearch():
     search.fit(U, V)
     assert search.best_params_ == {"alpha": 1e-6}
     assert search.best_score_ < 0
+
+
+def test_float32_sums_neither_overflow_nor_underflow():
+    rng = np.random.default_rng(0)
+    for scale in (1e20, 1e-23):  # squares beyond float32's range: nan before
+        T = (rng.standard_normal((10, 5)) * scale).astype(np.float32)
+        P = T * np.float32(1.1)
+        assert relative_l2_error(T, P) == pytest.approx(0.1, rel=1e-5)
+        assert relative_l2_error(da.from_array(T, chunks=3), da.from_array(P, chunks=3)) == pytest.approx(0.1, rel=1e-5)
+        assert r2_score(T, P) == pytest.approx(r2_score(T.astype(float), P.astype(float)), rel=1e-4)
+
+
+def test_degenerate_shapes():
+    from sklearn.exceptions import UndefinedMetricWarning
+    with pytest.warns(UndefinedMetricWarning):  # as scikit-learn: nan for one sample
+        assert np.isnan(r2_score(np.ones((1, 3)), np.ones((1, 3))))
+    with pytest.raises(ValueError, match="at least one value per sample"):
+        relative_l2_error(np.zeros((3, 0)), np.zeros((3, 0)))
