@@ -171,8 +171,11 @@ def test_errors_are_clear():
         RandomFeatureOperatorCV(distributions=("student_t",)).fit(U, V)
     with pytest.raises(ValueError, match="unknown distribution 'laplace'"):
         RandomFeatureOperatorCV(distributions=("laplace",)).fit(U, V)
-    with pytest.raises(ValueError, match="alphas must be a non-empty sequence of positive numbers"):
+    with pytest.raises(ValueError, match="alphas must be a non-empty sequence of positive, finite numbers"):
         RandomFeatureOperatorCV(alphas=(0.0, 1.0)).fit(U, V)
+    for grid in ({"alphas": [np.inf]}, {"gammas": [1.0, np.inf]}):  # refused before the search, not at its refit
+        with pytest.raises(ValueError, match="positive, finite numbers"):
+            RandomFeatureOperatorCV(**grid).fit(U, V)
 
 
 @pytest.mark.slow
