@@ -31,6 +31,8 @@ import numbers
 import os
 import re
 import shlex
+import shutil
+import time
 import warnings
 from importlib import resources
 from pathlib import Path
@@ -384,12 +386,63 @@ def dashboard_link(client):
         return None
 
 
+#: seconds within which a SLURM/PBS job must have been accepted by the batch system (submission
+#: itself is quick; the time a job then waits in the queue is not limited)
+SUBMIT_TIMEOUT = 60.0
+
+
+def _check_submit_command(cluster, kind):
+    """RuntimeError (the cluster closed) when the batch system's submit command is not on PATH."""
+    command = shlex.split(cluster.job_cls.submit_command)[0]
+    if shutil.which(command) is None:
+        cluster.close()
+        raise RuntimeError(f"{command!r} is not on PATH: this machine cannot submit {kind.upper()} jobs; start "
+                           "from a login node of the cluster, or use the 'local' configuration")
+
+
+def _mark_unsubmitted_failed(cluster):
+    """Mark the jobs the batch system never accepted (no job id) as failed: a jobqueue cluster's
+    close asserts that each job it created has started, closed or failed, and a failed close
+    leaves it 'closing', so every later close (the client's too) waits forever."""
+    from distributed.core import Status
+
+    for job in list(getattr(cluster, "workers", {}).values()):
+        if hasattr(job, "job_id") and job.job_id is None and job.status == Status.created:
+            job.status = Status.failed
+
+
+def _wait_for_first_worker(client, cluster, kind, poll=5.0):
+    """Wait for one worker; for SLURM/PBS, RuntimeError when no job has a job id (none was
+    accepted) after :data:`SUBMIT_TIMEOUT` seconds. Logs the wait every minute."""
+    start = last_log = time.monotonic()
+    while True:
+        try:
+            client.wait_for_workers(1, timeout=poll)
+            return
+        except TimeoutError:
+            pass
+        now = time.monotonic()
+        jobs = list(getattr(cluster, "workers", {}).values())
+        submitted = [j for j in jobs if getattr(j, "job_id", None)]
+        if kind in ("slurm", "pbs") and not submitted and now - start > SUBMIT_TIMEOUT:
+            raise RuntimeError(f"no {kind.upper()} job was accepted in {SUBMIT_TIMEOUT:.0f} s (see the batch "
+                               "system's message logged above): check the configuration's queue, account and "
+                               "resources (rfol_dask.cluster.job_script(config) gives the job script)")
+        if now - last_log >= 60:
+            last_log = now
+            logger.info("waiting for the first worker: %d of %d jobs submitted, %.0f s so far",
+                        len(submitted), len(jobs), now - start)
+
+
 def start_client(config):
     """Start (or, for MPI, connect to) the cluster of ``config`` and return a ``Client``.
 
     SLURM/PBS/Kubernetes clusters are scaled to ``scale`` jobs/workers and the call waits
-    for the first worker. The dashboard link is logged (logger ``rfol_dask``, level INFO).
-    Warns when the configuration oversubscribes its nodes.
+    for the first worker (queued jobs may take long: the wait is logged every minute). The
+    dashboard link is logged (logger ``rfol_dask``, level INFO). Warns when the configuration
+    oversubscribes its nodes. RuntimeError when SLURM/PBS jobs cannot be submitted: the submit
+    command is not on ``PATH``, or no job was accepted within :data:`SUBMIT_TIMEOUT` seconds
+    (the scheduler's rejection is in the log above the error).
     """
     from distributed import Client
 
@@ -400,12 +453,18 @@ def start_client(config):
     else:
         cluster = make_cluster(config)
         if config["kind"] in ("slurm", "pbs"):
+            _check_submit_command(cluster, config["kind"])
             cluster.scale(jobs=int(config["scale"]))
         elif config["kind"] == "kubernetes":
             cluster.scale(int(config["scale"]))
         client = _owning_client(cluster)
         if config["kind"] not in ("local", "cuda-local"):
-            client.wait_for_workers(1)
+            try:
+                _wait_for_first_worker(client, cluster, config["kind"])
+            except BaseException:
+                _mark_unsubmitted_failed(cluster)
+                close_client(client)  # no jobs left queued behind an error or a Ctrl-C
+                raise
     logger.info("%s cluster started, dashboard: %s", config["kind"],
                 dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')")
     return client

@@ -204,3 +204,22 @@ def test_bad_yaml_and_a_file_named_like_a_shipped_configuration(tmp_path, monkey
     (tmp_path / "local").write_text("kind: slurm\n")  # a stray file does not shadow the shipped name
     assert cluster.load_config("local")["kind"] == "local"
     assert cluster.load_config("./local")["kind"] == "slurm"
+
+
+def test_jobqueue_without_its_submit_command_is_an_error_not_a_hang(monkeypatch, tmp_path):
+    pytest.importorskip("dask_jobqueue")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch / qsub here
+    for name, command in (("slurm", "sbatch"), ("pbs", "qsub")):
+        with pytest.raises(RuntimeError, match=f"'{command}' is not on PATH"):
+            cluster.start_client(name)
+
+
+def test_jobs_the_batch_system_rejects_are_an_error_not_a_hang(monkeypatch, tmp_path):
+    pytest.importorskip("dask_jobqueue")
+    fake = tmp_path / "sbatch"
+    fake.write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 2.0)
+    with pytest.raises(RuntimeError, match="no SLURM job was accepted in 2 s"):
+        cluster.start_client("slurm")
