@@ -397,12 +397,18 @@ def main(argv=None):
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
+    from .cluster import ClusterStartError
+
     try:
         return args.func(args)
     # ImportError: an optional extra; NotImplementedError: a combination of settings not supported
-    except (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError, ClusterStartError) as exc:
         print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        hint = "; rerun the same command to resume" if args.command == "generate" else ""
+        print(f"rfol-dask {args.command}: interrupted{hint}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

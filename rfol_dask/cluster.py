@@ -391,12 +391,17 @@ def dashboard_link(client):
 SUBMIT_TIMEOUT = 60.0
 
 
+class ClusterStartError(RuntimeError):
+    """A cluster that could not be started (its jobs cannot be submitted); the CLI prints it
+    as one line."""
+
+
 def _check_submit_command(cluster, kind):
-    """RuntimeError (the cluster closed) when the batch system's submit command is not on PATH."""
+    """ClusterStartError (the cluster closed) when the batch system's submit command is not on PATH."""
     command = shlex.split(cluster.job_cls.submit_command)[0]
     if shutil.which(command) is None:
         cluster.close()
-        raise RuntimeError(f"{command!r} is not on PATH: this machine cannot submit {kind.upper()} jobs; start "
+        raise ClusterStartError(f"{command!r} is not on PATH: this machine cannot submit {kind.upper()} jobs; start "
                            "from a login node of the cluster, or use the 'local' configuration")
 
 
@@ -412,7 +417,7 @@ def _mark_unsubmitted_failed(cluster):
 
 
 def _wait_for_first_worker(client, cluster, kind, poll=5.0):
-    """Wait for one worker; for SLURM/PBS, RuntimeError when no job has a job id (none was
+    """Wait for one worker; for SLURM/PBS, ClusterStartError when no job has a job id (none was
     accepted) after :data:`SUBMIT_TIMEOUT` seconds. Logs the wait every minute."""
     start = last_log = time.monotonic()
     while True:
@@ -425,7 +430,7 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
         jobs = list(getattr(cluster, "workers", {}).values())
         submitted = [j for j in jobs if getattr(j, "job_id", None)]
         if kind in ("slurm", "pbs") and not submitted and now - start > SUBMIT_TIMEOUT:
-            raise RuntimeError(f"no {kind.upper()} job was accepted in {SUBMIT_TIMEOUT:.0f} s (see the batch "
+            raise ClusterStartError(f"no {kind.upper()} job was accepted in {SUBMIT_TIMEOUT:.0f} s (see the batch "
                                "system's message logged above): check the configuration's queue, account and "
                                "resources (rfol_dask.cluster.job_script(config) gives the job script)")
         if now - last_log >= 60:
@@ -440,7 +445,7 @@ def start_client(config):
     SLURM/PBS/Kubernetes clusters are scaled to ``scale`` jobs/workers and the call waits
     for the first worker (queued jobs may take long: the wait is logged every minute). The
     dashboard link is logged (logger ``rfol_dask``, level INFO). Warns when the configuration
-    oversubscribes its nodes. RuntimeError when SLURM/PBS jobs cannot be submitted: the submit
+    oversubscribes its nodes. :class:`ClusterStartError` (a RuntimeError) when SLURM/PBS jobs cannot be submitted: the submit
     command is not on ``PATH``, or no job was accepted within :data:`SUBMIT_TIMEOUT` seconds
     (the scheduler's rejection is in the log above the error).
     """

@@ -185,3 +185,22 @@ def test_reproduce_refuses_bad_options_before_making_folders(tmp_path, monkeypat
     code, err = _run(["reproduce", "advection1", "--quick", "--out", str(tmp_path / "X"), *args], capsys)
     assert code == 2 and says in err
     assert os.listdir(tmp_path) == []
+
+
+def test_a_cluster_that_cannot_submit_jobs_is_one_line_not_a_hang(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("dask_jobqueue")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    assert main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "a.zarr"),
+                 "--cluster", "slurm"]) == 2
+    assert "'sbatch' is not on PATH" in capsys.readouterr().err
+
+
+def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path, monkeypatch, capsys):
+    from rfol_dask import datasets
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(datasets, "generate", interrupted)
+    assert main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "a.zarr")]) == 130
+    assert capsys.readouterr().err.strip() == "rfol-dask generate: interrupted; rerun the same command to resume"
