@@ -181,8 +181,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             and write other grids of the same domain.
         periods : float, sequence of (float or None) or mapping dim -> float, default=None
             Periodic grid axes: one period for every axis of both grids, one entry per axis
-            (None: not periodic), or a mapping dim -> period; default: the ``period``
-            attributes of the xarray coordinates. On a periodic axis ``predict`` accepts any
+            (None: not periodic), or a mapping dim -> period (for arrays the dims are the keys of
+            mapping ``input_grid`` / ``output_grid``, else ``dim_0, dim_1, ...`` on both sides);
+            default: the ``period`` attributes of the xarray coordinates. On a periodic axis ``predict`` accepts any
             grid (it wraps; see :mod:`rfol_dask.recovery`).
 
         Returns
@@ -242,13 +243,16 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         self.output_attrs_, self.output_coord_attrs_ = persistence.attrs_of(V, v.dims)
         self.input_grid_ = io.learn_grid(input_grid, u, self.input_shape_, "input")
         self.output_grid_ = io.learn_grid(output_grid, v, self.output_shape_, "output")
+        in_dims = io.grid_dims(u, input_grid, self.input_grid_)
+        out_dims = io.grid_dims(v, output_grid, self.output_grid_)
         if isinstance(periods, Mapping):
-            unknown = set(periods) - set(u.dims or ()) - set(v.dims or ())
+            unknown = set(periods) - set(in_dims) - set(out_dims)
             if unknown:
                 raise ValueError(f"periods names dims {sorted(unknown)} that are not grid dims of the data "
-                                 f"(input {u.dims}, output {v.dims})")
-        self.input_periods_ = io.learn_periods(periods, u, self.input_grid_, "input")
-        self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output")
+                                 f"(input {in_dims}, output {out_dims}; arrays name them by the keys of "
+                                 "input_grid= / output_grid= mappings, else dim_0, dim_1, ...)")
+        self.input_periods_ = io.learn_periods(periods, u, self.input_grid_, "input", in_dims)
+        self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output", out_dims)
 
         self._fit_arrays(Ud, Vd, lazy, self._work_dtype(Ud))
         self._check_fitted_finite()

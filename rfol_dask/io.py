@@ -26,7 +26,7 @@ from .recovery.grids import as_grid, as_periods, same_grid
 
 
 __all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
-           "flags_key", "process_alive", "learn_grid", "operand_grid", "learn_periods", "match_dims"]
+           "flags_key", "process_alive", "learn_grid", "operand_grid", "grid_dims", "learn_periods", "match_dims"]
 
 
 @dataclass
@@ -337,11 +337,22 @@ def operand_grid(operand):
     except (TypeError, ValueError):
         return None
 
-def learn_periods(periods, operand, grid, which):
+def grid_dims(operand, grid_arg, grid):
+    """The names of one side's grid axes: the xarray dims, else the keys of a mapping
+    ``fit(..., input_grid=/output_grid=)``, else ``dim_0, dim_1, ...``."""
+    if operand.dims:
+        return tuple(operand.dims)
+    if isinstance(grid_arg, Mapping):
+        return tuple(grid_arg)
+    return tuple(f"dim_{k}" for k in range(len(grid or ())))
+
+
+def learn_periods(periods, operand, grid, which, dims=None):
     """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` (a
-    number, one entry per axis, or a mapping dim -> period) or else from the ``period``
-    attributes of the xarray coordinates; None without a grid."""
-    dims = operand.dims or tuple(f"dim_{k}" for k in range(len(grid or ())))
+    number, one entry per axis, or a mapping dim -> period, the dims named as
+    :func:`grid_dims` names them) or else from the ``period`` attributes of the xarray
+    coordinates; None without a grid."""
+    dims = grid_dims(operand, None, grid) if dims is None else dims
     if periods is None:
         per_axis = [operand.periods.get(d) for d in dims]
     elif isinstance(periods, Mapping):

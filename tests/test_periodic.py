@@ -142,3 +142,14 @@ def test_generators_write_units_and_period():
     assert model.input_periods_ == (1.0,)
     test = ds["input"].isel(sample=slice(50, None))
     assert model.predict(test, output_grid=np.arange(60) / 60).shape == (10, 60)
+
+
+def test_arrays_name_periodic_axes_by_the_keys_of_grid_mappings():
+    # input and output grids of different axis counts: a list of periods cannot serve both sides
+    rng = np.random.default_rng(0)
+    U, V = rng.random((40, 20, 12)), rng.random((40, 15))
+    grids = dict(input_grid={"x": np.arange(20) / 20, "y": np.linspace(0, 2, 12)}, output_grid={"z": np.arange(15.0)})
+    model = RandomFeatureOperator(n_features=50, random_state=0).fit(U, V, periods={"x": 1.0}, **grids)
+    assert model.input_periods_ == (1.0, None) and model.output_periods_ == (None,)
+    with pytest.raises(ValueError, match=r"periods names dims \['q'\].*input \('x', 'y'\), output \('z',\)"):
+        RandomFeatureOperator(n_features=50).fit(U, V, periods={"q": 1.0}, **grids)
