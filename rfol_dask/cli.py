@@ -402,7 +402,9 @@ def main(argv=None):
     try:
         return args.func(args)
     # ImportError: an optional extra; NotImplementedError: a combination of settings not supported
-    except (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError, ClusterStartError) as exc:
+    # FloatingPointError: a data-set generator's time stepping blew up (the message names the fix)
+    except (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError, ClusterStartError,
+            FloatingPointError) as exc:
         print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -118,3 +118,16 @@ def test_registered_spec():
     # nu = 0.1 damps strongly: output about 1-3 % of the input in norm, never zero
     ratio = np.linalg.norm(outputs, axis=1) / np.linalg.norm(inputs, axis=1)
     assert np.all((ratio > 1e-3) & (ratio < 0.1))
+
+
+def test_a_blow_up_is_an_error_naming_the_fix(tmp_path, capsys):
+    from rfol_dask import datasets
+    from rfol_dask.cli import main
+
+    with pytest.raises(FloatingPointError, match="n_steps=100 too small for nu=0.001.*e.g. 800"):
+        datasets.generate("burgers", 2, nu=1e-3)  # in memory it returned NaN outputs silently
+    assert main(["generate", "burgers", "--samples", "2", "--out", str(tmp_path / "b.zarr"),
+                 "--param", "nu=0.001"]) == 2
+    assert "increase n_steps" in capsys.readouterr().err
+    ds = datasets.generate("burgers", 2, nu=1e-3, n_steps=800)
+    assert np.isfinite(ds["output"].values).all()
