@@ -204,6 +204,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         (see the class docstring); a dask fit never holds the data whole.
         """
         self._check_params()
+        if hasattr(self, "feature_names_in_"):  # a refit on data without column names keeps none
+            del self.feature_names_in_
         U, V = io.read_pair(X, y)
         if V is None:
             raise ValueError(
@@ -346,7 +348,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         the resampled inputs and outputs of one block.
 
         Dask input gives a lazy result. On a distributed client the model's arrays are
-        scattered to the workers once when they hold 16 MiB or more
+        scattered to the workers once when they hold 4 MiB or more
         (:data:`rfol_dask.placement.EMBED_BYTES`); such a result must be computed, persisted or
         saved while that client is open. Smaller models travel inside the graph.
         """

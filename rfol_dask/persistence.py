@@ -375,6 +375,8 @@ def estimator_state(model):
         "estimator": type(model).__name__,
         "params": _params(model),
         "n_features_in_": int(model.n_features_in_),
+        "feature_names_in_": (None if getattr(model, "feature_names_in_", None) is None
+                              else [str(c) for c in model.feature_names_in_]),
         "input_shape_": list(model.input_shape_),
         "output_shape_": list(model.output_shape_),
         "input_dims_": None if model.input_dims_ is None else list(model.input_dims_),
@@ -426,6 +428,8 @@ def restore_estimator(cls, arrays, attrs, path=None):
     for name in model._fitted_scalars:
         setattr(model, name, attrs[name])
     model.n_features_in_ = attrs["n_features_in_"]
+    if attrs.get("feature_names_in_") is not None:  # the columns of a DataFrame it was fitted on
+        model.feature_names_in_ = np.asarray(attrs["feature_names_in_"], dtype=object)
     model.input_shape_ = tuple(attrs["input_shape_"])
     model.output_shape_ = tuple(attrs["output_shape_"])
     model.output_attrs_ = attrs.get("output_attrs_", {})

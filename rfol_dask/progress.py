@@ -20,7 +20,12 @@ logger = logging.getLogger("rfol_dask")
 
 
 def active_client():
-    """The active ``distributed.Client`` or ``None`` (never starts one)."""
+    """The active ``distributed.Client`` or ``None`` (never starts one). A scheduler chosen
+    with ``dask.config.set(scheduler=...)`` wins, as it does for dask's own collections:
+    ``"sync"``, ``"threads"``, ``"processes"`` (or a get function) give None, a Client itself."""
+    chosen = dask.config.get("scheduler", None)
+    if chosen is not None and not (isinstance(chosen, str) and chosen.lower() in ("dask.distributed", "distributed")):
+        return chosen if hasattr(chosen, "submit") and hasattr(chosen, "scatter") else None
     try:
         from distributed import get_client
     except ImportError:  # pragma: no cover - distributed is a dependency

@@ -318,3 +318,30 @@ def test_lazy_prediction_of_a_small_model_outlives_its_client(monkeypatch):
         large = model.predict(X)
         np.testing.assert_allclose(large.compute(), model.predict(U), rtol=1e-12)
     np.testing.assert_allclose(small.compute(), model.predict(U), rtol=1e-12)
+
+
+@pytest.mark.cluster
+def test_a_scheduler_chosen_in_dask_config_wins_over_the_client(monkeypatch):
+    # dask.config.set(scheduler="sync") inside a Client (e.g. to debug with pdb): dask's own
+    # collections compute locally, and so must a large model's prediction (it was scattered to
+    # the client and failed with "Missing dependency") and the fit
+    import dask
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import placement, progress
+
+    U, V = smooth_operator_data(120, 16)
+    model = RandomFeatureOperator(n_features=64, random_state=0).fit(U, V)
+    X = da.from_array(U, chunks=40)
+    monkeypatch.setattr(placement, "EMBED_BYTES", 0)  # as for a model of 4 MiB or more
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        assert progress.active_client() is client
+        for scheduler in ("sync", "threads"):
+            with dask.config.set(scheduler=scheduler):
+                assert progress.active_client() is None
+                np.testing.assert_allclose(model.predict(X).compute(), model.predict(U), rtol=1e-12)
+                refit = RandomFeatureOperator(n_features=64, random_state=0).fit(X, da.from_array(V, chunks=40))
+                np.testing.assert_allclose(refit.predict(U), model.predict(U), rtol=1e-10)
+        with dask.config.set(scheduler=client):
+            assert progress.active_client() is client
