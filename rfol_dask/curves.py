@@ -40,7 +40,8 @@ from .linalg import symmetrize, syrk
 from .metrics import relative_l2_error
 from .tuning import input_scales
 
-__all__ = ["doubling", "error_curve", "error_curves", "saturation_index", "fit_slope", "fit_excess"]
+__all__ = ["doubling", "error_curve", "error_curves", "curve_dataset", "saturation_index", "fit_slope",
+           "fit_excess"]
 
 #: bytes of one block of training (or test) features held at a time
 _BLOCK_BYTES = 64 * 2**20
@@ -61,7 +62,7 @@ def _block_edges(checkpoints, block_size):
 
 
 def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike, n_features: Sequence[int], *,
-                distribution: str = "cauchy", gamma: float = 1.0, nu: float | None = None, alpha: float = 1e-10,
+                distribution: str = "cauchy", gamma: float | str = "median", nu: float | None = None, alpha: float = 1e-10,
                 fit_intercept: bool = True, random_state: int | np.random.Generator | None = None,
                 frequencies: tuple[ArrayLike, ArrayLike] | None = None, block_size: int | None = None,
                 error: Callable[[np.ndarray, np.ndarray], float] = relative_l2_error,
@@ -82,8 +83,10 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
         Increasing checkpoints; the largest is ``N_max``.
     distribution : {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default="cauchy"
         Frequency law, as in :class:`rfol_dask.RandomFeatureOperator`.
-    gamma : float, default=1.0
-        Frequency scale.
+    gamma : float or "median", default="median"
+        Frequency scale; ``"median"``: the median heuristic measured on ``U`` as
+        ``RandomFeatureOperator`` measures it (same rows for the same seed), so the curve of
+        the default model is the default curve. The value used is returned as ``gamma``.
     nu : float, optional
         Degrees of freedom of ``"student_t"``, shape of ``"rational_quadratic"``.
     alpha : float, default=1e-10
@@ -113,8 +116,9 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
         Arrays of shape (n_checkpoints,): ``n_features``, ``error``, ``fit_time`` (seconds
         a single fit at that ``N`` costs here: the feature and Gram work of the blocks up to
         ``N`` plus one factorisation and solve, not the earlier checkpoints' solves) and
-        ``predict_time`` (test features, cross Gram up to ``N`` and the product). With
-        ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
+        ``predict_time`` (test features, cross Gram up to ``N`` and the product); the float
+        ``gamma``. With ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
+        :func:`curve_dataset` makes it an ``xarray.Dataset`` to save and plot.
 
     Raises
     ------
@@ -141,10 +145,11 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     checkpoints = _check_checkpoints(n_features)
     M, n = U.shape
     seed, metric = integer_seed(random_state), None
-    if pca_power is not None:
-        if frequencies is not None:
-            raise ValueError("pass pca_power or frequencies, not both (the metric shapes the frequencies)")
-        metric, _ = input_scales(U, [distribution], pca_power, random_state=seed)  # as the model measures it
+    if pca_power is not None and frequencies is not None:
+        raise ValueError("pass pca_power or frequencies, not both (the metric shapes the frequencies)")
+    if frequencies is None and (pca_power is not None or gamma == "median"):
+        metric, gammas = input_scales(U, [distribution], pca_power, random_state=seed)  # as the model measures them
+        gamma = gammas[distribution] if gamma == "median" else gamma
     omega, b = _curve_frequencies(frequencies, n, int(checkpoints[-1]), distribution, gamma, nu, seed, metric)
     if block_size is None:
         block_size = max(64, _BLOCK_BYTES // (8 * max(M, len(U_test))))
@@ -169,6 +174,7 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
         if return_predictions:
             predictions.append(pred)
     out = {k: np.asarray(v) for k, v in out.items()}
+    out["gamma"] = float(gamma) if gamma != "median" else float("nan")  # nan: given frequencies
     if return_predictions:
         out["predictions"] = predictions
     return out
@@ -188,8 +194,8 @@ def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
     def number(x):
         return isinstance(x, numbers.Real) and not isinstance(x, bool) and np.isfinite(x)
 
-    if not (number(gamma) and gamma > 0):
-        raise ValueError(f"gamma must be a number > 0, got {gamma!r}")
+    if not (gamma == "median" or number(gamma) and gamma > 0):
+        raise ValueError(f"gamma must be a number > 0 or 'median', got {gamma!r}")
     if not (number(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
     U, U_test = (np.ascontiguousarray(X, dtype=np.float64) for X in (U, U_test))
@@ -264,7 +270,9 @@ def _checkpoint_prediction(S, S_test, N, V, vsum, alpha, fit_intercept):
 def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwargs):
     """:func:`error_curve` for each seed in ``seeds``; returns a dict of (n_seeds, n_points)
     arrays ``error``, ``fit_time``, ``predict_time``, the ``n_features`` checkpoints, the
-    ``seeds`` and the slope fit (:func:`fit_slope`) of the geometric-mean error over seeds.
+    ``seeds``, each seed's ``gamma``, the slope fits (:func:`fit_slope`) of the geometric-mean
+    error (``slope``) and of the median fit time (``time_slope``) over seeds, and the
+    :func:`fit_excess` of that error (``excess``). :func:`curve_dataset` saves and plots it.
     Memory as one :func:`error_curve` (the seeds run one after another)."""
     seeds = list(seeds)
     if not seeds:
@@ -272,6 +280,7 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     runs = [error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
     res["n_features"] = runs[0]["n_features"]
+    res["gamma"] = np.asarray([r["gamma"] for r in runs])
     res["seeds"] = np.asarray(seeds)
     res["slope"] = fit_slope(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)))
     res["time_slope"] = fit_slope(res["n_features"], np.median(res["fit_time"], axis=0), min_decay=None)
@@ -348,3 +357,24 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
         return out
     out.update(floor=float(np.exp(lf)), c=float(np.exp(lc)), p=float(p))
     return out
+
+
+def curve_dataset(result):
+    """The result of :func:`error_curve` or :func:`error_curves` as an ``xarray.Dataset``, to save
+    (``.to_netcdf``, ``.to_zarr``) and plot (``ds.error.plot.line(x="n_features", xscale="log")``).
+
+    Variables over ``(n_features,)`` or ``(seed, n_features)``: ``error``, ``fit_time``,
+    ``predict_time``; ``gamma`` (per seed); the fits (``slope``, ``time_slope``, ``excess``:
+    dicts of numbers) become attributes ``<fit>_<key>``. Predictions are left out."""
+    import xarray as xr
+
+    many = "seeds" in result
+    dims = ("seed", "n_features") if many else ("n_features",)
+    coords = {"n_features": np.asarray(result["n_features"])}
+    if many:
+        coords["seed"] = np.asarray(result["seeds"])
+    data = {k: (dims, np.asarray(result[k])) for k in ("error", "fit_time", "predict_time")}
+    data["gamma"] = (("seed",) if many else (), np.asarray(result["gamma"]))
+    attrs = {f"{fit}_{k}": (np.nan if v is None else v) for fit in ("slope", "time_slope", "excess")
+             if fit in result for k, v in result[fit].items()}
+    return xr.Dataset(data, coords=coords, attrs=attrs)

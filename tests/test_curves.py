@@ -136,3 +136,22 @@ def test_excess_decay_towards_a_floor():
     assert fit["n_points"] == 7 and fit["from_n"] == 1000
     np.testing.assert_allclose([fit["floor"], fit["c"], fit["p"]], [0.03, 2.0, 0.5], rtol=1e-4)
     assert np.isnan(fit_excess(N, err, start_at=20000)["p"])  # three points: too few
+
+
+def test_the_default_curve_is_the_default_model_and_saves_as_a_dataset(tmp_path):
+    import xarray as xr
+
+    from rfol_dask.curves import curve_dataset
+
+    U, V = smooth_operator_data(160, 12)
+    (U, Ut), (V, Vt) = (U[:120], U[120:]), (V[:120], V[120:])
+    curve = error_curve(U, V, Ut, Vt, [50, 200], random_state=0)  # gamma="median", as the model
+    model = RandomFeatureOperator(n_features=200, random_state=0, solver="dual").fit(U, V)
+    assert curve["gamma"] == model.gamma_
+    assert curve["error"][-1] == pytest.approx(relative_l2_error(Vt, model.predict(Ut)), rel=1e-8)
+    res = error_curves(U, V, Ut, Vt, [50, 200], seeds=(0, 1))
+    curve_dataset(res).to_netcdf(tmp_path / "curves.nc")
+    back = xr.open_dataset(tmp_path / "curves.nc")
+    np.testing.assert_array_equal(back["error"].values, res["error"])
+    assert back["error"].dims == ("seed", "n_features") and back.attrs["slope_slope"] == res["slope"]["slope"]
+    assert curve_dataset(curve)["error"].dims == ("n_features",)
