@@ -71,6 +71,18 @@ def _num_samples(X):
     return shape[0] if len(shape) else None
 
 
+class ComplexDataError(TypeError, ValueError):
+    """Complex input: a TypeError (as the dask path raises for any dtype that is not real) and
+    the ValueError scikit-learn's estimator checks expect."""
+
+
+def _refuse_complex(X, name):
+    """:class:`ComplexDataError` for complex values (scikit-learn's own error prints the whole array)."""
+    dtype = getattr(X, "dtype", None)
+    if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.complexfloating):
+        raise ComplexDataError(f"Complex data not supported: {name} must hold real numbers, got dtype {dtype}")
+
+
 class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     """Base of the operator learners (see the module docstring); not used directly."""
 
@@ -229,6 +241,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
                 raise ValueError(f"U has {n_u} samples but V has {n_v}; they must match")
             if isinstance(Va, np.ndarray) and np.issubdtype(Va.dtype, np.floating) and Va.ndim:
                 check_finite(Va, 0, "V")  # names the samples (scikit-learn's check of y does not)
+            _refuse_complex(Ua, "U")
+            _refuse_complex(Va, "V")
             Ua, Va = validate_data(self, Ua, Va, multi_output=True, y_numeric=True,
                                    dtype=[np.float64, np.float32], ensure_all_finite=False)
             dt = self._cast_dtype(Ua)
@@ -400,6 +414,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             raw, grid_shape = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
             if grid_shape is not None:
                 self._check_width(raw.shape[1], grid_shape)
+            _refuse_complex(raw, "X")
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
             check_finite(np.asarray(X), 0, "X", "predicting")
             block, args = self._predict_kernel()

@@ -105,9 +105,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
         and features, cannot tell the laws apart).
     gammas : sequence of float, default=None
         Multiples of each law's median-heuristic gamma (:func:`rfol_dask.tuning.median_gamma`);
-        default ``4^-5 ... 4^2`` (:data:`DEFAULT_GAMMAS`, more than four decades).
+        default ``4^-5 ... 4^2`` (:data:`rfol_dask.selection.DEFAULT_GAMMAS`, more than four decades).
     alphas : sequence of float, default=None
-        Ridge values (> 0); default ``1e-16 ... 10`` (:data:`DEFAULT_ALPHAS`; the paper's
+        Ridge values (> 0); default ``1e-16 ... 10`` (:data:`rfol_dask.selection.DEFAULT_ALPHAS`; the paper's
         advection settings use 1e-15).
     nu : float, default=None
         Degrees of freedom for ``"student_t"`` (required with it) and shape ``a`` of
@@ -188,7 +188,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         (the law), ``scale_multiple``, ``gamma``, ``n_features``, ``alpha``, ``n_train_rows``,
         ``mean_relative_l2``, ``mean_test_score``, ``std_test_score``, ``split<k>_test_score``,
         ``rank_test_score`` (within the stage). ``.to_dataframe()`` with pandas. A NaN score: an
-        alpha the fine stage left unsolved (see ``alpha_path``); it ranks last.
+        alpha a stage after the coarse one left unsolved (the fine, final and growth stages solve
+        only the alphas near the best so far; see ``alpha_path``); it ranks last.
     best_estimator_ : RandomFeatureOperator
         The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to it.
     median_scales_ : dict

@@ -48,7 +48,7 @@ __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "
            "FINE_EXTEND", "FINALIST_TIE", "DEVICE_SHARE", "NARROWER_TIE", "arrange_rows", "sketch_outputs", "best_row", "beyond_edge", "final_best", "grid_step"]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
-DEFAULT_ALPHAS = tuple(10.0 ** np.arange(-16, 2))
+DEFAULT_ALPHAS = tuple(float(f"1e{k}") for k in range(-16, 2))  # exact decimals: 1e-05, not 10.0 ** -5
 #: share of a device's free memory (a GPU's) that a search on it gives its Grams, as 60 % of the
 #: host's available memory on the CPU (:func:`rfol_dask.memory.memory_budget`)
 DEVICE_SHARE = 0.6

@@ -83,6 +83,13 @@ def test_complex_dask_input_to_predict_is_refused(estimator):
         model.predict(da.from_array(U + 1j * U, chunks=10))
     with pytest.raises(TypeError, match="real numbers"):
         model.predict(xr.DataArray(da.from_array(U + 1j * U, chunks=10), dims=("sample", "x")))
+    # numpy and xarray as well, with a short message (scikit-learn's printed the whole array)
+    for complex_input in (U + 1j * U, xr.DataArray(U + 1j * U, dims=("sample", "x"))):
+        with pytest.raises(TypeError, match="real numbers.*complex128") as raised:
+            model.predict(complex_input)
+        assert len(str(raised.value)) < 200
+    with pytest.raises(TypeError, match="V must hold real numbers"):
+        estimator().fit(U, V + 1j)
 
 
 def test_a_value_that_overflows_float32_is_named_in_dask_fits():

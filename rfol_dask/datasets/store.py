@@ -318,7 +318,7 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     ValueError
         If the name or a parameter is unknown or a parameter is out of its range (the message
         names it, its value and the range; checked before the store is touched), a size or the
-        seed is not a positive integer, ``store`` holds another data set (pass ``overwrite=True`` to
+        seed is not a non-negative integer, ``store`` holds another data set (pass ``overwrite=True`` to
         replace it) or something that is not a data set, or another run holds the store's
         lock (the message names it).
 
