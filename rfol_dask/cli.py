@@ -194,6 +194,10 @@ def _fit_model(args):
     RandomFeatureOperator with the given settings."""
     if args.distribution == "student_t" and args.nu is None:
         raise ValueError("--distribution student_t needs its degrees of freedom: add --nu, e.g. --nu 3")
+    if args.nu is not None and (args.distribution or "cauchy") not in ("student_t", "rational_quadratic") \
+            and not (args.tune and args.distribution is None):
+        raise ValueError(f"--nu applies to student_t and rational_quadratic, not {args.distribution or 'cauchy'} "
+                         "(the default law): add --distribution, or leave out --nu")
     if args.tune:
         from .rf_operator_cv import DEFAULT_LAWS, RandomFeatureOperatorCV
 
@@ -284,6 +288,8 @@ def _cmd_fit(args):
             if test.sizes["sample"]:
                 err = relative_l2_error(test["output"], model.predict(test["input"]))
                 print(f"relative L2 error on the {test.sizes['sample']} remaining samples: {err:.4e}")
+            else:
+                print(f"no test: all {n} samples trained (--train M keeps the samples after the first M for a test)")
     finally:
         _close_cluster(client)
     return 0
@@ -305,8 +311,9 @@ def _add_fit_parser(sub):
     """The ``fit`` subcommand's arguments."""
     f = sub.add_parser("fit", help="fit a model on a data-set store (train on the first --train samples)")
     f.add_argument("data", help="Zarr store with variables input and output")
-    f.add_argument("--train", type=int, default=None, help="training samples (the rest are tested)")
-    f.add_argument("--n-features", type=int, default=1000)
+    f.add_argument("--train", type=int, default=None,
+                   help="train on the first M samples and test on the rest (default: train on all, no test)")
+    f.add_argument("--n-features", type=int, default=1000, help="features N (default %(default)s)")
     f.add_argument("--distribution", default=None, choices=list(DISTRIBUTIONS),
                    help="frequency law (default cauchy; with --tune: search this law only, default the "
                         "library's search: cauchy, gaussian and rational_quadratic)")
@@ -346,15 +353,15 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
 
     q = sub.add_parser("quickstart", help="make a small data set, fit Cauchy and Gaussian models, plot")
-    q.add_argument("--dataset", default="advection1")
-    q.add_argument("--train", type=_count(1), default=1000)
-    q.add_argument("--test", type=_count(1), default=1000)
+    q.add_argument("--dataset", default="advection1", help="data set (default %(default)s; see rfol-dask datasets)")
+    q.add_argument("--train", type=_count(1), default=1000, help="training samples (default %(default)s)")
+    q.add_argument("--test", type=_count(1), default=1000, help="test samples (default %(default)s)")
     q.add_argument("--n-features", type=int, default=None, help="default: the paper's N for the data set")
-    q.add_argument("--gamma", type=float, default=None)
-    q.add_argument("--alpha", type=float, default=None)
-    q.add_argument("--workers", type=_count(1), default=2)
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--out", default="quickstart_output")
+    q.add_argument("--gamma", type=float, default=None, help="frequency scale (default: the paper's for the data set)")
+    q.add_argument("--alpha", type=float, default=None, help="ridge (default: the paper's for the data set)")
+    q.add_argument("--workers", type=_count(1), default=2, help="LocalCluster worker processes (default %(default)s)")
+    q.add_argument("--seed", type=int, default=0, help="data and feature seed (default %(default)s)")
+    q.add_argument("--out", default="quickstart_output", help="output folder (default %(default)s)")
     q.set_defaults(func=_cmd_quickstart)
 
     d = sub.add_parser("datasets", help="list the data sets and their default parameters")
@@ -363,16 +370,18 @@ def build_parser():
     _add_fit_parser(sub)
 
     g = sub.add_parser("generate", help="generate a data set into a Zarr store (resumable)")
-    g.add_argument("name")
-    g.add_argument("--samples", type=int, required=True)
-    g.add_argument("--out", required=True)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("name", help="data set (see rfol-dask datasets)")
+    g.add_argument("--samples", type=int, required=True, help="number of samples")
+    g.add_argument("--out", required=True, help="Zarr store to write (an interrupted run resumes from it)")
+    g.add_argument("--seed", type=int, default=0, help="data seed, >= 0 (default %(default)s)")
     g.add_argument("--workers", type=_count(1), default=None, help="start a LocalCluster with this many workers")
     g.add_argument("--cluster", default=None, metavar="NAME|PATH",
                    help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
-    g.add_argument("--block-size", type=int, default=None)
-    g.add_argument("--param", type=_parse_param, action="append", metavar="KEY=VALUE")
-    g.add_argument("--overwrite", action="store_true")
+    g.add_argument("--block-size", type=int, default=None, help="samples per task and per chunk (default: chunks of "
+                                                                   "about 32 MiB, at most 1000 samples)")
+    g.add_argument("--param", type=_parse_param, action="append", metavar="KEY=VALUE",
+                   help="a generator parameter (repeatable; rfol-dask datasets lists them with their defaults)")
+    g.add_argument("--overwrite", action="store_true", help="replace a store that holds another data set")
     g.set_defaults(func=_cmd_generate)
 
     r = sub.add_parser("reproduce", help="the paper's tables, equal-time comparison and error-vs-N curves, "

@@ -204,3 +204,10 @@ def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(datasets, "generate", interrupted)
     assert main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "a.zarr")]) == 130
     assert capsys.readouterr().err.strip() == "rfol-dask generate: interrupted; rerun the same command to resume"
+
+
+def test_fit_refuses_nu_for_a_law_without_it_and_says_when_nothing_is_tested(store, capsys):
+    code, err = _run(["fit", str(store), "--train", "20", "--n-features", "20", "--nu", "3"], capsys)
+    assert code == 2 and "--nu applies to student_t and rational_quadratic, not cauchy" in err
+    assert main(["fit", str(store), "--n-features", "20"]) == 0  # no --train: every sample trains
+    assert "no test: all" in capsys.readouterr().out
