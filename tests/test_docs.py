@@ -80,3 +80,59 @@ def test_class_docstring_lists_every_fitted_attribute(model):
     fitted = {k for k in vars(model) if k.endswith("_") and not k.startswith("_")}
     undocumented = fitted - _documented_attributes(type(model))
     assert not undocumented, f"{type(model).__name__} docstring lacks the fitted attributes {sorted(undocumented)}"
+
+
+def _core_imports():
+    """{module: set of package modules it imports} for the core (relative imports, lazy ones too)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "rfol_dask"
+    edges = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[0] in ("datasets", "baselines", "experiments") or parts[0] in ("cli", "_version", "__init__"):
+            continue
+        package = parts[:-1]
+        name = ".".join(package if parts[-1] == "__init__" else parts)
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package[:len(package) - (node.level - 1)]
+                if node.module:
+                    targets.add(".".join(base + [node.module]))
+                else:
+                    targets.update(".".join(base + [a.name]) for a in node.names)
+        edges[name] = targets - {"_version", name}
+    return edges
+
+
+def _documented_imports(known):
+    """The core part of the import graph in docs/design.md, as {module: set of modules}; inside
+    ``solve/__init__`` and ``recovery/__init__`` and their indented lines a bare name is the
+    package's submodule where ``known`` has one."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
+    block = text.split("-- core\n", 1)[1].split("```", 1)[0]
+    edges, package = {}, None
+    for line in block.splitlines():
+        head, _, tail = line.strip().partition(" ")
+        name = head.replace(".py", "").replace("/__init__", "")
+        if not line.startswith("     "):
+            package = name if head.endswith("/__init__") else None
+        elif package:
+            name = f"{package}.{name}"
+        arrow = re.search(r"-+>\s*(.*)", tail)
+        targets = [t.strip() for t in (arrow.group(1).split("(")[0].split(",") if arrow else []) if t.strip()]
+        edges[name] = {f"{package}.{t}" if package and f"{package}.{t}" in known else t for t in targets}
+    return edges
+
+
+def test_the_documented_import_graph_is_the_code_s():
+    code = _core_imports()
+    doc = _documented_imports(set(code))
+    assert set(doc) == set(code), (set(doc) ^ set(code))
+    wrong = {m: (sorted(doc[m] - code[m]), sorted(code[m] - doc[m])) for m in code if doc[m] != code[m]}
+    assert not wrong, f"docs/design.md's import graph differs from the code (documented only, imported only): {wrong}"
