@@ -196,7 +196,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             (None: not periodic), or a mapping dim -> period (for arrays the dims are the keys of
             mapping ``input_grid`` / ``output_grid``, else ``dim_0, dim_1, ...`` on both sides);
             default: the ``period`` attributes of the xarray coordinates. On a periodic axis ``predict`` accepts any
-            grid (it wraps; see :mod:`rfol_dask.recovery`).
+            grid (it wraps; see :mod:`rfol_dask.recovery`; not with ``recovery="rf"``, which does not wrap).
 
         Returns
         -------

@@ -182,6 +182,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner.
     best_score_ : float
         Its validation score, ``-mean relative L2 error`` (greater is better).
+    best_index_ : int
+        Its row in ``cv_results_``.
     cv_results_ : SearchResults
         One row per candidate: ``stage`` ("coarse", "fine", "final", "full", "limit" or
         "growth"), ``family``

@@ -31,6 +31,7 @@ median heuristic samples those), so the search reads the data once; the refit re
 from __future__ import annotations
 
 import numbers
+import sys
 import time
 
 import dask
@@ -308,6 +309,7 @@ class SelectionCV(OperatorEstimator):
         rows = [r for _, part in searches for r in part]
         _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
+        self.best_index_ = next(i for i, r in enumerate(rows) if r is best)
         self.best_score_ = float(best["mean_test_score"])
         self.best_params_ = self._params_of(best)
         self.n_splits_ = len(splits)
@@ -316,9 +318,13 @@ class SelectionCV(OperatorEstimator):
         """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
         index ``alpha_center`` only, where that is cheaper: :func:`rfol_dask.tuning.path_errors`)."""
         scales = self._family_multiples(family, scales)
+        t0 = time.perf_counter()
         errs = [self._stage_errors(X, Y, tr, va, client, family, scales, Ns, alpha_center) for tr, va in splits]
         if client is not None:
             (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})")
+        elif self.progress:  # computed here, stage by stage: one line each on stderr
+            sys.stderr.write(f"selection ({name}, {family}): {len(scales)} scales x {len(Ns)} N x "
+                             f"{len(self._alphas())} alphas on {len(splits)} split(s) in {time.perf_counter() - t0:.2f} s\n")
         errs = np.stack([np.asarray(e) for e in errs], axis=-1)  # (scales, Ns, alphas, splits)
         return self._rows(errs, family, scales, Ns, rows_used, name)
 

@@ -125,3 +125,16 @@ def test_worker_lists_are_asked_of_the_scheduler_not_the_clients_cache(cluster_c
     want = sorted(cluster_client.scheduler_info()["workers"])
     monkeypatch.setattr(cluster_client, "scheduler_info", lambda *a, **k: {"workers": {}})
     assert worker_addresses(cluster_client) == want and n_slots(cluster_client) == 2
+
+
+def test_a_search_without_a_client_reports_each_stage(capsys):
+    from conftest import smooth_operator_data
+
+    from rfol_dask import RandomFeatureOperatorCV
+
+    U, V = smooth_operator_data(80, 8)
+    RandomFeatureOperatorCV(n_features=60, distributions=("cauchy",), random_state=0, progress=True).fit(
+        da.from_array(U, chunks=40), da.from_array(V, chunks=40))
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert re.search(r"selection \(full, cauchy\): \d+ scales x 1 N x \d+ alphas on 1 split\(s\) in", err)

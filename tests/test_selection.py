@@ -569,3 +569,10 @@ def test_sketched_scores_on_a_cluster_equal_numpy(cluster_client):
     with cluster_client.as_current():
         lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
     np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+
+
+def test_best_index_points_at_the_winning_row():
+    U, V = _nonlinear_data(60)
+    search = RandomFeatureOperatorCV(n_features=60, distributions=("cauchy",), random_state=0, refit=False).fit(U, V)
+    assert search.cv_results_["mean_test_score"][search.best_index_] == search.best_score_
+    assert search.cv_results_["alpha"][search.best_index_] == search.best_params_["alpha"]

@@ -107,7 +107,7 @@ class KernelOperatorCV(SelectionCV):
     ----------
     best_params_ : dict
         ``kernel``, ``length_scale``, ``nugget``.
-    best_score_, cv_results_, best_estimator_, search_time_, refit_time_
+    best_score_, best_index_, cv_results_, best_estimator_, search_time_, refit_time_
         As in :class:`rfol_dask.RandomFeatureOperatorCV` (``cv_results_`` has ``family`` = the
         kernel, ``length_scale`` and ``nugget`` columns).
     median_scales_ : dict
