@@ -9,6 +9,7 @@ sklearn validation, training grids and the recovery maps ``R_U`` / ``R_V`` lives
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 
@@ -81,6 +82,17 @@ def _refuse_complex(X, name):
     dtype = getattr(X, "dtype", None)
     if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.complexfloating):
         raise ComplexDataError(f"Complex data not supported: {name} must hold real numbers, got dtype {dtype}")
+
+
+def _predict_chunk(blk, p, block_info=None, *, block, device):
+    """One chunk of a lazy prediction: ``block(blk, *p)``. CuPy chunks are computed on their GPU
+    (CuPy out); numpy chunks where ``device`` says (numpy out)."""
+    on_host = not backend.is_array_api(blk)
+    xp = backend.device_namespace(device) if on_host else backend.namespace(blk)
+    blk = backend.to_namespace(np.asarray(blk) if on_host else blk, xp)
+    check_finite(blk, block_info[0]["array-location"][0][0] if block_info else 0, "X", "predicting")
+    Y = block(blk, *_on(p, xp))
+    return backend.to_numpy(Y) if on_host else Y
 
 
 class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
@@ -386,17 +398,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             args = _on(args, np)  # dask blocks are computed on the CPU workers
             (params,) = broadcast(active_client(), args)  # shipped once, not inside every task
 
-            device = self._device()
-
-            def run(blk, p, block_info=None):
-                # CuPy chunks are computed on their GPU (CuPy out); numpy chunks where ``device`` says
-                on_host = not backend.is_array_api(blk)
-                xp = backend.device_namespace(device) if on_host else backend.namespace(blk)
-                blk = backend.to_namespace(np.asarray(blk) if on_host else blk, xp)
-                check_finite(blk, block_info[0]["array-location"][0][0] if block_info else 0, "X", "predicting")
-                Y = block(blk, *_on(p, xp))
-                return backend.to_numpy(Y) if on_host else Y
-
+            run = functools.partial(_predict_chunk, block=block, device=self._device())  # picklable
             Y = da.map_blocks(run, X, params,
                               chunks=(X.chunks[0], (self.intercept_.shape[0],)),
                               dtype=backend.to_numpy(self.intercept_).dtype)

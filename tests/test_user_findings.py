@@ -360,3 +360,12 @@ def test_inputs_of_extreme_scale_give_an_error_not_nan_coefficients():
         KernelOperator().fit(U * 1e160, V)
     with pytest.raises(ValueError, match="length scale 1e-200"):
         KernelOperator(length_scale=1e-200).fit(U, V)
+
+
+def test_a_lazy_prediction_pickles():
+    import pickle
+
+    U, V = smooth_operator_data(30, 8)
+    for model in (_rf().fit(U, V), KernelOperator(kernel="rbf", length_scale=1.0).fit(U, V)):
+        lazy = model.predict(da.from_array(U, chunks=10))
+        np.testing.assert_allclose(pickle.loads(pickle.dumps(lazy)).compute(), model.predict(U), rtol=1e-12)
