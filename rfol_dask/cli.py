@@ -196,8 +196,9 @@ def _fit_model(args):
         raise ValueError("--distribution student_t needs its degrees of freedom: add --nu, e.g. --nu 3")
     if args.nu is not None and (args.distribution or "cauchy") not in ("student_t", "rational_quadratic") \
             and not (args.tune and args.distribution is None):
-        raise ValueError(f"--nu applies to student_t and rational_quadratic, not {args.distribution or 'cauchy'} "
-                         "(the default law): add --distribution, or leave out --nu")
+        law = args.distribution or "cauchy (the default law)"
+        raise ValueError(f"--nu applies to student_t and rational_quadratic, not {law}: add --distribution, "
+                         "or leave out --nu")
     if args.tune:
         from .rf_operator_cv import DEFAULT_LAWS, RandomFeatureOperatorCV
 

@@ -228,8 +228,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         (see the class docstring); a dask fit never holds the data whole.
         """
         self._check_params()
-        if hasattr(self, "feature_names_in_"):  # a refit on data without column names keeps none
-            del self.feature_names_in_
         U, V = io.read_pair(X, y)
         if V is None:
             raise ValueError(
@@ -241,10 +239,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if not lazy and (backend.is_array_api(u.data) or backend.is_array_api(v.data)):
             # follow the input: CuPy (any array API) arrays are fitted where they live
             Ud, Vd, in_shape, out_shape = self._check_arrays(u.data, v.data)
+            self.__dict__.pop("feature_names_in_", None)
         elif lazy:
             ud, vd = (x if isinstance(x.data, da.Array) else io.as_operand(da.asarray(np.asarray(x.data)), n)
                       for x, n in ((u, "U"), (v, "V")))
             Ud, Vd = self._check_lazy(ud.data, vd.data)
+            self.__dict__.pop("feature_names_in_", None)  # validated data without column names: none kept
             in_shape, out_shape = ud.grid_shape, vd.grid_shape
         else:
             (Ua, in_shape), (Va, out_shape) = _flatten(u.data), _flatten(v.data)
@@ -297,7 +297,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         for a in arrays:
             if backend.is_array_api(a) or isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.inexact):
                 xp = backend.namespace(a)
-                if not bool(xp.all(xp.isfinite(a))):
+                # min and max are finite only if every entry is (NaN propagates): no mask of a's size
+                if a.size and not all(bool(xp.isfinite(r)) for r in (xp.min(a), xp.max(a))):
                     scale = {k: getattr(self, k) for k in ("gamma_", "length_scale_") if hasattr(self, k)}
                     raise ValueError(
                         f"the fit gave NaN or infinite coefficients ({', '.join(f'{k}={v:.3g}' for k, v in scale.items())}): "
@@ -374,7 +375,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         the resampled inputs and outputs of one block.
 
         Dask input gives a lazy result. On a distributed client the model's arrays are
-        scattered to the workers once when they hold 4 MiB or more
+        scattered to the workers once when they hold 8 MiB or more
         (:data:`rfol_dask.placement.EMBED_BYTES`); such a result must be computed, persisted or
         saved while that client is open. Smaller models travel inside the graph.
         """

@@ -20,8 +20,8 @@ def _identity(x):
 #: values of fewer bytes (all together) stay in the graph rather than being scattered: a lazy
 #: result that uses them can then be computed after its client has closed, or by another one.
 #: Below distributed's large-graph warning (``admin.large-graph-warning-threshold``, 10 MB),
-#: which a graph holding the values would give at every compute.
-EMBED_BYTES = 4 * 2**20
+#: which a graph holding the values would give at every compute, with room for the rest of it.
+EMBED_BYTES = 8 * 2**20
 
 
 def _nbytes(value):

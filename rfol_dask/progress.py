@@ -22,8 +22,10 @@ logger = logging.getLogger("rfol_dask")
 def active_client():
     """The active ``distributed.Client`` or ``None`` (never starts one). A scheduler chosen
     with ``dask.config.set(scheduler=...)`` wins, as it does for dask's own collections:
-    ``"sync"``, ``"threads"``, ``"processes"`` (or a get function) give None, a Client itself."""
+    ``"sync"``, ``"threads"``, ``"processes"`` (or a get function) give None, a Client (or
+    its ``get``) that Client."""
     chosen = dask.config.get("scheduler", None)
+    chosen = getattr(chosen, "__self__", chosen)  # a Client's bound ``get`` stands for the Client
     if chosen is not None and not (isinstance(chosen, str) and chosen.lower() in ("dask.distributed", "distributed")):
         return chosen if hasattr(chosen, "submit") and hasattr(chosen, "scatter") else None
     try:

@@ -333,7 +333,7 @@ def test_a_scheduler_chosen_in_dask_config_wins_over_the_client(monkeypatch):
     U, V = smooth_operator_data(120, 16)
     model = RandomFeatureOperator(n_features=64, random_state=0).fit(U, V)
     X = da.from_array(U, chunks=40)
-    monkeypatch.setattr(placement, "EMBED_BYTES", 0)  # as for a model of 4 MiB or more
+    monkeypatch.setattr(placement, "EMBED_BYTES", 0)  # as for a model of 8 MiB or more
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         assert progress.active_client() is client
@@ -343,5 +343,6 @@ def test_a_scheduler_chosen_in_dask_config_wins_over_the_client(monkeypatch):
                 np.testing.assert_allclose(model.predict(X).compute(), model.predict(U), rtol=1e-12)
                 refit = RandomFeatureOperator(n_features=64, random_state=0).fit(X, da.from_array(V, chunks=40))
                 np.testing.assert_allclose(refit.predict(U), model.predict(U), rtol=1e-10)
-        with dask.config.set(scheduler=client):
-            assert progress.active_client() is client
+        for chosen in (client, client.get):
+            with dask.config.set(scheduler=chosen):
+                assert progress.active_client() is client

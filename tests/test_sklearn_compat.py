@@ -29,6 +29,12 @@ def test_feature_names_survive_save_and_are_reset_by_a_refit_without_them(tmp_pa
     np.testing.assert_array_equal(loaded.feature_names_in_, ["c0", "c1", "c2", "c3", "c4"])
     with pytest.raises(ValueError, match="feature names should match"):
         loaded.predict(frame[["c4", "c3", "c2", "c1", "c0"]])  # the loaded model read them by position
+    bad = V.copy()
+    bad[3, 0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        model.fit(frame, bad)  # a refit that fails keeps the names of the model it leaves in place
+    with pytest.raises(ValueError, match="feature names should match"):
+        model.predict(frame[["c4", "c3", "c2", "c1", "c0"]])
     model.fit(da.from_array(U), da.from_array(V))  # no names: the old ones must go
     assert not hasattr(model, "feature_names_in_")
     with warnings.catch_warnings():
