@@ -257,16 +257,24 @@ def _stored_meta(path):
     return json.loads(zarr.open_group(str(path), mode="r").attrs["rfol_dask_meta"])
 
 
+def _checked_block(name, seed, start, stop, params):
+    """Samples ``start:stop`` of data set ``name``: ``(inputs, outputs)``; FloatingPointError
+    when the generator produced NaN / Inf (in memory and in a store alike)."""
+    inputs, outputs = get(name).make_block(seed, start, stop, **params)
+    for var, values in (("input", inputs), ("output", outputs)):
+        if not np.isfinite(values).all():
+            raise FloatingPointError(f"{name}: generator produced NaN/Inf in {var} of samples {start}-{stop - 1}; "
+                                     "check the parameters (a time stepper may need more steps)")
+    return inputs, outputs
+
+
 def _write_block(path, name, seed, start, stop, block, params):
     """Make samples ``start:stop`` on a worker and write them into their region, then mark the block."""
     import zarr
 
-    spec = get(name)
-    inputs, outputs = spec.make_block(seed, start, stop, **params)
+    inputs, outputs = _checked_block(name, seed, start, stop, params)
     group = zarr.open_group(path, mode="r+")
     for var, values in (("input", inputs), ("output", outputs)):
-        if not np.isfinite(values).all():
-            raise FloatingPointError(f"{name}: generator produced NaN/Inf in {var} of samples {start}-{stop - 1}")
         group[var][start:stop] = values
     group[flags_key(group)][block] = 1
     return stop - start
@@ -342,7 +350,7 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     blocks = _blocks(n_samples, block_size)
 
     if store is None:
-        tasks = [dask.delayed(spec.make_block)(seed, a, b, **params) for a, b in blocks]
+        tasks = [dask.delayed(_checked_block)(name, seed, a, b, params) for a, b in blocks]
         parts = compute(*tasks, client=client, progress=progress, desc=f"generate {name}")
         ds["input"].data = np.concatenate([p[0] for p in parts])
         ds["output"].data = np.concatenate([p[1] for p in parts])

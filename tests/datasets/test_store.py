@@ -245,3 +245,15 @@ def test_generate_replaces_only_rfol_dask_data_sets(tmp_path):
         datasets.generate("advection1", 8, store=plain, overwrite=True)
     assert sorted(os.listdir(other)) == ["keep.txt"] and plain.read_text() == "keep"
     RandomFeatureOperator.load(model)
+
+
+def test_nan_from_a_generator_is_an_error_in_memory_as_in_a_store(tmp_path, monkeypatch):
+    from rfol_dask.datasets import burgers
+
+    def broken(u0, **kwargs):
+        return np.full_like(np.asarray(u0, dtype=float), np.nan)
+
+    monkeypatch.setattr(burgers, "solve", broken)
+    for store in (None, tmp_path / "b.zarr"):
+        with pytest.raises(FloatingPointError, match="burgers: generator produced NaN/Inf in output of samples 0-1"):
+            datasets.generate("burgers", 2, store=store)
