@@ -401,8 +401,8 @@ def _check_submit_command(cluster, kind):
     command = shlex.split(cluster.job_cls.submit_command)[0]
     if shutil.which(command) is None:
         cluster.close()
-        raise ClusterStartError(f"{command!r} is not on PATH: this machine cannot submit {kind.upper()} jobs; start "
-                           "from a login node of the cluster, or use the 'local' configuration")
+        raise ClusterStartError(f"{command!r} is not on PATH: this machine cannot submit {kind.upper()} jobs; "
+                                "start from a login node of the cluster, or use the 'local' configuration")
 
 
 def _mark_unsubmitted_failed(cluster):
@@ -431,8 +431,8 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
         submitted = [j for j in jobs if getattr(j, "job_id", None)]
         if kind in ("slurm", "pbs") and not submitted and now - start > SUBMIT_TIMEOUT:
             raise ClusterStartError(f"no {kind.upper()} job was accepted in {SUBMIT_TIMEOUT:.0f} s (see the batch "
-                               "system's message logged above): check the configuration's queue, account and "
-                               "resources (rfol_dask.cluster.job_script(config) gives the job script)")
+                                    "system's message logged above): check the configuration's queue, account and "
+                                    "resources (rfol_dask.cluster.job_script(config) gives the job script)")
         if now - last_log >= 60:
             last_log = now
             logger.info("waiting for the first worker: %d of %d jobs submitted, %.0f s so far",
@@ -445,9 +445,9 @@ def start_client(config):
     SLURM/PBS/Kubernetes clusters are scaled to ``scale`` jobs/workers and the call waits
     for the first worker (queued jobs may take long: the wait is logged every minute). The
     dashboard link is logged (logger ``rfol_dask``, level INFO). Warns when the configuration
-    oversubscribes its nodes. :class:`ClusterStartError` (a RuntimeError) when SLURM/PBS jobs cannot be submitted: the submit
-    command is not on ``PATH``, or no job was accepted within :data:`SUBMIT_TIMEOUT` seconds
-    (the scheduler's rejection is in the log above the error).
+    oversubscribes its nodes. :class:`ClusterStartError` (a RuntimeError) when SLURM/PBS jobs
+    cannot be submitted: the submit command is not on ``PATH``, or no job was accepted within
+    :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error).
     """
     from distributed import Client
 
