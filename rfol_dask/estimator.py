@@ -299,9 +299,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
                 xp = backend.namespace(a)
                 # min and max are finite only if every entry is (NaN propagates): no mask of a's size
                 if a.size and not all(bool(xp.isfinite(r)) for r in (xp.min(a), xp.max(a))):
-                    scale = {k: getattr(self, k) for k in ("gamma_", "length_scale_") if hasattr(self, k)}
+                    scale = ", ".join(f"{k}={getattr(self, k):.3g}" for k in ("gamma_", "length_scale_")
+                                      if hasattr(self, k))
                     raise ValueError(
-                        f"the fit gave NaN or infinite coefficients ({', '.join(f'{k}={v:.3g}' for k, v in scale.items())}): "
+                        f"the fit gave NaN or infinite coefficients ({scale}): "
                         "the inputs' scale or the model's scale parameter is beyond the range of the working dtype; "
                         "rescale the inputs (e.g. to unit spread) or pass another gamma / length_scale")
 

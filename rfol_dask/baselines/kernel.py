@@ -225,8 +225,9 @@ class KernelOperator(OperatorEstimator):
             ell = median_length_scale(transform(sample_rows(U, random_state=0), 0), random_state=0)
         with np.errstate(over="ignore", under="ignore"):
             if not 0 < np.float64(ell) ** 2 < np.inf:
-                raise ValueError(f"length scale {ell:.3g}{' (the median distance of the inputs)' if self.length_scale == 'median' else ''}: "
-                                 "its square is beyond the range of float64; rescale the inputs (e.g. to unit spread)")
+                source = " (the median distance of the inputs)" if self.length_scale == "median" else ""
+                raise ValueError(f"length scale {ell:.3g}{source}: its square is beyond the range of float64; "
+                                 "rescale the inputs (e.g. to unit spread)")
         return ell
 
     def _fit_arrays(self, U, V, lazy, dtype):
