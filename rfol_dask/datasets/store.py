@@ -67,6 +67,16 @@ def default_block_size(spec, params, n_samples):
     return int(max(1, min(n_samples, 1000, _TARGET_CHUNK_BYTES // per_sample)))
 
 
+def _title(spec, params):
+    """The data set's description (written for its defaults), with the parameters that differ
+    from them named after it."""
+    changed = {k: v for k, v in params.items() if v != spec.defaults.get(k)}
+    if not changed:
+        return spec.description
+    return (f"{spec.description} -- with non-default parameters "
+            f"{', '.join(f'{k}={v}' for k, v in sorted(changed.items()))} (the description is for the defaults)")
+
+
 def _check_count(value, what):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{what} must be a positive integer, got {value!r}")
@@ -100,7 +110,7 @@ def _template(spec, params, n_samples, block_size, seed):
             "block_size": block_size, "params": params}
     ds.attrs.update(
         {
-            "title": spec.description,
+            "title": _title(spec, params),
             "Conventions": "CF-1.10",
             "rfol_dask_version": __version__,
             "rfol_dask_meta": json.dumps(meta, sort_keys=True),

@@ -257,3 +257,11 @@ def test_nan_from_a_generator_is_an_error_in_memory_as_in_a_store(tmp_path, monk
     for store in (None, tmp_path / "b.zarr"):
         with pytest.raises(FloatingPointError, match="burgers: generator produced NaN/Inf in output of samples 0-1"):
             datasets.generate("burgers", 2, store=store)
+
+
+def test_the_title_names_non_default_parameters():
+    plain = datasets.generate("advection1", 2)
+    assert plain.attrs["title"] == datasets.get("advection1").description
+    other = datasets.generate("advection1", 2, n_points=80)
+    assert other.attrs["title"].endswith("with non-default parameters n_points=80 (the description is for the defaults)")
+    assert other.attrs["param_n_points"] == 80
