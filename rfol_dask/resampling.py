@@ -93,9 +93,12 @@ class ResamplingMixin:
                 continue  # a periodic axis: any grid of one period covers the training one
             tol, step = 1e-6 * (hi - lo), (hi - lo) / max(len(x) - 1, 1)
             if x[0] < c_lo - tol or x[-1] > c_hi + tol:
+                known = (getattr(self, "input_periods_", None) or [None] * len(trained))[k]
+                hint = (f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not wrap periodic axes: "
+                        "use 'cubic' or 'spectral'") if known is not None else ""
                 raise ValueError(
                     f"input_grid spans [{c_lo:g}, {c_hi:g}] along axis {k} but the model was trained on "
-                    f"[{lo:g}, {hi:g}]: the input must cover the training domain (no extrapolation)")
+                    f"[{lo:g}, {hi:g}]: the input must cover the training domain (no extrapolation){hint}")
             if y[0] < lo - step or y[-1] > hi + step:
                 raise ValueError(f"input_grid spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the training "
                                  f"domain [{lo:g}, {hi:g}]")

@@ -153,3 +153,13 @@ def test_arrays_name_periodic_axes_by_the_keys_of_grid_mappings():
     assert model.input_periods_ == (1.0, None) and model.output_periods_ == (None,)
     with pytest.raises(ValueError, match=r"periods names dims \['q'\].*input \('x', 'y'\), output \('z',\)"):
         RandomFeatureOperator(n_features=50).fit(U, V, periods={"q": 1.0}, **grids)
+
+
+def test_rf_recovery_on_a_periodic_axis_says_why_it_cannot_cover_it():
+    rng = np.random.default_rng(0)
+    x128, x64 = np.arange(128) / 128, np.arange(64) / 64
+    U = np.sin(2 * np.pi * (x128[None, :] + rng.random((30, 1))))
+    model = RandomFeatureOperator(n_features=40, recovery="rf", random_state=0).fit(
+        U, U, input_grid=[x128], output_grid=[x128], periods=1.0)
+    with pytest.raises(ValueError, match="period 1, but recovery 'rf' does not wrap periodic axes: use 'cubic'"):
+        model.predict(U[:, ::2], input_grid=[x64])
