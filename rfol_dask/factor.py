@@ -156,13 +156,18 @@ def primal_factor(sums, shifts, alpha, fit_intercept):
     :class:`PrimalFactor`.
 
     With ``d = colsum / M`` the mean of ``A - s``: ``A_c^T A_c = G - M d d^T`` and
-    ``A_c^T V_c = AtV - M d e^T`` (``e`` the mean of ``V - t``).
+    ``A_c^T V_c = AtV - M d e^T`` (``e`` the mean of ``V - t``). Memory: ``G`` itself (the rank-one
+    update in row blocks of 16 MiB), ``AtV`` and its centred copy.
     """
     G, AtV, M = symmetrize(sums.G, "lower"), sums.AtV, sums.count
     xp = namespace(G)
     if fit_intercept:
         d, e = sums.colsum / M, sums.vsum / M
-        G -= M * (d[:, None] * d[None, :])  # the outer products, as np.outer forms them
+        N = G.shape[0]
+        rows = max(1, 2**21 // max(1, N))  # row blocks of 16 MiB (float64): no N x N temporary
+        for r0 in range(0, N, rows):
+            r1 = min(r0 + rows, N)  # (the array API has no out-of-bounds slices)
+            G[r0:r1, :] -= M * (d[r0:r1, None] * d[None, :])  # the outer products, as np.outer forms them
         AtV = AtV - M * (d[:, None] * e[None, :])
         mu, vbar = shifts[0] + d, shifts[1] + e
     else:

@@ -45,10 +45,19 @@ class Budget:
         The budget.
     where : str
         Where it comes from, for messages (``"max_gram_bytes"``, a share of worker memory...).
+    pause_room : float or None
+        From worker limits: the least, over the workers, of what a worker may still take before
+        dask pauses it (``0.8 limit - used``); the peak of a step that briefly holds more than
+        the budget (the streamed dual's reduction) must stay below it. None otherwise, or when the
+        workers do not pause (``distributed.worker.memory.pause: false``).
+    workers : int
+        Workers of the client (1 without one).
     """
 
     bytes: float
     where: str
+    pause_room: float | None = None
+    workers: int = 1
 
 
 def _worker_limits(client):
@@ -72,8 +81,18 @@ def memory_budget(max_bytes=None, client=None):
     limits = _worker_limits(client)
     if limits:
         used = client.run(_process_memory)
+        pause_room = min(0.8 * limit - used.get(a, 0) for a, limit in limits.items())
+        pausing = bool(dask.config.get("distributed.worker.memory.pause", 0.8))  # False: workers never pause
+        if not pausing:
+            pause_room = None
+        elif pause_room <= 0:
+            a = min(limits, key=lambda a: 0.8 * limits[a] - used.get(a, 0))
+            raise ValueError(f"the workers have no memory to spare: worker {a} holds {int(used.get(a, 0)):,} bytes of its "
+                             f"{int(limits[a]):,}-byte limit, and dask pauses a worker at 80 % of it; give the workers "
+                             "more memory (memory_limit), or fewer, larger workers")
         room = min(min(0.6 * limit, 0.8 * limit - used.get(a, 0)) for a, limit in limits.items())
-        return Budget(room, "60% of the smallest worker memory limit, less what the worker uses beyond 20%")
+        return Budget(room, "60% of the smallest worker memory limit, less what the worker uses beyond 20%",
+                      pause_room=pause_room, workers=len(limits))
     import psutil
 
     return Budget(0.6 * psutil.virtual_memory().available, "60% of the available memory")
@@ -148,21 +167,27 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     and outputs) and up to two feature slabs (the slab and its temporaries) of ``n_features``
     columns in all: the slab is shrunk (from ``SLAB_BYTES``) to what the budget leaves, down to
     :data:`MIN_SLAB_COLUMNS` columns. Without ``n_features`` (a kernel fit) only the Gram and
-    ``held_bytes`` count. If they do not fit, a RuntimeWarning says so and the plan is blocked.
+    ``held_bytes`` count. With several workers (limits known) the worker that sums the Grams
+    holds a second one while it adds it: ``2 M^2 + held_bytes`` must stay below the pause line
+    (:attr:`Budget.pause_room`). If they do not fit, a RuntimeWarning says so and the plan is blocked.
     """
     itemsize = np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client)
     gram = int(M) ** 2 * itemsize
     column = int(M) * itemsize
     smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)
-    if gram + held_bytes + 2 * smallest <= budget.bytes:
+    reduction_fits = budget.pause_room is None or budget.workers < 2 or 2 * gram + held_bytes <= budget.pause_room
+    if gram + held_bytes + 2 * smallest <= budget.bytes and reduction_fits:
         room = max(int((budget.bytes - gram - held_bytes) / 2), smallest)
         slab = min(int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES)), room) if n_features else 0
         return DualPlan(blocked=False, slab_bytes=slab)
     extra = ""
     if held_bytes or smallest:
         extra = f", and {held_bytes + 2 * smallest:,} more bytes for the data and the feature slabs held with it,"
-    warnings.warn(f"{_shortfall(M, gram, budget, extra)}: factorising it blocked, across the workers",
+    reduction = "" if reduction_fits else (
+        f"; and the worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
+        f"bytes against the {int(budget.pause_room):,} it has before dask pauses it")
+    warnings.warn(f"{_shortfall(M, gram, budget, extra)}{reduction}: factorising it blocked, across the workers",
                   RuntimeWarning, stacklevel=3)
     return DualPlan(blocked=True, slab_bytes=0)
 

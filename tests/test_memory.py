@@ -56,3 +56,41 @@ def test_oversized_dual_fit_advises_the_primal_solver():
         RandomFeatureOperator(n_features=100, solver="dual", max_gram_bytes=10_000).fit(U, V)
     with pytest.raises(ValueError, match="fewer samples, pass dask arrays"):
         check_gram_memory(200, np.float64, 10_000, solver="kernel")
+
+
+def test_workers_with_no_room_left_are_an_error_before_any_work():
+    # an idle worker already past dask's pause line: the fit used to wait forever on paused workers
+    with pytest.raises(ValueError, match=r"no memory to spare: worker w0 holds 190,000,000 bytes of its "
+                                         r"200,000,000-byte limit"):
+        memory_budget(client=FakeClient(200e6, 200e6, used=190e6))
+
+
+def test_the_worker_that_sums_the_grams_holds_two():
+    # 440 MiB workers holding 184 MiB: one 122 MiB Gram fits the budget, but the worker that sums
+    # two workers' Grams holds 244 MiB, over the 168 MiB it has before dask pauses it
+    M, held = 4000, 4000 * 80 * 8
+    limit, used = 440 * 2**20, 184 * 2**20
+    assert not dual_plan(M, np.float64, client=FakeClient(limit, used=used), held_bytes=held, n_features=6000).blocked
+    with pytest.warns(RuntimeWarning, match=r"the worker that sums the 2 workers' Grams holds two: 258,560,000 bytes"):
+        plan = dual_plan(M, np.float64, client=FakeClient(limit, limit, used=used), held_bytes=held, n_features=6000)
+    assert plan.blocked
+    # with room for both (16 GB workers) the streamed dual stays
+    assert not dual_plan(M, np.float64, client=FakeClient(16e9, 16e9, used=used), held_bytes=held, n_features=6000).blocked
+
+
+def test_the_primal_centring_makes_no_n_by_n_temporary():
+    import tracemalloc
+
+    from rfol_dask.factor import primal_factor
+    from rfol_dask.gram import PrimalSums
+
+    N, m, M = 3000, 4, 100
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((M, N))
+    sums = PrimalSums(G=np.asfortranarray(A.T @ A), AtV=A.T @ np.ones((M, m)), colsum=A.sum(0),
+                      vsum=np.full(m, float(M)), count=M)
+    tracemalloc.start()
+    primal_factor(sums, (np.zeros(N), np.zeros(m)), 1e-3, True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 0.5 * N * N * 8  # an N x N temporary was 72 MB here
