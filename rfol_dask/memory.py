@@ -132,13 +132,20 @@ _ADVICE = {
 }
 
 
-def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None):
-    """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`;
-    returns the bytes it needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"`` or None) picks the advice."""
+def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1):
+    """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
+    or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
+    has before dask pauses it (:attr:`Budget.pause_room`, when known); returns the bytes one
+    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"`` or None) picks the advice."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
     budget = memory_budget(max_bytes, client)
     if need > budget.bytes:
         raise ValueError(f"{_shortfall(size, need, budget)}; {_ADVICE[solver]}")
+    if peak_copies > 1 and budget.pause_room is not None and peak_copies * need > budget.pause_room:
+        raise ValueError(f"the {size} x {size} Gram matrix needs {need:,} bytes, and the worker that sums the "
+                         f"workers' Grams holds {peak_copies}: {peak_copies * need:,} bytes against the "
+                         f"{int(budget.pause_room):,} it has before dask pauses it; {_ADVICE[solver]}, or give the "
+                         "workers more memory")
     return need
 
 

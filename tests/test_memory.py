@@ -94,3 +94,11 @@ def test_the_primal_centring_makes_no_n_by_n_temporary():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 0.5 * N * N * 8  # an N x N temporary was 72 MB here
+
+
+def test_the_primal_counts_the_second_gram_of_its_reduction():
+    client = FakeClient(330 * 2**20, 330 * 2**20, used=191 * 2**20)
+    assert check_gram_memory(3000, np.float64, client=client, solver="primal") == 72_000_000  # one fits
+    with pytest.raises(ValueError, match=r"holds 2: 144,000,000 bytes against the .* it has before dask pauses it; "
+                                         r"use fewer features"):
+        check_gram_memory(3000, np.float64, client=client, solver="primal", peak_copies=2)

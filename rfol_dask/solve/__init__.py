@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ..backend import device_namespace, is_array_api, is_cupy, namespace
-from ..memory import check_gram_memory, dual_plan
+from ..memory import check_gram_memory, dual_plan, n_slots
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, row_blocks
 from .in_memory import fit_numpy
@@ -131,7 +131,9 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=M * (n + m) * dtype.itemsize,
                          n_features=n_features)
     else:
-        check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal")
+        # several chains (worker threads): the tree that sums their Grams holds two on one worker
+        check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal",
+                          peak_copies=2 if n_slots(client) > 1 else 1)
     meta = getattr(U, "_meta", None)
     if device != "cpu" and client is None:  # computed in this process: say what is missing, first
         device_namespace(device)
