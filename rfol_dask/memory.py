@@ -21,7 +21,7 @@ import numpy as np
 from . import backend
 from .progress import scheduler_workers
 
-__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "check_gram_memory",
+__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "check_gram_memory", "check_tile_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
@@ -146,6 +146,21 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
                          f"workers' Grams holds {peak_copies}: {peak_copies * need:,} bytes against the "
                          f"{int(budget.pause_room):,} it has before dask pauses it; {_ADVICE[solver]}, or give the "
                          "workers more memory")
+    return need
+
+
+def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None):
+    """ValueError when one Gram tile task of the blocked dual, two row blocks of ``rows`` x
+    ``n_features`` features and their ``rows x rows`` tile, exceeds what a worker has before
+    dask pauses it (:attr:`Budget.pause_room`; not checked without worker limits or with
+    ``max_gram_bytes``); returns its bytes."""
+    itemsize = np.dtype(dtype).itemsize
+    need = (2 * int(rows) * int(n_features) + int(rows) ** 2) * itemsize
+    budget = memory_budget(max_gram_bytes, client)
+    if budget.pause_room is not None and need > budget.pause_room:
+        raise ValueError(f"a Gram tile of the blocked dual needs {need:,} bytes (two blocks of {rows} rows x "
+                         f"{n_features} features and their tile) but a worker has {int(budget.pause_room):,} before "
+                         "dask pauses it: use fewer features, smaller sample chunks, or more memory per worker")
     return need
 
 

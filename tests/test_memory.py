@@ -102,3 +102,14 @@ def test_the_primal_counts_the_second_gram_of_its_reduction():
     with pytest.raises(ValueError, match=r"holds 2: 144,000,000 bytes against the .* it has before dask pauses it; "
                                          r"use fewer features"):
         check_gram_memory(3000, np.float64, client=client, solver="primal", peak_copies=2)
+
+
+def test_a_blocked_dual_tile_that_cannot_fit_a_worker_is_an_error_before_any_work():
+    from rfol_dask.memory import check_tile_memory
+
+    small = FakeClient(280 * 2**20, 280 * 2**20, used=184 * 2**20)  # workers were killed, three times, after 26 s
+    with pytest.raises(ValueError, match=r"a Gram tile of the blocked dual needs 50,000,000 bytes \(two blocks of 500 "
+                                         r"rows x 6000 features and their tile\)"):
+        check_tile_memory(500, 6000, np.float64, client=small)
+    assert check_tile_memory(125, 6000, np.float64, client=small) == 12_125_000  # smaller chunks fit
+    assert check_tile_memory(500, 6000, np.float64, max_gram_bytes=1000, client=small) == 50_000_000  # user's budget

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ..backend import device_namespace, is_array_api, is_cupy, namespace
-from ..memory import check_gram_memory, dual_plan, n_slots
+from ..memory import check_gram_memory, check_tile_memory, dual_plan, n_slots
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, row_blocks
 from .in_memory import fit_numpy
@@ -151,6 +151,8 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     if solver == "primal":
         return fit_primal(Ub, Vb, starts, cols, frequencies, **common)
     if plan.blocked:
+        rows = max(np.diff([*starts, M]))  # the largest (merged) row block
+        check_tile_memory(rows, n_features, dtype, max_gram_bytes, client)
         return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common)
     draw_on = "cuda" if device == "cuda" or (is_array_api(meta) and is_cupy(namespace(meta))) else None
     return fit_streamed(Ub, Vb, starts, m, frequencies, n_features=n_features, dtype=dtype,
