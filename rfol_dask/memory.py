@@ -81,16 +81,17 @@ def memory_budget(max_bytes=None, client=None):
     limits = _worker_limits(client)
     if limits:
         used = client.run(_process_memory)
-        pause_room = min(0.8 * limit - used.get(a, 0) for a, limit in limits.items())
-        pausing = bool(dask.config.get("distributed.worker.memory.pause", 0.8))  # False: workers never pause
-        if not pausing:
+        to_pause = {a: 0.8 * limit - used.get(a, 0) for a, limit in limits.items()}  # room below the pause line
+        tightest = min(to_pause, key=to_pause.get)
+        pause_room = to_pause[tightest]
+        if not dask.config.get("distributed.worker.memory.pause", 0.8):  # False: workers never pause
             pause_room = None
         elif pause_room <= 0:
-            a = min(limits, key=lambda a: 0.8 * limits[a] - used.get(a, 0))
-            raise ValueError(f"the workers have no memory to spare: worker {a} holds {int(used.get(a, 0)):,} bytes of its "
-                             f"{int(limits[a]):,}-byte limit, and dask pauses a worker at 80 % of it; give the workers "
-                             "more memory (memory_limit), or fewer, larger workers")
-        room = min(min(0.6 * limit, 0.8 * limit - used.get(a, 0)) for a, limit in limits.items())
+            raise ValueError(f"the workers have no memory to spare: worker {tightest} holds "
+                             f"{int(used.get(tightest, 0)):,} bytes of its {int(limits[tightest]):,}-byte limit, and "
+                             "dask pauses a worker at 80 % of it; give the workers more memory (memory_limit), or "
+                             "fewer, larger workers")
+        room = min(min(0.6 * limit, to_pause[a]) for a, limit in limits.items())
         return Budget(room, "60% of the smallest worker memory limit, less what the worker uses beyond 20%",
                       pause_room=pause_room, workers=len(limits))
     import psutil

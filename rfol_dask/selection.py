@@ -450,8 +450,10 @@ class SelectionCV(OperatorEstimator):
         """ValueError unless each named parameter is None or a non-empty sequence of positive, finite numbers."""
         for name in names:
             values = getattr(self, name)
-            if values is not None and (len(values) == 0 or not np.all(np.isfinite(np.asarray(values, dtype=float)))
-                                       or not np.all(np.asarray(values, dtype=float) > 0)):
+            if values is None:
+                continue
+            v = np.asarray(values, dtype=float)
+            if v.size == 0 or not np.all(np.isfinite(v) & (v > 0)):
                 raise ValueError(f"{name} must be a non-empty sequence of positive, finite numbers; got {values!r}")
 
     def _family_multiples(self, family, mults):
