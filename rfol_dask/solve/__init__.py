@@ -50,15 +50,14 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
     if alpha != 0:
         return
     rows = n_samples - bool(fit_intercept)
-    which = " with an intercept" if fit_intercept else ""
-    if solver == "primal" and n_features > rows:
-        raise ValueError(f"alpha=0 (min-norm interpolation) in the primal needs n_features <= {rows} (the samples"
-                         f"{' less one' if fit_intercept else ''}{which}), got {n_features} features and "
-                         f"{n_samples} samples: the N x N Gram is singular; pass solver='dual' or alpha > 0")
-    if solver == "dual" and n_features < rows:
-        raise ValueError(f"alpha=0 (min-norm interpolation) in the dual needs n_features >= {rows} (the samples"
-                         f"{' less one' if fit_intercept else ''}{which}), got {n_features} features and "
-                         f"{n_samples} samples: the M x M Gram is singular; pass solver='primal' or alpha > 0")
+    # solver: (singular, needed relation, its Gram, the other solver)
+    rules = {"primal": (n_features > rows, "<=", "N x N", "dual"), "dual": (n_features < rows, ">=", "M x M", "primal")}
+    if solver in rules and rules[solver][0]:
+        _, relation, gram, other = rules[solver]
+        raise ValueError(f"alpha=0 (min-norm interpolation) in the {solver} needs n_features {relation} {rows} (the "
+                         f"samples{' less one with an intercept' if fit_intercept else ''}), got {n_features} "
+                         f"features and {n_samples} samples: the {gram} Gram is singular; pass solver='{other}' "
+                         "or alpha > 0")
 
 
 def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],
