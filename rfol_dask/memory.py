@@ -74,11 +74,28 @@ def _process_memory():
     return psutil.Process().memory_info().rss
 
 
+def _warn_above_limit(max_bytes, limits):
+    """A warning when ``max_gram_bytes`` is more than a worker (or, without workers, this
+    machine) can hold: it overrides the memory checks, so the fit would get workers killed."""
+    if limits:
+        address = min(limits, key=limits.get)
+        cap, what = limits[address], f"the memory limit of worker {address}"
+    else:
+        import psutil
+
+        cap, what = psutil.virtual_memory().total, "this machine's memory"
+    if max_bytes > cap:
+        warnings.warn(f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
+                      "overrides the memory checks, so a Gram of that size gets the process killed, not "
+                      "refused", UserWarning, stacklevel=3)
+
+
 def memory_budget(max_bytes=None, client=None):
     """The :class:`Budget` of one process (see the module docstring for the rule)."""
-    if max_bytes is not None:
-        return Budget(float(max_bytes), "max_gram_bytes")
     limits = _worker_limits(client)
+    if max_bytes is not None:
+        _warn_above_limit(float(max_bytes), limits)
+        return Budget(float(max_bytes), "max_gram_bytes")
     if limits:
         used = client.run(_process_memory)
         to_pause = {a: 0.8 * limit - used.get(a, 0) for a, limit in limits.items()}  # room below the pause line

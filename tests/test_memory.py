@@ -1,5 +1,7 @@
 """The memory policy: what a fit may hold, and what the user is told when it cannot."""
 
+import warnings
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -14,6 +16,20 @@ def test_budget_of_small_workers_leaves_out_what_the_process_holds():
     assert memory_budget(client=FakeClient(300e6, 300e6, used=190e6)).bytes == pytest.approx(50e6)
     assert memory_budget(client=FakeClient(16e9, used=190e6)).bytes == pytest.approx(0.6 * 16e9)
     assert memory_budget(1234, client=FakeClient(16e9)).bytes == 1234
+
+
+def test_a_budget_above_what_the_workers_hold_is_kept_but_warned_about():
+    import psutil
+
+    with pytest.warns(UserWarning, match=r"max_gram_bytes=5,000,000,000 is more than the memory limit of "
+                                         r"worker w1 \(2,000,000,000 bytes\).*killed, not refused"):
+        assert memory_budget(5e9, client=FakeClient(8e9, 2e9)).bytes == 5e9
+    with pytest.warns(UserWarning, match="more than this machine's memory"):
+        memory_budget(2 * psutil.virtual_memory().total)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        memory_budget(1.9e9, client=FakeClient(8e9, 2e9))   # within every limit: silent
+        memory_budget(1e6)
 
 
 def test_dual_plan_counts_the_feature_slab():
