@@ -6,6 +6,7 @@ periods, dims, coordinates and the output's attributes)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import dask.array as da
@@ -14,6 +15,7 @@ import xarray as xr
 
 from . import io
 from . import recovery as rec
+from .recovery.grids import uniform_period
 
 __all__ = ["ResamplingMixin"]
 
@@ -33,6 +35,25 @@ class ResamplingMixin:
                                  f"choose from {rec.KINDS}")
         return tuple(specs)
 
+    def _recovery(self, which, grid):
+        """The ``which`` ("input" / "output") recovery map of ``grid``, with the model's periods.
+
+        A spectral map reads an axis without a period as periodic, with period ``n * spacing``;
+        for data that are not periodic there (Darcy's) that is wrong near both ends, so it warns
+        unless the model knows the axis's period."""
+        R = rec.make_recovery(self._recovery_specs()[which == "output"], grid,
+                              periods=getattr(self, f"{which}_periods_", None))
+        if R.kind == "spectral":
+            dims = getattr(self, f"{which}_dims_", None) or [f"dim_{k}" for k in range(len(R.grid_in))]
+            guessed = [f"{d} (period {uniform_period(x):g})" for d, x, P in zip(dims, R.grid_in, R.periods)
+                       if P is None and x.size > 1]
+            if guessed:
+                warnings.warn(f"recovery 'spectral' reads the {which} axes {', '.join(guessed)} as periodic, "
+                              "but the model knows no period for them; for data that are not periodic there use "
+                              "recovery='cubic', for periodic data give the period (fit(..., periods={dim: P}) "
+                              "or a 'period' attribute on the coordinate)", UserWarning, stacklevel=4)
+        return R
+
     def _output_on_grid(self, Y, u, output_grid):
         """Predictions ``Y`` (M, m) on the training output grid, resampled to ``output_grid`` if
         given, in the kind of the operand ``u`` (numpy, dask or xarray)."""
@@ -41,7 +62,7 @@ class ResamplingMixin:
         if output_grid is not None:
             grid_new = self._check_grid(output_grid, grid, "output")
             if not rec.same_grid(grid_new, grid):
-                R_V = rec.make_recovery(self._recovery_specs()[1], grid, periods=getattr(self, "output_periods_", None))
+                R_V = self._recovery("output", grid)
                 grid_new = R_V.check_grid(grid_new, "output_grid", "the training output grid")
                 Y = R_V.resample(Y.reshape((Y.shape[0], *shape)), grid_new)
                 shape, grid = Y.shape[1:], grid_new
@@ -86,7 +107,7 @@ class ResamplingMixin:
         if input_grid is None and trained is None:
             return u  # xarray coordinates but a model without grid: positional, as before
         grid = self._check_grid(grid, trained, "input")
-        R_U = rec.make_recovery(self._recovery_specs()[0], grid, periods=getattr(self, "input_periods_", None))
+        R_U = self._recovery("input", grid)
         domain = rec.grid_domain(trained, R_U.periodic)
         for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(zip(trained, grid, domain, R_U.domain(), R_U.periods)):
             if P is not None:

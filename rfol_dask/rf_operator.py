@@ -110,7 +110,8 @@ class RandomFeatureOperator(OperatorEstimator):
         writes another grid than the training one (:func:`rfol_dask.recovery.make_recovery`;
         a dict carries options, e.g. ``{"kind": "rf", "distribution": "cauchy"}``; a tuple
         gives ``(R_U, R_V)`` separately). Cubic is the default (measured most accurate on
-        smooth data; see :mod:`rfol_dask.recovery`); ``"spectral"`` means periodic grids.
+        smooth data; see :mod:`rfol_dask.recovery`); ``"spectral"`` means periodic grids (it
+        warns on an axis whose period the model does not know: ``fit(periods=...)``).
     device : {"cpu", "cuda"}, default="cpu"
         Where numpy / xarray input is computed: ``"cuda"`` moves it to the GPU (CuPy; install
         ``rfol-dask[gpu]``) and returns numpy. CuPy input is always computed on its GPU and

@@ -1,6 +1,8 @@
 """Periodic grids: the period is part of the grid (coordinate attribute ``period`` or
 ``fit(periods=)``); recovery then wraps, so any grid of the period is valid."""
 
+import warnings
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -72,6 +74,28 @@ def test_spectral_option_and_numpy_periods():
         exact = make_recovery("spectral", x).resample(on_x, x96)
         err = np.abs(fine - exact).max() / np.abs(exact).max()
         assert err < (1e-12 if recovery == "spectral" else 2e-3), (recovery, err)
+
+
+def test_spectral_recovery_warns_on_axes_without_a_period():
+    """Non-periodic data (a ramp) on a closed grid: the spectral map takes n h as the period and
+    is wrong near the ends; it says so unless the model knows the period."""
+    a = np.random.default_rng(4).standard_normal((80, K.size)) / K
+    x, y = np.linspace(0, 1, 33), np.linspace(0, 1, 65)
+    U, V = functions(a, x)
+    U, V = U + x, V + x
+    model = RandomFeatureOperator(n_features=300, distribution="gaussian", gamma=1e-3, random_state=0,
+                                  recovery="spectral").fit(U, V, input_grid=x, output_grid=x)
+    with pytest.warns(UserWarning, match=r"reads the output axes dim_0 \(period 1\.03125\) as periodic.*"
+                                         r"recovery='cubic'"):
+        model.predict(U[:5], output_grid=y)
+    with pytest.warns(UserWarning, match="reads the input axes dim_0"):
+        model.predict(functions(a[:5], y)[0] + y, input_grid=y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.predict(U[:5])   # the training grid: no recovery, no warning
+        model.set_params(recovery="cubic").predict(U[:5], output_grid=y)
+        model.set_params(recovery="spectral").fit(U, V, input_grid=x, output_grid=x, periods=1.0)
+        model.predict(U[:5], output_grid=y)
 
 
 def test_non_periodic_grids_still_refuse_outside_points():

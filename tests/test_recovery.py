@@ -11,6 +11,10 @@ from rfol_dask import RandomFeatureOperator
 from rfol_dask.metrics import relative_l2_error
 from rfol_dask.recovery import KINDS, as_grid, make_recovery
 
+# the heat model reads its periodic grid spectrally without a given period (n h); the warning
+# that this asks for is tested in test_periodic.py
+pytestmark = pytest.mark.filterwarnings("ignore:recovery 'spectral' reads")
+
 
 def bandlimited(x, y=None):
     """A periodic function on [0, 1) (or [0, 1)^2) with modes |k| <= 5."""
