@@ -6,7 +6,9 @@ Samples run along axis 0; every other axis is part of one function's grid values
 DataArrays are matched by label (dims by name, samples and grid points by coordinate), arrays
 by position.
 Dask inputs are reduced lazily and computed once at the end. Sums are taken in float64 (float32
-squares overflow above about 1e19 and underflow below 1e-22); NaN in the data gives NaN.
+squares overflow above about 1e19 and underflow below 1e-22); NaN in the data gives NaN. Numpy
+inputs are read in row blocks of :data:`BLOCK_BYTES` (in float64), so a metric holds two such
+blocks beside its inputs, whatever their size and dtype.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from .backend import is_array_api, namespace, to_numpy
 from .io import align_by_label
 
 __all__ = ["relative_l2_error", "relative_l2_errors", "r2_score", "relative_l2_scorer"]
+
+#: float64 bytes of one row block of a numpy input
+BLOCK_BYTES = 16 * 2**20
 
 
 def _pair(true, pred):
@@ -45,7 +50,19 @@ def _pair(true, pred):
     if is_array_api(true):
         xp = namespace(true, pred)
         return tuple(xp.astype(xp.reshape(x, (x.shape[0], -1)), xp.float64, copy=False) for x in (true, pred))
+    if isinstance(true, np.ndarray) and isinstance(pred, np.ndarray):
+        return tuple(x.reshape(x.shape[0], -1) for x in (true, pred))  # cast block by block (_blocks)
     return tuple(x.reshape(x.shape[0], -1).astype(np.float64, copy=False) for x in (true, pred))
+
+
+def _blocks(*arrays):
+    """Row blocks ``(rows, a[rows], b[rows], ...)`` of numpy (M, m) arrays, as float64 copies (a
+    loop deletes its blocks before asking for the next: two blocks held, not four)."""
+    M, m = arrays[0].shape
+    step = max(1, BLOCK_BYTES // (8 * m))
+    for start in range(0, M, step):
+        rows = slice(start, start + step)
+        yield (rows, *(a[rows].astype(np.float64) for a in arrays))
 
 
 def _sum(x, axis):
@@ -60,6 +77,14 @@ def relative_l2_errors(true, pred):
     """Per-sample ``||pred_i - true_i|| / ||true_i||``, shape (M,); lazy for dask inputs, in
     the inputs' namespace for array API inputs (CuPy)."""
     t, p = _pair(true, pred)
+    if isinstance(t, np.ndarray):
+        num, den = np.empty(t.shape[0]), np.empty(t.shape[0])
+        for rows, tb, pb in _blocks(t, p):
+            pb -= tb
+            num[rows] = np.square(pb, out=pb).sum(1)
+            den[rows] = np.square(tb, out=tb).sum(1)
+            del tb, pb  # before the next block is made
+        return np.sqrt(num) / np.sqrt(den)
     num = _sum((p - t) ** 2, 1) ** 0.5
     den = _sum(t**2, 1) ** 0.5
     return num / den
@@ -87,8 +112,21 @@ def r2_score(true, pred):
     if t.shape[0] < 2:
         warnings.warn("R^2 score is not well-defined with less than two samples.", UndefinedMetricWarning)
         return float("nan")
-    ss_res = _sum((t - p) ** 2, 0)
-    ss_tot = _sum((t - _mean(t, 0)) ** 2, 0)
+    if isinstance(t, np.ndarray):
+        ss_res, total = np.zeros(t.shape[1]), np.zeros(t.shape[1])
+        for _, tb, pb in _blocks(t, p):
+            total += tb.sum(0)
+            pb -= tb
+            ss_res += np.square(pb, out=pb).sum(0)
+            del tb, pb  # before the next block is made
+        ss_tot, mean = np.zeros(t.shape[1]), total / t.shape[0]
+        for _, tb in _blocks(t):
+            tb -= mean
+            ss_tot += np.square(tb, out=tb).sum(0)
+            del tb  # before the next block is made
+    else:
+        ss_res = _sum((t - p) ** 2, 0)
+        ss_tot = _sum((t - _mean(t, 0)) ** 2, 0)
     ss_res, ss_tot = dask.compute(ss_res, ss_tot)
     ss_res, ss_tot = (np.asarray(to_numpy(x), dtype=float) for x in (ss_res, ss_tot))
     score = np.ones_like(ss_res)

@@ -70,3 +70,43 @@ def test_degenerate_shapes():
         assert np.isnan(r2_score(np.ones((1, 3)), np.ones((1, 3))))
     with pytest.raises(ValueError, match="at least one value per sample"):
         relative_l2_error(np.zeros((3, 0)), np.zeros((3, 0)))
+
+
+def test_numpy_metrics_read_row_blocks_and_match_the_plain_formulas(monkeypatch):
+    from sklearn.metrics import r2_score as sk_r2
+
+    from rfol_dask import metrics
+
+    rng = np.random.default_rng(3)
+    true = rng.normal(size=(101, 6, 5)) + 3.0
+    pred = true + 0.1 * rng.normal(size=true.shape)
+    flat_t, flat_p = true.reshape(101, -1), pred.reshape(101, -1)
+    want = np.linalg.norm(flat_p - flat_t, axis=1) / np.linalg.norm(flat_t, axis=1)
+    monkeypatch.setattr(metrics, "BLOCK_BYTES", 8 * 30 * 7)  # blocks of 7 rows: 15 blocks, the last short
+    np.testing.assert_allclose(relative_l2_errors(true, pred), want, rtol=1e-13)
+    assert r2_score(true, pred) == pytest.approx(sk_r2(flat_t, flat_p), rel=1e-12)
+    # float32 inputs: the same values summed in float64
+    t32, p32 = true.astype(np.float32), pred.astype(np.float32)
+    assert relative_l2_error(t32, p32) == pytest.approx(relative_l2_error(t32.astype(float), p32.astype(float)),
+                                                        rel=1e-12)
+    assert r2_score(t32, p32) == pytest.approx(r2_score(t32.astype(float), p32.astype(float)), rel=1e-12)
+
+
+def test_numpy_metrics_hold_blocks_not_float64_copies_of_their_inputs():
+    import tracemalloc
+
+    from rfol_dask.metrics import BLOCK_BYTES
+
+    rng = np.random.default_rng(4)
+    true = rng.normal(size=(4000, 4096)).astype(np.float32)   # 65 MB each; float64 copies: 131 MB each
+    pred = true + np.float32(0.01)
+    tracemalloc.start()
+    try:
+        relative_l2_error(true, pred)
+        _, peak_l2 = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        r2_score(true, pred)
+        _, peak_r2 = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert max(peak_l2, peak_r2) < 2.2 * BLOCK_BYTES, (peak_l2, peak_r2)  # two float64 blocks
