@@ -77,7 +77,7 @@ def relative_l2_errors(true, pred):
     """Per-sample ``||pred_i - true_i|| / ||true_i||``, shape (M,); lazy for dask inputs, in
     the inputs' namespace for array API inputs (CuPy)."""
     t, p = _pair(true, pred)
-    if isinstance(t, np.ndarray):
+    if isinstance(t, np.ndarray) and isinstance(p, np.ndarray):
         num, den = np.empty(t.shape[0]), np.empty(t.shape[0])
         for rows, tb, pb in _blocks(t, p):
             pb -= tb
@@ -112,7 +112,7 @@ def r2_score(true, pred):
     if t.shape[0] < 2:
         warnings.warn("R^2 score is not well-defined with less than two samples.", UndefinedMetricWarning)
         return float("nan")
-    if isinstance(t, np.ndarray):
+    if isinstance(t, np.ndarray) and isinstance(p, np.ndarray):
         ss_res, total = np.zeros(t.shape[1]), np.zeros(t.shape[1])
         for _, tb, pb in _blocks(t, p):
             total += tb.sum(0)
