@@ -24,6 +24,7 @@ import numpy as np
 import scipy.fft
 
 from . import grf
+from .resolution import check_resolved
 from .registry import EVEN, DatasetSpec, Rule, at_least, check_params, greater, register, sample_rng
 
 __all__ = ["etdrk4_coefficients", "etdrk4", "time_grid", "solve", "make_block", "BURGERS"]
@@ -179,7 +180,8 @@ def make_block(seed, start, stop, *, nu=0.1, T=1.0, n_solve=1024, n_out=128, n_s
     """Samples ``start .. stop-1``: inputs ``u0`` and outputs ``u(., T)``, each (B, n_out).
 
     Sample ``i`` draws its ``2 n_modes`` normals from ``sample_rng(seed, i)``; the solves of
-    the block run as one batched :func:`solve` on ``n_solve`` points.
+    the block run as one batched :func:`solve` on ``n_solve`` points. A ValueError if the solver
+    grid does not resolve ``u(., T)`` (:func:`resolution.check_resolved`).
     """
     check_params(_RANGES, {"n_out": n_out, "n_solve": n_solve, "n_modes": n_modes})
     u0 = np.stack([grf.burgers_initial(sample_rng(seed, i), n_solve, n_modes=n_modes,
@@ -187,6 +189,8 @@ def make_block(seed, start, stop, *, nu=0.1, T=1.0, n_solve=1024, n_out=128, n_s
                    for i in range(start, stop)]) if stop > start else np.zeros((0, n_solve))
     stride = n_solve // n_out
     u_T = solve(u0, T=T, nu=nu, n_steps=n_steps, grading=grading)
+    check_resolved(u_T, n_solve // 3, 1, what=f"Burgers u(., T) on {n_solve} points",
+                   fix=f"raise n_solve (a multiple of n_out = {n_out}; e.g. {4 * n_solve})")
     return np.ascontiguousarray(u0[:, ::stride]), np.ascontiguousarray(u_T[:, ::stride])
 
 

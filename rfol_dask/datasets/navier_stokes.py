@@ -25,6 +25,7 @@ import scipy.fft
 
 from . import grf
 from .burgers import etdrk4, time_grid
+from .resolution import check_resolved
 from .registry import EVEN, DatasetSpec, at_least, check_params, divisor_of, greater, register, sample_rng
 
 __all__ = ["solve", "advection", "cfl_number", "initial_vorticity", "make_block",
@@ -179,7 +180,9 @@ def initial_vorticity(n_grid=64, w0_seed=0, n_modes=50, tau=3.0, power=2.0):
 def make_block(seed, start, stop, *, nu=0.025, T=10.0, n_grid=64, stride=1, n_steps=40,
                w0_seed=0, n_modes=50, tau=3.0, power=2.0):
     """Samples ``start .. stop-1``: inputs ``f`` and outputs ``w(., T)``, each
-    (B, n_grid / stride, n_grid / stride), solved as one (B, n_grid, n_grid) stack."""
+    (B, n_grid / stride, n_grid / stride), solved as one (B, n_grid, n_grid) stack. A ValueError
+    if the CFL number of ``w(., T)`` exceeds 2 or the grid does not resolve it
+    (:func:`resolution.check_resolved`)."""
     check_params(_RANGES, {"n_grid": n_grid, "stride": stride})
     x = _grid(n_grid)
     f = np.empty((stop - start, n_grid, n_grid))
@@ -191,6 +194,9 @@ def make_block(seed, start, stop, *, nu=0.025, T=10.0, n_grid=64, stride=1, n_st
     cfl = cfl_number(w_T, T / n_steps)
     if cfl > _MAX_CFL:
         raise ValueError(f"CFL number {cfl:.2f} at t = T exceeds {_MAX_CFL}: increase n_steps")
+    check_resolved(w_T, (n_grid - 1) // 3, 2, what=f"Navier-Stokes w(., T) on the {n_grid} x {n_grid} grid",
+                   fix=f"raise n_grid (and stride to keep the output grid, e.g. n_grid={2 * n_grid}, "
+                       f"stride={2 * stride})")
     sub = (slice(None), slice(None, None, stride), slice(None, None, stride))
     return np.ascontiguousarray(f[sub]), np.ascontiguousarray(w_T[sub])
 
