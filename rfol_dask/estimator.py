@@ -43,6 +43,12 @@ Grid = Sequence[ArrayLike] | Mapping[str, ArrayLike]
 Periods = float | Sequence[float | None] | Mapping[str, float | None]
 
 
+def _as_dask(x):
+    """The in-memory side of a fit with one dask operand, as one dask chunk: CuPy (array API)
+    arrays as they are (dask keeps them on their device; ``np.asarray`` of one raises)."""
+    return da.asarray(x if backend.is_array_api(x) else np.asarray(x))
+
+
 def _flatten(X):
     """``(M, *grid) -> (M, prod(grid))`` for numpy-like ``X``; returns ``(X2, grid or None)``.
 
@@ -241,7 +247,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             Ud, Vd, in_shape, out_shape = self._check_arrays(u.data, v.data)
             self.__dict__.pop("feature_names_in_", None)
         elif lazy:
-            ud, vd = (x if isinstance(x.data, da.Array) else io.as_operand(da.asarray(np.asarray(x.data)), n)
+            ud, vd = (x if isinstance(x.data, da.Array) else io.as_operand(_as_dask(x.data), n)
                       for x, n in ((u, "U"), (v, "V")))
             Ud, Vd = self._check_lazy(ud.data, vd.data)
             self.__dict__.pop("feature_names_in_", None)  # validated data without column names: none kept

@@ -13,7 +13,7 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from . import io
+from . import backend, io
 from . import recovery as rec
 from .recovery.grids import uniform_period
 
@@ -124,11 +124,13 @@ class ResamplingMixin:
                 raise ValueError(f"input_grid spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the training "
                                  f"domain [{lo:g}, {hi:g}]")
         data = u.data if u.kind == "xarray" else U  # u: the grid dims in increasing order
-        data = data if isinstance(data, da.Array) else np.asarray(data)
+        xp = backend.namespace(data) if backend.is_array_api(data) else None  # CuPy: resampled on the host
+        data = data if isinstance(data, da.Array) else backend.to_numpy(data) if xp is not None else np.asarray(data)
         shape = tuple(len(ax) for ax in grid)
         if data.ndim < 1 or int(np.prod(data.shape[1:])) != int(np.prod(shape)):
             raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
         resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
+        resampled = resampled if xp is None else backend.to_namespace(resampled, xp)  # moved back: follow the input
         new = io.as_operand(resampled, "U")
         return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
 

@@ -91,6 +91,7 @@ def sample_rows(U, max_rows=2000, random_state=None, window=5):
         from .progress import compute
 
         (rows,) = compute(U[idx], desc="median heuristic (sample of the inputs)")
+        rows = backend.to_numpy(rows)  # CuPy chunks give a CuPy sample
     elif backend.is_array_api(U):  # CuPy, array_api_strict, ...: index where U lives, move the sample
         xp = backend.namespace(U)
         rows = backend.to_numpy(xp.take(U, xp.asarray(idx), axis=0))

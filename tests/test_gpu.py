@@ -211,3 +211,74 @@ def test_dask_with_cupy_chunks(data, mode, monkeypatch):
     from rfol_dask.solve import streamed
 
     assert streamed._KEPT_FREQUENCIES == {}  # the frequencies kept between the passes are released
+
+
+def test_dask_cupy_chunks_with_the_median_heuristic(data):
+    """The default gamma ("median") samples rows of CuPy chunks and measures them on the host."""
+    da = pytest.importorskip("dask.array")
+    U, V = data
+    U2 = U.reshape(300, -1)
+    kw = dict(n_features=400, alpha=1e-6, random_state=7, solver="dual")
+    cpu = RandomFeatureOperator(**kw).fit(U2, V)
+    model = RandomFeatureOperator(**kw).fit(da.from_array(U2, chunks=100).map_blocks(cupy.asarray),
+                                            da.from_array(V, chunks=100).map_blocks(cupy.asarray))
+    assert model.gamma_ == pytest.approx(cpu.gamma_, rel=1e-12)
+    assert rel(model.coef_, cpu.coef_) < RTOL
+
+
+def test_dask_inputs_with_cupy_outputs_in_memory(data):
+    """One operand dask, the other an in-memory CuPy array: the CuPy one becomes a dask chunk where
+    it lives (``np.asarray`` of it raises)."""
+    da = pytest.importorskip("dask.array")
+    U, V = data
+    U2 = U.reshape(300, -1)
+    kw = dict(n_features=400, gamma=0.05, alpha=1e-6, random_state=8, solver="dual")
+    cpu = RandomFeatureOperator(**kw).fit(U2, V)
+    model = RandomFeatureOperator(**kw).fit(da.from_array(U2, chunks=100).map_blocks(cupy.asarray),
+                                            cupy.asarray(V))
+    assert rel(model.coef_, cpu.coef_) < RTOL
+
+
+def test_predict_cupy_input_on_another_grid():
+    """``predict(cupy_X, input_grid=...)``: resampled to the training grid on the host, then
+    predicted on the GPU, CuPy out (follow the input)."""
+    x, y = np.arange(32) / 32, np.arange(64) / 64
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((120, 3))
+    k = np.arange(1, 4)
+
+    def fields(grid):
+        return a @ np.sin(2 * np.pi * np.outer(k, grid))
+
+    kw = dict(n_features=300, gamma=0.05, alpha=1e-8, random_state=9, recovery="cubic")
+    cpu = RandomFeatureOperator(**kw).fit(fields(x), fields(x) ** 2, input_grid=x, output_grid=x)
+    gpu = RandomFeatureOperator(**kw).fit(cupy.asarray(fields(x)), cupy.asarray(fields(x) ** 2), input_grid=x,
+                                          output_grid=x)
+    pred = gpu.predict(cupy.asarray(fields(y)[:10]), input_grid=y)
+    assert isinstance(pred, cupy.ndarray)
+    assert rel(pred, cpu.predict(fields(y)[:10], input_grid=y)) < RTOL
+
+
+def test_streamed_intercept_reaches_the_client_as_numpy(data, monkeypatch):
+    """The streamed dual's results leave the workers as numpy (a client without a GPU cannot
+    unpickle CuPy arrays): the coefficient rows and the intercept alike."""
+    da = pytest.importorskip("dask.array")
+    from rfol_dask.solve import streamed
+
+    seen = []
+    compute_fit = streamed.compute_fit
+
+    def spy(*args, consume, **kwargs):
+        def record(i, result):
+            seen.append(result)
+            consume(i, result)
+        return compute_fit(*args, consume=record, **kwargs)
+
+    monkeypatch.setattr(streamed, "compute_fit", spy)
+    U, V = data
+    U2 = U.reshape(300, -1)
+    RandomFeatureOperator(n_features=400, gamma=0.05, random_state=10, solver="dual").fit(
+        da.from_array(U2, chunks=100).map_blocks(cupy.asarray), da.from_array(V, chunks=100).map_blocks(cupy.asarray))
+    *slabs, intercept = seen
+    assert isinstance(intercept, np.ndarray)
+    assert all(rows is None or isinstance(rows, np.ndarray) for rows, _ in slabs)

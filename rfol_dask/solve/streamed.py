@@ -532,7 +532,13 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
                     rows = dask.delayed(coef_slab)(*args, f0, f1, fit_intercept, Beta, token, out, rows,
                                                    dask_key_name=names("coef-slab", f0))
                 slabs.append(((f0, f1), rows))
-    return slabs, dask.delayed(dual_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
+    return slabs, dask.delayed(_host_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
+
+
+def _host_intercept(info, Beta):
+    """:func:`dual_intercept` as numpy, made on the worker: a CuPy array would need CuPy and a GPU
+    on the client to be unpickled there (a client on a login node without one)."""
+    return to_numpy(dual_intercept(info, Beta))
 
 
 def _in_process():
@@ -574,7 +580,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
 
         def consume(i, result):
             if i == len(slabs):
-                got["intercept"] = to_numpy(result)
+                got["intercept"] = result
                 return
             (f0, f1), (rows, shifted) = slabs[i][0], result
             if rows is not None:
