@@ -5,7 +5,8 @@ A budget is ``max_gram_bytes`` when the user gives one, else, for the workers of
 client that have memory limits, the smallest of ``min(0.6 limit, 0.8 limit - used)`` (``used``
 the memory the worker process holds once it has imported this package: a small worker's own
 footprint is a large share of its limit, and dask pauses a worker at 80 %), else 60 % of this
-machine's available memory.
+machine's available memory. An in-memory fit on a GPU (CuPy arrays) has 60 % of the GPU's free
+memory instead.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from . import backend
 from .progress import scheduler_workers
 
-__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "check_gram_memory", "check_tile_memory",
+__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "check_gram_memory", "check_tile_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
@@ -33,6 +34,9 @@ SLAB_BYTES = 256 * 2**20
 
 #: the narrowest feature slab the streamed dual uses before it factorises blocked instead
 MIN_SLAB_COLUMNS = 64
+
+#: share of a GPU's free memory that a fit or a search on it may take
+DEVICE_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -90,12 +94,15 @@ def _warn_above_limit(max_bytes, limits):
                       "refused", UserWarning, stacklevel=3)
 
 
-def memory_budget(max_bytes=None, client=None):
-    """The :class:`Budget` of one process (see the module docstring for the rule)."""
+def memory_budget(max_bytes=None, client=None, xp=None):
+    """The :class:`Budget` of one process (see the module docstring for the rule); with ``xp``
+    CuPy (an in-memory fit on this process's GPU) :data:`DEVICE_SHARE` of the GPU's free memory."""
     limits = _worker_limits(client)
     if max_bytes is not None:
         _warn_above_limit(float(max_bytes), limits)
         return Budget(float(max_bytes), "max_gram_bytes")
+    if xp is not None and backend.is_cupy(xp):
+        return Budget(DEVICE_SHARE * free_bytes(xp), f"{DEVICE_SHARE:.0%} of the GPU's free memory")
     if limits:
         used = client.run(_process_memory)
         to_pause = {a: 0.8 * limit - used.get(a, 0) for a, limit in limits.items()}  # room below the pause line
@@ -150,13 +157,14 @@ _ADVICE = {
 }
 
 
-def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1):
+def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1, xp=None):
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
     has before dask pauses it (:attr:`Budget.pause_room`, when known); returns the bytes one
-    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"`` or None) picks the advice."""
+    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"`` or None) picks the advice; ``xp``
+    the namespace of an in-memory fit (CuPy: the GPU's budget)."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
-    budget = memory_budget(max_bytes, client)
+    budget = memory_budget(max_bytes, client, xp)
     if need > budget.bytes:
         raise ValueError(f"{_shortfall(size, need, budget)}; {_ADVICE[solver]}")
     if peak_copies > 1 and budget.pause_room is not None and peak_copies * need > budget.pause_room:

@@ -235,7 +235,7 @@ class RandomFeatureOperator(OperatorEstimator):
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
             self.omega_, self.b_ = recipe(xp=xp)
             check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes,
-                              solver=self.solver_)
+                              solver=self.solver_, xp=xp)
             coef, intercept = fit_numpy(U, V, self.omega_, self.b_, alpha=float(self.alpha),
                                         fit_intercept=self.fit_intercept, solver=self.solver_)
             if not backend.is_fast(xp):

@@ -41,7 +41,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import backend
 from .estimator import OperatorEstimator
 from .gram import stack_rows
-from .memory import device_free_bytes, free_bytes
+from .memory import DEVICE_SHARE, device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
@@ -50,9 +50,6 @@ __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
 DEFAULT_ALPHAS = tuple(float(f"1e{k}") for k in range(-16, 2))  # exact decimals: 1e-05, not 10.0 ** -5
-#: share of a device's free memory (a GPU's) that a search on it gives its Grams, as 60 % of the
-#: host's available memory on the CPU (:func:`rfol_dask.memory.memory_budget`)
-DEVICE_SHARE = 0.6
 #: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four decades)
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)

@@ -282,3 +282,17 @@ def test_streamed_intercept_reaches_the_client_as_numpy(data, monkeypatch):
     *slabs, intercept = seen
     assert isinstance(intercept, np.ndarray)
     assert all(rows is None or isinstance(rows, np.ndarray) for rows, _ in slabs)
+
+
+def test_in_memory_gpu_fit_checks_the_gpu_memory(data, monkeypatch):
+    """A Gram larger than the GPU's share is refused before any work, naming the GPU's budget (the
+    host's memory used to be checked, and cuSOLVER ran out of memory instead)."""
+    U, V = data
+    monkeypatch.setattr(cupy.cuda.runtime, "memGetInfo", lambda: (1_000_000, 2_000_000))
+    monkeypatch.setattr(cupy.get_default_memory_pool(), "free_bytes", lambda: 0)
+    Uc, Vc = cupy.asarray(U), cupy.asarray(V)
+    with pytest.raises(ValueError, match=r"300 x 300 Gram matrix needs 720,000 bytes .*60% of the GPU's free memory"):
+        RandomFeatureOperator(n_features=600, gamma=0.05, solver="dual").fit(Uc, Vc)
+    with pytest.raises(ValueError, match="60% of the GPU's free memory"):
+        KernelOperator(length_scale=3.0).fit(Uc, Vc)
+    RandomFeatureOperator(n_features=600, gamma=0.05, solver="dual", max_gram_bytes=10**6).fit(Uc, Vc)  # the user's word

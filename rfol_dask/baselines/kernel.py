@@ -246,7 +246,8 @@ class KernelOperator(OperatorEstimator):
         alpha = float(self.nugget)
         self.length_scale_ = self._resolve_length_scale(U, transform)
         if not lazy:
-            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel")
+            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel",
+                              xp=backend.namespace(U) if backend.is_array_api(U) else None)
             X = transform(U, 0)
             fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
