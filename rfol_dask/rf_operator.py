@@ -203,7 +203,8 @@ class RandomFeatureOperator(OperatorEstimator):
     def _fit_arrays(self, U, V, lazy, dtype):
         """Draw the frequencies and solve for ``coef_`` (N, m) and ``intercept_`` (m,)."""
         M, m = U.shape[0], V.shape[1]
-        self.solver_ = choose_solver(self.solver, M, self.n_features)
+        on_gpu = lazy and (self._device() != "cpu" or backend.is_array_api(getattr(U, "_meta", None)))
+        self.solver_ = choose_solver(self.solver, M, self.n_features, dual_only=on_gpu)
         check_min_norm(self.solver_, self.alpha, M, self.n_features, self.fit_intercept)
         seed = integer_seed(self.random_state)
         self.input_metric_, self.gamma_ = None, self.gamma

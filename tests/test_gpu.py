@@ -296,3 +296,18 @@ def test_in_memory_gpu_fit_checks_the_gpu_memory(data, monkeypatch):
     with pytest.raises(ValueError, match="60% of the GPU's free memory"):
         KernelOperator(length_scale=3.0).fit(Uc, Vc)
     RandomFeatureOperator(n_features=600, gamma=0.05, solver="dual", max_gram_bytes=10**6).fit(Uc, Vc)  # the user's word
+
+
+def test_auto_solver_on_dask_cupy_chunks_is_the_dual(data):
+    """N < M would pick the primal, which dask input on a GPU does not have: "auto" picks the
+    streamed dual there (an explicit solver="primal" still says why it cannot run)."""
+    da = pytest.importorskip("dask.array")
+    U, V = data
+    U2 = U.reshape(300, -1)
+    Ud, Vd = (da.from_array(x, chunks=100).map_blocks(cupy.asarray) for x in (U2, V))
+    kw = dict(n_features=200, gamma=0.05, alpha=1e-6, random_state=11)
+    model = RandomFeatureOperator(**kw).fit(Ud, Vd)
+    assert model.solver_ == "dual"
+    assert rel(model.coef_, RandomFeatureOperator(solver="dual", **kw).fit(U2, V).coef_) < RTOL
+    with pytest.raises(NotImplementedError, match="streamed dual only"):
+        RandomFeatureOperator(solver="primal", **kw).fit(Ud, Vd)

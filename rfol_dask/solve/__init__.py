@@ -34,10 +34,11 @@ from .tiled import fit_tiled
 __all__ = ["choose_solver", "check_min_norm", "fit_numpy", "fit_dask"]
 
 
-def choose_solver(solver, n_samples, n_features):
-    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram (dual when ``N >= M``)."""
+def choose_solver(solver, n_samples, n_features, dual_only=False):
+    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram (dual when ``N >= M``), or the
+    dual with ``dual_only`` (dask input on a GPU, which only the streamed dual fits)."""
     if solver == "auto":
-        return "dual" if n_features >= n_samples else "primal"
+        return "dual" if dual_only or n_features >= n_samples else "primal"
     return solver
 
 
