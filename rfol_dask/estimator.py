@@ -407,9 +407,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             (params,) = broadcast(active_client(), args)  # shipped once, not inside every task
 
             run = functools.partial(_predict_chunk, block=block, device=self._device())  # picklable
-            Y = da.map_blocks(run, X, params,
-                              chunks=(X.chunks[0], (self.intercept_.shape[0],)),
-                              dtype=backend.to_numpy(self.intercept_).dtype)
+            dtype = backend.to_numpy(self.intercept_).dtype
+            xp = backend.namespace(X._meta) if backend.is_array_api(X._meta) else None  # CuPy chunks: CuPy out
+            Y = da.map_blocks(run, X, params, chunks=(X.chunks[0], (self.intercept_.shape[0],)), dtype=dtype,
+                              meta=None if xp is None else xp.empty((0, 0), dtype=getattr(xp, dtype.name)))
         elif backend.is_array_api(u.data):  # follow the input: computed where X lives, returned there
             X, _ = _flatten(u.data)
             xp = backend.namespace(X)

@@ -224,6 +224,9 @@ def test_dask_cupy_chunks_with_the_median_heuristic(data):
                                             da.from_array(V, chunks=100).map_blocks(cupy.asarray))
     assert model.gamma_ == pytest.approx(cpu.gamma_, rel=1e-12)
     assert rel(model.coef_, cpu.coef_) < RTOL
+    lazy = model.predict(da.from_array(U2[:50], chunks=25).map_blocks(cupy.asarray))
+    assert isinstance(lazy._meta, cupy.ndarray)  # the lazy prediction says what its chunks are
+    assert isinstance(lazy.compute(), cupy.ndarray)
 
 
 def test_dask_inputs_with_cupy_outputs_in_memory(data):
