@@ -110,8 +110,7 @@ def _cmd_quickstart(args):
         print(f"LocalCluster: {len(scheduler_workers(client))} workers")
         _print_dashboard(client)
         t0 = time.perf_counter()
-        ds = datasets.generate(args.dataset, n_train + n_test, store=store, seed=args.seed,
-                               overwrite=True)
+        ds = datasets.reuse_or_generate(args.dataset, n_train + n_test, store, seed=args.seed)
         print(f"data: {n_train} train + {n_test} test samples in {store} ({time.perf_counter() - t0:.1f} s)")
         train, test = ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
         truth = test["output"].values

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import uuid
 import numbers
@@ -26,7 +27,7 @@ from .recovery.grids import as_grid, as_periods, same_grid
 
 
 __all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
-           "flags_key", "process_alive", "learn_grid", "operand_grid", "grid_dims", "learn_periods", "match_dims"]
+           "flags_key", "process_alive", "learn_grid", "operand_grid", "grid_dims", "learn_periods", "match_dims", "foreign_entries"]
 
 
 @dataclass
@@ -450,3 +451,28 @@ def block_flags(path):
         return np.asarray(group[flags_key(group)][...]).astype(bool)
     except Exception:  # noqa: BLE001  (no such group or array)
         return None
+
+
+_ZARR_META = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
+
+
+def foreign_entries(path, arrays):
+    """What the Zarr directory ``path`` holds beyond its own arrays ``arrays`` (paths such as
+    ``"coef"`` or ``"_rfol_dask/block_done"``): files or folders a user put there, sorted. That is
+    every entry that is neither Zarr metadata nor the first part of one of ``arrays``, and inside
+    such a folder anything but metadata, the names on the way to the arrays and chunk keys
+    (digits and dots, under ``c/``). A store about to be replaced is refused when this is not empty."""
+    path = Path(path)
+    chunk = re.compile(r"[0-9.]+")
+    foreign = []
+    for entry in path.iterdir():
+        if entry.name in _ZARR_META:
+            continue
+        keys = [n.split("/") for n in arrays if n.split("/")[0] == entry.name]
+        if not keys or entry.is_symlink() or not entry.is_dir():
+            foreign.append(entry.name)
+            continue
+        allowed = _ZARR_META | {"c"} | {part for k in keys for part in k[1:]}  # metadata, chunks, nested arrays
+        foreign += [str(sub.relative_to(path)) for sub in entry.rglob("*")
+                    if not all(p in allowed or chunk.fullmatch(p) for p in sub.relative_to(entry).parts)]
+    return sorted(foreign)

@@ -14,7 +14,6 @@ import glob
 import hashlib
 import json
 import os
-import re
 import shutil
 import socket
 import time
@@ -27,7 +26,7 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
-from .io import check_parent_dir, owned_tag, process_alive, tag_owner
+from .io import check_parent_dir, foreign_entries, owned_tag, process_alive, tag_owner
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator"]
@@ -87,36 +86,17 @@ def describe_path(path):
     return "a directory holding other files"
 
 
-_ZARR_META = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
-
-
 def _foreign_entries(path):
-    """What the model directory ``path`` holds beyond the model (files or folders a user put
-    there, a store of theirs too), sorted: every entry that is neither Zarr metadata nor one of
-    the model's own arrays (the keys of its checksums, else the arrays Zarr lists), and inside
-    an array's folder anything but its metadata and chunk keys (digits and dots, under ``c/``)."""
+    """What the model directory ``path`` holds beyond the model (:func:`io.foreign_entries`): its
+    own arrays are the keys of its checksums, else the arrays Zarr lists."""
     import zarr
 
-    path = Path(path)
-    attrs = _group_attrs(path) or {}
-    sums = attrs.get("rfol_dask_checksums")
+    sums = (_group_attrs(path) or {}).get("rfol_dask_checksums")
     try:
         names = set(sums) if isinstance(sums, dict) else set(zarr.open_group(str(path), mode="r").array_keys())
     except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
         names = set()
-    chunk = re.compile(r"[0-9.]+")
-    foreign = []
-    for entry in path.iterdir():
-        if entry.name in _ZARR_META:
-            continue
-        keys = [n.split("/") for n in names if n.split("/")[0] == entry.name]
-        if not keys or entry.is_symlink() or not entry.is_dir():
-            foreign.append(entry.name)
-            continue
-        allowed = _ZARR_META | {"c"} | {part for k in keys for part in k[1:]}  # metadata, chunks, nested arrays
-        foreign += [str(sub.relative_to(path)) for sub in entry.rglob("*")
-                    if not all(p in allowed or chunk.fullmatch(p) for p in sub.relative_to(entry).parts)]
-    return sorted(foreign)
+    return foreign_entries(path, names)
 
 
 def check_model_path(path, overwrite=True):

@@ -7,7 +7,7 @@ registers a :class:`DatasetSpec`. How each data set is made: docs/datasets.md.
 """
 
 from .registry import DatasetSpec, get, names, register, resolve_params, sample_rng
-from .store import generate, open_dataset
+from .store import generate, open_dataset, reuse_or_generate
 from . import (  # noqa: F401  (each module registers its data sets)
     advection,
     advection3,
@@ -19,7 +19,7 @@ from . import (  # noqa: F401  (each module registers its data sets)
 )
 
 __all__ = ["DatasetSpec", "get", "names", "register", "resolve_params", "sample_rng",
-           "generate", "open_dataset"]
+           "generate", "open_dataset", "reuse_or_generate"]
 
 
 def __getattr__(name):

@@ -33,14 +33,14 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, open_dataset, process_alive
+from ..io import BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, foreign_entries, open_dataset, process_alive
 from ..progress import compute
 from .registry import get, resolve_params
 
 if TYPE_CHECKING:  # annotations only: importing distributed here would slow every import
     import distributed
 
-__all__ = ["generate", "open_dataset", "default_block_size", "store_lock"]
+__all__ = ["generate", "reuse_or_generate", "open_dataset", "default_block_size", "store_lock"]
 
 
 _TARGET_CHUNK_BYTES = 32 * 2**20
@@ -255,8 +255,14 @@ def _store_state(path):
         return "an rfol_dask model" if "rfol_dask_model" in attrs else "a Zarr store of another kind"
     with _quiet_zarr():
         arrays = {k for k, _ in group.arrays()}
-    if block_flags(path) is None or not {"input", "output"} <= arrays:
-        return "partial"  # cut short by a version without the marker: no block can have been written
+    if block_flags(path) is None:
+        stored = [f for var in ("input", "output") if (path / var).is_dir()
+                  for f in (path / var).rglob("*") if f.is_file() and f.name not in (".zarray", ".zattrs", "zarr.json")]
+        if not stored:
+            return "partial"  # a template cut short by a version without the marker: no data written
+        return "a copy of a data set without generate's bookkeeping (written by xarray or zarr)"  # never cleared
+    if not {"input", "output"} <= arrays:
+        return "partial"
     return "dataset"
 
 
@@ -265,6 +271,13 @@ def _stored_meta(path):
     import zarr
 
     return json.loads(zarr.open_group(str(path), mode="r").attrs["rfol_dask_meta"])
+
+
+def _stored_version(path):
+    """The rfol_dask version that wrote the data-set store at ``path``."""
+    import zarr
+
+    return zarr.open_group(str(path), mode="r").attrs.get("rfol_dask_version")
 
 
 def _checked_block(name, seed, start, stop, params):
@@ -354,7 +367,8 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     params = resolve_params(spec, params)
     if block_size is None:
-        block_size = default_block_size(spec, params, n_samples)
+        block_size = _resumed_block_size(store, spec, params, n_samples, seed) or default_block_size(
+            spec, params, n_samples)
     block_size = _check_count(block_size, "block_size")
     ds, meta, encoding = _template(spec, params, n_samples, block_size, seed)
     blocks = _blocks(n_samples, block_size)
@@ -385,6 +399,63 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     return open_dataset(path)
 
 
+def reuse_or_generate(name: str, n_samples: int, store: str | os.PathLike, *, seed: int = 0,
+                      client=None, progress: bool = False, **params) -> xr.Dataset:
+    """The first ``n_samples`` samples of data set ``name`` from the store ``store``, made only
+    when it does not hold them: the store of a run that wants its data, whatever ran before.
+
+    - A complete store of the same data (name, seed and parameters) with at least ``n_samples``
+      samples is read (its first samples are the ones asked for: sample ``i`` depends only on
+      the seed and ``i``).
+    - An interrupted :func:`generate` of at least as many samples of the same data is resumed.
+    - A store of the same data with fewer samples is made again, larger (nothing is lost: the
+      same numbers come back).
+    - Nothing there, or a template cut short: generated.
+    - Anything else (other data, a copy without bookkeeping, a user's files) is a ValueError; it is
+      never replaced.
+
+    ``client`` is a distributed client, or a callable returning one (or None), called only when
+    samples must be made (so that reading an existing store starts no cluster). Returns the lazily
+    read data set, ``n_samples`` long.
+    """
+    spec = get(name)
+    params = resolve_params(spec, params)
+    path = Path(os.fspath(store))
+    overwrite, size = False, n_samples
+    if path.is_dir() and _store_state(path) == "dataset":
+        stored = _stored_meta(path)
+        asked = {"dataset": spec.name, "seed": int(seed), "params": json.loads(json.dumps(params, sort_keys=True))}
+        other = {k: (stored.get(k), v) for k, v in asked.items() if stored.get(k) != v}
+        if other:
+            raise ValueError(f"{path} holds other data (stored vs needed: {other}); it is left untouched: use "
+                             "another folder, or move it away")
+        try:
+            ds = open_dataset(path)
+        except ValueError:  # an interrupted run: resumed if it makes enough samples
+            ds = None
+        if ds is not None and ds.sizes["sample"] >= n_samples:
+            return ds.isel(sample=slice(0, n_samples))
+        if ds is None and stored["n_samples"] >= n_samples:
+            size = stored["n_samples"]
+        else:
+            overwrite = True  # the same data, too few samples: made again, larger
+    client = client() if callable(client) else client
+    ds = generate(name, size, path, seed=seed, client=client, overwrite=overwrite, progress=progress, **params)
+    return ds.isel(sample=slice(0, n_samples))
+
+
+def _resumed_block_size(store, spec, params, n_samples, seed):
+    """The block size of the store being resumed, when ``store`` holds this very request (the
+    same data set, size, seed and parameters) started with another block size; else None."""
+    path = None if store is None else Path(os.fspath(store))
+    if path is None or not path.is_dir() or _store_state(path) != "dataset":
+        return None
+    stored = _stored_meta(path)
+    asked = {"dataset": spec.name, "n_samples": n_samples, "seed": int(seed),
+             "params": json.loads(json.dumps(params, sort_keys=True))}
+    return stored.get("block_size") if all(stored.get(k) == v for k, v in asked.items()) else None
+
+
 def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
     """Under the lock: keep a store of the same data set (to resume it), else write the template
     (a new or cut-short store, or another data set with ``overwrite``). Returns the block flags."""
@@ -393,11 +464,36 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
         existing = _stored_meta(path)
         if existing != json.loads(json.dumps(meta, sort_keys=True)) and not overwrite:
             diff = {k: (existing.get(k), meta[k]) for k in _META_KEYS if existing.get(k) != meta[k]}
+            if list(diff) == ["block_size"]:  # the same samples, written in other blocks
+                raise ValueError(f"{path} was started with block_size={existing['block_size']}: rerun with that "
+                                 f"block size (--block-size {existing['block_size']}), or without one, to resume it")
             raise ValueError(f"{path} holds another data set (stored vs requested: {diff}); pass "
                              "overwrite=True (--overwrite) to replace it, or use another path")
+        if overwrite:
+            _check_own_files(path)
+        else:
+            version = _stored_version(path)
+            if version != __version__ and not all(block_flags(path)):
+                raise ValueError(f"{path} was started by rfol_dask {version} and this is {__version__}: resuming "
+                                 "could mix samples of two versions; pass overwrite=True (--overwrite) to start it again")
     if state != "dataset" or overwrite:
         _write_template(path, ds, encoding, n_blocks)
     return block_flags(path)
+
+
+def _check_own_files(path):
+    """ValueError if the data-set store ``path`` holds anything beyond its own arrays (a user's
+    files), which replacing it would delete."""
+    import zarr
+
+    with _quiet_zarr():
+        arrays = [name for name, node in zarr.open_group(str(path), mode="r").members(max_depth=None)
+                  if isinstance(node, zarr.Array)]
+    foreign = [f for f in foreign_entries(path, arrays) if not f.startswith((_LOCK, _TEMPLATE_MARK))]
+    if foreign:
+        raise ValueError(f"the data set at {path} also holds other files ({', '.join(foreign[:5])}"
+                         f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move them "
+                         "away or use another path")
 
 
 def _check_store_kind(path):

@@ -53,20 +53,14 @@ def load_split(name: str, data_dir, max_test: int, cluster=None) -> tuple[xr.Dat
     """The paper-size split of data set ``name`` (seed 0), loaded into memory: ``(train, test)``.
 
     ``train`` holds the paper's training size, ``test`` ``min(paper test size, max_test)``
-    samples. The store ``<data_dir>/<name>.zarr`` is reused when it holds exactly that many
-    samples, else (re)generated on ``cluster()`` (a :class:`SharedCluster`; None: dask threads).
+    samples: read from the store ``<data_dir>/<name>.zarr`` when it holds them, else made there on
+    ``cluster()`` (a :class:`SharedCluster`; None: dask threads), resuming an interrupted run
+    (:func:`rfol_dask.datasets.reuse_or_generate`: a store of other data is refused, never replaced).
     """
     paper = datasets.get(name).paper
     n_train, n_test = paper["train"], min(paper["test"], max_test)
     path = Path(data_dir) / f"{name}.zarr"
-    try:
-        ds = datasets.open_dataset(path)
-        if ds.sizes["sample"] != n_train + n_test:
-            raise ValueError("size differs")
-    except (FileNotFoundError, ValueError):
-        ds = datasets.generate(name, n_train + n_test, store=path, seed=0, overwrite=True,
-                               client=cluster() if cluster else None)
-    ds = ds.load()
+    ds = datasets.reuse_or_generate(name, n_train + n_test, path, seed=0, client=cluster).load()
     return ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
 
 

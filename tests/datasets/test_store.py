@@ -265,3 +265,93 @@ def test_the_title_names_non_default_parameters():
     other = datasets.generate("advection1", 2, n_points=80)
     assert other.attrs["title"].endswith("with non-default parameters n_points=80 (the description is for the defaults)")
     assert other.attrs["param_n_points"] == 80
+
+
+def _clear_flags(path, blocks):
+    group = zarr.open_group(str(path), mode="r+")
+    for k in blocks:
+        group["_rfol_dask/block_done"][k] = 0
+
+
+def test_an_xarray_copy_of_a_data_set_is_never_cleared(tmp_path):
+    """A processed copy written by xarray keeps the data set's attributes but not generate's
+    bookkeeping: it is someone's data, not a template cut short."""
+    src = datasets.generate("advection1", 12, store=tmp_path / "a.zarr")
+    copy = src.load()
+    copy["input"] = 2 * copy["input"]
+    for v in copy.variables.values():
+        v.encoding = {}
+    copy.to_zarr(tmp_path / "copy.zarr")
+    for name in ("advection2", "advection1"):
+        with pytest.raises(ValueError, match="a copy of a data set without generate's bookkeeping"):
+            datasets.generate(name, 5, store=tmp_path / "copy.zarr", overwrite=True)
+    np.testing.assert_array_equal(xr.open_zarr(tmp_path / "copy.zarr")["input"].values, copy["input"].values)
+
+
+def test_overwrite_never_deletes_a_users_files_in_a_data_set(tmp_path):
+    path = tmp_path / "s.zarr"
+    datasets.generate("advection1", 8, store=path)
+    (path / "my_notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"also holds other files \(my_notes\.txt\).*move them away"):
+        datasets.generate("advection1", 8, store=path, seed=1, overwrite=True)
+    assert (path / "my_notes.txt").read_text() == "mine"
+    assert datasets.open(path).attrs["seed"] == 0  # untouched
+    (path / "my_notes.txt").unlink()
+    assert datasets.generate("advection1", 8, store=path, seed=1, overwrite=True).attrs["seed"] == 1
+
+
+def test_resume_takes_the_stored_block_size_and_refuses_another_version(tmp_path, monkeypatch):
+    from rfol_dask.datasets import store as store_mod
+
+    path = tmp_path / "s.zarr"
+    datasets.generate("advection1", 20, store=path, block_size=3)
+    _clear_flags(path, [2, 5])  # an interrupted run
+    with pytest.raises(ValueError, match=r"started with block_size=3: rerun with that block size \(--block-size 3\)"):
+        datasets.generate("advection1", 20, store=path, block_size=5)
+    calls = []
+    real = store_mod._write_block
+    monkeypatch.setattr(store_mod, "_write_block", lambda *a: calls.append(a[5]) or real(*a))
+    datasets.generate("advection1", 20, store=path)  # no block size: the stored one, resumed
+    assert sorted(calls) == [2, 5]
+    _clear_flags(path, [1])
+    zarr.open_group(str(path), mode="r+").attrs["rfol_dask_version"] = "0.0.1"
+    with pytest.raises(ValueError, match=r"started by rfol_dask 0\.0\.1 and this is .*could mix samples of two versions"):
+        datasets.generate("advection1", 20, store=path)
+
+
+def test_reuse_or_generate_reads_resumes_or_refuses(tmp_path, monkeypatch):
+    from rfol_dask.datasets import store as store_mod
+
+    path = tmp_path / "d.zarr"
+    ref = datasets.generate("advection1", 30, seed=0)
+    made = []
+    real = store_mod.generate
+    monkeypatch.setattr(store_mod, "generate", lambda *a, **k: made.append((a[1], k["overwrite"])) or real(*a, **k))
+    first = datasets.reuse_or_generate("advection1", 30, path)
+    smaller = datasets.reuse_or_generate("advection1", 12, path)  # the first samples of the larger store
+    assert made == [(30, False)]
+    np.testing.assert_array_equal(smaller["input"].values, ref["input"].values[:12])
+    np.testing.assert_array_equal(first["output"].values, ref["output"].values)
+    _clear_flags(path, [0])
+    resumed = datasets.reuse_or_generate("advection1", 20, path)  # an interrupted run of 30: resumed
+    assert made[-1] == (30, False) and resumed.sizes["sample"] == 20
+    larger = datasets.reuse_or_generate("advection1", 40, path)  # the same data, more of it: made again
+    assert made[-1] == (40, True)
+    np.testing.assert_array_equal(larger["input"].values[:30], ref["input"].values)
+    for other in (dict(seed=1), dict(n_points=80)):
+        with pytest.raises(ValueError, match="holds other data .*left untouched"):
+            datasets.reuse_or_generate("advection1", 10, path, **other)
+    with pytest.raises(ValueError, match="holds other data"):
+        datasets.reuse_or_generate("advection2", 10, path)
+    assert datasets.open(path).sizes["sample"] == 40 and len(made) == 3
+
+
+def test_reproduction_data_never_replace_other_data(tmp_path):
+    """The experiments' splits: a store of other data in their folder is refused, not replaced."""
+    from rfol_dask.experiments.data import load_split
+
+    path = tmp_path / "advection1.zarr"
+    datasets.generate("advection1", 10, store=path, seed=9)
+    with pytest.raises(ValueError, match="holds other data"):
+        load_split("advection1", tmp_path, 10)
+    assert datasets.open(path).attrs["seed"] == 9
