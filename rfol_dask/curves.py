@@ -125,7 +125,7 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     ValueError
         If ``n_features`` is not increasing positive integers, ``frequencies`` are too few,
         the arrays' shapes do not match (``(M, n)``, ``(M, m)``, ``(M_t, n)``, ``(M_t, m)``),
-        ``gamma`` is not positive, ``alpha`` is negative, or ``V`` holds NaN / Inf.
+        ``gamma`` is not positive, ``alpha`` is negative, or ``V`` or ``V_test`` holds NaN / Inf.
 
     Notes
     -----
@@ -142,6 +142,7 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     """
     U, V, U_test, V_test = _check_curve_data(U, V, U_test, V_test, gamma, alpha)
     check_finite(V, 0, "V")
+    check_finite(V_test, 0, "V_test", "computing error curves")  # else every error, and every slope fitted to them, is NaN
     checkpoints = _check_checkpoints(n_features)
     M, n = U.shape
     seed, metric = integer_seed(random_state), None

@@ -261,8 +261,9 @@ def plot_curves(path, curves, title=None):
             vals = np.atleast_2d(np.asarray(c[key], float))
             mid = np.exp(np.log(vals).mean(axis=0))
             text = label
-            if key == "error" and c.get("slope") is not None and np.isfinite(c["slope"]["slope"]):
-                text = f"{label} (slope {c['slope']['slope']:.2f})"
+            slope = (c.get("slope") or {}).get("slope")  # None: no slope (JSON null for NaN)
+            if key == "error" and slope is not None and np.isfinite(slope):
+                text = f"{label} (slope {slope:.2f})"
             line, = ax.loglog(N, mid, "o-", label=text)
             ax.fill_between(N, vals.min(axis=0), vals.max(axis=0), color=line.get_color(), alpha=0.2)
             if key == "error":

@@ -155,3 +155,14 @@ def test_the_default_curve_is_the_default_model_and_saves_as_a_dataset(tmp_path)
     np.testing.assert_array_equal(back["error"].values, res["error"])
     assert back["error"].dims == ("seed", "n_features") and back.attrs["slope_slope"] == res["slope"]["slope"]
     assert curve_dataset(curve)["error"].dims == ("n_features",)
+
+
+def test_nan_in_the_test_outputs_is_an_error_not_a_nan_curve():
+    from rfol_dask.curves import error_curves
+
+    rng = np.random.default_rng(0)
+    U, Ut = rng.standard_normal((40, 5)), rng.standard_normal((10, 5))
+    V, Vt = np.sin(U), np.sin(Ut)
+    Vt[3, 2] = np.nan
+    with pytest.raises(ValueError, match=r"V_test contains NaN or infinity .*first bad sample: 3"):
+        error_curves(U, V, Ut, Vt, [10, 20], seeds=[0, 1], gamma=0.5)

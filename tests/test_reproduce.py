@@ -188,3 +188,36 @@ def test_grow_to_grows_the_tuned_rf_row_only(tmp_path):
     assert build_parser().parse_args(["reproduce", "advection1", "--grow-to", "800"]).grow_to == 800
     with pytest.raises(ValueError, match="grow_to"):
         experiments.reproduce.reproduce("advection1", out=tmp_path / "o", grow_to=0)
+
+
+def test_results_files_are_strict_json_written_atomically(tmp_path, monkeypatch):
+    from rfol_dask.experiments.report import fmt_error, read_results, write_results
+
+    path = tmp_path / "burgers.json"
+    write_results(path, {"fits": {"methods": {"rf": {"error": float("nan"), "paper": 0.01}}}, "n": [1.0, float("inf")]})
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text  # strict parsers (jq, JavaScript) read it
+    assert json.loads(text) == {"fits": {"methods": {"rf": {"error": None, "paper": 0.01}}}, "n": [1.0, None]}
+    assert fmt_error(None, missing="nan") == "nan" and fmt_error(None) == "-"  # measured vs absent from the paper
+
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(path), "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_results(path, {"other": 1})
+    monkeypatch.undo()
+    assert read_results(path)["n"] == [1.0, None]  # the old file is whole
+    path.write_text('{"name": "darcy", "fi')
+    with pytest.raises(ValueError, match=r"burgers\.json is not valid JSON .*delete it"):
+        read_results(path)
+
+
+def test_out_or_data_that_are_files_are_usage_errors(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["reproduce", "advection1", "--quick", "--out", str(afile)]) == 2
+    assert "is a file, not a folder for the results" in capsys.readouterr().err
+    assert main(["reproduce", "advection1", "--quick", "--out", str(tmp_path / "r"), "--data", str(afile)]) == 2
+    assert "not a folder for the data sets" in capsys.readouterr().err
+    assert afile.read_text() == "x"

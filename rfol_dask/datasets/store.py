@@ -474,7 +474,7 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
         else:
             version = _stored_version(path)
             if version != __version__ and not all(block_flags(path)):
-                raise ValueError(f"{path} was started by rfol_dask {version} and this is {__version__}: resuming "
+                raise ValueError(f"{path} was started by rfol_dask {version or '(version not recorded)'} and this is {__version__}: resuming "
                                  "could mix samples of two versions; pass overwrite=True (--overwrite) to start it again")
     if state != "dataset" or overwrite:
         _write_template(path, ds, encoding, n_blocks)

@@ -12,11 +12,40 @@ from .reference import METHODS, TUNED, reference_data
 __all__ = ["render", "fmt_error", "fits_table", "tuned_note", "equal_time_table", "curves_table"]
 
 
-def fmt_error(x, pct=True):
-    """``x`` in percent (or plain with ``pct=False``) to 3 digits; "-" for None / NaN."""
+def fmt_error(x, pct=True, missing="-"):
+    """``x`` in percent (or plain with ``pct=False``) to 3 digits; ``missing`` for None / NaN (a
+    measured error passes ``"nan"``, so that it never reads as a value the paper lacks)."""
     if x is None or not np.isfinite(x):
-        return "-"
+        return missing
     return f"{100 * x:.3g}" if pct else f"{x:.3g}"
+
+
+def _json_safe(x):
+    """``x`` with every non-finite float as None (JSON has no NaN: strict parsers refuse it)."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+def write_results(path, results):
+    """Write ``results`` to the JSON file ``path`` atomically (a temporary file renamed over it, so
+    an interrupted write leaves the old file), non-finite floats as ``null``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(_json_safe(results), indent=1, allow_nan=False))
+    tmp.replace(path)
+
+
+def read_results(path):
+    """The results in the JSON file ``path``; ValueError naming the file when it is not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON ({exc}); delete it (or move it away) and run again") from exc
 
 
 def _slope(x):
@@ -44,7 +73,7 @@ def fits_table(results: dict, quick: bool) -> list[str]:
             else:
                 col = "-" if m["paper"] is None else f"{m['error'] / m['paper']:.2f}"
             flag = "" if m.get("passed", True) else " **over bound**"
-            lines.append(f"| {name} | {size} | {label} | {fmt_error(m['error'])}{flag} | {fmt_error(m['paper'])} | "
+            lines.append(f"| {name} | {size} | {label} | {fmt_error(m['error'], missing='nan')}{flag} | {fmt_error(m['paper'])} | "
                          f"{col} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
     return lines
 
@@ -97,7 +126,7 @@ def equal_time_table(results: dict) -> list[str]:
             m = e["methods"][label]
             p = m["paper"] or (None, None)
             lines.append(f"| {name} | {e['train']} / {e['test']} | {label} | {m.get('n_features', '-')} | "
-                         f"{fmt_error(m['error'])} | {m['train_s']:.3g} | {fmt_error(p[0])} | {p[1] or '-'} |")
+                         f"{fmt_error(m['error'], missing='nan')} | {m['train_s']:.3g} | {fmt_error(p[0])} | {p[1] or '-'} |")
     return lines
 
 
@@ -121,7 +150,7 @@ def render(out, names=None) -> str:
     rows, equal time, curves), separated by blank lines; also written to ``<out>/table.md``. ``names`` default: every set."""
     out = Path(out)
     names = reference_data()["sets"] if names is None else names
-    results = {n: json.loads((out / f"{n}.json").read_text()) for n in names if (out / f"{n}.json").exists()}
+    results = {n: read_results(out / f"{n}.json") for n in names if (out / f"{n}.json").exists()}
     quick = any(r.get("quick") for r in results.values())
     tables = []
     if any("fits" in r for r in results.values()):

@@ -35,12 +35,11 @@ __all__ = ["reproduce", "add_arguments", "run_args", "build_parser", "main"]
 
 def _curve_figure(out):
     """``<out>/curves.png`` from the curves of every ``<out>/<name>.json`` present (this run's and earlier)."""
-    import json
-
     from ..plotting import plot_curves
+    from .report import read_results
 
     files = [Path(out) / f"{n}.json" for n in reference_data()["curve_sets"]]
-    plots = {f.stem: json.loads(f.read_text()).get("curves") for f in files if f.exists()}
+    plots = {f.stem: read_results(f).get("curves") for f in files if f.exists()}
     plots = {n: c for n, c in plots.items() if c}
     if plots:
         plot_curves(Path(out) / "curves.png", plots, title="Cauchy random features: error and fit time vs N")
@@ -61,6 +60,7 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     import numpy as np
 
     from .. import datasets
+    from ..io import check_parent_dir
     from .data import SharedCluster
     from .report import render
     from .runners import run
@@ -84,6 +84,10 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     cluster = SharedCluster(workers)  # checks workers; starts nothing yet
     out = Path(out)
     data = out / "data" if data is None else Path(data)
+    for folder, what in ((out, "the results"), (data, "the data sets")):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} is a file, not a folder for {what}; pick another path")
+        check_parent_dir(folder, what)
     out.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
     cfg = dict(sizes(quick), grow_to=grow_to)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
@@ -15,7 +14,7 @@ from ..plotting import plot_example
 from .data import arrays, grid, load_split, load_subset
 from .measure import run_method
 from .reference import METHODS, TUNED, paper_equal_time, paper_error, part_applies, quick_bound, quick_train
-from .report import fmt_error
+from .report import fmt_error, read_results, write_results
 from .selection import median_length_scale, select_nugget
 
 __all__ = ["make_models", "tuned_info", "run_fits", "run_equal_time", "run_curves", "run"]
@@ -165,20 +164,20 @@ def run(name, parts, cfg, out, data_dir, quick, cluster=None):
     """The requested ``parts`` for data set ``name``; writes ``<out>/<name>.json`` (merged with an
     earlier file of the same name) after each part and returns its content."""
     path = Path(out) / f"{name}.json"
-    res = json.loads(path.read_text()) if path.exists() else {}
+    res = read_results(path) if path.exists() else {}
     if "fits" in parts:
         train, test = _split(name, cfg, data_dir, quick, cluster)
         res.update(name=name, quick=quick, train=train.sizes["sample"], test=test.sizes["sample"],
                    paper_test=datasets.get(name).paper["test"], machine=platform.machine(),
                    load_avg=os.getloadavg()[0])
         res["fits"] = run_fits(name, train, test, cfg, out, quick)
-        path.write_text(json.dumps(res, indent=1))
+        write_results(path, res)
     if "equal_time" in parts and part_applies(name, "equal_time"):
         train, test = load_subset(name, cfg["equal_train"], cfg["equal_test"], data_dir, cluster)
         res["equal_time"] = run_equal_time(name, train, test, cfg)
-        path.write_text(json.dumps(res, indent=1))
+        write_results(path, res)
     if "curves" in parts and part_applies(name, "curves"):
         train, test = _split(name, cfg, data_dir, quick, cluster)
         res["curves"] = run_curves(name, train, test, cfg)
-        path.write_text(json.dumps(res, indent=1))
+        write_results(path, res)
     return res
