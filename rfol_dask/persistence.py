@@ -83,6 +83,8 @@ def describe_path(path):
         return "an rfol_dask data set"
     if attrs is not None:
         return "a Zarr store that is not an rfol_dask model"
+    if any((path / name).is_file() for name in ("zarr.json", ".zgroup")):
+        return "a Zarr store whose metadata cannot be read (damaged: a model or data set cut short or edited?)"
     return "a directory holding other files"
 
 
@@ -393,7 +395,12 @@ def restore_estimator(cls, arrays, attrs, path=None):
         raise ValueError(f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load")
     try:
         model = cls(**params)
-    except TypeError as exc:  # an older save of another estimator class
+    except TypeError as exc:  # parameters this class does not know
+        if saved == cls.__name__:  # the class matches: its parameters are of another version
+            unknown = sorted(set(params) - set(cls().get_params()))
+            raise ValueError(f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
+                             f"{__version__} does not know (saved by rfol_dask {attrs.get('version', '?')}): "
+                             "upgrade rfol_dask to load it") from exc
         raise ValueError(f"the model at {path} was saved by another estimator class than {cls.__name__} "
                          f"({exc}): load it with that class's load") from exc
     if getattr(model, "device", "cpu") != "cpu":

@@ -257,3 +257,28 @@ def test_stale_feature_caches_of_killed_fits_are_swept(tmp_path, monkeypatch):
         (tmp_path / name).mkdir()
     streamed.sweep_stale_caches()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+
+
+def test_a_model_with_parameters_of_a_newer_version_says_upgrade(tmp_path):
+    import json
+
+    U, V = smooth_operator_data(30, 6)
+    path = tmp_path / "m"
+    RandomFeatureOperator(n_features=20, random_state=0).fit(U, V).save(path)
+    group = zarr.open_group(str(path), mode="r+")
+    state = json.loads(group.attrs["rfol_dask_model"])
+    state["params"]["future_option"] = 1
+    group.attrs["rfol_dask_model"] = json.dumps(state)
+    with pytest.raises(ValueError, match=r"parameters \['future_option'\] that RandomFeatureOperator of rfol_dask .* "
+                                         r"does not know .*upgrade rfol_dask"):
+        RandomFeatureOperator.load(path)
+
+
+def test_a_model_with_damaged_group_metadata_is_called_damaged(tmp_path):
+    U, V = smooth_operator_data(30, 6)
+    path = tmp_path / "m"
+    RandomFeatureOperator(n_features=20, random_state=0).fit(U, V).save(path)
+    meta = path / "zarr.json"
+    meta.write_text(meta.read_text()[:40])  # truncated
+    with pytest.raises(ValueError, match="a Zarr store whose metadata cannot be read"):
+        RandomFeatureOperator.load(path)
