@@ -15,7 +15,6 @@ import xarray as xr
 
 from . import backend, io
 from . import recovery as rec
-from .recovery.grids import uniform_period
 
 __all__ = ["ResamplingMixin"]
 
@@ -45,7 +44,7 @@ class ResamplingMixin:
                               periods=getattr(self, f"{which}_periods_", None))
         if R.kind == "spectral":
             dims = getattr(self, f"{which}_dims_", None) or [f"dim_{k}" for k in range(len(R.grid_in))]
-            guessed = [f"{d} (period {uniform_period(x):g})" for d, x, P in zip(dims, R.grid_in, R.periods)
+            guessed = [f"{d} (period {rec.uniform_period(x):g})" for d, x, P in zip(dims, R.grid_in, R.periods)
                        if P is None and x.size > 1]
             if guessed:
                 warnings.warn(f"recovery 'spectral' reads the {which} axes {', '.join(guessed)} as periodic, "

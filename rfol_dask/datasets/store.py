@@ -424,8 +424,7 @@ def reuse_or_generate(name: str, n_samples: int, store: str | os.PathLike, *, se
     overwrite, size = False, n_samples
     if path.is_dir() and _store_state(path) == "dataset":
         stored = _stored_meta(path)
-        asked = {"dataset": spec.name, "seed": int(seed), "params": json.loads(json.dumps(params, sort_keys=True))}
-        other = {k: (stored.get(k), v) for k, v in asked.items() if stored.get(k) != v}
+        other = {k: (stored.get(k), v) for k, v in _request(spec, params, seed).items() if stored.get(k) != v}
         if other:
             raise ValueError(f"{path} holds other data (stored vs needed: {other}); it is left untouched: use "
                              "another folder, or move it away")
@@ -451,9 +450,13 @@ def _resumed_block_size(store, spec, params, n_samples, seed):
     if path is None or not path.is_dir() or _store_state(path) != "dataset":
         return None
     stored = _stored_meta(path)
-    asked = {"dataset": spec.name, "n_samples": n_samples, "seed": int(seed),
-             "params": json.loads(json.dumps(params, sort_keys=True))}
+    asked = {**_request(spec, params, seed), "n_samples": n_samples}
     return stored.get("block_size") if all(stored.get(k) == v for k, v in asked.items()) else None
+
+
+def _request(spec, params, seed):
+    """What fixes a data set's samples, as its store's metadata records it: name, seed, parameters."""
+    return {"dataset": spec.name, "seed": int(seed), "params": json.loads(json.dumps(params, sort_keys=True))}
 
 
 def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
@@ -474,8 +477,9 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
         else:
             version = _stored_version(path)
             if version != __version__ and not all(block_flags(path)):
-                raise ValueError(f"{path} was started by rfol_dask {version or '(version not recorded)'} and this is {__version__}: resuming "
-                                 "could mix samples of two versions; pass overwrite=True (--overwrite) to start it again")
+                raise ValueError(f"{path} was started by rfol_dask {version or '(version not recorded)'} and this is "
+                                 f"{__version__}: resuming could mix samples of two versions; pass overwrite=True "
+                                 "(--overwrite) to start it again")
     if state != "dataset" or overwrite:
         _write_template(path, ds, encoding, n_blocks)
     return block_flags(path)
