@@ -104,7 +104,7 @@ def _cmd_quickstart(args):
     spec = datasets.get(args.dataset)
     paper = spec.paper
     n_train, n_test = args.train, args.test
-    store = out / f"{args.dataset}.zarr"
+    store = out / (f"{args.dataset}.zarr" if args.seed == 0 else f"{args.dataset}_seed{args.seed}.zarr")
     print(f"rfol-dask quickstart: {args.dataset} ({spec.description})")
     with local_client(n_workers=args.workers) as client:
         print(f"LocalCluster: {len(scheduler_workers(client))} workers")

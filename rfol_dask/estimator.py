@@ -44,9 +44,12 @@ Periods = float | Sequence[float | None] | Mapping[str, float | None]
 
 
 def _as_dask(x):
-    """The in-memory side of a fit with one dask operand, as one dask chunk: CuPy (array API)
-    arrays as they are (dask keeps them on their device; ``np.asarray`` of one raises)."""
-    return da.asarray(x if backend.is_array_api(x) else np.asarray(x))
+    """The in-memory side of a fit with one dask operand, as one dask chunk: CuPy arrays as they
+    are (dask keeps them on their GPU; ``np.asarray`` of one raises), other array API arrays
+    (which dask cannot hold) moved to numpy."""
+    if backend.is_array_api(x):
+        return da.asarray(x if backend.is_cupy(backend.namespace(x)) else backend.to_numpy(x))
+    return da.asarray(np.asarray(x))
 
 
 def _flatten(X):

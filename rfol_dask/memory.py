@@ -78,10 +78,15 @@ def _process_memory():
     return psutil.Process().memory_info().rss
 
 
-def _warn_above_limit(max_bytes, limits):
+def _warn_above_limit(max_bytes, limits, xp=None):
     """A warning when ``max_gram_bytes`` is more than a worker (or, without workers, this
-    machine) can hold: it overrides the memory checks, so the fit would get workers killed."""
-    if limits:
+    machine, or with ``xp`` CuPy this process's GPU) can hold: it overrides the memory checks, so
+    the fit would get workers killed."""
+    if xp is not None and backend.is_cupy(xp):
+        import cupy
+
+        cap, what = cupy.cuda.runtime.memGetInfo()[1], "the GPU's memory"
+    elif limits:
         address = min(limits, key=limits.get)
         cap, what = limits[address], f"the memory limit of worker {address}"
     else:
@@ -99,7 +104,7 @@ def memory_budget(max_bytes=None, client=None, xp=None):
     CuPy (an in-memory fit on this process's GPU) :data:`DEVICE_SHARE` of the GPU's free memory."""
     limits = _worker_limits(client)
     if max_bytes is not None:
-        _warn_above_limit(float(max_bytes), limits)
+        _warn_above_limit(float(max_bytes), limits, xp)
         return Budget(float(max_bytes), "max_gram_bytes")
     if xp is not None and backend.is_cupy(xp):
         return Budget(DEVICE_SHARE * free_bytes(xp), f"{DEVICE_SHARE:.0%} of the GPU's free memory")

@@ -64,6 +64,17 @@ def _group_attrs(path):
         return None
 
 
+def _unreadable_json(path):
+    """True for a file at ``path`` that is not JSON (Zarr metadata cut short or edited)."""
+    try:
+        json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return False
+    except (ValueError, OSError):
+        return True
+    return False
+
+
 def describe_path(path):
     """What is at ``path``: None (nothing), ``"model"``, ``"empty"`` (an empty directory) or a
     phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, ...)."""
@@ -83,7 +94,7 @@ def describe_path(path):
         return "an rfol_dask data set"
     if attrs is not None:
         return "a Zarr store that is not an rfol_dask model"
-    if any((path / name).is_file() for name in ("zarr.json", ".zgroup")):
+    if any(_unreadable_json(path / name) for name in ("zarr.json", ".zgroup")):
         return "a Zarr store whose metadata cannot be read (damaged: a model or data set cut short or edited?)"
     return "a directory holding other files"
 
@@ -396,11 +407,13 @@ def restore_estimator(cls, arrays, attrs, path=None):
     try:
         model = cls(**params)
     except TypeError as exc:  # parameters this class does not know
-        if saved == cls.__name__:  # the class matches: its parameters are of another version
+        if saved == cls.__name__:  # the class matches: its parameters are of another version, or edited
             unknown = sorted(set(params) - set(cls().get_params()))
+            version = attrs.get("version")
+            fix = (f"load it with rfol_dask {version}" if version and version != __version__ else
+                   "the model's attributes were changed after it was saved; fit and save it again")
             raise ValueError(f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
-                             f"{__version__} does not know (saved by rfol_dask {attrs.get('version', '?')}): "
-                             "upgrade rfol_dask to load it") from exc
+                             f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}") from exc
         raise ValueError(f"the model at {path} was saved by another estimator class than {cls.__name__} "
                          f"({exc}): load it with that class's load") from exc
     if getattr(model, "device", "cpu") != "cpu":

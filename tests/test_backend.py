@@ -675,3 +675,16 @@ def test_array_api_input_of_the_working_dtype_is_not_copied():
     assert np.shares_memory(U2._array, U._array) and np.shares_memory(V2._array, V._array)
     U3, _, _, _ = RandomFeatureOperator(n_features=30, dtype=np.float32)._check_arrays(U, V)
     assert U3.dtype == xs.float32
+
+
+def test_a_dask_operand_beside_an_array_api_one(data):
+    """dask cannot hold array_api_strict chunks: the in-memory operand is moved to numpy (CuPy
+    ones stay on their GPU: tests/test_gpu.py)."""
+    import dask.array as da
+
+    U, V = data
+    kw = dict(n_features=60, gamma=0.4, random_state=4)
+    want = RandomFeatureOperator(**kw).fit(U, V).predict(U[:5])
+    for Uin, Vin in ((da.from_array(U, chunks=20), xs.asarray(V)), (xs.asarray(U), da.from_array(V, chunks=20))):
+        got = RandomFeatureOperator(**kw).fit(Uin, Vin).predict(U[:5])
+        assert rel(backend.to_numpy(got), want) < TOL

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from rfol_dask import datasets
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,6 +24,13 @@ def test_cli_quickstart(tmp_path):
         assert float(words[2]) > 0  # fit time
     assert (tmp_path / "qs" / "quickstart.png").stat().st_size > 10_000
     assert (tmp_path / "qs" / "model_cauchy.zarr").is_dir()
+    # another seed in the same folder: its own store beside the first, which is kept
+    again = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "quickstart", "--out", str(tmp_path / "qs"),
+                            "--train", "40", "--test", "10", "--seed", "1", "--workers", "1"],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert datasets.open(tmp_path / "qs" / "advection1_seed1.zarr").attrs["seed"] == 1
+    assert datasets.open(tmp_path / "qs" / "advection1.zarr").sizes["sample"] == 600
 
 
 def test_cli_datasets_and_generate_errors(tmp_path):

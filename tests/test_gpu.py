@@ -314,3 +314,11 @@ def test_auto_solver_on_dask_cupy_chunks_is_the_dual(data):
     assert rel(model.coef_, RandomFeatureOperator(solver="dual", **kw).fit(U2, V).coef_) < RTOL
     with pytest.raises(NotImplementedError, match="streamed dual only"):
         RandomFeatureOperator(solver="primal", **kw).fit(Ud, Vd)
+
+
+def test_a_max_gram_bytes_beyond_the_gpu_warns(data, monkeypatch):
+    U, V = data
+    monkeypatch.setattr(cupy.cuda.runtime, "memGetInfo", lambda: (500_000, 1_000_000))
+    with pytest.warns(UserWarning, match=r"max_gram_bytes=2,000,000 is more than the GPU's memory \(1,000,000 bytes\)"):
+        RandomFeatureOperator(n_features=100, gamma=0.05, solver="dual", max_gram_bytes=2e6).fit(
+            cupy.asarray(U), cupy.asarray(V))

@@ -270,7 +270,11 @@ def test_a_model_with_parameters_of_a_newer_version_says_upgrade(tmp_path):
     state["params"]["future_option"] = 1
     group.attrs["rfol_dask_model"] = json.dumps(state)
     with pytest.raises(ValueError, match=r"parameters \['future_option'\] that RandomFeatureOperator of rfol_dask .* "
-                                         r"does not know .*upgrade rfol_dask"):
+                                         r"does not know .*attributes were changed after it was saved"):
+        RandomFeatureOperator.load(path)  # this version saved it: edited
+    state["version"] = "9.9.9"
+    group.attrs["rfol_dask_model"] = json.dumps(state)
+    with pytest.raises(ValueError, match=r"saved by rfol_dask 9\.9\.9\): load it with rfol_dask 9\.9\.9"):
         RandomFeatureOperator.load(path)
 
 
@@ -282,3 +286,7 @@ def test_a_model_with_damaged_group_metadata_is_called_damaged(tmp_path):
     meta.write_text(meta.read_text()[:40])  # truncated
     with pytest.raises(ValueError, match="a Zarr store whose metadata cannot be read"):
         RandomFeatureOperator.load(path)
+    zarr.create_array(str(tmp_path / "arr"), shape=(3,), dtype="f8")  # a valid Zarr array: not damaged
+    with pytest.raises(ValueError, match="is not an rfol_dask model") as err:
+        RandomFeatureOperator.load(tmp_path / "arr")
+    assert "cannot be read" not in str(err.value)

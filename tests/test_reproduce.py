@@ -221,3 +221,20 @@ def test_out_or_data_that_are_files_are_usage_errors(tmp_path, capsys):
     assert main(["reproduce", "advection1", "--quick", "--out", str(tmp_path / "r"), "--data", str(afile)]) == 2
     assert "not a folder for the data sets" in capsys.readouterr().err
     assert afile.read_text() == "x"
+
+
+def test_tables_read_results_with_nan_written_as_null(tmp_path):
+    """A NaN error or slope is null in the results file; the tables show it, never raise."""
+    from rfol_dask.experiments.report import curves_table, fits_table, read_results, write_results
+
+    method = {"error": float("nan"), "paper": 0.0382, "fit_s": 1.0, "predict_s": 0.1, "peak_mib": 10.0}
+    res = {"train": 10, "test": 5, "paper_test": 5, "quick": False,
+           "fits": {"methods": {label: dict(method) for label in reference_module.METHODS}},
+           "curves": {"train": 10, "test": 5, "n_features": [10, 20], "seeds": [0],
+                      "slope": {"slope": float("nan"), "n_points": 1, "saturated_at": None},
+                      "time_slope": {"slope": float("nan")}, "excess": {"p": float("nan"), "floor": float("nan")}}}
+    write_results(tmp_path / "burgers.json", res)
+    back = {"burgers": read_results(tmp_path / "burgers.json")}
+    row = fits_table(back, quick=False)[2]
+    assert "| nan | 3.82 | nan |" in row
+    assert curves_table(back)[2].count("| - |") >= 2

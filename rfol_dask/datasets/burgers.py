@@ -14,8 +14,8 @@ the grid by about 1e-13, and the Cole-Hopf solution is matched to 1.5e-8
 (``tests/datasets/test_burgers.py``). With ``nu = 1e-3`` 100 steps blow up: 400 are stable and
 800 give outputs within 3e-7 of a 3200-step, 8192-point solution (1024 points suffice).
 
-Ranges: ``nu``, ``T``, ``grading``, ``sigma > 0``; ``tau >= 0``; ``n_out >= 2``; ``n_solve`` even
-and a multiple of ``n_out``; ``1 <= n_modes < n_solve / 2``.
+Ranges: ``nu``, ``T``, ``grading``, ``sigma > 0``; ``tau >= 0``; ``n_out >= 2``; ``n_solve`` even,
+at least 6 (2/3 rule: modes up to 2, a band the resolution check can judge) and a multiple of ``n_out``; ``1 <= n_modes < n_solve / 2``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _RANGES = {
     "nu": greater(0),
     "T": greater(0),
     "n_out": at_least(2),
-    "n_solve": (EVEN, Rule(lambda v, p: v % p["n_out"] == 0, lambda p: f"be a multiple of n_out = {p['n_out']}")),
+    "n_solve": (at_least(6), EVEN, Rule(lambda v, p: v % p["n_out"] == 0, lambda p: f"be a multiple of n_out = {p['n_out']}")),
     "n_steps": at_least(1),
     "grading": greater(0),
     "n_modes": Rule(lambda v, p: 1 <= v < p["n_solve"] // 2,

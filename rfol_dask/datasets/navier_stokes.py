@@ -13,8 +13,8 @@ one ``(B, n, n)`` FFT stack. ``navier_stokes_high`` keeps the 64 x 64 grid,
 Accuracy at the defaults (40 steps of 0.25): halving the step changes ``w(., 10)`` by about
 1e-9 relative (see ``tests/datasets/test_navier_stokes.py``).
 
-Ranges: ``nu``, ``T``, ``power > 0``; ``n_grid`` even and at least 4 (the 2/3 rule keeps modes
-``|k| <= (n_grid - 1) // 3``); ``stride`` divides ``n_grid`` into at least 2 points;
+Ranges: ``nu``, ``T``, ``power > 0``; ``n_grid`` even and at least 8 (the 2/3 rule keeps modes
+``|k| <= (n_grid - 1) // 3``, at least 2, so that the resolution check has a band to judge); ``stride`` divides ``n_grid`` into at least 2 points;
 ``n_steps``, ``n_modes >= 1``; ``w0_seed``, ``tau >= 0``.
 """
 
@@ -45,7 +45,7 @@ _DEFAULTS = {
 _RANGES = {
     "nu": greater(0),
     "T": greater(0),
-    "n_grid": (at_least(4), EVEN),
+    "n_grid": (at_least(8), EVEN),  # 2/3 rule: modes |k| <= 2, so the resolution check has a band to judge
     "stride": divisor_of("n_grid", proper=True),
     "n_steps": at_least(1),
     "w0_seed": at_least(0),

@@ -41,6 +41,8 @@ def spectral_tail(u, cutoff: int, ndim: int = 1) -> float:
         ``max_b sqrt(E_b(K/2 < |k|_inf <= K) / E_b(0 < |k|_inf <= K))``, 0 for a constant
         field; ``E_b`` the energy of field ``b`` in the given modes. Cost: one real FFT of ``u``.
     """
+    if len(u) == 0:
+        return 0.0  # an empty block
     axes = tuple(range(-ndim, 0))
     power = np.abs(scipy.fft.rfftn(np.asarray(u, dtype=float), axes=axes)) ** 2
     k = np.zeros(power.shape[-ndim:])

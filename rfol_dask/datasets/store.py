@@ -486,13 +486,11 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
 
 
 def _check_own_files(path):
-    """ValueError if the data-set store ``path`` holds anything beyond its own arrays (a user's
-    files), which replacing it would delete."""
-    import zarr
-
-    with _quiet_zarr():
-        arrays = [name for name, node in zarr.open_group(str(path), mode="r").members(max_depth=None)
-                  if isinstance(node, zarr.Array)]
+    """ValueError if the data-set store ``path`` holds anything beyond the arrays its template
+    defines (a user's files or arrays), which replacing it would delete."""
+    meta = _stored_meta(path)
+    gin, gout = get(meta["dataset"]).grids(**meta["params"])
+    arrays = {"input", "output", "sample", *gin, *gout, f"{BOOKKEEPING_GROUP}/block_done", "block_done"}
     foreign = [f for f in foreign_entries(path, arrays) if not f.startswith((_LOCK, _TEMPLATE_MARK))]
     if foreign:
         raise ValueError(f"the data set at {path} also holds other files ({', '.join(foreign[:5])}"

@@ -48,9 +48,10 @@ def read_results(path):
         raise ValueError(f"{path} is not valid JSON ({exc}); delete it (or move it away) and run again") from exc
 
 
-def _slope(x):
-    """A fitted slope, or "-" where fewer than two points were left to fit (saturated at once)."""
-    return "-" if x is None or not np.isfinite(x) else f"{x:+.3f}"
+def _slope(x, digits=3):
+    """A fitted slope, or "-" where fewer than two points were left to fit (saturated at once) or
+    the fit gave NaN (``None`` in strict JSON)."""
+    return "-" if x is None or not np.isfinite(x) else f"{x:+.{digits}f}"
 
 
 def fits_table(results: dict, quick: bool) -> list[str]:
@@ -71,7 +72,8 @@ def fits_table(results: dict, quick: bool) -> list[str]:
             if quick:
                 col = fmt_error(m.get("bound"))
             else:
-                col = "-" if m["paper"] is None else f"{m['error'] / m['paper']:.2f}"
+                measured = m["error"] is not None and np.isfinite(m["error"])  # None: a NaN, in strict JSON
+                col = "-" if m["paper"] is None else f"{m['error'] / m['paper']:.2f}" if measured else "nan"
             flag = "" if m.get("passed", True) else " **over bound**"
             lines.append(f"| {name} | {size} | {label} | {fmt_error(m['error'], missing='nan')}{flag} | {fmt_error(m['paper'])} | "
                          f"{col} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
@@ -140,7 +142,7 @@ def curves_table(results: dict) -> list[str]:
         lines.append(f"| {name} | {c['train']} / {c['test']} | {c['n_features'][0]}-{c['n_features'][-1]} | "
                      f"{len(c['seeds'])} | {_slope(s['slope'])} | {s['n_points']} | "
                      f"{'-' if s['saturated_at'] is None else int(s['saturated_at'])} | "
-                     f"{c['time_slope']['slope']:+.2f} | {fmt_error(ex.get('p'), pct=False)} | "
+                     f"{_slope(c['time_slope']['slope'], 2)} | {fmt_error(ex.get('p'), pct=False)} | "
                      f"{fmt_error(ex.get('floor'))} |")
     return lines
 

@@ -27,7 +27,7 @@ _HELMHOLTZ = {
 _NAVIER_STOKES = {
     "nu": [(0, "be > 0"), (-0.01, "be > 0")],
     "T": [(0, "be > 0")],
-    "n_grid": [(2, "be at least 4"), (63, "be even")],
+    "n_grid": [(6, "be at least 8"), (63, "be even")],
     "stride": [(3, "divide n_grid = 64 into >= 2 parts (valid: [1, 2, 4, 8, 16, 32])"),
                (64, "divide n_grid = 64 into >= 2 parts")],
     "n_steps": [(0, "be at least 1")],
@@ -66,7 +66,7 @@ BAD = {
         "nu": [(0, "be > 0"), (-0.1, "be > 0")],
         "T": [(0, "be > 0")],
         "n_out": [(1, "be at least 2"), (2.5, "be an integer")],
-        "n_solve": [(1023, "be even"), (1000, "be a multiple of n_out = 128")],
+        "n_solve": [(4, "be at least 6"), (1023, "be even"), (1000, "be a multiple of n_out = 128")],
         "n_steps": [(0, "be at least 1")],
         "grading": [(0, "be > 0")],
         "n_modes": [(0, "be at least 1"), (512, "be in [1, 511] (below n_solve / 2 = 512)")],

@@ -61,3 +61,9 @@ def test_the_defaults_are_resolved_by_orders_of_magnitude():
     x = 2 * np.pi * np.arange(64) / 64
     f = np.stack([grf.periodic_forcing_2d(np.random.default_rng(i), x, x) for i in range(2)])
     assert spectral_tail(navier_stokes.solve(navier_stokes.initial_vorticity(), f), 21, 2) < 1e-4 * MAX_TAIL
+
+
+def test_an_empty_block_is_resolved():
+    assert spectral_tail(np.zeros((0, 96)), 32) == 0.0
+    assert burgers.make_block(0, 3, 3)[1].shape == (0, 128)
+    assert navier_stokes.make_block(0, 3, 3)[1].shape == (0, 64, 64)

@@ -297,6 +297,13 @@ def test_overwrite_never_deletes_a_users_files_in_a_data_set(tmp_path):
     assert (path / "my_notes.txt").read_text() == "mine"
     assert datasets.open(path).attrs["seed"] == 0  # untouched
     (path / "my_notes.txt").unlink()
+    zarr.open_group(str(path), mode="r+").create_array("my_predictions", shape=(8,), dtype="f8")  # a user's array
+    with pytest.raises(ValueError, match=r"also holds other files \(my_predictions"):
+        datasets.generate("advection1", 8, store=path, seed=1, overwrite=True)
+    assert (path / "my_predictions" / "zarr.json").is_file()  # untouched
+    import shutil
+
+    shutil.rmtree(path / "my_predictions")
     assert datasets.generate("advection1", 8, store=path, seed=1, overwrite=True).attrs["seed"] == 1
 
 
