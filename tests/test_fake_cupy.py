@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 
@@ -26,19 +28,22 @@ def test_gpu_tests_pass_on_the_stand_in_cupy():
     assert "passed" in summary and "skipped" not in summary, summary  # the stand-in was used, nothing skipped
 
 
+@pytest.mark.cluster
 def test_gpu_benchmark_stages_run_on_the_stand_in_cupy(tmp_path):
     """A dry run of ``benchmarks/gpu.py`` with ``--device cuda`` before a GPU session: every stage
-    but the Zarr fit (which needs dask-cuda workers) runs on the stand-in without an error."""
+    runs on the stand-in without an error, the Zarr fit on a one-worker LocalCluster (the script's
+    fallback without dask-cuda; the worker process imports the stand-in too)."""
     import json
 
     env = _stand_in_env()
     out = tmp_path / "gpu.json"
     run = subprocess.run([sys.executable, str(TESTS.parent / "benchmarks" / "gpu.py"), "--size", "tiny", "--device",
-                          "cuda", "--dask", "--select", "300", "--out", str(out)],
+                          "cuda", "--dask", "--select", "300", "--zarr", "--zarr-codecs", "none", "--zarr-modes", "auto,slabs",
+                          "--out", str(out)],
                          cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     stages = json.loads(out.read_text())["stages"]
     assert {"in_memory_N200", "numpy_input_device_cuda", "dask_threads_streamed", "equality_small",
-            "selection"} <= set(stages)
+            "selection", "zarr_one_gpu_worker", "zarr_one_gpu_worker_slabs"} <= set(stages)
     failed = {k: v["error"][-500:] for k, v in stages.items() if isinstance(v, dict) and "error" in v}
     assert not failed, failed
