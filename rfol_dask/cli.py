@@ -361,7 +361,9 @@ def build_parser():
     q.add_argument("--alpha", type=float, default=None, help="ridge (default: the paper's for the data set)")
     q.add_argument("--workers", type=_count(1), default=2, help="LocalCluster worker processes (default %(default)s)")
     q.add_argument("--seed", type=int, default=0, help="data and feature seed (default %(default)s)")
-    q.add_argument("--out", default="quickstart_output", help="output folder (default %(default)s)")
+    q.add_argument("--out", default="quickstart_output",
+                   help="output folder (default %(default)s); its data set, <dataset>.zarr (<dataset>_seed<S>.zarr "
+                        "for --seed S), is reused by later runs")
     q.set_defaults(func=_cmd_quickstart)
 
     d = sub.add_parser("datasets", help="list the data sets and their default parameters")
@@ -378,7 +380,8 @@ def build_parser():
     g.add_argument("--cluster", default=None, metavar="NAME|PATH",
                    help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
     g.add_argument("--block-size", type=int, default=None, help="samples per task and per chunk (default: chunks of "
-                                                                   "about 32 MiB, at most 1000 samples)")
+                                                                   "about 32 MiB, at most 1000 samples; a resumed "
+                                                                   "store's own)")
     g.add_argument("--param", type=_parse_param, action="append", metavar="KEY=VALUE",
                    help="a generator parameter (repeatable; rfol-dask datasets lists them with their defaults)")
     g.add_argument("--overwrite", action="store_true", help="replace a store that holds another data set")

@@ -6,9 +6,10 @@ Samples run along axis 0; every other axis is part of one function's grid values
 DataArrays are matched by label (dims by name, samples and grid points by coordinate), arrays
 by position.
 Dask inputs are reduced lazily and computed once at the end. Sums are taken in float64 (float32
-squares overflow above about 1e19 and underflow below 1e-22); NaN in the data gives NaN. Numpy
-inputs are read in row blocks of :data:`BLOCK_BYTES` (in float64), so a metric holds two such
-blocks beside its inputs, whatever their size and dtype.
+squares overflow above about 1e19 and underflow below 1e-22); NaN in the data gives NaN. When
+both inputs are numpy (or DataArrays of numpy), they are read in row blocks of :data:`BLOCK_BYTES`
+(in float64), so a metric holds two such blocks beside them, whatever their size and dtype; a
+numpy input beside a dask one is cast whole.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ def _stand_in_env():
     return {**os.environ, "PYTHONPATH": path, "OPENBLAS_NUM_THREADS": "1"}
 
 
+@pytest.mark.slow  # a subprocess running tests/test_gpu.py: about 25 s
 def test_gpu_tests_pass_on_the_stand_in_cupy():
     env = _stand_in_env()
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(TESTS / "test_gpu.py")],
@@ -28,6 +29,7 @@ def test_gpu_tests_pass_on_the_stand_in_cupy():
     assert "passed" in summary and "skipped" not in summary, summary  # the stand-in was used, nothing skipped
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_gpu_benchmark_stages_run_on_the_stand_in_cupy(tmp_path):
     """A dry run of ``benchmarks/gpu.py`` with ``--device cuda`` before a GPU session: every stage

@@ -255,15 +255,15 @@ def _store_state(path):
         return "an rfol_dask model" if "rfol_dask_model" in attrs else "a Zarr store of another kind"
     with _quiet_zarr():
         arrays = {k for k, _ in group.arrays()}
-    if block_flags(path) is None:
-        stored = [f for var in ("input", "output") if (path / var).is_dir()
-                  for f in (path / var).rglob("*") if f.is_file() and f.name not in (".zarray", ".zattrs", "zarr.json")]
-        if not stored:
-            return "partial"  # a template cut short by a version without the marker: no data written
-        return "a copy of a data set without generate's bookkeeping (written by xarray or zarr)"  # never cleared
-    if not {"input", "output"} <= arrays:
-        return "partial"
-    return "dataset"
+    if block_flags(path) is not None and {"input", "output"} <= arrays:
+        return "dataset"
+    # no bookkeeping or no variables: a template cut short by a version without the marker (it
+    # is cleared and written again), unless it holds data, which are someone's and never cleared
+    stored = [f for var in ("input", "output") if (path / var).is_dir()
+              for f in (path / var).rglob("*") if f.is_file() and f.name not in (".zarray", ".zattrs", "zarr.json")]
+    if stored or _foreign_files(path):
+        return "a copy of a data set without generate's bookkeeping, or holding other data (written by xarray or zarr)"
+    return "partial"
 
 
 def _stored_meta(path):
@@ -327,7 +327,8 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     client : distributed.Client, optional
         Cluster to run on (default: the active client, else dask's local scheduler).
     block_size : int, optional
-        Samples per task (default: chunks of about 32 MiB, at most 1000 samples).
+        Samples per task (default: a resumed store's own, else chunks of about 32 MiB, at most
+        1000 samples).
     overwrite : bool, default=False
         Replace a store that holds another rfol_dask data set (nothing else is ever
         replaced: a file or another directory is refused and left untouched).
@@ -479,19 +480,29 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
             if version != __version__ and not all(block_flags(path)):
                 raise ValueError(f"{path} was started by rfol_dask {version or '(version not recorded)'} and this is "
                                  f"{__version__}: resuming could mix samples of two versions; pass overwrite=True "
-                                 "(--overwrite) to start it again")
+                                 "(--overwrite) to start it again, or move it away")
     if state != "dataset" or overwrite:
         _write_template(path, ds, encoding, n_blocks)
     return block_flags(path)
 
 
+def _foreign_files(path):
+    """What the store ``path`` of a data set holds beyond the arrays its template defines (a
+    user's files or arrays), as :func:`io.foreign_entries` lists them; everything when its
+    metadata names no data set this version knows."""
+    try:
+        meta = _stored_meta(path)
+        gin, gout = get(meta["dataset"]).grids(**meta["params"])
+    except (KeyError, TypeError, ValueError):  # unreadable, or another version's data set
+        return sorted(e.name for e in path.iterdir() if not e.name.startswith((_LOCK, _TEMPLATE_MARK)))
+    arrays = {"input", "output", "sample", *gin, *gout, f"{BOOKKEEPING_GROUP}/block_done", "block_done"}
+    return [f for f in foreign_entries(path, arrays) if not f.startswith((_LOCK, _TEMPLATE_MARK))]
+
+
 def _check_own_files(path):
     """ValueError if the data-set store ``path`` holds anything beyond the arrays its template
     defines (a user's files or arrays), which replacing it would delete."""
-    meta = _stored_meta(path)
-    gin, gout = get(meta["dataset"]).grids(**meta["params"])
-    arrays = {"input", "output", "sample", *gin, *gout, f"{BOOKKEEPING_GROUP}/block_done", "block_done"}
-    foreign = [f for f in foreign_entries(path, arrays) if not f.startswith((_LOCK, _TEMPLATE_MARK))]
+    foreign = _foreign_files(path)
     if foreign:
         raise ValueError(f"the data set at {path} also holds other files ({', '.join(foreign[:5])}"
                          f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move them "

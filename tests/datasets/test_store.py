@@ -362,3 +362,19 @@ def test_reproduction_data_never_replace_other_data(tmp_path):
     with pytest.raises(ValueError, match="holds other data"):
         load_split("advection1", tmp_path, 10)
     assert datasets.open(path).attrs["seed"] == 9
+
+
+def test_a_copy_with_renamed_variables_is_never_cleared(tmp_path):
+    """A processed copy that keeps the data-set attributes but renames its variables is no
+    template cut short: generate and reuse_or_generate refuse it, with and without overwrite."""
+    src = datasets.generate("advection1", 6, store=tmp_path / "a.zarr").load()
+    copy = src.rename({"input": "u0", "output": "uT"})
+    for v in copy.variables.values():
+        v.encoding = {}
+    copy.to_zarr(tmp_path / "copy.zarr")
+    for call in (lambda: datasets.generate("advection2", 8, store=tmp_path / "copy.zarr"),
+                 lambda: datasets.generate("advection1", 6, store=tmp_path / "copy.zarr", overwrite=True),
+                 lambda: datasets.reuse_or_generate("advection1", 6, tmp_path / "copy.zarr")):
+        with pytest.raises(ValueError, match="holding other data"):
+            call()
+    np.testing.assert_array_equal(xr.open_zarr(tmp_path / "copy.zarr")["u0"].values, src["input"].values)
