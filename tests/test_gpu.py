@@ -284,7 +284,7 @@ def test_streamed_intercept_reaches_the_client_as_numpy(data, monkeypatch):
         da.from_array(U2, chunks=100).map_blocks(cupy.asarray), da.from_array(V, chunks=100).map_blocks(cupy.asarray))
     *slabs, intercept = seen
     assert isinstance(intercept, np.ndarray)
-    assert all(rows is None or isinstance(rows, np.ndarray) for rows, _ in slabs)
+    assert all(part is None or isinstance(part, np.ndarray) for slab in slabs for part in slab)  # rows, shifts
 
 
 def test_in_memory_gpu_fit_checks_the_gpu_memory(data, monkeypatch):
