@@ -54,6 +54,15 @@ def _widgets_available():
     return is_kernel() and importlib.util.find_spec("ipywidgets") is not None
 
 
+def _redraw_seconds(out):
+    """How often a text bar on ``out`` is drawn again: 0.1 s on a terminal; 10 s into a file or
+    a pipe (a log), where every drawing stays (a long fit wrote a line a tenth of a second)."""
+    try:
+        return 0.1 if out.isatty() else 10.0
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return 10.0
+
+
 def _text_bar(futures, scheduler, desc, out, drawn=None):
     """Block until ``futures`` (or their keys) finish, drawing distributed's text bar to ``out``;
     ``drawn`` (a ``threading.Event``) is set at its first drawing, when the scheduler tracks them."""
@@ -74,7 +83,7 @@ def _text_bar(futures, scheduler, desc, out, drawn=None):
                 out.write("\n")
                 out.flush()
 
-    Bar(futures, scheduler=scheduler, complete=True)
+    Bar(futures, scheduler=scheduler, complete=True, interval=f"{_redraw_seconds(out)}s")
 
 
 def _widget_bar(futures, client, desc):
@@ -136,7 +145,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
         from dask.diagnostics import ProgressBar
 
         sys.stderr.write(f"{desc}:\n")
-        ctx = ProgressBar(out=sys.stderr)
+        ctx = ProgressBar(out=sys.stderr, dt=_redraw_seconds(sys.stderr))
     with ctx:
         results = dask.compute(*collections)
     if consume is None:

@@ -138,3 +138,27 @@ def test_a_search_without_a_client_reports_each_stage(capsys):
     out, err = capsys.readouterr()
     assert out == ""
     assert re.search(r"selection \(full, cauchy\): \d+ scales x 1 N x \d+ alphas on 1 split\(s\) in", err)
+
+
+def test_text_bars_into_a_log_redraw_every_ten_seconds(capsys):
+    """A bar written to a file or a pipe draws every 10 s, not every 0.1 s (each drawing stays in
+    a log); a terminal keeps the smooth 0.1 s."""
+    import io
+
+    from rfol_dask.progress import _redraw_seconds
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert _redraw_seconds(io.StringIO()) == 10.0 and _redraw_seconds(Terminal()) == 0.1
+    closed = io.StringIO()
+    closed.close()
+    assert _redraw_seconds(closed) == 10.0
+    import dask
+
+    from rfol_dask.progress import compute
+
+    compute(dask.delayed(lambda: __import__("time").sleep(0.6))(), progress=True, desc="slow")
+    drawn = capsys.readouterr().err
+    assert drawn.count("\r") <= 2, drawn  # captured stderr is no terminal: one drawing, and the last
