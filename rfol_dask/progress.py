@@ -47,6 +47,24 @@ def scheduler_workers(client):
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
+def _memory_limits(client):
+    """`` (memory limit per worker: N bytes)`` for a message, from the workers there or restarted
+    within 10 s (their nannies restart killed ones); "" when they cannot be asked."""
+    try:
+        workers = scheduler_workers(client)
+        if not workers:
+            client.wait_for_workers(1, timeout=10)
+            workers = scheduler_workers(client)
+        limits = sorted({int(w.get("memory_limit") or 0) for w in workers.values()})
+    except Exception:  # noqa: BLE001  (a cluster going down: the message goes without it)
+        return ""
+    if not limits:
+        return ""
+    if limits[0] == 0:
+        return " (the workers have no memory limit: the machine's memory ran out)"
+    return f" (memory limit per worker: {limits[0]:,} bytes{' or more' if len(limits) > 1 else ''})"
+
+
 def _widgets_available():
     """True in a Jupyter kernel that can show ipywidgets."""
     from distributed.utils import is_kernel
@@ -136,7 +154,8 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
             raise RuntimeError(
                 f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} last); "
                 "the computation was abandoned and nothing was written. A task that kills its worker "
-                "usually ran out of memory: use smaller chunks, more memory per worker, or fewer features"
+                f"usually ran out of memory{_memory_limits(client)}: use smaller chunks, more memory per worker, "
+                "or fewer features"
             ) from exc
         finally:
             client.cancel(list(pending.values()))
