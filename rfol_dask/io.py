@@ -43,8 +43,11 @@ class Operand:
     periods: dict = field(default_factory=dict)  # dim -> the ``period`` attribute of its coordinate
 
 
-def open_dataset(path):
+def open_dataset(path, samples=None):
     """Open a data-set store lazily; raise if it is not one or if blocks or chunks are missing.
+
+    With ``samples``, only the first ``samples`` samples are opened and checked (the leading
+    blocks of a store whose generation was interrupted or is still running).
 
     Stores written by ``rfol_dask.datasets.generate`` carry a ``block_done`` flag per block
     (in the Zarr group ``_rfol_dask``; a variable in stores written before it); a store with
@@ -63,7 +66,7 @@ def open_dataset(path):
             ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
         raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
-    readers = _check_store(ds, path)
+    readers = _check_store(ds, path, samples)
     ds = ds.drop_vars("block_done", errors="ignore")
     for name, reader in readers.items():
         if isinstance(ds[name].data, da.Array) and "scale_factor" not in ds[name].encoding \
@@ -72,16 +75,19 @@ def open_dataset(path):
                                  meta=np.empty((0,) * reader.ndim, reader.dtype),
                                  name=f"read-{name}-{dask.base.tokenize(path, name, reader.stamp)}")
             ds[name] = ds[name].copy(data=data)
-    return ds
+    return ds if samples is None else ds.isel(sample=slice(0, int(samples)))
 
 
-def _check_store(ds, path):
+def _check_store(ds, path, samples=None):
     """ValueError if the store at ``path`` (opened as ``ds``) was never finished (unset
-    ``block_done`` flags: resume it) or lacks a chunk file of ``input`` / ``output``; returns the
-    checked variables' readers ``{name: _ChunkReader}``."""
+    ``block_done`` flags: resume it) or lacks a chunk file of ``input`` / ``output``, among the
+    blocks of its first ``samples`` samples if given; returns the checked variables' readers
+    ``{name: _ChunkReader}``."""
     meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
     command = f"rfol-dask generate {meta.get('dataset', 'NAME')} ..."
     done = block_flags(path)
+    if done is not None and samples is not None:
+        done = done[:-(-int(samples) // int(meta.get("block_size", 1)))]
     if done is not None and not done.all():
         missing = np.flatnonzero(~done)
         bs = int(meta.get("block_size", 1))
@@ -94,7 +100,7 @@ def _check_store(ds, path):
     readers = {name: _ChunkReader(path, name) for name in ("input", "output")
                if name in ds and os.path.isdir(os.path.join(path, name))}
     for reader in readers.values():
-        reader.check_complete(f"{command} --overwrite")
+        reader.check_complete(f"{command} --overwrite", samples)
     return readers
 
 
@@ -126,12 +132,15 @@ class _ChunkReader:
         a = index[0] * self.chunks[0] if self.ndim else 0
         return f"samples {a}-{min(a + self.chunks[0], self.shape[0]) - 1}" if self.ndim else "the value"
 
-    def check_complete(self, regenerate):
-        """ValueError naming the first chunk file of the variable that is not in the store."""
+    def check_complete(self, regenerate, samples=None):
+        """ValueError naming the first chunk file of the variable (of its first ``samples``
+        samples, if given) that is not in the store."""
         arr = self.array
         if arr.nchunks_initialized == arr.nchunks:
             return
-        missing = [i for i in np.ndindex(*arr.cdata_shape) if not os.path.exists(self._chunk_file(i))]
+        rows = arr.cdata_shape[0] if samples is None or not self.ndim else -(-int(samples) // self.chunks[0])
+        missing = [i for i in np.ndindex(*arr.cdata_shape)
+                   if (not self.ndim or i[0] < rows) and not os.path.exists(self._chunk_file(i))]
         if missing:
             raise ValueError(
                 f"data set at {self.path}: {len(missing)} chunk(s) of variable {self.name!r} are missing from the "

@@ -405,10 +405,11 @@ def reuse_or_generate(name: str, n_samples: int, store: str | os.PathLike, *, se
     """The first ``n_samples`` samples of data set ``name`` from the store ``store``, made only
     when it does not hold them: the store of a run that wants its data, whatever ran before.
 
-    - A complete store of the same data (name, seed and parameters) with at least ``n_samples``
-      samples is read (its first samples are the ones asked for: sample ``i`` depends only on
-      the seed and ``i``).
-    - An interrupted :func:`generate` of at least as many samples of the same data is resumed.
+    - A store of the same data (name, seed and parameters) with at least ``n_samples`` samples is
+      read, if the blocks of its first ``n_samples`` samples are written (they are the ones asked
+      for: sample ``i`` depends only on the seed and ``i``); an interrupted one is read so too.
+    - An interrupted :func:`generate` of at least as many samples of the same data, short of those
+      blocks, is resumed (all of it).
     - A store of the same data with fewer samples is made again, larger (nothing is lost: the
       same numbers come back).
     - Nothing there, or a template cut short: generated.
@@ -429,16 +430,13 @@ def reuse_or_generate(name: str, n_samples: int, store: str | os.PathLike, *, se
         if other:
             raise ValueError(f"{path} holds other data (stored vs needed: {other}); it is left untouched: use "
                              "another folder, or move it away")
-        try:
-            ds = open_dataset(path)
-        except ValueError:  # an interrupted run: resumed if it makes enough samples
-            ds = None
-        if ds is not None and ds.sizes["sample"] >= n_samples:
-            return ds.isel(sample=slice(0, n_samples))
-        if ds is None and stored["n_samples"] >= n_samples:
-            size = stored["n_samples"]
-        else:
+        if stored["n_samples"] < n_samples:
             overwrite = True  # the same data, too few samples: made again, larger
+        else:
+            try:
+                return open_dataset(path, samples=n_samples)  # its leading blocks, if they are written
+            except ValueError:  # interrupted before the samples asked for: resumed
+                size = stored["n_samples"]
     client = client() if callable(client) else client
     ds = generate(name, size, path, seed=seed, client=client, overwrite=overwrite, progress=progress, **params)
     return ds.isel(sample=slice(0, n_samples))

@@ -331,17 +331,22 @@ def test_reuse_or_generate_reads_resumes_or_refuses(tmp_path, monkeypatch):
 
     path = tmp_path / "d.zarr"
     ref = datasets.generate("advection1", 30, seed=0)
+    datasets.generate("advection1", 30, store=path, block_size=10)  # three blocks
     made = []
     real = store_mod.generate
     monkeypatch.setattr(store_mod, "generate", lambda *a, **k: made.append((a[1], k["overwrite"])) or real(*a, **k))
     first = datasets.reuse_or_generate("advection1", 30, path)
     smaller = datasets.reuse_or_generate("advection1", 12, path)  # the first samples of the larger store
-    assert made == [(30, False)]
+    assert made == []
     np.testing.assert_array_equal(smaller["input"].values, ref["input"].values[:12])
     np.testing.assert_array_equal(first["output"].values, ref["output"].values)
-    _clear_flags(path, [0])
-    resumed = datasets.reuse_or_generate("advection1", 20, path)  # an interrupted run of 30: resumed
-    assert made[-1] == (30, False) and resumed.sizes["sample"] == 20
+    _clear_flags(path, [1])  # an interrupted run of 30: its first block written, not its second
+    head = datasets.reuse_or_generate("advection1", 10, path)  # within the written blocks: read as it is
+    assert made == [] and head.sizes["sample"] == 10
+    np.testing.assert_array_equal(head["input"].values, ref["input"].values[:10])
+    resumed = datasets.reuse_or_generate("advection1", 20, path)  # beyond them: resumed, with its block size
+    assert made == [(30, False)] and resumed.sizes["sample"] == 20
+    assert datasets.open(path).sizes["sample"] == 30
     larger = datasets.reuse_or_generate("advection1", 40, path)  # the same data, more of it: made again
     assert made[-1] == (40, True)
     np.testing.assert_array_equal(larger["input"].values[:30], ref["input"].values)
@@ -350,7 +355,19 @@ def test_reuse_or_generate_reads_resumes_or_refuses(tmp_path, monkeypatch):
             datasets.reuse_or_generate("advection1", 10, path, **other)
     with pytest.raises(ValueError, match="holds other data"):
         datasets.reuse_or_generate("advection2", 10, path)
-    assert datasets.open(path).sizes["sample"] == 40 and len(made) == 3
+    assert datasets.open(path).sizes["sample"] == 40 and len(made) == 2
+
+
+def test_open_dataset_reads_the_written_leading_samples_of_an_interrupted_store(tmp_path):
+    path = tmp_path / "i.zarr"
+    datasets.generate("advection1", 30, store=path, block_size=10)
+    _clear_flags(path, [2])
+    assert datasets.open(path, samples=20).sizes["sample"] == 20
+    assert datasets.open(path, samples=15)["input"].shape[0] == 15
+    with pytest.raises(ValueError, match="incomplete"):
+        datasets.open(path, samples=21)
+    with pytest.raises(ValueError, match="incomplete"):
+        datasets.open(path)
 
 
 def test_reproduction_data_never_replace_other_data(tmp_path):
