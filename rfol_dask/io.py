@@ -66,6 +66,10 @@ def open_dataset(path, samples=None):
             ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
         raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
+    size = ds.sizes.get("sample", 0)
+    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, numbers.Integral)
+                                or not 1 <= samples <= size):
+        raise ValueError(f"samples must be a whole number from 1 to the {size} samples of {path}, got {samples!r}")
     readers = _check_store(ds, path, samples)
     ds = ds.drop_vars("block_done", errors="ignore")
     for name, reader in readers.items():

@@ -368,6 +368,9 @@ def test_open_dataset_reads_the_written_leading_samples_of_an_interrupted_store(
         datasets.open(path, samples=21)
     with pytest.raises(ValueError, match="incomplete"):
         datasets.open(path)
+    for bad in (0, 31, 2.5, True):
+        with pytest.raises(ValueError, match="samples must be a whole number from 1 to the 30 samples"):
+            datasets.open(path, samples=bad)
 
 
 def test_reproduction_data_never_replace_other_data(tmp_path):
