@@ -74,11 +74,29 @@ def _widgets_available():
 
 def _redraw_seconds(out):
     """How often a text bar on ``out`` is drawn again: 0.1 s on a terminal; 10 s into a file or
-    a pipe (a log), where every drawing stays (a long fit wrote a line a tenth of a second)."""
+    a pipe (a log), where every drawing stays (a long fit wrote a line a tenth of a second). The
+    bars still look every 0.1 s, so that they end when the work ends; they skip drawings."""
     try:
         return 0.1 if out.isatty() else 10.0
     except (AttributeError, ValueError):  # no isatty, or closed
         return 10.0
+
+
+def _local_bar(bar_class, out):
+    """dask's local-scheduler ``ProgressBar`` on ``out``, drawn every :func:`_redraw_seconds`
+    (it polls every 0.1 s: its end waits for the poll, so a long poll would delay every compute)."""
+    every = _redraw_seconds(out)
+
+    class Bar(bar_class):
+        _last = -float("inf")
+
+        def _draw_bar(self, frac, elapsed):
+            if frac < 1 and elapsed - self._last < every:
+                return  # into a log: not yet
+            self._last = elapsed
+            super()._draw_bar(frac, elapsed)
+
+    return Bar(out=out)
 
 
 def _text_bar(futures, scheduler, desc, out, drawn=None):
@@ -86,10 +104,15 @@ def _text_bar(futures, scheduler, desc, out, drawn=None):
     ``drawn`` (a ``threading.Event``) is set at its first drawing, when the scheduler tracks them."""
     from distributed.diagnostics.progressbar import TextProgressBar
 
+    every, last = _redraw_seconds(out), [-float("inf")]
+
     class Bar(TextProgressBar):  # distributed's bar writes to sys.stdout; this one to ``out``
         def _draw_bar(self, remaining, all, **kwargs):
             if drawn is not None:
                 drawn.set()
+            if remaining and self.elapsed - last[0] < every:
+                return  # into a log: not yet
+            last[0] = self.elapsed
             frac = (1 - remaining / all) if all else 1.0
             with contextlib.suppress(ValueError):
                 out.write(f"\r{desc}: [{'#' * int(self.width * frac):<{self.width}}] | {int(100 * frac)}% Completed"
@@ -101,7 +124,7 @@ def _text_bar(futures, scheduler, desc, out, drawn=None):
                 out.write("\n")
                 out.flush()
 
-    Bar(futures, scheduler=scheduler, complete=True, interval=f"{_redraw_seconds(out)}s")
+    Bar(futures, scheduler=scheduler, complete=True)
 
 
 def _widget_bar(futures, client, desc):
@@ -164,7 +187,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
         from dask.diagnostics import ProgressBar
 
         sys.stderr.write(f"{desc}:\n")
-        ctx = ProgressBar(out=sys.stderr, dt=_redraw_seconds(sys.stderr))
+        ctx = _local_bar(ProgressBar, sys.stderr)
     with ctx:
         results = dask.compute(*collections)
     if consume is None:

@@ -162,3 +162,17 @@ def test_text_bars_into_a_log_redraw_every_ten_seconds(capsys):
     compute(dask.delayed(lambda: __import__("time").sleep(0.6))(), progress=True, desc="slow")
     drawn = capsys.readouterr().err
     assert drawn.count("\r") <= 2, drawn  # captured stderr is no terminal: one drawing, and the last
+
+
+def test_a_bar_into_a_log_does_not_delay_the_end_of_the_work():
+    """Drawing rarely must not mean polling rarely: a short computation with a bar into a log
+    (not a terminal) ends as fast as without one."""
+    import time
+
+    import dask
+
+    from rfol_dask.progress import compute
+
+    t0 = time.perf_counter()
+    compute(dask.delayed(sum)([1, 2]), progress=True, desc="quick")
+    assert time.perf_counter() - t0 < 2.0
