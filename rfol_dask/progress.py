@@ -82,12 +82,14 @@ def _redraw_seconds(out):
         return 10.0
 
 
-def _local_bar(bar_class, out):
+def _local_bar(out):
     """dask's local-scheduler ``ProgressBar`` on ``out``, drawn every :func:`_redraw_seconds`
     (it polls every 0.1 s: its end waits for the poll, so a long poll would delay every compute)."""
+    from dask.diagnostics import ProgressBar
+
     every = _redraw_seconds(out)
 
-    class Bar(bar_class):
+    class Bar(ProgressBar):
         _last = -float("inf")
 
         def _draw_bar(self, frac, elapsed):
@@ -184,10 +186,8 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
             client.cancel(list(pending.values()))
     ctx = contextlib.nullcontext()
     if progress:
-        from dask.diagnostics import ProgressBar
-
         sys.stderr.write(f"{desc}:\n")
-        ctx = _local_bar(ProgressBar, sys.stderr)
+        ctx = _local_bar(sys.stderr)
     with ctx:
         results = dask.compute(*collections)
     if consume is None:
