@@ -218,9 +218,8 @@ class RandomFeatureOperator(OperatorEstimator):
             # the workers draw what they need and the client draws Omega: after the fit on the CPU
             # (whose workers may share this host's memory), in a thread meanwhile on GPUs (whose
             # workers hold the Gram and slabs in device memory)
-            overlap = self._device() != "cpu" or backend.is_array_api(getattr(U, "_meta", None))
             with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
-                drawn = pool.submit(_timed_draw, recipe) if overlap else None
+                drawn = pool.submit(_timed_draw, recipe) if on_gpu else None
                 t0 = time.perf_counter()
                 coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
                                            solver=self.solver_, column_block=self.column_block,
@@ -228,7 +227,7 @@ class RandomFeatureOperator(OperatorEstimator):
                                            frequencies=recipe, n_features=self.n_features, dtype=dtype,
                                            device=self._device())
                 t1 = time.perf_counter()
-                self.omega_, self.b_ = drawn.result() if overlap else _timed_draw(recipe)
+                self.omega_, self.b_ = drawn.result() if on_gpu else _timed_draw(recipe)
                 logger.debug("dask fit %.3f s, then %.3f s for the client's draw of Omega", t1 - t0,
                              time.perf_counter() - t1)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
