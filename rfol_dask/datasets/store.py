@@ -40,7 +40,7 @@ from .registry import get, resolve_params
 if TYPE_CHECKING:  # annotations only: importing distributed here would slow every import
     import distributed
 
-__all__ = ["generate", "reuse_or_generate", "open_dataset", "default_block_size", "store_lock"]
+__all__ = ["generate", "reuse_or_generate", "request_mismatch", "open_dataset", "default_block_size", "store_lock"]
 
 
 _TARGET_CHUNK_BYTES = 32 * 2**20
@@ -426,7 +426,7 @@ def reuse_or_generate(name: str, n_samples: int, store: str | os.PathLike, *, se
     overwrite, size = False, n_samples
     if path.is_dir() and _store_state(path) == "dataset":
         stored = _stored_meta(path)
-        other = {k: (stored.get(k), v) for k, v in _request(spec, params, seed).items() if stored.get(k) != v}
+        other = _mismatch(stored, _request(spec, params, seed))
         if other:
             raise ValueError(f"{path} holds other data (stored vs needed: {other}); it is left untouched: use "
                              "another folder, or move it away")
@@ -450,12 +450,26 @@ def _resumed_block_size(store, spec, params, n_samples, seed):
         return None
     stored = _stored_meta(path)
     asked = {**_request(spec, params, seed), "n_samples": n_samples}
-    return stored.get("block_size") if all(stored.get(k) == v for k, v in asked.items()) else None
+    return None if _mismatch(stored, asked) else stored.get("block_size")
 
 
 def _request(spec, params, seed):
     """What fixes a data set's samples, as its store's metadata records it: name, seed, parameters."""
     return {"dataset": spec.name, "seed": int(seed), "params": json.loads(json.dumps(params, sort_keys=True))}
+
+
+def _mismatch(stored, asked):
+    """The entries of ``asked`` that the metadata ``stored`` does not hold: ``{key: (stored, asked)}``."""
+    return {k: (stored.get(k), v) for k, v in asked.items() if stored.get(k) != v}
+
+
+def request_mismatch(meta: dict, name: str, *, seed: int = 0, **params) -> dict:
+    """How a data-set store's metadata ``meta`` (its ``rfol_dask_meta`` attribute, read as JSON)
+    differs from data set ``name`` made with ``seed`` and ``params`` (the defaults for those not
+    given): ``{key: (stored, requested)}`` over the data set, the seed and the parameters; empty
+    when the store holds those samples (whatever its size)."""
+    spec = get(name)
+    return _mismatch(meta, _request(spec, resolve_params(spec, params), seed))
 
 
 def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):

@@ -43,12 +43,6 @@ class SharedCluster:
         self.client = None
 
 
-def _is_default_seed0(ds: xr.Dataset, name: str) -> bool:
-    meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
-    params = datasets.resolve_params(datasets.get(name), {})
-    return meta.get("seed") == 0 and meta.get("params") == json.loads(json.dumps(params, sort_keys=True))
-
-
 def load_split(name: str, data_dir, max_test: int, cluster=None) -> tuple[xr.Dataset, xr.Dataset]:
     """The paper-size split of data set ``name`` (seed 0), loaded into memory: ``(train, test)``.
 
@@ -74,12 +68,12 @@ def load_subset(name: str, n_train: int, n_test: int, data_dir, cluster=None) ->
     total = n_train + n_test
     try:
         ds = datasets.open_dataset(Path(data_dir) / f"{name}.zarr")
-        if ds.sizes["sample"] < total or not _is_default_seed0(ds, name):
+        if ds.sizes["sample"] < total or datasets.request_mismatch(json.loads(ds.attrs.get("rfol_dask_meta", "{}")), name):
             raise ValueError("too small or other data")
     except (FileNotFoundError, ValueError):
         path = Path(data_dir) / "subsets" / f"{name}_{total}.zarr"
         path.parent.mkdir(parents=True, exist_ok=True)
-        ds = datasets.generate(name, total, store=path, seed=0, client=cluster() if cluster else None)
+        ds = datasets.reuse_or_generate(name, total, path, seed=0, client=cluster)
     ds = ds.isel(sample=slice(0, total)).load()
     return ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
 

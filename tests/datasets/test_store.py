@@ -398,3 +398,24 @@ def test_a_copy_with_renamed_variables_is_never_cleared(tmp_path):
         with pytest.raises(ValueError, match="holding other data"):
             call()
     np.testing.assert_array_equal(xr.open_zarr(tmp_path / "copy.zarr")["u0"].values, src["input"].values)
+
+
+def test_request_mismatch_and_load_subset_use_only_the_same_data(tmp_path):
+    """``load_subset`` slices the paper-size store only when it holds the default seed-0 data; a
+    store of another seed (or another data set) is left alone and the subset made beside it."""
+    import json
+
+    from rfol_dask.experiments.data import load_subset
+
+    datasets.generate("advection1", 12, store=tmp_path / "advection1.zarr", seed=1)
+    meta = json.loads(datasets.open(tmp_path / "advection1.zarr").attrs["rfol_dask_meta"])
+    assert datasets.request_mismatch(meta, "advection1", seed=1) == {}
+    assert datasets.request_mismatch(meta, "advection1") == {"seed": (1, 0)}
+    assert datasets.request_mismatch(meta, "advection2", seed=1) == {"dataset": ("advection1", "advection2")}
+    assert set(datasets.request_mismatch(meta, "advection1", seed=1, n_points=80)) == {"params"}
+    train, test = load_subset("advection1", 6, 2, tmp_path)
+    ref = datasets.generate("advection1", 8, seed=0)
+    np.testing.assert_array_equal(train["input"].values, ref["input"].values[:6])
+    np.testing.assert_array_equal(test["output"].values, ref["output"].values[6:])
+    assert (tmp_path / "subsets" / "advection1_8.zarr").is_dir()
+    assert json.loads(datasets.open(tmp_path / "advection1.zarr").attrs["rfol_dask_meta"])["seed"] == 1
