@@ -387,7 +387,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Dask input gives a lazy result. On a distributed client the model's arrays are
         scattered to the workers once when they hold 8 MiB or more
         (:data:`rfol_dask.placement.EMBED_BYTES`); such a result must be computed, persisted or
-        saved while that client is open. Smaller models travel inside the graph.
+        saved while that client is open (computed later, it fails with "Missing dependency
+        arrays-scattered-by-the-client-of-this-result-..."). Smaller models travel inside the graph.
         """
         check_is_fitted(self)
         self._check_coordinate_order()

@@ -4,6 +4,7 @@ and the worker a task runs on."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 
 import dask
 
@@ -39,8 +40,11 @@ def broadcast(client, *values):
     arguments of delayed calls and map_blocks. A result built on scattered values needs that
     client until it is computed (or persisted)."""
     if client is not None and _nbytes(values) >= EMBED_BYTES:
-        futures = client.scatter(list(values), broadcast=True, hash=False)
-        return [dask.delayed(_identity, pure=True)(f) for f in futures]
+        # named keys: computed without that client, the graph fails naming what it missed
+        # ("Missing dependency arrays-scattered-by-the-client-of-this-result-...")
+        names = [f"arrays-scattered-by-the-client-of-this-result-{uuid.uuid4().hex}" for _ in values]
+        futures = client.scatter(dict(zip(names, values)), broadcast=True)
+        return [dask.delayed(_identity, pure=True)(futures[k]) for k in names]
     return [dask.delayed(v, pure=True, traverse=False) for v in values]
 
 

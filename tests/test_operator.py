@@ -318,6 +318,8 @@ def test_lazy_prediction_of_a_small_model_outlives_its_client(monkeypatch):
         large = model.predict(X)
         np.testing.assert_allclose(large.compute(), model.predict(U), rtol=1e-12)
     np.testing.assert_allclose(small.compute(), model.predict(U), rtol=1e-12)
+    with pytest.raises(ValueError, match="arrays-scattered-by-the-client-of-this-result"):
+        large.compute()  # the error names what went missing (it read "tuple-<hash>")
 
 
 @pytest.mark.cluster
