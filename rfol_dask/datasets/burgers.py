@@ -24,7 +24,7 @@ import numpy as np
 import scipy.fft
 
 from . import grf
-from .resolution import check_resolved
+from .resolution import check_resolved, check_time_steps
 from .registry import EVEN, DatasetSpec, Rule, at_least, check_params, greater, register, sample_rng
 
 __all__ = ["etdrk4_coefficients", "etdrk4", "time_grid", "solve", "make_block", "BURGERS"]
@@ -181,7 +181,9 @@ def make_block(seed, start, stop, *, nu=0.1, T=1.0, n_solve=1024, n_out=128, n_s
 
     Sample ``i`` draws its ``2 n_modes`` normals from ``sample_rng(seed, i)``; the solves of
     the block run as one batched :func:`solve` on ``n_solve`` points. A ValueError if the solver
-    grid does not resolve ``u(., T)`` (:func:`resolution.check_resolved`).
+    grid does not resolve ``u(., T)`` (:func:`resolution.check_resolved`) or ``n_steps`` leaves a
+    time-stepping error above 1e-4 (:func:`resolution.check_time_steps`, on the data set's first
+    sample, in the block of sample 0: one more solve of it at twice the steps).
     """
     check_params(_RANGES, {"n_out": n_out, "n_solve": n_solve, "n_modes": n_modes})
     u0 = np.stack([grf.burgers_initial(sample_rng(seed, i), n_solve, n_modes=n_modes,
@@ -189,6 +191,9 @@ def make_block(seed, start, stop, *, nu=0.1, T=1.0, n_solve=1024, n_out=128, n_s
                    for i in range(start, stop)]) if stop > start else np.zeros((0, n_solve))
     stride = n_solve // n_out
     u_T = solve(u0, T=T, nu=nu, n_steps=n_steps, grading=grading)
+    if start == 0 and len(u0):  # the data set's first sample: once per data set
+        check_time_steps(u_T[0], lambda m: solve(u0[:1], T=T, nu=nu, n_steps=m, grading=grading)[0], n_steps,
+                         what=f"Burgers u(., T) at nu={nu:g}")
     check_resolved(u_T, n_solve // 3, 1, what=f"Burgers u(., T) on {n_solve} points",
                    fix=f"raise n_solve (a multiple of n_out = {n_out}; e.g. {4 * n_solve})")
     return np.ascontiguousarray(u0[:, ::stride]), np.ascontiguousarray(u_T[:, ::stride])

@@ -25,7 +25,7 @@ import scipy.fft
 
 from . import grf
 from .burgers import etdrk4, time_grid
-from .resolution import check_resolved
+from .resolution import check_resolved, check_time_steps
 from .registry import EVEN, DatasetSpec, at_least, check_params, divisor_of, greater, register, sample_rng
 
 __all__ = ["solve", "advection", "cfl_number", "initial_vorticity", "make_block",
@@ -181,8 +181,9 @@ def make_block(seed, start, stop, *, nu=0.025, T=10.0, n_grid=64, stride=1, n_st
                w0_seed=0, n_modes=50, tau=3.0, power=2.0):
     """Samples ``start .. stop-1``: inputs ``f`` and outputs ``w(., T)``, each
     (B, n_grid / stride, n_grid / stride), solved as one (B, n_grid, n_grid) stack. A ValueError
-    if the CFL number of ``w(., T)`` exceeds 2 or the grid does not resolve it
-    (:func:`resolution.check_resolved`)."""
+    if the CFL number of ``w(., T)`` exceeds 2, the time-stepping error of the data set's first
+    sample exceeds 1e-4 (:func:`resolution.check_time_steps`, in the block of sample 0: one more
+    solve of it at twice the steps) or the grid does not resolve it (:func:`resolution.check_resolved`)."""
     check_params(_RANGES, {"n_grid": n_grid, "stride": stride})
     x = _grid(n_grid)
     f = np.empty((stop - start, n_grid, n_grid))
@@ -194,6 +195,9 @@ def make_block(seed, start, stop, *, nu=0.025, T=10.0, n_grid=64, stride=1, n_st
     cfl = cfl_number(w_T, T / n_steps)
     if cfl > _MAX_CFL:
         raise ValueError(f"CFL number {cfl:.2f} at t = T exceeds {_MAX_CFL}: increase n_steps")
+    if start == 0 and len(f):  # the data set's first sample: once per data set
+        check_time_steps(w_T[0], lambda m: solve(w0, f[:1], T=T, nu=nu, n_steps=m)[0], n_steps,
+                         what=f"Navier-Stokes w(., T) at nu={nu:g}")
     check_resolved(w_T, (n_grid - 1) // 3, 2, what=f"Navier-Stokes w(., T) on the {n_grid} x {n_grid} grid",
                    fix=f"raise n_grid (and stride to keep the output grid, e.g. n_grid={2 * n_grid}, "
                        f"stride={2 * stride})")

@@ -67,3 +67,43 @@ def test_an_empty_block_is_resolved():
     assert spectral_tail(np.zeros((0, 96)), 32) == 0.0
     assert burgers.make_block(0, 3, 3)[1].shape == (0, 128)
     assert navier_stokes.make_block(0, 3, 3)[1].shape == (0, 64, 64)
+
+
+def test_step_error_is_exact_for_a_pure_fourth_order_error():
+    from rfol_dask.datasets.resolution import step_error
+
+    exact = np.sin(np.linspace(0, 3, 50))
+    bump = np.cos(np.linspace(0, 7, 50))
+    for h in (0.1, 0.01):  # coarse = exact + c h^4, fine = exact + c (h / 2)^4
+        coarse, fine = exact + 3 * h**4 * bump, exact + 3 * (h / 2) ** 4 * bump
+        true = np.linalg.norm(coarse - exact) / np.linalg.norm(fine)
+        assert step_error(coarse, fine) == pytest.approx(true, rel=1e-12)
+    assert step_error(np.zeros(3), np.zeros(3)) == 0.0
+    assert step_error(np.array([np.inf, 0.0]), np.zeros(2)) == np.inf
+
+
+def test_burgers_refuses_too_few_time_steps_and_names_a_count_that_passes():
+    """Coarse but stable steps stay finite and can be far off (nu = 0.01: 5 steps are 39 % off,
+    3 steps 1e10 times; benchmarks/time_steps.py): the step-doubling check refuses them."""
+    from rfol_dask.datasets.resolution import MAX_STEP_ERROR
+
+    for n_steps in (3, 5):
+        with pytest.raises(ValueError, match=f"nu=0.01 with n_steps={n_steps} has a time-stepping error of about"):
+            burgers.make_block(0, 0, 2, nu=0.01, n_steps=n_steps)
+    with pytest.raises(ValueError, match=r"error of about 3\.\de-04 .*at most 1e-04 .*e\.g\. n_steps=(\d+)") as info:
+        burgers.make_block(0, 0, 2, nu=0.01, n_steps=20)
+    more = int(str(info.value).rsplit("=", 1)[1])
+    _, out = burgers.make_block(0, 0, 2, nu=0.01, n_steps=more)  # the count it names passes
+    _, ref = burgers.make_block(0, 0, 2, nu=0.01, n_steps=8 * more)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < MAX_STEP_ERROR
+    burgers.make_block(3, 4, 6, nu=0.01, n_steps=20)  # a block without sample 0 is not checked again
+
+
+def test_navier_stokes_checks_its_time_steps(monkeypatch):
+    from rfol_dask.datasets import resolution
+
+    navier_stokes.make_block(0, 0, 1, n_steps=12)  # the fewest the CFL check lets through: 1.4e-7
+    monkeypatch.setattr(resolution, "MAX_STEP_ERROR", 1e-8)
+    with pytest.raises(ValueError, match=r"Navier-Stokes w\(\., T\) at nu=0\.025 with n_steps=12 has a "
+                                         r"time-stepping error of about 1\.\de-07"):
+        navier_stokes.make_block(0, 0, 1, n_steps=12)
