@@ -34,7 +34,7 @@ from . import linalg
 __all__ = ["DEVICES", "namespace", "generic_numpy", "is_fast", "is_cupy", "device_namespace", "check_device",
            "compute_namespace", "to_namespace", "to_numpy", "is_array_api", "itemsize", "is_real_dtype",
            "as_fortran", "fortran_copy", "copy", "take_rows", "diagonal", "fill_diagonal", "syrk", "symmetrize", "ridge_factor",
-           "cholesky", "cho_solve"]
+           "cholesky", "cho_solve", "sized_by_arrays"]
 
 DEVICES = ("cpu", "cuda")
 
@@ -42,6 +42,25 @@ _GENERIC = contextvars.ContextVar("rfol_dask_generic_numpy", default=False)
 
 _GPU_INSTALL = ("pip install 'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install cupy-cuda13x "
                 "instead of cupy-cuda12x)")
+
+
+def sized_by_arrays(cls):
+    """Class decorator: dask's ``sizeof`` of an instance counts the arrays it holds (its dataclass
+    fields or ``__slots__``, through dask's ``sizeof`` of each: numpy, CuPy, tuples, dicts).
+    Without it dask counts about 60 bytes for a factor of gigabytes, so the workers' memory
+    managers and the scheduler's transfer costs (task placement, work stealing) miss it."""
+    import dataclasses
+    import sys
+
+    from dask.sizeof import sizeof
+
+    names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else cls.__slots__
+
+    @sizeof.register(cls)
+    def _size(obj):
+        return sys.getsizeof(obj) + sum(sizeof(getattr(obj, name, None)) for name in names)
+
+    return cls
 
 
 @contextlib.contextmanager

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import as_fortran, cho_solve, cholesky, diagonal, fortran_copy, namespace, symmetrize
+from .backend import as_fortran, cho_solve, cholesky, diagonal, fortran_copy, namespace, sized_by_arrays, symmetrize
 from .linalg import blas_limits, factor_threads
 
 __all__ = ["DualFactor", "PrimalFactor", "gram_place", "dual_factor", "dual_solve", "dual_intercept",
            "primal_factor", "primal_solve"]
 
 
+@sized_by_arrays
 @dataclass
 class DualFactor:
     """The factorised dual system.
@@ -55,6 +56,7 @@ class DualFactor:
         return dataclasses.replace(self, L=None)
 
 
+@sized_by_arrays
 @dataclass
 class PrimalFactor:
     """The factorised primal system.

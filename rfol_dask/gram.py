@@ -22,7 +22,7 @@ import numpy as np
 
 from . import backend
 from .features import feature_map
-from .backend import namespace, symmetrize, syrk, to_numpy
+from .backend import namespace, sized_by_arrays, symmetrize, syrk, to_numpy
 
 __all__ = ["check_finite", "stack_rows", "features_block", "block_means", "dual_tile", "PrimalSums", "primal_partial", "add_partials"]
 
@@ -92,6 +92,7 @@ def dual_tile(Ai, Aj, diagonal):
     return Ai @ Aj.T
 
 
+@sized_by_arrays
 @dataclass
 class PrimalSums:
     """The primal sums over the row blocks read so far, of the shifted data ``A - s``, ``V - t``.

@@ -129,3 +129,27 @@ def test_a_blocked_dual_tile_that_cannot_fit_a_worker_is_an_error_before_any_wor
         check_tile_memory(500, 6000, np.float64, client=small)
     assert check_tile_memory(125, 6000, np.float64, client=small) == 12_125_000  # smaller chunks fit
     assert check_tile_memory(500, 6000, np.float64, max_gram_bytes=1000, client=small) == 50_000_000  # user's budget
+
+
+def test_dask_sizeof_counts_the_arrays_our_task_results_hold():
+    """The factor, the primal sums and the rows mode's resident features travel between dask
+    tasks; dask's sizeof counted about 60 bytes for each (the scheduler and the workers'
+    memory managers saw a 3 GB factor as nothing)."""
+    from dask.sizeof import sizeof
+
+    from rfol_dask.factor import DualFactor, PrimalFactor
+    from rfol_dask.gram import PrimalSums
+    from rfol_dask.solve.streamed import Resident
+
+    L, r, vbar = np.zeros((300, 300)), np.zeros(300), np.zeros(7)
+    factor = DualFactor(L, r, vbar, 300, True)
+    assert L.nbytes + r.nbytes + vbar.nbytes <= sizeof(factor) < L.nbytes + r.nbytes + vbar.nbytes + 2000
+    assert sizeof(factor.without_factor()) < 4000
+    primal = PrimalFactor(np.zeros((50, 50)), np.zeros((50, 7)), np.zeros(50), vbar)
+    assert sizeof(primal) >= 50 * 57 * 8 + 50 * 8
+    sums = PrimalSums(np.zeros((50, 50)), np.zeros((50, 7)), np.zeros(50), np.zeros(7), 10)
+    assert sizeof(sums) >= 50 * 57 * 8
+    acc = Resident()
+    acc.A, acc.K, acc.g0, acc.shifts = np.zeros((300, 40)), np.zeros((300, 300)), 0, {0: np.zeros(40)}
+    acc.pairs = {0: (np.zeros((16, 40)), np.zeros(40))}  # a slot left unset counts nothing
+    assert sizeof(acc) >= acc.A.nbytes + acc.K.nbytes + 40 * 8 + 17 * 40 * 8

@@ -50,7 +50,7 @@ import dask
 import numpy as np
 
 from .. import backend
-from ..backend import symmetrize, syrk, to_numpy
+from ..backend import sized_by_arrays, symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
 from ..gram import stack_rows
@@ -358,6 +358,7 @@ def _coef_rows(A, Beta, shift, f0, f1, out):
 # resident features: the Gram made row block by row block, as the blocks are read
 
 
+@sized_by_arrays
 class Resident:
     """What one worker holds in the rows mode (:func:`gram_rows`): its features ``A`` (M, w) of
     the columns ``g0:g0 + w`` (its feature group), each slab's shift ``s_f`` and frequencies, and
