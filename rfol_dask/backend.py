@@ -349,7 +349,7 @@ def ridge_factor(G):
 
         def factor(ridge, again):
             L, info = linalg.potrf_ridge(G, diag, ridge, restore=again)
-            return L if info == 0 else None
+            return L if info == 0 and not (ridge == 0 and linalg.stands_on_rounding(np.diagonal(L), diag)) else None
 
         def restore():
             linalg.symmetrize(G, "upper")
@@ -361,6 +361,13 @@ def ridge_factor(G):
     return _factor_copy(G, xp), lambda: None
 
 
+def _singular(pivots, gram_diag):
+    """:func:`rfol_dask.linalg.stands_on_rounding` for a factor of any namespace."""
+    xp = namespace(pivots)
+    n = pivots.shape[0]
+    return n > 0 and linalg.stands_on_rounding((xp.min(pivots), xp.max(xp.abs(gram_diag)), n, to_numpy_dtype(pivots.dtype)))
+
+
 def _factor_copy(G, xp):
     """``factor(ridge, again)``: the lower factor of ``G + ridge I`` as a new array, or None
     where it is not positive definite (the standard's ``xp.linalg.cholesky``; ``G`` untouched)."""
@@ -368,11 +375,12 @@ def _factor_copy(G, xp):
 
     def factor(ridge, again):
         try:
-            return xp.linalg.cholesky(G + ridge * eye)
+            L = xp.linalg.cholesky(G + ridge * eye)
         except Exception as exc:  # the numpy-backed namespaces raise LinAlgError
             if type(exc).__name__ != "LinAlgError":
                 raise
             return None
+        return None if ridge == 0 and _singular(diagonal(L), diagonal(G)) else L
 
     return factor
 
@@ -412,7 +420,9 @@ def _cupy_factor_in_place(G):
         if again:
             symmetrize(F, "upper")
         F[idx, idx] = diag + ridge
-        return F if _cupy_potrf(F) == 0 else None
+        if _cupy_potrf(F) != 0 or (ridge == 0 and _singular(F[idx, idx], diag)):
+            return None
+        return F
 
     def restore():
         if not copied:

@@ -139,6 +139,21 @@ def not_positive_definite(alpha, ridges):
     )
 
 
+def stands_on_rounding(pivots, gram_diag):
+    """Whether a Cholesky factor of a Gram with no ridge (``alpha = 0``) is numerically singular:
+    its smallest squared pivot ``L_kk^2`` at most ``n eps`` times the Gram's largest diagonal
+    entry. An exactly singular Gram (repeated samples with different outputs) factorises or not
+    depending on rounding, and where it does its solution is noise. ``pivots``: the factor's
+    diagonal (n,), ``gram_diag`` the Gram's; numpy arrays, or 0-d values of any namespace
+    reduced by the caller as ``(min pivot, max diagonal, n, numpy dtype)`` tuples."""
+    if isinstance(pivots, tuple):
+        low, high, n, dtype = pivots
+    else:
+        n, dtype = pivots.shape[0], pivots.dtype
+        low, high = (pivots.min(), np.abs(gram_diag).max()) if n else (1.0, 0.0)
+    return n > 0 and float(low) ** 2 <= n * float(np.finfo(dtype).eps) * float(high)
+
+
 def potrf_ridge(G, diag, ridge, restore=False):
     """LAPACK ``potrf`` of ``G`` with ``diag + ridge`` on its diagonal, in place in its lower
     triangle; the strict upper triangle is left as it was. ``restore``: first mirror that upper
@@ -166,7 +181,7 @@ def cholesky(G, alpha):
 
     def attempt(ridge, again):
         L, info = potrf_ridge(G, diag, ridge, restore=again)
-        return L if info == 0 else None
+        return L if info == 0 and not (ridge == 0 and stands_on_rounding(np.diagonal(L), diag)) else None
 
     with blas_limits(factor_threads()):
         return first_ridge(attempt, alpha, float(np.mean(np.abs(diag))), G.dtype)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_place, lift_ones
 from ..gram import block_means, dual_tile, features_block
+from ..linalg import stands_on_rounding
 from ..memory import memory_plan, n_slots
 from ..placement import on_one_worker
 from .graph import (Columns, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum,
@@ -88,6 +89,9 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     L = da.linalg.cholesky(K.rechunk(c), lower=True)
     Beta = da.linalg.solve_triangular(L.T, da.linalg.solve_triangular(L, rhs.rechunk((c, m)), lower=True), lower=False)
     Beta = Beta[:M]
+    if alpha == 0:  # a singular Gram may factorise by rounding: refused as the in-memory fits refuse it
+        Beta = da.map_blocks(_checked_pivots, Beta, da.diag(L)[:M].rechunk(-1), da.diag(K)[:M].rechunk(-1),
+                             dtype=Beta.dtype, meta=Beta._meta)
     if fit_intercept:
         Beta = Beta - Beta.mean(axis=0)
     # chunks as delayed with the arrays' own keys: the tiles and features are shared with the
@@ -95,6 +99,14 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     r, vbar, Beta = (_whole(x) for x in (r, vbar, Beta.astype(dtype)))
     fac = dask.delayed(DualFactor)(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept)
     return fac, [dask.delayed(_columns)(Beta, c0, c1) for c0, c1 in cols]
+
+
+def _checked_pivots(block, pivots, diag):
+    """``block``, or LinAlgError (a failed blocked factorisation) when the pivots of the alpha = 0
+    factor stand on rounding (:func:`rfol_dask.linalg.stands_on_rounding`)."""
+    if stands_on_rounding(pivots, diag):
+        raise np.linalg.LinAlgError("the Gram is numerically singular (a pivot at rounding level)")
+    return block
 
 
 def _whole(x):
