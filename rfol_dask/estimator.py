@@ -144,7 +144,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
     def _check_params(self):
         self._validate_params()
-        self._recovery_specs()
+        self._check_recovery()
 
     def _device(self):
         """The ``device`` parameter ("cpu" where a subclass has none)."""
@@ -282,6 +282,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         self.output_grid_ = io.learn_grid(output_grid, v, self.output_shape_, "output")
         in_dims = io.grid_dims(u, input_grid, self.input_grid_)
         out_dims = io.grid_dims(v, output_grid, self.output_grid_)
+        # arrays with grid mappings: the keys name the dims, so a later grid mapping is read by name
+        self.input_dims_ = u.dims or (in_dims if isinstance(input_grid, Mapping) else None)
+        self.output_dims_ = v.dims or (out_dims if isinstance(output_grid, Mapping) else None)
         if isinstance(periods, Mapping):
             unknown = set(periods) - set(in_dims) - set(out_dims)
             if unknown:

@@ -343,13 +343,24 @@ def learn_grid(grid, operand, shape, which):
     return operand_grid(operand)
 
 def operand_grid(operand):
-    """The grid of an xarray operand if every grid dim has numeric increasing coordinates."""
+    """The grid of an xarray operand if every grid dim has numeric coordinates (None if one has
+    none or labels that are not numbers). ValueError for numeric coordinates that are no grid
+    (a repeated value, NaN): matched by coordinate, their values would be read by position."""
     if operand.kind != "xarray" or not operand.dims or any(d not in operand.coords for d in operand.dims):
         return None
-    try:
-        return as_grid({d: operand.coords[d] for d in operand.dims})
-    except (TypeError, ValueError):
+    coords = {d: np.asarray(operand.coords[d]) for d in operand.dims}
+    if not all(np.issubdtype(c.dtype, np.number) and not np.iscomplexobj(c) for c in coords.values()):
         return None
+    try:
+        as_grid({d: np.sort(c) for d, c in coords.items()})  # in any order: a descending axis is a grid
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the coordinates of the grid dims {list(coords)} are not a grid ({exc}); fix them, or drop "
+                         "them (da.drop_vars(...)) to have the values read by position") from exc
+    try:
+        return as_grid(coords)
+    except ValueError:  # not increasing: read by position (a model without grid), else sorted before
+        return None
+
 
 def grid_dims(operand, grid_arg, grid):
     """The names of one side's grid axes: the xarray dims, else the keys of a mapping

@@ -6,6 +6,8 @@ periods, dims, coordinates and the output's attributes)."""
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import warnings
 from collections.abc import Mapping
 
@@ -28,11 +30,36 @@ class ResamplingMixin:
         if len(specs) != 2:
             raise ValueError(f"recovery must be a kind, a dict or a pair (input, output); got {self.recovery!r}")
         for spec in specs:
-            kind = spec.get("kind", "cubic") if isinstance(spec, dict) else spec
+            kind = spec.get("kind", "cubic") if isinstance(spec, Mapping) else spec
             if kind not in rec.KINDS:
                 raise ValueError(f"unknown recovery kind {kind!r} in recovery={self.recovery!r}; "
                                  f"choose from {rec.KINDS}")
         return tuple(specs)
+
+    def _check_recovery(self):
+        """Validate the ``recovery`` parameter at ``fit``, options included (they are used only
+        when a grid differs from the training one, at some later ``predict``)."""
+        for spec in self._recovery_specs():
+            if not isinstance(spec, Mapping) or len(spec) <= ("kind" in spec):
+                continue
+            kind, options = spec.get("kind", "cubic"), {k: v for k, v in spec.items() if k != "kind"}
+            if kind != "rf":
+                raise ValueError(f"recovery kind {kind!r} takes no options, got {sorted(options)} in "
+                                 f"recovery={self.recovery!r}")
+            allowed = [p for p in inspect.signature(rec.RandomFeatureInterpolant).parameters if p != "grid_in"]
+            for key in options:
+                if key not in allowed:
+                    close = difflib.get_close_matches(str(key), allowed, n=1)
+                    raise ValueError(f"unknown option {key!r} of recovery 'rf' in recovery={self.recovery!r}"
+                                     + (f" (did you mean {close[0]!r}?)" if close else "") + f"; options: {allowed}")
+            seed = options.get("random_state", 0)
+            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+                raise ValueError(f"recovery 'rf' needs an int random_state, got {seed!r}: the map is built again for "
+                                 "each new grid and must draw the same features every time")
+            try:
+                rec.RandomFeatureInterpolant(np.arange(4.0), **options)  # its own checks of the values
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"invalid options of recovery 'rf' in recovery={self.recovery!r}: {exc}") from exc
 
     def _recovery(self, which, grid):
         """The ``which`` ("input" / "output") recovery map of ``grid``, with the model's periods.
@@ -109,8 +136,9 @@ class ResamplingMixin:
         R_U = self._recovery("input", grid)
         domain = rec.grid_domain(trained, R_U.periodic)
         for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(zip(trained, grid, domain, R_U.domain(), R_U.periods)):
-            if P is not None:
-                continue  # a periodic axis: any grid of one period covers the training one
+            if P is not None:  # a periodic axis: any grid around the period covers the training one
+                _check_period_covered(x, y, P, k)
+                continue
             tol, step = 1e-6 * (hi - lo), (hi - lo) / max(len(x) - 1, 1)
             if x[0] < c_lo - tol or x[-1] > c_hi + tol:
                 known = (getattr(self, "input_periods_", None) or [None] * len(trained))[k]
@@ -126,7 +154,8 @@ class ResamplingMixin:
         xp = backend.namespace(data) if backend.is_array_api(data) else None  # CuPy: resampled on the host
         data = data if isinstance(data, da.Array) else backend.to_numpy(data) if xp is not None else np.asarray(data)
         shape = tuple(len(ax) for ax in grid)
-        if data.ndim < 1 or int(np.prod(data.shape[1:])) != int(np.prod(shape)):
+        if data.ndim < 1 or int(np.prod(data.shape[1:])) != int(np.prod(shape)) or \
+                (data.ndim > 2 and tuple(data.shape[1:]) != shape):  # flat (M, n) rows are read in grid order
             raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
         resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
         resampled = resampled if xp is None else backend.to_namespace(resampled, xp)  # moved back: follow the input
@@ -141,3 +170,28 @@ class ResamplingMixin:
                 if dim in pred.coords:
                     pred[dim].attrs.update(attrs)
         return pred
+
+
+#: a periodic input grid may leave no gap wider than this many of its median spacings (and the
+#: training grid's widest), or its recovery would interpolate across a part of the period it
+#: does not sample
+MAX_PERIODIC_GAP = 4.0
+
+
+def _check_period_covered(trained, grid, period, axis):
+    """ValueError when the input ``grid`` leaves a gap in the ``period`` of a periodic axis: wider
+    than :data:`MAX_PERIODIC_GAP` of its median spacing and than the ``trained`` grid's widest gap
+    (a coarser grid is fine; half a period is not)."""
+    def gaps(x):
+        x = np.sort(np.mod(np.asarray(x, dtype=float) - x[0], period))
+        return np.diff(np.append(x, period)), x
+
+    g, pts = gaps(grid)
+    widest = int(np.argmax(g))
+    if len(grid) < 2 or g[widest] <= MAX_PERIODIC_GAP * np.median(g) or g[widest] <= gaps(trained)[0].max():
+        return
+    start = grid[0] + pts[widest]
+    raise ValueError(f"input_grid leaves a gap of {g[widest]:g} in the period {period:g} of axis {axis} (from "
+                     f"{start:g} to {start + g[widest]:g}, {g[widest] / np.median(g):.0f} x its median spacing): the "
+                     "input must sample the whole period; the recovery map would fill the gap by interpolating "
+                     "across it")

@@ -206,16 +206,17 @@ class SelectionCV(OperatorEstimator):
         return self.best_estimator_._predict_kernel()
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None, *, input_grid=None, output_grid=None):
-        """Search on the training data (``X``, ``y`` as in the base estimator's ``fit``), then
-        refit the winner on all of it as ``best_estimator_``. No test data is involved."""
+    def fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None):
+        """Search on the training data (``X``, ``y``, the grids and ``periods`` as in the base
+        estimator's ``fit``), then refit the winner on all of it as ``best_estimator_``. No test
+        data is involved."""
         t0 = time.perf_counter()
-        super().fit(X, y, input_grid=input_grid, output_grid=output_grid)
+        super().fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods)
         self.search_time_ = time.perf_counter() - t0
         if self.refit:
             t1 = time.perf_counter()
             self.best_estimator_ = self._base_estimator(**self.best_params_).fit(
-                X, y, input_grid=input_grid, output_grid=output_grid)
+                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods)
             self.refit_time_ = time.perf_counter() - t1
         return self
 

@@ -369,3 +369,127 @@ def test_a_lazy_prediction_pickles():
     for model in (_rf().fit(U, V), KernelOperator(kernel="rbf", length_scale=1.0).fit(U, V)):
         lazy = model.predict(da.from_array(U, chunks=10))
         np.testing.assert_allclose(pickle.loads(pickle.dumps(lazy)).compute(), model.predict(U), rtol=1e-12)
+
+
+# --- found 2026-11-27 (eighth session): grids and recovery options -----------------------------
+
+def _periodic_data(n=64, M=80):
+    x = np.arange(n) / n
+    rng = np.random.default_rng(1)
+    c = rng.standard_normal((M, 3))
+    U = c[:, :1] * np.sin(2 * np.pi * x) + c[:, 1:2] * np.cos(4 * np.pi * x) + c[:, 2:]
+    return x, U, np.roll(U, 5, axis=1) + 0.1 * U**2
+
+
+def test_a_periodic_input_grid_must_sample_the_whole_period():
+    """The coverage check skipped periodic axes, so input on half the period was filled in by
+    interpolating across the gap: relative error 0.79, no warning."""
+    x, U, V = _periodic_data()
+    model = _rf(n_features=200).fit(U, V, input_grid=[x], output_grid=[x], periods=1.0)
+    half = np.linspace(0, 0.5, 48)
+    f = lambda y: np.sin(2 * np.pi * y)[None]  # noqa: E731
+    with pytest.raises(ValueError, match=r"leaves a gap of 0\.5 in the period 1 of axis 0 \(from 0\.5 to 1"):
+        model.predict(f(half), input_grid=[half])
+    for y in (np.arange(32) / 32, np.arange(96) / 96 + 0.3, np.sort(np.r_[np.arange(60) / 64, 0.97])):
+        model.predict(f(y), input_grid=[y])  # coarser, finer, shifted, uneven: the period is sampled
+
+
+def test_recovery_options_are_checked_at_fit_and_rf_needs_an_int_seed():
+    """Options of ``recovery`` were read only by the first predict on another grid (a typo fitted
+    fine); a Generator seed of the 'rf' map drew other features at each predict."""
+    x, U, V = _periodic_data(32, 40)
+    for recovery, match in [({"kind": "rf", "n_feature": 64}, "did you mean 'n_features'"),
+                            ({"kind": "cubic", "periodic": True}, "takes no options"),
+                            ({"kind": "rf", "ridge": -1}, "ridge must be >= 0"),
+                            ({"kind": "rf", "random_state": np.random.default_rng(0)}, "needs an int random_state"),
+                            (("cubic", {"kind": "rf", "random_state": None}), "needs an int random_state")]:
+        with pytest.raises(ValueError, match=match):
+            _rf(recovery=recovery).fit(U, V, input_grid=[x], output_grid=[x])
+    model = _rf(recovery={"kind": "rf", "random_state": np.int64(3), "n_features": 64}).fit(
+        U, V, input_grid=[x], output_grid=[x])
+    y = np.linspace(0, x[-1], 45)
+    np.testing.assert_array_equal(model.predict(U, output_grid=[y]), model.predict(U, output_grid=[y]))
+
+
+def test_numeric_coordinates_that_are_no_grid_are_refused():
+    """A repeated or NaN coordinate value was taken for "no grid", and the values read by position."""
+    x, U, V = _periodic_data(32, 40)
+    wrap = lambda A, c: xr.DataArray(A, dims=("sample", "x"), coords={"x": c})  # noqa: E731
+    model = _rf().fit(wrap(U, x), wrap(V, x))
+    for bad, match in [(np.r_[x[:10], x[9], x[11:]], "strictly increasing"), (np.r_[x[:31], np.nan], "NaN")]:
+        with pytest.raises(ValueError, match=f"not a grid .*{match}.*drop them"):
+            model.predict(wrap(U, bad))
+        with pytest.raises(ValueError, match="not a grid"):
+            _rf().fit(wrap(U, bad), wrap(V, x))
+    labels = wrap(U, [f"p{k}" for k in range(32)])  # labels that are not numbers: positional, as before
+    np.testing.assert_allclose(model.predict(labels).values, model.predict(U), rtol=1e-12)
+
+
+def test_the_searches_take_periods_as_the_models_do():
+    from rfol_dask.baselines import KernelOperatorCV
+
+    x, U, V = _periodic_data(32, 60)
+    y = np.arange(48) / 48
+    for search in (RandomFeatureOperatorCV(n_features=100, gammas=(1.0,), alphas=(1e-6,), random_state=0),
+                   KernelOperatorCV(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-6,))):
+        search.fit(U, V, input_grid=[x], output_grid=[x], periods=1.0)
+        assert search.input_periods_ == (1.0,) and search.best_estimator_.output_periods_ == (1.0,)
+        assert search.predict(U, output_grid=[y]).shape == (60, 48)  # past the last training point: wraps
+
+
+def test_a_grid_mapping_of_an_array_model_is_read_by_name_and_the_shape_checked():
+    """A model fitted on arrays with ``input_grid={"x": ..., "y": ...}`` read a later mapping by its
+    order (``{"y": ..., "x": ...}``: relative error 5.2), and only compared the data's size with
+    the grid's, so (M, 17, 13) data went through a (13, 17) grid."""
+    rng = np.random.default_rng(0)
+    x, y, xf, yf = np.linspace(0, 1, 9), np.linspace(0, 1, 7), np.linspace(0, 1, 17), np.linspace(0, 1, 13)
+    c = rng.standard_normal((120, 3, 3))
+    field = lambda X, Y: np.einsum("mij,ia,jb->mab", c, np.array([X**0, X, X**2]), np.array([Y**0, Y, Y**2]))  # noqa: E731
+    U, Uf = field(x, y), field(xf, yf)
+    V = np.einsum("m,i,j->mij", U.sum((1, 2)), x[:6], y[:5] ** 2)
+    model = _rf(n_features=300, distribution="gaussian", alpha=1e-4).fit(
+        U, V, input_grid={"x": x, "y": y}, output_grid={"a": x[:6], "b": y[:5]})
+    assert model.input_dims_ == ("x", "y") and model.output_dims_ == ("a", "b")
+    P = model.predict(U[:10])
+    for grid in ({"x": xf, "y": yf}, {"y": yf, "x": xf}):
+        np.testing.assert_allclose(model.predict(Uf[:10], input_grid=grid), P, rtol=1e-10)
+    with pytest.raises(ValueError, match=r"X has shape \(10, 17, 13\) but input_grid has shape \(13, 17\)"):
+        model.predict(Uf[:10], input_grid=[yf, xf])
+    af, bf = np.linspace(0, x[5], 11), np.linspace(0, y[4], 9)
+    R = model.predict(U[:10], output_grid={"a": af, "b": bf})
+    np.testing.assert_array_equal(model.predict(U[:10], output_grid={"b": bf, "a": af}), R)
+    assert R.shape == (10, 11, 9)
+
+
+def _repeated_inputs(case):
+    """Training data with 3 inputs repeated and outputs moved by 1: an exactly singular dual Gram."""
+    rng = np.random.default_rng(0 if case == "cauchy" else 3)
+    if case == "cauchy":
+        x = np.linspace(0, 1, 10)
+        U = rng.standard_normal((100, 5)) @ np.sin(np.outer(np.arange(1, 6), np.pi * x))
+        V = np.tanh(2 * U[:, :1]) * np.cos(np.pi * np.linspace(0, 1, 4))[None] + 0.3 * (U**2).mean(1, keepdims=True) \
+            + 0.01 * rng.standard_normal((100, 4))
+    else:
+        U = rng.standard_normal((100, 5)) @ rng.standard_normal((5, 10))
+        V = np.sin(U[:, :4])
+    return np.vstack([U, U[:3]]), np.vstack([V, V[:3] + 1.0])
+
+
+@pytest.mark.parametrize("case, blocked", [("cauchy", True), ("gaussian", False)])
+def test_alpha_zero_on_a_singular_gram_is_refused_whatever_the_rounding(case, blocked):
+    """With alpha = 0 the factorisation of an exactly singular Gram succeeded or failed by
+    rounding; where it succeeded (these two cases) the model predicted 2.22 at a repeated input
+    whose outputs are 0.13 and 1.13 (in memory), or 0.17 for 0.11 and 1.11 (blocked)."""
+    import warnings
+
+    U, V = _repeated_inputs(case)
+    model = RandomFeatureOperator(n_features=500, alpha=0.0, random_state=0, distribution=case)
+    data = (U, V)
+    if blocked:  # the Gram just above the budget: factorised blocked over dask tiles
+        model.set_params(max_gram_bytes=len(U) ** 2 * 8 * 1.05)
+        data = (da.from_array(U, chunks=40), da.from_array(V, chunks=40))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular"):
+            model.fit(*data)
+        model.set_params(alpha=1e-8).fit(*data)  # a ridge fits it
