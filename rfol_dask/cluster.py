@@ -26,6 +26,7 @@ script, Kubernetes spec or MPI launch script) without contacting any scheduler.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import numbers
 import os
@@ -132,36 +133,107 @@ def _read_config(config):
                             f"configurations {shipped_configs()}")
 
 
+def _config_name(config):
+    """How errors name a configuration: its shipped name or path, or 'given as a dict'."""
+    return os.fspath(config) if isinstance(config, (str, os.PathLike)) else "given as a dict"
+
+
+@functools.lru_cache(maxsize=None)
+def _option_keywords(kind):
+    """``(keywords, what)``: the keywords ``options`` of ``kind`` may hold (those of the cluster
+    manager and of the classes it forwards ``**kwargs`` to) and how to describe them; None where
+    they are not checked (MPI: flags of the dask-mpi command) or the package is not installed."""
+    import inspect
+
+    try:
+        if kind in ("local", "cuda-local"):
+            from distributed import LocalCluster, Nanny, Worker
+            from distributed.node import ServerNode
+
+            callables = [LocalCluster, Nanny, Worker, ServerNode]  # LocalCluster -> Nanny -> Worker -> ServerNode
+            what = "distributed.LocalCluster and its Nanny/Worker"
+            if kind == "cuda-local":
+                from dask_cuda import LocalCUDACluster
+
+                callables.insert(0, LocalCUDACluster)
+                what = "dask_cuda.LocalCUDACluster, " + what
+        elif kind in ("slurm", "pbs"):
+            import dask_jobqueue
+
+            cluster, job = ((dask_jobqueue.SLURMCluster, dask_jobqueue.slurm.SLURMJob) if kind == "slurm"
+                            else (dask_jobqueue.PBSCluster, dask_jobqueue.pbs.PBSJob))
+            callables = [cluster, job, dask_jobqueue.core.Job]  # cluster -> job class -> Job
+            what = f"dask_jobqueue.{cluster.__name__} and its {job.__name__}"
+        elif kind == "kubernetes":
+            from dask_kubernetes.operator import make_cluster_spec
+
+            callables, what = [make_cluster_spec], "dask_kubernetes.operator.make_cluster_spec"
+        else:
+            return None
+    except ImportError:
+        return None
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    keywords = {name for c in callables for name, p in inspect.signature(c).parameters.items() if p.kind in named}
+    ours = {"self", "blas_threads"} | ({"n_workers"} if kind == "kubernetes" else set())  # top-level keys set them
+    return frozenset(keywords - ours), what
+
+
+def _check_options(where, kind, options):
+    """ValueError naming the first option that the cluster manager of ``kind`` does not take,
+    with the nearest keyword it does."""
+    import difflib
+
+    checked = _option_keywords(kind)
+    if checked is None:
+        return
+    keywords, what = checked
+    for key in options:
+        if key not in keywords:
+            top = {"blas_threads": "blas_threads", "n_workers": "scale"}.get(key)
+            close = difflib.get_close_matches(str(key), sorted(keywords), n=1)
+            hint = (f"set the top-level key {top} instead" if top else f"did you mean {close[0]!r}?" if close
+                    else "check its spelling")
+            raise ValueError(f"{where}: unknown option {key!r} for kind {kind}; {hint} (options take the "
+                             f"keywords of {what})")
+
+
 def load_config(config):
     """Read and check a cluster configuration: a shipped name (``"slurm"``, see
     :func:`shipped_configs`), a path to YAML, or a dict; returns a dict."""
+    name = _config_name(config)
+    where = f"cluster configuration {name}"
     if isinstance(config, (str, os.PathLike)):
         import yaml
 
-        name = config
         try:
             config = yaml.safe_load(_read_config(config)) or {}
         except yaml.YAMLError as exc:
-            raise ValueError(f"cluster configuration {name} is not valid YAML: {exc}") from None
+            raise ValueError(f"{where} is not valid YAML: {exc}") from None
         if not isinstance(config, dict):
-            raise ValueError(f"cluster configuration {name} must be a YAML mapping (kind: ..., options: ...), "
+            raise ValueError(f"{where} must be a YAML mapping (kind: ..., options: ...), "
                              f"got a {type(config).__name__}")
     config = dict(config)
     kind = config.get("kind")
     if kind not in KINDS:
-        raise ValueError(f"cluster configuration needs kind in {KINDS}, got {kind!r}")
+        raise ValueError(f"{where} needs kind in {KINDS}, got {kind!r}")
     unknown = sorted(set(config) - _KEYS)
     if unknown:
-        raise ValueError(f"unknown cluster configuration keys {unknown}; allowed: {sorted(_KEYS)}")
+        raise ValueError(f"unknown cluster configuration keys {unknown} in {name}; allowed: {sorted(_KEYS)}")
     misplaced = sorted(set(config) & (_MPI_KEYS - {"scheduler_file"})) if kind != "mpi" else []
     if misplaced:
         hint = " (for slurm/pbs set options.python and options.job_script_prologue)" if kind in ("slurm", "pbs") else ""
-        raise ValueError(f"cluster configuration keys {misplaced} are for kind mpi only{hint}")
-    config.setdefault("options", {})
+        raise ValueError(f"{where}: keys {misplaced} are for kind mpi only{hint}")
+    if config.get("options") is None:
+        config["options"] = {}
+    if not isinstance(config["options"], dict):
+        raise ValueError(f"{where}: options must be a mapping of keyword: value (one per line under "
+                         f"'options:'), got a {type(config['options']).__name__}")
     config.setdefault("blas_threads", 1)
     config.setdefault("scale", 1)
-    if int(config["blas_threads"]) < 1 or int(config["scale"]) < 1:
-        raise ValueError("blas_threads and scale must be positive integers")
+    for key in ("scale", "blas_threads", "node_cores", "ranks_per_node"):
+        if key in ("scale", "blas_threads") or config.get(key) is not None:
+            _check_count(f"{where}: {key}", config[key])
+    _check_options(where, kind, config["options"])
     return config
 
 
