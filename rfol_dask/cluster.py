@@ -398,10 +398,11 @@ def make_cluster(config):
     """The cluster manager object for ``config`` (nothing is submitted until it is scaled).
 
     ``local``: ``LocalCluster``; ``cuda-local``: ``dask_cuda.LocalCUDACluster``; ``slurm``/``pbs``: ``dask_jobqueue.SLURMCluster``/``PBSCluster``;
-    ``kubernetes``: ``dask_kubernetes.operator.KubeCluster`` (needs a reachable cluster).
+    ``kubernetes``: ``dask_kubernetes.operator.KubeCluster`` (needs a reachable cluster with the Dask
+    operator; :class:`ClusterStartError` without).
     ``mpi`` has no manager object: launch :func:`job_script` with ``mpirun``.
     """
-    config = load_config(config)
+    name, config = _config_name(config), load_config(config)
     kind = config["kind"]
     if kind == "mpi":
         raise ValueError("an MPI cluster is started by mpirun, not from Python: run the script of "
@@ -416,9 +417,30 @@ def make_cluster(config):
 
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
         return cls(**_jobqueue_options(config))
+    return _kube_cluster(config, name)
+
+
+def _kube_cluster(config, name):
+    """``KubeCluster`` of ``config``; ClusterStartError when it cannot start (no credentials, no
+    reachable cluster, no Dask operator), the half-built cluster closed (else dask-kubernetes
+    retries the close at exit and prints the same error again)."""
     from dask_kubernetes.operator import KubeCluster
 
-    return KubeCluster(custom_cluster_spec=_kubernetes_spec(config))
+    spec = _kubernetes_spec(config)
+    before = set(KubeCluster._instances)  # the operator's registry of clusters it closes at exit
+    try:
+        return KubeCluster(custom_cluster_spec=spec)
+    except Exception as exc:
+        for half in set(KubeCluster._instances) - before:
+            with contextlib.suppress(Exception):
+                half.close(timeout=10)
+            KubeCluster._instances.discard(half)
+        raise ClusterStartError(
+            f"could not start the Kubernetes cluster of cluster configuration {name} ({type(exc).__name__}: {exc}): "
+            "it needs credentials of a reachable cluster (a kubeconfig at $KUBECONFIG or ~/.kube/config, as "
+            "kubectl uses, or a pod's in-cluster service account) and the Dask operator installed in it "
+            "(helm install --repo https://helm.dask.org -n dask-operator --create-namespace dask-kubernetes-operator "
+            "--generate-name); rfol_dask.cluster.job_script(config) renders the spec without a cluster") from exc
 
 
 def job_script(config):
@@ -464,8 +486,8 @@ SUBMIT_TIMEOUT = 60.0
 
 
 class ClusterStartError(RuntimeError):
-    """A cluster that could not be started (its jobs cannot be submitted); the CLI prints it
-    as one line."""
+    """A cluster that could not be started (its jobs cannot be submitted, no Kubernetes cluster
+    can be reached); the CLI prints it as one line."""
 
 
 def _check_submit_command(cluster, kind):
@@ -519,16 +541,17 @@ def start_client(config):
     dashboard link is logged (logger ``rfol_dask``, level INFO). Warns when the configuration
     oversubscribes its nodes. :class:`ClusterStartError` (a RuntimeError) when SLURM/PBS jobs
     cannot be submitted: the submit command is not on ``PATH``, or no job was accepted within
-    :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error).
+    :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error);
+    when no Kubernetes cluster with the Dask operator can be reached.
     """
     from distributed import Client
 
-    config = load_config(config)
+    given, config = config, load_config(config)
     if config["kind"] == "mpi":
         _check_threads(config)
         client = Client(scheduler_file=config.get("scheduler_file", "scheduler.json"))
     else:
-        cluster = make_cluster(config)
+        cluster = make_cluster(given)  # names the file in its errors
         if config["kind"] in ("slurm", "pbs"):
             _check_submit_command(cluster, config["kind"])
             cluster.scale(jobs=int(config["scale"]))

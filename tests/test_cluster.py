@@ -48,6 +48,33 @@ def test_kubernetes_spec():
     assert env["OPENBLAS_NUM_THREADS"] == "4" and env["EXTRA_PIP_PACKAGES"] == "rfol-dask"
 
 
+def test_kubernetes_without_a_reachable_cluster_is_a_cluster_start_error(monkeypatch):
+    """The operator's bare error becomes one that says what is missing; the half-built cluster is
+    closed and dropped from the operator's registry (else it is closed again at exit, noisily)."""
+    pytest.importorskip("dask_kubernetes")
+    import weakref
+
+    import dask_kubernetes.operator
+
+    class HalfBuilt:
+        _instances = weakref.WeakSet()
+        closed = []
+
+        def __init__(self, **kwargs):
+            self._instances.add(self)
+            raise ValueError("Unable to find valid credentials")
+
+        def close(self, timeout=None):
+            self.closed.append(self)
+
+    monkeypatch.setattr(dask_kubernetes.operator, "KubeCluster", HalfBuilt)
+    with pytest.raises(cluster.ClusterStartError, match="Kubernetes cluster of cluster configuration kubernetes "
+                       r"\(ValueError: Unable to find valid credentials\).*kubeconfig.*Dask operator") as info:
+        cluster.start_client("kubernetes")
+    assert isinstance(info.value.__cause__, ValueError)
+    assert len(HalfBuilt.closed) == 1 and not list(HalfBuilt._instances)
+
+
 def test_mpi_script():
     script = cluster.job_script(CONFIGS / "mpi.yaml")
     # dask-mpi's command runs the scheduler on rank 0 and a worker on every other rank
