@@ -15,7 +15,8 @@ its ``kind`` and the keywords of the matching cluster manager::
 'rfol-dask[gpu]'``); on GPU nodes of a SLURM / PBS cluster the jobs run ``dask cuda worker``
 (``options.worker_command``, see the shipped ``slurm-gpu``). MPI configurations also take ``node_cores`` and ``ranks_per_node`` (placement, for the core
 check and the launcher's ``{ranks_per_node}``), ``python`` and ``prologue`` (shell lines run
-first). The shipped configurations live in ``rfol_dask/clusters/`` (see :func:`shipped_configs`).
+first), and ``scheduler_timeout`` (seconds :func:`start_client` waits for the scheduler file, default
+:data:`SCHEDULER_TIMEOUT`). The shipped configurations live in ``rfol_dask/clusters/`` (see :func:`shipped_configs`).
 
 Every node must satisfy ``processes x threads_per_worker x blas_threads <= cores``;
 :func:`job_script`, :func:`make_cluster` and :func:`start_client` warn when a configuration
@@ -45,9 +46,8 @@ __all__ = ["active_client", "local_client", "local_cluster", "local_cuda_cluster
            "blas_env", "shipped_configs", "gpu_config", "node_threads", "dashboard_link", "close_client", "KINDS"]
 
 KINDS = ("local", "cuda-local", "slurm", "pbs", "kubernetes", "mpi")
-_KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file", "launcher", "node_cores", "ranks_per_node",
-         "python", "prologue"}
-_MPI_KEYS = {"scheduler_file", "launcher", "node_cores", "ranks_per_node", "python", "prologue"}
+_MPI_KEYS = {"scheduler_file", "scheduler_timeout", "launcher", "node_cores", "ranks_per_node", "python", "prologue"}
+_KEYS = {"kind", "scale", "blas_threads", "options"} | _MPI_KEYS
 _BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _SCHEDULER = "tcp://SCHEDULER:8786"  # placeholder address of rendered job scripts
 
@@ -233,6 +233,9 @@ def load_config(config):
     for key in ("scale", "blas_threads", "node_cores", "ranks_per_node"):
         if key in ("scale", "blas_threads") or config.get(key) is not None:
             _check_count(f"{where}: {key}", config[key])
+    timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
+        raise ValueError(f"{where}: scheduler_timeout must be a number of seconds > 0, got {timeout!r}")
     _check_options(where, kind, config["options"])
     return config
 
@@ -487,7 +490,7 @@ SUBMIT_TIMEOUT = 60.0
 
 class ClusterStartError(RuntimeError):
     """A cluster that could not be started (its jobs cannot be submitted, no Kubernetes cluster
-    can be reached); the CLI prints it as one line."""
+    can be reached, no MPI scheduler appeared); the CLI prints it as one line."""
 
 
 def _check_submit_command(cluster, kind):
@@ -533,6 +536,40 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
                         len(submitted), len(jobs), now - start)
 
 
+#: seconds :func:`start_client` waits for the scheduler file of an MPI job (configuration key
+#: ``scheduler_timeout``; raise it where the MPI job may still wait in a batch queue)
+SCHEDULER_TIMEOUT = 600.0
+
+
+def _mpi_client(config, poll=0.5, log_every=60.0):
+    """A ``Client`` of the scheduler that the MPI job's rank 0 announces in ``scheduler_file``:
+    waits for the file (logged every ``log_every`` s) for at most ``scheduler_timeout`` s, then
+    connects; ClusterStartError when no file appears or its scheduler cannot be reached."""
+    from distributed import Client
+
+    path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
+    timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
+    start = last_log = time.monotonic()
+    if not os.path.exists(path):
+        logger.info("waiting up to %g s for the MPI job to write its scheduler file %s", timeout, path)
+    while not os.path.exists(path):
+        now = time.monotonic()
+        if now - start >= timeout:
+            raise ClusterStartError(
+                f"no scheduler file {path} after {timeout:g} s: start the MPI job first (run the script of "
+                "rfol_dask.cluster.job_script(config) with its launcher, from this directory or with an absolute "
+                "scheduler_file), or raise the configuration's scheduler_timeout while the job waits in a queue")
+        if now - last_log >= log_every:
+            last_log = now
+            logger.info("waiting for the MPI scheduler file %s: %.0f s of at most %g s", path, now - start, timeout)
+        time.sleep(poll)
+    try:
+        return Client(scheduler_file=path)
+    except OSError as exc:
+        raise ClusterStartError(f"could not connect to the scheduler named in {path} ({exc}): a file left by an "
+                                "earlier MPI job? delete it and start the MPI job again") from exc
+
+
 def start_client(config):
     """Start (or, for MPI, connect to) the cluster of ``config`` and return a ``Client``.
 
@@ -542,14 +579,14 @@ def start_client(config):
     oversubscribes its nodes. :class:`ClusterStartError` (a RuntimeError) when SLURM/PBS jobs
     cannot be submitted: the submit command is not on ``PATH``, or no job was accepted within
     :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error);
-    when no Kubernetes cluster with the Dask operator can be reached.
+    when no Kubernetes cluster with the Dask operator can be reached; when no MPI scheduler file
+    appears within the configuration's ``scheduler_timeout`` (:data:`SCHEDULER_TIMEOUT`) seconds,
+    the wait logged every minute.
     """
-    from distributed import Client
-
     given, config = config, load_config(config)
     if config["kind"] == "mpi":
         _check_threads(config)
-        client = Client(scheduler_file=config.get("scheduler_file", "scheduler.json"))
+        client = _mpi_client(config)
     else:
         cluster = make_cluster(given)  # names the file in its errors
         if config["kind"] in ("slurm", "pbs"):

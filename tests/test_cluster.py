@@ -179,6 +179,43 @@ def test_job_scripts_run_the_configured_python():
     assert sys.executable not in cluster.job_script(config)
 
 
+def test_mpi_without_a_scheduler_file_is_a_logged_bounded_wait(tmp_path, caplog):
+    import json
+    import logging
+
+    import dask
+
+    path = tmp_path / "scheduler.json"
+    config = {"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 0.3}
+    with caplog.at_level(logging.INFO, logger="rfol_dask"):
+        with pytest.raises(cluster.ClusterStartError, match=f"no scheduler file {re.escape(str(path))} after 0.3 s: "
+                           "start the MPI job first.*job_script.*scheduler_timeout"):
+            cluster._mpi_client(cluster.load_config(config), poll=0.02, log_every=0.1)
+    assert "waiting up to 0.3 s" in caplog.text and "waiting for the MPI scheduler file" in caplog.text
+    path.write_text(json.dumps({"address": "tcp://127.0.0.1:1"}))  # left by an earlier job, nothing listens
+    with dask.config.set({"distributed.comm.timeouts.connect": "0.5s"}):
+        with pytest.raises(cluster.ClusterStartError, match="could not connect to the scheduler named in .*delete it"):
+            cluster.start_client(config)
+    for bad in (0, -5, "10m", True):
+        with pytest.raises(ValueError, match="scheduler_timeout must be a number of seconds > 0"):
+            cluster.load_config({**config, "scheduler_timeout": bad})
+    assert cluster.load_config("mpi")["scheduler_timeout"] == cluster.SCHEDULER_TIMEOUT
+
+
+@pytest.mark.cluster
+def test_mpi_start_client_connects_once_the_scheduler_file_appears(tmp_path):
+    import threading
+
+    path = tmp_path / "scheduler.json"
+    with cluster.local_client(n_workers=1, processes=False) as local:
+        threading.Timer(0.5, local.write_scheduler_file, [str(path)]).start()
+        client = cluster.start_client({"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 30})
+        try:
+            assert client.scheduler.address == local.scheduler.address and client.submit(sum, [1, 2]).result() == 3
+        finally:
+            client.close()
+
+
 def test_mpi_script_counts_ranks_forwards_blas_and_uses_python():
     script = cluster.job_script("mpi")
     launch = [line for line in script.splitlines() if line.startswith("mpirun")][0]
