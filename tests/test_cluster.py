@@ -94,7 +94,8 @@ def test_bad_configs():
 
 
 def test_config_mistakes_are_refused_naming_the_file_key_and_allowed_values(tmp_path):
-    cases = [("kind: local\noptions: {n_worker: 2}\n", "unknown option 'n_worker' for kind local; did you mean 'n_workers'"),
+    cases = [("kind: local\noptions: {n_worker: 2}\n",
+              "unknown option 'n_worker' for kind local; did you mean 'n_workers'"),
              ("kind: slurm\nscale: 2.7\n", "scale must be a whole number >= 1, got 2.7"),
              ("kind: slurm\nblas_threads: four\n", "blas_threads must be a whole number >= 1, got 'four'"),
              ("kind: slurm\noptions: [cores, 32]\n", "options must be a mapping of keyword: value .*got a list"),
@@ -104,15 +105,17 @@ def test_config_mistakes_are_refused_naming_the_file_key_and_allowed_values(tmp_
         path.write_text(text)
         with pytest.raises(ValueError, match=f"cluster configuration {re.escape(str(path))}: {message}"):
             cluster.load_config(path)
-    # keywords LocalCluster forwards to its Nanny and Worker are options too
-    forwarded = {"memory_limit": "1GB", "env": {}, "lifetime": "1h", "death_timeout": 5, "local_directory": "/tmp",
-                 "dashboard_address": ":0", "resources": {"GPU": 1}, "connection_limit": 64}
+    # LocalCluster's keywords, and those it forwards to its Nanny and Worker
+    forwarded = {"n_workers": 2, "scheduler_kwargs": {}, "dashboard_address": ":0", "memory_limit": "1GB", "env": {},
+                 "lifetime": "1h", "death_timeout": 5, "local_directory": "/tmp", "resources": {"GPU": 1},
+                 "connection_limit": 64}
     assert cluster.load_config({"kind": "local", "options": forwarded})["options"] == forwarded
     assert cluster.load_config({"kind": "local", "options": None})["options"] == {}
     if __import__("importlib").util.find_spec("dask_jobqueue"):
         with pytest.raises(ValueError, match="unknown option 'quene' for kind slurm; did you mean 'queue'"):
             cluster.load_config({"kind": "slurm", "options": {"quene": "compute"}})
-        cluster.load_config({"kind": "slurm", "options": {"job_cpu": 8, "walltime": "1:00:00", "scheduler_options": {}}})
+        valid = {"job_cpu": 8, "walltime": "1:00:00", "scheduler_options": {}}  # SLURMJob's, the cluster's
+        cluster.load_config({"kind": "slurm", "options": valid})
 
 
 def test_every_shipped_configuration_fits_its_nodes():
