@@ -15,7 +15,8 @@ its ``kind`` and the keywords of the matching cluster manager::
 'rfol-dask[gpu]'``); on GPU nodes of a SLURM / PBS cluster the jobs run ``dask cuda worker``
 (``options.worker_command``, see the shipped ``slurm-gpu``). MPI configurations also take ``node_cores`` and ``ranks_per_node`` (placement, for the core
 check and the launcher's ``{ranks_per_node}``), ``python`` and ``prologue`` (shell lines run
-first). The shipped configurations live in ``rfol_dask/clusters/`` (see :func:`shipped_configs`).
+first), and ``scheduler_timeout`` (seconds :func:`start_client` waits for the scheduler file, default
+:data:`SCHEDULER_TIMEOUT`). The shipped configurations live in ``rfol_dask/clusters/`` (see :func:`shipped_configs`).
 
 Every node must satisfy ``processes x threads_per_worker x blas_threads <= cores``;
 :func:`job_script`, :func:`make_cluster` and :func:`start_client` warn when a configuration
@@ -26,6 +27,7 @@ script, Kubernetes spec or MPI launch script) without contacting any scheduler.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import numbers
 import os
@@ -44,9 +46,8 @@ __all__ = ["active_client", "local_client", "local_cluster", "local_cuda_cluster
            "blas_env", "shipped_configs", "gpu_config", "node_threads", "dashboard_link", "close_client", "KINDS"]
 
 KINDS = ("local", "cuda-local", "slurm", "pbs", "kubernetes", "mpi")
-_KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file", "launcher", "node_cores", "ranks_per_node",
-         "python", "prologue"}
-_MPI_KEYS = {"scheduler_file", "launcher", "node_cores", "ranks_per_node", "python", "prologue"}
+_MPI_KEYS = {"scheduler_file", "scheduler_timeout", "launcher", "node_cores", "ranks_per_node", "python", "prologue"}
+_KEYS = {"kind", "scale", "blas_threads", "options"} | _MPI_KEYS
 _BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _SCHEDULER = "tcp://SCHEDULER:8786"  # placeholder address of rendered job scripts
 
@@ -132,36 +133,110 @@ def _read_config(config):
                             f"configurations {shipped_configs()}")
 
 
+def _config_name(config):
+    """How errors name a configuration: its shipped name or path, or 'given as a dict'."""
+    return os.fspath(config) if isinstance(config, (str, os.PathLike)) else "given as a dict"
+
+
+@functools.lru_cache(maxsize=None)
+def _option_keywords(kind):
+    """``(keywords, what)``: the keywords ``options`` of ``kind`` may hold (those of the cluster
+    manager and of the classes it forwards ``**kwargs`` to) and how to describe them; None where
+    they are not checked (MPI: flags of the dask-mpi command) or the package is not installed."""
+    import inspect
+
+    try:
+        if kind in ("local", "cuda-local"):
+            from distributed import LocalCluster, Nanny, Worker
+            from distributed.node import ServerNode
+
+            callables = [LocalCluster, Nanny, Worker, ServerNode]  # LocalCluster -> Nanny -> Worker -> ServerNode
+            what = "distributed.LocalCluster and its Nanny/Worker"
+            if kind == "cuda-local":
+                from dask_cuda import LocalCUDACluster
+
+                callables.insert(0, LocalCUDACluster)
+                what = "dask_cuda.LocalCUDACluster, " + what
+        elif kind in ("slurm", "pbs"):
+            import dask_jobqueue
+
+            cluster, job = ((dask_jobqueue.SLURMCluster, dask_jobqueue.slurm.SLURMJob) if kind == "slurm"
+                            else (dask_jobqueue.PBSCluster, dask_jobqueue.pbs.PBSJob))
+            callables = [cluster, job, dask_jobqueue.core.Job]  # cluster -> job class -> Job
+            what = f"dask_jobqueue.{cluster.__name__} and its {job.__name__}"
+        elif kind == "kubernetes":
+            from dask_kubernetes.operator import make_cluster_spec
+
+            callables, what = [make_cluster_spec], "dask_kubernetes.operator.make_cluster_spec"
+        else:
+            return None
+    except ImportError:
+        return None
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    keywords = {name for c in callables for name, p in inspect.signature(c).parameters.items() if p.kind in named}
+    ours = {"self", "blas_threads"} | ({"n_workers"} if kind == "kubernetes" else set())  # top-level keys set them
+    return frozenset(keywords - ours), what
+
+
+def _check_options(where, kind, options):
+    """ValueError naming the first option that the cluster manager of ``kind`` does not take,
+    with the nearest keyword it does."""
+    import difflib
+
+    checked = _option_keywords(kind)
+    if checked is None:
+        return
+    keywords, what = checked
+    for key in options:
+        if key not in keywords:
+            top = {"blas_threads": "blas_threads", "n_workers": "scale"}.get(key)
+            close = difflib.get_close_matches(str(key), sorted(keywords), n=1)
+            hint = (f"set the top-level key {top} instead" if top else f"did you mean {close[0]!r}?" if close
+                    else "check its spelling")
+            raise ValueError(f"{where}: unknown option {key!r} for kind {kind}; {hint} (options take the "
+                             f"keywords of {what})")
+
+
 def load_config(config):
     """Read and check a cluster configuration: a shipped name (``"slurm"``, see
     :func:`shipped_configs`), a path to YAML, or a dict; returns a dict."""
+    name = _config_name(config)
+    where = f"cluster configuration {name}"
     if isinstance(config, (str, os.PathLike)):
         import yaml
 
-        name = config
         try:
             config = yaml.safe_load(_read_config(config)) or {}
         except yaml.YAMLError as exc:
-            raise ValueError(f"cluster configuration {name} is not valid YAML: {exc}") from None
+            raise ValueError(f"{where} is not valid YAML: {exc}") from None
         if not isinstance(config, dict):
-            raise ValueError(f"cluster configuration {name} must be a YAML mapping (kind: ..., options: ...), "
+            raise ValueError(f"{where} must be a YAML mapping (kind: ..., options: ...), "
                              f"got a {type(config).__name__}")
     config = dict(config)
     kind = config.get("kind")
     if kind not in KINDS:
-        raise ValueError(f"cluster configuration needs kind in {KINDS}, got {kind!r}")
+        raise ValueError(f"{where} needs kind in {KINDS}, got {kind!r}")
     unknown = sorted(set(config) - _KEYS)
     if unknown:
-        raise ValueError(f"unknown cluster configuration keys {unknown}; allowed: {sorted(_KEYS)}")
+        raise ValueError(f"unknown cluster configuration keys {unknown} in {name}; allowed: {sorted(_KEYS)}")
     misplaced = sorted(set(config) & (_MPI_KEYS - {"scheduler_file"})) if kind != "mpi" else []
     if misplaced:
         hint = " (for slurm/pbs set options.python and options.job_script_prologue)" if kind in ("slurm", "pbs") else ""
-        raise ValueError(f"cluster configuration keys {misplaced} are for kind mpi only{hint}")
-    config.setdefault("options", {})
+        raise ValueError(f"{where}: keys {misplaced} are for kind mpi only{hint}")
+    if config.get("options") is None:
+        config["options"] = {}
+    if not isinstance(config["options"], dict):
+        raise ValueError(f"{where}: options must be a mapping of keyword: value (one per line under "
+                         f"'options:'), got a {type(config['options']).__name__}")
     config.setdefault("blas_threads", 1)
     config.setdefault("scale", 1)
-    if int(config["blas_threads"]) < 1 or int(config["scale"]) < 1:
-        raise ValueError("blas_threads and scale must be positive integers")
+    for key in ("scale", "blas_threads", "node_cores", "ranks_per_node"):
+        if key in ("scale", "blas_threads") or config.get(key) is not None:
+            _check_count(f"{where}: {key}", config[key])
+    timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
+        raise ValueError(f"{where}: scheduler_timeout must be a number of seconds > 0, got {timeout!r}")
+    _check_options(where, kind, config["options"])
     return config
 
 
@@ -326,10 +401,11 @@ def make_cluster(config):
     """The cluster manager object for ``config`` (nothing is submitted until it is scaled).
 
     ``local``: ``LocalCluster``; ``cuda-local``: ``dask_cuda.LocalCUDACluster``; ``slurm``/``pbs``: ``dask_jobqueue.SLURMCluster``/``PBSCluster``;
-    ``kubernetes``: ``dask_kubernetes.operator.KubeCluster`` (needs a reachable cluster).
+    ``kubernetes``: ``dask_kubernetes.operator.KubeCluster`` (needs a reachable cluster with the Dask
+    operator; :class:`ClusterStartError` without).
     ``mpi`` has no manager object: launch :func:`job_script` with ``mpirun``.
     """
-    config = load_config(config)
+    name, config = _config_name(config), load_config(config)
     kind = config["kind"]
     if kind == "mpi":
         raise ValueError("an MPI cluster is started by mpirun, not from Python: run the script of "
@@ -344,9 +420,30 @@ def make_cluster(config):
 
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
         return cls(**_jobqueue_options(config))
+    return _kube_cluster(config, name)
+
+
+def _kube_cluster(config, name):
+    """``KubeCluster`` of ``config``; ClusterStartError when it cannot start (no credentials, no
+    reachable cluster, no Dask operator), the half-built cluster closed (else dask-kubernetes
+    retries the close at exit and prints the same error again)."""
     from dask_kubernetes.operator import KubeCluster
 
-    return KubeCluster(custom_cluster_spec=_kubernetes_spec(config))
+    spec = _kubernetes_spec(config)
+    before = set(KubeCluster._instances)  # the operator's registry of clusters it closes at exit
+    try:
+        return KubeCluster(custom_cluster_spec=spec)
+    except Exception as exc:
+        for half in set(KubeCluster._instances) - before:
+            with contextlib.suppress(Exception):
+                half.close(timeout=10)
+            KubeCluster._instances.discard(half)
+        raise ClusterStartError(
+            f"could not start the Kubernetes cluster of cluster configuration {name} ({type(exc).__name__}: {exc}): "
+            "it needs credentials of a reachable cluster (a kubeconfig at $KUBECONFIG or ~/.kube/config, as "
+            "kubectl uses, or a pod's in-cluster service account) and the Dask operator installed in it "
+            "(helm install --repo https://helm.dask.org -n dask-operator --create-namespace dask-kubernetes-operator "
+            "--generate-name); rfol_dask.cluster.job_script(config) renders the spec without a cluster") from exc
 
 
 def job_script(config):
@@ -392,8 +489,8 @@ SUBMIT_TIMEOUT = 60.0
 
 
 class ClusterStartError(RuntimeError):
-    """A cluster that could not be started (its jobs cannot be submitted); the CLI prints it
-    as one line."""
+    """A cluster that could not be started (its jobs cannot be submitted, no Kubernetes cluster
+    can be reached, no MPI scheduler appeared); the CLI prints it as one line."""
 
 
 def _check_submit_command(cluster, kind):
@@ -439,6 +536,40 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
                         len(submitted), len(jobs), now - start)
 
 
+#: seconds :func:`start_client` waits for the scheduler file of an MPI job (configuration key
+#: ``scheduler_timeout``; raise it where the MPI job may still wait in a batch queue)
+SCHEDULER_TIMEOUT = 600.0
+
+
+def _mpi_client(config, poll=0.5, log_every=60.0):
+    """A ``Client`` of the scheduler that the MPI job's rank 0 announces in ``scheduler_file``:
+    waits for the file (logged every ``log_every`` s) for at most ``scheduler_timeout`` s, then
+    connects; ClusterStartError when no file appears or its scheduler cannot be reached."""
+    from distributed import Client
+
+    path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
+    timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
+    start = last_log = time.monotonic()
+    if not os.path.exists(path):
+        logger.info("waiting up to %g s for the MPI job to write its scheduler file %s", timeout, path)
+    while not os.path.exists(path):
+        now = time.monotonic()
+        if now - start >= timeout:
+            raise ClusterStartError(
+                f"no scheduler file {path} after {timeout:g} s: start the MPI job first (run the script of "
+                "rfol_dask.cluster.job_script(config) with its launcher, from this directory or with an absolute "
+                "scheduler_file), or raise the configuration's scheduler_timeout while the job waits in a queue")
+        if now - last_log >= log_every:
+            last_log = now
+            logger.info("waiting for the MPI scheduler file %s: %.0f s of at most %g s", path, now - start, timeout)
+        time.sleep(poll)
+    try:
+        return Client(scheduler_file=path)
+    except OSError as exc:
+        raise ClusterStartError(f"could not connect to the scheduler named in {path} ({exc}): a file left by an "
+                                "earlier MPI job? delete it and start the MPI job again") from exc
+
+
 def start_client(config):
     """Start (or, for MPI, connect to) the cluster of ``config`` and return a ``Client``.
 
@@ -447,16 +578,17 @@ def start_client(config):
     dashboard link is logged (logger ``rfol_dask``, level INFO). Warns when the configuration
     oversubscribes its nodes. :class:`ClusterStartError` (a RuntimeError) when SLURM/PBS jobs
     cannot be submitted: the submit command is not on ``PATH``, or no job was accepted within
-    :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error).
+    :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error);
+    when no Kubernetes cluster with the Dask operator can be reached; when no MPI scheduler file
+    appears within the configuration's ``scheduler_timeout`` (:data:`SCHEDULER_TIMEOUT`) seconds,
+    the wait logged every minute.
     """
-    from distributed import Client
-
-    config = load_config(config)
+    given, config = config, load_config(config)
     if config["kind"] == "mpi":
         _check_threads(config)
-        client = Client(scheduler_file=config.get("scheduler_file", "scheduler.json"))
+        client = _mpi_client(config)
     else:
-        cluster = make_cluster(config)
+        cluster = make_cluster(given)  # names the file in its errors
         if config["kind"] in ("slurm", "pbs"):
             _check_submit_command(cluster, config["kind"])
             cluster.scale(jobs=int(config["scale"]))

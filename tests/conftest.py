@@ -17,8 +17,11 @@ def pytest_collection_modifyitems(config, items):
 def _clusters_only_in_cluster_tests(request, monkeypatch):
     """Fail a test that starts a LocalCluster in this process without the ``cluster`` marker."""
     if request.node.get_closest_marker("cluster") is None:
+        import functools
+
         from distributed import LocalCluster
 
+        @functools.wraps(LocalCluster.__init__)  # its signature stays LocalCluster's (load_config reads it)
         def refuse(self, *args, **kwargs):
             raise AssertionError(f"{request.node.nodeid} starts a LocalCluster: mark it @pytest.mark.cluster")
 

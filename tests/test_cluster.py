@@ -48,6 +48,33 @@ def test_kubernetes_spec():
     assert env["OPENBLAS_NUM_THREADS"] == "4" and env["EXTRA_PIP_PACKAGES"] == "rfol-dask"
 
 
+def test_kubernetes_without_a_reachable_cluster_is_a_cluster_start_error(monkeypatch):
+    """The operator's bare error becomes one that says what is missing; the half-built cluster is
+    closed and dropped from the operator's registry (else it is closed again at exit, noisily)."""
+    pytest.importorskip("dask_kubernetes")
+    import weakref
+
+    import dask_kubernetes.operator
+
+    class HalfBuilt:
+        _instances = weakref.WeakSet()
+        closed = []
+
+        def __init__(self, **kwargs):
+            self._instances.add(self)
+            raise ValueError("Unable to find valid credentials")
+
+        def close(self, timeout=None):
+            self.closed.append(self)
+
+    monkeypatch.setattr(dask_kubernetes.operator, "KubeCluster", HalfBuilt)
+    with pytest.raises(cluster.ClusterStartError, match="Kubernetes cluster of cluster configuration kubernetes "
+                       r"\(ValueError: Unable to find valid credentials\).*kubeconfig.*Dask operator") as info:
+        cluster.start_client("kubernetes")
+    assert isinstance(info.value.__cause__, ValueError)
+    assert len(HalfBuilt.closed) == 1 and not list(HalfBuilt._instances)
+
+
 def test_mpi_script():
     script = cluster.job_script(CONFIGS / "mpi.yaml")
     # dask-mpi's command runs the scheduler on rank 0 and a worker on every other rank
@@ -64,6 +91,31 @@ def test_bad_configs():
         cluster.load_config({"kind": "local", "workers": 3})
     with pytest.raises(FileNotFoundError, match="no cluster configuration"):
         cluster.load_config("cluster/none.yaml")
+
+
+def test_config_mistakes_are_refused_naming_the_file_key_and_allowed_values(tmp_path):
+    cases = [("kind: local\noptions: {n_worker: 2}\n",
+              "unknown option 'n_worker' for kind local; did you mean 'n_workers'"),
+             ("kind: slurm\nscale: 2.7\n", "scale must be a whole number >= 1, got 2.7"),
+             ("kind: slurm\nblas_threads: four\n", "blas_threads must be a whole number >= 1, got 'four'"),
+             ("kind: slurm\noptions: [cores, 32]\n", "options must be a mapping of keyword: value .*got a list"),
+             ("kind: local\noptions: {blas_threads: 2}\n", "unknown option .*set the top-level key blas_threads")]
+    for i, (text, message) in enumerate(cases):
+        path = tmp_path / f"c{i}.yaml"
+        path.write_text(text)
+        with pytest.raises(ValueError, match=f"cluster configuration {re.escape(str(path))}: {message}"):
+            cluster.load_config(path)
+    # LocalCluster's keywords, and those it forwards to its Nanny and Worker
+    forwarded = {"n_workers": 2, "scheduler_kwargs": {}, "dashboard_address": ":0", "memory_limit": "1GB", "env": {},
+                 "lifetime": "1h", "death_timeout": 5, "local_directory": "/tmp", "resources": {"GPU": 1},
+                 "connection_limit": 64}
+    assert cluster.load_config({"kind": "local", "options": forwarded})["options"] == forwarded
+    assert cluster.load_config({"kind": "local", "options": None})["options"] == {}
+    if __import__("importlib").util.find_spec("dask_jobqueue"):
+        with pytest.raises(ValueError, match="unknown option 'quene' for kind slurm; did you mean 'queue'"):
+            cluster.load_config({"kind": "slurm", "options": {"quene": "compute"}})
+        valid = {"job_cpu": 8, "walltime": "1:00:00", "scheduler_options": {}}  # SLURMJob's, the cluster's
+        cluster.load_config({"kind": "slurm", "options": valid})
 
 
 def test_every_shipped_configuration_fits_its_nodes():
@@ -128,6 +180,43 @@ def test_job_scripts_run_the_configured_python():
     # a prologue without python: the python it puts on the PATH
     del config["options"]["python"]
     assert sys.executable not in cluster.job_script(config)
+
+
+def test_mpi_without_a_scheduler_file_is_a_logged_bounded_wait(tmp_path, caplog):
+    import json
+    import logging
+
+    import dask
+
+    path = tmp_path / "scheduler.json"
+    config = {"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 0.3}
+    with caplog.at_level(logging.INFO, logger="rfol_dask"):
+        with pytest.raises(cluster.ClusterStartError, match=f"no scheduler file {re.escape(str(path))} after 0.3 s: "
+                           "start the MPI job first.*job_script.*scheduler_timeout"):
+            cluster._mpi_client(cluster.load_config(config), poll=0.02, log_every=0.1)
+    assert "waiting up to 0.3 s" in caplog.text and "waiting for the MPI scheduler file" in caplog.text
+    path.write_text(json.dumps({"address": "tcp://127.0.0.1:1"}))  # left by an earlier job, nothing listens
+    with dask.config.set({"distributed.comm.timeouts.connect": "0.5s"}):
+        with pytest.raises(cluster.ClusterStartError, match="could not connect to the scheduler named in .*delete it"):
+            cluster.start_client(config)
+    for bad in (0, -5, "10m", True):
+        with pytest.raises(ValueError, match="scheduler_timeout must be a number of seconds > 0"):
+            cluster.load_config({**config, "scheduler_timeout": bad})
+    assert cluster.load_config("mpi")["scheduler_timeout"] == cluster.SCHEDULER_TIMEOUT
+
+
+@pytest.mark.cluster
+def test_mpi_start_client_connects_once_the_scheduler_file_appears(tmp_path):
+    import threading
+
+    path = tmp_path / "scheduler.json"
+    with cluster.local_client(n_workers=1, processes=False) as local:
+        threading.Timer(0.5, local.write_scheduler_file, [str(path)]).start()
+        client = cluster.start_client({"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 30})
+        try:
+            assert client.scheduler.address == local.scheduler.address and client.submit(sum, [1, 2]).result() == 3
+        finally:
+            client.close()
 
 
 def test_mpi_script_counts_ranks_forwards_blas_and_uses_python():
