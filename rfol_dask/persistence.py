@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import numbers
 import os
 import shutil
 import socket
@@ -306,15 +307,20 @@ def load_model(path):
 
 # ------------------------------------------------------------------------------ estimator state
 
-def jsonable(value):
-    """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes)."""
+def jsonable(value, strict=False):
+    """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes); any
+    other object as its ``str``, or with ``strict`` a TypeError whose argument is the object."""
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v, strict) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, strict) for v in value]
     if isinstance(value, np.generic):
-        return value.item()
-    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+        value = value.item()
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if strict:
+        raise TypeError(value)
+    return str(value)
 
 
 def attrs_of(V, dims):
@@ -325,14 +331,27 @@ def attrs_of(V, dims):
 
 
 def _params(model):
-    """``model.get_params()`` as JSON values (a dtype by name; a Generator seed as None: the
-    fitted arrays hold its draw)."""
+    """``model.get_params()`` as JSON values (:func:`jsonable`: numpy scalars as Python ones; a
+    dtype by name; a seed of any integer type as an int, a Generator seed as None: the fitted
+    arrays hold its draw). ValueError for a parameter that JSON cannot hold, such as a Generator
+    among the ``recovery`` options (drawn from at each prediction, it cannot be stored)."""
     params = model.get_params()
     params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
     if "random_state" in params:
         rs = params["random_state"]
-        params["random_state"] = rs if isinstance(rs, (int, type(None))) else None
-    return params
+        params["random_state"] = int(rs) if isinstance(rs, numbers.Integral) and not isinstance(rs, bool) else None
+    saved = {}
+    for name, value in params.items():
+        try:
+            saved[name] = jsonable(value, strict=True)
+        except TypeError as exc:
+            what = exc.args[0]
+            fix = ("pass an integer seed instead (e.g. 'random_state': 0)" if isinstance(
+                what, (np.random.Generator, np.random.RandomState, np.random.SeedSequence)) else
+                "give it as numbers, strings, lists or dicts")
+            raise ValueError(f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved model "
+                             f"cannot store: {fix}, then fit and save again") from None
+    return saved
 
 
 def _coord_key(which, dim):
@@ -383,7 +402,7 @@ def estimator_state(model):
     # numpy on disk whatever the device of the fit: a model fitted on a GPU loads on a CPU
     arrays = {name: backend.to_numpy(getattr(model, name)) for name in model._fitted_arrays
               if getattr(model, name) is not None}
-    attrs.update({name: getattr(model, name) for name in model._fitted_scalars})
+    attrs.update({name: jsonable(getattr(model, name)) for name in model._fitted_scalars})
     for which, coords in (("input", model.input_coords_), ("output", model.output_coords_)):
         for dim, values in coords.items():
             arrays[_coord_key(which, dim)] = _coord_array(which, dim, values)

@@ -290,3 +290,32 @@ def test_a_model_with_damaged_group_metadata_is_called_damaged(tmp_path):
     with pytest.raises(ValueError, match="is not an rfol_dask model") as err:
         RandomFeatureOperator.load(tmp_path / "arr")
     assert "cannot be read" not in str(err.value)
+
+
+def test_numpy_scalar_parameters_are_saved_as_python_values(tmp_path):
+    from rfol_dask.baselines import KernelOperator
+
+    U, V = smooth_operator_data(30, 6)
+    for k, model in enumerate((
+            RandomFeatureOperator(n_features=np.int64(20), gamma=np.float32(0.05), alpha=np.float64(1e-6),
+                                  fit_intercept=np.bool_(True), random_state=np.int64(3),
+                                  recovery={"kind": "rf", "n_features": np.int64(16), "random_state": np.int32(1)}),
+            KernelOperator(length_scale=np.float32(3.0)))):
+        loaded = type(model).load(model.fit(U, V).save(tmp_path / f"m{k}"))
+        np.testing.assert_array_equal(loaded.predict(U), model.predict(U))
+        for name, value in model.get_params().items():
+            assert loaded.get_params()[name] == value and type(loaded.get_params()[name]).__module__ != "numpy"
+    assert loaded.length_scale == np.float32(3.0) and RandomFeatureOperator.load(tmp_path / "m0").random_state == 3
+
+
+def test_a_random_state_generator_is_dropped_at_the_top_and_refused_in_the_recovery(tmp_path):
+    U, V = smooth_operator_data(30, 6)
+    model = RandomFeatureOperator(n_features=20, random_state=np.random.default_rng(0)).fit(U, V)
+    loaded = RandomFeatureOperator.load(model.save(tmp_path / "m"))  # the fitted arrays hold its draw
+    assert loaded.random_state is None
+    np.testing.assert_array_equal(loaded.predict(U), model.predict(U))
+    model.set_params(recovery={"kind": "rf", "random_state": np.random.default_rng(0)})  # drawn from at prediction
+    with pytest.raises(ValueError, match=r"parameter recovery=.* holds a Generator, which a saved model cannot "
+                                         r"store: pass an integer seed instead"):
+        model.save(tmp_path / "g")
+    assert not (tmp_path / "g").exists() and _hidden(tmp_path) == []
