@@ -94,7 +94,7 @@ def describe_path(path):
     if attrs is not None and "rfol_dask_meta" in attrs:
         return "an rfol_dask data set"
     if attrs is not None:
-        return "a Zarr store that is not an rfol_dask model"
+        return "a Zarr store of other data"
     if any(_unreadable_json(path / name) for name in ("zarr.json", ".zgroup")):
         return "a Zarr store whose metadata cannot be read (damaged: a model or data set cut short or edited?)"
     return "a directory holding other files"
@@ -113,10 +113,31 @@ def _foreign_entries(path):
     return foreign_entries(path, names)
 
 
+def _model_path(path):
+    """``path`` as an absolute path (``"."``, ``"a/.."``: the folder they name; links not followed)."""
+    return Path(os.path.abspath(path))
+
+
+def _enclosing_model(path):
+    """The nearest folder above ``path`` that is a model, or None."""
+    return next((p for p in path.parents if any((p / name).is_file() for name in ("zarr.json", ".zgroup"))
+                 and describe_path(p) == "model"), None)
+
+
 def check_model_path(path, overwrite=True):
     """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
     directory, or an rfol_dask model (holding nothing but its own arrays) when ``overwrite`` is
-    true. Nothing else is ever replaced."""
+    true. Nothing else is ever replaced; nor is the current directory or a folder holding it,
+    and nothing is saved inside a model."""
+    path = _model_path(path)
+    cwd = Path(os.path.realpath("."))
+    if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
+        raise ValueError(f"cannot save a model at {path}: it is the current directory or holds it, which saving "
+                         "replaces; save it under another name (e.g. '../model.zarr') or from another directory")
+    outer = _enclosing_model(path)
+    if outer is not None:
+        raise ValueError(f"cannot save a model at {path}: it is inside the model at {outer}, which could then no "
+                         "longer be replaced; choose a path outside it")
     kind = describe_path(path)
     if kind is None:
         check_parent_dir(path, "a model")
@@ -197,7 +218,7 @@ def save_model(path, arrays, attrs, *, overwrite=True):
     """
     import zarr
 
-    path = Path(os.fspath(path))
+    path = _model_path(path)
     check_model_path(path, overwrite)
     tmp, old = _sibling(path, "tmp"), None
     try:

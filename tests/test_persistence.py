@@ -319,3 +319,22 @@ def test_a_random_state_generator_is_dropped_at_the_top_and_refused_in_the_recov
                                          r"store: pass an integer seed instead"):
         model.save(tmp_path / "g")
     assert not (tmp_path / "g").exists() and _hidden(tmp_path) == []
+
+
+def test_save_refuses_the_current_directory_and_paths_inside_a_model(tmp_path, models, monkeypatch):
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    for path in (".", "sub/..", ".."):  # replacing them would leave this process in a deleted directory
+        with pytest.raises(ValueError, match="is the current directory or holds it"):
+            models[0].save(path)
+    np.testing.assert_array_equal(RandomFeatureOperator.load(models[0].save("./m.zarr/")).coef_, models[0].coef_)
+    for inner in ("m.zarr/inner", "m.zarr/coef_/x"):
+        with pytest.raises(ValueError, match=r"inside the model at .*m\.zarr, which could then no longer be replaced"):
+            models[1].save(inner)
+    models[1].save("m.zarr")  # the outer model is still a model that may be replaced
+    assert sorted(os.listdir(tmp_path / "cwd")) == ["m.zarr"]
+    zarr.open_group(str(tmp_path / "zg"), mode="w").create_array("a", shape=(2,), dtype="f8")
+    with pytest.raises(ValueError, match=r"exists and is a Zarr store of other data, not an rfol_dask model; saving") \
+            as err:
+        models[0].save(tmp_path / "zg")
+    assert str(err.value).count("not an rfol_dask model") == 1
