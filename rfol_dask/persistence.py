@@ -27,7 +27,7 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
-from .io import check_parent_dir, foreign_entries, owned_tag, process_alive, tag_owner
+from .io import check_parent_dir, foreign_entries, lock_file, owned_tag, process_alive, tag_owner
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator"]
@@ -128,7 +128,8 @@ def check_model_path(path, overwrite=True):
     """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
     directory, or an rfol_dask model (holding nothing but its own arrays) when ``overwrite`` is
     true. Nothing else is ever replaced; nor is the current directory or a folder holding it,
-    and nothing is saved inside a model."""
+    and nothing is saved inside a model. It looks holding the lock of :func:`save_model`: a save
+    of ``path`` running meanwhile raises ValueError saying so."""
     path = _model_path(path)
     cwd = Path(os.path.realpath("."))
     if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
@@ -138,6 +139,27 @@ def check_model_path(path, overwrite=True):
     if outer is not None:
         raise ValueError(f"cannot save a model at {path}: it is inside the model at {outer}, which could then no "
                          "longer be replaced; choose a path outside it")
+    if not path.parent.is_dir():  # no save runs there
+        return _check_model_path(path, overwrite)
+    with _save_lock(path):
+        _check_model_path(path, overwrite)
+
+
+def _save_lock(path):
+    """The lock file ``.NAME.lock`` beside the model ``path`` (:func:`io.lock_file`), held while
+    a save checks, writes and swaps in the model."""
+    lock = path.with_name(f".{path.name}.lock")
+
+    def busy(held):
+        who = "" if held is None else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
+        return (f"another save of the model at {path} is running{who}; wait for it to finish or save to another "
+                f"path (if no such save is alive, remove {lock})")
+
+    return lock_file(lock, {"model": str(path)}, busy)
+
+
+def _check_model_path(path, overwrite):
+    """What :func:`check_model_path` checks at the absolute ``path`` itself, without the lock."""
     kind = describe_path(path)
     if kind is None:
         check_parent_dir(path, "a model")
@@ -214,12 +236,22 @@ def save_model(path, arrays, attrs, *, overwrite=True):
     to a hidden temporary sibling and renamed into place: an interrupted save leaves the
     previous model readable (at ``path``, or beside it if the process was killed between
     the two renames; :func:`load_model` finds it). A successful save removes what earlier
-    interrupted saves left behind.
+    interrupted saves left behind. A save holds the lock file ``.NAME.lock`` beside ``path``
+    (:func:`io.lock_file`): another save of the same path meanwhile raises ValueError.
     """
+    path = _model_path(path)
+    check_model_path(path, overwrite)  # before making folders for it
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _save_lock(path):
+        _check_model_path(path, overwrite)  # again, holding the lock
+        _swap_in(path, arrays, attrs, overwrite)
+        _clean_leftovers(path)
+
+
+def _swap_in(path, arrays, attrs, overwrite):
+    """The body of :func:`save_model`: write the temporary group, rename it into place."""
     import zarr
 
-    path = _model_path(path)
-    check_model_path(path, overwrite)
     tmp, old = _sibling(path, "tmp"), None
     try:
         group = zarr.open_group(str(tmp), mode="w")
@@ -233,7 +265,7 @@ def save_model(path, arrays, attrs, *, overwrite=True):
         group.attrs.update({"rfol_dask_format": MODEL_FORMAT, "rfol_dask_version": __version__,
                             "rfol_dask_checksums": sums, "rfol_dask_saved": time.time_ns(),
                             _MODEL_KEY: json.dumps(attrs)})
-        check_model_path(path, overwrite)  # again: something may have appeared meanwhile
+        _check_model_path(path, overwrite)  # again: something may have appeared meanwhile
         if describe_path(path) == "empty":
             path.rmdir()
         elif path.exists():
@@ -247,7 +279,6 @@ def save_model(path, arrays, attrs, *, overwrite=True):
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    _clean_leftovers(path)
 
 
 def _fallback_model(path):

@@ -159,7 +159,8 @@ def test_load_falls_back_after_a_save_killed_between_renames(tmp_path, models):
     path = tmp_path / "m.zarr"
     _killed_save(path, k=1, n_renames=1)  # killed after moving the previous model aside
     assert not path.exists()
-    assert [n.split("-")[0] for n in _hidden(tmp_path)] == [".m.zarr.old", ".m.zarr.tmp"]
+    # and its lock, which the next save takes over (its process is gone)
+    assert [n.split("-")[0] for n in _hidden(tmp_path)] == [".m.zarr.lock", ".m.zarr.old", ".m.zarr.tmp"]
     with pytest.warns(UserWarning, match="a save to it was interrupted; loading the newest complete model"):
         loaded = RandomFeatureOperator.load(path)
     np.testing.assert_array_equal(loaded.coef_, models[1].coef_)  # the newer of the two complete models
@@ -338,3 +339,23 @@ def test_save_refuses_the_current_directory_and_paths_inside_a_model(tmp_path, m
             as err:
         models[0].save(tmp_path / "zg")
     assert str(err.value).count("not an rfol_dask model") == 1
+
+
+def test_a_second_save_of_the_same_path_meanwhile_is_refused(tmp_path, models, monkeypatch):
+    a, b, c = models
+    path = a.save(tmp_path / "m.zarr")
+    real, errors = rio._checksum, []
+
+    def second_save_meanwhile(value):  # another save of the path while this one writes its arrays
+        if not errors:
+            with pytest.raises(ValueError, match=r"another save of the model at .*m\.zarr is running \(pid "
+                                                 rf"{os.getpid()} on .*\); wait for it .*remove .*\.m\.zarr\.lock") as err:
+                c.save(path)
+            errors.append(err)
+        return real(value)
+
+    monkeypatch.setattr(rio, "_checksum", second_save_meanwhile)
+    b.save(path)
+    monkeypatch.undo()
+    assert errors and sorted(os.listdir(tmp_path)) == ["m.zarr"]  # the lock is gone with the save
+    np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, b.coef_)
