@@ -29,7 +29,7 @@ from .recovery.grids import as_grid, as_periods, same_grid
 
 
 __all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
-           "flags_key", "process_alive", "lock_file", "learn_grid", "operand_grid", "grid_dims", "learn_periods", "match_dims", "foreign_entries"]
+           "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid", "grid_dims", "learn_periods", "match_dims", "foreign_entries"]
 
 
 @dataclass
@@ -465,6 +465,25 @@ def _lock_holder(text):
         return None
 
 
+def _lock_state(lock):
+    """``(live, holder, text)`` of the lock file ``lock``: whether a live process holds it (a lock
+    being written, or cut short, for a minute), its JSON (None if unreadable) and its text (None
+    if there is no lock)."""
+    text = _read_lock(lock)
+    held = _lock_holder(text)
+    if held is None:  # being written right now, or cut short: judge by age
+        try:
+            return time.time() - lock.stat().st_mtime < 60, None, text
+        except FileNotFoundError:
+            return False, None, text
+    return process_alive(held.get("host"), held.get("pid")), held, text
+
+
+def lock_held(lock):
+    """Whether a live process holds the lock file ``lock`` (see :func:`lock_file`)."""
+    return _lock_state(Path(lock))[0]
+
+
 @contextlib.contextmanager
 def lock_file(lock, holder, busy):
     """Hold the lock file ``lock`` (a ``Path``, created with ``O_EXCL``) while the block runs; it
@@ -480,19 +499,11 @@ def lock_file(lock, holder, busy):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            text = _read_lock(lock)
-            held = _lock_holder(text)
-            if held is None:  # being written right now, or cut short: judge by age
-                try:
-                    young = time.time() - lock.stat().st_mtime < 60
-                except FileNotFoundError:
-                    continue
-                gone = not young
-            else:
-                gone = not process_alive(held.get("host"), held.get("pid"))
-            if not gone:
+            live, held, text = _lock_state(lock)
+            if live:
                 raise ValueError(busy(held))
-            _break_lock(lock, text)
+            if text is not None:  # else it is gone already
+                _break_lock(lock, text)
             continue
         with os.fdopen(fd, "w") as f:
             f.write(mine)

@@ -27,7 +27,7 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
-from .io import check_parent_dir, foreign_entries, lock_file, owned_tag, process_alive, tag_owner
+from .io import check_parent_dir, foreign_entries, lock_file, lock_held, owned_tag, process_alive, tag_owner
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator"]
@@ -46,6 +46,7 @@ A model of a newer format is refused with a message to upgrade rfol_dask.
 
 _MODEL_KEY = "rfol_dask_model"  # written last: its presence marks a complete model
 _STALE_FOREIGN_TMP_S = 3600  # a temporary of another host older than this is abandoned
+_LOAD_TRIES = 6  # reads of a model that saves keep replacing meanwhile (10 to 160 ms apart)
 
 
 def _checksum(value):
@@ -145,10 +146,14 @@ def check_model_path(path, overwrite=True):
         _check_model_path(path, overwrite)
 
 
+def _lock_path(path):
+    return path.with_name(f".{path.name}.lock")
+
+
 def _save_lock(path):
     """The lock file ``.NAME.lock`` beside the model ``path`` (:func:`io.lock_file`), held while
     a save checks, writes and swaps in the model."""
-    lock = path.with_name(f".{path.name}.lock")
+    lock = _lock_path(path)
 
     def busy(held):
         who = "" if held is None else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
@@ -287,6 +292,16 @@ def _fallback_model(path):
     return max(found, key=_saved_time) if found else None
 
 
+def _save_token(path):
+    """Which save's model is at ``path``: its directory (device, inode) and save time, or None if
+    nothing is there. A save replacing the model changes it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, (_group_attrs(path) or {}).get("rfol_dask_saved")
+
+
 def load_model(path):
     """Read ``(arrays, attrs)`` written by :func:`save_model`, verifying every array.
 
@@ -294,18 +309,36 @@ def load_model(path):
     complete model left beside it (by save time) is read, with a warning. Raises
     FileNotFoundError if there is no model, ValueError if ``path`` is not a model, is of a
     newer format, or an array is missing, unreadable or fails its checksum (the message
-    names the array).
+    names the array). A model that a save (of another process) replaces while it is read, or
+    that is missing while a save holds its lock, is read again: only a model that stays the
+    same throughout and fails is refused.
     """
+    path = _model_path(path)
+    for tries_left in reversed(range(_LOAD_TRIES)):
+        token = _save_token(path)
+        if token is not None or not tries_left or not lock_held(_lock_path(path)):  # else: between a save's renames
+            try:
+                return _read_model(path)
+            except Exception as exc:  # noqa: BLE001  (re-raised unless the model was replaced meanwhile)
+                if _save_token(path) == token:
+                    raise
+                replaced = exc
+        time.sleep(0.01 * 2 ** (_LOAD_TRIES - 1 - tries_left))
+    raise ValueError(f"the model at {path} was replaced by other saves each of the {_LOAD_TRIES} times it was "
+                     "read; load it again when it is not being saved") from replaced
+
+
+def _read_model(path):
+    """One attempt of :func:`load_model` at the absolute ``path``."""
     import zarr
 
-    path = Path(os.fspath(path))
     if not path.exists():
         found = _fallback_model(path)
         if found is None:
             raise FileNotFoundError(f"no model at {path}")
         warnings.warn(f"no model at {path}: a save to it was interrupted; loading the newest complete model "
                       f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
-                      stacklevel=3)
+                      stacklevel=4)
         path = found
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind != "model":
@@ -335,7 +368,7 @@ def load_model(path):
             raise damaged(f"array {key!r}", "cannot be read", exc) from exc
     if fmt == 0:
         warnings.warn(f"the model at {path} was saved before model format 1 and has no checksums, so its "
-                      "arrays cannot be verified; save it again to add them", stacklevel=3)
+                      "arrays cannot be verified; save it again to add them", stacklevel=4)
     sums = attrs.get("rfol_dask_checksums", {})
     if fmt >= 1:
         unsummed = sorted(set(arrays) - set(sums)) if isinstance(sums, dict) else ["(all)"]

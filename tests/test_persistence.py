@@ -359,3 +359,29 @@ def test_a_second_save_of_the_same_path_meanwhile_is_refused(tmp_path, models, m
     monkeypatch.undo()
     assert errors and sorted(os.listdir(tmp_path)) == ["m.zarr"]  # the lock is gone with the save
     np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, b.coef_)
+
+
+def test_load_reads_again_a_model_replaced_while_it_is_read(tmp_path, models, monkeypatch):
+    import warnings
+
+    a, b, c = models
+    path = a.save(tmp_path / "m.zarr")
+    real, swaps = zarr.Array.__getitem__, []
+
+    def saved_meanwhile(self, key):  # another process saves the path between reading two arrays
+        if len(swaps) < 2:
+            swaps.append(1)
+            (b, c)[len(swaps) - 1].save(path)
+        return real(self, key)
+
+    monkeypatch.setattr(zarr.Array, "__getitem__", saved_meanwhile)
+    np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, c.coef_)  # not "damaged"
+    monkeypatch.undo()
+    assert len(swaps) == 2
+    # between a running save's two renames the path is missing: load waits for it, not for a leftover
+    os.rename(path, tmp_path / ".m.zarr.tmp-x")
+    (tmp_path / ".m.zarr.lock").write_text(f'{{"pid": {os.getpid()}, "host": "{__import__("socket").gethostname()}"}}')
+    monkeypatch.setattr(rio.time, "sleep", lambda s: os.rename(tmp_path / ".m.zarr.tmp-x", path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "a save to it was interrupted"
+        np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, c.coef_)
