@@ -513,7 +513,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             If the model is not fitted.
         ValueError
             If ``path`` holds anything but an rfol_dask model (a file, a data set, other
-            files: left untouched), or a model and ``overwrite`` is false.
+            files: left untouched), or a model and ``overwrite`` is false; if it is inside a
+            model, or is (or holds) the current directory.
 
         Notes
         -----

@@ -8,10 +8,12 @@ one axis without computing anything and remembers how to undo that.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
+import time
 import uuid
 import numbers
 from collections.abc import Mapping
@@ -27,7 +29,7 @@ from .recovery.grids import as_grid, as_periods, same_grid
 
 
 __all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
-           "flags_key", "process_alive", "learn_grid", "operand_grid", "grid_dims", "learn_periods", "match_dims", "foreign_entries"]
+           "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid", "grid_dims", "learn_periods", "match_dims", "foreign_entries"]
 
 
 @dataclass
@@ -457,6 +459,86 @@ def process_alive(host, pid):
     except (PermissionError, TypeError, ValueError):
         return True
     return True
+
+
+def _read_lock(lock):
+    try:
+        return lock.read_text()
+    except FileNotFoundError:
+        return None
+
+
+def _lock_holder(text):
+    """The lock's JSON content, or None while its writer has not written it yet."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _lock_state(lock):
+    """``(live, holder, text)`` of the lock file ``lock``: whether a live process holds it (a lock
+    being written, or cut short, for a minute), its JSON (None if unreadable) and its text (None
+    if there is no lock)."""
+    text = _read_lock(lock)
+    held = _lock_holder(text)
+    if held is None:  # being written right now, or cut short: judge by age
+        try:
+            return time.time() - lock.stat().st_mtime < 60, None, text
+        except FileNotFoundError:
+            return False, None, text
+    return process_alive(held.get("host"), held.get("pid")), held, text
+
+
+def lock_held(lock):
+    """Whether a live process holds the lock file ``lock`` (see :func:`lock_file`)."""
+    return _lock_state(Path(lock))[0]
+
+
+@contextlib.contextmanager
+def lock_file(lock, holder, busy):
+    """Hold the lock file ``lock`` (a ``Path``, created with ``O_EXCL``) while the block runs; it
+    holds ``holder`` (a dict) as JSON, with this process's ``pid`` and ``host`` and the start time.
+
+    If another live process holds it, raises ValueError with the message ``busy(held)`` (``held``:
+    the lock's JSON, None while it is being written). A lock whose process is gone (same host), or
+    unreadable for a minute, is taken over; a lock of another host is never judged gone.
+    """
+    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), **holder,
+                       "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            live, held, text = _lock_state(lock)
+            if live:
+                raise ValueError(busy(held))
+            if text is not None:  # else it is gone already
+                _break_lock(lock, text)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(mine)
+        break
+    else:
+        raise ValueError(f"could not take the lock {lock}: other runs keep taking it; try again")
+    try:
+        yield
+    finally:
+        if _read_lock(lock) == mine:
+            lock.unlink()
+
+
+def _break_lock(lock, text):
+    """Remove the stale lock whose content is ``text`` (not a fresh lock taken meanwhile)."""
+    grave = lock.with_name(f"{lock.name}.stale-{os.getpid()}")
+    try:
+        os.rename(lock, grave)
+    except FileNotFoundError:
+        return
+    if _read_lock(grave) != text:  # another run replaced the stale lock first: give it back
+        with contextlib.suppress(FileExistsError):
+            os.link(grave, lock)
+    grave.unlink()
 
 
 def flags_key(group):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import numbers
 import os
 import shutil
 import socket
@@ -26,7 +27,7 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
-from .io import check_parent_dir, foreign_entries, owned_tag, process_alive, tag_owner
+from .io import check_parent_dir, foreign_entries, lock_file, lock_held, owned_tag, process_alive, tag_owner
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator"]
@@ -45,6 +46,7 @@ A model of a newer format is refused with a message to upgrade rfol_dask.
 
 _MODEL_KEY = "rfol_dask_model"  # written last: its presence marks a complete model
 _STALE_FOREIGN_TMP_S = 3600  # a temporary of another host older than this is abandoned
+_LOAD_TRIES = 6  # reads of a model that saves keep replacing meanwhile (10 to 160 ms apart)
 
 
 def _checksum(value):
@@ -93,7 +95,7 @@ def describe_path(path):
     if attrs is not None and "rfol_dask_meta" in attrs:
         return "an rfol_dask data set"
     if attrs is not None:
-        return "a Zarr store that is not an rfol_dask model"
+        return "a Zarr store of other data"
     if any(_unreadable_json(path / name) for name in ("zarr.json", ".zgroup")):
         return "a Zarr store whose metadata cannot be read (damaged: a model or data set cut short or edited?)"
     return "a directory holding other files"
@@ -112,10 +114,57 @@ def _foreign_entries(path):
     return foreign_entries(path, names)
 
 
+def _model_path(path):
+    """``path`` as an absolute path (``"."``, ``"a/.."``: the folder they name; links not followed)."""
+    return Path(os.path.abspath(path))
+
+
+def _enclosing_model(path):
+    """The nearest folder above ``path`` that is a model, or None."""
+    return next((p for p in path.parents if any((p / name).is_file() for name in ("zarr.json", ".zgroup"))
+                 and describe_path(p) == "model"), None)
+
+
 def check_model_path(path, overwrite=True):
     """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
     directory, or an rfol_dask model (holding nothing but its own arrays) when ``overwrite`` is
-    true. Nothing else is ever replaced."""
+    true. Nothing else is ever replaced; nor is the current directory or a folder holding it,
+    and nothing is saved inside a model. It looks holding the lock of :func:`save_model`: a save
+    of ``path`` running meanwhile raises ValueError saying so."""
+    path = _model_path(path)
+    cwd = Path(os.path.realpath("."))
+    if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
+        raise ValueError(f"cannot save a model at {path}: it is the current directory or holds it, which saving "
+                         "replaces; save it under another name (e.g. '../model.zarr') or from another directory")
+    outer = _enclosing_model(path)
+    if outer is not None:
+        raise ValueError(f"cannot save a model at {path}: it is inside the model at {outer}, which could then no "
+                         "longer be replaced; choose a path outside it")
+    if not path.parent.is_dir():  # no save runs there
+        return _check_model_path(path, overwrite)
+    with _save_lock(path):
+        _check_model_path(path, overwrite)
+
+
+def _lock_path(path):
+    return path.with_name(f".{path.name}.lock")
+
+
+def _save_lock(path):
+    """The lock file ``.NAME.lock`` beside the model ``path`` (:func:`io.lock_file`), held while
+    a save checks, writes and swaps in the model."""
+    lock = _lock_path(path)
+
+    def busy(held):
+        who = "" if held is None else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
+        return (f"another save of the model at {path} is running{who}; wait for it to finish or save to another "
+                f"path (if no such save is alive, remove {lock})")
+
+    return lock_file(lock, {"model": str(path)}, busy)
+
+
+def _check_model_path(path, overwrite):
+    """What :func:`check_model_path` checks at the absolute ``path`` itself, without the lock."""
     kind = describe_path(path)
     if kind is None:
         check_parent_dir(path, "a model")
@@ -192,12 +241,22 @@ def save_model(path, arrays, attrs, *, overwrite=True):
     to a hidden temporary sibling and renamed into place: an interrupted save leaves the
     previous model readable (at ``path``, or beside it if the process was killed between
     the two renames; :func:`load_model` finds it). A successful save removes what earlier
-    interrupted saves left behind.
+    interrupted saves left behind. A save holds the lock file ``.NAME.lock`` beside ``path``
+    (:func:`io.lock_file`): another save of the same path meanwhile raises ValueError.
     """
+    path = _model_path(path)
+    check_model_path(path, overwrite)  # before making folders for it
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _save_lock(path):
+        _check_model_path(path, overwrite)  # again, holding the lock
+        _swap_in(path, arrays, attrs, overwrite)
+        _clean_leftovers(path)
+
+
+def _swap_in(path, arrays, attrs, overwrite):
+    """The body of :func:`save_model`: write the temporary group, rename it into place."""
     import zarr
 
-    path = Path(os.fspath(path))
-    check_model_path(path, overwrite)
     tmp, old = _sibling(path, "tmp"), None
     try:
         group = zarr.open_group(str(tmp), mode="w")
@@ -211,7 +270,7 @@ def save_model(path, arrays, attrs, *, overwrite=True):
         group.attrs.update({"rfol_dask_format": MODEL_FORMAT, "rfol_dask_version": __version__,
                             "rfol_dask_checksums": sums, "rfol_dask_saved": time.time_ns(),
                             _MODEL_KEY: json.dumps(attrs)})
-        check_model_path(path, overwrite)  # again: something may have appeared meanwhile
+        _check_model_path(path, overwrite)  # again: something may have appeared meanwhile
         if describe_path(path) == "empty":
             path.rmdir()
         elif path.exists():
@@ -225,13 +284,22 @@ def save_model(path, arrays, attrs, *, overwrite=True):
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    _clean_leftovers(path)
 
 
 def _fallback_model(path):
     """The newest complete model that interrupted saves left beside a missing ``path``, or None."""
     found = [p for p in _leftovers(path, "old") + _leftovers(path, "tmp") if describe_path(p) == "model"]
     return max(found, key=_saved_time) if found else None
+
+
+def _save_token(path):
+    """Which save's model is at ``path``: its directory (device, inode) and save time, or None if
+    nothing is there. A save replacing the model changes it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, (_group_attrs(path) or {}).get("rfol_dask_saved")
 
 
 def load_model(path):
@@ -241,18 +309,36 @@ def load_model(path):
     complete model left beside it (by save time) is read, with a warning. Raises
     FileNotFoundError if there is no model, ValueError if ``path`` is not a model, is of a
     newer format, or an array is missing, unreadable or fails its checksum (the message
-    names the array).
+    names the array). A model that a save (of another process) replaces while it is read, or
+    that is missing while a save holds its lock, is read again: only a model that stays the
+    same throughout and fails is refused.
     """
+    path = _model_path(path)
+    for tries_left in reversed(range(_LOAD_TRIES)):
+        token = _save_token(path)
+        if token is not None or not tries_left or not lock_held(_lock_path(path)):  # else: between a save's renames
+            try:
+                return _read_model(path)
+            except Exception as exc:  # noqa: BLE001  (re-raised unless the model was replaced meanwhile)
+                if _save_token(path) == token:
+                    raise
+                replaced = exc
+        time.sleep(0.01 * 2 ** (_LOAD_TRIES - 1 - tries_left))
+    raise ValueError(f"the model at {path} was replaced by other saves each of the {_LOAD_TRIES} times it was "
+                     "read; load it again when it is not being saved") from replaced
+
+
+def _read_model(path):
+    """One attempt of :func:`load_model` at the absolute ``path``."""
     import zarr
 
-    path = Path(os.fspath(path))
     if not path.exists():
         found = _fallback_model(path)
         if found is None:
             raise FileNotFoundError(f"no model at {path}")
         warnings.warn(f"no model at {path}: a save to it was interrupted; loading the newest complete model "
                       f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
-                      stacklevel=3)
+                      stacklevel=4)
         path = found
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind != "model":
@@ -282,7 +368,7 @@ def load_model(path):
             raise damaged(f"array {key!r}", "cannot be read", exc) from exc
     if fmt == 0:
         warnings.warn(f"the model at {path} was saved before model format 1 and has no checksums, so its "
-                      "arrays cannot be verified; save it again to add them", stacklevel=3)
+                      "arrays cannot be verified; save it again to add them", stacklevel=4)
     sums = attrs.get("rfol_dask_checksums", {})
     if fmt >= 1:
         unsummed = sorted(set(arrays) - set(sums)) if isinstance(sums, dict) else ["(all)"]
@@ -306,15 +392,20 @@ def load_model(path):
 
 # ------------------------------------------------------------------------------ estimator state
 
-def jsonable(value):
-    """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes)."""
+def jsonable(value, strict=False):
+    """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes); any
+    other object as its ``str``, or with ``strict`` a TypeError whose argument is the object."""
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v, strict) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, strict) for v in value]
     if isinstance(value, np.generic):
-        return value.item()
-    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+        value = value.item()
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if strict:
+        raise TypeError(value)
+    return str(value)
 
 
 def attrs_of(V, dims):
@@ -325,14 +416,27 @@ def attrs_of(V, dims):
 
 
 def _params(model):
-    """``model.get_params()`` as JSON values (a dtype by name; a Generator seed as None: the
-    fitted arrays hold its draw)."""
+    """``model.get_params()`` as JSON values (:func:`jsonable`: numpy scalars as Python ones; a
+    dtype by name; a seed of any integer type as an int, a Generator seed as None: the fitted
+    arrays hold its draw). ValueError for a parameter that JSON cannot hold, such as a Generator
+    among the ``recovery`` options (drawn from at each prediction, it cannot be stored)."""
     params = model.get_params()
     params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
     if "random_state" in params:
         rs = params["random_state"]
-        params["random_state"] = rs if isinstance(rs, (int, type(None))) else None
-    return params
+        params["random_state"] = int(rs) if isinstance(rs, numbers.Integral) and not isinstance(rs, bool) else None
+    saved = {}
+    for name, value in params.items():
+        try:
+            saved[name] = jsonable(value, strict=True)
+        except TypeError as exc:
+            what = exc.args[0]
+            fix = ("pass an integer seed instead (e.g. 'random_state': 0)" if isinstance(
+                what, (np.random.Generator, np.random.RandomState, np.random.SeedSequence)) else
+                "give it as numbers, strings, lists or dicts")
+            raise ValueError(f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved model "
+                             f"cannot store: {fix}, then fit and save again") from None
+    return saved
 
 
 def _coord_key(which, dim):
@@ -383,7 +487,7 @@ def estimator_state(model):
     # numpy on disk whatever the device of the fit: a model fitted on a GPU loads on a CPU
     arrays = {name: backend.to_numpy(getattr(model, name)) for name in model._fitted_arrays
               if getattr(model, name) is not None}
-    attrs.update({name: getattr(model, name) for name in model._fitted_scalars})
+    attrs.update({name: jsonable(getattr(model, name)) for name in model._fitted_scalars})
     for which, coords in (("input", model.input_coords_), ("output", model.output_coords_)):
         for dim, values in coords.items():
             arrays[_coord_key(which, dim)] = _coord_array(which, dim, values)

@@ -159,7 +159,8 @@ def test_load_falls_back_after_a_save_killed_between_renames(tmp_path, models):
     path = tmp_path / "m.zarr"
     _killed_save(path, k=1, n_renames=1)  # killed after moving the previous model aside
     assert not path.exists()
-    assert [n.split("-")[0] for n in _hidden(tmp_path)] == [".m.zarr.old", ".m.zarr.tmp"]
+    # and its lock, which the next save takes over (its process is gone)
+    assert [n.split("-")[0] for n in _hidden(tmp_path)] == [".m.zarr.lock", ".m.zarr.old", ".m.zarr.tmp"]
     with pytest.warns(UserWarning, match="a save to it was interrupted; loading the newest complete model"):
         loaded = RandomFeatureOperator.load(path)
     np.testing.assert_array_equal(loaded.coef_, models[1].coef_)  # the newer of the two complete models
@@ -290,3 +291,97 @@ def test_a_model_with_damaged_group_metadata_is_called_damaged(tmp_path):
     with pytest.raises(ValueError, match="is not an rfol_dask model") as err:
         RandomFeatureOperator.load(tmp_path / "arr")
     assert "cannot be read" not in str(err.value)
+
+
+def test_numpy_scalar_parameters_are_saved_as_python_values(tmp_path):
+    from rfol_dask.baselines import KernelOperator
+
+    U, V = smooth_operator_data(30, 6)
+    for k, model in enumerate((
+            RandomFeatureOperator(n_features=np.int64(20), gamma=np.float32(0.05), alpha=np.float64(1e-6),
+                                  fit_intercept=np.bool_(True), random_state=np.int64(3),
+                                  recovery={"kind": "rf", "n_features": np.int64(16), "random_state": np.int32(1)}),
+            KernelOperator(length_scale=np.float32(3.0)))):
+        loaded = type(model).load(model.fit(U, V).save(tmp_path / f"m{k}"))
+        np.testing.assert_array_equal(loaded.predict(U), model.predict(U))
+        for name, value in model.get_params().items():
+            assert loaded.get_params()[name] == value and type(loaded.get_params()[name]).__module__ != "numpy"
+    assert loaded.length_scale == np.float32(3.0) and RandomFeatureOperator.load(tmp_path / "m0").random_state == 3
+
+
+def test_a_random_state_generator_is_dropped_at_the_top_and_refused_in_the_recovery(tmp_path):
+    U, V = smooth_operator_data(30, 6)
+    model = RandomFeatureOperator(n_features=20, random_state=np.random.default_rng(0)).fit(U, V)
+    loaded = RandomFeatureOperator.load(model.save(tmp_path / "m"))  # the fitted arrays hold its draw
+    assert loaded.random_state is None
+    np.testing.assert_array_equal(loaded.predict(U), model.predict(U))
+    model.set_params(recovery={"kind": "rf", "random_state": np.random.default_rng(0)})  # drawn from at prediction
+    with pytest.raises(ValueError, match=r"parameter recovery=.* holds a Generator, which a saved model cannot "
+                                         r"store: pass an integer seed instead"):
+        model.save(tmp_path / "g")
+    assert not (tmp_path / "g").exists() and _hidden(tmp_path) == []
+
+
+def test_save_refuses_the_current_directory_and_paths_inside_a_model(tmp_path, models, monkeypatch):
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    for path in (".", "sub/..", ".."):  # replacing them would leave this process in a deleted directory
+        with pytest.raises(ValueError, match="is the current directory or holds it"):
+            models[0].save(path)
+    np.testing.assert_array_equal(RandomFeatureOperator.load(models[0].save("./m.zarr/")).coef_, models[0].coef_)
+    for inner in ("m.zarr/inner", "m.zarr/coef_/x"):
+        with pytest.raises(ValueError, match=r"inside the model at .*m\.zarr, which could then no longer be replaced"):
+            models[1].save(inner)
+    models[1].save("m.zarr")  # the outer model is still a model that may be replaced
+    assert sorted(os.listdir(tmp_path / "cwd")) == ["m.zarr"]
+    zarr.open_group(str(tmp_path / "zg"), mode="w").create_array("a", shape=(2,), dtype="f8")
+    with pytest.raises(ValueError, match=r"exists and is a Zarr store of other data, not an rfol_dask model; saving") \
+            as err:
+        models[0].save(tmp_path / "zg")
+    assert str(err.value).count("not an rfol_dask model") == 1
+
+
+def test_a_second_save_of_the_same_path_meanwhile_is_refused(tmp_path, models, monkeypatch):
+    a, b, c = models
+    path = a.save(tmp_path / "m.zarr")
+    real, errors = rio._checksum, []
+
+    def second_save_meanwhile(value):  # another save of the path while this one writes its arrays
+        if not errors:
+            with pytest.raises(ValueError, match=r"another save of the model at .*m\.zarr is running \(pid "
+                                                 rf"{os.getpid()} on .*\); wait for it .*remove .*\.m\.zarr\.lock") as err:
+                c.save(path)
+            errors.append(err)
+        return real(value)
+
+    monkeypatch.setattr(rio, "_checksum", second_save_meanwhile)
+    b.save(path)
+    monkeypatch.undo()
+    assert errors and sorted(os.listdir(tmp_path)) == ["m.zarr"]  # the lock is gone with the save
+    np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, b.coef_)
+
+
+def test_load_reads_again_a_model_replaced_while_it_is_read(tmp_path, models, monkeypatch):
+    import warnings
+
+    a, b, c = models
+    path = a.save(tmp_path / "m.zarr")
+    real, swaps = zarr.Array.__getitem__, []
+
+    def saved_meanwhile(self, key):  # another process saves the path between reading two arrays
+        if len(swaps) < 2:
+            swaps.append(1)
+            (b, c)[len(swaps) - 1].save(path)
+        return real(self, key)
+
+    monkeypatch.setattr(zarr.Array, "__getitem__", saved_meanwhile)
+    np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, c.coef_)  # not "damaged"
+    monkeypatch.undo()
+    assert len(swaps) == 2
+    # between a running save's two renames the path is missing: load waits for it, not for a leftover
+    os.rename(path, tmp_path / ".m.zarr.tmp-x")
+    (tmp_path / ".m.zarr.lock").write_text(f'{{"pid": {os.getpid()}, "host": "{__import__("socket").gethostname()}"}}')
+    monkeypatch.setattr(rio.time, "sleep", lambda s: os.rename(tmp_path / ".m.zarr.tmp-x", path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "a save to it was interrupted"
+        np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, c.coef_)

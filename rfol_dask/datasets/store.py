@@ -21,8 +21,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +31,7 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, foreign_entries, open_dataset, process_alive
+from ..io import BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset
 from ..progress import compute
 from .registry import get, resolve_params
 
@@ -129,78 +127,24 @@ def _template(spec, params, n_samples, block_size, seed):
     return ds, meta, encoding
 
 
-def _read_lock(lock):
-    try:
-        return lock.read_text()
-    except FileNotFoundError:
-        return None
-
-
-def _lock_holder(text):
-    """The lock's JSON content, or None while its writer has not written it yet."""
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return None
-
-
-@contextlib.contextmanager
 def store_lock(path, meta):
-    """Hold the lock file of the store directory ``path`` for the generate run ``meta``.
+    """Hold the lock file of the store directory ``path`` for the generate run ``meta``
+    (:func:`rfol_dask.io.lock_file`).
 
     Raises ValueError naming the holder (pid, host, data set, seed, start time) if another
     live run holds it. A lock whose process is gone (same host) is taken over; a lock of
     another host is reported with the command to remove it.
     """
     lock = Path(path) / _LOCK
-    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "dataset": meta["dataset"],
-                       "seed": meta["seed"], "params": meta["params"],
-                       "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
-    for _ in range(3):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            text = _read_lock(lock)
-            held = _lock_holder(text)
-            if held is None:  # being written right now, or cut short: judge by age
-                try:
-                    young = time.time() - lock.stat().st_mtime < 60
-                except FileNotFoundError:
-                    continue
-                gone = not young
-            else:
-                gone = not process_alive(held.get("host"), held.get("pid"))
-            if not gone:
-                who = ("another run" if held is None else
-                       f"rfol-dask generate {held.get('dataset')} (seed {held.get('seed')}, pid {held.get('pid')} "
-                       f"on {held.get('host')}, started {held.get('started')})")
-                raise ValueError(f"{path} is being written by {who}; wait for it to finish or use another "
-                                 f"path (if no such run is alive, remove {lock})")
-            _break_lock(lock, text)
-            continue
-        with os.fdopen(fd, "w") as f:
-            f.write(mine)
-        break
-    else:
-        raise ValueError(f"could not take the lock {lock}: other runs keep taking it; try again")
-    try:
-        yield
-    finally:
-        if _read_lock(lock) == mine:
-            lock.unlink()
 
+    def busy(held):
+        who = ("another run" if held is None else
+               f"rfol-dask generate {held.get('dataset')} (seed {held.get('seed')}, pid {held.get('pid')} "
+               f"on {held.get('host')}, started {held.get('started')})")
+        return (f"{path} is being written by {who}; wait for it to finish or use another path (if no such run is "
+                f"alive, remove {lock})")
 
-def _break_lock(lock, text):
-    """Remove the stale lock whose content is ``text`` (not a fresh lock taken meanwhile)."""
-    grave = lock.with_name(f"{lock.name}.stale-{os.getpid()}")
-    try:
-        os.rename(lock, grave)
-    except FileNotFoundError:
-        return
-    if _read_lock(grave) != text:  # another run replaced the stale lock first: give it back
-        with contextlib.suppress(FileExistsError):
-            os.link(grave, lock)
-    grave.unlink()
+    return lock_file(lock, {"dataset": meta["dataset"], "seed": meta["seed"], "params": meta["params"]}, busy)
 
 
 @contextlib.contextmanager
