@@ -458,7 +458,18 @@ def process_alive(host, pid):
         return False
     except (PermissionError, TypeError, ValueError):
         return True
-    return True
+    return not _zombie(int(pid))
+
+
+def _zombie(pid):
+    """Whether ``pid`` has exited and waits to be reaped (a killed run under a parent that does
+    not reap it, e.g. a container's PID 1: it holds its pid, and so its locks, indefinitely)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _read_lock(lock):

@@ -493,3 +493,37 @@ def test_alpha_zero_on_a_singular_gram_is_refused_whatever_the_rounding(case, bl
         with pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular"):
             model.fit(*data)
         model.set_params(alpha=1e-8).fit(*data)  # a ridge fits it
+
+
+def test_a_killed_run_not_yet_reaped_is_dead_to_the_locks():
+    """A ``generate`` killed under a parent that has not reaped it (a zombie) held its store's lock:
+    the documented rerun was refused with 'is being written by ... wait for it to finish'."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from rfol_dask.io import process_alive
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # exited, not reaped (no wait() yet)
+        import psutil
+
+        if psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.05)
+    try:
+        assert not process_alive(socket.gethostname(), child.pid)
+        assert process_alive(socket.gethostname(), os.getpid())
+    finally:
+        child.wait()
+
+
+def test_burgers_refuses_a_finite_blow_up():
+    """Viscous Burgers cannot grow in max norm; nu=1e-4 with one step gave max|u(T)| = 8.4e14 for
+    max|u0| = 1.7, finite, and was written as data."""
+    from rfol_dask.datasets import burgers
+
+    with pytest.raises(FloatingPointError, match="blew up .*n_steps=1 too small for nu=0.0001"):
+        burgers.make_block(0, 0, 8, nu=1e-4, n_steps=1)

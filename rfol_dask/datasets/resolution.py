@@ -110,8 +110,9 @@ def check_time_steps(coarse, solve_fine, n_steps: int, *, what: str, order: int 
         return
     try:
         fine = solve_fine(2 * int(n_steps))
-    except FloatingPointError:  # the finer run blew up: no estimate, the coarse one stands
-        return
+    except FloatingPointError as exc:  # twice the steps blow up: the coarse run is no solution either
+        raise ValueError(f"{what} with n_steps={n_steps} is not resolved in time: with twice the steps the "
+                         f"stepping blows up ({exc})") from exc
     err = step_error(coarse, fine, order)
     if err > MAX_STEP_ERROR:
         if err < 1e-2:  # asymptotic: the error falls as n_steps^-order
