@@ -48,15 +48,43 @@ _BLOCK_BYTES = 64 * 2**20
 
 
 def doubling(start=250, stop=64000):
-    """Checkpoints ``start, 2 start, 4 start, ...`` up to ``stop`` (int ndarray)."""
-    out = [int(start)]
+    """Checkpoints ``start, 2 start, 4 start, ...`` up to ``stop`` inclusive (int ndarray).
+
+    ``start`` and ``stop`` are integers (integral floats such as ``6.4e4`` are taken) with
+    ``1 <= start <= stop``; anything else raises ValueError (TypeError if not numbers)."""
+    start, stop = _integer(start, "start", 1), _integer(stop, "stop", 1)
+    if stop < start:
+        raise ValueError(f"stop must be >= start, got doubling({start}, {stop})")
+    out = [start]
     while out[-1] * 2 <= stop:
         out.append(out[-1] * 2)
     return np.array(out)
 
 
+def _integers(values, name, minimum):
+    """``values`` (a number or an array-like) as int64; TypeError unless real numbers, ValueError
+    unless integral (``10.0`` is taken, ``10.5`` is not) and ``>= minimum``."""
+    a = np.asarray(values)
+    what = "integers" if a.ndim else "an integer"
+    if a.dtype.kind not in "iuf":  # bool, str, object (None, nested ragged lists, ...)
+        raise TypeError(f"{name} must be {what}, got {values!r}")
+    if not np.all(np.isfinite(a) & (a == np.round(a)) & (np.abs(a) < 2**62)):
+        raise ValueError(f"{name} must be {what}, got {values!r}")
+    if np.any(a < minimum):
+        raise ValueError(f"{name} must be >= {minimum}, got {values!r}")
+    return a.astype(np.int64)
+
+
+def _integer(value, name, minimum):
+    """One integer ``value`` as an int, checked as :func:`_integers` checks."""
+    a = _integers(value, name, minimum)
+    if a.ndim:
+        raise TypeError(f"{name} must be one integer, got {value!r}")
+    return int(a)
+
+
 def _block_edges(checkpoints, block_size):
-    """Feature-block boundaries: every checkpoint and every multiple of ``block_size``."""
+    """Feature-block boundaries: every checkpoint and every multiple of ``block_size`` (>= 1)."""
     grid = np.arange(0, checkpoints[-1] + 1, block_size)
     return np.unique(np.concatenate([[0], grid, checkpoints]))
 
