@@ -116,6 +116,20 @@ def test_doubling_refuses_a_start_below_one_and_a_stop_below_start():
         doubling(2.5, 100)
 
 
+def test_curve_arguments_must_be_integers_not_truncated(data):
+    U, V, Ut, Vt = data
+    with pytest.raises(ValueError, match="block_size must be >= 1, got 0"):  # was numpy's "Maximum allowed size"
+        error_curve(U, V, Ut, Vt, [10, 20], block_size=0, gamma=0.3)
+    with pytest.raises(ValueError, match=r"n_features must be integers, got \[10.9, 20.5\]"):  # was [10, 20]
+        error_curve(U, V, Ut, Vt, [10.9, 20.5], gamma=0.3)
+    with pytest.raises(TypeError, match="n_features must be integers"):
+        error_curve(U, V, Ut, Vt, ["10", "20"], gamma=0.3)
+    with pytest.raises(ValueError, match=r"seeds must be integers, got \[0.5, 1.7\]"):  # was seeds 0 and 1
+        error_curves(U, V, Ut, Vt, [10, 20], seeds=[0.5, 1.7], gamma=0.3)
+    res = error_curves(U, V, Ut, Vt, np.array([10.0, 20.0]), seeds=np.arange(2), gamma=0.3, block_size=np.int64(7))
+    assert res["n_features"].tolist() == [10, 20] and res["seeds"].tolist() == [0, 1]
+
+
 def test_slope_of_a_known_power_law_with_saturation():
     N = doubling(250, 64000)
     err = np.maximum(3.0 * N ** -0.5, 0.01)  # N^-1/2 until it saturates at 0.01 (N = 90000 > 64000: none)
