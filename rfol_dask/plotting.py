@@ -5,7 +5,9 @@ the figure). Axes are physical: the grid coordinates
 (``grid`` arguments, or a DataArray's own coordinates), labelled with their ``long_name``
 (or name) and ``units`` attributes when these exist. In 2-D figures truth and prediction
 share one colour scale and the error has a symmetric, diverging one centred at 0.
-The ``*_figure`` functions return the ``matplotlib.figure.Figure``; ``plot_*`` save it as PNG.
+The ``*_figure`` functions return the ``matplotlib.figure.Figure``; ``plot_*`` save it as PNG
+(or in the format of a suffix matplotlib writes, e.g. ``.pdf``, ``.svg``; any other path gets
+``.png`` appended) and return the path written.
 """
 
 from __future__ import annotations
@@ -76,13 +78,15 @@ def _pyplot():
 
 
 def _save(fig, path, dpi=100):
-    """Write ``fig`` to ``path`` (its suffix names the format; none: PNG, ``.png`` appended) and
-    close it; returns the path written (``path`` itself when it has a suffix)."""
+    """Write ``fig`` to ``path`` and close it; returns the path written. A suffix matplotlib
+    writes (``.png``, ``.pdf``, ``.svg``, ...) names the format; any other path (none, or a dot
+    in the name: ``alpha_1e-8_N2.5k``) is saved as PNG with ``.png`` appended."""
     import os
 
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    if not os.path.splitext(os.fspath(path))[1]:
+    suffix = os.path.splitext(os.fspath(path))[1][1:].lower()
+    if suffix not in fig.canvas.get_supported_filetypes():
         path = type(path)(os.fspath(path) + ".png") if isinstance(path, os.PathLike) else f"{path}.png"
     fig.savefig(path, dpi=dpi)
     _pyplot().close(fig)
@@ -191,7 +195,8 @@ def prediction_figure(truth, predictions, grid=None, title=None):
 
 
 def plot_prediction(path, truth, predictions, grid=None, title=None):
-    """Save :func:`prediction_figure` as a PNG at ``path``; returns ``path``."""
+    """Save :func:`prediction_figure` as a PNG at ``path`` (see the module's note on suffixes);
+    returns the path written."""
     return _save(prediction_figure(truth, predictions, grid, title), path, dpi=110)
 
 
@@ -241,13 +246,15 @@ def example_figure(train_input, train_output, test_truth, test_prediction, input
 
 def plot_example(path, train_input, train_output, test_truth, test_prediction, input_grid=None,
                  output_grid=None, title=None, label="prediction"):
-    """Save :func:`example_figure` as a PNG at ``path``; returns ``path``."""
+    """Save :func:`example_figure` as a PNG at ``path`` (see the module's note on suffixes);
+    returns the path written."""
     return _save(example_figure(train_input, train_output, test_truth, test_prediction, input_grid, output_grid,
                                 title, label), path, dpi=100)
 
 
 def plot_curves(path, curves, title=None):
-    """Save a PNG of error-vs-N (log-log, with an ``N^(-1/2)`` guide) and fit-time-vs-N.
+    """Save a PNG of error-vs-N (log-log, with an ``N^(-1/2)`` guide) and fit-time-vs-N at ``path``
+    (see the module's note on suffixes); returns the path written.
 
     ``curves`` maps a label to a dict with ``n_features`` (k,), ``error`` and ``fit_time``
     (n_seeds, k) and optionally ``slope`` (a :func:`rfol_dask.curves.fit_slope` dict): each

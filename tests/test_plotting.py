@@ -72,3 +72,14 @@ def test_1d_prediction_figure_uses_coordinate_units(tmp_path):
         prediction_figure(_field().values, {"rf": _field().values}, grid=(np.arange(32),))
     assert plot_prediction(tmp_path / "p.png", _field(), {"rf": _field(shift=0.1)}).stat().st_size > 5_000
     assert plot_example(tmp_path / "e.png", truth, _field(), _field(), _field(shift=0.1)).stat().st_size > 5_000
+
+
+def test_a_dot_in_the_file_name_is_no_format(tmp_path):
+    x = np.linspace(0, 1, 30)
+    t = np.sin(x)
+    written = plot_prediction(tmp_path / "alpha_1e-8_N2.5k", t, {"a": t + 0.01})  # was "Format '5k' is not supported"
+    assert written == tmp_path / "alpha_1e-8_N2.5k.png" and written.read_bytes()[:4] == b"\x89PNG"
+    assert plot_prediction(str(tmp_path / "run.v2"), t, {"a": t}) == str(tmp_path / "run.v2.png")
+    for name in ("f.svg", "f.PDF"):  # suffixes matplotlib writes name the format
+        assert plot_prediction(tmp_path / name, t, {"a": t}) == tmp_path / name
+    assert (tmp_path / "f.PDF").read_bytes()[:4] == b"%PDF"
