@@ -48,15 +48,43 @@ _BLOCK_BYTES = 64 * 2**20
 
 
 def doubling(start=250, stop=64000):
-    """Checkpoints ``start, 2 start, 4 start, ...`` up to ``stop`` (int ndarray)."""
-    out = [int(start)]
+    """Checkpoints ``start, 2 start, 4 start, ...`` up to ``stop`` inclusive (int ndarray).
+
+    ``start`` and ``stop`` are integers (integral floats such as ``6.4e4`` are taken) with
+    ``1 <= start <= stop``; anything else raises ValueError (TypeError if not numbers)."""
+    start, stop = _integer(start, "start", 1), _integer(stop, "stop", 1)
+    if stop < start:
+        raise ValueError(f"stop must be >= start, got doubling({start}, {stop})")
+    out = [start]
     while out[-1] * 2 <= stop:
         out.append(out[-1] * 2)
     return np.array(out)
 
 
+def _integers(values, name, minimum):
+    """``values`` (a number or an array-like) as int64; TypeError unless real numbers, ValueError
+    unless integral (``10.0`` is taken, ``10.5`` is not) and ``>= minimum``."""
+    a = np.asarray(values)
+    what = "integers" if a.ndim else "an integer"
+    if a.dtype.kind not in "iuf":  # bool, str, object (None, nested ragged lists, ...)
+        raise TypeError(f"{name} must be {what}, got {values!r}")
+    if not np.all(np.isfinite(a) & (a == np.round(a)) & (np.abs(a) < 2**62)):
+        raise ValueError(f"{name} must be {what}, got {values!r}")
+    if np.any(a < minimum):
+        raise ValueError(f"{name} must be >= {minimum}, got {values!r}")
+    return a.astype(np.int64)
+
+
+def _integer(value, name, minimum):
+    """One integer ``value`` as an int, checked as :func:`_integers` checks."""
+    a = _integers(value, name, minimum)
+    if a.ndim:
+        raise TypeError(f"{name} must be one integer, got {value!r}")
+    return int(a)
+
+
 def _block_edges(checkpoints, block_size):
-    """Feature-block boundaries: every checkpoint and every multiple of ``block_size``."""
+    """Feature-block boundaries: every checkpoint and every multiple of ``block_size`` (>= 1)."""
     grid = np.arange(0, checkpoints[-1] + 1, block_size)
     return np.unique(np.concatenate([[0], grid, checkpoints]))
 
@@ -123,7 +151,8 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     Raises
     ------
     ValueError
-        If ``n_features`` is not increasing positive integers, ``frequencies`` are too few,
+        If ``n_features`` is not increasing positive integers, ``block_size`` not a positive
+        integer (TypeError: not numbers), ``frequencies`` are too few,
         the arrays' shapes do not match (``(M, n)``, ``(M, m)``, ``(M_t, n)``, ``(M_t, m)``),
         ``gamma`` is not positive, ``alpha`` is negative, or ``V`` or ``V_test`` holds NaN / Inf.
 
@@ -144,6 +173,8 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     check_finite(V, 0, "V")
     check_finite(V_test, 0, "V_test", "computing error curves")  # else every error, and every slope fitted to them, is NaN
     checkpoints = _check_checkpoints(n_features)
+    if block_size is not None:
+        block_size = _integer(block_size, "block_size", 1)
     M, n = U.shape
     seed, metric = integer_seed(random_state), None
     if pca_power is not None and frequencies is not None:
@@ -154,7 +185,7 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     omega, b = _curve_frequencies(frequencies, n, int(checkpoints[-1]), distribution, gamma, nu, seed, metric)
     if block_size is None:
         block_size = max(64, _BLOCK_BYTES // (8 * max(M, len(U_test))))
-    edges = _block_edges(checkpoints, int(block_size))
+    edges = _block_edges(checkpoints, block_size)
 
     S = np.zeros((M, M), order="F")  # lower triangle of sum_f A_f A_f^T, A_f = sqrt(2) cos(...) - s_f
     S_test = np.zeros((len(U_test), M))
@@ -182,9 +213,10 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
 
 
 def _check_checkpoints(n_features):
-    """``n_features`` as an int array (k,); ValueError unless increasing positive integers."""
-    checkpoints = np.asarray(n_features, dtype=int)
-    if checkpoints.ndim != 1 or len(checkpoints) == 0 or checkpoints[0] < 1 or np.any(np.diff(checkpoints) <= 0):
+    """``n_features`` as an int array (k,); ValueError unless increasing positive integers
+    (TypeError if not numbers)."""
+    checkpoints = _integers(n_features, "n_features", 1)
+    if checkpoints.ndim != 1 or len(checkpoints) == 0 or np.any(np.diff(checkpoints) <= 0):
         raise ValueError(f"n_features must be increasing positive integers, got {n_features!r}")
     return checkpoints
 
@@ -274,10 +306,14 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     ``seeds``, each seed's ``gamma``, the slope fits (:func:`fit_slope`) of the geometric-mean
     error (``slope``) and of the median fit time (``time_slope``) over seeds, and the
     :func:`fit_excess` of that error (``excess``). :func:`curve_dataset` saves and plots it.
+    ``seeds`` are integers >= 0 (ValueError for ``1.5``, -1 or none at all).
     Memory as one :func:`error_curve` (the seeds run one after another)."""
     seeds = list(seeds)
     if not seeds:
         raise ValueError("seeds must hold at least one seed (one curve per seed)")
+    seeds = _integers(seeds, "seeds", 0)  # numpy's seeds, not floats truncated to them
+    if seeds.ndim != 1:
+        raise ValueError(f"seeds must be a sequence of integers, got shape {seeds.shape}")
     runs = [error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
     res["n_features"] = runs[0]["n_features"]

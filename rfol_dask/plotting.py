@@ -5,7 +5,9 @@ the figure). Axes are physical: the grid coordinates
 (``grid`` arguments, or a DataArray's own coordinates), labelled with their ``long_name``
 (or name) and ``units`` attributes when these exist. In 2-D figures truth and prediction
 share one colour scale and the error has a symmetric, diverging one centred at 0.
-The ``*_figure`` functions return the ``matplotlib.figure.Figure``; ``plot_*`` save it as PNG.
+The ``*_figure`` functions return the ``matplotlib.figure.Figure``; ``plot_*`` save it as PNG
+(or in the format of a suffix matplotlib writes, e.g. ``.pdf``, ``.svg``; any other path gets
+``.png`` appended) and return the path written.
 """
 
 from __future__ import annotations
@@ -50,20 +52,37 @@ def _grid_of(values, grid):
     return grid
 
 
-def _axes(values, grid):
+def _axes(values, grid, name="grid"):
     """Per dimension of ``values``: (coordinate array, axis label).
 
-    ``grid``: None, one 1-D array (1-D fields) or a tuple of 1-D arrays / xarray coordinates.
-    Without a grid a DataArray's own coordinates are used, else the indices.
+    ``grid``: None, one 1-D array (1-D fields) or a tuple of 1-D arrays / xarray coordinates,
+    one per dimension and as long as it; else ValueError naming ``name``. Without a grid a
+    DataArray's own coordinates are used, else the indices.
     """
-    ndim = np.ndim(values)
+    ndim, shape = np.ndim(values), np.shape(values)
     grid = _grid_of(values, grid)
     names = getattr(values, "dims", None) or ("x", "y", "z")[:ndim]
     if grid is None:
-        return [(np.arange(n), f"{name} (index)") for n, name in zip(np.shape(values), names)]
+        return [(np.arange(n), f"{dim} (index)") for n, dim in zip(shape, names)]
     if len(grid) != ndim:
-        raise ValueError(f"grid has {len(grid)} axes but the field has {ndim} dimensions {np.shape(values)}")
-    return [(np.asarray(g, dtype=float), _label(g, name)) for g, name in zip(grid, names)]
+        raise ValueError(f"{name} has {len(grid)} axes but the field has {ndim} dimensions {shape}")
+    for i, (g, n) in enumerate(zip(grid, shape)):
+        if np.shape(g) != (n,):
+            raise ValueError(f"{name}[{i}] has shape {np.shape(g)}; expected ({n},) for a field of shape {shape}")
+    return [(np.asarray(g, dtype=float), _label(g, dim)) for g, dim in zip(grid, names)]
+
+
+def _check_fields(fields, grid, grid_name):
+    """ValueError unless ``fields`` (argument name -> array, the first the reference) are 1-D
+    (k,) or 2-D (kx, ky) fields of one shape, and ``grid`` (as in :func:`_axes`) fits it."""
+    (ref_name, ref), *others = fields.items()
+    shape = np.shape(ref)
+    if len(shape) not in (1, 2):
+        raise ValueError(f"{ref_name} must be one sample's field, 1-D (k,) or 2-D (kx, ky), got shape {shape}")
+    for name, values in others:
+        if np.shape(values) != shape:
+            raise ValueError(f"{name} has shape {np.shape(values)}; expected {shape}, the shape of {ref_name}")
+    _axes(ref, grid, grid_name)
 
 
 def _pyplot():
@@ -76,13 +95,15 @@ def _pyplot():
 
 
 def _save(fig, path, dpi=100):
-    """Write ``fig`` to ``path`` (its suffix names the format; none: PNG, ``.png`` appended) and
-    close it; returns the path written (``path`` itself when it has a suffix)."""
+    """Write ``fig`` to ``path`` and close it; returns the path written. A suffix matplotlib
+    writes (``.png``, ``.pdf``, ``.svg``, ...) names the format; any other path (none, or a dot
+    in the name: ``alpha_1e-8_N2.5k``) is saved as PNG with ``.png`` appended."""
     import os
 
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    if not os.path.splitext(os.fspath(path))[1]:
+    suffix = os.path.splitext(os.fspath(path))[1][1:].lower()
+    if suffix not in fig.canvas.get_supported_filetypes():
         path = type(path)(os.fspath(path) + ".png") if isinstance(path, os.PathLike) else f"{path}.png"
     fig.savefig(path, dpi=dpi)
     _pyplot().close(fig)
@@ -134,7 +155,8 @@ def _field_panel(fig, ax, values, grid, title):
 
 
 def _compare_2d(fig, axes, truth, predictions, grid, truth_title="truth"):
-    """Truth, predictions (one shared colour scale) and errors (one symmetric scale)."""
+    """Truth, predictions (one shared colour scale) and errors (one symmetric scale); shapes
+    checked by the caller (:func:`_check_fields`)."""
     grid = _grid_of(truth, grid)
     errors = {label: np.asarray(p, float) - np.asarray(truth, float) for label, p in predictions.items()}
     norm, enorm = _field_norm(truth, *predictions.values()), _error_norm(*errors.values())
@@ -164,10 +186,20 @@ def prediction_figure(truth, predictions, grid=None, title=None):
     predictions : dict of label -> array of the same shape (DataArrays matched to a DataArray
         ``truth`` by dims and coordinates, arrays by position)
     grid : 1-D array (1-D outputs) or tuple of 1-D arrays / coordinates, optional
+        One axis per dimension of ``truth``, of its length.
+
+    Raises
+    ------
+    ValueError
+        If ``truth`` is not 1-D or 2-D, a prediction's shape differs from it (none is broadcast),
+        ``grid`` does not fit it or ``predictions`` is empty.
     """
     plt = _pyplot()
     truth = _host(truth)
     predictions = {label: align_by_label(truth, _host(p), ("truth", label)) for label, p in predictions.items()}
+    if not predictions:
+        raise ValueError("predictions is empty: pass at least one label -> array")
+    _check_fields({"truth": truth, **{f"predictions[{label!r}]": p for label, p in predictions.items()}}, grid, "grid")
     if np.ndim(truth) == 1:
         ((x, xlabel),) = _axes(truth, grid)
         t = np.asarray(truth, float)
@@ -191,7 +223,8 @@ def prediction_figure(truth, predictions, grid=None, title=None):
 
 
 def plot_prediction(path, truth, predictions, grid=None, title=None):
-    """Save :func:`prediction_figure` as a PNG at ``path``; returns ``path``."""
+    """Save :func:`prediction_figure` as a PNG at ``path`` (see the module's note on suffixes);
+    returns the path written."""
     return _save(prediction_figure(truth, predictions, grid, title), path, dpi=110)
 
 
@@ -209,12 +242,22 @@ def example_figure(train_input, train_output, test_truth, test_prediction, input
     ----------
     train_input, train_output, test_truth, test_prediction : ndarray or DataArray, shape (k,) or (kx, ky)
     input_grid, output_grid : tuple of 1-D coordinate arrays (or xarray coordinates), optional
-        Grid axes (default: a DataArray's coordinates, else indices).
+        Grid axes, one per dimension of the inputs / outputs and of its length (default: a
+        DataArray's coordinates, else indices).
+
+    Raises
+    ------
+    ValueError
+        If a field is not 1-D or 2-D, ``test_prediction``'s shape differs from ``test_truth``'s
+        or a grid does not fit its fields.
     """
     plt = _pyplot()
     train_input, train_output, test_truth, test_prediction = map(
         _host, (train_input, train_output, test_truth, test_prediction))
     test_prediction = align_by_label(test_truth, test_prediction, ("test_truth", "test_prediction"))
+    _check_fields({"train_input": train_input}, input_grid, "input_grid")
+    _check_fields({"train_output": train_output}, output_grid, "output_grid")
+    _check_fields({"test_truth": test_truth, "test_prediction": test_prediction}, output_grid, "output_grid")
     n_panels = 4 if np.ndim(test_truth) == 1 else 5
     fig, axes = plt.subplots(1, n_panels, figsize=(3.4 * n_panels, 3.2), layout="constrained")
     _field_panel(fig, axes[0], train_input, input_grid, "training input")
@@ -241,13 +284,15 @@ def example_figure(train_input, train_output, test_truth, test_prediction, input
 
 def plot_example(path, train_input, train_output, test_truth, test_prediction, input_grid=None,
                  output_grid=None, title=None, label="prediction"):
-    """Save :func:`example_figure` as a PNG at ``path``; returns ``path``."""
+    """Save :func:`example_figure` as a PNG at ``path`` (see the module's note on suffixes);
+    returns the path written."""
     return _save(example_figure(train_input, train_output, test_truth, test_prediction, input_grid, output_grid,
                                 title, label), path, dpi=100)
 
 
 def plot_curves(path, curves, title=None):
-    """Save a PNG of error-vs-N (log-log, with an ``N^(-1/2)`` guide) and fit-time-vs-N.
+    """Save a PNG of error-vs-N (log-log, with an ``N^(-1/2)`` guide) and fit-time-vs-N at ``path``
+    (see the module's note on suffixes); returns the path written.
 
     ``curves`` maps a label to a dict with ``n_features`` (k,), ``error`` and ``fit_time``
     (n_seeds, k) and optionally ``slope`` (a :func:`rfol_dask.curves.fit_slope` dict): each

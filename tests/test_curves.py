@@ -104,6 +104,32 @@ def test_bad_checkpoints(data):
         error_curve(U, V, Ut, Vt, [100], frequencies=draw_frequencies(3, 100, random_state=0))
 
 
+def test_doubling_refuses_a_start_below_one_and_a_stop_below_start():
+    assert doubling(250, 1000).tolist() == [250, 500, 1000] and doubling(250, 250).tolist() == [250]
+    assert doubling(250.0, 6.4e4)[-1] == 64000  # integral floats are integers
+    for start in (0, -1):  # 0 and negatives doubled stay <= stop: the loop never ended
+        with pytest.raises(ValueError, match=f"start must be >= 1, got {start}"):
+            doubling(start, 1000)
+    with pytest.raises(ValueError, match=r"stop must be >= start, got doubling\(250, 100\)"):
+        doubling(250, 100)  # was [250], above stop
+    with pytest.raises(ValueError, match="start must be an integer, got 2.5"):
+        doubling(2.5, 100)
+
+
+def test_curve_arguments_must_be_integers_not_truncated(data):
+    U, V, Ut, Vt = data
+    with pytest.raises(ValueError, match="block_size must be >= 1, got 0"):  # was numpy's "Maximum allowed size"
+        error_curve(U, V, Ut, Vt, [10, 20], block_size=0, gamma=0.3)
+    with pytest.raises(ValueError, match=r"n_features must be integers, got \[10.9, 20.5\]"):  # was [10, 20]
+        error_curve(U, V, Ut, Vt, [10.9, 20.5], gamma=0.3)
+    with pytest.raises(TypeError, match="n_features must be integers"):
+        error_curve(U, V, Ut, Vt, ["10", "20"], gamma=0.3)
+    with pytest.raises(ValueError, match=r"seeds must be integers, got \[0.5, 1.7\]"):  # was seeds 0 and 1
+        error_curves(U, V, Ut, Vt, [10, 20], seeds=[0.5, 1.7], gamma=0.3)
+    res = error_curves(U, V, Ut, Vt, np.array([10.0, 20.0]), seeds=np.arange(2), gamma=0.3, block_size=np.int64(7))
+    assert res["n_features"].tolist() == [10, 20] and res["seeds"].tolist() == [0, 1]
+
+
 def test_slope_of_a_known_power_law_with_saturation():
     N = doubling(250, 64000)
     err = np.maximum(3.0 * N ** -0.5, 0.01)  # N^-1/2 until it saturates at 0.01 (N = 90000 > 64000: none)

@@ -1,5 +1,7 @@
 """Figures read as a user reads them: physical axes with units, comparable colour scales."""
 
+import re
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -72,3 +74,44 @@ def test_1d_prediction_figure_uses_coordinate_units(tmp_path):
         prediction_figure(_field().values, {"rf": _field().values}, grid=(np.arange(32),))
     assert plot_prediction(tmp_path / "p.png", _field(), {"rf": _field(shift=0.1)}).stat().st_size > 5_000
     assert plot_example(tmp_path / "e.png", truth, _field(), _field(), _field(shift=0.1)).stat().st_size > 5_000
+
+
+def test_a_dot_in_the_file_name_is_no_format(tmp_path):
+    x = np.linspace(0, 1, 30)
+    t = np.sin(x)
+    written = plot_prediction(tmp_path / "alpha_1e-8_N2.5k", t, {"a": t + 0.01})  # was "Format '5k' is not supported"
+    assert written == tmp_path / "alpha_1e-8_N2.5k.png" and written.read_bytes()[:4] == b"\x89PNG"
+    assert plot_prediction(str(tmp_path / "run.v2"), t, {"a": t}) == str(tmp_path / "run.v2.png")
+    for name in ("f.svg", "f.PDF"):  # suffixes matplotlib writes name the format
+        assert plot_prediction(tmp_path / name, t, {"a": t}) == tmp_path / name
+    assert (tmp_path / "f.PDF").read_bytes()[:4] == b"%PDF"
+
+
+def test_shapes_are_checked_not_broadcast():
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    truth, x = rng.normal(size=(12, 10)), np.arange(12.0)
+    open_figures = plt.get_fignums()
+    # a (1, 10) prediction was broadcast: a blank panel and one row minus every truth row as "error"
+    with pytest.raises(ValueError, match=r"predictions\['model'\] has shape \(1, 10\); expected \(12, 10\)"):
+        prediction_figure(truth, {"model": truth[:1]})
+    with pytest.raises(ValueError, match=r"test_prediction has shape \(1, 10\); expected \(12, 10\)"):
+        example_figure(truth, truth, truth, truth[:1])
+    with pytest.raises(ValueError, match=r"predictions\['m'\] has shape \(11,\); expected \(12,\)"):
+        prediction_figure(x, {"m": x[1:]})  # was matplotlib's "x and y must have same first dimension"
+    with pytest.raises(ValueError, match=r"grid\[0\] has shape \(10,\); expected \(12,\)"):
+        prediction_figure(truth, {"m": truth}, grid=(np.arange(10), x))  # swapped axes: a pcolormesh TypeError
+    with pytest.raises(ValueError, match=r"output_grid\[1\] has shape \(12,\); expected \(10,\)"):
+        example_figure(x, truth, truth, truth, output_grid=(x, x))
+    with pytest.raises(ValueError, match=r"input_grid\[0\] has shape \(10,\); expected \(12,\)"):
+        example_figure(x, truth, truth, truth, input_grid=(np.arange(10),))
+    for bad in (np.zeros((2, 12, 10)), np.float64(1.0)):  # "too many values to unpack"
+        shape = re.escape(str(bad.shape))
+        with pytest.raises(ValueError, match=rf"truth must be one sample's field.*got shape {shape}"):
+            prediction_figure(bad, {"m": bad})
+        with pytest.raises(ValueError, match="train_input must be one sample's field"):
+            example_figure(bad, truth, truth, truth)
+    with pytest.raises(ValueError, match="predictions is empty"):
+        prediction_figure(truth, {})
+    assert plt.get_fignums() == open_figures  # refused before a figure was opened
