@@ -293,6 +293,9 @@ def as_operand(X, name, sort=True):
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
+        if "sample" not in X.dims and "sample" in X.coords:  # X.sel(sample=k): one sample, its dim dropped
+            raise ValueError(f"{name} holds one sample ('sample' is a scalar coordinate, dims {X.dims}): keep the "
+                             f"dimension, e.g. {name}.expand_dims('sample'), or select with a list (sel(sample=[k]))")
         if "sample" not in X.dims:
             raise ValueError(
                 f"{name} must have a 'sample' dimension, got dims {X.dims}; rename the dimension that "

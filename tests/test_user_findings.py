@@ -527,3 +527,14 @@ def test_burgers_refuses_a_finite_blow_up():
 
     with pytest.raises(FloatingPointError, match="blew up .*n_steps=1 too small for nu=0.0001"):
         burgers.make_block(0, 0, 8, nu=1e-4, n_steps=1)
+
+
+def test_one_selected_sample_is_told_to_keep_its_dimension(grid2d):
+    """``predict(X.sel(sample=5))`` was told to rename a grid dim to 'sample' (turning grid points
+    into samples), and called X 'U'."""
+    U, V = grid2d
+    model = _rf().fit(U, V)
+    with pytest.raises(ValueError, match=r"X holds one sample .*X\.expand_dims\('sample'\)"):
+        model.predict(U.sel(sample=5))
+    np.testing.assert_allclose(model.predict(U.sel(sample=5).expand_dims("sample")).values,
+                               model.predict(U.sel(sample=[5])).values)
