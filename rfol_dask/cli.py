@@ -321,6 +321,11 @@ def _cmd_fit(args):
     client = _start_cluster(args.cluster or "local") if args.cluster or args.report else None
     try:
         ds = open_dataset(args.data)
+        missing = [v for v in ("input", "output") if v not in ds.data_vars]
+        if missing:
+            raise ValueError(f"{args.data} has no variable {' or '.join(map(repr, missing))}: fit needs 'input' and "
+                             f"'output', and it holds {', '.join(map(repr, ds.data_vars)) or 'no variables'}; "
+                             "rename its variables to input and output")
         if "sample" not in ds["input"].dims or "sample" not in ds["output"].dims:
             raise ValueError(f"{args.data}: input and output need a 'sample' dimension (got {ds['input'].dims} and "
                              f"{ds['output'].dims}); rename the dimension that runs over the samples")

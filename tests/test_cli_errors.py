@@ -258,3 +258,13 @@ def test_fit_report_replaces_only_its_own_reports_and_only_after_a_fit_that_succ
     assert code == 2 and "the fit failed" in err and "kept" in report.read_text()
     assert sorted(os.listdir(tmp_path)) == ["m.zarr", "notes.txt", "r.html"]  # no temporary file left
 
+
+def test_fit_names_the_variables_a_store_lacks(tmp_path, capsys):
+    import numpy as np
+    import xarray as xr
+
+    xr.Dataset({"u": (("sample", "x"), np.ones((4, 3))), "v": (("sample", "x"), np.ones((4, 3)))}).to_zarr(
+        tmp_path / "uv.zarr")
+    code, err = _run(["fit", str(tmp_path / "uv.zarr"), "--n-features", "20"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "no variable 'input' or 'output': fit needs 'input' and 'output', and it holds 'u', 'v'" in err
