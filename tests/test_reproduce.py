@@ -238,3 +238,37 @@ def test_tables_read_results_with_nan_written_as_null(tmp_path):
     row = fits_table(back, quick=False)[2]
     assert "| nan | 3.82 | nan |" in row
     assert curves_table(back)[2].count("| - |") >= 2
+
+
+def _toy_split(n_train=6, n_test=3):
+    import xarray as xr
+
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset({"input": (("sample", "x"), rng.standard_normal((n_train + n_test, 4))),
+                     "output": (("sample", "x"), rng.standard_normal((n_train + n_test, 4)))})
+    return ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
+
+
+def _stub_fits(monkeypatch, error=0.05556):
+    """``run_fits`` without models: every method measures ``error``; the figure is a stub file."""
+    from pathlib import Path
+
+    from rfol_dask.experiments import runners
+
+    monkeypatch.setattr(runners, "make_models", lambda *a, **k: {label: (None, {"n_features": 10}, 0.0)
+                                                                 for label in experiments.METHODS})
+    monkeypatch.setattr(runners, "run_method", lambda model, U, V, Ut, Vt: (
+        {"error": error, "fit_s": 1.0, "predict_s": 0.1, "peak_mib": 1.0}, Vt))
+    monkeypatch.setattr(runners, "tuned_info", lambda model: {
+        "best_params": {"distribution": "cauchy", "gamma": 1.0, "alpha": 1e-8}, "validation_error": error})
+    monkeypatch.setattr(runners, "plot_example", lambda path, *a, **k: Path(path).write_bytes(b"png") and path)
+
+
+def test_console_lines_give_the_error_and_the_papers_in_percent(tmp_path, monkeypatch, capsys):
+    from rfol_dask.experiments.runners import run_fits
+
+    _stub_fits(monkeypatch)
+    run_fits("burgers", *_toy_split(), experiments.sizes(True), tmp_path, quick=True)
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [x for x in lines if " rf_cauchy " in x]
+    assert "error 5.56 %  paper 3.82 %" in line  # was "error 5.556e-02  paper 3.82"
