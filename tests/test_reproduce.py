@@ -272,3 +272,63 @@ def test_console_lines_give_the_error_and_the_papers_in_percent(tmp_path, monkey
     lines = capsys.readouterr().out.splitlines()
     (line,) = [x for x in lines if " rf_cauchy " in x]
     assert "error 5.56 %  paper 3.82 %" in line  # was "error 5.556e-02  paper 3.82"
+
+
+def _stub_run(monkeypatch):
+    """``runners.run`` without data or models: the fits of :func:`_stub_fits` on a toy split, into
+    ``<out>/<name>.json`` as the real one writes them."""
+    from rfol_dask.experiments import runners
+    from rfol_dask.experiments.report import write_results
+
+    _stub_fits(monkeypatch, error=1e-6)  # within every quick-mode bound
+
+    def run(name, parts, cfg, out, data, quick, cluster=None):
+        train, test = _toy_split()
+        res = {"name": name, "quick": quick, "train": 6, "test": 3, "paper_test": 3,
+               "fits": runners.run_fits(name, train, test, cfg, out, quick)}
+        write_results(out / f"{name}.json", res)
+        return res
+
+    monkeypatch.setattr(runners, "run", run)
+
+
+def test_reproduce_refuses_an_out_folder_with_files_it_did_not_write(tmp_path, monkeypatch, capsys):
+    _stub_run(monkeypatch)
+    out, data = tmp_path / "myproj", tmp_path / "data"
+    out.mkdir()
+    for name in ("table.md", "advection1.png", "notes.txt"):
+        (out / name).write_text("my notes")
+    args = ["reproduce", "advection1", "--quick", "--parts", "fits", "--out", str(out), "--data", str(data),
+            "--workers", "0"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "myproj holds files that reproduce did not write: advection1.png, notes.txt, table.md" in err
+    assert all((out / n).read_text() == "my notes" for n in ("table.md", "advection1.png", "notes.txt"))
+    assert not data.exists() and not (out / "advection1.json").exists()  # refused before any work
+    # a new folder, then reruns into it (merging results, replacing its own files), and the data
+    # folder and a quick run inside the results folder are its own
+    out = tmp_path / "results"
+    assert main(["reproduce", "advection1", "--out", str(out), "--data", str(out / "data"), "--parts", "fits",
+                 "--workers", "0"]) == 0
+    assert main(["reproduce", "advection1", "--quick", "--out", str(out / "quick"), "--data", str(out / "data"),
+                 "--parts", "fits", "--workers", "0"]) == 0
+    assert main(["reproduce", "advection2", "--out", str(out), "--data", str(tmp_path / "elsewhere"),
+                 "--parts", "fits", "--workers", "0"]) == 0
+    assert _table_rows((out / "table.md").read_text(), "advection1") and _table_rows(
+        (out / "table.md").read_text(), "advection2")
+    (out / "mine.txt").write_text("mine")
+    assert main(["reproduce", "advection1", "--out", str(out), "--data", str(out / "data"), "--parts", "fits",
+                 "--workers", "0"]) == 2
+    assert "holds files that reproduce did not write: mine.txt;" in capsys.readouterr().err
+
+
+def test_results_folders_of_earlier_versions_are_recognised(tmp_path):
+    """Before the manifest: results files by their content, their figures, a table.md of ours."""
+    from rfol_dask.experiments.report import foreign_outputs, write_results
+
+    write_results(tmp_path / "burgers.json", {"name": "burgers", "fits": {"methods": {}}})
+    (tmp_path / "burgers.png").write_bytes(b"png")
+    (tmp_path / "table.md").write_text("| data set | train / test | method |\n")
+    (tmp_path / "darcy.json").write_text('{"mine": 1}')
+    (tmp_path / "darcy.png").write_bytes(b"png")
+    assert foreign_outputs(tmp_path) == ["darcy.json", "darcy.png"]

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
-from .reference import METHODS, TUNED, reference_data
+from .reference import METHODS, PARTS, TUNED, reference_data
 
-__all__ = ["render", "fmt_error", "fits_table", "tuned_note", "equal_time_table", "curves_table"]
+__all__ = ["render", "fmt_error", "fits_table", "tuned_note", "equal_time_table", "curves_table", "MANIFEST",
+           "claim", "foreign_outputs"]
+
+#: the file in a results folder listing the names reproduce writes there (its own, replaced by later runs)
+MANIFEST = ".rfol-dask-reproduce.json"
+_TABLE_HEADS = ("| data set |", "| equal time |", "| curve (Cauchy) |")  # the first line of a table.md
 
 
 def fmt_error(x, pct=True, missing="-"):
@@ -46,6 +52,64 @@ def read_results(path):
         return json.loads(Path(path).read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON ({exc}); delete it (or move it away) and run again") from exc
+
+
+def _is_results(path):
+    """Whether ``path`` is a results file of :func:`write_results`: a JSON object holding a part."""
+    try:
+        res = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(res, dict) and bool(set(PARTS) & set(res)) and res.get("name", path.stem) == path.stem
+
+
+def _claimed(out):
+    """The names the manifest of the results folder ``out`` lists (none when it is missing or unreadable)."""
+    try:
+        files = json.loads((Path(out) / MANIFEST).read_text())["files"]
+        return {f for f in files if isinstance(f, str)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def claim(out, names):
+    """Add ``names`` (files or folders in the results folder ``out``) to its manifest, before they are written."""
+    write_results(Path(out) / MANIFEST, {"written_by": "rfol-dask reproduce",
+                                         "files": sorted(_claimed(out) | set(names))})
+
+
+def foreign_outputs(out, data=None):
+    """What the results folder ``out`` holds beyond reproduce's own outputs, as
+    :func:`rfol_dask.io.foreign_entries` lists a folder's entries: reproduce replaces only its own.
+
+    Its own: the names its manifest lists; from runs before the manifest, the results files of the
+    data sets (:func:`_is_results`), their figures, ``curves.png`` and a ``table.md`` that starts
+    with a table of :func:`render`; temporary files of :func:`write_results`; the data folder
+    ``data`` (or its data-set stores when it is ``out`` itself); a ``quick`` folder holding nothing
+    else (the default quick run's, inside the full run's folder).
+    """
+    from ..io import foreign_entries
+
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    sets = reference_data()["sets"]
+    results = [n for n in sets if _is_results(out / f"{n}.json")]
+    own = _claimed(out) | {MANIFEST} | {f"{n}.{ext}" for n in results for ext in ("json", "png")}
+    if results:
+        own.add("curves.png")
+    table = out / "table.md"
+    if table.is_file() and table.read_text(errors="replace").startswith(_TABLE_HEADS):
+        own.add("table.md")
+    if data is not None:  # this run's data folder
+        data, here = Path(os.path.abspath(data)), Path(os.path.abspath(out))
+        if data == here:
+            own |= {f"{n}.zarr" for n in sets} | {"subsets"}
+        elif data.parent == here:
+            own.add(data.name)
+    own |= {f".{n}.tmp" for n in own}
+    return [f for f in foreign_entries(out, ()) if f not in own
+            and not (f == "quick" and (out / f).is_dir() and not foreign_outputs(out / f))]
 
 
 def _slope(x, digits=3):

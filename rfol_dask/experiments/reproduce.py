@@ -25,6 +25,7 @@ Only the standard library is imported at module level, so ``rfol-dask`` builds i
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -55,14 +56,16 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     Writes ``<out>/<name>.json``, ``<name>.png``, ``curves.png`` and ``table.md``; data-set stores
     are read from (or generated into) ``data`` (default ``<out>/data``) on a LocalCluster of
     ``workers`` processes (0: dask threads in this process). Returns 0, or 1 when a quick-mode
-    error is over its bound. Unknown names or parts raise ValueError before any work.
+    error is over its bound. Unknown names or parts raise ValueError before any work, and so does
+    an ``out`` holding files it did not write (:func:`~rfol_dask.experiments.report.foreign_outputs`;
+    it lists its own in ``<out>/.rfol-dask-reproduce.json``): those are never replaced.
     """
     import numpy as np
 
     from .. import datasets
     from ..io import check_parent_dir
     from .data import SharedCluster
-    from .report import render
+    from .report import claim, foreign_outputs, render
     from .runners import run
 
     if isinstance(names, str):
@@ -88,8 +91,16 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"{folder} is a file, not a folder for {what}; pick another path")
         check_parent_dir(folder, what)
+    foreign = foreign_outputs(out, data)
+    if foreign:
+        raise ValueError(f"{out} holds files that reproduce did not write: {', '.join(foreign[:5])}"
+                         + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "") + "; it writes table.md, "
+                         "<name>.json, <name>.png and curves.png there and replaces only its own: give --out a new "
+                         "or empty folder (or one of its earlier results), or move those files away")
     out.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
+    claim(out, [f"{n}.{ext}" for n in names for ext in ("json", "png")] + ["curves.png", "table.md"]
+          + ([data.name] if Path(os.path.abspath(data)).parent == Path(os.path.abspath(out)) else []))
     cfg = dict(sizes(quick), grow_to=grow_to)
     t0 = time.perf_counter()
     results = {}
