@@ -235,7 +235,7 @@ def test_tables_read_results_with_nan_written_as_null(tmp_path):
                       "time_slope": {"slope": float("nan")}, "excess": {"p": float("nan"), "floor": float("nan")}}}
     write_results(tmp_path / "burgers.json", res)
     back = {"burgers": read_results(tmp_path / "burgers.json")}
-    row = fits_table(back, quick=False)[2]
+    row = fits_table(back)[2]
     assert "| nan | 3.82 | nan |" in row
     assert curves_table(back)[2].count("| - |") >= 2
 
@@ -332,3 +332,19 @@ def test_results_folders_of_earlier_versions_are_recognised(tmp_path):
     (tmp_path / "darcy.json").write_text('{"mine": 1}')
     (tmp_path / "darcy.png").write_bytes(b"png")
     assert foreign_outputs(tmp_path) == ["darcy.json", "darcy.png"]
+
+
+def test_a_table_of_quick_and_full_results_keeps_both_columns(tmp_path):
+    from rfol_dask.experiments.report import render, write_results
+
+    method = {"error": 0.05, "paper": 0.04, "bound": 0.1, "passed": True, "fit_s": 1.0, "predict_s": 0.1,
+              "peak_mib": 10.0}
+    for name, quick in (("burgers", True), ("darcy", False)):
+        row = {k: v for k, v in method.items() if quick or k not in ("bound", "passed")}
+        write_results(tmp_path / f"{name}.json", {"name": name, "quick": quick, "train": 10, "test": 5, "paper_test": 5,
+                                                  "fits": {"methods": {"rf_cauchy": row}}})
+    table = render(tmp_path)
+    assert "| error % | paper % | bound % | ratio | fit s |" in table
+    assert "| burgers | 10 / 5 | rf_cauchy | 5 | 4 | 10 | - | 1 |" in table
+    assert "| darcy | 10 / 5 | rf_cauchy | 5 | 4 | - | 1.25 | 1 |" in table
+    assert table.splitlines()[1] == "|---" * 10 + "|"

@@ -118,14 +118,16 @@ def _slope(x, digits=3):
     return "-" if x is None or not np.isfinite(x) else f"{x:+.{digits}f}"
 
 
-def fits_table(results: dict, quick: bool) -> list[str]:
-    """Rows of the fits table: one per data set and method (error, paper, bound or ratio, times, memory)."""
-    third = "bound %" if quick else "ratio"
-    lines = [f"| data set | train / test | method | error % | paper % | {third} | fit s | predict s | peak MiB |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for name, r in results.items():
-        if "fits" not in r:
-            continue
+def fits_table(results: dict) -> list[str]:
+    """Rows of the fits table: one per data set and method (error, paper, times, memory; a quick
+    run's ``bound %`` and a full run's error / paper ``ratio``, each column shown when some row has
+    it, ``-`` in the rows of the other kind: a folder may hold both)."""
+    fits = {name: r for name, r in results.items() if "fits" in r}
+    kinds = [k for k in (True, False) if k in {bool(r["quick"]) for r in fits.values()}]  # quick, full
+    heads = " | ".join({True: "bound %", False: "ratio"}[k] for k in kinds)
+    lines = [f"| data set | train / test | method | error % | paper % | {heads} | fit s | predict s | peak MiB |",
+             "|---|---|---|---|---|" + "---|" * len(kinds) + "---|---|---|"]
+    for name, r in fits.items():
         size = f"{r['train']} / {r['test']}"
         if r["paper_test"] != r["test"] and not r["quick"]:
             size += f" (paper {r['paper_test']})"
@@ -133,14 +135,15 @@ def fits_table(results: dict, quick: bool) -> list[str]:
             if label not in r["fits"]["methods"]:  # a results file from before the method was added
                 continue
             m = r["fits"]["methods"][label]
-            if quick:
+            if r["quick"]:
                 col = fmt_error(m.get("bound"))
             else:
                 measured = m["error"] is not None and np.isfinite(m["error"])  # None: a NaN, in strict JSON
                 col = "-" if m["paper"] is None else f"{m['error'] / m['paper']:.2f}" if measured else "nan"
+            cols = " | ".join(col if k == bool(r["quick"]) else "-" for k in kinds)
             flag = "" if m.get("passed", True) else " **over bound**"
             lines.append(f"| {name} | {size} | {label} | {fmt_error(m['error'], missing='nan')}{flag} | {fmt_error(m['paper'])} | "
-                         f"{col} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
+                         f"{cols} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
     return lines
 
 
@@ -217,10 +220,9 @@ def render(out, names=None) -> str:
     out = Path(out)
     names = reference_data()["sets"] if names is None else names
     results = {n: read_results(out / f"{n}.json") for n in names if (out / f"{n}.json").exists()}
-    quick = any(r.get("quick") for r in results.values())
     tables = []
     if any("fits" in r for r in results.values()):
-        tables.append(fits_table(results, quick))
+        tables.append(fits_table(results))
         note = tuned_note(results)
         if note:
             tables.append(note)
