@@ -348,3 +348,18 @@ def test_a_table_of_quick_and_full_results_keeps_both_columns(tmp_path):
     assert "| burgers | 10 / 5 | rf_cauchy | 5 | 4 | 10 | - | 1 |" in table
     assert "| darcy | 10 / 5 | rf_cauchy | 5 | 4 | - | 1.25 | 1 |" in table
     assert table.splitlines()[1] == "|---" * 10 + "|"
+
+
+def test_the_command_lines_data_folder_is_the_one_its_help_and_docstring_name(monkeypatch, tmp_path, capsys):
+    import importlib
+
+    module = importlib.import_module("rfol_dask.experiments.reproduce")
+    doc = " ".join(module.reproduce.__doc__.split())
+    assert "the command line (:func:`run_args`) passes ``reproduce_output/data``" in doc and "whatever ``--out``" in doc
+    seen = {}
+    monkeypatch.setattr(module, "reproduce", lambda names, **kw: seen.update(kw) or 0)
+    assert main(["reproduce", "burgers", "--out", str(tmp_path / "mine")]) == 0
+    assert seen["data"] == "reproduce_output/data" and seen["out"] == str(tmp_path / "mine")
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    assert "default reproduce_output/data, whatever --out" in " ".join(capsys.readouterr().out.split())

@@ -54,8 +54,10 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     (``RandomFeatureOperatorCV(max_features=grow_to)``); None: it stays at their N.
 
     Writes ``<out>/<name>.json``, ``<name>.png``, ``curves.png`` and ``table.md``; data-set stores
-    are read from (or generated into) ``data`` (default ``<out>/data``) on a LocalCluster of
-    ``workers`` processes (0: dask threads in this process). Returns 0, or 1 when a quick-mode
+    are read from (or generated into) ``data`` on a LocalCluster of ``workers`` processes (0: dask
+    threads in this process). ``data`` defaults to ``<out>/data`` here; the command line
+    (:func:`run_args`) passes ``reproduce_output/data`` (``benchmarks/reproduce.py``:
+    ``benchmarks/results/data``) whatever ``--out``, so that its result folders share one copy. Returns 0, or 1 when a quick-mode
     error is over its bound. Unknown names or parts raise ValueError before any work, and so does
     an ``out`` holding files it did not write (:func:`~rfol_dask.experiments.report.foreign_outputs`;
     it lists its own in ``<out>/.rfol-dask-reproduce.json``): those are never replaced.
@@ -127,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_out="reproduce_output
     parser.add_argument("name", help="a data set, a comma-separated list, or 'all'")
     parser.add_argument("--quick", action="store_true", help="small sizes (CI); checks every error against a bound")
     parser.add_argument("--out", default=None, help=f"results folder (default {default_out}, quick: .../quick)")
-    parser.add_argument("--data", default=default_data, help=f"data-set stores (default {data_help})")
+    parser.add_argument("--data", default=default_data, help=f"data-set stores (default {data_help}, whatever --out)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--workers", type=int, default=2, help="processes generating missing data (0: threads)")
     parser.add_argument("--grow-to", type=int, default=None, metavar="N",
@@ -138,7 +140,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_out="reproduce_output
 
 
 def run_args(args) -> int:
-    """:func:`reproduce` with the options of :func:`add_arguments`."""
+    """:func:`reproduce` with the options of :func:`add_arguments`: by default results in
+    ``<default_out>`` (quick: ``<default_out>/quick``) and data in ``<default_out>/data``, whatever ``--out``."""
     out = args.out or str(Path(args.default_out) / ("quick" if args.quick else ""))
     data = args.data or str(Path(args.default_out) / "data")
     return reproduce(args.name, quick=args.quick, out=out, data=data, parts=args.parts, workers=args.workers,
