@@ -188,7 +188,7 @@ def _option_keywords(kind):
                 callables.insert(0, LocalCUDACluster)
                 what = "dask_cuda.LocalCUDACluster, " + what
         elif kind in ("slurm", "pbs"):
-            import dask_jobqueue
+            dask_jobqueue = _dask_jobqueue()
 
             cluster, job = ((dask_jobqueue.SLURMCluster, dask_jobqueue.slurm.SLURMJob) if kind == "slurm"
                             else (dask_jobqueue.PBSCluster, dask_jobqueue.pbs.PBSJob))
@@ -281,9 +281,23 @@ def _jobqueue_options(config):
     return opts
 
 
+def _dask_jobqueue():
+    """``dask_jobqueue``, imported without the SIGINT handler its import installs (``sys.exit()``,
+    which turned a Ctrl-C into a silent exit with status 0, past every ``except KeyboardInterrupt``)."""
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGINT)
+    import dask_jobqueue
+
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, previous)
+    return dask_jobqueue
+
+
 def _jobqueue_job(config):
     """The dask-jobqueue job object of one job (renders the script, submits nothing)."""
-    import dask_jobqueue
+    dask_jobqueue = _dask_jobqueue()
 
     cls = dask_jobqueue.slurm.SLURMJob if config["kind"] == "slurm" else dask_jobqueue.pbs.PBSJob
     return cls(scheduler=_SCHEDULER, name="rfol-dask", **_jobqueue_options(config))
@@ -447,8 +461,7 @@ def make_cluster(config):
     if kind == "cuda-local":
         return local_cuda_cluster(blas_threads=config["blas_threads"], **config["options"])
     if kind in ("slurm", "pbs"):
-        import dask_jobqueue
-
+        dask_jobqueue = _dask_jobqueue()
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
         return cls(**_jobqueue_options(config))
     return _kube_cluster(config, name)

@@ -354,3 +354,17 @@ def test_a_ctrl_c_while_the_cluster_starts_is_raised_once_it_is_up_and_closes_it
     finally:
         signal.signal(signal.SIGINT, handler)
     assert started.closed and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_reading_a_jobqueue_configuration_keeps_the_ctrl_c_handler():
+    """dask_jobqueue's import makes SIGINT call sys.exit(): a Ctrl-C ended ``rfol-dask fit --cluster
+    slurm`` with status 0, without its clean-up. Loading the configuration keeps Python's handler."""
+    pytest.importorskip("dask_jobqueue")
+    import os
+    import subprocess
+
+    code = ("import signal; from rfol_dask import cluster; cluster.load_config('slurm'); "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.stdout.strip() == "True", res.stderr[-2000:]
