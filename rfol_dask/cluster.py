@@ -380,7 +380,8 @@ def _cuda_threads(value, gpus):
 def local_cuda_cluster(blas_threads=1, **kwargs):
     """A ``dask_cuda.LocalCUDACluster``: one worker process per visible GPU (``n_workers`` /
     ``CUDA_VISIBLE_DEVICES`` choose), ``threads_per_worker`` task threads each (default
-    ``"auto"``: :func:`_cuda_threads`), BLAS threads set; its workers leave Ctrl-C to this process (:func:`_without_sigint`)."""
+    ``"auto"``: :func:`_cuda_threads`), BLAS threads set; its workers leave Ctrl-C to this process
+    (:func:`_without_sigint`)."""
     try:
         from dask_cuda import LocalCUDACluster
         from dask_cuda.utils import get_n_gpus

@@ -57,10 +57,11 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     are read from (or generated into) ``data`` on a LocalCluster of ``workers`` processes (0: dask
     threads in this process). ``data`` defaults to ``<out>/data`` here; the command line
     (:func:`run_args`) passes ``reproduce_output/data`` (``benchmarks/reproduce.py``:
-    ``benchmarks/results/data``) whatever ``--out``, so that its result folders share one copy. Returns 0, or 1 when a quick-mode
-    error is over its bound. Unknown names or parts raise ValueError before any work, and so does
-    an ``out`` holding files it did not write (:func:`~rfol_dask.experiments.report.foreign_outputs`;
-    it lists its own in ``<out>/.rfol-dask-reproduce.json``): those are never replaced.
+    ``benchmarks/results/data``) whatever ``--out``, so that its result folders share one copy.
+    Returns 0, or 1 when a quick-mode error is over its bound. Unknown names or parts raise
+    ValueError before any work, and so does an ``out`` holding files it did not write
+    (:func:`~rfol_dask.experiments.report.foreign_outputs`; it lists its own in
+    ``<out>/.rfol-dask-reproduce.json``): those are never replaced.
     """
     import numpy as np
 
