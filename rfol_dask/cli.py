@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -153,10 +155,14 @@ def _gamma(text):
     return value
 
 
-def _report_context(path):
-    """A dask performance report written to ``path`` (a no-op context without one)."""
-    import contextlib
+_REPORT_MARK = '<meta name="generator" content="rfol-dask fit --report">'
+_OLD_REPORT_MARK = "<title>Dask Performance Report</title>"  # in the reports of earlier versions
 
+
+def _report_context(path):
+    """A dask performance report of the block, written to ``path`` only when the block succeeded
+    (a failed fit leaves an earlier report as it was): to a temporary sibling, marked as this
+    tool's (:data:`_REPORT_MARK`), then renamed over ``path``. A no-op context without ``path``."""
     if not path:
         return contextlib.nullcontext()
     from distributed import performance_report
@@ -165,16 +171,62 @@ def _report_context(path):
         import bokeh  # noqa: F401
     except ImportError:
         raise ValueError("--report needs bokeh: pip install 'rfol-dask[diagnostics]'") from None
-    return performance_report(filename=path)
+    return _written_report(Path(path), performance_report)
 
 
-def _check_report_path(path):
-    """ValueError unless an HTML report can be written at ``path`` (checked before the fit)."""
-    path = Path(path)
+@contextlib.contextmanager
+def _written_report(path, performance_report):
+    import fsspec
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial{path.suffix}")  # same suffix: same compression
+    # stacklevel 3: the report's "calling code" is the with block's (past this generator and contextlib)
+    report = performance_report(filename=str(tmp), stacklevel=3)
+    report.__enter__()  # leaves nothing to undo: an exception in the block just skips the report
+    yield
+    try:
+        report.__exit__(None, None, None)
+        with fsspec.open(str(tmp), "r", compression="infer") as f:
+            html = f.read()
+        with fsspec.open(str(tmp), "w", compression="infer") as f:
+            f.write(html.replace("<head>", f"<head>\n    {_REPORT_MARK}", 1))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _is_report(path):
+    """Whether the file ``path`` is a performance report that ``--report`` wrote (this version's
+    mark, or the title of dask's reports that earlier versions wrote unmarked)."""
+    import fsspec
+
+    try:
+        with fsspec.open(str(path), "r", compression="infer") as f:
+            head = f.read(4096)
+    except Exception:  # noqa: BLE001  (unreadable, binary, not what its name says: not ours)
+        return False
+    return _REPORT_MARK in head or _OLD_REPORT_MARK in head
+
+
+def _check_report_path(path, out=None):
+    """ValueError unless an HTML report can be written at ``path`` (checked before the fit):
+    nothing may be there but a report of ``--report``, and neither a Zarr store (a data set, a
+    model: ``_ZARR_META`` in a folder above) nor the model path ``out`` may hold it."""
+    from .io import _ZARR_META
+
+    path = Path(os.path.abspath(path))
     if path.is_dir():
         raise ValueError(f"--report {path} is a directory; give the path of an HTML file")
     if not path.parent.is_dir():
         raise ValueError(f"--report {path}: its folder {path.parent} does not exist or is not a directory")
+    store = next((p for p in path.parents if any((p / name).is_file() for name in _ZARR_META)), None)
+    if store is not None:
+        raise ValueError(f"--report {path} is inside the Zarr store {store}, which it would damage; "
+                         "write the report outside it")
+    if out is not None and Path(os.path.abspath(out)) in (path, *path.parents):
+        raise ValueError(f"--report {path} is at or inside the model path --out {out}; write it elsewhere")
+    if (path.exists() or path.is_symlink()) and not _is_report(path):
+        raise ValueError(f"--report {path} exists and is not a performance report of rfol-dask fit; it is never "
+                         "replaced: give a new path (or move the file away)")
 
 
 def _powers(text):
@@ -263,12 +315,17 @@ def _cmd_fit(args):
     if args.train is not None and args.train < 1:
         raise ValueError(f"--train must be at least 1, got {args.train}")
     if args.report:
-        _check_report_path(args.report)
+        _check_report_path(args.report, args.out)
     report = _report_context(args.report)
     # a performance report needs a distributed scheduler: without --cluster, a local one
     client = _start_cluster(args.cluster or "local") if args.cluster or args.report else None
     try:
         ds = open_dataset(args.data)
+        missing = [v for v in ("input", "output") if v not in ds.data_vars]
+        if missing:
+            raise ValueError(f"{args.data} has no variable {' or '.join(map(repr, missing))}: fit needs 'input' and "
+                             f"'output', and it holds {', '.join(map(repr, ds.data_vars)) or 'no variables'}; "
+                             "rename its variables to input and output")
         if "sample" not in ds["input"].dims or "sample" not in ds["output"].dims:
             raise ValueError(f"{args.data}: input and output need a 'sample' dimension (got {ds['input'].dims} and "
                              f"{ds['output'].dims}); rename the dimension that runs over the samples")
@@ -342,7 +399,9 @@ def _add_fit_parser(sub):
     f.add_argument("--device", default=None, choices=["cpu", "cuda"],
                    help="where the fit computes (default: cuda with a GPU cluster configuration such as "
                         "local-cuda or slurm-gpu, else cpu); cuda needs rfol-dask[gpu]")
-    f.add_argument("--report", default=None, help="write dask's performance report (HTML) here")
+    f.add_argument("--report", default=None,
+                   help="write dask's performance report (HTML) here once the fit succeeded; an existing "
+                        "file is replaced only if it is such a report")
     f.add_argument("--out", default=None, help="save the model to this Zarr path")
     f.set_defaults(func=_cmd_fit)
 

@@ -89,11 +89,41 @@ def _check_count(name, value):
         raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
 
 
+def _without_sigint(start):
+    """``start()`` (a cluster of local worker processes) with SIGINT blocked in this thread
+    meanwhile, hence in the threads it starts and the worker processes these spawn, which inherit
+    the signal mask: a terminal's Ctrl-C, sent to the whole process group, then interrupts only
+    this process, whose KeyboardInterrupt closes the cluster (its nannies end the workers),
+    instead of every worker dying with a KeyboardInterrupt traceback of its own. A Ctrl-C during
+    the start is raised once it is done (closing the cluster). Off the main thread, or without
+    ``signal.pthread_sigmask`` (Windows): just ``start()``."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        return start()
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # started from the cluster's threads, it would unblock SIGINT in them
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        cluster = start()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C pressed meanwhile is raised here
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
 def local_cluster(n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True,
                   blas_threads=1, **kwargs):
     """A ``distributed.LocalCluster``: by default one worker process per core with one task
     thread and one BLAS thread each (distributed's own default BLAS setting, made explicit)
-    and the dashboard on a free port."""
+    and the dashboard on a free port. Worker processes leave Ctrl-C to this one (:func:`_without_sigint`)."""
     from distributed import LocalCluster
 
     _check_count("threads_per_worker", threads_per_worker)
@@ -102,9 +132,9 @@ def local_cluster(n_workers=None, threads_per_worker=1, memory_limit="auto", pro
     _check_count("n_workers", n_workers)
     if processes:
         kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
-    return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                        memory_limit=memory_limit, processes=processes,
-                        dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
+    return _without_sigint(functools.partial(
+        LocalCluster, n_workers=n_workers, threads_per_worker=threads_per_worker, memory_limit=memory_limit,
+        processes=processes, dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs))
 
 
 def shipped_configs():
@@ -158,7 +188,7 @@ def _option_keywords(kind):
                 callables.insert(0, LocalCUDACluster)
                 what = "dask_cuda.LocalCUDACluster, " + what
         elif kind in ("slurm", "pbs"):
-            import dask_jobqueue
+            dask_jobqueue = _dask_jobqueue()
 
             cluster, job = ((dask_jobqueue.SLURMCluster, dask_jobqueue.slurm.SLURMJob) if kind == "slurm"
                             else (dask_jobqueue.PBSCluster, dask_jobqueue.pbs.PBSJob))
@@ -251,9 +281,23 @@ def _jobqueue_options(config):
     return opts
 
 
+def _dask_jobqueue():
+    """``dask_jobqueue``, imported without the SIGINT handler its import installs (``sys.exit()``,
+    which turned a Ctrl-C into a silent exit with status 0, past every ``except KeyboardInterrupt``)."""
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGINT)
+    import dask_jobqueue
+
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, previous)
+    return dask_jobqueue
+
+
 def _jobqueue_job(config):
     """The dask-jobqueue job object of one job (renders the script, submits nothing)."""
-    import dask_jobqueue
+    dask_jobqueue = _dask_jobqueue()
 
     cls = dask_jobqueue.slurm.SLURMJob if config["kind"] == "slurm" else dask_jobqueue.pbs.PBSJob
     return cls(scheduler=_SCHEDULER, name="rfol-dask", **_jobqueue_options(config))
@@ -336,7 +380,8 @@ def _cuda_threads(value, gpus):
 def local_cuda_cluster(blas_threads=1, **kwargs):
     """A ``dask_cuda.LocalCUDACluster``: one worker process per visible GPU (``n_workers`` /
     ``CUDA_VISIBLE_DEVICES`` choose), ``threads_per_worker`` task threads each (default
-    ``"auto"``: :func:`_cuda_threads`), BLAS threads set."""
+    ``"auto"``: :func:`_cuda_threads`), BLAS threads set; its workers leave Ctrl-C to this process
+    (:func:`_without_sigint`)."""
     try:
         from dask_cuda import LocalCUDACluster
         from dask_cuda.utils import get_n_gpus
@@ -349,7 +394,8 @@ def local_cuda_cluster(blas_threads=1, **kwargs):
     if kwargs.get("threads_per_worker", "auto") == "auto":
         gpus = kwargs.get("n_workers") or _visible_gpus(kwargs.get("CUDA_VISIBLE_DEVICES")) or get_n_gpus()
         kwargs["threads_per_worker"] = _cuda_threads("auto", gpus)
-    return LocalCUDACluster(dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
+    return _without_sigint(functools.partial(LocalCUDACluster, dashboard_address=kwargs.pop("dashboard_address", ":0"),
+                                             **kwargs))
 
 
 def _check_threads(config):
@@ -416,8 +462,7 @@ def make_cluster(config):
     if kind == "cuda-local":
         return local_cuda_cluster(blas_threads=config["blas_threads"], **config["options"])
     if kind in ("slurm", "pbs"):
-        import dask_jobqueue
-
+        dask_jobqueue = _dask_jobqueue()
         cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
         return cls(**_jobqueue_options(config))
     return _kube_cluster(config, name)

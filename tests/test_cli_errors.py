@@ -211,3 +211,60 @@ def test_fit_refuses_nu_for_a_law_without_it_and_says_when_nothing_is_tested(sto
     assert code == 2 and "--nu applies to student_t and rational_quadratic, not cauchy" in err
     assert main(["fit", str(store), "--n-features", "20"]) == 0  # no --train: every sample trains
     assert "no test: all" in capsys.readouterr().out
+
+
+def test_fit_report_replaces_only_its_own_reports_and_only_after_a_fit_that_succeeded(store, tmp_path, monkeypatch,
+                                                                                    capsys):
+    pytest.importorskip("bokeh")
+    import distributed
+
+    from rfol_dask import RandomFeatureOperator, cli
+
+    notes, meta = tmp_path / "notes.txt", store / "zarr.json"
+    notes.write_text("important notes")
+    before = meta.read_bytes()
+    for path, says in ((notes, "exists and is not a performance report"), (meta, "is inside the Zarr store"),
+                       (store / "input" / "r.html", "is inside the Zarr store"),
+                       (tmp_path / "m.zarr" / "r.html", "inside the model path --out")):
+        (tmp_path / "m.zarr").mkdir(exist_ok=True)
+        code, err = _run(["fit", str(store), "--n-features", "20", "--report", str(path), "--out",
+                          str(tmp_path / "m.zarr")], capsys)
+        assert code == 2 and says in err, err
+    assert notes.read_text() == "important notes" and meta.read_bytes() == before
+
+    class Report:  # dask's performance_report without a cluster: it writes its HTML at exit
+        def __init__(self, filename, stacklevel=1):
+            self.filename = filename
+
+        def __enter__(self):
+            pass
+
+        def __exit__(self, *exc):
+            Path(self.filename).write_text("<html><head><title>Dask Performance Report</title></head>new</html>")
+
+    monkeypatch.setattr(distributed, "performance_report", Report)
+    monkeypatch.setattr(cli, "_start_cluster", lambda *a: None)
+    report = tmp_path / "r.html"
+    report.write_text("<html><head><title>Dask Performance Report</title></head>old</html>")  # an earlier version's
+    assert main(["fit", str(store), "--train", "20", "--n-features", "20", "--report", str(report)]) == 0
+    assert 'content="rfol-dask fit --report"' in report.read_text() and "new" in report.read_text()
+    report.write_text(report.read_text().replace("new", "kept"))
+
+    def fails(self, *a, **k):
+        raise ValueError("the fit failed")
+
+    monkeypatch.setattr(RandomFeatureOperator, "fit", fails)
+    code, err = _run(["fit", str(store), "--n-features", "20", "--report", str(report)], capsys)
+    assert code == 2 and "the fit failed" in err and "kept" in report.read_text()
+    assert sorted(os.listdir(tmp_path)) == ["m.zarr", "notes.txt", "r.html"]  # no temporary file left
+
+
+def test_fit_names_the_variables_a_store_lacks(tmp_path, capsys):
+    import numpy as np
+    import xarray as xr
+
+    xr.Dataset({"u": (("sample", "x"), np.ones((4, 3))), "v": (("sample", "x"), np.ones((4, 3)))}).to_zarr(
+        tmp_path / "uv.zarr")
+    code, err = _run(["fit", str(tmp_path / "uv.zarr"), "--n-features", "20"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "no variable 'input' or 'output': fit needs 'input' and 'output', and it holds 'u', 'v'" in err

@@ -312,3 +312,59 @@ def test_jobs_the_batch_system_rejects_are_an_error_not_a_hang(monkeypatch, tmp_
     monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 2.0)
     with pytest.raises(RuntimeError, match="no SLURM job was accepted in 2 s"):
         cluster.start_client("slurm")
+
+
+@pytest.mark.cluster
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads signal masks from /proc")
+def test_local_workers_leave_ctrl_c_to_this_process():
+    """A terminal's Ctrl-C goes to the whole process group: the workers block SIGINT (none dies with
+    a KeyboardInterrupt traceback of its own), this process keeps it and closes the cluster."""
+    import os
+    import signal
+
+    def blocks_sigint(pid):
+        mask = next(line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("SigBlk"))
+        return bool(int(mask, 16) >> (signal.SIGINT - 1) & 1)
+
+    with cluster.local_client(n_workers=1) as client:
+        (pid,) = client.run(os.getpid).values()
+        assert blocks_sigint(pid) and not blocks_sigint(os.getpid())
+
+
+def test_a_ctrl_c_while_the_cluster_starts_is_raised_once_it_is_up_and_closes_it():
+    import signal
+    import threading
+
+    class Started:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    started = Started()
+
+    def start():  # Ctrl-C meanwhile: held until the start is done
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        return started
+
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever an import installed
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cluster._without_sigint(start)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert started.closed and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def test_reading_a_jobqueue_configuration_keeps_the_ctrl_c_handler():
+    """dask_jobqueue's import makes SIGINT call sys.exit(): a Ctrl-C ended ``rfol-dask fit --cluster
+    slurm`` with status 0, without its clean-up. Loading the configuration keeps Python's handler."""
+    pytest.importorskip("dask_jobqueue")
+    import os
+    import subprocess
+
+    code = ("import signal; from rfol_dask import cluster; cluster.load_config('slurm'); "
+            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.stdout.strip() == "True", res.stderr[-2000:]

@@ -235,6 +235,131 @@ def test_tables_read_results_with_nan_written_as_null(tmp_path):
                       "time_slope": {"slope": float("nan")}, "excess": {"p": float("nan"), "floor": float("nan")}}}
     write_results(tmp_path / "burgers.json", res)
     back = {"burgers": read_results(tmp_path / "burgers.json")}
-    row = fits_table(back, quick=False)[2]
+    row = fits_table(back)[2]
     assert "| nan | 3.82 | nan |" in row
     assert curves_table(back)[2].count("| - |") >= 2
+
+
+def _toy_split(n_train=6, n_test=3):
+    import xarray as xr
+
+    rng = np.random.default_rng(0)
+    ds = xr.Dataset({"input": (("sample", "x"), rng.standard_normal((n_train + n_test, 4))),
+                     "output": (("sample", "x"), rng.standard_normal((n_train + n_test, 4)))})
+    return ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
+
+
+def _stub_fits(monkeypatch, error=0.05556):
+    """``run_fits`` without models: every method measures ``error``; the figure is a stub file."""
+    from pathlib import Path
+
+    from rfol_dask.experiments import runners
+
+    monkeypatch.setattr(runners, "make_models", lambda *a, **k: {label: (None, {"n_features": 10}, 0.0)
+                                                                 for label in experiments.METHODS})
+    monkeypatch.setattr(runners, "run_method", lambda model, U, V, Ut, Vt: (
+        {"error": error, "fit_s": 1.0, "predict_s": 0.1, "peak_mib": 1.0}, Vt))
+    monkeypatch.setattr(runners, "tuned_info", lambda model: {
+        "best_params": {"distribution": "cauchy", "gamma": 1.0, "alpha": 1e-8}, "validation_error": error})
+    monkeypatch.setattr(runners, "plot_example", lambda path, *a, **k: Path(path).write_bytes(b"png") and path)
+
+
+def test_console_lines_give_the_error_and_the_papers_in_percent(tmp_path, monkeypatch, capsys):
+    from rfol_dask.experiments.runners import run_fits
+
+    _stub_fits(monkeypatch)
+    run_fits("burgers", *_toy_split(), experiments.sizes(True), tmp_path, quick=True)
+    lines = capsys.readouterr().out.splitlines()
+    (line,) = [x for x in lines if " rf_cauchy " in x]
+    assert "error 5.56 %  paper 3.82 %" in line  # was "error 5.556e-02  paper 3.82"
+
+
+def _stub_run(monkeypatch):
+    """``runners.run`` without data or models: the fits of :func:`_stub_fits` on a toy split, into
+    ``<out>/<name>.json`` as the real one writes them."""
+    from rfol_dask.experiments import runners
+    from rfol_dask.experiments.report import write_results
+
+    _stub_fits(monkeypatch, error=1e-6)  # within every quick-mode bound
+
+    def run(name, parts, cfg, out, data, quick, cluster=None):
+        train, test = _toy_split()
+        res = {"name": name, "quick": quick, "train": 6, "test": 3, "paper_test": 3,
+               "fits": runners.run_fits(name, train, test, cfg, out, quick)}
+        write_results(out / f"{name}.json", res)
+        return res
+
+    monkeypatch.setattr(runners, "run", run)
+
+
+def test_reproduce_refuses_an_out_folder_with_files_it_did_not_write(tmp_path, monkeypatch, capsys):
+    _stub_run(monkeypatch)
+    out, data = tmp_path / "myproj", tmp_path / "data"
+    out.mkdir()
+    for name in ("table.md", "advection1.png", "notes.txt"):
+        (out / name).write_text("my notes")
+    args = ["reproduce", "advection1", "--quick", "--parts", "fits", "--out", str(out), "--data", str(data),
+            "--workers", "0"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "myproj holds files that reproduce did not write: advection1.png, notes.txt, table.md" in err
+    assert all((out / n).read_text() == "my notes" for n in ("table.md", "advection1.png", "notes.txt"))
+    assert not data.exists() and not (out / "advection1.json").exists()  # refused before any work
+    # a new folder, then reruns into it (merging results, replacing its own files), and the data
+    # folder and a quick run inside the results folder are its own
+    out = tmp_path / "results"
+    assert main(["reproduce", "advection1", "--out", str(out), "--data", str(out / "data"), "--parts", "fits",
+                 "--workers", "0"]) == 0
+    assert main(["reproduce", "advection1", "--quick", "--out", str(out / "quick"), "--data", str(out / "data"),
+                 "--parts", "fits", "--workers", "0"]) == 0
+    assert main(["reproduce", "advection2", "--out", str(out), "--data", str(tmp_path / "elsewhere"),
+                 "--parts", "fits", "--workers", "0"]) == 0
+    assert _table_rows((out / "table.md").read_text(), "advection1") and _table_rows(
+        (out / "table.md").read_text(), "advection2")
+    (out / "mine.txt").write_text("mine")
+    assert main(["reproduce", "advection1", "--out", str(out), "--data", str(out / "data"), "--parts", "fits",
+                 "--workers", "0"]) == 2
+    assert "holds files that reproduce did not write: mine.txt;" in capsys.readouterr().err
+
+
+def test_results_folders_of_earlier_versions_are_recognised(tmp_path):
+    """Before the manifest: results files by their content, their figures, a table.md of ours."""
+    from rfol_dask.experiments.report import foreign_outputs, write_results
+
+    write_results(tmp_path / "burgers.json", {"name": "burgers", "fits": {"methods": {}}})
+    (tmp_path / "burgers.png").write_bytes(b"png")
+    (tmp_path / "table.md").write_text("| data set | train / test | method |\n")
+    (tmp_path / "darcy.json").write_text('{"mine": 1}')
+    (tmp_path / "darcy.png").write_bytes(b"png")
+    assert foreign_outputs(tmp_path) == ["darcy.json", "darcy.png"]
+
+
+def test_a_table_of_quick_and_full_results_keeps_both_columns(tmp_path):
+    from rfol_dask.experiments.report import render, write_results
+
+    method = {"error": 0.05, "paper": 0.04, "bound": 0.1, "passed": True, "fit_s": 1.0, "predict_s": 0.1,
+              "peak_mib": 10.0}
+    for name, quick in (("burgers", True), ("darcy", False)):
+        row = {k: v for k, v in method.items() if quick or k not in ("bound", "passed")}
+        write_results(tmp_path / f"{name}.json", {"name": name, "quick": quick, "train": 10, "test": 5, "paper_test": 5,
+                                                  "fits": {"methods": {"rf_cauchy": row}}})
+    table = render(tmp_path)
+    assert "| error % | paper % | bound % | ratio | fit s |" in table
+    assert "| burgers | 10 / 5 | rf_cauchy | 5 | 4 | 10 | - | 1 |" in table
+    assert "| darcy | 10 / 5 | rf_cauchy | 5 | 4 | - | 1.25 | 1 |" in table
+    assert table.splitlines()[1] == "|---" * 10 + "|"
+
+
+def test_the_command_lines_data_folder_is_the_one_its_help_and_docstring_name(monkeypatch, tmp_path, capsys):
+    import importlib
+
+    module = importlib.import_module("rfol_dask.experiments.reproduce")
+    doc = " ".join(module.reproduce.__doc__.split())
+    assert "the command line (:func:`run_args`) passes ``reproduce_output/data``" in doc and "whatever ``--out``" in doc
+    seen = {}
+    monkeypatch.setattr(module, "reproduce", lambda names, **kw: seen.update(kw) or 0)
+    assert main(["reproduce", "burgers", "--out", str(tmp_path / "mine")]) == 0
+    assert seen["data"] == "reproduce_output/data" and seen["out"] == str(tmp_path / "mine")
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    assert "default reproduce_output/data, whatever --out" in " ".join(capsys.readouterr().out.split())

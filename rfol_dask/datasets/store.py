@@ -311,6 +311,7 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     params = resolve_params(spec, params)
+    block_given = block_size is not None
     if block_size is None:
         block_size = _resumed_block_size(store, spec, params, n_samples, seed) or default_block_size(
             spec, params, n_samples)
@@ -335,7 +336,7 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
         _check_store_kind(path)  # refuse a foreign directory before even taking the lock in it
     path.mkdir(parents=True, exist_ok=True)
     with store_lock(path, meta):
-        done = _prepare_store(path, ds, meta, encoding, len(blocks), overwrite)
+        done = _prepare_store(path, ds, meta, encoding, len(blocks), overwrite, block_given)
         todo = [(k, a, b) for k, (a, b) in enumerate(blocks) if not done[k]]
         tasks = [dask.delayed(_write_block)(str(path), name, seed, a, b, k, params,
                                             dask_key_name=f"generate-{name}-{k}") for k, a, b in todo]
@@ -416,9 +417,10 @@ def request_mismatch(meta: dict, name: str, *, seed: int = 0, **params) -> dict:
     return _mismatch(meta, _request(spec, resolve_params(spec, params), seed))
 
 
-def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
+def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=True):
     """Under the lock: keep a store of the same data set (to resume it), else write the template
-    (a new or cut-short store, or another data set with ``overwrite``). Returns the block flags."""
+    (a new or cut-short store, or another data set with ``overwrite``). Returns the block flags.
+    ``block_given``: whether the caller chose the block size (else the refusal leaves it out)."""
     state = _check_store_kind(path)
     if state == "dataset":
         existing = _stored_meta(path)
@@ -427,6 +429,8 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite):
             if list(diff) == ["block_size"]:  # the same samples, written in other blocks
                 raise ValueError(f"{path} was started with block_size={existing['block_size']}: rerun with that "
                                  f"block size (--block-size {existing['block_size']}), or without one, to resume it")
+            if not block_given:  # not asked for: it follows from the sample count
+                diff.pop("block_size", None)
             raise ValueError(f"{path} holds another data set (stored vs requested: {diff}); pass "
                              "overwrite=True (--overwrite) to replace it, or use another path")
         if overwrite:

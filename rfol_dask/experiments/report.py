@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
-from .reference import METHODS, TUNED, reference_data
+from .reference import METHODS, PARTS, TUNED, reference_data
 
-__all__ = ["render", "fmt_error", "fits_table", "tuned_note", "equal_time_table", "curves_table"]
+__all__ = ["render", "fmt_error", "fits_table", "tuned_note", "equal_time_table", "curves_table", "MANIFEST",
+           "claim", "foreign_outputs"]
+
+#: the file in a results folder listing the names reproduce writes there (its own, replaced by later runs)
+MANIFEST = ".rfol-dask-reproduce.json"
+_TABLE_HEADS = ("| data set |", "| equal time |", "| curve (Cauchy) |")  # the first line of a table.md
 
 
 def fmt_error(x, pct=True, missing="-"):
@@ -48,20 +54,80 @@ def read_results(path):
         raise ValueError(f"{path} is not valid JSON ({exc}); delete it (or move it away) and run again") from exc
 
 
+def _is_results(path):
+    """Whether ``path`` is a results file of :func:`write_results`: a JSON object holding a part."""
+    try:
+        res = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(res, dict) and bool(set(PARTS) & set(res)) and res.get("name", path.stem) == path.stem
+
+
+def _claimed(out):
+    """The names the manifest of the results folder ``out`` lists (none when it is missing or unreadable)."""
+    try:
+        files = json.loads((Path(out) / MANIFEST).read_text())["files"]
+        return {f for f in files if isinstance(f, str)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def claim(out, names):
+    """Add ``names`` (files or folders in the results folder ``out``) to its manifest, before they are written."""
+    write_results(Path(out) / MANIFEST, {"written_by": "rfol-dask reproduce",
+                                         "files": sorted(_claimed(out) | set(names))})
+
+
+def foreign_outputs(out, data=None):
+    """What the results folder ``out`` holds beyond reproduce's own outputs, as
+    :func:`rfol_dask.io.foreign_entries` lists a folder's entries: reproduce replaces only its own.
+
+    Its own: the names its manifest lists; from runs before the manifest, the results files of the
+    data sets (:func:`_is_results`), their figures, ``curves.png`` and a ``table.md`` that starts
+    with a table of :func:`render`; temporary files of :func:`write_results`; the data folder
+    ``data`` (or its data-set stores when it is ``out`` itself); a ``quick`` folder holding nothing
+    else (the default quick run's, inside the full run's folder).
+    """
+    from ..io import foreign_entries
+
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    sets = reference_data()["sets"]
+    results = [n for n in sets if _is_results(out / f"{n}.json")]
+    own = _claimed(out) | {MANIFEST} | {f"{n}.{ext}" for n in results for ext in ("json", "png")}
+    if results:
+        own.add("curves.png")
+    table = out / "table.md"
+    if table.is_file() and table.read_text(errors="replace").startswith(_TABLE_HEADS):
+        own.add("table.md")
+    if data is not None:  # this run's data folder
+        data, here = Path(os.path.abspath(data)), Path(os.path.abspath(out))
+        if data == here:
+            own |= {f"{n}.zarr" for n in sets} | {"subsets"}
+        elif data.parent == here:
+            own.add(data.name)
+    own |= {f".{n}.tmp" for n in own}
+    return [f for f in foreign_entries(out, ()) if f not in own
+            and not (f == "quick" and (out / f).is_dir() and not foreign_outputs(out / f))]
+
+
 def _slope(x, digits=3):
     """A fitted slope, or "-" where fewer than two points were left to fit (saturated at once) or
     the fit gave NaN (``None`` in strict JSON)."""
     return "-" if x is None or not np.isfinite(x) else f"{x:+.{digits}f}"
 
 
-def fits_table(results: dict, quick: bool) -> list[str]:
-    """Rows of the fits table: one per data set and method (error, paper, bound or ratio, times, memory)."""
-    third = "bound %" if quick else "ratio"
-    lines = [f"| data set | train / test | method | error % | paper % | {third} | fit s | predict s | peak MiB |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for name, r in results.items():
-        if "fits" not in r:
-            continue
+def fits_table(results: dict) -> list[str]:
+    """Rows of the fits table: one per data set and method (error, paper, times, memory; a quick
+    run's ``bound %`` and a full run's error / paper ``ratio``, each column shown when some row has
+    it, ``-`` in the rows of the other kind: a folder may hold both)."""
+    fits = {name: r for name, r in results.items() if "fits" in r}
+    kinds = [k for k in (True, False) if k in {bool(r["quick"]) for r in fits.values()}]  # quick, full
+    heads = " | ".join({True: "bound %", False: "ratio"}[k] for k in kinds)
+    lines = [f"| data set | train / test | method | error % | paper % | {heads} | fit s | predict s | peak MiB |",
+             "|---|---|---|---|---|" + "---|" * len(kinds) + "---|---|---|"]
+    for name, r in fits.items():
         size = f"{r['train']} / {r['test']}"
         if r["paper_test"] != r["test"] and not r["quick"]:
             size += f" (paper {r['paper_test']})"
@@ -69,14 +135,15 @@ def fits_table(results: dict, quick: bool) -> list[str]:
             if label not in r["fits"]["methods"]:  # a results file from before the method was added
                 continue
             m = r["fits"]["methods"][label]
-            if quick:
+            if r["quick"]:
                 col = fmt_error(m.get("bound"))
             else:
                 measured = m["error"] is not None and np.isfinite(m["error"])  # None: a NaN, in strict JSON
                 col = "-" if m["paper"] is None else f"{m['error'] / m['paper']:.2f}" if measured else "nan"
+            cols = " | ".join(col if k == bool(r["quick"]) else "-" for k in kinds)
             flag = "" if m.get("passed", True) else " **over bound**"
             lines.append(f"| {name} | {size} | {label} | {fmt_error(m['error'], missing='nan')}{flag} | {fmt_error(m['paper'])} | "
-                         f"{col} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
+                         f"{cols} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
     return lines
 
 
@@ -153,10 +220,9 @@ def render(out, names=None) -> str:
     out = Path(out)
     names = reference_data()["sets"] if names is None else names
     results = {n: read_results(out / f"{n}.json") for n in names if (out / f"{n}.json").exists()}
-    quick = any(r.get("quick") for r in results.values())
     tables = []
     if any("fits" in r for r in results.values()):
-        tables.append(fits_table(results, quick))
+        tables.append(fits_table(results))
         note = tuned_note(results)
         if note:
             tables.append(note)

@@ -25,6 +25,7 @@ Only the standard library is imported at module level, so ``rfol-dask`` builds i
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -53,16 +54,21 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     (``RandomFeatureOperatorCV(max_features=grow_to)``); None: it stays at their N.
 
     Writes ``<out>/<name>.json``, ``<name>.png``, ``curves.png`` and ``table.md``; data-set stores
-    are read from (or generated into) ``data`` (default ``<out>/data``) on a LocalCluster of
-    ``workers`` processes (0: dask threads in this process). Returns 0, or 1 when a quick-mode
-    error is over its bound. Unknown names or parts raise ValueError before any work.
+    are read from (or generated into) ``data`` on a LocalCluster of ``workers`` processes (0: dask
+    threads in this process). ``data`` defaults to ``<out>/data`` here; the command line
+    (:func:`run_args`) passes ``reproduce_output/data`` (``benchmarks/reproduce.py``:
+    ``benchmarks/results/data``) whatever ``--out``, so that its result folders share one copy.
+    Returns 0, or 1 when a quick-mode error is over its bound. Unknown names or parts raise
+    ValueError before any work, and so does an ``out`` holding files it did not write
+    (:func:`~rfol_dask.experiments.report.foreign_outputs`; it lists its own in
+    ``<out>/.rfol-dask-reproduce.json``): those are never replaced.
     """
     import numpy as np
 
     from .. import datasets
     from ..io import check_parent_dir
     from .data import SharedCluster
-    from .report import render
+    from .report import claim, foreign_outputs, render
     from .runners import run
 
     if isinstance(names, str):
@@ -88,8 +94,16 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"{folder} is a file, not a folder for {what}; pick another path")
         check_parent_dir(folder, what)
+    foreign = foreign_outputs(out, data)
+    if foreign:
+        raise ValueError(f"{out} holds files that reproduce did not write: {', '.join(foreign[:5])}"
+                         + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "") + "; it writes table.md, "
+                         "<name>.json, <name>.png and curves.png there and replaces only its own: give --out a new "
+                         "or empty folder (or one of its earlier results), or move those files away")
     out.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
+    claim(out, [f"{n}.{ext}" for n in names for ext in ("json", "png")] + ["curves.png", "table.md"]
+          + ([data.name] if Path(os.path.abspath(data)).parent == Path(os.path.abspath(out)) else []))
     cfg = dict(sizes(quick), grow_to=grow_to)
     t0 = time.perf_counter()
     results = {}
@@ -116,7 +130,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_out="reproduce_output
     parser.add_argument("name", help="a data set, a comma-separated list, or 'all'")
     parser.add_argument("--quick", action="store_true", help="small sizes (CI); checks every error against a bound")
     parser.add_argument("--out", default=None, help=f"results folder (default {default_out}, quick: .../quick)")
-    parser.add_argument("--data", default=default_data, help=f"data-set stores (default {data_help})")
+    parser.add_argument("--data", default=default_data, help=f"data-set stores (default {data_help}, whatever --out)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--workers", type=int, default=2, help="processes generating missing data (0: threads)")
     parser.add_argument("--grow-to", type=int, default=None, metavar="N",
@@ -127,7 +141,8 @@ def add_arguments(parser: argparse.ArgumentParser, default_out="reproduce_output
 
 
 def run_args(args) -> int:
-    """:func:`reproduce` with the options of :func:`add_arguments`."""
+    """:func:`reproduce` with the options of :func:`add_arguments`: by default results in
+    ``<default_out>`` (quick: ``<default_out>/quick``) and data in ``<default_out>/data``, whatever ``--out``."""
     out = args.out or str(Path(args.default_out) / ("quick" if args.quick else ""))
     data = args.data or str(Path(args.default_out) / "data")
     return reproduce(args.name, quick=args.quick, out=out, data=data, parts=args.parts, workers=args.workers,

@@ -19,6 +19,13 @@ from .selection import median_length_scale, select_nugget
 
 __all__ = ["make_models", "tuned_info", "run_fits", "run_equal_time", "run_curves", "run"]
 
+
+def _pct(x, missing="-"):
+    """An error for the console: in percent, with the unit (as the paper's beside it), or ``missing``."""
+    text = fmt_error(x, missing=missing)
+    return text if text == missing else f"{text} %"
+
+
 def _rf(law, N, paper):
     return RandomFeatureOperator(n_features=N, distribution=law, gamma=paper["gamma"], alpha=paper["alpha"],
                                  random_state=0)
@@ -86,7 +93,7 @@ def run_fits(name, train, test, cfg, out, quick):
             row["bound"] = quick_bound(name, label)
             row["passed"] = bool(row["error"] < row["bound"])
         rows[label] = row
-        print(f"  {name:26s} {label:12s} error {row['error']:.3e}  paper {fmt_error(row['paper'])}  "
+        print(f"  {name:26s} {label:12s} error {_pct(row['error'], 'nan')}  paper {_pct(row['paper'])}  "
               f"fit {row['fit_s']:7.2f} s  predict {row['predict_s']:6.2f} s  peak {row['peak_mib']:7.0f} MiB"
               + (f"  select {sel_s:.2f} s" if sel_s else "")
               + (f"  chose {row['best_params']}" if label in TUNED else ""), flush=True)
@@ -127,9 +134,9 @@ def run_equal_time(name, train, test, cfg):
         rows[f"rf_{law}"] = row
     for label, row in rows.items():
         row["paper"] = paper_equal_time(name, label)
-        print(f"  equal time {name:18s} {label:12s} error {row['error']:.3e}  train {row['train_s']:6.3f} s"
-              + (f"  N = {row['n_features']}" if "n_features" in row else "")
-              + (f"  (paper {row['paper'][0]:.2%}, {row['paper'][1]} s)" if row["paper"] else ""), flush=True)
+        print(f"  equal time {name:18s} {label:12s} error {_pct(row['error'], 'nan')}  "
+              f"train {row['train_s']:6.3f} s" + (f"  N = {row['n_features']}" if "n_features" in row else "")
+              + (f"  (paper {_pct(row['paper'][0])}, {row['paper'][1]} s)" if row["paper"] else ""), flush=True)
     return {"train": len(U), "test": len(Ut), "budget_s": budget, "methods": rows}
 
 

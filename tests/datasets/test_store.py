@@ -85,8 +85,13 @@ def test_existing_store_not_overwritten(tmp_path):
     datasets.generate("advection1", 8, store=path, seed=0)
     with pytest.raises(ValueError, match="holds another data set.*overwrite=True"):
         datasets.generate("advection2", 8, store=path, seed=0)
-    with pytest.raises(ValueError, match="holds another data set"):
+    with pytest.raises(ValueError, match="holds another data set") as info:
         datasets.generate("advection1", 8, store=path, seed=1)
+    assert "block_size" not in str(info.value)
+    with pytest.raises(ValueError, match=r"\{'n_samples': \(8, 30\), 'seed': \(0, 1\)\}"):
+        datasets.generate("advection1", 30, store=path, seed=1)  # its default block size, not asked for, differs
+    with pytest.raises(ValueError, match=r"'block_size': \(8, 4\)"):
+        datasets.generate("advection1", 8, store=path, seed=1, block_size=4)  # asked for: named
     ds = datasets.generate("advection2", 8, store=path, seed=0, overwrite=True)
     assert ds.attrs["dataset"] == "advection2"
     other = tmp_path / "notes"
