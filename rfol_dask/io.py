@@ -101,7 +101,8 @@ def _check_store(ds, path, samples=None):
         raise ValueError(
             f"data set at {path} is incomplete: {len(missing)} of {len(done)} blocks were never "
             f"written (first missing samples {first}-{first + bs - 1}); rerun the same generate "
-            f"command ({command}) to resume it"
+            f"command ({command}) to resume it (if that command was refused, for an under-resolved grid or too "
+            "few steps, the corrected one with --overwrite)"
         )
     readers = {name: _ChunkReader(path, name) for name in ("input", "output")
                if name in ds and os.path.isdir(os.path.join(path, name))}
@@ -119,6 +120,14 @@ class _ChunkReader:
         arr = self.array
         self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
         self.stamp = os.stat(os.path.join(path, name)).st_mtime_ns
+        self.identity = self._identity()
+
+    def _identity(self):
+        """The variable's metadata file (inode, time, size): a store written again (overwritten,
+        made larger) replaces it, the writing of its blocks does not."""
+        meta = next((f for f in (os.path.join(self.path, self.name, m) for m in _ZARR_META) if os.path.isfile(f)), None)
+        st = os.stat(meta) if meta is not None else None
+        return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
 
     @property
     def array(self):
@@ -154,6 +163,9 @@ class _ChunkReader:
                 f"the store is damaged: restore the files or regenerate it ({regenerate})")
 
     def __getitem__(self, key):
+        if self._identity() != self.identity:  # else: a wrong shape read as 'damaged', or the new data silently
+            raise ValueError(f"the data set at {self.path} was written again (overwritten or made larger) after it "
+                             "was opened: open it again")
         try:
             return self.array[key]
         except Exception as exc:

@@ -538,3 +538,63 @@ def test_one_selected_sample_is_told_to_keep_its_dimension(grid2d):
         model.predict(U.sel(sample=5))
     np.testing.assert_allclose(model.predict(U.sel(sample=5).expand_dims("sample")).values,
                                model.predict(U.sel(sample=[5])).values)
+
+
+# --- found 2026-11-27 (eighth session): data sets ----------------------------------------------
+
+@pytest.mark.parametrize("n_points, t_index", [(40, 20), (39, 13), (7, 5), (57, 19)])
+def test_advection_outputs_are_exact_translations(n_points, t_index):
+    """At some grid sizes x_j - t rounded to -5.6e-17, the modulo made it 1 - 1e-16, and Advection
+    II's bump (not periodic) was read at the far end: 31 of 200 samples wrong at one point by 1.5."""
+    from rfol_dask import datasets
+
+    for name in ("advection1", "advection2"):
+        ds = datasets.generate(name, 60, seed=0, n_points=n_points, t_index=t_index)
+        U, V = ds["input"].values, ds["output"].values
+        np.testing.assert_allclose(V, U[:, (np.arange(n_points) - t_index) % (n_points - 1)], atol=1e-12)
+
+
+def test_helmholtz_top_flux_is_exact_where_its_ends_cut_a_cell():
+    """3 Gauss points on a facet that the indicator's end cuts gave a total flux 4.9 % high at 30
+    cells; the default mesh, whose nodes hold both ends, is unchanged."""
+    from rfol_dask.datasets import helmholtz
+
+    for n_cells, lo, hi in [(30, 0.35, 0.65), (64, 0.35, 0.65), (100, 0.355, 0.645), (100, 0.3449, 0.65)]:
+        b = helmholtz.get_fe(n_cells).load(flux_interval=(lo, hi))
+        assert b.sum() == pytest.approx(hi - lo, rel=1e-12)
+        top = np.linspace(0, 1, n_cells + 1)  # the first moment too: the load's shape, not just its total
+        x = np.repeat(top, n_cells + 1)
+        assert (b * x).sum() == pytest.approx((hi**2 - lo**2) / 2, rel=1e-12)
+
+
+def test_helmholtz_refuses_an_omega_lost_to_rounding():
+    """At omega = 1e-5 the mass term of K - k^2 M fell below rounding: the mean of v came out
+    +1.5e11 where the exact -flux / k^2 is -1.2e12."""
+    from rfol_dask.datasets import helmholtz
+
+    with pytest.raises(ValueError, match=r"omega=1e-05 is too small .*take omega >= 0\.0"):
+        helmholtz.make_block(0, 0, 1, n_cells=20, omega=1e-5)
+    _, v = helmholtz.make_block(0, 0, 1, n_cells=20, omega=1.0, c0=20.0)
+    assert np.isfinite(v).all()
+
+
+def test_reuse_or_generate_checks_the_count_and_stale_handles_refuse(tmp_path):
+    """On an existing store a count of -3 returned 7 samples (a negative slice); a data set opened
+    before its store was made again larger read as 'damaged', and one opened before an overwrite
+    silently returned the new data under the old attributes."""
+    from rfol_dask import datasets
+
+    path = tmp_path / "b.zarr"
+    datasets.reuse_or_generate("advection1", 10, path, seed=1)
+    for bad in (-3, 0, True, 2.5):
+        with pytest.raises(ValueError, match="n_samples must be a positive integer"):
+            datasets.reuse_or_generate("advection1", bad, path, seed=1)
+    old = datasets.open(path)
+    datasets.reuse_or_generate("advection1", 20, path, seed=1)  # made again, larger
+    with pytest.raises(ValueError, match="was written again .* open it again"):
+        old["output"].values
+    old = datasets.open(path)
+    datasets.generate("advection1", 20, store=path, seed=2, overwrite=True)
+    with pytest.raises(ValueError, match="was written again"):
+        old["input"].values
+    assert datasets.open(path).attrs["seed"] == 2

@@ -367,6 +367,7 @@ def reuse_or_generate(name: str, n_samples: int, store: str | os.PathLike, *, se
     """
     spec = get(name)
     params = resolve_params(spec, params)
+    n_samples = _check_count(n_samples, "n_samples")  # before any store is read (a negative count sliced)
     path = Path(os.fspath(store))
     overwrite, size = False, n_samples
     if path.is_dir() and _store_state(path) == "dataset":
