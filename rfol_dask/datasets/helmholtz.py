@@ -2,7 +2,7 @@
 
 ``-Lap v - (omega / c)^2 v = 0`` on ``(0, 1)^2``, ``omega = 1000``; ``dv/dn = 0`` on the left,
 right and bottom edges and ``dv/dn = 1{0.35 <= x <= 0.65}`` on the top edge (the exact indicator,
-integrated with Gauss points). ``c = 20 + tanh(a)`` with ``a`` from :func:`grf.neumann_eigen_2d`
+integrated exactly: Gauss points, and the hats' exact integrals on a facet that an end cuts). ``c = 20 + tanh(a)`` with ``a`` from :func:`grf.neumann_eigen_2d`
 (100 modes, ``tau = 3``, ``power = 1``) evaluated at the nodes. Q1 finite elements on
 ``n_cells x n_cells`` squares (scikit-fem ``MeshQuad`` / ``ElementQuad1``), 3 x 3 Gauss points,
 ``c`` interpolated from its nodal values, one sparse LU (``scipy.sparse.linalg.splu``) per sample.
