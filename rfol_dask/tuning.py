@@ -145,6 +145,8 @@ def pca_metric(X, power, rtol=1e-6):
     Cost: one SVD of (k, n); memory ``k n + n r``.
     """
     X = np.asarray(X, dtype=np.float64)
+    if not np.all(np.isfinite(X)):  # the SVD would not converge; the fit's own check names the samples
+        return np.eye(X.shape[1])
     X = X - X.mean(axis=0)
     _, sv, Vt = np.linalg.svd(X, full_matrices=False)
     if not sv.size or not sv[0] > 0:

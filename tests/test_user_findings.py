@@ -598,3 +598,18 @@ def test_reuse_or_generate_checks_the_count_and_stale_handles_refuse(tmp_path):
     with pytest.raises(ValueError, match="was written again"):
         old["input"].values
     assert datasets.open(path).attrs["seed"] == 2
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_nan_inputs_with_an_input_pca_are_named_as_without_one(lazy):
+    """With pca_power (or the kernels' n_components) a NaN in U failed inside the SVD / eigensolver
+    ('SVD did not converge'), not with the documented error naming the samples."""
+    from rfol_dask.baselines import KernelOperator
+
+    rng = np.random.default_rng(0)
+    U, V = rng.standard_normal((300, 20)), rng.standard_normal((300, 3))
+    U[1, 7] = np.nan
+    data = (da.from_array(U, chunks=100), da.from_array(V, chunks=100)) if lazy else (U, V)
+    for model in (_rf(n_features=200, pca_power=1.0), KernelOperator(pca_power=1.0), KernelOperator(n_components=5)):
+        with pytest.raises(ValueError, match=r"U contains NaN or infinity .*first bad sample: 1\b"):
+            model.fit(*data)

@@ -16,6 +16,7 @@ import re
 import warnings
 
 import dask
+import dask.array as da
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
@@ -82,6 +83,7 @@ def pca(U, n_components, power=None):
     ``n x n`` symmetric eigendecomposition; memory ``n^2``.
     """
     if backend.is_array_api(U):  # CuPy: the scatter on the device, the small eigenproblem on the host
+        check_finite(U, 0, "U")
         xp = backend.namespace(U)
         mean = xp.mean(U, axis=0)
         Uc = U - mean
@@ -89,7 +91,11 @@ def pca(U, n_components, power=None):
         return backend.to_namespace(mean, xp), backend.to_namespace(Q, xp)
     mean = U.mean(axis=0)
     Uc = U - mean
-    mean, scatter = dask.compute(mean, Uc.T @ Uc)
+    lib = da if isinstance(U, da.Array) else np
+    mean, scatter, bad = dask.compute(mean, Uc.T @ Uc, lib.flatnonzero(~lib.isfinite(U).all(axis=1)))
+    if bad.size:  # the eigensolver would not converge: named as the fit's own check names them
+        raise ValueError(f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop or "
+                         "fill those samples before fitting")
     return pca_from_scatter(mean, scatter, n_components, power)
 
 
