@@ -162,36 +162,42 @@ _ADVICE = {
 }
 
 
-def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1, xp=None):
+def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1, xp=None, beside=0):
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
     has before dask pauses it (:attr:`Budget.pause_room`, when known); returns the bytes one
     needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"`` or None) picks the advice; ``xp``
-    the namespace of an in-memory fit (CuPy: the GPU's budget)."""
+    the namespace of an in-memory fit (CuPy: the GPU's budget); ``beside``: bytes the worker
+    holds with the Gram (the primal's frequencies), counted against the pause line."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
     budget = memory_budget(max_bytes, client, xp)
     if need > budget.bytes:
         raise ValueError(f"{_shortfall(size, need, budget)}; {_ADVICE[solver]}")
-    if peak_copies > 1 and budget.pause_room is not None and peak_copies * need > budget.pause_room:
-        raise ValueError(f"the {size} x {size} Gram matrix needs {need:,} bytes, and the worker that sums the "
-                         f"workers' Grams holds {peak_copies}: {peak_copies * need:,} bytes against the "
-                         f"{int(budget.pause_room):,} it has before dask pauses it; {_ADVICE[solver]}, or give the "
-                         "workers more memory")
+    total = peak_copies * need + int(beside)
+    if total > need and budget.pause_room is not None and total > budget.pause_room:
+        held = (f"the worker that sums the workers' Grams holds {peak_copies}" if peak_copies > 1 else "a worker holds one")
+        raise ValueError(f"the {size} x {size} Gram matrix needs {need:,} bytes, and {held}"
+                         + (f" beside {int(beside):,} bytes of frequencies" if beside else "")
+                         + f": {total:,} bytes against the {int(budget.pause_room):,} it has before dask pauses it; "
+                         f"{_ADVICE[solver]}, or give the workers more memory")
     return need
 
 
-def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None):
+def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None, n_inputs=0):
     """ValueError when one Gram tile task of the blocked dual, two row blocks of ``rows`` x
-    ``n_features`` features and their ``rows x rows`` tile, exceeds what a worker has before
-    dask pauses it (:attr:`Budget.pause_room`; not checked without worker limits or with
-    ``max_gram_bytes``); returns its bytes."""
+    ``n_features`` features and their ``rows x rows`` tile, with the frequencies (``n_inputs x
+    n_features``, which its worker holds), exceeds what a worker has before dask pauses it
+    (:attr:`Budget.pause_room`; not checked without worker limits or with ``max_gram_bytes``);
+    returns its bytes."""
     itemsize = np.dtype(dtype).itemsize
-    need = (2 * int(rows) * int(n_features) + int(rows) ** 2) * itemsize
+    freq = (int(n_inputs) + 1) * int(n_features) if n_inputs else 0  # Omega and b
+    need = (2 * int(rows) * int(n_features) + int(rows) ** 2 + freq) * itemsize
     budget = memory_budget(max_gram_bytes, client)
     if budget.pause_room is not None and need > budget.pause_room:
+        what = f", their tile and the {n_inputs} x {n_features} frequencies" if n_inputs else " and their tile"
         raise ValueError(f"a Gram tile of the blocked dual needs {need:,} bytes (two blocks of {rows} rows x "
-                         f"{n_features} features and their tile) but a worker has {int(budget.pause_room):,} before "
-                         "dask pauses it: use fewer features, smaller sample chunks, or more memory per worker")
+                         f"{n_features} features{what}) but a worker has {int(budget.pause_room):,} before dask "
+                         "pauses it: use fewer features, smaller sample chunks, or more memory per worker")
     return need
 
 

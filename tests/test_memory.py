@@ -129,6 +129,17 @@ def test_a_blocked_dual_tile_that_cannot_fit_a_worker_is_an_error_before_any_wor
         check_tile_memory(500, 6000, np.float64, client=small)
     assert check_tile_memory(125, 6000, np.float64, client=small) == 12_125_000  # smaller chunks fit
     assert check_tile_memory(500, 6000, np.float64, max_gram_bytes=1000, client=small) == 50_000_000  # user's budget
+    # the worker of a tile holds the frequencies too: 4096 x 6000 of them (197 MB) were not counted,
+    # and the workers were killed where the fit should have been refused
+    with pytest.raises(ValueError, match=r"their tile and the 4096 x 6000 frequencies\) but a worker has"):
+        check_tile_memory(125, 6000, np.float64, client=small, n_inputs=4096)
+
+
+def test_the_primal_counts_its_frequencies_beside_its_gram():
+    client = FakeClient(400 * 2**20, used=150 * 2**20)
+    check_gram_memory(2500, np.float64, client=client, solver="primal")  # 50 MB: fits
+    with pytest.raises(ValueError, match=r"a worker holds one beside 163,860,000 bytes of frequencies"):
+        check_gram_memory(2500, np.float64, client=client, solver="primal", beside=8193 * 2500 * 8)
 
 
 def test_dask_sizeof_counts_the_arrays_our_task_results_hold():

@@ -133,7 +133,7 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     else:
         # several chains (worker threads): the tree that sums their Grams holds two on one worker
         check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal",
-                          peak_copies=2 if n_slots(client) > 1 else 1)
+                          peak_copies=2 if n_slots(client) > 1 else 1, beside=(n + 1) * n_features * dtype.itemsize)
     meta = getattr(U, "_meta", None)
     if device != "cpu" and client is None:  # computed in this process: say what is missing, first
         device_namespace(device)
@@ -152,7 +152,7 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         return fit_primal(Ub, Vb, starts, cols, frequencies, **common)
     if plan.blocked:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
-        check_tile_memory(rows, n_features, dtype, max_gram_bytes, client)
+        check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)
         return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common)
     draw_on = "cuda" if device == "cuda" or (is_array_api(meta) and is_cupy(namespace(meta))) else None
     return fit_streamed(Ub, Vb, starts, m, frequencies, n_features=n_features, dtype=dtype,
