@@ -219,7 +219,7 @@ class DualPlan:
     slab_bytes: int
 
 
-def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0):
+def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0, n_inputs=0):
     """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
 
     A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` besides (the inputs
@@ -229,15 +229,19 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     ``held_bytes`` count. With several workers (limits known) the worker that sums the Grams
     holds a second one while it adds it: ``2 M^2 + held_bytes`` must stay below the pause line
     (:attr:`Budget.pause_room`). If they do not fit, a RuntimeWarning says so and the plan is blocked.
+    A slab's column costs its ``M`` features and its ``n_inputs + 1`` frequencies (at n = 6250
+    inputs and M = 3000 samples the frequencies are twice the features: uncounted, they killed
+    the workers of a plan that fitted on paper).
     """
     itemsize = np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client)
     gram = int(M) ** 2 * itemsize
-    column = int(M) * itemsize
+    column = (int(M) + (int(n_inputs) + 1 if n_inputs else 0)) * itemsize  # features and frequencies
     smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)
     reduction_fits = budget.pause_room is None or budget.workers < 2 or 2 * gram + held_bytes <= budget.pause_room
     if gram + held_bytes + 2 * smallest <= budget.bytes and reduction_fits:
         room = max(int((budget.bytes - gram - held_bytes) / 2), smallest)
+        room = room * int(M) * itemsize // column  # the features' share of it: slab_bytes counts them
         slab = min(int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES)), room) if n_features else 0
         return DualPlan(blocked=False, slab_bytes=slab)
     extra = ""

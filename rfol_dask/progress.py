@@ -14,7 +14,13 @@ import time
 
 import dask
 
-__all__ = ["active_client", "scheduler_workers", "compute"]
+__all__ = ["active_client", "scheduler_workers", "compute", "WorkersKilledError"]
+
+
+class WorkersKilledError(RuntimeError):
+    """A task killed the workers it ran on (dask's KilledWorker), usually by running out of
+    memory: the message names the task and the workers' memory limits."""
+
 
 logger = logging.getLogger("rfol_dask")
 
@@ -176,7 +182,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
         try:
             return _collect(pending, client, desc, progress, consume)  # logs its times
         except KilledWorker as exc:
-            raise RuntimeError(
+            raise WorkersKilledError(
                 f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} last); "
                 "the computation was abandoned and nothing was written. A task that kills its worker "
                 f"usually ran out of memory{_memory_limits(client)}: use smaller chunks, more memory per worker, "

@@ -613,3 +613,22 @@ def test_nan_inputs_with_an_input_pca_are_named_as_without_one(lazy):
     for model in (_rf(n_features=200, pca_power=1.0), KernelOperator(pca_power=1.0), KernelOperator(n_components=5)):
         with pytest.raises(ValueError, match=r"U contains NaN or infinity .*first bad sample: 1\b"):
             model.fit(*data)
+
+
+def test_slabs_count_their_frequencies_and_a_cache_typo_is_refused():
+    """A streamed slab was sized from its M features alone; at n = 6250 inputs for M = 3000 its
+    frequencies were twice that, and the worker of a plan that fitted on paper was killed. A typo
+    in rfol_dask.feature-cache ('dsik') turned the cache off without a word."""
+    import dask
+
+    from rfol_dask.memory import dual_plan
+
+    client = __import__("conftest").FakeClient(700 * 2**20)
+    M, n = 3000, 6250
+    plain = dual_plan(M, np.float64, client=client, n_features=20000)
+    counted = dual_plan(M, np.float64, client=client, n_features=20000, n_inputs=n)
+    assert not counted.blocked and counted.slab_bytes == pytest.approx(plain.slab_bytes * M / (M + n + 1), rel=1e-6)
+    U, V = smooth_operator_data(60, 8)
+    with dask.config.set({"rfol_dask.feature-cache": "dsik"}):
+        with pytest.raises(ValueError, match="feature-cache must be 'disk' or 'none', got 'dsik'"):
+            _rf(solver="dual").fit(da.from_array(U, chunks=20), da.from_array(V, chunks=20))

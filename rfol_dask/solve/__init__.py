@@ -129,7 +129,7 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     (M, n), m = U.shape, V.shape[1]
     if solver == "dual":
         plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=M * (n + m) * dtype.itemsize,
-                         n_features=n_features)
+                         n_features=n_features, n_inputs=n)
     else:
         # several chains (worker threads): the tree that sums their Grams holds two on one worker
         check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal",

@@ -561,7 +561,10 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
     client holds ``coef`` and one slab's rows in transit. The feature cache is opened on every
     worker first and removed afterwards, also on failure."""
     # the fit's token names its cache directories: ``<host>.<pid>.<hex>`` tells sweep_stale_caches whose they are
-    token = owned_tag() if dask.config.get("rfol_dask.feature-cache", "disk") == "disk" else None
+    cache = dask.config.get("rfol_dask.feature-cache", "disk")
+    if cache not in ("disk", "none"):  # a typo turned the cache off silently
+        raise ValueError(f"rfol_dask.feature-cache must be 'disk' or 'none', got {cache!r}")
+    token = owned_tag() if cache == "disk" else None
     mode = feature_mode(client, draw_on, int(starts[-1]), n_features, m, n_inputs, np.dtype(dtype).itemsize,
                         len(worker_addresses(client)))
     logger.debug("streamed dual: %s mode", mode)
