@@ -144,14 +144,9 @@ def stands_on_rounding(pivots, gram_diag):
     its smallest squared pivot ``L_kk^2`` at most ``n eps`` times the Gram's largest diagonal
     entry. An exactly singular Gram (repeated samples with different outputs) factorises or not
     depending on rounding, and where it does its solution is noise. ``pivots``: the factor's
-    diagonal (n,), ``gram_diag`` the Gram's; numpy arrays, or 0-d values of any namespace
-    reduced by the caller as ``(min pivot, max diagonal, n, numpy dtype)`` tuples."""
-    if isinstance(pivots, tuple):
-        low, high, n, dtype = pivots
-    else:
-        n, dtype = pivots.shape[0], pivots.dtype
-        low, high = (pivots.min(), np.abs(gram_diag).max()) if n else (1.0, 0.0)
-    return n > 0 and float(low) ** 2 <= n * float(np.finfo(dtype).eps) * float(high)
+    diagonal (n,), ``gram_diag`` the Gram's; numpy."""
+    n = pivots.shape[0]
+    return n > 0 and float(pivots.min()) ** 2 <= n * float(np.finfo(pivots.dtype).eps) * float(np.abs(gram_diag).max())
 
 
 def potrf_ridge(G, diag, ridge, restore=False):
