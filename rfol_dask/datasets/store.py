@@ -426,7 +426,7 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=Tr
     if state == "dataset":
         existing = _stored_meta(path)
         if existing != json.loads(json.dumps(meta, sort_keys=True)) and not overwrite:
-            diff = {k: (existing.get(k), meta[k]) for k in _META_KEYS if existing.get(k) != meta[k]}
+            diff = _mismatch(existing, {k: meta[k] for k in _META_KEYS})
             if list(diff) == ["block_size"]:  # the same samples, written in other blocks
                 raise ValueError(f"{path} was started with block_size={existing['block_size']}: rerun with that "
                                  f"block size (--block-size {existing['block_size']}), or without one, to resume it")
