@@ -210,15 +210,15 @@ def _is_report(path):
 def _check_report_path(path, out=None):
     """ValueError unless an HTML report can be written at ``path`` (checked before the fit):
     nothing may be there but a report of ``--report``, and neither a Zarr store (a data set, a
-    model: ``_ZARR_META`` in a folder above) nor the model path ``out`` may hold it."""
-    from .io import _ZARR_META
+    model: Zarr metadata in a folder above) nor the model path ``out`` may hold it."""
+    from .io import zarr_parents
 
     path = Path(os.path.abspath(path))
     if path.is_dir():
         raise ValueError(f"--report {path} is a directory; give the path of an HTML file")
     if not path.parent.is_dir():
         raise ValueError(f"--report {path}: its folder {path.parent} does not exist or is not a directory")
-    store = next((p for p in path.parents if any((p / name).is_file() for name in _ZARR_META)), None)
+    store = next(zarr_parents(path), None)
     if store is not None:
         raise ValueError(f"--report {path} is inside the Zarr store {store}, which it would damage; "
                          "write the report outside it")

@@ -29,7 +29,8 @@ from .recovery.grids import as_grid, as_periods, same_grid
 
 
 __all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
-           "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid", "grid_dims", "learn_periods", "match_dims", "foreign_entries"]
+           "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid", "grid_dims",
+           "learn_periods", "match_dims", "foreign_entries", "zarr_parents"]
 
 
 @dataclass
@@ -586,6 +587,11 @@ def block_flags(path):
 
 
 _ZARR_META = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
+
+
+def zarr_parents(path):
+    """The folders above ``path`` that are Zarr stores (hold Zarr metadata), nearest first."""
+    return (p for p in Path(path).parents if any((p / name).is_file() for name in _ZARR_META))
 
 
 def foreign_entries(path, arrays):

@@ -27,7 +27,8 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
-from .io import check_parent_dir, foreign_entries, lock_file, lock_held, owned_tag, process_alive, tag_owner
+from .io import (check_parent_dir, foreign_entries, lock_file, lock_held, owned_tag, process_alive, tag_owner,
+                 zarr_parents)
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator"]
@@ -121,8 +122,7 @@ def _model_path(path):
 
 def _enclosing_model(path):
     """The nearest folder above ``path`` that is a model, or None."""
-    return next((p for p in path.parents if any((p / name).is_file() for name in ("zarr.json", ".zgroup"))
-                 and describe_path(p) == "model"), None)
+    return next((p for p in zarr_parents(path) if describe_path(p) == "model"), None)
 
 
 def check_model_path(path, overwrite=True):
