@@ -486,5 +486,35 @@ def main(argv=None):
         return 130
 
 
+def _stop_thread_pools():
+    """Shut down every thread pool of the process, without waiting (queued tasks cancelled).
+
+    An interrupt (SIGTERM, Ctrl-C) raised while a pool (dask's threaded scheduler, the feature
+    pool) starts a worker thread leaves that thread off concurrent.futures' exit list: CPython's
+    thread start is not atomic against signal handlers. The thread then waits on its queue for
+    ever, and so does the interpreter, which joins every non-daemon thread at exit. A pool shut
+    down sends all its threads home, listed or not. Only for the way out: it stops the pools of
+    everything in the process."""
+    import gc
+    from concurrent.futures import ThreadPoolExecutor
+
+    for obj in gc.get_objects():
+        if isinstance(obj, ThreadPoolExecutor):
+            obj.shutdown(wait=False, cancel_futures=True)
+
+
+def run(argv=None):
+    """The ``rfol-dask`` command: :func:`main`, then exit with its code; after an interrupt the
+    process's thread pools are stopped first, so that the exit cannot hang."""
+    try:
+        code = main(argv)
+    except SystemExit:  # SIGTERM (_terminate), or argparse's exit
+        _stop_thread_pools()
+        raise
+    if code == 130:
+        _stop_thread_pools()
+    sys.exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()
