@@ -258,13 +258,21 @@ def align_by_label(a, b, names=("true", "pred")):
     dims by name (``b`` transposed to the order of ``a``), and along every dim whose coordinate
     both carry, the labels of ``a`` picked from ``b`` (another order is reordered; numeric grids
     equal to ``1e-6`` of their span are equal; different label sets raise ValueError naming the
-    dim). Anything but two DataArrays of the same dim names (e.g. the ``dim_0`` of a model
-    fitted on arrays): ``b`` unchanged, paired by position."""
-    if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)) or set(a.dims) != set(b.dims):
+    dim). Two DataArrays whose grid dims are named differently (e.g. the ``dim_0`` of a model
+    fitted on arrays) are matched along ``sample`` only, their grids paired by position.
+    Anything else: ``b`` unchanged, paired by position."""
+    if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)):
         return b
-    b = b.transpose(*a.dims)
+    if set(a.dims) == set(b.dims):
+        b, dims = b.transpose(*a.dims), a.dims
+    elif "sample" in a.dims and "sample" in b.dims and a.ndim == b.ndim:
+        order = [d for d in b.dims if d != "sample"]
+        order.insert(a.dims.index("sample"), "sample")
+        b, dims = b.transpose(*order), ("sample",)
+    else:
+        return b
     how = "align them first (e.g. xarray.align(..., join='inner')) or pass .values to pair by position"
-    for d in a.dims:
+    for d in dims:
         ia, ib = a.indexes.get(d), b.indexes.get(d)
         if ia is not None and ib is not None and not _same_axis(ia, ib):
             b = _same_labels(a, b, d, names, how)

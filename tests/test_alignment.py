@@ -124,3 +124,24 @@ def test_a_model_fitted_by_position_on_descending_coordinates_refuses_to_predict
     coords["x"] = coords["x"][::-1]
     with pytest.raises(ValueError, match=f"fitted on {which} coordinates that do not increase along 'x'"):
         model.predict(X)
+
+
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_metrics_pair_samples_by_label_when_grid_dims_are_named_differently(pair, where):
+    # a model fitted on arrays predicts with grid dim 'dim_0'; the truth has 'x': the grids pair
+    # by position, the samples still by label (they were paired by position: a shuffled truth
+    # gave a relative error of 1.5 instead of 0.4, silently)
+    from rfol_dask.metrics import r2_score, relative_l2_error
+
+    X, Y = pair
+    model = _model().fit(X.values[:40], Y.values[:40])
+    pred = model.predict(X[40:])
+    assert pred.dims == ("sample", "dim_0")
+    if where == "last":
+        pred = pred.transpose("dim_0", "sample")
+    shuffled = Y[40:].isel(sample=np.random.default_rng(2).permutation(20))
+    ref = relative_l2_error(Y.values[40:], pred.transpose("sample", "dim_0").values)
+    assert relative_l2_error(shuffled, pred) == pytest.approx(ref, rel=1e-12)
+    assert r2_score(shuffled, pred) == pytest.approx(r2_score(Y.values[40:], model.predict(X.values[40:])), rel=1e-12)
+    with pytest.raises(ValueError, match="different 'sample' labels"):
+        relative_l2_error(shuffled.assign_coords(sample=shuffled["sample"].values + 1000), pred)
