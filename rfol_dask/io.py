@@ -42,7 +42,7 @@ class Operand:
     kind: str  # "numpy", "dask" or "xarray"
     dims: tuple | None = None
     coords: dict = field(default_factory=dict)
-    sample: object = None  # the DataArray's sample coordinate, if any
+    sample: dict | None = None  # the DataArray's coordinates along 'sample' only (name -> Variable), if any
     periods: dict = field(default_factory=dict)  # dim -> the ``period`` attribute of its coordinate
 
 
@@ -328,8 +328,8 @@ def as_operand(X, name, sort=True):
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}
         periods = {d: X[d].attrs["period"] for d in coords if X[d].attrs.get("period") is not None}
         inner = as_operand(X.data, name)
-        return Operand(inner.data, inner.grid_shape, "xarray", tuple(X.dims[1:]), coords,
-                       X["sample"] if "sample" in X.coords else None, periods)
+        along = {k: c.variable for k, c in X.coords.items() if c.dims == ("sample",)}  # labels, times, members
+        return Operand(inner.data, inner.grid_shape, "xarray", tuple(X.dims[1:]), coords, along or None, periods)
     if isinstance(X, da.Array):
         if X.ndim == 0:
             raise ValueError(f"{name} must have a sample axis, got a 0-d array")
@@ -345,14 +345,14 @@ def as_operand(X, name, sort=True):
 
 def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     """Give predictions (M, m) the caller's kind: reshape to ``(M, *grid_shape)`` and, for
-    xarray, wrap with the sample coordinate of ``template`` and the output grid ``coords``."""
+    xarray, wrap with the coordinates along ``sample`` of ``template`` (its labels and e.g. a
+    ``time(sample)``) and the output grid ``coords``."""
     values = values.reshape((values.shape[0], *grid_shape))
     if template.kind != "xarray":
         return values
     dims = dims or tuple(f"dim_{k}" for k in range(len(grid_shape)))
     out_coords = {d: c for d, c in (coords or {}).items() if d in dims}
-    if template.sample is not None:
-        out_coords["sample"] = template.sample
+    out_coords.update(template.sample or {})
     return xr.DataArray(values, dims=("sample", *dims), coords=out_coords, name=name)
 
 

@@ -220,6 +220,17 @@ def test_grid_shapes_and_xarray_coordinates_kept():
     pl = mx.predict(Ux.chunk({"sample": 25}))
     assert isinstance(pl.data, da.Array)
     np.testing.assert_allclose(pl.values, px.values, rtol=1e-10)
+    # coordinates along 'sample' (times, ensemble members) travel to the prediction, with or
+    # without a sample index; a 2-D coordinate of the input grid does not (the output grid differs)
+    extra = {"time": ("sample", np.arange(60).astype("datetime64[D]")), "member": ("sample", [f"m{i}" for i in range(60)]),
+             "land": (("x", "y"), np.ones((4, 5), bool))}
+    for Xc in (Ux.assign_coords(extra), Ux.assign_coords(extra).drop_vars("sample"),
+               Ux.assign_coords(extra).chunk({"sample": 25})):
+        pc = mx.predict(Xc)
+        assert set(pc.coords) == {"p", "time", "member"} | ({"sample"} & set(Xc.coords))
+        np.testing.assert_array_equal(pc["member"].values, Xc["member"].values)
+        np.testing.assert_array_equal(pc["time"].values, Xc["time"].values)
+        np.testing.assert_allclose(pc.values, px.values, rtol=1e-10)
     # 1-D targets give 1-D predictions
     m1 = clone(model).fit(U, V[:, 0, 0])
     assert m1.predict(U).shape == (60,)
