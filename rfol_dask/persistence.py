@@ -120,26 +120,30 @@ def _model_path(path):
     return Path(os.path.abspath(path))
 
 
-def _enclosing_model(path):
-    """The nearest folder above ``path`` that is a model, or None."""
-    return next((p for p in zarr_parents(path) if describe_path(p) == "model"), None)
+def _enclosing_store(path):
+    """The outermost Zarr store above ``path`` (a model, a data set), or None."""
+    return next(reversed(list(zarr_parents(path))), None)
 
 
 def check_model_path(path, overwrite=True):
     """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
     directory, or an rfol_dask model (holding nothing but its own arrays) when ``overwrite`` is
     true. Nothing else is ever replaced; nor is the current directory or a folder holding it,
-    and nothing is saved inside a model. It looks holding the lock of :func:`save_model`: a save
+    and nothing is saved inside a Zarr store (a model, a data set). It looks holding the lock of :func:`save_model`: a save
     of ``path`` running meanwhile raises ValueError saying so."""
     path = _model_path(path)
     cwd = Path(os.path.realpath("."))
     if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
         raise ValueError(f"cannot save a model at {path}: it is the current directory or holds it, which saving "
                          "replaces; save it under another name (e.g. '../model.zarr') or from another directory")
-    outer = _enclosing_model(path)
-    if outer is not None:
+    outer = _enclosing_store(path)
+    if outer is not None and describe_path(outer) == "model":
         raise ValueError(f"cannot save a model at {path}: it is inside the model at {outer}, which could then no "
                          "longer be replaced; choose a path outside it")
+    if outer is not None:  # a data set: regenerating or replacing it would delete the model
+        raise ValueError(f"cannot save a model at {path}: it is inside the Zarr store {outer} "
+                         f"({describe_path(outer)}), which replacing or regenerating it would delete; save it beside "
+                         f"the store (e.g. {outer.parent / (path.name)})")
     if not path.parent.is_dir():  # no save runs there
         return _check_model_path(path, overwrite)
     with _save_lock(path):

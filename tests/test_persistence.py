@@ -339,6 +339,17 @@ def test_save_refuses_the_current_directory_and_paths_inside_a_model(tmp_path, m
             as err:
         models[0].save(tmp_path / "zg")
     assert str(err.value).count("not an rfol_dask model") == 1
+    # inside a data set (or any Zarr store): regenerating the data set would delete the model
+    from rfol_dask import datasets
+
+    datasets.generate("advection1", 8, store=tmp_path / "d.zarr", block_size=8)
+    for inner in ("d.zarr/model", "d.zarr/input/model"):
+        with pytest.raises(ValueError, match=r"inside the Zarr store .*d\.zarr \(an rfol_dask data set\), which "
+                                             r"replacing or regenerating it would delete; save it beside"):
+            models[0].save(tmp_path / inner)
+    with pytest.raises(ValueError, match=r"inside the Zarr store .*zg \(a Zarr store of other data\)"):
+        models[0].save(tmp_path / "zg" / "m")
+    assert not (tmp_path / "d.zarr" / "model").exists() and not (tmp_path / "zg" / "m").exists()
 
 
 def test_a_second_save_of_the_same_path_meanwhile_is_refused(tmp_path, models, monkeypatch):
