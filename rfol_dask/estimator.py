@@ -387,11 +387,11 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Extra memory: the features (or kernel row) of one row block of about 128 MiB, and
         the resampled inputs and outputs of one block.
 
-        Dask input gives a lazy result. On a distributed client the model's arrays are
-        scattered to the workers once when they hold 8 MiB or more
-        (:data:`rfol_dask.placement.EMBED_BYTES`); such a result must be computed, persisted or
-        saved while that client is open (computed later, it fails with "Missing dependency
-        arrays-scattered-by-the-client-of-this-result-..."). Smaller models travel inside the graph.
+        Dask input gives a lazy result. On a distributed client a model of 8 MiB or more
+        (:data:`rfol_dask.placement.EMBED_BYTES`) is shipped to the cluster once and held by
+        its scheduler while the result lives (smaller ones travel inside the graph). The result
+        computes after lost workers too, and after ``client.restart()`` or with the client
+        closed, its graph then carrying the model at each compute.
         """
         check_is_fitted(self)
         self._check_coordinate_order()

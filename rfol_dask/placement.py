@@ -1,10 +1,11 @@
-"""Where tasks run: values shipped once to every worker, tasks pinned (loosely) to a worker,
+"""Where tasks run: values shipped once to a cluster, tasks pinned (loosely) to a worker,
 and the worker a task runs on."""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
+import warnings
 
 import dask
 
@@ -18,8 +19,8 @@ def _identity(x):
     return x
 
 
-#: values of fewer bytes (all together) stay in the graph rather than being scattered: a lazy
-#: result that uses them can then be computed after its client has closed, or by another one.
+#: values of fewer bytes (all together) stay in the graph rather than being shipped to the cluster
+#: once (:func:`broadcast`), where its scheduler holds them as long as a result uses them.
 #: Below distributed's large-graph warning (``admin.large-graph-warning-threshold``, 10 MB),
 #: which a graph holding the values would give at every compute, with room for the rest of it.
 EMBED_BYTES = 8 * 2**20
@@ -33,18 +34,56 @@ def _nbytes(value):
     return int(getattr(value, "nbytes", 0))
 
 
+class _Shipped:
+    """Values shipped once to a cluster: the argument of the task of their key (``key``),
+    persisted there (``future``). Pickled into a graph, they are the bare key while ``future``
+    is held (its scheduler has the task and its values already), else the values themselves (after
+    ``client.restart()``, or with the client closed: the graph then carries them at each compute).
+    Local schedulers read them in process."""
+
+    def __init__(self, values, key, future=None):
+        self.values, self.key, self.future = values, key, future
+
+    def __reduce__(self):
+        if self.future is not None and self.future.status not in (None, "cancelled"):  # held, lost or not
+            return _Shipped, (None, self.key)
+        return _identity, (self.values,)
+
+
+def _shipped_values(values):
+    """The task of a :class:`_Shipped` key: its values."""
+    if not isinstance(values, _Shipped):
+        return values
+    if values.values is None:  # sent as the bare key, to a scheduler that did not hold it
+        raise RuntimeError(f"{values.key}: this lazy result was sent without its arrays to a scheduler that did "
+                           "not hold them (restarted while it was sent, or the cluster of another client than "
+                           "the one that made it); compute it again, or make it again")
+    return values.values
+
+
 def broadcast(client, *values):
-    """Delayed handles of values every task needs (frequencies, fitted arrays): scattered to
-    every worker once with a distributed client (when they hold :data:`EMBED_BYTES` or more),
-    else kept as single graph values; never copied into each task. The handles serve as
-    arguments of delayed calls and map_blocks. A result built on scattered values needs that
-    client until it is computed (or persisted)."""
+    """Delayed handles of values every task needs (frequencies, fitted arrays), never copied into
+    each task. The handles serve as arguments of delayed calls and map_blocks.
+
+    Values of fewer than :data:`EMBED_BYTES` (all together), or without a distributed client, are
+    single graph values. Larger ones are persisted on the client's cluster once, as a task that
+    holds them (:class:`_Shipped`), and the graphs that use them carry only its key. Trade-off:
+    the scheduler holds the values as long as such a graph lives (a scatter would not), and in
+    return makes them again when the workers holding them are lost, which it cannot do for
+    scattered data. After ``client.restart()`` (the scheduler forgets every task) or with the
+    client closed, such a graph still computes, carrying the values at each compute."""
     if client is not None and _nbytes(values) >= EMBED_BYTES:
-        # named keys: computed without that client, the graph fails naming what it missed
-        # ("Missing dependency arrays-scattered-by-the-client-of-this-result-...")
-        names = [f"arrays-scattered-by-the-client-of-this-result-{uuid.uuid4().hex}" for _ in values]
-        futures = client.scatter(dict(zip(names, values)), broadcast=True)
-        return [dask.delayed(_identity, pure=True)(futures[k]) for k in names]
+        from distributed import futures_of
+
+        handles = []
+        for value in values:
+            shipped = _Shipped(value, f"arrays-shipped-once-{uuid.uuid4().hex}")
+            handle = dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key)
+            with warnings.catch_warnings():  # sent once on purpose: distributed's large-graph warning
+                warnings.filterwarnings("ignore", "Sending large graph")
+                (shipped.future,) = futures_of(client.persist(handle))
+            handles.append(handle)
+        return handles
     return [dask.delayed(v, pure=True, traverse=False) for v in values]
 
 

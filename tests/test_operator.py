@@ -311,10 +311,11 @@ def test_get_set_params_clone():
 
 
 @pytest.mark.cluster
-def test_lazy_prediction_of_a_small_model_outlives_its_client(monkeypatch):
+def test_lazy_prediction_outlives_its_client(monkeypatch):
     # a prediction made lazily on a distributed client and computed after the client closed (a
     # notebook's `with Client(): pred = model.predict(ds)`, then `pred.plot()`): a small model
-    # travels in the graph; a large one is scattered and needs its client until computed
+    # travels in the graph; a large one, shipped to the cluster once, is carried by the graph then
+    # (it failed with "Missing dependency arrays-scattered-by-the-client-of-this-result-...")
     from distributed import Client, LocalCluster
 
     from rfol_dask import placement
@@ -327,10 +328,70 @@ def test_lazy_prediction_of_a_small_model_outlives_its_client(monkeypatch):
         small = model.predict(X)
         monkeypatch.setattr(placement, "EMBED_BYTES", 0)
         large = model.predict(X)
+        assert any(key_split(k) == "arrays-shipped-once" for k in dict(large.__dask_graph__()))
         np.testing.assert_allclose(large.compute(), model.predict(U), rtol=1e-12)
     np.testing.assert_allclose(small.compute(), model.predict(U), rtol=1e-12)
-    with pytest.raises(ValueError, match="arrays-scattered-by-the-client-of-this-result"):
-        large.compute()  # the error names what went missing (it read "tuple-<hash>")
+    np.testing.assert_allclose(large.compute(), model.predict(U), rtol=1e-12)
+    with dask.config.set(scheduler="processes", num_workers=1):  # pickled: the graph carries the arrays
+        np.testing.assert_allclose(large.compute(), model.predict(U), rtol=1e-12)
+
+
+def test_shipped_arrays_pickle_as_their_key_while_the_cluster_holds_them():
+    # a graph sent to a scheduler that lacks the key (restarted in the meantime, or another
+    # client's cluster) fails naming it, rather than computing with nothing
+    import pickle
+
+    from rfol_dask.placement import _shipped_values, _Shipped
+
+    class Held:
+        status = "finished"
+
+    values = (np.arange(3.0),)
+    shipped = _Shipped(values, "arrays-shipped-once-0", Held())
+    stub = pickle.loads(pickle.dumps(shipped))
+    with pytest.raises(RuntimeError, match="arrays-shipped-once-0: this lazy result was sent without its arrays"):
+        _shipped_values(stub)
+    assert _shipped_values(shipped) is values  # in process
+    Held.status = "cancelled"  # client.restart(), a closed client
+    np.testing.assert_array_equal(_shipped_values(pickle.loads(pickle.dumps(shipped)))[0], values[0])
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["restart", "kill"])
+def test_lazy_prediction_of_a_large_model_survives_lost_workers(loss):
+    # a model of 8 MiB or more is shipped to the workers once, outside the prediction's graph: a lazy
+    # prediction failed after client.restart() or a killed worker ("FutureCancelledError: lost
+    # dependencies"), its arrays gone with the workers
+    import os
+    import pickle
+    import signal
+    import time
+
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import placement
+
+    U, V = smooth_operator_data(120, 16)
+    model = RandomFeatureOperator(n_features=36000, random_state=0).fit(U, V)
+    assert placement._nbytes(model._predict_kernel()[1]) >= placement.EMBED_BYTES
+    X = da.from_array(U, chunks=40)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        lazy = model.predict(X)
+        assert len(pickle.dumps(dict(lazy.__dask_graph__()))) < 2**20  # the arrays are not in the graph
+        if loss == "restart":
+            client.restart()
+        else:
+            before = set(client.scheduler_info()["workers"])
+            os.kill(next(iter(client.run(os.getpid).values())), signal.SIGKILL)  # its nanny starts another
+            deadline = time.monotonic() + 60
+            while set(client.scheduler_info()["workers"]) in (before, set()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            # the scheduler makes the arrays again (its task holds them): the graph need not carry them
+            assert len(pickle.dumps(dict(lazy.__dask_graph__()))) < 2**20
+        for _ in range(2):
+            np.testing.assert_allclose(lazy.compute(), model.predict(U), rtol=1e-12)
 
 
 @pytest.mark.cluster
