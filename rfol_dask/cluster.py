@@ -267,7 +267,33 @@ def load_config(config):
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
         raise ValueError(f"{where}: scheduler_timeout must be a number of seconds > 0, got {timeout!r}")
     _check_options(where, kind, config["options"])
+    if kind == "kubernetes":
+        _check_pod_memory(where, config["options"])
     return config
+
+
+def _check_pod_memory(where, options):
+    """ValueError where the workers' ``--memory-limit`` (in ``worker_command``) is above the
+    pod's memory limit (``resources.limits.memory``): Kubernetes would kill the pod (OOMKilled)
+    before dask's memory manager spills, pauses or restarts the worker."""
+    import re
+
+    from dask.utils import parse_bytes
+
+    limits = (options.get("resources") or {}).get("limits") or {}
+    command = options.get("worker_command") or ""
+    command = " ".join(map(str, command)) if isinstance(command, (list, tuple)) else str(command)
+    found = re.search(r"--memory-limit[= ]+(\S+)", command)
+    if limits.get("memory") is None or found is None:
+        return
+    try:
+        pod, worker = parse_bytes(str(limits["memory"])), parse_bytes(found.group(1))
+    except (ValueError, TypeError):
+        return  # 'auto', a fraction of the pod's memory, or a quantity dask does not read
+    if worker > pod:
+        raise ValueError(f"{where}: the workers' --memory-limit {found.group(1)} is above the pod's memory limit "
+                         f"{limits['memory']} (resources.limits.memory), so Kubernetes would kill a worker pod before "
+                         "dask spills or pauses it; set --memory-limit to about 90 % of the pod's")
 
 
 def _jobqueue_options(config):

@@ -48,6 +48,23 @@ def test_kubernetes_spec():
     assert env["OPENBLAS_NUM_THREADS"] == "4" and env["EXTRA_PIP_PACKAGES"] == "rfol-dask"
 
 
+@pytest.mark.parametrize("limit, worker, refused", [("16G", "15GB", False), ("16Gi", "17GB", False),
+                                                    ("16G", "17GB", True), ("8Gi", "--memory-limit=9GiB", True),
+                                                    ("16G", "auto", False), ("16G", "0.9", False)])
+def test_a_worker_memory_limit_above_the_pods_is_refused(limit, worker, refused):
+    import yaml
+
+    config = yaml.safe_load((CONFIGS / "kubernetes.yaml").read_text())
+    config["options"]["resources"]["limits"]["memory"] = limit
+    flag = worker if worker.startswith("--") else f"--memory-limit {worker}"
+    config["options"]["worker_command"] = f"dask worker --nthreads 1 {flag}"
+    if not refused:
+        assert cluster.load_config(config)["options"]["worker_command"].endswith(flag)
+        return
+    with pytest.raises(ValueError, match=r"--memory-limit \S+ is above the pod's memory limit .* would kill"):
+        cluster.load_config(config)
+
+
 def test_kubernetes_without_a_reachable_cluster_is_a_cluster_start_error(monkeypatch):
     """The operator's bare error becomes one that says what is missing; the half-built cluster is
     closed and dropped from the operator's registry (else it is closed again at exit, noisily)."""
