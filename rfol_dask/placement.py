@@ -68,7 +68,8 @@ def broadcast(client, *values):
     Values of fewer than :data:`EMBED_BYTES` (all together), or without a distributed client, are
     single graph values. Larger ones are persisted on the client's cluster once, as a task that
     holds them (:class:`_Shipped`), and the graphs that use them carry only its key. Trade-off:
-    the scheduler holds the values as long as such a graph lives (a scatter would not), and in
+    the scheduler holds the values as long as such a graph lives (a scatter would not; the same
+    objects shipped again while one lives reuse that copy), and in
     return makes them again when the workers holding them are lost, which it cannot do for
     scattered data. After ``client.restart()`` (the scheduler forgets every task) or with the
     client closed, such a graph still computes, carrying the values at each compute."""
@@ -77,14 +78,49 @@ def broadcast(client, *values):
 
         handles = []
         for value in values:
-            shipped = _Shipped(value, f"arrays-shipped-once-{uuid.uuid4().hex}")
-            handle = dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key)
-            with warnings.catch_warnings():  # sent once on purpose: distributed's large-graph warning
-                warnings.filterwarnings("ignore", "Sending large graph")
-                (shipped.future,) = futures_of(client.persist(handle))
-            handles.append(handle)
+            shipped = _shipped_before(client, value)
+            if shipped is None:
+                shipped = _Shipped(value, f"arrays-shipped-once-{uuid.uuid4().hex}")
+                handle = dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key)
+                with warnings.catch_warnings():  # sent once on purpose: distributed's large-graph warning
+                    warnings.filterwarnings("ignore", "Sending large graph")
+                    (shipped.future,) = futures_of(client.persist(handle))
+                _remember(client, value, shipped)
+            handles.append(dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key))
         return handles
     return [dask.delayed(v, pure=True, traverse=False) for v in values]
+
+
+#: (id of the client, ids of the values' leaves) -> weak reference to their live :class:`_Shipped`:
+#: the same fitted arrays, predicted on again, reuse the copy the cluster holds (a loop of lazy
+#: predictions would otherwise leave one copy per prediction on the scheduler)
+_SHIPPED = {}
+
+
+def _leaves(value):
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    return [value]
+
+
+def _remember(client, value, shipped):
+    import weakref
+
+    key = (id(client), tuple(map(id, _leaves(value))))
+    _SHIPPED[key] = weakref.ref(shipped, lambda _, key=key: _SHIPPED.pop(key, None))
+
+
+def _shipped_before(client, value):
+    """The live :class:`_Shipped` of these very objects on ``client``'s cluster, or None (never
+    shipped, every graph using it gone, or its task forgotten: a restart)."""
+    ref = _SHIPPED.get((id(client), tuple(map(id, _leaves(value)))))
+    shipped = None if ref is None else ref()
+    if shipped is None or shipped.future.status in (None, "cancelled") or shipped.future.client is not client:
+        return None
+    same = all(a is b for a, b in zip(_leaves(shipped.values), _leaves(value), strict=True))
+    return shipped if same else None
 
 
 def pinned(worker):

@@ -380,8 +380,15 @@ def test_lazy_prediction_of_a_large_model_survives_lost_workers(loss):
             Client(cluster) as client:
         lazy = model.predict(X)
         assert len(pickle.dumps(dict(lazy.__dask_graph__()))) < 2**20  # the arrays are not in the graph
+
+        def shipped(result):
+            return {k for k in result.__dask_graph__() if str(k).startswith("arrays-shipped-once-")}
+
+        # predicting again reuses the copy the cluster holds (one per prediction piled up on the scheduler)
+        assert len(shipped(lazy)) == 1 and shipped(model.predict(X[:40])) == shipped(lazy)
         if loss == "restart":
             client.restart()
+            assert shipped(model.predict(X)).isdisjoint(shipped(lazy))  # forgotten there: shipped anew
         else:
             before = set(client.scheduler_info()["workers"])
             os.kill(next(iter(client.run(os.getpid).values())), signal.SIGKILL)  # its nanny starts another
