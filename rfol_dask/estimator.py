@@ -389,7 +389,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
         Dask input gives a lazy result. On a distributed client a model of 8 MiB or more
         (:data:`rfol_dask.placement.EMBED_BYTES`) is shipped to the cluster once and held by
-        its scheduler while the result lives (smaller ones travel inside the graph). The result
+        its scheduler while the result lives (one copy for all the lazy predictions of this fit
+        on that client; smaller models travel inside the graph). The result
         computes after lost workers too, and after ``client.restart()`` or with the client
         closed, its graph then carrying the model at each compute.
         """
