@@ -43,13 +43,21 @@ class InputCentre:
         """The task ``input-centre`` on the first row blocks ``Ub`` (offsets ``starts``) that hold
         :data:`rfol_dask.features.CENTRE_ROWS` samples."""
         k = max(1, int(np.searchsorted(starts, CENTRE_ROWS, side="left")))
-        self.task = dask.delayed(input_centre)(dtype, *Ub[:k], dask_key_name=names("input-centre"))
+        self.task = dask.delayed(_checked_centre)(dtype, starts[:k], *Ub[:k], dask_key_name=names("input-centre"))
         return self
 
     @staticmethod
     def kwargs(centre):
         """``{"input_centre": the task}`` for the calls that take it, ``{}`` without a centre."""
         return {} if centre is None else {"input_centre": centre.task}
+
+
+def _checked_centre(dtype, starts, *blocks):
+    """:func:`rfol_dask.features.input_centre` of the row blocks (offsets ``starts``), each checked
+    for NaN / Inf first: a bad value is named in its block, not spread by the centre to every row."""
+    for B, start in zip(blocks, starts):
+        check_finite(B if is_array_api(B) else np.asarray(B), int(start), "U")
+    return input_centre(dtype, *blocks)
 
 
 #: the tiled duals (:mod:`.tiled`, the kernel model) take at most this many row blocks: their
