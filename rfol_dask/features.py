@@ -15,6 +15,13 @@ and ``b ~ U(0, 2 pi)``. Frequencies are drawn with numpy from the seed, in colum
 with streams of their own, so that a seed fixes the model whatever the chunking and any
 slab of columns can be drawn where it is needed (never ``dask.array.random``).
 
+Input centre: a model measures its inputs from a centre ``c`` (n,) (:func:`input_centre`),
+``phi(u) = sqrt(2 / N) cos((u - c) @ Omega + b)`` with ``b = (b0 + c @ Omega) mod 2 pi`` for the
+drawn phases ``b0`` (:func:`draw_frequencies` folds them in float64). That is the same function
+``cos(u @ Omega + b0)``, but its phase is formed from ``u - c``, of the size of the inputs'
+spread: with a large common offset (pressures in Pa, temperatures in K) ``u @ Omega`` is
+dominated by ``c @ Omega``, and in float32 its rounding swamps the part that varies.
+
 The rational quadratic law is a Gamma scale mixture of the Gaussian one. For a column
 ``omega = sqrt(2 gamma t / a) g``, ``g ~ N(0, I_n)``, and ``d = x - y``, conditionally on ``t``
 ``omega . d ~ N(0, 2 gamma t ||d||^2 / a)``, so ``E[cos(omega . d) | t] = exp(-gamma t ||d||^2 / a)``,
@@ -39,7 +46,8 @@ from numpy.typing import DTypeLike
 from . import backend
 from .linalg import blas_threads
 
-__all__ = ["DISTRIBUTIONS", "draw_frequencies", "feature_map", "check_random_state", "integer_seed"]
+__all__ = ["DISTRIBUTIONS", "CENTRE_ROWS", "input_centre", "draw_frequencies", "feature_map", "check_random_state",
+           "integer_seed"]
 
 DISTRIBUTIONS = ("cauchy", "gaussian", "student_t", "rational_quadratic")
 
@@ -74,6 +82,29 @@ def integer_seed(random_state):
     return int(check_random_state(random_state).integers(2**32))
 
 
+#: samples whose mean is a model's input centre (:func:`input_centre`)
+CENTRE_ROWS = 64
+
+
+def input_centre(dtype: DTypeLike, *blocks, rows: int = CENTRE_ROWS) -> np.ndarray:
+    """The input centre ``c`` (n,) of a model fitted on the row blocks ``blocks`` (k_i, n) of its
+    inputs, in order (one block: the whole ``U`` in memory): the mean of the first ``rows``
+    samples (all if fewer), made in float64 and rounded to ``dtype``, numpy.
+
+    Any fixed centre gives the same features (see the module docstring); one near the data
+    keeps the phases ``(u - c) @ Omega`` of the size of the inputs' spread. The first samples
+    serve as well as all of them: a dask fit takes them from its first row blocks in its one
+    graph (task ``input-centre``; the data are still read once), whatever the chunks. Blocks may
+    be numpy or another array API namespace (CuPy)."""
+    head, left = [], rows
+    for B in blocks:
+        if left <= 0:
+            break
+        head.append(backend.to_numpy(B[:min(left, B.shape[0]), ...]))
+        left -= head[-1].shape[0]
+    return np.mean(np.concatenate(head), axis=0, dtype=np.float64).astype(dtype)
+
+
 #: columns of ``Omega`` drawn from one random stream: any slab of columns can be drawn alone
 FREQUENCY_BLOCK = 256
 
@@ -91,7 +122,8 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
                      random_state: int | np.random.Generator | np.random.SeedSequence | None = None,
                      dtype: DTypeLike = np.float64,
                      columns: tuple[int, int] | None = None, xp: ModuleType | None = None,
-                     metric: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     metric: np.ndarray | None = None,
+                     input_centre: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
     Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
@@ -129,6 +161,12 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         in ``r`` dimensions (``omega_r``, the draw of ``n_inputs = r``) and mapped to the grid,
         ``omega = T omega_r``, so ``omega^T u = omega_r^T (T^T u)``: the law's kernel measured
         in the distance ``||T^T (u - u')||``. Cost ``2 n r`` flops per column.
+    input_centre : ndarray of shape (n_inputs,), optional
+        The model's input centre ``c`` (:func:`input_centre`): the phases are those of the
+        centred inputs, ``b = (b0 + c @ omega) mod 2 pi`` for the drawn ``b0``, made in float64
+        from the float64 draw and reduced before the cast, so that
+        ``cos((u - c) @ omega + b) = cos(u @ omega + b0)`` (:func:`feature_map` with
+        ``input_centre=c``). Cost ``2 n`` flops per column.
 
     Returns
     -------
@@ -164,6 +202,10 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
     if metric is not None and np.shape(metric)[0] != n:
         raise ValueError(f"metric has {np.shape(metric)[0]} rows, expected n_inputs={n}")
     r = n if metric is None else int(np.shape(metric)[1])  # the dimension the law draws in
+    if input_centre is not None:
+        input_centre = np.asarray(backend.to_numpy(input_centre), dtype=np.float64)
+        if input_centre.shape != (n,):
+            raise ValueError(f"input_centre has shape {input_centre.shape}, expected ({n},)")
     host = xp is None or xp is np
     xp = np if host else xp
     dt = np.dtype(dtype)
@@ -196,6 +238,9 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         om, bk = om[:, lo - k * B:hi - k * B], bk[lo - k * B:hi - k * B]
         if metric is not None:
             om = metric @ om
+        if input_centre is not None:  # float64, reduced before the cast (the phase may be large); summed
+            # row by row, so that a column's phase does not depend on the columns drawn with it
+            bk = np.mod(bk + (input_centre[:, None] * om).sum(axis=0), 2.0 * np.pi)
         with device():
             if not host:  # cast on the host, one contiguous transfer per block
                 om, bk = xp.asarray(np.ascontiguousarray(om, dtype=dt)), xp.asarray(bk.astype(dt))
@@ -237,9 +282,22 @@ def _rowwise(func, Z, threads, slab_bytes=2**21):
     list(_pool(threads).map(lambda ae: func(Z[ae[0]:ae[1]]), slabs))
 
 
+#: the centred rows of :func:`feature_map` go through a scratch buffer of about this many bytes
+#: (at least :data:`CENTRE_BLOCK_ROWS` rows, so that each product stays large)
+CENTRE_BLOCK_BYTES = 2**23
+CENTRE_BLOCK_ROWS = 256
+
+
+def _centred_blocks(U):
+    """Row ranges of ``U`` (k, n) centred at a time by :func:`feature_map`."""
+    rows = max(CENTRE_BLOCK_ROWS, CENTRE_BLOCK_BYTES // max(1, U.shape[1] * backend.itemsize(U.dtype)))
+    return [(s, min(s + rows, U.shape[0])) for s in range(0, U.shape[0], rows)]
+
+
 def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
-                shift: np.ndarray | None = None, n_features: int | None = None) -> np.ndarray:
-    """Compute the random Fourier features ``sqrt(2 / N) cos(U @ omega + b) - shift`` of a block.
+                shift: np.ndarray | None = None, n_features: int | None = None,
+                input_centre: np.ndarray | None = None) -> np.ndarray:
+    """Compute the random Fourier features ``sqrt(2 / N) cos((U - c) @ omega + b) - shift`` of a block.
 
     The projection runs in the BLAS; the cosine and the other elementwise passes are split
     over as many threads as the BLAS may use, on slabs of rows.
@@ -258,22 +316,40 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
         Subtracted from every row (the training column means, to centre).
     n_features : int, optional
         The model's ``N`` in the scale ``sqrt(2 / N)`` (default ``N'``).
+    input_centre : ndarray of shape (n,), optional
+        The model's input centre ``c`` (:func:`input_centre`; ``b`` must be the phases folded
+        with it, :func:`draw_frequencies`), subtracted from the rows of ``U`` before the
+        projection; None: ``c = 0``. ``U`` may then have another dtype than ``omega`` (float64
+        rows of a float32 model): the rows are centred in the wider dtype, then cast.
 
     Returns
     -------
     ndarray of shape (k, N')
-        The features, in the dtype of ``U @ omega`` (``out`` if given).
+        The features, in the dtype of ``U @ omega`` (of ``omega`` with ``input_centre``;
+        ``out`` if given).
 
     Notes
     -----
-    Works in place on one (k, N') buffer: memory ``k * N' * itemsize``. Arrays of another
-    namespace than numpy (CuPy on a GPU) take the same steps with that namespace's operations.
+    Works in place on one (k, N') buffer: memory ``k * N' * itemsize``. With ``input_centre``,
+    ``U`` is not copied: the rows are centred a block at a time into a scratch buffer of
+    about 8 MiB (at least 256 rows of ``U``), each block projected by its own product; cost
+    ``k n`` more flops. Arrays of another namespace than numpy (CuPy on a GPU) take the
+    same steps with that namespace's operations.
     """
     n_features = omega.shape[1] if n_features is None else n_features
     xp = backend.namespace(U, omega, b)  # numpy, unless another namespace or backend.generic_numpy()
     if not backend.is_fast(xp):
-        return _feature_map_generic(xp, U, omega, b, out, shift, n_features)
-    Z = np.matmul(U, omega, out=out)
+        return _feature_map_generic(xp, U, omega, b, out, shift, n_features, input_centre)
+    if input_centre is None:
+        Z = np.matmul(U, omega, out=out)
+    else:  # centred in the wider dtype of U and c, written into a scratch of omega's
+        Z = np.empty((U.shape[0], omega.shape[1]), dtype=omega.dtype) if out is None else out
+        c = np.asarray(input_centre)
+        blocks = _centred_blocks(U)
+        scratch = np.empty((blocks[0][1] - blocks[0][0], U.shape[1]), dtype=omega.dtype) if blocks else None
+        for s, e in blocks:
+            np.subtract(U[s:e], c, out=scratch[:e - s], casting="same_kind")
+            np.matmul(scratch[:e - s], omega, out=Z[s:e])
     scale = Z.dtype.type(np.sqrt(2.0 / n_features))
 
     def finish(block):
@@ -287,10 +363,20 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
     return Z
 
 
-def _feature_map_generic(xp, U, omega, b, out, shift, n_features):
+def _feature_map_generic(xp, U, omega, b, out, shift, n_features, input_centre=None):
     """:func:`feature_map` with the operations of the arrays' own namespace (in place where
     the namespace allows it: CuPy runs each step as one kernel over the (k, N') buffer)."""
-    Z = U @ omega
+    if input_centre is None:
+        Z = U @ omega
+    else:  # a block of centred rows at a time, cast to omega's dtype (CuPy: each product written into Z)
+        c = backend.to_namespace(input_centre, xp)
+        Z = xp.empty((U.shape[0], omega.shape[1]), dtype=omega.dtype)
+        for s, e in _centred_blocks(U):
+            X = xp.astype(U[s:e, ...] - c, omega.dtype, copy=False)
+            if backend.is_cupy(xp):
+                xp.matmul(X, omega, out=Z[s:e, ...])
+            else:
+                Z[s:e, ...] = X @ omega
     Z += b
     if backend.is_cupy(xp):  # in place: one (k, N') buffer, as on the CPU
         import cupy

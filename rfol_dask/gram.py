@@ -40,11 +40,14 @@ def check_finite(X, start, name, action="fitting"):
         )
 
 
-def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0):
+def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0, centre=None):
     """The row blocks (k_i, n) stacked into one (M, n) array of ``dtype``, each checked for NaN /
     Inf (:func:`check_finite`, samples ``offset + starts[i]`` on): in the namespace of the
     blocks if they are CuPy (array API) arrays, else of ``device`` (numpy blocks moved there one
-    at a time); with ``fortran``, Fortran-ordered on numpy and CuPy. Memory: the stack, one copy."""
+    at a time); with ``fortran``, Fortran-ordered on numpy and CuPy. ``centre`` (n,), a model's
+    input centre (:func:`rfol_dask.features.input_centre`), is subtracted from the rows as they
+    are written, before the cast to ``dtype``. Memory: the stack, one copy (and, with ``centre``
+    outside numpy, the centred block before its cast)."""
     xp = backend.compute_namespace(device, *blocks)
     fast = backend.is_fast(xp)
     shape, order = (int(starts[-1]), blocks[0].shape[1]), {"order": "F"} if fortran else {}
@@ -52,34 +55,43 @@ def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0
         out = xp.empty(shape, dtype=dtype if fast else getattr(xp, np.dtype(dtype).name), **order)
     else:
         out = xp.empty(shape, dtype=getattr(xp, np.dtype(dtype).name))
+    c = None if centre is None else backend.to_namespace(centre, xp)
     for i, B in enumerate(blocks):
         B = backend.to_namespace(B, xp)
-        out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
+        if c is not None and fast:  # in place, computed in the wider of the two dtypes
+            np.subtract(B, c, out=out[starts[i]:starts[i + 1], ...], casting="same_kind")
+        else:
+            B = B if c is None else B - c
+            out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
         check_finite(out[starts[i]:starts[i + 1], ...], offset + starts[i], name)  # after the cast (overflow)
     return out
 
 
-def features_block(U, omega, b, start=0, shift=None, name="U"):
-    """Checked features of one row block, minus ``shift``: ``U`` (k, n) -> ``A - shift`` (k, N).
+def features_block(U, omega, b, start=0, shift=None, name="U", input_centre=None):
+    """Checked features of one row block, minus ``shift``: ``U`` (k, n) -> ``A - shift`` (k, N),
+    of the inputs measured from ``input_centre`` (n,) (:func:`rfol_dask.features.feature_map`;
+    then ``U`` is read in its own dtype and centred before the cast to that of ``omega``).
 
     Memory ``k N itemsize``. The shift (a row vector, see :func:`block_means`) keeps the
     centred Grams free of cancellation: ``H (A - s)(A - s)^T H = H A A^T H`` exactly, but
     with small entries when ``s`` is close to the column means.
     """
-    U = namespace(omega).asarray(U, dtype=omega.dtype)
+    xp = namespace(omega)
+    U = xp.asarray(U) if input_centre is not None else xp.asarray(U, dtype=omega.dtype)
     check_finite(U, start, name)
-    return feature_map(U, omega, b, shift=shift)
+    return feature_map(U, omega, b, shift=shift, input_centre=input_centre)
 
 
-def block_means(U, V, omega, b, fit_intercept=True, rows=64):
+def block_means(U, V, omega, b, fit_intercept=True, rows=64, input_centre=None):
     """Shifts ``(s, t)``: column means of ``phi(U)`` (N,) and ``V`` (m,) over the first ``rows``
-    samples of a block (zeros without intercept). Any representative sample serves."""
+    samples of a block (zeros without intercept), ``phi`` with the model's ``input_centre``.
+    Any representative sample serves."""
     xp = namespace(omega)
     if not fit_intercept:
         return xp.zeros(omega.shape[1], dtype=omega.dtype), xp.zeros(V.shape[1], dtype=omega.dtype)
     rows = min(rows, U.shape[0])
     U, V = U[:rows, ...], V[:rows, ...]
-    A = features_block(U, omega, b)
+    A = features_block(U, omega, b, input_centre=input_centre)
     V = xp.asarray(V, dtype=omega.dtype)
     check_finite(V, 0, "V")
     return xp.mean(A, axis=0), xp.mean(V, axis=0)
@@ -118,15 +130,15 @@ class PrimalSums:
     count: int
 
 
-def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None)):
+def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None), input_centre=None):
     """Add one row block ``U`` (k, n), ``V`` (k, m) to the :class:`PrimalSums` ``acc`` (in place;
     ``None`` starts the sums); returns it. ``shifts = (s, t)`` (N,), (m,) are subtracted from the
-    features and outputs (``None``: no shift).
+    features and outputs (``None``: no shift); ``input_centre`` (n,) is the model's.
     Memory: ``N^2 + N m`` for the sums plus ``k N`` for the block's features.
     """
     s, t = shifts
     xp = namespace(omega)
-    A = features_block(U, omega, b, start, s)
+    A = features_block(U, omega, b, start, s, input_centre=input_centre)
     V = xp.asarray(V, dtype=omega.dtype)
     check_finite(V, start, "V")
     if t is not None:

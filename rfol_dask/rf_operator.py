@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import logging
 import numbers
@@ -13,26 +12,28 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import backend
 from .estimator import OperatorEstimator
-from .features import DISTRIBUTIONS, draw_frequencies, feature_map, integer_seed
+from .features import DISTRIBUTIONS, draw_frequencies, feature_map, input_centre, integer_seed
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory
-from .solve import check_min_norm, choose_solver, fit_dask, fit_numpy
+from .solve import InputCentre, check_min_norm, choose_solver, fit_dask, fit_numpy
 from .tuning import input_scales
 
 __all__ = ["RandomFeatureOperator"]
 
 
-def _predict_block(U, omega, b, coef, intercept):
-    """Predictions for one row block ``U`` (k, n) -> (k, m), in row chunks of bounded memory."""
+def _predict_block(U, omega, b, coef, intercept, input_centre=None):
+    """Predictions for one row block ``U`` (k, n) -> (k, m), in row chunks of bounded memory;
+    ``input_centre`` (n,) is the model's (None: a model saved before it was kept, ``c = 0``)."""
     xp = backend.namespace(omega)
-    U = xp.asarray(U, dtype=omega.dtype)
+    # with a centre the rows are centred in their own dtype, then cast, a chunk at a time (feature_map)
+    U = xp.asarray(U, dtype=omega.dtype) if input_centre is None else xp.asarray(U)
     check_finite(U, 0, "U")
     M = U.shape[0]
     out = xp.empty((M, coef.shape[1]), dtype=omega.dtype)
     step = max(1, ROW_BLOCK_BYTES // (omega.shape[1] * backend.itemsize(omega.dtype)))
     for s in range(0, M, step):
         e = min(s + step, M)
-        out[s:e, ...] = feature_map(U[s:e, ...], omega, b) @ coef
+        out[s:e, ...] = feature_map(U[s:e, ...], omega, b, input_centre=input_centre) @ coef
     out += intercept
     return out
 
@@ -53,7 +54,11 @@ class RandomFeatureOperator(OperatorEstimator):
 
     ``phi(u) = sqrt(2/N) cos(u @ Omega + b)`` with ``N = n_features`` frequencies drawn from
     ``distribution`` and ``b ~ U(0, 2 pi)``; ``C`` solves the ridge problem shared by all
-    output grid points (one factorisation for all ``m`` outputs).
+    output grid points (one factorisation for all ``m`` outputs). The phase is formed from the
+    inputs less a centre ``c`` (``input_centre_``), ``cos((u - c) @ Omega + b')`` with
+    ``b' = b + c @ Omega`` (mod 2 pi, in float64): the same features, free of the rounding of a
+    large common offset of the inputs (e.g. pressures in Pa) in float32
+    (:func:`rfol_dask.features.input_centre`).
 
     Parameters
     ----------
@@ -123,7 +128,11 @@ class RandomFeatureOperator(OperatorEstimator):
     omega_ : ndarray of shape (n, N)
         The frequencies ``Omega``, in the working dtype (float32 or float64).
     b_ : ndarray of shape (N,)
-        The phases ``b``.
+        The phases of the centred inputs, ``(b + input_centre_ @ Omega) mod 2 pi``.
+    input_centre_ : ndarray of shape (n,) or None
+        The centre ``c`` the inputs are measured from, ``phi(u) = sqrt(2/N) cos((u - c) @ omega_ + b_)``:
+        the mean of the first 64 training samples, in the working dtype. None in models saved
+        before it was kept (their ``b_`` are the phases of ``u`` itself: ``c = 0``).
     coef_ : ndarray of shape (N, m)
         Coefficients ``C`` (``m`` output grid points).
     intercept_ : ndarray of shape (m,)
@@ -192,8 +201,15 @@ class RandomFeatureOperator(OperatorEstimator):
         self.recovery = recovery
         self.device = device
 
-    _fitted_arrays = ("omega_", "b_", "coef_", "intercept_")
+    _fitted_arrays = ("omega_", "b_", "coef_", "intercept_", "input_centre_")
     _fitted_scalars = ("solver_", "gamma_")
+
+    def _cast_dtype(self, data):
+        """float64 numpy input keeps its dtype on the CPU whatever the working dtype: its rows are
+        centred before they are rounded to float32 (:func:`rfol_dask.features.feature_map`; no
+        float32 copy of ``U`` is made). Moved to a device, it is cast first (half the bytes moved)."""
+        dt = self._work_dtype(data)
+        return np.dtype(np.float64) if self._device() == "cpu" and data.dtype == np.float64 else dt
 
     def _check_params(self):
         super()._check_params()
@@ -215,29 +231,31 @@ class RandomFeatureOperator(OperatorEstimator):
         recipe = functools.partial(draw_frequencies, U.shape[1], self.n_features, self.distribution, self.gamma_,
                                    self.nu, seed, dtype=dtype, metric=self.input_metric_)
         if lazy:
-            # the workers draw what they need and the client draws Omega: after the fit on the CPU
-            # (whose workers may share this host's memory), in a thread meanwhile on GPUs (whose
-            # workers hold the Gram and slabs in device memory)
-            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
-                drawn = pool.submit(_timed_draw, recipe) if on_gpu else None
-                t0 = time.perf_counter()
-                coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
-                                           solver=self.solver_, column_block=self.column_block,
-                                           progress=self.progress, max_gram_bytes=self.max_gram_bytes,
-                                           frequencies=recipe, n_features=self.n_features, dtype=dtype,
-                                           device=self._device())
-                t1 = time.perf_counter()
-                self.omega_, self.b_ = drawn.result() if on_gpu else _timed_draw(recipe)
-                logger.debug("dask fit %.3f s, then %.3f s for the client's draw of Omega", t1 - t0,
-                             time.perf_counter() - t1)
+            # the workers draw what they need, the centre made in the fit's graph folded in (so the
+            # data are read once); the client draws Omega after the fit
+            centre = InputCentre()
+            t0 = time.perf_counter()
+            coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
+                                       solver=self.solver_, column_block=self.column_block,
+                                       progress=self.progress, max_gram_bytes=self.max_gram_bytes,
+                                       frequencies=recipe, n_features=self.n_features, dtype=dtype,
+                                       device=self._device(), input_centre=centre)
+            t1 = time.perf_counter()
+            self.input_centre_ = centre.value
+            self.omega_, self.b_ = _timed_draw(functools.partial(recipe, input_centre=centre.value))
+            logger.debug("dask fit %.3f s, then %.3f s for the client's draw of Omega", t1 - t0,
+                         time.perf_counter() - t1)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)
+            centre = input_centre(dtype, U)  # numpy: the recipe folds it into the phases on the host
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
-            self.omega_, self.b_ = recipe(xp=xp)
+            self.omega_, self.b_ = recipe(xp=xp, input_centre=centre)
+            self.input_centre_ = backend.to_namespace(centre, xp)
             check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes,
                               solver=self.solver_, xp=xp)
             coef, intercept = fit_numpy(U, V, self.omega_, self.b_, alpha=float(self.alpha),
-                                        fit_intercept=self.fit_intercept, solver=self.solver_)
+                                        fit_intercept=self.fit_intercept, solver=self.solver_,
+                                        input_centre=self.input_centre_)
             if not backend.is_fast(xp):
                 self.coef_, self.intercept_ = coef, xp.reshape(intercept, (m,))
                 return
@@ -245,4 +263,6 @@ class RandomFeatureOperator(OperatorEstimator):
         self.intercept_ = np.asarray(intercept, dtype=dtype).reshape(m)
 
     def _predict_kernel(self):
-        return _predict_block, (self.omega_, self.b_, self.coef_, self.intercept_)
+        # models saved before the centre was kept load without it: None, c = 0
+        return _predict_block, (self.omega_, self.b_, self.coef_, self.intercept_,
+                                getattr(self, "input_centre_", None))

@@ -50,6 +50,26 @@ def test_cupy_in_cupy_out_equals_cpu(data, solver, N):
     assert rel(gpu.coef_, cpu.coef_) < 1e-6  # coefficients carry the Gram's conditioning
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_gpu_fit_at_a_large_offset_is_centred_as_on_cpu(data, lazy):
+    """float32 inputs 1e4 away from the origin: the GPU fits (in memory; dask, streamed) measure
+    them from the CPU fit's centre, with its phases, and predict as it does."""
+    import dask.array as da
+
+    U, V = data
+    U, V = (U.reshape(300, -1) + 1e4).astype(np.float32), V.astype(np.float32)
+    kw = dict(n_features=400, gamma=0.05, alpha=1e-4, random_state=1)
+    cpu = RandomFeatureOperator(**kw).fit(U, V)
+    Ug, Vg = cupy.asarray(U), cupy.asarray(V)
+    if lazy:
+        Ug, Vg = da.from_array(Ug, chunks=(40, -1), asarray=False), da.from_array(Vg, chunks=(40, -1), asarray=False)
+    gpu = RandomFeatureOperator(**kw).fit(Ug, Vg)
+    np.testing.assert_array_equal(backend.to_numpy(gpu.input_centre_), cpu.input_centre_)
+    np.testing.assert_array_equal(backend.to_numpy(gpu.b_), cpu.b_)
+    pred = gpu.predict(cupy.asarray(U[:50]))
+    assert rel(pred, cpu.predict(U[:50])) < 1e-4
+
+
 def test_pca_power_on_gpu_equals_cpu(data):
     """The input metric is found on the host from a sample of the CuPy inputs; the draw through it
     and the fit run as without it."""

@@ -12,11 +12,12 @@ from rfol_dask import RandomFeatureOperator
 from rfol_dask.metrics import relative_l2_error
 
 
-def plain_numpy_fit_predict(U, V, Ut, omega, b, alpha, fit_intercept, solver):
-    """The textbook formulas, with the same Omega and b."""
+def plain_numpy_fit_predict(U, V, Ut, omega, b, alpha, fit_intercept, solver, centre=None):
+    """The textbook formulas, with the same Omega and b, the inputs measured from ``centre``."""
     N = omega.shape[1]
-    A = np.sqrt(2.0 / N) * np.cos(U @ omega + b)
-    At = np.sqrt(2.0 / N) * np.cos(Ut @ omega + b)
+    centre = np.zeros(U.shape[1]) if centre is None else centre
+    A = np.sqrt(2.0 / N) * np.cos((U - centre) @ omega + b)
+    At = np.sqrt(2.0 / N) * np.cos((Ut - centre) @ omega + b)
     mu = A.mean(0) if fit_intercept else np.zeros(N)
     vbar = V.mean(0) if fit_intercept else np.zeros(V.shape[1])
     Ac, Vc = A - mu, V - vbar
@@ -36,7 +37,7 @@ def test_matches_plain_numpy(solver, n_features, fit_intercept, distribution):
     model = RandomFeatureOperator(n_features=n_features, distribution=distribution, gamma=0.5, alpha=1e-4,
                                   fit_intercept=fit_intercept, solver=solver, random_state=0)
     pred = model.fit(U, V).predict(Ut)
-    ref = plain_numpy_fit_predict(U, V, Ut, model.omega_, model.b_, 1e-4, fit_intercept, solver)
+    ref = plain_numpy_fit_predict(U, V, Ut, model.omega_, model.b_, 1e-4, fit_intercept, solver, model.input_centre_)
     assert model.solver_ == solver
     np.testing.assert_allclose(pred, ref, rtol=1e-8, atol=1e-8 * np.abs(ref).max())
     # the dask path gives the same predictions
@@ -50,7 +51,7 @@ def test_matches_sklearn_ridge_on_same_features(fit_intercept):
     U, V = smooth_operator_data(150, 16)
     model = RandomFeatureOperator(n_features=400, gamma=1.0, alpha=1e-3, fit_intercept=fit_intercept,
                                   random_state=3).fit(U, V)
-    A = np.sqrt(2.0 / 400) * np.cos(U @ model.omega_ + model.b_)
+    A = np.sqrt(2.0 / 400) * np.cos((U - model.input_centre_) @ model.omega_ + model.b_)
     ridge = Ridge(alpha=1e-3, fit_intercept=fit_intercept).fit(A, V)
     np.testing.assert_allclose(model.coef_, ridge.coef_.T, rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(model.intercept_, ridge.intercept_ if fit_intercept else 0, atol=1e-9)

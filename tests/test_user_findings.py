@@ -329,7 +329,7 @@ def test_alpha_zero_is_the_min_norm_interpolant_on_every_path(n_features, solver
         with pytest.warns(RuntimeWarning, match="blocked"):
             blocked = _rf(n_features=n_features, gamma=0.3, alpha=0.0, solver=solver, max_gram_bytes=1000).fit(X, Y)
         np.testing.assert_allclose(blocked.predict(Ut), model.predict(Ut), rtol=1e-9, atol=1e-9)
-    A, At = (np.sqrt(2 / n_features) * np.cos(W @ model.omega_ + model.b_) for W in (U, Ut))
+    A, At = (np.sqrt(2 / n_features) * np.cos((W - model.input_centre_) @ model.omega_ + model.b_) for W in (U, Ut))
     mu, vbar = A.mean(0), V.mean(0)
     expected = (At - mu) @ (np.linalg.pinv(A - mu) @ (V - vbar)) + vbar
     np.testing.assert_allclose(np.asarray(model.predict(Ut)), expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max())

@@ -25,13 +25,13 @@ from numpy.typing import DTypeLike
 from ..backend import device_namespace, is_array_api, is_cupy, namespace
 from ..memory import check_gram_memory, check_tile_memory, dual_plan, n_slots
 from ..progress import active_client
-from .graph import MAX_TILE_BLOCKS, row_blocks
+from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
 from .in_memory import fit_numpy
 from .primal import fit_primal
 from .streamed import fit_streamed
 from .tiled import fit_tiled
 
-__all__ = ["choose_solver", "check_min_norm", "fit_numpy", "fit_dask"]
+__all__ = ["choose_solver", "check_min_norm", "fit_numpy", "fit_dask", "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):
@@ -64,7 +64,8 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
 def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],
              n_features: int, dtype: DTypeLike, alpha: float, fit_intercept: bool, solver: str,
              column_block: int | None = None, progress: bool = False,
-             max_gram_bytes: float | None = None, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+             max_gram_bytes: float | None = None, device: str = "cpu",
+             input_centre: InputCentre | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
 
     Runs on the active ``distributed.Client`` if any, else dask's local scheduler. The dual
@@ -101,6 +102,11 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     device : {"cpu", "cuda"}, default="cpu"
         Where the workers compute numpy chunks; CuPy chunks are computed on their GPU whatever
         this says. Only the streamed dual runs on GPUs.
+    input_centre : InputCentre, optional
+        Measure the inputs from the model's input centre: it is made in the graph from the first
+        samples (:class:`.graph.InputCentre`; left in ``input_centre.value``), folded into the
+        phases the workers draw and subtracted from the rows of each block before its features
+        (:func:`rfol_dask.features.feature_map`; before the cast to ``dtype``). None: no centre.
 
     Returns
     -------
@@ -147,7 +153,10 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     tiled = solver == "dual" and plan.blocked  # its blocks make features: n_features values a row
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client, max_blocks=MAX_TILE_BLOCKS if tiled else None,
                                       row_bytes=n_features * dtype.itemsize)
-    common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress)
+    if input_centre is not None:
+        input_centre.attach(Ub, starts, dtype, TaskNames())
+    common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress,
+                  input_centre=input_centre)
     if solver == "primal":
         return fit_primal(Ub, Vb, starts, cols, frequencies, **common)
     if plan.blocked:

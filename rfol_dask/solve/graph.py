@@ -9,12 +9,13 @@ import dask
 import numpy as np
 
 from ..backend import is_array_api, to_numpy
+from ..features import CENTRE_ROWS, input_centre
 from ..gram import check_finite
 from ..linalg import first_ridge
 from ..memory import n_slots
 from ..progress import compute
 
-__all__ = ["TaskNames", "row_blocks", "column_blocks", "tree_sum", "iadd", "chained_sum", "block_vsum",
+__all__ = ["TaskNames", "InputCentre", "row_blocks", "column_blocks", "tree_sum", "iadd", "chained_sum", "block_vsum",
            "column_slab", "rows", "Columns", "compute_fit"]
 
 
@@ -28,6 +29,35 @@ class TaskNames:
 
     def __call__(self, name, *index):
         return "-".join([name, self.token, *map(str, index)])
+
+
+class InputCentre:
+    """The input centre of a dask fit (:func:`rfol_dask.features.input_centre`), made in its graph:
+    :meth:`attach` adds the task, ``kwargs`` passes it to the recipe and the feature tasks,
+    :func:`compute_fit` computes it with the fit and leaves it in ``value`` (numpy (n,))."""
+
+    def __init__(self):
+        self.task = self.value = None
+
+    def attach(self, Ub, starts, dtype, names):
+        """The task ``input-centre`` on the first row blocks ``Ub`` (offsets ``starts``) that hold
+        :data:`rfol_dask.features.CENTRE_ROWS` samples."""
+        k = max(1, int(np.searchsorted(starts, CENTRE_ROWS, side="left")))
+        self.task = dask.delayed(_checked_centre)(dtype, starts[:k], *Ub[:k], dask_key_name=names("input-centre"))
+        return self
+
+    @staticmethod
+    def kwargs(centre):
+        """``{"input_centre": the task}`` for the calls that take it, ``{}`` without a centre."""
+        return {} if centre is None else {"input_centre": centre.task}
+
+
+def _checked_centre(dtype, starts, *blocks):
+    """:func:`rfol_dask.features.input_centre` of the row blocks (offsets ``starts``), each checked
+    for NaN / Inf first: a bad value is named in its block, not spread by the centre to every row."""
+    for B, start in zip(blocks, starts):
+        check_finite(B if is_array_api(B) else np.asarray(B), int(start), "U")
+    return input_centre(dtype, *blocks)
 
 
 #: the tiled duals (:mod:`.tiled`, the kernel model) take at most this many row blocks: their
@@ -153,9 +183,19 @@ class BlockedFactorError(ValueError):
     """The blocked Cholesky factorisation of a fit graph failed (:func:`compute_fit`)."""
 
 
-def compute_fit(*collections, progress, client, desc, alpha, consume=None):
+def compute_fit(*collections, progress, client, desc, alpha, consume=None, centre=None):
     """``progress.compute`` for a fit graph (``consume``: see there); a failed blocked Cholesky
-    becomes a :class:`BlockedFactorError` (a ValueError; :func:`with_ridges` retries it)."""
+    becomes a :class:`BlockedFactorError` (a ValueError; :func:`with_ridges` retries it). An
+    :class:`InputCentre` ``centre`` is computed alongside, into ``centre.value``."""
+    if centre is not None:
+        n, given = len(collections), consume
+        collections = (*collections, centre.task)
+
+        def consume(i, result):
+            if i == n:
+                centre.value = result
+            elif given is not None:
+                given(i, result)
     try:
         return compute(*collections, progress=progress, client=client, desc=desc, consume=consume)
     except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky

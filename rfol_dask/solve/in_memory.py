@@ -48,7 +48,7 @@ def _dual_gram_solve(K, V, alpha, fit_intercept):
     return fac, dual_solve(fac, V)
 
 
-def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None):
+def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_centre=None):
     """The dual fit without the features ``A`` (M x N) ever whole: two passes over feature slabs.
 
     Parameters
@@ -71,6 +71,8 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None):
         config ``rfol_dask.slab-bytes``, else :data:`rfol_dask.memory.SLAB_BYTES`); the
         widths are those of the streamed dual (:func:`.streamed.feature_slabs`), the last
         slab ragged.
+    input_centre : array of shape (n,), optional
+        The model's input centre (:func:`rfol_dask.features.feature_map`).
 
     Returns
     -------
@@ -92,7 +94,8 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None):
     ``2 M n N`` flops for the slabs made again.
     """
     xp = namespace(omega)
-    U, V = _checked(U, omega, "U"), _checked(V, omega)
+    # with a centre, U keeps its dtype: its rows are centred, then cast (features.feature_map)
+    U, V = _checked(U, omega if input_centre is None else U, "U"), _checked(V, omega)
     (M, m), N = V.shape, omega.shape[1]
     if slab_bytes is None:
         slab_bytes = int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
@@ -100,7 +103,7 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None):
 
     def slab(f0, f1):  # A[:, f0:f1] (exactly centred if fit_intercept) and its shift
         return slab_features(U, lambda columns: (omega[:, f0:f1], b[f0:f1]), N, f0, f1, fit_intercept,
-                             shift_rows=None)
+                             shift_rows=None, input_centre=input_centre)
 
     K, shifts = None, []
     for f0, f1 in slabs:
@@ -120,7 +123,8 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None):
 
 
 def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *, alpha: float,
-              fit_intercept: bool, solver: str, slab_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+              fit_intercept: bool, solver: str, slab_bytes: int | None = None,
+              input_centre: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients in memory (numpy, no graph).
 
     Parameters
@@ -134,7 +138,7 @@ def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *,
     omega : ndarray of shape (n, N)
         Frequencies; their dtype (float32 or float64) is the working precision.
     b : ndarray of shape (N,)
-        Phases.
+        Phases (folded with ``input_centre``, :func:`rfol_dask.features.draw_frequencies`).
     alpha : float
         Ridge parameter (>= 0).
     fit_intercept : bool
@@ -145,6 +149,9 @@ def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *,
     slab_bytes : int, optional
         Bytes of one feature slab of the dual outside numpy (:func:`dual_slabs`; default: dask
         config ``rfol_dask.slab-bytes``, else :data:`rfol_dask.memory.SLAB_BYTES`, 256 MiB).
+    input_centre : ndarray of shape (n,), optional
+        The model's input centre, subtracted from the rows of ``U`` as the features are made
+        (:func:`rfol_dask.features.feature_map`: ``U`` is not copied; an 8 MiB scratch).
 
     Returns
     -------
@@ -179,16 +186,17 @@ def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *,
     """
     dtype, xp = omega.dtype, namespace(omega)
     if solver == "dual" and not is_fast(xp):
-        return dual_slabs(U, V, omega, b, alpha=alpha, fit_intercept=fit_intercept, slab_bytes=slab_bytes)
+        return dual_slabs(U, V, omega, b, alpha=alpha, fit_intercept=fit_intercept, slab_bytes=slab_bytes,
+                          input_centre=input_centre)
     if solver == "dual":
-        A = features_block(U, omega, b)
+        A = features_block(U, omega, b, input_centre=input_centre)
         shift = xp.mean(A, axis=0) if fit_intercept else xp.zeros(A.shape[1], dtype=dtype)  # exact centring
         A -= shift
         fac, Beta = dual_numpy(A, V, dual_tile, alpha=alpha, fit_intercept=fit_intercept)
         C = A.T @ Beta
         return C, dual_intercept(fac, Beta, C, shift)
-    shifts = block_means(U, V, omega, b, fit_intercept)
+    shifts = block_means(U, V, omega, b, fit_intercept, input_centre=input_centre)
     sums = None
     for s, e in row_ranges(U.shape[0], omega.shape[1] * itemsize(dtype)):
-        sums = primal_partial(U[s:e, ...], V[s:e, ...], omega, b, s, sums, shifts)
+        sums = primal_partial(U[s:e, ...], V[s:e, ...], omega, b, s, sums, shifts, input_centre)
     return primal_solve(primal_factor(sums, shifts, alpha, fit_intercept), 0, V.shape[1])

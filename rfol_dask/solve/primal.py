@@ -9,26 +9,27 @@ import dask
 from ..factor import primal_factor, primal_solve
 from ..gram import add_partials, block_means, primal_partial
 from ..memory import n_slots
-from .graph import Columns, TaskNames, chained_sum, compute_fit
+from .graph import Columns, InputCentre, TaskNames, chained_sum, compute_fit
 
 __all__ = ["fit_primal"]
 
 
-def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, client, progress):
+def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, client, progress, input_centre=None):
     """The primal random-feature fit on the delayed row blocks ``Ub`` (k_i, n), ``Vb`` (k_i, m)
     (offsets ``starts``, output column blocks ``cols``); the workers draw the frequencies with
-    the recipe ``frequencies()``. Returns numpy ``(coef (N, m), intercept (m,))``; on a cluster
+    the recipe ``frequencies()``; ``input_centre``: the fit's :class:`.graph.InputCentre`, or None. Returns numpy ``(coef (N, m), intercept (m,))``; on a cluster
     each column block of them is gathered as soon as it is solved.
 
     Features are made per row block (never concatenated) in tasks ``primal-partial``; memory
     per chain ``N^2 + N m`` plus one block of features.
     """
     names = TaskNames()
-    om, bb = dask.delayed(frequencies, pure=True, nout=2)()
-    shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)
+    centred = InputCentre.kwargs(input_centre)
+    om, bb = dask.delayed(frequencies, pure=True, nout=2)(**centred)
+    shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)
 
     def add_block(i, acc):
-        return dask.delayed(primal_partial)(Ub[i], Vb[i], om, bb, starts[i], acc, shifts,
+        return dask.delayed(primal_partial)(Ub[i], Vb[i], om, bb, starts[i], acc, shifts, **centred,
                                             dask_key_name=names("primal-partial", i))
 
     sums = chained_sum(len(Ub), n_slots(client), add_block, dask.delayed(add_partials))
@@ -41,5 +42,6 @@ def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, clien
         out.put_coef(k, result[0])
         out.put_intercept(k, result[1])
 
-    compute_fit(*solved, progress=progress, client=client, desc="fit (primal)", alpha=alpha, consume=consume)
+    compute_fit(*solved, progress=progress, client=client, desc="fit (primal)", alpha=alpha, consume=consume,
+                centre=input_centre)
     return out.coef, out.intercept

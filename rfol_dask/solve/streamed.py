@@ -37,6 +37,7 @@ of the slabs mode less the second pass's features.
 
 from __future__ import annotations
 
+import functools
 import glob
 import logging
 import math
@@ -266,30 +267,32 @@ def _colsum(X):
     return backend.namespace(X).sum(X, axis=0)
 
 
-def slab_features(U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS):
+def slab_features(U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None):
     """Features ``A[:, f0:f1]`` (M, f1 - f0) of all of ``U`` (M, n) minus their mean ``s_f``
     over the first ``shift_rows`` samples (if ``centre``; ``shift_rows=None``: over all of them,
     the exact column means), and that shift (or None).
     ``frequencies(columns=(f0, f1))`` draws the slab of ``(Omega, b)`` (a
-    ``features.draw_frequencies`` recipe); ``n_features`` is the model's ``N``."""
+    ``features.draw_frequencies`` recipe); ``n_features`` is the model's ``N``; ``input_centre``
+    (n,) the model's (:func:`rfol_dask.features.feature_map`)."""
     xp = backend.namespace(U)
     omega, b = (backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
     if not centre:
-        return feature_map(U, omega, b, n_features=n_features), None
+        return feature_map(U, omega, b, n_features=n_features, input_centre=input_centre), None
     if shift_rows is None:
-        A = feature_map(U, omega, b, n_features=n_features)
+        A = feature_map(U, omega, b, n_features=n_features, input_centre=input_centre)
         shift = xp.mean(A, axis=0)
         A -= shift
         return A, shift
-    shift = slab_shift(U, omega, b, n_features, shift_rows)
-    return feature_map(U, omega, b, shift=shift, n_features=n_features), shift
+    shift = slab_shift(U, omega, b, n_features, shift_rows, input_centre)
+    return feature_map(U, omega, b, shift=shift, n_features=n_features, input_centre=input_centre), shift
 
 
-def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS):
+def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS, input_centre=None):
     """The centring shift ``s_f`` of a slab: the mean of its features over the first
     ``shift_rows`` samples of ``U`` (all of them if fewer), in ``U``'s namespace."""
     head = U[:min(shift_rows, U.shape[0]), ...]
-    return backend.namespace(U).mean(feature_map(head, omega, b, n_features=n_features), axis=0)
+    return backend.namespace(U).mean(feature_map(head, omega, b, n_features=n_features, input_centre=input_centre),
+                                     axis=0)
 
 
 def _slab_threads(U):
@@ -455,7 +458,8 @@ def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
 
 
 def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client,
-                      slab_bytes, token=None, device="cpu", out=None, draw_on=None, n_inputs=0, mode="slabs"):
+                      slab_bytes, token=None, device="cpu", out=None, draw_on=None, n_inputs=0, mode="slabs",
+                      input_centre=None):
     """The streamed dual fit (see the module docstring) on the delayed row blocks ``Ub``
     (k_i, n), ``Vb`` (k_i, m) with offsets ``starts``; returns ``slabs``, a list of
     ``((f0, f1), delayed (rows of C or None, s_f^T C_f or None))`` (:func:`coef_slab`), and
@@ -467,11 +471,16 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
     (:func:`draw_slab`, ``n_inputs`` rows each; None: in the slab tasks, as on the CPU).
     ``mode="rows"``: each worker keeps its features and grows its Gram row block by row block as
     the blocks are read (:func:`gram_rows`), instead of making feature slabs of the stacked
-    ``U`` twice."""
+    ``U`` twice. ``input_centre``: the fit's :class:`.graph.InputCentre` (or None), folded into the
+    recipe the tasks draw with and subtracted from the rows as they are stacked
+    (:func:`rfol_dask.gram.stack_rows`: before the cast to ``dtype``, with no copy of its own)."""
     names = TaskNames()
     workers = worker_addresses(client)
     M, itemsize = int(starts[-1]), np.dtype(dtype).itemsize
     groups = feature_slabs(M, n_features, len(workers), itemsize, slab_bytes)
+    centre = None if input_centre is None else input_centre.task
+    if centre is not None:  # the recipe every task draws with, the centre bound into it
+        frequencies = dask.delayed(functools.partial, pure=True)(frequencies, input_centre=centre)
     if draw_on is not None:  # each block moved to the device as soon as it is read
         Ub = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-inputs", i)) for i, B in enumerate(Ub)]
         Vb = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-outputs", i)) for i, B in enumerate(Vb)]
@@ -479,11 +488,11 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
     if rows_mode:  # the row blocks of each step, checked and stacked where they are computed
         steps = row_steps(starts)
         Ub = [dask.delayed(stack_rows)([int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)], dtype, device,
-                                       *(Ub[i] for i in s), offset=int(starts[s[0]]),
+                                       *(Ub[i] for i in s), offset=int(starts[s[0]]), centre=centre,
                                        dask_key_name=names("check-inputs", k)) for k, s in enumerate(steps)]
         row_starts = [int(starts[s[0]]) for s in steps]
     else:
-        U = dask.delayed(stack_rows)(starts, dtype, device, *Ub, dask_key_name=names("stack-inputs"))
+        U = dask.delayed(stack_rows)(starts, dtype, device, *Ub, centre=centre, dask_key_name=names("stack-inputs"))
         args = (U, frequencies, n_features)
     grams, residents = [], []
     for w, group in zip(workers, groups):
@@ -553,7 +562,7 @@ def _in_process():
 
 
 def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
-                 slab_bytes, device="cpu", draw_on=None, n_inputs=0):
+                 slab_bytes, device="cpu", draw_on=None, n_inputs=0, input_centre=None):
     """Run :func:`dual_stream_graph` in one ``compute``; returns numpy ``(coef (N, m), intercept (m,))``.
     On a cluster each slab's coefficient rows are gathered into ``coef`` as soon as they are
     made, while the workers make the next ones, and then forgotten on the cluster; dask's local
@@ -580,7 +589,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
                                              fit_intercept=fit_intercept, dtype=dtype, client=client,
                                              slab_bytes=slab_bytes, token=token, device=device,
                                              out=coef if client is None and _in_process() else None,
-                                             draw_on=draw_on, n_inputs=n_inputs, mode=mode)
+                                             draw_on=draw_on, n_inputs=n_inputs, mode=mode, input_centre=input_centre)
 
         def consume(i, result):
             if i == len(slabs):
@@ -593,7 +602,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
                 got["shift"] += shifted
 
         compute_fit(*(slab for _, slab in slabs), intercept, progress=progress, client=client, desc="fit (dual)",
-                    alpha=alpha, consume=consume)
+                    alpha=alpha, consume=consume, centre=input_centre)
     finally:
         if token is not None:
             t0 = time.perf_counter()

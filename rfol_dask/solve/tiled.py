@@ -16,7 +16,7 @@ from ..gram import block_means, dual_tile, features_block
 from ..linalg import stands_on_rounding
 from ..memory import memory_plan, n_slots
 from ..placement import on_one_worker
-from .graph import (Columns, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum,
+from .graph import (Columns, InputCentre, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum,
                     with_ridges)
 
 __all__ = ["dual_graph", "fit_tiled", "cross_block"]
@@ -132,9 +132,11 @@ def cross_block(A, Beta_rows, acc=None):
     return acc
 
 
-def fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress):
+def fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
+              input_centre=None):
     """The tiled random-feature dual fit, factorised blocked across the workers, on the delayed row blocks ``Ub``, ``Vb`` (offsets
-    ``starts``); the frequencies come from the recipe ``frequencies()``. Returns numpy
+    ``starts``); the frequencies come from the recipe ``frequencies()``, the inputs are measured from
+    the fit's :class:`.graph.InputCentre` ``input_centre`` (if any). Returns numpy
     ``(coef (N, m), intercept (m,))``.
 
     Features per row block (task ``features``) feed the Gram tiles; ``C = sum_i A_i^T Beta_i``
@@ -146,18 +148,20 @@ def fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_inter
     """
     return with_ridges(lambda ridge: _fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, alpha=ridge,
                                                 fit_intercept=fit_intercept, dtype=dtype, client=client,
-                                                progress=progress), alpha, dtype)
+                                                progress=progress, input_centre=input_centre), alpha, dtype)
 
 
-def _fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress):
+def _fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
+               input_centre=None):
     """One try of :func:`fit_tiled` with the ridge ``alpha``."""
     names = TaskNames()
     nb = len(Ub)
-    om, bb = dask.delayed(frequencies, pure=True, nout=2)()
-    shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept)[0]
+    centred = InputCentre.kwargs(input_centre)
+    om, bb = dask.delayed(frequencies, pure=True, nout=2)(**centred)
+    shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)[0]
 
     def features(name):
-        return [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift, dask_key_name=names(name, i))
+        return [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i))
                 for i in range(nb)]
 
     A = features("features")
@@ -172,5 +176,6 @@ def _fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_inte
         intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
     out, nc = Columns(cols), len(cols)
     compute_fit(*coefs, *intercepts, progress=progress, client=client, desc="fit (dual)", alpha=alpha,
-                consume=lambda i, r: out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r))
+                consume=lambda i, r: out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r),
+                centre=input_centre)
     return out.coef, out.intercept
