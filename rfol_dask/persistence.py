@@ -34,9 +34,12 @@ __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "desc
            "estimator_state", "restore_estimator"]
 
 
-MODEL_FORMAT = 1
+MODEL_FORMAT = 2
 """Layout version of a saved model, written as the attribute ``rfol_dask_format``.
 
+* 2: a RandomFeatureOperator keeps its input centre ``input_centre_``, and its ``b_`` are the
+  phases of the centred inputs: an rfol_dask of format 1 would ignore the centre and predict
+  wrongly, so it refuses these models. Models of format 1 or 0 load with no centre (``c = 0``).
 * 1: NaN fill value for float arrays, a SHA-256 checksum per array (``rfol_dask_checksums``,
   verified on load) and the save time (``rfol_dask_saved``, ns since the epoch).
 * 0 (no attribute): models saved before the format was versioned. They

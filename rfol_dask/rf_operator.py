@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import numbers
@@ -12,7 +13,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import backend
 from .estimator import OperatorEstimator
-from .features import DISTRIBUTIONS, draw_frequencies, feature_map, input_centre, integer_seed
+from .features import CENTRE_ROWS, DISTRIBUTIONS, draw_frequencies, feature_map, input_centre, integer_seed
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory
 from .solve import InputCentre, check_min_norm, choose_solver, fit_dask, fit_numpy
@@ -39,6 +40,14 @@ def _predict_block(U, omega, b, coef, intercept, input_centre=None):
 
 
 logger = logging.getLogger("rfol_dask")
+
+
+def _head_centre(U, dtype):
+    """The input centre (:func:`rfol_dask.features.input_centre`) of the dask array ``U`` (M, n),
+    from its first rows, computed before a fit (numpy; the rows checked for NaN / Inf)."""
+    head = U[:CENTRE_ROWS].map_blocks(backend.to_numpy, meta=np.empty((0, 0), dtype=U.dtype)).compute()
+    check_finite(head, 0, "U")
+    return input_centre(dtype, head)
 
 
 def _timed_draw(recipe):
@@ -231,18 +240,24 @@ class RandomFeatureOperator(OperatorEstimator):
         recipe = functools.partial(draw_frequencies, U.shape[1], self.n_features, self.distribution, self.gamma_,
                                    self.nu, seed, dtype=dtype, metric=self.input_metric_)
         if lazy:
-            # the workers draw what they need, the centre made in the fit's graph folded in (so the
-            # data are read once); the client draws Omega after the fit
-            centre = InputCentre()
-            t0 = time.perf_counter()
-            coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
-                                       solver=self.solver_, column_block=self.column_block,
-                                       progress=self.progress, max_gram_bytes=self.max_gram_bytes,
-                                       frequencies=recipe, n_features=self.n_features, dtype=dtype,
-                                       device=self._device(), input_centre=centre)
-            t1 = time.perf_counter()
-            self.input_centre_ = centre.value
-            self.omega_, self.b_ = _timed_draw(functools.partial(recipe, input_centre=centre.value))
+            # the workers draw what they need, the centre folded in. On the CPU the centre is made in
+            # the fit's graph (the data are read once) and the client draws Omega after the fit (its
+            # workers may share this host's memory). On GPUs, whose workers hold the Gram and slabs in
+            # device memory, the client draws meanwhile, from a centre made first from the first rows.
+            centre = InputCentre(_head_centre(U, dtype) if on_gpu else None)
+            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
+                drawn = pool.submit(_timed_draw, functools.partial(recipe, input_centre=centre.value)) if on_gpu \
+                    else None
+                t0 = time.perf_counter()
+                coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
+                                           solver=self.solver_, column_block=self.column_block,
+                                           progress=self.progress, max_gram_bytes=self.max_gram_bytes,
+                                           frequencies=recipe, n_features=self.n_features, dtype=dtype,
+                                           device=self._device(), input_centre=centre)
+                t1 = time.perf_counter()
+                self.input_centre_ = centre.value
+                self.omega_, self.b_ = drawn.result() if on_gpu else \
+                    _timed_draw(functools.partial(recipe, input_centre=centre.value))
             logger.debug("dask fit %.3f s, then %.3f s for the client's draw of Omega", t1 - t0,
                          time.perf_counter() - t1)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)

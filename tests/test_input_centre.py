@@ -8,6 +8,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
+import zarr
 
 from rfol_dask import RandomFeatureOperator
 from rfol_dask.features import draw_frequencies, feature_map, input_centre
@@ -139,6 +140,7 @@ def test_a_model_saved_without_a_centre_loads_and_predicts_as_before(tmp_path):
     old.input_centre_ = None
     path = old.save(tmp_path / "old.zarr")
     assert not (tmp_path / "old.zarr" / "input_centre_").exists()
+    zarr.open_group(str(path), mode="r+").attrs["rfol_dask_format"] = 1  # as such models were saved
     loaded = RandomFeatureOperator.load(path)
     assert loaded.input_centre_ is None
     want = np.sqrt(2 / 150) * np.cos((Ut + 50.0) @ old.omega_ + old.b_) @ old.coef_ + old.intercept_

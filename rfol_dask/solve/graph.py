@@ -34,14 +34,18 @@ class TaskNames:
 class InputCentre:
     """The input centre of a dask fit (:func:`rfol_dask.features.input_centre`), made in its graph:
     :meth:`attach` adds the task, ``kwargs`` passes it to the recipe and the feature tasks,
-    :func:`compute_fit` computes it with the fit and leaves it in ``value`` (numpy (n,))."""
+    :func:`compute_fit` computes it with the fit and leaves it in ``value`` (numpy (n,)). Given a
+    ``value`` (made before the fit), the graph carries that instead."""
 
-    def __init__(self):
-        self.task = self.value = None
+    def __init__(self, value=None):
+        self.task, self.value = None, value
 
     def attach(self, Ub, starts, dtype, names):
         """The task ``input-centre`` on the first row blocks ``Ub`` (offsets ``starts``) that hold
-        :data:`rfol_dask.features.CENTRE_ROWS` samples."""
+        :data:`rfol_dask.features.CENTRE_ROWS` samples (or the given value)."""
+        if self.value is not None:
+            self.task = dask.delayed(self.value, pure=True, traverse=False)
+            return self
         k = max(1, int(np.searchsorted(starts, CENTRE_ROWS, side="left")))
         self.task = dask.delayed(_checked_centre)(dtype, starts[:k], *Ub[:k], dask_key_name=names("input-centre"))
         return self
