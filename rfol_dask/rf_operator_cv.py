@@ -121,7 +121,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
     cv : None, int or scikit-learn splitter, default=None
         None: validate on the last 20 % of the training samples; an int: that many
         (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
-        index arrays. Scores are averaged over splits (validation samples whose output is
+        index arrays (a list: a generator is used up by one fit). Scores are averaged over splits (validation samples whose output is
         identically zero are left out of the relative error).
     coarse : float or None, default=0.125
         Coarse stage on this fraction of the features (at least 256) and of the (training and

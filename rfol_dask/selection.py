@@ -226,7 +226,8 @@ class SelectionCV(OperatorEstimator):
         return np.dtype(np.float64)
 
     def _splits(self, M):
-        """``[(train rows, validation rows)]`` of the training set (M samples)."""
+        """``[(train rows, validation rows)]`` of the training set (M samples); ValueError if ``cv``
+        gives none (a used-up generator) or one with fewer than 2 training or no validation rows."""
         from sklearn.model_selection import KFold
 
         if self.cv is None:
@@ -238,11 +239,14 @@ class SelectionCV(OperatorEstimator):
             splits = list(self.cv.split(np.zeros((M, 1))))
         else:  # an iterable of (train, validation) index arrays or boolean masks
             splits = [(_split_rows(tr, M, "training"), _split_rows(va, M, "validation")) for tr, va in self.cv]
-        for tr, va in splits:
+        if not splits:
+            raise ValueError("cv gave no splits (a generator is used up by one fit): pass a list of (train, "
+                             "validation) index pairs or a splitter such as KFold(5)")
+        for k, (tr, va) in enumerate(splits):
             if len(tr) < 2 or len(va) < 1:
                 raise ValueError(f"{type(self).__name__} needs at least 2 training and 1 validation sample per "
-                                 f"split; got n_samples = {M} ({len(tr)} / {len(va)}): pass more samples or "
-                                 "another cv")
+                                 f"split; split {k} has {len(tr)} / {len(va)} of n_samples = {M}: pass more "
+                                 "samples or another cv")
         return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
 
     def _data(self, U, V, lazy):

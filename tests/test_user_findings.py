@@ -632,3 +632,29 @@ def test_slabs_count_their_frequencies_and_a_cache_typo_is_refused():
     with dask.config.set({"rfol_dask.feature-cache": "dsik"}):
         with pytest.raises(ValueError, match="feature-cache must be 'disk' or 'none', got 'dsik'"):
             _rf(solver="dual").fit(da.from_array(U, chunks=20), da.from_array(V, chunks=20))
+
+
+# --- found 2026-11-27 (ninth session): the searches' cv and refit, store errors, dims, curves -----
+
+@pytest.mark.parametrize("search", ["rf", "kernel"])
+def test_a_cv_without_splits_or_with_an_empty_side_is_named(search):
+    """A generator cv used up by the first fit, and cv=[], failed with 'min() arg is an empty
+    sequence'; a split with no validation rows was told to 'pass more samples'."""
+    from sklearn.model_selection import KFold
+
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V = smooth_operator_data(60, 8)
+    make = {"rf": lambda cv: RandomFeatureOperatorCV(n_features=20, distributions=("gaussian",), gammas=(1.0,),
+                                                     random_state=0, cv=cv),
+            "kernel": lambda cv: KernelOperatorCV(kernels=("rbf",), length_scales=(1.0,), cv=cv)}[search]
+    model = make(KFold(3).split(U)).fit(U, V)
+    assert model.n_splits_ == 3
+    for again in (model, make([])):
+        with pytest.raises(ValueError, match=r"cv gave no splits \(a generator is used up by one fit\): pass a list"):
+            again.fit(U, V)
+    rows = np.arange(60)
+    with pytest.raises(ValueError, match=r"split 1 has 50 / 0 of n_samples = 60: pass more samples or another cv"):
+        make([(rows[:50], rows[50:]), (rows[:50], rows[:0])]).fit(U, V)
+    with pytest.raises(ValueError, match=r"split 0 has 0 / 10 of n_samples = 60"):
+        make([(np.array([], dtype=int), rows[50:])]).fit(U, V)
