@@ -140,7 +140,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         gammas; :data:`rfol_dask.selection.NARROWER_TIE`): successive halving, a quarter of the
         fine stage's Gram flops. None or 1: the fine stage at full size, no final stage.
     refit : bool, default=True
-        Refit the winner on all training data as ``best_estimator_``.
+        Refit the winner on all training data as ``best_estimator_``; False: no ``best_estimator_``
+        (``predict``, ``score`` and ``save`` say so), the search's results only.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
         How each Gram is solved for all alphas: one eigendecomposition, one Cholesky
         factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).

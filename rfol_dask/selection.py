@@ -36,6 +36,7 @@ import time
 
 import dask
 import numpy as np
+from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from . import backend
@@ -181,21 +182,28 @@ class SelectionCV(OperatorEstimator):
     _narrower = 1  # the direction of narrower kernels on the scale multiples: +1 a larger gamma, -1 a shorter length
 
     # ------------------------------------------------------------------ delegation
+    def _refitted(self, method):
+        """``best_estimator_``; NotFittedError if there is none, saying why (not fitted, or ``refit=False``)."""
+        if not hasattr(self, "best_estimator_") and hasattr(self, "best_params_"):
+            name = type(self).__name__
+            raise NotFittedError(f"This {name} instance was initialized with refit=False: {method} is available only "
+                                 f"after refitting on the best parameters; fit again with refit=True, or fit "
+                                 f"{name.removesuffix('CV')} with best_params_ yourself")
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_
+
     def predict(self, X, **kwargs):
         """``best_estimator_.predict`` (see the base estimator)."""
-        check_is_fitted(self, "best_estimator_")
-        return self.best_estimator_.predict(X, **kwargs)
+        return self._refitted("predict").predict(X, **kwargs)
 
     def score(self, X, y=None, sample_weight=None):
         """``best_estimator_.score``: R^2 (use :data:`rfol_dask.metrics.relative_l2_scorer` for the
         relative L2 error)."""
-        check_is_fitted(self, "best_estimator_")
-        return self.best_estimator_.score(X, y, sample_weight)
+        return self._refitted("score").score(X, y, sample_weight)
 
     def save(self, path):
         """Save ``best_estimator_`` (load it with the base estimator's ``load``)."""
-        check_is_fitted(self, "best_estimator_")
-        return self.best_estimator_.save(path)
+        return self._refitted("save").save(path)
 
     @classmethod
     def load(cls, path):
@@ -218,6 +226,9 @@ class SelectionCV(OperatorEstimator):
             self.best_estimator_ = self._base_estimator(**self.best_params_).fit(
                 X, y, input_grid=input_grid, output_grid=output_grid, periods=periods)
             self.refit_time_ = time.perf_counter() - t1
+        else:  # an earlier fit's winner would predict for this one's best_params_
+            self.__dict__.pop("best_estimator_", None)
+            self.__dict__.pop("refit_time_", None)
         return self
 
     def _cast_dtype(self, data):

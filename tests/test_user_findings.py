@@ -658,3 +658,32 @@ def test_a_cv_without_splits_or_with_an_empty_side_is_named(search):
         make([(rows[:50], rows[50:]), (rows[:50], rows[:0])]).fit(U, V)
     with pytest.raises(ValueError, match=r"split 0 has 0 / 10 of n_samples = 60"):
         make([(np.array([], dtype=int), rows[50:])]).fit(U, V)
+
+
+@pytest.mark.parametrize("search", ["rf", "kernel"])
+def test_a_search_without_refit_says_so_and_keeps_no_earlier_winner(tmp_path, search):
+    """refit=False: predict said 'not fitted yet. Call fit' though best_params_ was set; and a
+    refit=True fit's best_estimator_ stayed on after a refit=False fit, predicting for other
+    parameters than best_params_."""
+    from sklearn.exceptions import NotFittedError
+
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V = smooth_operator_data(60, 8)
+    make = (lambda **kw: RandomFeatureOperatorCV(n_features=20, distributions=("gaussian",), random_state=0, **kw)
+            if search == "rf" else KernelOperatorCV(kernels=("rbf",), **kw))
+    name = type(make()).__name__
+    model = make(refit=False).fit(U, V)
+    for call, method in ((lambda: model.predict(U), "predict"), (lambda: model.score(U, V), "score"),
+                         (lambda: model.save(tmp_path / "m"), "save")):
+        with pytest.raises(NotFittedError, match=rf"This {name} instance was initialized with refit=False: {method} "
+                                                 rf"is available only after refitting on the best parameters; fit "
+                                                 rf"again with refit=True, or fit {name[:-2]} with best_params_"):
+            call()
+    model = make().fit(U, V)
+    model.set_params(refit=False).fit(U[:40], V[:40])
+    assert model.best_params_ and not hasattr(model, "best_estimator_") and not hasattr(model, "refit_time_")
+    with pytest.raises(NotFittedError, match="initialized with refit=False"):
+        model.predict(U)
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        type(model)().predict(U)
