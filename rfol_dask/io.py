@@ -105,19 +105,25 @@ def _check_store(ds, path, samples=None):
             f"command ({command}) to resume it (if that command was refused, for an under-resolved grid or too "
             "few steps, the corrected one with --overwrite)"
         )
-    readers = {name: _ChunkReader(path, name) for name in ("input", "output")
+    # a store of the generator can be generated again; a user's store only restored or written again
+    advice = f"regenerate it ({command} --overwrite)" if "dataset" in meta else "write the store again"
+    readers = {name: _ChunkReader(path, name, ds[name].dims, advice) for name in ("input", "output")
                if name in ds and os.path.isdir(os.path.join(path, name))}
     for reader in readers.values():
-        reader.check_complete(f"{command} --overwrite", samples)
+        reader.check_complete(samples)
     return readers
 
 
 class _ChunkReader:
-    """Array-like view of variable ``name`` of the Zarr store at ``path`` for ``da.from_array``;
-    a failed read names the store, the variable and the chunk (picklable: reopens the array)."""
+    """Array-like view of variable ``name`` (dims ``dims``) of the Zarr store at ``path`` for
+    ``da.from_array``; a failed read names the store, the variable, the chunk and its samples,
+    and says to restore the files or (``advice``) how else to mend the store (picklable: reopens
+    the array)."""
 
-    def __init__(self, path, name):
+    def __init__(self, path, name, dims, advice):
         self.path, self.name = os.path.abspath(path), name  # workers may run elsewhere
+        self.axis = dims.index("sample") if "sample" in dims else None
+        self.advice = f"restore the files or {advice}"
         arr = self.array
         self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
         self.stamp = os.stat(os.path.join(path, name)).st_mtime_ns
@@ -145,23 +151,27 @@ class _ChunkReader:
         return os.path.join(self.path, self.name, self.array.metadata.encode_chunk_key(index))
 
     def _samples(self, index):
-        a = index[0] * self.chunks[0] if self.ndim else 0
-        return f"samples {a}-{min(a + self.chunks[0], self.shape[0]) - 1}" if self.ndim else "the value"
+        """The samples of chunk ``index``: its range along the ``sample`` axis."""
+        if self.axis is None:
+            return "all samples"
+        c = self.chunks[self.axis]
+        a = index[self.axis] * c
+        return f"samples {a}-{min(a + c, self.shape[self.axis]) - 1}"
 
-    def check_complete(self, regenerate, samples=None):
+    def check_complete(self, samples=None):
         """ValueError naming the first chunk file of the variable (of its first ``samples``
         samples, if given) that is not in the store."""
         arr = self.array
         if arr.nchunks_initialized == arr.nchunks:
             return
-        rows = arr.cdata_shape[0] if samples is None or not self.ndim else -(-int(samples) // self.chunks[0])
+        rows = None if samples is None or self.axis is None else -(-int(samples) // self.chunks[self.axis])
         missing = [i for i in np.ndindex(*arr.cdata_shape)
-                   if (not self.ndim or i[0] < rows) and not os.path.exists(self._chunk_file(i))]
+                   if (rows is None or i[self.axis] < rows) and not os.path.exists(self._chunk_file(i))]
         if missing:
             raise ValueError(
                 f"data set at {self.path}: {len(missing)} chunk(s) of variable {self.name!r} are missing from the "
                 f"store (first: chunk {missing[0]}, {self._samples(missing[0])}, file {self._chunk_file(missing[0])}); "
-                f"the store is damaged: restore the files or regenerate it ({regenerate})")
+                f"the store is damaged: {self.advice}")
 
     def __getitem__(self, key):
         if self._identity() != self.identity:  # else: a wrong shape read as 'damaged', or the new data silently
@@ -174,8 +184,7 @@ class _ChunkReader:
             where = (f"chunk {bad} ({self._samples(bad)}, file {self._chunk_file(bad)})" if bad is not None
                      else f"region {key}")
             raise ValueError(f"cannot read {where} of variable {self.name!r} in the data set at {self.path}: "
-                             f"{type(exc).__name__}: {exc}; the file is damaged: restore it or regenerate the "
-                             "data set") from exc
+                             f"{type(exc).__name__}: {exc}; the store is damaged: {self.advice}") from exc
 
     def _find_bad_chunk(self, key):
         """The first chunk index within the region ``key`` (a tuple of slices) that fails to read."""

@@ -687,3 +687,29 @@ def test_a_search_without_refit_says_so_and_keeps_no_earlier_winner(tmp_path, se
         model.predict(U)
     with pytest.raises(NotFittedError, match="not fitted yet"):
         type(model)().predict(U)
+
+
+def test_a_users_store_with_samples_last_names_the_samples_of_a_bad_chunk(tmp_path):
+    """A store laid out (x, sample) named a missing chunk's samples along x ('samples 8-15', not
+    40-59), checked the chunks of other samples than the first ``samples``, and told the user to
+    regenerate it with 'rfol-dask generate NAME', which never wrote it."""
+    import zarr
+
+    from rfol_dask.io import open_dataset
+
+    U, V = smooth_operator_data(60, 16)
+    path = tmp_path / "mine.zarr"
+    xr.Dataset({"input": (("x", "sample"), U.T), "output": (("x", "sample"), V.T)},
+               coords={"x": np.linspace(0, 1, 16), "sample": np.arange(60)}).chunk({"x": 8, "sample": 20}).to_zarr(path)
+    key = zarr.open_array(str(path / "input"), mode="r").metadata.encode_chunk_key
+    (path / "input" / key((1, 2))).unlink()
+    missing = (r"1 chunk\(s\) of variable 'input' are missing from the store \(first: chunk \(1, 2\), samples 40-59, "
+               r"file .*\); the store is damaged: restore the files or write the store again$")
+    with pytest.raises(ValueError, match=missing):
+        _rf().fit(path)
+    assert open_dataset(path, samples=40).sizes["sample"] == 40  # the chunk is not among the first 40 samples
+    (path / "input" / key((1, 2))).write_bytes((path / "input" / key((1, 1))).read_bytes())
+    (path / "output" / key((0, 1))).write_bytes(b"not zstd data" * 8)
+    with pytest.raises(ValueError, match=r"cannot read chunk \(0, 1\) \(samples 20-39, file .*\) of variable 'output' "
+                                         r".*; the store is damaged: restore the files or write the store again$"):
+        _rf().fit(path)
