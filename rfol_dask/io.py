@@ -316,22 +316,45 @@ def ascending_grid(X):
     return X
 
 
-def as_operand(X, name, sort=True):
+def _no_sample_dim(X, name, model_dims, model_shape):
+    """The ValueError for a DataArray ``X`` without a ``sample`` dim, advising what fits the
+    model's grid dims and shape (None: not known, as at fit): ``expand_dims`` for one sample on
+    that grid, a rename only where one dim is left over for the samples."""
+    if "sample" in X.coords:  # X.sel(sample=k): one sample, its dim dropped
+        return ValueError(f"{name} holds one sample ('sample' is a scalar coordinate, dims {X.dims}): keep the "
+                          f"dimension, e.g. {name}.expand_dims('sample'), or select with a list (sel(sample=[k]))")
+    if not X.ndim:
+        return ValueError(f"{name} must have a 'sample' dimension, got a 0-d DataArray")
+    if model_dims is not None:  # matched by name
+        one = sorted(map(str, X.dims)) == sorted(map(str, model_dims))
+        extra = [d for d in X.dims if d not in model_dims]
+        rename = extra[0] if len(extra) == 1 and X.ndim == len(model_dims) + 1 else None
+    else:  # by position: the samples first
+        one = model_shape is not None and X.shape == tuple(model_shape)
+        rename = X.dims[0] if model_shape is None or X.ndim == len(model_shape) + 1 else None
+    if one:
+        advice = f"it holds one sample on the model's grid: add the dimension, e.g. {name}.expand_dims('sample')"
+    elif rename is not None:
+        advice = f"rename the dimension that runs over the samples, e.g. {name}.rename({{{rename!r}: 'sample'}})"
+    elif model_dims is not None:
+        advice = (f"the model was trained on ('sample', {', '.join(map(repr, model_dims))}): rename {name}'s "
+                  "dims to those")
+    else:
+        advice = (f"the model was trained on functions of shape {tuple(model_shape)}: pass {name} with dims "
+                  "('sample', ...) of that shape")
+    return ValueError(f"{name} must have a 'sample' dimension, got dims {X.dims}; {advice}")
+
+
+def as_operand(X, name, sort=True, model_dims=None, model_shape=None):
     """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``.
     A DataArray's ``sample`` dim is put first (wherever it is) and, with ``sort``, its grid dims
-    in increasing coordinate order (:func:`ascending_grid`; without: by position)."""
+    in increasing coordinate order (:func:`ascending_grid`; without: by position). A DataArray
+    without one is refused, with advice fitting the model's grid dims and shape where given."""
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
-        if "sample" not in X.dims and "sample" in X.coords:  # X.sel(sample=k): one sample, its dim dropped
-            raise ValueError(f"{name} holds one sample ('sample' is a scalar coordinate, dims {X.dims}): keep the "
-                             f"dimension, e.g. {name}.expand_dims('sample'), or select with a list (sel(sample=[k]))")
         if "sample" not in X.dims:
-            raise ValueError(
-                f"{name} must have a 'sample' dimension, got dims {X.dims}; rename the dimension that "
-                f"runs over the samples, e.g. {name}.rename({{{X.dims[0]!r}: 'sample'}})" if X.ndim else
-                f"{name} must have a 'sample' dimension, got a 0-d DataArray"
-            )
+            raise _no_sample_dim(X, name, model_dims, model_shape)
         X = X.transpose("sample", ...)  # matched by name: the samples first
         X = ascending_grid(X) if sort else X
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}

@@ -713,3 +713,28 @@ def test_a_users_store_with_samples_last_names_the_samples_of_a_bad_chunk(tmp_pa
     with pytest.raises(ValueError, match=r"cannot read chunk \(0, 1\) \(samples 20-39, file .*\) of variable 'output' "
                                          r".*; the store is damaged: restore the files or write the store again$"):
         _rf().fit(path)
+
+
+def test_a_dataarray_without_samples_is_told_what_fits_the_models_dims(grid2d):
+    """``predict(X[0])`` of a DataArray without a 'sample' coordinate (dims the model's grid) was
+    told to rename a grid dim to 'sample', as was an array with the samples along its last dim
+    (the first named); a rename is advised only where one dim is left over for the samples."""
+    XU, XV = grid2d
+    U = XU.drop_vars("sample")
+    by_name, by_position = _rf().fit(XU, XV), _rf().fit(XU.values, XV.values)
+    one = r"got dims \({}\); it holds one sample on the model's grid: add the dimension, e\.g\. " \
+          r"X\.expand_dims\('sample'\)$"
+    for model in (by_name, by_position):
+        with pytest.raises(ValueError, match=one.format("'x', 'y'")):
+            model.predict(U[0])
+    with pytest.raises(ValueError, match=one.format("'y', 'x'")):
+        by_name.predict(U[0].transpose())
+    with pytest.raises(ValueError, match=r"got dims \('x', 'y', 't'\); .* X\.rename\(\{'t': 'sample'\}\)$"):
+        by_name.predict(U.rename(sample="t").transpose("x", "y", "t"))
+    with pytest.raises(ValueError, match=r"got dims \('z', 'y'\); the model was trained on \('sample', 'x', 'y'\): "
+                                         r"rename X's dims to those$"):
+        by_name.predict(U[0].rename(x="z"))
+    with pytest.raises(ValueError, match=r"got dims \('y',\); the model was trained on functions of shape \(4, 5\): "
+                                         r"pass X with dims \('sample', \.\.\.\) of that shape$"):
+        by_position.predict(U[0, 0])
+    np.testing.assert_allclose(by_name.predict(U[0].expand_dims("sample")).values, by_name.predict(XU[:1]).values)
