@@ -738,3 +738,21 @@ def test_a_dataarray_without_samples_is_told_what_fits_the_models_dims(grid2d):
                                          r"pass X with dims \('sample', \.\.\.\) of that shape$"):
         by_position.predict(U[0, 0])
     np.testing.assert_allclose(by_name.predict(U[0].expand_dims("sample")).values, by_name.predict(XU[:1]).values)
+
+
+def test_error_curves_keep_each_seeds_predictions_when_asked():
+    """error_curves(..., return_predictions=True) passed the option on to each seed's curve and
+    dropped the predictions."""
+    from rfol_dask.curves import curve_dataset, error_curve, error_curves
+
+    U, V = smooth_operator_data(80, 8)
+    args, kw = (U[:60], V[:60], U[60:], V[60:], [20, 40]), dict(gamma=0.3, alpha=1e-6)
+    res = error_curves(*args, seeds=(0, 1), return_predictions=True, **kw)
+    assert len(res["predictions"]) == 2
+    for seed, preds in zip((0, 1), res["predictions"]):
+        single = error_curve(*args, random_state=seed, return_predictions=True, **kw)["predictions"]
+        assert len(preds) == 2 and all(p.shape == (20, 8) for p in preds)
+        for p, q in zip(preds, single):
+            np.testing.assert_array_equal(p, q)
+    assert curve_dataset(res)["error"].dims == ("seed", "n_features")  # predictions left out, as for one seed
+    assert "predictions" not in error_curves(*args, seeds=(0,), **kw)
