@@ -306,7 +306,9 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     ``seeds``, each seed's ``gamma``, the slope fits (:func:`fit_slope`) of the geometric-mean
     error (``slope``) and of the median fit time (``time_slope``) over seeds, and the
     :func:`fit_excess` of that error (``excess``). :func:`curve_dataset` saves and plots it.
-    ``seeds`` are integers >= 0 (ValueError for ``1.5``, -1 or none at all).
+    With ``return_predictions=True``, ``predictions`` holds each seed's :func:`error_curve`
+    predictions (a list per seed of (M_t, m) arrays, one per checkpoint: ``n_seeds n_points M_t m``
+    memory). ``seeds`` are integers >= 0 (ValueError for ``1.5``, -1 or none at all).
     Memory as one :func:`error_curve` (the seeds run one after another)."""
     seeds = list(seeds)
     if not seeds:
@@ -319,6 +321,8 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     res["n_features"] = runs[0]["n_features"]
     res["gamma"] = np.asarray([r["gamma"] for r in runs])
     res["seeds"] = np.asarray(seeds)
+    if "predictions" in runs[0]:
+        res["predictions"] = [r["predictions"] for r in runs]
     res["slope"] = fit_slope(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)))
     res["time_slope"] = fit_slope(res["n_features"], np.median(res["fit_time"], axis=0), min_decay=None)
     res["excess"] = fit_excess(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)), start_at=2 * len(U))

@@ -400,7 +400,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if isinstance(U, (str, bytes, os.PathLike)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U, variables=("input",))
         U = io.match_dims(U, getattr(self, "input_dims_", None), "X")
-        u = io.as_operand(U, "X", sort=self._knows_grid("input"))
+        u = io.as_operand(U, "X", sort=self._knows_grid("input"), model_dims=getattr(self, "input_dims_", None),
+                          model_shape=self.input_shape_)
         u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
             X = u.data

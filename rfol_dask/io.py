@@ -105,19 +105,25 @@ def _check_store(ds, path, samples=None):
             f"command ({command}) to resume it (if that command was refused, for an under-resolved grid or too "
             "few steps, the corrected one with --overwrite)"
         )
-    readers = {name: _ChunkReader(path, name) for name in ("input", "output")
+    # a store of the generator can be generated again; a user's store only restored or written again
+    advice = f"regenerate it ({command} --overwrite)" if "dataset" in meta else "write the store again"
+    readers = {name: _ChunkReader(path, name, ds[name].dims, advice) for name in ("input", "output")
                if name in ds and os.path.isdir(os.path.join(path, name))}
     for reader in readers.values():
-        reader.check_complete(f"{command} --overwrite", samples)
+        reader.check_complete(samples)
     return readers
 
 
 class _ChunkReader:
-    """Array-like view of variable ``name`` of the Zarr store at ``path`` for ``da.from_array``;
-    a failed read names the store, the variable and the chunk (picklable: reopens the array)."""
+    """Array-like view of variable ``name`` (dims ``dims``) of the Zarr store at ``path`` for
+    ``da.from_array``; a failed read names the store, the variable, the chunk and its samples,
+    and says to restore the files or (``advice``) how else to mend the store (picklable: reopens
+    the array)."""
 
-    def __init__(self, path, name):
+    def __init__(self, path, name, dims, advice):
         self.path, self.name = os.path.abspath(path), name  # workers may run elsewhere
+        self.axis = dims.index("sample") if "sample" in dims else None
+        self.advice = f"restore the files or {advice}"
         arr = self.array
         self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
         self.stamp = os.stat(os.path.join(path, name)).st_mtime_ns
@@ -145,23 +151,27 @@ class _ChunkReader:
         return os.path.join(self.path, self.name, self.array.metadata.encode_chunk_key(index))
 
     def _samples(self, index):
-        a = index[0] * self.chunks[0] if self.ndim else 0
-        return f"samples {a}-{min(a + self.chunks[0], self.shape[0]) - 1}" if self.ndim else "the value"
+        """The samples of chunk ``index``: its range along the ``sample`` axis."""
+        if self.axis is None:
+            return "all samples"
+        c = self.chunks[self.axis]
+        a = index[self.axis] * c
+        return f"samples {a}-{min(a + c, self.shape[self.axis]) - 1}"
 
-    def check_complete(self, regenerate, samples=None):
+    def check_complete(self, samples=None):
         """ValueError naming the first chunk file of the variable (of its first ``samples``
         samples, if given) that is not in the store."""
         arr = self.array
         if arr.nchunks_initialized == arr.nchunks:
             return
-        rows = arr.cdata_shape[0] if samples is None or not self.ndim else -(-int(samples) // self.chunks[0])
+        rows = None if samples is None or self.axis is None else -(-int(samples) // self.chunks[self.axis])
         missing = [i for i in np.ndindex(*arr.cdata_shape)
-                   if (not self.ndim or i[0] < rows) and not os.path.exists(self._chunk_file(i))]
+                   if (rows is None or i[self.axis] < rows) and not os.path.exists(self._chunk_file(i))]
         if missing:
             raise ValueError(
                 f"data set at {self.path}: {len(missing)} chunk(s) of variable {self.name!r} are missing from the "
                 f"store (first: chunk {missing[0]}, {self._samples(missing[0])}, file {self._chunk_file(missing[0])}); "
-                f"the store is damaged: restore the files or regenerate it ({regenerate})")
+                f"the store is damaged: {self.advice}")
 
     def __getitem__(self, key):
         if self._identity() != self.identity:  # else: a wrong shape read as 'damaged', or the new data silently
@@ -174,8 +184,7 @@ class _ChunkReader:
             where = (f"chunk {bad} ({self._samples(bad)}, file {self._chunk_file(bad)})" if bad is not None
                      else f"region {key}")
             raise ValueError(f"cannot read {where} of variable {self.name!r} in the data set at {self.path}: "
-                             f"{type(exc).__name__}: {exc}; the file is damaged: restore it or regenerate the "
-                             "data set") from exc
+                             f"{type(exc).__name__}: {exc}; the store is damaged: {self.advice}") from exc
 
     def _find_bad_chunk(self, key):
         """The first chunk index within the region ``key`` (a tuple of slices) that fails to read."""
@@ -307,22 +316,45 @@ def ascending_grid(X):
     return X
 
 
-def as_operand(X, name, sort=True):
+def _no_sample_dim(X, name, model_dims, model_shape):
+    """The ValueError for a DataArray ``X`` without a ``sample`` dim, advising what fits the
+    model's grid dims and shape (None: not known, as at fit): ``expand_dims`` for one sample on
+    that grid, a rename only where one dim is left over for the samples."""
+    if "sample" in X.coords:  # X.sel(sample=k): one sample, its dim dropped
+        return ValueError(f"{name} holds one sample ('sample' is a scalar coordinate, dims {X.dims}): keep the "
+                          f"dimension, e.g. {name}.expand_dims('sample'), or select with a list (sel(sample=[k]))")
+    if not X.ndim:
+        return ValueError(f"{name} must have a 'sample' dimension, got a 0-d DataArray")
+    if model_dims is not None:  # matched by name
+        one = sorted(map(str, X.dims)) == sorted(map(str, model_dims))
+        extra = [d for d in X.dims if d not in model_dims]
+        rename = extra[0] if len(extra) == 1 and X.ndim == len(model_dims) + 1 else None
+    else:  # by position: the samples first
+        one = model_shape is not None and X.shape == tuple(model_shape)
+        rename = X.dims[0] if model_shape is None or X.ndim == len(model_shape) + 1 else None
+    if one:
+        advice = f"it holds one sample on the model's grid: add the dimension, e.g. {name}.expand_dims('sample')"
+    elif rename is not None:
+        advice = f"rename the dimension that runs over the samples, e.g. {name}.rename({{{rename!r}: 'sample'}})"
+    elif model_dims is not None:
+        advice = (f"the model was trained on ('sample', {', '.join(map(repr, model_dims))}): rename {name}'s "
+                  "dims to those")
+    else:
+        advice = (f"the model was trained on functions of shape {tuple(model_shape)}: pass {name} with dims "
+                  "('sample', ...) of that shape")
+    return ValueError(f"{name} must have a 'sample' dimension, got dims {X.dims}; {advice}")
+
+
+def as_operand(X, name, sort=True, model_dims=None, model_shape=None):
     """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``.
     A DataArray's ``sample`` dim is put first (wherever it is) and, with ``sort``, its grid dims
-    in increasing coordinate order (:func:`ascending_grid`; without: by position)."""
+    in increasing coordinate order (:func:`ascending_grid`; without: by position). A DataArray
+    without one is refused, with advice fitting the model's grid dims and shape where given."""
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
-        if "sample" not in X.dims and "sample" in X.coords:  # X.sel(sample=k): one sample, its dim dropped
-            raise ValueError(f"{name} holds one sample ('sample' is a scalar coordinate, dims {X.dims}): keep the "
-                             f"dimension, e.g. {name}.expand_dims('sample'), or select with a list (sel(sample=[k]))")
         if "sample" not in X.dims:
-            raise ValueError(
-                f"{name} must have a 'sample' dimension, got dims {X.dims}; rename the dimension that "
-                f"runs over the samples, e.g. {name}.rename({{{X.dims[0]!r}: 'sample'}})" if X.ndim else
-                f"{name} must have a 'sample' dimension, got a 0-d DataArray"
-            )
+            raise _no_sample_dim(X, name, model_dims, model_shape)
         X = X.transpose("sample", ...)  # matched by name: the samples first
         X = ascending_grid(X) if sort else X
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}

@@ -121,7 +121,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
     cv : None, int or scikit-learn splitter, default=None
         None: validate on the last 20 % of the training samples; an int: that many
         (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
-        index arrays. Scores are averaged over splits (validation samples whose output is
+        index arrays (a list: a generator is used up by one fit). Scores are averaged over splits (validation samples whose output is
         identically zero are left out of the relative error).
     coarse : float or None, default=0.125
         Coarse stage on this fraction of the features (at least 256) and of the (training and
@@ -140,7 +140,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         gammas; :data:`rfol_dask.selection.NARROWER_TIE`): successive halving, a quarter of the
         fine stage's Gram flops. None or 1: the fine stage at full size, no final stage.
     refit : bool, default=True
-        Refit the winner on all training data as ``best_estimator_``.
+        Refit the winner on all training data as ``best_estimator_``; False: no ``best_estimator_``
+        (``predict``, ``score`` and ``save`` say so), the search's results only.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
         How each Gram is solved for all alphas: one eigendecomposition, one Cholesky
         factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).

@@ -36,6 +36,7 @@ import time
 
 import dask
 import numpy as np
+from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from . import backend
@@ -181,21 +182,28 @@ class SelectionCV(OperatorEstimator):
     _narrower = 1  # the direction of narrower kernels on the scale multiples: +1 a larger gamma, -1 a shorter length
 
     # ------------------------------------------------------------------ delegation
+    def _refitted(self, method):
+        """``best_estimator_``; NotFittedError if there is none, saying why (not fitted, or ``refit=False``)."""
+        if not hasattr(self, "best_estimator_") and hasattr(self, "best_params_"):
+            name = type(self).__name__
+            raise NotFittedError(f"This {name} instance was initialized with refit=False: {method} is available only "
+                                 f"after refitting on the best parameters; fit again with refit=True, or fit "
+                                 f"{name.removesuffix('CV')} with best_params_ yourself")
+        check_is_fitted(self, "best_estimator_")
+        return self.best_estimator_
+
     def predict(self, X, **kwargs):
         """``best_estimator_.predict`` (see the base estimator)."""
-        check_is_fitted(self, "best_estimator_")
-        return self.best_estimator_.predict(X, **kwargs)
+        return self._refitted("predict").predict(X, **kwargs)
 
     def score(self, X, y=None, sample_weight=None):
         """``best_estimator_.score``: R^2 (use :data:`rfol_dask.metrics.relative_l2_scorer` for the
         relative L2 error)."""
-        check_is_fitted(self, "best_estimator_")
-        return self.best_estimator_.score(X, y, sample_weight)
+        return self._refitted("score").score(X, y, sample_weight)
 
     def save(self, path):
         """Save ``best_estimator_`` (load it with the base estimator's ``load``)."""
-        check_is_fitted(self, "best_estimator_")
-        return self.best_estimator_.save(path)
+        return self._refitted("save").save(path)
 
     @classmethod
     def load(cls, path):
@@ -218,6 +226,9 @@ class SelectionCV(OperatorEstimator):
             self.best_estimator_ = self._base_estimator(**self.best_params_).fit(
                 X, y, input_grid=input_grid, output_grid=output_grid, periods=periods)
             self.refit_time_ = time.perf_counter() - t1
+        else:  # an earlier fit's winner would predict for this one's best_params_
+            self.__dict__.pop("best_estimator_", None)
+            self.__dict__.pop("refit_time_", None)
         return self
 
     def _cast_dtype(self, data):
@@ -226,7 +237,8 @@ class SelectionCV(OperatorEstimator):
         return np.dtype(np.float64)
 
     def _splits(self, M):
-        """``[(train rows, validation rows)]`` of the training set (M samples)."""
+        """``[(train rows, validation rows)]`` of the training set (M samples); ValueError if ``cv``
+        gives none (a used-up generator) or one with fewer than 2 training or no validation rows."""
         from sklearn.model_selection import KFold
 
         if self.cv is None:
@@ -238,11 +250,14 @@ class SelectionCV(OperatorEstimator):
             splits = list(self.cv.split(np.zeros((M, 1))))
         else:  # an iterable of (train, validation) index arrays or boolean masks
             splits = [(_split_rows(tr, M, "training"), _split_rows(va, M, "validation")) for tr, va in self.cv]
-        for tr, va in splits:
+        if not splits:
+            raise ValueError("cv gave no splits (a generator is used up by one fit): pass a list of (train, "
+                             "validation) index pairs or a splitter such as KFold(5)")
+        for k, (tr, va) in enumerate(splits):
             if len(tr) < 2 or len(va) < 1:
                 raise ValueError(f"{type(self).__name__} needs at least 2 training and 1 validation sample per "
-                                 f"split; got n_samples = {M} ({len(tr)} / {len(va)}): pass more samples or "
-                                 "another cv")
+                                 f"split; split {k} has {len(tr)} / {len(va)} of n_samples = {M}: pass more "
+                                 "samples or another cv")
         return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
 
     def _data(self, U, V, lazy):

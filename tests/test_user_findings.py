@@ -632,3 +632,127 @@ def test_slabs_count_their_frequencies_and_a_cache_typo_is_refused():
     with dask.config.set({"rfol_dask.feature-cache": "dsik"}):
         with pytest.raises(ValueError, match="feature-cache must be 'disk' or 'none', got 'dsik'"):
             _rf(solver="dual").fit(da.from_array(U, chunks=20), da.from_array(V, chunks=20))
+
+
+# --- found 2026-11-27 (ninth session): the searches' cv and refit, store errors, dims, curves -----
+
+@pytest.mark.parametrize("search", ["rf", "kernel"])
+def test_a_cv_without_splits_or_with_an_empty_side_is_named(search):
+    """A generator cv used up by the first fit, and cv=[], failed with 'min() arg is an empty
+    sequence'; a split with no validation rows was told to 'pass more samples'."""
+    from sklearn.model_selection import KFold
+
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V = smooth_operator_data(60, 8)
+    make = {"rf": lambda cv: RandomFeatureOperatorCV(n_features=20, distributions=("gaussian",), gammas=(1.0,),
+                                                     random_state=0, cv=cv),
+            "kernel": lambda cv: KernelOperatorCV(kernels=("rbf",), length_scales=(1.0,), cv=cv)}[search]
+    model = make(KFold(3).split(U)).fit(U, V)
+    assert model.n_splits_ == 3
+    for again in (model, make([])):
+        with pytest.raises(ValueError, match=r"cv gave no splits \(a generator is used up by one fit\): pass a list"):
+            again.fit(U, V)
+    rows = np.arange(60)
+    with pytest.raises(ValueError, match=r"split 1 has 50 / 0 of n_samples = 60: pass more samples or another cv"):
+        make([(rows[:50], rows[50:]), (rows[:50], rows[:0])]).fit(U, V)
+    with pytest.raises(ValueError, match=r"split 0 has 0 / 10 of n_samples = 60"):
+        make([(np.array([], dtype=int), rows[50:])]).fit(U, V)
+
+
+@pytest.mark.parametrize("search", ["rf", "kernel"])
+def test_a_search_without_refit_says_so_and_keeps_no_earlier_winner(tmp_path, search):
+    """refit=False: predict said 'not fitted yet. Call fit' though best_params_ was set; and a
+    refit=True fit's best_estimator_ stayed on after a refit=False fit, predicting for other
+    parameters than best_params_."""
+    from sklearn.exceptions import NotFittedError
+
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V = smooth_operator_data(60, 8)
+    make = (lambda **kw: RandomFeatureOperatorCV(n_features=20, distributions=("gaussian",), random_state=0, **kw)
+            if search == "rf" else KernelOperatorCV(kernels=("rbf",), **kw))
+    name = type(make()).__name__
+    model = make(refit=False).fit(U, V)
+    for call, method in ((lambda: model.predict(U), "predict"), (lambda: model.score(U, V), "score"),
+                         (lambda: model.save(tmp_path / "m"), "save")):
+        with pytest.raises(NotFittedError, match=rf"This {name} instance was initialized with refit=False: {method} "
+                                                 rf"is available only after refitting on the best parameters; fit "
+                                                 rf"again with refit=True, or fit {name[:-2]} with best_params_"):
+            call()
+    model = make().fit(U, V)
+    model.set_params(refit=False).fit(U[:40], V[:40])
+    assert model.best_params_ and not hasattr(model, "best_estimator_") and not hasattr(model, "refit_time_")
+    with pytest.raises(NotFittedError, match="initialized with refit=False"):
+        model.predict(U)
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        type(model)().predict(U)
+
+
+def test_a_users_store_with_samples_last_names_the_samples_of_a_bad_chunk(tmp_path):
+    """A store laid out (x, sample) named a missing chunk's samples along x ('samples 8-15', not
+    40-59), checked the chunks of other samples than the first ``samples``, and told the user to
+    regenerate it with 'rfol-dask generate NAME', which never wrote it."""
+    import zarr
+
+    from rfol_dask.io import open_dataset
+
+    U, V = smooth_operator_data(60, 16)
+    path = tmp_path / "mine.zarr"
+    xr.Dataset({"input": (("x", "sample"), U.T), "output": (("x", "sample"), V.T)},
+               coords={"x": np.linspace(0, 1, 16), "sample": np.arange(60)}).chunk({"x": 8, "sample": 20}).to_zarr(path)
+    key = zarr.open_array(str(path / "input"), mode="r").metadata.encode_chunk_key
+    (path / "input" / key((1, 2))).unlink()
+    missing = (r"1 chunk\(s\) of variable 'input' are missing from the store \(first: chunk \(1, 2\), samples 40-59, "
+               r"file .*\); the store is damaged: restore the files or write the store again$")
+    with pytest.raises(ValueError, match=missing):
+        _rf().fit(path)
+    assert open_dataset(path, samples=40).sizes["sample"] == 40  # the chunk is not among the first 40 samples
+    (path / "input" / key((1, 2))).write_bytes((path / "input" / key((1, 1))).read_bytes())
+    (path / "output" / key((0, 1))).write_bytes(b"not zstd data" * 8)
+    with pytest.raises(ValueError, match=r"cannot read chunk \(0, 1\) \(samples 20-39, file .*\) of variable 'output' "
+                                         r".*; the store is damaged: restore the files or write the store again$"):
+        _rf().fit(path)
+
+
+def test_a_dataarray_without_samples_is_told_what_fits_the_models_dims(grid2d):
+    """``predict(X[0])`` of a DataArray without a 'sample' coordinate (dims the model's grid) was
+    told to rename a grid dim to 'sample', as was an array with the samples along its last dim
+    (the first named); a rename is advised only where one dim is left over for the samples."""
+    XU, XV = grid2d
+    U = XU.drop_vars("sample")
+    by_name, by_position = _rf().fit(XU, XV), _rf().fit(XU.values, XV.values)
+    one = r"got dims \({}\); it holds one sample on the model's grid: add the dimension, e\.g\. " \
+          r"X\.expand_dims\('sample'\)$"
+    for model in (by_name, by_position):
+        with pytest.raises(ValueError, match=one.format("'x', 'y'")):
+            model.predict(U[0])
+    with pytest.raises(ValueError, match=one.format("'y', 'x'")):
+        by_name.predict(U[0].transpose())
+    with pytest.raises(ValueError, match=r"got dims \('x', 'y', 't'\); .* X\.rename\(\{'t': 'sample'\}\)$"):
+        by_name.predict(U.rename(sample="t").transpose("x", "y", "t"))
+    with pytest.raises(ValueError, match=r"got dims \('z', 'y'\); the model was trained on \('sample', 'x', 'y'\): "
+                                         r"rename X's dims to those$"):
+        by_name.predict(U[0].rename(x="z"))
+    with pytest.raises(ValueError, match=r"got dims \('y',\); the model was trained on functions of shape \(4, 5\): "
+                                         r"pass X with dims \('sample', \.\.\.\) of that shape$"):
+        by_position.predict(U[0, 0])
+    np.testing.assert_allclose(by_name.predict(U[0].expand_dims("sample")).values, by_name.predict(XU[:1]).values)
+
+
+def test_error_curves_keep_each_seeds_predictions_when_asked():
+    """error_curves(..., return_predictions=True) passed the option on to each seed's curve and
+    dropped the predictions."""
+    from rfol_dask.curves import curve_dataset, error_curve, error_curves
+
+    U, V = smooth_operator_data(80, 8)
+    args, kw = (U[:60], V[:60], U[60:], V[60:], [20, 40]), dict(gamma=0.3, alpha=1e-6)
+    res = error_curves(*args, seeds=(0, 1), return_predictions=True, **kw)
+    assert len(res["predictions"]) == 2
+    for seed, preds in zip((0, 1), res["predictions"]):
+        single = error_curve(*args, random_state=seed, return_predictions=True, **kw)["predictions"]
+        assert len(preds) == 2 and all(p.shape == (20, 8) for p in preds)
+        for p, q in zip(preds, single):
+            np.testing.assert_array_equal(p, q)
+    assert curve_dataset(res)["error"].dims == ("seed", "n_features")  # predictions left out, as for one seed
+    assert "predictions" not in error_curves(*args, seeds=(0,), **kw)

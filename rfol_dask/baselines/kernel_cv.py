@@ -79,7 +79,8 @@ class KernelOperatorCV(SelectionCV):
         5 % of it on the fine rows (fewer rows favour longer ones); None or 1: the fine stage at
         full size, no final stage.
     refit : bool, default=True
-        Refit the winner on all training data as ``best_estimator_``.
+        Refit the winner on all training data as ``best_estimator_``; False: no ``best_estimator_``
+        (``predict``, ``score`` and ``save`` say so), the search's results only.
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
         How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`); with
         ``"auto"`` the fine stage solves only the nuggets around the coarse winner's where cheaper
