@@ -186,9 +186,10 @@ class SelectionCV(OperatorEstimator):
         """``best_estimator_``; NotFittedError if there is none, saying why (not fitted, or ``refit=False``)."""
         if not hasattr(self, "best_estimator_") and hasattr(self, "best_params_"):
             name = type(self).__name__
+            seed = " and random_state=random_state_ (the searched frequencies)" if hasattr(self, "random_state_") else ""
             raise NotFittedError(f"This {name} instance was initialized with refit=False: {method} is available only "
                                  f"after refitting on the best parameters; fit again with refit=True, or fit "
-                                 f"{name.removesuffix('CV')} with best_params_ yourself")
+                                 f"{name.removesuffix('CV')} with best_params_{seed} yourself")
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_
 
