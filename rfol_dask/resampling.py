@@ -133,23 +133,25 @@ class ResamplingMixin:
         if input_grid is None and trained is None:
             return u  # xarray coordinates but a model without grid: positional, as before
         grid = self._check_grid(grid, trained, "input")
+        source = "input_grid" if input_grid is not None else "X's coordinates"  # what the user gave
+        rec.as_periods(getattr(self, "input_periods_", None), grid, name=source)  # each axis in one period
         R_U = self._recovery("input", grid)
         domain = rec.grid_domain(trained, R_U.periodic)
         for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(zip(trained, grid, domain, R_U.domain(), R_U.periods)):
             if P is not None:  # a periodic axis: any grid around the period covers the training one
-                _check_period_covered(x, y, P, k)
+                _check_period_covered(x, y, P, k, source)
                 continue
-            tol, step = 1e-6 * (hi - lo), (hi - lo) / max(len(x) - 1, 1)
+            tol, step = rec.tolerance(x), (hi - lo) / max(len(x) - 1, 1)
             if x[0] < c_lo - tol or x[-1] > c_hi + tol:
                 known = (getattr(self, "input_periods_", None) or [None] * len(trained))[k]
                 hint = (f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not wrap periodic axes: "
                         "use 'cubic' or 'spectral'") if known is not None else ""
                 raise ValueError(
-                    f"input_grid spans [{c_lo:g}, {c_hi:g}] along axis {k} but the model was trained on "
-                    f"[{lo:g}, {hi:g}]: the input must cover the training domain (no extrapolation){hint}")
+                    f"{source} span [{c_lo:.10g}, {c_hi:.10g}] along axis {k} but the model was trained on "
+                    f"[{lo:.10g}, {hi:.10g}]: the input must cover the training domain (no extrapolation){hint}")
             if y[0] < lo - step or y[-1] > hi + step:
-                raise ValueError(f"input_grid spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the training "
-                                 f"domain [{lo:g}, {hi:g}]")
+                raise ValueError(f"{source} span [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the training "
+                                 f"domain [{lo:.10g}, {hi:.10g}]")
         data = u.data if u.kind == "xarray" else U  # u: the grid dims in increasing order
         xp = backend.namespace(data) if backend.is_array_api(data) else None  # CuPy: resampled on the host
         data = data if isinstance(data, da.Array) else backend.to_numpy(data) if xp is not None else np.asarray(data)
@@ -178,20 +180,24 @@ class ResamplingMixin:
 MAX_PERIODIC_GAP = 4.0
 
 
-def _check_period_covered(trained, grid, period, axis):
+def _check_period_covered(trained, grid, period, axis, source="input_grid"):
     """ValueError when the input ``grid`` leaves a gap in the ``period`` of a periodic axis: wider
     than :data:`MAX_PERIODIC_GAP` of its median spacing and than the ``trained`` grid's widest gap
-    (a coarser grid is fine; half a period is not)."""
+    (a coarser grid is fine; half a period is not). One point samples no period (a constant)
+    where the training grid has more."""
     def gaps(x):
         x = np.sort(np.mod(np.asarray(x, dtype=float) - x[0], period))
         return np.diff(np.append(x, period)), x
 
+    if len(grid) < 2 <= len(trained):
+        raise ValueError(f"{source} has one point on the periodic axis {axis} (period {period:g}): the input must "
+                         f"sample the whole period (the model was trained on {len(trained)} points)")
     g, pts = gaps(grid)
     widest = int(np.argmax(g))
     if len(grid) < 2 or g[widest] <= MAX_PERIODIC_GAP * np.median(g) or g[widest] <= gaps(trained)[0].max():
         return
     start = grid[0] + pts[widest]
-    raise ValueError(f"input_grid leaves a gap of {g[widest]:g} in the period {period:g} of axis {axis} (from "
+    raise ValueError(f"{source} leaves a gap of {g[widest]:g} in the period {period:g} of axis {axis} (from "
                      f"{start:g} to {start + g[widest]:g}, {g[widest] / np.median(g):.0f} x its median spacing): the "
                      "input must sample the whole period; the recovery map would fill the gap by interpolating "
                      "across it")

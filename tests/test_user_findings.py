@@ -756,3 +756,40 @@ def test_error_curves_keep_each_seeds_predictions_when_asked():
             np.testing.assert_array_equal(p, q)
     assert curve_dataset(res)["error"].dims == ("seed", "n_features")  # predictions left out, as for one seed
     assert "predictions" not in error_curves(*args, seeds=(0,), **kw)
+
+
+# --- found 2026-11-27 (ninth session, second round): grids read to the coordinates' precision ------
+
+def test_coordinates_rounded_to_float32_are_the_training_grid():
+    """x = 1000 + 0.02 k in float32 is the training grid; it was refused with 'spans [1000, 1000.98]
+    ... trained on [1000, 1000.98]' (a tolerance of 1e-6 of the span, below float32's rounding)."""
+    rng = np.random.default_rng(0)
+    x = 1000 + np.arange(50) * 0.02
+    U = rng.standard_normal((60, 50))
+
+    def on(A, xx):
+        return xr.DataArray(A, dims=("sample", "x"), coords={"x": xx})
+
+    model = RandomFeatureOperator(n_features=200, random_state=0).fit(on(U, x), on(np.cumsum(U, 1) * 0.02, x))
+    ref = model.predict(on(U[:5], x))
+    for xx in (x.astype(np.float32), x + 1e-5):
+        np.testing.assert_array_equal(model.predict(on(U[:5], xx)).values, ref.values)
+    # a grid that truly leaves the domain is refused, naming what the user gave, in enough digits
+    with pytest.raises(ValueError, match=r"X's coordinates span \[1000\.01, 1000\.99\] along axis 0 but the model "
+                                         r"was trained on \[1000, 1000\.98\]"):
+        model.predict(on(U[:5], x + 0.01))
+
+
+def test_a_periodic_input_grid_of_one_point_or_of_two_periods_is_refused_naming_input_grid():
+    """One point on a periodic axis was read as a constant (error 1.1, no refusal); two periods
+    were refused naming 'periods', which the user had not passed."""
+    rng = np.random.default_rng(0)
+    x = np.arange(64) / 64
+    U = np.sin(2 * np.pi * (x + rng.random((40, 1))))
+    model = RandomFeatureOperator(n_features=100, random_state=0).fit(U, U, input_grid=[x], output_grid=[x],
+                                                                       periods=1.0)
+    with pytest.raises(ValueError, match=r"input_grid has one point on the periodic axis 0 \(period 1\): the input "
+                                         r"must sample the whole period"):
+        model.predict(U[:3, :1], input_grid=[np.array([0.3])])
+    with pytest.raises(ValueError, match=r"input_grid: axis 0 spans \[0, 1\.98438\], more than its period 1"):
+        model.predict(np.zeros((3, 128)), input_grid=[np.arange(128) / 64])

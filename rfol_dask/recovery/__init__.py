@@ -54,12 +54,12 @@ from collections.abc import Mapping, Sequence
 
 from numpy.typing import ArrayLike
 
-from .grids import as_grid, as_periods, grid_domain, same_grid, uniform_period
+from .grids import as_grid, as_periods, grid_domain, same_grid, tolerance, uniform_period
 from .interpolation import GridInterpolation, Recovery, SpectralResampling
 from .rf import RandomFeatureInterpolant
 
 __all__ = ["KINDS", "as_grid", "as_periods", "make_recovery", "Recovery", "GridInterpolation", "SpectralResampling",
-           "RandomFeatureInterpolant", "same_grid", "grid_domain", "uniform_period"]
+           "RandomFeatureInterpolant", "same_grid", "tolerance", "grid_domain", "uniform_period"]
 
 KINDS = ("cubic", "linear", "nearest", "spectral", "rf")
 

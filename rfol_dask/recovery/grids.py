@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["RTOL", "as_grid", "as_periods", "is_closed", "periodic_matrix", "uniform_period", "grid_domain", "span",
+__all__ = ["RTOL", "tolerance", "as_grid", "as_periods", "is_closed", "periodic_matrix", "uniform_period", "grid_domain", "span",
            "same_grid", "grid_shape"]
 
 #: tolerance on grid coordinates, relative to the span of the axis
@@ -134,11 +134,19 @@ def span(ax):
     return float(ax[-1] - ax[0]) if ax.size > 1 else 1.0
 
 
+def tolerance(ax):
+    """How far a coordinate of the axis ``ax`` may be from a point of it and still be that point:
+    ``1e-6`` of the span, or of the axis' largest magnitude where that is larger (coordinates far
+    from 0 round to about ``6e-8`` of their magnitude in float32: ``1000 + 0.02 k``)."""
+    ax = np.asarray(ax, dtype=float)
+    return RTOL * max(span(ax), float(np.max(np.abs(ax))) if ax.size else 0.0)
+
+
 def same_grid(a, b):
-    """True if the grids ``a`` and ``b`` have the same shape and coordinates (to ``1e-6`` of the span)."""
+    """True if the grids ``a`` and ``b`` have the same shape and coordinates (to :func:`tolerance`)."""
     if a is None or b is None or len(a) != len(b):
         return False
-    return all(x.shape == y.shape and np.allclose(x, y, rtol=0, atol=RTOL * span(x)) for x, y in zip(a, b))
+    return all(x.shape == y.shape and np.allclose(x, y, rtol=0, atol=tolerance(x)) for x, y in zip(a, b))
 
 
 def grid_shape(grid):

@@ -8,8 +8,8 @@ from functools import partial
 import dask.array as da
 import numpy as np
 
-from .grids import (RTOL, as_grid, as_periods, grid_domain, grid_shape, is_closed, periodic_matrix, same_grid, span,
-                    uniform_period)
+from .grids import (RTOL, as_grid, as_periods, grid_domain, grid_shape, is_closed, periodic_matrix, same_grid,
+                    tolerance, uniform_period)
 
 __all__ = ["Recovery", "GridInterpolation", "SpectralResampling", "apply_matrix"]
 
@@ -47,7 +47,7 @@ class Recovery:
 
     def check_grid(self, grid, name="grid_out", where="the grid it is recovered from"):
         """``grid`` as a tuple of axes, clipped into the domain; ValueError if it has the wrong
-        number of axes or leaves the domain by more than ``1e-6`` of the span."""
+        number of axes or leaves the domain by more than :func:`.grids.tolerance`."""
         grid = as_grid(grid, name)
         if len(grid) != self.ndim:
             raise ValueError(f"{name} has {len(grid)} axes but the recovery grid has {self.ndim} "
@@ -57,13 +57,14 @@ class Recovery:
             if P is not None:  # wraps: every coordinate is valid
                 out.append(y)
                 continue
-            tol = RTOL * span(x)
+            tol = tolerance(x)
             if y[0] < lo - tol or y[-1] > hi + tol:
                 hint = ("if the axis is periodic, give its period: the coordinate attribute 'period' or "
                         "fit(..., periods=)") if self.kind != "rf" else (
                         "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral' for them")
                 raise ValueError(
-                    f"{name} spans [{y[0]:g}, {y[-1]:g}] along axis {k}, outside the domain [{lo:g}, {hi:g}] of "
+                    f"{name} spans [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the domain [{lo:.10g}, "
+                    f"{hi:.10g}] of "
                     f"{where}; recovery does not extrapolate ({hint})")
             out.append(np.clip(y, lo, hi))
         return tuple(out)
