@@ -177,8 +177,9 @@ class SpectralResampling(Recovery):
     Uniform output axes use the FFT (coefficients, phase shift, fold onto ``n_out`` bins,
     inverse FFT): ``O(n log n + n_out log n_out)`` per line, exact point values (folding, not
     truncation, so output nodes that are input nodes get the input values). Other output
-    axes use the (n_out, n) evaluation matrix. Even ``n``: the Nyquist mode is read as
-    ``cos``. Memory: complex copies of one block of values.
+    axes use the (n_out, n) evaluation matrix (one FFT of the n_out rows of its complex
+    exponentials: ``O(n_out n log n)`` time, ``16 n_out n`` bytes). Even ``n``: the Nyquist
+    mode is read as ``cos``. Memory: complex copies of one block of values.
     """
 
     kind = "spectral"
@@ -206,12 +207,16 @@ class SpectralResampling(Recovery):
     def _coefficients(self, values, array_axis, n):
         """Fourier coefficients along ``array_axis`` (moved last), Nyquist split: (..., K), k (K,)."""
         C = np.fft.fft(np.moveaxis(values, array_axis, -1), axis=-1) / n
-        k = np.rint(np.fft.fftfreq(n) * n).astype(np.int64)
         if n % 2 == 0:
             C[..., n // 2] *= 0.5
             C = np.concatenate([C, C[..., n // 2:n // 2 + 1]], axis=-1)
-            k = np.concatenate([k, [n // 2]])
-        return C, k
+        return C, self._wavenumbers(n)
+
+    @staticmethod
+    def _wavenumbers(n):
+        """Wavenumbers (K,) of :meth:`_coefficients`: the FFT's, and ``+n/2`` appended for even ``n``."""
+        k = np.rint(np.fft.fftfreq(n) * n).astype(np.int64)
+        return np.concatenate([k, [n // 2]]) if n % 2 == 0 else k
 
     def _apply(self, values, array_axis, axis, y):
         x = self.grid_in[axis]
@@ -236,10 +241,11 @@ class SpectralResampling(Recovery):
             out = (np.fft.ifft(folded, axis=-1) * m).real.reshape((*lead, m))
             return np.moveaxis(out, -1, array_axis)
 
-        def matrix():
-            C, k = self._coefficients(np.eye(n), 0, n)  # (n, K): row j = coefficients of e_j
-            E = np.exp(2j * np.pi * np.outer(y - x[0], k) / period)  # (m, K)
-            return (E @ C.T).real
+        def matrix():  # E C^T, C (n, K) the coefficients of the unit vectors: the DFT of E's rows
+            E = np.exp(2j * np.pi * np.outer(y - x[0], self._wavenumbers(n)) / period)  # (m, K)
+            if n % 2 == 0:  # the split Nyquist mode: both halves on bin n/2
+                E[:, n // 2] = (E[:, n // 2] + E[:, n]) / 2
+            return np.fft.fft(E[:, :n], axis=1).real / n
 
         W = self._cached((axis, y.tobytes()), matrix)
         return apply_matrix(values, array_axis, W)
