@@ -133,3 +133,20 @@ def test_fine_input_grid_builds_its_map_in_bounded_memory(kind, period):
     assert seconds < 10, f"{kind}: {seconds:.1f} s"
     tol = {"nearest": 2e-4, "linear": 1e-8}.get(kind, 1e-12)
     np.testing.assert_allclose(out[0], np.sin(2 * np.pi * y), rtol=0, atol=tol)
+
+
+def test_rf_refuses_a_fine_grid_before_allocating():
+    """The random-feature map needs its n x n Gram and n x 16 n features: a 100000-point axis
+    (1.4 TB) is refused up front, naming the bytes and the kinds that scale, not a MemoryError."""
+    from rfol_dask import RandomFeatureOperator
+
+    with pytest.raises(ValueError, match=r"recovery 'rf' on grid axes \(0,\) \(100000 points, 1600000 features\) "
+                                         r"needs 1,360,000,000,000 bytes .*budget.*'cubic'"):
+        make_recovery("rf", np.arange(100000) / 100000)
+    x = np.arange(16) / 16
+    U = np.random.default_rng(0).standard_normal((12, 16))
+    model = RandomFeatureOperator(n_features=20, recovery="rf", random_state=0).fit(
+        U, U, input_grid=[x], output_grid=[x])
+    g = np.linspace(0, 15 / 16, 100000)
+    with pytest.raises(ValueError, match=r"recovery 'rf' .* needs .* bytes"):
+        model.predict(np.zeros((1, g.size)), input_grid=[g])
