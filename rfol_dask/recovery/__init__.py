@@ -11,8 +11,9 @@ option forms a map over the whole grid).
 Kinds
 -----
 ``"cubic"`` (default), ``"linear"``, ``"nearest"``
-    ``scipy.interpolate.RegularGridInterpolator`` along each axis (cubic: not-a-knot
-    spline, solved directly; needs 4 points per axis). Exact on cubic polynomials.
+    ``scipy.interpolate.RegularGridInterpolator``'s splines along each axis (cubic: not-a-knot
+    spline, solved directly; needs 4 points per axis), each axis map ``n_out x n_in`` built
+    from the B-spline basis in that memory. Exact on cubic polynomials.
 ``"spectral"``
     Trigonometric interpolation on uniform periodic grids, period ``n * spacing``
     (``linspace(a, b, n, endpoint=False)``): FFT, fold or zero-pad, inverse FFT (uniform

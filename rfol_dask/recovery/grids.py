@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["RTOL", "tolerance", "as_grid", "as_periods", "is_closed", "periodic_matrix", "uniform_period", "grid_domain", "span",
-           "same_grid", "grid_shape"]
+__all__ = ["RTOL", "tolerance", "as_grid", "as_periods", "is_closed", "periodic_matrix", "spline_matrix", "uniform_period",
+           "grid_domain", "span", "same_grid", "grid_shape"]
 
 #: tolerance on grid coordinates, relative to the span of the axis
 RTOL = 1e-6
@@ -87,11 +87,40 @@ def is_closed(ax, P):
     return ax.size > 1 and abs(ax[-1] - ax[0] - P) <= RTOL * P
 
 
+def spline_matrix(x, y, k, period=None):
+    """The (len(y), len(x)) map of node values on ``x`` to the values at ``y`` of their
+    interpolating spline of degree ``k`` (``scipy.interpolate.make_interp_spline``'s knots:
+    not-a-knot, or periodic with ``period``, ``y`` then in ``[x[0], x[0] + period]``).
+
+    Built as ``E S^{-1}`` from the B-spline basis (``BSpline.design_matrix``, k + 1 entries a
+    row): ``E`` at ``y``, the collocation ``S`` at ``x`` (banded; cyclic-banded when periodic,
+    the basis folded modulo the period), solved as ``S^T W^T = E^T`` by a sparse LU with
+    ``len(y)`` right-hand sides. Memory ``O(len(x) len(y))`` (a few copies of the map), time
+    about ``k len(x) len(y)``: never the ``len(x)^2`` of interpolating the identity."""
+    from scipy.interpolate import BSpline, make_interp_spline
+    from scipy.sparse import csc_array, csr_array
+    from scipy.sparse.linalg import splu
+
+    n = x.size
+    if period is None:
+        t = make_interp_spline(x, np.zeros(n), k=k).t
+    else:
+        t = make_interp_spline(np.append(x, x[0] + period), np.zeros(n + 1), k=k,
+                               bc_type="periodic" if k > 1 else None).t
+
+    def basis(z):  # (len(z), n) sparse; periodic: coefficient j is coefficient j mod n
+        B = BSpline.design_matrix(z, t, k).tocoo()
+        return csr_array((B.data, (B.row, B.col % n)), shape=(z.size, n))
+
+    lu = splu(csc_array(basis(x).T), permc_spec="NATURAL")
+    return np.ascontiguousarray(lu.solve(basis(y).T.toarray()).T)
+
+
 def periodic_matrix(x, P, y, method):
     """The (len(y), len(x)) map of values on the periodic axis ``x`` (period ``P``) to ``y``:
     wraps ``y`` into ``[x[0], x[0] + P)``; cubic: periodic spline, linear: wrapped hat
-    functions (``scipy.interpolate.make_interp_spline``), nearest: nearest node modulo ``P``.
-    On a closed axis the repeated end point shares the weight of the first."""
+    functions (:func:`spline_matrix`), nearest: nearest node modulo ``P``. On a closed axis
+    the repeated end point shares the weight of the first. Memory ``O(len(x) len(y))``."""
     closed = is_closed(x, P)
     xu = x[:-1] if closed else x
     n = xu.size
@@ -103,11 +132,7 @@ def periodic_matrix(x, P, y, method):
         W = np.zeros((y.size, n))
         W[np.arange(y.size), d.argmin(axis=1)] = 1.0
     else:
-        from scipy.interpolate import make_interp_spline
-
-        k = 3 if method == "cubic" and n >= 3 else 1
-        basis = np.vstack([np.eye(n), np.eye(n)[:1]])  # node values of the n cardinal functions, wrapped
-        W = make_interp_spline(np.append(xu, x[0] + P), basis, k=k, bc_type="periodic" if k > 1 else None)(yw)
+        W = spline_matrix(xu, yw, 3 if method == "cubic" and n >= 3 else 1, period=P)
     if closed:
         W = np.concatenate([W, W[:, :1] / 2], axis=1)
         W[:, 0] /= 2

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..features import check_random_state, draw_frequencies, feature_map
 from ..linalg import cho_solve, cholesky
-from ..memory import check_gram_memory
+from ..memory import memory_budget
 from .grids import grid_shape
 from .interpolation import Recovery
 
@@ -31,8 +31,9 @@ class RandomFeatureInterpolant(Recovery):
     ``separable=True`` uses products of 1-D features (``prod N_a`` features of the tensor-
     product kernel; the min-norm problem factorises into 1-D ones, ridge per axis): memory
     ``8 (n_a^2 + n_a N_a)`` bytes per axis. ``separable=False`` draws d-dimensional
-    frequencies as in the paper: the Gram covers the whole grid, ``8 n^2`` bytes for n grid
-    points (checked against the memory budget), ``n^3 / 3`` flops to factorise.
+    frequencies as in the paper: the Gram covers the whole grid, ``8 (n^2 + n N)`` bytes for n
+    grid points, ``n^3 / 3`` flops to factorise. Either way the bytes grow with the square of
+    the grid (``N = 16 n`` by default) and are checked against the memory budget first.
 
     Parameters
     ----------
@@ -82,8 +83,7 @@ class RandomFeatureInterpolant(Recovery):
             pts = self._points(axes, [self.grid_in[a] for a in axes])
             n = pts.shape[0]
             N = int(n_features) if n_features is not None else 16 * n
-            if not self.separable:
-                check_gram_memory(n, np.float64)
+            self._check_memory(axes, n, N)
             omega, b = draw_frequencies(len(axes), N, distribution, self.gamma, nu, rng)
             A = feature_map(pts, omega, b)
             G = np.asfortranarray(A @ A.T)
@@ -94,6 +94,20 @@ class RandomFeatureInterpolant(Recovery):
                                  "pass ridge > 0 (e.g. 1e-10), a larger gamma or more features") from exc
             self.factors.append({"axes": axes, "omega": omega, "b": b, "A": A, "L": L, "ridge": used})
         self.n_features = [f["omega"].shape[1] for f in self.factors]
+
+    @staticmethod
+    def _check_memory(axes, n, N):
+        """ValueError, before anything is drawn, when the factor of grid ``axes`` (``n`` points,
+        ``N`` features) needs more than the :func:`rfol_dask.memory.memory_budget`: its features
+        and Gram take ``8 (n N + n^2)`` bytes, the square of the grid (``16 n`` features by default)."""
+        need = 8 * (n * N + n * n)
+        budget = memory_budget()
+        if need > budget.bytes:
+            raise ValueError(
+                f"recovery 'rf' on grid axes {axes} ({n} points, {N} features) needs {need:,} bytes "
+                f"({need / 2**30:.2f} GiB: the {n} x {N} features and the {n} x {n} Gram; it grows with the square "
+                f"of the grid) but the budget ({budget.where}) is {int(budget.bytes):,} bytes; for fine grids use "
+                "recovery 'cubic', 'linear' or 'spectral' (maps of n_in x n_out), or give fewer n_features")
 
     def _points(self, axes, coords):
         """Scaled points (n, len(axes)) of the tensor grid ``coords``, first axis slowest."""
