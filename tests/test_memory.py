@@ -74,6 +74,28 @@ def test_oversized_dual_fit_advises_the_primal_solver():
         check_gram_memory(200, np.float64, 10_000, solver="kernel")
 
 
+@pytest.mark.parametrize("solver, match", [
+    ("dual", r"the 200 x 200 Gram matrix needs 320,000 bytes \(0.00 GiB\), and 8,680,000 more bytes for the 8 x "
+             r"5000 frequencies \(360,000 bytes\), the 5000 x 8 coefficients \(320,000 bytes\) and the 200 x 5000 "
+             r"features A \(8,000,000 bytes\) held with it, but the budget \(max_gram_bytes\) is 2,000,000 bytes; "
+             r"use fewer features"),
+    ("primal", r"the 5000 x 5000 Gram matrix needs 200,000,000 bytes"),
+])
+def test_in_memory_fit_checks_its_features_and_frequencies_before_drawing_them(solver, match, monkeypatch):
+    """The in-memory dual holds A (M x N) whole and Omega (n x N) beside its Gram: a 320 kB Gram
+    fitted, then numpy ran out of memory on A (2000 x 10^6: 14.9 GiB); the primal drew Omega
+    (4.7 s at N = 10^6) before its Gram was refused. Both are refused before Omega is drawn."""
+    from rfol_dask import rf_operator
+
+    def no_draw(*args, **kwargs):
+        raise AssertionError("Omega drawn before the memory check")
+
+    U, V = smooth_operator_data(200, 8)
+    monkeypatch.setattr(rf_operator, "draw_frequencies", no_draw)
+    with pytest.raises(ValueError, match=match):
+        RandomFeatureOperator(n_features=5000, solver=solver, gamma=1.0, max_gram_bytes=2_000_000).fit(U, V)
+
+
 def test_workers_with_no_room_left_are_an_error_before_any_work():
     # an idle worker already past dask's pause line: the fit used to wait forever on paused workers
     with pytest.raises(ValueError, match=r"no memory to spare: worker w0 holds 190,000,000 bytes of its "
