@@ -13,6 +13,22 @@ from .interpolation import Recovery
 __all__ = ["RandomFeatureInterpolant"]
 
 
+def _check_joint_memory(n, N, k, n_out=0):
+    """ValueError (:func:`rfol_dask.memory.check_gram_memory`) unless the non-separable map of
+    ``n`` grid points in ``k`` dimensions with ``N`` features fits the memory budget: its Gram
+    (``n^2``, twice while it is made: ``A A^T`` is copied into Fortran order), features ``A``
+    (``n N``) and frequencies (``(k + 1) N``); with ``n_out`` output
+    points, also the features of those points (``n_out N``) and the ``n_out x n`` products of
+    :meth:`RandomFeatureInterpolant._map` (three at once). Float64 throughout."""
+    held = {f"the {n} x {N} features": n * N * 8, f"the {k} x {N} frequencies": (k + 1) * N * 8}
+    if not n_out:  # A A^T is made C-ordered, then copied into the Fortran order of the factorisation
+        held["the Gram's Fortran-ordered copy"] = n * n * 8
+    else:
+        held[f"the {n_out} x {N} features of the output points"] = n_out * N * 8
+        held[f"three {n_out} x {n} maps"] = 3 * n_out * n * 8
+    check_gram_memory(n, np.float64, solver="recovery", held=held)
+
+
 class RandomFeatureInterpolant(Recovery):
     """The paper's min-norm random-feature recovery map on a grid.
 
@@ -32,7 +48,9 @@ class RandomFeatureInterpolant(Recovery):
     product kernel; the min-norm problem factorises into 1-D ones, ridge per axis): memory
     ``8 (n_a^2 + n_a N_a)`` bytes per axis. ``separable=False`` draws d-dimensional
     frequencies as in the paper: the Gram covers the whole grid, ``8 n^2`` bytes for n grid
-    points (checked against the memory budget), ``n^3 / 3`` flops to factorise.
+    points, with the features ``8 n N`` (``N = 16 n`` by default: 16 x the Gram) and, per output
+    grid of ``n_out`` points, ``8 n_out (N + 3 n)`` for its map (all checked against the memory
+    budget before they are made); ``n^2 N`` flops to form the Gram, ``n^3 / 3`` to factorise it.
 
     Parameters
     ----------
@@ -83,7 +101,7 @@ class RandomFeatureInterpolant(Recovery):
             n = pts.shape[0]
             N = int(n_features) if n_features is not None else 16 * n
             if not self.separable:
-                check_gram_memory(n, np.float64)
+                _check_joint_memory(n, N, len(axes))
             omega, b = draw_frequencies(len(axes), N, distribution, self.gamma, nu, rng)
             A = feature_map(pts, omega, b)
             G = np.asfortranarray(A @ A.T)
@@ -105,6 +123,8 @@ class RandomFeatureInterpolant(Recovery):
         """The (n_out, n_in) map of factor ``f`` to the output coordinates ``coords``:
         ``W = Phi(y) A^T G^{-1}`` from the Cholesky factor (``n_out`` right-hand sides),
         corrected so that it centres the data first (``W + (1 - W 1) 1^T / n``)."""
+        if not self.separable:  # the joint map of every output point: checked before it is made
+            _check_joint_memory(f["A"].shape[0], f["A"].shape[1], len(f["axes"]), int(np.prod([c.size for c in coords])))
         K = feature_map(self._points(f["axes"], coords), f["omega"], f["b"]) @ f["A"].T
         W = cho_solve(f["L"], np.asfortranarray(K.T)).T
         return W + (1.0 - W.sum(axis=1, keepdims=True)) / W.shape[1]
