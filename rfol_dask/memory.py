@@ -160,6 +160,8 @@ _ADVICE = {
               "or pass a larger max_gram_bytes",
     "recovery": "use the separable map (separable=True: one small Gram per grid axis), fewer features "
                 "(n_features; 16 per grid point by default) or a coarser grid",
+    "search": "search on fewer samples (the final stage scores whole training splits; fit the winner's "
+              "parameters on all of them), use a cv with smaller training splits, or pass a larger max_gram_bytes",
     None: "use a smaller problem or pass a larger max_gram_bytes",
 }
 
@@ -175,7 +177,8 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
     has before dask pauses it (:attr:`Budget.pause_room`, when known); returns the bytes one
-    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"``, ``"recovery"`` or None) picks the advice; ``xp``
+    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"``, ``"recovery"``, ``"search"`` or None) picks
+    the advice; ``xp``
     the namespace of an in-memory fit (CuPy: the GPU's budget); ``beside``: bytes the worker
     holds with the Gram (the primal's frequencies), counted against the pause line; ``held``:
     ``{what: bytes}`` an in-memory fit holds with the Gram (its features, frequencies...), the

@@ -186,3 +186,41 @@ def test_dask_sizeof_counts_the_arrays_our_task_results_hold():
     acc.A, acc.K, acc.g0, acc.shifts = np.zeros((300, 40)), np.zeros((300, 300)), 0, {0: np.zeros(40)}
     acc.pairs = {0: (np.zeros((16, 40)), np.zeros(40))}  # a slot left unset counts nothing
     assert sizeof(acc) >= acc.A.nbytes + acc.K.nbytes + 40 * 8 + 17 * 40 * 8
+
+
+@pytest.mark.parametrize("make, match", [
+    ("kernel", r"the 400 x 400 Gram matrix needs 1,280,000 bytes \(0.00 GiB\), and 4,480,000 more bytes for the "
+               r"distances, a copy and the eigenvectors, 400 x 400 each \(3,840,000 bytes\) and the validation "
+               r"distances and cross-Gram, 100 x 400 each \(640,000 bytes\) held with it"),
+    ("rf", r"the 400 x 400 Gram matrix needs 1,280,000 bytes .* the 100 x 400 cross-Gram \(320,000 bytes\), the "
+           r"solve's copy of a Gram \(1,280,000 bytes\) and two 500 x 300 feature slabs \(2,400,000 bytes\)"),
+])
+@pytest.mark.parametrize("budget", ["max_gram_bytes", "machine"])
+def test_searches_check_their_memory_before_searching(make, match, budget, monkeypatch):
+    """The searches ignored max_gram_bytes and the memory budget until the refit, after the whole
+    search (KernelOperatorCV on 30000 rows searched > 100 s with 24000 x 24000 Grams): their
+    least peak on the largest split is now refused before any work."""
+    import collections
+
+    import psutil
+
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperatorCV
+    from rfol_dask.selection import SelectionCV
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched before the memory check")
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((500, 4))
+    V = U[:, :2] ** 2
+    monkeypatch.setattr(SelectionCV, "_search", no_search)
+    kw = {}
+    if budget == "max_gram_bytes":
+        kw["max_gram_bytes"] = 10**6
+    else:  # a 5 MB machine: a 3 MB budget
+        memory = collections.namedtuple("memory", "available total")
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: memory(5e6, 5e6))
+    search = KernelOperatorCV(**kw) if make == "kernel" else RandomFeatureOperatorCV(n_features=300, random_state=0, **kw)
+    with pytest.raises(ValueError, match=match + r".*search on fewer samples"):
+        search.fit(U, V)
