@@ -158,21 +158,41 @@ _ADVICE = {
               "or pass a larger max_gram_bytes",
     "kernel": "use fewer samples, pass dask arrays (the Gram is then factorised blocked across the workers), "
               "or pass a larger max_gram_bytes",
+    "recovery": "use recovery 'cubic', 'linear' or 'spectral' (maps of n_in x n_out bytes, for fine grids), "
+                "the separable map (separable=True: one Gram per grid axis), fewer features (n_features; 16 per "
+                "grid point by default) or a coarser grid",
+    "search": "search on fewer samples (the final stage scores whole training splits; fit the winner's "
+              "parameters on all of them), use a cv with smaller training splits, or pass a larger max_gram_bytes",
     None: "use a smaller problem or pass a larger max_gram_bytes",
 }
 
 
-def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1, xp=None, beside=0):
+def _listing(held):
+    """``{what: bytes}`` as words: "A (1 bytes), B (2 bytes) and C (3 bytes)"."""
+    parts = [f"{what} ({int(n):,} bytes)" for what, n in held.items()]
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1, xp=None, beside=0,
+                      held=None):
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
     has before dask pauses it (:attr:`Budget.pause_room`, when known); returns the bytes one
-    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"`` or None) picks the advice; ``xp``
+    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"``, ``"recovery"``, ``"search"`` or None) picks
+    the advice; ``xp``
     the namespace of an in-memory fit (CuPy: the GPU's budget); ``beside``: bytes the worker
-    holds with the Gram (the primal's frequencies), counted against the pause line."""
+    holds with the Gram (the primal's frequencies), counted against the pause line; ``held``:
+    ``{what: bytes}`` an in-memory fit holds with the Gram (its features, frequencies...), the
+    Gram and those together checked against the budget (the message names each)."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
     budget = memory_budget(max_bytes, client, xp)
-    if need > budget.bytes:
-        raise ValueError(f"{_shortfall(size, need, budget)}; {_ADVICE[solver]}")
+    extra = int(sum((held or {}).values()))
+    if need + extra > budget.bytes:
+        advice = _ADVICE[solver]
+        if extra > need:  # what the Gram holds with it sets the size: its features grow with n_features
+            advice = f"use fewer features, or {advice}" if solver in ("dual", "primal") else advice
+        with_it = f", and {extra:,} more bytes for {_listing(held)} held with it," if extra else ""
+        raise ValueError(f"{_shortfall(size, need, budget, with_it)}; {advice}")
     total = peak_copies * need + int(beside)
     if total > need and budget.pause_room is not None and total > budget.pause_room:
         held = (f"the worker that sums the workers' Grams holds {peak_copies}" if peak_copies > 1 else "a worker holds one")

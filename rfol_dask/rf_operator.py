@@ -16,7 +16,7 @@ from .estimator import OperatorEstimator
 from .features import CENTRE_ROWS, DISTRIBUTIONS, draw_frequencies, feature_map, input_centre, integer_seed
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory
-from .solve import InputCentre, check_min_norm, choose_solver, fit_dask, fit_numpy
+from .solve import InputCentre, check_min_norm, choose_solver, fit_dask, fit_numpy, held_beside_gram
 from .tuning import input_scales
 
 __all__ = ["RandomFeatureOperator"]
@@ -116,7 +116,8 @@ class RandomFeatureOperator(OperatorEstimator):
     column_block : int, default=None
         Output columns per solve task for dask input (default: spread over all worker threads).
     max_gram_bytes : int, default=None
-        Memory budget for the Gram (default: 60 % of available / worker memory).
+        Memory budget for the Gram (in memory: with the features and frequencies held with it;
+        default: 60 % of available / worker memory).
     progress : bool, default=False
         Show a progress bar while fitting dask input.
     recovery : {"cubic", "linear", "nearest", "spectral", "rf"}, dict or 2-tuple, default="cubic"
@@ -173,7 +174,9 @@ class RandomFeatureOperator(OperatorEstimator):
         carry them.
 
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
-    holds the Gram (N x N) and one 128 MiB block of ``A``. On dask input ``A`` is never
+    holds the Gram (N x N) and one 128 MiB block of ``A``; both hold ``Omega`` (n x N) and the
+    coefficients (N x m). All of it is checked against the budget (``max_gram_bytes``) before
+    ``Omega`` is drawn (:func:`rfol_dask.solve.in_memory.held_beside_gram`). On dask input ``A`` is never
     whole: the dual sums the Gram over feature slabs of at most 256 MiB (less where the worker
     memory asks) on each worker (``8 M^2 + 8 M n`` per worker; see :mod:`rfol_dask.solve.streamed`
     and :func:`rfol_dask.memory.dual_plan`), the primal over row blocks.
@@ -231,6 +234,11 @@ class RandomFeatureOperator(OperatorEstimator):
         on_gpu = lazy and (self._device() != "cpu" or backend.is_array_api(getattr(U, "_meta", None)))
         self.solver_ = choose_solver(self.solver, M, self.n_features, dual_only=on_gpu)
         check_min_norm(self.solver_, self.alpha, M, self.n_features, self.fit_intercept)
+        if not lazy:  # before any work: the Gram with the frequencies and features it is held with
+            xp = backend.namespace(U)
+            check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes,
+                              solver=self.solver_, xp=xp,
+                              held=held_beside_gram(M, U.shape[1], self.n_features, m, dtype, self.solver_, xp))
         seed = integer_seed(self.random_state)
         self.input_metric_, self.gamma_ = None, self.gamma
         if self.gamma == "median" or self.pca_power is not None:
@@ -261,13 +269,10 @@ class RandomFeatureOperator(OperatorEstimator):
             logger.debug("dask fit %.3f s, then %.3f s for the client's draw of Omega", t1 - t0,
                          time.perf_counter() - t1)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
-            xp = backend.namespace(U)
             centre = input_centre(dtype, U)  # numpy: the recipe folds it into the phases on the host
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
             self.omega_, self.b_ = recipe(xp=xp, input_centre=centre)
             self.input_centre_ = backend.to_namespace(centre, xp)
-            check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes,
-                              solver=self.solver_, xp=xp)
             coef, intercept = fit_numpy(U, V, self.omega_, self.b_, alpha=float(self.alpha),
                                         fit_intercept=self.fit_intercept, solver=self.solver_,
                                         input_centre=self.input_centre_)

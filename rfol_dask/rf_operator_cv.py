@@ -165,7 +165,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
     column_block : int, default=None
         Passed to ``best_estimator_``.
     max_gram_bytes : int, default=None
-        Memory budget of a Gram (the search groups its gammas to fit it); passed on.
+        Memory budget of a Gram (the search groups its gammas to fit it; the search's least peak,
+        one gamma's Grams with its slabs, is checked against it before the search starts); passed on.
     progress : bool, default=False
         Progress bars for dask input.
     recovery : str, dict or 2-tuple, default="cubic"
@@ -347,6 +348,20 @@ default=("cauchy", "gaussian", "rational_quadratic")
         if "pca_power" in row:
             params["pca_power"] = None if row["pca_power"] is None else float(row["pca_power"])
         return params
+
+    def _search_memory(self, M_t, M_v):
+        """Beside a training Gram, at the least (one gamma per pass): the cross-Gram and the
+        other nested ``N``'s Gram pairs (``8 (M_t + M_v) M_t`` each), the solve's copy of a
+        Gram and two ``M x slab`` buffers (``M = M_t + M_v``, :func:`rfol_dask.tuning.slab_bounds`)."""
+        Ns, M = self._n_list(), M_t + M_v
+        width = max(f1 - f0 for f0, f1 in slab_bounds(Ns[-1], M, Ns))
+        held = {(f"{len(Ns)} cross-Grams of {M_v} x {M_t}" if len(Ns) > 1 else f"the {M_v} x {M_t} cross-Gram"):
+                8 * len(Ns) * M_v * M_t}
+        if len(Ns) > 1:
+            held[f"the Grams of {len(Ns) - 1} more n_features"] = 8 * (len(Ns) - 1) * M_t * M_t
+        held["the solve's copy of a Gram"] = 8 * M_t * M_t
+        held[f"two {M} x {width} feature slabs"] = 2 * 8 * M * width
+        return held
 
     def _gram_group(self, M_t, M_v, n_segments, client):
         """How many gammas' Grams and cross-Grams (``n_segments`` each) one pass may hold: half

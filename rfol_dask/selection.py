@@ -42,7 +42,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import backend
 from .estimator import OperatorEstimator
 from .gram import stack_rows
-from .memory import DEVICE_SHARE, device_free_bytes, free_bytes
+from .memory import DEVICE_SHARE, check_gram_memory, device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
 
@@ -287,11 +287,26 @@ class SelectionCV(OperatorEstimator):
         Us, Vs = client.persist([Us, Vs])
         return Us, Vs, client
 
+    def _search_memory(self, M_t, M_v):
+        """``{what: bytes}`` the search holds beside one ``M_t x M_t`` training Gram at its least
+        peak on a split of ``M_t`` training and ``M_v`` validation rows (subclasses; float64)."""
+        return {}
+
+    def _check_search_memory(self, splits, client, xp):
+        """ValueError before any work when the search's least peak on its largest split (the
+        training Gram and :meth:`_search_memory`) exceeds the memory budget (``max_gram_bytes``,
+        else the client's workers', the GPU's share with ``xp`` CuPy, or this machine's): the
+        refit's own check came only after the whole search."""
+        M_t, M_v = max(((len(tr), len(va)) for tr, va in splits), key=lambda s: (s[0], s[1]))
+        check_gram_memory(M_t, np.float64, self.max_gram_bytes, client, solver="search", xp=xp,
+                          held=self._search_memory(M_t, M_v))
+
     def _fit_arrays(self, U, V, lazy, dtype):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""
         M = U.shape[0]
         splits = self._splits(M)
         X, Y, client = self._data(U, V, lazy)
+        self._check_search_memory(splits, client, None if client is not None else backend.namespace(X))
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
         self._prepare(X, client)
         values, column = self._metric_values(), self._metric_column()

@@ -311,14 +311,31 @@ def test_in_memory_gpu_fit_checks_the_gpu_memory(data, monkeypatch):
     """A Gram larger than the GPU's share is refused before any work, naming the GPU's budget (the
     host's memory used to be checked, and cuSOLVER ran out of memory instead)."""
     U, V = data
-    monkeypatch.setattr(cupy.cuda.runtime, "memGetInfo", lambda: (1_000_000, 2_000_000))
+    monkeypatch.setattr(cupy.cuda.runtime, "memGetInfo", lambda: (1_000_000, 8_000_000))
     monkeypatch.setattr(cupy.get_default_memory_pool(), "free_bytes", lambda: 0)
     Uc, Vc = cupy.asarray(U), cupy.asarray(V)
     with pytest.raises(ValueError, match=r"300 x 300 Gram matrix needs 720,000 bytes .*60% of the GPU's free memory"):
         RandomFeatureOperator(n_features=600, gamma=0.05, solver="dual").fit(Uc, Vc)
     with pytest.raises(ValueError, match="60% of the GPU's free memory"):
         KernelOperator(length_scale=3.0).fit(Uc, Vc)
-    RandomFeatureOperator(n_features=600, gamma=0.05, solver="dual", max_gram_bytes=10**6).fit(Uc, Vc)  # the user's word
+    # the user's word (the Gram, the frequencies, the coefficients and a slab: 2,976,000 bytes)
+    RandomFeatureOperator(n_features=600, gamma=0.05, solver="dual", max_gram_bytes=3 * 10**6).fit(Uc, Vc)
+
+
+def test_in_memory_gpu_dual_counts_its_slabs_not_the_whole_features(data, monkeypatch):
+    """On CuPy the in-memory dual holds feature slabs, never ``A`` whole: its up-front check
+    counts the Gram, Omega, the coefficients and 1.25 slabs (64 columns here), 1,368,000 bytes,
+    where the numpy dual holds all 300 x 600 features."""
+    import dask
+
+    U, V = data
+    kw = dict(n_features=600, gamma=0.05, solver="dual", max_gram_bytes=1_400_000)
+    with dask.config.set({"rfol_dask.slab-bytes": 300 * 64 * 8}):
+        RandomFeatureOperator(**kw).fit(cupy.asarray(U), cupy.asarray(V))
+        with pytest.raises(ValueError, match=r"and 1,896,000 more bytes for .* the 300 x 600 features A"):
+            RandomFeatureOperator(**kw).fit(U, V)
+        with pytest.raises(ValueError, match=r"648,000 more bytes for .*slabs of 300 x 64 features \(192,000 bytes\)"):
+            RandomFeatureOperator(**{**kw, "max_gram_bytes": 1_300_000}).fit(cupy.asarray(U), cupy.asarray(V))
 
 
 def test_auto_solver_on_dask_cupy_chunks_is_the_dual(data):

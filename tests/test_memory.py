@@ -74,6 +74,28 @@ def test_oversized_dual_fit_advises_the_primal_solver():
         check_gram_memory(200, np.float64, 10_000, solver="kernel")
 
 
+@pytest.mark.parametrize("solver, match", [
+    ("dual", r"the 200 x 200 Gram matrix needs 320,000 bytes \(0.00 GiB\), and 8,680,000 more bytes for the 8 x "
+             r"5000 frequencies \(360,000 bytes\), the 5000 x 8 coefficients \(320,000 bytes\) and the 200 x 5000 "
+             r"features A \(8,000,000 bytes\) held with it, but the budget \(max_gram_bytes\) is 2,000,000 bytes; "
+             r"use fewer features"),
+    ("primal", r"the 5000 x 5000 Gram matrix needs 200,000,000 bytes"),
+])
+def test_in_memory_fit_checks_its_features_and_frequencies_before_drawing_them(solver, match, monkeypatch):
+    """The in-memory dual holds A (M x N) whole and Omega (n x N) beside its Gram: a 320 kB Gram
+    fitted, then numpy ran out of memory on A (2000 x 10^6: 14.9 GiB); the primal drew Omega
+    (4.7 s at N = 10^6) before its Gram was refused. Both are refused before Omega is drawn."""
+    from rfol_dask import rf_operator
+
+    def no_draw(*args, **kwargs):
+        raise AssertionError("Omega drawn before the memory check")
+
+    U, V = smooth_operator_data(200, 8)
+    monkeypatch.setattr(rf_operator, "draw_frequencies", no_draw)
+    with pytest.raises(ValueError, match=match):
+        RandomFeatureOperator(n_features=5000, solver=solver, gamma=1.0, max_gram_bytes=2_000_000).fit(U, V)
+
+
 def test_workers_with_no_room_left_are_an_error_before_any_work():
     # an idle worker already past dask's pause line: the fit used to wait forever on paused workers
     with pytest.raises(ValueError, match=r"no memory to spare: worker w0 holds 190,000,000 bytes of its "
@@ -164,3 +186,41 @@ def test_dask_sizeof_counts_the_arrays_our_task_results_hold():
     acc.A, acc.K, acc.g0, acc.shifts = np.zeros((300, 40)), np.zeros((300, 300)), 0, {0: np.zeros(40)}
     acc.pairs = {0: (np.zeros((16, 40)), np.zeros(40))}  # a slot left unset counts nothing
     assert sizeof(acc) >= acc.A.nbytes + acc.K.nbytes + 40 * 8 + 17 * 40 * 8
+
+
+@pytest.mark.parametrize("make, match", [
+    ("kernel", r"the 400 x 400 Gram matrix needs 1,280,000 bytes \(0.00 GiB\), and 4,480,000 more bytes for the "
+               r"distances, a copy and the eigenvectors, 400 x 400 each \(3,840,000 bytes\) and the validation "
+               r"distances and cross-Gram, 100 x 400 each \(640,000 bytes\) held with it"),
+    ("rf", r"the 400 x 400 Gram matrix needs 1,280,000 bytes .* the 100 x 400 cross-Gram \(320,000 bytes\), the "
+           r"solve's copy of a Gram \(1,280,000 bytes\) and two 500 x 300 feature slabs \(2,400,000 bytes\)"),
+])
+@pytest.mark.parametrize("budget", ["max_gram_bytes", "machine"])
+def test_searches_check_their_memory_before_searching(make, match, budget, monkeypatch):
+    """The searches ignored max_gram_bytes and the memory budget until the refit, after the whole
+    search (KernelOperatorCV on 30000 rows searched > 100 s with 24000 x 24000 Grams): their
+    least peak on the largest split is now refused before any work."""
+    import collections
+
+    import psutil
+
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperatorCV
+    from rfol_dask.selection import SelectionCV
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched before the memory check")
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((500, 4))
+    V = U[:, :2] ** 2
+    monkeypatch.setattr(SelectionCV, "_search", no_search)
+    kw = {}
+    if budget == "max_gram_bytes":
+        kw["max_gram_bytes"] = 10**6
+    else:  # a 5 MB machine: a 3 MB budget
+        memory = collections.namedtuple("memory", "available total")
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: memory(5e6, 5e6))
+    search = KernelOperatorCV(**kw) if make == "kernel" else RandomFeatureOperatorCV(n_features=300, random_state=0, **kw)
+    with pytest.raises(ValueError, match=match + r".*search on fewer samples"):
+        search.fit(U, V)

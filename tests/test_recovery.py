@@ -283,3 +283,27 @@ def test_recovery_errors():
         R.resample(np.zeros((1, 8, 8)), (x, x - 0.1))
     with pytest.raises(ValueError, match="Gram of grid axes .* is singular with ridge=0"):
         make_recovery("rf", np.linspace(0, 1, 41), ridge=0.0)
+
+
+def test_joint_rf_recovery_checks_its_features_and_maps_before_making_them(monkeypatch):
+    """The non-separable "rf" map holds its features (n x 16 n, 16 x its Gram) beside its Gram,
+    and per output grid the output points' features: only the Gram was checked, and predicting
+    from a 100 x 100 grid ran out of memory on the 10000 x 160000 features (11.9 GiB). Both
+    are refused before they are made (a 100 MB machine here: a 60 MB budget)."""
+    import collections
+
+    import psutil
+
+    g16 = np.linspace(0, 1, 16)
+    U = bandlimited(g16, g16)[None] * np.linspace(0.5, 1.5, 12)[:, None, None]
+    model = RandomFeatureOperator(n_features=50, random_state=0, recovery={"kind": "rf", "separable": False})
+    model.fit(U, U, input_grid=[g16, g16], output_grid=[g16, g16])
+    memory = collections.namedtuple("memory", "available total")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory(100e6, 100e6))
+    g = np.linspace(0, 1, 40)  # 1600 points, 25600 features
+    with pytest.raises(ValueError, match=r"1600 x 1600 Gram matrix needs 20,480,000 bytes .*and 348,774,400 more "
+                                         r"bytes for the 1600 x 25600 features .* held with it, .*\(separable=True"):
+        model.predict(np.zeros((1, 40, 40)), input_grid=[g, g])
+    g = np.linspace(0, 1, 60)  # the training grid's map to 3600 output points
+    with pytest.raises(ValueError, match=r"the 3600 x 4096 features of the output points \(117,964,800 bytes\)"):
+        model.predict(U[:1], output_grid=[g, g])

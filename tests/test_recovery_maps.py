@@ -140,8 +140,8 @@ def test_rf_refuses_a_fine_grid_before_allocating():
     (1.4 TB) is refused up front, naming the bytes and the kinds that scale, not a MemoryError."""
     from rfol_dask import RandomFeatureOperator
 
-    with pytest.raises(ValueError, match=r"recovery 'rf' on grid axes \(0,\) \(100000 points, 1600000 features\) "
-                                         r"needs 1,360,000,000,000 bytes .*budget.*'cubic'"):
+    with pytest.raises(ValueError, match=r"recovery 'rf' on 100000 grid points \(1600000 features\): the 100000 x 100000 Gram matrix needs 80,000,000,000 bytes .* the 100000 x "
+                                         r"1600000 features .*budget.*use recovery 'cubic'"):
         make_recovery("rf", np.arange(100000) / 100000)
     x = np.arange(16) / 16
     U = np.random.default_rng(0).standard_normal((12, 16))

@@ -92,7 +92,7 @@ class KernelOperatorCV(SelectionCV):
     column_block : int, default=None
         Passed to ``best_estimator_``.
     max_gram_bytes : int, default=None
-        Passed to ``best_estimator_``.
+        Memory budget of the search (checked before it starts) and of ``best_estimator_``.
     progress : bool, default=False
         Progress bars for dask input.
     recovery : str, dict or 2-tuple, default="cubic"
@@ -122,8 +122,9 @@ class KernelOperatorCV(SelectionCV):
 
     Cost per split: ``3 M_t (M_t + M_v) n`` flops for the distances, then per (kernel, length
     scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram. Memory: four
-    ``M_t x M_t`` and two ``M_v x M_t`` arrays. dask input is gathered first (the model holds
-    its training inputs anyway).
+    ``M_t x M_t`` and two ``M_v x M_t`` arrays, checked against the budget (``max_gram_bytes``,
+    else 60 % of the memory) before the search starts. dask input is gathered first (the model
+    holds its training inputs anyway).
     """
 
     _param_name = "length_scale"
@@ -192,6 +193,12 @@ class KernelOperatorCV(SelectionCV):
         self._transform = transform
         ell = KernelOperator(kernel="rbf")._resolve_length_scale(U, transform)
         self.median_scales_ = {k: (1.0 if k == "linear" else ell) for k in self.kernels}
+
+    def _search_memory(self, M_t, M_v):
+        """Beside a training Gram: the distances, the Gram's copy and the ridge path's eigenvectors
+        (three more ``M_t x M_t``), the validation distances and cross-Gram (two ``M_v x M_t``)."""
+        return {f"the distances, a copy and the eigenvectors, {M_t} x {M_t} each": 3 * 8 * M_t * M_t,
+                f"the validation distances and cross-Gram, {M_v} x {M_t} each": 2 * 8 * M_v * M_t}
 
     def _families(self):
         return list(self.kernels)

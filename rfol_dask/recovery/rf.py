@@ -6,11 +6,31 @@ import numpy as np
 
 from ..features import check_random_state, draw_frequencies, feature_map
 from ..linalg import cho_solve, cholesky
-from ..memory import memory_budget
+from ..memory import check_gram_memory
 from .grids import grid_shape
 from .interpolation import Recovery
 
 __all__ = ["RandomFeatureInterpolant"]
+
+
+def _check_factor_memory(n, N, k, n_out=0):
+    """ValueError (:func:`rfol_dask.memory.check_gram_memory`) unless the map of a factor of ``n``
+    grid points in ``k`` dimensions (one axis when separable, else the whole grid) with ``N``
+    features fits the memory budget: its Gram
+    (``n^2``, twice while it is made: ``A A^T`` is copied into Fortran order), features ``A``
+    (``n N``) and frequencies (``(k + 1) N``); with ``n_out`` output
+    points, also the features of those points (``n_out N``) and the ``n_out x n`` products of
+    :meth:`RandomFeatureInterpolant._map` (three at once). Float64 throughout."""
+    held = {f"the {n} x {N} features": n * N * 8, f"the {k} x {N} frequencies": (k + 1) * N * 8}
+    if not n_out:  # A A^T is made C-ordered, then copied into the Fortran order of the factorisation
+        held["the Gram's Fortran-ordered copy"] = n * n * 8
+    else:
+        held[f"the {n_out} x {N} features of the output points"] = n_out * N * 8
+        held[f"three {n_out} x {n} maps"] = 3 * n_out * n * 8
+    try:
+        check_gram_memory(n, np.float64, solver="recovery", held=held)
+    except ValueError as exc:  # said of the recovery map, which the user may not know builds a Gram
+        raise ValueError(f"recovery 'rf' on {n} grid points ({N} features): {exc}") from None
 
 
 class RandomFeatureInterpolant(Recovery):
@@ -31,9 +51,10 @@ class RandomFeatureInterpolant(Recovery):
     ``separable=True`` uses products of 1-D features (``prod N_a`` features of the tensor-
     product kernel; the min-norm problem factorises into 1-D ones, ridge per axis): memory
     ``8 (n_a^2 + n_a N_a)`` bytes per axis. ``separable=False`` draws d-dimensional
-    frequencies as in the paper: the Gram covers the whole grid, ``8 (n^2 + n N)`` bytes for n
-    grid points, ``n^3 / 3`` flops to factorise. Either way the bytes grow with the square of
-    the grid (``N = 16 n`` by default) and are checked against the memory budget first.
+    frequencies as in the paper: the Gram covers the whole grid, ``8 n^2`` bytes for n grid
+    points, with the features ``8 n N`` (``N = 16 n`` by default: 16 x the Gram) and, per output
+    grid of ``n_out`` points, ``8 n_out (N + 3 n)`` for its map (all checked against the memory
+    budget before they are made); ``n^2 N`` flops to form the Gram, ``n^3 / 3`` to factorise it.
 
     Parameters
     ----------
@@ -83,7 +104,7 @@ class RandomFeatureInterpolant(Recovery):
             pts = self._points(axes, [self.grid_in[a] for a in axes])
             n = pts.shape[0]
             N = int(n_features) if n_features is not None else 16 * n
-            self._check_memory(axes, n, N)
+            _check_factor_memory(n, N, len(axes))  # before anything is drawn
             omega, b = draw_frequencies(len(axes), N, distribution, self.gamma, nu, rng)
             A = feature_map(pts, omega, b)
             G = np.asfortranarray(A @ A.T)
@@ -95,20 +116,6 @@ class RandomFeatureInterpolant(Recovery):
             self.factors.append({"axes": axes, "omega": omega, "b": b, "A": A, "L": L, "ridge": used})
         self.n_features = [f["omega"].shape[1] for f in self.factors]
 
-    @staticmethod
-    def _check_memory(axes, n, N):
-        """ValueError, before anything is drawn, when the factor of grid ``axes`` (``n`` points,
-        ``N`` features) needs more than the :func:`rfol_dask.memory.memory_budget`: its features
-        and Gram take ``8 (n N + n^2)`` bytes, the square of the grid (``16 n`` features by default)."""
-        need = 8 * (n * N + n * n)
-        budget = memory_budget()
-        if need > budget.bytes:
-            raise ValueError(
-                f"recovery 'rf' on grid axes {axes} ({n} points, {N} features) needs {need:,} bytes "
-                f"({need / 2**30:.2f} GiB: the {n} x {N} features and the {n} x {n} Gram; it grows with the square "
-                f"of the grid) but the budget ({budget.where}) is {int(budget.bytes):,} bytes; for fine grids use "
-                "recovery 'cubic', 'linear' or 'spectral' (maps of n_in x n_out), or give fewer n_features")
-
     def _points(self, axes, coords):
         """Scaled points (n, len(axes)) of the tensor grid ``coords``, first axis slowest."""
         scaled = [(c - self.grid_in[a][0]) / self.scale[a] for a, c in zip(axes, coords)]
@@ -119,6 +126,8 @@ class RandomFeatureInterpolant(Recovery):
         """The (n_out, n_in) map of factor ``f`` to the output coordinates ``coords``:
         ``W = Phi(y) A^T G^{-1}`` from the Cholesky factor (``n_out`` right-hand sides),
         corrected so that it centres the data first (``W + (1 - W 1) 1^T / n``)."""
+        # checked before it is made (the joint map of a non-separable grid: every output point at once)
+        _check_factor_memory(*f["A"].shape, len(f["axes"]), int(np.prod([c.size for c in coords])))
         K = feature_map(self._points(f["axes"], coords), f["omega"], f["b"]) @ f["A"].T
         W = cho_solve(f["L"], np.asfortranarray(K.T)).T
         return W + (1.0 - W.sum(axis=1, keepdims=True)) / W.shape[1]

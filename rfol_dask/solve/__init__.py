@@ -26,12 +26,12 @@ from ..backend import device_namespace, is_array_api, is_cupy, namespace
 from ..memory import check_gram_memory, check_tile_memory, dual_plan, n_slots
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
-from .in_memory import fit_numpy
+from .in_memory import fit_numpy, held_beside_gram
 from .primal import fit_primal
 from .streamed import fit_streamed
 from .tiled import fit_tiled
 
-__all__ = ["choose_solver", "check_min_norm", "fit_numpy", "fit_dask", "InputCentre"]
+__all__ = ["choose_solver", "check_min_norm", "fit_numpy", "held_beside_gram", "fit_dask", "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):

@@ -12,13 +12,13 @@ from __future__ import annotations
 import dask
 import numpy as np
 
-from ..backend import is_fast, itemsize, namespace, syrk
+from ..backend import is_cupy, is_fast, itemsize, namespace, syrk
 from ..factor import dual_factor, dual_intercept, dual_solve, primal_factor, primal_solve
 from ..gram import block_means, check_finite, dual_tile, features_block, primal_partial
 from ..memory import ROW_BLOCK_BYTES, SLAB_BYTES
 from .streamed import feature_slabs, slab_features
 
-__all__ = ["row_ranges", "dual_numpy", "dual_slabs", "fit_numpy"]
+__all__ = ["row_ranges", "dual_numpy", "dual_slabs", "fit_numpy", "held_beside_gram"]
 
 
 def row_ranges(n_rows, row_bytes, block_bytes=ROW_BLOCK_BYTES):
@@ -120,6 +120,38 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
         C[f0:f1, :] = slab(f0, f1)[0].T @ Beta
     shift = xp.concat(shifts) if fit_intercept else xp.zeros(N, dtype=omega.dtype)
     return C, dual_intercept(info, Beta, C, shift)
+
+
+def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
+    """What an in-memory fit (:func:`fit_numpy`, with the model's frequencies) holds beside its
+    Gram at its peak, ``{what: bytes}``, for the up-front check
+    (:func:`rfol_dask.memory.check_gram_memory`, ``held``) made before ``Omega`` is drawn.
+
+    Always ``Omega`` and ``b`` (``(n + 1) N``) and the coefficients (``N m``). The numpy dual:
+    the features ``A`` (``M N``) whole. The other namespaces' dual: one slab of ``slab_bytes``
+    (as :func:`dual_slabs` cuts them) and a quarter slab (the Gram update), a second slab where
+    the cosine is not made in place (not CuPy); the coefficients are counted with the Gram,
+    though pass 2 holds them instead of it (a bound). The primal: one row block of about
+    :data:`~rfol_dask.memory.ROW_BLOCK_BYTES` (two outside numpy and CuPy), at least the 64
+    rows of its shifts.
+    """
+    size = np.dtype(dtype).itemsize
+    held = {f"the {n} x {N} frequencies": (int(n) + 1) * int(N) * size,
+            f"the {N} x {m} coefficients": int(N) * int(m) * size}
+    in_place = is_fast(xp) or is_cupy(xp)
+    if solver == "dual" and is_fast(xp):
+        held[f"the {M} x {N} features A"] = int(M) * int(N) * size
+    elif solver == "dual":
+        if slab_bytes is None:
+            slab_bytes = int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
+        (slabs,) = feature_slabs(M, N, 1, size, slab_bytes)
+        width = max(f1 - f0 for f0, f1 in slabs)
+        held[f"slabs of {M} x {width} features"] = int((1.25 if in_place else 2.25) * M * width * size)
+    else:
+        (s, e), *_ = row_ranges(M, N * size)
+        rows = max(e - s, min(64, M))
+        held[f"blocks of {rows} x {N} features"] = (1 if in_place else 2) * rows * int(N) * size
+    return held
 
 
 def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *, alpha: float,
