@@ -9,7 +9,9 @@ With ``alpha = 0`` a singular Gram is an error that asks for ``alpha > 0``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import warnings
 
 import dask
@@ -34,9 +36,39 @@ def _controller():
     return _CONTROLLER[0]
 
 
+_LIMITS = threading.local()  # this thread's stack of limits (the innermost last)
+_LIMIT_LOCK = threading.Lock()
+_LIMIT_STATE = {"depth": 0, "first": None}  # sections open in the process; the first one's limiter
+
+
+@contextlib.contextmanager
 def blas_limits(n):
-    """Context manager: at most ``n`` BLAS threads inside (``threadpool_limits(n, "blas")``)."""
-    return _controller().limit(limits=n, user_api="blas")
+    """Context manager: at most ``n`` BLAS threads inside (``threadpool_limits(n, "blas")``).
+
+    The BLAS thread count is one setting of the process. Sections open in several threads at
+    once (two fits in two threads) overlap: each sets its limit on entry, a section that ends
+    sets its thread's enclosing limit again, and the last to end restores the count found by
+    the first. (threadpoolctl's own contexts restore what each found on entry, so overlapping
+    ones could leave another's limit in place for good: the user's 1 thread raised to 2, or
+    every later product of the process on 1 thread.)"""
+    stack = _LIMITS.__dict__.setdefault("stack", [])
+    with _LIMIT_LOCK:
+        limiter = _controller().limit(limits=n, user_api="blas")
+        if _LIMIT_STATE["depth"] == 0:
+            _LIMIT_STATE["first"] = limiter  # remembers the count before any section
+        _LIMIT_STATE["depth"] += 1
+        stack.append(n)
+    try:
+        yield
+    finally:
+        with _LIMIT_LOCK:
+            stack.pop()
+            _LIMIT_STATE["depth"] -= 1
+            if _LIMIT_STATE["depth"] == 0:
+                _LIMIT_STATE.pop("first").restore_original_limits()
+                _LIMIT_STATE["first"] = None
+            elif stack:  # nested in this thread: the enclosing limit again
+                _controller().limit(limits=stack[-1], user_api="blas")
 
 
 def blas_threads():

@@ -57,3 +57,42 @@ def test_factor_threads_follows_the_dask_config_key():
         assert factor_threads() == 3
         model = RandomFeatureOperator(n_features=300, alpha=1e-6, random_state=0).fit(U, V)
     np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-12 * np.abs(ref.coef_).max())
+
+
+def test_overlapping_blas_limits_of_two_threads_restore_the_count_found_first():
+    """The BLAS thread count is one setting of the process. Two fits in two threads used to
+    leave it changed for good: the first section to end restored what it found, the second what
+    it found, which was the first section's limit (seen as a user's 1 thread raised to 2)."""
+    import threading
+
+    from rfol_dask.linalg import _controller, blas_limits
+
+    def count():
+        return [i["num_threads"] for i in _controller().info() if i["user_api"] == "blas"]
+
+    start = count()
+    if not start:
+        pytest.skip("no BLAS found by threadpoolctl")
+    k0 = start[0]
+    a = 2 if k0 == 1 else 1
+    entered, leave = [threading.Event() for _ in range(2)], [threading.Event() for _ in range(2)]
+
+    def section(i, n):
+        with blas_limits(n):
+            entered[i].set()
+            leave[i].wait(10)
+
+    threads = [threading.Thread(target=section, args=(0, a)), threading.Thread(target=section, args=(1, k0))]
+    threads[0].start()
+    entered[0].wait(10)
+    threads[1].start()
+    entered[1].wait(10)
+    for i in (0, 1):  # the first to enter leaves first
+        leave[i].set()
+        threads[i].join(10)
+    assert count() == start
+    with blas_limits(a):  # nested in one thread: the enclosing limit again at the inner end
+        with blas_limits(k0):
+            pass
+        assert count() == [a] * len(start)
+    assert count() == start
