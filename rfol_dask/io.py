@@ -15,6 +15,7 @@ import re
 import socket
 import time
 import uuid
+import warnings
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -233,10 +234,19 @@ def align_samples(X, y):
     """``y`` paired with ``X`` by the labels of their ``sample`` coordinates.
 
     Applies when both are DataArrays with a ``sample`` coordinate (else ``y`` unchanged:
-    arrays pair by position). The same labels in another order: ``y`` reordered to the
+    arrays pair by position; a UserWarning where only one side has labels, out of order). The same labels in another order: ``y`` reordered to the
     order of ``X`` (lazily for dask). Different label sets or duplicated labels:
     ValueError saying how to align them.
     """
+    labelled = [n for n, a in (("X", X), ("y", y)) if isinstance(a, xr.DataArray) and "sample" in a.indexes]
+    if len(labelled) == 1:  # one side's labels, the other's positions: worth a word where the labels are shuffled
+        index = (X if labelled == ["X"] else y).indexes["sample"]
+        if len(index) > 1 and not index.is_monotonic_increasing:
+            other = "y" if labelled == ["X"] else "X"
+            warnings.warn(f"{labelled[0]}'s 'sample' labels are not in increasing order but {other} carries no "
+                          f"sample labels, so they are paired by position; if {other} is not in {labelled[0]}'s "
+                          f"order, give it the same labels (a DataArray) or sort {labelled[0]} "
+                          f"({labelled[0]}.sortby('sample'))", UserWarning, stacklevel=4)
     if not (isinstance(X, xr.DataArray) and isinstance(y, xr.DataArray)) or \
             "sample" not in X.coords or "sample" not in y.coords or "sample" not in X.indexes:
         return y

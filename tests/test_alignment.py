@@ -145,3 +145,19 @@ def test_metrics_pair_samples_by_label_when_grid_dims_are_named_differently(pair
     assert r2_score(shuffled, pred) == pytest.approx(r2_score(Y.values[40:], model.predict(X.values[40:])), rel=1e-12)
     with pytest.raises(ValueError, match="different 'sample' labels"):
         relative_l2_error(shuffled.assign_coords(sample=shuffled["sample"].values + 1000), pred)
+
+
+def test_labels_on_one_side_only_out_of_order_are_warned_about(pair):
+    # a plain-array X with a shuffled labelled y was paired by position without a word
+    X, Y = pair
+    Yp = Y.isel(sample=np.random.default_rng(3).permutation(len(Y)))
+    with pytest.warns(UserWarning, match=r"y's 'sample' labels are not in increasing order but X carries no sample "
+                                         r"labels, so they are paired by position"):
+        _model().fit(X.values, Yp)
+    with pytest.warns(UserWarning, match=r"X's 'sample' labels are not in increasing order but y carries"):
+        _model().fit(X.isel(sample=np.arange(59, -1, -1)), Y.values)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _model().fit(X.values, Y)  # in order: nothing to say
