@@ -793,3 +793,17 @@ def test_a_periodic_input_grid_of_one_point_or_of_two_periods_is_refused_naming_
         model.predict(U[:3, :1], input_grid=[np.array([0.3])])
     with pytest.raises(ValueError, match=r"input_grid: axis 0 spans \[0, 1\.98438\], more than its period 1"):
         model.predict(np.zeros((3, 128)), input_grid=[np.arange(128) / 64])
+
+
+def test_an_infinite_input_among_the_first_samples_is_named_before_any_warning():
+    """Inf in the first samples reached the input centre and the fold of its phases ('invalid
+    value encountered in remainder', four times) before the ValueError naming the sample."""
+    import warnings
+
+    X = np.random.default_rng(0).standard_normal((40, 5))
+    Y = X[:, :2] ** 2
+    X[0, 1] = np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"U contains NaN or infinity .*first bad sample: 0"):
+            RandomFeatureOperator(n_features=50).fit(X, Y)
