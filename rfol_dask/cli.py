@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -463,7 +464,6 @@ def _terminate(signum, frame):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    import signal
     import threading
 
     if threading.current_thread() is threading.main_thread():
@@ -486,33 +486,38 @@ def main(argv=None):
         return 130
 
 
-def _stop_thread_pools():
-    """Shut down every thread pool of the process, without waiting (queued tasks cancelled).
+def _exit_now(code):
+    """Exit with ``code`` at once after an interrupt (SIGTERM, Ctrl-C), its clean-up done.
 
-    An interrupt (SIGTERM, Ctrl-C) raised while a pool (dask's threaded scheduler, the feature
-    pool) starts a worker thread leaves that thread off concurrent.futures' exit list: CPython's
-    thread start is not atomic against signal handlers. The thread then waits on its queue for
-    ever, and so does the interpreter, which joins every non-daemon thread at exit. A pool shut
-    down sends all its threads home, listed or not. Only for the way out: it stops the pools of
-    everything in the process."""
-    import gc
-    from concurrent.futures import ThreadPoolExecutor
+    The interpreter's own exit joins every non-daemon thread, and an interrupt, raised in the
+    main thread wherever it was, can leave a thread pool's worker that no join ever ends: started
+    but off concurrent.futures' exit list (an interrupt inside the pool's thread start), or
+    waiting for a lock of the pool that the main thread held (a ``with`` block interrupted
+    between acquiring the lock and entering). Nothing is left to do by then: the fit's clean-up
+    (its feature cache, its cluster) ran as the exception unwound, and the logs and the standard
+    streams are flushed here."""
+    import logging
 
-    for obj in gc.get_objects():
-        if isinstance(obj, ThreadPoolExecutor):
-            obj.shutdown(wait=False, cancel_futures=True)
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a broken pipe
+            pass
+    os._exit(code)
 
 
 def run(argv=None):
-    """The ``rfol-dask`` command: :func:`main`, then exit with its code; after an interrupt the
-    process's thread pools are stopped first, so that the exit cannot hang."""
+    """The ``rfol-dask`` command: :func:`main`, then exit with its code; after an interrupt at
+    once (:func:`_exit_now`), so that the exit cannot hang."""
     try:
         code = main(argv)
-    except SystemExit:  # SIGTERM (_terminate), or argparse's exit
-        _stop_thread_pools()
+    except SystemExit as exc:
+        if exc.code == 128 + signal.SIGTERM:  # _terminate's; argparse's exits go on as they are
+            _exit_now(exc.code)
         raise
     if code == 130:
-        _stop_thread_pools()
+        _exit_now(code)
     sys.exit(code)
 
 

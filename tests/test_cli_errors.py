@@ -171,27 +171,41 @@ def test_sigterm_during_a_fit_removes_its_feature_cache(tmp_path):
 
 
 @pytest.mark.parametrize("exit_by", ["raise SystemExit(143)", "return 130"])
-def test_an_interrupt_during_a_thread_start_does_not_hang_the_exit(exit_by):
-    # An interrupt inside ThreadPoolExecutor's t.start() leaves the started thread off
-    # concurrent.futures' exit list; the interpreter then waited for it for ever at exit
-    # (seen as a rare hang of the SIGTERM test above). The state is made here directly.
+@pytest.mark.parametrize("state", ["orphan", "held lock"])
+def test_an_interrupt_that_leaves_a_pool_thread_stuck_does_not_hang_the_exit(exit_by, state):
+    # An interrupt raised in the main thread can leave a pool's worker that the interpreter's exit
+    # joins for ever (the rare hang of the SIGTERM test above): started inside ThreadPoolExecutor's
+    # t.start() and so off concurrent.futures' exit list, or waiting for the pool's semaphore lock
+    # that the main thread held when the interrupt came (a `with` block interrupted between
+    # acquiring and entering). The states are made here directly.
+    stuck = {"orphan": """
+            pool.submit(int).result()
+            for t in list(pool._threads):
+                cft._threads_queues.pop(t)""",
+             "held lock": """
+            go = threading.Event()
+            pool.submit(go.wait)
+            pool._idle_semaphore._cond.acquire()
+            go.set()
+            time.sleep(0.3)  # the task is done; its worker waits for the lock"""}[state]
     script = textwrap.dedent(f"""
         import concurrent.futures.thread as cft
+        import threading
+        import time
         from concurrent.futures import ThreadPoolExecutor
         from rfol_dask import cli
 
         pool = ThreadPoolExecutor(2)
-        def interrupted(argv=None):
-            pool.submit(int).result()
-            for t in list(pool._threads):
-                cft._threads_queues.pop(t)
+        def interrupted(argv=None):{stuck}
             {exit_by}
         cli.main = interrupted
+        print("printed before the exit")
         cli.run()
     """)
     proc = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60,
                           capture_output=True, text=True)
     assert proc.returncode == (143 if "143" in exit_by else 130), proc.stderr
+    assert proc.stdout == "printed before the exit\n"
 
 
 def test_generate_refuses_a_dangling_link_and_a_path_under_a_file(tmp_path, capsys):
