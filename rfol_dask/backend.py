@@ -348,7 +348,7 @@ def ridge_factor(G):
         diag = np.diagonal(G).copy()
 
         def factor(ridge, again):
-            L, info = linalg.potrf_ridge(G, diag, ridge, restore=again)
+            L, info = linalg.potrf_ridge(G, diag, ridge)
             return L if info == 0 and not (ridge == 0 and _singular(np.diagonal(L), diag)) else None
 
         def restore():
@@ -405,8 +405,8 @@ def _cupy_factor_in_place(G):
     """:func:`ridge_factor` for the CuPy array ``G``: ``factor`` puts ``diag + ridge`` on the
     diagonal and factorises in place (:func:`_cupy_potrf`), returning the Fortran-ordered factor
     (a view of ``G``'s buffer, lower triangle) or None where it is not positive definite. A
-    second call first restores the lower triangle from the upper one, which ``potrf`` does not
-    touch (as LAPACK on the CPU, :func:`rfol_dask.linalg.cholesky`)."""
+    call first fills the lower triangle from the upper one, which ``potrf`` does not touch, so
+    every attempt factorises the same matrix (as LAPACK on the CPU, :func:`rfol_dask.linalg.potrf_ridge`)."""
     import cupy
 
     # a C-ordered symmetric G is its own transpose: G.T is the Fortran-ordered view to factorise
@@ -416,8 +416,7 @@ def _cupy_factor_in_place(G):
     diag = F[idx, idx].copy()
 
     def factor(ridge, again):
-        if again:
-            symmetrize(F, "upper")
+        symmetrize(F, "upper")
         F[idx, idx] = diag + ridge
         if _cupy_potrf(F) != 0 or (ridge == 0 and _singular(F[idx, idx], diag)):
             return None

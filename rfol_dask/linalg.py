@@ -18,7 +18,7 @@ import dask
 import numpy as np
 from scipy.linalg import blas, lapack
 
-__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "host_cores", "factor_threads", "jitter_ridges", "first_ridge", "warn_ridge",
+__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "host_cores", "factor_threads", "jitter_ridges", "first_ridge", "RidgeRaised", "warn_ridge",
            "not_positive_definite", "potrf_ridge", "cholesky", "cho_solve"]
 
 
@@ -132,12 +132,21 @@ def jitter_ridges(alpha, mean_diag, dtype):
     return [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
 
 
+class RidgeRaised(RuntimeWarning):
+    """The RuntimeWarning of :func:`warn_ridge`; ``alpha`` is the ridge asked for, ``ridge`` the
+    one used (a search records it instead of warning: :class:`rfol_dask.selection.SelectionCV`)."""
+
+    def __init__(self, message, alpha=None, ridge=None):
+        super().__init__(message)
+        self.alpha, self.ridge = alpha, ridge
+
+
 def warn_ridge(alpha, ridge, dtype):
-    """The RuntimeWarning of a factorisation that needed ``ridge`` instead of ``alpha``."""
-    warnings.warn(
+    """The :class:`RidgeRaised` warning of a factorisation that needed ``ridge`` instead of ``alpha``."""
+    warnings.warn(RidgeRaised(
         f"the Gram matrix plus alpha={alpha:g} is not numerically positive definite in "
         f"{np.dtype(dtype)}; used ridge {ridge:.3g} instead (pass a larger alpha to choose it "
-        "yourself)", RuntimeWarning, stacklevel=4)  # the caller of the factorisation (via first_ridge)
+        "yourself)", float(alpha), float(ridge)), stacklevel=4)  # the caller of the factorisation (via first_ridge)
 
 
 def first_ridge(attempt, alpha, mean_diag, dtype):
@@ -181,13 +190,14 @@ def stands_on_rounding(pivots, gram_diag):
     return n > 0 and float(pivots.min()) ** 2 <= n * float(np.finfo(pivots.dtype).eps) * float(np.abs(gram_diag).max())
 
 
-def potrf_ridge(G, diag, ridge, restore=False):
+def potrf_ridge(G, diag, ridge):
     """LAPACK ``potrf`` of ``G`` with ``diag + ridge`` on its diagonal, in place in its lower
-    triangle; the strict upper triangle is left as it was. ``restore``: first mirror that upper
-    triangle into the lower one (``G`` was factorised before). ``G``: symmetric, Fortran order;
-    ``diag`` its original diagonal. Returns ``(L, info)`` (``info > 0``: not positive definite)."""
-    if restore:
-        symmetrize(G, "upper")
+    triangle; the strict upper triangle is left as it was and is mirrored into the lower one
+    first, on every call: the matrix factorised is the same on a first try and on a retry after
+    a failed one, so a ridge gives the same factor whichever attempt reaches it (a Gram centred
+    in place is symmetric only to rounding). ``G``: symmetric, Fortran order; ``diag`` its
+    original diagonal. Returns ``(L, info)`` (``info > 0``: not positive definite)."""
+    symmetrize(G, "upper")
     idx = np.arange(G.shape[0])
     G[idx, idx] = diag + G.dtype.type(ridge)
     L, info = lapack.get_lapack_funcs("potrf", (G,))(G, lower=1, overwrite_a=1, clean=0)
@@ -200,14 +210,14 @@ def cholesky(G, alpha):
     """Lower Cholesky factor of ``G + alpha I``, computed in place in ``G``.
 
     ``G`` is a symmetric Fortran-ordered (n, n) array with both triangles filled (the upper
-    one is kept as the backup used to retry with jitter). Returns ``(L, ridge)`` where only the
-    lower triangle of ``L`` (n, n) is meaningful and ``ridge`` is the value added to the
-    diagonal. Cost ``n^3 / 3`` flops, no extra ``n x n`` memory.
+    one is kept as the backup each attempt factorises: :func:`potrf_ridge`). Returns
+    ``(L, ridge)`` where only the lower triangle of ``L`` (n, n) is meaningful and ``ridge`` is
+    the value added to the diagonal. Cost ``n^3 / 3`` flops, no extra ``n x n`` memory.
     """
     diag = np.diagonal(G).copy()
 
     def attempt(ridge, again):
-        L, info = potrf_ridge(G, diag, ridge, restore=again)
+        L, info = potrf_ridge(G, diag, ridge)
         return L if info == 0 and not (ridge == 0 and stands_on_rounding(np.diagonal(L), diag)) else None
 
     with blas_limits(factor_threads()):

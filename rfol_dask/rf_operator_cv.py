@@ -181,7 +181,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
     Attributes
     ----------
     best_params_ : dict
-        ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner.
+        ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner, as ``best_estimator_``
+        was fitted: an alpha the refit's jitter policy had to raise (a float32 refit, a Gram
+        singular to rounding) is the ridge used, without a warning (``cv_results_`` keeps the
+        value scored).
     best_score_ : float
         Its validation score, ``-mean relative L2 error`` (greater is better).
     best_index_ : int

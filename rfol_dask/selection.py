@@ -33,6 +33,7 @@ from __future__ import annotations
 import numbers
 import sys
 import time
+import warnings
 
 import dask
 import numpy as np
@@ -42,6 +43,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import backend
 from .estimator import OperatorEstimator
 from .gram import stack_rows
+from .linalg import RidgeRaised
 from .memory import DEVICE_SHARE, check_gram_memory, device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
@@ -224,13 +226,31 @@ class SelectionCV(OperatorEstimator):
         self.search_time_ = time.perf_counter() - t0
         if self.refit:
             t1 = time.perf_counter()
-            self.best_estimator_ = self._base_estimator(**self.best_params_).fit(
-                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods)
+            self.best_estimator_ = self._refit_best(X, y, input_grid=input_grid, output_grid=output_grid,
+                                                    periods=periods)
             self.refit_time_ = time.perf_counter() - t1
         else:  # an earlier fit's winner would predict for this one's best_params_
             self.__dict__.pop("best_estimator_", None)
             self.__dict__.pop("refit_time_", None)
         return self
+
+    def _refit_best(self, X, y, **kwargs):
+        """The winner fitted on all training data. Where its Gram needs a larger ridge than the
+        winner's (the jitter policy, :func:`rfol_dask.linalg.first_ridge`: a ridge at the rounding
+        level of the full Gram, or of a float32 refit), the ridge used replaces it in
+        ``best_params_`` and in the estimator's parameters, without the warning meant for a
+        ridge the user chose: ``best_params_`` refits the same model."""
+        name = self._alpha_name
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est = self._base_estimator(**self.best_params_).fit(X, y, **kwargs)
+        for w in caught:
+            if isinstance(w.message, RidgeRaised) and w.message.alpha == self.best_params_[name]:
+                self.best_params_[name] = w.message.ridge
+                est.set_params(**{name: w.message.ridge})
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return est
 
     def _cast_dtype(self, data):
         """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask input

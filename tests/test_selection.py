@@ -248,7 +248,9 @@ def test_kernel_cv_search_and_dask_input():
     assert relative_l2_error(Vt, cv.predict(Ut)) < relative_l2_error(Vt, default.predict(Ut))
     lazy = KernelOperatorCV(coarse=0.7, n_components=8).fit(da.from_array(U, chunks=(100, -1)),
                                                             da.from_array(V, chunks=(100, -1)))
-    assert lazy.best_params_ == cv.best_params_
+    # the same winner; best_params_ holds each refit's ridge (the tiled refit may raise 1e-16)
+    winner = lambda s: {k: s.cv_results_[k][s.best_index_] for k in ("family", "length_scale", "nugget")}
+    assert winner(lazy) == winner(cv)
 
 
 @parametrize_with_checks([KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))])

@@ -807,3 +807,51 @@ def test_an_infinite_input_among_the_first_samples_is_named_before_any_warning()
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=r"U contains NaN or infinity .*first bad sample: 0"):
             RandomFeatureOperator(n_features=50).fit(X, Y)
+
+
+# --- found 2026-11-28 (tenth session): a search's winning ridge at the rounding level -------------
+
+def _kernel_cv_case(name):
+    from rfol_dask import datasets
+    from rfol_dask.baselines import KernelOperatorCV
+
+    ds = datasets.generate(name, 120, seed=0)
+    return KernelOperatorCV(), ds.isel(sample=slice(0, 90)), ds.isel(sample=slice(90, 120))
+
+
+def _rf_float32_case(name):
+    from rfol_dask import datasets
+
+    ds = datasets.generate(name, 120, seed=0).astype("float32")
+    return RandomFeatureOperatorCV(n_features=200, random_state=0), ds.isel(sample=slice(0, 90)), ds.isel(sample=slice(90, 120))
+
+
+@pytest.mark.parametrize("case", [(_kernel_cv_case, "advection1"), (_rf_float32_case, "advection1")])
+def test_a_search_refits_the_ridge_it_reports_without_warning(case):
+    """KernelOperatorCV picked nugget=1e-16, which the refit's Gram could not factorise: the refit
+    warned as if the user had passed it (an error under -W error) and used 1e-14, which nothing
+    recorded (RandomFeatureOperatorCV on float32 data: alpha=1e-16, used 2.9e-9)."""
+    import warnings
+
+    make, name = case
+    search, train, test = make(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        search.fit(train)
+    best = search.best_estimator_
+    by_hand = type(best)(**best.get_params()).set_params(**search.best_params_)
+    assert by_hand.get_params() == best.get_params()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        by_hand.fit(train)
+    np.testing.assert_array_equal(np.asarray(by_hand.predict(test)), np.asarray(search.predict(test)))
+
+
+def test_a_well_conditioned_winner_is_kept():
+    """The recorded ridge is the winner's own where the refit factorises it (no change on normal data)."""
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V = smooth_operator_data(80, 8)
+    search = KernelOperatorCV(kernels=("rbf",), nuggets=(1e-6, 1e-4, 1e-2)).fit(U, V)
+    row = {k: v[search.best_index_] for k, v in search.cv_results_.items()}
+    assert search.best_params_["nugget"] == row["nugget"] == search.best_estimator_.nugget

@@ -71,8 +71,9 @@ def _nugget_messages():
             yield
         except ValueError as exc:
             raise ValueError(rename(str(exc))) from exc
-    for w in caught:
-        warnings.warn_explicit(rename(str(w.message)), w.category, w.filename, w.lineno)
+    for w in caught:  # the warning itself, renamed: a RidgeRaised keeps its ridge
+        w.message.args = (rename(str(w.message)),)
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def pca(U, n_components, power=None):
