@@ -269,7 +269,7 @@ class RandomFeatureOperator(OperatorEstimator):
             logger.debug("dask fit %.3f s, then %.3f s for the client's draw of Omega", t1 - t0,
                          time.perf_counter() - t1)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
-            check_finite(U[:CENTRE_ROWS], 0, "U")  # a NaN / Inf named here, not folded into the phases
+            check_finite(U[:CENTRE_ROWS, ...], 0, "U")  # a NaN / Inf named here, not folded into the phases
             centre = input_centre(dtype, U)  # numpy: the recipe folds it into the phases on the host
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
             self.omega_, self.b_ = recipe(xp=xp, input_centre=centre)
