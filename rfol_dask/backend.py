@@ -33,7 +33,7 @@ from . import linalg
 
 __all__ = ["DEVICES", "namespace", "generic_numpy", "is_fast", "is_cupy", "device_namespace", "check_device",
            "compute_namespace", "to_namespace", "to_numpy", "is_array_api", "itemsize", "is_real_dtype",
-           "as_fortran", "fortran_copy", "copy", "take_rows", "diagonal", "fill_diagonal", "syrk", "symmetrize", "ridge_factor",
+           "as_fortran", "fortran_copy", "copy", "take_rows", "diagonal", "fill_diagonal", "syrk", "symmetrize", "centre_gram", "ridge_factor",
            "cholesky", "cho_solve", "sized_by_arrays"]
 
 DEVICES = ("cpu", "cuda")
@@ -308,11 +308,41 @@ def symmetrize(C, source="lower", block=512):
     return C
 
 
+def centre_gram(K, a, c, block_bytes=2**20):
+    """``K[i, j] -= (a[i] + a[j]) - c`` in place for the square ``K`` (M, M); returns ``K``.
+
+    The double centring ``H K H`` of a Gram (``a = K 1 / M``, ``c = 1^T K 1 / M^2``) in one pass
+    over ``K``: ``a[i] + a[j]`` is one rounded sum for both ``(i, j)`` and ``(j, i)``, so an exactly
+    symmetric ``K`` stays exactly symmetric (three passes, rows then columns, would not), as the
+    Cholesky factorisation's first attempt needs (:func:`rfol_dask.linalg.cholesky`). Works on
+    column blocks (numpy: through one scratch of about ``block_bytes``; other namespaces: a
+    temporary of that size per block); ``K`` Fortran-ordered is the fast case.
+    """
+    xp = namespace(K)
+    M = K.shape[0]
+    width = max(1, min(M, int(block_bytes // max(1, M * itemsize(K.dtype)))))
+    if is_fast(xp):
+        a = np.asarray(a, dtype=K.dtype)
+        scratch = np.empty((M, width), dtype=K.dtype, order="F")
+        for s in range(0, M, width):
+            e = min(s + width, M)
+            T = scratch[:, :e - s]
+            np.add(a[:, None], a[None, s:e], out=T)
+            T -= K.dtype.type(c)
+            np.subtract(K[:, s:e], T, out=K[:, s:e])
+        return K
+    for s in range(0, M, width):
+        e = min(s + width, M)
+        K[:, s:e] -= (a[:, None] + a[None, s:e]) - float(c)
+    return K
+
+
 def cholesky(G, alpha):
     """Lower Cholesky factor of ``G + alpha I`` with the jitter policy of
     :func:`rfol_dask.linalg.cholesky`; returns ``(L, ridge)``.
 
-    ``G`` (n, n) is symmetric with both triangles filled. numpy: in place in the Fortran-ordered
+    ``G`` (n, n) is symmetric with both triangles filled (numpy: exactly equal,
+    :func:`rfol_dask.linalg.cholesky`). numpy: in place in the Fortran-ordered
     ``G`` (LAPACK ``potrf``). CuPy: in place too (:func:`_cupy_factor_in_place`: cuSOLVER
     ``potrf`` on ``G``'s own buffer, the ridge put on its diagonal); ``L`` is a Fortran-ordered
     view of that buffer whose lower triangle is the factor (the upper one keeps ``G``), so the
@@ -338,7 +368,8 @@ def ridge_factor(G):
 
     ``factor(ridge, again)`` returns the lower factor (only its lower triangle meaningful), or
     None where ``G + ridge I`` is not numerically positive definite; ``again`` says that an
-    earlier call factorised ``G`` already. ``restore()`` gives ``G`` back as it came. ``G`` (n, n):
+    earlier call factorised ``G`` already (numpy: its lower triangle is then mirrored back from
+    the upper one first, so ``G``'s triangles must be exactly equal). ``restore()`` gives ``G`` back as it came. ``G`` (n, n):
     symmetric with both triangles filled. numpy (Fortran order) and CuPy: in place, the factor in
     ``G``'s lower triangle and the upper one its backup (LAPACK / cuSOLVER ``potrf``), no
     ``n^2`` copy. Other namespaces: ``xp.linalg.cholesky`` of a new ``G + ridge I`` (``G`` untouched).
@@ -348,7 +379,7 @@ def ridge_factor(G):
         diag = np.diagonal(G).copy()
 
         def factor(ridge, again):
-            L, info = linalg.potrf_ridge(G, diag, ridge)
+            L, info = linalg.potrf_ridge(G, diag, ridge, mirror=again)
             return L if info == 0 and not (ridge == 0 and _singular(np.diagonal(L), diag)) else None
 
         def restore():

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import as_fortran, cho_solve, cholesky, diagonal, fortran_copy, namespace, sized_by_arrays, symmetrize
+from .backend import as_fortran, centre_gram, cho_solve, cholesky, diagonal, fortran_copy, namespace, sized_by_arrays, symmetrize
 from .linalg import blas_limits, factor_threads
 
 __all__ = ["DualFactor", "PrimalFactor", "gram_place", "dual_factor", "dual_solve", "dual_intercept",
@@ -113,9 +113,7 @@ def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
     K = symmetrize(K, "upper").T if upper else as_fortran(K)
     r = xp.sum(K, axis=1)
     if fit_intercept:
-        K -= (r / M)[:, None]
-        K -= (r / M)[None, :]
-        K += xp.sum(r) / M**2
+        centre_gram(K, r / M, xp.sum(r) / M**2)  # one pass; K stays exactly symmetric
         if alpha == 0:
             K += lift_ones(xp.mean(xp.abs(diagonal(K))), M)
     L, _ = cholesky(K, alpha)

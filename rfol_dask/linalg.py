@@ -190,14 +190,16 @@ def stands_on_rounding(pivots, gram_diag):
     return n > 0 and float(pivots.min()) ** 2 <= n * float(np.finfo(pivots.dtype).eps) * float(np.abs(gram_diag).max())
 
 
-def potrf_ridge(G, diag, ridge):
+def potrf_ridge(G, diag, ridge, mirror=True):
     """LAPACK ``potrf`` of ``G`` with ``diag + ridge`` on its diagonal, in place in its lower
-    triangle; the strict upper triangle is left as it was and is mirrored into the lower one
-    first, on every call: the matrix factorised is the same on a first try and on a retry after
-    a failed one, so a ridge gives the same factor whichever attempt reaches it (a Gram centred
-    in place is symmetric only to rounding). ``G``: symmetric, Fortran order; ``diag`` its
+    triangle; the strict upper triangle is left as it was. With ``mirror`` (a retry after an
+    attempt that overwrote the lower triangle) the upper triangle is first mirrored into the
+    lower one, so a ridge gives the same factor whichever attempt reaches it, provided the
+    triangles of ``G`` were exactly equal to begin with (as every Gram of the package is:
+    :func:`rfol_dask.backend.centre_gram`). ``G``: symmetric, Fortran order; ``diag`` its
     original diagonal. Returns ``(L, info)`` (``info > 0``: not positive definite)."""
-    symmetrize(G, "upper")
+    if mirror:
+        symmetrize(G, "upper")
     idx = np.arange(G.shape[0])
     G[idx, idx] = diag + G.dtype.type(ridge)
     L, info = lapack.get_lapack_funcs("potrf", (G,))(G, lower=1, overwrite_a=1, clean=0)
@@ -209,15 +211,15 @@ def potrf_ridge(G, diag, ridge):
 def cholesky(G, alpha):
     """Lower Cholesky factor of ``G + alpha I``, computed in place in ``G``.
 
-    ``G`` is a symmetric Fortran-ordered (n, n) array with both triangles filled (the upper
-    one is kept as the backup each attempt factorises: :func:`potrf_ridge`). Returns
+    ``G`` is a symmetric Fortran-ordered (n, n) array with both triangles filled and exactly
+    equal (the upper one is kept as the backup a retry factorises: :func:`potrf_ridge`). Returns
     ``(L, ridge)`` where only the lower triangle of ``L`` (n, n) is meaningful and ``ridge`` is
     the value added to the diagonal. Cost ``n^3 / 3`` flops, no extra ``n x n`` memory.
     """
     diag = np.diagonal(G).copy()
 
     def attempt(ridge, again):
-        L, info = potrf_ridge(G, diag, ridge)
+        L, info = potrf_ridge(G, diag, ridge, mirror=again)
         return L if info == 0 and not (ridge == 0 and stands_on_rounding(np.diagonal(L), diag)) else None
 
     with blas_limits(factor_threads()):

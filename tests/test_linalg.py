@@ -96,3 +96,64 @@ def test_overlapping_blas_limits_of_two_threads_restore_the_count_found_first():
             pass
         assert count() == [a] * len(start)
     assert count() == start
+
+
+def _fits_reaching_the_factorisation():
+    """Fits of every Gram producer that factorises on the CPU through LAPACK ``potrf``."""
+    import dask.array as da
+
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperator, KernelOperatorCV
+    from rfol_dask.recovery import make_recovery
+
+    U, V = smooth_operator_data(n_samples=300, n_points=24)
+    Ud, Vd = da.from_array(U, chunks=(70, -1)), da.from_array(V, chunks=(70, -1))
+    rf = dict(n_features=400, gamma=1.0, alpha=1e-8, random_state=0)
+    return {
+        "rf dual numpy": lambda: RandomFeatureOperator(solver="dual", **rf).fit(U, V),
+        "rf dual float32": lambda: RandomFeatureOperator(solver="dual", dtype="float32", **rf).fit(U, V),
+        "rf primal numpy": lambda: RandomFeatureOperator(solver="primal", **rf).fit(U, V),
+        "rf dual dask": lambda: RandomFeatureOperator(solver="dual", **rf).fit(Ud, Vd),
+        "rf search": lambda: RandomFeatureOperatorCV(n_features=200, gammas=(0.5, 1.0), alphas=(1e-8, 1e-4),
+                                                     random_state=0).fit(U, V),
+        "kernel rbf numpy": lambda: KernelOperator(kernel="rbf", length_scale=2.0, nugget=1e-8).fit(U, V),
+        "kernel matern dask": lambda: KernelOperator(kernel="matern32", length_scale=2.0, nugget=1e-8).fit(Ud, Vd),
+        "kernel search": lambda: KernelOperatorCV(length_scales=(1.0, 2.0), nuggets=(1e-8,)).fit(U, V),
+        "rf recovery map": lambda: make_recovery("rf", np.arange(40) / 40),
+    }
+
+
+@pytest.mark.parametrize("name", list(_fits_reaching_the_factorisation()))
+def test_every_gram_reaches_its_first_factorisation_exactly_symmetric(name, monkeypatch):
+    # the first attempt factorises the lower triangle as it is and a retry mirrors the upper one
+    # into it (potrf_ridge): the two agree only if the triangles were equal to the last bit
+    import rfol_dask.linalg as linalg
+
+    seen, potrf = [], linalg.potrf_ridge
+
+    def checked(G, diag, ridge, mirror=True):
+        if not mirror:
+            D = G.copy()
+            np.fill_diagonal(D, diag)
+            seen.append((G.shape[0], int(np.count_nonzero(D != D.T))))
+        return potrf(G, diag, ridge, mirror)
+
+    monkeypatch.setattr(linalg, "potrf_ridge", checked)
+    with dask.config.set(scheduler="sync"):
+        _fits_reaching_the_factorisation()[name]()
+    assert seen and all(n > 1 for n, _ in seen)
+    assert [bad for _, bad in seen] == [0] * len(seen), seen
+
+
+def test_centre_gram_is_the_double_centring_and_keeps_exact_symmetry():
+    from rfol_dask.backend import centre_gram
+
+    A = np.random.default_rng(3).standard_normal((333, 50))
+    K = np.asfortranarray(A @ A.T)
+    assert np.array_equal(K, K.T)
+    H = np.eye(333) - 1.0 / 333
+    want = H @ K @ H
+    r = K.sum(axis=1)
+    got = centre_gram(K, r / 333, r.sum() / 333**2, block_bytes=7 * 333 * 8)  # ragged blocks of 7 columns
+    np.testing.assert_allclose(got, want, atol=1e-12 * np.abs(want).max())
+    assert np.array_equal(got, got.T)

@@ -15,7 +15,7 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..backend import as_fortran, copy, fill_diagonal, namespace, take_rows
+from ..backend import as_fortran, centre_gram, copy, fill_diagonal, namespace, take_rows
 from ..estimator import OperatorEstimator
 from ..selection import DEFAULT_REFINE, SelectionCV
 from ..tuning import path_errors
@@ -42,8 +42,7 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
         c = xp.mean(r)
         K_vt -= xp.mean(K_vt, axis=1)[:, None]
         K_vt -= r[None, :] - c
-        K_tt -= r[:, None]
-        K_tt -= r[None, :] - c
+        K_tt = centre_gram(K_tt, r, c)  # exactly symmetric, as the factorisation needs
     return K_tt, K_vt
 
 

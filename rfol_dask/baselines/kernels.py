@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import fill_diagonal, is_fast, namespace
+from ..backend import centre_gram, fill_diagonal, is_fast, namespace
 
 __all__ = ["KERNELS", "kernel_tile", "kernel_values", "sq_distances"]
 
@@ -39,8 +39,12 @@ def sq_distances(X, Y):
     D = Xc @ Yc.T
     D *= -2.0
     fast = is_fast(xp)
-    D += (np.einsum("ij,ij->i", Xc, Xc) if fast else xp.sum(Xc * Xc, axis=1))[:, None]
-    D += (np.einsum("ij,ij->i", Yc, Yc) if fast else xp.sum(Yc * Yc, axis=1))[None, :]
+    nx = np.einsum("ij,ij->i", Xc, Xc) if fast else xp.sum(Xc * Xc, axis=1)
+    if Y is X:  # |x_i|^2 + |x_j|^2 as one sum: D stays exactly symmetric (numpy's X X^T is)
+        centre_gram(D, -nx, 0.0)
+    else:
+        D += nx[:, None]
+        D += (np.einsum("ij,ij->i", Yc, Yc) if fast else xp.sum(Yc * Yc, axis=1))[None, :]
     if not fast:
         return xp.clip(D, min=0.0)
     np.maximum(D, 0, out=D)
