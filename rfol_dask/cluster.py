@@ -41,6 +41,7 @@ from pathlib import Path
 
 from .linalg import host_cores
 from .progress import active_client
+from .stacklevel import user_stacklevel
 
 __all__ = ["active_client", "local_client", "local_cluster", "local_cuda_cluster", "load_config", "job_script", "make_cluster", "start_client",
            "blas_env", "shipped_configs", "gpu_config", "node_threads", "dashboard_link", "close_client", "KINDS"]
@@ -437,7 +438,7 @@ def _check_threads(config):
         f"the {config['kind']} cluster configuration oversubscribes each node {total / t['cores']:.3g}x: "
         f"{t['processes']} worker processes x {t['threads']} task threads x {t['blas']} BLAS threads = {total} "
         f"threads on {t['cores']:g} cores; {fix} so that processes x threads x blas_threads <= cores",
-        UserWarning, stacklevel=3)
+        UserWarning, stacklevel=user_stacklevel())
 
 
 def _kubernetes_spec(config):

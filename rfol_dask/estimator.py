@@ -52,17 +52,42 @@ def _as_dask(x):
     return da.asarray(np.asarray(x))
 
 
-def _flatten(X):
+def _flatten(X, name="X"):
     """``(M, *grid) -> (M, prod(grid))`` for numpy-like ``X``; returns ``(X2, grid or None)``.
 
     Array-likes of at most two dimensions (lists, sparse matrices, ...) pass through unchanged
-    for scikit-learn's validation to judge.
+    for scikit-learn's validation to judge. Nested lists and tuples of more (``(M, nx, ny)``)
+    are read as the numpy array they make, as ``np.asarray`` makes it, grids included
+    (scikit-learn's validation refuses more than two dimensions).
     """
+    X = _nested_array(X, name)
     if hasattr(X, "toarray") or not hasattr(X, "shape") or len(X.shape) <= 2:
         return X, None
     if backend.is_array_api(X):
         return backend.namespace(X).reshape(X, (X.shape[0], -1)), tuple(X.shape[1:])
     return np.reshape(np.asarray(X), (X.shape[0], -1)), tuple(X.shape[1:])
+
+
+def _nested_array(X, name):
+    """``np.asarray(X)`` for a list or tuple nested more than two deep (samples on a grid of two
+    or more axes: ``(M, nx, ny)``), else ``X`` as it is (lists of at most two dimensions are left
+    to scikit-learn's validation and its errors). ValueError naming ``name`` where the samples'
+    grids differ in shape (a ragged list: numpy makes no array of it)."""
+    if not isinstance(X, (list, tuple)):
+        return X
+    depth, inner = 0, X
+    while isinstance(inner, (list, tuple)) and len(inner):
+        depth, inner = depth + 1, inner[0]
+    if depth + len(getattr(inner, "shape", ())) <= 2:  # rows, or a list of 1-D arrays: as before
+        return X
+    try:
+        A = np.asarray(X)
+    except ValueError as exc:
+        raise ValueError(f"{name} is a nested list that is not a regular array of shape (n_samples, *grid): "
+                         f"every sample must have the same grid shape ({exc})") from exc
+    except TypeError:  # of arrays numpy does not take implicitly (CuPy's): scikit-learn's error
+        return X
+    return A if A.ndim > 2 else X
 
 
 def _on(args, xp):
@@ -161,7 +186,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if U.ndim < 2:
             raise ValueError("U must be 2-D (n_samples, n_points) or more; reshape a single "
                              "input function with U.reshape(1, -1)")
-        (U2, in_shape), (V2, out_shape) = _flatten(U), _flatten(V)
+        (U2, in_shape), (V2, out_shape) = _flatten(U, "U"), _flatten(V, "V")
         out_shape = out_shape if out_shape is not None else tuple(V.shape[1:])
         U2, V2 = self._check_lazy(U2, V2 if V2.ndim > 1 else xp.reshape(V2, (V2.shape[0], 1)))
         dt = self._work_dtype(U2)
@@ -256,7 +281,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             self.__dict__.pop("feature_names_in_", None)  # validated data without column names: none kept
             in_shape, out_shape = ud.grid_shape, vd.grid_shape
         else:
-            (Ua, in_shape), (Va, out_shape) = _flatten(u.data), _flatten(v.data)
+            (Ua, in_shape), (Va, out_shape) = _flatten(u.data, "U"), _flatten(v.data, "V")
             n_u, n_v = _num_samples(Ua), _num_samples(Va)
             if n_u is not None and n_v is not None and n_u != n_v:
                 raise ValueError(f"U has {n_u} samples but V has {n_v}; they must match")

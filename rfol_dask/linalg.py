@@ -41,6 +41,33 @@ _LIMIT_LOCK = threading.Lock()
 _LIMIT_STATE = {"depth": 0, "first": None}  # sections open in the process; the first one's limiter
 
 
+def _as_controller(call):
+    """``call()``, a threadpoolctl setting of the BLAS threads, made from this thread with effect.
+
+    threadpoolctl 3.8 lets one thread at a time set the size of OpenBLAS's process-wide pthreads
+    pool: the first thread to set it, until its ``with threadpool_limits(...)`` block ends or it
+    dies; a setting from any other thread is silently dropped (``OpenBLASController.set_num_threads``).
+    :func:`blas_limits` sets without a ``with`` block (its sections overlap across threads), so
+    the first thread to set kept that right as long as it lived: a restore from another thread
+    was dropped (two fits in two threads left a user's 1 BLAS thread at 2 when the thread that
+    entered first was still running after the other's section had ended), and after one section
+    in the main thread every section in a dask worker thread was a no-op (its factorisation on
+    the count found, its slab tasks oversubscribed). The package's settings are serialised by
+    ``_LIMIT_LOCK``, so each one takes that right for its call and gives it up after it (where no
+    other thread took it meanwhile), as threadpoolctl's own ``with`` blocks do at their end.
+    threadpoolctl before 3.8 has no such rule (nothing to take)."""
+    from threadpoolctl import OpenBLASController
+
+    clear = getattr(OpenBLASController, "clear_controlling_thread", None)
+    if clear is None:
+        return call()
+    clear(force=True)
+    try:
+        return call()
+    finally:
+        clear()  # only if this thread still holds it
+
+
 @contextlib.contextmanager
 def blas_limits(n):
     """Context manager: at most ``n`` BLAS threads inside (``threadpool_limits(n, "blas")``).
@@ -50,10 +77,12 @@ def blas_limits(n):
     sets its thread's enclosing limit again, and the last to end restores the count found by
     the first. (threadpoolctl's own contexts restore what each found on entry, so overlapping
     ones could leave another's limit in place for good: the user's 1 thread raised to 2, or
-    every later product of the process on 1 thread.)"""
+    every later product of the process on 1 thread.) Each setting is made with effect from
+    whichever thread makes it (:func:`_as_controller`: threadpoolctl 3.8 drops those of all
+    threads but one under OpenBLAS's pthreads pool)."""
     stack = _LIMITS.__dict__.setdefault("stack", [])
     with _LIMIT_LOCK:
-        limiter = _controller().limit(limits=n, user_api="blas")
+        limiter = _as_controller(lambda: _controller().limit(limits=n, user_api="blas"))
         if _LIMIT_STATE["depth"] == 0:
             _LIMIT_STATE["first"] = limiter  # remembers the count before any section
         _LIMIT_STATE["depth"] += 1
@@ -65,10 +94,10 @@ def blas_limits(n):
             stack.pop()
             _LIMIT_STATE["depth"] -= 1
             if _LIMIT_STATE["depth"] == 0:
-                _LIMIT_STATE.pop("first").restore_original_limits()
+                _as_controller(_LIMIT_STATE.pop("first").restore_original_limits)
                 _LIMIT_STATE["first"] = None
             elif stack:  # nested in this thread: the enclosing limit again
-                _controller().limit(limits=stack[-1], user_api="blas")
+                _as_controller(lambda: _controller().limit(limits=stack[-1], user_api="blas"))
 
 
 def blas_threads():

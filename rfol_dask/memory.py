@@ -21,6 +21,7 @@ import numpy as np
 
 from . import backend
 from .progress import scheduler_workers
+from .stacklevel import user_stacklevel
 
 __all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "check_gram_memory", "check_tile_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
@@ -96,7 +97,7 @@ def _warn_above_limit(max_bytes, limits, xp=None):
     if max_bytes > cap:
         warnings.warn(f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
                       "overrides the memory checks, so a Gram of that size gets the process killed, not "
-                      "refused", UserWarning, stacklevel=3)
+                      "refused", UserWarning, stacklevel=user_stacklevel())
 
 
 def memory_budget(max_bytes=None, client=None, xp=None):
@@ -271,7 +272,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
         f"; and the worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
         f"bytes against the {int(budget.pause_room):,} it has before dask pauses it")
     warnings.warn(f"{_shortfall(M, gram, budget, extra)}{reduction}: factorising it blocked, across the workers",
-                  RuntimeWarning, stacklevel=3)
+                  RuntimeWarning, stacklevel=user_stacklevel())
     return DualPlan(blocked=True, slab_bytes=0)
 
 

@@ -25,6 +25,7 @@ from sklearn.metrics import make_scorer
 
 from .backend import is_array_api, namespace, to_numpy
 from .io import align_by_label
+from .stacklevel import user_stacklevel
 
 __all__ = ["relative_l2_error", "relative_l2_errors", "r2_score", "relative_l2_scorer"]
 
@@ -111,7 +112,8 @@ def r2_score(true, pred):
     """
     t, p = _pair(true, pred)
     if t.shape[0] < 2:
-        warnings.warn("R^2 score is not well-defined with less than two samples.", UndefinedMetricWarning)
+        warnings.warn("R^2 score is not well-defined with less than two samples.", UndefinedMetricWarning,
+                      stacklevel=user_stacklevel())
         return float("nan")
     if isinstance(t, np.ndarray) and isinstance(p, np.ndarray):
         ss_res, total = np.zeros(t.shape[1]), np.zeros(t.shape[1])

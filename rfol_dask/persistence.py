@@ -29,6 +29,7 @@ from . import backend
 from ._version import __version__
 from .io import (check_parent_dir, foreign_entries, lock_file, lock_held, owned_tag, process_alive, tag_owner,
                  zarr_parents)
+from .stacklevel import user_stacklevel
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator"]
@@ -345,7 +346,7 @@ def _read_model(path):
             raise FileNotFoundError(f"no model at {path}")
         warnings.warn(f"no model at {path}: a save to it was interrupted; loading the newest complete model "
                       f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
-                      stacklevel=4)
+                      stacklevel=user_stacklevel())
         path = found
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind != "model":
@@ -375,7 +376,7 @@ def _read_model(path):
             raise damaged(f"array {key!r}", "cannot be read", exc) from exc
     if fmt == 0:
         warnings.warn(f"the model at {path} was saved before model format 1 and has no checksums, so its "
-                      "arrays cannot be verified; save it again to add them", stacklevel=4)
+                      "arrays cannot be verified; save it again to add them", stacklevel=user_stacklevel())
     sums = attrs.get("rfol_dask_checksums", {})
     if fmt >= 1:
         unsummed = sorted(set(arrays) - set(sums)) if isinstance(sums, dict) else ["(all)"]
@@ -532,7 +533,7 @@ def restore_estimator(cls, arrays, attrs, path=None):
             backend.device_namespace(model.device)
         except (ImportError, RuntimeError) as exc:
             warnings.warn(f"the model at {path} was fitted with device={model.device!r}, which is not available "
-                          f"here ({exc}); it predicts on the CPU (device='cpu')", UserWarning, stacklevel=3)
+                          f"here ({exc}); it predicts on the CPU (device='cpu')", UserWarning, stacklevel=user_stacklevel())
             model.device = "cpu"
     for name in model._fitted_arrays:
         setattr(model, name, arrays.get(name))

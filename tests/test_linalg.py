@@ -157,3 +157,103 @@ def test_centre_gram_is_the_double_centring_and_keeps_exact_symmetry():
     got = centre_gram(K, r / 333, r.sum() / 333**2, block_bytes=7 * 333 * 8)  # ragged blocks of 7 columns
     np.testing.assert_allclose(got, want, atol=1e-12 * np.abs(want).max())
     assert np.array_equal(got, got.T)
+
+
+def _blas_counts():
+    from rfol_dask.linalg import _controller
+
+    return [i["num_threads"] for i in _controller().info() if i["user_api"] == "blas"]
+
+
+def _no_controlling_thread():
+    """threadpoolctl 3.8 lets one thread at a time set OpenBLAS's (pthreads) pool size: start
+    with none holding that right, as a fresh process does."""
+    import threadpoolctl
+
+    clear = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+
+
+def test_a_restore_from_another_thread_than_the_first_to_set_takes_effect():
+    """Two fits in two threads: the first to enter a section is still running when the other,
+    the last to leave, restores the count. threadpoolctl 3.8 dropped that restore (only the
+    first thread to set OpenBLAS's pool may set it while it lives): the user's 1 BLAS thread
+    stayed at 2 (seen in 1 of 60 rounds of two parallel in-memory fits)."""
+    import threading
+
+    from rfol_dask.linalg import blas_limits
+
+    start = _blas_counts()
+    if not start:
+        pytest.skip("no BLAS found by threadpoolctl")
+    a = 2 if start[0] == 1 else 1
+    _no_controlling_thread()
+    a_in, b_in, a_out, b_out, a_read, a_done = (threading.Event() for _ in range(6))
+    seen = {}
+
+    def first():  # enters first, leaves its section first, lives on (the rest of its fit)
+        with blas_limits(a):
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+        b_out.wait(10)
+        seen["after"] = _blas_counts()
+        a_read.set()
+        a_done.wait(10)
+
+    def second():
+        a_in.wait(10)
+        with blas_limits(a):
+            b_in.set()
+            seen["inside"] = _blas_counts()
+            a_out.wait(10)
+        b_out.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    threads[1].join(10)
+    try:
+        assert seen["inside"] == [a] * len(start)
+        a_read.wait(10)
+        assert seen["after"] == start  # restored while the first thread still runs
+    finally:
+        a_done.set()
+        threads[0].join(10)
+    assert _blas_counts() == start
+
+
+def test_sections_in_worker_threads_take_effect_after_one_in_the_main_thread():
+    """After a section in the main thread (an in-memory fit), a section in another thread (a
+    dask task's factorisation or slab) and a user's own ``threadpool_limits`` block there set
+    the count: under threadpoolctl 3.8 the main thread had kept the sole right to set it and
+    both were silently dropped."""
+    import threading
+
+    from threadpoolctl import threadpool_limits
+
+    from rfol_dask.linalg import blas_limits
+
+    start = _blas_counts()
+    if not start:
+        pytest.skip("no BLAS found by threadpoolctl")
+    a = 2 if start[0] == 1 else 1
+    _no_controlling_thread()
+    with blas_limits(a):
+        pass
+    assert _blas_counts() == start
+    seen = {}
+
+    def task():
+        with blas_limits(a):
+            seen["section"] = _blas_counts()
+        seen["after"] = _blas_counts()
+        with threadpool_limits(limits=a, user_api="blas"):
+            seen["user"] = _blas_counts()
+
+    t = threading.Thread(target=task)
+    t.start()
+    t.join(10)
+    assert seen == {"section": [a] * len(start), "after": start, "user": [a] * len(start)}
+    assert _blas_counts() == start

@@ -40,3 +40,40 @@ def test_feature_names_survive_save_and_are_reset_by_a_refit_without_them(tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model.predict(U)
+
+
+@pytest.mark.parametrize("cls,kw", [(RandomFeatureOperator, {"n_features": 30, "random_state": 0}),
+                                    ("KernelOperator", {})], ids=["RandomFeatureOperator", "KernelOperator"])
+def test_nested_lists_on_a_grid_are_read_as_the_numpy_array(cls, kw):
+    """fit / predict / score of (M, nx, ny) nested lists (or lists of 2-D arrays) give what the
+    numpy array gives; scikit-learn's validation had refused them ("Found array with dim 3")."""
+    import dask.array as da
+
+    from rfol_dask.baselines import KernelOperator
+
+    cls = KernelOperator if cls == "KernelOperator" else cls
+    rng = np.random.default_rng(0)
+    x, y = np.linspace(0, 1, 6), np.linspace(0, 1, 7)
+    U = rng.standard_normal((40, 6, 7))
+    V = np.sin(U[:, :, :5])  # another output grid
+    ref = cls(**kw).fit(U, V, input_grid=[x, y], output_grid=[x, y[:5]])
+    model = cls(**kw).fit(U.tolist(), list(V), input_grid=[x, y], output_grid=[x, y[:5]])
+    assert (model.input_shape_, model.output_shape_, model.n_features_in_) == ((6, 7), (6, 5), 42)
+    pred = model.predict(U.tolist())
+    assert pred.shape == (40, 6, 5)
+    np.testing.assert_array_equal(pred, ref.predict(U))
+    assert model.score(U.tolist(), V.tolist()) == ref.score(U, V)
+    fine = np.linspace(0, 1, 13)
+    np.testing.assert_array_equal(model.predict(U[:3].tolist(), output_grid=[fine, fine * y[4]]),
+                                  ref.predict(U[:3], output_grid=[fine, fine * y[4]]))
+    coarse = [0, 2, 3, 5]  # a tuple of 2-D arrays on another input grid
+    np.testing.assert_array_equal(model.predict(tuple(U[:3, coarse]), input_grid=[x[coarse], y]),
+                                  ref.predict(U[:3, coarse], input_grid=[x[coarse], y]))
+    lazy = cls(**kw).fit(da.from_array(U, chunks=(10, 6, 7)), V.tolist())  # one side dask
+    np.testing.assert_allclose(lazy.predict(U), ref.predict(U), rtol=1e-9, atol=1e-9)
+    with pytest.raises(ValueError, match=r"input grid \(6, 7, 1\) but the model was trained on the grid \(6, 7\)"):
+        model.predict(U[:, :, :, None].tolist())  # as numpy's (6, 7, 1) is refused
+    ragged = U.tolist()
+    ragged[3][2] = ragged[3][2][:5]
+    with pytest.raises(ValueError, match=r"U is a nested list that is not a regular array of shape \(n_samples, \*grid\)"):
+        cls(**kw).fit(ragged, V)
