@@ -43,7 +43,7 @@ from sklearn.utils.validation import check_is_fitted
 from . import backend
 from .estimator import OperatorEstimator
 from .gram import stack_rows
-from .linalg import RidgeRaised
+from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
@@ -239,17 +239,18 @@ class SelectionCV(OperatorEstimator):
         winner's (the jitter policy, :func:`rfol_dask.linalg.first_ridge`: a ridge at the rounding
         level of the full Gram, or of a float32 refit), the ridge used replaces it in
         ``best_params_`` and in the estimator's parameters, without the warning meant for a
-        ridge the user chose: ``best_params_`` refits the same model."""
+        ridge the user chose: ``best_params_`` refits the same model. The ridge is recorded in
+        this thread's context (:func:`rfol_dask.linalg.recorded_ridges`), so searches refitting
+        in several threads keep their own; other raised ridges are warned as usual."""
         name = self._alpha_name
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with recorded_ridges() as raised:
             est = self._base_estimator(**self.best_params_).fit(X, y, **kwargs)
-        for w in caught:
-            if isinstance(w.message, RidgeRaised) and w.message.alpha == self.best_params_[name]:
-                self.best_params_[name] = w.message.ridge
-                est.set_params(**{name: w.message.ridge})
+        for w in raised:
+            if w.alpha == self.best_params_[name]:
+                self.best_params_[name] = w.ridge
+                est.set_params(**{name: w.ridge})
             else:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                warnings.warn(w, stacklevel=3)
         return est
 
     def _cast_dtype(self, data):

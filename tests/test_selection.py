@@ -580,3 +580,67 @@ def test_best_index_points_at_the_winning_row():
     search = RandomFeatureOperatorCV(n_features=60, distributions=("cauchy",), random_state=0, refit=False).fit(U, V)
     assert search.cv_results_["mean_test_score"][search.best_index_] == search.best_score_
     assert search.cv_results_["alpha"][search.best_index_] == search.best_params_["alpha"]
+
+
+def _duplicated_rows(seed):
+    """Training inputs repeated twice: a Gram singular to rounding, on which a nugget of 1e-16 is
+    raised by the refit's jitter policy."""
+    U = np.random.default_rng(seed).standard_normal((40, 3))
+    U = np.concatenate([U, U])
+    return U, np.sin(U) @ np.ones((3, 2))
+
+
+def test_searches_refitting_in_two_threads_each_record_their_raised_ridge(monkeypatch):
+    """_refit_best recorded the raised ridge with warnings.catch_warnings, which swaps process-wide
+    state (before Python 3.14): with two refits overlapping, the first one's warning went to the
+    second's record, the second's leaked to the user, and the second's exit left the process's
+    warnings going to a dead record. The refits are ordered here so that they overlap so."""
+    import threading
+    import warnings
+
+    from rfol_dask.baselines import KernelOperator, KernelOperatorCV
+
+    kw = dict(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-16,), coarse=None)
+    data = {name: _duplicated_rows(seed) for name, seed in (("first", 0), ("second", 1))}
+    expected = {name: KernelOperatorCV(**kw).fit(*data[name]).best_params_["nugget"] for name in data}
+    assert all(v > 1e-16 for v in expected.values())  # both refits raise the nugget
+
+    first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
+    fit = KernelOperator.fit
+
+    def ordered_fit(self, *args, **kwargs):  # the refits: first enters, second enters, first ends, second ends
+        if threading.current_thread().name == "first":
+            first_in.set()
+            assert second_in.wait(30)
+        else:
+            assert first_in.wait(30)
+            second_in.set()
+            assert first_done.wait(30)
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(KernelOperator, "fit", ordered_fit)
+    searches, errors = {}, []
+
+    def run(name):
+        try:
+            searches[name] = KernelOperatorCV(**kw).fit(*data[name])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            if name == "first":
+                first_done.set()
+
+    filters, show = list(warnings.filters), warnings.showwarning
+    with warnings.catch_warnings(record=True) as caught:  # set before the threads start, reset after they end
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=run, args=(name,), name=name) for name in data]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        warnings.warn("after the searches", UserWarning)
+    assert not errors, errors
+    assert {name: s.best_params_["nugget"] for name, s in searches.items()} == expected
+    assert {name: s.best_estimator_.nugget for name, s in searches.items()} == expected
+    assert [str(w.message) for w in caught] == ["after the searches"]  # no ridge leaked; warnings still recorded
+    assert warnings.filters == filters and warnings.showwarning is show

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import numbers
 import re
-import warnings
 
 import dask
 import dask.array as da
@@ -23,6 +22,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .. import backend
 from ..estimator import OperatorEstimator
 from ..gram import check_finite
+from ..linalg import ridge_name
 from ..progress import active_client
 from ..factor import dual_intercept
 from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan
@@ -63,17 +63,13 @@ def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
 @contextlib.contextmanager
 def _nugget_messages():
     """The shared solvers (:mod:`rfol_dask.solve`) call their ridge ``alpha``; this model's is
-    ``nugget``: their errors and warnings are re-raised with the name this model takes."""
-    rename = functools.partial(re.sub, r"\balpha\b", "nugget")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    ``nugget``: their errors are re-raised with the name this model takes, and a raised ridge's
+    warning names it (:func:`rfol_dask.linalg.ridge_name`: this thread's context only)."""
+    with ridge_name("nugget"):
         try:
             yield
         except ValueError as exc:
-            raise ValueError(rename(str(exc))) from exc
-    for w in caught:  # the warning itself, renamed: a RidgeRaised keeps its ridge
-        w.message.args = (rename(str(w.message)),)
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            raise ValueError(re.sub(r"\balpha\b", "nugget", str(exc))) from exc
 
 
 def pca(U, n_components, power=None):
