@@ -217,12 +217,12 @@ class SelectionCV(OperatorEstimator):
         return self.best_estimator_._predict_kernel()
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None):
-        """Search on the training data (``X``, ``y``, the grids and ``periods`` as in the base
-        estimator's ``fit``), then refit the winner on all of it as ``best_estimator_``. No test
-        data is involved."""
+    def fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None, **fit_params):
+        """Search on the training data (``X``, ``y``, the grids, ``periods`` and ``fit_params``
+        as in the base estimator's ``fit``: ``sample_weight`` is not supported), then refit the
+        winner on all of it as ``best_estimator_``. No test data is involved."""
         t0 = time.perf_counter()
-        super().fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods)
+        super().fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
         self.search_time_ = time.perf_counter() - t0
         if self.refit:
             t1 = time.perf_counter()

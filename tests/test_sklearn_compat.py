@@ -40,3 +40,37 @@ def test_feature_names_survive_save_and_are_reset_by_a_refit_without_them(tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model.predict(U)
+
+
+@pytest.mark.parametrize("make", ["rf", "rf_cv", "kernel", "kernel_cv"])
+def test_fit_with_sample_weight_is_a_value_error_before_any_work(make, monkeypatch):
+    """fit(X, y, sample_weight=w) raised "TypeError: SelectionCV.fit() got an unexpected keyword
+    argument" (naming the base class) on the searches, and a TypeError on the others; score said
+    ValueError("sample_weight is not supported"). None passes, as in score; a misspelt keyword is
+    still a TypeError naming the class; scikit-learn still sees no sample_weight parameter."""
+    from sklearn.model_selection import cross_val_score
+    from sklearn.utils.validation import has_fit_parameter
+
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperator, KernelOperatorCV
+    from rfol_dask.estimator import OperatorEstimator
+
+    est = {"rf": lambda: RandomFeatureOperator(n_features=50, random_state=0),
+           "rf_cv": lambda: RandomFeatureOperatorCV(n_features=50, random_state=0, gammas=(1.0,), alphas=(1e-3,)),
+           "kernel": lambda: KernelOperator(),
+           "kernel_cv": lambda: KernelOperatorCV(length_scales=(1.0,), nuggets=(1e-3,))}[make]
+    rng = np.random.default_rng(0)
+    U, V = rng.random((40, 5)), rng.random((40, 2))
+    name = type(est()).__name__
+    fitted = []
+    monkeypatch.setattr(OperatorEstimator, "_check_params", lambda self: fitted.append(self))
+    with pytest.raises(ValueError, match="^sample_weight is not supported$"):
+        est().fit(U, V, sample_weight=np.ones(40))
+    with pytest.raises(TypeError, match=rf"^{name}\.fit\(\) got an unexpected keyword argument 'sample_wieght'$"):
+        est().fit(U, V, sample_wieght=np.ones(40))
+    assert not fitted  # refused before the parameters were checked, let alone the data read
+    monkeypatch.undo()
+    assert est().fit(U, V, sample_weight=None).predict(U).shape == V.shape
+    assert not has_fit_parameter(est(), "sample_weight")  # no sample-weight checks of scikit-learn's
+    with pytest.raises(ValueError, match="sample_weight is not supported"):
+        cross_val_score(est(), U, V, cv=2, params={"sample_weight": np.ones(40)}, error_score="raise")
