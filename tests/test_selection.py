@@ -138,7 +138,8 @@ def test_search_can_pick_the_rational_quadratic_law():
 
 def test_search_sees_only_training_data():
     params = inspect.signature(RandomFeatureOperatorCV.fit).parameters
-    assert list(params) == ["self", "X", "y", "input_grid", "output_grid", "periods"]  # the training data's own
+    # the training data's own (fit_params: sample_weight=None only)
+    assert list(params) == ["self", "X", "y", "input_grid", "output_grid", "periods", "fit_params"]
     U, V = _nonlinear_data(150)
     seen = []
 
