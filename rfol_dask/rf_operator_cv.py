@@ -167,6 +167,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
     max_gram_bytes : int, default=None
         Memory budget of a Gram (the search groups its gammas to fit it; the search's least peak,
         one gamma's Grams with its slabs, is checked against it before the search starts); passed on.
+        With ``refit``, the refit is checked before the search too, at every ``n_features`` a winner
+        may take (the searched ones, and the growth's up to ``max_features``), as the refit checks
+        it (in memory: the Gram with the ``M x N`` features and the frequencies; on dask: the
+        primal's Gram): any that would be refused is an error then, naming them, not after the
+        search.
     progress : bool, default=False
         Progress bars for dask input.
     recovery : str, dict or 2-tuple, default="cubic"
@@ -307,8 +312,16 @@ default=("cauchy", "gaussian", "rational_quadratic")
                                      column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                                      progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
-    def _prepare(self, U, client=None):
+    def _seed_search(self):
         self._seed = self.random_state_ = integer_seed(self.random_state)
+
+    def _refit_candidates(self):
+        """The ``n_features`` a winner may have: the searched ones and, with ``max_features``, the
+        growth's checkpoints from each (the limit stage's lie below ``max_features``)."""
+        Ns = set(self._n_list())
+        if self.max_features is not None:
+            Ns.update(N for N0 in self._n_list() for N in growth_checkpoints(N0, int(self.max_features)))
+        return "n_features", sorted(Ns)
 
     def _powers(self):
         """``pca_power`` as the list of values searched (one: the value itself)."""
@@ -496,7 +509,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         checkpoint N to the best validation error seen there. ``centers[k]``: the index of the
         alpha its first window is centred on."""
         N_max = int(self.max_features)
-        checkpoints = sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
+        checkpoints = growth_checkpoints(N0, N_max)
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N_max, law, 1.0, self.nu, self._seed,
                                  metric=self.input_metric_)
@@ -566,6 +579,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
                                                   client.persist(dask.delayed(_select)(a, keep)))
                              for a in st[3]]
         return out
+
+
+def growth_checkpoints(N0, N_max):
+    """The ``n_features`` the growth stage scores from ``N0``: ``N0, 2 N0, 4 N0, ...`` and ``N_max``."""
+    return sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
 
 
 def _chains(accs, workers, slabs, step):

@@ -174,7 +174,7 @@ class SelectionCV(OperatorEstimator):
     """Base of the selection estimators (see the module docstring); not used directly.
 
     Subclasses give the base estimator (``_base_estimator``), the families and their median
-    scale (``_families``; ``_prepare`` sets ``median_scales_``), the validation errors of one stage
+    scale (``_families``; ``_prepare`` or ``_set_metric`` sets ``median_scales_``), the validation errors of one stage
     (``_stage_errors``) and the winner's parameters (``_params_of``).
     """
 
@@ -222,6 +222,7 @@ class SelectionCV(OperatorEstimator):
         as in the base estimator's ``fit``: ``sample_weight`` is not supported), then refit the
         winner on all of it as ``best_estimator_``. No test data is involved."""
         t0 = time.perf_counter()
+        self._refit_dtype = None  # numpy input: set by _cast_dtype
         super().fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
         self.search_time_ = time.perf_counter() - t0
         if self.refit:
@@ -255,7 +256,8 @@ class SelectionCV(OperatorEstimator):
 
     def _cast_dtype(self, data):
         """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask input
-        (the refit on the caller's data works in ``dtype``)."""
+        (the refit on the caller's data works in the working dtype, noted for its memory check)."""
+        self._refit_dtype = self._work_dtype(data)
         return np.dtype(np.float64)
 
     def _splits(self, M):
@@ -322,12 +324,44 @@ class SelectionCV(OperatorEstimator):
         check_gram_memory(M_t, np.float64, self.max_gram_bytes, client, solver="search", xp=xp,
                           held=self._search_memory(M_t, M_v))
 
+    def _refit_candidates(self):
+        """``(name, values)``: the base estimator's parameter by which the candidates' refits differ
+        in memory and the values a winner may take (here ``(None, [None])``: they all hold the same)."""
+        return None, [None]
+
+    def _check_refit_memory(self, U, V, lazy, dtype):
+        """With ``refit``, ValueError before the search when the refit on all of ``U`` (M, n) and
+        ``V`` (M, m), in ``dtype``, of any candidate (:meth:`_refit_candidates`) would be refused for
+        memory by the base estimator's own check (``_check_memory``: an in-memory refit's Gram
+        with what it holds beside it; on dask, the primal's), instead of after the search. Every
+        value a winner may take is checked, so the message names all that would not fit (for the
+        random features, the larger ``n_features`` of the search and of its growth)."""
+        if not self.refit:
+            return
+        client = active_client() if lazy else None
+        name, values = self._refit_candidates()
+        refused = []
+        for value in values:
+            try:
+                self._base_estimator(**({} if name is None else {name: value}))._check_memory(U, V, lazy, dtype, client)
+            except ValueError as exc:
+                refused.append((value, exc))
+        if refused:
+            at = "" if name is None else (f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
+                                          f"{', '.join(map(str, values))}: leave those out of the search)")
+            raise ValueError(f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples after "
+                             f"the search, and that refit would be refused for memory{at}: {refused[0][1]}; or pass "
+                             "refit=False to search only") from refused[0][1]
+
     def _fit_arrays(self, U, V, lazy, dtype):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""
         M = U.shape[0]
         splits = self._splits(M)
+        self._seed_search()
+        refit_dtype = self.__dict__.pop("_refit_dtype", None) or dtype
         X, Y, client = self._data(U, V, lazy)
         self._check_search_memory(splits, client, None if client is not None else backend.namespace(X))
+        self._check_refit_memory(U, V, lazy, refit_dtype)
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
         self._prepare(X, client)
         values, column = self._metric_values(), self._metric_column()
@@ -479,6 +513,14 @@ class SelectionCV(OperatorEstimator):
             sub.append((np.sort(rng.choice(tr, k, replace=False)),
                         np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False))))
         return sub
+
+    def _seed_search(self):
+        """Set ``_seed``, the seed of the subsampled rows (here 0), before the search."""
+        self._seed = 0
+
+    def _prepare(self, U, client=None):
+        """Anything the search needs from the (gathered or persisted) inputs ``U`` before it starts
+        (here nothing)."""
 
     def _extend(self, X, Y, splits, client, rows):
         """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows N)."""

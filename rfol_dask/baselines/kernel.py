@@ -233,6 +233,15 @@ class KernelOperator(OperatorEstimator):
                                  "rescale the inputs (e.g. to unit spread)")
         return ell
 
+    def _check_memory(self, U, V, lazy, dtype, client=None):
+        """ValueError when the in-memory fit's ``M x M`` Gram of ``U`` (M, n) in ``dtype`` exceeds
+        the memory budget (:func:`rfol_dask.memory.check_gram_memory`; on a GPU, its share of the
+        GPU's); a dask fit is not refused (a Gram that does not fit one worker is factorised
+        blocked across the workers)."""
+        if not lazy:
+            check_gram_memory(U.shape[0], dtype, self.max_gram_bytes, solver="kernel",
+                              xp=backend.namespace(U) if backend.is_array_api(U) else None)
+
     def _fit_arrays(self, U, V, lazy, dtype):
         """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,); keep the training inputs."""
         with _nugget_messages():
@@ -249,8 +258,7 @@ class KernelOperator(OperatorEstimator):
         alpha = float(self.nugget)
         self.length_scale_ = self._resolve_length_scale(U, transform)
         if not lazy:
-            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel",
-                              xp=backend.namespace(U) if backend.is_array_api(U) else None)
+            self._check_memory(U, V, lazy, dtype)
             X = transform(U, 0)
             fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)

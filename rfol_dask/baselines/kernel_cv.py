@@ -92,7 +92,8 @@ class KernelOperatorCV(SelectionCV):
     column_block : int, default=None
         Passed to ``best_estimator_``.
     max_gram_bytes : int, default=None
-        Memory budget of the search (checked before it starts) and of ``best_estimator_``.
+        Memory budget of the search and of ``best_estimator_``: both are checked before the
+        search starts (the refit's in-memory ``M x M`` Gram, with ``refit``).
     progress : bool, default=False
         Progress bars for dask input.
     recovery : str, dict or 2-tuple, default="cubic"
@@ -189,7 +190,7 @@ class KernelOperatorCV(SelectionCV):
                               progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
     def _prepare(self, U, client=None):
-        self._seed, self._distances = 0, None
+        self._distances = None
         self._pca = ((None, None) if self.n_components is None and self.pca_power is None
                      else pca(U, self.n_components, self.pca_power))
         transform = functools.partial(transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
