@@ -191,9 +191,14 @@ default=("cauchy", "gaussian", "rational_quadratic")
         singular to rounding) is the ridge used, without a warning (``cv_results_`` keeps the
         value scored).
     best_score_ : float
-        Its validation score, ``-mean relative L2 error`` (greater is better).
+        The validation score of the candidate that won, ``-mean relative L2 error`` (greater is
+        better): row ``best_index_`` of ``cv_results_``, at the alpha scored there, also where the
+        refit raised it (``best_params_`` then differs from that row in ``alpha`` alone). The raised
+        ridge is not scored: it answers the rounding of the full training Gram or of a float32
+        refit, which the search's float64 validation Grams do not have, so a score at it would
+        measure neither model.
     best_index_ : int
-        Its row in ``cv_results_``.
+        The winner's row in ``cv_results_``.
     cv_results_ : SearchResults
         One row per candidate: ``stage`` ("coarse", "fine", "final", "full", "limit" or
         "growth"), ``family``

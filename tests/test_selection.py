@@ -645,3 +645,17 @@ def test_searches_refitting_in_two_threads_each_record_their_raised_ridge(monkey
     assert {name: s.best_estimator_.nugget for name, s in searches.items()} == expected
     assert [str(w.message) for w in caught] == ["after the searches"]  # no ridge leaked; warnings still recorded
     assert warnings.filters == filters and warnings.showwarning is show
+
+
+def test_best_score_is_the_scored_candidate_s_where_the_refit_raises_the_ridge():
+    """best_score_ and best_index_ are the searched winner's (its row of cv_results_, the nugget
+    scored), while best_params_ holds the ridge the refit used: they differ in the nugget alone."""
+    from rfol_dask.baselines import KernelOperatorCV
+
+    search = KernelOperatorCV(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-16,), coarse=None).fit(
+        *_duplicated_rows(0))
+    row = {k: v[search.best_index_] for k, v in search.cv_results_.items()}
+    assert search.best_score_ == row["mean_test_score"] and row["nugget"] == 1e-16
+    assert search.best_params_ == {"kernel": "rbf", "length_scale": row["length_scale"],
+                                   "nugget": search.best_estimator_.nugget}
+    assert search.best_params_["nugget"] > 1e-16

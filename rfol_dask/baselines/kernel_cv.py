@@ -111,7 +111,8 @@ class KernelOperatorCV(SelectionCV):
         ``kernel``, ``length_scale``, ``nugget``: ``best_estimator_``'s, so they refit it. The
         nugget is the winner's, or the ridge the refit's jitter policy raised it to where the
         full training Gram could not be factorised with it (no warning: ``cv_results_`` keeps the
-        value scored).
+        value scored, and ``best_score_`` is that value's score, as in
+        :class:`rfol_dask.RandomFeatureOperatorCV`).
     best_score_, best_index_, cv_results_, best_estimator_, search_time_, refit_time_
         As in :class:`rfol_dask.RandomFeatureOperatorCV` (``cv_results_`` has ``family`` = the
         kernel, ``length_scale`` and ``nugget`` columns).
