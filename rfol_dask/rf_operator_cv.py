@@ -122,7 +122,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         None: validate on the last 20 % of the training samples; an int: that many
         (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
         index arrays (a list: a generator is used up by one fit). Scores are averaged over splits (validation samples whose output is
-        identically zero are left out of the relative error).
+        identically zero are left out of the relative error; a split that has no other is left
+        out of the search, with a warning).
     coarse : float or None, default=0.125
         Coarse stage on this fraction of the features (at least 256) and of the (training and
         validation) rows (at least 200 training rows), over the whole grid (extended by two
@@ -218,7 +219,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
     search_time_, refit_time_ : float
         Seconds of the search (including the median heuristic) and of the refit.
     n_splits_ : int
-        Number of validation splits.
+        Number of validation splits scored.
     n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_

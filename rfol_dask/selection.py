@@ -47,6 +47,7 @@ from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
+from .tuning import nonzero_rows
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
            "FINE_EXTEND", "FINALIST_TIE", "DEVICE_SHARE", "NARROWER_TIE", "arrange_rows", "sketch_outputs", "best_row", "beyond_edge", "final_best", "grid_step"]
@@ -284,6 +285,27 @@ class SelectionCV(OperatorEstimator):
                                  "samples or another cv")
         return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
 
+    def _scored_splits(self, splits, Y, client):
+        """The splits whose validation rows hold an output that is not identically zero: the
+        relative error, the score, is undefined on the others (a K-fold split of sorted data),
+        which are left out with a warning naming them; ValueError when none is left. ``Y``: the
+        training outputs, as :meth:`_data` gives them."""
+        if client is None:
+            nonzero = nonzero_rows(Y)
+        else:
+            nonzero = client.compute(dask.delayed(nonzero_rows)(Y)).result()
+        dropped = [k for k, (_, va) in enumerate(splits) if not nonzero[va].any()]
+        if len(dropped) == len(splits):
+            raise ValueError(f"every validation output of the {len(splits)} split(s) is identically zero: the relative "
+                             "L2 error, the search's score, is undefined; pass a cv whose validation rows hold outputs "
+                             "that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))")
+        if dropped:
+            warnings.warn(f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only identically zero "
+                          "validation outputs, on which the relative L2 error (the score) is undefined: they are left "
+                          "out of the search (n_splits_, split<k>_test_score count the others); shuffle the folds "
+                          "(KFold(5, shuffle=True, random_state=0)) to score every one", UserWarning, stacklevel=5)
+        return [split for k, split in enumerate(splits) if k not in dropped]
+
     def _data(self, U, V, lazy):
         """The training data for the Gram passes, checked, in float64 where the search runs (the
         input's own namespace for array API input, else ``device``: numpy, or CuPy on a GPU), or
@@ -360,6 +382,7 @@ class SelectionCV(OperatorEstimator):
         self._seed_search()
         refit_dtype = self.__dict__.pop("_refit_dtype", None) or dtype
         X, Y, client = self._data(U, V, lazy)
+        splits = self._scored_splits(splits, Y, client)
         self._check_search_memory(splits, client, None if client is not None else backend.namespace(X))
         self._check_refit_memory(U, V, lazy, refit_dtype)
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data

@@ -659,3 +659,49 @@ def test_best_score_is_the_scored_candidate_s_where_the_refit_raises_the_ridge()
     assert search.best_params_ == {"kernel": "rbf", "length_scale": row["length_scale"],
                                    "nugget": search.best_estimator_.nugget}
     assert search.best_params_["nugget"] > 1e-16
+
+
+@pytest.mark.parametrize("make", ["rf", "kernel"])
+def test_folds_whose_validation_outputs_are_all_zero_are_left_out_with_a_warning(make):
+    """K folds of sorted data (iris's labels: 0 0 ... 1 1 ... 2 2 ...) refused to fit: "every
+    validation output is identically zero". A fold where the relative error is undefined is now
+    left out, named in a warning; the search scores the others (on dask input too); with no fold
+    left, a ValueError says what to do."""
+    import warnings
+
+    from sklearn.datasets import load_iris
+
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, y = load_iris(return_X_y=True)
+    make_search = {"rf": lambda **kw: RandomFeatureOperatorCV(n_features=100, random_state=0, **SMALL, **kw),
+                   "kernel": lambda **kw: KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2), **kw)}[make]
+    with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5 have only identically zero validation outputs.*"
+                                         r"left out of the search.*KFold\(5, shuffle=True"):
+        search = make_search(cv=5).fit(U, y.astype(float))
+    assert search.n_splits_ == 4 and "split3_test_score" in search.cv_results_
+    assert "split4_test_score" not in search.cv_results_
+    assert np.isfinite(search.best_score_)
+    with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
+        lazy = make_search(cv=5).fit(da.from_array(U, chunks=50), da.from_array(y.astype(float), chunks=50))
+    assert lazy.best_params_ == search.best_params_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert make_search(cv=KFold(5, shuffle=True, random_state=0)).fit(U, y.astype(float)).n_splits_ == 5
+    with pytest.raises(ValueError, match=r"every validation output of the 1 split\(s\) is identically zero.*"
+                                         r"pass a cv whose validation rows"):
+        make_search().fit(U[::-1], y[::-1].astype(float))  # the default split: the last 20 %, all zero
+
+
+@pytest.mark.cluster
+def test_folds_with_all_zero_outputs_are_left_out_of_a_search_on_the_workers(cluster_client):
+    """As above, with the outputs persisted on a distributed cluster."""
+    from sklearn.datasets import load_iris
+
+    U, y = load_iris(return_X_y=True)
+    kw = dict(n_features=100, random_state=0, cv=5, **SMALL)
+    with cluster_client.as_current(), pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=50), da.from_array(y.astype(float), chunks=50))
+    assert lazy.n_splits_ == 4
+    with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
+        assert lazy.best_params_ == RandomFeatureOperatorCV(**kw).fit(U, y.astype(float)).best_params_

@@ -119,7 +119,7 @@ class KernelOperatorCV(SelectionCV):
     median_scales_ : dict
         The median-heuristic length scale of each kernel (one value).
     n_splits_ : int
-        Number of validation splits.
+        Number of validation splits scored.
     n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
