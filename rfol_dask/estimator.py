@@ -96,6 +96,12 @@ def _on(args, xp):
                  for a in args)
 
 
+def _refuse_sample_weight(sample_weight):
+    """ValueError for weights: every sample counts alike in the ridge problem (``None`` passes)."""
+    if sample_weight is not None:
+        raise ValueError("sample_weight is not supported")
+
+
 def _num_samples(X):
     shape = getattr(X, "shape", None)
     if shape is None:
@@ -167,6 +173,14 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """The dtype numpy input is cast to before :meth:`_fit_arrays`: the working dtype."""
         return self._work_dtype(data)
 
+    def _check_fit_params(self, fit_params):
+        """ValueError for a ``sample_weight`` other than None among ``fit``'s extra keywords,
+        TypeError for any other keyword (as Python's for an unknown one)."""
+        unknown = sorted(set(fit_params) - {"sample_weight"})
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.fit() got an unexpected keyword argument {unknown[0]!r}")
+        _refuse_sample_weight(fit_params.get("sample_weight"))
+
     def _check_params(self):
         self._validate_params()
         self._check_recovery()
@@ -217,7 +231,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit
     def fit(self, X: Data, y: Functions | None = None, *, input_grid: Grid | None = None,
-            output_grid: Grid | None = None, periods: Periods | None = None) -> OperatorEstimator:
+            output_grid: Grid | None = None, periods: Periods | None = None, **fit_params) -> OperatorEstimator:
         """Fit the operator on pairs of input and output functions.
 
         numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask
@@ -243,6 +257,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             mapping ``input_grid`` / ``output_grid``, else ``dim_0, dim_1, ...`` on both sides);
             default: the ``period`` attributes of the xarray coordinates. On a periodic axis ``predict`` accepts any
             grid (it wraps; see :mod:`rfol_dask.recovery`; not with ``recovery="rf"``, which does not wrap).
+        **fit_params : dict
+            ``sample_weight=None`` only: weights are not supported (a ``sample_weight`` other than
+            None is a ValueError, as in ``score``; other keywords a TypeError). Not a named
+            parameter, so scikit-learn's tools do not take the estimator for one that weights.
 
         Returns
         -------
@@ -253,14 +271,17 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         ------
         ValueError
             If the sample counts or labels of ``X`` and ``y`` differ, the data hold NaN / Inf
-            (the samples are named), a grid does not match the data, or the Gram does not fit
-            in memory (the message gives the bytes and the fix).
+            (the samples are named), a grid does not match the data, the Gram does not fit
+            in memory (the message gives the bytes and the fix), or ``sample_weight`` is given.
+        TypeError
+            For a keyword argument other than those above.
 
         Notes
         -----
         Memory: the in-memory fit holds the inputs and outputs, plus the model's Gram
         (see the class docstring); a dask fit never holds the data whole.
         """
+        self._check_fit_params(fit_params)
         self._check_params()
         U, V = io.read_pair(X, y)
         if V is None:
@@ -491,8 +512,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             R^2 of every output grid point, averaged uniformly over the points
             (:func:`rfol_dask.metrics.r2_score`).
         """
-        if sample_weight is not None:
-            raise ValueError("sample_weight is not supported")
+        _refuse_sample_weight(sample_weight)
         U, V = io.read_pair(X, y)
         pred = self.predict(U)
         V = io.match_dims(V, getattr(self, "output_dims_", None), "y")

@@ -3,13 +3,15 @@ factorisation with its jitter policy, triangular solves, and the BLAS threads th
 
 Jitter policy: the Gram plus ``alpha I`` is factorised in place; if it is not numerically
 positive definite and ``alpha > 0``, the factorisation is retried with the ridge raised
-in steps of 10 from ``eps(dtype) * mean(diag)`` and a warning says which value was used.
+in steps of 10 from ``eps(dtype) * mean(diag)`` and a warning says which value was used
+(:func:`recorded_ridges` records it instead, :func:`ridge_name` names the ridge in it).
 With ``alpha = 0`` a singular Gram is an error that asks for ``alpha > 0``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
 import warnings
@@ -18,7 +20,9 @@ import dask
 import numpy as np
 from scipy.linalg import blas, lapack
 
-__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "host_cores", "factor_threads", "jitter_ridges", "first_ridge", "RidgeRaised", "warn_ridge",
+from .stacklevel import user_stacklevel
+
+__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "host_cores", "factor_threads", "jitter_ridges", "first_ridge", "RidgeRaised", "warn_ridge", "recorded_ridges", "ridge_name",
            "not_positive_definite", "potrf_ridge", "cholesky", "cho_solve"]
 
 
@@ -170,12 +174,51 @@ class RidgeRaised(RuntimeWarning):
         self.alpha, self.ridge = alpha, ridge
 
 
+#: this context's raised-ridge reporting: (the name messages give the ridge, the list that
+#: records them instead of warning, or None). A context variable, not ``warnings.catch_warnings``,
+#: which swaps process-wide state before Python 3.14: two searches refitting in two threads
+#: lost or leaked each other's warnings, and each reset the process's warning filters.
+_RIDGE_REPORT = contextvars.ContextVar("rfol_dask_ridge_report", default=("alpha", None))
+
+
+@contextlib.contextmanager
+def recorded_ridges():
+    """Context manager yielding a list: the :class:`RidgeRaised` of each factorisation made in
+    this context is appended to it instead of being warned. The context is this thread's (and
+    that of the tasks dask's local threaded scheduler runs for it, which copies the submitting
+    thread's context), so searches in other threads are not affected; factorisations on
+    ``distributed`` workers still warn there."""
+    record = []
+    token = _RIDGE_REPORT.set((_RIDGE_REPORT.get()[0], record))
+    try:
+        yield record
+    finally:
+        _RIDGE_REPORT.reset(token)
+
+
+@contextlib.contextmanager
+def ridge_name(name):
+    """Context manager: the :class:`RidgeRaised` messages made in this context (as for
+    :func:`recorded_ridges`) call the ridge ``name`` (a kernel's ``"nugget"``) instead of ``alpha``."""
+    token = _RIDGE_REPORT.set((name, _RIDGE_REPORT.get()[1]))
+    try:
+        yield
+    finally:
+        _RIDGE_REPORT.reset(token)
+
+
 def warn_ridge(alpha, ridge, dtype):
-    """The :class:`RidgeRaised` warning of a factorisation that needed ``ridge`` instead of ``alpha``."""
-    warnings.warn(RidgeRaised(
-        f"the Gram matrix plus alpha={alpha:g} is not numerically positive definite in "
-        f"{np.dtype(dtype)}; used ridge {ridge:.3g} instead (pass a larger alpha to choose it "
-        "yourself)", float(alpha), float(ridge)), stacklevel=4)  # the caller of the factorisation (via first_ridge)
+    """The :class:`RidgeRaised` warning of a factorisation that needed ``ridge`` instead of
+    ``alpha``, or its record where :func:`recorded_ridges` is active in this context."""
+    name, record = _RIDGE_REPORT.get()
+    raised = RidgeRaised(
+        f"the Gram matrix plus {name}={alpha:g} is not numerically positive definite in "
+        f"{np.dtype(dtype)}; used ridge {ridge:.3g} instead (pass a larger {name} to choose it "
+        "yourself)", float(alpha), float(ridge))
+    if record is not None:
+        record.append(raised)
+    else:
+        warnings.warn(raised, stacklevel=user_stacklevel())
 
 
 def first_ridge(attempt, alpha, mean_diag, dtype):

@@ -16,7 +16,8 @@ from .estimator import OperatorEstimator
 from .features import CENTRE_ROWS, DISTRIBUTIONS, draw_frequencies, feature_map, input_centre, integer_seed
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory
-from .solve import InputCentre, check_min_norm, choose_solver, fit_dask, fit_numpy, held_beside_gram
+from .solve import (InputCentre, check_min_norm, check_primal_memory, choose_solver, fit_dask, fit_numpy,
+                    held_beside_gram)
 from .tuning import input_scales
 
 __all__ = ["RandomFeatureOperator"]
@@ -228,17 +229,36 @@ class RandomFeatureOperator(OperatorEstimator):
         if self.distribution == "student_t" and self.nu is None:
             raise ValueError("distribution='student_t' needs the degrees of freedom: pass nu > 0, e.g. nu=3")
 
+    def _on_gpu(self, U, lazy):
+        """Whether a dask fit runs on GPUs (which only the streamed dual fits)."""
+        return lazy and (self._device() != "cpu" or backend.is_array_api(getattr(U, "_meta", None)))
+
+    def _check_memory(self, U, V, lazy, dtype, client=None):
+        """ValueError before any work when a fit on ``U`` (M, n) and ``V`` (M, m) in ``dtype`` would
+        be refused for memory (:func:`rfol_dask.memory.check_gram_memory`, the message naming the
+        sizes and the fix): in memory, the Gram (``M x M`` dual, ``N x N`` primal) with the
+        frequencies, features and coefficients held with it (:func:`rfol_dask.solve.held_beside_gram`);
+        on dask, the primal's Gram on the workers of ``client`` (the active one, as ``fit`` uses:
+        :func:`rfol_dask.solve.check_primal_memory`; a dual that does not fit one worker is
+        factorised blocked instead)."""
+        M, n, m = U.shape[0], U.shape[1], V.shape[1]
+        solver = choose_solver(self.solver, M, self.n_features, dual_only=self._on_gpu(U, lazy))
+        if lazy:
+            if solver == "primal":
+                check_primal_memory(n, self.n_features, dtype, self.max_gram_bytes, client)
+            return
+        xp = backend.namespace(U)
+        check_gram_memory(M if solver == "dual" else self.n_features, dtype, self.max_gram_bytes, solver=solver,
+                          xp=xp, held=held_beside_gram(M, n, self.n_features, m, dtype, solver, xp))
+
     def _fit_arrays(self, U, V, lazy, dtype):
         """Draw the frequencies and solve for ``coef_`` (N, m) and ``intercept_`` (m,)."""
         M, m = U.shape[0], V.shape[1]
-        on_gpu = lazy and (self._device() != "cpu" or backend.is_array_api(getattr(U, "_meta", None)))
+        on_gpu = self._on_gpu(U, lazy)
         self.solver_ = choose_solver(self.solver, M, self.n_features, dual_only=on_gpu)
         check_min_norm(self.solver_, self.alpha, M, self.n_features, self.fit_intercept)
-        if not lazy:  # before any work: the Gram with the frequencies and features it is held with
-            xp = backend.namespace(U)
-            check_gram_memory(M if self.solver_ == "dual" else self.n_features, dtype, self.max_gram_bytes,
-                              solver=self.solver_, xp=xp,
-                              held=held_beside_gram(M, U.shape[1], self.n_features, m, dtype, self.solver_, xp))
+        if not lazy:  # before any work (fit_dask checks a dask fit's)
+            self._check_memory(U, V, lazy, dtype)
         seed = integer_seed(self.random_state)
         self.input_metric_, self.gamma_ = None, self.gamma
         if self.gamma == "median" or self.pca_power is not None:
@@ -269,6 +289,7 @@ class RandomFeatureOperator(OperatorEstimator):
             logger.debug("dask fit %.3f s, then %.3f s for the client's draw of Omega", t1 - t0,
                          time.perf_counter() - t1)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
+            xp = backend.namespace(U)
             check_finite(U[:CENTRE_ROWS, ...], 0, "U")  # a NaN / Inf named here, not folded into the phases
             centre = input_centre(dtype, U)  # numpy: the recipe folds it into the phases on the host
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)

@@ -122,7 +122,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         None: validate on the last 20 % of the training samples; an int: that many
         (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
         index arrays (a list: a generator is used up by one fit). Scores are averaged over splits (validation samples whose output is
-        identically zero are left out of the relative error).
+        identically zero are left out of the relative error; a split that has no other is left
+        out of the search, with a warning).
     coarse : float or None, default=0.125
         Coarse stage on this fraction of the features (at least 256) and of the (training and
         validation) rows (at least 200 training rows), over the whole grid (extended by two
@@ -167,6 +168,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
     max_gram_bytes : int, default=None
         Memory budget of a Gram (the search groups its gammas to fit it; the search's least peak,
         one gamma's Grams with its slabs, is checked against it before the search starts); passed on.
+        With ``refit``, the refit is checked before the search too, at every ``n_features`` a winner
+        may take (the searched ones, and the growth's up to ``max_features``), as the refit checks
+        it (in memory: the Gram with the ``M x N`` features and the frequencies; on dask: the
+        primal's Gram): any that would be refused is an error then, naming them, not after the
+        search.
     progress : bool, default=False
         Progress bars for dask input.
     recovery : str, dict or 2-tuple, default="cubic"
@@ -186,9 +192,14 @@ default=("cauchy", "gaussian", "rational_quadratic")
         singular to rounding) is the ridge used, without a warning (``cv_results_`` keeps the
         value scored).
     best_score_ : float
-        Its validation score, ``-mean relative L2 error`` (greater is better).
+        The validation score of the candidate that won, ``-mean relative L2 error`` (greater is
+        better): row ``best_index_`` of ``cv_results_``, at the alpha scored there, also where the
+        refit raised it (``best_params_`` then differs from that row in ``alpha`` alone). The raised
+        ridge is not scored: it answers the rounding of the full training Gram or of a float32
+        refit, which the search's float64 validation Grams do not have, so a score at it would
+        measure neither model.
     best_index_ : int
-        Its row in ``cv_results_``.
+        The winner's row in ``cv_results_``.
     cv_results_ : SearchResults
         One row per candidate: ``stage`` ("coarse", "fine", "final", "full", "limit" or
         "growth"), ``family``
@@ -208,7 +219,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
     search_time_, refit_time_ : float
         Seconds of the search (including the median heuristic) and of the refit.
     n_splits_ : int
-        Number of validation splits.
+        Number of validation splits scored.
     n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
@@ -307,8 +318,16 @@ default=("cauchy", "gaussian", "rational_quadratic")
                                      column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                                      progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
-    def _prepare(self, U, client=None):
+    def _seed_search(self):
         self._seed = self.random_state_ = integer_seed(self.random_state)
+
+    def _refit_candidates(self):
+        """The ``n_features`` a winner may have: the searched ones and, with ``max_features``, the
+        growth's checkpoints from each (the limit stage's lie below ``max_features``)."""
+        Ns = set(self._n_list())
+        if self.max_features is not None:
+            Ns.update(N for N0 in self._n_list() for N in growth_checkpoints(N0, int(self.max_features)))
+        return "n_features", sorted(Ns)
 
     def _powers(self):
         """``pca_power`` as the list of values searched (one: the value itself)."""
@@ -496,7 +515,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         checkpoint N to the best validation error seen there. ``centers[k]``: the index of the
         alpha its first window is centred on."""
         N_max = int(self.max_features)
-        checkpoints = sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
+        checkpoints = growth_checkpoints(N0, N_max)
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N_max, law, 1.0, self.nu, self._seed,
                                  metric=self.input_metric_)
@@ -566,6 +585,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
                                                   client.persist(dask.delayed(_select)(a, keep)))
                              for a in st[3]]
         return out
+
+
+def growth_checkpoints(N0, N_max):
+    """The ``n_features`` the growth stage scores from ``N0``: ``N0, 2 N0, 4 N0, ...`` and ``N_max``."""
+    return sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
 
 
 def _chains(accs, workers, slabs, step):

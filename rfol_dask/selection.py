@@ -43,10 +43,11 @@ from sklearn.utils.validation import check_is_fitted
 from . import backend
 from .estimator import OperatorEstimator
 from .gram import stack_rows
-from .linalg import RidgeRaised
+from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
+from .tuning import nonzero_rows
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
            "FINE_EXTEND", "FINALIST_TIE", "DEVICE_SHARE", "NARROWER_TIE", "arrange_rows", "sketch_outputs", "best_row", "beyond_edge", "final_best", "grid_step"]
@@ -174,7 +175,7 @@ class SelectionCV(OperatorEstimator):
     """Base of the selection estimators (see the module docstring); not used directly.
 
     Subclasses give the base estimator (``_base_estimator``), the families and their median
-    scale (``_families``; ``_prepare`` sets ``median_scales_``), the validation errors of one stage
+    scale (``_families``; ``_prepare`` or ``_set_metric`` sets ``median_scales_``), the validation errors of one stage
     (``_stage_errors``) and the winner's parameters (``_params_of``).
     """
 
@@ -217,12 +218,13 @@ class SelectionCV(OperatorEstimator):
         return self.best_estimator_._predict_kernel()
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None):
-        """Search on the training data (``X``, ``y``, the grids and ``periods`` as in the base
-        estimator's ``fit``), then refit the winner on all of it as ``best_estimator_``. No test
-        data is involved."""
+    def fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None, **fit_params):
+        """Search on the training data (``X``, ``y``, the grids, ``periods`` and ``fit_params``
+        as in the base estimator's ``fit``: ``sample_weight`` is not supported), then refit the
+        winner on all of it as ``best_estimator_``. No test data is involved."""
         t0 = time.perf_counter()
-        super().fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods)
+        self._refit_dtype = None  # numpy input: set by _cast_dtype
+        super().fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
         self.search_time_ = time.perf_counter() - t0
         if self.refit:
             t1 = time.perf_counter()
@@ -239,22 +241,24 @@ class SelectionCV(OperatorEstimator):
         winner's (the jitter policy, :func:`rfol_dask.linalg.first_ridge`: a ridge at the rounding
         level of the full Gram, or of a float32 refit), the ridge used replaces it in
         ``best_params_`` and in the estimator's parameters, without the warning meant for a
-        ridge the user chose: ``best_params_`` refits the same model."""
+        ridge the user chose: ``best_params_`` refits the same model. The ridge is recorded in
+        this thread's context (:func:`rfol_dask.linalg.recorded_ridges`), so searches refitting
+        in several threads keep their own; other raised ridges are warned as usual."""
         name = self._alpha_name
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with recorded_ridges() as raised:
             est = self._base_estimator(**self.best_params_).fit(X, y, **kwargs)
-        for w in caught:
-            if isinstance(w.message, RidgeRaised) and w.message.alpha == self.best_params_[name]:
-                self.best_params_[name] = w.message.ridge
-                est.set_params(**{name: w.message.ridge})
+        for w in raised:
+            if w.alpha == self.best_params_[name]:
+                self.best_params_[name] = w.ridge
+                est.set_params(**{name: w.ridge})
             else:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                warnings.warn(w, stacklevel=3)
         return est
 
     def _cast_dtype(self, data):
         """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask input
-        (the refit on the caller's data works in ``dtype``)."""
+        (the refit on the caller's data works in the working dtype, noted for its memory check)."""
+        self._refit_dtype = self._work_dtype(data)
         return np.dtype(np.float64)
 
     def _splits(self, M):
@@ -280,6 +284,27 @@ class SelectionCV(OperatorEstimator):
                                  f"split; split {k} has {len(tr)} / {len(va)} of n_samples = {M}: pass more "
                                  "samples or another cv")
         return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
+
+    def _scored_splits(self, splits, Y, client):
+        """The splits whose validation rows hold an output that is not identically zero: the
+        relative error, the score, is undefined on the others (a K-fold split of sorted data),
+        which are left out with a warning naming them; ValueError when none is left. ``Y``: the
+        training outputs, as :meth:`_data` gives them."""
+        if client is None:
+            nonzero = nonzero_rows(Y)
+        else:
+            nonzero = client.compute(dask.delayed(nonzero_rows)(Y)).result()
+        dropped = [k for k, (_, va) in enumerate(splits) if not nonzero[va].any()]
+        if len(dropped) == len(splits):
+            raise ValueError(f"every validation output of the {len(splits)} split(s) is identically zero: the relative "
+                             "L2 error, the search's score, is undefined; pass a cv whose validation rows hold outputs "
+                             "that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))")
+        if dropped:
+            warnings.warn(f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only identically zero "
+                          "validation outputs, on which the relative L2 error (the score) is undefined: they are left "
+                          "out of the search (n_splits_, split<k>_test_score count the others); shuffle the folds "
+                          "(KFold(5, shuffle=True, random_state=0)) to score every one", UserWarning, stacklevel=5)
+        return [split for k, split in enumerate(splits) if k not in dropped]
 
     def _data(self, U, V, lazy):
         """The training data for the Gram passes, checked, in float64 where the search runs (the
@@ -321,12 +346,45 @@ class SelectionCV(OperatorEstimator):
         check_gram_memory(M_t, np.float64, self.max_gram_bytes, client, solver="search", xp=xp,
                           held=self._search_memory(M_t, M_v))
 
+    def _refit_candidates(self):
+        """``(name, values)``: the base estimator's parameter by which the candidates' refits differ
+        in memory and the values a winner may take (here ``(None, [None])``: they all hold the same)."""
+        return None, [None]
+
+    def _check_refit_memory(self, U, V, lazy, dtype):
+        """With ``refit``, ValueError before the search when the refit on all of ``U`` (M, n) and
+        ``V`` (M, m), in ``dtype``, of any candidate (:meth:`_refit_candidates`) would be refused for
+        memory by the base estimator's own check (``_check_memory``: an in-memory refit's Gram
+        with what it holds beside it; on dask, the primal's), instead of after the search. Every
+        value a winner may take is checked, so the message names all that would not fit (for the
+        random features, the larger ``n_features`` of the search and of its growth)."""
+        if not self.refit:
+            return
+        client = active_client() if lazy else None
+        name, values = self._refit_candidates()
+        refused = []
+        for value in values:
+            try:
+                self._base_estimator(**({} if name is None else {name: value}))._check_memory(U, V, lazy, dtype, client)
+            except ValueError as exc:
+                refused.append((value, exc))
+        if refused:
+            at = "" if name is None else (f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
+                                          f"{', '.join(map(str, values))}: leave those out of the search)")
+            raise ValueError(f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples after "
+                             f"the search, and that refit would be refused for memory{at}: {refused[0][1]}; or pass "
+                             "refit=False to search only") from refused[0][1]
+
     def _fit_arrays(self, U, V, lazy, dtype):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""
         M = U.shape[0]
         splits = self._splits(M)
+        self._seed_search()
+        refit_dtype = self.__dict__.pop("_refit_dtype", None) or dtype
         X, Y, client = self._data(U, V, lazy)
+        splits = self._scored_splits(splits, Y, client)
         self._check_search_memory(splits, client, None if client is not None else backend.namespace(X))
+        self._check_refit_memory(U, V, lazy, refit_dtype)
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
         self._prepare(X, client)
         values, column = self._metric_values(), self._metric_column()
@@ -478,6 +536,14 @@ class SelectionCV(OperatorEstimator):
             sub.append((np.sort(rng.choice(tr, k, replace=False)),
                         np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False))))
         return sub
+
+    def _seed_search(self):
+        """Set ``_seed``, the seed of the subsampled rows (here 0), before the search."""
+        self._seed = 0
+
+    def _prepare(self, U, client=None):
+        """Anything the search needs from the (gathered or persisted) inputs ``U`` before it starts
+        (here nothing)."""
 
     def _extend(self, X, Y, splits, client, rows):
         """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows N)."""

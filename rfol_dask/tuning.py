@@ -47,7 +47,7 @@ __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "m
            "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
            "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "EigenPath", "cholesky_errors", "window_errors",
            "path_errors",
-           "eigh_pays", "relative_errors", "scored_rows"]
+           "eigh_pays", "relative_errors", "nonzero_rows", "scored_rows"]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
 GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "euclidean",
@@ -350,11 +350,18 @@ def relative_errors(true, pred):
         return backend.to_numpy(relative_l2_errors(true, pred))
 
 
+def nonzero_rows(V):
+    """The samples of ``V`` (M, m) whose output is not identically zero (numpy bool (M,)): those
+    a relative error is defined on."""
+    xp = backend.namespace(V)
+    return backend.to_numpy(xp.sum(V * V, axis=1) > 0)
+
+
 def scored_rows(V_valid):
     """The validation samples a score counts (numpy bool (M_v,)): those whose output is not
-    identically zero (their relative error is undefined); ValueError when there is none."""
-    xp = backend.namespace(V_valid)
-    keep = backend.to_numpy(xp.sum(V_valid * V_valid, axis=1) > 0)
+    identically zero (their relative error is undefined, :func:`nonzero_rows`); ValueError when
+    there is none."""
+    keep = nonzero_rows(V_valid)
     if not keep.any():
         raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
     return keep

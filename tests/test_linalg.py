@@ -48,6 +48,25 @@ def test_fit_with_a_tiny_alpha_warns_with_the_ridge_it_used():
     assert np.isfinite(model.coef_).all()
 
 
+def test_recorded_ridges_holds_this_context_s_raised_ridges_named_as_asked(recwarn):
+    """recorded_ridges records instead of warning, in its own context: a factorisation in a task
+    of dask's threaded scheduler (which copies the context) is recorded, one in another thread is
+    warned there; ridge_name renames the ridge in the message."""
+    import threading
+
+    from rfol_dask.linalg import RidgeRaised, recorded_ridges, ridge_name
+
+    with recorded_ridges() as raised, ridge_name("nugget"):
+        (_, ridge), = dask.compute(dask.delayed(cholesky)(_rank_deficient_gram(), 1e-30), scheduler="threads")
+        other = threading.Thread(target=cholesky, args=(_rank_deficient_gram(seed=1), 1e-30))
+        other.start()
+        other.join()
+    assert [(w.alpha, w.ridge) for w in raised] == [(1e-30, ridge)]
+    assert "the Gram matrix plus nugget=1e-30" in str(raised[0]) and "a larger nugget" in str(raised[0])
+    assert [type(w.message) for w in recwarn.list] == [RidgeRaised]  # the other thread's, named alpha
+    assert "plus alpha=1e-30" in str(recwarn.list[0].message)
+
+
 def test_factor_threads_follows_the_dask_config_key():
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert factor_threads() == cores

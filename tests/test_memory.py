@@ -224,3 +224,54 @@ def test_searches_check_their_memory_before_searching(make, match, budget, monke
     search = KernelOperatorCV(**kw) if make == "kernel" else RandomFeatureOperatorCV(n_features=300, random_state=0, **kw)
     with pytest.raises(ValueError, match=match + r".*search on fewer samples"):
         search.fit(U, V)
+
+
+@pytest.mark.parametrize("case", ["rf_growth", "rf_n_features", "rf_float32", "rf_dask_primal", "kernel"])
+def test_searches_check_their_refit_s_memory_before_searching(case, monkeypatch):
+    """The searches checked their own memory up front, not the refit's: a search (an hour of it)
+    could end in a refit refused for memory. Every n_features a winner may take (the searched
+    ones, the growth's checkpoints up to max_features) is checked as the refit checks it (in
+    memory: the Gram and the features held with it; on dask: the primal's Gram) in the refit's
+    dtype, before the search; refit=False searches."""
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperatorCV
+    from rfol_dask.selection import SelectionCV
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched")
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((500, 4))
+    V = U[:, :2] ** 2
+    rf = dict(random_state=0, alphas=(1e-3,))
+    few = [(np.arange(100), np.arange(100, 120))]  # a small search, the refit on all 500 samples
+    search, data, match = {
+        # 500 x N features (8 bytes each) beside the 500 x 500 Gram, at N from 300 to 20000: 9600 on do not fit 30 MB
+        "rf_growth": (RandomFeatureOperatorCV(n_features=300, max_features=20000, max_gram_bytes=3e7, **rf), (U, V),
+                      r"RandomFeatureOperatorCV would refit its winner on all 500 training samples after the search, "
+                      r"and that refit would be refused for memory at n_features=9600, 19200, 20000 \(of 300, 600, "
+                      r"1200, 2400, 4800, 9600, 19200, 20000: leave those out of the search\): the 500 x 500 Gram "
+                      r"matrix needs 2,000,000 bytes .* the 500 x 9600 features A \(38,400,000 bytes\) held with it, "
+                      r"but the budget \(max_gram_bytes\) is 30,000,000 bytes; .*; or pass refit=False to search only"),
+        "rf_n_features": (RandomFeatureOperatorCV(n_features=(300, 3000), cv=few, max_gram_bytes=1e7, **rf), (U, V),
+                          r"at n_features=3000 \(of 300, 3000: .* the 500 x 3000 features A \(12,000,000 bytes\)"),
+        # the refit of float32 data works in float32: 7.1 MB at N = 3000 (14.2 MB in float64)
+        "rf_float32": (RandomFeatureOperatorCV(n_features=(300, 3000), cv=few, max_gram_bytes=7.2e6, **rf),
+                       (U.astype(np.float32), V.astype(np.float32)), None),
+        # a dask refit at N = 450 < M is the primal, its 450 x 450 Gram (1.62 MB) summed over two chains
+        "rf_dask_primal": (RandomFeatureOperatorCV(n_features=450, cv=few, max_gram_bytes=1.5e6, **rf),
+                           (da.from_array(U, chunks=100), da.from_array(V, chunks=100)),
+                           r"refused for memory at n_features=450 \(of 450: .* the 450 x 450 Gram matrix needs "
+                           r"1,620,000 bytes.*use fewer features"),
+        "kernel": (KernelOperatorCV(cv=few, max_gram_bytes=1.9e6), (U, V),
+                   r"KernelOperatorCV would refit its winner on all 500 training samples after the search, and that "
+                   r"refit would be refused for memory: the 500 x 500 Gram matrix needs 2,000,000 bytes \(0.00 GiB\) "
+                   r"but the budget \(max_gram_bytes\) is 1,900,000 bytes; use fewer samples.*; or pass refit=False"),
+    }[case]
+    monkeypatch.setattr(SelectionCV, "_search", no_search)
+    if match is not None:
+        with pytest.raises(ValueError, match=match):
+            search.fit(*data)
+        search.set_params(refit=False)
+    with pytest.raises(AssertionError, match="searched"):  # the search's own check passes
+        search.fit(*data)

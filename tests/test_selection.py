@@ -138,7 +138,8 @@ def test_search_can_pick_the_rational_quadratic_law():
 
 def test_search_sees_only_training_data():
     params = inspect.signature(RandomFeatureOperatorCV.fit).parameters
-    assert list(params) == ["self", "X", "y", "input_grid", "output_grid", "periods"]  # the training data's own
+    # the training data's own (fit_params: sample_weight=None only)
+    assert list(params) == ["self", "X", "y", "input_grid", "output_grid", "periods", "fit_params"]
     U, V = _nonlinear_data(150)
     seen = []
 
@@ -580,3 +581,127 @@ def test_best_index_points_at_the_winning_row():
     search = RandomFeatureOperatorCV(n_features=60, distributions=("cauchy",), random_state=0, refit=False).fit(U, V)
     assert search.cv_results_["mean_test_score"][search.best_index_] == search.best_score_
     assert search.cv_results_["alpha"][search.best_index_] == search.best_params_["alpha"]
+
+
+def _duplicated_rows(seed):
+    """Training inputs repeated twice: a Gram singular to rounding, on which a nugget of 1e-16 is
+    raised by the refit's jitter policy."""
+    U = np.random.default_rng(seed).standard_normal((40, 3))
+    U = np.concatenate([U, U])
+    return U, np.sin(U) @ np.ones((3, 2))
+
+
+def test_searches_refitting_in_two_threads_each_record_their_raised_ridge(monkeypatch):
+    """_refit_best recorded the raised ridge with warnings.catch_warnings, which swaps process-wide
+    state (before Python 3.14): with two refits overlapping, the first one's warning went to the
+    second's record, the second's leaked to the user, and the second's exit left the process's
+    warnings going to a dead record. The refits are ordered here so that they overlap so."""
+    import threading
+    import warnings
+
+    from rfol_dask.baselines import KernelOperator, KernelOperatorCV
+
+    kw = dict(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-16,), coarse=None)
+    data = {name: _duplicated_rows(seed) for name, seed in (("first", 0), ("second", 1))}
+    expected = {name: KernelOperatorCV(**kw).fit(*data[name]).best_params_["nugget"] for name in data}
+    assert all(v > 1e-16 for v in expected.values())  # both refits raise the nugget
+
+    first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
+    fit = KernelOperator.fit
+
+    def ordered_fit(self, *args, **kwargs):  # the refits: first enters, second enters, first ends, second ends
+        if threading.current_thread().name == "first":
+            first_in.set()
+            assert second_in.wait(30)
+        else:
+            assert first_in.wait(30)
+            second_in.set()
+            assert first_done.wait(30)
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(KernelOperator, "fit", ordered_fit)
+    searches, errors = {}, []
+
+    def run(name):
+        try:
+            searches[name] = KernelOperatorCV(**kw).fit(*data[name])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            if name == "first":
+                first_done.set()
+
+    filters, show = list(warnings.filters), warnings.showwarning
+    with warnings.catch_warnings(record=True) as caught:  # set before the threads start, reset after they end
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=run, args=(name,), name=name) for name in data]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        warnings.warn("after the searches", UserWarning)
+    assert not errors, errors
+    assert {name: s.best_params_["nugget"] for name, s in searches.items()} == expected
+    assert {name: s.best_estimator_.nugget for name, s in searches.items()} == expected
+    assert [str(w.message) for w in caught] == ["after the searches"]  # no ridge leaked; warnings still recorded
+    assert warnings.filters == filters and warnings.showwarning is show
+
+
+def test_best_score_is_the_scored_candidate_s_where_the_refit_raises_the_ridge():
+    """best_score_ and best_index_ are the searched winner's (its row of cv_results_, the nugget
+    scored), while best_params_ holds the ridge the refit used: they differ in the nugget alone."""
+    from rfol_dask.baselines import KernelOperatorCV
+
+    search = KernelOperatorCV(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-16,), coarse=None).fit(
+        *_duplicated_rows(0))
+    row = {k: v[search.best_index_] for k, v in search.cv_results_.items()}
+    assert search.best_score_ == row["mean_test_score"] and row["nugget"] == 1e-16
+    assert search.best_params_ == {"kernel": "rbf", "length_scale": row["length_scale"],
+                                   "nugget": search.best_estimator_.nugget}
+    assert search.best_params_["nugget"] > 1e-16
+
+
+@pytest.mark.parametrize("make", ["rf", "kernel"])
+def test_folds_whose_validation_outputs_are_all_zero_are_left_out_with_a_warning(make):
+    """K folds of sorted data (iris's labels: 0 0 ... 1 1 ... 2 2 ...) refused to fit: "every
+    validation output is identically zero". A fold where the relative error is undefined is now
+    left out, named in a warning; the search scores the others (on dask input too); with no fold
+    left, a ValueError says what to do."""
+    import warnings
+
+    from sklearn.datasets import load_iris
+
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, y = load_iris(return_X_y=True)
+    make_search = {"rf": lambda **kw: RandomFeatureOperatorCV(n_features=100, random_state=0, **SMALL, **kw),
+                   "kernel": lambda **kw: KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2), **kw)}[make]
+    with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5 have only identically zero validation outputs.*"
+                                         r"left out of the search.*KFold\(5, shuffle=True"):
+        search = make_search(cv=5).fit(U, y.astype(float))
+    assert search.n_splits_ == 4 and "split3_test_score" in search.cv_results_
+    assert "split4_test_score" not in search.cv_results_
+    assert np.isfinite(search.best_score_)
+    with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
+        lazy = make_search(cv=5).fit(da.from_array(U, chunks=50), da.from_array(y.astype(float), chunks=50))
+    assert lazy.best_params_ == search.best_params_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert make_search(cv=KFold(5, shuffle=True, random_state=0)).fit(U, y.astype(float)).n_splits_ == 5
+    with pytest.raises(ValueError, match=r"every validation output of the 1 split\(s\) is identically zero.*"
+                                         r"pass a cv whose validation rows"):
+        make_search().fit(U[::-1], y[::-1].astype(float))  # the default split: the last 20 %, all zero
+
+
+@pytest.mark.cluster
+def test_folds_with_all_zero_outputs_are_left_out_of_a_search_on_the_workers(cluster_client):
+    """As above, with the outputs persisted on a distributed cluster."""
+    from sklearn.datasets import load_iris
+
+    U, y = load_iris(return_X_y=True)
+    kw = dict(n_features=100, random_state=0, cv=5, **SMALL)
+    with cluster_client.as_current(), pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=50), da.from_array(y.astype(float), chunks=50))
+    assert lazy.n_splits_ == 4
+    with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
+        assert lazy.best_params_ == RandomFeatureOperatorCV(**kw).fit(U, y.astype(float)).best_params_

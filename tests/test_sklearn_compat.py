@@ -4,13 +4,51 @@ import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from rfol_dask import RandomFeatureOperator
+from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
+from rfol_dask.baselines import KernelOperatorCV
 
 
 @parametrize_with_checks([RandomFeatureOperator(n_features=200, random_state=0),
                           # the defaults (gamma="median") pass with few features too
                           RandomFeatureOperator(n_features=50, random_state=0)])
 def test_sklearn_compatible_estimator(estimator, check):
+    check(estimator)
+
+
+# Why a search fails a check where it does: properties of the estimator, not bugs
+#: the check sets n_components=1 and fits a step function of 20 points: the default nuggets (down to
+#: 1e-16) let the search pick a near-interpolating RBF (nugget 1e-11, dual coefficients up to 1e11;
+#: in float32 the refit's raised ridge, 7e-6, and coefficients of 2e5), so each prediction is a sum
+#: cancelling to eps x 1e11, whose rounding depends on how many rows a batch has (the BLAS kernel);
+#: KernelOperator at that nugget fails it alike
+NEAR_INTERPOLANT = ("the search picks a near-interpolating nugget on the check's 20-point step function, whose "
+                    "predictions carry rounding (eps x dual coefficients of 1e11) that depends on the batch size")
+#: the search ranks by the mean relative L2 error per sample, the paper's metric for functions: on a
+#: scalar target centred at zero it is ruled by the samples nearest zero and favours a model that
+#: predicts the mean (R^2 6e-5 with cv=5; the default split's rows happen to pass)
+RELATIVE_SCORE = ("the search scores by the relative L2 error per sample, which on a zero-centred scalar "
+                  "target favours predicting the mean over an R^2 above 0.5")
+#: dtype="float32" is a request for float32 predictions
+FLOAT32 = "dtype='float32' predicts in float32; the check wants float64 from float64 data"
+
+SEARCHES = [
+    (RandomFeatureOperatorCV(n_features=200, cv=5, random_state=0), {"check_regressors_train": RELATIVE_SCORE}),
+    (KernelOperatorCV(), {"check_methods_subset_invariance": NEAR_INTERPOLANT}),
+    # K folds of sorted data (iris, y = 0 0 0 0 0 1 ...): a fold whose outputs are all zero is left out
+    (KernelOperatorCV(cv=5), {}),
+    (KernelOperatorCV(dtype="float32"), {"check_methods_subset_invariance": NEAR_INTERPOLANT,
+                                         "check_regressor_multioutput": FLOAT32}),
+]
+
+
+@parametrize_with_checks([est for est, _ in SEARCHES],
+                         expected_failed_checks=lambda est: next(f for e, f in SEARCHES if e is est),
+                         xfail_strict=True)
+def test_searches_pass_sklearn_checks_but_for_their_properties(estimator, check):
+    """The searches with their default grids and K folds pass scikit-learn's checks, but for those
+    listed with why (xfail_strict: each must still fail); fits on K folds whose first folds hold
+    only zero outputs (the checks' iris and nan/inf data) failed, "every validation output is
+    identically zero"."""
     check(estimator)
 
 
@@ -77,3 +115,37 @@ def test_nested_lists_on_a_grid_are_read_as_the_numpy_array(cls, kw):
     ragged[3][2] = ragged[3][2][:5]
     with pytest.raises(ValueError, match=r"U is a nested list that is not a regular array of shape \(n_samples, \*grid\)"):
         cls(**kw).fit(ragged, V)
+
+
+@pytest.mark.parametrize("make", ["rf", "rf_cv", "kernel", "kernel_cv"])
+def test_fit_with_sample_weight_is_a_value_error_before_any_work(make, monkeypatch):
+    """fit(X, y, sample_weight=w) raised "TypeError: SelectionCV.fit() got an unexpected keyword
+    argument" (naming the base class) on the searches, and a TypeError on the others; score said
+    ValueError("sample_weight is not supported"). None passes, as in score; a misspelt keyword is
+    still a TypeError naming the class; scikit-learn still sees no sample_weight parameter."""
+    from sklearn.model_selection import cross_val_score
+    from sklearn.utils.validation import has_fit_parameter
+
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperator, KernelOperatorCV
+    from rfol_dask.estimator import OperatorEstimator
+
+    est = {"rf": lambda: RandomFeatureOperator(n_features=50, random_state=0),
+           "rf_cv": lambda: RandomFeatureOperatorCV(n_features=50, random_state=0, gammas=(1.0,), alphas=(1e-3,)),
+           "kernel": lambda: KernelOperator(),
+           "kernel_cv": lambda: KernelOperatorCV(length_scales=(1.0,), nuggets=(1e-3,))}[make]
+    rng = np.random.default_rng(0)
+    U, V = rng.random((40, 5)), rng.random((40, 2))
+    name = type(est()).__name__
+    fitted = []
+    monkeypatch.setattr(OperatorEstimator, "_check_params", lambda self: fitted.append(self))
+    with pytest.raises(ValueError, match="^sample_weight is not supported$"):
+        est().fit(U, V, sample_weight=np.ones(40))
+    with pytest.raises(TypeError, match=rf"^{name}\.fit\(\) got an unexpected keyword argument 'sample_wieght'$"):
+        est().fit(U, V, sample_wieght=np.ones(40))
+    assert not fitted  # refused before the parameters were checked, let alone the data read
+    monkeypatch.undo()
+    assert est().fit(U, V, sample_weight=None).predict(U).shape == V.shape
+    assert not has_fit_parameter(est(), "sample_weight")  # no sample-weight checks of scikit-learn's
+    with pytest.raises(ValueError, match="sample_weight is not supported"):
+        cross_val_score(est(), U, V, cv=2, params={"sample_weight": np.ones(40)}, error_score="raise")

@@ -6,7 +6,6 @@ as its ``filename``: a fixed ``stacklevel`` pointed some at ``rfol_dask/backend.
 """
 
 import concurrent.futures
-import inspect
 import re
 import warnings
 
@@ -16,7 +15,7 @@ import psutil
 import pytest
 import xarray as xr
 
-from rfol_dask import RandomFeatureOperator, linalg, memory
+from rfol_dask import RandomFeatureOperator, memory
 from rfol_dask.baselines import KernelOperator
 from rfol_dask.stacklevel import user_stacklevel
 
@@ -101,7 +100,9 @@ def _duplicated_float32(M=100, n=16):
     return np.vstack([X, X]).astype(np.float32), np.vstack([Y, Y]).astype(np.float32)
 
 
-def _ridge_warnings_point_here():
+def test_ridge_warning_points_at_the_callers_line():
+    """The raised-ridge warning names the user's line on the in-memory, kernel and blocked dask
+    paths (its fixed stacklevel=4 named rfol_dask/backend.py on the default path)."""
     X, Y = _duplicated_float32()
     _assert_here(_recorded(lambda: RandomFeatureOperator(n_features=500, random_state=0).fit(X, Y),  # defaults
                            r"alpha=1e-10 is not numerically positive definite in float32; used ridge"))
@@ -110,26 +111,3 @@ def _ridge_warnings_point_here():
     found = _recorded(lambda: RandomFeatureOperator(n_features=600, alpha=1e-30, random_state=0,
                                                     max_gram_bytes=1000).fit(Xd, Yd), "used ridge")
     _assert_here(found)  # the blocked factorisation's retries run on this thread
-
-
-def _warn_ridge_uses_the_helper():
-    return "user_stacklevel()" in inspect.getsource(linalg.warn_ridge)
-
-
-def test_ridge_warning_points_at_the_callers_line_with_the_helper(monkeypatch):
-    """``linalg.warn_ridge`` with ``stacklevel=user_stacklevel()`` (its fixed 4 replaced; the
-    function compiled as the package's own, in linalg's namespace) names the user's line on the
-    in-memory, kernel and blocked dask paths (its fixed level named rfol_dask/backend.py)."""
-    if not _warn_ridge_uses_the_helper():
-        source, count = re.subn(r"stacklevel=\d+", "stacklevel=user_stacklevel()", inspect.getsource(linalg.warn_ridge))
-        assert count == 1
-        namespace = dict(vars(linalg), user_stacklevel=user_stacklevel)
-        exec(compile(source, linalg.__file__, "exec"), namespace)
-        monkeypatch.setattr(linalg, "warn_ridge", namespace["warn_ridge"])
-    _ridge_warnings_point_here()
-
-
-@pytest.mark.xfail(not _warn_ridge_uses_the_helper(), strict=True,
-                   reason="linalg.warn_ridge still has stacklevel=4 (its owner is to pass stacklevel=user_stacklevel())")
-def test_ridge_warning_points_at_the_callers_line():
-    _ridge_warnings_point_here()

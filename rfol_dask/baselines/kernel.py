@@ -13,7 +13,6 @@ import contextlib
 import functools
 import numbers
 import re
-import warnings
 
 import dask
 import dask.array as da
@@ -23,6 +22,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .. import backend
 from ..estimator import OperatorEstimator
 from ..gram import check_finite
+from ..linalg import ridge_name
 from ..progress import active_client
 from ..factor import dual_intercept
 from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan
@@ -63,17 +63,13 @@ def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
 @contextlib.contextmanager
 def _nugget_messages():
     """The shared solvers (:mod:`rfol_dask.solve`) call their ridge ``alpha``; this model's is
-    ``nugget``: their errors and warnings are re-raised with the name this model takes."""
-    rename = functools.partial(re.sub, r"\balpha\b", "nugget")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    ``nugget``: their errors are re-raised with the name this model takes, and a raised ridge's
+    warning names it (:func:`rfol_dask.linalg.ridge_name`: this thread's context only)."""
+    with ridge_name("nugget"):
         try:
             yield
         except ValueError as exc:
-            raise ValueError(rename(str(exc))) from exc
-    for w in caught:  # the warning itself, renamed: a RidgeRaised keeps its ridge
-        w.message.args = (rename(str(w.message)),)
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            raise ValueError(re.sub(r"\balpha\b", "nugget", str(exc))) from exc
 
 
 def pca(U, n_components, power=None):
@@ -237,6 +233,15 @@ class KernelOperator(OperatorEstimator):
                                  "rescale the inputs (e.g. to unit spread)")
         return ell
 
+    def _check_memory(self, U, V, lazy, dtype, client=None):
+        """ValueError when the in-memory fit's ``M x M`` Gram of ``U`` (M, n) in ``dtype`` exceeds
+        the memory budget (:func:`rfol_dask.memory.check_gram_memory`; on a GPU, its share of the
+        GPU's); a dask fit is not refused (a Gram that does not fit one worker is factorised
+        blocked across the workers)."""
+        if not lazy:
+            check_gram_memory(U.shape[0], dtype, self.max_gram_bytes, solver="kernel",
+                              xp=backend.namespace(U) if backend.is_array_api(U) else None)
+
     def _fit_arrays(self, U, V, lazy, dtype):
         """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,); keep the training inputs."""
         with _nugget_messages():
@@ -253,8 +258,7 @@ class KernelOperator(OperatorEstimator):
         alpha = float(self.nugget)
         self.length_scale_ = self._resolve_length_scale(U, transform)
         if not lazy:
-            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel",
-                              xp=backend.namespace(U) if backend.is_array_api(U) else None)
+            self._check_memory(U, V, lazy, dtype)
             X = transform(U, 0)
             fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)

@@ -91,7 +91,8 @@ class KernelOperatorCV(SelectionCV):
     column_block : int, default=None
         Passed to ``best_estimator_``.
     max_gram_bytes : int, default=None
-        Memory budget of the search (checked before it starts) and of ``best_estimator_``.
+        Memory budget of the search and of ``best_estimator_``: both are checked before the
+        search starts (the refit's in-memory ``M x M`` Gram, with ``refit``).
     progress : bool, default=False
         Progress bars for dask input.
     recovery : str, dict or 2-tuple, default="cubic"
@@ -109,14 +110,15 @@ class KernelOperatorCV(SelectionCV):
         ``kernel``, ``length_scale``, ``nugget``: ``best_estimator_``'s, so they refit it. The
         nugget is the winner's, or the ridge the refit's jitter policy raised it to where the
         full training Gram could not be factorised with it (no warning: ``cv_results_`` keeps the
-        value scored).
+        value scored, and ``best_score_`` is that value's score, as in
+        :class:`rfol_dask.RandomFeatureOperatorCV`).
     best_score_, best_index_, cv_results_, best_estimator_, search_time_, refit_time_
         As in :class:`rfol_dask.RandomFeatureOperatorCV` (``cv_results_`` has ``family`` = the
         kernel, ``length_scale`` and ``nugget`` columns).
     median_scales_ : dict
         The median-heuristic length scale of each kernel (one value).
     n_splits_ : int
-        Number of validation splits.
+        Number of validation splits scored.
     n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
@@ -188,7 +190,7 @@ class KernelOperatorCV(SelectionCV):
                               progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
     def _prepare(self, U, client=None):
-        self._seed, self._distances = 0, None
+        self._distances = None
         self._pca = ((None, None) if self.n_components is None and self.pca_power is None
                      else pca(U, self.n_components, self.pca_power))
         transform = functools.partial(transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64)

@@ -31,7 +31,8 @@ from .primal import fit_primal
 from .streamed import fit_streamed
 from .tiled import fit_tiled
 
-__all__ = ["choose_solver", "check_min_norm", "fit_numpy", "held_beside_gram", "fit_dask", "InputCentre"]
+__all__ = ["choose_solver", "check_min_norm", "check_primal_memory", "fit_numpy", "held_beside_gram", "fit_dask",
+           "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):
@@ -59,6 +60,16 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
                          f"samples{' less one with an intercept' if fit_intercept else ''}), got {n_features} "
                          f"features and {n_samples} samples: the {gram} Gram is singular; pass solver='{other}' "
                          "or alpha > 0")
+
+
+def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None):
+    """ValueError (:func:`rfol_dask.memory.check_gram_memory`) when the dask primal's ``N x N``
+    Gram of ``n_features`` does not fit the workers of ``client``: with several chains (worker
+    threads) the tree that sums their Grams holds two on one worker, beside the ``(n + 1) N``
+    frequencies. (A dask dual that does not fit one worker is factorised blocked instead.)"""
+    dtype = np.dtype(dtype)
+    check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal",
+                      peak_copies=2 if n_slots(client) > 1 else 1, beside=(n + 1) * n_features * dtype.itemsize)
 
 
 def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],
@@ -137,9 +148,7 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=M * (n + m) * dtype.itemsize,
                          n_features=n_features, n_inputs=n)
     else:
-        # several chains (worker threads): the tree that sums their Grams holds two on one worker
-        check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal",
-                          peak_copies=2 if n_slots(client) > 1 else 1, beside=(n + 1) * n_features * dtype.itemsize)
+        check_primal_memory(n, n_features, dtype, max_gram_bytes, client)
     meta = getattr(U, "_meta", None)
     if device != "cpu" and client is None:  # computed in this process: say what is missing, first
         device_namespace(device)
