@@ -47,6 +47,7 @@ from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute
+from .stacklevel import user_stacklevel
 from .tuning import nonzero_rows
 
 __all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
@@ -252,7 +253,7 @@ class SelectionCV(OperatorEstimator):
                 self.best_params_[name] = w.ridge
                 est.set_params(**{name: w.ridge})
             else:
-                warnings.warn(w, stacklevel=3)
+                warnings.warn(w, stacklevel=user_stacklevel())
         return est
 
     def _cast_dtype(self, data):
@@ -303,7 +304,7 @@ class SelectionCV(OperatorEstimator):
             warnings.warn(f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only identically zero "
                           "validation outputs, on which the relative L2 error (the score) is undefined: they are left "
                           "out of the search (n_splits_, split<k>_test_score count the others); shuffle the folds "
-                          "(KFold(5, shuffle=True, random_state=0)) to score every one", UserWarning, stacklevel=5)
+                          "(KFold(5, shuffle=True, random_state=0)) to score every one", UserWarning, stacklevel=user_stacklevel())
         return [split for k, split in enumerate(splits) if k not in dropped]
 
     def _data(self, U, V, lazy):

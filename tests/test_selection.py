@@ -677,8 +677,9 @@ def test_folds_whose_validation_outputs_are_all_zero_are_left_out_with_a_warning
     make_search = {"rf": lambda **kw: RandomFeatureOperatorCV(n_features=100, random_state=0, **SMALL, **kw),
                    "kernel": lambda **kw: KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2), **kw)}[make]
     with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5 have only identically zero validation outputs.*"
-                                         r"left out of the search.*KFold\(5, shuffle=True"):
+                                         r"left out of the search.*KFold\(5, shuffle=True") as caught:
         search = make_search(cv=5).fit(U, y.astype(float))
+    assert {w.filename for w in caught if "cv split" in str(w.message)} == {__file__}  # the user's line
     assert search.n_splits_ == 4 and "split3_test_score" in search.cv_results_
     assert "split4_test_score" not in search.cv_results_
     assert np.isfinite(search.best_score_)
