@@ -14,16 +14,17 @@ arguments (:mod:`rfol_dask.backend`): numpy runs the in-place LAPACK path, CuPy 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from .backend import as_fortran, centre_gram, cho_solve, cholesky, diagonal, fortran_copy, namespace, sized_by_arrays, symmetrize
-from .linalg import blas_limits, factor_threads
+from .linalg import blas_limits, factor_threads, recorded_ridges
 
 __all__ = ["DualFactor", "PrimalFactor", "gram_place", "dual_factor", "dual_solve", "dual_intercept",
-           "primal_factor", "primal_solve"]
+           "primal_factor", "primal_solve", "used_ridge"]
 
 
 @sized_by_arrays
@@ -43,6 +44,9 @@ class DualFactor:
     M : int
         Samples.
     fit_intercept : bool
+    ridge : float or None
+        The ridge the factorisation used (``alpha``, or the jitter policy's raised one); None
+        where it was made elsewhere (the blocked factorisation).
     """
 
     L: np.ndarray | None
@@ -50,6 +54,7 @@ class DualFactor:
     vbar: np.ndarray
     M: int
     fit_intercept: bool
+    ridge: float | None = None
 
     def without_factor(self):
         """The small parts only (``L`` dropped), so that the factor is freed after the solve."""
@@ -71,12 +76,15 @@ class PrimalFactor:
         Feature means (zeros without intercept).
     vbar : ndarray (m,)
         Output means (zeros without intercept).
+    ridge : float or None
+        The ridge the factorisation used (``alpha``, or the jitter policy's raised one).
     """
 
     L: np.ndarray
     AtV: np.ndarray
     mu: np.ndarray
     vbar: np.ndarray
+    ridge: float | None = None
 
 
 def gram_place(K, offsets, i, *tiles):
@@ -96,9 +104,11 @@ def lift_ones(mean_diag, M):
     return mean_diag / M
 
 
-def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
+def dual_factor(K, vsum, alpha, fit_intercept, upper=False, warn=True):
     """Centre the Gram ``K`` (M, M) and factorise ``H K H + alpha I`` in place; returns a
-    :class:`DualFactor`. ``vsum`` (m,) are the column sums of ``V``.
+    :class:`DualFactor`. ``vsum`` (m,) are the column sums of ``V``. ``warn=False`` (a task of
+    a fit graph): a raised ridge is not warned here but kept in the factor's ``ridge``, for
+    the client to warn about (:func:`used_ridge`).
 
     ``H K H`` has the ones vector in its null space. With ``alpha = 0`` (min-norm interpolation)
     that direction is lifted (:func:`lift_ones`), which leaves the solution (projected off it
@@ -116,9 +126,25 @@ def dual_factor(K, vsum, alpha, fit_intercept, upper=False):
         centre_gram(K, r / M, xp.sum(r) / M**2)  # one pass; K stays exactly symmetric
         if alpha == 0:
             K += lift_ones(xp.mean(xp.abs(diagonal(K))), M)
-    L, _ = cholesky(K, alpha)
+    L, ridge = _factorised(K, alpha, warn)
     vbar = vsum / M if fit_intercept else xp.zeros_like(vsum)
-    return DualFactor(L=L, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept)
+    return DualFactor(L=L, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=ridge)
+
+
+def _factorised(G, alpha, warn):
+    """:func:`rfol_dask.backend.cholesky` of ``G``; ``(L, ridge)``. Without ``warn`` a raised
+    ridge is recorded, not warned (:func:`rfol_dask.linalg.recorded_ridges`)."""
+    with contextlib.nullcontext() if warn else recorded_ridges():
+        L, ridge = cholesky(G, alpha)
+    return L, float(ridge)
+
+
+def used_ridge(fac):
+    """``(ridge, dtype name)`` of the factorisation in ``fac`` (:class:`DualFactor` or
+    :class:`PrimalFactor`; None where it was made elsewhere), computed beside a fit graph so that
+    the client warns about a raised ridge (:func:`rfol_dask.solve.graph.compute_fit`): a task's
+    own warning would stay on its worker."""
+    return None if fac.ridge is None else (fac.ridge, str(fac.vbar.dtype))
 
 
 def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
@@ -150,10 +176,10 @@ def dual_intercept(fac, Beta, C=None, shift=None, start=0):
     return out if C is None else out - shift @ C
 
 
-def primal_factor(sums, shifts, alpha, fit_intercept):
+def primal_factor(sums, shifts, alpha, fit_intercept, warn=True):
     """Centre the :class:`rfol_dask.gram.PrimalSums` ``sums`` (of the data shifted by
     ``shifts = (s (N,), t (m,))``) and factorise ``A_c^T A_c + alpha I`` in place; returns a
-    :class:`PrimalFactor`.
+    :class:`PrimalFactor` (``warn``: as for :func:`dual_factor`).
 
     With ``d = colsum / M`` the mean of ``A - s``: ``A_c^T A_c = G - M d d^T`` and
     ``A_c^T V_c = AtV - M d e^T`` (``e`` the mean of ``V - t``). Memory: ``G`` itself (the rank-one
@@ -172,8 +198,8 @@ def primal_factor(sums, shifts, alpha, fit_intercept):
         mu, vbar = shifts[0] + d, shifts[1] + e
     else:
         mu, vbar = xp.zeros(G.shape[0], dtype=G.dtype), xp.zeros(AtV.shape[1], dtype=G.dtype)
-    L, _ = cholesky(G, alpha)
-    return PrimalFactor(L=L, AtV=AtV, mu=mu, vbar=vbar)
+    L, ridge = _factorised(G, alpha, warn)
+    return PrimalFactor(L=L, AtV=AtV, mu=mu, vbar=vbar, ridge=ridge)
 
 
 def primal_solve(fac, start, stop):

@@ -385,3 +385,53 @@ def test_reading_a_jobqueue_configuration_keeps_the_ctrl_c_handler():
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert res.stdout.strip() == "True", res.stderr[-2000:]
+
+
+def _duplicated_samples(M=100, n=16):
+    """Every sample twice: an exactly singular Gram, factorised with a raised ridge."""
+    import dask.array as da
+    import numpy as np
+
+    X = np.random.default_rng(0).standard_normal((M, n))
+    X = np.vstack([X, X])
+    return da.from_array(X, chunks=50), da.from_array(np.sin(X), chunks=50)
+
+
+@pytest.mark.parametrize("make", ["rf dual", "rf primal", "kernel"])
+def test_a_ridge_raised_on_a_worker_is_warned_at_the_users_line(cluster_client, make):
+    """The factorisation runs in a task on a worker process, whose warning stayed there: the user
+    never learnt that the ridge was raised, and a search's refit could not record it. The ridge
+    used now comes back with the fit and is warned on the client, at the caller's line."""
+    from rfol_dask import RandomFeatureOperator
+    from rfol_dask.baselines import KernelOperator
+    from rfol_dask.linalg import RidgeRaised
+
+    X, Y = _duplicated_samples()
+    model = {"rf dual": lambda: RandomFeatureOperator(n_features=400, alpha=1e-30, solver="dual", random_state=0),
+             "rf primal": lambda: RandomFeatureOperator(n_features=150, alpha=1e-30, solver="primal", random_state=0),
+             "kernel": lambda: KernelOperator(nugget=1e-30)}[make]()
+    name = "nugget" if make == "kernel" else "alpha"
+    with cluster_client.as_current(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, Y)
+    raised = [w for w in caught if issubclass(w.category, RidgeRaised)]
+    assert len(raised) == 1, [str(w.message) for w in caught]
+    assert re.search(rf"{name}=1e-30 is not numerically positive definite in float64; used ridge", str(raised[0].message))
+    assert raised[0].filename == __file__ and raised[0].message.ridge > 1e-30
+
+
+def test_a_search_records_the_ridge_its_refit_raised_on_a_worker(cluster_client):
+    """A search's refit on the cluster records the ridge it used in best_params_ (the refit's
+    factorisation task warned on its worker, where the search could not see it)."""
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.linalg import RidgeRaised
+
+    X, Y = _duplicated_samples()
+    search = RandomFeatureOperatorCV(n_features=400, gammas=(1.0,), alphas=(1e-30,), coarse=None, refine=(1,),
+                                     fine=None, random_state=0)
+    with cluster_client.as_current(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        search.fit(X, Y)
+    assert not [w for w in caught if issubclass(w.category, RidgeRaised)], [str(w.message) for w in caught]
+    assert search.best_params_["alpha"] > 1e-30
+    assert search.best_estimator_.alpha == search.best_params_["alpha"]

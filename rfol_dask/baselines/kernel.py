@@ -278,7 +278,7 @@ class KernelOperator(OperatorEstimator):
                                     dtype=dtype, blocked=blocked)
             intercepts = [dask.delayed(dual_intercept)(fac, Beta, start=c0) for (c0, _), Beta in zip(cols, betas)]
             return compute_fit(dask.delayed(np.concatenate)(Xb), betas, intercepts, progress=self.progress,
-                               client=client, desc="fit (kernel)", alpha=ridge)
+                               client=client, desc="fit (kernel)", alpha=ridge, factor=fac)
 
         # the linear kernel's diagonal is not 1: its mean sets the raised ridges, as in memory
         mean_diag = functools.partial(_linear_mean_diag, Xb, self.fit_intercept) if self.kernel == "linear" else 1.0

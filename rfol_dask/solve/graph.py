@@ -11,7 +11,8 @@ import numpy as np
 from ..backend import is_array_api, to_numpy
 from ..features import CENTRE_ROWS, input_centre
 from ..gram import check_finite
-from ..linalg import first_ridge
+from ..factor import used_ridge
+from ..linalg import first_ridge, warn_ridge
 from ..memory import n_slots
 from ..progress import compute
 
@@ -187,24 +188,41 @@ class BlockedFactorError(ValueError):
     """The blocked Cholesky factorisation of a fit graph failed (:func:`compute_fit`)."""
 
 
-def compute_fit(*collections, progress, client, desc, alpha, consume=None, centre=None):
+def compute_fit(*collections, progress, client, desc, alpha, consume=None, centre=None, factor=None):
     """``progress.compute`` for a fit graph (``consume``: see there); a failed blocked Cholesky
     becomes a :class:`BlockedFactorError` (a ValueError; :func:`with_ridges` retries it). An
-    :class:`InputCentre` ``centre`` is computed alongside, into ``centre.value``."""
+    :class:`InputCentre` ``centre`` is computed alongside, into ``centre.value``. With the
+    delayed ``factor`` (a factorisation task made with ``warn=False``, :mod:`rfol_dask.factor`),
+    the ridge it used comes back beside the results and a raised one is warned here, in the
+    caller's thread and context (:func:`rfol_dask.linalg.warn_ridge`; a search's refit records
+    it): on a cluster the task's own warning would stay on its worker, out of the user's sight."""
+    extras = {}
     if centre is not None:
-        n, given = len(collections), consume
-        collections = (*collections, centre.task)
+        extras["centre"] = centre.task
+    if factor is not None:
+        extras["ridge"] = dask.delayed(used_ridge)(factor)
+    n, given, got, results = len(collections), consume, {}, [None] * len(collections)
+    if extras:
+        names = list(extras)
+        collections = (*collections, *extras.values())
 
         def consume(i, result):
-            if i == n:
-                centre.value = result
+            if i >= n:
+                got[names[i - n]] = result
             elif given is not None:
                 given(i, result)
+            else:
+                results[i] = result
     try:
-        return compute(*collections, progress=progress, client=client, desc=desc, consume=consume)
+        out = compute(*collections, progress=progress, client=client, desc=desc, consume=consume)
     except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky
         raise BlockedFactorError(f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
                                  "is not numerically positive definite; pass a larger alpha") from exc
+    if centre is not None:
+        centre.value = got["centre"]
+    if got.get("ridge") is not None and got["ridge"][0] != alpha:
+        warn_ridge(alpha, *got["ridge"])
+    return tuple(results) if extras and given is None else out
 
 
 def with_ridges(run, alpha, dtype, mean_diag=1.0):

@@ -33,7 +33,7 @@ def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, clien
                                             dask_key_name=names("primal-partial", i))
 
     sums = chained_sum(len(Ub), n_slots(client), add_block, dask.delayed(add_partials))
-    fac = dask.delayed(primal_factor)(sums, shifts, alpha, fit_intercept, dask_key_name=names("primal-factor"))
+    fac = dask.delayed(primal_factor)(sums, shifts, alpha, fit_intercept, warn=False, dask_key_name=names("primal-factor"))
     solved = [dask.delayed(primal_solve, nout=2)(fac, c0, c1, dask_key_name=names("primal-solve", c0))
               for c0, c1 in cols]
     out = Columns(cols)
@@ -43,5 +43,5 @@ def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, clien
         out.put_intercept(k, result[1])
 
     compute_fit(*solved, progress=progress, client=client, desc="fit (primal)", alpha=alpha, consume=consume,
-                centre=input_centre)
+                centre=input_centre, factor=fac)
     return out.coef, out.intercept

@@ -463,7 +463,8 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
     """The streamed dual fit (see the module docstring) on the delayed row blocks ``Ub``
     (k_i, n), ``Vb`` (k_i, m) with offsets ``starts``; returns ``slabs``, a list of
     ``((f0, f1), delayed (rows of C or None, s_f^T C_f or None))`` (:func:`coef_slab`), and
-    the delayed intercept (m,) before the shifts' part ``- sum_f s_f^T C_f``. ``token`` names
+    the delayed intercept (m,) before the shifts' part ``- sum_f s_f^T C_f``, and the delayed
+    :class:`rfol_dask.factor.DualFactor` without its factor (the ridge used). ``token`` names
     the feature cache (None: no cache); ``device`` where numpy blocks are computed (CuPy blocks
     stay on their GPU); ``out`` the (N, m) numpy array the local scheduler writes the
     coefficients into (None on a cluster, whose slabs return their rows); ``draw_on`` the device
@@ -526,7 +527,7 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
         K = dask.delayed(_symmetric)(tree_sum(grams, dask.delayed(iadd)))
         Vslab = dask.delayed(_like)(dask.delayed(_stack_outputs)(starts, dtype, device, m, *Vb,
                                                                  dask_key_name=names("stack-outputs")), K)
-        fac = dask.delayed(dual_factor)(K, dask.delayed(_colsum)(Vslab), alpha, fit_intercept,
+        fac = dask.delayed(dual_factor)(K, dask.delayed(_colsum)(Vslab), alpha, fit_intercept, warn=False,
                                         dask_key_name=names("dual-factor"))
         Beta = dask.delayed(dual_solve)(fac, Vslab, 0, True, True, dask_key_name=names("dual-solve"))
         info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve
@@ -542,7 +543,7 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
                     rows = dask.delayed(coef_slab)(*args, f0, f1, fit_intercept, Beta, token, out, rows,
                                                    dask_key_name=names("coef-slab", f0))
                 slabs.append(((f0, f1), rows))
-    return slabs, dask.delayed(_host_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
+    return slabs, dask.delayed(_host_intercept)(info, Beta, dask_key_name=names("dual-intercept")), info
 
 
 def _host_intercept(info, Beta):
@@ -585,7 +586,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
             open_cache(token)
         elif token is not None:
             client.run(open_cache, token)
-        slabs, intercept = dual_stream_graph(Ub, Vb, starts, m, frequencies, n_features=n_features, alpha=alpha,
+        slabs, intercept, factor = dual_stream_graph(Ub, Vb, starts, m, frequencies, n_features=n_features, alpha=alpha,
                                              fit_intercept=fit_intercept, dtype=dtype, client=client,
                                              slab_bytes=slab_bytes, token=token, device=device,
                                              out=coef if client is None and _in_process() else None,
@@ -602,7 +603,7 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
                 got["shift"] += shifted
 
         compute_fit(*(slab for _, slab in slabs), intercept, progress=progress, client=client, desc="fit (dual)",
-                    alpha=alpha, consume=consume, centre=input_centre)
+                    alpha=alpha, consume=consume, centre=input_centre, factor=factor)
     finally:
         if token is not None:
             t0 = time.perf_counter()

@@ -55,7 +55,7 @@ def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, block
         K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
         for i in range(nb):
             K = dask.delayed(gram_place)(K, starts, i, *tile_rows[i], dask_key_name=names("gram-place", i))
-        fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, upper=True,
+        fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, upper=True, warn=False,
                                         dask_key_name=names("dual-factor"))
     borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
     betas = [dask.delayed(dual_solve)(fac, dask.delayed(column_slab)(c0, c1, dtype, *Vb), c0, borrow, True,
