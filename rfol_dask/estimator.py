@@ -376,7 +376,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         ------
         ValueError
             If ``X`` has the wrong width, dims or grid shape, holds NaN / Inf (the samples are
-            named), or a grid has another dimension or other dim names than the training grid or
+            named), a DataArray's grid labels that the model reads by label (labels that are not
+            numbers) differ from the training data's, or a grid has another dimension or other dim
+            names than the training grid or
             lies outside the training domain (along a periodic axis any grid is valid: the
             recovery wraps).
         TypeError
@@ -400,6 +402,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if isinstance(U, (str, bytes, os.PathLike)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U, variables=("input",))
         U = io.match_dims(U, getattr(self, "input_dims_", None), "X")
+        U = io.match_grid_labels(U, getattr(self, "input_coords_", None), getattr(self, "input_grid_", None))
         u = io.as_operand(U, "X", sort=self._knows_grid("input"), model_dims=getattr(self, "input_dims_", None),
                           model_shape=self.input_shape_)
         u = self._to_training_grid(U, u, input_grid)

@@ -855,3 +855,53 @@ def test_a_well_conditioned_winner_is_kept():
     search = KernelOperatorCV(kernels=("rbf",), nuggets=(1e-6, 1e-4, 1e-2)).fit(U, V)
     row = {k: v[search.best_index_] for k, v in search.cv_results_.items()}
     assert search.best_params_["nugget"] == row["nugget"] == search.best_estimator_.nugget
+
+
+# --------------------------------------------------------------------- third user round (h3)
+
+
+def _stations():
+    """Inputs on 5 named stations (string coordinates), outputs on two named components."""
+    rng = np.random.default_rng(0)
+    st = ["BER", "PAR", "ROM", "MAD", "OSL"]
+    U = xr.DataArray(rng.standard_normal((50, 5)), dims=("sample", "station"),
+                     coords={"sample": np.arange(50), "station": st})
+    V = xr.DataArray(np.c_[U.values.sum(1), U.values[:, 0] - U.values[:, 3]], dims=("sample", "out"),
+                     coords={"sample": np.arange(50), "out": ["sum", "diff"]})
+    return U, V
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("estimator", [_rf, lambda: KernelOperator(length_scale=2.0)])
+def test_grid_points_with_labels_that_are_not_numbers_are_matched_by_label(estimator, lazy, tmp_path):
+    """A model fitted on stations named by strings read a DataArray of the same stations in
+    another order by position (predictions off by 6 where the outputs are of size 2), and one of
+    other stations without a word; xarray operands are matched by label, grid points by coordinate."""
+    U, V = _stations()
+    model = estimator().fit(U, V)
+    want = model.predict(U)
+    X = U.isel(station=[3, 1, 4, 0, 2])
+    X = X.chunk({"sample": 20}) if lazy else X
+    np.testing.assert_allclose(model.predict(X).values, want.values, rtol=1e-12, atol=1e-12)
+    model.save(tmp_path / "m.zarr")
+    again = type(model).load(tmp_path / "m.zarr")
+    np.testing.assert_allclose(again.predict(X).values, want.values, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="different 'station' labels.*'OSL'.*'XXX'"):
+        model.predict(U.assign_coords(station=["BER", "PAR", "ROM", "MAD", "XXX"]))
+    # without coordinates along the dim, a DataArray is read by position, as before
+    np.testing.assert_allclose(model.predict(U.drop_vars("station")).values, want.values, rtol=1e-12)
+
+
+def test_numeric_labels_beside_a_dim_of_names_are_matched_too():
+    """A model whose grid is not all numbers has no grid to resample: numeric coordinates beside
+    the names were read by position too, whatever their values."""
+    rng = np.random.default_rng(1)
+    U = xr.DataArray(rng.standard_normal((40, 3, 4)), dims=("sample", "station", "depth"),
+                     coords={"station": ["a", "b", "c"], "depth": [1.0, 2.0, 5.0, 10.0]})
+    V = U.sum("depth")
+    model = _rf().fit(U, V)
+    want = model.predict(U)
+    np.testing.assert_allclose(model.predict(U.isel(depth=[3, 2, 1, 0], station=[2, 0, 1])).values, want.values,
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match="different 'depth' labels"):
+        model.predict(U.assign_coords(depth=[1.0, 2.0, 5.0, 20.0]))
