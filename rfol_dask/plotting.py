@@ -17,7 +17,8 @@ import numpy as np
 from .backend import is_array_api, to_numpy
 from .io import align_by_label
 
-__all__ = ["plot_prediction", "plot_example", "plot_curves", "prediction_figure", "example_figure"]
+__all__ = ["plot_prediction", "plot_example", "plot_curves", "prediction_figure", "example_figure",
+           "curves_figure"]
 
 _FIELD_CMAP, _ERROR_CMAP = "viridis", "RdBu_r"
 
@@ -290,13 +291,24 @@ def plot_example(path, train_input, train_output, test_truth, test_prediction, i
                                 title, label), path, dpi=100)
 
 
-def plot_curves(path, curves, title=None):
-    """Save a PNG of error-vs-N (log-log, with an ``N^(-1/2)`` guide) and fit-time-vs-N at ``path``
-    (see the module's note on suffixes); returns the path written.
+def _curve_slope(c):
+    """The fitted error slope of one curve: ``c["slope"]["slope"]`` of a result dict, or the
+    ``slope_slope`` attribute of a :func:`rfol_dask.curves.curve_dataset` (also read back from a
+    file); None where there is none."""
+    fit = c.get("slope") if hasattr(c, "get") else None
+    if isinstance(fit, dict):
+        return fit.get("slope")  # None: no slope (JSON null for NaN)
+    return (getattr(c, "attrs", None) or {}).get("slope_slope")
+
+
+def curves_figure(curves, title=None):
+    """Figure of error-vs-N (log-log, with an ``N^(-1/2)`` guide) and fit-time-vs-N.
 
     ``curves`` maps a label to a dict with ``n_features`` (k,), ``error`` and ``fit_time``
-    (n_seeds, k) and optionally ``slope`` (a :func:`rfol_dask.curves.fit_slope` dict): each
-    label is drawn as its geometric mean over seeds with the min-max band.
+    (n_seeds, k) and optionally ``slope`` (a :func:`rfol_dask.curves.fit_slope` dict), or to
+    the ``xarray.Dataset`` of :func:`rfol_dask.curves.curve_dataset` (as saved and read back;
+    its slope is its ``slope_slope`` attribute): each label is drawn as its geometric mean over
+    seeds with the min-max band.
     """
     plt = _pyplot()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -306,7 +318,7 @@ def plot_curves(path, curves, title=None):
             vals = np.atleast_2d(np.asarray(c[key], float))
             mid = np.exp(np.log(vals).mean(axis=0))
             text = label
-            slope = (c.get("slope") or {}).get("slope")  # None: no slope (JSON null for NaN)
+            slope = _curve_slope(c)
             if key == "error" and slope is not None and np.isfinite(slope):
                 text = f"{label} (slope {slope:.2f})"
             line, = ax.loglog(N, mid, "o-", label=text)
@@ -320,4 +332,11 @@ def plot_curves(path, curves, title=None):
     ax1.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    return _save(fig, path, dpi=100)
+    return fig
+
+
+def plot_curves(path, curves, title=None):
+    """Save :func:`curves_figure` (error and fit time vs N of ``curves``: label -> result dict or
+    :func:`rfol_dask.curves.curve_dataset`) as a PNG at ``path`` (see the module's note on
+    suffixes); returns the path written."""
+    return _save(curves_figure(curves, title), path, dpi=100)

@@ -905,3 +905,23 @@ def test_numeric_labels_beside_a_dim_of_names_are_matched_too():
                                rtol=1e-12)
     with pytest.raises(ValueError, match="different 'depth' labels"):
         model.predict(U.assign_coords(depth=[1.0, 2.0, 5.0, 20.0]))
+
+
+def test_plot_curves_reads_the_slope_of_a_saved_curve_dataset(tmp_path, monkeypatch):
+    """The README saves error curves with ``curve_dataset(c).to_netcdf`` "to save, plot"; plotting
+    the file read back dropped the fitted slope from the legend (plot_curves read only the
+    ``slope`` dict of a result, not the dataset's ``slope_slope`` attribute)."""
+    from rfol_dask import plotting
+    from rfol_dask.curves import curve_dataset, error_curves
+
+    U, V = smooth_operator_data(150, 8)
+    c = error_curves(U[:100], V[:100], U[100:], V[100:], [8, 16, 32, 64], seeds=(0, 1), gamma=0.05, alpha=1e-3)
+    assert np.isfinite(c["slope"]["slope"])
+    curve_dataset(c).to_netcdf(tmp_path / "c.nc")
+    figures = []
+    monkeypatch.setattr(plotting, "_save", lambda fig, path, dpi=100: figures.append(fig) or path)
+    with xr.open_dataset(tmp_path / "c.nc") as back:
+        plotting.plot_curves(tmp_path / "f.png", {"dict": c, "file": back})
+    labels = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+    want = f"(slope {c['slope']['slope']:.2f})"
+    assert labels == [f"dict {want}", f"file {want}"], labels
