@@ -361,7 +361,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             without grids).
         input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             The grid of numpy / dask ``X`` when it is not the training grid: ``X`` is first
-            resampled to the training grid through ``R_U`` (the ``recovery`` parameter).
+            resampled to the training grid through ``R_U`` (the ``recovery`` parameter). A
+            DataArray's coordinates give its grid (one that differs from them is a ValueError).
         output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             Return the prediction on this grid (through ``R_V``) instead of the training
             output grid.

@@ -925,3 +925,18 @@ def test_plot_curves_reads_the_slope_of_a_saved_curve_dataset(tmp_path, monkeypa
     labels = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
     want = f"(slope {c['slope']['slope']:.2f})"
     assert labels == [f"dict {want}", f"file {want}"], labels
+
+
+def test_an_input_grid_that_contradicts_the_coordinates_of_x_is_refused(grid2d):
+    """predict(DataArray, input_grid=...) read the DataArray's values on input_grid, silently
+    overriding its own coordinates where the two differ."""
+    XU, XV = grid2d
+    model = _rf(recovery="linear").fit(XU, XV)
+    x2, y2 = np.linspace(0, 1, 7), np.linspace(0, 2, 9)
+    X = XU.interp(x=x2, y=y2)
+    want = model.predict(X)
+    np.testing.assert_allclose(model.predict(X, input_grid={"x": x2, "y": y2}).values, want.values)  # the same: fine
+    with pytest.raises(ValueError, match="input_grid differs from X's own coordinates"):
+        model.predict(X, input_grid={"x": x2, "y": y2 * 0.9})
+    np.testing.assert_allclose(model.predict(X.drop_vars(["x", "y"]), input_grid={"x": x2, "y": y2}).values,
+                               want.values)
