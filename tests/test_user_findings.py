@@ -940,3 +940,20 @@ def test_an_input_grid_that_contradicts_the_coordinates_of_x_is_refused(grid2d):
         model.predict(X, input_grid={"x": x2, "y": y2 * 0.9})
     np.testing.assert_allclose(model.predict(X.drop_vars(["x", "y"]), input_grid={"x": x2, "y": y2}).values,
                                want.values)
+
+
+def test_figures_of_functions_on_named_grid_points(tmp_path):
+    """Plotting the predictions of a model on named stations failed with 'could not convert string
+    to float'; the stations are now drawn at their positions, named on the ticks."""
+    from rfol_dask.plotting import example_figure, plot_prediction, prediction_figure
+
+    U, V = _stations()
+    model = _rf().fit(U, V)
+    pred = model.predict(U)
+    fig = prediction_figure(U[0], {"shifted": U[0] + 0.1})
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["BER", "PAR", "ROM", "MAD", "OSL"]
+    assert plot_prediction(tmp_path / "p.png", V[0], {"rf": pred[0]}) == tmp_path / "p.png"
+    two = xr.DataArray(np.arange(15.0).reshape(5, 3), dims=("station", "level"),
+                       coords={"station": U.station.values, "level": ["low", "mid", "top"]})
+    fig = example_figure(U[0], V[0], two, two * 1.1)
+    assert [t.get_text() for t in fig.axes[2].get_yticklabels()] == ["low", "mid", "top"]
