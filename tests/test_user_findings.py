@@ -950,7 +950,7 @@ def test_figures_of_functions_on_named_grid_points(tmp_path):
     U, V = _stations()
     model = _rf().fit(U, V)
     pred = model.predict(U)
-    fig = prediction_figure(U[0], {"shifted": U[0] + 0.1})
+    fig = prediction_figure(U[0], {"scaled": U[0] * 1.1})
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["BER", "PAR", "ROM", "MAD", "OSL"]
     assert plot_prediction(tmp_path / "p.png", V[0], {"rf": pred[0]}) == tmp_path / "p.png"
     two = xr.DataArray(np.arange(15.0).reshape(5, 3), dims=("station", "level"),
