@@ -407,7 +407,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             without grids).
         input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             The grid of numpy / dask ``X`` when it is not the training grid: ``X`` is first
-            resampled to the training grid through ``R_U`` (the ``recovery`` parameter).
+            resampled to the training grid through ``R_U`` (the ``recovery`` parameter). A
+            DataArray's coordinates give its grid (one that differs from them is a ValueError).
         output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             Return the prediction on this grid (through ``R_V``) instead of the training
             output grid.
@@ -422,7 +423,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         ------
         ValueError
             If ``X`` has the wrong width, dims or grid shape, holds NaN / Inf (the samples are
-            named), or a grid has another dimension or other dim names than the training grid or
+            named), a DataArray's grid labels that the model reads by label (labels that are not
+            numbers) differ from the training data's, or a grid has another dimension or other dim
+            names than the training grid or
             lies outside the training domain (along a periodic axis any grid is valid: the
             recovery wraps).
         TypeError
@@ -446,6 +449,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if isinstance(U, (str, bytes, os.PathLike)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U, variables=("input",))
         U = io.match_dims(U, getattr(self, "input_dims_", None), "X")
+        U = io.match_grid_labels(U, getattr(self, "input_coords_", None), getattr(self, "input_grid_", None))
         u = io.as_operand(U, "X", sort=self._knows_grid("input"), model_dims=getattr(self, "input_dims_", None),
                           model_shape=self.input_shape_)
         u = self._to_training_grid(U, u, input_grid)

@@ -299,6 +299,27 @@ def align_by_label(a, b, names=("true", "pred")):
     return b
 
 
+def match_grid_labels(X, coords, grid, name="X"):
+    """DataArray ``X`` with the labels of its grid dims matched to ``coords`` (dim -> labels: a
+    model's training coordinates) where the model reads them by label, not through a grid
+    (``grid`` None: some coordinates are not numbers, or some dim had none): the same labels in
+    another order are reordered to the model's (lazily for dask); other labels are a ValueError
+    naming the dim. Numeric coordinates equal to ``1e-6`` of their span are equal. A dim without
+    coordinates in ``X`` is read by position, and so is any other operand."""
+    if not isinstance(X, xr.DataArray) or not coords or grid is not None:
+        return X
+    X = ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X  # as the training data were
+    how = (f"pass {name} on the model's labels, or drop its coordinates ({name}.drop_vars(...)) or pass "
+           f"{name}.values to read it by position")
+    for d, labels in coords.items():
+        if d not in X.indexes:
+            continue
+        model = xr.DataArray(np.asarray(labels), dims=(d,), coords={d: np.asarray(labels)})
+        if not _same_axis(model.indexes[d], X.indexes[d]):
+            X = _same_labels(model, X, d, ("the training data", name), how)
+    return X
+
+
 def _same_axis(ia, ib):
     """Numeric coordinates equal as the grids of the recovery maps are (to ``1e-6`` of the span:
     rounding, float32 copies), point by point in the same order."""

@@ -17,7 +17,8 @@ import numpy as np
 from .backend import is_array_api, to_numpy
 from .io import align_by_label
 
-__all__ = ["plot_prediction", "plot_example", "plot_curves", "prediction_figure", "example_figure"]
+__all__ = ["plot_prediction", "plot_example", "plot_curves", "prediction_figure", "example_figure",
+           "curves_figure"]
 
 _FIELD_CMAP, _ERROR_CMAP = "viridis", "RdBu_r"
 
@@ -69,7 +70,26 @@ def _axes(values, grid, name="grid"):
     for i, (g, n) in enumerate(zip(grid, shape)):
         if np.shape(g) != (n,):
             raise ValueError(f"{name}[{i}] has shape {np.shape(g)}; expected ({n},) for a field of shape {shape}")
-    return [(np.asarray(g, dtype=float), _label(g, dim)) for g, dim in zip(grid, names)]
+    return [(_positions(g), _label(g, dim)) for g, dim in zip(grid, names)]
+
+
+def _positions(axis):
+    """Where the points of one grid axis are drawn: their coordinates, or for labels that are not
+    numbers (station names) their indices (:func:`_name_ticks` writes the labels at them)."""
+    a = np.asarray(getattr(axis, "values", axis))
+    return a.astype(float) if a.dtype.kind in "biufmM" else np.arange(a.size, dtype=float)
+
+
+def _name_ticks(ax, values, grid, which="xy"):
+    """Label the ticks of ``ax`` with the names of the grid axes of ``values`` whose labels are
+    not numbers (``which``: the plot axes of the grid's first and second axes)."""
+    grid = _grid_of(values, grid)
+    for axis, side in zip(grid or (), which):
+        labels = np.asarray(getattr(axis, "values", axis))
+        if labels.dtype.kind not in "biufmM":
+            step = max(1, -(-labels.size // 20))  # at most about 20 names
+            getattr(ax, f"set_{side}ticks")(np.arange(0, labels.size, step), [str(v) for v in labels[::step]],
+                                           rotation=90 if side == "x" else 0, fontsize=8)
 
 
 def _check_fields(fields, grid, grid_name):
@@ -133,6 +153,7 @@ def _image(ax, values, grid, norm, cmap, title):
     (x, xlabel), (y, ylabel) = _axes(values, grid)
     mesh = ax.pcolormesh(x, y, np.asarray(values, float).T, shading="auto", norm=norm, cmap=cmap)
     ax.set(xlabel=xlabel, ylabel=ylabel)
+    _name_ticks(ax, values, grid)
     ax.set_title(title, fontsize=10)
     return mesh
 
@@ -142,6 +163,7 @@ def _line(ax, values, grid, title, style="k-", ylabel=None):
     ((x, xlabel),) = _axes(values, grid)
     ax.plot(x, np.asarray(values, float), style, lw=1.5)
     ax.set(xlabel=xlabel, ylabel=ylabel)
+    _name_ticks(ax, values, grid, "x")
     ax.set_title(title, fontsize=10)
 
 
@@ -211,6 +233,8 @@ def prediction_figure(truth, predictions, grid=None, title=None):
             ax1.semilogy(x, np.maximum(np.abs(np.asarray(pred, float) - t), floor), label=label)
         ax0.set(xlabel=xlabel, ylabel=_label(truth, "output"), title="test output")
         ax1.set(xlabel=xlabel, ylabel="|prediction - truth|", title="pointwise |error|")
+        for ax in (ax0, ax1):
+            _name_ticks(ax, truth, grid, "x")
         ax0.legend()
         ax1.legend()
     else:
@@ -269,6 +293,7 @@ def example_figure(train_input, train_output, test_truth, test_prediction, input
         axes[2].plot(x, np.asarray(test_prediction, float), "r--", lw=1.5, label=label)
         axes[2].set(xlabel=xlabel, ylabel=_label(test_truth, None))
         axes[2].set_title("true and predicted test", fontsize=10)
+        _name_ticks(axes[2], test_truth, output_grid, "x")
         axes[2].legend(fontsize=8)
         grid = _grid_of(test_truth, output_grid)
         _line(axes[3], error, grid, "pointwise error", "r-", ylabel=f"{label} - truth")
@@ -290,13 +315,24 @@ def plot_example(path, train_input, train_output, test_truth, test_prediction, i
                                 title, label), path, dpi=100)
 
 
-def plot_curves(path, curves, title=None):
-    """Save a PNG of error-vs-N (log-log, with an ``N^(-1/2)`` guide) and fit-time-vs-N at ``path``
-    (see the module's note on suffixes); returns the path written.
+def _curve_slope(c):
+    """The fitted error slope of one curve: ``c["slope"]["slope"]`` of a result dict, or the
+    ``slope_slope`` attribute of a :func:`rfol_dask.curves.curve_dataset` (also read back from a
+    file); None where there is none."""
+    fit = c.get("slope") if hasattr(c, "get") else None
+    if isinstance(fit, dict):
+        return fit.get("slope")  # None: no slope (JSON null for NaN)
+    return (getattr(c, "attrs", None) or {}).get("slope_slope")
+
+
+def curves_figure(curves, title=None):
+    """Figure of error-vs-N (log-log, with an ``N^(-1/2)`` guide) and fit-time-vs-N.
 
     ``curves`` maps a label to a dict with ``n_features`` (k,), ``error`` and ``fit_time``
-    (n_seeds, k) and optionally ``slope`` (a :func:`rfol_dask.curves.fit_slope` dict): each
-    label is drawn as its geometric mean over seeds with the min-max band.
+    (n_seeds, k) and optionally ``slope`` (a :func:`rfol_dask.curves.fit_slope` dict), or to
+    the ``xarray.Dataset`` of :func:`rfol_dask.curves.curve_dataset` (as saved and read back;
+    its slope is its ``slope_slope`` attribute): each label is drawn as its geometric mean over
+    seeds with the min-max band.
     """
     plt = _pyplot()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -306,7 +342,7 @@ def plot_curves(path, curves, title=None):
             vals = np.atleast_2d(np.asarray(c[key], float))
             mid = np.exp(np.log(vals).mean(axis=0))
             text = label
-            slope = (c.get("slope") or {}).get("slope")  # None: no slope (JSON null for NaN)
+            slope = _curve_slope(c)
             if key == "error" and slope is not None and np.isfinite(slope):
                 text = f"{label} (slope {slope:.2f})"
             line, = ax.loglog(N, mid, "o-", label=text)
@@ -320,4 +356,11 @@ def plot_curves(path, curves, title=None):
     ax1.legend(fontsize=8)
     if title:
         fig.suptitle(title)
-    return _save(fig, path, dpi=100)
+    return fig
+
+
+def plot_curves(path, curves, title=None):
+    """Save :func:`curves_figure` (error and fit time vs N of ``curves``: label -> result dict or
+    :func:`rfol_dask.curves.curve_dataset`) as a PNG at ``path`` (see the module's note on
+    suffixes); returns the path written."""
+    return _save(curves_figure(curves, title), path, dpi=100)

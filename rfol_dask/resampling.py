@@ -126,8 +126,11 @@ class ResamplingMixin:
     def _to_training_grid(self, U, u, input_grid):
         """The operand ``u`` resampled through ``R_U`` to the training input grid if its grid
         (``input_grid`` or the xarray coordinates) differs from it."""
-        grid = rec.as_grid(self._named_axes(input_grid, "input"), "input_grid") if input_grid is not None \
-            else io.operand_grid(u)
+        own = io.operand_grid(u)  # a DataArray's coordinates
+        grid = rec.as_grid(self._named_axes(input_grid, "input"), "input_grid") if input_grid is not None else own
+        if input_grid is not None and own is not None and not rec.same_grid(grid, own):
+            raise ValueError("input_grid differs from X's own coordinates, which give its grid: drop input_grid (or "
+                             "X's coordinates, X.drop_vars(...), to read X on input_grid)")
         trained = getattr(self, "input_grid_", None)
         if grid is None or rec.same_grid(grid, trained):
             return u

@@ -855,3 +855,105 @@ def test_a_well_conditioned_winner_is_kept():
     search = KernelOperatorCV(kernels=("rbf",), nuggets=(1e-6, 1e-4, 1e-2)).fit(U, V)
     row = {k: v[search.best_index_] for k, v in search.cv_results_.items()}
     assert search.best_params_["nugget"] == row["nugget"] == search.best_estimator_.nugget
+
+
+# --------------------------------------------------------------------- third user round (h3)
+
+
+def _stations():
+    """Inputs on 5 named stations (string coordinates), outputs on two named components."""
+    rng = np.random.default_rng(0)
+    st = ["BER", "PAR", "ROM", "MAD", "OSL"]
+    U = xr.DataArray(rng.standard_normal((50, 5)), dims=("sample", "station"),
+                     coords={"sample": np.arange(50), "station": st})
+    V = xr.DataArray(np.c_[U.values.sum(1), U.values[:, 0] - U.values[:, 3]], dims=("sample", "out"),
+                     coords={"sample": np.arange(50), "out": ["sum", "diff"]})
+    return U, V
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("estimator", [_rf, lambda: KernelOperator(length_scale=2.0)])
+def test_grid_points_with_labels_that_are_not_numbers_are_matched_by_label(estimator, lazy, tmp_path):
+    """A model fitted on stations named by strings read a DataArray of the same stations in
+    another order by position (predictions off by 6 where the outputs are of size 2), and one of
+    other stations without a word; xarray operands are matched by label, grid points by coordinate."""
+    U, V = _stations()
+    model = estimator().fit(U, V)
+    want = model.predict(U)
+    X = U.isel(station=[3, 1, 4, 0, 2])
+    X = X.chunk({"sample": 20}) if lazy else X
+    np.testing.assert_allclose(model.predict(X).values, want.values, rtol=1e-12, atol=1e-12)
+    model.save(tmp_path / "m.zarr")
+    again = type(model).load(tmp_path / "m.zarr")
+    np.testing.assert_allclose(again.predict(X).values, want.values, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="different 'station' labels.*'OSL'.*'XXX'"):
+        model.predict(U.assign_coords(station=["BER", "PAR", "ROM", "MAD", "XXX"]))
+    # without coordinates along the dim, a DataArray is read by position, as before
+    np.testing.assert_allclose(model.predict(U.drop_vars("station")).values, want.values, rtol=1e-12)
+
+
+def test_numeric_labels_beside_a_dim_of_names_are_matched_too():
+    """A model whose grid is not all numbers has no grid to resample: numeric coordinates beside
+    the names were read by position too, whatever their values."""
+    rng = np.random.default_rng(1)
+    U = xr.DataArray(rng.standard_normal((40, 3, 4)), dims=("sample", "station", "depth"),
+                     coords={"station": ["a", "b", "c"], "depth": [1.0, 2.0, 5.0, 10.0]})
+    V = U.sum("depth")
+    model = _rf().fit(U, V)
+    want = model.predict(U)
+    np.testing.assert_allclose(model.predict(U.isel(depth=[3, 2, 1, 0], station=[2, 0, 1])).values, want.values,
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match="different 'depth' labels"):
+        model.predict(U.assign_coords(depth=[1.0, 2.0, 5.0, 20.0]))
+
+
+def test_plot_curves_reads_the_slope_of_a_saved_curve_dataset(tmp_path, monkeypatch):
+    """The README saves error curves with ``curve_dataset(c).to_netcdf`` "to save, plot"; plotting
+    the file read back dropped the fitted slope from the legend (plot_curves read only the
+    ``slope`` dict of a result, not the dataset's ``slope_slope`` attribute)."""
+    from rfol_dask import plotting
+    from rfol_dask.curves import curve_dataset, error_curves
+
+    U, V = smooth_operator_data(150, 8)
+    c = error_curves(U[:100], V[:100], U[100:], V[100:], [8, 16, 32, 64], seeds=(0, 1), gamma=0.05, alpha=1e-3)
+    assert np.isfinite(c["slope"]["slope"])
+    curve_dataset(c).to_netcdf(tmp_path / "c.nc")
+    figures = []
+    monkeypatch.setattr(plotting, "_save", lambda fig, path, dpi=100: figures.append(fig) or path)
+    with xr.open_dataset(tmp_path / "c.nc") as back:
+        plotting.plot_curves(tmp_path / "f.png", {"dict": c, "file": back})
+    labels = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+    want = f"(slope {c['slope']['slope']:.2f})"
+    assert labels == [f"dict {want}", f"file {want}"], labels
+
+
+def test_an_input_grid_that_contradicts_the_coordinates_of_x_is_refused(grid2d):
+    """predict(DataArray, input_grid=...) read the DataArray's values on input_grid, silently
+    overriding its own coordinates where the two differ."""
+    XU, XV = grid2d
+    model = _rf(recovery="linear").fit(XU, XV)
+    x2, y2 = np.linspace(0, 1, 7), np.linspace(0, 2, 9)
+    X = XU.interp(x=x2, y=y2)
+    want = model.predict(X)
+    np.testing.assert_allclose(model.predict(X, input_grid={"x": x2, "y": y2}).values, want.values)  # the same: fine
+    with pytest.raises(ValueError, match="input_grid differs from X's own coordinates"):
+        model.predict(X, input_grid={"x": x2, "y": y2 * 0.9})
+    np.testing.assert_allclose(model.predict(X.drop_vars(["x", "y"]), input_grid={"x": x2, "y": y2}).values,
+                               want.values)
+
+
+def test_figures_of_functions_on_named_grid_points(tmp_path):
+    """Plotting the predictions of a model on named stations failed with 'could not convert string
+    to float'; the stations are now drawn at their positions, named on the ticks."""
+    from rfol_dask.plotting import example_figure, plot_prediction, prediction_figure
+
+    U, V = _stations()
+    model = _rf().fit(U, V)
+    pred = model.predict(U)
+    fig = prediction_figure(U[0], {"scaled": U[0] * 1.1})
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["BER", "PAR", "ROM", "MAD", "OSL"]
+    assert plot_prediction(tmp_path / "p.png", V[0], {"rf": pred[0]}) == tmp_path / "p.png"
+    two = xr.DataArray(np.arange(15.0).reshape(5, 3), dims=("station", "level"),
+                       coords={"station": U.station.values, "level": ["low", "mid", "top"]})
+    fig = example_figure(U[0], V[0], two, two * 1.1)
+    assert [t.get_text() for t in fig.axes[2].get_yticklabels()] == ["low", "mid", "top"]
