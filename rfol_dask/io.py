@@ -44,7 +44,7 @@ class Operand:
     kind: str  # "numpy", "dask" or "xarray"
     dims: tuple | None = None
     coords: dict = field(default_factory=dict)
-    sample: dict | None = None  # the DataArray's coordinates along 'sample' only (name -> Variable), if any
+    sample: dict | None = None  # the DataArray's coordinates along 'sample' and scalar ones (name -> Variable), if any
     periods: dict = field(default_factory=dict)  # dim -> the ``period`` attribute of its coordinate
 
 
@@ -392,7 +392,8 @@ def as_operand(X, name, sort=True, model_dims=None, model_shape=None):
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}
         periods = {d: X[d].attrs["period"] for d in coords if X[d].attrs.get("period") is not None}
         inner = as_operand(X.data, name)
-        along = {k: c.variable for k, c in X.coords.items() if c.dims == ("sample",)}  # labels, times, members
+        # labels, times, members along 'sample', and scalar coordinates (a time stamp of them all)
+        along = {k: c.variable for k, c in X.coords.items() if c.dims in (("sample",), ())}
         return Operand(inner.data, inner.grid_shape, "xarray", tuple(X.dims[1:]), coords, along or None, periods)
     if isinstance(X, da.Array):
         if X.ndim == 0:
@@ -410,13 +411,14 @@ def as_operand(X, name, sort=True, model_dims=None, model_shape=None):
 def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     """Give predictions (M, m) the caller's kind: reshape to ``(M, *grid_shape)`` and, for
     xarray, wrap with the coordinates along ``sample`` of ``template`` (its labels and e.g. a
-    ``time(sample)``) and the output grid ``coords``."""
+    ``time(sample)``), its scalar coordinates (but one named as an output dim) and the output
+    grid ``coords``."""
     values = values.reshape((values.shape[0], *grid_shape))
     if template.kind != "xarray":
         return values
     dims = dims or tuple(f"dim_{k}" for k in range(len(grid_shape)))
     out_coords = {d: c for d, c in (coords or {}).items() if d in dims}
-    out_coords.update(template.sample or {})
+    out_coords.update({k: v for k, v in (template.sample or {}).items() if v.dims or k not in dims})
     return xr.DataArray(values, dims=("sample", *dims), coords=out_coords, name=name)
 
 

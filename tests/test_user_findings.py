@@ -957,3 +957,26 @@ def test_figures_of_functions_on_named_grid_points(tmp_path):
                        coords={"station": U.station.values, "level": ["low", "mid", "top"]})
     fig = example_figure(U[0], V[0], two, two * 1.1)
     assert [t.get_text() for t in fig.axes[2].get_yticklabels()] == ["low", "mid", "top"]
+
+
+def test_predictions_keep_the_scalar_coordinates_of_x():
+    """A prediction of X lost its scalar coordinates (a time stamp common to all its samples, the
+    member of an ensemble picked with sel); those along 'sample' were kept. A scalar coordinate
+    named as an output dim gives way to the output grid."""
+    import xarray as xr
+
+    from rfol_dask import RandomFeatureOperator
+
+    x = np.linspace(0, 1, 12)
+    U = np.random.default_rng(0).standard_normal((30, 12))
+    X = xr.DataArray(U, dims=("sample", "x"), coords={"x": x, "sample": np.arange(30)})
+    model = RandomFeatureOperator(n_features=40, random_state=0).fit(X, np.sin(X))
+    stamped = X.assign_coords(time=np.datetime64("2026-11-27T12:00"), member=3)
+    pred = model.predict(stamped)
+    assert pred.coords["time"].values == np.datetime64("2026-11-27T12:00") and int(pred.coords["member"]) == 3
+    np.testing.assert_array_equal(pred.values, model.predict(X).values)
+    y = np.linspace(0, 1, 7)
+    Y = xr.DataArray(np.sin(U[:, :7]), dims=("sample", "y"), coords={"y": y, "sample": np.arange(30)})
+    other = RandomFeatureOperator(n_features=40, random_state=0).fit(X, Y)
+    pred = other.predict(X.assign_coords(y=0.5))  # a scalar 'y' on the input, the output's dim 'y'
+    assert pred.dims == ("sample", "y") and np.array_equal(pred["y"].values, y)
