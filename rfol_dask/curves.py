@@ -145,7 +145,7 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
         a single fit at that ``N`` costs here: the feature and Gram work of the blocks up to
         ``N`` plus one factorisation and solve, not the earlier checkpoints' solves) and
         ``predict_time`` (test features, cross Gram up to ``N`` and the product); the float
-        ``gamma``. With ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
+        ``gamma`` and the int ``n_train`` (``M``). With ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
         :func:`curve_dataset` makes it an ``xarray.Dataset`` to save and plot.
 
     Raises
@@ -207,6 +207,7 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
             predictions.append(pred)
     out = {k: np.asarray(v) for k, v in out.items()}
     out["gamma"] = float(gamma) if gamma != "median" else float("nan")  # nan: given frequencies
+    out["n_train"] = int(M)
     if return_predictions:
         out["predictions"] = predictions
     return out
@@ -303,7 +304,7 @@ def _checkpoint_prediction(S, S_test, N, V, vsum, alpha, fit_intercept):
 def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwargs):
     """:func:`error_curve` for each seed in ``seeds``; returns a dict of (n_seeds, n_points)
     arrays ``error``, ``fit_time``, ``predict_time``, the ``n_features`` checkpoints, the
-    ``seeds``, each seed's ``gamma``, the slope fits (:func:`fit_slope`) of the geometric-mean
+    ``seeds``, each seed's ``gamma``, ``n_train`` (``M``), the slope fits (:func:`fit_slope`) of the geometric-mean
     error (``slope``) and of the median fit time (``time_slope``) over seeds, and the
     :func:`fit_excess` of that error (``excess``). :func:`curve_dataset` saves and plots it.
     With ``return_predictions=True``, ``predictions`` holds each seed's :func:`error_curve`
@@ -319,6 +320,7 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     runs = [error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
     res["n_features"] = runs[0]["n_features"]
+    res["n_train"] = runs[0]["n_train"]
     res["gamma"] = np.asarray([r["gamma"] for r in runs])
     res["seeds"] = np.asarray(seeds)
     if "predictions" in runs[0]:
@@ -400,13 +402,30 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
     return out
 
 
+#: what each fit of :func:`error_curves` describes (the ``long_name`` of its variables in :func:`curve_dataset`)
+_FITS = {"slope": "error slope fit (fit_slope of the geometric-mean error over seeds)",
+         "time_slope": "fit-time slope fit (fit_slope of the median fit time over seeds)",
+         "excess": "error = floor + c N^-p fit past N = 2 n_train (fit_excess of the geometric-mean error)"}
+
+
 def curve_dataset(result):
     """The result of :func:`error_curve` or :func:`error_curves` as an ``xarray.Dataset``, to save
     (``.to_netcdf``, ``.to_zarr``) and plot (``ds.error.plot.line(x="n_features", xscale="log")``).
 
     Variables over ``(n_features,)`` or ``(seed, n_features)``: ``error``, ``fit_time``,
     ``predict_time``; ``gamma`` (per seed); the fits (``slope``, ``time_slope``, ``excess``:
-    dicts of numbers) become attributes ``<fit>_<key>``. Predictions are left out."""
+    dicts of numbers) become 0-d variables ``<fit>_<key>`` (``slope_slope``,
+    ``slope_saturated_at``, ``excess_floor``, ...; NaN for a None), and the training size ``M``
+    the scalar coordinate ``n_train``. Predictions are left out.
+
+    The fits are data, not attributes, so that they survive combining the curves of a study:
+    ``xr.concat(curves, dim="n_train")`` (or ``xr.open_mfdataset(paths, combine="nested",
+    concat_dim="n_train")``) gives each fit along ``n_train``, one value per curve, where
+    attributes would keep only one curve's; a Zarr store grows by
+    ``curve_dataset(c).expand_dims("n_train").to_zarr(store, append_dim="n_train")``. Each fit
+    is over the seeds of its own curve: fit the combined seeds again (:func:`fit_slope`) rather
+    than appending seeds to a saved curve. Curve datasets of earlier versions hold the fits as
+    attributes of the same names (:func:`rfol_dask.plotting.plot_curves` reads both forms)."""
     import xarray as xr
 
     many = "seeds" in result
@@ -414,8 +433,12 @@ def curve_dataset(result):
     coords = {"n_features": np.asarray(result["n_features"])}
     if many:
         coords["seed"] = np.asarray(result["seeds"])
+    if "n_train" in result:  # absent in results made before it was returned
+        coords["n_train"] = ((), int(result["n_train"]), {"long_name": "training samples M"})
     data = {k: (dims, np.asarray(result[k])) for k in ("error", "fit_time", "predict_time")}
     data["gamma"] = (("seed",) if many else (), np.asarray(result["gamma"]))
-    attrs = {f"{fit}_{k}": (np.nan if v is None else v) for fit in ("slope", "time_slope", "excess")
-             if fit in result for k, v in result[fit].items()}
-    return xr.Dataset(data, coords=coords, attrs=attrs)
+    for fit, description in _FITS.items():
+        for k, v in result.get(fit, {}).items():
+            data[f"{fit}_{k}"] = ((), np.float64(np.nan) if v is None else np.asarray(v),
+                                  {"long_name": f"{description}: {k}"})
+    return xr.Dataset(data, coords=coords)

@@ -159,6 +159,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return tags
 
     # ------------------------------------------------------------------ helpers
+    def _model_format(self):
+        """The model format (:data:`rfol_dask.persistence.MODEL_FORMAT`) :meth:`save` writes: the
+        lowest that reads this fitted model right, so that older rfol_dask versions load what
+        they can and refuse only what they would misread."""
+        return 2
+
     def _work_dtype(self, data):
         if self.dtype is not None:
             dt = np.dtype(self.dtype)
@@ -576,7 +582,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         persistence.check_model_path(path, overwrite)
         arrays, attrs = persistence.estimator_state(self)
-        persistence.save_model(path, arrays, attrs, overwrite=overwrite)
+        persistence.save_model(path, arrays, attrs, overwrite=overwrite, model_format=self._model_format())
         return path
 
     @classmethod

@@ -8,7 +8,9 @@ and the dask graphs of :mod:`rfol_dask.solve`:
   ``i <= j`` (diagonal tiles by SYRK, so the Gram costs ``M^2 N`` flops, not ``2 M^2 N``);
 - primal: ``G = A^T A`` (N, N) and ``A^T V`` (N, m) are sums over row blocks,
   accumulated in place along a chain of blocks (``G += A_i^T A_i`` by SYRK with beta = 1)
-  so that a chain holds one ``N x N`` buffer however many blocks it reads.
+  so that a chain holds one ``N x N`` buffer however many blocks it reads. The linear
+  kernel's features are the inputs themselves (``A = X``, :func:`linear_partial`): its
+  primal is ridge regression on ``X`` with the ``p x p`` Gram ``X^T X``.
 
 Every kernel that reads data checks it for NaN / Inf in the same pass and names the
 sample range of a bad value.
@@ -24,7 +26,8 @@ from . import backend
 from .features import feature_map
 from .backend import namespace, sized_by_arrays, symmetrize, syrk, to_numpy
 
-__all__ = ["check_finite", "stack_rows", "features_block", "block_means", "dual_tile", "PrimalSums", "primal_partial", "add_partials"]
+__all__ = ["check_finite", "stack_rows", "features_block", "block_means", "dual_tile", "PrimalSums", "primal_partial",
+           "linear_shifts", "linear_partial", "add_partials"]
 
 
 def check_finite(X, start, name, action="fitting"):
@@ -137,9 +140,36 @@ def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None), input
     Memory: ``N^2 + N m`` for the sums plus ``k N`` for the block's features.
     """
     s, t = shifts
-    xp = namespace(omega)
     A = features_block(U, omega, b, start, s, input_centre=input_centre)
-    V = xp.asarray(V, dtype=omega.dtype)
+    return _add_rows(A, V, start, acc, t)
+
+
+def linear_shifts(X, V, fit_intercept=True, rows=64):
+    """Shifts ``(s, t)`` of the linear kernel's primal: the column means of ``X`` (p,) and ``V``
+    (m,) over its first ``rows`` samples (all of them with ``rows=None``: the exact means), as
+    :func:`block_means` takes them for features; ``(None, None)`` without intercept."""
+    if not fit_intercept:
+        return None, None
+    xp = namespace(X)
+    X, V = X[:rows, ...], xp.asarray(V[:rows, ...], dtype=X.dtype)
+    check_finite(V, 0, "V")
+    return xp.mean(X, axis=0), xp.mean(V, axis=0)
+
+
+def linear_partial(X, V, start=0, acc=None, shifts=(None, None)):
+    """:func:`primal_partial` of the linear kernel, whose features are the inputs: add the row
+    block ``X`` (k, p) (checked inputs, in the working dtype; PCA scores where the model takes
+    them), ``V`` (k, m) to the :class:`PrimalSums` ``acc`` (``None`` starts them); returns it.
+    Memory: ``p^2 + p m`` for the sums plus a shifted copy of the block."""
+    s, t = shifts
+    return _add_rows(X if s is None else X - s, V, start, acc, t)
+
+
+def _add_rows(A, V, start, acc, t):
+    """Add the (shifted) features ``A`` (k, N) of a row block and its outputs ``V`` (k, m), less
+    ``t`` (m,) if given, to the :class:`PrimalSums` ``acc`` (in place; ``None`` starts them)."""
+    xp = namespace(A)
+    V = xp.asarray(V, dtype=A.dtype)
     check_finite(V, start, "V")
     if t is not None:
         V = V - t

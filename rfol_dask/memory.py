@@ -159,6 +159,7 @@ _ADVICE = {
               "or pass a larger max_gram_bytes",
     "kernel": "use fewer samples, pass dask arrays (the Gram is then factorised blocked across the workers), "
               "or pass a larger max_gram_bytes",
+    "linear": "reduce the inputs (n_components: input PCA), or pass a larger max_gram_bytes",
     "recovery": "use recovery 'cubic', 'linear' or 'spectral' (maps of n_in x n_out bytes, for fine grids), "
                 "the separable map (separable=True: one Gram per grid axis), fewer features (n_features; 16 per "
                 "grid point by default) or a coarser grid",
@@ -179,7 +180,8 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
     has before dask pauses it (:attr:`Budget.pause_room`, when known); returns the bytes one
-    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"``, ``"recovery"``, ``"search"`` or None) picks
+    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"``, ``"linear"`` (the linear kernel's primal), ``"recovery"``,
+    ``"search"`` or None) picks
     the advice; ``xp``
     the namespace of an in-memory fit (CuPy: the GPU's budget); ``beside``: bytes the worker
     holds with the Gram (the primal's frequencies), counted against the pause line; ``held``:

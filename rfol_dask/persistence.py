@@ -35,9 +35,16 @@ __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "desc
            "estimator_state", "restore_estimator"]
 
 
-MODEL_FORMAT = 2
-"""Layout version of a saved model, written as the attribute ``rfol_dask_format``.
+MODEL_FORMAT = 3
+"""Layout version of a saved model, written as the attribute ``rfol_dask_format``: the newest
+this version reads. A model is written with the lowest format that reads it right
+(``OperatorEstimator._model_format``), so older versions refuse only what they would misread.
 
+* 3: a KernelOperator of the linear kernel with fewer inputs than samples, fitted in the
+  primal, keeps its ridge weights ``coef_`` (p, m) instead of ``X_train_`` and ``dual_coef_``:
+  an rfol_dask of format 2 would fail to predict with it, so it refuses these models. Every
+  other model is still written as format 2; KernelOperators of format 2 or lower (no
+  ``coef_``) load and predict from their dual coefficients.
 * 2: a RandomFeatureOperator keeps its input centre ``input_centre_``, and its ``b_`` are the
   phases of the centred inputs: an rfol_dask of format 1 would ignore the centre and predict
   wrongly, so it refuses these models. Models of format 1 or 0 load with no centre (``c = 0``).
@@ -241,8 +248,9 @@ def _saved_time(path):
     return int(saved) if saved is not None else (path / "zarr.json").stat().st_mtime_ns
 
 
-def save_model(path, arrays, attrs, *, overwrite=True):
-    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model (a Zarr group) at ``path``.
+def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
+    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model (a Zarr group) at ``path``,
+    marked as of format ``model_format`` (1 to :data:`MODEL_FORMAT`: the lowest that reads it).
 
     Only an existing model is replaced (and only with ``overwrite``); a file, a data set or any
     other directory at ``path`` raises ValueError and is left untouched. The group is written
@@ -257,11 +265,11 @@ def save_model(path, arrays, attrs, *, overwrite=True):
     path.parent.mkdir(parents=True, exist_ok=True)
     with _save_lock(path):
         _check_model_path(path, overwrite)  # again, holding the lock
-        _swap_in(path, arrays, attrs, overwrite)
+        _swap_in(path, arrays, attrs, overwrite, model_format)
         _clean_leftovers(path)
 
 
-def _swap_in(path, arrays, attrs, overwrite):
+def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
     """The body of :func:`save_model`: write the temporary group, rename it into place."""
     import zarr
 
@@ -275,7 +283,7 @@ def _swap_in(path, arrays, attrs, overwrite):
             group.create_array(key, shape=value.shape, dtype=value.dtype, chunks=value.shape or None,
                                fill_value=fill)[...] = value
             sums[key] = _checksum(value)
-        group.attrs.update({"rfol_dask_format": MODEL_FORMAT, "rfol_dask_version": __version__,
+        group.attrs.update({"rfol_dask_format": int(model_format), "rfol_dask_version": __version__,
                             "rfol_dask_checksums": sums, "rfol_dask_saved": time.time_ns(),
                             _MODEL_KEY: json.dumps(attrs)})
         _check_model_path(path, overwrite)  # again: something may have appeared meanwhile

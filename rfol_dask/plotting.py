@@ -317,12 +317,26 @@ def plot_example(path, train_input, train_output, test_truth, test_prediction, i
 
 def _curve_slope(c):
     """The fitted error slope of one curve: ``c["slope"]["slope"]`` of a result dict, or the
-    ``slope_slope`` attribute of a :func:`rfol_dask.curves.curve_dataset` (also read back from a
-    file); None where there is none."""
+    ``slope_slope`` of a :func:`rfol_dask.curves.curve_dataset` (also read back from a file): a
+    0-d variable, or in datasets of earlier versions an attribute; None where there is none."""
     fit = c.get("slope") if hasattr(c, "get") else None
     if isinstance(fit, dict):
         return fit.get("slope")  # None: no slope (JSON null for NaN)
+    if "slope_slope" in getattr(c, "data_vars", {}):
+        return float(c["slope_slope"])  # 0-d: _curve_values refused a combined study first
     return (getattr(c, "attrs", None) or {}).get("slope_slope")
+
+
+def _curve_values(label, c, key):
+    """``c[key]`` as a float array (n_seeds, k); ValueError naming the extra dims of a combined
+    study (curves concatenated along ``n_train``, say): one curve is drawn per label."""
+    values = c[key]
+    extra = [d for d in getattr(values, "dims", ()) if d not in ("seed", "n_features")]
+    if extra or np.ndim(values) > 2:
+        dims = getattr(values, "dims", None) or np.shape(values)
+        raise ValueError(f"curve {label!r}: {key} has dims {dims}, a curve (seed, n_features): pass one curve per "
+                         f"label, e.g. study.sel({extra[0] if extra else 'n_train'}=M) for each M of a combined study")
+    return np.atleast_2d(np.asarray(values, float))
 
 
 def curves_figure(curves, title=None):
@@ -331,15 +345,16 @@ def curves_figure(curves, title=None):
     ``curves`` maps a label to a dict with ``n_features`` (k,), ``error`` and ``fit_time``
     (n_seeds, k) and optionally ``slope`` (a :func:`rfol_dask.curves.fit_slope` dict), or to
     the ``xarray.Dataset`` of :func:`rfol_dask.curves.curve_dataset` (as saved and read back;
-    its slope is its ``slope_slope`` attribute): each label is drawn as its geometric mean over
-    seeds with the min-max band.
+    its slope is its ``slope_slope``): each label is drawn as its geometric mean over
+    seeds with the min-max band. A study combined along ``n_train`` gives one curve per
+    ``study.sel(n_train=M)``.
     """
     plt = _pyplot()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, c in curves.items():
         N = np.asarray(c["n_features"], float)
         for ax, key in ((ax0, "error"), (ax1, "fit_time")):
-            vals = np.atleast_2d(np.asarray(c[key], float))
+            vals = _curve_values(label, c, key)
             mid = np.exp(np.log(vals).mean(axis=0))
             text = label
             slope = _curve_slope(c)

@@ -300,12 +300,13 @@ def test_operator_follows_array_api_input(tmp_path, data, solver):
     assert rel(loaded.predict(U3[:9]), want) < TOL
 
 
-def test_kernel_operator_follows_array_api_input(tmp_path, data):
+@pytest.mark.parametrize("kw", [dict(kernel="matern52", length_scale=2.0, nugget=1e-4),
+                                dict(kernel="linear", nugget=1e-8)])  # the linear kernel's primal (9 < 70 inputs)
+def test_kernel_operator_follows_array_api_input(tmp_path, data, kw):
     U, V = data
-    kw = dict(kernel="matern52", length_scale=2.0, nugget=1e-4)
     want = KernelOperator(**kw).fit(U, V).predict(U[:8])
     model = KernelOperator(**kw).fit(*strict(U, V))
-    assert backend.is_array_api(model.dual_coef_)
+    assert backend.is_array_api(model.dual_coef_ if model.coef_ is None else model.coef_)
     assert rel(model.predict(xs.asarray(U[:8])), want) < TOL
     model.save(tmp_path / "k")
     assert rel(KernelOperator.load(tmp_path / "k").predict(U[:8]), want) < TOL
@@ -360,12 +361,13 @@ def test_figures_of_device_arrays():
 
 
 @pytest.mark.parametrize("est, kw", [(RandomFeatureOperator, dict(n_features=150, gamma=0.4, random_state=2)),
-                                     (KernelOperator, dict(kernel="rbf", length_scale=2.0, nugget=1e-4))])
+                                     (KernelOperator, dict(kernel="rbf", length_scale=2.0, nugget=1e-4)),
+                                     (KernelOperator, dict(kernel="linear", nugget=1e-8))])
 def test_device_cuda_moves_numpy_input_and_returns_numpy(fake_cuda, tmp_path, data, est, kw):
     U, V = data
     want = est(**kw).fit(U, V).predict(U[:6])
     model = est(device="cuda", **kw).fit(U, V)
-    fitted = model.coef_ if est is RandomFeatureOperator else model.dual_coef_
+    fitted = model.dual_coef_ if model.coef_ is None else model.coef_  # coef_: RF, the linear kernel's primal
     assert backend.is_array_api(fitted)  # computed and kept on the device
     pred = model.predict(U[:6])
     assert isinstance(pred, np.ndarray) and rel(pred, want) < TOL  # returned in the input's kind
@@ -532,8 +534,9 @@ def test_streamed_dual_on_the_device_equals_the_cpu_fit(fake_cuda, data):
     assert rel(pred.compute(), want.predict(U[:10])) < TOL
     with pytest.raises(NotImplementedError, match="streamed dual only"):
         RandomFeatureOperator(device="cuda", n_features=20, solver="primal").fit(Ud, Vd)
-    with pytest.raises(NotImplementedError, match="KernelOperator fits dask input on the CPU only"):
-        KernelOperator(device="cuda").fit(Ud, Vd)
+    for kernel in ("rbf", "linear"):  # the linear kernel's primal too
+        with pytest.raises(NotImplementedError, match="KernelOperator fits dask input on the CPU only"):
+            KernelOperator(device="cuda", kernel=kernel).fit(Ud, Vd)
 
 
 @pytest.mark.parametrize("room", [True, False])

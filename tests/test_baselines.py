@@ -63,23 +63,132 @@ def test_dask_input_same_model_in_memory_and_blocked(n_components):
     np.testing.assert_allclose(blocked.predict(Ud).compute(), ref.predict(U), rtol=1e-8, atol=1e-9)
 
 
+def _ridges_used(X, Y, **kw):
+    """The raised-ridge warnings of a linear-kernel fit with a tiny nugget."""
+    with pytest.warns(RuntimeWarning, match="used ridge") as record:
+        KernelOperator(kernel="linear", nugget=1e-20, **kw).fit(X, Y)
+    return [str(w.message) for w in record if "used ridge" in str(w.message)]
+
+
 def test_blocked_linear_kernel_raises_the_ridge_as_in_memory():
     # a singular linear Gram with a large diagonal: the raised ridges follow its mean diagonal
+    # (more inputs than samples: the linear kernel is fitted in the dual)
     rng = np.random.default_rng(0)
-    U = 100 * rng.standard_normal((80, 6))
-    V = U @ rng.standard_normal((6, 3))
-
-    def ridge_used(X, Y, **kw):
-        with pytest.warns(RuntimeWarning, match="used ridge") as record:
-            KernelOperator(kernel="linear", nugget=1e-20, **kw).fit(X, Y)
-        return [str(w.message) for w in record if "used ridge" in str(w.message)]
-
-    in_memory = ridge_used(U, V)
-    blocked = ridge_used(da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1)), max_gram_bytes=1000)
+    U = 100 * rng.standard_normal((80, 6)) @ rng.standard_normal((6, 90))
+    V = U @ rng.standard_normal((90, 3))
+    in_memory = _ridges_used(U, V)
+    blocked = _ridges_used(da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1)), max_gram_bytes=1000)
     # the factorisation in a task of dask's threaded scheduler names the nugget too
-    streamed = ridge_used(da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1)))
+    streamed = _ridges_used(da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1)))
     assert blocked == in_memory == streamed
     assert len(in_memory) == 1 and "plus nugget=1e-20" in in_memory[0] and "a larger nugget" in in_memory[0]
+
+
+def test_linear_kernel_primal_raises_the_ridge_in_memory_and_on_dask_alike():
+    # fewer inputs than samples (the primal), of rank 3: its 6 x 6 Gram is singular
+    rng = np.random.default_rng(0)
+    U = 100 * rng.standard_normal((80, 3)) @ rng.standard_normal((3, 6))
+    V = U @ rng.standard_normal((6, 3))
+    in_memory = _ridges_used(U, V)
+    on_dask = _ridges_used(da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1)))
+    assert on_dask == in_memory and len(in_memory) == 1 and "plus nugget=1e-20" in in_memory[0]
+
+
+def _linear_data(kind):
+    """(U, V, U_test) with fewer inputs (64) than samples (200): smooth inputs of rank 5, whose
+    dual Gram has rank 5, or full-rank Gaussian ones."""
+    if kind == "smooth":
+        U, V = smooth_operator_data(200, 64)
+        return U, V, smooth_operator_data(50, 64, seed=1)[0]
+    rng = np.random.default_rng(4)
+    U, Ut = rng.standard_normal((200, 64)), rng.standard_normal((50, 64))
+    return U, np.sin(U[:, :8]) + U[:, 8:16] ** 2, Ut
+
+
+def _rel(a, b):
+    return np.linalg.norm(np.asarray(a) - b) / np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("kind", ["smooth", "gaussian"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("nugget", [1e-6, 1e-10])
+def test_linear_kernel_matches_sklearn_ridge_at_small_nuggets(kind, fit_intercept, nugget):
+    """With more samples than inputs the linear kernel's dual Gram is rank-deficient: the dual
+    solve lost 1.2e-7 relative against Ridge(solver="svd") at nugget 1e-6 and 1e-3 at 1e-10. The
+    primal gives the same ridge to rounding, in memory and for dask input."""
+    U, V, Ut = _linear_data(kind)
+    ref = Ridge(alpha=nugget, solver="svd", fit_intercept=fit_intercept).fit(U, V)
+    want = ref.predict(Ut)
+    chunks = dict(chunks=(37, -1))
+    for X, Y in ((U, V), (da.from_array(U, **chunks), da.from_array(V, **chunks))):
+        model = KernelOperator(kernel="linear", nugget=nugget, fit_intercept=fit_intercept).fit(X, Y)
+        assert _rel(model.predict(Ut), want) < 1e-12
+        assert _rel(model.predict(da.from_array(Ut, chunks=(20, -1))).compute(), want) < 1e-12
+        assert model.coef_.shape == (64, V.shape[1]) and model.X_train_ is None and model.dual_coef_ is None
+        if kind == "gaussian":  # full rank: the weights themselves are determined
+            np.testing.assert_allclose(model.coef_, ref.coef_.T, rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(model.intercept_, np.broadcast_to(ref.intercept_, 8), rtol=1e-10, atol=1e-12)
+
+
+def test_linear_kernel_primal_in_float32_and_on_pca_scores():
+    U, V, Ut = _linear_data("gaussian")
+    ref = Ridge(alpha=1e-4, solver="svd").fit(U, V)
+    f32 = KernelOperator(kernel="linear", nugget=1e-4, dtype="float32").fit(U, V)
+    assert f32.coef_.dtype == f32.intercept_.dtype == np.float32
+    assert _rel(f32.predict(Ut.astype(np.float32)), ref.predict(Ut)) < 1e-5
+    # input PCA to 5 scores of the 300 x 400 inputs (more inputs than samples): a primal on the scores
+    U2, V2 = smooth_operator_data(300, 400)
+    Ut2 = smooth_operator_data(50, 400, seed=1)[0]
+    model = KernelOperator(kernel="linear", nugget=1e-9, n_components=5).fit(U2, V2)
+    scores = PCA(5).fit(U2)
+    want = Ridge(alpha=1e-9, solver="svd").fit(scores.transform(U2), V2).predict(scores.transform(Ut2))
+    assert model.coef_.shape == (5, 400) and _rel(model.predict(Ut2), want) < 1e-10
+    # more inputs than samples: the dual, as before
+    dual = KernelOperator(kernel="linear", nugget=1e-3).fit(U2[:100], V2[:100])
+    assert dual.coef_ is None and dual.dual_coef_.shape == (100, 400)
+    assert _rel(dual.predict(Ut2), Ridge(alpha=1e-3, solver="svd").fit(U2[:100], V2[:100]).predict(Ut2)) < 1e-8
+
+
+def test_linear_kernel_primal_saves_and_a_dual_model_of_the_earlier_version_still_loads(tmp_path, monkeypatch):
+    import zarr
+
+    from rfol_dask import persistence
+
+    U, V, Ut = _linear_data("smooth")
+    model = KernelOperator(kernel="linear", nugget=1e-10).fit(U, V)
+    path = model.save(tmp_path / "primal.zarr")
+    group = zarr.open_group(str(path), mode="r")
+    assert group.attrs["rfol_dask_format"] == 3 and "coef_" in group and "X_train_" not in group
+    again = KernelOperator.load(path)
+    assert again.X_train_ is None and again.dual_coef_ is None
+    np.testing.assert_array_equal(again.predict(Ut), model.predict(Ut))
+    # an rfol_dask that reads format 2 refuses it (it would predict without the weights)
+    with monkeypatch.context() as m:
+        m.setattr(persistence, "MODEL_FORMAT", 2)
+        with pytest.raises(ValueError, match="has format 3 .*reads formats 0 to 2: upgrade rfol_dask"):
+            KernelOperator.load(path)
+    # a linear model fitted in the dual, as the earlier version saved it (format 2, no coef_)
+    with monkeypatch.context() as m:
+        m.setattr(KernelOperator, "_primal", lambda self, M, p: False)
+        old = KernelOperator(kernel="linear", nugget=1e-6).fit(U, V)
+        old_path = old.save(tmp_path / "dual.zarr")
+    group = zarr.open_group(str(old_path), mode="r")
+    assert group.attrs["rfol_dask_format"] == 2 and "coef_" not in group and "dual_coef_" in group
+    loaded = KernelOperator.load(old_path)
+    assert loaded.coef_ is None and loaded.dual_coef_.shape == (200, 64)
+    np.testing.assert_array_equal(loaded.predict(Ut), old.predict(Ut))
+    assert _rel(loaded.predict(Ut), Ridge(alpha=1e-6, solver="svd").fit(U, V).predict(Ut)) < 1e-5  # its precision
+    # a fitted model pickled by the earlier version has no coef_ at all
+    del loaded.coef_
+    np.testing.assert_array_equal(loaded.predict(Ut), old.predict(Ut))
+
+
+def test_linear_kernel_primal_memory_check_names_its_gram():
+    U, V, _ = _linear_data("gaussian")
+    for X, Y in ((U, V), (da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))):
+        with pytest.raises(ValueError, match=r"64 x 64 .*n_components: input PCA"):
+            KernelOperator(kernel="linear", max_gram_bytes=10_000).fit(X, Y)
+    KernelOperator(kernel="linear", max_gram_bytes=40_000).fit(U, V)  # its 64 x 64 Gram, not the 200 x 200 one
 
 
 @pytest.mark.parametrize("kernel", ["rbf", "matern52"])
@@ -106,6 +215,6 @@ def test_save_load_and_errors(tmp_path):
         KernelOperator().fit(np.where(U > 0.5, np.nan, U), V)
 
 
-@parametrize_with_checks([KernelOperator(length_scale=3.0, nugget=1e-6)])
+@parametrize_with_checks([KernelOperator(length_scale=3.0, nugget=1e-6), KernelOperator(kernel="linear", nugget=1e-6)])
 def test_sklearn_compatible(estimator, check):
     check(estimator)

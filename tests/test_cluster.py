@@ -397,7 +397,17 @@ def _duplicated_samples(M=100, n=16):
     return da.from_array(X, chunks=50), da.from_array(np.sin(X), chunks=50)
 
 
-@pytest.mark.parametrize("make", ["rf dual", "rf primal", "kernel"])
+def _duplicated_inputs(M=200, n=8):
+    """Every input column twice, fewer inputs than samples: the linear kernel's primal Gram
+    (2n x 2n) is exactly singular."""
+    import dask.array as da
+    import numpy as np
+
+    X = np.random.default_rng(0).standard_normal((M, n))
+    return da.from_array(np.hstack([X, X]), chunks=50), da.from_array(np.sin(X), chunks=50)
+
+
+@pytest.mark.parametrize("make", ["rf dual", "rf primal", "kernel", "linear kernel primal"])
 def test_a_ridge_raised_on_a_worker_is_warned_at_the_users_line(cluster_client, make):
     """The factorisation runs in a task on a worker process, whose warning stayed there: the user
     never learnt that the ridge was raised, and a search's refit could not record it. The ridge
@@ -406,11 +416,12 @@ def test_a_ridge_raised_on_a_worker_is_warned_at_the_users_line(cluster_client, 
     from rfol_dask.baselines import KernelOperator
     from rfol_dask.linalg import RidgeRaised
 
-    X, Y = _duplicated_samples()
+    X, Y = _duplicated_inputs() if make == "linear kernel primal" else _duplicated_samples()
     model = {"rf dual": lambda: RandomFeatureOperator(n_features=400, alpha=1e-30, solver="dual", random_state=0),
              "rf primal": lambda: RandomFeatureOperator(n_features=150, alpha=1e-30, solver="primal", random_state=0),
-             "kernel": lambda: KernelOperator(nugget=1e-30)}[make]()
-    name = "nugget" if make == "kernel" else "alpha"
+             "kernel": lambda: KernelOperator(nugget=1e-30),
+             "linear kernel primal": lambda: KernelOperator(kernel="linear", nugget=1e-30)}[make]()
+    name = "nugget" if "kernel" in make else "alpha"
     with cluster_client.as_current(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(X, Y)
@@ -418,6 +429,8 @@ def test_a_ridge_raised_on_a_worker_is_warned_at_the_users_line(cluster_client, 
     assert len(raised) == 1, [str(w.message) for w in caught]
     assert re.search(rf"{name}=1e-30 is not numerically positive definite in float64; used ridge", str(raised[0].message))
     assert raised[0].filename == __file__ and raised[0].message.ridge > 1e-30
+    if make == "linear kernel primal":
+        assert model.coef_.shape == (16, 8) and model.dual_coef_ is None
 
 
 def test_a_search_records_the_ridge_its_refit_raised_on_a_worker(cluster_client):

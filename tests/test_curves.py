@@ -179,8 +179,9 @@ def test_the_default_curve_is_the_default_model_and_saves_as_a_dataset(tmp_path)
     curve_dataset(res).to_netcdf(tmp_path / "curves.nc")
     back = xr.open_dataset(tmp_path / "curves.nc")
     np.testing.assert_array_equal(back["error"].values, res["error"])
-    assert back["error"].dims == ("seed", "n_features") and back.attrs["slope_slope"] == res["slope"]["slope"]
-    assert curve_dataset(curve)["error"].dims == ("n_features",)
+    assert back["error"].dims == ("seed", "n_features") and float(back["slope_slope"]) == res["slope"]["slope"]
+    assert int(back["n_train"]) == 120 and back["slope_slope"].dims == ()
+    assert curve_dataset(curve)["error"].dims == ("n_features",) and int(curve_dataset(curve)["n_train"]) == 120
 
 
 def test_nan_in_the_test_outputs_is_an_error_not_a_nan_curve():
@@ -192,3 +193,66 @@ def test_nan_in_the_test_outputs_is_an_error_not_a_nan_curve():
     Vt[3, 2] = np.nan
     with pytest.raises(ValueError, match=r"V_test contains NaN or infinity .*first bad sample: 3"):
         error_curves(U, V, Ut, Vt, [10, 20], seeds=[0, 1], gamma=0.5)
+
+
+# ------------------------------------------------------------------ a study over training sizes
+
+_SIZES = (60, 120)
+
+
+@pytest.fixture(scope="module")
+def study_curves():
+    """Curves of two training sizes whose fits differ: the fits of a combined study must keep both."""
+    from rfol_dask.curves import curve_dataset
+
+    U, V = smooth_operator_data(200, 8)
+    results = [error_curves(U[:M], V[:M], U[150:], V[150:], [8, 16, 32, 64], seeds=(0, 1), gamma=0.05, alpha=1e-3)
+               for M in _SIZES]
+    assert results[0]["slope"]["slope"] != results[1]["slope"]["slope"]
+    return results, [curve_dataset(r) for r in results]
+
+
+def _check_study(study, results):
+    """Every fit of ``study`` (curves combined along ``n_train``) is its own curve's."""
+    np.testing.assert_array_equal(study["n_train"].values, _SIZES)
+    assert study["error"].dims == ("n_train", "seed", "n_features")
+    for fit in ("slope", "time_slope", "excess"):
+        for key in results[0][fit]:
+            want = [np.nan if r[fit][key] is None else r[fit][key] for r in results]
+            assert study[f"{fit}_{key}"].dims == ("n_train",)
+            np.testing.assert_array_equal(study[f"{fit}_{key}"].values, want, err_msg=f"{fit}_{key}")
+    for M, r in zip(_SIZES, results):
+        np.testing.assert_array_equal(study["error"].sel(n_train=M).values, r["error"])
+
+
+def test_curves_of_several_training_sizes_concatenate_with_their_own_fits(study_curves):
+    """The slope fits were Dataset attributes: ``xr.concat`` kept the first curve's, which then
+    described every training size of the study."""
+    import xarray as xr
+
+    results, curves = study_curves
+    _check_study(xr.concat(curves, dim="n_train"), results)
+
+
+def test_saved_curves_open_together_with_their_own_fits(study_curves, tmp_path):
+    """``open_mfdataset`` of saved curves kept the first file's attributes."""
+    import xarray as xr
+
+    results, curves = study_curves
+    paths = [tmp_path / f"curve_{M}.nc" for M in _SIZES]
+    for c, path in zip(curves, paths):
+        c.to_netcdf(path)
+    with xr.open_mfdataset(paths, combine="nested", concat_dim="n_train") as study:
+        _check_study(study.load(), results)
+
+
+def test_curves_appended_to_a_zarr_store_keep_their_own_fits(study_curves, tmp_path):
+    """``to_zarr(append_dim=...)`` left the last curve's attributes on the whole store."""
+    import xarray as xr
+
+    results, curves = study_curves
+    store = tmp_path / "study.zarr"
+    curves[0].expand_dims("n_train").to_zarr(store, mode="w")
+    curves[1].expand_dims("n_train").to_zarr(store, append_dim="n_train")
+    with xr.open_zarr(store) as study:
+        _check_study(study.load(), results)

@@ -927,6 +927,35 @@ def test_plot_curves_reads_the_slope_of_a_saved_curve_dataset(tmp_path, monkeypa
     assert labels == [f"dict {want}", f"file {want}"], labels
 
 
+def test_plot_curves_reads_curve_datasets_of_both_forms_and_refuses_a_combined_study(tmp_path, monkeypatch):
+    """curve_dataset now keeps its fits as 0-d variables (attributes were lost when the curves of
+    several training sizes were combined); plot_curves reads those and the attributes of curve
+    datasets saved by earlier versions, and names the way out for a combined study."""
+    from rfol_dask import plotting
+    from rfol_dask.curves import curve_dataset, error_curves
+
+    U, V = smooth_operator_data(150, 8)
+    c = error_curves(U[:100], V[:100], U[100:], V[100:], [8, 16, 32, 64], seeds=(0, 1), gamma=0.05, alpha=1e-3)
+    new = curve_dataset(c)
+    fits = [k for k in new.data_vars if k.split("_")[0] in ("slope", "time", "excess")]
+    assert new["slope_slope"].dims == () and not new.attrs
+    # as the earlier version saved it: the fits as attributes, no n_train
+    old = new.drop_vars([*fits, "n_train"]).assign_attrs({k: new[k].item() for k in fits})
+    old.to_netcdf(tmp_path / "old.nc")
+    new.to_netcdf(tmp_path / "new.nc")
+    figures = []
+    monkeypatch.setattr(plotting, "_save", lambda fig, path, dpi=100: figures.append(fig) or path)
+    with xr.open_dataset(tmp_path / "old.nc") as o, xr.open_dataset(tmp_path / "new.nc") as n:
+        plotting.plot_curves(tmp_path / "f.png", {"old": o, "new": n})
+        study = xr.concat([n, n.assign_coords(n_train=200)], dim="n_train")
+        with pytest.raises(ValueError, match=r"curve 'study': error has dims .*n_train.*study.sel\(n_train=M\)"):
+            plotting.curves_figure({"study": study})
+        plotting.curves_figure({"M = 100": study.sel(n_train=100)})
+    labels = [t.get_text() for t in figures[0].axes[0].get_legend().get_texts()]
+    want = f"(slope {c['slope']['slope']:.2f})"
+    assert labels == [f"old {want}", f"new {want}"], labels
+
+
 def test_an_input_grid_that_contradicts_the_coordinates_of_x_is_refused(grid2d):
     """predict(DataArray, input_grid=...) read the DataArray's values on input_grid, silently
     overriding its own coordinates where the two differ."""

@@ -5,6 +5,14 @@ machinery as the random-feature model (``rfol_dask.solve.in_memory.dual_numpy`` 
 Model: ``v(u) = k(u, U_train) Beta + c0`` with ``(H K H + nugget I) Beta = V - vbar`` when fitting
 an intercept (``H`` centres in feature space, as the random-feature model does). Optional input
 PCA (``n_components``) replaces each input by its leading principal scores.
+
+The linear kernel with fewer input dimensions ``p`` than samples ``M`` is solved in the primal
+instead, ``(X_c^T X_c + nugget I) W = X_c^T V_c`` (the same ridge solution, ``v(u) = u W + c0``),
+on the random-feature primal's pieces (:func:`rfol_dask.gram.linear_partial`,
+:func:`rfol_dask.factor.primal_factor`, :func:`rfol_dask.solve.primal.solve_primal`): its dual
+Gram has rank at most ``p``, and the dual solve divides the outputs' part outside the inputs'
+span by the nugget only for ``X^T Beta`` to cancel it again, losing about ``log10(1 / nugget)``
+digits (1e-3 relative at nugget 1e-10 against scikit-learn's ``Ridge``).
 """
 
 from __future__ import annotations
@@ -21,13 +29,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import backend
 from ..estimator import OperatorEstimator
-from ..gram import check_finite
+from ..gram import check_finite, linear_partial, linear_shifts
 from ..linalg import ridge_name
 from ..progress import active_client
-from ..factor import dual_intercept
-from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan
-from ..solve.graph import MAX_TILE_BLOCKS, compute_fit, row_blocks, with_ridges
-from ..solve.in_memory import dual_numpy
+from ..factor import dual_intercept, primal_factor, primal_solve
+from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan, n_slots
+from ..solve.graph import MAX_TILE_BLOCKS, TaskNames, compute_fit, row_blocks, with_ridges
+from ..solve.in_memory import dual_numpy, row_ranges
+from ..solve.primal import primal_sums, solve_primal
 from ..solve.tiled import dual_graph
 from ..tuning import median_length_scale, sample_rows, weighted_directions
 from .kernels import KERNELS, kernel_tile
@@ -44,6 +53,15 @@ def transform_inputs(U, start, mean, components, dtype):
     U = xp.asarray(backend.to_namespace(U, xp) if xp is not np else U, dtype=getattr(xp, np.dtype(dtype).name))
     check_finite(U, start, "U")
     return U if components is None else (U - mean) @ components
+
+
+def _predict_linear(U, coef, intercept, mean, components):
+    """``x W + c0`` for one row block (k, n) -> (k, m): the linear kernel fitted in the primal."""
+    xp = backend.namespace(coef)
+    X = transform_inputs(backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(coef.dtype))
+    out = X @ coef
+    out += intercept
+    return out
 
 
 def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
@@ -163,10 +181,18 @@ class KernelOperator(OperatorEstimator):
 
     Attributes
     ----------
-    X_train_ : ndarray of shape (M, p)
-        Training inputs (``p = n``, or the PCA scores: ``p = n_components``), needed to predict.
-    dual_coef_ : ndarray of shape (M, m)
-        Dual coefficients ``Beta`` (``m`` output grid points).
+    X_train_ : ndarray of shape (M, p) or None
+        Training inputs (``p = n``, or the PCA scores: ``p = n_components``), needed to predict;
+        None where the linear kernel is fitted in the primal (``p < M``: see ``coef_``).
+    dual_coef_ : ndarray of shape (M, m) or None
+        Dual coefficients ``Beta`` (``m`` output grid points); None where the linear kernel is
+        fitted in the primal.
+    coef_ : ndarray of shape (p, m) or None
+        The linear kernel with fewer inputs ``p`` than samples ``M``: the ridge weights ``W``
+        of ``(X_c^T X_c + nugget I) W = X_c^T V_c`` (the same ridge as the dual, solved in
+        the primal, where the rank-deficient dual loses precision at small nuggets);
+        predictions are ``x W + intercept_`` (``x`` the inputs, or their PCA scores). None for
+        the other kernels and for the linear kernel with ``p >= M`` (fitted in the dual).
     intercept_ : ndarray of shape (m,)
         Intercept ``c0`` of each output grid point.
     pca_mean_ : ndarray of shape (n,) or None
@@ -183,6 +209,9 @@ class KernelOperator(OperatorEstimator):
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
     does not fit one) plus the training inputs. Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
+    The linear kernel with ``p < M``: the ``p x p`` Gram (one per worker thread for dask input,
+    summed over row blocks as the random-feature primal sums its Gram) plus one row block;
+    cost ``M p^2 + 2 M p m`` + ``p^3 / 3`` + ``2 p^2 m``.
     """
 
     _parameter_constraints = {
@@ -193,7 +222,7 @@ class KernelOperator(OperatorEstimator):
         "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None],
         **OperatorEstimator._common_constraints,
     }
-    _fitted_arrays = ("X_train_", "dual_coef_", "intercept_", "pca_mean_", "pca_components_")
+    _fitted_arrays = ("X_train_", "dual_coef_", "coef_", "intercept_", "pca_mean_", "pca_components_")
     _fitted_scalars = ("length_scale_",)
 
     def __init__(self, *, kernel="rbf", length_scale="median", nugget=1e-8, n_components=None, pca_power=None,
@@ -233,17 +262,39 @@ class KernelOperator(OperatorEstimator):
                                  "rescale the inputs (e.g. to unit spread)")
         return ell
 
+    def _primal(self, M, p):
+        """Whether the fit solves in the primal: the linear kernel on ``p < M`` inputs (PCA scores)."""
+        return self.kernel == "linear" and p < M
+
+    def _width(self, n):
+        """The input width ``p`` the kernel sees: the PCA scores' once computed, else at most ``n``
+        (``n_components`` of them with input PCA)."""
+        components = getattr(self, "pca_components_", None)
+        if components is not None:
+            return components.shape[1]
+        return n if self.n_components is None else min(n, int(self.n_components))
+
     def _check_memory(self, U, V, lazy, dtype, client=None):
         """ValueError when the in-memory fit's ``M x M`` Gram of ``U`` (M, n) in ``dtype`` exceeds
         the memory budget (:func:`rfol_dask.memory.check_gram_memory`; on a GPU, its share of the
         GPU's); a dask fit is not refused (a Gram that does not fit one worker is factorised
-        blocked across the workers)."""
-        if not lazy:
-            check_gram_memory(U.shape[0], dtype, self.max_gram_bytes, solver="kernel",
-                              xp=backend.namespace(U) if backend.is_array_api(U) else None)
+        blocked across the workers). The linear kernel's primal checks its ``p x p`` Gram,
+        for dask input too (two of them on a worker that sums several chains')."""
+        M, p = U.shape[0], self._width(U.shape[1])
+        xp = backend.namespace(U) if not lazy and backend.is_array_api(U) else None
+        if self._primal(M, p):
+            check_gram_memory(p, dtype, self.max_gram_bytes, client if lazy else None, solver="linear",
+                              peak_copies=2 if lazy and n_slots(client) > 1 else 1, xp=xp)
+        elif not lazy:
+            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp)
+
+    def _model_format(self):
+        """Format 3 for the linear kernel's primal weights (``coef_``, no ``X_train_``)."""
+        return 3 if getattr(self, "coef_", None) is not None else super()._model_format()
 
     def _fit_arrays(self, U, V, lazy, dtype):
-        """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,); keep the training inputs."""
+        """Solve for ``dual_coef_`` (M, m) and ``intercept_`` (m,) and keep the training inputs; for
+        the linear kernel on fewer inputs than samples, for ``coef_`` (p, m) and ``intercept_``."""
         with _nugget_messages():
             self._solve(U, V, lazy, dtype)
 
@@ -257,16 +308,18 @@ class KernelOperator(OperatorEstimator):
         transform = functools.partial(transform_inputs, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
         alpha = float(self.nugget)
         self.length_scale_ = self._resolve_length_scale(U, transform)
+        self.coef_ = None
+        if self._primal(M, self._width(U.shape[1])):
+            self.X_train_ = self.dual_coef_ = None
+            self.coef_, self.intercept_ = self._solve_primal(U, V, lazy, dtype, transform, alpha)
+            return
         if not lazy:
             self._check_memory(U, V, lazy, dtype)
             X = transform(U, 0)
             fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
-        if self.device != "cpu" or backend.is_array_api(getattr(U, "_meta", None)):
-            raise NotImplementedError(
-                "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): pass "
-                "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit")
+        self._refuse_device(U)
         client = active_client()
         blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS,
@@ -287,6 +340,48 @@ class KernelOperator(OperatorEstimator):
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
         self.intercept_ = np.concatenate(intercepts).astype(dtype, copy=False)
 
+    def _refuse_device(self, U):
+        """NotImplementedError for dask input on a GPU (``device="cuda"`` or CuPy chunks)."""
+        if self.device != "cpu" or backend.is_array_api(getattr(U, "_meta", None)):
+            raise NotImplementedError(
+                "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): pass "
+                "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit")
+
+    def _solve_primal(self, U, V, lazy, dtype, transform, alpha):
+        """The linear kernel's ridge in the primal: ``(coef (p, m), intercept (m,))`` from the
+        ``p x p`` Gram ``X_c^T X_c`` summed over row blocks of the (transformed) inputs ``X``
+        (:func:`rfol_dask.gram.linear_partial`), factorised once (the jitter policy on its own
+        diagonal) and solved for every output column. In memory the shifts are the exact
+        column means; for dask input those of the first block's 64 rows, with the exact
+        correction of :func:`rfol_dask.factor.primal_factor`, so the data are read once."""
+        M = U.shape[0]
+        if not lazy:
+            self._check_memory(U, V, lazy, dtype)
+            X = transform(U, 0)
+            shifts = linear_shifts(X, V, self.fit_intercept, rows=None)
+            sums = None
+            for s, e in row_ranges(M, X.shape[1] * backend.itemsize(X.dtype)):
+                sums = linear_partial(X[s:e, ...], V[s:e, ...], s, sums, shifts)
+            return primal_solve(primal_factor(sums, shifts, alpha, self.fit_intercept), 0, V.shape[1])
+        self._refuse_device(U)
+        client = active_client()
+        self._check_memory(U, V, lazy, dtype, client)
+        Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
+        names = TaskNames()
+        Xb = [dask.delayed(transform)(Ub[i], starts[i], dask_key_name=names("inputs", i)) for i in range(len(Ub))]
+        shifts = dask.delayed(linear_shifts, nout=2)(Xb[0], Vb[0], self.fit_intercept)
+
+        def add_block(i, acc):
+            return dask.delayed(linear_partial)(Xb[i], Vb[i], starts[i], acc, shifts,
+                                                dask_key_name=names("primal-partial", i))
+
+        coef, intercept = solve_primal(primal_sums(len(Ub), add_block, client), shifts, cols, names, alpha=alpha,
+                                       fit_intercept=self.fit_intercept, client=client, progress=self.progress,
+                                       desc="fit (linear kernel, primal)")
+        return coef.astype(dtype, copy=False), intercept.astype(dtype, copy=False)
+
     def _predict_kernel(self):
+        if getattr(self, "coef_", None) is not None:  # (a model saved before coef_ has none)
+            return _predict_linear, (self.coef_, self.intercept_, self.pca_mean_, self.pca_components_)
         return _predict_block, (self.X_train_, self.dual_coef_, self.intercept_, self.pca_mean_,
                                 self.pca_components_, self._tile())

@@ -1,6 +1,8 @@
 """The primal dask fit: ``G = A^T A`` (N, N) and ``A^T V`` (N, m) summed over row blocks in
 per-worker-thread chains of in-place partial sums, a tree over the chains, one factorisation,
-solves over column blocks of the outputs."""
+solves over column blocks of the outputs. :func:`fit_primal` for random features;
+:func:`solve_primal` is the part after the sums, which the linear kernel baseline shares
+(its features are the inputs, :func:`rfol_dask.gram.linear_partial`)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from ..gram import add_partials, block_means, primal_partial
 from ..memory import n_slots
 from .graph import Columns, InputCentre, TaskNames, chained_sum, compute_fit
 
-__all__ = ["fit_primal"]
+__all__ = ["fit_primal", "primal_sums", "solve_primal"]
 
 
 def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, client, progress, input_centre=None):
@@ -32,7 +34,23 @@ def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, clien
         return dask.delayed(primal_partial)(Ub[i], Vb[i], om, bb, starts[i], acc, shifts, **centred,
                                             dask_key_name=names("primal-partial", i))
 
-    sums = chained_sum(len(Ub), n_slots(client), add_block, dask.delayed(add_partials))
+    sums = primal_sums(len(Ub), add_block, client)
+    return solve_primal(sums, shifts, cols, names, alpha=alpha, fit_intercept=fit_intercept, client=client,
+                        progress=progress, desc="fit (primal)", input_centre=input_centre)
+
+
+def primal_sums(n_blocks, add_block, client):
+    """The delayed :class:`rfol_dask.gram.PrimalSums` of ``n_blocks`` row blocks, one chain per
+    worker thread of ``client``: ``add_block(i, acc)`` is the delayed task that adds block ``i``
+    to ``acc`` (None for a chain's first block)."""
+    return chained_sum(n_blocks, n_slots(client), add_block, dask.delayed(add_partials))
+
+
+def solve_primal(sums, shifts, cols, names, *, alpha, fit_intercept, client, progress, desc, input_centre=None):
+    """Factorise the delayed primal ``sums`` (of data shifted by the delayed ``shifts``) in one
+    task ``primal-factor`` and solve the output column blocks ``cols`` in tasks ``primal-solve``;
+    compute it all (:func:`.graph.compute_fit`: a raised ridge is warned here) and return numpy
+    ``(coef (N, m), intercept (m,))``, each column block gathered into its place as it is solved."""
     fac = dask.delayed(primal_factor)(sums, shifts, alpha, fit_intercept, warn=False, dask_key_name=names("primal-factor"))
     solved = [dask.delayed(primal_solve, nout=2)(fac, c0, c1, dask_key_name=names("primal-solve", c0))
               for c0, c1 in cols]
@@ -42,6 +60,6 @@ def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, clien
         out.put_coef(k, result[0])
         out.put_intercept(k, result[1])
 
-    compute_fit(*solved, progress=progress, client=client, desc="fit (primal)", alpha=alpha, consume=consume,
+    compute_fit(*solved, progress=progress, client=client, desc=desc, alpha=alpha, consume=consume,
                 centre=input_centre, factor=fac)
     return out.coef, out.intercept
