@@ -46,7 +46,7 @@ from .gram import stack_rows
 from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
-from .progress import active_client, compute
+from .progress import active_client, compute, release
 from .stacklevel import user_stacklevel
 from .tuning import nonzero_rows
 
@@ -420,7 +420,9 @@ class SelectionCV(OperatorEstimator):
                 self._set_metric(X, client, value)  # the winner's metric (and median scales) stay
         finally:
             if client is not None:
-                client.cancel([X, Y])
+                from distributed import futures_of
+
+                release(futures_of([X, Y]))  # not client.cancel: see progress.release
         rows = [r for _, part in searches for r in part]
         _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})

@@ -1081,3 +1081,45 @@ def test_interrupted_search_refit_leaves_the_previous_search(monkeypatch):
             search.fit(U, V)
     assert search.best_params_ == params and search.best_estimator_ is best
     np.testing.assert_array_equal(search.predict(U[:5]), want)
+
+
+@pytest.mark.cluster
+def test_interrupted_cluster_fit_keeps_the_users_persisted_data(cluster_client, monkeypatch):
+    import time
+
+    from distributed import wait
+
+    import rfol_dask.progress as prog
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((1200, 64))
+    V = np.cumsum(U, 1)
+
+    def tasks():
+        return cluster_client.run_on_scheduler(lambda dask_scheduler: {str(k): sorted(c.client_key for c in t.who_wants or ())
+                                                                       for k, t in dask_scheduler.tasks.items()})
+
+    with cluster_client.as_current():
+        dU, dV = da.from_array(U, chunks=(300, -1)).persist(), da.from_array(V, chunks=(300, -1)).persist()
+        wait([dU, dV])
+        held = tasks()
+        assert len(held) == 8
+
+        def stop(*args, **kwargs):  # Ctrl-C while the fit graph runs (its centre task still ahead)
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as mp:
+            mp.setattr(prog, "_collect", stop)
+            with pytest.raises(KeyboardInterrupt):
+                RandomFeatureOperator(n_features=1500, gamma=0.01, random_state=0).fit(dU, dV)
+        # the scheduler forgets the fit's tasks, and keeps the client with what it holds: client.cancel
+        # of the fit's futures failed an assertion in the scheduler, which then dropped the client and
+        # every future of it (FutureCancelledError: lost dependencies)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and tasks() != held:
+            time.sleep(0.05)
+        assert tasks() == held
+        assert float(dU.sum().compute()) == pytest.approx(U.sum())
+        model = RandomFeatureOperator(n_features=100, gamma=0.01, random_state=0).fit(dU, dV)
+        assert rel(model.predict(U[:5]), RandomFeatureOperator(n_features=100, gamma=0.01, random_state=0)
+                   .fit(U, V).predict(U[:5])) < 1e-6
