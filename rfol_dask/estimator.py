@@ -9,6 +9,7 @@ sklearn validation, training grids and the recovery maps ``R_U`` / ``R_V`` lives
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,22 @@ Data = Functions | xr.Dataset | str | os.PathLike
 Grid = Sequence[ArrayLike] | Mapping[str, ArrayLike]
 #: periods of grid axes: one for every axis, one (or None) per axis, or a mapping dim -> period
 Periods = float | Sequence[float | None] | Mapping[str, float | None]
+
+
+@contextlib.contextmanager
+def all_or_nothing(estimator):
+    """Run a fit of ``estimator`` as one step: if it raises anything (a KeyboardInterrupt from a
+    notebook's interrupt included), the estimator's attributes are put back as they were before,
+    the previous fitted model whole or no fitted attributes at all. A fit sets its attributes as
+    it goes (the frequencies before the solve): without this an interrupted refit kept the new
+    frequencies beside the old coefficients and predicted silently wrong."""
+    before = dict(vars(estimator))
+    try:
+        yield
+    except BaseException:
+        vars(estimator).clear()
+        vars(estimator).update(before)
+        raise
 
 
 def _as_dask(x):
@@ -286,7 +303,14 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         -----
         Memory: the in-memory fit holds the inputs and outputs, plus the model's Gram
         (see the class docstring); a dask fit never holds the data whole.
+
+        A fit that raises, or is interrupted (KeyboardInterrupt), leaves the estimator as it was
+        before: a model fitted earlier still predicts as it did, an unfitted one stays unfitted.
         """
+        with all_or_nothing(self):
+            return self._fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
+
+    def _fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None, **fit_params):
         self._check_fit_params(fit_params)
         self._check_params()
         U, V = io.read_pair(X, y)

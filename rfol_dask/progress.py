@@ -160,6 +160,18 @@ def show_progress(futures, client, desc="rfol_dask"):
     return None
 
 
+def release(futures):
+    """Tell the cluster that this client no longer wants ``futures`` (their tasks, and those only
+    they need, are forgotten; running ones end on their workers unseen), as when the futures are
+    garbage-collected, but now: an interrupted compute's traceback keeps them alive in a notebook.
+    Not ``client.cancel``: distributed (2026.8) cancels the dependents of a cancelled task too and
+    fails an assertion on one that no client wants (an inner task of the graph); the scheduler then
+    closes the client's stream and drops the client with every future it holds (a Ctrl-C during a
+    fit lost the user's persisted data: FutureCancelledError, lost dependencies)."""
+    for future in list(futures):
+        future.release()
+
+
 def compute(*collections, progress=False, client=None, desc="rfol_dask", consume=None):
     """``dask.compute(*collections)`` with an optional progress bar.
 
@@ -189,7 +201,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
                 "or fewer features"
             ) from exc
         finally:
-            client.cancel(list(pending.values()))
+            release(pending.values())
     ctx = contextlib.nullcontext()
     if progress:
         sys.stderr.write(f"{desc}:\n")

@@ -41,12 +41,12 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
 from . import backend
-from .estimator import OperatorEstimator
+from .estimator import OperatorEstimator, all_or_nothing
 from .gram import stack_rows
 from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, device_free_bytes, free_bytes
 from .features import FREQUENCY_BLOCK
-from .progress import active_client, compute
+from .progress import active_client, compute, release
 from .stacklevel import user_stacklevel
 from .tuning import nonzero_rows
 
@@ -222,7 +222,14 @@ class SelectionCV(OperatorEstimator):
     def fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None, **fit_params):
         """Search on the training data (``X``, ``y``, the grids, ``periods`` and ``fit_params``
         as in the base estimator's ``fit``: ``sample_weight`` is not supported), then refit the
-        winner on all of it as ``best_estimator_``. No test data is involved."""
+        winner on all of it as ``best_estimator_``. No test data is involved. A search or refit
+        that raises or is interrupted leaves the estimator as it was before (the previous search's
+        results and ``best_estimator_`` together, or unfitted)."""
+        with all_or_nothing(self):
+            return self._fit_search(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods,
+                                    **fit_params)
+
+    def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
         t0 = time.perf_counter()
         self._refit_dtype = None  # numpy input: set by _cast_dtype
         super().fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
@@ -413,7 +420,9 @@ class SelectionCV(OperatorEstimator):
                 self._set_metric(X, client, value)  # the winner's metric (and median scales) stay
         finally:
             if client is not None:
-                client.cancel([X, Y])
+                from distributed import futures_of
+
+                release(futures_of([X, Y]))  # not client.cancel: see progress.release
         rows = [r for _, part in searches for r in part]
         _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})

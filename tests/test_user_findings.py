@@ -9,7 +9,7 @@ import dask.array as da
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import smooth_operator_data
+from conftest import rel, smooth_operator_data
 
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
 from rfol_dask.baselines import KernelOperator
@@ -1009,3 +1009,117 @@ def test_predictions_keep_the_scalar_coordinates_of_x():
     other = RandomFeatureOperator(n_features=40, random_state=0).fit(X, Y)
     pred = other.predict(X.assign_coords(y=0.5))  # a scalar 'y' on the input, the output's dim 'y'
     assert pred.dims == ("sample", "y") and np.array_equal(pred["y"].values, y)
+
+
+# ---------------------------------------------------------------- interrupted fits (notebook use)
+def _interrupt(monkeypatch, module, name):
+    """``module.name`` raises KeyboardInterrupt (a Ctrl-C at that step of a fit, deterministically)."""
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(module, name, stop)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_interrupted_refit_leaves_the_previous_model(monkeypatch, lazy):
+    import rfol_dask.rf_operator as rfo
+
+    U, V = smooth_operator_data(60, 8)
+    Ut = smooth_operator_data(10, 8, seed=1)[0]
+    data = (da.from_array(U, chunks=20), da.from_array(V, chunks=20)) if lazy else (U, V)
+    model = _rf().fit(*data)
+    want, state = model.predict(Ut), dict(vars(model))
+    model.set_params(random_state=1)  # re-run with another seed, Ctrl-C during the solve
+    with monkeypatch.context() as mp:
+        _interrupt(mp, rfo, "fit_dask" if lazy else "fit_numpy")
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(*data)
+    # the previous model, whole: not its coefficients with the new frequencies (predicted 30x off)
+    assert set(vars(model)) == set(state) and all(vars(model)[k] is v for k, v in state.items() if k != "random_state")
+    np.testing.assert_array_equal(model.predict(Ut), want)
+    again = np.asarray(model.fit(*data).predict(Ut))  # a re-run in the same process fits the new seed
+    assert rel(again, _rf(random_state=1).fit(U, V).predict(Ut)) < 1e-6 and rel(again, want) > 1e-3
+
+
+def test_interrupted_first_fit_leaves_an_unfitted_model(monkeypatch):
+    import rfol_dask.rf_operator as rfo
+    from sklearn.exceptions import NotFittedError
+
+    U, V = smooth_operator_data(60, 8)
+    model = _rf()
+    with monkeypatch.context() as mp:
+        _interrupt(mp, rfo, "fit_numpy")
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(U, V)
+    assert not [k for k in vars(model) if k.endswith("_")]
+    with pytest.raises(NotFittedError):
+        model.predict(U)
+
+
+def test_failed_kernel_refit_leaves_the_previous_model(monkeypatch):
+    import rfol_dask.baselines.kernel as kmod
+
+    U, V = smooth_operator_data(60, 8)
+    model = KernelOperator(kernel="rbf", length_scale=1.0, n_components=4).fit(U, V)
+    want = model.predict(U[:5])
+    model.set_params(n_components=6, length_scale=2.0)
+    with monkeypatch.context() as mp:
+        _interrupt(mp, kmod, "dual_numpy")  # after the new PCA and length scale were set
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(U, V)
+    np.testing.assert_array_equal(model.predict(U[:5]), want)
+
+
+def test_interrupted_search_refit_leaves_the_previous_search(monkeypatch):
+    U, V = smooth_operator_data(80, 8)
+    search = RandomFeatureOperatorCV(n_features=40, distributions=("gaussian",), random_state=0).fit(U, V)
+    want, params, best = search.predict(U[:5]), dict(search.best_params_), search.best_estimator_
+    search.set_params(random_state=3, distributions=("cauchy",))
+    with monkeypatch.context() as mp:
+        # the search is done, the refit of its winner is interrupted
+        _interrupt(mp, RandomFeatureOperatorCV, "_refit_best")
+        with pytest.raises(KeyboardInterrupt):
+            search.fit(U, V)
+    assert search.best_params_ == params and search.best_estimator_ is best
+    np.testing.assert_array_equal(search.predict(U[:5]), want)
+
+
+@pytest.mark.cluster
+def test_interrupted_cluster_fit_keeps_the_users_persisted_data(cluster_client, monkeypatch):
+    import time
+
+    from distributed import wait
+
+    import rfol_dask.progress as prog
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((1200, 64))
+    V = np.cumsum(U, 1)
+
+    def tasks():
+        return cluster_client.run_on_scheduler(lambda dask_scheduler: {str(k): sorted(c.client_key for c in t.who_wants or ())
+                                                                       for k, t in dask_scheduler.tasks.items()})
+
+    with cluster_client.as_current():
+        dU, dV = da.from_array(U, chunks=(300, -1)).persist(), da.from_array(V, chunks=(300, -1)).persist()
+        wait([dU, dV])
+        held = tasks()
+        assert len(held) == 8
+
+        def stop(*args, **kwargs):  # Ctrl-C while the fit graph runs (its centre task still ahead)
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as mp:
+            mp.setattr(prog, "_collect", stop)
+            with pytest.raises(KeyboardInterrupt):
+                RandomFeatureOperator(n_features=1500, gamma=0.01, random_state=0).fit(dU, dV)
+        # the scheduler forgets the fit's tasks, and keeps the client with what it holds: client.cancel
+        # of the fit's futures failed an assertion in the scheduler, which then dropped the client and
+        # every future of it (FutureCancelledError: lost dependencies)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and tasks() != held:
+            time.sleep(0.05)
+        assert tasks() == held
+        assert float(dU.sum().compute()) == pytest.approx(U.sum())
+        model = RandomFeatureOperator(n_features=100, gamma=0.01, random_state=0).fit(dU, dV)
+        assert rel(model.predict(U[:5]), RandomFeatureOperator(n_features=100, gamma=0.01, random_state=0)
+                   .fit(U, V).predict(U[:5])) < 1e-6
