@@ -604,9 +604,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         ``KernelOperator``), written from memory without a further copy.
         """
         check_is_fitted(self)
-        persistence.check_model_path(path, overwrite)
+        target = io.user_path(path)  # '~' expanded, as xarray and zarr read paths
+        persistence.check_model_path(target, overwrite)
         arrays, attrs = persistence.estimator_state(self)
-        persistence.save_model(path, arrays, attrs, overwrite=overwrite, model_format=self._model_format())
+        persistence.save_model(target, arrays, attrs, overwrite=overwrite, model_format=self._model_format())
         return path
 
     @classmethod
@@ -634,5 +635,5 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             an array is missing or damaged (the message names it). Models saved before the
             format was versioned load with a warning (see ``rfol_dask.persistence.MODEL_FORMAT``).
         """
-        arrays, attrs = persistence.load_model(path)
+        arrays, attrs = persistence.load_model(io.user_path(path))
         return persistence.restore_estimator(cls, arrays, attrs, path)

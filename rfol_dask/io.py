@@ -30,7 +30,7 @@ from .recovery.grids import as_grid, as_periods, same_grid
 from .stacklevel import user_stacklevel
 
 
-__all__ = ["Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
+__all__ = ["user_path", "Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
            "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid", "grid_dims",
            "learn_periods", "match_dims", "foreign_entries", "zarr_parents"]
 
@@ -48,6 +48,13 @@ class Operand:
     periods: dict = field(default_factory=dict)  # dim -> the ``period`` attribute of its coordinate
 
 
+def user_path(path):
+    """``path`` (str or os.PathLike) as a string with a leading ``~`` expanded to the user's home,
+    as xarray and zarr read paths (``to_zarr("~/d.zarr")`` writes in the home folder); a path
+    read literally would make a folder named ``~`` in the working directory instead."""
+    return os.path.expanduser(os.fspath(path))
+
+
 def open_dataset(path, samples=None):
     """Open a data-set store lazily; raise if it is not one or if blocks or chunks are missing.
 
@@ -61,7 +68,7 @@ def open_dataset(path, samples=None):
     value) is an error naming it; a chunk that cannot be decoded (a damaged file) raises,
     when it is read, a ValueError naming the store, the variable and the chunk.
     """
-    path = os.fspath(path)
+    path = user_path(path)
     if not Path(path).exists():
         raise FileNotFoundError(f"no data set at {path}")
     try:

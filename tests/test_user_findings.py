@@ -1123,3 +1123,25 @@ def test_interrupted_cluster_fit_keeps_the_users_persisted_data(cluster_client, 
         model = RandomFeatureOperator(n_features=100, gamma=0.01, random_state=0).fit(dU, dV)
         assert rel(model.predict(U[:5]), RandomFeatureOperator(n_features=100, gamma=0.01, random_state=0)
                    .fit(U, V).predict(U[:5])) < 1e-6
+
+
+def test_paths_starting_with_a_tilde_are_in_the_home_folder(tmp_path, monkeypatch):
+    """``save("~/m.zarr")`` made a folder named '~' in the working directory, and
+    ``open_dataset("~/d.zarr")`` said there was no data set, where xarray and zarr read '~' as
+    the home folder (``to_zarr("~/d.zarr")`` writes there)."""
+    from rfol_dask import RandomFeatureOperator, datasets
+    from rfol_dask.io import open_dataset
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    ds = datasets.generate("advection1", 24, store="~/d.zarr", block_size=12)
+    assert (home / "d.zarr").is_dir() and ds.sizes["sample"] == 24
+    opened = open_dataset("~/d.zarr")
+    model = RandomFeatureOperator(n_features=30, random_state=0).fit("~/d.zarr")
+    assert model.save("~/m.zarr") == "~/m.zarr" and (home / "m.zarr").is_dir()
+    loaded = RandomFeatureOperator.load("~/m.zarr")
+    np.testing.assert_array_equal(loaded.predict(opened["input"]).values, model.predict(opened["input"]).values)
+    assert not list(work.iterdir())  # nothing named '~' here

@@ -31,7 +31,8 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset
+from ..io import (BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset,
+                  user_path)
 from ..progress import compute
 from .registry import get, resolve_params
 
@@ -307,6 +308,7 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     data set (``8 M (n + m)`` bytes, twice while the blocks are joined) without.
     """
     spec = get(name)
+    store = None if store is None else user_path(store)  # '~' expanded, as xarray and zarr read it
     n_samples = _check_count(n_samples, "n_samples")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
