@@ -12,7 +12,6 @@ import warnings
 import dask.array as da
 import numpy as np
 import psutil
-import pytest
 import xarray as xr
 
 from rfol_dask import RandomFeatureOperator, memory
