@@ -236,13 +236,16 @@ class DualPlan:
     slab_bytes : int
         Bytes of one feature slab (M x slab width) of the streamed dual (0 when blocked or
         when the fit has no feature slabs).
+    reason : str
+        Why the plan is blocked, the sizes against the budget, for messages ("" when not).
     """
 
     blocked: bool
     slab_bytes: int
+    reason: str = ""
 
 
-def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0, n_inputs=0):
+def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0, n_inputs=0, warn=True):
     """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
 
     A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` besides (the inputs
@@ -251,7 +254,8 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     :data:`MIN_SLAB_COLUMNS` columns. Without ``n_features`` (a kernel fit) only the Gram and
     ``held_bytes`` count. With several workers (limits known) the worker that sums the Grams
     holds a second one while it adds it: ``2 M^2 + held_bytes`` must stay below the pause line
-    (:attr:`Budget.pause_room`). If they do not fit, a RuntimeWarning says so and the plan is blocked.
+    (:attr:`Budget.pause_room`). If they do not fit, a RuntimeWarning says so (unless not
+    ``warn``) and the plan is blocked.
     A slab's column costs its ``M`` features and its ``n_inputs + 1`` frequencies (at n = 6250
     inputs and M = 3000 samples the frequencies are twice the features: uncounted, they killed
     the workers of a plan that fitted on paper).
@@ -273,9 +277,11 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     reduction = "" if reduction_fits else (
         f"; and the worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
         f"bytes against the {int(budget.pause_room):,} it has before dask pauses it")
-    warnings.warn(f"{_shortfall(M, gram, budget, extra)}{reduction}: factorising it blocked, across the workers",
-                  RuntimeWarning, stacklevel=user_stacklevel())
-    return DualPlan(blocked=True, slab_bytes=0)
+    reason = f"{_shortfall(M, gram, budget, extra)}{reduction}"
+    if warn:
+        warnings.warn(f"{reason}: factorising it blocked, across the workers", RuntimeWarning,
+                      stacklevel=user_stacklevel())
+    return DualPlan(blocked=True, slab_bytes=0, reason=reason)
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,7 @@ from .estimator import OperatorEstimator
 from .features import CENTRE_ROWS, DISTRIBUTIONS, draw_frequencies, feature_map, input_centre, integer_seed
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory
-from .solve import (InputCentre, check_min_norm, check_primal_memory, choose_solver, fit_dask, fit_numpy,
-                    held_beside_gram)
+from .solve import InputCentre, check_min_norm, choose_solver, dask_fit_plan, fit_dask, fit_numpy, held_beside_gram
 from .tuning import input_scales
 
 __all__ = ["RandomFeatureOperator"]
@@ -238,14 +237,15 @@ class RandomFeatureOperator(OperatorEstimator):
         be refused for memory (:func:`rfol_dask.memory.check_gram_memory`, the message naming the
         sizes and the fix): in memory, the Gram (``M x M`` dual, ``N x N`` primal) with the
         frequencies, features and coefficients held with it (:func:`rfol_dask.solve.held_beside_gram`);
-        on dask, the primal's Gram on the workers of ``client`` (the active one, as ``fit`` uses:
-        :func:`rfol_dask.solve.check_primal_memory`; a dual that does not fit one worker is
-        factorised blocked instead)."""
+        on dask, as ``fit`` checks it on the workers of ``client`` (the active one;
+        :func:`rfol_dask.solve.dask_fit_plan`): the primal's Gram (a dual that does not fit one
+        worker is factorised blocked instead), and on GPUs NotImplementedError for the primal
+        and for a dual whose Gram does not fit one GPU worker."""
         M, n, m = U.shape[0], U.shape[1], V.shape[1]
         solver = choose_solver(self.solver, M, self.n_features, dual_only=self._on_gpu(U, lazy))
         if lazy:
-            if solver == "primal":
-                check_primal_memory(n, self.n_features, dtype, self.max_gram_bytes, client)
+            dask_fit_plan(M, n, m, self.n_features, dtype, solver, self.max_gram_bytes, client, self._device(),
+                          getattr(U, "_meta", None), warn=False)
             return
         xp = backend.namespace(U)
         check_gram_memory(M if solver == "dual" else self.n_features, dtype, self.max_gram_bytes, solver=solver,

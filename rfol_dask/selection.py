@@ -360,12 +360,14 @@ class SelectionCV(OperatorEstimator):
         return None, [None]
 
     def _check_refit_memory(self, U, V, lazy, dtype):
-        """With ``refit``, ValueError before the search when the refit on all of ``U`` (M, n) and
-        ``V`` (M, m), in ``dtype``, of any candidate (:meth:`_refit_candidates`) would be refused for
-        memory by the base estimator's own check (``_check_memory``: an in-memory refit's Gram
-        with what it holds beside it; on dask, the primal's), instead of after the search. Every
-        value a winner may take is checked, so the message names all that would not fit (for the
-        random features, the larger ``n_features`` of the search and of its growth)."""
+        """With ``refit``, before the search, ValueError when the refit on all of ``U`` (M, n) and
+        ``V`` (M, m), in ``dtype``, of any candidate (:meth:`_refit_candidates`) would be refused
+        for memory by the base estimator's own check (``_check_memory``: an in-memory refit's Gram
+        with what it holds beside it; on dask, the primal's), and NotImplementedError when it
+        could not run at all (dask input on a GPU: the primal, a dual Gram that does not fit one
+        GPU worker, a kernel fit), instead of after the search. Every value a winner may take is
+        checked, so the message names all that would be refused (for the random features, the
+        larger ``n_features`` of the search and of its growth)."""
         if not self.refit:
             return
         client = active_client() if lazy else None
@@ -374,14 +376,17 @@ class SelectionCV(OperatorEstimator):
         for value in values:
             try:
                 self._base_estimator(**({} if name is None else {name: value}))._check_memory(U, V, lazy, dtype, client)
-            except ValueError as exc:
+            except (ValueError, NotImplementedError) as exc:
                 refused.append((value, exc))
         if refused:
+            # a refit that cannot run at all is named first, with its type
+            first = next((exc for _, exc in refused if isinstance(exc, NotImplementedError)), refused[0][1])
             at = "" if name is None else (f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
                                           f"{', '.join(map(str, values))}: leave those out of the search)")
-            raise ValueError(f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples after "
-                             f"the search, and that refit would be refused for memory{at}: {refused[0][1]}; or pass "
-                             "refit=False to search only") from refused[0][1]
+            why = " for memory" if isinstance(first, ValueError) else ""
+            raise type(first)(f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples "
+                              f"after the search, and that refit would be refused{why}{at}: {first}; or pass "
+                              "refit=False to search only") from first
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""

@@ -6,6 +6,7 @@ Cholesky with ``cupy.linalg.cholesky``; the in-memory dual's peak pool memory wi
 ``1.2 x (8 M^2 + slab + U + V)``.
 """
 
+import functools
 import warnings
 
 import numpy as np
@@ -361,3 +362,76 @@ def test_a_max_gram_bytes_beyond_the_gpu_warns(data, monkeypatch):
     with pytest.warns(UserWarning, match=r"max_gram_bytes=2,000,000 is more than the GPU's memory \(1,000,000 bytes\)"):
         RandomFeatureOperator(n_features=100, gamma=0.05, solver="dual", max_gram_bytes=2e6).fit(
             cupy.asarray(U), cupy.asarray(V))
+
+
+def _no_search(monkeypatch):
+    """Make the search fail: what is refused must be refused before it."""
+    from rfol_dask.selection import SelectionCV
+
+    def fail(*args, **kwargs):
+        raise AssertionError("searched")
+
+    monkeypatch.setattr(SelectionCV, "_search", fail)
+
+
+@pytest.mark.parametrize("case", ["blocked", "blocked_cupy_chunks", "primal", "kernel"])
+def test_gpu_dask_search_refuses_a_refit_it_cannot_run_before_searching(data, case, monkeypatch):
+    """A search on GPUs whose refit on dask input could not run there (the primal, a dual Gram
+    that does not fit one GPU worker: the blocked dual; any kernel fit) raised
+    NotImplementedError after the whole search. It is refused before the search, with the
+    refit's message, at every n_features a winner may take; a refit that fits is not."""
+    import dask.array as da
+
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V = data
+    U2 = U.reshape(300, -1)
+    Ud, Vd = da.from_array(U2, chunks=100), da.from_array(V, chunks=100)
+    few = [(np.arange(100), np.arange(100, 150))]  # a small search, the refit on all 300 samples
+    # the 300 x 300 Gram (720,000 bytes) with U, V and two 64-column slabs: 1,319,360 bytes
+    rf = dict(n_features=(100, 200), max_features=400, distributions=("gaussian",), cv=few, device="cuda",
+              max_gram_bytes=1_000_000)
+    search, match = {
+        "blocked": (RandomFeatureOperatorCV(**rf),
+                    r"RandomFeatureOperatorCV would refit its winner on all 300 training samples after the search, and "
+                    r"that refit would be refused at n_features=100, 200, 400 \(of 100, 200, 400: .*\): on a GPU, dask "
+                    r"input is fitted by the streamed dual only, not the blocked dual \(the Gram does not fit one "
+                    r"worker: the 300 x 300 Gram matrix needs 720,000 bytes \(0.00 GiB\), and 599,360 more bytes .* "
+                    r"but the budget \(max_gram_bytes\) is 1,000,000 bytes\): .*; or pass refit=False to search only"),
+        "blocked_cupy_chunks": (RandomFeatureOperatorCV(**{**rf, "device": "cpu"}), "not the blocked dual"),
+        "primal": (RandomFeatureOperatorCV(**{**rf, "solver": "primal", "max_gram_bytes": None}),
+                   r"refused at n_features=100, 200, 400 .* not the primal"),
+        "kernel": (KernelOperatorCV(device="cuda", cv=few),
+                   r"KernelOperatorCV would refit its winner .* refused: KernelOperator fits dask input on the CPU only"),
+    }[case]
+    if case == "blocked_cupy_chunks":
+        Ud, Vd = Ud.map_blocks(cupy.asarray), Vd.map_blocks(cupy.asarray)
+    _no_search(monkeypatch)
+    with pytest.raises(NotImplementedError, match=match):
+        search.fit(Ud, Vd)
+    search.set_params(refit=False)  # searching only: nothing to refuse
+    with pytest.raises(AssertionError, match="searched"):
+        search.fit(Ud, Vd)
+    if case.startswith("blocked"):  # a budget with room for the streamed dual's Gram, data and slabs
+        search.set_params(refit=True, max_gram_bytes=1_400_000)
+        with pytest.raises(AssertionError, match="searched"):
+            search.fit(Ud, Vd)
+
+
+def test_cli_tune_on_gpu_refuses_a_refit_it_cannot_run_before_searching(tmp_path, capsys, monkeypatch):
+    """``rfol-dask fit --tune --device cuda`` with a refit the GPU cannot run (the primal of
+    dask input) ends before the search with the refit's message (exit status 2)."""
+    from rfol_dask import datasets
+    from rfol_dask.cli import main
+
+    store = tmp_path / "d.zarr"
+    datasets.generate("advection2", 30, store=store)
+    _no_search(monkeypatch)
+    code = main(["fit", str(store), "--train", "24", "--n-features", "20", "--tune", "--device", "cuda",
+                 "--solver", "primal"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "RandomFeatureOperatorCV would refit its winner on all 24 training samples" in err
+    assert "dask input is fitted by the streamed dual only, not the primal" in err
+

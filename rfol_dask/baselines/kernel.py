@@ -277,9 +277,12 @@ class KernelOperator(OperatorEstimator):
     def _check_memory(self, U, V, lazy, dtype, client=None):
         """ValueError when the in-memory fit's ``M x M`` Gram of ``U`` (M, n) in ``dtype`` exceeds
         the memory budget (:func:`rfol_dask.memory.check_gram_memory`; on a GPU, its share of the
-        GPU's); a dask fit is not refused (a Gram that does not fit one worker is factorised
-        blocked across the workers). The linear kernel's primal checks its ``p x p`` Gram,
+        GPU's); a dask fit is not refused for memory (a Gram that does not fit one worker is
+        factorised blocked across the workers), but on a GPU it is NotImplementedError
+        (:meth:`_refuse_device`). The linear kernel's primal checks its ``p x p`` Gram,
         for dask input too (two of them on a worker that sums several chains')."""
+        if lazy:
+            self._refuse_device(U)
         M, p = U.shape[0], self._width(U.shape[1])
         xp = backend.namespace(U) if not lazy and backend.is_array_api(U) else None
         if self._primal(M, p):

@@ -31,8 +31,8 @@ from .primal import fit_primal
 from .streamed import fit_streamed
 from .tiled import fit_tiled
 
-__all__ = ["choose_solver", "check_min_norm", "check_primal_memory", "fit_numpy", "held_beside_gram", "fit_dask",
-           "InputCentre"]
+__all__ = ["choose_solver", "check_min_norm", "check_primal_memory", "dask_fit_plan", "fit_numpy", "held_beside_gram",
+           "fit_dask", "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):
@@ -70,6 +70,32 @@ def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None):
     dtype = np.dtype(dtype)
     check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal",
                       peak_copies=2 if n_slots(client) > 1 else 1, beside=(n + 1) * n_features * dtype.itemsize)
+
+
+def dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes=None, client=None, device="cpu", meta=None,
+                  warn=True):
+    """The :class:`rfol_dask.memory.DualPlan` of a dask fit of ``M`` samples, ``n`` inputs and ``m``
+    outputs (None for the primal), after the checks that refuse it before any work:
+    ValueError when the primal's Gram does not fit (:func:`check_primal_memory`); on GPUs
+    (``device="cuda"``, or array API chunks: ``meta``), NotImplementedError for the primal
+    and for the blocked dual (the Gram with the data and slabs does not fit one worker,
+    :func:`rfol_dask.memory.dual_plan`), which have no GPU path.
+    ``warn=False``: no RuntimeWarning for a blocked plan (a check made ahead of the fit, by a search)."""
+    dtype = np.dtype(dtype)
+    on_device = device != "cpu" or is_array_api(meta)
+    plan = None
+    if solver == "dual":
+        plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=M * (n + m) * dtype.itemsize,
+                         n_features=n_features, n_inputs=n, warn=warn and not on_device)
+    else:
+        check_primal_memory(n, n_features, dtype, max_gram_bytes, client)
+    if on_device and (plan is None or plan.blocked):
+        raise NotImplementedError(
+            f"on a GPU, dask input is fitted by the streamed dual only, not the "
+            f"{'primal' if plan is None else f'blocked dual (the Gram does not fit one worker: {plan.reason})'}: "
+            "pass solver='dual' with a Gram that fits one GPU worker, or compute the data into memory "
+            "(numpy or CuPy) for the in-memory GPU fit")
+    return plan
 
 
 def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],
@@ -132,7 +158,8 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         If the primal Gram does not fit the memory budget (the message gives the bytes), or
         the data hold NaN / Inf (the samples are named).
     NotImplementedError
-        On a GPU (``device="cuda"`` or CuPy chunks) with the primal or the blocked dual.
+        On a GPU (``device="cuda"`` or CuPy chunks) with the primal or the blocked dual
+        (:func:`dask_fit_plan`).
 
     Notes
     -----
@@ -144,21 +171,10 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     client = active_client()
     dtype = np.dtype(dtype)
     (M, n), m = U.shape, V.shape[1]
-    if solver == "dual":
-        plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=M * (n + m) * dtype.itemsize,
-                         n_features=n_features, n_inputs=n)
-    else:
-        check_primal_memory(n, n_features, dtype, max_gram_bytes, client)
     meta = getattr(U, "_meta", None)
     if device != "cpu" and client is None:  # computed in this process: say what is missing, first
         device_namespace(device)
-    if device != "cpu" or is_array_api(meta):
-        if solver == "primal" or plan.blocked:
-            raise NotImplementedError(
-                f"on a GPU, dask input is fitted by the streamed dual only, not the "
-                f"{'primal' if solver == 'primal' else 'blocked dual (the Gram does not fit one worker)'}: "
-                "pass solver='dual' with a Gram that fits one GPU worker, or compute the data into memory "
-                "(numpy or CuPy) for the in-memory GPU fit")
+    plan = dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta)
     tiled = solver == "dual" and plan.blocked  # its blocks make features: n_features values a row
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client, max_blocks=MAX_TILE_BLOCKS if tiled else None,
                                       row_bytes=n_features * dtype.itemsize)
