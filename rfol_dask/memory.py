@@ -5,8 +5,10 @@ A budget is ``max_gram_bytes`` when the user gives one, else, for the workers of
 client that have memory limits, the smallest of ``min(0.6 limit, 0.8 limit - used)`` (``used``
 the memory the worker process holds once it has imported this package: a small worker's own
 footprint is a large share of its limit, and dask pauses a worker at 80 %), else 60 % of this
-machine's available memory. An in-memory fit on a GPU (CuPy arrays) has 60 % of the GPU's free
-memory instead.
+machine's available memory. A Gram on GPUs has :data:`DEVICE_SHARE` (60 %) of the GPU's free
+memory instead: an in-memory fit of CuPy arrays this process's GPU, a dask fit or a search on
+GPU workers (``device="cuda"``) the least free GPU memory of the client's workers (of this
+process without a client), whatever their host memory.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from . import backend
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
-__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "check_gram_memory", "check_tile_memory",
+__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "gram_device", "check_gram_memory", "check_tile_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
@@ -100,15 +102,24 @@ def _warn_above_limit(max_bytes, limits, xp=None):
                       "refused", UserWarning, stacklevel=user_stacklevel())
 
 
-def memory_budget(max_bytes=None, client=None, xp=None):
+def memory_budget(max_bytes=None, client=None, xp=None, device=None):
     """The :class:`Budget` of one process (see the module docstring for the rule); with ``xp``
-    CuPy (an in-memory fit on this process's GPU) :data:`DEVICE_SHARE` of the GPU's free memory."""
+    CuPy (an in-memory fit on this process's GPU) :data:`DEVICE_SHARE` of the GPU's free memory;
+    with ``device`` ``"cuda"`` (a Gram on the GPUs of the client's workers, or of this process
+    without a client) :data:`DEVICE_SHARE` of the least free GPU memory among them
+    (:func:`device_free_bytes` run on each), with no pause line (dask pauses on host memory)."""
     limits = _worker_limits(client)
     if max_bytes is not None:
         _warn_above_limit(float(max_bytes), limits, xp)
         return Budget(float(max_bytes), "max_gram_bytes")
     if xp is not None and backend.is_cupy(xp):
         return Budget(DEVICE_SHARE * free_bytes(xp), f"{DEVICE_SHARE:.0%} of the GPU's free memory")
+    if device not in (None, "cpu"):
+        if client is None:
+            return Budget(DEVICE_SHARE * device_free_bytes(device), f"{DEVICE_SHARE:.0%} of the GPU's free memory")
+        free = client.run(device_free_bytes, device)
+        return Budget(DEVICE_SHARE * min(free.values()),
+                      f"{DEVICE_SHARE:.0%} of the least free GPU memory of the {len(free)} worker(s)", workers=len(free))
     if limits:
         used = client.run(_process_memory)
         to_pause = {a: 0.8 * limit - used.get(a, 0) for a, limit in limits.items()}  # room below the pause line
@@ -147,6 +158,13 @@ def device_free_bytes(device):
     return free_bytes(backend.device_namespace(device))
 
 
+def gram_device(device, meta=None):
+    """``"cuda"`` where a dask fit's or a search's Gram lives on the workers' GPUs (``device``
+    ``"cuda"``, or CuPy chunks: ``meta`` is the dask array's ``_meta``), else None (the host)."""
+    on_gpu = backend.is_array_api(meta) and backend.is_cupy(backend.namespace(meta))
+    return "cuda" if device == "cuda" or on_gpu else None
+
+
 def _shortfall(size, need, budget, extra=""):
     return (f"the {size} x {size} Gram matrix needs {need:,} bytes ({need / 2**30:.2f} GiB){extra} but the "
             f"budget ({budget.where}) is {int(budget.bytes):,} bytes")
@@ -176,19 +194,20 @@ def _listing(held):
 
 
 def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1, xp=None, beside=0,
-                      held=None):
+                      held=None, device=None):
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
     has before dask pauses it (:attr:`Budget.pause_room`, when known); returns the bytes one
     needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"``, ``"linear"`` (the linear kernel's primal), ``"recovery"``,
     ``"search"`` or None) picks
     the advice; ``xp``
-    the namespace of an in-memory fit (CuPy: the GPU's budget); ``beside``: bytes the worker
+    the namespace of an in-memory fit (CuPy: the GPU's budget); ``device``: ``"cuda"`` for a
+    Gram on the GPUs of the client's workers (their budget); ``beside``: bytes the worker
     holds with the Gram (the primal's frequencies), counted against the pause line; ``held``:
     ``{what: bytes}`` an in-memory fit holds with the Gram (its features, frequencies...), the
     Gram and those together checked against the budget (the message names each)."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
-    budget = memory_budget(max_bytes, client, xp)
+    budget = memory_budget(max_bytes, client, xp, device)
     extra = int(sum((held or {}).values()))
     if need + extra > budget.bytes:
         advice = _ADVICE[solver]
@@ -245,7 +264,8 @@ class DualPlan:
     reason: str = ""
 
 
-def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0, n_inputs=0, warn=True):
+def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0, n_inputs=0, device=None,
+              warn=True):
     """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
 
     A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` besides (the inputs
@@ -255,13 +275,14 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     ``held_bytes`` count. With several workers (limits known) the worker that sums the Grams
     holds a second one while it adds it: ``2 M^2 + held_bytes`` must stay below the pause line
     (:attr:`Budget.pause_room`). If they do not fit, a RuntimeWarning says so (unless not
-    ``warn``) and the plan is blocked.
+    ``warn``) and the plan is blocked. ``device`` ``"cuda"``: the Gram lives on the workers'
+    GPUs, the budget is theirs (:func:`memory_budget`).
     A slab's column costs its ``M`` features and its ``n_inputs + 1`` frequencies (at n = 6250
     inputs and M = 3000 samples the frequencies are twice the features: uncounted, they killed
     the workers of a plan that fitted on paper).
     """
     itemsize = np.dtype(dtype).itemsize
-    budget = memory_budget(max_gram_bytes, client)
+    budget = memory_budget(max_gram_bytes, client, device=device)
     gram = int(M) ** 2 * itemsize
     column = (int(M) + (int(n_inputs) + 1 if n_inputs else 0)) * itemsize  # features and frequencies
     smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)

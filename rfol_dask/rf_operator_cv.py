@@ -16,7 +16,6 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from .estimator import OperatorEstimator
 from .features import DISTRIBUTIONS, draw_frequencies, integer_seed
 from .backend import take_rows
-from .memory import memory_budget
 from .placement import pinned, worker_addresses
 from .rf_operator import RandomFeatureOperator
 from .progress import compute
@@ -387,13 +386,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _gram_group(self, M_t, M_v, n_segments, client):
         """How many gammas' Grams and cross-Grams (``n_segments`` each) one pass may hold: half
-        the memory budget (on a GPU, at most :data:`DEVICE_SHARE` of its free memory) over
-        ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
+        the search's memory budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their
+        free memory) over ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
         per = 8.0 * (M_t + M_v) * M_t * n_segments
-        budget = memory_budget(self.max_gram_bytes, client).bytes
-        if self.max_gram_bytes is None and getattr(self, "_device_room", None) is not None:
-            budget = min(budget, self._device_room)  # the search's Grams on a GPU
-        return max(1, int(0.5 * budget // per))
+        return max(1, int(0.5 * self._search_budget(client).bytes // per))
 
     def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None):
         """Validation errors (len(mults), len(Ns), n_alpha) of one split, or their delayed value."""

@@ -44,7 +44,7 @@ from . import backend
 from .estimator import OperatorEstimator, all_or_nothing
 from .gram import stack_rows
 from .linalg import recorded_ridges
-from .memory import DEVICE_SHARE, check_gram_memory, device_free_bytes, free_bytes
+from .memory import DEVICE_SHARE, check_gram_memory, gram_device, memory_budget
 from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute, release
 from .stacklevel import user_stacklevel
@@ -319,7 +319,7 @@ class SelectionCV(OperatorEstimator):
         input's own namespace for array API input, else ``device``: numpy, or CuPy on a GPU), or
         (distributed client) delayed stacked arrays persisted on the cluster; and the client."""
         client = active_client() if lazy and self._distributed_search else None
-        device, self._device_room = self._device(), None
+        device = self._device()
         if lazy:
             U = U.rechunk({1: -1})
             V = V.rechunk({0: U.chunks[0], 1: -1})
@@ -327,13 +327,7 @@ class SelectionCV(OperatorEstimator):
             if lazy:
                 U, V = compute(U, V, desc="selection (read the training data)")
             U, V = (stack_rows([0, X.shape[0]], np.float64, device, X, name=name) for X, name in ((U, "U"), (V, "V")))
-            xp = backend.namespace(U)
-            # a search on a device holds its Grams there: their groups fit what it has free
-            self._device_room = None if backend.is_fast(xp) else DEVICE_SHARE * free_bytes(xp)
             return U, V, None
-        meta = getattr(U, "_meta", None)
-        if device == "cuda" or (backend.is_array_api(meta) and backend.is_cupy(backend.namespace(meta))):  # GPUs
-            self._device_room = DEVICE_SHARE * min(client.run(device_free_bytes, "cuda").values())
         starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
         Us = dask.delayed(stack_rows)(starts, np.float64, device, *U.to_delayed().ravel(), name="U")
         Vs = dask.delayed(stack_rows)(starts, np.float64, device, *V.to_delayed().ravel(), name="V")
@@ -345,14 +339,21 @@ class SelectionCV(OperatorEstimator):
         peak on a split of ``M_t`` training and ``M_v`` validation rows (subclasses; float64)."""
         return {}
 
-    def _check_search_memory(self, splits, client, xp):
+    def _search_budget(self, client):
+        """The :class:`rfol_dask.memory.Budget` of the search's Grams, by the rule of the fits'
+        (:func:`rfol_dask.memory.memory_budget`): ``max_gram_bytes``, else, where they live on GPUs
+        (``device="cuda"`` or CuPy input), 60 % of the least free GPU memory of the client's
+        workers (of this process's GPU without a client), else the host memory of the client's
+        workers or of this machine."""
+        return memory_budget(self.max_gram_bytes, client, device=self._grams_on)
+
+    def _check_search_memory(self, splits, client):
         """ValueError before any work when the search's least peak on its largest split (the
-        training Gram and :meth:`_search_memory`) exceeds the memory budget (``max_gram_bytes``,
-        else the client's workers', the GPU's share with ``xp`` CuPy, or this machine's): the
-        refit's own check came only after the whole search."""
+        training Gram and :meth:`_search_memory`) exceeds the memory budget
+        (:meth:`_search_budget`): the refit's own check came only after the whole search."""
         M_t, M_v = max(((len(tr), len(va)) for tr, va in splits), key=lambda s: (s[0], s[1]))
-        check_gram_memory(M_t, np.float64, self.max_gram_bytes, client, solver="search", xp=xp,
-                          held=self._search_memory(M_t, M_v))
+        check_gram_memory(M_t, np.float64, self.max_gram_bytes, client, solver="search",
+                          device=self._grams_on, held=self._search_memory(M_t, M_v))
 
     def _refit_candidates(self):
         """``(name, values)``: the base estimator's parameter by which the candidates' refits differ
@@ -360,14 +361,15 @@ class SelectionCV(OperatorEstimator):
         return None, [None]
 
     def _check_refit_memory(self, U, V, lazy, dtype):
-        """With ``refit``, before the search, ValueError when the refit on all of ``U`` (M, n) and
-        ``V`` (M, m), in ``dtype``, of any candidate (:meth:`_refit_candidates`) would be refused
-        for memory by the base estimator's own check (``_check_memory``: an in-memory refit's Gram
-        with what it holds beside it; on dask, the primal's), and NotImplementedError when it
-        could not run at all (dask input on a GPU: the primal, a dual Gram that does not fit one
-        GPU worker, a kernel fit), instead of after the search. Every value a winner may take is
-        checked, so the message names all that would be refused (for the random features, the
-        larger ``n_features`` of the search and of its growth)."""
+        """With ``refit``, before the search (and before a dask input is read for it), ValueError
+        when the refit on all of ``U`` (M, n) and ``V`` (M, m), in ``dtype``, of any candidate
+        (:meth:`_refit_candidates`) would be refused for memory by the base estimator's own check
+        (``_check_memory``: an in-memory refit's Gram with what it holds beside it; on dask, the
+        primal's), and NotImplementedError when it could not run at all (dask input on a GPU:
+        the primal, a dual Gram that does not fit one GPU worker, a kernel fit), instead of after
+        the search. Every value a winner may take is checked, so the message names all that would
+        be refused (for the random features, the larger ``n_features`` of the search and of its
+        growth)."""
         if not self.refit:
             return
         client = active_client() if lazy else None
@@ -394,10 +396,14 @@ class SelectionCV(OperatorEstimator):
         splits = self._splits(M)
         self._seed_search()
         refit_dtype = self.__dict__.pop("_refit_dtype", None) or dtype
+        # where the search's Grams live (:meth:`_search_budget`): on GPUs with device="cuda" or CuPy
+        # input (the client's workers', or this process's), else on the host
+        self._grams_on = gram_device(self._device(), getattr(U, "_meta", U))
+        # before the data are read: the search's least peak on its largest split, then the refit
+        self._check_search_memory(splits, active_client() if lazy and self._distributed_search else None)
+        self._check_refit_memory(U, V, lazy, refit_dtype)
         X, Y, client = self._data(U, V, lazy)
         splits = self._scored_splits(splits, Y, client)
-        self._check_search_memory(splits, client, None if client is not None else backend.namespace(X))
-        self._check_refit_memory(U, V, lazy, refit_dtype)
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
         self._prepare(X, client)
         values, column = self._metric_values(), self._metric_column()

@@ -430,8 +430,10 @@ def test_cv_search_runs_on_the_device(fake_cuda, scored_in, data, est, kw):
 
 def test_cv_search_groups_its_grams_by_the_device_memory(fake_cuda, data, monkeypatch):
     """A search on a device holds as many gammas' Grams at once as the device has room for (a
-    share of its free memory, not the host's); fewer at a time give the same errors."""
-    from rfol_dask import RandomFeatureOperatorCV, selection
+    share of its free memory, not the host's); fewer at a time give the same errors. Its check
+    before the search measures against the same share: a device with room for its least peak
+    (one gamma's Grams, the solve's copy and two slabs: 163,968 bytes) runs, 2 gammas at a time."""
+    from rfol_dask import RandomFeatureOperatorCV, memory, selection
 
     U, V = data
     kw = dict(n_features=96, distributions=("gaussian",), gammas=(0.5, 1.0, 2.0), alphas=(1e-6, 1e-2), random_state=0)
@@ -439,12 +441,13 @@ def test_cv_search_groups_its_grams_by_the_device_memory(fake_cuda, data, monkey
     groups = []
     real = RandomFeatureOperatorCV._gram_group
     monkeypatch.setattr(RandomFeatureOperatorCV, "_gram_group", lambda self, *a: groups.append(real(self, *a)) or groups[-1])
-    monkeypatch.setattr(selection, "free_bytes", lambda xp: 8.0 * 70 * 56 * 2 / selection.DEVICE_SHARE)
+    monkeypatch.setattr(memory, "free_bytes", lambda xp: 164_000 / selection.DEVICE_SHARE)
     model = RandomFeatureOperatorCV(device="cuda", **kw).fit(U, V)
-    assert groups and max(groups) == 1 and model._device_room == 8.0 * 70 * 56 * 2
+    assert groups and max(groups) == 2  # 0.5 x 164,000 bytes over 8 x 70 x 56 a gamma
+    assert model._search_budget(None).bytes == pytest.approx(164_000)
     same_scores(model, want, TOL)
     RandomFeatureOperatorCV(**kw).fit(U, V)
-    assert max(groups[-2:]) > 1  # on the host: the host's budget
+    assert max(groups[-2:]) > 2  # on the host: the host's budget
 
 
 @pytest.mark.cluster
@@ -466,7 +469,7 @@ def test_cv_search_on_the_device_through_a_distributed_worker(fake_cuda, scored_
         assert not client.futures
     ran = {key_split(t["key"]) for t in ts.data}
     assert {"stack_rows", "validation_slab", "path_errors"} <= ran  # searched on the worker
-    assert model._device_room > 0  # its Grams grouped by the workers' device memory
+    assert model._grams_on == "cuda"  # its Grams grouped by the workers' device memory
     assert scored_in == {"array_api_strict"}
     assert model.best_params_ == on_cpu.best_params_
     same_scores(model, on_cpu, TOL)

@@ -343,7 +343,8 @@ def test_in_memory_gpu_dual_counts_its_slabs_not_the_whole_features(data, monkey
 
 def test_auto_solver_on_dask_cupy_chunks_is_the_dual(data):
     """N < M would pick the primal, which dask input on a GPU does not have: "auto" picks the
-    streamed dual there (an explicit solver="primal" still says why it cannot run)."""
+    streamed dual there (an explicit solver="primal" still says why it cannot run, whatever the
+    memory: not a memory error it could not fix)."""
     da = pytest.importorskip("dask.array")
     U, V = data
     U2 = U.reshape(300, -1)
@@ -354,6 +355,8 @@ def test_auto_solver_on_dask_cupy_chunks_is_the_dual(data):
     assert rel(model.coef_, RandomFeatureOperator(solver="dual", **kw).fit(U2, V).coef_) < RTOL
     with pytest.raises(NotImplementedError, match="streamed dual only"):
         RandomFeatureOperator(solver="primal", **kw).fit(Ud, Vd)
+    with pytest.raises(NotImplementedError, match="streamed dual only, not the primal"):
+        RandomFeatureOperator(solver="primal", max_gram_bytes=1000, **kw).fit(Ud, Vd)
 
 
 def test_a_max_gram_bytes_beyond_the_gpu_warns(data, monkeypatch):
@@ -365,21 +368,22 @@ def test_a_max_gram_bytes_beyond_the_gpu_warns(data, monkeypatch):
 
 
 def _no_search(monkeypatch):
-    """Make the search fail: what is refused must be refused before it."""
+    """Make reading the data for a search, or the search itself, fail: what is refused must be
+    refused before either."""
     from rfol_dask.selection import SelectionCV
 
     def fail(*args, **kwargs):
-        raise AssertionError("searched")
+        raise AssertionError("read the data to search")
 
-    monkeypatch.setattr(SelectionCV, "_search", fail)
+    monkeypatch.setattr(SelectionCV, "_data", fail)
 
 
 @pytest.mark.parametrize("case", ["blocked", "blocked_cupy_chunks", "primal", "kernel"])
 def test_gpu_dask_search_refuses_a_refit_it_cannot_run_before_searching(data, case, monkeypatch):
     """A search on GPUs whose refit on dask input could not run there (the primal, a dual Gram
     that does not fit one GPU worker: the blocked dual; any kernel fit) raised
-    NotImplementedError after the whole search. It is refused before the search, with the
-    refit's message, at every n_features a winner may take; a refit that fits is not."""
+    NotImplementedError after the whole search. It is refused before the data are read, with
+    the refit's message, at every n_features a winner may take; a refit that fits is not."""
     import dask.array as da
 
     from rfol_dask import RandomFeatureOperatorCV
@@ -411,11 +415,11 @@ def test_gpu_dask_search_refuses_a_refit_it_cannot_run_before_searching(data, ca
     with pytest.raises(NotImplementedError, match=match):
         search.fit(Ud, Vd)
     search.set_params(refit=False)  # searching only: nothing to refuse
-    with pytest.raises(AssertionError, match="searched"):
+    with pytest.raises(AssertionError, match="read the data"):
         search.fit(Ud, Vd)
     if case.startswith("blocked"):  # a budget with room for the streamed dual's Gram, data and slabs
         search.set_params(refit=True, max_gram_bytes=1_400_000)
-        with pytest.raises(AssertionError, match="searched"):
+        with pytest.raises(AssertionError, match="read the data"):
             search.fit(Ud, Vd)
 
 
@@ -435,3 +439,72 @@ def test_cli_tune_on_gpu_refuses_a_refit_it_cannot_run_before_searching(tmp_path
     assert "RandomFeatureOperatorCV would refit its winner on all 24 training samples" in err
     assert "dask input is fitted by the streamed dual only, not the primal" in err
 
+
+def _gpu_free(monkeypatch, free):
+    """This process's GPU (and the in-process workers') has ``free`` bytes free, its pool none."""
+    monkeypatch.setattr(cupy.cuda.runtime, "memGetInfo", lambda: (free, 8 * free))
+    monkeypatch.setattr(cupy.get_default_memory_pool(), "free_bytes", lambda: 0)
+
+
+@pytest.mark.parametrize("free", [2_000_000, 3_000_000])
+def test_dask_gpu_fit_is_planned_on_the_gpu_memory(data, monkeypatch, free):
+    """A dask fit on a GPU plans its dual against 60 % of the GPU's free memory, as the in-memory
+    GPU fit checks its Gram (the host's memory used to be counted): the Gram with U, V and two
+    64-column slabs (1,319,360 bytes) does not fit 60 % of 2 MB (the blocked dual, which a GPU
+    cannot run: refused before any work), fits 60 % of 3 MB."""
+    import dask.array as da
+
+    U, V = data
+    U2 = U.reshape(300, -1)
+    kw = dict(n_features=100, gamma=0.05, alpha=1e-6, random_state=12, solver="dual", device="cuda")
+    _gpu_free(monkeypatch, free)
+    fit = functools.partial(RandomFeatureOperator(**kw).fit, da.from_array(U2, chunks=100),
+                            da.from_array(V, chunks=100))
+    if free == 2_000_000:
+        with pytest.raises(NotImplementedError, match=r"not the blocked dual \(the Gram does not fit one worker: the "
+                                                      r"300 x 300 Gram matrix needs 720,000 bytes .* the budget \(60% "
+                                                      r"of the GPU's free memory\) is 1,200,000 bytes\)"):
+            fit()
+    else:
+        want = RandomFeatureOperator(**{**kw, "device": "cpu"}).fit(U2, V)
+        assert rel(fit().coef_, want.coef_) < RTOL
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("free", [2_000_000, 3_000_000])
+def test_distributed_gpu_search_checks_the_workers_gpu_memory(data, monkeypatch, free):
+    """A search on GPU workers holds its Grams on their GPUs: its check before the search (and
+    the refit's plan) measures 60 % of the least free GPU memory of the workers, as the fits on
+    a GPU do, not the workers' host memory limits. Its least peak on the 240 training rows (the
+    Gram, the cross-Gram, the solve's copy and two slabs: 1,516,800 bytes) does not fit 60 % of
+    2 MB: refused before the data are read; fits 60 % of 3 MB: searched and refitted on the
+    worker's GPU. (An in-process worker, so that it sees this process's GPU memory.)"""
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.selection import SelectionCV
+
+    U, V = data
+    U2 = U.reshape(300, -1)
+    kw = dict(n_features=100, distributions=("gaussian",), gammas=(0.5, 2.0), alphas=(1e-6, 1e-3), random_state=0,
+              device="cuda")
+    searched, real = [], SelectionCV._search
+    monkeypatch.setattr(SelectionCV, "_search", lambda self, *a: searched.append(1) or real(self, *a))
+    _gpu_free(monkeypatch, free)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        assert client.run(lambda: cupy.cuda.runtime.memGetInfo()[0]) == {a: free for a in client.run(lambda: 0)}
+        fit = functools.partial(RandomFeatureOperatorCV(**kw).fit, da.from_array(U2, chunks=100),
+                                da.from_array(V, chunks=100))
+        if free == 2_000_000:
+            with pytest.raises(ValueError, match=r"the 240 x 240 Gram matrix needs 460,800 bytes .* but the budget "
+                                                 r"\(60% of the least free GPU memory of the 1 worker\(s\)\) is "
+                                                 r"1,200,000 bytes; search on fewer samples"):
+                fit()
+            assert not searched
+        else:
+            model = fit()
+            assert searched and model.best_estimator_.device == "cuda"
+            want = RandomFeatureOperatorCV(**{**kw, "device": "cpu"}).fit(U2, V)
+            assert model.best_params_ == want.best_params_

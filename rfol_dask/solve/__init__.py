@@ -22,8 +22,8 @@ import dask.array as da
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..backend import device_namespace, is_array_api, is_cupy, namespace
-from ..memory import check_gram_memory, check_tile_memory, dual_plan, n_slots
+from ..backend import device_namespace, is_array_api
+from ..memory import check_gram_memory, check_tile_memory, dual_plan, gram_device, n_slots
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
 from .in_memory import fit_numpy, held_beside_gram
@@ -76,18 +76,19 @@ def dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes=None, clien
                   warn=True):
     """The :class:`rfol_dask.memory.DualPlan` of a dask fit of ``M`` samples, ``n`` inputs and ``m``
     outputs (None for the primal), after the checks that refuse it before any work:
-    ValueError when the primal's Gram does not fit (:func:`check_primal_memory`); on GPUs
+    ValueError when the primal's Gram does not fit on the CPU (:func:`check_primal_memory`); on GPUs
     (``device="cuda"``, or array API chunks: ``meta``), NotImplementedError for the primal
-    and for the blocked dual (the Gram with the data and slabs does not fit one worker,
-    :func:`rfol_dask.memory.dual_plan`), which have no GPU path.
+    and for the blocked dual (the Gram with the data and slabs does not fit 60 % of a GPU
+    worker's free memory, :func:`rfol_dask.memory.memory_budget`), which have no GPU path.
     ``warn=False``: no RuntimeWarning for a blocked plan (a check made ahead of the fit, by a search)."""
     dtype = np.dtype(dtype)
     on_device = device != "cpu" or is_array_api(meta)
     plan = None
     if solver == "dual":
         plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=M * (n + m) * dtype.itemsize,
-                         n_features=n_features, n_inputs=n, warn=warn and not on_device)
-    else:
+                         n_features=n_features, n_inputs=n, device=gram_device(device, meta),
+                         warn=warn and not on_device)
+    elif not on_device:  # on GPUs the primal is refused whatever its size
         check_primal_memory(n, n_features, dtype, max_gram_bytes, client)
     if on_device and (plan is None or plan.blocked):
         raise NotImplementedError(
@@ -159,7 +160,7 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         the data hold NaN / Inf (the samples are named).
     NotImplementedError
         On a GPU (``device="cuda"`` or CuPy chunks) with the primal or the blocked dual
-        (:func:`dask_fit_plan`).
+        (:func:`dask_fit_plan`; the budget is the GPU workers' free memory).
 
     Notes
     -----
@@ -188,6 +189,6 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
         check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)
         return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common)
-    draw_on = "cuda" if device == "cuda" or (is_array_api(meta) and is_cupy(namespace(meta))) else None
+    draw_on = gram_device(device, meta)
     return fit_streamed(Ub, Vb, starts, m, frequencies, n_features=n_features, dtype=dtype,
                         slab_bytes=plan.slab_bytes, device=device, draw_on=draw_on, n_inputs=n, **common)
