@@ -520,11 +520,15 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             block, args = self._predict_kernel()
             xp = backend.device_namespace(self._device())
             Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))  # numpy in, numpy out
-        if backend.is_array_api(Y):
+        if backend.is_array_api(Y):  # a DataArray of CuPy values gives one: its kind, not its values, is xarray
             xp, shape = backend.namespace(Y), self.output_shape_
             if output_grid is not None:  # the recovery maps are numpy: resampled on the host, moved back
-                return backend.to_namespace(self._output_on_grid(backend.to_numpy(Y), u, output_grid), xp)
-            return xp.reshape(Y, (Y.shape[0], *shape))
+                out = self._output_on_grid(backend.to_numpy(Y), u, output_grid)
+                if isinstance(out, xr.DataArray):
+                    return out.copy(data=backend.to_namespace(out.data, xp))
+                return backend.to_namespace(out, xp)
+            Y = xp.reshape(Y, (Y.shape[0], *shape))
+            return self._output_on_grid(Y, u, None) if u.kind == "xarray" else Y
         return self._output_on_grid(Y, u, output_grid)
 
     def score(self, X: Data, y: Functions | None = None, sample_weight: None = None) -> float:

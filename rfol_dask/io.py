@@ -420,7 +420,8 @@ def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     xarray, wrap with the coordinates along ``sample`` of ``template`` (its labels and e.g. a
     ``time(sample)``), its scalar coordinates (but one named as an output dim) and the output
     grid ``coords``."""
-    values = values.reshape((values.shape[0], *grid_shape))
+    if tuple(values.shape[1:]) != tuple(grid_shape):  # (arrays of the array API have no reshape method)
+        values = values.reshape((values.shape[0], *grid_shape))
     if template.kind != "xarray":
         return values
     dims = dims or tuple(f"dim_{k}" for k in range(len(grid_shape)))

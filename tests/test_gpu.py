@@ -285,6 +285,30 @@ def test_predict_cupy_input_on_another_grid():
     assert rel(pred, cpu.predict(fields(y)[:10], input_grid=y)) < RTOL
 
 
+def test_predict_cupy_backed_xarray_gives_xarray(data):
+    """A DataArray holding CuPy values is predicted on its GPU and comes back as a DataArray (its
+    sample coordinates, the output grid and attributes, CuPy values), as numpy- and dask-backed
+    ones do, also resampled to another output grid (on the host, moved back); it came back as a
+    bare CuPy array."""
+    import xarray as xr
+
+    x = np.linspace(0.0, 1.0, 8)
+    z = np.linspace(0.0, 1.0, 30)
+    U, V = data
+    U = xr.DataArray(U, dims=("sample", "x", "y"), coords={"sample": np.arange(300) * 2, "x": x, "y": x})
+    V = xr.DataArray(V, dims=("sample", "z"), coords={"z": z}, attrs={"units": "m"})
+    model = RandomFeatureOperator(n_features=400, gamma=0.05, alpha=1e-6, random_state=13, device="cuda").fit(U, V)
+    X = U[:20].copy(data=cupy.asarray(U[:20].values))
+    for kw in ({}, {"output_grid": np.linspace(0.0, 1.0, 45)}):
+        want = model.predict(U[:20], **kw)
+        pred = model.predict(X, **kw)
+        assert isinstance(pred, xr.DataArray) and isinstance(pred.data, cupy.ndarray)
+        assert pred.dims == want.dims and pred.attrs == want.attrs == {"units": "m"}
+        for name in ("sample", "z"):
+            np.testing.assert_array_equal(pred[name].values, want[name].values)
+        assert rel(pred.data, want.values) < RTOL
+
+
 def test_streamed_intercept_reaches_the_client_as_numpy(data, monkeypatch):
     """The streamed dual's results leave the workers as numpy (a client without a GPU cannot
     unpickle CuPy arrays): the coefficient rows and the intercept alike."""
