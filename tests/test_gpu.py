@@ -102,6 +102,45 @@ def test_save_on_gpu_load_on_cpu(tmp_path, data):
     assert rel(loaded.predict(U[:20]), want) < RTOL
 
 
+def test_device_cuda_xarray_in_numpy_backed_xarray_out(data):
+    """xarray input with device="cuda" is fitted on the GPU and predicted as a DataArray of numpy
+    values with the numpy fit's coordinates and attributes (lazily too, for dask-backed input)."""
+    import xarray as xr
+
+    U, V = data
+    x = np.linspace(0.0, 1.0, 8)
+    U = xr.DataArray(U, dims=("sample", "x", "y"), coords={"x": x, "y": x})
+    V = xr.DataArray(V, dims=("sample", "z"), coords={"z": np.linspace(0.0, 1.0, 30)}, attrs={"units": "K"})
+    kw = dict(n_features=400, gamma=0.05, alpha=1e-6, random_state=14)
+    want = RandomFeatureOperator(**kw).fit(U, V).predict(U[:20])
+    model = RandomFeatureOperator(device="cuda", **kw).fit(U, V)
+    assert isinstance(model.coef_, cupy.ndarray)
+    for X in (U[:20], U[:20].chunk({"sample": 10})):
+        pred = model.predict(X).compute()
+        assert isinstance(pred, xr.DataArray) and isinstance(pred.data, np.ndarray)
+        assert pred.dims == want.dims and pred.attrs == want.attrs
+        np.testing.assert_array_equal(pred["z"].values, want["z"].values)
+        assert rel(pred.values, want.values) < RTOL
+
+
+@pytest.mark.parametrize("kw", [dict(kernel="matern52", length_scale=8.0, nugget=1e-6),
+                                dict(kernel="linear", nugget=1e-8)])  # the linear kernel: its primal weights
+def test_kernel_operator_saved_on_gpu_loads_and_predicts_on_cpu(tmp_path, data, kw):
+    """A KernelOperator fitted on the GPU (CuPy input, and numpy with device="cuda") saves numpy
+    (its training inputs and dual coefficients, or the linear kernel's primal weights) and loads
+    to predict numpy input as the CPU fit does."""
+    U, V = data
+    want = KernelOperator(**kw).fit(U, V).predict(U[:30])
+    for name, model in (("cupy", KernelOperator(**kw).fit(cupy.asarray(U), cupy.asarray(V))),
+                        ("device", KernelOperator(device="cuda", **kw).fit(U, V))):
+        model.save(tmp_path / name)
+        loaded = KernelOperator.load(tmp_path / name)
+        fitted = loaded.dual_coef_ if loaded.coef_ is None else loaded.coef_
+        assert isinstance(fitted, np.ndarray)
+        pred = loaded.predict(U[:30])
+        assert isinstance(pred, np.ndarray) and rel(pred, want) < RTOL
+
+
 @pytest.mark.parametrize("kw", [dict(kernel="matern52", length_scale=8.0, nugget=1e-6),
                                 dict(kernel="linear", nugget=1e-8)])  # the linear kernel: its primal
 def test_kernel_operator_on_gpu(data, kw):
