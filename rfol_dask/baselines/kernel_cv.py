@@ -15,10 +15,10 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..backend import as_fortran, centre_gram, copy, fill_diagonal, namespace, take_rows
+from ..backend import as_fortran, centre_gram, copy, diagonal, fill_diagonal, namespace, take_rows
 from ..estimator import OperatorEstimator
 from ..selection import DEFAULT_REFINE, SelectionCV
-from ..tuning import path_errors
+from ..tuning import path_errors, rounding_floor
 from .kernel import KernelOperator, pca, transform_inputs
 from .kernels import KERNELS, kernel_values, sq_distances
 
@@ -29,21 +29,24 @@ DEFAULT_LENGTH_SCALES = tuple(4.0 ** np.arange(-2, 3))
 
 
 def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None, X_v=None):
-    """Centred training Gram ``H K_tt H`` (M_t, M_t) and validation cross-Gram (M_v, M_t) for one
-    kernel and length scale, from the squared distances (for ``"linear"``, from ``X_t``, ``X_v``):
-    the kernel of features centred by their training mean, as :class:`KernelOperator` fits it."""
+    """Centred training Gram ``H K_tt H`` (M_t, M_t), validation cross-Gram (M_v, M_t) and the
+    trace of ``K_tt`` for one kernel and length scale, from the squared distances (for
+    ``"linear"``, from ``X_t``, ``X_v``): the kernel of features centred by their training mean,
+    as :class:`KernelOperator` fits it. The centring subtracts entries of ``K_tt``'s size, so its
+    trace sets the Gram's rounding floor (:func:`rfol_dask.tuning.rounding_floor`)."""
     if kernel == "linear":
         K_tt, K_vt = X_t @ X_t.T, X_v @ X_t.T
     else:
         K_tt, K_vt = kernel_values(copy(D2_tt), kernel, length_scale), kernel_values(copy(D2_vt), kernel, length_scale)
+    xp = namespace(K_tt)
+    trace = float(xp.sum(diagonal(K_tt)))
     if fit_intercept:
-        xp = namespace(K_tt)
         r = xp.mean(K_tt, axis=0)
         c = xp.mean(r)
         K_vt -= xp.mean(K_vt, axis=1)[:, None]
         K_vt -= r[None, :] - c
         K_tt = centre_gram(K_tt, r, c)  # exactly symmetric, as the factorisation needs
-    return K_tt, K_vt
+    return K_tt, K_vt, trace
 
 
 class KernelOperatorCV(SelectionCV):
@@ -114,7 +117,9 @@ class KernelOperatorCV(SelectionCV):
         :class:`rfol_dask.RandomFeatureOperatorCV`).
     best_score_, best_index_, cv_results_, best_estimator_, search_time_, refit_time_
         As in :class:`rfol_dask.RandomFeatureOperatorCV` (``cv_results_`` has ``family`` = the
-        kernel, ``length_scale`` and ``nugget`` columns).
+        kernel, ``length_scale``, ``nugget`` and ``nugget_floor`` columns; the floor is that of
+        the uncentred kernel matrix, whose entries the centring subtracts: ``2 eps sqrt(M_t)`` for
+        the kernels of unit diagonal).
     median_scales_ : dict
         The median-heuristic length scale of each kernel (one value).
     n_splits_ : int
@@ -240,11 +245,13 @@ class KernelOperatorCV(SelectionCV):
             self._distances = None  # the fitted estimator keeps no M_t x M_t arrays
 
     def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None):
-        """Validation errors (len(mults), 1, n_nugget) of one split."""
+        """Validation errors of one split, then each Gram's rounding floor: (len(mults), 1,
+        n_nugget + 1)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
+        args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
         for m in mults:
-            G, K = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
-            out.append([path_errors(as_fortran(G), K, Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path,
-                                    alpha_center)])
+            G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
+            floor = rounding_floor(G, trace)
+            out.append([np.append(path_errors(as_fortran(G), K, *args, floor=floor), floor)])
         return np.asarray(out)
