@@ -406,6 +406,10 @@ class EigenPath:
     V : ndarray (M_t, m)
         Training outputs.
     fit_intercept : bool
+    design : ndarray (M_t, p) or None
+        The primal problem instead (the linear kernel): ``G`` is ``X_c^T X_c`` (p, p) of the
+        centred training inputs ``design``, ``K`` the centred validation inputs (M_v, p), and
+        the right-hand sides are ``X_c^T (V - vbar)``.
 
     Cost: ``eigh`` (LAPACK ``syevr``: measured as much as 9-24 Cholesky factorisations of the
     same size at M = 1000-6000, one thread; see :func:`eigh_pays`) plus
@@ -416,7 +420,7 @@ class EigenPath:
     eigenvalue) scores ``inf``, as the Cholesky path's failed factorisation does.
     """
 
-    def __init__(self, G, K, V, fit_intercept=True):
+    def __init__(self, G, K, V, fit_intercept=True, design=None):
         from .linalg import factor_threads
 
         xp = backend.namespace(G, K, V)
@@ -429,7 +433,8 @@ class EigenPath:
             self.vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
             self.lam_min = float(xp.min(lam)) if M else 0.0
             self.lam = xp.maximum(lam, xp.zeros_like(lam))
-            self.R = Q.T @ (V - self.vbar)
+            rhs = V - self.vbar
+            self.R = Q.T @ (rhs if design is None else design.T @ rhs)
             self.W = K @ Q
 
     def predict(self, alpha):
@@ -445,7 +450,7 @@ class EigenPath:
                          for a in alphas])
 
 
-def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
+def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):
     """The validation errors of :meth:`EigenPath.errors` by one Cholesky factorisation (and
     solve) per alpha; an alpha at which ``G + alpha I`` is not numerically positive definite
     scores ``inf`` (no jitter). Each factorisation is made in place in ``G``, whose lower
@@ -455,17 +460,19 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     outputs, or against the ``M_v`` validation rows ``K^T`` when ``M_v < m``. Memory: ``G`` and
     the solves (``2 M_t min(m, M_v) + M_v m``), no copy of ``G`` (numpy, CuPy: the factor is
     made in place, :func:`rfol_dask.backend.ridge_factor`; other namespaces factorise a copy).
-    Cost ``M_t^3 / 3 + 2 M_t^2 min(m, M_v) + 2 M_v M_t m`` flops per alpha."""
+    Cost ``M_t^3 / 3 + 2 M_t^2 min(m, M_v) + 2 M_v M_t m`` flops per alpha. ``design``: the primal
+    problem, as for :class:`EigenPath`."""
     from .linalg import factor_threads
 
     xp = backend.namespace(G, K, V)
     keep = scored_rows(V_valid)
     vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
-    Vc = backend.as_fortran(V - vbar)
+    Vc = V - vbar
+    Vc = backend.as_fortran(Vc if design is None else design.T @ Vc)
     G = backend.as_fortran(G)
     factor, restore = backend.ridge_factor(G)
     out = []
-    M, m, M_v = G.shape[0], V.shape[1], K.shape[0]
+    M, m, M_v = G.shape[0], Vc.shape[1], K.shape[0]
     by_rows = M_v < m  # solve for K (G + alpha I)^-1 (M_v right-hand sides), then times V
     rhs = backend.as_fortran(K.T) if by_rows else Vc
     with blas_limits(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * min(m, M_v) + 2.0 * M_v * M * m)):
@@ -487,7 +494,7 @@ def eigh_pays(n_alphas, M):
     return n_alphas >= np.sqrt(M) / 3
 
 
-def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=True):
+def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=True, design=None):
     """:func:`cholesky_errors` on the ``2 half_width + 1`` alphas around index ``center`` of
     ``alphas``, widened by one alpha at a time on a side while the best error sits on that edge
     of the window (and not on the grid's edge); the alphas left out score NaN. ``G`` is kept."""
@@ -495,7 +502,7 @@ def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=
     n = len(alphas)
     lo, hi = max(0, center - half_width), min(n, center + half_width + 1)
     out = np.full(n, np.nan)
-    solve = functools.partial(cholesky_errors, G, K, V, V_valid, fit_intercept=fit_intercept)
+    solve = functools.partial(cholesky_errors, G, K, V, V_valid, fit_intercept=fit_intercept, design=design)
     out[lo:hi] = solve(alphas[lo:hi])
     while True:
         best = lo + int(np.argmin(out[lo:hi]))
@@ -520,7 +527,7 @@ def path_method(n_alphas, M, method="auto", center=None, half_width=2):
 
 
 def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", center=None, half_width=2,
-                floor=None):
+                floor=None, design=None):
     """Mean relative L2 validation errors (n_alpha,) of the dual ridge problem for every alpha:
     ``method="eigh"`` (:class:`EigenPath`), ``"cholesky"`` (:func:`cholesky_errors`) or
     ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten.
@@ -531,7 +538,8 @@ def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", cen
     while its best is on its edge); the other alphas score NaN.
 
     The alphas below ``floor`` (default :func:`rounding_floor` of ``G``) are not eligible: they
-    score NaN, unsolved (a window centred below it starts at the first alpha above it)."""
+    score NaN, unsolved (a window centred below it starts at the first alpha above it).
+    ``design``: the primal problem (:class:`EigenPath`)."""
     alphas = np.asarray(alphas, dtype=float)
     floor = rounding_floor(G) if floor is None else floor
     idx = np.flatnonzero(alphas >= floor)  # the eligible alphas
@@ -543,12 +551,12 @@ def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", cen
     if method == "window":
         scored_rows(V_valid)  # before a window is solved
         start = min(int(np.searchsorted(idx, int(center))), len(idx) - 1)  # the centre, or the first eligible above it
-        out[idx] = window_errors(G, K, V, V_valid, alphas[idx], start, half_width, fit_intercept)
+        out[idx] = window_errors(G, K, V, V_valid, alphas[idx], start, half_width, fit_intercept, design)
         return out
     if method == "eigh":
-        out[idx] = EigenPath(G, K, V, fit_intercept).errors(alphas[idx], V_valid)
+        out[idx] = EigenPath(G, K, V, fit_intercept, design).errors(alphas[idx], V_valid)
     elif method == "cholesky":
-        out[idx] = cholesky_errors(G, K, V, V_valid, alphas[idx], fit_intercept)
+        out[idx] = cholesky_errors(G, K, V, V_valid, alphas[idx], fit_intercept, design)
     else:
         raise ValueError(f"unknown ridge path method {method!r}; choose 'auto', 'eigh' or 'cholesky'")
     return out

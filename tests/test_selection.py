@@ -278,6 +278,30 @@ def test_every_ridge_path_picks_a_nugget_the_refit_can_factorise():
         np.testing.assert_allclose(floor[final], 2 * np.finfo(float).eps * np.sqrt(res["n_train_rows"][final]))
 
 
+@pytest.mark.parametrize("path", ["eigh", "cholesky"])
+@pytest.mark.parametrize("cv", [None, 3])
+def test_linear_kernel_candidates_are_scored_as_the_refit_fits_them(path, cv):
+    """With fewer inputs (64, of rank 5) than samples the linear kernel is refitted in the primal
+    (ridge on the inputs); its candidates are scored in the primal too, and their validation
+    errors are those of scikit-learn's Ridge(solver="svd") on each split's rows, at small nuggets
+    too, where the rank-5 dual Gram lost digits (scores 1e-3 off at nugget 1e-10)."""
+    from sklearn.linear_model import Ridge
+
+    U, V = smooth_operator_data(200, 64)
+    V = V + 0.05 * np.sin(7 * U[:, ::-1])  # outputs outside the inputs' span: the ridge matters
+    nuggets = (1e-10, 1e-6, 1e-2, 1.0)
+    search = KernelOperatorCV(kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path).fit(U, V)
+    res = search.cv_results_
+    splits = search._splits(len(U))
+    for k, nugget in enumerate(res["nugget"]):
+        for j, (tr, va) in enumerate(splits):
+            ref = Ridge(alpha=nugget, solver="svd").fit(U[tr], V[tr]).predict(U[va])
+            assert -res[f"split{j}_test_score"][k] == pytest.approx(relative_l2_error(V[va], ref), rel=1e-10)
+    assert search.best_estimator_.coef_ is not None  # the refit's primal
+    ridge = Ridge(alpha=search.best_params_["nugget"], solver="svd").fit(U, V)
+    np.testing.assert_allclose(search.predict(U[:20]), ridge.predict(U[:20]), rtol=1e-10, atol=1e-12)
+
+
 @parametrize_with_checks([KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))])
 def test_sklearn_compatible_kernel_cv(estimator, check):
     check(estimator)

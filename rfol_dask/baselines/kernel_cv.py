@@ -5,6 +5,9 @@ Per split, the squared distances (training x training and validation x training)
 once and every (kernel, length scale) candidate is an elementwise map of them; one
 eigendecomposition of each centred training Gram gives every nugget (or one Cholesky
 factorisation per nugget where cheaper: :func:`rfol_dask.tuning.path_errors`).
+The linear kernel with fewer inputs than training samples is scored as :class:`KernelOperator`
+refits it, in the primal: one eigendecomposition of the ``p x p`` Gram of the centred inputs
+gives every nugget (the dual's rank-``p`` Gram lost digits at small nuggets).
 """
 
 from __future__ import annotations
@@ -47,6 +50,17 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
         K_vt -= r[None, :] - c
         K_tt = centre_gram(K_tt, r, c)  # exactly symmetric, as the factorisation needs
     return K_tt, K_vt, trace
+
+
+def linear_primal(X_t, X_v, fit_intercept):
+    """The linear kernel's primal problem of one split, as :class:`KernelOperator` solves it with
+    fewer inputs ``p`` than samples: ``(X_c^T X_c (p, p), X_vc (M_v, p), X_c (M_t, p))``, the
+    training inputs ``X_t`` (M_t, p) and validation inputs ``X_v`` centred by the training mean
+    (or as they are), for :func:`rfol_dask.tuning.path_errors` with ``design=X_c``."""
+    if fit_intercept:
+        xbar = namespace(X_t).mean(X_t, axis=0)
+        X_t, X_v = X_t - xbar, X_v - xbar
+    return X_t.T @ X_t, X_v, X_t
 
 
 class KernelOperatorCV(SelectionCV):
@@ -130,7 +144,8 @@ class KernelOperatorCV(SelectionCV):
         As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Cost per split: ``3 M_t (M_t + M_v) n`` flops for the distances, then per (kernel, length
-    scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram. Memory: four
+    scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram (the linear kernel in the
+    primal: ``M_t p^2`` flops and an ``eigh`` of ``p x p``). Memory: four
     ``M_t x M_t`` and two ``M_v x M_t`` arrays, checked against the budget (``max_gram_bytes``,
     else 60 % of the memory) before the search starts. dask input is gathered first (the model
     holds its training inputs anyway).
@@ -246,10 +261,15 @@ class KernelOperatorCV(SelectionCV):
 
     def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), 1,
-        n_nugget + 1)."""
+        n_nugget + 1). The linear kernel is scored as it is refitted: in the primal where its
+        inputs (or PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
         args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
+        if kernel == "linear" and self._base_estimator(kernel="linear")._primal(X.shape[0], X_t.shape[1]):
+            G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
+            floor = rounding_floor(G)
+            return np.asarray([[np.append(path_errors(as_fortran(G), K, *args, floor=floor, design=X_c), floor)]])
         for m in mults:
             G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
             floor = rounding_floor(G, trace)
