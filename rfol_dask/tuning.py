@@ -375,18 +375,22 @@ def scored_rows(V_valid):
     return keep
 
 
-def rounding_floor(G, trace=None):
-    """The smallest ridge a search scores on the Gram ``G`` (M_t, M_t): ``2 eps trace / sqrt(M_t)``
-    (float64 ``eps``; ``trace`` that of the matrix ``G`` was computed from, default ``G``'s own:
-    the exact kernels pass their uncentred kernel matrix's, from whose entries the centring
-    subtracts). A Gram formed in float64 carries rounding of ``eps`` times its entries, of the
-    size of its mean diagonal ``trace / M_t``; independent errors of that size have a spectral
-    norm of about ``2 sqrt(M_t)`` times it. Below it the ridge is smaller than the Gram's own
-    rounding, which the solve amplifies by up to ``1 / alpha``. A float; cost O(M_t)."""
+def rounding_floor(G, trace=None, bound=False):
+    """The rounding floor of the Gram ``G`` (M, M): ``2 eps trace / sqrt(M)``, ``eps`` of ``G``'s
+    dtype and ``trace`` that of the matrix ``G`` was computed from (default ``G``'s own; the exact
+    kernels pass their uncentred kernel matrix's, from whose entries the centring subtracts). A
+    Gram carries rounding of ``eps`` times its entries, of the size of its mean diagonal
+    ``trace / M``; independent errors of that size have a spectral norm of about ``2 sqrt(M)``
+    times it. A ridge below it is smaller than the Gram's own rounding, which the solve amplifies
+    by up to ``1 / alpha``: the searches score no alpha below it. ``bound``: the bound of that
+    norm instead, ``eps trace`` (the Frobenius norm of the errors; the rounding of the sums is
+    not independent), which the linear kernel's eigen solve uses to tell the eigenvalues of
+    rounding (:func:`rfol_dask.baselines.kernel.linear_dual`). A float; cost O(M)."""
     if trace is None:
         trace = backend.namespace(G).sum(backend.diagonal(G))
     M = max(1, G.shape[0])
-    return float(2.0 * np.finfo(np.float64).eps * abs(float(trace)) / np.sqrt(M))
+    eps = np.finfo(backend.to_numpy_dtype(G.dtype)).eps
+    return float(eps * abs(float(trace)) * (1.0 if bound else 2.0 / np.sqrt(M)))
 
 
 def _mean_error(V_valid, pred, keep):
