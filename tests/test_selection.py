@@ -278,6 +278,21 @@ def test_every_ridge_path_picks_a_nugget_the_refit_can_factorise():
         np.testing.assert_allclose(floor[final], 2 * np.finfo(float).eps * np.sqrt(res["n_train_rows"][final]))
 
 
+def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
+    """The kernels' Gram of unit diagonal on 192 training rows has the floor 2 eps sqrt(192) = 6e-15:
+    a winner at the smallest nugget above it is warned of (the nuggets below were not scored),
+    and a grid with no nugget above it is refused, naming the floor."""
+    U, V = smooth_operator_data()
+    kw = dict(kernels=("rbf",), length_scales=(1.0,), coarse=None)
+    with pytest.warns(UserWarning, match=r"best nugget, 1e-13, is the smallest searched one above the rounding floor"):
+        search = KernelOperatorCV(nuggets=(1e-16, 1e-15, 1e-13, 1e-6), **kw).fit(U, V)
+    res = search.cv_results_
+    np.testing.assert_allclose(res["nugget_floor"], 2 * np.finfo(float).eps * np.sqrt(192))
+    assert np.isnan(res["mean_test_score"][:2]).all() and np.isfinite(res["mean_test_score"][2:]).all()
+    with pytest.raises(ValueError, match=r"every nugget searched is below the rounding floor of its Gram .* up to 6.15e-15"):
+        KernelOperatorCV(nuggets=(1e-16, 1e-15), **kw).fit(U, V)
+
+
 @pytest.mark.parametrize("path", ["eigh", "cholesky"])
 @pytest.mark.parametrize("cv", [None, 3])
 def test_linear_kernel_candidates_are_scored_as_the_refit_fits_them(path, cv):
