@@ -22,8 +22,8 @@ from .progress import compute
 from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, beyond_edge, best_row,
                         final_best, grid_step)
 from .solve.graph import tree_sum
-from .tuning import (add_validation, frequency_scale, input_scales, path_errors, path_method, slab_bounds,
-                     sum_validation, validation_grams, validation_slab)
+from .tuning import (add_validation, frequency_scale, input_scales, path_errors, path_method, rounding_floor,
+                     slab_bounds, sum_validation, validation_grams, validation_slab)
 
 __all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE", "GROWTH_PRUNE", "GROWTH_EXTEND",
            "LIMIT_FEATURES_PER_ROW", "LIMIT_ROWS_FRACTION"]
@@ -204,9 +204,13 @@ default=("cauchy", "gaussian", "rational_quadratic")
         "growth"), ``family``
         (the law), ``scale_multiple``, ``gamma``, ``n_features``, ``alpha``, ``n_train_rows``,
         ``mean_relative_l2``, ``mean_test_score``, ``std_test_score``, ``split<k>_test_score``,
-        ``rank_test_score`` (within the stage). ``.to_dataframe()`` with pandas. A NaN score: an
+        ``rank_test_score`` (within the stage), ``alpha_floor`` (the rounding floor of the
+        candidate's Gram, the largest of its splits': ``2 eps trace / sqrt(M_t)``,
+        :func:`rfol_dask.tuning.rounding_floor`). ``.to_dataframe()`` with pandas. A NaN score: an
         alpha a stage after the coarse one left unsolved (the fine, final and growth stages solve
-        only the alphas near the best so far; see ``alpha_path``); it ranks last.
+        only the alphas near the best so far; see ``alpha_path``), or one below ``alpha_floor``,
+        where the validation predictions are dominated by rounding (not eligible; a warning says
+        so where the winner is the smallest alpha above it); it ranks last.
     best_estimator_ : RandomFeatureOperator
         The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to it.
     median_scales_ : dict
@@ -392,7 +396,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return max(1, int(0.5 * self._search_budget(client).bytes // per))
 
     def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None):
-        """Validation errors (len(mults), len(Ns), n_alpha) of one split, or their delayed value."""
+        """Validation errors of one split, then each Gram's rounding floor: (len(mults), len(Ns),
+        n_alpha + 1), or their delayed value."""
         N = Ns[-1]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N, law, 1.0, self.nu, self._seed,
                                  metric=self.input_metric_)
@@ -555,8 +560,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
                 errs.append(row)
             if client is not None:
                 (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection (growth, N = {Nk})")
-            errs = np.moveaxis(np.asarray(errs, dtype=float), 0, -1)  # (scales, alphas, splits)
-            out += self._rows(errs[:, None], law, mults, [Nk], len(splits[0][0]), "growth")
+            errs = np.moveaxis(np.asarray(errs, dtype=float), 0, -1)  # (scales, alphas + floor, splits)
+            errs, floors = errs[:, :-1], errs[:, -1]
+            out += self._rows(errs[:, None], floors[:, None], law, mults, [Nk], len(splits[0][0]), "growth")
             mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
             mean = np.where(np.isnan(mean), np.inf, mean)
             best_k = mean.min(axis=1)
@@ -614,8 +620,12 @@ def _after(value, *_):
 
 
 def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2):
-    """Validation errors (n_alpha,) of scale ``k`` and ``segments[g]`` features (:func:`path_errors`)."""
+    """Validation errors of scale ``k`` and ``segments[g]`` features (:func:`path_errors`), then
+    the alphas' rounding floor (:func:`rfol_dask.tuning.rounding_floor` of that model's Gram): (n_alpha + 1,)."""
     # the Cholesky paths solve in the accumulator's own Gram and leave it as it was: no M_t^2 copy
     in_place = path_method(len(alphas), V_train.shape[0], method, center, half_width) != "eigh"
     G, K, factor = validation_grams(acc, k, segments, g, copy=not in_place)
-    return path_errors(G, K, V_train, V_valid, np.asarray(alphas) / factor, fit_intercept, method, center, half_width)
+    floor = rounding_floor(G)
+    errs = path_errors(G, K, V_train, V_valid, np.asarray(alphas) / factor, fit_intercept, method, center, half_width,
+                       floor=floor)
+    return np.append(errs, floor * factor)

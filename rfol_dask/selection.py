@@ -21,7 +21,11 @@ because (see :mod:`rfol_dask.tuning`):
   Cholesky factorisation per alpha of the alphas around the coarse winner's (five for the
   kernels, three for the RF search) is cheaper than
   an ``eigh`` (large Grams), the fine and final stages solve only those (widened while the best
-  is on the window's edge) and the other alphas score NaN in ``cv_results_``.
+  is on the window's edge) and the other alphas score NaN in ``cv_results_``;
+- an alpha below the rounding floor of its Gram (:func:`rfol_dask.tuning.rounding_floor`, the
+  column ``<alpha>_floor`` of ``cv_results_``) is not eligible: it scores NaN, as its validation
+  predictions are dominated by rounding (a warning says so where the winner is the smallest
+  alpha above it; a search with no alpha above it is an error).
 
 dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked and
 persisted on the cluster once (without a distributed client the inputs are gathered here; the
@@ -435,12 +439,32 @@ class SelectionCV(OperatorEstimator):
 
                 release(futures_of([X, Y]))  # not client.cancel: see progress.release
         rows = [r for _, part in searches for r in part]
+        name = self._alpha_name
+        if all(r[name] < r[f"{name}_floor"] for r in rows):
+            raise ValueError(f"every {name} searched is below the rounding floor of its Gram (2 eps trace / sqrt(M_t), "
+                             f"up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the validation predictions are "
+                             f"dominated by rounding: search {name}s at or above it")
         _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
         self.best_index_ = next(i for i, r in enumerate(rows) if r is best)
         self.best_score_ = float(best["mean_test_score"])
         self.best_params_ = self._params_of(best)
         self.n_splits_ = len(splits)
+        self._warn_floor(best)
+
+    def _warn_floor(self, best):
+        """A warning where the winner's alpha is the smallest searched one at or above the
+        rounding floor of its Gram and smaller ones were left out below it (the search may have
+        preferred them, but float64 does not resolve them: :func:`rfol_dask.tuning.rounding_floor`)."""
+        name = self._alpha_name
+        floor, alphas = best[f"{name}_floor"], self._alphas()
+        below, above = alphas[alphas < floor], alphas[alphas >= floor]
+        if len(below) and len(above) and best[name] == above.min():
+            warnings.warn(f"the best {name}, {best[name]:g}, is the smallest searched one above the rounding floor of "
+                          f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the {len(below)} smaller "
+                          f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, amplified by "
+                          f"1 / {name}, can dominate the validation predictions", UserWarning,
+                          stacklevel=user_stacklevel())
 
     def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
         """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
@@ -453,11 +477,13 @@ class SelectionCV(OperatorEstimator):
         elif self.progress:  # computed here, stage by stage: one line each on stderr
             sys.stderr.write(f"selection ({name}, {family}): {len(scales)} scales x {len(Ns)} N x "
                              f"{len(self._alphas())} alphas on {len(splits)} split(s) in {time.perf_counter() - t0:.2f} s\n")
-        errs = np.stack([np.asarray(e) for e in errs], axis=-1)  # (scales, Ns, alphas, splits)
-        return self._rows(errs, family, scales, Ns, rows_used, name)
+        errs = np.stack([np.asarray(e) for e in errs], axis=-1)  # (scales, Ns, alphas + the floor, splits)
+        return self._rows(errs[:, :, :-1], errs[:, :, -1], family, scales, Ns, rows_used, name)
 
-    def _rows(self, errs, family, scales, Ns, rows_used, name):
-        """Results rows of the validation errors ``errs`` (scales, Ns, alphas, splits)."""
+    def _rows(self, errs, floors, family, scales, Ns, rows_used, name):
+        """Results rows of the validation errors ``errs`` (scales, Ns, alphas, splits) of Grams
+        with the rounding floors ``floors`` (scales, Ns, splits; the largest of a row's splits is
+        its ``<alpha>_floor``: alphas below it score NaN, :func:`rfol_dask.tuning.path_errors`)."""
         out = []
         for i, mult in enumerate(scales):
             for j, N in enumerate(Ns):
@@ -468,6 +494,7 @@ class SelectionCV(OperatorEstimator):
                     row = {"stage": name, "family": family, "scale_multiple": float(mult),
                            self._param_name: float(mult * self.median_scales_[family]),
                            "n_features": int(N) if N is not None else -1, self._alpha_name: float(alpha),
+                           f"{self._alpha_name}_floor": float(np.max(floors[i, j])),
                            "n_train_rows": int(rows_used), "mean_relative_l2": float(np.mean(e)),
                            "mean_test_score": -float(np.mean(e)), "std_test_score": spread}
                     row.update({f"split{k}_test_score": -float(v) for k, v in enumerate(e)})

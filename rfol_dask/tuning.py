@@ -24,6 +24,12 @@ cost ``2 M_v M_t m`` flops per alpha once the two products are made (:class:`Eig
 ``eigh`` costs as much as 9-24 Cholesky factorisations here (measured at M = 1000-6000), so
 for short alpha grids on large Grams one factorisation per alpha is cheaper and is used instead.
 
+Rounding floor (:func:`rounding_floor`): a Gram formed in float64 carries rounding of about
+``2 eps trace / sqrt(M)`` in norm; a ridge below that is below what the Gram resolves, its
+validation predictions are rounding amplified by up to ``1 / alpha``, and their scores move with
+the order of the sums (another ridge path, BLAS, a perturbation of the inputs by one ulp). The
+paths score such alphas NaN: they are not eligible.
+
 Scale families: the frequencies of every law of one seed are ``s(gamma) Z`` for
 the draw ``Z`` of ``gamma = 1`` (:func:`frequency_scale`), so a sweep over ``gamma`` projects
 the inputs once per feature slab, ``P = U Z``, and makes every gamma's features from it
@@ -31,6 +37,8 @@ the inputs once per feature slab, ``P = U Z``, and makes every gamma's features 
 """
 
 from __future__ import annotations
+
+import functools
 
 import dask.array as da
 import numpy as np
@@ -46,7 +54,7 @@ from .metrics import relative_l2_errors
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
            "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
            "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "EigenPath", "cholesky_errors", "window_errors",
-           "path_errors",
+           "path_errors", "rounding_floor",
            "eigh_pays", "relative_errors", "nonzero_rows", "scored_rows"]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
@@ -367,6 +375,24 @@ def scored_rows(V_valid):
     return keep
 
 
+def rounding_floor(G, trace=None, bound=False):
+    """The rounding floor of the Gram ``G`` (M, M): ``2 eps trace / sqrt(M)``, ``eps`` of ``G``'s
+    dtype and ``trace`` that of the matrix ``G`` was computed from (default ``G``'s own; the exact
+    kernels pass their uncentred kernel matrix's, from whose entries the centring subtracts). A
+    Gram carries rounding of ``eps`` times its entries, of the size of its mean diagonal
+    ``trace / M``; independent errors of that size have a spectral norm of about ``2 sqrt(M)``
+    times it. A ridge below it is smaller than the Gram's own rounding, which the solve amplifies
+    by up to ``1 / alpha``: the searches score no alpha below it. ``bound``: the bound of that
+    norm instead, ``eps trace`` (the Frobenius norm of the errors; the rounding of the sums is
+    not independent), which the linear kernel's eigen solve uses to tell the eigenvalues of
+    rounding (:func:`rfol_dask.baselines.kernel.linear_dual`). A float; cost O(M)."""
+    if trace is None:
+        trace = backend.namespace(G).sum(backend.diagonal(G))
+    M = max(1, G.shape[0])
+    eps = np.finfo(backend.to_numpy_dtype(G.dtype)).eps
+    return float(eps * abs(float(trace)) * (1.0 if bound else 2.0 / np.sqrt(M)))
+
+
 def _mean_error(V_valid, pred, keep):
     return float(np.mean(relative_errors(V_valid, pred)[keep]))
 
@@ -384,15 +410,21 @@ class EigenPath:
     V : ndarray (M_t, m)
         Training outputs.
     fit_intercept : bool
+    design : ndarray (M_t, p) or None
+        The primal problem instead (the linear kernel): ``G`` is ``X_c^T X_c`` (p, p) of the
+        centred training inputs ``design``, ``K`` the centred validation inputs (M_v, p), and
+        the right-hand sides are ``X_c^T (V - vbar)``.
 
     Cost: ``eigh`` (LAPACK ``syevr``: measured as much as 9-24 Cholesky factorisations of the
     same size at M = 1000-6000, one thread; see :func:`eigh_pays`) plus
     ``2 M_v M_t^2 + 2 M_t^2 m``; then ``2 M_v M_t m`` per alpha. Memory: ``G``, ``Q`` and
     ``K Q`` (M_v, M_t). The solution for ``alpha`` equals the Cholesky solve of
-    ``(G + alpha I) Beta = V - vbar`` (eigenvalues below 0 are rounding and set to 0).
+    ``(G + alpha I) Beta = V - vbar`` (eigenvalues below 0 are rounding and set to 0); an alpha
+    at which ``G + alpha I`` is not positive definite (``alpha`` at most minus the smallest
+    eigenvalue) scores ``inf``, as the Cholesky path's failed factorisation does.
     """
 
-    def __init__(self, G, K, V, fit_intercept=True):
+    def __init__(self, G, K, V, fit_intercept=True, design=None):
         from .linalg import factor_threads
 
         xp = backend.namespace(G, K, V)
@@ -403,8 +435,10 @@ class EigenPath:
             else:
                 lam, Q = xp.linalg.eigh(G)
             self.vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
+            self.lam_min = float(xp.min(lam)) if M else 0.0
             self.lam = xp.maximum(lam, xp.zeros_like(lam))
-            self.R = Q.T @ (V - self.vbar)
+            rhs = V - self.vbar
+            self.R = Q.T @ (rhs if design is None else design.T @ rhs)
             self.W = K @ Q
 
     def predict(self, alpha):
@@ -412,13 +446,15 @@ class EigenPath:
         return self.W @ (self.R / (self.lam + float(alpha))[:, None]) + self.vbar
 
     def errors(self, alphas, V_valid):
-        """Mean relative L2 validation error for each of ``alphas``: numpy (n_alpha,). Samples
-        whose output is identically zero (relative error undefined) are left out."""
+        """Mean relative L2 validation error for each of ``alphas``: numpy (n_alpha,); ``inf``
+        where ``G + alpha I`` is not positive definite. Samples whose output is identically zero
+        (relative error undefined) are left out."""
         keep = scored_rows(V_valid)
-        return np.array([_mean_error(V_valid, self.predict(a), keep) for a in alphas])
+        return np.array([_mean_error(V_valid, self.predict(a), keep) if a + self.lam_min > 0 else np.inf
+                         for a in alphas])
 
 
-def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
+def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):
     """The validation errors of :meth:`EigenPath.errors` by one Cholesky factorisation (and
     solve) per alpha; an alpha at which ``G + alpha I`` is not numerically positive definite
     scores ``inf`` (no jitter). Each factorisation is made in place in ``G``, whose lower
@@ -428,17 +464,19 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True):
     outputs, or against the ``M_v`` validation rows ``K^T`` when ``M_v < m``. Memory: ``G`` and
     the solves (``2 M_t min(m, M_v) + M_v m``), no copy of ``G`` (numpy, CuPy: the factor is
     made in place, :func:`rfol_dask.backend.ridge_factor`; other namespaces factorise a copy).
-    Cost ``M_t^3 / 3 + 2 M_t^2 min(m, M_v) + 2 M_v M_t m`` flops per alpha."""
+    Cost ``M_t^3 / 3 + 2 M_t^2 min(m, M_v) + 2 M_v M_t m`` flops per alpha. ``design``: the primal
+    problem, as for :class:`EigenPath`."""
     from .linalg import factor_threads
 
     xp = backend.namespace(G, K, V)
     keep = scored_rows(V_valid)
     vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
-    Vc = backend.as_fortran(V - vbar)
+    Vc = V - vbar
+    Vc = backend.as_fortran(Vc if design is None else design.T @ Vc)
     G = backend.as_fortran(G)
     factor, restore = backend.ridge_factor(G)
     out = []
-    M, m, M_v = G.shape[0], V.shape[1], K.shape[0]
+    M, m, M_v = G.shape[0], Vc.shape[1], K.shape[0]
     by_rows = M_v < m  # solve for K (G + alpha I)^-1 (M_v right-hand sides), then times V
     rhs = backend.as_fortran(K.T) if by_rows else Vc
     with blas_limits(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * min(m, M_v) + 2.0 * M_v * M * m)):
@@ -460,7 +498,7 @@ def eigh_pays(n_alphas, M):
     return n_alphas >= np.sqrt(M) / 3
 
 
-def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=True):
+def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=True, design=None):
     """:func:`cholesky_errors` on the ``2 half_width + 1`` alphas around index ``center`` of
     ``alphas``, widened by one alpha at a time on a side while the best error sits on that edge
     of the window (and not on the grid's edge); the alphas left out score NaN. ``G`` is kept."""
@@ -468,15 +506,16 @@ def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=
     n = len(alphas)
     lo, hi = max(0, center - half_width), min(n, center + half_width + 1)
     out = np.full(n, np.nan)
-    out[lo:hi] = cholesky_errors(G, K, V, V_valid, alphas[lo:hi], fit_intercept)
+    solve = functools.partial(cholesky_errors, G, K, V, V_valid, fit_intercept=fit_intercept, design=design)
+    out[lo:hi] = solve(alphas[lo:hi])
     while True:
         best = lo + int(np.argmin(out[lo:hi]))
         if (best == hi - 1 or not np.isfinite(out[best])) and hi < n:  # larger alphas (or none solved yet)
-            out[hi] = cholesky_errors(G, K, V, V_valid, alphas[hi:hi + 1], fit_intercept)[0]
+            out[hi] = solve(alphas[hi:hi + 1])[0]
             hi += 1
         elif best == lo and lo > 0 and np.isfinite(out[best]):
             lo -= 1
-            out[lo] = cholesky_errors(G, K, V, V_valid, alphas[lo:lo + 1], fit_intercept)[0]
+            out[lo] = solve(alphas[lo:lo + 1])[0]
         else:
             return out
 
@@ -491,7 +530,8 @@ def path_method(n_alphas, M, method="auto", center=None, half_width=2):
     return "eigh" if eigh_pays(n_alphas, M) else "cholesky"
 
 
-def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", center=None, half_width=2):
+def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", center=None, half_width=2,
+                floor=None, design=None):
     """Mean relative L2 validation errors (n_alpha,) of the dual ridge problem for every alpha:
     ``method="eigh"`` (:class:`EigenPath`), ``"cholesky"`` (:func:`cholesky_errors`) or
     ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten.
@@ -499,13 +539,28 @@ def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", cen
     ``center`` (an index of ``alphas``, e.g. a coarse stage's winner) with ``method="auto"``:
     where one Cholesky factorisation per alpha of a window of ``2 half_width + 1`` alphas around
     it is cheaper than an ``eigh``, only that window is solved (:func:`window_errors`: widened
-    while its best is on its edge); the other alphas score NaN."""
-    method = path_method(len(alphas), G.shape[0], method, center, half_width)
+    while its best is on its edge); the other alphas score NaN.
+
+    The alphas below ``floor`` (default :func:`rounding_floor` of ``G``) are not eligible: they
+    score NaN, unsolved (a window centred below it starts at the first alpha above it).
+    ``design``: the primal problem (:class:`EigenPath`)."""
+    alphas = np.asarray(alphas, dtype=float)
+    floor = rounding_floor(G) if floor is None else floor
+    idx = np.flatnonzero(alphas >= floor)  # the eligible alphas
+    out = np.full(len(alphas), np.nan)
+    if not len(idx):
+        scored_rows(V_valid)
+        return out
+    method = path_method(len(idx), G.shape[0], method, center, half_width)
     if method == "window":
         scored_rows(V_valid)  # before a window is solved
-        return window_errors(G, K, V, V_valid, alphas, int(center), half_width, fit_intercept)
+        start = min(int(np.searchsorted(idx, int(center))), len(idx) - 1)  # the centre, or the first eligible above it
+        out[idx] = window_errors(G, K, V, V_valid, alphas[idx], start, half_width, fit_intercept, design)
+        return out
     if method == "eigh":
-        return EigenPath(G, K, V, fit_intercept).errors(alphas, V_valid)
-    if method == "cholesky":
-        return cholesky_errors(G, K, V, V_valid, alphas, fit_intercept)
-    raise ValueError(f"unknown ridge path method {method!r}; choose 'auto', 'eigh' or 'cholesky'")
+        out[idx] = EigenPath(G, K, V, fit_intercept, design).errors(alphas[idx], V_valid)
+    elif method == "cholesky":
+        out[idx] = cholesky_errors(G, K, V, V_valid, alphas[idx], fit_intercept, design)
+    else:
+        raise ValueError(f"unknown ridge path method {method!r}; choose 'auto', 'eigh' or 'cholesky'")
+    return out

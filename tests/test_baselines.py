@@ -1,3 +1,6 @@
+import re
+import warnings
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -70,18 +73,26 @@ def _ridges_used(X, Y, **kw):
     return [str(w.message) for w in record if "used ridge" in str(w.message)]
 
 
-def test_blocked_linear_kernel_raises_the_ridge_as_in_memory():
-    # a singular linear Gram with a large diagonal: the raised ridges follow its mean diagonal
-    # (more inputs than samples: the linear kernel is fitted in the dual)
+def test_blocked_linear_kernel_raises_the_ridge_by_its_mean_diagonal():
+    # a singular linear Gram with a large diagonal: the raised ridges of the dask fits follow its
+    # mean diagonal (more inputs than samples: the linear kernel is fitted in the dual)
     rng = np.random.default_rng(0)
     U = 100 * rng.standard_normal((80, 6)) @ rng.standard_normal((6, 90))
     V = U @ rng.standard_normal((90, 3))
-    in_memory = _ridges_used(U, V)
     blocked = _ridges_used(da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1)), max_gram_bytes=1000)
     # the factorisation in a task of dask's threaded scheduler names the nugget too
     streamed = _ridges_used(da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1)))
-    assert blocked == in_memory == streamed
-    assert len(in_memory) == 1 and "plus nugget=1e-20" in in_memory[0] and "a larger nugget" in in_memory[0]
+    assert blocked == streamed
+    assert len(blocked) == 1 and "plus nugget=1e-20" in blocked[0] and "a larger nugget" in blocked[0]
+    ridge = float(re.search(r"used ridge (\S+) instead", blocked[0]).group(1))
+    mean_diag = np.mean(np.sum((U - U.mean(axis=0)) ** 2, axis=1))
+    steps = np.log10(ridge / (np.finfo(float).eps * mean_diag))
+    assert steps >= 1 and abs(steps - round(steps)) < 0.01  # 10^k times eps * mean diagonal
+    # in memory the eigen solve needs no raised ridge: the outputs, in the inputs' span, are fitted
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = KernelOperator(kernel="linear", nugget=1e-20).fit(U, V)
+    assert _rel(model.predict(U), V) < 1e-10
 
 
 def test_linear_kernel_primal_raises_the_ridge_in_memory_and_on_dask_alike():
@@ -128,6 +139,34 @@ def test_linear_kernel_matches_sklearn_ridge_at_small_nuggets(kind, fit_intercep
         if kind == "gaussian":  # full rank: the weights themselves are determined
             np.testing.assert_allclose(model.coef_, ref.coef_.T, rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(model.intercept_, np.broadcast_to(ref.intercept_, 8), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("nugget", [1e-6, 1e-10])
+def test_linear_kernel_dual_on_rank_deficient_inputs_matches_sklearn_ridge(fit_intercept, nugget):
+    """More inputs (64) than samples (50), of rank 5: the dual. Its Cholesky solve lost 2.7e-8
+    relative against Ridge(solver="svd") at nugget 1e-6 and 2.8e-4 at 1e-10 (in float32 1e-3 to
+    0.1); the eigen solve with the rounding directions left out gives Ridge's predictions to
+    rounding."""
+    U, V = smooth_operator_data(50, 64)
+    Ut = smooth_operator_data(30, 64, seed=1)[0]
+    model = KernelOperator(kernel="linear", nugget=nugget, fit_intercept=fit_intercept).fit(U, V)
+    assert model.coef_ is None and model.dual_coef_.shape == (50, 64)  # the dual
+    ref = Ridge(alpha=nugget, solver="svd", fit_intercept=fit_intercept).fit(U, V)
+    assert _rel(model.predict(Ut), ref.predict(Ut)) < 1e-12
+    assert _rel(model.predict(U), ref.predict(U)) < 1e-12
+    f32 = KernelOperator(kernel="linear", nugget=nugget, fit_intercept=fit_intercept, dtype="float32").fit(U, V)
+    assert f32.dual_coef_.dtype == np.float32 and _rel(f32.predict(Ut), ref.predict(Ut)) < 1e-5  # was 1e-3 to 0.1 off
+    # through the array API too (whose eigensolver's rounding eigenvalues are others)
+    xs = pytest.importorskip("array_api_strict")
+    strict = KernelOperator(kernel="linear", nugget=nugget, fit_intercept=fit_intercept).fit(xs.asarray(U), xs.asarray(V))
+    assert _rel(np.asarray(strict.predict(xs.asarray(Ut))), ref.predict(Ut)) < 1e-12
+    # full-rank inputs: the same ridge as before
+    rng = np.random.default_rng(4)
+    G, Gt = rng.standard_normal((50, 64)), rng.standard_normal((30, 64))
+    W = np.sin(G[:, :8]) + G[:, 8:16] ** 2
+    full = KernelOperator(kernel="linear", nugget=nugget, fit_intercept=fit_intercept).fit(G, W)
+    assert _rel(full.predict(Gt), Ridge(alpha=nugget, solver="svd", fit_intercept=fit_intercept).fit(G, W).predict(Gt)) < 1e-12
 
 
 def test_linear_kernel_primal_in_float32_and_on_pca_scores():

@@ -440,11 +440,12 @@ def test_a_search_records_the_ridge_its_refit_raised_on_a_worker(cluster_client)
     from rfol_dask.linalg import RidgeRaised
 
     X, Y = _duplicated_samples()
-    search = RandomFeatureOperatorCV(n_features=400, gammas=(1.0,), alphas=(1e-30,), coarse=None, refine=(1,),
-                                     fine=None, random_state=0)
+    # (an alpha above the rounding floor of the search's float64 Gram, which a float32 refit raises)
+    search = RandomFeatureOperatorCV(n_features=400, gammas=(1.0,), alphas=(1e-12,), coarse=None, refine=(1,),
+                                     fine=None, random_state=0, dtype="float32")
     with cluster_client.as_current(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         search.fit(X, Y)
     assert not [w for w in caught if issubclass(w.category, RidgeRaised)], [str(w.message) for w in caught]
-    assert search.best_params_["alpha"] > 1e-30
+    assert search.best_params_["alpha"] > 1e-12
     assert search.best_estimator_.alpha == search.best_params_["alpha"]

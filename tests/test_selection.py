@@ -254,6 +254,69 @@ def test_kernel_cv_search_and_dask_input():
     assert winner(lazy) == winner(cv)
 
 
+def test_every_ridge_path_picks_a_nugget_the_refit_can_factorise():
+    """Advection I is a shift: long RBF length scales win, whose centred Gram has eigenvalues far
+    below the rounding of the kernel matrix it is centred from. The eigen path scored nugget 1e-14,
+    where the Gram plus the nugget is not positive definite (a Cholesky fails; the eigenvalues
+    below zero were set to zero), won with it, and the refit raised it to 1e-13: a model that was
+    not scored, and another winner than the Cholesky path's. Every path now picks the nugget the
+    refit fits, and the rounding floor of each Gram is in cv_results_."""
+    from rfol_dask import datasets
+
+    ds = datasets.generate("advection1", 300, seed=0)
+    U, V = ds["input"].values, ds["output"].values
+    searches = {path: KernelOperatorCV(kernels=("rbf",), length_scales=(4.0, 16.0), alpha_path=path).fit(U, V)
+                for path in ("eigh", "cholesky", "auto")}
+    for s in searches.values():
+        res = s.cv_results_
+        assert res["nugget"][s.best_index_] == s.best_params_["nugget"] == s.best_estimator_.nugget  # not raised
+        assert s.best_params_ == searches["cholesky"].best_params_
+        floor = res["nugget_floor"]
+        assert np.all(floor > 0) and np.isnan(res["mean_test_score"][res["nugget"] < floor]).all()
+        # the floor is that of the M_t x M_t kernel matrix of unit diagonal: 2 eps M_t / sqrt(M_t)
+        final = res["stage"] == res["stage"][-1]
+        np.testing.assert_allclose(floor[final], 2 * np.finfo(float).eps * np.sqrt(res["n_train_rows"][final]))
+
+
+def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
+    """The kernels' Gram of unit diagonal on 192 training rows has the floor 2 eps sqrt(192) = 6e-15:
+    a winner at the smallest nugget above it is warned of (the nuggets below were not scored),
+    and a grid with no nugget above it is refused, naming the floor."""
+    U, V = smooth_operator_data()
+    kw = dict(kernels=("rbf",), length_scales=(1.0,), coarse=None)
+    with pytest.warns(UserWarning, match=r"best nugget, 1e-13, is the smallest searched one above the rounding floor"):
+        search = KernelOperatorCV(nuggets=(1e-16, 1e-15, 1e-13, 1e-6), **kw).fit(U, V)
+    res = search.cv_results_
+    np.testing.assert_allclose(res["nugget_floor"], 2 * np.finfo(float).eps * np.sqrt(192))
+    assert np.isnan(res["mean_test_score"][:2]).all() and np.isfinite(res["mean_test_score"][2:]).all()
+    with pytest.raises(ValueError, match=r"every nugget searched is below the rounding floor of its Gram .* up to 6.15e-15"):
+        KernelOperatorCV(nuggets=(1e-16, 1e-15), **kw).fit(U, V)
+
+
+@pytest.mark.parametrize("path", ["eigh", "cholesky"])
+@pytest.mark.parametrize("cv", [None, 3])
+def test_linear_kernel_candidates_are_scored_as_the_refit_fits_them(path, cv):
+    """With fewer inputs (64, of rank 5) than samples the linear kernel is refitted in the primal
+    (ridge on the inputs); its candidates are scored in the primal too, and their validation
+    errors are those of scikit-learn's Ridge(solver="svd") on each split's rows, at small nuggets
+    too, where the rank-5 dual Gram lost digits (scores 1e-3 off at nugget 1e-10)."""
+    from sklearn.linear_model import Ridge
+
+    U, V = smooth_operator_data(200, 64)
+    V = V + 0.05 * np.sin(7 * U[:, ::-1])  # outputs outside the inputs' span: the ridge matters
+    nuggets = (1e-10, 1e-6, 1e-2, 1.0)
+    search = KernelOperatorCV(kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path).fit(U, V)
+    res = search.cv_results_
+    splits = search._splits(len(U))
+    for k, nugget in enumerate(res["nugget"]):
+        for j, (tr, va) in enumerate(splits):
+            ref = Ridge(alpha=nugget, solver="svd").fit(U[tr], V[tr]).predict(U[va])
+            assert -res[f"split{j}_test_score"][k] == pytest.approx(relative_l2_error(V[va], ref), rel=1e-10)
+    assert search.best_estimator_.coef_ is not None  # the refit's primal
+    ridge = Ridge(alpha=search.best_params_["nugget"], solver="svd").fit(U, V)
+    np.testing.assert_allclose(search.predict(U[:20]), ridge.predict(U[:20]), rtol=1e-10, atol=1e-12)
+
+
 @parametrize_with_checks([KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))])
 def test_sklearn_compatible_kernel_cv(estimator, check):
     check(estimator)
@@ -323,7 +386,8 @@ def test_fine_stage_solves_only_the_alphas_around_the_coarse_winner_and_loses_no
     res = auto.cv_results_
     fine = res["stage"] == "fine"
     assert fine.any() and np.isnan(res["mean_test_score"][fine]).any()  # alphas left out
-    assert np.isfinite(full.cv_results_["mean_test_score"]).all()
+    full_res = full.cv_results_  # every alpha at or above the rounding floor of its Gram, and only those
+    np.testing.assert_array_equal(np.isfinite(full_res["mean_test_score"]), full_res["alpha"] >= full_res["alpha_floor"])
     # the scores that were computed agree with the full path, and the winner is the same
     both = fine & np.isfinite(res["mean_test_score"])
     np.testing.assert_allclose(res["mean_test_score"][both], full.cv_results_["mean_test_score"][both], rtol=1e-6)
@@ -584,8 +648,9 @@ def test_best_index_points_at_the_winning_row():
 
 
 def _duplicated_rows(seed):
-    """Training inputs repeated twice: a Gram singular to rounding, on which a nugget of 1e-16 is
-    raised by the refit's jitter policy."""
+    """Training inputs repeated twice: a Gram singular to rounding, on which a float32 refit's
+    jitter policy raises a nugget of 1e-12 (the search scores it in float64, where it is above the
+    rounding floor of the Gram)."""
     U = np.random.default_rng(seed).standard_normal((40, 3))
     U = np.concatenate([U, U])
     return U, np.sin(U) @ np.ones((3, 2))
@@ -601,10 +666,10 @@ def test_searches_refitting_in_two_threads_each_record_their_raised_ridge(monkey
 
     from rfol_dask.baselines import KernelOperator, KernelOperatorCV
 
-    kw = dict(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-16,), coarse=None)
+    kw = dict(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12,), coarse=None, dtype="float32")
     data = {name: _duplicated_rows(seed) for name, seed in (("first", 0), ("second", 1))}
     expected = {name: KernelOperatorCV(**kw).fit(*data[name]).best_params_["nugget"] for name in data}
-    assert all(v > 1e-16 for v in expected.values())  # both refits raise the nugget
+    assert all(v > 1e-12 for v in expected.values())  # both refits raise the nugget
 
     first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
     fit = KernelOperator.fit
@@ -652,13 +717,13 @@ def test_best_score_is_the_scored_candidate_s_where_the_refit_raises_the_ridge()
     scored), while best_params_ holds the ridge the refit used: they differ in the nugget alone."""
     from rfol_dask.baselines import KernelOperatorCV
 
-    search = KernelOperatorCV(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-16,), coarse=None).fit(
-        *_duplicated_rows(0))
+    search = KernelOperatorCV(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12,), coarse=None,
+                              dtype="float32").fit(*_duplicated_rows(0))
     row = {k: v[search.best_index_] for k, v in search.cv_results_.items()}
-    assert search.best_score_ == row["mean_test_score"] and row["nugget"] == 1e-16
+    assert search.best_score_ == row["mean_test_score"] and row["nugget"] == 1e-12
     assert search.best_params_ == {"kernel": "rbf", "length_scale": row["length_scale"],
                                    "nugget": search.best_estimator_.nugget}
-    assert search.best_params_["nugget"] > 1e-16
+    assert search.best_params_["nugget"] > 1e-12
 
 
 @pytest.mark.parametrize("make", ["rf", "kernel"])

@@ -245,3 +245,39 @@ def test_growth_solves_in_the_accumulator_and_leaves_it_as_it_was(n_used):
     for a in (1, 2, 3):
         pred = Ks @ np.linalg.solve(Gs + alphas[a] * np.eye(n_train), V[:n_train] - vbar) + vbar
         np.testing.assert_allclose(errs[a], np.mean(relative_errors(V[n_train:], pred)), rtol=1e-8)
+
+
+def test_alphas_below_the_rounding_floor_of_the_gram_are_not_scored():
+    """The centred Gram of 100 random features on 300 rows has rank 100: its other eigenvalues
+    are rounding, and a ridge below the Gram's own rounding (2 eps trace / sqrt(M)) is amplified
+    from it. Every path leaves those alphas unscored (NaN) and agrees above them, where a
+    perturbation of the Gram at the rounding level moves the scores by far less than the search's
+    margins; the eigen path says inf where G + alpha I is not positive definite, as a Cholesky does."""
+    from rfol_dask.tuning import EigenPath, path_errors, rounding_floor
+
+    rng = np.random.default_rng(0)
+    M, N = 300, 100
+    A = np.cos(rng.normal(size=(M + 60, 8)) @ rng.normal(size=(8, N)) + rng.uniform(0, 2 * np.pi, N)) * np.sqrt(2 / N)
+    A -= A[:M].mean(axis=0)
+    V = A @ rng.normal(size=(N, 3)) + 0.01 * rng.normal(size=(M + 60, 3))  # outputs partly outside the span
+    G, K = A[:M] @ A[:M].T, A[M:] @ A[:M].T
+    floor = rounding_floor(G)
+    assert floor == pytest.approx(2 * np.finfo(float).eps * np.trace(G) / np.sqrt(M))
+    alphas = 10.0 ** np.arange(-17, -9)
+    below = alphas < floor
+    assert below.sum() == 3
+    paths = {m: path_errors(np.asfortranarray(G), K, V[:M], V[M:], alphas, method=m) for m in ("eigh", "cholesky")}
+    paths["window"] = path_errors(np.asfortranarray(G), K, V[:M], V[M:], alphas, method="auto", center=0, half_width=1)
+    for errs in paths.values():
+        assert np.isnan(errs[below]).all()
+    assert np.isfinite(paths["window"][~below][:3]).all()  # the window starts at the first alpha above the floor
+    # at least 10x above the floor the scores are resolved: the paths agree, and rounding-level changes
+    # of the Gram move them by less than 0.5 %
+    resolved = alphas >= 10 * floor
+    np.testing.assert_allclose(paths["eigh"][resolved], paths["cholesky"][resolved], rtol=5e-3)
+    E = rng.uniform(-1, 1, G.shape) * np.finfo(float).eps * np.abs(G)
+    moved = path_errors(np.asfortranarray(G + (E + E.T) / 2), K, V[:M], V[M:], alphas, method="eigh")
+    np.testing.assert_allclose(moved[resolved], paths["eigh"][resolved], rtol=5e-3)
+    # the eigen path scores no alpha at which G + alpha I is not positive definite
+    path = EigenPath(np.asfortranarray(G), K, V[:M])
+    assert path.lam_min < 0 and np.isinf(path.errors([-path.lam_min / 2], V[M:])).all()

@@ -12,7 +12,9 @@ on the random-feature primal's pieces (:func:`rfol_dask.gram.linear_partial`,
 :func:`rfol_dask.factor.primal_factor`, :func:`rfol_dask.solve.primal.solve_primal`): its dual
 Gram has rank at most ``p``, and the dual solve divides the outputs' part outside the inputs'
 span by the nugget only for ``X^T Beta`` to cancel it again, losing about ``log10(1 / nugget)``
-digits (1e-3 relative at nugget 1e-10 against scikit-learn's ``Ridge``).
+digits (1e-3 relative at nugget 1e-10 against scikit-learn's ``Ridge``). With ``p >= M`` the
+in-memory fit solves the dual by an eigendecomposition that leaves out the directions of rounding
+(:func:`linear_dual`), where the Cholesky solve lost the same digits on rank-deficient inputs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import re
 import dask
 import dask.array as da
 import numpy as np
+import scipy.linalg
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import backend
@@ -32,16 +35,16 @@ from ..estimator import OperatorEstimator
 from ..gram import check_finite, linear_partial, linear_shifts
 from ..linalg import ridge_name
 from ..progress import active_client
-from ..factor import dual_intercept, primal_factor, primal_solve
+from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
 from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan, n_slots
 from ..solve.graph import MAX_TILE_BLOCKS, TaskNames, compute_fit, row_blocks, with_ridges
 from ..solve.in_memory import dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
 from ..solve.tiled import dual_graph
-from ..tuning import median_length_scale, sample_rows, weighted_directions
+from ..tuning import median_length_scale, rounding_floor, sample_rows, weighted_directions
 from .kernels import KERNELS, kernel_tile
 
-__all__ = ["KernelOperator", "pca", "transform_inputs"]
+__all__ = ["KernelOperator", "linear_dual", "pca", "transform_inputs"]
 
 
 def transform_inputs(U, start, mean, components, dtype):
@@ -129,6 +132,45 @@ def pca_from_scatter(mean, scatter, n_components, power=None):
     return np.asarray(mean), weighted_directions(Q, ratio, power, None if n_components is None else int(n_components))
 
 
+def linear_dual(X, V, *, alpha, fit_intercept):
+    """The linear kernel's dual in memory, ``(DualFactor, centred Beta (M, m))``, by one
+    eigendecomposition of the centred Gram ``X_c X_c^T = Q diag(lam) Q^T`` (M, M) with the
+    directions whose eigenvalue is within the bound of its rounding left out (``eps trace`` of
+    the uncentred ``X X^T``, :func:`rfol_dask.tuning.rounding_floor`):
+    ``Beta = Q_r (lam_r + alpha)^-1 Q_r^T (V - vbar)``.
+
+    With more inputs ``p`` than samples ``M`` (else the primal is solved) on rank-deficient
+    inputs, the Cholesky solve divided the outputs' part outside the inputs' span by the nugget
+    and the prediction ``x X^T Beta`` cancelled it again in products of uncentred inputs, losing
+    about ``log10(1 / nugget)`` digits against scikit-learn's ``Ridge(solver="svd")`` (3e-4 at
+    nugget 1e-10 on inputs of rank 5); outside the span the exact ``Beta`` has no effect on any
+    prediction (``X_c^T`` annihilates it), so leaving it out changes the model by rounding only.
+    ``X`` (M, p), ``V`` (M, m). Cost ``M^2 p`` (Gram) and an ``eigh`` (about 9 Cholesky
+    factorisations); memory the Gram and its eigenvectors, ``2 M^2``."""
+    from ..solve.in_memory import _checked
+
+    V = _checked(V, X)
+    xp = backend.namespace(X)
+    M = X.shape[0]
+    K = (X @ X.T).T  # Fortran order on numpy, as eigh and centre_gram work in place
+    r = xp.sum(K, axis=1)
+    floor = rounding_floor(K, bound=True)  # of the uncentred Gram, whose entries the centring subtracts
+    if fit_intercept:
+        backend.centre_gram(K, r / M, xp.sum(r) / M**2)
+    if backend.is_fast(xp):
+        lam, Q = scipy.linalg.eigh(K, overwrite_a=True, check_finite=False, driver="evr")
+    else:
+        lam, Q = xp.linalg.eigh(K)
+    del K
+    k0 = int(np.count_nonzero(backend.to_numpy(lam) <= floor))  # eigh's eigenvalues are ascending
+    vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
+    Q, lam = Q[:, k0:], lam[k0:]
+    Beta = Q @ ((Q.T @ (V - vbar)) / (lam + alpha)[:, None])  # (M, m); zero if every eigenvalue is rounding
+    if fit_intercept:
+        Beta -= xp.mean(Beta, axis=0)
+    return DualFactor(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha)), Beta
+
+
 def _block_moments(X):
     """Column sums, sum of squares and row count of the row block ``X``."""
     return X.sum(axis=0), float((X * X).sum()), X.shape[0]
@@ -192,7 +234,9 @@ class KernelOperator(OperatorEstimator):
         of ``(X_c^T X_c + nugget I) W = X_c^T V_c`` (the same ridge as the dual, solved in
         the primal, where the rank-deficient dual loses precision at small nuggets);
         predictions are ``x W + intercept_`` (``x`` the inputs, or their PCA scores). None for
-        the other kernels and for the linear kernel with ``p >= M`` (fitted in the dual).
+        the other kernels and for the linear kernel with ``p >= M`` (fitted in the dual; in memory
+        with a nugget by :func:`linear_dual`, an ``eigh`` that leaves out the Gram's directions
+        of rounding).
     intercept_ : ndarray of shape (m,)
         Intercept ``c0`` of each output grid point.
     pca_mean_ : ndarray of shape (n,) or None
@@ -266,6 +310,10 @@ class KernelOperator(OperatorEstimator):
         """Whether the fit solves in the primal: the linear kernel on ``p < M`` inputs (PCA scores)."""
         return self.kernel == "linear" and p < M
 
+    def _eigen_dual(self, lazy):
+        """Whether the dual is solved by :func:`linear_dual` (the linear kernel with a nugget, in memory)."""
+        return self.kernel == "linear" and self.nugget > 0 and not lazy
+
     def _width(self, n):
         """The input width ``p`` the kernel sees: the PCA scores' once computed, else at most ``n``
         (``n_components`` of them with input PCA)."""
@@ -288,8 +336,10 @@ class KernelOperator(OperatorEstimator):
         if self._primal(M, p):
             check_gram_memory(p, dtype, self.max_gram_bytes, client if lazy else None, solver="linear",
                               peak_copies=2 if lazy and n_slots(client) > 1 else 1, xp=xp)
-        elif not lazy:
-            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp)
+        elif not lazy:  # the linear kernel's eigen solve holds the eigenvectors beside the Gram
+            held = ({f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize} if self._eigen_dual(lazy)
+                    else None)
+            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
 
     def _model_format(self):
         """Format 3 for the linear kernel's primal weights (``coef_``, no ``X_train_``)."""
@@ -319,7 +369,8 @@ class KernelOperator(OperatorEstimator):
         if not lazy:
             self._check_memory(U, V, lazy, dtype)
             X = transform(U, 0)
-            fac, Beta = dual_numpy(X, V, self._tile(), alpha=alpha, fit_intercept=self.fit_intercept)
+            solve = linear_dual if self._eigen_dual(lazy) else functools.partial(dual_numpy, tile=self._tile())
+            fac, Beta = solve(X, V, alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
         self._refuse_device(U)

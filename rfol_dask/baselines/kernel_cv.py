@@ -5,6 +5,9 @@ Per split, the squared distances (training x training and validation x training)
 once and every (kernel, length scale) candidate is an elementwise map of them; one
 eigendecomposition of each centred training Gram gives every nugget (or one Cholesky
 factorisation per nugget where cheaper: :func:`rfol_dask.tuning.path_errors`).
+The linear kernel with fewer inputs than training samples is scored as :class:`KernelOperator`
+refits it, in the primal: one eigendecomposition of the ``p x p`` Gram of the centred inputs
+gives every nugget (the dual's rank-``p`` Gram lost digits at small nuggets).
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ import numbers
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..backend import as_fortran, centre_gram, copy, fill_diagonal, namespace, take_rows
+from ..backend import as_fortran, centre_gram, copy, diagonal, fill_diagonal, namespace, take_rows
 from ..estimator import OperatorEstimator
 from ..selection import DEFAULT_REFINE, SelectionCV
-from ..tuning import path_errors
+from ..tuning import path_errors, rounding_floor
 from .kernel import KernelOperator, pca, transform_inputs
 from .kernels import KERNELS, kernel_values, sq_distances
 
@@ -29,21 +32,35 @@ DEFAULT_LENGTH_SCALES = tuple(4.0 ** np.arange(-2, 3))
 
 
 def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None, X_v=None):
-    """Centred training Gram ``H K_tt H`` (M_t, M_t) and validation cross-Gram (M_v, M_t) for one
-    kernel and length scale, from the squared distances (for ``"linear"``, from ``X_t``, ``X_v``):
-    the kernel of features centred by their training mean, as :class:`KernelOperator` fits it."""
+    """Centred training Gram ``H K_tt H`` (M_t, M_t), validation cross-Gram (M_v, M_t) and the
+    trace of ``K_tt`` for one kernel and length scale, from the squared distances (for
+    ``"linear"``, from ``X_t``, ``X_v``): the kernel of features centred by their training mean,
+    as :class:`KernelOperator` fits it. The centring subtracts entries of ``K_tt``'s size, so its
+    trace sets the Gram's rounding floor (:func:`rfol_dask.tuning.rounding_floor`)."""
     if kernel == "linear":
         K_tt, K_vt = X_t @ X_t.T, X_v @ X_t.T
     else:
         K_tt, K_vt = kernel_values(copy(D2_tt), kernel, length_scale), kernel_values(copy(D2_vt), kernel, length_scale)
+    xp = namespace(K_tt)
+    trace = float(xp.sum(diagonal(K_tt)))
     if fit_intercept:
-        xp = namespace(K_tt)
         r = xp.mean(K_tt, axis=0)
         c = xp.mean(r)
         K_vt -= xp.mean(K_vt, axis=1)[:, None]
         K_vt -= r[None, :] - c
         K_tt = centre_gram(K_tt, r, c)  # exactly symmetric, as the factorisation needs
-    return K_tt, K_vt
+    return K_tt, K_vt, trace
+
+
+def linear_primal(X_t, X_v, fit_intercept):
+    """The linear kernel's primal problem of one split, as :class:`KernelOperator` solves it with
+    fewer inputs ``p`` than samples: ``(X_c^T X_c (p, p), X_vc (M_v, p), X_c (M_t, p))``, the
+    training inputs ``X_t`` (M_t, p) and validation inputs ``X_v`` centred by the training mean
+    (or as they are), for :func:`rfol_dask.tuning.path_errors` with ``design=X_c``."""
+    if fit_intercept:
+        xbar = namespace(X_t).mean(X_t, axis=0)
+        X_t, X_v = X_t - xbar, X_v - xbar
+    return X_t.T @ X_t, X_v, X_t
 
 
 class KernelOperatorCV(SelectionCV):
@@ -114,7 +131,9 @@ class KernelOperatorCV(SelectionCV):
         :class:`rfol_dask.RandomFeatureOperatorCV`).
     best_score_, best_index_, cv_results_, best_estimator_, search_time_, refit_time_
         As in :class:`rfol_dask.RandomFeatureOperatorCV` (``cv_results_`` has ``family`` = the
-        kernel, ``length_scale`` and ``nugget`` columns).
+        kernel, ``length_scale``, ``nugget`` and ``nugget_floor`` columns; the floor is that of
+        the uncentred kernel matrix, whose entries the centring subtracts: ``2 eps sqrt(M_t)`` for
+        the kernels of unit diagonal).
     median_scales_ : dict
         The median-heuristic length scale of each kernel (one value).
     n_splits_ : int
@@ -125,7 +144,8 @@ class KernelOperatorCV(SelectionCV):
         As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Cost per split: ``3 M_t (M_t + M_v) n`` flops for the distances, then per (kernel, length
-    scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram. Memory: four
+    scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram (the linear kernel in the
+    primal: ``M_t p^2`` flops and an ``eigh`` of ``p x p``). Memory: four
     ``M_t x M_t`` and two ``M_v x M_t`` arrays, checked against the budget (``max_gram_bytes``,
     else 60 % of the memory) before the search starts. dask input is gathered first (the model
     holds its training inputs anyway).
@@ -240,11 +260,18 @@ class KernelOperatorCV(SelectionCV):
             self._distances = None  # the fitted estimator keeps no M_t x M_t arrays
 
     def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None):
-        """Validation errors (len(mults), 1, n_nugget) of one split."""
+        """Validation errors of one split, then each Gram's rounding floor: (len(mults), 1,
+        n_nugget + 1). The linear kernel is scored as it is refitted: in the primal where its
+        inputs (or PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
+        args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
+        if kernel == "linear" and self._base_estimator(kernel="linear")._primal(X.shape[0], X_t.shape[1]):
+            G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
+            floor = rounding_floor(G)
+            return np.asarray([[np.append(path_errors(as_fortran(G), K, *args, floor=floor, design=X_c), floor)]])
         for m in mults:
-            G, K = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
-            out.append([path_errors(as_fortran(G), K, Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path,
-                                    alpha_center)])
+            G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
+            floor = rounding_floor(G, trace)
+            out.append([np.append(path_errors(as_fortran(G), K, *args, floor=floor), floor)])
         return np.asarray(out)
