@@ -209,8 +209,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         :func:`rfol_dask.tuning.rounding_floor`). ``.to_dataframe()`` with pandas. A NaN score: an
         alpha a stage after the coarse one left unsolved (the fine, final and growth stages solve
         only the alphas near the best so far; see ``alpha_path``), or one below ``alpha_floor``,
-        where the validation predictions are dominated by rounding (not eligible; a warning says
-        so where the winner is the smallest alpha above it); it ranks last.
+        where the validation predictions are dominated by rounding (not eligible; with ``alphas`` given,
+        a warning says so where the winner is the smallest alpha above it); it ranks last.
     best_estimator_ : RandomFeatureOperator
         The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to it.
     median_scales_ : dict

@@ -24,7 +24,7 @@ because (see :mod:`rfol_dask.tuning`):
   is on the window's edge) and the other alphas score NaN in ``cv_results_``;
 - an alpha below the rounding floor of its Gram (:func:`rfol_dask.tuning.rounding_floor`, the
   column ``<alpha>_floor`` of ``cv_results_``) is not eligible: it scores NaN, as its validation
-  predictions are dominated by rounding (a warning says so where the winner is the smallest
+  predictions are dominated by rounding (with a grid of the user's, a warning says so where the winner is the smallest
   alpha above it; a search with no alpha above it is an error).
 
 dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked and
@@ -454,9 +454,13 @@ class SelectionCV(OperatorEstimator):
 
     def _warn_floor(self, best):
         """A warning where the winner's alpha is the smallest searched one at or above the
-        rounding floor of its Gram and smaller ones were left out below it (the search may have
-        preferred them, but float64 does not resolve them: :func:`rfol_dask.tuning.rounding_floor`)."""
+        rounding floor of its Gram and smaller ones of the user's grid were left out below it (the
+        search may have preferred them, but float64 does not resolve them:
+        :func:`rfol_dask.tuning.rounding_floor`). The default grid reaches below every floor on
+        purpose: its alphas below are left out silently (NaN in ``cv_results_``)."""
         name = self._alpha_name
+        if getattr(self, name + "s") is None:
+            return
         floor, alphas = best[f"{name}_floor"], self._alphas()
         below, above = alphas[alphas < floor], alphas[alphas >= floor]
         if len(below) and len(above) and best[name] == above.min():

@@ -1,6 +1,7 @@
 """Model selection: RandomFeatureOperatorCV and KernelOperatorCV."""
 
 import inspect
+import warnings
 
 import dask.array as da
 import numpy as np
@@ -280,8 +281,9 @@ def test_every_ridge_path_picks_a_nugget_the_refit_can_factorise():
 
 def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
     """The kernels' Gram of unit diagonal on 192 training rows has the floor 2 eps sqrt(192) = 6e-15:
-    a winner at the smallest nugget above it is warned of (the nuggets below were not scored),
-    and a grid with no nugget above it is refused, naming the floor."""
+    a winner at the smallest nugget above it in a grid of the user's is warned of (the nuggets
+    below were not scored), a grid with no nugget above it is refused, naming the floor, and the
+    default grid, which reaches below every floor on purpose, leaves them out silently."""
     U, V = smooth_operator_data()
     kw = dict(kernels=("rbf",), length_scales=(1.0,), coarse=None)
     with pytest.warns(UserWarning, match=r"best nugget, 1e-13, is the smallest searched one above the rounding floor"):
@@ -291,6 +293,11 @@ def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
     assert np.isnan(res["mean_test_score"][:2]).all() and np.isfinite(res["mean_test_score"][2:]).all()
     with pytest.raises(ValueError, match=r"every nugget searched is below the rounding floor of its Gram .* up to 6.15e-15"):
         KernelOperatorCV(nuggets=(1e-16, 1e-15), **kw).fit(U, V)
+    with warnings.catch_warnings():  # the default grid reaches below every floor on purpose: no warning
+        warnings.simplefilter("error")
+        search = KernelOperatorCV(**kw).fit(U, V)
+    res = search.cv_results_
+    assert res["nugget"][search.best_index_] == min(res["nugget"][res["nugget"] >= res["nugget_floor"]])
 
 
 @pytest.mark.parametrize("path", ["eigh", "cholesky"])
