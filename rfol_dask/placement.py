@@ -153,7 +153,8 @@ def worker_addresses(client):
     if not workers:
         raise NoWorkersError(
             f"the dask cluster of the client has no workers (none arrived within {WORKER_WAIT_S} s): start some "
-            "(cluster.scale(n)) or wait for them (client.wait_for_workers(n)) before the fit; workers that exceed "
+            "(cluster.scale(n); an adaptive cluster starts them only for tasks waiting, so give cluster.adapt a "
+            "minimum >= 1) or wait for them (client.wait_for_workers(n)) before the fit; workers that exceed "
             "their memory limit as they start (a memory_limit below the few hundred MB a worker process takes) "
             "are restarted again and again and never join")
     return sorted(workers)
