@@ -469,15 +469,16 @@ def main(argv=None):
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     from .cluster import ClusterStartError
-    from .progress import WorkersKilledError
+    from .progress import NoWorkersError, WorkersKilledError
 
     try:
         return args.func(args)
     # ImportError: an optional extra; NotImplementedError: a combination of settings not supported
     # FloatingPointError: a data-set generator's time stepping blew up (the message names the fix)
     # WorkersKilledError: a task ran its workers out of memory (the message says what to change)
+    # NoWorkersError: the cluster has no workers to place a fit on (the message says what to check)
     except (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError, ClusterStartError,
-            FloatingPointError, WorkersKilledError) as exc:
+            FloatingPointError, WorkersKilledError, NoWorkersError) as exc:
         print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -154,8 +154,9 @@ def gpu_config(config):
 
 def _read_config(config):
     """The YAML text of a shipped name or a path (a shipped name wins over a file of that name in
-    the working directory; ``./local`` reads the file)."""
-    path, name = Path(config), os.fspath(config)
+    the working directory; ``./local`` reads the file; a leading ``~`` is the home folder, as for
+    the package's other paths)."""
+    path, name = Path(os.path.expanduser(config)), os.fspath(config)
     if name in shipped_configs():
         return resources.files("rfol_dask").joinpath("clusters", f"{name}.yaml").read_text()
     if path.is_file():

@@ -27,6 +27,7 @@ threshold (``N >= 2 M`` with a tiny ridge) the error falls towards the kernel in
 from __future__ import annotations
 
 import numbers
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -40,8 +41,8 @@ from .linalg import symmetrize, syrk
 from .metrics import relative_l2_error
 from .tuning import input_scales
 
-__all__ = ["doubling", "error_curve", "error_curves", "curve_dataset", "saturation_index", "fit_slope",
-           "fit_excess"]
+__all__ = ["doubling", "error_curve", "error_curves", "curve_dataset", "append_curve", "saturation_index",
+           "fit_slope", "fit_excess"]
 
 #: bytes of one block of training (or test) features held at a time
 _BLOCK_BYTES = 64 * 2**20
@@ -442,3 +443,67 @@ def curve_dataset(result):
             data[f"{fit}_{k}"] = ((), np.float64(np.nan) if v is None else np.asarray(v),
                                   {"long_name": f"{description}: {k}"})
     return xr.Dataset(data, coords=coords)
+
+
+def append_curve(store, curve):
+    """Add one curve to the study in the Zarr store ``store`` along ``n_train`` (the first call
+    makes the store); returns the study as stored (a lazy Dataset over ``(n_train, seed,
+    n_features)``).
+
+    ``curve`` is a result of :func:`error_curves` or :func:`error_curve`, or its
+    :func:`curve_dataset`. A Zarr append keeps the store's own ``n_features`` and ``seed``
+    coordinates and writes the new values under them, so a curve with other checkpoints or seeds
+    would relabel the whole study without an error: it is refused (ValueError naming both), as
+    are a training size the study already holds, a curve without ``n_train`` (results of
+    earlier versions) and a store that holds no curves, before anything is written. Memory: the
+    store's coordinates and the one curve."""
+    import xarray as xr
+
+    from .io import user_path
+
+    new = curve_dataset(curve) if isinstance(curve, dict) else curve
+    if "n_train" not in new.coords or new["n_train"].ndim:
+        raise ValueError("the curve has no training size n_train (a result of an earlier version, or a study "
+                         "already combined along n_train): append one curve of error_curve or error_curves")
+    new = new.expand_dims("n_train")
+    path = user_path(store)
+    if not os.path.exists(path):
+        return _write_study(new, path, mode="w-")
+    try:
+        study = xr.open_zarr(path, consolidated=False)
+    except (KeyError, ValueError, OSError) as exc:  # zarr's "no group found" is both
+        raise ValueError(f"{store} exists and is not a Zarr store of curves ({exc}); give a new path") from exc
+    with study:
+        if "error" not in study or "n_train" not in study["error"].dims:
+            raise ValueError(f"{store} holds no curves along n_train (variables {list(study.data_vars)}); append "
+                             "to a store that append_curve made, or give a new path")
+        if study["error"].dims != new["error"].dims:
+            raise ValueError(f"the curve has dims {new['error'].dims} but the curves in {store} have "
+                             f"{study['error'].dims}: a study holds curves of one kind (error_curves, or error_curve)")
+        for d in ("n_features", "seed"):
+            if d in new.coords and not np.array_equal(study[d].values, new[d].values):
+                raise ValueError(f"the curve's {d} {new[d].values.tolist()} differ from the study's "
+                                 f"{study[d].values.tolist()} in {store}: appended, its values would be labelled "
+                                 f"with the study's {d}; use the same {d} for every curve of a study, or start "
+                                 "another store")
+        M = int(new["n_train"][0])
+        if M in study["n_train"].values:
+            raise ValueError(f"{store} already holds a curve of n_train = {M}; a study holds one curve per training "
+                             "size (combine the seeds before, or start another store)")
+    return _write_study(new, path, append_dim="n_train")
+
+
+def _write_study(curves, path, **how):
+    """Write ``curves`` to the Zarr store ``path`` (``how``: ``to_zarr``'s mode or append_dim) and
+    consolidate its metadata again (the consolidated metadata of a store that ``to_zarr`` wrote
+    by default would otherwise still show the study before the append); returns it reopened."""
+    import warnings
+
+    import xarray as xr
+    import zarr
+
+    with warnings.catch_warnings():  # consolidated metadata is not in the Zarr v3 specification
+        warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
+        curves.to_zarr(path, consolidated=False, **how)
+        zarr.consolidate_metadata(path)
+        return xr.open_zarr(path)

@@ -10,9 +10,9 @@ import warnings
 import dask
 
 from .linalg import factor_threads
-from .progress import active_client, scheduler_workers
+from .progress import NoWorkersError, active_client, scheduler_workers
 
-__all__ = ["EMBED_BYTES", "broadcast", "pinned", "on_one_worker", "worker_addresses", "current_worker", "worker_threads"]
+__all__ = ["EMBED_BYTES", "WORKER_WAIT_S", "broadcast", "pinned", "on_one_worker", "worker_addresses", "current_worker", "worker_threads"]
 
 
 def _identity(x):
@@ -24,6 +24,10 @@ def _identity(x):
 #: Below distributed's large-graph warning (``admin.large-graph-warning-threshold``, 10 MB),
 #: which a graph holding the values would give at every compute, with room for the rest of it.
 EMBED_BYTES = 8 * 2**20
+
+#: seconds :func:`worker_addresses` waits for a first worker on a cluster that has none (workers
+#: still starting after ``cluster.scale``, killed ones that their nannies restart)
+WORKER_WAIT_S = 10
 
 
 def _nbytes(value):
@@ -132,8 +136,28 @@ def pinned(worker):
 
 
 def worker_addresses(client):
-    """The client's worker addresses, sorted; ``[None]`` without a client (one local "worker")."""
-    return sorted(scheduler_workers(client)) if client is not None else [None]
+    """The client's worker addresses, sorted; ``[None]`` without a client (one local "worker").
+
+    The tasks placed by them go to the workers there now: a cluster without workers is given
+    :data:`WORKER_WAIT_S` seconds for a first one, then NoWorkersError (a fit on it had divided by
+    its zero workers, or pinned its tasks to none)."""
+    if client is None:
+        return [None]
+    workers = scheduler_workers(client)
+    if not workers:
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+        except TimeoutError:
+            pass
+        workers = scheduler_workers(client)
+    if not workers:
+        raise NoWorkersError(
+            f"the dask cluster of the client has no workers (none arrived within {WORKER_WAIT_S} s): start some "
+            "(cluster.scale(n); an adaptive cluster starts them only for tasks waiting, so give cluster.adapt a "
+            "minimum >= 1) or wait for them (client.wait_for_workers(n)) before the fit; workers that exceed "
+            "their memory limit as they start (a memory_limit below the few hundred MB a worker process takes) "
+            "are restarted again and again and never join")
+    return sorted(workers)
 
 
 def on_one_worker():

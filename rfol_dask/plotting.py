@@ -328,14 +328,18 @@ def _curve_slope(c):
 
 
 def _curve_values(label, c, key):
-    """``c[key]`` as a float array (n_seeds, k); ValueError naming the extra dims of a combined
-    study (curves concatenated along ``n_train``, say): one curve is drawn per label."""
+    """``c[key]`` as a float array (n_seeds, k), a DataArray's dims read by name (a transposed
+    ``(n_features, seed)`` curve had its mean taken over the checkpoints); ValueError naming the
+    extra dims of a combined study (curves concatenated along ``n_train``, say): one curve is
+    drawn per label."""
     values = c[key]
     extra = [d for d in getattr(values, "dims", ()) if d not in ("seed", "n_features")]
     if extra or np.ndim(values) > 2:
         dims = getattr(values, "dims", None) or np.shape(values)
         raise ValueError(f"curve {label!r}: {key} has dims {dims}, a curve (seed, n_features): pass one curve per "
                          f"label, e.g. study.sel({extra[0] if extra else 'n_train'}=M) for each M of a combined study")
+    if "n_features" in getattr(values, "dims", ()):
+        values = values.transpose(..., "n_features")
     return np.atleast_2d(np.asarray(values, float))
 
 

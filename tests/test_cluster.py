@@ -312,6 +312,15 @@ def test_bad_yaml_and_a_file_named_like_a_shipped_configuration(tmp_path, monkey
     assert cluster.load_config("./local")["kind"] == "slurm"
 
 
+def test_a_configuration_path_starting_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """``start_client("~/site.yaml")`` said there was no configuration at ~/site.yaml, where the
+    package's other paths (save, load, open_dataset, generate) read '~' as the home folder."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "site.yaml").write_text("kind: local\nblas_threads: 1\noptions: {n_workers: 3}\n")
+    assert cluster.load_config("~/site.yaml")["options"] == {"n_workers": 3}
+    assert cluster.node_threads("~/site.yaml")["processes"] == 3
+
+
 def test_jobqueue_without_its_submit_command_is_an_error_not_a_hang(monkeypatch, tmp_path):
     pytest.importorskip("dask_jobqueue")
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch / qsub here

@@ -256,3 +256,38 @@ def test_curves_appended_to_a_zarr_store_keep_their_own_fits(study_curves, tmp_p
     curves[1].expand_dims("n_train").to_zarr(store, append_dim="n_train")
     with xr.open_zarr(store) as study:
         _check_study(study.load(), results)
+
+
+def test_append_curve_grows_a_study_and_refuses_curves_it_would_relabel(study_curves, tmp_path):
+    """``to_zarr(append_dim="n_train")`` of a curve with other checkpoints or seeds kept the store's
+    ``n_features`` / ``seed`` coordinates and wrote the new values under them (and an earlier
+    checkpoint ladder's labels were replaced by the new one's): the study was mislabelled without
+    an error. ``append_curve`` checks them first and leaves the store as it was."""
+    import xarray as xr
+
+    from rfol_dask.curves import append_curve, curve_dataset
+
+    results, curves = study_curves
+    store = tmp_path / "study.zarr"
+    append_curve(store, results[0])  # a result dict, or its curve_dataset
+    _check_study(append_curve(store, curves[1]).load(), results)
+    U, V = smooth_operator_data(200, 8)
+    for what, checkpoints, seeds in (("n_features", [10, 20, 40, 80], (0, 1)), ("seed", [8, 16, 32, 64], (2, 3))):
+        curve = error_curves(U[:90], V[:90], U[150:], V[150:], checkpoints, seeds=seeds, gamma=0.05, alpha=1e-3)
+        with pytest.raises(ValueError, match=f"the curve's {what} .* differ from the study's"):
+            append_curve(store, curve)
+    with pytest.raises(ValueError, match="already holds a curve of n_train = 120"):
+        append_curve(store, curves[1])
+    one = error_curve(U[:90], V[:90], U[150:], V[150:], [8, 16, 32, 64], gamma=0.05, alpha=1e-3)
+    with pytest.raises(ValueError, match="curves of one kind"):
+        append_curve(store, one)
+    with pytest.raises(ValueError, match="no training size"):
+        append_curve(store, curve_dataset(results[0]).drop_vars("n_train"))
+    with xr.open_zarr(store) as study:  # nothing refused was written
+        _check_study(study.load(), results)
+    xr.Dataset({"input": ("sample", np.ones(3))}).to_zarr(tmp_path / "data.zarr")
+    (tmp_path / "folder").mkdir()
+    for path in ("data.zarr", "folder"):
+        with pytest.raises(ValueError, match="no curves along n_train|not a Zarr store of curves"):
+            append_curve(tmp_path / path, results[0])
+    assert not any((tmp_path / "folder").iterdir())

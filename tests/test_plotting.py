@@ -115,3 +115,23 @@ def test_shapes_are_checked_not_broadcast():
     with pytest.raises(ValueError, match="predictions is empty"):
         prediction_figure(truth, {})
     assert plt.get_fignums() == open_figures  # refused before a figure was opened
+
+
+def test_a_transposed_curve_dataset_is_drawn_by_its_dims():
+    """A curve Dataset whose error has dims (n_features, seed) (transposed, or built so) was read by
+    position: its geometric mean was taken over the checkpoints instead of the seeds, and with as
+    many seeds as checkpoints the wrong curve was drawn without an error."""
+    from rfol_dask.curves import curve_dataset
+    from rfol_dask.plotting import curves_figure
+
+    N = np.array([100, 200, 400])
+    error = np.array([[0.4, 0.2, 0.1], [0.1, 0.05, 0.025], [0.2, 0.1, 0.05]])  # (seed, n_features)
+    result = {"n_features": N, "seeds": np.arange(3), "error": error, "fit_time": error[::-1] + 1,
+              "predict_time": error, "gamma": np.ones(3), "n_train": 50}
+    curve = curve_dataset(result)
+    fig = curves_figure({"as made": curve, "transposed": curve.transpose("n_features", "seed")})
+    want = np.exp(np.log(error).mean(axis=0))  # geometric mean over the seeds: 0.2, 0.1, 0.05
+    drawn = [line.get_ydata() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    assert len(drawn) == 2
+    for y in drawn:
+        np.testing.assert_allclose(y, want)

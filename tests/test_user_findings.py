@@ -1145,3 +1145,30 @@ def test_paths_starting_with_a_tilde_are_in_the_home_folder(tmp_path, monkeypatc
     loaded = RandomFeatureOperator.load("~/m.zarr")
     np.testing.assert_array_equal(loaded.predict(opened["input"]).values, model.predict(opened["input"]).values)
     assert not list(work.iterdir())  # nothing named '~' here
+
+
+@pytest.mark.cluster
+def test_a_fit_on_a_cluster_without_workers_waits_for_one_then_says_so(monkeypatch):
+    """A dual fit of dask arrays on a client whose cluster had no workers (not yet scaled up, or
+    workers restarted again and again by their nannies) raised ZeroDivisionError from the slab
+    layout; now it waits a little for a first worker, which it then uses, and else says what is
+    wrong, leaving the model unfitted."""
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import placement
+    from rfol_dask.progress import NoWorkersError
+
+    U, V = smooth_operator_data(80, 8)
+    dU, dV = da.from_array(U, chunks=40), da.from_array(V, chunks=40)
+    model = RandomFeatureOperator(n_features=200, gamma=0.05, random_state=0, solver="dual")
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        monkeypatch.setattr(placement, "WORKER_WAIT_S", 0.5)
+        with pytest.raises(NoWorkersError, match=r"no workers \(none arrived within 0.5 s\): start some"):
+            model.fit(dU, dV)
+        assert not hasattr(model, "coef_")
+        monkeypatch.setattr(placement, "WORKER_WAIT_S", 60)
+        cluster.scale(1)  # not there yet when the fit starts: waited for
+        model.fit(dU, dV)
+        assert len(client.scheduler_info()["workers"]) == 1
+    ref = RandomFeatureOperator(n_features=200, gamma=0.05, random_state=0, solver="dual").fit(U, V)
+    assert rel(model.predict(U[:5]), ref.predict(U[:5])) < 1e-6  # alpha 1e-10: the dask and numpy fits round apart
