@@ -30,7 +30,7 @@ from .gram import check_finite
 from .metrics import r2_score
 from .progress import active_client
 from .resampling import ResamplingMixin
-from .placement import broadcast
+from .placement import broadcast, worker_addresses
 
 __all__ = ["OperatorEstimator"]
 
@@ -370,6 +370,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         self.input_periods_ = io.learn_periods(periods, u, self.input_grid_, "input", in_dims)
         self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output", out_dims)
 
+        if lazy and (client := active_client()) is not None:
+            worker_addresses(client)  # a cluster without workers: waited for, else NoWorkersError (no compute hangs)
         self._fit_arrays(Ud, Vd, lazy, self._work_dtype(Ud))
         self._check_fitted_finite()
         return self

@@ -117,7 +117,9 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
     if device not in (None, "cpu"):
         if client is None:
             return Budget(DEVICE_SHARE * device_free_bytes(device), f"{DEVICE_SHARE:.0%} of the GPU's free memory")
-        free = client.run(device_free_bytes, device)
+        from .placement import worker_addresses  # waits for a first worker, else NoWorkersError
+
+        free = client.run(device_free_bytes, device, workers=worker_addresses(client))
         return Budget(DEVICE_SHARE * min(free.values()),
                       f"{DEVICE_SHARE:.0%} of the least free GPU memory of the {len(free)} worker(s)", workers=len(free))
     if limits:

@@ -571,3 +571,23 @@ def test_distributed_gpu_search_checks_the_workers_gpu_memory(data, monkeypatch,
             assert searched and model.best_estimator_.device == "cuda"
             want = RandomFeatureOperatorCV(**{**kw, "device": "cpu"}).fit(U2, V)
             assert model.best_params_ == want.best_params_
+
+
+@pytest.mark.cluster
+def test_a_gpu_fit_on_a_cluster_without_workers_says_so(data, monkeypatch):
+    """The GPU budget of a dask fit is the least free GPU memory of the workers: on a cluster
+    without workers it had none to take the least of (``min() arg is an empty sequence``); it
+    waits for a first worker, as the placement of the fit does, and else says what is wrong."""
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import placement
+    from rfol_dask.progress import NoWorkersError
+
+    U, V = data
+    monkeypatch.setattr(placement, "WORKER_WAIT_S", 0.5)
+    model = RandomFeatureOperator(n_features=100, gamma=0.5, random_state=0, device="cuda")
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, Client(cluster):
+        with pytest.raises(NoWorkersError, match=r"no workers \(none arrived within 0.5 s\)"):
+            model.fit(da.from_array(U.reshape(300, -1), chunks=100), da.from_array(V, chunks=100))
+    assert not hasattr(model, "coef_")

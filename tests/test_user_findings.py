@@ -1172,3 +1172,21 @@ def test_a_fit_on_a_cluster_without_workers_waits_for_one_then_says_so(monkeypat
         assert len(client.scheduler_info()["workers"]) == 1
     ref = RandomFeatureOperator(n_features=200, gamma=0.05, random_state=0, solver="dual").fit(U, V)
     assert rel(model.predict(U[:5]), ref.predict(U[:5])) < 1e-6  # alpha 1e-10: the dask and numpy fits round apart
+
+
+@pytest.mark.cluster
+def test_a_median_gamma_fit_on_a_cluster_without_workers_says_so(monkeypatch):
+    """``gamma="median"`` samples the inputs before the fit's graph, in a compute that waited for
+    ever on a cluster without workers: the check for workers comes first."""
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import placement
+    from rfol_dask.progress import NoWorkersError
+
+    U, V = smooth_operator_data(80, 8)
+    monkeypatch.setattr(placement, "WORKER_WAIT_S", 0.5)
+    model = RandomFeatureOperator(n_features=50, gamma="median", random_state=0)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster):
+        with pytest.raises(NoWorkersError, match=r"no workers \(none arrived within 0.5 s\)"):
+            model.fit(da.from_array(U, chunks=40), da.from_array(V, chunks=40))
+    assert not hasattr(model, "coef_")
