@@ -43,6 +43,15 @@ def cluster_client():
             yield client
 
 
+def ctrl_c():
+    """A Ctrl-C as a terminal delivers it: SIGINT to the main thread, which raises KeyboardInterrupt
+    there even while it waits on a lock (``_thread.interrupt_main`` waits for the lock first)."""
+    import signal
+    import threading
+
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
 def rel(a, b):
     """Largest absolute difference of ``a`` and ``b`` over the largest ``|b|`` (arrays of any
     namespace: CuPy and array_api_strict arrays are brought to numpy)."""
