@@ -212,7 +212,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
             ) from exc
         finally:
             if settle and not ended:
-                _let_running_end(client, list(pending.values()))
+                _let_running_end(client, list(pending.values()), desc)
             release(pending.values())
     ctx = contextlib.nullcontext()
     if progress:
@@ -224,7 +224,7 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
             results = dask.compute(*collections)
     finally:
         if pool is not None:  # after an interrupt: the running tasks end here, the queued ones are dropped
-            _close_pool(pool)
+            _close_pool(pool, desc)
     if consume is None:
         return results
     for i, result in enumerate(results):
@@ -253,7 +253,7 @@ def _own_pool(collections):
                     thread_name_prefix=f"rfol-compute-{next(_pools)}")
 
 
-def _close_pool(pool):
+def _close_pool(pool, desc):
     """Drop the tasks ``pool`` has queued and wait for those running: join every thread of the
     pool by its name, as an interrupt during a thread's start leaves it running but off the
     executor's own list, which ``shutdown(wait=True)`` joins."""
@@ -261,13 +261,26 @@ def _close_pool(pool):
 
     pool.shutdown(wait=False, cancel_futures=True)
     prefix = f"{pool._thread_name_prefix}_"
-    for thread in threading.enumerate():
-        if thread.name.startswith(prefix):
-            thread.join()
+    threads = [t for t in threading.enumerate() if t.name.startswith(prefix)]
+    for thread in threads:
+        thread.join(0.05)  # idle ones end at once
+    busy = [t for t in threads if t.is_alive()]
+    if busy:
+        _say_waiting(desc, len(busy))
+    for thread in busy:
+        thread.join()
+
+
+def _say_waiting(desc, n):
+    """Tell on stderr why an interrupted compute does not return at once."""
+    with contextlib.suppress(ValueError):  # a closed stderr
+        sys.stderr.write(f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
+                         "(interrupt again to stop at once)\n")
+        sys.stderr.flush()
 
 
 
-def _let_running_end(client, futures):
+def _let_running_end(client, futures, desc):
     """Release those of ``futures`` that no worker runs yet, then wait for the others' tasks to
     end (``compute(settle=True)`` after a failure or an interrupt)."""
     from distributed import as_completed
@@ -281,6 +294,8 @@ def _let_running_end(client, futures):
         return
     release([f for f in futures if f.key not in running])
     busy = [f for f in futures if f.key in running]
+    if busy:
+        _say_waiting(desc, len(busy))
     for _ in as_completed(busy, loop=client.loop):  # (``distributed.wait`` needs a default client)
         pass
 

@@ -427,6 +427,7 @@ def test_request_mismatch_and_load_subset_use_only_the_same_data(tmp_path):
 
 
 # ---------------------------------------------------------------------- Ctrl-C, then the same call at once
+import re  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
 
@@ -471,7 +472,7 @@ def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resum
     np.testing.assert_array_equal(ds["output"].values, ref["output"].values)
 
 
-def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(tmp_path, monkeypatch):
+def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(tmp_path, monkeypatch, capsys):
     """dask's threaded scheduler returns from an interrupt while its pool threads still write their
     blocks; they went on writing after the lock was released (into whatever a next run had made of the
     store). Now the running blocks end first, the others never start, and the same call resumes."""
@@ -498,6 +499,8 @@ def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(tmp
     assert started[0] in finished and flags[started[0]]  # written before the interrupt propagated
     assert sorted(finished) == sorted(started) == sorted(np.flatnonzero(flags))  # none still running
     assert not flags.all() and not (path / ".rfol_dask.lock").exists()
+    assert re.search(r"generate advection1 \(8 blocks\): stopping; waiting for the [12] running tasks? to end",
+                     capsys.readouterr().err)
     monkeypatch.setattr(store_mod, "_write_block", real)
     ds = datasets.generate("advection1", 40, store=path, seed=1, block_size=5)
     ref = datasets.generate("advection1", 40, seed=1)
