@@ -218,13 +218,13 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
     if progress:
         sys.stderr.write(f"{desc}:\n")
         ctx = _local_bar(sys.stderr)
-    pool = _own_pool(collections) if settle else None
+    pool, results = (_own_pool(collections) if settle else None), None
     try:
         with ctx, (contextlib.nullcontext() if pool is None else dask.config.set(pool=pool)):
             results = dask.compute(*collections)
     finally:
         if pool is not None:  # after an interrupt: the running tasks end here, the queued ones are dropped
-            _close_pool(pool, desc)
+            _close_pool(pool, None if results is not None else desc)
     if consume is None:
         return results
     for i, result in enumerate(results):
@@ -253,10 +253,11 @@ def _own_pool(collections):
                     thread_name_prefix=f"rfol-compute-{next(_pools)}")
 
 
-def _close_pool(pool, desc):
+def _close_pool(pool, desc=None):
     """Drop the tasks ``pool`` has queued and wait for those running: join every thread of the
     pool by its name, as an interrupt during a thread's start leaves it running but off the
-    executor's own list, which ``shutdown(wait=True)`` joins."""
+    executor's own list, which ``shutdown(wait=True)`` joins. With ``desc`` (a compute that
+    failed), a line on stderr says so if some still run."""
     import threading
 
     pool.shutdown(wait=False, cancel_futures=True)
@@ -265,7 +266,7 @@ def _close_pool(pool, desc):
     for thread in threads:
         thread.join(0.05)  # idle ones end at once
     busy = [t for t in threads if t.is_alive()]
-    if busy:
+    if busy and desc is not None:
         _say_waiting(desc, len(busy))
     for thread in busy:
         thread.join()
@@ -277,7 +278,6 @@ def _say_waiting(desc, n):
         sys.stderr.write(f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
                          "(interrupt again to stop at once)\n")
         sys.stderr.flush()
-
 
 
 def _let_running_end(client, futures, desc):
