@@ -124,15 +124,13 @@ def test_exception_mid_save_restores_previous_model_and_leaves_nothing(tmp_path,
     np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, a.coef_)
 
 
-def test_ctrl_c_in_a_zarr_write_of_the_temporary_leaves_nothing_behind(tmp_path, models, monkeypatch):
+def test_ctrl_c_in_a_zarr_write_of_the_temporary_leaves_nothing_behind(tmp_path, models, monkeypatch, ctrl_c):
     """Ctrl-C ends the main thread's wait for a zarr write while zarr's IO thread goes on: the save
     removed its temporary group, and the late write made it again (a hidden ``.m.zarr.tmp-*`` folder).
     The save now lets that write land before it cleans up."""
     import threading
 
     import zarr.storage._local as local
-
-    from conftest import ctrl_c
 
     a, b, _ = models
     path = a.save(tmp_path / "m.zarr")

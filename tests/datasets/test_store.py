@@ -431,10 +431,8 @@ import re  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
 
-from conftest import ctrl_c  # noqa: E402
 
-
-def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resumes(tmp_path, monkeypatch):
+def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resumes(tmp_path, monkeypatch, ctrl_c):
     """Ctrl-C ends the main thread's wait for a zarr call while zarr's IO thread still writes; the late
     write (the array ``input``) landed after the rerun had cleared the cut template, which then failed
     with "variable 'input' already exists". generate now waits for zarr's IO before letting go."""
@@ -472,7 +470,8 @@ def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resum
     np.testing.assert_array_equal(ds["output"].values, ref["output"].values)
 
 
-def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(tmp_path, monkeypatch, capsys,
+                                                                            ctrl_c):
     """dask's threaded scheduler returns from an interrupt while its pool threads still write their
     blocks; they went on writing after the lock was released (into whatever a next run had made of the
     store). Now the running blocks end first, the others never start, and the same call resumes."""
@@ -514,9 +513,10 @@ def dask_threads(n):
     return dask.config.set(scheduler="threads", num_workers=n)
 
 
-def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(tmp_path, monkeypatch, cluster_client):
+def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(tmp_path, monkeypatch, cluster_client, ctrl_c):
     """On a distributed client an interrupted generate released its futures and the workers finished
-    their running blocks unseen, after the lock was gone; now those end first and the rest never start."""
+    their running blocks unseen, after the lock was gone; now those end first and the rest never start.
+    (``ctrl_c``: for Python's SIGINT handler; the signal comes from a worker.)"""
     import os
 
     from rfol_dask.datasets import store as store_mod
