@@ -32,7 +32,7 @@ from .stacklevel import user_stacklevel
 
 __all__ = ["user_path", "Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
            "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid", "grid_dims",
-           "learn_periods", "match_dims", "foreign_entries", "zarr_parents"]
+           "learn_periods", "match_dims", "foreign_entries", "zarr_parents", "wait_zarr_io"]
 
 
 @dataclass
@@ -648,6 +648,36 @@ def _break_lock(lock, text):
         with contextlib.suppress(FileExistsError):
             os.link(grave, lock)
     grave.unlink()
+
+
+def wait_zarr_io(timeout=60.0):
+    """Wait (at most ``timeout`` seconds) until zarr's IO thread has no call left running.
+
+    Zarr (3) runs every call as a coroutine on its own event loop, in the thread ``zarr_io``, and
+    the caller waits for it; an interrupt (Ctrl-C) ends that wait at once, and the call goes on,
+    writing into the store afterwards. A run that lets go of a store after an interrupt waits here
+    first, else an immediate rerun could clear the store and then meet the late write (xarray:
+    "variable 'input' already exists").
+    """
+    import asyncio
+    import concurrent.futures
+
+    try:
+        from zarr.core.sync import loop as loops  # [the loop or None] (zarr 3; called in an except clause: no errors)
+    except ImportError:
+        return
+    loop = loops[0]
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return
+
+    async def others():
+        me = asyncio.current_task()
+        running = [task for task in asyncio.all_tasks() if task is not me]
+        if running:
+            await asyncio.wait(running, timeout=timeout)
+
+    with contextlib.suppress(concurrent.futures.TimeoutError):
+        asyncio.run_coroutine_threadsafe(others(), loop).result(timeout + 5)
 
 
 def flags_key(group):

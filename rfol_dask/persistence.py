@@ -28,7 +28,7 @@ import xarray as xr
 from . import backend
 from ._version import __version__
 from .io import (check_parent_dir, foreign_entries, lock_file, lock_held, owned_tag, process_alive, tag_owner,
-                 zarr_parents)
+                 wait_zarr_io, zarr_parents)
 from .stacklevel import user_stacklevel
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
@@ -270,10 +270,14 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
 
 
 def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
-    """The body of :func:`save_model`: write the temporary group, rename it into place."""
+    """The body of :func:`save_model`: write the temporary group, rename it into place.
+
+    Whatever ends it (an error, Ctrl-C), it removes its own temporary group, and the previous
+    model once the new one is in place; only a killed save leaves them (the next save removes
+    them; :func:`load_model` reads the previous model if the kill fell between the renames)."""
     import zarr
 
-    tmp, old = _sibling(path, "tmp"), None
+    tmp, old, saved = _sibling(path, "tmp"), None, time.time_ns()
     try:
         group = zarr.open_group(str(tmp), mode="w")
         sums = {}
@@ -284,7 +288,7 @@ def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
                                fill_value=fill)[...] = value
             sums[key] = _checksum(value)
         group.attrs.update({"rfol_dask_format": int(model_format), "rfol_dask_version": __version__,
-                            "rfol_dask_checksums": sums, "rfol_dask_saved": time.time_ns(),
+                            "rfol_dask_checksums": sums, "rfol_dask_saved": saved,
                             _MODEL_KEY: json.dumps(attrs)})
         _check_model_path(path, overwrite)  # again: something may have appeared meanwhile
         if describe_path(path) == "empty":
@@ -294,12 +298,15 @@ def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
             os.replace(path, old)
         os.replace(tmp, path)
     except BaseException:
+        wait_zarr_io()  # a zarr write cut short by Ctrl-C goes on in zarr's thread: let it land first
         if old is not None and old.exists() and not path.exists():
             os.replace(old, path)  # put the previous model back
         raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and (_group_attrs(path) or {}).get("rfol_dask_saved") == saved:
+            shutil.rmtree(old, ignore_errors=True)  # this save's model is in place (interrupted just after?)
 
 
 def _fallback_model(path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import logging
 import sys
 import time
@@ -177,7 +178,7 @@ def release(futures):
         future.release()
 
 
-def compute(*collections, progress=False, client=None, desc="rfol_dask", consume=None):
+def compute(*collections, progress=False, client=None, desc="rfol_dask", consume=None, settle=False):
     """``dask.compute(*collections)`` with an optional progress bar.
 
     With a distributed client (given, or the active one) the collections run there under
@@ -190,14 +191,23 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
     still run and then released on the cluster, so a large result that comes in parts (the
     coefficient rows of a fit) moves to the client during the computation and never lies
     whole on the workers; the local scheduler hands the results over at the end, in order.
+
+    ``settle``: when the computation fails or is interrupted (Ctrl-C), the tasks already running
+    end before the exception propagates, so that none still writes (into a store) once the caller
+    has let go (of its lock); tasks not yet started never start. Without it they end unseen
+    afterwards: dask's local scheduler leaves its pool threads running, and a distributed
+    worker finishes a released task. A second interrupt stops the wait.
     """
     client = client if client is not None else active_client()
     if client is not None:
         from distributed import KilledWorker
 
         pending = dict(enumerate(client.compute(list(collections))))
+        ended = False
         try:
-            return _collect(pending, client, desc, progress, consume)  # logs its times
+            results = _collect(pending, client, desc, progress, consume)  # logs its times
+            ended = True
+            return results
         except KilledWorker as exc:
             raise WorkersKilledError(
                 f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} last); "
@@ -206,18 +216,93 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
                 "or fewer features"
             ) from exc
         finally:
+            if settle and not ended:
+                _let_running_end(client, list(pending.values()), desc)
             release(pending.values())
     ctx = contextlib.nullcontext()
     if progress:
         sys.stderr.write(f"{desc}:\n")
         ctx = _local_bar(sys.stderr)
-    with ctx:
-        results = dask.compute(*collections)
+    pool, results = (_own_pool(collections) if settle else None), None
+    try:
+        with ctx, (contextlib.nullcontext() if pool is None else dask.config.set(pool=pool)):
+            results = dask.compute(*collections)
+    finally:
+        if pool is not None:  # after an interrupt: the running tasks end here, the queued ones are dropped
+            _close_pool(pool, None if results is not None else desc)
     if consume is None:
         return results
     for i, result in enumerate(results):
         consume(i, result)
     return None
+
+
+_pools = itertools.count()  # names the threads of each pool of :func:`_own_pool`
+
+
+def _own_pool(collections):
+    """A thread pool of its own for one compute on dask's threaded scheduler (the default), so
+    that its threads can be waited for after an interrupt (the shared pool's go on); None for
+    another local scheduler (``sync`` runs in the caller's thread)."""
+    import dask.threaded
+    from dask.base import get_scheduler
+
+    if get_scheduler(collections=collections) is not dask.threaded.get:
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dask.system import CPU_COUNT
+
+    executor = getattr(dask.threaded, "ContextAwareThreadPoolExecutor", ThreadPoolExecutor)
+    return executor(dask.config.get("num_workers", None) or CPU_COUNT,
+                    thread_name_prefix=f"rfol-compute-{next(_pools)}")
+
+
+def _close_pool(pool, desc=None):
+    """Drop the tasks ``pool`` has queued and wait for those running: join every thread of the
+    pool by its name, as an interrupt during a thread's start leaves it running but off the
+    executor's own list, which ``shutdown(wait=True)`` joins. With ``desc`` (a compute that
+    failed), a line on stderr says so if some still run."""
+    import threading
+
+    pool.shutdown(wait=False, cancel_futures=True)
+    prefix = f"{pool._thread_name_prefix}_"
+    threads = [t for t in threading.enumerate() if t.name.startswith(prefix)]
+    for thread in threads:
+        thread.join(0.05)  # idle ones end at once
+    busy = [t for t in threads if t.is_alive()]
+    if busy and desc is not None:
+        _say_waiting(desc, len(busy))
+    for thread in busy:
+        thread.join()
+
+
+def _say_waiting(desc, n):
+    """Tell on stderr why an interrupted compute does not return at once."""
+    with contextlib.suppress(ValueError):  # a closed stderr
+        sys.stderr.write(f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
+                         "(interrupt again to stop at once)\n")
+        sys.stderr.flush()
+
+
+def _let_running_end(client, futures, desc):
+    """Release those of ``futures`` that no worker runs yet, then wait for the others' tasks to
+    end (``compute(settle=True)`` after a failure or an interrupt)."""
+    from distributed import as_completed
+
+    futures = [f for f in futures if not f.done()]
+    if not futures:
+        return
+    try:
+        running = {key for keys in client.processing().values() for key in keys}
+    except Exception:  # noqa: BLE001  (a cluster going down: nothing to wait for)
+        return
+    release([f for f in futures if f.key not in running])
+    busy = [f for f in futures if f.key in running]
+    if busy:
+        _say_waiting(desc, len(busy))
+    for _ in as_completed(busy, loop=client.loop):  # (``distributed.wait`` needs a default client)
+        pass
 
 
 def _collect(pending, client, desc, progress, consume):

@@ -43,6 +43,20 @@ def cluster_client():
             yield client
 
 
+@pytest.fixture
+def ctrl_c():
+    """A Ctrl-C as a terminal delivers it: a function sending SIGINT to the main thread, which raises
+    KeyboardInterrupt there even while it waits on a lock (``_thread.interrupt_main`` waits for the
+    lock first). Python's own SIGINT handler is installed for the test: an earlier import of
+    dask_jobqueue replaces it with ``sys.exit()``."""
+    import signal
+    import threading
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    signal.signal(signal.SIGINT, previous)
+
+
 def rel(a, b):
     """Largest absolute difference of ``a`` and ``b`` over the largest ``|b|`` (arrays of any
     namespace: CuPy and array_api_strict arrays are brought to numpy)."""

@@ -32,7 +32,7 @@ import xarray as xr
 
 from .._version import __version__
 from ..io import (BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset,
-                  user_path)
+                  user_path, wait_zarr_io)
 from ..progress import compute
 from .registry import get, resolve_params
 
@@ -338,12 +338,17 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
         _check_store_kind(path)  # refuse a foreign directory before even taking the lock in it
     path.mkdir(parents=True, exist_ok=True)
     with store_lock(path, meta):
-        done = _prepare_store(path, ds, meta, encoding, len(blocks), overwrite, block_given)
-        todo = [(k, a, b) for k, (a, b) in enumerate(blocks) if not done[k]]
-        tasks = [dask.delayed(_write_block)(str(path), name, seed, a, b, k, params,
-                                            dask_key_name=f"generate-{name}-{k}") for k, a, b in todo]
-        if tasks:
-            compute(*tasks, client=client, progress=progress, desc=f"generate {name} ({len(todo)} blocks)")
+        try:
+            done = _prepare_store(path, ds, meta, encoding, len(blocks), overwrite, block_given)
+            todo = [(k, a, b) for k, (a, b) in enumerate(blocks) if not done[k]]
+            tasks = [dask.delayed(_write_block)(str(path), name, seed, a, b, k, params,
+                                                dask_key_name=f"generate-{name}-{k}") for k, a, b in todo]
+            if tasks:  # settle: after an interrupt, no block is still being written once the lock goes
+                compute(*tasks, client=client, progress=progress, desc=f"generate {name} ({len(todo)} blocks)",
+                        settle=True)
+        except BaseException:
+            wait_zarr_io()  # nor a zarr call of this thread cut short by the interrupt
+            raise
     return open_dataset(path)
 
 

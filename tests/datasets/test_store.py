@@ -424,3 +424,127 @@ def test_request_mismatch_and_load_subset_use_only_the_same_data(tmp_path):
     np.testing.assert_array_equal(test["output"].values, ref["output"].values[6:])
     assert (tmp_path / "subsets" / "advection1_8.zarr").is_dir()
     assert json.loads(datasets.open(tmp_path / "advection1.zarr").attrs["rfol_dask_meta"])["seed"] == 1
+
+
+# ---------------------------------------------------------------------- Ctrl-C, then the same call at once
+import re  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+
+
+def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resumes(tmp_path, monkeypatch, ctrl_c):
+    """Ctrl-C ends the main thread's wait for a zarr call while zarr's IO thread still writes; the late
+    write (the array ``input``) landed after the rerun had cleared the cut template, which then failed
+    with "variable 'input' already exists". generate now waits for zarr's IO before letting go."""
+    import zarr.storage._local as local
+
+    path = tmp_path / "t.zarr"
+    real_put, real_to_zarr = local._put, xr.Dataset.to_zarr
+    held, go, landed = [], threading.Event(), threading.Event()
+
+    def put(p, value, exclusive=False):  # in zarr's IO threads
+        if p == path / "input" / "zarr.json" and not held:
+            held.append(p)
+            ctrl_c()
+            go.wait(1)  # the rerun's template lets it go (before the fix); else it lands after 1 s
+            try:
+                return real_put(p, value, exclusive)
+            finally:
+                landed.set()
+        return real_put(p, value, exclusive)
+
+    monkeypatch.setattr(local, "_put", put)
+    with pytest.raises(KeyboardInterrupt):
+        datasets.generate("advection1", 12, store=path, seed=1, block_size=5)
+    assert held and (path / ".rfol_dask.template").exists() and not (path / ".rfol_dask.lock").exists()
+
+    def to_zarr(self, *args, **kwargs):  # the rerun's template, after clearing the store: the late write lands
+        go.set()
+        landed.wait(5)
+        return real_to_zarr(self, *args, **kwargs)
+
+    monkeypatch.setattr(xr.Dataset, "to_zarr", to_zarr)
+    ds = datasets.generate("advection1", 12, store=path, seed=1, block_size=5)
+    ref = datasets.generate("advection1", 12, seed=1)
+    np.testing.assert_array_equal(ds["input"].values, ref["input"].values)
+    np.testing.assert_array_equal(ds["output"].values, ref["output"].values)
+
+
+def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(tmp_path, monkeypatch, capsys,
+                                                                            ctrl_c):
+    """dask's threaded scheduler returns from an interrupt while its pool threads still write their
+    blocks; they went on writing after the lock was released (into whatever a next run had made of the
+    store). Now the running blocks end first, the others never start, and the same call resumes."""
+    from rfol_dask.datasets import store as store_mod
+
+    path = tmp_path / "b.zarr"
+    real, started, finished = store_mod._write_block, [], []
+
+    def write(p, name, seed, start, stop, block, params):
+        started.append(block)
+        if len(started) == 1:
+            ctrl_c()
+            import time
+
+            time.sleep(0.5)  # still writing well after the interrupt
+        result = real(p, name, seed, start, stop, block, params)
+        finished.append(block)
+        return result
+
+    monkeypatch.setattr(store_mod, "_write_block", write)
+    with pytest.raises(KeyboardInterrupt), dask_threads(2):
+        datasets.generate("advection1", 40, store=path, seed=1, block_size=5)
+    flags = block_flags(path)
+    assert started[0] in finished and flags[started[0]]  # written before the interrupt propagated
+    assert sorted(finished) == sorted(started) == sorted(np.flatnonzero(flags))  # none still running
+    assert not flags.all() and not (path / ".rfol_dask.lock").exists()
+    assert re.search(r"generate advection1 \(8 blocks\): stopping; waiting for the [12] running tasks? to end",
+                     capsys.readouterr().err)
+    monkeypatch.setattr(store_mod, "_write_block", real)
+    ds = datasets.generate("advection1", 40, store=path, seed=1, block_size=5)
+    ref = datasets.generate("advection1", 40, seed=1)
+    np.testing.assert_array_equal(ds["input"].values, ref["input"].values)
+    np.testing.assert_array_equal(ds["output"].values, ref["output"].values)
+
+
+def dask_threads(n):
+    import dask
+
+    return dask.config.set(scheduler="threads", num_workers=n)
+
+
+def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(tmp_path, monkeypatch, cluster_client, ctrl_c):
+    """On a distributed client an interrupted generate released its futures and the workers finished
+    their running blocks unseen, after the lock was gone; now those end first and the rest never start.
+    (``ctrl_c``: for Python's SIGINT handler; the signal comes from a worker.)"""
+    import os
+
+    from rfol_dask.datasets import store as store_mod
+
+    path, first, me = tmp_path / "c.zarr", tmp_path / "first", os.getpid()
+    real = store_mod._write_block
+
+    def write(p, name, seed, start, stop, block, params):  # shipped by value to the workers
+        import time
+
+        try:
+            os.close(os.open(first, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            pass
+        else:  # the first block to start: Ctrl-C in the client, then a block still being written
+            first.write_text(str(block))
+            os.kill(me, signal.SIGINT)
+            time.sleep(1.0)
+        return real(p, name, seed, start, stop, block, params)
+
+    monkeypatch.setattr(store_mod, "_write_block", write)
+    with pytest.raises(KeyboardInterrupt):
+        datasets.generate("advection1", 60, store=path, seed=1, block_size=5, client=cluster_client)
+    flags = block_flags(path)
+    assert flags[int(first.read_text())] and not flags.all()  # written before the interrupt propagated
+    assert not (path / ".rfol_dask.lock").exists()
+    monkeypatch.setattr(store_mod, "_write_block", real)
+    ds = datasets.generate("advection1", 60, store=path, seed=1, block_size=5, client=cluster_client)
+    ref = datasets.generate("advection1", 60, seed=1)
+    np.testing.assert_array_equal(ds["input"].values, ref["input"].values)
+    np.testing.assert_array_equal(ds["output"].values, ref["output"].values)
