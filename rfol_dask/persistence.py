@@ -31,7 +31,7 @@ from .io import (check_parent_dir, foreign_entries, lock_file, lock_held, owned_
                  wait_zarr_io, zarr_parents)
 from .stacklevel import user_stacklevel
 
-__all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
+__all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "check_outside_stores", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator"]
 
 
@@ -136,6 +136,23 @@ def _enclosing_store(path):
     return next(reversed(list(zarr_parents(path))), None)
 
 
+def check_outside_stores(path, action="save a model"):
+    """ValueError when ``path`` is inside a Zarr store (a model, a data set; :func:`io.zarr_parents`):
+    what ``action`` ("save a model", "write a data set") puts there would be deleted when that
+    store is replaced or regenerated, and a model holding it could no longer be replaced."""
+    path = _model_path(path)
+    outer = _enclosing_store(path)
+    if outer is None:
+        return
+    kind = describe_path(outer)
+    if kind == "model":
+        raise ValueError(f"cannot {action} at {path}: it is inside the model at {outer}, which could then no "
+                         "longer be replaced; choose a path outside it")
+    raise ValueError(f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which replacing "
+                     f"or regenerating it would delete; {action.split()[0]} it beside the store (e.g. "
+                     f"{outer.parent / path.name})")
+
+
 def check_model_path(path, overwrite=True):
     """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
     directory, or an rfol_dask model (holding nothing but its own arrays) when ``overwrite`` is
@@ -147,14 +164,7 @@ def check_model_path(path, overwrite=True):
     if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
         raise ValueError(f"cannot save a model at {path}: it is the current directory or holds it, which saving "
                          "replaces; save it under another name (e.g. '../model.zarr') or from another directory")
-    outer = _enclosing_store(path)
-    if outer is not None and describe_path(outer) == "model":
-        raise ValueError(f"cannot save a model at {path}: it is inside the model at {outer}, which could then no "
-                         "longer be replaced; choose a path outside it")
-    if outer is not None:  # a data set: regenerating or replacing it would delete the model
-        raise ValueError(f"cannot save a model at {path}: it is inside the Zarr store {outer} "
-                         f"({describe_path(outer)}), which replacing or regenerating it would delete; save it beside "
-                         f"the store (e.g. {outer.parent / (path.name)})")
+    check_outside_stores(path)
     if not path.parent.is_dir():  # no save runs there
         return _check_model_path(path, overwrite)
     with _save_lock(path):
