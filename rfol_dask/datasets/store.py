@@ -31,9 +31,8 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import (BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset,
+from ..io import (BOOKKEEPING_GROUP, block_flags, check_outside_stores, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset,
                   user_path, wait_zarr_io)
-from ..persistence import check_outside_stores
 from ..progress import compute
 from .registry import get, resolve_params
 
