@@ -127,7 +127,7 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
         ``N`` columns; taken as ``RandomFeatureOperator`` takes it, so checkpoint ``N`` is that
         model of the same ``random_state``.
     frequencies : tuple (omega (n, N_max), b (N_max,)), optional
-        Use these frequencies instead of drawing them.
+        Use these frequencies instead of drawing them (``random_state`` then plays no part).
     block_size : int, optional
         Features per block (default: about 64 MiB of training or test features per block).
     error : callable, default=relative_l2_error
@@ -310,7 +310,9 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     :func:`fit_excess` of that error (``excess``). :func:`curve_dataset` saves and plots it.
     With ``return_predictions=True``, ``predictions`` holds each seed's :func:`error_curve`
     predictions (a list per seed of (M_t, m) arrays, one per checkpoint: ``n_seeds n_points M_t m``
-    memory). ``seeds`` are integers >= 0 (ValueError for ``1.5``, -1 or none at all).
+    memory). ``seeds`` are integers >= 0 (ValueError for ``1.5``, -1 or none at all). Given
+    ``frequencies`` fix the draw whatever the seed, so they take one seed, the label of their
+    curve (ValueError for several: identical curves labelled as different draws).
     Memory as one :func:`error_curve` (the seeds run one after another)."""
     seeds = list(seeds)
     if not seeds:
@@ -318,6 +320,10 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     seeds = _integers(seeds, "seeds", 0)  # numpy's seeds, not floats truncated to them
     if seeds.ndim != 1:
         raise ValueError(f"seeds must be a sequence of integers, got shape {seeds.shape}")
+    if kwargs.get("frequencies") is not None and len(seeds) > 1:
+        raise ValueError(f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} would give "
+                         f"{len(seeds)} identical curves labelled as different draws; pass one seed (seeds=(s,), the "
+                         "label of the curve of these frequencies), or leave out frequencies to draw them per seed")
     runs = [error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
     res["n_features"] = runs[0]["n_features"]

@@ -32,7 +32,8 @@ from .stacklevel import user_stacklevel
 
 __all__ = ["user_path", "Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
            "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid", "grid_dims",
-           "learn_periods", "match_dims", "foreign_entries", "zarr_parents", "wait_zarr_io"]
+           "learn_periods", "match_dims", "foreign_entries", "zarr_parents", "wait_zarr_io", "MODEL_KEY",
+           "group_attrs", "describe_path", "check_outside_stores"]
 
 
 @dataclass
@@ -71,6 +72,10 @@ def open_dataset(path, samples=None):
     path = user_path(path)
     if not Path(path).exists():
         raise FileNotFoundError(f"no data set at {path}")
+    if describe_path(Path(path).resolve()) == "model":
+        raise ValueError(f"{path} is a saved model, not a data set: load it with {load_hint(Path(path).resolve())} "
+                         "to predict with it; fit and open_dataset read a data-set store (variables input and output, "
+                         "as rfol-dask generate writes them)")
     try:
         try:
             ds = xr.open_zarr(path, consolidated=True)
@@ -704,6 +709,80 @@ _ZARR_META = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
 def zarr_parents(path):
     """The folders above ``path`` that are Zarr stores (hold Zarr metadata), nearest first."""
     return (p for p in Path(path).parents if any((p / name).is_file() for name in _ZARR_META))
+
+
+MODEL_KEY = "rfol_dask_model"  # the root attribute of a saved model, written last: its presence marks a complete one
+
+
+def group_attrs(path):
+    """Root attributes of the Zarr group at ``path``, or None if it is not a readable group."""
+    import zarr
+
+    try:
+        return dict(zarr.open_group(str(path), mode="r").attrs)
+    except Exception:  # noqa: BLE001  (anything unreadable is "not a group")
+        return None
+
+
+def _unreadable_json(path):
+    """True for a file at ``path`` that is not JSON (Zarr metadata cut short or edited)."""
+    try:
+        json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return False
+    except (ValueError, OSError):
+        return True
+    return False
+
+
+def describe_path(path):
+    """What is at ``path``: None (nothing), ``"model"``, ``"empty"`` (an empty directory) or a
+    phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, ...)."""
+    path = Path(os.fspath(path))
+    if path.is_symlink():
+        return "a symbolic link"
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        return "a file"
+    attrs = group_attrs(path)
+    if attrs is not None and MODEL_KEY in attrs:
+        return "model"
+    if not any(path.iterdir()):
+        return "empty"
+    if attrs is not None and "rfol_dask_meta" in attrs:
+        return "an rfol_dask data set"
+    if attrs is not None:
+        return "a Zarr store of other data"
+    if any(_unreadable_json(path / name) for name in ("zarr.json", ".zgroup")):
+        return "a Zarr store whose metadata cannot be read (damaged: a model or data set cut short or edited?)"
+    return "a directory holding other files"
+
+
+def load_hint(path):
+    """How to load the model saved at ``path``, for messages: ``"RandomFeatureOperator.load"``
+    (the estimator class it records), else the words for it."""
+    try:
+        return f"{json.loads(group_attrs(path)[MODEL_KEY])['estimator']}.load"
+    except (TypeError, KeyError, ValueError):  # a model saved before it recorded its class
+        return "the load method of the estimator class that saved it"
+
+
+def check_outside_stores(path, action="save a model"):
+    """ValueError when ``path`` is inside a Zarr store (a model, a data set; :func:`zarr_parents`):
+    what ``action`` ("save a model", "write a data set") puts there would be deleted when that
+    store is replaced or regenerated, and a model holding it could no longer be replaced."""
+    path = Path(os.path.abspath(path))
+    outer = next(reversed(list(zarr_parents(path))), None)  # the outermost
+    if outer is None:
+        return
+    kind = describe_path(outer)
+    if kind == "model":
+        raise ValueError(f"cannot {action} at {path}: it is inside the model at {outer}, which could then no "
+                         "longer be replaced; choose a path outside it")
+    raise ValueError(f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which replacing "
+                     f"or regenerating it would delete; {action.split()[0]} it beside the store (e.g. "
+                     f"{outer.parent / path.name})")
 
 
 def foreign_entries(path, arrays):

@@ -25,7 +25,8 @@ from . import backend
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
-__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "gram_device", "check_gram_memory", "check_tile_memory",
+__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "gram_device", "check_gram_memory", "check_host_memory",
+           "check_tile_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
@@ -224,6 +225,23 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
                          + (f" beside {int(beside):,} bytes of frequencies" if beside else "")
                          + f": {total:,} bytes against the {int(budget.pause_room):,} it has before dask pauses it; "
                          f"{_ADVICE[solver]}, or give the workers more memory")
+    return need
+
+
+def check_host_memory(held, dtype):
+    """ValueError when the arrays this process must hold once a fit is done, ``held`` (``{what:
+    bytes}``: the model's frequencies and coefficients, in ``dtype``, which a dask fit gathers here
+    from the workers), exceed its available memory (:func:`free_bytes`): numpy would fail to
+    allocate them at the end of the fit. ``max_gram_bytes`` (a budget for the Gram) does not
+    lift it. Returns their bytes."""
+    need = int(sum(held.values()))
+    available = free_bytes(np)
+    if need > available:
+        half = ", dtype='float32' (half the bytes)" if np.dtype(dtype).itemsize > 4 else ""
+        raise ValueError(f"the fitted model needs {need:,} bytes ({need / 2**30:.2f} GiB) in this process for "
+                         f"{_listing(held)}, but it has {available:,} bytes ({available / 2**30:.2f} GiB) available; "
+                         f"use fewer features (n_features){half} or fewer output points: these arrays are the model, "
+                         "whichever the solver")
     return need
 
 

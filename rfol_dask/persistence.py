@@ -27,8 +27,8 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
-from .io import (check_parent_dir, foreign_entries, lock_file, lock_held, owned_tag, process_alive, tag_owner,
-                 wait_zarr_io, zarr_parents)
+from .io import (MODEL_KEY, check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs,
+                 lock_file, lock_held, owned_tag, process_alive, tag_owner, wait_zarr_io)
 from .stacklevel import user_stacklevel
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
@@ -56,7 +56,6 @@ this version reads. A model is written with the lowest format that reads it righ
 A model of a newer format is refused with a message to upgrade rfol_dask.
 """
 
-_MODEL_KEY = "rfol_dask_model"  # written last: its presence marks a complete model
 _STALE_FOREIGN_TMP_S = 3600  # a temporary of another host older than this is abandoned
 _LOAD_TRIES = 6  # reads of a model that saves keep replacing meanwhile (10 to 160 ms apart)
 
@@ -68,57 +67,12 @@ def _checksum(value):
     return h.hexdigest()
 
 
-def _group_attrs(path):
-    """Root attributes of the Zarr group at ``path``, or None if it is not a readable group."""
-    import zarr
-
-    try:
-        return dict(zarr.open_group(str(path), mode="r").attrs)
-    except Exception:  # noqa: BLE001  (anything unreadable is "not a group")
-        return None
-
-
-def _unreadable_json(path):
-    """True for a file at ``path`` that is not JSON (Zarr metadata cut short or edited)."""
-    try:
-        json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        return False
-    except (ValueError, OSError):
-        return True
-    return False
-
-
-def describe_path(path):
-    """What is at ``path``: None (nothing), ``"model"``, ``"empty"`` (an empty directory) or a
-    phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, ...)."""
-    path = Path(os.fspath(path))
-    if path.is_symlink():
-        return "a symbolic link"
-    if not path.exists():
-        return None
-    if not path.is_dir():
-        return "a file"
-    attrs = _group_attrs(path)
-    if attrs is not None and _MODEL_KEY in attrs:
-        return "model"
-    if not any(path.iterdir()):
-        return "empty"
-    if attrs is not None and "rfol_dask_meta" in attrs:
-        return "an rfol_dask data set"
-    if attrs is not None:
-        return "a Zarr store of other data"
-    if any(_unreadable_json(path / name) for name in ("zarr.json", ".zgroup")):
-        return "a Zarr store whose metadata cannot be read (damaged: a model or data set cut short or edited?)"
-    return "a directory holding other files"
-
-
 def _foreign_entries(path):
     """What the model directory ``path`` holds beyond the model (:func:`io.foreign_entries`): its
     own arrays are the keys of its checksums, else the arrays Zarr lists."""
     import zarr
 
-    sums = (_group_attrs(path) or {}).get("rfol_dask_checksums")
+    sums = (group_attrs(path) or {}).get("rfol_dask_checksums")
     try:
         names = set(sums) if isinstance(sums, dict) else set(zarr.open_group(str(path), mode="r").array_keys())
     except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
@@ -129,11 +83,6 @@ def _foreign_entries(path):
 def _model_path(path):
     """``path`` as an absolute path (``"."``, ``"a/.."``: the folder they name; links not followed)."""
     return Path(os.path.abspath(path))
-
-
-def _enclosing_store(path):
-    """The outermost Zarr store above ``path`` (a model, a data set), or None."""
-    return next(reversed(list(zarr_parents(path))), None)
 
 
 def check_model_path(path, overwrite=True):
@@ -147,14 +96,7 @@ def check_model_path(path, overwrite=True):
     if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
         raise ValueError(f"cannot save a model at {path}: it is the current directory or holds it, which saving "
                          "replaces; save it under another name (e.g. '../model.zarr') or from another directory")
-    outer = _enclosing_store(path)
-    if outer is not None and describe_path(outer) == "model":
-        raise ValueError(f"cannot save a model at {path}: it is inside the model at {outer}, which could then no "
-                         "longer be replaced; choose a path outside it")
-    if outer is not None:  # a data set: regenerating or replacing it would delete the model
-        raise ValueError(f"cannot save a model at {path}: it is inside the Zarr store {outer} "
-                         f"({describe_path(outer)}), which replacing or regenerating it would delete; save it beside "
-                         f"the store (e.g. {outer.parent / (path.name)})")
+    check_outside_stores(path)
     if not path.parent.is_dir():  # no save runs there
         return _check_model_path(path, overwrite)
     with _save_lock(path):
@@ -244,7 +186,7 @@ def _clean_leftovers(path):
 def _saved_time(path):
     """When the model at ``path`` was saved (ns): its ``rfol_dask_saved`` attribute, else the
     modification time of its metadata (models of format 0)."""
-    saved = (_group_attrs(path) or {}).get("rfol_dask_saved")
+    saved = (group_attrs(path) or {}).get("rfol_dask_saved")
     return int(saved) if saved is not None else (path / "zarr.json").stat().st_mtime_ns
 
 
@@ -289,7 +231,7 @@ def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
             sums[key] = _checksum(value)
         group.attrs.update({"rfol_dask_format": int(model_format), "rfol_dask_version": __version__,
                             "rfol_dask_checksums": sums, "rfol_dask_saved": saved,
-                            _MODEL_KEY: json.dumps(attrs)})
+                            MODEL_KEY: json.dumps(attrs)})
         _check_model_path(path, overwrite)  # again: something may have appeared meanwhile
         if describe_path(path) == "empty":
             path.rmdir()
@@ -305,7 +247,7 @@ def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists() and (_group_attrs(path) or {}).get("rfol_dask_saved") == saved:
+        if old is not None and old.exists() and (group_attrs(path) or {}).get("rfol_dask_saved") == saved:
             shutil.rmtree(old, ignore_errors=True)  # this save's model is in place (interrupted just after?)
 
 
@@ -322,7 +264,7 @@ def _save_token(path):
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_dev, st.st_ino, (_group_attrs(path) or {}).get("rfol_dask_saved")
+    return st.st_dev, st.st_ino, (group_attrs(path) or {}).get("rfol_dask_saved")
 
 
 def load_model(path):
@@ -365,8 +307,11 @@ def _read_model(path):
         path = found
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind != "model":
-        raise ValueError(f"{path} is not an rfol_dask model (no '{_MODEL_KEY}' attribute; it is "
-                         f"{'an empty directory' if kind == 'empty' else kind})")
+        hint = ("open it with rfol_dask.datasets.open_dataset, or fit a model on it (fit(path)); " if
+                kind == "an rfol_dask data set" else "")
+        raise ValueError(f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is "
+                         f"{'an empty directory' if kind == 'empty' else kind}): {hint}load reads the path a model "
+                         "was saved to (save, rfol-dask fit --out)")
     group = zarr.open_group(str(path), mode="r")
     attrs = dict(group.attrs)
     fmt = attrs.get("rfol_dask_format", 0)
@@ -408,9 +353,9 @@ def _read_model(path):
         if _checksum(arrays[key]) != expected:
             raise damaged(f"array {key!r}", "does not match its checksum (a chunk is missing or was changed)")
     try:
-        return arrays, json.loads(attrs[_MODEL_KEY])
+        return arrays, json.loads(attrs[MODEL_KEY])
     except (TypeError, ValueError) as exc:
-        raise damaged(f"the attribute {_MODEL_KEY!r}", "cannot be read", exc) from exc
+        raise damaged(f"the attribute {MODEL_KEY!r}", "cannot be read", exc) from exc
 
 
 # ------------------------------------------------------------------------------ estimator state

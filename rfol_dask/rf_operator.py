@@ -15,8 +15,9 @@ from . import backend
 from .estimator import OperatorEstimator
 from .features import CENTRE_ROWS, DISTRIBUTIONS, draw_frequencies, feature_map, input_centre, integer_seed
 from .gram import check_finite
-from .memory import ROW_BLOCK_BYTES, check_gram_memory
-from .solve import InputCentre, check_min_norm, choose_solver, dask_fit_plan, fit_dask, fit_numpy, held_beside_gram
+from .memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory
+from .solve import (InputCentre, check_min_norm, choose_solver, dask_fit_plan, fit_dask, fit_numpy, held_beside_gram,
+                    model_bytes)
 from .tuning import input_scales
 
 __all__ = ["RandomFeatureOperator"]
@@ -176,9 +177,11 @@ class RandomFeatureOperator(OperatorEstimator):
     Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
     holds the Gram (N x N) and one 128 MiB block of ``A``; both hold ``Omega`` (n x N) and the
     coefficients (N x m). All of it is checked against the budget (``max_gram_bytes``) before
-    ``Omega`` is drawn (:func:`rfol_dask.solve.in_memory.held_beside_gram`). On dask input ``A`` is never
-    whole: the dual sums the Gram over feature slabs of at most 256 MiB (less where the worker
-    memory asks) on each worker (``8 M^2 + 8 M n`` per worker; see :mod:`rfol_dask.solve.streamed`
+    ``Omega`` is drawn (:func:`rfol_dask.solve.in_memory.held_beside_gram`), and ``Omega`` and the
+    coefficients, which every fit leaves in this process (a dask fit gathers them here), against its
+    available memory, whatever ``max_gram_bytes`` (:func:`rfol_dask.memory.check_host_memory`).
+    On dask input ``A`` is never whole: the dual sums the Gram over feature slabs of at most
+    256 MiB (less where the worker memory asks) on each worker (``8 M^2 + 8 M n`` per worker; see :mod:`rfol_dask.solve.streamed`
     and :func:`rfol_dask.memory.dual_plan`), the primal over row blocks.
     """
 
@@ -235,13 +238,15 @@ class RandomFeatureOperator(OperatorEstimator):
     def _check_memory(self, U, V, lazy, dtype, client=None):
         """ValueError before any work when a fit on ``U`` (M, n) and ``V`` (M, m) in ``dtype`` would
         be refused for memory (:func:`rfol_dask.memory.check_gram_memory`, the message naming the
-        sizes and the fix): in memory, the Gram (``M x M`` dual, ``N x N`` primal) with the
-        frequencies, features and coefficients held with it (:func:`rfol_dask.solve.held_beside_gram`);
+        sizes and the fix): the fitted model in this process (:meth:`_check_model_memory`); in
+        memory, the Gram (``M x M`` dual, ``N x N`` primal) with the frequencies, features and
+        coefficients held with it (:func:`rfol_dask.solve.held_beside_gram`);
         on dask, as ``fit`` checks it on the workers of ``client`` (the active one;
         :func:`rfol_dask.solve.dask_fit_plan`): the primal's Gram (a dual that does not fit one
         worker is factorised blocked instead), and on GPUs NotImplementedError for the primal
         and for a dual whose Gram does not fit one GPU worker."""
         M, n, m = U.shape[0], U.shape[1], V.shape[1]
+        self._check_model_memory(U, V, lazy, dtype)
         solver = choose_solver(self.solver, M, self.n_features, dual_only=self._on_gpu(U, lazy))
         if lazy:
             dask_fit_plan(M, n, m, self.n_features, dtype, solver, self.max_gram_bytes, client, self._device(),
@@ -251,14 +256,24 @@ class RandomFeatureOperator(OperatorEstimator):
         check_gram_memory(M if solver == "dual" else self.n_features, dtype, self.max_gram_bytes, solver=solver,
                           xp=xp, held=held_beside_gram(M, n, self.n_features, m, dtype, solver, xp))
 
+    def _check_model_memory(self, U, V, lazy, dtype):
+        """ValueError (:func:`rfol_dask.memory.check_host_memory`) when the fitted ``Omega``, ``b``
+        and coefficients in ``dtype`` exceed this process's available memory where they end up in
+        it: after a dask fit (gathered from the workers), or an in-memory fit of numpy (CuPy's stay
+        on its GPU, within the GPU's budget)."""
+        if lazy or not backend.is_array_api(U):
+            check_host_memory(model_bytes(U.shape[1], self.n_features, V.shape[1], dtype), dtype)
+
     def _fit_arrays(self, U, V, lazy, dtype):
         """Draw the frequencies and solve for ``coef_`` (N, m) and ``intercept_`` (m,)."""
         M, m = U.shape[0], V.shape[1]
         on_gpu = self._on_gpu(U, lazy)
         self.solver_ = choose_solver(self.solver, M, self.n_features, dual_only=on_gpu)
         check_min_norm(self.solver_, self.alpha, M, self.n_features, self.fit_intercept)
-        if not lazy:  # before any work (fit_dask checks a dask fit's)
+        if not lazy:  # before any work (fit_dask checks a dask fit's Gram on the workers)
             self._check_memory(U, V, lazy, dtype)
+        else:
+            self._check_model_memory(U, V, lazy, dtype)
         seed = integer_seed(self.random_state)
         self.input_metric_, self.gamma_ = None, self.gamma
         if self.gamma == "median" or self.pca_power is not None:

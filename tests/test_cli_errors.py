@@ -56,6 +56,23 @@ def test_fit_train_zero_is_an_error(store, capsys):
     assert code == 2 and "--train must be at least 1, got 0" in err
 
 
+def test_fit_of_a_model_larger_than_this_machine_is_one_line(store, capsys):
+    # 10^12 features: the fit used to end in numpy's MemoryError traceback for the coefficients (exit 1)
+    code, err = _run(["fit", str(store), "--train", "20", "--n-features", str(10**12)], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "the fitted model needs" in err and "use fewer features (n_features)" in err
+
+
+def test_fit_on_a_saved_model_says_it_is_a_model_and_what_to_pass(store, tmp_path, capsys):
+    # it said "cannot be read as an xarray data set ... dimension_names"
+    assert _run(["fit", str(store), "--train", "20", "--n-features", "20", "--out", str(tmp_path / "m.zarr")],
+                capsys)[0] == 0
+    code, err = _run(["fit", str(tmp_path / "m.zarr"), "--n-features", "20"], capsys)
+    assert code == 2 and "Traceback" not in err and "dimension_names" not in err
+    assert (f"{tmp_path / 'm.zarr'} is a saved model, not a data set: load it with RandomFeatureOperator.load to "
+            "predict with it; fit and open_dataset read a data-set store") in err
+
+
 def test_fit_out_refuses_a_file_and_the_data_set_itself(store, tmp_path, capsys):
     plain = tmp_path / "plain.txt"
     plain.write_text("keep")

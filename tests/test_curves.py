@@ -63,6 +63,23 @@ def test_error_curves_over_seeds_are_the_single_seed_curves(data):
         error_curves(U, V, Ut, Vt, [100], seeds=[], gamma=0.3)
 
 
+def test_given_frequencies_take_one_seed_the_label_of_their_curve(data):
+    """With frequencies the seeds change nothing: error_curves returned identical curves labelled
+    with the seeds 0..4, as if five draws had been averaged. Several seeds are refused; one labels
+    the curve of those frequencies."""
+    U, V, Ut, Vt = data
+    freq = draw_frequencies(U.shape[1], 200, "cauchy", 0.3, random_state=7)
+    for seeds in ((0, 1), range(5)):
+        with pytest.raises(ValueError, match=r"frequencies fix the draw whatever the seed: seeds \[0, 1.*\] would give "
+                                             rf"{len(seeds)} identical curves labelled as different draws; pass one "
+                                             r"seed"):
+            error_curves(U, V, Ut, Vt, [100, 200], seeds=seeds, frequencies=freq)
+    res = error_curves(U, V, Ut, Vt, [100, 200], seeds=(7,), frequencies=freq, alpha=1e-6)
+    assert res["seeds"].tolist() == [7] and res["error"].shape == (1, 2)
+    single = error_curve(U, V, Ut, Vt, [100, 200], frequencies=freq, alpha=1e-6)
+    np.testing.assert_allclose(res["error"][0], single["error"], rtol=1e-10)
+
+
 def test_error_falls_with_n_on_an_easy_problem():
     # a smooth 5-mode operator, narrow Gaussian features, N <= M: every doubling of N lowers the
     # test error by at least a quarter on every seed (measured: 29-60 %), down to about 0.1 %

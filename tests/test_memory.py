@@ -275,3 +275,71 @@ def test_searches_check_their_refit_s_memory_before_searching(case, monkeypatch)
         search.set_params(refit=False)
     with pytest.raises(AssertionError, match="searched"):  # the search's own check passes
         search.fit(*data)
+
+
+def _machine(monkeypatch, available):
+    """psutil reports ``available`` bytes free on a machine too large for a max_gram_bytes warning."""
+    import collections
+
+    import psutil
+
+    memory = collections.namedtuple("memory", "available total")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory(available, 10**15))
+
+
+@pytest.mark.parametrize("case", ["numpy", "dask", "search_refit"])
+def test_a_model_beyond_this_process_s_memory_is_refused_before_any_work(case, monkeypatch):
+    """The memory checks covered the Gram, not the fitted model the client holds: a fit at
+    N = 10^8 ended in numpy's MemoryError for the coefficients (47.7 GiB), after the work (and
+    max_gram_bytes lifted even the in-memory check). Omega, b and the coefficients (680 kB at
+    N = 5000) are now checked against this process's available memory (600 kB here) first."""
+    from rfol_dask import RandomFeatureOperatorCV, rf_operator
+    from rfol_dask.selection import SelectionCV
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work done")
+
+    U, V = smooth_operator_data(60, 8)
+    for name in ("draw_frequencies", "input_scales"):
+        monkeypatch.setattr(rf_operator, name, no_work)
+    monkeypatch.setattr(SelectionCV, "_search", no_work)
+    _machine(monkeypatch, 600_000)
+    if case == "dask":
+        U, V = da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1))
+
+    def make(N):  # max_gram_bytes: the Gram's budget is no limit here
+        if case == "search_refit":
+            return RandomFeatureOperatorCV(n_features=N, cv=[(np.arange(40), np.arange(40, 50))], alphas=(1e-3,),
+                                           random_state=0, max_gram_bytes=10**12)
+        return RandomFeatureOperator(n_features=N, max_gram_bytes=10**12)
+
+    match = (r"the fitted model needs 680,000 bytes \(0.00 GiB\) in this process for the 8 x 5000 frequencies "
+             r"\(360,000 bytes\) and the 5000 x 8 coefficients \(320,000 bytes\), but it has 600,000 bytes \(0.00 GiB\) "
+             r"available; use fewer features \(n_features\), dtype='float32' \(half the bytes\)")
+    if case == "search_refit":
+        match = r"refit would be refused for memory at n_features=5000 .*" + match + r".*or pass refit=False"
+    with pytest.raises(ValueError, match=match):
+        make(5000).fit(U, V)
+    with pytest.raises(AssertionError, match="work done"):  # 544 kB at N = 4000: the work starts
+        make(4000).fit(U, V)
+
+
+@pytest.mark.parametrize("N", [20_000, 150_000])
+def test_the_navier_stokes_fits_pass_every_memory_check_on_a_24_gib_machine(N, monkeypatch):
+    """The benchmark's fits (M = 20000 samples of 64 x 64 inputs and outputs from Zarr, float64,
+    one 20 GB worker on a 24 GiB machine) ran; their checks, made on the shapes alone, must let
+    them run: at N = 150000 the model is Omega (4096 x 150000) and C (150000 x 4096), 9.8 GB, within
+    the 21 GiB such a machine has available (3 GiB for the system and the interpreters)."""
+    from rfol_dask.memory import check_host_memory
+    from rfol_dask.solve import model_bytes
+
+    M, n, m, size = 20_000, 4096, 4096, 8
+    available = 21 * 2**30
+    _machine(monkeypatch, available)
+    model = (n + 1) * N * size + N * m * size
+    assert check_host_memory(model_bytes(n, N, m, np.float64), np.float64) == model < available
+    U = da.zeros((M, n), chunks=(500, -1))
+    RandomFeatureOperator(n_features=N)._check_memory(U, U, True, np.float64, FakeClient(20e9))
+    _machine(monkeypatch, model - 1)  # the same fit where the model does not fit
+    with pytest.raises(ValueError, match=f"the fitted model needs {model:,} bytes"):
+        RandomFeatureOperator(n_features=N)._check_memory(U, U, True, np.float64, FakeClient(20e9))

@@ -348,6 +348,30 @@ def test_a_model_with_damaged_group_metadata_is_called_damaged(tmp_path):
     assert "cannot be read" not in str(err.value)
 
 
+def test_a_model_and_a_data_set_each_say_what_they_are_where_the_other_is_read(tmp_path):
+    """open_dataset (and fit) on a model said it "cannot be read as an xarray data set ...
+    dimension_names"; load on a data set said what it is but not what to do with it."""
+    from rfol_dask import datasets
+    from rfol_dask.baselines import KernelOperator
+    from rfol_dask.io import open_dataset
+
+    U, V = smooth_operator_data(30, 6)
+    for model in (RandomFeatureOperator(n_features=20, random_state=0), KernelOperator()):
+        path = model.fit(U, V).save(tmp_path / type(model).__name__)
+        for read in (open_dataset, datasets.open_dataset, lambda p: RandomFeatureOperator().fit(str(p))):
+            with pytest.raises(ValueError, match=rf"is a saved model, not a data set: load it with "
+                                                 rf"{type(model).__name__}\.load to predict with it; fit and "
+                                                 r"open_dataset read a data-set store") as err:
+                read(path)
+            assert "dimension_names" not in str(err.value)
+    data = tmp_path / "d.zarr"
+    datasets.generate("advection1", 4, store=data)
+    with pytest.raises(ValueError, match=r"d\.zarr is not an rfol_dask model \(no 'rfol_dask_model' attribute; it is "
+                                         r"an rfol_dask data set\): open it with rfol_dask\.datasets\.open_dataset, or "
+                                         r"fit a model on it \(fit\(path\)\); load reads the path a model was saved to"):
+        RandomFeatureOperator.load(data)
+
+
 def test_numpy_scalar_parameters_are_saved_as_python_values(tmp_path):
     from rfol_dask.baselines import KernelOperator
 

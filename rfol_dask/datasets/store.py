@@ -31,7 +31,7 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import (BOOKKEEPING_GROUP, block_flags, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset,
+from ..io import (BOOKKEEPING_GROUP, block_flags, check_outside_stores, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset,
                   user_path, wait_zarr_io)
 from ..progress import compute
 from .registry import get, resolve_params
@@ -296,8 +296,9 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
         If the name or a parameter is unknown or a parameter is out of its range (the message
         names it, its value and the range; checked before the store is touched), a size or the
         seed is not a non-negative integer, ``store`` holds another data set (pass ``overwrite=True`` to
-        replace it) or something that is not a data set, or another run holds the store's
-        lock (the message names it).
+        replace it) or something that is not a data set, or is inside a Zarr store (a model, a
+        data set: replacing that would delete it), or another run holds the store's lock (the
+        message names it).
 
     Notes
     -----
@@ -334,6 +335,7 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     if path.exists() and not path.is_dir():
         raise ValueError(f"{path} is a file, not a data-set store; pick another path (it was left untouched)")
     check_parent_dir(path, "a data set")
+    check_outside_stores(path, "write a data set")
     if path.exists():
         _check_store_kind(path)  # refuse a foreign directory before even taking the lock in it
     path.mkdir(parents=True, exist_ok=True)

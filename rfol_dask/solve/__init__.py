@@ -26,13 +26,13 @@ from ..backend import device_namespace, is_array_api
 from ..memory import check_gram_memory, check_tile_memory, dual_plan, gram_device, n_slots
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
-from .in_memory import fit_numpy, held_beside_gram
+from .in_memory import fit_numpy, held_beside_gram, model_bytes
 from .primal import fit_primal
 from .streamed import fit_streamed
 from .tiled import fit_tiled
 
 __all__ = ["choose_solver", "check_min_norm", "check_primal_memory", "dask_fit_plan", "fit_numpy", "held_beside_gram",
-           "fit_dask", "InputCentre"]
+           "model_bytes", "fit_dask", "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):

@@ -18,7 +18,7 @@ from ..gram import block_means, check_finite, dual_tile, features_block, primal_
 from ..memory import ROW_BLOCK_BYTES, SLAB_BYTES
 from .streamed import feature_slabs, slab_features
 
-__all__ = ["row_ranges", "dual_numpy", "dual_slabs", "fit_numpy", "held_beside_gram"]
+__all__ = ["row_ranges", "dual_numpy", "dual_slabs", "fit_numpy", "held_beside_gram", "model_bytes"]
 
 
 def row_ranges(n_rows, row_bytes, block_bytes=ROW_BLOCK_BYTES):
@@ -122,12 +122,20 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
     return C, dual_intercept(info, Beta, C, shift)
 
 
+def model_bytes(n, N, m, dtype):
+    """The fitted model's arrays, ``{what: bytes}``: ``Omega`` and ``b`` (``(n + 1) N``) and the
+    coefficients (``N m``) in ``dtype``; what any fit (in memory or dask) leaves in the client."""
+    size = np.dtype(dtype).itemsize
+    return {f"the {n} x {N} frequencies": (int(n) + 1) * int(N) * size,
+            f"the {N} x {m} coefficients": int(N) * int(m) * size}
+
+
 def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
     """What an in-memory fit (:func:`fit_numpy`, with the model's frequencies) holds beside its
     Gram at its peak, ``{what: bytes}``, for the up-front check
     (:func:`rfol_dask.memory.check_gram_memory`, ``held``) made before ``Omega`` is drawn.
 
-    Always ``Omega`` and ``b`` (``(n + 1) N``) and the coefficients (``N m``). The numpy dual:
+    Always the model's arrays (:func:`model_bytes`). The numpy dual:
     the features ``A`` (``M N``) whole. The other namespaces' dual: one slab of ``slab_bytes``
     (as :func:`dual_slabs` cuts them) and a quarter slab (the Gram update), a second slab where
     the cosine is not made in place (not CuPy); the coefficients are counted with the Gram,
@@ -136,8 +144,7 @@ def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
     rows of its shifts.
     """
     size = np.dtype(dtype).itemsize
-    held = {f"the {n} x {N} frequencies": (int(n) + 1) * int(N) * size,
-            f"the {N} x {m} coefficients": int(N) * int(m) * size}
+    held = model_bytes(n, N, m, dtype)
     in_place = is_fast(xp) or is_cupy(xp)
     if solver == "dual" and is_fast(xp):
         held[f"the {M} x {N} features A"] = int(M) * int(N) * size

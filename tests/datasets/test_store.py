@@ -252,6 +252,31 @@ def test_generate_replaces_only_rfol_dask_data_sets(tmp_path):
     RandomFeatureOperator.load(model)
 
 
+def test_generate_refuses_a_store_inside_another_zarr_store(tmp_path, capsys):
+    """A data set was written inside another store (its folder, or an array's), which replacing or
+    regenerating that store deletes; refused as a model save there is, before anything is written."""
+    from rfol_dask import RandomFeatureOperator
+    from rfol_dask.cli import main
+
+    outer = tmp_path / "outer.zarr"
+    datasets.generate("advection1", 8, store=outer, block_size=8)
+    model = tmp_path / "m.zarr"
+    RandomFeatureOperator(n_features=10, random_state=0).fit(np.ones((5, 3)) * np.arange(5)[:, None],
+                                                              np.ones((5, 2))).save(model)
+    before = {p: sorted(os.listdir(p)) for p in (outer, outer / "input", model)}
+    for inner in (outer / "inner.zarr", outer / "input" / "d.zarr"):
+        with pytest.raises(ValueError, match=r"cannot write a data set at .*: it is inside the Zarr store .*outer\.zarr "
+                                             r"\(an rfol_dask data set\), which replacing or regenerating it would "
+                                             r"delete; write it beside the store \(e\.g\. .*(inner|d)\.zarr\)"):
+            datasets.generate("advection1", 8, store=inner)
+    with pytest.raises(ValueError, match=r"inside the model at .*m\.zarr, which could then no longer be replaced"):
+        datasets.generate("advection1", 8, store=model / "d.zarr")
+    assert main(["generate", "advection1", "--samples", "8", "--out", str(outer / "inner.zarr")]) == 2
+    assert "cannot write a data set at" in capsys.readouterr().err
+    assert before == {p: sorted(os.listdir(p)) for p in (outer, outer / "input", model)}
+    datasets.generate("advection1", 8, store=tmp_path / "beside.zarr")  # beside the store: written
+
+
 def test_nan_from_a_generator_is_an_error_in_memory_as_in_a_store(tmp_path, monkeypatch):
     from rfol_dask.datasets import burgers
 
