@@ -71,7 +71,7 @@ def _owning_client(cluster):
                 return super().close(*args, **kwargs)
             finally:
                 with contextlib.suppress(Exception):  # already closed, or gone
-                    cluster.close()
+                    _close_cluster(cluster)
 
     return OwningClient(cluster)
 
@@ -541,11 +541,54 @@ def job_script(config):
 
 
 def close_client(client):
-    """Close ``client`` and the cluster it started (None: nothing to do)."""
+    """Close ``client`` and the cluster it started (None: nothing to do), the cluster within
+    :data:`CLOSE_TIMEOUT` seconds (:func:`_close_cluster`)."""
     if client is not None:
         client.close()
-        with contextlib.suppress(Exception):  # a cluster already gone, or a client without one
-            client.cluster.close()
+        if getattr(client, "cluster", None) is not None:
+            with contextlib.suppress(Exception):  # a cluster already gone
+                _close_cluster(client.cluster)
+
+
+#: seconds a cluster's close may take (a batch system that answers neither a submission nor a
+#: cancellation holds it for ever); after them the cluster is given up, with a warning
+CLOSE_TIMEOUT = 30.0
+
+
+def _jobqueue_kind(cluster):
+    """'slurm' or 'pbs' for a dask-jobqueue cluster of those batch systems, else None."""
+    return getattr(getattr(cluster, "job_cls", None), "config_name", None)
+
+
+def _queued_jobs_hint(cluster, kind):
+    """How to list and cancel the jobs of ``cluster`` by their name (``options.job_name``)."""
+    name = shlex.quote(str(cluster.job_name))
+    if kind == "slurm":
+        return f"list them with `squeue -u $USER --name {name}` and cancel them with `scancel -u $USER --name {name}`"
+    return (f"list them with `qselect -u $USER -N {name}` and cancel them with "
+            f"`qdel $(qselect -u $USER -N {name})`")
+
+
+def _close_cluster(cluster, timeout=None):
+    """Close ``cluster`` within ``timeout`` s (default :data:`CLOSE_TIMEOUT`); a close that does not
+    end then is given up with a warning (for SLURM/PBS naming the jobs that may still be queued),
+    and the cluster is not closed again at exit (distributed would wait 10 s more for it)."""
+    from distributed.core import Status
+    from distributed.deploy.spec import SpecCluster
+
+    if getattr(cluster, "_rfol_given_up", False) or getattr(cluster, "status", None) == Status.closed:
+        return
+    timeout = CLOSE_TIMEOUT if timeout is None else timeout
+    try:
+        cluster.close(timeout=timeout)
+    except TimeoutError:
+        cluster._rfol_given_up = True
+        SpecCluster._instances.discard(cluster)
+        kind = _jobqueue_kind(cluster)
+        jobs = (f"; jobs named {cluster.job_name} may still be queued or running: {_queued_jobs_hint(cluster, kind)}"
+                if kind else "; its workers may still be running")
+        warnings.warn(f"the cluster did not close in {timeout:g} s and is left as it is{jobs}", RuntimeWarning,
+                      stacklevel=user_stacklevel())
 
 
 def dashboard_link(client):
@@ -566,9 +609,95 @@ class ClusterStartError(RuntimeError):
     can be reached, no MPI scheduler appeared); the CLI prints it as one line."""
 
 
+def _submit_command(cluster):
+    """The program that submits the jobs of a dask-jobqueue ``cluster`` (``sbatch``, ``qsub``)."""
+    return shlex.split(cluster.job_cls.submit_command)[0]
+
+
+def _batch_processes(command):
+    """The child processes of this one that run ``command`` (dask-jobqueue runs each submission
+    as a subprocess that it does not expose): ``psutil.Process`` objects, a script's too (its
+    interpreter runs it with the script's path as first argument)."""
+    import psutil
+
+    name, found = os.path.basename(command), []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):  # ended meanwhile
+            if name in {os.path.basename(arg) for arg in child.cmdline()[:2]}:
+                found.append(child)
+    return found
+
+
+def _stop_processes(processes, grace=2.0):
+    """Terminate ``processes`` and their children; kill those still there after ``grace`` s."""
+    import psutil
+
+    every = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            every += [process, *process.children(recursive=True)]
+    for process in every:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    for process in psutil.wait_procs(every, timeout=grace)[1]:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
+def _end_failed_start(client, cluster, kind, quiet=False):
+    """Close the cluster of a start that failed or was interrupted, within :data:`CLOSE_TIMEOUT`
+    s: for SLURM/PBS the submissions still running are stopped first (a batch system that does
+    not answer would hold the close for ever), with a warning naming the jobs to check unless
+    ``quiet`` (the error says so), and the jobs never accepted marked failed."""
+    if kind not in ("slurm", "pbs"):
+        close_client(client)
+        return
+    waiting = _batch_processes(_submit_command(cluster))
+    _stop_processes(waiting)
+    if waiting and not quiet:
+        warnings.warn(f"stopped {len(waiting)} {kind.upper()} submissions that had not answered; a job named "
+                      f"{cluster.job_name} may have been queued all the same: {_queued_jobs_hint(cluster, kind)}",
+                      RuntimeWarning, stacklevel=user_stacklevel())
+    if waiting:
+        _wait_for_submissions(cluster)
+    _mark_unsubmitted_failed(cluster)
+    close_client(client)  # no jobs left queued behind an error or a Ctrl-C
+
+
+class _StoppedSubmissions(logging.Filter):
+    """Drops the tracebacks that the event loop logs (logger ``tornado.application``) for
+    submissions ended by a signal (dask-jobqueue's RuntimeError with an exit code below 0):
+    those :func:`_end_failed_start` stopped, or a Ctrl-C did; those of a batch system's
+    rejection stay (its message is the reason of the error)."""
+
+    def filter(self, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, RuntimeError) and "Exit code: -" in str(exc))
+
+
+@contextlib.contextmanager
+def _quiet_stopped_submissions():
+    """:class:`_StoppedSubmissions` on the event loop's logger meanwhile."""
+    tornado, stopped = logging.getLogger("tornado.application"), _StoppedSubmissions()
+    tornado.addFilter(stopped)
+    try:
+        yield
+    finally:
+        tornado.removeFilter(stopped)
+
+
+def _wait_for_submissions(cluster, timeout=5.0):
+    """Wait (at most ``timeout`` s) until the submissions that were stopped have ended in the
+    cluster's event loop: its close waits for them (a lock they hold)."""
+    deadline = time.monotonic() + timeout
+    while any(getattr(job, "job_id", None) is None and job not in cluster.workers.values()
+              for job in set(getattr(cluster, "_created", ()))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _check_submit_command(cluster, kind):
     """ClusterStartError (the cluster closed) when the batch system's submit command is not on PATH."""
-    command = shlex.split(cluster.job_cls.submit_command)[0]
+    command = _submit_command(cluster)
     if shutil.which(command) is None:
         cluster.close()
         raise ClusterStartError(f"{command!r} is not on PATH: this machine cannot submit {kind.upper()} jobs; "
@@ -578,10 +707,11 @@ def _check_submit_command(cluster, kind):
 def _mark_unsubmitted_failed(cluster):
     """Mark the jobs the batch system never accepted (no job id) as failed: a jobqueue cluster's
     close asserts that each job it created has started, closed or failed, and a failed close
-    leaves it 'closing', so every later close (the client's too) waits forever."""
+    leaves it 'closing', so every later close (the client's too) waits forever. The jobs whose
+    submission is still under way are among those created, not yet among its workers."""
     from distributed.core import Status
 
-    for job in list(getattr(cluster, "workers", {}).values()):
+    for job in set(getattr(cluster, "workers", {}).values()) | set(getattr(cluster, "_created", ())):
         if hasattr(job, "job_id") and job.job_id is None and job.status == Status.created:
             job.status = Status.failed
 
@@ -589,6 +719,7 @@ def _mark_unsubmitted_failed(cluster):
 def _wait_for_first_worker(client, cluster, kind, poll=5.0):
     """Wait for one worker; for SLURM/PBS, ClusterStartError when no job has a job id (none was
     accepted) after :data:`SUBMIT_TIMEOUT` seconds. Logs the wait every minute."""
+    poll = min(poll, SUBMIT_TIMEOUT / 4)  # the check comes soon after the time limit
     start = last_log = time.monotonic()
     while True:
         try:
@@ -600,6 +731,15 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
         jobs = list(getattr(cluster, "workers", {}).values())
         submitted = [j for j in jobs if getattr(j, "job_id", None)]
         if kind in ("slurm", "pbs") and not submitted and now - start > SUBMIT_TIMEOUT:
+            command = _submit_command(cluster)
+            waiting = _batch_processes(command)
+            if waiting:
+                raise ClusterStartError(
+                    f"the {kind.upper()} submit command {command!r} did not answer in {SUBMIT_TIMEOUT:.0f} s "
+                    f"({len(waiting)} submissions still waiting): is the batch system's controller "
+                    f"down (does `{'squeue' if kind == 'slurm' else 'qstat'}` answer)? The waiting submissions are "
+                    f"stopped and the cluster closed, but a job named {cluster.job_name} may have been queued all "
+                    f"the same: {_queued_jobs_hint(cluster, kind)}")
             raise ClusterStartError(f"no {kind.upper()} job was accepted in {SUBMIT_TIMEOUT:.0f} s (see the batch "
                                     "system's message logged above): check the configuration's queue, account and "
                                     "resources (rfol_dask.cluster.job_script(config) gives the job script)")
@@ -651,10 +791,13 @@ def start_client(config):
     dashboard link is logged (logger ``rfol_dask``, level INFO). Warns when the configuration
     oversubscribes its nodes. :class:`ClusterStartError` (a RuntimeError) when SLURM/PBS jobs
     cannot be submitted: the submit command is not on ``PATH``, or no job was accepted within
-    :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error);
-    when no Kubernetes cluster with the Dask operator can be reached; when no MPI scheduler file
-    appears within the configuration's ``scheduler_timeout`` (:data:`SCHEDULER_TIMEOUT`) seconds,
-    the wait logged every minute.
+    :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error), or
+    the submit command did not answer in that time (the batch system's controller down: the
+    submissions are stopped, and the error names the jobs to check for); when no Kubernetes
+    cluster with the Dask operator can be reached; when no MPI scheduler file appears within the
+    configuration's ``scheduler_timeout`` (:data:`SCHEDULER_TIMEOUT`) seconds, the wait logged
+    every minute. A start that fails or is interrupted closes its cluster within
+    :data:`CLOSE_TIMEOUT` seconds (else warns, naming the jobs that may still be queued).
     """
     given, config = config, load_config(config)
     if config["kind"] == "mpi":
@@ -664,17 +807,20 @@ def start_client(config):
         cluster = make_cluster(given)  # names the file in its errors
         if config["kind"] in ("slurm", "pbs"):
             _check_submit_command(cluster, config["kind"])
-            cluster.scale(jobs=int(config["scale"]))
-        elif config["kind"] == "kubernetes":
-            cluster.scale(int(config["scale"]))
+        # the client before the jobs: a client of a cluster waits until the cluster's workers
+        # have been started, which for SLURM/PBS means submitted, for ever where that hangs
         client = _owning_client(cluster)
         if config["kind"] not in ("local", "cuda-local"):
-            try:
-                _wait_for_first_worker(client, cluster, config["kind"])
-            except BaseException:
-                _mark_unsubmitted_failed(cluster)
-                close_client(client)  # no jobs left queued behind an error or a Ctrl-C
-                raise
+            with _quiet_stopped_submissions():
+                try:
+                    if config["kind"] == "kubernetes":
+                        cluster.scale(int(config["scale"]))
+                    else:
+                        cluster.scale(jobs=int(config["scale"]))
+                    _wait_for_first_worker(client, cluster, config["kind"])
+                except BaseException as exc:
+                    _end_failed_start(client, cluster, config["kind"], quiet=isinstance(exc, ClusterStartError))
+                    raise
     logger.info("%s cluster started, dashboard: %s", config["kind"],
                 dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')")
     return client

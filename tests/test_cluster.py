@@ -458,3 +458,102 @@ def test_a_search_records_the_ridge_its_refit_raised_on_a_worker(cluster_client)
     assert not [w for w in caught if issubclass(w.category, RidgeRaised)], [str(w.message) for w in caught]
     assert search.best_params_["alpha"] > 1e-12
     assert search.best_estimator_.alpha == search.best_params_["alpha"]
+
+
+def _hanging_sbatch(tmp_path):
+    """A fake ``sbatch`` of a SLURM controller that is down: it never answers; each one appends
+    its pid to ``pids`` (the test ends any left)."""
+    bin_dir, pids = tmp_path / "bin", tmp_path / "pids"
+    bin_dir.mkdir()
+    fake = bin_dir / "sbatch"
+    fake.write_text(f"#!/bin/sh\necho $$ >> {pids}\nsleep 60\n")  # (exec would rename the process)
+    fake.chmod(0o755)
+    return bin_dir, pids
+
+
+def _end_processes(pids):
+    import contextlib
+
+    import psutil
+
+    for pid in map(int, pids.read_text().split() if pids.exists() else ()):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for process in [*psutil.Process(pid).children(recursive=True), psutil.Process(pid)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
+
+
+def _running(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_submit_command_that_never_answers_is_an_error_naming_the_jobs_not_a_hang(monkeypatch, tmp_path):
+    """With the SLURM controller down, ``sbatch`` hangs: start_client waited for ever inside
+    ``Client(cluster)`` (and its clean-up waited for ever on the hanging submissions). Now the
+    submissions are stopped after SUBMIT_TIMEOUT, the cluster is closed, and the error says what
+    hung and how to find a job that may have been queued all the same."""
+    pytest.importorskip("dask_jobqueue")
+    import time
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 2.0)
+    config = cluster.load_config("slurm")
+    config["scale"], config["options"]["job_name"] = 2, "rfol-test"
+    start = time.monotonic()
+    try:
+        with pytest.raises(cluster.ClusterStartError, match=r"the SLURM submit command 'sbatch' did not answer in 2 s "
+                           r"\(2 submissions still waiting\).*controller down.*a job named rfol-test may have been "
+                           r"queued.*`squeue -u \$USER --name rfol-test`.*`scancel -u \$USER --name rfol-test`"):
+            cluster.start_client(config)
+        assert time.monotonic() - start < 30
+        started = list(map(int, pids.read_text().split()))
+        assert len(started) == 2 and not any(map(_running, started))  # the hanging submissions were stopped
+    finally:
+        _end_processes(pids)
+
+
+def test_a_close_held_by_a_hanging_submission_is_given_up_with_a_warning(monkeypatch, tmp_path):
+    """Where the hanging submissions cannot be stopped, the close of the failed start is bounded
+    by CLOSE_TIMEOUT and warns how to find the jobs, instead of waiting for ever."""
+    pytest.importorskip("dask_jobqueue")
+    import time
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 1.0)
+    monkeypatch.setattr(cluster, "CLOSE_TIMEOUT", 1.0)
+    monkeypatch.setattr(cluster, "_batch_processes", lambda command: [])  # none found to stop
+    start = time.monotonic()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"did not close in 1 s.*jobs named dask-worker may still be queued.*"
+                          r"scancel -u \$USER --name dask-worker"):
+            with pytest.raises(cluster.ClusterStartError, match="no SLURM job was accepted in 1 s"):
+                cluster.start_client({"kind": "slurm", "options": {"cores": 1, "memory": "1GB"}})
+        assert time.monotonic() - start < 30
+    finally:
+        _end_processes(pids)
+
+
+def test_the_cli_reports_a_hanging_submit_command_in_one_line(monkeypatch, tmp_path, capsys):
+    """``rfol-dask fit --cluster slurm`` with the SLURM controller down printed nothing and never
+    ended; now one error line and exit status 2."""
+    pytest.importorskip("dask_jobqueue")
+    from rfol_dask.cli import main
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 1.0)
+    try:
+        code = main(["fit", str(tmp_path / "data.zarr"), "--cluster", "slurm"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith("rfol-dask fit: error: the SLURM submit command 'sbatch' did not answer in 1 s"), err
+        assert "scancel -u $USER --name dask-worker" in err
+    finally:
+        _end_processes(pids)
