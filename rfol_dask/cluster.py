@@ -7,7 +7,8 @@ A configuration (a shipped name such as ``"slurm"``, a path to a YAML file, or a
 its ``kind`` and the keywords of the matching cluster manager::
 
     kind: slurm            # local | cuda-local | slurm | pbs | kubernetes | mpi
-    scale: 4               # jobs (slurm/pbs), worker pods (kubernetes) or worker ranks (mpi)
+    scale: 4               # worker processes (local, cuda-local), jobs (slurm/pbs), worker pods
+                           # (kubernetes) or worker ranks (mpi)
     blas_threads: 1        # BLAS threads per worker process, set deliberately
     options: {...}         # keywords of LocalCluster / SLURMCluster / PBSCluster / make_cluster_spec / dask-mpi
 
@@ -261,9 +262,12 @@ def load_config(config):
         raise ValueError(f"{where}: options must be a mapping of keyword: value (one per line under "
                          f"'options:'), got a {type(config['options']).__name__}")
     config.setdefault("blas_threads", 1)
-    config.setdefault("scale", 1)
+    if kind in ("local", "cuda-local"):
+        _local_scale(where, kind, config)
+    elif config.get("scale") is None:
+        config["scale"] = 1
     for key in ("scale", "blas_threads", "node_cores", "ranks_per_node"):
-        if key in ("scale", "blas_threads") or config.get(key) is not None:
+        if key == "blas_threads" or config.get(key) is not None:
             _check_count(f"{where}: {key}", config[key])
     timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
@@ -272,6 +276,24 @@ def load_config(config):
     if kind == "kubernetes":
         _check_pod_memory(where, config["options"])
     return config
+
+
+def _local_scale(where, kind, config):
+    """``scale`` of a ``local`` / ``cuda-local`` configuration: its worker processes, as for the
+    other kinds, hence ``options.n_workers`` (a different ``options.n_workers`` is refused). The
+    number is then in ``options`` and ``scale`` None (the default: ``options`` or one worker per
+    core / GPU), so that a configuration read once reads again the same."""
+    scale = config.get("scale")
+    if scale is None:
+        config["scale"] = None
+        return
+    _check_count(f"{where}: scale", scale)
+    n_workers = config["options"].get("n_workers")
+    if n_workers is not None and n_workers != scale:
+        raise ValueError(f"{where}: scale {scale} and options.n_workers {n_workers} disagree; for kind {kind} both "
+                         "are the number of worker processes: give one of them (scale, as for the other kinds)")
+    config["options"] = {**config["options"], "n_workers": scale}
+    config["scale"] = None
 
 
 def _check_pod_memory(where, options):

@@ -557,3 +557,27 @@ def test_the_cli_reports_a_hanging_submit_command_in_one_line(monkeypatch, tmp_p
         assert "scancel -u $USER --name dask-worker" in err
     finally:
         _end_processes(pids)
+
+
+def test_scale_is_the_number_of_workers_of_a_local_cluster_too():
+    """``scale: 2`` of a local configuration started one worker per core (the top-level key was
+    read only for the other kinds); now it is LocalCluster's n_workers, and a different
+    ``options.n_workers`` is refused."""
+    config = cluster.load_config({"kind": "local", "scale": 3, "options": {"threads_per_worker": 1}})
+    assert config["options"]["n_workers"] == 3 and cluster.node_threads(config)["processes"] == 3
+    assert cluster.load_config(config) == config  # read again, the same
+    assert cluster.load_config({"kind": "local", "scale": 2, "options": {"n_workers": 2}})["options"]["n_workers"] == 2
+    assert cluster.load_config("local")["options"]["n_workers"] == 2  # the shipped file says scale: 2
+    assert "n_workers" not in cluster.load_config({"kind": "local"})["options"]  # default: one per core
+    with pytest.raises(ValueError, match="given as a dict: scale 2 and options.n_workers 4 disagree; for kind local "
+                       "both are the number of worker processes"):
+        cluster.load_config({"kind": "local", "scale": 2, "options": {"n_workers": 4}})
+    with pytest.raises(ValueError, match="scale must be a whole number >= 1, got 0"):
+        cluster.load_config({"kind": "cuda-local", "scale": 0})
+    assert cluster.node_threads({"kind": "cuda-local", "scale": 2})["processes"] == 2
+
+
+@pytest.mark.cluster
+def test_a_local_configuration_with_scale_starts_that_many_workers():
+    with cluster.start_client({"kind": "local", "scale": 1, "options": {"processes": False}}) as client:
+        assert len(client.scheduler_info()["workers"]) == 1  # not one per core
