@@ -776,10 +776,55 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
 SCHEDULER_TIMEOUT = 600.0
 
 
+def _scheduler_address(path):
+    """The address in the scheduler file ``path``; None while there is none (no file yet, or one
+    that rank 0 is still writing)."""
+    import json
+
+    try:
+        with open(path) as f:
+            address = json.load(f).get("address")
+    except (OSError, ValueError, AttributeError):  # missing, not yet JSON, not a mapping
+        return None
+    return address if isinstance(address, str) and address else None
+
+
+def _check_scheduler(address, timeout):
+    """OSError unless a dask scheduler at ``address`` answers within ``timeout`` s. A
+    ``distributed.Client`` waits for ever for one that takes the connection and never answers
+    (its handshake has no time limit): a port that another program holds, a stopped scheduler;
+    and fails with whatever reading another program's answer raised (a MemoryError for an HTTP
+    server's, read as frame lengths)."""
+    from distributed.comm import connect
+    from distributed.utils import LoopRunner, sync
+
+    async def identity():
+        comm = await connect(address, timeout=timeout)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            await comm.read()
+        finally:
+            await comm.close()
+
+    runner = LoopRunner(asynchronous=False)
+    runner.start()
+    try:
+        sync(runner.loop, identity, callback_timeout=timeout)  # TimeoutError (an OSError) after it
+    except OSError:
+        raise
+    except Exception as exc:
+        raise OSError(f"its answer is not a dask scheduler's ({type(exc).__name__})") from exc
+    finally:
+        runner.stop()
+
+
 def _mpi_client(config, poll=0.5, log_every=60.0):
     """A ``Client`` of the scheduler that the MPI job's rank 0 announces in ``scheduler_file``:
-    waits for the file (logged every ``log_every`` s) for at most ``scheduler_timeout`` s, then
-    connects; ClusterStartError when no file appears or its scheduler cannot be reached."""
+    waits for the file and its address (logged every ``log_every`` s) for at most
+    ``scheduler_timeout`` s, then connects; ClusterStartError when no address appears, or its
+    scheduler does not answer within dask's connect timeout (``distributed.comm.timeouts.connect``)."""
+    import dask
+    from dask.utils import parse_timedelta
     from distributed import Client
 
     path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
@@ -787,9 +832,13 @@ def _mpi_client(config, poll=0.5, log_every=60.0):
     start = last_log = time.monotonic()
     if not os.path.exists(path):
         logger.info("waiting up to %g s for the MPI job to write its scheduler file %s", timeout, path)
-    while not os.path.exists(path):
+    while (address := _scheduler_address(path)) is None:
         now = time.monotonic()
         if now - start >= timeout:
+            if os.path.exists(path):
+                raise ClusterStartError(
+                    f"the scheduler file {path} holds no scheduler address after {timeout:g} s (a dask scheduler "
+                    "file is JSON with an 'address'): delete it and start the MPI job again")
             raise ClusterStartError(
                 f"no scheduler file {path} after {timeout:g} s: start the MPI job first (run the script of "
                 "rfol_dask.cluster.job_script(config) with its launcher, from this directory or with an absolute "
@@ -798,11 +847,14 @@ def _mpi_client(config, poll=0.5, log_every=60.0):
             last_log = now
             logger.info("waiting for the MPI scheduler file %s: %.0f s of at most %g s", path, now - start, timeout)
         time.sleep(poll)
+    connect = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
     try:
-        return Client(scheduler_file=path)
+        _check_scheduler(address, connect)
+        return Client(address, timeout=connect)
     except OSError as exc:
-        raise ClusterStartError(f"could not connect to the scheduler named in {path} ({exc}): a file left by an "
-                                "earlier MPI job? delete it and start the MPI job again") from exc
+        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, TimeoutError) else str(exc)
+        raise ClusterStartError(f"could not connect to the scheduler named in {path} ({address}: {reason}): a file "
+                                "left by an earlier MPI job? delete it and start the MPI job again") from exc
 
 
 def start_client(config):

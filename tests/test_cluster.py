@@ -581,3 +581,47 @@ def test_scale_is_the_number_of_workers_of_a_local_cluster_too():
 def test_a_local_configuration_with_scale_starts_that_many_workers():
     with cluster.start_client({"kind": "local", "scale": 1, "options": {"processes": False}}) as client:
         assert len(client.scheduler_info()["workers"]) == 1  # not one per core
+
+
+def test_an_mpi_scheduler_that_does_not_answer_is_an_error_not_a_hang(tmp_path):
+    """A scheduler file naming a port that takes connections and never answers (another program,
+    a stopped scheduler) kept start_client waiting for ever in distributed's handshake; one that
+    answers like an HTTP server raised a MemoryError; a file that never holds an address gave
+    a JSON traceback. Each is a ClusterStartError within the timeouts now."""
+    import json
+    import socket
+    import threading
+    import time
+
+    import contextlib
+
+    import dask
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    talker = socket.create_server(("127.0.0.1", 0))
+
+    def answer_http():
+        with contextlib.suppress(OSError):
+            conn, _ = talker.accept()
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" * 4)
+
+    threading.Thread(target=answer_http, daemon=True).start()
+    path = tmp_path / "scheduler.json"
+    config = {"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 0.5}
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+            for server, says in ((silent, r"TimeoutError: timed out after 1 s"),
+                                 (talker, r"its answer is not a dask scheduler's")):
+                address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+                path.write_text(json.dumps({"address": address}))
+                start = time.monotonic()
+                with pytest.raises(cluster.ClusterStartError, match=f"could not connect to the scheduler named in "
+                                   f"{re.escape(str(path))} \\({address}: {says}.*delete it"):
+                    cluster.start_client(config)
+                assert time.monotonic() - start < 10
+        path.write_text('{"addr')  # never completed
+        with pytest.raises(cluster.ClusterStartError, match="holds no scheduler address after 0.5 s.*delete it"):
+            cluster._mpi_client(cluster.load_config(config), poll=0.02)
+    finally:
+        silent.close()
+        talker.close()
