@@ -176,8 +176,6 @@ def _option_keywords(kind):
     """``(keywords, what)``: the keywords ``options`` of ``kind`` may hold (those of the cluster
     manager and of the classes it forwards ``**kwargs`` to) and how to describe them; None where
     they are not checked (MPI: flags of the dask-mpi command) or the package is not installed."""
-    import inspect
-
     try:
         if kind in ("local", "cuda-local"):
             from distributed import LocalCluster, Nanny, Worker
@@ -205,10 +203,16 @@ def _option_keywords(kind):
             return None
     except ImportError:
         return None
+    ours = {"self", "blas_threads"} | ({"n_workers"} if kind in ("slurm", "pbs", "kubernetes") else set())
+    return frozenset(_signature_keywords(callables) - ours), what  # (top-level keys set those of ours)
+
+
+def _signature_keywords(callables):
+    """The names that ``callables`` take as keywords."""
+    import inspect
+
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    keywords = {name for c in callables for name, p in inspect.signature(c).parameters.items() if p.kind in named}
-    ours = {"self", "blas_threads"} | ({"n_workers"} if kind == "kubernetes" else set())  # top-level keys set them
-    return frozenset(keywords - ours), what
+    return {name for c in callables for name, p in inspect.signature(c).parameters.items() if p.kind in named}
 
 
 def _check_options(where, kind, options):
@@ -350,7 +354,9 @@ def _jobqueue_job(config):
     dask_jobqueue = _dask_jobqueue()
 
     cls = dask_jobqueue.slurm.SLURMJob if config["kind"] == "slurm" else dask_jobqueue.pbs.PBSJob
-    return cls(scheduler=_SCHEDULER, name="rfol-dask", **_jobqueue_options(config))
+    takes = _signature_keywords([cls, dask_jobqueue.core.Job])
+    opts = {k: v for k, v in _jobqueue_options(config).items() if k in takes}  # not the cluster's own keywords
+    return cls(scheduler=_SCHEDULER, name="rfol-dask", **opts)
 
 
 def _cpu_count(text):

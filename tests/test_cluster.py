@@ -625,3 +625,18 @@ def test_an_mpi_scheduler_that_does_not_answer_is_an_error_not_a_hang(tmp_path):
     finally:
         silent.close()
         talker.close()
+
+
+def test_jobqueue_options_of_the_cluster_itself_render_and_n_workers_is_refused():
+    """Options that SLURMCluster / PBSCluster take for themselves (scheduler_options,
+    shared_temp_directory, ...) passed the check and then failed with a TypeError of the job
+    (job_script, the core check of make_cluster and start_client); n_workers submitted jobs
+    apart from scale."""
+    pytest.importorskip("dask_jobqueue")
+    for kind, marker in (("slurm", "#SBATCH"), ("pbs", "#PBS")):
+        config = {"kind": kind, "options": {"cores": 2, "memory": "1GB", "scheduler_options": {"port": 0},
+                                            "shared_temp_directory": "/tmp", "job_name": "rfol-site"}}
+        script = cluster.job_script(config)
+        assert marker in script and "rfol-site" in script and cluster.node_threads(config)["cores"] == 2
+        with pytest.raises(ValueError, match=f"unknown option 'n_workers' for kind {kind}; set the top-level key scale"):
+            cluster.load_config({"kind": kind, "options": {"n_workers": 2}})
