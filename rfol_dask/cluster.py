@@ -342,11 +342,23 @@ def _dask_jobqueue():
     import threading
 
     previous = signal.getsignal(signal.SIGINT)
-    import dask_jobqueue
-
-    if previous is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, previous)
+    try:
+        import dask_jobqueue
+    except ImportError as exc:
+        raise ImportError("cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'") from exc
+    finally:
+        if previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, previous)
     return dask_jobqueue
+
+
+def _kubernetes_operator():
+    """``dask_kubernetes.operator``; ImportError saying what to install where it is missing."""
+    try:
+        from dask_kubernetes import operator
+    except ImportError as exc:
+        raise ImportError("cluster kind 'kubernetes' needs dask-kubernetes: pip install 'rfol-dask[cloud]'") from exc
+    return operator
 
 
 def _jobqueue_job(config):
@@ -471,11 +483,9 @@ def _check_threads(config):
 
 
 def _kubernetes_spec(config):
-    from dask_kubernetes.operator import make_cluster_spec
-
     opts = dict(config["options"])
     env = {**blas_env(config["blas_threads"]), **opts.pop("env", {})}
-    return make_cluster_spec(n_workers=int(config["scale"]), env=env, **opts)
+    return _kubernetes_operator().make_cluster_spec(n_workers=int(config["scale"]), env=env, **opts)
 
 
 def _mpi_script(config):
@@ -528,8 +538,7 @@ def _kube_cluster(config, name):
     """``KubeCluster`` of ``config``; ClusterStartError when it cannot start (no credentials, no
     reachable cluster, no Dask operator), the half-built cluster closed (else dask-kubernetes
     retries the close at exit and prints the same error again)."""
-    from dask_kubernetes.operator import KubeCluster
-
+    KubeCluster = _kubernetes_operator().KubeCluster
     spec = _kubernetes_spec(config)
     before = set(KubeCluster._instances)  # the operator's registry of clusters it closes at exit
     try:

@@ -640,3 +640,24 @@ def test_jobqueue_options_of_the_cluster_itself_render_and_n_workers_is_refused(
         assert marker in script and "rfol-site" in script and cluster.node_threads(config)["cores"] == 2
         with pytest.raises(ValueError, match=f"unknown option 'n_workers' for kind {kind}; set the top-level key scale"):
             cluster.load_config({"kind": kind, "options": {"n_workers": 2}})
+
+
+def test_a_cluster_kind_without_its_package_says_what_to_install(monkeypatch, tmp_path, capsys):
+    """Without dask-jobqueue / dask-kubernetes the start failed with "No module named
+    'dask_jobqueue'"; now the error names the extra to install (the CLI: one line, status 2)."""
+    from rfol_dask.cli import main
+
+    for module in ("dask_jobqueue", "dask_kubernetes", "dask_kubernetes.operator"):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails
+    try:
+        with pytest.raises(ImportError, match=r"cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install "
+                           r"'rfol-dask\[hpc\]'"):
+            cluster.job_script({"kind": "pbs", "options": {"cores": 2, "memory": "1GB"}})
+        with pytest.raises(ImportError, match=r"cluster kind 'kubernetes' needs dask-kubernetes: pip install "
+                           r"'rfol-dask\[cloud\]'"):
+            cluster.start_client({"kind": "kubernetes"})
+        assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", "slurm"]) == 2
+    finally:
+        cluster._option_keywords.cache_clear()  # (it remembers "not installed")
+    err = capsys.readouterr().err
+    assert err == "rfol-dask fit: error: cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'\n"
