@@ -542,6 +542,7 @@ def _kube_cluster(config, name):
     spec = _kubernetes_spec(config)
     before = set(KubeCluster._instances)  # the operator's registry of clusters it closes at exit
     try:
+        _check_kubernetes_api(_connect_timeout())
         return KubeCluster(custom_cluster_spec=spec)
     except Exception as exc:
         for half in set(KubeCluster._instances) - before:
@@ -554,6 +555,26 @@ def _kube_cluster(config, name):
             "kubectl uses, or a pod's in-cluster service account) and the Dask operator installed in it "
             "(helm install --repo https://helm.dask.org -n dask-operator --create-namespace dask-kubernetes-operator "
             "--generate-name); rfol_dask.cluster.job_script(config) renders the spec without a cluster") from exc
+
+
+def _check_kubernetes_api(timeout):
+    """TimeoutError unless the Kubernetes API of the credentials found (as dask-kubernetes finds
+    them: kr8s) answers within ``timeout`` s: ``KubeCluster`` waits for ever for an API server
+    that takes the connection and never answers. Its other errors are left to ``KubeCluster``,
+    which meets them too."""
+    import kr8s
+
+    async def version():
+        api = await kr8s.asyncio.api()
+        await api.version()
+
+    try:
+        _within(timeout, version)
+    except TimeoutError:
+        raise TimeoutError(f"the Kubernetes API server did not answer in {timeout:g} s "
+                           "(dask's connect timeout, distributed.comm.timeouts.connect)") from None
+    except Exception:
+        pass
 
 
 def job_script(config):
@@ -811,7 +832,6 @@ def _check_scheduler(address, timeout):
     and fails with whatever reading another program's answer raised (a MemoryError for an HTTP
     server's, read as frame lengths)."""
     from distributed.comm import connect
-    from distributed.utils import LoopRunner, sync
 
     async def identity():
         comm = await connect(address, timeout=timeout)
@@ -821,16 +841,32 @@ def _check_scheduler(address, timeout):
         finally:
             await comm.close()
 
-    runner = LoopRunner(asynchronous=False)
-    runner.start()
     try:
-        sync(runner.loop, identity, callback_timeout=timeout)  # TimeoutError (an OSError) after it
+        _within(timeout, identity)  # TimeoutError (an OSError) after it
     except OSError:
         raise
     except Exception as exc:
         raise OSError(f"its answer is not a dask scheduler's ({type(exc).__name__})") from exc
+
+
+def _within(timeout, function):
+    """``await function()`` in an event loop of its own, for at most ``timeout`` s (TimeoutError)."""
+    from distributed.utils import LoopRunner, sync
+
+    runner = LoopRunner(asynchronous=False)
+    runner.start()
+    try:
+        return sync(runner.loop, function, callback_timeout=timeout)
     finally:
         runner.stop()
+
+
+def _connect_timeout():
+    """dask's connect timeout in seconds (``distributed.comm.timeouts.connect``, 30 s by default)."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    return parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
 
 
 def _mpi_client(config, poll=0.5, log_every=60.0):
@@ -838,8 +874,6 @@ def _mpi_client(config, poll=0.5, log_every=60.0):
     waits for the file and its address (logged every ``log_every`` s) for at most
     ``scheduler_timeout`` s, then connects; ClusterStartError when no address appears, or its
     scheduler does not answer within dask's connect timeout (``distributed.comm.timeouts.connect``)."""
-    import dask
-    from dask.utils import parse_timedelta
     from distributed import Client
 
     path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
@@ -862,7 +896,7 @@ def _mpi_client(config, poll=0.5, log_every=60.0):
             last_log = now
             logger.info("waiting for the MPI scheduler file %s: %.0f s of at most %g s", path, now - start, timeout)
         time.sleep(poll)
-    connect = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+    connect = _connect_timeout()
     try:
         _check_scheduler(address, connect)
         return Client(address, timeout=connect)

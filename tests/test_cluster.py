@@ -661,3 +661,31 @@ def test_a_cluster_kind_without_its_package_says_what_to_install(monkeypatch, tm
         cluster._option_keywords.cache_clear()  # (it remembers "not installed")
     err = capsys.readouterr().err
     assert err == "rfol-dask fit: error: cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'\n"
+
+
+def test_a_kubernetes_api_server_that_does_not_answer_is_an_error_not_a_hang(monkeypatch, tmp_path):
+    """Credentials of an API server that takes connections and never answers kept KubeCluster
+    (hence start_client) waiting for ever; now a ClusterStartError after dask's connect timeout."""
+    pytest.importorskip("dask_kubernetes")
+    import socket
+    import time
+
+    import dask
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{silent.getsockname()[1]}', "
+        "insecure-skip-tls-verify: true}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    start = time.monotonic()
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+            with pytest.raises(cluster.ClusterStartError, match=r"Kubernetes cluster of cluster configuration "
+                               r"kubernetes \(TimeoutError: the Kubernetes API server did not answer in 1 s"):
+                cluster.start_client("kubernetes")
+        assert time.monotonic() - start < 30
+    finally:
+        silent.close()
