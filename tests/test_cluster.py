@@ -689,3 +689,19 @@ def test_a_kubernetes_api_server_that_does_not_answer_is_an_error_not_a_hang(mon
         assert time.monotonic() - start < 30
     finally:
         silent.close()
+
+
+@pytest.mark.cluster
+def test_a_local_cluster_that_cannot_start_is_a_cluster_start_error(capsys, tmp_path):
+    """distributed's bare RuntimeError ("Cluster failed to start") was a traceback from the CLI
+    (here: a dashboard address of a documentation network, not this machine's)."""
+    from rfol_dask.cli import main
+
+    config = tmp_path / "site.yaml"
+    config.write_text("kind: local\nscale: 1\noptions: {processes: false, dashboard_address: '198.51.100.7:0'}\n")
+    with pytest.raises(cluster.ClusterStartError, match=f"the local cluster of cluster configuration "
+                       f"{re.escape(str(config))} did not start .*: check its options"):
+        cluster.start_client(config)
+    assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rfol-dask fit: error: the local cluster") and err.count("\n") == 1, err
