@@ -523,18 +523,20 @@ def make_cluster(config):
         raise ValueError("an MPI cluster is started by mpirun, not from Python: run the script of "
                          "rfol_dask.cluster.job_script(config), then start_client(config)")
     _check_threads(config)
+    if kind == "kubernetes":
+        return _kube_cluster(config, name)
     if kind in ("local", "cuda-local"):
-        start = local_cluster if kind == "local" else local_cuda_cluster
-        try:
-            return start(blas_threads=config["blas_threads"], **config["options"])
-        except RuntimeError as exc:  # distributed's "Cluster failed to start: ..." (its scheduler or a worker)
-            raise ClusterStartError(f"the {kind} cluster of cluster configuration {name} did not start "
-                                    f"({exc.__cause__ or exc}): check its options") from exc
-    if kind in ("slurm", "pbs"):
+        start = functools.partial(local_cluster if kind == "local" else local_cuda_cluster,
+                                  blas_threads=config["blas_threads"], **config["options"])
+    else:
         dask_jobqueue = _dask_jobqueue()
-        cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
-        return cls(**_jobqueue_options(config))
-    return _kube_cluster(config, name)
+        start = functools.partial(dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster,
+                                  **_jobqueue_options(config))
+    try:
+        return start()
+    except RuntimeError as exc:  # distributed's "Cluster failed to start: ..." (its scheduler, a local worker)
+        raise ClusterStartError(f"the {kind} cluster of cluster configuration {name} did not start "
+                                f"({exc.__cause__ or exc}): check its options") from exc
 
 
 def _kube_cluster(config, name):

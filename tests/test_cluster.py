@@ -705,3 +705,8 @@ def test_a_local_cluster_that_cannot_start_is_a_cluster_start_error(capsys, tmp_
     assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rfol-dask fit: error: the local cluster") and err.count("\n") == 1, err
+    if __import__("importlib").util.find_spec("dask_jobqueue"):  # a SLURM cluster's scheduler alike
+        with pytest.raises(cluster.ClusterStartError, match="the slurm cluster of cluster configuration given as a "
+                           "dict did not start"):
+            cluster.make_cluster({"kind": "slurm", "options": {"cores": 1, "memory": "1GB", "scheduler_options": {
+                "dashboard_address": "198.51.100.7:0"}}})
