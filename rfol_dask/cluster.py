@@ -615,7 +615,7 @@ def close_client(client):
 
 #: seconds a cluster's close may take (a batch system that answers neither a submission nor a
 #: cancellation holds it for ever); after them the cluster is given up, with a warning
-CLOSE_TIMEOUT = 30.0
+CLOSE_TIMEOUT = 60.0
 
 
 def _jobqueue_kind(cluster):
@@ -648,8 +648,13 @@ def _close_cluster(cluster, timeout=None):
         cluster._rfol_given_up = True
         SpecCluster._instances.discard(cluster)
         kind = _jobqueue_kind(cluster)
-        jobs = (f"; jobs named {cluster.job_name} may still be queued or running: {_queued_jobs_hint(cluster, kind)}"
-                if kind else "; its workers may still be running")
+        if kind:
+            jobs = f"; jobs named {cluster.job_name} may still be queued or running: {_queued_jobs_hint(cluster, kind)}"
+        elif getattr(cluster, "namespace", None):  # a KubeCluster
+            jobs = (f"; its pods may still be running: kubectl delete daskcluster {cluster.name} "
+                    f"-n {cluster.namespace}")
+        else:
+            jobs = "; its workers may still be running"
         warnings.warn(f"the cluster did not close in {timeout:g} s and is left as it is{jobs}", RuntimeWarning,
                       stacklevel=user_stacklevel())
 

@@ -710,3 +710,23 @@ def test_a_local_cluster_that_cannot_start_is_a_cluster_start_error(capsys, tmp_
                            "dict did not start"):
             cluster.make_cluster({"kind": "slurm", "options": {"cores": 1, "memory": "1GB", "scheduler_options": {
                 "dashboard_address": "198.51.100.7:0"}}})
+
+
+def test_a_kubernetes_cluster_whose_close_is_given_up_says_how_to_delete_it():
+    import warnings as w
+
+    class StuckKubeCluster:  # what _close_cluster reads of a KubeCluster
+        status, name, namespace, tries = None, "rfol-dask", "science", 0
+
+        def close(self, timeout=None):
+            self.tries += 1
+            raise TimeoutError
+
+    stuck = StuckKubeCluster()
+    with pytest.warns(RuntimeWarning, match="did not close in 0.5 s.*pods may still be running: kubectl delete "
+                      "daskcluster rfol-dask -n science"):
+        cluster._close_cluster(stuck, timeout=0.5)
+    with w.catch_warnings():
+        w.simplefilter("error")
+        cluster._close_cluster(stuck)  # given up: not tried again
+    assert stuck.tries == 1
