@@ -841,10 +841,13 @@ def _check_scheduler(address, timeout):
     (its handshake has no time limit): a port that another program holds, a stopped scheduler;
     and fails with whatever reading another program's answer raised (a MemoryError for an HTTP
     server's, read as frame lengths)."""
+    from distributed import Security
     from distributed.comm import connect
 
+    tls = Security().get_connection_args("client")  # dask's TLS configuration, as a Client's
+
     async def identity():
-        comm = await connect(address, timeout=timeout)
+        comm = await connect(address, timeout=timeout, **tls)
         try:
             await comm.write({"op": "identity", "reply": True})
             await comm.read()

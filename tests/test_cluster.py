@@ -730,3 +730,26 @@ def test_a_kubernetes_cluster_whose_close_is_given_up_says_how_to_delete_it():
         w.simplefilter("error")
         cluster._close_cluster(stuck)  # given up: not tried again
     assert stuck.tries == 1
+
+
+@pytest.mark.cluster
+def test_mpi_start_client_checks_a_tls_scheduler_with_dasks_tls_configuration(tmp_path):
+    """The check that the scheduler answers connects as the Client does, with dask's TLS settings."""
+    pytest.importorskip("cryptography")
+    import json
+
+    import dask
+    from distributed import LocalCluster, Security
+
+    sec = Security.temporary()
+    tls = {"distributed.comm.tls.ca-file": sec.tls_ca_file, "distributed.comm.tls.client.cert": sec.tls_client_cert,
+           "distributed.comm.tls.client.key": sec.tls_client_key}
+    path = tmp_path / "scheduler.json"
+    with LocalCluster(n_workers=1, processes=False, security=sec, protocol="tls://", dashboard_address=":0") as local:
+        path.write_text(json.dumps({"address": local.scheduler_address}))
+        with dask.config.set(tls):
+            client = cluster.start_client({"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 5})
+            try:
+                assert client.scheduler.address.startswith("tls://") and client.submit(sum, [1, 2]).result() == 3
+            finally:
+                client.close()
