@@ -7,7 +7,8 @@ A configuration (a shipped name such as ``"slurm"``, a path to a YAML file, or a
 its ``kind`` and the keywords of the matching cluster manager::
 
     kind: slurm            # local | cuda-local | slurm | pbs | kubernetes | mpi
-    scale: 4               # jobs (slurm/pbs), worker pods (kubernetes) or worker ranks (mpi)
+    scale: 4               # worker processes (local, cuda-local), jobs (slurm/pbs), worker pods
+                           # (kubernetes) or worker ranks (mpi)
     blas_threads: 1        # BLAS threads per worker process, set deliberately
     options: {...}         # keywords of LocalCluster / SLURMCluster / PBSCluster / make_cluster_spec / dask-mpi
 
@@ -71,7 +72,7 @@ def _owning_client(cluster):
                 return super().close(*args, **kwargs)
             finally:
                 with contextlib.suppress(Exception):  # already closed, or gone
-                    cluster.close()
+                    _close_cluster(cluster)
 
     return OwningClient(cluster)
 
@@ -175,8 +176,6 @@ def _option_keywords(kind):
     """``(keywords, what)``: the keywords ``options`` of ``kind`` may hold (those of the cluster
     manager and of the classes it forwards ``**kwargs`` to) and how to describe them; None where
     they are not checked (MPI: flags of the dask-mpi command) or the package is not installed."""
-    import inspect
-
     try:
         if kind in ("local", "cuda-local"):
             from distributed import LocalCluster, Nanny, Worker
@@ -204,10 +203,16 @@ def _option_keywords(kind):
             return None
     except ImportError:
         return None
+    ours = {"self", "blas_threads"} | ({"n_workers"} if kind in ("slurm", "pbs", "kubernetes") else set())
+    return frozenset(_signature_keywords(callables) - ours), what  # (top-level keys set those of ours)
+
+
+def _signature_keywords(callables):
+    """The names that ``callables`` take as keywords."""
+    import inspect
+
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    keywords = {name for c in callables for name, p in inspect.signature(c).parameters.items() if p.kind in named}
-    ours = {"self", "blas_threads"} | ({"n_workers"} if kind == "kubernetes" else set())  # top-level keys set them
-    return frozenset(keywords - ours), what
+    return {name for c in callables for name, p in inspect.signature(c).parameters.items() if p.kind in named}
 
 
 def _check_options(where, kind, options):
@@ -261,9 +266,12 @@ def load_config(config):
         raise ValueError(f"{where}: options must be a mapping of keyword: value (one per line under "
                          f"'options:'), got a {type(config['options']).__name__}")
     config.setdefault("blas_threads", 1)
-    config.setdefault("scale", 1)
+    if kind in ("local", "cuda-local"):
+        _local_scale(where, kind, config)
+    elif config.get("scale") is None:
+        config["scale"] = 1
     for key in ("scale", "blas_threads", "node_cores", "ranks_per_node"):
-        if key in ("scale", "blas_threads") or config.get(key) is not None:
+        if key == "blas_threads" or config.get(key) is not None:
             _check_count(f"{where}: {key}", config[key])
     timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
@@ -272,6 +280,24 @@ def load_config(config):
     if kind == "kubernetes":
         _check_pod_memory(where, config["options"])
     return config
+
+
+def _local_scale(where, kind, config):
+    """``scale`` of a ``local`` / ``cuda-local`` configuration: its worker processes, as for the
+    other kinds, hence ``options.n_workers`` (a different ``options.n_workers`` is refused). The
+    number is then in ``options`` and ``scale`` None (the default: ``options`` or one worker per
+    core / GPU), so that a configuration read once reads again the same."""
+    scale = config.get("scale")
+    if scale is None:
+        config["scale"] = None
+        return
+    _check_count(f"{where}: scale", scale)
+    n_workers = config["options"].get("n_workers")
+    if n_workers is not None and n_workers != scale:
+        raise ValueError(f"{where}: scale {scale} and options.n_workers {n_workers} disagree; for kind {kind} both "
+                         "are the number of worker processes: give one of them (scale, as for the other kinds)")
+    config["options"] = {**config["options"], "n_workers": scale}
+    config["scale"] = None
 
 
 def _check_pod_memory(where, options):
@@ -316,11 +342,23 @@ def _dask_jobqueue():
     import threading
 
     previous = signal.getsignal(signal.SIGINT)
-    import dask_jobqueue
-
-    if previous is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, previous)
+    try:
+        import dask_jobqueue
+    except ImportError as exc:
+        raise ImportError("cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'") from exc
+    finally:
+        if previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, previous)
     return dask_jobqueue
+
+
+def _kubernetes_operator():
+    """``dask_kubernetes.operator``; ImportError saying what to install where it is missing."""
+    try:
+        from dask_kubernetes import operator
+    except ImportError as exc:
+        raise ImportError("cluster kind 'kubernetes' needs dask-kubernetes: pip install 'rfol-dask[cloud]'") from exc
+    return operator
 
 
 def _jobqueue_job(config):
@@ -328,7 +366,9 @@ def _jobqueue_job(config):
     dask_jobqueue = _dask_jobqueue()
 
     cls = dask_jobqueue.slurm.SLURMJob if config["kind"] == "slurm" else dask_jobqueue.pbs.PBSJob
-    return cls(scheduler=_SCHEDULER, name="rfol-dask", **_jobqueue_options(config))
+    takes = _signature_keywords([cls, dask_jobqueue.core.Job])
+    opts = {k: v for k, v in _jobqueue_options(config).items() if k in takes}  # not the cluster's own keywords
+    return cls(scheduler=_SCHEDULER, name="rfol-dask", **opts)
 
 
 def _cpu_count(text):
@@ -443,11 +483,9 @@ def _check_threads(config):
 
 
 def _kubernetes_spec(config):
-    from dask_kubernetes.operator import make_cluster_spec
-
     opts = dict(config["options"])
     env = {**blas_env(config["blas_threads"]), **opts.pop("env", {})}
-    return make_cluster_spec(n_workers=int(config["scale"]), env=env, **opts)
+    return _kubernetes_operator().make_cluster_spec(n_workers=int(config["scale"]), env=env, **opts)
 
 
 def _mpi_script(config):
@@ -485,26 +523,31 @@ def make_cluster(config):
         raise ValueError("an MPI cluster is started by mpirun, not from Python: run the script of "
                          "rfol_dask.cluster.job_script(config), then start_client(config)")
     _check_threads(config)
-    if kind == "local":
-        return local_cluster(blas_threads=config["blas_threads"], **config["options"])
-    if kind == "cuda-local":
-        return local_cuda_cluster(blas_threads=config["blas_threads"], **config["options"])
-    if kind in ("slurm", "pbs"):
+    if kind == "kubernetes":
+        return _kube_cluster(config, name)
+    if kind in ("local", "cuda-local"):
+        start = functools.partial(local_cluster if kind == "local" else local_cuda_cluster,
+                                  blas_threads=config["blas_threads"], **config["options"])
+    else:
         dask_jobqueue = _dask_jobqueue()
-        cls = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
-        return cls(**_jobqueue_options(config))
-    return _kube_cluster(config, name)
+        start = functools.partial(dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster,
+                                  **_jobqueue_options(config))
+    try:
+        return start()
+    except RuntimeError as exc:  # distributed's "Cluster failed to start: ..." (its scheduler, a local worker)
+        raise ClusterStartError(f"the {kind} cluster of cluster configuration {name} did not start "
+                                f"({exc.__cause__ or exc}): check its options") from exc
 
 
 def _kube_cluster(config, name):
     """``KubeCluster`` of ``config``; ClusterStartError when it cannot start (no credentials, no
     reachable cluster, no Dask operator), the half-built cluster closed (else dask-kubernetes
     retries the close at exit and prints the same error again)."""
-    from dask_kubernetes.operator import KubeCluster
-
+    KubeCluster = _kubernetes_operator().KubeCluster
     spec = _kubernetes_spec(config)
     before = set(KubeCluster._instances)  # the operator's registry of clusters it closes at exit
     try:
+        _check_kubernetes_api(_connect_timeout())
         return KubeCluster(custom_cluster_spec=spec)
     except Exception as exc:
         for half in set(KubeCluster._instances) - before:
@@ -517,6 +560,26 @@ def _kube_cluster(config, name):
             "kubectl uses, or a pod's in-cluster service account) and the Dask operator installed in it "
             "(helm install --repo https://helm.dask.org -n dask-operator --create-namespace dask-kubernetes-operator "
             "--generate-name); rfol_dask.cluster.job_script(config) renders the spec without a cluster") from exc
+
+
+def _check_kubernetes_api(timeout):
+    """TimeoutError unless the Kubernetes API of the credentials found (as dask-kubernetes finds
+    them: kr8s) answers within ``timeout`` s: ``KubeCluster`` waits for ever for an API server
+    that takes the connection and never answers. Its other errors are left to ``KubeCluster``,
+    which meets them too."""
+    import kr8s
+
+    async def version():
+        api = await kr8s.asyncio.api()
+        await api.version()
+
+    try:
+        _within(timeout, version)
+    except TimeoutError:
+        raise TimeoutError(f"the Kubernetes API server did not answer in {timeout:g} s "
+                           "(dask's connect timeout, distributed.comm.timeouts.connect)") from None
+    except Exception:
+        pass
 
 
 def job_script(config):
@@ -541,11 +604,59 @@ def job_script(config):
 
 
 def close_client(client):
-    """Close ``client`` and the cluster it started (None: nothing to do)."""
+    """Close ``client`` and the cluster it started (None: nothing to do), the cluster within
+    :data:`CLOSE_TIMEOUT` seconds (:func:`_close_cluster`)."""
     if client is not None:
         client.close()
-        with contextlib.suppress(Exception):  # a cluster already gone, or a client without one
-            client.cluster.close()
+        if getattr(client, "cluster", None) is not None:
+            with contextlib.suppress(Exception):  # a cluster already gone
+                _close_cluster(client.cluster)
+
+
+#: seconds a cluster's close may take (a batch system that answers neither a submission nor a
+#: cancellation holds it for ever); after them the cluster is given up, with a warning
+CLOSE_TIMEOUT = 60.0
+
+
+def _jobqueue_kind(cluster):
+    """'slurm' or 'pbs' for a dask-jobqueue cluster of those batch systems, else None."""
+    return getattr(getattr(cluster, "job_cls", None), "config_name", None)
+
+
+def _queued_jobs_hint(cluster, kind):
+    """How to list and cancel the jobs of ``cluster`` by their name (``options.job_name``)."""
+    name = shlex.quote(str(cluster.job_name))
+    if kind == "slurm":
+        return f"list them with `squeue -u $USER --name {name}` and cancel them with `scancel -u $USER --name {name}`"
+    return (f"list them with `qselect -u $USER -N {name}` and cancel them with "
+            f"`qdel $(qselect -u $USER -N {name})`")
+
+
+def _close_cluster(cluster, timeout=None):
+    """Close ``cluster`` within ``timeout`` s (default :data:`CLOSE_TIMEOUT`); a close that does not
+    end then is given up with a warning (for SLURM/PBS naming the jobs that may still be queued),
+    and the cluster is not closed again at exit (distributed would wait 10 s more for it)."""
+    from distributed.core import Status
+    from distributed.deploy.spec import SpecCluster
+
+    if getattr(cluster, "_rfol_given_up", False) or getattr(cluster, "status", None) == Status.closed:
+        return
+    timeout = CLOSE_TIMEOUT if timeout is None else timeout
+    try:
+        cluster.close(timeout=timeout)
+    except TimeoutError:
+        cluster._rfol_given_up = True
+        SpecCluster._instances.discard(cluster)
+        kind = _jobqueue_kind(cluster)
+        if kind:
+            jobs = f"; jobs named {cluster.job_name} may still be queued or running: {_queued_jobs_hint(cluster, kind)}"
+        elif getattr(cluster, "namespace", None):  # a KubeCluster
+            jobs = (f"; its pods may still be running: kubectl delete daskcluster {cluster.name} "
+                    f"-n {cluster.namespace}")
+        else:
+            jobs = "; its workers may still be running"
+        warnings.warn(f"the cluster did not close in {timeout:g} s and is left as it is{jobs}", RuntimeWarning,
+                      stacklevel=user_stacklevel())
 
 
 def dashboard_link(client):
@@ -566,9 +677,95 @@ class ClusterStartError(RuntimeError):
     can be reached, no MPI scheduler appeared); the CLI prints it as one line."""
 
 
+def _submit_command(cluster):
+    """The program that submits the jobs of a dask-jobqueue ``cluster`` (``sbatch``, ``qsub``)."""
+    return shlex.split(cluster.job_cls.submit_command)[0]
+
+
+def _batch_processes(command):
+    """The child processes of this one that run ``command`` (dask-jobqueue runs each submission
+    as a subprocess that it does not expose): ``psutil.Process`` objects, a script's too (its
+    interpreter runs it with the script's path as first argument)."""
+    import psutil
+
+    name, found = os.path.basename(command), []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):  # ended meanwhile
+            if name in {os.path.basename(arg) for arg in child.cmdline()[:2]}:
+                found.append(child)
+    return found
+
+
+def _stop_processes(processes, grace=2.0):
+    """Terminate ``processes`` and their children; kill those still there after ``grace`` s."""
+    import psutil
+
+    every = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            every += [process, *process.children(recursive=True)]
+    for process in every:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    for process in psutil.wait_procs(every, timeout=grace)[1]:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
+def _end_failed_start(client, cluster, kind, quiet=False):
+    """Close the cluster of a start that failed or was interrupted, within :data:`CLOSE_TIMEOUT`
+    s: for SLURM/PBS the submissions still running are stopped first (a batch system that does
+    not answer would hold the close for ever), with a warning naming the jobs to check unless
+    ``quiet`` (the error says so), and the jobs never accepted marked failed."""
+    if kind not in ("slurm", "pbs"):
+        close_client(client)
+        return
+    waiting = _batch_processes(_submit_command(cluster))
+    _stop_processes(waiting)
+    if waiting and not quiet:
+        warnings.warn(f"stopped {len(waiting)} {kind.upper()} submissions that had not answered; a job named "
+                      f"{cluster.job_name} may have been queued all the same: {_queued_jobs_hint(cluster, kind)}",
+                      RuntimeWarning, stacklevel=user_stacklevel())
+    if waiting:
+        _wait_for_submissions(cluster)
+    _mark_unsubmitted_failed(cluster)
+    close_client(client)  # no jobs left queued behind an error or a Ctrl-C
+
+
+class _StoppedSubmissions(logging.Filter):
+    """Drops the tracebacks that the event loop logs (logger ``tornado.application``) for
+    submissions ended by a signal (dask-jobqueue's RuntimeError with an exit code below 0):
+    those :func:`_end_failed_start` stopped, or a Ctrl-C did; those of a batch system's
+    rejection stay (its message is the reason of the error)."""
+
+    def filter(self, record):
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(exc, RuntimeError) and "Exit code: -" in str(exc))
+
+
+@contextlib.contextmanager
+def _quiet_stopped_submissions():
+    """:class:`_StoppedSubmissions` on the event loop's logger meanwhile."""
+    tornado, stopped = logging.getLogger("tornado.application"), _StoppedSubmissions()
+    tornado.addFilter(stopped)
+    try:
+        yield
+    finally:
+        tornado.removeFilter(stopped)
+
+
+def _wait_for_submissions(cluster, timeout=5.0):
+    """Wait (at most ``timeout`` s) until the submissions that were stopped have ended in the
+    cluster's event loop: its close waits for them (a lock they hold)."""
+    deadline = time.monotonic() + timeout
+    while any(getattr(job, "job_id", None) is None and job not in cluster.workers.values()
+              for job in set(getattr(cluster, "_created", ()))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _check_submit_command(cluster, kind):
     """ClusterStartError (the cluster closed) when the batch system's submit command is not on PATH."""
-    command = shlex.split(cluster.job_cls.submit_command)[0]
+    command = _submit_command(cluster)
     if shutil.which(command) is None:
         cluster.close()
         raise ClusterStartError(f"{command!r} is not on PATH: this machine cannot submit {kind.upper()} jobs; "
@@ -578,10 +775,11 @@ def _check_submit_command(cluster, kind):
 def _mark_unsubmitted_failed(cluster):
     """Mark the jobs the batch system never accepted (no job id) as failed: a jobqueue cluster's
     close asserts that each job it created has started, closed or failed, and a failed close
-    leaves it 'closing', so every later close (the client's too) waits forever."""
+    leaves it 'closing', so every later close (the client's too) waits forever. The jobs whose
+    submission is still under way are among those created, not yet among its workers."""
     from distributed.core import Status
 
-    for job in list(getattr(cluster, "workers", {}).values()):
+    for job in set(getattr(cluster, "workers", {}).values()) | set(getattr(cluster, "_created", ())):
         if hasattr(job, "job_id") and job.job_id is None and job.status == Status.created:
             job.status = Status.failed
 
@@ -589,6 +787,7 @@ def _mark_unsubmitted_failed(cluster):
 def _wait_for_first_worker(client, cluster, kind, poll=5.0):
     """Wait for one worker; for SLURM/PBS, ClusterStartError when no job has a job id (none was
     accepted) after :data:`SUBMIT_TIMEOUT` seconds. Logs the wait every minute."""
+    poll = min(poll, SUBMIT_TIMEOUT / 4)  # the check comes soon after the time limit
     start = last_log = time.monotonic()
     while True:
         try:
@@ -600,6 +799,15 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
         jobs = list(getattr(cluster, "workers", {}).values())
         submitted = [j for j in jobs if getattr(j, "job_id", None)]
         if kind in ("slurm", "pbs") and not submitted and now - start > SUBMIT_TIMEOUT:
+            command = _submit_command(cluster)
+            waiting = _batch_processes(command)
+            if waiting:
+                raise ClusterStartError(
+                    f"the {kind.upper()} submit command {command!r} did not answer in {SUBMIT_TIMEOUT:.0f} s "
+                    f"({len(waiting)} submissions still waiting): is the batch system's controller "
+                    f"down (does `{'squeue' if kind == 'slurm' else 'qstat'}` answer)? The waiting submissions are "
+                    f"stopped and the cluster closed, but a job named {cluster.job_name} may have been queued all "
+                    f"the same: {_queued_jobs_hint(cluster, kind)}")
             raise ClusterStartError(f"no {kind.upper()} job was accepted in {SUBMIT_TIMEOUT:.0f} s (see the batch "
                                     "system's message logged above): check the configuration's queue, account and "
                                     "resources (rfol_dask.cluster.job_script(config) gives the job script)")
@@ -614,10 +822,71 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
 SCHEDULER_TIMEOUT = 600.0
 
 
+def _scheduler_address(path):
+    """The address in the scheduler file ``path``; None while there is none (no file yet, or one
+    that rank 0 is still writing)."""
+    import json
+
+    try:
+        with open(path) as f:
+            address = json.load(f).get("address")
+    except (OSError, ValueError, AttributeError):  # missing, not yet JSON, not a mapping
+        return None
+    return address if isinstance(address, str) and address else None
+
+
+def _check_scheduler(address, timeout):
+    """OSError unless a dask scheduler at ``address`` answers within ``timeout`` s. A
+    ``distributed.Client`` waits for ever for one that takes the connection and never answers
+    (its handshake has no time limit): a port that another program holds, a stopped scheduler;
+    and fails with whatever reading another program's answer raised (a MemoryError for an HTTP
+    server's, read as frame lengths)."""
+    from distributed import Security
+    from distributed.comm import connect
+
+    tls = Security().get_connection_args("client")  # dask's TLS configuration, as a Client's
+
+    async def identity():
+        comm = await connect(address, timeout=timeout, **tls)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            await comm.read()
+        finally:
+            await comm.close()
+
+    try:
+        _within(timeout, identity)  # TimeoutError (an OSError) after it
+    except OSError:
+        raise
+    except Exception as exc:
+        raise OSError(f"its answer is not a dask scheduler's ({type(exc).__name__})") from exc
+
+
+def _within(timeout, function):
+    """``await function()`` in an event loop of its own, for at most ``timeout`` s (TimeoutError)."""
+    from distributed.utils import LoopRunner, sync
+
+    runner = LoopRunner(asynchronous=False)
+    runner.start()
+    try:
+        return sync(runner.loop, function, callback_timeout=timeout)
+    finally:
+        runner.stop()
+
+
+def _connect_timeout():
+    """dask's connect timeout in seconds (``distributed.comm.timeouts.connect``, 30 s by default)."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    return parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+
+
 def _mpi_client(config, poll=0.5, log_every=60.0):
     """A ``Client`` of the scheduler that the MPI job's rank 0 announces in ``scheduler_file``:
-    waits for the file (logged every ``log_every`` s) for at most ``scheduler_timeout`` s, then
-    connects; ClusterStartError when no file appears or its scheduler cannot be reached."""
+    waits for the file and its address (logged every ``log_every`` s) for at most
+    ``scheduler_timeout`` s, then connects; ClusterStartError when no address appears, or its
+    scheduler does not answer within dask's connect timeout (``distributed.comm.timeouts.connect``)."""
     from distributed import Client
 
     path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
@@ -625,9 +894,13 @@ def _mpi_client(config, poll=0.5, log_every=60.0):
     start = last_log = time.monotonic()
     if not os.path.exists(path):
         logger.info("waiting up to %g s for the MPI job to write its scheduler file %s", timeout, path)
-    while not os.path.exists(path):
+    while (address := _scheduler_address(path)) is None:
         now = time.monotonic()
         if now - start >= timeout:
+            if os.path.exists(path):
+                raise ClusterStartError(
+                    f"the scheduler file {path} holds no scheduler address after {timeout:g} s (a dask scheduler "
+                    "file is JSON with an 'address'): delete it and start the MPI job again")
             raise ClusterStartError(
                 f"no scheduler file {path} after {timeout:g} s: start the MPI job first (run the script of "
                 "rfol_dask.cluster.job_script(config) with its launcher, from this directory or with an absolute "
@@ -636,11 +909,14 @@ def _mpi_client(config, poll=0.5, log_every=60.0):
             last_log = now
             logger.info("waiting for the MPI scheduler file %s: %.0f s of at most %g s", path, now - start, timeout)
         time.sleep(poll)
+    connect = _connect_timeout()
     try:
-        return Client(scheduler_file=path)
+        _check_scheduler(address, connect)
+        return Client(address, timeout=connect)
     except OSError as exc:
-        raise ClusterStartError(f"could not connect to the scheduler named in {path} ({exc}): a file left by an "
-                                "earlier MPI job? delete it and start the MPI job again") from exc
+        reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, TimeoutError) else str(exc)
+        raise ClusterStartError(f"could not connect to the scheduler named in {path} ({address}: {reason}): a file "
+                                "left by an earlier MPI job? delete it and start the MPI job again") from exc
 
 
 def start_client(config):
@@ -651,10 +927,13 @@ def start_client(config):
     dashboard link is logged (logger ``rfol_dask``, level INFO). Warns when the configuration
     oversubscribes its nodes. :class:`ClusterStartError` (a RuntimeError) when SLURM/PBS jobs
     cannot be submitted: the submit command is not on ``PATH``, or no job was accepted within
-    :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error);
-    when no Kubernetes cluster with the Dask operator can be reached; when no MPI scheduler file
-    appears within the configuration's ``scheduler_timeout`` (:data:`SCHEDULER_TIMEOUT`) seconds,
-    the wait logged every minute.
+    :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error), or
+    the submit command did not answer in that time (the batch system's controller down: the
+    submissions are stopped, and the error names the jobs to check for); when no Kubernetes
+    cluster with the Dask operator can be reached; when no MPI scheduler file appears within the
+    configuration's ``scheduler_timeout`` (:data:`SCHEDULER_TIMEOUT`) seconds, the wait logged
+    every minute. A start that fails or is interrupted closes its cluster within
+    :data:`CLOSE_TIMEOUT` seconds (else warns, naming the jobs that may still be queued).
     """
     given, config = config, load_config(config)
     if config["kind"] == "mpi":
@@ -664,17 +943,20 @@ def start_client(config):
         cluster = make_cluster(given)  # names the file in its errors
         if config["kind"] in ("slurm", "pbs"):
             _check_submit_command(cluster, config["kind"])
-            cluster.scale(jobs=int(config["scale"]))
-        elif config["kind"] == "kubernetes":
-            cluster.scale(int(config["scale"]))
+        # the client before the jobs: a client of a cluster waits until the cluster's workers
+        # have been started, which for SLURM/PBS means submitted, for ever where that hangs
         client = _owning_client(cluster)
         if config["kind"] not in ("local", "cuda-local"):
-            try:
-                _wait_for_first_worker(client, cluster, config["kind"])
-            except BaseException:
-                _mark_unsubmitted_failed(cluster)
-                close_client(client)  # no jobs left queued behind an error or a Ctrl-C
-                raise
+            with _quiet_stopped_submissions():
+                try:
+                    if config["kind"] == "kubernetes":
+                        cluster.scale(int(config["scale"]))
+                    else:
+                        cluster.scale(jobs=int(config["scale"]))
+                    _wait_for_first_worker(client, cluster, config["kind"])
+                except BaseException as exc:
+                    _end_failed_start(client, cluster, config["kind"], quiet=isinstance(exc, ClusterStartError))
+                    raise
     logger.info("%s cluster started, dashboard: %s", config["kind"],
                 dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')")
     return client

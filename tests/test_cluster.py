@@ -458,3 +458,298 @@ def test_a_search_records_the_ridge_its_refit_raised_on_a_worker(cluster_client)
     assert not [w for w in caught if issubclass(w.category, RidgeRaised)], [str(w.message) for w in caught]
     assert search.best_params_["alpha"] > 1e-12
     assert search.best_estimator_.alpha == search.best_params_["alpha"]
+
+
+def _hanging_sbatch(tmp_path):
+    """A fake ``sbatch`` of a SLURM controller that is down: it never answers; each one appends
+    its pid to ``pids`` (the test ends any left)."""
+    bin_dir, pids = tmp_path / "bin", tmp_path / "pids"
+    bin_dir.mkdir()
+    fake = bin_dir / "sbatch"
+    fake.write_text(f"#!/bin/sh\necho $$ >> {pids}\nsleep 60\n")  # (exec would rename the process)
+    fake.chmod(0o755)
+    return bin_dir, pids
+
+
+def _end_processes(pids):
+    import contextlib
+
+    import psutil
+
+    for pid in map(int, pids.read_text().split() if pids.exists() else ()):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for process in [*psutil.Process(pid).children(recursive=True), psutil.Process(pid)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
+
+
+def _running(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_submit_command_that_never_answers_is_an_error_naming_the_jobs_not_a_hang(monkeypatch, tmp_path):
+    """With the SLURM controller down, ``sbatch`` hangs: start_client waited for ever inside
+    ``Client(cluster)`` (and its clean-up waited for ever on the hanging submissions). Now the
+    submissions are stopped after SUBMIT_TIMEOUT, the cluster is closed, and the error says what
+    hung and how to find a job that may have been queued all the same."""
+    pytest.importorskip("dask_jobqueue")
+    import time
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 2.0)
+    config = cluster.load_config("slurm")
+    config["scale"], config["options"]["job_name"] = 2, "rfol-test"
+    start = time.monotonic()
+    try:
+        with pytest.raises(cluster.ClusterStartError, match=r"the SLURM submit command 'sbatch' did not answer in 2 s "
+                           r"\(2 submissions still waiting\).*controller down.*a job named rfol-test may have been "
+                           r"queued.*`squeue -u \$USER --name rfol-test`.*`scancel -u \$USER --name rfol-test`"):
+            cluster.start_client(config)
+        assert time.monotonic() - start < 30
+        started = list(map(int, pids.read_text().split()))
+        assert len(started) == 2 and not any(map(_running, started))  # the hanging submissions were stopped
+    finally:
+        _end_processes(pids)
+
+
+def test_a_close_held_by_a_hanging_submission_is_given_up_with_a_warning(monkeypatch, tmp_path):
+    """Where the hanging submissions cannot be stopped, the close of the failed start is bounded
+    by CLOSE_TIMEOUT and warns how to find the jobs, instead of waiting for ever."""
+    pytest.importorskip("dask_jobqueue")
+    import time
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 1.0)
+    monkeypatch.setattr(cluster, "CLOSE_TIMEOUT", 1.0)
+    monkeypatch.setattr(cluster, "_batch_processes", lambda command: [])  # none found to stop
+    start = time.monotonic()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"did not close in 1 s.*jobs named dask-worker may still be queued.*"
+                          r"scancel -u \$USER --name dask-worker"):
+            with pytest.raises(cluster.ClusterStartError, match="no SLURM job was accepted in 1 s"):
+                cluster.start_client({"kind": "slurm", "options": {"cores": 1, "memory": "1GB"}})
+        assert time.monotonic() - start < 30
+    finally:
+        _end_processes(pids)
+
+
+def test_the_cli_reports_a_hanging_submit_command_in_one_line(monkeypatch, tmp_path, capsys):
+    """``rfol-dask fit --cluster slurm`` with the SLURM controller down printed nothing and never
+    ended; now one error line and exit status 2."""
+    pytest.importorskip("dask_jobqueue")
+    from rfol_dask.cli import main
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 1.0)
+    try:
+        code = main(["fit", str(tmp_path / "data.zarr"), "--cluster", "slurm"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert err.startswith("rfol-dask fit: error: the SLURM submit command 'sbatch' did not answer in 1 s"), err
+        assert "scancel -u $USER --name dask-worker" in err
+    finally:
+        _end_processes(pids)
+
+
+def test_scale_is_the_number_of_workers_of_a_local_cluster_too():
+    """``scale: 2`` of a local configuration started one worker per core (the top-level key was
+    read only for the other kinds); now it is LocalCluster's n_workers, and a different
+    ``options.n_workers`` is refused."""
+    config = cluster.load_config({"kind": "local", "scale": 3, "options": {"threads_per_worker": 1}})
+    assert config["options"]["n_workers"] == 3 and cluster.node_threads(config)["processes"] == 3
+    assert cluster.load_config(config) == config  # read again, the same
+    assert cluster.load_config({"kind": "local", "scale": 2, "options": {"n_workers": 2}})["options"]["n_workers"] == 2
+    assert cluster.load_config("local")["options"]["n_workers"] == 2  # the shipped file says scale: 2
+    assert "n_workers" not in cluster.load_config({"kind": "local"})["options"]  # default: one per core
+    with pytest.raises(ValueError, match="given as a dict: scale 2 and options.n_workers 4 disagree; for kind local "
+                       "both are the number of worker processes"):
+        cluster.load_config({"kind": "local", "scale": 2, "options": {"n_workers": 4}})
+    with pytest.raises(ValueError, match="scale must be a whole number >= 1, got 0"):
+        cluster.load_config({"kind": "cuda-local", "scale": 0})
+    assert cluster.node_threads({"kind": "cuda-local", "scale": 2})["processes"] == 2
+
+
+@pytest.mark.cluster
+def test_a_local_configuration_with_scale_starts_that_many_workers():
+    with cluster.start_client({"kind": "local", "scale": 1, "options": {"processes": False}}) as client:
+        assert len(client.scheduler_info()["workers"]) == 1  # not one per core
+
+
+def test_an_mpi_scheduler_that_does_not_answer_is_an_error_not_a_hang(tmp_path):
+    """A scheduler file naming a port that takes connections and never answers (another program,
+    a stopped scheduler) kept start_client waiting for ever in distributed's handshake; one that
+    answers like an HTTP server raised a MemoryError; a file that never holds an address gave
+    a JSON traceback. Each is a ClusterStartError within the timeouts now."""
+    import json
+    import socket
+    import threading
+    import time
+
+    import contextlib
+
+    import dask
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    talker = socket.create_server(("127.0.0.1", 0))
+
+    def answer_http():
+        with contextlib.suppress(OSError):
+            conn, _ = talker.accept()
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n" * 4)
+
+    threading.Thread(target=answer_http, daemon=True).start()
+    path = tmp_path / "scheduler.json"
+    config = {"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 0.5}
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+            for server, says in ((silent, r"TimeoutError: timed out after 1 s"),
+                                 (talker, r"its answer is not a dask scheduler's")):
+                address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+                path.write_text(json.dumps({"address": address}))
+                start = time.monotonic()
+                with pytest.raises(cluster.ClusterStartError, match=f"could not connect to the scheduler named in "
+                                   f"{re.escape(str(path))} \\({address}: {says}.*delete it"):
+                    cluster.start_client(config)
+                assert time.monotonic() - start < 10
+        path.write_text('{"addr')  # never completed
+        with pytest.raises(cluster.ClusterStartError, match="holds no scheduler address after 0.5 s.*delete it"):
+            cluster._mpi_client(cluster.load_config(config), poll=0.02)
+    finally:
+        silent.close()
+        talker.close()
+
+
+def test_jobqueue_options_of_the_cluster_itself_render_and_n_workers_is_refused():
+    """Options that SLURMCluster / PBSCluster take for themselves (scheduler_options,
+    shared_temp_directory, ...) passed the check and then failed with a TypeError of the job
+    (job_script, the core check of make_cluster and start_client); n_workers submitted jobs
+    apart from scale."""
+    pytest.importorskip("dask_jobqueue")
+    for kind, marker in (("slurm", "#SBATCH"), ("pbs", "#PBS")):
+        config = {"kind": kind, "options": {"cores": 2, "memory": "1GB", "scheduler_options": {"port": 0},
+                                            "shared_temp_directory": "/tmp", "job_name": "rfol-site"}}
+        script = cluster.job_script(config)
+        assert marker in script and "rfol-site" in script and cluster.node_threads(config)["cores"] == 2
+        with pytest.raises(ValueError, match=f"unknown option 'n_workers' for kind {kind}; set the top-level key scale"):
+            cluster.load_config({"kind": kind, "options": {"n_workers": 2}})
+
+
+def test_a_cluster_kind_without_its_package_says_what_to_install(monkeypatch, tmp_path, capsys):
+    """Without dask-jobqueue / dask-kubernetes the start failed with "No module named
+    'dask_jobqueue'"; now the error names the extra to install (the CLI: one line, status 2)."""
+    from rfol_dask.cli import main
+
+    for module in ("dask_jobqueue", "dask_kubernetes", "dask_kubernetes.operator"):
+        monkeypatch.setitem(sys.modules, module, None)  # import fails
+    try:
+        with pytest.raises(ImportError, match=r"cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install "
+                           r"'rfol-dask\[hpc\]'"):
+            cluster.job_script({"kind": "pbs", "options": {"cores": 2, "memory": "1GB"}})
+        with pytest.raises(ImportError, match=r"cluster kind 'kubernetes' needs dask-kubernetes: pip install "
+                           r"'rfol-dask\[cloud\]'"):
+            cluster.start_client({"kind": "kubernetes"})
+        assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", "slurm"]) == 2
+    finally:
+        cluster._option_keywords.cache_clear()  # (it remembers "not installed")
+    err = capsys.readouterr().err
+    assert err == "rfol-dask fit: error: cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'\n"
+
+
+def test_a_kubernetes_api_server_that_does_not_answer_is_an_error_not_a_hang(monkeypatch, tmp_path):
+    """Credentials of an API server that takes connections and never answers kept KubeCluster
+    (hence start_client) waiting for ever; now a ClusterStartError after dask's connect timeout."""
+    pytest.importorskip("dask_kubernetes")
+    import socket
+    import time
+
+    import dask
+
+    silent = socket.create_server(("127.0.0.1", 0))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{silent.getsockname()[1]}', "
+        "insecure-skip-tls-verify: true}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    start = time.monotonic()
+    try:
+        with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+            with pytest.raises(cluster.ClusterStartError, match=r"Kubernetes cluster of cluster configuration "
+                               r"kubernetes \(TimeoutError: the Kubernetes API server did not answer in 1 s"):
+                cluster.start_client("kubernetes")
+        assert time.monotonic() - start < 30
+    finally:
+        silent.close()
+
+
+@pytest.mark.cluster
+def test_a_local_cluster_that_cannot_start_is_a_cluster_start_error(capsys, tmp_path):
+    """distributed's bare RuntimeError ("Cluster failed to start") was a traceback from the CLI
+    (here: a dashboard address of a documentation network, not this machine's)."""
+    from rfol_dask.cli import main
+
+    config = tmp_path / "site.yaml"
+    config.write_text("kind: local\nscale: 1\noptions: {processes: false, dashboard_address: '198.51.100.7:0'}\n")
+    with pytest.raises(cluster.ClusterStartError, match=f"the local cluster of cluster configuration "
+                       f"{re.escape(str(config))} did not start .*: check its options"):
+        cluster.start_client(config)
+    assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rfol-dask fit: error: the local cluster") and err.count("\n") == 1, err
+    if __import__("importlib").util.find_spec("dask_jobqueue"):  # a SLURM cluster's scheduler alike
+        with pytest.raises(cluster.ClusterStartError, match="the slurm cluster of cluster configuration given as a "
+                           "dict did not start"):
+            cluster.make_cluster({"kind": "slurm", "options": {"cores": 1, "memory": "1GB", "scheduler_options": {
+                "dashboard_address": "198.51.100.7:0"}}})
+
+
+def test_a_kubernetes_cluster_whose_close_is_given_up_says_how_to_delete_it():
+    import warnings as w
+
+    class StuckKubeCluster:  # what _close_cluster reads of a KubeCluster
+        status, name, namespace, tries = None, "rfol-dask", "science", 0
+
+        def close(self, timeout=None):
+            self.tries += 1
+            raise TimeoutError
+
+    stuck = StuckKubeCluster()
+    with pytest.warns(RuntimeWarning, match="did not close in 0.5 s.*pods may still be running: kubectl delete "
+                      "daskcluster rfol-dask -n science"):
+        cluster._close_cluster(stuck, timeout=0.5)
+    with w.catch_warnings():
+        w.simplefilter("error")
+        cluster._close_cluster(stuck)  # given up: not tried again
+    assert stuck.tries == 1
+
+
+@pytest.mark.cluster
+def test_mpi_start_client_checks_a_tls_scheduler_with_dasks_tls_configuration(tmp_path):
+    """The check that the scheduler answers connects as the Client does, with dask's TLS settings."""
+    pytest.importorskip("cryptography")
+    import json
+
+    import dask
+    from distributed import LocalCluster, Security
+
+    sec = Security.temporary()
+    tls = {"distributed.comm.tls.ca-file": sec.tls_ca_file, "distributed.comm.tls.client.cert": sec.tls_client_cert,
+           "distributed.comm.tls.client.key": sec.tls_client_key}
+    path = tmp_path / "scheduler.json"
+    with LocalCluster(n_workers=1, processes=False, security=sec, protocol="tls://", dashboard_address=":0") as local:
+        path.write_text(json.dumps({"address": local.scheduler_address}))
+        with dask.config.set(tls):
+            client = cluster.start_client({"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 5})
+            try:
+                assert client.scheduler.address.startswith("tls://") and client.submit(sum, [1, 2]).result() == 3
+            finally:
+                client.close()
