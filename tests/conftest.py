@@ -57,6 +57,37 @@ def ctrl_c():
     signal.signal(signal.SIGINT, previous)
 
 
+@pytest.fixture
+def ctrl_c_in_zarr_write(monkeypatch, ctrl_c):
+    """``arm(target, hold)``: the first zarr write (in zarr's IO thread) of a path for which
+    ``target(path)`` is true sends Ctrl-C to the main thread, waits ``hold()`` and then writes;
+    returns ``(held, landed)``: the paths held, an Event set once the write has landed."""
+    import threading
+
+    import zarr.storage._local as local
+
+    real_put = local._put
+
+    def arm(target, hold):
+        held, landed = [], threading.Event()
+
+        def put(p, value, exclusive=False):
+            if target(p) and not held:
+                held.append(p)
+                ctrl_c()
+                hold()
+                try:
+                    return real_put(p, value, exclusive)
+                finally:
+                    landed.set()
+            return real_put(p, value, exclusive)
+
+        monkeypatch.setattr(local, "_put", put)
+        return held, landed
+
+    return arm
+
+
 def rel(a, b):
     """Largest absolute difference of ``a`` and ``b`` over the largest ``|b|`` (arrays of any
     namespace: CuPy and array_api_strict arrays are brought to numpy)."""

@@ -124,30 +124,18 @@ def test_exception_mid_save_restores_previous_model_and_leaves_nothing(tmp_path,
     np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, a.coef_)
 
 
-def test_ctrl_c_in_a_zarr_write_of_the_temporary_leaves_nothing_behind(tmp_path, models, monkeypatch, ctrl_c):
+def test_ctrl_c_in_a_zarr_write_of_the_temporary_leaves_nothing_behind(tmp_path, models, monkeypatch,
+                                                                      ctrl_c_in_zarr_write):
     """Ctrl-C ends the main thread's wait for a zarr write while zarr's IO thread goes on: the save
     removed its temporary group, and the late write made it again (a hidden ``.m.zarr.tmp-*`` folder).
     The save now lets that write land before it cleans up."""
     import threading
 
-    import zarr.storage._local as local
-
     a, b, _ = models
     path = a.save(tmp_path / "m.zarr")
-    real_put, held, landed = local._put, [], threading.Event()
-
-    def put(p, value, exclusive=False):  # in zarr's IO threads
-        if ".m.zarr.tmp-" in str(p) and p.name == "zarr.json" and p.parent.name == "coef_" and not held:
-            held.append(p)
-            ctrl_c()
-            threading.Event().wait(0.5)  # lands well after the interrupt
-            try:
-                return real_put(p, value, exclusive)
-            finally:
-                landed.set()
-        return real_put(p, value, exclusive)
-
-    monkeypatch.setattr(local, "_put", put)
+    held, landed = ctrl_c_in_zarr_write(  # the write lands well after the interrupt
+        lambda p: ".m.zarr.tmp-" in str(p) and p.name == "zarr.json" and p.parent.name == "coef_",
+        lambda: threading.Event().wait(0.5))
     with pytest.raises(KeyboardInterrupt):
         b.save(path)
     assert held and landed.wait(5)

@@ -457,28 +457,15 @@ import signal  # noqa: E402
 import threading  # noqa: E402
 
 
-def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resumes(tmp_path, monkeypatch, ctrl_c):
+def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resumes(tmp_path, monkeypatch,
+                                                                                  ctrl_c_in_zarr_write):
     """Ctrl-C ends the main thread's wait for a zarr call while zarr's IO thread still writes; the late
     write (the array ``input``) landed after the rerun had cleared the cut template, which then failed
     with "variable 'input' already exists". generate now waits for zarr's IO before letting go."""
-    import zarr.storage._local as local
-
     path = tmp_path / "t.zarr"
-    real_put, real_to_zarr = local._put, xr.Dataset.to_zarr
-    held, go, landed = [], threading.Event(), threading.Event()
-
-    def put(p, value, exclusive=False):  # in zarr's IO threads
-        if p == path / "input" / "zarr.json" and not held:
-            held.append(p)
-            ctrl_c()
-            go.wait(1)  # the rerun's template lets it go (before the fix); else it lands after 1 s
-            try:
-                return real_put(p, value, exclusive)
-            finally:
-                landed.set()
-        return real_put(p, value, exclusive)
-
-    monkeypatch.setattr(local, "_put", put)
+    real_to_zarr, go = xr.Dataset.to_zarr, threading.Event()
+    # the rerun's template lets the held write go (before the fix); else it lands after 1 s
+    held, landed = ctrl_c_in_zarr_write(lambda p: p == path / "input" / "zarr.json", lambda: go.wait(1))
     with pytest.raises(KeyboardInterrupt):
         datasets.generate("advection1", 12, store=path, seed=1, block_size=5)
     assert held and (path / ".rfol_dask.template").exists() and not (path / ".rfol_dask.lock").exists()
