@@ -182,6 +182,11 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         they can and refuse only what they would misread."""
         return 2
 
+    def _older_scalars(self):
+        """Values of fitted scalars (``_fitted_scalars``) for models saved before they were kept:
+        ``{name: value}`` (read by :func:`rfol_dask.persistence.restore_estimator`)."""
+        return {}
+
     def _work_dtype(self, data):
         if self.dtype is not None:
             dt = np.dtype(self.dtype)
