@@ -7,7 +7,9 @@ that the typical pair of training inputs sits at kernel value ``exp(-1)``. Per f
 - ``"gaussian"``, kernel ``exp(-gamma ||x - y||_2^2)``: ``gamma = 1 / median ||x - y||_2^2``;
 - ``"cauchy"``, kernel ``exp(-gamma ||x - y||_1)``: ``gamma = 1 / median ||x - y||_1``;
 - ``"student_t"``, frequencies ``gamma * N(0, I) * sqrt(nu / chi2_nu)``: a Matern-type kernel of
-  ``gamma ||x - y||_2``, so ``gamma = 1 / median ||x - y||_2``;
+  ``gamma ||x - y||_2``, so ``gamma = 1 / median ||x - y||_2`` (a typical pair at the Matern kernel
+  of smoothness ``nu / 2`` at ``sqrt(nu)``: ``exp(-1)`` for ``nu = 1``, 0.48 for ``nu = 3``,
+  ``exp(-1/2)`` as ``nu -> infinity``, where the law is the Gaussian ``N(0, gamma^2)``);
 - ``"rational_quadratic"``, kernel ``(1 + gamma ||x - y||_2^2 / a)^-a``: like the Gaussian,
   ``gamma = 1 / median ||x - y||_2^2`` (a typical pair at kernel value ``(1 + 1 / a)^-a``: 1/2
   for ``a = 1``, ``exp(-1)`` as ``a -> infinity``);
