@@ -46,18 +46,27 @@ Periods = float | Sequence[float | None] | Mapping[str, float | None]
 
 @contextlib.contextmanager
 def all_or_nothing(estimator):
-    """Run a fit of ``estimator`` as one step: if it raises anything (a KeyboardInterrupt from a
-    notebook's interrupt included), the estimator's attributes are put back as they were before,
-    the previous fitted model whole or no fitted attributes at all. A fit sets its attributes as
-    it goes (the frequencies before the solve): without this an interrupted refit kept the new
-    frequencies beside the old coefficients and predicted silently wrong."""
-    before = dict(vars(estimator))
-    try:
-        yield
-    except BaseException:
-        vars(estimator).clear()
-        vars(estimator).update(before)
-        raise
+    """Run a fit of ``estimator`` as one step, on the shallow copy this yields: the fit sets its
+    attributes as it goes (the frequencies before the solve) on the copy, and when it ends they
+    replace the estimator's at once (its ``__dict__`` is replaced, never changed in place); if it
+    raises anything (a KeyboardInterrupt from a notebook's interrupt included) the estimator is
+    left as it was, the previous fitted model whole or no fitted attributes at all. Without this
+    an interrupted refit kept the new frequencies beside the old coefficients and predicted
+    silently wrong, and so did a ``predict`` in another thread while the refit ran
+    (:func:`_published`)."""
+    work = object.__new__(type(estimator))
+    work.__dict__.update(vars(estimator))
+    yield work
+    estimator.__dict__ = vars(work)
+
+
+def _published(estimator):
+    """A view of the fitted model ``estimator`` holds now: an instance sharing its current
+    ``__dict__``, which a fit in another thread replaces (:func:`all_or_nothing`) but does not
+    change, so that everything a prediction reads is of one fit."""
+    view = object.__new__(type(estimator))
+    view.__dict__ = vars(estimator)
+    return view
 
 
 def _as_dask(x):
@@ -181,6 +190,11 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         lowest that reads this fitted model right, so that older rfol_dask versions load what
         they can and refuse only what they would misread."""
         return 2
+
+    def _older_scalars(self):
+        """Values of fitted scalars (``_fitted_scalars``) for models saved before they were kept:
+        ``{name: value}`` (read by :func:`rfol_dask.persistence.restore_estimator`)."""
+        return {}
 
     def _work_dtype(self, data):
         if self.dtype is not None:
@@ -307,8 +321,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         A fit that raises, or is interrupted (KeyboardInterrupt), leaves the estimator as it was
         before: a model fitted earlier still predicts as it did, an unfitted one stays unfitted.
         """
-        with all_or_nothing(self):
-            return self._fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
+        with all_or_nothing(self) as work:
+            work._fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
+        return self
 
     def _fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None, **fit_params):
         self._check_fit_params(fit_params)
@@ -474,8 +489,15 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         on that client; smaller models travel inside the graph). The result
         computes after lost workers too, and after ``client.restart()`` or with the client
         closed, its graph then carrying the model at each compute.
+
+        A refit in another thread meanwhile does not mix into the prediction: it is made from
+        the model fitted when ``predict`` was called.
         """
         check_is_fitted(self)
+        return _published(self)._predict(X, input_grid, output_grid)
+
+    def _predict(self, X, input_grid, output_grid):
+        """:meth:`predict` of the fitted model (a :func:`_published` view: nothing a fit changes)."""
         self._check_coordinate_order()
         U = X
         if isinstance(U, (str, bytes, os.PathLike)) or hasattr(U, "data_vars"):
@@ -554,9 +576,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """
         _refuse_sample_weight(sample_weight)
         U, V = io.read_pair(X, y)
-        pred = self.predict(U)
-        V = io.match_dims(V, getattr(self, "output_dims_", None), "y")
-        if self._knows_grid("output"):
+        model = _published(self)  # predictions and grids of one fit
+        pred = model.predict(U)
+        V = io.match_dims(V, getattr(model, "output_dims_", None), "y")
+        if model._knows_grid("output"):
             V = io.ascending_grid(V)  # the order of pred
         return r2_score(V, pred)
 

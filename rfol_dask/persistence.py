@@ -497,8 +497,8 @@ def restore_estimator(cls, arrays, attrs, path=None):
             model.device = "cpu"
     for name in model._fitted_arrays:
         setattr(model, name, arrays.get(name))
-    for name in model._fitted_scalars:
-        setattr(model, name, attrs[name])
+    for name in model._fitted_scalars:  # a scalar newer than the model: its class says what it was
+        setattr(model, name, attrs[name] if name in attrs else model._older_scalars()[name])
     model.n_features_in_ = attrs["n_features_in_"]
     if attrs.get("feature_names_in_") is not None:  # the columns of a DataFrame it was fitted on
         model.feature_names_in_ = np.asarray(attrs["feature_names_in_"], dtype=object)

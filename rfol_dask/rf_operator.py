@@ -86,7 +86,8 @@ class RandomFeatureOperator(OperatorEstimator):
         ``random_state``): ``1 / median ||u_i - u_j||_2^2`` for ``"gaussian"``,
         ``1 / median ||u_i - u_j||_1`` for ``"cauchy"``, ``1 / median ||u_i - u_j||_2`` for
         ``"student_t"``, so a typical pair of inputs has kernel value about ``exp(-1)``
-        (``1 / median ||u_i - u_j||_2^2`` for ``"rational_quadratic"``: kernel value
+        (``"student_t"``: ``exp(-1)`` at ``nu = 1``, rising with ``nu`` towards ``exp(-1/2)``, 0.48
+        at ``nu = 3``; ``1 / median ||u_i - u_j||_2^2`` for ``"rational_quadratic"``: kernel value
         ``(1 + 1 / nu)^-nu``, 1/2 at ``nu = 1``).
     nu : float, default=None
         Degrees of freedom for ``distribution="student_t"`` (> 0, required); shape ``a`` of

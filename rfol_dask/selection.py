@@ -229,9 +229,9 @@ class SelectionCV(OperatorEstimator):
         winner on all of it as ``best_estimator_``. No test data is involved. A search or refit
         that raises or is interrupted leaves the estimator as it was before (the previous search's
         results and ``best_estimator_`` together, or unfitted)."""
-        with all_or_nothing(self):
-            return self._fit_search(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods,
-                                    **fit_params)
+        with all_or_nothing(self) as work:
+            work._fit_search(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
+        return self
 
     def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
         t0 = time.perf_counter()

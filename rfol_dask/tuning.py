@@ -7,7 +7,9 @@ that the typical pair of training inputs sits at kernel value ``exp(-1)``. Per f
 - ``"gaussian"``, kernel ``exp(-gamma ||x - y||_2^2)``: ``gamma = 1 / median ||x - y||_2^2``;
 - ``"cauchy"``, kernel ``exp(-gamma ||x - y||_1)``: ``gamma = 1 / median ||x - y||_1``;
 - ``"student_t"``, frequencies ``gamma * N(0, I) * sqrt(nu / chi2_nu)``: a Matern-type kernel of
-  ``gamma ||x - y||_2``, so ``gamma = 1 / median ||x - y||_2``;
+  ``gamma ||x - y||_2``, so ``gamma = 1 / median ||x - y||_2`` (a typical pair at the Matern kernel
+  of smoothness ``nu / 2`` at ``sqrt(nu)``: ``exp(-1)`` for ``nu = 1``, 0.48 for ``nu = 3``,
+  ``exp(-1/2)`` as ``nu -> infinity``, where the law is the Gaussian ``N(0, gamma^2)``);
 - ``"rational_quadratic"``, kernel ``(1 + gamma ||x - y||_2^2 / a)^-a``: like the Gaussian,
   ``gamma = 1 / median ||x - y||_2^2`` (a typical pair at kernel value ``(1 + 1 / a)^-a``: 1/2
   for ``a = 1``, ``exp(-1)`` as ``a -> infinity``);
@@ -166,9 +168,18 @@ def weighted_directions(directions, ratio, power, max_directions=None, rtol=1e-6
     """The principal ``directions`` (n, k), in decreasing order of ``ratio = s_j / s_1`` (k,),
     weighted by ``ratio^power``: those with ``ratio^(1 + power) < rtol`` or ``ratio <= 1e-10``
     left out, then at most ``max_directions`` kept. The rule of :func:`pca_metric` and of the
-    kernels' ``pca_power`` (:func:`rfol_dask.baselines.kernel.pca_from_scatter`)."""
+    kernels' ``pca_power`` (:func:`rfol_dask.baselines.kernel.pca_from_scatter`).
+
+    Each direction's sign is set so that its product with a fixed generic vector (standard normals
+    of seed 0) is positive: an SVD's or ``eigh``'s signs are arbitrary (they flipped with the
+    inputs' rounding to float32, and may differ between LAPACK builds), and the frequencies drawn
+    through the metric, ``Omega = T Omega_r``, depend on them: one seed gave another model. (The
+    sign of the largest entry, scikit-learn's ``svd_flip``, is no rule for smooth inputs on a grid,
+    whose directions have entries of equal magnitude and opposite signs.)"""
     keep = np.flatnonzero((ratio > 1e-10) & (ratio ** (1.0 + power) >= rtol))[:max_directions]
-    return np.ascontiguousarray(directions[:, keep] * ratio[keep] ** power)
+    D = np.asarray(directions)[:, keep]
+    side = np.random.default_rng(0).standard_normal(D.shape[0]) @ D
+    return np.ascontiguousarray(D * np.where(side < 0, -1.0, 1.0) * ratio[keep] ** power)
 
 
 METRIC_NAMES = {"sqeuclidean": "squared distance", "euclidean": "distance", "cityblock": "l1 distance"}

@@ -257,3 +257,36 @@ def test_save_load_and_errors(tmp_path):
 @parametrize_with_checks([KernelOperator(length_scale=3.0, nugget=1e-6), KernelOperator(kernel="linear", nugget=1e-6)])
 def test_sklearn_compatible(estimator, check):
     check(estimator)
+
+
+def test_set_params_after_fit_leaves_the_fitted_kernel_alone(tmp_path):
+    """predict read the ``kernel`` parameter: ``set_params(kernel="matern12")`` after an RBF fit
+    evaluated the Matern kernel against the RBF dual coefficients (predictions off by O(1)), and a
+    save after it wrote a model that did the same. The kernel is now fitted (``kernel_``), as the
+    length scale and every other parameter are."""
+    import json
+
+    import zarr
+
+    from rfol_dask.persistence import _MODEL_KEY
+
+    U, V = smooth_operator_data(60, 8)
+    Ut, _ = smooth_operator_data(20, 8, seed=1)
+    model = KernelOperator(kernel="rbf", length_scale=1.3, nugget=1e-6).fit(U, V)
+    before = model.predict(Ut)
+    model.set_params(kernel="matern12")
+    np.testing.assert_array_equal(model.predict(Ut), before)
+    assert model.kernel_ == "rbf"
+    path = model.save(tmp_path / "m.zarr")
+    np.testing.assert_array_equal(KernelOperator.load(path).predict(Ut), before)
+    assert KernelOperator(kernel="rbf").fit(U, V).kernel_ == "rbf"
+    # a model saved before kernel_ was kept was fitted with the kernel of its parameters
+    old = KernelOperator(kernel="matern32", length_scale=1.3, nugget=1e-6).fit(U, V)
+    path = old.save(tmp_path / "old.zarr")
+    group = zarr.open_group(str(path), mode="r+")
+    attrs = json.loads(group.attrs[_MODEL_KEY])
+    del attrs["kernel_"]
+    group.attrs[_MODEL_KEY] = json.dumps(attrs)
+    loaded = KernelOperator.load(path)
+    assert loaded.kernel_ == "matern32"
+    np.testing.assert_array_equal(loaded.predict(Ut), old.predict(Ut))

@@ -40,6 +40,36 @@ def test_r2_constant_column_rule():
     assert r2_score(true, pred) == pytest.approx(sk_r2(true, pred))
 
 
+def test_r2_of_a_constant_column_whose_mean_rounds_is_the_constant_column_rule():
+    """Seven values 0.1 have a mean one ulp off 0.1: the column's total variance was 1e-33, not 0, and
+    its R^2 -6e26 (scikit-learn's r2_score gives the same), so the mean over the columns, ``score``
+    and every search ranking by it (GridSearchCV's default) measured that column's noise alone."""
+    from sklearn.metrics import r2_score as sk_r2
+
+    rng = np.random.default_rng(0)
+    true = rng.standard_normal((7, 3))
+    true[:, 1] = 0.1
+    pred = true + 1e-3 * rng.standard_normal(true.shape)
+    want = np.mean([sk_r2(true[:, 0], pred[:, 0]), 0.0, sk_r2(true[:, 2], pred[:, 2])])
+    assert sk_r2(true, pred) < -1e20  # the rounded mean: scikit-learn's own result
+    assert r2_score(true, pred) == pytest.approx(want, rel=1e-12)
+    assert r2_score(da.from_array(true, chunks=3), da.from_array(pred, chunks=2)) == pytest.approx(want, rel=1e-12)
+    assert r2_score(true.astype(np.float32), pred.astype(np.float32)) == pytest.approx(want, rel=1e-4)
+    exact = pred.copy()
+    exact[:, 1] = 0.1  # predicted exactly: scores 1
+    assert r2_score(true, exact) == pytest.approx(np.mean([sk_r2(true[:, 0], exact[:, 0]), 1.0,
+                                                           sk_r2(true[:, 2], exact[:, 2])]), rel=1e-12)
+    # a model's score on outputs with a constant point (a boundary value of 0.1)
+    U = rng.uniform(-1, 1, size=(70, 6))
+    V = np.sin(U @ rng.normal(size=(6, 4)))
+    V[:, 0] = 0.1
+    model = RandomFeatureOperator(n_features=100, gamma=0.5, alpha=1e-6, random_state=0).fit(U[:63], V[:63])
+    P = model.predict(U[63:])
+    constant = float(np.array_equal(P[:, 0], V[63:, 0]))  # 1 where predicted exactly, else 0
+    assert model.score(U[63:], V[63:]) == pytest.approx(
+        np.mean([constant, *(sk_r2(V[63:, j], P[:, j]) for j in (1, 2, 3))]), rel=1e-12)
+
+
 def test_scorer_is_negative_relative_l2_and_ranks_in_gridsearch():
     rng = np.random.default_rng(1)
     U = rng.uniform(-1, 1, size=(80, 6))

@@ -1040,6 +1040,41 @@ def test_interrupted_refit_leaves_the_previous_model(monkeypatch, lazy):
     assert rel(again, _rf(random_state=1).fit(U, V).predict(Ut)) < 1e-6 and rel(again, want) > 1e-3
 
 
+@pytest.mark.parametrize("case", ["numpy", "dask", "kernel"])
+def test_a_prediction_in_another_thread_during_a_refit_is_the_previous_models(monkeypatch, case):
+    """A refit set its attributes as it went: a predict from another thread (a notebook serving the
+    model while it is refitted) read the new frequencies (numpy; for dask the new input centre,
+    while the client drew Omega; the kernel's new PCA and length scale) beside the old coefficients
+    and returned silently wrong values. The refit is now published whole at its end."""
+    import threading
+
+    import rfol_dask.baselines.kernel as kmod
+    import rfol_dask.rf_operator as rfo
+
+    U, V = smooth_operator_data(60, 8)
+    Ut = smooth_operator_data(10, 8, seed=1)[0]
+    data, other = ((da.from_array(X, chunks=20), da.from_array(V, chunks=20)) if case == "dask" else (X, V)
+                   for X in (U, U + 0.5))  # the refit's data: another input centre too
+    if case == "kernel":
+        model, change, (module, name) = KernelOperator(length_scale=1.0), {"length_scale": 2.0}, (kmod, "dual_numpy")
+    else:
+        model, change = _rf(), {"random_state": 1}
+        module, name = rfo, "fit_numpy" if case == "numpy" else "_timed_draw"
+    want = np.asarray(model.fit(*data).predict(Ut))
+    step, seen = getattr(module, name), []
+
+    def paused(*args, **kwargs):  # the refit is half done: another thread predicts now
+        reader = threading.Thread(target=lambda: seen.append(np.asarray(model.predict(Ut))))
+        reader.start()
+        reader.join()
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, paused)
+    model.set_params(**change).fit(*other)
+    np.testing.assert_array_equal(seen[0], want)
+    assert rel(np.asarray(model.predict(Ut)), want) > 1e-3  # the refit, in place once it ended
+
+
 def test_interrupted_first_fit_leaves_an_unfitted_model(monkeypatch):
     import rfol_dask.rf_operator as rfo
     from sklearn.exceptions import NotFittedError

@@ -250,6 +250,9 @@ class KernelOperator(OperatorEstimator):
         As in :class:`rfol_dask.RandomFeatureOperator`.
     length_scale_ : float
         The length scale used (``length_scale``, or its median-heuristic value; 1.0 for ``"linear"``).
+    kernel_ : str
+        The kernel fitted (``kernel`` at fit time): ``predict`` uses it, so a ``set_params(kernel=...)``
+        after the fit changes nothing until the next fit, as for every other parameter.
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
     does not fit one) plus the training inputs. Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
@@ -267,7 +270,7 @@ class KernelOperator(OperatorEstimator):
         **OperatorEstimator._common_constraints,
     }
     _fitted_arrays = ("X_train_", "dual_coef_", "coef_", "intercept_", "pca_mean_", "pca_components_")
-    _fitted_scalars = ("length_scale_",)
+    _fitted_scalars = ("length_scale_", "kernel_")
 
     def __init__(self, *, kernel="rbf", length_scale="median", nugget=1e-8, n_components=None, pca_power=None,
                  fit_intercept=True,
@@ -287,7 +290,11 @@ class KernelOperator(OperatorEstimator):
         self.device = device
 
     def _tile(self):
-        return functools.partial(kernel_tile, kernel=self.kernel, length_scale=float(self.length_scale_))
+        return functools.partial(kernel_tile, kernel=self.kernel_, length_scale=float(self.length_scale_))
+
+    def _older_scalars(self):
+        """Models saved before ``kernel_`` was kept were fitted with the kernel of their parameters."""
+        return {"kernel_": self.kernel}
 
     def _resolve_length_scale(self, U, transform):
         """``length_scale_`` from the parameter, or the median heuristic on a sample of the
@@ -360,6 +367,7 @@ class KernelOperator(OperatorEstimator):
                                                     for a in pca(U, self.n_components, self.pca_power))
         transform = functools.partial(transform_inputs, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
         alpha = float(self.nugget)
+        self.kernel_ = self.kernel
         self.length_scale_ = self._resolve_length_scale(U, transform)
         self.coef_ = None
         if self._primal(M, self._width(U.shape[1])):
