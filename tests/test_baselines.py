@@ -268,7 +268,7 @@ def test_set_params_after_fit_leaves_the_fitted_kernel_alone(tmp_path):
 
     import zarr
 
-    from rfol_dask.persistence import _MODEL_KEY
+    from rfol_dask.io import MODEL_KEY
 
     U, V = smooth_operator_data(60, 8)
     Ut, _ = smooth_operator_data(20, 8, seed=1)
@@ -284,9 +284,9 @@ def test_set_params_after_fit_leaves_the_fitted_kernel_alone(tmp_path):
     old = KernelOperator(kernel="matern32", length_scale=1.3, nugget=1e-6).fit(U, V)
     path = old.save(tmp_path / "old.zarr")
     group = zarr.open_group(str(path), mode="r+")
-    attrs = json.loads(group.attrs[_MODEL_KEY])
+    attrs = json.loads(group.attrs[MODEL_KEY])
     del attrs["kernel_"]
-    group.attrs[_MODEL_KEY] = json.dumps(attrs)
+    group.attrs[MODEL_KEY] = json.dumps(attrs)
     loaded = KernelOperator.load(path)
     assert loaded.kernel_ == "matern32"
     np.testing.assert_array_equal(loaded.predict(Ut), old.predict(Ut))
