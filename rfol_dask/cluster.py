@@ -923,8 +923,8 @@ def start_client(config):
     """Start (or, for MPI, connect to) the cluster of ``config`` and return a ``Client``.
 
     SLURM/PBS/Kubernetes clusters are scaled to ``scale`` jobs/workers and the call waits
-    for the first worker (queued jobs may take long: the wait is logged every minute). The
-    dashboard link is logged (logger ``rfol_dask``, level INFO). Warns when the configuration
+    for the first worker (queued jobs may take long: the wait is logged every minute, logger
+    ``rfol_dask``, level INFO). The dashboard link is logged at level DEBUG. Warns when the configuration
     oversubscribes its nodes. :class:`ClusterStartError` (a RuntimeError) when SLURM/PBS jobs
     cannot be submitted: the submit command is not on ``PATH``, or no job was accepted within
     :data:`SUBMIT_TIMEOUT` seconds (the scheduler's rejection is in the log above the error), or
@@ -957,6 +957,6 @@ def start_client(config):
                 except BaseException as exc:
                     _end_failed_start(client, cluster, config["kind"], quiet=isinstance(exc, ClusterStartError))
                     raise
-    logger.info("%s cluster started, dashboard: %s", config["kind"],
-                dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')")
+    logger.debug("%s cluster started, dashboard: %s", config["kind"],
+                 dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')")
     return client

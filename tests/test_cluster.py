@@ -259,7 +259,7 @@ def test_shipped_names_and_unknown_name():
 def test_start_client_logs_the_dashboard(caplog):
     import logging
 
-    with caplog.at_level(logging.INFO, logger="rfol_dask"):
+    with caplog.at_level(logging.DEBUG, logger="rfol_dask"):  # DEBUG: the CLI shows the link itself
         client = cluster.start_client({"kind": "local", "options": {"n_workers": 1, "processes": False}})
     try:
         assert (cluster.dashboard_link(client) or "needs bokeh") in caplog.text and "dashboard" in caplog.text
