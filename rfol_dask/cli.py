@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -15,6 +16,8 @@ from ._version import __version__
 from .features import DISTRIBUTIONS
 
 __all__ = ["main"]
+
+_log = logging.getLogger("rfol_dask.cli")  # a child of the package's logger: shown as its messages are
 
 
 def _parse_param(text):
@@ -63,10 +66,11 @@ def _start_cluster(config=None, n_workers=None):
 
 
 def _print_dashboard(client):
+    """The dashboard link of ``client``, logged (INFO: on stderr unless ``--quiet``)."""
     from .cluster import dashboard_link
 
     link = dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')"
-    print(f"dask dashboard: {link}", file=sys.stderr, flush=True)
+    _log.info("dask dashboard: %s", link)
 
 
 def _close_cluster(client):
@@ -85,7 +89,7 @@ def _cmd_generate(args):
     try:
         t0 = time.perf_counter()
         ds = datasets.generate(args.name, args.samples, store=args.out, seed=args.seed, client=client,
-                               block_size=args.block_size, overwrite=args.overwrite, progress=True,
+                               block_size=args.block_size, overwrite=args.overwrite, progress=not args.quiet,
                                **params)
         dt = time.perf_counter() - t0
     finally:
@@ -261,7 +265,7 @@ def _fit_model(args):
                                        distributions=laws, nu=args.nu,
                                        pca_power=None if args.pca_power is None else tuple(args.pca_power),
                                        solver=args.solver, dtype=args.dtype,
-                                       random_state=args.seed, progress=True, device=_device(args))
+                                       random_state=args.seed, progress=not args.quiet, device=_device(args))
     if args.max_features is not None:
         raise ValueError("--max-features grows N during the --tune search: add --tune, or set N with --n-features")
     from . import RandomFeatureOperator
@@ -269,7 +273,7 @@ def _fit_model(args):
     return RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution or "cauchy",
                                  gamma=args.gamma, nu=args.nu, alpha=1e-10 if args.alpha is None else args.alpha,
                                  pca_power=_one_power(args.pca_power),
-                                 solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=True,
+                                 solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=not args.quiet,
                                  device=_device(args))
 
 
@@ -365,9 +369,21 @@ def _shipped():
     return shipped_configs()
 
 
-def _add_fit_parser(sub):
+def _output_options():
+    """A parent parser of every subcommand: ``-q/--quiet`` and ``-v/--verbose``, what goes to stderr."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="stderr: warnings and errors only (no progress bars, dashboard link or wait messages)")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="stderr: also the debug messages (the times of the steps of a fit)")
+    return common
+
+
+def _add_fit_parser(sub, common):
     """The ``fit`` subcommand's arguments."""
-    f = sub.add_parser("fit", help="fit a model on a data-set store (train on the first --train samples)")
+    f = sub.add_parser("fit", help="fit a model on a data-set store (train on the first --train samples)",
+                       parents=[common])
     f.add_argument("data", help="Zarr store with variables input and output")
     f.add_argument("--train", type=int, default=None,
                    help="train on the first M samples and test on the rest (default: train on all, no test)")
@@ -411,8 +427,10 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="rfol-dask", description="Random-feature operator learning on Dask")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    common = _output_options()
 
-    q = sub.add_parser("quickstart", help="make a small data set, fit Cauchy and Gaussian models, plot")
+    q = sub.add_parser("quickstart", help="make a small data set, fit Cauchy and Gaussian models, plot",
+                       parents=[common])
     q.add_argument("--dataset", default="advection1", help="data set (default %(default)s; see rfol-dask datasets)")
     q.add_argument("--train", type=_count(1), default=1000, help="training samples (default %(default)s)")
     q.add_argument("--test", type=_count(1), default=1000, help="test samples (default %(default)s)")
@@ -426,12 +444,12 @@ def build_parser():
                         "for --seed S), is reused by later runs")
     q.set_defaults(func=_cmd_quickstart)
 
-    d = sub.add_parser("datasets", help="list the data sets and their default parameters")
+    d = sub.add_parser("datasets", help="list the data sets and their default parameters", parents=[common])
     d.set_defaults(func=_cmd_datasets)
 
-    _add_fit_parser(sub)
+    _add_fit_parser(sub, common)
 
-    g = sub.add_parser("generate", help="generate a data set into a Zarr store (resumable)")
+    g = sub.add_parser("generate", help="generate a data set into a Zarr store (resumable)", parents=[common])
     g.add_argument("name", help="data set (see rfol-dask datasets)")
     g.add_argument("--samples", type=int, required=True, help="number of samples")
     g.add_argument("--out", required=True, help="Zarr store to write (an interrupted run resumes from it)")
@@ -448,7 +466,8 @@ def build_parser():
     g.set_defaults(func=_cmd_generate)
 
     r = sub.add_parser("reproduce", help="the paper's tables, equal-time comparison and error-vs-N curves, "
-                                         "beside kernel and linear baselines (rfol_dask.experiments)")
+                                         "beside kernel and linear baselines (rfol_dask.experiments)",
+                       parents=[common])
     from .experiments.reproduce import add_arguments
 
     add_arguments(r)
@@ -462,6 +481,28 @@ def _terminate(signum, frame):
     raise SystemExit(128 + signum)
 
 
+@contextlib.contextmanager
+def _log_to_stderr(level):
+    """The package's log messages (logger ``rfol_dask``: a queued job's or an MPI scheduler
+    file's wait, the dashboard link) of ``level`` and above on stderr as ``rfol-dask: <message>``
+    for the block. Only that logger is configured (level, one handler, no propagation to the
+    root logger's handlers: no message twice), and as it was again after the block; the
+    library itself configures no logging."""
+    logger = logging.getLogger("rfol_dask")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("rfol-dask: %(message)s"))
+    saved = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     import threading
@@ -472,7 +513,8 @@ def main(argv=None):
     from .progress import NoWorkersError, WorkersKilledError
 
     try:
-        return args.func(args)
+        with _log_to_stderr(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO):
+            return args.func(args)
     # ImportError: an optional extra; NotImplementedError: a combination of settings not supported
     # FloatingPointError: a data-set generator's time stepping blew up (the message names the fix)
     # WorkersKilledError: a task ran its workers out of memory (the message says what to change)
