@@ -228,19 +228,20 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
     return need
 
 
-def check_host_memory(held, dtype):
+def check_host_memory(held, dtype, fewer="features (n_features)"):
     """ValueError when the arrays this process must hold once a fit is done, ``held`` (``{what:
-    bytes}``: the model's frequencies and coefficients, in ``dtype``, which a dask fit gathers here
-    from the workers), exceed its available memory (:func:`free_bytes`): numpy would fail to
-    allocate them at the end of the fit. ``max_gram_bytes`` (a budget for the Gram) does not
-    lift it. Returns their bytes."""
+    bytes}``: the model's arrays in ``dtype``, e.g. its frequencies and coefficients, which a dask
+    fit gathers here from the workers), exceed its available memory (:func:`free_bytes`): numpy
+    would fail to allocate them at the end of the fit. ``max_gram_bytes`` (a budget for the Gram)
+    does not lift it. ``fewer``: what the advice says to use fewer of (the model's size). Returns
+    their bytes."""
     need = int(sum(held.values()))
     available = free_bytes(np)
     if need > available:
         half = ", dtype='float32' (half the bytes)" if np.dtype(dtype).itemsize > 4 else ""
         raise ValueError(f"the fitted model needs {need:,} bytes ({need / 2**30:.2f} GiB) in this process for "
                          f"{_listing(held)}, but it has {available:,} bytes ({available / 2**30:.2f} GiB) available; "
-                         f"use fewer features (n_features){half} or fewer output points: these arrays are the model, "
+                         f"use fewer {fewer}{half} or fewer output points: these arrays are the model, "
                          "whichever the solver")
     return need
 

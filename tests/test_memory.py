@@ -324,6 +324,52 @@ def test_a_model_beyond_this_process_s_memory_is_refused_before_any_work(case, m
         make(4000).fit(U, V)
 
 
+@pytest.mark.parametrize("case, arrays", [
+    # in memory without input PCA the model's training inputs are U itself: the coefficients only
+    ("numpy", r"the 60 x 100 dual coefficients \(48,000 bytes\)"),
+    ("dask", r"the 60 x 8 training inputs \(3,840 bytes\) and the 60 x 100 dual coefficients \(48,000 bytes\)"),
+    ("dask_pca", r"the 60 x 3 training inputs \(1,440 bytes\), the 60 x 100 dual coefficients \(48,000 bytes\) "
+                 r"and the 8 x 3 principal directions \(216 bytes\)"),
+    ("dask_linear", r"the 8 x 100 weights \(6,400 bytes\)"),
+    ("search_refit", r"the 60 x 8 training inputs \(3,840 bytes\) and the 60 x 100 dual coefficients"),
+])
+def test_a_kernel_model_beyond_this_process_s_memory_is_refused_before_any_work(case, arrays, monkeypatch):
+    """A dask KernelOperator fit gathers its model here (the training inputs and dual
+    coefficients, or the linear kernel's primal weights) unchecked: beyond this process's
+    available memory it ended in numpy's MemoryError after the work. It is now checked first,
+    for a KernelOperatorCV's refit too, and max_gram_bytes does not lift it."""
+    from rfol_dask.baselines import KernelOperator, KernelOperatorCV, kernel
+    from rfol_dask.selection import SelectionCV
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work done")
+
+    U, V = smooth_operator_data(60, 8, n_out=8)
+    V = np.tile(V, (1, 13))[:, :100]
+    for name in ("pca", "median_length_scale", "row_blocks"):
+        monkeypatch.setattr(kernel, name, no_work)
+    monkeypatch.setattr(SelectionCV, "_search", no_work)
+    if case != "numpy":
+        U, V = da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1))
+    params = {"dask_pca": dict(n_components=3), "dask_linear": dict(kernel="linear")}.get(case, {})
+    need = {"numpy": 60 * 100, "dask": 60 * 108, "dask_pca": 60 * 103 + 9 * 3, "dask_linear": 8 * 100,
+            "search_refit": 60 * 108}[case] * 8
+    if case == "search_refit":
+        model = KernelOperatorCV(cv=[(np.arange(40), np.arange(40, 50))], max_gram_bytes=10**12)
+    else:
+        model = KernelOperator(max_gram_bytes=10**12, **params)
+    _machine(monkeypatch, need - 1)
+    match = (f"the fitted model needs {need:,} bytes .* in this process for {arrays}.*, but it has {need - 1:,} "
+             r"bytes .* available; use fewer " + (r"inputs \(n_components\)" if case == "dask_linear" else "training samples"))
+    if case == "search_refit":
+        match = r"KernelOperatorCV would refit its winner .* refused for memory: " + match + r".*or pass refit=False"
+    with pytest.raises(ValueError, match=match):
+        model.fit(U, V)
+    _machine(monkeypatch, need)  # the model fits: the work starts
+    with pytest.raises(AssertionError, match="work done"):
+        model.fit(U, V)
+
+
 @pytest.mark.parametrize("N", [20_000, 150_000])
 def test_the_navier_stokes_fits_pass_every_memory_check_on_a_24_gib_machine(N, monkeypatch):
     """The benchmark's fits (M = 20000 samples of 64 x 64 inputs and outputs from Zarr, float64,
