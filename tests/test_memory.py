@@ -389,3 +389,35 @@ def test_the_navier_stokes_fits_pass_every_memory_check_on_a_24_gib_machine(N, m
     _machine(monkeypatch, model - 1)  # the same fit where the model does not fit
     with pytest.raises(ValueError, match=f"the fitted model needs {model:,} bytes"):
         RandomFeatureOperator(n_features=N)._check_memory(U, U, True, np.float64, FakeClient(20e9))
+
+
+@pytest.mark.parametrize("on_output_grid", [False, True])
+def test_an_in_memory_prediction_beyond_this_process_s_memory_is_a_clear_error(on_output_grid, monkeypatch):
+    """A numpy predict allocated its M x m output (and its values on an output_grid) unchecked: a
+    huge one ended in numpy's MemoryError traceback. It is now a ValueError before the
+    allocation, naming the sizes and the fix; a dask predict stays lazy (nothing allocated)."""
+    from rfol_dask import rf_operator
+
+    U, V = smooth_operator_data(60, 8)
+    x = np.arange(8) / 8
+    model = RandomFeatureOperator(n_features=50, random_state=0).fit(U, V, input_grid=[x], output_grid=[x])
+    X = np.tile(U, (10, 1))  # 600 samples
+    grid = [np.linspace(0, 7 / 8, 30)] if on_output_grid else None
+    need = 600 * 8 * 8 + (600 * 30 * 8 if on_output_grid else 0)
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work done")
+
+    monkeypatch.setattr(rf_operator, "_predict_block", no_work)
+    _machine(monkeypatch, need - 1)
+    arrays = r"the 600 x 8 predictions \(38,400 bytes\)" + (
+        r" and their 600 x 30 values on output_grid \(144,000 bytes\)" if on_output_grid else "")
+    with pytest.raises(ValueError, match=rf"predicting 600 samples in memory needs {need:,} bytes \(0.00 GiB\) for "
+                                         rf"{arrays}, but this process has {need - 1:,} bytes .* available; predict "
+                                         r"in parts .*, or pass a dask array .* for a lazy prediction"):
+        model.predict(X, output_grid=grid)
+    lazy = model.predict(da.from_array(X, chunks=(300, -1)), output_grid=grid)  # lazy: not refused
+    assert isinstance(lazy, da.Array) and lazy.shape == (600, 30 if on_output_grid else 8)
+    _machine(monkeypatch, need)  # it fits: the prediction starts
+    with pytest.raises(AssertionError, match="work done"):
+        model.predict(X, output_grid=grid)
