@@ -27,6 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from . import backend, io, persistence
 from . import recovery as rec
 from .gram import check_finite
+from .memory import check_prediction_memory
 from .metrics import r2_score
 from .progress import active_client
 from .resampling import ResamplingMixin
@@ -474,14 +475,18 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             numbers) differ from the training data's, or a grid has another dimension or other dim
             names than the training grid or
             lies outside the training domain (along a periodic axis any grid is valid: the
-            recovery wraps).
+            recovery wraps), or numpy ``X`` whose predictions (with ``output_grid``, and their values
+            there) would not fit this process's available memory (the message names the sizes: predict
+            in parts, or pass a dask array for a lazy prediction).
         TypeError
             If ``X`` holds complex or non-numeric values.
 
         Notes
         -----
         Extra memory: the features (or kernel row) of one row block of about 128 MiB, and
-        the resampled inputs and outputs of one block.
+        the resampled inputs and outputs of one block. numpy ``X`` gives its whole prediction
+        (M x m, and M x m_out in float64 on an ``output_grid``) in memory, checked against this
+        process's available memory first (:func:`rfol_dask.memory.check_prediction_memory`).
 
         Dask input gives a lazy result. On a distributed client a model of 8 MiB or more
         (:data:`rfol_dask.placement.EMBED_BYTES`) is shipped to the cluster once and held by
@@ -541,6 +546,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             _refuse_complex(raw, "X")
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
             check_finite(np.asarray(X), 0, "X", "predicting")
+            new_grid = self._new_output_grid(output_grid)  # before the output is allocated: a clear error
+            check_prediction_memory(X.shape[0], self.intercept_.shape[0], backend.to_numpy_dtype(self.intercept_.dtype),
+                                    None if new_grid is None else int(np.prod([len(a) for a in new_grid])))
             block, args = self._predict_kernel()
             xp = backend.device_namespace(self._device())
             Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))  # numpy in, numpy out

@@ -26,7 +26,7 @@ from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
 __all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "gram_device", "check_gram_memory", "check_host_memory",
-           "check_tile_memory",
+           "check_prediction_memory", "check_tile_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
@@ -228,20 +228,41 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
     return need
 
 
-def check_host_memory(held, dtype):
+def check_host_memory(held, dtype, fewer="features (n_features)"):
     """ValueError when the arrays this process must hold once a fit is done, ``held`` (``{what:
-    bytes}``: the model's frequencies and coefficients, in ``dtype``, which a dask fit gathers here
-    from the workers), exceed its available memory (:func:`free_bytes`): numpy would fail to
-    allocate them at the end of the fit. ``max_gram_bytes`` (a budget for the Gram) does not
-    lift it. Returns their bytes."""
+    bytes}``: the model's arrays in ``dtype``, e.g. its frequencies and coefficients, which a dask
+    fit gathers here from the workers), exceed its available memory (:func:`free_bytes`): numpy
+    would fail to allocate them at the end of the fit. ``max_gram_bytes`` (a budget for the Gram)
+    does not lift it. ``fewer``: what the advice says to use fewer of (the model's size). Returns
+    their bytes."""
     need = int(sum(held.values()))
     available = free_bytes(np)
     if need > available:
         half = ", dtype='float32' (half the bytes)" if np.dtype(dtype).itemsize > 4 else ""
         raise ValueError(f"the fitted model needs {need:,} bytes ({need / 2**30:.2f} GiB) in this process for "
                          f"{_listing(held)}, but it has {available:,} bytes ({available / 2**30:.2f} GiB) available; "
-                         f"use fewer features (n_features){half} or fewer output points: these arrays are the model, "
+                         f"use fewer {fewer}{half} or fewer output points: these arrays are the model, "
                          "whichever the solver")
+    return need
+
+
+def check_prediction_memory(M, m, dtype, m_out=None):
+    """ValueError when an in-memory ``predict`` of ``M`` samples would not fit this process's
+    available memory (:func:`free_bytes`, read once): its ``M x m`` predictions in ``dtype`` and,
+    with ``m_out`` (the points of an ``output_grid`` other than the training one), their values
+    resampled there (in float64, as the recovery maps work). At least these are allocated whole;
+    the row blocks of the features and the recovery's intermediates come on top. Without it
+    numpy's MemoryError ended the prediction. Returns their bytes."""
+    held = {f"the {M} x {m} predictions": int(M) * int(m) * np.dtype(dtype).itemsize}
+    if m_out is not None:
+        held[f"their {M} x {m_out} values on output_grid"] = int(M) * int(m_out) * 8
+    need = int(sum(held.values()))
+    available = free_bytes(np)
+    if need > available:
+        raise ValueError(f"predicting {M} samples in memory needs {need:,} bytes ({need / 2**30:.2f} GiB) for "
+                         f"{_listing(held)}, but this process has {available:,} bytes ({available / 2**30:.2f} GiB) "
+                         "available; predict in parts (a slice of the samples at a time, X[i:j]), or pass a dask "
+                         "array (dask.array.from_array(X, chunks=...)) for a lazy prediction")
     return need
 
 

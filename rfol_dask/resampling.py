@@ -86,18 +86,26 @@ class ResamplingMixin:
         given, in the kind of the operand ``u`` (numpy, dask or xarray)."""
         shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
         grid = getattr(self, "output_grid_", None)
-        if output_grid is not None:
-            grid_new = self._check_grid(output_grid, grid, "output")
-            if not rec.same_grid(grid_new, grid):
-                R_V = self._recovery("output", grid)
-                grid_new = R_V.check_grid(grid_new, "output_grid", "the training output grid")
-                Y = R_V.resample(Y.reshape((Y.shape[0], *shape)), grid_new)
-                shape, grid = Y.shape[1:], grid_new
-                Y = Y.reshape((Y.shape[0], -1))
+        grid_new = self._new_output_grid(output_grid)
+        if grid_new is not None:
+            R_V = self._recovery("output", grid)
+            grid_new = R_V.check_grid(grid_new, "output_grid", "the training output grid")
+            Y = R_V.resample(Y.reshape((Y.shape[0], *shape)), grid_new)
+            shape, grid = Y.shape[1:], grid_new
+            Y = Y.reshape((Y.shape[0], -1))
         if grid is not None and (not coords or output_grid is not None):
             dims = dims or tuple(f"dim_{k}" for k in range(len(grid)))
             coords = dict(zip(dims, grid))
         return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
+
+    def _new_output_grid(self, output_grid):
+        """``output_grid`` as axes where it is given and differs from the training output grid,
+        else None (ValueError as :meth:`_check_grid` for a grid the model cannot use)."""
+        if output_grid is None:
+            return None
+        grid = getattr(self, "output_grid_", None)
+        grid_new = self._check_grid(output_grid, grid, "output")
+        return None if rec.same_grid(grid_new, grid) else grid_new
 
     def _named_axes(self, grid, which):
         """A mapping ``{dim: coords}`` grid as its axes in the order of the model's ``which`` dims

@@ -324,6 +324,52 @@ def test_a_model_beyond_this_process_s_memory_is_refused_before_any_work(case, m
         make(4000).fit(U, V)
 
 
+@pytest.mark.parametrize("case, arrays", [
+    # in memory without input PCA the model's training inputs are U itself: the coefficients only
+    ("numpy", r"the 60 x 100 dual coefficients \(48,000 bytes\)"),
+    ("dask", r"the 60 x 8 training inputs \(3,840 bytes\) and the 60 x 100 dual coefficients \(48,000 bytes\)"),
+    ("dask_pca", r"the 60 x 3 training inputs \(1,440 bytes\), the 60 x 100 dual coefficients \(48,000 bytes\) "
+                 r"and the 8 x 3 principal directions \(216 bytes\)"),
+    ("dask_linear", r"the 8 x 100 weights \(6,400 bytes\)"),
+    ("search_refit", r"the 60 x 8 training inputs \(3,840 bytes\) and the 60 x 100 dual coefficients"),
+])
+def test_a_kernel_model_beyond_this_process_s_memory_is_refused_before_any_work(case, arrays, monkeypatch):
+    """A dask KernelOperator fit gathers its model here (the training inputs and dual
+    coefficients, or the linear kernel's primal weights) unchecked: beyond this process's
+    available memory it ended in numpy's MemoryError after the work. It is now checked first,
+    for a KernelOperatorCV's refit too, and max_gram_bytes does not lift it."""
+    from rfol_dask.baselines import KernelOperator, KernelOperatorCV, kernel
+    from rfol_dask.selection import SelectionCV
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work done")
+
+    U, V = smooth_operator_data(60, 8, n_out=8)
+    V = np.tile(V, (1, 13))[:, :100]
+    for name in ("pca", "median_length_scale", "row_blocks"):
+        monkeypatch.setattr(kernel, name, no_work)
+    monkeypatch.setattr(SelectionCV, "_search", no_work)
+    if case != "numpy":
+        U, V = da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1))
+    params = {"dask_pca": dict(n_components=3), "dask_linear": dict(kernel="linear")}.get(case, {})
+    need = {"numpy": 60 * 100, "dask": 60 * 108, "dask_pca": 60 * 103 + 9 * 3, "dask_linear": 8 * 100,
+            "search_refit": 60 * 108}[case] * 8
+    if case == "search_refit":
+        model = KernelOperatorCV(cv=[(np.arange(40), np.arange(40, 50))], max_gram_bytes=10**12)
+    else:
+        model = KernelOperator(max_gram_bytes=10**12, **params)
+    _machine(monkeypatch, need - 1)
+    match = (f"the fitted model needs {need:,} bytes .* in this process for {arrays}.*, but it has {need - 1:,} "
+             r"bytes .* available; use fewer " + (r"inputs \(n_components\)" if case == "dask_linear" else "training samples"))
+    if case == "search_refit":
+        match = r"KernelOperatorCV would refit its winner .* refused for memory: " + match + r".*or pass refit=False"
+    with pytest.raises(ValueError, match=match):
+        model.fit(U, V)
+    _machine(monkeypatch, need)  # the model fits: the work starts
+    with pytest.raises(AssertionError, match="work done"):
+        model.fit(U, V)
+
+
 @pytest.mark.parametrize("N", [20_000, 150_000])
 def test_the_navier_stokes_fits_pass_every_memory_check_on_a_24_gib_machine(N, monkeypatch):
     """The benchmark's fits (M = 20000 samples of 64 x 64 inputs and outputs from Zarr, float64,
@@ -343,3 +389,35 @@ def test_the_navier_stokes_fits_pass_every_memory_check_on_a_24_gib_machine(N, m
     _machine(monkeypatch, model - 1)  # the same fit where the model does not fit
     with pytest.raises(ValueError, match=f"the fitted model needs {model:,} bytes"):
         RandomFeatureOperator(n_features=N)._check_memory(U, U, True, np.float64, FakeClient(20e9))
+
+
+@pytest.mark.parametrize("on_output_grid", [False, True])
+def test_an_in_memory_prediction_beyond_this_process_s_memory_is_a_clear_error(on_output_grid, monkeypatch):
+    """A numpy predict allocated its M x m output (and its values on an output_grid) unchecked: a
+    huge one ended in numpy's MemoryError traceback. It is now a ValueError before the
+    allocation, naming the sizes and the fix; a dask predict stays lazy (nothing allocated)."""
+    from rfol_dask import rf_operator
+
+    U, V = smooth_operator_data(60, 8)
+    x = np.arange(8) / 8
+    model = RandomFeatureOperator(n_features=50, random_state=0).fit(U, V, input_grid=[x], output_grid=[x])
+    X = np.tile(U, (10, 1))  # 600 samples
+    grid = [np.linspace(0, 7 / 8, 30)] if on_output_grid else None
+    need = 600 * 8 * 8 + (600 * 30 * 8 if on_output_grid else 0)
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work done")
+
+    monkeypatch.setattr(rf_operator, "_predict_block", no_work)
+    _machine(monkeypatch, need - 1)
+    arrays = r"the 600 x 8 predictions \(38,400 bytes\)" + (
+        r" and their 600 x 30 values on output_grid \(144,000 bytes\)" if on_output_grid else "")
+    with pytest.raises(ValueError, match=rf"predicting 600 samples in memory needs {need:,} bytes \(0.00 GiB\) for "
+                                         rf"{arrays}, but this process has {need - 1:,} bytes .* available; predict "
+                                         r"in parts .*, or pass a dask array .* for a lazy prediction"):
+        model.predict(X, output_grid=grid)
+    lazy = model.predict(da.from_array(X, chunks=(300, -1)), output_grid=grid)  # lazy: not refused
+    assert isinstance(lazy, da.Array) and lazy.shape == (600, 30 if on_output_grid else 8)
+    _machine(monkeypatch, need)  # it fits: the prediction starts
+    with pytest.raises(AssertionError, match="work done"):
+        model.predict(X, output_grid=grid)

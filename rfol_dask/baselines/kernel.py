@@ -36,7 +36,7 @@ from ..gram import check_finite, linear_partial, linear_shifts
 from ..linalg import ridge_name
 from ..progress import active_client
 from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
-from ..memory import ROW_BLOCK_BYTES, check_gram_memory, dual_plan, n_slots
+from ..memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory, dual_plan, n_slots
 from ..solve.graph import MAX_TILE_BLOCKS, TaskNames, compute_fit, row_blocks, with_ridges
 from ..solve.in_memory import dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
@@ -255,7 +255,9 @@ class KernelOperator(OperatorEstimator):
         after the fit changes nothing until the next fit, as for every other parameter.
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
-    does not fit one) plus the training inputs. Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
+    does not fit one) plus the training inputs. The fitted arrays, which a dask fit gathers into
+    this process, are checked against its available memory before any work
+    (:func:`rfol_dask.memory.check_host_memory`, whatever ``max_gram_bytes``). Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
     The linear kernel with ``p < M``: the ``p x p`` Gram (one per worker thread for dask input,
     summed over row blocks as the random-feature primal sums its Gram) plus one row block;
     cost ``M p^2 + 2 M p m`` + ``p^3 / 3`` + ``2 p^2 m``.
@@ -330,14 +332,16 @@ class KernelOperator(OperatorEstimator):
         return n if self.n_components is None else min(n, int(self.n_components))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
-        """ValueError when the in-memory fit's ``M x M`` Gram of ``U`` (M, n) in ``dtype`` exceeds
+        """ValueError when the fitted model would not fit this process (:meth:`_check_model_memory`),
+        or the in-memory fit's ``M x M`` Gram of ``U`` (M, n) in ``dtype`` exceeds
         the memory budget (:func:`rfol_dask.memory.check_gram_memory`; on a GPU, its share of the
-        GPU's); a dask fit is not refused for memory (a Gram that does not fit one worker is
+        GPU's); a dask fit's Gram is not refused for memory (a Gram that does not fit one worker is
         factorised blocked across the workers), but on a GPU it is NotImplementedError
         (:meth:`_refuse_device`). The linear kernel's primal checks its ``p x p`` Gram,
         for dask input too (two of them on a worker that sums several chains')."""
         if lazy:
             self._refuse_device(U)
+        self._check_model_memory(U, V, lazy, dtype)
         M, p = U.shape[0], self._width(U.shape[1])
         xp = backend.namespace(U) if not lazy and backend.is_array_api(U) else None
         if self._primal(M, p):
@@ -347,6 +351,33 @@ class KernelOperator(OperatorEstimator):
             held = ({f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize} if self._eigen_dual(lazy)
                     else None)
             check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
+
+    def _model_bytes(self, M, n, m, dtype, lazy):
+        """The fitted arrays a fit on ``M`` samples of ``n`` inputs and ``m`` outputs adds to this
+        process, ``{what: bytes}`` in ``dtype``: the dual coefficients (M x m) and the training
+        inputs (M x p; an in-memory fit without input PCA keeps ``U`` itself, no new array), or the
+        linear kernel's primal weights (p x m); with input PCA its directions (n x p)."""
+        size, p = np.dtype(dtype).itemsize, self._width(n)
+        pca_on = self.n_components is not None or self.pca_power is not None
+        if self._primal(M, p):
+            held = {f"the {p} x {m} weights": p * m * size}
+        else:
+            held = {f"the {M} x {p} training inputs": M * p * size} if lazy or pca_on else {}
+            held[f"the {M} x {m} dual coefficients"] = M * m * size
+        if pca_on:
+            held[f"the {n} x {p} principal directions"] = (n + 1) * p * size
+        return held
+
+    def _check_model_memory(self, U, V, lazy, dtype):
+        """ValueError (:func:`rfol_dask.memory.check_host_memory`) when the fitted arrays
+        (:meth:`_model_bytes`) exceed this process's available memory where they end up in it:
+        after a dask fit (gathered from the workers), or an in-memory fit of numpy (CuPy's stay on
+        its GPU, within the GPU's budget)."""
+        if lazy or not backend.is_array_api(U):
+            M, n, m = U.shape[0], U.shape[1], V.shape[1]
+            fewer = ("inputs (n_components)" if self._primal(M, self._width(n))
+                     else "training samples (the model holds them), inputs (n_components)")
+            check_host_memory(self._model_bytes(M, n, m, dtype, lazy), dtype, fewer=fewer)
 
     def _model_format(self):
         """Format 3 for the linear kernel's primal weights (``coef_``, no ``X_train_``)."""
@@ -361,6 +392,9 @@ class KernelOperator(OperatorEstimator):
     def _solve(self, U, V, lazy, dtype):
         M = U.shape[0]
         self.pca_mean_ = self.pca_components_ = None
+        if lazy:
+            self._refuse_device(U)
+        self._check_model_memory(U, V, lazy, dtype)  # before any work (the PCA, the median length scale)
         if self.n_components is not None or self.pca_power is not None:
             xp = backend.namespace(U) if backend.is_array_api(U) else np
             self.pca_mean_, self.pca_components_ = (xp.astype(a, getattr(xp, dtype.name))
@@ -381,7 +415,6 @@ class KernelOperator(OperatorEstimator):
             fac, Beta = solve(X, V, alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
-        self._refuse_device(U)
         client = active_client()
         blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS,
@@ -425,7 +458,6 @@ class KernelOperator(OperatorEstimator):
             for s, e in row_ranges(M, X.shape[1] * backend.itemsize(X.dtype)):
                 sums = linear_partial(X[s:e, ...], V[s:e, ...], s, sums, shifts)
             return primal_solve(primal_factor(sums, shifts, alpha, self.fit_intercept), 0, V.shape[1])
-        self._refuse_device(U)
         client = active_client()
         self._check_memory(U, V, lazy, dtype, client)
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
