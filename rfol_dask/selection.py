@@ -387,8 +387,9 @@ class SelectionCV(OperatorEstimator):
         if refused:
             # a refit that cannot run at all is named first, with its type
             first = next((exc for _, exc in refused if isinstance(exc, NotImplementedError)), refused[0][1])
+            leave = ": leave those out of the search" if len(refused) < len(values) else ""  # else none is left
             at = "" if name is None else (f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
-                                          f"{', '.join(map(str, values))}: leave those out of the search)")
+                                          f"{', '.join(map(str, values))}{leave})")
             why = " for memory" if isinstance(first, ValueError) else ""
             raise type(first)(f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples "
                               f"after the search, and that refit would be refused{why}{at}: {first}; or pass "

@@ -226,7 +226,8 @@ def test_searches_check_their_memory_before_searching(make, match, budget, monke
         search.fit(U, V)
 
 
-@pytest.mark.parametrize("case", ["rf_growth", "rf_n_features", "rf_float32", "rf_dask_primal", "kernel"])
+@pytest.mark.parametrize("case", ["rf_growth", "rf_n_features", "rf_float32", "rf_dask_primal", "kernel",
+                                  "kernel_linear", "kernel_and_linear"])
 def test_searches_check_their_refit_s_memory_before_searching(case, monkeypatch):
     """The searches checked their own memory up front, not the refit's: a search (an hour of it)
     could end in a refit refused for memory. Every n_features a winner may take (the searched
@@ -261,12 +262,17 @@ def test_searches_check_their_refit_s_memory_before_searching(case, monkeypatch)
         # a dask refit at N = 450 < M is the primal, its 450 x 450 Gram (1.62 MB) summed over two chains
         "rf_dask_primal": (RandomFeatureOperatorCV(n_features=450, cv=few, max_gram_bytes=1.5e6, **rf),
                            (da.from_array(U, chunks=100), da.from_array(V, chunks=100)),
-                           r"refused for memory at n_features=450 \(of 450: .* the 450 x 450 Gram matrix needs "
+                           r"refused for memory at n_features=450 \(of 450\): the 450 x 450 Gram matrix needs "
                            r"1,620,000 bytes.*use fewer features"),
         "kernel": (KernelOperatorCV(cv=few, max_gram_bytes=1.9e6), (U, V),
                    r"KernelOperatorCV would refit its winner on all 500 training samples after the search, and that "
                    r"refit would be refused for memory: the 500 x 500 Gram matrix needs 2,000,000 bytes \(0.00 GiB\) "
                    r"but the budget \(max_gram_bytes\) is 1,900,000 bytes; use fewer samples.*; or pass refit=False"),
+        # the linear kernel on 4 inputs refits in the primal (a 4 x 4 Gram): it was checked as the dual
+        "kernel_linear": (KernelOperatorCV(kernels=("linear",), cv=few, max_gram_bytes=1.9e6), (U, V), None),
+        "kernel_and_linear": (KernelOperatorCV(kernels=("rbf", "linear"), cv=few, max_gram_bytes=1.9e6), (U, V),
+                              r"refused for memory at kernel=rbf \(of rbf, linear: leave those out of the search\): "
+                              r"the 500 x 500 Gram matrix needs 2,000,000 bytes"),
     }[case]
     monkeypatch.setattr(SelectionCV, "_search", no_search)
     if match is not None:

@@ -209,6 +209,12 @@ class KernelOperatorCV(SelectionCV):
                               column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                               progress=self.progress, recovery=self.recovery, device=self.device, **best)
 
+    def _refit_candidates(self):
+        """The kernels a winner may have where their refits differ in memory: the linear kernel's
+        (on fewer inputs than samples, its ``p x p`` primal) from the others' (the ``M x M`` dual,
+        all alike); ``(None, [None])`` without it."""
+        return ("kernel", list(self.kernels)) if "linear" in self.kernels else (None, [None])
+
     def _prepare(self, U, client=None):
         self._distances = None
         self._pca = ((None, None) if self.n_components is None and self.pca_power is None
