@@ -462,7 +462,7 @@ def test_gpu_dask_search_refuses_a_refit_it_cannot_run_before_searching(data, ca
     search, match = {
         "blocked": (RandomFeatureOperatorCV(**rf),
                     r"RandomFeatureOperatorCV would refit its winner on all 300 training samples after the search, and "
-                    r"that refit would be refused at n_features=100, 200, 400 \(of 100, 200, 400: .*\): on a GPU, dask "
+                    r"that refit would be refused at n_features=100, 200, 400 \(of 100, 200, 400\): on a GPU, dask "
                     r"input is fitted by the streamed dual only, not the blocked dual \(the Gram does not fit one "
                     r"worker: the 300 x 300 Gram matrix needs 720,000 bytes \(0.00 GiB\), and 599,360 more bytes .* "
                     r"but the budget \(max_gram_bytes\) is 1,000,000 bytes\): .*; or pass refit=False to search only"),
