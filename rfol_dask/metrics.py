@@ -43,7 +43,8 @@ def _pair(true, pred):
         true, pred = (x if is_array_api(x) else xp.asarray(np.asarray(x)) for x in (true, pred))
     else:
         true, pred = (x if isinstance(x, da.Array) else np.asarray(x) for x in (true, pred))
-    if true.shape != pred.shape:
+    one_column = {true.shape, pred.shape} == {true.shape[:1], (*true.shape[:1], 1)}  # (M,) and (M, 1): as scikit-learn
+    if true.shape != pred.shape and not one_column:
         raise ValueError(f"true has shape {true.shape} but pred has shape {pred.shape}")
     if true.ndim == 0 or true.shape[0] == 0:
         raise ValueError("need at least one sample along axis 0")

@@ -140,3 +140,18 @@ def test_numpy_metrics_hold_blocks_not_float64_copies_of_their_inputs():
     finally:
         tracemalloc.stop()
     assert max(peak_l2, peak_r2) < 2.2 * BLOCK_BYTES, (peak_l2, peak_r2)  # two float64 blocks
+
+
+def test_one_output_as_a_vector_against_a_column_is_scored_as_scikit_learn_does():
+    """Outputs of shape (M,) against predictions of shape (M, 1) (or the other way round) were
+    refused; scikit-learn reads both as one output. Other shapes that differ are still refused."""
+    from sklearn.metrics import r2_score as sk_r2
+
+    rng = np.random.default_rng(0)
+    y = rng.standard_normal(30)
+    p = (y + 0.1 * rng.standard_normal(30))[:, None]
+    assert r2_score(y, p) == pytest.approx(sk_r2(y, p), rel=1e-12)
+    assert r2_score(p, y) == pytest.approx(sk_r2(p, y), rel=1e-12)
+    assert relative_l2_error(y, p) == pytest.approx(relative_l2_error(y, p[:, 0]), rel=1e-12)
+    with pytest.raises(ValueError, match=r"true has shape \(30,\) but pred has shape \(30, 2\)"):
+        r2_score(y, np.hstack([p, p]))
