@@ -248,9 +248,17 @@ def test_in_memory_dual_peak_gpu_memory():
     assert 8 * M * N + 8 * M * M > 1.2 * model  # the old path (A whole beside the Gram) could not
 
 
+def _chunked(*arrays, on_gpu=False):
+    """``arrays`` as dask arrays of 100-row chunks, the dask input of these tests (CuPy chunks with
+    ``on_gpu``)."""
+    import dask.array as da
+
+    chunked = tuple(da.from_array(a, chunks=100) for a in arrays)
+    return tuple(a.map_blocks(cupy.asarray) for a in chunked) if on_gpu else chunked
+
+
 @pytest.mark.parametrize("mode", ["auto", "slabs"])  # auto: the rows mode (the GPU has room)
 def test_dask_with_cupy_chunks(data, mode, monkeypatch):
-    da = pytest.importorskip("dask.array")
     import dask
 
     monkeypatch.setitem(dask.config.config, "rfol_dask", {**dask.config.config.get("rfol_dask", {}),
@@ -259,16 +267,14 @@ def test_dask_with_cupy_chunks(data, mode, monkeypatch):
     U2 = U.reshape(300, -1)
     kw = dict(n_features=600, gamma=0.05, alpha=1e-6, random_state=6, solver="dual")
     cpu = RandomFeatureOperator(**kw).fit(U2, V)
-    Ud = da.from_array(U2, chunks=100).map_blocks(cupy.asarray)
-    Vd = da.from_array(V, chunks=100).map_blocks(cupy.asarray)
+    Ud, Vd = _chunked(U2, V, on_gpu=True)
     model = RandomFeatureOperator(**kw).fit(Ud, Vd)  # follows the CuPy chunks: streamed dual on the GPU
     assert rel(model.coef_, cpu.coef_) < RTOL
     pred = model.predict(Ud[:50]).compute()
     assert isinstance(pred, cupy.ndarray) and rel(pred, cpu.predict(U2[:50])) < RTOL
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        numpy_chunks = RandomFeatureOperator(device="cuda", **kw).fit(da.from_array(U2, chunks=100),
-                                                                       da.from_array(V, chunks=100))
+        numpy_chunks = RandomFeatureOperator(device="cuda", **kw).fit(*_chunked(U2, V))
     assert rel(numpy_chunks.coef_, cpu.coef_) < RTOL
     from rfol_dask.solve import streamed
 
@@ -282,8 +288,7 @@ def test_dask_cupy_chunks_with_the_median_heuristic(data):
     U2 = U.reshape(300, -1)
     kw = dict(n_features=400, alpha=1e-6, random_state=7, solver="dual")
     cpu = RandomFeatureOperator(**kw).fit(U2, V)
-    model = RandomFeatureOperator(**kw).fit(da.from_array(U2, chunks=100).map_blocks(cupy.asarray),
-                                            da.from_array(V, chunks=100).map_blocks(cupy.asarray))
+    model = RandomFeatureOperator(**kw).fit(*_chunked(U2, V, on_gpu=True))
     assert model.gamma_ == pytest.approx(cpu.gamma_, rel=1e-12)
     assert rel(model.coef_, cpu.coef_) < RTOL
     lazy = model.predict(da.from_array(U2[:50], chunks=25).map_blocks(cupy.asarray))
@@ -294,13 +299,11 @@ def test_dask_cupy_chunks_with_the_median_heuristic(data):
 def test_dask_inputs_with_cupy_outputs_in_memory(data):
     """One operand dask, the other an in-memory CuPy array: the CuPy one becomes a dask chunk where
     it lives (``np.asarray`` of it raises)."""
-    da = pytest.importorskip("dask.array")
     U, V = data
     U2 = U.reshape(300, -1)
     kw = dict(n_features=400, gamma=0.05, alpha=1e-6, random_state=8, solver="dual")
     cpu = RandomFeatureOperator(**kw).fit(U2, V)
-    model = RandomFeatureOperator(**kw).fit(da.from_array(U2, chunks=100).map_blocks(cupy.asarray),
-                                            cupy.asarray(V))
+    model = RandomFeatureOperator(**kw).fit(*_chunked(U2, on_gpu=True), cupy.asarray(V))
     assert rel(model.coef_, cpu.coef_) < RTOL
 
 
@@ -351,7 +354,6 @@ def test_predict_cupy_backed_xarray_gives_xarray(data):
 def test_streamed_intercept_reaches_the_client_as_numpy(data, monkeypatch):
     """The streamed dual's results leave the workers as numpy (a client without a GPU cannot
     unpickle CuPy arrays): the coefficient rows and the intercept alike."""
-    da = pytest.importorskip("dask.array")
     from rfol_dask.solve import streamed
 
     seen = []
@@ -366,8 +368,7 @@ def test_streamed_intercept_reaches_the_client_as_numpy(data, monkeypatch):
     monkeypatch.setattr(streamed, "compute_fit", spy)
     U, V = data
     U2 = U.reshape(300, -1)
-    RandomFeatureOperator(n_features=400, gamma=0.05, random_state=10, solver="dual").fit(
-        da.from_array(U2, chunks=100).map_blocks(cupy.asarray), da.from_array(V, chunks=100).map_blocks(cupy.asarray))
+    RandomFeatureOperator(n_features=400, gamma=0.05, random_state=10, solver="dual").fit(*_chunked(U2, V, on_gpu=True))
     *slabs, intercept = seen
     assert isinstance(intercept, np.ndarray)
     assert all(part is None or isinstance(part, np.ndarray) for slab in slabs for part in slab)  # rows, shifts
@@ -408,10 +409,9 @@ def test_auto_solver_on_dask_cupy_chunks_is_the_dual(data):
     """N < M would pick the primal, which dask input on a GPU does not have: "auto" picks the
     streamed dual there (an explicit solver="primal" still says why it cannot run, whatever the
     memory: not a memory error it could not fix)."""
-    da = pytest.importorskip("dask.array")
     U, V = data
     U2 = U.reshape(300, -1)
-    Ud, Vd = (da.from_array(x, chunks=100).map_blocks(cupy.asarray) for x in (U2, V))
+    Ud, Vd = _chunked(U2, V, on_gpu=True)
     kw = dict(n_features=200, gamma=0.05, alpha=1e-6, random_state=11)
     model = RandomFeatureOperator(**kw).fit(Ud, Vd)
     assert model.solver_ == "dual"
@@ -447,14 +447,13 @@ def test_gpu_dask_search_refuses_a_refit_it_cannot_run_before_searching(data, ca
     that does not fit one GPU worker: the blocked dual; any kernel fit) raised
     NotImplementedError after the whole search. It is refused before the data are read, with
     the refit's message, at every n_features a winner may take; a refit that fits is not."""
-    import dask.array as da
 
     from rfol_dask import RandomFeatureOperatorCV
     from rfol_dask.baselines import KernelOperatorCV
 
     U, V = data
     U2 = U.reshape(300, -1)
-    Ud, Vd = da.from_array(U2, chunks=100), da.from_array(V, chunks=100)
+    Ud, Vd = _chunked(U2, V)
     few = [(np.arange(100), np.arange(100, 150))]  # a small search, the refit on all 300 samples
     # the 300 x 300 Gram (720,000 bytes) with U, V and two 64-column slabs: 1,319,360 bytes
     rf = dict(n_features=(100, 200), max_features=400, distributions=("gaussian",), cv=few, device="cuda",
@@ -515,14 +514,12 @@ def test_dask_gpu_fit_is_planned_on_the_gpu_memory(data, monkeypatch, free):
     GPU fit checks its Gram (the host's memory used to be counted): the Gram with U, V and two
     64-column slabs (1,319,360 bytes) does not fit 60 % of 2 MB (the blocked dual, which a GPU
     cannot run: refused before any work), fits 60 % of 3 MB."""
-    import dask.array as da
 
     U, V = data
     U2 = U.reshape(300, -1)
     kw = dict(n_features=100, gamma=0.05, alpha=1e-6, random_state=12, solver="dual", device="cuda")
     _gpu_free(monkeypatch, free)
-    fit = functools.partial(RandomFeatureOperator(**kw).fit, da.from_array(U2, chunks=100),
-                            da.from_array(V, chunks=100))
+    fit = functools.partial(RandomFeatureOperator(**kw).fit, *_chunked(U2, V))
     if free == 2_000_000:
         with pytest.raises(NotImplementedError, match=r"not the blocked dual \(the Gram does not fit one worker: the "
                                                       r"300 x 300 Gram matrix needs 720,000 bytes .* the budget \(60% "
@@ -542,7 +539,6 @@ def test_distributed_gpu_search_checks_the_workers_gpu_memory(data, monkeypatch,
     Gram, the cross-Gram, the solve's copy and two slabs: 1,516,800 bytes) does not fit 60 % of
     2 MB: refused before the data are read; fits 60 % of 3 MB: searched and refitted on the
     worker's GPU. (An in-process worker, so that it sees this process's GPU memory.)"""
-    import dask.array as da
     from distributed import Client, LocalCluster
 
     from rfol_dask import RandomFeatureOperatorCV
@@ -558,8 +554,7 @@ def test_distributed_gpu_search_checks_the_workers_gpu_memory(data, monkeypatch,
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         assert client.run(lambda: cupy.cuda.runtime.memGetInfo()[0]) == {a: free for a in client.run(lambda: 0)}
-        fit = functools.partial(RandomFeatureOperatorCV(**kw).fit, da.from_array(U2, chunks=100),
-                                da.from_array(V, chunks=100))
+        fit = functools.partial(RandomFeatureOperatorCV(**kw).fit, *_chunked(U2, V))
         if free == 2_000_000:
             with pytest.raises(ValueError, match=r"the 240 x 240 Gram matrix needs 460,800 bytes .* but the budget "
                                                  r"\(60% of the least free GPU memory of the 1 worker\(s\)\) is "
@@ -578,7 +573,6 @@ def test_a_gpu_fit_on_a_cluster_without_workers_says_so(data, monkeypatch):
     """The GPU budget of a dask fit is the least free GPU memory of the workers: on a cluster
     without workers it had none to take the least of (``min() arg is an empty sequence``); it
     waits for a first worker, as the placement of the fit does, and else says what is wrong."""
-    import dask.array as da
     from distributed import Client, LocalCluster
 
     from rfol_dask import placement
@@ -589,5 +583,5 @@ def test_a_gpu_fit_on_a_cluster_without_workers_says_so(data, monkeypatch):
     model = RandomFeatureOperator(n_features=100, gamma=0.5, random_state=0, device="cuda")
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, Client(cluster):
         with pytest.raises(NoWorkersError, match=r"no workers \(none arrived within 0.5 s\)"):
-            model.fit(da.from_array(U.reshape(300, -1), chunks=100), da.from_array(V, chunks=100))
+            model.fit(*_chunked(U.reshape(300, -1), V))
     assert not hasattr(model, "coef_")
