@@ -236,7 +236,8 @@ class SelectionCV(OperatorEstimator):
     def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
         t0 = time.perf_counter()
         self._refit_dtype = None  # numpy input: set by _cast_dtype
-        super().fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
+        # the base fit's body: this already runs on the copy that fit publishes whole (all_or_nothing)
+        self._fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
         self.search_time_ = time.perf_counter() - t0
         if self.refit:
             t1 = time.perf_counter()
