@@ -22,7 +22,7 @@ from .progress import compute
 from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, beyond_edge, best_row,
                         final_best, grid_step)
 from .solve.graph import tree_sum
-from .tuning import (add_validation, frequency_scale, input_scales, path_errors, path_method, rounding_floor,
+from .tuning import (add_validation, floored_path_errors, frequency_scale, input_scales, path_method,
                      slab_bounds, sum_validation, validation_grams, validation_slab)
 
 __all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE", "GROWTH_PRUNE", "GROWTH_EXTEND",
@@ -620,12 +620,12 @@ def _after(value, *_):
 
 
 def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2):
-    """Validation errors of scale ``k`` and ``segments[g]`` features (:func:`path_errors`), then
-    the alphas' rounding floor (:func:`rfol_dask.tuning.rounding_floor` of that model's Gram): (n_alpha + 1,)."""
+    """Validation errors of scale ``k`` and ``segments[g]`` features, then the alphas' rounding
+    floor of that model's Gram (:func:`rfol_dask.tuning.floored_path_errors`): (n_alpha + 1,)."""
     # the Cholesky paths solve in the accumulator's own Gram and leave it as it was: no M_t^2 copy
     in_place = path_method(len(alphas), V_train.shape[0], method, center, half_width) != "eigh"
     G, K, factor = validation_grams(acc, k, segments, g, copy=not in_place)
-    floor = rounding_floor(G)
-    errs = path_errors(G, K, V_train, V_valid, np.asarray(alphas) / factor, fit_intercept, method, center, half_width,
-                       floor=floor)
-    return np.append(errs, floor * factor)
+    errs = floored_path_errors(G, K, V_train, V_valid, np.asarray(alphas) / factor, fit_intercept, method, center,
+                               half_width)
+    errs[-1] *= factor  # the floor in the alphas' units
+    return errs

@@ -56,7 +56,7 @@ from .metrics import relative_l2_errors
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
            "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
            "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "EigenPath", "cholesky_errors", "window_errors",
-           "path_errors", "rounding_floor",
+           "path_errors", "floored_path_errors", "rounding_floor",
            "eigh_pays", "relative_errors", "nonzero_rows", "scored_rows"]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
@@ -575,3 +575,12 @@ def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", cen
     else:
         raise ValueError(f"unknown ridge path method {method!r}; choose 'auto', 'eigh' or 'cholesky'")
     return out
+
+
+def floored_path_errors(G, K, V, V_valid, alphas, *args, trace=None, **kwargs):
+    """:func:`path_errors` (``args``, ``kwargs`` as there), then the rounding floor of ``G``
+    (:func:`rounding_floor`, of ``trace``: that of the matrix ``G`` was computed from), taken
+    before the solves may overwrite ``G``: (n_alpha + 1,), the row a search's stage records
+    (the floor in ``cv_results_``, the alphas below it NaN)."""
+    floor = rounding_floor(G, trace)
+    return np.append(path_errors(G, K, V, V_valid, alphas, *args, floor=floor, **kwargs), floor)

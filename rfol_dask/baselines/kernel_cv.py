@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..backend import as_fortran, centre_gram, copy, diagonal, fill_diagonal, namespace, take_rows
 from ..estimator import OperatorEstimator
 from ..selection import DEFAULT_REFINE, SelectionCV
-from ..tuning import path_errors, rounding_floor
+from ..tuning import floored_path_errors
 from .kernel import KernelOperator, pca, transform_inputs
 from .kernels import KERNELS, kernel_values, sq_distances
 
@@ -274,10 +274,8 @@ class KernelOperatorCV(SelectionCV):
         args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
         if kernel == "linear" and self._base_estimator(kernel="linear")._primal(X.shape[0], X_t.shape[1]):
             G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
-            floor = rounding_floor(G)
-            return np.asarray([[np.append(path_errors(as_fortran(G), K, *args, floor=floor, design=X_c), floor)]])
+            return np.asarray([[floored_path_errors(as_fortran(G), K, *args, design=X_c)]])
         for m in mults:
             G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
-            floor = rounding_floor(G, trace)
-            out.append([np.append(path_errors(as_fortran(G), K, *args, floor=floor), floor)])
+            out.append([floored_path_errors(as_fortran(G), K, *args, trace=trace)])
         return np.asarray(out)
