@@ -342,6 +342,11 @@ class KernelOperator(OperatorEstimator):
         if lazy:
             self._refuse_device(U)
         self._check_model_memory(U, V, lazy, dtype)
+        self._check_gram_memory(U, lazy, dtype, client)
+
+    def _check_gram_memory(self, U, lazy, dtype, client=None):
+        """The Gram's part of :meth:`_check_memory`, which a fit makes once it knows the input
+        width (after the PCA; it checked the device and the model before any work)."""
         M, p = U.shape[0], self._width(U.shape[1])
         xp = backend.namespace(U) if not lazy and backend.is_array_api(U) else None
         if self._primal(M, p):
@@ -409,7 +414,7 @@ class KernelOperator(OperatorEstimator):
             self.coef_, self.intercept_ = self._solve_primal(U, V, lazy, dtype, transform, alpha)
             return
         if not lazy:
-            self._check_memory(U, V, lazy, dtype)
+            self._check_gram_memory(U, lazy, dtype)
             X = transform(U, 0)
             solve = linear_dual if self._eigen_dual(lazy) else functools.partial(dual_numpy, tile=self._tile())
             fac, Beta = solve(X, V, alpha=alpha, fit_intercept=self.fit_intercept)
@@ -451,7 +456,7 @@ class KernelOperator(OperatorEstimator):
         correction of :func:`rfol_dask.factor.primal_factor`, so the data are read once."""
         M = U.shape[0]
         if not lazy:
-            self._check_memory(U, V, lazy, dtype)
+            self._check_gram_memory(U, lazy, dtype)
             X = transform(U, 0)
             shifts = linear_shifts(X, V, self.fit_intercept, rows=None)
             sums = None
@@ -459,7 +464,7 @@ class KernelOperator(OperatorEstimator):
                 sums = linear_partial(X[s:e, ...], V[s:e, ...], s, sums, shifts)
             return primal_solve(primal_factor(sums, shifts, alpha, self.fit_intercept), 0, V.shape[1])
         client = active_client()
-        self._check_memory(U, V, lazy, dtype, client)
+        self._check_gram_memory(U, lazy, dtype, client)
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
         names = TaskNames()
         Xb = [dask.delayed(transform)(Ub[i], starts[i], dask_key_name=names("inputs", i)) for i in range(len(Ub))]
