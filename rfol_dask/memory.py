@@ -8,7 +8,9 @@ footprint is a large share of its limit, and dask pauses a worker at 80 %), else
 machine's available memory. A Gram on GPUs has :data:`DEVICE_SHARE` (60 %) of the GPU's free
 memory instead: an in-memory fit of CuPy arrays this process's GPU, a dask fit or a search on
 GPU workers (``device="cuda"``) the least free GPU memory of the client's workers (of this
-process without a client), whatever their host memory.
+process without a client), whatever their host memory. A ``max_gram_bytes`` beyond what the
+Gram's memory holds in all (the smallest worker limit, this machine's memory, or the smallest
+total memory of the GPUs) is kept, with a warning.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from . import backend
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
-__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "gram_device", "check_gram_memory", "check_host_memory",
+__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "device_total_bytes", "gram_device", "check_gram_memory", "check_host_memory",
            "check_prediction_memory", "check_tile_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
 
@@ -82,14 +84,21 @@ def _process_memory():
     return psutil.Process().memory_info().rss
 
 
-def _warn_above_limit(max_bytes, limits, xp=None):
+def _warn_above_limit(max_bytes, limits, xp=None, device=None, client=None):
     """A warning when ``max_gram_bytes`` is more than a worker (or, without workers, this
-    machine, or with ``xp`` CuPy this process's GPU) can hold: it overrides the memory checks, so
-    the fit would get workers killed."""
-    if xp is not None and backend.is_cupy(xp):
-        import cupy
+    machine) can hold, or, for a Gram on GPUs (``xp`` CuPy, or ``device`` ``"cuda"``), the
+    smallest total memory of the client's workers' GPUs (:func:`device_total_bytes` run on each;
+    of this process's GPU without a client or with ``xp``): it overrides the memory checks, so the
+    fit would get workers killed."""
+    on_gpu = device not in (None, "cpu")
+    if (xp is not None and backend.is_cupy(xp)) or (on_gpu and client is None):
+        cap, what = device_total_bytes(device if on_gpu else "cuda"), "the GPU's memory"
+    elif on_gpu:
+        from .placement import worker_addresses
 
-        cap, what = cupy.cuda.runtime.memGetInfo()[1], "the GPU's memory"
+        totals = client.run(device_total_bytes, device, workers=worker_addresses(client))
+        address = min(totals, key=totals.get)
+        cap, what = totals[address], f"the total GPU memory of worker {address}"
     elif limits:
         address = min(limits, key=limits.get)
         cap, what = limits[address], f"the memory limit of worker {address}"
@@ -111,7 +120,7 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
     (:func:`device_free_bytes` run on each), with no pause line (dask pauses on host memory)."""
     limits = _worker_limits(client)
     if max_bytes is not None:
-        _warn_above_limit(float(max_bytes), limits, xp)
+        _warn_above_limit(float(max_bytes), limits, xp, device, client)
         return Budget(float(max_bytes), "max_gram_bytes")
     if xp is not None and backend.is_cupy(xp):
         return Budget(DEVICE_SHARE * free_bytes(xp), f"{DEVICE_SHARE:.0%} of the GPU's free memory")
@@ -159,6 +168,18 @@ def device_free_bytes(device):
     """:func:`free_bytes` of ``device`` ("cpu": the host; "cuda": this process's GPU) where this
     runs (``client.run`` it on the workers)."""
     return free_bytes(backend.device_namespace(device))
+
+
+def device_total_bytes(device):
+    """Total bytes of the memory of ``device`` ("cpu": the host's; "cuda": this process's GPU's)
+    where this runs (``client.run`` it on the workers)."""
+    if backend.is_cupy(backend.device_namespace(device)):
+        import cupy
+
+        return int(cupy.cuda.runtime.memGetInfo()[1])
+    import psutil
+
+    return int(psutil.virtual_memory().total)
 
 
 def gram_device(device, meta=None):

@@ -585,3 +585,44 @@ def test_a_gpu_fit_on_a_cluster_without_workers_says_so(data, monkeypatch):
         with pytest.raises(NoWorkersError, match=r"no workers \(none arrived within 0.5 s\)"):
             model.fit(*_chunked(U.reshape(300, -1), V))
     assert not hasattr(model, "coef_")
+
+
+def test_a_max_gram_bytes_beyond_the_gpu_of_a_dask_fit_without_a_cluster_warns(data, monkeypatch):
+    """A dask fit on ``device="cuda"`` without a client holds its Gram on this process's GPU: a
+    ``max_gram_bytes`` beyond that GPU's 16 MB is warned about (it was compared with the host's
+    memory)."""
+    U, V = data
+    _gpu_free(monkeypatch, 2_000_000)
+    with pytest.warns(UserWarning, match=r"max_gram_bytes=100,000,000 is more than the GPU's memory \(16,000,000 "):
+        RandomFeatureOperator(n_features=100, gamma=0.05, alpha=1e-3, random_state=0, solver="dual", device="cuda",
+                              max_gram_bytes=1e8).fit(*_chunked(U.reshape(300, -1), V))
+
+
+def _two_gpu_workers():
+    """An in-process LocalCluster of two workers with 4 GB host memory limits and a client on it:
+    in-process, so that the workers see this process's (monkeypatched) GPU memory."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="4GB",
+                           dashboard_address=":0")
+    return cluster, Client(cluster)
+
+
+@pytest.mark.cluster
+def test_a_max_gram_bytes_beyond_the_gpu_workers_warns(data, monkeypatch):
+    """A ``max_gram_bytes`` for Grams on GPU workers (``device="cuda"`` on a cluster) is compared
+    with the total memory of the workers' GPUs, not with their host memory limits: 100 MB is
+    within the 4 GB limits but beyond the 16 MB GPUs (it used to pass silently)."""
+    U, V = data
+    _gpu_free(monkeypatch, 2_000_000)  # 16,000,000 bytes in all
+    cluster, client = _two_gpu_workers()
+    with cluster, client:
+        model = RandomFeatureOperator(n_features=100, gamma=0.05, alpha=1e-3, random_state=0, solver="dual",
+                                      device="cuda", max_gram_bytes=1e8)
+        with pytest.warns(UserWarning, match=r"max_gram_bytes=100,000,000 is more than the total GPU memory of "
+                                             r"worker \S+ \(16,000,000 bytes\)"):
+            model.fit(*_chunked(U.reshape(300, -1), V))
+        with warnings.catch_warnings():  # within the GPUs: silent
+            warnings.simplefilter("error", UserWarning)
+            model.set_params(max_gram_bytes=1e7).fit(*_chunked(U.reshape(300, -1), V))
+
