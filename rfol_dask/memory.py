@@ -8,7 +8,9 @@ footprint is a large share of its limit, and dask pauses a worker at 80 %), else
 machine's available memory. A Gram on GPUs has :data:`DEVICE_SHARE` (60 %) of the GPU's free
 memory instead: an in-memory fit of CuPy arrays this process's GPU, a dask fit or a search on
 GPU workers (``device="cuda"``) the least free GPU memory of the client's workers (of this
-process without a client), whatever their host memory.
+process without a client), whatever their host memory. A ``max_gram_bytes`` beyond what the
+Gram's memory holds in all (the smallest worker limit, this machine's memory, or the smallest
+total memory of the GPUs) is kept, with a warning.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from . import backend
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
-__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "gram_device", "check_gram_memory", "check_host_memory",
+__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "device_total_bytes", "gram_device", "check_gram_memory", "check_host_memory",
            "check_prediction_memory", "check_tile_memory",
            "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
 
@@ -53,19 +55,24 @@ class Budget:
         The budget.
     where : str
         Where it comes from, for messages (``"max_gram_bytes"``, a share of worker memory...).
-    pause_room : float or None
-        From worker limits: the least, over the workers, of what a worker may still take before
-        dask pauses it (``0.8 limit - used``); the peak of a step that briefly holds more than
-        the budget (the streamed dual's reduction) must stay below it. None otherwise, or when the
-        workers do not pause (``distributed.worker.memory.pause: false``).
+    peak_room : float or None
+        What a worker may hold at the brief peak of a step that holds more than the budget (the
+        sum of the workers' Grams): from worker limits, the least over the workers of what a
+        worker may still take before dask pauses it (``0.8 limit - used``; None when the workers
+        do not pause, ``distributed.worker.memory.pause: false``); for Grams on GPUs, the least
+        free GPU memory of a client's workers, in full (dask pauses on host memory only; beyond
+        it the allocation fails). None otherwise (``max_gram_bytes``, no client).
+    peak_line : str
+        What ``peak_room`` is, for messages (after the number of bytes).
     workers : int
         Workers of the client (1 without one).
     """
 
     bytes: float
     where: str
-    pause_room: float | None = None
+    peak_room: float | None = None
     workers: int = 1
+    peak_line: str = "it has before dask pauses it"
 
 
 def _worker_limits(client):
@@ -82,14 +89,21 @@ def _process_memory():
     return psutil.Process().memory_info().rss
 
 
-def _warn_above_limit(max_bytes, limits, xp=None):
+def _warn_above_limit(max_bytes, limits, xp=None, device=None, client=None):
     """A warning when ``max_gram_bytes`` is more than a worker (or, without workers, this
-    machine, or with ``xp`` CuPy this process's GPU) can hold: it overrides the memory checks, so
-    the fit would get workers killed."""
-    if xp is not None and backend.is_cupy(xp):
-        import cupy
+    machine) can hold, or, for a Gram on GPUs (``xp`` CuPy, or ``device`` ``"cuda"``), the
+    smallest total memory of the client's workers' GPUs (:func:`device_total_bytes` run on each;
+    of this process's GPU without a client or with ``xp``): it overrides the memory checks, so the
+    fit would get workers killed."""
+    on_gpu = device not in (None, "cpu")
+    if (xp is not None and backend.is_cupy(xp)) or (on_gpu and client is None):
+        cap, what = device_total_bytes(device if on_gpu else "cuda"), "the GPU's memory"
+    elif on_gpu:
+        from .placement import worker_addresses
 
-        cap, what = cupy.cuda.runtime.memGetInfo()[1], "the GPU's memory"
+        totals = client.run(device_total_bytes, device, workers=worker_addresses(client))
+        address = min(totals, key=totals.get)
+        cap, what = totals[address], f"the total GPU memory of worker {address}"
     elif limits:
         address = min(limits, key=limits.get)
         cap, what = limits[address], f"the memory limit of worker {address}"
@@ -108,10 +122,11 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
     CuPy (an in-memory fit on this process's GPU) :data:`DEVICE_SHARE` of the GPU's free memory;
     with ``device`` ``"cuda"`` (a Gram on the GPUs of the client's workers, or of this process
     without a client) :data:`DEVICE_SHARE` of the least free GPU memory among them
-    (:func:`device_free_bytes` run on each), with no pause line (dask pauses on host memory)."""
+    (:func:`device_free_bytes` run on each), and on a client's workers that least free GPU memory
+    in full as its :attr:`Budget.peak_room` (dask pauses on host memory only)."""
     limits = _worker_limits(client)
     if max_bytes is not None:
-        _warn_above_limit(float(max_bytes), limits, xp)
+        _warn_above_limit(float(max_bytes), limits, xp, device, client)
         return Budget(float(max_bytes), "max_gram_bytes")
     if xp is not None and backend.is_cupy(xp):
         return Budget(DEVICE_SHARE * free_bytes(xp), f"{DEVICE_SHARE:.0%} of the GPU's free memory")
@@ -122,22 +137,24 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
 
         free = client.run(device_free_bytes, device, workers=worker_addresses(client))
         return Budget(DEVICE_SHARE * min(free.values()),
-                      f"{DEVICE_SHARE:.0%} of the least free GPU memory of the {len(free)} worker(s)", workers=len(free))
+                      f"{DEVICE_SHARE:.0%} of the least free GPU memory of the {len(free)} worker(s)",
+                      peak_room=min(free.values()), workers=len(free),
+                      peak_line="bytes of GPU memory free on the least free worker")
     if limits:
         used = client.run(_process_memory)
         to_pause = {a: 0.8 * limit - used.get(a, 0) for a, limit in limits.items()}  # room below the pause line
         tightest = min(to_pause, key=to_pause.get)
-        pause_room = to_pause[tightest]
+        peak_room = to_pause[tightest]
         if not dask.config.get("distributed.worker.memory.pause", 0.8):  # False: workers never pause
-            pause_room = None
-        elif pause_room <= 0:
+            peak_room = None
+        elif peak_room <= 0:
             raise ValueError(f"the workers have no memory to spare: worker {tightest} holds "
                              f"{int(used.get(tightest, 0)):,} bytes of its {int(limits[tightest]):,}-byte limit, and "
                              "dask pauses a worker at 80 % of it; give the workers more memory (memory_limit), or "
                              "fewer, larger workers")
         room = min(min(0.6 * limit, to_pause[a]) for a, limit in limits.items())
         return Budget(room, "60% of the smallest worker memory limit, less what the worker uses beyond 20%",
-                      pause_room=pause_room, workers=len(limits))
+                      peak_room=peak_room, workers=len(limits))
     import psutil
 
     return Budget(0.6 * psutil.virtual_memory().available, "60% of the available memory")
@@ -159,6 +176,18 @@ def device_free_bytes(device):
     """:func:`free_bytes` of ``device`` ("cpu": the host; "cuda": this process's GPU) where this
     runs (``client.run`` it on the workers)."""
     return free_bytes(backend.device_namespace(device))
+
+
+def device_total_bytes(device):
+    """Total bytes of the memory of ``device`` ("cpu": the host's; "cuda": this process's GPU's)
+    where this runs (``client.run`` it on the workers)."""
+    if backend.is_cupy(backend.device_namespace(device)):
+        import cupy
+
+        return int(cupy.cuda.runtime.memGetInfo()[1])
+    import psutil
+
+    return int(psutil.virtual_memory().total)
 
 
 def gram_device(device, meta=None):
@@ -200,13 +229,12 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
                       held=None, device=None):
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
-    has before dask pauses it (:attr:`Budget.pause_room`, when known); returns the bytes one
-    needs. ``solver`` (``"dual"``, ``"primal"``, ``"kernel"``, ``"linear"`` (the linear kernel's primal), ``"recovery"``,
-    ``"search"`` or None) picks
-    the advice; ``xp``
-    the namespace of an in-memory fit (CuPy: the GPU's budget); ``device``: ``"cuda"`` for a
-    Gram on the GPUs of the client's workers (their budget); ``beside``: bytes the worker
-    holds with the Gram (the primal's frequencies), counted against the pause line; ``held``:
+    has at a peak (:attr:`Budget.peak_room`, when known: before dask pauses it, or on GPUs their
+    least free memory); returns the bytes one needs. ``solver`` (``"dual"``, ``"primal"``,
+    ``"kernel"``, ``"linear"`` (the linear kernel's primal), ``"recovery"``, ``"search"`` or None)
+    picks the advice; ``xp`` the namespace of an in-memory fit (CuPy: the GPU's budget);
+    ``device``: ``"cuda"`` for a Gram on the GPUs of the client's workers (their budget);
+    ``beside``: bytes the worker holds with the Gram (the primal's frequencies), counted against the pause line; ``held``:
     ``{what: bytes}`` an in-memory fit holds with the Gram (its features, frequencies...), the
     Gram and those together checked against the budget (the message names each)."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
@@ -219,11 +247,11 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
         with_it = f", and {extra:,} more bytes for {_listing(held)} held with it," if extra else ""
         raise ValueError(f"{_shortfall(size, need, budget, with_it)}; {advice}")
     total = peak_copies * need + int(beside)
-    if total > need and budget.pause_room is not None and total > budget.pause_room:
+    if total > need and budget.peak_room is not None and total > budget.peak_room:
         held = (f"the worker that sums the workers' Grams holds {peak_copies}" if peak_copies > 1 else "a worker holds one")
         raise ValueError(f"the {size} x {size} Gram matrix needs {need:,} bytes, and {held}"
                          + (f" beside {int(beside):,} bytes of frequencies" if beside else "")
-                         + f": {total:,} bytes against the {int(budget.pause_room):,} it has before dask pauses it; "
+                         + f": {total:,} bytes against the {int(budget.peak_room):,} {budget.peak_line}; "
                          f"{_ADVICE[solver]}, or give the workers more memory")
     return need
 
@@ -270,16 +298,16 @@ def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None,
     """ValueError when one Gram tile task of the blocked dual, two row blocks of ``rows`` x
     ``n_features`` features and their ``rows x rows`` tile, with the frequencies (``n_inputs x
     n_features``, which its worker holds), exceeds what a worker has before dask pauses it
-    (:attr:`Budget.pause_room`; not checked without worker limits or with ``max_gram_bytes``);
+    (:attr:`Budget.peak_room`; not checked without worker limits or with ``max_gram_bytes``);
     returns its bytes."""
     itemsize = np.dtype(dtype).itemsize
     freq = (int(n_inputs) + 1) * int(n_features) if n_inputs else 0  # Omega and b
     need = (2 * int(rows) * int(n_features) + int(rows) ** 2 + freq) * itemsize
     budget = memory_budget(max_gram_bytes, client)
-    if budget.pause_room is not None and need > budget.pause_room:
+    if budget.peak_room is not None and need > budget.peak_room:
         what = f", their tile and the {n_inputs} x {n_features} frequencies" if n_inputs else " and their tile"
         raise ValueError(f"a Gram tile of the blocked dual needs {need:,} bytes (two blocks of {rows} rows x "
-                         f"{n_features} features{what}) but a worker has {int(budget.pause_room):,} before dask "
+                         f"{n_features} features{what}) but a worker has {int(budget.peak_room):,} before dask "
                          "pauses it: use fewer features, smaller sample chunks, or more memory per worker")
     return need
 
@@ -315,9 +343,12 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     :data:`MIN_SLAB_COLUMNS` columns. Without ``n_features`` (a kernel fit) only the Gram and
     ``held_bytes`` count. With several workers (limits known) the worker that sums the Grams
     holds a second one while it adds it: ``2 M^2 + held_bytes`` must stay below the pause line
-    (:attr:`Budget.pause_room`). If they do not fit, a RuntimeWarning says so (unless not
-    ``warn``) and the plan is blocked. ``device`` ``"cuda"``: the Gram lives on the workers'
-    GPUs, the budget is theirs (:func:`memory_budget`).
+    (:attr:`Budget.peak_room`); on GPUs, where the Grams are summed on the first worker's GPU,
+    below the least free GPU memory of the workers in full (an in-place sum: a brief peak with no
+    workspace, where :data:`DEVICE_SHARE` leaves room for the steady state's temporaries). If
+    they do not fit, a RuntimeWarning says so (unless not ``warn``) and the plan is blocked.
+    ``device`` ``"cuda"``: the Gram lives on the workers' GPUs, the budget is theirs
+    (:func:`memory_budget`).
     A slab's column costs its ``M`` features and its ``n_inputs + 1`` frequencies (at n = 6250
     inputs and M = 3000 samples the frequencies are twice the features: uncounted, they killed
     the workers of a plan that fitted on paper).
@@ -327,7 +358,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     gram = int(M) ** 2 * itemsize
     column = (int(M) + (int(n_inputs) + 1 if n_inputs else 0)) * itemsize  # features and frequencies
     smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)
-    reduction_fits = budget.pause_room is None or budget.workers < 2 or 2 * gram + held_bytes <= budget.pause_room
+    reduction_fits = budget.peak_room is None or budget.workers < 2 or 2 * gram + held_bytes <= budget.peak_room
     if gram + held_bytes + 2 * smallest <= budget.bytes and reduction_fits:
         room = max(int((budget.bytes - gram - held_bytes) / 2), smallest)
         room = room * int(M) * itemsize // column  # the features' share of it: slab_bytes counts them
@@ -338,7 +369,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
         extra = f", and {held_bytes + 2 * smallest:,} more bytes for the data and the feature slabs held with it,"
     reduction = "" if reduction_fits else (
         f"; and the worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
-        f"bytes against the {int(budget.pause_room):,} it has before dask pauses it")
+        f"bytes against the {int(budget.peak_room):,} {budget.peak_line}")
     reason = f"{_shortfall(M, gram, budget, extra)}{reduction}"
     if warn:
         warnings.warn(f"{reason}: factorising it blocked, across the workers", RuntimeWarning,

@@ -585,3 +585,74 @@ def test_a_gpu_fit_on_a_cluster_without_workers_says_so(data, monkeypatch):
         with pytest.raises(NoWorkersError, match=r"no workers \(none arrived within 0.5 s\)"):
             model.fit(*_chunked(U.reshape(300, -1), V))
     assert not hasattr(model, "coef_")
+
+
+def test_a_max_gram_bytes_beyond_the_gpu_of_a_dask_fit_without_a_cluster_warns(data, monkeypatch):
+    """A dask fit on ``device="cuda"`` without a client holds its Gram on this process's GPU: a
+    ``max_gram_bytes`` beyond that GPU's 16 MB is warned about (it was compared with the host's
+    memory)."""
+    U, V = data
+    _gpu_free(monkeypatch, 2_000_000)
+    with pytest.warns(UserWarning, match=r"max_gram_bytes=100,000,000 is more than the GPU's memory \(16,000,000 "):
+        RandomFeatureOperator(n_features=100, gamma=0.05, alpha=1e-3, random_state=0, solver="dual", device="cuda",
+                              max_gram_bytes=1e8).fit(*_chunked(U.reshape(300, -1), V))
+
+
+def _two_gpu_workers():
+    """An in-process LocalCluster of two workers with 4 GB host memory limits and a client on it:
+    in-process, so that the workers see this process's (monkeypatched) GPU memory."""
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="4GB",
+                           dashboard_address=":0")
+    return cluster, Client(cluster)
+
+
+@pytest.mark.cluster
+def test_a_max_gram_bytes_beyond_the_gpu_workers_warns(data, monkeypatch):
+    """A ``max_gram_bytes`` for Grams on GPU workers (``device="cuda"`` on a cluster) is compared
+    with the total memory of the workers' GPUs, not with their host memory limits: 100 MB is
+    within the 4 GB limits but beyond the 16 MB GPUs (it used to pass silently)."""
+    U, V = data
+    _gpu_free(monkeypatch, 2_000_000)  # 16,000,000 bytes in all
+    cluster, client = _two_gpu_workers()
+    with cluster, client:
+        model = RandomFeatureOperator(n_features=100, gamma=0.05, alpha=1e-3, random_state=0, solver="dual",
+                                      device="cuda", max_gram_bytes=1e8)
+        with pytest.warns(UserWarning, match=r"max_gram_bytes=100,000,000 is more than the total GPU memory of "
+                                             r"worker \S+ \(16,000,000 bytes\)"):
+            model.fit(*_chunked(U.reshape(300, -1), V))
+        with warnings.catch_warnings():  # within the GPUs: silent
+            warnings.simplefilter("error", UserWarning)
+            model.set_params(max_gram_bytes=1e7).fit(*_chunked(U.reshape(300, -1), V))
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("free", [1_400_000, 1_500_000])
+def test_the_gpu_worker_that_sums_the_grams_holds_two(data, monkeypatch, free):
+    """With several GPU workers the first sums their Grams on its GPU (each comes over onto it):
+    it holds two 300 x 300 Grams (720,000 bytes each) and U, V (300 x (4 + 2)) while it adds one,
+    1,454,400 bytes, checked against the least free GPU memory of the workers in full (a brief peak
+    of an in-place sum; 60 % is the steady state's share). With 1.4 MB free the steady state fits
+    (812,480 bytes with two 16-column slabs, within 60 %) but the sum does not: refused before any
+    work (it used to start, the GPU having no pause line to check); with 1.5 MB free it fits."""
+    from rfol_dask.memory import dual_plan
+
+    U, V = data
+    U2, V2 = U.reshape(300, -1)[:, :4], V[:, :2]
+    kw = dict(n_features=16, gamma=0.05, alpha=1e-3, random_state=0, solver="dual", device="cuda")
+    _gpu_free(monkeypatch, free)
+    cluster, client = _two_gpu_workers()
+    with cluster, client:
+        plan = functools.partial(dual_plan, 300, np.float64, client=client, held_bytes=300 * 6 * 8, n_features=16,
+                                 n_inputs=4, device="cuda", warn=False)
+        if free == 1_400_000:
+            with pytest.raises(NotImplementedError, match=r"the worker that sums the 2 workers' Grams holds two: "
+                                                          r"1,454,400 bytes against the 1,400,000 bytes of GPU memory "
+                                                          r"free on the least free worker"):
+                RandomFeatureOperator(**kw).fit(*_chunked(U2, V2))
+            assert plan().blocked
+        else:
+            assert not plan().blocked
+            want = RandomFeatureOperator(**{**kw, "device": "cpu"}).fit(U2, V2)
+            assert rel(RandomFeatureOperator(**kw).fit(*_chunked(U2, V2)).coef_, want.coef_) < RTOL
