@@ -341,9 +341,9 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     and outputs) and up to two feature slabs (the slab and its temporaries) of ``n_features``
     columns in all: the slab is shrunk (from ``SLAB_BYTES``) to what the budget leaves, down to
     :data:`MIN_SLAB_COLUMNS` columns. Without ``n_features`` (a kernel fit) only the Gram and
-    ``held_bytes`` count. With several workers (limits known) the worker that sums the Grams
-    holds a second one while it adds it: ``2 M^2 + held_bytes`` must stay below the pause line
-    (:attr:`Budget.peak_room`); on GPUs, where the Grams are summed on the first worker's GPU,
+    ``held_bytes`` count. With several workers (limits known) a worker that sums two Grams (a
+    pairwise tree) holds the second while it adds it: ``2 M^2 + held_bytes`` must stay below the
+    pause line (:attr:`Budget.peak_room`); on GPUs, where the Grams are added on the workers' GPUs,
     below the least free GPU memory of the workers in full (an in-place sum: a brief peak with no
     workspace, where :data:`DEVICE_SHARE` leaves room for the steady state's temporaries). If
     they do not fit, a RuntimeWarning says so (unless not ``warn``) and the plan is blocked.
@@ -368,7 +368,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     if held_bytes or smallest:
         extra = f", and {held_bytes + 2 * smallest:,} more bytes for the data and the feature slabs held with it,"
     reduction = "" if reduction_fits else (
-        f"; and the worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
+        f"; and a worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
         f"bytes against the {int(budget.peak_room):,} {budget.peak_line}")
     reason = f"{_shortfall(M, gram, budget, extra)}{reduction}"
     if warn:

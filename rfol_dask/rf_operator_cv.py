@@ -427,7 +427,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
             # one group's Grams at a time on the first worker, and one solve at a time (each solve
             # uses every core and a copy of a Gram): each waits for the task before it
             start = [None if last is None else dask.delayed(_after)(None, last)] + [None] * (len(workers) - 1)
-            total = tree_sum(_chains(start, workers, slabs, step), dask.delayed(add_validation))
+            ends, where = _chains(start, workers, slabs, step)
+            total = tree_sum(ends, dask.delayed(add_validation), where)  # ends on the first worker
             row = []
             for k in range(len(sc)):
                 row.append([])
@@ -548,10 +549,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
                     st[3] = [acc]
                     errs.append([_path_errors(acc, *a) for a in args])
                     continue
-                accs = client.persist(_chains(accs, workers, new, functools.partial(dask.delayed(validation_slab),
-                                                                                     **opts)))
+                accs, where = _chains(accs, workers, new, functools.partial(dask.delayed(validation_slab), **opts))
+                accs = client.persist(accs)
                 st[3] = accs + [None] * (len(workers) - len(accs))
-                total = accs[0] if len(accs) == 1 else dask.delayed(sum_validation)(*accs)
+                # kept for the next checkpoint: summed into new ones, pairwise where they are
+                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(sum_validation), where)
                 last = errs[-1][-1] if errs else None
                 row = []
                 for a in args:  # one solve at a time
@@ -597,16 +599,17 @@ def growth_checkpoints(N0, N_max):
 def _chains(accs, workers, slabs, step):
     """Per worker, its accumulator (None: none yet) advanced by ``step(acc, f0=, f1=)`` (delayed)
     over its share of ``slabs`` (consecutive groups, one per worker); the accumulators that
-    exist afterwards."""
+    exist afterwards, and their workers."""
     groups = np.array_split(np.arange(len(slabs)), len(workers))
-    out = []
+    out, where = [], []
     for w, acc, idx in zip(workers, accs, groups):
         with pinned(w):
             for i in idx:
                 acc = step(acc, f0=slabs[i][0], f1=slabs[i][1])
         if acc is not None:
             out.append(acc)
-    return out
+            where.append(w)
+    return out, where
 
 
 def _select(acc, keep):

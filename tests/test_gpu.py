@@ -647,7 +647,7 @@ def test_the_gpu_worker_that_sums_the_grams_holds_two(data, monkeypatch, free):
         plan = functools.partial(dual_plan, 300, np.float64, client=client, held_bytes=300 * 6 * 8, n_features=16,
                                  n_inputs=4, device="cuda", warn=False)
         if free == 1_400_000:
-            with pytest.raises(NotImplementedError, match=r"the worker that sums the 2 workers' Grams holds two: "
+            with pytest.raises(NotImplementedError, match=r"a worker that sums the 2 workers' Grams holds two: "
                                                           r"1,454,400 bytes against the 1,400,000 bytes of GPU memory "
                                                           r"free on the least free worker"):
                 RandomFeatureOperator(**kw).fit(*_chunked(U2, V2))

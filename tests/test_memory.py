@@ -109,7 +109,7 @@ def test_the_worker_that_sums_the_grams_holds_two():
     M, held = 4000, 4000 * 80 * 8
     limit, used = 440 * 2**20, 184 * 2**20
     assert not dual_plan(M, np.float64, client=FakeClient(limit, used=used), held_bytes=held, n_features=6000).blocked
-    with pytest.warns(RuntimeWarning, match=r"the worker that sums the 2 workers' Grams holds two: 258,560,000 bytes"):
+    with pytest.warns(RuntimeWarning, match=r"a worker that sums the 2 workers' Grams holds two: 258,560,000 bytes"):
         plan = dual_plan(M, np.float64, client=FakeClient(limit, limit, used=used), held_bytes=held, n_features=6000)
     assert plan.blocked
     # with room for both (16 GB workers) the streamed dual stays

@@ -284,3 +284,27 @@ def test_merged_row_blocks_stay_within_their_byte_bound():
     assert np.diff(capped).tolist() == [10] * 10
     coarse = da.zeros((100, 3), chunks=(50, 3))  # chunks already coarser than needed: kept, never cut
     assert np.diff(row_blocks(coarse, V, max_blocks=4, row_bytes=MERGED_BLOCK_BYTES // 10)[2]).tolist() == [50, 50]
+
+
+@pytest.mark.cluster
+def test_the_workers_grams_are_summed_by_a_tree_across_the_workers(tmp_path):
+    """Four workers' Grams: each pairwise sum runs on the worker of its left Gram (the first and
+    the third worker, then the first), so no worker holds more than two Grams at once. Every sum
+    placed on the first worker had it fetch three Grams at once, beyond the two the memory plan
+    counts."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    U, V = smooth_operator_data(120, 5)
+    args = (U.shape[1], 400, "cauchy", 1.0, None, 4)
+    ref = fit_numpy(U, V, *draw_frequencies(*args), alpha=1e-6, fit_intercept=True, solver="dual")
+    with dask.config.set({"rfol_dask.slab-bytes": 120 * 8 * 50}), \
+            LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0",
+                         local_directory=str(tmp_path)) as c, Client(c) as client, get_task_stream() as ts:
+        coef, intercept = fit_dask(da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1)),
+                                   frequencies=functools.partial(draw_frequencies, *args), n_features=400,
+                                   dtype=np.float64, alpha=1e-6, fit_intercept=True, solver="dual")
+        workers = sorted(client.scheduler_info()["workers"])
+    np.testing.assert_allclose(coef, ref[0], rtol=1e-9, atol=1e-9 * np.abs(ref[0]).max())
+    sums = sorted(t["worker"] for t in ts.data if key_split(t["key"]) == "iadd")
+    assert len({t["worker"] for t in ts.data if key_split(t["key"]) == "gram-slab"}) == 4
+    assert sums == sorted([workers[0], workers[0], workers[2]])

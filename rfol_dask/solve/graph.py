@@ -14,6 +14,7 @@ from ..gram import check_finite
 from ..factor import used_ridge
 from ..linalg import first_ridge, warn_ridge
 from ..memory import n_slots
+from ..placement import pinned
 from ..progress import compute
 
 __all__ = ["TaskNames", "InputCentre", "row_blocks", "column_blocks", "tree_sum", "iadd", "chained_sum", "block_vsum",
@@ -109,12 +110,24 @@ def column_blocks(m, block):
     return [(s, min(s + block, m)) for s in range(0, m, block)]
 
 
-def tree_sum(parts, combine):
-    """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``."""
+def tree_sum(parts, combine, workers=None):
+    """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``.
+
+    ``workers``: the worker each part is made on (:func:`~rfol_dask.placement.pinned`); each
+    ``combine`` then runs where its left part is, so a worker holds two parts at a time (its own
+    and the one that comes over) and the total ends on ``workers[0]``. Every sum pinned to one
+    worker would have it fetch the parts of all its ready sums at once: up to all of them."""
     parts = list(parts)
+    places = list(workers) if workers is not None else [None] * len(parts)
     while len(parts) > 1:
-        parts = [combine(parts[k], parts[k + 1]) if k + 1 < len(parts) else parts[k]
-                 for k in range(0, len(parts), 2)]
+        summed = []
+        for k in range(0, len(parts), 2):
+            if k + 1 < len(parts):
+                with pinned(places[k]):
+                    summed.append(combine(parts[k], parts[k + 1]))
+            else:
+                summed.append(parts[k])
+        parts, places = summed, places[::2]
     return parts[0]
 
 

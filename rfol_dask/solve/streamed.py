@@ -523,8 +523,9 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
                     K = dask.delayed(gram_slab)(K, *args, f0, f1, fit_intercept, token, d,
                                                 dask_key_name=names("gram-slab", f0))
         grams.append(K)
+    K = tree_sum(grams, dask.delayed(iadd), workers)  # ends on workers[0]
     with pinned(workers[0]):
-        K = dask.delayed(_symmetric)(tree_sum(grams, dask.delayed(iadd)))
+        K = dask.delayed(_symmetric)(K)
         Vslab = dask.delayed(_like)(dask.delayed(_stack_outputs)(starts, dtype, device, m, *Vb,
                                                                  dask_key_name=names("stack-outputs")), K)
         fac = dask.delayed(dual_factor)(K, dask.delayed(_colsum)(Vslab), alpha, fit_intercept, warn=False,
