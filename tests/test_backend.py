@@ -694,3 +694,16 @@ def test_a_dask_operand_beside_an_array_api_one(data):
     for Uin, Vin in ((da.from_array(U, chunks=20), xs.asarray(V)), (xs.asarray(U), da.from_array(V, chunks=20))):
         got = RandomFeatureOperator(**kw).fit(Uin, Vin).predict(U[:5])
         assert rel(backend.to_numpy(got), want) < TOL
+
+
+def test_the_rows_mode_counts_the_second_gram_of_a_worker_that_sums_them(monkeypatch):
+    """With several workers, one that sums two Grams holds the second beside its kept features:
+    a device with room for one Gram and the features, not two, takes the slabs mode."""
+    from rfol_dask.solve import streamed
+
+    M, N, m, n, workers = 3000, 20000, 64, 100, 2
+    alone = streamed.rows_need(M, N // workers, m, n, 8)
+    monkeypatch.setattr(streamed, "device_free_bytes", lambda device: alone + 1)
+    assert streamed.rows_need(M, N // workers, m, n, 8, workers) >= alone + 8 * M * M
+    assert streamed.feature_mode(None, "cuda", M, N // workers, m, n, 8, 1) == "rows"  # as many features, one Gram
+    assert streamed.feature_mode(None, "cuda", M, N, m, n, 8, workers) == "slabs"

@@ -31,7 +31,8 @@ Rows mode (the default on a device whose every worker has room for its features,
 as they are read, writes their features of its columns into the ``A`` it keeps (M x its
 columns) and adds the Gram strip of the block (:func:`gram_rows`), so the Gram is done shortly
 after the last block is read; ``C = A^T Beta`` then reads the kept ``A`` (:func:`coef_rows`).
-Memory per worker ``itemsize (M^2 + M w)`` for ``w`` columns (:func:`rows_need`); flops those
+Memory per worker ``itemsize (M^2 + M w)`` for ``w`` columns, and a second ``M^2`` on a worker
+that sums two workers' Grams (:func:`rows_need`); flops those
 of the slabs mode less the second pass's features.
 """
 
@@ -433,11 +434,13 @@ def coef_rows(acc, f0, f1, centre, Beta, out=None, after=None):
 FEATURE_MODES = ("auto", "rows", "slabs")
 
 
-def rows_need(M, width, m, n_inputs, itemsize):
-    """Bytes a worker's device holds in the rows mode: its features and Gram, ``V`` and ``Beta``
-    (on the factorising worker), the group's frequencies, a row block's temporaries (a quarter
-    of the rest) and 1 GiB for the libraries."""
-    held = itemsize * (M * width + M * M + 2 * M * m + (n_inputs + 1) * width)
+def rows_need(M, width, m, n_inputs, itemsize, n_workers=1):
+    """Bytes a worker's device holds in the rows mode: its features and Gram (two on a worker that
+    sums them, with several workers: the one that comes over, beside its kept features), ``V``
+    and ``Beta`` (on the factorising worker), the group's frequencies, a row block's temporaries
+    (a quarter of the rest) and 1 GiB for the libraries."""
+    grams = 2 if n_workers > 1 else 1
+    held = itemsize * (M * width + grams * M * M + 2 * M * m + (n_inputs + 1) * width)
     return int(1.25 * held) + 2**30
 
 
@@ -452,7 +455,7 @@ def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
         return mode
     if draw_on is None:
         return "slabs"
-    need = rows_need(M, -(-N // max(1, n_workers)), m, n_inputs, itemsize)
+    need = rows_need(M, -(-N // max(1, n_workers)), m, n_inputs, itemsize, n_workers)
     free = client.run(device_free_bytes, draw_on).values() if client is not None else [device_free_bytes(draw_on)]
     return "rows" if min(free) > need else "slabs"
 
