@@ -509,8 +509,7 @@ def main(argv=None):
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    from .cluster import ClusterStartError
-    from .progress import NoWorkersError, WorkersKilledError
+    from .exceptions import ClusterStartError, NoWorkersError, WorkersKilledError
 
     try:
         with _log_to_stderr(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO):

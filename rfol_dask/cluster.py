@@ -40,6 +40,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
+from .exceptions import ClusterStartError, ClusterWarning
 from .linalg import host_cores
 from .progress import active_client
 from .stacklevel import user_stacklevel
@@ -479,7 +480,7 @@ def _check_threads(config):
         f"the {config['kind']} cluster configuration oversubscribes each node {total / t['cores']:.3g}x: "
         f"{t['processes']} worker processes x {t['threads']} task threads x {t['blas']} BLAS threads = {total} "
         f"threads on {t['cores']:g} cores; {fix} so that processes x threads x blas_threads <= cores",
-        UserWarning, stacklevel=user_stacklevel())
+        ClusterWarning, stacklevel=user_stacklevel())
 
 
 def _kubernetes_spec(config):
@@ -655,7 +656,7 @@ def _close_cluster(cluster, timeout=None):
                     f"-n {cluster.namespace}")
         else:
             jobs = "; its workers may still be running"
-        warnings.warn(f"the cluster did not close in {timeout:g} s and is left as it is{jobs}", RuntimeWarning,
+        warnings.warn(f"the cluster did not close in {timeout:g} s and is left as it is{jobs}", ClusterWarning,
                       stacklevel=user_stacklevel())
 
 
@@ -670,11 +671,6 @@ def dashboard_link(client):
 #: seconds within which a SLURM/PBS job must have been accepted by the batch system (submission
 #: itself is quick; the time a job then waits in the queue is not limited)
 SUBMIT_TIMEOUT = 60.0
-
-
-class ClusterStartError(RuntimeError):
-    """A cluster that could not be started (its jobs cannot be submitted, no Kubernetes cluster
-    can be reached, no MPI scheduler appeared); the CLI prints it as one line."""
 
 
 def _submit_command(cluster):
@@ -725,7 +721,7 @@ def _end_failed_start(client, cluster, kind, quiet=False):
     if waiting and not quiet:
         warnings.warn(f"stopped {len(waiting)} {kind.upper()} submissions that had not answered; a job named "
                       f"{cluster.job_name} may have been queued all the same: {_queued_jobs_hint(cluster, kind)}",
-                      RuntimeWarning, stacklevel=user_stacklevel())
+                      ClusterWarning, stacklevel=user_stacklevel())
     if waiting:
         _wait_for_submissions(cluster)
     _mark_unsubmitted_failed(cluster)

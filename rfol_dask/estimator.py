@@ -26,6 +26,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import backend, io, persistence
 from . import recovery as rec
+from .exceptions import ComplexDataError
 from .gram import check_finite
 from .memory import check_prediction_memory
 from .metrics import r2_score
@@ -137,11 +138,6 @@ def _num_samples(X):
         except TypeError:
             return None
     return shape[0] if len(shape) else None
-
-
-class ComplexDataError(TypeError, ValueError):
-    """Complex input: a TypeError (as the dask path raises for any dtype that is not real) and
-    the ValueError scikit-learn's estimator checks expect."""
 
 
 def _refuse_complex(X, name):

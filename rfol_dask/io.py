@@ -26,6 +26,7 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
+from .exceptions import DataWarning
 from .recovery.grids import as_grid, as_periods, same_grid
 from .stacklevel import user_stacklevel
 
@@ -259,7 +260,7 @@ def align_samples(X, y):
             warnings.warn(f"{labelled[0]}'s 'sample' labels are not in increasing order but {other} carries no "
                           f"sample labels, so they are paired by position; if {other} is not in {labelled[0]}'s "
                           f"order, give it the same labels (a DataArray) or sort {labelled[0]} "
-                          f"({labelled[0]}.sortby('sample'))", UserWarning, stacklevel=user_stacklevel())
+                          f"({labelled[0]}.sortby('sample'))", DataWarning, stacklevel=user_stacklevel())
     if not (isinstance(X, xr.DataArray) and isinstance(y, xr.DataArray)) or \
             "sample" not in X.coords or "sample" not in y.coords or "sample" not in X.indexes:
         return y

@@ -20,6 +20,7 @@ import dask
 import numpy as np
 from scipy.linalg import blas, lapack
 
+from .exceptions import RidgeRaised
 from .stacklevel import user_stacklevel
 
 __all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "host_cores", "factor_threads", "jitter_ridges", "first_ridge", "RidgeRaised", "warn_ridge", "recorded_ridges", "ridge_name",
@@ -163,15 +164,6 @@ def jitter_ridges(alpha, mean_diag, dtype):
     ``max(alpha, eps(dtype) * mean_diag)``, ``mean_diag`` the mean absolute diagonal."""
     floor = np.finfo(dtype).eps * max(mean_diag, np.finfo(dtype).tiny)
     return [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
-
-
-class RidgeRaised(RuntimeWarning):
-    """The RuntimeWarning of :func:`warn_ridge`; ``alpha`` is the ridge asked for, ``ridge`` the
-    one used (a search records it instead of warning: :class:`rfol_dask.selection.SelectionCV`)."""
-
-    def __init__(self, message, alpha=None, ridge=None):
-        super().__init__(message)
-        self.alpha, self.ridge = alpha, ridge
 
 
 #: this context's raised-ridge reporting: (the name messages give the ridge, the list that

@@ -24,6 +24,7 @@ import dask
 import numpy as np
 
 from . import backend
+from .exceptions import MemoryPlanWarning
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
@@ -114,7 +115,7 @@ def _warn_above_limit(max_bytes, limits, xp=None, device=None, client=None):
     if max_bytes > cap:
         warnings.warn(f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
                       "overrides the memory checks, so a Gram of that size gets the process killed, not "
-                      "refused", UserWarning, stacklevel=user_stacklevel())
+                      "refused", MemoryPlanWarning, stacklevel=user_stacklevel())
 
 
 def memory_budget(max_bytes=None, client=None, xp=None, device=None):
@@ -346,7 +347,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     pause line (:attr:`Budget.peak_room`); on GPUs, where the Grams are added on the workers' GPUs,
     below the least free GPU memory of the workers in full (an in-place sum: a brief peak with no
     workspace, where :data:`DEVICE_SHARE` leaves room for the steady state's temporaries). If
-    they do not fit, a RuntimeWarning says so (unless not ``warn``) and the plan is blocked.
+    they do not fit, a :class:`~rfol_dask.exceptions.MemoryPlanWarning` says so (unless not ``warn``) and the plan is blocked.
     ``device`` ``"cuda"``: the Gram lives on the workers' GPUs, the budget is theirs
     (:func:`memory_budget`).
     A slab's column costs its ``M`` features and its ``n_inputs + 1`` frequencies (at n = 6250
@@ -372,7 +373,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
         f"bytes against the {int(budget.peak_room):,} {budget.peak_line}")
     reason = f"{_shortfall(M, gram, budget, extra)}{reduction}"
     if warn:
-        warnings.warn(f"{reason}: factorising it blocked, across the workers", RuntimeWarning,
+        warnings.warn(f"{reason}: factorising it blocked, across the workers", MemoryPlanWarning,
                       stacklevel=user_stacklevel())
     return DualPlan(blocked=True, slab_bytes=0, reason=reason)
 

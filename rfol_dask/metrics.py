@@ -20,10 +20,10 @@ import dask
 import dask.array as da
 import numpy as np
 import xarray as xr
-from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import make_scorer
 
 from .backend import is_array_api, namespace, to_numpy
+from .exceptions import UndefinedMetricWarning
 from .io import align_by_label
 from .stacklevel import user_stacklevel
 

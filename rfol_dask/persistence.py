@@ -27,6 +27,7 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
+from .exceptions import ModelFileWarning
 from .io import (MODEL_KEY, check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs,
                  lock_file, lock_held, owned_tag, process_alive, tag_owner, wait_zarr_io)
 from .stacklevel import user_stacklevel
@@ -303,7 +304,7 @@ def _read_model(path):
             raise FileNotFoundError(f"no model at {path}")
         warnings.warn(f"no model at {path}: a save to it was interrupted; loading the newest complete model "
                       f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
-                      stacklevel=user_stacklevel())
+                      ModelFileWarning, stacklevel=user_stacklevel())
         path = found
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind != "model":
@@ -336,7 +337,8 @@ def _read_model(path):
             raise damaged(f"array {key!r}", "cannot be read", exc) from exc
     if fmt == 0:
         warnings.warn(f"the model at {path} was saved before model format 1 and has no checksums, so its "
-                      "arrays cannot be verified; save it again to add them", stacklevel=user_stacklevel())
+                      "arrays cannot be verified; save it again to add them", ModelFileWarning,
+                      stacklevel=user_stacklevel())
     sums = attrs.get("rfol_dask_checksums", {})
     if fmt >= 1:
         unsummed = sorted(set(arrays) - set(sums)) if isinstance(sums, dict) else ["(all)"]
@@ -493,7 +495,7 @@ def restore_estimator(cls, arrays, attrs, path=None):
             backend.device_namespace(model.device)
         except (ImportError, RuntimeError) as exc:
             warnings.warn(f"the model at {path} was fitted with device={model.device!r}, which is not available "
-                          f"here ({exc}); it predicts on the CPU (device='cpu')", UserWarning, stacklevel=user_stacklevel())
+                          f"here ({exc}); it predicts on the CPU (device='cpu')", ModelFileWarning, stacklevel=user_stacklevel())
             model.device = "cpu"
     for name in model._fitted_arrays:
         setattr(model, name, arrays.get(name))

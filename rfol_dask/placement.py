@@ -10,7 +10,8 @@ import warnings
 import dask
 
 from .linalg import factor_threads
-from .progress import NoWorkersError, active_client, scheduler_workers
+from .exceptions import NoWorkersError
+from .progress import active_client, scheduler_workers
 
 __all__ = ["EMBED_BYTES", "WORKER_WAIT_S", "broadcast", "pinned", "on_one_worker", "worker_addresses", "current_worker", "worker_threads"]
 

@@ -15,17 +15,9 @@ import time
 
 import dask
 
+from .exceptions import NoWorkersError, WorkersKilledError
+
 __all__ = ["active_client", "scheduler_workers", "compute", "WorkersKilledError", "NoWorkersError"]
-
-
-class WorkersKilledError(RuntimeError):
-    """A task killed the workers it ran on (dask's KilledWorker), usually by running out of
-    memory: the message names the task and the workers' memory limits."""
-
-
-class NoWorkersError(RuntimeError):
-    """The client's cluster has no workers to place a fit's tasks on (none arrived in the wait
-    of :func:`rfol_dask.placement.worker_addresses`)."""
 
 
 logger = logging.getLogger("rfol_dask")

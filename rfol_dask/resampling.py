@@ -17,6 +17,7 @@ import xarray as xr
 
 from . import backend, io
 from . import recovery as rec
+from .exceptions import DataWarning
 from .stacklevel import user_stacklevel
 
 __all__ = ["ResamplingMixin"]
@@ -78,7 +79,7 @@ class ResamplingMixin:
                 warnings.warn(f"recovery 'spectral' reads the {which} axes {', '.join(guessed)} as periodic, "
                               "but the model knows no period for them; for data that are not periodic there use "
                               "recovery='cubic', for periodic data give the period (fit(..., periods={dim: P}) "
-                              "or a 'period' attribute on the coordinate)", UserWarning, stacklevel=user_stacklevel())
+                              "or a 'period' attribute on the coordinate)", DataWarning, stacklevel=user_stacklevel())
         return R
 
     def _output_on_grid(self, Y, u, output_grid):

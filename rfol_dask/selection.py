@@ -46,6 +46,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import backend
 from .estimator import OperatorEstimator, all_or_nothing
+from .exceptions import DataWarning, SelectionWarning
 from .gram import stack_rows
 from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, gram_device, memory_budget
@@ -316,7 +317,7 @@ class SelectionCV(OperatorEstimator):
             warnings.warn(f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only identically zero "
                           "validation outputs, on which the relative L2 error (the score) is undefined: they are left "
                           "out of the search (n_splits_, split<k>_test_score count the others); shuffle the folds "
-                          "(KFold(5, shuffle=True, random_state=0)) to score every one", UserWarning, stacklevel=user_stacklevel())
+                          "(KFold(5, shuffle=True, random_state=0)) to score every one", DataWarning, stacklevel=user_stacklevel())
         return [split for k, split in enumerate(splits) if k not in dropped]
 
     def _data(self, U, V, lazy):
@@ -469,7 +470,7 @@ class SelectionCV(OperatorEstimator):
             warnings.warn(f"the best {name}, {best[name]:g}, is the smallest searched one above the rounding floor of "
                           f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the {len(below)} smaller "
                           f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, amplified by "
-                          f"1 / {name}, can dominate the validation predictions", UserWarning,
+                          f"1 / {name}, can dominate the validation predictions", SelectionWarning,
                           stacklevel=user_stacklevel())
 
     def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):

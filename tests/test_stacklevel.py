@@ -5,17 +5,23 @@ as its ``filename``: a fixed ``stacklevel`` pointed some at ``rfol_dask/backend.
 ``memory.py`` or ``metrics.py`` instead.
 """
 
+import ast
 import concurrent.futures
+import pathlib
 import re
 import warnings
 
 import dask.array as da
 import numpy as np
 import psutil
+import pytest
+import sklearn.exceptions
 import xarray as xr
 
-from rfol_dask import RandomFeatureOperator, memory
+import rfol_dask
+from rfol_dask import RandomFeatureOperator, exceptions, memory
 from rfol_dask.baselines import KernelOperator
+from rfol_dask.exceptions import RfolDaskWarning
 from rfol_dask.stacklevel import user_stacklevel
 
 
@@ -31,6 +37,7 @@ def _recorded(call, match):
 
 def _assert_here(found):
     assert [w.filename for w in found] == [__file__] * len(found), [(w.filename, w.lineno) for w in found]
+    assert all(issubclass(w.category, RfolDaskWarning) for w in found), [w.category for w in found]
 
 
 def _data(M=60, n=8, seed=0):
@@ -110,3 +117,56 @@ def test_ridge_warning_points_at_the_callers_line():
     found = _recorded(lambda: RandomFeatureOperator(n_features=600, alpha=1e-30, random_state=0,
                                                     max_gram_bytes=1000).fit(Xd, Yd), "used ridge")
     _assert_here(found)  # the blocked factorisation's retries run on this thread
+
+
+def _warn_calls():
+    """``(file, line, category node or None, first argument node)`` of each ``warnings.warn``
+    call in the package's source."""
+    root = pathlib.Path(rfol_dask.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warn"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "warnings"):
+                category = node.args[1] if len(node.args) > 1 else next(
+                    (k.value for k in node.keywords if k.arg == "category"), None)
+                yield path.relative_to(root), node.lineno, category, node.args[0]
+
+
+def test_every_warning_of_the_package_is_an_rfol_dask_warning():
+    """Each ``warnings.warn`` names a category of ``rfol_dask.exceptions`` that is an
+    RfolDaskWarning, or warns an instance of the one that is made elsewhere (RidgeRaised), so that
+    a filter by category reaches every warning (a filter by module cannot: they point at the
+    user's line)."""
+    calls = list(_warn_calls())
+    assert len(calls) > 10
+    wrong = []
+    for path, line, category, first in calls:
+        if category is None:  # warnings.warn(instance): the instance is a RidgeRaised
+            ok = isinstance(first, ast.Name) and first.id in ("raised", "w")
+        else:
+            cls = getattr(exceptions, category.id, None) if isinstance(category, ast.Name) else None
+            ok = isinstance(cls, type) and issubclass(cls, RfolDaskWarning)
+        if not ok:
+            wrong.append(f"{path}:{line}")
+    assert not wrong, wrong
+    assert issubclass(exceptions.RidgeRaised, RfolDaskWarning)
+
+
+def test_a_filter_by_category_reaches_the_package_s_warnings():
+    """The categories keep the standard ones they were (RuntimeWarning, UserWarning), and a
+    filter on RfolDaskWarning, or on one kind, acts on them."""
+    X, Y = _data()
+    fit = lambda: RandomFeatureOperator(n_features=100, random_state=0, max_gram_bytes=1000).fit(  # noqa: E731
+        da.from_array(X, chunks=20), da.from_array(Y, chunks=20))
+    assert issubclass(exceptions.MemoryPlanWarning, RuntimeWarning)
+    assert issubclass(exceptions.UndefinedMetricWarning, sklearn.exceptions.UndefinedMetricWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", category=exceptions.MemoryPlanWarning)
+        with pytest.raises(exceptions.MemoryPlanWarning, match="factorising it blocked"):
+            fit()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=RfolDaskWarning)
+        fit()
+    assert not [w for w in caught if issubclass(w.category, RfolDaskWarning)]

@@ -11,6 +11,7 @@ import numpy as np
 from ..backend import is_array_api, to_numpy
 from ..features import CENTRE_ROWS, input_centre
 from ..gram import check_finite
+from ..exceptions import BlockedFactorError
 from ..factor import used_ridge
 from ..linalg import first_ridge, warn_ridge
 from ..memory import n_slots
@@ -195,10 +196,6 @@ class Columns:
         if self.intercept is None:
             self.intercept = np.empty(self.m, dtype=c.dtype)
         self.intercept[slice(*self.cols[k])] = c
-
-
-class BlockedFactorError(ValueError):
-    """The blocked Cholesky factorisation of a fit graph failed (:func:`compute_fit`)."""
 
 
 def compute_fit(*collections, progress, client, desc, alpha, consume=None, centre=None, factor=None):
