@@ -55,7 +55,7 @@ from .metrics import relative_l2_errors
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
            "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
-           "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "EigenPath", "cholesky_errors", "window_errors",
+           "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "eigh_above", "EigenPath", "cholesky_errors", "window_errors",
            "path_errors", "floored_path_errors", "rounding_floor",
            "eigh_pays", "relative_errors", "nonzero_rows", "scored_rows"]
 
@@ -408,6 +408,23 @@ def _mean_error(V_valid, pred, keep):
     return float(np.mean(relative_errors(V_valid, pred)[keep]))
 
 
+def eigh_above(G, floor=None):
+    """Eigenvalues (k,), ascending, and eigenvectors (M, k) of the symmetric ``G`` (M, M): LAPACK
+    ``syevr`` in place on numpy (``G`` is overwritten), the namespace's ``eigh`` on the others.
+    With ``floor`` the eigenvalues at most ``floor`` are left out with their directions (the
+    linear kernel's directions of rounding, :func:`rfol_dask.baselines.kernel.linear_dual`); else
+    ``k = M``. Memory: ``G`` and the eigenvectors."""
+    xp = backend.namespace(G)
+    if backend.is_fast(xp):
+        lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
+    else:
+        lam, Q = xp.linalg.eigh(G)
+    if floor is None:
+        return lam, Q
+    k0 = int(np.count_nonzero(backend.to_numpy(lam) <= floor))  # eigh's eigenvalues are ascending
+    return lam[k0:], Q[:, k0:]
+
+
 class EigenPath:
     """Validation predictions of the dual ridge problem for every ``alpha`` from one
     eigendecomposition.
@@ -441,10 +458,7 @@ class EigenPath:
         xp = backend.namespace(G, K, V)
         M = G.shape[0]
         with blas_limits(_threads(factor_threads(), 9.0 * M ** 3 + 2.0 * K.shape[0] * M ** 2)):
-            if backend.is_fast(xp):
-                lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
-            else:
-                lam, Q = xp.linalg.eigh(G)
+            lam, Q = eigh_above(G)
             self.vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
             self.lam_min = float(xp.min(lam)) if M else 0.0
             self.lam = xp.maximum(lam, xp.zeros_like(lam))
