@@ -511,6 +511,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         U = io.match_grid_labels(U, getattr(self, "input_coords_", None), getattr(self, "input_grid_", None))
         u = io.as_operand(U, "X", sort=self._knows_grid("input"), model_dims=getattr(self, "input_dims_", None),
                           model_shape=self.input_shape_)
+        if not isinstance(u.data, da.Array) and not backend.is_array_api(u.data):  # numpy: the whole prediction here
+            new_grid = self._new_output_grid(output_grid)  # before anything is resampled or allocated: a clear error
+            self._check_prediction_memory(u.data, new_grid)  # from the shapes, before the inputs are resampled
         u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
             X = u.data
@@ -546,9 +549,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             _refuse_complex(raw, "X")
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
             check_finite(np.asarray(X), 0, "X", "predicting")
-            new_grid = self._new_output_grid(output_grid)  # before the output is allocated: a clear error
-            check_prediction_memory(X.shape[0], self.intercept_.shape[0], backend.to_numpy_dtype(self.intercept_.dtype),
-                                    None if new_grid is None else int(np.prod([len(a) for a in new_grid])))
             block, args = self._predict_kernel()
             xp = backend.device_namespace(self._device())
             Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))  # numpy in, numpy out
@@ -562,6 +562,17 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             Y = xp.reshape(Y, (Y.shape[0], *shape))
             return self._output_on_grid(Y, u, None) if u.kind == "xarray" else Y
         return self._output_on_grid(Y, u, output_grid)
+
+    def _check_prediction_memory(self, X, new_grid):
+        """:func:`rfol_dask.memory.check_prediction_memory` of a numpy prediction of the samples of
+        ``X`` (M, ...; as given, on any input grid: only its sample count is read) on ``new_grid``
+        (None: the training output grid)."""
+        M = _num_samples(X)
+        if M is None:  # an object that numpy converts (``__array__``), or one the validation refuses
+            M = (np.shape(X) or (None,))[0]
+        if M is not None:
+            check_prediction_memory(M, self.intercept_.shape[0], backend.to_numpy_dtype(self.intercept_.dtype),
+                                    None if new_grid is None else int(np.prod([len(a) for a in new_grid])))
 
     def score(self, X: Data, y: Functions | None = None, sample_weight: None = None) -> float:
         """Return the coefficient of determination R^2 of ``predict(X)`` against ``y``.
