@@ -511,8 +511,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         U = io.match_grid_labels(U, getattr(self, "input_coords_", None), getattr(self, "input_grid_", None))
         u = io.as_operand(U, "X", sort=self._knows_grid("input"), model_dims=getattr(self, "input_dims_", None),
                           model_shape=self.input_shape_)
+        new_grid = self._new_output_grid(output_grid)  # once, before anything is resampled or allocated: a clear error
         if not isinstance(u.data, da.Array) and not backend.is_array_api(u.data):  # numpy: the whole prediction here
-            new_grid = self._new_output_grid(output_grid)  # before anything is resampled or allocated: a clear error
             self._check_prediction_memory(u.data, new_grid)  # from the shapes, before the inputs are resampled
         u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
@@ -555,13 +555,13 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if backend.is_array_api(Y):  # a DataArray of CuPy values gives one: its kind, not its values, is xarray
             xp, shape = backend.namespace(Y), self.output_shape_
             if output_grid is not None:  # the recovery maps are numpy: resampled on the host, moved back
-                out = self._output_on_grid(backend.to_numpy(Y), u, output_grid)
+                out = self._output_on_grid(backend.to_numpy(Y), u, output_grid, new_grid)
                 if isinstance(out, xr.DataArray):
                     return out.copy(data=backend.to_namespace(out.data, xp))
                 return backend.to_namespace(out, xp)
             Y = xp.reshape(Y, (Y.shape[0], *shape))
-            return self._output_on_grid(Y, u, None) if u.kind == "xarray" else Y
-        return self._output_on_grid(Y, u, output_grid)
+            return self._output_on_grid(Y, u, None, None) if u.kind == "xarray" else Y
+        return self._output_on_grid(Y, u, output_grid, new_grid)
 
     def _check_prediction_memory(self, X, new_grid):
         """:func:`rfol_dask.memory.check_prediction_memory` of a numpy prediction of the samples of
