@@ -486,7 +486,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Extra memory: the features (or kernel row) of one row block of about 128 MiB, and
         the resampled inputs and outputs of one block. numpy ``X`` gives its whole prediction
         (M x m, and M x m_out in float64 on an ``output_grid``) in memory, checked against this
-        process's available memory first (:func:`rfol_dask.memory.check_prediction_memory`).
+        process's available memory first, before its inputs are resampled from an ``input_grid``
+        (:func:`rfol_dask.memory.check_prediction_memory`).
 
         Dask input gives a lazy result. On a distributed client a model of 8 MiB or more
         (:data:`rfol_dask.placement.EMBED_BYTES`) is shipped to the cluster once and held by
