@@ -569,9 +569,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         ``X`` (M, ...; as given, on any input grid: only its sample count is read) on ``new_grid``
         (None: the training output grid)."""
         M = _num_samples(X)
-        if M is None:  # an object that numpy converts (``__array__``), or one the validation refuses
-            M = (np.shape(X) or (None,))[0]
-        if M is not None:
+        if M is None and hasattr(X, "__array__"):  # converted by numpy, as scikit-learn's validation does
+            M = _num_samples(np.asarray(X))
+        if M is not None:  # else the validation refuses X
             check_prediction_memory(M, self.intercept_.shape[0], backend.to_numpy_dtype(self.intercept_.dtype),
                                     None if new_grid is None else int(np.prod([len(a) for a in new_grid])))
 
