@@ -482,7 +482,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Extra memory: the features (or kernel row) of one row block of about 128 MiB, and
         the resampled inputs and outputs of one block. numpy ``X`` gives its whole prediction
         (M x m, and M x m_out in float64 on an ``output_grid``) in memory, checked against this
-        process's available memory first (:func:`rfol_dask.memory.check_prediction_memory`).
+        process's available memory first, before its inputs are resampled from an ``input_grid``
+        (:func:`rfol_dask.memory.check_prediction_memory`).
 
         Dask input gives a lazy result. On a distributed client a model of 8 MiB or more
         (:data:`rfol_dask.placement.EMBED_BYTES`) is shipped to the cluster once and held by
@@ -507,6 +508,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         U = io.match_grid_labels(U, getattr(self, "input_coords_", None), getattr(self, "input_grid_", None))
         u = io.as_operand(U, "X", sort=self._knows_grid("input"), model_dims=getattr(self, "input_dims_", None),
                           model_shape=self.input_shape_)
+        new_grid = self._new_output_grid(output_grid)  # once, before anything is resampled or allocated: a clear error
+        if not isinstance(u.data, da.Array) and not backend.is_array_api(u.data):  # numpy: the whole prediction here
+            self._check_prediction_memory(u.data, new_grid)  # from the shapes, before the inputs are resampled
         u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
             X = u.data
@@ -542,22 +546,30 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             _refuse_complex(raw, "X")
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
             check_finite(np.asarray(X), 0, "X", "predicting")
-            new_grid = self._new_output_grid(output_grid)  # before the output is allocated: a clear error
-            check_prediction_memory(X.shape[0], self.intercept_.shape[0], backend.to_numpy_dtype(self.intercept_.dtype),
-                                    None if new_grid is None else int(np.prod([len(a) for a in new_grid])))
             block, args = self._predict_kernel()
             xp = backend.device_namespace(self._device())
             Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))  # numpy in, numpy out
         if backend.is_array_api(Y):  # a DataArray of CuPy values gives one: its kind, not its values, is xarray
             xp, shape = backend.namespace(Y), self.output_shape_
             if output_grid is not None:  # the recovery maps are numpy: resampled on the host, moved back
-                out = self._output_on_grid(backend.to_numpy(Y), u, output_grid)
+                out = self._output_on_grid(backend.to_numpy(Y), u, output_grid, new_grid)
                 if isinstance(out, xr.DataArray):
                     return out.copy(data=backend.to_namespace(out.data, xp))
                 return backend.to_namespace(out, xp)
             Y = xp.reshape(Y, (Y.shape[0], *shape))
-            return self._output_on_grid(Y, u, None) if u.kind == "xarray" else Y
-        return self._output_on_grid(Y, u, output_grid)
+            return self._output_on_grid(Y, u, None, None) if u.kind == "xarray" else Y
+        return self._output_on_grid(Y, u, output_grid, new_grid)
+
+    def _check_prediction_memory(self, X, new_grid):
+        """:func:`rfol_dask.memory.check_prediction_memory` of a numpy prediction of the samples of
+        ``X`` (M, ...; as given, on any input grid: only its sample count is read) on ``new_grid``
+        (None: the training output grid)."""
+        M = _num_samples(X)
+        if M is None and hasattr(X, "__array__"):  # converted by numpy, as scikit-learn's validation does
+            M = _num_samples(np.asarray(X))
+        if M is not None:  # else the validation refuses X
+            check_prediction_memory(M, self.intercept_.shape[0], backend.to_numpy_dtype(self.intercept_.dtype),
+                                    None if new_grid is None else int(np.prod([len(a) for a in new_grid])))
 
     def score(self, X: Data, y: Functions | None = None, sample_weight: None = None) -> float:
         """Return the coefficient of determination R^2 of ``predict(X)`` against ``y``.

@@ -82,12 +82,12 @@ class ResamplingMixin:
                               "or a 'period' attribute on the coordinate)", DataWarning, stacklevel=user_stacklevel())
         return R
 
-    def _output_on_grid(self, Y, u, output_grid):
+    def _output_on_grid(self, Y, u, output_grid, grid_new):
         """Predictions ``Y`` (M, m) on the training output grid, resampled to ``output_grid`` if
-        given, in the kind of the operand ``u`` (numpy, dask or xarray)."""
+        given, in the kind of the operand ``u`` (numpy, dask or xarray). ``grid_new``: the
+        caller's :meth:`_new_output_grid` of ``output_grid`` (validated once, before the prediction)."""
         shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
         grid = getattr(self, "output_grid_", None)
-        grid_new = self._new_output_grid(output_grid)
         if grid_new is not None:
             R_V = self._recovery("output", grid)
             grid_new = R_V.check_grid(grid_new, "output_grid", "the training output grid")

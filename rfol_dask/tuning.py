@@ -55,7 +55,7 @@ from .metrics import relative_l2_errors
 
 __all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
            "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
-           "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "EigenPath", "cholesky_errors", "window_errors",
+           "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "eigh_above", "EigenPath", "cholesky_errors", "window_errors",
            "path_errors", "floored_path_errors", "rounding_floor",
            "eigh_pays", "relative_errors", "nonzero_rows", "scored_rows"]
 
@@ -408,6 +408,23 @@ def _mean_error(V_valid, pred, keep):
     return float(np.mean(relative_errors(V_valid, pred)[keep]))
 
 
+def eigh_above(G, floor=None):
+    """Eigenvalues (k,), ascending, and eigenvectors (M, k) of the symmetric ``G`` (M, M): LAPACK
+    ``syevr`` in place on numpy (``G`` is overwritten), the namespace's ``eigh`` on the others.
+    With ``floor`` the eigenvalues at most ``floor`` are left out with their directions (the
+    linear kernel's directions of rounding, :func:`rfol_dask.baselines.kernel.linear_dual`); else
+    ``k = M``. Memory: ``G`` and the eigenvectors."""
+    xp = backend.namespace(G)
+    if backend.is_fast(xp):
+        lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
+    else:
+        lam, Q = xp.linalg.eigh(G)
+    if floor is None:
+        return lam, Q
+    k0 = int(np.count_nonzero(backend.to_numpy(lam) <= floor))  # eigh's eigenvalues are ascending
+    return lam[k0:], Q[:, k0:]
+
+
 class EigenPath:
     """Validation predictions of the dual ridge problem for every ``alpha`` from one
     eigendecomposition.
@@ -425,6 +442,11 @@ class EigenPath:
         The primal problem instead (the linear kernel): ``G`` is ``X_c^T X_c`` (p, p) of the
         centred training inputs ``design``, ``K`` the centred validation inputs (M_v, p), and
         the right-hand sides are ``X_c^T (V - vbar)``.
+    drop : float or None
+        Leave out the eigenvalues at most ``drop`` with their directions (:func:`eigh_above`):
+        the linear kernel's dual, scored as :func:`rfol_dask.baselines.kernel.linear_dual`
+        solves it (``drop`` its bound of the Gram's rounding). The solution is then that of
+        ``G`` without those directions, not the Cholesky solve's.
 
     Cost: ``eigh`` (LAPACK ``syevr``: measured as much as 9-24 Cholesky factorisations of the
     same size at M = 1000-6000, one thread; see :func:`eigh_pays`) plus
@@ -435,18 +457,15 @@ class EigenPath:
     eigenvalue) scores ``inf``, as the Cholesky path's failed factorisation does.
     """
 
-    def __init__(self, G, K, V, fit_intercept=True, design=None):
+    def __init__(self, G, K, V, fit_intercept=True, design=None, drop=None):
         from .linalg import factor_threads
 
         xp = backend.namespace(G, K, V)
         M = G.shape[0]
         with blas_limits(_threads(factor_threads(), 9.0 * M ** 3 + 2.0 * K.shape[0] * M ** 2)):
-            if backend.is_fast(xp):
-                lam, Q = scipy.linalg.eigh(G, overwrite_a=True, check_finite=False, driver="evr")
-            else:
-                lam, Q = xp.linalg.eigh(G)
+            lam, Q = eigh_above(G, drop)
             self.vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
-            self.lam_min = float(xp.min(lam)) if M else 0.0
+            self.lam_min = float(xp.min(lam)) if lam.shape[0] else 0.0
             self.lam = xp.maximum(lam, xp.zeros_like(lam))
             rhs = V - self.vbar
             self.R = Q.T @ (rhs if design is None else design.T @ rhs)
@@ -542,7 +561,7 @@ def path_method(n_alphas, M, method="auto", center=None, half_width=2):
 
 
 def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", center=None, half_width=2,
-                floor=None, design=None):
+                floor=None, design=None, drop=None):
     """Mean relative L2 validation errors (n_alpha,) of the dual ridge problem for every alpha:
     ``method="eigh"`` (:class:`EigenPath`), ``"cholesky"`` (:func:`cholesky_errors`) or
     ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten.
@@ -554,7 +573,9 @@ def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", cen
 
     The alphas below ``floor`` (default :func:`rounding_floor` of ``G``) are not eligible: they
     score NaN, unsolved (a window centred below it starts at the first alpha above it).
-    ``design``: the primal problem (:class:`EigenPath`)."""
+    ``design``: the primal problem; ``drop``: the eigenvalues left out (:class:`EigenPath`; with
+    ``drop`` every eligible alpha is solved by the eigen path, whatever ``method``: a Cholesky
+    solve keeps every direction)."""
     alphas = np.asarray(alphas, dtype=float)
     floor = rounding_floor(G) if floor is None else floor
     idx = np.flatnonzero(alphas >= floor)  # the eligible alphas
@@ -562,14 +583,14 @@ def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", cen
     if not len(idx):
         scored_rows(V_valid)
         return out
-    method = path_method(len(idx), G.shape[0], method, center, half_width)
+    method = "eigh" if drop is not None else path_method(len(idx), G.shape[0], method, center, half_width)
     if method == "window":
         scored_rows(V_valid)  # before a window is solved
         start = min(int(np.searchsorted(idx, int(center))), len(idx) - 1)  # the centre, or the first eligible above it
         out[idx] = window_errors(G, K, V, V_valid, alphas[idx], start, half_width, fit_intercept, design)
         return out
     if method == "eigh":
-        out[idx] = EigenPath(G, K, V, fit_intercept, design).errors(alphas[idx], V_valid)
+        out[idx] = EigenPath(G, K, V, fit_intercept, design, drop).errors(alphas[idx], V_valid)
     elif method == "cholesky":
         out[idx] = cholesky_errors(G, K, V, V_valid, alphas[idx], fit_intercept, design)
     else:

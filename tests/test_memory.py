@@ -427,3 +427,42 @@ def test_an_in_memory_prediction_beyond_this_process_s_memory_is_a_clear_error(o
     _machine(monkeypatch, need)  # it fits: the prediction starts
     with pytest.raises(AssertionError, match="work done"):
         model.predict(X, output_grid=grid)
+
+
+@pytest.mark.parametrize("kind", ["numpy", "xarray"])
+def test_an_in_memory_prediction_from_another_input_grid_is_refused_before_its_inputs_are_resampled(kind, monkeypatch):
+    """predict(X, input_grid=...) resampled X to the training grid (a new M x n array) before the
+    prediction memory check, so a prediction too large for this process allocated its resampled
+    inputs first. The check, on the shapes alone, now comes first."""
+    import xarray as xr
+
+    from rfol_dask.recovery.interpolation import Recovery
+
+    U, V = smooth_operator_data(60, 8)
+    x, fine, out = np.arange(8) / 8, np.linspace(0, 7 / 8, 15), np.linspace(0, 7 / 8, 30)
+    model = RandomFeatureOperator(n_features=50, random_state=0).fit(U, V, input_grid=[x], output_grid=[x])
+    X = model.predict(np.tile(U, (10, 1)), output_grid=[fine])  # 600 samples on the finer grid
+    if kind == "xarray":
+        X = xr.DataArray(X, dims=("sample", "dim_0"), coords={"dim_0": fine})
+    grid = {"input_grid": [fine]} if kind == "numpy" else {}
+    calls = {"resample": 0}
+    resample = Recovery.resample
+
+    def counted(name, method):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return method(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(Recovery, "resample", counted("resample", resample))
+    need = 600 * 8 * 8 + 600 * 30 * 8
+    _machine(monkeypatch, need - 1)
+    with pytest.raises(ValueError, match=rf"predicting 600 samples in memory needs {need:,} bytes"):
+        model.predict(X, output_grid=[out], **grid)
+    assert calls == {"resample": 0}  # refused before X was resampled
+    _machine(monkeypatch, need)  # it fits: X resampled to the training grid, the prediction to out
+    calls.update({"resample": 0})
+    pred = model.predict(X, output_grid=[out], **grid)
+    assert calls == {"resample": 2} and pred.shape == (600, 30)
+    by_hand = model._recovery("input", [fine]).resample(np.asarray(X), [x])  # the same prediction as before
+    np.testing.assert_array_equal(np.asarray(pred), model.predict(by_hand, output_grid=[out]))

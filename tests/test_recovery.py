@@ -234,6 +234,31 @@ def test_same_grid_keeps_old_behaviour(heat_model):
 # ---------------------------------------------------------------------------- errors
 
 
+@pytest.mark.parametrize("kind", ["numpy", "xarray", "dask"])
+def test_predict_validates_its_output_grid_once(heat_model, kind, monkeypatch):
+    """A numpy predict with output_grid validated the grid before its memory check and again when
+    the prediction was resampled to it; every predict now validates it once (the errors are
+    test_grid_errors')."""
+    from rfol_dask.resampling import ResamplingMixin
+
+    model, x = heat_model
+    Ut, _ = heat_data(4, x)
+    y = periodic(64)
+    ref = model.predict(Ut, output_grid=y)
+    X = {"numpy": Ut, "dask": da.from_array(Ut, chunks=2),
+         "xarray": xr.DataArray(Ut, dims=("sample", "dim_0"), coords={"dim_0": x})}[kind]
+    calls, validate = [], ResamplingMixin._new_output_grid
+
+    def counted(self, output_grid):
+        calls.append(output_grid)
+        return validate(self, output_grid)
+
+    monkeypatch.setattr(ResamplingMixin, "_new_output_grid", counted)
+    pred = model.predict(X, output_grid=y)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(np.asarray(pred), ref)
+
+
 def test_grid_errors(heat_model):
     model, x = heat_model
     Ut, _ = heat_data(4, x)

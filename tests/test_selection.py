@@ -324,6 +324,40 @@ def test_linear_kernel_candidates_are_scored_as_the_refit_fits_them(path, cv):
     np.testing.assert_allclose(search.predict(U[:20]), ridge.predict(U[:20]), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("path", ["eigh", "cholesky"])
+@pytest.mark.parametrize("cv", [None, 3])
+def test_linear_kernel_dual_candidates_are_scored_as_the_refit_solves_them(path, cv):
+    """With more inputs (64, of rank 5) than samples the linear kernel is refitted by the eigen
+    solve that leaves out the Gram's directions of rounding (linear_dual); its candidates were
+    scored by the plain eigen or Cholesky path, 1e-2 relative off the refit at nugget 1e-12, which
+    won the search on that rounding (the refit's and Ridge's own error there is larger than at
+    nugget 1). They are now scored by the refit's solve: each split's errors are its model's and
+    scikit-learn's Ridge(solver="svd")'s, and the winner is Ridge's."""
+    from sklearn.linear_model import Ridge
+
+    U, V = smooth_operator_data(60, 64)
+    V = V + 0.05 * np.sin(7 * U[:, ::-1])  # outputs outside the inputs' span: the ridge matters
+    nuggets = (1e-12, 1e-10, 1e-6, 1e-2, 1.0)
+    search = KernelOperatorCV(kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path).fit(U, V)
+    res, splits = search.cv_results_, search._splits(len(U))
+    ridge_errors = []
+    for k, nugget in enumerate(res["nugget"]):
+        errors = []
+        for j, (tr, va) in enumerate(splits):
+            refit = KernelOperator(kernel="linear", nugget=nugget).fit(U[tr], V[tr])
+            assert refit.coef_ is None  # the dual
+            ref = Ridge(alpha=nugget, solver="svd").fit(U[tr], V[tr]).predict(U[va])
+            errors.append(relative_l2_error(V[va], ref))
+            assert -res[f"split{j}_test_score"][k] == pytest.approx(relative_l2_error(V[va], refit.predict(U[va])),
+                                                                   rel=1e-10)
+            assert -res[f"split{j}_test_score"][k] == pytest.approx(errors[-1], rel=1e-10)
+        ridge_errors.append(np.mean(errors))
+    assert search.best_params_["nugget"] == res["nugget"][int(np.argmin(ridge_errors))]
+    assert search.best_estimator_.coef_ is None  # the refit's dual
+    ridge = Ridge(alpha=search.best_params_["nugget"], solver="svd").fit(U, V)
+    np.testing.assert_allclose(search.predict(U[:20]), ridge.predict(U[:20]), rtol=1e-10, atol=1e-12)
+
+
 @parametrize_with_checks([KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))])
 def test_sklearn_compatible_kernel_cv(estimator, check):
     check(estimator)

@@ -13,8 +13,9 @@ on the random-feature primal's pieces (:func:`rfol_dask.gram.linear_partial`,
 Gram has rank at most ``p``, and the dual solve divides the outputs' part outside the inputs'
 span by the nugget only for ``X^T Beta`` to cancel it again, losing about ``log10(1 / nugget)``
 digits (1e-3 relative at nugget 1e-10 against scikit-learn's ``Ridge``). With ``p >= M`` the
-in-memory fit solves the dual by an eigendecomposition that leaves out the directions of rounding
-(:func:`linear_dual`), where the Cholesky solve lost the same digits on rank-deficient inputs.
+fit solves the dual by an eigendecomposition that leaves out the directions of rounding
+(:func:`linear_dual`; for dask input in one task, on one worker), where the Cholesky solve lost
+the same digits on rank-deficient inputs.
 """
 
 from __future__ import annotations
@@ -27,21 +28,20 @@ import re
 import dask
 import dask.array as da
 import numpy as np
-import scipy.linalg
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import backend
 from ..estimator import OperatorEstimator
 from ..gram import check_finite, linear_partial, linear_shifts
-from ..linalg import ridge_name
+from ..linalg import blas_limits, factor_threads, ridge_name
 from ..progress import active_client
 from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
 from ..memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory, dual_plan, n_slots
-from ..solve.graph import MAX_TILE_BLOCKS, TaskNames, compute_fit, row_blocks, with_ridges
+from ..solve.graph import MAX_TILE_BLOCKS, TaskNames, column_slab, compute_fit, row_blocks, with_ridges
 from ..solve.in_memory import dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
 from ..solve.tiled import dual_graph
-from ..tuning import median_length_scale, rounding_floor, sample_rows, weighted_directions
+from ..tuning import eigh_above, median_length_scale, rounding_floor, sample_rows, weighted_directions
 from .kernels import KERNELS, kernel_tile
 
 __all__ = ["KernelOperator", "linear_dual", "pca", "transform_inputs"]
@@ -133,7 +133,7 @@ def pca_from_scatter(mean, scatter, n_components, power=None):
 
 
 def linear_dual(X, V, *, alpha, fit_intercept):
-    """The linear kernel's dual in memory, ``(DualFactor, centred Beta (M, m))``, by one
+    """The linear kernel's dual, ``(DualFactor, centred Beta (M, m))``, by one
     eigendecomposition of the centred Gram ``X_c X_c^T = Q diag(lam) Q^T`` (M, M) with the
     directions whose eigenvalue is within the bound of its rounding left out (``eps trace`` of
     the uncentred ``X X^T``, :func:`rfol_dask.tuning.rounding_floor`):
@@ -146,26 +146,23 @@ def linear_dual(X, V, *, alpha, fit_intercept):
     nugget 1e-10 on inputs of rank 5); outside the span the exact ``Beta`` has no effect on any
     prediction (``X_c^T`` annihilates it), so leaving it out changes the model by rounding only.
     ``X`` (M, p), ``V`` (M, m). Cost ``M^2 p`` (Gram) and an ``eigh`` (about 9 Cholesky
-    factorisations); memory the Gram and its eigenvectors, ``2 M^2``."""
+    factorisations), on :func:`rfol_dask.linalg.factor_threads` BLAS threads (a dask fit's
+    task, on its worker, as the factorisation); memory the Gram and its eigenvectors, ``2 M^2``."""
     from ..solve.in_memory import _checked
 
     V = _checked(V, X)
     xp = backend.namespace(X)
     M = X.shape[0]
-    K = (X @ X.T).T  # Fortran order on numpy, as eigh and centre_gram work in place
-    r = xp.sum(K, axis=1)
-    floor = rounding_floor(K, bound=True)  # of the uncentred Gram, whose entries the centring subtracts
-    if fit_intercept:
-        backend.centre_gram(K, r / M, xp.sum(r) / M**2)
-    if backend.is_fast(xp):
-        lam, Q = scipy.linalg.eigh(K, overwrite_a=True, check_finite=False, driver="evr")
-    else:
-        lam, Q = xp.linalg.eigh(K)
-    del K
-    k0 = int(np.count_nonzero(backend.to_numpy(lam) <= floor))  # eigh's eigenvalues are ascending
-    vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
-    Q, lam = Q[:, k0:], lam[k0:]
-    Beta = Q @ ((Q.T @ (V - vbar)) / (lam + alpha)[:, None])  # (M, m); zero if every eigenvalue is rounding
+    with blas_limits(factor_threads()):  # a task of a dask fit borrows its host's idle cores, as the factor does
+        K = (X @ X.T).T  # Fortran order on numpy, as eigh and centre_gram work in place
+        r = xp.sum(K, axis=1)
+        floor = rounding_floor(K, bound=True)  # of the uncentred Gram, whose entries the centring subtracts
+        if fit_intercept:
+            backend.centre_gram(K, r / M, xp.sum(r) / M**2)
+        lam, Q = eigh_above(K, floor)
+        del K
+        vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
+        Beta = Q @ ((Q.T @ (V - vbar)) / (lam + alpha)[:, None])  # (M, m); zero if every eigenvalue is rounding
     if fit_intercept:
         Beta -= xp.mean(Beta, axis=0)
     return DualFactor(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha)), Beta
@@ -234,9 +231,10 @@ class KernelOperator(OperatorEstimator):
         of ``(X_c^T X_c + nugget I) W = X_c^T V_c`` (the same ridge as the dual, solved in
         the primal, where the rank-deficient dual loses precision at small nuggets);
         predictions are ``x W + intercept_`` (``x`` the inputs, or their PCA scores). None for
-        the other kernels and for the linear kernel with ``p >= M`` (fitted in the dual; in memory
-        with a nugget by :func:`linear_dual`, an ``eigh`` that leaves out the Gram's directions
-        of rounding).
+        the other kernels and for the linear kernel with ``p >= M`` (fitted in the dual; with a
+        nugget by :func:`linear_dual`, an ``eigh`` that leaves out the Gram's directions of
+        rounding: for dask input in one task, where its worker holds the Gram with the
+        eigenvectors, inputs and outputs, else by the blocked Cholesky factorisation).
     intercept_ : ndarray of shape (m,)
         Intercept ``c0`` of each output grid point.
     pca_mean_ : ndarray of shape (n,) or None
@@ -260,7 +258,9 @@ class KernelOperator(OperatorEstimator):
     (:func:`rfol_dask.memory.check_host_memory`, whatever ``max_gram_bytes``). Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
     The linear kernel with ``p < M``: the ``p x p`` Gram (one per worker thread for dask input,
     summed over row blocks as the random-feature primal sums its Gram) plus one row block;
-    cost ``M p^2 + 2 M p m`` + ``p^3 / 3`` + ``2 p^2 m``.
+    cost ``M p^2 + 2 M p m`` + ``p^3 / 3`` + ``2 p^2 m``. With ``p >= M`` and a nugget: the
+    Gram and its eigenvectors (``2 M^2``; for dask input on one worker, with the inputs and
+    outputs), cost ``M^2 p`` + an ``eigh`` (about ``3 M^3``) + ``4 M^2 m``.
     """
 
     _parameter_constraints = {
@@ -319,9 +319,10 @@ class KernelOperator(OperatorEstimator):
         """Whether the fit solves in the primal: the linear kernel on ``p < M`` inputs (PCA scores)."""
         return self.kernel == "linear" and p < M
 
-    def _eigen_dual(self, lazy):
-        """Whether the dual is solved by :func:`linear_dual` (the linear kernel with a nugget, in memory)."""
-        return self.kernel == "linear" and self.nugget > 0 and not lazy
+    def _eigen_dual(self):
+        """Whether the dual is solved by :func:`linear_dual` (the linear kernel with a nugget; a dask
+        fit where it fits one worker, else blocked: :meth:`_solve`)."""
+        return self.kernel == "linear" and self.nugget > 0
 
     def _width(self, n):
         """The input width ``p`` the kernel sees: the PCA scores' once computed, else at most ``n``
@@ -353,7 +354,7 @@ class KernelOperator(OperatorEstimator):
             check_gram_memory(p, dtype, self.max_gram_bytes, client if lazy else None, solver="linear",
                               peak_copies=2 if lazy and n_slots(client) > 1 else 1, xp=xp)
         elif not lazy:  # the linear kernel's eigen solve holds the eigenvectors beside the Gram
-            held = ({f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize} if self._eigen_dual(lazy)
+            held = ({f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize} if self._eigen_dual()
                     else None)
             check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
 
@@ -416,14 +417,17 @@ class KernelOperator(OperatorEstimator):
         if not lazy:
             self._check_gram_memory(U, lazy, dtype)
             X = transform(U, 0)
-            solve = linear_dual if self._eigen_dual(lazy) else functools.partial(dual_numpy, tile=self._tile())
+            solve = linear_dual if self._eigen_dual() else functools.partial(dual_numpy, tile=self._tile())
             fac, Beta = solve(X, V, alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
         client = active_client()
-        blocked = dual_plan(M, dtype, self.max_gram_bytes, client).blocked
+        m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
+        # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the Gram
+        held = M * (M + self._width(U.shape[1]) + m) * size if eigen else 0
+        blocked = dual_plan(M, dtype, self.max_gram_bytes, client, held_bytes=held).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS,
-                                          row_bytes=U.shape[1] * np.dtype(dtype).itemsize)
+                                          row_bytes=U.shape[1] * size)
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
 
         def run(ridge):  # the blocked factorisation is tried again with raised ridges if it fails
@@ -433,9 +437,17 @@ class KernelOperator(OperatorEstimator):
             return compute_fit(dask.delayed(np.concatenate)(Xb), betas, intercepts, progress=self.progress,
                                client=client, desc="fit (kernel)", alpha=ridge, factor=fac)
 
-        # the linear kernel's diagonal is not 1: its mean sets the raised ridges, as in memory
-        mean_diag = functools.partial(_linear_mean_diag, Xb, self.fit_intercept) if self.kernel == "linear" else 1.0
-        X, betas, intercepts = with_ridges(run, alpha, dtype, mean_diag)
+        if eigen and not blocked:  # the in-memory solve, in one task: the other dual too makes its Gram on one worker
+            X = dask.delayed(np.concatenate)(Xb)
+            fac, Beta = dask.delayed(linear_dual, nout=2)(X, dask.delayed(column_slab)(0, m, dtype, *Vb), alpha=alpha,
+                                                          fit_intercept=self.fit_intercept)
+            X, betas, intercepts = compute_fit(X, [Beta], [dask.delayed(dual_intercept)(fac, Beta)],
+                                               progress=self.progress, client=client,
+                                               desc="fit (linear kernel, eigen)", alpha=alpha)
+        else:
+            # the linear kernel's diagonal is not 1: its mean sets the raised ridges, as in memory
+            mean_diag = functools.partial(_linear_mean_diag, Xb, self.fit_intercept) if self.kernel == "linear" else 1.0
+            X, betas, intercepts = with_ridges(run, alpha, dtype, mean_diag)
         self.X_train_ = X
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
         self.intercept_ = np.concatenate(intercepts).astype(dtype, copy=False)

@@ -5,9 +5,11 @@ Per split, the squared distances (training x training and validation x training)
 once and every (kernel, length scale) candidate is an elementwise map of them; one
 eigendecomposition of each centred training Gram gives every nugget (or one Cholesky
 factorisation per nugget where cheaper: :func:`rfol_dask.tuning.path_errors`).
-The linear kernel with fewer inputs than training samples is scored as :class:`KernelOperator`
-refits it, in the primal: one eigendecomposition of the ``p x p`` Gram of the centred inputs
-gives every nugget (the dual's rank-``p`` Gram lost digits at small nuggets).
+The linear kernel is scored as :class:`KernelOperator` refits it: with fewer inputs than
+training samples in the primal, one eigendecomposition of the ``p x p`` Gram of the centred
+inputs giving every nugget (the dual's rank-``p`` Gram lost digits at small nuggets); else by
+the eigen path with the Gram's directions of rounding left out, as the refit's
+:func:`rfol_dask.baselines.kernel.linear_dual` leaves them out.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..backend import as_fortran, centre_gram, copy, diagonal, fill_diagonal, namespace, take_rows
 from ..estimator import OperatorEstimator
 from ..selection import DEFAULT_REFINE, SelectionCV
-from ..tuning import floored_path_errors
+from ..tuning import floored_path_errors, rounding_floor
 from .kernel import KernelOperator, pca, transform_inputs
 from .kernels import KERNELS, kernel_values, sq_distances
 
@@ -100,7 +102,9 @@ class KernelOperatorCV(SelectionCV):
     alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
         How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`); with
         ``"auto"`` the fine stage solves only the nuggets around the coarse winner's where cheaper
-        (as in :class:`rfol_dask.RandomFeatureOperatorCV`; the others score NaN).
+        (as in :class:`rfol_dask.RandomFeatureOperatorCV`; the others score NaN). The linear
+        kernel's dual (more inputs than training samples) is scored by ``"eigh"`` whatever this
+        says, as its refit solves it (the directions of rounding left out).
     fit_intercept : bool, default=True
         Centre in feature space and fit an intercept per output component.
     dtype : {None, "float32", "float64"}, default=None
@@ -268,7 +272,9 @@ class KernelOperatorCV(SelectionCV):
     def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), 1,
         n_nugget + 1). The linear kernel is scored as it is refitted: in the primal where its
-        inputs (or PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`)."""
+        inputs (or PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`),
+        else by the eigen path with the directions of rounding left out, as
+        :func:`rfol_dask.baselines.kernel.linear_dual` leaves them out (whatever ``alpha_path``)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
         args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
@@ -277,5 +283,7 @@ class KernelOperatorCV(SelectionCV):
             return np.asarray([[floored_path_errors(as_fortran(G), K, *args, design=X_c)]])
         for m in mults:
             G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
-            out.append([floored_path_errors(as_fortran(G), K, *args, trace=trace)])
+            # the linear kernel's dual leaves out the directions of rounding, as its refit (linear_dual)
+            drop = rounding_floor(G, trace, bound=True) if kernel == "linear" else None
+            out.append([floored_path_errors(as_fortran(G), K, *args, trace=trace, drop=drop)])
         return np.asarray(out)
