@@ -92,6 +92,22 @@ def test_complex_dask_input_to_predict_is_refused(estimator):
         estimator().fit(U, V + 1j)
 
 
+@pytest.mark.parametrize("estimator", [_rf, lambda: KernelOperator(kernel="rbf", length_scale=1.0)])
+def test_timedelta_dask_operands_are_refused_as_datetimes_are(estimator):
+    """numpy counts timedelta64 among the integers: dask operands of it passed the check for real
+    numbers and then failed in the arithmetic (UFuncTypeError: ufunc 'subtract' cannot use
+    operands ...), or were fitted as counts of their unit, by estimator and side."""
+    U, V = smooth_operator_data(30, 8)
+    model = estimator().fit(U, V)
+    steps = da.from_array((U * 100).astype("m8[s]"), chunks=10)
+    with pytest.raises(TypeError, match=r"X must hold real numbers, got dtype timedelta64\[s\]"):
+        model.predict(steps)
+    with pytest.raises(TypeError, match=r"U must hold real numbers, got dtype timedelta64\[s\]"):
+        estimator().fit(steps, V)
+    with pytest.raises(TypeError, match=r"V must hold real numbers, got dtype timedelta64\[s\]"):
+        estimator().fit(da.from_array(U, chunks=10), da.from_array((V * 100).astype("m8[s]"), chunks=10))
+
+
 def test_a_value_that_overflows_float32_is_named_in_dask_fits():
     U, V = smooth_operator_data(30, 8)
     V[4, 1] = 1e300
