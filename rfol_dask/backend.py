@@ -199,9 +199,10 @@ def to_numpy_dtype(dtype):
 
 
 def is_real_dtype(dtype):
-    """True for real floating or integer dtypes (of any namespace)."""
+    """True for real floating or integer dtypes (of any namespace); not for numpy's timedelta64,
+    which numpy counts among the integers but arithmetic with floats refuses."""
     dt = to_numpy_dtype(dtype)
-    return bool(np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer))
+    return bool(np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer) and dt.kind != "m")
 
 
 # ---------------------------------------------------------------------- what the standard lacks

@@ -82,7 +82,11 @@ def _close_cluster(client):
 def _cmd_generate(args):
     from . import datasets
 
-    params = dict(args.param or [])
+    params = {}
+    for key, value in args.param or []:
+        if key in params and params[key] != value:  # else the last one would win, silently
+            raise ValueError(f"--param {key} is given twice ({key}={params[key]!r} and {key}={value!r}): give it once")
+        params[key] = value
     if args.cluster and args.workers is not None:
         raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
     client = _start_cluster(args.cluster, args.workers) if args.cluster or args.workers is not None else None
@@ -461,7 +465,8 @@ def build_parser():
                                                                    "about 32 MiB, at most 1000 samples; a resumed "
                                                                    "store's own)")
     g.add_argument("--param", type=_parse_param, action="append", metavar="KEY=VALUE",
-                   help="a generator parameter (repeatable; rfol-dask datasets lists them with their defaults)")
+                   help="a generator parameter (repeatable, once per key; rfol-dask datasets lists them with their "
+                        "defaults)")
     g.add_argument("--overwrite", action="store_true", help="replace a store that holds another data set")
     g.set_defaults(func=_cmd_generate)
 

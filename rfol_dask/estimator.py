@@ -592,6 +592,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """
         _refuse_sample_weight(sample_weight)
         U, V = io.read_pair(X, y)
+        io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
         model = _published(self)  # predictions and grids of one fit
         pred = model.predict(U)
         V = io.match_dims(V, getattr(model, "output_dims_", None), "y")

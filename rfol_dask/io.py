@@ -32,8 +32,8 @@ from .stacklevel import user_stacklevel
 
 
 __all__ = ["user_path", "Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
-           "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid", "grid_dims",
-           "learn_periods", "match_dims", "foreign_entries", "zarr_parents", "wait_zarr_io", "MODEL_KEY",
+           "check_known_sizes", "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid",
+           "grid_dims", "learn_periods", "match_dims", "foreign_entries", "zarr_parents", "wait_zarr_io", "MODEL_KEY",
            "group_attrs", "describe_path", "check_outside_stores"]
 
 
@@ -411,14 +411,20 @@ def as_operand(X, name, sort=True, model_dims=None, model_shape=None):
     if isinstance(X, da.Array):
         if X.ndim == 0:
             raise ValueError(f"{name} must have a sample axis, got a 0-d array")
-        if any(np.isnan(n) for n in X.shape):
-            raise ValueError(
-                f"{name} is a dask array of unknown chunk sizes (shape {X.shape}, e.g. after boolean indexing "
-                f"or from_delayed): call {name}.compute_chunk_sizes() first, or pass a Zarr store / xarray data set")
+        check_known_sizes(X, name)
         if X.ndim > 2:
             X = X.rechunk({k: -1 for k in range(1, X.ndim)})
         return Operand(X.reshape(X.shape[0], -1) if X.ndim > 2 else X, tuple(X.shape[1:]), "dask")
     return Operand(X, None, "numpy")
+
+
+def check_known_sizes(X, name):
+    """ValueError for a dask array ``X`` (named ``name``) of unknown chunk sizes (NaN in its shape,
+    e.g. after boolean indexing), saying how to give them; anything else passes."""
+    if isinstance(X, da.Array) and any(np.isnan(n) for n in X.shape):
+        raise ValueError(
+            f"{name} is a dask array of unknown chunk sizes (shape {X.shape}, e.g. after boolean indexing "
+            f"or from_delayed): call {name}.compute_chunk_sizes() first, or pass a Zarr store / xarray data set")
 
 
 def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):

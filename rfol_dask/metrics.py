@@ -24,7 +24,7 @@ from sklearn.metrics import make_scorer
 
 from .backend import is_array_api, namespace, to_numpy
 from .exceptions import UndefinedMetricWarning
-from .io import align_by_label
+from .io import align_by_label, check_known_sizes
 from .stacklevel import user_stacklevel
 
 __all__ = ["relative_l2_error", "relative_l2_errors", "r2_score", "relative_l2_scorer"]
@@ -43,6 +43,8 @@ def _pair(true, pred):
         true, pred = (x if is_array_api(x) else xp.asarray(np.asarray(x)) for x in (true, pred))
     else:
         true, pred = (x if isinstance(x, da.Array) else np.asarray(x) for x in (true, pred))
+    for x, name in ((true, "true"), (pred, "pred")):
+        check_known_sizes(x, name)  # else "true has shape (nan, m) but pred has shape (nan, m)"
     one_column = {true.shape, pred.shape} == {true.shape[:1], (*true.shape[:1], 1)}  # (M,) and (M, 1): as scikit-learn
     if true.shape != pred.shape and not one_column:
         raise ValueError(f"true has shape {true.shape} but pred has shape {pred.shape}")

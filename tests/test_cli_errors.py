@@ -38,6 +38,19 @@ def test_generate_bad_grid_size_names_the_parameter(tmp_path, capsys, value, say
     assert not out.exists()
 
 
+def test_generate_refuses_a_parameter_given_twice_with_two_values(tmp_path, capsys):
+    """The last of two ``--param`` values won, silently (a data set of another grid than one of the
+    two asked for); the same value twice is harmless."""
+    out = tmp_path / "a.zarr"
+    code, err = _run(["generate", "advection1", "--samples", "2", "--param", "n_points=10", "--param", "n_points=20",
+                      "--out", str(out)], capsys)
+    assert code == 2 and "--param n_points is given twice (n_points=10 and n_points=20): give it once" in err
+    assert not out.exists()
+    code, _ = _run(["generate", "advection1", "--samples", "2", "--param", "n_points=10", "--param", "n_points=10",
+                    "--out", str(out)], capsys)
+    assert code == 0 and datasets.open_dataset(out).sizes["x"] == 10
+
+
 def test_generate_bad_float_parameter_names_it(tmp_path, capsys):
     code, err = _run(["generate", "burgers", "--samples", "2", "--param", "nu=fast", "--out", str(tmp_path / "b")],
                      capsys)

@@ -102,6 +102,25 @@ def test_degenerate_shapes():
         relative_l2_error(np.zeros((3, 0)), np.zeros((3, 0)))
 
 
+def test_dask_operands_of_unknown_chunk_sizes_are_named_with_the_fix():
+    """Rows picked by a boolean mask have unknown sizes: the metrics said 'true has shape (nan, 3)
+    but pred has shape (nan, 3)' for operands of the same mask (and so did ``score``)."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((30, 3))
+    keep = da.from_array(rng.random(30) > 0.5, chunks=10)
+    masked = da.from_array(A, chunks=10)[keep]
+    for metric in (relative_l2_error, r2_score):
+        with pytest.raises(ValueError, match=r"true is a dask array of unknown chunk sizes .*compute_chunk_sizes"):
+            metric(masked, masked + 1.0)
+        with pytest.raises(ValueError, match=r"pred is a dask array of unknown chunk sizes .*compute_chunk_sizes"):
+            metric(A[:12], masked)
+    model = RandomFeatureOperator(n_features=20, random_state=0).fit(A, A)
+    with pytest.raises(ValueError, match=r"y is a dask array of unknown chunk sizes .*y.compute_chunk_sizes"):
+        model.score(A[np.asarray(keep)], masked)
+    known = masked.compute_chunk_sizes()  # in place
+    assert relative_l2_error(known, known + 1.0) == pytest.approx(relative_l2_error(known.compute(), known.compute() + 1.0))
+
+
 def test_numpy_metrics_read_row_blocks_and_match_the_plain_formulas(monkeypatch):
     from sklearn.metrics import r2_score as sk_r2
 

@@ -92,6 +92,22 @@ def test_complex_dask_input_to_predict_is_refused(estimator):
         estimator().fit(U, V + 1j)
 
 
+@pytest.mark.parametrize("estimator", [_rf, lambda: KernelOperator(kernel="rbf", length_scale=1.0)])
+def test_timedelta_dask_operands_are_refused_as_datetimes_are(estimator):
+    """numpy counts timedelta64 among the integers: dask operands of it passed the check for real
+    numbers and then failed in the arithmetic (UFuncTypeError: ufunc 'subtract' cannot use
+    operands ...), or were fitted as counts of their unit, by estimator and side."""
+    U, V = smooth_operator_data(30, 8)
+    model = estimator().fit(U, V)
+    steps = da.from_array((U * 100).astype("m8[s]"), chunks=10)
+    with pytest.raises(TypeError, match=r"X must hold real numbers, got dtype timedelta64\[s\]"):
+        model.predict(steps)
+    with pytest.raises(TypeError, match=r"U must hold real numbers, got dtype timedelta64\[s\]"):
+        estimator().fit(steps, V)
+    with pytest.raises(TypeError, match=r"V must hold real numbers, got dtype timedelta64\[s\]"):
+        estimator().fit(da.from_array(U, chunks=10), da.from_array((V * 100).astype("m8[s]"), chunks=10))
+
+
 def test_a_value_that_overflows_float32_is_named_in_dask_fits():
     U, V = smooth_operator_data(30, 8)
     V[4, 1] = 1e300
@@ -1225,3 +1241,27 @@ def test_a_median_gamma_fit_on_a_cluster_without_workers_says_so(monkeypatch):
         with pytest.raises(NoWorkersError, match=r"no workers \(none arrived within 0.5 s\)"):
             model.fit(da.from_array(U, chunks=40), da.from_array(V, chunks=40))
     assert not hasattr(model, "coef_")
+
+
+def test_kernel_fits_of_masked_dask_rows_with_empty_chunks_warn_nothing():
+    """Rows picked by a boolean mask, with ``compute_chunk_sizes()`` as the error for unknown chunk
+    sizes advises, leave empty chunks where a block kept no row: the kernel fits took the mean
+    of each empty block for the centre of its distances and warned 'Mean of empty slice' and
+    'invalid value encountered in divide' a dozen times (the fit was right)."""
+    import warnings
+
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V = smooth_operator_data(60, 8)
+    keep = np.ones(60, bool)
+    keep[10:20] = keep[40:50] = False
+    dU, dV = (da.from_array(A, chunks=(10, -1))[da.from_array(keep, chunks=10)].compute_chunk_sizes() for A in (U, V))
+    assert 0 in dU.chunks[0]
+    for make in (lambda: KernelOperator(nugget=1e-6), lambda: KernelOperatorCV()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            model = make().fit(dU, dV)
+            got = model.predict(dU).compute()
+        ref = make().fit(U[keep], V[keep])
+        assert getattr(model, "best_params_", None) == getattr(ref, "best_params_", None)
+        assert rel(got, ref.predict(U[keep])) < 1e-8  # the sums' order: rounding under nuggets down to 1e-7

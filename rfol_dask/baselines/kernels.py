@@ -31,9 +31,10 @@ def sq_distances(X, Y):
 
     Both are first shifted by the mean row of ``Y`` (distances do not change), so a large
     common offset does not cancel in ``|x|^2 + |y|^2 - 2 x.y`` (in float32 an offset 1000 x
-    the spread lost every digit). Memory: the (k, l) result and the shifted copies (k + l) n."""
+    the spread lost every digit); an empty ``Y`` (a dask block that kept no row) is not shifted
+    (numpy warns of the mean of no rows). Memory: the (k, l) result and the shifted copies (k + l) n."""
     xp = namespace(X, Y)
-    centre = xp.mean(Y, axis=0)
+    centre = xp.mean(Y, axis=0) if Y.shape[0] else 0.0
     Xc = X - centre
     Yc = Xc if Y is X else Y - centre
     D = Xc @ Yc.T
