@@ -1265,3 +1265,20 @@ def test_kernel_fits_of_masked_dask_rows_with_empty_chunks_warn_nothing():
         ref = make().fit(U[keep], V[keep])
         assert getattr(model, "best_params_", None) == getattr(ref, "best_params_", None)
         assert rel(got, ref.predict(U[keep])) < 1e-8  # the sums' order: rounding under nuggets down to 1e-7
+
+
+@pytest.mark.parametrize("cv", [False, True])
+def test_a_kernel_model_does_not_change_when_the_caller_changes_its_training_array(cv):
+    """The kernel model keeps its training inputs; changing the caller's array after the fit (in
+    place) changed its predictions, and a save wrote the changed inputs. It keeps a copy, as
+    scikit-learn's GaussianProcessRegressor does by default."""
+    from rfol_dask.baselines import KernelOperator, KernelOperatorCV
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((40, 6))
+    V = np.sin(U)
+    model = (KernelOperatorCV(kernels=("rbf",), cv=3) if cv else KernelOperator(length_scale=2.0)).fit(U, V)
+    before = model.predict(U[:5].copy())
+    U *= 2.0
+    np.testing.assert_array_equal(model.predict(U[:5] / 2.0), before)
+    assert not np.shares_memory((model.best_estimator_ if cv else model).X_train_, U)

@@ -222,7 +222,8 @@ class KernelOperator(OperatorEstimator):
     ----------
     X_train_ : ndarray of shape (M, p) or None
         Training inputs (``p = n``, or the PCA scores: ``p = n_components``), needed to predict;
-        None where the linear kernel is fitted in the primal (``p < M``: see ``coef_``).
+        the model's own copy (as scikit-learn's ``GaussianProcessRegressor(copy_X_train=True)``:
+        changing the caller's array afterwards does not change the model); None where the linear kernel is fitted in the primal (``p < M``: see ``coef_``).
     dual_coef_ : ndarray of shape (M, m) or None
         Dual coefficients ``Beta`` (``m`` output grid points); None where the linear kernel is
         fitted in the primal.
@@ -361,14 +362,14 @@ class KernelOperator(OperatorEstimator):
     def _model_bytes(self, M, n, m, dtype, lazy):
         """The fitted arrays a fit on ``M`` samples of ``n`` inputs and ``m`` outputs adds to this
         process, ``{what: bytes}`` in ``dtype``: the dual coefficients (M x m) and the training
-        inputs (M x p; an in-memory fit without input PCA keeps ``U`` itself, no new array), or the
-        linear kernel's primal weights (p x m); with input PCA its directions (n x p)."""
+        inputs (M x p, a copy: changing the caller's array afterwards does not change the model), or
+        the linear kernel's primal weights (p x m); with input PCA its directions (n x p)."""
         size, p = np.dtype(dtype).itemsize, self._width(n)
         pca_on = self.n_components is not None or self.pca_power is not None
         if self._primal(M, p):
             held = {f"the {p} x {m} weights": p * m * size}
         else:
-            held = {f"the {M} x {p} training inputs": M * p * size} if lazy or pca_on else {}
+            held = {f"the {M} x {p} training inputs": M * p * size}
             held[f"the {M} x {m} dual coefficients"] = M * m * size
         if pca_on:
             held[f"the {n} x {p} principal directions"] = (n + 1) * p * size
@@ -417,6 +418,8 @@ class KernelOperator(OperatorEstimator):
         if not lazy:
             self._check_gram_memory(U, lazy, dtype)
             X = transform(U, 0)
+            if X is U:  # the caller's array, maybe (validated without a copy): kept as it is now, not as it will be
+                X = backend.copy(X)
             solve = linear_dual if self._eigen_dual() else functools.partial(dual_numpy, tile=self._tile())
             fac, Beta = solve(X, V, alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
