@@ -697,7 +697,9 @@ def _batch_processes(command):
 
 
 def _stop_processes(processes, grace=2.0):
-    """Terminate ``processes`` and their children; kill those still there after ``grace`` s."""
+    """Terminate ``processes`` and their children; kill those still there after ``grace`` s. None
+    is reaped here: a submission's exit status is collected by its own wait (asyncio's child
+    watcher, which otherwise logs "Unknown child process" and reports exit code 255, not the signal)."""
     import psutil
 
     every = []
@@ -707,9 +709,22 @@ def _stop_processes(processes, grace=2.0):
     for process in every:
         with contextlib.suppress(psutil.Error):
             process.terminate()
-    for process in psutil.wait_procs(every, timeout=grace)[1]:
+    deadline = time.monotonic() + grace
+    while (left := [p for p in every if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for process in left:
         with contextlib.suppress(psutil.Error):
             process.kill()
+
+
+def _alive(process):
+    """True while ``process`` (a ``psutil.Process``) runs: neither gone nor a zombie left to reap."""
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _end_failed_start(client, cluster, kind, quiet=False):

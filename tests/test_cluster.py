@@ -518,6 +518,24 @@ def test_a_submit_command_that_never_answers_is_an_error_naming_the_jobs_not_a_h
         _end_processes(pids)
 
 
+def test_stopping_a_submission_leaves_its_exit_status_to_the_code_that_waits_for_it():
+    """dask-jobqueue waits for each submission (asyncio); _stop_processes reaped the processes it
+    stopped itself, so that asyncio logged "Unknown child process pid ..., will report returncode
+    255" and the submission failed with exit code 255 instead of the signal that ended it."""
+    import signal
+    import subprocess
+
+    import psutil
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        cluster._stop_processes([psutil.Process(child.pid)])
+        assert child.wait(timeout=5) == -signal.SIGTERM  # (0 where another wait had reaped it)
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_a_close_held_by_a_hanging_submission_is_given_up_with_a_warning(monkeypatch, tmp_path):
     """Where the hanging submissions cannot be stopped, the close of the failed start is bounded
     by CLOSE_TIMEOUT and warns how to find the jobs, instead of waiting for ever."""
