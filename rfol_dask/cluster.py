@@ -530,8 +530,10 @@ def make_cluster(config):
                                   blas_threads=config["blas_threads"], **config["options"])
     else:
         dask_jobqueue = _dask_jobqueue()
-        start = functools.partial(dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster,
-                                  **_jobqueue_options(config))
+        manager = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
+        options = _jobqueue_options(config)
+        options["job_cls"] = _tracked_job_class(options.get("job_cls") or manager.job_cls)
+        start = functools.partial(manager, **options)
     try:
         return start()
     except RuntimeError as exc:  # distributed's "Cluster failed to start: ..." (its scheduler, a local worker)
@@ -682,18 +684,71 @@ def _submit_command(cluster):
     return shlex.split(cluster.job_cls.submit_command)[0]
 
 
-def _batch_processes(command):
-    """The child processes of this one that run ``command`` (dask-jobqueue runs each submission
-    as a subprocess that it does not expose): ``psutil.Process`` objects, a script's too (its
-    interpreter runs it with the script's path as first argument)."""
+class _SubmissionAbandoned(RuntimeError):
+    """A submission not made: the start it belonged to had failed or was interrupted."""
+
+
+def _tracked_job_class(job_cls):
+    """A subclass of the dask-jobqueue job class ``job_cls``, made for one cluster, that knows its
+    submissions: each runs the submit command (whatever it is called: ``sbatch``, a site's wrapper)
+    with the job's script, a temporary file, as last argument, so the processes whose command line
+    holds a script of ``_submitting`` (those under way) are the ones this cluster started. Once
+    ``_abandoned`` it submits nothing more. Anything but a class is left as it is (dask-jobqueue
+    refuses it)."""
+    if not isinstance(job_cls, type):
+        return job_cls
+
+    class Tracked(job_cls):
+        _submitting = set()  # this class's own: one per cluster
+        _abandoned = False
+
+        async def _submit_job(self, script_filename):
+            cls = type(self)
+            cls._submitting.add(script_filename)
+            try:
+                if cls._abandoned:
+                    raise _SubmissionAbandoned("the cluster's start was given up: no job submitted")
+                return await super()._submit_job(script_filename)
+            finally:
+                cls._submitting.discard(script_filename)
+
+    Tracked.__name__, Tracked.__qualname__ = job_cls.__name__, job_cls.__qualname__
+    return Tracked
+
+
+def _submitting(cluster):
+    """The job scripts of the submissions of ``cluster`` under way."""
+    return set(getattr(cluster.job_cls, "_submitting", ()))
+
+
+def _submission_processes(cluster):
+    """The child processes of this one that run a submission of ``cluster`` (dask-jobqueue runs
+    each as a subprocess that it does not expose): ``psutil.Process`` objects, found by the job
+    script on their command line (:func:`_tracked_job_class`)."""
     import psutil
 
-    name, found = os.path.basename(command), []
-    for child in psutil.Process().children():
+    scripts, found = _submitting(cluster), []
+    for child in psutil.Process().children() if scripts else ():
         with contextlib.suppress(psutil.Error):  # ended meanwhile
-            if name in {os.path.basename(arg) for arg in child.cmdline()[:2]}:
+            if any(script in arg for arg in child.cmdline() for script in scripts):
                 found.append(child)
     return found
+
+
+def _stop_submissions(cluster, timeout=5.0):
+    """Stop the submissions of ``cluster``: none more is made, and those under way are stopped
+    (:func:`_stop_processes`; one whose process starts meanwhile too) until none is left in the
+    cluster's event loop, whose close waits for them (a lock they hold), for at most ``timeout`` s.
+    Returns how many processes were stopped."""
+    if hasattr(cluster.job_cls, "_abandoned"):  # a class of _tracked_job_class, not dask-jobqueue's own
+        cluster.job_cls._abandoned = True
+    stopped, deadline = set(), time.monotonic() + timeout
+    while _submitting(cluster) and time.monotonic() < deadline:
+        found = [p for p in _submission_processes(cluster) if p.pid not in stopped]
+        _stop_processes(found)
+        stopped |= {p.pid for p in found}
+        time.sleep(0.02)
+    return len(stopped)
 
 
 def _stop_processes(processes, grace=2.0):
@@ -735,14 +790,11 @@ def _end_failed_start(client, cluster, kind, quiet=False):
     if kind not in ("slurm", "pbs"):
         close_client(client)
         return
-    waiting = _batch_processes(_submit_command(cluster))
-    _stop_processes(waiting)
-    if waiting and not quiet:
-        warnings.warn(f"stopped {len(waiting)} {kind.upper()} submissions that had not answered; a job named "
+    stopped = _stop_submissions(cluster)
+    if stopped and not quiet:
+        warnings.warn(f"stopped {stopped} {kind.upper()} submissions that had not answered; a job named "
                       f"{cluster.job_name} may have been queued all the same: {_queued_jobs_hint(cluster, kind)}",
                       RuntimeWarning, stacklevel=user_stacklevel())
-    if waiting:
-        _wait_for_submissions(cluster)
     _mark_unsubmitted_failed(cluster)
     close_client(client)  # no jobs left queued behind an error or a Ctrl-C
 
@@ -750,12 +802,14 @@ def _end_failed_start(client, cluster, kind, quiet=False):
 class _StoppedSubmissions(logging.Filter):
     """Drops the tracebacks that the event loop logs (logger ``tornado.application``) for
     submissions ended by a signal (dask-jobqueue's RuntimeError with an exit code below 0):
-    those :func:`_end_failed_start` stopped, or a Ctrl-C did; those of a batch system's
-    rejection stay (its message is the reason of the error)."""
+    those :func:`_end_failed_start` stopped, or a Ctrl-C did; and for those it no longer made
+    (:class:`_SubmissionAbandoned`); those of a batch system's rejection stay (its message is the
+    reason of the error)."""
 
     def filter(self, record):
         exc = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(exc, RuntimeError) and "Exit code: -" in str(exc))
+        return not (isinstance(exc, _SubmissionAbandoned)
+                    or isinstance(exc, RuntimeError) and "Exit code: -" in str(exc))
 
 
 @contextlib.contextmanager
@@ -767,15 +821,6 @@ def _quiet_stopped_submissions():
         yield
     finally:
         tornado.removeFilter(stopped)
-
-
-def _wait_for_submissions(cluster, timeout=5.0):
-    """Wait (at most ``timeout`` s) until the submissions that were stopped have ended in the
-    cluster's event loop: its close waits for them (a lock they hold)."""
-    deadline = time.monotonic() + timeout
-    while any(getattr(job, "job_id", None) is None and job not in cluster.workers.values()
-              for job in set(getattr(cluster, "_created", ()))) and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def _check_submit_command(cluster, kind):
@@ -814,8 +859,7 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
         jobs = list(getattr(cluster, "workers", {}).values())
         submitted = [j for j in jobs if getattr(j, "job_id", None)]
         if kind in ("slurm", "pbs") and not submitted and now - start > SUBMIT_TIMEOUT:
-            command = _submit_command(cluster)
-            waiting = _batch_processes(command)
+            command, waiting = _submit_command(cluster), _submitting(cluster)
             if waiting:
                 raise ClusterStartError(
                     f"the {kind.upper()} submit command {command!r} did not answer in {SUBMIT_TIMEOUT:.0f} s "

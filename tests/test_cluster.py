@@ -536,6 +536,65 @@ def test_stopping_a_submission_leaves_its_exit_status_to_the_code_that_waits_for
         child.wait()
 
 
+def test_a_site_submit_command_of_another_name_that_never_answers_is_stopped_too(monkeypatch, tmp_path):
+    """A site's wrapper (``site-sbatch``, which runs the real ``sbatch`` in its place: exec) set as
+    the job class's submit command: its hanging submissions were looked for by that name, which no
+    process bore, so none was found (the error said no job was accepted, and the close waited for
+    CLOSE_TIMEOUT). They are now found by what the cluster started: stopped, and named in the error."""
+    dask_jobqueue = pytest.importorskip("dask_jobqueue")
+    import time
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    wrapper = site_dir / "site-sbatch"
+    wrapper.write_text(f'#!/bin/sh\nexec {bin_dir / "sbatch"} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{site_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")  # no sbatch on it
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 2.0)
+    monkeypatch.setattr(cluster, "CLOSE_TIMEOUT", 2.0)
+
+    class SiteJob(dask_jobqueue.slurm.SLURMJob):
+        submit_command = "site-sbatch"
+
+    config = {"kind": "slurm", "scale": 2, "options": {"cores": 1, "memory": "1GB", "job_cls": SiteJob,
+                                                       "job_name": "rfol-test"}}
+    start = time.monotonic()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(cluster.ClusterStartError, match=r"the SLURM submit command 'site-sbatch' did not answer "
+                               r"in 2 s \(2 submissions still waiting\).*`scancel -u \$USER --name rfol-test`"):
+                cluster.start_client(config)
+        assert not [str(w.message) for w in caught if "did not close" in str(w.message)]
+        assert time.monotonic() - start < 30
+        started = list(map(int, pids.read_text().split()))
+        assert len(started) == 2 and not any(map(_running, started))  # the hanging submissions were stopped
+    finally:
+        _end_processes(pids)
+
+
+def test_a_failed_start_stops_only_the_submissions_of_its_own_cluster(monkeypatch, tmp_path):
+    """The submissions to stop were every child process named like the submit command: an
+    ``sbatch`` this process ran for something else was stopped too. Now only those of the cluster."""
+    pytest.importorskip("dask_jobqueue")
+    import subprocess
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 1.0)
+    other = subprocess.Popen([str(bin_dir / "sbatch"), str(tmp_path / "another-job.sh")])  # not the cluster's
+    try:
+        with pytest.raises(cluster.ClusterStartError, match=r"did not answer in 1 s \(1 submissions still waiting\)"):
+            cluster.start_client({"kind": "slurm", "options": {"cores": 1, "memory": "1GB"}})
+        assert other.poll() is None
+        assert len(pids.read_text().split()) == 2 and sum(map(_running, map(int, pids.read_text().split()))) == 1
+    finally:
+        other.kill()
+        other.wait()
+        _end_processes(pids)
+
+
 def test_a_close_held_by_a_hanging_submission_is_given_up_with_a_warning(monkeypatch, tmp_path):
     """Where the hanging submissions cannot be stopped, the close of the failed start is bounded
     by CLOSE_TIMEOUT and warns how to find the jobs, instead of waiting for ever."""
@@ -546,12 +605,12 @@ def test_a_close_held_by_a_hanging_submission_is_given_up_with_a_warning(monkeyp
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
     monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 1.0)
     monkeypatch.setattr(cluster, "CLOSE_TIMEOUT", 1.0)
-    monkeypatch.setattr(cluster, "_batch_processes", lambda command: [])  # none found to stop
+    monkeypatch.setattr(cluster, "_submission_processes", lambda cluster: [])  # none found to stop
     start = time.monotonic()
     try:
         with pytest.warns(RuntimeWarning, match=r"did not close in 1 s.*jobs named dask-worker may still be queued.*"
                           r"scancel -u \$USER --name dask-worker"):
-            with pytest.raises(cluster.ClusterStartError, match="no SLURM job was accepted in 1 s"):
+            with pytest.raises(cluster.ClusterStartError, match=r"SLURM submit command .sbatch. did not answer in 1 s"):
                 cluster.start_client({"kind": "slurm", "options": {"cores": 1, "memory": "1GB"}})
         assert time.monotonic() - start < 30
     finally:
