@@ -695,6 +695,8 @@ def _tracked_job_class(job_cls):
     holds a script of ``_submitting`` (those under way) are the ones this cluster started. Once
     ``_abandoned`` it submits nothing more. Anything but a class is left as it is (dask-jobqueue
     refuses it)."""
+    from distributed.core import Status
+
     if not isinstance(job_cls, type):
         return job_cls
 
@@ -706,7 +708,8 @@ def _tracked_job_class(job_cls):
             cls = type(self)
             cls._submitting.add(script_filename)
             try:
-                if cls._abandoned:
+                if cls._abandoned:  # failed, as _mark_unsubmitted_failed marks those created before
+                    self.status = Status.failed
                     raise _SubmissionAbandoned("the cluster's start was given up: no job submitted")
                 return await super()._submit_job(script_filename)
             finally:

@@ -518,6 +518,45 @@ def test_a_submit_command_that_never_answers_is_an_error_naming_the_jobs_not_a_h
         _end_processes(pids)
 
 
+def test_a_ctrl_c_before_the_submissions_start_submits_nothing(monkeypatch, tmp_path, ctrl_c):
+    """A Ctrl-C after the cluster was scaled, before its jobs were submitted: the submissions were
+    still made as the cluster closed, and with the batch system not answering they held the close
+    for CLOSE_TIMEOUT. Now the cluster whose start was given up submits nothing more."""
+    try:
+        dask_jobqueue = cluster._dask_jobqueue()  # (keeps ctrl_c's SIGINT handler)
+    except ImportError:
+        pytest.skip("needs dask-jobqueue")
+    import threading
+    import time
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "CLOSE_TIMEOUT", 5.0)
+
+    class InterruptedJob(dask_jobqueue.slurm.SLURMJob):
+        pressed = False
+
+        def __init__(self, *args, **kwargs):  # in the cluster's event loop, before the job is submitted
+            super().__init__(*args, **kwargs)
+            if not InterruptedJob.pressed and threading.current_thread() is not threading.main_thread():
+                InterruptedJob.pressed = True
+                ctrl_c()
+                time.sleep(0.5)  # this process handles it meanwhile
+
+    config = {"kind": "slurm", "scale": 2, "options": {"cores": 1, "memory": "1GB", "job_cls": InterruptedJob}}
+    start = time.monotonic()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(KeyboardInterrupt):
+                cluster.start_client(config)
+        assert InterruptedJob.pressed and not pids.exists()  # no sbatch ran
+        assert not [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert time.monotonic() - start < 5
+    finally:
+        _end_processes(pids)
+
+
 def test_stopping_a_submission_leaves_its_exit_status_to_the_code_that_waits_for_it():
     """dask-jobqueue waits for each submission (asyncio); _stop_processes reaped the processes it
     stopped itself, so that asyncio logged "Unknown child process pid ..., will report returncode
