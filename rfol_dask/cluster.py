@@ -692,9 +692,11 @@ def _tracked_job_class(job_cls):
     """A subclass of the dask-jobqueue job class ``job_cls``, made for one cluster, that knows its
     submissions: each runs the submit command (whatever it is called: ``sbatch``, a site's wrapper)
     with the job's script, a temporary file, as last argument, so the processes whose command line
-    holds a script of ``_submitting`` (those under way) are the ones this cluster started. Once
-    ``_abandoned`` it submits nothing more. Anything but a class is left as it is (dask-jobqueue
-    refuses it)."""
+    holds a script of ``_submitting`` (those under way) are the ones this cluster started.
+    ``_cut_off`` counts the submissions ended by a signal (:func:`_ended_by_signal`: stopped here,
+    or by a terminal's Ctrl-C, which reaches them too), each of which may have queued its job.
+    Once ``_abandoned`` it submits nothing more. Anything but a class is left as it is
+    (dask-jobqueue refuses it)."""
     from distributed.core import Status
 
     if not isinstance(job_cls, type):
@@ -702,6 +704,7 @@ def _tracked_job_class(job_cls):
 
     class Tracked(job_cls):
         _submitting = set()  # this class's own: one per cluster
+        _cut_off = 0
         _abandoned = False
 
         async def _submit_job(self, script_filename):
@@ -712,11 +715,20 @@ def _tracked_job_class(job_cls):
                     self.status = Status.failed
                     raise _SubmissionAbandoned("the cluster's start was given up: no job submitted")
                 return await super()._submit_job(script_filename)
+            except RuntimeError as exc:
+                if _ended_by_signal(exc):
+                    cls._cut_off += 1
+                raise
             finally:
                 cls._submitting.discard(script_filename)
 
     Tracked.__name__, Tracked.__qualname__ = job_cls.__name__, job_cls.__qualname__
     return Tracked
+
+
+def _ended_by_signal(exc):
+    """True for dask-jobqueue's error of a submission that a signal ended (an exit code below 0)."""
+    return isinstance(exc, RuntimeError) and "Exit code: -" in str(exc)
 
 
 def _submitting(cluster):
@@ -788,16 +800,19 @@ def _alive(process):
 def _end_failed_start(client, cluster, kind, quiet=False):
     """Close the cluster of a start that failed or was interrupted, within :data:`CLOSE_TIMEOUT`
     s: for SLURM/PBS the submissions still running are stopped first (a batch system that does
-    not answer would hold the close for ever), with a warning naming the jobs to check unless
-    ``quiet`` (the error says so), and the jobs never accepted marked failed."""
+    not answer would hold the close for ever), and the jobs never accepted marked failed. Unless
+    ``quiet`` (the error says so), a warning names the jobs to check where a submission was cut
+    off: stopped here, or ended by a signal (a terminal's Ctrl-C reaches the submit command too,
+    which may then be gone before this runs)."""
     if kind not in ("slurm", "pbs"):
         close_client(client)
         return
-    stopped = _stop_submissions(cluster)
-    if stopped and not quiet:
-        warnings.warn(f"stopped {stopped} {kind.upper()} submissions that had not answered; a job named "
-                      f"{cluster.job_name} may have been queued all the same: {_queued_jobs_hint(cluster, kind)}",
-                      RuntimeWarning, stacklevel=user_stacklevel())
+    cut_off = max(_stop_submissions(cluster), getattr(cluster.job_cls, "_cut_off", 0))
+    if cut_off and not quiet:
+        warnings.warn(f"{cut_off} {kind.upper()} submissions were cut off before they answered (stopped as the "
+                      f"start ended, or by a signal such as Ctrl-C); a job named {cluster.job_name} may have been "
+                      f"queued all the same: {_queued_jobs_hint(cluster, kind)}", RuntimeWarning,
+                      stacklevel=user_stacklevel())
     _mark_unsubmitted_failed(cluster)
     close_client(client)  # no jobs left queued behind an error or a Ctrl-C
 
@@ -811,8 +826,7 @@ class _StoppedSubmissions(logging.Filter):
 
     def filter(self, record):
         exc = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(exc, _SubmissionAbandoned)
-                    or isinstance(exc, RuntimeError) and "Exit code: -" in str(exc))
+        return not (isinstance(exc, _SubmissionAbandoned) or _ended_by_signal(exc))
 
 
 @contextlib.contextmanager

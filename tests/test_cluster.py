@@ -518,6 +518,56 @@ def test_a_submit_command_that_never_answers_is_an_error_naming_the_jobs_not_a_h
         _end_processes(pids)
 
 
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_ctrl_c_while_submissions_hang_warns_naming_the_jobs_and_is_raised(monkeypatch, tmp_path, ctrl_c, terminal):
+    """Ctrl-C while ``sbatch`` hangs: the KeyboardInterrupt goes on, the submissions are stopped, and
+    a warning names the jobs they may have queued. A terminal's Ctrl-C reaches the submit commands
+    too (one process group), which may be gone before this process handles its own: then no
+    warning came (the submissions were looked for among the running processes only)."""
+    try:
+        cluster._dask_jobqueue()  # (whose import, unlike pytest.importorskip's, keeps ctrl_c's SIGINT handler)
+    except ImportError:
+        pytest.skip("needs dask-jobqueue")
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    config = cluster.load_config("slurm")
+    config["scale"], config["options"]["job_name"] = 2, "rfol-test"
+
+    def press_ctrl_c():  # once both submissions hang
+        while len(pids.read_text().split() if pids.exists() else ()) < 2:
+            time.sleep(0.02)
+        time.sleep(0.2)  # (their sh waits in sleep)
+        if terminal:
+            started = list(map(int, pids.read_text().split()))
+            for process in [p for pid in started for p in (psutil.Process(pid), *psutil.Process(pid).children())]:
+                process.send_signal(signal.SIGINT)
+            while any(map(_running, started)):
+                time.sleep(0.02)
+            time.sleep(0.5)  # their end seen by the cluster's event loop
+        ctrl_c()
+
+    presser = threading.Thread(target=press_ctrl_c, daemon=True)
+    start = time.monotonic()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"2 SLURM submissions were cut off before they answered.*a job named "
+                          r"rfol-test may have been queued.*`squeue -u \$USER --name rfol-test`.*"
+                          r"`scancel -u \$USER --name rfol-test`"):
+            with pytest.raises(KeyboardInterrupt):
+                presser.start()
+                cluster.start_client(config)
+        assert time.monotonic() - start < 30
+        assert not any(map(_running, map(int, pids.read_text().split())))
+    finally:
+        presser.join(5)
+        _end_processes(pids)
+
+
 def test_a_ctrl_c_before_the_submissions_start_submits_nothing(monkeypatch, tmp_path, ctrl_c):
     """A Ctrl-C after the cluster was scaled, before its jobs were submitted: the submissions were
     still made as the cluster closed, and with the batch system not answering they held the close
