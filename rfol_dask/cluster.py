@@ -1009,7 +1009,10 @@ def start_client(config):
     cluster with the Dask operator can be reached; when no MPI scheduler file appears within the
     configuration's ``scheduler_timeout`` (:data:`SCHEDULER_TIMEOUT`) seconds, the wait logged
     every minute. A start that fails or is interrupted closes its cluster within
-    :data:`CLOSE_TIMEOUT` seconds (else warns, naming the jobs that may still be queued).
+    :data:`CLOSE_TIMEOUT` seconds (else warns, naming the jobs that may still be queued); for
+    SLURM/PBS it first stops the submissions that the cluster started (found by their job script,
+    whatever the submit command), and an interrupted one (Ctrl-C, raised again) warns naming the
+    jobs that a submission cut off may have queued.
     """
     given, config = config, load_config(config)
     if config["kind"] == "mpi":
