@@ -679,9 +679,8 @@ def test_a_failed_start_stops_only_the_submissions_of_its_own_cluster(monkeypatc
         assert other.poll() is None
         assert len(pids.read_text().split()) == 2 and sum(map(_running, map(int, pids.read_text().split()))) == 1
     finally:
-        other.kill()
+        _end_processes(pids)  # other's too (its pid is there), with its child
         other.wait()
-        _end_processes(pids)
 
 
 def test_a_close_held_by_a_hanging_submission_is_given_up_with_a_warning(monkeypatch, tmp_path):
