@@ -531,8 +531,10 @@ def make_cluster(config):
                                   blas_threads=config["blas_threads"], **config["options"])
     else:
         dask_jobqueue = _dask_jobqueue()
-        start = functools.partial(dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster,
-                                  **_jobqueue_options(config))
+        manager = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
+        options = _jobqueue_options(config)
+        options["job_cls"] = _tracked_job_class(options.get("job_cls") or manager.job_cls)
+        start = functools.partial(manager, **options)
     try:
         return start()
     except RuntimeError as exc:  # distributed's "Cluster failed to start: ..." (its scheduler, a local worker)
@@ -678,22 +680,92 @@ def _submit_command(cluster):
     return shlex.split(cluster.job_cls.submit_command)[0]
 
 
-def _batch_processes(command):
-    """The child processes of this one that run ``command`` (dask-jobqueue runs each submission
-    as a subprocess that it does not expose): ``psutil.Process`` objects, a script's too (its
-    interpreter runs it with the script's path as first argument)."""
+class _SubmissionAbandoned(RuntimeError):
+    """A submission not made: the start it belonged to had failed or was interrupted."""
+
+
+def _tracked_job_class(job_cls):
+    """A subclass of the dask-jobqueue job class ``job_cls``, made for one cluster, that knows its
+    submissions: each runs the submit command (whatever it is called: ``sbatch``, a site's wrapper)
+    with the job's script, a temporary file, as last argument, so the processes whose command line
+    holds a script of ``_submitting`` (those under way) are the ones this cluster started.
+    ``_cut_off`` counts the submissions ended by a signal (:func:`_ended_by_signal`: stopped here,
+    or by a terminal's Ctrl-C, which reaches them too), each of which may have queued its job.
+    Once ``_abandoned`` it submits nothing more. Anything but a class is left as it is
+    (dask-jobqueue refuses it)."""
+    from distributed.core import Status
+
+    if not isinstance(job_cls, type):
+        return job_cls
+
+    class Tracked(job_cls):
+        _submitting = set()  # this class's own: one per cluster
+        _cut_off = 0
+        _abandoned = False
+
+        async def _submit_job(self, script_filename):
+            cls = type(self)
+            cls._submitting.add(script_filename)
+            try:
+                if cls._abandoned:  # failed, as _mark_unsubmitted_failed marks those created before
+                    self.status = Status.failed
+                    raise _SubmissionAbandoned("the cluster's start was given up: no job submitted")
+                return await super()._submit_job(script_filename)
+            except RuntimeError as exc:
+                if _ended_by_signal(exc):
+                    cls._cut_off += 1
+                raise
+            finally:
+                cls._submitting.discard(script_filename)
+
+    Tracked.__name__, Tracked.__qualname__ = job_cls.__name__, job_cls.__qualname__
+    return Tracked
+
+
+def _ended_by_signal(exc):
+    """True for dask-jobqueue's error of a submission that a signal ended (an exit code below 0)."""
+    return isinstance(exc, RuntimeError) and "Exit code: -" in str(exc)
+
+
+def _submitting(cluster):
+    """The job scripts of the submissions of ``cluster`` under way."""
+    return set(getattr(cluster.job_cls, "_submitting", ()))
+
+
+def _submission_processes(cluster):
+    """The child processes of this one that run a submission of ``cluster`` (dask-jobqueue runs
+    each as a subprocess that it does not expose): ``psutil.Process`` objects, found by the job
+    script on their command line (:func:`_tracked_job_class`)."""
     import psutil
 
-    name, found = os.path.basename(command), []
-    for child in psutil.Process().children():
+    scripts, found = _submitting(cluster), []
+    for child in psutil.Process().children() if scripts else ():
         with contextlib.suppress(psutil.Error):  # ended meanwhile
-            if name in {os.path.basename(arg) for arg in child.cmdline()[:2]}:
+            if any(script in arg for arg in child.cmdline() for script in scripts):
                 found.append(child)
     return found
 
 
+def _stop_submissions(cluster, timeout=5.0):
+    """Stop the submissions of ``cluster``: none more is made, and those under way are stopped
+    (:func:`_stop_processes`; one whose process starts meanwhile too) until none is left in the
+    cluster's event loop, whose close waits for them (a lock they hold), for at most ``timeout`` s.
+    Returns how many processes were stopped."""
+    if hasattr(cluster.job_cls, "_abandoned"):  # a class of _tracked_job_class, not dask-jobqueue's own
+        cluster.job_cls._abandoned = True
+    stopped, deadline = set(), time.monotonic() + timeout
+    while _submitting(cluster) and time.monotonic() < deadline:
+        found = [p for p in _submission_processes(cluster) if p.pid not in stopped]
+        _stop_processes(found)
+        stopped |= {p.pid for p in found}
+        time.sleep(0.02)
+    return len(stopped)
+
+
 def _stop_processes(processes, grace=2.0):
-    """Terminate ``processes`` and their children; kill those still there after ``grace`` s."""
+    """Terminate ``processes`` and their children; kill those still there after ``grace`` s. None
+    is reaped here: a submission's exit status is collected by its own wait (asyncio's child
+    watcher, which otherwise logs "Unknown child process" and reports exit code 255, not the signal)."""
     import psutil
 
     every = []
@@ -703,27 +775,40 @@ def _stop_processes(processes, grace=2.0):
     for process in every:
         with contextlib.suppress(psutil.Error):
             process.terminate()
-    for process in psutil.wait_procs(every, timeout=grace)[1]:
+    deadline = time.monotonic() + grace
+    while (left := [p for p in every if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for process in left:
         with contextlib.suppress(psutil.Error):
             process.kill()
+
+
+def _alive(process):
+    """True while ``process`` (a ``psutil.Process``) runs: neither gone nor a zombie left to reap."""
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _end_failed_start(client, cluster, kind, quiet=False):
     """Close the cluster of a start that failed or was interrupted, within :data:`CLOSE_TIMEOUT`
     s: for SLURM/PBS the submissions still running are stopped first (a batch system that does
-    not answer would hold the close for ever), with a warning naming the jobs to check unless
-    ``quiet`` (the error says so), and the jobs never accepted marked failed."""
+    not answer would hold the close for ever), and the jobs never accepted marked failed. Unless
+    ``quiet`` (the error says so), a warning names the jobs to check where a submission was cut
+    off: stopped here, or ended by a signal (a terminal's Ctrl-C reaches the submit command too,
+    which may then be gone before this runs)."""
     if kind not in ("slurm", "pbs"):
         close_client(client)
         return
-    waiting = _batch_processes(_submit_command(cluster))
-    _stop_processes(waiting)
-    if waiting and not quiet:
-        warnings.warn(f"stopped {len(waiting)} {kind.upper()} submissions that had not answered; a job named "
-                      f"{cluster.job_name} may have been queued all the same: {_queued_jobs_hint(cluster, kind)}",
-                      ClusterWarning, stacklevel=user_stacklevel())
-    if waiting:
-        _wait_for_submissions(cluster)
+    cut_off = max(_stop_submissions(cluster), getattr(cluster.job_cls, "_cut_off", 0))
+    if cut_off and not quiet:
+        warnings.warn(f"{cut_off} {kind.upper()} submissions were cut off before they answered (stopped as the "
+                      f"start ended, or by a signal such as Ctrl-C); a job named {cluster.job_name} may have been "
+                      f"queued all the same: {_queued_jobs_hint(cluster, kind)}", ClusterWarning,
+                      stacklevel=user_stacklevel())
     _mark_unsubmitted_failed(cluster)
     close_client(client)  # no jobs left queued behind an error or a Ctrl-C
 
@@ -731,12 +816,13 @@ def _end_failed_start(client, cluster, kind, quiet=False):
 class _StoppedSubmissions(logging.Filter):
     """Drops the tracebacks that the event loop logs (logger ``tornado.application``) for
     submissions ended by a signal (dask-jobqueue's RuntimeError with an exit code below 0):
-    those :func:`_end_failed_start` stopped, or a Ctrl-C did; those of a batch system's
-    rejection stay (its message is the reason of the error)."""
+    those :func:`_end_failed_start` stopped, or a Ctrl-C did; and for those it no longer made
+    (:class:`_SubmissionAbandoned`); those of a batch system's rejection stay (its message is the
+    reason of the error)."""
 
     def filter(self, record):
         exc = record.exc_info[1] if record.exc_info else None
-        return not (isinstance(exc, RuntimeError) and "Exit code: -" in str(exc))
+        return not (isinstance(exc, _SubmissionAbandoned) or _ended_by_signal(exc))
 
 
 @contextlib.contextmanager
@@ -748,15 +834,6 @@ def _quiet_stopped_submissions():
         yield
     finally:
         tornado.removeFilter(stopped)
-
-
-def _wait_for_submissions(cluster, timeout=5.0):
-    """Wait (at most ``timeout`` s) until the submissions that were stopped have ended in the
-    cluster's event loop: its close waits for them (a lock they hold)."""
-    deadline = time.monotonic() + timeout
-    while any(getattr(job, "job_id", None) is None and job not in cluster.workers.values()
-              for job in set(getattr(cluster, "_created", ()))) and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def _check_submit_command(cluster, kind):
@@ -795,8 +872,7 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
         jobs = list(getattr(cluster, "workers", {}).values())
         submitted = [j for j in jobs if getattr(j, "job_id", None)]
         if kind in ("slurm", "pbs") and not submitted and now - start > SUBMIT_TIMEOUT:
-            command = _submit_command(cluster)
-            waiting = _batch_processes(command)
+            command, waiting = _submit_command(cluster), _submitting(cluster)
             if waiting:
                 raise ClusterStartError(
                     f"the {kind.upper()} submit command {command!r} did not answer in {SUBMIT_TIMEOUT:.0f} s "
@@ -929,7 +1005,10 @@ def start_client(config):
     cluster with the Dask operator can be reached; when no MPI scheduler file appears within the
     configuration's ``scheduler_timeout`` (:data:`SCHEDULER_TIMEOUT`) seconds, the wait logged
     every minute. A start that fails or is interrupted closes its cluster within
-    :data:`CLOSE_TIMEOUT` seconds (else warns, naming the jobs that may still be queued).
+    :data:`CLOSE_TIMEOUT` seconds (else warns, naming the jobs that may still be queued); for
+    SLURM/PBS it first stops the submissions that the cluster started (found by their job script,
+    whatever the submit command), and an interrupted one (Ctrl-C, raised again) warns naming the
+    jobs that a submission cut off may have queued.
     """
     given, config = config, load_config(config)
     if config["kind"] == "mpi":

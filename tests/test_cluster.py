@@ -518,6 +518,171 @@ def test_a_submit_command_that_never_answers_is_an_error_naming_the_jobs_not_a_h
         _end_processes(pids)
 
 
+@pytest.mark.parametrize("terminal", [False, True])
+def test_a_ctrl_c_while_submissions_hang_warns_naming_the_jobs_and_is_raised(monkeypatch, tmp_path, ctrl_c, terminal):
+    """Ctrl-C while ``sbatch`` hangs: the KeyboardInterrupt goes on, the submissions are stopped, and
+    a warning names the jobs they may have queued. A terminal's Ctrl-C reaches the submit commands
+    too (one process group), which may be gone before this process handles its own: then no
+    warning came (the submissions were looked for among the running processes only)."""
+    try:
+        cluster._dask_jobqueue()  # (whose import, unlike pytest.importorskip's, keeps ctrl_c's SIGINT handler)
+    except ImportError:
+        pytest.skip("needs dask-jobqueue")
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    config = cluster.load_config("slurm")
+    config["scale"], config["options"]["job_name"] = 2, "rfol-test"
+
+    def press_ctrl_c():  # once both submissions hang
+        while len(pids.read_text().split() if pids.exists() else ()) < 2:
+            time.sleep(0.02)
+        time.sleep(0.2)  # (their sh waits in sleep)
+        if terminal:
+            started = list(map(int, pids.read_text().split()))
+            for process in [p for pid in started for p in (psutil.Process(pid), *psutil.Process(pid).children())]:
+                process.send_signal(signal.SIGINT)
+            while any(map(_running, started)):
+                time.sleep(0.02)
+            time.sleep(0.5)  # their end seen by the cluster's event loop
+        ctrl_c()
+
+    presser = threading.Thread(target=press_ctrl_c, daemon=True)
+    start = time.monotonic()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"2 SLURM submissions were cut off before they answered.*a job named "
+                          r"rfol-test may have been queued.*`squeue -u \$USER --name rfol-test`.*"
+                          r"`scancel -u \$USER --name rfol-test`"):
+            with pytest.raises(KeyboardInterrupt):
+                presser.start()
+                cluster.start_client(config)
+        assert time.monotonic() - start < 30
+        assert not any(map(_running, map(int, pids.read_text().split())))
+    finally:
+        presser.join(5)
+        _end_processes(pids)
+
+
+def test_a_ctrl_c_before_the_submissions_start_submits_nothing(monkeypatch, tmp_path, ctrl_c):
+    """A Ctrl-C after the cluster was scaled, before its jobs were submitted: the submissions were
+    still made as the cluster closed, and with the batch system not answering they held the close
+    for CLOSE_TIMEOUT. Now the cluster whose start was given up submits nothing more."""
+    try:
+        dask_jobqueue = cluster._dask_jobqueue()  # (keeps ctrl_c's SIGINT handler)
+    except ImportError:
+        pytest.skip("needs dask-jobqueue")
+    import threading
+    import time
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "CLOSE_TIMEOUT", 5.0)
+
+    class InterruptedJob(dask_jobqueue.slurm.SLURMJob):
+        pressed = False
+
+        def __init__(self, *args, **kwargs):  # in the cluster's event loop, before the job is submitted
+            super().__init__(*args, **kwargs)
+            if not InterruptedJob.pressed and threading.current_thread() is not threading.main_thread():
+                InterruptedJob.pressed = True
+                ctrl_c()
+                time.sleep(0.5)  # this process handles it meanwhile
+
+    config = {"kind": "slurm", "scale": 2, "options": {"cores": 1, "memory": "1GB", "job_cls": InterruptedJob}}
+    start = time.monotonic()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(KeyboardInterrupt):
+                cluster.start_client(config)
+        assert InterruptedJob.pressed and not pids.exists()  # no sbatch ran
+        assert not [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert time.monotonic() - start < 5
+    finally:
+        _end_processes(pids)
+
+
+def test_stopping_a_submission_leaves_its_exit_status_to_the_code_that_waits_for_it():
+    """dask-jobqueue waits for each submission (asyncio); _stop_processes reaped the processes it
+    stopped itself, so that asyncio logged "Unknown child process pid ..., will report returncode
+    255" and the submission failed with exit code 255 instead of the signal that ended it."""
+    import signal
+    import subprocess
+
+    import psutil
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        cluster._stop_processes([psutil.Process(child.pid)])
+        assert child.wait(timeout=5) == -signal.SIGTERM  # (0 where another wait had reaped it)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_site_submit_command_of_another_name_that_never_answers_is_stopped_too(monkeypatch, tmp_path):
+    """A site's wrapper (``site-sbatch``, which runs the real ``sbatch`` in its place: exec) set as
+    the job class's submit command: its hanging submissions were looked for by that name, which no
+    process bore, so none was found (the error said no job was accepted, and the close waited for
+    CLOSE_TIMEOUT). They are now found by what the cluster started: stopped, and named in the error."""
+    dask_jobqueue = pytest.importorskip("dask_jobqueue")
+    import time
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    wrapper = site_dir / "site-sbatch"
+    wrapper.write_text(f'#!/bin/sh\nexec {bin_dir / "sbatch"} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{site_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")  # no sbatch on it
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 2.0)
+    monkeypatch.setattr(cluster, "CLOSE_TIMEOUT", 2.0)
+
+    class SiteJob(dask_jobqueue.slurm.SLURMJob):
+        submit_command = "site-sbatch"
+
+    config = {"kind": "slurm", "scale": 2, "options": {"cores": 1, "memory": "1GB", "job_cls": SiteJob,
+                                                       "job_name": "rfol-test"}}
+    start = time.monotonic()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(cluster.ClusterStartError, match=r"the SLURM submit command 'site-sbatch' did not answer "
+                               r"in 2 s \(2 submissions still waiting\).*`scancel -u \$USER --name rfol-test`"):
+                cluster.start_client(config)
+        assert not [str(w.message) for w in caught if "did not close" in str(w.message)]
+        assert time.monotonic() - start < 30
+        started = list(map(int, pids.read_text().split()))
+        assert len(started) == 2 and not any(map(_running, started))  # the hanging submissions were stopped
+    finally:
+        _end_processes(pids)
+
+
+def test_a_failed_start_stops_only_the_submissions_of_its_own_cluster(monkeypatch, tmp_path):
+    """The submissions to stop were every child process named like the submit command: an
+    ``sbatch`` this process ran for something else was stopped too. Now only those of the cluster."""
+    pytest.importorskip("dask_jobqueue")
+    import subprocess
+
+    bin_dir, pids = _hanging_sbatch(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 1.0)
+    other = subprocess.Popen([str(bin_dir / "sbatch"), str(tmp_path / "another-job.sh")])  # not the cluster's
+    try:
+        with pytest.raises(cluster.ClusterStartError, match=r"did not answer in 1 s \(1 submissions still waiting\)"):
+            cluster.start_client({"kind": "slurm", "options": {"cores": 1, "memory": "1GB"}})
+        assert other.poll() is None
+        assert len(pids.read_text().split()) == 2 and sum(map(_running, map(int, pids.read_text().split()))) == 1
+    finally:
+        _end_processes(pids)  # other's too (its pid is there), with its child
+        other.wait()
+
+
 def test_a_close_held_by_a_hanging_submission_is_given_up_with_a_warning(monkeypatch, tmp_path):
     """Where the hanging submissions cannot be stopped, the close of the failed start is bounded
     by CLOSE_TIMEOUT and warns how to find the jobs, instead of waiting for ever."""
@@ -528,12 +693,12 @@ def test_a_close_held_by_a_hanging_submission_is_given_up_with_a_warning(monkeyp
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
     monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 1.0)
     monkeypatch.setattr(cluster, "CLOSE_TIMEOUT", 1.0)
-    monkeypatch.setattr(cluster, "_batch_processes", lambda command: [])  # none found to stop
+    monkeypatch.setattr(cluster, "_submission_processes", lambda cluster: [])  # none found to stop
     start = time.monotonic()
     try:
         with pytest.warns(RuntimeWarning, match=r"did not close in 1 s.*jobs named dask-worker may still be queued.*"
                           r"scancel -u \$USER --name dask-worker"):
-            with pytest.raises(cluster.ClusterStartError, match="no SLURM job was accepted in 1 s"):
+            with pytest.raises(cluster.ClusterStartError, match=r"SLURM submit command .sbatch. did not answer in 1 s"):
                 cluster.start_client({"kind": "slurm", "options": {"cores": 1, "memory": "1GB"}})
         assert time.monotonic() - start < 30
     finally:
