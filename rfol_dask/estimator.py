@@ -140,11 +140,15 @@ def _num_samples(X):
     return shape[0] if len(shape) else None
 
 
-def _refuse_complex(X, name):
-    """:class:`ComplexDataError` for complex values (scikit-learn's own error prints the whole array)."""
+def _refuse_not_real(X, name):
+    """:class:`ComplexDataError` for complex values (scikit-learn's own error prints the whole array),
+    a TypeError for datetimes and timedeltas (numpy counts them among the integers: scikit-learn's
+    validation casts them to float, counts of their unit), as dask operands are refused."""
     dtype = getattr(X, "dtype", None)
     if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.complexfloating):
         raise ComplexDataError(f"Complex data not supported: {name} must hold real numbers, got dtype {dtype}")
+    if isinstance(dtype, np.dtype) and dtype.kind in "mM":
+        raise TypeError(f"{name} must hold real numbers, got dtype {dtype}")
 
 
 def _predict_chunk(blk, p, block_info=None, *, block, device):
@@ -350,8 +354,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
                 raise ValueError(f"U has {n_u} samples but V has {n_v}; they must match")
             if isinstance(Va, np.ndarray) and np.issubdtype(Va.dtype, np.floating) and Va.ndim:
                 check_finite(Va, 0, "V")  # names the samples (scikit-learn's check of y does not)
-            _refuse_complex(Ua, "U")
-            _refuse_complex(Va, "V")
+            _refuse_not_real(Ua, "U")
+            _refuse_not_real(Va, "V")
             Ua, Va = validate_data(self, Ua, Va, multi_output=True, y_numeric=True,
                                    dtype=[np.float64, np.float32], ensure_all_finite=False)
             dt = self._cast_dtype(Ua)
@@ -543,7 +547,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             raw, grid_shape = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
             if grid_shape is not None:
                 self._check_width(raw.shape[1], grid_shape)
-            _refuse_complex(raw, "X")
+            _refuse_not_real(raw, "X")
             X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
             check_finite(np.asarray(X), 0, "X", "predicting")
             block, args = self._predict_kernel()

@@ -306,7 +306,7 @@ class RandomFeatureOperator(OperatorEstimator):
                          time.perf_counter() - t1)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)
-            check_finite(U[:CENTRE_ROWS, ...], 0, "U")  # a NaN / Inf named here, not folded into the phases
+            check_finite(U[:min(CENTRE_ROWS, U.shape[0]), ...], 0, "U")  # a NaN / Inf named here, not in the phases
             centre = input_centre(dtype, U)  # numpy: the recipe folds it into the phases on the host
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
             self.omega_, self.b_ = recipe(xp=xp, input_centre=centre)

@@ -300,6 +300,16 @@ def test_operator_follows_array_api_input(tmp_path, data, solver):
     assert rel(loaded.predict(U3[:9]), want) < TOL
 
 
+def test_operator_fits_array_api_input_of_fewer_samples_than_the_centre_rows(data):
+    """An array API fit of fewer than CENTRE_ROWS (64) samples checked its first rows by a slice
+    past the end, which the standard leaves unspecified and array_api_strict refuses (IndexError)."""
+    U, V = data[0][:40], data[1][:40]
+    kw = dict(n_features=50, gamma=0.4, alpha=1e-6, random_state=5)
+    want = RandomFeatureOperator(**kw).fit(U, V).predict(U[:5])
+    model = RandomFeatureOperator(**kw).fit(*strict(U, V))
+    assert rel(model.predict(xs.asarray(U[:5])), want) < TOL
+
+
 @pytest.mark.parametrize("kw", [dict(kernel="matern52", length_scale=2.0, nugget=1e-4),
                                 dict(kernel="linear", nugget=1e-8)])  # the linear kernel's primal (9 < 70 inputs)
 def test_kernel_operator_follows_array_api_input(tmp_path, data, kw):

@@ -3,6 +3,7 @@ made unloadable by save, and unclear errors. Each test fails on the code before 
 
 import json
 import os
+import re
 from pathlib import Path
 
 import dask.array as da
@@ -106,6 +107,23 @@ def test_timedelta_dask_operands_are_refused_as_datetimes_are(estimator):
         estimator().fit(steps, V)
     with pytest.raises(TypeError, match=r"V must hold real numbers, got dtype timedelta64\[s\]"):
         estimator().fit(da.from_array(U, chunks=10), da.from_array((V * 100).astype("m8[s]"), chunks=10))
+
+
+@pytest.mark.parametrize("estimator", [_rf, lambda: KernelOperator(kernel="rbf", length_scale=1.0)])
+@pytest.mark.parametrize("unit", ["m8[s]", "M8[s]"])
+def test_numpy_datetimes_and_timedeltas_are_refused_as_dask_ones_are(estimator, unit):
+    """In memory, scikit-learn's validation cast datetime64 / timedelta64 operands to float (counts
+    of their unit) and the model fitted and predicted them, where the same data as dask arrays
+    are refused as not real numbers."""
+    U, V = smooth_operator_data(30, 8)
+    model = estimator().fit(U, V)
+    dtype = re.escape(np.dtype(unit).name)  # datetime64[s], timedelta64[s]
+    with pytest.raises(TypeError, match=rf"X must hold real numbers, got dtype {dtype}"):
+        model.predict((U * 100).astype(unit))
+    with pytest.raises(TypeError, match=rf"U must hold real numbers, got dtype {dtype}"):
+        estimator().fit((U * 100).astype(unit), V)
+    with pytest.raises(TypeError, match=rf"V must hold real numbers, got dtype {dtype}"):
+        estimator().fit(U, (V * 100).astype(unit))
 
 
 def test_a_value_that_overflows_float32_is_named_in_dask_fits():
