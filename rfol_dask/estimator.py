@@ -143,12 +143,13 @@ def _num_samples(X):
 def _refuse_not_real(X, name):
     """:class:`ComplexDataError` for complex values (scikit-learn's own error prints the whole array),
     a TypeError for datetimes and timedeltas (numpy counts them among the integers: scikit-learn's
-    validation casts them to float, counts of their unit), as dask operands are refused."""
+    validation casts them to float, counts of their unit) and booleans, as dask operands are refused."""
     dtype = getattr(X, "dtype", None)
     if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.complexfloating):
         raise ComplexDataError(f"Complex data not supported: {name} must hold real numbers, got dtype {dtype}")
-    if isinstance(dtype, np.dtype) and dtype.kind in "mM":
-        raise TypeError(f"{name} must hold real numbers, got dtype {dtype}")
+    if isinstance(dtype, np.dtype) and dtype.kind in "mMb":
+        fix = f" (as 0 and 1: {name}.astype(float))" if dtype.kind == "b" else ""
+        raise TypeError(f"{name} must hold real numbers, got dtype {dtype}{fix}")
 
 
 def _predict_chunk(blk, p, block_info=None, *, block, device):

@@ -1300,3 +1300,16 @@ def test_a_kernel_model_does_not_change_when_the_caller_changes_its_training_arr
     U *= 2.0
     np.testing.assert_array_equal(model.predict(U[:5] / 2.0), before)
     assert not np.shares_memory((model.best_estimator_ if cv else model).X_train_, U)
+
+
+def test_boolean_operands_are_refused_in_memory_as_on_dask():
+    """numpy booleans were fitted as 0 and 1 where dask and array API ones are refused; refused
+    alike now, saying how to give them as numbers."""
+    U, V = smooth_operator_data(30, 8)
+    mask = U > 0
+    for data in (mask, da.from_array(mask, chunks=10)):
+        with pytest.raises(TypeError, match="U must hold real numbers, got dtype bool"):
+            _rf().fit(data, V)
+    with pytest.raises(TypeError, match=r"U must hold real numbers, got dtype bool \(as 0 and 1: U.astype\(float\)\)"):
+        _rf().fit(mask, V)
+    _rf().fit(mask.astype(float), V)
