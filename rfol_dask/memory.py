@@ -367,7 +367,8 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
         return DualPlan(blocked=False, slab_bytes=slab)
     extra = ""
     if held_bytes or smallest:
-        extra = f", and {held_bytes + 2 * smallest:,} more bytes for the data and the feature slabs held with it,"
+        held = "the data and the feature slabs" if smallest else "the data"  # a kernel fit has no slabs
+        extra = f", and {held_bytes + 2 * smallest:,} more bytes for {held} held with it,"
     reduction = "" if reduction_fits else (
         f"; and a worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
         f"bytes against the {int(budget.peak_room):,} {budget.peak_line}")

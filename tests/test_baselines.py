@@ -191,7 +191,7 @@ def test_linear_kernel_dual_from_dask_is_the_in_memory_eigen_solve(cluster_clien
         assert _rel(lazy.predict(Ut), numpy) < 1e-10 and _rel(lazy.predict(Ut), want) < 1e-12
     # the Gram (20,000 bytes) fits 50,000, but not with what the eigen solve holds beside it
     # (50 x (50 + 64 + 64) x 8 = 71,200 bytes): the blocked Cholesky
-    with pytest.warns(RuntimeWarning, match="blocked"):
+    with pytest.warns(RuntimeWarning, match=r"71,200 more bytes for the data held with it.*blocked"):
         blocked = KernelOperator(kernel="linear", nugget=1e-6, fit_intercept=fit_intercept,
                                  max_gram_bytes=50_000).fit(Ud, Vd)
     assert _rel(blocked.predict(Ut), Ridge(alpha=1e-6, solver="svd", fit_intercept=fit_intercept).fit(U, V).predict(Ut)) < 1e-6
