@@ -33,7 +33,7 @@ from .io import (MODEL_KEY, check_outside_stores, check_parent_dir, describe_pat
 from .stacklevel import user_stacklevel
 
 __all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
-           "estimator_state", "restore_estimator"]
+           "estimator_state", "restore_estimator", "sibling", "clean_leftovers"]
 
 
 MODEL_FORMAT = 3
@@ -142,14 +142,15 @@ def _check_model_path(path, overwrite):
                      "(only an existing model is ever replaced): choose another path or move it away yourself")
 
 
-def _sibling(path, kind):
-    """A fresh hidden sibling ``.NAME.<kind>-<host>.<pid>.<random>`` of ``path``."""
+def sibling(path, kind):
+    """A fresh hidden sibling ``.NAME.<kind>-<host>.<pid>.<random>`` of ``path`` (a model's, or a
+    prediction store's of ``rfol-dask predict``, which is swapped in the same way)."""
     return path.with_name(f".{path.name}.{kind}-{owned_tag(8)}")
 
 
 def _writer(leftover, prefix):
     """``(host, pid)`` of the save that named ``leftover`` (``prefix`` + its tag, see
-    :func:`_sibling`), or None for any other name."""
+    :func:`sibling`), or None for any other name."""
     return tag_owner(leftover.name[len(prefix):])
 
 
@@ -174,9 +175,10 @@ def _leftovers(path, kind):
                   if _writer(p, prefix) is not None or describe_path(p) == "model")
 
 
-def _clean_leftovers(path):
+def clean_leftovers(path):
     """Remove the hidden siblings that interrupted saves of ``path`` left: every previous model
-    (``.old-*``; ``path`` holds the newest) and every temporary whose writer is gone."""
+    (``.old-*``; ``path`` holds the newest) and every temporary whose writer is gone (the same
+    for the prediction stores of ``rfol-dask predict``)."""
     for old in _leftovers(path, "old"):
         shutil.rmtree(old, ignore_errors=True)
     for tmp in _leftovers(path, "tmp"):
@@ -209,7 +211,7 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
     with _save_lock(path):
         _check_model_path(path, overwrite)  # again, holding the lock
         _swap_in(path, arrays, attrs, overwrite, model_format)
-        _clean_leftovers(path)
+        clean_leftovers(path)
 
 
 def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
@@ -220,7 +222,7 @@ def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
     them; :func:`load_model` reads the previous model if the kill fell between the renames)."""
     import zarr
 
-    tmp, old, saved = _sibling(path, "tmp"), None, time.time_ns()
+    tmp, old, saved = sibling(path, "tmp"), None, time.time_ns()
     try:
         group = zarr.open_group(str(tmp), mode="w")
         sums = {}
@@ -237,7 +239,7 @@ def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
         if describe_path(path) == "empty":
             path.rmdir()
         elif path.exists():
-            old = _sibling(path, "old")
+            old = sibling(path, "old")
             os.replace(path, old)
         os.replace(tmp, path)
     except BaseException:
