@@ -1,4 +1,4 @@
-"""The ``rfol-dask`` command: ``quickstart``, ``datasets``, ``generate``, ``fit``, ``reproduce``."""
+"""The ``rfol-dask`` command: ``quickstart``, ``datasets``, ``generate``, ``fit``, ``predict``, ``reproduce``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import time
@@ -73,6 +74,14 @@ def _print_dashboard(client):
     _log.info("dask dashboard: %s", link)
 
 
+def _optional_cluster(args):
+    """A client of ``--cluster`` or of a LocalCluster of ``--workers`` K, or None (dask's local
+    scheduler) without either; ValueError for both."""
+    if args.cluster and args.workers is not None:
+        raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
+    return _start_cluster(args.cluster, args.workers) if args.cluster or args.workers is not None else None
+
+
 def _close_cluster(client):
     from .cluster import close_client
 
@@ -87,9 +96,7 @@ def _cmd_generate(args):
         if key in params and params[key] != value:  # else the last one would win, silently
             raise ValueError(f"--param {key} is given twice ({key}={params[key]!r} and {key}={value!r}): give it once")
         params[key] = value
-    if args.cluster and args.workers is not None:
-        raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
-    client = _start_cluster(args.cluster, args.workers) if args.cluster or args.workers is not None else None
+    client = _optional_cluster(args)
     try:
         t0 = time.perf_counter()
         ds = datasets.generate(args.name, args.samples, store=args.out, seed=args.seed, client=client,
@@ -361,6 +368,227 @@ def _cmd_fit(args):
     return 0
 
 
+_PREDICTION_KEY = "rfol_dask_prediction"  # root attribute of a store of predict: the JSON list of its arrays
+
+
+def _sample_range(text):
+    """``--samples``: ``START:STOP`` (either may be left out) as ``(start, stop)``, None for a
+    bound not given; checked against the store's size by :func:`_chosen_samples`."""
+    bounds = text.split(":")
+    if len(bounds) != 2:
+        raise argparse.ArgumentTypeError(f"expected START:STOP (e.g. 800:1000, or 800: for the rest), got {text!r}")
+    try:
+        start, stop = (int(b) if b.strip() else None for b in bounds)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"START and STOP must be whole numbers, got {text!r}") from None
+    if min(b for b in (start, stop, 0) if b is not None) < 0:
+        raise argparse.ArgumentTypeError(f"START and STOP count samples from 0, got {text!r}")
+    return start, stop
+
+
+def _chosen_samples(bounds, n, data):
+    """``(start, stop)`` of ``--samples`` among the ``n`` samples of the store ``data``."""
+    start, stop = 0 if bounds[0] is None else bounds[0], n if bounds[1] is None else bounds[1]
+    if not start < stop <= n:
+        given = ":".join("" if b is None else str(b) for b in bounds)
+        raise ValueError(f"--samples {given} is not a range of the {n} samples of {data}: give START < STOP <= {n}")
+    return start, stop
+
+
+def _load_any_model(path):
+    """The model saved at ``path``, loaded by the estimator class it records (a model saved
+    before the class was recorded: the first class that takes its parameters)."""
+    from . import RandomFeatureOperator
+    from .baselines import KernelOperator
+    from .io import user_path
+    from .persistence import load_model, restore_estimator
+
+    classes = {cls.__name__: cls for cls in (RandomFeatureOperator, KernelOperator)}
+    arrays, attrs = load_model(user_path(path))
+    saved = attrs.get("estimator")
+    if saved is not None and saved not in classes:
+        raise ValueError(f"the model at {path} is a {saved}, which rfol-dask predict does not load (it loads "
+                         f"{' and '.join(classes)} models)")
+    candidates = [classes[saved]] if saved else list(classes.values())
+    for cls in candidates[:-1]:
+        with contextlib.suppress(ValueError):  # parameters of another class: the next one
+            return restore_estimator(cls, arrays, attrs, path)
+    return restore_estimator(candidates[-1], arrays, attrs, path)
+
+
+def _prediction_arrays(path):
+    """The arrays of the prediction store at ``path`` as its attribute lists them; None when
+    ``path`` is not one (nothing there, another store, a file)."""
+    from .io import group_attrs
+
+    if path.is_symlink() or not path.is_dir():
+        return None
+    try:
+        return set(json.loads((group_attrs(path) or {})[_PREDICTION_KEY]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _check_prediction_path(path):
+    """ValueError unless predictions may be written at the absolute ``path`` (checked before any
+    work, and again holding its lock): nothing there, an empty folder, or a prediction store of
+    ``rfol-dask predict`` holding nothing but its arrays (replaced); never inside a Zarr store,
+    nor the current directory or a folder holding it."""
+    from .io import check_outside_stores, check_parent_dir, describe_path, foreign_entries
+
+    cwd = Path(os.path.realpath("."))
+    if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
+        raise ValueError(f"--out {path} is the current directory or holds it, which writing replaces; give another "
+                         "path")
+    check_outside_stores(path, "write predictions")
+    arrays = _prediction_arrays(path)
+    if arrays is not None:
+        foreign = foreign_entries(path, arrays)
+        if foreign:
+            raise ValueError(f"the prediction store {path} also holds other files ({', '.join(foreign[:5])}"
+                             f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move them "
+                             "away or give another --out")
+        return
+    kind = describe_path(path)
+    if kind is None:
+        check_parent_dir(path, "predictions")
+    elif kind != "empty":
+        kind = "an rfol_dask model" if kind == "model" else kind
+        raise ValueError(f"--out {path} exists and is {kind}, not a prediction store of rfol-dask predict; it is "
+                         "never replaced: give a new path (or move it away)")
+
+
+def _prediction_lock(path):
+    """The lock file ``.NAME.lock`` beside ``path`` (:func:`rfol_dask.io.lock_file`; a model
+    save of that path takes the same), held while predict checks, writes and swaps in."""
+    from .io import lock_file
+
+    lock = path.with_name(f".{path.name}.lock")
+
+    def busy(held):
+        who = "" if held is None else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
+        return (f"{path} is being written by another run{who}; wait for it to finish or give another --out (if no "
+                f"such run is alive, remove {lock})")
+
+    return lock_file(lock, {"predictions": str(path)}, busy)
+
+
+def _write_predictions(pred, path, attrs, client, progress):
+    """Write the lazy DataArray ``pred`` (chunked along ``sample`` only, regular chunks) as the
+    variable ``prediction`` of a Zarr store at ``path``, block by block on the workers (or
+    dask's local scheduler), uncompressed as the data sets' fields, with the root ``attrs``.
+
+    The store is written to a hidden sibling and renamed into place (an earlier prediction
+    store is moved aside first and removed after): whatever ends the write early (an error,
+    Ctrl-C) removes the sibling and leaves ``path`` as it was. Memory: one block of the
+    prediction per running task; nothing in the client."""
+    import numpy as np
+
+    from .io import describe_path, wait_zarr_io
+    from .persistence import clean_leftovers, sibling
+    from .progress import compute
+
+    ds = pred.to_dataset(name="prediction")
+    for var in ds.variables.values():
+        var.encoding = {}  # the input store's chunks and codecs are not the prediction's
+    ds.attrs = {**attrs, _PREDICTION_KEY: json.dumps(sorted(map(str, ds.variables)))}
+    encoding = {"prediction": {"chunks": tuple(c[0] for c in pred.chunks), "fill_value": np.nan,
+                               "compressors": None}}
+    tmp, old = sibling(path, "tmp"), None
+    try:
+        with _quiet_consolidated():
+            job = ds.to_zarr(str(tmp), mode="w-", compute=False, encoding=encoding, consolidated=True)
+        compute(job, client=client, progress=progress, desc="predict", settle=True)
+        _check_prediction_path(path)  # again: something of the user's may have appeared meanwhile
+        if describe_path(path) == "empty":
+            path.rmdir()
+        elif path.exists():
+            old = sibling(path, "old")
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        wait_zarr_io()  # a zarr write cut short by Ctrl-C goes on in zarr's thread: let it land first
+        if old is not None and old.exists() and not path.exists():
+            os.replace(old, path)  # the earlier predictions back
+        raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    clean_leftovers(path)  # the earlier store moved aside, and what killed runs left
+
+
+@contextlib.contextmanager
+def _quiet_consolidated():
+    """Silence zarr's warning that consolidated metadata (written as the data sets' are, so that a
+    plain ``xr.open_zarr`` reads the store) is not in the Zarr v3 specification."""
+    import warnings
+
+    import zarr
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
+        yield
+
+
+def _cmd_predict(args):
+    from .io import open_dataset, user_path
+
+    out = Path(os.path.abspath(user_path(args.out)))
+    _check_prediction_path(out)  # before any work: never replace a data set, a model or other files
+    model = _load_any_model(args.model)
+    ds = open_dataset(args.data)
+    if "input" not in ds.data_vars or "sample" not in ds["input"].dims:
+        raise ValueError(f"{args.data} has no variable 'input' with a 'sample' dimension: predict reads the inputs "
+                         f"from it, and it holds {', '.join(map(repr, ds.data_vars)) or 'no variables'}; rename the "
+                         "variable (and the dimension that runs over the samples)")
+    start, stop = _chosen_samples(args.samples, ds.sizes["sample"], args.data)
+    chosen = ds.isel(sample=slice(start, stop))
+    block = ds["input"].chunksizes["sample"][0]  # the store's blocks: regular chunks, as Zarr writes them
+    out.parent.mkdir(parents=True, exist_ok=True)
+    client = _optional_cluster(args)
+    try:
+        with _prediction_lock(out):
+            _check_prediction_path(out)  # again, holding the lock
+            t0 = time.perf_counter()
+            pred = model.predict(chosen["input"].chunk({"sample": block}),  # lazy: checks the grids now
+                                 output_grid=_store_output_grid(model, ds))
+            attrs = {"title": f"rfol-dask predict: samples {start}:{stop} of {args.data}",
+                     "model": os.path.abspath(user_path(args.model)), "store": os.path.abspath(user_path(args.data)),
+                     "samples": [start, stop], "rfol_dask_version": __version__}
+            _write_predictions(pred, out, attrs, client, progress=not args.quiet)
+        print(f"predictions: samples {start}:{stop} of {args.data} in {args.out} ({time.perf_counter() - t0:.1f} s, "
+              f"prediction {pred.shape})")
+        _print_prediction_error(chosen, out, stop - start)
+    finally:
+        _close_cluster(client)
+    return 0
+
+
+def _store_output_grid(model, ds):
+    """The grid ``{dim: coordinates}`` of the store's ``output``, where the predictions go so that
+    they compare with it (the training grid itself is not resampled; a store of another
+    resolution is, by the model's ``recovery``); None without ``output``, its coordinates or a
+    training output grid of the model."""
+    if "output" not in ds.data_vars or getattr(model, "output_grid_", None) is None:
+        return None
+    dims = [d for d in ds["output"].dims if d != "sample"]
+    return {d: ds[d].values for d in dims} if all(d in ds.coords for d in dims) else None
+
+
+def _print_prediction_error(chosen, out, n):
+    """The relative L2 error of the predictions written at ``out`` against the ``output`` of the
+    ``n`` samples ``chosen``, read back from the store (no second prediction), if there is one."""
+    import xarray as xr
+
+    from .metrics import relative_l2_error
+
+    if "output" not in chosen.data_vars:
+        print("no error: the store has no 'output' variable to compare with")
+        return
+    written = xr.open_zarr(out, consolidated=True)["prediction"]
+    print(f"relative L2 error on the {n} predicted samples: {relative_l2_error(chosen['output'], written):.4e}")
+
+
 def _cmd_reproduce(args):
     from .experiments.reproduce import run_args
 
@@ -427,6 +655,25 @@ def _add_fit_parser(sub, common):
     f.set_defaults(func=_cmd_fit)
 
 
+def _add_predict_parser(sub, common):
+    """The ``predict`` subcommand's arguments."""
+    p = sub.add_parser("predict", help="apply a saved model to the inputs of a data-set store and write the "
+                                       "predictions to a Zarr store", parents=[common])
+    p.add_argument("model", help="a saved model (rfol-dask fit --out, or save in Python)")
+    p.add_argument("data", help="Zarr store with the variable input (and output: then the relative L2 error of "
+                                "the predictions is printed)")
+    p.add_argument("--out", required=True,
+                   help="Zarr store to write, with the variable prediction (sample, <output grid dims>): a new path, "
+                        "an empty folder, or an earlier prediction store of this command, which is replaced; "
+                        "anything else is refused")
+    p.add_argument("--samples", type=_sample_range, default=(None, None), metavar="START:STOP",
+                   help="predict the samples START to STOP - 1 only (e.g. 800:1000; 800: for the rest; default all)")
+    p.add_argument("--workers", type=_count(1), default=None, help="start a LocalCluster with this many workers")
+    p.add_argument("--cluster", default=None, metavar="NAME|PATH",
+                   help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
+    p.set_defaults(func=_cmd_predict)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="rfol-dask", description="Random-feature operator learning on Dask")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -452,6 +699,7 @@ def build_parser():
     d.set_defaults(func=_cmd_datasets)
 
     _add_fit_parser(sub, common)
+    _add_predict_parser(sub, common)
 
     g = sub.add_parser("generate", help="generate a data set into a Zarr store (resumable)", parents=[common])
     g.add_argument("name", help="data set (see rfol-dask datasets)")

@@ -1,0 +1,221 @@
+"""``rfol-dask predict MODEL STORE --out PRED.zarr``: the saved model's predictions of a store's inputs,
+written block by block to a Zarr store that is new or replaces only an earlier one of its own."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from rfol_dask import RandomFeatureOperator, __version__, datasets, estimator
+from rfol_dask.baselines import KernelOperator
+from rfol_dask.cli import main
+from rfol_dask.metrics import relative_l2_error
+
+from conftest import rel
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A data set of 30 samples in blocks of 8, and a RandomFeatureOperator and a KernelOperator
+    fitted on its first 20 samples and saved beside it."""
+    root = tmp_path_factory.mktemp("predict")
+    store = root / "d.zarr"
+    ds = datasets.generate("advection2", 30, store=store, block_size=8)
+    models = {}
+    for name, model in (("rf", RandomFeatureOperator(n_features=40, random_state=0)), ("kernel", KernelOperator())):
+        models[name] = model.fit(ds.isel(sample=slice(0, 20)))
+        model.save(root / f"{name}.zarr")
+    return root, store, models
+
+
+def _run(args, capsys):
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("kind", ["rf", "kernel"])
+def test_predict_writes_the_model_s_predictions_block_by_block_and_prints_their_error(saved, tmp_path, kind, capsys,
+                                                                                   monkeypatch):
+    root, store, models = saved
+    real, calls = estimator._predict_chunk, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(estimator, "_predict_chunk", counted)
+    out = tmp_path / "p.zarr"
+    code, stdout, err = _run(["predict", str(root / f"{kind}.zarr"), str(store), "--out", str(out),
+                              "--samples", "13:30", "-q"], capsys)
+    assert code == 0, err
+    assert len(calls) <= 3 + 1  # 17 samples in blocks of 8: one pass (and one call on dask's meta), not two
+    monkeypatch.undo()
+
+    ds = datasets.open_dataset(store).isel(sample=slice(13, 30))
+    expected = models[kind].predict(ds["input"]).compute()
+    written = xr.open_zarr(out)  # consolidated: a plain open_zarr reads it
+    pred = written["prediction"]
+    assert pred.dims == ("sample", "x") and rel(pred.values, expected.values) < 1e-12
+    np.testing.assert_array_equal(pred["sample"], np.arange(13, 30))
+    np.testing.assert_array_equal(pred["x"], ds["x"])
+    assert pred.encoding["chunks"] == (8, 40) and not pred.encoding["compressors"]  # chunked along sample, raw
+    assert written.attrs["model"] == str(root / f"{kind}.zarr") and written.attrs["store"] == str(store)
+    assert written.attrs["samples"] == [13, 30] and written.attrs["rfol_dask_version"] == __version__
+    error = relative_l2_error(ds["output"], expected)
+    assert f"relative L2 error on the 17 predicted samples: {error:.4e}" in stdout
+    assert sorted(os.listdir(tmp_path)) == ["p.zarr"]  # no temporary, no lock left
+
+
+def test_predict_keeps_a_multi_dimensional_output_grid_and_needs_no_output(tmp_path, capsys):
+    """A user's store (no generate bookkeeping) with a 2-D output grid; without ``output`` no error
+    is printed, and only the store's ``input`` is read."""
+    rng = np.random.default_rng(0)
+    x, y, z = np.linspace(0, 1, 6), np.linspace(0, 2, 3), np.linspace(-1, 1, 4)
+    U = rng.standard_normal((24, 6))
+    V = np.einsum("mi,jk->mjk", U, np.ones((3, 4))) + U[:, :3, None] ** 2
+    train = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y", "z"), V)},
+                       coords={"x": x, "y": y, "z": z, "sample": np.arange(100, 124)})
+    model = RandomFeatureOperator(n_features=30, random_state=0).fit(train)
+    model.save(tmp_path / "m.zarr")
+    train[["input"]].chunk({"sample": 5}).to_zarr(tmp_path / "u.zarr")
+    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "u.zarr"), "--out",
+                              str(tmp_path / "p.zarr"), "--samples", "3:", "-q"], capsys)
+    assert code == 0, err
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    assert pred.dims == ("sample", "y", "z") and pred.encoding["chunks"] == (5, 3, 4)
+    np.testing.assert_array_equal(pred["sample"], np.arange(103, 124))
+    np.testing.assert_array_equal(pred["z"], z)
+    assert rel(pred.values, model.predict(train["input"][3:]).values) < 1e-12
+    assert "no error: the store has no 'output' variable" in stdout and "relative L2" not in stdout
+
+
+def test_predict_on_a_store_of_another_resolution_predicts_on_its_output_grid(saved, tmp_path, capsys):
+    """The inputs are resampled to the training grid and the predictions to the store's output grid
+    (the model's ``recovery``), so that the printed error compares them with the store's outputs."""
+    root, _, models = saved
+    fine = datasets.generate("advection2", 12, store=tmp_path / "fine.zarr", n_points=60, block_size=5)
+    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / "fine.zarr"), "--out",
+                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    assert code == 0, err
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    expected = models["rf"].predict(fine["input"], output_grid={"x": fine["x"].values}).compute()
+    assert pred.sizes["x"] == 60 and rel(pred.values, expected.values) < 1e-12
+    np.testing.assert_array_equal(pred["x"], fine["x"])
+    assert f"relative L2 error on the 12 predicted samples: {relative_l2_error(fine['output'], expected):.4e}" in stdout
+
+
+def test_predict_errors_are_one_line_and_write_nothing(saved, tmp_path, capsys):
+    root, store, _ = saved
+    out = tmp_path / "p.zarr"
+    xr.Dataset({"u": (("sample", "x"), np.ones((4, 40)))}).to_zarr(tmp_path / "u.zarr")
+    xr.Dataset({"input": (("sample", "y"), np.ones((4, 40)))}).to_zarr(tmp_path / "y.zarr")  # another grid dim
+    model = str(root / "rf.zarr")
+    for args, says in (
+            ([str(tmp_path / "none.zarr"), str(store)], "no model at"),
+            ([str(store), str(store)], "is not an rfol_dask model"),
+            ([model, str(tmp_path / "u.zarr")], "has no variable 'input' with a 'sample' dimension"),
+            ([model, str(tmp_path / "y.zarr")], "X has dims ('sample', 'y') but the model was trained on ('sample', 'x')"),
+            ([model, str(store), "--samples", "20:10"], "--samples 20:10 is not a range of the 30 samples of"),
+            ([model, str(store), "--samples", "25:31"], "--samples 25:31 is not a range of the 30 samples"),
+            ([model, str(store), "--samples", "30:"], "give START < STOP <= 30"),
+            ([model, str(store), "--cluster", "local", "--workers", "2"], "give --cluster or --workers, not both")):
+        code, stdout, err = _run(["predict", *args, "--out", str(out)], capsys)
+        assert code == 2 and err.startswith("rfol-dask predict: error: ") and says in err, err
+        assert len(err.strip().splitlines()) == 1 and not stdout
+    for bad in ("10", "a:b", "1:2:3"):
+        with pytest.raises(SystemExit) as info:
+            main(["predict", model, str(store), "--out", str(out), "--samples", bad])
+        assert info.value.code == 2 and "START:STOP" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["u.zarr", "y.zarr"]
+
+
+def test_predict_refuses_foreign_out_paths_and_leaves_them_alone(saved, tmp_path, capsys):
+    root, store, _ = saved
+    model = str(root / "rf.zarr")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("important notes")
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "plot.png").write_text("a plot")
+    ours = tmp_path / "p.zarr"
+    assert main(["predict", model, str(store), "--out", str(ours), "-q"]) == 0
+    (ours / "mine.txt").write_text("kept")  # a prediction store holding a file of the user's
+    before = {p: sorted(os.walk(p)) for p in (store, root / "rf.zarr")}
+    for out, says in ((notes, "exists and is a file"), (folder, "exists and is a directory holding other files"),
+                      (store, "exists and is an rfol_dask data set"), (root / "rf.zarr", "is an rfol_dask model"),
+                      (store / "p.zarr", f"is inside the Zarr store {store}"),
+                      (root / "rf.zarr" / "p", "inside the model"),
+                      (ours, "also holds other files (mine.txt)")):
+        code, _, err = _run(["predict", model, str(store), "--out", str(out)], capsys)
+        assert code == 2 and says in err, (out, err)
+    assert notes.read_text() == "important notes" and os.listdir(folder) == ["plot.png"]
+    assert (ours / "mine.txt").read_text() == "kept"
+    assert {p: sorted(os.walk(p)) for p in (store, root / "rf.zarr")} == before
+
+
+def test_predict_replaces_an_earlier_prediction_store_and_fills_an_empty_folder(saved, tmp_path, capsys):
+    root, store, _ = saved
+    out = tmp_path / "p.zarr"
+    out.mkdir()
+    assert main(["predict", str(root / "rf.zarr"), str(store), "--out", str(out), "--samples", ":10", "-q"]) == 0
+    assert xr.open_zarr(out).sizes["sample"] == 10
+    assert main(["predict", str(root / "kernel.zarr"), str(store), "--out", str(out), "--samples", "24:", "-q"]) == 0
+    written = xr.open_zarr(out)
+    np.testing.assert_array_equal(written["sample"], np.arange(24, 30))
+    assert written.attrs["model"] == str(root / "kernel.zarr")
+    assert sorted(os.listdir(tmp_path)) == ["p.zarr"]  # the earlier store, moved aside, is gone
+
+
+def test_a_failure_midway_leaves_no_store_and_an_earlier_one_as_it_was(saved, tmp_path, capsys, monkeypatch):
+    root, store, _ = saved
+    real = estimator._predict_chunk
+    calls = []
+
+    def fails_at_the_second_block(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # after dask's meta call and a first block
+            raise ValueError("a block failed")
+        return real(*args, **kwargs)
+
+    out = tmp_path / "p.zarr"
+    monkeypatch.setattr(estimator, "_predict_chunk", fails_at_the_second_block)
+    code, _, err = _run(["predict", str(root / "rf.zarr"), str(store), "--out", str(out), "-q"], capsys)
+    assert code == 2 and "a block failed" in err and len(calls) >= 3
+    assert os.listdir(tmp_path) == []  # no store under the final name, no temporary, no lock
+
+    monkeypatch.undo()
+    assert main(["predict", str(root / "rf.zarr"), str(store), "--out", str(out), "--samples", "0:5", "-q"]) == 0
+    calls.clear()
+    monkeypatch.setattr(estimator, "_predict_chunk", fails_at_the_second_block)
+    assert main(["predict", str(root / "kernel.zarr"), str(store), "--out", str(out), "-q"]) == 2
+    assert os.listdir(tmp_path) == ["p.zarr"]
+    kept = xr.open_zarr(out)
+    assert kept.sizes["sample"] == 5 and kept.attrs["model"] == str(root / "rf.zarr")
+
+
+def test_ctrl_c_during_the_write_removes_the_temporary(saved, tmp_path, capsys, ctrl_c_in_zarr_write):
+    """Ctrl-C while a chunk is being written: exit 130, no store under the final name and no temporary,
+    even with the interrupted chunk write landing late (in zarr's IO thread)."""
+    root, store, _ = saved
+    held, landed = ctrl_c_in_zarr_write(lambda p: ".p.zarr.tmp-" in str(p) and "prediction/c/" in str(p),
+                                        lambda: threading.Event().wait(0.3))
+    code = main(["predict", str(root / "rf.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "-q"])
+    assert code == 130 and held and landed.wait(5)
+    assert "rfol-dask predict: interrupted" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+
+@pytest.mark.cluster
+def test_predict_on_a_local_cluster_writes_from_the_workers(saved, tmp_path, capsys):
+    root, store, models = saved
+    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(store), "--out", str(tmp_path / "p.zarr"),
+                              "--workers", "1", "--samples", "5:"], capsys)
+    assert code == 0, err
+    assert "dask dashboard:" in err and "dask dashboard" not in stdout
+    expected = models["rf"].predict(datasets.open_dataset(store)["input"][5:]).compute()
+    assert rel(xr.open_zarr(tmp_path / "p.zarr")["prediction"].values, expected.values) < 1e-12
+    assert "relative L2 error on the 25 predicted samples" in stdout
