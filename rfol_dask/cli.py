@@ -544,9 +544,9 @@ def _cmd_predict(args):
     start, stop = _chosen_samples(args.samples, ds.sizes["sample"], args.data)
     chosen = ds.isel(sample=slice(start, stop))
     block = ds["input"].chunksizes["sample"][0]  # the store's blocks: regular chunks, as Zarr writes them
-    out.parent.mkdir(parents=True, exist_ok=True)
     client = _optional_cluster(args)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         with _prediction_lock(out):
             _check_prediction_path(out)  # again, holding the lock
             t0 = time.perf_counter()

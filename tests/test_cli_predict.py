@@ -2,6 +2,9 @@
 written block by block to a Zarr store that is new or replaces only an earlier one of its own."""
 
 import os
+import socket
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -157,9 +160,14 @@ def test_predict_refuses_foreign_out_paths_and_leaves_them_alone(saved, tmp_path
 
 
 def test_predict_replaces_an_earlier_prediction_store_and_fills_an_empty_folder(saved, tmp_path, capsys):
+    """Also removes the temporary that a killed predict (a process gone) left beside it."""
     root, store, _ = saved
     out = tmp_path / "p.zarr"
     out.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    leftover = tmp_path / f".p.zarr.tmp-{socket.gethostname()}.{gone.pid}.0123abcd"
+    (leftover / "prediction").mkdir(parents=True)
     assert main(["predict", str(root / "rf.zarr"), str(store), "--out", str(out), "--samples", ":10", "-q"]) == 0
     assert xr.open_zarr(out).sizes["sample"] == 10
     assert main(["predict", str(root / "kernel.zarr"), str(store), "--out", str(out), "--samples", "24:", "-q"]) == 0
