@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 import time
@@ -368,9 +367,6 @@ def _cmd_fit(args):
     return 0
 
 
-_PREDICTION_KEY = "rfol_dask_prediction"  # root attribute of a store of predict: the JSON list of its arrays
-
-
 def _sample_range(text):
     """``--samples``: ``START:STOP`` (either may be left out) as ``(start, stop)``, None for a
     bound not given; checked against the store's size by :func:`_chosen_samples`."""
@@ -416,125 +412,12 @@ def _load_any_model(path):
     return restore_estimator(candidates[-1], arrays, attrs, path)
 
 
-def _prediction_arrays(path):
-    """The arrays of the prediction store at ``path`` as its attribute lists them; None when
-    ``path`` is not one (nothing there, another store, a file)."""
-    from .io import group_attrs
-
-    if path.is_symlink() or not path.is_dir():
-        return None
-    try:
-        return set(json.loads((group_attrs(path) or {})[_PREDICTION_KEY]))
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def _check_prediction_path(path):
-    """ValueError unless predictions may be written at the absolute ``path`` (checked before any
-    work, and again holding its lock): nothing there, an empty folder, or a prediction store of
-    ``rfol-dask predict`` holding nothing but its arrays (replaced); never inside a Zarr store,
-    nor the current directory or a folder holding it."""
-    from .io import check_outside_stores, check_parent_dir, describe_path, foreign_entries
-
-    cwd = Path(os.path.realpath("."))
-    if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
-        raise ValueError(f"--out {path} is the current directory or holds it, which writing replaces; give another "
-                         "path")
-    check_outside_stores(path, "write predictions")
-    arrays = _prediction_arrays(path)
-    if arrays is not None:
-        foreign = foreign_entries(path, arrays)
-        if foreign:
-            raise ValueError(f"the prediction store {path} also holds other files ({', '.join(foreign[:5])}"
-                             f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move them "
-                             "away or give another --out")
-        return
-    kind = describe_path(path)
-    if kind is None:
-        check_parent_dir(path, "predictions")
-    elif kind != "empty":
-        kind = "an rfol_dask model" if kind == "model" else kind
-        raise ValueError(f"--out {path} exists and is {kind}, not a prediction store of rfol-dask predict; it is "
-                         "never replaced: give a new path (or move it away)")
-
-
-def _prediction_lock(path):
-    """The lock file ``.NAME.lock`` beside ``path`` (:func:`rfol_dask.io.lock_file`; a model
-    save of that path takes the same), held while predict checks, writes and swaps in."""
-    from .io import lock_file
-
-    lock = path.with_name(f".{path.name}.lock")
-
-    def busy(held):
-        who = "" if held is None else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
-        return (f"{path} is being written by another run{who}; wait for it to finish or give another --out (if no "
-                f"such run is alive, remove {lock})")
-
-    return lock_file(lock, {"predictions": str(path)}, busy)
-
-
-def _write_predictions(pred, path, attrs, client, progress):
-    """Write the lazy DataArray ``pred`` (chunked along ``sample`` only, regular chunks) as the
-    variable ``prediction`` of a Zarr store at ``path``, block by block on the workers (or
-    dask's local scheduler), uncompressed as the data sets' fields, with the root ``attrs``.
-
-    The store is written to a hidden sibling and renamed into place (an earlier prediction
-    store is moved aside first and removed after): whatever ends the write early (an error,
-    Ctrl-C) removes the sibling and leaves ``path`` as it was. Memory: one block of the
-    prediction per running task; nothing in the client."""
-    import numpy as np
-
-    from .io import describe_path, wait_zarr_io
-    from .persistence import clean_leftovers, sibling
-    from .progress import compute
-
-    ds = pred.to_dataset(name="prediction")
-    for var in ds.variables.values():
-        var.encoding = {}  # the input store's chunks and codecs are not the prediction's
-    ds.attrs = {**attrs, _PREDICTION_KEY: json.dumps(sorted(map(str, ds.variables)))}
-    encoding = {"prediction": {"chunks": tuple(c[0] for c in pred.chunks), "fill_value": np.nan,
-                               "compressors": None}}
-    tmp, old = sibling(path, "tmp"), None
-    try:
-        with _quiet_consolidated():
-            job = ds.to_zarr(str(tmp), mode="w-", compute=False, encoding=encoding, consolidated=True)
-        compute(job, client=client, progress=progress, desc="predict", settle=True)
-        _check_prediction_path(path)  # again: something of the user's may have appeared meanwhile
-        if describe_path(path) == "empty":
-            path.rmdir()
-        elif path.exists():
-            old = sibling(path, "old")
-            os.replace(path, old)
-        os.replace(tmp, path)
-    except BaseException:
-        wait_zarr_io()  # a zarr write cut short by Ctrl-C goes on in zarr's thread: let it land first
-        if old is not None and old.exists() and not path.exists():
-            os.replace(old, path)  # the earlier predictions back
-        raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    clean_leftovers(path)  # the earlier store moved aside, and what killed runs left
-
-
-@contextlib.contextmanager
-def _quiet_consolidated():
-    """Silence zarr's warning that consolidated metadata (written as the data sets' are, so that a
-    plain ``xr.open_zarr`` reads the store) is not in the Zarr v3 specification."""
-    import warnings
-
-    import zarr
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
-        yield
-
-
 def _cmd_predict(args):
     from .io import open_dataset, user_path
+    from .predictions import check_prediction_path, write_predictions
 
     out = Path(os.path.abspath(user_path(args.out)))
-    _check_prediction_path(out)  # before any work: never replace a data set, a model or other files
+    check_prediction_path(out)  # before any work: never replace a data set, a model or other files
     model = _load_any_model(args.model)
     ds = open_dataset(args.data)
     if "input" not in ds.data_vars or "sample" not in ds["input"].dims:
@@ -546,16 +429,13 @@ def _cmd_predict(args):
     block = ds["input"].chunksizes["sample"][0]  # the store's blocks: regular chunks, as Zarr writes them
     client = _optional_cluster(args)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with _prediction_lock(out):
-            _check_prediction_path(out)  # again, holding the lock
-            t0 = time.perf_counter()
-            pred = model.predict(chosen["input"].chunk({"sample": block}),  # lazy: checks the grids now
-                                 output_grid=_store_output_grid(model, ds))
-            attrs = {"title": f"rfol-dask predict: samples {start}:{stop} of {args.data}",
-                     "model": os.path.abspath(user_path(args.model)), "store": os.path.abspath(user_path(args.data)),
-                     "samples": [start, stop], "rfol_dask_version": __version__}
-            _write_predictions(pred, out, attrs, client, progress=not args.quiet)
+        t0 = time.perf_counter()
+        pred = model.predict(chosen["input"].chunk({"sample": block}),  # lazy: checks the grids now
+                             output_grid=_store_output_grid(model, ds))
+        attrs = {"title": f"rfol-dask predict: samples {start}:{stop} of {args.data}",
+                 "model": os.path.abspath(user_path(args.model)), "store": os.path.abspath(user_path(args.data)),
+                 "samples": [start, stop]}
+        write_predictions(pred, out, attrs, client, progress=not args.quiet)
         print(f"predictions: samples {start}:{stop} of {args.data} in {args.out} ({time.perf_counter() - t0:.1f} s, "
               f"prediction {pred.shape})")
         _print_prediction_error(chosen, out, stop - start)

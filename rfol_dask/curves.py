@@ -503,13 +503,12 @@ def _write_study(curves, path, **how):
     """Write ``curves`` to the Zarr store ``path`` (``how``: ``to_zarr``'s mode or append_dim) and
     consolidate its metadata again (the consolidated metadata of a store that ``to_zarr`` wrote
     by default would otherwise still show the study before the append); returns it reopened."""
-    import warnings
-
     import xarray as xr
     import zarr
 
-    with warnings.catch_warnings():  # consolidated metadata is not in the Zarr v3 specification
-        warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
+    from .io import quiet_consolidated
+
+    with quiet_consolidated():
         curves.to_zarr(path, consolidated=False, **how)
         zarr.consolidate_metadata(path)
         return xr.open_zarr(path)

@@ -33,7 +33,7 @@ from .stacklevel import user_stacklevel
 
 __all__ = ["user_path", "Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
            "check_known_sizes", "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid",
-           "grid_dims", "learn_periods", "match_dims", "foreign_entries", "zarr_parents", "wait_zarr_io", "MODEL_KEY",
+           "grid_dims", "learn_periods", "match_dims", "foreign_entries", "zarr_parents", "quiet_consolidated", "wait_zarr_io", "MODEL_KEY",
            "group_attrs", "describe_path", "check_outside_stores"]
 
 
@@ -660,6 +660,18 @@ def _break_lock(lock, text):
         with contextlib.suppress(FileExistsError):
             os.link(grave, lock)
     grave.unlink()
+
+
+@contextlib.contextmanager
+def quiet_consolidated():
+    """Silence zarr's warning that consolidated metadata (written so that a plain ``xr.open_zarr``
+    reads a store, as the data sets, studies and prediction stores are) is not in the Zarr v3
+    specification."""
+    import zarr
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
+        yield
 
 
 def wait_zarr_io(timeout=60.0):

@@ -227,3 +227,22 @@ def test_predict_on_a_local_cluster_writes_from_the_workers(saved, tmp_path, cap
     expected = models["rf"].predict(datasets.open_dataset(store)["input"][5:]).compute()
     assert rel(xr.open_zarr(tmp_path / "p.zarr")["prediction"].values, expected.values) < 1e-12
     assert "relative L2 error on the 25 predicted samples" in stdout
+
+
+def test_write_predictions_from_python_writes_the_same_store_and_refuses_a_data_set(saved, tmp_path):
+    """``rfol_dask.predictions.write_predictions``, which the command uses, from Python: the lazy
+    prediction of a DataArray lands as written, and a data set is never replaced."""
+    from rfol_dask.predictions import PREDICTION_KEY, write_predictions
+
+    root, store, models = saved
+    ds = xr.open_zarr(store)
+    pred = models["rf"].predict(ds["input"].isel(sample=slice(20, 30)).chunk({"sample": 4}))
+    path = write_predictions(pred, tmp_path / "p.zarr", attrs={"note": "mine"})
+    written = xr.open_zarr(path)
+    assert rel(written["prediction"].values, pred.values) < 1e-12
+    assert written.attrs["note"] == "mine" and written.attrs["rfol_dask_version"] == __version__
+    assert PREDICTION_KEY in written.attrs
+    before = sorted(os.walk(store))
+    with pytest.raises(ValueError, match="exists and is an rfol_dask data set"):
+        write_predictions(pred, store)
+    assert sorted(os.walk(store)) == before

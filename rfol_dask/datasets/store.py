@@ -32,7 +32,7 @@ import xarray as xr
 
 from .._version import __version__
 from ..io import (BOOKKEEPING_GROUP, block_flags, check_outside_stores, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset,
-                  user_path, wait_zarr_io)
+                  quiet_consolidated, user_path, wait_zarr_io)
 from ..progress import compute
 from .registry import get, resolve_params
 
@@ -151,12 +151,11 @@ def store_lock(path, meta):
 @contextlib.contextmanager
 def _quiet_zarr():
     """Silence zarr's warning that our lock / marker files are no Zarr nodes, and that
-    consolidated metadata is not in the Zarr v3 specification."""
+    consolidated metadata is not in the Zarr v3 specification (:func:`rfol_dask.io.quiet_consolidated`)."""
     import zarr
 
-    with warnings.catch_warnings():
+    with quiet_consolidated(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"Object at \.rfol_dask", zarr.errors.ZarrUserWarning)
-        warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
         yield
 
 

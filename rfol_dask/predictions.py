@@ -1,0 +1,132 @@
+"""Prediction stores: a model's predictions written to Zarr, block by block, without loss.
+
+:func:`write_predictions` writes a lazy prediction (``model.predict`` of dask or xarray inputs)
+as the variable ``prediction`` of a Zarr store, uncompressed and chunked along ``sample`` as the
+data sets' fields, with consolidated metadata (a plain ``xr.open_zarr`` reads it). Files are never
+lost: the path may be new, an empty folder or an earlier prediction store (marked by the root
+attribute :data:`PREDICTION_KEY`, holding nothing else), which is replaced; anything else is
+refused. The store is written beside the path and moved into place, so an error or Ctrl-C leaves
+no half-written store under the name and an earlier one as it was. ``rfol-dask predict`` uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ._version import __version__
+from .io import (check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs, lock_file,
+                 quiet_consolidated, user_path, wait_zarr_io)
+from .persistence import clean_leftovers, sibling
+from .progress import compute
+
+__all__ = ["PREDICTION_KEY", "prediction_arrays", "check_prediction_path", "write_predictions"]
+
+#: root attribute of a prediction store: the JSON list of its arrays
+PREDICTION_KEY = "rfol_dask_prediction"
+
+
+def write_predictions(pred, path, attrs=None, client=None, progress=True):
+    """Write the lazy DataArray ``pred`` (dims ``("sample", *grid)``, chunked along ``sample``
+    only, in regular chunks: ``pred.chunk({"sample": k})``) as the variable ``prediction`` of a
+    Zarr store at ``path``, block by block on the workers of ``client`` (or dask's local
+    scheduler), with the root ``attrs`` and the package version. ``path``: new, an empty folder
+    or an earlier prediction store, replaced (:func:`check_prediction_path`, checked again while
+    the lock beside it is held). Returns the absolute path. Memory: one block of the prediction
+    per running task; nothing in the client."""
+    path = Path(os.path.abspath(user_path(path)))
+    check_prediction_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _prediction_lock(path):
+        check_prediction_path(path)  # again, holding the lock
+        _write_atomically(pred, path, {**(attrs or {}), "rfol_dask_version": __version__}, client, progress)
+    return path
+
+
+def prediction_arrays(path):
+    """The arrays of the prediction store at ``path`` as its attribute lists them; None when
+    ``path`` is not one (nothing there, another store, a file)."""
+    if path.is_symlink() or not path.is_dir():
+        return None
+    try:
+        return set(json.loads((group_attrs(path) or {})[PREDICTION_KEY]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def check_prediction_path(path):
+    """ValueError unless predictions may be written at the absolute ``path`` (checked before any
+    work, and again holding its lock): nothing there, an empty folder, or a prediction store of
+    ``rfol-dask predict`` holding nothing but its arrays (replaced); never inside a Zarr store,
+    nor the current directory or a folder holding it."""
+    cwd = Path(os.path.realpath("."))
+    if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
+        raise ValueError(f"{path} is the current directory or holds it, which writing replaces; give another "
+                         "path")
+    check_outside_stores(path, "write predictions")
+    arrays = prediction_arrays(path)
+    if arrays is not None:
+        foreign = foreign_entries(path, arrays)
+        if foreign:
+            raise ValueError(f"the prediction store {path} also holds other files ({', '.join(foreign[:5])}"
+                             f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move them "
+                             "away or give another path")
+        return
+    kind = describe_path(path)
+    if kind is None:
+        check_parent_dir(path, "predictions")
+    elif kind != "empty":
+        kind = "an rfol_dask model" if kind == "model" else kind
+        raise ValueError(f"{path} exists and is {kind}, not a prediction store of rfol-dask predict; it is "
+                         "never replaced: give a new path (or move it away)")
+
+
+def _prediction_lock(path):
+    """The lock file ``.NAME.lock`` beside ``path`` (:func:`rfol_dask.io.lock_file`; a model
+    save of that path takes the same), held while predict checks, writes and swaps in."""
+    lock = path.with_name(f".{path.name}.lock")
+
+    def busy(held):
+        who = "" if held is None else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
+        return (f"{path} is being written by another run{who}; wait for it to finish or give another path (if no "
+                f"such run is alive, remove {lock})")
+
+    return lock_file(lock, {"predictions": str(path)}, busy)
+
+
+def _write_atomically(pred, path, attrs, client, progress):
+    """:func:`write_predictions`'s write, its lock held: the store is written to a hidden sibling
+    and renamed into place (an earlier prediction store is moved aside first and removed after):
+    whatever ends the write early (an error, Ctrl-C) removes the sibling and leaves ``path`` as it
+    was."""
+    ds = pred.to_dataset(name="prediction")
+    for var in ds.variables.values():
+        var.encoding = {}  # the input store's chunks and codecs are not the prediction's
+    ds.attrs = {**attrs, PREDICTION_KEY: json.dumps(sorted(map(str, ds.variables)))}
+    encoding = {"prediction": {"chunks": tuple(c[0] for c in pred.chunks), "fill_value": np.nan,
+                               "compressors": None}}
+    tmp, old = sibling(path, "tmp"), None
+    try:
+        with quiet_consolidated():
+            job = ds.to_zarr(str(tmp), mode="w-", compute=False, encoding=encoding, consolidated=True)
+        compute(job, client=client, progress=progress, desc="predict", settle=True)
+        check_prediction_path(path)  # again: something of the user's may have appeared meanwhile
+        if describe_path(path) == "empty":
+            path.rmdir()
+        elif path.exists():
+            old = sibling(path, "old")
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        wait_zarr_io()  # a zarr write cut short by Ctrl-C goes on in zarr's thread: let it land first
+        if old is not None and old.exists() and not path.exists():
+            os.replace(old, path)  # the earlier predictions back
+        raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    clean_leftovers(path)  # the earlier store moved aside, and what killed runs left
