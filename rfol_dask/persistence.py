@@ -32,7 +32,7 @@ from .io import (MODEL_KEY, check_outside_stores, check_parent_dir, describe_pat
                  lock_file, lock_held, owned_tag, process_alive, tag_owner, wait_zarr_io)
 from .stacklevel import user_stacklevel
 
-__all__ = ["MODEL_FORMAT", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
+__all__ = ["MODEL_FORMAT", "swap_into_place", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator", "sibling", "clean_leftovers"]
 
 
@@ -214,28 +214,19 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
         clean_leftovers(path)
 
 
-def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
-    """The body of :func:`save_model`: write the temporary group, rename it into place.
+def swap_into_place(path, write, check):
+    """Write a store through ``write(tmp)`` into a hidden sibling of ``path``, then, once
+    ``check()`` (which raises if ``path`` may not be replaced: something may have appeared
+    meanwhile) passes, rename it into place, an earlier one at ``path`` moved aside first and
+    removed once the new one is in place.
 
-    Whatever ends it (an error, Ctrl-C), it removes its own temporary group, and the previous
-    model once the new one is in place; only a killed save leaves them (the next save removes
-    them; :func:`load_model` reads the previous model if the kill fell between the renames)."""
-    import zarr
-
-    tmp, old, saved = sibling(path, "tmp"), None, time.time_ns()
+    Whatever ends it early (an error, Ctrl-C) removes the temporary and leaves ``path`` as it was
+    (the earlier one put back); only a killed process leaves the hidden siblings
+    (:func:`clean_leftovers` removes them)."""
+    tmp, old = sibling(path, "tmp"), None
     try:
-        group = zarr.open_group(str(tmp), mode="w")
-        sums = {}
-        for key, value in arrays.items():
-            value = np.asarray(value)
-            fill = np.nan if value.dtype.kind in "fc" else None
-            group.create_array(key, shape=value.shape, dtype=value.dtype, chunks=value.shape or None,
-                               fill_value=fill)[...] = value
-            sums[key] = _checksum(value)
-        group.attrs.update({"rfol_dask_format": int(model_format), "rfol_dask_version": __version__,
-                            "rfol_dask_checksums": sums, "rfol_dask_saved": saved,
-                            MODEL_KEY: json.dumps(attrs)})
-        _check_model_path(path, overwrite)  # again: something may have appeared meanwhile
+        write(tmp)
+        check()
         if describe_path(path) == "empty":
             path.rmdir()
         elif path.exists():
@@ -245,13 +236,35 @@ def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
     except BaseException:
         wait_zarr_io()  # a zarr write cut short by Ctrl-C goes on in zarr's thread: let it land first
         if old is not None and old.exists() and not path.exists():
-            os.replace(old, path)  # put the previous model back
+            os.replace(old, path)  # put the earlier one back
         raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists() and (group_attrs(path) or {}).get("rfol_dask_saved") == saved:
-            shutil.rmtree(old, ignore_errors=True)  # this save's model is in place (interrupted just after?)
+        elif old is not None and old.exists() and path.exists():
+            shutil.rmtree(old, ignore_errors=True)  # the new one is in place (interrupted just after?)
+
+
+def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
+    """The body of :func:`save_model`: write the temporary group, rename it into place
+    (:func:`swap_into_place`; :func:`load_model` reads the previous model if a kill fell between
+    the renames)."""
+    import zarr
+
+    def write(tmp):
+        group = zarr.open_group(str(tmp), mode="w")
+        sums = {}
+        for key, value in arrays.items():
+            value = np.asarray(value)
+            fill = np.nan if value.dtype.kind in "fc" else None
+            group.create_array(key, shape=value.shape, dtype=value.dtype, chunks=value.shape or None,
+                               fill_value=fill)[...] = value
+            sums[key] = _checksum(value)
+        group.attrs.update({"rfol_dask_format": int(model_format), "rfol_dask_version": __version__,
+                            "rfol_dask_checksums": sums, "rfol_dask_saved": time.time_ns(),
+                            MODEL_KEY: json.dumps(attrs)})
+
+    swap_into_place(path, write, lambda: _check_model_path(path, overwrite))  # checked again: may have changed
 
 
 def _fallback_model(path):

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from ._version import __version__
 from .io import (check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs, lock_file,
-                 quiet_consolidated, user_path, wait_zarr_io)
-from .persistence import clean_leftovers, sibling
+                 quiet_consolidated, user_path)
+from .persistence import clean_leftovers, swap_into_place
 from .progress import compute
 
 __all__ = ["PREDICTION_KEY", "prediction_arrays", "check_prediction_path", "write_predictions"]
@@ -99,34 +98,19 @@ def _prediction_lock(path):
 
 
 def _write_atomically(pred, path, attrs, client, progress):
-    """:func:`write_predictions`'s write, its lock held: the store is written to a hidden sibling
-    and renamed into place (an earlier prediction store is moved aside first and removed after):
-    whatever ends the write early (an error, Ctrl-C) removes the sibling and leaves ``path`` as it
-    was."""
+    """:func:`write_predictions`'s write, its lock held, swapped into place
+    (:func:`rfol_dask.persistence.swap_into_place`: an error or Ctrl-C leaves ``path`` as it was)."""
     ds = pred.to_dataset(name="prediction")
     for var in ds.variables.values():
         var.encoding = {}  # the input store's chunks and codecs are not the prediction's
     ds.attrs = {**attrs, PREDICTION_KEY: json.dumps(sorted(map(str, ds.variables)))}
     encoding = {"prediction": {"chunks": tuple(c[0] for c in pred.chunks), "fill_value": np.nan,
                                "compressors": None}}
-    tmp, old = sibling(path, "tmp"), None
-    try:
+
+    def write(tmp):
         with quiet_consolidated():
             job = ds.to_zarr(str(tmp), mode="w-", compute=False, encoding=encoding, consolidated=True)
         compute(job, client=client, progress=progress, desc="predict", settle=True)
-        check_prediction_path(path)  # again: something of the user's may have appeared meanwhile
-        if describe_path(path) == "empty":
-            path.rmdir()
-        elif path.exists():
-            old = sibling(path, "old")
-            os.replace(path, old)
-        os.replace(tmp, path)
-    except BaseException:
-        wait_zarr_io()  # a zarr write cut short by Ctrl-C goes on in zarr's thread: let it land first
-        if old is not None and old.exists() and not path.exists():
-            os.replace(old, path)  # the earlier predictions back
-        raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    clean_leftovers(path)  # the earlier store moved aside, and what killed runs left
+
+    swap_into_place(path, write, lambda: check_prediction_path(path))  # checked again: may have changed
+    clean_leftovers(path)  # what killed runs left
