@@ -138,19 +138,28 @@ def iadd(a, b):
     return a
 
 
-def chained_sum(n_blocks, n_chains, add_block, combine):
-    """A sum over ``n_blocks`` blocks in at most ``n_chains`` chains: block ``i`` joins chain
+def chained_sum(n_blocks, slots, add_block, combine):
+    """A sum over ``n_blocks`` blocks in at most ``len(slots)`` chains: block ``i`` joins chain
     ``i % n_chains`` by ``acc = add_block(i, acc)`` (``acc`` None for the first block of a
     chain; in place after that, so a chain holds one accumulator), then the chains' ends are
-    summed by a pairwise tree of ``combine``. ``add_block`` and ``combine`` build delayed tasks."""
-    n_chains = min(n_chains, n_blocks)
+    summed by a pairwise tree of ``combine``. ``add_block`` and ``combine`` build delayed tasks.
+
+    ``slots``: the worker of each chain (:func:`rfol_dask.placement.worker_slots`, one per worker
+    thread; None: unplaced). A chain runs on its worker, so a worker holds one accumulator per
+    thread: left to the scheduler, two chains could share a one-thread worker and three a two-thread
+    one, beyond what the memory checks count. The tree sums each worker's own chains first, each
+    sum on the worker of its left part (:func:`tree_sum`), so a worker of one or two threads holds
+    at most two accumulators at a time."""
+    n_chains = min(len(slots), n_blocks)
     ends = []
     for c in range(n_chains):
         acc = None
-        for i in range(c, n_blocks, n_chains):
-            acc = add_block(i, acc)
+        with pinned(slots[c]):
+            for i in range(c, n_blocks, n_chains):
+                acc = add_block(i, acc)
         ends.append(acc)
-    return tree_sum(ends, combine)
+    order = sorted(range(n_chains), key=lambda c: slots.index(slots[c]))  # each worker's chains together
+    return tree_sum([ends[c] for c in order], combine, [slots[c] for c in order])
 
 
 def block_vsum(V, start):
