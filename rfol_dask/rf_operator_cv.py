@@ -389,9 +389,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return held
 
     def _gram_group(self, M_t, M_v, n_segments, client):
-        """How many gammas' Grams and cross-Grams (``n_segments`` each) one pass may hold: half
-        the search's memory budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their
-        free memory) over ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
+        """How many gammas' Grams and cross-Grams (``n_segments`` each: one per nested ``N``, or in
+        the growth one per split, all held at once) one pass may hold: half the search's memory
+        budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their free memory) over
+        ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
         per = 8.0 * (M_t + M_v) * M_t * n_segments
         return max(1, int(0.5 * self._search_budget(client).bytes // per))
 
@@ -464,7 +465,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         # the limit anchor's (expected to trail at small N) against their own only
         overall, own = {}, {}
         rules = [([overall], overall), ([overall, own], own)]
-        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), 1, client)
+        # every split's running sums are kept from one checkpoint to the next: a gamma holds one pair per split
+        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), len(splits), client)
         of, grown, extended = {}, [], [0] * len(anchors)  # of: (law, multiple) -> anchor
         while pending:
             law = anchors[pending[0][1]][0]  # one pass draws one law's frequencies

@@ -625,6 +625,29 @@ def test_limit_gamma_outside_the_growth_multiples_grows_beside_them():
     assert reached > 256  # ... and grown on all the same
 
 
+def test_growth_groups_count_every_splits_running_sums(monkeypatch):
+    """The growth keeps each split's running Gram and cross-Gram per gamma from one checkpoint to
+    the next: with cv=3 a pass of S gammas holds 3 S pairs. Its groups were sized for one pair per
+    gamma, so all three gammas went in one pass holding 9 pairs, where half the budget holds 4."""
+    from rfol_dask import rf_operator_cv
+
+    U, V = _nonlinear_data(200)
+    M_t, M_v = 133, 67  # the first of the 3 folds (KFold: 67, 67, 66 validation rows)
+    per = 8 * (M_t + M_v) * M_t  # one pair of a gamma and split
+    budget = 8 * per  # half of it: 4 pairs
+    grown, real = [], rf_operator_cv.RandomFeatureOperatorCV._grow
+
+    def grow(self, X, Y, splits, client, law, N0, mults, *args):
+        assert (len(splits[0][0]), len(splits[0][1])) == (M_t, M_v)
+        grown.append(len(mults) * len(splits))  # pairs held in this pass
+        return real(self, X, Y, splits, client, law, N0, mults, *args)
+
+    monkeypatch.setattr(rf_operator_cv.RandomFeatureOperatorCV, "_grow", grow)
+    cv = RandomFeatureOperatorCV(**dict(GROW, cv=3, refit=False, max_gram_bytes=budget)).fit(U, V)
+    assert "growth" in set(cv.cv_results_["stage"]) and sum(grown) >= 9  # the three gammas were grown
+    assert max(grown) * per <= 0.5 * budget
+
+
 def test_growth_on_dask_input_equals_numpy():
     U, V = _nonlinear_data(200)
     ref = RandomFeatureOperatorCV(**GROW).fit(U, V)
