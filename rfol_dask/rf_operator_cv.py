@@ -554,8 +554,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
                 accs, where = _chains(accs, workers, new, functools.partial(dask.delayed(validation_slab), **opts))
                 accs = client.persist(accs)
                 st[3] = accs + [None] * (len(workers) - len(accs))
-                # kept for the next checkpoint: summed into new ones, pairwise where they are
-                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(sum_validation), where)
+                # kept for the next checkpoint: summed pairwise where they are into new ones, which the
+                # later sums add into (new ones at every level held four Grams on the first worker)
+                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(add_validation), where,
+                                                                first=dask.delayed(sum_validation))
                 last = errs[-1][-1] if errs else None
                 row = []
                 for a in args:  # one solve at a time

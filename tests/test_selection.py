@@ -671,6 +671,37 @@ def test_distributed_growth_equals_numpy(cluster_client, refine, limit):
     np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
 
 
+@pytest.mark.cluster
+def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
+    """Four workers' running sums of the growth, kept for the next checkpoint, are summed pairwise
+    into new arrays at the first level of the tree only; the second level adds into the first
+    worker's new sum in place. A new sum at every level held the first worker's accumulator, the
+    first level's sum, the second one that comes over and a third, new, one at once."""
+    import functools
+
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from rfol_dask import rf_operator_cv, tuning
+
+    U, V = _nonlinear_data(200)
+    # slabs of 256 columns: the 1024 new columns of the last checkpoint go to all four workers
+    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256))
+    kw = dict(GROW, refit=False, growth_refine=(1.0,), gammas=(1.0,), distributions=("cauchy",))
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, get_task_stream() as ts:
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+        workers = sorted(client.scheduler_info()["workers"])
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    from collections import Counter
+
+    from dask.utils import key_split
+
+    new_sums = Counter(t["worker"] for t in ts.data if key_split(t["key"]) == "sum_validation")
+    # checkpoint 1024: workers 0 and 1 hold sums (one new sum); 2048: all four (two new ones, then in place)
+    assert new_sums == {workers[0]: 2, workers[2]: 1}
+
+
 # ---------------------------------------------------------------------------------------------- sketched scores
 def test_scores_on_an_output_sketch_estimate_the_exact_ones_and_refit_on_all_outputs():
     """score_outputs=k scores the search on k Gaussian combinations of the outputs: close to the

@@ -111,24 +111,28 @@ def column_blocks(m, block):
     return [(s, min(s + block, m)) for s in range(0, m, block)]
 
 
-def tree_sum(parts, combine, workers=None):
+def tree_sum(parts, combine, workers=None, first=None):
     """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``.
 
     ``workers``: the worker each part is made on (:func:`~rfol_dask.placement.pinned`); each
     ``combine`` then runs where its left part is, so a worker holds two parts at a time (its own
     and the one that comes over) and the total ends on ``workers[0]``. Every sum pinned to one
-    worker would have it fetch the parts of all its ready sums at once: up to all of them."""
+    worker would have it fetch the parts of all its ready sums at once: up to all of them.
+    ``first``: the combine of the first level, for parts that must be kept (a sum into a new
+    array); the left part of every later sum is then one of its results, which ``combine`` may
+    add into in place (a part passed up unsummed is only ever a right one)."""
     parts = list(parts)
     places = list(workers) if workers is not None else [None] * len(parts)
+    step = combine if first is None else first
     while len(parts) > 1:
         summed = []
         for k in range(0, len(parts), 2):
             if k + 1 < len(parts):
                 with pinned(places[k]):
-                    summed.append(combine(parts[k], parts[k + 1]))
+                    summed.append(step(parts[k], parts[k + 1]))
             else:
                 summed.append(parts[k])
-        parts, places = summed, places[::2]
+        parts, places, step = summed, places[::2], combine
     return parts[0]
 
 
