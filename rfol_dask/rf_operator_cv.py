@@ -396,9 +396,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
         per = 8.0 * (M_t + M_v) * M_t * n_segments
         return max(1, int(0.5 * self._search_budget(client).bytes // per))
 
-    def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None):
+    def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None, after=None):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), len(Ns),
-        n_alpha + 1), or their delayed value."""
+        n_alpha + 1), or their delayed value. ``after``: on a cluster, the delayed errors of the
+        split before, which this split's first Grams wait for (the splits of a stage are computed
+        together: else every split's Grams were held at once, where the group counts one's)."""
         N = Ns[-1]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N, law, 1.0, self.nu, self._seed,
                                  metric=self.input_metric_)
@@ -420,15 +422,16 @@ default=("cauchy", "gaussian", "rational_quadratic")
         workers = worker_addresses(client)
         Xa = dask.delayed(arrange_rows)(X, train, valid)
         Yt, Yv = dask.delayed(take_rows)(Y, train), dask.delayed(take_rows)(Y, valid)
-        out, last = [], None
+        out, last, total = [], after, None
         for g0 in range(0, len(scales), group):
             sc = scales[g0:g0 + group]
             step = functools.partial(dask.delayed(validation_slab), X=Xa, n_train=M_t, frequencies=freq, n_features=N,
                                      scales=sc, segments=Ns, fit_intercept=self.fit_intercept)
             # one group's Grams at a time on the first worker, and one solve at a time (each solve
-            # uses every core and a copy of a Gram): each waits for the task before it
-            start = [None if last is None else dask.delayed(_after)(None, last)] + [None] * (len(workers) - 1)
-            ends, where = _chains(start, workers, slabs, step)
+            # uses every core and a copy of a Gram): each waits for the task before it; the other
+            # workers start a group once the group before is summed (else each held every group's)
+            gates = [last] + [last if total is None else total] * (len(workers) - 1)
+            ends, where = _chains([None] * len(workers), workers, slabs, step, gates)
             total = tree_sum(ends, dask.delayed(add_validation), where)  # ends on the first worker
             row = []
             for k in range(len(sc)):
@@ -600,15 +603,18 @@ def growth_checkpoints(N0, N_max):
     return sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
 
 
-def _chains(accs, workers, slabs, step):
+def _chains(accs, workers, slabs, step, gates=None):
     """Per worker, its accumulator (None: none yet) advanced by ``step(acc, f0=, f1=)`` (delayed)
     over its share of ``slabs`` (consecutive groups, one per worker); the accumulators that
-    exist afterwards, and their workers."""
+    exist afterwards, and their workers. ``gates``: per worker, a delayed task (or None) that a
+    chain starting without an accumulator waits for."""
     groups = np.array_split(np.arange(len(slabs)), len(workers))
     out, where = [], []
-    for w, acc, idx in zip(workers, accs, groups):
+    for w, acc, gate, idx in zip(workers, accs, gates or [None] * len(workers), groups):
         with pinned(w):
             for i in idx:
+                if acc is None and gate is not None:
+                    acc = dask.delayed(_after)(None, gate)
                 acc = step(acc, f0=slabs[i][0], f1=slabs[i][1])
         if acc is not None:
             out.append(acc)

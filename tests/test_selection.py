@@ -702,6 +702,36 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
     assert new_sums == {workers[0]: 2, workers[2]: 1}
 
 
+@pytest.mark.parametrize("cv, budget", [(None, 3.6e6), (4, None)])
+@pytest.mark.cluster
+def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, cv, budget):
+    """A stage of the search on four workers holds one group of gammas' Grams at a time, of one
+    split (each worker its chain's and, summing, one that comes over): only the first worker's
+    chain of a group waited for the group before, so the other workers ran every group's chains
+    at once and held every group's Grams (six training Grams on one worker in groups of one), and
+    the splits of a stage, computed together, held each its own."""
+    import functools
+
+    from conftest import held_arrays
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import rf_operator_cv, tuning
+
+    U, V = _nonlinear_data(400)
+    # slabs of 256 columns: the 2048 columns are spread over the four workers
+    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=400 * 8 * 256))
+    kw = dict(n_features=2048, random_state=0, refit=False, distributions=("cauchy",), alphas=(1e-6, 1e-3),
+              coarse=None, fine=None, cv=cv, max_gram_bytes=budget,  # 3.6 MB: groups of one gamma
+              gammas=(0.25, 1.0, 4.0, 16.0) if cv is None else (1.0,))
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    M_t = 320 if cv is None else 300  # training rows (the cross-Grams, of 80 or 100 rows, are smaller)
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, held_arrays(client, 8 * M_t * M_t) as peaks:
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    assert max(peaks.values()) <= 2
+
+
 # ---------------------------------------------------------------------------------------------- sketched scores
 def test_scores_on_an_output_sketch_estimate_the_exact_ones_and_refit_on_all_outputs():
     """score_outputs=k scores the search on k Gaussian combinations of the outputs: close to the
