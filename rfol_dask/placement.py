@@ -14,8 +14,8 @@ from .linalg import factor_threads
 from .exceptions import NoWorkersError
 from .progress import active_client, scheduler_workers
 
-__all__ = ["EMBED_BYTES", "WORKER_WAIT_S", "broadcast", "pinned", "on_one_worker", "worker_addresses", "worker_slots", "current_worker",
-           "worker_threads"]
+__all__ = ["EMBED_BYTES", "WORKER_WAIT_S", "broadcast", "pinned", "on_one_worker", "worker_addresses", "worker_slots",
+           "current_worker", "worker_threads"]
 
 
 def _identity(x):
