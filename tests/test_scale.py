@@ -11,7 +11,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import FakeClient, smooth_operator_data
+from conftest import FakeClient, held_arrays, smooth_operator_data
 from dask.utils import key_split
 
 from rfol_dask import RandomFeatureOperator
@@ -323,10 +323,11 @@ def test_primal_chains_run_one_per_worker_thread(n_workers, threads):
     U, V = smooth_operator_data(240, 9)
     ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(U, V)
     with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=False, dashboard_address=":0") as c, \
-            Client(c) as client, get_task_stream() as ts:
+            Client(c) as client, get_task_stream() as ts, held_arrays(client, 100 * 100 * 8) as peaks:
         model = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(
             da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1)))  # 8 row blocks, 4 chains
         workers = sorted(client.scheduler_info()["workers"])
+    assert max(peaks.values()) <= 2  # N x N Grams held at once by a worker (two-thread workers held three)
     np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
     np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
     chains = {}  # worker -> the chains (block index mod 4) it ran
