@@ -4,6 +4,7 @@ and the worker a task runs on."""
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 import warnings
 
@@ -13,7 +14,8 @@ from .linalg import factor_threads
 from .exceptions import NoWorkersError
 from .progress import active_client, scheduler_workers
 
-__all__ = ["EMBED_BYTES", "WORKER_WAIT_S", "broadcast", "pinned", "on_one_worker", "worker_addresses", "current_worker", "worker_threads"]
+__all__ = ["EMBED_BYTES", "WORKER_WAIT_S", "broadcast", "pinned", "on_one_worker", "worker_addresses", "worker_slots",
+           "current_worker", "worker_threads"]
 
 
 def _identity(x):
@@ -159,6 +161,19 @@ def worker_addresses(client):
             "their memory limit as they start (a memory_limit below the few hundred MB a worker process takes) "
             "are restarted again and again and never join")
     return sorted(workers)
+
+
+def worker_slots(client):
+    """One worker address per task thread of the client's workers: the first thread of every
+    worker (sorted), then the second of those that have two, and so on, so that the first entries
+    spread over the workers (:func:`rfol_dask.solve.graph.chained_sum` places chain ``c`` on entry
+    ``c``); ``[None]`` per core without a client (dask's local scheduler places nothing)."""
+    if client is None:
+        return [None] * (os.cpu_count() or 1)
+    threads = {a: max(1, int(w["nthreads"])) for a, w in scheduler_workers(client).items()}
+    addresses = worker_addresses(client)  # waits for a first worker, else NoWorkersError
+    threads = {a: threads.get(a, 1) for a in addresses}
+    return [a for t in range(max(threads.values())) for a in addresses if threads[a] > t]
 
 
 def on_one_worker():

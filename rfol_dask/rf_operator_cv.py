@@ -389,15 +389,18 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return held
 
     def _gram_group(self, M_t, M_v, n_segments, client):
-        """How many gammas' Grams and cross-Grams (``n_segments`` each) one pass may hold: half
-        the search's memory budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their
-        free memory) over ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
+        """How many gammas' Grams and cross-Grams (``n_segments`` each: one per nested ``N``, or in
+        the growth one per split, all held at once) one pass may hold: half the search's memory
+        budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their free memory) over
+        ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
         per = 8.0 * (M_t + M_v) * M_t * n_segments
         return max(1, int(0.5 * self._search_budget(client).bytes // per))
 
-    def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None):
+    def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None, after=None):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), len(Ns),
-        n_alpha + 1), or their delayed value."""
+        n_alpha + 1), or their delayed value. ``after``: on a cluster, the delayed errors of the
+        split before, which this split's first Grams wait for (the splits of a stage are computed
+        together: else every split's Grams were held at once, where the group counts one's)."""
         N = Ns[-1]
         freq = functools.partial(draw_frequencies, self.n_features_in_, N, law, 1.0, self.nu, self._seed,
                                  metric=self.input_metric_)
@@ -419,15 +422,16 @@ default=("cauchy", "gaussian", "rational_quadratic")
         workers = worker_addresses(client)
         Xa = dask.delayed(arrange_rows)(X, train, valid)
         Yt, Yv = dask.delayed(take_rows)(Y, train), dask.delayed(take_rows)(Y, valid)
-        out, last = [], None
+        out, last, total = [], after, None
         for g0 in range(0, len(scales), group):
             sc = scales[g0:g0 + group]
             step = functools.partial(dask.delayed(validation_slab), X=Xa, n_train=M_t, frequencies=freq, n_features=N,
                                      scales=sc, segments=Ns, fit_intercept=self.fit_intercept)
             # one group's Grams at a time on the first worker, and one solve at a time (each solve
-            # uses every core and a copy of a Gram): each waits for the task before it
-            start = [None if last is None else dask.delayed(_after)(None, last)] + [None] * (len(workers) - 1)
-            ends, where = _chains(start, workers, slabs, step)
+            # uses every core and a copy of a Gram): each waits for the task before it; the other
+            # workers start a group once the group before is summed (else each held every group's)
+            gates = [last] + [last if total is None else total] * (len(workers) - 1)
+            ends, where = _chains([None] * len(workers), workers, slabs, step, gates)
             total = tree_sum(ends, dask.delayed(add_validation), where)  # ends on the first worker
             row = []
             for k in range(len(sc)):
@@ -464,7 +468,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         # the limit anchor's (expected to trail at small N) against their own only
         overall, own = {}, {}
         rules = [([overall], overall), ([overall, own], own)]
-        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), 1, client)
+        # every split's running sums are kept from one checkpoint to the next: a gamma holds one pair per split
+        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), len(splits), client)
         of, grown, extended = {}, [], [0] * len(anchors)  # of: (law, multiple) -> anchor
         while pending:
             law = anchors[pending[0][1]][0]  # one pass draws one law's frequencies
@@ -552,8 +557,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
                 accs, where = _chains(accs, workers, new, functools.partial(dask.delayed(validation_slab), **opts))
                 accs = client.persist(accs)
                 st[3] = accs + [None] * (len(workers) - len(accs))
-                # kept for the next checkpoint: summed into new ones, pairwise where they are
-                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(sum_validation), where)
+                # kept for the next checkpoint: summed pairwise where they are into new ones, which the
+                # later sums add into (new ones at every level held four Grams on the first worker)
+                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(add_validation), where,
+                                                                first=dask.delayed(sum_validation))
                 last = errs[-1][-1] if errs else None
                 row = []
                 for a in args:  # one solve at a time
@@ -596,15 +603,18 @@ def growth_checkpoints(N0, N_max):
     return sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
 
 
-def _chains(accs, workers, slabs, step):
+def _chains(accs, workers, slabs, step, gates=None):
     """Per worker, its accumulator (None: none yet) advanced by ``step(acc, f0=, f1=)`` (delayed)
     over its share of ``slabs`` (consecutive groups, one per worker); the accumulators that
-    exist afterwards, and their workers."""
+    exist afterwards, and their workers. ``gates``: per worker, a delayed task (or None) that a
+    chain starting without an accumulator waits for."""
     groups = np.array_split(np.arange(len(slabs)), len(workers))
     out, where = [], []
-    for w, acc, idx in zip(workers, accs, groups):
+    for w, acc, gate, idx in zip(workers, accs, gates or [None] * len(workers), groups):
         with pinned(w):
             for i in idx:
+                if acc is None and gate is not None:
+                    acc = dask.delayed(_after)(None, gate)
                 acc = step(acc, f0=slabs[i][0], f1=slabs[i][1])
         if acc is not None:
             out.append(acc)

@@ -478,7 +478,10 @@ class SelectionCV(OperatorEstimator):
         index ``alpha_center`` only, where that is cheaper: :func:`rfol_dask.tuning.path_errors`)."""
         scales = self._family_multiples(family, scales)
         t0 = time.perf_counter()
-        errs = [self._stage_errors(X, Y, tr, va, client, family, scales, Ns, alpha_center) for tr, va in splits]
+        errs = []
+        for tr, va in splits:  # on a cluster each split's Grams wait for the one before: one split's at a time
+            after = errs[-1] if client is not None and errs else None
+            errs.append(self._stage_errors(X, Y, tr, va, client, family, scales, Ns, alpha_center, after=after))
         if client is not None:
             (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})")
         elif self.progress:  # computed here, stage by stage: one line each on stderr

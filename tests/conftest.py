@@ -1,5 +1,8 @@
+import contextlib
+
 import numpy as np
 import pytest
+from distributed import WorkerPlugin
 
 # Markers (registered in pyproject.toml): ``slow`` for tests of more than a few seconds (the fast
 # loop is ``python -m pytest -m "not slow"``), ``cluster`` for tests that start a distributed
@@ -127,3 +130,44 @@ def same_scores(model, ref, tol):
     """Assert that the validation scores of two searches agree to ``tol`` (relative), their
     unsolved (NaN) and failed (-inf) candidates alike."""
     np.testing.assert_allclose(model.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=tol)
+
+
+def _array_ids(value, min_bytes):
+    """Ids of the memory of the numpy arrays of at least ``min_bytes`` in ``value`` (an array, a
+    list or tuple of values, or an object's attributes)."""
+    if isinstance(value, np.ndarray):
+        return {id(value if value.base is None else value.base)} if value.nbytes >= min_bytes else set()
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_array_ids(v, min_bytes) for v in value))
+    names = getattr(value, "__slots__", ()) or getattr(value, "__dict__", {})
+    return set().union(*(_array_ids(getattr(value, n, None), min_bytes) for n in names))
+
+
+class _HeldArrays(WorkerPlugin):
+    """A worker plugin noting the most arrays of at least ``min_bytes`` its worker holds at once
+    (task results and fetched inputs; results that share memory, in-place sums, count once)."""
+
+    name = "held-arrays"
+
+    def __init__(self, min_bytes):
+        self.min_bytes, self.peak = min_bytes, 0
+
+    def setup(self, worker):
+        self.worker = worker
+
+    def transition(self, key, start, finish, **kwargs):
+        if finish == "memory":
+            data = self.worker.data
+            held = set().union(*(_array_ids(data.get(k), self.min_bytes) for k in list(data.keys())))
+            self.peak = max(self.peak, len(held))
+
+
+@contextlib.contextmanager
+def held_arrays(client, min_bytes):
+    """Yields a dict that, on exit, maps each worker of ``client`` to the most arrays of at least
+    ``min_bytes`` it held at once meanwhile (:class:`_HeldArrays`): to check what a memory plan counts."""
+    peaks = {}
+    client.register_plugin(_HeldArrays(min_bytes))
+    yield peaks
+    peaks.update(client.run(lambda dask_worker: dask_worker.plugins[_HeldArrays.name].peak))
+    client.unregister_worker_plugin(_HeldArrays.name)

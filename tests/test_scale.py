@@ -11,7 +11,7 @@ import dask
 import dask.array as da
 import numpy as np
 import pytest
-from conftest import FakeClient, smooth_operator_data
+from conftest import FakeClient, held_arrays, smooth_operator_data
 from dask.utils import key_split
 
 from rfol_dask import RandomFeatureOperator
@@ -308,3 +308,32 @@ def test_the_workers_grams_are_summed_by_a_tree_across_the_workers(tmp_path):
     sums = sorted(t["worker"] for t in ts.data if key_split(t["key"]) == "iadd")
     assert len({t["worker"] for t in ts.data if key_split(t["key"]) == "gram-slab"}) == 4
     assert sums == sorted([workers[0], workers[0], workers[2]])
+
+
+@pytest.mark.parametrize("n_workers, threads", [(4, 1), (2, 2)])
+@pytest.mark.cluster
+def test_primal_chains_run_one_per_worker_thread(n_workers, threads):
+    """The primal's chains of in-place sums, one per worker thread, each run on a worker of their
+    own: left to the scheduler, two chains shared a one-thread worker (three a two-thread one),
+    which then held that many N x N accumulators, and a tree sum fetched one more, beyond the two
+    the memory check counts. The chains' sums run on the worker of their left part, each worker's
+    own chains first."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    U, V = smooth_operator_data(240, 9)
+    ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(U, V)
+    with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, get_task_stream() as ts, held_arrays(client, 100 * 100 * 8) as peaks:
+        model = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(
+            da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1)))  # 8 row blocks, 4 chains
+        workers = sorted(client.scheduler_info()["workers"])
+    assert max(peaks.values()) <= 2  # N x N Grams held at once by a worker (two-thread workers held three)
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
+    chains = {}  # worker -> the chains (block index mod 4) it ran
+    for t in ts.data:
+        if key_split(t["key"]) == "primal-partial":
+            chains.setdefault(t["worker"], set()).add(int(t["key"].rsplit("-", 1)[1]) % 4)
+    assert sorted(chains) == workers and all(len(c) == threads for c in chains.values())
+    sums = sorted(t["worker"] for t in ts.data if key_split(t["key"]) == "add_partials")
+    assert sums == sorted([workers[0], workers[0], workers[2 if n_workers == 4 else 1]])

@@ -625,6 +625,29 @@ def test_limit_gamma_outside_the_growth_multiples_grows_beside_them():
     assert reached > 256  # ... and grown on all the same
 
 
+def test_growth_groups_count_every_splits_running_sums(monkeypatch):
+    """The growth keeps each split's running Gram and cross-Gram per gamma from one checkpoint to
+    the next: with cv=3 a pass of S gammas holds 3 S pairs. Its groups were sized for one pair per
+    gamma, so all three gammas went in one pass holding 9 pairs, where half the budget holds 4."""
+    from rfol_dask import rf_operator_cv
+
+    U, V = _nonlinear_data(200)
+    M_t, M_v = 133, 67  # the first of the 3 folds (KFold: 67, 67, 66 validation rows)
+    per = 8 * (M_t + M_v) * M_t  # one pair of a gamma and split
+    budget = 8 * per  # half of it: 4 pairs
+    grown, real = [], rf_operator_cv.RandomFeatureOperatorCV._grow
+
+    def grow(self, X, Y, splits, client, law, N0, mults, *args):
+        assert (len(splits[0][0]), len(splits[0][1])) == (M_t, M_v)
+        grown.append(len(mults) * len(splits))  # pairs held in this pass
+        return real(self, X, Y, splits, client, law, N0, mults, *args)
+
+    monkeypatch.setattr(rf_operator_cv.RandomFeatureOperatorCV, "_grow", grow)
+    cv = RandomFeatureOperatorCV(**dict(GROW, cv=3, refit=False, max_gram_bytes=budget)).fit(U, V)
+    assert "growth" in set(cv.cv_results_["stage"]) and sum(grown) >= 9  # the three gammas were grown
+    assert max(grown) * per <= 0.5 * budget
+
+
 def test_growth_on_dask_input_equals_numpy():
     U, V = _nonlinear_data(200)
     ref = RandomFeatureOperatorCV(**GROW).fit(U, V)
@@ -646,6 +669,67 @@ def test_distributed_growth_equals_numpy(cluster_client, refine, limit):
         lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
     assert lazy.best_params_ == ref.best_params_
     np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+
+
+@pytest.mark.cluster
+def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
+    """Four workers' running sums of the growth, kept for the next checkpoint, are summed pairwise
+    into new arrays at the first level of the tree only; the second level adds into the first
+    worker's new sum in place. A new sum at every level held the first worker's accumulator, the
+    first level's sum, the second one that comes over and a third, new, one at once."""
+    import functools
+
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from rfol_dask import rf_operator_cv, tuning
+
+    U, V = _nonlinear_data(200)
+    # slabs of 256 columns: the 1024 new columns of the last checkpoint go to all four workers
+    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256))
+    kw = dict(GROW, refit=False, growth_refine=(1.0,), gammas=(1.0,), distributions=("cauchy",))
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, get_task_stream() as ts:
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+        workers = sorted(client.scheduler_info()["workers"])
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    from collections import Counter
+
+    from dask.utils import key_split
+
+    new_sums = Counter(t["worker"] for t in ts.data if key_split(t["key"]) == "sum_validation")
+    # checkpoint 1024: workers 0 and 1 hold sums (one new sum); 2048: all four (two new ones, then in place)
+    assert new_sums == {workers[0]: 2, workers[2]: 1}
+
+
+@pytest.mark.parametrize("cv, budget", [(None, 3.6e6), (4, None)])
+@pytest.mark.cluster
+def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, cv, budget):
+    """A stage of the search on four workers holds one group of gammas' Grams at a time, of one
+    split (each worker its chain's and, summing, one that comes over): only the first worker's
+    chain of a group waited for the group before, so the other workers ran every group's chains
+    at once and held every group's Grams (six training Grams on one worker in groups of one), and
+    the splits of a stage, computed together, held each its own."""
+    import functools
+
+    from conftest import held_arrays
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import rf_operator_cv, tuning
+
+    U, V = _nonlinear_data(400)
+    # slabs of 256 columns: the 2048 columns are spread over the four workers
+    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=400 * 8 * 256))
+    kw = dict(n_features=2048, random_state=0, refit=False, distributions=("cauchy",), alphas=(1e-6, 1e-3),
+              coarse=None, fine=None, cv=cv, max_gram_bytes=budget,  # 3.6 MB: groups of one gamma
+              gammas=(0.25, 1.0, 4.0, 16.0) if cv is None else (1.0,))
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    M_t = 320 if cv is None else 300  # training rows (the cross-Grams, of 80 or 100 rows, are smaller)
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, held_arrays(client, 8 * M_t * M_t) as peaks:
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    assert max(peaks.values()) <= 2
 
 
 # ---------------------------------------------------------------------------------------------- sketched scores

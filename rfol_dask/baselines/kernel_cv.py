@@ -269,10 +269,11 @@ class KernelOperatorCV(SelectionCV):
         finally:
             self._distances = None  # the fitted estimator keeps no M_t x M_t arrays
 
-    def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None):
+    def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None, after=None):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), 1,
-        n_nugget + 1). The linear kernel is scored as it is refitted: in the primal where its
-        inputs (or PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`),
+        n_nugget + 1), computed here (``after`` is not used: the splits are scored one after the
+        other). The linear kernel is scored as it is refitted: in the primal where its inputs (or
+        PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`),
         else by the eigen path with the directions of rounding left out, as
         :func:`rfol_dask.baselines.kernel.linear_dual` leaves them out (whatever ``alpha_path``)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")

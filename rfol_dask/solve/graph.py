@@ -111,24 +111,28 @@ def column_blocks(m, block):
     return [(s, min(s + block, m)) for s in range(0, m, block)]
 
 
-def tree_sum(parts, combine, workers=None):
+def tree_sum(parts, combine, workers=None, first=None):
     """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``.
 
     ``workers``: the worker each part is made on (:func:`~rfol_dask.placement.pinned`); each
     ``combine`` then runs where its left part is, so a worker holds two parts at a time (its own
     and the one that comes over) and the total ends on ``workers[0]``. Every sum pinned to one
-    worker would have it fetch the parts of all its ready sums at once: up to all of them."""
+    worker would have it fetch the parts of all its ready sums at once: up to all of them.
+    ``first``: the combine of the first level, for parts that must be kept (a sum into a new
+    array); the left part of every later sum is then one of its results, which ``combine`` may
+    add into in place (a part passed up unsummed is only ever a right one)."""
     parts = list(parts)
     places = list(workers) if workers is not None else [None] * len(parts)
+    step = combine if first is None else first
     while len(parts) > 1:
         summed = []
         for k in range(0, len(parts), 2):
             if k + 1 < len(parts):
                 with pinned(places[k]):
-                    summed.append(combine(parts[k], parts[k + 1]))
+                    summed.append(step(parts[k], parts[k + 1]))
             else:
                 summed.append(parts[k])
-        parts, places = summed, places[::2]
+        parts, places, step = summed, places[::2], combine
     return parts[0]
 
 
@@ -138,19 +142,28 @@ def iadd(a, b):
     return a
 
 
-def chained_sum(n_blocks, n_chains, add_block, combine):
-    """A sum over ``n_blocks`` blocks in at most ``n_chains`` chains: block ``i`` joins chain
+def chained_sum(n_blocks, slots, add_block, combine):
+    """A sum over ``n_blocks`` blocks in at most ``len(slots)`` chains: block ``i`` joins chain
     ``i % n_chains`` by ``acc = add_block(i, acc)`` (``acc`` None for the first block of a
     chain; in place after that, so a chain holds one accumulator), then the chains' ends are
-    summed by a pairwise tree of ``combine``. ``add_block`` and ``combine`` build delayed tasks."""
-    n_chains = min(n_chains, n_blocks)
+    summed by a pairwise tree of ``combine``. ``add_block`` and ``combine`` build delayed tasks.
+
+    ``slots``: the worker of each chain (:func:`rfol_dask.placement.worker_slots`, one per worker
+    thread; None: unplaced). A chain runs on its worker, so a worker holds one accumulator per
+    thread: left to the scheduler, two chains could share a one-thread worker and three a two-thread
+    one, beyond what the memory checks count. The tree sums each worker's own chains first, each
+    sum on the worker of its left part (:func:`tree_sum`), so a worker of one or two threads holds
+    at most two accumulators at a time."""
+    n_chains = min(len(slots), n_blocks)
     ends = []
     for c in range(n_chains):
         acc = None
-        for i in range(c, n_blocks, n_chains):
-            acc = add_block(i, acc)
+        with pinned(slots[c]):
+            for i in range(c, n_blocks, n_chains):
+                acc = add_block(i, acc)
         ends.append(acc)
-    return tree_sum(ends, combine)
+    order = sorted(range(n_chains), key=lambda c: slots.index(slots[c]))  # each worker's chains together
+    return tree_sum([ends[c] for c in order], combine, [slots[c] for c in order])
 
 
 def block_vsum(V, start):

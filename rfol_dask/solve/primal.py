@@ -10,7 +10,7 @@ import dask
 
 from ..factor import primal_factor, primal_solve
 from ..gram import add_partials, block_means, primal_partial
-from ..memory import n_slots
+from ..placement import worker_slots
 from .graph import Columns, InputCentre, TaskNames, chained_sum, compute_fit
 
 __all__ = ["fit_primal", "primal_sums", "solve_primal"]
@@ -41,9 +41,9 @@ def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, clien
 
 def primal_sums(n_blocks, add_block, client):
     """The delayed :class:`rfol_dask.gram.PrimalSums` of ``n_blocks`` row blocks, one chain per
-    worker thread of ``client``: ``add_block(i, acc)`` is the delayed task that adds block ``i``
-    to ``acc`` (None for a chain's first block)."""
-    return chained_sum(n_blocks, n_slots(client), add_block, dask.delayed(add_partials))
+    worker thread of ``client``, run on that worker (:func:`.graph.chained_sum`): ``add_block(i,
+    acc)`` is the delayed task that adds block ``i`` to ``acc`` (None for a chain's first block)."""
+    return chained_sum(n_blocks, worker_slots(client), add_block, dask.delayed(add_partials))
 
 
 def solve_primal(sums, shifts, cols, names, *, alpha, fit_intercept, client, progress, desc, input_centre=None):

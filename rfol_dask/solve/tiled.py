@@ -14,8 +14,8 @@ import numpy as np
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_place, lift_ones
 from ..gram import block_means, dual_tile, features_block
 from ..linalg import stands_on_rounding
-from ..memory import memory_plan, n_slots
-from ..placement import on_one_worker
+from ..memory import memory_plan
+from ..placement import on_one_worker, worker_slots
 from .graph import (Columns, InputCentre, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum,
                     with_ridges)
 
@@ -169,7 +169,7 @@ def _fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_inte
                             blocked=True, names=names)
     if not memory_plan(client, int(starts[-1]), n_features, dtype).keep_features:
         A = features("features-again")
-    coefs, intercepts, slots = [], [], n_slots(client)
+    coefs, intercepts, slots = [], [], worker_slots(client)
     for (c0, _), Beta in zip(cols, betas):
         coefs.append(chained_sum(nb, slots, lambda i, acc: dask.delayed(cross_block)(
             A[i], dask.delayed(rows)(Beta, starts[i], starts[i + 1]), acc), dask.delayed(iadd)))
