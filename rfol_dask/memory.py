@@ -30,7 +30,7 @@ from .stacklevel import user_stacklevel
 
 __all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "device_total_bytes", "gram_device", "check_gram_memory", "check_host_memory",
            "check_prediction_memory", "check_tile_memory",
-           "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "n_slots"]
+           "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "gram_slots", "n_slots"]
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
 ROW_BLOCK_BYTES = 128 * 2**20
@@ -403,6 +403,15 @@ def memory_plan(client, M, N, dtype):
 
         limits = [psutil.virtual_memory().available]
     return MemoryPlan(keep_features=M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits))
+
+
+def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0):
+    """How many ``size x size`` Grams of ``dtype`` a worker (without a client, this process) may
+    hold at once beside ``beside`` bytes within its :func:`memory_budget`, at least 1: the chains
+    of the primal's sum each hold one, so a worker runs at most this many
+    (:func:`rfol_dask.placement.worker_slots`); one per thread of a 16-thread worker held 16."""
+    gram = int(size) ** 2 * np.dtype(dtype).itemsize
+    return max(1, int((memory_budget(max_gram_bytes, client).bytes - beside) // max(gram, 1)))
 
 
 def n_slots(client):

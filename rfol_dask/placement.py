@@ -163,14 +163,16 @@ def worker_addresses(client):
     return sorted(workers)
 
 
-def worker_slots(client):
-    """One worker address per task thread of the client's workers: the first thread of every
-    worker (sorted), then the second of those that have two, and so on, so that the first entries
-    spread over the workers (:func:`rfol_dask.solve.graph.chained_sum` places chain ``c`` on entry
-    ``c``); ``[None]`` per core without a client (dask's local scheduler places nothing)."""
+def worker_slots(client, per_worker=None):
+    """One worker address per task thread of the client's workers (at most ``per_worker`` per
+    worker): the first thread of every worker (sorted), then the second of those that have two,
+    and so on, so that the first entries spread over the workers
+    (:func:`rfol_dask.solve.graph.chained_sum` places chain ``c`` on entry ``c``); ``[None]`` per
+    core (at most ``per_worker``) without a client (dask's local scheduler places nothing)."""
+    cap = per_worker or float("inf")
     if client is None:
-        return [None] * (os.cpu_count() or 1)
-    threads = {a: max(1, int(w["nthreads"])) for a, w in scheduler_workers(client).items()}
+        return [None] * int(min(os.cpu_count() or 1, cap))
+    threads = {a: max(1, int(min(w["nthreads"], cap))) for a, w in scheduler_workers(client).items()}
     addresses = worker_addresses(client)  # waits for a first worker, else NoWorkersError
     threads = {a: threads.get(a, 1) for a in addresses}
     return [a for t in range(max(threads.values())) for a in addresses if threads[a] > t]

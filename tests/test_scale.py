@@ -337,3 +337,27 @@ def test_primal_chains_run_one_per_worker_thread(n_workers, threads):
     assert sorted(chains) == workers and all(len(c) == threads for c in chains.values())
     sums = sorted(t["worker"] for t in ts.data if key_split(t["key"]) == "add_partials")
     assert sums == sorted([workers[0], workers[0], workers[2 if n_workers == 4 else 1]])
+
+
+@pytest.mark.cluster
+def test_a_worker_runs_as_many_primal_chains_as_its_memory_holds_grams():
+    """One chain per thread held one N x N Gram per thread (16 on a 16-thread worker), where the
+    memory check counts two: a worker now runs at most the chains whose Grams its budget holds
+    (memory.gram_slots), here 2 of its 4 threads."""
+    from distributed import Client, LocalCluster, get_task_stream
+
+    from rfol_dask.memory import gram_slots
+
+    U, V = smooth_operator_data(240, 9)
+    gram, freq = 100 * 100 * 8, 10 * 100 * 8  # N = 100; Omega and b: (n + 1) x N
+    budget = 2 * gram + freq + 1000
+    assert gram_slots(100, np.float64, budget, beside=freq) == 2
+    ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(U, V)
+    with LocalCluster(n_workers=1, threads_per_worker=4, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, get_task_stream() as ts, held_arrays(client, gram) as peaks:
+        model = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0,
+                                      max_gram_bytes=budget).fit(da.from_array(U, chunks=(30, -1)),
+                                                                 da.from_array(V, chunks=(30, -1)))
+    assert max(peaks.values()) <= 2
+    assert sum(key_split(t["key"]) == "add_partials" for t in ts.data) == 1  # two chains, one sum
+    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())

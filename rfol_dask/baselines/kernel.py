@@ -36,7 +36,7 @@ from ..gram import check_finite, linear_partial, linear_shifts
 from ..linalg import blas_limits, factor_threads, ridge_name
 from ..progress import active_client
 from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
-from ..memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory, dual_plan, n_slots
+from ..memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory, dual_plan, gram_slots, n_slots
 from ..solve.graph import MAX_TILE_BLOCKS, TaskNames, column_slab, compute_fit, row_blocks, with_ridges
 from ..solve.in_memory import dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
@@ -489,7 +489,8 @@ class KernelOperator(OperatorEstimator):
             return dask.delayed(linear_partial)(Xb[i], Vb[i], starts[i], acc, shifts,
                                                 dask_key_name=names("primal-partial", i))
 
-        coef, intercept = solve_primal(primal_sums(len(Ub), add_block, client), shifts, cols, names, alpha=alpha,
+        per_worker = gram_slots(self._width(U.shape[1]), dtype, self.max_gram_bytes, client)  # chains its memory holds
+        coef, intercept = solve_primal(primal_sums(len(Ub), add_block, client, per_worker), shifts, cols, names, alpha=alpha,
                                        fit_intercept=self.fit_intercept, client=client, progress=self.progress,
                                        desc="fit (linear kernel, primal)")
         return coef.astype(dtype, copy=False), intercept.astype(dtype, copy=False)

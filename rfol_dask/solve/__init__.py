@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ..backend import device_namespace, is_array_api
-from ..memory import check_gram_memory, check_tile_memory, dual_plan, gram_device, n_slots
+from ..memory import check_gram_memory, check_tile_memory, dual_plan, gram_device, gram_slots, n_slots
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
 from .in_memory import fit_numpy, held_beside_gram, model_bytes
@@ -183,8 +183,9 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
         input_centre.attach(Ub, starts, dtype, TaskNames())
     common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress,
                   input_centre=input_centre)
-    if solver == "primal":
-        return fit_primal(Ub, Vb, starts, cols, frequencies, **common)
+    if solver == "primal":  # as many chains on a worker as its memory holds Grams
+        per_worker = gram_slots(n_features, dtype, max_gram_bytes, client, beside=(n + 1) * n_features * dtype.itemsize)
+        return fit_primal(Ub, Vb, starts, cols, frequencies, per_worker=per_worker, **common)
     if plan.blocked:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
         check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)

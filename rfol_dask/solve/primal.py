@@ -16,14 +16,16 @@ from .graph import Columns, InputCentre, TaskNames, chained_sum, compute_fit
 __all__ = ["fit_primal", "primal_sums", "solve_primal"]
 
 
-def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, client, progress, input_centre=None):
+def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, client, progress, input_centre=None,
+               per_worker=None):
     """The primal random-feature fit on the delayed row blocks ``Ub`` (k_i, n), ``Vb`` (k_i, m)
     (offsets ``starts``, output column blocks ``cols``); the workers draw the frequencies with
     the recipe ``frequencies()``; ``input_centre``: the fit's :class:`.graph.InputCentre`, or None. Returns numpy ``(coef (N, m), intercept (m,))``; on a cluster
     each column block of them is gathered as soon as it is solved.
 
     Features are made per row block (never concatenated) in tasks ``primal-partial``; memory
-    per chain ``N^2 + N m`` plus one block of features.
+    per chain ``N^2 + N m`` plus one block of features; ``per_worker``: the chains a worker may
+    run at once (:func:`rfol_dask.memory.gram_slots`; None: one per thread).
     """
     names = TaskNames()
     centred = InputCentre.kwargs(input_centre)
@@ -34,16 +36,17 @@ def fit_primal(Ub, Vb, starts, cols, frequencies, *, alpha, fit_intercept, clien
         return dask.delayed(primal_partial)(Ub[i], Vb[i], om, bb, starts[i], acc, shifts, **centred,
                                             dask_key_name=names("primal-partial", i))
 
-    sums = primal_sums(len(Ub), add_block, client)
+    sums = primal_sums(len(Ub), add_block, client, per_worker)
     return solve_primal(sums, shifts, cols, names, alpha=alpha, fit_intercept=fit_intercept, client=client,
                         progress=progress, desc="fit (primal)", input_centre=input_centre)
 
 
-def primal_sums(n_blocks, add_block, client):
+def primal_sums(n_blocks, add_block, client, per_worker=None):
     """The delayed :class:`rfol_dask.gram.PrimalSums` of ``n_blocks`` row blocks, one chain per
-    worker thread of ``client``, run on that worker (:func:`.graph.chained_sum`): ``add_block(i,
-    acc)`` is the delayed task that adds block ``i`` to ``acc`` (None for a chain's first block)."""
-    return chained_sum(n_blocks, worker_slots(client), add_block, dask.delayed(add_partials))
+    worker thread of ``client`` (at most ``per_worker`` per worker), run on that worker
+    (:func:`.graph.chained_sum`): ``add_block(i, acc)`` is the delayed task that adds block ``i``
+    to ``acc`` (None for a chain's first block)."""
+    return chained_sum(n_blocks, worker_slots(client, per_worker), add_block, dask.delayed(add_partials))
 
 
 def solve_primal(sums, shifts, cols, names, *, alpha, fit_intercept, client, progress, desc, input_centre=None):
