@@ -2,11 +2,14 @@
 
     PYTHONPATH=<checkout> python benchmarks/cpu_ab.py search   # the default CV searches
     PYTHONPATH=<checkout> python benchmarks/cpu_ab.py stream   # the dask fits (local threads)
+    PYTHONPATH=<checkout> python benchmarks/cpu_ab.py cluster  # the dask fits and search on a LocalCluster
 
 ``search``: RandomFeatureOperatorCV (n_features=1000) and KernelOperatorCV on 2000 synthetic smooth
 1-D samples (256 points in and out). ``stream``: the streamed dask dual (N = 6000) and the dask
 primal (N = 1500) on 2000 random samples of 1024 points in and out, chunks of 500 rows, dask's
-threaded scheduler. One line of JSON per run: the times (and the searches' winners).
+threaded scheduler. ``cluster``: the same two fits and ``RandomFeatureOperatorCV(n_features=1000)``
+on ``search``'s data as dask arrays (chunks of 500 rows), on a LocalCluster of 2 worker processes x
+1 thread started first (not timed). One line of JSON per run: the times (and the searches' winners).
 """
 
 import json
@@ -15,16 +18,20 @@ import time
 import numpy as np
 
 
+def _smooth(M=2000, n=256):
+    """``search``'s data: smooth 1-D fields (M, n) and a pointwise map of them."""
+    rng = np.random.default_rng(0)
+    x = np.linspace(0, 1, n, endpoint=False)
+    c = rng.standard_normal((M, 8)) / (1 + np.arange(8))
+    U = sum(c[:, [k]] * np.sin(2 * np.pi * (k + 1) * x) for k in range(8))
+    return U, np.tanh(U) + 0.3 * U ** 2
+
+
 def search():
     from rfol_dask import RandomFeatureOperatorCV
     from rfol_dask.baselines import KernelOperatorCV
 
-    rng = np.random.default_rng(0)
-    M, n = 2000, 256
-    x = np.linspace(0, 1, n, endpoint=False)
-    c = rng.standard_normal((M, 8)) / (1 + np.arange(8))
-    U = sum(c[:, [k]] * np.sin(2 * np.pi * (k + 1) * x) for k in range(8))
-    V = np.tanh(U) + 0.3 * U ** 2
+    U, V = _smooth()
     out = {}
     t = time.perf_counter()
     rf = RandomFeatureOperatorCV(n_features=1000, random_state=0).fit(U, V)
@@ -54,11 +61,27 @@ def stream():
     return out
 
 
+def cluster():
+    import dask.array as da
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import RandomFeatureOperatorCV
+
+    U, V = _smooth()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, Client(c):
+        out = stream()
+        t = time.perf_counter()
+        cv = RandomFeatureOperatorCV(n_features=1000, random_state=0).fit(da.from_array(U, chunks=(500, -1)),
+                                                                         da.from_array(V, chunks=(500, -1)))
+        out["rf_cv"], out["rf_best"] = time.perf_counter() - t, cv.best_params_
+    return out
+
+
 if __name__ == "__main__":
     from _common import argv_or_usage
 
     argv = argv_or_usage(__doc__, 0)
     what = argv[0] if argv else "search"
-    if what not in ("search", "stream"):
-        raise SystemExit(f"unknown case {what!r}: search or stream")
-    print(json.dumps({"search": search, "stream": stream}[what]()))
+    if what not in ("search", "stream", "cluster"):
+        raise SystemExit(f"unknown case {what!r}: search, stream or cluster")
+    print(json.dumps({"search": search, "stream": stream, "cluster": cluster}[what](), default=float))
