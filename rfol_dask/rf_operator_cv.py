@@ -422,17 +422,20 @@ default=("cauchy", "gaussian", "rational_quadratic")
         workers = worker_addresses(client)
         Xa = dask.delayed(arrange_rows)(X, train, valid)
         Yt, Yv = dask.delayed(take_rows)(Y, train), dask.delayed(take_rows)(Y, valid)
-        out, last, total = [], after, None
+        out, last, summed = [], after, None
         for g0 in range(0, len(scales), group):
             sc = scales[g0:g0 + group]
             step = functools.partial(dask.delayed(validation_slab), X=Xa, n_train=M_t, frequencies=freq, n_features=N,
                                      scales=sc, segments=Ns, fit_intercept=self.fit_intercept)
             # one group's Grams at a time on the first worker, and one solve at a time (each solve
             # uses every core and a copy of a Gram): each waits for the task before it; the other
-            # workers start a group once the group before is summed (else each held every group's)
-            gates = [last] + [last if total is None else total] * (len(workers) - 1)
+            # workers start a group once the group before is summed (else each held every group's):
+            # they wait for a token made beside that sum (waiting for the sum itself fetched a copy)
+            gates = [last] + [last if summed is None else summed] * (len(workers) - 1)
             ends, where = _chains([None] * len(workers), workers, slabs, step, gates)
             total = tree_sum(ends, dask.delayed(add_validation), where)  # ends on the first worker
+            with pinned(where[0]):
+                summed = dask.delayed(_after)(None, total)
             row = []
             for k in range(len(sc)):
                 row.append([])

@@ -171,3 +171,27 @@ def held_arrays(client, min_bytes):
     yield peaks
     peaks.update(client.run(lambda dask_worker: dask_worker.plugins[_HeldArrays.name].peak))
     client.unregister_worker_plugin(_HeldArrays.name)
+
+
+class _FetchedKeys(WorkerPlugin):
+    """A worker plugin noting the keys its worker fetched from another worker (flight -> memory)."""
+
+    name = "fetched-keys"
+
+    def __init__(self):
+        self.keys = []
+
+    def transition(self, key, start, finish, **kwargs):
+        if start == "flight" and finish == "memory":
+            self.keys.append(key)
+
+
+@contextlib.contextmanager
+def fetched_keys(client):
+    """Yields a dict that, on exit, maps each worker of ``client`` to the keys it fetched from
+    other workers meanwhile (:class:`_FetchedKeys`): to check what a graph moves between workers."""
+    fetched = {}
+    client.register_plugin(_FetchedKeys())
+    yield fetched
+    fetched.update(client.run(lambda dask_worker: dask_worker.plugins[_FetchedKeys.name].keys))
+    client.unregister_worker_plugin(_FetchedKeys.name)

@@ -709,10 +709,12 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
     split (each worker its chain's and, summing, one that comes over): only the first worker's
     chain of a group waited for the group before, so the other workers ran every group's chains
     at once and held every group's Grams (six training Grams on one worker in groups of one), and
-    the splits of a stage, computed together, held each its own."""
+    the splits of a stage, computed together, held each its own. The other workers wait for a
+    token made beside a group's sum, not for the sum: waiting for it fetched a copy of it to each."""
     import functools
 
-    from conftest import held_arrays
+    from conftest import fetched_keys, held_arrays
+    from dask.utils import key_split
     from distributed import Client, LocalCluster
 
     from rfol_dask import rf_operator_cv, tuning
@@ -726,10 +728,13 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
     M_t = 320 if cv is None else 300  # training rows (the cross-Grams, of 80 or 100 rows, are smaller)
     with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
-            Client(c) as client, held_arrays(client, 8 * M_t * M_t) as peaks:
+            Client(c) as client, held_arrays(client, 8 * M_t * M_t) as peaks, fetched_keys(client) as fetched:
         lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+        first = sorted(client.scheduler_info()["workers"])[0]
     np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
     assert max(peaks.values()) <= 2
+    # a sum of Grams comes over to the first worker only (which sums and solves)
+    assert {w for w, keys in fetched.items() if any(key_split(k) == "add_validation" for k in keys)} == {first}
 
 
 # ---------------------------------------------------------------------------------------------- sketched scores
