@@ -310,6 +310,36 @@ def test_the_workers_grams_are_summed_by_a_tree_across_the_workers(tmp_path):
     assert sums == sorted([workers[0], workers[0], workers[2]])
 
 
+@pytest.mark.parametrize("slots", [["a", "b"] * 3, ["a", "b", "c"] * 2 + ["a"], [None] * 5])
+def test_chained_sum_sums_a_workers_own_chains_before_another_workers(slots):
+    """chained_sum's tree sums each worker's chains into one before a sum of another worker's
+    comes over, each sum on the worker of its left part: with three chains a worker, the pairwise
+    tree over the chains sorted by worker summed a worker's third chain with the next worker's
+    first, fetching it while it still held its own three (four Grams where three threads hold three)."""
+    from rfol_dask.solve.graph import chained_sum
+
+    def where():
+        return dask.get_annotations().get("workers", [None])[0]
+
+    def add_block(i, acc):  # the chains each block joined, and where
+        assert where() == slots[i % len(slots)]
+        return (acc or frozenset()) | {i % len(slots)}
+
+    sums = []
+
+    def combine(left, right):
+        sums.append((where(), left, right))
+        return left | right
+
+    assert chained_sum(3 * len(slots), slots, add_block, combine) == frozenset(range(len(slots)))
+    assert len(sums) == len(slots) - 1
+    for w, left, right in sums:
+        own = {c for c, s in enumerate(slots) if s == w}
+        assert {slots[c] for c in left} >= {w} and w == slots[min(left)]  # on the worker of its left part
+        if any(slots[c] != w for c in right):  # another worker's sum comes over: its own are summed already
+            assert own <= left
+
+
 @pytest.mark.parametrize("n_workers, threads", [(4, 1), (2, 2)])
 @pytest.mark.cluster
 def test_primal_chains_run_one_per_worker_thread(n_workers, threads):

@@ -151,9 +151,9 @@ def chained_sum(n_blocks, slots, add_block, combine):
     ``slots``: the worker of each chain (:func:`rfol_dask.placement.worker_slots`, one per worker
     thread; None: unplaced). A chain runs on its worker, so a worker holds one accumulator per
     thread: left to the scheduler, two chains could share a one-thread worker and three a two-thread
-    one, beyond what the memory checks count. The tree sums each worker's own chains first, each
-    sum on the worker of its left part (:func:`tree_sum`), so a worker of one or two threads holds
-    at most two accumulators at a time."""
+    one, beyond what the memory checks count. A tree sums each worker's own chains into one on
+    that worker, then a tree across the workers sums those, each sum on the worker of its left part
+    (:func:`tree_sum`), so a worker holds its own chains' accumulators, then at most two."""
     n_chains = min(len(slots), n_blocks)
     ends = []
     for c in range(n_chains):
@@ -162,8 +162,12 @@ def chained_sum(n_blocks, slots, add_block, combine):
             for i in range(c, n_blocks, n_chains):
                 acc = add_block(i, acc)
         ends.append(acc)
-    order = sorted(range(n_chains), key=lambda c: slots.index(slots[c]))  # each worker's chains together
-    return tree_sum([ends[c] for c in order], combine, [slots[c] for c in order])
+    mine = {}  # worker -> its chains' ends, the workers in the order of slots (the first one first)
+    for c in range(n_chains):
+        mine.setdefault(slots[c], []).append(ends[c])
+    # one tree over every chain, sorted by worker, summed a worker's odd chain with the next worker's
+    # first while the worker still held its own: one accumulator more than its threads
+    return tree_sum([tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()], combine, list(mine))
 
 
 def block_vsum(V, start):
