@@ -335,15 +335,16 @@ class DualPlan:
 
 
 def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0, n_inputs=0, device=None,
-              warn=True):
+              warn=True, summed=True):
     """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
 
     A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` besides (the inputs
     and outputs) and up to two feature slabs (the slab and its temporaries) of ``n_features``
     columns in all: the slab is shrunk (from ``SLAB_BYTES``) to what the budget leaves, down to
     :data:`MIN_SLAB_COLUMNS` columns. Without ``n_features`` (a kernel fit) only the Gram and
-    ``held_bytes`` count. With several workers (limits known) a worker that sums two Grams (a
-    pairwise tree) holds the second while it adds it: ``2 M^2 + held_bytes`` must stay below the
+    ``held_bytes`` count. With several workers (limits known) and ``summed`` (the streamed dual:
+    each worker makes a Gram; not a kernel fit, whose Gram is assembled from tiles on one worker)
+    a worker that sums two Grams (a pairwise tree) holds the second while it adds it: ``2 M^2 + held_bytes`` must stay below the
     pause line (:attr:`Budget.peak_room`); on GPUs, where the Grams are added on the workers' GPUs,
     below the least free GPU memory of the workers in full (an in-place sum: a brief peak with no
     workspace, where :data:`DEVICE_SHARE` leaves room for the steady state's temporaries). If
@@ -359,7 +360,8 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     gram = int(M) ** 2 * itemsize
     column = (int(M) + (int(n_inputs) + 1 if n_inputs else 0)) * itemsize  # features and frequencies
     smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)
-    reduction_fits = budget.peak_room is None or budget.workers < 2 or 2 * gram + held_bytes <= budget.peak_room
+    reduction_fits = (not summed or budget.peak_room is None or budget.workers < 2
+                      or 2 * gram + held_bytes <= budget.peak_room)
     if gram + held_bytes + 2 * smallest <= budget.bytes and reduction_fits:
         room = max(int((budget.bytes - gram - held_bytes) / 2), smallest)
         room = room * int(M) * itemsize // column  # the features' share of it: slab_bytes counts them

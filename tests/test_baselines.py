@@ -200,6 +200,29 @@ def test_linear_kernel_dual_from_dask_is_the_in_memory_eigen_solve(cluster_clien
         KernelOperator(kernel="linear", nugget=1e-6, fit_intercept=fit_intercept, max_gram_bytes=100_000).fit(Ud, Vd)
 
 
+def test_kernel_dask_dual_on_several_workers_needs_no_room_for_a_sum_of_grams(cluster_client, monkeypatch):
+    """A kernel fit's Gram is assembled from its tiles on one worker, never summed from the
+    workers' Grams: on two workers whose room holds the linear kernel's Gram with what its eigen
+    solve holds beside it, but not a second Gram, the fit is the eigen solve, not blocked (the plan
+    counted the streamed dual's sum of two Grams: a warning that a worker sums the workers' Grams,
+    and the blocked Cholesky, 1e-6 off the eigen solve)."""
+    from rfol_dask import memory
+
+    U, V = smooth_operator_data(50, 64)
+    Ut = smooth_operator_data(30, 64, seed=1)[0]
+    numpy = KernelOperator(kernel="linear", nugget=1e-10).fit(U, V).predict(Ut)
+    limits = [w["memory_limit"] for w in cluster_client.scheduler_info()["workers"].values()]
+    # every worker has 100,000 bytes before dask pauses it (and as its budget): the Gram, 20,000 bytes,
+    # and its eigenvectors, inputs and outputs, 71,200 bytes, fit; with a second Gram they would not
+    room = 100_000
+    monkeypatch.setattr(memory, "_process_memory", lambda used=0.8 * min(limits) - room: used)
+    with cluster_client.as_current(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no blocked plan
+        lazy = KernelOperator(kernel="linear", nugget=1e-10).fit(da.from_array(U, chunks=(20, -1)),
+                                                                 da.from_array(V, chunks=(20, -1)))
+    assert _rel(lazy.predict(Ut), numpy) < 1e-10
+
+
 def test_linear_kernel_primal_in_float32_and_on_pca_scores():
     U, V, Ut = _linear_data("gaussian")
     ref = Ridge(alpha=1e-4, solver="svd").fit(U, V)

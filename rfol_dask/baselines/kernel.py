@@ -428,7 +428,8 @@ class KernelOperator(OperatorEstimator):
         m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
         # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the Gram
         held = M * (M + self._width(U.shape[1]) + m) * size if eigen else 0
-        blocked = dual_plan(M, dtype, self.max_gram_bytes, client, held_bytes=held).blocked
+        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no sum of Grams
+        blocked = dual_plan(M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS,
                                           row_bytes=U.shape[1] * size)
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
