@@ -40,7 +40,7 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
-from .exceptions import ClusterStartError, ClusterWarning
+from .exceptions import ClusterStartError, ClusterWarning, SettingWarning
 from .linalg import host_cores
 from .progress import active_client
 from .stacklevel import user_stacklevel
@@ -480,7 +480,7 @@ def _check_threads(config):
         f"the {config['kind']} cluster configuration oversubscribes each node {total / t['cores']:.3g}x: "
         f"{t['processes']} worker processes x {t['threads']} task threads x {t['blas']} BLAS threads = {total} "
         f"threads on {t['cores']:g} cores; {fix} so that processes x threads x blas_threads <= cores",
-        ClusterWarning, stacklevel=user_stacklevel())
+        SettingWarning, stacklevel=user_stacklevel())
 
 
 def _kubernetes_spec(config):

@@ -1,7 +1,8 @@
 """The errors and warnings of rfol_dask, in one place (as ``sklearn.exceptions``).
 
-Every warning the package gives is a :class:`RfolDaskWarning`, and also the standard category it
-always had (``UserWarning`` or ``RuntimeWarning``). The package's warnings point at the user's
+Every warning the package gives is a :class:`RfolDaskWarning`, and also the one standard category
+it always had (``UserWarning`` or ``RuntimeWarning``; the base itself is neither, so a filter on
+one of them acts as before). The package's warnings point at the user's
 line that called into it (:mod:`rfol_dask.stacklevel`), so a filter by module does not find
 them; filter by category instead::
 
@@ -16,35 +17,40 @@ from __future__ import annotations
 
 from sklearn.exceptions import UndefinedMetricWarning as _SklearnUndefinedMetric
 
-__all__ = ["RfolDaskWarning", "MemoryPlanWarning", "ClusterWarning", "DataWarning", "SelectionWarning",
-           "ModelFileWarning", "RidgeRaised", "UndefinedMetricWarning", "ComplexDataError", "NoWorkersError",
+__all__ = ["RfolDaskWarning", "MemoryPlanWarning", "ClusterWarning", "SettingWarning", "DataWarning",
+           "SelectionWarning", "ModelFileWarning", "RidgeRaised", "UndefinedMetricWarning", "ComplexDataError", "NoWorkersError",
            "WorkersKilledError", "ClusterStartError", "BlockedFactorError"]
 
 
-class RfolDaskWarning(UserWarning):
+class RfolDaskWarning(Warning):
     """The base of every warning rfol_dask gives."""
 
 
 class MemoryPlanWarning(RfolDaskWarning, RuntimeWarning):
-    """A fit's memory plan changed (the streamed dual's Gram does not fit: factorised blocked,
-    across the workers) or is overridden (a ``max_gram_bytes`` beyond what the hardware holds)."""
+    """A fit's memory plan changed: the dual's Gram does not fit one worker, so it is factorised
+    blocked, across the workers."""
 
 
 class ClusterWarning(RfolDaskWarning, RuntimeWarning):
-    """A cluster that may leave work behind (a batch job that may have been queued, a cluster
-    that did not close) or is configured to oversubscribe its nodes."""
+    """A cluster that may leave work behind: a batch job that may have been queued, a cluster that
+    did not close."""
 
 
-class DataWarning(RfolDaskWarning):
+class SettingWarning(RfolDaskWarning, UserWarning):
+    """A setting of the user's that defeats a safeguard: a ``max_gram_bytes`` beyond what the
+    hardware holds, a cluster configuration that oversubscribes its nodes' cores."""
+
+
+class DataWarning(RfolDaskWarning, UserWarning):
     """Data read in a way the user should know of (labels out of order, axes guessed periodic,
     cross-validation splits left out)."""
 
 
-class SelectionWarning(RfolDaskWarning):
+class SelectionWarning(RfolDaskWarning, UserWarning):
     """A search whose winner may not be what the user wants (at the edge of a grid they gave)."""
 
 
-class ModelFileWarning(RfolDaskWarning):
+class ModelFileWarning(RfolDaskWarning, UserWarning):
     """A saved model loaded other than as it was saved (an older format, another device, the
     previous model after an interrupted save)."""
 

@@ -24,7 +24,7 @@ import dask
 import numpy as np
 
 from . import backend
-from .exceptions import MemoryPlanWarning
+from .exceptions import MemoryPlanWarning, SettingWarning
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
@@ -115,7 +115,7 @@ def _warn_above_limit(max_bytes, limits, xp=None, device=None, client=None):
     if max_bytes > cap:
         warnings.warn(f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
                       "overrides the memory checks, so a Gram of that size gets the process killed, not "
-                      "refused", MemoryPlanWarning, stacklevel=user_stacklevel())
+                      "refused", SettingWarning, stacklevel=user_stacklevel())
 
 
 def memory_budget(max_bytes=None, client=None, xp=None, device=None):

@@ -158,6 +158,10 @@ def test_a_filter_by_category_reaches_the_package_s_warnings():
     X, Y = _data()
     fit = lambda: RandomFeatureOperator(n_features=100, random_state=0, max_gram_bytes=1000).fit(  # noqa: E731
         da.from_array(X, chunks=20), da.from_array(Y, chunks=20))
+    kinds = [getattr(exceptions, name) for name in exceptions.__all__ if name.endswith("Warning") or name == "RidgeRaised"]
+    assert not issubclass(RfolDaskWarning, (UserWarning, RuntimeWarning))
+    for kind in kinds[1:]:  # each the one standard category it always had: a filter on the other misses it
+        assert issubclass(kind, RfolDaskWarning) and issubclass(kind, UserWarning) != issubclass(kind, RuntimeWarning)
     assert issubclass(exceptions.MemoryPlanWarning, RuntimeWarning)
     assert issubclass(exceptions.UndefinedMetricWarning, sklearn.exceptions.UndefinedMetricWarning)
     with warnings.catch_warnings():
