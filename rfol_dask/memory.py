@@ -407,13 +407,14 @@ def memory_plan(client, M, N, dtype):
     return MemoryPlan(keep_features=M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits))
 
 
-def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0):
-    """How many ``size x size`` Grams of ``dtype`` a worker (without a client, this process) may
-    hold at once beside ``beside`` bytes within its :func:`memory_budget`, at least 1: the chains
-    of the primal's sum each hold one, so a worker runs at most this many
-    (:func:`rfol_dask.placement.worker_slots`); one per thread of a 16-thread worker held 16."""
-    gram = int(size) ** 2 * np.dtype(dtype).itemsize
-    return max(1, int((memory_budget(max_gram_bytes, client).bytes - beside) // max(gram, 1)))
+def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0):
+    """How many ``size x size`` Grams of ``dtype``, each with ``with_each`` more bytes, a worker
+    (without a client, this process) may hold at once beside ``beside`` bytes within its
+    :func:`memory_budget`, at least 1: the chains of the primal's sum each hold one with its
+    ``N x m`` cross sum (:func:`rfol_dask.placement.worker_slots`); one per thread of a 16-thread
+    worker held 16."""
+    each = int(size) ** 2 * np.dtype(dtype).itemsize + int(with_each)
+    return max(1, int((memory_budget(max_gram_bytes, client).bytes - beside) // max(each, 1)))
 
 
 def n_slots(client):

@@ -379,9 +379,9 @@ def test_a_worker_runs_as_many_primal_chains_as_its_memory_holds_grams():
     from rfol_dask.memory import gram_slots
 
     U, V = smooth_operator_data(240, 9)
-    gram, freq = 100 * 100 * 8, 10 * 100 * 8  # N = 100; Omega and b: (n + 1) x N
-    budget = 2 * gram + freq + 1000
-    assert gram_slots(100, np.float64, budget, beside=freq) == 2
+    gram, cross, freq = 100 * 100 * 8, 100 * V.shape[1] * 8, 10 * 100 * 8  # N = 100; Omega and b: (n + 1) x N
+    budget = 2 * (gram + cross) + freq + 1000
+    assert gram_slots(100, np.float64, budget, beside=freq, with_each=cross) == 2
     ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(U, V)
     with LocalCluster(n_workers=1, threads_per_worker=4, processes=False, dashboard_address=":0") as c, \
             Client(c) as client, get_task_stream() as ts, held_arrays(client, gram) as peaks:

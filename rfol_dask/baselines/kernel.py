@@ -490,7 +490,8 @@ class KernelOperator(OperatorEstimator):
             return dask.delayed(linear_partial)(Xb[i], Vb[i], starts[i], acc, shifts,
                                                 dask_key_name=names("primal-partial", i))
 
-        per_worker = gram_slots(self._width(U.shape[1]), dtype, self.max_gram_bytes, client)  # chains its memory holds
+        p = self._width(U.shape[1])  # a worker runs the chains its memory holds, each with its p x p and p x m sums
+        per_worker = gram_slots(p, dtype, self.max_gram_bytes, client, with_each=p * V.shape[1] * np.dtype(dtype).itemsize)
         coef, intercept = solve_primal(primal_sums(len(Ub), add_block, client, per_worker), shifts, cols, names, alpha=alpha,
                                        fit_intercept=self.fit_intercept, client=client, progress=self.progress,
                                        desc="fit (linear kernel, primal)")

@@ -184,7 +184,8 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress,
                   input_centre=input_centre)
     if solver == "primal":  # as many chains on a worker as its memory holds Grams
-        per_worker = gram_slots(n_features, dtype, max_gram_bytes, client, beside=(n + 1) * n_features * dtype.itemsize)
+        per_worker = gram_slots(n_features, dtype, max_gram_bytes, client, beside=(n + 1) * n_features * dtype.itemsize,
+                                with_each=n_features * m * dtype.itemsize)
         return fit_primal(Ub, Vb, starts, cols, frequencies, per_worker=per_worker, **common)
     if plan.blocked:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
