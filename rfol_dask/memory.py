@@ -362,7 +362,8 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)
     reduction_fits = (not summed or budget.peak_room is None or budget.workers < 2
                       or 2 * gram + held_bytes <= budget.peak_room)
-    if gram + held_bytes + 2 * smallest <= budget.bytes and reduction_fits:
+    steady_fits = gram + held_bytes + 2 * smallest <= budget.bytes
+    if steady_fits and reduction_fits:
         room = max(int((budget.bytes - gram - held_bytes) / 2), smallest)
         room = room * int(M) * itemsize // column  # the features' share of it: slab_bytes counts them
         slab = min(int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES)), room) if n_features else 0
@@ -372,9 +373,12 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
         held = "the data and the feature slabs" if smallest else "the data"  # a kernel fit has no slabs
         extra = f", and {held_bytes + 2 * smallest:,} more bytes for {held} held with it,"
     reduction = "" if reduction_fits else (
-        f"; and a worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
+        f"a worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
         f"bytes against the {int(budget.peak_room):,} {budget.peak_line}")
-    reason = f"{_shortfall(M, gram, budget, extra)}{reduction}"
+    if steady_fits:  # the sum alone does not fit: the budget holds one Gram
+        reason = f"the {M} x {M} Gram matrix needs {gram:,} bytes ({gram / 2**30:.2f} GiB), but {reduction}"
+    else:
+        reason = _shortfall(M, gram, budget, extra) + ("" if reduction_fits else f"; and {reduction}")
     if warn:
         warnings.warn(f"{reason}: factorising it blocked, across the workers", MemoryPlanWarning,
                       stacklevel=user_stacklevel())

@@ -112,6 +112,8 @@ def test_the_worker_that_sums_the_grams_holds_two():
     with pytest.warns(RuntimeWarning, match=r"a worker that sums the 2 workers' Grams holds two: 258,560,000 bytes"):
         plan = dual_plan(M, np.float64, client=FakeClient(limit, limit, used=used), held_bytes=held, n_features=6000)
     assert plan.blocked
+    # the one Gram fits the budget: the reason says so, not "but the budget is" a larger number
+    assert plan.reason.startswith("the 4000 x 4000 Gram matrix needs 128,000,000 bytes (0.12 GiB), but a worker")
     # with room for both (16 GB workers) the streamed dual stays
     assert not dual_plan(M, np.float64, client=FakeClient(16e9, 16e9, used=used), held_bytes=held, n_features=6000).blocked
 
