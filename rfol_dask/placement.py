@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import uuid
 import warnings
 
@@ -43,18 +44,32 @@ def _nbytes(value):
 
 class _Shipped:
     """Values shipped once to a cluster: the argument of the task of their key (``key``),
-    persisted there (``future``). Pickled into a graph, they are the bare key while ``future``
-    is held (its scheduler has the task and its values already), else the values themselves (after
-    ``client.restart()``, or with the client closed: the graph then carries them at each compute).
-    Local schedulers read them in process."""
+    persisted there (``future``). Pickled by the client of ``future`` for its scheduler
+    (:func:`_sent_by`: a compute, persist or get of that client) while ``future`` is held, they
+    are the bare key (its scheduler has the task and its values already); pickled anywhere else
+    (another client or scheduler, ``pickle`` / ``joblib`` of a lazy result, after
+    ``client.restart()`` or with the client closed), the values themselves, so that the graph
+    computes wherever it goes. A bare key pickles as itself. Local schedulers read them in process."""
 
     def __init__(self, values, key, future=None):
         self.values, self.key, self.future = values, key, future
 
     def __reduce__(self):
-        if self.future is not None and self.future.status not in (None, "cancelled"):  # held, lost or not
+        held = self.future is not None and self.future.status not in (None, "cancelled")  # held, lost or not
+        if self.values is None or held and _sent_by(self.future.client):
             return _Shipped, (None, self.key)
         return _identity, (self.values,)
+
+
+def _sent_by(client):
+    """Whether the pickling under way is ``client`` sending a graph to its scheduler: a method of
+    ``client`` (``compute``, ``persist``, ``get``, ...) on the stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if "self" in frame.f_code.co_varnames[:1] and frame.f_locals.get("self") is client:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _shipped_values(values):
@@ -63,8 +78,7 @@ def _shipped_values(values):
         return values
     if values.values is None:  # sent as the bare key, to a scheduler that did not hold it
         raise RuntimeError(f"{values.key}: this lazy result was sent without its arrays to a scheduler that did "
-                           "not hold them (restarted while it was sent, or the cluster of another client than "
-                           "the one that made it); compute it again, or make it again")
+                           "not hold them (restarted while it was sent); compute it again, or make it again")
     return values.values
 
 
