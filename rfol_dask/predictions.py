@@ -18,15 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from ._version import __version__
-from .io import (check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs, lock_file,
-                 quiet_consolidated, user_path)
+from .io import (PREDICTION_KEY, check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs,
+                 lock_file, quiet_consolidated, user_path)
 from .persistence import clean_leftovers, swap_into_place
 from .progress import compute
 
 __all__ = ["PREDICTION_KEY", "prediction_arrays", "check_prediction_path", "write_predictions"]
-
-#: root attribute of a prediction store: the JSON list of its arrays
-PREDICTION_KEY = "rfol_dask_prediction"
 
 
 def write_predictions(pred, path, attrs=None, client=None, progress=True):

@@ -246,3 +246,34 @@ def test_write_predictions_from_python_writes_the_same_store_and_refuses_a_data_
     with pytest.raises(ValueError, match="exists and is an rfol_dask data set"):
         write_predictions(pred, store)
     assert sorted(os.walk(store)) == before
+
+
+def test_a_prediction_store_is_named_for_what_it_is_and_left_alone(saved, tmp_path, capsys):
+    """A prediction store given by mistake where a data set or a model goes: fit on it said "it holds
+    'prediction'; rename its variables to input and output", and the rest called it "a Zarr store of
+    other data"; each now says what it is (and how to read it), and it is left as it was."""
+    root, store, models = saved
+    pred = tmp_path / "p.zarr"
+    assert main(["predict", str(root / "rf.zarr"), str(store), "--out", str(pred), "-q"]) == 0
+    before = sorted(os.walk(pred))
+    for args, says in (
+            (["fit", str(pred), "--n-features", "10", "--out", str(tmp_path / "m.zarr")],
+             "is an rfol_dask prediction store, not a data set: read its predictions with xarray.open_zarr"),
+            (["predict", str(root / "rf.zarr"), str(pred), "--out", str(tmp_path / "q.zarr")],
+             "is an rfol_dask prediction store, not a data set"),
+            (["predict", str(pred), str(store), "--out", str(tmp_path / "q.zarr")],
+             "is not an rfol_dask model (no 'rfol_dask_model' attribute; it is an rfol_dask prediction store): "
+             "read its predictions with xarray.open_zarr"),
+            (["fit", str(store), "--n-features", "10", "--out", str(pred)],
+             "exists and is an rfol_dask prediction store, not an rfol_dask model"),
+            (["generate", "advection2", "--samples", "4", "--out", str(pred), "--overwrite"],
+             "exists and is not an rfol_dask data set (it is an rfol_dask prediction store)"),
+            (["generate", "advection2", "--samples", "4", "--out", str(pred / "d.zarr")],
+             f"inside the Zarr store {pred} (an rfol_dask prediction store)")):
+        code, stdout, err = _run([*args, "-q"], capsys)
+        assert code == 2 and says in err, (args, err)
+    with pytest.raises(ValueError, match="is an rfol_dask prediction store, not a data set"):
+        RandomFeatureOperator().fit(pred)
+    with pytest.raises(ValueError, match="exists and is an rfol_dask prediction store, not an rfol_dask model"):
+        models["rf"].save(pred)
+    assert sorted(os.walk(pred)) == before and sorted(os.listdir(tmp_path)) == ["p.zarr"]
