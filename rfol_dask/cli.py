@@ -445,14 +445,16 @@ def _cmd_predict(args):
 
 
 def _store_output_grid(model, ds):
-    """The grid ``{dim: coordinates}`` of the store's ``output``, where the predictions go so that
-    they compare with it (the training grid itself is not resampled; a store of another
-    resolution is, by the model's ``recovery``); None without ``output``, its coordinates or a
-    training output grid of the model."""
+    """The grid ``{dim: coordinates}`` of the store's ``output``, in increasing order (as
+    predictions come out), where the predictions go so that they compare with it (the training
+    grid itself is not resampled; a store of another resolution is, by the model's ``recovery``);
+    None without ``output``, its coordinates or a training output grid of the model."""
+    import numpy as np
+
     if "output" not in ds.data_vars or getattr(model, "output_grid_", None) is None:
         return None
     dims = [d for d in ds["output"].dims if d != "sample"]
-    return {d: ds[d].values for d in dims} if all(d in ds.coords for d in dims) else None
+    return {d: np.sort(ds[d].values) for d in dims} if all(d in ds.coords for d in dims) else None
 
 
 def _print_prediction_error(chosen, out, n):

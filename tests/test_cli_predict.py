@@ -277,3 +277,22 @@ def test_a_prediction_store_is_named_for_what_it_is_and_left_alone(saved, tmp_pa
     with pytest.raises(ValueError, match="exists and is an rfol_dask prediction store, not an rfol_dask model"):
         models["rf"].save(pred)
     assert sorted(os.walk(pred)) == before and sorted(os.listdir(tmp_path)) == ["p.zarr"]
+
+
+def test_predict_reads_a_store_with_a_descending_grid_by_label(saved, tmp_path, capsys):
+    """A store whose ``x`` runs downwards (as xarray reads it, in increasing order: the predictions
+    come out that way) failed with "output_grid: axis 0 must be strictly increasing"."""
+    root, store, models = saved
+    ds = xr.open_zarr(store).isel(x=slice(None, None, -1))
+    for var in ds.variables.values():
+        var.encoding = {}
+    ds.drop_attrs().to_zarr(tmp_path / "down.zarr")
+    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / "down.zarr"), "--out",
+                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    assert code == 0, err
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    expected = models["rf"].predict(xr.open_zarr(store)["input"]).compute()
+    np.testing.assert_array_equal(pred["x"], expected["x"])
+    assert rel(pred.values, expected.values) < 1e-12
+    error = relative_l2_error(xr.open_zarr(store)["output"], expected)
+    assert f"relative L2 error on the 30 predicted samples: {error:.4e}" in stdout
