@@ -296,3 +296,25 @@ def test_predict_reads_a_store_with_a_descending_grid_by_label(saved, tmp_path, 
     assert rel(pred.values, expected.values) < 1e-12
     error = relative_l2_error(xr.open_zarr(store)["output"], expected)
     assert f"relative L2 error on the 30 predicted samples: {error:.4e}" in stdout
+
+
+def test_write_predictions_takes_any_chunks_and_in_memory_predictions(saved, tmp_path):
+    """The prediction of samples 3: of a store in blocks of 8 (a first chunk of 5) failed in xarray
+    ("would overlap multiple Dask chunks"), an in-memory DataArray with "TypeError: 'NoneType'
+    object is not iterable", a dask array with "'Array' object has no attribute 'to_dataset'"."""
+    from rfol_dask.predictions import write_predictions
+
+    root, store, models = saved
+    inputs = xr.open_zarr(store)["input"]
+    want = models["rf"].predict(inputs.values)
+    cut = models["rf"].predict(inputs.isel(sample=slice(3, None)))
+    assert cut.chunks[0][:2] == (5, 8)
+    for pred, rows, name in ((cut, slice(3, None), "cut.zarr"),
+                             (models["rf"].predict(inputs[:5].compute()), slice(0, 5), "memory.zarr")):
+        written = xr.open_zarr(write_predictions(pred, tmp_path / name, progress=False))["prediction"]
+        assert rel(written.values, want[rows]) < 1e-12
+        np.testing.assert_array_equal(written["sample"], inputs["sample"][rows])
+    assert xr.open_zarr(tmp_path / "cut.zarr")["prediction"].encoding["chunks"] == (8, 40)
+    with pytest.raises(TypeError, match="write_predictions writes a DataArray .* got a Array"):
+        write_predictions(models["rf"].predict(inputs.data), tmp_path / "array.zarr")
+    assert sorted(os.listdir(tmp_path)) == ["cut.zarr", "memory.zarr"]
