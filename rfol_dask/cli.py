@@ -432,6 +432,7 @@ def _cmd_predict(args):
         t0 = time.perf_counter()
         pred = model.predict(chosen["input"].chunk({"sample": block}),  # lazy: checks the grids now
                              output_grid=_store_output_grid(model, ds))
+        pred = _labelled_as_store(model, pred, ds)
         attrs = {"title": f"rfol-dask predict: samples {start}:{stop} of {args.data}",
                  "model": os.path.abspath(user_path(args.model)), "store": os.path.abspath(user_path(args.data)),
                  "samples": [start, stop]}
@@ -455,6 +456,20 @@ def _store_output_grid(model, ds):
         return None
     dims = [d for d in ds["output"].dims if d != "sample"]
     return {d: np.sort(ds[d].values) for d in dims} if all(d in ds.coords for d in dims) else None
+
+
+def _labelled_as_store(model, pred, ds):
+    """``pred`` of a model fitted on arrays (no output dims or grid: its grid dims are ``dim_0``,
+    ...) with the dims and coordinates of the store's ``output`` of the same grid shape, which it
+    predicts by position as it reads the inputs (unlabelled, it broadcast against the store's
+    output in xarray arithmetic); else ``pred`` as it is."""
+    if "output" not in ds.data_vars or model._knows_grid("output") or ds["output"].dims[0] != "sample":
+        return pred
+    out = ds["output"]
+    if out.shape[1:] != pred.shape[1:]:
+        return pred
+    pred = pred.rename(dict(zip(pred.dims[1:], out.dims[1:])))
+    return pred.assign_coords({d: out[d].values for d in out.dims[1:] if d in out.coords})
 
 
 def _print_prediction_error(chosen, out, n):

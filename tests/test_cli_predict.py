@@ -318,3 +318,22 @@ def test_write_predictions_takes_any_chunks_and_in_memory_predictions(saved, tmp
     with pytest.raises(TypeError, match="write_predictions writes a DataArray .* got a Array"):
         write_predictions(models["rf"].predict(inputs.data), tmp_path / "array.zarr")
     assert sorted(os.listdir(tmp_path)) == ["cut.zarr", "memory.zarr"]
+
+
+def test_a_model_fitted_on_arrays_writes_predictions_on_the_store_s_grid(saved, tmp_path, capsys):
+    """A model fitted on numpy arrays (no grid) predicts the store's inputs by position: its
+    predictions were written on a grid dim ``dim_0`` without coordinates, which broadcast against
+    the store's ``output`` (``ds.output - pred``: sample x x x dim_0); they now carry its dims and
+    coordinates."""
+    _, store, _ = saved
+    ds = xr.open_zarr(store)
+    model = RandomFeatureOperator(n_features=40, random_state=0).fit(ds["input"].values[:20], ds["output"].values[:20])
+    model.save(tmp_path / "m.zarr")
+    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(store), "--out", str(tmp_path / "p.zarr"),
+                              "-q"], capsys)
+    assert code == 0, err
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    assert pred.dims == ("sample", "x") and (ds["output"] - pred).dims == ("sample", "x")
+    np.testing.assert_array_equal(pred["x"], ds["x"])
+    assert rel(pred.values, model.predict(ds["input"].values)) < 1e-12
+    assert f"relative L2 error on the 30 predicted samples: {relative_l2_error(ds['output'], pred):.4e}" in stdout
