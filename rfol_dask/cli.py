@@ -482,8 +482,16 @@ def _print_prediction_error(chosen, out, n):
     if "output" not in chosen.data_vars:
         print("no error: the store has no 'output' variable to compare with")
         return
-    written = xr.open_zarr(out, consolidated=True)["prediction"]
-    print(f"relative L2 error on the {n} predicted samples: {relative_l2_error(chosen['output'], written):.4e}")
+    written, truth = xr.open_zarr(out, consolidated=True)["prediction"], chosen["output"]
+    if truth.shape != written.shape:  # an output grid of other sizes without coordinates to predict on
+        print(f"no error: the store's output {_sizes(truth)} is on another grid than the predictions "
+              f"{_sizes(written)}, and without its coordinates they cannot be predicted there")
+        return
+    print(f"relative L2 error on the {n} predicted samples: {relative_l2_error(truth, written):.4e}")
+
+
+def _sizes(array):
+    return f"({', '.join(f'{d}: {k}' for d, k in array.sizes.items())})"
 
 
 def _cmd_reproduce(args):

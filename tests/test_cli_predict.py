@@ -337,3 +337,20 @@ def test_a_model_fitted_on_arrays_writes_predictions_on_the_store_s_grid(saved, 
     np.testing.assert_array_equal(pred["x"], ds["x"])
     assert rel(pred.values, model.predict(ds["input"].values)) < 1e-12
     assert f"relative L2 error on the 30 predicted samples: {relative_l2_error(ds['output'], pred):.4e}" in stdout
+
+
+def test_an_output_of_another_grid_without_coordinates_is_not_compared(saved, tmp_path, capsys):
+    """A store whose ``output`` has other grid sizes and no coordinates to predict on: the predictions
+    were written, then the command failed (exit 2) with "true has shape (30, 60) but pred has shape
+    (30, 40)"; it now says why there is no error and succeeds."""
+    root, store, models = saved
+    ds = xr.open_zarr(store)
+    xr.Dataset({"input": (("sample", "x"), ds["input"].values),
+                "output": (("sample", "y"), np.zeros((30, 60)))}).to_zarr(tmp_path / "other.zarr")
+    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / "other.zarr"), "--out",
+                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    assert code == 0, err
+    assert "no error: the store's output (sample: 30, y: 60) is on another grid than the predictions " \
+           "(sample: 30, x: 40)" in stdout
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    assert rel(pred.values, models["rf"].predict(ds["input"]).values) < 1e-12
