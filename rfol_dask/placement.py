@@ -73,13 +73,46 @@ def _sent_by(client):
 
 
 def _shipped_values(values):
-    """The task of a :class:`_Shipped` key: its values."""
+    """The task of a :class:`_Shipped` key: its values. A bare key run as part of another task
+    (dask's ``ProhibitReuse`` inlines every task of a lazy result passed to ``dask.delayed``, as
+    ``to_zarr`` does) gets them from the cluster that holds the key (:func:`_held_values`)."""
     if not isinstance(values, _Shipped):
         return values
-    if values.values is None:  # sent as the bare key, to a scheduler that did not hold it
-        raise RuntimeError(f"{values.key}: this lazy result was sent without its arrays to a scheduler that did "
-                           "not hold them (restarted while it was sent); compute it again, or make it again")
+    if values.values is None:  # sent as the bare key
+        held = _held_values(values.key)
+        if held is None:  # to a scheduler that did not hold it
+            raise RuntimeError(f"{values.key}: this lazy result was sent without its arrays to a scheduler that "
+                               "did not hold them (restarted while it was sent); compute it again, or make it again")
+        return held
     return values.values
+
+
+#: ``{key: values}``: the last values :func:`_held_values` fetched in this worker process (one copy
+#: for all the tasks of a prediction here, rather than one fetch per task)
+_FETCHED = {}
+
+
+def _held_values(key):
+    """The values of the :class:`_Shipped` key ``key`` held by the cluster of the worker running
+    this task, or None (not on a distributed worker, or the cluster does not hold them). Memory:
+    the values, kept in this process until other values are fetched."""
+    worker = current_worker()
+    if worker is None:
+        return None
+    if key in worker.data:
+        return worker.data[key]
+    if key in _FETCHED:
+        return _FETCHED[key]
+    from distributed import get_client
+
+    client = get_client()  # the worker's
+    got = client.sync(client.scheduler.gather, keys=[key])  # through the scheduler, which knows who holds it
+    if got.get("status") != "OK":  # not held: no worker has it
+        return None
+    values = got["data"][key]
+    _FETCHED.clear()
+    _FETCHED[key] = values
+    return values
 
 
 def broadcast(client, *values):

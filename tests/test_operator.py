@@ -412,6 +412,38 @@ def test_a_large_models_lazy_prediction_computes_wherever_it_goes(cluster_client
 
 
 @pytest.mark.cluster
+def test_a_large_models_lazy_prediction_passed_to_delayed_computes_on_its_cluster(cluster_client, monkeypatch,
+                                                                                  tmp_path):
+    # dask inlines every task of a lazy result passed to dask.delayed (ProhibitReuse), as xarray's
+    # to_zarr does: the bare key of the model's arrays ran inside another task on a worker and failed
+    # ("TypeError: 'NoneType' object is not iterable": pred.to_zarr on a cluster, write_predictions,
+    # rfol-dask predict --workers with a model of 8 MiB or more); it now reads them from the cluster
+    import time
+
+    from rfol_dask import placement
+
+    U, V = smooth_operator_data(120, 16)
+    model = RandomFeatureOperator(n_features=64, random_state=0).fit(U, V)
+    want = model.predict(U)
+    monkeypatch.setattr(placement, "EMBED_BYTES", 0)
+    with cluster_client.as_current():
+        lazy = model.predict(xr.DataArray(U, dims=("sample", "x")).chunk({"sample": 40}))
+        (key,) = [k for k in lazy.data.__dask_graph__() if str(k).startswith("arrays-shipped-once-")]
+        deadline = time.monotonic() + 30
+        while not (holders := cluster_client.sync(cluster_client.scheduler.who_has, keys=[key])[key]):
+            assert time.monotonic() < deadline, "the arrays never arrived on a worker"
+            time.sleep(0.05)
+        others = sorted(set(cluster_client.scheduler_info()["workers"]) - set(holders))
+        assert len(others) == 1  # one holds them, the other runs the tasks first
+        job = lazy.to_dataset(name="prediction").to_zarr(tmp_path / "p.zarr", compute=False)
+        for result in (job, dask.delayed(np.asarray)(lazy.data)):  # on the worker without them, and anywhere
+            for workers in (others, None):
+                cluster_client.compute(result, workers=workers).result(timeout=60)
+        np.testing.assert_allclose(dask.delayed(np.asarray)(lazy.data).compute(), want, rtol=1e-12)
+    np.testing.assert_allclose(xr.open_zarr(tmp_path / "p.zarr")["prediction"].values, want, rtol=1e-12)
+
+
+@pytest.mark.cluster
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", ["restart", "kill"])
 def test_lazy_prediction_of_a_large_model_survives_lost_workers(loss):
