@@ -432,6 +432,7 @@ def _cmd_predict(args):
         t0 = time.perf_counter()
         pred = model.predict(chosen["input"].chunk({"sample": block}),  # lazy: checks the grids now
                              output_grid=_store_output_grid(model, ds))
+        pred = _labelled_as_store(model, pred, ds)
         attrs = {"title": f"rfol-dask predict: samples {start}:{stop} of {args.data}",
                  "model": os.path.abspath(user_path(args.model)), "store": os.path.abspath(user_path(args.data)),
                  "samples": [start, stop]}
@@ -445,14 +446,30 @@ def _cmd_predict(args):
 
 
 def _store_output_grid(model, ds):
-    """The grid ``{dim: coordinates}`` of the store's ``output``, where the predictions go so that
-    they compare with it (the training grid itself is not resampled; a store of another
-    resolution is, by the model's ``recovery``); None without ``output``, its coordinates or a
-    training output grid of the model."""
+    """The grid ``{dim: coordinates}`` of the store's ``output``, in increasing order (as
+    predictions come out), where the predictions go so that they compare with it (the training
+    grid itself is not resampled; a store of another resolution is, by the model's ``recovery``);
+    None without ``output``, its coordinates or a training output grid of the model."""
+    import numpy as np
+
     if "output" not in ds.data_vars or getattr(model, "output_grid_", None) is None:
         return None
     dims = [d for d in ds["output"].dims if d != "sample"]
-    return {d: ds[d].values for d in dims} if all(d in ds.coords for d in dims) else None
+    return {d: np.sort(ds[d].values) for d in dims} if all(d in ds.coords for d in dims) else None
+
+
+def _labelled_as_store(model, pred, ds):
+    """``pred`` of a model fitted on arrays (no output dims or grid: its grid dims are ``dim_0``,
+    ...) with the dims and coordinates of the store's ``output`` of the same grid shape, which it
+    predicts by position as it reads the inputs (unlabelled, it broadcast against the store's
+    output in xarray arithmetic); else ``pred`` as it is."""
+    if "output" not in ds.data_vars or model._knows_grid("output") or ds["output"].dims[0] != "sample":
+        return pred
+    out = ds["output"]
+    if out.shape[1:] != pred.shape[1:]:
+        return pred
+    pred = pred.rename(dict(zip(pred.dims[1:], out.dims[1:])))
+    return pred.assign_coords({d: out[d].values for d in out.dims[1:] if d in out.coords})
 
 
 def _print_prediction_error(chosen, out, n):
@@ -465,8 +482,16 @@ def _print_prediction_error(chosen, out, n):
     if "output" not in chosen.data_vars:
         print("no error: the store has no 'output' variable to compare with")
         return
-    written = xr.open_zarr(out, consolidated=True)["prediction"]
-    print(f"relative L2 error on the {n} predicted samples: {relative_l2_error(chosen['output'], written):.4e}")
+    written, truth = xr.open_zarr(out, consolidated=True)["prediction"], chosen["output"]
+    if truth.shape != written.shape:  # an output grid of other sizes without coordinates to predict on
+        print(f"no error: the store's output {_sizes(truth)} is on another grid than the predictions "
+              f"{_sizes(written)}, and without its coordinates they cannot be predicted there")
+        return
+    print(f"relative L2 error on the {n} predicted samples: {relative_l2_error(truth, written):.4e}")
+
+
+def _sizes(array):
+    return f"({', '.join(f'{d}: {k}' for d, k in array.sizes.items())})"
 
 
 def _cmd_reproduce(args):

@@ -494,8 +494,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         (:data:`rfol_dask.placement.EMBED_BYTES`) is shipped to the cluster once and held by
         its scheduler while the result lives (one copy for all the lazy predictions of this fit
         on that client; smaller models travel inside the graph). The result
-        computes after lost workers too, and after ``client.restart()`` or with the client
-        closed, its graph then carrying the model at each compute.
+        computes after lost workers too, and after ``client.restart()``, with the client closed,
+        on another client or scheduler, and pickled (``pickle``, ``joblib``): its graph then
+        carries the model (at each compute); only that client's own computes send just its key.
 
         A refit in another thread meanwhile does not mix into the prediction: it is made from
         the model fitted when ``predict`` was called.

@@ -73,10 +73,15 @@ def open_dataset(path, samples=None):
     path = user_path(path)
     if not Path(path).exists():
         raise FileNotFoundError(f"no data set at {path}")
-    if describe_path(Path(path).resolve()) == "model":
+    kind = describe_path(Path(path).resolve())
+    if kind == "model":
         raise ValueError(f"{path} is a saved model, not a data set: load it with {load_hint(Path(path).resolve())} "
                          "to predict with it; fit and open_dataset read a data-set store (variables input and output, "
                          "as rfol-dask generate writes them)")
+    if kind == PREDICTION_STORE:
+        raise ValueError(f"{path} is {kind}, not a data set: read its predictions with xarray.open_zarr(path)"
+                         "['prediction']; fit, predict and open_dataset read a data-set store (variables input and "
+                         "output, as rfol-dask generate writes them)")
     try:
         try:
             ds = xr.open_zarr(path, consolidated=True)
@@ -731,6 +736,8 @@ def zarr_parents(path):
 
 
 MODEL_KEY = "rfol_dask_model"  # the root attribute of a saved model, written last: its presence marks a complete one
+PREDICTION_KEY = "rfol_dask_prediction"  # the root attribute of a prediction store: the JSON list of its arrays
+PREDICTION_STORE = "an rfol_dask prediction store"  # what :func:`describe_path` calls one
 
 
 def group_attrs(path):
@@ -756,7 +763,7 @@ def _unreadable_json(path):
 
 def describe_path(path):
     """What is at ``path``: None (nothing), ``"model"``, ``"empty"`` (an empty directory) or a
-    phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, ...)."""
+    phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, :data:`PREDICTION_STORE`, ...)."""
     path = Path(os.fspath(path))
     if path.is_symlink():
         return "a symbolic link"
@@ -771,6 +778,8 @@ def describe_path(path):
         return "empty"
     if attrs is not None and "rfol_dask_meta" in attrs:
         return "an rfol_dask data set"
+    if attrs is not None and PREDICTION_KEY in attrs:
+        return PREDICTION_STORE
     if attrs is not None:
         return "a Zarr store of other data"
     if any(_unreadable_json(path / name) for name in ("zarr.json", ".zgroup")):

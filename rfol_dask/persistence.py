@@ -28,8 +28,8 @@ import xarray as xr
 from . import backend
 from ._version import __version__
 from .exceptions import ModelFileWarning
-from .io import (MODEL_KEY, check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs,
-                 lock_file, lock_held, owned_tag, process_alive, tag_owner, wait_zarr_io)
+from .io import (MODEL_KEY, PREDICTION_STORE, check_outside_stores, check_parent_dir, describe_path, foreign_entries,
+                 group_attrs, lock_file, lock_held, owned_tag, process_alive, tag_owner, wait_zarr_io)
 from .stacklevel import user_stacklevel
 
 __all__ = ["MODEL_FORMAT", "swap_into_place", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
@@ -323,8 +323,9 @@ def _read_model(path):
         path = found
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind != "model":
-        hint = ("open it with rfol_dask.datasets.open_dataset, or fit a model on it (fit(path)); " if
-                kind == "an rfol_dask data set" else "")
+        hint = {"an rfol_dask data set": "open it with rfol_dask.datasets.open_dataset, or fit a model on it "
+                                         "(fit(path)); ",
+                PREDICTION_STORE: "read its predictions with xarray.open_zarr(path)['prediction']; "}.get(kind, "")
         raise ValueError(f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is "
                          f"{'an empty directory' if kind == 'empty' else kind}): {hint}load reads the path a model "
                          "was saved to (save, rfol-dask fit --out)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import uuid
 import warnings
 
@@ -43,29 +44,75 @@ def _nbytes(value):
 
 class _Shipped:
     """Values shipped once to a cluster: the argument of the task of their key (``key``),
-    persisted there (``future``). Pickled into a graph, they are the bare key while ``future``
-    is held (its scheduler has the task and its values already), else the values themselves (after
-    ``client.restart()``, or with the client closed: the graph then carries them at each compute).
-    Local schedulers read them in process."""
+    persisted there (``future``). Pickled by the client of ``future`` for its scheduler
+    (:func:`_sent_by`: a compute, persist or get of that client) while ``future`` is held, they
+    are the bare key (its scheduler has the task and its values already); pickled anywhere else
+    (another client or scheduler, ``pickle`` / ``joblib`` of a lazy result, after
+    ``client.restart()`` or with the client closed), the values themselves, so that the graph
+    computes wherever it goes. A bare key pickles as itself. Local schedulers read them in process."""
 
     def __init__(self, values, key, future=None):
         self.values, self.key, self.future = values, key, future
 
     def __reduce__(self):
-        if self.future is not None and self.future.status not in (None, "cancelled"):  # held, lost or not
+        held = self.future is not None and self.future.status not in (None, "cancelled")  # held, lost or not
+        if self.values is None or held and _sent_by(self.future.client):
             return _Shipped, (None, self.key)
         return _identity, (self.values,)
 
 
+def _sent_by(client):
+    """Whether the pickling under way is ``client`` sending a graph to its scheduler: a method of
+    ``client`` (``compute``, ``persist``, ``get``, ...) on the stack."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if "self" in frame.f_code.co_varnames[:1] and frame.f_locals.get("self") is client:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _shipped_values(values):
-    """The task of a :class:`_Shipped` key: its values."""
+    """The task of a :class:`_Shipped` key: its values. A bare key run as part of another task
+    (dask's ``ProhibitReuse`` inlines every task of a lazy result passed to ``dask.delayed``, as
+    ``to_zarr`` does) gets them from the cluster that holds the key (:func:`_held_values`)."""
     if not isinstance(values, _Shipped):
         return values
-    if values.values is None:  # sent as the bare key, to a scheduler that did not hold it
-        raise RuntimeError(f"{values.key}: this lazy result was sent without its arrays to a scheduler that did "
-                           "not hold them (restarted while it was sent, or the cluster of another client than "
-                           "the one that made it); compute it again, or make it again")
+    if values.values is None:  # sent as the bare key
+        held = _held_values(values.key)
+        if held is None:  # to a scheduler that did not hold it
+            raise RuntimeError(f"{values.key}: this lazy result was sent without its arrays to a scheduler that "
+                               "did not hold them (restarted while it was sent); compute it again, or make it again")
+        return held
     return values.values
+
+
+#: ``{key: values}``: the last values :func:`_held_values` fetched in this worker process (one copy
+#: for all the tasks of a prediction here, rather than one fetch per task)
+_FETCHED = {}
+
+
+def _held_values(key):
+    """The values of the :class:`_Shipped` key ``key`` held by the cluster of the worker running
+    this task, or None (not on a distributed worker, or the cluster does not hold them). Memory:
+    the values, kept in this process until other values are fetched."""
+    worker = current_worker()
+    if worker is None:
+        return None
+    if key in worker.data:
+        return worker.data[key]
+    if key in _FETCHED:
+        return _FETCHED[key]
+    from distributed import get_client
+
+    client = get_client()  # the worker's
+    got = client.sync(client.scheduler.gather, keys=[key])  # through the scheduler, which knows who holds it
+    if got.get("status") != "OK":  # not held: no worker has it
+        return None
+    values = got["data"][key]
+    _FETCHED.clear()
+    _FETCHED[key] = values
+    return values
 
 
 def broadcast(client, *values):

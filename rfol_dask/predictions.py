@@ -1,6 +1,6 @@
 """Prediction stores: a model's predictions written to Zarr, block by block, without loss.
 
-:func:`write_predictions` writes a lazy prediction (``model.predict`` of dask or xarray inputs)
+:func:`write_predictions` writes a prediction (``model.predict`` of xarray inputs, lazy or not)
 as the variable ``prediction`` of a Zarr store, uncompressed and chunked along ``sample`` as the
 data sets' fields, with consolidated metadata (a plain ``xr.open_zarr`` reads it). Files are never
 lost: the path may be new, an empty folder or an earlier prediction store (marked by the root
@@ -16,27 +16,31 @@ import os
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 
 from ._version import __version__
-from .io import (check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs, lock_file,
-                 quiet_consolidated, user_path)
+from .io import (PREDICTION_KEY, check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs,
+                 lock_file, quiet_consolidated, user_path)
 from .persistence import clean_leftovers, swap_into_place
 from .progress import compute
 
 __all__ = ["PREDICTION_KEY", "prediction_arrays", "check_prediction_path", "write_predictions"]
 
-#: root attribute of a prediction store: the JSON list of its arrays
-PREDICTION_KEY = "rfol_dask_prediction"
-
 
 def write_predictions(pred, path, attrs=None, client=None, progress=True):
-    """Write the lazy DataArray ``pred`` (dims ``("sample", *grid)``, chunked along ``sample``
-    only, in regular chunks: ``pred.chunk({"sample": k})``) as the variable ``prediction`` of a
-    Zarr store at ``path``, block by block on the workers of ``client`` (or dask's local
-    scheduler), with the root ``attrs`` and the package version. ``path``: new, an empty folder
-    or an earlier prediction store, replaced (:func:`check_prediction_path`, checked again while
-    the lock beside it is held). Returns the absolute path. Memory: one block of the prediction
-    per running task; nothing in the client."""
+    """Write the DataArray ``pred`` (dims ``("sample", *grid)``: ``model.predict`` of a DataArray,
+    lazy or not) as the variable ``prediction`` of a Zarr store at ``path``, in blocks of its
+    largest chunk along ``sample`` (whole along the grid: :func:`_regular_blocks`), block by block
+    on the workers of ``client`` (or dask's local scheduler), with the root ``attrs`` and the
+    package version. ``path``: new, an empty folder or an earlier prediction store, replaced
+    (:func:`check_prediction_path`, checked again while the lock beside it is held). Returns the
+    absolute path. Memory: one block of the prediction per running task (two of its chunks where
+    they are merged); nothing in the client."""
+    if not isinstance(pred, xr.DataArray):
+        raise TypeError(f"write_predictions writes a DataArray (model.predict of ds['input'], a DataArray with "
+                        f"dims sample and the grid's), got a {type(pred).__name__}; wrap an array with "
+                        "xarray.DataArray(pred, dims=('sample', ...))")
+    pred = _regular_blocks(pred)
     path = Path(os.path.abspath(user_path(path)))
     check_prediction_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,6 +48,14 @@ def write_predictions(pred, path, attrs=None, client=None, progress=True):
         check_prediction_path(path)  # again, holding the lock
         _write_atomically(pred, path, {**(attrs or {}), "rfol_dask_version": __version__}, client, progress)
     return path
+
+
+def _regular_blocks(pred):
+    """``pred`` in regular blocks along its first dim, of its largest chunk there (Zarr's chunks:
+    a first chunk cut short, as by ``isel(sample=slice(3, None))`` of a store's blocks, would make
+    other blocks straddle two of them), whole along the others; an in-memory ``pred`` in one."""
+    k = max(pred.chunks[0]) if pred.chunks else pred.shape[0]
+    return pred.chunk({pred.dims[0]: max(1, k), **{d: -1 for d in pred.dims[1:]}})
 
 
 def prediction_arrays(path):

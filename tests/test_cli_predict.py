@@ -246,3 +246,111 @@ def test_write_predictions_from_python_writes_the_same_store_and_refuses_a_data_
     with pytest.raises(ValueError, match="exists and is an rfol_dask data set"):
         write_predictions(pred, store)
     assert sorted(os.walk(store)) == before
+
+
+def test_a_prediction_store_is_named_for_what_it_is_and_left_alone(saved, tmp_path, capsys):
+    """A prediction store given by mistake where a data set or a model goes: fit on it said "it holds
+    'prediction'; rename its variables to input and output", and the rest called it "a Zarr store of
+    other data"; each now says what it is (and how to read it), and it is left as it was."""
+    root, store, models = saved
+    pred = tmp_path / "p.zarr"
+    assert main(["predict", str(root / "rf.zarr"), str(store), "--out", str(pred), "-q"]) == 0
+    before = sorted(os.walk(pred))
+    for args, says in (
+            (["fit", str(pred), "--n-features", "10", "--out", str(tmp_path / "m.zarr")],
+             "is an rfol_dask prediction store, not a data set: read its predictions with xarray.open_zarr"),
+            (["predict", str(root / "rf.zarr"), str(pred), "--out", str(tmp_path / "q.zarr")],
+             "is an rfol_dask prediction store, not a data set"),
+            (["predict", str(pred), str(store), "--out", str(tmp_path / "q.zarr")],
+             "is not an rfol_dask model (no 'rfol_dask_model' attribute; it is an rfol_dask prediction store): "
+             "read its predictions with xarray.open_zarr"),
+            (["fit", str(store), "--n-features", "10", "--out", str(pred)],
+             "exists and is an rfol_dask prediction store, not an rfol_dask model"),
+            (["generate", "advection2", "--samples", "4", "--out", str(pred), "--overwrite"],
+             "exists and is not an rfol_dask data set (it is an rfol_dask prediction store)"),
+            (["generate", "advection2", "--samples", "4", "--out", str(pred / "d.zarr")],
+             f"inside the Zarr store {pred} (an rfol_dask prediction store)")):
+        code, stdout, err = _run([*args, "-q"], capsys)
+        assert code == 2 and says in err, (args, err)
+    with pytest.raises(ValueError, match="is an rfol_dask prediction store, not a data set"):
+        RandomFeatureOperator().fit(pred)
+    with pytest.raises(ValueError, match="exists and is an rfol_dask prediction store, not an rfol_dask model"):
+        models["rf"].save(pred)
+    assert sorted(os.walk(pred)) == before and sorted(os.listdir(tmp_path)) == ["p.zarr"]
+
+
+def test_predict_reads_a_store_with_a_descending_grid_by_label(saved, tmp_path, capsys):
+    """A store whose ``x`` runs downwards (as xarray reads it, in increasing order: the predictions
+    come out that way) failed with "output_grid: axis 0 must be strictly increasing"."""
+    root, store, models = saved
+    ds = xr.open_zarr(store).isel(x=slice(None, None, -1))
+    for var in ds.variables.values():
+        var.encoding = {}
+    ds.drop_attrs().to_zarr(tmp_path / "down.zarr")
+    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / "down.zarr"), "--out",
+                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    assert code == 0, err
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    expected = models["rf"].predict(xr.open_zarr(store)["input"]).compute()
+    np.testing.assert_array_equal(pred["x"], expected["x"])
+    assert rel(pred.values, expected.values) < 1e-12
+    error = relative_l2_error(xr.open_zarr(store)["output"], expected)
+    assert f"relative L2 error on the 30 predicted samples: {error:.4e}" in stdout
+
+
+def test_write_predictions_takes_any_chunks_and_in_memory_predictions(saved, tmp_path):
+    """The prediction of samples 3: of a store in blocks of 8 (a first chunk of 5) failed in xarray
+    ("would overlap multiple Dask chunks"), an in-memory DataArray with "TypeError: 'NoneType'
+    object is not iterable", a dask array with "'Array' object has no attribute 'to_dataset'"."""
+    from rfol_dask.predictions import write_predictions
+
+    root, store, models = saved
+    inputs = xr.open_zarr(store)["input"]
+    want = models["rf"].predict(inputs.values)
+    cut = models["rf"].predict(inputs.isel(sample=slice(3, None)))
+    assert cut.chunks[0][:2] == (5, 8)
+    for pred, rows, name in ((cut, slice(3, None), "cut.zarr"),
+                             (models["rf"].predict(inputs[:5].compute()), slice(0, 5), "memory.zarr")):
+        written = xr.open_zarr(write_predictions(pred, tmp_path / name, progress=False))["prediction"]
+        assert rel(written.values, want[rows]) < 1e-12
+        np.testing.assert_array_equal(written["sample"], inputs["sample"][rows])
+    assert xr.open_zarr(tmp_path / "cut.zarr")["prediction"].encoding["chunks"] == (8, 40)
+    with pytest.raises(TypeError, match="write_predictions writes a DataArray .* got a Array"):
+        write_predictions(models["rf"].predict(inputs.data), tmp_path / "array.zarr")
+    assert sorted(os.listdir(tmp_path)) == ["cut.zarr", "memory.zarr"]
+
+
+def test_a_model_fitted_on_arrays_writes_predictions_on_the_store_s_grid(saved, tmp_path, capsys):
+    """A model fitted on numpy arrays (no grid) predicts the store's inputs by position: its
+    predictions were written on a grid dim ``dim_0`` without coordinates, which broadcast against
+    the store's ``output`` (``ds.output - pred``: sample x x x dim_0); they now carry its dims and
+    coordinates."""
+    _, store, _ = saved
+    ds = xr.open_zarr(store)
+    model = RandomFeatureOperator(n_features=40, random_state=0).fit(ds["input"].values[:20], ds["output"].values[:20])
+    model.save(tmp_path / "m.zarr")
+    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(store), "--out", str(tmp_path / "p.zarr"),
+                              "-q"], capsys)
+    assert code == 0, err
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    assert pred.dims == ("sample", "x") and (ds["output"] - pred).dims == ("sample", "x")
+    np.testing.assert_array_equal(pred["x"], ds["x"])
+    assert rel(pred.values, model.predict(ds["input"].values)) < 1e-12
+    assert f"relative L2 error on the 30 predicted samples: {relative_l2_error(ds['output'], pred):.4e}" in stdout
+
+
+def test_an_output_of_another_grid_without_coordinates_is_not_compared(saved, tmp_path, capsys):
+    """A store whose ``output`` has other grid sizes and no coordinates to predict on: the predictions
+    were written, then the command failed (exit 2) with "true has shape (30, 60) but pred has shape
+    (30, 40)"; it now says why there is no error and succeeds."""
+    root, store, models = saved
+    ds = xr.open_zarr(store)
+    xr.Dataset({"input": (("sample", "x"), ds["input"].values),
+                "output": (("sample", "y"), np.zeros((30, 60)))}).to_zarr(tmp_path / "other.zarr")
+    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / "other.zarr"), "--out",
+                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    assert code == 0, err
+    assert "no error: the store's output (sample: 30, y: 60) is on another grid than the predictions " \
+           "(sample: 30, x: 40)" in stdout
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    assert rel(pred.values, models["rf"].predict(ds["input"]).values) < 1e-12

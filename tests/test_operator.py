@@ -337,24 +337,110 @@ def test_lazy_prediction_outlives_its_client(monkeypatch):
         np.testing.assert_allclose(large.compute(), model.predict(U), rtol=1e-12)
 
 
-def test_shipped_arrays_pickle_as_their_key_while_the_cluster_holds_them():
-    # a graph sent to a scheduler that lacks the key (restarted in the meantime, or another
-    # client's cluster) fails naming it, rather than computing with nothing
+def test_shipped_arrays_pickle_as_their_key_only_when_their_client_sends_them():
+    # a graph sent to a scheduler that lacks the key (restarted in the meantime) fails naming it,
+    # rather than computing with nothing; pickled anywhere else, the arrays go with it
     import pickle
 
     from rfol_dask.placement import _shipped_values, _Shipped
 
+    class Client:
+        def compute(self, graph):  # what a client's compute, persist or get pickles for its scheduler
+            return pickle.dumps(graph)
+
     class Held:
-        status = "finished"
+        status, client = "finished", Client()
 
     values = (np.arange(3.0),)
     shipped = _Shipped(values, "arrays-shipped-once-0", Held())
-    stub = pickle.loads(pickle.dumps(shipped))
-    with pytest.raises(RuntimeError, match="arrays-shipped-once-0: this lazy result was sent without its arrays"):
-        _shipped_values(stub)
+    stub = pickle.loads(Held.client.compute(shipped))
+    for sent in (stub, pickle.loads(pickle.dumps(stub))):  # a bare key stays one (it was None on a worker)
+        with pytest.raises(RuntimeError, match="arrays-shipped-once-0: this lazy result was sent without its arrays"):
+            _shipped_values(sent)
     assert _shipped_values(shipped) is values  # in process
+    np.testing.assert_array_equal(_shipped_values(pickle.loads(pickle.dumps(shipped)))[0], values[0])  # a user's pickle
     Held.status = "cancelled"  # client.restart(), a closed client
-    np.testing.assert_array_equal(_shipped_values(pickle.loads(pickle.dumps(shipped)))[0], values[0])
+    np.testing.assert_array_equal(_shipped_values(pickle.loads(Held.client.compute(shipped)))[0], values[0])
+
+
+def _sends_large_graph(compute):
+    """``(compute(), whether it sent its scheduler a graph of 1 MiB or more)`` (distributed's
+    large-graph warning)."""
+    import warnings
+
+    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "1MiB"}), \
+            warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = compute()
+    return result, any("Sending large graph" in str(w.message) for w in seen)
+
+
+@pytest.mark.cluster
+def test_a_large_models_lazy_prediction_computes_wherever_it_goes(cluster_client, monkeypatch):
+    # a model shipped to one client's cluster (8 MiB or more): its lazy prediction computed by another
+    # client (a second Client, now the default) failed with "TypeError: 'NoneType' object is not
+    # iterable" (the bare key, re-pickled by that scheduler for its workers, arrived as None), and one
+    # pickled (pickle, joblib) while its client was open failed elsewhere ("this lazy result was sent
+    # without its arrays"); its own client still sends only the key
+    import io
+    import pickle
+
+    import joblib
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import placement
+
+    U, V = smooth_operator_data(120, 16)
+    model = RandomFeatureOperator(n_features=6000, random_state=0).fit(U, V)  # 1.5 MiB of arrays
+    want, X = model.predict(U), da.from_array(U, chunks=40)
+    monkeypatch.setattr(placement, "EMBED_BYTES", 2**20)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster):
+        lazy = model.predict(X)
+        got, large = _sends_large_graph(lazy.compute)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert not large  # the key, not the arrays
+        saved, dumped = pickle.dumps(lazy), io.BytesIO()
+        joblib.dump(lazy, dumped)
+        with cluster_client.as_current():  # a scheduler in this process, its workers not
+            got, large = _sends_large_graph(lazy.compute)
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+            assert large  # the arrays went with it
+    dumped.seek(0)
+    for copy in (pickle.loads(saved), joblib.load(dumped)):
+        np.testing.assert_allclose(copy.compute(), want, rtol=1e-12)
+
+
+@pytest.mark.cluster
+def test_a_large_models_lazy_prediction_passed_to_delayed_computes_on_its_cluster(cluster_client, monkeypatch,
+                                                                                  tmp_path):
+    # dask inlines every task of a lazy result passed to dask.delayed (ProhibitReuse), as xarray's
+    # to_zarr does: the bare key of the model's arrays ran inside another task on a worker and failed
+    # ("TypeError: 'NoneType' object is not iterable": pred.to_zarr on a cluster, write_predictions,
+    # rfol-dask predict --workers with a model of 8 MiB or more); it now reads them from the cluster
+    import time
+
+    from rfol_dask import placement
+
+    U, V = smooth_operator_data(120, 16)
+    model = RandomFeatureOperator(n_features=64, random_state=0).fit(U, V)
+    want = model.predict(U)
+    monkeypatch.setattr(placement, "EMBED_BYTES", 0)
+    with cluster_client.as_current():
+        lazy = model.predict(xr.DataArray(U, dims=("sample", "x")).chunk({"sample": 40}))
+        (key,) = [k for k in lazy.data.__dask_graph__() if str(k).startswith("arrays-shipped-once-")]
+        deadline = time.monotonic() + 30
+        while not (holders := cluster_client.sync(cluster_client.scheduler.who_has, keys=[key])[key]):
+            assert time.monotonic() < deadline, "the arrays never arrived on a worker"
+            time.sleep(0.05)
+        others = sorted(set(cluster_client.scheduler_info()["workers"]) - set(holders))
+        assert len(others) == 1  # one holds them, the other runs the tasks first
+        job = lazy.to_dataset(name="prediction").to_zarr(tmp_path / "p.zarr", compute=False)
+        for result in (job, dask.delayed(np.asarray)(lazy.data)):  # on the worker without them, and anywhere
+            for workers in (others, None):
+                cluster_client.compute(result, workers=workers).result(timeout=60)
+        np.testing.assert_allclose(dask.delayed(np.asarray)(lazy.data).compute(), want, rtol=1e-12)
+    np.testing.assert_allclose(xr.open_zarr(tmp_path / "p.zarr")["prediction"].values, want, rtol=1e-12)
 
 
 @pytest.mark.cluster
@@ -365,7 +451,6 @@ def test_lazy_prediction_of_a_large_model_survives_lost_workers(loss):
     # prediction failed after client.restart() or a killed worker ("FutureCancelledError: lost
     # dependencies"), its arrays gone with the workers
     import os
-    import pickle
     import signal
     import time
 
@@ -380,7 +465,7 @@ def test_lazy_prediction_of_a_large_model_survives_lost_workers(loss):
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         lazy = model.predict(X)
-        assert len(pickle.dumps(dict(lazy.__dask_graph__()))) < 2**20  # the arrays are not in the graph
+        assert not _sends_large_graph(lazy.persist)[1]  # the arrays are not in the graph
 
         def shipped(result):
             return {k for k in result.__dask_graph__() if str(k).startswith("arrays-shipped-once-")}
@@ -397,7 +482,7 @@ def test_lazy_prediction_of_a_large_model_survives_lost_workers(loss):
             while set(client.scheduler_info()["workers"]) in (before, set()) and time.monotonic() < deadline:
                 time.sleep(0.2)
             # the scheduler makes the arrays again (its task holds them): the graph need not carry them
-            assert len(pickle.dumps(dict(lazy.__dask_graph__()))) < 2**20
+            assert not _sends_large_graph(lazy.persist)[1]
         for _ in range(2):
             np.testing.assert_allclose(lazy.compute(), model.predict(U), rtol=1e-12)
 

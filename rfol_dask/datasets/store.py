@@ -31,8 +31,8 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import (BOOKKEEPING_GROUP, block_flags, check_outside_stores, check_parent_dir, flags_key, foreign_entries, lock_file, open_dataset,
-                  quiet_consolidated, user_path, wait_zarr_io)
+from ..io import (BOOKKEEPING_GROUP, PREDICTION_KEY, PREDICTION_STORE, block_flags, check_outside_stores, check_parent_dir,
+                  flags_key, foreign_entries, lock_file, open_dataset, quiet_consolidated, user_path, wait_zarr_io)
 from ..progress import compute
 from .registry import get, resolve_params
 
@@ -196,7 +196,8 @@ def _store_state(path):
     except Exception:  # noqa: BLE001  (not a Zarr group)
         return "a directory holding other files"
     if "rfol_dask_meta" not in attrs:
-        return "an rfol_dask model" if "rfol_dask_model" in attrs else "a Zarr store of another kind"
+        return ("an rfol_dask model" if "rfol_dask_model" in attrs else PREDICTION_STORE if PREDICTION_KEY in attrs
+                else "a Zarr store of another kind")
     with _quiet_zarr():
         arrays = {k for k, _ in group.arrays()}
     if block_flags(path) is not None and {"input", "output"} <= arrays:
