@@ -256,13 +256,25 @@ def test_shipped_names_and_unknown_name():
 
 
 @pytest.mark.cluster
-def test_start_client_logs_the_dashboard(caplog):
+def test_start_client_logs_the_dashboard():
+    """At DEBUG (the CLI shows the link itself). Read by a handler on the package's logger: caplog's
+    handlers on the root logger were set to WARNING while the LocalCluster started (pytest 9.2)."""
     import logging
 
-    with caplog.at_level(logging.DEBUG, logger="rfol_dask"):  # DEBUG: the CLI shows the link itself
-        client = cluster.start_client({"kind": "local", "options": {"n_workers": 1, "processes": False}})
+    logger, records = logging.getLogger("rfol_dask"), []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
     try:
-        assert (cluster.dashboard_link(client) or "needs bokeh") in caplog.text and "dashboard" in caplog.text
+        client = cluster.start_client({"kind": "local", "options": {"n_workers": 1, "processes": False}})
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    text = "\n".join(r.getMessage() for r in records)
+    try:
+        assert (cluster.dashboard_link(client) or "needs bokeh") in text and "dashboard" in text
     finally:
         client.close()
         client.cluster.close()
