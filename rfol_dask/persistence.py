@@ -32,7 +32,7 @@ from .io import (MODEL_KEY, PREDICTION_STORE, check_outside_stores, check_parent
                  group_attrs, lock_file, lock_held, owned_tag, process_alive, tag_owner, wait_zarr_io)
 from .stacklevel import user_stacklevel
 
-__all__ = ["MODEL_FORMAT", "swap_into_place", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
+__all__ = ["MODEL_FORMAT", "swap_into_place", "lock_beside", "refuse_foreign", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
            "estimator_state", "restore_estimator", "sibling", "clean_leftovers"]
 
 
@@ -108,17 +108,32 @@ def _lock_path(path):
     return path.with_name(f".{path.name}.lock")
 
 
-def _save_lock(path):
-    """The lock file ``.NAME.lock`` beside the model ``path`` (:func:`io.lock_file`), held while
-    a save checks, writes and swaps in the model."""
+def lock_beside(path, record, running, instead, writer):
+    """The lock file ``.NAME.lock`` beside ``path`` (:func:`io.lock_file`, holding ``record``),
+    held while a save checks, writes and swaps in what it writes there (a model, a prediction
+    store: the same lock for both). A second writer is refused: "``running`` (its pid, host,
+    start); wait for it to finish or ``instead`` (if no such ``writer`` is alive, remove the lock)"."""
     lock = _lock_path(path)
 
     def busy(held):
         who = "" if held is None else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
-        return (f"another save of the model at {path} is running{who}; wait for it to finish or save to another "
-                f"path (if no such save is alive, remove {lock})")
+        return f"{running}{who}; wait for it to finish or {instead} (if no such {writer} is alive, remove {lock})"
 
-    return lock_file(lock, {"model": str(path)}, busy)
+    return lock_file(lock, record, busy)
+
+
+def refuse_foreign(foreign, owner, instead):
+    """ValueError when a store to be replaced, ``owner`` ("the model at PATH"), holds ``foreign``
+    entries of the user's (:func:`io.foreign_entries`), which replacing it would delete."""
+    if foreign:
+        raise ValueError(f"{owner} also holds other files ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}"
+                         f"), which replacing it would delete; move them away or {instead}")
+
+
+def _save_lock(path):
+    """:func:`lock_beside` the model ``path``, held while a save checks, writes and swaps it in."""
+    return lock_beside(path, {"model": str(path)}, f"another save of the model at {path} is running",
+                       "save to another path", "save")
 
 
 def _check_model_path(path, overwrite):
@@ -132,11 +147,7 @@ def _check_model_path(path, overwrite):
     if kind == "model":
         if not overwrite:
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
-        foreign = _foreign_entries(path)
-        if foreign:
-            raise ValueError(f"the model at {path} also holds other files ({', '.join(foreign[:5])}"
-                             f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move "
-                             "them away or choose another path")
+        refuse_foreign(_foreign_entries(path), f"the model at {path}", "choose another path")
         return
     raise ValueError(f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
                      "(only an existing model is ever replaced): choose another path or move it away yourself")

@@ -20,8 +20,8 @@ import xarray as xr
 
 from ._version import __version__
 from .io import (PREDICTION_KEY, check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs,
-                 lock_file, quiet_consolidated, user_path)
-from .persistence import clean_leftovers, swap_into_place
+                 quiet_consolidated, user_path)
+from .persistence import clean_leftovers, lock_beside, refuse_foreign, swap_into_place
 from .progress import compute
 
 __all__ = ["PREDICTION_KEY", "prediction_arrays", "check_prediction_path", "write_predictions"]
@@ -81,11 +81,7 @@ def check_prediction_path(path):
     check_outside_stores(path, "write predictions")
     arrays = prediction_arrays(path)
     if arrays is not None:
-        foreign = foreign_entries(path, arrays)
-        if foreign:
-            raise ValueError(f"the prediction store {path} also holds other files ({', '.join(foreign[:5])}"
-                             f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move them "
-                             "away or give another path")
+        refuse_foreign(foreign_entries(path, arrays), f"the prediction store {path}", "give another path")
         return
     kind = describe_path(path)
     if kind is None:
@@ -97,16 +93,10 @@ def check_prediction_path(path):
 
 
 def _prediction_lock(path):
-    """The lock file ``.NAME.lock`` beside ``path`` (:func:`rfol_dask.io.lock_file`; a model
-    save of that path takes the same), held while predict checks, writes and swaps in."""
-    lock = path.with_name(f".{path.name}.lock")
-
-    def busy(held):
-        who = "" if held is None else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
-        return (f"{path} is being written by another run{who}; wait for it to finish or give another path (if no "
-                f"such run is alive, remove {lock})")
-
-    return lock_file(lock, {"predictions": str(path)}, busy)
+    """:func:`rfol_dask.persistence.lock_beside` the prediction store ``path`` (a model save of that
+    path takes the same lock), held while predict checks, writes and swaps in."""
+    return lock_beside(path, {"predictions": str(path)}, f"{path} is being written by another run",
+                       "give another path", "run")
 
 
 def _write_atomically(pred, path, attrs, client, progress):
