@@ -323,7 +323,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         A fit that raises, or is interrupted (KeyboardInterrupt), leaves the estimator as it was
         before: a model fitted earlier still predicts as it did, an unfitted one stays unfitted.
         """
-        with all_or_nothing(self) as work:
+        with all_or_nothing(self) as work, io.checked_once():
             work._fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
         return self
 
@@ -510,6 +510,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         U = X
         if isinstance(U, (str, bytes, os.PathLike)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U, variables=("input",))
+        else:
+            io.check_sources(U)  # a missing chunk file of a Zarr store: an error, not its fill value
         U = io.match_dims(U, getattr(self, "input_dims_", None), "X")
         U = io.match_grid_labels(U, getattr(self, "input_coords_", None), getattr(self, "input_grid_", None))
         u = io.as_operand(U, "X", sort=self._knows_grid("input"), model_dims=getattr(self, "input_dims_", None),
@@ -597,10 +599,11 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             (:func:`rfol_dask.metrics.r2_score`).
         """
         _refuse_sample_weight(sample_weight)
-        U, V = io.read_pair(X, y)
-        io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
-        model = _published(self)  # predictions and grids of one fit
-        pred = model.predict(U)
+        with io.checked_once():  # the stores' arrays of X are checked here, not again by predict
+            U, V = io.read_pair(X, y)
+            io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
+            model = _published(self)  # predictions and grids of one fit
+            pred = model.predict(U)
         V = io.match_dims(V, getattr(model, "output_dims_", None), "y")
         if model._knows_grid("output"):
             V = io.ascending_grid(V)  # the order of pred

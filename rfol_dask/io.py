@@ -9,10 +9,12 @@ one axis without computing anything and remembers how to undo that.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import re
 import socket
+import sys
 import time
 import uuid
 import warnings
@@ -34,7 +36,7 @@ from .stacklevel import user_stacklevel
 __all__ = ["user_path", "Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
            "check_known_sizes", "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid",
            "grid_dims", "learn_periods", "match_dims", "foreign_entries", "zarr_parents", "quiet_consolidated", "wait_zarr_io", "MODEL_KEY",
-           "group_attrs", "describe_path", "check_outside_stores"]
+           "group_attrs", "describe_path", "check_outside_stores", "check_sources", "checked_once"]
 
 
 @dataclass
@@ -111,7 +113,19 @@ def _check_store(ds, path, samples=None):
     blocks of its first ``samples`` samples if given; returns the checked variables' readers
     ``{name: _ChunkReader}``."""
     meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
-    command = f"rfol-dask generate {meta.get('dataset', 'NAME')} ..."
+    _check_flags(path, meta, samples)
+    readers = {name: _ChunkReader(path, name, ds[name].dims, _advice(meta)) for name in ("input", "output")
+               if name in ds and os.path.isdir(os.path.join(path, name))}
+    for reader in readers.values():
+        if samples is not None or _first_check(os.path.join(reader.path, reader.name)):
+            reader.check_complete(samples)
+    return readers
+
+
+def _check_flags(path, meta, samples=None):
+    """ValueError if the data-set store at ``path`` (its ``rfol_dask_meta`` attribute ``meta``)
+    has unset ``block_done`` flags (among the blocks of its first ``samples`` samples if given):
+    its generation was cut short or still runs. Stores without flags pass."""
     done = block_flags(path)
     if done is not None and samples is not None:
         done = done[:-(-int(samples) // int(meta.get("block_size", 1)))]
@@ -122,16 +136,19 @@ def _check_store(ds, path, samples=None):
         raise ValueError(
             f"data set at {path} is incomplete: {len(missing)} of {len(done)} blocks were never "
             f"written (first missing samples {first}-{first + bs - 1}); rerun the same generate "
-            f"command ({command}) to resume it (if that command was refused, for an under-resolved grid or too "
-            "few steps, the corrected one with --overwrite)"
+            f"command ({_generate_command(meta)}) to resume it (if that command was refused, for an under-resolved "
+            "grid or too few steps, the corrected one with --overwrite)"
         )
-    # a store of the generator can be generated again; a user's store only restored or written again
-    advice = f"regenerate it ({command} --overwrite)" if "dataset" in meta else "write the store again"
-    readers = {name: _ChunkReader(path, name, ds[name].dims, advice) for name in ("input", "output")
-               if name in ds and os.path.isdir(os.path.join(path, name))}
-    for reader in readers.values():
-        reader.check_complete(samples)
-    return readers
+
+
+def _generate_command(meta):
+    return f"rfol-dask generate {meta.get('dataset', 'NAME')} ..."
+
+
+def _advice(meta):
+    """How to mend a damaged store whose ``rfol_dask_meta`` is ``meta``: a store of the generator
+    can be generated again, a user's store only restored or written again."""
+    return f"regenerate it ({_generate_command(meta)} --overwrite)" if "dataset" in meta else "write the store again"
 
 
 class _ChunkReader:
@@ -191,7 +208,7 @@ class _ChunkReader:
             raise ValueError(
                 f"data set at {self.path}: {len(missing)} chunk(s) of variable {self.name!r} are missing from the "
                 f"store (first: chunk {missing[0]}, {self._samples(missing[0])}, file {self._chunk_file(missing[0])}); "
-                f"the store is damaged: {self.advice}")
+                f"the store is damaged: {self.advice}{_empty_chunks_hint(arr.fill_value)}")
 
     def __getitem__(self, key):
         if self._identity() != self.identity:  # else: a wrong shape read as 'damaged', or the new data silently
@@ -235,9 +252,10 @@ def read_pair(X, y=None, variables=("input", "output")):
                              f"{' and '.join(map(repr, variables))}; missing {missing}")
         if y is not None:
             raise ValueError("pass either a Dataset / store path alone or the arrays (U, V), not both")
-        if not opened:
-            _check_source(X)
+        if not opened and not check_sources(*(X[v] for v in variables)):
+            _check_source(X)  # loaded into memory from a store: check the store it came from
         return X["input"], X["output"] if "output" in variables else None
+    check_sources(X, y)
     return X, align_samples(X, y)
 
 
@@ -247,6 +265,136 @@ def _check_source(ds):
     source = ds.encoding.get("source")
     if isinstance(source, str) and os.path.isdir(source):
         _check_store(ds, source)
+
+
+def _empty_chunks_hint(fill):
+    """The words for a missing chunk of an array whose fill value ``fill`` is a number (not NaN):
+    zarr (3, ``write_empty_chunks=False``, its default) leaves out chunks whose values all equal
+    it, so the chunk may be such a chunk rather than lost."""
+    try:
+        if fill is None or np.isnan(fill):
+            return ""
+    except TypeError:  # not a number
+        return ""
+    return (f"; or, if all values of those chunks equal the array's fill value {fill}, zarr left them out "
+            "(write_empty_chunks=False, its default): write the store with write_empty_chunks=True, or load the "
+            "data into memory (.load() / .compute()), which reads them as that value")
+
+
+_CHECKED = contextvars.ContextVar("rfol_dask_checked_arrays", default=None)
+
+
+@contextlib.contextmanager
+def checked_once():
+    """Within this block each Zarr array is checked for missing chunk files once (by
+    :func:`check_sources`, and :func:`_check_store` of a whole store): a search and its refit, a
+    ``score`` and its ``predict`` read the same data. Nested blocks share the outermost's record."""
+    if _CHECKED.get() is not None:
+        yield
+        return
+    token = _CHECKED.set(set())
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
+def _first_check(where):
+    """Whether the array in the folder ``where`` is still to be checked in this
+    :func:`checked_once` block (then it is recorded as checked); always True outside one."""
+    seen = _CHECKED.get()
+    if seen is None:
+        return True
+    key = os.path.realpath(where)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def check_sources(*operands):
+    """ValueError naming the store, variable, chunk and samples where an operand reads a Zarr array
+    of a local store that lacks a chunk file (which zarr reads as the fill value: NaN in xarray's
+    float stores, often 0 in zarr's own). Operands: DataArrays and dask arrays, e.g. from
+    ``xr.open_zarr(path)["input"]`` or ``da.from_zarr(path)``; anything else passes at no cost, and
+    so do arrays of :func:`open_dataset` (checked when it opened them) and of other stores (remote,
+    in memory: not listed). The whole array is checked whatever part the operand reads, as a
+    Dataset's store is. Cost: zarr's count of the chunks present (one listing of the array's
+    folder); chunk by chunk only where some are missing. Returns how many stored arrays (of any
+    store) the operands read: 0 for data in memory."""
+    found = 0
+    for X in operands:
+        for arr in _stored_arrays(X):
+            found += 1
+            where = None if isinstance(arr, _ChunkReader) else _local_folder(arr)
+            if where is None or not _first_check(where) or arr.nchunks_initialized == arr.nchunks:
+                continue
+            store, name = os.path.split(where)
+            meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
+            _check_flags(store, meta)  # a data set whose generation was cut short: resume it
+            names = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
+            dims = tuple(names) if names and "sample" in names else ("sample",)  # else: the samples first
+            _ChunkReader(store, name, dims, _advice(meta)).check_complete()
+    return found
+
+
+def _stored_arrays(X):
+    """The ``zarr.Array`` objects (and :func:`open_dataset`'s readers) whose data the DataArray or
+    dask array ``X`` reads: found in its dask graph (``da.from_zarr`` holds the array there;
+    ``xr.open_zarr`` an ``ImplicitToExplicitIndexingAdapter`` around a ``ZarrArrayWrapper`` of it),
+    or behind the lazily indexed variable of ``xr.open_dataset(..., engine="zarr")`` without chunks."""
+    zarr = sys.modules.get("zarr")
+    if zarr is None:  # never imported: no Zarr array anywhere
+        return
+    if isinstance(X, xr.DataArray):
+        X = X.variable._data  # not .data, which reads a lazily indexed variable
+    objects = _graph_literals(X.__dask_graph__()) if isinstance(X, da.Array) else (X,)
+    for obj in objects:
+        obj = _unwrap(obj)
+        if isinstance(obj, (zarr.Array, _ChunkReader)):
+            yield obj
+
+
+def _graph_literals(graph):
+    """The objects a dask graph holds besides its tasks, where ``da.from_array`` puts the array it
+    reads: the values of its materialized layers (``original-...``) and the literal arguments of its
+    blockwise layers (``inline_array=True``). Other layers are not materialized."""
+    layers = getattr(graph, "layers", None)
+    for layer in (graph,) if layers is None else layers.values():
+        indices = getattr(layer, "indices", None)
+        if indices is not None:
+            yield from (arg for arg, ind in indices if ind is None)
+        elif layers is None or hasattr(layer, "mapping"):
+            yield from getattr(layer, "mapping", layer).values()
+
+
+def _unwrap(obj):
+    """The object inside xarray's lazy indexing wrappers (``ImplicitToExplicitIndexingAdapter``,
+    ``CopyOnWriteArray``, ``LazilyIndexedArray``, ...) and its ``ZarrArrayWrapper``, if any."""
+    xr_zarr = sys.modules.get("xarray.backends.zarr")
+    for _ in range(16):  # a few wrappers deep
+        if xr_zarr is not None and isinstance(obj, xr_zarr.ZarrArrayWrapper):
+            return obj.get_array()
+        if not type(obj).__module__.startswith("xarray.") or not hasattr(obj, "array"):
+            return obj
+        obj = obj.array
+    return obj
+
+
+def _local_folder(arr):
+    """The folder of the Zarr array ``arr`` if its store is a local directory (``LocalStore``, or
+    ``FsspecStore`` of the local file system, as ``da.from_zarr(path)`` opens it), else None."""
+    store, key = arr.store_path.store, arr.store_path.path
+    root = getattr(store, "root", None)
+    if root is None:
+        fs = getattr(store, "fs", None)
+        fs = getattr(fs, "sync_fs", fs)  # fsspec's async wrapper of a synchronous file system
+        protocol = getattr(fs, "protocol", ())
+        if "file" not in ((protocol,) if isinstance(protocol, str) else protocol):
+            return None
+        root = store.path
+    where = os.path.join(os.fspath(root), key)
+    return where if os.path.isdir(where) else None
 
 
 def align_samples(X, y):

@@ -44,7 +44,7 @@ import numpy as np
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from . import backend
+from . import backend, io
 from .estimator import OperatorEstimator, all_or_nothing
 from .exceptions import DataWarning, SelectionWarning
 from .gram import stack_rows
@@ -230,7 +230,7 @@ class SelectionCV(OperatorEstimator):
         winner on all of it as ``best_estimator_``. No test data is involved. A search or refit
         that raises or is interrupted leaves the estimator as it was before (the previous search's
         results and ``best_estimator_`` together, or unfitted)."""
-        with all_or_nothing(self) as work:
+        with all_or_nothing(self) as work, io.checked_once():  # the refit reads the data the search checked
             work._fit_search(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
         return self
 

@@ -238,3 +238,88 @@ def test_dtype_accepts_types_dtypes_and_names(data, dtype):
     U, V = data
     assert RandomFeatureOperator(n_features=20, dtype=dtype).fit(U, V).coef_.dtype == np.float32
     assert KernelOperator(dtype=dtype, nugget=1e-3).fit(U, V).dual_coef_.dtype == np.float32
+
+
+def _users_stores(tmp_path):
+    """The same pairs (40 samples, chunks of 10) in a store written by xarray (fill value NaN)
+    and in one written by zarr directly (fill value 0), each with input chunk 1 (samples 10-19) deleted."""
+    import zarr
+
+    U, V = smooth_operator_data(40, 8)
+    by_xarray, by_zarr = tmp_path / "x.zarr", tmp_path / "z.zarr"
+    xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)}).chunk({"sample": 10}).to_zarr(
+        by_xarray, consolidated=False)
+    group = zarr.open_group(str(by_zarr), mode="w")
+    for name, a in (("input", U), ("output", V)):
+        group.create_array(name, shape=a.shape, chunks=(10, a.shape[1]), dtype=a.dtype)[:] = a
+    for path in (by_xarray, by_zarr):
+        (path / "input" / zarr.open_array(str(path / "input")).metadata.encode_chunk_key((1, 0))).unlink()
+    return by_xarray, by_zarr, U, V
+
+
+def test_a_missing_chunk_behind_dataarrays_and_dask_arrays_is_an_error(tmp_path):
+    """A DataArray of xr.open_zarr or a dask array of da.from_zarr skipped the store's check: the
+    missing chunk read as the fill value, NaN ('U contains NaN or infinity in samples 10-19 ...,
+    drop or fill those samples': the data on disk were gone) or 0 (a silently wrong fit)."""
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperator
+
+    by_xarray, by_zarr, U, V = _users_stores(tmp_path)
+    missing = r"1 chunk\(s\) of variable 'input' are missing from the store \(first: chunk \(1, 0\), samples 10-19, "
+    ds = xr.open_zarr(by_xarray, consolidated=False)
+    with pytest.raises(ValueError, match=missing + r"file .*x\.zarr.*; the store is damaged: restore the files or "
+                                                   r"write the store again$"):
+        RandomFeatureOperator(n_features=20).fit(ds["input"], ds["output"])
+    lazy = xr.open_dataset(by_xarray, engine="zarr", chunks=None, consolidated=False)  # no dask: a lazily indexed variable
+    with pytest.raises(ValueError, match=missing):
+        RandomFeatureOperator(n_features=20).fit(lazy["input"], lazy["output"].values)
+    for inline in (False, True):  # the array in its own graph layer, or in every task
+        Z, W = (da.from_zarr(str(by_zarr), component=n, inline_array=inline) for n in ("input", "output"))
+        with pytest.raises(ValueError, match=missing + r".*write_empty_chunks=True"):
+            RandomFeatureOperator(n_features=20).fit(Z, W)
+    for fit in (KernelOperator().fit, RandomFeatureOperatorCV(n_features=20).fit):
+        with pytest.raises(ValueError, match=missing):
+            fit(Z, W)
+    model = RandomFeatureOperator(n_features=20).fit(U, V)
+    for call in (lambda: model.predict(Z), lambda: model.predict(ds["input"]), lambda: model.score(Z, V),
+                 lambda: model.score(U, ds["input"].rename(x="y"))):
+        with pytest.raises(ValueError, match=missing):
+            call()
+
+
+def test_each_entry_point_checks_a_stores_arrays_once(tmp_path, monkeypatch):
+    """fit, predict, score, a search with its refit, the kernel baseline and the CLI's fit count the
+    chunks of each stored array they read once; numpy input, none."""
+    import zarr
+
+    from rfol_dask import RandomFeatureOperatorCV
+    from rfol_dask.baselines import KernelOperator
+    from rfol_dask.cli import main
+
+    U, V = smooth_operator_data(40, 8)
+    path = tmp_path / "d.zarr"
+    xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)}).chunk({"sample": 10}).to_zarr(
+        path, consolidated=False)
+    counted = []
+    listed = zarr.Array.nchunks_initialized
+    monkeypatch.setattr(zarr.Array, "nchunks_initialized",
+                        property(lambda a: (counted.append(str(a.store_path).rstrip("/").rsplit("/", 1)[-1]), listed.fget(a))[1]))
+
+    def count(call):
+        counted.clear()
+        call()
+        return sorted(counted)
+
+    ds = xr.open_zarr(path, consolidated=False)
+    Ui, Vo = ds["input"], ds["output"]
+    model = RandomFeatureOperator(n_features=20)
+    both, one = ["input", "output"], ["input"]
+    assert count(lambda: model.fit(Ui, Vo)) == both
+    assert count(lambda: RandomFeatureOperatorCV(n_features=20).fit(Ui, Vo)) == both
+    assert count(lambda: RandomFeatureOperatorCV(n_features=20).fit(ds)) == both
+    assert count(lambda: KernelOperator().fit(da.from_zarr(str(path), component="input"), Vo)) == both
+    assert count(lambda: model.predict(Ui)) == one
+    assert count(lambda: model.score(Ui, Vo)) == both
+    assert count(lambda: model.score(ds)) == both
+    assert count(lambda: model.fit(U, V).predict(U)) == []
+    assert count(lambda: main(["fit", str(path), "--train", "30", "--n-features", "20"])) == both  # when opened
