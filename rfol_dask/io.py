@@ -162,7 +162,8 @@ class _ChunkReader:
         self.axis = dims.index("sample") if "sample" in dims else None
         self.advice = f"restore the files or {advice}"
         arr = self.array
-        self.shape, self.dtype, self.ndim, self.chunks = arr.shape, arr.dtype, arr.ndim, arr.chunks
+        self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
+        self.chunks = arr.shards or arr.chunks  # what a chunk file holds: a shard of a sharded array
         self.stamp = os.stat(os.path.join(path, name)).st_mtime_ns
         self.identity = self._identity()
 
@@ -202,7 +203,7 @@ class _ChunkReader:
         if arr.nchunks_initialized == arr.nchunks:
             return
         rows = None if samples is None or self.axis is None else -(-int(samples) // self.chunks[self.axis])
-        missing = [i for i in np.ndindex(*arr.cdata_shape)
+        missing = [i for i in np.ndindex(*(-(-n // c) for n, c in zip(self.shape, self.chunks)))
                    if (rows is None or i[self.axis] < rows) and not os.path.exists(self._chunk_file(i))]
         if missing:
             raise ValueError(

@@ -323,3 +323,20 @@ def test_each_entry_point_checks_a_stores_arrays_once(tmp_path, monkeypatch):
     assert count(lambda: model.score(ds)) == both
     assert count(lambda: model.fit(U, V).predict(U)) == []
     assert count(lambda: main(["fit", str(path), "--train", "30", "--n-features", "20"])) == both  # when opened
+
+
+def test_a_missing_shard_is_named_with_its_samples(tmp_path):
+    """In a sharded store a chunk file holds a shard: a missing shard (samples 10-19, of inner chunks
+    of 5) was reported as 5 missing chunks, the first 'chunk (1, 0), samples 5-9' (file c/1/0, the
+    shard's), the others files that no sharded store has."""
+    U, V = smooth_operator_data(40, 8)
+    path = tmp_path / "s.zarr"
+    ds = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)})
+    ds.to_zarr(path, encoding={v: {"chunks": (5, 8), "shards": (10, 8)} for v in ds}, consolidated=False)
+    (path / "input" / "c" / "1" / "0").unlink()
+    missing = r"1 chunk\(s\) of variable 'input' are missing from the store \(first: chunk \(1, 0\), samples 10-19, "
+    with pytest.raises(ValueError, match=missing):
+        RandomFeatureOperator(n_features=20).fit(path)
+    opened = xr.open_zarr(path, consolidated=False)
+    with pytest.raises(ValueError, match=missing):
+        RandomFeatureOperator(n_features=20).fit(opened["input"], opened["output"])
