@@ -335,7 +335,11 @@ def check_sources(*operands):
             _check_flags(store, meta)  # a data set whose generation was cut short: resume it
             names = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
             dims = tuple(names) if names and "sample" in names else ("sample",)  # else: the samples first
-            _ChunkReader(store, name, dims, _advice(meta)).check_complete()
+            reader = _ChunkReader(store, name, dims, _advice(meta))
+            if (reader.shape, reader.chunks) != (arr.shape, arr.shards or arr.chunks):  # its chunks were not counted
+                raise ValueError(f"the Zarr array {where} was written again after it was opened (shape {arr.shape} "
+                                 f"then, {reader.shape} now): open the store again")
+            reader.check_complete()
     return found
 
 

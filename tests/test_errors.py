@@ -340,3 +340,23 @@ def test_a_missing_shard_is_named_with_its_samples(tmp_path):
     opened = xr.open_zarr(path, consolidated=False)
     with pytest.raises(ValueError, match=missing):
         RandomFeatureOperator(n_features=20).fit(opened["input"], opened["output"])
+
+
+def test_a_store_written_again_smaller_after_it_was_opened_is_named(tmp_path):
+    """predict on a DataArray opened before its store was written again with fewer samples read the
+    chunks the new store lacks as NaN ('X contains NaN or infinity in samples 20-39'): the chunk
+    check counted them on the store as it is now, which has none missing."""
+    U, V = smooth_operator_data(40, 8)
+    path = tmp_path / "d.zarr"
+
+    def write(n):
+        xr.Dataset({"input": (("sample", "x"), U[:n]), "output": (("sample", "y"), V[:n])}).chunk(
+            {"sample": 10}).to_zarr(path, mode="w", consolidated=False)
+
+    write(40)
+    X = xr.open_zarr(path, consolidated=False)["input"]
+    model = RandomFeatureOperator(n_features=20).fit(X, V)
+    write(20)
+    with pytest.raises(ValueError, match=r"the Zarr array .*d\.zarr/input was written again after it was opened "
+                                         r"\(shape \(40, 8\) then, \(20, 8\) now\): open the store again"):
+        model.predict(X)
