@@ -37,6 +37,7 @@ from numpy.typing import ArrayLike
 from .factor import dual_factor, dual_intercept, dual_solve
 from .features import draw_frequencies, integer_seed
 from .gram import check_finite, features_block
+from .io import check_sources
 from .linalg import symmetrize, syrk
 from .metrics import relative_l2_error
 from .tuning import input_scales
@@ -233,6 +234,7 @@ def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
         raise ValueError(f"gamma must be a number > 0 or 'median', got {gamma!r}")
     if not (number(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
+    check_sources(U, V, U_test, V_test)  # a missing chunk file of a Zarr store: an error, not its fill value
     U, U_test = (np.ascontiguousarray(X, dtype=np.float64) for X in (U, U_test))
     V, V_test = (np.asarray(Y, dtype=np.float64) for Y in (V, V_test))
     V, V_test = (Y[:, None] if Y.ndim == 1 else Y for Y in (V, V_test))

@@ -308,3 +308,20 @@ def test_append_curve_grows_a_study_and_refuses_curves_it_would_relabel(study_cu
         with pytest.raises(ValueError, match="no curves along n_train|not a Zarr store of curves"):
             append_curve(tmp_path / path, results[0])
     assert not any((tmp_path / "folder").iterdir())
+
+
+def test_error_curve_refuses_a_missing_chunk_of_a_zarr_store(tmp_path):
+    """error_curve read a DataArray of xr.open_zarr whose chunk file was deleted as its fill
+    value (NaN here, 0 in zarr's own stores), not as a damaged store."""
+    import xarray as xr
+    import zarr
+
+    U, V = smooth_operator_data(40, 8)
+    path = tmp_path / "d.zarr"
+    xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)}).chunk({"sample": 10}).to_zarr(
+        path, consolidated=False)
+    (path / "output" / zarr.open_array(str(path / "output")).metadata.encode_chunk_key((3, 0))).unlink()
+    ds = xr.open_zarr(path, consolidated=False)
+    with pytest.raises(ValueError, match=r"1 chunk\(s\) of variable 'output' are missing from the store \(first: "
+                                         r"chunk \(3, 0\), samples 30-39"):
+        error_curve(ds["input"][:30], ds["output"][:30], ds["input"][30:], ds["output"][30:], [20], gamma=0.5)
