@@ -328,11 +328,13 @@ def check_sources(*operands):
         for arr in _stored_arrays(X):
             found += 1
             where = None if isinstance(arr, _ChunkReader) else _local_folder(arr)
-            if where is None or not _first_check(where) or arr.nchunks_initialized == arr.nchunks:
+            if where is None or not _first_check(where):
                 continue
             store, name = os.path.split(where)
             meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
-            _check_flags(store, meta)  # a data set whose generation was cut short: resume it
+            _check_flags(store, meta)  # a data set whose generation was cut short (or still runs): resume it
+            if arr.nchunks_initialized == arr.nchunks:
+                continue
             names = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
             dims = tuple(names) if names and "sample" in names else ("sample",)  # else: the samples first
             reader = _ChunkReader(store, name, dims, _advice(meta))

@@ -360,3 +360,22 @@ def test_a_store_written_again_smaller_after_it_was_opened_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"the Zarr array .*d\.zarr/input was written again after it was opened "
                                          r"\(shape \(40, 8\) then, \(20, 8\) now\): open the store again"):
         model.predict(X)
+
+
+def test_dataarrays_of_an_interrupted_generator_store_are_refused(tmp_path):
+    """A data set whose generation stopped between writing a block and flagging it (every chunk
+    file present, a ``block_done`` flag unset) is refused through ``xr.open_zarr``'s DataArrays
+    and Dataset, as through its path: the check of the flags does not wait for a missing chunk."""
+    import zarr
+
+    from rfol_dask import datasets
+    from rfol_dask.io import flags_key
+
+    path = tmp_path / "flags.zarr"
+    datasets.generate("advection1", 20, store=path, block_size=10)
+    group = zarr.open_group(str(path), mode="r+")
+    group[flags_key(group)][1] = 0
+    ds = xr.open_zarr(path)
+    for args in ((ds["input"], ds["output"]), (ds,)):
+        with pytest.raises(ValueError, match="incomplete.*rerun the same generate command"):
+            RandomFeatureOperator(n_features=20, random_state=0).fit(*args)
