@@ -561,14 +561,16 @@ default=("cauchy", "gaussian", "rational_quadratic")
                 accs = client.persist(accs)
                 st[3] = accs + [None] * (len(workers) - len(accs))
                 # kept for the next checkpoint: summed pairwise where they are into new ones, which the
-                # later sums add into (new ones at every level held four Grams on the first worker)
-                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(add_validation), where,
-                                                                first=dask.delayed(sum_validation))
+                # later sums add into (new ones at every level held four Grams on the first worker); a
+                # split's sums start once the split before is scored (else every split's were held at once)
                 last = errs[-1][-1] if errs else None
+                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(add_validation), where,
+                                                                first=functools.partial(_gated_sum, gate=last))
                 row = []
-                for a in args:  # one solve at a time
-                    last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), *a)
-                    row.append(last)
+                with pinned(where[0]):  # where the total is: one solve at a time
+                    for a in args:
+                        last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), *a)
+                        row.append(last)
                 errs.append(row)
             if client is not None:
                 (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection (growth, N = {Nk})")
@@ -623,6 +625,12 @@ def _chains(accs, workers, slabs, step, gates=None):
             out.append(acc)
             where.append(w)
     return out, where
+
+
+def _gated_sum(a, b, gate=None):
+    """The delayed :func:`rfol_dask.tuning.sum_validation` of ``a`` and ``b``, once the delayed
+    ``gate`` (or None) is done."""
+    return dask.delayed(sum_validation)(a if gate is None else dask.delayed(_after)(a, gate), b)
 
 
 def _select(acc, keep):
