@@ -388,13 +388,18 @@ default=("cauchy", "gaussian", "rational_quadratic")
         held[f"two {M} x {width} feature slabs"] = 2 * 8 * M * width
         return held
 
-    def _gram_group(self, M_t, M_v, n_segments, client):
+    def _gram_group(self, M_t, M_v, n_segments, client, summed=0):
         """How many gammas' Grams and cross-Grams (``n_segments`` each: one per nested ``N``, or in
         the growth one per split, all held at once) one pass may hold: half the search's memory
         budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their free memory) over
-        ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
-        per = 8.0 * (M_t + M_v) * M_t * n_segments
-        return max(1, int(0.5 * self._search_budget(client).bytes // per))
+        ``8 (M_t + M_v) M_t n_segments`` bytes, at least one. ``summed``: pairs more per gamma that
+        a worker holds beside them while it sums (the growth's first worker: the new sum and the one
+        that comes over), all of them within the whole budget (with one split, three pairs a gamma)."""
+        per, budget = 8.0 * (M_t + M_v) * M_t, self._search_budget(client).bytes
+        group = 0.5 * budget // (per * n_segments)
+        if summed:
+            group = min(group, budget // (per * (n_segments + summed)))
+        return max(1, int(group))
 
     def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None, after=None):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), len(Ns),
@@ -472,7 +477,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
         overall, own = {}, {}
         rules = [([overall], overall), ([overall, own], own)]
         # every split's running sums are kept from one checkpoint to the next: a gamma holds one pair per split
-        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), len(splits), client)
+        # and on a cluster the first worker two more while it sums them; counted wherever the search runs,
+        # so that it groups its gammas, and so prunes them, alike on one machine and on a cluster
+        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), len(splits), client, summed=2)
         of, grown, extended = {}, [], [0] * len(anchors)  # of: (law, multiple) -> anchor
         while pending:
             law = anchors[pending[0][1]][0]  # one pass draws one law's frequencies
