@@ -21,7 +21,7 @@ from .rf_operator import RandomFeatureOperator
 from .progress import compute
 from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, beyond_edge, best_row,
                         final_best, grid_step)
-from .solve.graph import tree_sum
+from .solve.graph import after as _after, tree_sum  # after: a parameter name here
 from .tuning import (add_validation, floored_path_errors, frequency_scale, input_scales, path_method,
                      slab_bounds, sum_validation, validation_grams, validation_slab)
 
@@ -643,11 +643,6 @@ def _gated_sum(a, b, gate=None):
 def _select(acc, keep):
     """The :func:`validation_slab` accumulator of the scales ``keep`` only."""
     return [acc[k] for k in keep]
-
-
-def _after(value, *_):
-    """``value``, once the tasks given after it are done (orders tasks that need the whole machine)."""
-    return value
 
 
 def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2):

@@ -223,6 +223,26 @@ def test_kernel_dask_dual_on_several_workers_needs_no_room_for_a_sum_of_grams(cl
     assert _rel(lazy.predict(Ut), numpy) < 1e-10
 
 
+@pytest.mark.cluster
+def test_kernel_dask_dual_makes_a_row_of_tiles_once_the_row_before_is_placed():
+    """The kernel dual's chain copies each row of Gram tiles into the Gram on one worker. The tiles
+    were all made at once on every worker, ahead of the chain: dozens waited beside the Gram (a
+    row of 16 tiles is what the plan counts). A row's tiles are now made once the row before is
+    placed: a worker holds the Gram, one row of tiles and the solve's outputs and coefficients."""
+    from conftest import held_arrays
+    from distributed import Client, LocalCluster
+
+    U, V = smooth_operator_data(800, 16)
+    ref = KernelOperator(kernel="rbf", length_scale=1.1, nugget=1e-6).fit(U, V)
+    nb = 16  # row blocks of 50 rows: tiles of 20,000 bytes, the Gram 256 of them
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, held_arrays(client, 50 * 50 * 8) as peaks:
+        lazy = KernelOperator(kernel="rbf", length_scale=1.1, nugget=1e-6).fit(da.from_array(U, chunks=(50, -1)),
+                                                                               da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(lazy.dual_coef_, ref.dual_coef_, rtol=1e-7, atol=1e-7 * np.abs(ref.dual_coef_).max())
+    assert max(peaks.values()) <= 1 + nb + 2
+
+
 def test_linear_kernel_primal_in_float32_and_on_pca_scores():
     U, V, Ut = _linear_data("gaussian")
     ref = Ridge(alpha=1e-4, solver="svd").fit(U, V)

@@ -18,7 +18,7 @@ from ..memory import n_slots
 from ..placement import pinned
 from ..progress import compute
 
-__all__ = ["TaskNames", "InputCentre", "row_blocks", "column_blocks", "tree_sum", "hand_over", "iadd", "chained_sum", "block_vsum",
+__all__ = ["TaskNames", "InputCentre", "row_blocks", "column_blocks", "tree_sum", "hand_over", "after", "iadd", "chained_sum", "block_vsum",
            "column_slab", "rows", "Columns", "compute_fit"]
 
 
@@ -150,6 +150,12 @@ def tree_sum(parts, combine, workers=None, first=None):
 def hand_over(part):
     """``part`` itself (no copy where it is): a key of its own for one sum to fetch (:func:`tree_sum`)."""
     return part
+
+
+def after(value, *_):
+    """``value``, once the tasks given after it are done (orders tasks; ``after(None, x)``: a token
+    of ``x`` for tasks that wait for it without fetching it)."""
+    return value
 
 
 def iadd(a, b):
