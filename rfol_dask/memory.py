@@ -227,7 +227,7 @@ def _listing(held):
 
 
 def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1, xp=None, beside=0,
-                      held=None, device=None):
+                      held=None, device=None, budget=None):
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
     has at a peak (:attr:`Budget.peak_room`, when known: before dask pauses it, or on GPUs their
@@ -237,9 +237,11 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
     ``device``: ``"cuda"`` for a Gram on the GPUs of the client's workers (their budget);
     ``beside``: bytes the worker holds with the Gram (the primal's frequencies), counted against the pause line; ``held``:
     ``{what: bytes}`` an in-memory fit holds with the Gram (its features, frequencies...), the
-    Gram and those together checked against the budget (the message names each)."""
+    Gram and those together checked against the budget (the message names each). ``budget``: the
+    :class:`Budget` to check against, when the caller has it already (else :func:`memory_budget`, which
+    asks the workers)."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
-    budget = memory_budget(max_bytes, client, xp, device)
+    budget = budget if budget is not None else memory_budget(max_bytes, client, xp, device)
     extra = int(sum((held or {}).values()))
     if need + extra > budget.bytes:
         advice = _ADVICE[solver]
@@ -411,14 +413,16 @@ def memory_plan(client, M, N, dtype):
     return MemoryPlan(keep_features=M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits))
 
 
-def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0):
+def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0, budget=None):
     """How many ``size x size`` Grams of ``dtype``, each with ``with_each`` more bytes, a worker
     (without a client, this process) may hold at once beside ``beside`` bytes within its
-    :func:`memory_budget`, at least 1: the chains of the primal's sum each hold one with its
-    ``N x m`` cross sum (:func:`rfol_dask.placement.worker_slots`); one per thread of a 16-thread
-    worker held 16."""
+    :func:`memory_budget` (or the given :class:`Budget` ``budget``: the one a fit checked its Gram
+    against, without asking the workers again), at least 1: the chains of the primal's sum each hold
+    one with its ``N x m`` cross sum (:func:`rfol_dask.placement.worker_slots`); one per thread of a
+    16-thread worker held 16."""
     each = int(size) ** 2 * np.dtype(dtype).itemsize + int(with_each)
-    return max(1, int((memory_budget(max_gram_bytes, client).bytes - beside) // max(each, 1)))
+    budget = budget if budget is not None else memory_budget(max_gram_bytes, client)
+    return max(1, int((budget.bytes - beside) // max(each, 1)))
 
 
 def n_slots(client):
