@@ -337,7 +337,7 @@ class DualPlan:
 
 
 def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0, n_inputs=0, device=None,
-              warn=True, summed=True):
+              warn=True, summed=True, held_what="the data"):
     """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
 
     A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` besides (the inputs
@@ -353,6 +353,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     they do not fit, a :class:`~rfol_dask.exceptions.MemoryPlanWarning` says so (unless not ``warn``) and the plan is blocked.
     ``device`` ``"cuda"``: the Gram lives on the workers' GPUs, the budget is theirs
     (:func:`memory_budget`).
+    ``held_what``: what ``held_bytes`` are, for the message (a kernel fit: a row of Gram tiles).
     A slab's column costs its ``M`` features and its ``n_inputs + 1`` frequencies (at n = 6250
     inputs and M = 3000 samples the frequencies are twice the features: uncounted, they killed
     the workers of a plan that fitted on paper).
@@ -372,7 +373,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
         return DualPlan(blocked=False, slab_bytes=slab)
     extra = ""
     if held_bytes or smallest:
-        held = "the data and the feature slabs" if smallest else "the data"  # a kernel fit has no slabs
+        held = f"{held_what} and the feature slabs" if smallest else held_what  # a kernel fit has no slabs
         extra = f", and {held_bytes + 2 * smallest:,} more bytes for {held} held with it,"
     reduction = "" if reduction_fits else (
         f"a worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "

@@ -428,12 +428,14 @@ class KernelOperator(OperatorEstimator):
             return
         client = active_client()
         m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
-        # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the Gram
-        held = M * (M + self._width(U.shape[1]) + m) * size if eigen else 0
-        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no sum of Grams
-        blocked = dual_plan(M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS,
                                           row_bytes=U.shape[1] * size)
+        # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the Gram; the
+        # chain that assembles it a row of tiles (tiled.dual_graph): one Gram more with one row block
+        held, what = ((M * (M + self._width(U.shape[1]) + m) * size, "the data") if eigen else
+                      (int(max(np.diff(starts))) * M * size, "a row of Gram tiles"))
+        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no sum of Grams
+        blocked = dual_plan(M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False, held_what=what).blocked
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
 
         def run(ridge):  # the blocked factorisation is tried again with raised ridges if it fails
