@@ -227,7 +227,7 @@ def _listing(held):
 
 
 def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1, xp=None, beside=0,
-                      held=None, device=None):
+                      held=None, device=None, budget=None):
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
     has at a peak (:attr:`Budget.peak_room`, when known: before dask pauses it, or on GPUs their
@@ -237,9 +237,11 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
     ``device``: ``"cuda"`` for a Gram on the GPUs of the client's workers (their budget);
     ``beside``: bytes the worker holds with the Gram (the primal's frequencies), counted against the pause line; ``held``:
     ``{what: bytes}`` an in-memory fit holds with the Gram (its features, frequencies...), the
-    Gram and those together checked against the budget (the message names each)."""
+    Gram and those together checked against the budget (the message names each). ``budget``: the
+    :class:`Budget` to check against, when the caller has it already (else :func:`memory_budget`, which
+    asks the workers)."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
-    budget = memory_budget(max_bytes, client, xp, device)
+    budget = budget if budget is not None else memory_budget(max_bytes, client, xp, device)
     extra = int(sum((held or {}).values()))
     if need + extra > budget.bytes:
         advice = _ADVICE[solver]
@@ -335,7 +337,7 @@ class DualPlan:
 
 
 def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0, n_inputs=0, device=None,
-              warn=True, summed=True):
+              warn=True, summed=True, held_what="the data"):
     """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
 
     A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` besides (the inputs
@@ -351,6 +353,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     they do not fit, a :class:`~rfol_dask.exceptions.MemoryPlanWarning` says so (unless not ``warn``) and the plan is blocked.
     ``device`` ``"cuda"``: the Gram lives on the workers' GPUs, the budget is theirs
     (:func:`memory_budget`).
+    ``held_what``: what ``held_bytes`` are, for the message (a kernel fit: a row of Gram tiles).
     A slab's column costs its ``M`` features and its ``n_inputs + 1`` frequencies (at n = 6250
     inputs and M = 3000 samples the frequencies are twice the features: uncounted, they killed
     the workers of a plan that fitted on paper).
@@ -370,7 +373,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
         return DualPlan(blocked=False, slab_bytes=slab)
     extra = ""
     if held_bytes or smallest:
-        held = "the data and the feature slabs" if smallest else "the data"  # a kernel fit has no slabs
+        held = f"{held_what} and the feature slabs" if smallest else held_what  # a kernel fit has no slabs
         extra = f", and {held_bytes + 2 * smallest:,} more bytes for {held} held with it,"
     reduction = "" if reduction_fits else (
         f"a worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
@@ -411,14 +414,16 @@ def memory_plan(client, M, N, dtype):
     return MemoryPlan(keep_features=M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits))
 
 
-def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0):
+def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0, budget=None):
     """How many ``size x size`` Grams of ``dtype``, each with ``with_each`` more bytes, a worker
     (without a client, this process) may hold at once beside ``beside`` bytes within its
-    :func:`memory_budget`, at least 1: the chains of the primal's sum each hold one with its
-    ``N x m`` cross sum (:func:`rfol_dask.placement.worker_slots`); one per thread of a 16-thread
-    worker held 16."""
+    :func:`memory_budget` (or the given :class:`Budget` ``budget``: the one a fit checked its Gram
+    against, without asking the workers again), at least 1: the chains of the primal's sum each hold
+    one with its ``N x m`` cross sum (:func:`rfol_dask.placement.worker_slots`); one per thread of a
+    16-thread worker held 16."""
     each = int(size) ** 2 * np.dtype(dtype).itemsize + int(with_each)
-    return max(1, int((memory_budget(max_gram_bytes, client).bytes - beside) // max(each, 1)))
+    budget = budget if budget is not None else memory_budget(max_gram_bytes, client)
+    return max(1, int((budget.bytes - beside) // max(each, 1)))
 
 
 def n_slots(client):

@@ -15,7 +15,7 @@ from .linalg import factor_threads
 from .exceptions import NoWorkersError
 from .progress import active_client, scheduler_workers
 
-__all__ = ["EMBED_BYTES", "WORKER_WAIT_S", "broadcast", "pinned", "on_one_worker", "worker_addresses", "worker_slots",
+__all__ = ["EMBED_BYTES", "WORKER_WAIT_S", "broadcast", "pinned", "first_worker", "worker_addresses", "worker_slots",
            "current_worker", "worker_threads"]
 
 
@@ -225,9 +225,10 @@ def worker_slots(client, per_worker=None):
     return [a for t in range(max(threads.values())) for a in addresses if threads[a] > t]
 
 
-def on_one_worker():
-    """``dask.annotate`` preferring one worker of the active distributed client (else a no-op)."""
-    return pinned(worker_addresses(active_client())[0])
+def first_worker():
+    """The first worker address of the active distributed client (None without one): where a task
+    chain that must stay on one worker is pinned (:func:`pinned`)."""
+    return worker_addresses(active_client())[0]
 
 
 def current_worker():

@@ -21,7 +21,7 @@ from .rf_operator import RandomFeatureOperator
 from .progress import compute
 from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, beyond_edge, best_row,
                         final_best, grid_step)
-from .solve.graph import tree_sum
+from .solve.graph import after as _after, tree_sum  # after: a parameter name here
 from .tuning import (add_validation, floored_path_errors, frequency_scale, input_scales, path_method,
                      slab_bounds, sum_validation, validation_grams, validation_slab)
 
@@ -388,13 +388,18 @@ default=("cauchy", "gaussian", "rational_quadratic")
         held[f"two {M} x {width} feature slabs"] = 2 * 8 * M * width
         return held
 
-    def _gram_group(self, M_t, M_v, n_segments, client):
+    def _gram_group(self, M_t, M_v, n_segments, client, summed=0):
         """How many gammas' Grams and cross-Grams (``n_segments`` each: one per nested ``N``, or in
         the growth one per split, all held at once) one pass may hold: half the search's memory
         budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their free memory) over
-        ``8 (M_t + M_v) M_t n_segments`` bytes, at least one."""
-        per = 8.0 * (M_t + M_v) * M_t * n_segments
-        return max(1, int(0.5 * self._search_budget(client).bytes // per))
+        ``8 (M_t + M_v) M_t n_segments`` bytes, at least one. ``summed``: pairs more per gamma that
+        a worker holds beside them while it sums (the growth's first worker: the new sum and the one
+        that comes over), all of them within the whole budget (with one split, three pairs a gamma)."""
+        per, budget = 8.0 * (M_t + M_v) * M_t, self._search_budget(client).bytes
+        group = 0.5 * budget // (per * n_segments)
+        if summed:
+            group = min(group, budget // (per * (n_segments + summed)))
+        return max(1, int(group))
 
     def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None, after=None):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), len(Ns),
@@ -472,7 +477,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
         overall, own = {}, {}
         rules = [([overall], overall), ([overall, own], own)]
         # every split's running sums are kept from one checkpoint to the next: a gamma holds one pair per split
-        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), len(splits), client)
+        # and on a cluster the first worker two more while it sums them; counted wherever the search runs,
+        # so that it groups its gammas, and so prunes them, alike on one machine and on a cluster
+        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), len(splits), client, summed=2)
         of, grown, extended = {}, [], [0] * len(anchors)  # of: (law, multiple) -> anchor
         while pending:
             law = anchors[pending[0][1]][0]  # one pass draws one law's frequencies
@@ -561,14 +568,16 @@ default=("cauchy", "gaussian", "rational_quadratic")
                 accs = client.persist(accs)
                 st[3] = accs + [None] * (len(workers) - len(accs))
                 # kept for the next checkpoint: summed pairwise where they are into new ones, which the
-                # later sums add into (new ones at every level held four Grams on the first worker)
-                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(add_validation), where,
-                                                                first=dask.delayed(sum_validation))
+                # later sums add into (new ones at every level held four Grams on the first worker); a
+                # split's sums start once the split before is scored (else every split's were held at once)
                 last = errs[-1][-1] if errs else None
+                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(add_validation), where,
+                                                                first=functools.partial(_gated_sum, gate=last))
                 row = []
-                for a in args:  # one solve at a time
-                    last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), *a)
-                    row.append(last)
+                with pinned(where[0]):  # where the total is: one solve at a time
+                    for a in args:
+                        last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), *a)
+                        row.append(last)
                 errs.append(row)
             if client is not None:
                 (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection (growth, N = {Nk})")
@@ -625,14 +634,15 @@ def _chains(accs, workers, slabs, step, gates=None):
     return out, where
 
 
+def _gated_sum(a, b, gate=None):
+    """The delayed :func:`rfol_dask.tuning.sum_validation` of ``a`` and ``b``, once the delayed
+    ``gate`` (or None) is done."""
+    return dask.delayed(sum_validation)(a if gate is None else dask.delayed(_after)(a, gate), b)
+
+
 def _select(acc, keep):
     """The :func:`validation_slab` accumulator of the scales ``keep`` only."""
     return [acc[k] for k in keep]
-
-
-def _after(value, *_):
-    """``value``, once the tasks given after it are done (orders tasks that need the whole machine)."""
-    return value
 
 
 def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2):

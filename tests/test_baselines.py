@@ -223,6 +223,46 @@ def test_kernel_dask_dual_on_several_workers_needs_no_room_for_a_sum_of_grams(cl
     assert _rel(lazy.predict(Ut), numpy) < 1e-10
 
 
+@pytest.mark.cluster
+def test_kernel_dask_dual_makes_a_row_of_tiles_once_the_row_before_is_placed():
+    """The kernel dual's chain copies each row of Gram tiles into the Gram on one worker. The tiles
+    were all made at once on every worker, ahead of the chain: dozens waited beside the Gram (a
+    row of 16 tiles is what the plan counts). A row's tiles are now made once the row before is
+    placed: a worker holds the Gram, one row of tiles and the solve's outputs and coefficients."""
+    from conftest import held_arrays
+    from distributed import Client, LocalCluster
+
+    U, V = smooth_operator_data(800, 16)
+    ref = KernelOperator(kernel="rbf", length_scale=1.1, nugget=1e-6).fit(U, V)
+    nb = 16  # row blocks of 50 rows: tiles of 20,000 bytes, the Gram 256 of them
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, held_arrays(client, 50 * 50 * 8) as peaks:
+        lazy = KernelOperator(kernel="rbf", length_scale=1.1, nugget=1e-6).fit(da.from_array(U, chunks=(50, -1)),
+                                                                               da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(lazy.dual_coef_, ref.dual_coef_, rtol=1e-7, atol=1e-7 * np.abs(ref.dual_coef_).max())
+    assert max(peaks.values()) <= 1 + nb + 2
+
+
+def test_kernel_dask_dual_plan_counts_a_row_of_tiles():
+    """The chain that assembles the kernel dual's Gram on one worker holds a row of Gram tiles
+    beside it: with one row block that row is a second Gram (made on a worker, copied in: two Grams
+    held where the plan counted one). The plan counts the row: factorised blocked when the Gram
+    and its row do not fit the budget, assembled on one worker when they do."""
+    from rfol_dask.exceptions import MemoryPlanWarning
+
+    U, V = smooth_operator_data(200, 12)
+    ref = KernelOperator(kernel="rbf", length_scale=1.1, nugget=1e-4).fit(U, V)
+    kw = dict(kernel="rbf", length_scale=1.1, nugget=1e-4, max_gram_bytes=1.5 * 200 * 200 * 8)
+    Vd = da.from_array(V, chunks=(200, -1))
+    with pytest.warns(MemoryPlanWarning, match=r"320,000 more bytes for a row of Gram tiles held with it.*blocked"):
+        one = KernelOperator(**kw).fit(da.from_array(U, chunks=(200, -1)), Vd)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # four row blocks: a row of a quarter of the Gram fits beside it
+        four = KernelOperator(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    for model in (one, four):
+        np.testing.assert_allclose(model.predict(U), ref.predict(U), rtol=1e-8, atol=1e-9)
+
+
 def test_linear_kernel_primal_in_float32_and_on_pca_scores():
     U, V, Ut = _linear_data("gaussian")
     ref = Ridge(alpha=1e-4, solver="svd").fit(U, V)

@@ -370,6 +370,35 @@ def test_primal_chains_run_one_per_worker_thread(n_workers, threads):
 
 
 @pytest.mark.cluster
+def test_a_dask_primal_fit_asks_the_workers_for_their_memory_once(monkeypatch):
+    """The dask primal's Gram check and its chains per worker (memory.gram_slots) read one budget:
+    each asked the workers for their memory (a scheduler round trip to every worker), twice a fit, for
+    the random-feature primal and the linear kernel's alike."""
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import memory
+    from rfol_dask.baselines import KernelOperator
+
+    asked, run = [], Client.run
+
+    def counted(self, func, *args, **kwargs):
+        asked.extend([func] if func is memory._process_memory else [])
+        return run(self, func, *args, **kwargs)
+
+    monkeypatch.setattr(Client, "run", counted)
+    U, V = smooth_operator_data(240, 9)
+    Ud, Vd = da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as c, Client(c):
+        rf = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(Ud, Vd)
+        assert len(asked) == 1
+        linear = KernelOperator(kernel="linear", nugget=1e-6).fit(Ud, Vd)  # 9 inputs, 240 samples: the primal
+        assert len(asked) == 2
+    assert linear.coef_ is not None
+    ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(U, V)
+    np.testing.assert_allclose(rf.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+
+
+@pytest.mark.cluster
 def test_a_worker_runs_as_many_primal_chains_as_its_memory_holds_grams():
     """One chain per thread held one N x N Gram per thread (16 on a 16-thread worker), where the
     memory check counts two: a worker now runs at most the chains whose Grams its budget holds

@@ -702,6 +702,61 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
     assert new_sums == {workers[0]: 2, workers[2]: 1}
 
 
+@pytest.mark.parametrize("cv", [None, 3])
+@pytest.mark.cluster
+def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is_summed(monkeypatch, cv):
+    """The growth's first worker holds its running sum of every split (what the groups count) and,
+    while a split is summed, that split's new sum and the one that comes over: the copy it fetched of
+    its neighbour's running sum stayed there while the sum was kept (four Grams with one split), and
+    every split was summed at once (twelve with three, where it now holds five)."""
+    import functools
+
+    from conftest import held_arrays
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import rf_operator_cv, tuning
+
+    U, V = _nonlinear_data(200)
+    # slabs of 256 columns: the 1024 new columns of the last checkpoint go to all four workers
+    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256))
+    kw = dict(GROW, refit=False, growth_refine=(1.0,), gammas=(1.0,), distributions=("cauchy",), cv=cv)
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    splits, M_t = (1, 160) if cv is None else (3, 133)  # the smallest training split (KFold: 133, 133, 134 rows)
+    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, held_arrays(client, 8 * M_t * M_t) as peaks:
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+        first = sorted(client.scheduler_info()["workers"])[0]
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    assert peaks[first] == splits + 2
+    assert max(peaks.values()) <= splits + 2
+
+
+@pytest.mark.cluster
+def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
+    """With one split the growth's first worker holds three Gram pairs a gamma while it sums (its
+    running sum, the new sum and the one that comes over): groups sized for the running sums alone in
+    half the budget (three gammas where it holds 6.2 pairs) held nine pairs, 1.5 times the budget."""
+    import functools
+
+    from conftest import held_arrays
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import rf_operator_cv, tuning
+
+    U, V = _nonlinear_data(200)
+    # slabs of 256 columns: the 512 columns of the first checkpoint go to both workers
+    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256))
+    per = 8 * (160 + 40) * 160  # a Gram and cross-Gram of the holdout split (160 training, 40 validation rows)
+    kw = dict(GROW, n_features=512, refit=False, gammas=(1.0,), distributions=("cauchy",), max_gram_bytes=6.2 * per)
+    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
+            Client(c) as client, held_arrays(client, 8 * 160 * 160) as peaks:
+        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    assert len(set(_growth(lazy).scale_multiple)) >= 3  # the three gammas grown (two, then one, at a time)
+    assert max(peaks.values()) * per <= 6.2 * per
+
+
 @pytest.mark.parametrize("cv, budget", [(None, 3.6e6), (4, None)])
 @pytest.mark.cluster
 def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, cv, budget):

@@ -36,7 +36,8 @@ from ..gram import check_finite, linear_partial, linear_shifts
 from ..linalg import blas_limits, factor_threads, ridge_name
 from ..progress import active_client
 from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
-from ..memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory, dual_plan, gram_slots, n_slots
+from ..memory import (ROW_BLOCK_BYTES, check_gram_memory, check_host_memory, dual_plan, gram_slots, memory_budget,
+                      n_slots)
 from ..solve.graph import MAX_TILE_BLOCKS, TaskNames, column_slab, compute_fit, row_blocks, with_ridges
 from ..solve.in_memory import dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
@@ -346,14 +347,15 @@ class KernelOperator(OperatorEstimator):
         self._check_model_memory(U, V, lazy, dtype)
         self._check_gram_memory(U, lazy, dtype, client)
 
-    def _check_gram_memory(self, U, lazy, dtype, client=None):
+    def _check_gram_memory(self, U, lazy, dtype, client=None, budget=None):
         """The Gram's part of :meth:`_check_memory`, which a fit makes once it knows the input
-        width (after the PCA; it checked the device and the model before any work)."""
+        width (after the PCA; it checked the device and the model before any work). ``budget``: the
+        workers' :class:`rfol_dask.memory.Budget` for a dask primal, if the caller has it."""
         M, p = U.shape[0], self._width(U.shape[1])
         xp = backend.namespace(U) if not lazy and backend.is_array_api(U) else None
         if self._primal(M, p):
             check_gram_memory(p, dtype, self.max_gram_bytes, client if lazy else None, solver="linear",
-                              peak_copies=2 if lazy and n_slots(client) > 1 else 1, xp=xp)
+                              peak_copies=2 if lazy and n_slots(client) > 1 else 1, xp=xp, budget=budget)
         elif not lazy:  # the linear kernel's eigen solve holds the eigenvectors beside the Gram
             held = ({f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize} if self._eigen_dual()
                     else None)
@@ -426,12 +428,14 @@ class KernelOperator(OperatorEstimator):
             return
         client = active_client()
         m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
-        # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the Gram
-        held = M * (M + self._width(U.shape[1]) + m) * size if eigen else 0
-        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no sum of Grams
-        blocked = dual_plan(M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False).blocked
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS,
                                           row_bytes=U.shape[1] * size)
+        # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the Gram; the
+        # chain that assembles it a row of tiles (tiled.dual_graph): one Gram more with one row block
+        held, what = ((M * (M + self._width(U.shape[1]) + m) * size, "the data") if eigen else
+                      (int(max(np.diff(starts))) * M * size, "a row of Gram tiles"))
+        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no sum of Grams
+        blocked = dual_plan(M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False, held_what=what).blocked
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
 
         def run(ridge):  # the blocked factorisation is tried again with raised ridges if it fails
@@ -480,7 +484,8 @@ class KernelOperator(OperatorEstimator):
                 sums = linear_partial(X[s:e, ...], V[s:e, ...], s, sums, shifts)
             return primal_solve(primal_factor(sums, shifts, alpha, self.fit_intercept), 0, V.shape[1])
         client = active_client()
-        self._check_gram_memory(U, lazy, dtype, client)
+        budget = memory_budget(self.max_gram_bytes, client)  # asked once, for the check and the chains
+        self._check_gram_memory(U, lazy, dtype, client, budget)
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
         names = TaskNames()
         Xb = [dask.delayed(transform)(Ub[i], starts[i], dask_key_name=names("inputs", i)) for i in range(len(Ub))]
@@ -491,7 +496,7 @@ class KernelOperator(OperatorEstimator):
                                                 dask_key_name=names("primal-partial", i))
 
         p = self._width(U.shape[1])  # a worker runs the chains its memory holds, each with its p x p and p x m sums
-        per_worker = gram_slots(p, dtype, self.max_gram_bytes, client, with_each=p * V.shape[1] * np.dtype(dtype).itemsize)
+        per_worker = gram_slots(p, dtype, with_each=p * V.shape[1] * np.dtype(dtype).itemsize, budget=budget)
         coef, intercept = solve_primal(primal_sums(len(Ub), add_block, client, per_worker), shifts, cols, names, alpha=alpha,
                                        fit_intercept=self.fit_intercept, client=client, progress=self.progress,
                                        desc="fit (linear kernel, primal)")

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ..backend import device_namespace, is_array_api
-from ..memory import check_gram_memory, check_tile_memory, dual_plan, gram_device, gram_slots, n_slots
+from ..memory import check_gram_memory, check_tile_memory, dual_plan, gram_device, gram_slots, memory_budget, n_slots
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
 from .in_memory import fit_numpy, held_beside_gram, model_bytes
@@ -62,34 +62,42 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
                          "or alpha > 0")
 
 
-def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None):
+def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None, budget=None):
     """ValueError (:func:`rfol_dask.memory.check_gram_memory`) when the dask primal's ``N x N``
     Gram of ``n_features`` does not fit the workers of ``client``: with several chains (worker
     threads) the tree that sums their Grams holds two on one worker, beside the ``(n + 1) N``
-    frequencies. (A dask dual that does not fit one worker is factorised blocked instead.)"""
+    frequencies. (A dask dual that does not fit one worker is factorised blocked instead.) ``budget``:
+    the workers' :class:`rfol_dask.memory.Budget`, if the caller has it (else they are asked)."""
     dtype = np.dtype(dtype)
     check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal",
-                      peak_copies=2 if n_slots(client) > 1 else 1, beside=(n + 1) * n_features * dtype.itemsize)
+                      peak_copies=2 if n_slots(client) > 1 else 1, beside=(n + 1) * n_features * dtype.itemsize,
+                      budget=budget)
+
+
+def _on_device(device, meta):
+    """Whether a dask fit runs on GPUs: ``device`` not ``"cpu"``, or array API chunks (``meta``)."""
+    return device != "cpu" or is_array_api(meta)
 
 
 def dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes=None, client=None, device="cpu", meta=None,
-                  warn=True):
+                  warn=True, budget=None):
     """The :class:`rfol_dask.memory.DualPlan` of a dask fit of ``M`` samples, ``n`` inputs and ``m``
     outputs (None for the primal), after the checks that refuse it before any work:
     ValueError when the primal's Gram does not fit on the CPU (:func:`check_primal_memory`); on GPUs
     (``device="cuda"``, or array API chunks: ``meta``), NotImplementedError for the primal
     and for the blocked dual (the Gram with the data and slabs does not fit 60 % of a GPU
     worker's free memory, :func:`rfol_dask.memory.memory_budget`), which have no GPU path.
-    ``warn=False``: no RuntimeWarning for a blocked plan (a check made ahead of the fit, by a search)."""
+    ``warn=False``: no RuntimeWarning for a blocked plan (a check made ahead of the fit, by a search).
+    ``budget``: the primal's :class:`rfol_dask.memory.Budget` on the CPU, if the caller has it."""
     dtype = np.dtype(dtype)
-    on_device = device != "cpu" or is_array_api(meta)
+    on_device = _on_device(device, meta)
     plan = None
     if solver == "dual":
         plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=M * (n + m) * dtype.itemsize,
                          n_features=n_features, n_inputs=n, device=gram_device(device, meta),
                          warn=warn and not on_device)
     elif not on_device:  # on GPUs the primal is refused whatever its size
-        check_primal_memory(n, n_features, dtype, max_gram_bytes, client)
+        check_primal_memory(n, n_features, dtype, max_gram_bytes, client, budget)
     if on_device and (plan is None or plan.blocked):
         raise NotImplementedError(
             f"on a GPU, dask input is fitted by the streamed dual only, not the "
@@ -175,7 +183,9 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     meta = getattr(U, "_meta", None)
     if device != "cpu" and client is None:  # computed in this process: say what is missing, first
         device_namespace(device)
-    plan = dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta)
+    # the primal on the CPU asks the workers for their memory once, for its check and for its chains
+    budget = memory_budget(max_gram_bytes, client) if solver == "primal" and not _on_device(device, meta) else None
+    plan = dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, budget=budget)
     tiled = solver == "dual" and plan.blocked  # its blocks make features: n_features values a row
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client, max_blocks=MAX_TILE_BLOCKS if tiled else None,
                                       row_bytes=n_features * dtype.itemsize)
@@ -184,8 +194,8 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress,
                   input_centre=input_centre)
     if solver == "primal":  # as many chains on a worker as its memory holds Grams
-        per_worker = gram_slots(n_features, dtype, max_gram_bytes, client, beside=(n + 1) * n_features * dtype.itemsize,
-                                with_each=n_features * m * dtype.itemsize)
+        per_worker = gram_slots(n_features, dtype, beside=(n + 1) * n_features * dtype.itemsize,
+                                with_each=n_features * m * dtype.itemsize, budget=budget)
         return fit_primal(Ub, Vb, starts, cols, frequencies, per_worker=per_worker, **common)
     if plan.blocked:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block

@@ -18,7 +18,7 @@ from ..memory import n_slots
 from ..placement import pinned
 from ..progress import compute
 
-__all__ = ["TaskNames", "InputCentre", "row_blocks", "column_blocks", "tree_sum", "iadd", "chained_sum", "block_vsum",
+__all__ = ["TaskNames", "InputCentre", "row_blocks", "column_blocks", "tree_sum", "hand_over", "after", "iadd", "chained_sum", "block_vsum",
            "column_slab", "rows", "Columns", "compute_fit"]
 
 
@@ -120,20 +120,42 @@ def tree_sum(parts, combine, workers=None, first=None):
     worker would have it fetch the parts of all its ready sums at once: up to all of them.
     ``first``: the combine of the first level, for parts that must be kept (a sum into a new
     array); the left part of every later sum is then one of its results, which ``combine`` may
-    add into in place (a part passed up unsummed is only ever a right one)."""
+    add into in place (a part passed up unsummed is only ever a right one). A kept part comes
+    over to its sum as a task of its own (:func:`hand_over`, on its worker), used by that sum
+    only, so the copy the sum's worker fetched is freed once it is added: fetched as the kept
+    key itself, it stayed there as long as the part was kept (a fourth Gram on the first worker of
+    the growth's sums, beside its own, the new sum and the one that comes over)."""
     parts = list(parts)
     places = list(workers) if workers is not None else [None] * len(parts)
+    kept = [first is not None] * len(parts)
     step = combine if first is None else first
     while len(parts) > 1:
-        summed = []
+        summed, still = [], []
         for k in range(0, len(parts), 2):
             if k + 1 < len(parts):
+                right = parts[k + 1]
+                if kept[k + 1]:
+                    with pinned(places[k + 1]):
+                        right = dask.delayed(hand_over)(right)
                 with pinned(places[k]):
-                    summed.append(step(parts[k], parts[k + 1]))
+                    summed.append(step(parts[k], right))
+                still.append(False)
             else:
                 summed.append(parts[k])
-        parts, places, step = summed, places[::2], combine
+                still.append(kept[k])
+        parts, places, kept, step = summed, places[::2], still, combine
     return parts[0]
+
+
+def hand_over(part):
+    """``part`` itself (no copy where it is): a key of its own for one sum to fetch (:func:`tree_sum`)."""
+    return part
+
+
+def after(value, *_):
+    """``value``, once the tasks given after it are done (orders tasks; ``after(None, x)``: a token
+    of ``x`` for tasks that wait for it without fetching it)."""
+    return value
 
 
 def iadd(a, b):

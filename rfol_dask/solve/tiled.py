@@ -15,8 +15,8 @@ from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_p
 from ..gram import block_means, dual_tile, features_block
 from ..linalg import stands_on_rounding
 from ..memory import memory_plan
-from ..placement import on_one_worker, worker_slots
-from .graph import (Columns, InputCentre, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum,
+from ..placement import first_worker, pinned, worker_slots
+from .graph import (Columns, after, InputCentre, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum,
                     with_ridges)
 
 __all__ = ["dual_graph", "fit_tiled", "cross_block"]
@@ -31,7 +31,8 @@ def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, block
     delayed centred ``Beta`` (M, c1 - c0) per column block ``(c0, c1)`` of ``cols``.
 
     In memory (default) a chain of tasks copies each row of tiles into the Gram as it is
-    made (the Gram plus one tile row in memory), one task factorises it, and the column
+    made, and a row's tiles are made once the row before is placed (the Gram plus one tile row
+    in memory), one task factorises it, and the column
     blocks are solved in tasks spread over the workers (``cols`` with one block solves on the
     factorising worker, so the factor is never copied). ``blocked=True`` never assembles the
     Gram: the tiles form a dask array factorised by ``dask.array.linalg.cholesky`` and solved
@@ -48,19 +49,31 @@ def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, block
     if blocked:
         tiles = {(i, j): gram_tile(i, j) for i in range(nb) for j in range(i, nb)}
         return _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype)
-    tile_rows = [[gram_tile(i, j) for j in range(i, nb)] for i in range(nb)]  # made anywhere
     # The Gram, its factor and (unless spread) the solves stay on one worker: the chain is pinned
-    # there as a preference, so the M x M array never travels between workers.
-    with on_one_worker():
-        K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
-        for i in range(nb):
-            K = dask.delayed(gram_place)(K, starts, i, *tile_rows[i], dask_key_name=names("gram-place", i))
+    # there as a preference, so the M x M array never travels between workers. The tiles are made
+    # anywhere, a row of them once the row before is placed (they wait for a token made beside it,
+    # not for the Gram): made all at once, they waited, up to half a Gram of them, for the chain.
+    one, K, placed = first_worker(), None, None
+    for i in range(nb):
+        row = [dask.delayed(_tile_after)(tile, Xb[i], Xb[j], i == j, placed, dask_key_name=names("gram-tile", i, j))
+               for j in range(i, nb)]
+        with pinned(one):
+            if K is None:
+                K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
+            K = dask.delayed(gram_place)(K, starts, i, *row, dask_key_name=names("gram-place", i))
+            placed = dask.delayed(after)(None, K, dask_key_name=names("gram-placed", i))
+    with pinned(one):
         fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, upper=True, warn=False,
                                         dask_key_name=names("dual-factor"))
     borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
     betas = [dask.delayed(dual_solve)(fac, dask.delayed(column_slab)(c0, c1, dtype, *Vb), c0, borrow, True,
                                       dask_key_name=names("dual-solve", c0)) for c0, c1 in cols]
     return fac, betas
+
+
+def _tile_after(tile, X, Y, diagonal, *_):
+    """``tile(X, Y, diagonal)``, once the tasks given after ``diagonal`` are done."""
+    return tile(X, Y, diagonal)
 
 
 def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
