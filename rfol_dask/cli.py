@@ -393,9 +393,11 @@ def _chosen_samples(bounds, n, data):
 
 def _load_any_model(path):
     """The model saved at ``path``, loaded by the estimator class it records (a model saved
-    before the class was recorded: the first class that takes its parameters)."""
+    before the class was recorded: the first class that takes its parameters; any other error of
+    a class, a damaged or unusable model of it, is raised as it is)."""
     from . import RandomFeatureOperator
     from .baselines import KernelOperator
+    from .exceptions import ForeignModelError
     from .io import user_path
     from .persistence import load_model, restore_estimator
 
@@ -407,7 +409,7 @@ def _load_any_model(path):
                          f"{' and '.join(classes)} models)")
     candidates = [classes[saved]] if saved else list(classes.values())
     for cls in candidates[:-1]:
-        with contextlib.suppress(ValueError):  # parameters of another class: the next one
+        with contextlib.suppress(ForeignModelError):  # parameters of another class: the next one
             return restore_estimator(cls, arrays, attrs, path)
     return restore_estimator(candidates[-1], arrays, attrs, path)
 
