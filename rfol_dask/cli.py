@@ -420,7 +420,7 @@ def _cmd_predict(args):
 
     out = Path(os.path.abspath(user_path(args.out)))
     check_prediction_path(out)  # before any work: never replace a data set, a model or other files
-    model = _load_any_model(args.model)
+    model = _load_any_model(args.model).set_params(device=_device(args))  # a CPU model predicts on GPUs, and back
     ds = open_dataset(args.data)
     if "input" not in ds.data_vars or "sample" not in ds["input"].dims:
         raise ValueError(f"{args.data} has no variable 'input' with a 'sample' dimension: predict reads the inputs "
@@ -552,14 +552,19 @@ def _add_fit_parser(sub, common):
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--cluster", default=None, metavar="NAME|PATH",
                    help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
-    f.add_argument("--device", default=None, choices=["cpu", "cuda"],
-                   help="where the fit computes (default: cuda with a GPU cluster configuration such as "
-                        "local-cuda or slurm-gpu, else cpu); cuda needs rfol-dask[gpu]")
+    _add_device_option(f, "the fit computes")
     f.add_argument("--report", default=None,
                    help="write dask's performance report (HTML) here once the fit succeeded; an existing "
                         "file is replaced only if it is such a report")
     f.add_argument("--out", default=None, help="save the model to this Zarr path")
     f.set_defaults(func=_cmd_fit)
+
+
+def _add_device_option(parser, what):
+    """``--device`` (read by :func:`_device`) of ``fit`` and ``predict``: where ``what``."""
+    parser.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                        help=f"where {what} (default: cuda with a GPU cluster configuration such as "
+                             "local-cuda or slurm-gpu, else cpu); cuda needs rfol-dask[gpu]")
 
 
 def _add_predict_parser(sub, common):
@@ -578,6 +583,7 @@ def _add_predict_parser(sub, common):
     p.add_argument("--workers", type=_count(1), default=None, help="start a LocalCluster with this many workers")
     p.add_argument("--cluster", default=None, metavar="NAME|PATH",
                    help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
+    _add_device_option(p, "the predictions are computed, whatever the model was fitted on")
     p.set_defaults(func=_cmd_predict)
 
 
