@@ -432,8 +432,9 @@ def _cmd_predict(args):
     client = _optional_cluster(args)
     try:
         t0 = time.perf_counter()
+        other = _other_output_dims(model, ds)  # not compared: predicted on the model's grid
         pred = model.predict(chosen["input"].chunk({"sample": block}),  # lazy: checks the grids now
-                             output_grid=_store_output_grid(model, ds))
+                             output_grid=None if other else _store_output_grid(model, ds))
         pred = _labelled_as_store(model, pred, ds)
         attrs = {"title": f"rfol-dask predict: samples {start}:{stop} of {args.data}",
                  "model": os.path.abspath(user_path(args.model)), "store": os.path.abspath(user_path(args.data)),
@@ -441,10 +442,35 @@ def _cmd_predict(args):
         write_predictions(pred, out, attrs, client, progress=not args.quiet)
         print(f"predictions: samples {start}:{stop} of {args.data} in {args.out} ({time.perf_counter() - t0:.1f} s, "
               f"prediction {pred.shape})")
-        _print_prediction_error(chosen, out, stop - start)
+        if other:
+            print(_other_dims_note(other, model.output_dims_, ds))
+        else:
+            _print_prediction_error(chosen, out, stop - start)
     finally:
         _close_cluster(client)
     return 0
+
+
+def _other_output_dims(model, ds):
+    """The grid dims of the store's ``output`` where they are not the model's output dims (of a
+    model fitted on xarray, which matches grid dims by name, in any order), else None: its
+    predictions are on the model's grid, neither resampled to that output nor compared with it."""
+    dims = getattr(model, "output_dims_", None)
+    if "output" not in ds.data_vars or dims is None:
+        return None
+    store = tuple(d for d in ds["output"].dims if d != "sample")
+    return store if set(store) != set(dims) else None
+
+
+def _other_dims_note(other, dims, ds):
+    """Why the predictions on the model's output ``dims`` are not compared with the store's output
+    on ``other`` dims, with the rename that would compare them where the store can take it."""
+    rename = dict(zip(other, dims)) if len(other) == len(dims) else {}
+    fits = rename and all(ds.sizes.get(new, ds.sizes[old]) == ds.sizes[old] for old, new in rename.items())
+    note = f"no error: the store's output has grid dims {other} but the model predicts on {tuple(dims)}"
+    if fits:
+        return f"{note}: rename the store's output dims to the model's to compare them (xarray: ds.rename({rename}))"
+    return f"{note} (of other sizes in the store): only an output on the model's grid dims is compared"
 
 
 def _store_output_grid(model, ds):

@@ -342,18 +342,22 @@ def test_a_model_fitted_on_arrays_writes_predictions_on_the_store_s_grid(saved, 
 def test_an_output_of_another_grid_without_coordinates_is_not_compared(saved, tmp_path, capsys):
     """A store whose ``output`` has other grid sizes and no coordinates to predict on: the predictions
     were written, then the command failed (exit 2) with "true has shape (30, 60) but pred has shape
-    (30, 40)"; it now says why there is no error and succeeds."""
-    root, store, models = saved
+    (30, 40)"; it now says why there is no error and succeeds. (The model's output is on ``y``, as
+    the store's: an output on other dims than the model's is never compared.)"""
+    _, store, _ = saved
     ds = xr.open_zarr(store)
+    model = RandomFeatureOperator(n_features=40, random_state=0).fit(
+        ds["input"][:20], ds["output"][:20].rename(x="y").drop_vars("y"))
+    model.save(tmp_path / "m.zarr")
     xr.Dataset({"input": (("sample", "x"), ds["input"].values),
                 "output": (("sample", "y"), np.zeros((30, 60)))}).to_zarr(tmp_path / "other.zarr")
-    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / "other.zarr"), "--out",
+    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "other.zarr"), "--out",
                               str(tmp_path / "p.zarr"), "-q"], capsys)
     assert code == 0, err
     assert "no error: the store's output (sample: 30, y: 60) is on another grid than the predictions " \
-           "(sample: 30, x: 40)" in stdout
+           "(sample: 30, y: 40)" in stdout
     pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
-    assert rel(pred.values, models["rf"].predict(ds["input"]).values) < 1e-12
+    assert rel(pred.values, model.predict(ds["input"]).values) < 1e-12
 
 
 def test_an_unusable_model_saved_before_its_class_was_recorded_shows_its_own_error(saved, tmp_path, capsys):
@@ -408,3 +412,30 @@ def test_predict_device_is_passed_to_the_model_and_cuda_without_cupy_fails_befor
         assert code == 2 and "pip install 'rfol-dask[gpu]'" in err and "Traceback" not in err, err
         assert not devices and "Completed" not in err and not stdout  # no block, no progress bar
         assert sorted(os.listdir(tmp_path)) == ["p.zarr"]
+
+
+def test_a_store_whose_output_has_other_dims_than_the_model_s_is_predicted_and_not_compared(saved, tmp_path, capsys):
+    """A model fitted on ``x`` and a store whose ``output`` is on ``y`` (grid dims match by name):
+    with ``y`` coordinates the command failed with "output_grid names dims ['y'] but the model's
+    output grid has dims ['x']" (an argument the user never gave, and no fix); without, the
+    predictions on ``x`` were compared with the output on ``y`` by position. The predictions are
+    written on the model's grid, and stdout names both dims and the fix instead of an error."""
+    root, store, models = saved
+    ds = xr.open_zarr(store)
+    want = models["rf"].predict(ds["input"]).values
+    note = "no error: the store's output has grid dims ('y',) but the model predicts on ('x',)"
+    rename = f"{note}: rename the store's output dims to the model's to compare them (xarray: ds.rename({{'y': 'x'}}))"
+    for name, points, coords, says in (
+            ("coords.zarr", slice(None), {"y": ds["x"].values}, rename), ("bare.zarr", slice(None), {}, rename),
+            ("short.zarr", slice(0, 20), {}, f"{note} (of other sizes in the store): only an output on the model's "
+                                             "grid dims is compared")):  # renamed, its 'x' would clash with the input's
+        xr.Dataset({"input": ds["input"].compute(), "output": (("sample", "y"), ds["output"].values[:, points])},
+                   coords=coords).drop_attrs().to_zarr(tmp_path / name)
+        out = tmp_path / f"p_{name}"
+        code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / name), "--out", str(out), "-q"],
+                                 capsys)
+        assert code == 0, err
+        pred = xr.open_zarr(out)["prediction"]
+        assert pred.dims == ("sample", "x") and rel(pred.values, want) < 1e-12
+        assert "relative L2 error" not in stdout and says in stdout, stdout
+
