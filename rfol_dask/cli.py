@@ -511,6 +511,8 @@ def _print_prediction_error(chosen, out, n):
         print("no error: the store has no 'output' variable to compare with")
         return
     written, truth = xr.open_zarr(out, consolidated=True)["prediction"], chosen["output"]
+    if set(truth.dims) == set(written.dims):  # grid dims matched by name, in any order
+        truth = truth.transpose(*written.dims)
     if truth.shape != written.shape:  # an output grid of other sizes without coordinates to predict on
         print(f"no error: the store's output {_sizes(truth)} is on another grid than the predictions "
               f"{_sizes(written)}, and without its coordinates they cannot be predicted there")

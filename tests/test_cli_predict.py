@@ -439,3 +439,25 @@ def test_a_store_whose_output_has_other_dims_than_the_model_s_is_predicted_and_n
         assert pred.dims == ("sample", "x") and rel(pred.values, want) < 1e-12
         assert "relative L2 error" not in stdout and says in stdout, stdout
 
+
+
+def test_a_store_whose_output_grid_dims_are_in_another_order_is_compared_by_name(tmp_path, capsys):
+    """The store's output on (z, y) and the model's on (y, z), with coordinates: stdout said "no
+    error: the store's output (sample: 24, z: 4, y: 3) is on another grid ... without its
+    coordinates", comparing the shapes in the order of their dims; they are matched by name."""
+    rng = np.random.default_rng(0)
+    x, y, z = np.linspace(0, 1, 6), np.linspace(0, 2, 3), np.linspace(-1, 1, 4)
+    U = rng.standard_normal((24, 6))
+    V = np.einsum("mi,jk->mjk", U, np.ones((3, 4))) + U[:, :3, None] ** 2
+    train = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y", "z"), V)},
+                       coords={"x": x, "y": y, "z": z})
+    model = RandomFeatureOperator(n_features=30, random_state=0).fit(train)
+    model.save(tmp_path / "m.zarr")
+    train.transpose("sample", "z", "y", "x").chunk({"sample": 5}).to_zarr(tmp_path / "t.zarr")
+    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "t.zarr"), "--out",
+                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    assert code == 0, err
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    assert pred.dims == ("sample", "y", "z") and rel(pred.values, model.predict(train["input"]).values) < 1e-12
+    error = relative_l2_error(train["output"], pred)
+    assert f"relative L2 error on the 24 predicted samples: {error:.4e}" in stdout, stdout
