@@ -426,6 +426,7 @@ def _cmd_predict(args):
         raise ValueError(f"{args.data} has no variable 'input' with a 'sample' dimension: predict reads the inputs "
                          f"from it, and it holds {', '.join(map(repr, ds.data_vars)) or 'no variables'}; rename the "
                          "variable (and the dimension that runs over the samples)")
+    _warn_unsorted_by_position(model, ds, args.data)
     start, stop = _chosen_samples(args.samples, ds.sizes["sample"], args.data)
     chosen = ds.isel(sample=slice(start, stop))
     block = ds["input"].chunksizes["sample"][0]  # the store's blocks: regular chunks, as Zarr writes them
@@ -484,6 +485,30 @@ def _store_output_grid(model, ds):
         return None
     dims = [d for d in ds["output"].dims if d != "sample"]
     return {d: np.sort(ds[d].values) for d in dims} if all(d in ds.coords for d in dims) else None
+
+
+def _warn_unsorted_by_position(model, ds, data):
+    """A DataWarning where a model fitted on arrays (no grid: it reads the store's ``input``, and
+    labels its predictions with the store's ``output`` grid, by position) meets grid coordinates
+    of the store that do not increase: models fitted on xarray read them sorted, and arrays taken
+    from such data in increasing order would be predicted wrongly. Other coordinates in the same
+    order cannot be told from the training grid, which the model does not know."""
+    import warnings
+
+    from .exceptions import DataWarning
+    from .io import unsorted_axis
+    from .stacklevel import user_stacklevel
+
+    dims = [d for var in ("input", "output") if var in ds.data_vars and not model._knows_grid(var)
+            for d in ds[var].dims if d != "sample"]
+    unsorted = [d for d in dict.fromkeys(dims) if d in ds.coords and unsorted_axis(ds[d].values)]
+    if unsorted:
+        names, by = ", ".join(map(repr, unsorted)), unsorted[0] if len(unsorted) == 1 else unsorted
+        warnings.warn(f"the model was fitted on arrays without a grid: it reads {data} by position, in the store's "
+                      f"order, and its coordinates {names} do not increase (a model fitted on xarray reads them "
+                      "sorted); the predictions are right only if the training arrays were in this order. If they "
+                      f"were in increasing order, write the store sorted (ds.sortby({by!r})) and predict "
+                      "that", DataWarning, stacklevel=user_stacklevel())
 
 
 def _labelled_as_store(model, pred, ds):
