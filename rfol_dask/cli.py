@@ -393,9 +393,11 @@ def _chosen_samples(bounds, n, data):
 
 def _load_any_model(path):
     """The model saved at ``path``, loaded by the estimator class it records (a model saved
-    before the class was recorded: the first class that takes its parameters)."""
+    before the class was recorded: the first class that takes its parameters; any other error of
+    a class, a damaged or unusable model of it, is raised as it is)."""
     from . import RandomFeatureOperator
     from .baselines import KernelOperator
+    from .exceptions import ForeignModelError
     from .io import user_path
     from .persistence import load_model, restore_estimator
 
@@ -407,7 +409,7 @@ def _load_any_model(path):
                          f"{' and '.join(classes)} models)")
     candidates = [classes[saved]] if saved else list(classes.values())
     for cls in candidates[:-1]:
-        with contextlib.suppress(ValueError):  # parameters of another class: the next one
+        with contextlib.suppress(ForeignModelError):  # parameters of another class: the next one
             return restore_estimator(cls, arrays, attrs, path)
     return restore_estimator(candidates[-1], arrays, attrs, path)
 
@@ -418,20 +420,22 @@ def _cmd_predict(args):
 
     out = Path(os.path.abspath(user_path(args.out)))
     check_prediction_path(out)  # before any work: never replace a data set, a model or other files
-    model = _load_any_model(args.model)
+    model = _load_any_model(args.model).set_params(device=_device(args))  # a CPU model predicts on GPUs, and back
     ds = open_dataset(args.data)
     if "input" not in ds.data_vars or "sample" not in ds["input"].dims:
         raise ValueError(f"{args.data} has no variable 'input' with a 'sample' dimension: predict reads the inputs "
                          f"from it, and it holds {', '.join(map(repr, ds.data_vars)) or 'no variables'}; rename the "
                          "variable (and the dimension that runs over the samples)")
+    _warn_unsorted_by_position(model, ds, args.data)
     start, stop = _chosen_samples(args.samples, ds.sizes["sample"], args.data)
     chosen = ds.isel(sample=slice(start, stop))
     block = ds["input"].chunksizes["sample"][0]  # the store's blocks: regular chunks, as Zarr writes them
     client = _optional_cluster(args)
     try:
         t0 = time.perf_counter()
+        other = _other_output_dims(model, ds)  # not compared: predicted on the model's grid
         pred = model.predict(chosen["input"].chunk({"sample": block}),  # lazy: checks the grids now
-                             output_grid=_store_output_grid(model, ds))
+                             output_grid=None if other else _store_output_grid(model, ds))
         pred = _labelled_as_store(model, pred, ds)
         attrs = {"title": f"rfol-dask predict: samples {start}:{stop} of {args.data}",
                  "model": os.path.abspath(user_path(args.model)), "store": os.path.abspath(user_path(args.data)),
@@ -439,10 +443,35 @@ def _cmd_predict(args):
         write_predictions(pred, out, attrs, client, progress=not args.quiet)
         print(f"predictions: samples {start}:{stop} of {args.data} in {args.out} ({time.perf_counter() - t0:.1f} s, "
               f"prediction {pred.shape})")
-        _print_prediction_error(chosen, out, stop - start)
+        if other:
+            print(_other_dims_note(other, model.output_dims_, ds))
+        else:
+            _print_prediction_error(chosen, out, stop - start)
     finally:
         _close_cluster(client)
     return 0
+
+
+def _other_output_dims(model, ds):
+    """The grid dims of the store's ``output`` where they are not the model's output dims (of a
+    model fitted on xarray, which matches grid dims by name, in any order), else None: its
+    predictions are on the model's grid, neither resampled to that output nor compared with it."""
+    dims = getattr(model, "output_dims_", None)
+    if "output" not in ds.data_vars or dims is None:
+        return None
+    store = tuple(d for d in ds["output"].dims if d != "sample")
+    return store if set(store) != set(dims) else None
+
+
+def _other_dims_note(other, dims, ds):
+    """Why the predictions on the model's output ``dims`` are not compared with the store's output
+    on ``other`` dims, with the rename that would compare them where the store can take it."""
+    rename = dict(zip(other, dims)) if len(other) == len(dims) else {}
+    fits = rename and all(ds.sizes.get(new, ds.sizes[old]) == ds.sizes[old] for old, new in rename.items())
+    note = f"no error: the store's output has grid dims {other} but the model predicts on {tuple(dims)}"
+    if fits:
+        return f"{note}: rename the store's output dims to the model's to compare them (xarray: ds.rename({rename}))"
+    return f"{note} (of other sizes in the store): only an output on the model's grid dims is compared"
 
 
 def _store_output_grid(model, ds):
@@ -456,6 +485,30 @@ def _store_output_grid(model, ds):
         return None
     dims = [d for d in ds["output"].dims if d != "sample"]
     return {d: np.sort(ds[d].values) for d in dims} if all(d in ds.coords for d in dims) else None
+
+
+def _warn_unsorted_by_position(model, ds, data):
+    """A DataWarning where a model fitted on arrays (no grid: it reads the store's ``input``, and
+    labels its predictions with the store's ``output`` grid, by position) meets grid coordinates
+    of the store that do not increase: models fitted on xarray read them sorted, and arrays taken
+    from such data in increasing order would be predicted wrongly. Other coordinates in the same
+    order cannot be told from the training grid, which the model does not know."""
+    import warnings
+
+    from .exceptions import DataWarning
+    from .io import unsorted_axis
+    from .stacklevel import user_stacklevel
+
+    dims = [d for var in ("input", "output") if var in ds.data_vars and not model._knows_grid(var)
+            for d in ds[var].dims if d != "sample"]
+    unsorted = [d for d in dict.fromkeys(dims) if d in ds.coords and unsorted_axis(ds[d].values)]
+    if unsorted:
+        names, by = ", ".join(map(repr, unsorted)), unsorted[0] if len(unsorted) == 1 else unsorted
+        warnings.warn(f"the model was fitted on arrays without a grid: it reads {data} by position, in the store's "
+                      f"order, and its coordinates {names} do not increase (a model fitted on xarray reads them "
+                      "sorted); the predictions are right only if the training arrays were in this order. If they "
+                      f"were in increasing order, write the store sorted (ds.sortby({by!r})) and predict "
+                      "that", DataWarning, stacklevel=user_stacklevel())
 
 
 def _labelled_as_store(model, pred, ds):
@@ -483,6 +536,8 @@ def _print_prediction_error(chosen, out, n):
         print("no error: the store has no 'output' variable to compare with")
         return
     written, truth = xr.open_zarr(out, consolidated=True)["prediction"], chosen["output"]
+    if set(truth.dims) == set(written.dims):  # grid dims matched by name, in any order
+        truth = truth.transpose(*written.dims)
     if truth.shape != written.shape:  # an output grid of other sizes without coordinates to predict on
         print(f"no error: the store's output {_sizes(truth)} is on another grid than the predictions "
               f"{_sizes(written)}, and without its coordinates they cannot be predicted there")
@@ -550,14 +605,19 @@ def _add_fit_parser(sub, common):
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--cluster", default=None, metavar="NAME|PATH",
                    help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
-    f.add_argument("--device", default=None, choices=["cpu", "cuda"],
-                   help="where the fit computes (default: cuda with a GPU cluster configuration such as "
-                        "local-cuda or slurm-gpu, else cpu); cuda needs rfol-dask[gpu]")
+    _add_device_option(f, "the fit computes")
     f.add_argument("--report", default=None,
                    help="write dask's performance report (HTML) here once the fit succeeded; an existing "
                         "file is replaced only if it is such a report")
     f.add_argument("--out", default=None, help="save the model to this Zarr path")
     f.set_defaults(func=_cmd_fit)
+
+
+def _add_device_option(parser, what):
+    """``--device`` (read by :func:`_device`) of ``fit`` and ``predict``: where ``what``."""
+    parser.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                        help=f"where {what} (default: cuda with a GPU cluster configuration such as "
+                             "local-cuda or slurm-gpu, else cpu); cuda needs rfol-dask[gpu]")
 
 
 def _add_predict_parser(sub, common):
@@ -576,6 +636,7 @@ def _add_predict_parser(sub, common):
     p.add_argument("--workers", type=_count(1), default=None, help="start a LocalCluster with this many workers")
     p.add_argument("--cluster", default=None, metavar="NAME|PATH",
                    help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
+    _add_device_option(p, "the predictions are computed, whatever the model was fitted on")
     p.set_defaults(func=_cmd_predict)
 
 

@@ -527,6 +527,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             if not backend.is_real_dtype(X.dtype):
                 raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
             self._check_width(X.shape[1], u.grid_shape)
+            if self._device() != "cpu" and active_client() is None:  # computed here: say what is missing, first
+                backend.device_namespace(self._device())
             X = X.rechunk({1: -1})
             block, args = self._predict_kernel()
             args = _on(args, np)  # dask blocks are computed on the CPU workers

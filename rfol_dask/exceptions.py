@@ -19,7 +19,7 @@ from sklearn.exceptions import UndefinedMetricWarning as _SklearnUndefinedMetric
 
 __all__ = ["RfolDaskWarning", "MemoryPlanWarning", "ClusterWarning", "SettingWarning", "DataWarning",
            "SelectionWarning", "ModelFileWarning", "RidgeRaised", "UndefinedMetricWarning", "ComplexDataError", "NoWorkersError",
-           "WorkersKilledError", "ClusterStartError", "BlockedFactorError"]
+           "WorkersKilledError", "ClusterStartError", "BlockedFactorError", "ForeignModelError"]
 
 
 class RfolDaskWarning(Warning):
@@ -92,3 +92,9 @@ class ClusterStartError(RuntimeError):
 class BlockedFactorError(ValueError):
     """The blocked Cholesky factorisation of a fit graph failed
     (:func:`rfol_dask.solve.graph.compute_fit`)."""
+
+
+class ForeignModelError(ValueError):
+    """A saved model of another estimator class than the one loading it (the class it records, or
+    for a model saved before the class was recorded, parameters the class does not take): another
+    class may load it (:func:`rfol_dask.persistence.restore_estimator`)."""

@@ -27,7 +27,7 @@ import xarray as xr
 
 from . import backend
 from ._version import __version__
-from .exceptions import ModelFileWarning
+from .exceptions import ForeignModelError, ModelFileWarning
 from .io import (MODEL_KEY, PREDICTION_STORE, check_outside_stores, check_parent_dir, describe_path, foreign_entries,
                  group_attrs, lock_file, lock_held, owned_tag, process_alive, tag_owner, wait_zarr_io)
 from .stacklevel import user_stacklevel
@@ -498,13 +498,15 @@ def estimator_state(model):
 
 def restore_estimator(cls, arrays, attrs, path=None):
     """A fitted ``cls`` instance from what :func:`estimator_state` wrote (read from ``path``).
-    A model fitted on a device that is not available here predicts on the CPU, with a warning."""
+    A model fitted on a device that is not available here predicts on the CPU, with a warning.
+    A model of another class is a :class:`~rfol_dask.exceptions.ForeignModelError` (a ValueError);
+    any other error is the model's own."""
     params = dict(attrs["params"])
     if isinstance(params.get("recovery"), list):
         params["recovery"] = tuple(params["recovery"])
     saved = attrs.get("estimator")  # absent in models saved before it was recorded
     if saved is not None and saved != cls.__name__:
-        raise ValueError(f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load")
+        raise ForeignModelError(f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load")
     try:
         model = cls(**params)
     except TypeError as exc:  # parameters this class does not know
@@ -515,7 +517,7 @@ def restore_estimator(cls, arrays, attrs, path=None):
                    "the model's attributes were changed after it was saved; fit and save it again")
             raise ValueError(f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
                              f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}") from exc
-        raise ValueError(f"the model at {path} was saved by another estimator class than {cls.__name__} "
+        raise ForeignModelError(f"the model at {path} was saved by another estimator class than {cls.__name__} "
                          f"({exc}): load it with that class's load") from exc
     if getattr(model, "device", "cpu") != "cpu":
         try:

@@ -342,15 +342,151 @@ def test_a_model_fitted_on_arrays_writes_predictions_on_the_store_s_grid(saved, 
 def test_an_output_of_another_grid_without_coordinates_is_not_compared(saved, tmp_path, capsys):
     """A store whose ``output`` has other grid sizes and no coordinates to predict on: the predictions
     were written, then the command failed (exit 2) with "true has shape (30, 60) but pred has shape
-    (30, 40)"; it now says why there is no error and succeeds."""
-    root, store, models = saved
+    (30, 40)"; it now says why there is no error and succeeds. (The model's output is on ``y``, as
+    the store's: an output on other dims than the model's is never compared.)"""
+    _, store, _ = saved
     ds = xr.open_zarr(store)
+    model = RandomFeatureOperator(n_features=40, random_state=0).fit(
+        ds["input"][:20], ds["output"][:20].rename(x="y").drop_vars("y"))
+    model.save(tmp_path / "m.zarr")
     xr.Dataset({"input": (("sample", "x"), ds["input"].values),
                 "output": (("sample", "y"), np.zeros((30, 60)))}).to_zarr(tmp_path / "other.zarr")
-    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / "other.zarr"), "--out",
+    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "other.zarr"), "--out",
                               str(tmp_path / "p.zarr"), "-q"], capsys)
     assert code == 0, err
     assert "no error: the store's output (sample: 30, y: 60) is on another grid than the predictions " \
-           "(sample: 30, x: 40)" in stdout
+           "(sample: 30, y: 40)" in stdout
     pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
-    assert rel(pred.values, models["rf"].predict(ds["input"]).values) < 1e-12
+    assert rel(pred.values, model.predict(ds["input"]).values) < 1e-12
+
+
+def test_an_unusable_model_saved_before_its_class_was_recorded_shows_its_own_error(saved, tmp_path, capsys):
+    """A model of the first class tried (RandomFeatureOperator) that records no class and fails to
+    load for a reason of its own (here a device no version knows): every ValueError of that class
+    was suppressed, and the command printed the second class's "saved by another estimator class
+    than KernelOperator"; only a model of another class goes on to the next class now."""
+    import json
+
+    import zarr
+
+    root, store, models = saved
+    for name, device, says in (("rf", "gpu", "device must be one of ('cpu', 'cuda'), got 'gpu'"),
+                               ("kernel", "cpu", None)):
+        path = models[name].save(tmp_path / f"{name}.zarr")
+        group = zarr.open_group(str(path), mode="r+")
+        state = json.loads(group.attrs["rfol_dask_model"])
+        del state["estimator"]  # as saved before the class was recorded
+        state["params"]["device"] = device
+        group.attrs["rfol_dask_model"] = json.dumps(state)
+        code, _, err = _run(["predict", str(path), str(store), "--out", str(tmp_path / f"p_{name}.zarr"), "-q"],
+                            capsys)
+        if says is None:  # a KernelOperator still falls through RandomFeatureOperator to its class
+            assert code == 0, err
+        else:
+            assert code == 2 and says in err and "another estimator class" not in err, err
+
+
+def test_predict_device_is_passed_to_the_model_and_cuda_without_cupy_fails_before_any_work(saved, tmp_path, capsys,
+                                                                                          monkeypatch):
+    """``--device`` (as fit's: cpu unless a GPU cluster configuration) is the loaded model's device,
+    so a model predicts where it is asked to, whatever it was fitted on; predict had no such option.
+    Without CuPy, ``--device cuda`` ends before a block is predicted or a store written."""
+    import importlib.util
+
+    root, store, _ = saved
+    devices = []
+    real = estimator._predict_chunk
+
+    def recorded(*args, device, **kwargs):
+        devices.append(device)
+        return real(*args, device=device, **kwargs)
+
+    monkeypatch.setattr(estimator, "_predict_chunk", recorded)
+    code, _, err = _run(["predict", str(root / "rf.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "--device",
+                         "cpu", "-q"], capsys)
+    assert code == 0 and devices and set(devices) == {"cpu"}, err
+    if importlib.util.find_spec("cupy") is None:
+        devices.clear()
+        code, stdout, err = _run(["predict", str(root / "kernel.zarr"), str(store), "--out", str(tmp_path / "q.zarr"),
+                                  "--device", "cuda"], capsys)
+        assert code == 2 and "pip install 'rfol-dask[gpu]'" in err and "Traceback" not in err, err
+        assert not devices and "Completed" not in err and not stdout  # no block, no progress bar
+        assert sorted(os.listdir(tmp_path)) == ["p.zarr"]
+
+
+def test_a_store_whose_output_has_other_dims_than_the_model_s_is_predicted_and_not_compared(saved, tmp_path, capsys):
+    """A model fitted on ``x`` and a store whose ``output`` is on ``y`` (grid dims match by name):
+    with ``y`` coordinates the command failed with "output_grid names dims ['y'] but the model's
+    output grid has dims ['x']" (an argument the user never gave, and no fix); without, the
+    predictions on ``x`` were compared with the output on ``y`` by position. The predictions are
+    written on the model's grid, and stdout names both dims and the fix instead of an error."""
+    root, store, models = saved
+    ds = xr.open_zarr(store)
+    want = models["rf"].predict(ds["input"]).values
+    note = "no error: the store's output has grid dims ('y',) but the model predicts on ('x',)"
+    rename = f"{note}: rename the store's output dims to the model's to compare them (xarray: ds.rename({{'y': 'x'}}))"
+    for name, points, coords, says in (
+            ("coords.zarr", slice(None), {"y": ds["x"].values}, rename), ("bare.zarr", slice(None), {}, rename),
+            ("short.zarr", slice(0, 20), {}, f"{note} (of other sizes in the store): only an output on the model's "
+                                             "grid dims is compared")):  # renamed, its 'x' would clash with the input's
+        xr.Dataset({"input": ds["input"].compute(), "output": (("sample", "y"), ds["output"].values[:, points])},
+                   coords=coords).drop_attrs().to_zarr(tmp_path / name)
+        out = tmp_path / f"p_{name}"
+        code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / name), "--out", str(out), "-q"],
+                                 capsys)
+        assert code == 0, err
+        pred = xr.open_zarr(out)["prediction"]
+        assert pred.dims == ("sample", "x") and rel(pred.values, want) < 1e-12
+        assert "relative L2 error" not in stdout and says in stdout, stdout
+
+
+
+def test_a_store_whose_output_grid_dims_are_in_another_order_is_compared_by_name(tmp_path, capsys):
+    """The store's output on (z, y) and the model's on (y, z), with coordinates: stdout said "no
+    error: the store's output (sample: 24, z: 4, y: 3) is on another grid ... without its
+    coordinates", comparing the shapes in the order of their dims; they are matched by name."""
+    rng = np.random.default_rng(0)
+    x, y, z = np.linspace(0, 1, 6), np.linspace(0, 2, 3), np.linspace(-1, 1, 4)
+    U = rng.standard_normal((24, 6))
+    V = np.einsum("mi,jk->mjk", U, np.ones((3, 4))) + U[:, :3, None] ** 2
+    train = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y", "z"), V)},
+                       coords={"x": x, "y": y, "z": z})
+    model = RandomFeatureOperator(n_features=30, random_state=0).fit(train)
+    model.save(tmp_path / "m.zarr")
+    train.transpose("sample", "z", "y", "x").chunk({"sample": 5}).to_zarr(tmp_path / "t.zarr")
+    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "t.zarr"), "--out",
+                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    assert code == 0, err
+    pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
+    assert pred.dims == ("sample", "y", "z") and rel(pred.values, model.predict(train["input"]).values) < 1e-12
+    error = relative_l2_error(train["output"], pred)
+    assert f"relative L2 error on the 24 predicted samples: {error:.4e}" in stdout, stdout
+
+
+def test_a_model_fitted_on_arrays_warns_of_a_store_whose_grid_does_not_increase(saved, tmp_path, capsys):
+    """A model fitted on arrays reads a store by position, in the store's order; a store whose ``x``
+    runs downwards (which models fitted on xarray read sorted) was predicted silently, 5.7 x the
+    error of the sorted store here (the arrays were in increasing order). A DataWarning names the
+    coordinate and the fix before any work; a store in increasing order gets none."""
+    import warnings
+
+    from rfol_dask.exceptions import DataWarning
+
+    _, store, _ = saved
+    ds = xr.open_zarr(store)
+    model = RandomFeatureOperator(n_features=40, random_state=0).fit(ds["input"].values[:20], ds["output"].values[:20])
+    model.save(tmp_path / "m.zarr")
+    down = ds.isel(x=slice(None, None, -1)).drop_attrs()
+    for var in down.variables.values():
+        var.encoding = {}
+    down.to_zarr(tmp_path / "down.zarr")
+    with pytest.warns(DataWarning) as caught:
+        code = main(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "down.zarr"), "--out", str(tmp_path / "p.zarr"),
+                     "-q"])
+    assert code == 0
+    (w,) = [w for w in caught if issubclass(w.category, DataWarning)]
+    assert "fitted on arrays without a grid: it reads" in str(w.message) and "'x' do not increase" in str(w.message)
+    assert "ds.sortby('x')" in str(w.message) and w.filename == __file__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        assert main(["predict", str(tmp_path / "m.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "-q"]) == 0
