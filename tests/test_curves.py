@@ -308,3 +308,44 @@ def test_append_curve_grows_a_study_and_refuses_curves_it_would_relabel(study_cu
         with pytest.raises(ValueError, match="no curves along n_train|not a Zarr store of curves"):
             append_curve(tmp_path / path, results[0])
     assert not any((tmp_path / "folder").iterdir())
+
+
+def test_a_saved_curve_records_the_settings_that_made_it(tmp_path):
+    """A curve dataset held the errors, gamma and seeds but not the law, nu, alpha, intercept,
+    input metric or error metric, nor the seed of a single curve drawn with random_state=None:
+    a saved curve could not be made again, and curves of other settings were not told apart."""
+    import xarray as xr
+
+    from rfol_dask.curves import curve_dataset
+
+    U, V = smooth_operator_data(90, 8)
+    kw = dict(distribution="student_t", nu=3.0, alpha=1e-4, pca_power=1.0, fit_intercept=False)
+    one = error_curve(U[:60], V[:60], U[60:], V[60:], [16, 32], **kw)  # random_state=None: a fresh seed
+    curve_dataset(one).to_netcdf(tmp_path / "one.nc")
+    back = xr.open_dataset(tmp_path / "one.nc")
+    assert back.attrs == {"distribution": "student_t", "nu": 3.0, "alpha": 1e-4, "fit_intercept": 0,
+                          "pca_power": 1.0, "gamma_rule": "median", "error": "relative_l2_error", "n_test": 30}
+    again = error_curve(U[:60], V[:60], U[60:], V[60:], [16, 32], random_state=int(back["seed"]), **kw)
+    np.testing.assert_array_equal(again["error"], back["error"].values)
+    many = curve_dataset(error_curves(U[:60], V[:60], U[60:], V[60:], [16, 32], seeds=(0, 1), gamma=0.5))
+    assert many.attrs["gamma_rule"] == "given" and many.attrs["distribution"] == "cauchy" and "nu" not in many.attrs
+
+
+def test_append_curve_refuses_a_curve_of_other_settings(study_curves, tmp_path):
+    """A Gaussian curve at one alpha was appended beside Cauchy curves at another without an error:
+    the study's curves of different training sizes were of different models."""
+    import xarray as xr
+
+    from rfol_dask.curves import append_curve
+
+    results, _ = study_curves
+    store = tmp_path / "study.zarr"
+    append_curve(store, results[0])
+    U, V = smooth_operator_data(200, 8)
+    other = error_curves(U[:90], V[:90], U[150:], V[150:], [8, 16, 32, 64], seeds=(0, 1), gamma=0.05, alpha=1e-3,
+                         distribution="gaussian")
+    with pytest.raises(ValueError, match=r"other settings .*'distribution': \('gaussian', 'cauchy'\)"):
+        append_curve(store, other)
+    with xr.open_zarr(store) as study:
+        assert study.sizes["n_train"] == 1 and study.attrs["distribution"] == "cauchy"
+    _check_study(append_curve(store, results[1]).load(), results)  # same settings: appended
