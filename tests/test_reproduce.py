@@ -363,3 +363,28 @@ def test_the_command_lines_data_folder_is_the_one_its_help_and_docstring_name(mo
     with pytest.raises(SystemExit):
         main(["reproduce", "--help"])
     assert "default reproduce_output/data, whatever --out" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_full_run_is_not_merged_into_a_quick_runs_results_file(tmp_path, monkeypatch):
+    """A quick run's curves and a full run's fits into the same --out went into one burgers.json,
+    under the full run's quick = false: the table showed quick curves as the full run's. The second
+    run is refused before any work, and a run of the same mode merges as before."""
+    from rfol_dask.experiments import runners
+    from rfol_dask.experiments.reproduce import reproduce
+    from rfol_dask.experiments.report import read_results
+
+    _stub_fits(monkeypatch, error=1e-6)
+    monkeypatch.setattr(runners, "_split", lambda *a: _toy_split())
+    fit = {"slope": float("nan"), "intercept": float("nan"), "n_points": 1, "saturated_at": 500.0}
+    monkeypatch.setattr(runners, "run_curves", lambda name, train, test, cfg: {
+        "train": 6, "test": 3, "seeds": [0, 1], "n_features": [250, 500], "error": [[0.1, 0.1], [0.1, 0.1]],
+        "fit_time": [[0.1, 0.2], [0.1, 0.2]], "slope": fit, "time_slope": fit, "excess": {}})
+    out = tmp_path / "results"
+    kw = dict(out=out, data=tmp_path / "data", workers=0)
+    assert reproduce("burgers", quick=True, parts="curves", **kw) == 0
+    assert read_results(out / "burgers.json").get("quick") is True  # recorded by every part, not only fits
+    with pytest.raises(ValueError, match=r"burgers.json holds quick \(--quick\) results and this run is full"):
+        reproduce("burgers", quick=False, parts="fits", **kw)
+    assert set(read_results(out / "burgers.json")) == {"name", "quick", "curves"}  # left as it was
+    assert reproduce("burgers", quick=True, parts="fits", **kw) == 0
+    assert {"fits", "curves"} <= set(read_results(out / "burgers.json"))
