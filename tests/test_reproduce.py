@@ -388,3 +388,25 @@ def test_a_full_run_is_not_merged_into_a_quick_runs_results_file(tmp_path, monke
     assert set(read_results(out / "burgers.json")) == {"name", "quick", "curves"}  # left as it was
     assert reproduce("burgers", quick=True, parts="fits", **kw) == 0
     assert {"fits", "curves"} <= set(read_results(out / "burgers.json"))
+
+
+def test_an_interrupted_run_leaves_a_table_of_the_results_it_kept(tmp_path, monkeypatch):
+    """A Ctrl-C after the first data set left its new <name>.json beside the table.md of the run
+    before (or none): the table did not show the results the folder held."""
+    from rfol_dask.experiments import runners
+    from rfol_dask.experiments.reproduce import reproduce
+
+    _stub_run(monkeypatch)
+    finished = runners.run
+
+    def run(name, *args, **kwargs):
+        if name == "advection2":
+            raise KeyboardInterrupt
+        return finished(name, *args, **kwargs)
+
+    monkeypatch.setattr(runners, "run", run)
+    out = tmp_path / "results"
+    with pytest.raises(KeyboardInterrupt):
+        reproduce("advection1,advection2", quick=True, parts="fits", out=out, data=tmp_path / "data", workers=0)
+    assert (out / "advection1.json").exists() and not (out / "advection2.json").exists()
+    assert _table_rows((out / "table.md").read_text(), "advection1")

@@ -25,6 +25,7 @@ Only the standard library is imported at module level, so ``rfol-dask`` builds i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -73,7 +74,9 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     threads in this process). ``data`` defaults to ``<out>/data`` here; the command line
     (:func:`run_args`) passes ``reproduce_output/data`` (``benchmarks/reproduce.py``:
     ``benchmarks/results/data``) whatever ``--out``, so that its result folders share one copy.
-    Returns 0, or 1 when a quick-mode error is over its bound. Unknown names or parts raise
+    Returns 0, or 1 when a quick-mode error is over its bound. A run that fails or is interrupted keeps
+    the parts it finished (each is written when done) and writes ``table.md`` and ``curves.png`` of
+    them before it stops; a rerun computes every part again. Unknown names or parts raise
     ValueError before any work, and so does an ``out`` holding files it did not write
     (:func:`~rfol_dask.experiments.report.foreign_outputs`; it lists its own in
     ``<out>/.rfol-dask-reproduce.json``): those are never replaced; an ``<out>/<name>.json`` of the other
@@ -128,6 +131,11 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
         try:
             for name in names:
                 results[name] = run(name, parts, cfg, out, data, quick, cluster)
+        except BaseException:  # a failure or Ctrl-C: the parts written so far are kept (run writes each)
+            with contextlib.suppress(Exception):  # the run's own error is the one to report
+                _curve_figure(out)
+                render(out)  # so table.md and curves.png show the results files as they stand, not the last run's
+            raise
         finally:
             cluster.close()
     _curve_figure(out)
