@@ -431,7 +431,8 @@ def curve_dataset(result):
     (``.to_netcdf``, ``.to_zarr``) and plot (``ds.error.plot.line(x="n_features", xscale="log")``).
 
     Variables over ``(n_features,)`` or ``(seed, n_features)``: ``error``, ``fit_time``,
-    ``predict_time``; ``gamma`` (per seed); the fits (``slope``, ``time_slope``, ``excess``:
+    ``predict_time`` (with ``long_name`` and, for the times, ``units`` "s", which label xarray's
+    plots); ``gamma`` (per seed); the fits (``slope``, ``time_slope``, ``excess``:
     dicts of numbers) become 0-d variables ``<fit>_<key>`` (``slope_slope``,
     ``slope_saturated_at``, ``excess_floor``, ...; NaN for a None), and the training size ``M``
     the scalar coordinate ``n_train``. The ``settings`` of the curve (law, ``nu``, ``alpha``,
@@ -452,7 +453,7 @@ def curve_dataset(result):
 
     many = "seeds" in result
     dims = ("seed", "n_features") if many else ("n_features",)
-    coords = {"n_features": np.asarray(result["n_features"])}
+    coords = {"n_features": ("n_features", np.asarray(result["n_features"]), {"long_name": "random features N"})}
     if many:
         coords["seed"] = np.asarray(result["seeds"])
     if "n_train" in result:  # absent in results made before it was returned
@@ -460,8 +461,12 @@ def curve_dataset(result):
     if not many and result.get("seed") is not None:
         # float64: exact below 2**53, and netCDF3 (scipy's, xarray's fallback) has no int64 for a seed >= 2**31
         coords["seed"] = ((), float(result["seed"]), {"long_name": "seed of the frequency draw"})
-    data = {k: (dims, np.asarray(result[k])) for k in ("error", "fit_time", "predict_time")}
-    data["gamma"] = (("seed",) if many else (), np.asarray(result["gamma"]))
+    metric = result.get("settings", {}).get("error") or "relative_l2_error"
+    labels = {"error": {"long_name": "relative test error" if metric == "relative_l2_error" else f"test error ({metric})"},
+              "fit_time": {"long_name": "fit time", "units": "s"},
+              "predict_time": {"long_name": "predict time", "units": "s"}}  # xarray's .plot labels its axes by them
+    data = {k: (dims, np.asarray(result[k]), labels[k]) for k in labels}
+    data["gamma"] = (("seed",) if many else (), np.asarray(result["gamma"]), {"long_name": "frequency scale gamma"})
     for fit, description in _FITS.items():
         for k, v in result.get(fit, {}).items():
             data[f"{fit}_{k}"] = ((), np.float64(np.nan) if v is None else np.asarray(v),

@@ -349,3 +349,25 @@ def test_append_curve_refuses_a_curve_of_other_settings(study_curves, tmp_path):
     with xr.open_zarr(store) as study:
         assert study.sizes["n_train"] == 1 and study.attrs["distribution"] == "cauchy"
     _check_study(append_curve(store, results[1]).load(), results)  # same settings: appended
+
+
+def test_xarray_plots_of_a_saved_curve_name_their_quantities_and_units(tmp_path):
+    """``ds.fit_time.plot.line(x="n_features")`` (curve_dataset's own suggestion) labelled its axes
+    with the bare variable names "fit_time" and "n_features", without the unit of the times."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import xarray as xr
+
+    from rfol_dask.curves import curve_dataset
+
+    U, V = smooth_operator_data(60, 6)
+    curve_dataset(error_curves(U[:40], V[:40], U[40:], V[40:], [8, 16], seeds=(0, 1), gamma=0.5)).to_netcdf(
+        tmp_path / "c.nc")
+    with xr.open_dataset(tmp_path / "c.nc") as ds:
+        for name, want in (("fit_time", "fit time [s]"), ("error", "relative test error")):
+            fig = plt.figure()
+            ds[name].plot.line(x="n_features", xscale="log")
+            assert (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()) == ("random features N", want)
+            plt.close(fig)
