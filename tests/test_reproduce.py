@@ -410,3 +410,21 @@ def test_an_interrupted_run_leaves_a_table_of_the_results_it_kept(tmp_path, monk
         reproduce("advection1,advection2", quick=True, parts="fits", out=out, data=tmp_path / "data", workers=0)
     assert (out / "advection1.json").exists() and not (out / "advection2.json").exists()
     assert _table_rows((out / "table.md").read_text(), "advection1")
+
+
+def test_the_curves_of_a_results_file_read_as_a_curve_dataset(tmp_path):
+    """The curves part's JSON held neither gamma nor alpha nor the training size under the names of
+    an error_curves result: curve_dataset of it raised KeyError 'gamma', and the file did not say
+    at which alpha the curve was made."""
+    from rfol_dask import datasets
+    from rfol_dask.curves import curve_dataset
+    from rfol_dask.experiments.report import read_results, write_results
+    from rfol_dask.experiments.runners import run_curves
+
+    cfg = dict(experiments.sizes(True), curve_stop=500)
+    write_results(tmp_path / "burgers.json", {"curves": run_curves("burgers", *_toy_split(), cfg)})
+    curve = curve_dataset(read_results(tmp_path / "burgers.json")["curves"])
+    paper = datasets.get("burgers").paper
+    assert curve.attrs["alpha"] == paper["alpha"] and curve.attrs["distribution"] == "cauchy"
+    np.testing.assert_array_equal(curve["gamma"].values, [paper["gamma"]] * cfg["curve_seeds"])
+    assert int(curve["n_train"]) == 6 and curve["error"].dims == ("seed", "n_features")
