@@ -437,8 +437,8 @@ def curve_dataset(result):
     ``slope_saturated_at``, ``excess_floor``, ...; NaN for a None), and the training size ``M``
     the scalar coordinate ``n_train``. The ``settings`` of the curve (law, ``nu``, ``alpha``,
     ``fit_intercept``, ``pca_power``, ``gamma_rule``, the ``error`` metric's name, ``n_test``) are
-    attributes (None left out, booleans as 0 / 1), and a single curve's ``seed`` a scalar
-    coordinate (a float64: ``int(ds.seed)``), so that a saved curve says how to make it again. Predictions are left out.
+    attributes (None left out, booleans as 0 / 1), and a single curve's ``seed`` a 0-d variable
+    (a float64: ``int(ds.seed)``), so that a saved curve says how to make it again. Predictions are left out.
 
     The fits are data, not attributes, so that they survive combining the curves of a study:
     ``xr.concat(curves, dim="n_train")`` (or ``xr.open_mfdataset(paths, combine="nested",
@@ -458,15 +458,15 @@ def curve_dataset(result):
         coords["seed"] = np.asarray(result["seeds"])
     if "n_train" in result:  # absent in results made before it was returned
         coords["n_train"] = ((), int(result["n_train"]), {"long_name": "training samples M"})
-    if not many and result.get("seed") is not None:
-        # float64: exact below 2**53, and netCDF3 (scipy's, xarray's fallback) has no int64 for a seed >= 2**31
-        coords["seed"] = ((), float(result["seed"]), {"long_name": "seed of the frequency draw"})
     metric = result.get("settings", {}).get("error") or "relative_l2_error"
     labels = {"error": {"long_name": "relative test error" if metric == "relative_l2_error" else f"test error ({metric})"},
               "fit_time": {"long_name": "fit time", "units": "s"},
               "predict_time": {"long_name": "predict time", "units": "s"}}  # xarray's .plot labels its axes by them
     data = {k: (dims, np.asarray(result[k]), labels[k]) for k in labels}
     data["gamma"] = (("seed",) if many else (), np.asarray(result["gamma"]), {"long_name": "frequency scale gamma"})
+    if not many and result.get("seed") is not None:  # data, as the fits: each curve of a study keeps its own
+        # float64: exact below 2**53, and netCDF3 (scipy's, xarray's fallback) has no int64 for a seed >= 2**31
+        data["seed"] = ((), np.float64(result["seed"]), {"long_name": "seed of the frequency draw"})
     for fit, description in _FITS.items():
         for k, v in result.get(fit, {}).items():
             data[f"{fit}_{k}"] = ((), np.float64(np.nan) if v is None else np.asarray(v),

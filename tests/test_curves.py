@@ -371,3 +371,18 @@ def test_xarray_plots_of_a_saved_curve_name_their_quantities_and_units(tmp_path)
             ds[name].plot.line(x="n_features", xscale="log")
             assert (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()) == ("random features N", want)
             plt.close(fig)
+
+
+def test_a_study_of_single_curves_keeps_each_curves_seed(tmp_path):
+    """Single curves drawn with other seeds (random_state=None draws a fresh one) go into one study,
+    each with its own seed."""
+    from rfol_dask.curves import append_curve
+
+    U, V = smooth_operator_data(150, 8)
+    results = [error_curve(U[:M], V[:M], U[100:], V[100:], [8, 16], gamma=0.05, random_state=seed)
+               for M, seed in ((40, 1), (60, None))]
+    study = None
+    for r in results:
+        study = append_curve(tmp_path / "study.zarr", r)
+    np.testing.assert_array_equal(study["seed"].values, [r["seed"] for r in results])
+    assert study["seed"].dims == ("n_train",)
