@@ -215,10 +215,11 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     out["gamma"] = float(gamma) if gamma != "median" else float("nan")  # nan: given frequencies
     out["n_train"] = int(M)
     out["seed"] = None if frequencies is not None else seed  # the draw's, also where random_state was None
+    gamma_rule = "frequencies" if frequencies is not None else "median" if gamma_arg == "median" else "given"
     out["settings"] = {"distribution": distribution, "nu": None if nu is None else float(nu), "alpha": float(alpha),
-                       "fit_intercept": bool(fit_intercept), "pca_power": None if pca_power is None else float(pca_power),
-                       "gamma_rule": "frequencies" if frequencies is not None else "median" if gamma_arg == "median"
-                       else "given", "error": getattr(error, "__name__", repr(error)), "n_test": len(U_test)}
+                       "fit_intercept": bool(fit_intercept),
+                       "pca_power": None if pca_power is None else float(pca_power), "gamma_rule": gamma_rule,
+                       "error": getattr(error, "__name__", repr(error)), "n_test": len(U_test)}
     if return_predictions:
         out["predictions"] = predictions
     return out
@@ -315,9 +316,10 @@ def _checkpoint_prediction(S, S_test, N, V, vsum, alpha, fit_intercept):
 def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwargs):
     """:func:`error_curve` for each seed in ``seeds``; returns a dict of (n_seeds, n_points)
     arrays ``error``, ``fit_time``, ``predict_time``, the ``n_features`` checkpoints, the
-    ``seeds``, each seed's ``gamma``, ``n_train`` (``M``), the ``settings`` of :func:`error_curve`, the slope fits (:func:`fit_slope`) of the geometric-mean
-    error (``slope``) and of the median fit time (``time_slope``) over seeds, and the
-    :func:`fit_excess` of that error (``excess``). :func:`curve_dataset` saves and plots it.
+    ``seeds``, each seed's ``gamma``, ``n_train`` (``M``), the ``settings`` of :func:`error_curve`,
+    the slope fits (:func:`fit_slope`) of the geometric-mean error (``slope``) and of the median
+    fit time (``time_slope``) over seeds, and the :func:`fit_excess` of that error (``excess``).
+    :func:`curve_dataset` saves and plots it.
     With ``return_predictions=True``, ``predictions`` holds each seed's :func:`error_curve`
     predictions (a list per seed of (M_t, m) arrays, one per checkpoint: ``n_seeds n_points M_t m``
     memory). ``seeds`` are integers >= 0 (ValueError for ``1.5``, -1 or none at all). Given
@@ -459,7 +461,8 @@ def curve_dataset(result):
     if "n_train" in result:  # absent in results made before it was returned
         coords["n_train"] = ((), int(result["n_train"]), {"long_name": "training samples M"})
     metric = result.get("settings", {}).get("error") or "relative_l2_error"
-    labels = {"error": {"long_name": "relative test error" if metric == "relative_l2_error" else f"test error ({metric})"},
+    error_name = "relative test error" if metric == "relative_l2_error" else f"test error ({metric})"
+    labels = {"error": {"long_name": error_name},
               "fit_time": {"long_name": "fit time", "units": "s"},
               "predict_time": {"long_name": "predict time", "units": "s"}}  # xarray's .plot labels its axes by them
     data = {k: (dims, np.asarray(result[k]), labels[k]) for k in labels}
@@ -489,9 +492,10 @@ def append_curve(store, curve):
     coordinates and writes the new values under them, so a curve with other checkpoints or seeds
     would relabel the whole study without an error: it is refused (ValueError naming both), as
     are a curve of other settings (law, ``nu``, ``alpha``, ``fit_intercept``, ``pca_power``,
-    ``gamma_rule``, error metric: the attributes of :func:`curve_dataset`), a training size the study already holds, a curve without ``n_train`` (results of
-    earlier versions) and a store that holds no curves, before anything is written. Memory: the
-    store's coordinates and the one curve."""
+    ``gamma_rule``, error metric: the attributes of :func:`curve_dataset`), a training size the
+    study already holds, a curve without ``n_train`` (results of earlier versions) and a store
+    that holds no curves, before anything is written. Memory: the store's coordinates and the
+    one curve."""
     import xarray as xr
 
     from .io import user_path

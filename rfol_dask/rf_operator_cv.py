@@ -188,10 +188,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
     best_params_ : dict
         ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner (and ``nu`` where its
         law takes one: ``"student_t"``, ``"rational_quadratic"``; ``pca_power`` where ``pca_power``
-        is not None), as ``best_estimator_`` was fitted, so that ``RandomFeatureOperator(**best_params_,
-        random_state=random_state_)`` is that model: an alpha the refit's jitter policy had to raise (a float32 refit, a Gram
-        singular to rounding) is the ridge used, without a warning (``cv_results_`` keeps the
-        value scored).
+        is not None), as ``best_estimator_`` was fitted, so that
+        ``RandomFeatureOperator(**best_params_, random_state=random_state_)`` is that model: an
+        alpha the refit's jitter policy had to raise (a float32 refit, a Gram singular to
+        rounding) is the ridge used, without a warning (``cv_results_`` keeps the value scored).
     best_score_ : float
         The validation score of the candidate that won, ``-mean relative L2 error`` (greater is
         better): row ``best_index_`` of ``cv_results_``, at the alpha scored there, also where the
