@@ -310,7 +310,8 @@ def _print_fit(args, model, n_train, fit_time):
         best = model.best_params_
         print(f"search: {len(model.cv_results_['mean_test_score'])} candidates in {model.search_time_:.2f} s; "
               f"best {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
-              f"N={best['n_features']}" + (f", pca_power {best['pca_power']}" if "pca_power" in best else "") +
+              f"N={best['n_features']}" + (f", nu {best['nu']}" if best.get("nu") is not None else "")
+              + (f", pca_power {best['pca_power']}" if "pca_power" in best else "") +
               f"; validation relative L2 error {-model.best_score_:.4e} "
               f"(last 20 % of the training samples)")
         print(f"fit: {n_train} samples, N={best['n_features']} {best['distribution']} features, solver "

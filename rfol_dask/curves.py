@@ -147,7 +147,12 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
         a single fit at that ``N`` costs here: the feature and Gram work of the blocks up to
         ``N`` plus one factorisation and solve, not the earlier checkpoints' solves) and
         ``predict_time`` (test features, cross Gram up to ``N`` and the product); the float
-        ``gamma`` and the int ``n_train`` (``M``). With ``return_predictions``, ``predictions`` is a list of (M_t, m) arrays.
+        ``gamma`` and the int ``n_train`` (``M``); ``seed``, the integer seed of the draw (also
+        where ``random_state`` was None or a Generator; None with given ``frequencies``); and
+        ``settings``, what else the curve depends on: ``distribution``, ``nu``, ``alpha``,
+        ``fit_intercept``, ``pca_power``, ``gamma_rule`` ("median", "given" or "frequencies"),
+        ``error`` (the metric's name) and ``n_test`` (``M_t``). With ``return_predictions``,
+        ``predictions`` is a list of (M_t, m) arrays.
         :func:`curve_dataset` makes it an ``xarray.Dataset`` to save and plot.
 
     Raises
@@ -178,7 +183,7 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     if block_size is not None:
         block_size = _integer(block_size, "block_size", 1)
     M, n = U.shape
-    seed, metric = integer_seed(random_state), None
+    seed, metric, gamma_arg = integer_seed(random_state), None, gamma
     if pca_power is not None and frequencies is not None:
         raise ValueError("pass pca_power or frequencies, not both (the metric shapes the frequencies)")
     if frequencies is None and (pca_power is not None or gamma == "median"):
@@ -210,6 +215,12 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     out = {k: np.asarray(v) for k, v in out.items()}
     out["gamma"] = float(gamma) if gamma != "median" else float("nan")  # nan: given frequencies
     out["n_train"] = int(M)
+    out["seed"] = None if frequencies is not None else seed  # the draw's, also where random_state was None
+    gamma_rule = "frequencies" if frequencies is not None else "median" if gamma_arg == "median" else "given"
+    out["settings"] = {"distribution": distribution, "nu": None if nu is None else float(nu), "alpha": float(alpha),
+                       "fit_intercept": bool(fit_intercept),
+                       "pca_power": None if pca_power is None else float(pca_power), "gamma_rule": gamma_rule,
+                       "error": getattr(error, "__name__", repr(error)), "n_test": len(U_test)}
     if return_predictions:
         out["predictions"] = predictions
     return out
@@ -307,9 +318,10 @@ def _checkpoint_prediction(S, S_test, N, V, vsum, alpha, fit_intercept):
 def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwargs):
     """:func:`error_curve` for each seed in ``seeds``; returns a dict of (n_seeds, n_points)
     arrays ``error``, ``fit_time``, ``predict_time``, the ``n_features`` checkpoints, the
-    ``seeds``, each seed's ``gamma``, ``n_train`` (``M``), the slope fits (:func:`fit_slope`) of the geometric-mean
-    error (``slope``) and of the median fit time (``time_slope``) over seeds, and the
-    :func:`fit_excess` of that error (``excess``). :func:`curve_dataset` saves and plots it.
+    ``seeds``, each seed's ``gamma``, ``n_train`` (``M``), the ``settings`` of :func:`error_curve`,
+    the slope fits (:func:`fit_slope`) of the geometric-mean error (``slope``) and of the median
+    fit time (``time_slope``) over seeds, and the :func:`fit_excess` of that error (``excess``).
+    :func:`curve_dataset` saves and plots it.
     With ``return_predictions=True``, ``predictions`` holds each seed's :func:`error_curve`
     predictions (a list per seed of (M_t, m) arrays, one per checkpoint: ``n_seeds n_points M_t m``
     memory). ``seeds`` are integers >= 0 (ValueError for ``1.5``, -1 or none at all). Given
@@ -330,6 +342,7 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
     res["n_features"] = runs[0]["n_features"]
     res["n_train"] = runs[0]["n_train"]
+    res["settings"] = runs[0]["settings"]
     res["gamma"] = np.asarray([r["gamma"] for r in runs])
     res["seeds"] = np.asarray(seeds)
     if "predictions" in runs[0]:
@@ -422,35 +435,53 @@ def curve_dataset(result):
     (``.to_netcdf``, ``.to_zarr``) and plot (``ds.error.plot.line(x="n_features", xscale="log")``).
 
     Variables over ``(n_features,)`` or ``(seed, n_features)``: ``error``, ``fit_time``,
-    ``predict_time``; ``gamma`` (per seed); the fits (``slope``, ``time_slope``, ``excess``:
+    ``predict_time`` (with ``long_name`` and, for the times, ``units`` "s", which label xarray's
+    plots); ``gamma`` (per seed); the fits (``slope``, ``time_slope``, ``excess``:
     dicts of numbers) become 0-d variables ``<fit>_<key>`` (``slope_slope``,
     ``slope_saturated_at``, ``excess_floor``, ...; NaN for a None), and the training size ``M``
-    the scalar coordinate ``n_train``. Predictions are left out.
+    the scalar coordinate ``n_train``. The ``settings`` of the curve (law, ``nu``, ``alpha``,
+    ``fit_intercept``, ``pca_power``, ``gamma_rule``, the ``error`` metric's name, ``n_test``) are
+    attributes (None left out, booleans as 0 / 1), and a single curve's ``seed`` a 0-d variable
+    (a float64: ``int(ds.seed)``), so that a saved curve says how to make it again. Predictions are left out.
 
     The fits are data, not attributes, so that they survive combining the curves of a study:
     ``xr.concat(curves, dim="n_train")`` (or ``xr.open_mfdataset(paths, combine="nested",
     concat_dim="n_train")``) gives each fit along ``n_train``, one value per curve, where
-    attributes would keep only one curve's; a Zarr store grows by
-    ``curve_dataset(c).expand_dims("n_train").to_zarr(store, append_dim="n_train")``. Each fit
-    is over the seeds of its own curve: fit the combined seeds again (:func:`fit_slope`) rather
+    attributes would keep only one curve's; the settings, alike in every curve of a study, stay
+    attributes (``xr.concat`` keeps the first curve's: combine curves of one setting, as
+    :func:`append_curve` checks; it grows a Zarr store curve by curve). Each fit is over the seeds
+    of its own curve: fit the combined seeds again (:func:`fit_slope`) rather
     than appending seeds to a saved curve. Curve datasets of earlier versions hold the fits as
     attributes of the same names (:func:`rfol_dask.plotting.plot_curves` reads both forms)."""
     import xarray as xr
 
     many = "seeds" in result
     dims = ("seed", "n_features") if many else ("n_features",)
-    coords = {"n_features": np.asarray(result["n_features"])}
+    coords = {"n_features": ("n_features", np.asarray(result["n_features"]), {"long_name": "random features N"})}
     if many:
         coords["seed"] = np.asarray(result["seeds"])
     if "n_train" in result:  # absent in results made before it was returned
         coords["n_train"] = ((), int(result["n_train"]), {"long_name": "training samples M"})
-    data = {k: (dims, np.asarray(result[k])) for k in ("error", "fit_time", "predict_time")}
-    data["gamma"] = (("seed",) if many else (), np.asarray(result["gamma"]))
+    metric = result.get("settings", {}).get("error") or "relative_l2_error"
+    error_name = "relative test error" if metric == "relative_l2_error" else f"test error ({metric})"
+    labels = {"error": {"long_name": error_name},
+              "fit_time": {"long_name": "fit time", "units": "s"},
+              "predict_time": {"long_name": "predict time", "units": "s"}}  # xarray's .plot labels its axes by them
+    data = {k: (dims, np.asarray(result[k]), labels[k]) for k in labels}
+    data["gamma"] = (("seed",) if many else (), np.asarray(result["gamma"]), {"long_name": "frequency scale gamma"})
+    if not many and result.get("seed") is not None:  # data, as the fits: each curve of a study keeps its own
+        # float64: exact below 2**53, and netCDF3 (scipy's, xarray's fallback) has no int64 for a seed >= 2**31
+        data["seed"] = ((), np.float64(result["seed"]), {"long_name": "seed of the frequency draw"})
     for fit, description in _FITS.items():
         for k, v in result.get(fit, {}).items():
             data[f"{fit}_{k}"] = ((), np.float64(np.nan) if v is None else np.asarray(v),
                                   {"long_name": f"{description}: {k}"})
-    return xr.Dataset(data, coords=coords)
+    attrs = {k: int(v) if isinstance(v, bool) else v for k, v in result.get("settings", {}).items() if v is not None}
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+#: the attributes of a :func:`curve_dataset` that every curve of a study shares (``n_test`` may differ)
+_SHARED_SETTINGS = ("distribution", "nu", "alpha", "fit_intercept", "pca_power", "gamma_rule", "error")
 
 
 def append_curve(store, curve):
@@ -462,9 +493,11 @@ def append_curve(store, curve):
     :func:`curve_dataset`. A Zarr append keeps the store's own ``n_features`` and ``seed``
     coordinates and writes the new values under them, so a curve with other checkpoints or seeds
     would relabel the whole study without an error: it is refused (ValueError naming both), as
-    are a training size the study already holds, a curve without ``n_train`` (results of
-    earlier versions) and a store that holds no curves, before anything is written. Memory: the
-    store's coordinates and the one curve."""
+    are a curve of other settings (law, ``nu``, ``alpha``, ``fit_intercept``, ``pca_power``,
+    ``gamma_rule``, error metric: the attributes of :func:`curve_dataset`), a training size the
+    study already holds, a curve without ``n_train`` (results of earlier versions) and a store
+    that holds no curves, before anything is written. Memory: the store's coordinates and the
+    one curve."""
     import xarray as xr
 
     from .io import user_path
@@ -488,6 +521,12 @@ def append_curve(store, curve):
         if study["error"].dims != new["error"].dims:
             raise ValueError(f"the curve has dims {new['error'].dims} but the curves in {store} have "
                              f"{study['error'].dims}: a study holds curves of one kind (error_curves, or error_curve)")
+        settings = [{k: ds.attrs.get(k) for k in _SHARED_SETTINGS} for ds in (study, new)]
+        if any(v is not None for v in settings[0].values()) and settings[0] != settings[1]:  # earlier stores: none
+            diff = {k: (settings[1][k], settings[0][k]) for k in _SHARED_SETTINGS if settings[0][k] != settings[1][k]}
+            raise ValueError(f"the curve was made with other settings than the curves in {store} (this curve's vs "
+                             f"the study's: {diff}): a study compares training sizes at one setting; use the "
+                             "study's settings, or start another store")
         for d in ("n_features", "seed"):
             if d in new.coords and not np.array_equal(study[d].values, new[d].values):
                 raise ValueError(f"the curve's {d} {new[d].values.tolist()} differ from the study's "

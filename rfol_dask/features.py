@@ -50,6 +50,8 @@ __all__ = ["DISTRIBUTIONS", "CENTRE_ROWS", "input_centre", "draw_frequencies", "
            "integer_seed"]
 
 DISTRIBUTIONS = ("cauchy", "gaussian", "student_t", "rational_quadratic")
+#: the laws whose shape ``nu`` sets (the others ignore it)
+NU_LAWS = ("student_t", "rational_quadratic")
 
 
 def check_random_state(seed):

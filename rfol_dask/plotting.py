@@ -327,6 +327,13 @@ def _curve_slope(c):
     return (getattr(c, "attrs", None) or {}).get("slope_slope")
 
 
+def _curve_metric(c):
+    """The name of the error metric of one curve (its ``settings``' ``error``: a result dict's
+    entry or a :func:`rfol_dask.curves.curve_dataset`'s attribute), None where it is not recorded."""
+    settings = c.get("settings") if isinstance(c, dict) else getattr(c, "attrs", None)
+    return (settings or {}).get("error")
+
+
 def _curve_values(label, c, key):
     """``c[key]`` as a float array (n_seeds, k), a DataArray's dims read by name (a transposed
     ``(n_features, seed)`` curve had its mean taken over the checkpoints); ValueError naming the
@@ -351,7 +358,8 @@ def curves_figure(curves, title=None):
     the ``xarray.Dataset`` of :func:`rfol_dask.curves.curve_dataset` (as saved and read back;
     its slope is its ``slope_slope``): each label is drawn as its geometric mean over
     seeds with the min-max band. A study combined along ``n_train`` gives one curve per
-    ``study.sel(n_train=M)``.
+    ``study.sel(n_train=M)``. The error axis is "relative test error" unless the curves' settings
+    name another metric (``error_curve(..., error=f)``), which it then names.
     """
     plt = _pyplot()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -368,8 +376,9 @@ def curves_figure(curves, title=None):
             ax.fill_between(N, vals.min(axis=0), vals.max(axis=0), color=line.get_color(), alpha=0.2)
             if key == "error":
                 ax.loglog(N, mid[0] * (N / N[0]) ** -0.5, ":", color=line.get_color(), lw=1)
-    ax0.set(xlabel="N (random features)", ylabel="relative test error",
-            title="error vs N (dotted: N^-1/2)")
+    metrics = sorted({_curve_metric(c) or "relative_l2_error" for c in curves.values()})
+    ylabel = "relative test error" if metrics in ([], ["relative_l2_error"]) else f"test error ({', '.join(metrics)})"
+    ax0.set(xlabel="N (random features)", ylabel=ylabel, title="error vs N (dotted: N^-1/2)")
     ax1.set(xlabel="N (random features)", ylabel="fit time [s]", title="fit time vs N")
     ax0.legend(fontsize=8)
     ax1.legend(fontsize=8)

@@ -14,7 +14,7 @@ import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .estimator import OperatorEstimator
-from .features import DISTRIBUTIONS, draw_frequencies, integer_seed
+from .features import DISTRIBUTIONS, NU_LAWS, draw_frequencies, integer_seed
 from .backend import take_rows
 from .placement import pinned, worker_addresses
 from .rf_operator import RandomFeatureOperator
@@ -186,10 +186,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
     Attributes
     ----------
     best_params_ : dict
-        ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner, as ``best_estimator_``
-        was fitted: an alpha the refit's jitter policy had to raise (a float32 refit, a Gram
-        singular to rounding) is the ridge used, without a warning (``cv_results_`` keeps the
-        value scored).
+        ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner (and ``nu`` where its
+        law takes one: ``"student_t"``, ``"rational_quadratic"``; ``pca_power`` where ``pca_power``
+        is not None), as ``best_estimator_`` was fitted, so that
+        ``RandomFeatureOperator(**best_params_, random_state=random_state_)`` is that model: an
+        alpha the refit's jitter policy had to raise (a float32 refit, a Gram singular to
+        rounding) is the ridge used, without a warning (``cv_results_`` keeps the value scored).
     best_score_ : float
         The validation score of the candidate that won, ``-mean relative L2 error`` (greater is
         better): row ``best_index_`` of ``cv_results_``, at the alpha scored there, also where the
@@ -315,8 +317,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _base_estimator(self, **best):
         powers = self._powers()
-        best = {"pca_power": powers[0] if len(powers) == 1 else None, **best}  # best_params_ name the searched one
-        return RandomFeatureOperator(nu=self.nu, fit_intercept=self.fit_intercept, solver=self.solver,
+        best = {"pca_power": powers[0] if len(powers) == 1 else None, "nu": self.nu, **best}  # best_params_ win
+        return RandomFeatureOperator(fit_intercept=self.fit_intercept, solver=self.solver,
                                      dtype=self.dtype, random_state=self.random_state_,
                                      column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
                                      progress=self.progress, recovery=self.recovery, device=self.device, **best)
@@ -370,6 +372,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
     def _params_of(self, row):
         params = {"distribution": str(row["family"]), "gamma": float(row["gamma"]), "alpha": float(row["alpha"]),
                   "n_features": int(row["n_features"])}
+        if params["distribution"] in NU_LAWS:  # the law's shape: RandomFeatureOperator(**best_params_) is the winner
+            params["nu"] = None if self.nu is None else float(self.nu)
         if "pca_power" in row:
             params["pca_power"] = None if row["pca_power"] is None else float(row["pca_power"])
         return params

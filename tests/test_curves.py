@@ -325,3 +325,81 @@ def test_error_curve_refuses_a_missing_chunk_of_a_zarr_store(tmp_path):
     with pytest.raises(ValueError, match=r"1 chunk\(s\) of variable 'output' are missing from the store \(first: "
                                          r"chunk \(3, 0\), samples 30-39"):
         error_curve(ds["input"][:30], ds["output"][:30], ds["input"][30:], ds["output"][30:], [20], gamma=0.5)
+
+
+def test_a_saved_curve_records_the_settings_that_made_it(tmp_path):
+    """A curve dataset held the errors, gamma and seeds but not the law, nu, alpha, intercept,
+    input metric or error metric, nor the seed of a single curve drawn with random_state=None:
+    a saved curve could not be made again, and curves of other settings were not told apart."""
+    import xarray as xr
+
+    from rfol_dask.curves import curve_dataset
+
+    U, V = smooth_operator_data(90, 8)
+    kw = dict(distribution="student_t", nu=3.0, alpha=1e-4, pca_power=1.0, fit_intercept=False)
+    one = error_curve(U[:60], V[:60], U[60:], V[60:], [16, 32], **kw)  # random_state=None: a fresh seed
+    curve_dataset(one).to_netcdf(tmp_path / "one.nc")
+    back = xr.open_dataset(tmp_path / "one.nc")
+    assert back.attrs == {"distribution": "student_t", "nu": 3.0, "alpha": 1e-4, "fit_intercept": 0,
+                          "pca_power": 1.0, "gamma_rule": "median", "error": "relative_l2_error", "n_test": 30}
+    again = error_curve(U[:60], V[:60], U[60:], V[60:], [16, 32], random_state=int(back["seed"]), **kw)
+    np.testing.assert_array_equal(again["error"], back["error"].values)
+    many = curve_dataset(error_curves(U[:60], V[:60], U[60:], V[60:], [16, 32], seeds=(0, 1), gamma=0.5))
+    assert many.attrs["gamma_rule"] == "given" and many.attrs["distribution"] == "cauchy" and "nu" not in many.attrs
+
+
+def test_append_curve_refuses_a_curve_of_other_settings(study_curves, tmp_path):
+    """A Gaussian curve at one alpha was appended beside Cauchy curves at another without an error:
+    the study's curves of different training sizes were of different models."""
+    import xarray as xr
+
+    from rfol_dask.curves import append_curve
+
+    results, _ = study_curves
+    store = tmp_path / "study.zarr"
+    append_curve(store, results[0])
+    U, V = smooth_operator_data(200, 8)
+    other = error_curves(U[:90], V[:90], U[150:], V[150:], [8, 16, 32, 64], seeds=(0, 1), gamma=0.05, alpha=1e-3,
+                         distribution="gaussian")
+    with pytest.raises(ValueError, match=r"other settings .*'distribution': \('gaussian', 'cauchy'\)"):
+        append_curve(store, other)
+    with xr.open_zarr(store) as study:
+        assert study.sizes["n_train"] == 1 and study.attrs["distribution"] == "cauchy"
+    _check_study(append_curve(store, results[1]).load(), results)  # same settings: appended
+
+
+def test_xarray_plots_of_a_saved_curve_name_their_quantities_and_units(tmp_path):
+    """``ds.fit_time.plot.line(x="n_features")`` (curve_dataset's own suggestion) labelled its axes
+    with the bare variable names "fit_time" and "n_features", without the unit of the times."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import xarray as xr
+
+    from rfol_dask.curves import curve_dataset
+
+    U, V = smooth_operator_data(60, 6)
+    curve_dataset(error_curves(U[:40], V[:40], U[40:], V[40:], [8, 16], seeds=(0, 1), gamma=0.5)).to_netcdf(
+        tmp_path / "c.nc")
+    with xr.open_dataset(tmp_path / "c.nc") as ds:
+        for name, want in (("fit_time", "fit time [s]"), ("error", "relative test error")):
+            fig = plt.figure()
+            ds[name].plot.line(x="n_features", xscale="log")
+            assert (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()) == ("random features N", want)
+            plt.close(fig)
+
+
+def test_a_study_of_single_curves_keeps_each_curves_seed(tmp_path):
+    """Single curves drawn with other seeds (random_state=None draws a fresh one) go into one study,
+    each with its own seed."""
+    from rfol_dask.curves import append_curve
+
+    U, V = smooth_operator_data(150, 8)
+    results = [error_curve(U[:M], V[:M], U[100:], V[100:], [8, 16], gamma=0.05, random_state=seed)
+               for M, seed in ((40, 1), (60, None))]
+    study = None
+    for r in results:
+        study = append_curve(tmp_path / "study.zarr", r)
+    np.testing.assert_array_equal(study["seed"].values, [r["seed"] for r in results])
+    assert study["seed"].dims == ("n_train",)

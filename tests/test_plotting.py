@@ -135,3 +135,26 @@ def test_a_transposed_curve_dataset_is_drawn_by_its_dims():
     assert len(drawn) == 2
     for y in drawn:
         np.testing.assert_allclose(y, want)
+
+
+def test_curves_of_another_error_metric_are_not_labelled_relative_error():
+    """``error_curve(..., error=f)`` curves were drawn on an axis labelled "relative test error"."""
+    from conftest import smooth_operator_data
+
+    import matplotlib.pyplot as plt
+
+    from rfol_dask.curves import curve_dataset, error_curve
+    from rfol_dask.plotting import curves_figure
+
+    def max_abs_error(true, pred):
+        return float(np.abs(true - pred).max())
+
+    U, V = smooth_operator_data(60, 6)
+    relative = error_curve(U[:40], V[:40], U[40:], V[40:], [8, 16], gamma=0.5, random_state=0)
+    other = error_curve(U[:40], V[:40], U[40:], V[40:], [8, 16], gamma=0.5, random_state=0, error=max_abs_error)
+    for curves, want in (({"a": relative}, "relative test error"),
+                         ({"a": curve_dataset(other)}, "test error (max_abs_error)"),
+                         ({"a": relative, "b": other}, "test error (max_abs_error, relative_l2_error)")):
+        fig = curves_figure(curves)
+        assert fig.axes[0].get_ylabel() == want
+        plt.close(fig)

@@ -363,3 +363,68 @@ def test_the_command_lines_data_folder_is_the_one_its_help_and_docstring_name(mo
     with pytest.raises(SystemExit):
         main(["reproduce", "--help"])
     assert "default reproduce_output/data, whatever --out" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_full_run_is_not_merged_into_a_quick_runs_results_file(tmp_path, monkeypatch):
+    """A quick run's curves and a full run's fits into the same --out went into one burgers.json,
+    under the full run's quick = false: the table showed quick curves as the full run's. The second
+    run is refused before any work, and a run of the same mode merges as before."""
+    from rfol_dask.experiments import runners
+    from rfol_dask.experiments.reproduce import reproduce
+    from rfol_dask.experiments.report import read_results
+
+    _stub_fits(monkeypatch, error=1e-6)
+    monkeypatch.setattr(runners, "_split", lambda *a: _toy_split())
+    fit = {"slope": float("nan"), "intercept": float("nan"), "n_points": 1, "saturated_at": 500.0}
+    monkeypatch.setattr(runners, "run_curves", lambda name, train, test, cfg: {
+        "train": 6, "test": 3, "seeds": [0, 1], "n_features": [250, 500], "error": [[0.1, 0.1], [0.1, 0.1]],
+        "fit_time": [[0.1, 0.2], [0.1, 0.2]], "slope": fit, "time_slope": fit, "excess": {}})
+    out = tmp_path / "results"
+    kw = dict(out=out, data=tmp_path / "data", workers=0)
+    assert reproduce("burgers", quick=True, parts="curves", **kw) == 0
+    assert read_results(out / "burgers.json").get("quick") is True  # recorded by every part, not only fits
+    with pytest.raises(ValueError, match=r"burgers.json holds quick \(--quick\) results and this run is full"):
+        reproduce("burgers", quick=False, parts="fits", **kw)
+    assert set(read_results(out / "burgers.json")) == {"name", "quick", "curves"}  # left as it was
+    assert reproduce("burgers", quick=True, parts="fits", **kw) == 0
+    assert {"fits", "curves"} <= set(read_results(out / "burgers.json"))
+
+
+def test_an_interrupted_run_leaves_a_table_of_the_results_it_kept(tmp_path, monkeypatch):
+    """A Ctrl-C after the first data set left its new <name>.json beside the table.md of the run
+    before (or none): the table did not show the results the folder held."""
+    from rfol_dask.experiments import runners
+    from rfol_dask.experiments.reproduce import reproduce
+
+    _stub_run(monkeypatch)
+    finished = runners.run
+
+    def run(name, *args, **kwargs):
+        if name == "advection2":
+            raise KeyboardInterrupt
+        return finished(name, *args, **kwargs)
+
+    monkeypatch.setattr(runners, "run", run)
+    out = tmp_path / "results"
+    with pytest.raises(KeyboardInterrupt):
+        reproduce("advection1,advection2", quick=True, parts="fits", out=out, data=tmp_path / "data", workers=0)
+    assert (out / "advection1.json").exists() and not (out / "advection2.json").exists()
+    assert _table_rows((out / "table.md").read_text(), "advection1")
+
+
+def test_the_curves_of_a_results_file_read_as_a_curve_dataset(tmp_path):
+    """The curves part's JSON held neither gamma nor alpha nor the training size under the names of
+    an error_curves result: curve_dataset of it raised KeyError 'gamma', and the file did not say
+    at which alpha the curve was made."""
+    from rfol_dask import datasets
+    from rfol_dask.curves import curve_dataset
+    from rfol_dask.experiments.report import read_results, write_results
+    from rfol_dask.experiments.runners import run_curves
+
+    cfg = dict(experiments.sizes(True), curve_stop=500)
+    write_results(tmp_path / "burgers.json", {"curves": run_curves("burgers", *_toy_split(), cfg)})
+    curve = curve_dataset(read_results(tmp_path / "burgers.json")["curves"])
+    paper = datasets.get("burgers").paper
+    assert curve.attrs["alpha"] == paper["alpha"] and curve.attrs["distribution"] == "cauchy"
+    np.testing.assert_array_equal(curve["gamma"].values, [paper["gamma"]] * cfg["curve_seeds"])
+    assert int(curve["n_train"]) == 6 and curve["error"].dims == ("seed", "n_features")

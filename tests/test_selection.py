@@ -832,6 +832,20 @@ def test_best_index_points_at_the_winning_row():
     assert search.cv_results_["alpha"][search.best_index_] == search.best_params_["alpha"]
 
 
+@pytest.mark.parametrize("law", ["rational_quadratic", "student_t"])
+def test_best_params_refit_the_winner_of_a_law_with_a_shape(law):
+    """best_params_ left out the searched law's nu: RandomFeatureOperator(**best_params_) of a
+    rational quadratic winner searched at nu=0.5 was the inverse quadratic model (nu None, a = 1),
+    another model without a word, and a Student-t winner's raised 'needs the degrees of freedom'."""
+    U, V = _nonlinear_data(60)
+    search = RandomFeatureOperatorCV(n_features=40, distributions=(law,), nu=0.5, random_state=0).fit(U, V)
+    assert search.best_params_["nu"] == 0.5
+    again = RandomFeatureOperator(**search.best_params_, random_state=search.random_state_).fit(U, V)
+    np.testing.assert_array_equal(again.predict(U[:5]), search.predict(U[:5]))
+    other = RandomFeatureOperatorCV(n_features=40, distributions=("cauchy",), nu=0.5, random_state=0).fit(U, V)
+    assert "nu" not in other.best_params_  # a law that takes none
+
+
 def _duplicated_rows(seed):
     """Training inputs repeated twice: a Gram singular to rounding, on which a float32 refit's
     jitter policy raises a nugget of 1e-12 (the search scores it in float64, where it is above the

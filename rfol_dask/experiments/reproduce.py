@@ -25,6 +25,7 @@ Only the standard library is imported at module level, so ``rfol-dask`` builds i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -46,6 +47,21 @@ def _curve_figure(out):
         plot_curves(Path(out) / "curves.png", plots, title="Cauchy random features: error and fit time vs N")
 
 
+def _check_modes(out, names, quick):
+    """ValueError where ``<out>/<name>.json`` holds results of the other mode (quick or full): this
+    run's parts would be merged into it beside them, one file of two sizes."""
+    from .report import read_results
+
+    for name in names:
+        path = Path(out) / f"{name}.json"
+        earlier = read_results(path).get("quick") if path.is_file() else None
+        if earlier is not None and bool(earlier) != bool(quick):
+            mode = {True: "quick (--quick)", False: "full"}
+            raise ValueError(f"{path} holds {mode[bool(earlier)]} results and this run is {mode[bool(quick)]}: its "
+                             "parts would be merged into that file beside the others; give --out another folder "
+                             "(by default quick runs write into <out>/quick), or move the file away")
+
+
 def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, parts=PARTS, workers=2,
               grow_to=None) -> int:
     """Run ``parts`` of the reproduction on ``names`` (a list, a comma-separated string or "all").
@@ -58,10 +74,13 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     threads in this process). ``data`` defaults to ``<out>/data`` here; the command line
     (:func:`run_args`) passes ``reproduce_output/data`` (``benchmarks/reproduce.py``:
     ``benchmarks/results/data``) whatever ``--out``, so that its result folders share one copy.
-    Returns 0, or 1 when a quick-mode error is over its bound. Unknown names or parts raise
+    Returns 0, or 1 when a quick-mode error is over its bound. A run that fails or is interrupted keeps
+    the parts it finished (each is written when done) and writes ``table.md`` and ``curves.png`` of
+    them before it stops; a rerun computes every part again. Unknown names or parts raise
     ValueError before any work, and so does an ``out`` holding files it did not write
     (:func:`~rfol_dask.experiments.report.foreign_outputs`; it lists its own in
-    ``<out>/.rfol-dask-reproduce.json``): those are never replaced.
+    ``<out>/.rfol-dask-reproduce.json``): those are never replaced; an ``<out>/<name>.json`` of the other
+    mode (quick or full), into which this run would merge its parts, is refused too.
     """
     import numpy as np
 
@@ -100,6 +119,7 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
                          + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "") + "; it writes table.md, "
                          "<name>.json, <name>.png and curves.png there and replaces only its own: give --out a new "
                          "or empty folder (or one of its earlier results), or move those files away")
+    _check_modes(out, names, quick)
     out.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
     claim(out, [f"{n}.{ext}" for n in names for ext in ("json", "png")] + ["curves.png", "table.md"]
@@ -111,6 +131,11 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
         try:
             for name in names:
                 results[name] = run(name, parts, cfg, out, data, quick, cluster)
+        except BaseException:  # a failure or Ctrl-C: the parts written so far are kept (run writes each)
+            with contextlib.suppress(Exception):  # the run's own error is the one to report
+                _curve_figure(out)
+                render(out)  # so table.md and curves.png show the results files as they stand, not the last run's
+            raise
         finally:
             cluster.close()
     _curve_figure(out)

@@ -141,7 +141,9 @@ def run_equal_time(name, train, test, cfg):
 
 
 def run_curves(name, train, test, cfg):
-    """Error and fit time vs N (Cauchy) from one grow-by-blocks fit per seed, with the fitted slopes."""
+    """Error and fit time vs N (Cauchy) from one grow-by-blocks fit per seed, with the fitted slopes,
+    the gamma of each seed and the curve's settings (alpha among them): the results file's ``curves``
+    is an :func:`~rfol_dask.curves.error_curves` result (``curves.curve_dataset`` reads it)."""
     paper = datasets.get(name).paper
     U, V = arrays(train)
     Ut, Vt = arrays(test)
@@ -154,7 +156,8 @@ def run_curves(name, train, test, cfg):
           f" (saturated at N = {sat}); fit-time slope {res['time_slope']['slope']:+.2f}; for N >= 2M: "
           + (f"error = {res['excess']['floor']:.3g} + c N^-{res['excess']['p']:.2f}"
              if np.isfinite(res["excess"]["p"]) else "too few points to fit a floor"), flush=True)
-    return {"train": len(U), "test": len(Ut), "distribution": "cauchy", "seeds": res["seeds"].tolist(),
+    return {"train": len(U), "test": len(Ut), "n_train": len(U), "distribution": "cauchy",
+            "gamma": res["gamma"].tolist(), "settings": res["settings"], "seeds": res["seeds"].tolist(),
             "n_features": res["n_features"].tolist(), "error": res["error"].tolist(),
             "fit_time": res["fit_time"].tolist(), "predict_time": res["predict_time"].tolist(),
             "slope": s, "time_slope": res["time_slope"], "excess": res["excess"]}
@@ -169,9 +172,11 @@ def _split(name, cfg, data_dir, quick, cluster):
 
 def run(name, parts, cfg, out, data_dir, quick, cluster=None):
     """The requested ``parts`` for data set ``name``; writes ``<out>/<name>.json`` (merged with an
-    earlier file of the same name) after each part and returns its content."""
+    earlier file of the same name and mode, ``quick``: :func:`~rfol_dask.experiments.reproduce.reproduce`
+    refuses a file of the other) after each part and returns its content."""
     path = Path(out) / f"{name}.json"
     res = read_results(path) if path.exists() else {}
+    res.update(name=name, quick=quick)  # every part of a file is of one mode (reproduce refuses the other)
     if "fits" in parts:
         train, test = _split(name, cfg, data_dir, quick, cluster)
         res.update(name=name, quick=quick, train=train.sizes["sample"], test=test.sizes["sample"],
