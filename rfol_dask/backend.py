@@ -30,6 +30,7 @@ import contextvars
 import numpy as np
 
 from . import linalg
+from .exceptions import NoDeviceError
 
 __all__ = ["DEVICES", "namespace", "generic_numpy", "is_fast", "is_cupy", "device_namespace", "check_device",
            "compute_namespace", "to_namespace", "to_numpy", "is_array_api", "itemsize", "is_real_dtype",
@@ -125,10 +126,10 @@ def _load_cupy():
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # CUDARuntimeError without a driver
-        raise RuntimeError(f"device='cuda' needs a CUDA GPU, but CuPy finds none ({exc}); check the driver and "
+        raise NoDeviceError(f"device='cuda' needs a CUDA GPU, but CuPy finds none ({exc}); check the driver and "
                            "CUDA_VISIBLE_DEVICES, or pass device='cpu'") from exc
     if count < 1:
-        raise RuntimeError("device='cuda' needs a CUDA GPU, but CuPy finds none (check CUDA_VISIBLE_DEVICES), "
+        raise NoDeviceError("device='cuda' needs a CUDA GPU, but CuPy finds none (check CUDA_VISIBLE_DEVICES), "
                            "or pass device='cpu'")
     return _compat().array_namespace(cupy.empty(0))
 
@@ -146,7 +147,8 @@ def check_device(device):
 
 def device_namespace(device):
     """The namespace computing on ``device``: numpy for "cpu"; for "cuda" CuPy's (imported here;
-    ImportError / RuntimeError saying what to install when CuPy or a GPU is missing)."""
+    ImportError saying what to install when CuPy is missing, NoDeviceError (a RuntimeError) when
+    it finds no GPU)."""
     check_device(device)
     if device == "cpu":
         return namespace(np.empty(0))

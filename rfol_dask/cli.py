@@ -729,7 +729,7 @@ def main(argv=None):
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    from .exceptions import ClusterStartError, NoWorkersError, WorkersKilledError
+    from .exceptions import ClusterStartError, NoDeviceError, NoWorkersError, WorkersKilledError
 
     try:
         with _log_to_stderr(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO):
@@ -738,8 +738,9 @@ def main(argv=None):
     # FloatingPointError: a data-set generator's time stepping blew up (the message names the fix)
     # WorkersKilledError: a task ran its workers out of memory (the message says what to change)
     # NoWorkersError: the cluster has no workers to place a fit on (the message says what to check)
+    # NoDeviceError: --device cuda where CuPy finds no GPU (the message says what to check)
     except (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError, ClusterStartError,
-            FloatingPointError, WorkersKilledError, NoWorkersError) as exc:
+            FloatingPointError, WorkersKilledError, NoWorkersError, NoDeviceError) as exc:
         print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

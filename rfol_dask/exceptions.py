@@ -19,7 +19,7 @@ from sklearn.exceptions import UndefinedMetricWarning as _SklearnUndefinedMetric
 
 __all__ = ["RfolDaskWarning", "MemoryPlanWarning", "ClusterWarning", "SettingWarning", "DataWarning",
            "SelectionWarning", "ModelFileWarning", "RidgeRaised", "UndefinedMetricWarning", "ComplexDataError", "NoWorkersError",
-           "WorkersKilledError", "ClusterStartError", "BlockedFactorError", "ForeignModelError"]
+           "WorkersKilledError", "ClusterStartError", "BlockedFactorError", "ForeignModelError", "NoDeviceError"]
 
 
 class RfolDaskWarning(Warning):
@@ -98,3 +98,8 @@ class ForeignModelError(ValueError):
     """A saved model of another estimator class than the one loading it (the class it records, or
     for a model saved before the class was recorded, parameters the class does not take): another
     class may load it (:func:`rfol_dask.persistence.restore_estimator`)."""
+
+
+class NoDeviceError(RuntimeError):
+    """``device="cuda"`` where CuPy is installed but finds no GPU (no driver, none visible):
+    :func:`rfol_dask.backend.device_namespace`."""

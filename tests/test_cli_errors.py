@@ -337,3 +337,29 @@ def test_fit_names_the_variables_a_store_lacks(tmp_path, capsys):
     code, err = _run(["fit", str(tmp_path / "uv.zarr"), "--n-features", "20"], capsys)
     assert code == 2 and "Traceback" not in err
     assert "no variable 'input' or 'output': fit needs 'input' and 'output', and it holds 'u', 'v'" in err
+
+
+def test_fit_device_cuda_where_cupy_finds_no_gpu_is_one_line(store, capsys, monkeypatch):
+    """CuPy installed but no GPU visible (no driver, CUDA_VISIBLE_DEVICES empty): the CLI printed
+    the RuntimeError's traceback; now the one-line error that says what to check."""
+    import sys
+
+    before = set(sys.modules)
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "fakecupy"))
+    try:
+        import cupy
+
+        def no_driver():
+            raise cupy.cuda.runtime.CUDARuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
+
+        fit = ["fit", str(store), "--train", "20", "--n-features", "20", "--device", "cuda"]
+        monkeypatch.setattr(cupy.cuda.runtime, "getDeviceCount", no_driver)
+        code, err = _run(fit, capsys)
+        assert code == 2 and "needs a CUDA GPU, but CuPy finds none" in err and "Traceback" not in err
+        monkeypatch.setattr(cupy.cuda.runtime, "getDeviceCount", lambda: 0)
+        code, err = _run(fit, capsys)
+        assert code == 2 and "CUDA_VISIBLE_DEVICES" in err and "Traceback" not in err
+    finally:  # the fake CuPy leaves with the test: later ones find none
+        for name in set(sys.modules) - before:
+            if name.split(".")[0] == "cupy":
+                del sys.modules[name]
