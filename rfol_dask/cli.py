@@ -723,6 +723,29 @@ def _log_to_stderr(level):
         logger.propagate = saved[1]
 
 
+@contextlib.contextmanager
+def _warnings_as_lines(command):
+    """The package's warnings printed as ``rfol-dask COMMAND: warning (Category): message``:
+    Python's format names the console script's file and line, of no use to a command-line user.
+    Other libraries' warnings keep it. Only the format changes: recorded warnings stay recorded."""
+    import warnings
+
+    from .exceptions import RfolDaskWarning
+
+    default = warnings.formatwarning
+
+    def formatwarning(message, category, filename, lineno, line=None):
+        if issubclass(category, RfolDaskWarning):
+            return f"rfol-dask {command}: warning ({category.__name__}): {message}\n"
+        return default(message, category, filename, lineno, line)
+
+    warnings.formatwarning = formatwarning
+    try:
+        yield
+    finally:
+        warnings.formatwarning = default
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     import threading
@@ -732,7 +755,8 @@ def main(argv=None):
     from .exceptions import ClusterStartError, NoDeviceError, NoWorkersError, WorkersKilledError
 
     try:
-        with _log_to_stderr(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO):
+        with _log_to_stderr(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO), \
+                _warnings_as_lines(args.command):
             return args.func(args)
     # ImportError: an optional extra; NotImplementedError: a combination of settings not supported
     # FloatingPointError: a data-set generator's time stepping blew up (the message names the fix)

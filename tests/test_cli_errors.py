@@ -363,3 +363,24 @@ def test_fit_device_cuda_where_cupy_finds_no_gpu_is_one_line(store, capsys, monk
         for name in set(sys.modules) - before:
             if name.split(".")[0] == "cupy":
                 del sys.modules[name]
+
+
+def test_the_package_s_warnings_print_as_one_line_naming_the_command():
+    """A warning of the CLI printed as ``/.../bin/rfol-dask:8: DataWarning: ...`` followed by the
+    line ``sys.exit(run())``; now ``rfol-dask COMMAND: warning (Category): message``. Others keep
+    Python's format."""
+    import subprocess
+    import sys
+
+    script = ("import warnings; from rfol_dask import cli; from rfol_dask.exceptions import DataWarning\n"
+              "def datasets(args):\n"
+              "    warnings.warn('the grid does not increase', DataWarning)\n"
+              "    warnings.warn('from elsewhere', FutureWarning)\n"
+              "    return 0\n"
+              "cli._cmd_datasets = datasets\n"
+              "raise SystemExit(cli.main(['datasets']))\n")
+    done = subprocess.run([sys.executable, "-W", "always", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert "rfol-dask datasets: warning (DataWarning): the grid does not increase" in lines, done.stderr
+    assert any("FutureWarning: from elsewhere" in line for line in lines), done.stderr
