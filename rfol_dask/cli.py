@@ -392,10 +392,11 @@ def _chosen_samples(bounds, n, data):
     return start, stop
 
 
-def _load_any_model(path):
+def _load_any_model(path, device=None):
     """The model saved at ``path``, loaded by the estimator class it records (a model saved
     before the class was recorded: the first class that takes its parameters; any other error of
-    a class, a damaged or unusable model of it, is raised as it is)."""
+    a class, a damaged or unusable model of it, is raised as it is), to predict on ``device``
+    (None: the saved one, the CPU with a warning where that is not here)."""
     from . import RandomFeatureOperator
     from .baselines import KernelOperator
     from .exceptions import ForeignModelError
@@ -411,8 +412,8 @@ def _load_any_model(path):
     candidates = [classes[saved]] if saved else list(classes.values())
     for cls in candidates[:-1]:
         with contextlib.suppress(ForeignModelError):  # parameters of another class: the next one
-            return restore_estimator(cls, arrays, attrs, path)
-    return restore_estimator(candidates[-1], arrays, attrs, path)
+            return restore_estimator(cls, arrays, attrs, path, device)
+    return restore_estimator(candidates[-1], arrays, attrs, path, device)
 
 
 def _cmd_predict(args):
@@ -421,7 +422,7 @@ def _cmd_predict(args):
 
     out = Path(os.path.abspath(user_path(args.out)))
     check_prediction_path(out)  # before any work: never replace a data set, a model or other files
-    model = _load_any_model(args.model).set_params(device=_device(args))  # a CPU model predicts on GPUs, and back
+    model = _load_any_model(args.model, _device(args))  # a CPU model predicts on GPUs, and back
     ds = open_dataset(args.data)
     if "input" not in ds.data_vars or "sample" not in ds["input"].dims:
         raise ValueError(f"{args.data} has no variable 'input' with a 'sample' dimension: predict reads the inputs "

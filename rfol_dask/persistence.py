@@ -496,12 +496,16 @@ def estimator_state(model):
     return arrays, attrs
 
 
-def restore_estimator(cls, arrays, attrs, path=None):
+def restore_estimator(cls, arrays, attrs, path=None, device=None):
     """A fitted ``cls`` instance from what :func:`estimator_state` wrote (read from ``path``).
-    A model fitted on a device that is not available here predicts on the CPU, with a warning.
+    A model fitted on a device that is not available here predicts on the CPU, with a warning;
+    ``device`` (``"cpu"``, ``"cuda"``): where it predicts instead of the saved one (no warning).
     A model of another class is a :class:`~rfol_dask.exceptions.ForeignModelError` (a ValueError);
     any other error is the model's own."""
     params = dict(attrs["params"])
+    if device is not None and "device" in params:
+        backend.check_device(params["device"])  # a device no version knows: an unusable model, said as such
+        params["device"] = device
     if isinstance(params.get("recovery"), list):
         params["recovery"] = tuple(params["recovery"])
     saved = attrs.get("estimator")  # absent in models saved before it was recorded
@@ -519,7 +523,7 @@ def restore_estimator(cls, arrays, attrs, path=None):
                              f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}") from exc
         raise ForeignModelError(f"the model at {path} was saved by another estimator class than {cls.__name__} "
                          f"({exc}): load it with that class's load") from exc
-    if getattr(model, "device", "cpu") != "cpu":
+    if device is None and getattr(model, "device", "cpu") != "cpu":
         try:
             backend.device_namespace(model.device)
         except (ImportError, RuntimeError) as exc:

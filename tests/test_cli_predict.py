@@ -490,3 +490,21 @@ def test_a_model_fitted_on_arrays_warns_of_a_store_whose_grid_does_not_increase(
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
         assert main(["predict", str(tmp_path / "m.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "-q"]) == 0
+
+
+def test_a_gpu_model_predicted_with_device_cpu_gives_no_warning(saved, tmp_path, capsys):
+    """A model saved with device="cuda", predicted with ``--device cpu`` where CuPy is missing:
+    loading it warned 'not available here; it predicts on the CPU', of a device nobody asked for."""
+    import warnings
+
+    from rfol_dask.exceptions import ModelFileWarning
+
+    root, store, models = saved
+    gpu = tmp_path / "gpu.zarr"
+    models["rf"].set_params(device="cuda").save(gpu)
+    models["rf"].set_params(device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ModelFileWarning)
+        code, _, err = _run(["predict", str(gpu), str(store), "--out", str(tmp_path / "p.zarr"), "--device", "cpu",
+                             "-q"], capsys)
+    assert code == 0, err
