@@ -195,3 +195,19 @@ def fetched_keys(client):
     yield fetched
     fetched.update(client.run(lambda dask_worker: dask_worker.plugins[_FetchedKeys.name].keys))
     client.unregister_worker_plugin(_FetchedKeys.name)
+
+
+@pytest.fixture
+def predict_devices(monkeypatch):
+    """The ``device`` of each ``estimator._predict_chunk`` call (a block of a lazy prediction),
+    recorded while the test runs."""
+    from rfol_dask import estimator
+
+    devices, real = [], estimator._predict_chunk
+
+    def recorded(*args, device, **kwargs):
+        devices.append(device)
+        return real(*args, device=device, **kwargs)
+
+    monkeypatch.setattr(estimator, "_predict_chunk", recorded)
+    return devices

@@ -387,21 +387,14 @@ def test_an_unusable_model_saved_before_its_class_was_recorded_shows_its_own_err
 
 
 def test_predict_device_is_passed_to_the_model_and_cuda_without_cupy_fails_before_any_work(saved, tmp_path, capsys,
-                                                                                          monkeypatch):
+                                                                                          predict_devices):
     """``--device`` (as fit's: cpu unless a GPU cluster configuration) is the loaded model's device,
     so a model predicts where it is asked to, whatever it was fitted on; predict had no such option.
     Without CuPy, ``--device cuda`` ends before a block is predicted or a store written."""
     import importlib.util
 
     root, store, _ = saved
-    devices = []
-    real = estimator._predict_chunk
-
-    def recorded(*args, device, **kwargs):
-        devices.append(device)
-        return real(*args, device=device, **kwargs)
-
-    monkeypatch.setattr(estimator, "_predict_chunk", recorded)
+    devices = predict_devices
     code, _, err = _run(["predict", str(root / "rf.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "--device",
                          "cpu", "-q"], capsys)
     assert code == 0 and devices and set(devices) == {"cpu"}, err

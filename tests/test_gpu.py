@@ -658,26 +658,19 @@ def test_the_gpu_worker_that_sums_the_grams_holds_two(data, monkeypatch, free):
             assert rel(RandomFeatureOperator(**kw).fit(*_chunked(U2, V2)).coef_, want.coef_) < RTOL
 
 
-def test_cli_predict_device_moves_a_saved_model_to_the_gpu_and_back(tmp_path, capsys, monkeypatch):
+def test_cli_predict_device_moves_a_saved_model_to_the_gpu_and_back(tmp_path, capsys, predict_devices):
     """``rfol-dask predict --device cuda`` predicts a model fitted on the CPU on the GPU (the store's
     blocks computed through CuPy), and ``--device cpu`` (the default without a GPU cluster) a model
     fitted with ``device="cuda"`` on the CPU; the predictions equal the CPU model's."""
     import xarray as xr
 
-    from rfol_dask import datasets, estimator
+    from rfol_dask import datasets
     from rfol_dask.cli import main
 
     store = tmp_path / "d.zarr"
     ds = datasets.generate("advection2", 30, store=store, block_size=8)
     train = ds.isel(sample=slice(0, 20)).load()  # in memory: KernelOperator fits dask input on the CPU only
-    devices = []
-    real = estimator._predict_chunk
-
-    def recorded(*args, device, **kwargs):
-        devices.append(device)
-        return real(*args, device=device, **kwargs)
-
-    monkeypatch.setattr(estimator, "_predict_chunk", recorded)
+    devices = predict_devices
     for fitted_on, flags, want in (("cpu", ["--device", "cuda"], "cuda"), ("cuda", ["--device", "cpu"], "cpu"),
                                    ("cuda", [], "cpu")):
         for name, cls in (("rf", RandomFeatureOperator), ("kernel", KernelOperator)):
