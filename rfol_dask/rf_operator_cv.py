@@ -446,11 +446,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
             with pinned(where[0]):
                 summed = dask.delayed(_after)(None, total)
             row = []
-            for k in range(len(sc)):
-                row.append([])
-                for g in range(len(Ns)):
-                    last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), k, Ns, g, Yt, Yv, *args)
-                    row[-1].append(last)
+            with pinned(where[0]):  # where the total is: a solve elsewhere fetched a copy of it
+                for k in range(len(sc)):
+                    row.append([])
+                    for g in range(len(Ns)):
+                        last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), k, Ns, g, Yt, Yv, *args)
+                        row[-1].append(last)
             out += row
         return dask.delayed(np.asarray)(out)
 
