@@ -260,7 +260,9 @@ def _fit_model(args):
     RandomFeatureOperator with the given settings."""
     if args.distribution == "student_t" and args.nu is None:
         raise ValueError("--distribution student_t needs its degrees of freedom: add --nu, e.g. --nu 3")
-    if args.nu is not None and (args.distribution or "cauchy") not in ("student_t", "rational_quadratic") \
+    from .features import NU_LAWS
+
+    if args.nu is not None and (args.distribution or "cauchy") not in NU_LAWS \
             and not (args.tune and args.distribution is None):
         law = args.distribution or "cauchy (the default law)"
         raise ValueError(f"--nu applies to student_t and rational_quadratic, not {law}: add --distribution, "
