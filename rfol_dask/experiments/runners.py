@@ -179,7 +179,7 @@ def run(name, parts, cfg, out, data_dir, quick, cluster=None):
     res.update(name=name, quick=quick)  # every part of a file is of one mode (reproduce refuses the other)
     if "fits" in parts:
         train, test = _split(name, cfg, data_dir, quick, cluster)
-        res.update(name=name, quick=quick, train=train.sizes["sample"], test=test.sizes["sample"],
+        res.update(train=train.sizes["sample"], test=test.sizes["sample"],
                    paper_test=datasets.get(name).paper["test"], machine=platform.machine(),
                    load_avg=os.getloadavg()[0])
         res["fits"] = run_fits(name, train, test, cfg, out, quick)
