@@ -57,6 +57,9 @@ def argv_or_usage(doc, n_positional, argv=None):
         print(doc)
         raise SystemExit(0)
     if sum(not a.startswith("--") for a in argv) < n_positional:
-        print(f"{doc}\nexpected at least {n_positional} positional arguments, got {argv}", file=sys.stderr)
+        print(
+            f"{doc}\nexpected at least {n_positional} positional arguments, got {argv}",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     return argv

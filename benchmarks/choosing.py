@@ -34,7 +34,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("name", nargs="?", default="burgers")
     parser.add_argument("--train", type=int, default=500)
     parser.add_argument("--test", type=int, default=200)
@@ -50,31 +52,58 @@ def main(argv=None):
     Ut, Vt = arrays(test)
     search = RandomFeatureOperatorCV(n_features=args.search_n, random_state=0).fit(U, V)
     best = search.best_params_
-    print(f"search: {best}, validation error {-search.best_score_:.3e} ({search.search_time_:.1f} s)", flush=True)
+    print(
+        f"search: {best}, validation error {-search.best_score_:.3e} ({search.search_time_:.1f} s)",
+        flush=True,
+    )
     ladder = curves.doubling(250, args.stop)
     seeds = range(args.seeds)
     settings = {
-        "median default (Cauchy, alpha 1e-10)": dict(distribution="cauchy",
-                                                     gamma=median_gamma(U, "cauchy", random_state=0), alpha=1e-10),
+        "median default (Cauchy, alpha 1e-10)": dict(
+            distribution="cauchy", gamma=median_gamma(U, "cauchy", random_state=0), alpha=1e-10
+        ),
         f"searched ({best['distribution']}, alpha {best['alpha']:.0e})": dict(
-            distribution=best["distribution"], gamma=best["gamma"], alpha=best["alpha"]),
+            distribution=best["distribution"], gamma=best["gamma"], alpha=best["alpha"]
+        ),
     }
-    res = {"name": args.name, "train": len(U), "test": len(Ut), "search": {
-        "n_features": args.search_n, "best_params": best, "validation_error": -search.best_score_,
-        "search_s": search.search_time_, "test_error": relative_l2_error(Vt, search.predict(Ut))}, "curves": {}}
+    res = {
+        "name": args.name,
+        "train": len(U),
+        "test": len(Ut),
+        "search": {
+            "n_features": args.search_n,
+            "best_params": best,
+            "validation_error": -search.best_score_,
+            "search_s": search.search_time_,
+            "test_error": relative_l2_error(Vt, search.predict(Ut)),
+        },
+        "curves": {},
+    }
     for label, kw in settings.items():
         c = curves.error_curves(U, V, Ut, Vt, ladder, seeds=seeds, **kw)
         sat = c["slope"]["saturated_at"]
-        res["curves"][label] = {"settings": kw, "n_features": c["n_features"].tolist(), "error": c["error"].tolist(),
-                                "fit_time": c["fit_time"].tolist(), "slope": c["slope"],
-                                "saturated_at": None if sat is None else int(sat)}
+        res["curves"][label] = {
+            "settings": kw,
+            "n_features": c["n_features"].tolist(),
+            "error": c["error"].tolist(),
+            "fit_time": c["fit_time"].tolist(),
+            "slope": c["slope"],
+            "saturated_at": None if sat is None else int(sat),
+        }
         mean = np.exp(np.log(c["error"]).mean(axis=0))
-        print(f"{label}: error " + ", ".join(f"N={n}: {e:.3%}" for n, e in zip(c["n_features"], mean))
-              + f"; saturated at N = {sat}", flush=True)
+        print(
+            f"{label}: error "
+            + ", ".join(f"N={n}: {e:.3%}" for n, e in zip(c["n_features"], mean))
+            + f"; saturated at N = {sat}",
+            flush=True,
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    plot_curves(out.with_suffix(".png"), res["curves"],
-                title=f"{args.name}, {len(U)} train / {len(Ut)} test: error and fit time vs N")
+    plot_curves(
+        out.with_suffix(".png"),
+        res["curves"],
+        title=f"{args.name}, {len(U)} train / {len(Ut)} test: error and fit time vs N",
+    )
     res.update(wall_s=time.perf_counter() - t0, load_avg=os.getloadavg()[0])
     out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=float))
     print(f"{out.with_suffix('.png')} ({res['wall_s']:.0f} s)")

@@ -24,7 +24,7 @@ def _smooth(M=2000, n=256):
     x = np.linspace(0, 1, n, endpoint=False)
     c = rng.standard_normal((M, 8)) / (1 + np.arange(8))
     U = sum(c[:, [k]] * np.sin(2 * np.pi * (k + 1) * x) for k in range(8))
-    return U, np.tanh(U) + 0.3 * U ** 2
+    return U, np.tanh(U) + 0.3 * U**2
 
 
 def search():
@@ -56,7 +56,9 @@ def stream():
     out = {}
     for solver, N in (("dual", 6000), ("primal", 1500)):
         t = time.perf_counter()
-        RandomFeatureOperator(n_features=N, gamma=1e-3, alpha=1e-6, random_state=0, solver=solver).fit(Ud, Vd)
+        RandomFeatureOperator(
+            n_features=N, gamma=1e-3, alpha=1e-6, random_state=0, solver=solver
+        ).fit(Ud, Vd)
         out[solver] = time.perf_counter() - t
     return out
 
@@ -68,11 +70,17 @@ def cluster():
     from rfol_dask import RandomFeatureOperatorCV
 
     U, V = _smooth()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c, Client(c):
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as c,
+        Client(c),
+    ):
         out = stream()
         t = time.perf_counter()
-        cv = RandomFeatureOperatorCV(n_features=1000, random_state=0).fit(da.from_array(U, chunks=(500, -1)),
-                                                                         da.from_array(V, chunks=(500, -1)))
+        cv = RandomFeatureOperatorCV(n_features=1000, random_state=0).fit(
+            da.from_array(U, chunks=(500, -1)), da.from_array(V, chunks=(500, -1))
+        )
         out["rf_cv"], out["rf_best"] = time.perf_counter() - t, cv.best_params_
     return out
 
@@ -84,4 +92,6 @@ if __name__ == "__main__":
     what = argv[0] if argv else "search"
     if what not in ("search", "stream", "cluster"):
         raise SystemExit(f"unknown case {what!r}: search, stream or cluster")
-    print(json.dumps({"search": search, "stream": stream, "cluster": cluster}[what](), default=float))
+    print(
+        json.dumps({"search": search, "stream": stream, "cluster": cluster}[what](), default=float)
+    )

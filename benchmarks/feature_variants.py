@@ -23,6 +23,7 @@ Each variant is scored over a quarter-decade alpha grid; ``decade`` is the best 
 decade grid alone (how much a finer alpha grid would gain). Writes JSON: per M, variant and N the
 best validation error and its alpha.
 """
+
 import functools
 import json
 import sys
@@ -32,8 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from rfol_dask.features import FREQUENCY_BLOCK, draw_frequencies
-from rfol_dask.tuning import (frequency_scale, median_gammas, path_errors, slab_bounds, validation_grams,
-                              validation_slab)
+from rfol_dask.tuning import (
+    frequency_scale,
+    median_gammas,
+    path_errors,
+    slab_bounds,
+    validation_grams,
+    validation_slab,
+)
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -62,10 +69,10 @@ def orthogonal(n, N, seed, columns):
     for k in range(a, z, B):
         rng = np.random.default_rng([seed, k // B])
         for j in range(k - a, min(k - a + B, z - a), n):
-            blk = om[:, j:min(j + n, k - a + B, z - a)]
+            blk = om[:, j : min(j + n, k - a + B, z - a)]
             q, _ = np.linalg.qr(rng.standard_normal(blk.shape))
             blk[...] = q * np.linalg.norm(blk, axis=0)
-    return om[:, f0 - a:f1 - a], b[f0 - a:f1 - a]
+    return om[:, f0 - a : f1 - a], b[f0 - a : f1 - a]
 
 
 def probe(M, seed=0):
@@ -77,9 +84,11 @@ def probe(M, seed=0):
     scale = frequency_scale(LAW, gamma)
     segments = [4 * n_train, 8 * n_train]
     N = segments[-1]
-    draws = {"iid": functools.partial(draw_frequencies, X.shape[1], N, LAW, 1.0, None, seed),
-             "paired": functools.partial(paired, X.shape[1], N, seed),
-             "orthogonal": functools.partial(orthogonal, X.shape[1], N, seed)}
+    draws = {
+        "iid": functools.partial(draw_frequencies, X.shape[1], N, LAW, 1.0, None, seed),
+        "paired": functools.partial(paired, X.shape[1], N, seed),
+        "orthogonal": functools.partial(orthogonal, X.shape[1], N, seed),
+    }
     decade = np.isclose(np.log10(ALPHAS), np.round(np.log10(ALPHAS)))
     Xc = X - X[:n_train].mean(axis=0)
     lin = (2 * gamma * (Xc[:n_train] @ Xc[:n_train].T), 2 * gamma * (Xc[n_train:] @ Xc[:n_train].T))
@@ -87,7 +96,9 @@ def probe(M, seed=0):
     for variant in VARIANTS:
         t0, acc = time.perf_counter(), None
         for f0, f1 in slab_bounds(N, M, segments):
-            acc = validation_slab(acc, X, n_train, draws.get(variant, draws["iid"]), N, f0, f1, [scale], segments)
+            acc = validation_slab(
+                acc, X, n_train, draws.get(variant, draws["iid"]), N, f0, f1, [scale], segments
+            )
         rows = {}
         for g, Ng in enumerate(segments):
             G, K, factor = validation_grams(acc, 0, segments, g)
@@ -95,10 +106,17 @@ def probe(M, seed=0):
                 G, K = G + lin[0] / factor, K + lin[1] / factor
             errs = path_errors(G, K, Y[:n_train], Y[n_train:], ALPHAS / factor, method="eigh")
             i, j = int(np.argmin(errs)), int(np.argmin(np.where(decade, errs, np.inf)))
-            rows[Ng] = {"error": float(errs[i]), "alpha": float(ALPHAS[i]), "decade_error": float(errs[j]),
-                        "decade_alpha": float(ALPHAS[j])}
-            print(f"M = {M}, {variant:10s} N = {Ng:6d}: {100 * errs[i]:.4f} % (alpha {ALPHAS[i]:.3g}; "
-                  f"decade grid {100 * errs[j]:.4f} %)", flush=True)
+            rows[Ng] = {
+                "error": float(errs[i]),
+                "alpha": float(ALPHAS[i]),
+                "decade_error": float(errs[j]),
+                "decade_alpha": float(ALPHAS[j]),
+            }
+            print(
+                f"M = {M}, {variant:10s} N = {Ng:6d}: {100 * errs[i]:.4f} % (alpha {ALPHAS[i]:.3g}; "
+                f"decade grid {100 * errs[j]:.4f} %)",
+                flush=True,
+            )
         out[variant] = {"rows": rows, "seconds": time.perf_counter() - t0}
     return out
 

@@ -10,20 +10,23 @@ each law's fine best refitted at N. With ``--default``: the default ``RandomFeat
 against the reproduction's recorded ``rf_tuned`` row: chosen parameters, test error, the laws that
 reached the fine stage, seconds. ``all``: the eight sets the full reproduction ran on this machine.
 """
+
 import json
 import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import argv_or_usage
+
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, selection
 from rfol_dask.experiments import arrays, load_subset
 from rfol_dask.metrics import relative_l2_error
 
 HERE = Path(__file__).resolve().parent
-ALL = ("advection1,advection2,advection3,burgers,darcy,helmholtz_low,structural_mechanics_low,"
-       "navier_stokes_low")
+ALL = (
+    "advection1,advection2,advection3,burgers,darcy,helmholtz_low,structural_mechanics_low,"
+    "navier_stokes_low"
+)
 
 
 TIE = selection.FINALIST_TIE
@@ -37,22 +40,37 @@ def one(name, default):
     (U, V), (Ut, Vt) = arrays(train), arrays(test)
     selection.FINALIST_TIE = TIE if default else np.inf
     t0 = time.perf_counter()
-    cv = RandomFeatureOperatorCV(n_features=N, random_state=0, **({} if default else {"finalists": 3, "refit": False}))
+    cv = RandomFeatureOperatorCV(
+        n_features=N, random_state=0, **({} if default else {"finalists": 3, "refit": False})
+    )
     cv.fit(U, V)
     res = cv.cv_results_
     stage, fam, err = (np.asarray(res[k]) for k in ("stage", "family", "mean_relative_l2"))
     row = {"seconds": time.perf_counter() - t0, "fine_laws": sorted(set(fam[stage == "fine"]))}
     if default:
-        return {**row, "test": relative_l2_error(Vt, cv.predict(Ut)), "best_params": cv.best_params_,
-                "recorded_test": tuned["error"], "recorded_params": tuned["best_params"]}
+        return {
+            **row,
+            "test": relative_l2_error(Vt, cv.predict(Ut)),
+            "best_params": cv.best_params_,
+            "recorded_test": tuned["error"],
+            "recorded_params": tuned["best_params"],
+        }
     for s in ("coarse", "fine"):
-        row[s] = {f: float(np.nanmin(err[(stage == s) & (fam == f)])) for f in sorted(set(fam[stage == s]))}
+        row[s] = {
+            f: float(np.nanmin(err[(stage == s) & (fam == f)]))
+            for f in sorted(set(fam[stage == s]))
+        }
     row["test"] = {}
     for f in row["fine"]:
         i = np.flatnonzero((stage == "fine") & (fam == f))
         j = i[np.nanargmin(err[i])]
-        model = RandomFeatureOperator(n_features=N, distribution=f, gamma=float(res["gamma"][j]),
-                                      alpha=float(res["alpha"][j]), random_state=0).fit(U, V)
+        model = RandomFeatureOperator(
+            n_features=N,
+            distribution=f,
+            gamma=float(res["gamma"][j]),
+            alpha=float(res["alpha"][j]),
+            random_state=0,
+        ).fit(U, V)
         row["test"][f] = relative_l2_error(Vt, model.predict(Ut))
     return row
 

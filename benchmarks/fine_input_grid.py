@@ -31,7 +31,8 @@ def main(argv=None):
     x = np.arange(64) / 64
     U = np.random.default_rng(0).standard_normal((40, 64))
     model = RandomFeatureOperator(n_features=100, random_state=0).fit(
-        U, U, input_grid=[x], output_grid=[x], periods=1.0 if periodic else None)
+        U, U, input_grid=[x], output_grid=[x], periods=1.0 if periodic else None
+    )
     g = np.arange(n) / n if periodic else np.linspace(0, 63 / 64, n)
     X = np.sin(2 * np.pi * g)[None] + 0.1 * np.cos(6 * np.pi * g)[None]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -39,7 +40,16 @@ def main(argv=None):
     model.predict(X, input_grid=[g])
     seconds = time.perf_counter() - t0
     extra = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # KiB -> MiB
-    print(json.dumps({"n": n, "grid": kind, "extra_peak_rss_mib": round(extra, 1), "seconds": round(seconds, 3)}))
+    print(
+        json.dumps(
+            {
+                "n": n,
+                "grid": kind,
+                "extra_peak_rss_mib": round(extra, 1),
+                "seconds": round(seconds, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def smooth_data(M, n, m=32, seed=0):
     x, y, k = np.linspace(0, 1, n), np.linspace(0, 1, m), np.arange(1, 6)
     a = rng.standard_normal((M, k.size)) / k**2
     U = a @ np.sin(np.pi * np.outer(k, x))
-    V = (a * k) @ np.cos(np.pi * np.outer(k, y)) + np.sin(2 * U[:, n // 3:n // 3 + 1])
+    V = (a * k) @ np.cos(np.pi * np.outer(k, y)) + np.sin(2 * U[:, n // 3 : n // 3 + 1])
     return U, V
 
 
@@ -49,21 +49,34 @@ def main(argv=None):
     (U0, V0), (U1, V1) = (U[:1000], V[:1000]), (U[1000:], V[1000:])
     spread = float(U0.std())
     rows = []
-    print(f"{args.distribution}, n = {args.n}, N = {args.features}, alpha = {args.alpha:g}, spread {spread:.3g}")
+    print(
+        f"{args.distribution}, n = {args.n}, N = {args.features}, alpha = {args.alpha:g}, spread {spread:.3g}"
+    )
     print("offset / spread | test error f64 | test error f32 | |P32 - P64| / |P64|")
     for off in OFFSETS:
         P = {}
         for dt in ("float64", "float32"):
-            model = RandomFeatureOperator(n_features=args.features, distribution=args.distribution,
-                                          alpha=args.alpha, dtype=dt, random_state=1)
+            model = RandomFeatureOperator(
+                n_features=args.features,
+                distribution=args.distribution,
+                alpha=args.alpha,
+                dtype=dt,
+                random_state=1,
+            )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 P[dt] = model.fit(U0 + off * spread, V0).predict(U1 + off * spread)
-        row = {"offset_over_spread": off, "test_error_f64": rel(P["float64"], V1),
-               "test_error_f32": rel(P["float32"], V1), "f32_vs_f64": rel(P["float32"], P["float64"])}
+        row = {
+            "offset_over_spread": off,
+            "test_error_f64": rel(P["float64"], V1),
+            "test_error_f32": rel(P["float32"], V1),
+            "f32_vs_f64": rel(P["float32"], P["float64"]),
+        }
         rows.append(row)
-        print(f"{off:15.0e} | {row['test_error_f64']:.3e} | {row['test_error_f32']:.3e} | {row['f32_vs_f64']:.2e}",
-              flush=True)
+        print(
+            f"{off:15.0e} | {row['test_error_f64']:.3e} | {row['test_error_f32']:.3e} | {row['f32_vs_f64']:.2e}",
+            flush=True,
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)

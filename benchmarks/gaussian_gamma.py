@@ -24,7 +24,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("names", nargs="+")
     p.add_argument("--max-features", type=int, default=20000)
     p.add_argument("--data", default=str(HERE / "results" / "data"))
@@ -42,13 +44,31 @@ def main(argv=None):
         N = min(int(paper["n_features"]), args.max_features)
         for decade in (-1, 0, 1, 2, 3):
             gamma = paper["gamma"] / 10.0**decade
-            model = RandomFeatureOperator(n_features=N, distribution="gaussian", gamma=gamma, alpha=paper["alpha"],
-                                          random_state=0).fit(U, V)
+            model = RandomFeatureOperator(
+                n_features=N,
+                distribution="gaussian",
+                gamma=gamma,
+                alpha=paper["alpha"],
+                random_state=0,
+            ).fit(U, V)
             err = relative_l2_error(Vt, model.predict(Ut))
-            rows.append({"name": name, "train": len(U), "test": len(Ut), "n_features": N, "gamma": gamma,
-                         "paper_gamma": paper["gamma"], "error": err, "paper_gaussian": paper["gaussian"]})
-            print(f"{name:26s} N={N:6d} gamma={gamma:.0e} (paper's: {paper['gamma']:.0e}): error {100 * err:6.2f} %"
-                  f"  (paper's Gaussian figure {100 * paper['gaussian']:.2f} %)", flush=True)
+            rows.append(
+                {
+                    "name": name,
+                    "train": len(U),
+                    "test": len(Ut),
+                    "n_features": N,
+                    "gamma": gamma,
+                    "paper_gamma": paper["gamma"],
+                    "error": err,
+                    "paper_gaussian": paper["gaussian"],
+                }
+            )
+            print(
+                f"{name:26s} N={N:6d} gamma={gamma:.0e} (paper's: {paper['gamma']:.0e}): error {100 * err:6.2f} %"
+                f"  (paper's Gaussian figure {100 * paper['gaussian']:.2f} %)",
+                flush=True,
+            )
     Path(args.out).write_text(json.dumps(rows, indent=1))
 
 

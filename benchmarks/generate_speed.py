@@ -23,19 +23,30 @@ from rfol_dask.cluster import local_client
 
 # (samples timed, issue target in samples/s)
 PLAN = {
-    "advection1": (20000, None), "advection2": (20000, None), "advection3": (20000, None),
-    "burgers": (2000, 20), "darcy": (60, 1), "helmholtz_high": (600, 10), "helmholtz_low": (600, 10),
-    "structural_mechanics_high": (4000, 10), "structural_mechanics_low": (4000, 10),
-    "navier_stokes_high": (600, 5), "navier_stokes_low": (600, 5),
+    "advection1": (20000, None),
+    "advection2": (20000, None),
+    "advection3": (20000, None),
+    "burgers": (2000, 20),
+    "darcy": (60, 1),
+    "helmholtz_high": (600, 10),
+    "helmholtz_low": (600, 10),
+    "structural_mechanics_high": (4000, 10),
+    "structural_mechanics_low": (4000, 10),
+    "navier_stokes_high": (600, 5),
+    "navier_stokes_low": (600, 5),
 }
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--names", default=",".join(PLAN))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the sample counts")
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "generate_speed.json"))
+    parser.add_argument(
+        "--out", default=str(Path(__file__).resolve().parent / "results" / "generate_speed.json")
+    )
     args = parser.parse_args(argv)
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="rfol-gen-"))
@@ -46,17 +57,31 @@ def main(argv=None):
                 n = max(args.workers * 2, int(n * args.scale))
                 block = max(1, n // (8 * args.workers))
                 t0 = time.perf_counter()  # warm-up: one block per worker pays the set-up
-                datasets.generate(name, block * args.workers, store=tmp / f"{name}-warm.zarr", block_size=block)
+                datasets.generate(
+                    name, block * args.workers, store=tmp / f"{name}-warm.zarr", block_size=block
+                )
                 setup = time.perf_counter() - t0
                 t0 = time.perf_counter()
                 datasets.generate(name, n, store=tmp / f"{name}.zarr", seed=1, block_size=block)
                 dt = time.perf_counter() - t0
                 rate = n / dt
                 ok = "" if target is None else ("meets" if rate >= target else "MISSES")
-                print(f"{name:28s} {n:6d} samples {dt:7.1f} s  {rate:8.1f} samples/s  "
-                      f"(warm-up incl. set-up {setup:5.1f} s)  target {target or '-'} {ok}", flush=True)
-                rows.append({"name": name, "samples": n, "block_size": block, "seconds": dt,
-                             "samples_per_s": rate, "warmup_s": setup, "target": target})
+                print(
+                    f"{name:28s} {n:6d} samples {dt:7.1f} s  {rate:8.1f} samples/s  "
+                    f"(warm-up incl. set-up {setup:5.1f} s)  target {target or '-'} {ok}",
+                    flush=True,
+                )
+                rows.append(
+                    {
+                        "name": name,
+                        "samples": n,
+                        "block_size": block,
+                        "seconds": dt,
+                        "samples_per_s": rate,
+                        "warmup_s": setup,
+                        "target": target,
+                    }
+                )
             client.cluster.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

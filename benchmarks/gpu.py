@@ -84,7 +84,9 @@ def synthetic_fields(n_samples, side, seed=0, batch=1000):
     V = np.empty_like(U)
     for s in range(0, n_samples, batch):
         e = min(s + batch, n_samples)
-        coef = (rng.standard_normal((e - s, side, side)) + 1j * rng.standard_normal((e - s, side, side))) * amp
+        coef = (
+            rng.standard_normal((e - s, side, side)) + 1j * rng.standard_normal((e - s, side, side))
+        ) * amp
         u = np.fft.ifft2(coef).real
         u /= u.std(axis=(1, 2), keepdims=True)
         v = np.fft.ifft2(np.fft.fft2(u) * heat).real + 0.3 * u**2
@@ -108,9 +110,14 @@ class Device:
 
             self.cp = cupy
             props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-            self.info = {"device": props["name"].decode() if isinstance(props["name"], bytes) else props["name"],
-                         "device_memory_bytes": int(props["totalGlobalMem"]), "cupy": cupy.__version__,
-                         "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion()}
+            self.info = {
+                "device": props["name"].decode()
+                if isinstance(props["name"], bytes)
+                else props["name"],
+                "device_memory_bytes": int(props["totalGlobalMem"]),
+                "cupy": cupy.__version__,
+                "cuda_runtime": cupy.cuda.runtime.runtimeGetVersion(),
+            }
         else:
             self.cp = None
             self.info = {"device": f"cpu ({platform.processor() or platform.machine()})"}
@@ -183,14 +190,13 @@ def _with_task_stream(dev, client, fn):
     after the call began; the call's seconds before the first task and after the last one (graph
     building, gathering the results, the client's own work), and the client thread's profile
     (cProfile, cumulative)."""
-    from dask.utils import key_split
-    from distributed import get_task_stream
-
     import cProfile
     import io
+    import logging
     import pstats
 
-    import logging
+    from dask.utils import key_split
+    from distributed import get_task_stream
 
     class Lines(logging.Handler):
         def __init__(self):
@@ -215,17 +221,36 @@ def _with_task_stream(dev, client, fn):
     pstats.Stats(profile, stream=text).sort_stats("cumulative").print_stats(25)
     rows, first, last = {}, float("inf"), 0.0
     for task in ts.data:
-        row = rows.setdefault(key_split(task["key"]), {"n": 0, "compute": 0.0, "transfer": 0.0, "disk-read": 0.0,
-                                                        "start": float("inf"), "stop": 0.0})
+        row = rows.setdefault(
+            key_split(task["key"]),
+            {
+                "n": 0,
+                "compute": 0.0,
+                "transfer": 0.0,
+                "disk-read": 0.0,
+                "start": float("inf"),
+                "stop": 0.0,
+            },
+        )
         row["n"] += 1
         for ss in task["startstops"]:
             row[ss["action"]] = row.get(ss["action"], 0.0) + ss["stop"] - ss["start"]
-            row["start"], row["stop"] = min(row["start"], ss["start"] - t0), max(row["stop"], ss["stop"] - t0)
+            row["start"], row["stop"] = (
+                min(row["start"], ss["start"] - t0),
+                max(row["stop"], ss["stop"] - t0),
+            )
         first, last = min(first, row["start"]), max(last, row["stop"])
-    tasks = {"seconds": t, "before_first_task": first, "after_last_task": t - last,
-             "by_name": {k: {a: round(v, 4) for a, v in r.items()} for k, r in sorted(rows.items(), key=lambda kv: kv[1]["start"])},
-             "client_log": logs.lines,
-             "client_profile": [line for line in text.getvalue().splitlines() if line.strip()][-30:]}
+    tasks = {
+        "seconds": t,
+        "before_first_task": first,
+        "after_last_task": t - last,
+        "by_name": {
+            k: {a: round(v, 4) for a, v in r.items()}
+            for k, r in sorted(rows.items(), key=lambda kv: kv[1]["start"])
+        },
+        "client_log": logs.lines,
+        "client_profile": [line for line in text.getvalue().splitlines() if line.strip()][-30:],
+    }
     return t, out, tasks
 
 
@@ -241,7 +266,9 @@ def _one_gpu_cluster(device):
             pass
     from distributed import LocalCluster
 
-    return LocalCluster(n_workers=1, threads_per_worker=1, processes=True), "distributed.LocalCluster"
+    return LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True
+    ), "distributed.LocalCluster"
 
 
 def alpha_path(dev, U, V, sizes, n_alphas=18):
@@ -260,26 +287,52 @@ def alpha_path(dev, U, V, sizes, n_alphas=18):
         if M + Mv > len(U):
             rows.append({"M": M, "skipped": f"needs {M + Mv} training rows, the size has {len(U)}"})
             continue
-        X, Y = dev.put(U[:M + Mv]), dev.put(V[:M + Mv, :64])
-        omega, b = (dev.put(a) for a in draw_frequencies(U.shape[1], M, "cauchy", 1.0 / U.shape[1], None, 0))
+        X, Y = dev.put(U[: M + Mv]), dev.put(V[: M + Mv, :64])
+        omega, b = (
+            dev.put(a) for a in draw_frequencies(U.shape[1], M, "cauchy", 1.0 / U.shape[1], None, 0)
+        )
         A = feature_map(X, omega, b, n_features=M)
         A -= A[:M].mean(axis=0)
         K = A[M:] @ A[:M].T
         alphas = 10.0 ** np.arange(-12, -12 + n_alphas)
-        timed(dev, lambda: EigenPath(A[:M] @ A[:M].T, K, Y[:M]).errors(alphas[:1], Y[M:]))  # warm-up
+        timed(
+            dev, lambda: EigenPath(A[:M] @ A[:M].T, K, Y[:M]).errors(alphas[:1], Y[M:])
+        )  # warm-up
         t_eigh, path = timed(dev, lambda: EigenPath(A[:M] @ A[:M].T, K, Y[:M]))
         t_scores, _ = timed(dev, lambda: path.errors(alphas, Y[M:]))
         G = backend.fortran_copy(A[:M] @ A[:M].T)
         t_chol, _ = timed(dev, lambda: cholesky_errors(G, K, Y[:M], Y[M:], [1e-6]))
-        rows.append({"M": M, "eigh_s": t_eigh, "path_scores_s": t_scores, "n_alphas": n_alphas,
-                     "cholesky_alpha_s": t_chol, "break_even_alphas": (t_eigh + t_scores) / t_chol,
-                     "cpu_rule_break_even": float(np.sqrt(M) / 3)})
+        rows.append(
+            {
+                "M": M,
+                "eigh_s": t_eigh,
+                "path_scores_s": t_scores,
+                "n_alphas": n_alphas,
+                "cholesky_alpha_s": t_chol,
+                "break_even_alphas": (t_eigh + t_scores) / t_chol,
+                "cpu_rule_break_even": float(np.sqrt(M) / 3),
+            }
+        )
         print("alpha_path", json.dumps(rows[-1]), flush=True)
     return rows
 
 
-def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_full=False, select=0, out=None,
-        features=None, zarr_codecs=("none",), zarr_modes=("auto",), alpha_sizes=()):
+def run(
+    size,
+    device,
+    repeats,
+    alpha,
+    dask_mode,
+    seed=0,
+    zarr_mode=False,
+    equal_full=False,
+    select=0,
+    out=None,
+    features=None,
+    zarr_codecs=("none",),
+    zarr_modes=("auto",),
+    alpha_sizes=(),
+):
     from rfol_dask import RandomFeatureOperator
 
     M, side, M_test, feature_counts, M_eq = SIZES[size]
@@ -290,19 +343,37 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
     U, V = synthetic_fields(M + M_test, side, seed)
     U_train, V_train, U_test, V_test = U[:M], V[:M], U[M:], V[M:]
     gamma = median_gamma(U_train)
-    report = {**dev.info, "size": size, "M": M, "n": side * side, "m": side * side, "M_test": M_test,
-              "gamma": gamma, "alpha": alpha, "dtype": "float64", "distribution": "cauchy",
-              "data": "synthetic smooth 64x64-type fields (not the Navier-Stokes generator)",
-              "data_seconds": time.perf_counter() - t0, "runs": [], "stages": {}}
+    report = {
+        **dev.info,
+        "size": size,
+        "M": M,
+        "n": side * side,
+        "m": side * side,
+        "M_test": M_test,
+        "gamma": gamma,
+        "alpha": alpha,
+        "dtype": "float64",
+        "distribution": "cauchy",
+        "data": "synthetic smooth 64x64-type fields (not the Navier-Stokes generator)",
+        "data_seconds": time.perf_counter() - t0,
+        "runs": [],
+        "stages": {},
+    }
     Ug, Vg, Ug_test = dev.put(U_train), dev.put(V_train), dev.put(U_test)
     kept = {}  # predictions of the in-memory fit at N0, and its time
 
     def model(N, **kw):
-        return RandomFeatureOperator(n_features=N, gamma=gamma, alpha=alpha, random_state=seed, **kw)
+        return RandomFeatureOperator(
+            n_features=N, gamma=gamma, alpha=alpha, random_state=seed, **kw
+        )
 
     def warmup():  # compiles the CuPy kernels and creates the cuBLAS / cuSOLVER handles
         warm_N = min(N0, 2 * M_eq)
-        return {"seconds": timed(dev, lambda: model(warm_N).fit(dev.put(U_train[:M_eq]), dev.put(V_train[:M_eq])))[0]}
+        return {
+            "seconds": timed(
+                dev, lambda: model(warm_N).fit(dev.put(U_train[:M_eq]), dev.put(V_train[:M_eq]))
+            )[0]
+        }
 
     _stage(report, "warmup", warmup, out)
 
@@ -319,14 +390,22 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
         t, P = timed(dev, lambda: est.predict(Ug_test))
         P = dev.get(P)
         row.update(predict_seconds=t, test_rel_l2=rel_l2(V_test, P))
-        row["model_bytes"] = b = {"gram_8M2": 8 * M * M, "slab": slab_bytes(M, N), "U": U_train.nbytes,
-                                  "V": V_train.nbytes, "features_8MN_cpu_only": 8 * M * N,
-                                  "coef_8Nm": 8 * N * V.shape[1], "omega_8nN": 8 * U.shape[1] * N, "b_8N": 8 * N}
+        row["model_bytes"] = b = {
+            "gram_8M2": 8 * M * M,
+            "slab": slab_bytes(M, N),
+            "U": U_train.nbytes,
+            "V": V_train.nbytes,
+            "features_8MN_cpu_only": 8 * M * N,
+            "coef_8Nm": 8 * N * V.shape[1],
+            "omega_8nN": 8 * U.shape[1] * N,
+            "b_8N": 8 * N,
+        }
         if row["peak_gpu_bytes"]:
             target = b["gram_8M2"] + b["slab"] + b["U"] + b["V"]
             row["peak_over_target"] = row["peak_gpu_bytes"] / target
             row["peak_less_model_arrays_over_target"] = (
-                row["peak_gpu_bytes"] - b["omega_8nN"] - b["b_8N"] - b["coef_8Nm"]) / target
+                row["peak_gpu_bytes"] - b["omega_8nN"] - b["b_8N"] - b["coef_8Nm"]
+            ) / target
         if N == N0:
             kept.update(P=P, seconds=row["fit_seconds"])
         del est
@@ -341,28 +420,38 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
         P = dev.get(est.predict(U_test))
         res = {"fit_seconds": seconds}
         if "P" in kept:
-            res.update(over_in_memory=seconds / kept["seconds"],
-                       max_rel_diff_predictions=float(np.abs(P - kept["P"]).max() / np.abs(kept["P"]).max()))
+            res.update(
+                over_in_memory=seconds / kept["seconds"],
+                max_rel_diff_predictions=float(
+                    np.abs(P - kept["P"]).max() / np.abs(kept["P"]).max()
+                ),
+            )
         return res
 
     if device == "cuda":
+
         def numpy_input():
             t, est = timed(dev, lambda: model(N0, device="cuda").fit(U_train, V_train))
             return against_in_memory(est, t)
 
         _stage(report, "numpy_input_device_cuda", numpy_input, out)
     if dask_mode:
+
         def dask_threads():
             import dask
             import dask.array as da
 
-            Ud, Vd = da.from_array(U_train, chunks=(2000, -1)), da.from_array(V_train, chunks=(2000, -1))
+            Ud, Vd = (
+                da.from_array(U_train, chunks=(2000, -1)),
+                da.from_array(V_train, chunks=(2000, -1)),
+            )
             with dask.config.set(scheduler="threads"):
                 t, est = timed(dev, lambda: model(N0, device=device, solver="dual").fit(Ud, Vd))
             return against_in_memory(est, t)
 
         _stage(report, "dask_threads_streamed", dask_threads, out)
     if zarr_mode:
+
         def from_zarr(codec, mode):
             import tempfile
 
@@ -378,15 +467,22 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
             da.from_array(V_train, chunks=(2000, -1)).to_zarr(str(store / "V.zarr"), **kw)
             t_write = time.perf_counter() - t_write
             cluster, kind = _one_gpu_cluster(device)
-            with cluster, Client(cluster) as client, dask.config.set({"rfol_dask.device-features": mode}):
+            with (
+                cluster,
+                Client(cluster) as client,
+                dask.config.set({"rfol_dask.device-features": mode}),
+            ):
                 Uz, Vz = da.from_zarr(str(store / "U.zarr")), da.from_zarr(str(store / "V.zarr"))
                 times = []
                 for r in range(max(2, repeats)):  # the first includes the worker's CUDA start-up
                     if r == max(2, repeats) - 1:  # the last fit: where its time goes, task by task
-                        t, est, tasks = _with_task_stream(dev, client, lambda: model(
-                            N0, device=device, solver="dual").fit(Uz, Vz))
+                        t, est, tasks = _with_task_stream(
+                            dev, client, lambda: model(N0, device=device, solver="dual").fit(Uz, Vz)
+                        )
                     else:
-                        t, est = timed(dev, lambda: model(N0, device=device, solver="dual").fit(Uz, Vz))
+                        t, est = timed(
+                            dev, lambda: model(N0, device=device, solver="dual").fit(Uz, Vz)
+                        )
                     times.append(t)
                 res = against_in_memory(est, statistics.median(times[1:]))
                 # the floor of any fit from this store: reading (and decompressing) U and V on the worker
@@ -398,16 +494,28 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
                 wait(made)
                 t_gather, _ = timed(dev, made.result)
                 del made
-                res.update(cluster=kind, worker_threads=sum(client.nthreads().values()), fit_seconds_all=times,
-                           zarr_codec=codec, feature_mode=mode, zarr_write_seconds=t_write, zarr_read_seconds=t_read,
-                           coef_gather_seconds=t_gather, last_fit_tasks=tasks, chunks=list(Uz.chunks[0]),
-                           coef_type=type(est.coef_).__module__)
+                res.update(
+                    cluster=kind,
+                    worker_threads=sum(client.nthreads().values()),
+                    fit_seconds_all=times,
+                    zarr_codec=codec,
+                    feature_mode=mode,
+                    zarr_write_seconds=t_write,
+                    zarr_read_seconds=t_read,
+                    coef_gather_seconds=t_gather,
+                    last_fit_tasks=tasks,
+                    chunks=list(Uz.chunks[0]),
+                    coef_type=type(est.coef_).__module__,
+                )
             return res
 
         for codec in zarr_codecs:
             for mode in zarr_modes:
-                name = "zarr_one_gpu_worker" + ("" if codec == "none" else f"_{codec}") + (
-                    "" if mode == "auto" else f"_{mode}")
+                name = (
+                    "zarr_one_gpu_worker"
+                    + ("" if codec == "none" else f"_{codec}")
+                    + ("" if mode == "auto" else f"_{mode}")
+                )
                 _stage(report, name, lambda codec=codec, mode=mode: from_zarr(codec, mode), out)
 
     def equality_small():
@@ -415,47 +523,93 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
         cpu = model(N_eq).fit(U_train[:M_eq], V_train[:M_eq])
         here = model(N_eq).fit(dev.put(U_train[:M_eq]), dev.put(V_train[:M_eq]))
         P_cpu, P_dev = cpu.predict(U_test), dev.get(here.predict(dev.put(U_test)))
-        return {"M": M_eq, "N": N_eq, "max_rel_diff_predictions": float(np.abs(P_dev - P_cpu).max() / np.abs(P_cpu).max())}
+        return {
+            "M": M_eq,
+            "N": N_eq,
+            "max_rel_diff_predictions": float(np.abs(P_dev - P_cpu).max() / np.abs(P_cpu).max()),
+        }
 
     _stage(report, "equality_small", equality_small, out)
     if alpha_sizes:
-        _stage(report, "alpha_path", lambda: {"sizes": alpha_path(dev, U_train, V_train, alpha_sizes)}, out)
+        _stage(
+            report,
+            "alpha_path",
+            lambda: {"sizes": alpha_path(dev, U_train, V_train, alpha_sizes)},
+            out,
+        )
     if equal_full and "P" in kept:
+
         def equality_full():  # the CPU fit at the full size (M, N0): minutes on a many-core host
             t, cpu = timed(dev, lambda: model(N0).fit(U_train, V_train))
             P_cpu = cpu.predict(U_test)
-            return {"M": M, "N": N0, "cpu_fit_seconds": t, "cpu_test_rel_l2": rel_l2(V_test, P_cpu),
-                    "max_rel_diff_predictions": float(np.abs(kept["P"] - P_cpu).max() / np.abs(P_cpu).max())}
+            return {
+                "M": M,
+                "N": N0,
+                "cpu_fit_seconds": t,
+                "cpu_test_rel_l2": rel_l2(V_test, P_cpu),
+                "max_rel_diff_predictions": float(
+                    np.abs(kept["P"] - P_cpu).max() / np.abs(P_cpu).max()
+                ),
+            }
 
         _stage(report, "equality_full", equality_full, out)
     if select:
+
         def selection():
             from rfol_dask import RandomFeatureOperatorCV
 
             k = min(select, M)
             Us, Vs = dev.put(U_train[:k]), dev.put(V_train[:k])
-            cv = RandomFeatureOperatorCV(n_features=min(N0, 2 * k), random_state=seed, device=device)
+            cv = RandomFeatureOperatorCV(
+                n_features=min(N0, 2 * k), random_state=seed, device=device
+            )
             t, cv = timed(dev, lambda: cv.fit(Us, Vs))
             best = {key: cv.best_params_[key] for key in cv.best_params_}
-            t_fit, _ = timed(dev, lambda: RandomFeatureOperator(random_state=seed, **best).fit(Us, Vs))
+            t_fit, _ = timed(
+                dev, lambda: RandomFeatureOperator(random_state=seed, **best).fit(Us, Vs)
+            )
             P = dev.get(cv.predict(Ug_test))
-            res = {"train": k, "search_seconds": t, "fit_seconds_best": t_fit, "search_over_fit": t / t_fit,
-                   "best_params": best, "best_score": cv.best_score_, "test_rel_l2": rel_l2(V_test, P),
-                   "candidates": len(cv.cv_results_["alpha"])}
-            if device == "cuda":  # the same search on the host's cores, for the ratio (numpy in, device="cpu")
-                t_cpu, cpu = timed(dev, lambda: RandomFeatureOperatorCV(n_features=min(N0, 2 * k), random_state=seed)
-                                   .fit(U_train[:k], V_train[:k]))
+            res = {
+                "train": k,
+                "search_seconds": t,
+                "fit_seconds_best": t_fit,
+                "search_over_fit": t / t_fit,
+                "best_params": best,
+                "best_score": cv.best_score_,
+                "test_rel_l2": rel_l2(V_test, P),
+                "candidates": len(cv.cv_results_["alpha"]),
+            }
+            if (
+                device == "cuda"
+            ):  # the same search on the host's cores, for the ratio (numpy in, device="cpu")
+                t_cpu, cpu = timed(
+                    dev,
+                    lambda: RandomFeatureOperatorCV(
+                        n_features=min(N0, 2 * k), random_state=seed
+                    ).fit(U_train[:k], V_train[:k]),
+                )
                 errs = np.asarray(cv.cv_results_["mean_test_score"])
                 cpu_errs = np.asarray(cpu.cv_results_["mean_test_score"])
-                res.update({"cpu_search_seconds": t_cpu, "gpu_over_cpu_search": t / t_cpu,
-                            "same_best_params": cpu.best_params_ == cv.best_params_})
-                if errs.shape == cpu_errs.shape:  # candidates under the rounding floor are NaN (not scored)
+                res.update(
+                    {
+                        "cpu_search_seconds": t_cpu,
+                        "gpu_over_cpu_search": t / t_cpu,
+                        "same_best_params": cpu.best_params_ == cv.best_params_,
+                    }
+                )
+                if (
+                    errs.shape == cpu_errs.shape
+                ):  # candidates under the rounding floor are NaN (not scored)
                     scored = np.isfinite(errs) & np.isfinite(cpu_errs)
-                    res["same_unscored"] = bool(np.array_equal(np.isfinite(errs), np.isfinite(cpu_errs)))
+                    res["same_unscored"] = bool(
+                        np.array_equal(np.isfinite(errs), np.isfinite(cpu_errs))
+                    )
                     rel = np.abs(errs[scored] - cpu_errs[scored]) / np.abs(errs[scored])
                     # the largest sits at the smallest alphas, where rounding decides (cond ~ |G| / alpha)
                     res["max_rel_diff_validation_errors"] = float(np.max(rel)) if rel.size else None
-                    res["median_rel_diff_validation_errors"] = float(np.median(rel)) if rel.size else None
+                    res["median_rel_diff_validation_errors"] = (
+                        float(np.median(rel)) if rel.size else None
+                    )
             return res
 
         _stage(report, "selection", selection, out)
@@ -463,39 +617,92 @@ def run(size, device, repeats, alpha, dask_mode, seed=0, zarr_mode=False, equal_
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--alpha", type=float, default=1e-6)
-    parser.add_argument("--dask", action="store_true", help="also time the streamed dask dual (threads, numpy chunks)")
-    parser.add_argument("--zarr", action="store_true",
-                        help="also time the fit from a Zarr store through a one-GPU dask worker (dask-cuda if installed)")
-    parser.add_argument("--zarr-codecs", type=lambda t: t.split(","), default=["none"], metavar="none,zstd",
-                        help="codecs of the Zarr stores, one timed stage each (none: uncompressed, as rfol_dask "
-                             "stores its data sets; zstd: zarr's default)")
-    parser.add_argument("--zarr-modes", type=lambda t: t.split(","), default=["auto"], metavar="auto,slabs",
-                        help="rfol_dask.device-features of the Zarr fits, one timed stage each (auto: the rows mode "
-                             "where the GPU has room; slabs: the slabs of the stacked rows)")
-    parser.add_argument("--equal-full", action="store_true",
-                        help="also compare with the CPU fit at the full size and the first N (minutes on the host)")
-    parser.add_argument("--select", type=int, default=0, metavar="SAMPLES",
-                        help="also time RandomFeatureOperatorCV's default search on this many training samples "
-                             "(on the device, then on the host's cores for the ratio)")
-    parser.add_argument("--alpha-path", type=lambda t: [int(x) for x in t.split(",")], default=(), metavar="M,M",
-                        help="also time the ridge path's eigh against one Cholesky per alpha on the device at "
-                             "these Gram sizes (the break-even of tuning.eigh_pays)")
-    parser.add_argument("--features", type=lambda t: [int(x) for x in t.split(",")], default=None, metavar="N,N",
-                        help="feature counts of the in-memory fits (default: the size's; the first is also the "
-                             "Zarr and equality fits')")
-    parser.add_argument("--out", default=None, help="results JSON (default benchmarks/results/gpu_SIZE_DEVICE.json)")
+    parser.add_argument(
+        "--dask",
+        action="store_true",
+        help="also time the streamed dask dual (threads, numpy chunks)",
+    )
+    parser.add_argument(
+        "--zarr",
+        action="store_true",
+        help="also time the fit from a Zarr store through a one-GPU dask worker (dask-cuda if installed)",
+    )
+    parser.add_argument(
+        "--zarr-codecs",
+        type=lambda t: t.split(","),
+        default=["none"],
+        metavar="none,zstd",
+        help="codecs of the Zarr stores, one timed stage each (none: uncompressed, as rfol_dask "
+        "stores its data sets; zstd: zarr's default)",
+    )
+    parser.add_argument(
+        "--zarr-modes",
+        type=lambda t: t.split(","),
+        default=["auto"],
+        metavar="auto,slabs",
+        help="rfol_dask.device-features of the Zarr fits, one timed stage each (auto: the rows mode "
+        "where the GPU has room; slabs: the slabs of the stacked rows)",
+    )
+    parser.add_argument(
+        "--equal-full",
+        action="store_true",
+        help="also compare with the CPU fit at the full size and the first N (minutes on the host)",
+    )
+    parser.add_argument(
+        "--select",
+        type=int,
+        default=0,
+        metavar="SAMPLES",
+        help="also time RandomFeatureOperatorCV's default search on this many training samples "
+        "(on the device, then on the host's cores for the ratio)",
+    )
+    parser.add_argument(
+        "--alpha-path",
+        type=lambda t: [int(x) for x in t.split(",")],
+        default=(),
+        metavar="M,M",
+        help="also time the ridge path's eigh against one Cholesky per alpha on the device at "
+        "these Gram sizes (the break-even of tuning.eigh_pays)",
+    )
+    parser.add_argument(
+        "--features",
+        type=lambda t: [int(x) for x in t.split(",")],
+        default=None,
+        metavar="N,N",
+        help="feature counts of the in-memory fits (default: the size's; the first is also the "
+        "Zarr and equality fits')",
+    )
+    parser.add_argument(
+        "--out", default=None, help="results JSON (default benchmarks/results/gpu_SIZE_DEVICE.json)"
+    )
     args = parser.parse_args(argv)
-    out = Path(args.out or Path(__file__).resolve().parent / "results" / f"gpu_{args.size}_{args.device}.json")
+    out = Path(
+        args.out
+        or Path(__file__).resolve().parent / "results" / f"gpu_{args.size}_{args.device}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
-    report = run(args.size, args.device, args.repeats, args.alpha, args.dask, zarr_mode=args.zarr,
-                 equal_full=args.equal_full, select=args.select, out=out, features=args.features,
-                 zarr_codecs=tuple(args.zarr_codecs), zarr_modes=tuple(args.zarr_modes),
-                 alpha_sizes=tuple(args.alpha_path))
+    report = run(
+        args.size,
+        args.device,
+        args.repeats,
+        args.alpha,
+        args.dask,
+        zarr_mode=args.zarr,
+        equal_full=args.equal_full,
+        select=args.select,
+        out=out,
+        features=args.features,
+        zarr_codecs=tuple(args.zarr_codecs),
+        zarr_modes=tuple(args.zarr_modes),
+        alpha_sizes=tuple(args.alpha_path),
+    )
     out.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {out}")
     return report

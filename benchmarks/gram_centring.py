@@ -64,11 +64,20 @@ def main():
         t_before, Kb = timed(before, K0, args.repeats)
         t_after, Ka = timed(after, K0, args.repeats)
         H = np.abs(Ka - Kb).max() / np.abs(Kb).max()
-        rows.append({"M": M, "before_s": t_before, "after_s": t_after, "max_rel_diff": float(H),
-                     "after_exactly_symmetric": bool(np.array_equal(Ka, Ka.T))})
-        print(f"M = {M:6d}: before {t_before * 1e3:7.1f} ms, after {t_after * 1e3:7.1f} ms "
-              f"({t_after / t_before:.2f} x); results differ by {H:.1e}, after exactly symmetric: "
-              f"{rows[-1]['after_exactly_symmetric']}")
+        rows.append(
+            {
+                "M": M,
+                "before_s": t_before,
+                "after_s": t_after,
+                "max_rel_diff": float(H),
+                "after_exactly_symmetric": bool(np.array_equal(Ka, Ka.T)),
+            }
+        )
+        print(
+            f"M = {M:6d}: before {t_before * 1e3:7.1f} ms, after {t_after * 1e3:7.1f} ms "
+            f"({t_after / t_before:.2f} x); results differ by {H:.1e}, after exactly symmetric: "
+            f"{rows[-1]['after_exactly_symmetric']}"
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"blas": blas, "rows": rows}, f, indent=1)

@@ -20,6 +20,7 @@ gamma multiples 1/1024 ... 1/16 of the default grid: which gamma it would grow. 
 argument names another law than the rational quadratic one (e.g. ``gaussian``; ``student_t:5``
 for a law with its ``nu``).
 """
+
 import json
 import sys
 import time
@@ -44,7 +45,10 @@ def best_per(res, keys):
     for i, key in enumerate(zip(*(np.asarray(res[k]) for k in keys))):
         if np.isfinite(err[i]) and err[i] < groups.get(key, (np.inf,))[0]:
             groups[key] = (float(err[i]), float(ridge[i]))
-    return {" ".join(f"{k}={float(v):.4g}" for k, v in zip(keys, key)): v for key, v in sorted(groups.items())}
+    return {
+        " ".join(f"{k}={float(v):.4g}" for k, v in zip(keys, key)): v
+        for key, v in sorted(groups.items())
+    }
 
 
 def _training_samples(M):
@@ -75,14 +79,31 @@ def limit_rows(fractions, out, law="rational_quadratic"):
     for frac in fractions:
         cv_module.LIMIT_ROWS_FRACTION = frac
         t0 = time.perf_counter()
-        cv = LimitStageOnly(n_features=4000, max_features=160000, distributions=(law,), coarse=None, nu=nu,
-                            gammas=(1.220703125e-4,), limit_gammas=tuple(4.0 ** np.arange(-5, -1)),
-                            alphas=tuple(10.0 ** np.arange(-18, -3)), score_outputs=512, random_state=0,
-                            refit=False).fit(train)
+        cv = LimitStageOnly(
+            n_features=4000,
+            max_features=160000,
+            distributions=(law,),
+            coarse=None,
+            nu=nu,
+            gammas=(1.220703125e-4,),
+            limit_gammas=tuple(4.0 ** np.arange(-5, -1)),
+            alphas=tuple(10.0 ** np.arange(-18, -3)),
+            score_outputs=512,
+            random_state=0,
+            refit=False,
+        ).fit(train)
         res = cv.cv_results_
-        rows.append({"law": law, "nu": nu, "fraction": frac, "n_train_rows": int(res["n_train_rows"][0]),
-                     "n_features": int(res["n_features"][0]),
-                     "best": best_per(res, ("scale_multiple",)), "seconds": time.perf_counter() - t0})
+        rows.append(
+            {
+                "law": law,
+                "nu": nu,
+                "fraction": frac,
+                "n_train_rows": int(res["n_train_rows"][0]),
+                "n_features": int(res["n_features"][0]),
+                "best": best_per(res, ("scale_multiple",)),
+                "seconds": time.perf_counter() - t0,
+            }
+        )
         print(json.dumps(rows[-1], indent=1), flush=True)
     out.write_text(json.dumps({"limit_rows": rows}, indent=1))
 
@@ -95,20 +116,36 @@ def main(argv=None):
     train = _training_samples(M)
     row = {"M": M, "N": [N_max // 16, N_max // 4, N_max]}
     t0 = time.perf_counter()
-    rf = RandomFeatureOperatorCV(distributions=("rational_quadratic",), coarse=None, n_features=row["N"],
-                                 gammas=(1.220703125e-4, 1 / 256, 1 / 64, 1 / 16, 1 / 4),
-                                 alphas=tuple(10.0 ** np.arange(-18, -5)), score_outputs=512, random_state=0,
-                                 refit=False).fit(train)
-    row["rf"] = {"best": best_per(rf.cv_results_, ("scale_multiple", "n_features")),
-                 "median_gamma": rf.median_scales_["rational_quadratic"], "seconds": time.perf_counter() - t0}
+    rf = RandomFeatureOperatorCV(
+        distributions=("rational_quadratic",),
+        coarse=None,
+        n_features=row["N"],
+        gammas=(1.220703125e-4, 1 / 256, 1 / 64, 1 / 16, 1 / 4),
+        alphas=tuple(10.0 ** np.arange(-18, -5)),
+        score_outputs=512,
+        random_state=0,
+        refit=False,
+    ).fit(train)
+    row["rf"] = {
+        "best": best_per(rf.cv_results_, ("scale_multiple", "n_features")),
+        "median_gamma": rf.median_scales_["rational_quadratic"],
+        "seconds": time.perf_counter() - t0,
+    }
     print(json.dumps(row["rf"], indent=1), flush=True)
     if "--kernel" in argv:
         t0 = time.perf_counter()
-        kern = KernelOperatorCV(kernels=("inverse_quadratic",), length_scales=tuple(4.0 ** np.arange(-1, 6)),
-                                nuggets=tuple(10.0 ** np.arange(-18, -4)), coarse=None, refit=False).fit(train)
-        row["kernel"] = {"best": best_per(kern.cv_results_, ("length_scale",)),
-                         "median_length_scale": kern.median_scales_["inverse_quadratic"],
-                         "seconds": time.perf_counter() - t0}
+        kern = KernelOperatorCV(
+            kernels=("inverse_quadratic",),
+            length_scales=tuple(4.0 ** np.arange(-1, 6)),
+            nuggets=tuple(10.0 ** np.arange(-18, -4)),
+            coarse=None,
+            refit=False,
+        ).fit(train)
+        row["kernel"] = {
+            "best": best_per(kern.cv_results_, ("length_scale",)),
+            "median_length_scale": kern.median_scales_["inverse_quadratic"],
+            "seconds": time.perf_counter() - t0,
+        }
         print(json.dumps(row["kernel"], indent=1), flush=True)
     out.write_text(json.dumps(row, indent=1))
 

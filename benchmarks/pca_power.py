@@ -37,9 +37,14 @@ def kernel(ds, M, powers, out):
     for q in powers:
         X = U if q is None else (U - U[:n_fit].mean(axis=0)) @ pca_metric(U[:n_fit], q)
         t0 = time.perf_counter()
-        cv = KernelOperatorCV(kernels=("rbf", "matern52", "inverse_quadratic"), refit=False).fit(X, V)
-        res["powers"][str(q)] = {"validation_error": -cv.best_score_, "best_params": cv.best_params_,
-                                 "seconds": time.perf_counter() - t0}
+        cv = KernelOperatorCV(kernels=("rbf", "matern52", "inverse_quadratic"), refit=False).fit(
+            X, V
+        )
+        res["powers"][str(q)] = {
+            "validation_error": -cv.best_score_,
+            "best_params": cv.best_params_,
+            "seconds": time.perf_counter() - t0,
+        }
         print(q, json.dumps(res["powers"][str(q)], default=float), flush=True)
         out.write_text(json.dumps(res, indent=1, default=float))
     return res
@@ -58,10 +63,15 @@ def main(argv=None):
     res = {"M": M, "N": N, "laws": laws.get("distributions", "default"), "powers": {}}
     for q in powers:
         t0 = time.perf_counter()
-        cv = RandomFeatureOperatorCV(n_features=N, pca_power=q, random_state=0, refit=False, score_outputs=512,
-                                     **laws).fit(ds)
-        res["powers"][str(q)] = {"validation_error": -cv.best_score_, "best_params": cv.best_params_,
-                                 "median_scales": cv.median_scales_, "seconds": time.perf_counter() - t0}
+        cv = RandomFeatureOperatorCV(
+            n_features=N, pca_power=q, random_state=0, refit=False, score_outputs=512, **laws
+        ).fit(ds)
+        res["powers"][str(q)] = {
+            "validation_error": -cv.best_score_,
+            "best_params": cv.best_params_,
+            "median_scales": cv.median_scales_,
+            "seconds": time.perf_counter() - t0,
+        }
         print(q, json.dumps(res["powers"][str(q)], default=float), flush=True)
         out.write_text(json.dumps(res, indent=1, default=float))
     return res

@@ -44,15 +44,29 @@ HERE = Path(__file__).resolve().parent
 
 PROBLEMS = {
     "darcy": dict(
-        res=(13, 26, 51, 101), train=1000, test=200, n_features=10_000, gamma=2e-4, gamma_points=29**2,
-        alpha=1e-12, paper=(8.18, 8.35, 8.30, 8.53),
+        res=(13, 26, 51, 101),
+        train=1000,
+        test=200,
+        n_features=10_000,
+        gamma=2e-4,
+        gamma_points=29**2,
+        alpha=1e-12,
+        paper=(8.18, 8.35, 8.30, 8.53),
         # (R_U, R_V): the default, and the piecewise-constant-aware input map
-        recoveries=(("cubic", "cubic"), ("nearest", "cubic"))),
+        recoveries=(("cubic", "cubic"), ("nearest", "cubic")),
+    ),
     "helmholtz": dict(
-        res=(29, 31, 36, 43), train=1000, test=1000, n_features=5000, gamma=1e-5, gamma_points=26**2,
-        alpha=1e-13, paper=(4.06, 3.95, 3.88, 3.98),
+        res=(29, 31, 36, 43),
+        train=1000,
+        test=1000,
+        n_features=5000,
+        gamma=1e-5,
+        gamma_points=26**2,
+        alpha=1e-13,
+        paper=(4.06, 3.95, 3.88, 3.98),
         # the default, and the random-feature R_V (the outputs oscillate at ~3.5 points per wavelength)
-        recoveries=(("cubic", "cubic"), ("cubic", "rf"))),
+        recoveries=(("cubic", "cubic"), ("cubic", "rf")),
+    ),
 }
 DARCY_SOLVE, DARCY_STRIDES = 301, {13: 25, 26: 12, 51: 6, 101: 3}
 
@@ -105,8 +119,14 @@ def load_data(problem, n_samples, seed, workers, cache):
     starts = list(range(0, n_samples, block))
     t0 = time.perf_counter()
     with ProcessPoolExecutor(workers) as pool:
-        parts = list(pool.map(make, [seed] * len(starts), starts, [min(s + block, n_samples) for s in starts]))
-    print(f"  generated {n_samples} {problem} samples in {time.perf_counter() - t0:.0f} s", flush=True)
+        parts = list(
+            pool.map(
+                make, [seed] * len(starts), starts, [min(s + block, n_samples) for s in starts]
+            )
+        )
+    print(
+        f"  generated {n_samples} {problem} samples in {time.perf_counter() - t0:.0f} s", flush=True
+    )
     data = {k: tuple(np.concatenate([p[k][j] for p in parts]) for j in (0, 1)) for k in res}
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **{f"in{k}": data[k][0] for k in res}, **{f"out{k}": data[k][1] for k in res})
@@ -128,16 +148,24 @@ def run(problem, distribution, data, n_train, settings, n_features):
     for k in res:
         U, V = data[k]
         gamma = settings["gamma"] * settings["gamma_points"] / k**2
-        model = RandomFeatureOperator(n_features=n_features, distribution=distribution, gamma=gamma,
-                                      alpha=settings["alpha"], random_state=0)
+        model = RandomFeatureOperator(
+            n_features=n_features,
+            distribution=distribution,
+            gamma=gamma,
+            alpha=settings["alpha"],
+            random_state=0,
+        )
         t0 = time.perf_counter()
         model.fit(U[:n_train], V[:n_train], input_grid=grid(k), output_grid=grid(k))
         row["fit_s"][k] = time.perf_counter() - t0
         row["gamma"][k] = gamma
         row["same"][k] = relative_l2_error(V[n_train:], model.predict(U[n_train:]))
         models[k] = model
-        print(f"  {problem:9s} {distribution:8s} {k:3d}x{k:<3d} same-resolution error {100 * row['same'][k]:.2f} %"
-              f"  (fit {row['fit_s'][k]:.1f} s)", flush=True)
+        print(
+            f"  {problem:9s} {distribution:8s} {k:3d}x{k:<3d} same-resolution error {100 * row['same'][k]:.2f} %"
+            f"  (fit {row['fit_s'][k]:.1f} s)",
+            flush=True,
+        )
     coarse = models[k0]
     for r_u, r_v in settings["recoveries"]:
         name = f"{r_u}/{r_v}"
@@ -151,34 +179,57 @@ def run(problem, distribution, data, n_train, settings, n_features):
             # what R_V alone loses: the true coarse test outputs read on the fine grid
             floor = make_recovery(r_v, grid(k0)).resample(data[k0][1][n_train:], grid(k))
             row["recovery_only"][name][k] = relative_l2_error(V[n_train:], floor)
-            print(f"  {problem:9s} {distribution:8s} train {k0}x{k0} -> test {k}x{k} ({name}): "
-                  f"{100 * row['cross'][name][k]:.2f} %  (R_V alone {100 * row['recovery_only'][name][k]:.2f} %)",
-                  flush=True)
+            print(
+                f"  {problem:9s} {distribution:8s} train {k0}x{k0} -> test {k}x{k} ({name}): "
+                f"{100 * row['cross'][name][k]:.2f} %  (R_V alone {100 * row['recovery_only'][name][k]:.2f} %)",
+                flush=True,
+            )
     same = np.array([row["same"][k] for k in res])
     row["same_spread"] = float((same.max() - same.min()) / same.min())
-    row["cross_ratio"] = {name: max(c[k] / row["same"][k] for k in res[1:]) for name, c in row["cross"].items()}
+    row["cross_ratio"] = {
+        name: max(c[k] / row["same"][k] for k in res[1:]) for name, c in row["cross"].items()
+    }
     return row
 
 
 def table(problem, distribution, row, settings, sizes):
     res = settings["res"]
     head = " | ".join(f"{k}x{k}" for k in res)
-    lines = [f"**{problem}, {distribution}** (N = {sizes['n_features']}, train {sizes['train']}, "
-             f"test {sizes['test']}; relative L2 test error, %)", "",
-             f"| | {head} | spread / worst ratio |", "|---" * (len(res) + 2) + "|"]
-    lines.append("| paper (train = test resolution) | " + " | ".join(f"{p:.2f}" for p in settings["paper"]) + " | |")
-    lines.append("| train = test resolution | " + " | ".join(f"{100 * row['same'][k]:.2f}" for k in res)
-                 + f" | spread {100 * row['same_spread']:.1f} % |")
+    lines = [
+        f"**{problem}, {distribution}** (N = {sizes['n_features']}, train {sizes['train']}, "
+        f"test {sizes['test']}; relative L2 test error, %)",
+        "",
+        f"| | {head} | spread / worst ratio |",
+        "|---" * (len(res) + 2) + "|",
+    ]
+    lines.append(
+        "| paper (train = test resolution) | "
+        + " | ".join(f"{p:.2f}" for p in settings["paper"])
+        + " | |"
+    )
+    lines.append(
+        "| train = test resolution | "
+        + " | ".join(f"{100 * row['same'][k]:.2f}" for k in res)
+        + f" | spread {100 * row['same_spread']:.1f} % |"
+    )
     for name, c in row["cross"].items():
-        lines.append(f"| train {res[0]}x{res[0]}, R_U/R_V = {name} | "
-                     + " | ".join(f"{100 * c[k]:.2f}" for k in res) + f" | x{row['cross_ratio'][name]:.2f} |")
-        lines.append(f"| R_V = {name.split('/')[1]} alone (true {res[0]}x{res[0]} outputs) | - | "
-                     + " | ".join(f"{100 * row['recovery_only'][name][k]:.2f}" for k in res[1:]) + " | |")
+        lines.append(
+            f"| train {res[0]}x{res[0]}, R_U/R_V = {name} | "
+            + " | ".join(f"{100 * c[k]:.2f}" for k in res)
+            + f" | x{row['cross_ratio'][name]:.2f} |"
+        )
+        lines.append(
+            f"| R_V = {name.split('/')[1]} alone (true {res[0]}x{res[0]} outputs) | - | "
+            + " | ".join(f"{100 * row['recovery_only'][name][k]:.2f}" for k in res[1:])
+            + " | |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--problems", default="darcy,helmholtz")
     parser.add_argument("--distributions", default="cauchy,gaussian")
     for p, s in PROBLEMS.items():
@@ -195,19 +246,33 @@ def main(argv=None):
     tables = []
     for problem in args.problems.split(","):
         settings = PROBLEMS[problem]
-        sizes = {"train": getattr(args, f"{problem}_train"), "test": getattr(args, f"{problem}_test"),
-                 "n_features": getattr(args, f"{problem}_features")}
+        sizes = {
+            "train": getattr(args, f"{problem}_train"),
+            "test": getattr(args, f"{problem}_test"),
+            "n_features": getattr(args, f"{problem}_features"),
+        }
         t0 = time.perf_counter()
-        data = load_data(problem, sizes["train"] + sizes["test"], args.seed, args.workers, args.cache)
+        data = load_data(
+            problem, sizes["train"] + sizes["test"], args.seed, args.workers, args.cache
+        )
         data_s = time.perf_counter() - t0
         for distribution in args.distributions.split(","):
             t0 = time.perf_counter()
             row = run(problem, distribution, data, sizes["train"], settings, sizes["n_features"])
-            row.update(sizes, data_s=data_s, total_s=time.perf_counter() - t0, seed=args.seed,
-                       alpha=settings["alpha"], paper=settings["paper"], machine=platform.node(),
-                       cpus=os.cpu_count())
+            row.update(
+                sizes,
+                data_s=data_s,
+                total_s=time.perf_counter() - t0,
+                seed=args.seed,
+                alpha=settings["alpha"],
+                paper=settings["paper"],
+                machine=platform.node(),
+                cpus=os.cpu_count(),
+            )
             tables.append(table(problem, distribution, row, settings, sizes))
-            results[f"{problem}/{distribution}"] = json.loads(json.dumps(row, default=float))  # keys -> str
+            results[f"{problem}/{distribution}"] = json.loads(
+                json.dumps(row, default=float)
+            )  # keys -> str
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(results, indent=1))
             print("\n" + tables[-1] + "\n", flush=True)

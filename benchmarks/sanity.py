@@ -41,30 +41,51 @@ def run(name, data_dir, max_test, workers, train=None, n_features=None, gaussian
     N = int(n_features or paper["n_features"])
     U, V = train_ds["input"].values[:n_train], train_ds["output"].values[:n_train]
     Ut, Vt = test["input"].values, test["output"].values
-    row = {"name": name, "train": n_train, "test": n_test, "paper_test": paper["test"], "n_features": N,
-           "gamma": paper["gamma"], "alpha": paper["alpha"], "paper_error": paper["cauchy"], "data_s": gen_time}
+    row = {
+        "name": name,
+        "train": n_train,
+        "test": n_test,
+        "paper_test": paper["test"],
+        "n_features": N,
+        "gamma": paper["gamma"],
+        "alpha": paper["alpha"],
+        "paper_error": paper["cauchy"],
+        "data_s": gen_time,
+    }
     for dist in ("cauchy", "gaussian") if gaussian else ("cauchy",):
-        model = RandomFeatureOperator(n_features=N, distribution=dist, gamma=paper["gamma"], alpha=paper["alpha"],
-                                      random_state=0)
+        model = RandomFeatureOperator(
+            n_features=N,
+            distribution=dist,
+            gamma=paper["gamma"],
+            alpha=paper["alpha"],
+            random_state=0,
+        )
         t0 = time.perf_counter()
         model.fit(U, V)
         fit_time = time.perf_counter() - t0
         err = relative_l2_error(Vt, model.predict(Ut))
         key = "" if dist == "cauchy" else "gaussian_"
         row.update({f"{key}error": err, f"{key}fit_s": fit_time, "solver": model.solver_})
-        print(f"{name:28s} {dist:8s} train {n_train:6d} test {n_test:6d}  N={N:<7g} error {err:.3e}  "
-              f"paper {paper[dist]:.3e}  ratio {err / paper[dist]:5.2f}  fit {fit_time:6.1f} s", flush=True)
+        print(
+            f"{name:28s} {dist:8s} train {n_train:6d} test {n_test:6d}  N={N:<7g} error {err:.3e}  "
+            f"paper {paper[dist]:.3e}  ratio {err / paper[dist]:5.2f}  fit {fit_time:6.1f} s",
+            flush=True,
+        )
     row["ratio"] = row["error"] / paper["cauchy"]
     return row
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--names", default=",".join(NAMES))
     parser.add_argument("--data", default=str(HERE / "results" / "data"))
     parser.add_argument("--max-test", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--train", type=int, default=None, help="override the paper's training size")
+    parser.add_argument(
+        "--train", type=int, default=None, help="override the paper's training size"
+    )
     parser.add_argument("--n-features", type=int, default=None, help="override the paper's N")
     parser.add_argument("--gaussian", action="store_true", help="also fit Gaussian features")
     parser.add_argument("--out", default=str(HERE / "results" / "sanity.json"))
@@ -73,9 +94,14 @@ def main(argv=None):
     out = Path(args.out)
     rows = json.loads(out.read_text()) if out.exists() else {}
     for name in args.names.split(","):
-        key = name if args.train is None and args.n_features is None else \
-            f"{name}@{args.train or 'paper'}x{args.n_features or 'paper'}"
-        rows[key] = run(name, args.data, args.max_test, args.workers, args.train, args.n_features, args.gaussian)
+        key = (
+            name
+            if args.train is None and args.n_features is None
+            else f"{name}@{args.train or 'paper'}x{args.n_features or 'paper'}"
+        )
+        rows[key] = run(
+            name, args.data, args.max_test, args.workers, args.train, args.n_features, args.gaussian
+        )
         out.write_text(json.dumps(rows, indent=1))
     return rows
 

@@ -40,9 +40,18 @@ def ns_data(path, n_train, n_test, workers):
         pass
     with local_client(n_workers=workers) as client:
         t0 = time.perf_counter()
-        ds = datasets.generate("navier_stokes_high", n_train + n_test, store=path, seed=0, client=client,
-                               block_size=500, progress=True)
-        print(f"generated {n_train + n_test} samples in {time.perf_counter() - t0:.0f} s", flush=True)
+        ds = datasets.generate(
+            "navier_stokes_high",
+            n_train + n_test,
+            store=path,
+            seed=0,
+            client=client,
+            block_size=500,
+            progress=True,
+        )
+        print(
+            f"generated {n_train + n_test} samples in {time.perf_counter() - t0:.0f} s", flush=True
+        )
         client.cluster.close()
     return ds
 
@@ -59,18 +68,24 @@ def synthetic_store(path, M, n, m, chunk):
     basis = np.sin(2 * np.pi * np.outer(k, x))
     g = zarr.open_group(str(path), mode="w")
     for name, width in (("input", n), ("output", m)):
-        g.create_array(name, shape=(M, width), chunks=(chunk, width), dtype="f8",
-                       dimension_names=("sample", f"{name}_point"))
+        g.create_array(
+            name,
+            shape=(M, width),
+            chunks=(chunk, width),
+            dtype="f8",
+            dimension_names=("sample", f"{name}_point"),
+        )
     for s in range(0, M, chunk):
         a = np.random.default_rng(s).standard_normal((min(chunk, M - s), k.size)) / k
         U = a @ basis
-        g["input"][s:s + len(a)] = U
-        g["output"][s:s + len(a)] = ((a * np.exp(-0.02 * k**2)) @ basis + 0.3 * U**2)[:, :m]
+        g["input"][s : s + len(a)] = U
+        g["output"][s : s + len(a)] = ((a * np.exp(-0.02 * k**2)) @ basis + 0.3 * U**2)[:, :m]
     return xr.open_zarr(path)
 
 
 def bytes_moved(client):
     """Bytes received by all workers so far (distributed's transfer bookkeeping)."""
+
     def incoming(dask_worker):
         return sum(t.get("total", 0) for t in dask_worker.transfer_incoming_log)
 
@@ -78,15 +93,25 @@ def bytes_moved(client):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--case", choices=["n20000", "n150000", "primal"], default="n20000")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--memory-limit", default="11GB", help="per worker")
     p.add_argument("--threads-per-worker", type=int, default=1)
-    p.add_argument("--blas-threads", type=int, default=1,
-                   help="BLAS threads of each worker process (the Gram chain and factorisation set their own)")
-    p.add_argument("--no-processes", dest="processes", action="store_false",
-                   help="workers as threads of this process (LocalCluster(processes=False))")
+    p.add_argument(
+        "--blas-threads",
+        type=int,
+        default=1,
+        help="BLAS threads of each worker process (the Gram chain and factorisation set their own)",
+    )
+    p.add_argument(
+        "--no-processes",
+        dest="processes",
+        action="store_false",
+        help="workers as threads of this process (LocalCluster(processes=False))",
+    )
     p.add_argument("--data", default=str(HERE / "results" / "data"))
     p.add_argument("--out", default=str(HERE / "results" / "scale_ns.json"))
     args = p.parse_args(argv)
@@ -107,27 +132,52 @@ def main(argv=None):
         flops = dual_flops(M, n, N, m)
     rate = matmul_rate()
     bound = flops / rate
-    print(f"{args.case}: M={M} n={n} m={m} N={N}: {flops / 1e12:.1f} Tflop, matmul {rate / 1e9:.0f} GF/s, "
-          f"flop bound {bound:.0f} s", flush=True)
-    with local_client(n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=args.memory_limit, processes=args.processes,
-                      blas_threads=args.blas_threads) as client:
+    print(
+        f"{args.case}: M={M} n={n} m={m} N={N}: {flops / 1e12:.1f} Tflop, matmul {rate / 1e9:.0f} GF/s, "
+        f"flop bound {bound:.0f} s",
+        flush=True,
+    )
+    with local_client(
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        memory_limit=args.memory_limit,
+        processes=args.processes,
+        blas_threads=args.blas_threads,
+    ) as client:
         moved0 = bytes_moved(client)
         with PeakMemory(interval=0.05) as pm:
             t0 = time.perf_counter()
-            model = RandomFeatureOperator(distribution="cauchy", random_state=0, progress=True, **params)
+            model = RandomFeatureOperator(
+                distribution="cauchy", random_state=0, progress=True, **params
+            )
             model.fit(train)
             fit_s = time.perf_counter() - t0
         moved = bytes_moved(client) - moved0
         pred = model.predict(test["input"])
         err = relative_l2_error(test["output"], pred)
         client.cluster.close()
-    row = {"case": args.case, "M": M, "n": n, "m": m, "N": N, "workers": args.workers, "threads_per_worker": args.threads_per_worker,
-           "processes": args.processes, "blas": blas_info(),
-           "memory_limit": args.memory_limit, "blas_threads": args.blas_threads, "fit_s": fit_s,
-           "flop_bound_s": bound, "ratio": fit_s / bound, "matmul_gflops": rate / 1e9,
-           "peak_bytes_all_processes": pm.peak, "peak_increase_bytes": pm.increase,
-           "bytes_moved_between_workers": moved, "test_error": err, "solver": model.solver_}
+    row = {
+        "case": args.case,
+        "M": M,
+        "n": n,
+        "m": m,
+        "N": N,
+        "workers": args.workers,
+        "threads_per_worker": args.threads_per_worker,
+        "processes": args.processes,
+        "blas": blas_info(),
+        "memory_limit": args.memory_limit,
+        "blas_threads": args.blas_threads,
+        "fit_s": fit_s,
+        "flop_bound_s": bound,
+        "ratio": fit_s / bound,
+        "matmul_gflops": rate / 1e9,
+        "peak_bytes_all_processes": pm.peak,
+        "peak_increase_bytes": pm.increase,
+        "bytes_moved_between_workers": moved,
+        "test_error": err,
+        "solver": model.solver_,
+    }
     print(json.dumps(row, indent=1), flush=True)
     out = Path(args.out)
     rows = json.loads(out.read_text()) if out.exists() else []

@@ -30,13 +30,31 @@ from rfol_dask import RandomFeatureOperator  # noqa: E402
 from rfol_dask.cluster import local_client, start_client  # noqa: E402
 
 #: the fit's tasks by name (``dask.utils.key_split`` of their keys) and the phase they belong to
-PHASES = {"features": "features", "features-again": "features", "block_means": "features",
-          "stack-inputs": "features", "gram-tile": "gram", "gram-place": "gram", "primal-partial": "features+gram",
-          "add_partials": "gram", "gram-slab": "features+gram", "symmetrize": "gram",
-          "after_v_check": "features", "like": "solve", "colsum": "solve",
-          "dual-factor": "factor", "primal-factor": "factor", "dual-solve": "solve", "primal-solve": "solve",
-          "column_slab": "solve", "cross_block": "coef", "iadd": "coef", "rows": "coef", "coef-slab": "coef",
-          "coef_part": "coef"}
+PHASES = {
+    "features": "features",
+    "features-again": "features",
+    "block_means": "features",
+    "stack-inputs": "features",
+    "gram-tile": "gram",
+    "gram-place": "gram",
+    "primal-partial": "features+gram",
+    "add_partials": "gram",
+    "gram-slab": "features+gram",
+    "symmetrize": "gram",
+    "after_v_check": "features",
+    "like": "solve",
+    "colsum": "solve",
+    "dual-factor": "factor",
+    "primal-factor": "factor",
+    "dual-solve": "solve",
+    "primal-solve": "solve",
+    "column_slab": "solve",
+    "cross_block": "coef",
+    "iadd": "coef",
+    "rows": "coef",
+    "coef-slab": "coef",
+    "coef_part": "coef",
+}
 
 
 def phase_times(stream):
@@ -62,8 +80,13 @@ def run(client, M, n, N, m, chunk, repeats=REPEATS):
     U, V = synthetic_operator(M, n, seed=0)
     Ud = da.from_array(U, chunks=(chunk, -1)).persist()
     Vd = da.from_array(V, chunks=(chunk, -1)).persist()
-    model = RandomFeatureOperator(n_features=N, distribution=MODEL["distribution"], gamma=MODEL["gamma_times_n"] / n,
-                                  alpha=MODEL["alpha"], random_state=MODEL["random_state"])
+    model = RandomFeatureOperator(
+        n_features=N,
+        distribution=MODEL["distribution"],
+        gamma=MODEL["gamma_times_n"] / n,
+        alpha=MODEL["alpha"],
+        random_state=MODEL["random_state"],
+    )
     times = []
     for _ in range(repeats):
         with get_task_stream(client=client) as ts:
@@ -74,8 +97,18 @@ def run(client, M, n, N, m, chunk, repeats=REPEATS):
     model.predict(Ud).compute()
     predict_s = time.perf_counter() - t0
     flops = (dual_flops if model.solver_ == "dual" else primal_flops)(M, n, N, m)
-    return {"M": M, "n": n, "N": N, "m": m, "chunk": chunk, "solver": model.solver_, "fit_s": min(times),
-            "flops": flops, "predict_s": predict_s, "phases": phase_times(ts.data)}
+    return {
+        "M": M,
+        "n": n,
+        "N": N,
+        "m": m,
+        "chunk": chunk,
+        "solver": model.solver_,
+        "fit_s": min(times),
+        "flops": flops,
+        "predict_s": predict_s,
+        "phases": phase_times(ts.data),
+    }
 
 
 def write(path, results):
@@ -86,13 +119,22 @@ def write(path, results):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workers", default="1,2", help="comma-separated worker counts of the strong-scaling rows "
-                   "(the sweeps run at the largest)")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--workers",
+        default="1,2",
+        help="comma-separated worker counts of the strong-scaling rows "
+        "(the sweeps run at the largest)",
+    )
     p.add_argument("--cluster", default=None, help="cluster configuration (default: LocalCluster)")
     p.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
-    p.add_argument("--out", default=None, help="results JSON (default results/scaling.json, --quick: "
-                   "results/scaling_quick.json)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="results JSON (default results/scaling.json, --quick: results/scaling_quick.json)",
+    )
     args = p.parse_args(argv)
     results_dir = Path(__file__).resolve().parent / "results"
     out = Path(args.out or results_dir / ("scaling_quick.json" if args.quick else "scaling.json"))
@@ -104,10 +146,22 @@ def main(argv=None):
         strong, n_sweep, m_sweep = [(600, 800)], [(400, 500)], [(1000, 200)]
     rate = matmul_rate()
     rows = []
-    results = {"matmul_gflops": rate / 1e9, "settings": {
-        "model": MODEL, "repeats": REPEATS, "n": n, "m": m, "data": "synthetic_operator(M, n, seed=0)",
-        "chunk": "max(250, M // 8)", "cluster": args.cluster or "LocalCluster", "workers": args.workers,
-        "quick": args.quick, "blas": blas_info()}, "rows": rows}
+    results = {
+        "matmul_gflops": rate / 1e9,
+        "settings": {
+            "model": MODEL,
+            "repeats": REPEATS,
+            "n": n,
+            "m": m,
+            "data": "synthetic_operator(M, n, seed=0)",
+            "chunk": "max(250, M // 8)",
+            "cluster": args.cluster or "LocalCluster",
+            "workers": args.workers,
+            "quick": args.quick,
+            "blas": blas_info(),
+        },
+        "rows": rows,
+    }
     for workers in [int(w) for w in args.workers.split(",")]:
         client = start_client(args.cluster) if args.cluster else local_client(n_workers=workers)
         if args.cluster:
@@ -119,14 +173,23 @@ def main(argv=None):
                     continue
                 for M, N in cases:
                     row = run(client, M, n, N, m, chunk=max(250, M // 8))
-                    row.update(study=study, workers=workers, threads=sorted(client.nthreads().values()),
-                               flop_bound_s=row["flops"] / rate)
+                    row.update(
+                        study=study,
+                        workers=workers,
+                        threads=sorted(client.nthreads().values()),
+                        flop_bound_s=row["flops"] / rate,
+                    )
                     rows.append(row)
                     write(out, results)
-                    ph = " ".join(f"{k}={v['busy_s']:.2f}/{v['span_s']:.2f}" for k, v in sorted(row["phases"].items()))
-                    print(f"{study:8s} workers={workers} M={M:6d} N={N:6d} {row['solver']:6s} fit {row['fit_s']:6.2f} s "
-                          f"(bound {row['flop_bound_s']:.2f}) predict {row['predict_s']:.2f} s | busy/span: {ph}",
-                          flush=True)
+                    ph = " ".join(
+                        f"{k}={v['busy_s']:.2f}/{v['span_s']:.2f}"
+                        for k, v in sorted(row["phases"].items())
+                    )
+                    print(
+                        f"{study:8s} workers={workers} M={M:6d} N={N:6d} {row['solver']:6s} fit {row['fit_s']:6.2f} s "
+                        f"(bound {row['flop_bound_s']:.2f}) predict {row['predict_s']:.2f} s | busy/span: {ph}",
+                        flush=True,
+                    )
         finally:
             client.close()
             client.cluster.close()

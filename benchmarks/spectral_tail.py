@@ -23,7 +23,12 @@ from rfol_dask.datasets.resolution import MAX_TAIL, spectral_tail
 
 BURGERS = [(0.1, 100), (1e-3, 800), (3e-4, 1600)]  # (nu, n_steps)
 BURGERS_GRIDS, BURGERS_FINE = (1024, 2048), 8192
-NAVIER_STOKES = [(0.025, 10.0, 40), (1e-3, 10.0, 100), (1e-4, 10.0, 200), (1e-5, 50.0, 2000)]  # (nu, T, n_steps)
+NAVIER_STOKES = [
+    (0.025, 10.0, 40),
+    (1e-3, 10.0, 100),
+    (1e-4, 10.0, 200),
+    (1e-5, 50.0, 2000),
+]  # (nu, T, n_steps)
 NS_GRIDS, NS_FINE = (32, 64, 128), 256
 
 
@@ -36,15 +41,28 @@ def _error(coarse, fine):
 def burgers_rows(n_samples):
     rows = []
     for nu, n_steps in BURGERS:
+
         def run(n):
-            u0 = np.stack([grf.burgers_initial(sample_rng(0, i), n, n_modes=511) for i in range(n_samples)])
+            u0 = np.stack(
+                [grf.burgers_initial(sample_rng(0, i), n, n_modes=511) for i in range(n_samples)]
+            )
             return burgers.solve(u0, nu=nu, n_steps=n_steps)
+
         fine = run(BURGERS_FINE)
         for n in BURGERS_GRIDS:
             u = run(n)
-            rows.append({"set": "burgers", "nu": nu, "T": 1.0, "n_steps": n_steps, "grid": n,
-                         "tail": spectral_tail(u, n // 3, 1), "error": _error(u, fine),
-                         "fine_tail": spectral_tail(fine, BURGERS_FINE // 3, 1)})
+            rows.append(
+                {
+                    "set": "burgers",
+                    "nu": nu,
+                    "T": 1.0,
+                    "n_steps": n_steps,
+                    "grid": n,
+                    "tail": spectral_tail(u, n // 3, 1),
+                    "error": _error(u, fine),
+                    "fine_tail": spectral_tail(fine, BURGERS_FINE // 3, 1),
+                }
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -52,16 +70,31 @@ def burgers_rows(n_samples):
 def navier_stokes_rows(n_samples):
     rows = []
     for nu, T, n_steps in NAVIER_STOKES:
+
         def run(n, steps):
             x = 2.0 * np.pi * np.arange(n) / n
-            f = np.stack([grf.periodic_forcing_2d(sample_rng(0, i), x, x) for i in range(n_samples)])
-            return navier_stokes.solve(navier_stokes.initial_vorticity(n), f, T=T, nu=nu, n_steps=steps)
+            f = np.stack(
+                [grf.periodic_forcing_2d(sample_rng(0, i), x, x) for i in range(n_samples)]
+            )
+            return navier_stokes.solve(
+                navier_stokes.initial_vorticity(n), f, T=T, nu=nu, n_steps=steps
+            )
+
         fine = run(NS_FINE, 4 * n_steps)
         for n in NS_GRIDS:
             w = run(n, n_steps)
-            rows.append({"set": "navier_stokes", "nu": nu, "T": T, "n_steps": n_steps, "grid": n,
-                         "tail": spectral_tail(w, (n - 1) // 3, 2), "error": _error(w, fine),
-                         "fine_tail": spectral_tail(fine, (NS_FINE - 1) // 3, 2)})
+            rows.append(
+                {
+                    "set": "navier_stokes",
+                    "nu": nu,
+                    "T": T,
+                    "n_steps": n_steps,
+                    "grid": n,
+                    "tail": spectral_tail(w, (n - 1) // 3, 2),
+                    "error": _error(w, fine),
+                    "fine_tail": spectral_tail(fine, (NS_FINE - 1) // 3, 2),
+                }
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -69,18 +102,32 @@ def navier_stokes_rows(n_samples):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=4, help="samples per case (default 4)")
-    parser.add_argument("--out", default="benchmarks/results/spectral_tail.json", help="results JSON")
+    parser.add_argument(
+        "--out", default="benchmarks/results/spectral_tail.json", help="results JSON"
+    )
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     rows = burgers_rows(args.samples) + navier_stokes_rows(args.samples)
-    print(f"\n| set | nu | T | steps | grid | tail | refused (> {MAX_TAIL:g}) | error vs fine | fine grid's tail |")
+    print(
+        f"\n| set | nu | T | steps | grid | tail | refused (> {MAX_TAIL:g}) | error vs fine | fine grid's tail |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['set']} | {r['nu']:g} | {r['T']:g} | {r['n_steps']} | {r['grid']} | {r['tail']:.1e} | "
-              f"{'yes' if r['tail'] > MAX_TAIL else 'no'} | {r['error']:.1e} | {r['fine_tail']:.1e} |")
+        print(
+            f"| {r['set']} | {r['nu']:g} | {r['T']:g} | {r['n_steps']} | {r['grid']} | {r['tail']:.1e} | "
+            f"{'yes' if r['tail'] > MAX_TAIL else 'no'} | {r['error']:.1e} | {r['fine_tail']:.1e} |"
+        )
     with open(args.out, "w") as fh:
-        json.dump({"max_tail": MAX_TAIL, "samples": args.samples, "seconds": time.perf_counter() - t0,
-                   "rows": rows}, fh, indent=1)
+        json.dump(
+            {
+                "max_tail": MAX_TAIL,
+                "samples": args.samples,
+                "seconds": time.perf_counter() - t0,
+                "rows": rows,
+            },
+            fh,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

@@ -61,12 +61,17 @@ def run_case(module, params, counts, n_samples):
     ref = _unchecked(module, n_samples, ref_steps, params)
     rows = []
     for n in counts:
-        out, row = outputs[n], {"n_steps": n, "reference_steps": ref_steps, "verdict": _verdict(module, n, params)}
+        out, row = (
+            outputs[n],
+            {"n_steps": n, "reference_steps": ref_steps, "verdict": _verdict(module, n, params)},
+        )
         if not isinstance(out, str):
             row["error"] = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
             doubled = outputs.get(2 * n)
             doubled = _unchecked(module, 1, 2 * n, params) if doubled is None else doubled
-            row["estimate"] = step_error(out[0], doubled[0]) if not isinstance(doubled, str) else None
+            row["estimate"] = (
+                step_error(out[0], doubled[0]) if not isinstance(doubled, str) else None
+            )
         rows.append(row)
     return rows
 
@@ -78,16 +83,25 @@ def main(argv=None):
     args = ap.parse_args(argv)
     start = time.perf_counter()
     results = []
-    print("| data set | parameters | n_steps | error | estimate | make_block |\n|---|---|---|---|---|---|")
+    print(
+        "| data set | parameters | n_steps | error | estimate | make_block |\n|---|---|---|---|---|---|"
+    )
     for name, module, params, counts in CASES:
         rows = run_case(module, params, counts, args.samples)
         results.append({"dataset": name, "params": params, "rows": rows})
         for r in rows:
             err = f"{r['error']:.1e}" if "error" in r else "-"
             est = f"{r['estimate']:.1e}" if r.get("estimate") is not None else "-"
-            print(f"| {name} | {json.dumps(params)} | {r['n_steps']} | {err} | {est} | {r['verdict']} |", flush=True)
+            print(
+                f"| {name} | {json.dumps(params)} | {r['n_steps']} | {err} | {est} | {r['verdict']} |",
+                flush=True,
+            )
     with open(args.out, "w") as f:
-        json.dump({"samples": args.samples, "seconds": time.perf_counter() - start, "cases": results}, f, indent=1)
+        json.dump(
+            {"samples": args.samples, "seconds": time.perf_counter() - start, "cases": results},
+            f,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

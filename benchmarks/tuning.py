@@ -65,7 +65,8 @@ import numpy as np
 
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, datasets
 from rfol_dask.baselines import KernelOperatorCV
-from rfol_dask.experiments import arrays as _arrays, load_subset, quick_train, sizes
+from rfol_dask.experiments import arrays as _arrays
+from rfol_dask.experiments import load_subset, quick_train, sizes
 from rfol_dask.metrics import relative_l2_error
 from rfol_dask.selection import DEFAULT_GAMMAS
 
@@ -73,7 +74,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 QUICK = sizes(quick=True)
 #: the RandomFeatureOperatorCV defaults of the options --distributions, --nu and --coarse set
-DEFAULT_SEARCH = {k: RandomFeatureOperatorCV().get_params()[k] for k in ("distributions", "nu", "coarse")}
+DEFAULT_SEARCH = {
+    k: RandomFeatureOperatorCV().get_params()[k] for k in ("distributions", "nu", "coarse")
+}
 DEFAULT_LAWS = tuple(DEFAULT_SEARCH["distributions"])
 
 OUT = HERE / "results" / "tuning.json"
@@ -92,8 +95,11 @@ def growth_curve(search):
     for N in sorted({int(n) for n, st in zip(res["n_features"], res["stage"]) if st == "growth"}):
         sel = (res["n_features"] == N) & (res["stage"] == "growth")
         k = int(np.nanargmin(np.where(sel, res["mean_relative_l2"], np.nan)))
-        curve[N] = {"validation_error": float(res["mean_relative_l2"][k]), "gamma": float(res["gamma"][k]),
-                    "alpha": float(res["alpha"][k])}
+        curve[N] = {
+            "validation_error": float(res["mean_relative_l2"][k]),
+            "gamma": float(res["gamma"][k]),
+            "alpha": float(res["alpha"][k]),
+        }
     return curve
 
 
@@ -102,7 +108,9 @@ def stage_curves(search, stage):
     {multiple: {N: error}} (NaN scores, alphas left unsolved, skipped)."""
     res = search.cv_results_
     out = {}
-    for mult, N, err, st in zip(res["scale_multiple"], res["n_features"], res["mean_relative_l2"], res["stage"]):
+    for mult, N, err, st in zip(
+        res["scale_multiple"], res["n_features"], res["mean_relative_l2"], res["stage"]
+    ):
         if st == stage and np.isfinite(err):
             row = out.setdefault(f"{float(mult):.6g}", {})
             row[int(N)] = min(row.get(int(N), np.inf), float(err))
@@ -112,10 +120,16 @@ def stage_curves(search, stage):
 def search_row(search, Vt, pred):
     """The results row of a fitted search and its test predictions."""
     res = search.cv_results_
-    return {"error": relative_l2_error(Vt, pred), "best_params": search.best_params_,
-            "validation_error": -search.best_score_, "search_s": search.search_time_,
-            "refit_s": search.refit_time_, "cost_ratio": search.search_time_ / search.refit_time_,
-            "candidates": int(len(res["mean_test_score"])), "stages": sorted({str(s) for s in res["stage"]})}
+    return {
+        "error": relative_l2_error(Vt, pred),
+        "best_params": search.best_params_,
+        "validation_error": -search.best_score_,
+        "search_s": search.search_time_,
+        "refit_s": search.refit_time_,
+        "cost_ratio": search.search_time_ / search.refit_time_,
+        "candidates": int(len(res["mean_test_score"])),
+        "stages": sorted({str(s) for s in res["stage"]}),
+    }
 
 
 def search_key(name, search):
@@ -123,7 +137,11 @@ def search_key(name, search):
     options ``search`` (a dict as :data:`DEFAULT_SEARCH`) that differ from the defaults."""
     laws = tuple(search.get("distributions", DEFAULT_LAWS))
     parts = [] if laws == DEFAULT_LAWS else [",".join(laws)]
-    parts += [f"{k}={search[k]}" for k in ("nu", "coarse") if k in search and search[k] != DEFAULT_SEARCH[k]]
+    parts += [
+        f"{k}={search[k]}"
+        for k in ("nu", "coarse")
+        if k in search and search[k] != DEFAULT_SEARCH[k]
+    ]
     return f"{name} [{'; '.join(parts)}]" if parts else name
 
 
@@ -139,28 +157,56 @@ def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None, search=
     N = min(int(paper["n_features"]), max_features)
     rows = {}
     for law in ("cauchy", "gaussian"):
-        for label, gamma, alpha in ((f"rf_{law}_paper", paper["gamma"], paper["alpha"]),
-                                    (f"rf_{law}_median", "median", 1e-10)):
-            model = RandomFeatureOperator(n_features=N, distribution=law, gamma=gamma, alpha=alpha, random_state=0)
+        for label, gamma, alpha in (
+            (f"rf_{law}_paper", paper["gamma"], paper["alpha"]),
+            (f"rf_{law}_median", "median", 1e-10),
+        ):
+            model = RandomFeatureOperator(
+                n_features=N, distribution=law, gamma=gamma, alpha=alpha, random_state=0
+            )
             fit_s = timed_fit(model, U, V)
-            rows[label] = {"error": relative_l2_error(Vt, model.predict(Ut)), "fit_s": fit_s, "n_features": N,
-                           "gamma": model.gamma_, "alpha": alpha}
-    for label, est in (("rf_tuned", RandomFeatureOperatorCV(n_features=N, max_features=grow_to, random_state=0,
-                                                             **search)),
-                       ("kernel_tuned", KernelOperatorCV())):
+            rows[label] = {
+                "error": relative_l2_error(Vt, model.predict(Ut)),
+                "fit_s": fit_s,
+                "n_features": N,
+                "gamma": model.gamma_,
+                "alpha": alpha,
+            }
+    for label, est in (
+        (
+            "rf_tuned",
+            RandomFeatureOperatorCV(n_features=N, max_features=grow_to, random_state=0, **search),
+        ),
+        ("kernel_tuned", KernelOperatorCV()),
+    ):
         est.fit(U, V)
         rows[label] = search_row(est, Vt, est.predict(Ut))
         if label == "rf_tuned" and grow_to:
             rows[label]["validation_curve"] = curve = growth_curve(est)
             for n, c in curve.items():
-                print(f"  {name:26s} grow N = {n:6d}: validation {c['validation_error']:.3e} "
-                      f"(gamma {c['gamma']:.3g}, alpha {c['alpha']:.0e})", flush=True)
+                print(
+                    f"  {name:26s} grow N = {n:6d}: validation {c['validation_error']:.3e} "
+                    f"(gamma {c['gamma']:.3g}, alpha {c['alpha']:.0e})",
+                    flush=True,
+                )
     for label, row in rows.items():
-        extra = (f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  {row['best_params']}"
-                 if "search_s" in row else f"  fit {row['fit_s']:.2f} s")
+        extra = (
+            f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  {row['best_params']}"
+            if "search_s" in row
+            else f"  fit {row['fit_s']:.2f} s"
+        )
         print(f"  {name:26s} {label:18s} error {row['error']:.3e}{extra}", flush=True)
-    return {"name": name, "label": search_key(name, search), "search_options": search, "train": len(U),
-            "test": len(Ut), "n_features": N, "grow_to": grow_to, "paper": paper, "methods": rows}
+    return {
+        "name": name,
+        "label": search_key(name, search),
+        "search_options": search,
+        "train": len(U),
+        "test": len(Ut),
+        "n_features": N,
+        "grow_to": grow_to,
+        "paper": paper,
+        "methods": rows,
+    }
 
 
 def _floats(text):
@@ -178,8 +224,11 @@ def _ns_high_data(args):
     store, made when missing): the first ``--train`` samples (default 20000) and the rest."""
     from scale_ns import ns_data
 
-    ds = datasets.open(args.store) if args.store else ns_data(Path(args.data) / "navier_stokes_high_22000.zarr",
-                                                               20000, 2000, 2)
+    ds = (
+        datasets.open(args.store)
+        if args.store
+        else ns_data(Path(args.data) / "navier_stokes_high_22000.zarr", 20000, 2000, 2)
+    )
     M = args.train or 20000
     return ds.isel(sample=slice(0, M)), ds.isel(sample=slice(M, None))
 
@@ -195,37 +244,76 @@ def ns_high(args, search=None):
     train, test = _ns_high_data(args)
     M = train.sizes["sample"]
     Vt = test["output"].values
-    row = {"M": M, "test": len(Vt), "store": args.store, "score_outputs": args.score_outputs, "n_features": args.max_features, "grow_to": args.grow_to, "blas": blas_info(),
-           "max_gram_bytes": args.max_gram_bytes, "memory_limit": args.memory_limit,
-           "load_avg_start": os.getloadavg()}
-    client = local_client(n_workers=1, threads_per_worker=2, processes=False, memory_limit=args.memory_limit)
+    row = {
+        "M": M,
+        "test": len(Vt),
+        "store": args.store,
+        "score_outputs": args.score_outputs,
+        "n_features": args.max_features,
+        "grow_to": args.grow_to,
+        "blas": blas_info(),
+        "max_gram_bytes": args.max_gram_bytes,
+        "memory_limit": args.memory_limit,
+        "load_avg_start": os.getloadavg(),
+    }
+    client = local_client(
+        n_workers=1, threads_per_worker=2, processes=False, memory_limit=args.memory_limit
+    )
     try:
         with PeakMemory(interval=0.05, every=10.0) as pm:
-            options = {**(search or {}), **{k: v for k, v in (("gammas", args.gammas), ("alphas", args.alphas),
-                                                                ("growth_refine", args.growth_refine)) if v}}
+            options = {
+                **(search or {}),
+                **{
+                    k: v
+                    for k, v in (
+                        ("gammas", args.gammas),
+                        ("alphas", args.alphas),
+                        ("growth_refine", args.growth_refine),
+                    )
+                    if v
+                },
+            }
             if args.limit_gammas is not None:
                 options["limit_gammas"] = None if args.limit_gammas == "none" else args.limit_gammas
             row["search_options"] = options
-            search = RandomFeatureOperatorCV(n_features=args.max_features, max_features=args.grow_to, random_state=0,
-                                             max_gram_bytes=args.max_gram_bytes, score_outputs=args.score_outputs,
-                                             progress=True, **options)
+            search = RandomFeatureOperatorCV(
+                n_features=args.max_features,
+                max_features=args.grow_to,
+                random_state=0,
+                max_gram_bytes=args.max_gram_bytes,
+                score_outputs=args.score_outputs,
+                progress=True,
+                **options,
+            )
             search.fit(train)
         pred = search.predict(test["input"])
         row["rf_tuned"] = search_row(search, Vt, np.asarray(pred))
-        row["rf_tuned"].update(validation_curve=growth_curve(search), growth_curves=stage_curves(search, "growth"),
-                               limit_stage=stage_curves(search, "limit"), peak_bytes=pm.peak,
-                               peak_increase_bytes=pm.increase, load_avg=os.getloadavg(),
-                               search_peak_bytes=pm.peak_between(0, search.search_time_),
-                               refit_peak_bytes=pm.peak_between(search.search_time_),
-                               memory_timeline=pm.timeline)
+        row["rf_tuned"].update(
+            validation_curve=growth_curve(search),
+            growth_curves=stage_curves(search, "growth"),
+            limit_stage=stage_curves(search, "limit"),
+            peak_bytes=pm.peak,
+            peak_increase_bytes=pm.increase,
+            load_avg=os.getloadavg(),
+            search_peak_bytes=pm.peak_between(0, search.search_time_),
+            refit_peak_bytes=pm.peak_between(search.search_time_),
+            memory_timeline=pm.timeline,
+        )
         print(json.dumps(row["rf_tuned"], indent=1, default=float), flush=True)
         best = dict(search.best_params_, n_features=args.second_features)
         del search, pred
         with PeakMemory(interval=0.05) as pm:
-            model = RandomFeatureOperator(random_state=0, max_gram_bytes=args.max_gram_bytes, progress=True, **best)
+            model = RandomFeatureOperator(
+                random_state=0, max_gram_bytes=args.max_gram_bytes, progress=True, **best
+            )
             fit_s = timed_fit(model, train, None)
-        row["rf_tuned_second"] = {"error": relative_l2_error(Vt, np.asarray(model.predict(test["input"]))),
-                                  "params": best, "fit_s": fit_s, "peak_bytes": pm.peak, "load_avg": os.getloadavg()}
+        row["rf_tuned_second"] = {
+            "error": relative_l2_error(Vt, np.asarray(model.predict(test["input"]))),
+            "params": best,
+            "fit_s": fit_s,
+            "peak_bytes": pm.peak,
+            "load_avg": os.getloadavg(),
+        }
         print(json.dumps(row["rf_tuned_second"], indent=1, default=float), flush=True)
     finally:
         close_client(client)
@@ -244,18 +332,38 @@ def ns_high_fixed(args, params):
 
     train, test = _ns_high_data(args)
     Vt = test["output"].values
-    row = {"M": train.sizes["sample"], "test": len(Vt), "store": args.store, "params": params, "blas": blas_info(),
-           "max_gram_bytes": args.max_gram_bytes, "memory_limit": args.memory_limit,
-           "load_avg_start": os.getloadavg(), "fits": []}
-    client = local_client(n_workers=1, threads_per_worker=2, processes=False, memory_limit=args.memory_limit)
+    row = {
+        "M": train.sizes["sample"],
+        "test": len(Vt),
+        "store": args.store,
+        "params": params,
+        "blas": blas_info(),
+        "max_gram_bytes": args.max_gram_bytes,
+        "memory_limit": args.memory_limit,
+        "load_avg_start": os.getloadavg(),
+        "fits": [],
+    }
+    client = local_client(
+        n_workers=1, threads_per_worker=2, processes=False, memory_limit=args.memory_limit
+    )
     try:
         for N in (args.grow_to, args.second_features):
             with PeakMemory(interval=0.05) as pm:
-                model = RandomFeatureOperator(random_state=0, max_gram_bytes=args.max_gram_bytes, progress=True,
-                                              **{**params, "n_features": N})
+                model = RandomFeatureOperator(
+                    random_state=0,
+                    max_gram_bytes=args.max_gram_bytes,
+                    progress=True,
+                    **{**params, "n_features": N},
+                )
                 fit_s = timed_fit(model, train, None)
-            fit = {"n_features": N, "error": relative_l2_error(Vt, np.asarray(model.predict(test["input"]))),
-                   "gamma_": model.gamma_, "fit_s": fit_s, "peak_bytes": pm.peak, "load_avg": os.getloadavg()}
+            fit = {
+                "n_features": N,
+                "error": relative_l2_error(Vt, np.asarray(model.predict(test["input"]))),
+                "gamma_": model.gamma_,
+                "fit_s": fit_s,
+                "peak_bytes": pm.peak,
+                "load_avg": os.getloadavg(),
+            }
             row["fits"].append(fit)
             print(json.dumps(fit, indent=1, default=float), flush=True)
             del model
@@ -277,17 +385,25 @@ def ns_high_kernel(args):
     with PeakMemory(interval=0.05) as pm:
         est = KernelOperatorCV(pca_power=args.pca_power).fit(U, V)
     row = search_row(est, Vt, est.predict(Ut))
-    row.update(M=len(U), test=len(Vt), pca_power=args.pca_power, peak_bytes=pm.peak, blas=blas_info(),
-               load_avg=os.getloadavg())
+    row.update(
+        M=len(U),
+        test=len(Vt),
+        pca_power=args.pca_power,
+        peak_bytes=pm.peak,
+        blas=blas_info(),
+        load_avg=os.getloadavg(),
+    )
     print(json.dumps(row, indent=1, default=float), flush=True)
     return row
 
 
 def render_full(results):
     """Markdown table of the full-size runs (``--grow-to``)."""
-    lines = ["| data set | train / test | N searched, grown to | N chosen | law, gamma, alpha | RF tuned | kernel tuned "
-             "| paper's better RF | validation error | search s (incl. growth) | refit s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| data set | train / test | N searched, grown to | N chosen | law, gamma, alpha | RF tuned | kernel tuned "
+        "| paper's better RF | validation error | search s (incl. growth) | refit s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results.values():
         m = r["methods"]
         if not r.get("grow_to"):
@@ -298,7 +414,8 @@ def render_full(results):
             f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']}, {r['grow_to']} "
             f"| {bp['n_features']} | {bp['distribution']}, {bp['gamma']:.3g}, {bp['alpha']:.0e} | {_pct(g['error'])} "
             f"| {_pct(kern['error'])} ({kern['best_params']['kernel']}) | {_pct(min(p['cauchy'], p['gaussian']))} "
-            f"| {_pct(g['validation_error'])} | {g['search_s']:.1f} | {g['refit_s']:.1f} |")
+            f"| {_pct(g['validation_error'])} | {g['search_s']:.1f} | {g['refit_s']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -309,9 +426,11 @@ def _pct(x):
 
 def render(results):
     """Markdown table of the tuned vs paper-settings errors."""
-    lines = ["| data set | train / test | N | RF paper (Cauchy / Gaussian) | RF median default (C / G) | RF tuned "
-             "| kernel tuned | RF tuned / kernel tuned | RF search cost (x refit) | kernel search cost (x refit) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| data set | train / test | N | RF paper (Cauchy / Gaussian) | RF median default (C / G) | RF tuned "
+        "| kernel tuned | RF tuned / kernel tuned | RF search cost (x refit) | kernel search cost (x refit) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results.values():
         m = r["methods"]
         tuned, kern = m["rf_tuned"], m["kernel_tuned"]
@@ -322,7 +441,8 @@ def render(results):
             f"{_pct(m['rf_cauchy_median']['error'])} / {_pct(m['rf_gaussian_median']['error'])} | "
             f"{_pct(tuned['error'])} ({bp['distribution']}, gamma {bp['gamma']:.3g}, alpha {bp['alpha']:.0e}) | "
             f"{_pct(kern['error'])} ({kern['best_params']['kernel']}) | {tuned['error'] / kern['error']:.2f} | "
-            f"{tuned['cost_ratio']:.1f} | {kern['cost_ratio']:.1f} |")
+            f"{tuned['cost_ratio']:.1f} | {kern['cost_ratio']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -354,12 +474,21 @@ def alpha_path(sizes, n_alphas=14, m=64, seed=0):
         L, _ = cholesky(np.asfortranarray(G), 1e-6)
         K @ cho_solve(L, V[:M] - V[:M].mean(axis=0))
         t_chol = time.perf_counter() - t0
-        row = {"M": M, "eigh_s": t_eigh, "path_all_alphas_s": t_alphas, "cholesky_solve_s": t_chol,
-               "n_alphas": n_alphas, "break_even_alphas": t_eigh / t_chol,
-               "eigh_total_s": t_eigh + t_alphas, "cholesky_total_s": n_alphas * t_chol}
-        print(f"  M = {M:6d}: eigh + path {t_eigh:.2f} + {t_alphas:.2f} s; Cholesky + solve {t_chol:.2f} s per "
-              f"alpha ({n_alphas} alphas: {n_alphas * t_chol:.2f} s); break-even at {t_eigh / t_chol:.1f} alphas",
-              flush=True)
+        row = {
+            "M": M,
+            "eigh_s": t_eigh,
+            "path_all_alphas_s": t_alphas,
+            "cholesky_solve_s": t_chol,
+            "n_alphas": n_alphas,
+            "break_even_alphas": t_eigh / t_chol,
+            "eigh_total_s": t_eigh + t_alphas,
+            "cholesky_total_s": n_alphas * t_chol,
+        }
+        print(
+            f"  M = {M:6d}: eigh + path {t_eigh:.2f} + {t_alphas:.2f} s; Cholesky + solve {t_chol:.2f} s per "
+            f"alpha ({n_alphas} alphas: {n_alphas * t_chol:.2f} s); break-even at {t_eigh / t_chol:.1f} alphas",
+            flush=True,
+        )
         out.append(row)
     return out
 
@@ -380,7 +509,6 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, search=None):
     per chunk). For dask input it also counts the ``compute`` calls and how often each input
     chunk is read (search, then the fit of the winner)."""
     import dask
-    import dask.array as da
     import dask.threaded
 
     load_subset(name, n_train, n_test, data_dir)  # generates the store when missing
@@ -391,9 +519,16 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, search=None):
     Vl = ds["output"].data.reshape(n_train, -1).rechunk((chunk, -1))
     U, V = np.asarray(Ul.compute(), dtype=np.float64), np.asarray(Vl.compute(), dtype=np.float64)
     search = {**DEFAULT_SEARCH, **(search or {})}
-    out = {"name": name, "search_options": search, "train": n_train, "n_features": N,
-           "n_in": U.shape[1], "n_out": V.shape[1],
-           "repeats": repeats, "load_avg_start": os.getloadavg()[0]}
+    out = {
+        "name": name,
+        "search_options": search,
+        "train": n_train,
+        "n_features": N,
+        "n_in": U.shape[1],
+        "n_out": V.shape[1],
+        "repeats": repeats,
+        "load_avg_start": os.getloadavg()[0],
+    }
     for kind in ("numpy", "dask"):
         reads, calls = {}, []
 
@@ -413,26 +548,49 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, search=None):
             Y = Vl.map_blocks(count, dtype=Vl.dtype, which="V")
         with dask.config.set(scheduler=scheduler):
             search_s, search_all, fitted = _median_time(
-                lambda: RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False, **search).fit(X, Y),
-                repeats)
+                lambda: RandomFeatureOperatorCV(
+                    n_features=N, random_state=0, refit=False, **search
+                ).fit(X, Y),
+                repeats,
+            )
             search_reads, search_calls = dict(reads), len(calls)
             best = fitted.best_params_
-            fit_s, fit_all, _ = _median_time(lambda: RandomFeatureOperator(random_state=0, **best).fit(X, Y), repeats)
-        row = {"search_s": search_s, "search_all_s": search_all, "fit_s": fit_s, "fit_all_s": fit_all,
-               "ratio": search_s / fit_s, "best_params": best, "validation_error": -fitted.best_score_,
-               "candidates": int(len(fitted.cv_results_["mean_test_score"]))}
+            fit_s, fit_all, _ = _median_time(
+                lambda: RandomFeatureOperator(random_state=0, **best).fit(X, Y), repeats
+            )
+        row = {
+            "search_s": search_s,
+            "search_all_s": search_all,
+            "fit_s": fit_s,
+            "fit_all_s": fit_all,
+            "ratio": search_s / fit_s,
+            "best_params": best,
+            "validation_error": -fitted.best_score_,
+            "candidates": int(len(fitted.cv_results_["mean_test_score"])),
+        }
         if kind == "dask":
             per_search = {k: v / repeats for k, v in search_reads.items()}
-            row.update(search_computes=search_calls / repeats, fit_computes=(len(calls) - search_calls) / repeats,
-                       max_reads_per_chunk_search=max(per_search.values()),
-                       max_reads_per_chunk_search_and_fit=max((reads[k] - search_reads.get(k, 0)) / repeats
-                                                              + per_search.get(k, 0) for k in reads))
+            row.update(
+                search_computes=search_calls / repeats,
+                fit_computes=(len(calls) - search_calls) / repeats,
+                max_reads_per_chunk_search=max(per_search.values()),
+                max_reads_per_chunk_search_and_fit=max(
+                    (reads[k] - search_reads.get(k, 0)) / repeats + per_search.get(k, 0)
+                    for k in reads
+                ),
+            )
         out[kind] = row
-        print(f"  {name} M = {n_train}, N = {N}, {kind}: search {search_s:.2f} s, fit {fit_s:.2f} s "
-              f"({row['ratio']:.2f} x); best {best}" + (
-                  f"; computes search / fit {row['search_computes']:g} / {row['fit_computes']:g}, reads per chunk "
-                  f"(search + fit) <= {row['max_reads_per_chunk_search_and_fit']:g}" if kind == "dask" else ""),
-              flush=True)
+        print(
+            f"  {name} M = {n_train}, N = {N}, {kind}: search {search_s:.2f} s, fit {fit_s:.2f} s "
+            f"({row['ratio']:.2f} x); best {best}"
+            + (
+                f"; computes search / fit {row['search_computes']:g} / {row['fit_computes']:g}, reads per chunk "
+                f"(search + fit) <= {row['max_reads_per_chunk_search_and_fit']:g}"
+                if kind == "dask"
+                else ""
+            ),
+            flush=True,
+        )
     out["load_avg_end"] = os.getloadavg()[0]
     return out
 
@@ -443,64 +601,148 @@ def _coarse(text):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="?", default="burgers,navier_stokes_low",
-                        help="comma-separated data sets (the quick sizes of reproduce.py), or 'all'")
-    parser.add_argument("--train", type=int, default=None, help="training samples (default: the quick size)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "names",
+        nargs="?",
+        default="burgers,navier_stokes_low",
+        help="comma-separated data sets (the quick sizes of reproduce.py), or 'all'",
+    )
+    parser.add_argument(
+        "--train", type=int, default=None, help="training samples (default: the quick size)"
+    )
     parser.add_argument("--test", type=int, default=QUICK["test"])
     parser.add_argument("--max-features", type=int, default=QUICK["max_features"])
     parser.add_argument("--data", default=str(HERE / "results" / "data"))
     parser.add_argument("--out", default=str(OUT))
-    parser.add_argument("--threads", type=int, default=None,
-                        help="BLAS threads of the factorisations (dask config rfol_dask.factor-threads)")
-    parser.add_argument("--alpha-path", default=None, help="comma-separated Gram sizes M: time eigh vs Cholesky")
-    parser.add_argument("--cost", action="store_true",
-                        help="search cost vs one fit (numpy and dask input) on the first data set at --train "
-                             "samples and N = --max-features; results under 'cost' (key: --label)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="BLAS threads of the factorisations (dask config rfol_dask.factor-threads)",
+    )
+    parser.add_argument(
+        "--alpha-path", default=None, help="comma-separated Gram sizes M: time eigh vs Cholesky"
+    )
+    parser.add_argument(
+        "--cost",
+        action="store_true",
+        help="search cost vs one fit (numpy and dask input) on the first data set at --train "
+        "samples and N = --max-features; results under 'cost' (key: --label)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="--cost: runs per timing (medians)")
-    parser.add_argument("--label", default=None, help="--cost: key of the result (default name_M_N)")
-    parser.add_argument("--grow-to", type=int, default=None,
-                        help="let the search grow N from --max-features up to this many features (max_features)")
-    parser.add_argument("--ns-high", action="store_true",
-                        help="the 20000-sample Navier-Stokes high target from Zarr on a LocalCluster (key ns_high)")
-    parser.add_argument("--ns-high-kernel", action="store_true",
-                        help="the tuned exact kernel on the --ns-high split, in memory (key ns_high_kernel)")
-    parser.add_argument("--store", default=None, help="--ns-high: another store (a dry run; --train samples train)")
-    parser.add_argument("--second-features", type=int, default=20000,
-                        help="--ns-high: N of the second refit of the winner (row rf_tuned_second)")
-    parser.add_argument("--memory-limit", default="20GB", help="--ns-high: the worker's memory limit")
-    parser.add_argument("--score-outputs", type=int, default=None,
-                        help="--ns-high: score the search on a sketch of this many output combinations "
-                             "(RandomFeatureOperatorCV(score_outputs=)); default all outputs")
-    parser.add_argument("--max-gram-bytes", type=float, default=6e9,
-                        help="--ns-high: max_gram_bytes of the search and the fits (the search then builds one "
-                             "gamma's Grams at a time)")
-    parser.add_argument("--gammas", type=_floats, default=None,
-                        help="--ns-high: comma-separated gamma multiples of the search (default the estimator's)")
-    parser.add_argument("--alphas", type=_floats, default=None,
-                        help="--ns-high: comma-separated alphas of the search (default the estimator's)")
-    parser.add_argument("--limit-gammas", type=_limit_gammas, default=None,
-                        help="--ns-high: the limit stage's gamma multiples, 'default' for the default grid "
-                             "(DEFAULT_GAMMAS) or 'none' (default: the search's grid)")
-    parser.add_argument("--growth-refine", type=_floats, default=None,
-                        help="--ns-high: the growth stage's gamma multiples (default the estimator's)")
-    parser.add_argument("--distributions", default=",".join(DEFAULT_LAWS),
-                        help="comma-separated laws of the RF search (default: RandomFeatureOperatorCV's, "
-                             f"{','.join(DEFAULT_LAWS)})")
-    parser.add_argument("--nu", type=float, default=None,
-                        help="nu of the RF search: student_t's degrees of freedom, rational_quadratic's shape")
-    parser.add_argument("--pca-power", type=float, default=None,
-                        help="pca_power of the RF search and of --ns-high-kernel (default None: the grid values' "
-                             "own metric)")
-    parser.add_argument("--params", type=json.loads, default=None,
-                        help="--ns-high: no search; fit RandomFeatureOperator(**PARAMS) (JSON) at --grow-to and "
-                             "--second-features features (key ns_high_fixed)")
-    parser.add_argument("--coarse", type=_coarse, default=DEFAULT_SEARCH["coarse"],
-                        help="coarse fraction of the RF search, or 'none' for one stage at full size "
-                             f"(default {DEFAULT_SEARCH['coarse']})")
+    parser.add_argument(
+        "--label", default=None, help="--cost: key of the result (default name_M_N)"
+    )
+    parser.add_argument(
+        "--grow-to",
+        type=int,
+        default=None,
+        help="let the search grow N from --max-features up to this many features (max_features)",
+    )
+    parser.add_argument(
+        "--ns-high",
+        action="store_true",
+        help="the 20000-sample Navier-Stokes high target from Zarr on a LocalCluster (key ns_high)",
+    )
+    parser.add_argument(
+        "--ns-high-kernel",
+        action="store_true",
+        help="the tuned exact kernel on the --ns-high split, in memory (key ns_high_kernel)",
+    )
+    parser.add_argument(
+        "--store", default=None, help="--ns-high: another store (a dry run; --train samples train)"
+    )
+    parser.add_argument(
+        "--second-features",
+        type=int,
+        default=20000,
+        help="--ns-high: N of the second refit of the winner (row rf_tuned_second)",
+    )
+    parser.add_argument(
+        "--memory-limit", default="20GB", help="--ns-high: the worker's memory limit"
+    )
+    parser.add_argument(
+        "--score-outputs",
+        type=int,
+        default=None,
+        help="--ns-high: score the search on a sketch of this many output combinations "
+        "(RandomFeatureOperatorCV(score_outputs=)); default all outputs",
+    )
+    parser.add_argument(
+        "--max-gram-bytes",
+        type=float,
+        default=6e9,
+        help="--ns-high: max_gram_bytes of the search and the fits (the search then builds one "
+        "gamma's Grams at a time)",
+    )
+    parser.add_argument(
+        "--gammas",
+        type=_floats,
+        default=None,
+        help="--ns-high: comma-separated gamma multiples of the search (default the estimator's)",
+    )
+    parser.add_argument(
+        "--alphas",
+        type=_floats,
+        default=None,
+        help="--ns-high: comma-separated alphas of the search (default the estimator's)",
+    )
+    parser.add_argument(
+        "--limit-gammas",
+        type=_limit_gammas,
+        default=None,
+        help="--ns-high: the limit stage's gamma multiples, 'default' for the default grid "
+        "(DEFAULT_GAMMAS) or 'none' (default: the search's grid)",
+    )
+    parser.add_argument(
+        "--growth-refine",
+        type=_floats,
+        default=None,
+        help="--ns-high: the growth stage's gamma multiples (default the estimator's)",
+    )
+    parser.add_argument(
+        "--distributions",
+        default=",".join(DEFAULT_LAWS),
+        help="comma-separated laws of the RF search (default: RandomFeatureOperatorCV's, "
+        f"{','.join(DEFAULT_LAWS)})",
+    )
+    parser.add_argument(
+        "--nu",
+        type=float,
+        default=None,
+        help="nu of the RF search: student_t's degrees of freedom, rational_quadratic's shape",
+    )
+    parser.add_argument(
+        "--pca-power",
+        type=float,
+        default=None,
+        help="pca_power of the RF search and of --ns-high-kernel (default None: the grid values' "
+        "own metric)",
+    )
+    parser.add_argument(
+        "--params",
+        type=json.loads,
+        default=None,
+        help="--ns-high: no search; fit RandomFeatureOperator(**PARAMS) (JSON) at --grow-to and "
+        "--second-features features (key ns_high_fixed)",
+    )
+    parser.add_argument(
+        "--coarse",
+        type=_coarse,
+        default=DEFAULT_SEARCH["coarse"],
+        help="coarse fraction of the RF search, or 'none' for one stage at full size "
+        f"(default {DEFAULT_SEARCH['coarse']})",
+    )
     args = parser.parse_args(argv)
-    search = {"distributions": tuple(args.distributions.split(",")), "nu": args.nu, "coarse": args.coarse,
-              **({"pca_power": args.pca_power} if args.pca_power is not None else {})}
+    search = {
+        "distributions": tuple(args.distributions.split(",")),
+        "nu": args.nu,
+        "coarse": args.coarse,
+        **({"pca_power": args.pca_power} if args.pca_power is not None else {}),
+    }
     import dask
 
     if args.threads:
@@ -517,9 +759,13 @@ def main(argv=None):
     elif args.cost:
         name = args.names.split(",")[0]
         n_train = args.train or quick_train(name)
-        row = cost(name, n_train, args.test, args.max_features, args.data, args.repeats, search=search)
+        row = cost(
+            name, n_train, args.test, args.max_features, args.data, args.repeats, search=search
+        )
         row["threads"] = args.threads
-        res.setdefault("cost", {})[search_key(args.label or f"{name}_{n_train}_{args.max_features}", search)] = row
+        res.setdefault("cost", {})[
+            search_key(args.label or f"{name}_{n_train}_{args.max_features}", search)
+        ] = row
     elif args.alpha_path:
         res["alpha_path"] = alpha_path([int(s) for s in args.alpha_path.split(",")])
         res["alpha_path_load_avg"] = os.getloadavg()[0]
@@ -532,7 +778,9 @@ def main(argv=None):
             n_train = args.train or quick_train(name)
             t0 = time.perf_counter()
             key = search_key(name, search)
-            sets[key] = run_set(name, n_train, args.test, args.max_features, args.data, args.grow_to, search)
+            sets[key] = run_set(
+                name, n_train, args.test, args.max_features, args.data, args.grow_to, search
+            )
             sets[key]["load_avg"] = os.getloadavg()[0]
             sets[key]["wall_s"] = time.perf_counter() - t0
             out.write_text(json.dumps(res, indent=1, default=float))

@@ -47,7 +47,9 @@ def fields(store, samples):
         import zarr
 
         group = zarr.open_group(str(store), mode="r")
-        return {k: np.asarray(group[k][:samples]).reshape(samples, -1) for k in ("input", "output")}, str(store)
+        return {
+            k: np.asarray(group[k][:samples]).reshape(samples, -1) for k in ("input", "output")
+        }, str(store)
     from gpu import synthetic_fields
 
     U, V = synthetic_fields(samples, 64)
@@ -55,7 +57,9 @@ def fields(store, samples):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("store", nargs="?", default=str(NS_HIGH) if NS_HIGH.exists() else None)
     parser.add_argument("--samples", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=5)
@@ -67,8 +71,15 @@ def main(argv=None):
     import zarr
 
     data, source = fields(args.store, args.samples)
-    report = {"source": source, "samples": args.samples, "chunk_rows": 2000, "cores": os.cpu_count(),
-              "zarr": zarr.__version__, "dask": dask.__version__, "rows": []}
+    report = {
+        "source": source,
+        "samples": args.samples,
+        "chunk_rows": 2000,
+        "cores": os.cpu_count(),
+        "zarr": zarr.__version__,
+        "dask": dask.__version__,
+        "rows": [],
+    }
     work = Path(tempfile.mkdtemp(prefix="zarr-read-"))
     try:
         for name, X in data.items():
@@ -76,8 +87,13 @@ def main(argv=None):
             for codec, compressors in codecs().items():
                 path = work / f"{name}-{codec.split()[0]}.zarr"
                 shutil.rmtree(path, ignore_errors=True)
-                z = zarr.create_array(str(path), shape=X.shape, chunks=(2000, X.shape[1]), dtype=X.dtype,
-                                      compressors=compressors)
+                z = zarr.create_array(
+                    str(path),
+                    shape=X.shape,
+                    chunks=(2000, X.shape[1]),
+                    dtype=X.dtype,
+                    compressors=compressors,
+                )
                 t = time.perf_counter()
                 z[:] = X
                 write = time.perf_counter() - t
@@ -89,12 +105,21 @@ def main(argv=None):
                     reads.append(time.perf_counter() - t)
                 read = statistics.median(reads)
                 base = read if base is None else base
-                row = {"array": name, "codec": codec, "stored_over_raw": z.nbytes_stored() / z.nbytes,
-                       "write_seconds": write, "read_seconds": read, "read_over_uncompressed": read / base,
-                       "reads": reads}
+                row = {
+                    "array": name,
+                    "codec": codec,
+                    "stored_over_raw": z.nbytes_stored() / z.nbytes,
+                    "write_seconds": write,
+                    "read_seconds": read,
+                    "read_over_uncompressed": read / base,
+                    "reads": reads,
+                }
                 report["rows"].append(row)
-                print(f"{name:6s} {codec:22s} stored/raw {row['stored_over_raw']:.3f}  write {write:5.2f} s  "
-                      f"read {read:5.3f} s  ({row['read_over_uncompressed']:.2f} x raw)", flush=True)
+                print(
+                    f"{name:6s} {codec:22s} stored/raw {row['stored_over_raw']:.3f}  write {write:5.2f} s  "
+                    f"read {read:5.3f} s  ({row['read_over_uncompressed']:.2f} x raw)",
+                    flush=True,
+                )
                 shutil.rmtree(path, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -19,14 +19,21 @@ def main():
 
     with local_client(n_workers=2) as client:
         # 1. a data set in a chunked Zarr store (chunks along `sample`), read back lazily with xarray
-        ds = datasets.generate("advection2", 2000, store=out / "advection2.zarr", seed=1, block_size=250,
-                               overwrite=True)
+        ds = datasets.generate(
+            "advection2",
+            2000,
+            store=out / "advection2.zarr",
+            seed=1,
+            block_size=250,
+            overwrite=True,
+        )
         train, test = ds.isel(sample=slice(0, 1000)), ds.isel(sample=slice(1000, None))
         print(ds)
 
         # 2. fit on the dask-backed xarray data: one graph over the sample chunks, run on the cluster
-        model = RandomFeatureOperator(n_features=5000, distribution="cauchy", gamma=1e-5, alpha=1e-15,
-                                      random_state=0)
+        model = RandomFeatureOperator(
+            n_features=5000, distribution="cauchy", gamma=1e-5, alpha=1e-15, random_state=0
+        )
         t0 = time.perf_counter()
         model.fit(train["input"], train["output"])
         print(f"fit: {time.perf_counter() - t0:.2f} s, solver={model.solver_}")
@@ -40,9 +47,13 @@ def main():
         model.save(out / "advection2_model.zarr")
         again = RandomFeatureOperator.load(out / "advection2_model.zarr")
         sample = pred.isel(sample=0).compute()
-        plot_prediction(out / "advection2.png", test["output"].isel(sample=0).values,
-                        {"cauchy RF": sample.values, "reloaded": again.predict(test["input"][:1]).values[0]},
-                        grid=ds["x"].values, title="Advection II, test sample 0")
+        plot_prediction(
+            out / "advection2.png",
+            test["output"].isel(sample=0).values,
+            {"cauchy RF": sample.values, "reloaded": again.predict(test["input"][:1]).values[0]},
+            grid=ds["x"].values,
+            title="Advection II, test sample 0",
+        )
         print(f"wrote {out / 'advection2.png'}")
     # leaving the with block closed the client and its LocalCluster
 

@@ -32,17 +32,43 @@ import numpy as np
 from . import linalg
 from .exceptions import NoDeviceError
 
-__all__ = ["DEVICES", "namespace", "generic_numpy", "is_fast", "is_cupy", "device_namespace", "check_device",
-           "compute_namespace", "to_namespace", "to_numpy", "is_array_api", "itemsize", "is_real_dtype",
-           "as_fortran", "fortran_copy", "copy", "take_rows", "diagonal", "fill_diagonal", "syrk", "symmetrize", "centre_gram", "ridge_factor",
-           "cholesky", "cho_solve", "sized_by_arrays"]
+__all__ = [
+    "DEVICES",
+    "namespace",
+    "generic_numpy",
+    "is_fast",
+    "is_cupy",
+    "device_namespace",
+    "check_device",
+    "compute_namespace",
+    "to_namespace",
+    "to_numpy",
+    "is_array_api",
+    "itemsize",
+    "is_real_dtype",
+    "as_fortran",
+    "fortran_copy",
+    "copy",
+    "take_rows",
+    "diagonal",
+    "fill_diagonal",
+    "syrk",
+    "symmetrize",
+    "centre_gram",
+    "ridge_factor",
+    "cholesky",
+    "cho_solve",
+    "sized_by_arrays",
+]
 
 DEVICES = ("cpu", "cuda")
 
 _GENERIC = contextvars.ContextVar("rfol_dask_generic_numpy", default=False)
 
-_GPU_INSTALL = ("pip install 'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install cupy-cuda13x "
-                "instead of cupy-cuda12x)")
+_GPU_INSTALL = (
+    "pip install 'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install cupy-cuda13x "
+    "instead of cupy-cuda12x)"
+)
 
 
 def sized_by_arrays(cls):
@@ -55,7 +81,11 @@ def sized_by_arrays(cls):
 
     from dask.sizeof import sizeof
 
-    names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else cls.__slots__
+    names = (
+        tuple(f.name for f in dataclasses.fields(cls))
+        if dataclasses.is_dataclass(cls)
+        else cls.__slots__
+    )
 
     @sizeof.register(cls)
     def _size(obj):
@@ -102,7 +132,11 @@ def namespace(*arrays):
     arrays = [a for a in arrays if a is not None and not isinstance(a, (int, float, bool))]
     if all(isinstance(a, (np.ndarray, np.generic)) for a in arrays):
         if _GENERIC.get():
-            return _compat().array_namespace(*arrays) if arrays else _compat().array_namespace(np.empty(0))
+            return (
+                _compat().array_namespace(*arrays)
+                if arrays
+                else _compat().array_namespace(np.empty(0))
+            )
         return np
     return _compat().array_namespace(*arrays)
 
@@ -121,16 +155,22 @@ def _load_cupy():
     try:
         import cupy
     except ImportError as exc:
-        raise ImportError(f"device='cuda' needs CuPy and a CUDA GPU, but CuPy is not installed: {_GPU_INSTALL}; "
-                          "or pass device='cpu'") from exc
+        raise ImportError(
+            f"device='cuda' needs CuPy and a CUDA GPU, but CuPy is not installed: {_GPU_INSTALL}; "
+            "or pass device='cpu'"
+        ) from exc
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:  # CUDARuntimeError without a driver
-        raise NoDeviceError(f"device='cuda' needs a CUDA GPU, but CuPy finds none ({exc}); check the driver and "
-                           "CUDA_VISIBLE_DEVICES, or pass device='cpu'") from exc
+        raise NoDeviceError(
+            f"device='cuda' needs a CUDA GPU, but CuPy finds none ({exc}); check the driver and "
+            "CUDA_VISIBLE_DEVICES, or pass device='cpu'"
+        ) from exc
     if count < 1:
-        raise NoDeviceError("device='cuda' needs a CUDA GPU, but CuPy finds none (check CUDA_VISIBLE_DEVICES), "
-                           "or pass device='cpu'")
+        raise NoDeviceError(
+            "device='cuda' needs a CUDA GPU, but CuPy finds none (check CUDA_VISIBLE_DEVICES), "
+            "or pass device='cpu'"
+        )
     return _compat().array_namespace(cupy.empty(0))
 
 
@@ -264,7 +304,9 @@ def fill_diagonal(X, value):
 
         cupy.fill_diagonal(X, value)
         return X
-    return xp.where(xp.eye(X.shape[0], X.shape[1], dtype=xp.bool), xp.asarray(value, dtype=X.dtype), X)
+    return xp.where(
+        xp.eye(X.shape[0], X.shape[1], dtype=xp.bool), xp.asarray(value, dtype=X.dtype), X
+    )
 
 
 def syrk(A, trans, C=None):
@@ -333,7 +375,7 @@ def centre_gram(K, a, c, block_bytes=None):
         scratch = np.empty((M, width), dtype=K.dtype, order="F")
         for s in range(0, M, width):
             e = min(s + width, M)
-            T = scratch[:, :e - s]
+            T = scratch[:, : e - s]
             np.add(a[:, None], a[None, s:e], out=T)
             T -= K.dtype.type(c)
             np.subtract(K[:, s:e], T, out=K[:, s:e])
@@ -367,7 +409,9 @@ def cholesky(G, alpha):
         L = factor(ridge, again)
         return L if L is not None and bool(xp.all(xp.isfinite(diagonal(L)))) else None
 
-    return linalg.first_ridge(attempt, alpha, float(xp.mean(xp.abs(diagonal(G)))) if n else 0.0, dtype)
+    return linalg.first_ridge(
+        attempt, alpha, float(xp.mean(xp.abs(diagonal(G)))) if n else 0.0, dtype
+    )
 
 
 def ridge_factor(G):
@@ -448,7 +492,9 @@ def _cupy_factor_in_place(G):
     import cupy
 
     # a C-ordered symmetric G is its own transpose: G.T is the Fortran-ordered view to factorise
-    copied = not (G.flags.f_contiguous or G.flags.c_contiguous)  # a strided view: factorised in a copy
+    copied = not (
+        G.flags.f_contiguous or G.flags.c_contiguous
+    )  # a strided view: factorised in a copy
     F = G if G.flags.f_contiguous else G.T if G.flags.c_contiguous else cupy.asfortranarray(G)
     idx = cupy.arange(G.shape[0])
     diag = F[idx, idx].copy()
@@ -478,7 +524,10 @@ def _cupy_potrf(F):
     from cupy_backends.cuda.libs import cublas, cusolver
 
     kind = {"float32": "s", "float64": "d"}[F.dtype.name]
-    potrf, buffer_size = getattr(cusolver, kind + "potrf"), getattr(cusolver, kind + "potrf_bufferSize")
+    potrf, buffer_size = (
+        getattr(cusolver, kind + "potrf"),
+        getattr(cusolver, kind + "potrf_bufferSize"),
+    )
     handle, n, lower = device.get_cusolver_handle(), F.shape[0], cublas.CUBLAS_FILL_MODE_LOWER
     lwork = buffer_size(handle, lower, n, F.data.ptr, n)
     work = cupy.empty(lwork, dtype=F.dtype)

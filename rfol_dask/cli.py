@@ -17,7 +17,9 @@ from .features import DISTRIBUTIONS
 
 __all__ = ["main"]
 
-_log = logging.getLogger("rfol_dask.cli")  # a child of the package's logger: shown as its messages are
+_log = logging.getLogger(
+    "rfol_dask.cli"
+)  # a child of the package's logger: shown as its messages are
 
 
 def _parse_param(text):
@@ -33,11 +35,14 @@ def _parse_param(text):
 
 def _count(least):
     """An argparse type: a whole number >= ``least``."""
+
     def parse(text):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {least}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number >= {least}, got {text!r}"
+            ) from None
         if value < least:
             raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
         return value
@@ -78,7 +83,11 @@ def _optional_cluster(args):
     scheduler) without either; ValueError for both."""
     if args.cluster and args.workers is not None:
         raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
-    return _start_cluster(args.cluster, args.workers) if args.cluster or args.workers is not None else None
+    return (
+        _start_cluster(args.cluster, args.workers)
+        if args.cluster or args.workers is not None
+        else None
+    )
 
 
 def _close_cluster(client):
@@ -93,19 +102,31 @@ def _cmd_generate(args):
     params = {}
     for key, value in args.param or []:
         if key in params and params[key] != value:  # else the last one would win, silently
-            raise ValueError(f"--param {key} is given twice ({key}={params[key]!r} and {key}={value!r}): give it once")
+            raise ValueError(
+                f"--param {key} is given twice ({key}={params[key]!r} and {key}={value!r}): give it once"
+            )
         params[key] = value
     client = _optional_cluster(args)
     try:
         t0 = time.perf_counter()
-        ds = datasets.generate(args.name, args.samples, store=args.out, seed=args.seed, client=client,
-                               block_size=args.block_size, overwrite=args.overwrite, progress=not args.quiet,
-                               **params)
+        ds = datasets.generate(
+            args.name,
+            args.samples,
+            store=args.out,
+            seed=args.seed,
+            client=client,
+            block_size=args.block_size,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+            **params,
+        )
         dt = time.perf_counter() - t0
     finally:
         _close_cluster(client)
-    print(f"{args.name}: {args.samples} samples in {args.out} ({dt:.1f} s, "
-          f"input {ds['input'].shape}, output {ds['output'].shape})")
+    print(
+        f"{args.name}: {args.samples} samples in {args.out} ({dt:.1f} s, "
+        f"input {ds['input'].shape}, output {ds['output'].shape})"
+    )
     return 0
 
 
@@ -121,22 +142,29 @@ def _cmd_quickstart(args):
     spec = datasets.get(args.dataset)
     paper = spec.paper
     n_train, n_test = args.train, args.test
-    store = out / (f"{args.dataset}.zarr" if args.seed == 0 else f"{args.dataset}_seed{args.seed}.zarr")
+    store = out / (
+        f"{args.dataset}.zarr" if args.seed == 0 else f"{args.dataset}_seed{args.seed}.zarr"
+    )
     print(f"rfol-dask quickstart: {args.dataset} ({spec.description})")
     with local_client(n_workers=args.workers) as client:
         print(f"LocalCluster: {len(scheduler_workers(client))} workers")
         _print_dashboard(client)
         t0 = time.perf_counter()
         ds = datasets.reuse_or_generate(args.dataset, n_train + n_test, store, seed=args.seed)
-        print(f"data: {n_train} train + {n_test} test samples in {store} ({time.perf_counter() - t0:.1f} s)")
+        print(
+            f"data: {n_train} train + {n_test} test samples in {store} ({time.perf_counter() - t0:.1f} s)"
+        )
         train, test = ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
         truth = test["output"].values
         predictions, rows = {}, []
         for dist in ("cauchy", "gaussian"):
-            model = RandomFeatureOperator(n_features=args.n_features or paper.get("n_features", 1000),
-                                          distribution=dist, gamma=args.gamma or paper.get("gamma", 1.0),
-                                          alpha=args.alpha if args.alpha is not None else paper.get("alpha", 1e-10),
-                                          random_state=args.seed)
+            model = RandomFeatureOperator(
+                n_features=args.n_features or paper.get("n_features", 1000),
+                distribution=dist,
+                gamma=args.gamma or paper.get("gamma", 1.0),
+                alpha=args.alpha if args.alpha is not None else paper.get("alpha", 1e-10),
+                random_state=args.seed,
+            )
             t0 = time.perf_counter()
             model.fit(train)
             fit_time = time.perf_counter() - t0
@@ -145,14 +173,23 @@ def _cmd_quickstart(args):
             predictions[dist] = pred.values[0]
             rows.append((dist, err, fit_time, paper.get(dist)))
             model.save(out / f"model_{dist}.zarr")
-        print(f"\n{'features':10s} {'rel. L2 test error':>20s} {'fit time [s]':>13s} {'paper':>10s}")
+        print(
+            f"\n{'features':10s} {'rel. L2 test error':>20s} {'fit time [s]':>13s} {'paper':>10s}"
+        )
         for dist, err, fit_time, ref in rows:
             ref_s = "-" if ref is None else f"{ref:.3g}"
             print(f"{dist:10s} {err:20.3e} {fit_time:13.2f} {ref_s:>10s}")
         out_dims = ds["output"].dims[1:]
-        grid = ds[out_dims[0]] if len(out_dims) == 1 and out_dims[0] in ds.coords else None  # with its units
-        png = plot_prediction(out / "quickstart.png", truth[0], predictions, grid=grid,
-                              title=f"{args.dataset}: test sample 0")
+        grid = (
+            ds[out_dims[0]] if len(out_dims) == 1 and out_dims[0] in ds.coords else None
+        )  # with its units
+        png = plot_prediction(
+            out / "quickstart.png",
+            truth[0],
+            predictions,
+            grid=grid,
+            title=f"{args.dataset}: test sample 0",
+        )
         print(f"\nfigure: {png}\nmodels: {out}/model_cauchy.zarr, {out}/model_gaussian.zarr")
     return 0  # leaving the with block closed the client and its cluster
 
@@ -164,7 +201,9 @@ def _gamma(text):
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0 or 'median', got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number > 0 or 'median', got {text!r}"
+        ) from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"gamma must be > 0 (or 'median'), got {text}")
     return value
@@ -193,7 +232,9 @@ def _report_context(path):
 def _written_report(path, performance_report):
     import fsspec
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial{path.suffix}")  # same suffix: same compression
+    tmp = path.with_name(
+        f".{path.name}.{os.getpid()}.partial{path.suffix}"
+    )  # same suffix: same compression
     # stacklevel 3: the report's "calling code" is the with block's (past this generator and contextlib)
     report = performance_report(filename=str(tmp), stacklevel=3)
     report.__enter__()  # leaves nothing to undo: an exception in the block just skips the report
@@ -232,16 +273,24 @@ def _check_report_path(path, out=None):
     if path.is_dir():
         raise ValueError(f"--report {path} is a directory; give the path of an HTML file")
     if not path.parent.is_dir():
-        raise ValueError(f"--report {path}: its folder {path.parent} does not exist or is not a directory")
+        raise ValueError(
+            f"--report {path}: its folder {path.parent} does not exist or is not a directory"
+        )
     store = next(zarr_parents(path), None)
     if store is not None:
-        raise ValueError(f"--report {path} is inside the Zarr store {store}, which it would damage; "
-                         "write the report outside it")
+        raise ValueError(
+            f"--report {path} is inside the Zarr store {store}, which it would damage; "
+            "write the report outside it"
+        )
     if out is not None and Path(os.path.abspath(out)) in (path, *path.parents):
-        raise ValueError(f"--report {path} is at or inside the model path --out {out}; write it elsewhere")
+        raise ValueError(
+            f"--report {path} is at or inside the model path --out {out}; write it elsewhere"
+        )
     if (path.exists() or path.is_symlink()) and not _is_report(path):
-        raise ValueError(f"--report {path} exists and is not a performance report of rfol-dask fit; it is never "
-                         "replaced: give a new path (or move the file away)")
+        raise ValueError(
+            f"--report {path} exists and is not a performance report of rfol-dask fit; it is never "
+            "replaced: give a new path (or move the file away)"
+        )
 
 
 def _powers(text):
@@ -251,7 +300,9 @@ def _powers(text):
         try:
             values.append(None if part.strip().lower() == "none" else float(part))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be numbers or 'none', comma-separated, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"must be numbers or 'none', comma-separated, got {text!r}"
+            ) from None
     return values
 
 
@@ -259,41 +310,67 @@ def _fit_model(args):
     """The estimator ``rfol-dask fit`` fits: RandomFeatureOperatorCV with ``--tune``, else
     RandomFeatureOperator with the given settings."""
     if args.distribution == "student_t" and args.nu is None:
-        raise ValueError("--distribution student_t needs its degrees of freedom: add --nu, e.g. --nu 3")
+        raise ValueError(
+            "--distribution student_t needs its degrees of freedom: add --nu, e.g. --nu 3"
+        )
     from .features import NU_LAWS
 
-    if args.nu is not None and (args.distribution or "cauchy") not in NU_LAWS \
-            and not (args.tune and args.distribution is None):
+    if (
+        args.nu is not None
+        and (args.distribution or "cauchy") not in NU_LAWS
+        and not (args.tune and args.distribution is None)
+    ):
         law = args.distribution or "cauchy (the default law)"
-        raise ValueError(f"--nu applies to student_t and rational_quadratic, not {law}: add --distribution, "
-                         "or leave out --nu")
+        raise ValueError(
+            f"--nu applies to student_t and rational_quadratic, not {law}: add --distribution, "
+            "or leave out --nu"
+        )
     if args.tune:
         from .rf_operator_cv import DEFAULT_LAWS, RandomFeatureOperatorCV
 
         if args.gamma != "median" or args.alpha is not None:
             raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
         laws = DEFAULT_LAWS if args.distribution is None else (args.distribution,)
-        return RandomFeatureOperatorCV(n_features=args.n_features, max_features=args.max_features,
-                                       distributions=laws, nu=args.nu,
-                                       pca_power=None if args.pca_power is None else tuple(args.pca_power),
-                                       solver=args.solver, dtype=args.dtype,
-                                       random_state=args.seed, progress=not args.quiet, device=_device(args))
+        return RandomFeatureOperatorCV(
+            n_features=args.n_features,
+            max_features=args.max_features,
+            distributions=laws,
+            nu=args.nu,
+            pca_power=None if args.pca_power is None else tuple(args.pca_power),
+            solver=args.solver,
+            dtype=args.dtype,
+            random_state=args.seed,
+            progress=not args.quiet,
+            device=_device(args),
+        )
     if args.max_features is not None:
-        raise ValueError("--max-features grows N during the --tune search: add --tune, or set N with --n-features")
+        raise ValueError(
+            "--max-features grows N during the --tune search: add --tune, or set N with --n-features"
+        )
     from . import RandomFeatureOperator
 
-    return RandomFeatureOperator(n_features=args.n_features, distribution=args.distribution or "cauchy",
-                                 gamma=args.gamma, nu=args.nu, alpha=1e-10 if args.alpha is None else args.alpha,
-                                 pca_power=_one_power(args.pca_power),
-                                 solver=args.solver, dtype=args.dtype, random_state=args.seed, progress=not args.quiet,
-                                 device=_device(args))
+    return RandomFeatureOperator(
+        n_features=args.n_features,
+        distribution=args.distribution or "cauchy",
+        gamma=args.gamma,
+        nu=args.nu,
+        alpha=1e-10 if args.alpha is None else args.alpha,
+        pca_power=_one_power(args.pca_power),
+        solver=args.solver,
+        dtype=args.dtype,
+        random_state=args.seed,
+        progress=not args.quiet,
+        device=_device(args),
+    )
 
 
 def _one_power(powers):
     if powers is None:
         return None
     if len(powers) > 1:
-        raise ValueError("--pca-power takes one value without --tune (a list is searched with --tune)")
+        raise ValueError(
+            "--pca-power takes one value without --tune (a list is searched with --tune)"
+        )
     return powers[0]
 
 
@@ -310,17 +387,24 @@ def _device(args):
 def _print_fit(args, model, n_train, fit_time):
     if args.tune:
         best = model.best_params_
-        print(f"search: {len(model.cv_results_['mean_test_score'])} candidates in {model.search_time_:.2f} s; "
-              f"best {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
-              f"N={best['n_features']}" + (f", nu {best['nu']}" if best.get("nu") is not None else "")
-              + (f", pca_power {best['pca_power']}" if "pca_power" in best else "") +
-              f"; validation relative L2 error {-model.best_score_:.4e} "
-              f"(last 20 % of the training samples)")
-        print(f"fit: {n_train} samples, N={best['n_features']} {best['distribution']} features, solver "
-              f"{model.best_estimator_.solver_}: {fit_time:.2f} s (search + refit)")
+        print(
+            f"search: {len(model.cv_results_['mean_test_score'])} candidates in {model.search_time_:.2f} s; "
+            f"best {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
+            f"N={best['n_features']}"
+            + (f", nu {best['nu']}" if best.get("nu") is not None else "")
+            + (f", pca_power {best['pca_power']}" if "pca_power" in best else "")
+            + f"; validation relative L2 error {-model.best_score_:.4e} "
+            f"(last 20 % of the training samples)"
+        )
+        print(
+            f"fit: {n_train} samples, N={best['n_features']} {best['distribution']} features, solver "
+            f"{model.best_estimator_.solver_}: {fit_time:.2f} s (search + refit)"
+        )
     else:
-        print(f"fit: {n_train} samples, N={args.n_features} {model.distribution} features, "
-              f"gamma {model.gamma_:.4g}, solver {model.solver_}: {fit_time:.2f} s")
+        print(
+            f"fit: {n_train} samples, N={args.n_features} {model.distribution} features, "
+            f"gamma {model.gamma_:.4g}, solver {model.solver_}: {fit_time:.2f} s"
+        )
 
 
 def _cmd_fit(args):
@@ -329,7 +413,9 @@ def _cmd_fit(args):
     from .persistence import check_model_path
 
     if args.out:
-        check_model_path(args.out)  # before the fit: never replace a file, a data set or other files
+        check_model_path(
+            args.out
+        )  # before the fit: never replace a file, a data set or other files
     if args.train is not None and args.train < 1:
         raise ValueError(f"--train must be at least 1, got {args.train}")
     if args.report:
@@ -341,16 +427,22 @@ def _cmd_fit(args):
         ds = open_dataset(args.data)
         missing = [v for v in ("input", "output") if v not in ds.data_vars]
         if missing:
-            raise ValueError(f"{args.data} has no variable {' or '.join(map(repr, missing))}: fit needs 'input' and "
-                             f"'output', and it holds {', '.join(map(repr, ds.data_vars)) or 'no variables'}; "
-                             "rename its variables to input and output")
+            raise ValueError(
+                f"{args.data} has no variable {' or '.join(map(repr, missing))}: fit needs 'input' and "
+                f"'output', and it holds {', '.join(map(repr, ds.data_vars)) or 'no variables'}; "
+                "rename its variables to input and output"
+            )
         if "sample" not in ds["input"].dims or "sample" not in ds["output"].dims:
-            raise ValueError(f"{args.data}: input and output need a 'sample' dimension (got {ds['input'].dims} and "
-                             f"{ds['output'].dims}); rename the dimension that runs over the samples")
+            raise ValueError(
+                f"{args.data}: input and output need a 'sample' dimension (got {ds['input'].dims} and "
+                f"{ds['output'].dims}); rename the dimension that runs over the samples"
+            )
         n = ds.sizes["sample"]
         n_train = n if args.train is None else args.train
         if not 1 <= n_train <= n:
-            raise ValueError(f"--train must be between 1 and the {n} samples of {args.data}, got {n_train}")
+            raise ValueError(
+                f"--train must be between 1 and the {n} samples of {args.data}, got {n_train}"
+            )
         train, test = ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
         model = _fit_model(args)
         with report:
@@ -362,9 +454,13 @@ def _cmd_fit(args):
                 print(f"model: {args.out}")
             if test.sizes["sample"]:
                 err = relative_l2_error(test["output"], model.predict(test["input"]))
-                print(f"relative L2 error on the {test.sizes['sample']} remaining samples: {err:.4e}")
+                print(
+                    f"relative L2 error on the {test.sizes['sample']} remaining samples: {err:.4e}"
+                )
             else:
-                print(f"no test: all {n} samples trained (--train M keeps the samples after the first M for a test)")
+                print(
+                    f"no test: all {n} samples trained (--train M keeps the samples after the first M for a test)"
+                )
     finally:
         _close_cluster(client)
     return 0
@@ -375,11 +471,15 @@ def _sample_range(text):
     bound not given; checked against the store's size by :func:`_chosen_samples`."""
     bounds = text.split(":")
     if len(bounds) != 2:
-        raise argparse.ArgumentTypeError(f"expected START:STOP (e.g. 800:1000, or 800: for the rest), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected START:STOP (e.g. 800:1000, or 800: for the rest), got {text!r}"
+        )
     try:
         start, stop = (int(b) if b.strip() else None for b in bounds)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"START and STOP must be whole numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"START and STOP must be whole numbers, got {text!r}"
+        ) from None
     if min(b for b in (start, stop, 0) if b is not None) < 0:
         raise argparse.ArgumentTypeError(f"START and STOP count samples from 0, got {text!r}")
     return start, stop
@@ -390,7 +490,9 @@ def _chosen_samples(bounds, n, data):
     start, stop = 0 if bounds[0] is None else bounds[0], n if bounds[1] is None else bounds[1]
     if not start < stop <= n:
         given = ":".join("" if b is None else str(b) for b in bounds)
-        raise ValueError(f"--samples {given} is not a range of the {n} samples of {data}: give START < STOP <= {n}")
+        raise ValueError(
+            f"--samples {given} is not a range of the {n} samples of {data}: give START < STOP <= {n}"
+        )
     return start, stop
 
 
@@ -409,8 +511,10 @@ def _load_any_model(path, device=None):
     arrays, attrs = load_model(user_path(path))
     saved = attrs.get("estimator")
     if saved is not None and saved not in classes:
-        raise ValueError(f"the model at {path} is a {saved}, which rfol-dask predict does not load (it loads "
-                         f"{' and '.join(classes)} models)")
+        raise ValueError(
+            f"the model at {path} is a {saved}, which rfol-dask predict does not load (it loads "
+            f"{' and '.join(classes)} models)"
+        )
     candidates = [classes[saved]] if saved else list(classes.values())
     for cls in candidates[:-1]:
         with contextlib.suppress(ForeignModelError):  # parameters of another class: the next one
@@ -427,26 +531,37 @@ def _cmd_predict(args):
     model = _load_any_model(args.model, _device(args))  # a CPU model predicts on GPUs, and back
     ds = open_dataset(args.data)
     if "input" not in ds.data_vars or "sample" not in ds["input"].dims:
-        raise ValueError(f"{args.data} has no variable 'input' with a 'sample' dimension: predict reads the inputs "
-                         f"from it, and it holds {', '.join(map(repr, ds.data_vars)) or 'no variables'}; rename the "
-                         "variable (and the dimension that runs over the samples)")
+        raise ValueError(
+            f"{args.data} has no variable 'input' with a 'sample' dimension: predict reads the inputs "
+            f"from it, and it holds {', '.join(map(repr, ds.data_vars)) or 'no variables'}; rename the "
+            "variable (and the dimension that runs over the samples)"
+        )
     _warn_unsorted_by_position(model, ds, args.data)
     start, stop = _chosen_samples(args.samples, ds.sizes["sample"], args.data)
     chosen = ds.isel(sample=slice(start, stop))
-    block = ds["input"].chunksizes["sample"][0]  # the store's blocks: regular chunks, as Zarr writes them
+    block = ds["input"].chunksizes["sample"][
+        0
+    ]  # the store's blocks: regular chunks, as Zarr writes them
     client = _optional_cluster(args)
     try:
         t0 = time.perf_counter()
         other = _other_output_dims(model, ds)  # not compared: predicted on the model's grid
-        pred = model.predict(chosen["input"].chunk({"sample": block}),  # lazy: checks the grids now
-                             output_grid=None if other else _store_output_grid(model, ds))
+        pred = model.predict(
+            chosen["input"].chunk({"sample": block}),  # lazy: checks the grids now
+            output_grid=None if other else _store_output_grid(model, ds),
+        )
         pred = _labelled_as_store(model, pred, ds)
-        attrs = {"title": f"rfol-dask predict: samples {start}:{stop} of {args.data}",
-                 "model": os.path.abspath(user_path(args.model)), "store": os.path.abspath(user_path(args.data)),
-                 "samples": [start, stop]}
+        attrs = {
+            "title": f"rfol-dask predict: samples {start}:{stop} of {args.data}",
+            "model": os.path.abspath(user_path(args.model)),
+            "store": os.path.abspath(user_path(args.data)),
+            "samples": [start, stop],
+        }
         write_predictions(pred, out, attrs, client, progress=not args.quiet)
-        print(f"predictions: samples {start}:{stop} of {args.data} in {args.out} ({time.perf_counter() - t0:.1f} s, "
-              f"prediction {pred.shape})")
+        print(
+            f"predictions: samples {start}:{stop} of {args.data} in {args.out} ({time.perf_counter() - t0:.1f} s, "
+            f"prediction {pred.shape})"
+        )
         if other:
             print(_other_dims_note(other, model.output_dims_, ds))
         else:
@@ -471,11 +586,15 @@ def _other_dims_note(other, dims, ds):
     """Why the predictions on the model's output ``dims`` are not compared with the store's output
     on ``other`` dims, with the rename that would compare them where the store can take it."""
     rename = dict(zip(other, dims)) if len(other) == len(dims) else {}
-    fits = rename and all(ds.sizes.get(new, ds.sizes[old]) == ds.sizes[old] for old, new in rename.items())
+    fits = rename and all(
+        ds.sizes.get(new, ds.sizes[old]) == ds.sizes[old] for old, new in rename.items()
+    )
     note = f"no error: the store's output has grid dims {other} but the model predicts on {tuple(dims)}"
     if fits:
         return f"{note}: rename the store's output dims to the model's to compare them (xarray: ds.rename({rename}))"
-    return f"{note} (of other sizes in the store): only an output on the model's grid dims is compared"
+    return (
+        f"{note} (of other sizes in the store): only an output on the model's grid dims is compared"
+    )
 
 
 def _store_output_grid(model, ds):
@@ -503,16 +622,25 @@ def _warn_unsorted_by_position(model, ds, data):
     from .io import unsorted_axis
     from .stacklevel import user_stacklevel
 
-    dims = [d for var in ("input", "output") if var in ds.data_vars and not model._knows_grid(var)
-            for d in ds[var].dims if d != "sample"]
+    dims = [
+        d
+        for var in ("input", "output")
+        if var in ds.data_vars and not model._knows_grid(var)
+        for d in ds[var].dims
+        if d != "sample"
+    ]
     unsorted = [d for d in dict.fromkeys(dims) if d in ds.coords and unsorted_axis(ds[d].values)]
     if unsorted:
         names, by = ", ".join(map(repr, unsorted)), unsorted[0] if len(unsorted) == 1 else unsorted
-        warnings.warn(f"the model was fitted on arrays without a grid: it reads {data} by position, in the store's "
-                      f"order, and its coordinates {names} do not increase (a model fitted on xarray reads them "
-                      "sorted); the predictions are right only if the training arrays were in this order. If they "
-                      f"were in increasing order, write the store sorted (ds.sortby({by!r})) and predict "
-                      "that", DataWarning, stacklevel=user_stacklevel())
+        warnings.warn(
+            f"the model was fitted on arrays without a grid: it reads {data} by position, in the store's "
+            f"order, and its coordinates {names} do not increase (a model fitted on xarray reads them "
+            "sorted); the predictions are right only if the training arrays were in this order. If they "
+            f"were in increasing order, write the store sorted (ds.sortby({by!r})) and predict "
+            "that",
+            DataWarning,
+            stacklevel=user_stacklevel(),
+        )
 
 
 def _labelled_as_store(model, pred, ds):
@@ -520,7 +648,11 @@ def _labelled_as_store(model, pred, ds):
     ...) with the dims and coordinates of the store's ``output`` of the same grid shape, which it
     predicts by position as it reads the inputs (unlabelled, it broadcast against the store's
     output in xarray arithmetic); else ``pred`` as it is."""
-    if "output" not in ds.data_vars or model._knows_grid("output") or ds["output"].dims[0] != "sample":
+    if (
+        "output" not in ds.data_vars
+        or model._knows_grid("output")
+        or ds["output"].dims[0] != "sample"
+    ):
         return pred
     out = ds["output"]
     if out.shape[1:] != pred.shape[1:]:
@@ -542,11 +674,17 @@ def _print_prediction_error(chosen, out, n):
     written, truth = xr.open_zarr(out, consolidated=True)["prediction"], chosen["output"]
     if set(truth.dims) == set(written.dims):  # grid dims matched by name, in any order
         truth = truth.transpose(*written.dims)
-    if truth.shape != written.shape:  # an output grid of other sizes without coordinates to predict on
-        print(f"no error: the store's output {_sizes(truth)} is on another grid than the predictions "
-              f"{_sizes(written)}, and without its coordinates they cannot be predicted there")
+    if (
+        truth.shape != written.shape
+    ):  # an output grid of other sizes without coordinates to predict on
+        print(
+            f"no error: the store's output {_sizes(truth)} is on another grid than the predictions "
+            f"{_sizes(written)}, and without its coordinates they cannot be predicted there"
+        )
         return
-    print(f"relative L2 error on the {n} predicted samples: {relative_l2_error(truth, written):.4e}")
+    print(
+        f"relative L2 error on the {n} predicted samples: {relative_l2_error(truth, written):.4e}"
+    )
 
 
 def _sizes(array):
@@ -569,128 +707,268 @@ def _output_options():
     """A parent parser of every subcommand: ``-q/--quiet`` and ``-v/--verbose``, what goes to stderr."""
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_mutually_exclusive_group()
-    group.add_argument("-q", "--quiet", action="store_true",
-                       help="stderr: warnings and errors only (no progress bars, dashboard link or wait messages)")
-    group.add_argument("-v", "--verbose", action="store_true",
-                       help="stderr: also the debug messages (the times of the steps of a fit)")
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="stderr: warnings and errors only (no progress bars, dashboard link or wait messages)",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="stderr: also the debug messages (the times of the steps of a fit)",
+    )
     return common
 
 
 def _add_fit_parser(sub, common):
     """The ``fit`` subcommand's arguments."""
-    f = sub.add_parser("fit", help="fit a model on a data-set store (train on the first --train samples)",
-                       parents=[common])
+    f = sub.add_parser(
+        "fit",
+        help="fit a model on a data-set store (train on the first --train samples)",
+        parents=[common],
+    )
     f.add_argument("data", help="Zarr store with variables input and output")
-    f.add_argument("--train", type=int, default=None,
-                   help="train on the first M samples and test on the rest (default: train on all, no test)")
+    f.add_argument(
+        "--train",
+        type=int,
+        default=None,
+        help="train on the first M samples and test on the rest (default: train on all, no test)",
+    )
     f.add_argument("--n-features", type=int, default=1000, help="features N (default %(default)s)")
-    f.add_argument("--distribution", default=None, choices=list(DISTRIBUTIONS),
-                   help="frequency law (default cauchy; with --tune: search this law only, default the "
-                        "library's search: cauchy, gaussian and rational_quadratic)")
-    f.add_argument("--gamma", type=_gamma, default="median",
-                   help="a number > 0, or 'median' (default): 1 / the median pairwise distance of the inputs")
-    f.add_argument("--nu", type=float, default=None,
-                   help="degrees of freedom of student_t; shape of rational_quadratic (default 1)")
-    f.add_argument("--alpha", type=float, default=None,
-                   help="ridge on the centred Gram of unit-variance features (default 1e-10, as "
-                        "RandomFeatureOperator; --tune searches it)")
-    f.add_argument("--pca-power", type=_powers, default=None, metavar="POWER[,POWER...]",
-                   help="input metric: distances in the inputs' principal directions weighted by "
-                        "(s_j / s_1)^POWER (e.g. 1: stress the smooth, large-variance directions); default: the "
-                        "grid values' own distance. With --tune a list (e.g. none,1) is searched")
-    f.add_argument("--tune", action="store_true",
-                   help="choose the law, gamma and alpha by validation on the training samples "
-                        "(RandomFeatureOperatorCV); prints the choice and its validation error")
-    f.add_argument("--max-features", type=int, default=None,
-                   help="with --tune: after the search at --n-features, grow N (doubling) up to this many "
-                        "features while the validation error falls by at least 1 %% a doubling")
+    f.add_argument(
+        "--distribution",
+        default=None,
+        choices=list(DISTRIBUTIONS),
+        help="frequency law (default cauchy; with --tune: search this law only, default the "
+        "library's search: cauchy, gaussian and rational_quadratic)",
+    )
+    f.add_argument(
+        "--gamma",
+        type=_gamma,
+        default="median",
+        help="a number > 0, or 'median' (default): 1 / the median pairwise distance of the inputs",
+    )
+    f.add_argument(
+        "--nu",
+        type=float,
+        default=None,
+        help="degrees of freedom of student_t; shape of rational_quadratic (default 1)",
+    )
+    f.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="ridge on the centred Gram of unit-variance features (default 1e-10, as "
+        "RandomFeatureOperator; --tune searches it)",
+    )
+    f.add_argument(
+        "--pca-power",
+        type=_powers,
+        default=None,
+        metavar="POWER[,POWER...]",
+        help="input metric: distances in the inputs' principal directions weighted by "
+        "(s_j / s_1)^POWER (e.g. 1: stress the smooth, large-variance directions); default: the "
+        "grid values' own distance. With --tune a list (e.g. none,1) is searched",
+    )
+    f.add_argument(
+        "--tune",
+        action="store_true",
+        help="choose the law, gamma and alpha by validation on the training samples "
+        "(RandomFeatureOperatorCV); prints the choice and its validation error",
+    )
+    f.add_argument(
+        "--max-features",
+        type=int,
+        default=None,
+        help="with --tune: after the search at --n-features, grow N (doubling) up to this many "
+        "features while the validation error falls by at least 1 %% a doubling",
+    )
     f.add_argument("--solver", default="auto", choices=["auto", "dual", "primal"])
     f.add_argument("--dtype", default=None, choices=["float32", "float64"])
     f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--cluster", default=None, metavar="NAME|PATH",
-                   help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
+    f.add_argument(
+        "--cluster",
+        default=None,
+        metavar="NAME|PATH",
+        help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file",
+    )
     _add_device_option(f, "the fit computes")
-    f.add_argument("--report", default=None,
-                   help="write dask's performance report (HTML) here once the fit succeeded; an existing "
-                        "file is replaced only if it is such a report")
+    f.add_argument(
+        "--report",
+        default=None,
+        help="write dask's performance report (HTML) here once the fit succeeded; an existing "
+        "file is replaced only if it is such a report",
+    )
     f.add_argument("--out", default=None, help="save the model to this Zarr path")
     f.set_defaults(func=_cmd_fit)
 
 
 def _add_device_option(parser, what):
     """``--device`` (read by :func:`_device`) of ``fit`` and ``predict``: where ``what``."""
-    parser.add_argument("--device", default=None, choices=["cpu", "cuda"],
-                        help=f"where {what} (default: cuda with a GPU cluster configuration such as "
-                             "local-cuda or slurm-gpu, else cpu); cuda needs rfol-dask[gpu]")
+    parser.add_argument(
+        "--device",
+        default=None,
+        choices=["cpu", "cuda"],
+        help=f"where {what} (default: cuda with a GPU cluster configuration such as "
+        "local-cuda or slurm-gpu, else cpu); cuda needs rfol-dask[gpu]",
+    )
 
 
 def _add_predict_parser(sub, common):
     """The ``predict`` subcommand's arguments."""
-    p = sub.add_parser("predict", help="apply a saved model to the inputs of a data-set store and write the "
-                                       "predictions to a Zarr store", parents=[common])
+    p = sub.add_parser(
+        "predict",
+        help="apply a saved model to the inputs of a data-set store and write the "
+        "predictions to a Zarr store",
+        parents=[common],
+    )
     p.add_argument("model", help="a saved model (rfol-dask fit --out, or save in Python)")
-    p.add_argument("data", help="Zarr store with the variable input (and output: then the relative L2 error of "
-                                "the predictions is printed)")
-    p.add_argument("--out", required=True,
-                   help="Zarr store to write, with the variable prediction (sample, <output grid dims>): a new path, "
-                        "an empty folder, or an earlier prediction store of this command, which is replaced; "
-                        "anything else is refused")
-    p.add_argument("--samples", type=_sample_range, default=(None, None), metavar="START:STOP",
-                   help="predict the samples START to STOP - 1 only (e.g. 800:1000; 800: for the rest; default all)")
-    p.add_argument("--workers", type=_count(1), default=None, help="start a LocalCluster with this many workers")
-    p.add_argument("--cluster", default=None, metavar="NAME|PATH",
-                   help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
+    p.add_argument(
+        "data",
+        help="Zarr store with the variable input (and output: then the relative L2 error of "
+        "the predictions is printed)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="Zarr store to write, with the variable prediction (sample, <output grid dims>): a new path, "
+        "an empty folder, or an earlier prediction store of this command, which is replaced; "
+        "anything else is refused",
+    )
+    p.add_argument(
+        "--samples",
+        type=_sample_range,
+        default=(None, None),
+        metavar="START:STOP",
+        help="predict the samples START to STOP - 1 only (e.g. 800:1000; 800: for the rest; default all)",
+    )
+    p.add_argument(
+        "--workers",
+        type=_count(1),
+        default=None,
+        help="start a LocalCluster with this many workers",
+    )
+    p.add_argument(
+        "--cluster",
+        default=None,
+        metavar="NAME|PATH",
+        help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file",
+    )
     _add_device_option(p, "the predictions are computed, whatever the model was fitted on")
     p.set_defaults(func=_cmd_predict)
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="rfol-dask", description="Random-feature operator learning on Dask")
+    parser = argparse.ArgumentParser(
+        prog="rfol-dask", description="Random-feature operator learning on Dask"
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     common = _output_options()
 
-    q = sub.add_parser("quickstart", help="make a small data set, fit Cauchy and Gaussian models, plot",
-                       parents=[common])
-    q.add_argument("--dataset", default="advection1", help="data set (default %(default)s; see rfol-dask datasets)")
-    q.add_argument("--train", type=_count(1), default=1000, help="training samples (default %(default)s)")
-    q.add_argument("--test", type=_count(1), default=1000, help="test samples (default %(default)s)")
-    q.add_argument("--n-features", type=int, default=None, help="default: the paper's N for the data set")
-    q.add_argument("--gamma", type=float, default=None, help="frequency scale (default: the paper's for the data set)")
-    q.add_argument("--alpha", type=float, default=None, help="ridge (default: the paper's for the data set)")
-    q.add_argument("--workers", type=_count(1), default=2, help="LocalCluster worker processes (default %(default)s)")
-    q.add_argument("--seed", type=int, default=0, help="data and feature seed (default %(default)s)")
-    q.add_argument("--out", default="quickstart_output",
-                   help="output folder (default %(default)s); its data set, <dataset>.zarr (<dataset>_seed<S>.zarr "
-                        "for --seed S), is reused by later runs")
+    q = sub.add_parser(
+        "quickstart",
+        help="make a small data set, fit Cauchy and Gaussian models, plot",
+        parents=[common],
+    )
+    q.add_argument(
+        "--dataset",
+        default="advection1",
+        help="data set (default %(default)s; see rfol-dask datasets)",
+    )
+    q.add_argument(
+        "--train", type=_count(1), default=1000, help="training samples (default %(default)s)"
+    )
+    q.add_argument(
+        "--test", type=_count(1), default=1000, help="test samples (default %(default)s)"
+    )
+    q.add_argument(
+        "--n-features", type=int, default=None, help="default: the paper's N for the data set"
+    )
+    q.add_argument(
+        "--gamma",
+        type=float,
+        default=None,
+        help="frequency scale (default: the paper's for the data set)",
+    )
+    q.add_argument(
+        "--alpha", type=float, default=None, help="ridge (default: the paper's for the data set)"
+    )
+    q.add_argument(
+        "--workers",
+        type=_count(1),
+        default=2,
+        help="LocalCluster worker processes (default %(default)s)",
+    )
+    q.add_argument(
+        "--seed", type=int, default=0, help="data and feature seed (default %(default)s)"
+    )
+    q.add_argument(
+        "--out",
+        default="quickstart_output",
+        help="output folder (default %(default)s); its data set, <dataset>.zarr (<dataset>_seed<S>.zarr "
+        "for --seed S), is reused by later runs",
+    )
     q.set_defaults(func=_cmd_quickstart)
 
-    d = sub.add_parser("datasets", help="list the data sets and their default parameters", parents=[common])
+    d = sub.add_parser(
+        "datasets", help="list the data sets and their default parameters", parents=[common]
+    )
     d.set_defaults(func=_cmd_datasets)
 
     _add_fit_parser(sub, common)
     _add_predict_parser(sub, common)
 
-    g = sub.add_parser("generate", help="generate a data set into a Zarr store (resumable)", parents=[common])
+    g = sub.add_parser(
+        "generate", help="generate a data set into a Zarr store (resumable)", parents=[common]
+    )
     g.add_argument("name", help="data set (see rfol-dask datasets)")
     g.add_argument("--samples", type=int, required=True, help="number of samples")
-    g.add_argument("--out", required=True, help="Zarr store to write (an interrupted run resumes from it)")
+    g.add_argument(
+        "--out", required=True, help="Zarr store to write (an interrupted run resumes from it)"
+    )
     g.add_argument("--seed", type=int, default=0, help="data seed, >= 0 (default %(default)s)")
-    g.add_argument("--workers", type=_count(1), default=None, help="start a LocalCluster with this many workers")
-    g.add_argument("--cluster", default=None, metavar="NAME|PATH",
-                   help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file")
-    g.add_argument("--block-size", type=int, default=None, help="samples per task and per chunk (default: chunks of "
-                                                                   "about 32 MiB, at most 1000 samples; a resumed "
-                                                                   "store's own)")
-    g.add_argument("--param", type=_parse_param, action="append", metavar="KEY=VALUE",
-                   help="a generator parameter (repeatable, once per key; rfol-dask datasets lists them with their "
-                        "defaults)")
-    g.add_argument("--overwrite", action="store_true", help="replace a store that holds another data set")
+    g.add_argument(
+        "--workers",
+        type=_count(1),
+        default=None,
+        help="start a LocalCluster with this many workers",
+    )
+    g.add_argument(
+        "--cluster",
+        default=None,
+        metavar="NAME|PATH",
+        help=f"cluster configuration: a shipped name ({', '.join(_shipped())}) or a YAML file",
+    )
+    g.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="samples per task and per chunk (default: chunks of "
+        "about 32 MiB, at most 1000 samples; a resumed "
+        "store's own)",
+    )
+    g.add_argument(
+        "--param",
+        type=_parse_param,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a generator parameter (repeatable, once per key; rfol-dask datasets lists them with their "
+        "defaults)",
+    )
+    g.add_argument(
+        "--overwrite", action="store_true", help="replace a store that holds another data set"
+    )
     g.set_defaults(func=_cmd_generate)
 
-    r = sub.add_parser("reproduce", help="the paper's tables, equal-time comparison and error-vs-N curves, "
-                                         "beside kernel and linear baselines (rfol_dask.experiments)",
-                       parents=[common])
+    r = sub.add_parser(
+        "reproduce",
+        help="the paper's tables, equal-time comparison and error-vs-N curves, "
+        "beside kernel and linear baselines (rfol_dask.experiments)",
+        parents=[common],
+    )
     from .experiments.reproduce import add_arguments
 
     add_arguments(r)
@@ -758,16 +1036,30 @@ def main(argv=None):
     from .exceptions import ClusterStartError, NoDeviceError, NoWorkersError, WorkersKilledError
 
     try:
-        with _log_to_stderr(logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO), \
-                _warnings_as_lines(args.command):
+        with (
+            _log_to_stderr(
+                logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
+            ),
+            _warnings_as_lines(args.command),
+        ):
             return args.func(args)
     # ImportError: an optional extra; NotImplementedError: a combination of settings not supported
     # FloatingPointError: a data-set generator's time stepping blew up (the message names the fix)
     # WorkersKilledError: a task ran its workers out of memory (the message says what to change)
     # NoWorkersError: the cluster has no workers to place a fit on (the message says what to check)
     # NoDeviceError: --device cuda where CuPy finds no GPU (the message says what to check)
-    except (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError, ClusterStartError,
-            FloatingPointError, WorkersKilledError, NoWorkersError, NoDeviceError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        FileNotFoundError,
+        ImportError,
+        NotImplementedError,
+        ClusterStartError,
+        FloatingPointError,
+        WorkersKilledError,
+        NoWorkersError,
+        NoDeviceError,
+    ) as exc:
         print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -45,11 +45,34 @@ from .linalg import host_cores
 from .progress import active_client
 from .stacklevel import user_stacklevel
 
-__all__ = ["active_client", "local_client", "local_cluster", "local_cuda_cluster", "load_config", "job_script", "make_cluster", "start_client",
-           "blas_env", "shipped_configs", "gpu_config", "node_threads", "dashboard_link", "close_client", "KINDS"]
+__all__ = [
+    "active_client",
+    "local_client",
+    "local_cluster",
+    "local_cuda_cluster",
+    "load_config",
+    "job_script",
+    "make_cluster",
+    "start_client",
+    "blas_env",
+    "shipped_configs",
+    "gpu_config",
+    "node_threads",
+    "dashboard_link",
+    "close_client",
+    "KINDS",
+]
 
 KINDS = ("local", "cuda-local", "slurm", "pbs", "kubernetes", "mpi")
-_MPI_KEYS = {"scheduler_file", "scheduler_timeout", "launcher", "node_cores", "ranks_per_node", "python", "prologue"}
+_MPI_KEYS = {
+    "scheduler_file",
+    "scheduler_timeout",
+    "launcher",
+    "node_cores",
+    "ranks_per_node",
+    "python",
+    "prologue",
+}
 _KEYS = {"kind", "scale", "blas_threads", "options"} | _MPI_KEYS
 _BLAS_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 _SCHEDULER = "tcp://SCHEDULER:8786"  # placeholder address of rendered job scripts
@@ -78,12 +101,21 @@ def _owning_client(cluster):
     return OwningClient(cluster)
 
 
-def local_client(n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True,
-                 blas_threads=1, **kwargs):
+def local_client(
+    n_workers=None,
+    threads_per_worker=1,
+    memory_limit="auto",
+    processes=True,
+    blas_threads=1,
+    **kwargs,
+):
     """Start a ``distributed.LocalCluster`` (see :func:`local_cluster`) and return a ``Client``
     connected to it; closing the client (or leaving its ``with`` block) closes both."""
-    return _owning_client(local_cluster(n_workers, threads_per_worker, memory_limit, processes, blas_threads,
-                                        **kwargs))
+    return _owning_client(
+        local_cluster(
+            n_workers, threads_per_worker, memory_limit, processes, blas_threads, **kwargs
+        )
+    )
 
 
 def _check_count(name, value):
@@ -103,7 +135,9 @@ def _without_sigint(start):
     import signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "pthread_sigmask"
+    ):
         return start()
     from multiprocessing import resource_tracker
 
@@ -115,15 +149,23 @@ def _without_sigint(start):
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         raise
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C pressed meanwhile is raised here
+        signal.pthread_sigmask(
+            signal.SIG_SETMASK, previous
+        )  # a Ctrl-C pressed meanwhile is raised here
     except BaseException:
         cluster.close()
         raise
     return cluster
 
 
-def local_cluster(n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True,
-                  blas_threads=1, **kwargs):
+def local_cluster(
+    n_workers=None,
+    threads_per_worker=1,
+    memory_limit="auto",
+    processes=True,
+    blas_threads=1,
+    **kwargs,
+):
     """A ``distributed.LocalCluster``: by default one worker process per core with one task
     thread and one BLAS thread each (distributed's own default BLAS setting, made explicit)
     and the dashboard on a free port. Worker processes leave Ctrl-C to this one (:func:`_without_sigint`)."""
@@ -135,15 +177,26 @@ def local_cluster(n_workers=None, threads_per_worker=1, memory_limit="auto", pro
     _check_count("n_workers", n_workers)
     if processes:
         kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
-    return _without_sigint(functools.partial(
-        LocalCluster, n_workers=n_workers, threads_per_worker=threads_per_worker, memory_limit=memory_limit,
-        processes=processes, dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs))
+    return _without_sigint(
+        functools.partial(
+            LocalCluster,
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker,
+            memory_limit=memory_limit,
+            processes=processes,
+            dashboard_address=kwargs.pop("dashboard_address", ":0"),
+            **kwargs,
+        )
+    )
 
 
 def shipped_configs():
     """Names of the configurations shipped with the package (``load_config`` accepts them)."""
-    return sorted(p.name[:-5] for p in resources.files("rfol_dask").joinpath("clusters").iterdir()
-                  if p.name.endswith(".yaml"))
+    return sorted(
+        p.name[:-5]
+        for p in resources.files("rfol_dask").joinpath("clusters").iterdir()
+        if p.name.endswith(".yaml")
+    )
 
 
 def gpu_config(config):
@@ -163,8 +216,10 @@ def _read_config(config):
         return resources.files("rfol_dask").joinpath("clusters", f"{name}.yaml").read_text()
     if path.is_file():
         return path.read_text()
-    raise FileNotFoundError(f"no cluster configuration at {path}: give a YAML file or one of the shipped "
-                            f"configurations {shipped_configs()}")
+    raise FileNotFoundError(
+        f"no cluster configuration at {path}: give a YAML file or one of the shipped "
+        f"configurations {shipped_configs()}"
+    )
 
 
 def _config_name(config):
@@ -182,7 +237,12 @@ def _option_keywords(kind):
             from distributed import LocalCluster, Nanny, Worker
             from distributed.node import ServerNode
 
-            callables = [LocalCluster, Nanny, Worker, ServerNode]  # LocalCluster -> Nanny -> Worker -> ServerNode
+            callables = [
+                LocalCluster,
+                Nanny,
+                Worker,
+                ServerNode,
+            ]  # LocalCluster -> Nanny -> Worker -> ServerNode
             what = "distributed.LocalCluster and its Nanny/Worker"
             if kind == "cuda-local":
                 from dask_cuda import LocalCUDACluster
@@ -192,8 +252,11 @@ def _option_keywords(kind):
         elif kind in ("slurm", "pbs"):
             dask_jobqueue = _dask_jobqueue()
 
-            cluster, job = ((dask_jobqueue.SLURMCluster, dask_jobqueue.slurm.SLURMJob) if kind == "slurm"
-                            else (dask_jobqueue.PBSCluster, dask_jobqueue.pbs.PBSJob))
+            cluster, job = (
+                (dask_jobqueue.SLURMCluster, dask_jobqueue.slurm.SLURMJob)
+                if kind == "slurm"
+                else (dask_jobqueue.PBSCluster, dask_jobqueue.pbs.PBSJob)
+            )
             callables = [cluster, job, dask_jobqueue.core.Job]  # cluster -> job class -> Job
             what = f"dask_jobqueue.{cluster.__name__} and its {job.__name__}"
         elif kind == "kubernetes":
@@ -204,8 +267,12 @@ def _option_keywords(kind):
             return None
     except ImportError:
         return None
-    ours = {"self", "blas_threads"} | ({"n_workers"} if kind in ("slurm", "pbs", "kubernetes") else set())
-    return frozenset(_signature_keywords(callables) - ours), what  # (top-level keys set those of ours)
+    ours = {"self", "blas_threads"} | (
+        {"n_workers"} if kind in ("slurm", "pbs", "kubernetes") else set()
+    )
+    return frozenset(
+        _signature_keywords(callables) - ours
+    ), what  # (top-level keys set those of ours)
 
 
 def _signature_keywords(callables):
@@ -213,7 +280,12 @@ def _signature_keywords(callables):
     import inspect
 
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return {name for c in callables for name, p in inspect.signature(c).parameters.items() if p.kind in named}
+    return {
+        name
+        for c in callables
+        for name, p in inspect.signature(c).parameters.items()
+        if p.kind in named
+    }
 
 
 def _check_options(where, kind, options):
@@ -229,10 +301,17 @@ def _check_options(where, kind, options):
         if key not in keywords:
             top = {"blas_threads": "blas_threads", "n_workers": "scale"}.get(key)
             close = difflib.get_close_matches(str(key), sorted(keywords), n=1)
-            hint = (f"set the top-level key {top} instead" if top else f"did you mean {close[0]!r}?" if close
-                    else "check its spelling")
-            raise ValueError(f"{where}: unknown option {key!r} for kind {kind}; {hint} (options take the "
-                             f"keywords of {what})")
+            hint = (
+                f"set the top-level key {top} instead"
+                if top
+                else f"did you mean {close[0]!r}?"
+                if close
+                else "check its spelling"
+            )
+            raise ValueError(
+                f"{where}: unknown option {key!r} for kind {kind}; {hint} (options take the "
+                f"keywords of {what})"
+            )
 
 
 def load_config(config):
@@ -248,24 +327,34 @@ def load_config(config):
         except yaml.YAMLError as exc:
             raise ValueError(f"{where} is not valid YAML: {exc}") from None
         if not isinstance(config, dict):
-            raise ValueError(f"{where} must be a YAML mapping (kind: ..., options: ...), "
-                             f"got a {type(config).__name__}")
+            raise ValueError(
+                f"{where} must be a YAML mapping (kind: ..., options: ...), "
+                f"got a {type(config).__name__}"
+            )
     config = dict(config)
     kind = config.get("kind")
     if kind not in KINDS:
         raise ValueError(f"{where} needs kind in {KINDS}, got {kind!r}")
     unknown = sorted(set(config) - _KEYS)
     if unknown:
-        raise ValueError(f"unknown cluster configuration keys {unknown} in {name}; allowed: {sorted(_KEYS)}")
+        raise ValueError(
+            f"unknown cluster configuration keys {unknown} in {name}; allowed: {sorted(_KEYS)}"
+        )
     misplaced = sorted(set(config) & (_MPI_KEYS - {"scheduler_file"})) if kind != "mpi" else []
     if misplaced:
-        hint = " (for slurm/pbs set options.python and options.job_script_prologue)" if kind in ("slurm", "pbs") else ""
+        hint = (
+            " (for slurm/pbs set options.python and options.job_script_prologue)"
+            if kind in ("slurm", "pbs")
+            else ""
+        )
         raise ValueError(f"{where}: keys {misplaced} are for kind mpi only{hint}")
     if config.get("options") is None:
         config["options"] = {}
     if not isinstance(config["options"], dict):
-        raise ValueError(f"{where}: options must be a mapping of keyword: value (one per line under "
-                         f"'options:'), got a {type(config['options']).__name__}")
+        raise ValueError(
+            f"{where}: options must be a mapping of keyword: value (one per line under "
+            f"'options:'), got a {type(config['options']).__name__}"
+        )
     config.setdefault("blas_threads", 1)
     if kind in ("local", "cuda-local"):
         _local_scale(where, kind, config)
@@ -276,7 +365,9 @@ def load_config(config):
             _check_count(f"{where}: {key}", config[key])
     timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
-        raise ValueError(f"{where}: scheduler_timeout must be a number of seconds > 0, got {timeout!r}")
+        raise ValueError(
+            f"{where}: scheduler_timeout must be a number of seconds > 0, got {timeout!r}"
+        )
     _check_options(where, kind, config["options"])
     if kind == "kubernetes":
         _check_pod_memory(where, config["options"])
@@ -295,8 +386,10 @@ def _local_scale(where, kind, config):
     _check_count(f"{where}: scale", scale)
     n_workers = config["options"].get("n_workers")
     if n_workers is not None and n_workers != scale:
-        raise ValueError(f"{where}: scale {scale} and options.n_workers {n_workers} disagree; for kind {kind} both "
-                         "are the number of worker processes: give one of them (scale, as for the other kinds)")
+        raise ValueError(
+            f"{where}: scale {scale} and options.n_workers {n_workers} disagree; for kind {kind} both "
+            "are the number of worker processes: give one of them (scale, as for the other kinds)"
+        )
     config["options"] = {**config["options"], "n_workers": scale}
     config["scale"] = None
 
@@ -320,9 +413,11 @@ def _check_pod_memory(where, options):
     except (ValueError, TypeError):
         return  # 'auto', a fraction of the pod's memory, or a quantity dask does not read
     if worker > pod:
-        raise ValueError(f"{where}: the workers' --memory-limit {found.group(1)} is above the pod's memory limit "
-                         f"{limits['memory']} (resources.limits.memory), so Kubernetes would kill a worker pod before "
-                         "dask spills or pauses it; set --memory-limit to about 90 % of the pod's")
+        raise ValueError(
+            f"{where}: the workers' --memory-limit {found.group(1)} is above the pod's memory limit "
+            f"{limits['memory']} (resources.limits.memory), so Kubernetes would kill a worker pod before "
+            "dask spills or pauses it; set --memory-limit to about 90 % of the pod's"
+        )
 
 
 def _jobqueue_options(config):
@@ -346,7 +441,9 @@ def _dask_jobqueue():
     try:
         import dask_jobqueue
     except ImportError as exc:
-        raise ImportError("cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'") from exc
+        raise ImportError(
+            "cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'"
+        ) from exc
     finally:
         if previous is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, previous)
@@ -358,7 +455,9 @@ def _kubernetes_operator():
     try:
         from dask_kubernetes import operator
     except ImportError as exc:
-        raise ImportError("cluster kind 'kubernetes' needs dask-kubernetes: pip install 'rfol-dask[cloud]'") from exc
+        raise ImportError(
+            "cluster kind 'kubernetes' needs dask-kubernetes: pip install 'rfol-dask[cloud]'"
+        ) from exc
     return operator
 
 
@@ -368,7 +467,9 @@ def _jobqueue_job(config):
 
     cls = dask_jobqueue.slurm.SLURMJob if config["kind"] == "slurm" else dask_jobqueue.pbs.PBSJob
     takes = _signature_keywords([cls, dask_jobqueue.core.Job])
-    opts = {k: v for k, v in _jobqueue_options(config).items() if k in takes}  # not the cluster's own keywords
+    opts = {
+        k: v for k, v in _jobqueue_options(config).items() if k in takes
+    }  # not the cluster's own keywords
     return cls(scheduler=_SCHEDULER, name="rfol-dask", **opts)
 
 
@@ -389,15 +490,28 @@ def node_threads(config):
     does not say (an MPI one without ``node_cores``)."""
     config = load_config(config)
     kind, opts, blas = config["kind"], config["options"], int(config["blas_threads"])
-    if kind == "cuda-local":  # one worker process per GPU: the GPUs named, or counted on this machine
-        gpus = opts.get("n_workers") or _visible_gpus(opts.get("CUDA_VISIBLE_DEVICES"))  # 0: none visible
-        return {"processes": int(gpus), "threads": _cuda_threads(opts.get("threads_per_worker", "auto"), gpus),
-                "blas": blas, "cores": host_cores()}
+    if (
+        kind == "cuda-local"
+    ):  # one worker process per GPU: the GPUs named, or counted on this machine
+        gpus = opts.get("n_workers") or _visible_gpus(
+            opts.get("CUDA_VISIBLE_DEVICES")
+        )  # 0: none visible
+        return {
+            "processes": int(gpus),
+            "threads": _cuda_threads(opts.get("threads_per_worker", "auto"), gpus),
+            "blas": blas,
+            "cores": host_cores(),
+        }
     if kind == "local":
         threads = int(opts.get("threads_per_worker", 1))
         workers = opts.get("n_workers") or max(1, host_cores() // threads)
         if not opts.get("processes", True):  # one process: the BLAS variables are not set
-            return {"processes": 1, "threads": int(workers) * threads, "blas": 1, "cores": host_cores()}
+            return {
+                "processes": 1,
+                "threads": int(workers) * threads,
+                "blas": 1,
+                "cores": host_cores(),
+            }
         return {"processes": int(workers), "threads": threads, "blas": blas, "cores": host_cores()}
     if kind in ("slurm", "pbs"):
         job = _jobqueue_job(config)
@@ -407,21 +521,33 @@ def node_threads(config):
         match = re.search(r"ncpus=(\d+)", str(opts.get("resource_spec", "")))
         if kind == "pbs" and match:
             cores = int(match.group(1))
-        return {"processes": int(job.worker_processes), "threads": int(job.worker_process_threads),
-                "blas": blas, "cores": int(cores)}
+        return {
+            "processes": int(job.worker_processes),
+            "threads": int(job.worker_process_threads),
+            "blas": blas,
+            "cores": int(cores),
+        }
     if kind == "kubernetes":
         command = str(opts.get("worker_command", "dask-worker"))
         res = opts.get("resources") or {}
         cpu = (res.get("limits") or {}).get("cpu") or (res.get("requests") or {}).get("cpu")
         if cpu is None:
             return None
-        return {"processes": _flag(command, "nworkers", 1), "threads": _flag(command, "nthreads", 1), "blas": blas,
-                "cores": _cpu_count(cpu)}
+        return {
+            "processes": _flag(command, "nworkers", 1),
+            "threads": _flag(command, "nthreads", 1),
+            "blas": blas,
+            "cores": _cpu_count(cpu),
+        }
     if config.get("node_cores") is None:
         return None
     ranks = int(config.get("ranks_per_node") or 1)
-    return {"processes": ranks, "threads": int(config["options"].get("nthreads") or 1), "blas": blas,
-            "cores": int(config["node_cores"])}
+    return {
+        "processes": ranks,
+        "threads": int(config["options"].get("nthreads") or 1),
+        "blas": blas,
+        "cores": int(config["node_cores"]),
+    }
 
 
 def _visible_gpus(visible=None):
@@ -455,16 +581,25 @@ def local_cuda_cluster(blas_threads=1, **kwargs):
         from dask_cuda import LocalCUDACluster
         from dask_cuda.utils import get_n_gpus
     except ImportError as exc:
-        raise ImportError("cluster kind 'cuda-local' needs dask-cuda (and CuPy): pip install 'rfol-dask[gpu]'; "
-                          "or use kind 'local'") from exc
+        raise ImportError(
+            "cluster kind 'cuda-local' needs dask-cuda (and CuPy): pip install 'rfol-dask[gpu]'; "
+            "or use kind 'local'"
+        ) from exc
     if kwargs.get("n_workers") is not None:
         _check_count("n_workers", kwargs["n_workers"])
     kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
     if kwargs.get("threads_per_worker", "auto") == "auto":
-        gpus = kwargs.get("n_workers") or _visible_gpus(kwargs.get("CUDA_VISIBLE_DEVICES")) or get_n_gpus()
+        gpus = (
+            kwargs.get("n_workers")
+            or _visible_gpus(kwargs.get("CUDA_VISIBLE_DEVICES"))
+            or get_n_gpus()
+        )
         kwargs["threads_per_worker"] = _cuda_threads("auto", gpus)
-    return _without_sigint(functools.partial(LocalCUDACluster, dashboard_address=kwargs.pop("dashboard_address", ":0"),
-                                             **kwargs))
+    return _without_sigint(
+        functools.partial(
+            LocalCUDACluster, dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs
+        )
+    )
 
 
 def _check_threads(config):
@@ -474,13 +609,18 @@ def _check_threads(config):
         return
     total = t["processes"] * t["threads"] * t["blas"]
     fit = max(1, int(t["cores"] // (t["processes"] * t["threads"])))
-    fix = (f"set blas_threads: {fit}" if t["processes"] * t["threads"] <= t["cores"]
-           else "use fewer worker processes or task threads per node")
+    fix = (
+        f"set blas_threads: {fit}"
+        if t["processes"] * t["threads"] <= t["cores"]
+        else "use fewer worker processes or task threads per node"
+    )
     warnings.warn(
         f"the {config['kind']} cluster configuration oversubscribes each node {total / t['cores']:.3g}x: "
         f"{t['processes']} worker processes x {t['threads']} task threads x {t['blas']} BLAS threads = {total} "
         f"threads on {t['cores']:g} cores; {fix} so that processes x threads x blas_threads <= cores",
-        SettingWarning, stacklevel=user_stacklevel())
+        SettingWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 def _kubernetes_spec(config):
@@ -496,7 +636,8 @@ def _mpi_script(config):
     sched = config.get("scheduler_file", "scheduler.json")
     ranks = int(config["scale"]) + 1
     launcher = config.get("launcher", "mpirun -n {ranks}").format(
-        ranks=ranks, ranks_per_node=config.get("ranks_per_node", ""))
+        ranks=ranks, ranks_per_node=config.get("ranks_per_node", "")
+    )
     args = " ".join(f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in opts.items())
     blas = blas_env(config["blas_threads"]).items()
     env = " ".join(f"{k}={v}" for k, v in blas)
@@ -504,10 +645,12 @@ def _mpi_script(config):
     python = config.get("python")
     command = f"{shlex.quote(python)} -m dask_mpi.cli" if python else "dask-mpi"
     prologue = "".join(f"{line}\n" for line in config.get("prologue") or [])
-    return (f"#!/usr/bin/env bash\n# rfol_dask on MPI: {ranks} ranks, dask-mpi runs the scheduler on rank 0 and "
-            f"{ranks - 1} workers on ranks 1-{ranks - 1};\n"
-            f"# connect with rfol_dask.cluster.start_client(config) (it reads {sched}).\n{exports}{prologue}"
-            f"{launcher} env {env} {command} --scheduler-file {shlex.quote(sched)} {args}\n")
+    return (
+        f"#!/usr/bin/env bash\n# rfol_dask on MPI: {ranks} ranks, dask-mpi runs the scheduler on rank 0 and "
+        f"{ranks - 1} workers on ranks 1-{ranks - 1};\n"
+        f"# connect with rfol_dask.cluster.start_client(config) (it reads {sched}).\n{exports}{prologue}"
+        f"{launcher} env {env} {command} --scheduler-file {shlex.quote(sched)} {args}\n"
+    )
 
 
 def make_cluster(config):
@@ -521,14 +664,19 @@ def make_cluster(config):
     name, config = _config_name(config), load_config(config)
     kind = config["kind"]
     if kind == "mpi":
-        raise ValueError("an MPI cluster is started by mpirun, not from Python: run the script of "
-                         "rfol_dask.cluster.job_script(config), then start_client(config)")
+        raise ValueError(
+            "an MPI cluster is started by mpirun, not from Python: run the script of "
+            "rfol_dask.cluster.job_script(config), then start_client(config)"
+        )
     _check_threads(config)
     if kind == "kubernetes":
         return _kube_cluster(config, name)
     if kind in ("local", "cuda-local"):
-        start = functools.partial(local_cluster if kind == "local" else local_cuda_cluster,
-                                  blas_threads=config["blas_threads"], **config["options"])
+        start = functools.partial(
+            local_cluster if kind == "local" else local_cuda_cluster,
+            blas_threads=config["blas_threads"],
+            **config["options"],
+        )
     else:
         dask_jobqueue = _dask_jobqueue()
         manager = dask_jobqueue.SLURMCluster if kind == "slurm" else dask_jobqueue.PBSCluster
@@ -537,9 +685,13 @@ def make_cluster(config):
         start = functools.partial(manager, **options)
     try:
         return start()
-    except RuntimeError as exc:  # distributed's "Cluster failed to start: ..." (its scheduler, a local worker)
-        raise ClusterStartError(f"the {kind} cluster of cluster configuration {name} did not start "
-                                f"({exc.__cause__ or exc}): check its options") from exc
+    except (
+        RuntimeError
+    ) as exc:  # distributed's "Cluster failed to start: ..." (its scheduler, a local worker)
+        raise ClusterStartError(
+            f"the {kind} cluster of cluster configuration {name} did not start "
+            f"({exc.__cause__ or exc}): check its options"
+        ) from exc
 
 
 def _kube_cluster(config, name):
@@ -562,7 +714,8 @@ def _kube_cluster(config, name):
             "it needs credentials of a reachable cluster (a kubeconfig at $KUBECONFIG or ~/.kube/config, as "
             "kubectl uses, or a pod's in-cluster service account) and the Dask operator installed in it "
             "(helm install --repo https://helm.dask.org -n dask-operator --create-namespace dask-kubernetes-operator "
-            "--generate-name); rfol_dask.cluster.job_script(config) renders the spec without a cluster") from exc
+            "--generate-name); rfol_dask.cluster.job_script(config) renders the spec without a cluster"
+        ) from exc
 
 
 def _check_kubernetes_api(timeout):
@@ -579,8 +732,10 @@ def _check_kubernetes_api(timeout):
     try:
         _within(timeout, version)
     except TimeoutError:
-        raise TimeoutError(f"the Kubernetes API server did not answer in {timeout:g} s "
-                           "(dask's connect timeout, distributed.comm.timeouts.connect)") from None
+        raise TimeoutError(
+            f"the Kubernetes API server did not answer in {timeout:g} s "
+            "(dask's connect timeout, distributed.comm.timeouts.connect)"
+        ) from None
     except Exception:
         pass
 
@@ -631,8 +786,10 @@ def _queued_jobs_hint(cluster, kind):
     name = shlex.quote(str(cluster.job_name))
     if kind == "slurm":
         return f"list them with `squeue -u $USER --name {name}` and cancel them with `scancel -u $USER --name {name}`"
-    return (f"list them with `qselect -u $USER -N {name}` and cancel them with "
-            f"`qdel $(qselect -u $USER -N {name})`")
+    return (
+        f"list them with `qselect -u $USER -N {name}` and cancel them with "
+        f"`qdel $(qselect -u $USER -N {name})`"
+    )
 
 
 def _close_cluster(cluster, timeout=None):
@@ -642,7 +799,10 @@ def _close_cluster(cluster, timeout=None):
     from distributed.core import Status
     from distributed.deploy.spec import SpecCluster
 
-    if getattr(cluster, "_rfol_given_up", False) or getattr(cluster, "status", None) == Status.closed:
+    if (
+        getattr(cluster, "_rfol_given_up", False)
+        or getattr(cluster, "status", None) == Status.closed
+    ):
         return
     timeout = CLOSE_TIMEOUT if timeout is None else timeout
     try:
@@ -654,12 +814,17 @@ def _close_cluster(cluster, timeout=None):
         if kind:
             jobs = f"; jobs named {cluster.job_name} may still be queued or running: {_queued_jobs_hint(cluster, kind)}"
         elif getattr(cluster, "namespace", None):  # a KubeCluster
-            jobs = (f"; its pods may still be running: kubectl delete daskcluster {cluster.name} "
-                    f"-n {cluster.namespace}")
+            jobs = (
+                f"; its pods may still be running: kubectl delete daskcluster {cluster.name} "
+                f"-n {cluster.namespace}"
+            )
         else:
             jobs = "; its workers may still be running"
-        warnings.warn(f"the cluster did not close in {timeout:g} s and is left as it is{jobs}", ClusterWarning,
-                      stacklevel=user_stacklevel())
+        warnings.warn(
+            f"the cluster did not close in {timeout:g} s and is left as it is{jobs}",
+            ClusterWarning,
+            stacklevel=user_stacklevel(),
+        )
 
 
 def dashboard_link(client):
@@ -751,7 +916,9 @@ def _stop_submissions(cluster, timeout=5.0):
     (:func:`_stop_processes`; one whose process starts meanwhile too) until none is left in the
     cluster's event loop, whose close waits for them (a lock they hold), for at most ``timeout`` s.
     Returns how many processes were stopped."""
-    if hasattr(cluster.job_cls, "_abandoned"):  # a class of _tracked_job_class, not dask-jobqueue's own
+    if hasattr(
+        cluster.job_cls, "_abandoned"
+    ):  # a class of _tracked_job_class, not dask-jobqueue's own
         cluster.job_cls._abandoned = True
     stopped, deadline = set(), time.monotonic() + timeout
     while _submitting(cluster) and time.monotonic() < deadline:
@@ -805,10 +972,13 @@ def _end_failed_start(client, cluster, kind, quiet=False):
         return
     cut_off = max(_stop_submissions(cluster), getattr(cluster.job_cls, "_cut_off", 0))
     if cut_off and not quiet:
-        warnings.warn(f"{cut_off} {kind.upper()} submissions were cut off before they answered (stopped as the "
-                      f"start ended, or by a signal such as Ctrl-C); a job named {cluster.job_name} may have been "
-                      f"queued all the same: {_queued_jobs_hint(cluster, kind)}", ClusterWarning,
-                      stacklevel=user_stacklevel())
+        warnings.warn(
+            f"{cut_off} {kind.upper()} submissions were cut off before they answered (stopped as the "
+            f"start ended, or by a signal such as Ctrl-C); a job named {cluster.job_name} may have been "
+            f"queued all the same: {_queued_jobs_hint(cluster, kind)}",
+            ClusterWarning,
+            stacklevel=user_stacklevel(),
+        )
     _mark_unsubmitted_failed(cluster)
     close_client(client)  # no jobs left queued behind an error or a Ctrl-C
 
@@ -841,8 +1011,10 @@ def _check_submit_command(cluster, kind):
     command = _submit_command(cluster)
     if shutil.which(command) is None:
         cluster.close()
-        raise ClusterStartError(f"{command!r} is not on PATH: this machine cannot submit {kind.upper()} jobs; "
-                                "start from a login node of the cluster, or use the 'local' configuration")
+        raise ClusterStartError(
+            f"{command!r} is not on PATH: this machine cannot submit {kind.upper()} jobs; "
+            "start from a login node of the cluster, or use the 'local' configuration"
+        )
 
 
 def _mark_unsubmitted_failed(cluster):
@@ -852,7 +1024,9 @@ def _mark_unsubmitted_failed(cluster):
     submission is still under way are among those created, not yet among its workers."""
     from distributed.core import Status
 
-    for job in set(getattr(cluster, "workers", {}).values()) | set(getattr(cluster, "_created", ())):
+    for job in set(getattr(cluster, "workers", {}).values()) | set(
+        getattr(cluster, "_created", ())
+    ):
         if hasattr(job, "job_id") and job.job_id is None and job.status == Status.created:
             job.status = Status.failed
 
@@ -879,14 +1053,21 @@ def _wait_for_first_worker(client, cluster, kind, poll=5.0):
                     f"({len(waiting)} submissions still waiting): is the batch system's controller "
                     f"down (does `{'squeue' if kind == 'slurm' else 'qstat'}` answer)? The waiting submissions are "
                     f"stopped and the cluster closed, but a job named {cluster.job_name} may have been queued all "
-                    f"the same: {_queued_jobs_hint(cluster, kind)}")
-            raise ClusterStartError(f"no {kind.upper()} job was accepted in {SUBMIT_TIMEOUT:.0f} s (see the batch "
-                                    "system's message logged above): check the configuration's queue, account and "
-                                    "resources (rfol_dask.cluster.job_script(config) gives the job script)")
+                    f"the same: {_queued_jobs_hint(cluster, kind)}"
+                )
+            raise ClusterStartError(
+                f"no {kind.upper()} job was accepted in {SUBMIT_TIMEOUT:.0f} s (see the batch "
+                "system's message logged above): check the configuration's queue, account and "
+                "resources (rfol_dask.cluster.job_script(config) gives the job script)"
+            )
         if now - last_log >= 60:
             last_log = now
-            logger.info("waiting for the first worker: %d of %d jobs submitted, %.0f s so far",
-                        len(submitted), len(jobs), now - start)
+            logger.info(
+                "waiting for the first worker: %d of %d jobs submitted, %.0f s so far",
+                len(submitted),
+                len(jobs),
+                now - start,
+            )
 
 
 #: seconds :func:`start_client` waits for the scheduler file of an MPI job (configuration key
@@ -965,21 +1146,30 @@ def _mpi_client(config, poll=0.5, log_every=60.0):
     timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
     start = last_log = time.monotonic()
     if not os.path.exists(path):
-        logger.info("waiting up to %g s for the MPI job to write its scheduler file %s", timeout, path)
+        logger.info(
+            "waiting up to %g s for the MPI job to write its scheduler file %s", timeout, path
+        )
     while (address := _scheduler_address(path)) is None:
         now = time.monotonic()
         if now - start >= timeout:
             if os.path.exists(path):
                 raise ClusterStartError(
                     f"the scheduler file {path} holds no scheduler address after {timeout:g} s (a dask scheduler "
-                    "file is JSON with an 'address'): delete it and start the MPI job again")
+                    "file is JSON with an 'address'): delete it and start the MPI job again"
+                )
             raise ClusterStartError(
                 f"no scheduler file {path} after {timeout:g} s: start the MPI job first (run the script of "
                 "rfol_dask.cluster.job_script(config) with its launcher, from this directory or with an absolute "
-                "scheduler_file), or raise the configuration's scheduler_timeout while the job waits in a queue")
+                "scheduler_file), or raise the configuration's scheduler_timeout while the job waits in a queue"
+            )
         if now - last_log >= log_every:
             last_log = now
-            logger.info("waiting for the MPI scheduler file %s: %.0f s of at most %g s", path, now - start, timeout)
+            logger.info(
+                "waiting for the MPI scheduler file %s: %.0f s of at most %g s",
+                path,
+                now - start,
+                timeout,
+            )
         time.sleep(poll)
     connect = _connect_timeout()
     try:
@@ -987,8 +1177,10 @@ def _mpi_client(config, poll=0.5, log_every=60.0):
         return Client(address, timeout=connect)
     except OSError as exc:
         reason = f"{type(exc).__name__}: {exc}" if isinstance(exc, TimeoutError) else str(exc)
-        raise ClusterStartError(f"could not connect to the scheduler named in {path} ({address}: {reason}): a file "
-                                "left by an earlier MPI job? delete it and start the MPI job again") from exc
+        raise ClusterStartError(
+            f"could not connect to the scheduler named in {path} ({address}: {reason}): a file "
+            "left by an earlier MPI job? delete it and start the MPI job again"
+        ) from exc
 
 
 def start_client(config):
@@ -1030,8 +1222,13 @@ def start_client(config):
                         cluster.scale(jobs=int(config["scale"]))
                     _wait_for_first_worker(client, cluster, config["kind"])
                 except BaseException as exc:
-                    _end_failed_start(client, cluster, config["kind"], quiet=isinstance(exc, ClusterStartError))
+                    _end_failed_start(
+                        client, cluster, config["kind"], quiet=isinstance(exc, ClusterStartError)
+                    )
                     raise
-    logger.debug("%s cluster started, dashboard: %s", config["kind"],
-                 dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')")
+    logger.debug(
+        "%s cluster started, dashboard: %s",
+        config["kind"],
+        dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')",
+    )
     return client

@@ -42,8 +42,16 @@ from .linalg import symmetrize, syrk
 from .metrics import relative_l2_error
 from .tuning import input_scales
 
-__all__ = ["doubling", "error_curve", "error_curves", "curve_dataset", "append_curve", "saturation_index",
-           "fit_slope", "fit_excess"]
+__all__ = [
+    "doubling",
+    "error_curve",
+    "error_curves",
+    "curve_dataset",
+    "append_curve",
+    "saturation_index",
+    "fit_slope",
+    "fit_excess",
+]
 
 #: bytes of one block of training (or test) features held at a time
 _BLOCK_BYTES = 64 * 2**20
@@ -91,12 +99,25 @@ def _block_edges(checkpoints, block_size):
     return np.unique(np.concatenate([[0], grid, checkpoints]))
 
 
-def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike, n_features: Sequence[int], *,
-                distribution: str = "cauchy", gamma: float | str = "median", nu: float | None = None, alpha: float = 1e-10,
-                fit_intercept: bool = True, random_state: int | np.random.Generator | None = None,
-                frequencies: tuple[ArrayLike, ArrayLike] | None = None, block_size: int | None = None,
-                error: Callable[[np.ndarray, np.ndarray], float] = relative_l2_error,
-                return_predictions: bool = False, pca_power: float | None = None) -> dict:
+def error_curve(
+    U: ArrayLike,
+    V: ArrayLike,
+    U_test: ArrayLike,
+    V_test: ArrayLike,
+    n_features: Sequence[int],
+    *,
+    distribution: str = "cauchy",
+    gamma: float | str = "median",
+    nu: float | None = None,
+    alpha: float = 1e-10,
+    fit_intercept: bool = True,
+    random_state: int | np.random.Generator | None = None,
+    frequencies: tuple[ArrayLike, ArrayLike] | None = None,
+    block_size: int | None = None,
+    error: Callable[[np.ndarray, np.ndarray], float] = relative_l2_error,
+    return_predictions: bool = False,
+    pca_power: float | None = None,
+) -> dict:
     """Test error and fit time of the dual random-feature fit at each ``N`` in ``n_features``.
 
     Parameters
@@ -178,34 +199,48 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     """
     U, V, U_test, V_test = _check_curve_data(U, V, U_test, V_test, gamma, alpha)
     check_finite(V, 0, "V")
-    check_finite(V_test, 0, "V_test", "computing error curves")  # else every error, and every slope fitted to them, is NaN
+    check_finite(
+        V_test, 0, "V_test", "computing error curves"
+    )  # else every error, and every slope fitted to them, is NaN
     checkpoints = _check_checkpoints(n_features)
     if block_size is not None:
         block_size = _integer(block_size, "block_size", 1)
     M, n = U.shape
     seed, metric, gamma_arg = integer_seed(random_state), None, gamma
     if pca_power is not None and frequencies is not None:
-        raise ValueError("pass pca_power or frequencies, not both (the metric shapes the frequencies)")
+        raise ValueError(
+            "pass pca_power or frequencies, not both (the metric shapes the frequencies)"
+        )
     if frequencies is None and (pca_power is not None or gamma == "median"):
-        metric, gammas = input_scales(U, [distribution], pca_power, random_state=seed)  # as the model measures them
+        metric, gammas = input_scales(
+            U, [distribution], pca_power, random_state=seed
+        )  # as the model measures them
         gamma = gammas[distribution] if gamma == "median" else gamma
-    omega, b = _curve_frequencies(frequencies, n, int(checkpoints[-1]), distribution, gamma, nu, seed, metric)
+    omega, b = _curve_frequencies(
+        frequencies, n, int(checkpoints[-1]), distribution, gamma, nu, seed, metric
+    )
     if block_size is None:
         block_size = max(64, _BLOCK_BYTES // (8 * max(M, len(U_test))))
     edges = _block_edges(checkpoints, block_size)
 
-    S = np.zeros((M, M), order="F")  # lower triangle of sum_f A_f A_f^T, A_f = sqrt(2) cos(...) - s_f
+    S = np.zeros(
+        (M, M), order="F"
+    )  # lower triangle of sum_f A_f A_f^T, A_f = sqrt(2) cos(...) - s_f
     S_test = np.zeros((len(U_test), M))
     vsum = V.sum(axis=0)
     out = {k: [] for k in ("n_features", "error", "fit_time", "predict_time")}
     t_fit = t_pred = 0.0
     predictions = []
     for lo, hi in zip(edges[:-1], edges[1:]):
-        dt_fit, dt_pred = _accumulate_block(U, U_test, omega[:, lo:hi], b[lo:hi], fit_intercept, S, S_test)
+        dt_fit, dt_pred = _accumulate_block(
+            U, U_test, omega[:, lo:hi], b[lo:hi], fit_intercept, S, S_test
+        )
         t_fit, t_pred = t_fit + dt_fit, t_pred + dt_pred
         if hi not in checkpoints:
             continue
-        pred, dt_fit, dt_pred = _checkpoint_prediction(S, S_test, hi, V, vsum, float(alpha), fit_intercept)
+        pred, dt_fit, dt_pred = _checkpoint_prediction(
+            S, S_test, hi, V, vsum, float(alpha), fit_intercept
+        )
         out["n_features"].append(int(hi))
         out["error"].append(float(error(V_test, pred)))
         out["fit_time"].append(t_fit + dt_fit)
@@ -215,12 +250,22 @@ def error_curve(U: ArrayLike, V: ArrayLike, U_test: ArrayLike, V_test: ArrayLike
     out = {k: np.asarray(v) for k, v in out.items()}
     out["gamma"] = float(gamma) if gamma != "median" else float("nan")  # nan: given frequencies
     out["n_train"] = int(M)
-    out["seed"] = None if frequencies is not None else seed  # the draw's, also where random_state was None
-    gamma_rule = "frequencies" if frequencies is not None else "median" if gamma_arg == "median" else "given"
-    out["settings"] = {"distribution": distribution, "nu": None if nu is None else float(nu), "alpha": float(alpha),
-                       "fit_intercept": bool(fit_intercept),
-                       "pca_power": None if pca_power is None else float(pca_power), "gamma_rule": gamma_rule,
-                       "error": getattr(error, "__name__", repr(error)), "n_test": len(U_test)}
+    out["seed"] = (
+        None if frequencies is not None else seed
+    )  # the draw's, also where random_state was None
+    gamma_rule = (
+        "frequencies" if frequencies is not None else "median" if gamma_arg == "median" else "given"
+    )
+    out["settings"] = {
+        "distribution": distribution,
+        "nu": None if nu is None else float(nu),
+        "alpha": float(alpha),
+        "fit_intercept": bool(fit_intercept),
+        "pca_power": None if pca_power is None else float(pca_power),
+        "gamma_rule": gamma_rule,
+        "error": getattr(error, "__name__", repr(error)),
+        "n_test": len(U_test),
+    }
     if return_predictions:
         out["predictions"] = predictions
     return out
@@ -238,6 +283,7 @@ def _check_checkpoints(n_features):
 def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
     """The four arrays in float64 (``U`` C-contiguous, outputs 2-D); ValueError naming what does
     not match or a ``gamma`` / ``alpha`` out of range."""
+
     def number(x):
         return isinstance(x, numbers.Real) and not isinstance(x, bool) and np.isfinite(x)
 
@@ -245,19 +291,27 @@ def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
         raise ValueError(f"gamma must be a number > 0 or 'median', got {gamma!r}")
     if not (number(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
-    check_sources(U, V, U_test, V_test)  # a missing chunk file of a Zarr store: an error, not its fill value
+    check_sources(
+        U, V, U_test, V_test
+    )  # a missing chunk file of a Zarr store: an error, not its fill value
     U, U_test = (np.ascontiguousarray(X, dtype=np.float64) for X in (U, U_test))
     V, V_test = (np.asarray(Y, dtype=np.float64) for Y in (V, V_test))
     V, V_test = (Y[:, None] if Y.ndim == 1 else Y for Y in (V, V_test))
     for name, X in (("U", U), ("U_test", U_test), ("V", V), ("V_test", V_test)):
         if X.ndim != 2:
-            raise ValueError(f"{name} must be 2-D (samples, flattened grid), got shape {X.shape}: reshape it to "
-                             f"({name}.shape[0], -1)")
+            raise ValueError(
+                f"{name} must be 2-D (samples, flattened grid), got shape {X.shape}: reshape it to "
+                f"({name}.shape[0], -1)"
+            )
     if len(V) != len(U) or len(V_test) != len(U_test):
-        raise ValueError(f"samples differ: U {len(U)}, V {len(V)}, U_test {len(U_test)}, V_test {len(V_test)}")
+        raise ValueError(
+            f"samples differ: U {len(U)}, V {len(V)}, U_test {len(U_test)}, V_test {len(V_test)}"
+        )
     if U_test.shape[1] != U.shape[1] or V_test.shape[1] != V.shape[1]:
-        raise ValueError(f"widths differ: U {U.shape[1]} vs U_test {U_test.shape[1]}, V {V.shape[1]} vs V_test "
-                         f"{V_test.shape[1]}")
+        raise ValueError(
+            f"widths differ: U {U.shape[1]} vs U_test {U_test.shape[1]}, V {V.shape[1]} vs V_test "
+            f"{V_test.shape[1]}"
+        )
     return U, V, U_test, V_test
 
 
@@ -335,10 +389,14 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     if seeds.ndim != 1:
         raise ValueError(f"seeds must be a sequence of integers, got shape {seeds.shape}")
     if kwargs.get("frequencies") is not None and len(seeds) > 1:
-        raise ValueError(f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} would give "
-                         f"{len(seeds)} identical curves labelled as different draws; pass one seed (seeds=(s,), the "
-                         "label of the curve of these frequencies), or leave out frequencies to draw them per seed")
-    runs = [error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds]
+        raise ValueError(
+            f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} would give "
+            f"{len(seeds)} identical curves labelled as different draws; pass one seed (seeds=(s,), the "
+            "label of the curve of these frequencies), or leave out frequencies to draw them per seed"
+        )
+    runs = [
+        error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds
+    ]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
     res["n_features"] = runs[0]["n_features"]
     res["n_train"] = runs[0]["n_train"]
@@ -348,8 +406,12 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     if "predictions" in runs[0]:
         res["predictions"] = [r["predictions"] for r in runs]
     res["slope"] = fit_slope(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)))
-    res["time_slope"] = fit_slope(res["n_features"], np.median(res["fit_time"], axis=0), min_decay=None)
-    res["excess"] = fit_excess(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)), start_at=2 * len(U))
+    res["time_slope"] = fit_slope(
+        res["n_features"], np.median(res["fit_time"], axis=0), min_decay=None
+    )
+    res["excess"] = fit_excess(
+        res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)), start_at=2 * len(U)
+    )
     return res
 
 
@@ -390,9 +452,19 @@ def fit_slope(n_features, errors, min_decay=0.1, min_points=2):
     k = len(N) if min_decay is None else saturation_index(N, err, min_decay)
     sat = None if k >= len(N) else float(N[k])
     if k < min_points:
-        return {"slope": float("nan"), "intercept": float("nan"), "n_points": k, "saturated_at": sat}
+        return {
+            "slope": float("nan"),
+            "intercept": float("nan"),
+            "n_points": k,
+            "saturated_at": sat,
+        }
     slope, intercept = np.polyfit(np.log(N[:k]), np.log(err[:k]), 1)
-    return {"slope": float(slope), "intercept": float(intercept), "n_points": k, "saturated_at": sat}
+    return {
+        "slope": float(slope),
+        "intercept": float(intercept),
+        "n_points": k,
+        "saturated_at": sat,
+    }
 
 
 def fit_excess(n_features, errors, start_at=None, min_points=4):
@@ -405,8 +477,13 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
     N, err = np.asarray(n_features, float), np.asarray(errors, float)
     keep = N >= (start_at or 0)
     N, err = N[keep], err[keep]
-    out = {"floor": float("nan"), "c": float("nan"), "p": float("nan"), "n_points": int(len(N)),
-           "from_n": float(N[0]) if len(N) else None}
+    out = {
+        "floor": float("nan"),
+        "c": float("nan"),
+        "p": float("nan"),
+        "n_points": int(len(N)),
+        "from_n": float(N[0]) if len(N) else None,
+    }
     if len(N) < min_points:
         return out
 
@@ -416,8 +493,9 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
     floor0 = 0.9 * err.min()
     p0 = (np.log(floor0), np.log(max(err[0] - floor0, 1e-12 * err[0])) + 0.5 * np.log(N[0]), 0.5)
     try:
-        (lf, lc, p), _ = curve_fit(model, np.log(N), np.log(err), p0=p0, bounds=([-50, -50, 0], [5, 50, 4]),
-                                   maxfev=20000)
+        (lf, lc, p), _ = curve_fit(
+            model, np.log(N), np.log(err), p0=p0, bounds=([-50, -50, 0], [5, 50, 4]), maxfev=20000
+        )
     except (RuntimeError, ValueError):
         return out
     out.update(floor=float(np.exp(lf)), c=float(np.exp(lc)), p=float(p))
@@ -425,9 +503,11 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
 
 
 #: what each fit of :func:`error_curves` describes (the ``long_name`` of its variables in :func:`curve_dataset`)
-_FITS = {"slope": "error slope fit (fit_slope of the geometric-mean error over seeds)",
-         "time_slope": "fit-time slope fit (fit_slope of the median fit time over seeds)",
-         "excess": "error = floor + c N^-p fit past N = 2 n_train (fit_excess of the geometric-mean error)"}
+_FITS = {
+    "slope": "error slope fit (fit_slope of the geometric-mean error over seeds)",
+    "time_slope": "fit-time slope fit (fit_slope of the median fit time over seeds)",
+    "excess": "error = floor + c N^-p fit past N = 2 n_train (fit_excess of the geometric-mean error)",
+}
 
 
 def curve_dataset(result):
@@ -457,31 +537,62 @@ def curve_dataset(result):
 
     many = "seeds" in result
     dims = ("seed", "n_features") if many else ("n_features",)
-    coords = {"n_features": ("n_features", np.asarray(result["n_features"]), {"long_name": "random features N"})}
+    coords = {
+        "n_features": (
+            "n_features",
+            np.asarray(result["n_features"]),
+            {"long_name": "random features N"},
+        )
+    }
     if many:
         coords["seed"] = np.asarray(result["seeds"])
     if "n_train" in result:  # absent in results made before it was returned
         coords["n_train"] = ((), int(result["n_train"]), {"long_name": "training samples M"})
     metric = result.get("settings", {}).get("error") or "relative_l2_error"
-    error_name = "relative test error" if metric == "relative_l2_error" else f"test error ({metric})"
-    labels = {"error": {"long_name": error_name},
-              "fit_time": {"long_name": "fit time", "units": "s"},
-              "predict_time": {"long_name": "predict time", "units": "s"}}  # xarray's .plot labels its axes by them
+    error_name = (
+        "relative test error" if metric == "relative_l2_error" else f"test error ({metric})"
+    )
+    labels = {
+        "error": {"long_name": error_name},
+        "fit_time": {"long_name": "fit time", "units": "s"},
+        "predict_time": {"long_name": "predict time", "units": "s"},
+    }  # xarray's .plot labels its axes by them
     data = {k: (dims, np.asarray(result[k]), labels[k]) for k in labels}
-    data["gamma"] = (("seed",) if many else (), np.asarray(result["gamma"]), {"long_name": "frequency scale gamma"})
-    if not many and result.get("seed") is not None:  # data, as the fits: each curve of a study keeps its own
+    data["gamma"] = (
+        ("seed",) if many else (),
+        np.asarray(result["gamma"]),
+        {"long_name": "frequency scale gamma"},
+    )
+    if (
+        not many and result.get("seed") is not None
+    ):  # data, as the fits: each curve of a study keeps its own
         # float64: exact below 2**53, and netCDF3 (scipy's, xarray's fallback) has no int64 for a seed >= 2**31
         data["seed"] = ((), np.float64(result["seed"]), {"long_name": "seed of the frequency draw"})
     for fit, description in _FITS.items():
         for k, v in result.get(fit, {}).items():
-            data[f"{fit}_{k}"] = ((), np.float64(np.nan) if v is None else np.asarray(v),
-                                  {"long_name": f"{description}: {k}"})
-    attrs = {k: int(v) if isinstance(v, bool) else v for k, v in result.get("settings", {}).items() if v is not None}
+            data[f"{fit}_{k}"] = (
+                (),
+                np.float64(np.nan) if v is None else np.asarray(v),
+                {"long_name": f"{description}: {k}"},
+            )
+    attrs = {
+        k: int(v) if isinstance(v, bool) else v
+        for k, v in result.get("settings", {}).items()
+        if v is not None
+    }
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
 #: the attributes of a :func:`curve_dataset` that every curve of a study shares (``n_test`` may differ)
-_SHARED_SETTINGS = ("distribution", "nu", "alpha", "fit_intercept", "pca_power", "gamma_rule", "error")
+_SHARED_SETTINGS = (
+    "distribution",
+    "nu",
+    "alpha",
+    "fit_intercept",
+    "pca_power",
+    "gamma_rule",
+    "error",
+)
 
 
 def append_curve(store, curve):
@@ -504,8 +615,10 @@ def append_curve(store, curve):
 
     new = curve_dataset(curve) if isinstance(curve, dict) else curve
     if "n_train" not in new.coords or new["n_train"].ndim:
-        raise ValueError("the curve has no training size n_train (a result of an earlier version, or a study "
-                         "already combined along n_train): append one curve of error_curve or error_curves")
+        raise ValueError(
+            "the curve has no training size n_train (a result of an earlier version, or a study "
+            "already combined along n_train): append one curve of error_curve or error_curves"
+        )
     new = new.expand_dims("n_train")
     path = user_path(store)
     if not os.path.exists(path):
@@ -513,30 +626,48 @@ def append_curve(store, curve):
     try:
         study = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:  # zarr's "no group found" is both
-        raise ValueError(f"{store} exists and is not a Zarr store of curves ({exc}); give a new path") from exc
+        raise ValueError(
+            f"{store} exists and is not a Zarr store of curves ({exc}); give a new path"
+        ) from exc
     with study:
         if "error" not in study or "n_train" not in study["error"].dims:
-            raise ValueError(f"{store} holds no curves along n_train (variables {list(study.data_vars)}); append "
-                             "to a store that append_curve made, or give a new path")
+            raise ValueError(
+                f"{store} holds no curves along n_train (variables {list(study.data_vars)}); append "
+                "to a store that append_curve made, or give a new path"
+            )
         if study["error"].dims != new["error"].dims:
-            raise ValueError(f"the curve has dims {new['error'].dims} but the curves in {store} have "
-                             f"{study['error'].dims}: a study holds curves of one kind (error_curves, or error_curve)")
+            raise ValueError(
+                f"the curve has dims {new['error'].dims} but the curves in {store} have "
+                f"{study['error'].dims}: a study holds curves of one kind (error_curves, or error_curve)"
+            )
         settings = [{k: ds.attrs.get(k) for k in _SHARED_SETTINGS} for ds in (study, new)]
-        if any(v is not None for v in settings[0].values()) and settings[0] != settings[1]:  # earlier stores: none
-            diff = {k: (settings[1][k], settings[0][k]) for k in _SHARED_SETTINGS if settings[0][k] != settings[1][k]}
-            raise ValueError(f"the curve was made with other settings than the curves in {store} (this curve's vs "
-                             f"the study's: {diff}): a study compares training sizes at one setting; use the "
-                             "study's settings, or start another store")
+        if (
+            any(v is not None for v in settings[0].values()) and settings[0] != settings[1]
+        ):  # earlier stores: none
+            diff = {
+                k: (settings[1][k], settings[0][k])
+                for k in _SHARED_SETTINGS
+                if settings[0][k] != settings[1][k]
+            }
+            raise ValueError(
+                f"the curve was made with other settings than the curves in {store} (this curve's vs "
+                f"the study's: {diff}): a study compares training sizes at one setting; use the "
+                "study's settings, or start another store"
+            )
         for d in ("n_features", "seed"):
             if d in new.coords and not np.array_equal(study[d].values, new[d].values):
-                raise ValueError(f"the curve's {d} {new[d].values.tolist()} differ from the study's "
-                                 f"{study[d].values.tolist()} in {store}: appended, its values would be labelled "
-                                 f"with the study's {d}; use the same {d} for every curve of a study, or start "
-                                 "another store")
+                raise ValueError(
+                    f"the curve's {d} {new[d].values.tolist()} differ from the study's "
+                    f"{study[d].values.tolist()} in {store}: appended, its values would be labelled "
+                    f"with the study's {d}; use the same {d} for every curve of a study, or start "
+                    "another store"
+                )
         M = int(new["n_train"][0])
         if M in study["n_train"].values:
-            raise ValueError(f"{store} already holds a curve of n_train = {M}; a study holds one curve per training "
-                             "size (combine the seeds before, or start another store)")
+            raise ValueError(
+                f"{store} already holds a curve of n_train = {M}; a study holds one curve per training "
+                "size (combine the seeds before, or start another store)"
+            )
     return _write_study(new, path, append_dim="n_train")
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import numbers
 import os
 from collections.abc import Mapping, Sequence
-
-import numbers
 
 import dask.array as da
 import numpy as np
@@ -30,9 +29,9 @@ from .exceptions import ComplexDataError
 from .gram import check_finite
 from .memory import check_prediction_memory
 from .metrics import r2_score
+from .placement import broadcast, worker_addresses
 from .progress import active_client
 from .resampling import ResamplingMixin
-from .placement import broadcast, worker_addresses
 
 __all__ = ["OperatorEstimator"]
 
@@ -111,8 +110,10 @@ def _nested_array(X, name):
     try:
         A = np.asarray(X)
     except ValueError as exc:
-        raise ValueError(f"{name} is a nested list that is not a regular array of shape (n_samples, *grid): "
-                         f"every sample must have the same grid shape ({exc})") from exc
+        raise ValueError(
+            f"{name} is a nested list that is not a regular array of shape (n_samples, *grid): "
+            f"every sample must have the same grid shape ({exc})"
+        ) from exc
     except TypeError:  # of arrays numpy does not take implicitly (CuPy's): scikit-learn's error
         return X
     return A if A.ndim > 2 else X
@@ -120,8 +121,10 @@ def _nested_array(X, name):
 
 def _on(args, xp):
     """The arrays among ``args`` (fitted arrays of a predict kernel) as arrays of ``xp``."""
-    return tuple(backend.to_namespace(a, xp) if isinstance(a, np.ndarray) or backend.is_array_api(a) else a
-                 for a in args)
+    return tuple(
+        backend.to_namespace(a, xp) if isinstance(a, np.ndarray) or backend.is_array_api(a) else a
+        for a in args
+    )
 
 
 def _refuse_sample_weight(sample_weight):
@@ -146,7 +149,9 @@ def _refuse_not_real(X, name):
     validation casts them to float, counts of their unit) and booleans, as dask operands are refused."""
     dtype = getattr(X, "dtype", None)
     if isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.complexfloating):
-        raise ComplexDataError(f"Complex data not supported: {name} must hold real numbers, got dtype {dtype}")
+        raise ComplexDataError(
+            f"Complex data not supported: {name} must hold real numbers, got dtype {dtype}"
+        )
     if isinstance(dtype, np.dtype) and dtype.kind in "mMb":
         fix = f" (as 0 and 1: {name}.astype(float))" if dtype.kind == "b" else ""
         raise TypeError(f"{name} must hold real numbers, got dtype {dtype}{fix}")
@@ -217,7 +222,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         TypeError for any other keyword (as Python's for an unknown one)."""
         unknown = sorted(set(fit_params) - {"sample_weight"})
         if unknown:
-            raise TypeError(f"{type(self).__name__}.fit() got an unexpected keyword argument {unknown[0]!r}")
+            raise TypeError(
+                f"{type(self).__name__}.fit() got an unexpected keyword argument {unknown[0]!r}"
+            )
         _refuse_sample_weight(fit_params.get("sample_weight"))
 
     def _check_params(self):
@@ -231,14 +238,20 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     def _check_arrays(self, U, V):
         """Validate and flatten array API operands of another namespace than numpy (CuPy: on
         their device); returns ``(U (M, n), V (M, m), input grid shape, output grid shape)``."""
-        if backend.is_array_api(U) != backend.is_array_api(V):  # one side numpy: moved to the other's
+        if backend.is_array_api(U) != backend.is_array_api(
+            V
+        ):  # one side numpy: moved to the other's
             xp = backend.namespace(U if backend.is_array_api(U) else V)
-            U, V = backend.to_namespace(np.asarray(U) if not backend.is_array_api(U) else U, xp), \
-                backend.to_namespace(np.asarray(V) if not backend.is_array_api(V) else V, xp)
+            U, V = (
+                backend.to_namespace(np.asarray(U) if not backend.is_array_api(U) else U, xp),
+                backend.to_namespace(np.asarray(V) if not backend.is_array_api(V) else V, xp),
+            )
         xp = backend.namespace(U, V)
         if U.ndim < 2:
-            raise ValueError("U must be 2-D (n_samples, n_points) or more; reshape a single "
-                             "input function with U.reshape(1, -1)")
+            raise ValueError(
+                "U must be 2-D (n_samples, n_points) or more; reshape a single "
+                "input function with U.reshape(1, -1)"
+            )
         (U2, in_shape), (V2, out_shape) = _flatten(U, "U"), _flatten(V, "V")
         out_shape = out_shape if out_shape is not None else tuple(V.shape[1:])
         U2, V2 = self._check_lazy(U2, V2 if V2.ndim > 1 else xp.reshape(V2, (V2.shape[0], 1)))
@@ -252,16 +265,20 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     def _check_lazy(self, U, V):
         """Validate dask operands from their metadata only (nothing is computed)."""
         if U.ndim != 2:
-            raise ValueError("U must be 2-D (n_samples, n_points) or more; reshape a single "
-                             "input function with U.reshape(1, -1)")
+            raise ValueError(
+                "U must be 2-D (n_samples, n_points) or more; reshape a single "
+                "input function with U.reshape(1, -1)"
+            )
         V = V[:, None] if V.ndim == 1 else V
         if U.shape[0] != V.shape[0]:
             raise ValueError(f"U has {U.shape[0]} samples but V has {V.shape[0]}; they must match")
         if U.shape[0] < 1 or U.shape[1] < 1:
             raise ValueError(f"U has shape {U.shape}: need at least one sample and one point")
         if V.shape[1] < 1:
-            raise ValueError(f"V has shape {V.shape}: the output functions have no values; pass at least one "
-                             "output point per sample")
+            raise ValueError(
+                f"V has shape {V.shape}: the output functions have no values; pass at least one "
+                "output point per sample"
+            )
         for name, X in (("U", U), ("V", V)):
             if not backend.is_real_dtype(X.dtype):
                 raise TypeError(f"{name} must hold real numbers, got dtype {X.dtype}")
@@ -269,8 +286,16 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return U, V
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X: Data, y: Functions | None = None, *, input_grid: Grid | None = None,
-            output_grid: Grid | None = None, periods: Periods | None = None, **fit_params) -> OperatorEstimator:
+    def fit(
+        self,
+        X: Data,
+        y: Functions | None = None,
+        *,
+        input_grid: Grid | None = None,
+        output_grid: Grid | None = None,
+        periods: Periods | None = None,
+        **fit_params,
+    ) -> OperatorEstimator:
         """Fit the operator on pairs of input and output functions.
 
         numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask
@@ -324,7 +349,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         before: a model fitted earlier still predicts as it did, an unfitted one stays unfitted.
         """
         with all_or_nothing(self) as work, io.checked_once():
-            work._fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
+            work._fit(
+                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
+            )
         return self
 
     def _fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None, **fit_params):
@@ -334,7 +361,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if V is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None: "
-                "call fit(U, V), or fit(dataset) with variables 'input' and 'output'")
+                "call fit(U, V), or fit(dataset) with variables 'input' and 'output'"
+            )
         u, v = io.as_operand(U, "U"), io.as_operand(V, "V")
         lazy = isinstance(u.data, da.Array) or isinstance(v.data, da.Array)
         device = self._device()
@@ -343,10 +371,14 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             Ud, Vd, in_shape, out_shape = self._check_arrays(u.data, v.data)
             self.__dict__.pop("feature_names_in_", None)
         elif lazy:
-            ud, vd = (x if isinstance(x.data, da.Array) else io.as_operand(_as_dask(x.data), n)
-                      for x, n in ((u, "U"), (v, "V")))
+            ud, vd = (
+                x if isinstance(x.data, da.Array) else io.as_operand(_as_dask(x.data), n)
+                for x, n in ((u, "U"), (v, "V"))
+            )
             Ud, Vd = self._check_lazy(ud.data, vd.data)
-            self.__dict__.pop("feature_names_in_", None)  # validated data without column names: none kept
+            self.__dict__.pop(
+                "feature_names_in_", None
+            )  # validated data without column names: none kept
             in_shape, out_shape = ud.grid_shape, vd.grid_shape
         else:
             (Ua, in_shape), (Va, out_shape) = _flatten(u.data, "U"), _flatten(v.data, "V")
@@ -357,8 +389,15 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
                 check_finite(Va, 0, "V")  # names the samples (scikit-learn's check of y does not)
             _refuse_not_real(Ua, "U")
             _refuse_not_real(Va, "V")
-            Ua, Va = validate_data(self, Ua, Va, multi_output=True, y_numeric=True,
-                                   dtype=[np.float64, np.float32], ensure_all_finite=False)
+            Ua, Va = validate_data(
+                self,
+                Ua,
+                Va,
+                multi_output=True,
+                y_numeric=True,
+                dtype=[np.float64, np.float32],
+                ensure_all_finite=False,
+            )
             dt = self._cast_dtype(Ua)
             Ud, Vd = np.asarray(Ua, dtype=dt), np.asarray(Va, dtype=dt)
             in_shape = in_shape or (Ud.shape[1],)
@@ -381,14 +420,18 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if isinstance(periods, Mapping):
             unknown = set(periods) - set(in_dims) - set(out_dims)
             if unknown:
-                raise ValueError(f"periods names dims {sorted(unknown)} that are not grid dims of the data "
-                                 f"(input {in_dims}, output {out_dims}; arrays name them by the keys of "
-                                 "input_grid= / output_grid= mappings, else dim_0, dim_1, ...)")
+                raise ValueError(
+                    f"periods names dims {sorted(unknown)} that are not grid dims of the data "
+                    f"(input {in_dims}, output {out_dims}; arrays name them by the keys of "
+                    "input_grid= / output_grid= mappings, else dim_0, dim_1, ...)"
+                )
         self.input_periods_ = io.learn_periods(periods, u, self.input_grid_, "input", in_dims)
         self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output", out_dims)
 
         if lazy and (client := active_client()) is not None:
-            worker_addresses(client)  # a cluster without workers: waited for, else NoWorkersError (no compute hangs)
+            worker_addresses(
+                client
+            )  # a cluster without workers: waited for, else NoWorkersError (no compute hangs)
         self._fit_arrays(Ud, Vd, lazy, self._work_dtype(Ud))
         self._check_fitted_finite()
         return self
@@ -402,23 +445,34 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             return
         arrays = [self.intercept_] if self.fit_intercept else list(self._predict_kernel()[1])
         for a in arrays:
-            if backend.is_array_api(a) or isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.inexact):
+            if (
+                backend.is_array_api(a)
+                or isinstance(a, np.ndarray)
+                and np.issubdtype(a.dtype, np.inexact)
+            ):
                 xp = backend.namespace(a)
                 # min and max are finite only if every entry is (NaN propagates): no mask of a's size
                 if a.size and not all(bool(xp.isfinite(r)) for r in (xp.min(a), xp.max(a))):
-                    scale = ", ".join(f"{k}={getattr(self, k):.3g}" for k in ("gamma_", "length_scale_")
-                                      if hasattr(self, k))
+                    scale = ", ".join(
+                        f"{k}={getattr(self, k):.3g}"
+                        for k in ("gamma_", "length_scale_")
+                        if hasattr(self, k)
+                    )
                     raise ValueError(
                         f"the fit gave NaN or infinite coefficients ({scale}): "
                         "the inputs' scale or the model's scale parameter is beyond the range of the working dtype; "
-                        "rescale the inputs (e.g. to unit spread) or pass another gamma / length_scale")
+                        "rescale the inputs (e.g. to unit spread) or pass another gamma / length_scale"
+                    )
 
     # ------------------------------------------------------------------ predict
     def _knows_grid(self, which):
         """Whether the model's ``which`` grid has dims or coordinates: then DataArrays are read in
         increasing coordinate order; a model fitted on arrays without grids reads them by position,
         as it read its data."""
-        return getattr(self, f"{which}_dims_", None) is not None or getattr(self, f"{which}_grid_", None) is not None
+        return (
+            getattr(self, f"{which}_dims_", None) is not None
+            or getattr(self, f"{which}_grid_", None) is not None
+        )
 
     def _check_width(self, n, shape):
         """ValueError unless ``X`` has the training width ``n`` and, when ``X`` is a grid of two or
@@ -429,16 +483,22 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if n != self.n_features_in_:
             raise ValueError(
                 f"X has {n} features, but {type(self).__name__} is expecting {self.n_features_in_} "
-                f"features as input (input grid {shape} vs the training grid {self.input_shape_})")
-        if (len(shape) > 1 and shape != tuple(self.input_shape_)
-                and (len(self.input_shape_) > 1 or self._knows_grid("input"))):
+                f"features as input (input grid {shape} vs the training grid {self.input_shape_})"
+            )
+        if (
+            len(shape) > 1
+            and shape != tuple(self.input_shape_)
+            and (len(self.input_shape_) > 1 or self._knows_grid("input"))
+        ):
             raise ValueError(
                 f"X has input grid {shape} but the model was trained on the grid {tuple(self.input_shape_)}: "
                 "pass the functions on the training grid (same axes, same order), flattened (M, n) "
-                "rows of it, or input_grid= for another grid of the same domain")
+                "rows of it, or input_grid= for another grid of the same domain"
+            )
 
-    def predict(self, X: Data, *, input_grid: Grid | None = None,
-                output_grid: Grid | None = None) -> np.ndarray | da.Array | xr.DataArray:
+    def predict(
+        self, X: Data, *, input_grid: Grid | None = None, output_grid: Grid | None = None
+    ) -> np.ndarray | da.Array | xr.DataArray:
         """Predict the output functions of input functions ``X``.
 
         numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``X``);
@@ -511,14 +571,29 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if isinstance(U, (str, bytes, os.PathLike)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U, variables=("input",))
         else:
-            io.check_sources(U)  # a missing chunk file of a Zarr store: an error, not its fill value
+            io.check_sources(
+                U
+            )  # a missing chunk file of a Zarr store: an error, not its fill value
         U = io.match_dims(U, getattr(self, "input_dims_", None), "X")
-        U = io.match_grid_labels(U, getattr(self, "input_coords_", None), getattr(self, "input_grid_", None))
-        u = io.as_operand(U, "X", sort=self._knows_grid("input"), model_dims=getattr(self, "input_dims_", None),
-                          model_shape=self.input_shape_)
-        new_grid = self._new_output_grid(output_grid)  # once, before anything is resampled or allocated: a clear error
-        if not isinstance(u.data, da.Array) and not backend.is_array_api(u.data):  # numpy: the whole prediction here
-            self._check_prediction_memory(u.data, new_grid)  # from the shapes, before the inputs are resampled
+        U = io.match_grid_labels(
+            U, getattr(self, "input_coords_", None), getattr(self, "input_grid_", None)
+        )
+        u = io.as_operand(
+            U,
+            "X",
+            sort=self._knows_grid("input"),
+            model_dims=getattr(self, "input_dims_", None),
+            model_shape=self.input_shape_,
+        )
+        new_grid = self._new_output_grid(
+            output_grid
+        )  # once, before anything is resampled or allocated: a clear error
+        if not isinstance(u.data, da.Array) and not backend.is_array_api(
+            u.data
+        ):  # numpy: the whole prediction here
+            self._check_prediction_memory(
+                u.data, new_grid
+            )  # from the shapes, before the inputs are resampled
         u = self._to_training_grid(U, u, input_grid)
         if isinstance(u.data, da.Array):
             X = u.data
@@ -527,7 +602,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             if not backend.is_real_dtype(X.dtype):
                 raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
             self._check_width(X.shape[1], u.grid_shape)
-            if self._device() != "cpu" and active_client() is None:  # computed here: say what is missing, first
+            if (
+                self._device() != "cpu" and active_client() is None
+            ):  # computed here: say what is missing, first
                 backend.device_namespace(self._device())
             X = X.rechunk({1: -1})
             block, args = self._predict_kernel()
@@ -536,14 +613,26 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
             run = functools.partial(_predict_chunk, block=block, device=self._device())  # picklable
             dtype = backend.to_numpy(self.intercept_).dtype
-            xp = backend.namespace(X._meta) if backend.is_array_api(X._meta) else None  # CuPy chunks: CuPy out
-            Y = da.map_blocks(run, X, params, chunks=(X.chunks[0], (self.intercept_.shape[0],)), dtype=dtype,
-                              meta=None if xp is None else xp.empty((0, 0), dtype=getattr(xp, dtype.name)))
-        elif backend.is_array_api(u.data):  # follow the input: computed where X lives, returned there
+            xp = (
+                backend.namespace(X._meta) if backend.is_array_api(X._meta) else None
+            )  # CuPy chunks: CuPy out
+            Y = da.map_blocks(
+                run,
+                X,
+                params,
+                chunks=(X.chunks[0], (self.intercept_.shape[0],)),
+                dtype=dtype,
+                meta=None if xp is None else xp.empty((0, 0), dtype=getattr(xp, dtype.name)),
+            )
+        elif backend.is_array_api(
+            u.data
+        ):  # follow the input: computed where X lives, returned there
             X, _ = _flatten(u.data)
             xp = backend.namespace(X)
             if X.ndim != 2:
-                raise ValueError(f"U must be at least 2-D (n_samples, ...), got shape {tuple(X.shape)}")
+                raise ValueError(
+                    f"U must be at least 2-D (n_samples, ...), got shape {tuple(X.shape)}"
+                )
             self._check_width(X.shape[1], u.data.shape[1:])
             check_finite(X, 0, "X", "predicting")
             block, args = self._predict_kernel()
@@ -554,14 +643,22 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             if grid_shape is not None:
                 self._check_width(raw.shape[1], grid_shape)
             _refuse_not_real(raw, "X")
-            X = validate_data(self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False)
+            X = validate_data(
+                self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False
+            )
             check_finite(np.asarray(X), 0, "X", "predicting")
             block, args = self._predict_kernel()
             xp = backend.device_namespace(self._device())
-            Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))  # numpy in, numpy out
-        if backend.is_array_api(Y):  # a DataArray of CuPy values gives one: its kind, not its values, is xarray
+            Y = backend.to_numpy(
+                block(backend.to_namespace(X, xp), *_on(args, xp))
+            )  # numpy in, numpy out
+        if backend.is_array_api(
+            Y
+        ):  # a DataArray of CuPy values gives one: its kind, not its values, is xarray
             xp, shape = backend.namespace(Y), self.output_shape_
-            if output_grid is not None:  # the recovery maps are numpy: resampled on the host, moved back
+            if (
+                output_grid is not None
+            ):  # the recovery maps are numpy: resampled on the host, moved back
                 out = self._output_on_grid(backend.to_numpy(Y), u, output_grid, new_grid)
                 if isinstance(out, xr.DataArray):
                     return out.copy(data=backend.to_namespace(out.data, xp))
@@ -575,11 +672,17 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         ``X`` (M, ...; as given, on any input grid: only its sample count is read) on ``new_grid``
         (None: the training output grid)."""
         M = _num_samples(X)
-        if M is None and hasattr(X, "__array__"):  # converted by numpy, as scikit-learn's validation does
+        if M is None and hasattr(
+            X, "__array__"
+        ):  # converted by numpy, as scikit-learn's validation does
             M = _num_samples(np.asarray(X))
         if M is not None:  # else the validation refuses X
-            check_prediction_memory(M, self.intercept_.shape[0], backend.to_numpy_dtype(self.intercept_.dtype),
-                                    None if new_grid is None else int(np.prod([len(a) for a in new_grid])))
+            check_prediction_memory(
+                M,
+                self.intercept_.shape[0],
+                backend.to_numpy_dtype(self.intercept_.dtype),
+                None if new_grid is None else int(np.prod([len(a) for a in new_grid])),
+            )
 
     def score(self, X: Data, y: Functions | None = None, sample_weight: None = None) -> float:
         """Return the coefficient of determination R^2 of ``predict(X)`` against ``y``.
@@ -619,9 +722,11 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         for which in ("input", "output"):
             for d, c in (getattr(self, f"{which}_coords_", None) or {}).items():
                 if io.unsorted_axis(c):
-                    raise ValueError(f"this model was fitted on {which} coordinates that do not increase along "
-                                     f"{d!r} (an older rfol_dask read them by position); data are now read in "
-                                     "increasing coordinate order: refit the model with this version")
+                    raise ValueError(
+                        f"this model was fitted on {which} coordinates that do not increase along "
+                        f"{d!r} (an older rfol_dask read them by position); data are now read in "
+                        "increasing coordinate order: refit the model with this version"
+                    )
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> str | os.PathLike:
@@ -664,7 +769,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         target = io.user_path(path)  # '~' expanded, as xarray and zarr read paths
         persistence.check_model_path(target, overwrite)
         arrays, attrs = persistence.estimator_state(self)
-        persistence.save_model(target, arrays, attrs, overwrite=overwrite, model_format=self._model_format())
+        persistence.save_model(
+            target, arrays, attrs, overwrite=overwrite, model_format=self._model_format()
+        )
         return path
 
     @classmethod

@@ -17,9 +17,24 @@ from __future__ import annotations
 
 from sklearn.exceptions import UndefinedMetricWarning as _SklearnUndefinedMetric
 
-__all__ = ["RfolDaskWarning", "MemoryPlanWarning", "ClusterWarning", "SettingWarning", "DataWarning",
-           "SelectionWarning", "ModelFileWarning", "RidgeRaised", "UndefinedMetricWarning", "ComplexDataError", "NoWorkersError",
-           "WorkersKilledError", "ClusterStartError", "BlockedFactorError", "ForeignModelError", "NoDeviceError"]
+__all__ = [
+    "RfolDaskWarning",
+    "MemoryPlanWarning",
+    "ClusterWarning",
+    "SettingWarning",
+    "DataWarning",
+    "SelectionWarning",
+    "ModelFileWarning",
+    "RidgeRaised",
+    "UndefinedMetricWarning",
+    "ComplexDataError",
+    "NoWorkersError",
+    "WorkersKilledError",
+    "ClusterStartError",
+    "BlockedFactorError",
+    "ForeignModelError",
+    "NoDeviceError",
+]
 
 
 class RfolDaskWarning(Warning):

@@ -20,11 +20,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import as_fortran, centre_gram, cho_solve, cholesky, diagonal, fortran_copy, namespace, sized_by_arrays, symmetrize
+from .backend import (
+    as_fortran,
+    centre_gram,
+    cho_solve,
+    cholesky,
+    diagonal,
+    fortran_copy,
+    namespace,
+    sized_by_arrays,
+    symmetrize,
+)
 from .linalg import blas_limits, factor_threads, recorded_ridges
 
-__all__ = ["DualFactor", "PrimalFactor", "gram_place", "dual_factor", "dual_solve", "dual_intercept",
-           "primal_factor", "primal_solve", "used_ridge"]
+__all__ = [
+    "DualFactor",
+    "PrimalFactor",
+    "gram_place",
+    "dual_factor",
+    "dual_solve",
+    "dual_intercept",
+    "primal_factor",
+    "primal_solve",
+    "used_ridge",
+]
 
 
 @sized_by_arrays
@@ -92,7 +111,7 @@ def gram_place(K, offsets, i, *tiles):
     triangle of the C-ordered ``K`` (M, M), in place; returns ``K``. ``offsets`` (nb + 1,) are
     the row-block starts. A chain of these builds the Gram holding one tile row besides ``K``."""
     for j, T in enumerate(tiles, start=i):
-        K[offsets[i]:offsets[i + 1], offsets[j]:offsets[j + 1]] = T
+        K[offsets[i] : offsets[i + 1], offsets[j] : offsets[j + 1]] = T
     return K
 
 
@@ -153,7 +172,7 @@ def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
     ``overwrite``, in the memory of a Fortran-ordered ``V``, which the caller gives up; else in
     one Fortran-ordered copy of ``V``, M k elements)."""
     limits = factor_threads() if borrow_threads else None
-    vbar = fac.vbar[start:start + V.shape[1]]
+    vbar = fac.vbar[start : start + V.shape[1]]
     if not overwrite:
         V = fortran_copy(V)
     V -= vbar
@@ -172,7 +191,7 @@ def dual_intercept(fac, Beta, C=None, shift=None, start=0):
     """
     if not fac.fit_intercept:
         return namespace(Beta).zeros(Beta.shape[1], dtype=Beta.dtype)
-    out = fac.vbar[start:start + Beta.shape[1]] - (fac.r @ Beta) / fac.M
+    out = fac.vbar[start : start + Beta.shape[1]] - (fac.r @ Beta) / fac.M
     return out if C is None else out - shift @ C
 
 
@@ -193,7 +212,9 @@ def primal_factor(sums, shifts, alpha, fit_intercept, warn=True):
         rows = max(1, 2**21 // max(1, N))  # row blocks of 16 MiB (float64): no N x N temporary
         for r0 in range(0, N, rows):
             r1 = min(r0 + rows, N)  # (the array API has no out-of-bounds slices)
-            G[r0:r1, :] -= M * (d[r0:r1, None] * d[None, :])  # the outer products, as np.outer forms them
+            G[r0:r1, :] -= M * (
+                d[r0:r1, None] * d[None, :]
+            )  # the outer products, as np.outer forms them
         AtV = AtV - M * (d[:, None] * e[None, :])
         mu, vbar = shifts[0] + d, shifts[1] + e
     else:

@@ -46,8 +46,15 @@ from numpy.typing import DTypeLike
 from . import backend
 from .linalg import blas_threads
 
-__all__ = ["DISTRIBUTIONS", "CENTRE_ROWS", "input_centre", "draw_frequencies", "feature_map", "check_random_state",
-           "integer_seed"]
+__all__ = [
+    "DISTRIBUTIONS",
+    "CENTRE_ROWS",
+    "input_centre",
+    "draw_frequencies",
+    "feature_map",
+    "check_random_state",
+    "integer_seed",
+]
 
 DISTRIBUTIONS = ("cauchy", "gaussian", "student_t", "rational_quadratic")
 #: the laws whose shape ``nu`` sets (the others ignore it)
@@ -102,7 +109,7 @@ def input_centre(dtype: DTypeLike, *blocks, rows: int = CENTRE_ROWS) -> np.ndarr
     for B in blocks:
         if left <= 0:
             break
-        head.append(backend.to_numpy(B[:min(left, B.shape[0]), ...]))
+        head.append(backend.to_numpy(B[: min(left, B.shape[0]), ...]))
         left -= head[-1].shape[0]
     return np.mean(np.concatenate(head), axis=0, dtype=np.float64).astype(dtype)
 
@@ -119,13 +126,19 @@ def _seed_sequence(random_state):
     return np.random.SeedSequence(integer_seed(random_state))
 
 
-def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy", gamma: float = 1.0,
-                     nu: float | None = None,
-                     random_state: int | np.random.Generator | np.random.SeedSequence | None = None,
-                     dtype: DTypeLike = np.float64,
-                     columns: tuple[int, int] | None = None, xp: ModuleType | None = None,
-                     metric: np.ndarray | None = None,
-                     input_centre: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def draw_frequencies(
+    n_inputs: int,
+    n_features: int,
+    distribution: str = "cauchy",
+    gamma: float = 1.0,
+    nu: float | None = None,
+    random_state: int | np.random.Generator | np.random.SeedSequence | None = None,
+    dtype: DTypeLike = np.float64,
+    columns: tuple[int, int] | None = None,
+    xp: ModuleType | None = None,
+    metric: np.ndarray | None = None,
+    input_centre: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
     Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
@@ -197,7 +210,9 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         raise ValueError(f"distribution='student_t' needs nu > 0 degrees of freedom, got nu={nu!r}")
     if distribution == "rational_quadratic":
         if nu is not None and not nu > 0:
-            raise ValueError(f"distribution='rational_quadratic' needs a shape nu > 0 (or None for 1), got nu={nu!r}")
+            raise ValueError(
+                f"distribution='rational_quadratic' needs a shape nu > 0 (or None for 1), got nu={nu!r}"
+            )
         shape = 1.0 if nu is None else float(nu)
     seq = _seed_sequence(random_state)
     n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
@@ -226,7 +241,9 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
     def block(k):
         # always a whole block (the last one sliced): the first N' columns of any draw are the
         # draw of N' features
-        rng = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,)))
+        rng = np.random.default_rng(
+            np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,))
+        )
         if distribution == "cauchy":
             om = gamma * rng.standard_cauchy((r, B))
         elif distribution == "gaussian":
@@ -234,20 +251,26 @@ def draw_frequencies(n_inputs: int, n_features: int, distribution: str = "cauchy
         elif distribution == "student_t":
             om = gamma * rng.standard_normal((r, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
         else:  # rational_quadratic: a Gamma(a, 1) scale mixture of the Gaussian law
-            om = np.sqrt(2.0 * gamma / shape) * rng.standard_normal((r, B)) * np.sqrt(rng.standard_gamma(shape, B))
+            om = (
+                np.sqrt(2.0 * gamma / shape)
+                * rng.standard_normal((r, B))
+                * np.sqrt(rng.standard_gamma(shape, B))
+            )
         bk = rng.uniform(0.0, 2.0 * np.pi, size=B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
-        om, bk = om[:, lo - k * B:hi - k * B], bk[lo - k * B:hi - k * B]
+        om, bk = om[:, lo - k * B : hi - k * B], bk[lo - k * B : hi - k * B]
         if metric is not None:
             om = metric @ om
-        if input_centre is not None:  # float64, reduced before the cast (the phase may be large); summed
+        if (
+            input_centre is not None
+        ):  # float64, reduced before the cast (the phase may be large); summed
             # row by row, so that a column's phase does not depend on the columns drawn with it
             bk = np.mod(bk + (input_centre[:, None] * om).sum(axis=0), 2.0 * np.pi)
         with device():
             if not host:  # cast on the host, one contiguous transfer per block
                 om, bk = xp.asarray(np.ascontiguousarray(om, dtype=dt)), xp.asarray(bk.astype(dt))
-            omega[:, lo - f0:hi - f0] = om
-            b[lo - f0:hi - f0] = bk
+            omega[:, lo - f0 : hi - f0] = om
+            b[lo - f0 : hi - f0] = bk
 
     blocks = range(f0 // B, -(-f1 // B))
     threads = min(len(blocks), blas_threads()) if n * (f1 - f0) >= 2**20 else 1
@@ -281,7 +304,7 @@ def _rowwise(func, Z, threads, slab_bytes=2**21):
         for a, e in slabs:
             func(Z[a:e])
         return
-    list(_pool(threads).map(lambda ae: func(Z[ae[0]:ae[1]]), slabs))
+    list(_pool(threads).map(lambda ae: func(Z[ae[0] : ae[1]]), slabs))
 
 
 #: the centred rows of :func:`feature_map` go through a scratch buffer of about this many bytes
@@ -292,13 +315,21 @@ CENTRE_BLOCK_ROWS = 256
 
 def _centred_blocks(U):
     """Row ranges of ``U`` (k, n) centred at a time by :func:`feature_map`."""
-    rows = max(CENTRE_BLOCK_ROWS, CENTRE_BLOCK_BYTES // max(1, U.shape[1] * backend.itemsize(U.dtype)))
+    rows = max(
+        CENTRE_BLOCK_ROWS, CENTRE_BLOCK_BYTES // max(1, U.shape[1] * backend.itemsize(U.dtype))
+    )
     return [(s, min(s + rows, U.shape[0])) for s in range(0, U.shape[0], rows)]
 
 
-def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray | None = None,
-                shift: np.ndarray | None = None, n_features: int | None = None,
-                input_centre: np.ndarray | None = None) -> np.ndarray:
+def feature_map(
+    U: np.ndarray,
+    omega: np.ndarray,
+    b: np.ndarray,
+    out: np.ndarray | None = None,
+    shift: np.ndarray | None = None,
+    n_features: int | None = None,
+    input_centre: np.ndarray | None = None,
+) -> np.ndarray:
     """Compute the random Fourier features ``sqrt(2 / N) cos((U - c) @ omega + b) - shift`` of a block.
 
     The projection runs in the BLAS; the cosine and the other elementwise passes are split
@@ -339,7 +370,9 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
     same steps with that namespace's operations.
     """
     n_features = omega.shape[1] if n_features is None else n_features
-    xp = backend.namespace(U, omega, b)  # numpy, unless another namespace or backend.generic_numpy()
+    xp = backend.namespace(
+        U, omega, b
+    )  # numpy, unless another namespace or backend.generic_numpy()
     if not backend.is_fast(xp):
         return _feature_map_generic(xp, U, omega, b, out, shift, n_features, input_centre)
     if input_centre is None:
@@ -348,10 +381,14 @@ def feature_map(U: np.ndarray, omega: np.ndarray, b: np.ndarray, out: np.ndarray
         Z = np.empty((U.shape[0], omega.shape[1]), dtype=omega.dtype) if out is None else out
         c = np.asarray(input_centre)
         blocks = _centred_blocks(U)
-        scratch = np.empty((blocks[0][1] - blocks[0][0], U.shape[1]), dtype=omega.dtype) if blocks else None
+        scratch = (
+            np.empty((blocks[0][1] - blocks[0][0], U.shape[1]), dtype=omega.dtype)
+            if blocks
+            else None
+        )
         for s, e in blocks:
-            np.subtract(U[s:e], c, out=scratch[:e - s], casting="same_kind")
-            np.matmul(scratch[:e - s], omega, out=Z[s:e])
+            np.subtract(U[s:e], c, out=scratch[: e - s], casting="same_kind")
+            np.matmul(scratch[: e - s], omega, out=Z[s:e])
     scale = Z.dtype.type(np.sqrt(2.0 / n_features))
 
     def finish(block):

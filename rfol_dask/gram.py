@@ -23,11 +23,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import backend
-from .features import feature_map
 from .backend import namespace, sized_by_arrays, symmetrize, syrk, to_numpy
+from .features import feature_map
 
-__all__ = ["check_finite", "stack_rows", "features_block", "block_means", "dual_tile", "PrimalSums", "primal_partial",
-           "linear_shifts", "linear_partial", "add_partials"]
+__all__ = [
+    "check_finite",
+    "stack_rows",
+    "features_block",
+    "block_means",
+    "dual_tile",
+    "PrimalSums",
+    "primal_partial",
+    "linear_shifts",
+    "linear_partial",
+    "add_partials",
+]
 
 
 def check_finite(X, start, name, action="fitting"):
@@ -62,11 +72,13 @@ def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0
     for i, B in enumerate(blocks):
         B = backend.to_namespace(B, xp)
         if c is not None and fast:  # in place, computed in the wider of the two dtypes
-            np.subtract(B, c, out=out[starts[i]:starts[i + 1], ...], casting="same_kind")
+            np.subtract(B, c, out=out[starts[i] : starts[i + 1], ...], casting="same_kind")
         else:
             B = B if c is None else B - c
-            out[starts[i]:starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
-        check_finite(out[starts[i]:starts[i + 1], ...], offset + starts[i], name)  # after the cast (overflow)
+            out[starts[i] : starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
+        check_finite(
+            out[starts[i] : starts[i + 1], ...], offset + starts[i], name
+        )  # after the cast (overflow)
     return out
 
 
@@ -174,8 +186,13 @@ def _add_rows(A, V, start, acc, t):
     if t is not None:
         V = V - t
     if acc is None:
-        return PrimalSums(G=syrk(A, trans=True), AtV=A.T @ V, colsum=xp.sum(A, axis=0), vsum=xp.sum(V, axis=0),
-                          count=A.shape[0])
+        return PrimalSums(
+            G=syrk(A, trans=True),
+            AtV=A.T @ V,
+            colsum=xp.sum(A, axis=0),
+            vsum=xp.sum(V, axis=0),
+            count=A.shape[0],
+        )
     acc.G = syrk(A, trans=True, C=acc.G)
     acc.AtV += A.T @ V
     acc.colsum += xp.sum(A, axis=0)

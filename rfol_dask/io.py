@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import numbers
 import os
 import re
 import socket
@@ -18,7 +19,6 @@ import sys
 import time
 import uuid
 import warnings
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +32,36 @@ from .exceptions import DataWarning
 from .recovery.grids import as_grid, as_periods, same_grid
 from .stacklevel import user_stacklevel
 
-
-__all__ = ["user_path", "Operand", "as_operand", "align_samples", "open_dataset", "read_pair", "BOOKKEEPING_GROUP", "block_flags",
-           "check_known_sizes", "flags_key", "process_alive", "lock_file", "lock_held", "learn_grid", "operand_grid",
-           "grid_dims", "learn_periods", "match_dims", "foreign_entries", "zarr_parents", "quiet_consolidated", "wait_zarr_io", "MODEL_KEY",
-           "group_attrs", "describe_path", "check_outside_stores", "check_sources", "checked_once"]
+__all__ = [
+    "user_path",
+    "Operand",
+    "as_operand",
+    "align_samples",
+    "open_dataset",
+    "read_pair",
+    "BOOKKEEPING_GROUP",
+    "block_flags",
+    "check_known_sizes",
+    "flags_key",
+    "process_alive",
+    "lock_file",
+    "lock_held",
+    "learn_grid",
+    "operand_grid",
+    "grid_dims",
+    "learn_periods",
+    "match_dims",
+    "foreign_entries",
+    "zarr_parents",
+    "quiet_consolidated",
+    "wait_zarr_io",
+    "MODEL_KEY",
+    "group_attrs",
+    "describe_path",
+    "check_outside_stores",
+    "check_sources",
+    "checked_once",
+]
 
 
 @dataclass
@@ -48,7 +73,9 @@ class Operand:
     kind: str  # "numpy", "dask" or "xarray"
     dims: tuple | None = None
     coords: dict = field(default_factory=dict)
-    sample: dict | None = None  # the DataArray's coordinates along 'sample' and scalar ones (name -> Variable), if any
+    sample: dict | None = (
+        None  # the DataArray's coordinates along 'sample' and scalar ones (name -> Variable), if any
+    )
     periods: dict = field(default_factory=dict)  # dim -> the ``period`` attribute of its coordinate
 
 
@@ -77,13 +104,17 @@ def open_dataset(path, samples=None):
         raise FileNotFoundError(f"no data set at {path}")
     kind = describe_path(Path(path).resolve())
     if kind == "model":
-        raise ValueError(f"{path} is a saved model, not a data set: load it with {load_hint(Path(path).resolve())} "
-                         "to predict with it; fit and open_dataset read a data-set store (variables input and output, "
-                         "as rfol-dask generate writes them)")
+        raise ValueError(
+            f"{path} is a saved model, not a data set: load it with {load_hint(Path(path).resolve())} "
+            "to predict with it; fit and open_dataset read a data-set store (variables input and output, "
+            "as rfol-dask generate writes them)"
+        )
     if kind == PREDICTION_STORE:
-        raise ValueError(f"{path} is {kind}, not a data set: read its predictions with xarray.open_zarr(path)"
-                         "['prediction']; fit, predict and open_dataset read a data-set store (variables input and "
-                         "output, as rfol-dask generate writes them)")
+        raise ValueError(
+            f"{path} is {kind}, not a data set: read its predictions with xarray.open_zarr(path)"
+            "['prediction']; fit, predict and open_dataset read a data-set store (variables input and "
+            "output, as rfol-dask generate writes them)"
+        )
     try:
         try:
             ds = xr.open_zarr(path, consolidated=True)
@@ -92,17 +123,30 @@ def open_dataset(path, samples=None):
     except (KeyError, ValueError, OSError) as exc:
         raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
     size = ds.sizes.get("sample", 0)
-    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, numbers.Integral)
-                                or not 1 <= samples <= size):
-        raise ValueError(f"samples must be a whole number from 1 to the {size} samples of {path}, got {samples!r}")
+    if samples is not None and (
+        isinstance(samples, bool)
+        or not isinstance(samples, numbers.Integral)
+        or not 1 <= samples <= size
+    ):
+        raise ValueError(
+            f"samples must be a whole number from 1 to the {size} samples of {path}, got {samples!r}"
+        )
     readers = _check_store(ds, path, samples)
     ds = ds.drop_vars("block_done", errors="ignore")
     for name, reader in readers.items():
-        if isinstance(ds[name].data, da.Array) and "scale_factor" not in ds[name].encoding \
-                and "add_offset" not in ds[name].encoding:
-            data = da.from_array(reader, chunks=ds[name].data.chunks, asarray=True, lock=False,
-                                 meta=np.empty((0,) * reader.ndim, reader.dtype),
-                                 name=f"read-{name}-{dask.base.tokenize(path, name, reader.stamp)}")
+        if (
+            isinstance(ds[name].data, da.Array)
+            and "scale_factor" not in ds[name].encoding
+            and "add_offset" not in ds[name].encoding
+        ):
+            data = da.from_array(
+                reader,
+                chunks=ds[name].data.chunks,
+                asarray=True,
+                lock=False,
+                meta=np.empty((0,) * reader.ndim, reader.dtype),
+                name=f"read-{name}-{dask.base.tokenize(path, name, reader.stamp)}",
+            )
             ds[name] = ds[name].copy(data=data)
     return ds if samples is None else ds.isel(sample=slice(0, int(samples)))
 
@@ -114,8 +158,11 @@ def _check_store(ds, path, samples=None):
     ``{name: _ChunkReader}``."""
     meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
     _check_flags(path, meta, samples)
-    readers = {name: _ChunkReader(path, name, ds[name].dims, _advice(meta)) for name in ("input", "output")
-               if name in ds and os.path.isdir(os.path.join(path, name))}
+    readers = {
+        name: _ChunkReader(path, name, ds[name].dims, _advice(meta))
+        for name in ("input", "output")
+        if name in ds and os.path.isdir(os.path.join(path, name))
+    }
     for reader in readers.values():
         if samples is not None or _first_check(os.path.join(reader.path, reader.name)):
             reader.check_complete(samples)
@@ -128,7 +175,7 @@ def _check_flags(path, meta, samples=None):
     its generation was cut short or still runs. Stores without flags pass."""
     done = block_flags(path)
     if done is not None and samples is not None:
-        done = done[:-(-int(samples) // int(meta.get("block_size", 1)))]
+        done = done[: -(-int(samples) // int(meta.get("block_size", 1)))]
     if done is not None and not done.all():
         missing = np.flatnonzero(~done)
         bs = int(meta.get("block_size", 1))
@@ -148,7 +195,11 @@ def _generate_command(meta):
 def _advice(meta):
     """How to mend a damaged store whose ``rfol_dask_meta`` is ``meta``: a store of the generator
     can be generated again, a user's store only restored or written again."""
-    return f"regenerate it ({_generate_command(meta)} --overwrite)" if "dataset" in meta else "write the store again"
+    return (
+        f"regenerate it ({_generate_command(meta)} --overwrite)"
+        if "dataset" in meta
+        else "write the store again"
+    )
 
 
 class _ChunkReader:
@@ -163,14 +214,23 @@ class _ChunkReader:
         self.advice = f"restore the files or {advice}"
         arr = self.array
         self.shape, self.dtype, self.ndim = arr.shape, arr.dtype, arr.ndim
-        self.chunks = arr.shards or arr.chunks  # what a chunk file holds: a shard of a sharded array
+        self.chunks = (
+            arr.shards or arr.chunks
+        )  # what a chunk file holds: a shard of a sharded array
         self.stamp = os.stat(os.path.join(path, name)).st_mtime_ns
         self.identity = self._identity()
 
     def _identity(self):
         """The variable's metadata file (inode, time, size): a store written again (overwritten,
         made larger) replaces it, the writing of its blocks does not."""
-        meta = next((f for f in (os.path.join(self.path, self.name, m) for m in _ZARR_META) if os.path.isfile(f)), None)
+        meta = next(
+            (
+                f
+                for f in (os.path.join(self.path, self.name, m) for m in _ZARR_META)
+                if os.path.isfile(f)
+            ),
+            None,
+        )
         st = os.stat(meta) if meta is not None else None
         return None if st is None else (st.st_ino, st.st_mtime_ns, st.st_size)
 
@@ -202,27 +262,44 @@ class _ChunkReader:
         arr = self.array
         if arr.nchunks_initialized == arr.nchunks:
             return
-        rows = None if samples is None or self.axis is None else -(-int(samples) // self.chunks[self.axis])
-        missing = [i for i in np.ndindex(*(-(-n // c) for n, c in zip(self.shape, self.chunks)))
-                   if (rows is None or i[self.axis] < rows) and not os.path.exists(self._chunk_file(i))]
+        rows = (
+            None
+            if samples is None or self.axis is None
+            else -(-int(samples) // self.chunks[self.axis])
+        )
+        missing = [
+            i
+            for i in np.ndindex(*(-(-n // c) for n, c in zip(self.shape, self.chunks)))
+            if (rows is None or i[self.axis] < rows) and not os.path.exists(self._chunk_file(i))
+        ]
         if missing:
             raise ValueError(
                 f"data set at {self.path}: {len(missing)} chunk(s) of variable {self.name!r} are missing from the "
                 f"store (first: chunk {missing[0]}, {self._samples(missing[0])}, file {self._chunk_file(missing[0])}); "
-                f"the store is damaged: {self.advice}{_empty_chunks_hint(arr.fill_value)}")
+                f"the store is damaged: {self.advice}{_empty_chunks_hint(arr.fill_value)}"
+            )
 
     def __getitem__(self, key):
-        if self._identity() != self.identity:  # else: a wrong shape read as 'damaged', or the new data silently
-            raise ValueError(f"the data set at {self.path} was written again (overwritten or made larger) after it "
-                             "was opened: open it again")
+        if (
+            self._identity() != self.identity
+        ):  # else: a wrong shape read as 'damaged', or the new data silently
+            raise ValueError(
+                f"the data set at {self.path} was written again (overwritten or made larger) after it "
+                "was opened: open it again"
+            )
         try:
             return self.array[key]
         except Exception as exc:
             bad = self._find_bad_chunk(key)
-            where = (f"chunk {bad} ({self._samples(bad)}, file {self._chunk_file(bad)})" if bad is not None
-                     else f"region {key}")
-            raise ValueError(f"cannot read {where} of variable {self.name!r} in the data set at {self.path}: "
-                             f"{type(exc).__name__}: {exc}; the store is damaged: {self.advice}") from exc
+            where = (
+                f"chunk {bad} ({self._samples(bad)}, file {self._chunk_file(bad)})"
+                if bad is not None
+                else f"region {key}"
+            )
+            raise ValueError(
+                f"cannot read {where} of variable {self.name!r} in the data set at {self.path}: "
+                f"{type(exc).__name__}: {exc}; the store is damaged: {self.advice}"
+            ) from exc
 
     def _find_bad_chunk(self, key):
         """The first chunk index within the region ``key`` (a tuple of slices) that fails to read."""
@@ -249,10 +326,14 @@ def read_pair(X, y=None, variables=("input", "output")):
     if isinstance(X, xr.Dataset):
         missing = [v for v in variables if v not in X]
         if missing:
-            raise ValueError(f"the Dataset needs variable{'s' if len(variables) > 1 else ''} "
-                             f"{' and '.join(map(repr, variables))}; missing {missing}")
+            raise ValueError(
+                f"the Dataset needs variable{'s' if len(variables) > 1 else ''} "
+                f"{' and '.join(map(repr, variables))}; missing {missing}"
+            )
         if y is not None:
-            raise ValueError("pass either a Dataset / store path alone or the arrays (U, V), not both")
+            raise ValueError(
+                "pass either a Dataset / store path alone or the arrays (U, V), not both"
+            )
         if not opened and not check_sources(*(X[v] for v in variables)):
             _check_source(X)  # loaded into memory from a store: check the store it came from
         return X["input"], X["output"] if "output" in variables else None
@@ -277,9 +358,11 @@ def _empty_chunks_hint(fill):
             return ""
     except TypeError:  # not a number
         return ""
-    return (f"; or, if all values of those chunks equal the array's fill value {fill}, zarr left them out "
-            "(write_empty_chunks=False, its default): write the store with write_empty_chunks=True, or load the "
-            "data into memory (.load() / .compute()), which reads them as that value")
+    return (
+        f"; or, if all values of those chunks equal the array's fill value {fill}, zarr left them out "
+        "(write_empty_chunks=False, its default): write the store with write_empty_chunks=True, or load the "
+        "data into memory (.load() / .compute()), which reads them as that value"
+    )
 
 
 _CHECKED = contextvars.ContextVar("rfol_dask_checked_arrays", default=None)
@@ -332,15 +415,26 @@ def check_sources(*operands):
                 continue
             store, name = os.path.split(where)
             meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
-            _check_flags(store, meta)  # a data set whose generation was cut short (or still runs): resume it
+            _check_flags(
+                store, meta
+            )  # a data set whose generation was cut short (or still runs): resume it
             if arr.nchunks_initialized == arr.nchunks:
                 continue
-            names = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get("_ARRAY_DIMENSIONS")
-            dims = tuple(names) if names and "sample" in names else ("sample",)  # else: the samples first
+            names = getattr(arr.metadata, "dimension_names", None) or arr.attrs.get(
+                "_ARRAY_DIMENSIONS"
+            )
+            dims = (
+                tuple(names) if names and "sample" in names else ("sample",)
+            )  # else: the samples first
             reader = _ChunkReader(store, name, dims, _advice(meta))
-            if (reader.shape, reader.chunks) != (arr.shape, arr.shards or arr.chunks):  # its chunks were not counted
-                raise ValueError(f"the Zarr array {where} was written again after it was opened (shape {arr.shape} "
-                                 f"then, {reader.shape} now): open the store again")
+            if (reader.shape, reader.chunks) != (
+                arr.shape,
+                arr.shards or arr.chunks,
+            ):  # its chunks were not counted
+                raise ValueError(
+                    f"the Zarr array {where} was written again after it was opened (shape {arr.shape} "
+                    f"then, {reader.shape} now): open the store again"
+                )
             reader.check_complete()
     return found
 
@@ -412,20 +506,34 @@ def align_samples(X, y):
     order of ``X`` (lazily for dask). Different label sets or duplicated labels:
     ValueError saying how to align them.
     """
-    labelled = [n for n, a in (("X", X), ("y", y)) if isinstance(a, xr.DataArray) and "sample" in a.indexes]
-    if len(labelled) == 1:  # one side's labels, the other's positions: worth a word where the labels are shuffled
+    labelled = [
+        n for n, a in (("X", X), ("y", y)) if isinstance(a, xr.DataArray) and "sample" in a.indexes
+    ]
+    if (
+        len(labelled) == 1
+    ):  # one side's labels, the other's positions: worth a word where the labels are shuffled
         index = (X if labelled == ["X"] else y).indexes["sample"]
         if len(index) > 1 and not index.is_monotonic_increasing:
             other = "y" if labelled == ["X"] else "X"
-            warnings.warn(f"{labelled[0]}'s 'sample' labels are not in increasing order but {other} carries no "
-                          f"sample labels, so they are paired by position; if {other} is not in {labelled[0]}'s "
-                          f"order, give it the same labels (a DataArray) or sort {labelled[0]} "
-                          f"({labelled[0]}.sortby('sample'))", DataWarning, stacklevel=user_stacklevel())
-    if not (isinstance(X, xr.DataArray) and isinstance(y, xr.DataArray)) or \
-            "sample" not in X.coords or "sample" not in y.coords or "sample" not in X.indexes:
+            warnings.warn(
+                f"{labelled[0]}'s 'sample' labels are not in increasing order but {other} carries no "
+                f"sample labels, so they are paired by position; if {other} is not in {labelled[0]}'s "
+                f"order, give it the same labels (a DataArray) or sort {labelled[0]} "
+                f"({labelled[0]}.sortby('sample'))",
+                DataWarning,
+                stacklevel=user_stacklevel(),
+            )
+    if (
+        not (isinstance(X, xr.DataArray) and isinstance(y, xr.DataArray))
+        or "sample" not in X.coords
+        or "sample" not in y.coords
+        or "sample" not in X.indexes
+    ):
         return y
-    how = ("pair them yourself: X, y = xarray.align(X, y, join='inner') keeps the common samples, "
-           "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position")
+    how = (
+        "pair them yourself: X, y = xarray.align(X, y, join='inner') keeps the common samples, "
+        "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position"
+    )
     return _same_labels(X, y, "sample", ("X", "y"), how)
 
 
@@ -436,13 +544,16 @@ def _same_labels(a, b, d, names, how):
     if ib is None or ia.equals(ib):
         return b
     if not (ia.is_unique and ib.is_unique):
-        raise ValueError(f"{names[0]} or {names[1]} has duplicated {d!r} labels, so they cannot be paired by label; "
-                         f"{how}")
+        raise ValueError(
+            f"{names[0]} or {names[1]} has duplicated {d!r} labels, so they cannot be paired by label; "
+            f"{how}"
+        )
     only_a, only_b = ia.difference(ib), ib.difference(ia)
     if len(only_a) or len(only_b):
         raise ValueError(
             f"{names[0]} and {names[1]} have different {d!r} labels: {len(only_a)} only in {names[0]} (e.g. "
-            f"{list(only_a[:3])}), {len(only_b)} only in {names[1]} (e.g. {list(only_b[:3])}); {how}")
+            f"{list(only_a[:3])}), {len(only_b)} only in {names[1]} (e.g. {list(only_b[:3])}); {how}"
+        )
     return b.sel({d: ia})
 
 
@@ -481,9 +592,13 @@ def match_grid_labels(X, coords, grid, name="X"):
     coordinates in ``X`` is read by position, and so is any other operand."""
     if not isinstance(X, xr.DataArray) or not coords or grid is not None:
         return X
-    X = ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X  # as the training data were
-    how = (f"pass {name} on the model's labels, or drop its coordinates ({name}.drop_vars(...)) or pass "
-           f"{name}.values to read it by position")
+    X = (
+        ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X
+    )  # as the training data were
+    how = (
+        f"pass {name} on the model's labels, or drop its coordinates ({name}.drop_vars(...)) or pass "
+        f"{name}.values to read it by position"
+    )
     for d, labels in coords.items():
         if d not in X.indexes:
             continue
@@ -497,14 +612,22 @@ def _same_axis(ia, ib):
     """Numeric coordinates equal as the grids of the recovery maps are (to ``1e-6`` of the span:
     rounding, float32 copies), point by point in the same order."""
     x, y = np.asarray(ia), np.asarray(ib)
-    numeric = all(np.issubdtype(v.dtype, np.number) and not np.issubdtype(v.dtype, np.complexfloating) for v in (x, y))
+    numeric = all(
+        np.issubdtype(v.dtype, np.number) and not np.issubdtype(v.dtype, np.complexfloating)
+        for v in (x, y)
+    )
     return numeric and x.ndim == 1 and same_grid((x.astype(float),), (y.astype(float),))
 
 
 def unsorted_axis(coords):
     """True for numeric 1-D coordinates of two or more points that do not increase."""
     c = np.asarray(coords)
-    return c.ndim == 1 and c.size > 1 and np.issubdtype(c.dtype, np.number) and not np.all(np.diff(c) > 0)
+    return (
+        c.ndim == 1
+        and c.size > 1
+        and np.issubdtype(c.dtype, np.number)
+        and not np.all(np.diff(c) > 0)
+    )
 
 
 def ascending_grid(X):
@@ -526,8 +649,10 @@ def _no_sample_dim(X, name, model_dims, model_shape):
     model's grid dims and shape (None: not known, as at fit): ``expand_dims`` for one sample on
     that grid, a rename only where one dim is left over for the samples."""
     if "sample" in X.coords:  # X.sel(sample=k): one sample, its dim dropped
-        return ValueError(f"{name} holds one sample ('sample' is a scalar coordinate, dims {X.dims}): keep the "
-                          f"dimension, e.g. {name}.expand_dims('sample'), or select with a list (sel(sample=[k]))")
+        return ValueError(
+            f"{name} holds one sample ('sample' is a scalar coordinate, dims {X.dims}): keep the "
+            f"dimension, e.g. {name}.expand_dims('sample'), or select with a list (sel(sample=[k]))"
+        )
     if not X.ndim:
         return ValueError(f"{name} must have a 'sample' dimension, got a 0-d DataArray")
     if model_dims is not None:  # matched by name
@@ -542,11 +667,15 @@ def _no_sample_dim(X, name, model_dims, model_shape):
     elif rename is not None:
         advice = f"rename the dimension that runs over the samples, e.g. {name}.rename({{{rename!r}: 'sample'}})"
     elif model_dims is not None:
-        advice = (f"the model was trained on ('sample', {', '.join(map(repr, model_dims))}): rename {name}'s "
-                  "dims to those")
+        advice = (
+            f"the model was trained on ('sample', {', '.join(map(repr, model_dims))}): rename {name}'s "
+            "dims to those"
+        )
     else:
-        advice = (f"the model was trained on functions of shape {tuple(model_shape)}: pass {name} with dims "
-                  "('sample', ...) of that shape")
+        advice = (
+            f"the model was trained on functions of shape {tuple(model_shape)}: pass {name} with dims "
+            "('sample', ...) of that shape"
+        )
     return ValueError(f"{name} must have a 'sample' dimension, got dims {X.dims}; {advice}")
 
 
@@ -567,7 +696,15 @@ def as_operand(X, name, sort=True, model_dims=None, model_shape=None):
         inner = as_operand(X.data, name)
         # labels, times, members along 'sample', and scalar coordinates (a time stamp of them all)
         along = {k: c.variable for k, c in X.coords.items() if c.dims in (("sample",), ())}
-        return Operand(inner.data, inner.grid_shape, "xarray", tuple(X.dims[1:]), coords, along or None, periods)
+        return Operand(
+            inner.data,
+            inner.grid_shape,
+            "xarray",
+            tuple(X.dims[1:]),
+            coords,
+            along or None,
+            periods,
+        )
     if isinstance(X, da.Array):
         if X.ndim == 0:
             raise ValueError(f"{name} must have a sample axis, got a 0-d array")
@@ -584,7 +721,8 @@ def check_known_sizes(X, name):
     if isinstance(X, da.Array) and any(np.isnan(n) for n in X.shape):
         raise ValueError(
             f"{name} is a dask array of unknown chunk sizes (shape {X.shape}, e.g. after boolean indexing "
-            f"or from_delayed): call {name}.compute_chunk_sizes() first, or pass a Zarr store / xarray data set")
+            f"or from_delayed): call {name}.compute_chunk_sizes() first, or pass a Zarr store / xarray data set"
+        )
 
 
 def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
@@ -592,7 +730,9 @@ def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     xarray, wrap with the coordinates along ``sample`` of ``template`` (its labels and e.g. a
     ``time(sample)``), its scalar coordinates (but one named as an output dim) and the output
     grid ``coords``."""
-    if tuple(values.shape[1:]) != tuple(grid_shape):  # (arrays of the array API have no reshape method)
+    if tuple(values.shape[1:]) != tuple(
+        grid_shape
+    ):  # (arrays of the array API have no reshape method)
         values = values.reshape((values.shape[0], *grid_shape))
     if template.kind != "xarray":
         return values
@@ -604,33 +744,49 @@ def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
 
 # ------------------------------------------------------------------------------ grids and dims
 
+
 def learn_grid(grid, operand, shape, which):
     """The training grid of one side: the explicit ``grid``, else the xarray coordinates."""
     if grid is not None:
         grid = as_grid(grid, f"{which}_grid")
         if tuple(len(ax) for ax in grid) != tuple(shape):
-            raise ValueError(f"{which}_grid has shape {tuple(len(ax) for ax in grid)} but the {which} "
-                             f"functions have grid shape {tuple(shape)}")
+            raise ValueError(
+                f"{which}_grid has shape {tuple(len(ax) for ax in grid)} but the {which} "
+                f"functions have grid shape {tuple(shape)}"
+            )
         return grid
     return operand_grid(operand)
+
 
 def operand_grid(operand):
     """The grid of an xarray operand if every grid dim has numeric coordinates (None if one has
     none or labels that are not numbers). ValueError for numeric coordinates that are no grid
     (a repeated value, NaN): matched by coordinate, their values would be read by position."""
-    if operand.kind != "xarray" or not operand.dims or any(d not in operand.coords for d in operand.dims):
+    if (
+        operand.kind != "xarray"
+        or not operand.dims
+        or any(d not in operand.coords for d in operand.dims)
+    ):
         return None
     coords = {d: np.asarray(operand.coords[d]) for d in operand.dims}
-    if not all(np.issubdtype(c.dtype, np.number) and not np.iscomplexobj(c) for c in coords.values()):
+    if not all(
+        np.issubdtype(c.dtype, np.number) and not np.iscomplexobj(c) for c in coords.values()
+    ):
         return None
     try:
-        as_grid({d: np.sort(c) for d, c in coords.items()})  # in any order: a descending axis is a grid
+        as_grid(
+            {d: np.sort(c) for d, c in coords.items()}
+        )  # in any order: a descending axis is a grid
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"the coordinates of the grid dims {list(coords)} are not a grid ({exc}); fix them, or drop "
-                         "them (da.drop_vars(...)) to have the values read by position") from exc
+        raise ValueError(
+            f"the coordinates of the grid dims {list(coords)} are not a grid ({exc}); fix them, or drop "
+            "them (da.drop_vars(...)) to have the values read by position"
+        ) from exc
     try:
         return as_grid(coords)
-    except ValueError:  # not increasing: read by position (a model without grid), else sorted before
+    except (
+        ValueError
+    ):  # not increasing: read by position (a model without grid), else sorted before
         return None
 
 
@@ -661,12 +817,17 @@ def learn_periods(periods, operand, grid, which, dims=None):
         if grid is not None and len(per_axis) != len(grid):
             raise ValueError(
                 f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: give one "
-                "period (or None) per axis, or a mapping dim -> period when the input and output grids differ")
+                "period (or None) per axis, or a mapping dim -> period when the input and output grids differ"
+            )
     if grid is None:
-        named = any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None
+        named = (
+            any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None
+        )
         if named:
-            raise ValueError(f"periods= needs the {which} grid coordinates: pass fit(..., {which}_grid=...) "
-                             "or xarray data with coordinates")
+            raise ValueError(
+                f"periods= needs the {which} grid coordinates: pass fit(..., {which}_grid=...) "
+                "or xarray data with coordinates"
+            )
         return None
     return as_periods(per_axis, grid, f"the periods of the {which} grid")
 
@@ -684,7 +845,8 @@ def match_dims(X, dims, name):
         raise ValueError(
             f"{name} has dims {X.dims} but the model was trained on ('sample', {', '.join(map(repr, dims))}); "
             f"unknown dims {unknown}, missing {absent}: rename them, e.g. {name}.rename("
-            f"{dict(zip(unknown, absent)) or '...'})")
+            f"{dict(zip(unknown, absent)) or '...'})"
+        )
     return X.transpose("sample", *dims)
 
 
@@ -785,8 +947,14 @@ def lock_file(lock, holder, busy):
     the lock's JSON, None while it is being written). A lock whose process is gone (same host), or
     unreadable for a minute, is taken over; a lock of another host is never judged gone.
     """
-    mine = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), **holder,
-                       "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+    mine = json.dumps(
+        {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            **holder,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        }
+    )
     for _ in range(3):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -847,7 +1015,9 @@ def wait_zarr_io(timeout=60.0):
     import concurrent.futures
 
     try:
-        from zarr.core.sync import loop as loops  # [the loop or None] (zarr 3; called in an except clause: no errors)
+        from zarr.core.sync import (
+            loop as loops,
+        )  # [the loop or None] (zarr 3; called in an except clause: no errors)
     except ImportError:
         return
     loop = loops[0]
@@ -891,7 +1061,9 @@ def zarr_parents(path):
 
 
 MODEL_KEY = "rfol_dask_model"  # the root attribute of a saved model, written last: its presence marks a complete one
-PREDICTION_KEY = "rfol_dask_prediction"  # the root attribute of a prediction store: the JSON list of its arrays
+PREDICTION_KEY = (
+    "rfol_dask_prediction"  # the root attribute of a prediction store: the JSON list of its arrays
+)
 PREDICTION_STORE = "an rfol_dask prediction store"  # what :func:`describe_path` calls one
 
 
@@ -961,11 +1133,15 @@ def check_outside_stores(path, action="save a model"):
         return
     kind = describe_path(outer)
     if kind == "model":
-        raise ValueError(f"cannot {action} at {path}: it is inside the model at {outer}, which could then no "
-                         "longer be replaced; choose a path outside it")
-    raise ValueError(f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which replacing "
-                     f"or regenerating it would delete; {action.split()[0]} it beside the store (e.g. "
-                     f"{outer.parent / path.name})")
+        raise ValueError(
+            f"cannot {action} at {path}: it is inside the model at {outer}, which could then no "
+            "longer be replaced; choose a path outside it"
+        )
+    raise ValueError(
+        f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which replacing "
+        f"or regenerating it would delete; {action.split()[0]} it beside the store (e.g. "
+        f"{outer.parent / path.name})"
+    )
 
 
 def foreign_entries(path, arrays):
@@ -984,7 +1160,12 @@ def foreign_entries(path, arrays):
         if not keys or entry.is_symlink() or not entry.is_dir():
             foreign.append(entry.name)
             continue
-        allowed = _ZARR_META | {"c"} | {part for k in keys for part in k[1:]}  # metadata, chunks, nested arrays
-        foreign += [str(sub.relative_to(path)) for sub in entry.rglob("*")
-                    if not all(p in allowed or chunk.fullmatch(p) for p in sub.relative_to(entry).parts)]
+        allowed = (
+            _ZARR_META | {"c"} | {part for k in keys for part in k[1:]}
+        )  # metadata, chunks, nested arrays
+        foreign += [
+            str(sub.relative_to(path))
+            for sub in entry.rglob("*")
+            if not all(p in allowed or chunk.fullmatch(p) for p in sub.relative_to(entry).parts)
+        ]
     return sorted(foreign)

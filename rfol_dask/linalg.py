@@ -23,8 +23,24 @@ from scipy.linalg import blas, lapack
 from .exceptions import RidgeRaised
 from .stacklevel import user_stacklevel
 
-__all__ = ["syrk", "symmetrize", "blas_limits", "blas_threads", "host_cores", "factor_threads", "jitter_ridges", "first_ridge", "RidgeRaised", "warn_ridge", "recorded_ridges", "ridge_name",
-           "not_positive_definite", "potrf_ridge", "cholesky", "cho_solve"]
+__all__ = [
+    "syrk",
+    "symmetrize",
+    "blas_limits",
+    "blas_threads",
+    "host_cores",
+    "factor_threads",
+    "jitter_ridges",
+    "first_ridge",
+    "RidgeRaised",
+    "warn_ridge",
+    "recorded_ridges",
+    "ridge_name",
+    "not_positive_definite",
+    "potrf_ridge",
+    "cholesky",
+    "cho_solve",
+]
 
 
 _CONTROLLER = []
@@ -142,10 +158,11 @@ def symmetrize(C, source="lower", block=512):
     return C
 
 
-
 def host_cores():
     """The cores this process may run on (its CPU affinity where the OS has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
 
 
 def factor_threads():
@@ -206,7 +223,10 @@ def warn_ridge(alpha, ridge, dtype):
     raised = RidgeRaised(
         f"the Gram matrix plus {name}={alpha:g} is not numerically positive definite in "
         f"{np.dtype(dtype)}; used ridge {ridge:.3g} instead (pass a larger {name} to choose it "
-        "yourself)", float(alpha), float(ridge))
+        "yourself)",
+        float(alpha),
+        float(ridge),
+    )
     if record is not None:
         record.append(raised)
     else:
@@ -251,7 +271,9 @@ def stands_on_rounding(pivots, gram_diag):
     depending on rounding, and where it does its solution is noise. ``pivots``: the factor's
     diagonal (n,), ``gram_diag`` the Gram's; numpy."""
     n = pivots.shape[0]
-    return n > 0 and float(pivots.min()) ** 2 <= n * float(np.finfo(pivots.dtype).eps) * float(np.abs(gram_diag).max())
+    return n > 0 and float(pivots.min()) ** 2 <= n * float(np.finfo(pivots.dtype).eps) * float(
+        np.abs(gram_diag).max()
+    )
 
 
 def potrf_ridge(G, diag, ridge, mirror=True):
@@ -284,7 +306,11 @@ def cholesky(G, alpha):
 
     def attempt(ridge, again):
         L, info = potrf_ridge(G, diag, ridge, mirror=again)
-        return L if info == 0 and not (ridge == 0 and stands_on_rounding(np.diagonal(L), diag)) else None
+        return (
+            L
+            if info == 0 and not (ridge == 0 and stands_on_rounding(np.diagonal(L), diag))
+            else None
+        )
 
     with blas_limits(factor_threads()):
         return first_ridge(attempt, alpha, float(np.mean(np.abs(diag))), G.dtype)

@@ -28,9 +28,28 @@ from .exceptions import MemoryPlanWarning, SettingWarning
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
-__all__ = ["ROW_BLOCK_BYTES", "SLAB_BYTES", "MIN_SLAB_COLUMNS", "DEVICE_SHARE", "Budget", "memory_budget", "free_bytes", "device_free_bytes", "device_total_bytes", "gram_device", "check_gram_memory", "check_host_memory",
-           "check_prediction_memory", "check_tile_memory",
-           "DualPlan", "dual_plan", "MemoryPlan", "memory_plan", "gram_slots", "n_slots"]
+__all__ = [
+    "ROW_BLOCK_BYTES",
+    "SLAB_BYTES",
+    "MIN_SLAB_COLUMNS",
+    "DEVICE_SHARE",
+    "Budget",
+    "memory_budget",
+    "free_bytes",
+    "device_free_bytes",
+    "device_total_bytes",
+    "gram_device",
+    "check_gram_memory",
+    "check_host_memory",
+    "check_prediction_memory",
+    "check_tile_memory",
+    "DualPlan",
+    "dual_plan",
+    "MemoryPlan",
+    "memory_plan",
+    "gram_slots",
+    "n_slots",
+]
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
 ROW_BLOCK_BYTES = 128 * 2**20
@@ -113,9 +132,13 @@ def _warn_above_limit(max_bytes, limits, xp=None, device=None, client=None):
 
         cap, what = psutil.virtual_memory().total, "this machine's memory"
     if max_bytes > cap:
-        warnings.warn(f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
-                      "overrides the memory checks, so a Gram of that size gets the process killed, not "
-                      "refused", SettingWarning, stacklevel=user_stacklevel())
+        warnings.warn(
+            f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
+            "overrides the memory checks, so a Gram of that size gets the process killed, not "
+            "refused",
+            SettingWarning,
+            stacklevel=user_stacklevel(),
+        )
 
 
 def memory_budget(max_bytes=None, client=None, xp=None, device=None):
@@ -133,29 +156,45 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
         return Budget(DEVICE_SHARE * free_bytes(xp), f"{DEVICE_SHARE:.0%} of the GPU's free memory")
     if device not in (None, "cpu"):
         if client is None:
-            return Budget(DEVICE_SHARE * device_free_bytes(device), f"{DEVICE_SHARE:.0%} of the GPU's free memory")
+            return Budget(
+                DEVICE_SHARE * device_free_bytes(device),
+                f"{DEVICE_SHARE:.0%} of the GPU's free memory",
+            )
         from .placement import worker_addresses  # waits for a first worker, else NoWorkersError
 
         free = client.run(device_free_bytes, device, workers=worker_addresses(client))
-        return Budget(DEVICE_SHARE * min(free.values()),
-                      f"{DEVICE_SHARE:.0%} of the least free GPU memory of the {len(free)} worker(s)",
-                      peak_room=min(free.values()), workers=len(free),
-                      peak_line="bytes of GPU memory free on the least free worker")
+        return Budget(
+            DEVICE_SHARE * min(free.values()),
+            f"{DEVICE_SHARE:.0%} of the least free GPU memory of the {len(free)} worker(s)",
+            peak_room=min(free.values()),
+            workers=len(free),
+            peak_line="bytes of GPU memory free on the least free worker",
+        )
     if limits:
         used = client.run(_process_memory)
-        to_pause = {a: 0.8 * limit - used.get(a, 0) for a, limit in limits.items()}  # room below the pause line
+        to_pause = {
+            a: 0.8 * limit - used.get(a, 0) for a, limit in limits.items()
+        }  # room below the pause line
         tightest = min(to_pause, key=to_pause.get)
         peak_room = to_pause[tightest]
-        if not dask.config.get("distributed.worker.memory.pause", 0.8):  # False: workers never pause
+        if not dask.config.get(
+            "distributed.worker.memory.pause", 0.8
+        ):  # False: workers never pause
             peak_room = None
         elif peak_room <= 0:
-            raise ValueError(f"the workers have no memory to spare: worker {tightest} holds "
-                             f"{int(used.get(tightest, 0)):,} bytes of its {int(limits[tightest]):,}-byte limit, and "
-                             "dask pauses a worker at 80 % of it; give the workers more memory (memory_limit), or "
-                             "fewer, larger workers")
+            raise ValueError(
+                f"the workers have no memory to spare: worker {tightest} holds "
+                f"{int(used.get(tightest, 0)):,} bytes of its {int(limits[tightest]):,}-byte limit, and "
+                "dask pauses a worker at 80 % of it; give the workers more memory (memory_limit), or "
+                "fewer, larger workers"
+            )
         room = min(min(0.6 * limit, to_pause[a]) for a, limit in limits.items())
-        return Budget(room, "60% of the smallest worker memory limit, less what the worker uses beyond 20%",
-                      peak_room=peak_room, workers=len(limits))
+        return Budget(
+            room,
+            "60% of the smallest worker memory limit, less what the worker uses beyond 20%",
+            peak_room=peak_room,
+            workers=len(limits),
+        )
     import psutil
 
     return Budget(0.6 * psutil.virtual_memory().available, "60% of the available memory")
@@ -167,7 +206,9 @@ def free_bytes(X):
     if backend.is_cupy(X if isinstance(X, types.ModuleType) else backend.namespace(X)):
         import cupy
 
-        return int(cupy.cuda.runtime.memGetInfo()[0]) + int(cupy.get_default_memory_pool().free_bytes())
+        return int(cupy.cuda.runtime.memGetInfo()[0]) + int(
+            cupy.get_default_memory_pool().free_bytes()
+        )
     import psutil
 
     return int(psutil.virtual_memory().available)
@@ -199,23 +240,25 @@ def gram_device(device, meta=None):
 
 
 def _shortfall(size, need, budget, extra=""):
-    return (f"the {size} x {size} Gram matrix needs {need:,} bytes ({need / 2**30:.2f} GiB){extra} but the "
-            f"budget ({budget.where}) is {int(budget.bytes):,} bytes")
+    return (
+        f"the {size} x {size} Gram matrix needs {need:,} bytes ({need / 2**30:.2f} GiB){extra} but the "
+        f"budget ({budget.where}) is {int(budget.bytes):,} bytes"
+    )
 
 
 _ADVICE = {
     "dual": "use fewer samples, solver='primal' (an n_features x n_features Gram) if n_features < n_samples, "
-            "or pass a larger max_gram_bytes",
+    "or pass a larger max_gram_bytes",
     "primal": "use fewer features, solver='dual' (an n_samples x n_samples Gram) if n_samples < n_features, "
-              "or pass a larger max_gram_bytes",
+    "or pass a larger max_gram_bytes",
     "kernel": "use fewer samples, pass dask arrays (the Gram is then factorised blocked across the workers), "
-              "or pass a larger max_gram_bytes",
+    "or pass a larger max_gram_bytes",
     "linear": "reduce the inputs (n_components: input PCA), or pass a larger max_gram_bytes",
     "recovery": "use recovery 'cubic', 'linear' or 'spectral' (maps of n_in x n_out bytes, for fine grids), "
-                "the separable map (separable=True: one Gram per grid axis), fewer features (n_features; 16 per "
-                "grid point by default) or a coarser grid",
+    "the separable map (separable=True: one Gram per grid axis), fewer features (n_features; 16 per "
+    "grid point by default) or a coarser grid",
     "search": "search on fewer samples (the final stage scores whole training splits; fit the winner's "
-              "parameters on all of them), use a cv with smaller training splits, or pass a larger max_gram_bytes",
+    "parameters on all of them), use a cv with smaller training splits, or pass a larger max_gram_bytes",
     None: "use a smaller problem or pass a larger max_gram_bytes",
 }
 
@@ -226,8 +269,19 @@ def _listing(held):
     return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
-def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1, xp=None, beside=0,
-                      held=None, device=None, budget=None):
+def check_gram_memory(
+    size,
+    dtype,
+    max_bytes=None,
+    client=None,
+    solver=None,
+    peak_copies=1,
+    xp=None,
+    beside=0,
+    held=None,
+    device=None,
+    budget=None,
+):
     """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
     or if ``peak_copies`` of it (a sum of several workers' Grams held on one) exceed what a worker
     has at a peak (:attr:`Budget.peak_room`, when known: before dask pauses it, or on GPUs their
@@ -245,17 +299,25 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
     extra = int(sum((held or {}).values()))
     if need + extra > budget.bytes:
         advice = _ADVICE[solver]
-        if extra > need:  # what the Gram holds with it sets the size: its features grow with n_features
+        if (
+            extra > need
+        ):  # what the Gram holds with it sets the size: its features grow with n_features
             advice = f"use fewer features, or {advice}" if solver in ("dual", "primal") else advice
         with_it = f", and {extra:,} more bytes for {_listing(held)} held with it," if extra else ""
         raise ValueError(f"{_shortfall(size, need, budget, with_it)}; {advice}")
     total = peak_copies * need + int(beside)
     if total > need and budget.peak_room is not None and total > budget.peak_room:
-        held = (f"the worker that sums the workers' Grams holds {peak_copies}" if peak_copies > 1 else "a worker holds one")
-        raise ValueError(f"the {size} x {size} Gram matrix needs {need:,} bytes, and {held}"
-                         + (f" beside {int(beside):,} bytes of frequencies" if beside else "")
-                         + f": {total:,} bytes against the {int(budget.peak_room):,} {budget.peak_line}; "
-                         f"{_ADVICE[solver]}, or give the workers more memory")
+        held = (
+            f"the worker that sums the workers' Grams holds {peak_copies}"
+            if peak_copies > 1
+            else "a worker holds one"
+        )
+        raise ValueError(
+            f"the {size} x {size} Gram matrix needs {need:,} bytes, and {held}"
+            + (f" beside {int(beside):,} bytes of frequencies" if beside else "")
+            + f": {total:,} bytes against the {int(budget.peak_room):,} {budget.peak_line}; "
+            f"{_ADVICE[solver]}, or give the workers more memory"
+        )
     return need
 
 
@@ -270,10 +332,12 @@ def check_host_memory(held, dtype, fewer="features (n_features)"):
     available = free_bytes(np)
     if need > available:
         half = ", dtype='float32' (half the bytes)" if np.dtype(dtype).itemsize > 4 else ""
-        raise ValueError(f"the fitted model needs {need:,} bytes ({need / 2**30:.2f} GiB) in this process for "
-                         f"{_listing(held)}, but it has {available:,} bytes ({available / 2**30:.2f} GiB) available; "
-                         f"use fewer {fewer}{half} or fewer output points: these arrays are the model, "
-                         "whichever the solver")
+        raise ValueError(
+            f"the fitted model needs {need:,} bytes ({need / 2**30:.2f} GiB) in this process for "
+            f"{_listing(held)}, but it has {available:,} bytes ({available / 2**30:.2f} GiB) available; "
+            f"use fewer {fewer}{half} or fewer output points: these arrays are the model, "
+            "whichever the solver"
+        )
     return need
 
 
@@ -290,10 +354,12 @@ def check_prediction_memory(M, m, dtype, m_out=None):
     need = int(sum(held.values()))
     available = free_bytes(np)
     if need > available:
-        raise ValueError(f"predicting {M} samples in memory needs {need:,} bytes ({need / 2**30:.2f} GiB) for "
-                         f"{_listing(held)}, but this process has {available:,} bytes ({available / 2**30:.2f} GiB) "
-                         "available; predict in parts (a slice of the samples at a time, X[i:j]), or pass a dask "
-                         "array (dask.array.from_array(X, chunks=...)) for a lazy prediction")
+        raise ValueError(
+            f"predicting {M} samples in memory needs {need:,} bytes ({need / 2**30:.2f} GiB) for "
+            f"{_listing(held)}, but this process has {available:,} bytes ({available / 2**30:.2f} GiB) "
+            "available; predict in parts (a slice of the samples at a time, X[i:j]), or pass a dask "
+            "array (dask.array.from_array(X, chunks=...)) for a lazy prediction"
+        )
     return need
 
 
@@ -308,10 +374,16 @@ def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None,
     need = (2 * int(rows) * int(n_features) + int(rows) ** 2 + freq) * itemsize
     budget = memory_budget(max_gram_bytes, client)
     if budget.peak_room is not None and need > budget.peak_room:
-        what = f", their tile and the {n_inputs} x {n_features} frequencies" if n_inputs else " and their tile"
-        raise ValueError(f"a Gram tile of the blocked dual needs {need:,} bytes (two blocks of {rows} rows x "
-                         f"{n_features} features{what}) but a worker has {int(budget.peak_room):,} before dask "
-                         "pauses it: use fewer features, smaller sample chunks, or more memory per worker")
+        what = (
+            f", their tile and the {n_inputs} x {n_features} frequencies"
+            if n_inputs
+            else " and their tile"
+        )
+        raise ValueError(
+            f"a Gram tile of the blocked dual needs {need:,} bytes (two blocks of {rows} rows x "
+            f"{n_features} features{what}) but a worker has {int(budget.peak_room):,} before dask "
+            "pauses it: use fewer features, smaller sample chunks, or more memory per worker"
+        )
     return need
 
 
@@ -336,8 +408,20 @@ class DualPlan:
     reason: str = ""
 
 
-def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0, n_inputs=0, device=None,
-              warn=True, summed=True, held_what="the data"):
+def dual_plan(
+    M,
+    dtype,
+    max_gram_bytes=None,
+    client=None,
+    *,
+    held_bytes=0,
+    n_features=0,
+    n_inputs=0,
+    device=None,
+    warn=True,
+    summed=True,
+    held_what="the data",
+):
     """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
 
     A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` besides (the inputs
@@ -361,30 +445,52 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     itemsize = np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client, device=device)
     gram = int(M) ** 2 * itemsize
-    column = (int(M) + (int(n_inputs) + 1 if n_inputs else 0)) * itemsize  # features and frequencies
+    column = (
+        int(M) + (int(n_inputs) + 1 if n_inputs else 0)
+    ) * itemsize  # features and frequencies
     smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)
-    reduction_fits = (not summed or budget.peak_room is None or budget.workers < 2
-                      or 2 * gram + held_bytes <= budget.peak_room)
+    reduction_fits = (
+        not summed
+        or budget.peak_room is None
+        or budget.workers < 2
+        or 2 * gram + held_bytes <= budget.peak_room
+    )
     steady_fits = gram + held_bytes + 2 * smallest <= budget.bytes
     if steady_fits and reduction_fits:
         room = max(int((budget.bytes - gram - held_bytes) / 2), smallest)
-        room = room * int(M) * itemsize // column  # the features' share of it: slab_bytes counts them
-        slab = min(int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES)), room) if n_features else 0
+        room = (
+            room * int(M) * itemsize // column
+        )  # the features' share of it: slab_bytes counts them
+        slab = (
+            min(int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES)), room) if n_features else 0
+        )
         return DualPlan(blocked=False, slab_bytes=slab)
     extra = ""
     if held_bytes or smallest:
-        held = f"{held_what} and the feature slabs" if smallest else held_what  # a kernel fit has no slabs
+        held = (
+            f"{held_what} and the feature slabs" if smallest else held_what
+        )  # a kernel fit has no slabs
         extra = f", and {held_bytes + 2 * smallest:,} more bytes for {held} held with it,"
-    reduction = "" if reduction_fits else (
-        f"a worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
-        f"bytes against the {int(budget.peak_room):,} {budget.peak_line}")
+    reduction = (
+        ""
+        if reduction_fits
+        else (
+            f"a worker that sums the {budget.workers} workers' Grams holds two: {2 * gram + held_bytes:,} "
+            f"bytes against the {int(budget.peak_room):,} {budget.peak_line}"
+        )
+    )
     if steady_fits:  # the sum alone does not fit: the budget holds one Gram
         reason = f"the {M} x {M} Gram matrix needs {gram:,} bytes ({gram / 2**30:.2f} GiB), but {reduction}"
     else:
-        reason = _shortfall(M, gram, budget, extra) + ("" if reduction_fits else f"; and {reduction}")
+        reason = _shortfall(M, gram, budget, extra) + (
+            "" if reduction_fits else f"; and {reduction}"
+        )
     if warn:
-        warnings.warn(f"{reason}: factorising it blocked, across the workers", MemoryPlanWarning,
-                      stacklevel=user_stacklevel())
+        warnings.warn(
+            f"{reason}: factorising it blocked, across the workers",
+            MemoryPlanWarning,
+            stacklevel=user_stacklevel(),
+        )
     return DualPlan(blocked=True, slab_bytes=0, reason=reason)
 
 

@@ -38,14 +38,19 @@ def _pair(true, pred):
         true = true.transpose("sample", ...)  # the samples first, wherever they are
     pred = align_by_label(true, pred)  # DataArrays: by dims, samples and grid coordinates
     true, pred = (x.data if isinstance(x, xr.DataArray) else x for x in (true, pred))
-    if is_array_api(true) or is_array_api(pred):  # computed where they live (one side numpy: moved there)
+    if is_array_api(true) or is_array_api(
+        pred
+    ):  # computed where they live (one side numpy: moved there)
         xp = namespace(true if is_array_api(true) else pred)
         true, pred = (x if is_array_api(x) else xp.asarray(np.asarray(x)) for x in (true, pred))
     else:
         true, pred = (x if isinstance(x, da.Array) else np.asarray(x) for x in (true, pred))
     for x, name in ((true, "true"), (pred, "pred")):
         check_known_sizes(x, name)  # else "true has shape (nan, m) but pred has shape (nan, m)"
-    one_column = {true.shape, pred.shape} == {true.shape[:1], (*true.shape[:1], 1)}  # (M,) and (M, 1): as scikit-learn
+    one_column = {true.shape, pred.shape} == {
+        true.shape[:1],
+        (*true.shape[:1], 1),
+    }  # (M,) and (M, 1): as scikit-learn
     if true.shape != pred.shape and not one_column:
         raise ValueError(f"true has shape {true.shape} but pred has shape {pred.shape}")
     if true.ndim == 0 or true.shape[0] == 0:
@@ -54,9 +59,13 @@ def _pair(true, pred):
         raise ValueError(f"need at least one value per sample, got shape {true.shape}")
     if is_array_api(true):
         xp = namespace(true, pred)
-        return tuple(xp.astype(xp.reshape(x, (x.shape[0], -1)), xp.float64, copy=False) for x in (true, pred))
+        return tuple(
+            xp.astype(xp.reshape(x, (x.shape[0], -1)), xp.float64, copy=False) for x in (true, pred)
+        )
     if isinstance(true, np.ndarray) and isinstance(pred, np.ndarray):
-        return tuple(x.reshape(x.shape[0], -1) for x in (true, pred))  # cast block by block (_blocks)
+        return tuple(
+            x.reshape(x.shape[0], -1) for x in (true, pred)
+        )  # cast block by block (_blocks)
     return tuple(x.reshape(x.shape[0], -1).astype(np.float64, copy=False) for x in (true, pred))
 
 
@@ -121,8 +130,11 @@ def r2_score(true, pred):
     """
     t, p = _pair(true, pred)
     if t.shape[0] < 2:
-        warnings.warn("R^2 score is not well-defined with less than two samples.", UndefinedMetricWarning,
-                      stacklevel=user_stacklevel())
+        warnings.warn(
+            "R^2 score is not well-defined with less than two samples.",
+            UndefinedMetricWarning,
+            stacklevel=user_stacklevel(),
+        )
         return float("nan")
     if isinstance(t, np.ndarray) and isinstance(p, np.ndarray):
         ss_res, total = np.zeros(t.shape[1]), np.zeros(t.shape[1])

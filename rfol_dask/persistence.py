@@ -28,12 +28,39 @@ import xarray as xr
 from . import backend
 from ._version import __version__
 from .exceptions import ForeignModelError, ModelFileWarning
-from .io import (MODEL_KEY, PREDICTION_STORE, check_outside_stores, check_parent_dir, describe_path, foreign_entries,
-                 group_attrs, lock_file, lock_held, owned_tag, process_alive, tag_owner, wait_zarr_io)
+from .io import (
+    MODEL_KEY,
+    PREDICTION_STORE,
+    check_outside_stores,
+    check_parent_dir,
+    describe_path,
+    foreign_entries,
+    group_attrs,
+    lock_file,
+    lock_held,
+    owned_tag,
+    process_alive,
+    tag_owner,
+    wait_zarr_io,
+)
 from .stacklevel import user_stacklevel
 
-__all__ = ["MODEL_FORMAT", "swap_into_place", "lock_beside", "refuse_foreign", "save_model", "load_model", "check_model_path", "describe_path", "jsonable", "attrs_of",
-           "estimator_state", "restore_estimator", "sibling", "clean_leftovers"]
+__all__ = [
+    "MODEL_FORMAT",
+    "swap_into_place",
+    "lock_beside",
+    "refuse_foreign",
+    "save_model",
+    "load_model",
+    "check_model_path",
+    "describe_path",
+    "jsonable",
+    "attrs_of",
+    "estimator_state",
+    "restore_estimator",
+    "sibling",
+    "clean_leftovers",
+]
 
 
 MODEL_FORMAT = 3
@@ -75,7 +102,11 @@ def _foreign_entries(path):
 
     sums = (group_attrs(path) or {}).get("rfol_dask_checksums")
     try:
-        names = set(sums) if isinstance(sums, dict) else set(zarr.open_group(str(path), mode="r").array_keys())
+        names = (
+            set(sums)
+            if isinstance(sums, dict)
+            else set(zarr.open_group(str(path), mode="r").array_keys())
+        )
     except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
         names = set()
     return foreign_entries(path, names)
@@ -95,8 +126,10 @@ def check_model_path(path, overwrite=True):
     path = _model_path(path)
     cwd = Path(os.path.realpath("."))
     if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
-        raise ValueError(f"cannot save a model at {path}: it is the current directory or holds it, which saving "
-                         "replaces; save it under another name (e.g. '../model.zarr') or from another directory")
+        raise ValueError(
+            f"cannot save a model at {path}: it is the current directory or holds it, which saving "
+            "replaces; save it under another name (e.g. '../model.zarr') or from another directory"
+        )
     check_outside_stores(path)
     if not path.parent.is_dir():  # no save runs there
         return _check_model_path(path, overwrite)
@@ -116,7 +149,11 @@ def lock_beside(path, record, running, instead, writer):
     lock = _lock_path(path)
 
     def busy(held):
-        who = "" if held is None else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
+        who = (
+            ""
+            if held is None
+            else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
+        )
         return f"{running}{who}; wait for it to finish or {instead} (if no such {writer} is alive, remove {lock})"
 
     return lock_file(lock, record, busy)
@@ -126,14 +163,21 @@ def refuse_foreign(foreign, owner, instead):
     """ValueError when a store to be replaced, ``owner`` ("the model at PATH"), holds ``foreign``
     entries of the user's (:func:`io.foreign_entries`), which replacing it would delete."""
     if foreign:
-        raise ValueError(f"{owner} also holds other files ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}"
-                         f"), which replacing it would delete; move them away or {instead}")
+        raise ValueError(
+            f"{owner} also holds other files ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}"
+            f"), which replacing it would delete; move them away or {instead}"
+        )
 
 
 def _save_lock(path):
     """:func:`lock_beside` the model ``path``, held while a save checks, writes and swaps it in."""
-    return lock_beside(path, {"model": str(path)}, f"another save of the model at {path} is running",
-                       "save to another path", "save")
+    return lock_beside(
+        path,
+        {"model": str(path)},
+        f"another save of the model at {path} is running",
+        "save to another path",
+        "save",
+    )
 
 
 def _check_model_path(path, overwrite):
@@ -149,8 +193,10 @@ def _check_model_path(path, overwrite):
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
         refuse_foreign(_foreign_entries(path), f"the model at {path}", "choose another path")
         return
-    raise ValueError(f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
-                     "(only an existing model is ever replaced): choose another path or move it away yourself")
+    raise ValueError(
+        f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
+        "(only an existing model is ever replaced): choose another path or move it away yourself"
+    )
 
 
 def sibling(path, kind):
@@ -162,7 +208,7 @@ def sibling(path, kind):
 def _writer(leftover, prefix):
     """``(host, pid)`` of the save that named ``leftover`` (``prefix`` + its tag, see
     :func:`sibling`), or None for any other name."""
-    return tag_owner(leftover.name[len(prefix):])
+    return tag_owner(leftover.name[len(prefix) :])
 
 
 def _writer_gone(leftover, prefix):
@@ -182,8 +228,11 @@ def _leftovers(path, kind):
     (:func:`_writer`) or holding a model (older namings). A user's own ``.NAME.old-backup``
     folder of other files is not one, and is never removed."""
     prefix = f".{path.name}.{kind}-"
-    return sorted(p for p in path.parent.glob(f"{glob.escape(prefix)}*")
-                  if _writer(p, prefix) is not None or describe_path(p) == "model")
+    return sorted(
+        p
+        for p in path.parent.glob(f"{glob.escape(prefix)}*")
+        if _writer(p, prefix) is not None or describe_path(p) == "model"
+    )
 
 
 def clean_leftovers(path):
@@ -253,7 +302,9 @@ def swap_into_place(path, write, check):
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
         elif old is not None and old.exists() and path.exists():
-            shutil.rmtree(old, ignore_errors=True)  # the new one is in place (interrupted just after?)
+            shutil.rmtree(
+                old, ignore_errors=True
+            )  # the new one is in place (interrupted just after?)
 
 
 def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
@@ -268,19 +319,34 @@ def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
         for key, value in arrays.items():
             value = np.asarray(value)
             fill = np.nan if value.dtype.kind in "fc" else None
-            group.create_array(key, shape=value.shape, dtype=value.dtype, chunks=value.shape or None,
-                               fill_value=fill)[...] = value
+            group.create_array(
+                key,
+                shape=value.shape,
+                dtype=value.dtype,
+                chunks=value.shape or None,
+                fill_value=fill,
+            )[...] = value
             sums[key] = _checksum(value)
-        group.attrs.update({"rfol_dask_format": int(model_format), "rfol_dask_version": __version__,
-                            "rfol_dask_checksums": sums, "rfol_dask_saved": time.time_ns(),
-                            MODEL_KEY: json.dumps(attrs)})
+        group.attrs.update(
+            {
+                "rfol_dask_format": int(model_format),
+                "rfol_dask_version": __version__,
+                "rfol_dask_checksums": sums,
+                "rfol_dask_saved": time.time_ns(),
+                MODEL_KEY: json.dumps(attrs),
+            }
+        )
 
-    swap_into_place(path, write, lambda: _check_model_path(path, overwrite))  # checked again: may have changed
+    swap_into_place(
+        path, write, lambda: _check_model_path(path, overwrite)
+    )  # checked again: may have changed
 
 
 def _fallback_model(path):
     """The newest complete model that interrupted saves left beside a missing ``path``, or None."""
-    found = [p for p in _leftovers(path, "old") + _leftovers(path, "tmp") if describe_path(p) == "model"]
+    found = [
+        p for p in _leftovers(path, "old") + _leftovers(path, "tmp") if describe_path(p) == "model"
+    ]
     return max(found, key=_saved_time) if found else None
 
 
@@ -308,7 +374,9 @@ def load_model(path):
     path = _model_path(path)
     for tries_left in reversed(range(_LOAD_TRIES)):
         token = _save_token(path)
-        if token is not None or not tries_left or not lock_held(_lock_path(path)):  # else: between a save's renames
+        if (
+            token is not None or not tries_left or not lock_held(_lock_path(path))
+        ):  # else: between a save's renames
             try:
                 return _read_model(path)
             except Exception as exc:  # noqa: BLE001  (re-raised unless the model was replaced meanwhile)
@@ -316,8 +384,10 @@ def load_model(path):
                     raise
                 replaced = exc
         time.sleep(0.01 * 2 ** (_LOAD_TRIES - 1 - tries_left))
-    raise ValueError(f"the model at {path} was replaced by other saves each of the {_LOAD_TRIES} times it was "
-                     "read; load it again when it is not being saved") from replaced
+    raise ValueError(
+        f"the model at {path} was replaced by other saves each of the {_LOAD_TRIES} times it was "
+        "read; load it again when it is not being saved"
+    ) from replaced
 
 
 def _read_model(path):
@@ -328,29 +398,41 @@ def _read_model(path):
         found = _fallback_model(path)
         if found is None:
             raise FileNotFoundError(f"no model at {path}")
-        warnings.warn(f"no model at {path}: a save to it was interrupted; loading the newest complete model "
-                      f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
-                      ModelFileWarning, stacklevel=user_stacklevel())
+        warnings.warn(
+            f"no model at {path}: a save to it was interrupted; loading the newest complete model "
+            f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
+            ModelFileWarning,
+            stacklevel=user_stacklevel(),
+        )
         path = found
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind != "model":
-        hint = {"an rfol_dask data set": "open it with rfol_dask.datasets.open_dataset, or fit a model on it "
-                                         "(fit(path)); ",
-                PREDICTION_STORE: "read its predictions with xarray.open_zarr(path)['prediction']; "}.get(kind, "")
-        raise ValueError(f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is "
-                         f"{'an empty directory' if kind == 'empty' else kind}): {hint}load reads the path a model "
-                         "was saved to (save, rfol-dask fit --out)")
+        hint = {
+            "an rfol_dask data set": "open it with rfol_dask.datasets.open_dataset, or fit a model on it "
+            "(fit(path)); ",
+            PREDICTION_STORE: "read its predictions with xarray.open_zarr(path)['prediction']; ",
+        }.get(kind, "")
+        raise ValueError(
+            f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is "
+            f"{'an empty directory' if kind == 'empty' else kind}): {hint}load reads the path a model "
+            "was saved to (save, rfol-dask fit --out)"
+        )
     group = zarr.open_group(str(path), mode="r")
     attrs = dict(group.attrs)
     fmt = attrs.get("rfol_dask_format", 0)
     if isinstance(fmt, bool) or not isinstance(fmt, int) or not 0 <= fmt <= MODEL_FORMAT:
-        raise ValueError(f"the model at {path} has format {fmt!r} (written by rfol_dask "
-                         f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
-                         f"0 to {MODEL_FORMAT}: upgrade rfol_dask to load it")
+        raise ValueError(
+            f"the model at {path} has format {fmt!r} (written by rfol_dask "
+            f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
+            f"0 to {MODEL_FORMAT}: upgrade rfol_dask to load it"
+        )
+
     def damaged(subject, problem, exc=None):
         detail = "" if exc is None else f" ({type(exc).__name__}: {exc})"
-        return ValueError(f"{subject} of the model at {path} {problem}{detail}: the model is damaged; "
-                          "fit and save it again")
+        return ValueError(
+            f"{subject} of the model at {path} {problem}{detail}: the model is damaged; "
+            "fit and save it again"
+        )
 
     arrays = {}
     try:
@@ -363,16 +445,21 @@ def _read_model(path):
         except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
             raise damaged(f"array {key!r}", "cannot be read", exc) from exc
     if fmt == 0:
-        warnings.warn(f"the model at {path} was saved before model format 1 and has no checksums, so its "
-                      "arrays cannot be verified; save it again to add them", ModelFileWarning,
-                      stacklevel=user_stacklevel())
+        warnings.warn(
+            f"the model at {path} was saved before model format 1 and has no checksums, so its "
+            "arrays cannot be verified; save it again to add them",
+            ModelFileWarning,
+            stacklevel=user_stacklevel(),
+        )
     sums = attrs.get("rfol_dask_checksums", {})
     if fmt >= 1:
         unsummed = sorted(set(arrays) - set(sums)) if isinstance(sums, dict) else ["(all)"]
         if unsummed:
             raise damaged(f"the checksums of arrays {unsummed}", "are missing")
     for key, expected in sums.items():
-        if key not in arrays and "/" in key:  # a nested array (a dim name with '/' in older versions)
+        if (
+            key not in arrays and "/" in key
+        ):  # a nested array (a dim name with '/' in older versions)
             try:
                 arrays[key] = group[key][...]
             except Exception:  # noqa: BLE001  (absent or unreadable: reported as missing below)
@@ -380,7 +467,9 @@ def _read_model(path):
         if key not in arrays:
             raise damaged(f"array {key!r}", "is missing")
         if _checksum(arrays[key]) != expected:
-            raise damaged(f"array {key!r}", "does not match its checksum (a chunk is missing or was changed)")
+            raise damaged(
+                f"array {key!r}", "does not match its checksum (a chunk is missing or was changed)"
+            )
     try:
         return arrays, json.loads(attrs[MODEL_KEY])
     except (TypeError, ValueError) as exc:
@@ -388,6 +477,7 @@ def _read_model(path):
 
 
 # ------------------------------------------------------------------------------ estimator state
+
 
 def jsonable(value, strict=False):
     """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes); any
@@ -409,7 +499,9 @@ def attrs_of(V, dims):
     """``(attrs, {dim: coordinate attrs})`` of an xarray output ``V``; empty for arrays."""
     if not isinstance(V, xr.DataArray):
         return {}, {}
-    return jsonable(dict(V.attrs)), {d: jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords}
+    return jsonable(dict(V.attrs)), {
+        d: jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords
+    }
 
 
 def _params(model):
@@ -421,18 +513,26 @@ def _params(model):
     params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
     if "random_state" in params:
         rs = params["random_state"]
-        params["random_state"] = int(rs) if isinstance(rs, numbers.Integral) and not isinstance(rs, bool) else None
+        params["random_state"] = (
+            int(rs) if isinstance(rs, numbers.Integral) and not isinstance(rs, bool) else None
+        )
     saved = {}
     for name, value in params.items():
         try:
             saved[name] = jsonable(value, strict=True)
         except TypeError as exc:
             what = exc.args[0]
-            fix = ("pass an integer seed instead (e.g. 'random_state': 0)" if isinstance(
-                what, (np.random.Generator, np.random.RandomState, np.random.SeedSequence)) else
-                "give it as numbers, strings, lists or dicts")
-            raise ValueError(f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved model "
-                             f"cannot store: {fix}, then fit and save again") from None
+            fix = (
+                "pass an integer seed instead (e.g. 'random_state': 0)"
+                if isinstance(
+                    what, (np.random.Generator, np.random.RandomState, np.random.SeedSequence)
+                )
+                else "give it as numbers, strings, lists or dicts"
+            )
+            raise ValueError(
+                f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved model "
+                f"cannot store: {fix}, then fit and save again"
+            ) from None
     return saved
 
 
@@ -446,7 +546,9 @@ def _coord_key(which, dim):
 def _saved_coord(arrays, which, dim):
     """The training coordinate ``dim`` among the loaded ``arrays`` (by its escaped name, or the raw
     one of models saved before names were escaped), or None."""
-    return next((arrays[k] for k in (_coord_key(which, dim), f"coord_{which}_{dim}") if k in arrays), None)
+    return next(
+        (arrays[k] for k in (_coord_key(which, dim), f"coord_{which}_{dim}") if k in arrays), None
+    )
 
 
 def _coord_array(which, dim, values):
@@ -455,8 +557,10 @@ def _coord_array(which, dim, values):
     values = np.asarray(values)
     if values.dtype == object:
         if not all(isinstance(v, str) for v in values.ravel()):
-            raise ValueError(f"the {which} coordinate {dim!r} holds Python objects ({values.dtype}), which a model "
-                             "cannot store: give it numbers, strings or datetimes (e.g. .astype(str))")
+            raise ValueError(
+                f"the {which} coordinate {dim!r} holds Python objects ({values.dtype}), which a model "
+                "cannot store: give it numbers, strings or datetimes (e.g. .astype(str))"
+            )
         values = values.astype(str)
     return values
 
@@ -469,21 +573,29 @@ def estimator_state(model):
         "estimator": type(model).__name__,
         "params": _params(model),
         "n_features_in_": int(model.n_features_in_),
-        "feature_names_in_": (None if getattr(model, "feature_names_in_", None) is None
-                              else [str(c) for c in model.feature_names_in_]),
+        "feature_names_in_": (
+            None
+            if getattr(model, "feature_names_in_", None) is None
+            else [str(c) for c in model.feature_names_in_]
+        ),
         "input_shape_": list(model.input_shape_),
         "output_shape_": list(model.output_shape_),
         "input_dims_": None if model.input_dims_ is None else list(model.input_dims_),
         "output_dims_": None if model.output_dims_ is None else list(model.output_dims_),
-        "periods_": {w: None if (p := getattr(model, f"{w}_periods_", None)) is None else list(p)
-                     for w in ("input", "output")},
+        "periods_": {
+            w: None if (p := getattr(model, f"{w}_periods_", None)) is None else list(p)
+            for w in ("input", "output")
+        },
         "output_attrs_": getattr(model, "output_attrs_", {}),
         "output_coord_attrs_": getattr(model, "output_coord_attrs_", {}),
         "version": __version__,
     }
     # numpy on disk whatever the device of the fit: a model fitted on a GPU loads on a CPU
-    arrays = {name: backend.to_numpy(getattr(model, name)) for name in model._fitted_arrays
-              if getattr(model, name) is not None}
+    arrays = {
+        name: backend.to_numpy(getattr(model, name))
+        for name in model._fitted_arrays
+        if getattr(model, name) is not None
+    }
     attrs.update({name: jsonable(getattr(model, name)) for name in model._fitted_scalars})
     for which, coords in (("input", model.input_coords_), ("output", model.output_coords_)):
         for dim, values in coords.items():
@@ -504,31 +616,48 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
     any other error is the model's own."""
     params = dict(attrs["params"])
     if device is not None and "device" in params:
-        backend.check_device(params["device"])  # a device no version knows: an unusable model, said as such
+        backend.check_device(
+            params["device"]
+        )  # a device no version knows: an unusable model, said as such
         params["device"] = device
     if isinstance(params.get("recovery"), list):
         params["recovery"] = tuple(params["recovery"])
     saved = attrs.get("estimator")  # absent in models saved before it was recorded
     if saved is not None and saved != cls.__name__:
-        raise ForeignModelError(f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load")
+        raise ForeignModelError(
+            f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load"
+        )
     try:
         model = cls(**params)
     except TypeError as exc:  # parameters this class does not know
-        if saved == cls.__name__:  # the class matches: its parameters are of another version, or edited
+        if (
+            saved == cls.__name__
+        ):  # the class matches: its parameters are of another version, or edited
             unknown = sorted(set(params) - set(cls().get_params()))
             version = attrs.get("version")
-            fix = (f"load it with rfol_dask {version}" if version and version != __version__ else
-                   "the model's attributes were changed after it was saved; fit and save it again")
-            raise ValueError(f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
-                             f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}") from exc
-        raise ForeignModelError(f"the model at {path} was saved by another estimator class than {cls.__name__} "
-                         f"({exc}): load it with that class's load") from exc
+            fix = (
+                f"load it with rfol_dask {version}"
+                if version and version != __version__
+                else "the model's attributes were changed after it was saved; fit and save it again"
+            )
+            raise ValueError(
+                f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
+                f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}"
+            ) from exc
+        raise ForeignModelError(
+            f"the model at {path} was saved by another estimator class than {cls.__name__} "
+            f"({exc}): load it with that class's load"
+        ) from exc
     if device is None and getattr(model, "device", "cpu") != "cpu":
         try:
             backend.device_namespace(model.device)
         except (ImportError, RuntimeError) as exc:
-            warnings.warn(f"the model at {path} was fitted with device={model.device!r}, which is not available "
-                          f"here ({exc}); it predicts on the CPU (device='cpu')", ModelFileWarning, stacklevel=user_stacklevel())
+            warnings.warn(
+                f"the model at {path} was fitted with device={model.device!r}, which is not available "
+                f"here ({exc}); it predicts on the CPU (device='cpu')",
+                ModelFileWarning,
+                stacklevel=user_stacklevel(),
+            )
             model.device = "cpu"
     for name in model._fitted_arrays:
         setattr(model, name, arrays.get(name))
@@ -544,11 +673,17 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
     for which in ("input", "output"):
         dims = attrs[f"{which}_dims_"]
         setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
-        setattr(model, f"{which}_coords_",
-                {d: c for d in (dims or []) if (c := _saved_coord(arrays, which, d)) is not None})
+        setattr(
+            model,
+            f"{which}_coords_",
+            {d: c for d in (dims or []) if (c := _saved_coord(arrays, which, d)) is not None},
+        )
         ndim = attrs.get(f"{which}_grid_ndim")
-        setattr(model, f"{which}_grid_",
-                None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)))
+        setattr(
+            model,
+            f"{which}_grid_",
+            None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)),
+        )
         periods = attrs.get("periods_", {}).get(which)
         setattr(model, f"{which}_periods_", None if periods is None else tuple(periods))
     return model

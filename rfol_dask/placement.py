@@ -11,12 +11,21 @@ import warnings
 
 import dask
 
-from .linalg import factor_threads
 from .exceptions import NoWorkersError
+from .linalg import factor_threads
 from .progress import active_client, scheduler_workers
 
-__all__ = ["EMBED_BYTES", "WORKER_WAIT_S", "broadcast", "pinned", "first_worker", "worker_addresses", "worker_slots",
-           "current_worker", "worker_threads"]
+__all__ = [
+    "EMBED_BYTES",
+    "WORKER_WAIT_S",
+    "broadcast",
+    "pinned",
+    "first_worker",
+    "worker_addresses",
+    "worker_slots",
+    "current_worker",
+    "worker_threads",
+]
 
 
 def _identity(x):
@@ -55,7 +64,10 @@ class _Shipped:
         self.values, self.key, self.future = values, key, future
 
     def __reduce__(self):
-        held = self.future is not None and self.future.status not in (None, "cancelled")  # held, lost or not
+        held = self.future is not None and self.future.status not in (
+            None,
+            "cancelled",
+        )  # held, lost or not
         if self.values is None or held and _sent_by(self.future.client):
             return _Shipped, (None, self.key)
         return _identity, (self.values,)
@@ -81,8 +93,10 @@ def _shipped_values(values):
     if values.values is None:  # sent as the bare key
         held = _held_values(values.key)
         if held is None:  # to a scheduler that did not hold it
-            raise RuntimeError(f"{values.key}: this lazy result was sent without its arrays to a scheduler that "
-                               "did not hold them (restarted while it was sent); compute it again, or make it again")
+            raise RuntimeError(
+                f"{values.key}: this lazy result was sent without its arrays to a scheduler that "
+                "did not hold them (restarted while it was sent); compute it again, or make it again"
+            )
         return held
     return values.values
 
@@ -106,7 +120,9 @@ def _held_values(key):
     from distributed import get_client
 
     client = get_client()  # the worker's
-    got = client.sync(client.scheduler.gather, keys=[key])  # through the scheduler, which knows who holds it
+    got = client.sync(
+        client.scheduler.gather, keys=[key]
+    )  # through the scheduler, which knows who holds it
     if got.get("status") != "OK":  # not held: no worker has it
         return None
     values = got["data"][key]
@@ -135,12 +151,18 @@ def broadcast(client, *values):
             shipped = _shipped_before(client, value)
             if shipped is None:
                 shipped = _Shipped(value, f"arrays-shipped-once-{uuid.uuid4().hex}")
-                handle = dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key)
-                with warnings.catch_warnings():  # sent once on purpose: distributed's large-graph warning
+                handle = dask.delayed(_shipped_values, pure=True)(
+                    shipped, dask_key_name=shipped.key
+                )
+                with (
+                    warnings.catch_warnings()
+                ):  # sent once on purpose: distributed's large-graph warning
                     warnings.filterwarnings("ignore", "Sending large graph")
                     (shipped.future,) = futures_of(client.persist(handle))
                 _remember(client, value, shipped)
-            handles.append(dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key))
+            handles.append(
+                dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key)
+            )
         return handles
     return [dask.delayed(v, pure=True, traverse=False) for v in values]
 
@@ -171,7 +193,11 @@ def _shipped_before(client, value):
     shipped, every graph using it gone, or its task forgotten: a restart)."""
     ref = _SHIPPED.get((id(client), tuple(map(id, _leaves(value)))))
     shipped = None if ref is None else ref()
-    if shipped is None or shipped.future.status in (None, "cancelled") or shipped.future.client is not client:
+    if (
+        shipped is None
+        or shipped.future.status in (None, "cancelled")
+        or shipped.future.client is not client
+    ):
         return None
     same = all(a is b for a, b in zip(_leaves(shipped.values), _leaves(value), strict=True))
     return shipped if same else None
@@ -206,7 +232,8 @@ def worker_addresses(client):
             "(cluster.scale(n); an adaptive cluster starts them only for tasks waiting, so give cluster.adapt a "
             "minimum >= 1) or wait for them (client.wait_for_workers(n)) before the fit; workers that exceed "
             "their memory limit as they start (a memory_limit below the few hundred MB a worker process takes) "
-            "are restarted again and again and never join")
+            "are restarted again and again and never join"
+        )
     return sorted(workers)
 
 
@@ -219,7 +246,9 @@ def worker_slots(client, per_worker=None):
     cap = per_worker or float("inf")
     if client is None:
         return [None] * int(min(os.cpu_count() or 1, cap))
-    threads = {a: max(1, int(min(w["nthreads"], cap))) for a, w in scheduler_workers(client).items()}
+    threads = {
+        a: max(1, int(min(w["nthreads"], cap))) for a, w in scheduler_workers(client).items()
+    }
     addresses = worker_addresses(client)  # waits for a first worker, else NoWorkersError
     threads = {a: threads.get(a, 1) for a in addresses}
     return [a for t in range(max(threads.values())) for a in addresses if threads[a] > t]

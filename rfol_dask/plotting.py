@@ -17,8 +17,14 @@ import numpy as np
 from .backend import is_array_api, to_numpy
 from .io import align_by_label
 
-__all__ = ["plot_prediction", "plot_example", "plot_curves", "prediction_figure", "example_figure",
-           "curves_figure"]
+__all__ = [
+    "plot_prediction",
+    "plot_example",
+    "plot_curves",
+    "prediction_figure",
+    "example_figure",
+    "curves_figure",
+]
 
 _FIELD_CMAP, _ERROR_CMAP = "viridis", "RdBu_r"
 
@@ -69,7 +75,9 @@ def _axes(values, grid, name="grid"):
         raise ValueError(f"{name} has {len(grid)} axes but the field has {ndim} dimensions {shape}")
     for i, (g, n) in enumerate(zip(grid, shape)):
         if np.shape(g) != (n,):
-            raise ValueError(f"{name}[{i}] has shape {np.shape(g)}; expected ({n},) for a field of shape {shape}")
+            raise ValueError(
+                f"{name}[{i}] has shape {np.shape(g)}; expected ({n},) for a field of shape {shape}"
+            )
     return [(_positions(g), _label(g, dim)) for g, dim in zip(grid, names)]
 
 
@@ -88,8 +96,12 @@ def _name_ticks(ax, values, grid, which="xy"):
         labels = np.asarray(getattr(axis, "values", axis))
         if labels.dtype.kind not in "biufmM":
             step = max(1, -(-labels.size // 20))  # at most about 20 names
-            getattr(ax, f"set_{side}ticks")(np.arange(0, labels.size, step), [str(v) for v in labels[::step]],
-                                           rotation=90 if side == "x" else 0, fontsize=8)
+            getattr(ax, f"set_{side}ticks")(
+                np.arange(0, labels.size, step),
+                [str(v) for v in labels[::step]],
+                rotation=90 if side == "x" else 0,
+                fontsize=8,
+            )
 
 
 def _check_fields(fields, grid, grid_name):
@@ -98,10 +110,14 @@ def _check_fields(fields, grid, grid_name):
     (ref_name, ref), *others = fields.items()
     shape = np.shape(ref)
     if len(shape) not in (1, 2):
-        raise ValueError(f"{ref_name} must be one sample's field, 1-D (k,) or 2-D (kx, ky), got shape {shape}")
+        raise ValueError(
+            f"{ref_name} must be one sample's field, 1-D (k,) or 2-D (kx, ky), got shape {shape}"
+        )
     for name, values in others:
         if np.shape(values) != shape:
-            raise ValueError(f"{name} has shape {np.shape(values)}; expected {shape}, the shape of {ref_name}")
+            raise ValueError(
+                f"{name} has shape {np.shape(values)}; expected {shape}, the shape of {ref_name}"
+            )
     _axes(ref, grid, grid_name)
 
 
@@ -124,7 +140,9 @@ def _save(fig, path, dpi=100):
         fig.tight_layout()
     suffix = os.path.splitext(os.fspath(path))[1][1:].lower()
     if suffix not in fig.canvas.get_supported_filetypes():
-        path = type(path)(os.fspath(path) + ".png") if isinstance(path, os.PathLike) else f"{path}.png"
+        path = (
+            type(path)(os.fspath(path) + ".png") if isinstance(path, os.PathLike) else f"{path}.png"
+        )
     fig.savefig(path, dpi=dpi)
     _pyplot().close(fig)
     return path
@@ -134,7 +152,9 @@ def _field_norm(*fields):
     """One colour scale (Normalize) covering every field."""
     from matplotlib.colors import Normalize
 
-    finite = np.concatenate([np.asarray(f, float)[np.isfinite(np.asarray(f, float))] for f in fields])
+    finite = np.concatenate(
+        [np.asarray(f, float)[np.isfinite(np.asarray(f, float))] for f in fields]
+    )
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     return Normalize(lo, hi if hi > lo else lo + 1.0)
 
@@ -180,7 +200,9 @@ def _compare_2d(fig, axes, truth, predictions, grid, truth_title="truth"):
     """Truth, predictions (one shared colour scale) and errors (one symmetric scale); shapes
     checked by the caller (:func:`_check_fields`)."""
     grid = _grid_of(truth, grid)
-    errors = {label: np.asarray(p, float) - np.asarray(truth, float) for label, p in predictions.items()}
+    errors = {
+        label: np.asarray(p, float) - np.asarray(truth, float) for label, p in predictions.items()
+    }
     norm, enorm = _field_norm(truth, *predictions.values()), _error_norm(*errors.values())
     value_label = _label(truth, "")
     field_axes = [axes[0]]
@@ -218,16 +240,24 @@ def prediction_figure(truth, predictions, grid=None, title=None):
     """
     plt = _pyplot()
     truth = _host(truth)
-    predictions = {label: align_by_label(truth, _host(p), ("truth", label)) for label, p in predictions.items()}
+    predictions = {
+        label: align_by_label(truth, _host(p), ("truth", label)) for label, p in predictions.items()
+    }
     if not predictions:
         raise ValueError("predictions is empty: pass at least one label -> array")
-    _check_fields({"truth": truth, **{f"predictions[{label!r}]": p for label, p in predictions.items()}}, grid, "grid")
+    _check_fields(
+        {"truth": truth, **{f"predictions[{label!r}]": p for label, p in predictions.items()}},
+        grid,
+        "grid",
+    )
     if np.ndim(truth) == 1:
         ((x, xlabel),) = _axes(truth, grid)
         t = np.asarray(truth, float)
         fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
         ax0.plot(x, t, "k-", lw=2, label="truth")
-        floor = np.finfo(float).eps * max(np.abs(t).max(), np.finfo(float).tiny)  # exact zeros on a log axis
+        floor = np.finfo(float).eps * max(
+            np.abs(t).max(), np.finfo(float).tiny
+        )  # exact zeros on a log axis
         for label, pred in predictions.items():
             ax0.plot(x, np.asarray(pred, float), "--", label=label)
             ax1.semilogy(x, np.maximum(np.abs(np.asarray(pred, float) - t), floor), label=label)
@@ -239,7 +269,9 @@ def prediction_figure(truth, predictions, grid=None, title=None):
         ax1.legend()
     else:
         cols = 1 + 2 * len(predictions)
-        fig, axes = plt.subplots(1, cols, figsize=(3.4 * cols, 3.4), layout="constrained", squeeze=False)
+        fig, axes = plt.subplots(
+            1, cols, figsize=(3.4 * cols, 3.4), layout="constrained", squeeze=False
+        )
         _compare_2d(fig, axes[0], truth, predictions, grid)
     if title:
         fig.suptitle(title)
@@ -252,8 +284,16 @@ def plot_prediction(path, truth, predictions, grid=None, title=None):
     return _save(prediction_figure(truth, predictions, grid, title), path, dpi=110)
 
 
-def example_figure(train_input, train_output, test_truth, test_prediction, input_grid=None,
-                   output_grid=None, title=None, label="prediction"):
+def example_figure(
+    train_input,
+    train_output,
+    test_truth,
+    test_prediction,
+    input_grid=None,
+    output_grid=None,
+    title=None,
+    label="prediction",
+):
     """Figure laid out like the paper's data-set figures.
 
     Panels: (a) a training input, (b) its output, then for one test sample either (c) truth
@@ -277,11 +317,14 @@ def example_figure(train_input, train_output, test_truth, test_prediction, input
     """
     plt = _pyplot()
     train_input, train_output, test_truth, test_prediction = map(
-        _host, (train_input, train_output, test_truth, test_prediction))
+        _host, (train_input, train_output, test_truth, test_prediction)
+    )
     test_prediction = align_by_label(test_truth, test_prediction, ("test_truth", "test_prediction"))
     _check_fields({"train_input": train_input}, input_grid, "input_grid")
     _check_fields({"train_output": train_output}, output_grid, "output_grid")
-    _check_fields({"test_truth": test_truth, "test_prediction": test_prediction}, output_grid, "output_grid")
+    _check_fields(
+        {"test_truth": test_truth, "test_prediction": test_prediction}, output_grid, "output_grid"
+    )
     n_panels = 4 if np.ndim(test_truth) == 1 else 5
     fig, axes = plt.subplots(1, n_panels, figsize=(3.4 * n_panels, 3.2), layout="constrained")
     _field_panel(fig, axes[0], train_input, input_grid, "training input")
@@ -300,19 +343,46 @@ def example_figure(train_input, train_output, test_truth, test_prediction, input
         lim = _error_norm(error).vmax
         axes[3].set_ylim(-1.05 * lim, 1.05 * lim)
     else:
-        _compare_2d(fig, axes[2:], test_truth, {f"predicted test ({label})": test_prediction}, output_grid,
-                    truth_title="true test")
+        _compare_2d(
+            fig,
+            axes[2:],
+            test_truth,
+            {f"predicted test ({label})": test_prediction},
+            output_grid,
+            truth_title="true test",
+        )
     if title:
         fig.suptitle(title)
     return fig
 
 
-def plot_example(path, train_input, train_output, test_truth, test_prediction, input_grid=None,
-                 output_grid=None, title=None, label="prediction"):
+def plot_example(
+    path,
+    train_input,
+    train_output,
+    test_truth,
+    test_prediction,
+    input_grid=None,
+    output_grid=None,
+    title=None,
+    label="prediction",
+):
     """Save :func:`example_figure` as a PNG at ``path`` (see the module's note on suffixes);
     returns the path written."""
-    return _save(example_figure(train_input, train_output, test_truth, test_prediction, input_grid, output_grid,
-                                title, label), path, dpi=100)
+    return _save(
+        example_figure(
+            train_input,
+            train_output,
+            test_truth,
+            test_prediction,
+            input_grid,
+            output_grid,
+            title,
+            label,
+        ),
+        path,
+        dpi=100,
+    )
 
 
 def _curve_slope(c):
@@ -343,8 +413,10 @@ def _curve_values(label, c, key):
     extra = [d for d in getattr(values, "dims", ()) if d not in ("seed", "n_features")]
     if extra or np.ndim(values) > 2:
         dims = getattr(values, "dims", None) or np.shape(values)
-        raise ValueError(f"curve {label!r}: {key} has dims {dims}, a curve (seed, n_features): pass one curve per "
-                         f"label, e.g. study.sel({extra[0] if extra else 'n_train'}=M) for each M of a combined study")
+        raise ValueError(
+            f"curve {label!r}: {key} has dims {dims}, a curve (seed, n_features): pass one curve per "
+            f"label, e.g. study.sel({extra[0] if extra else 'n_train'}=M) for each M of a combined study"
+        )
     if "n_features" in getattr(values, "dims", ()):
         values = values.transpose(..., "n_features")
     return np.atleast_2d(np.asarray(values, float))
@@ -372,12 +444,18 @@ def curves_figure(curves, title=None):
             slope = _curve_slope(c)
             if key == "error" and slope is not None and np.isfinite(slope):
                 text = f"{label} (slope {slope:.2f})"
-            line, = ax.loglog(N, mid, "o-", label=text)
-            ax.fill_between(N, vals.min(axis=0), vals.max(axis=0), color=line.get_color(), alpha=0.2)
+            (line,) = ax.loglog(N, mid, "o-", label=text)
+            ax.fill_between(
+                N, vals.min(axis=0), vals.max(axis=0), color=line.get_color(), alpha=0.2
+            )
             if key == "error":
                 ax.loglog(N, mid[0] * (N / N[0]) ** -0.5, ":", color=line.get_color(), lw=1)
     metrics = sorted({_curve_metric(c) or "relative_l2_error" for c in curves.values()})
-    ylabel = "relative test error" if metrics in ([], ["relative_l2_error"]) else f"test error ({', '.join(metrics)})"
+    ylabel = (
+        "relative test error"
+        if metrics in ([], ["relative_l2_error"])
+        else f"test error ({', '.join(metrics)})"
+    )
     ax0.set(xlabel="N (random features)", ylabel=ylabel, title="error vs N (dotted: N^-1/2)")
     ax1.set(xlabel="N (random features)", ylabel="fit time [s]", title="fit time vs N")
     ax0.legend(fontsize=8)

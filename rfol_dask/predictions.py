@@ -19,8 +19,16 @@ import numpy as np
 import xarray as xr
 
 from ._version import __version__
-from .io import (PREDICTION_KEY, check_outside_stores, check_parent_dir, describe_path, foreign_entries, group_attrs,
-                 quiet_consolidated, user_path)
+from .io import (
+    PREDICTION_KEY,
+    check_outside_stores,
+    check_parent_dir,
+    describe_path,
+    foreign_entries,
+    group_attrs,
+    quiet_consolidated,
+    user_path,
+)
 from .persistence import clean_leftovers, lock_beside, refuse_foreign, swap_into_place
 from .progress import compute
 
@@ -37,16 +45,20 @@ def write_predictions(pred, path, attrs=None, client=None, progress=True):
     absolute path. Memory: one block of the prediction per running task (two of its chunks where
     they are merged); nothing in the client."""
     if not isinstance(pred, xr.DataArray):
-        raise TypeError(f"write_predictions writes a DataArray (model.predict of ds['input'], a DataArray with "
-                        f"dims sample and the grid's), got a {type(pred).__name__}; wrap an array with "
-                        "xarray.DataArray(pred, dims=('sample', ...))")
+        raise TypeError(
+            f"write_predictions writes a DataArray (model.predict of ds['input'], a DataArray with "
+            f"dims sample and the grid's), got a {type(pred).__name__}; wrap an array with "
+            "xarray.DataArray(pred, dims=('sample', ...))"
+        )
     pred = _regular_blocks(pred)
     path = Path(os.path.abspath(user_path(path)))
     check_prediction_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _prediction_lock(path):
         check_prediction_path(path)  # again, holding the lock
-        _write_atomically(pred, path, {**(attrs or {}), "rfol_dask_version": __version__}, client, progress)
+        _write_atomically(
+            pred, path, {**(attrs or {}), "rfol_dask_version": __version__}, client, progress
+        )
     return path
 
 
@@ -76,27 +88,38 @@ def check_prediction_path(path):
     nor the current directory or a folder holding it."""
     cwd = Path(os.path.realpath("."))
     if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
-        raise ValueError(f"{path} is the current directory or holds it, which writing replaces; give another "
-                         "path")
+        raise ValueError(
+            f"{path} is the current directory or holds it, which writing replaces; give another "
+            "path"
+        )
     check_outside_stores(path, "write predictions")
     arrays = prediction_arrays(path)
     if arrays is not None:
-        refuse_foreign(foreign_entries(path, arrays), f"the prediction store {path}", "give another path")
+        refuse_foreign(
+            foreign_entries(path, arrays), f"the prediction store {path}", "give another path"
+        )
         return
     kind = describe_path(path)
     if kind is None:
         check_parent_dir(path, "predictions")
     elif kind != "empty":
         kind = "an rfol_dask model" if kind == "model" else kind
-        raise ValueError(f"{path} exists and is {kind}, not a prediction store of rfol-dask predict; it is "
-                         "never replaced: give a new path (or move it away)")
+        raise ValueError(
+            f"{path} exists and is {kind}, not a prediction store of rfol-dask predict; it is "
+            "never replaced: give a new path (or move it away)"
+        )
 
 
 def _prediction_lock(path):
     """:func:`rfol_dask.persistence.lock_beside` the prediction store ``path`` (a model save of that
     path takes the same lock), held while predict checks, writes and swaps in."""
-    return lock_beside(path, {"predictions": str(path)}, f"{path} is being written by another run",
-                       "give another path", "run")
+    return lock_beside(
+        path,
+        {"predictions": str(path)},
+        f"{path} is being written by another run",
+        "give another path",
+        "run",
+    )
 
 
 def _write_atomically(pred, path, attrs, client, progress):
@@ -106,13 +129,22 @@ def _write_atomically(pred, path, attrs, client, progress):
     for var in ds.variables.values():
         var.encoding = {}  # the input store's chunks and codecs are not the prediction's
     ds.attrs = {**attrs, PREDICTION_KEY: json.dumps(sorted(map(str, ds.variables)))}
-    encoding = {"prediction": {"chunks": tuple(c[0] for c in pred.chunks), "fill_value": np.nan,
-                               "compressors": None}}
+    encoding = {
+        "prediction": {
+            "chunks": tuple(c[0] for c in pred.chunks),
+            "fill_value": np.nan,
+            "compressors": None,
+        }
+    }
 
     def write(tmp):
         with quiet_consolidated():
-            job = ds.to_zarr(str(tmp), mode="w-", compute=False, encoding=encoding, consolidated=True)
+            job = ds.to_zarr(
+                str(tmp), mode="w-", compute=False, encoding=encoding, consolidated=True
+            )
         compute(job, client=client, progress=progress, desc="predict", settle=True)
 
-    swap_into_place(path, write, lambda: check_prediction_path(path))  # checked again: may have changed
+    swap_into_place(
+        path, write, lambda: check_prediction_path(path)
+    )  # checked again: may have changed
     clean_leftovers(path)  # what killed runs left

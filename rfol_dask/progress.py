@@ -30,7 +30,9 @@ def active_client():
     its ``get``) that Client."""
     chosen = dask.config.get("scheduler", None)
     chosen = getattr(chosen, "__self__", chosen)  # a Client's bound ``get`` stands for the Client
-    if chosen is not None and not (isinstance(chosen, str) and chosen.lower() in ("dask.distributed", "distributed")):
+    if chosen is not None and not (
+        isinstance(chosen, str) and chosen.lower() in ("dask.distributed", "distributed")
+    ):
         return chosen if hasattr(chosen, "submit") and hasattr(chosen, "scatter") else None
     try:
         from distributed import get_client
@@ -121,8 +123,10 @@ def _text_bar(futures, scheduler, desc, out, drawn=None):
             last[0] = self.elapsed
             frac = (1 - remaining / all) if all else 1.0
             with contextlib.suppress(ValueError):
-                out.write(f"\r{desc}: [{'#' * int(self.width * frac):<{self.width}}] | {int(100 * frac)}% Completed"
-                          f" | {self.elapsed:.1f}s")
+                out.write(
+                    f"\r{desc}: [{'#' * int(self.width * frac):<{self.width}}] | {int(100 * frac)}% Completed"
+                    f" | {self.elapsed:.1f}s"
+                )
                 out.flush()
 
         def _draw_stop(self, **kwargs):
@@ -170,7 +174,9 @@ def release(futures):
         future.release()
 
 
-def compute(*collections, progress=False, client=None, desc="rfol_dask", consume=None, settle=False):
+def compute(
+    *collections, progress=False, client=None, desc="rfol_dask", consume=None, settle=False
+):
     """``dask.compute(*collections)`` with an optional progress bar.
 
     With a distributed client (given, or the active one) the collections run there under
@@ -217,10 +223,12 @@ def compute(*collections, progress=False, client=None, desc="rfol_dask", consume
         ctx = _local_bar(sys.stderr)
     pool, results = (_own_pool(collections) if settle else None), None
     try:
-        with ctx, (contextlib.nullcontext() if pool is None else dask.config.set(pool=pool)):
+        with ctx, contextlib.nullcontext() if pool is None else dask.config.set(pool=pool):
             results = dask.compute(*collections)
     finally:
-        if pool is not None:  # after an interrupt: the running tasks end here, the queued ones are dropped
+        if (
+            pool is not None
+        ):  # after an interrupt: the running tasks end here, the queued ones are dropped
             _close_pool(pool, None if results is not None else desc)
     if consume is None:
         return results
@@ -246,8 +254,10 @@ def _own_pool(collections):
     from dask.system import CPU_COUNT
 
     executor = getattr(dask.threaded, "ContextAwareThreadPoolExecutor", ThreadPoolExecutor)
-    return executor(dask.config.get("num_workers", None) or CPU_COUNT,
-                    thread_name_prefix=f"rfol-compute-{next(_pools)}")
+    return executor(
+        dask.config.get("num_workers", None) or CPU_COUNT,
+        thread_name_prefix=f"rfol-compute-{next(_pools)}",
+    )
 
 
 def _close_pool(pool, desc=None):
@@ -272,8 +282,10 @@ def _close_pool(pool, desc=None):
 def _say_waiting(desc, n):
     """Tell on stderr why an interrupted compute does not return at once."""
     with contextlib.suppress(ValueError):  # a closed stderr
-        sys.stderr.write(f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
-                         "(interrupt again to stop at once)\n")
+        sys.stderr.write(
+            f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
+            "(interrupt again to stop at once)\n"
+        )
         sys.stderr.flush()
 
 
@@ -312,8 +324,12 @@ def _collect(pending, client, desc, progress, consume):
     elif progress:  # the text bar blocks until the end: in a thread beside the streamed gathers
         keys = [f.key for f in futures]  # keys, not futures: a gathered result is forgotten at once
         drawn = threading.Event()
-        bar = threading.Thread(target=_text_bar, args=(keys, client.scheduler.address, desc, sys.stderr, drawn),
-                               daemon=True, name="rfol-progress")
+        bar = threading.Thread(
+            target=_text_bar,
+            args=(keys, client.scheduler.address, desc, sys.stderr, drawn),
+            daemon=True,
+            name="rfol-progress",
+        )
         bar.start()
         # wait until the bar tracks the keys, before any is forgotten (at most 10 s: else no bar)
         deadline = time.monotonic() + 10
@@ -325,22 +341,33 @@ def _collect(pending, client, desc, progress, consume):
             pass
         t1 = time.perf_counter()
         results = tuple(client.gather(futures))
-        logger.debug("%s: computed in %.3f s, results gathered in %.3f s", desc, t1 - t0, time.perf_counter() - t1)
+        logger.debug(
+            "%s: computed in %.3f s, results gathered in %.3f s",
+            desc,
+            t1 - t0,
+            time.perf_counter() - t1,
+        )
     else:
         index = {f.key: i for i, f in pending.items()}
         done = as_completed(futures, with_results=True, loop=client.loop)
         del futures
         for future, result in done:
             i = index[future.key]
-            if isinstance(result, BaseException):  # a cancelled future comes with its CancelledError
-                raise RuntimeError(f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: {result}); "
-                                   "was the cluster restarted or the client closed during the computation? "
-                                   "Run it again") from result
+            if isinstance(
+                result, BaseException
+            ):  # a cancelled future comes with its CancelledError
+                raise RuntimeError(
+                    f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: {result}); "
+                    "was the cluster restarted or the client closed during the computation? "
+                    "Run it again"
+                ) from result
             del pending[i], future
             consume(i, result)
             del result
         results = None
-        logger.debug("%s: computed, results streamed to the client in %.3f s", desc, time.perf_counter() - t0)
+        logger.debug(
+            "%s: computed, results streamed to the client in %.3f s", desc, time.perf_counter() - t0
+        )
     if bar is not None:
         bar.join(timeout=5)
     if widget is not None:  # let the widget draw the end before the futures go

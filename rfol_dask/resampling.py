@@ -30,12 +30,16 @@ class ResamplingMixin:
         """``(R_U spec, R_V spec)`` from the ``recovery`` parameter."""
         specs = self.recovery if isinstance(self.recovery, (tuple, list)) else (self.recovery,) * 2
         if len(specs) != 2:
-            raise ValueError(f"recovery must be a kind, a dict or a pair (input, output); got {self.recovery!r}")
+            raise ValueError(
+                f"recovery must be a kind, a dict or a pair (input, output); got {self.recovery!r}"
+            )
         for spec in specs:
             kind = spec.get("kind", "cubic") if isinstance(spec, Mapping) else spec
             if kind not in rec.KINDS:
-                raise ValueError(f"unknown recovery kind {kind!r} in recovery={self.recovery!r}; "
-                                 f"choose from {rec.KINDS}")
+                raise ValueError(
+                    f"unknown recovery kind {kind!r} in recovery={self.recovery!r}; "
+                    f"choose from {rec.KINDS}"
+                )
         return tuple(specs)
 
     def _check_recovery(self):
@@ -44,24 +48,42 @@ class ResamplingMixin:
         for spec in self._recovery_specs():
             if not isinstance(spec, Mapping) or len(spec) <= ("kind" in spec):
                 continue
-            kind, options = spec.get("kind", "cubic"), {k: v for k, v in spec.items() if k != "kind"}
+            kind, options = (
+                spec.get("kind", "cubic"),
+                {k: v for k, v in spec.items() if k != "kind"},
+            )
             if kind != "rf":
-                raise ValueError(f"recovery kind {kind!r} takes no options, got {sorted(options)} in "
-                                 f"recovery={self.recovery!r}")
-            allowed = [p for p in inspect.signature(rec.RandomFeatureInterpolant).parameters if p != "grid_in"]
+                raise ValueError(
+                    f"recovery kind {kind!r} takes no options, got {sorted(options)} in "
+                    f"recovery={self.recovery!r}"
+                )
+            allowed = [
+                p
+                for p in inspect.signature(rec.RandomFeatureInterpolant).parameters
+                if p != "grid_in"
+            ]
             for key in options:
                 if key not in allowed:
                     close = difflib.get_close_matches(str(key), allowed, n=1)
-                    raise ValueError(f"unknown option {key!r} of recovery 'rf' in recovery={self.recovery!r}"
-                                     + (f" (did you mean {close[0]!r}?)" if close else "") + f"; options: {allowed}")
+                    raise ValueError(
+                        f"unknown option {key!r} of recovery 'rf' in recovery={self.recovery!r}"
+                        + (f" (did you mean {close[0]!r}?)" if close else "")
+                        + f"; options: {allowed}"
+                    )
             seed = options.get("random_state", 0)
             if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-                raise ValueError(f"recovery 'rf' needs an int random_state, got {seed!r}: the map is built again for "
-                                 "each new grid and must draw the same features every time")
+                raise ValueError(
+                    f"recovery 'rf' needs an int random_state, got {seed!r}: the map is built again for "
+                    "each new grid and must draw the same features every time"
+                )
             try:
-                rec.RandomFeatureInterpolant(np.arange(4.0), **options)  # its own checks of the values
+                rec.RandomFeatureInterpolant(
+                    np.arange(4.0), **options
+                )  # its own checks of the values
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"invalid options of recovery 'rf' in recovery={self.recovery!r}: {exc}") from exc
+                raise ValueError(
+                    f"invalid options of recovery 'rf' in recovery={self.recovery!r}: {exc}"
+                ) from exc
 
     def _recovery(self, which, grid):
         """The ``which`` ("input" / "output") recovery map of ``grid``, with the model's periods.
@@ -69,17 +91,29 @@ class ResamplingMixin:
         A spectral map reads an axis without a period as periodic, with period ``n * spacing``;
         for data that are not periodic there (Darcy's) that is wrong near both ends, so it warns
         unless the model knows the axis's period."""
-        R = rec.make_recovery(self._recovery_specs()[which == "output"], grid,
-                              periods=getattr(self, f"{which}_periods_", None))
+        R = rec.make_recovery(
+            self._recovery_specs()[which == "output"],
+            grid,
+            periods=getattr(self, f"{which}_periods_", None),
+        )
         if R.kind == "spectral":
-            dims = getattr(self, f"{which}_dims_", None) or [f"dim_{k}" for k in range(len(R.grid_in))]
-            guessed = [f"{d} (period {rec.uniform_period(x):g})" for d, x, P in zip(dims, R.grid_in, R.periods)
-                       if P is None and x.size > 1]
+            dims = getattr(self, f"{which}_dims_", None) or [
+                f"dim_{k}" for k in range(len(R.grid_in))
+            ]
+            guessed = [
+                f"{d} (period {rec.uniform_period(x):g})"
+                for d, x, P in zip(dims, R.grid_in, R.periods)
+                if P is None and x.size > 1
+            ]
             if guessed:
-                warnings.warn(f"recovery 'spectral' reads the {which} axes {', '.join(guessed)} as periodic, "
-                              "but the model knows no period for them; for data that are not periodic there use "
-                              "recovery='cubic', for periodic data give the period (fit(..., periods={dim: P}) "
-                              "or a 'period' attribute on the coordinate)", DataWarning, stacklevel=user_stacklevel())
+                warnings.warn(
+                    f"recovery 'spectral' reads the {which} axes {', '.join(guessed)} as periodic, "
+                    "but the model knows no period for them; for data that are not periodic there use "
+                    "recovery='cubic', for periodic data give the period (fit(..., periods={dim: P}) "
+                    "or a 'period' attribute on the coordinate)",
+                    DataWarning,
+                    stacklevel=user_stacklevel(),
+                )
         return R
 
     def _output_on_grid(self, Y, u, output_grid, grid_new):
@@ -116,8 +150,10 @@ class ResamplingMixin:
             return grid  # a model fitted on arrays knows no names: the mapping's order
         unknown, missing = [d for d in grid if d not in dims], [d for d in dims if d not in grid]
         if unknown or missing:
-            raise ValueError(f"{which}_grid names dims {list(grid)} but the model's {which} grid has dims "
-                             f"{list(dims)} (unknown {unknown}, missing {missing})")
+            raise ValueError(
+                f"{which}_grid names dims {list(grid)} but the model's {which} grid has dims "
+                f"{list(dims)} (unknown {unknown}, missing {missing})"
+            )
         return [grid[d] for d in dims]
 
     def _check_grid(self, grid, trained, which):
@@ -126,20 +162,29 @@ class ResamplingMixin:
         if trained is None:
             raise ValueError(
                 f"the model was fitted without {which} grid coordinates, so it cannot use another {which} grid: "
-                f"fit on xarray data with coordinates or pass fit(..., {which}_grid=...)")
+                f"fit on xarray data with coordinates or pass fit(..., {which}_grid=...)"
+            )
         if len(grid) != len(trained):
-            raise ValueError(f"{which}_grid has {len(grid)} axes but the model was trained on a "
-                             f"{len(trained)}-D {which} grid of shape {tuple(len(a) for a in trained)}")
+            raise ValueError(
+                f"{which}_grid has {len(grid)} axes but the model was trained on a "
+                f"{len(trained)}-D {which} grid of shape {tuple(len(a) for a in trained)}"
+            )
         return grid
 
     def _to_training_grid(self, U, u, input_grid):
         """The operand ``u`` resampled through ``R_U`` to the training input grid if its grid
         (``input_grid`` or the xarray coordinates) differs from it."""
         own = io.operand_grid(u)  # a DataArray's coordinates
-        grid = rec.as_grid(self._named_axes(input_grid, "input"), "input_grid") if input_grid is not None else own
+        grid = (
+            rec.as_grid(self._named_axes(input_grid, "input"), "input_grid")
+            if input_grid is not None
+            else own
+        )
         if input_grid is not None and own is not None and not rec.same_grid(grid, own):
-            raise ValueError("input_grid differs from X's own coordinates, which give its grid: drop input_grid (or "
-                             "X's coordinates, X.drop_vars(...), to read X on input_grid)")
+            raise ValueError(
+                "input_grid differs from X's own coordinates, which give its grid: drop input_grid (or "
+                "X's coordinates, X.drop_vars(...), to read X on input_grid)"
+            )
         trained = getattr(self, "input_grid_", None)
         if grid is None or rec.same_grid(grid, trained):
             return u
@@ -147,33 +192,59 @@ class ResamplingMixin:
             return u  # xarray coordinates but a model without grid: positional, as before
         grid = self._check_grid(grid, trained, "input")
         source = "input_grid" if input_grid is not None else "X's coordinates"  # what the user gave
-        rec.as_periods(getattr(self, "input_periods_", None), grid, name=source)  # each axis in one period
+        rec.as_periods(
+            getattr(self, "input_periods_", None), grid, name=source
+        )  # each axis in one period
         R_U = self._recovery("input", grid)
         domain = rec.grid_domain(trained, R_U.periodic)
-        for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(zip(trained, grid, domain, R_U.domain(), R_U.periods)):
+        for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(
+            zip(trained, grid, domain, R_U.domain(), R_U.periods)
+        ):
             if P is not None:  # a periodic axis: any grid around the period covers the training one
                 _check_period_covered(x, y, P, k, source)
                 continue
             tol, step = rec.tolerance(x), (hi - lo) / max(len(x) - 1, 1)
             if x[0] < c_lo - tol or x[-1] > c_hi + tol:
                 known = (getattr(self, "input_periods_", None) or [None] * len(trained))[k]
-                hint = (f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not wrap periodic axes: "
-                        "use 'cubic' or 'spectral'") if known is not None else ""
+                hint = (
+                    (
+                        f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not wrap periodic axes: "
+                        "use 'cubic' or 'spectral'"
+                    )
+                    if known is not None
+                    else ""
+                )
                 raise ValueError(
                     f"{source} span [{c_lo:.10g}, {c_hi:.10g}] along axis {k} but the model was trained on "
-                    f"[{lo:.10g}, {hi:.10g}]: the input must cover the training domain (no extrapolation){hint}")
+                    f"[{lo:.10g}, {hi:.10g}]: the input must cover the training domain (no extrapolation){hint}"
+                )
             if y[0] < lo - step or y[-1] > hi + step:
-                raise ValueError(f"{source} span [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the training "
-                                 f"domain [{lo:.10g}, {hi:.10g}]")
+                raise ValueError(
+                    f"{source} span [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the training "
+                    f"domain [{lo:.10g}, {hi:.10g}]"
+                )
         data = u.data if u.kind == "xarray" else U  # u: the grid dims in increasing order
-        xp = backend.namespace(data) if backend.is_array_api(data) else None  # CuPy: resampled on the host
-        data = data if isinstance(data, da.Array) else backend.to_numpy(data) if xp is not None else np.asarray(data)
+        xp = (
+            backend.namespace(data) if backend.is_array_api(data) else None
+        )  # CuPy: resampled on the host
+        data = (
+            data
+            if isinstance(data, da.Array)
+            else backend.to_numpy(data)
+            if xp is not None
+            else np.asarray(data)
+        )
         shape = tuple(len(ax) for ax in grid)
-        if data.ndim < 1 or int(np.prod(data.shape[1:])) != int(np.prod(shape)) or \
-                (data.ndim > 2 and tuple(data.shape[1:]) != shape):  # flat (M, n) rows are read in grid order
+        if (
+            data.ndim < 1
+            or int(np.prod(data.shape[1:])) != int(np.prod(shape))
+            or (data.ndim > 2 and tuple(data.shape[1:]) != shape)
+        ):  # flat (M, n) rows are read in grid order
             raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
         resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
-        resampled = resampled if xp is None else backend.to_namespace(resampled, xp)  # moved back: follow the input
+        resampled = (
+            resampled if xp is None else backend.to_namespace(resampled, xp)
+        )  # moved back: follow the input
         new = io.as_operand(resampled, "U")
         return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
 
@@ -198,19 +269,28 @@ def _check_period_covered(trained, grid, period, axis, source="input_grid"):
     than :data:`MAX_PERIODIC_GAP` of its median spacing and than the ``trained`` grid's widest gap
     (a coarser grid is fine; half a period is not). One point samples no period (a constant)
     where the training grid has more."""
+
     def gaps(x):
         x = np.sort(np.mod(np.asarray(x, dtype=float) - x[0], period))
         return np.diff(np.append(x, period)), x
 
     if len(grid) < 2 <= len(trained):
-        raise ValueError(f"{source} has one point on the periodic axis {axis} (period {period:g}): the input must "
-                         f"sample the whole period (the model was trained on {len(trained)} points)")
+        raise ValueError(
+            f"{source} has one point on the periodic axis {axis} (period {period:g}): the input must "
+            f"sample the whole period (the model was trained on {len(trained)} points)"
+        )
     g, pts = gaps(grid)
     widest = int(np.argmax(g))
-    if len(grid) < 2 or g[widest] <= MAX_PERIODIC_GAP * np.median(g) or g[widest] <= gaps(trained)[0].max():
+    if (
+        len(grid) < 2
+        or g[widest] <= MAX_PERIODIC_GAP * np.median(g)
+        or g[widest] <= gaps(trained)[0].max()
+    ):
         return
     start = grid[0] + pts[widest]
-    raise ValueError(f"{source} leaves a gap of {g[widest]:g} in the period {period:g} of axis {axis} (from "
-                     f"{start:g} to {start + g[widest]:g}, {g[widest] / np.median(g):.0f} x its median spacing): the "
-                     "input must sample the whole period; the recovery map would fill the gap by interpolating "
-                     "across it")
+    raise ValueError(
+        f"{source} leaves a gap of {g[widest]:g} in the period {period:g} of axis {axis} (from "
+        f"{start:g} to {start + g[widest]:g}, {g[widest] / np.median(g):.0f} x its median spacing): the "
+        "input must sample the whole period; the recovery map would fill the gap by interpolating "
+        "across it"
+    )

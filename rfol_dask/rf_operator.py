@@ -13,11 +13,26 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import backend
 from .estimator import OperatorEstimator
-from .features import CENTRE_ROWS, DISTRIBUTIONS, draw_frequencies, feature_map, input_centre, integer_seed
+from .features import (
+    CENTRE_ROWS,
+    DISTRIBUTIONS,
+    draw_frequencies,
+    feature_map,
+    input_centre,
+    integer_seed,
+)
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory
-from .solve import (InputCentre, check_min_norm, choose_solver, dask_fit_plan, fit_dask, fit_numpy, held_beside_gram,
-                    model_bytes)
+from .solve import (
+    InputCentre,
+    check_min_norm,
+    choose_solver,
+    dask_fit_plan,
+    fit_dask,
+    fit_numpy,
+    held_beside_gram,
+    model_bytes,
+)
 from .tuning import input_scales
 
 __all__ = ["RandomFeatureOperator"]
@@ -46,7 +61,9 @@ logger = logging.getLogger("rfol_dask")
 def _head_centre(U, dtype):
     """The input centre (:func:`rfol_dask.features.input_centre`) of the dask array ``U`` (M, n),
     from its first rows, computed before a fit (numpy; the rows checked for NaN / Inf)."""
-    head = U[:CENTRE_ROWS].map_blocks(backend.to_numpy, meta=np.empty((0, 0), dtype=U.dtype)).compute()
+    head = (
+        U[:CENTRE_ROWS].map_blocks(backend.to_numpy, meta=np.empty((0, 0), dtype=U.dtype)).compute()
+    )
     check_finite(head, 0, "U")
     return input_centre(dtype, head)
 
@@ -198,9 +215,25 @@ class RandomFeatureOperator(OperatorEstimator):
         **OperatorEstimator._common_constraints,
     }
 
-    def __init__(self, *, n_features=1000, distribution="cauchy", gamma="median", nu=None, alpha=1e-10,
-                 pca_power=None, fit_intercept=True, solver="auto", dtype=None, random_state=None, column_block=None,
-                 max_gram_bytes=None, progress=False, recovery="cubic", device="cpu"):
+    def __init__(
+        self,
+        *,
+        n_features=1000,
+        distribution="cauchy",
+        gamma="median",
+        nu=None,
+        alpha=1e-10,
+        pca_power=None,
+        fit_intercept=True,
+        solver="auto",
+        dtype=None,
+        random_state=None,
+        column_block=None,
+        max_gram_bytes=None,
+        progress=False,
+        recovery="cubic",
+        device="cpu",
+    ):
         self.n_features = n_features
         self.distribution = distribution
         self.gamma = gamma
@@ -230,7 +263,9 @@ class RandomFeatureOperator(OperatorEstimator):
     def _check_params(self):
         super()._check_params()
         if self.distribution == "student_t" and self.nu is None:
-            raise ValueError("distribution='student_t' needs the degrees of freedom: pass nu > 0, e.g. nu=3")
+            raise ValueError(
+                "distribution='student_t' needs the degrees of freedom: pass nu > 0, e.g. nu=3"
+            )
 
     def _on_gpu(self, U, lazy):
         """Whether a dask fit runs on GPUs (which only the streamed dual fits)."""
@@ -250,12 +285,29 @@ class RandomFeatureOperator(OperatorEstimator):
         self._check_model_memory(U, V, lazy, dtype)
         solver = choose_solver(self.solver, M, self.n_features, dual_only=self._on_gpu(U, lazy))
         if lazy:
-            dask_fit_plan(M, n, m, self.n_features, dtype, solver, self.max_gram_bytes, client, self._device(),
-                          getattr(U, "_meta", None), warn=False)
+            dask_fit_plan(
+                M,
+                n,
+                m,
+                self.n_features,
+                dtype,
+                solver,
+                self.max_gram_bytes,
+                client,
+                self._device(),
+                getattr(U, "_meta", None),
+                warn=False,
+            )
             return
         xp = backend.namespace(U)
-        check_gram_memory(M if solver == "dual" else self.n_features, dtype, self.max_gram_bytes, solver=solver,
-                          xp=xp, held=held_beside_gram(M, n, self.n_features, m, dtype, solver, xp))
+        check_gram_memory(
+            M if solver == "dual" else self.n_features,
+            dtype,
+            self.max_gram_bytes,
+            solver=solver,
+            xp=xp,
+            held=held_beside_gram(M, n, self.n_features, m, dtype, solver, xp),
+        )
 
     def _check_model_memory(self, U, V, lazy, dtype):
         """ValueError (:func:`rfol_dask.memory.check_host_memory`) when the fitted ``Omega``, ``b``
@@ -278,11 +330,22 @@ class RandomFeatureOperator(OperatorEstimator):
         seed = integer_seed(self.random_state)
         self.input_metric_, self.gamma_ = None, self.gamma
         if self.gamma == "median" or self.pca_power is not None:
-            self.input_metric_, gammas = input_scales(U, [self.distribution], self.pca_power, random_state=seed)
+            self.input_metric_, gammas = input_scales(
+                U, [self.distribution], self.pca_power, random_state=seed
+            )
             self.gamma_ = gammas[self.distribution] if self.gamma == "median" else self.gamma
         self.gamma_ = float(self.gamma_)
-        recipe = functools.partial(draw_frequencies, U.shape[1], self.n_features, self.distribution, self.gamma_,
-                                   self.nu, seed, dtype=dtype, metric=self.input_metric_)
+        recipe = functools.partial(
+            draw_frequencies,
+            U.shape[1],
+            self.n_features,
+            self.distribution,
+            self.gamma_,
+            self.nu,
+            seed,
+            dtype=dtype,
+            metric=self.input_metric_,
+        )
         if lazy:
             # the workers draw what they need, the centre folded in. On the CPU the centre is made in
             # the fit's graph (the data are read once) and the client draws Omega after the fit (its
@@ -290,30 +353,60 @@ class RandomFeatureOperator(OperatorEstimator):
             # device memory, the client draws meanwhile, from a centre made first from the first rows.
             centre = InputCentre(_head_centre(U, dtype) if on_gpu else None)
             with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
-                drawn = pool.submit(_timed_draw, functools.partial(recipe, input_centre=centre.value)) if on_gpu \
+                drawn = (
+                    pool.submit(_timed_draw, functools.partial(recipe, input_centre=centre.value))
+                    if on_gpu
                     else None
+                )
                 t0 = time.perf_counter()
-                coef, intercept = fit_dask(U, V, alpha=float(self.alpha), fit_intercept=self.fit_intercept,
-                                           solver=self.solver_, column_block=self.column_block,
-                                           progress=self.progress, max_gram_bytes=self.max_gram_bytes,
-                                           frequencies=recipe, n_features=self.n_features, dtype=dtype,
-                                           device=self._device(), input_centre=centre)
+                coef, intercept = fit_dask(
+                    U,
+                    V,
+                    alpha=float(self.alpha),
+                    fit_intercept=self.fit_intercept,
+                    solver=self.solver_,
+                    column_block=self.column_block,
+                    progress=self.progress,
+                    max_gram_bytes=self.max_gram_bytes,
+                    frequencies=recipe,
+                    n_features=self.n_features,
+                    dtype=dtype,
+                    device=self._device(),
+                    input_centre=centre,
+                )
                 t1 = time.perf_counter()
                 self.input_centre_ = centre.value
-                self.omega_, self.b_ = drawn.result() if on_gpu else \
-                    _timed_draw(functools.partial(recipe, input_centre=centre.value))
-            logger.debug("dask fit %.3f s, then %.3f s for the client's draw of Omega", t1 - t0,
-                         time.perf_counter() - t1)
+                self.omega_, self.b_ = (
+                    drawn.result()
+                    if on_gpu
+                    else _timed_draw(functools.partial(recipe, input_centre=centre.value))
+                )
+            logger.debug(
+                "dask fit %.3f s, then %.3f s for the client's draw of Omega",
+                t1 - t0,
+                time.perf_counter() - t1,
+            )
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)
-            check_finite(U[:min(CENTRE_ROWS, U.shape[0]), ...], 0, "U")  # a NaN / Inf named here, not in the phases
-            centre = input_centre(dtype, U)  # numpy: the recipe folds it into the phases on the host
+            check_finite(
+                U[: min(CENTRE_ROWS, U.shape[0]), ...], 0, "U"
+            )  # a NaN / Inf named here, not in the phases
+            centre = input_centre(
+                dtype, U
+            )  # numpy: the recipe folds it into the phases on the host
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
             self.omega_, self.b_ = recipe(xp=xp, input_centre=centre)
             self.input_centre_ = backend.to_namespace(centre, xp)
-            coef, intercept = fit_numpy(U, V, self.omega_, self.b_, alpha=float(self.alpha),
-                                        fit_intercept=self.fit_intercept, solver=self.solver_,
-                                        input_centre=self.input_centre_)
+            coef, intercept = fit_numpy(
+                U,
+                V,
+                self.omega_,
+                self.b_,
+                alpha=float(self.alpha),
+                fit_intercept=self.fit_intercept,
+                solver=self.solver_,
+                input_centre=self.input_centre_,
+            )
             if not backend.is_fast(xp):
                 self.coef_, self.intercept_ = coef, xp.reshape(intercept, (m,))
                 return
@@ -322,5 +415,10 @@ class RandomFeatureOperator(OperatorEstimator):
 
     def _predict_kernel(self):
         # models saved before the centre was kept load without it: None, c = 0
-        return _predict_block, (self.omega_, self.b_, self.coef_, self.intercept_,
-                                getattr(self, "input_centre_", None))
+        return _predict_block, (
+            self.omega_,
+            self.b_,
+            self.coef_,
+            self.intercept_,
+            getattr(self, "input_centre_", None),
+        )

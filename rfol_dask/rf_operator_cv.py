@@ -13,20 +13,45 @@ import dask
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from .backend import take_rows
 from .estimator import OperatorEstimator
 from .features import DISTRIBUTIONS, NU_LAWS, draw_frequencies, integer_seed
-from .backend import take_rows
 from .placement import pinned, worker_addresses
-from .rf_operator import RandomFeatureOperator
 from .progress import compute
-from .selection import (DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV, arrange_rows, beyond_edge, best_row,
-                        final_best, grid_step)
-from .solve.graph import after as _after, tree_sum  # after: a parameter name here
-from .tuning import (add_validation, floored_path_errors, frequency_scale, input_scales, path_method,
-                     slab_bounds, sum_validation, validation_grams, validation_slab)
+from .rf_operator import RandomFeatureOperator
+from .selection import (
+    DEFAULT_GAMMAS,
+    DEFAULT_REFINE,
+    SelectionCV,
+    arrange_rows,
+    best_row,
+    beyond_edge,
+    final_best,
+    grid_step,
+)
+from .solve.graph import after as _after  # after: a parameter name here
+from .solve.graph import tree_sum
+from .tuning import (
+    add_validation,
+    floored_path_errors,
+    frequency_scale,
+    input_scales,
+    path_method,
+    slab_bounds,
+    sum_validation,
+    validation_grams,
+    validation_slab,
+)
 
-__all__ = ["RandomFeatureOperatorCV", "DEFAULT_LAWS", "DEFAULT_GROWTH_REFINE", "GROWTH_PRUNE", "GROWTH_EXTEND",
-           "LIMIT_FEATURES_PER_ROW", "LIMIT_ROWS_FRACTION"]
+__all__ = [
+    "RandomFeatureOperatorCV",
+    "DEFAULT_LAWS",
+    "DEFAULT_GROWTH_REFINE",
+    "GROWTH_PRUNE",
+    "GROWTH_EXTEND",
+    "LIMIT_FEATURES_PER_ROW",
+    "LIMIT_ROWS_FRACTION",
+]
 
 #: the frequency laws searched by default
 DEFAULT_LAWS = ("cauchy", "gaussian", "rational_quadratic")
@@ -262,11 +287,37 @@ default=("cauchy", "gaussian", "rational_quadratic")
         **OperatorEstimator._common_constraints,
     }
 
-    def __init__(self, *, n_features=1000, max_features=None, growth_tol=0.01, growth_refine=DEFAULT_GROWTH_REFINE,
-                 limit_gammas="gammas",
-                 distributions=DEFAULT_LAWS, finalists=2, gammas=None, alphas=None, nu=None, pca_power=None, cv=None, coarse=0.125, refine=DEFAULT_REFINE, fine=0.5, refit=True, alpha_path="auto", score_outputs=None, fit_intercept=True,
-                 solver="auto", dtype=None, random_state=None, column_block=None, max_gram_bytes=None,
-                 progress=False, recovery="cubic", device="cpu"):
+    def __init__(
+        self,
+        *,
+        n_features=1000,
+        max_features=None,
+        growth_tol=0.01,
+        growth_refine=DEFAULT_GROWTH_REFINE,
+        limit_gammas="gammas",
+        distributions=DEFAULT_LAWS,
+        finalists=2,
+        gammas=None,
+        alphas=None,
+        nu=None,
+        pca_power=None,
+        cv=None,
+        coarse=0.125,
+        refine=DEFAULT_REFINE,
+        fine=0.5,
+        refit=True,
+        alpha_path="auto",
+        score_outputs=None,
+        fit_intercept=True,
+        solver="auto",
+        dtype=None,
+        random_state=None,
+        column_block=None,
+        max_gram_bytes=None,
+        progress=False,
+        recovery="cubic",
+        device="cpu",
+    ):
         self.n_features = n_features
         self.max_features = max_features
         self.growth_tol = growth_tol
@@ -301,27 +352,49 @@ default=("cauchy", "gaussian", "rational_quadratic")
             raise ValueError(f"distributions is empty: give at least one of {DISTRIBUTIONS}")
         for law in self.distributions:
             if law not in DISTRIBUTIONS:
-                raise ValueError(f"unknown distribution {law!r} in distributions; choose from {DISTRIBUTIONS}")
+                raise ValueError(
+                    f"unknown distribution {law!r} in distributions; choose from {DISTRIBUTIONS}"
+                )
         if "student_t" in self.distributions and self.nu is None:
-            raise ValueError("distributions includes 'student_t': pass its degrees of freedom nu > 0, e.g. nu=3")
+            raise ValueError(
+                "distributions includes 'student_t': pass its degrees of freedom nu > 0, e.g. nu=3"
+            )
         self._check_grids("gammas", "alphas", "refine", "growth_refine")
         powers = self._powers()
-        if not powers or not all(q is None or (isinstance(q, numbers.Real) and np.isfinite(q)) for q in powers):
-            raise ValueError(f"pca_power must be None, a number or a non-empty sequence of them, got {self.pca_power!r}")
+        if not powers or not all(
+            q is None or (isinstance(q, numbers.Real) and np.isfinite(q)) for q in powers
+        ):
+            raise ValueError(
+                f"pca_power must be None, a number or a non-empty sequence of them, got {self.pca_power!r}"
+            )
         if not isinstance(self.limit_gammas, str):
             self._check_grids("limit_gammas")
         searched = np.max(np.atleast_1d(self.n_features))
         if self.max_features is not None and self.max_features < searched:
-            raise ValueError(f"max_features={self.max_features} is below the searched n_features ({searched}): the "
-                             f"growth starts from the searched N; pass max_features >= n_features, or None")
+            raise ValueError(
+                f"max_features={self.max_features} is below the searched n_features ({searched}): the "
+                f"growth starts from the searched N; pass max_features >= n_features, or None"
+            )
 
     def _base_estimator(self, **best):
         powers = self._powers()
-        best = {"pca_power": powers[0] if len(powers) == 1 else None, "nu": self.nu, **best}  # best_params_ win
-        return RandomFeatureOperator(fit_intercept=self.fit_intercept, solver=self.solver,
-                                     dtype=self.dtype, random_state=self.random_state_,
-                                     column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
-                                     progress=self.progress, recovery=self.recovery, device=self.device, **best)
+        best = {
+            "pca_power": powers[0] if len(powers) == 1 else None,
+            "nu": self.nu,
+            **best,
+        }  # best_params_ win
+        return RandomFeatureOperator(
+            fit_intercept=self.fit_intercept,
+            solver=self.solver,
+            dtype=self.dtype,
+            random_state=self.random_state_,
+            column_block=self.column_block,
+            max_gram_bytes=self.max_gram_bytes,
+            progress=self.progress,
+            recovery=self.recovery,
+            device=self.device,
+            **best,
+        )
 
     def _seed_search(self):
         self._seed = self.random_state_ = integer_seed(self.random_state)
@@ -331,12 +404,18 @@ default=("cauchy", "gaussian", "rational_quadratic")
         growth's checkpoints from each (the limit stage's lie below ``max_features``)."""
         Ns = set(self._n_list())
         if self.max_features is not None:
-            Ns.update(N for N0 in self._n_list() for N in growth_checkpoints(N0, int(self.max_features)))
+            Ns.update(
+                N for N0 in self._n_list() for N in growth_checkpoints(N0, int(self.max_features))
+            )
         return "n_features", sorted(Ns)
 
     def _powers(self):
         """``pca_power`` as the list of values searched (one: the value itself)."""
-        return list(self.pca_power) if isinstance(self.pca_power, (list, tuple, np.ndarray)) else [self.pca_power]
+        return (
+            list(self.pca_power)
+            if isinstance(self.pca_power, (list, tuple, np.ndarray))
+            else [self.pca_power]
+        )
 
     def _metric_values(self):
         return self._powers()
@@ -348,10 +427,13 @@ default=("cauchy", "gaussian", "rational_quadratic")
         """The input metric of ``power`` and each law's median gamma in it (one sample of ``U``)."""
         laws = list(self.distributions)
         if client is not None:  # U: the stacked inputs persisted on the cluster
-            self.input_metric_, self.median_scales_ = client.compute(dask.delayed(input_scales)(
-                U, laws, power, random_state=self._seed)).result()
+            self.input_metric_, self.median_scales_ = client.compute(
+                dask.delayed(input_scales)(U, laws, power, random_state=self._seed)
+            ).result()
         else:
-            self.input_metric_, self.median_scales_ = input_scales(U, laws, power, random_state=self._seed)
+            self.input_metric_, self.median_scales_ = input_scales(
+                U, laws, power, random_state=self._seed
+            )
 
     def _families(self):
         return list(self.distributions)
@@ -366,13 +448,23 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return DEFAULT_GAMMAS if self.gammas is None else self.gammas
 
     def _n_list(self):
-        Ns = [self.n_features] if isinstance(self.n_features, numbers.Integral) else list(self.n_features)
+        Ns = (
+            [self.n_features]
+            if isinstance(self.n_features, numbers.Integral)
+            else list(self.n_features)
+        )
         return sorted({int(N) for N in Ns})
 
     def _params_of(self, row):
-        params = {"distribution": str(row["family"]), "gamma": float(row["gamma"]), "alpha": float(row["alpha"]),
-                  "n_features": int(row["n_features"])}
-        if params["distribution"] in NU_LAWS:  # the law's shape: RandomFeatureOperator(**best_params_) is the winner
+        params = {
+            "distribution": str(row["family"]),
+            "gamma": float(row["gamma"]),
+            "alpha": float(row["alpha"]),
+            "n_features": int(row["n_features"]),
+        }
+        if (
+            params["distribution"] in NU_LAWS
+        ):  # the law's shape: RandomFeatureOperator(**best_params_) is the winner
             params["nu"] = None if self.nu is None else float(self.nu)
         if "pca_power" in row:
             params["pca_power"] = None if row["pca_power"] is None else float(row["pca_power"])
@@ -384,8 +476,13 @@ default=("cauchy", "gaussian", "rational_quadratic")
         Gram and two ``M x slab`` buffers (``M = M_t + M_v``, :func:`rfol_dask.tuning.slab_bounds`)."""
         Ns, M = self._n_list(), M_t + M_v
         width = max(f1 - f0 for f0, f1 in slab_bounds(Ns[-1], M, Ns))
-        held = {(f"{len(Ns)} cross-Grams of {M_v} x {M_t}" if len(Ns) > 1 else f"the {M_v} x {M_t} cross-Gram"):
-                8 * len(Ns) * M_v * M_t}
+        held = {
+            (
+                f"{len(Ns)} cross-Grams of {M_v} x {M_t}"
+                if len(Ns) > 1
+                else f"the {M_v} x {M_t} cross-Gram"
+            ): 8 * len(Ns) * M_v * M_t
+        }
         if len(Ns) > 1:
             held[f"the Grams of {len(Ns) - 1} more n_features"] = 8 * (len(Ns) - 1) * M_t * M_t
         held["the solve's copy of a Gram"] = 8 * M_t * M_t
@@ -405,37 +502,64 @@ default=("cauchy", "gaussian", "rational_quadratic")
             group = min(group, budget // (per * (n_segments + summed)))
         return max(1, int(group))
 
-    def _stage_errors(self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None, after=None):
+    def _stage_errors(
+        self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None, after=None
+    ):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), len(Ns),
         n_alpha + 1), or their delayed value. ``after``: on a cluster, the delayed errors of the
         split before, which this split's first Grams wait for (the splits of a stage are computed
         together: else every split's Grams were held at once, where the group counts one's)."""
         N = Ns[-1]
-        freq = functools.partial(draw_frequencies, self.n_features_in_, N, law, 1.0, self.nu, self._seed,
-                                 metric=self.input_metric_)
+        freq = functools.partial(
+            draw_frequencies,
+            self.n_features_in_,
+            N,
+            law,
+            1.0,
+            self.nu,
+            self._seed,
+            metric=self.input_metric_,
+        )
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
         M_t, M_v = len(train), len(valid)
         group = self._gram_group(M_t, M_v, len(Ns), client)
         slabs = slab_bounds(N, M_t + M_v, Ns)
-        args = (self._alphas(), self.fit_intercept, self.alpha_path, alpha_center, WINDOW_HALF_WIDTH)
+        args = (
+            self._alphas(),
+            self.fit_intercept,
+            self.alpha_path,
+            alpha_center,
+            WINDOW_HALF_WIDTH,
+        )
         if client is None:
             Xa, Yt, Yv = arrange_rows(X, train, valid), take_rows(Y, train), take_rows(Y, valid)
             out = []
             for g0 in range(0, len(scales), group):
-                sc = scales[g0:g0 + group]
+                sc = scales[g0 : g0 + group]
                 acc = None
                 for f0, f1 in slabs:
                     acc = validation_slab(acc, Xa, M_t, freq, N, f0, f1, sc, Ns, self.fit_intercept)
-                out += [[_path_errors(acc, k, Ns, g, Yt, Yv, *args) for g in range(len(Ns))] for k in range(len(sc))]
+                out += [
+                    [_path_errors(acc, k, Ns, g, Yt, Yv, *args) for g in range(len(Ns))]
+                    for k in range(len(sc))
+                ]
             return np.asarray(out)
         workers = worker_addresses(client)
         Xa = dask.delayed(arrange_rows)(X, train, valid)
         Yt, Yv = dask.delayed(take_rows)(Y, train), dask.delayed(take_rows)(Y, valid)
         out, last, summed = [], after, None
         for g0 in range(0, len(scales), group):
-            sc = scales[g0:g0 + group]
-            step = functools.partial(dask.delayed(validation_slab), X=Xa, n_train=M_t, frequencies=freq, n_features=N,
-                                     scales=sc, segments=Ns, fit_intercept=self.fit_intercept)
+            sc = scales[g0 : g0 + group]
+            step = functools.partial(
+                dask.delayed(validation_slab),
+                X=Xa,
+                n_train=M_t,
+                frequencies=freq,
+                n_features=N,
+                scales=sc,
+                segments=Ns,
+                fit_intercept=self.fit_intercept,
+            )
             # one group's Grams at a time on the first worker, and one solve at a time (each solve
             # uses every core and a copy of a Gram): each waits for the task before it; the other
             # workers start a group once the group before is summed (else each held every group's):
@@ -450,7 +574,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
                 for k in range(len(sc)):
                     row.append([])
                     for g in range(len(Ns)):
-                        last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), k, Ns, g, Yt, Yv, *args)
+                        last = dask.delayed(_path_errors)(
+                            dask.delayed(_after)(total, last), k, Ns, g, Yt, Yv, *args
+                        )
                         row[-1].append(last)
             out += row
         return dask.delayed(np.asarray)(out)
@@ -473,8 +599,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
         if out:
             limit = best_row(out)
             ratio = limit["scale_multiple"] / anchors[0][1]
-            if limit["family"] != anchors[0][0] or not refine[0] * (1 - 1e-9) <= ratio <= refine[-1] * (1 + 1e-9):
-                anchors.append((limit["family"], limit["scale_multiple"], self._alpha_index(limit["alpha"])))
+            if limit["family"] != anchors[0][0] or not refine[0] * (1 - 1e-9) <= ratio <= refine[
+                -1
+            ] * (1 + 1e-9):
+                anchors.append(
+                    (limit["family"], limit["scale_multiple"], self._alpha_index(limit["alpha"]))
+                )
         order = refine[np.argsort(np.abs(np.log(refine)), kind="stable")]
         pending = [(a * r, i) for r in order for i, (_, a, _) in enumerate(anchors)]
         # the searched anchor's gammas are pruned against every gamma's best error at a checkpoint,
@@ -484,15 +614,26 @@ default=("cauchy", "gaussian", "rational_quadratic")
         # every split's running sums are kept from one checkpoint to the next: a gamma holds one pair per split
         # and on a cluster the first worker two more while it sums them; counted wherever the search runs,
         # so that it groups its gammas, and so prunes them, alike on one machine and on a cluster
-        group = self._gram_group(len(splits[0][0]), len(splits[0][1]), len(splits), client, summed=2)
+        group = self._gram_group(
+            len(splits[0][0]), len(splits[0][1]), len(splits), client, summed=2
+        )
         of, grown, extended = {}, [], [0] * len(anchors)  # of: (law, multiple) -> anchor
         while pending:
             law = anchors[pending[0][1]][0]  # one pass draws one law's frequencies
             chunk = [p for p in pending if anchors[p[1]][0] == law][:group]
             pending = [p for p in pending if p not in chunk]
             of.update({(law, m): i for m, i in chunk})
-            grown += self._grow(X, Y, splits, client, law, best["n_features"], [m for m, _ in chunk],
-                                [rules[i] for _, i in chunk], [anchors[i][2] for _, i in chunk])
+            grown += self._grow(
+                X,
+                Y,
+                splits,
+                client,
+                law,
+                best["n_features"],
+                [m for m, _ in chunk],
+                [rules[i] for _, i in chunk],
+                [anchors[i][2] for _, i in chunk],
+            )
             for i in range(len(anchors) if not pending and step is not None else 0):
                 mine = [r for r in grown if of[(r["family"], r["scale_multiple"])] == i]
                 beyond = beyond_edge(mine, step, 1) if extended[i] < GROWTH_EXTEND else None
@@ -510,10 +651,19 @@ default=("cauchy", "gaussian", "rational_quadratic")
         of 16000 training rows: about 40 s on 2 cores, a few % of the growth)."""
         if self.limit_gammas is None:
             return []
-        mults = np.asarray(self._multiples() if isinstance(self.limit_gammas, str) else self.limit_gammas, dtype=float)
+        mults = np.asarray(
+            self._multiples() if isinstance(self.limit_gammas, str) else self.limit_gammas,
+            dtype=float,
+        )
         n_train = min(len(tr) for tr, _ in splits)
-        n_rows = min(n_train, max(self._n_rows(n_train, self.coarse or 0.125), best["n_features"] // 4,
-                                  int(LIMIT_ROWS_FRACTION * n_train)))
+        n_rows = min(
+            n_train,
+            max(
+                self._n_rows(n_train, self.coarse or 0.125),
+                best["n_features"] // 4,
+                int(LIMIT_ROWS_FRACTION * n_train),
+            ),
+        )
         N = min(int(self.max_features), LIMIT_FEATURES_PER_ROW * n_rows)
         if N <= best["n_features"]:
             return []
@@ -521,7 +671,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
         step = grid_step(mults, 4.0)
         for law in self._families():
             rows = self._stage(X, Y, sub, client, law, mults, [N], len(sub[0][0]), "limit")
-            for _ in range(3):  # the best on the grid's edge: two steps beyond it, as the coarse stage
+            for _ in range(
+                3
+            ):  # the best on the grid's edge: two steps beyond it, as the coarse stage
                 new = beyond_edge(rows, step, 2)
                 if new is None:
                     break
@@ -539,15 +691,32 @@ default=("cauchy", "gaussian", "rational_quadratic")
         N_max = int(self.max_features)
         checkpoints = growth_checkpoints(N0, N_max)
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
-        freq = functools.partial(draw_frequencies, self.n_features_in_, N_max, law, 1.0, self.nu, self._seed,
-                                 metric=self.input_metric_)
+        freq = functools.partial(
+            draw_frequencies,
+            self.n_features_in_,
+            N_max,
+            law,
+            1.0,
+            self.nu,
+            self._seed,
+            metric=self.input_metric_,
+        )
         alphas = self._alphas()
         centers = list(centers)
         workers = worker_addresses(client)
         state = []  # per split: (inputs arranged, training outputs, validation outputs, per-worker accumulators)
         for tr, va in splits:
-            data = (arrange_rows(X, tr, va), take_rows(Y, tr), take_rows(Y, va)) if client is None else client.persist(
-                [dask.delayed(arrange_rows)(X, tr, va), dask.delayed(take_rows)(Y, tr), dask.delayed(take_rows)(Y, va)])
+            data = (
+                (arrange_rows(X, tr, va), take_rows(Y, tr), take_rows(Y, va))
+                if client is None
+                else client.persist(
+                    [
+                        dask.delayed(arrange_rows)(X, tr, va),
+                        dask.delayed(take_rows)(Y, tr),
+                        dask.delayed(take_rows)(Y, va),
+                    ]
+                )
+            )
             state.append([*data, [None] * len(workers)])
         slabs = slab_bounds(N_max, len(splits[0][0]) + len(splits[0][1]), checkpoints)
         out, previous, done = [], np.full(len(scales), np.inf), 0
@@ -557,11 +726,31 @@ default=("cauchy", "gaussian", "rational_quadratic")
             errs = []  # per split, per scale: (n_alpha,)
             for (tr, va), st in zip(splits, state):
                 Xa, Yt, Yv, accs = st
-                opts = dict(X=Xa, n_train=len(tr), frequencies=freq, n_features=N_max, scales=scales,
-                            segments=[N_max], fit_intercept=self.fit_intercept)
+                opts = dict(
+                    X=Xa,
+                    n_train=len(tr),
+                    frequencies=freq,
+                    n_features=N_max,
+                    scales=scales,
+                    segments=[N_max],
+                    fit_intercept=self.fit_intercept,
+                )
                 # the running sums carry sqrt(2 / N_max): segments (Nk, N_max) rescale them to Nk features
-                args = [(k, (Nk, N_max), 0, Yt, Yv, alphas, self.fit_intercept, self.alpha_path, centers[k],
-                         WINDOW_HALF_WIDTH) for k in range(len(scales))]
+                args = [
+                    (
+                        k,
+                        (Nk, N_max),
+                        0,
+                        Yt,
+                        Yv,
+                        alphas,
+                        self.fit_intercept,
+                        self.alpha_path,
+                        centers[k],
+                        WINDOW_HALF_WIDTH,
+                    )
+                    for k in range(len(scales))
+                ]
                 if client is None:
                     acc = accs[0]
                     for f0, f1 in new:
@@ -569,15 +758,25 @@ default=("cauchy", "gaussian", "rational_quadratic")
                     st[3] = [acc]
                     errs.append([_path_errors(acc, *a) for a in args])
                     continue
-                accs, where = _chains(accs, workers, new, functools.partial(dask.delayed(validation_slab), **opts))
+                accs, where = _chains(
+                    accs, workers, new, functools.partial(dask.delayed(validation_slab), **opts)
+                )
                 accs = client.persist(accs)
                 st[3] = accs + [None] * (len(workers) - len(accs))
                 # kept for the next checkpoint: summed pairwise where they are into new ones, which the
                 # later sums add into (new ones at every level held four Grams on the first worker); a
                 # split's sums start once the split before is scored (else every split's were held at once)
                 last = errs[-1][-1] if errs else None
-                total = accs[0] if len(accs) == 1 else tree_sum(accs, dask.delayed(add_validation), where,
-                                                                first=functools.partial(_gated_sum, gate=last))
+                total = (
+                    accs[0]
+                    if len(accs) == 1
+                    else tree_sum(
+                        accs,
+                        dask.delayed(add_validation),
+                        where,
+                        first=functools.partial(_gated_sum, gate=last),
+                    )
+                )
                 row = []
                 with pinned(where[0]):  # where the total is: one solve at a time
                     for a in args:
@@ -585,10 +784,19 @@ default=("cauchy", "gaussian", "rational_quadratic")
                         row.append(last)
                 errs.append(row)
             if client is not None:
-                (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection (growth, N = {Nk})")
-            errs = np.moveaxis(np.asarray(errs, dtype=float), 0, -1)  # (scales, alphas + floor, splits)
+                (errs,) = compute(
+                    errs,
+                    client=client,
+                    progress=self.progress,
+                    desc=f"selection (growth, N = {Nk})",
+                )
+            errs = np.moveaxis(
+                np.asarray(errs, dtype=float), 0, -1
+            )  # (scales, alphas + floor, splits)
             errs, floors = errs[:, :-1], errs[:, -1]
-            out += self._rows(errs[:, None], floors[:, None], law, mults, [Nk], len(splits[0][0]), "growth")
+            out += self._rows(
+                errs[:, None], floors[:, None], law, mults, [Nk], len(splits[0][0]), "growth"
+            )
             mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
             mean = np.where(np.isnan(mean), np.inf, mean)
             best_k = mean.min(axis=1)
@@ -598,26 +806,44 @@ default=("cauchy", "gaussian", "rational_quadratic")
             held = np.array([rule[1][Nk] for rule in rules])
             if self.progress:
                 for m, e, h in zip(mults, best_k, held):
-                    print(f"selection (growth): {law}, gamma = {m:.3g} x median, N = {Nk}: best validation error "
-                          f"{e:.4g} (its record at this N: {h:.4g})", file=sys.stderr, flush=True)
+                    print(
+                        f"selection (growth): {law}, gamma = {m:.3g} x median, N = {Nk}: best validation error "
+                        f"{e:.4g} (its record at this N: {h:.4g})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             # each gamma grows on while a doubling gains growth_tol and it is not far behind its record
-            keep = np.flatnonzero((best_k < previous * (1.0 - self.growth_tol)) & (best_k <= held * (1.0 + GROWTH_PRUNE)))
+            keep = np.flatnonzero(
+                (best_k < previous * (1.0 - self.growth_tol))
+                & (best_k <= held * (1.0 + GROWTH_PRUNE))
+            )
             if len(keep) == 0:
                 break
             centers = [int(np.argmin(mean[k])) for k in keep]
-            previous, mults, rules = best_k[keep], [mults[k] for k in keep], [rules[k] for k in keep]
+            previous, mults, rules = (
+                best_k[keep],
+                [mults[k] for k in keep],
+                [rules[k] for k in keep],
+            )
             if len(keep) < len(scales):  # the dropped gammas' sums are freed
                 scales = [scales[k] for k in keep]
                 for st in state:
-                    st[3] = [a if a is None else (_select(a, keep) if client is None else
-                                                  client.persist(dask.delayed(_select)(a, keep)))
-                             for a in st[3]]
+                    st[3] = [
+                        a
+                        if a is None
+                        else (
+                            _select(a, keep)
+                            if client is None
+                            else client.persist(dask.delayed(_select)(a, keep))
+                        )
+                        for a in st[3]
+                    ]
         return out
 
 
 def growth_checkpoints(N0, N_max):
     """The ``n_features`` the growth stage scores from ``N0``: ``N0, 2 N0, 4 N0, ...`` and ``N_max``."""
-    return sorted({*(N0 * 2 ** k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
+    return sorted({*(N0 * 2**k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
 
 
 def _chains(accs, workers, slabs, step, gates=None):
@@ -650,13 +876,24 @@ def _select(acc, keep):
     return [acc[k] for k in keep]
 
 
-def _path_errors(acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2):
+def _path_errors(
+    acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2
+):
     """Validation errors of scale ``k`` and ``segments[g]`` features, then the alphas' rounding
     floor of that model's Gram (:func:`rfol_dask.tuning.floored_path_errors`): (n_alpha + 1,)."""
     # the Cholesky paths solve in the accumulator's own Gram and leave it as it was: no M_t^2 copy
     in_place = path_method(len(alphas), V_train.shape[0], method, center, half_width) != "eigh"
     G, K, factor = validation_grams(acc, k, segments, g, copy=not in_place)
-    errs = floored_path_errors(G, K, V_train, V_valid, np.asarray(alphas) / factor, fit_intercept, method, center,
-                               half_width)
+    errs = floored_path_errors(
+        G,
+        K,
+        V_train,
+        V_valid,
+        np.asarray(alphas) / factor,
+        fit_intercept,
+        method,
+        center,
+        half_width,
+    )
     errs[-1] *= factor  # the floor in the alphas' units
     return errs

@@ -47,19 +47,37 @@ from sklearn.utils.validation import check_is_fitted
 from . import backend, io
 from .estimator import OperatorEstimator, all_or_nothing
 from .exceptions import DataWarning, SelectionWarning
+from .features import FREQUENCY_BLOCK
 from .gram import stack_rows
 from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, gram_device, memory_budget
-from .features import FREQUENCY_BLOCK
 from .progress import active_client, compute, release
 from .stacklevel import user_stacklevel
 from .tuning import nonzero_rows
 
-__all__ = ["SearchResults", "SelectionCV", "DEFAULT_ALPHAS", "DEFAULT_GAMMAS", "DEFAULT_REFINE", "MIN_COARSE_ROWS",
-           "FINE_EXTEND", "FINALIST_TIE", "DEVICE_SHARE", "NARROWER_TIE", "arrange_rows", "sketch_outputs", "best_row", "beyond_edge", "final_best", "grid_step"]
+__all__ = [
+    "SearchResults",
+    "SelectionCV",
+    "DEFAULT_ALPHAS",
+    "DEFAULT_GAMMAS",
+    "DEFAULT_REFINE",
+    "MIN_COARSE_ROWS",
+    "FINE_EXTEND",
+    "FINALIST_TIE",
+    "DEVICE_SHARE",
+    "NARROWER_TIE",
+    "arrange_rows",
+    "sketch_outputs",
+    "best_row",
+    "beyond_edge",
+    "final_best",
+    "grid_step",
+]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
-DEFAULT_ALPHAS = tuple(float(f"1e{k}") for k in range(-16, 2))  # exact decimals: 1e-05, not 10.0 ** -5
+DEFAULT_ALPHAS = tuple(
+    float(f"1e{k}") for k in range(-16, 2)
+)  # exact decimals: 1e-05, not 10.0 ** -5
 #: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four decades)
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
@@ -87,14 +105,20 @@ def _split_rows(rows, M, which):
     rows = np.asarray(rows)
     if rows.dtype == bool:
         if rows.shape != (M,):
-            raise ValueError(f"a cv split's {which} mask has shape {rows.shape}, expected ({M},) for {M} samples")
+            raise ValueError(
+                f"a cv split's {which} mask has shape {rows.shape}, expected ({M},) for {M} samples"
+            )
         return np.flatnonzero(rows)
     if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
-        raise ValueError(f"a cv split's {which} rows must be a 1-D array of integer indices or a boolean mask, "
-                         f"got shape {rows.shape} and dtype {rows.dtype}")
+        raise ValueError(
+            f"a cv split's {which} rows must be a 1-D array of integer indices or a boolean mask, "
+            f"got shape {rows.shape} and dtype {rows.dtype}"
+        )
     if rows.size and (rows.min() < 0 or rows.max() >= M):
-        raise ValueError(f"a cv split's {which} rows hold indices outside [0, {M}) (from {rows.min()} to "
-                         f"{rows.max()}) for {M} training samples")
+        raise ValueError(
+            f"a cv split's {which} rows hold indices outside [0, {M}) (from {rows.min()} to "
+            f"{rows.max()}) for {M} training samples"
+        )
     return rows.astype(np.intp)
 
 
@@ -195,10 +219,16 @@ class SelectionCV(OperatorEstimator):
         """``best_estimator_``; NotFittedError if there is none, saying why (not fitted, or ``refit=False``)."""
         if not hasattr(self, "best_estimator_") and hasattr(self, "best_params_"):
             name = type(self).__name__
-            seed = " and random_state=random_state_ (the searched frequencies)" if hasattr(self, "random_state_") else ""
-            raise NotFittedError(f"This {name} instance was initialized with refit=False: {method} is available only "
-                                 f"after refitting on the best parameters; fit again with refit=True, or fit "
-                                 f"{name.removesuffix('CV')} with best_params_{seed} yourself")
+            seed = (
+                " and random_state=random_state_ (the searched frequencies)"
+                if hasattr(self, "random_state_")
+                else ""
+            )
+            raise NotFittedError(
+                f"This {name} instance was initialized with refit=False: {method} is available only "
+                f"after refitting on the best parameters; fit again with refit=True, or fit "
+                f"{name.removesuffix('CV')} with best_params_{seed} yourself"
+            )
         check_is_fitted(self, "best_estimator_")
         return self.best_estimator_
 
@@ -217,8 +247,10 @@ class SelectionCV(OperatorEstimator):
 
     @classmethod
     def load(cls, path):
-        raise TypeError(f"{cls.__name__}.save writes its best_estimator_: load it with that estimator's load, "
-                        f"{cls.__name__.removesuffix('CV')}.load(path)")
+        raise TypeError(
+            f"{cls.__name__}.save writes its best_estimator_: load it with that estimator's load, "
+            f"{cls.__name__.removesuffix('CV')}.load(path)"
+        )
 
     def _predict_kernel(self):  # pragma: no cover - predict is delegated
         return self.best_estimator_._predict_kernel()
@@ -230,20 +262,28 @@ class SelectionCV(OperatorEstimator):
         winner on all of it as ``best_estimator_``. No test data is involved. A search or refit
         that raises or is interrupted leaves the estimator as it was before (the previous search's
         results and ``best_estimator_`` together, or unfitted)."""
-        with all_or_nothing(self) as work, io.checked_once():  # the refit reads the data the search checked
-            work._fit_search(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
+        with (
+            all_or_nothing(self) as work,
+            io.checked_once(),
+        ):  # the refit reads the data the search checked
+            work._fit_search(
+                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
+            )
         return self
 
     def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
         t0 = time.perf_counter()
         self._refit_dtype = None  # numpy input: set by _cast_dtype
         # the base fit's body: this already runs on the copy that fit publishes whole (all_or_nothing)
-        self._fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
+        self._fit(
+            X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
+        )
         self.search_time_ = time.perf_counter() - t0
         if self.refit:
             t1 = time.perf_counter()
-            self.best_estimator_ = self._refit_best(X, y, input_grid=input_grid, output_grid=output_grid,
-                                                    periods=periods)
+            self.best_estimator_ = self._refit_best(
+                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods
+            )
             self.refit_time_ = time.perf_counter() - t1
         else:  # an earlier fit's winner would predict for this one's best_params_
             self.__dict__.pop("best_estimator_", None)
@@ -288,15 +328,22 @@ class SelectionCV(OperatorEstimator):
         elif hasattr(self.cv, "split"):
             splits = list(self.cv.split(np.zeros((M, 1))))
         else:  # an iterable of (train, validation) index arrays or boolean masks
-            splits = [(_split_rows(tr, M, "training"), _split_rows(va, M, "validation")) for tr, va in self.cv]
+            splits = [
+                (_split_rows(tr, M, "training"), _split_rows(va, M, "validation"))
+                for tr, va in self.cv
+            ]
         if not splits:
-            raise ValueError("cv gave no splits (a generator is used up by one fit): pass a list of (train, "
-                             "validation) index pairs or a splitter such as KFold(5)")
+            raise ValueError(
+                "cv gave no splits (a generator is used up by one fit): pass a list of (train, "
+                "validation) index pairs or a splitter such as KFold(5)"
+            )
         for k, (tr, va) in enumerate(splits):
             if len(tr) < 2 or len(va) < 1:
-                raise ValueError(f"{type(self).__name__} needs at least 2 training and 1 validation sample per "
-                                 f"split; split {k} has {len(tr)} / {len(va)} of n_samples = {M}: pass more "
-                                 "samples or another cv")
+                raise ValueError(
+                    f"{type(self).__name__} needs at least 2 training and 1 validation sample per "
+                    f"split; split {k} has {len(tr)} / {len(va)} of n_samples = {M}: pass more "
+                    "samples or another cv"
+                )
         return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
 
     def _scored_splits(self, splits, Y, client):
@@ -310,14 +357,20 @@ class SelectionCV(OperatorEstimator):
             nonzero = client.compute(dask.delayed(nonzero_rows)(Y)).result()
         dropped = [k for k, (_, va) in enumerate(splits) if not nonzero[va].any()]
         if len(dropped) == len(splits):
-            raise ValueError(f"every validation output of the {len(splits)} split(s) is identically zero: the relative "
-                             "L2 error, the search's score, is undefined; pass a cv whose validation rows hold outputs "
-                             "that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))")
+            raise ValueError(
+                f"every validation output of the {len(splits)} split(s) is identically zero: the relative "
+                "L2 error, the search's score, is undefined; pass a cv whose validation rows hold outputs "
+                "that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))"
+            )
         if dropped:
-            warnings.warn(f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only identically zero "
-                          "validation outputs, on which the relative L2 error (the score) is undefined: they are left "
-                          "out of the search (n_splits_, split<k>_test_score count the others); shuffle the folds "
-                          "(KFold(5, shuffle=True, random_state=0)) to score every one", DataWarning, stacklevel=user_stacklevel())
+            warnings.warn(
+                f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only identically zero "
+                "validation outputs, on which the relative L2 error (the score) is undefined: they are left "
+                "out of the search (n_splits_, split<k>_test_score count the others); shuffle the folds "
+                "(KFold(5, shuffle=True, random_state=0)) to score every one",
+                DataWarning,
+                stacklevel=user_stacklevel(),
+            )
         return [split for k, split in enumerate(splits) if k not in dropped]
 
     def _data(self, U, V, lazy):
@@ -332,7 +385,10 @@ class SelectionCV(OperatorEstimator):
         if client is None:
             if lazy:
                 U, V = compute(U, V, desc="selection (read the training data)")
-            U, V = (stack_rows([0, X.shape[0]], np.float64, device, X, name=name) for X, name in ((U, "U"), (V, "V")))
+            U, V = (
+                stack_rows([0, X.shape[0]], np.float64, device, X, name=name)
+                for X, name in ((U, "U"), (V, "V"))
+            )
             return U, V, None
         starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
         Us = dask.delayed(stack_rows)(starts, np.float64, device, *U.to_delayed().ravel(), name="U")
@@ -358,8 +414,15 @@ class SelectionCV(OperatorEstimator):
         training Gram and :meth:`_search_memory`) exceeds the memory budget
         (:meth:`_search_budget`): the refit's own check came only after the whole search."""
         M_t, M_v = max(((len(tr), len(va)) for tr, va in splits), key=lambda s: (s[0], s[1]))
-        check_gram_memory(M_t, np.float64, self.max_gram_bytes, client, solver="search",
-                          device=self._grams_on, held=self._search_memory(M_t, M_v))
+        check_gram_memory(
+            M_t,
+            np.float64,
+            self.max_gram_bytes,
+            client,
+            solver="search",
+            device=self._grams_on,
+            held=self._search_memory(M_t, M_v),
+        )
 
     def _refit_candidates(self):
         """``(name, values)``: the base estimator's parameter by which the candidates' refits differ
@@ -383,19 +446,33 @@ class SelectionCV(OperatorEstimator):
         refused = []
         for value in values:
             try:
-                self._base_estimator(**({} if name is None else {name: value}))._check_memory(U, V, lazy, dtype, client)
+                self._base_estimator(**({} if name is None else {name: value}))._check_memory(
+                    U, V, lazy, dtype, client
+                )
             except (ValueError, NotImplementedError) as exc:
                 refused.append((value, exc))
         if refused:
             # a refit that cannot run at all is named first, with its type
-            first = next((exc for _, exc in refused if isinstance(exc, NotImplementedError)), refused[0][1])
-            leave = ": leave those out of the search" if len(refused) < len(values) else ""  # else none is left
-            at = "" if name is None else (f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
-                                          f"{', '.join(map(str, values))}{leave})")
+            first = next(
+                (exc for _, exc in refused if isinstance(exc, NotImplementedError)), refused[0][1]
+            )
+            leave = (
+                ": leave those out of the search" if len(refused) < len(values) else ""
+            )  # else none is left
+            at = (
+                ""
+                if name is None
+                else (
+                    f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
+                    f"{', '.join(map(str, values))}{leave})"
+                )
+            )
             why = " for memory" if isinstance(first, ValueError) else ""
-            raise type(first)(f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples "
-                              f"after the search, and that refit would be refused{why}{at}: {first}; or pass "
-                              "refit=False to search only") from first
+            raise type(first)(
+                f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples "
+                f"after the search, and that refit would be refused{why}{at}: {first}; or pass "
+                "refit=False to search only"
+            ) from first
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""
@@ -407,7 +484,9 @@ class SelectionCV(OperatorEstimator):
         # input (the client's workers', or this process's), else on the host
         self._grams_on = gram_device(self._device(), getattr(U, "_meta", U))
         # before the data are read: the search's least peak on its largest split, then the refit
-        self._check_search_memory(splits, active_client() if lazy and self._distributed_search else None)
+        self._check_search_memory(
+            splits, active_client() if lazy and self._distributed_search else None
+        )
         self._check_refit_memory(U, V, lazy, refit_dtype)
         X, Y, client = self._data(U, V, lazy)
         splits = self._scored_splits(splits, Y, client)
@@ -415,7 +494,9 @@ class SelectionCV(OperatorEstimator):
         self._prepare(X, client)
         values, column = self._metric_values(), self._metric_column()
         k = self._score_outputs()
-        if k is not None and k < V.shape[1]:  # score on a sketch of the outputs (the refit sees them all)
+        if (
+            k is not None and k < V.shape[1]
+        ):  # score on a sketch of the outputs (the refit sees them all)
             seed = getattr(self, "_seed", None)
             if client is None:
                 Y = sketch_outputs(Y, k, seed)
@@ -433,7 +514,9 @@ class SelectionCV(OperatorEstimator):
                     for r in rows:
                         r[column] = value
                 searches.append((value, rows))
-            value, best = max(((v, final_best(r)) for v, r in searches), key=lambda vb: _score(vb[1]))
+            value, best = max(
+                ((v, final_best(r)) for v, r in searches), key=lambda vb: _score(vb[1])
+            )
             if len(values) > 1:
                 self._set_metric(X, client, value)  # the winner's metric (and median scales) stay
         finally:
@@ -444,9 +527,11 @@ class SelectionCV(OperatorEstimator):
         rows = [r for _, part in searches for r in part]
         name = self._alpha_name
         if all(r[name] < r[f"{name}_floor"] for r in rows):
-            raise ValueError(f"every {name} searched is below the rounding floor of its Gram (2 eps trace / sqrt(M_t), "
-                             f"up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the validation predictions are "
-                             f"dominated by rounding: search {name}s at or above it")
+            raise ValueError(
+                f"every {name} searched is below the rounding floor of its Gram (2 eps trace / sqrt(M_t), "
+                f"up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the validation predictions are "
+                f"dominated by rounding: search {name}s at or above it"
+            )
         _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
         self.best_index_ = next(i for i, r in enumerate(rows) if r is best)
@@ -467,11 +552,14 @@ class SelectionCV(OperatorEstimator):
         floor, alphas = best[f"{name}_floor"], self._alphas()
         below, above = alphas[alphas < floor], alphas[alphas >= floor]
         if len(below) and len(above) and best[name] == above.min():
-            warnings.warn(f"the best {name}, {best[name]:g}, is the smallest searched one above the rounding floor of "
-                          f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the {len(below)} smaller "
-                          f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, amplified by "
-                          f"1 / {name}, can dominate the validation predictions", SelectionWarning,
-                          stacklevel=user_stacklevel())
+            warnings.warn(
+                f"the best {name}, {best[name]:g}, is the smallest searched one above the rounding floor of "
+                f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the {len(below)} smaller "
+                f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, amplified by "
+                f"1 / {name}, can dominate the validation predictions",
+                SelectionWarning,
+                stacklevel=user_stacklevel(),
+            )
 
     def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
         """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
@@ -479,15 +567,30 @@ class SelectionCV(OperatorEstimator):
         scales = self._family_multiples(family, scales)
         t0 = time.perf_counter()
         errs = []
-        for tr, va in splits:  # on a cluster each split's Grams wait for the one before: one split's at a time
+        for (
+            tr,
+            va,
+        ) in (
+            splits
+        ):  # on a cluster each split's Grams wait for the one before: one split's at a time
             after = errs[-1] if client is not None and errs else None
-            errs.append(self._stage_errors(X, Y, tr, va, client, family, scales, Ns, alpha_center, after=after))
+            errs.append(
+                self._stage_errors(
+                    X, Y, tr, va, client, family, scales, Ns, alpha_center, after=after
+                )
+            )
         if client is not None:
-            (errs,) = compute(errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})")
+            (errs,) = compute(
+                errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})"
+            )
         elif self.progress:  # computed here, stage by stage: one line each on stderr
-            sys.stderr.write(f"selection ({name}, {family}): {len(scales)} scales x {len(Ns)} N x "
-                             f"{len(self._alphas())} alphas on {len(splits)} split(s) in {time.perf_counter() - t0:.2f} s\n")
-        errs = np.stack([np.asarray(e) for e in errs], axis=-1)  # (scales, Ns, alphas + the floor, splits)
+            sys.stderr.write(
+                f"selection ({name}, {family}): {len(scales)} scales x {len(Ns)} N x "
+                f"{len(self._alphas())} alphas on {len(splits)} split(s) in {time.perf_counter() - t0:.2f} s\n"
+            )
+        errs = np.stack(
+            [np.asarray(e) for e in errs], axis=-1
+        )  # (scales, Ns, alphas + the floor, splits)
         return self._rows(errs[:, :, :-1], errs[:, :, -1], family, scales, Ns, rows_used, name)
 
     def _rows(self, errs, floors, family, scales, Ns, rows_used, name):
@@ -499,14 +602,23 @@ class SelectionCV(OperatorEstimator):
             for j, N in enumerate(Ns):
                 for a, alpha in enumerate(self._alphas()):
                     e = errs[i, j, a]
-                    with np.errstate(invalid="ignore"):  # an infinite error (a failed solve): NaN spread
+                    with np.errstate(
+                        invalid="ignore"
+                    ):  # an infinite error (a failed solve): NaN spread
                         spread = float(np.std(e))
-                    row = {"stage": name, "family": family, "scale_multiple": float(mult),
-                           self._param_name: float(mult * self.median_scales_[family]),
-                           "n_features": int(N) if N is not None else -1, self._alpha_name: float(alpha),
-                           f"{self._alpha_name}_floor": float(np.max(floors[i, j])),
-                           "n_train_rows": int(rows_used), "mean_relative_l2": float(np.mean(e)),
-                           "mean_test_score": -float(np.mean(e)), "std_test_score": spread}
+                    row = {
+                        "stage": name,
+                        "family": family,
+                        "scale_multiple": float(mult),
+                        self._param_name: float(mult * self.median_scales_[family]),
+                        "n_features": int(N) if N is not None else -1,
+                        self._alpha_name: float(alpha),
+                        f"{self._alpha_name}_floor": float(np.max(floors[i, j])),
+                        "n_train_rows": int(rows_used),
+                        "mean_relative_l2": float(np.mean(e)),
+                        "mean_test_score": -float(np.mean(e)),
+                        "std_test_score": spread,
+                    }
                     row.update({f"split{k}_test_score": -float(v) for k, v in enumerate(e)})
                     out.append(row)
         return out
@@ -517,8 +629,14 @@ class SelectionCV(OperatorEstimator):
         n_train = min(len(tr) for tr, _ in splits)
         frac = self.coarse
         n_coarse = self._n_rows(n_train, frac)
-        Nc = [None] if Ns == [None] or frac is None else [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
-        coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(mults) > len(self.refine)
+        Nc = (
+            [None]
+            if Ns == [None] or frac is None
+            else [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
+        )
+        coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(
+            mults
+        ) > len(self.refine)
         rows = []
         if coarse:
             sub = self._subsample(splits, n_coarse)
@@ -529,7 +647,9 @@ class SelectionCV(OperatorEstimator):
             step = grid_step(mults, 4.0)
             for fam in families:
                 for _ in range(3):
-                    new = beyond_edge([r for r in rows if r["family"] == fam], step, 2)  # None: a scale-free family
+                    new = beyond_edge(
+                        [r for r in rows if r["family"] == fam], step, 2
+                    )  # None: a scale-free family
                     if new is None:
                         break
                     rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
@@ -539,20 +659,31 @@ class SelectionCV(OperatorEstimator):
             for r in sorted(rows, key=_score, reverse=True):
                 leaders.setdefault(r["family"], r)
             first = -_score(next(iter(leaders.values())))  # the best coarse error
-            plan = [(fam, r["scale_multiple"] * np.asarray(self.refine, dtype=float),
-                     self._alpha_index(r[self._alpha_name]))
-                    for k, (fam, r) in enumerate(list(leaders.items())[:self._finalists()])
-                    if k == 0 or -_score(r) <= FINALIST_TIE * first]
+            plan = [
+                (
+                    fam,
+                    r["scale_multiple"] * np.asarray(self.refine, dtype=float),
+                    self._alpha_index(r[self._alpha_name]),
+                )
+                for k, (fam, r) in enumerate(list(leaders.items())[: self._finalists()])
+                if k == 0 or -_score(r) <= FINALIST_TIE * first
+            ]
         else:
             plan = [(fam, mults, None) for fam in families]
         name = "fine" if coarse else "full"
         fine_step = grid_step(self.refine)
         # successive halving: the fine stage on a fraction of the rows, then its winner (and its
         # narrower neighbour on a tie) at full size (stage "final")
-        n_fine = n_train if not coarse or self.fine is None else max(n_coarse, self._n_rows(n_train, self.fine))
+        n_fine = (
+            n_train
+            if not coarse or self.fine is None
+            else max(n_coarse, self._n_rows(n_train, self.fine))
+        )
         rows_fine = splits if n_fine >= n_train else self._subsample(splits, n_fine)
         for fam, scales, center in plan:
-            rows += self._stage(X, Y, rows_fine, client, fam, scales, Ns, len(rows_fine[0][0]), name, center)
+            rows += self._stage(
+                X, Y, rows_fine, client, fam, scales, Ns, len(rows_fine[0][0]), name, center
+            )
         # the fine stage's winner on the edge of its family's multiples: one step beyond it at a
         # time, up to FINE_EXTEND, while it stays there (a step that loses ends the walk)
         for _ in range(FINE_EXTEND if coarse and fine_step else 0):
@@ -561,8 +692,18 @@ class SelectionCV(OperatorEstimator):
             new = beyond_edge(fam_rows, fine_step, 1)
             if new is None:
                 break
-            rows += self._stage(X, Y, rows_fine, client, best["family"], new, Ns, len(rows_fine[0][0]), name,
-                                self._alpha_index(best[self._alpha_name]))
+            rows += self._stage(
+                X,
+                Y,
+                rows_fine,
+                client,
+                best["family"],
+                new,
+                Ns,
+                len(rows_fine[0][0]),
+                name,
+                self._alpha_index(best[self._alpha_name]),
+            )
         if rows_fine is not splits:
             # fewer rows favour wider kernels (the fine winner on half the rows was half the full-size
             # winner's gamma on 4 of 8 benchmark sets): the final stage scores one refine step
@@ -570,13 +711,28 @@ class SelectionCV(OperatorEstimator):
             best = best_row([r for r in rows if r["stage"] == name])
             finals = [best["scale_multiple"]]
             if fine_step:
-                narrow = best["scale_multiple"] * fine_step ** self._narrower
-                there = [r for r in rows if r["stage"] == name and r["family"] == best["family"]
-                         and np.isclose(r["scale_multiple"], narrow)]
+                narrow = best["scale_multiple"] * fine_step**self._narrower
+                there = [
+                    r
+                    for r in rows
+                    if r["stage"] == name
+                    and r["family"] == best["family"]
+                    and np.isclose(r["scale_multiple"], narrow)
+                ]
                 if not there or -_score(best_row(there)) <= NARROWER_TIE * -_score(best):
                     finals.append(narrow)
-            rows += self._stage(X, Y, splits, client, best["family"], finals, Ns, len(splits[0][0]), "final",
-                                self._alpha_index(best[self._alpha_name]))
+            rows += self._stage(
+                X,
+                Y,
+                splits,
+                client,
+                best["family"],
+                finals,
+                Ns,
+                len(splits[0][0]),
+                "final",
+                self._alpha_index(best[self._alpha_name]),
+            )
         return rows
 
     def _n_rows(self, n_train, frac):
@@ -591,8 +747,12 @@ class SelectionCV(OperatorEstimator):
         sub = []
         for tr, va in splits:
             k = min(len(tr), n_rows)
-            sub.append((np.sort(rng.choice(tr, k, replace=False)),
-                        np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False))))
+            sub.append(
+                (
+                    np.sort(rng.choice(tr, k, replace=False)),
+                    np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False)),
+                )
+            )
         return sub
 
     def _seed_search(self):
@@ -627,7 +787,9 @@ class SelectionCV(OperatorEstimator):
                 continue
             v = np.asarray(values, dtype=float)
             if v.size == 0 or not np.all(np.isfinite(v) & (v > 0)):
-                raise ValueError(f"{name} must be a non-empty sequence of positive, finite numbers; got {values!r}")
+                raise ValueError(
+                    f"{name} must be a non-empty sequence of positive, finite numbers; got {values!r}"
+                )
 
     def _family_multiples(self, family, mults):
         return mults

@@ -22,7 +22,9 @@ _PLUMBING = frozenset({"contextlib"})
 
 #: Top-level modules that run the package's own tasks in their threads (a dask task, a thread of
 #: a pool): a stack that leaves the package into one of them has no user code on it.
-_RUNNERS = frozenset({"dask", "distributed", "concurrent", "threading", "toolz", "tlz", "dask_cuda"})
+_RUNNERS = frozenset(
+    {"dask", "distributed", "concurrent", "threading", "toolz", "tlz", "dask_cuda"}
+)
 
 
 def _top(frame):

@@ -48,20 +48,47 @@ import scipy.linalg
 from scipy.spatial.distance import pdist
 
 from . import backend
-from .features import FREQUENCY_BLOCK
 from .backend import symmetrize, syrk
+from .features import FREQUENCY_BLOCK
 from .linalg import blas_limits
 from .metrics import relative_l2_errors
 
-__all__ = ["sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
-           "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
-           "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method", "eigh_above", "EigenPath", "cholesky_errors", "window_errors",
-           "path_errors", "floored_path_errors", "rounding_floor",
-           "eigh_pays", "relative_errors", "nonzero_rows", "scored_rows"]
+__all__ = [
+    "sample_rows",
+    "median_distance",
+    "median_gamma",
+    "median_gammas",
+    "median_length_scale",
+    "PCA_ROWS",
+    "pca_metric",
+    "weighted_directions",
+    "input_scales",
+    "GAMMA_METRIC",
+    "frequency_scale",
+    "validation_slab",
+    "sum_validation",
+    "validation_grams",
+    "path_method",
+    "eigh_above",
+    "EigenPath",
+    "cholesky_errors",
+    "window_errors",
+    "path_errors",
+    "floored_path_errors",
+    "rounding_floor",
+    "eigh_pays",
+    "relative_errors",
+    "nonzero_rows",
+    "scored_rows",
+]
 
 #: the distance whose median sets ``gamma = 1 / median`` for each frequency law
-GAMMA_METRIC = {"gaussian": "sqeuclidean", "cauchy": "cityblock", "student_t": "euclidean",
-                "rational_quadratic": "sqeuclidean"}
+GAMMA_METRIC = {
+    "gaussian": "sqeuclidean",
+    "cauchy": "cityblock",
+    "student_t": "euclidean",
+    "rational_quadratic": "sqeuclidean",
+}
 
 #: budget of the pairwise distances (about ``rows^2 / 2 * n`` flops)
 _PAIR_FLOPS = 4e8
@@ -102,7 +129,9 @@ def sample_rows(U, max_rows=2000, random_state=None, window=5):
 
         (rows,) = compute(U[idx], desc="median heuristic (sample of the inputs)")
         rows = backend.to_numpy(rows)  # CuPy chunks give a CuPy sample
-    elif backend.is_array_api(U):  # CuPy, array_api_strict, ...: index where U lives, move the sample
+    elif backend.is_array_api(
+        U
+    ):  # CuPy, array_api_strict, ...: index where U lives, move the sample
         xp = backend.namespace(U)
         rows = backend.to_numpy(xp.take(U, xp.asarray(idx), axis=0))
     else:
@@ -117,7 +146,9 @@ def median_distance(X, metric="sqeuclidean"):
     divided by their largest absolute value, so inputs of any representable scale neither
     overflow nor underflow (the median itself may: ``inf`` or 0). Memory ``k^2 / 2``."""
     if metric not in ("sqeuclidean", "euclidean", "cityblock"):
-        raise ValueError(f"unknown metric {metric!r}; choose 'sqeuclidean', 'euclidean' or 'cityblock'")
+        raise ValueError(
+            f"unknown metric {metric!r}; choose 'sqeuclidean', 'euclidean' or 'cityblock'"
+        )
     X = np.asarray(X, dtype=np.float64)
     scale = float(np.max(np.abs(X))) if X.size else 0.0
     if not 0 < scale < np.inf:
@@ -155,7 +186,9 @@ def pca_metric(X, power, rtol=1e-6):
     Cost: one SVD of (k, n); memory ``k n + n r``.
     """
     X = np.asarray(X, dtype=np.float64)
-    if not np.all(np.isfinite(X)):  # the SVD would not converge; the fit's own check names the samples
+    if not np.all(
+        np.isfinite(X)
+    ):  # the SVD would not converge; the fit's own check names the samples
         return np.eye(X.shape[1])
     X = X - X.mean(axis=0)
     _, sv, Vt = np.linalg.svd(X, full_matrices=False)
@@ -182,7 +215,11 @@ def weighted_directions(directions, ratio, power, max_directions=None, rtol=1e-6
     return np.ascontiguousarray(D * np.where(side < 0, -1.0, 1.0) * ratio[keep] ** power)
 
 
-METRIC_NAMES = {"sqeuclidean": "squared distance", "euclidean": "distance", "cityblock": "l1 distance"}
+METRIC_NAMES = {
+    "sqeuclidean": "squared distance",
+    "euclidean": "distance",
+    "cityblock": "l1 distance",
+}
 
 
 def _from_median(med, what):
@@ -191,14 +228,22 @@ def _from_median(med, what):
     if np.isnan(med):
         return 1.0
     if not 0 < med < np.inf or not 0 < 1 / med < np.inf:
-        raise ValueError(f"the median {what} of the inputs is {med:.3g}, beyond the range of float64: "
-                         "rescale the inputs (e.g. to unit spread)")
+        raise ValueError(
+            f"the median {what} of the inputs is {med:.3g}, beyond the range of float64: "
+            "rescale the inputs (e.g. to unit spread)"
+        )
     return med
 
 
 def _median_gammas_of(X, distributions):
-    meds = {metric: median_distance(X, metric) for metric in {GAMMA_METRIC[law] for law in distributions}}
-    return {law: 1.0 / _from_median(meds[GAMMA_METRIC[law]], METRIC_NAMES[GAMMA_METRIC[law]]) for law in distributions}
+    meds = {
+        metric: median_distance(X, metric)
+        for metric in {GAMMA_METRIC[law] for law in distributions}
+    }
+    return {
+        law: 1.0 / _from_median(meds[GAMMA_METRIC[law]], METRIC_NAMES[GAMMA_METRIC[law]])
+        for law in distributions
+    }
 
 
 def input_scales(U, distributions, power=None, *, max_rows=2000, random_state=None):
@@ -217,7 +262,7 @@ def input_scales(U, distributions, power=None, *, max_rows=2000, random_state=No
         return None, _median_gammas_of(sample_rows(U, rows, random_state), distributions)
     X = sample_rows(U, max(rows, PCA_ROWS), random_state)
     T = pca_metric(X, power)
-    return T, _median_gammas_of(X[::max(1, len(X) // rows)][:rows] @ T, distributions)
+    return T, _median_gammas_of(X[:: max(1, len(X) // rows)][:rows] @ T, distributions)
 
 
 def median_gammas(U, distributions, *, max_rows=2000, random_state=None):
@@ -230,14 +275,18 @@ def median_gamma(U, distribution="cauchy", *, max_rows=2000, random_state=None):
     """``gamma = 1 / median distance`` of the law's kernel (see the module docstring) over a
     random sample of the rows of ``U`` (M, n; numpy or dask). Falls back to ``1.0`` when all
     sampled inputs coincide."""
-    return median_gammas(U, [distribution], max_rows=max_rows, random_state=random_state)[distribution]
+    return median_gammas(U, [distribution], max_rows=max_rows, random_state=random_state)[
+        distribution
+    ]
 
 
 def median_length_scale(U, *, max_rows=2000, random_state=None):
     """``l = median ||x - y||_2`` over a random sample of the rows of ``U`` (M, n; numpy or
     dask): the length scale of the kernels of :mod:`rfol_dask.baselines.kernels` at which a
     typical pair has kernel argument 1. Falls back to ``1.0`` when all sampled inputs coincide."""
-    return _from_median(median_distance(_sample_for_pairs(U, max_rows, random_state), "euclidean"), "distance")
+    return _from_median(
+        median_distance(_sample_for_pairs(U, max_rows, random_state), "euclidean"), "distance"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -254,7 +303,9 @@ def frequency_scale(distribution, gamma):
     functions of ``gamma`` times a distance) to ``gamma``.
     """
     if distribution not in GAMMA_METRIC:
-        raise ValueError(f"unknown distribution {distribution!r}; choose one of {tuple(GAMMA_METRIC)}")
+        raise ValueError(
+            f"unknown distribution {distribution!r}; choose one of {tuple(GAMMA_METRIC)}"
+        )
     return float(np.sqrt(gamma)) if GAMMA_METRIC[distribution] == "sqeuclidean" else float(gamma)
 
 
@@ -263,11 +314,15 @@ def slab_bounds(n_features, M, segments=(), slab_bytes=64 * 2**20):
     for ``M`` rows (whole frequency blocks where possible), cut at every ``segments`` boundary."""
     width = max(1, int(slab_bytes // (8 * max(M, 1))))
     width = max(FREQUENCY_BLOCK, width - width % FREQUENCY_BLOCK)
-    cuts = sorted({0, int(n_features), *range(width, int(n_features), width), *(int(c) for c in segments)})
+    cuts = sorted(
+        {0, int(n_features), *range(width, int(n_features), width), *(int(c) for c in segments)}
+    )
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
-def validation_slab(acc, X, n_train, frequencies, n_features, f0, f1, scales, segments, fit_intercept=True):
+def validation_slab(
+    acc, X, n_train, frequencies, n_features, f0, f1, scales, segments, fit_intercept=True
+):
     """Add the feature slab ``f0:f1`` to the validation Grams of every scale; returns ``acc``.
 
     ``X`` (M_t + M_v, n): the training rows, then the validation rows. ``frequencies(columns=)``
@@ -292,7 +347,7 @@ def validation_slab(acc, X, n_train, frequencies, n_features, f0, f1, scales, se
     norm = float(np.sqrt(2.0 / n_features))
     M = X.shape[0]
     M_t, M_v, w = n_train, M - n_train, f1 - f0
-    flops = 2 * M * X.shape[1] * w + len(scales) * (M_t ** 2 + 2 * M_v * M_t) * w
+    flops = 2 * M * X.shape[1] * w + len(scales) * (M_t**2 + 2 * M_v * M_t) * w
     with blas_limits(_threads(worker_threads(), flops)):
         P = X @ Z
         A = np.empty_like(P) if fast else None
@@ -309,7 +364,11 @@ def validation_slab(acc, X, n_train, frequencies, n_features, f0, f1, scales, se
             if fit_intercept:
                 A -= xp.mean(A[:n_train, ...], axis=0)
             At, Av = A[:n_train, ...], A[n_train:, ...]
-            G, K = acc[k][g] if acc[k][g] is not None else (None, xp.zeros((M_v, n_train), dtype=X.dtype))
+            G, K = (
+                acc[k][g]
+                if acc[k][g] is not None
+                else (None, xp.zeros((M_v, n_train), dtype=X.dtype))
+            )
             K += Av @ At.T
             acc[k][g] = (syrk(At, trans=False, C=G), K)
     return acc
@@ -330,7 +389,10 @@ def add_validation(a, b):
 
 def sum_validation(*accs):
     """The sum of :func:`validation_slab` accumulators in a new one (the inputs are kept)."""
-    out = [[None if p is None else (backend.copy(p[0]), backend.copy(p[1])) for p in row] for row in accs[0]]
+    out = [
+        [None if p is None else (backend.copy(p[0]), backend.copy(p[1])) for p in row]
+        for row in accs[0]
+    ]
     for acc in accs[1:]:
         add_validation(out, acc)
     return out
@@ -345,7 +407,7 @@ def validation_grams(acc, k, segments, g, copy=True):
     ``copy=False`` with a single segment in the sum: ``G`` and ``K`` are the accumulator's own
     arrays, ``G``'s upper triangle filled in place from its lower one (which a solve must leave as
     it is: :func:`cholesky_errors` does); no ``M_t^2`` copy."""
-    parts = [p for p in acc[k][:g + 1] if p is not None]
+    parts = [p for p in acc[k][: g + 1] if p is not None]
     factor = segments[-1] / segments[g]
     if not copy and len(parts) == 1:
         return symmetrize(parts[0][0]), parts[0][1], factor
@@ -382,7 +444,9 @@ def scored_rows(V_valid):
     there is none."""
     keep = nonzero_rows(V_valid)
     if not keep.any():
-        raise ValueError("every validation output is identically zero: the relative L2 error is undefined")
+        raise ValueError(
+            "every validation output is identically zero: the relative L2 error is undefined"
+        )
     return keep
 
 
@@ -462,7 +526,7 @@ class EigenPath:
 
         xp = backend.namespace(G, K, V)
         M = G.shape[0]
-        with blas_limits(_threads(factor_threads(), 9.0 * M ** 3 + 2.0 * K.shape[0] * M ** 2)):
+        with blas_limits(_threads(factor_threads(), 9.0 * M**3 + 2.0 * K.shape[0] * M**2)):
             lam, Q = eigh_above(G, drop)
             self.vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
             self.lam_min = float(xp.min(lam)) if lam.shape[0] else 0.0
@@ -480,8 +544,12 @@ class EigenPath:
         where ``G + alpha I`` is not positive definite. Samples whose output is identically zero
         (relative error undefined) are left out."""
         keep = scored_rows(V_valid)
-        return np.array([_mean_error(V_valid, self.predict(a), keep) if a + self.lam_min > 0 else np.inf
-                         for a in alphas])
+        return np.array(
+            [
+                _mean_error(V_valid, self.predict(a), keep) if a + self.lam_min > 0 else np.inf
+                for a in alphas
+            ]
+        )
 
 
 def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):
@@ -509,13 +577,17 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):
     M, m, M_v = G.shape[0], Vc.shape[1], K.shape[0]
     by_rows = M_v < m  # solve for K (G + alpha I)^-1 (M_v right-hand sides), then times V
     rhs = backend.as_fortran(K.T) if by_rows else Vc
-    with blas_limits(_threads(factor_threads(), M ** 3 / 3 + 2.0 * M ** 2 * min(m, M_v) + 2.0 * M_v * M * m)):
+    with blas_limits(
+        _threads(factor_threads(), M**3 / 3 + 2.0 * M**2 * min(m, M_v) + 2.0 * M_v * M * m)
+    ):
         for k, alpha in enumerate(alphas):
             L = factor(float(alpha), k > 0)
             if L is None:
                 out.append(np.inf)
                 continue
-            pred = (backend.cho_solve(L, rhs).T @ Vc if by_rows else K @ backend.cho_solve(L, Vc)) + vbar
+            pred = (
+                backend.cho_solve(L, rhs).T @ Vc if by_rows else K @ backend.cho_solve(L, Vc)
+            ) + vbar
             out.append(_mean_error(V_valid, pred, keep))
         restore()
     return np.array(out)
@@ -536,16 +608,20 @@ def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=
     n = len(alphas)
     lo, hi = max(0, center - half_width), min(n, center + half_width + 1)
     out = np.full(n, np.nan)
-    solve = functools.partial(cholesky_errors, G, K, V, V_valid, fit_intercept=fit_intercept, design=design)
+    solve = functools.partial(
+        cholesky_errors, G, K, V, V_valid, fit_intercept=fit_intercept, design=design
+    )
     out[lo:hi] = solve(alphas[lo:hi])
     while True:
         best = lo + int(np.argmin(out[lo:hi]))
-        if (best == hi - 1 or not np.isfinite(out[best])) and hi < n:  # larger alphas (or none solved yet)
-            out[hi] = solve(alphas[hi:hi + 1])[0]
+        if (
+            best == hi - 1 or not np.isfinite(out[best])
+        ) and hi < n:  # larger alphas (or none solved yet)
+            out[hi] = solve(alphas[hi : hi + 1])[0]
             hi += 1
         elif best == lo and lo > 0 and np.isfinite(out[best]):
             lo -= 1
-            out[lo] = solve(alphas[lo:lo + 1])[0]
+            out[lo] = solve(alphas[lo : lo + 1])[0]
         else:
             return out
 
@@ -560,8 +636,20 @@ def path_method(n_alphas, M, method="auto", center=None, half_width=2):
     return "eigh" if eigh_pays(n_alphas, M) else "cholesky"
 
 
-def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", center=None, half_width=2,
-                floor=None, design=None, drop=None):
+def path_errors(
+    G,
+    K,
+    V,
+    V_valid,
+    alphas,
+    fit_intercept=True,
+    method="auto",
+    center=None,
+    half_width=2,
+    floor=None,
+    design=None,
+    drop=None,
+):
     """Mean relative L2 validation errors (n_alpha,) of the dual ridge problem for every alpha:
     ``method="eigh"`` (:class:`EigenPath`), ``"cholesky"`` (:func:`cholesky_errors`) or
     ``"auto"`` (the cheaper one, :func:`eigh_pays`). ``G`` may be overwritten.
@@ -583,18 +671,28 @@ def path_errors(G, K, V, V_valid, alphas, fit_intercept=True, method="auto", cen
     if not len(idx):
         scored_rows(V_valid)
         return out
-    method = "eigh" if drop is not None else path_method(len(idx), G.shape[0], method, center, half_width)
+    method = (
+        "eigh"
+        if drop is not None
+        else path_method(len(idx), G.shape[0], method, center, half_width)
+    )
     if method == "window":
         scored_rows(V_valid)  # before a window is solved
-        start = min(int(np.searchsorted(idx, int(center))), len(idx) - 1)  # the centre, or the first eligible above it
-        out[idx] = window_errors(G, K, V, V_valid, alphas[idx], start, half_width, fit_intercept, design)
+        start = min(
+            int(np.searchsorted(idx, int(center))), len(idx) - 1
+        )  # the centre, or the first eligible above it
+        out[idx] = window_errors(
+            G, K, V, V_valid, alphas[idx], start, half_width, fit_intercept, design
+        )
         return out
     if method == "eigh":
         out[idx] = EigenPath(G, K, V, fit_intercept, design, drop).errors(alphas[idx], V_valid)
     elif method == "cholesky":
         out[idx] = cholesky_errors(G, K, V, V_valid, alphas[idx], fit_intercept, design)
     else:
-        raise ValueError(f"unknown ridge path method {method!r}; choose 'auto', 'eigh' or 'cholesky'")
+        raise ValueError(
+            f"unknown ridge path method {method!r}; choose 'auto', 'eigh' or 'cholesky'"
+        )
     return out
 
 

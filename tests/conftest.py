@@ -24,9 +24,13 @@ def _clusters_only_in_cluster_tests(request, monkeypatch):
 
         from distributed import LocalCluster
 
-        @functools.wraps(LocalCluster.__init__)  # its signature stays LocalCluster's (load_config reads it)
+        @functools.wraps(
+            LocalCluster.__init__
+        )  # its signature stays LocalCluster's (load_config reads it)
         def refuse(self, *args, **kwargs):
-            raise AssertionError(f"{request.node.nodeid} starts a LocalCluster: mark it @pytest.mark.cluster")
+            raise AssertionError(
+                f"{request.node.nodeid} starts a LocalCluster: mark it @pytest.mark.cluster"
+            )
 
         monkeypatch.setattr(LocalCluster, "__init__", refuse)
     yield
@@ -41,7 +45,9 @@ def cluster_client():
     """
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster:
         with Client(cluster, set_as_default=False) as client:
             yield client
 
@@ -120,7 +126,11 @@ class FakeClient:
         self.limits, self.used = limits, used
 
     def scheduler_info(self):
-        return {"workers": {f"w{i}": {"memory_limit": m, "nthreads": 1} for i, m in enumerate(self.limits)}}
+        return {
+            "workers": {
+                f"w{i}": {"memory_limit": m, "nthreads": 1} for i, m in enumerate(self.limits)
+            }
+        }
 
     def run(self, func):
         return {f"w{i}": self.used for i in range(len(self.limits))}
@@ -129,14 +139,20 @@ class FakeClient:
 def same_scores(model, ref, tol):
     """Assert that the validation scores of two searches agree to ``tol`` (relative), their
     unsolved (NaN) and failed (-inf) candidates alike."""
-    np.testing.assert_allclose(model.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=tol)
+    np.testing.assert_allclose(
+        model.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=tol
+    )
 
 
 def _array_ids(value, min_bytes):
     """Ids of the memory of the numpy arrays of at least ``min_bytes`` in ``value`` (an array, a
     list or tuple of values, or an object's attributes)."""
     if isinstance(value, np.ndarray):
-        return {id(value if value.base is None else value.base)} if value.nbytes >= min_bytes else set()
+        return (
+            {id(value if value.base is None else value.base)}
+            if value.nbytes >= min_bytes
+            else set()
+        )
     if isinstance(value, (list, tuple)):
         return set().union(*(_array_ids(v, min_bytes) for v in value))
     names = getattr(value, "__slots__", ()) or getattr(value, "__dict__", {})
@@ -158,7 +174,9 @@ class _HeldArrays(WorkerPlugin):
     def transition(self, key, start, finish, **kwargs):
         if finish == "memory":
             data = self.worker.data
-            held = set().union(*(_array_ids(data.get(k), self.min_bytes) for k in list(data.keys())))
+            held = set().union(
+                *(_array_ids(data.get(k), self.min_bytes) for k in list(data.keys()))
+            )
             self.peak = max(self.peak, len(held))
 
 

@@ -39,10 +39,15 @@ def test_reordered_samples_are_paired_by_label(pair, lazy):
 
 def test_disjoint_or_partial_sample_labels_are_refused(pair):
     X, Y = pair
-    with pytest.raises(ValueError, match=r"different 'sample' labels: 60 only in X .* 60 only in y.*xarray\.align"):
+    with pytest.raises(
+        ValueError, match=r"different 'sample' labels: 60 only in X .* 60 only in y.*xarray\.align"
+    ):
         _model().fit(X, Y.assign_coords(sample=Y["sample"].values + 1000))
-    with pytest.raises(ValueError, match=r"10 only in X \(e\.g\. \[150, 151, 152\]\), "
-                                         r"10 only in y \(e\.g\. \[90, 91, 92\]\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"10 only in X \(e\.g\. \[150, 151, 152\]\), "
+        r"10 only in y \(e\.g\. \[90, 91, 92\]\)",
+    ):
         _model().fit(X, Y.assign_coords(sample=Y["sample"].values - 10))
     model = _model().fit(X, Y)
     with pytest.raises(ValueError, match="different 'sample' labels"):
@@ -62,14 +67,18 @@ def grid2d():
     U = rng.standard_normal((80, 6, 5))
     V = np.cumsum(U, axis=1) + 0.2 * U**2
     coords = {"x": x, "y": y}
-    return (xr.DataArray(U, dims=("sample", "x", "y"), coords=coords),
-            xr.DataArray(V, dims=("sample", "x", "y"), coords=coords))
+    return (
+        xr.DataArray(U, dims=("sample", "x", "y"), coords=coords),
+        xr.DataArray(V, dims=("sample", "x", "y"), coords=coords),
+    )
 
 
 @pytest.mark.parametrize("lazy", [False, True])
 def test_grid_dims_are_matched_by_name(grid2d, lazy):
     X, Y = grid2d
-    model = RandomFeatureOperator(n_features=200, distribution="gaussian", gamma=0.02, random_state=0).fit(X, Y)
+    model = RandomFeatureOperator(
+        n_features=200, distribution="gaussian", gamma=0.02, random_state=0
+    ).fit(X, Y)
     Xt = X[:20].transpose("sample", "y", "x")
     if lazy:
         Xt = Xt.chunk({"sample": 7})
@@ -78,15 +87,22 @@ def test_grid_dims_are_matched_by_name(grid2d, lazy):
     assert pred.dims == ("sample", "x", "y")
     np.testing.assert_allclose(np.asarray(pred), ref.values, rtol=1e-12, atol=1e-12)
     # sample need not come first either, and score matches y by name too
-    np.testing.assert_allclose(model.predict(X[:20].transpose("y", "sample", "x")).values, ref.values, atol=1e-12)
-    assert model.score(Xt, Y[:20].transpose("sample", "y", "x")) == pytest.approx(model.score(X[:20], Y[:20]))
+    np.testing.assert_allclose(
+        model.predict(X[:20].transpose("y", "sample", "x")).values, ref.values, atol=1e-12
+    )
+    assert model.score(Xt, Y[:20].transpose("sample", "y", "x")) == pytest.approx(
+        model.score(X[:20], Y[:20])
+    )
 
 
 def test_unknown_grid_dims_are_refused(grid2d):
     X, Y = grid2d
     model = RandomFeatureOperator(n_features=50, random_state=0).fit(X, Y)
-    with pytest.raises(ValueError, match=r"dims \('sample', 'x', 'z'\) but the model was trained on "
-                                         r"\('sample', 'x', 'y'\); unknown dims \['z'\], missing \['y'\].*rename"):
+    with pytest.raises(
+        ValueError,
+        match=r"dims \('sample', 'x', 'z'\) but the model was trained on "
+        r"\('sample', 'x', 'y'\); unknown dims \['z'\], missing \['y'\].*rename",
+    ):
         model.predict(X.rename(y="z"))
     # numpy keeps its positional meaning
     np.testing.assert_allclose(model.predict(X.values[:3]), model.predict(X[:3]).values)
@@ -104,7 +120,9 @@ def test_grid_dims_in_another_order_are_matched_by_coordinate(pair, lazy, order)
         X, Y, Xo, Yo = (a.chunk({"sample": 25}) for a in (X, Y, Xo, Yo))
     ref = _model().fit(X, Y)
     pred = ref.predict(X)
-    np.testing.assert_allclose(ref.predict(Xo), pred, rtol=1e-8, atol=1e-12)  # was: positional, wrong
+    np.testing.assert_allclose(
+        ref.predict(Xo), pred, rtol=1e-8, atol=1e-12
+    )  # was: positional, wrong
     model = _model().fit(Xo, Yo)
     np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-8, atol=1e-12)
     out = model.predict(Xo)
@@ -122,7 +140,9 @@ def test_a_model_fitted_by_position_on_descending_coordinates_refuses_to_predict
     model = _model().fit(X, Y)
     coords = getattr(model, f"{which}_coords_")
     coords["x"] = coords["x"][::-1]
-    with pytest.raises(ValueError, match=f"fitted on {which} coordinates that do not increase along 'x'"):
+    with pytest.raises(
+        ValueError, match=f"fitted on {which} coordinates that do not increase along 'x'"
+    ):
         model.predict(X)
 
 
@@ -142,7 +162,9 @@ def test_metrics_pair_samples_by_label_when_grid_dims_are_named_differently(pair
     shuffled = Y[40:].isel(sample=np.random.default_rng(2).permutation(20))
     ref = relative_l2_error(Y.values[40:], pred.transpose("sample", "dim_0").values)
     assert relative_l2_error(shuffled, pred) == pytest.approx(ref, rel=1e-12)
-    assert r2_score(shuffled, pred) == pytest.approx(r2_score(Y.values[40:], model.predict(X.values[40:])), rel=1e-12)
+    assert r2_score(shuffled, pred) == pytest.approx(
+        r2_score(Y.values[40:], model.predict(X.values[40:])), rel=1e-12
+    )
     with pytest.raises(ValueError, match="different 'sample' labels"):
         relative_l2_error(shuffled.assign_coords(sample=shuffled["sample"].values + 1000), pred)
 
@@ -151,10 +173,15 @@ def test_labels_on_one_side_only_out_of_order_are_warned_about(pair):
     # a plain-array X with a shuffled labelled y was paired by position without a word
     X, Y = pair
     Yp = Y.isel(sample=np.random.default_rng(3).permutation(len(Y)))
-    with pytest.warns(UserWarning, match=r"y's 'sample' labels are not in increasing order but X carries no sample "
-                                         r"labels, so they are paired by position"):
+    with pytest.warns(
+        UserWarning,
+        match=r"y's 'sample' labels are not in increasing order but X carries no sample "
+        r"labels, so they are paired by position",
+    ):
         _model().fit(X.values, Yp)
-    with pytest.warns(UserWarning, match=r"X's 'sample' labels are not in increasing order but y carries"):
+    with pytest.warns(
+        UserWarning, match=r"X's 'sample' labels are not in increasing order but y carries"
+    ):
         _model().fit(X.isel(sample=np.arange(59, -1, -1)), Y.values)
     import warnings
 

@@ -34,6 +34,7 @@ def strict(*arrays):
 def no_implicit_numpy(monkeypatch):
     """array_api_strict arrays refuse ``np.asarray``, as CuPy arrays do (numpy would silently copy
     them to the host): what runs "on the device" must use the namespace or ``backend.to_numpy``."""
+
     def refuse(self, *args, **kwargs):
         raise TypeError("implicit conversion to a NumPy array is not allowed (as for CuPy)")
 
@@ -201,13 +202,18 @@ def test_ridge_path_kernels_on_every_path(m):
     assert isinstance(got, np.ndarray) and np.isinf(got[0]) and rel(got[1:], want[1:]) < TOL
     assert rel(tuning.EigenPath(Gs, Ks, Vs).errors(alphas[1:], Vvs), eig) < TOL
     got = tuning.window_errors(Gs, Ks, Vs, Vvs, alphas, center=3, half_width=1)
-    assert np.array_equal(np.isnan(got), np.isnan(win)) and rel(got[~np.isnan(win)], win[~np.isnan(win)]) < TOL
+    assert (
+        np.array_equal(np.isnan(got), np.isnan(win))
+        and rel(got[~np.isnan(win)], win[~np.isnan(win)]) < TOL
+    )
     assert np.array_equal(backend.to_numpy(Gs), G)
     for method in ("eigh", "cholesky", "auto"):
         got = tuning.path_errors(Gs, Ks, Vs, Vvs, alphas[1:], method=method)
         assert rel(got, want[1:]) < 1e-6
     with pytest.raises(ValueError, match="identically zero"):
-        tuning.path_errors(Gs, Ks, Vs, xs.zeros((9, m), dtype=xs.float64), alphas, method="cholesky")
+        tuning.path_errors(
+            Gs, Ks, Vs, xs.zeros((9, m), dtype=xs.float64), alphas, method="cholesky"
+        )
 
 
 def _generic(f):
@@ -243,8 +249,11 @@ def test_validation_grams_on_every_path():
 
     def grams(X):
         accs = [None, None]
-        for i, (f0, f1) in enumerate(tuning.slab_bounds(N, len(X) if isinstance(X, np.ndarray) else X.shape[0],
-                                                        Ns, slab_bytes=50 * 8 * 128)):
+        for i, (f0, f1) in enumerate(
+            tuning.slab_bounds(
+                N, len(X) if isinstance(X, np.ndarray) else X.shape[0], Ns, slab_bytes=50 * 8 * 128
+            )
+        ):
             accs[i % 2] = tuning.validation_slab(accs[i % 2], X, 40, freq, N, f0, f1, scales, Ns)
         total = tuning.sum_validation(*accs)
         out = [tuning.validation_grams(total, k, Ns, g) for k in range(2) for g in range(2)]
@@ -283,7 +292,13 @@ def test_nan_named_on_generic_path(data):
 def test_operator_follows_array_api_input(tmp_path, data, solver):
     U, V = data
     U3 = U.reshape(70, 3, 3)
-    kw = dict(n_features=150 if solver == "dual" else 40, gamma=0.4, alpha=1e-6, random_state=5, solver=solver)
+    kw = dict(
+        n_features=150 if solver == "dual" else 40,
+        gamma=0.4,
+        alpha=1e-6,
+        random_state=5,
+        solver=solver,
+    )
     cpu = RandomFeatureOperator(**kw).fit(U3, V)
     want = cpu.predict(U3[:9])
     model = RandomFeatureOperator(**kw).fit(*strict(U3, V))
@@ -310,8 +325,10 @@ def test_operator_fits_array_api_input_of_fewer_samples_than_the_centre_rows(dat
     assert rel(model.predict(xs.asarray(U[:5])), want) < TOL
 
 
-@pytest.mark.parametrize("kw", [dict(kernel="matern52", length_scale=2.0, nugget=1e-4),
-                                dict(kernel="linear", nugget=1e-8)])  # the linear kernel's primal (9 < 70 inputs)
+@pytest.mark.parametrize(
+    "kw",
+    [dict(kernel="matern52", length_scale=2.0, nugget=1e-4), dict(kernel="linear", nugget=1e-8)],
+)  # the linear kernel's primal (9 < 70 inputs)
 def test_kernel_operator_follows_array_api_input(tmp_path, data, kw):
     U, V = data
     want = KernelOperator(**kw).fit(U, V).predict(U[:8])
@@ -326,7 +343,9 @@ def test_kernel_operator_follows_array_api_input(tmp_path, data, kw):
 def fake_cuda(monkeypatch):
     """device="cuda" served by array_api_strict: the device plumbing without a GPU (its arrays
     refuse implicit conversion to numpy, as CuPy's do: :func:`no_implicit_numpy`)."""
-    monkeypatch.setitem(backend._DEVICE_NAMESPACES, "cuda", lambda: backend.namespace(xs.asarray(0.0)))
+    monkeypatch.setitem(
+        backend._DEVICE_NAMESPACES, "cuda", lambda: backend.namespace(xs.asarray(0.0))
+    )
 
 
 def test_metrics_and_score_of_device_arrays(data):
@@ -356,13 +375,21 @@ def test_figures_of_device_arrays():
     for shape in ((12, 7), (15,)):
         T = rng.standard_normal(shape)
         P = T + 0.1 * rng.standard_normal(shape)
-        figs = [prediction_figure(T, {"m": P}), prediction_figure(xs.asarray(T), {"m": xs.asarray(P)}),
-                prediction_figure(xr.DataArray(xs.asarray(T)), {"m": P}),
-                example_figure(T, T, T, P), example_figure(*strict(T, T, T, P))]
+        figs = [
+            prediction_figure(T, {"m": P}),
+            prediction_figure(xs.asarray(T), {"m": xs.asarray(P)}),
+            prediction_figure(xr.DataArray(xs.asarray(T)), {"m": P}),
+            example_figure(T, T, T, P),
+            example_figure(*strict(T, T, T, P)),
+        ]
         for a, b in ((figs[0], figs[1]), (figs[0], figs[2]), (figs[3], figs[4])):
             for ax_a, ax_b in zip(a.axes, b.axes):
-                drawn = [(c.get_array() if hasattr(c, "get_array") else None) for c in ax_a.collections]
-                again = [(c.get_array() if hasattr(c, "get_array") else None) for c in ax_b.collections]
+                drawn = [
+                    (c.get_array() if hasattr(c, "get_array") else None) for c in ax_a.collections
+                ]
+                again = [
+                    (c.get_array() if hasattr(c, "get_array") else None) for c in ax_b.collections
+                ]
                 lines = [ln.get_ydata() for ln in ax_a.lines], [ln.get_ydata() for ln in ax_b.lines]
                 assert all(np.array_equal(x, y) for x, y in zip(drawn, again) if x is not None)
                 assert all(np.array_equal(x, y) for x, y in zip(*lines))
@@ -370,14 +397,21 @@ def test_figures_of_device_arrays():
             plt.close(f)
 
 
-@pytest.mark.parametrize("est, kw", [(RandomFeatureOperator, dict(n_features=150, gamma=0.4, random_state=2)),
-                                     (KernelOperator, dict(kernel="rbf", length_scale=2.0, nugget=1e-4)),
-                                     (KernelOperator, dict(kernel="linear", nugget=1e-8))])
+@pytest.mark.parametrize(
+    "est, kw",
+    [
+        (RandomFeatureOperator, dict(n_features=150, gamma=0.4, random_state=2)),
+        (KernelOperator, dict(kernel="rbf", length_scale=2.0, nugget=1e-4)),
+        (KernelOperator, dict(kernel="linear", nugget=1e-8)),
+    ],
+)
 def test_device_cuda_moves_numpy_input_and_returns_numpy(fake_cuda, tmp_path, data, est, kw):
     U, V = data
     want = est(**kw).fit(U, V).predict(U[:6])
     model = est(device="cuda", **kw).fit(U, V)
-    fitted = model.dual_coef_ if model.coef_ is None else model.coef_  # coef_: RF, the linear kernel's primal
+    fitted = (
+        model.dual_coef_ if model.coef_ is None else model.coef_
+    )  # coef_: RF, the linear kernel's primal
     assert backend.is_array_api(fitted)  # computed and kept on the device
     pred = model.predict(U[:6])
     assert isinstance(pred, np.ndarray) and rel(pred, want) < TOL  # returned in the input's kind
@@ -385,21 +419,51 @@ def test_device_cuda_moves_numpy_input_and_returns_numpy(fake_cuda, tmp_path, da
     assert isinstance(est.load(tmp_path / "m").predict(U[:6]), np.ndarray)
 
 
-_CV = [("RandomFeatureOperatorCV", dict(n_features=120, distributions=("gaussian",), gammas=(0.5, 2.0),
-                                        alphas=(1e-6, 1e-2), random_state=0)),
-       ("RandomFeatureOperatorCV", dict(n_features=(64, 128), max_features=256, distributions=("cauchy",),
-                                        gammas=(0.5, 1.0, 2.0), alphas=(1e-6, 1e-4, 1e-2), pca_power=1.0,
-                                        score_outputs=3, random_state=1)),
-       ("KernelOperatorCV", dict(kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))),
-       ("KernelOperatorCV", dict(kernels=("matern52", "linear"), length_scales=(0.5, 2.0), nuggets=(1e-4, 1e-2),
-                                 pca_power=1.0))]
+_CV = [
+    (
+        "RandomFeatureOperatorCV",
+        dict(
+            n_features=120,
+            distributions=("gaussian",),
+            gammas=(0.5, 2.0),
+            alphas=(1e-6, 1e-2),
+            random_state=0,
+        ),
+    ),
+    (
+        "RandomFeatureOperatorCV",
+        dict(
+            n_features=(64, 128),
+            max_features=256,
+            distributions=("cauchy",),
+            gammas=(0.5, 1.0, 2.0),
+            alphas=(1e-6, 1e-4, 1e-2),
+            pca_power=1.0,
+            score_outputs=3,
+            random_state=1,
+        ),
+    ),
+    ("KernelOperatorCV", dict(kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))),
+    (
+        "KernelOperatorCV",
+        dict(
+            kernels=("matern52", "linear"),
+            length_scales=(0.5, 2.0),
+            nuggets=(1e-4, 1e-2),
+            pca_power=1.0,
+        ),
+    ),
+]
 
 
 def _cv_class(name):
     from rfol_dask import RandomFeatureOperatorCV
     from rfol_dask.baselines import KernelOperatorCV
 
-    return {"RandomFeatureOperatorCV": RandomFeatureOperatorCV, "KernelOperatorCV": KernelOperatorCV}[name]
+    return {
+        "RandomFeatureOperatorCV": RandomFeatureOperatorCV,
+        "KernelOperatorCV": KernelOperatorCV,
+    }[name]
 
 
 @pytest.fixture
@@ -446,11 +510,21 @@ def test_cv_search_groups_its_grams_by_the_device_memory(fake_cuda, data, monkey
     from rfol_dask import RandomFeatureOperatorCV, memory, selection
 
     U, V = data
-    kw = dict(n_features=96, distributions=("gaussian",), gammas=(0.5, 1.0, 2.0), alphas=(1e-6, 1e-2), random_state=0)
+    kw = dict(
+        n_features=96,
+        distributions=("gaussian",),
+        gammas=(0.5, 1.0, 2.0),
+        alphas=(1e-6, 1e-2),
+        random_state=0,
+    )
     want = RandomFeatureOperatorCV(**kw).fit(U, V)
     groups = []
     real = RandomFeatureOperatorCV._gram_group
-    monkeypatch.setattr(RandomFeatureOperatorCV, "_gram_group", lambda self, *a: groups.append(real(self, *a)) or groups[-1])
+    monkeypatch.setattr(
+        RandomFeatureOperatorCV,
+        "_gram_group",
+        lambda self, *a: groups.append(real(self, *a)) or groups[-1],
+    )
     monkeypatch.setattr(memory, "free_bytes", lambda xp: 164_000 / selection.DEVICE_SHARE)
     model = RandomFeatureOperatorCV(device="cuda", **kw).fit(U, V)
     assert groups and max(groups) == 2  # 0.5 x 164,000 bytes over 8 x 70 x 56 a gamma
@@ -472,10 +546,16 @@ def test_cv_search_on_the_device_through_a_distributed_worker(fake_cuda, scored_
     U, V = data
     on_cpu = cls(**kw).fit(U, V)
     scored_in.clear()
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         with get_task_stream(client) as ts:
-            model = cls(device="cuda", **kw).fit(da.from_array(U, chunks=25), da.from_array(V, chunks=25))
+            model = cls(device="cuda", **kw).fit(
+                da.from_array(U, chunks=25), da.from_array(V, chunks=25)
+            )
         assert not client.futures
     ran = {key_split(t["key"]) for t in ts.data}
     assert {"stack_rows", "validation_slab", "path_errors"} <= ran  # searched on the worker
@@ -498,8 +578,10 @@ def test_device_validation(data):
         backend.check_device("gpu")
 
 
-@pytest.mark.skipif("cupy" in sys.modules or __import__("importlib").util.find_spec("cupy") is not None,
-                    reason="CuPy is installed here")
+@pytest.mark.skipif(
+    "cupy" in sys.modules or __import__("importlib").util.find_spec("cupy") is not None,
+    reason="CuPy is installed here",
+)
 def test_device_cuda_without_cupy_says_what_to_install(tmp_path, data):
     U, V = data
     for est in (RandomFeatureOperator(device="cuda", n_features=20), KernelOperator(device="cuda")):
@@ -548,13 +630,16 @@ def test_streamed_dual_on_the_device_equals_the_cpu_fit(fake_cuda, data):
     with pytest.raises(NotImplementedError, match="streamed dual only"):
         RandomFeatureOperator(device="cuda", n_features=20, solver="primal").fit(Ud, Vd)
     for kernel in ("rbf", "linear"):  # the linear kernel's primal too
-        with pytest.raises(NotImplementedError, match="KernelOperator fits dask input on the CPU only"):
+        with pytest.raises(
+            NotImplementedError, match="KernelOperator fits dask input on the CPU only"
+        ):
             KernelOperator(device="cuda", kernel=kernel).fit(Ud, Vd)
 
 
 @pytest.mark.parametrize("room", [True, False])
-def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_room(fake_cuda, data, monkeypatch,
-                                                                                      room):
+def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_room(
+    fake_cuda, data, monkeypatch, room
+):
     """On a device each slab's frequencies are drawn ahead of the Gram pass, by tasks that need
     no data (``draw-slab``), and both passes use them (one draw per slab, not two) while the
     device has room; without room nothing is drawn ahead and the passes draw them, with the same
@@ -593,9 +678,15 @@ def test_streamed_device_slabs_draw_their_frequencies_once_while_the_device_has_
     monkeypatch.setattr(streamed, "draw_slab", counting_ahead)
     kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
     want = RandomFeatureOperator(**kw).fit(U, V)
-    with dask.config.set({"rfol_dask.slab-bytes": 70 * 8 * 256,  # slabs of 256 columns: 3
-                          "rfol_dask.device-features": "slabs"}):
-        model = RandomFeatureOperator(device="cuda", **kw).fit(da.from_array(U, chunks=25), da.from_array(V, chunks=25))
+    with dask.config.set(
+        {
+            "rfol_dask.slab-bytes": 70 * 8 * 256,  # slabs of 256 columns: 3
+            "rfol_dask.device-features": "slabs",
+        }
+    ):
+        model = RandomFeatureOperator(device="cuda", **kw).fit(
+            da.from_array(U, chunks=25), da.from_array(V, chunks=25)
+        )
     slabs = sorted(set(slab_draws))
     assert slabs == [(0, 256), (256, 512), (512, 700)]
     assert len(slab_draws) == (3 if room else 6)
@@ -621,7 +712,9 @@ def test_frequencies_kept_after_their_fit_ended_are_dropped():
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("room", [True, False])
-def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, data, monkeypatch, room):
+def test_streamed_dual_on_the_device_through_a_distributed_worker(
+    fake_cuda, data, monkeypatch, room
+):
     """The device path on a distributed worker (in-process, so that it sees the fake device):
     the frequencies drawn ahead on the worker, the coefficient rows gathered slab by slab into
     the client's array; the fit equals the CPU fit. Where the device has room for the features
@@ -643,19 +736,29 @@ def test_streamed_dual_on_the_device_through_a_distributed_worker(fake_cuda, dat
     U, V = data
     kw = dict(n_features=700, gamma=0.4, alpha=1e-6, random_state=4, solver="dual")
     want = RandomFeatureOperator(**kw).fit(U, V)
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
-            Client(cluster) as client, dask.config.set({"rfol_dask.slab-bytes": 70 * 8 * 256}):
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+        dask.config.set({"rfol_dask.slab-bytes": 70 * 8 * 256}),
+    ):
         with get_task_stream(client) as ts:
-            model = RandomFeatureOperator(device="cuda", **kw).fit(da.from_array(U, chunks=25),
-                                                                   da.from_array(V, chunks=25))
+            model = RandomFeatureOperator(device="cuda", **kw).fit(
+                da.from_array(U, chunks=25), da.from_array(V, chunks=25)
+            )
         assert not client.futures  # nothing of the fit is left on the cluster
     ran = Counter(key_split(t["key"]) for t in ts.data)
-    assert ran["device-inputs"] == ran["device-outputs"] == 3  # 3 row blocks (70 samples), each moved as read
+    assert (
+        ran["device-inputs"] == ran["device-outputs"] == 3
+    )  # 3 row blocks (70 samples), each moved as read
     if room:  # a Gram strip per row block as it comes, C from the kept features of each slab
         assert ran["draw-slab"] == ran["gram-rows"] == ran["check-inputs"] == ran["coef-rows"] == 3
         assert ran["stack-inputs"] == ran["gram-slab"] == ran["coef-slab"] == 0
     else:
-        assert ran["draw-slab"] == ran["gram-slab"] == ran["coef-slab"] == ran["stack-inputs"] * 3 == 3
+        assert (
+            ran["draw-slab"] == ran["gram-slab"] == ran["coef-slab"] == ran["stack-inputs"] * 3 == 3
+        )
     assert isinstance(model.coef_, np.ndarray) and model.coef_.flags.c_contiguous
     assert rel(model.coef_, want.coef_) < TOL and rel(model.intercept_, want.intercept_) < TOL
     assert streamed._KEPT_FREQUENCIES == {}
@@ -671,7 +774,9 @@ def test_gpu_slab_tasks_draw_on_the_host_cores_per_gpu(monkeypatch):
     from rfol_dask.solve import streamed
 
     cores = linalg.host_cores()
-    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 4)))
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=lambda: 4))
+    )
     monkeypatch.setitem(sys.modules, "cupy", fake)
     assert backend.host_threads_per_gpu() == max(1, cores // 4)
     assert streamed._slab_threads(xs.asarray(np.ones((3, 2)))) == max(1, cores // 4)
@@ -701,7 +806,10 @@ def test_a_dask_operand_beside_an_array_api_one(data):
     U, V = data
     kw = dict(n_features=60, gamma=0.4, random_state=4)
     want = RandomFeatureOperator(**kw).fit(U, V).predict(U[:5])
-    for Uin, Vin in ((da.from_array(U, chunks=20), xs.asarray(V)), (xs.asarray(U), da.from_array(V, chunks=20))):
+    for Uin, Vin in (
+        (da.from_array(U, chunks=20), xs.asarray(V)),
+        (xs.asarray(U), da.from_array(V, chunks=20)),
+    ):
         got = RandomFeatureOperator(**kw).fit(Uin, Vin).predict(U[:5])
         assert rel(backend.to_numpy(got), want) < TOL
 
@@ -715,5 +823,7 @@ def test_the_rows_mode_counts_the_second_gram_of_a_worker_that_sums_them(monkeyp
     alone = streamed.rows_need(M, N // workers, m, n, 8)
     monkeypatch.setattr(streamed, "device_free_bytes", lambda device: alone + 1)
     assert streamed.rows_need(M, N // workers, m, n, 8, workers) >= alone + 8 * M * M
-    assert streamed.feature_mode(None, "cuda", M, N // workers, m, n, 8, 1) == "rows"  # as many features, one Gram
+    assert (
+        streamed.feature_mode(None, "cuda", M, N // workers, m, n, 8, 1) == "rows"
+    )  # as many features, one Gram
     assert streamed.feature_mode(None, "cuda", M, N, m, n, 8, workers) == "slabs"

@@ -17,7 +17,7 @@ def test_help_exits_cleanly(script, monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_:
         runpy.run_path(str(BENCHMARKS / script), run_name="__main__")
     assert exit_.value.code in (0, None)
-    assert script in capsys.readouterr().out   # argparse's usage line or the docstring's command
+    assert script in capsys.readouterr().out  # argparse's usage line or the docstring's command
 
 
 def test_too_few_arguments_is_a_usage_error(monkeypatch, capsys):
@@ -50,7 +50,15 @@ def test_scaling_keeps_the_rows_it_finished_and_records_its_settings(tmp_path, m
     def run(client, M, n, N, m, chunk):
         if M == 1000:  # the quick M sweep, the last row
             raise KeyboardInterrupt
-        return {"M": M, "N": N, "solver": "dual", "fit_s": 1.0, "predict_s": 0.1, "flops": 1e9, "phases": {}}
+        return {
+            "M": M,
+            "N": N,
+            "solver": "dual",
+            "fit_s": 1.0,
+            "predict_s": 0.1,
+            "flops": 1e9,
+            "phases": {},
+        }
 
     monkeypatch.setattr(scaling, "local_client", lambda n_workers: Client())
     monkeypatch.setattr(scaling, "matmul_rate", lambda: 1e10)
@@ -59,9 +67,16 @@ def test_scaling_keeps_the_rows_it_finished_and_records_its_settings(tmp_path, m
     with pytest.raises(KeyboardInterrupt):
         scaling.main(["--quick", "--workers", "1", "--out", str(out)])
     res = json.loads(out.read_text())
-    assert [(r["study"], r["M"], r["threads"]) for r in res["rows"]] == [("strong", 600, [1]), ("N sweep", 400, [1])]
-    assert res["settings"]["model"] == {"distribution": "cauchy", "gamma_times_n": 2.0, "alpha": 1e-4,
-                                        "random_state": 0}
+    assert [(r["study"], r["M"], r["threads"]) for r in res["rows"]] == [
+        ("strong", 600, [1]),
+        ("N sweep", 400, [1]),
+    ]
+    assert res["settings"]["model"] == {
+        "distribution": "cauchy",
+        "gamma_times_n": 2.0,
+        "alpha": 1e-4,
+        "random_state": 0,
+    }
     assert res["settings"]["cluster"] == "LocalCluster" and res["settings"]["quick"] is True
     written = []
     monkeypatch.setattr(scaling, "write", lambda path, results: written.append(Path(path).name))

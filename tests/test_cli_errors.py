@@ -21,18 +21,40 @@ def _run(args, capsys):
 
 def test_version():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    res = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "--version"], capture_output=True, text=True,
-                         env=env, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "rfol_dask.cli", "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert res.returncode == 0 and res.stdout.strip() == f"rfol-dask {__version__}"
 
 
-@pytest.mark.parametrize("value, says", [("0", "must be at least 1, got 0"), ("-4", "must be at least 1, got -4"),
-                                         ("abc", "must be an integer, got 'abc'"),
-                                         ("2.5", "must be an integer, got 2.5")])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("0", "must be at least 1, got 0"),
+        ("-4", "must be at least 1, got -4"),
+        ("abc", "must be an integer, got 'abc'"),
+        ("2.5", "must be an integer, got 2.5"),
+    ],
+)
 def test_generate_bad_grid_size_names_the_parameter(tmp_path, capsys, value, says):
     out = tmp_path / "a.zarr"
-    code, err = _run(["generate", "advection1", "--samples", "4", "--param", f"n_points={value}", "--out", str(out)],
-                     capsys)
+    code, err = _run(
+        [
+            "generate",
+            "advection1",
+            "--samples",
+            "4",
+            "--param",
+            f"n_points={value}",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert code == 2
     assert f"parameter 'n_points' of data set 'advection1' {says}" in err
     assert not out.exists()
@@ -42,18 +64,58 @@ def test_generate_refuses_a_parameter_given_twice_with_two_values(tmp_path, caps
     """The last of two ``--param`` values won, silently (a data set of another grid than one of the
     two asked for); the same value twice is harmless."""
     out = tmp_path / "a.zarr"
-    code, err = _run(["generate", "advection1", "--samples", "2", "--param", "n_points=10", "--param", "n_points=20",
-                      "--out", str(out)], capsys)
-    assert code == 2 and "--param n_points is given twice (n_points=10 and n_points=20): give it once" in err
+    code, err = _run(
+        [
+            "generate",
+            "advection1",
+            "--samples",
+            "2",
+            "--param",
+            "n_points=10",
+            "--param",
+            "n_points=20",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
+    assert (
+        code == 2
+        and "--param n_points is given twice (n_points=10 and n_points=20): give it once" in err
+    )
     assert not out.exists()
-    code, _ = _run(["generate", "advection1", "--samples", "2", "--param", "n_points=10", "--param", "n_points=10",
-                    "--out", str(out)], capsys)
+    code, _ = _run(
+        [
+            "generate",
+            "advection1",
+            "--samples",
+            "2",
+            "--param",
+            "n_points=10",
+            "--param",
+            "n_points=10",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert code == 0 and datasets.open_dataset(out).sizes["x"] == 10
 
 
 def test_generate_bad_float_parameter_names_it(tmp_path, capsys):
-    code, err = _run(["generate", "burgers", "--samples", "2", "--param", "nu=fast", "--out", str(tmp_path / "b")],
-                     capsys)
+    code, err = _run(
+        [
+            "generate",
+            "burgers",
+            "--samples",
+            "2",
+            "--param",
+            "nu=fast",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        capsys,
+    )
     assert code == 2 and "parameter 'nu' of data set 'burgers' must be a number, got 'fast'" in err
 
 
@@ -78,19 +140,39 @@ def test_fit_of_a_model_larger_than_this_machine_is_one_line(store, capsys):
 
 def test_fit_on_a_saved_model_says_it_is_a_model_and_what_to_pass(store, tmp_path, capsys):
     # it said "cannot be read as an xarray data set ... dimension_names"
-    assert _run(["fit", str(store), "--train", "20", "--n-features", "20", "--out", str(tmp_path / "m.zarr")],
-                capsys)[0] == 0
+    assert (
+        _run(
+            [
+                "fit",
+                str(store),
+                "--train",
+                "20",
+                "--n-features",
+                "20",
+                "--out",
+                str(tmp_path / "m.zarr"),
+            ],
+            capsys,
+        )[0]
+        == 0
+    )
     code, err = _run(["fit", str(tmp_path / "m.zarr"), "--n-features", "20"], capsys)
     assert code == 2 and "Traceback" not in err and "dimension_names" not in err
-    assert (f"{tmp_path / 'm.zarr'} is a saved model, not a data set: load it with RandomFeatureOperator.load to "
-            "predict with it; fit and open_dataset read a data-set store") in err
+    assert (
+        f"{tmp_path / 'm.zarr'} is a saved model, not a data set: load it with RandomFeatureOperator.load to "
+        "predict with it; fit and open_dataset read a data-set store"
+    ) in err
 
 
 def test_fit_out_refuses_a_file_and_the_data_set_itself(store, tmp_path, capsys):
     plain = tmp_path / "plain.txt"
     plain.write_text("keep")
     code, err = _run(["fit", str(store), "--n-features", "20", "--out", str(plain)], capsys)
-    assert code == 2 and "exists and is a file, not an rfol_dask model" in err and "Traceback" not in err
+    assert (
+        code == 2
+        and "exists and is a file, not an rfol_dask model" in err
+        and "Traceback" not in err
+    )
     assert plain.read_text() == "keep"
     code, err = _run(["fit", str(store), "--n-features", "20", "--out", str(store)], capsys)
     assert code == 2 and "exists and is an rfol_dask data set, not an rfol_dask model" in err
@@ -102,14 +184,20 @@ def test_fit_out_refuses_a_file_and_the_data_set_itself(store, tmp_path, capsys)
     assert code == 2 and "holding other files" in err and (mine / "notes.txt").read_text() == "mine"
     # a model is replaced, as before
     model = tmp_path / "m.zarr"
-    assert main(["fit", str(store), "--train", "20", "--n-features", "20", "--out", str(model)]) == 0
-    assert main(["fit", str(store), "--train", "20", "--n-features", "30", "--out", str(model)]) == 0
+    assert (
+        main(["fit", str(store), "--train", "20", "--n-features", "20", "--out", str(model)]) == 0
+    )
+    assert (
+        main(["fit", str(store), "--train", "20", "--n-features", "30", "--out", str(model)]) == 0
+    )
     from rfol_dask import RandomFeatureOperator
 
     assert RandomFeatureOperator.load(model).coef_.shape == (30, 40)
 
 
-def test_fit_device_defaults_to_the_cluster_kind_and_cuda_without_cupy_says_what_to_install(store, capsys):
+def test_fit_device_defaults_to_the_cluster_kind_and_cuda_without_cupy_says_what_to_install(
+    store, capsys
+):
     import argparse
     import importlib.util
 
@@ -119,34 +207,62 @@ def test_fit_device_defaults_to_the_cluster_kind_and_cuda_without_cupy_says_what
         return argparse.Namespace(**{"device": None, "cluster": None, **kw})
 
     assert _device(args()) == "cpu" and _device(args(cluster="local")) == "cpu"
-    assert _device(args(cluster="local-cuda")) == "cuda" and _device(args(cluster="slurm-gpu")) == "cuda"
-    assert _device(args(cluster="slurm")) == "cpu" and _device(args(cluster="local-cuda", device="cpu")) == "cpu"
+    assert (
+        _device(args(cluster="local-cuda")) == "cuda"
+        and _device(args(cluster="slurm-gpu")) == "cuda"
+    )
+    assert (
+        _device(args(cluster="slurm")) == "cpu"
+        and _device(args(cluster="local-cuda", device="cpu")) == "cpu"
+    )
     if importlib.util.find_spec("cupy") is None:
-        code, err = _run(["fit", str(store), "--train", "20", "--n-features", "20", "--device", "cuda"], capsys)
+        code, err = _run(
+            ["fit", str(store), "--train", "20", "--n-features", "20", "--device", "cuda"], capsys
+        )
         assert code == 2 and "pip install 'rfol-dask[gpu]'" in err and "Traceback" not in err
 
 
 def test_fit_pca_power_fits_in_the_input_metric(store, capsys, tmp_path):
     from rfol_dask import RandomFeatureOperator
 
-    code = main(["fit", str(store), "--train", "20", "--n-features", "40", "--pca-power", "1", "--out",
-                 str(tmp_path / "m.zarr")])
+    code = main(
+        [
+            "fit",
+            str(store),
+            "--train",
+            "20",
+            "--n-features",
+            "40",
+            "--pca-power",
+            "1",
+            "--out",
+            str(tmp_path / "m.zarr"),
+        ]
+    )
     assert code == 0 and "relative L2 error on the 10 remaining samples" in capsys.readouterr().out
     assert RandomFeatureOperator.load(tmp_path / "m.zarr").pca_power == 1.0
 
 
 def test_fit_pca_power_list_needs_tune(store, capsys):
-    code, err = _run(["fit", str(store), "--train", "20", "--n-features", "40", "--pca-power", "none,1"], capsys)
+    code, err = _run(
+        ["fit", str(store), "--train", "20", "--n-features", "40", "--pca-power", "none,1"], capsys
+    )
     assert code == 2 and "--pca-power takes one value without --tune" in err
     with pytest.raises(SystemExit):
         main(["fit", str(store), "--pca-power", "smooth"])
     assert "must be numbers or 'none'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args", [["generate", "advection1", "--samples", "4", "--out", "x.zarr", "--workers", "0"],
-                                  ["generate", "advection1", "--samples", "4", "--out", "x.zarr", "--workers", "-1"],
-                                  ["quickstart", "--workers", "0"], ["quickstart", "--train", "-5"],
-                                  ["quickstart", "--test", "0"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["generate", "advection1", "--samples", "4", "--out", "x.zarr", "--workers", "0"],
+        ["generate", "advection1", "--samples", "4", "--out", "x.zarr", "--workers", "-1"],
+        ["quickstart", "--workers", "0"],
+        ["quickstart", "--train", "-5"],
+        ["quickstart", "--test", "0"],
+    ],
+)
 def test_counts_below_one_are_refused_by_the_parser(args, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as info:
@@ -159,17 +275,34 @@ def test_fit_checks_report_and_out_paths_and_the_sample_dim_before_fitting(store
     folder, plain = tmp_path / "adir", tmp_path / "afile"
     folder.mkdir()
     plain.write_text("x")
-    code, err = _run(["fit", str(store), "--train", "20", "--n-features", "20", "--report", str(folder),
-                      "--out", str(tmp_path / "m.zarr")], capsys)
+    code, err = _run(
+        [
+            "fit",
+            str(store),
+            "--train",
+            "20",
+            "--n-features",
+            "20",
+            "--report",
+            str(folder),
+            "--out",
+            str(tmp_path / "m.zarr"),
+        ],
+        capsys,
+    )
     assert code == 2 and "is a directory; give the path of an HTML file" in err
-    code, err = _run(["fit", str(store), "--train", "20", "--n-features", "20", "--out", str(plain / "m.zarr")], capsys)
+    code, err = _run(
+        ["fit", str(store), "--train", "20", "--n-features", "20", "--out", str(plain / "m.zarr")],
+        capsys,
+    )
     assert code == 2 and "is a file, not a directory" in err
     assert sorted(os.listdir(tmp_path)) == ["adir", "afile"]
     import numpy as np
     import xarray as xr
 
-    xr.Dataset({"input": (("s", "x"), np.ones((4, 3))), "output": (("s", "y"), np.ones((4, 2)))}).to_zarr(
-        tmp_path / "nosample.zarr")
+    xr.Dataset(
+        {"input": (("s", "x"), np.ones((4, 3))), "output": (("s", "y"), np.ones((4, 2)))}
+    ).to_zarr(tmp_path / "nosample.zarr")
     code, err = _run(["fit", str(tmp_path / "nosample.zarr"), "--n-features", "20"], capsys)
     assert code == 2 and "need a 'sample' dimension" in err
 
@@ -181,15 +314,33 @@ def test_sigterm_during_a_fit_removes_its_feature_cache(tmp_path):
     import xarray as xr
 
     rng = np.random.default_rng(0)
-    xr.Dataset({"input": (("sample", "x"), rng.standard_normal((600, 64))),
-                "output": (("sample", "x"), rng.standard_normal((600, 64)))}).chunk({"sample": 100}).to_zarr(
-        tmp_path / "d.zarr")
+    xr.Dataset(
+        {
+            "input": (("sample", "x"), rng.standard_normal((600, 64))),
+            "output": (("sample", "x"), rng.standard_normal((600, 64))),
+        }
+    ).chunk({"sample": 100}).to_zarr(tmp_path / "d.zarr")
     cache = tmp_path / "tmp"
     cache.mkdir()
     env = dict(os.environ, TMPDIR=str(cache), PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "rfol_dask.cli", "fit", str(tmp_path / "d.zarr"), "--n-features",
-                             "60000", "--gamma", "0.1", "--solver", "dual"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rfol_dask.cli",
+            "fit",
+            str(tmp_path / "d.zarr"),
+            "--n-features",
+            "60000",
+            "--gamma",
+            "0.1",
+            "--solver",
+            "dual",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while not any(p.name.startswith("rfol-") for p in cache.iterdir()) and proc.poll() is None:
         assert time.monotonic() < deadline, "the fit made no feature cache"
@@ -208,16 +359,18 @@ def test_an_interrupt_that_leaves_a_pool_thread_stuck_does_not_hang_the_exit(exi
     # t.start() and so off concurrent.futures' exit list, or waiting for the pool's semaphore lock
     # that the main thread held when the interrupt came (a `with` block interrupted between
     # acquiring and entering). The states are made here directly.
-    stuck = {"orphan": """
+    stuck = {
+        "orphan": """
             pool.submit(int).result()
             for t in list(pool._threads):
                 cft._threads_queues.pop(t)""",
-             "held lock": """
+        "held lock": """
             go = threading.Event()
             pool.submit(go.wait)
             pool._idle_semaphore._cond.acquire()
             go.set()
-            time.sleep(0.3)  # the task is done; its worker waits for the lock"""}[state]
+            time.sleep(0.3)  # the task is done; its worker waits for the lock""",
+    }[state]
     script = textwrap.dedent(f"""
         import concurrent.futures.thread as cft
         import threading
@@ -232,8 +385,13 @@ def test_an_interrupt_that_leaves_a_pool_thread_stuck_does_not_hang_the_exit(exi
         print("printed before the exit")
         cli.run()
     """)
-    proc = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == (143 if "143" in exit_by else 130), proc.stderr
     assert proc.stdout == "printed before the exit\n"
 
@@ -241,17 +399,32 @@ def test_an_interrupt_that_leaves_a_pool_thread_stuck_does_not_hang_the_exit(exi
 def test_generate_refuses_a_dangling_link_and_a_path_under_a_file(tmp_path, capsys):
     os.symlink(tmp_path / "nowhere", tmp_path / "link")
     (tmp_path / "afile").write_text("keep")
-    code, err = _run(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "link")], capsys)
+    code, err = _run(
+        ["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "link")], capsys
+    )
     assert code == 2 and "symbolic link to a missing target" in err
-    code, err = _run(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "afile" / "d.zarr")], capsys)
+    code, err = _run(
+        ["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "afile" / "d.zarr")],
+        capsys,
+    )
     assert code == 2 and "afile is a file, not a directory" in err
-    assert sorted(os.listdir(tmp_path)) == ["afile", "link"] and (tmp_path / "afile").read_text() == "keep"
+    assert (
+        sorted(os.listdir(tmp_path)) == ["afile", "link"]
+        and (tmp_path / "afile").read_text() == "keep"
+    )
 
 
-@pytest.mark.parametrize("args, says", [(["--grow-to", "0"], "grow_to must be"), (["--workers", "-1"], "workers must be")])
-def test_reproduce_refuses_bad_options_before_making_folders(tmp_path, monkeypatch, capsys, args, says):
+@pytest.mark.parametrize(
+    "args, says",
+    [(["--grow-to", "0"], "grow_to must be"), (["--workers", "-1"], "workers must be")],
+)
+def test_reproduce_refuses_bad_options_before_making_folders(
+    tmp_path, monkeypatch, capsys, args, says
+):
     monkeypatch.chdir(tmp_path)
-    code, err = _run(["reproduce", "advection1", "--quick", "--out", str(tmp_path / "X"), *args], capsys)
+    code, err = _run(
+        ["reproduce", "advection1", "--quick", "--out", str(tmp_path / "X"), *args], capsys
+    )
     assert code == 2 and says in err
     assert os.listdir(tmp_path) == []
 
@@ -259,8 +432,21 @@ def test_reproduce_refuses_bad_options_before_making_folders(tmp_path, monkeypat
 def test_a_cluster_that_cannot_submit_jobs_is_one_line_not_a_hang(tmp_path, monkeypatch, capsys):
     pytest.importorskip("dask_jobqueue")
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
-    assert main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "a.zarr"),
-                 "--cluster", "slurm"]) == 2
+    assert (
+        main(
+            [
+                "generate",
+                "advection1",
+                "--samples",
+                "4",
+                "--out",
+                str(tmp_path / "a.zarr"),
+                "--cluster",
+                "slurm",
+            ]
+        )
+        == 2
+    )
     assert "'sbatch' is not on PATH" in capsys.readouterr().err
 
 
@@ -271,19 +457,27 @@ def test_ctrl_c_is_one_line_with_the_resume_hint(tmp_path, monkeypatch, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(datasets, "generate", interrupted)
-    assert main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "a.zarr")]) == 130
-    assert capsys.readouterr().err.strip() == "rfol-dask generate: interrupted; rerun the same command to resume"
+    assert (
+        main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "a.zarr")]) == 130
+    )
+    assert (
+        capsys.readouterr().err.strip()
+        == "rfol-dask generate: interrupted; rerun the same command to resume"
+    )
 
 
 def test_fit_refuses_nu_for_a_law_without_it_and_says_when_nothing_is_tested(store, capsys):
-    code, err = _run(["fit", str(store), "--train", "20", "--n-features", "20", "--nu", "3"], capsys)
+    code, err = _run(
+        ["fit", str(store), "--train", "20", "--n-features", "20", "--nu", "3"], capsys
+    )
     assert code == 2 and "--nu applies to student_t and rational_quadratic, not cauchy" in err
     assert main(["fit", str(store), "--n-features", "20"]) == 0  # no --train: every sample trains
     assert "no test: all" in capsys.readouterr().out
 
 
-def test_fit_report_replaces_only_its_own_reports_and_only_after_a_fit_that_succeeded(store, tmp_path, monkeypatch,
-                                                                                    capsys):
+def test_fit_report_replaces_only_its_own_reports_and_only_after_a_fit_that_succeeded(
+    store, tmp_path, monkeypatch, capsys
+):
     pytest.importorskip("bokeh")
     import distributed
 
@@ -292,12 +486,26 @@ def test_fit_report_replaces_only_its_own_reports_and_only_after_a_fit_that_succ
     notes, meta = tmp_path / "notes.txt", store / "zarr.json"
     notes.write_text("important notes")
     before = meta.read_bytes()
-    for path, says in ((notes, "exists and is not a performance report"), (meta, "is inside the Zarr store"),
-                       (store / "input" / "r.html", "is inside the Zarr store"),
-                       (tmp_path / "m.zarr" / "r.html", "inside the model path --out")):
+    for path, says in (
+        (notes, "exists and is not a performance report"),
+        (meta, "is inside the Zarr store"),
+        (store / "input" / "r.html", "is inside the Zarr store"),
+        (tmp_path / "m.zarr" / "r.html", "inside the model path --out"),
+    ):
         (tmp_path / "m.zarr").mkdir(exist_ok=True)
-        code, err = _run(["fit", str(store), "--n-features", "20", "--report", str(path), "--out",
-                          str(tmp_path / "m.zarr")], capsys)
+        code, err = _run(
+            [
+                "fit",
+                str(store),
+                "--n-features",
+                "20",
+                "--report",
+                str(path),
+                "--out",
+                str(tmp_path / "m.zarr"),
+            ],
+            capsys,
+        )
         assert code == 2 and says in err, err
     assert notes.read_text() == "important notes" and meta.read_bytes() == before
 
@@ -309,13 +517,20 @@ def test_fit_report_replaces_only_its_own_reports_and_only_after_a_fit_that_succ
             pass
 
         def __exit__(self, *exc):
-            Path(self.filename).write_text("<html><head><title>Dask Performance Report</title></head>new</html>")
+            Path(self.filename).write_text(
+                "<html><head><title>Dask Performance Report</title></head>new</html>"
+            )
 
     monkeypatch.setattr(distributed, "performance_report", Report)
     monkeypatch.setattr(cli, "_start_cluster", lambda *a: None)
     report = tmp_path / "r.html"
-    report.write_text("<html><head><title>Dask Performance Report</title></head>old</html>")  # an earlier version's
-    assert main(["fit", str(store), "--train", "20", "--n-features", "20", "--report", str(report)]) == 0
+    report.write_text(
+        "<html><head><title>Dask Performance Report</title></head>old</html>"
+    )  # an earlier version's
+    assert (
+        main(["fit", str(store), "--train", "20", "--n-features", "20", "--report", str(report)])
+        == 0
+    )
     assert 'content="rfol-dask fit --report"' in report.read_text() and "new" in report.read_text()
     report.write_text(report.read_text().replace("new", "kept"))
 
@@ -325,18 +540,26 @@ def test_fit_report_replaces_only_its_own_reports_and_only_after_a_fit_that_succ
     monkeypatch.setattr(RandomFeatureOperator, "fit", fails)
     code, err = _run(["fit", str(store), "--n-features", "20", "--report", str(report)], capsys)
     assert code == 2 and "the fit failed" in err and "kept" in report.read_text()
-    assert sorted(os.listdir(tmp_path)) == ["m.zarr", "notes.txt", "r.html"]  # no temporary file left
+    assert sorted(os.listdir(tmp_path)) == [
+        "m.zarr",
+        "notes.txt",
+        "r.html",
+    ]  # no temporary file left
 
 
 def test_fit_names_the_variables_a_store_lacks(tmp_path, capsys):
     import numpy as np
     import xarray as xr
 
-    xr.Dataset({"u": (("sample", "x"), np.ones((4, 3))), "v": (("sample", "x"), np.ones((4, 3)))}).to_zarr(
-        tmp_path / "uv.zarr")
+    xr.Dataset(
+        {"u": (("sample", "x"), np.ones((4, 3))), "v": (("sample", "x"), np.ones((4, 3)))}
+    ).to_zarr(tmp_path / "uv.zarr")
     code, err = _run(["fit", str(tmp_path / "uv.zarr"), "--n-features", "20"], capsys)
     assert code == 2 and "Traceback" not in err
-    assert "no variable 'input' or 'output': fit needs 'input' and 'output', and it holds 'u', 'v'" in err
+    assert (
+        "no variable 'input' or 'output': fit needs 'input' and 'output', and it holds 'u', 'v'"
+        in err
+    )
 
 
 def test_fit_device_cuda_where_cupy_finds_no_gpu_is_one_line(store, capsys, monkeypatch):
@@ -350,12 +573,16 @@ def test_fit_device_cuda_where_cupy_finds_no_gpu_is_one_line(store, capsys, monk
         import cupy
 
         def no_driver():
-            raise cupy.cuda.runtime.CUDARuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected")
+            raise cupy.cuda.runtime.CUDARuntimeError(
+                "cudaErrorNoDevice: no CUDA-capable device is detected"
+            )
 
         fit = ["fit", str(store), "--train", "20", "--n-features", "20", "--device", "cuda"]
         monkeypatch.setattr(cupy.cuda.runtime, "getDeviceCount", no_driver)
         code, err = _run(fit, capsys)
-        assert code == 2 and "needs a CUDA GPU, but CuPy finds none" in err and "Traceback" not in err
+        assert (
+            code == 2 and "needs a CUDA GPU, but CuPy finds none" in err and "Traceback" not in err
+        )
         monkeypatch.setattr(cupy.cuda.runtime, "getDeviceCount", lambda: 0)
         code, err = _run(fit, capsys)
         assert code == 2 and "CUDA_VISIBLE_DEVICES" in err and "Traceback" not in err
@@ -372,15 +599,21 @@ def test_the_package_s_warnings_print_as_one_line_naming_the_command():
     import subprocess
     import sys
 
-    script = ("import warnings; from rfol_dask import cli; from rfol_dask.exceptions import DataWarning\n"
-              "def datasets(args):\n"
-              "    warnings.warn('the grid does not increase', DataWarning)\n"
-              "    warnings.warn('from elsewhere', FutureWarning)\n"
-              "    return 0\n"
-              "cli._cmd_datasets = datasets\n"
-              "raise SystemExit(cli.main(['datasets']))\n")
-    done = subprocess.run([sys.executable, "-W", "always", "-c", script], capture_output=True, text=True, timeout=120)
+    script = (
+        "import warnings; from rfol_dask import cli; from rfol_dask.exceptions import DataWarning\n"
+        "def datasets(args):\n"
+        "    warnings.warn('the grid does not increase', DataWarning)\n"
+        "    warnings.warn('from elsewhere', FutureWarning)\n"
+        "    return 0\n"
+        "cli._cmd_datasets = datasets\n"
+        "raise SystemExit(cli.main(['datasets']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
-    assert "rfol-dask datasets: warning (DataWarning): the grid does not increase" in lines, done.stderr
+    assert "rfol-dask datasets: warning (DataWarning): the grid does not increase" in lines, (
+        done.stderr
+    )
     assert any("FutureWarning: from elsewhere" in line for line in lines), done.stderr

@@ -52,8 +52,9 @@ def test_a_plain_fit_logs_nothing_verbose_the_debug_timings_quiet_not_even_progr
     assert "rfol-dask: Omega drawn on the client in" in verbose.err
     assert main([*args, "-q"]) == 0
     quiet = capsys.readouterr()
-    assert [line.split(":")[0] for line in quiet.out.splitlines()] == \
-        [line.split(":")[0] for line in plain.out.splitlines()]  # the same results (their times aside)
+    assert [line.split(":")[0] for line in quiet.out.splitlines()] == [
+        line.split(":")[0] for line in plain.out.splitlines()
+    ]  # the same results (their times aside)
     assert quiet.err == ""
 
 
@@ -61,9 +62,27 @@ def test_a_plain_fit_logs_nothing_verbose_the_debug_timings_quiet_not_even_progr
 def test_fit_on_a_cluster_says_its_dashboard_once(store, tmp_path, capsys):
     config = tmp_path / "one.yaml"
     config.write_text("kind: local\nblas_threads: 1\noptions: {n_workers: 1, processes: false}\n")
-    assert main(["fit", str(store), "--train", "20", "--n-features", "20", "--cluster", str(config)]) == 0
+    assert (
+        main(["fit", str(store), "--train", "20", "--n-features", "20", "--cluster", str(config)])
+        == 0
+    )
     err = capsys.readouterr().err
     logged = [line for line in err.splitlines() if line.startswith("rfol-dask:")]
     assert len(logged) == 1 and logged[0].startswith("rfol-dask: dask dashboard: "), err
-    assert main(["fit", str(store), "--train", "20", "--n-features", "20", "--cluster", str(config), "-q"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                str(store),
+                "--train",
+                "20",
+                "--n-features",
+                "20",
+                "--cluster",
+                str(config),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().err == ""

@@ -10,13 +10,12 @@ import threading
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import rel
 
 from rfol_dask import RandomFeatureOperator, __version__, datasets, estimator
 from rfol_dask.baselines import KernelOperator
 from rfol_dask.cli import main
 from rfol_dask.metrics import relative_l2_error
-
-from conftest import rel
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +26,10 @@ def saved(tmp_path_factory):
     store = root / "d.zarr"
     ds = datasets.generate("advection2", 30, store=store, block_size=8)
     models = {}
-    for name, model in (("rf", RandomFeatureOperator(n_features=40, random_state=0)), ("kernel", KernelOperator())):
+    for name, model in (
+        ("rf", RandomFeatureOperator(n_features=40, random_state=0)),
+        ("kernel", KernelOperator()),
+    ):
         models[name] = model.fit(ds.isel(sample=slice(0, 20)))
         model.save(root / f"{name}.zarr")
     return root, store, models
@@ -40,8 +42,9 @@ def _run(args, capsys):
 
 
 @pytest.mark.parametrize("kind", ["rf", "kernel"])
-def test_predict_writes_the_model_s_predictions_block_by_block_and_prints_their_error(saved, tmp_path, kind, capsys,
-                                                                                   monkeypatch):
+def test_predict_writes_the_model_s_predictions_block_by_block_and_prints_their_error(
+    saved, tmp_path, kind, capsys, monkeypatch
+):
     root, store, models = saved
     real, calls = estimator._predict_chunk, []
 
@@ -51,10 +54,23 @@ def test_predict_writes_the_model_s_predictions_block_by_block_and_prints_their_
 
     monkeypatch.setattr(estimator, "_predict_chunk", counted)
     out = tmp_path / "p.zarr"
-    code, stdout, err = _run(["predict", str(root / f"{kind}.zarr"), str(store), "--out", str(out),
-                              "--samples", "13:30", "-q"], capsys)
+    code, stdout, err = _run(
+        [
+            "predict",
+            str(root / f"{kind}.zarr"),
+            str(store),
+            "--out",
+            str(out),
+            "--samples",
+            "13:30",
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0, err
-    assert len(calls) <= 3 + 1  # 17 samples in blocks of 8: one pass (and one call on dask's meta), not two
+    assert (
+        len(calls) <= 3 + 1
+    )  # 17 samples in blocks of 8: one pass (and one call on dask's meta), not two
     monkeypatch.undo()
 
     ds = datasets.open_dataset(store).isel(sample=slice(13, 30))
@@ -64,9 +80,15 @@ def test_predict_writes_the_model_s_predictions_block_by_block_and_prints_their_
     assert pred.dims == ("sample", "x") and rel(pred.values, expected.values) < 1e-12
     np.testing.assert_array_equal(pred["sample"], np.arange(13, 30))
     np.testing.assert_array_equal(pred["x"], ds["x"])
-    assert pred.encoding["chunks"] == (8, 40) and not pred.encoding["compressors"]  # chunked along sample, raw
-    assert written.attrs["model"] == str(root / f"{kind}.zarr") and written.attrs["store"] == str(store)
-    assert written.attrs["samples"] == [13, 30] and written.attrs["rfol_dask_version"] == __version__
+    assert (
+        pred.encoding["chunks"] == (8, 40) and not pred.encoding["compressors"]
+    )  # chunked along sample, raw
+    assert written.attrs["model"] == str(root / f"{kind}.zarr") and written.attrs["store"] == str(
+        store
+    )
+    assert (
+        written.attrs["samples"] == [13, 30] and written.attrs["rfol_dask_version"] == __version__
+    )
     error = relative_l2_error(ds["output"], expected)
     assert f"relative L2 error on the 17 predicted samples: {error:.4e}" in stdout
     assert sorted(os.listdir(tmp_path)) == ["p.zarr"]  # no temporary, no lock left
@@ -79,13 +101,26 @@ def test_predict_keeps_a_multi_dimensional_output_grid_and_needs_no_output(tmp_p
     x, y, z = np.linspace(0, 1, 6), np.linspace(0, 2, 3), np.linspace(-1, 1, 4)
     U = rng.standard_normal((24, 6))
     V = np.einsum("mi,jk->mjk", U, np.ones((3, 4))) + U[:, :3, None] ** 2
-    train = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y", "z"), V)},
-                       coords={"x": x, "y": y, "z": z, "sample": np.arange(100, 124)})
+    train = xr.Dataset(
+        {"input": (("sample", "x"), U), "output": (("sample", "y", "z"), V)},
+        coords={"x": x, "y": y, "z": z, "sample": np.arange(100, 124)},
+    )
     model = RandomFeatureOperator(n_features=30, random_state=0).fit(train)
     model.save(tmp_path / "m.zarr")
     train[["input"]].chunk({"sample": 5}).to_zarr(tmp_path / "u.zarr")
-    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "u.zarr"), "--out",
-                              str(tmp_path / "p.zarr"), "--samples", "3:", "-q"], capsys)
+    code, stdout, err = _run(
+        [
+            "predict",
+            str(tmp_path / "m.zarr"),
+            str(tmp_path / "u.zarr"),
+            "--out",
+            str(tmp_path / "p.zarr"),
+            "--samples",
+            "3:",
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0, err
     pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
     assert pred.dims == ("sample", "y", "z") and pred.encoding["chunks"] == (5, 3, 4)
@@ -95,36 +130,67 @@ def test_predict_keeps_a_multi_dimensional_output_grid_and_needs_no_output(tmp_p
     assert "no error: the store has no 'output' variable" in stdout and "relative L2" not in stdout
 
 
-def test_predict_on_a_store_of_another_resolution_predicts_on_its_output_grid(saved, tmp_path, capsys):
+def test_predict_on_a_store_of_another_resolution_predicts_on_its_output_grid(
+    saved, tmp_path, capsys
+):
     """The inputs are resampled to the training grid and the predictions to the store's output grid
     (the model's ``recovery``), so that the printed error compares them with the store's outputs."""
     root, _, models = saved
-    fine = datasets.generate("advection2", 12, store=tmp_path / "fine.zarr", n_points=60, block_size=5)
-    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / "fine.zarr"), "--out",
-                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    fine = datasets.generate(
+        "advection2", 12, store=tmp_path / "fine.zarr", n_points=60, block_size=5
+    )
+    code, stdout, err = _run(
+        [
+            "predict",
+            str(root / "rf.zarr"),
+            str(tmp_path / "fine.zarr"),
+            "--out",
+            str(tmp_path / "p.zarr"),
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0, err
     pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
     expected = models["rf"].predict(fine["input"], output_grid={"x": fine["x"].values}).compute()
     assert pred.sizes["x"] == 60 and rel(pred.values, expected.values) < 1e-12
     np.testing.assert_array_equal(pred["x"], fine["x"])
-    assert f"relative L2 error on the 12 predicted samples: {relative_l2_error(fine['output'], expected):.4e}" in stdout
+    assert (
+        f"relative L2 error on the 12 predicted samples: {relative_l2_error(fine['output'], expected):.4e}"
+        in stdout
+    )
 
 
 def test_predict_errors_are_one_line_and_write_nothing(saved, tmp_path, capsys):
     root, store, _ = saved
     out = tmp_path / "p.zarr"
     xr.Dataset({"u": (("sample", "x"), np.ones((4, 40)))}).to_zarr(tmp_path / "u.zarr")
-    xr.Dataset({"input": (("sample", "y"), np.ones((4, 40)))}).to_zarr(tmp_path / "y.zarr")  # another grid dim
+    xr.Dataset({"input": (("sample", "y"), np.ones((4, 40)))}).to_zarr(
+        tmp_path / "y.zarr"
+    )  # another grid dim
     model = str(root / "rf.zarr")
     for args, says in (
-            ([str(tmp_path / "none.zarr"), str(store)], "no model at"),
-            ([str(store), str(store)], "is not an rfol_dask model"),
-            ([model, str(tmp_path / "u.zarr")], "has no variable 'input' with a 'sample' dimension"),
-            ([model, str(tmp_path / "y.zarr")], "X has dims ('sample', 'y') but the model was trained on ('sample', 'x')"),
-            ([model, str(store), "--samples", "20:10"], "--samples 20:10 is not a range of the 30 samples of"),
-            ([model, str(store), "--samples", "25:31"], "--samples 25:31 is not a range of the 30 samples"),
-            ([model, str(store), "--samples", "30:"], "give START < STOP <= 30"),
-            ([model, str(store), "--cluster", "local", "--workers", "2"], "give --cluster or --workers, not both")):
+        ([str(tmp_path / "none.zarr"), str(store)], "no model at"),
+        ([str(store), str(store)], "is not an rfol_dask model"),
+        ([model, str(tmp_path / "u.zarr")], "has no variable 'input' with a 'sample' dimension"),
+        (
+            [model, str(tmp_path / "y.zarr")],
+            "X has dims ('sample', 'y') but the model was trained on ('sample', 'x')",
+        ),
+        (
+            [model, str(store), "--samples", "20:10"],
+            "--samples 20:10 is not a range of the 30 samples of",
+        ),
+        (
+            [model, str(store), "--samples", "25:31"],
+            "--samples 25:31 is not a range of the 30 samples",
+        ),
+        ([model, str(store), "--samples", "30:"], "give START < STOP <= 30"),
+        (
+            [model, str(store), "--cluster", "local", "--workers", "2"],
+            "give --cluster or --workers, not both",
+        ),
+    ):
         code, stdout, err = _run(["predict", *args, "--out", str(out)], capsys)
         assert code == 2 and err.startswith("rfol-dask predict: error: ") and says in err, err
         assert len(err.strip().splitlines()) == 1 and not stdout
@@ -147,11 +213,15 @@ def test_predict_refuses_foreign_out_paths_and_leaves_them_alone(saved, tmp_path
     assert main(["predict", model, str(store), "--out", str(ours), "-q"]) == 0
     (ours / "mine.txt").write_text("kept")  # a prediction store holding a file of the user's
     before = {p: sorted(os.walk(p)) for p in (store, root / "rf.zarr")}
-    for out, says in ((notes, "exists and is a file"), (folder, "exists and is a directory holding other files"),
-                      (store, "exists and is an rfol_dask data set"), (root / "rf.zarr", "is an rfol_dask model"),
-                      (store / "p.zarr", f"is inside the Zarr store {store}"),
-                      (root / "rf.zarr" / "p", "inside the model"),
-                      (ours, "also holds other files (mine.txt)")):
+    for out, says in (
+        (notes, "exists and is a file"),
+        (folder, "exists and is a directory holding other files"),
+        (store, "exists and is an rfol_dask data set"),
+        (root / "rf.zarr", "is an rfol_dask model"),
+        (store / "p.zarr", f"is inside the Zarr store {store}"),
+        (root / "rf.zarr" / "p", "inside the model"),
+        (ours, "also holds other files (mine.txt)"),
+    ):
         code, _, err = _run(["predict", model, str(store), "--out", str(out)], capsys)
         assert code == 2 and says in err, (out, err)
     assert notes.read_text() == "important notes" and os.listdir(folder) == ["plot.png"]
@@ -159,7 +229,9 @@ def test_predict_refuses_foreign_out_paths_and_leaves_them_alone(saved, tmp_path
     assert {p: sorted(os.walk(p)) for p in (store, root / "rf.zarr")} == before
 
 
-def test_predict_replaces_an_earlier_prediction_store_and_fills_an_empty_folder(saved, tmp_path, capsys):
+def test_predict_replaces_an_earlier_prediction_store_and_fills_an_empty_folder(
+    saved, tmp_path, capsys
+):
     """Also removes the temporary that a killed predict (a process gone) left beside it."""
     root, store, _ = saved
     out = tmp_path / "p.zarr"
@@ -168,16 +240,46 @@ def test_predict_replaces_an_earlier_prediction_store_and_fills_an_empty_folder(
     gone.wait()
     leftover = tmp_path / f".p.zarr.tmp-{socket.gethostname()}.{gone.pid}.0123abcd"
     (leftover / "prediction").mkdir(parents=True)
-    assert main(["predict", str(root / "rf.zarr"), str(store), "--out", str(out), "--samples", ":10", "-q"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                str(root / "rf.zarr"),
+                str(store),
+                "--out",
+                str(out),
+                "--samples",
+                ":10",
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert xr.open_zarr(out).sizes["sample"] == 10
-    assert main(["predict", str(root / "kernel.zarr"), str(store), "--out", str(out), "--samples", "24:", "-q"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                str(root / "kernel.zarr"),
+                str(store),
+                "--out",
+                str(out),
+                "--samples",
+                "24:",
+                "-q",
+            ]
+        )
+        == 0
+    )
     written = xr.open_zarr(out)
     np.testing.assert_array_equal(written["sample"], np.arange(24, 30))
     assert written.attrs["model"] == str(root / "kernel.zarr")
     assert sorted(os.listdir(tmp_path)) == ["p.zarr"]  # the earlier store, moved aside, is gone
 
 
-def test_a_failure_midway_leaves_no_store_and_an_earlier_one_as_it_was(saved, tmp_path, capsys, monkeypatch):
+def test_a_failure_midway_leaves_no_store_and_an_earlier_one_as_it_was(
+    saved, tmp_path, capsys, monkeypatch
+):
     root, store, _ = saved
     real = estimator._predict_chunk
     calls = []
@@ -190,12 +292,28 @@ def test_a_failure_midway_leaves_no_store_and_an_earlier_one_as_it_was(saved, tm
 
     out = tmp_path / "p.zarr"
     monkeypatch.setattr(estimator, "_predict_chunk", fails_at_the_second_block)
-    code, _, err = _run(["predict", str(root / "rf.zarr"), str(store), "--out", str(out), "-q"], capsys)
+    code, _, err = _run(
+        ["predict", str(root / "rf.zarr"), str(store), "--out", str(out), "-q"], capsys
+    )
     assert code == 2 and "a block failed" in err and len(calls) >= 3
     assert os.listdir(tmp_path) == []  # no store under the final name, no temporary, no lock
 
     monkeypatch.undo()
-    assert main(["predict", str(root / "rf.zarr"), str(store), "--out", str(out), "--samples", "0:5", "-q"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                str(root / "rf.zarr"),
+                str(store),
+                "--out",
+                str(out),
+                "--samples",
+                "0:5",
+                "-q",
+            ]
+        )
+        == 0
+    )
     calls.clear()
     monkeypatch.setattr(estimator, "_predict_chunk", fails_at_the_second_block)
     assert main(["predict", str(root / "kernel.zarr"), str(store), "--out", str(out), "-q"]) == 2
@@ -204,24 +322,41 @@ def test_a_failure_midway_leaves_no_store_and_an_earlier_one_as_it_was(saved, tm
     assert kept.sizes["sample"] == 5 and kept.attrs["model"] == str(root / "rf.zarr")
 
 
-def test_ctrl_c_during_the_write_removes_the_temporary(saved, tmp_path, capsys, ctrl_c_in_zarr_write):
+def test_ctrl_c_during_the_write_removes_the_temporary(
+    saved, tmp_path, capsys, ctrl_c_in_zarr_write
+):
     """Ctrl-C while a chunk is being written: exit 130, no store under the final name and no temporary,
     even with the interrupted chunk write landing late (in zarr's IO thread)."""
     root, store, _ = saved
-    held, landed = ctrl_c_in_zarr_write(lambda p: ".p.zarr.tmp-" in str(p) and "prediction/c/" in str(p),
-                                        lambda: threading.Event().wait(0.3))
-    code = main(["predict", str(root / "rf.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "-q"])
+    held, landed = ctrl_c_in_zarr_write(
+        lambda p: ".p.zarr.tmp-" in str(p) and "prediction/c/" in str(p),
+        lambda: threading.Event().wait(0.3),
+    )
+    code = main(
+        ["predict", str(root / "rf.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "-q"]
+    )
     assert code == 130 and held and landed.wait(5)
     assert "rfol-dask predict: interrupted" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
 
 
-
 @pytest.mark.cluster
 def test_predict_on_a_local_cluster_writes_from_the_workers(saved, tmp_path, capsys):
     root, store, models = saved
-    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(store), "--out", str(tmp_path / "p.zarr"),
-                              "--workers", "1", "--samples", "5:"], capsys)
+    code, stdout, err = _run(
+        [
+            "predict",
+            str(root / "rf.zarr"),
+            str(store),
+            "--out",
+            str(tmp_path / "p.zarr"),
+            "--workers",
+            "1",
+            "--samples",
+            "5:",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "dask dashboard:" in err and "dask dashboard" not in stdout
     expected = models["rf"].predict(datasets.open_dataset(store)["input"][5:]).compute()
@@ -229,7 +364,9 @@ def test_predict_on_a_local_cluster_writes_from_the_workers(saved, tmp_path, cap
     assert "relative L2 error on the 25 predicted samples" in stdout
 
 
-def test_write_predictions_from_python_writes_the_same_store_and_refuses_a_data_set(saved, tmp_path):
+def test_write_predictions_from_python_writes_the_same_store_and_refuses_a_data_set(
+    saved, tmp_path
+):
     """``rfol_dask.predictions.write_predictions``, which the command uses, from Python: the lazy
     prediction of a DataArray lands as written, and a data set is never replaced."""
     from rfol_dask.predictions import PREDICTION_KEY, write_predictions
@@ -257,24 +394,39 @@ def test_a_prediction_store_is_named_for_what_it_is_and_left_alone(saved, tmp_pa
     assert main(["predict", str(root / "rf.zarr"), str(store), "--out", str(pred), "-q"]) == 0
     before = sorted(os.walk(pred))
     for args, says in (
-            (["fit", str(pred), "--n-features", "10", "--out", str(tmp_path / "m.zarr")],
-             "is an rfol_dask prediction store, not a data set: read its predictions with xarray.open_zarr"),
-            (["predict", str(root / "rf.zarr"), str(pred), "--out", str(tmp_path / "q.zarr")],
-             "is an rfol_dask prediction store, not a data set"),
-            (["predict", str(pred), str(store), "--out", str(tmp_path / "q.zarr")],
-             "is not an rfol_dask model (no 'rfol_dask_model' attribute; it is an rfol_dask prediction store): "
-             "read its predictions with xarray.open_zarr"),
-            (["fit", str(store), "--n-features", "10", "--out", str(pred)],
-             "exists and is an rfol_dask prediction store, not an rfol_dask model"),
-            (["generate", "advection2", "--samples", "4", "--out", str(pred), "--overwrite"],
-             "exists and is not an rfol_dask data set (it is an rfol_dask prediction store)"),
-            (["generate", "advection2", "--samples", "4", "--out", str(pred / "d.zarr")],
-             f"inside the Zarr store {pred} (an rfol_dask prediction store)")):
+        (
+            ["fit", str(pred), "--n-features", "10", "--out", str(tmp_path / "m.zarr")],
+            "is an rfol_dask prediction store, not a data set: read its predictions with xarray.open_zarr",
+        ),
+        (
+            ["predict", str(root / "rf.zarr"), str(pred), "--out", str(tmp_path / "q.zarr")],
+            "is an rfol_dask prediction store, not a data set",
+        ),
+        (
+            ["predict", str(pred), str(store), "--out", str(tmp_path / "q.zarr")],
+            "is not an rfol_dask model (no 'rfol_dask_model' attribute; it is an rfol_dask prediction store): "
+            "read its predictions with xarray.open_zarr",
+        ),
+        (
+            ["fit", str(store), "--n-features", "10", "--out", str(pred)],
+            "exists and is an rfol_dask prediction store, not an rfol_dask model",
+        ),
+        (
+            ["generate", "advection2", "--samples", "4", "--out", str(pred), "--overwrite"],
+            "exists and is not an rfol_dask data set (it is an rfol_dask prediction store)",
+        ),
+        (
+            ["generate", "advection2", "--samples", "4", "--out", str(pred / "d.zarr")],
+            f"inside the Zarr store {pred} (an rfol_dask prediction store)",
+        ),
+    ):
         code, stdout, err = _run([*args, "-q"], capsys)
         assert code == 2 and says in err, (args, err)
     with pytest.raises(ValueError, match="is an rfol_dask prediction store, not a data set"):
         RandomFeatureOperator().fit(pred)
-    with pytest.raises(ValueError, match="exists and is an rfol_dask prediction store, not an rfol_dask model"):
+    with pytest.raises(
+        ValueError, match="exists and is an rfol_dask prediction store, not an rfol_dask model"
+    ):
         models["rf"].save(pred)
     assert sorted(os.walk(pred)) == before and sorted(os.listdir(tmp_path)) == ["p.zarr"]
 
@@ -287,8 +439,17 @@ def test_predict_reads_a_store_with_a_descending_grid_by_label(saved, tmp_path, 
     for var in ds.variables.values():
         var.encoding = {}
     ds.drop_attrs().to_zarr(tmp_path / "down.zarr")
-    code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / "down.zarr"), "--out",
-                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    code, stdout, err = _run(
+        [
+            "predict",
+            str(root / "rf.zarr"),
+            str(tmp_path / "down.zarr"),
+            "--out",
+            str(tmp_path / "p.zarr"),
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0, err
     pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
     expected = models["rf"].predict(xr.open_zarr(store)["input"]).compute()
@@ -309,9 +470,13 @@ def test_write_predictions_takes_any_chunks_and_in_memory_predictions(saved, tmp
     want = models["rf"].predict(inputs.values)
     cut = models["rf"].predict(inputs.isel(sample=slice(3, None)))
     assert cut.chunks[0][:2] == (5, 8)
-    for pred, rows, name in ((cut, slice(3, None), "cut.zarr"),
-                             (models["rf"].predict(inputs[:5].compute()), slice(0, 5), "memory.zarr")):
-        written = xr.open_zarr(write_predictions(pred, tmp_path / name, progress=False))["prediction"]
+    for pred, rows, name in (
+        (cut, slice(3, None), "cut.zarr"),
+        (models["rf"].predict(inputs[:5].compute()), slice(0, 5), "memory.zarr"),
+    ):
+        written = xr.open_zarr(write_predictions(pred, tmp_path / name, progress=False))[
+            "prediction"
+        ]
         assert rel(written.values, want[rows]) < 1e-12
         np.testing.assert_array_equal(written["sample"], inputs["sample"][rows])
     assert xr.open_zarr(tmp_path / "cut.zarr")["prediction"].encoding["chunks"] == (8, 40)
@@ -327,16 +492,23 @@ def test_a_model_fitted_on_arrays_writes_predictions_on_the_store_s_grid(saved, 
     coordinates."""
     _, store, _ = saved
     ds = xr.open_zarr(store)
-    model = RandomFeatureOperator(n_features=40, random_state=0).fit(ds["input"].values[:20], ds["output"].values[:20])
+    model = RandomFeatureOperator(n_features=40, random_state=0).fit(
+        ds["input"].values[:20], ds["output"].values[:20]
+    )
     model.save(tmp_path / "m.zarr")
-    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(store), "--out", str(tmp_path / "p.zarr"),
-                              "-q"], capsys)
+    code, stdout, err = _run(
+        ["predict", str(tmp_path / "m.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "-q"],
+        capsys,
+    )
     assert code == 0, err
     pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
     assert pred.dims == ("sample", "x") and (ds["output"] - pred).dims == ("sample", "x")
     np.testing.assert_array_equal(pred["x"], ds["x"])
     assert rel(pred.values, model.predict(ds["input"].values)) < 1e-12
-    assert f"relative L2 error on the 30 predicted samples: {relative_l2_error(ds['output'], pred):.4e}" in stdout
+    assert (
+        f"relative L2 error on the 30 predicted samples: {relative_l2_error(ds['output'], pred):.4e}"
+        in stdout
+    )
 
 
 def test_an_output_of_another_grid_without_coordinates_is_not_compared(saved, tmp_path, capsys):
@@ -347,20 +519,38 @@ def test_an_output_of_another_grid_without_coordinates_is_not_compared(saved, tm
     _, store, _ = saved
     ds = xr.open_zarr(store)
     model = RandomFeatureOperator(n_features=40, random_state=0).fit(
-        ds["input"][:20], ds["output"][:20].rename(x="y").drop_vars("y"))
+        ds["input"][:20], ds["output"][:20].rename(x="y").drop_vars("y")
+    )
     model.save(tmp_path / "m.zarr")
-    xr.Dataset({"input": (("sample", "x"), ds["input"].values),
-                "output": (("sample", "y"), np.zeros((30, 60)))}).to_zarr(tmp_path / "other.zarr")
-    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "other.zarr"), "--out",
-                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    xr.Dataset(
+        {
+            "input": (("sample", "x"), ds["input"].values),
+            "output": (("sample", "y"), np.zeros((30, 60))),
+        }
+    ).to_zarr(tmp_path / "other.zarr")
+    code, stdout, err = _run(
+        [
+            "predict",
+            str(tmp_path / "m.zarr"),
+            str(tmp_path / "other.zarr"),
+            "--out",
+            str(tmp_path / "p.zarr"),
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0, err
-    assert "no error: the store's output (sample: 30, y: 60) is on another grid than the predictions " \
-           "(sample: 30, y: 40)" in stdout
+    assert (
+        "no error: the store's output (sample: 30, y: 60) is on another grid than the predictions "
+        "(sample: 30, y: 40)" in stdout
+    )
     pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
     assert rel(pred.values, model.predict(ds["input"]).values) < 1e-12
 
 
-def test_an_unusable_model_saved_before_its_class_was_recorded_shows_its_own_error(saved, tmp_path, capsys):
+def test_an_unusable_model_saved_before_its_class_was_recorded_shows_its_own_error(
+    saved, tmp_path, capsys
+):
     """A model of the first class tried (RandomFeatureOperator) that records no class and fails to
     load for a reason of its own (here a device no version knows): every ValueError of that class
     was suppressed, and the command printed the second class's "saved by another estimator class
@@ -370,24 +560,29 @@ def test_an_unusable_model_saved_before_its_class_was_recorded_shows_its_own_err
     import zarr
 
     root, store, models = saved
-    for name, device, says in (("rf", "gpu", "device must be one of ('cpu', 'cuda'), got 'gpu'"),
-                               ("kernel", "cpu", None)):
+    for name, device, says in (
+        ("rf", "gpu", "device must be one of ('cpu', 'cuda'), got 'gpu'"),
+        ("kernel", "cpu", None),
+    ):
         path = models[name].save(tmp_path / f"{name}.zarr")
         group = zarr.open_group(str(path), mode="r+")
         state = json.loads(group.attrs["rfol_dask_model"])
         del state["estimator"]  # as saved before the class was recorded
         state["params"]["device"] = device
         group.attrs["rfol_dask_model"] = json.dumps(state)
-        code, _, err = _run(["predict", str(path), str(store), "--out", str(tmp_path / f"p_{name}.zarr"), "-q"],
-                            capsys)
+        code, _, err = _run(
+            ["predict", str(path), str(store), "--out", str(tmp_path / f"p_{name}.zarr"), "-q"],
+            capsys,
+        )
         if says is None:  # a KernelOperator still falls through RandomFeatureOperator to its class
             assert code == 0, err
         else:
             assert code == 2 and says in err and "another estimator class" not in err, err
 
 
-def test_predict_device_is_passed_to_the_model_and_cuda_without_cupy_fails_before_any_work(saved, tmp_path, capsys,
-                                                                                          predict_devices):
+def test_predict_device_is_passed_to_the_model_and_cuda_without_cupy_fails_before_any_work(
+    saved, tmp_path, capsys, predict_devices
+):
     """``--device`` (as fit's: cpu unless a GPU cluster configuration) is the loaded model's device,
     so a model predicts where it is asked to, whatever it was fitted on; predict had no such option.
     Without CuPy, ``--device cuda`` ends before a block is predicted or a store written."""
@@ -395,19 +590,42 @@ def test_predict_device_is_passed_to_the_model_and_cuda_without_cupy_fails_befor
 
     root, store, _ = saved
     devices = predict_devices
-    code, _, err = _run(["predict", str(root / "rf.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "--device",
-                         "cpu", "-q"], capsys)
+    code, _, err = _run(
+        [
+            "predict",
+            str(root / "rf.zarr"),
+            str(store),
+            "--out",
+            str(tmp_path / "p.zarr"),
+            "--device",
+            "cpu",
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0 and devices and set(devices) == {"cpu"}, err
     if importlib.util.find_spec("cupy") is None:
         devices.clear()
-        code, stdout, err = _run(["predict", str(root / "kernel.zarr"), str(store), "--out", str(tmp_path / "q.zarr"),
-                                  "--device", "cuda"], capsys)
+        code, stdout, err = _run(
+            [
+                "predict",
+                str(root / "kernel.zarr"),
+                str(store),
+                "--out",
+                str(tmp_path / "q.zarr"),
+                "--device",
+                "cuda",
+            ],
+            capsys,
+        )
         assert code == 2 and "pip install 'rfol-dask[gpu]'" in err and "Traceback" not in err, err
         assert not devices and "Completed" not in err and not stdout  # no block, no progress bar
         assert sorted(os.listdir(tmp_path)) == ["p.zarr"]
 
 
-def test_a_store_whose_output_has_other_dims_than_the_model_s_is_predicted_and_not_compared(saved, tmp_path, capsys):
+def test_a_store_whose_output_has_other_dims_than_the_model_s_is_predicted_and_not_compared(
+    saved, tmp_path, capsys
+):
     """A model fitted on ``x`` and a store whose ``output`` is on ``y`` (grid dims match by name):
     with ``y`` coordinates the command failed with "output_grid names dims ['y'] but the model's
     output grid has dims ['x']" (an argument the user never gave, and no fix); without, the
@@ -419,19 +637,32 @@ def test_a_store_whose_output_has_other_dims_than_the_model_s_is_predicted_and_n
     note = "no error: the store's output has grid dims ('y',) but the model predicts on ('x',)"
     rename = f"{note}: rename the store's output dims to the model's to compare them (xarray: ds.rename({{'y': 'x'}}))"
     for name, points, coords, says in (
-            ("coords.zarr", slice(None), {"y": ds["x"].values}, rename), ("bare.zarr", slice(None), {}, rename),
-            ("short.zarr", slice(0, 20), {}, f"{note} (of other sizes in the store): only an output on the model's "
-                                             "grid dims is compared")):  # renamed, its 'x' would clash with the input's
-        xr.Dataset({"input": ds["input"].compute(), "output": (("sample", "y"), ds["output"].values[:, points])},
-                   coords=coords).drop_attrs().to_zarr(tmp_path / name)
+        ("coords.zarr", slice(None), {"y": ds["x"].values}, rename),
+        ("bare.zarr", slice(None), {}, rename),
+        (
+            "short.zarr",
+            slice(0, 20),
+            {},
+            f"{note} (of other sizes in the store): only an output on the model's "
+            "grid dims is compared",
+        ),
+    ):  # renamed, its 'x' would clash with the input's
+        xr.Dataset(
+            {
+                "input": ds["input"].compute(),
+                "output": (("sample", "y"), ds["output"].values[:, points]),
+            },
+            coords=coords,
+        ).drop_attrs().to_zarr(tmp_path / name)
         out = tmp_path / f"p_{name}"
-        code, stdout, err = _run(["predict", str(root / "rf.zarr"), str(tmp_path / name), "--out", str(out), "-q"],
-                                 capsys)
+        code, stdout, err = _run(
+            ["predict", str(root / "rf.zarr"), str(tmp_path / name), "--out", str(out), "-q"],
+            capsys,
+        )
         assert code == 0, err
         pred = xr.open_zarr(out)["prediction"]
         assert pred.dims == ("sample", "x") and rel(pred.values, want) < 1e-12
         assert "relative L2 error" not in stdout and says in stdout, stdout
-
 
 
 def test_a_store_whose_output_grid_dims_are_in_another_order_is_compared_by_name(tmp_path, capsys):
@@ -442,21 +673,37 @@ def test_a_store_whose_output_grid_dims_are_in_another_order_is_compared_by_name
     x, y, z = np.linspace(0, 1, 6), np.linspace(0, 2, 3), np.linspace(-1, 1, 4)
     U = rng.standard_normal((24, 6))
     V = np.einsum("mi,jk->mjk", U, np.ones((3, 4))) + U[:, :3, None] ** 2
-    train = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y", "z"), V)},
-                       coords={"x": x, "y": y, "z": z})
+    train = xr.Dataset(
+        {"input": (("sample", "x"), U), "output": (("sample", "y", "z"), V)},
+        coords={"x": x, "y": y, "z": z},
+    )
     model = RandomFeatureOperator(n_features=30, random_state=0).fit(train)
     model.save(tmp_path / "m.zarr")
     train.transpose("sample", "z", "y", "x").chunk({"sample": 5}).to_zarr(tmp_path / "t.zarr")
-    code, stdout, err = _run(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "t.zarr"), "--out",
-                              str(tmp_path / "p.zarr"), "-q"], capsys)
+    code, stdout, err = _run(
+        [
+            "predict",
+            str(tmp_path / "m.zarr"),
+            str(tmp_path / "t.zarr"),
+            "--out",
+            str(tmp_path / "p.zarr"),
+            "-q",
+        ],
+        capsys,
+    )
     assert code == 0, err
     pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"]
-    assert pred.dims == ("sample", "y", "z") and rel(pred.values, model.predict(train["input"]).values) < 1e-12
+    assert (
+        pred.dims == ("sample", "y", "z")
+        and rel(pred.values, model.predict(train["input"]).values) < 1e-12
+    )
     error = relative_l2_error(train["output"], pred)
     assert f"relative L2 error on the 24 predicted samples: {error:.4e}" in stdout, stdout
 
 
-def test_a_model_fitted_on_arrays_warns_of_a_store_whose_grid_does_not_increase(saved, tmp_path, capsys):
+def test_a_model_fitted_on_arrays_warns_of_a_store_whose_grid_does_not_increase(
+    saved, tmp_path, capsys
+):
     """A model fitted on arrays reads a store by position, in the store's order; a store whose ``x``
     runs downwards (which models fitted on xarray read sorted) was predicted silently, 5.7 x the
     error of the sorted store here (the arrays were in increasing order). A DataWarning names the
@@ -467,22 +714,46 @@ def test_a_model_fitted_on_arrays_warns_of_a_store_whose_grid_does_not_increase(
 
     _, store, _ = saved
     ds = xr.open_zarr(store)
-    model = RandomFeatureOperator(n_features=40, random_state=0).fit(ds["input"].values[:20], ds["output"].values[:20])
+    model = RandomFeatureOperator(n_features=40, random_state=0).fit(
+        ds["input"].values[:20], ds["output"].values[:20]
+    )
     model.save(tmp_path / "m.zarr")
     down = ds.isel(x=slice(None, None, -1)).drop_attrs()
     for var in down.variables.values():
         var.encoding = {}
     down.to_zarr(tmp_path / "down.zarr")
     with pytest.warns(DataWarning) as caught:
-        code = main(["predict", str(tmp_path / "m.zarr"), str(tmp_path / "down.zarr"), "--out", str(tmp_path / "p.zarr"),
-                     "-q"])
+        code = main(
+            [
+                "predict",
+                str(tmp_path / "m.zarr"),
+                str(tmp_path / "down.zarr"),
+                "--out",
+                str(tmp_path / "p.zarr"),
+                "-q",
+            ]
+        )
     assert code == 0
     (w,) = [w for w in caught if issubclass(w.category, DataWarning)]
-    assert "fitted on arrays without a grid: it reads" in str(w.message) and "'x' do not increase" in str(w.message)
+    assert "fitted on arrays without a grid: it reads" in str(
+        w.message
+    ) and "'x' do not increase" in str(w.message)
     assert "ds.sortby('x')" in str(w.message) and w.filename == __file__
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
-        assert main(["predict", str(tmp_path / "m.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "-q"]) == 0
+        assert (
+            main(
+                [
+                    "predict",
+                    str(tmp_path / "m.zarr"),
+                    str(store),
+                    "--out",
+                    str(tmp_path / "p.zarr"),
+                    "-q",
+                ]
+            )
+            == 0
+        )
 
 
 def test_a_gpu_model_predicted_with_device_cpu_gives_no_warning(saved, tmp_path, capsys):
@@ -498,6 +769,17 @@ def test_a_gpu_model_predicted_with_device_cpu_gives_no_warning(saved, tmp_path,
     models["rf"].set_params(device="cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("error", ModelFileWarning)
-        code, _, err = _run(["predict", str(gpu), str(store), "--out", str(tmp_path / "p.zarr"), "--device", "cpu",
-                             "-q"], capsys)
+        code, _, err = _run(
+            [
+                "predict",
+                str(gpu),
+                str(store),
+                "--out",
+                str(tmp_path / "p.zarr"),
+                "--device",
+                "cpu",
+                "-q",
+            ],
+            capsys,
+        )
     assert code == 0, err

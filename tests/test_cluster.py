@@ -30,7 +30,11 @@ def test_jobqueue_scripts(name, marker):
     script = cluster.job_script(CONFIGS / f"{name}.yaml")
     assert marker in script
     assert "export OPENBLAS_NUM_THREADS=" in script and "dask_jobqueue" not in script.split("\n")[0]
-    assert "distributed.cli.dask_worker" in script or "dask worker" in script or "dask-worker" in script
+    assert (
+        "distributed.cli.dask_worker" in script
+        or "dask worker" in script
+        or "dask-worker" in script
+    )
     assert "tcp://SCHEDULER:8786" in script
     if name == "slurm":
         assert "#SBATCH -p compute" in script and "--nworkers 4" in script
@@ -48,9 +52,17 @@ def test_kubernetes_spec():
     assert env["OPENBLAS_NUM_THREADS"] == "4" and env["EXTRA_PIP_PACKAGES"] == "rfol-dask"
 
 
-@pytest.mark.parametrize("limit, worker, refused", [("16G", "15GB", False), ("16Gi", "17GB", False),
-                                                    ("16G", "17GB", True), ("8Gi", "--memory-limit=9GiB", True),
-                                                    ("16G", "auto", False), ("16G", "0.9", False)])
+@pytest.mark.parametrize(
+    "limit, worker, refused",
+    [
+        ("16G", "15GB", False),
+        ("16Gi", "17GB", False),
+        ("16G", "17GB", True),
+        ("8Gi", "--memory-limit=9GiB", True),
+        ("16G", "auto", False),
+        ("16G", "0.9", False),
+    ],
+)
 def test_a_worker_memory_limit_above_the_pods_is_refused(limit, worker, refused):
     import yaml
 
@@ -61,7 +73,9 @@ def test_a_worker_memory_limit_above_the_pods_is_refused(limit, worker, refused)
     if not refused:
         assert cluster.load_config(config)["options"]["worker_command"].endswith(flag)
         return
-    with pytest.raises(ValueError, match=r"--memory-limit \S+ is above the pod's memory limit .* would kill"):
+    with pytest.raises(
+        ValueError, match=r"--memory-limit \S+ is above the pod's memory limit .* would kill"
+    ):
         cluster.load_config(config)
 
 
@@ -85,8 +99,11 @@ def test_kubernetes_without_a_reachable_cluster_is_a_cluster_start_error(monkeyp
             self.closed.append(self)
 
     monkeypatch.setattr(dask_kubernetes.operator, "KubeCluster", HalfBuilt)
-    with pytest.raises(cluster.ClusterStartError, match="Kubernetes cluster of cluster configuration kubernetes "
-                       r"\(ValueError: Unable to find valid credentials\).*kubeconfig.*Dask operator") as info:
+    with pytest.raises(
+        cluster.ClusterStartError,
+        match="Kubernetes cluster of cluster configuration kubernetes "
+        r"\(ValueError: Unable to find valid credentials\).*kubeconfig.*Dask operator",
+    ) as info:
         cluster.start_client("kubernetes")
     assert isinstance(info.value.__cause__, ValueError)
     assert len(HalfBuilt.closed) == 1 and not list(HalfBuilt._instances)
@@ -95,7 +112,11 @@ def test_kubernetes_without_a_reachable_cluster_is_a_cluster_start_error(monkeyp
 def test_mpi_script():
     script = cluster.job_script(CONFIGS / "mpi.yaml")
     # dask-mpi's command runs the scheduler on rank 0 and a worker on every other rank
-    assert "mpirun -n 64 " in script and "63 workers" in script and "--scheduler-file scheduler.json" in script
+    assert (
+        "mpirun -n 64 " in script
+        and "63 workers" in script
+        and "--scheduler-file scheduler.json" in script
+    )
     assert "--memory-limit 15GB" in script and "export OMP_NUM_THREADS=4" in script
     with pytest.raises(ValueError, match="started by mpirun"):
         cluster.make_cluster(CONFIGS / "mpi.yaml")
@@ -111,27 +132,57 @@ def test_bad_configs():
 
 
 def test_config_mistakes_are_refused_naming_the_file_key_and_allowed_values(tmp_path):
-    cases = [("kind: local\noptions: {n_worker: 2}\n",
-              "unknown option 'n_worker' for kind local; did you mean 'n_workers'"),
-             ("kind: slurm\nscale: 2.7\n", "scale must be a whole number >= 1, got 2.7"),
-             ("kind: slurm\nblas_threads: four\n", "blas_threads must be a whole number >= 1, got 'four'"),
-             ("kind: slurm\noptions: [cores, 32]\n", "options must be a mapping of keyword: value .*got a list"),
-             ("kind: local\noptions: {blas_threads: 2}\n", "unknown option .*set the top-level key blas_threads")]
+    cases = [
+        (
+            "kind: local\noptions: {n_worker: 2}\n",
+            "unknown option 'n_worker' for kind local; did you mean 'n_workers'",
+        ),
+        ("kind: slurm\nscale: 2.7\n", "scale must be a whole number >= 1, got 2.7"),
+        (
+            "kind: slurm\nblas_threads: four\n",
+            "blas_threads must be a whole number >= 1, got 'four'",
+        ),
+        (
+            "kind: slurm\noptions: [cores, 32]\n",
+            "options must be a mapping of keyword: value .*got a list",
+        ),
+        (
+            "kind: local\noptions: {blas_threads: 2}\n",
+            "unknown option .*set the top-level key blas_threads",
+        ),
+    ]
     for i, (text, message) in enumerate(cases):
         path = tmp_path / f"c{i}.yaml"
         path.write_text(text)
-        with pytest.raises(ValueError, match=f"cluster configuration {re.escape(str(path))}: {message}"):
+        with pytest.raises(
+            ValueError, match=f"cluster configuration {re.escape(str(path))}: {message}"
+        ):
             cluster.load_config(path)
     # LocalCluster's keywords, and those it forwards to its Nanny and Worker
-    forwarded = {"n_workers": 2, "scheduler_kwargs": {}, "dashboard_address": ":0", "memory_limit": "1GB", "env": {},
-                 "lifetime": "1h", "death_timeout": 5, "local_directory": "/tmp", "resources": {"GPU": 1},
-                 "connection_limit": 64}
+    forwarded = {
+        "n_workers": 2,
+        "scheduler_kwargs": {},
+        "dashboard_address": ":0",
+        "memory_limit": "1GB",
+        "env": {},
+        "lifetime": "1h",
+        "death_timeout": 5,
+        "local_directory": "/tmp",
+        "resources": {"GPU": 1},
+        "connection_limit": 64,
+    }
     assert cluster.load_config({"kind": "local", "options": forwarded})["options"] == forwarded
     assert cluster.load_config({"kind": "local", "options": None})["options"] == {}
     if __import__("importlib").util.find_spec("dask_jobqueue"):
-        with pytest.raises(ValueError, match="unknown option 'quene' for kind slurm; did you mean 'queue'"):
+        with pytest.raises(
+            ValueError, match="unknown option 'quene' for kind slurm; did you mean 'queue'"
+        ):
             cluster.load_config({"kind": "slurm", "options": {"quene": "compute"}})
-        valid = {"job_cpu": 8, "walltime": "1:00:00", "scheduler_options": {}}  # SLURMJob's, the cluster's
+        valid = {
+            "job_cpu": 8,
+            "walltime": "1:00:00",
+            "scheduler_options": {},
+        }  # SLURMJob's, the cluster's
         cluster.load_config({"kind": "slurm", "options": valid})
 
 
@@ -155,13 +206,22 @@ def test_dual_configuration_runs_one_worker_per_node_with_all_cores():
     t = cluster.node_threads("slurm-dual")
     assert t["processes"] == 1 and t["threads"] == t["cores"] == 32
     script = cluster.job_script("slurm-dual")
-    assert "--nthreads 32" in script and "--nworkers" not in script and "--cpus-per-task=32" in script
+    assert (
+        "--nthreads 32" in script and "--nworkers" not in script and "--cpus-per-task=32" in script
+    )
 
 
-@pytest.mark.parametrize("kind,options,fix", [
-    ("slurm", {"cores": 32, "processes": 4, "memory": "180GB"}, "set blas_threads: 1"),
-    ("pbs", {"cores": 24, "processes": 4, "memory": "96GB", "resource_spec": "select=1:ncpus=24"}, "set blas_threads: 1"),
-])
+@pytest.mark.parametrize(
+    "kind,options,fix",
+    [
+        ("slurm", {"cores": 32, "processes": 4, "memory": "180GB"}, "set blas_threads: 1"),
+        (
+            "pbs",
+            {"cores": 24, "processes": 4, "memory": "96GB", "resource_spec": "select=1:ncpus=24"},
+            "set blas_threads: 1",
+        ),
+    ],
+)
 def test_oversubscribed_user_config_warns_with_numbers_and_fix(kind, options, fix):
     pytest.importorskip("dask_jobqueue")
     config = {"kind": kind, "blas_threads": 8, "options": options}
@@ -174,13 +234,27 @@ def test_oversubscribed_user_config_warns_with_numbers_and_fix(kind, options, fi
 
 @pytest.mark.cluster
 def test_oversubscribed_mpi_and_local_configs_warn(monkeypatch):
-    with pytest.warns(UserWarning, match="8 worker processes x 2 task threads x 4 BLAS threads = 64 threads on 32"):
-        cluster.job_script({"kind": "mpi", "scale": 15, "blas_threads": 4, "node_cores": 32, "ranks_per_node": 8,
-                            "options": {"nthreads": 2}})
+    with pytest.warns(
+        UserWarning, match="8 worker processes x 2 task threads x 4 BLAS threads = 64 threads on 32"
+    ):
+        cluster.job_script(
+            {
+                "kind": "mpi",
+                "scale": 15,
+                "blas_threads": 4,
+                "node_cores": 32,
+                "ranks_per_node": 8,
+                "options": {"nthreads": 2},
+            }
+        )
     cores = cluster.node_threads("local")["cores"]
     with pytest.warns(UserWarning, match="use fewer worker processes"):
-        cluster.start_client({"kind": "local", "options": {"n_workers": cores + 1, "threads_per_worker": 1,
-                                                           "processes": False}}).close()
+        cluster.start_client(
+            {
+                "kind": "local",
+                "options": {"n_workers": cores + 1, "threads_per_worker": 1, "processes": False},
+            }
+        ).close()
 
 
 def test_job_scripts_run_the_configured_python():
@@ -208,13 +282,23 @@ def test_mpi_without_a_scheduler_file_is_a_logged_bounded_wait(tmp_path, caplog)
     path = tmp_path / "scheduler.json"
     config = {"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 0.3}
     with caplog.at_level(logging.INFO, logger="rfol_dask"):
-        with pytest.raises(cluster.ClusterStartError, match=f"no scheduler file {re.escape(str(path))} after 0.3 s: "
-                           "start the MPI job first.*job_script.*scheduler_timeout"):
+        with pytest.raises(
+            cluster.ClusterStartError,
+            match=f"no scheduler file {re.escape(str(path))} after 0.3 s: "
+            "start the MPI job first.*job_script.*scheduler_timeout",
+        ):
             cluster._mpi_client(cluster.load_config(config), poll=0.02, log_every=0.1)
-    assert "waiting up to 0.3 s" in caplog.text and "waiting for the MPI scheduler file" in caplog.text
-    path.write_text(json.dumps({"address": "tcp://127.0.0.1:1"}))  # left by an earlier job, nothing listens
+    assert (
+        "waiting up to 0.3 s" in caplog.text and "waiting for the MPI scheduler file" in caplog.text
+    )
+    path.write_text(
+        json.dumps({"address": "tcp://127.0.0.1:1"})
+    )  # left by an earlier job, nothing listens
     with dask.config.set({"distributed.comm.timeouts.connect": "0.5s"}):
-        with pytest.raises(cluster.ClusterStartError, match="could not connect to the scheduler named in .*delete it"):
+        with pytest.raises(
+            cluster.ClusterStartError,
+            match="could not connect to the scheduler named in .*delete it",
+        ):
             cluster.start_client(config)
     for bad in (0, -5, "10m", True):
         with pytest.raises(ValueError, match="scheduler_timeout must be a number of seconds > 0"):
@@ -229,9 +313,14 @@ def test_mpi_start_client_connects_once_the_scheduler_file_appears(tmp_path):
     path = tmp_path / "scheduler.json"
     with cluster.local_client(n_workers=1, processes=False) as local:
         threading.Timer(0.5, local.write_scheduler_file, [str(path)]).start()
-        client = cluster.start_client({"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 30})
+        client = cluster.start_client(
+            {"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 30}
+        )
         try:
-            assert client.scheduler.address == local.scheduler.address and client.submit(sum, [1, 2]).result() == 3
+            assert (
+                client.scheduler.address == local.scheduler.address
+                and client.submit(sum, [1, 2]).result() == 3
+            )
         finally:
             client.close()
 
@@ -239,8 +328,10 @@ def test_mpi_start_client_connects_once_the_scheduler_file_appears(tmp_path):
 def test_mpi_script_counts_ranks_forwards_blas_and_uses_python():
     script = cluster.job_script("mpi")
     launch = [line for line in script.splitlines() if line.startswith("mpirun")][0]
-    assert launch.startswith("mpirun -n 64 --map-by ppr:8:node env OMP_NUM_THREADS=4 OPENBLAS_NUM_THREADS=4 "
-                             "MKL_NUM_THREADS=4 python -m dask_mpi.cli ")
+    assert launch.startswith(
+        "mpirun -n 64 --map-by ppr:8:node env OMP_NUM_THREADS=4 OPENBLAS_NUM_THREADS=4 "
+        "MKL_NUM_THREADS=4 python -m dask_mpi.cli "
+    )
     assert "--no-nanny" not in launch  # dask-mpi's command rejects it today
     assert script.index("activate") < script.index("mpirun")
     small = cluster.job_script({"kind": "mpi", "scale": 3, "launcher": "srun -n {ranks}"})
@@ -268,7 +359,9 @@ def test_start_client_logs_the_dashboard():
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     try:
-        client = cluster.start_client({"kind": "local", "options": {"n_workers": 1, "processes": False}})
+        client = cluster.start_client(
+            {"kind": "local", "options": {"n_workers": 1, "processes": False}}
+        )
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -298,7 +391,9 @@ def test_leaving_the_with_block_of_a_client_closes_its_cluster():
     with cluster.local_client(n_workers=1, processes=False) as client:
         assert client.submit(sum, [1, 2]).result() == 3
     assert client.cluster.status.name == "closed"
-    with cluster.start_client({"kind": "local", "options": {"n_workers": 1, "processes": False}}) as client:
+    with cluster.start_client(
+        {"kind": "local", "options": {"n_workers": 1, "processes": False}}
+    ) as client:
         pass
     assert client.cluster.status.name == "closed"
 
@@ -319,7 +414,9 @@ def test_bad_yaml_and_a_file_named_like_a_shipped_configuration(tmp_path, monkey
     with pytest.raises(ValueError, match="must be a YAML mapping.*got a list"):
         cluster.load_config(tmp_path / "list.yaml")
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "local").write_text("kind: slurm\n")  # a stray file does not shadow the shipped name
+    (tmp_path / "local").write_text(
+        "kind: slurm\n"
+    )  # a stray file does not shadow the shipped name
     assert cluster.load_config("local")["kind"] == "local"
     assert cluster.load_config("./local")["kind"] == "slurm"
 
@@ -361,7 +458,9 @@ def test_local_workers_leave_ctrl_c_to_this_process():
     import signal
 
     def blocks_sigint(pid):
-        mask = next(line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("SigBlk"))
+        mask = next(
+            line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("SigBlk")
+        )
         return bool(int(mask, 16) >> (signal.SIGINT - 1) & 1)
 
     with cluster.local_client(n_workers=1) as client:
@@ -385,7 +484,9 @@ def test_a_ctrl_c_while_the_cluster_starts_is_raised_once_it_is_up_and_closes_it
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
         return started
 
-    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever an import installed
+    handler = signal.signal(
+        signal.SIGINT, signal.default_int_handler
+    )  # whatever an import installed
     try:
         with pytest.raises(KeyboardInterrupt):
             cluster._without_sigint(start)
@@ -401,10 +502,14 @@ def test_reading_a_jobqueue_configuration_keeps_the_ctrl_c_handler():
     import os
     import subprocess
 
-    code = ("import signal; from rfol_dask import cluster; cluster.load_config('slurm'); "
-            "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+    code = (
+        "import signal; from rfol_dask import cluster; cluster.load_config('slurm'); "
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    )
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert res.stdout.strip() == "True", res.stderr[-2000:]
 
 
@@ -438,17 +543,26 @@ def test_a_ridge_raised_on_a_worker_is_warned_at_the_users_line(cluster_client, 
     from rfol_dask.linalg import RidgeRaised
 
     X, Y = _duplicated_inputs() if make == "linear kernel primal" else _duplicated_samples()
-    model = {"rf dual": lambda: RandomFeatureOperator(n_features=400, alpha=1e-30, solver="dual", random_state=0),
-             "rf primal": lambda: RandomFeatureOperator(n_features=150, alpha=1e-30, solver="primal", random_state=0),
-             "kernel": lambda: KernelOperator(nugget=1e-30),
-             "linear kernel primal": lambda: KernelOperator(kernel="linear", nugget=1e-30)}[make]()
+    model = {
+        "rf dual": lambda: RandomFeatureOperator(
+            n_features=400, alpha=1e-30, solver="dual", random_state=0
+        ),
+        "rf primal": lambda: RandomFeatureOperator(
+            n_features=150, alpha=1e-30, solver="primal", random_state=0
+        ),
+        "kernel": lambda: KernelOperator(nugget=1e-30),
+        "linear kernel primal": lambda: KernelOperator(kernel="linear", nugget=1e-30),
+    }[make]()
     name = "nugget" if "kernel" in make else "alpha"
     with cluster_client.as_current(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model.fit(X, Y)
     raised = [w for w in caught if issubclass(w.category, RidgeRaised)]
     assert len(raised) == 1, [str(w.message) for w in caught]
-    assert re.search(rf"{name}=1e-30 is not numerically positive definite in float64; used ridge", str(raised[0].message))
+    assert re.search(
+        rf"{name}=1e-30 is not numerically positive definite in float64; used ridge",
+        str(raised[0].message),
+    )
     assert raised[0].filename == __file__ and raised[0].message.ridge > 1e-30
     if make == "linear kernel primal":
         assert model.coef_.shape == (16, 8) and model.dual_coef_ is None
@@ -462,12 +576,22 @@ def test_a_search_records_the_ridge_its_refit_raised_on_a_worker(cluster_client)
 
     X, Y = _duplicated_samples()
     # (an alpha above the rounding floor of the search's float64 Gram, which a float32 refit raises)
-    search = RandomFeatureOperatorCV(n_features=400, gammas=(1.0,), alphas=(1e-12,), coarse=None, refine=(1,),
-                                     fine=None, random_state=0, dtype="float32")
+    search = RandomFeatureOperatorCV(
+        n_features=400,
+        gammas=(1.0,),
+        alphas=(1e-12,),
+        coarse=None,
+        refine=(1,),
+        fine=None,
+        random_state=0,
+        dtype="float32",
+    )
     with cluster_client.as_current(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         search.fit(X, Y)
-    assert not [w for w in caught if issubclass(w.category, RidgeRaised)], [str(w.message) for w in caught]
+    assert not [w for w in caught if issubclass(w.category, RidgeRaised)], [
+        str(w.message) for w in caught
+    ]
     assert search.best_params_["alpha"] > 1e-12
     assert search.best_estimator_.alpha == search.best_params_["alpha"]
 
@@ -504,7 +628,9 @@ def _running(pid):
         return False
 
 
-def test_a_submit_command_that_never_answers_is_an_error_naming_the_jobs_not_a_hang(monkeypatch, tmp_path):
+def test_a_submit_command_that_never_answers_is_an_error_naming_the_jobs_not_a_hang(
+    monkeypatch, tmp_path
+):
     """With the SLURM controller down, ``sbatch`` hangs: start_client waited for ever inside
     ``Client(cluster)`` (and its clean-up waited for ever on the hanging submissions). Now the
     submissions are stopped after SUBMIT_TIMEOUT, the cluster is closed, and the error says what
@@ -519,19 +645,26 @@ def test_a_submit_command_that_never_answers_is_an_error_naming_the_jobs_not_a_h
     config["scale"], config["options"]["job_name"] = 2, "rfol-test"
     start = time.monotonic()
     try:
-        with pytest.raises(cluster.ClusterStartError, match=r"the SLURM submit command 'sbatch' did not answer in 2 s "
-                           r"\(2 submissions still waiting\).*controller down.*a job named rfol-test may have been "
-                           r"queued.*`squeue -u \$USER --name rfol-test`.*`scancel -u \$USER --name rfol-test`"):
+        with pytest.raises(
+            cluster.ClusterStartError,
+            match=r"the SLURM submit command 'sbatch' did not answer in 2 s "
+            r"\(2 submissions still waiting\).*controller down.*a job named rfol-test may have been "
+            r"queued.*`squeue -u \$USER --name rfol-test`.*`scancel -u \$USER --name rfol-test`",
+        ):
             cluster.start_client(config)
         assert time.monotonic() - start < 30
         started = list(map(int, pids.read_text().split()))
-        assert len(started) == 2 and not any(map(_running, started))  # the hanging submissions were stopped
+        assert len(started) == 2 and not any(
+            map(_running, started)
+        )  # the hanging submissions were stopped
     finally:
         _end_processes(pids)
 
 
 @pytest.mark.parametrize("terminal", [False, True])
-def test_a_ctrl_c_while_submissions_hang_warns_naming_the_jobs_and_is_raised(monkeypatch, tmp_path, ctrl_c, terminal):
+def test_a_ctrl_c_while_submissions_hang_warns_naming_the_jobs_and_is_raised(
+    monkeypatch, tmp_path, ctrl_c, terminal
+):
     """Ctrl-C while ``sbatch`` hangs: the KeyboardInterrupt goes on, the submissions are stopped, and
     a warning names the jobs they may have queued. A terminal's Ctrl-C reaches the submit commands
     too (one process group), which may be gone before this process handles its own: then no
@@ -557,7 +690,9 @@ def test_a_ctrl_c_while_submissions_hang_warns_naming_the_jobs_and_is_raised(mon
         time.sleep(0.2)  # (their sh waits in sleep)
         if terminal:
             started = list(map(int, pids.read_text().split()))
-            for process in [p for pid in started for p in (psutil.Process(pid), *psutil.Process(pid).children())]:
+            for process in [
+                p for pid in started for p in (psutil.Process(pid), *psutil.Process(pid).children())
+            ]:
                 process.send_signal(signal.SIGINT)
             while any(map(_running, started)):
                 time.sleep(0.02)
@@ -567,9 +702,12 @@ def test_a_ctrl_c_while_submissions_hang_warns_naming_the_jobs_and_is_raised(mon
     presser = threading.Thread(target=press_ctrl_c, daemon=True)
     start = time.monotonic()
     try:
-        with pytest.warns(RuntimeWarning, match=r"2 SLURM submissions were cut off before they answered.*a job named "
-                          r"rfol-test may have been queued.*`squeue -u \$USER --name rfol-test`.*"
-                          r"`scancel -u \$USER --name rfol-test`"):
+        with pytest.warns(
+            RuntimeWarning,
+            match=r"2 SLURM submissions were cut off before they answered.*a job named "
+            r"rfol-test may have been queued.*`squeue -u \$USER --name rfol-test`.*"
+            r"`scancel -u \$USER --name rfol-test`",
+        ):
             with pytest.raises(KeyboardInterrupt):
                 presser.start()
                 cluster.start_client(config)
@@ -598,14 +736,23 @@ def test_a_ctrl_c_before_the_submissions_start_submits_nothing(monkeypatch, tmp_
     class InterruptedJob(dask_jobqueue.slurm.SLURMJob):
         pressed = False
 
-        def __init__(self, *args, **kwargs):  # in the cluster's event loop, before the job is submitted
+        def __init__(
+            self, *args, **kwargs
+        ):  # in the cluster's event loop, before the job is submitted
             super().__init__(*args, **kwargs)
-            if not InterruptedJob.pressed and threading.current_thread() is not threading.main_thread():
+            if (
+                not InterruptedJob.pressed
+                and threading.current_thread() is not threading.main_thread()
+            ):
                 InterruptedJob.pressed = True
                 ctrl_c()
                 time.sleep(0.5)  # this process handles it meanwhile
 
-    config = {"kind": "slurm", "scale": 2, "options": {"cores": 1, "memory": "1GB", "job_cls": InterruptedJob}}
+    config = {
+        "kind": "slurm",
+        "scale": 2,
+        "options": {"cores": 1, "memory": "1GB", "job_cls": InterruptedJob},
+    }
     start = time.monotonic()
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -637,7 +784,9 @@ def test_stopping_a_submission_leaves_its_exit_status_to_the_code_that_waits_for
         child.wait()
 
 
-def test_a_site_submit_command_of_another_name_that_never_answers_is_stopped_too(monkeypatch, tmp_path):
+def test_a_site_submit_command_of_another_name_that_never_answers_is_stopped_too(
+    monkeypatch, tmp_path
+):
     """A site's wrapper (``site-sbatch``, which runs the real ``sbatch`` in its place: exec) set as
     the job class's submit command: its hanging submissions were looked for by that name, which no
     process bore, so none was found (the error said no job was accepted, and the close waited for
@@ -651,26 +800,36 @@ def test_a_site_submit_command_of_another_name_that_never_answers_is_stopped_too
     wrapper = site_dir / "site-sbatch"
     wrapper.write_text(f'#!/bin/sh\nexec {bin_dir / "sbatch"} "$@"\n')
     wrapper.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{site_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")  # no sbatch on it
+    monkeypatch.setenv(
+        "PATH", f"{site_dir}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    )  # no sbatch on it
     monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 2.0)
     monkeypatch.setattr(cluster, "CLOSE_TIMEOUT", 2.0)
 
     class SiteJob(dask_jobqueue.slurm.SLURMJob):
         submit_command = "site-sbatch"
 
-    config = {"kind": "slurm", "scale": 2, "options": {"cores": 1, "memory": "1GB", "job_cls": SiteJob,
-                                                       "job_name": "rfol-test"}}
+    config = {
+        "kind": "slurm",
+        "scale": 2,
+        "options": {"cores": 1, "memory": "1GB", "job_cls": SiteJob, "job_name": "rfol-test"},
+    }
     start = time.monotonic()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with pytest.raises(cluster.ClusterStartError, match=r"the SLURM submit command 'site-sbatch' did not answer "
-                               r"in 2 s \(2 submissions still waiting\).*`scancel -u \$USER --name rfol-test`"):
+            with pytest.raises(
+                cluster.ClusterStartError,
+                match=r"the SLURM submit command 'site-sbatch' did not answer "
+                r"in 2 s \(2 submissions still waiting\).*`scancel -u \$USER --name rfol-test`",
+            ):
                 cluster.start_client(config)
         assert not [str(w.message) for w in caught if "did not close" in str(w.message)]
         assert time.monotonic() - start < 30
         started = list(map(int, pids.read_text().split()))
-        assert len(started) == 2 and not any(map(_running, started))  # the hanging submissions were stopped
+        assert len(started) == 2 and not any(
+            map(_running, started)
+        )  # the hanging submissions were stopped
     finally:
         _end_processes(pids)
 
@@ -684,12 +843,20 @@ def test_a_failed_start_stops_only_the_submissions_of_its_own_cluster(monkeypatc
     bin_dir, pids = _hanging_sbatch(tmp_path)
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
     monkeypatch.setattr(cluster, "SUBMIT_TIMEOUT", 1.0)
-    other = subprocess.Popen([str(bin_dir / "sbatch"), str(tmp_path / "another-job.sh")])  # not the cluster's
+    other = subprocess.Popen(
+        [str(bin_dir / "sbatch"), str(tmp_path / "another-job.sh")]
+    )  # not the cluster's
     try:
-        with pytest.raises(cluster.ClusterStartError, match=r"did not answer in 1 s \(1 submissions still waiting\)"):
+        with pytest.raises(
+            cluster.ClusterStartError,
+            match=r"did not answer in 1 s \(1 submissions still waiting\)",
+        ):
             cluster.start_client({"kind": "slurm", "options": {"cores": 1, "memory": "1GB"}})
         assert other.poll() is None
-        assert len(pids.read_text().split()) == 2 and sum(map(_running, map(int, pids.read_text().split()))) == 1
+        assert (
+            len(pids.read_text().split()) == 2
+            and sum(map(_running, map(int, pids.read_text().split()))) == 1
+        )
     finally:
         _end_processes(pids)  # other's too (its pid is there), with its child
         other.wait()
@@ -708,9 +875,15 @@ def test_a_close_held_by_a_hanging_submission_is_given_up_with_a_warning(monkeyp
     monkeypatch.setattr(cluster, "_submission_processes", lambda cluster: [])  # none found to stop
     start = time.monotonic()
     try:
-        with pytest.warns(RuntimeWarning, match=r"did not close in 1 s.*jobs named dask-worker may still be queued.*"
-                          r"scancel -u \$USER --name dask-worker"):
-            with pytest.raises(cluster.ClusterStartError, match=r"SLURM submit command .sbatch. did not answer in 1 s"):
+        with pytest.warns(
+            RuntimeWarning,
+            match=r"did not close in 1 s.*jobs named dask-worker may still be queued.*"
+            r"scancel -u \$USER --name dask-worker",
+        ):
+            with pytest.raises(
+                cluster.ClusterStartError,
+                match=r"SLURM submit command .sbatch. did not answer in 1 s",
+            ):
                 cluster.start_client({"kind": "slurm", "options": {"cores": 1, "memory": "1GB"}})
         assert time.monotonic() - start < 30
     finally:
@@ -730,7 +903,9 @@ def test_the_cli_reports_a_hanging_submit_command_in_one_line(monkeypatch, tmp_p
         code = main(["fit", str(tmp_path / "data.zarr"), "--cluster", "slurm"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
-        assert err.startswith("rfol-dask fit: error: the SLURM submit command 'sbatch' did not answer in 1 s"), err
+        assert err.startswith(
+            "rfol-dask fit: error: the SLURM submit command 'sbatch' did not answer in 1 s"
+        ), err
         assert "scancel -u $USER --name dask-worker" in err
     finally:
         _end_processes(pids)
@@ -740,14 +915,28 @@ def test_scale_is_the_number_of_workers_of_a_local_cluster_too():
     """``scale: 2`` of a local configuration started one worker per core (the top-level key was
     read only for the other kinds); now it is LocalCluster's n_workers, and a different
     ``options.n_workers`` is refused."""
-    config = cluster.load_config({"kind": "local", "scale": 3, "options": {"threads_per_worker": 1}})
+    config = cluster.load_config(
+        {"kind": "local", "scale": 3, "options": {"threads_per_worker": 1}}
+    )
     assert config["options"]["n_workers"] == 3 and cluster.node_threads(config)["processes"] == 3
     assert cluster.load_config(config) == config  # read again, the same
-    assert cluster.load_config({"kind": "local", "scale": 2, "options": {"n_workers": 2}})["options"]["n_workers"] == 2
-    assert cluster.load_config("local")["options"]["n_workers"] == 2  # the shipped file says scale: 2
-    assert "n_workers" not in cluster.load_config({"kind": "local"})["options"]  # default: one per core
-    with pytest.raises(ValueError, match="given as a dict: scale 2 and options.n_workers 4 disagree; for kind local "
-                       "both are the number of worker processes"):
+    assert (
+        cluster.load_config({"kind": "local", "scale": 2, "options": {"n_workers": 2}})["options"][
+            "n_workers"
+        ]
+        == 2
+    )
+    assert (
+        cluster.load_config("local")["options"]["n_workers"] == 2
+    )  # the shipped file says scale: 2
+    assert (
+        "n_workers" not in cluster.load_config({"kind": "local"})["options"]
+    )  # default: one per core
+    with pytest.raises(
+        ValueError,
+        match="given as a dict: scale 2 and options.n_workers 4 disagree; for kind local "
+        "both are the number of worker processes",
+    ):
         cluster.load_config({"kind": "local", "scale": 2, "options": {"n_workers": 4}})
     with pytest.raises(ValueError, match="scale must be a whole number >= 1, got 0"):
         cluster.load_config({"kind": "cuda-local", "scale": 0})
@@ -756,7 +945,9 @@ def test_scale_is_the_number_of_workers_of_a_local_cluster_too():
 
 @pytest.mark.cluster
 def test_a_local_configuration_with_scale_starts_that_many_workers():
-    with cluster.start_client({"kind": "local", "scale": 1, "options": {"processes": False}}) as client:
+    with cluster.start_client(
+        {"kind": "local", "scale": 1, "options": {"processes": False}}
+    ) as client:
         assert len(client.scheduler_info()["workers"]) == 1  # not one per core
 
 
@@ -765,12 +956,11 @@ def test_an_mpi_scheduler_that_does_not_answer_is_an_error_not_a_hang(tmp_path):
     a stopped scheduler) kept start_client waiting for ever in distributed's handshake; one that
     answers like an HTTP server raised a MemoryError; a file that never holds an address gave
     a JSON traceback. Each is a ClusterStartError within the timeouts now."""
+    import contextlib
     import json
     import socket
     import threading
     import time
-
-    import contextlib
 
     import dask
 
@@ -787,17 +977,24 @@ def test_an_mpi_scheduler_that_does_not_answer_is_an_error_not_a_hang(tmp_path):
     config = {"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 0.5}
     try:
         with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
-            for server, says in ((silent, r"TimeoutError: timed out after 1 s"),
-                                 (talker, r"its answer is not a dask scheduler's")):
+            for server, says in (
+                (silent, r"TimeoutError: timed out after 1 s"),
+                (talker, r"its answer is not a dask scheduler's"),
+            ):
                 address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
                 path.write_text(json.dumps({"address": address}))
                 start = time.monotonic()
-                with pytest.raises(cluster.ClusterStartError, match=f"could not connect to the scheduler named in "
-                                   f"{re.escape(str(path))} \\({address}: {says}.*delete it"):
+                with pytest.raises(
+                    cluster.ClusterStartError,
+                    match=f"could not connect to the scheduler named in "
+                    f"{re.escape(str(path))} \\({address}: {says}.*delete it",
+                ):
                     cluster.start_client(config)
                 assert time.monotonic() - start < 10
         path.write_text('{"addr')  # never completed
-        with pytest.raises(cluster.ClusterStartError, match="holds no scheduler address after 0.5 s.*delete it"):
+        with pytest.raises(
+            cluster.ClusterStartError, match="holds no scheduler address after 0.5 s.*delete it"
+        ):
             cluster._mpi_client(cluster.load_config(config), poll=0.02)
     finally:
         silent.close()
@@ -811,11 +1008,26 @@ def test_jobqueue_options_of_the_cluster_itself_render_and_n_workers_is_refused(
     apart from scale."""
     pytest.importorskip("dask_jobqueue")
     for kind, marker in (("slurm", "#SBATCH"), ("pbs", "#PBS")):
-        config = {"kind": kind, "options": {"cores": 2, "memory": "1GB", "scheduler_options": {"port": 0},
-                                            "shared_temp_directory": "/tmp", "job_name": "rfol-site"}}
+        config = {
+            "kind": kind,
+            "options": {
+                "cores": 2,
+                "memory": "1GB",
+                "scheduler_options": {"port": 0},
+                "shared_temp_directory": "/tmp",
+                "job_name": "rfol-site",
+            },
+        }
         script = cluster.job_script(config)
-        assert marker in script and "rfol-site" in script and cluster.node_threads(config)["cores"] == 2
-        with pytest.raises(ValueError, match=f"unknown option 'n_workers' for kind {kind}; set the top-level key scale"):
+        assert (
+            marker in script
+            and "rfol-site" in script
+            and cluster.node_threads(config)["cores"] == 2
+        )
+        with pytest.raises(
+            ValueError,
+            match=f"unknown option 'n_workers' for kind {kind}; set the top-level key scale",
+        ):
             cluster.load_config({"kind": kind, "options": {"n_workers": 2}})
 
 
@@ -827,17 +1039,26 @@ def test_a_cluster_kind_without_its_package_says_what_to_install(monkeypatch, tm
     for module in ("dask_jobqueue", "dask_kubernetes", "dask_kubernetes.operator"):
         monkeypatch.setitem(sys.modules, module, None)  # import fails
     try:
-        with pytest.raises(ImportError, match=r"cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install "
-                           r"'rfol-dask\[hpc\]'"):
+        with pytest.raises(
+            ImportError,
+            match=r"cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install "
+            r"'rfol-dask\[hpc\]'",
+        ):
             cluster.job_script({"kind": "pbs", "options": {"cores": 2, "memory": "1GB"}})
-        with pytest.raises(ImportError, match=r"cluster kind 'kubernetes' needs dask-kubernetes: pip install "
-                           r"'rfol-dask\[cloud\]'"):
+        with pytest.raises(
+            ImportError,
+            match=r"cluster kind 'kubernetes' needs dask-kubernetes: pip install "
+            r"'rfol-dask\[cloud\]'",
+        ):
             cluster.start_client({"kind": "kubernetes"})
         assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", "slurm"]) == 2
     finally:
         cluster._option_keywords.cache_clear()  # (it remembers "not installed")
     err = capsys.readouterr().err
-    assert err == "rfol-dask fit: error: cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'\n"
+    assert (
+        err
+        == "rfol-dask fit: error: cluster kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'\n"
+    )
 
 
 def test_a_kubernetes_api_server_that_does_not_answer_is_an_error_not_a_hang(monkeypatch, tmp_path):
@@ -855,13 +1076,17 @@ def test_a_kubernetes_api_server_that_does_not_answer_is_an_error_not_a_hang(mon
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
         f"clusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{silent.getsockname()[1]}', "
         "insecure-skip-tls-verify: true}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n")
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+    )
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     start = time.monotonic()
     try:
         with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
-            with pytest.raises(cluster.ClusterStartError, match=r"Kubernetes cluster of cluster configuration "
-                               r"kubernetes \(TimeoutError: the Kubernetes API server did not answer in 1 s"):
+            with pytest.raises(
+                cluster.ClusterStartError,
+                match=r"Kubernetes cluster of cluster configuration "
+                r"kubernetes \(TimeoutError: the Kubernetes API server did not answer in 1 s",
+            ):
                 cluster.start_client("kubernetes")
         assert time.monotonic() - start < 30
     finally:
@@ -875,18 +1100,33 @@ def test_a_local_cluster_that_cannot_start_is_a_cluster_start_error(capsys, tmp_
     from rfol_dask.cli import main
 
     config = tmp_path / "site.yaml"
-    config.write_text("kind: local\nscale: 1\noptions: {processes: false, dashboard_address: '198.51.100.7:0'}\n")
-    with pytest.raises(cluster.ClusterStartError, match=f"the local cluster of cluster configuration "
-                       f"{re.escape(str(config))} did not start .*: check its options"):
+    config.write_text(
+        "kind: local\nscale: 1\noptions: {processes: false, dashboard_address: '198.51.100.7:0'}\n"
+    )
+    with pytest.raises(
+        cluster.ClusterStartError,
+        match=f"the local cluster of cluster configuration "
+        f"{re.escape(str(config))} did not start .*: check its options",
+    ):
         cluster.start_client(config)
     assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rfol-dask fit: error: the local cluster") and err.count("\n") == 1, err
     if __import__("importlib").util.find_spec("dask_jobqueue"):  # a SLURM cluster's scheduler alike
-        with pytest.raises(cluster.ClusterStartError, match="the slurm cluster of cluster configuration given as a "
-                           "dict did not start"):
-            cluster.make_cluster({"kind": "slurm", "options": {"cores": 1, "memory": "1GB", "scheduler_options": {
-                "dashboard_address": "198.51.100.7:0"}}})
+        with pytest.raises(
+            cluster.ClusterStartError,
+            match="the slurm cluster of cluster configuration given as a dict did not start",
+        ):
+            cluster.make_cluster(
+                {
+                    "kind": "slurm",
+                    "options": {
+                        "cores": 1,
+                        "memory": "1GB",
+                        "scheduler_options": {"dashboard_address": "198.51.100.7:0"},
+                    },
+                }
+            )
 
 
 def test_a_kubernetes_cluster_whose_close_is_given_up_says_how_to_delete_it():
@@ -900,8 +1140,11 @@ def test_a_kubernetes_cluster_whose_close_is_given_up_says_how_to_delete_it():
             raise TimeoutError
 
     stuck = StuckKubeCluster()
-    with pytest.warns(RuntimeWarning, match="did not close in 0.5 s.*pods may still be running: kubectl delete "
-                      "daskcluster rfol-dask -n science"):
+    with pytest.warns(
+        RuntimeWarning,
+        match="did not close in 0.5 s.*pods may still be running: kubectl delete "
+        "daskcluster rfol-dask -n science",
+    ):
         cluster._close_cluster(stuck, timeout=0.5)
     with w.catch_warnings():
         w.simplefilter("error")
@@ -919,14 +1162,24 @@ def test_mpi_start_client_checks_a_tls_scheduler_with_dasks_tls_configuration(tm
     from distributed import LocalCluster, Security
 
     sec = Security.temporary()
-    tls = {"distributed.comm.tls.ca-file": sec.tls_ca_file, "distributed.comm.tls.client.cert": sec.tls_client_cert,
-           "distributed.comm.tls.client.key": sec.tls_client_key}
+    tls = {
+        "distributed.comm.tls.ca-file": sec.tls_ca_file,
+        "distributed.comm.tls.client.cert": sec.tls_client_cert,
+        "distributed.comm.tls.client.key": sec.tls_client_key,
+    }
     path = tmp_path / "scheduler.json"
-    with LocalCluster(n_workers=1, processes=False, security=sec, protocol="tls://", dashboard_address=":0") as local:
+    with LocalCluster(
+        n_workers=1, processes=False, security=sec, protocol="tls://", dashboard_address=":0"
+    ) as local:
         path.write_text(json.dumps({"address": local.scheduler_address}))
         with dask.config.set(tls):
-            client = cluster.start_client({"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 5})
+            client = cluster.start_client(
+                {"kind": "mpi", "scheduler_file": str(path), "scheduler_timeout": 5}
+            )
             try:
-                assert client.scheduler.address.startswith("tls://") and client.submit(sum, [1, 2]).result() == 3
+                assert (
+                    client.scheduler.address.startswith("tls://")
+                    and client.submit(sum, [1, 2]).result() == 3
+                )
             finally:
                 client.close()

@@ -40,7 +40,9 @@ def test_cuda_local_kind_counts_one_worker_per_gpu(monkeypatch):
         cluster.job_script(many)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("dask_cuda") is not None, reason="dask-cuda is installed here")
+@pytest.mark.skipif(
+    importlib.util.find_spec("dask_cuda") is not None, reason="dask-cuda is installed here"
+)
 def test_cuda_local_without_dask_cuda_says_what_to_install():
     with pytest.raises(ImportError, match=r"pip install 'rfol-dask\[gpu\]'"):
         cluster.make_cluster("local-cuda")

@@ -26,8 +26,12 @@ FUNCTIONS = [
     "rfol_dask.datasets.generate",
     "rfol_dask.curves.error_curve",
 ]
-CLASSES = ["rfol_dask.RandomFeatureOperator", "rfol_dask.baselines.KernelOperator",
-           "rfol_dask.RandomFeatureOperatorCV", "rfol_dask.baselines.KernelOperatorCV"]
+CLASSES = [
+    "rfol_dask.RandomFeatureOperator",
+    "rfol_dask.baselines.KernelOperator",
+    "rfol_dask.RandomFeatureOperatorCV",
+    "rfol_dask.baselines.KernelOperatorCV",
+]
 
 # numpydoc checks left out: extended summary, See Also and Examples sections are optional here
 OPTIONAL = {"ES01", "SA01", "EX01"}
@@ -53,9 +57,13 @@ def test_docstring_passes_numpydoc_validation(name):
 def test_signature_is_annotated_and_the_hints_resolve(name):
     func = _resolve(name)
     sig = inspect.signature(func)
-    missing = [p.name for p in sig.parameters.values()
-               if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-               and p.annotation is inspect.Parameter.empty]
+    missing = [
+        p.name
+        for p in sig.parameters.values()
+        if p.name not in ("self", "cls")
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and p.annotation is inspect.Parameter.empty
+    ]
     assert not missing, f"{name}: parameters without a type hint: {missing}"
     assert sig.return_annotation is not inspect.Signature.empty, f"{name}: no return annotation"
     import distributed  # imported for annotations only by the modules that name it
@@ -67,19 +75,27 @@ def _documented_attributes(cls):
     return {n.strip() for item in ClassDoc(cls)["Attributes"] for n in item.name.split(",")}
 
 
-@pytest.mark.parametrize("model", [
-    RandomFeatureOperator(n_features=20, random_state=0),
-    KernelOperator(n_components=3),
-    RandomFeatureOperatorCV(n_features=20, gammas=(1.0,), alphas=(1e-3,), random_state=0),
-    KernelOperatorCV(n_components=3, length_scales=(1.0,), nuggets=(1e-3,)),
-], ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize(
+    "model",
+    [
+        RandomFeatureOperator(n_features=20, random_state=0),
+        KernelOperator(n_components=3),
+        RandomFeatureOperatorCV(n_features=20, gammas=(1.0,), alphas=(1e-3,), random_state=0),
+        KernelOperatorCV(n_components=3, length_scales=(1.0,), nuggets=(1e-3,)),
+    ],
+    ids=lambda m: type(m).__name__,
+)
 def test_class_docstring_lists_every_fitted_attribute(model):
     rng = np.random.default_rng(0)
     x = np.linspace(0, 1, 8)
-    model.fit(rng.standard_normal((30, 8)), rng.standard_normal((30, 8)), input_grid=[x], output_grid=[x])
+    model.fit(
+        rng.standard_normal((30, 8)), rng.standard_normal((30, 8)), input_grid=[x], output_grid=[x]
+    )
     fitted = {k for k in vars(model) if k.endswith("_") and not k.startswith("_")}
     undocumented = fitted - _documented_attributes(type(model))
-    assert not undocumented, f"{type(model).__name__} docstring lacks the fitted attributes {sorted(undocumented)}"
+    assert not undocumented, (
+        f"{type(model).__name__} docstring lacks the fitted attributes {sorted(undocumented)}"
+    )
 
 
 def _core_imports():
@@ -91,14 +107,18 @@ def _core_imports():
     edges = {}
     for path in root.rglob("*.py"):
         parts = list(path.relative_to(root).with_suffix("").parts)
-        if parts[0] in ("datasets", "baselines", "experiments") or parts[0] in ("cli", "_version", "__init__"):
+        if parts[0] in ("datasets", "baselines", "experiments") or parts[0] in (
+            "cli",
+            "_version",
+            "__init__",
+        ):
             continue
         package = parts[:-1]
         name = ".".join(package if parts[-1] == "__init__" else parts)
         targets = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level:
-                base = package[:len(package) - (node.level - 1)]
+                base = package[: len(package) - (node.level - 1)]
                 if node.module:
                     targets.add(".".join(base + [node.module]))
                 else:
@@ -125,14 +145,24 @@ def _documented_imports(known):
         elif package:
             name = f"{package}.{name}"
         arrow = re.search(r"-+>\s*(.*)", tail)
-        targets = [t.strip() for t in (arrow.group(1).split("(")[0].split(",") if arrow else []) if t.strip()]
-        edges[name] = {f"{package}.{t}" if package and f"{package}.{t}" in known else t for t in targets}
+        targets = [
+            t.strip()
+            for t in (arrow.group(1).split("(")[0].split(",") if arrow else [])
+            if t.strip()
+        ]
+        edges[name] = {
+            f"{package}.{t}" if package and f"{package}.{t}" in known else t for t in targets
+        }
     return edges
 
 
 def test_the_documented_import_graph_is_the_code_s():
     code = _core_imports()
     doc = _documented_imports(set(code))
-    assert set(doc) == set(code), (set(doc) ^ set(code))
-    wrong = {m: (sorted(doc[m] - code[m]), sorted(code[m] - doc[m])) for m in code if doc[m] != code[m]}
-    assert not wrong, f"docs/design.md's import graph differs from the code (documented only, imported only): {wrong}"
+    assert set(doc) == set(code), set(doc) ^ set(code)
+    wrong = {
+        m: (sorted(doc[m] - code[m]), sorted(code[m] - doc[m])) for m in code if doc[m] != code[m]
+    }
+    assert not wrong, (
+        f"docs/design.md's import graph differs from the code (documented only, imported only): {wrong}"
+    )

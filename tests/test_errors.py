@@ -25,7 +25,9 @@ def test_sample_counts_differ(data):
 def test_wrong_width_at_predict(data):
     U, V = data
     model = RandomFeatureOperator(n_features=50, random_state=0).fit(U, V)
-    with pytest.raises(ValueError, match=r"X has 7 features, but RandomFeatureOperator is expecting 8"):
+    with pytest.raises(
+        ValueError, match=r"X has 7 features, but RandomFeatureOperator is expecting 8"
+    ):
         model.predict(U[:, :7])
     with pytest.raises(ValueError, match=r"training grid \(8,\)"):
         model.predict(da.from_array(U[:, :7]))
@@ -36,25 +38,50 @@ def test_nan_inf_named_with_sample_range(data, bad):
     U, V = data
     U = U.copy()
     U[37, 2] = bad
-    with pytest.raises(ValueError, match=r"U contains NaN or infinity in samples 0-59 \(first bad sample: 37"):
+    with pytest.raises(
+        ValueError, match=r"U contains NaN or infinity in samples 0-59 \(first bad sample: 37"
+    ):
         RandomFeatureOperator(n_features=100).fit(U, V)
     Ud = da.from_array(U, chunks=(20, -1))
     for n_features in (100, 20):  # dual and primal graphs
-        with pytest.raises(ValueError, match=r"U contains NaN or infinity in samples 20-39 \(first bad sample: 37"):
+        with pytest.raises(
+            ValueError, match=r"U contains NaN or infinity in samples 20-39 \(first bad sample: 37"
+        ):
             RandomFeatureOperator(n_features=n_features).fit(Ud, V)
     V2 = V.copy()
     V2[45, 0] = bad
-    with pytest.raises(ValueError, match=r"V contains NaN or infinity in samples 40-59 \(first bad sample: 45"):
+    with pytest.raises(
+        ValueError, match=r"V contains NaN or infinity in samples 40-59 \(first bad sample: 45"
+    ):
         RandomFeatureOperator(n_features=100).fit(da.from_array(data[0], chunks=(20, -1)), V2)
 
 
-@pytest.mark.parametrize("param,value,match", [
-    ("gamma", -1.0, "'gamma' parameter of RandomFeatureOperator must be a float in the range \\(0"),
-    ("alpha", -1e-3, "'alpha' parameter of RandomFeatureOperator must be a float in the range \\[0"),
-    ("distribution", "laplace", "'distribution' parameter of RandomFeatureOperator must be a str among"),
-    ("n_features", 0, "'n_features' parameter of RandomFeatureOperator must be an int in the range \\[1"),
-    ("solver", "qr", "'solver' parameter"),
-])
+@pytest.mark.parametrize(
+    "param,value,match",
+    [
+        (
+            "gamma",
+            -1.0,
+            "'gamma' parameter of RandomFeatureOperator must be a float in the range \\(0",
+        ),
+        (
+            "alpha",
+            -1e-3,
+            "'alpha' parameter of RandomFeatureOperator must be a float in the range \\[0",
+        ),
+        (
+            "distribution",
+            "laplace",
+            "'distribution' parameter of RandomFeatureOperator must be a str among",
+        ),
+        (
+            "n_features",
+            0,
+            "'n_features' parameter of RandomFeatureOperator must be an int in the range \\[1",
+        ),
+        ("solver", "qr", "'solver' parameter"),
+    ],
+)
 def test_bad_parameters(data, param, value, match):
     with pytest.raises(ValueError, match=match):
         RandomFeatureOperator(**{param: value}).fit(*data)
@@ -67,14 +94,23 @@ def test_student_t_needs_nu(data):
 
 def test_alpha_zero_singular_gram_suggests_alpha(data):
     U, V = data
-    with pytest.raises(ValueError, match=r"alpha=0 \(min-norm interpolation\) in the dual needs n_features >= 59.*"
-                                         "pass solver='primal' or alpha > 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"alpha=0 \(min-norm interpolation\) in the dual needs n_features >= 59.*"
+        "pass solver='primal' or alpha > 0",
+    ):
         RandomFeatureOperator(n_features=10, solver="dual", alpha=0.0, random_state=0).fit(U, V)
-    with pytest.raises(ValueError, match=r"in the primal needs n_features <= 60.*pass solver='dual' or alpha > 0"):
-        RandomFeatureOperator(n_features=61, solver="primal", alpha=0.0, fit_intercept=False).fit(U, V)
+    with pytest.raises(
+        ValueError, match=r"in the primal needs n_features <= 60.*pass solver='dual' or alpha > 0"
+    ):
+        RandomFeatureOperator(n_features=61, solver="primal", alpha=0.0, fit_intercept=False).fit(
+            U, V
+        )
     # repeated samples make the dual Gram singular as well
     with pytest.raises(ValueError, match="pass alpha > 0"):
-        RandomFeatureOperator(n_features=500, alpha=0.0, random_state=0).fit(np.vstack([U, U]), np.vstack([V, V]))
+        RandomFeatureOperator(n_features=500, alpha=0.0, random_state=0).fit(
+            np.vstack([U, U]), np.vstack([V, V])
+        )
 
 
 def test_gram_too_large_names_bytes(data):
@@ -83,7 +119,9 @@ def test_gram_too_large_names_bytes(data):
         RandomFeatureOperator(n_features=100, max_gram_bytes=1000).fit(U, V)
     # the primal N x N Gram of dask input must fit one worker too
     with pytest.raises(ValueError, match=r"20 x 20 Gram matrix needs 3,200 bytes"):
-        RandomFeatureOperator(n_features=20, max_gram_bytes=1000).fit(da.from_array(U), da.from_array(V))
+        RandomFeatureOperator(n_features=20, max_gram_bytes=1000).fit(
+            da.from_array(U), da.from_array(V)
+        )
     # (a dual Gram of dask input that does not fit is factorised blocked instead: tests/test_scale.py)
 
 
@@ -98,7 +136,9 @@ def test_not_fitted_and_missing_target(data):
 
 def test_xarray_needs_a_sample_dim_anywhere_and_dataset_variables(data):
     U, V = data
-    with pytest.raises(ValueError, match=r"must have a 'sample' dimension.*rename\(\{'time': 'sample'\}\)"):
+    with pytest.raises(
+        ValueError, match=r"must have a 'sample' dimension.*rename\(\{'time': 'sample'\}\)"
+    ):
         RandomFeatureOperator().fit(xr.DataArray(U, dims=("time", "x")), V)
     # the sample dim is found by name, wherever it is: (x, sample) fits as (sample, x) does
     kw = dict(n_features=60, gamma=0.5, random_state=0)
@@ -146,16 +186,24 @@ def test_nan_in_v_is_found_before_the_features(data, count_features, lazy):
         U, V = da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1))
     match = r"V contains NaN or infinity in samples (40-59|0-59) \(first bad sample: 45"
     with pytest.raises(ValueError, match=match):
-        RandomFeatureOperator(n_features=100, random_state=0).fit(U, V)  # dual: the Gram is the expensive pass
+        RandomFeatureOperator(n_features=100, random_state=0).fit(
+            U, V
+        )  # dual: the Gram is the expensive pass
     assert count_features == []
 
 
 def test_empty_output_width_is_refused(data):
     U, _ = data
-    with pytest.raises(ValueError, match=r"0 feature\(s\) \(shape=\(60, 0\)\)"):  # scikit-learn's check
+    with pytest.raises(
+        ValueError, match=r"0 feature\(s\) \(shape=\(60, 0\)\)"
+    ):  # scikit-learn's check
         RandomFeatureOperator(n_features=20).fit(U, np.zeros((60, 0)))
-    with pytest.raises(ValueError, match=r"V has shape \(60, 0\): the output functions have no values"):
-        RandomFeatureOperator(n_features=20).fit(da.from_array(U), da.zeros((60, 0), chunks=(20, -1)))
+    with pytest.raises(
+        ValueError, match=r"V has shape \(60, 0\): the output functions have no values"
+    ):
+        RandomFeatureOperator(n_features=20).fit(
+            da.from_array(U), da.zeros((60, 0), chunks=(20, -1))
+        )
 
 
 def test_predict_nan_names_the_right_samples(data):
@@ -163,8 +211,11 @@ def test_predict_nan_names_the_right_samples(data):
     model = RandomFeatureOperator(n_features=50, random_state=0).fit(U, V)
     bad = U.copy()
     bad[37, 1] = np.nan
-    with pytest.raises(ValueError, match=r"X contains NaN or infinity in samples 20-39 \(first bad sample: 37.*"
-                                         r"before predicting"):
+    with pytest.raises(
+        ValueError,
+        match=r"X contains NaN or infinity in samples 20-39 \(first bad sample: 37.*"
+        r"before predicting",
+    ):
         model.predict(da.from_array(bad, chunks=(20, -1))).compute()
     with pytest.raises(ValueError, match=r"samples 0-59 \(first bad sample: 37.*before predicting"):
         model.predict(bad)
@@ -174,13 +225,18 @@ def test_unknown_chunk_sizes_say_how_to_fix(data):
     U, V = data
     Ud, Vd = da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1))
     keep = Ud[:, 0] > -np.inf  # boolean indexing leaves the chunk sizes unknown
-    with pytest.raises(ValueError, match=r"U is a dask array of unknown chunk sizes \(shape \(nan, 8\).*"
-                                         r"compute_chunk_sizes\(\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"U is a dask array of unknown chunk sizes \(shape \(nan, 8\).*"
+        r"compute_chunk_sizes\(\)",
+    ):
         RandomFeatureOperator(n_features=20).fit(Ud[keep], Vd[keep])
     model = RandomFeatureOperator(n_features=20, random_state=0).fit(U, V)
     with pytest.raises(ValueError, match="unknown chunk sizes"):
         model.predict(Ud[keep])
-    np.testing.assert_allclose(model.predict(Ud[keep].compute_chunk_sizes()).compute(), model.predict(U))
+    np.testing.assert_allclose(
+        model.predict(Ud[keep].compute_chunk_sizes()).compute(), model.predict(U)
+    )
 
 
 @pytest.fixture
@@ -204,8 +260,11 @@ def test_deleted_chunk_is_reported_missing_not_nan(store):
     path = _chunk_file(store, "output", 1)
     path.unlink()
     # the store's fill value is NaN, so without the listing check this read as "NaN samples"
-    with pytest.raises(ValueError, match=r"1 chunk\(s\) of variable 'output' are missing from the store \(first: "
-                                         r"chunk \(1, 0\), samples 4-7, file .*damaged.*regenerate"):
+    with pytest.raises(
+        ValueError,
+        match=r"1 chunk\(s\) of variable 'output' are missing from the store \(first: "
+        r"chunk \(1, 0\), samples 4-7, file .*damaged.*regenerate",
+    ):
         RandomFeatureOperator(n_features=20).fit(str(store))
     with pytest.raises(ValueError, match="missing from the store"):
         open_dataset(store)
@@ -216,8 +275,11 @@ def test_deleted_chunk_is_reported_missing_not_nan(store):
 def test_corrupt_chunk_names_store_variable_and_chunk(store):
     path = _chunk_file(store, "input", 2)
     path.write_bytes(b"not zstd data" * 8)
-    with pytest.raises(ValueError, match=r"cannot read chunk \(2, 0\) \(samples 8-11, file .*\) of variable 'input' "
-                                         r"in the data set at .*d\.zarr: .*damaged") as info:
+    with pytest.raises(
+        ValueError,
+        match=r"cannot read chunk \(2, 0\) \(samples 8-11, file .*\) of variable 'input' "
+        r"in the data set at .*d\.zarr: .*damaged",
+    ) as info:
         RandomFeatureOperator(n_features=20).fit(str(store))
     assert str(path) in str(info.value)
 
@@ -226,7 +288,9 @@ def test_kernel_operator_errors_name_nugget(data):
     from rfol_dask.baselines import KernelOperator
 
     U, V = data
-    with pytest.raises(ValueError, match=r"nugget=0 leaves the Gram matrix singular.*pass nugget > 0") as info:
+    with pytest.raises(
+        ValueError, match=r"nugget=0 leaves the Gram matrix singular.*pass nugget > 0"
+    ) as info:
         KernelOperator(kernel="linear", nugget=0.0).fit(U, V)
     assert "alpha" not in str(info.value)
 
@@ -247,13 +311,16 @@ def _users_stores(tmp_path):
 
     U, V = smooth_operator_data(40, 8)
     by_xarray, by_zarr = tmp_path / "x.zarr", tmp_path / "z.zarr"
-    xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)}).chunk({"sample": 10}).to_zarr(
-        by_xarray, consolidated=False)
+    xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)}).chunk(
+        {"sample": 10}
+    ).to_zarr(by_xarray, consolidated=False)
     group = zarr.open_group(str(by_zarr), mode="w")
     for name, a in (("input", U), ("output", V)):
         group.create_array(name, shape=a.shape, chunks=(10, a.shape[1]), dtype=a.dtype)[:] = a
     for path in (by_xarray, by_zarr):
-        (path / "input" / zarr.open_array(str(path / "input")).metadata.encode_chunk_key((1, 0))).unlink()
+        (
+            path / "input" / zarr.open_array(str(path / "input")).metadata.encode_chunk_key((1, 0))
+        ).unlink()
     return by_xarray, by_zarr, U, V
 
 
@@ -267,22 +334,34 @@ def test_a_missing_chunk_behind_dataarrays_and_dask_arrays_is_an_error(tmp_path)
     by_xarray, by_zarr, U, V = _users_stores(tmp_path)
     missing = r"1 chunk\(s\) of variable 'input' are missing from the store \(first: chunk \(1, 0\), samples 10-19, "
     ds = xr.open_zarr(by_xarray, consolidated=False)
-    with pytest.raises(ValueError, match=missing + r"file .*x\.zarr.*; the store is damaged: restore the files or "
-                                                   r"write the store again$"):
+    with pytest.raises(
+        ValueError,
+        match=missing + r"file .*x\.zarr.*; the store is damaged: restore the files or "
+        r"write the store again$",
+    ):
         RandomFeatureOperator(n_features=20).fit(ds["input"], ds["output"])
-    lazy = xr.open_dataset(by_xarray, engine="zarr", chunks=None, consolidated=False)  # no dask: a lazily indexed variable
+    lazy = xr.open_dataset(
+        by_xarray, engine="zarr", chunks=None, consolidated=False
+    )  # no dask: a lazily indexed variable
     with pytest.raises(ValueError, match=missing):
         RandomFeatureOperator(n_features=20).fit(lazy["input"], lazy["output"].values)
     for inline in (False, True):  # the array in its own graph layer, or in every task
-        Z, W = (da.from_zarr(str(by_zarr), component=n, inline_array=inline) for n in ("input", "output"))
+        Z, W = (
+            da.from_zarr(str(by_zarr), component=n, inline_array=inline)
+            for n in ("input", "output")
+        )
         with pytest.raises(ValueError, match=missing + r".*write_empty_chunks=True"):
             RandomFeatureOperator(n_features=20).fit(Z, W)
     for fit in (KernelOperator().fit, RandomFeatureOperatorCV(n_features=20).fit):
         with pytest.raises(ValueError, match=missing):
             fit(Z, W)
     model = RandomFeatureOperator(n_features=20).fit(U, V)
-    for call in (lambda: model.predict(Z), lambda: model.predict(ds["input"]), lambda: model.score(Z, V),
-                 lambda: model.score(U, ds["input"].rename(x="y"))):
+    for call in (
+        lambda: model.predict(Z),
+        lambda: model.predict(ds["input"]),
+        lambda: model.score(Z, V),
+        lambda: model.score(U, ds["input"].rename(x="y")),
+    ):
         with pytest.raises(ValueError, match=missing):
             call()
 
@@ -298,12 +377,21 @@ def test_each_entry_point_checks_a_stores_arrays_once(tmp_path, monkeypatch):
 
     U, V = smooth_operator_data(40, 8)
     path = tmp_path / "d.zarr"
-    xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)}).chunk({"sample": 10}).to_zarr(
-        path, consolidated=False)
+    xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)}).chunk(
+        {"sample": 10}
+    ).to_zarr(path, consolidated=False)
     counted = []
     listed = zarr.Array.nchunks_initialized
-    monkeypatch.setattr(zarr.Array, "nchunks_initialized",
-                        property(lambda a: (counted.append(str(a.store_path).rstrip("/").rsplit("/", 1)[-1]), listed.fget(a))[1]))
+    monkeypatch.setattr(
+        zarr.Array,
+        "nchunks_initialized",
+        property(
+            lambda a: (
+                counted.append(str(a.store_path).rstrip("/").rsplit("/", 1)[-1]),
+                listed.fget(a),
+            )[1]
+        ),
+    )
 
     def count(call):
         counted.clear()
@@ -317,12 +405,16 @@ def test_each_entry_point_checks_a_stores_arrays_once(tmp_path, monkeypatch):
     assert count(lambda: model.fit(Ui, Vo)) == both
     assert count(lambda: RandomFeatureOperatorCV(n_features=20).fit(Ui, Vo)) == both
     assert count(lambda: RandomFeatureOperatorCV(n_features=20).fit(ds)) == both
-    assert count(lambda: KernelOperator().fit(da.from_zarr(str(path), component="input"), Vo)) == both
+    assert (
+        count(lambda: KernelOperator().fit(da.from_zarr(str(path), component="input"), Vo)) == both
+    )
     assert count(lambda: model.predict(Ui)) == one
     assert count(lambda: model.score(Ui, Vo)) == both
     assert count(lambda: model.score(ds)) == both
     assert count(lambda: model.fit(U, V).predict(U)) == []
-    assert count(lambda: main(["fit", str(path), "--train", "30", "--n-features", "20"])) == both  # when opened
+    assert (
+        count(lambda: main(["fit", str(path), "--train", "30", "--n-features", "20"])) == both
+    )  # when opened
 
 
 def test_a_missing_shard_is_named_with_its_samples(tmp_path):
@@ -332,7 +424,9 @@ def test_a_missing_shard_is_named_with_its_samples(tmp_path):
     U, V = smooth_operator_data(40, 8)
     path = tmp_path / "s.zarr"
     ds = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)})
-    ds.to_zarr(path, encoding={v: {"chunks": (5, 8), "shards": (10, 8)} for v in ds}, consolidated=False)
+    ds.to_zarr(
+        path, encoding={v: {"chunks": (5, 8), "shards": (10, 8)} for v in ds}, consolidated=False
+    )
     (path / "input" / "c" / "1" / "0").unlink()
     missing = r"1 chunk\(s\) of variable 'input' are missing from the store \(first: chunk \(1, 0\), samples 10-19, "
     with pytest.raises(ValueError, match=missing):
@@ -351,14 +445,18 @@ def test_a_store_written_again_smaller_after_it_was_opened_is_named(tmp_path):
 
     def write(n):
         xr.Dataset({"input": (("sample", "x"), U[:n]), "output": (("sample", "y"), V[:n])}).chunk(
-            {"sample": 10}).to_zarr(path, mode="w", consolidated=False)
+            {"sample": 10}
+        ).to_zarr(path, mode="w", consolidated=False)
 
     write(40)
     X = xr.open_zarr(path, consolidated=False)["input"]
     model = RandomFeatureOperator(n_features=20).fit(X, V)
     write(20)
-    with pytest.raises(ValueError, match=r"the Zarr array .*d\.zarr/input was written again after it was opened "
-                                         r"\(shape \(40, 8\) then, \(20, 8\) now\): open the store again"):
+    with pytest.raises(
+        ValueError,
+        match=r"the Zarr array .*d\.zarr/input was written again after it was opened "
+        r"\(shape \(40, 8\) then, \(20, 8\) now\): open the store again",
+    ):
         model.predict(X)
 
 

@@ -14,10 +14,29 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_cli_quickstart(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "quickstart", "--out", str(tmp_path / "qs"),
-                          "--train", "400", "--test", "200"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rfol_dask.cli",
+            "quickstart",
+            "--out",
+            str(tmp_path / "qs"),
+            "--train",
+            "400",
+            "--test",
+            "200",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
-    lines = {l.split()[0]: l.split() for l in res.stdout.splitlines() if l.startswith(("cauchy", "gaussian"))}
+    lines = {
+        l.split()[0]: l.split()
+        for l in res.stdout.splitlines()
+        if l.startswith(("cauchy", "gaussian"))
+    }
     assert set(lines) == {"cauchy", "gaussian"}
     for words in lines.values():
         assert float(words[1]) < 1e-3  # relative test error
@@ -25,9 +44,27 @@ def test_cli_quickstart(tmp_path):
     assert (tmp_path / "qs" / "quickstart.png").stat().st_size > 10_000
     assert (tmp_path / "qs" / "model_cauchy.zarr").is_dir()
     # another seed in the same folder: its own store beside the first, which is kept
-    again = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "quickstart", "--out", str(tmp_path / "qs"),
-                            "--train", "40", "--test", "10", "--seed", "1", "--workers", "1"],
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rfol_dask.cli",
+            "quickstart",
+            "--out",
+            str(tmp_path / "qs"),
+            "--train",
+            "40",
+            "--test",
+            "10",
+            "--seed",
+            "1",
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr
     assert datasets.open(tmp_path / "qs" / "advection1_seed1.zarr").attrs["seed"] == 1
     assert datasets.open(tmp_path / "qs" / "advection1.zarr").sizes["sample"] == 600
@@ -38,17 +75,49 @@ def test_cli_datasets_and_generate_errors(tmp_path):
 
     assert main(["datasets"]) == 0
     assert main(["generate", "nope", "--samples", "3", "--out", str(tmp_path / "x.zarr")]) == 2
-    assert main(["generate", "advection1", "--samples", "6", "--out", str(tmp_path / "a.zarr"),
-                 "--param", "t_index=5"]) == 0
-    assert main(["generate", "advection2", "--samples", "6", "--out", str(tmp_path / "a.zarr")]) == 2
-    assert main(["generate", "advection2", "--samples", "6", "--out", str(tmp_path / "a.zarr"), "--overwrite"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "advection1",
+                "--samples",
+                "6",
+                "--out",
+                str(tmp_path / "a.zarr"),
+                "--param",
+                "t_index=5",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(["generate", "advection2", "--samples", "6", "--out", str(tmp_path / "a.zarr")]) == 2
+    )
+    assert (
+        main(
+            [
+                "generate",
+                "advection2",
+                "--samples",
+                "6",
+                "--out",
+                str(tmp_path / "a.zarr"),
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_example_script(tmp_path):
-    res = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py"), str(tmp_path)],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     err = float(res.stdout.split("relative L2 test error:")[1].split()[0])
     assert err < 1e-4
@@ -61,8 +130,9 @@ def test_example_notebook(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(ROOT / "examples" / "quickstart.ipynb", as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     assert (tmp_path / "notebook_advection1.zarr").is_dir()
 
 
@@ -76,15 +146,32 @@ def test_cli_fit_with_cluster_config_report_and_save(tmp_path):
     assert main(["generate", "advection2", "--samples", "300", "--out", store]) == 0
     cfg = tmp_path / "local.yaml"
     cfg.write_text("kind: local\nblas_threads: 1\noptions: {n_workers: 1, threads_per_worker: 1}\n")
-    args = ["fit", store, "--train", "200", "--n-features", "1500", "--gamma", "1e-4", "--alpha", "1e-10",
-            "--cluster", str(cfg), "--out", model]
+    args = [
+        "fit",
+        store,
+        "--train",
+        "200",
+        "--n-features",
+        "1500",
+        "--gamma",
+        "1e-4",
+        "--alpha",
+        "1e-10",
+        "--cluster",
+        str(cfg),
+        "--out",
+        model,
+    ]
     if __import__("importlib").util.find_spec("bokeh"):
         args += ["--report", str(tmp_path / "report.html")]
     assert main(args) == 0
     assert RandomFeatureOperator.load(model).coef_.shape == (1500, 40)
     if "--report" in args:  # marked as ours; its calling code is the fit command's
         text = (tmp_path / "report.html").read_text()
-        assert '<meta name="generator" content="rfol-dask fit --report">' in text and "def _cmd_fit" in text
+        assert (
+            '<meta name="generator" content="rfol-dask fit --report">' in text
+            and "def _cmd_fit" in text
+        )
     assert main(["fit", store, "--train", "999"]) == 2
 
 
@@ -94,20 +181,66 @@ def test_cli_generate_on_a_cluster_configuration(tmp_path):
     """`generate --cluster`: the dashboard link and the progress go to stderr, stdout holds the result only."""
     cfg = tmp_path / "one.yaml"
     cfg.write_text("kind: local\nblas_threads: 1\noptions: {n_workers: 1, threads_per_worker: 1}\n")
-    res = subprocess.run([sys.executable, "-m", "rfol_dask.cli", "generate", "advection1", "--samples", "40",
-                          "--out", str(tmp_path / "a.zarr"), "--cluster", str(cfg)],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rfol_dask.cli",
+            "generate",
+            "advection1",
+            "--samples",
+            "40",
+            "--out",
+            str(tmp_path / "a.zarr"),
+            "--cluster",
+            str(cfg),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(ROOT)},
+    )
     assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines() == [l for l in res.stdout.splitlines() if l.startswith("advection1: 40 samples")]
+    assert res.stdout.splitlines() == [
+        l for l in res.stdout.splitlines() if l.startswith("advection1: 40 samples")
+    ]
     assert len(res.stdout.splitlines()) == 1
     assert "dask dashboard: http://" in res.stderr and "100% Completed" in res.stderr
     from rfol_dask.cli import main
 
-    assert main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "b.zarr"),
-                 "--cluster", "no-such-cluster"]) == 2
-    assert main(["generate", "advection1", "--samples", "4", "--out", str(tmp_path / "b.zarr"),
-                 "--cluster", str(cfg), "--workers", "2"]) == 2
+    assert (
+        main(
+            [
+                "generate",
+                "advection1",
+                "--samples",
+                "4",
+                "--out",
+                str(tmp_path / "b.zarr"),
+                "--cluster",
+                "no-such-cluster",
+            ]
+        )
+        == 2
+    )
+    assert (
+        main(
+            [
+                "generate",
+                "advection1",
+                "--samples",
+                "4",
+                "--out",
+                str(tmp_path / "b.zarr"),
+                "--cluster",
+                str(cfg),
+                "--workers",
+                "2",
+            ]
+        )
+        == 2
+    )
 
 
 @pytest.mark.slow
@@ -118,8 +251,23 @@ def test_cli_fit_report_without_cluster(tmp_path, capsys):
 
     store = str(tmp_path / "a.zarr")
     assert main(["generate", "advection2", "--samples", "120", "--out", store]) == 0
-    assert main(["fit", store, "--train", "100", "--n-features", "300", "--gamma", "1e-4",
-                 "--report", str(tmp_path / "report.html")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                store,
+                "--train",
+                "100",
+                "--n-features",
+                "300",
+                "--gamma",
+                "1e-4",
+                "--report",
+                str(tmp_path / "report.html"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "report.html").stat().st_size > 1000
     out, err = capsys.readouterr()
     assert "dask dashboard:" in err and "dask dashboard" not in out and "fit: 100 samples" in out
@@ -134,7 +282,21 @@ def test_cli_fit_gamma_defaults_to_the_median_heuristic_and_tune_searches(tmp_pa
     assert main(["generate", "advection2", "--samples", "150", "--out", store]) == 0
     capsys.readouterr()
     # the default gamma is the median heuristic of the training inputs (the value is printed)
-    assert main(["fit", store, "--train", "120", "--n-features", "300", "--out", str(tmp_path / "m.zarr")]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                store,
+                "--train",
+                "120",
+                "--n-features",
+                "300",
+                "--out",
+                str(tmp_path / "m.zarr"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     model = RandomFeatureOperator.load(str(tmp_path / "m.zarr"))
     from rfol_dask.io import open_dataset
@@ -156,15 +318,24 @@ def test_cli_fit_gamma_defaults_to_the_median_heuristic_and_tune_searches(tmp_pa
     from rfol_dask.cli import _fit_model, build_parser
     from rfol_dask.rf_operator_cv import DEFAULT_LAWS
 
-    assert tuple(_fit_model(build_parser().parse_args(["fit", store, "--tune"])).distributions) == DEFAULT_LAWS
-    one = _fit_model(build_parser().parse_args(["fit", store, "--tune", "--distribution", "gaussian"]))
+    assert (
+        tuple(_fit_model(build_parser().parse_args(["fit", store, "--tune"])).distributions)
+        == DEFAULT_LAWS
+    )
+    one = _fit_model(
+        build_parser().parse_args(["fit", store, "--tune", "--distribution", "gaussian"])
+    )
     assert tuple(one.distributions) == ("gaussian",)
     # wrong values: a usage error (exit 2) that names the fix
     for bad in (["--gamma", "abc"], ["--gamma", "-1"]):  # argparse: exit status 2
         with pytest.raises(SystemExit) as exc:
             main(["fit", store, "--train", "120", *bad])
         assert exc.value.code == 2
-    for bad in (["--tune", "--gamma", "1e-4"], ["--tune", "--alpha", "1e-8"], ["--max-features", "600"]):
+    for bad in (
+        ["--tune", "--gamma", "1e-4"],
+        ["--tune", "--alpha", "1e-8"],
+        ["--max-features", "600"],
+    ):
         assert main(["fit", store, "--train", "120", *bad]) == 2
     err = capsys.readouterr().err
     assert "expected a number > 0 or 'median'" in err and "gamma must be > 0" in err
@@ -173,7 +344,22 @@ def test_cli_fit_gamma_defaults_to_the_median_heuristic_and_tune_searches(tmp_pa
         assert main(["fit", store, "--train", "120", "--distribution", "student_t", *tune]) == 2
         assert "add --nu, e.g. --nu 3" in capsys.readouterr().err
     # --tune --max-features: the search grows N and the printed N is the chosen one
-    assert main(["fit", store, "--train", "120", "--n-features", "128", "--tune", "--max-features", "1024"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                store,
+                "--train",
+                "120",
+                "--n-features",
+                "128",
+                "--tune",
+                "--max-features",
+                "1024",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     chosen = int(out.split("best ")[1].split("N=")[1].split(";")[0])
     assert chosen in (128, 256, 512, 1024) and f"N={chosen} " in out.split("fit: ")[1]

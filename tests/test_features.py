@@ -43,7 +43,9 @@ def test_student_t_features_approximate_their_scale_mixture_kernel():
     nu, gamma = 3.0, 0.8
     x, y = np.array([0.1, -0.4]), np.array([0.7, 0.2])
     r2 = ((x - y) ** 2).sum()
-    exact, _ = integrate.quad(lambda w: np.exp(-gamma**2 * r2 * nu / (2 * w)) * stats.chi2.pdf(w, nu), 0, np.inf)
+    exact, _ = integrate.quad(
+        lambda w: np.exp(-(gamma**2) * r2 * nu / (2 * w)) * stats.chi2.pdf(w, nu), 0, np.inf
+    )
     est = _kernel_estimate(x, y, "student_t", gamma, nu=nu)
     assert abs(est - exact) < 5 * np.sqrt(2 / 400_000), (est, exact)
 
@@ -66,7 +68,10 @@ def test_rational_quadratic_features_approximate_their_kernel(nu, a):
         est = float(feature_map(x[None, :], omega, b)[0] @ feature_map(y[None, :], omega, b)[0])
         assert abs(est - exact) < 4 * sd, (est, exact, sd)  # 4 sd: about 7e-3
         # Bochner's mean alone (no phase term): a tighter check of the law
-        cf, sd_cf = np.cos((x - y) @ omega).mean(), np.sqrt(((1 + kernel(4 * r2)) / 2 - exact**2) / N)
+        cf, sd_cf = (
+            np.cos((x - y) @ omega).mean(),
+            np.sqrt(((1 + kernel(4 * r2)) / 2 - exact**2) / N),
+        )
         assert abs(cf - exact) < 4 * sd_cf, (cf, exact, sd_cf)
         # the check tells the law from its neighbours: the Gaussian of the same gamma, and the
         # mixture without the 1 / a (kernel (1 + gamma |d|^2)^-a)
@@ -95,11 +100,21 @@ def test_bad_distribution_and_random_state():
         check_random_state("seed")
 
 
-@pytest.mark.parametrize("distribution,nu", [("cauchy", None), ("gaussian", None), ("student_t", 3.0),
-                                             ("rational_quadratic", None), ("rational_quadratic", 2.5)])
+@pytest.mark.parametrize(
+    "distribution,nu",
+    [
+        ("cauchy", None),
+        ("gaussian", None),
+        ("student_t", 3.0),
+        ("rational_quadratic", None),
+        ("rational_quadratic", 2.5),
+    ],
+)
 def test_frequency_slabs_and_prefixes_are_the_same_draw(distribution, nu):
     omega, b = draw_frequencies(6, 700, distribution, 0.5, nu, 11)
-    slab = draw_frequencies(6, 700, distribution, 0.5, nu, 11, columns=(250, 530))  # across block edges
+    slab = draw_frequencies(
+        6, 700, distribution, 0.5, nu, 11, columns=(250, 530)
+    )  # across block edges
     np.testing.assert_array_equal(slab[0], omega[:, 250:530])
     np.testing.assert_array_equal(slab[1], b[250:530])
     small = draw_frequencies(6, 300, distribution, 0.5, nu, 11)  # nested: the first 300 of 700
@@ -122,16 +137,20 @@ def test_frequencies_do_not_depend_on_threads_or_namespace(distribution, nu):
     with threadpool_limits(limits=3, user_api="blas"):
         assert features.blas_threads() == 3
         threaded = draw_frequencies(2048, 1100, distribution, 0.5, nu, 3, columns=(100, 1100))
-        placed = draw_frequencies(2048, 1100, distribution, 0.5, nu, 3, dtype=np.float32,
-                                  columns=(100, 1100), xp=xs)
+        placed = draw_frequencies(
+            2048, 1100, distribution, 0.5, nu, 3, dtype=np.float32, columns=(100, 1100), xp=xs
+        )
     for s, t, p in zip(serial, threaded, placed):
         np.testing.assert_array_equal(t, s)
         assert p.dtype == xs.float32
         np.testing.assert_array_equal(np.asarray(p), s.astype(np.float32))
 
 
-@pytest.mark.parametrize("seed", [lambda: 5, lambda: np.random.RandomState(5), lambda: np.random.default_rng(5)],
-                         ids=["int", "RandomState", "Generator"])
+@pytest.mark.parametrize(
+    "seed",
+    [lambda: 5, lambda: np.random.RandomState(5), lambda: np.random.default_rng(5)],
+    ids=["int", "RandomState", "Generator"],
+)
 def test_every_kind_of_seed_gives_a_reproducible_model(seed):
     U, V = smooth_operator_data(50, 8)
     first = RandomFeatureOperator(n_features=60, random_state=seed()).fit(U, V)
@@ -161,4 +180,6 @@ def test_feature_map_on_several_threads_matches_one_thread():
         many = feature_map(U, omega, b, shift=shift)
     assert any(t.name.startswith("rfol-features") for t in threading.enumerate())
     np.testing.assert_array_equal(many, one)
-    np.testing.assert_allclose(one, np.sqrt(2 / 1000) * np.cos(U @ omega + b) - shift, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        one, np.sqrt(2 / 1000) * np.cos(U @ omega + b) - shift, rtol=1e-12, atol=1e-12
+    )

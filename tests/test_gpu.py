@@ -63,7 +63,10 @@ def test_gpu_fit_at_a_large_offset_is_centred_as_on_cpu(data, lazy):
     cpu = RandomFeatureOperator(**kw).fit(U, V)
     Ug, Vg = cupy.asarray(U), cupy.asarray(V)
     if lazy:
-        Ug, Vg = da.from_array(Ug, chunks=(40, -1), asarray=False), da.from_array(Vg, chunks=(40, -1), asarray=False)
+        Ug, Vg = (
+            da.from_array(Ug, chunks=(40, -1), asarray=False),
+            da.from_array(Vg, chunks=(40, -1), asarray=False),
+        )
     gpu = RandomFeatureOperator(**kw).fit(Ug, Vg)
     np.testing.assert_array_equal(backend.to_numpy(gpu.input_centre_), cpu.input_centre_)
     np.testing.assert_array_equal(backend.to_numpy(gpu.b_), cpu.b_)
@@ -94,7 +97,9 @@ def test_device_cuda_numpy_in_numpy_out(data):
 
 def test_save_on_gpu_load_on_cpu(tmp_path, data):
     U, V = data
-    gpu = RandomFeatureOperator(n_features=400, gamma=0.05, random_state=3).fit(cupy.asarray(U), cupy.asarray(V))
+    gpu = RandomFeatureOperator(n_features=400, gamma=0.05, random_state=3).fit(
+        cupy.asarray(U), cupy.asarray(V)
+    )
     want = backend.to_numpy(gpu.predict(cupy.asarray(U[:20])))
     gpu.save(tmp_path / "m")
     loaded = RandomFeatureOperator.load(tmp_path / "m")
@@ -110,7 +115,9 @@ def test_device_cuda_xarray_in_numpy_backed_xarray_out(data):
     U, V = data
     x = np.linspace(0.0, 1.0, 8)
     U = xr.DataArray(U, dims=("sample", "x", "y"), coords={"x": x, "y": x})
-    V = xr.DataArray(V, dims=("sample", "z"), coords={"z": np.linspace(0.0, 1.0, 30)}, attrs={"units": "K"})
+    V = xr.DataArray(
+        V, dims=("sample", "z"), coords={"z": np.linspace(0.0, 1.0, 30)}, attrs={"units": "K"}
+    )
     kw = dict(n_features=400, gamma=0.05, alpha=1e-6, random_state=14)
     want = RandomFeatureOperator(**kw).fit(U, V).predict(U[:20])
     model = RandomFeatureOperator(device="cuda", **kw).fit(U, V)
@@ -123,16 +130,20 @@ def test_device_cuda_xarray_in_numpy_backed_xarray_out(data):
         assert rel(pred.values, want.values) < RTOL
 
 
-@pytest.mark.parametrize("kw", [dict(kernel="matern52", length_scale=8.0, nugget=1e-6),
-                                dict(kernel="linear", nugget=1e-8)])  # the linear kernel: its primal weights
+@pytest.mark.parametrize(
+    "kw",
+    [dict(kernel="matern52", length_scale=8.0, nugget=1e-6), dict(kernel="linear", nugget=1e-8)],
+)  # the linear kernel: its primal weights
 def test_kernel_operator_saved_on_gpu_loads_and_predicts_on_cpu(tmp_path, data, kw):
     """A KernelOperator fitted on the GPU (CuPy input, and numpy with device="cuda") saves numpy
     (its training inputs and dual coefficients, or the linear kernel's primal weights) and loads
     to predict numpy input as the CPU fit does."""
     U, V = data
     want = KernelOperator(**kw).fit(U, V).predict(U[:30])
-    for name, model in (("cupy", KernelOperator(**kw).fit(cupy.asarray(U), cupy.asarray(V))),
-                        ("device", KernelOperator(device="cuda", **kw).fit(U, V))):
+    for name, model in (
+        ("cupy", KernelOperator(**kw).fit(cupy.asarray(U), cupy.asarray(V))),
+        ("device", KernelOperator(device="cuda", **kw).fit(U, V)),
+    ):
         model.save(tmp_path / name)
         loaded = KernelOperator.load(tmp_path / name)
         fitted = loaded.dual_coef_ if loaded.coef_ is None else loaded.coef_
@@ -141,13 +152,17 @@ def test_kernel_operator_saved_on_gpu_loads_and_predicts_on_cpu(tmp_path, data, 
         assert isinstance(pred, np.ndarray) and rel(pred, want) < RTOL
 
 
-@pytest.mark.parametrize("kw", [dict(kernel="matern52", length_scale=8.0, nugget=1e-6),
-                                dict(kernel="linear", nugget=1e-8)])  # the linear kernel: its primal
+@pytest.mark.parametrize(
+    "kw",
+    [dict(kernel="matern52", length_scale=8.0, nugget=1e-6), dict(kernel="linear", nugget=1e-8)],
+)  # the linear kernel: its primal
 def test_kernel_operator_on_gpu(data, kw):
     U, V = data
     cpu = KernelOperator(**kw).fit(U, V)
     gpu = KernelOperator(**kw).fit(cupy.asarray(U), cupy.asarray(V))
-    assert (gpu.coef_ is None) == (cpu.coef_ is None) == (kw["kernel"] != "linear")  # 64 inputs, 300 samples
+    assert (
+        (gpu.coef_ is None) == (cpu.coef_ is None) == (kw["kernel"] != "linear")
+    )  # 64 inputs, 300 samples
     assert rel(gpu.predict(cupy.asarray(U[:30])), cpu.predict(U[:30])) < RTOL
 
 
@@ -159,10 +174,20 @@ def test_cv_search_on_gpu_equals_cpu(data, est, monkeypatch):
     from rfol_dask.baselines import KernelOperatorCV
 
     seen, real = set(), tuning.scored_rows
-    monkeypatch.setattr(tuning, "scored_rows", lambda Vv: seen.add(type(Vv).__module__.split(".")[0]) or real(Vv))
+    monkeypatch.setattr(
+        tuning, "scored_rows", lambda Vv: seen.add(type(Vv).__module__.split(".")[0]) or real(Vv)
+    )
     if est == "random_features":
-        cls, kw = RandomFeatureOperatorCV, dict(n_features=(150, 300), max_features=600, gammas=(0.25, 1.0, 4.0),
-                                                alphas=(1e-5, 1e-4, 1e-3, 1e-2), random_state=0)
+        cls, kw = (
+            RandomFeatureOperatorCV,
+            dict(
+                n_features=(150, 300),
+                max_features=600,
+                gammas=(0.25, 1.0, 4.0),
+                alphas=(1e-5, 1e-4, 1e-3, 1e-2),
+                random_state=0,
+            ),
+        )
     else:
         cls, kw = KernelOperatorCV, dict(kernels=("rbf", "matern52"), nuggets=(1e-4, 1e-3, 1e-2))
     U, V = data
@@ -187,7 +212,9 @@ def test_jitter_policy_on_gpu():
     B = np.random.default_rng(5).standard_normal((60, 3))
     X = backend.to_numpy(backend.cho_solve(L, cupy.asarray(B)))
     Gr = G + r_gpu * np.eye(60)
-    assert np.linalg.norm(Gr @ X - B) / (np.linalg.norm(Gr) * np.linalg.norm(X)) < 1e-12  # backward stable
+    assert (
+        np.linalg.norm(Gr @ X - B) / (np.linalg.norm(Gr) * np.linalg.norm(X)) < 1e-12
+    )  # backward stable
     with pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular"):
         backend.cholesky(cupy.zeros((5, 5)), 0.0)  # a zero pivot: potrf fails for certain
 
@@ -217,7 +244,9 @@ def test_in_memory_dual_in_slabs_equals_cpu():
     for fit_intercept in (True, False):
         kw = dict(alpha=1e-6, fit_intercept=fit_intercept, solver="dual")
         C0, c0 = fit_numpy(U, V, om, b, **kw)
-        C, c = fit_numpy(*(cupy.asarray(a) for a in (U, V, om, b)), slab_bytes=8 * 300 * 256, **kw)  # 8 slabs
+        C, c = fit_numpy(
+            *(cupy.asarray(a) for a in (U, V, om, b)), slab_bytes=8 * 300 * 256, **kw
+        )  # 8 slabs
         assert rel(C, C0) < 1e-6  # coefficients carry the Gram's conditioning
         assert np.abs(backend.to_numpy(c) - c0).max() < 1e-8 * max(1.0, np.abs(c0).max())
         A = np.sqrt(2.0 / 2000) * np.cos(U[:50] @ om + b)
@@ -235,13 +264,17 @@ def test_in_memory_dual_peak_gpu_memory():
     om, b = (cupy.asarray(a) for a in draw_frequencies(n, N, gamma=0.05, random_state=0))
     U = cupy.asarray(rng.standard_normal((M, n)))
     V = cupy.tanh(U @ cupy.asarray(rng.standard_normal((n, m))) / 16)
-    fit_numpy(U[:200], V[:200], om[:, :400], b[:400], alpha=1e-6, fit_intercept=True, solver="dual")  # handles, kernels
+    fit_numpy(
+        U[:200], V[:200], om[:, :400], b[:400], alpha=1e-6, fit_intercept=True, solver="dual"
+    )  # handles, kernels
     pool = cupy.get_default_memory_pool()
     cupy.cuda.Device().synchronize()
     pool.free_all_blocks()
     C, _ = fit_numpy(U, V, om, b, alpha=1e-6, fit_intercept=True, solver="dual", slab_bytes=slab)
     cupy.cuda.Device().synchronize()
-    peak = pool.total_bytes()  # blocks freed during the fit stay in the pool: its size is the high-water mark
+    peak = (
+        pool.total_bytes()
+    )  # blocks freed during the fit stay in the pool: its size is the high-water mark
     model = 8 * M * M + slab + U.nbytes + V.nbytes
     outside = om.nbytes + b.nbytes + C.nbytes
     assert peak <= 1.2 * model + outside, (peak - outside) / model
@@ -261,14 +294,19 @@ def _chunked(*arrays, on_gpu=False):
 def test_dask_with_cupy_chunks(data, mode, monkeypatch):
     import dask
 
-    monkeypatch.setitem(dask.config.config, "rfol_dask", {**dask.config.config.get("rfol_dask", {}),
-                                                         "device-features": mode})
+    monkeypatch.setitem(
+        dask.config.config,
+        "rfol_dask",
+        {**dask.config.config.get("rfol_dask", {}), "device-features": mode},
+    )
     U, V = data
     U2 = U.reshape(300, -1)
     kw = dict(n_features=600, gamma=0.05, alpha=1e-6, random_state=6, solver="dual")
     cpu = RandomFeatureOperator(**kw).fit(U2, V)
     Ud, Vd = _chunked(U2, V, on_gpu=True)
-    model = RandomFeatureOperator(**kw).fit(Ud, Vd)  # follows the CuPy chunks: streamed dual on the GPU
+    model = RandomFeatureOperator(**kw).fit(
+        Ud, Vd
+    )  # follows the CuPy chunks: streamed dual on the GPU
     assert rel(model.coef_, cpu.coef_) < RTOL
     pred = model.predict(Ud[:50]).compute()
     assert isinstance(pred, cupy.ndarray) and rel(pred, cpu.predict(U2[:50])) < RTOL
@@ -320,8 +358,9 @@ def test_predict_cupy_input_on_another_grid():
 
     kw = dict(n_features=300, gamma=0.05, alpha=1e-8, random_state=9, recovery="cubic")
     cpu = RandomFeatureOperator(**kw).fit(fields(x), fields(x) ** 2, input_grid=x, output_grid=x)
-    gpu = RandomFeatureOperator(**kw).fit(cupy.asarray(fields(x)), cupy.asarray(fields(x) ** 2), input_grid=x,
-                                          output_grid=x)
+    gpu = RandomFeatureOperator(**kw).fit(
+        cupy.asarray(fields(x)), cupy.asarray(fields(x) ** 2), input_grid=x, output_grid=x
+    )
     pred = gpu.predict(cupy.asarray(fields(y)[:10]), input_grid=y)
     assert isinstance(pred, cupy.ndarray)
     assert rel(pred, cpu.predict(fields(y)[:10], input_grid=y)) < RTOL
@@ -337,9 +376,13 @@ def test_predict_cupy_backed_xarray_gives_xarray(data):
     x = np.linspace(0.0, 1.0, 8)
     z = np.linspace(0.0, 1.0, 30)
     U, V = data
-    U = xr.DataArray(U, dims=("sample", "x", "y"), coords={"sample": np.arange(300) * 2, "x": x, "y": x})
+    U = xr.DataArray(
+        U, dims=("sample", "x", "y"), coords={"sample": np.arange(300) * 2, "x": x, "y": x}
+    )
     V = xr.DataArray(V, dims=("sample", "z"), coords={"z": z}, attrs={"units": "m"})
-    model = RandomFeatureOperator(n_features=400, gamma=0.05, alpha=1e-6, random_state=13, device="cuda").fit(U, V)
+    model = RandomFeatureOperator(
+        n_features=400, gamma=0.05, alpha=1e-6, random_state=13, device="cuda"
+    ).fit(U, V)
     X = U[:20].copy(data=cupy.asarray(U[:20].values))
     for kw in ({}, {"output_grid": np.linspace(0.0, 1.0, 45)}):
         want = model.predict(U[:20], **kw)
@@ -363,15 +406,20 @@ def test_streamed_intercept_reaches_the_client_as_numpy(data, monkeypatch):
         def record(i, result):
             seen.append(result)
             consume(i, result)
+
         return compute_fit(*args, consume=record, **kwargs)
 
     monkeypatch.setattr(streamed, "compute_fit", spy)
     U, V = data
     U2 = U.reshape(300, -1)
-    RandomFeatureOperator(n_features=400, gamma=0.05, random_state=10, solver="dual").fit(*_chunked(U2, V, on_gpu=True))
+    RandomFeatureOperator(n_features=400, gamma=0.05, random_state=10, solver="dual").fit(
+        *_chunked(U2, V, on_gpu=True)
+    )
     *slabs, intercept = seen
     assert isinstance(intercept, np.ndarray)
-    assert all(part is None or isinstance(part, np.ndarray) for slab in slabs for part in slab)  # rows, shifts
+    assert all(
+        part is None or isinstance(part, np.ndarray) for slab in slabs for part in slab
+    )  # rows, shifts
 
 
 def test_in_memory_gpu_fit_checks_the_gpu_memory(data, monkeypatch):
@@ -381,12 +429,17 @@ def test_in_memory_gpu_fit_checks_the_gpu_memory(data, monkeypatch):
     monkeypatch.setattr(cupy.cuda.runtime, "memGetInfo", lambda: (1_000_000, 8_000_000))
     monkeypatch.setattr(cupy.get_default_memory_pool(), "free_bytes", lambda: 0)
     Uc, Vc = cupy.asarray(U), cupy.asarray(V)
-    with pytest.raises(ValueError, match=r"300 x 300 Gram matrix needs 720,000 bytes .*60% of the GPU's free memory"):
+    with pytest.raises(
+        ValueError,
+        match=r"300 x 300 Gram matrix needs 720,000 bytes .*60% of the GPU's free memory",
+    ):
         RandomFeatureOperator(n_features=600, gamma=0.05, solver="dual").fit(Uc, Vc)
     with pytest.raises(ValueError, match="60% of the GPU's free memory"):
         KernelOperator(length_scale=3.0).fit(Uc, Vc)
     # the user's word (the Gram, the frequencies, the coefficients and a slab: 2,976,000 bytes)
-    RandomFeatureOperator(n_features=600, gamma=0.05, solver="dual", max_gram_bytes=3 * 10**6).fit(Uc, Vc)
+    RandomFeatureOperator(n_features=600, gamma=0.05, solver="dual", max_gram_bytes=3 * 10**6).fit(
+        Uc, Vc
+    )
 
 
 def test_in_memory_gpu_dual_counts_its_slabs_not_the_whole_features(data, monkeypatch):
@@ -399,10 +452,17 @@ def test_in_memory_gpu_dual_counts_its_slabs_not_the_whole_features(data, monkey
     kw = dict(n_features=600, gamma=0.05, solver="dual", max_gram_bytes=1_400_000)
     with dask.config.set({"rfol_dask.slab-bytes": 300 * 64 * 8}):
         RandomFeatureOperator(**kw).fit(cupy.asarray(U), cupy.asarray(V))
-        with pytest.raises(ValueError, match=r"and 1,896,000 more bytes for .* the 300 x 600 features A"):
+        with pytest.raises(
+            ValueError, match=r"and 1,896,000 more bytes for .* the 300 x 600 features A"
+        ):
             RandomFeatureOperator(**kw).fit(U, V)
-        with pytest.raises(ValueError, match=r"648,000 more bytes for .*slabs of 300 x 64 features \(192,000 bytes\)"):
-            RandomFeatureOperator(**{**kw, "max_gram_bytes": 1_300_000}).fit(cupy.asarray(U), cupy.asarray(V))
+        with pytest.raises(
+            ValueError,
+            match=r"648,000 more bytes for .*slabs of 300 x 64 features \(192,000 bytes\)",
+        ):
+            RandomFeatureOperator(**{**kw, "max_gram_bytes": 1_300_000}).fit(
+                cupy.asarray(U), cupy.asarray(V)
+            )
 
 
 def test_auto_solver_on_dask_cupy_chunks_is_the_dual(data):
@@ -425,9 +485,13 @@ def test_auto_solver_on_dask_cupy_chunks_is_the_dual(data):
 def test_a_max_gram_bytes_beyond_the_gpu_warns(data, monkeypatch):
     U, V = data
     monkeypatch.setattr(cupy.cuda.runtime, "memGetInfo", lambda: (500_000, 1_000_000))
-    with pytest.warns(UserWarning, match=r"max_gram_bytes=2,000,000 is more than the GPU's memory \(1,000,000 bytes\)"):
+    with pytest.warns(
+        UserWarning,
+        match=r"max_gram_bytes=2,000,000 is more than the GPU's memory \(1,000,000 bytes\)",
+    ):
         RandomFeatureOperator(n_features=100, gamma=0.05, solver="dual", max_gram_bytes=2e6).fit(
-            cupy.asarray(U), cupy.asarray(V))
+            cupy.asarray(U), cupy.asarray(V)
+        )
 
 
 def _no_search(monkeypatch):
@@ -456,20 +520,35 @@ def test_gpu_dask_search_refuses_a_refit_it_cannot_run_before_searching(data, ca
     Ud, Vd = _chunked(U2, V)
     few = [(np.arange(100), np.arange(100, 150))]  # a small search, the refit on all 300 samples
     # the 300 x 300 Gram (720,000 bytes) with U, V and two 64-column slabs: 1,319,360 bytes
-    rf = dict(n_features=(100, 200), max_features=400, distributions=("gaussian",), cv=few, device="cuda",
-              max_gram_bytes=1_000_000)
+    rf = dict(
+        n_features=(100, 200),
+        max_features=400,
+        distributions=("gaussian",),
+        cv=few,
+        device="cuda",
+        max_gram_bytes=1_000_000,
+    )
     search, match = {
-        "blocked": (RandomFeatureOperatorCV(**rf),
-                    r"RandomFeatureOperatorCV would refit its winner on all 300 training samples after the search, and "
-                    r"that refit would be refused at n_features=100, 200, 400 \(of 100, 200, 400\): on a GPU, dask "
-                    r"input is fitted by the streamed dual only, not the blocked dual \(the Gram does not fit one "
-                    r"worker: the 300 x 300 Gram matrix needs 720,000 bytes \(0.00 GiB\), and 599,360 more bytes .* "
-                    r"but the budget \(max_gram_bytes\) is 1,000,000 bytes\): .*; or pass refit=False to search only"),
-        "blocked_cupy_chunks": (RandomFeatureOperatorCV(**{**rf, "device": "cpu"}), "not the blocked dual"),
-        "primal": (RandomFeatureOperatorCV(**{**rf, "solver": "primal", "max_gram_bytes": None}),
-                   r"refused at n_features=100, 200, 400 .* not the primal"),
-        "kernel": (KernelOperatorCV(device="cuda", cv=few),
-                   r"KernelOperatorCV would refit its winner .* refused: KernelOperator fits dask input on the CPU only"),
+        "blocked": (
+            RandomFeatureOperatorCV(**rf),
+            r"RandomFeatureOperatorCV would refit its winner on all 300 training samples after the search, and "
+            r"that refit would be refused at n_features=100, 200, 400 \(of 100, 200, 400\): on a GPU, dask "
+            r"input is fitted by the streamed dual only, not the blocked dual \(the Gram does not fit one "
+            r"worker: the 300 x 300 Gram matrix needs 720,000 bytes \(0.00 GiB\), and 599,360 more bytes .* "
+            r"but the budget \(max_gram_bytes\) is 1,000,000 bytes\): .*; or pass refit=False to search only",
+        ),
+        "blocked_cupy_chunks": (
+            RandomFeatureOperatorCV(**{**rf, "device": "cpu"}),
+            "not the blocked dual",
+        ),
+        "primal": (
+            RandomFeatureOperatorCV(**{**rf, "solver": "primal", "max_gram_bytes": None}),
+            r"refused at n_features=100, 200, 400 .* not the primal",
+        ),
+        "kernel": (
+            KernelOperatorCV(device="cuda", cv=few),
+            r"KernelOperatorCV would refit its winner .* refused: KernelOperator fits dask input on the CPU only",
+        ),
     }[case]
     if case == "blocked_cupy_chunks":
         Ud, Vd = Ud.map_blocks(cupy.asarray), Vd.map_blocks(cupy.asarray)
@@ -479,13 +558,17 @@ def test_gpu_dask_search_refuses_a_refit_it_cannot_run_before_searching(data, ca
     search.set_params(refit=False)  # searching only: nothing to refuse
     with pytest.raises(AssertionError, match="read the data"):
         search.fit(Ud, Vd)
-    if case.startswith("blocked"):  # a budget with room for the streamed dual's Gram, data and slabs
+    if case.startswith(
+        "blocked"
+    ):  # a budget with room for the streamed dual's Gram, data and slabs
         search.set_params(refit=True, max_gram_bytes=1_400_000)
         with pytest.raises(AssertionError, match="read the data"):
             search.fit(Ud, Vd)
 
 
-def test_cli_tune_on_gpu_refuses_a_refit_it_cannot_run_before_searching(tmp_path, capsys, monkeypatch):
+def test_cli_tune_on_gpu_refuses_a_refit_it_cannot_run_before_searching(
+    tmp_path, capsys, monkeypatch
+):
     """``rfol-dask fit --tune --device cuda`` with a refit the GPU cannot run (the primal of
     dask input) ends before the search with the refit's message (exit status 2)."""
     from rfol_dask import datasets
@@ -494,8 +577,21 @@ def test_cli_tune_on_gpu_refuses_a_refit_it_cannot_run_before_searching(tmp_path
     store = tmp_path / "d.zarr"
     datasets.generate("advection2", 30, store=store)
     _no_search(monkeypatch)
-    code = main(["fit", str(store), "--train", "24", "--n-features", "20", "--tune", "--device", "cuda",
-                 "--solver", "primal"])
+    code = main(
+        [
+            "fit",
+            str(store),
+            "--train",
+            "24",
+            "--n-features",
+            "20",
+            "--tune",
+            "--device",
+            "cuda",
+            "--solver",
+            "primal",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert "RandomFeatureOperatorCV would refit its winner on all 24 training samples" in err
@@ -521,9 +617,12 @@ def test_dask_gpu_fit_is_planned_on_the_gpu_memory(data, monkeypatch, free):
     _gpu_free(monkeypatch, free)
     fit = functools.partial(RandomFeatureOperator(**kw).fit, *_chunked(U2, V))
     if free == 2_000_000:
-        with pytest.raises(NotImplementedError, match=r"not the blocked dual \(the Gram does not fit one worker: the "
-                                                      r"300 x 300 Gram matrix needs 720,000 bytes .* the budget \(60% "
-                                                      r"of the GPU's free memory\) is 1,200,000 bytes\)"):
+        with pytest.raises(
+            NotImplementedError,
+            match=r"not the blocked dual \(the Gram does not fit one worker: the "
+            r"300 x 300 Gram matrix needs 720,000 bytes .* the budget \(60% "
+            r"of the GPU's free memory\) is 1,200,000 bytes\)",
+        ):
             fit()
     else:
         want = RandomFeatureOperator(**{**kw, "device": "cpu"}).fit(U2, V)
@@ -546,19 +645,36 @@ def test_distributed_gpu_search_checks_the_workers_gpu_memory(data, monkeypatch,
 
     U, V = data
     U2 = U.reshape(300, -1)
-    kw = dict(n_features=100, distributions=("gaussian",), gammas=(0.5, 2.0), alphas=(1e-6, 1e-3), random_state=0,
-              device="cuda")
+    kw = dict(
+        n_features=100,
+        distributions=("gaussian",),
+        gammas=(0.5, 2.0),
+        alphas=(1e-6, 1e-3),
+        random_state=0,
+        device="cuda",
+    )
     searched, real = [], SelectionCV._search
-    monkeypatch.setattr(SelectionCV, "_search", lambda self, *a: searched.append(1) or real(self, *a))
+    monkeypatch.setattr(
+        SelectionCV, "_search", lambda self, *a: searched.append(1) or real(self, *a)
+    )
     _gpu_free(monkeypatch, free)
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
-            Client(cluster) as client:
-        assert client.run(lambda: cupy.cuda.runtime.memGetInfo()[0]) == {a: free for a in client.run(lambda: 0)}
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        assert client.run(lambda: cupy.cuda.runtime.memGetInfo()[0]) == {
+            a: free for a in client.run(lambda: 0)
+        }
         fit = functools.partial(RandomFeatureOperatorCV(**kw).fit, *_chunked(U2, V))
         if free == 2_000_000:
-            with pytest.raises(ValueError, match=r"the 240 x 240 Gram matrix needs 460,800 bytes .* but the budget "
-                                                 r"\(60% of the least free GPU memory of the 1 worker\(s\)\) is "
-                                                 r"1,200,000 bytes; search on fewer samples"):
+            with pytest.raises(
+                ValueError,
+                match=r"the 240 x 240 Gram matrix needs 460,800 bytes .* but the budget "
+                r"\(60% of the least free GPU memory of the 1 worker\(s\)\) is "
+                r"1,200,000 bytes; search on fewer samples",
+            ):
                 fit()
             assert not searched
         else:
@@ -581,7 +697,10 @@ def test_a_gpu_fit_on_a_cluster_without_workers_says_so(data, monkeypatch):
     U, V = data
     monkeypatch.setattr(placement, "WORKER_WAIT_S", 0.5)
     model = RandomFeatureOperator(n_features=100, gamma=0.5, random_state=0, device="cuda")
-    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, Client(cluster):
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster,
+        Client(cluster),
+    ):
         with pytest.raises(NoWorkersError, match=r"no workers \(none arrived within 0.5 s\)"):
             model.fit(*_chunked(U.reshape(300, -1), V))
     assert not hasattr(model, "coef_")
@@ -593,9 +712,18 @@ def test_a_max_gram_bytes_beyond_the_gpu_of_a_dask_fit_without_a_cluster_warns(d
     memory)."""
     U, V = data
     _gpu_free(monkeypatch, 2_000_000)
-    with pytest.warns(UserWarning, match=r"max_gram_bytes=100,000,000 is more than the GPU's memory \(16,000,000 "):
-        RandomFeatureOperator(n_features=100, gamma=0.05, alpha=1e-3, random_state=0, solver="dual", device="cuda",
-                              max_gram_bytes=1e8).fit(*_chunked(U.reshape(300, -1), V))
+    with pytest.warns(
+        UserWarning, match=r"max_gram_bytes=100,000,000 is more than the GPU's memory \(16,000,000 "
+    ):
+        RandomFeatureOperator(
+            n_features=100,
+            gamma=0.05,
+            alpha=1e-3,
+            random_state=0,
+            solver="dual",
+            device="cuda",
+            max_gram_bytes=1e8,
+        ).fit(*_chunked(U.reshape(300, -1), V))
 
 
 def _two_gpu_workers():
@@ -603,8 +731,13 @@ def _two_gpu_workers():
     in-process, so that the workers see this process's (monkeypatched) GPU memory."""
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=False, memory_limit="4GB",
-                           dashboard_address=":0")
+    cluster = LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=False,
+        memory_limit="4GB",
+        dashboard_address=":0",
+    )
     return cluster, Client(cluster)
 
 
@@ -617,10 +750,20 @@ def test_a_max_gram_bytes_beyond_the_gpu_workers_warns(data, monkeypatch):
     _gpu_free(monkeypatch, 2_000_000)  # 16,000,000 bytes in all
     cluster, client = _two_gpu_workers()
     with cluster, client:
-        model = RandomFeatureOperator(n_features=100, gamma=0.05, alpha=1e-3, random_state=0, solver="dual",
-                                      device="cuda", max_gram_bytes=1e8)
-        with pytest.warns(UserWarning, match=r"max_gram_bytes=100,000,000 is more than the total GPU memory of "
-                                             r"worker \S+ \(16,000,000 bytes\)"):
+        model = RandomFeatureOperator(
+            n_features=100,
+            gamma=0.05,
+            alpha=1e-3,
+            random_state=0,
+            solver="dual",
+            device="cuda",
+            max_gram_bytes=1e8,
+        )
+        with pytest.warns(
+            UserWarning,
+            match=r"max_gram_bytes=100,000,000 is more than the total GPU memory of "
+            r"worker \S+ \(16,000,000 bytes\)",
+        ):
             model.fit(*_chunked(U.reshape(300, -1), V))
         with warnings.catch_warnings():  # within the GPUs: silent
             warnings.simplefilter("error", UserWarning)
@@ -644,12 +787,24 @@ def test_the_gpu_worker_that_sums_the_grams_holds_two(data, monkeypatch, free):
     _gpu_free(monkeypatch, free)
     cluster, client = _two_gpu_workers()
     with cluster, client:
-        plan = functools.partial(dual_plan, 300, np.float64, client=client, held_bytes=300 * 6 * 8, n_features=16,
-                                 n_inputs=4, device="cuda", warn=False)
+        plan = functools.partial(
+            dual_plan,
+            300,
+            np.float64,
+            client=client,
+            held_bytes=300 * 6 * 8,
+            n_features=16,
+            n_inputs=4,
+            device="cuda",
+            warn=False,
+        )
         if free == 1_400_000:
-            with pytest.raises(NotImplementedError, match=r"a worker that sums the 2 workers' Grams holds two: "
-                                                          r"1,454,400 bytes against the 1,400,000 bytes of GPU memory "
-                                                          r"free on the least free worker"):
+            with pytest.raises(
+                NotImplementedError,
+                match=r"a worker that sums the 2 workers' Grams holds two: "
+                r"1,454,400 bytes against the 1,400,000 bytes of GPU memory "
+                r"free on the least free worker",
+            ):
                 RandomFeatureOperator(**kw).fit(*_chunked(U2, V2))
             assert plan().blocked
         else:
@@ -658,7 +813,9 @@ def test_the_gpu_worker_that_sums_the_grams_holds_two(data, monkeypatch, free):
             assert rel(RandomFeatureOperator(**kw).fit(*_chunked(U2, V2)).coef_, want.coef_) < RTOL
 
 
-def test_cli_predict_device_moves_a_saved_model_to_the_gpu_and_back(tmp_path, capsys, predict_devices):
+def test_cli_predict_device_moves_a_saved_model_to_the_gpu_and_back(
+    tmp_path, capsys, predict_devices
+):
     """``rfol-dask predict --device cuda`` predicts a model fitted on the CPU on the GPU (the store's
     blocks computed through CuPy), and ``--device cpu`` (the default without a GPU cluster) a model
     fitted with ``device="cuda"`` on the CPU; the predictions equal the CPU model's."""
@@ -669,18 +826,32 @@ def test_cli_predict_device_moves_a_saved_model_to_the_gpu_and_back(tmp_path, ca
 
     store = tmp_path / "d.zarr"
     ds = datasets.generate("advection2", 30, store=store, block_size=8)
-    train = ds.isel(sample=slice(0, 20)).load()  # in memory: KernelOperator fits dask input on the CPU only
+    train = ds.isel(
+        sample=slice(0, 20)
+    ).load()  # in memory: KernelOperator fits dask input on the CPU only
     devices = predict_devices
-    for fitted_on, flags, want in (("cpu", ["--device", "cuda"], "cuda"), ("cuda", ["--device", "cpu"], "cpu"),
-                                   ("cuda", [], "cpu")):
+    for fitted_on, flags, want in (
+        ("cpu", ["--device", "cuda"], "cuda"),
+        ("cuda", ["--device", "cpu"], "cpu"),
+        ("cuda", [], "cpu"),
+    ):
         for name, cls in (("rf", RandomFeatureOperator), ("kernel", KernelOperator)):
             kw = dict(n_features=40, random_state=0) if cls is RandomFeatureOperator else {}
             model = cls(device=fitted_on, **kw).fit(train)
             cpu = cls(**kw).fit(train)
             model.save(tmp_path / f"{name}.zarr")
             devices.clear()
-            code = main(["predict", str(tmp_path / f"{name}.zarr"), str(store), "--out", str(tmp_path / "p.zarr"),
-                         "-q", *flags])
+            code = main(
+                [
+                    "predict",
+                    str(tmp_path / f"{name}.zarr"),
+                    str(store),
+                    "--out",
+                    str(tmp_path / "p.zarr"),
+                    "-q",
+                    *flags,
+                ]
+            )
             assert code == 0, capsys.readouterr().err
             assert devices and set(devices) == {want}, (name, fitted_on, devices)
             pred = xr.open_zarr(tmp_path / "p.zarr")["prediction"].values

@@ -42,20 +42,28 @@ def _strict(U, V, om, b, **kw):
     return fit_numpy(*(xs.asarray(a) for a in (U, V, om, b)), **kw)
 
 
-@pytest.mark.parametrize("fit", [_generic_numpy, _strict], ids=["generic-numpy", "array-api-strict"])
-@pytest.mark.parametrize("width", [100, 256])  # 730 columns: 8 slabs or 3 (whole frequency blocks), the last ragged
+@pytest.mark.parametrize(
+    "fit", [_generic_numpy, _strict], ids=["generic-numpy", "array-api-strict"]
+)
+@pytest.mark.parametrize(
+    "width", [100, 256]
+)  # 730 columns: 8 slabs or 3 (whole frequency blocks), the last ragged
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_slab_dual_equals_the_numpy_dual(problem, fit, width, fit_intercept, monkeypatch):
     U, V, om, b = problem
     made = []
     real = in_memory.slab_features
-    monkeypatch.setattr(in_memory, "slab_features", lambda *a, **k: made.append(a[3:5]) or real(*a, **k))
+    monkeypatch.setattr(
+        in_memory, "slab_features", lambda *a, **k: made.append(a[3:5]) or real(*a, **k)
+    )
     kw = dict(alpha=1e-6, fit_intercept=fit_intercept, solver="dual")
     C0, c0 = fit_numpy(U, V, om, b, **kw)
     assert not made  # numpy keeps its fast path: A whole
     C, c = fit(U, V, om, b, slab_bytes=8 * 80 * width, **kw)
     edges = [(f0, min(f0 + width, 730)) for f0 in range(0, 730, width)]
-    assert made == edges + edges  # two passes over the same slabs (the Gram, then C), the last one ragged
+    assert (
+        made == edges + edges
+    )  # two passes over the same slabs (the Gram, then C), the last one ragged
     assert edges[-1][1] - edges[-1][0] < width
     assert rel(C, C0) < TOL
     assert np.abs(backend.to_numpy(c) - c0).max() < TOL * max(1.0, np.abs(c0).max())
@@ -70,10 +78,16 @@ def test_slab_bytes_default_from_dask_config(problem, monkeypatch):
     U, V, om, b = problem
     made = []
     real = in_memory.slab_features
-    monkeypatch.setattr(in_memory, "slab_features", lambda *a, **k: made.append(a[3:5]) or real(*a, **k))
+    monkeypatch.setattr(
+        in_memory, "slab_features", lambda *a, **k: made.append(a[3:5]) or real(*a, **k)
+    )
     with dask.config.set({"rfol_dask.slab-bytes": 8 * 80 * 300}):
         _generic_numpy(U, V, om, b, alpha=1e-6, fit_intercept=True, solver="dual")
-    assert made[:3] == [(0, 256), (256, 512), (512, 730)]  # widths rounded down to whole frequency blocks
+    assert made[:3] == [
+        (0, 256),
+        (256, 512),
+        (512, 730),
+    ]  # widths rounded down to whole frequency blocks
     made.clear()
     _generic_numpy(U, V, om, b, alpha=1e-6, fit_intercept=True, solver="dual")  # 256 MiB: one slab
     assert made == [(0, 730), (0, 730)]
@@ -97,14 +111,19 @@ def test_slab_dual_peak_memory(monkeypatch):
     om, b = draw_frequencies(n, N, gamma=0.05, random_state=0)
     at_factor = []
     real = in_memory.dual_factor
-    monkeypatch.setattr(in_memory, "dual_factor",
-                        lambda *a, **k: at_factor.append(tracemalloc.get_traced_memory()[1]) or real(*a, **k))
+    monkeypatch.setattr(
+        in_memory,
+        "dual_factor",
+        lambda *a, **k: at_factor.append(tracemalloc.get_traced_memory()[1]) or real(*a, **k),
+    )
     tracemalloc.start()
     try:
         rng = np.random.default_rng(0)
         U = rng.standard_normal((M, n))
         V = np.tanh(U @ rng.standard_normal((n, m)) / 8)
-        C, _ = _generic_numpy(U, V, om, b, alpha=1e-6, fit_intercept=True, solver="dual", slab_bytes=slab)
+        C, _ = _generic_numpy(
+            U, V, om, b, alpha=1e-6, fit_intercept=True, solver="dual", slab_bytes=slab
+        )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -20,7 +20,7 @@ def _data(M, n=128, seed=0):
     x, k = np.linspace(0, 1, n), np.arange(1, 6)
     a = rng.standard_normal((M, k.size)) / k**2
     U = a @ np.sin(np.pi * np.outer(k, x))
-    V = (a * k) @ np.cos(np.pi * np.outer(k, x[::4])) + np.sin(2 * U[:, n // 3:n // 3 + 1])
+    V = (a * k) @ np.cos(np.pi * np.outer(k, x[::4])) + np.sin(2 * U[:, n // 3 : n // 3 + 1])
     return U, V
 
 
@@ -28,7 +28,9 @@ def _rel(a, b):
     return np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(np.asarray(b))
 
 
-@pytest.mark.parametrize("as_float32", [False, True])  # float64 data cast by the model, or float32 data
+@pytest.mark.parametrize(
+    "as_float32", [False, True]
+)  # float64 data cast by the model, or float32 data
 def test_float32_with_a_large_offset_is_as_accurate_as_float64(as_float32):
     # at 1e4 x the spread the uncentred phase u @ Omega rounded away its varying part in float32:
     # predictions 1.2e-2 away from float64's, test error 10 % off (5e-5 and 0.03 % at no offset)
@@ -48,11 +50,15 @@ def test_float32_with_a_large_offset_is_as_accurate_as_float64(as_float32):
 
 def test_the_centre_and_the_median_gamma_do_not_depend_on_the_offset():
     U, V = _data(300)
-    models = [RandomFeatureOperator(n_features=200, dtype="float32", random_state=0).fit(U + off, V)
-              for off in (0.0, 1e4)]
+    models = [
+        RandomFeatureOperator(n_features=200, dtype="float32", random_state=0).fit(U + off, V)
+        for off in (0.0, 1e4)
+    ]
     # the median heuristic measures distances: the same scale (float64 data, measured before the cast)
     assert models[0].gamma_ == pytest.approx(models[1].gamma_, rel=1e-12)
-    np.testing.assert_allclose(models[1].input_centre_, (U[:64] + 1e4).mean(0).astype(np.float32), rtol=0)
+    np.testing.assert_allclose(
+        models[1].input_centre_, (U[:64] + 1e4).mean(0).astype(np.float32), rtol=0
+    )
     np.testing.assert_allclose(models[1].input_centre_ - 1e4, models[0].input_centre_, atol=2e-3)
 
 
@@ -62,7 +68,9 @@ def test_float64_predictions_are_those_of_the_uncentred_features():
     U, V = _data(300)
     U = U + 3.0  # an offset of a few spreads: the uncentred reference rounds as finely as the model
     Ut = _data(100, seed=1)[0] + 3.0
-    model = RandomFeatureOperator(n_features=250, gamma=0.05, alpha=1e-4, solver="dual", random_state=2).fit(U, V)
+    model = RandomFeatureOperator(
+        n_features=250, gamma=0.05, alpha=1e-4, solver="dual", random_state=2
+    ).fit(U, V)
     omega, b0 = draw_frequencies(U.shape[1], 250, "cauchy", 0.05, None, 2)
     np.testing.assert_array_equal(model.omega_, omega)
     c = model.input_centre_
@@ -95,8 +103,18 @@ def test_feature_map_centres_in_blocks_and_before_the_cast(monkeypatch):
     assert A32.dtype == np.float32
     np.testing.assert_allclose(A32, want, atol=2e-6)
     # cast first, the rows of a float32 model lose 1e5 x 6e-8 of their spread of 1
-    assert np.abs(feature_map(U.astype(np.float32), omega.astype(np.float32), b.astype(np.float32),
-                              input_centre=c32) - want).max() > 1e-4
+    assert (
+        np.abs(
+            feature_map(
+                U.astype(np.float32),
+                omega.astype(np.float32),
+                b.astype(np.float32),
+                input_centre=c32,
+            )
+            - want
+        ).max()
+        > 1e-4
+    )
 
 
 @pytest.fixture
@@ -106,12 +124,15 @@ def offset_data():
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("solver, N, config", [
-    ("dual", 300, {}),  # streamed, slabs
-    ("dual", 300, {"rfol_dask.device-features": "rows"}),  # streamed, rows mode
-    ("dual", 300, {"max_gram_bytes": 50_000}),  # tiled, factorised blocked
-    ("primal", 120, {}),
-])
+@pytest.mark.parametrize(
+    "solver, N, config",
+    [
+        ("dual", 300, {}),  # streamed, slabs
+        ("dual", 300, {"rfol_dask.device-features": "rows"}),  # streamed, rows mode
+        ("dual", 300, {"max_gram_bytes": 50_000}),  # tiled, factorised blocked
+        ("primal", 120, {}),
+    ],
+)
 def test_dask_fit_equals_the_in_memory_fit(offset_data, dtype, solver, N, config):
     U, V, Ut = offset_data
     config = dict(config)
@@ -121,8 +142,9 @@ def test_dask_fit_equals_the_in_memory_fit(offset_data, dtype, solver, N, config
     blocked = pytest.warns(RuntimeWarning, match="blocked") if budget else contextlib.nullcontext()
     with dask.config.set(config), blocked:
         # chunks of 25 rows: the centre (the first 64 samples) comes from three blocks
-        got = RandomFeatureOperator(max_gram_bytes=budget, **kw).fit(da.from_array(U, chunks=(25, -1)),
-                                                                     da.from_array(V, chunks=(25, -1)))
+        got = RandomFeatureOperator(max_gram_bytes=budget, **kw).fit(
+            da.from_array(U, chunks=(25, -1)), da.from_array(V, chunks=(25, -1))
+        )
     np.testing.assert_array_equal(got.input_centre_, want.input_centre_)
     np.testing.assert_array_equal(got.b_, want.b_)
     tol = 1e-9 if dtype == "float64" else 2e-4
@@ -134,9 +156,15 @@ def test_a_model_saved_without_a_centre_loads_and_predicts_as_before(tmp_path):
     # a model saved before the centre was kept: phases of u itself, no input_centre_ array
     U, V = _data(200)
     Ut = _data(50, seed=1)[0]
-    model = RandomFeatureOperator(n_features=150, gamma=0.05, alpha=1e-4, random_state=4).fit(U + 50.0, V)
-    old = RandomFeatureOperator(n_features=150, gamma=0.05, alpha=1e-4, random_state=4).fit(U + 50.0, V)
-    old.b_ = draw_frequencies(U.shape[1], 150, "cauchy", 0.05, None, 4)[1]  # the drawn phases, unfolded
+    model = RandomFeatureOperator(n_features=150, gamma=0.05, alpha=1e-4, random_state=4).fit(
+        U + 50.0, V
+    )
+    old = RandomFeatureOperator(n_features=150, gamma=0.05, alpha=1e-4, random_state=4).fit(
+        U + 50.0, V
+    )
+    old.b_ = draw_frequencies(U.shape[1], 150, "cauchy", 0.05, None, 4)[
+        1
+    ]  # the drawn phases, unfolded
     old.input_centre_ = None
     path = old.save(tmp_path / "old.zarr")
     assert not (tmp_path / "old.zarr" / "input_centre_").exists()

@@ -30,7 +30,9 @@ def test_pca_metric_weights_the_principal_directions(smooth):
     # power 0: Euclidean distances of the inputs (they lie in the span)
     T0 = pca_metric(U, 0.0)
     d = U[1:20] - U[0]
-    np.testing.assert_allclose(np.linalg.norm(d @ T0, axis=1), np.linalg.norm(d, axis=1), rtol=1e-10)
+    np.testing.assert_allclose(
+        np.linalg.norm(d @ T0, axis=1), np.linalg.norm(d, axis=1), rtol=1e-10
+    )
     # a strongly whitening power drops the directions whose share is negligible
     assert pca_metric(U, 3.0, rtol=1e-3).shape[1] < 6
     np.testing.assert_array_equal(pca_metric(np.ones((5, 3)), 1.0), np.eye(3))
@@ -50,12 +52,23 @@ def test_the_metric_has_one_sign_so_a_seed_gives_one_model():
     model = RandomFeatureOperator(n_features=200, alpha=1e-4, pca_power=1.0, random_state=0)
     want = model.fit(U, V).predict(Ut)
     assert rel(model.fit(rounded, V).predict(Ut), want) < 1e-4
-    assert rel(model.fit(U.astype(np.float32), V.astype(np.float32)).predict(Ut.astype(np.float32)), want) < 1e-3
+    assert (
+        rel(
+            model.fit(U.astype(np.float32), V.astype(np.float32)).predict(Ut.astype(np.float32)),
+            want,
+        )
+        < 1e-3
+    )
 
 
 def test_draw_through_a_metric_is_the_metric_times_the_draw_in_its_dimensions(smooth):
     T = pca_metric(smooth[0], 0.75)
-    for law, nu in (("cauchy", None), ("gaussian", None), ("student_t", 3.0), ("rational_quadratic", None)):
+    for law, nu in (
+        ("cauchy", None),
+        ("gaussian", None),
+        ("student_t", 3.0),
+        ("rational_quadratic", None),
+    ):
         om_r, b_r = draw_frequencies(T.shape[1], 700, law, 0.3, nu, 5)
         om, b = draw_frequencies(40, 700, law, 0.3, nu, 5, metric=T)
         np.testing.assert_allclose(om, T @ om_r, rtol=1e-12, atol=1e-14)
@@ -71,7 +84,10 @@ def test_input_scales_without_power_are_the_median_gammas(smooth):
     T, g = input_scales(U, ["gaussian", "cauchy"], random_state=3)
     assert T is None and g == median_gammas(U, ["gaussian", "cauchy"], random_state=3)
     T, g = input_scales(U, ["gaussian"], 1.0, random_state=3)
-    assert T.shape[1] == 6 and g["gaussian"] > median_gammas(U, ["gaussian"], random_state=3)["gaussian"]
+    assert (
+        T.shape[1] == 6
+        and g["gaussian"] > median_gammas(U, ["gaussian"], random_state=3)["gaussian"]
+    )
     with pytest.raises(ValueError, match="unknown distribution"):
         input_scales(da.from_array(U), ["laplace"], 1.0)
 
@@ -84,9 +100,12 @@ def test_model_with_a_metric_is_the_model_of_the_mapped_inputs(smooth):
     model = RandomFeatureOperator(pca_power=0.5, **kw).fit(U[:250], V[:250])
     T = model.input_metric_
     mapped = RandomFeatureOperator(**kw).fit(U[:250] @ T, V[:250])
-    np.testing.assert_allclose(model.predict(U[250:]), mapped.predict(U[250:] @ T), rtol=1e-9, atol=1e-12)
-    lazy = RandomFeatureOperator(pca_power=0.5, **kw).fit(da.from_array(U[:250], chunks=100),
-                                                          da.from_array(V[:250], chunks=100))
+    np.testing.assert_allclose(
+        model.predict(U[250:]), mapped.predict(U[250:] @ T), rtol=1e-9, atol=1e-12
+    )
+    lazy = RandomFeatureOperator(pca_power=0.5, **kw).fit(
+        da.from_array(U[:250], chunks=100), da.from_array(V[:250], chunks=100)
+    )
     np.testing.assert_allclose(lazy.predict(U[250:]), model.predict(U[250:]), rtol=1e-9, atol=1e-12)
     median = RandomFeatureOperator(n_features=50, pca_power=0.5, random_state=1).fit(U, V)
     _, g = input_scales(U, ["cauchy"], 0.5, random_state=1)
@@ -95,12 +114,23 @@ def test_model_with_a_metric_is_the_model_of_the_mapped_inputs(smooth):
 
 def test_cv_searches_in_the_metric_and_refits_with_it(smooth, tmp_path):
     U, V, _ = smooth
-    cv = RandomFeatureOperatorCV(n_features=300, distributions=("gaussian",), gammas=(0.5, 2.0), alphas=(1e-8, 1e-4),
-                                 pca_power=0.5, random_state=0).fit(U, V)
+    cv = RandomFeatureOperatorCV(
+        n_features=300,
+        distributions=("gaussian",),
+        gammas=(0.5, 2.0),
+        alphas=(1e-8, 1e-4),
+        pca_power=0.5,
+        random_state=0,
+    ).fit(U, V)
     assert cv.best_estimator_.pca_power == 0.5
     np.testing.assert_allclose(cv.best_estimator_.input_metric_, cv.input_metric_)
-    plain = RandomFeatureOperatorCV(n_features=300, distributions=("gaussian",), gammas=(0.5, 2.0),
-                                    alphas=(1e-8, 1e-4), random_state=0).fit(U, V)
+    plain = RandomFeatureOperatorCV(
+        n_features=300,
+        distributions=("gaussian",),
+        gammas=(0.5, 2.0),
+        alphas=(1e-8, 1e-4),
+        random_state=0,
+    ).fit(U, V)
     assert plain.input_metric_ is None and plain.best_score_ != cv.best_score_
     cv.save(tmp_path / "m")
     loaded = RandomFeatureOperator.load(tmp_path / "m")
@@ -112,19 +142,29 @@ def test_cv_searches_a_list_of_powers_as_separate_searches_on_one_read(smooth):
     """``pca_power=(None, 1.0)``: the better of the two searches made alone wins, with its
     parameters, score and metric; every row names its power; the refit uses the winner's."""
     U, V, _ = smooth
-    kw = dict(n_features=300, distributions=("gaussian",), gammas=(0.5, 2.0), alphas=(1e-8, 1e-4), random_state=0)
+    kw = dict(
+        n_features=300,
+        distributions=("gaussian",),
+        gammas=(0.5, 2.0),
+        alphas=(1e-8, 1e-4),
+        random_state=0,
+    )
     alone = {q: RandomFeatureOperatorCV(pca_power=q, **kw).fit(U, V) for q in (None, 1.0)}
     both = RandomFeatureOperatorCV(pca_power=(None, 1.0), **kw).fit(U, V)
     winner = max(alone, key=lambda q: alone[q].best_score_)
     assert both.best_score_ == alone[winner].best_score_
     assert both.best_params_ == {**alone[winner].best_params_, "pca_power": winner}
     assert set(both.cv_results_["pca_power"]) == {None, 1.0}
-    assert len(both.cv_results_["alpha"]) == sum(len(a.cv_results_["alpha"]) for a in alone.values())
+    assert len(both.cv_results_["alpha"]) == sum(
+        len(a.cv_results_["alpha"]) for a in alone.values()
+    )
     assert both.best_estimator_.pca_power == winner
     np.testing.assert_allclose(both.predict(U[:5]), alone[winner].predict(U[:5]), rtol=1e-12)
     if winner is not None:
         np.testing.assert_allclose(both.input_metric_, alone[winner].input_metric_)
-    with pytest.raises(ValueError, match="pca_power must be None, a number or a non-empty sequence"):
+    with pytest.raises(
+        ValueError, match="pca_power must be None, a number or a non-empty sequence"
+    ):
         RandomFeatureOperatorCV(pca_power=[], **kw).fit(U, V)
 
 
@@ -135,12 +175,20 @@ def test_kernel_operator_takes_the_same_metric(smooth):
     from rfol_dask.baselines import KernelOperator, KernelOperatorCV
 
     U, V, _ = smooth
-    model = KernelOperator(kernel="matern52", length_scale=1.0, nugget=1e-6, pca_power=1.0).fit(U[:250], V[:250])
+    model = KernelOperator(kernel="matern52", length_scale=1.0, nugget=1e-6, pca_power=1.0).fit(
+        U[:250], V[:250]
+    )
     T = pca_metric(U[:250], 1.0)
     assert model.pca_components_.shape == T.shape
-    np.testing.assert_allclose(np.abs(model.pca_components_.T @ T), np.diag(np.sum(T * T, axis=0)), atol=1e-9)
+    np.testing.assert_allclose(
+        np.abs(model.pca_components_.T @ T), np.diag(np.sum(T * T, axis=0)), atol=1e-9
+    )
     X = (U - model.pca_mean_) @ model.pca_components_
     mapped = KernelOperator(kernel="matern52", length_scale=1.0, nugget=1e-6).fit(X[:250], V[:250])
-    np.testing.assert_allclose(model.predict(U[250:]), mapped.predict(X[250:]), rtol=1e-9, atol=1e-12)
-    cv = KernelOperatorCV(kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-3), pca_power=1.0).fit(U, V)
+    np.testing.assert_allclose(
+        model.predict(U[250:]), mapped.predict(X[250:]), rtol=1e-9, atol=1e-12
+    )
+    cv = KernelOperatorCV(
+        kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-3), pca_power=1.0
+    ).fit(U, V)
     assert cv.best_estimator_.pca_power == 1.0 and cv.best_estimator_.pca_components_.shape[1] == 6

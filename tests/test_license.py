@@ -12,5 +12,7 @@ def test_license_file_matches_pyproject():
     assert declared == "BSD-3-Clause"
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("BSD 3-Clause License") and "rfol_dask developers" in text
-    assert "Neither the name of the copyright holder nor the names of its" in text  # the third clause
+    assert (
+        "Neither the name of the copyright holder nor the names of its" in text
+    )  # the third clause
     assert "AS IS" in text and "GPL" not in text

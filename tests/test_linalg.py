@@ -19,12 +19,19 @@ def _rank_deficient_gram(n=40, rank=5, seed=0):
 def test_cholesky_of_a_singular_gram_retries_with_jitter_and_says_so():
     G = _rank_deficient_gram()
     ref = G.copy()
-    with pytest.warns(RuntimeWarning, match=r"alpha=1e-30 is not numerically positive definite in float64; "
-                                            r"used ridge \S+ instead"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"alpha=1e-30 is not numerically positive definite in float64; "
+        r"used ridge \S+ instead",
+    ):
         L, ridge = cholesky(G, 1e-30)
-    assert 1e-30 < ridge < 1e-6 * np.abs(np.diag(ref)).mean()  # a small step above the rounding floor
+    assert (
+        1e-30 < ridge < 1e-6 * np.abs(np.diag(ref)).mean()
+    )  # a small step above the rounding floor
     L = np.tril(L)
-    np.testing.assert_allclose(L @ L.T, ref + ridge * np.eye(len(ref)), atol=1e-12 * np.abs(ref).max())
+    np.testing.assert_allclose(
+        L @ L.T, ref + ridge * np.eye(len(ref)), atol=1e-12 * np.abs(ref).max()
+    )
 
 
 def test_cholesky_of_a_positive_definite_gram_keeps_alpha_without_warning(recwarn):
@@ -44,7 +51,9 @@ def test_cholesky_with_alpha_zero_refuses_a_singular_gram():
 def test_fit_with_a_tiny_alpha_warns_with_the_ridge_it_used():
     U, V = smooth_operator_data(60, 8)
     with pytest.warns(RuntimeWarning, match="used ridge"):
-        model = RandomFeatureOperator(n_features=20, alpha=1e-30, solver="dual", random_state=0).fit(U, V)
+        model = RandomFeatureOperator(
+            n_features=20, alpha=1e-30, solver="dual", random_state=0
+        ).fit(U, V)
     assert np.isfinite(model.coef_).all()
 
 
@@ -57,13 +66,19 @@ def test_recorded_ridges_holds_this_context_s_raised_ridges_named_as_asked(recwa
     from rfol_dask.linalg import RidgeRaised, recorded_ridges, ridge_name
 
     with recorded_ridges() as raised, ridge_name("nugget"):
-        (_, ridge), = dask.compute(dask.delayed(cholesky)(_rank_deficient_gram(), 1e-30), scheduler="threads")
+        ((_, ridge),) = dask.compute(
+            dask.delayed(cholesky)(_rank_deficient_gram(), 1e-30), scheduler="threads"
+        )
         other = threading.Thread(target=cholesky, args=(_rank_deficient_gram(seed=1), 1e-30))
         other.start()
         other.join()
     assert [(w.alpha, w.ridge) for w in raised] == [(1e-30, ridge)]
-    assert "the Gram matrix plus nugget=1e-30" in str(raised[0]) and "a larger nugget" in str(raised[0])
-    assert [type(w.message) for w in recwarn.list] == [RidgeRaised]  # the other thread's, named alpha
+    assert "the Gram matrix plus nugget=1e-30" in str(raised[0]) and "a larger nugget" in str(
+        raised[0]
+    )
+    assert [type(w.message) for w in recwarn.list] == [
+        RidgeRaised
+    ]  # the other thread's, named alpha
     assert "plus alpha=1e-30" in str(recwarn.list[0].message)
 
 
@@ -75,7 +90,9 @@ def test_factor_threads_follows_the_dask_config_key():
     with dask.config.set({"rfol_dask.factor-threads": 3}):
         assert factor_threads() == 3
         model = RandomFeatureOperator(n_features=300, alpha=1e-6, random_state=0).fit(U, V)
-    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-10, atol=1e-12 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(
+        model.coef_, ref.coef_, rtol=1e-10, atol=1e-12 * np.abs(ref.coef_).max()
+    )
 
 
 def test_overlapping_blas_limits_of_two_threads_restore_the_count_found_first():
@@ -101,7 +118,10 @@ def test_overlapping_blas_limits_of_two_threads_restore_the_count_found_first():
             entered[i].set()
             leave[i].wait(10)
 
-    threads = [threading.Thread(target=section, args=(0, a)), threading.Thread(target=section, args=(1, k0))]
+    threads = [
+        threading.Thread(target=section, args=(0, a)),
+        threading.Thread(target=section, args=(1, k0)),
+    ]
     threads[0].start()
     entered[0].wait(10)
     threads[1].start()
@@ -130,14 +150,23 @@ def _fits_reaching_the_factorisation():
     rf = dict(n_features=400, gamma=1.0, alpha=1e-8, random_state=0)
     return {
         "rf dual numpy": lambda: RandomFeatureOperator(solver="dual", **rf).fit(U, V),
-        "rf dual float32": lambda: RandomFeatureOperator(solver="dual", dtype="float32", **rf).fit(U, V),
+        "rf dual float32": lambda: RandomFeatureOperator(solver="dual", dtype="float32", **rf).fit(
+            U, V
+        ),
         "rf primal numpy": lambda: RandomFeatureOperator(solver="primal", **rf).fit(U, V),
         "rf dual dask": lambda: RandomFeatureOperator(solver="dual", **rf).fit(Ud, Vd),
-        "rf search": lambda: RandomFeatureOperatorCV(n_features=200, gammas=(0.5, 1.0), alphas=(1e-8, 1e-4),
-                                                     random_state=0).fit(U, V),
-        "kernel rbf numpy": lambda: KernelOperator(kernel="rbf", length_scale=2.0, nugget=1e-8).fit(U, V),
-        "kernel matern dask": lambda: KernelOperator(kernel="matern32", length_scale=2.0, nugget=1e-8).fit(Ud, Vd),
-        "kernel search": lambda: KernelOperatorCV(length_scales=(1.0, 2.0), nuggets=(1e-8,)).fit(U, V),
+        "rf search": lambda: RandomFeatureOperatorCV(
+            n_features=200, gammas=(0.5, 1.0), alphas=(1e-8, 1e-4), random_state=0
+        ).fit(U, V),
+        "kernel rbf numpy": lambda: KernelOperator(kernel="rbf", length_scale=2.0, nugget=1e-8).fit(
+            U, V
+        ),
+        "kernel matern dask": lambda: KernelOperator(
+            kernel="matern32", length_scale=2.0, nugget=1e-8
+        ).fit(Ud, Vd),
+        "kernel search": lambda: KernelOperatorCV(length_scales=(1.0, 2.0), nuggets=(1e-8,)).fit(
+            U, V
+        ),
         "rf recovery map": lambda: make_recovery("rf", np.arange(40) / 40),
     }
 
@@ -173,7 +202,9 @@ def test_centre_gram_is_the_double_centring_and_keeps_exact_symmetry():
     H = np.eye(333) - 1.0 / 333
     want = H @ K @ H
     r = K.sum(axis=1)
-    got = centre_gram(K, r / 333, r.sum() / 333**2, block_bytes=7 * 333 * 8)  # ragged blocks of 7 columns
+    got = centre_gram(
+        K, r / 333, r.sum() / 333**2, block_bytes=7 * 333 * 8
+    )  # ragged blocks of 7 columns
     np.testing.assert_allclose(got, want, atol=1e-12 * np.abs(want).max())
     assert np.array_equal(got, got.T)
 
@@ -189,7 +220,9 @@ def _no_controlling_thread():
     with none holding that right, as a fresh process does."""
     import threadpoolctl
 
-    clear = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+    clear = getattr(
+        getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None
+    )
     if clear is not None:
         clear(force=True)
 

@@ -16,7 +16,9 @@ def test_peak_memory_sees_an_allocation_and_its_phase():
         del big
         time.sleep(0.3)
     assert pm.increase > 200 * 2**20
-    assert len(pm.timeline) >= 5 and all(t1 > t0 for (t0, _), (t1, _) in zip(pm.timeline, pm.timeline[1:]))
+    assert len(pm.timeline) >= 5 and all(
+        t1 > t0 for (t0, _), (t1, _) in zip(pm.timeline, pm.timeline[1:])
+    )
     before = pm.peak_between(0, t_alloc)
     assert pm.peak_between(t_alloc) - before > 200 * 2**20  # the allocation's phase holds the peak
     assert pm.peak_between(t_alloc) <= pm.peak

@@ -32,7 +32,9 @@ def trained():
     a = np.random.default_rng(0).standard_normal((400, K.size)) / K
     x = np.arange(64) / 64
     U, V = functions(a, x)
-    model = RandomFeatureOperator(n_features=600, distribution="gaussian", gamma=1e-4, alpha=1e-10, random_state=0)
+    model = RandomFeatureOperator(
+        n_features=600, distribution="gaussian", gamma=1e-4, alpha=1e-10, random_state=0
+    )
     return model.fit(as_xarray(U, x), as_xarray(V, x)), x
 
 
@@ -64,8 +66,9 @@ def test_spectral_option_and_numpy_periods():
     x, x96 = np.arange(32) / 32, np.arange(96) / 96
     U, V = functions(a, x)
     for recovery in ("spectral", "cubic"):
-        model = RandomFeatureOperator(n_features=400, distribution="gaussian", gamma=1e-4, random_state=0,
-                                      recovery=recovery)
+        model = RandomFeatureOperator(
+            n_features=400, distribution="gaussian", gamma=1e-4, random_state=0, recovery=recovery
+        )
         model.fit(U, V, input_grid=x, output_grid=x, periods=1.0)
         assert model.output_periods_ == (1.0,)
         fine = model.predict(U[:20], output_grid=x96)
@@ -83,16 +86,20 @@ def test_spectral_recovery_warns_on_axes_without_a_period():
     x, y = np.linspace(0, 1, 33), np.linspace(0, 1, 65)
     U, V = functions(a, x)
     U, V = U + x, V + x
-    model = RandomFeatureOperator(n_features=300, distribution="gaussian", gamma=1e-3, random_state=0,
-                                  recovery="spectral").fit(U, V, input_grid=x, output_grid=x)
-    with pytest.warns(UserWarning, match=r"reads the output axes dim_0 \(period 1\.03125\) as periodic.*"
-                                         r"recovery='cubic'"):
+    model = RandomFeatureOperator(
+        n_features=300, distribution="gaussian", gamma=1e-3, random_state=0, recovery="spectral"
+    ).fit(U, V, input_grid=x, output_grid=x)
+    with pytest.warns(
+        UserWarning,
+        match=r"reads the output axes dim_0 \(period 1\.03125\) as periodic.*"
+        r"recovery='cubic'",
+    ):
         model.predict(U[:5], output_grid=y)
     with pytest.warns(UserWarning, match="reads the input axes dim_0"):
         model.predict(functions(a[:5], y)[0] + y, input_grid=y)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        model.predict(U[:5])   # the training grid: no recovery, no warning
+        model.predict(U[:5])  # the training grid: no recovery, no warning
         model.set_params(recovery="cubic").predict(U[:5], output_grid=y)
         model.set_params(recovery="spectral").fit(U, V, input_grid=x, output_grid=x, periods=1.0)
         model.predict(U[:5], output_grid=y)
@@ -102,7 +109,9 @@ def test_non_periodic_grids_still_refuse_outside_points():
     a = np.random.default_rng(3).standard_normal((60, K.size)) / K
     x = np.arange(64) / 64
     U, V = functions(a, x)
-    model = RandomFeatureOperator(n_features=50, random_state=0).fit(as_xarray(U, x, None), as_xarray(V, x, None))
+    model = RandomFeatureOperator(n_features=50, random_state=0).fit(
+        as_xarray(U, x, None), as_xarray(V, x, None)
+    )
     assert model.input_periods_ == (None,)
     with pytest.raises(ValueError, match=r"outside the domain \[0, 0.984375\].*give its period"):
         model.predict(U, output_grid=np.arange(96) / 96)
@@ -116,8 +125,10 @@ def test_period_survives_save_and_load(trained, tmp_path):
     again = RandomFeatureOperator.load(tmp_path / "m.zarr")
     assert again.input_periods_ == (1.0,) and again.output_periods_ == (1.0,)
     U = functions(np.ones((2, K.size)), x)[0]
-    np.testing.assert_array_equal(again.predict(U, output_grid=np.arange(96) / 96),
-                                  model.predict(U, output_grid=np.arange(96) / 96))
+    np.testing.assert_array_equal(
+        again.predict(U, output_grid=np.arange(96) / 96),
+        model.predict(U, output_grid=np.arange(96) / 96),
+    )
 
 
 def test_period_errors():
@@ -128,9 +139,13 @@ def test_period_errors():
     with pytest.raises(ValueError, match=r"periods= needs the input grid coordinates"):
         RandomFeatureOperator(n_features=20).fit(U, V, periods=1.0)
     with pytest.raises(ValueError, match="periods has 2 entries but the input grid has 1 axes"):
-        RandomFeatureOperator(n_features=20).fit(U, V, input_grid=x, output_grid=x, periods=(1.0, 1.0))
+        RandomFeatureOperator(n_features=20).fit(
+            U, V, input_grid=x, output_grid=x, periods=(1.0, 1.0)
+        )
     with pytest.raises(ValueError, match=r"periods names dims \['t'\]"):
-        RandomFeatureOperator(n_features=20).fit(as_xarray(U, x), as_xarray(V, x), periods={"t": 1.0})
+        RandomFeatureOperator(n_features=20).fit(
+            as_xarray(U, x), as_xarray(V, x), periods={"t": 1.0}
+        )
     with pytest.raises(ValueError, match="must be a positive number"):
         RandomFeatureOperator(n_features=20).fit(U, V, input_grid=x, output_grid=x, periods=-1.0)
 
@@ -149,8 +164,14 @@ def test_closed_periodic_grid_wraps():
 
 
 def test_generators_write_units_and_period():
-    periodic = {"advection1": 1.0, "advection2": 1.0, "advection3": 1.0, "burgers": 1.0,
-                "navier_stokes_high": 2 * np.pi, "navier_stokes_low": 2 * np.pi}
+    periodic = {
+        "advection1": 1.0,
+        "advection2": 1.0,
+        "advection3": 1.0,
+        "burgers": 1.0,
+        "navier_stokes_high": 2 * np.pi,
+        "navier_stokes_low": 2 * np.pi,
+    }
     for name in names():
         spec = get(name)
         gin, gout = spec.grids(**resolve_params(spec, {}))
@@ -172,10 +193,17 @@ def test_arrays_name_periodic_axes_by_the_keys_of_grid_mappings():
     # input and output grids of different axis counts: a list of periods cannot serve both sides
     rng = np.random.default_rng(0)
     U, V = rng.random((40, 20, 12)), rng.random((40, 15))
-    grids = dict(input_grid={"x": np.arange(20) / 20, "y": np.linspace(0, 2, 12)}, output_grid={"z": np.arange(15.0)})
-    model = RandomFeatureOperator(n_features=50, random_state=0).fit(U, V, periods={"x": 1.0}, **grids)
+    grids = dict(
+        input_grid={"x": np.arange(20) / 20, "y": np.linspace(0, 2, 12)},
+        output_grid={"z": np.arange(15.0)},
+    )
+    model = RandomFeatureOperator(n_features=50, random_state=0).fit(
+        U, V, periods={"x": 1.0}, **grids
+    )
     assert model.input_periods_ == (1.0, None) and model.output_periods_ == (None,)
-    with pytest.raises(ValueError, match=r"periods names dims \['q'\].*input \('x', 'y'\), output \('z',\)"):
+    with pytest.raises(
+        ValueError, match=r"periods names dims \['q'\].*input \('x', 'y'\), output \('z',\)"
+    ):
         RandomFeatureOperator(n_features=50).fit(U, V, periods={"q": 1.0}, **grids)
 
 
@@ -184,6 +212,9 @@ def test_rf_recovery_on_a_periodic_axis_says_why_it_cannot_cover_it():
     x128, x64 = np.arange(128) / 128, np.arange(64) / 64
     U = np.sin(2 * np.pi * (x128[None, :] + rng.random((30, 1))))
     model = RandomFeatureOperator(n_features=40, recovery="rf", random_state=0).fit(
-        U, U, input_grid=[x128], output_grid=[x128], periods=1.0)
-    with pytest.raises(ValueError, match="period 1, but recovery 'rf' does not wrap periodic axes: use 'cubic'"):
+        U, U, input_grid=[x128], output_grid=[x128], periods=1.0
+    )
+    with pytest.raises(
+        ValueError, match="period 1, but recovery 'rf' does not wrap periodic axes: use 'cubic'"
+    ):
         model.predict(U[:, ::2], input_grid=[x64])

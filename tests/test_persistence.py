@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
-
 from conftest import smooth_operator_data
+
 from rfol_dask import RandomFeatureOperator, datasets
 from rfol_dask import persistence as rio
 
@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def models():
     U, V = smooth_operator_data(40, 6)
-    return [RandomFeatureOperator(n_features=20 + 10 * k, alpha=1e-6, random_state=k).fit(U, V) for k in range(3)]
+    return [
+        RandomFeatureOperator(n_features=20 + 10 * k, alpha=1e-6, random_state=k).fit(U, V)
+        for k in range(3)
+    ]
 
 
 def _hidden(folder):
@@ -38,10 +41,15 @@ def test_save_refuses_anything_but_a_model_and_leaves_it_untouched(tmp_path, mod
     plain.write_text("keep")
     data = tmp_path / "d.zarr"
     datasets.generate("advection1", 6, store=data)
-    for path, what in ((mine, "a directory holding other files"), (plain, "a file"),
-                       (data, "an rfol_dask data set")):
+    for path, what in (
+        (mine, "a directory holding other files"),
+        (plain, "a file"),
+        (data, "an rfol_dask data set"),
+    ):
         for overwrite in (True, False):
-            with pytest.raises(ValueError, match=f"exists and is {what}, not an rfol_dask model.*refuses"):
+            with pytest.raises(
+                ValueError, match=f"exists and is {what}, not an rfol_dask model.*refuses"
+            ):
                 a.save(path, overwrite=overwrite)
     assert (mine / "notes.txt").read_text() == "mine" and sorted(os.listdir(mine)) == ["notes.txt"]
     assert plain.read_text() == "keep"
@@ -49,14 +57,20 @@ def test_save_refuses_anything_but_a_model_and_leaves_it_untouched(tmp_path, mod
     assert _hidden(tmp_path) == []
     # an empty directory and an existing model (unless overwrite=False) may be replaced
     (tmp_path / "empty.zarr").mkdir()
-    np.testing.assert_array_equal(RandomFeatureOperator.load(a.save(tmp_path / "empty.zarr")).coef_, a.coef_)
-    os.symlink(tmp_path / "empty.zarr", tmp_path / "link.zarr")  # a link to a model loads, is never replaced
+    np.testing.assert_array_equal(
+        RandomFeatureOperator.load(a.save(tmp_path / "empty.zarr")).coef_, a.coef_
+    )
+    os.symlink(
+        tmp_path / "empty.zarr", tmp_path / "link.zarr"
+    )  # a link to a model loads, is never replaced
     np.testing.assert_array_equal(RandomFeatureOperator.load(tmp_path / "link.zarr").coef_, a.coef_)
     with pytest.raises(ValueError, match="is a symbolic link, not an rfol_dask model"):
         b.save(tmp_path / "link.zarr")
     with pytest.raises(ValueError, match="a model already exists.*overwrite=True"):
         b.save(tmp_path / "empty.zarr", overwrite=False)
-    np.testing.assert_array_equal(RandomFeatureOperator.load(b.save(tmp_path / "empty.zarr")).coef_, b.coef_)
+    np.testing.assert_array_equal(
+        RandomFeatureOperator.load(b.save(tmp_path / "empty.zarr")).coef_, b.coef_
+    )
     assert _hidden(tmp_path) == []
 
 
@@ -74,7 +88,9 @@ def test_damaged_model_is_refused_naming_the_array(tmp_path, models):
     a.save(path)
     (chunk,) = _chunk_files(path, "intercept_")
     chunk.write_bytes(b"\x00garbage" * 4)  # a corrupt chunk: the codec fails
-    with pytest.raises(ValueError, match=r"array 'intercept_' of the model at .*(cannot be read|checksum)"):
+    with pytest.raises(
+        ValueError, match=r"array 'intercept_' of the model at .*(cannot be read|checksum)"
+    ):
         RandomFeatureOperator.load(path)
     a.save(path)
     import shutil
@@ -91,7 +107,9 @@ def test_model_format_version_checked(tmp_path, models):
     # the lowest format that reads it (3: a linear KernelOperator's primal weights), so older versions load it
     assert group.attrs["rfol_dask_format"] == 2 and rio.MODEL_FORMAT == 3
     group.attrs["rfol_dask_format"] = 99
-    with pytest.raises(ValueError, match=r"has format 99 .*reads formats 0 to 3: upgrade rfol_dask"):
+    with pytest.raises(
+        ValueError, match=r"has format 99 .*reads formats 0 to 3: upgrade rfol_dask"
+    ):
         RandomFeatureOperator.load(path)
     # a model saved before the format was versioned (no format, no checksums) loads, with a warning
     attrs = dict(group.attrs)
@@ -104,7 +122,9 @@ def test_model_format_version_checked(tmp_path, models):
     np.testing.assert_array_equal(legacy.coef_, a.coef_)
 
 
-def test_exception_mid_save_restores_previous_model_and_leaves_nothing(tmp_path, models, monkeypatch):
+def test_exception_mid_save_restores_previous_model_and_leaves_nothing(
+    tmp_path, models, monkeypatch
+):
     a, b, _ = models
     path = a.save(tmp_path / "m.zarr")
     real, calls = os.replace, []
@@ -120,12 +140,15 @@ def test_exception_mid_save_restores_previous_model_and_leaves_nothing(tmp_path,
     with pytest.raises(KeyboardInterrupt):
         b.save(path)
     monkeypatch.undo()
-    assert sorted(os.listdir(tmp_path)) == ["m.zarr"]  # the previous model is back, nothing hidden left
+    assert sorted(os.listdir(tmp_path)) == [
+        "m.zarr"
+    ]  # the previous model is back, nothing hidden left
     np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, a.coef_)
 
 
-def test_ctrl_c_in_a_zarr_write_of_the_temporary_leaves_nothing_behind(tmp_path, models, monkeypatch,
-                                                                      ctrl_c_in_zarr_write):
+def test_ctrl_c_in_a_zarr_write_of_the_temporary_leaves_nothing_behind(
+    tmp_path, models, monkeypatch, ctrl_c_in_zarr_write
+):
     """Ctrl-C ends the main thread's wait for a zarr write while zarr's IO thread goes on: the save
     removed its temporary group, and the late write made it again (a hidden ``.m.zarr.tmp-*`` folder).
     The save now lets that write land before it cleans up."""
@@ -135,7 +158,8 @@ def test_ctrl_c_in_a_zarr_write_of_the_temporary_leaves_nothing_behind(tmp_path,
     path = a.save(tmp_path / "m.zarr")
     held, landed = ctrl_c_in_zarr_write(  # the write lands well after the interrupt
         lambda p: ".m.zarr.tmp-" in str(p) and p.name == "zarr.json" and p.parent.name == "coef_",
-        lambda: threading.Event().wait(0.5))
+        lambda: threading.Event().wait(0.5),
+    )
     with pytest.raises(KeyboardInterrupt):
         b.save(path)
     assert held and landed.wait(5)
@@ -194,7 +218,9 @@ def _killed_save(path, k, n_renames):
     """Save model 0 at ``path``, then save model ``k`` in a process killed after its n-th rename."""
     code = _KILLED_SAVE.format(tests=str(ROOT / "tests"), path=str(path), n=n_renames, k=k)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
     assert res.returncode == 9, res.stderr
 
 
@@ -203,10 +229,18 @@ def test_load_falls_back_after_a_save_killed_between_renames(tmp_path, models):
     _killed_save(path, k=1, n_renames=1)  # killed after moving the previous model aside
     assert not path.exists()
     # and its lock, which the next save takes over (its process is gone)
-    assert [n.split("-")[0] for n in _hidden(tmp_path)] == [".m.zarr.lock", ".m.zarr.old", ".m.zarr.tmp"]
-    with pytest.warns(UserWarning, match="a save to it was interrupted; loading the newest complete model"):
+    assert [n.split("-")[0] for n in _hidden(tmp_path)] == [
+        ".m.zarr.lock",
+        ".m.zarr.old",
+        ".m.zarr.tmp",
+    ]
+    with pytest.warns(
+        UserWarning, match="a save to it was interrupted; loading the newest complete model"
+    ):
         loaded = RandomFeatureOperator.load(path)
-    np.testing.assert_array_equal(loaded.coef_, models[1].coef_)  # the newer of the two complete models
+    np.testing.assert_array_equal(
+        loaded.coef_, models[1].coef_
+    )  # the newer of the two complete models
     # the next save finishes the job: one model, no hidden leftovers
     models[2].save(path)
     assert os.listdir(tmp_path) == ["m.zarr"]
@@ -220,20 +254,28 @@ def test_load_picks_the_newest_leftover_by_save_time_not_by_name(tmp_path, model
     b.save(tmp_path / "y.zarr")
     os.rename(tmp_path / "y.zarr", tmp_path / ".m.zarr.old-aaaaaaaa")
     with pytest.warns(UserWarning, match="interrupted"):
-        np.testing.assert_array_equal(RandomFeatureOperator.load(tmp_path / "m.zarr").coef_, b.coef_)
+        np.testing.assert_array_equal(
+            RandomFeatureOperator.load(tmp_path / "m.zarr").coef_, b.coef_
+        )
 
 
 def test_successful_save_removes_leftovers_of_dead_saves_only(tmp_path, models):
     path = tmp_path / "m.zarr"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         import socket
 
         host = socket.gethostname()
-        for name in (f".m.zarr.old-{host}.{dead}.aa", ".m.zarr.old-1234abcd", f".m.zarr.tmp-{host}.{dead}.bb",
-                     ".m.zarr.tmp-5678abcd", f".m.zarr.tmp-{host}.{live.pid}.cc"):
+        for name in (
+            f".m.zarr.old-{host}.{dead}.aa",
+            ".m.zarr.old-1234abcd",
+            f".m.zarr.tmp-{host}.{dead}.bb",
+            ".m.zarr.tmp-5678abcd",
+            f".m.zarr.tmp-{host}.{live.pid}.cc",
+        ):
             models[0].save(tmp_path / name)
         models[1].save(path)
         # every previous model and every temporary of a dead save is gone; a live save's temporary stays
@@ -263,16 +305,23 @@ def test_loading_with_another_estimator_class_names_the_right_one(tmp_path, mode
     from rfol_dask.exceptions import ForeignModelError
 
     path = models[0].save(tmp_path / "m.zarr")
-    with pytest.raises(ForeignModelError, match=r"is a RandomFeatureOperator, not a KernelOperator: load it with "
-                                         r"RandomFeatureOperator.load"):
+    with pytest.raises(
+        ForeignModelError,
+        match=r"is a RandomFeatureOperator, not a KernelOperator: load it with "
+        r"RandomFeatureOperator.load",
+    ):
         KernelOperator.load(path)
     # saved before the class was recorded: the parameters do not fit the class, a clear error too
     group = zarr.open_group(str(path), mode="r+")
     state = json.loads(group.attrs["rfol_dask_model"])
     del state["estimator"]
     group.attrs["rfol_dask_model"] = json.dumps(state)
-    with pytest.raises(ForeignModelError, match="saved by another estimator class than KernelOperator"):
-        KernelOperator.load(path)  # a ValueError of its own kind: rfol-dask predict tries the next class
+    with pytest.raises(
+        ForeignModelError, match="saved by another estimator class than KernelOperator"
+    ):
+        KernelOperator.load(
+            path
+        )  # a ValueError of its own kind: rfol-dask predict tries the next class
     np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, models[0].coef_)
 
 
@@ -293,11 +342,17 @@ def test_stale_feature_caches_of_killed_fits_are_swept(tmp_path, monkeypatch):
     from rfol_dask.solve import streamed
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     host = socket.gethostname()
-    names = [f"rfol-{host}.{dead}.ab12", f"rfol-{host}.{os.getpid()}.cd34", f"rfol-other-host.{dead}.ef56",
-             "rfol-0123abcd", "rfol-notes"]
+    names = [
+        f"rfol-{host}.{dead}.ab12",
+        f"rfol-{host}.{os.getpid()}.cd34",
+        f"rfol-other-host.{dead}.ef56",
+        "rfol-0123abcd",
+        "rfol-notes",
+    ]
     for name in names:
         (tmp_path / name).mkdir()
     streamed.sweep_stale_caches()
@@ -314,12 +369,17 @@ def test_a_model_with_parameters_of_a_newer_version_says_upgrade(tmp_path):
     state = json.loads(group.attrs["rfol_dask_model"])
     state["params"]["future_option"] = 1
     group.attrs["rfol_dask_model"] = json.dumps(state)
-    with pytest.raises(ValueError, match=r"parameters \['future_option'\] that RandomFeatureOperator of rfol_dask .* "
-                                         r"does not know .*attributes were changed after it was saved"):
+    with pytest.raises(
+        ValueError,
+        match=r"parameters \['future_option'\] that RandomFeatureOperator of rfol_dask .* "
+        r"does not know .*attributes were changed after it was saved",
+    ):
         RandomFeatureOperator.load(path)  # this version saved it: edited
     state["version"] = "9.9.9"
     group.attrs["rfol_dask_model"] = json.dumps(state)
-    with pytest.raises(ValueError, match=r"saved by rfol_dask 9\.9\.9\): load it with rfol_dask 9\.9\.9"):
+    with pytest.raises(
+        ValueError, match=r"saved by rfol_dask 9\.9\.9\): load it with rfol_dask 9\.9\.9"
+    ):
         RandomFeatureOperator.load(path)
 
 
@@ -331,7 +391,9 @@ def test_a_model_with_damaged_group_metadata_is_called_damaged(tmp_path):
     meta.write_text(meta.read_text()[:40])  # truncated
     with pytest.raises(ValueError, match="a Zarr store whose metadata cannot be read"):
         RandomFeatureOperator.load(path)
-    zarr.create_array(str(tmp_path / "arr"), shape=(3,), dtype="f8")  # a valid Zarr array: not damaged
+    zarr.create_array(
+        str(tmp_path / "arr"), shape=(3,), dtype="f8"
+    )  # a valid Zarr array: not damaged
     with pytest.raises(ValueError, match="is not an rfol_dask model") as err:
         RandomFeatureOperator.load(tmp_path / "arr")
     assert "cannot be read" not in str(err.value)
@@ -347,17 +409,27 @@ def test_a_model_and_a_data_set_each_say_what_they_are_where_the_other_is_read(t
     U, V = smooth_operator_data(30, 6)
     for model in (RandomFeatureOperator(n_features=20, random_state=0), KernelOperator()):
         path = model.fit(U, V).save(tmp_path / type(model).__name__)
-        for read in (open_dataset, datasets.open_dataset, lambda p: RandomFeatureOperator().fit(str(p))):
-            with pytest.raises(ValueError, match=rf"is a saved model, not a data set: load it with "
-                                                 rf"{type(model).__name__}\.load to predict with it; fit and "
-                                                 r"open_dataset read a data-set store") as err:
+        for read in (
+            open_dataset,
+            datasets.open_dataset,
+            lambda p: RandomFeatureOperator().fit(str(p)),
+        ):
+            with pytest.raises(
+                ValueError,
+                match=rf"is a saved model, not a data set: load it with "
+                rf"{type(model).__name__}\.load to predict with it; fit and "
+                r"open_dataset read a data-set store",
+            ) as err:
                 read(path)
             assert "dimension_names" not in str(err.value)
     data = tmp_path / "d.zarr"
     datasets.generate("advection1", 4, store=data)
-    with pytest.raises(ValueError, match=r"d\.zarr is not an rfol_dask model \(no 'rfol_dask_model' attribute; it is "
-                                         r"an rfol_dask data set\): open it with rfol_dask\.datasets\.open_dataset, or "
-                                         r"fit a model on it \(fit\(path\)\); load reads the path a model was saved to"):
+    with pytest.raises(
+        ValueError,
+        match=r"d\.zarr is not an rfol_dask model \(no 'rfol_dask_model' attribute; it is "
+        r"an rfol_dask data set\): open it with rfol_dask\.datasets\.open_dataset, or "
+        r"fit a model on it \(fit\(path\)\); load reads the path a model was saved to",
+    ):
         RandomFeatureOperator.load(data)
 
 
@@ -365,27 +437,48 @@ def test_numpy_scalar_parameters_are_saved_as_python_values(tmp_path):
     from rfol_dask.baselines import KernelOperator
 
     U, V = smooth_operator_data(30, 6)
-    for k, model in enumerate((
-            RandomFeatureOperator(n_features=np.int64(20), gamma=np.float32(0.05), alpha=np.float64(1e-6),
-                                  fit_intercept=np.bool_(True), random_state=np.int64(3),
-                                  recovery={"kind": "rf", "n_features": np.int64(16), "random_state": np.int32(1)}),
-            KernelOperator(length_scale=np.float32(3.0)))):
+    for k, model in enumerate(
+        (
+            RandomFeatureOperator(
+                n_features=np.int64(20),
+                gamma=np.float32(0.05),
+                alpha=np.float64(1e-6),
+                fit_intercept=np.bool_(True),
+                random_state=np.int64(3),
+                recovery={"kind": "rf", "n_features": np.int64(16), "random_state": np.int32(1)},
+            ),
+            KernelOperator(length_scale=np.float32(3.0)),
+        )
+    ):
         loaded = type(model).load(model.fit(U, V).save(tmp_path / f"m{k}"))
         np.testing.assert_array_equal(loaded.predict(U), model.predict(U))
         for name, value in model.get_params().items():
-            assert loaded.get_params()[name] == value and type(loaded.get_params()[name]).__module__ != "numpy"
-    assert loaded.length_scale == np.float32(3.0) and RandomFeatureOperator.load(tmp_path / "m0").random_state == 3
+            assert (
+                loaded.get_params()[name] == value
+                and type(loaded.get_params()[name]).__module__ != "numpy"
+            )
+    assert (
+        loaded.length_scale == np.float32(3.0)
+        and RandomFeatureOperator.load(tmp_path / "m0").random_state == 3
+    )
 
 
 def test_a_random_state_generator_is_dropped_at_the_top_and_refused_in_the_recovery(tmp_path):
     U, V = smooth_operator_data(30, 6)
     model = RandomFeatureOperator(n_features=20, random_state=np.random.default_rng(0)).fit(U, V)
-    loaded = RandomFeatureOperator.load(model.save(tmp_path / "m"))  # the fitted arrays hold its draw
+    loaded = RandomFeatureOperator.load(
+        model.save(tmp_path / "m")
+    )  # the fitted arrays hold its draw
     assert loaded.random_state is None
     np.testing.assert_array_equal(loaded.predict(U), model.predict(U))
-    model.set_params(recovery={"kind": "rf", "random_state": np.random.default_rng(0)})  # drawn from at prediction
-    with pytest.raises(ValueError, match=r"parameter recovery=.* holds a Generator, which a saved model cannot "
-                                         r"store: pass an integer seed instead"):
+    model.set_params(
+        recovery={"kind": "rf", "random_state": np.random.default_rng(0)}
+    )  # drawn from at prediction
+    with pytest.raises(
+        ValueError,
+        match=r"parameter recovery=.* holds a Generator, which a saved model cannot "
+        r"store: pass an integer seed instead",
+    ):
         model.save(tmp_path / "g")
     assert not (tmp_path / "g").exists() and _hidden(tmp_path) == []
 
@@ -393,18 +486,29 @@ def test_a_random_state_generator_is_dropped_at_the_top_and_refused_in_the_recov
 def test_save_refuses_the_current_directory_and_paths_inside_a_model(tmp_path, models, monkeypatch):
     (tmp_path / "cwd").mkdir()
     monkeypatch.chdir(tmp_path / "cwd")
-    for path in (".", "sub/..", ".."):  # replacing them would leave this process in a deleted directory
+    for path in (
+        ".",
+        "sub/..",
+        "..",
+    ):  # replacing them would leave this process in a deleted directory
         with pytest.raises(ValueError, match="is the current directory or holds it"):
             models[0].save(path)
-    np.testing.assert_array_equal(RandomFeatureOperator.load(models[0].save("./m.zarr/")).coef_, models[0].coef_)
+    np.testing.assert_array_equal(
+        RandomFeatureOperator.load(models[0].save("./m.zarr/")).coef_, models[0].coef_
+    )
     for inner in ("m.zarr/inner", "m.zarr/coef_/x"):
-        with pytest.raises(ValueError, match=r"inside the model at .*m\.zarr, which could then no longer be replaced"):
+        with pytest.raises(
+            ValueError,
+            match=r"inside the model at .*m\.zarr, which could then no longer be replaced",
+        ):
             models[1].save(inner)
     models[1].save("m.zarr")  # the outer model is still a model that may be replaced
     assert sorted(os.listdir(tmp_path / "cwd")) == ["m.zarr"]
     zarr.open_group(str(tmp_path / "zg"), mode="w").create_array("a", shape=(2,), dtype="f8")
-    with pytest.raises(ValueError, match=r"exists and is a Zarr store of other data, not an rfol_dask model; saving") \
-            as err:
+    with pytest.raises(
+        ValueError,
+        match=r"exists and is a Zarr store of other data, not an rfol_dask model; saving",
+    ) as err:
         models[0].save(tmp_path / "zg")
     assert str(err.value).count("not an rfol_dask model") == 1
     # inside a data set (or any Zarr store): regenerating the data set would delete the model
@@ -412,10 +516,15 @@ def test_save_refuses_the_current_directory_and_paths_inside_a_model(tmp_path, m
 
     datasets.generate("advection1", 8, store=tmp_path / "d.zarr", block_size=8)
     for inner in ("d.zarr/model", "d.zarr/input/model"):
-        with pytest.raises(ValueError, match=r"inside the Zarr store .*d\.zarr \(an rfol_dask data set\), which "
-                                             r"replacing or regenerating it would delete; save it beside"):
+        with pytest.raises(
+            ValueError,
+            match=r"inside the Zarr store .*d\.zarr \(an rfol_dask data set\), which "
+            r"replacing or regenerating it would delete; save it beside",
+        ):
             models[0].save(tmp_path / inner)
-    with pytest.raises(ValueError, match=r"inside the Zarr store .*zg \(a Zarr store of other data\)"):
+    with pytest.raises(
+        ValueError, match=r"inside the Zarr store .*zg \(a Zarr store of other data\)"
+    ):
         models[0].save(tmp_path / "zg" / "m")
     assert not (tmp_path / "d.zarr" / "model").exists() and not (tmp_path / "zg" / "m").exists()
 
@@ -427,8 +536,11 @@ def test_a_second_save_of_the_same_path_meanwhile_is_refused(tmp_path, models, m
 
     def second_save_meanwhile(value):  # another save of the path while this one writes its arrays
         if not errors:
-            with pytest.raises(ValueError, match=r"another save of the model at .*m\.zarr is running \(pid "
-                                                 rf"{os.getpid()} on .*\); wait for it .*remove .*\.m\.zarr\.lock") as err:
+            with pytest.raises(
+                ValueError,
+                match=r"another save of the model at .*m\.zarr is running \(pid "
+                rf"{os.getpid()} on .*\); wait for it .*remove .*\.m\.zarr\.lock",
+            ) as err:
                 c.save(path)
             errors.append(err)
         return real(value)
@@ -459,7 +571,9 @@ def test_load_reads_again_a_model_replaced_while_it_is_read(tmp_path, models, mo
     assert len(swaps) == 2
     # between a running save's two renames the path is missing: load waits for it, not for a leftover
     os.rename(path, tmp_path / ".m.zarr.tmp-x")
-    (tmp_path / ".m.zarr.lock").write_text(f'{{"pid": {os.getpid()}, "host": "{__import__("socket").gethostname()}"}}')
+    (tmp_path / ".m.zarr.lock").write_text(
+        f'{{"pid": {os.getpid()}, "host": "{__import__("socket").gethostname()}"}}'
+    )
     monkeypatch.setattr(rio.time, "sleep", lambda s: os.rename(tmp_path / ".m.zarr.tmp-x", path))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "a save to it was interrupted"

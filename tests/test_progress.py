@@ -31,14 +31,17 @@ def test_notebook_shows_a_widget(tmp_path):
     pytest.importorskip("ipywidgets")
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    code = ("import dask.array as da\nfrom distributed import Client, LocalCluster\n"
-            "from rfol_dask.progress import compute\n"
-            "client = Client(LocalCluster(n_workers=1, processes=False, dashboard_address=':0'))\n"
-            "print(compute(da.ones((200, 200), chunks=50).sum(), progress=True, client=client)[0])\n"
-            "client.close(); client.cluster.close()")
+    code = (
+        "import dask.array as da\nfrom distributed import Client, LocalCluster\n"
+        "from rfol_dask.progress import compute\n"
+        "client = Client(LocalCluster(n_workers=1, processes=False, dashboard_address=':0'))\n"
+        "print(compute(da.ones((200, 200), chunks=50).sum(), progress=True, client=client)[0])\n"
+        "client.close(); client.cluster.close()"
+    )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     outputs = nb.cells[0].outputs
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
     streams = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
@@ -77,12 +80,20 @@ def test_consume_receives_each_result_while_the_others_run(cluster_client, tmp_p
         got.append((i, result))
         if i == 0:
             open(flag, "w").close()
-            for _ in range(250):  # released on the cluster (the client's loop drops its last reference)
+            for _ in range(
+                250
+            ):  # released on the cluster (the client's loop drops its last reference)
                 if "consume-first" not in cluster_client.futures:
                     break
                 time.sleep(0.02)
             assert "consume-first" not in cluster_client.futures
-    assert compute(first, second, client=cluster_client, progress=True, desc="streamed", consume=consume) is None
+
+    assert (
+        compute(
+            first, second, client=cluster_client, progress=True, desc="streamed", consume=consume
+        )
+        is None
+    )
     assert got == [(0, 6), (1, True)]
     assert "streamed: [" in capsys.readouterr().err  # the text bar ran beside the gathers
 
@@ -111,7 +122,9 @@ def test_a_task_cancelled_while_results_stream_is_named(cluster_client, tmp_path
         if i == 0:
             cluster_client.cancel([Future("cancel-second", cluster_client)], force=True)
 
-    with pytest.raises(RuntimeError, match="streamed: task 'cancel-second' was cancelled.*Run it again"):
+    with pytest.raises(
+        RuntimeError, match="streamed: task 'cancel-second' was cancelled.*Run it again"
+    ):
         compute(first, second, client=cluster_client, desc="streamed", consume=consume)
     assert got == [(0, 3)]
 
@@ -133,11 +146,14 @@ def test_a_search_without_a_client_reports_each_stage(capsys):
     from rfol_dask import RandomFeatureOperatorCV
 
     U, V = smooth_operator_data(80, 8)
-    RandomFeatureOperatorCV(n_features=60, distributions=("cauchy",), random_state=0, progress=True).fit(
-        da.from_array(U, chunks=40), da.from_array(V, chunks=40))
+    RandomFeatureOperatorCV(
+        n_features=60, distributions=("cauchy",), random_state=0, progress=True
+    ).fit(da.from_array(U, chunks=40), da.from_array(V, chunks=40))
     out, err = capsys.readouterr()
     assert out == ""
-    assert re.search(r"selection \(full, cauchy\): \d+ scales x 1 N x \d+ alphas on 1 split\(s\) in", err)
+    assert re.search(
+        r"selection \(full, cauchy\): \d+ scales x 1 N x \d+ alphas on 1 split\(s\) in", err
+    )
 
 
 def test_text_bars_into_a_log_redraw_every_ten_seconds(capsys):
@@ -161,7 +177,9 @@ def test_text_bars_into_a_log_redraw_every_ten_seconds(capsys):
 
     compute(dask.delayed(lambda: __import__("time").sleep(0.6))(), progress=True, desc="slow")
     drawn = capsys.readouterr().err
-    assert drawn.count("\r") <= 2, drawn  # captured stderr is no terminal: one drawing, and the last
+    assert drawn.count("\r") <= 2, (
+        drawn
+    )  # captured stderr is no terminal: one drawing, and the last
 
 
 def test_a_bar_into_a_log_does_not_delay_the_end_of_the_work():

@@ -39,8 +39,12 @@ def periodic(n):
 @pytest.mark.parametrize("out", ["finer", "coarser", "shifted", "scattered"])
 def test_spectral_reproduces_bandlimited_functions(n, out):
     x = periodic(n)
-    y = {"finer": periodic(64), "coarser": periodic(12), "shifted": periodic(20) + 0.013,
-         "scattered": np.sort(np.random.default_rng(0).uniform(0, 0.99, 30))}[out]
+    y = {
+        "finer": periodic(64),
+        "coarser": periodic(12),
+        "shifted": periodic(20) + 0.013,
+        "scattered": np.sort(np.random.default_rng(0).uniform(0, 0.99, 30)),
+    }[out]
     R = make_recovery("spectral", x)
     np.testing.assert_allclose(R.resample(bandlimited(x)[None], y)[0], bandlimited(y), atol=1e-10)
 
@@ -50,7 +54,9 @@ def test_spectral_2d_reproduces_bandlimited_functions():
     y1, y2 = periodic(40), np.linspace(0, 0.9, 7)
     values = np.stack([bandlimited(x1, x2), 2 * bandlimited(x1, x2)])
     out = make_recovery("spectral", (x1, x2)).resample(values, (y1, y2))
-    np.testing.assert_allclose(out, np.stack([bandlimited(y1, y2), 2 * bandlimited(y1, y2)]), atol=1e-10)
+    np.testing.assert_allclose(
+        out, np.stack([bandlimited(y1, y2), 2 * bandlimited(y1, y2)]), atol=1e-10
+    )
 
 
 def test_grid_interpolation_is_exact_on_polynomials():
@@ -58,8 +64,12 @@ def test_grid_interpolation_is_exact_on_polynomials():
     y = np.linspace(0, 1, 50)
     cubic = lambda t: 1 - 2 * t + 3 * t**2 - 4 * t**3  # noqa: E731
     line = lambda t: 0.5 - 2 * t  # noqa: E731
-    np.testing.assert_allclose(make_recovery("cubic", x).resample(cubic(x)[None], y)[0], cubic(y), atol=1e-12)
-    np.testing.assert_allclose(make_recovery("linear", x).resample(line(x)[None], y)[0], line(y), atol=1e-12)
+    np.testing.assert_allclose(
+        make_recovery("cubic", x).resample(cubic(x)[None], y)[0], cubic(y), atol=1e-12
+    )
+    np.testing.assert_allclose(
+        make_recovery("linear", x).resample(line(x)[None], y)[0], line(y), atol=1e-12
+    )
     near = make_recovery("nearest", x).resample(x[None], x[:-1] + 0.01)[0]
     np.testing.assert_array_equal(near, x[:-1])
 
@@ -69,7 +79,7 @@ def test_rf_interpolant_reproduces_grid_nodes(separable):
     """With a small ridge and a well-conditioned Gram the min-norm interpolant matches the data
     at the nodes (evaluated at a subset of them, so no shortcut applies)."""
     x1, x2 = np.linspace(0, 1, 15), np.linspace(0, 2, 12)
-    values = np.stack([bandlimited(x1, x2), -bandlimited(x1, x2) ** 2])
+    values = np.stack([bandlimited(x1, x2), -(bandlimited(x1, x2) ** 2)])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no jitter needed
         R = make_recovery("rf", (x1, x2), gamma=2.0, ridge=1e-12, separable=separable)
@@ -85,7 +95,9 @@ def test_rf_interpolant_reproduces_grid_nodes(separable):
 
 def _max_error(kind, n, **options):
     x, y = np.linspace(0, 1, n), np.linspace(0, 1, 1001)
-    return np.abs(make_recovery(kind, x, **options).resample(smooth(x)[None], y)[0] - smooth(y)).max()
+    return np.abs(
+        make_recovery(kind, x, **options).resample(smooth(x)[None], y)[0] - smooth(y)
+    ).max()
 
 
 @pytest.mark.parametrize("kind,rate", [("cubic", 4.0), ("linear", 2.0)])
@@ -99,8 +111,12 @@ def test_grid_interpolation_converges_at_its_order(kind, rate):
 def test_spectral_converges_exponentially_on_analytic_periodic_function():
     f = lambda t: np.exp(np.sin(2 * np.pi * t))  # noqa: E731
     y = np.linspace(0, 0.999, 777)
-    errors = [np.abs(make_recovery("spectral", periodic(n)).resample(f(periodic(n))[None], y)[0] - f(y)).max()
-              for n in (8, 16, 32)]
+    errors = [
+        np.abs(
+            make_recovery("spectral", periodic(n)).resample(f(periodic(n))[None], y)[0] - f(y)
+        ).max()
+        for n in (8, 16, 32)
+    ]
     assert errors[0] > 1e-3 and errors[1] < 1e-5 and errors[2] < 1e-12, errors
 
 
@@ -122,15 +138,23 @@ def test_resample_is_invariant_to_sample_chunking(kind):
     rng = np.random.default_rng(0)
     values = rng.standard_normal((9, 10, 8))
     R = make_recovery(kind, (x1, x2))
-    grid_out = (periodic(15) if kind == "spectral" else np.linspace(0, 0.9, 15), np.linspace(0.05, 0.8, 6))
+    grid_out = (
+        periodic(15) if kind == "spectral" else np.linspace(0, 0.9, 15),
+        np.linspace(0.05, 0.8, 6),
+    )
     ref = R.resample(values, grid_out)
     assert ref.shape == (9, 15, 6)
     for chunks in (9, 3, 1):
         lazy = R.resample(da.from_array(values, chunks=(chunks, -1, -1)), grid_out)
-        assert isinstance(lazy, da.Array) and lazy.chunks[0] == da.from_array(values, chunks=chunks).chunks[0]
+        assert (
+            isinstance(lazy, da.Array)
+            and lazy.chunks[0] == da.from_array(values, chunks=chunks).chunks[0]
+        )
         np.testing.assert_allclose(lazy.compute(), ref, rtol=1e-12, atol=1e-12)
     # one sample at a time gives the same values too
-    np.testing.assert_allclose(np.stack([R.resample(v, grid_out) for v in values]), ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        np.stack([R.resample(v, grid_out) for v in values]), ref, rtol=1e-12, atol=1e-12
+    )
 
 
 def test_float32_in_float32_out_and_flat_values():
@@ -159,8 +183,14 @@ def heat_data(n_samples, x, t=0.002, seed=0):
 def heat_model():
     x = periodic(32)
     U, V = heat_data(300, x)
-    model = RandomFeatureOperator(n_features=1500, distribution="gaussian", gamma=1e-3, alpha=1e-10,
-                                  random_state=0, recovery="spectral")
+    model = RandomFeatureOperator(
+        n_features=1500,
+        distribution="gaussian",
+        gamma=1e-3,
+        alpha=1e-10,
+        random_state=0,
+        recovery="spectral",
+    )
     return model.fit(U, V, input_grid=x, output_grid=x), x
 
 
@@ -179,7 +209,9 @@ def test_model_trained_on_coarse_grid_predicts_on_finer_grids(heat_model, n_test
     # the xarray route: coordinates in, coordinates out
     X = xr.DataArray(Uf, dims=("sample", "x"), coords={"x": y, "sample": np.arange(100)})
     pred = model.predict(X, output_grid=y)
-    assert pred.dims == ("sample", "dim_0") and np.array_equal(pred["dim_0"].values, y)  # fitted on numpy
+    assert pred.dims == ("sample", "dim_0") and np.array_equal(
+        pred["dim_0"].values, y
+    )  # fitted on numpy
     assert relative_l2_error(Vf, pred) == pytest.approx(cross, rel=1e-10)
     lazy = model.predict(X.chunk({"sample": 33}), output_grid=y)
     assert isinstance(lazy.data, da.Array)
@@ -193,7 +225,9 @@ def test_cubic_recovery_on_non_periodic_grids():
     U, V = heat_data(300, x)
     Ut, Vt = heat_data(100, x, seed=1)
     da_in = lambda A, g: xr.DataArray(A, dims=("sample", "x"), coords={"x": g})  # noqa: E731
-    model = RandomFeatureOperator(n_features=1500, distribution="gaussian", gamma=1e-3, random_state=0)
+    model = RandomFeatureOperator(
+        n_features=1500, distribution="gaussian", gamma=1e-3, random_state=0
+    )
     model.fit(da_in(U, x), da_in(V, x))
     assert model.recovery == "cubic" and np.array_equal(model.input_grid_[0], x)
     same = relative_l2_error(Vt, model.predict(Ut))
@@ -208,7 +242,9 @@ def test_cubic_recovery_on_non_periodic_grids():
 
 def test_save_load_keeps_grids_and_recovery(tmp_path, heat_model):
     model, x = heat_model
-    model2 = RandomFeatureOperator(**{**model.get_params(), "recovery": ("linear", {"kind": "rf", "ridge": 1e-8})})
+    model2 = RandomFeatureOperator(
+        **{**model.get_params(), "recovery": ("linear", {"kind": "rf", "ridge": 1e-8})}
+    )
     model2.fit(*heat_data(50, x), input_grid=x, output_grid={"x": x})
     for m in (model, model2):
         loaded = RandomFeatureOperator.load(m.save(tmp_path / f"m{id(m)}.zarr"))
@@ -216,8 +252,10 @@ def test_save_load_keeps_grids_and_recovery(tmp_path, heat_model):
         np.testing.assert_array_equal(loaded.input_grid_[0], m.input_grid_[0])
         y = np.linspace(0, 31 / 32, 40)  # inside the domain of the non-periodic maps too
         Uf, _ = heat_data(5, y, seed=2)
-        np.testing.assert_array_equal(loaded.predict(Uf, input_grid=y, output_grid=y),
-                                      m.predict(Uf, input_grid=y, output_grid=y))
+        np.testing.assert_array_equal(
+            loaded.predict(Uf, input_grid=y, output_grid=y),
+            m.predict(Uf, input_grid=y, output_grid=y),
+        )
 
 
 def test_same_grid_keeps_old_behaviour(heat_model):
@@ -245,8 +283,11 @@ def test_predict_validates_its_output_grid_once(heat_model, kind, monkeypatch):
     Ut, _ = heat_data(4, x)
     y = periodic(64)
     ref = model.predict(Ut, output_grid=y)
-    X = {"numpy": Ut, "dask": da.from_array(Ut, chunks=2),
-         "xarray": xr.DataArray(Ut, dims=("sample", "dim_0"), coords={"dim_0": x})}[kind]
+    X = {
+        "numpy": Ut,
+        "dask": da.from_array(Ut, chunks=2),
+        "xarray": xr.DataArray(Ut, dims=("sample", "dim_0"), coords={"dim_0": x}),
+    }[kind]
     calls, validate = [], ResamplingMixin._new_output_grid
 
     def counted(self, output_grid):
@@ -264,11 +305,15 @@ def test_grid_errors(heat_model):
     Ut, _ = heat_data(4, x)
     y = periodic(64)
     Uf, _ = heat_data(4, y)
-    with pytest.raises(ValueError, match="output_grid has 2 axes but the model was trained on a 1-D"):
+    with pytest.raises(
+        ValueError, match="output_grid has 2 axes but the model was trained on a 1-D"
+    ):
         model.predict(Ut, output_grid=(y, y))
     with pytest.raises(ValueError, match="input_grid has 2 axes"):
         model.predict(Uf, input_grid=(y, y))
-    with pytest.raises(ValueError, match=r"output_grid spans \[0, 2\] along axis 0, outside the domain"):
+    with pytest.raises(
+        ValueError, match=r"output_grid spans \[0, 2\] along axis 0, outside the domain"
+    ):
         model.predict(Ut, output_grid=np.linspace(0, 2, 10))
     with pytest.raises(ValueError, match="must cover the training domain"):
         model.predict(Uf[:, :32], input_grid=y[:32])
@@ -277,11 +322,15 @@ def test_grid_errors(heat_model):
     with pytest.raises(ValueError, match=r"X has shape \(4, 64\) but input_grid has shape \(50,\)"):
         model.predict(Uf, input_grid=periodic(50))
     plain = RandomFeatureOperator(n_features=50, random_state=0).fit(*heat_data(20, x))
-    with pytest.raises(ValueError, match="fitted without input grid coordinates.*fit\\(..., input_grid=...\\)"):
+    with pytest.raises(
+        ValueError, match="fitted without input grid coordinates.*fit\\(..., input_grid=...\\)"
+    ):
         plain.predict(Uf, input_grid=y)
     with pytest.raises(ValueError, match="fitted without output grid"):
         plain.predict(Ut, output_grid=y)
-    with pytest.raises(ValueError, match=r"input_grid has shape \(31,\) but the input functions have grid shape"):
+    with pytest.raises(
+        ValueError, match=r"input_grid has shape \(31,\) but the input functions have grid shape"
+    ):
         RandomFeatureOperator(n_features=50).fit(*heat_data(20, x), input_grid=periodic(31))
     with pytest.raises(ValueError, match="unknown recovery kind 'bicubic'"):
         RandomFeatureOperator(n_features=50, recovery=("cubic", "bicubic")).fit(*heat_data(20, x))
@@ -300,7 +349,9 @@ def test_recovery_errors():
     R = make_recovery("cubic", (x, x))
     with pytest.raises(ValueError, match="grid_out has 1 axes but the recovery grid has 2"):
         R.resample(np.zeros((2, 8, 8)), x)
-    with pytest.raises(ValueError, match=r"values have shape \(2, 8, 7\) but the recovery grid has shape \(8, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"values have shape \(2, 8, 7\) but the recovery grid has shape \(8, 8\)"
+    ):
         R.resample(np.zeros((2, 8, 7)), (x, x))
     with pytest.raises(ValueError, match="NaN or Inf"):
         R.resample(np.full((1, 8, 8), np.nan), (x, x[:3]))
@@ -321,14 +372,21 @@ def test_joint_rf_recovery_checks_its_features_and_maps_before_making_them(monke
 
     g16 = np.linspace(0, 1, 16)
     U = bandlimited(g16, g16)[None] * np.linspace(0.5, 1.5, 12)[:, None, None]
-    model = RandomFeatureOperator(n_features=50, random_state=0, recovery={"kind": "rf", "separable": False})
+    model = RandomFeatureOperator(
+        n_features=50, random_state=0, recovery={"kind": "rf", "separable": False}
+    )
     model.fit(U, U, input_grid=[g16, g16], output_grid=[g16, g16])
     memory = collections.namedtuple("memory", "available total")
     monkeypatch.setattr(psutil, "virtual_memory", lambda: memory(100e6, 100e6))
     g = np.linspace(0, 1, 40)  # 1600 points, 25600 features
-    with pytest.raises(ValueError, match=r"1600 x 1600 Gram matrix needs 20,480,000 bytes .*and 348,774,400 more "
-                                         r"bytes for the 1600 x 25600 features .* held with it, .*\(separable=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"1600 x 1600 Gram matrix needs 20,480,000 bytes .*and 348,774,400 more "
+        r"bytes for the 1600 x 25600 features .* held with it, .*\(separable=True",
+    ):
         model.predict(np.zeros((1, 40, 40)), input_grid=[g, g])
     g = np.linspace(0, 1, 60)  # the training grid's map to 3600 output points
-    with pytest.raises(ValueError, match=r"the 3600 x 4096 features of the output points \(117,964,800 bytes\)"):
+    with pytest.raises(
+        ValueError, match=r"the 3600 x 4096 features of the output points \(117,964,800 bytes\)"
+    ):
         model.predict(U[:1], output_grid=[g, g])

@@ -28,7 +28,9 @@ def dense_periodic(x, P, y, method):
     else:
         k = 3 if method == "cubic" and n >= 3 else 1
         basis = np.vstack([np.eye(n), np.eye(n)[:1]])
-        W = make_interp_spline(np.append(xu, x[0] + P), basis, k=k, bc_type="periodic" if k > 1 else None)(yw)
+        W = make_interp_spline(
+            np.append(xu, x[0] + P), basis, k=k, bc_type="periodic" if k > 1 else None
+        )(yw)
     if closed:
         W = np.concatenate([W, W[:, :1] / 2], axis=1)
         W[:, 0] /= 2
@@ -47,7 +49,9 @@ def dense_matrix(x, y, method, P=None):
         return np.ones((y.size, 1))
     method = "linear" if method == "cubic" and n < 4 else method
     kw = {"solver": spsolve} if method == "cubic" else {}
-    return RegularGridInterpolator((x,), np.eye(n), method=method, **kw)(np.clip(y, x[0], x[-1])[:, None])
+    return RegularGridInterpolator((x,), np.eye(n), method=method, **kw)(
+        np.clip(y, x[0], x[-1])[:, None]
+    )
 
 
 def dense_spectral(x, y, P):
@@ -57,7 +61,7 @@ def dense_spectral(x, y, P):
     k = np.rint(np.fft.fftfreq(n) * n).astype(np.int64)
     if n % 2 == 0:
         C[:, n // 2] *= 0.5
-        C = np.concatenate([C, C[:, n // 2:n // 2 + 1]], axis=-1)
+        C = np.concatenate([C, C[:, n // 2 : n // 2 + 1]], axis=-1)
         k = np.concatenate([k, [n // 2]])
     return (np.exp(2j * np.pi * np.outer(y - x[0], k) / P) @ C.T).real
 
@@ -99,7 +103,9 @@ def test_periodic_maps_equal_the_dense_construction(method, closed, n):
 def test_spectral_map_equals_the_dense_construction(n, closed):
     P = 1.5
     x = 0.25 + P * np.arange(n + closed) / n
-    y = np.sort(np.random.default_rng(n).uniform(0.25, 0.25 + P, 17))  # not uniform: the matrix path
+    y = np.sort(
+        np.random.default_rng(n).uniform(0.25, 0.25 + P, 17)
+    )  # not uniform: the matrix path
     R = make_recovery("spectral", x, periods=P)
     values = np.random.default_rng(1).standard_normal((3, x.size))
     out = R.resample(values, y)
@@ -109,8 +115,15 @@ def test_spectral_map_equals_the_dense_construction(n, closed):
     np.testing.assert_allclose(out, v @ dense_spectral(x[:n], y, P).T, rtol=0, atol=1e-12)
 
 
-FINE = [("cubic", None), ("cubic", 1.0), ("linear", None), ("linear", 1.0), ("nearest", None),
-        ("nearest", 1.0), ("spectral", 1.0)]
+FINE = [
+    ("cubic", None),
+    ("cubic", 1.0),
+    ("linear", None),
+    ("linear", 1.0),
+    ("nearest", None),
+    ("nearest", 1.0),
+    ("spectral", 1.0),
+]
 
 
 @pytest.mark.parametrize("kind, period", FINE)
@@ -119,7 +132,9 @@ def test_fine_input_grid_builds_its_map_in_bounded_memory(kind, period):
     construction needed n_in^2 doubles, 12.8 GB), time well under the seconds of a fit."""
     n_in = 40000
     x = np.arange(n_in) / n_in
-    y = np.sort(np.random.default_rng(0).uniform(0, x[-1], 64))  # not uniform: spectral builds its matrix
+    y = np.sort(
+        np.random.default_rng(0).uniform(0, x[-1], 64)
+    )  # not uniform: spectral builds its matrix
     R = make_recovery(kind, x, periods=period)
     f = np.sin(2 * np.pi * x)[None]
     tracemalloc.start()
@@ -140,13 +155,17 @@ def test_rf_refuses_a_fine_grid_before_allocating():
     (1.4 TB) is refused up front, naming the bytes and the kinds that scale, not a MemoryError."""
     from rfol_dask import RandomFeatureOperator
 
-    with pytest.raises(ValueError, match=r"recovery 'rf' on 100000 grid points \(1600000 features\): the 100000 x 100000 Gram matrix needs 80,000,000,000 bytes .* the 100000 x "
-                                         r"1600000 features .*budget.*use recovery 'cubic'"):
+    with pytest.raises(
+        ValueError,
+        match=r"recovery 'rf' on 100000 grid points \(1600000 features\): the 100000 x 100000 Gram matrix needs 80,000,000,000 bytes .* the 100000 x "
+        r"1600000 features .*budget.*use recovery 'cubic'",
+    ):
         make_recovery("rf", np.arange(100000) / 100000)
     x = np.arange(16) / 16
     U = np.random.default_rng(0).standard_normal((12, 16))
     model = RandomFeatureOperator(n_features=20, recovery="rf", random_state=0).fit(
-        U, U, input_grid=[x], output_grid=[x])
+        U, U, input_grid=[x], output_grid=[x]
+    )
     g = np.linspace(0, 15 / 16, 100000)
     with pytest.raises(ValueError, match=r"recovery 'rf' .* needs .* bytes"):
         model.predict(np.zeros((1, g.size)), input_grid=[g])

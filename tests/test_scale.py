@@ -19,18 +19,32 @@ from rfol_dask.features import draw_frequencies
 from rfol_dask.solve import fit_dask, fit_numpy
 
 #: the memory monitor is off so that tiny limits are only numbers the plans read
-_MONITOR_OFF = {f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause", "terminate")}
+_MONITOR_OFF = {
+    f"distributed.worker.memory.{k}": False for k in ("target", "spill", "pause", "terminate")
+}
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_blocked_cholesky_matches_in_memory_fit(fit_intercept):
     U, V = smooth_operator_data(230, 12)
-    ref = RandomFeatureOperator(n_features=400, alpha=1e-5, fit_intercept=fit_intercept, random_state=2).fit(U, V)
-    Ud, Vd = da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))  # uneven last chunk
+    ref = RandomFeatureOperator(
+        n_features=400, alpha=1e-5, fit_intercept=fit_intercept, random_state=2
+    ).fit(U, V)
+    Ud, Vd = (
+        da.from_array(U, chunks=(50, -1)),
+        da.from_array(V, chunks=(50, -1)),
+    )  # uneven last chunk
     with pytest.warns(RuntimeWarning, match="factorising it blocked"):
-        model = RandomFeatureOperator(n_features=400, alpha=1e-5, fit_intercept=fit_intercept, random_state=2,
-                                      max_gram_bytes=10_000).fit(Ud, Vd)
-    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+        model = RandomFeatureOperator(
+            n_features=400,
+            alpha=1e-5,
+            fit_intercept=fit_intercept,
+            random_state=2,
+            max_gram_bytes=10_000,
+        ).fit(Ud, Vd)
+    np.testing.assert_allclose(
+        model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max()
+    )
     np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
 
 
@@ -56,14 +70,22 @@ def test_tiled_duals_merge_fine_sample_chunks():
     Ud, Vd = da.from_array(U, chunks=(1, -1)), da.from_array(V, chunks=(1, -1))
     ref = RandomFeatureOperator(n_features=240, alpha=1e-5, random_state=0).fit(U, V)
     with pytest.warns(RuntimeWarning, match="factorising it blocked"), _count_tasks() as count:
-        model = RandomFeatureOperator(n_features=240, alpha=1e-5, random_state=0, max_gram_bytes=50_000).fit(Ud, Vd)
-    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
-    assert 0 < count["gram-tile"] <= MAX_TILE_BLOCKS * (MAX_TILE_BLOCKS + 1) // 2  # 7260 tiles unmerged
+        model = RandomFeatureOperator(
+            n_features=240, alpha=1e-5, random_state=0, max_gram_bytes=50_000
+        ).fit(Ud, Vd)
+    np.testing.assert_allclose(
+        model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max()
+    )
+    assert (
+        0 < count["gram-tile"] <= MAX_TILE_BLOCKS * (MAX_TILE_BLOCKS + 1) // 2
+    )  # 7260 tiles unmerged
     kernel = KernelOperator(kernel="rbf", length_scale=1.0)
     with _count_tasks() as count:
         lazy = kernel.fit(Ud, Vd).predict(U)
     np.testing.assert_allclose(lazy, kernel.fit(U, V).predict(U), rtol=1e-9, atol=1e-9)
-    assert 0 < count["gram-tile"] <= MAX_TILE_BLOCKS * (MAX_TILE_BLOCKS + 1) // 2  # 7260 tiles unmerged
+    assert (
+        0 < count["gram-tile"] <= MAX_TILE_BLOCKS * (MAX_TILE_BLOCKS + 1) // 2
+    )  # 7260 tiles unmerged
 
 
 @pytest.mark.cluster
@@ -72,11 +94,23 @@ def test_worker_memory_limit_triggers_blocked_factorisation():
 
     U, V = smooth_operator_data(400, 10)
     ref = RandomFeatureOperator(n_features=600, alpha=1e-5, random_state=0).fit(U, V)
-    with dask.config.set(_MONITOR_OFF), LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                            memory_limit="1MB", dashboard_address=":0") as c, Client(c):
-        with pytest.warns(RuntimeWarning, match=r"400 x 400 Gram matrix needs 1,280,000 bytes.*smallest worker"):
+    with (
+        dask.config.set(_MONITOR_OFF),
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            memory_limit="1MB",
+            dashboard_address=":0",
+        ) as c,
+        Client(c),
+    ):
+        with pytest.warns(
+            RuntimeWarning, match=r"400 x 400 Gram matrix needs 1,280,000 bytes.*smallest worker"
+        ):
             model = RandomFeatureOperator(n_features=600, alpha=1e-5, random_state=0).fit(
-                da.from_array(U, chunks=(100, -1)), da.from_array(V, chunks=(100, -1)))
+                da.from_array(U, chunks=(100, -1)), da.from_array(V, chunks=(100, -1))
+            )
     np.testing.assert_allclose(model.predict(U), ref.predict(U), rtol=1e-8, atol=1e-9)
 
 
@@ -84,9 +118,13 @@ def test_blocked_factorisation_reports_indefinite_gram():
     U, V = smooth_operator_data(120, 6)
     U = np.vstack([U, U])  # repeated samples: singular Gram
     V = np.vstack([V, V])
-    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular"):
+    with (
+        pytest.warns(RuntimeWarning),
+        pytest.raises(ValueError, match="alpha=0 leaves the Gram matrix singular"),
+    ):
         RandomFeatureOperator(n_features=600, alpha=0.0, random_state=0, max_gram_bytes=1000).fit(
-            da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1)))
+            da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1))
+        )
 
 
 def test_blocked_factorisation_retries_with_raised_ridges_as_in_memory():
@@ -95,8 +133,12 @@ def test_blocked_factorisation_retries_with_raised_ridges_as_in_memory():
     U, V = smooth_operator_data(120, 6)
     U, V = np.vstack([U, U]), np.vstack([V, V])  # repeated samples: singular Gram
     Ud, Vd = da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1))
-    with pytest.warns(RuntimeWarning, match=r"alpha=1e-20 is not numerically positive definite.*used ridge"):
-        model = RandomFeatureOperator(n_features=600, alpha=1e-20, random_state=0, max_gram_bytes=1000).fit(Ud, Vd)
+    with pytest.warns(
+        RuntimeWarning, match=r"alpha=1e-20 is not numerically positive definite.*used ridge"
+    ):
+        model = RandomFeatureOperator(
+            n_features=600, alpha=1e-20, random_state=0, max_gram_bytes=1000
+        ).fit(Ud, Vd)
     assert np.abs(model.predict(U) - V).max() < 1e-3 * np.abs(V).max()
 
 
@@ -109,13 +151,24 @@ def test_blocked_memory_plans_give_the_same_model(limit, keep):
 
     U, V = smooth_operator_data(200, 16)
     ref = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3).fit(U, V)
-    with dask.config.set(_MONITOR_OFF), LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                                     memory_limit=limit, dashboard_address=":0") as c, Client(c):
+    with (
+        dask.config.set(_MONITOR_OFF),
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            memory_limit=limit,
+            dashboard_address=":0",
+        ) as c,
+        Client(c),
+    ):
         with pytest.warns(RuntimeWarning, match="factorising it blocked"), get_task_stream() as ts:
-            model = RandomFeatureOperator(n_features=350, alpha=1e-5, random_state=3, column_block=5,
-                                          max_gram_bytes=10_000).fit(
-                da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
-    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+            model = RandomFeatureOperator(
+                n_features=350, alpha=1e-5, random_state=3, column_block=5, max_gram_bytes=10_000
+            ).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    np.testing.assert_allclose(
+        model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max()
+    )
     np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
     names = [key_split(t["key"]) for t in ts.data]
     assert names.count("features") == 4  # one task per row block
@@ -134,13 +187,23 @@ def test_feature_slabs_cover_the_columns_in_contiguous_groups():
     from rfol_dask.memory import SLAB_BYTES
     from rfol_dask.solve.streamed import feature_slabs
 
-    groups = feature_slabs(20_000, 150_000, 2, 8, SLAB_BYTES)  # 256 MiB slabs: 1536 columns (6 blocks of 256)
+    groups = feature_slabs(
+        20_000, 150_000, 2, 8, SLAB_BYTES
+    )  # 256 MiB slabs: 1536 columns (6 blocks of 256)
     flat = [s for g in groups for s in g]
-    assert flat[0][0] == 0 and flat[-1][1] == 150_000 and all(a[1] == b[0] for a, b in zip(flat, flat[1:]))
+    assert (
+        flat[0][0] == 0
+        and flat[-1][1] == 150_000
+        and all(a[1] == b[0] for a, b in zip(flat, flat[1:]))
+    )
     assert len(groups) == 2 and abs(len(groups[0]) - len(groups[1])) <= 1
     assert max(e - s for s, e in flat) * 20_000 * 8 <= 256 * 2**20
     assert all((e - s) % 256 == 0 for s, e in flat[:-1])  # whole frequency blocks
-    assert feature_slabs(100, 3, 4, 8, SLAB_BYTES) == [[(0, 1)], [(1, 2)], [(2, 3)]]  # fewer slabs than workers
+    assert feature_slabs(100, 3, 4, 8, SLAB_BYTES) == [
+        [(0, 1)],
+        [(1, 2)],
+        [(2, 3)],
+    ]  # fewer slabs than workers
 
 
 def _cached_slabs(root):
@@ -185,20 +248,42 @@ def test_streamed_dual_sums_the_gram_over_feature_slabs_and_workers(tmp_path, ca
 
     U, V = smooth_operator_data(150, 9)
     args = (U.shape[1], 500, "cauchy", 1.0, None, 4)
-    ref = fit_numpy(U, V, *draw_frequencies(*args), alpha=1e-6, fit_intercept=fit_intercept, solver="dual")
+    ref = fit_numpy(
+        U, V, *draw_frequencies(*args), alpha=1e-6, fit_intercept=fit_intercept, solver="dual"
+    )
     _SEEN.clear()
-    config = {"rfol_dask.feature-cache": cache, "rfol_dask.slab-bytes": 150 * 8 * 60}  # slabs of <= 60 features
-    with dask.config.set(config), LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                               dashboard_address=":0", local_directory=str(tmp_path)) as c, \
-            Client(c), get_task_stream() as ts:
-        coef, intercept = fit_dask(da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1)),
-                                   frequencies=functools.partial(_draw_and_count_cache, str(tmp_path), *args),
-                                   n_features=500, dtype=np.float64, alpha=1e-6, fit_intercept=fit_intercept,
-                                   solver="dual")
+    config = {
+        "rfol_dask.feature-cache": cache,
+        "rfol_dask.slab-bytes": 150 * 8 * 60,
+    }  # slabs of <= 60 features
+    with (
+        dask.config.set(config),
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            dashboard_address=":0",
+            local_directory=str(tmp_path),
+        ) as c,
+        Client(c),
+        get_task_stream() as ts,
+    ):
+        coef, intercept = fit_dask(
+            da.from_array(U, chunks=(40, -1)),
+            da.from_array(V, chunks=(40, -1)),
+            frequencies=functools.partial(_draw_and_count_cache, str(tmp_path), *args),
+            n_features=500,
+            dtype=np.float64,
+            alpha=1e-6,
+            fit_intercept=fit_intercept,
+            solver="dual",
+        )
     np.testing.assert_allclose(coef, ref[0], rtol=1e-9, atol=1e-9 * np.abs(ref[0]).max())
     np.testing.assert_allclose(intercept, ref[1], atol=1e-10)
     names = [key_split(t["key"]) for t in ts.data]
-    assert names.count("gram-slab") == names.count("coef-slab") == 10  # halves 0:256, 256:500; 5 slabs each
+    assert (
+        names.count("gram-slab") == names.count("coef-slab") == 10
+    )  # halves 0:256, 256:500; 5 slabs each
     assert (max(_SEEN) > 0) == (cache == "disk")  # slabs were on the disk between the passes
     assert not glob.glob(str(tmp_path / "**" / "rfol-*"), recursive=True)
 
@@ -210,9 +295,16 @@ def test_streamed_dual_makes_a_lost_cached_slab_again(tmp_path, monkeypatch):
     ref = fit_numpy(U, V, *draw_frequencies(*args), alpha=1e-6, fit_intercept=True, solver="dual")
     _SEEN.clear()
     with dask.config.set({"rfol_dask.slab-bytes": 120 * 8 * 100}):  # three slabs, one chain
-        coef, intercept = fit_dask(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)),
-                                   frequencies=functools.partial(_draw_and_drop_slab_0, str(tmp_path), *args),
-                                   n_features=300, dtype=np.float64, alpha=1e-6, fit_intercept=True, solver="dual")
+        coef, intercept = fit_dask(
+            da.from_array(U, chunks=(50, -1)),
+            da.from_array(V, chunks=(50, -1)),
+            frequencies=functools.partial(_draw_and_drop_slab_0, str(tmp_path), *args),
+            n_features=300,
+            dtype=np.float64,
+            alpha=1e-6,
+            fit_intercept=True,
+            solver="dual",
+        )
     assert len(_SEEN) == 1  # slab 0 was cached, then lost: it was made again for C
     np.testing.assert_allclose(coef, ref[0], rtol=1e-9, atol=1e-9 * np.abs(ref[0]).max())
     np.testing.assert_allclose(intercept, ref[1], atol=1e-10)
@@ -228,13 +320,33 @@ def test_failed_streamed_fit_leaves_no_feature_cache(tmp_path):
 
     U, V = smooth_operator_data(120, 5)
     args = (U.shape[1], 512, "cauchy", 1.0, None, 1)
-    recipe = functools.partial(_draw_or_fail, 0, 256, *args)  # worker 1 draws 0:256, worker 2 256:512
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
-                      local_directory=str(tmp_path)) as c, Client(c):
+    recipe = functools.partial(
+        _draw_or_fail, 0, 256, *args
+    )  # worker 1 draws 0:256, worker 2 256:512
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            dashboard_address=":0",
+            local_directory=str(tmp_path),
+        ) as c,
+        Client(c),
+    ):
         with pytest.raises(RuntimeError, match="cannot be drawn"):
-            fit_dask(da.from_array(U, chunks=(60, -1)), da.from_array(V, chunks=(60, -1)), frequencies=recipe,
-                     n_features=512, dtype=np.float64, alpha=1e-6, fit_intercept=True, solver="dual")
-        time.sleep(2.0)  # the slow slab is finished by now; the workers (and their directories) live on
+            fit_dask(
+                da.from_array(U, chunks=(60, -1)),
+                da.from_array(V, chunks=(60, -1)),
+                frequencies=recipe,
+                n_features=512,
+                dtype=np.float64,
+                alpha=1e-6,
+                fit_intercept=True,
+                solver="dual",
+            )
+        time.sleep(
+            2.0
+        )  # the slow slab is finished by now; the workers (and their directories) live on
         assert glob.glob(str(tmp_path / "**" / "worker-*"), recursive=True)
         assert not glob.glob(str(tmp_path / "**" / "rfol-*"), recursive=True)
 
@@ -248,11 +360,20 @@ def test_streamed_dual_fits_small_workers():
     from distributed import Client, LocalCluster
 
     U, V = smooth_operator_data(500, 16)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
-            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="300MB",
-                         dashboard_address=":0") as c, Client(c):
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit="300MB",
+            dashboard_address=":0",
+        ) as c,
+        Client(c),
+    ):
         model = RandomFeatureOperator(n_features=60_000, alpha=1e-6, random_state=0).fit(
-            da.from_array(U, chunks=(250, -1)), da.from_array(V, chunks=(250, -1)))
+            da.from_array(U, chunks=(250, -1)), da.from_array(V, chunks=(250, -1))
+        )
     assert model.score(U, V) > 0.999
 
 
@@ -265,8 +386,15 @@ def test_predict_on_a_cluster_ships_the_model_once_not_in_the_graph():
     rng = np.random.default_rng(0)
     U = rng.standard_normal((300, 500))
     V = U[:, :400] ** 2
-    model = RandomFeatureOperator(n_features=6000, alpha=1e-6, random_state=0).fit(U, V)  # ~43 MB of arrays
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as c, Client(c):
+    model = RandomFeatureOperator(n_features=6000, alpha=1e-6, random_state=0).fit(
+        U, V
+    )  # ~43 MB of arrays
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c),
+    ):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             pred = model.predict(da.from_array(U, chunks=(100, -1))).compute()
@@ -280,10 +408,16 @@ def test_merged_row_blocks_stay_within_their_byte_bound():
     U = da.zeros((100, 3), chunks=(1, 3))
     V = da.zeros((100, 2), chunks=(1, 2))
     assert np.diff(row_blocks(U, V, max_blocks=4)[2]).tolist() == [25] * 4
-    capped = row_blocks(U, V, max_blocks=4, row_bytes=MERGED_BLOCK_BYTES // 10)[2]  # 10 rows fit the bound
+    capped = row_blocks(U, V, max_blocks=4, row_bytes=MERGED_BLOCK_BYTES // 10)[
+        2
+    ]  # 10 rows fit the bound
     assert np.diff(capped).tolist() == [10] * 10
-    coarse = da.zeros((100, 3), chunks=(50, 3))  # chunks already coarser than needed: kept, never cut
-    assert np.diff(row_blocks(coarse, V, max_blocks=4, row_bytes=MERGED_BLOCK_BYTES // 10)[2]).tolist() == [50, 50]
+    coarse = da.zeros(
+        (100, 3), chunks=(50, 3)
+    )  # chunks already coarser than needed: kept, never cut
+    assert np.diff(
+        row_blocks(coarse, V, max_blocks=4, row_bytes=MERGED_BLOCK_BYTES // 10)[2]
+    ).tolist() == [50, 50]
 
 
 @pytest.mark.cluster
@@ -297,12 +431,28 @@ def test_the_workers_grams_are_summed_by_a_tree_across_the_workers(tmp_path):
     U, V = smooth_operator_data(120, 5)
     args = (U.shape[1], 400, "cauchy", 1.0, None, 4)
     ref = fit_numpy(U, V, *draw_frequencies(*args), alpha=1e-6, fit_intercept=True, solver="dual")
-    with dask.config.set({"rfol_dask.slab-bytes": 120 * 8 * 50}), \
-            LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0",
-                         local_directory=str(tmp_path)) as c, Client(c) as client, get_task_stream() as ts:
-        coef, intercept = fit_dask(da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1)),
-                                   frequencies=functools.partial(draw_frequencies, *args), n_features=400,
-                                   dtype=np.float64, alpha=1e-6, fit_intercept=True, solver="dual")
+    with (
+        dask.config.set({"rfol_dask.slab-bytes": 120 * 8 * 50}),
+        LocalCluster(
+            n_workers=4,
+            threads_per_worker=1,
+            processes=False,
+            dashboard_address=":0",
+            local_directory=str(tmp_path),
+        ) as c,
+        Client(c) as client,
+        get_task_stream() as ts,
+    ):
+        coef, intercept = fit_dask(
+            da.from_array(U, chunks=(40, -1)),
+            da.from_array(V, chunks=(40, -1)),
+            frequencies=functools.partial(draw_frequencies, *args),
+            n_features=400,
+            dtype=np.float64,
+            alpha=1e-6,
+            fit_intercept=True,
+            solver="dual",
+        )
         workers = sorted(client.scheduler_info()["workers"])
     np.testing.assert_allclose(coef, ref[0], rtol=1e-9, atol=1e-9 * np.abs(ref[0]).max())
     sums = sorted(t["worker"] for t in ts.data if key_split(t["key"]) == "iadd")
@@ -335,8 +485,12 @@ def test_chained_sum_sums_a_workers_own_chains_before_another_workers(slots):
     assert len(sums) == len(slots) - 1
     for w, left, right in sums:
         own = {c for c, s in enumerate(slots) if s == w}
-        assert {slots[c] for c in left} >= {w} and w == slots[min(left)]  # on the worker of its left part
-        if any(slots[c] != w for c in right):  # another worker's sum comes over: its own are summed already
+        assert {slots[c] for c in left} >= {w} and w == slots[
+            min(left)
+        ]  # on the worker of its left part
+        if any(
+            slots[c] != w for c in right
+        ):  # another worker's sum comes over: its own are summed already
             assert own <= left
 
 
@@ -351,14 +505,29 @@ def test_primal_chains_run_one_per_worker_thread(n_workers, threads):
     from distributed import Client, LocalCluster, get_task_stream
 
     U, V = smooth_operator_data(240, 9)
-    ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(U, V)
-    with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=False, dashboard_address=":0") as c, \
-            Client(c) as client, get_task_stream() as ts, held_arrays(client, 100 * 100 * 8) as peaks:
-        model = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(
-            da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1)))  # 8 row blocks, 4 chains
+    ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(
+        U, V
+    )
+    with (
+        LocalCluster(
+            n_workers=n_workers, threads_per_worker=threads, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c) as client,
+        get_task_stream() as ts,
+        held_arrays(client, 100 * 100 * 8) as peaks,
+    ):
+        model = RandomFeatureOperator(
+            n_features=100, alpha=1e-6, solver="primal", random_state=0
+        ).fit(
+            da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1))
+        )  # 8 row blocks, 4 chains
         workers = sorted(client.scheduler_info()["workers"])
-    assert max(peaks.values()) <= 2  # N x N Grams held at once by a worker (two-thread workers held three)
-    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+    assert (
+        max(peaks.values()) <= 2
+    )  # N x N Grams held at once by a worker (two-thread workers held three)
+    np.testing.assert_allclose(
+        model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max()
+    )
     np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=1e-10)
     chains = {}  # worker -> the chains (block index mod 4) it ran
     for t in ts.data:
@@ -388,13 +557,24 @@ def test_a_dask_primal_fit_asks_the_workers_for_their_memory_once(monkeypatch):
     monkeypatch.setattr(Client, "run", counted)
     U, V = smooth_operator_data(240, 9)
     Ud, Vd = da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1))
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as c, Client(c):
-        rf = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(Ud, Vd)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c),
+    ):
+        rf = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(
+            Ud, Vd
+        )
         assert len(asked) == 1
-        linear = KernelOperator(kernel="linear", nugget=1e-6).fit(Ud, Vd)  # 9 inputs, 240 samples: the primal
+        linear = KernelOperator(kernel="linear", nugget=1e-6).fit(
+            Ud, Vd
+        )  # 9 inputs, 240 samples: the primal
         assert len(asked) == 2
     assert linear.coef_ is not None
-    ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(U, V)
+    ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(
+        U, V
+    )
     np.testing.assert_allclose(rf.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
 
 
@@ -408,15 +588,29 @@ def test_a_worker_runs_as_many_primal_chains_as_its_memory_holds_grams():
     from rfol_dask.memory import gram_slots
 
     U, V = smooth_operator_data(240, 9)
-    gram, cross, freq = 100 * 100 * 8, 100 * V.shape[1] * 8, 10 * 100 * 8  # N = 100; Omega and b: (n + 1) x N
+    gram, cross, freq = (
+        100 * 100 * 8,
+        100 * V.shape[1] * 8,
+        10 * 100 * 8,
+    )  # N = 100; Omega and b: (n + 1) x N
     budget = 2 * (gram + cross) + freq + 1000
     assert gram_slots(100, np.float64, budget, beside=freq, with_each=cross) == 2
-    ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(U, V)
-    with LocalCluster(n_workers=1, threads_per_worker=4, processes=False, dashboard_address=":0") as c, \
-            Client(c) as client, get_task_stream() as ts, held_arrays(client, gram) as peaks:
-        model = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0,
-                                      max_gram_bytes=budget).fit(da.from_array(U, chunks=(30, -1)),
-                                                                 da.from_array(V, chunks=(30, -1)))
+    ref = RandomFeatureOperator(n_features=100, alpha=1e-6, solver="primal", random_state=0).fit(
+        U, V
+    )
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=4, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c) as client,
+        get_task_stream() as ts,
+        held_arrays(client, gram) as peaks,
+    ):
+        model = RandomFeatureOperator(
+            n_features=100, alpha=1e-6, solver="primal", random_state=0, max_gram_bytes=budget
+        ).fit(da.from_array(U, chunks=(30, -1)), da.from_array(V, chunks=(30, -1)))
     assert max(peaks.values()) <= 2
     assert sum(key_split(t["key"]) == "add_partials" for t in ts.data) == 1  # two chains, one sum
-    np.testing.assert_allclose(model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(
+        model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max()
+    )

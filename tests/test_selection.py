@@ -13,8 +13,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
 from rfol_dask.features import draw_frequencies
-from rfol_dask.selection import DEFAULT_REFINE, FINE_EXTEND
 from rfol_dask.metrics import relative_l2_error
+from rfol_dask.selection import DEFAULT_REFINE, FINE_EXTEND
 from rfol_dask.tuning import frequency_scale, median_gamma
 
 SMALL = dict(gammas=(0.25, 1.0, 4.0), alphas=(1e-6, 1e-3, 1e-1), coarse=None)
@@ -26,22 +26,46 @@ def _nonlinear_data(M=200, seed=0):
     return U, np.sin(3 * V) + V
 
 
-@pytest.mark.parametrize("law, path", [("cauchy", "eigh"), ("gaussian", "eigh"), ("student_t", "eigh"),
-                                       ("rational_quadratic", "eigh"), ("cauchy", "cholesky")])
+@pytest.mark.parametrize(
+    "law, path",
+    [
+        ("cauchy", "eigh"),
+        ("gaussian", "eigh"),
+        ("student_t", "eigh"),
+        ("rational_quadratic", "eigh"),
+        ("cauchy", "cholesky"),
+    ],
+)
 def test_path_scores_equal_brute_force_fits(law, path):
     U, V = _nonlinear_data(150)
-    cv = RandomFeatureOperatorCV(n_features=(128, 300), distributions=(law,), nu=3.0, random_state=7,
-                                 refit=False, alpha_path=path, **SMALL).fit(U, V)
+    cv = RandomFeatureOperatorCV(
+        n_features=(128, 300),
+        distributions=(law,),
+        nu=3.0,
+        random_state=7,
+        refit=False,
+        alpha_path=path,
+        **SMALL,
+    ).fit(U, V)
     res = cv.cv_results_
     assert len(res["alpha"]) == 3 * 2 * 3 and set(res["stage"]) == {"full"}
     train, valid = np.arange(120), np.arange(120, 150)  # the default split: the last 20 %
     for k in range(len(res["alpha"])):
-        model = RandomFeatureOperator(n_features=int(res["n_features"][k]), distribution=law, nu=3.0,
-                                      gamma=float(res["gamma"][k]), alpha=float(res["alpha"][k]), solver="dual",
-                                      random_state=7).fit(U[train], V[train])
+        model = RandomFeatureOperator(
+            n_features=int(res["n_features"][k]),
+            distribution=law,
+            nu=3.0,
+            gamma=float(res["gamma"][k]),
+            alpha=float(res["alpha"][k]),
+            solver="dual",
+            random_state=7,
+        ).fit(U[train], V[train])
         brute = relative_l2_error(V[valid], model.predict(U[valid]))
         assert res["mean_relative_l2"][k] == pytest.approx(brute, rel=1e-8)
-    assert cv.median_scales_[law] == RandomFeatureOperator(distribution=law, nu=3.0, random_state=7).fit(U, V).gamma_
+    assert (
+        cv.median_scales_[law]
+        == RandomFeatureOperator(distribution=law, nu=3.0, random_state=7).fit(U, V).gamma_
+    )
 
 
 @pytest.mark.parametrize("seed", [3, None, np.random.default_rng(5), np.random.RandomState(5)])
@@ -106,8 +130,13 @@ def test_final_stage_scores_the_narrower_gamma_only_on_a_fine_stage_tie(monkeypa
 
     monkeypatch.setattr(selection, "NARROWER_TIE", tie)
     U, V = _nonlinear_data(500)
-    res = RandomFeatureOperatorCV(n_features=400, distributions=("gaussian",), coarse=0.5, random_state=0,
-                                  refit=False).fit(U, V).cv_results_.to_dataframe()
+    res = (
+        RandomFeatureOperatorCV(
+            n_features=400, distributions=("gaussian",), coarse=0.5, random_state=0, refit=False
+        )
+        .fit(U, V)
+        .cv_results_.to_dataframe()
+    )
     fine, final = res[res.stage == "fine"], res[res.stage == "final"]
     gamma = fine.loc[fine.mean_relative_l2.idxmin()].scale_multiple
     assert sorted(set(final.scale_multiple)) == ([gamma] if tie == 0 else [gamma, 2 * gamma])
@@ -119,22 +148,34 @@ def test_search_can_pick_the_rational_quadratic_law():
     rng = np.random.default_rng(0)
     U = rng.uniform(-1, 1, (300, 3))
     V = np.sin(U @ rng.normal(size=(3, 4)))
-    cv = RandomFeatureOperatorCV(n_features=400, distributions=("cauchy", "rational_quadratic"),
-                                 alphas=(1e-12, 1e-9, 1e-6, 1e-3), coarse=0.5, random_state=0).fit(U, V)
+    cv = RandomFeatureOperatorCV(
+        n_features=400,
+        distributions=("cauchy", "rational_quadratic"),
+        alphas=(1e-12, 1e-9, 1e-6, 1e-3),
+        coarse=0.5,
+        random_state=0,
+    ).fit(U, V)
     assert cv.nu is None  # the law needs no nu: shape 1, the inverse quadratic kernel
     res = cv.cv_results_
     coarse = res["stage"] == "coarse"
-    err = {law: -np.nanmax(res["mean_test_score"][coarse & (res["family"] == law)]) for law in cv.distributions}
+    err = {
+        law: -np.nanmax(res["mean_test_score"][coarse & (res["family"] == law)])
+        for law in cv.distributions
+    }
     assert err["rational_quadratic"] < 0.5 * err["cauchy"], err
     assert cv.best_params_["distribution"] == "rational_quadratic"
     # Cauchy is no coarse tie (2 x worse): only the rational quadratic goes to the fine stage
     assert set(res["family"][res["stage"] == "fine"]) == {"rational_quadratic"}
     # the median heuristic of the Gaussian: 1 / median squared distance
-    assert cv.median_scales_["rational_quadratic"] == median_gamma(U, "gaussian", random_state=cv.random_state_)
+    assert cv.median_scales_["rational_quadratic"] == median_gamma(
+        U, "gaussian", random_state=cv.random_state_
+    )
     best = cv.best_estimator_
     assert best.distribution == "rational_quadratic" and best.gamma == cv.best_params_["gamma"]
     base, _ = draw_frequencies(3, 400, "rational_quadratic", 1.0, None, cv.random_state_)
-    np.testing.assert_allclose(best.omega_, frequency_scale("rational_quadratic", best.gamma) * base, rtol=1e-14)
+    np.testing.assert_allclose(
+        best.omega_, frequency_scale("rational_quadratic", best.gamma) * base, rtol=1e-14
+    )
 
 
 def test_search_sees_only_training_data():
@@ -149,12 +190,15 @@ def test_search_sees_only_training_data():
             seen.append(len(X))
             return super().split(X, y, groups)
 
-    cv = RandomFeatureOperatorCV(n_features=200, cv=Recording(3), random_state=0, **SMALL).fit(U[:100], V[:100])
+    cv = RandomFeatureOperatorCV(n_features=200, cv=Recording(3), random_state=0, **SMALL).fit(
+        U[:100], V[:100]
+    )
     assert seen == [100]
     assert cv.n_splits_ == 3 and {"split0_test_score", "split2_test_score"} <= set(cv.cv_results_)
     s = cv.cv_results_
-    np.testing.assert_allclose(s["mean_test_score"],
-                               np.mean([s[f"split{k}_test_score"] for k in range(3)], axis=0))
+    np.testing.assert_allclose(
+        s["mean_test_score"], np.mean([s[f"split{k}_test_score"] for k in range(3)], axis=0)
+    )
 
 
 def test_kfold_int_and_delegation(tmp_path):
@@ -175,9 +219,14 @@ def test_errors_are_clear():
         RandomFeatureOperatorCV(distributions=("student_t",)).fit(U, V)
     with pytest.raises(ValueError, match="unknown distribution 'laplace'"):
         RandomFeatureOperatorCV(distributions=("laplace",)).fit(U, V)
-    with pytest.raises(ValueError, match="alphas must be a non-empty sequence of positive, finite numbers"):
+    with pytest.raises(
+        ValueError, match="alphas must be a non-empty sequence of positive, finite numbers"
+    ):
         RandomFeatureOperatorCV(alphas=(0.0, 1.0)).fit(U, V)
-    for grid in ({"alphas": [np.inf]}, {"gammas": [1.0, np.inf]}):  # refused before the search, not at its refit
+    for grid in (
+        {"alphas": [np.inf]},
+        {"gammas": [1.0, np.inf]},
+    ):  # refused before the search, not at its refit
         with pytest.raises(ValueError, match="positive, finite numbers"):
             RandomFeatureOperatorCV(**grid).fit(U, V)
 
@@ -187,9 +236,13 @@ def test_numpy_dask_and_xarray_give_the_same_search():
     U, V = _nonlinear_data(150)
     kw = dict(n_features=300, random_state=0, **SMALL)
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
-    lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1)))
+    lazy = RandomFeatureOperatorCV(**kw).fit(
+        da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
+    )
     assert lazy.best_params_ == ref.best_params_
-    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    np.testing.assert_allclose(
+        lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9
+    )
     Ux = xr.DataArray(U, dims=("sample", "x")).chunk({"sample": 50})
     Vx = xr.DataArray(V, dims=("sample", "y")).chunk({"sample": 50})
     on_x = RandomFeatureOperatorCV(**kw).fit(Ux, Vx)
@@ -203,14 +256,18 @@ def test_distributed_search_equals_numpy(cluster_client):
     kw = dict(n_features=600, random_state=0, **SMALL)
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
     with cluster_client.as_current():
-        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(40, -1)),
-                                                 da.from_array(V, chunks=(40, -1)))
+        lazy = RandomFeatureOperatorCV(**kw).fit(
+            da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
+        )
     assert lazy.best_params_ == ref.best_params_
-    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    np.testing.assert_allclose(
+        lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9
+    )
 
 
-@parametrize_with_checks([RandomFeatureOperatorCV(n_features=50, gammas=(0.5, 2.0), alphas=(1e-6, 1e-2),
-                                                  random_state=0)])
+@parametrize_with_checks(
+    [RandomFeatureOperatorCV(n_features=50, gammas=(0.5, 2.0), alphas=(1e-6, 1e-2), random_state=0)]
+)
 def test_sklearn_compatible_cv(estimator, check):
     check(estimator)
 
@@ -220,21 +277,38 @@ def test_sklearn_compatible_cv(estimator, check):
 from rfol_dask.baselines import KernelOperator, KernelOperatorCV  # noqa: E402
 
 
-@pytest.mark.parametrize("kernel, path", [("rbf", "eigh"), ("matern32", "eigh"), ("inverse_quadratic", "eigh"),
-                                          ("linear", "eigh"), ("matern52", "cholesky")])
+@pytest.mark.parametrize(
+    "kernel, path",
+    [
+        ("rbf", "eigh"),
+        ("matern32", "eigh"),
+        ("inverse_quadratic", "eigh"),
+        ("linear", "eigh"),
+        ("matern52", "cholesky"),
+    ],
+)
 def test_kernel_path_equals_brute_force_fits(kernel, path):
     U, V = _nonlinear_data(150)
     # (the linear Gram has rank 24 and eigenvalues up to ~1e3: nuggets that keep it well conditioned)
     nuggets = (1e-3, 1e-1, 10.0) if kernel == "linear" else (1e-6, 1e-3, 1e-1)
-    cv = KernelOperatorCV(kernels=(kernel,), length_scales=(0.5, 2.0), nuggets=nuggets, coarse=None,
-                          refit=False, alpha_path=path).fit(U, V)
+    cv = KernelOperatorCV(
+        kernels=(kernel,),
+        length_scales=(0.5, 2.0),
+        nuggets=nuggets,
+        coarse=None,
+        refit=False,
+        alpha_path=path,
+    ).fit(U, V)
     res = cv.cv_results_
     assert len(res["nugget"]) == (1 if kernel == "linear" else 2) * 3
     for k in range(len(res["nugget"])):
         ls = {} if kernel == "linear" else {"length_scale": float(res["length_scale"][k])}
-        model = KernelOperator(kernel=kernel, nugget=float(res["nugget"][k]), **ls).fit(U[:120], V[:120])
-        assert res["mean_relative_l2"][k] == pytest.approx(relative_l2_error(V[120:], model.predict(U[120:])),
-                                                           rel=1e-8)
+        model = KernelOperator(kernel=kernel, nugget=float(res["nugget"][k]), **ls).fit(
+            U[:120], V[:120]
+        )
+        assert res["mean_relative_l2"][k] == pytest.approx(
+            relative_l2_error(V[120:], model.predict(U[120:])), rel=1e-8
+        )
 
 
 @pytest.mark.slow
@@ -244,14 +318,19 @@ def test_kernel_cv_search_and_dask_input():
     U, V = U[:400], V[:400]
     cv = KernelOperatorCV(coarse=0.7, n_components=8).fit(U, V)
     assert set(cv.cv_results_["stage"]) == {"coarse", "fine", "final"}
-    assert set(KernelOperatorCV(coarse=0.7, fine=None, n_components=8).fit(U, V).cv_results_["stage"]) == {"coarse", "fine"}
+    assert set(
+        KernelOperatorCV(coarse=0.7, fine=None, n_components=8).fit(U, V).cv_results_["stage"]
+    ) == {"coarse", "fine"}
     assert set(cv.best_params_) == {"kernel", "length_scale", "nugget"}
     default = KernelOperator(n_components=8).fit(U, V)
     assert relative_l2_error(Vt, cv.predict(Ut)) < relative_l2_error(Vt, default.predict(Ut))
-    lazy = KernelOperatorCV(coarse=0.7, n_components=8).fit(da.from_array(U, chunks=(100, -1)),
-                                                            da.from_array(V, chunks=(100, -1)))
+    lazy = KernelOperatorCV(coarse=0.7, n_components=8).fit(
+        da.from_array(U, chunks=(100, -1)), da.from_array(V, chunks=(100, -1))
+    )
     # the same winner; best_params_ holds each refit's ridge (the tiled refit may raise 1e-16)
-    winner = lambda s: {k: s.cv_results_[k][s.best_index_] for k in ("family", "length_scale", "nugget")}
+    winner = lambda s: {
+        k: s.cv_results_[k][s.best_index_] for k in ("family", "length_scale", "nugget")
+    }
     assert winner(lazy) == winner(cv)
 
 
@@ -266,17 +345,25 @@ def test_every_ridge_path_picks_a_nugget_the_refit_can_factorise():
 
     ds = datasets.generate("advection1", 300, seed=0)
     U, V = ds["input"].values, ds["output"].values
-    searches = {path: KernelOperatorCV(kernels=("rbf",), length_scales=(4.0, 16.0), alpha_path=path).fit(U, V)
-                for path in ("eigh", "cholesky", "auto")}
+    searches = {
+        path: KernelOperatorCV(kernels=("rbf",), length_scales=(4.0, 16.0), alpha_path=path).fit(
+            U, V
+        )
+        for path in ("eigh", "cholesky", "auto")
+    }
     for s in searches.values():
         res = s.cv_results_
-        assert res["nugget"][s.best_index_] == s.best_params_["nugget"] == s.best_estimator_.nugget  # not raised
+        assert (
+            res["nugget"][s.best_index_] == s.best_params_["nugget"] == s.best_estimator_.nugget
+        )  # not raised
         assert s.best_params_ == searches["cholesky"].best_params_
         floor = res["nugget_floor"]
         assert np.all(floor > 0) and np.isnan(res["mean_test_score"][res["nugget"] < floor]).all()
         # the floor is that of the M_t x M_t kernel matrix of unit diagonal: 2 eps M_t / sqrt(M_t)
         final = res["stage"] == res["stage"][-1]
-        np.testing.assert_allclose(floor[final], 2 * np.finfo(float).eps * np.sqrt(res["n_train_rows"][final]))
+        np.testing.assert_allclose(
+            floor[final], 2 * np.finfo(float).eps * np.sqrt(res["n_train_rows"][final])
+        )
 
 
 def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
@@ -286,18 +373,30 @@ def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
     default grid, which reaches below every floor on purpose, leaves them out silently."""
     U, V = smooth_operator_data()
     kw = dict(kernels=("rbf",), length_scales=(1.0,), coarse=None)
-    with pytest.warns(UserWarning, match=r"best nugget, 1e-13, is the smallest searched one above the rounding floor"):
+    with pytest.warns(
+        UserWarning,
+        match=r"best nugget, 1e-13, is the smallest searched one above the rounding floor",
+    ):
         search = KernelOperatorCV(nuggets=(1e-16, 1e-15, 1e-13, 1e-6), **kw).fit(U, V)
     res = search.cv_results_
     np.testing.assert_allclose(res["nugget_floor"], 2 * np.finfo(float).eps * np.sqrt(192))
-    assert np.isnan(res["mean_test_score"][:2]).all() and np.isfinite(res["mean_test_score"][2:]).all()
-    with pytest.raises(ValueError, match=r"every nugget searched is below the rounding floor of its Gram .* up to 6.15e-15"):
+    assert (
+        np.isnan(res["mean_test_score"][:2]).all() and np.isfinite(res["mean_test_score"][2:]).all()
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"every nugget searched is below the rounding floor of its Gram .* up to 6.15e-15",
+    ):
         KernelOperatorCV(nuggets=(1e-16, 1e-15), **kw).fit(U, V)
-    with warnings.catch_warnings():  # the default grid reaches below every floor on purpose: no warning
+    with (
+        warnings.catch_warnings()
+    ):  # the default grid reaches below every floor on purpose: no warning
         warnings.simplefilter("error")
         search = KernelOperatorCV(**kw).fit(U, V)
     res = search.cv_results_
-    assert res["nugget"][search.best_index_] == min(res["nugget"][res["nugget"] >= res["nugget_floor"]])
+    assert res["nugget"][search.best_index_] == min(
+        res["nugget"][res["nugget"] >= res["nugget_floor"]]
+    )
 
 
 @pytest.mark.parametrize("path", ["eigh", "cholesky"])
@@ -312,16 +411,22 @@ def test_linear_kernel_candidates_are_scored_as_the_refit_fits_them(path, cv):
     U, V = smooth_operator_data(200, 64)
     V = V + 0.05 * np.sin(7 * U[:, ::-1])  # outputs outside the inputs' span: the ridge matters
     nuggets = (1e-10, 1e-6, 1e-2, 1.0)
-    search = KernelOperatorCV(kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path).fit(U, V)
+    search = KernelOperatorCV(
+        kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path
+    ).fit(U, V)
     res = search.cv_results_
     splits = search._splits(len(U))
     for k, nugget in enumerate(res["nugget"]):
         for j, (tr, va) in enumerate(splits):
             ref = Ridge(alpha=nugget, solver="svd").fit(U[tr], V[tr]).predict(U[va])
-            assert -res[f"split{j}_test_score"][k] == pytest.approx(relative_l2_error(V[va], ref), rel=1e-10)
+            assert -res[f"split{j}_test_score"][k] == pytest.approx(
+                relative_l2_error(V[va], ref), rel=1e-10
+            )
     assert search.best_estimator_.coef_ is not None  # the refit's primal
     ridge = Ridge(alpha=search.best_params_["nugget"], solver="svd").fit(U, V)
-    np.testing.assert_allclose(search.predict(U[:20]), ridge.predict(U[:20]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        search.predict(U[:20]), ridge.predict(U[:20]), rtol=1e-10, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("path", ["eigh", "cholesky"])
@@ -338,7 +443,9 @@ def test_linear_kernel_dual_candidates_are_scored_as_the_refit_solves_them(path,
     U, V = smooth_operator_data(60, 64)
     V = V + 0.05 * np.sin(7 * U[:, ::-1])  # outputs outside the inputs' span: the ridge matters
     nuggets = (1e-12, 1e-10, 1e-6, 1e-2, 1.0)
-    search = KernelOperatorCV(kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path).fit(U, V)
+    search = KernelOperatorCV(
+        kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path
+    ).fit(U, V)
     res, splits = search.cv_results_, search._splits(len(U))
     ridge_errors = []
     for k, nugget in enumerate(res["nugget"]):
@@ -348,14 +455,17 @@ def test_linear_kernel_dual_candidates_are_scored_as_the_refit_solves_them(path,
             assert refit.coef_ is None  # the dual
             ref = Ridge(alpha=nugget, solver="svd").fit(U[tr], V[tr]).predict(U[va])
             errors.append(relative_l2_error(V[va], ref))
-            assert -res[f"split{j}_test_score"][k] == pytest.approx(relative_l2_error(V[va], refit.predict(U[va])),
-                                                                   rel=1e-10)
+            assert -res[f"split{j}_test_score"][k] == pytest.approx(
+                relative_l2_error(V[va], refit.predict(U[va])), rel=1e-10
+            )
             assert -res[f"split{j}_test_score"][k] == pytest.approx(errors[-1], rel=1e-10)
         ridge_errors.append(np.mean(errors))
     assert search.best_params_["nugget"] == res["nugget"][int(np.argmin(ridge_errors))]
     assert search.best_estimator_.coef_ is None  # the refit's dual
     ridge = Ridge(alpha=search.best_params_["nugget"], solver="svd").fit(U, V)
-    np.testing.assert_allclose(search.predict(U[:20]), ridge.predict(U[:20]), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        search.predict(U[:20]), ridge.predict(U[:20]), rtol=1e-10, atol=1e-12
+    )
 
 
 @parametrize_with_checks([KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))])
@@ -365,8 +475,10 @@ def test_sklearn_compatible_kernel_cv(estimator, check):
 
 def test_fit_from_zarr_store(tmp_path):
     U, V = _nonlinear_data(150)
-    ds = xr.Dataset({"input": (("sample", "x"), U), "output": (("sample", "y"), V)},
-                    coords={"x": np.linspace(0, 1, U.shape[1]), "y": np.linspace(0, 1, V.shape[1])})
+    ds = xr.Dataset(
+        {"input": (("sample", "x"), U), "output": (("sample", "y"), V)},
+        coords={"x": np.linspace(0, 1, U.shape[1]), "y": np.linspace(0, 1, V.shape[1])},
+    )
     ds.chunk({"sample": 50}).to_zarr(tmp_path / "d.zarr")
     kw = dict(n_features=300, random_state=0, **SMALL)
     on_store = RandomFeatureOperatorCV(**kw).fit(str(tmp_path / "d.zarr"))
@@ -378,19 +490,31 @@ def test_fit_from_zarr_store(tmp_path):
     assert kernel.best_params_ == KernelOperatorCV(**grid).fit(U, V).best_params_
 
 
-@pytest.mark.parametrize("tie, fine_laws", [(1.0, {"rational_quadratic"}), (10.0, {"cauchy", "rational_quadratic"})])
+@pytest.mark.parametrize(
+    "tie, fine_laws", [(1.0, {"rational_quadratic"}), (10.0, {"cauchy", "rational_quadratic"})]
+)
 def test_a_second_law_reaches_the_fine_stage_only_on_a_coarse_tie(monkeypatch, tie, fine_laws):
     from rfol_dask import selection
 
-    monkeypatch.setattr(selection, "FINALIST_TIE", tie)  # Cauchy is about 2 x behind at the coarse stage
+    monkeypatch.setattr(
+        selection, "FINALIST_TIE", tie
+    )  # Cauchy is about 2 x behind at the coarse stage
     rng = np.random.default_rng(0)
     U = rng.uniform(-1, 1, (300, 3))
     V = np.sin(U @ rng.normal(size=(3, 4)))
-    kw = dict(n_features=400, distributions=("cauchy", "rational_quadratic"), alphas=(1e-9, 1e-6), coarse=0.5,
-              random_state=0, refit=False)
+    kw = dict(
+        n_features=400,
+        distributions=("cauchy", "rational_quadratic"),
+        alphas=(1e-9, 1e-6),
+        coarse=0.5,
+        random_state=0,
+        refit=False,
+    )
     res = RandomFeatureOperatorCV(**kw).fit(U, V).cv_results_
     assert set(res["family"][res["stage"] == "fine"]) == fine_laws
-    one = RandomFeatureOperatorCV(finalists=1, **kw).fit(U, V).cv_results_  # finalists caps the ties
+    one = (
+        RandomFeatureOperatorCV(finalists=1, **kw).fit(U, V).cv_results_
+    )  # finalists caps the ties
     assert set(one["family"][one["stage"] == "fine"]) == {"rational_quadratic"}
 
 
@@ -398,11 +522,20 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
     # a linear operator: the smaller gamma, the better (the features' linear regime)
     U, _ = smooth_operator_data(300, 24)
     V = U @ np.random.default_rng(0).normal(size=(24, 6))
-    cv = RandomFeatureOperatorCV(n_features=1024, distributions=("cauchy", "gaussian"), gammas=(1.0, 4.0, 16.0, 64.0),
-                                 alphas=(1e-10, 1e-6), random_state=0, refit=False).fit(U, V)
+    cv = RandomFeatureOperatorCV(
+        n_features=1024,
+        distributions=("cauchy", "gaussian"),
+        gammas=(1.0, 4.0, 16.0, 64.0),
+        alphas=(1e-10, 1e-6),
+        random_state=0,
+        refit=False,
+    ).fit(U, V)
     res = cv.cv_results_.to_dataframe()
     coarse = res[res.stage == "coarse"]
-    for law in ("cauchy", "gaussian"):  # every family on the edge is extended, not only the best one
+    for law in (
+        "cauchy",
+        "gaussian",
+    ):  # every family on the edge is extended, not only the best one
         assert coarse[coarse.family == law].scale_multiple.min() < 1.0
     assert cv.best_params_["gamma"] < cv.median_scales_[cv.best_params_["distribution"]]
     # the fine stage: its winner is inside the multiples its law scored, or FINE_EXTEND refine steps
@@ -427,12 +560,20 @@ def test_fine_stage_solves_only_the_alphas_around_the_coarse_winner_and_loses_no
     res = auto.cv_results_
     fine = res["stage"] == "fine"
     assert fine.any() and np.isnan(res["mean_test_score"][fine]).any()  # alphas left out
-    full_res = full.cv_results_  # every alpha at or above the rounding floor of its Gram, and only those
-    np.testing.assert_array_equal(np.isfinite(full_res["mean_test_score"]), full_res["alpha"] >= full_res["alpha_floor"])
+    full_res = (
+        full.cv_results_
+    )  # every alpha at or above the rounding floor of its Gram, and only those
+    np.testing.assert_array_equal(
+        np.isfinite(full_res["mean_test_score"]), full_res["alpha"] >= full_res["alpha_floor"]
+    )
     # the scores that were computed agree with the full path, and the winner is the same
     both = fine & np.isfinite(res["mean_test_score"])
-    np.testing.assert_allclose(res["mean_test_score"][both], full.cv_results_["mean_test_score"][both], rtol=1e-6)
-    assert auto.best_params_ == full.best_params_ and auto.best_score_ == pytest.approx(full.best_score_, rel=1e-6)
+    np.testing.assert_allclose(
+        res["mean_test_score"][both], full.cv_results_["mean_test_score"][both], rtol=1e-6
+    )
+    assert auto.best_params_ == full.best_params_ and auto.best_score_ == pytest.approx(
+        full.best_score_, rel=1e-6
+    )
 
 
 def test_dask_search_reads_each_chunk_once_and_the_refit_once_more():
@@ -457,7 +598,9 @@ def test_dask_search_reads_each_chunk_once_and_the_refit_once_more():
     kw = dict(n_features=300, random_state=0, **SMALL)
     with dask.config.set(scheduler=counting):
         search = RandomFeatureOperatorCV(refit=False, **kw).fit(Ud, Vd)
-        assert len(calls) == 1 and set(reads.values()) == {1} and len(reads) == 8  # the median samples the read
+        assert (
+            len(calls) == 1 and set(reads.values()) == {1} and len(reads) == 8
+        )  # the median samples the read
         search = RandomFeatureOperatorCV(**kw).fit(Ud, Vd)
     assert set(reads.values()) == {3}  # twice per fit: the search, then the refit of the winner
     assert search.median_scales_ == RandomFeatureOperatorCV(**kw).fit(U, V).median_scales_
@@ -476,15 +619,23 @@ def test_distributed_search_reads_each_chunk_once(cluster_client, tmp_path):
     Ud = da.from_array(U, chunks=(40, -1)).map_blocks(_logged_read, dtype=U.dtype, log=log)
     with cluster_client.as_current():
         lazy = RandomFeatureOperatorCV(n_features=300, random_state=0, refit=False, **SMALL).fit(
-            Ud, da.from_array(V, chunks=(40, -1)))
+            Ud, da.from_array(V, chunks=(40, -1))
+        )
     reads = sorted(int(line) for line in open(log))
-    assert reads == [0, 1, 2, 3]  # the median heuristic samples the persisted inputs: no second read
+    assert reads == [
+        0,
+        1,
+        2,
+        3,
+    ]  # the median heuristic samples the persisted inputs: no second read
     ref = RandomFeatureOperatorCV(n_features=300, random_state=0, **SMALL).fit(U, V)
     assert lazy.median_scales_ == ref.median_scales_
 
 
 # ---------------------------------------------------------------------------------------------- growth of N
-GROW = dict(n_features=256, max_features=2048, growth_tol=0.0, random_state=0, limit_gammas=None, **SMALL)
+GROW = dict(
+    n_features=256, max_features=2048, growth_tol=0.0, random_state=0, limit_gammas=None, **SMALL
+)
 
 
 def _growth(cv):
@@ -504,13 +655,26 @@ def test_growth_scores_equal_a_search_at_each_n():
     searched = fine.loc[fine.mean_relative_l2.idxmin()].scale_multiple
     mults = sorted(set(grown.scale_multiple))
     assert {0.5 * searched, searched, 2 * searched} <= set(mults)  # growth_refine
-    assert set(mults) <= {searched * 2.0 ** k for k in range(-3, 4)}  # at most two steps beyond its edge
+    assert set(mults) <= {
+        searched * 2.0**k for k in range(-3, 4)
+    }  # at most two steps beyond its edge
     for N, mult in ((512, 0.5 * searched), (2048, searched)):
         if N not in set(grown[grown.scale_multiple == mult].n_features):
             continue  # that gamma stopped growing before N (no gain, or far behind the best)
-        ref = RandomFeatureOperatorCV(n_features=N, distributions=(law,), gammas=(mult,), alphas=SMALL["alphas"],
-                                      coarse=None, random_state=0, refit=False).fit(U, V)
-        mine = grown[(grown.n_features == N) & (grown.scale_multiple == mult)].set_index("alpha").mean_relative_l2
+        ref = RandomFeatureOperatorCV(
+            n_features=N,
+            distributions=(law,),
+            gammas=(mult,),
+            alphas=SMALL["alphas"],
+            coarse=None,
+            random_state=0,
+            refit=False,
+        ).fit(U, V)
+        mine = (
+            grown[(grown.n_features == N) & (grown.scale_multiple == mult)]
+            .set_index("alpha")
+            .mean_relative_l2
+        )
         theirs = ref.cv_results_.to_dataframe().set_index("alpha").mean_relative_l2
         solved = mine.notna()  # the alphas of the window around the best one so far
         assert solved.sum() >= 2
@@ -534,30 +698,46 @@ def test_growth_drops_a_gamma_far_behind_and_extends_beyond_the_edge():
     searched = res.loc[res[res.stage == "full"].mean_relative_l2.idxmin()].scale_multiple
     assert sorted(set(grown[grown.scale_multiple == searched].n_features)) == [256, 512, 1024, 2048]
     best = grown.groupby("n_features").mean_relative_l2.min()
-    for far in (256 * searched, searched / 256):  # the edge (searched) was best: one step below it too
-        assert sorted(set(grown[grown.scale_multiple == far].n_features)) == [256]  # far behind: dropped
+    for far in (
+        256 * searched,
+        searched / 256,
+    ):  # the edge (searched) was best: one step below it too
+        assert sorted(set(grown[grown.scale_multiple == far].n_features)) == [
+            256
+        ]  # far behind: dropped
         assert grown[grown.scale_multiple == far].mean_relative_l2.min() > 1.25 * best[256]
     assert sorted(set(grown.scale_multiple)) == [searched / 256, searched, 256 * searched]
     # two multiples far below the best: the growth walks up, one step of their grid at a time
     low = RandomFeatureOperatorCV(**dict(GROW, growth_refine=(1 / 64, 1 / 16))).fit(U, V)
     grown = _growth(low)
     base = grown.scale_multiple.min() * 64
-    np.testing.assert_allclose(sorted(set(grown.scale_multiple)),
-                               base * np.array([1 / 64, 1 / 16, 1 / 4, 1][:2 + GROWTH_EXTEND]))
+    np.testing.assert_allclose(
+        sorted(set(grown.scale_multiple)),
+        base * np.array([1 / 64, 1 / 16, 1 / 4, 1][: 2 + GROWTH_EXTEND]),
+    )
 
 
 def test_growth_stops_when_a_doubling_gains_too_little_and_is_off_by_default():
     U, V = _nonlinear_data(200)
     stopped = RandomFeatureOperatorCV(**dict(GROW, growth_tol=0.99)).fit(U, V)
-    assert sorted(set(_growth(stopped).n_features)) == [256, 512]  # 512 cannot gain 99 %: stop there
+    assert sorted(set(_growth(stopped).n_features)) == [
+        256,
+        512,
+    ]  # 512 cannot gain 99 %: stop there
     plain = RandomFeatureOperatorCV(**dict(GROW, max_features=None)).fit(U, V)
-    assert "growth" not in set(plain.cv_results_["stage"]) and plain.best_params_["n_features"] == 256
-    assert "growth" not in set(RandomFeatureOperatorCV(**dict(GROW, max_features=256)).fit(U, V).cv_results_["stage"])
+    assert (
+        "growth" not in set(plain.cv_results_["stage"]) and plain.best_params_["n_features"] == 256
+    )
+    assert "growth" not in set(
+        RandomFeatureOperatorCV(**dict(GROW, max_features=256)).fit(U, V).cv_results_["stage"]
+    )
     with pytest.raises(ValueError, match="max_features"):
         RandomFeatureOperatorCV(max_features=0).fit(U, V)
     # below the searched N (the largest of a sequence): an error, not a silent search without growth
     for n, top in ((256, 128), ((128, 512), 256)):
-        with pytest.raises(ValueError, match=f"max_features={top} is below the searched n_features"):
+        with pytest.raises(
+            ValueError, match=f"max_features={top} is below the searched n_features"
+        ):
             RandomFeatureOperatorCV(n_features=n, max_features=top).fit(U, V)
 
 
@@ -573,20 +753,35 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
     res = cv.cv_results_.to_dataframe()
     limit = res[res.stage == "limit"]
     n_rows = 160  # all 160 training rows: max(200 coarse rows, 256 // 4, 160 // 4), at most the training rows
-    assert set(limit.n_train_rows) == {n_rows} and set(limit.n_features) == {LIMIT_FEATURES_PER_ROW * n_rows}
+    assert set(limit.n_train_rows) == {n_rows} and set(limit.n_features) == {
+        LIMIT_FEATURES_PER_ROW * n_rows
+    }
     assert set(limit.family) == set(cv.distributions)
     law = "gaussian"
     mine = limit[limit.family == law]
     assert set(SMALL["gammas"]) <= set(mine.scale_multiple)
-    ref = RandomFeatureOperatorCV(n_features=LIMIT_FEATURES_PER_ROW * n_rows, distributions=(law,),
-                                  gammas=tuple(sorted(set(mine.scale_multiple))), alphas=SMALL["alphas"], coarse=None,
-                                  random_state=0, refit=False).fit(U, V)
+    ref = RandomFeatureOperatorCV(
+        n_features=LIMIT_FEATURES_PER_ROW * n_rows,
+        distributions=(law,),
+        gammas=tuple(sorted(set(mine.scale_multiple))),
+        alphas=SMALL["alphas"],
+        coarse=None,
+        random_state=0,
+        refit=False,
+    ).fit(U, V)
     theirs = ref.cv_results_.to_dataframe().set_index(["scale_multiple", "alpha"]).mean_relative_l2
-    np.testing.assert_allclose(mine.set_index(["scale_multiple", "alpha"]).mean_relative_l2.loc[theirs.index], theirs,
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        mine.set_index(["scale_multiple", "alpha"]).mean_relative_l2.loc[theirs.index],
+        theirs,
+        rtol=1e-9,
+    )
     assert "growth" == res.stage.iloc[-1]  # the growth rows come last: the winner is one of them
-    few = RandomFeatureOperatorCV(**dict(GROW, limit_gammas="gammas", n_features=2048, max_features=4096)).fit(U[:100], V[:100])
-    assert "limit" not in set(few.cv_results_["stage"])  # 80 rows x 16 = 1280 features < 2048 searched
+    few = RandomFeatureOperatorCV(
+        **dict(GROW, limit_gammas="gammas", n_features=2048, max_features=4096)
+    ).fit(U[:100], V[:100])
+    assert "limit" not in set(
+        few.cv_results_["stage"]
+    )  # 80 rows x 16 = 1280 features < 2048 searched
     assert "limit" not in set(RandomFeatureOperatorCV(**GROW).fit(U, V).cv_results_["stage"])
     with pytest.raises(ValueError, match="limit_gammas"):
         RandomFeatureOperatorCV(**dict(GROW, limit_gammas=(1.0, -2.0))).fit(U, V)
@@ -598,8 +793,9 @@ def test_limit_stage_rows_are_at_least_a_fraction_of_the_training_rows(monkeypat
 
     U, V = _nonlinear_data(400)  # 320 training rows; coarse rows max(200, 40) = 200, N / 4 = 64
     monkeypatch.setattr(mod, "LIMIT_ROWS_FRACTION", 0.75)
-    cv = RandomFeatureOperatorCV(**dict(GROW, limit_gammas=(1.0,), distributions=("gaussian",),
-                                        max_features=8192)).fit(U, V)
+    cv = RandomFeatureOperatorCV(
+        **dict(GROW, limit_gammas=(1.0,), distributions=("gaussian",), max_features=8192)
+    ).fit(U, V)
     res = cv.cv_results_.to_dataframe()
     limit = res[res.stage == "limit"]
     assert set(limit.n_train_rows) == {240} and set(limit.n_features) == {16 * 240}
@@ -644,20 +840,28 @@ def test_growth_groups_count_every_splits_running_sums(monkeypatch):
 
     monkeypatch.setattr(rf_operator_cv.RandomFeatureOperatorCV, "_grow", grow)
     cv = RandomFeatureOperatorCV(**dict(GROW, cv=3, refit=False, max_gram_bytes=budget)).fit(U, V)
-    assert "growth" in set(cv.cv_results_["stage"]) and sum(grown) >= 9  # the three gammas were grown
+    assert (
+        "growth" in set(cv.cv_results_["stage"]) and sum(grown) >= 9
+    )  # the three gammas were grown
     assert max(grown) * per <= 0.5 * budget
 
 
 def test_growth_on_dask_input_equals_numpy():
     U, V = _nonlinear_data(200)
     ref = RandomFeatureOperatorCV(**GROW).fit(U, V)
-    lazy = RandomFeatureOperatorCV(**GROW).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    lazy = RandomFeatureOperatorCV(**GROW).fit(
+        da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+    )
     assert lazy.best_params_ == ref.best_params_
-    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    np.testing.assert_allclose(
+        lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("refine, limit", [((0.5, 1.0, 2.0), None), ((1.0, 256.0), None), ((0.5, 1.0, 2.0), (64.0,))])
+@pytest.mark.parametrize(
+    "refine, limit", [((0.5, 1.0, 2.0), None), ((1.0, 256.0), None), ((0.5, 1.0, 2.0), (64.0,))]
+)
 def test_distributed_growth_equals_numpy(cluster_client, refine, limit):
     """Growth on a 2-worker cluster (the slabs of a checkpoint split over the workers, their sums
     added without touching the running accumulators; a gamma far behind dropped from them; the
@@ -666,9 +870,13 @@ def test_distributed_growth_equals_numpy(cluster_client, refine, limit):
     kw = dict(GROW, max_features=4096, refit=False, growth_refine=refine, limit_gammas=limit)
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
     with cluster_client.as_current():
-        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+        lazy = RandomFeatureOperatorCV(**kw).fit(
+            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+        )
     assert lazy.best_params_ == ref.best_params_
-    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    np.testing.assert_allclose(
+        lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9
+    )
 
 
 @pytest.mark.cluster
@@ -685,14 +893,27 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
 
     U, V = _nonlinear_data(200)
     # slabs of 256 columns: the 1024 new columns of the last checkpoint go to all four workers
-    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256))
+    monkeypatch.setattr(
+        rf_operator_cv,
+        "slab_bounds",
+        functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
+    )
     kw = dict(GROW, refit=False, growth_refine=(1.0,), gammas=(1.0,), distributions=("cauchy",))
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
-            Client(c) as client, get_task_stream() as ts:
-        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c) as client,
+        get_task_stream() as ts,
+    ):
+        lazy = RandomFeatureOperatorCV(**kw).fit(
+            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+        )
         workers = sorted(client.scheduler_info()["workers"])
-    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    np.testing.assert_allclose(
+        lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9
+    )
     from collections import Counter
 
     from dask.utils import key_split
@@ -704,7 +925,9 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
 
 @pytest.mark.parametrize("cv", [None, 3])
 @pytest.mark.cluster
-def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is_summed(monkeypatch, cv):
+def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is_summed(
+    monkeypatch, cv
+):
     """The growth's first worker holds its running sum of every split (what the groups count) and,
     while a split is summed, that split's new sum and the one that comes over: the copy it fetched of
     its neighbour's running sum stayed there while the sum was kept (four Grams with one split), and
@@ -718,15 +941,32 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
 
     U, V = _nonlinear_data(200)
     # slabs of 256 columns: the 1024 new columns of the last checkpoint go to all four workers
-    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256))
-    kw = dict(GROW, refit=False, growth_refine=(1.0,), gammas=(1.0,), distributions=("cauchy",), cv=cv)
+    monkeypatch.setattr(
+        rf_operator_cv,
+        "slab_bounds",
+        functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
+    )
+    kw = dict(
+        GROW, refit=False, growth_refine=(1.0,), gammas=(1.0,), distributions=("cauchy",), cv=cv
+    )
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
-    splits, M_t = (1, 160) if cv is None else (3, 133)  # the smallest training split (KFold: 133, 133, 134 rows)
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
-            Client(c) as client, held_arrays(client, 8 * M_t * M_t) as peaks:
-        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    splits, M_t = (
+        (1, 160) if cv is None else (3, 133)
+    )  # the smallest training split (KFold: 133, 133, 134 rows)
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c) as client,
+        held_arrays(client, 8 * M_t * M_t) as peaks,
+    ):
+        lazy = RandomFeatureOperatorCV(**kw).fit(
+            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+        )
         first = sorted(client.scheduler_info()["workers"])[0]
-    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    np.testing.assert_allclose(
+        lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9
+    )
     assert peaks[first] == splits + 2
     assert max(peaks.values()) <= splits + 2
 
@@ -745,15 +985,39 @@ def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
 
     U, V = _nonlinear_data(200)
     # slabs of 256 columns: the 512 columns of the first checkpoint go to both workers
-    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256))
-    per = 8 * (160 + 40) * 160  # a Gram and cross-Gram of the holdout split (160 training, 40 validation rows)
-    kw = dict(GROW, n_features=512, refit=False, gammas=(1.0,), distributions=("cauchy",), max_gram_bytes=6.2 * per)
+    monkeypatch.setattr(
+        rf_operator_cv,
+        "slab_bounds",
+        functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
+    )
+    per = (
+        8 * (160 + 40) * 160
+    )  # a Gram and cross-Gram of the holdout split (160 training, 40 validation rows)
+    kw = dict(
+        GROW,
+        n_features=512,
+        refit=False,
+        gammas=(1.0,),
+        distributions=("cauchy",),
+        max_gram_bytes=6.2 * per,
+    )
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
-            Client(c) as client, held_arrays(client, 8 * 160 * 160) as peaks:
-        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
-    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
-    assert len(set(_growth(lazy).scale_multiple)) >= 3  # the three gammas grown (two, then one, at a time)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c) as client,
+        held_arrays(client, 8 * 160 * 160) as peaks,
+    ):
+        lazy = RandomFeatureOperatorCV(**kw).fit(
+            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+        )
+    np.testing.assert_allclose(
+        lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9
+    )
+    assert (
+        len(set(_growth(lazy).scale_multiple)) >= 3
+    )  # the three gammas grown (two, then one, at a time)
     assert max(peaks.values()) * per <= 6.2 * per
 
 
@@ -776,20 +1040,47 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
 
     U, V = _nonlinear_data(400)
     # slabs of 256 columns: the 2048 columns are spread over the four workers
-    monkeypatch.setattr(rf_operator_cv, "slab_bounds", functools.partial(tuning.slab_bounds, slab_bytes=400 * 8 * 256))
-    kw = dict(n_features=2048, random_state=0, refit=False, distributions=("cauchy",), alphas=(1e-6, 1e-3),
-              coarse=None, fine=None, cv=cv, max_gram_bytes=budget,  # 3.6 MB: groups of one gamma
-              gammas=(0.25, 1.0, 4.0, 16.0) if cv is None else (1.0,))
+    monkeypatch.setattr(
+        rf_operator_cv,
+        "slab_bounds",
+        functools.partial(tuning.slab_bounds, slab_bytes=400 * 8 * 256),
+    )
+    kw = dict(
+        n_features=2048,
+        random_state=0,
+        refit=False,
+        distributions=("cauchy",),
+        alphas=(1e-6, 1e-3),
+        coarse=None,
+        fine=None,
+        cv=cv,
+        max_gram_bytes=budget,  # 3.6 MB: groups of one gamma
+        gammas=(0.25, 1.0, 4.0, 16.0) if cv is None else (1.0,),
+    )
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
-    M_t = 320 if cv is None else 300  # training rows (the cross-Grams, of 80 or 100 rows, are smaller)
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0") as c, \
-            Client(c) as client, held_arrays(client, 8 * M_t * M_t) as peaks, fetched_keys(client) as fetched:
-        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
+    M_t = (
+        320 if cv is None else 300
+    )  # training rows (the cross-Grams, of 80 or 100 rows, are smaller)
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c) as client,
+        held_arrays(client, 8 * M_t * M_t) as peaks,
+        fetched_keys(client) as fetched,
+    ):
+        lazy = RandomFeatureOperatorCV(**kw).fit(
+            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+        )
         first = sorted(client.scheduler_info()["workers"])[0]
-    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+    np.testing.assert_allclose(
+        lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9
+    )
     assert max(peaks.values()) <= 2
     # a sum of Grams comes over to the first worker only (which sums and solves)
-    assert {w for w, keys in fetched.items() if any(key_split(k) == "add_validation" for k in keys)} == {first}
+    assert {
+        w for w, keys in fetched.items() if any(key_split(k) == "add_validation" for k in keys)
+    } == {first}
 
 
 # ---------------------------------------------------------------------------------------------- sketched scores
@@ -797,20 +1088,24 @@ def test_scores_on_an_output_sketch_estimate_the_exact_ones_and_refit_on_all_out
     """score_outputs=k scores the search on k Gaussian combinations of the outputs: close to the
     exact scores, the same winner here, a refit on every output; k >= m changes nothing."""
     U, V = _nonlinear_data(300)
-    V = np.concatenate([V, np.sin(3 * V), np.cos(2 * V), V ** 2], axis=1)  # m = 4 x the base outputs
+    V = np.concatenate([V, np.sin(3 * V), np.cos(2 * V), V**2], axis=1)  # m = 4 x the base outputs
     kw = dict(n_features=400, random_state=0, **SMALL)
     exact = RandomFeatureOperatorCV(**kw).fit(U, V)
     sketched = RandomFeatureOperatorCV(score_outputs=32, **kw).fit(U, V)  # of m = 96
     assert V.shape[1] > 32
     assert sketched.best_params_ == exact.best_params_
-    np.testing.assert_allclose(sketched.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"],
-                               rtol=0.15)  # per-sample spread sqrt(1 / 32) = 18 %, averaged over 60 samples
-    assert not np.allclose(sketched.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"],
-                           rtol=1e-9)  # a sketch, not the exact scores
+    np.testing.assert_allclose(
+        sketched.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"], rtol=0.15
+    )  # per-sample spread sqrt(1 / 32) = 18 %, averaged over 60 samples
+    assert not np.allclose(
+        sketched.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"], rtol=1e-9
+    )  # a sketch, not the exact scores
     assert sketched.best_estimator_.coef_.shape == exact.best_estimator_.coef_.shape
     np.testing.assert_allclose(sketched.predict(U[:5]), exact.predict(U[:5]))
     same = RandomFeatureOperatorCV(score_outputs=V.shape[1], **kw).fit(U, V)
-    np.testing.assert_array_equal(same.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"])
+    np.testing.assert_array_equal(
+        same.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"]
+    )
     with pytest.raises(ValueError, match="score_outputs"):
         RandomFeatureOperatorCV(score_outputs=0).fit(U, V)
 
@@ -821,13 +1116,19 @@ def test_sketched_scores_on_a_cluster_equal_numpy(cluster_client):
     kw = dict(n_features=300, random_state=0, score_outputs=2, refit=False, **SMALL)
     ref = RandomFeatureOperatorCV(**kw).fit(U, V)
     with cluster_client.as_current():
-        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1)))
-    np.testing.assert_allclose(lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9)
+        lazy = RandomFeatureOperatorCV(**kw).fit(
+            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+        )
+    np.testing.assert_allclose(
+        lazy.cv_results_["mean_test_score"], ref.cv_results_["mean_test_score"], rtol=1e-9
+    )
 
 
 def test_best_index_points_at_the_winning_row():
     U, V = _nonlinear_data(60)
-    search = RandomFeatureOperatorCV(n_features=60, distributions=("cauchy",), random_state=0, refit=False).fit(U, V)
+    search = RandomFeatureOperatorCV(
+        n_features=60, distributions=("cauchy",), random_state=0, refit=False
+    ).fit(U, V)
     assert search.cv_results_["mean_test_score"][search.best_index_] == search.best_score_
     assert search.cv_results_["alpha"][search.best_index_] == search.best_params_["alpha"]
 
@@ -838,11 +1139,17 @@ def test_best_params_refit_the_winner_of_a_law_with_a_shape(law):
     rational quadratic winner searched at nu=0.5 was the inverse quadratic model (nu None, a = 1),
     another model without a word, and a Student-t winner's raised 'needs the degrees of freedom'."""
     U, V = _nonlinear_data(60)
-    search = RandomFeatureOperatorCV(n_features=40, distributions=(law,), nu=0.5, random_state=0).fit(U, V)
+    search = RandomFeatureOperatorCV(
+        n_features=40, distributions=(law,), nu=0.5, random_state=0
+    ).fit(U, V)
     assert search.best_params_["nu"] == 0.5
-    again = RandomFeatureOperator(**search.best_params_, random_state=search.random_state_).fit(U, V)
+    again = RandomFeatureOperator(**search.best_params_, random_state=search.random_state_).fit(
+        U, V
+    )
     np.testing.assert_array_equal(again.predict(U[:5]), search.predict(U[:5]))
-    other = RandomFeatureOperatorCV(n_features=40, distributions=("cauchy",), nu=0.5, random_state=0).fit(U, V)
+    other = RandomFeatureOperatorCV(
+        n_features=40, distributions=("cauchy",), nu=0.5, random_state=0
+    ).fit(U, V)
     assert "nu" not in other.best_params_  # a law that takes none
 
 
@@ -865,15 +1172,21 @@ def test_searches_refitting_in_two_threads_each_record_their_raised_ridge(monkey
 
     from rfol_dask.baselines import KernelOperator, KernelOperatorCV
 
-    kw = dict(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12,), coarse=None, dtype="float32")
+    kw = dict(
+        kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12,), coarse=None, dtype="float32"
+    )
     data = {name: _duplicated_rows(seed) for name, seed in (("first", 0), ("second", 1))}
-    expected = {name: KernelOperatorCV(**kw).fit(*data[name]).best_params_["nugget"] for name in data}
+    expected = {
+        name: KernelOperatorCV(**kw).fit(*data[name]).best_params_["nugget"] for name in data
+    }
     assert all(v > 1e-12 for v in expected.values())  # both refits raise the nugget
 
     first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
     fit = KernelOperator.fit
 
-    def ordered_fit(self, *args, **kwargs):  # the refits: first enters, second enters, first ends, second ends
+    def ordered_fit(
+        self, *args, **kwargs
+    ):  # the refits: first enters, second enters, first ends, second ends
         if threading.current_thread().name == "first":
             first_in.set()
             assert second_in.wait(30)
@@ -896,7 +1209,9 @@ def test_searches_refitting_in_two_threads_each_record_their_raised_ridge(monkey
                 first_done.set()
 
     filters, show = list(warnings.filters), warnings.showwarning
-    with warnings.catch_warnings(record=True) as caught:  # set before the threads start, reset after they end
+    with warnings.catch_warnings(
+        record=True
+    ) as caught:  # set before the threads start, reset after they end
         warnings.simplefilter("always")
         threads = [threading.Thread(target=run, args=(name,), name=name) for name in data]
         for t in threads:
@@ -907,7 +1222,9 @@ def test_searches_refitting_in_two_threads_each_record_their_raised_ridge(monkey
     assert not errors, errors
     assert {name: s.best_params_["nugget"] for name, s in searches.items()} == expected
     assert {name: s.best_estimator_.nugget for name, s in searches.items()} == expected
-    assert [str(w.message) for w in caught] == ["after the searches"]  # no ridge leaked; warnings still recorded
+    assert [str(w.message) for w in caught] == [
+        "after the searches"
+    ]  # no ridge leaked; warnings still recorded
     assert warnings.filters == filters and warnings.showwarning is show
 
 
@@ -916,12 +1233,16 @@ def test_best_score_is_the_scored_candidate_s_where_the_refit_raises_the_ridge()
     scored), while best_params_ holds the ridge the refit used: they differ in the nugget alone."""
     from rfol_dask.baselines import KernelOperatorCV
 
-    search = KernelOperatorCV(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12,), coarse=None,
-                              dtype="float32").fit(*_duplicated_rows(0))
+    search = KernelOperatorCV(
+        kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12,), coarse=None, dtype="float32"
+    ).fit(*_duplicated_rows(0))
     row = {k: v[search.best_index_] for k, v in search.cv_results_.items()}
     assert search.best_score_ == row["mean_test_score"] and row["nugget"] == 1e-12
-    assert search.best_params_ == {"kernel": "rbf", "length_scale": row["length_scale"],
-                                   "nugget": search.best_estimator_.nugget}
+    assert search.best_params_ == {
+        "kernel": "rbf",
+        "length_scale": row["length_scale"],
+        "nugget": search.best_estimator_.nugget,
+    }
     assert search.best_params_["nugget"] > 1e-12
 
 
@@ -938,24 +1259,43 @@ def test_folds_whose_validation_outputs_are_all_zero_are_left_out_with_a_warning
     from rfol_dask.baselines import KernelOperatorCV
 
     U, y = load_iris(return_X_y=True)
-    make_search = {"rf": lambda **kw: RandomFeatureOperatorCV(n_features=100, random_state=0, **SMALL, **kw),
-                   "kernel": lambda **kw: KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2), **kw)}[make]
-    with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5 have only identically zero validation outputs.*"
-                                         r"left out of the search.*KFold\(5, shuffle=True") as caught:
+    make_search = {
+        "rf": lambda **kw: RandomFeatureOperatorCV(n_features=100, random_state=0, **SMALL, **kw),
+        "kernel": lambda **kw: KernelOperatorCV(
+            length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2), **kw
+        ),
+    }[make]
+    with pytest.warns(
+        UserWarning,
+        match=r"cv split\(s\) 0 of 5 have only identically zero validation outputs.*"
+        r"left out of the search.*KFold\(5, shuffle=True",
+    ) as caught:
         search = make_search(cv=5).fit(U, y.astype(float))
-    assert {w.filename for w in caught if "cv split" in str(w.message)} == {__file__}  # the user's line
+    assert {w.filename for w in caught if "cv split" in str(w.message)} == {
+        __file__
+    }  # the user's line
     assert search.n_splits_ == 4 and "split3_test_score" in search.cv_results_
     assert "split4_test_score" not in search.cv_results_
     assert np.isfinite(search.best_score_)
     with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
-        lazy = make_search(cv=5).fit(da.from_array(U, chunks=50), da.from_array(y.astype(float), chunks=50))
+        lazy = make_search(cv=5).fit(
+            da.from_array(U, chunks=50), da.from_array(y.astype(float), chunks=50)
+        )
     assert lazy.best_params_ == search.best_params_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert make_search(cv=KFold(5, shuffle=True, random_state=0)).fit(U, y.astype(float)).n_splits_ == 5
-    with pytest.raises(ValueError, match=r"every validation output of the 1 split\(s\) is identically zero.*"
-                                         r"pass a cv whose validation rows"):
-        make_search().fit(U[::-1], y[::-1].astype(float))  # the default split: the last 20 %, all zero
+        assert (
+            make_search(cv=KFold(5, shuffle=True, random_state=0)).fit(U, y.astype(float)).n_splits_
+            == 5
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"every validation output of the 1 split\(s\) is identically zero.*"
+        r"pass a cv whose validation rows",
+    ):
+        make_search().fit(
+            U[::-1], y[::-1].astype(float)
+        )  # the default split: the last 20 %, all zero
 
 
 @pytest.mark.cluster
@@ -966,7 +1306,11 @@ def test_folds_with_all_zero_outputs_are_left_out_of_a_search_on_the_workers(clu
     U, y = load_iris(return_X_y=True)
     kw = dict(n_features=100, random_state=0, cv=5, **SMALL)
     with cluster_client.as_current(), pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
-        lazy = RandomFeatureOperatorCV(**kw).fit(da.from_array(U, chunks=50), da.from_array(y.astype(float), chunks=50))
+        lazy = RandomFeatureOperatorCV(**kw).fit(
+            da.from_array(U, chunks=50), da.from_array(y.astype(float), chunks=50)
+        )
     assert lazy.n_splits_ == 4
     with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
-        assert lazy.best_params_ == RandomFeatureOperatorCV(**kw).fit(U, y.astype(float)).best_params_
+        assert (
+            lazy.best_params_ == RandomFeatureOperatorCV(**kw).fit(U, y.astype(float)).best_params_
+        )

@@ -36,7 +36,9 @@ def _recorded(call, match):
 
 
 def _assert_here(found):
-    assert [w.filename for w in found] == [__file__] * len(found), [(w.filename, w.lineno) for w in found]
+    assert [w.filename for w in found] == [__file__] * len(found), [
+        (w.filename, w.lineno) for w in found
+    ]
     assert all(issubclass(w.category, RfolDaskWarning) for w in found), [w.category for w in found]
 
 
@@ -48,17 +50,32 @@ def _data(M=60, n=8, seed=0):
 def test_warnings_of_fit_point_at_the_callers_line():
     X, Y = _data()
     # memory.memory_budget (stacklevel 3: pointed into rfol_dask/memory.py)
-    _assert_here(_recorded(lambda: RandomFeatureOperator(n_features=50, random_state=0,
-                                                         max_gram_bytes=4 * psutil.virtual_memory().total).fit(X, Y),
-                           "more than this machine's memory"))
+    _assert_here(
+        _recorded(
+            lambda: RandomFeatureOperator(
+                n_features=50, random_state=0, max_gram_bytes=4 * psutil.virtual_memory().total
+            ).fit(X, Y),
+            "more than this machine's memory",
+        )
+    )
     # memory.dual_plan on dask input (stacklevel 3: pointed into rfol_dask/rf_operator.py)
-    _assert_here(_recorded(lambda: RandomFeatureOperator(n_features=100, random_state=0, max_gram_bytes=1000).fit(
-        da.from_array(X, chunks=20), da.from_array(Y, chunks=20)), "factorising it blocked"))
+    _assert_here(
+        _recorded(
+            lambda: RandomFeatureOperator(n_features=100, random_state=0, max_gram_bytes=1000).fit(
+                da.from_array(X, chunks=20), da.from_array(Y, chunks=20)
+            ),
+            "factorising it blocked",
+        )
+    )
     # io.align_samples (stacklevel 4 happened to fit)
     Yl = xr.DataArray(Y, dims=("sample", "d"), coords={"sample": np.arange(len(Y))})
     Yl = Yl.isel(sample=np.random.default_rng(1).permutation(len(Y)))
-    _assert_here(_recorded(lambda: RandomFeatureOperator(n_features=50, random_state=0).fit(X, Yl),
-                           "paired by position"))
+    _assert_here(
+        _recorded(
+            lambda: RandomFeatureOperator(n_features=50, random_state=0).fit(X, Yl),
+            "paired by position",
+        )
+    )
 
 
 def test_warnings_of_predict_score_and_load_point_at_the_callers_line(tmp_path):
@@ -67,8 +84,11 @@ def test_warnings_of_predict_score_and_load_point_at_the_callers_line(tmp_path):
     X, Y = _data()
     x = np.linspace(0, 1, X.shape[1])
     model = RandomFeatureOperator(n_features=50, random_state=0, recovery="spectral").fit(
-        X, Y, input_grid=x, output_grid=x)
-    _assert_here(_recorded(lambda: model.predict(X[:3], output_grid=np.linspace(0, 1, 16)), "as periodic"))
+        X, Y, input_grid=x, output_grid=x
+    )
+    _assert_here(
+        _recorded(lambda: model.predict(X[:3], output_grid=np.linspace(0, 1, 16)), "as periodic")
+    )
     # metrics.r2_score through score (no stacklevel: pointed into rfol_dask/metrics.py)
     _assert_here(_recorded(lambda: model.score(X[:1], Y[:1]), "less than two samples"))
     path = model.save(tmp_path / "m.zarr")
@@ -85,8 +105,10 @@ def test_a_warning_in_a_task_of_the_package_points_at_the_task():
     """No user code on a pool thread's stack: the warning names the package's outermost frame
     (the task), not the pool's or dask's code that ran it."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        found = _recorded(lambda: pool.submit(memory.memory_budget, 4 * psutil.virtual_memory().total).result(),
-                          "more than this machine's memory")
+        found = _recorded(
+            lambda: pool.submit(memory.memory_budget, 4 * psutil.virtual_memory().total).result(),
+            "more than this machine's memory",
+        )
     assert [w.filename for w in found] == [memory.__file__]
 
 
@@ -110,12 +132,25 @@ def test_ridge_warning_points_at_the_callers_line():
     """The raised-ridge warning names the user's line on the in-memory, kernel and blocked dask
     paths (its fixed stacklevel=4 named rfol_dask/backend.py on the default path)."""
     X, Y = _duplicated_float32()
-    _assert_here(_recorded(lambda: RandomFeatureOperator(n_features=500, random_state=0).fit(X, Y),  # defaults
-                           r"alpha=1e-10 is not numerically positive definite in float32; used ridge"))
-    _assert_here(_recorded(lambda: KernelOperator(nugget=1e-30).fit(X, Y), "nugget=1e-30 .*used ridge"))
-    Xd, Yd = da.from_array(X.astype(np.float64), chunks=50), da.from_array(Y.astype(np.float64), chunks=50)
-    found = _recorded(lambda: RandomFeatureOperator(n_features=600, alpha=1e-30, random_state=0,
-                                                    max_gram_bytes=1000).fit(Xd, Yd), "used ridge")
+    _assert_here(
+        _recorded(
+            lambda: RandomFeatureOperator(n_features=500, random_state=0).fit(X, Y),  # defaults
+            r"alpha=1e-10 is not numerically positive definite in float32; used ridge",
+        )
+    )
+    _assert_here(
+        _recorded(lambda: KernelOperator(nugget=1e-30).fit(X, Y), "nugget=1e-30 .*used ridge")
+    )
+    Xd, Yd = (
+        da.from_array(X.astype(np.float64), chunks=50),
+        da.from_array(Y.astype(np.float64), chunks=50),
+    )
+    found = _recorded(
+        lambda: RandomFeatureOperator(
+            n_features=600, alpha=1e-30, random_state=0, max_gram_bytes=1000
+        ).fit(Xd, Yd),
+        "used ridge",
+    )
     _assert_here(found)  # the blocked factorisation's retries run on this thread
 
 
@@ -125,10 +160,18 @@ def _warn_calls():
     root = pathlib.Path(rfol_dask.__file__).parent
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warn"
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "warnings"):
-                category = node.args[1] if len(node.args) > 1 else next(
-                    (k.value for k in node.keywords if k.arg == "category"), None)
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "warn"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "warnings"
+            ):
+                category = (
+                    node.args[1]
+                    if len(node.args) > 1
+                    else next((k.value for k in node.keywords if k.arg == "category"), None)
+                )
                 yield path.relative_to(root), node.lineno, category, node.args[0]
 
 
@@ -157,11 +200,20 @@ def test_a_filter_by_category_reaches_the_package_s_warnings():
     filter on RfolDaskWarning, or on one kind, acts on them."""
     X, Y = _data()
     fit = lambda: RandomFeatureOperator(n_features=100, random_state=0, max_gram_bytes=1000).fit(  # noqa: E731
-        da.from_array(X, chunks=20), da.from_array(Y, chunks=20))
-    kinds = [getattr(exceptions, name) for name in exceptions.__all__ if name.endswith("Warning") or name == "RidgeRaised"]
+        da.from_array(X, chunks=20), da.from_array(Y, chunks=20)
+    )
+    kinds = [
+        getattr(exceptions, name)
+        for name in exceptions.__all__
+        if name.endswith("Warning") or name == "RidgeRaised"
+    ]
     assert not issubclass(RfolDaskWarning, (UserWarning, RuntimeWarning))
-    for kind in kinds[1:]:  # each the one standard category it always had: a filter on the other misses it
-        assert issubclass(kind, RfolDaskWarning) and issubclass(kind, UserWarning) != issubclass(kind, RuntimeWarning)
+    for kind in kinds[
+        1:
+    ]:  # each the one standard category it always had: a filter on the other misses it
+        assert issubclass(kind, RfolDaskWarning) and issubclass(kind, UserWarning) != issubclass(
+            kind, RuntimeWarning
+        )
     assert issubclass(exceptions.MemoryPlanWarning, RuntimeWarning)
     assert issubclass(exceptions.UndefinedMetricWarning, sklearn.exceptions.UndefinedMetricWarning)
     with warnings.catch_warnings():

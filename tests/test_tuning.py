@@ -18,18 +18,34 @@ def _data(M=300, n=12, seed=0):
     return U, V
 
 
-@pytest.mark.parametrize("law, metric, power", [("gaussian", "sqeuclidean", 1), ("cauchy", "cityblock", 1),
-                                                ("student_t", "euclidean", 1),
-                                                ("rational_quadratic", "sqeuclidean", 1)])
+@pytest.mark.parametrize(
+    "law, metric, power",
+    [
+        ("gaussian", "sqeuclidean", 1),
+        ("cauchy", "cityblock", 1),
+        ("student_t", "euclidean", 1),
+        ("rational_quadratic", "sqeuclidean", 1),
+    ],
+)
 def test_median_gamma_is_inverse_median_distance_of_the_law(law, metric, power):
     U, _ = _data()
     # the sample is all rows when M <= max_rows: the exact median over all pairs
-    assert median_gamma(U, law, random_state=0) == pytest.approx(1 / np.median(pdist(U, metric)), rel=1e-12)
+    assert median_gamma(U, law, random_state=0) == pytest.approx(
+        1 / np.median(pdist(U, metric)), rel=1e-12
+    )
     assert median_length_scale(U) == pytest.approx(np.median(pdist(U)), rel=1e-12)
 
 
-@pytest.mark.parametrize("law, nu", [("cauchy", None), ("gaussian", None), ("student_t", 3.0),
-                                     ("rational_quadratic", None), ("rational_quadratic", 2.5)])
+@pytest.mark.parametrize(
+    "law, nu",
+    [
+        ("cauchy", None),
+        ("gaussian", None),
+        ("student_t", 3.0),
+        ("rational_quadratic", None),
+        ("rational_quadratic", 2.5),
+    ],
+)
 def test_every_law_is_a_scale_family(law, nu):
     # the search draws gamma = 1 once and scales it for every gamma (rfol_dask.tuning.validation_slab)
     base, b = draw_frequencies(5, 600, law, 1.0, nu, 9)
@@ -50,7 +66,8 @@ def test_sample_is_seeded_and_independent_of_chunks():
     assert not np.array_equal(a, sample_rows(U, 100, random_state=4))
     # a wide sample is cut so the pair distances stay cheap, and the estimate stays close
     assert median_gamma(U, "gaussian", max_rows=200, random_state=0) == pytest.approx(
-        median_gamma(U, "gaussian", random_state=0), rel=0.1)
+        median_gamma(U, "gaussian", random_state=0), rel=0.1
+    )
 
 
 def test_constant_inputs_fall_back_to_one():
@@ -61,16 +78,19 @@ def test_constant_inputs_fall_back_to_one():
 @pytest.mark.parametrize("law", DISTRIBUTIONS)
 def test_default_gamma_is_the_median_heuristic(law):
     U, V = _data()
-    model = RandomFeatureOperator(n_features=200, distribution=law, nu=3 if law == "student_t" else None,
-                                  random_state=0).fit(U, V)
+    model = RandomFeatureOperator(
+        n_features=200, distribution=law, nu=3 if law == "student_t" else None, random_state=0
+    ).fit(U, V)
     assert model.gamma == "median"
     assert model.gamma_ == pytest.approx(median_gamma(U, law, random_state=0))
-    same = RandomFeatureOperator(n_features=200, distribution=law, nu=model.nu, gamma=model.gamma_,
-                                 random_state=0).fit(U, V)
+    same = RandomFeatureOperator(
+        n_features=200, distribution=law, nu=model.nu, gamma=model.gamma_, random_state=0
+    ).fit(U, V)
     np.testing.assert_array_equal(model.omega_, same.omega_)
     np.testing.assert_allclose(model.predict(U), same.predict(U))
     lazy = RandomFeatureOperator(n_features=200, distribution=law, nu=model.nu, random_state=0).fit(
-        da.from_array(U, chunks=(70, -1)), da.from_array(V, chunks=(70, -1)))
+        da.from_array(U, chunks=(70, -1)), da.from_array(V, chunks=(70, -1))
+    )
     assert lazy.gamma_ == model.gamma_
 
 
@@ -84,8 +104,15 @@ def test_default_gamma_beats_the_old_default_on_wide_inputs():
     Ut, Vt = U[240:], V[240:]
     from rfol_dask.metrics import relative_l2_error
 
-    err = {g: relative_l2_error(Vt, RandomFeatureOperator(n_features=400, gamma=g, alpha=1e-6, random_state=0)
-                                .fit(U[:240], V[:240]).predict(Ut)) for g in ("median", 1.0)}
+    err = {
+        g: relative_l2_error(
+            Vt,
+            RandomFeatureOperator(n_features=400, gamma=g, alpha=1e-6, random_state=0)
+            .fit(U[:240], V[:240])
+            .predict(Ut),
+        )
+        for g in ("median", 1.0)
+    }
     assert err["median"] < 0.5 * err[1.0]
 
 
@@ -95,13 +122,17 @@ def test_kernel_default_length_scale_is_the_median(tmp_path):
     assert model.length_scale_ == pytest.approx(np.median(pdist(U)), rel=1e-12)
     fixed = KernelOperator(length_scale=model.length_scale_).fit(U, V)
     np.testing.assert_allclose(model.predict(U[:20]), fixed.predict(U[:20]), rtol=1e-10)
-    lazy = KernelOperator().fit(da.from_array(U, chunks=(70, -1)), da.from_array(V, chunks=(70, -1)))
+    lazy = KernelOperator().fit(
+        da.from_array(U, chunks=(70, -1)), da.from_array(V, chunks=(70, -1))
+    )
     assert lazy.length_scale_ == model.length_scale_
     loaded = KernelOperator.load(model.save(tmp_path / "k.zarr"))
     assert loaded.length_scale_ == model.length_scale_
     np.testing.assert_allclose(loaded.predict(U[:5]), model.predict(U[:5]))
     pca = KernelOperator(n_components=4).fit(U, V)
-    assert pca.length_scale_ == pytest.approx(np.median(pdist((U - pca.pca_mean_) @ pca.pca_components_)))
+    assert pca.length_scale_ == pytest.approx(
+        np.median(pdist((U - pca.pca_mean_) @ pca.pca_components_))
+    )
 
 
 def test_median_on_dask_reads_only_the_sample_window_in_one_extra_compute():
@@ -124,7 +155,9 @@ def test_median_on_dask_reads_only_the_sample_window_in_one_extra_compute():
         return dask.get(dsk, keys, **kwargs)
 
     with dask.config.set(scheduler=counting):
-        model = RandomFeatureOperator(n_features=300, random_state=0).fit(Ud, da.from_array(V, chunks=(45, -1)))
+        model = RandomFeatureOperator(n_features=300, random_state=0).fit(
+            Ud, da.from_array(V, chunks=(45, -1))
+        )
     assert len(calls) == 2  # the sample, then the fit
     assert model.gamma_ == pytest.approx(median_gamma(U, "cauchy", random_state=0))
 
@@ -142,8 +175,9 @@ def test_ridge_paths_agree_and_the_cheaper_is_chosen():
     np.testing.assert_allclose(e, c, rtol=1e-10)
     # the eigen path's prediction is the ridge solution
     beta = np.linalg.solve(G + 0.1 * np.eye(70), V[:70] - V[:70].mean(axis=0))
-    np.testing.assert_allclose(EigenPath(G.copy(), K, V[:70]).predict(0.1), K @ beta + V[:70].mean(axis=0),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        EigenPath(G.copy(), K, V[:70]).predict(0.1), K @ beta + V[:70].mean(axis=0), rtol=1e-10
+    )
     assert eigh_pays(14, 1000) and not eigh_pays(14, 4000)
     # alpha = 0 on a singular Gram: the Cholesky path says inf, never a jittered value
     assert np.isinf(path_errors(np.zeros((70, 70)), K, V[:70], V[70:], [0.0], method="cholesky")[0])
@@ -158,7 +192,9 @@ def test_window_errors_solve_only_around_the_center_and_widen_at_an_edge():
     A = rng.normal(size=(400, 300))
     A -= A[:320].mean(axis=0)
     G, K = A[:320] @ A[:320].T, A[320:] @ A[:320].T
-    V = A @ rng.normal(size=(300, 3)) / 10 + 0.5 * rng.normal(size=(400, 3))  # noisy: an interior best alpha
+    V = A @ rng.normal(size=(300, 3)) / 10 + 0.5 * rng.normal(
+        size=(400, 3)
+    )  # noisy: an interior best alpha
     alphas = 10.0 ** np.arange(-8, 8)
     full = path_errors(G.copy(), K, V[:320], V[320:], alphas, method="cholesky")
     best = int(np.argmin(full))
@@ -170,10 +206,12 @@ def test_window_errors_solve_only_around_the_center_and_widen_at_an_edge():
     np.testing.assert_allclose(win[solved], full[solved], rtol=1e-12)
     # centred far below the best: widened until the best is inside, and found
     win = window_errors(G, K, V[:320], V[320:], alphas, 0)
-    assert int(np.nanargmin(win)) == best and np.isnan(win[best + 2:]).all()
+    assert int(np.nanargmin(win)) == best and np.isnan(win[best + 2 :]).all()
     # path_errors uses the window when one Cholesky per alpha of it beats an eigh (M = 320 > 225)
     auto = path_errors(G.copy(), K, V[:320], V[320:], alphas, center=best)
-    np.testing.assert_array_equal(np.isnan(auto), np.isnan(window_errors(G, K, V[:320], V[320:], alphas, best)))
+    np.testing.assert_array_equal(
+        np.isnan(auto), np.isnan(window_errors(G, K, V[:320], V[320:], alphas, best))
+    )
     small = path_errors(G[:100, :100].copy(), K[:, :100], V[:100], V[320:], alphas, center=best)
     assert np.isfinite(small).all()  # M = 100: the eigh path gives every alpha
 
@@ -257,26 +295,39 @@ def test_alphas_below_the_rounding_floor_of_the_gram_are_not_scored():
 
     rng = np.random.default_rng(0)
     M, N = 300, 100
-    A = np.cos(rng.normal(size=(M + 60, 8)) @ rng.normal(size=(8, N)) + rng.uniform(0, 2 * np.pi, N)) * np.sqrt(2 / N)
+    A = np.cos(
+        rng.normal(size=(M + 60, 8)) @ rng.normal(size=(8, N)) + rng.uniform(0, 2 * np.pi, N)
+    ) * np.sqrt(2 / N)
     A -= A[:M].mean(axis=0)
-    V = A @ rng.normal(size=(N, 3)) + 0.01 * rng.normal(size=(M + 60, 3))  # outputs partly outside the span
+    V = A @ rng.normal(size=(N, 3)) + 0.01 * rng.normal(
+        size=(M + 60, 3)
+    )  # outputs partly outside the span
     G, K = A[:M] @ A[:M].T, A[M:] @ A[:M].T
     floor = rounding_floor(G)
     assert floor == pytest.approx(2 * np.finfo(float).eps * np.trace(G) / np.sqrt(M))
     alphas = 10.0 ** np.arange(-17, -9)
     below = alphas < floor
     assert below.sum() == 3
-    paths = {m: path_errors(np.asfortranarray(G), K, V[:M], V[M:], alphas, method=m) for m in ("eigh", "cholesky")}
-    paths["window"] = path_errors(np.asfortranarray(G), K, V[:M], V[M:], alphas, method="auto", center=0, half_width=1)
+    paths = {
+        m: path_errors(np.asfortranarray(G), K, V[:M], V[M:], alphas, method=m)
+        for m in ("eigh", "cholesky")
+    }
+    paths["window"] = path_errors(
+        np.asfortranarray(G), K, V[:M], V[M:], alphas, method="auto", center=0, half_width=1
+    )
     for errs in paths.values():
         assert np.isnan(errs[below]).all()
-    assert np.isfinite(paths["window"][~below][:3]).all()  # the window starts at the first alpha above the floor
+    assert np.isfinite(
+        paths["window"][~below][:3]
+    ).all()  # the window starts at the first alpha above the floor
     # at least 10x above the floor the scores are resolved: the paths agree, and rounding-level changes
     # of the Gram move them by less than 0.5 %
     resolved = alphas >= 10 * floor
     np.testing.assert_allclose(paths["eigh"][resolved], paths["cholesky"][resolved], rtol=5e-3)
     E = rng.uniform(-1, 1, G.shape) * np.finfo(float).eps * np.abs(G)
-    moved = path_errors(np.asfortranarray(G + (E + E.T) / 2), K, V[:M], V[M:], alphas, method="eigh")
+    moved = path_errors(
+        np.asfortranarray(G + (E + E.T) / 2), K, V[:M], V[M:], alphas, method="eigh"
+    )
     np.testing.assert_allclose(moved[resolved], paths["eigh"][resolved], rtol=5e-3)
     # the eigen path scores no alpha at which G + alpha I is not positive definite
     path = EigenPath(np.asfortranarray(G), K, V[:M])

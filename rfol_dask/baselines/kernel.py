@@ -32,17 +32,37 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import backend
 from ..estimator import OperatorEstimator
+from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
 from ..gram import check_finite, linear_partial, linear_shifts
 from ..linalg import blas_limits, factor_threads, ridge_name
+from ..memory import (
+    ROW_BLOCK_BYTES,
+    check_gram_memory,
+    check_host_memory,
+    dual_plan,
+    gram_slots,
+    memory_budget,
+    n_slots,
+)
 from ..progress import active_client
-from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
-from ..memory import (ROW_BLOCK_BYTES, check_gram_memory, check_host_memory, dual_plan, gram_slots, memory_budget,
-                      n_slots)
-from ..solve.graph import MAX_TILE_BLOCKS, TaskNames, column_slab, compute_fit, row_blocks, with_ridges
+from ..solve.graph import (
+    MAX_TILE_BLOCKS,
+    TaskNames,
+    column_slab,
+    compute_fit,
+    row_blocks,
+    with_ridges,
+)
 from ..solve.in_memory import dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
 from ..solve.tiled import dual_graph
-from ..tuning import eigh_above, median_length_scale, rounding_floor, sample_rows, weighted_directions
+from ..tuning import (
+    eigh_above,
+    median_length_scale,
+    rounding_floor,
+    sample_rows,
+    weighted_directions,
+)
 from .kernels import KERNELS, kernel_tile
 
 __all__ = ["KernelOperator", "linear_dual", "pca", "transform_inputs"]
@@ -54,7 +74,9 @@ def transform_inputs(U, start, mean, components, dtype):
     where ``U`` lives."""
     ref = components if backend.is_array_api(components) else U
     xp = backend.namespace(ref) if backend.is_array_api(ref) else np
-    U = xp.asarray(backend.to_namespace(U, xp) if xp is not np else U, dtype=getattr(xp, np.dtype(dtype).name))
+    U = xp.asarray(
+        backend.to_namespace(U, xp) if xp is not np else U, dtype=getattr(xp, np.dtype(dtype).name)
+    )
     check_finite(U, start, "U")
     return U if components is None else (U - mean) @ components
 
@@ -62,7 +84,9 @@ def transform_inputs(U, start, mean, components, dtype):
 def _predict_linear(U, coef, intercept, mean, components):
     """``x W + c0`` for one row block (k, n) -> (k, m): the linear kernel fitted in the primal."""
     xp = backend.namespace(coef)
-    X = transform_inputs(backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(coef.dtype))
+    X = transform_inputs(
+        backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(coef.dtype)
+    )
     out = X @ coef
     out += intercept
     return out
@@ -71,7 +95,9 @@ def _predict_linear(U, coef, intercept, mean, components):
 def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
     """``k(U, X_train) Beta + c0`` for one row block (k, n) -> (k, m), in row chunks."""
     xp = backend.namespace(Beta)
-    X = transform_inputs(backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(Beta.dtype))
+    X = transform_inputs(
+        backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(Beta.dtype)
+    )
     M = X.shape[0]
     out = xp.empty((M, Beta.shape[1]), dtype=Beta.dtype)
     step = max(1, ROW_BLOCK_BYTES // (backend.itemsize(Beta.dtype) * max(1, X_train.shape[0])))
@@ -101,20 +127,28 @@ def pca(U, n_components, power=None):
     One pass over ``U`` (the ``n x n`` scatter matrix is summed over sample blocks) and an
     ``n x n`` symmetric eigendecomposition; memory ``n^2``.
     """
-    if backend.is_array_api(U):  # CuPy: the scatter on the device, the small eigenproblem on the host
+    if backend.is_array_api(
+        U
+    ):  # CuPy: the scatter on the device, the small eigenproblem on the host
         check_finite(U, 0, "U")
         xp = backend.namespace(U)
         mean = xp.mean(U, axis=0)
         Uc = U - mean
-        mean, Q = pca_from_scatter(backend.to_numpy(mean), backend.to_numpy(Uc.T @ Uc), n_components, power)
+        mean, Q = pca_from_scatter(
+            backend.to_numpy(mean), backend.to_numpy(Uc.T @ Uc), n_components, power
+        )
         return backend.to_namespace(mean, xp), backend.to_namespace(Q, xp)
     mean = U.mean(axis=0)
     Uc = U - mean
     lib = da if isinstance(U, da.Array) else np
-    mean, scatter, bad = dask.compute(mean, Uc.T @ Uc, lib.flatnonzero(~lib.isfinite(U).all(axis=1)))
+    mean, scatter, bad = dask.compute(
+        mean, Uc.T @ Uc, lib.flatnonzero(~lib.isfinite(U).all(axis=1))
+    )
     if bad.size:  # the eigensolver would not converge: named as the fit's own check names them
-        raise ValueError(f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop or "
-                         "fill those samples before fitting")
+        raise ValueError(
+            f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop or "
+            "fill those samples before fitting"
+        )
     return pca_from_scatter(mean, scatter, n_components, power)
 
 
@@ -130,7 +164,9 @@ def pca_from_scatter(mean, scatter, n_components, power=None):
         p = min(int(n_components), Q.shape[1])
         return np.asarray(mean), np.ascontiguousarray(Q[:, :p])
     ratio = np.sqrt(np.clip(lam, 0.0, None) / lam[0]) if lam[0] > 0 else np.ones_like(lam)
-    return np.asarray(mean), weighted_directions(Q, ratio, power, None if n_components is None else int(n_components))
+    return np.asarray(mean), weighted_directions(
+        Q, ratio, power, None if n_components is None else int(n_components)
+    )
 
 
 def linear_dual(X, V, *, alpha, fit_intercept):
@@ -154,19 +190,27 @@ def linear_dual(X, V, *, alpha, fit_intercept):
     V = _checked(V, X)
     xp = backend.namespace(X)
     M = X.shape[0]
-    with blas_limits(factor_threads()):  # a task of a dask fit borrows its host's idle cores, as the factor does
+    with blas_limits(
+        factor_threads()
+    ):  # a task of a dask fit borrows its host's idle cores, as the factor does
         K = (X @ X.T).T  # Fortran order on numpy, as eigh and centre_gram work in place
         r = xp.sum(K, axis=1)
-        floor = rounding_floor(K, bound=True)  # of the uncentred Gram, whose entries the centring subtracts
+        floor = rounding_floor(
+            K, bound=True
+        )  # of the uncentred Gram, whose entries the centring subtracts
         if fit_intercept:
             backend.centre_gram(K, r / M, xp.sum(r) / M**2)
         lam, Q = eigh_above(K, floor)
         del K
         vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
-        Beta = Q @ ((Q.T @ (V - vbar)) / (lam + alpha)[:, None])  # (M, m); zero if every eigenvalue is rounding
+        Beta = Q @ (
+            (Q.T @ (V - vbar)) / (lam + alpha)[:, None]
+        )  # (M, m); zero if every eigenvalue is rounding
     if fit_intercept:
         Beta -= xp.mean(Beta, axis=0)
-    return DualFactor(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha)), Beta
+    return DualFactor(
+        L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha)
+    ), Beta
 
 
 def _block_moments(X):
@@ -273,13 +317,32 @@ class KernelOperator(OperatorEstimator):
         "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None],
         **OperatorEstimator._common_constraints,
     }
-    _fitted_arrays = ("X_train_", "dual_coef_", "coef_", "intercept_", "pca_mean_", "pca_components_")
+    _fitted_arrays = (
+        "X_train_",
+        "dual_coef_",
+        "coef_",
+        "intercept_",
+        "pca_mean_",
+        "pca_components_",
+    )
     _fitted_scalars = ("length_scale_", "kernel_")
 
-    def __init__(self, *, kernel="rbf", length_scale="median", nugget=1e-8, n_components=None, pca_power=None,
-                 fit_intercept=True,
-                 dtype=None, column_block=None, max_gram_bytes=None, progress=False, recovery="cubic",
-                 device="cpu"):
+    def __init__(
+        self,
+        *,
+        kernel="rbf",
+        length_scale="median",
+        nugget=1e-8,
+        n_components=None,
+        pca_power=None,
+        fit_intercept=True,
+        dtype=None,
+        column_block=None,
+        max_gram_bytes=None,
+        progress=False,
+        recovery="cubic",
+        device="cpu",
+    ):
         self.kernel = kernel
         self.length_scale = length_scale
         self.nugget = nugget
@@ -294,7 +357,9 @@ class KernelOperator(OperatorEstimator):
         self.device = device
 
     def _tile(self):
-        return functools.partial(kernel_tile, kernel=self.kernel_, length_scale=float(self.length_scale_))
+        return functools.partial(
+            kernel_tile, kernel=self.kernel_, length_scale=float(self.length_scale_)
+        )
 
     def _older_scalars(self):
         """Models saved before ``kernel_`` was kept were fitted with the kernel of their parameters."""
@@ -312,9 +377,13 @@ class KernelOperator(OperatorEstimator):
             ell = median_length_scale(transform(sample_rows(U, random_state=0), 0), random_state=0)
         with np.errstate(over="ignore", under="ignore"):
             if not 0 < np.float64(ell) ** 2 < np.inf:
-                source = " (the median distance of the inputs)" if self.length_scale == "median" else ""
-                raise ValueError(f"length scale {ell:.3g}{source}: its square is beyond the range of float64; "
-                                 "rescale the inputs (e.g. to unit spread)")
+                source = (
+                    " (the median distance of the inputs)" if self.length_scale == "median" else ""
+                )
+                raise ValueError(
+                    f"length scale {ell:.3g}{source}: its square is beyond the range of float64; "
+                    "rescale the inputs (e.g. to unit spread)"
+                )
         return ell
 
     def _primal(self, M, p):
@@ -354,11 +423,22 @@ class KernelOperator(OperatorEstimator):
         M, p = U.shape[0], self._width(U.shape[1])
         xp = backend.namespace(U) if not lazy and backend.is_array_api(U) else None
         if self._primal(M, p):
-            check_gram_memory(p, dtype, self.max_gram_bytes, client if lazy else None, solver="linear",
-                              peak_copies=2 if lazy and n_slots(client) > 1 else 1, xp=xp, budget=budget)
+            check_gram_memory(
+                p,
+                dtype,
+                self.max_gram_bytes,
+                client if lazy else None,
+                solver="linear",
+                peak_copies=2 if lazy and n_slots(client) > 1 else 1,
+                xp=xp,
+                budget=budget,
+            )
         elif not lazy:  # the linear kernel's eigen solve holds the eigenvectors beside the Gram
-            held = ({f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize} if self._eigen_dual()
-                    else None)
+            held = (
+                {f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize}
+                if self._eigen_dual()
+                else None
+            )
             check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
 
     def _model_bytes(self, M, n, m, dtype, lazy):
@@ -384,8 +464,11 @@ class KernelOperator(OperatorEstimator):
         its GPU, within the GPU's budget)."""
         if lazy or not backend.is_array_api(U):
             M, n, m = U.shape[0], U.shape[1], V.shape[1]
-            fewer = ("inputs (n_components)" if self._primal(M, self._width(n))
-                     else "training samples (the model holds them), inputs (n_components)")
+            fewer = (
+                "inputs (n_components)"
+                if self._primal(M, self._width(n))
+                else "training samples (the model holds them), inputs (n_components)"
+            )
             check_host_memory(self._model_bytes(M, n, m, dtype, lazy), dtype, fewer=fewer)
 
     def _model_format(self):
@@ -403,12 +486,18 @@ class KernelOperator(OperatorEstimator):
         self.pca_mean_ = self.pca_components_ = None
         if lazy:
             self._refuse_device(U)
-        self._check_model_memory(U, V, lazy, dtype)  # before any work (the PCA, the median length scale)
+        self._check_model_memory(
+            U, V, lazy, dtype
+        )  # before any work (the PCA, the median length scale)
         if self.n_components is not None or self.pca_power is not None:
             xp = backend.namespace(U) if backend.is_array_api(U) else np
-            self.pca_mean_, self.pca_components_ = (xp.astype(a, getattr(xp, dtype.name))
-                                                    for a in pca(U, self.n_components, self.pca_power))
-        transform = functools.partial(transform_inputs, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype)
+            self.pca_mean_, self.pca_components_ = (
+                xp.astype(a, getattr(xp, dtype.name))
+                for a in pca(U, self.n_components, self.pca_power)
+            )
+        transform = functools.partial(
+            transform_inputs, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype
+        )
         alpha = float(self.nugget)
         self.kernel_ = self.kernel
         self.length_scale_ = self._resolve_length_scale(U, transform)
@@ -420,41 +509,89 @@ class KernelOperator(OperatorEstimator):
         if not lazy:
             self._check_gram_memory(U, lazy, dtype)
             X = transform(U, 0)
-            if X is U:  # the caller's array, maybe (validated without a copy): kept as it is now, not as it will be
+            if (
+                X is U
+            ):  # the caller's array, maybe (validated without a copy): kept as it is now, not as it will be
                 X = backend.copy(X)
-            solve = linear_dual if self._eigen_dual() else functools.partial(dual_numpy, tile=self._tile())
+            solve = (
+                linear_dual
+                if self._eigen_dual()
+                else functools.partial(dual_numpy, tile=self._tile())
+            )
             fac, Beta = solve(X, V, alpha=alpha, fit_intercept=self.fit_intercept)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
         client = active_client()
         m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
-        Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS,
-                                          row_bytes=U.shape[1] * size)
+        Ub, Vb, starts, cols = row_blocks(
+            U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS, row_bytes=U.shape[1] * size
+        )
         # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the Gram; the
         # chain that assembles it a row of tiles (tiled.dual_graph): one Gram more with one row block
-        held, what = ((M * (M + self._width(U.shape[1]) + m) * size, "the data") if eigen else
-                      (int(max(np.diff(starts))) * M * size, "a row of Gram tiles"))
+        held, what = (
+            (M * (M + self._width(U.shape[1]) + m) * size, "the data")
+            if eigen
+            else (int(max(np.diff(starts))) * M * size, "a row of Gram tiles")
+        )
         # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no sum of Grams
-        blocked = dual_plan(M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False, held_what=what).blocked
+        blocked = dual_plan(
+            M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False, held_what=what
+        ).blocked
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
 
         def run(ridge):  # the blocked factorisation is tried again with raised ridges if it fails
-            fac, betas = dual_graph(Xb, Vb, starts, self._tile(), cols, alpha=ridge, fit_intercept=self.fit_intercept,
-                                    dtype=dtype, blocked=blocked)
-            intercepts = [dask.delayed(dual_intercept)(fac, Beta, start=c0) for (c0, _), Beta in zip(cols, betas)]
-            return compute_fit(dask.delayed(np.concatenate)(Xb), betas, intercepts, progress=self.progress,
-                               client=client, desc="fit (kernel)", alpha=ridge, factor=fac)
+            fac, betas = dual_graph(
+                Xb,
+                Vb,
+                starts,
+                self._tile(),
+                cols,
+                alpha=ridge,
+                fit_intercept=self.fit_intercept,
+                dtype=dtype,
+                blocked=blocked,
+            )
+            intercepts = [
+                dask.delayed(dual_intercept)(fac, Beta, start=c0)
+                for (c0, _), Beta in zip(cols, betas)
+            ]
+            return compute_fit(
+                dask.delayed(np.concatenate)(Xb),
+                betas,
+                intercepts,
+                progress=self.progress,
+                client=client,
+                desc="fit (kernel)",
+                alpha=ridge,
+                factor=fac,
+            )
 
-        if eigen and not blocked:  # the in-memory solve, in one task: the other dual too makes its Gram on one worker
+        if (
+            eigen and not blocked
+        ):  # the in-memory solve, in one task: the other dual too makes its Gram on one worker
             X = dask.delayed(np.concatenate)(Xb)
-            fac, Beta = dask.delayed(linear_dual, nout=2)(X, dask.delayed(column_slab)(0, m, dtype, *Vb), alpha=alpha,
-                                                          fit_intercept=self.fit_intercept)
-            X, betas, intercepts = compute_fit(X, [Beta], [dask.delayed(dual_intercept)(fac, Beta)],
-                                               progress=self.progress, client=client,
-                                               desc="fit (linear kernel, eigen)", alpha=alpha)
+            fac, Beta = dask.delayed(linear_dual, nout=2)(
+                X,
+                dask.delayed(column_slab)(0, m, dtype, *Vb),
+                alpha=alpha,
+                fit_intercept=self.fit_intercept,
+            )
+            X, betas, intercepts = compute_fit(
+                X,
+                [Beta],
+                [dask.delayed(dual_intercept)(fac, Beta)],
+                progress=self.progress,
+                client=client,
+                desc="fit (linear kernel, eigen)",
+                alpha=alpha,
+            )
         else:
             # the linear kernel's diagonal is not 1: its mean sets the raised ridges, as in memory
-            mean_diag = functools.partial(_linear_mean_diag, Xb, self.fit_intercept) if self.kernel == "linear" else 1.0
+            mean_diag = (
+                functools.partial(_linear_mean_diag, Xb, self.fit_intercept)
+                if self.kernel == "linear"
+                else 1.0
+            )
             X, betas, intercepts = with_ridges(run, alpha, dtype, mean_diag)
         self.X_train_ = X
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
@@ -465,7 +602,8 @@ class KernelOperator(OperatorEstimator):
         if self.device != "cpu" or backend.is_array_api(getattr(U, "_meta", None)):
             raise NotImplementedError(
                 "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): pass "
-                "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit")
+                "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit"
+            )
 
     def _solve_primal(self, U, V, lazy, dtype, transform, alpha):
         """The linear kernel's ridge in the primal: ``(coef (p, m), intercept (m,))`` from the
@@ -482,28 +620,59 @@ class KernelOperator(OperatorEstimator):
             sums = None
             for s, e in row_ranges(M, X.shape[1] * backend.itemsize(X.dtype)):
                 sums = linear_partial(X[s:e, ...], V[s:e, ...], s, sums, shifts)
-            return primal_solve(primal_factor(sums, shifts, alpha, self.fit_intercept), 0, V.shape[1])
+            return primal_solve(
+                primal_factor(sums, shifts, alpha, self.fit_intercept), 0, V.shape[1]
+            )
         client = active_client()
-        budget = memory_budget(self.max_gram_bytes, client)  # asked once, for the check and the chains
+        budget = memory_budget(
+            self.max_gram_bytes, client
+        )  # asked once, for the check and the chains
         self._check_gram_memory(U, lazy, dtype, client, budget)
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
         names = TaskNames()
-        Xb = [dask.delayed(transform)(Ub[i], starts[i], dask_key_name=names("inputs", i)) for i in range(len(Ub))]
+        Xb = [
+            dask.delayed(transform)(Ub[i], starts[i], dask_key_name=names("inputs", i))
+            for i in range(len(Ub))
+        ]
         shifts = dask.delayed(linear_shifts, nout=2)(Xb[0], Vb[0], self.fit_intercept)
 
         def add_block(i, acc):
-            return dask.delayed(linear_partial)(Xb[i], Vb[i], starts[i], acc, shifts,
-                                                dask_key_name=names("primal-partial", i))
+            return dask.delayed(linear_partial)(
+                Xb[i], Vb[i], starts[i], acc, shifts, dask_key_name=names("primal-partial", i)
+            )
 
-        p = self._width(U.shape[1])  # a worker runs the chains its memory holds, each with its p x p and p x m sums
-        per_worker = gram_slots(p, dtype, with_each=p * V.shape[1] * np.dtype(dtype).itemsize, budget=budget)
-        coef, intercept = solve_primal(primal_sums(len(Ub), add_block, client, per_worker), shifts, cols, names, alpha=alpha,
-                                       fit_intercept=self.fit_intercept, client=client, progress=self.progress,
-                                       desc="fit (linear kernel, primal)")
+        p = self._width(
+            U.shape[1]
+        )  # a worker runs the chains its memory holds, each with its p x p and p x m sums
+        per_worker = gram_slots(
+            p, dtype, with_each=p * V.shape[1] * np.dtype(dtype).itemsize, budget=budget
+        )
+        coef, intercept = solve_primal(
+            primal_sums(len(Ub), add_block, client, per_worker),
+            shifts,
+            cols,
+            names,
+            alpha=alpha,
+            fit_intercept=self.fit_intercept,
+            client=client,
+            progress=self.progress,
+            desc="fit (linear kernel, primal)",
+        )
         return coef.astype(dtype, copy=False), intercept.astype(dtype, copy=False)
 
     def _predict_kernel(self):
         if getattr(self, "coef_", None) is not None:  # (a model saved before coef_ has none)
-            return _predict_linear, (self.coef_, self.intercept_, self.pca_mean_, self.pca_components_)
-        return _predict_block, (self.X_train_, self.dual_coef_, self.intercept_, self.pca_mean_,
-                                self.pca_components_, self._tile())
+            return _predict_linear, (
+                self.coef_,
+                self.intercept_,
+                self.pca_mean_,
+                self.pca_components_,
+            )
+        return _predict_block, (
+            self.X_train_,
+            self.dual_coef_,
+            self.intercept_,
+            self.pca_mean_,
+            self.pca_components_,
+            self._tile(),
+        )

@@ -42,7 +42,10 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
     if kernel == "linear":
         K_tt, K_vt = X_t @ X_t.T, X_v @ X_t.T
     else:
-        K_tt, K_vt = kernel_values(copy(D2_tt), kernel, length_scale), kernel_values(copy(D2_vt), kernel, length_scale)
+        K_tt, K_vt = (
+            kernel_values(copy(D2_tt), kernel, length_scale),
+            kernel_values(copy(D2_vt), kernel, length_scale),
+        )
     xp = namespace(K_tt)
     trace = float(xp.sum(diagonal(K_tt)))
     if fit_intercept:
@@ -175,10 +178,28 @@ class KernelOperatorCV(SelectionCV):
         **OperatorEstimator._common_constraints,
     }
 
-    def __init__(self, *, kernels=("rbf", "matern52", "inverse_quadratic"), length_scales=None, nuggets=None,
-                 n_components=None, pca_power=None, cv=None, coarse=0.25, refine=DEFAULT_REFINE, fine=0.5, refit=True, alpha_path="auto",
-                 fit_intercept=True, dtype=None, column_block=None, max_gram_bytes=None, progress=False,
-                 recovery="cubic", device="cpu"):
+    def __init__(
+        self,
+        *,
+        kernels=("rbf", "matern52", "inverse_quadratic"),
+        length_scales=None,
+        nuggets=None,
+        n_components=None,
+        pca_power=None,
+        cv=None,
+        coarse=0.25,
+        refine=DEFAULT_REFINE,
+        fine=0.5,
+        refit=True,
+        alpha_path="auto",
+        fit_intercept=True,
+        dtype=None,
+        column_block=None,
+        max_gram_bytes=None,
+        progress=False,
+        recovery="cubic",
+        device="cpu",
+    ):
         self.kernels = kernels
         self.length_scales = length_scales
         self.nuggets = nuggets
@@ -208,10 +229,18 @@ class KernelOperatorCV(SelectionCV):
         self._check_grids("length_scales", "nuggets", "refine")
 
     def _base_estimator(self, **best):
-        return KernelOperator(n_components=self.n_components, pca_power=self.pca_power,
-                              fit_intercept=self.fit_intercept, dtype=self.dtype,
-                              column_block=self.column_block, max_gram_bytes=self.max_gram_bytes,
-                              progress=self.progress, recovery=self.recovery, device=self.device, **best)
+        return KernelOperator(
+            n_components=self.n_components,
+            pca_power=self.pca_power,
+            fit_intercept=self.fit_intercept,
+            dtype=self.dtype,
+            column_block=self.column_block,
+            max_gram_bytes=self.max_gram_bytes,
+            progress=self.progress,
+            recovery=self.recovery,
+            device=self.device,
+            **best,
+        )
 
     def _refit_candidates(self):
         """The kernels a winner may have where their refits differ in memory: the linear kernel's
@@ -221,9 +250,14 @@ class KernelOperatorCV(SelectionCV):
 
     def _prepare(self, U, client=None):
         self._distances = None
-        self._pca = ((None, None) if self.n_components is None and self.pca_power is None
-                     else pca(U, self.n_components, self.pca_power))
-        transform = functools.partial(transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64)
+        self._pca = (
+            (None, None)
+            if self.n_components is None and self.pca_power is None
+            else pca(U, self.n_components, self.pca_power)
+        )
+        transform = functools.partial(
+            transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64
+        )
         self._transform = transform
         ell = KernelOperator(kernel="rbf")._resolve_length_scale(U, transform)
         self.median_scales_ = {k: (1.0 if k == "linear" else ell) for k in self.kernels}
@@ -231,8 +265,10 @@ class KernelOperatorCV(SelectionCV):
     def _search_memory(self, M_t, M_v):
         """Beside a training Gram: the distances, the Gram's copy and the ridge path's eigenvectors
         (three more ``M_t x M_t``), the validation distances and cross-Gram (two ``M_v x M_t``)."""
-        return {f"the distances, a copy and the eigenvectors, {M_t} x {M_t} each": 3 * 8 * M_t * M_t,
-                f"the validation distances and cross-Gram, {M_v} x {M_t} each": 2 * 8 * M_v * M_t}
+        return {
+            f"the distances, a copy and the eigenvectors, {M_t} x {M_t} each": 3 * 8 * M_t * M_t,
+            f"the validation distances and cross-Gram, {M_v} x {M_t} each": 2 * 8 * M_v * M_t,
+        }
 
     def _families(self):
         return list(self.kernels)
@@ -256,7 +292,10 @@ class KernelOperatorCV(SelectionCV):
         key = (train.tobytes(), valid.tobytes())
         cached = getattr(self, "_distances", None)
         if cached is None or cached[0] != key or (need and cached[1][2] is None):
-            X_t, X_v = self._transform(take_rows(X, train), 0), self._transform(take_rows(X, valid), 0)
+            X_t, X_v = (
+                self._transform(take_rows(X, train), 0),
+                self._transform(take_rows(X, valid), 0),
+            )
             D2_tt = D2_vt = None
             if need:
                 D2_tt, D2_vt = fill_diagonal(sq_distances(X_t, X_t), 0.0), sq_distances(X_v, X_t)
@@ -269,7 +308,9 @@ class KernelOperatorCV(SelectionCV):
         finally:
             self._distances = None  # the fitted estimator keeps no M_t x M_t arrays
 
-    def _stage_errors(self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None, after=None):
+    def _stage_errors(
+        self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None, after=None
+    ):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), 1,
         n_nugget + 1), computed here (``after`` is not used: the splits are scored one after the
         other). The linear kernel is scored as it is refitted: in the primal where its inputs (or
@@ -279,11 +320,15 @@ class KernelOperatorCV(SelectionCV):
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
         args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
-        if kernel == "linear" and self._base_estimator(kernel="linear")._primal(X.shape[0], X_t.shape[1]):
+        if kernel == "linear" and self._base_estimator(kernel="linear")._primal(
+            X.shape[0], X_t.shape[1]
+        ):
             G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
             return np.asarray([[floored_path_errors(as_fortran(G), K, *args, design=X_c)]])
         for m in mults:
-            G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v)
+            G, K, trace = centred_kernels(
+                D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v
+            )
             # the linear kernel's dual leaves out the directions of rounding, as its refit (linear_dual)
             drop = rounding_floor(G, trace, bound=True) if kernel == "linear" else None
             out.append([floored_path_errors(as_fortran(G), K, *args, trace=trace, drop=drop)])

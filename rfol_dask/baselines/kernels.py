@@ -52,7 +52,11 @@ def sq_distances(X, Y):
     return D
 
 
-_GENERIC = {"exp": lambda xp, x: xp.exp(x), "sqrt": lambda xp, x: xp.sqrt(x), "reciprocal": lambda xp, x: 1.0 / x}
+_GENERIC = {
+    "exp": lambda xp, x: xp.exp(x),
+    "sqrt": lambda xp, x: xp.sqrt(x),
+    "reciprocal": lambda xp, x: 1.0 / x,
+}
 
 
 def _elementwise(name, x):

@@ -6,20 +6,22 @@
 registers a :class:`DatasetSpec`. How each data set is made: docs/datasets.md.
 """
 
+from . import advection, advection3, burgers, darcy, helmholtz, navier_stokes, structural_mechanics  # noqa: F401  (each module registers its data sets)
 from .registry import DatasetSpec, get, names, register, resolve_params, sample_rng
 from .store import generate, open_dataset, request_mismatch, reuse_or_generate
-from . import (  # noqa: F401  (each module registers its data sets)
-    advection,
-    advection3,
-    burgers,
-    darcy,
-    helmholtz,
-    navier_stokes,
-    structural_mechanics,
-)
 
-__all__ = ["DatasetSpec", "get", "names", "register", "resolve_params", "sample_rng",
-           "generate", "open_dataset", "reuse_or_generate", "request_mismatch"]
+__all__ = [
+    "DatasetSpec",
+    "get",
+    "names",
+    "register",
+    "resolve_params",
+    "sample_rng",
+    "generate",
+    "open_dataset",
+    "reuse_or_generate",
+    "request_mismatch",
+]
 
 
 def __getattr__(name):

@@ -90,8 +90,15 @@ ADVECTION1 = register(
         grids=_grids,
         ranges=_RANGES,
         description="Advection I: periodic square wave translated to t = 20/39 (40 -> 40)",
-        paper=dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-15,
-                   cauchy=2.55e-6, gaussian=4.62e-6),
+        paper=dict(
+            train=1000,
+            test=1000,
+            n_features=5000,
+            gamma=1e-5,
+            alpha=1e-15,
+            cauchy=2.55e-6,
+            gaussian=4.62e-6,
+        ),
     )
 )
 
@@ -107,7 +114,14 @@ ADVECTION2 = register(
         grids=_grids,
         ranges=_RANGES,
         description="Advection II: square wave plus bump translated to t = 20/39 (40 -> 40)",
-        paper=dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-15,
-                   cauchy=1.88e-6, gaussian=6.30e-6),
+        paper=dict(
+            train=1000,
+            test=1000,
+            n_features=5000,
+            gamma=1e-5,
+            alpha=1e-15,
+            cauchy=1.88e-6,
+            gaussian=6.30e-6,
+        ),
     )
 )

@@ -23,8 +23,13 @@ from .registry import DatasetSpec, at_least, greater, register, sample_rng
 __all__ = ["ADVECTION3", "make_block", "grids", "coefficients", "draw_theta", "field"]
 
 _DEFAULTS = {"n_points": 200, "n_modes": 50, "tau": 3.0, "alpha": 2.0, "shift": 0.5}
-_RANGES = {"n_points": at_least(2), "n_modes": at_least(1), "tau": at_least(0), "alpha": greater(0),
-           "shift": greater(0)}
+_RANGES = {
+    "n_points": at_least(2),
+    "n_modes": at_least(1),
+    "tau": at_least(0),
+    "alpha": greater(0),
+    "shift": greater(0),
+}
 
 
 def coefficients(n_modes=50, tau=3.0, alpha=2.0):
@@ -69,7 +74,7 @@ def make_block(seed, start, stop, *, n_points=200, n_modes=50, tau=3.0, alpha=2.
     for row, i in enumerate(range(start, stop)):
         a = field(sample_rng(seed, i), xs, n_modes=n_modes, tau=tau, alpha=alpha)
         inputs[row] = _threshold(a[: len(x)])
-        outputs[row] = _threshold(a[len(x):])
+        outputs[row] = _threshold(a[len(x) :])
     return inputs, outputs
 
 
@@ -91,7 +96,14 @@ ADVECTION3 = register(
         grids=grids,
         ranges=_RANGES,
         description="Advection III: thresholded 50-mode periodic field translated by half a period (200 -> 200)",
-        paper=dict(train=1000, test=1000, n_features=3000, gamma=1e-6, alpha=1e-15,
-                   cauchy=0.141, gaussian=0.211),
+        paper=dict(
+            train=1000,
+            test=1000,
+            n_features=3000,
+            gamma=1e-6,
+            alpha=1e-15,
+            cauchy=0.141,
+            gaussian=0.211,
+        ),
     )
 )

@@ -24,8 +24,8 @@ import numpy as np
 import scipy.fft
 
 from . import grf
-from .resolution import check_resolved, check_time_steps
 from .registry import EVEN, DatasetSpec, Rule, at_least, check_params, greater, register, sample_rng
+from .resolution import check_resolved, check_time_steps
 
 __all__ = ["etdrk4_coefficients", "etdrk4", "time_grid", "solve", "make_block", "BURGERS"]
 
@@ -44,11 +44,17 @@ _RANGES = {
     "nu": greater(0),
     "T": greater(0),
     "n_out": at_least(2),
-    "n_solve": (at_least(6), EVEN, Rule(lambda v, p: v % p["n_out"] == 0, lambda p: f"be a multiple of n_out = {p['n_out']}")),
+    "n_solve": (
+        at_least(6),
+        EVEN,
+        Rule(lambda v, p: v % p["n_out"] == 0, lambda p: f"be a multiple of n_out = {p['n_out']}"),
+    ),
     "n_steps": at_least(1),
     "grading": greater(0),
-    "n_modes": Rule(lambda v, p: 1 <= v < p["n_solve"] // 2,
-                    lambda p: f"be in [1, {p['n_solve'] // 2 - 1}] (below n_solve / 2 = {p['n_solve'] // 2})"),
+    "n_modes": Rule(
+        lambda v, p: 1 <= v < p["n_solve"] // 2,
+        lambda p: f"be in [1, {p['n_solve'] // 2 - 1}] (below n_solve / 2 = {p['n_solve'] // 2})",
+    ),
     "sigma": greater(0),
     "tau": at_least(0),
 }
@@ -79,17 +85,23 @@ def etdrk4_coefficients(lin, h, z_small=1.0, n_terms=30):
     small = np.abs(z) < z_small
     zb = np.where(small, -1.0, z)  # placeholder where the series is used instead
     ez = np.exp(zb)
-    out = [(np.exp(zb / 2.0) - 1.0) / zb,
-           (-4.0 - zb + ez * (4.0 - 3.0 * zb + zb**2)) / zb**3,
-           (2.0 + zb + ez * (zb - 2.0)) / zb**3,
-           (-4.0 - 3.0 * zb - zb**2 + ez * (4.0 - zb)) / zb**3]
+    out = [
+        (np.exp(zb / 2.0) - 1.0) / zb,
+        (-4.0 - zb + ez * (4.0 - 3.0 * zb + zb**2)) / zb**3,
+        (2.0 + zb + ez * (zb - 2.0)) / zb**3,
+        (-4.0 - 3.0 * zb - zb**2 + ez * (4.0 - zb)) / zb**3,
+    ]
     if small.any():
         zs = z[small]
         j = np.arange(n_terms)
         inv = 1.0 / np.cumprod(np.concatenate([[1.0], np.arange(1.0, n_terms + 4)]))  # 1/m!
         phi = {m: inv[j + m] for m in (1, 2, 3)}  # Taylor coefficients of phi_m
-        series = [0.5 ** (j + 1) * phi[1], phi[1] - 3 * phi[2] + 4 * phi[3],
-                  phi[2] - 2 * phi[3], 4 * phi[3] - phi[2]]
+        series = [
+            0.5 ** (j + 1) * phi[1],
+            phi[1] - 3 * phi[2] + 4 * phi[3],
+            phi[2] - 2 * phi[3],
+            4 * phi[3] - phi[2],
+        ]
         powers = zs[:, None] ** j
         for w, c in zip(out, series):
             w[small] = powers @ c
@@ -172,7 +184,9 @@ def solve(u0, T=1.0, nu=0.1, n_steps=100, grading=2.0):
         return g * scipy.fft.rfft(u * u, axis=-1)
 
     v = scipy.fft.rfft(u0, axis=-1) * keep
-    start = np.abs(scipy.fft.irfft(v, n, axis=-1)).max(axis=-1, initial=0.0)  # max |u0| of the kept modes
+    start = np.abs(scipy.fft.irfft(v, n, axis=-1)).max(
+        axis=-1, initial=0.0
+    )  # max |u0| of the kept modes
     with np.errstate(over="ignore", invalid="ignore"):  # a blow-up is reported below
         v = etdrk4(v, -nu * k**2, nonlinear, time_grid(T, n_steps, grading))
     u = scipy.fft.irfft(v, n, axis=-1)
@@ -180,13 +194,28 @@ def solve(u0, T=1.0, nu=0.1, n_steps=100, grading=2.0):
     with np.errstate(invalid="ignore"):
         grown = not np.all(np.abs(u).max(axis=-1, initial=0.0) <= MAX_GROWTH * start)
     if not np.all(np.isfinite(u)) or grown:
-        raise FloatingPointError(f"the time stepping blew up (n_steps={n_steps} too small for nu={nu:g}; the "
-                                 "nonlinear term is explicit): increase n_steps, e.g. 800 for nu=0.001")
+        raise FloatingPointError(
+            f"the time stepping blew up (n_steps={n_steps} too small for nu={nu:g}; the "
+            "nonlinear term is explicit): increase n_steps, e.g. 800 for nu=0.001"
+        )
     return u
 
 
-def make_block(seed, start, stop, *, nu=0.1, T=1.0, n_solve=1024, n_out=128, n_steps=100,
-               grading=2.0, n_modes=511, sigma=25.0, tau=5.0):
+def make_block(
+    seed,
+    start,
+    stop,
+    *,
+    nu=0.1,
+    T=1.0,
+    n_solve=1024,
+    n_out=128,
+    n_steps=100,
+    grading=2.0,
+    n_modes=511,
+    sigma=25.0,
+    tau=5.0,
+):
     """Samples ``start .. stop-1``: inputs ``u0`` and outputs ``u(., T)``, each (B, n_out).
 
     Sample ``i`` draws its ``2 n_modes`` normals from ``sample_rng(seed, i)``; the solves of
@@ -196,16 +225,34 @@ def make_block(seed, start, stop, *, nu=0.1, T=1.0, n_solve=1024, n_out=128, n_s
     sample, in the block of sample 0: one more solve of it at twice the steps).
     """
     check_params(_RANGES, {"n_out": n_out, "n_solve": n_solve, "n_modes": n_modes})
-    u0 = np.stack([grf.burgers_initial(sample_rng(seed, i), n_solve, n_modes=n_modes,
-                                       sigma=sigma, tau=tau)
-                   for i in range(start, stop)]) if stop > start else np.zeros((0, n_solve))
+    u0 = (
+        np.stack(
+            [
+                grf.burgers_initial(
+                    sample_rng(seed, i), n_solve, n_modes=n_modes, sigma=sigma, tau=tau
+                )
+                for i in range(start, stop)
+            ]
+        )
+        if stop > start
+        else np.zeros((0, n_solve))
+    )
     stride = n_solve // n_out
     u_T = solve(u0, T=T, nu=nu, n_steps=n_steps, grading=grading)
     if start == 0 and len(u0):  # the data set's first sample: once per data set
-        check_time_steps(u_T[0], lambda m: solve(u0[:1], T=T, nu=nu, n_steps=m, grading=grading)[0], n_steps,
-                         what=f"Burgers u(., T) at nu={nu:g}")
-    check_resolved(u_T, n_solve // 3, 1, what=f"Burgers u(., T) on {n_solve} points",
-                   fix=f"raise n_solve (a multiple of n_out = {n_out}; e.g. {4 * n_solve})")
+        check_time_steps(
+            u_T[0],
+            lambda m: solve(u0[:1], T=T, nu=nu, n_steps=m, grading=grading)[0],
+            n_steps,
+            what=f"Burgers u(., T) at nu={nu:g}",
+        )
+    check_resolved(
+        u_T,
+        n_solve // 3,
+        1,
+        what=f"Burgers u(., T) on {n_solve} points",
+        fix=f"raise n_solve (a multiple of n_out = {n_out}; e.g. {4 * n_solve})",
+    )
     return np.ascontiguousarray(u0[:, ::stride]), np.ascontiguousarray(u_T[:, ::stride])
 
 
@@ -226,7 +273,14 @@ BURGERS = register(
         grids=_grids,
         ranges=_RANGES,
         description="Burgers, nu = 0.1, u0 -> u(., 1) on [0, 1) periodic (128 -> 128)",
-        paper=dict(train=1848, test=200, n_features=100000, gamma=0.01, alpha=1e-12,
-                   cauchy=0.0382, gaussian=0.0270),
+        paper=dict(
+            train=1848,
+            test=200,
+            n_features=100000,
+            gamma=0.01,
+            alpha=1e-12,
+            cauchy=0.0382,
+            gaussian=0.0270,
+        ),
     )
 )

@@ -36,8 +36,17 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
 from . import grf
-from .registry import (DatasetSpec, Rule, at_least, between, check_params, divisor_of, greater, register,
-                       sample_rng)
+from .registry import (
+    DatasetSpec,
+    Rule,
+    at_least,
+    between,
+    check_params,
+    divisor_of,
+    greater,
+    register,
+    sample_rng,
+)
 
 __all__ = ["assemble_darcy", "solve_darcy", "darcy_coefficient", "DARCY"]
 
@@ -153,8 +162,19 @@ def darcy_coefficient(rng, n_solve=421, *, a_high=12.0, a_low=3.0, alpha=2.0, ta
     return np.where(field >= 0.0, a_high, a_low)
 
 
-def make_block(seed, start, stop, *, n_solve=421, stride=15, a_high=12.0, a_low=3.0,
-               alpha=2.0, tau=3.0, rtol=1e-10):
+def make_block(
+    seed,
+    start,
+    stop,
+    *,
+    n_solve=421,
+    stride=15,
+    a_high=12.0,
+    a_low=3.0,
+    alpha=2.0,
+    tau=3.0,
+    rtol=1e-10,
+):
     """Samples ``start .. stop-1``: inputs ``a`` and outputs ``u``, both shape
     ``(stop - start, k, k)`` with ``k = 1 + (n_solve - 1) // stride``. One CG solve per sample."""
     check_params(_RANGES, {"n_solve": n_solve, "stride": stride})
@@ -162,8 +182,9 @@ def make_block(seed, start, stop, *, n_solve=421, stride=15, a_high=12.0, a_low=
     inputs = np.empty((stop - start, k, k))
     outputs = np.empty_like(inputs)
     for row, i in enumerate(range(start, stop)):
-        a = darcy_coefficient(sample_rng(seed, i), n_solve, a_high=a_high, a_low=a_low,
-                              alpha=alpha, tau=tau)
+        a = darcy_coefficient(
+            sample_rng(seed, i), n_solve, a_high=a_high, a_low=a_low, alpha=alpha, tau=tau
+        )
         u = solve_darcy(a, 1.0, rtol=rtol)
         inputs[row] = a[::stride, ::stride]
         outputs[row] = u[::stride, ::stride]
@@ -188,7 +209,14 @@ DARCY = register(
         grids=grids,
         ranges=_RANGES,
         description="Darcy: -div(a grad u) = 1, a in {3, 12}, 421^2 solve (29x29 -> 29x29)",
-        paper=dict(train=1000, test=200, n_features=100000, gamma=2e-4, alpha=1e-12,
-                   cauchy=0.0308, gaussian=0.0374),
+        paper=dict(
+            train=1000,
+            test=200,
+            n_features=100000,
+            gamma=2e-4,
+            alpha=1e-12,
+            cauchy=0.0308,
+            gaussian=0.0374,
+        ),
     )
 )

@@ -30,10 +30,25 @@ import skfem
 from skfem.helpers import dot, grad
 
 from . import grf
-from .registry import DatasetSpec, Rule, at_least, between, check_params, divisor_of, greater, register, sample_rng
+from .registry import (
+    DatasetSpec,
+    Rule,
+    at_least,
+    between,
+    check_params,
+    divisor_of,
+    greater,
+    register,
+    sample_rng,
+)
 
 __all__ = [
-    "HelmholtzQ1", "get_fe", "solve_helmholtz", "wave_speed", "HELMHOLTZ_HIGH", "HELMHOLTZ_LOW",
+    "HelmholtzQ1",
+    "get_fe",
+    "solve_helmholtz",
+    "wave_speed",
+    "HELMHOLTZ_HIGH",
+    "HELMHOLTZ_LOW",
 ]
 
 _INTORDER = 5  # tensor Gauss-Legendre with 3 x 3 points on each square
@@ -136,8 +151,9 @@ class HelmholtzQ1:
             if key not in self._default_loads:
                 lo, hi = key
                 top = self.basis.mesh.facets_satisfying(lambda x: np.isclose(x[1], 1.0))
-                fb = skfem.FacetBasis(self.basis.mesh, self.basis.elem, facets=top,
-                                      intorder=_INTORDER)
+                fb = skfem.FacetBasis(
+                    self.basis.mesh, self.basis.elem, facets=top, intorder=_INTORDER
+                )
 
                 @skfem.LinearForm
                 def top_flux(v, w):
@@ -148,10 +164,14 @@ class HelmholtzQ1:
                 # integrate wrongly (by up to 5 % of the total at 30 cells); integrated exactly there
                 mesh = self.basis.mesh
                 xa, xb = np.sort(mesh.p[0, mesh.facets[:, top]], axis=0)
-                tol = 1e-9 * (xb - xa)  # an end at a node, but for rounding (0.35000000000000003): not cut
+                tol = 1e-9 * (
+                    xb - xa
+                )  # an end at a node, but for rounding (0.35000000000000003): not cut
                 cut = top[((xa + tol < lo) & (lo < xb - tol)) | ((xa + tol < hi) & (hi < xb - tol))]
                 if cut.size:
-                    b -= top_flux.assemble(skfem.FacetBasis(mesh, self.basis.elem, facets=cut, intorder=_INTORDER))
+                    b -= top_flux.assemble(
+                        skfem.FacetBasis(mesh, self.basis.elem, facets=cut, intorder=_INTORDER)
+                    )
                     b += self._exact_indicator_load(cut, lo, hi)
                 self._default_loads[key] = b
             b = self._default_loads[key].copy()
@@ -182,7 +202,9 @@ class HelmholtzQ1:
             p, q = max(lo, a), min(hi, e)
             if q > p:
                 h = e - a
-                b[nodes[order[0]]] += ((e - p) ** 2 - (e - q) ** 2) / (2 * h)  # the hat falling from a
+                b[nodes[order[0]]] += ((e - p) ** 2 - (e - q) ** 2) / (
+                    2 * h
+                )  # the hat falling from a
                 b[nodes[order[1]]] += ((q - a) ** 2 - (p - a) ** 2) / (2 * h)  # the hat rising to e
         return b
 
@@ -207,8 +229,9 @@ class HelmholtzQ1:
         mass = self.mass_map @ k2  # (nnz, B)
         out = np.empty((batch, self.n_dofs))
         for s in range(batch):
-            a = sp.csc_matrix((self.stiffness - mass[:, s], self.indices, self.indptr),
-                              shape=(self.n_dofs,) * 2)
+            a = sp.csc_matrix(
+                (self.stiffness - mass[:, s], self.indices, self.indptr), shape=(self.n_dofs,) * 2
+            )
             out[s] = sla.splu(a, permc_spec="MMD_AT_PLUS_A").solve(load)
         return out.reshape(c_nodal.shape)
 
@@ -261,13 +284,28 @@ def _check_omega(omega, c0, n_cells):
     kh = omega / (c0 + 1.0) / n_cells  # the smallest wave number (c <= c0 + 1) times the cell size
     if np.finfo(float).eps / kh**2 > MAX_ROUNDING:
         least = (c0 + 1.0) * n_cells * np.sqrt(np.finfo(float).eps / MAX_ROUNDING)
-        raise ValueError(f"omega={omega:g} is too small for the Neumann problem on {n_cells} cells: (omega h / c)^2 "
-                         f"= {kh**2:.1e} is lost to rounding against the stiffness (error about "
-                         f"{np.finfo(float).eps / kh**2:.0e}); take omega >= {least:.3g}")
+        raise ValueError(
+            f"omega={omega:g} is too small for the Neumann problem on {n_cells} cells: (omega h / c)^2 "
+            f"= {kh**2:.1e} is lost to rounding against the stiffness (error about "
+            f"{np.finfo(float).eps / kh**2:.0e}); take omega >= {least:.3g}"
+        )
 
 
-def make_block(seed, start, stop, *, n_cells=100, stride=1, omega=1000.0, c0=20.0, n_modes=100,
-               tau=3.0, power=1.0, flux_lo=0.35, flux_hi=0.65):
+def make_block(
+    seed,
+    start,
+    stop,
+    *,
+    n_cells=100,
+    stride=1,
+    omega=1000.0,
+    c0=20.0,
+    n_modes=100,
+    tau=3.0,
+    power=1.0,
+    flux_lo=0.35,
+    flux_hi=0.65,
+):
     """Samples ``start .. stop-1``: nodal ``c`` (input) and ``v`` (output), both of shape
     ``(stop - start, k, k)`` with ``k = n_cells // stride + 1``. One sparse LU per sample."""
     check_params(_RANGES, {"n_cells": n_cells, "stride": stride})
@@ -276,14 +314,18 @@ def make_block(seed, start, stop, *, n_cells=100, stride=1, omega=1000.0, c0=20.
     if stop <= start:
         k = n_cells // stride + 1
         return np.empty((0, k, k)), np.empty((0, k, k))
-    c = np.stack([
-        wave_speed(sample_rng(seed, i), x, c0=c0, n_modes=n_modes, tau=tau, power=power)
-        for i in range(start, stop)
-    ])
+    c = np.stack(
+        [
+            wave_speed(sample_rng(seed, i), x, c0=c0, n_modes=n_modes, tau=tau, power=power)
+            for i in range(start, stop)
+        ]
+    )
     fe = get_fe(n_cells)
     v = fe.solve(c, omega, fe.load(flux_interval=(flux_lo, flux_hi)))
-    return (np.ascontiguousarray(c[:, ::stride, ::stride]),
-            np.ascontiguousarray(v[:, ::stride, ::stride]))
+    return (
+        np.ascontiguousarray(c[:, ::stride, ::stride]),
+        np.ascontiguousarray(v[:, ::stride, ::stride]),
+    )
 
 
 def _grids(*, n_cells=100, stride=1, **_):
@@ -312,7 +354,9 @@ _RANGES = {
     "tau": at_least(0),
     "power": greater(0),
     "flux_lo": between(0, 1, open_high=True),
-    "flux_hi": Rule(lambda v, p: p["flux_lo"] < v <= 1, lambda p: f"be in (flux_lo = {p['flux_lo']}, 1]"),
+    "flux_hi": Rule(
+        lambda v, p: p["flux_lo"] < v <= 1, lambda p: f"be in (flux_lo = {p['flux_lo']}, 1]"
+    ),
 }
 
 HELMHOLTZ_HIGH = register(
@@ -326,8 +370,15 @@ HELMHOLTZ_HIGH = register(
         grids=_grids,
         ranges=_RANGES,
         description="Helmholtz: wave speed c -> Q1 solution v, omega = 1000 (101x101 -> 101x101)",
-        paper=dict(train=10000, test=30000, n_features=5000, gamma=1e-4, alpha=1e-12,
-                   cauchy=0.0273, gaussian=0.0287),
+        paper=dict(
+            train=10000,
+            test=30000,
+            n_features=5000,
+            gamma=1e-4,
+            alpha=1e-12,
+            cauchy=0.0273,
+            gaussian=0.0287,
+        ),
     )
 )
 
@@ -342,7 +393,14 @@ HELMHOLTZ_LOW = register(
         grids=_grids,
         ranges=_RANGES,
         description="Helmholtz, every 4th node of the 101x101 solution (26x26 -> 26x26)",
-        paper=dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-13,
-                   cauchy=0.0666, gaussian=0.0363),
+        paper=dict(
+            train=1000,
+            test=1000,
+            n_features=5000,
+            gamma=1e-5,
+            alpha=1e-13,
+            cauchy=0.0666,
+            gaussian=0.0363,
+        ),
     )
 )

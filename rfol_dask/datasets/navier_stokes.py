@@ -25,11 +25,27 @@ import scipy.fft
 
 from . import grf
 from .burgers import etdrk4, time_grid
+from .registry import (
+    EVEN,
+    DatasetSpec,
+    at_least,
+    check_params,
+    divisor_of,
+    greater,
+    register,
+    sample_rng,
+)
 from .resolution import check_resolved, check_time_steps
-from .registry import EVEN, DatasetSpec, at_least, check_params, divisor_of, greater, register, sample_rng
 
-__all__ = ["solve", "advection", "cfl_number", "initial_vorticity", "make_block",
-           "NAVIER_STOKES_HIGH", "NAVIER_STOKES_LOW"]
+__all__ = [
+    "solve",
+    "advection",
+    "cfl_number",
+    "initial_vorticity",
+    "make_block",
+    "NAVIER_STOKES_HIGH",
+    "NAVIER_STOKES_LOW",
+]
 
 _DEFAULTS = {
     "nu": 0.025,
@@ -45,7 +61,10 @@ _DEFAULTS = {
 _RANGES = {
     "nu": greater(0),
     "T": greater(0),
-    "n_grid": (at_least(8), EVEN),  # 2/3 rule: modes |k| <= 2, so the resolution check has a band to judge
+    "n_grid": (
+        at_least(8),
+        EVEN,
+    ),  # 2/3 rule: modes |k| <= 2, so the resolution check has a band to judge
     "stride": divisor_of("n_grid", proper=True),
     "n_steps": at_least(1),
     "w0_seed": at_least(0),
@@ -75,8 +94,14 @@ class _Spectral:
         self.k2 = self.kx**2 + self.ky**2
         self.inv_k2 = np.divide(1.0, self.k2, out=np.zeros_like(self.k2), where=self.k2 > 0)
         # psi_y, -psi_x, w_x, w_y from w_hat (psi_hat = w_hat / |k|^2), shape (4, n, K + 1)
-        self.grad_ops = np.stack([1j * self.ky * self.inv_k2, -1j * self.kx * self.inv_k2,
-                                  1j * self.kx + 0 * self.ky, 1j * self.ky + 0 * self.kx])
+        self.grad_ops = np.stack(
+            [
+                1j * self.ky * self.inv_k2,
+                -1j * self.kx * self.inv_k2,
+                1j * self.kx + 0 * self.ky,
+                1j * self.ky + 0 * self.kx,
+            ]
+        )
 
     def gradients(self, w_hat, count=4):
         """Grid values of the first ``count`` of ``psi_y, -psi_x, w_x, w_y``: (count, ..., n, n)."""
@@ -148,8 +173,10 @@ def solve(w0, f, T=10.0, nu=0.025, n_steps=40, grading=1.0):
         w_hat = etdrk4(w_hat, -nu * sp.k2, nonlinear, time_grid(T, n_steps, grading))
     w = sp.inverse(w_hat)
     if not np.all(np.isfinite(w)):
-        raise FloatingPointError(f"the time stepping blew up (n_steps={n_steps} too small "
-                                 "for these amplitudes); increase n_steps")
+        raise FloatingPointError(
+            f"the time stepping blew up (n_steps={n_steps} too small "
+            "for these amplitudes); increase n_steps"
+        )
     return w
 
 
@@ -173,12 +200,26 @@ def initial_vorticity(n_grid=64, w0_seed=0, n_modes=50, tau=3.0, power=2.0):
     """The shared initial field ``w0``, shape (n_grid, n_grid): one draw of the forcing's
     distribution from ``numpy.random.default_rng(w0_seed)``."""
     x = _grid(n_grid)
-    return grf.periodic_forcing_2d(np.random.default_rng(int(w0_seed)), x, x,
-                                   n_modes=n_modes, tau=tau, power=power)
+    return grf.periodic_forcing_2d(
+        np.random.default_rng(int(w0_seed)), x, x, n_modes=n_modes, tau=tau, power=power
+    )
 
 
-def make_block(seed, start, stop, *, nu=0.025, T=10.0, n_grid=64, stride=1, n_steps=40,
-               w0_seed=0, n_modes=50, tau=3.0, power=2.0):
+def make_block(
+    seed,
+    start,
+    stop,
+    *,
+    nu=0.025,
+    T=10.0,
+    n_grid=64,
+    stride=1,
+    n_steps=40,
+    w0_seed=0,
+    n_modes=50,
+    tau=3.0,
+    power=2.0,
+):
     """Samples ``start .. stop-1``: inputs ``f`` and outputs ``w(., T)``, each
     (B, n_grid / stride, n_grid / stride), solved as one (B, n_grid, n_grid) stack. A ValueError
     if the CFL number of ``w(., T)`` exceeds 2, the time-stepping error of the data set's first
@@ -188,19 +229,29 @@ def make_block(seed, start, stop, *, nu=0.025, T=10.0, n_grid=64, stride=1, n_st
     x = _grid(n_grid)
     f = np.empty((stop - start, n_grid, n_grid))
     for row, i in enumerate(range(start, stop)):
-        f[row] = grf.periodic_forcing_2d(sample_rng(seed, i), x, x,
-                                         n_modes=n_modes, tau=tau, power=power)
+        f[row] = grf.periodic_forcing_2d(
+            sample_rng(seed, i), x, x, n_modes=n_modes, tau=tau, power=power
+        )
     w0 = initial_vorticity(n_grid, w0_seed, n_modes, tau, power)
     w_T = solve(w0, f, T=T, nu=nu, n_steps=n_steps)
     cfl = cfl_number(w_T, T / n_steps)
     if cfl > _MAX_CFL:
         raise ValueError(f"CFL number {cfl:.2f} at t = T exceeds {_MAX_CFL}: increase n_steps")
     if start == 0 and len(f):  # the data set's first sample: once per data set
-        check_time_steps(w_T[0], lambda m: solve(w0, f[:1], T=T, nu=nu, n_steps=m)[0], n_steps,
-                         what=f"Navier-Stokes w(., T) at nu={nu:g}")
-    check_resolved(w_T, (n_grid - 1) // 3, 2, what=f"Navier-Stokes w(., T) on the {n_grid} x {n_grid} grid",
-                   fix=f"raise n_grid (and stride to keep the output grid, e.g. n_grid={2 * n_grid}, "
-                       f"stride={2 * stride})")
+        check_time_steps(
+            w_T[0],
+            lambda m: solve(w0, f[:1], T=T, nu=nu, n_steps=m)[0],
+            n_steps,
+            what=f"Navier-Stokes w(., T) at nu={nu:g}",
+        )
+    check_resolved(
+        w_T,
+        (n_grid - 1) // 3,
+        2,
+        what=f"Navier-Stokes w(., T) on the {n_grid} x {n_grid} grid",
+        fix=f"raise n_grid (and stride to keep the output grid, e.g. n_grid={2 * n_grid}, "
+        f"stride={2 * stride})",
+    )
     sub = (slice(None), slice(None, None, stride), slice(None, None, stride))
     return np.ascontiguousarray(f[sub]), np.ascontiguousarray(w_T[sub])
 
@@ -210,10 +261,18 @@ def _grids(*, n_grid=64, stride=1, **_):
     return {"x": x, "y": x}, {"x": x, "y": x}
 
 
-_PAPER_HIGH = dict(train=10000, test=30000, n_features=10000, gamma=1e-4, alpha=1e-12,
-                   cauchy=0.00758, gaussian=0.00497)
-_PAPER_LOW = dict(train=2000, test=2000, n_features=10000, gamma=1e-3, alpha=1e-10,
-                  cauchy=0.0321, gaussian=0.0106)
+_PAPER_HIGH = dict(
+    train=10000,
+    test=30000,
+    n_features=10000,
+    gamma=1e-4,
+    alpha=1e-12,
+    cauchy=0.00758,
+    gaussian=0.00497,
+)
+_PAPER_LOW = dict(
+    train=2000, test=2000, n_features=10000, gamma=1e-3, alpha=1e-10, cauchy=0.0321, gaussian=0.0106
+)
 
 NAVIER_STOKES_HIGH = register(
     DatasetSpec(

@@ -16,8 +16,22 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["DatasetSpec", "Rule", "register", "get", "names", "sample_rng", "resolve_params",
-           "check_params", "greater", "at_least", "between", "one_of", "EVEN", "divisor_of"]
+__all__ = [
+    "DatasetSpec",
+    "Rule",
+    "register",
+    "get",
+    "names",
+    "sample_rng",
+    "resolve_params",
+    "check_params",
+    "greater",
+    "at_least",
+    "between",
+    "one_of",
+    "EVEN",
+    "divisor_of",
+]
 
 _REGISTRY: dict[str, "DatasetSpec"] = {}
 
@@ -50,6 +64,7 @@ def at_least(bound) -> Rule:
 
 def between(low, high, *, open_low=False, open_high=False) -> Rule:
     """``value`` in the interval from ``low`` to ``high`` (closed ends unless ``open_*``)."""
+
     def holds(v, p):
         return (low < v if open_low else low <= v) and (v < high if open_high else v <= high)
 
@@ -68,6 +83,7 @@ EVEN = Rule(lambda v, p: v % 2 == 0, "be even")
 def divisor_of(key: str, offset: int = 0, *, proper: bool = False) -> Rule:
     """``value`` divides ``params[key] + offset`` (``proper``: and is smaller, leaving >= 2 parts);
     the message lists the valid values."""
+
     def size(p):
         return p[key] + offset
 
@@ -76,9 +92,12 @@ def divisor_of(key: str, offset: int = 0, *, proper: bool = False) -> Rule:
         return [d for d in range(1, n if proper else n + 1) if n % d == 0]
 
     label = key if not offset else f"{key} {'+' if offset > 0 else '-'} {abs(offset)}"
-    return Rule(lambda v, p: v >= 1 and size(p) % v == 0 and (not proper or v < size(p)),
-                lambda p: f"divide {label} = {size(p)}{' into >= 2 parts' if proper else ''} "
-                          f"(valid: {valid(p)})")
+    return Rule(
+        lambda v, p: v >= 1 and size(p) % v == 0 and (not proper or v < size(p)),
+        lambda p: (
+            f"divide {label} = {size(p)}{' into >= 2 parts' if proper else ''} (valid: {valid(p)})"
+        ),
+    )
 
 
 def _invalid(name, key, says, value):
@@ -88,8 +107,11 @@ def _invalid(name, key, says, value):
     return ValueError(f"{who} must {says}, got {value!r}")
 
 
-def check_params(ranges: Mapping[str, "Rule | tuple[Rule, ...]"], params: Mapping[str, Any],
-                 name: str | None = None) -> None:
+def check_params(
+    ranges: Mapping[str, "Rule | tuple[Rule, ...]"],
+    params: Mapping[str, Any],
+    name: str | None = None,
+) -> None:
     """Raise a ValueError naming the first parameter of ``params`` that breaks a rule of ``ranges``.
 
     ``ranges`` maps a parameter to a :class:`Rule` or a tuple of them, checked in order;
@@ -216,8 +238,11 @@ def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, An
                 number = float(value)
             except (TypeError, ValueError):
                 raise _invalid(spec.name, key, kind, value) from None
-            if isinstance(value, bool) or not np.isfinite(number) or (
-                    isinstance(default, int) and number != int(number)):
+            if (
+                isinstance(value, bool)
+                or not np.isfinite(number)
+                or (isinstance(default, int) and number != int(number))
+            ):
                 raise _invalid(spec.name, key, kind, value)
             out[key] = int(number) if isinstance(default, int) else number
             if isinstance(default, int) and _is_count(key):

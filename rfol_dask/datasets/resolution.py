@@ -23,7 +23,14 @@ from __future__ import annotations
 import numpy as np
 import scipy.fft
 
-__all__ = ["MAX_TAIL", "MAX_STEP_ERROR", "spectral_tail", "check_resolved", "step_error", "check_time_steps"]
+__all__ = [
+    "MAX_TAIL",
+    "MAX_STEP_ERROR",
+    "spectral_tail",
+    "check_resolved",
+    "step_error",
+    "check_time_steps",
+]
 
 #: largest accepted :func:`spectral_tail` of a generated block
 MAX_TAIL = 1e-2
@@ -78,8 +85,10 @@ def check_resolved(u, cutoff: int, ndim: int, *, what: str, fix: str) -> None:
     """
     tail = spectral_tail(u, cutoff, ndim)
     if tail > MAX_TAIL:
-        raise ValueError(f"{what} is under-resolved: the upper half of the kept modes holds {tail:.1%} of "
-                         f"its amplitude (at most {MAX_TAIL:.0%} is accepted); {fix}")
+        raise ValueError(
+            f"{what} is under-resolved: the upper half of the kept modes holds {tail:.1%} of "
+            f"its amplitude (at most {MAX_TAIL:.0%} is accepted); {fix}"
+        )
 
 
 def step_error(coarse, fine, order: int = 4) -> float:
@@ -110,15 +119,21 @@ def check_time_steps(coarse, solve_fine, n_steps: int, *, what: str, order: int 
         return
     try:
         fine = solve_fine(2 * int(n_steps))
-    except FloatingPointError as exc:  # twice the steps blow up: the coarse run is no solution either
-        raise ValueError(f"{what} with n_steps={n_steps} is not resolved in time: with twice the steps the "
-                         f"stepping blows up ({exc})") from exc
+    except (
+        FloatingPointError
+    ) as exc:  # twice the steps blow up: the coarse run is no solution either
+        raise ValueError(
+            f"{what} with n_steps={n_steps} is not resolved in time: with twice the steps the "
+            f"stepping blows up ({exc})"
+        ) from exc
     err = step_error(coarse, fine, order)
     if err > MAX_STEP_ERROR:
         if err < 1e-2:  # asymptotic: the error falls as n_steps^-order
             more = int(np.ceil(1.25 * n_steps * (err / MAX_STEP_ERROR) ** (1.0 / order)))
         else:  # not yet asymptotic: the estimate says little about how many steps will do
             more = 4 * int(n_steps)
-        raise ValueError(f"{what} with n_steps={n_steps} has a time-stepping error of about {err:.1e} (step "
-                         f"doubling on one sample; at most {MAX_STEP_ERROR:.0e} is accepted): increase n_steps, "
-                         f"e.g. n_steps={more}")
+        raise ValueError(
+            f"{what} with n_steps={n_steps} has a time-stepping error of about {err:.1e} (step "
+            f"doubling on one sample; at most {MAX_STEP_ERROR:.0e} is accepted): increase n_steps, "
+            f"e.g. n_steps={more}"
+        )

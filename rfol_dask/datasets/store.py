@@ -31,15 +31,35 @@ import numpy as np
 import xarray as xr
 
 from .._version import __version__
-from ..io import (BOOKKEEPING_GROUP, PREDICTION_KEY, PREDICTION_STORE, block_flags, check_outside_stores, check_parent_dir,
-                  flags_key, foreign_entries, lock_file, open_dataset, quiet_consolidated, user_path, wait_zarr_io)
+from ..io import (
+    BOOKKEEPING_GROUP,
+    PREDICTION_KEY,
+    PREDICTION_STORE,
+    block_flags,
+    check_outside_stores,
+    check_parent_dir,
+    flags_key,
+    foreign_entries,
+    lock_file,
+    open_dataset,
+    quiet_consolidated,
+    user_path,
+    wait_zarr_io,
+)
 from ..progress import compute
 from .registry import get, resolve_params
 
 if TYPE_CHECKING:  # annotations only: importing distributed here would slow every import
     import distributed
 
-__all__ = ["generate", "reuse_or_generate", "request_mismatch", "open_dataset", "default_block_size", "store_lock"]
+__all__ = [
+    "generate",
+    "reuse_or_generate",
+    "request_mismatch",
+    "open_dataset",
+    "default_block_size",
+    "store_lock",
+]
 
 
 _TARGET_CHUNK_BYTES = 32 * 2**20
@@ -54,15 +74,19 @@ def _grids(spec, params):
     for which, grid in (("input", gin), ("output", gout)):
         empty = [d for d, c in grid.items() if len(c) == 0]
         if empty:
-            raise ValueError(f"{spec.name}: parameters {params} give an empty {which} grid (no points along "
-                             f"{empty}); choose larger grid sizes")
+            raise ValueError(
+                f"{spec.name}: parameters {params} give an empty {which} grid (no points along "
+                f"{empty}); choose larger grid sizes"
+            )
     return gin, gout
 
 
 def default_block_size(spec, params, n_samples):
     """Samples per block: chunks of about 32 MiB, at most 1000 samples, at most ``n_samples``."""
     gin, gout = _grids(spec, params)
-    per_sample = 8 * (np.prod([len(c) for c in gin.values()]) + np.prod([len(c) for c in gout.values()]))
+    per_sample = 8 * (
+        np.prod([len(c) for c in gin.values()]) + np.prod([len(c) for c in gout.values()])
+    )
     return int(max(1, min(n_samples, 1000, _TARGET_CHUNK_BYTES // per_sample)))
 
 
@@ -72,8 +96,10 @@ def _title(spec, params):
     changed = {k: v for k, v in params.items() if v != spec.defaults.get(k)}
     if not changed:
         return spec.description
-    return (f"{spec.description} -- with non-default parameters "
-            f"{', '.join(f'{k}={v}' for k, v in sorted(changed.items()))} (the description is for the defaults)")
+    return (
+        f"{spec.description} -- with non-default parameters "
+        f"{', '.join(f'{k}={v}' for k, v in sorted(changed.items()))} (the description is for the defaults)"
+    )
 
 
 def _check_count(value, what):
@@ -90,23 +116,38 @@ def _template(spec, params, n_samples, block_size, seed):
     gin, gout = _grids(spec, params)
     for dim in set(gin) & set(gout):
         if not np.array_equal(gin[dim], gout[dim]):
-            raise ValueError(f"{spec.name}: input and output share dim {dim!r} with different coordinates")
+            raise ValueError(
+                f"{spec.name}: input and output share dim {dim!r} with different coordinates"
+            )
     shape_in = (n_samples, *(len(c) for c in gin.values()))
     shape_out = (n_samples, *(len(c) for c in gout.values()))
     chunks_in = (block_size, *shape_in[1:])
     chunks_out = (block_size, *shape_out[1:])
     ds = xr.Dataset(
         {
-            "input": (("sample", *gin), da.full(shape_in, np.nan, chunks=chunks_in), dict(spec.input_attrs)),
-            "output": (("sample", *gout), da.full(shape_out, np.nan, chunks=chunks_out), dict(spec.output_attrs)),
+            "input": (
+                ("sample", *gin),
+                da.full(shape_in, np.nan, chunks=chunks_in),
+                dict(spec.input_attrs),
+            ),
+            "output": (
+                ("sample", *gout),
+                da.full(shape_out, np.nan, chunks=chunks_out),
+                dict(spec.output_attrs),
+            ),
         },
         coords={"sample": np.arange(n_samples), **gin, **gout},
     )
     for dim in {**gin, **gout}:
         ds[dim].attrs.update(spec.coord_attrs(dim))
     ds["sample"].attrs["long_name"] = "sample index"
-    meta = {"dataset": spec.name, "n_samples": n_samples, "seed": int(seed),
-            "block_size": block_size, "params": params}
+    meta = {
+        "dataset": spec.name,
+        "n_samples": n_samples,
+        "seed": int(seed),
+        "block_size": block_size,
+        "params": params,
+    }
     ds.attrs.update(
         {
             "title": _title(spec, params),
@@ -139,13 +180,20 @@ def store_lock(path, meta):
     lock = Path(path) / _LOCK
 
     def busy(held):
-        who = ("another run" if held is None else
-               f"rfol-dask generate {held.get('dataset')} (seed {held.get('seed')}, pid {held.get('pid')} "
-               f"on {held.get('host')}, started {held.get('started')})")
-        return (f"{path} is being written by {who}; wait for it to finish or use another path (if no such run is "
-                f"alive, remove {lock})")
+        who = (
+            "another run"
+            if held is None
+            else f"rfol-dask generate {held.get('dataset')} (seed {held.get('seed')}, pid {held.get('pid')} "
+            f"on {held.get('host')}, started {held.get('started')})"
+        )
+        return (
+            f"{path} is being written by {who}; wait for it to finish or use another path (if no such run is "
+            f"alive, remove {lock})"
+        )
 
-    return lock_file(lock, {"dataset": meta["dataset"], "seed": meta["seed"], "params": meta["params"]}, busy)
+    return lock_file(
+        lock, {"dataset": meta["dataset"], "seed": meta["seed"], "params": meta["params"]}, busy
+    )
 
 
 @contextlib.contextmanager
@@ -196,16 +244,26 @@ def _store_state(path):
     except Exception:  # noqa: BLE001  (not a Zarr group)
         return "a directory holding other files"
     if "rfol_dask_meta" not in attrs:
-        return ("an rfol_dask model" if "rfol_dask_model" in attrs else PREDICTION_STORE if PREDICTION_KEY in attrs
-                else "a Zarr store of another kind")
+        return (
+            "an rfol_dask model"
+            if "rfol_dask_model" in attrs
+            else PREDICTION_STORE
+            if PREDICTION_KEY in attrs
+            else "a Zarr store of another kind"
+        )
     with _quiet_zarr():
         arrays = {k for k, _ in group.arrays()}
     if block_flags(path) is not None and {"input", "output"} <= arrays:
         return "dataset"
     # no bookkeeping or no variables: a template cut short by a version without the marker (it
     # is cleared and written again), unless it holds data, which are someone's and never cleared
-    stored = [f for var in ("input", "output") if (path / var).is_dir()
-              for f in (path / var).rglob("*") if f.is_file() and f.name not in (".zarray", ".zattrs", "zarr.json")]
+    stored = [
+        f
+        for var in ("input", "output")
+        if (path / var).is_dir()
+        for f in (path / var).rglob("*")
+        if f.is_file() and f.name not in (".zarray", ".zattrs", "zarr.json")
+    ]
     if stored or _foreign_files(path):
         return "a copy of a data set without generate's bookkeeping, or holding other data (written by xarray or zarr)"
     return "partial"
@@ -231,8 +289,10 @@ def _checked_block(name, seed, start, stop, params):
     inputs, outputs = get(name).make_block(seed, start, stop, **params)
     for var, values in (("input", inputs), ("output", outputs)):
         if not np.isfinite(values).all():
-            raise FloatingPointError(f"{name}: generator produced NaN/Inf in {var} of samples {start}-{stop - 1}; "
-                                     "check the parameters (a time stepper may need more steps)")
+            raise FloatingPointError(
+                f"{name}: generator produced NaN/Inf in {var} of samples {start}-{stop - 1}; "
+                "check the parameters (a time stepper may need more steps)"
+            )
     return inputs, outputs
 
 
@@ -248,9 +308,18 @@ def _write_block(path, name, seed, start, stop, block, params):
     return stop - start
 
 
-def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, *, seed: int = 0,
-             client: distributed.Client | None = None, block_size: int | None = None,
-             overwrite: bool = False, progress: bool = False, **params) -> xr.Dataset:
+def generate(
+    name: str,
+    n_samples: int,
+    store: str | os.PathLike | None = None,
+    *,
+    seed: int = 0,
+    client: distributed.Client | None = None,
+    block_size: int | None = None,
+    overwrite: bool = False,
+    progress: bool = False,
+    **params,
+) -> xr.Dataset:
     """Make ``n_samples`` samples of a benchmark data set as a dask job.
 
     Samples are made in blocks of ``block_size`` as dask tasks (on ``client``, the active
@@ -316,8 +385,9 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
     params = resolve_params(spec, params)
     block_given = block_size is not None
     if block_size is None:
-        block_size = _resumed_block_size(store, spec, params, n_samples, seed) or default_block_size(
-            spec, params, n_samples)
+        block_size = _resumed_block_size(
+            store, spec, params, n_samples, seed
+        ) or default_block_size(spec, params, n_samples)
     block_size = _check_count(block_size, "block_size")
     ds, meta, encoding = _template(spec, params, n_samples, block_size, seed)
     blocks = _blocks(n_samples, block_size)
@@ -331,9 +401,13 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
 
     path = Path(os.fspath(store))
     if path.is_symlink() and not path.exists():
-        raise ValueError(f"{path} is a symbolic link to a missing target; pick another path (it was left untouched)")
+        raise ValueError(
+            f"{path} is a symbolic link to a missing target; pick another path (it was left untouched)"
+        )
     if path.exists() and not path.is_dir():
-        raise ValueError(f"{path} is a file, not a data-set store; pick another path (it was left untouched)")
+        raise ValueError(
+            f"{path} is a file, not a data-set store; pick another path (it was left untouched)"
+        )
     check_parent_dir(path, "a data set")
     check_outside_stores(path, "write a data set")
     if path.exists():
@@ -343,19 +417,38 @@ def generate(name: str, n_samples: int, store: str | os.PathLike | None = None, 
         try:
             done = _prepare_store(path, ds, meta, encoding, len(blocks), overwrite, block_given)
             todo = [(k, a, b) for k, (a, b) in enumerate(blocks) if not done[k]]
-            tasks = [dask.delayed(_write_block)(str(path), name, seed, a, b, k, params,
-                                                dask_key_name=f"generate-{name}-{k}") for k, a, b in todo]
-            if tasks:  # settle: after an interrupt, no block is still being written once the lock goes
-                compute(*tasks, client=client, progress=progress, desc=f"generate {name} ({len(todo)} blocks)",
-                        settle=True)
+            tasks = [
+                dask.delayed(_write_block)(
+                    str(path), name, seed, a, b, k, params, dask_key_name=f"generate-{name}-{k}"
+                )
+                for k, a, b in todo
+            ]
+            if (
+                tasks
+            ):  # settle: after an interrupt, no block is still being written once the lock goes
+                compute(
+                    *tasks,
+                    client=client,
+                    progress=progress,
+                    desc=f"generate {name} ({len(todo)} blocks)",
+                    settle=True,
+                )
         except BaseException:
             wait_zarr_io()  # nor a zarr call of this thread cut short by the interrupt
             raise
     return open_dataset(path)
 
 
-def reuse_or_generate(name: str, n_samples: int, store: str | os.PathLike, *, seed: int = 0,
-                      client=None, progress: bool = False, **params) -> xr.Dataset:
+def reuse_or_generate(
+    name: str,
+    n_samples: int,
+    store: str | os.PathLike,
+    *,
+    seed: int = 0,
+    client=None,
+    progress: bool = False,
+    **params,
+) -> xr.Dataset:
     """The first ``n_samples`` samples of data set ``name`` from the store ``store``, made only
     when it does not hold them: the store of a run that wants its data, whatever ran before.
 
@@ -376,24 +469,32 @@ def reuse_or_generate(name: str, n_samples: int, store: str | os.PathLike, *, se
     """
     spec = get(name)
     params = resolve_params(spec, params)
-    n_samples = _check_count(n_samples, "n_samples")  # before any store is read (a negative count sliced)
+    n_samples = _check_count(
+        n_samples, "n_samples"
+    )  # before any store is read (a negative count sliced)
     path = Path(os.fspath(store))
     overwrite, size = False, n_samples
     if path.is_dir() and _store_state(path) == "dataset":
         stored = _stored_meta(path)
         other = _mismatch(stored, _request(spec, params, seed))
         if other:
-            raise ValueError(f"{path} holds other data (stored vs needed: {other}); it is left untouched: use "
-                             "another folder, or move it away")
+            raise ValueError(
+                f"{path} holds other data (stored vs needed: {other}); it is left untouched: use "
+                "another folder, or move it away"
+            )
         if stored["n_samples"] < n_samples:
             overwrite = True  # the same data, too few samples: made again, larger
         else:
             try:
-                return open_dataset(path, samples=n_samples)  # its leading blocks, if they are written
+                return open_dataset(
+                    path, samples=n_samples
+                )  # its leading blocks, if they are written
             except ValueError:  # interrupted before the samples asked for: resumed
                 size = stored["n_samples"]
     client = client() if callable(client) else client
-    ds = generate(name, size, path, seed=seed, client=client, overwrite=overwrite, progress=progress, **params)
+    ds = generate(
+        name, size, path, seed=seed, client=client, overwrite=overwrite, progress=progress, **params
+    )
     return ds.isel(sample=slice(0, n_samples))
 
 
@@ -410,7 +511,11 @@ def _resumed_block_size(store, spec, params, n_samples, seed):
 
 def _request(spec, params, seed):
     """What fixes a data set's samples, as its store's metadata records it: name, seed, parameters."""
-    return {"dataset": spec.name, "seed": int(seed), "params": json.loads(json.dumps(params, sort_keys=True))}
+    return {
+        "dataset": spec.name,
+        "seed": int(seed),
+        "params": json.loads(json.dumps(params, sort_keys=True)),
+    }
 
 
 def _mismatch(stored, asked):
@@ -437,20 +542,26 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=Tr
         if existing != json.loads(json.dumps(meta, sort_keys=True)) and not overwrite:
             diff = _mismatch(existing, {k: meta[k] for k in _META_KEYS})
             if list(diff) == ["block_size"]:  # the same samples, written in other blocks
-                raise ValueError(f"{path} was started with block_size={existing['block_size']}: rerun with that "
-                                 f"block size (--block-size {existing['block_size']}), or without one, to resume it")
+                raise ValueError(
+                    f"{path} was started with block_size={existing['block_size']}: rerun with that "
+                    f"block size (--block-size {existing['block_size']}), or without one, to resume it"
+                )
             if not block_given:  # not asked for: it follows from the sample count
                 diff.pop("block_size", None)
-            raise ValueError(f"{path} holds another data set (stored vs requested: {diff}); pass "
-                             "overwrite=True (--overwrite) to replace it, or use another path")
+            raise ValueError(
+                f"{path} holds another data set (stored vs requested: {diff}); pass "
+                "overwrite=True (--overwrite) to replace it, or use another path"
+            )
         if overwrite:
             _check_own_files(path)
         else:
             version = _stored_version(path)
             if version != __version__ and not all(block_flags(path)):
-                raise ValueError(f"{path} was started by rfol_dask {version or '(version not recorded)'} and this is "
-                                 f"{__version__}: resuming could mix samples of two versions; pass overwrite=True "
-                                 "(--overwrite) to start it again, or move it away")
+                raise ValueError(
+                    f"{path} was started by rfol_dask {version or '(version not recorded)'} and this is "
+                    f"{__version__}: resuming could mix samples of two versions; pass overwrite=True "
+                    "(--overwrite) to start it again, or move it away"
+                )
     if state != "dataset" or overwrite:
         _write_template(path, ds, encoding, n_blocks)
     return block_flags(path)
@@ -464,8 +575,18 @@ def _foreign_files(path):
         meta = _stored_meta(path)
         gin, gout = get(meta["dataset"]).grids(**meta["params"])
     except (KeyError, TypeError, ValueError):  # unreadable, or another version's data set
-        return sorted(e.name for e in path.iterdir() if not e.name.startswith((_LOCK, _TEMPLATE_MARK)))
-    arrays = {"input", "output", "sample", *gin, *gout, f"{BOOKKEEPING_GROUP}/block_done", "block_done"}
+        return sorted(
+            e.name for e in path.iterdir() if not e.name.startswith((_LOCK, _TEMPLATE_MARK))
+        )
+    arrays = {
+        "input",
+        "output",
+        "sample",
+        *gin,
+        *gout,
+        f"{BOOKKEEPING_GROUP}/block_done",
+        "block_done",
+    }
     return [f for f in foreign_entries(path, arrays) if not f.startswith((_LOCK, _TEMPLATE_MARK))]
 
 
@@ -474,15 +595,19 @@ def _check_own_files(path):
     defines (a user's files or arrays), which replacing it would delete."""
     foreign = _foreign_files(path)
     if foreign:
-        raise ValueError(f"the data set at {path} also holds other files ({', '.join(foreign[:5])}"
-                         f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move them "
-                         "away or use another path")
+        raise ValueError(
+            f"the data set at {path} also holds other files ({', '.join(foreign[:5])}"
+            f"{', ...' if len(foreign) > 5 else ''}), which replacing it would delete; move them "
+            "away or use another path"
+        )
 
 
 def _check_store_kind(path):
     """:func:`_store_state` of ``path``; ValueError unless it is new, partial or a data set."""
     state = _store_state(path)
     if state not in ("new", "partial", "dataset"):
-        raise ValueError(f"{path} exists and is not an rfol_dask data set (it is {state}); pick another "
-                         "path (--overwrite replaces only an rfol_dask data set)")
+        raise ValueError(
+            f"{path} exists and is not an rfol_dask data set (it is {state}); pick another "
+            "path (--overwrite replaces only an rfol_dask data set)"
+        )
     return state

@@ -34,37 +34,74 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.interpolate import CubicSpline
-from skfem import (Basis, BilinearForm, ElementTriP1, ElementTriP2, ElementVector, FacetBasis,
-                   LinearForm, MeshTri, asm)
+from skfem import (
+    Basis,
+    BilinearForm,
+    ElementTriP1,
+    ElementTriP2,
+    ElementVector,
+    FacetBasis,
+    LinearForm,
+    MeshTri,
+    asm,
+)
 from skfem.helpers import ddot, eye, sym_grad, trace
 
 from .grf import cosine_series_1d
-from .registry import (EVEN, DatasetSpec, Rule, at_least, between, check_params, greater, one_of, register,
-                       sample_rng)
+from .registry import (
+    EVEN,
+    DatasetSpec,
+    Rule,
+    at_least,
+    between,
+    check_params,
+    greater,
+    one_of,
+    register,
+    sample_rng,
+)
 
-__all__ = ["STRUCTURAL_MECHANICS_LOW", "STRUCTURAL_MECHANICS_HIGH", "DEFAULTS", "make_block", "load",
-           "draw_load", "load_coefficients", "build_mesh", "model", "von_mises"]
+__all__ = [
+    "STRUCTURAL_MECHANICS_LOW",
+    "STRUCTURAL_MECHANICS_HIGH",
+    "DEFAULTS",
+    "make_block",
+    "load",
+    "draw_load",
+    "load_coefficients",
+    "build_mesh",
+    "model",
+    "von_mises",
+]
 
 #: every parameter of the generator but ``n_output`` (21 low, 41 high), with its default; the one
 #: place the defaults are written (:func:`model` and :func:`make_block` fill from it)
 DEFAULTS = {
-    "radius": 0.3,          # fibre radius
-    "E_fibre": 4.0e6,       # fibre Young's modulus
-    "nu_fibre": 0.35,       # fibre Poisson ratio
-    "mu_matrix": 0.39e6,    # matrix shear modulus
-    "nu_matrix": 0.45,      # matrix Poisson ratio
-    "load_mean": 100.0,     # mean of the top-edge traction
-    "load_scale": 400.0,    # scale of its random part
-    "n_modes": 100,         # cosine modes of the load
-    "tau": 3.0,             # decay (pi^2 l^2 + tau^2)^(-1/2) of the modes
-    "mesh_n": 48,           # elements along each side of the square
-    "n_input": 41,          # load samples on the top edge
+    "radius": 0.3,  # fibre radius
+    "E_fibre": 4.0e6,  # fibre Young's modulus
+    "nu_fibre": 0.35,  # fibre Poisson ratio
+    "mu_matrix": 0.39e6,  # matrix shear modulus
+    "nu_matrix": 0.45,  # matrix Poisson ratio
+    "load_mean": 100.0,  # mean of the top-edge traction
+    "load_scale": 400.0,  # scale of its random part
+    "n_modes": 100,  # cosine modes of the load
+    "tau": 3.0,  # decay (pi^2 l^2 + tau^2)^(-1/2) of the modes
+    "mesh_n": 48,  # elements along each side of the square
+    "n_input": 41,  # load samples on the top edge
     "input_interp": "cubic21",
     "bottom_bc": "clamped",  # or "roller"
 }
 #: the parameters that define the finite-element model (the key of its per-process cache)
-_MODEL_KEYS = ("radius", "E_fibre", "nu_fibre", "mu_matrix", "nu_matrix", "n_modes", "mesh_n",
-               "bottom_bc")
+_MODEL_KEYS = (
+    "radius",
+    "E_fibre",
+    "nu_fibre",
+    "mu_matrix",
+    "nu_matrix",
+    "n_modes",
+    "mesh_n",
+    "bottom_bc",
+)
 _BOTTOM_BC = ("clamped", "roller")
 
 
@@ -86,8 +123,10 @@ _RANGES = {
     "tau": at_least(0),
     "mesh_n": (at_least(4), EVEN),
     "n_input": at_least(2),
-    "input_interp": Rule(lambda v, p: v == "exact" or (_cubic_points(v) or 0) >= 4,
-                         "be 'exact' or 'cubicN' with N >= 4"),
+    "input_interp": Rule(
+        lambda v, p: v == "exact" or (_cubic_points(v) or 0) >= 4,
+        "be 'exact' or 'cubicN' with N >= 4",
+    ),
     "bottom_bc": one_of(*_BOTTOM_BC),
     "n_output": at_least(2),
 }
@@ -97,8 +136,12 @@ def _params(params):
     """``DEFAULTS`` updated with ``params``; an unknown keyword is a ValueError naming the known ones."""
     unknown = sorted(set(params) - set(DEFAULTS))
     if unknown:
-        raise ValueError(f"unknown structural mechanics parameter(s) {unknown}; known: {sorted(DEFAULTS)}")
+        raise ValueError(
+            f"unknown structural mechanics parameter(s) {unknown}; known: {sorted(DEFAULTS)}"
+        )
     return {**DEFAULTS, **params}
+
+
 # Samples are processed in batches of _BATCH aligned on absolute sample indices (sample i is
 # column i % _BATCH of batch i // _BATCH, padded with zero loads), so every sample goes through
 # exactly the same BLAS / SuperLU calls whatever the block split: identical bytes.
@@ -115,7 +158,10 @@ def _rings(m, radius, n_in, n_out):
     ``n_out`` loops out to the square of half-width 1/2. Shape (n_loops * 4 m, 2)."""
     # one loop of 4m points: side s (0 right, 1 top, 2 left, 3 bottom), u in [-1, 1)
     u = -1.0 + 2.0 * np.arange(m) / m
-    rot = [np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]) for a in np.pi / 2 * np.arange(4)]
+    rot = [
+        np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+        for a in np.pi / 2 * np.arange(4)
+    ]
     square = np.concatenate([(R @ np.stack([np.ones(m), u])).T for R in rot])  # on [-1, 1]^2
     angle = np.concatenate([s * np.pi / 2 + np.pi / 4 * u for s in range(4)])
     circle = radius * np.stack([np.cos(angle), np.sin(angle)], axis=1)
@@ -132,10 +178,10 @@ def _inner_grid(m, half_in, n_ring):
     g = -1.0 + 2.0 * np.arange(m + 1) / m
     idx = -np.ones((m + 1, m + 1), dtype=np.int64)
     j = np.arange(m)
-    idx[m, j] = j                  # right, u = y
-    idx[m - j, m] = m + j          # top, x = -u
-    idx[0, m - j] = 2 * m + j      # left, y = -u
-    idx[j, 0] = 3 * m + j          # bottom, x = u
+    idx[m, j] = j  # right, u = y
+    idx[m - j, m] = m + j  # top, x = -u
+    idx[0, m - j] = 2 * m + j  # left, y = -u
+    idx[j, 0] = 3 * m + j  # bottom, x = u
     inner = idx < 0
     idx[inner] = n_ring + np.arange(inner.sum())
     gi, gj = np.meshgrid(g, g, indexing="ij")
@@ -146,9 +192,11 @@ def _triangles(p, q):
     """Quads ``q`` (k, 4) split along their shorter diagonal into counter-clockwise triangles (2k, 3)."""
     d02 = np.linalg.norm(p[q[:, 0]] - p[q[:, 2]], axis=1)
     d13 = np.linalg.norm(p[q[:, 1]] - p[q[:, 3]], axis=1)
-    t = np.where((d02 <= d13)[:, None, None],
-                 np.stack([q[:, [0, 1, 2]], q[:, [0, 2, 3]]], 1),
-                 np.stack([q[:, [0, 1, 3]], q[:, [1, 2, 3]]], 1)).reshape(-1, 3)
+    t = np.where(
+        (d02 <= d13)[:, None, None],
+        np.stack([q[:, [0, 1, 2]], q[:, [0, 2, 3]]], 1),
+        np.stack([q[:, [0, 1, 3]], q[:, [1, 2, 3]]], 1),
+    ).reshape(-1, 3)
     e1, e2 = p[t[:, 1]] - p[t[:, 0]], p[t[:, 2]] - p[t[:, 0]]
     neg = e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0] < 0
     t[neg] = t[neg][:, [0, 2, 1]]
@@ -176,9 +224,16 @@ def build_mesh(mesh_n=DEFAULTS["mesh_n"], radius=DEFAULTS["radius"]):
     A, B = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
     L, K = np.meshgrid(np.arange(n_loops - 1), np.arange(k4), indexing="ij")
     K1 = (K + 1) % k4
-    q = np.concatenate([
-        np.stack([idx[A, B], idx[A + 1, B], idx[A + 1, B + 1], idx[A, B + 1]], -1).reshape(-1, 4),
-        np.stack([L * k4 + K, (L + 1) * k4 + K, (L + 1) * k4 + K1, L * k4 + K1], -1).reshape(-1, 4)])
+    q = np.concatenate(
+        [
+            np.stack([idx[A, B], idx[A + 1, B], idx[A + 1, B + 1], idx[A, B + 1]], -1).reshape(
+                -1, 4
+            ),
+            np.stack([L * k4 + K, (L + 1) * k4 + K, (L + 1) * k4 + K1, L * k4 + K1], -1).reshape(
+                -1, 4
+            ),
+        ]
+    )
     t = _triangles(p, q)
     # snap the square boundary exactly onto the unit square
     p = np.where(np.abs(p) < 1e-12, 0.0, p)
@@ -235,11 +290,16 @@ class _Model:
 
         # the L + 1 load profiles [1, sqrt(2) cos(pi l x)] as right-hand sides (high-order rule)
         top = mesh.facets_satisfying(lambda x: x[1] > 1.0 - 1e-10)
-        self.top_basis = FacetBasis(mesh, self.ubasis.elem, facets=top,
-                                    intorder=max(8, 4 + int(np.ceil(6 * n_modes / mesh_n))))
+        self.top_basis = FacetBasis(
+            mesh,
+            self.ubasis.elem,
+            facets=top,
+            intorder=max(8, 4 + int(np.ceil(6 * n_modes / mesh_n))),
+        )
         xq = self.top_basis.global_coordinates().get(0)[0]  # (n_top_facets, nqp)
-        profiles = [np.ones_like(xq)] + [np.sqrt(2.0) * np.cos(np.pi * l * xq)
-                                         for l in range(1, int(n_modes) + 1)]
+        profiles = [np.ones_like(xq)] + [
+            np.sqrt(2.0) * np.cos(np.pi * l * xq) for l in range(1, int(n_modes) + 1)
+        ]
         F = np.stack([self.load_vector(f) for f in profiles], axis=1)
         self.U = self.solve(F)  # one multi-right-hand-side solve
         self._lu = None  # free the factor (hundreds of MB); solve() refactorises on demand
@@ -278,8 +338,10 @@ class _Model:
             vals["xy"].append((self.mu * (G[0, 1] + G[1, 0])).ravel())
             cols.append(np.repeat(ub.element_dofs[k], nqp))
         cols = np.concatenate(cols)
-        return {key: sp.csr_matrix((np.concatenate(v), (rows, cols)), shape=(nel * nqp, ub.N))
-                for key, v in vals.items()}
+        return {
+            key: sp.csr_matrix((np.concatenate(v), (rows, cols)), shape=(nel * nqp, ub.N))
+            for key, v in vals.items()
+        }
 
     def _projection_rhs(self):
         sb = self.sbasis
@@ -296,8 +358,12 @@ class _Model:
         xo = np.linspace(0.0, 1.0, n)
         X, Y = np.meshgrid(xo, xo, indexing="ij")
         pts = np.clip(np.stack([X.ravel(), Y.ravel()]), 1e-9, 1.0 - 1e-9)
-        return sp.vstack([sp.csr_matrix(self.sbasis.probes(pts[:, i:i + 64]))
-                          for i in range(0, pts.shape[1], 64)]).tocsr()
+        return sp.vstack(
+            [
+                sp.csr_matrix(self.sbasis.probes(pts[:, i : i + 64]))
+                for i in range(0, pts.shape[1], 64)
+            ]
+        ).tocsr()
 
     def projector(self, n_output):
         """Sparse ``Q`` (n_output^2, n_quad): quadrature values -> lumped-mass L2 projection onto
@@ -377,8 +443,13 @@ def draw_load(rng, n_modes=DEFAULTS["n_modes"]):
     return rng.standard_normal(int(n_modes))
 
 
-def load_coefficients(theta, *, load_mean=DEFAULTS["load_mean"], load_scale=DEFAULTS["load_scale"],
-                      tau=DEFAULTS["tau"]):
+def load_coefficients(
+    theta,
+    *,
+    load_mean=DEFAULTS["load_mean"],
+    load_scale=DEFAULTS["load_scale"],
+    tau=DEFAULTS["tau"],
+):
     """Weights of the profiles ``[1, sqrt(2) cos(pi l x)]`` for ``theta`` of shape (k, L): (k, L + 1)."""
     theta = np.atleast_2d(theta)
     amp = load_scale * _amplitudes(theta.shape[1], tau) * theta
@@ -397,8 +468,14 @@ def _input_matrix(input_interp, n_input):
     return x_s, CubicSpline(x_s, np.eye(len(x_s)), axis=0)(x_in)
 
 
-def load(theta, x, *, load_mean=DEFAULTS["load_mean"], load_scale=DEFAULTS["load_scale"],
-         tau=DEFAULTS["tau"]):
+def load(
+    theta,
+    x,
+    *,
+    load_mean=DEFAULTS["load_mean"],
+    load_scale=DEFAULTS["load_scale"],
+    tau=DEFAULTS["tau"],
+):
     """``f(x) = load_mean + load_scale sum_l theta_l (pi^2 l^2 + tau^2)^(-1/2) sqrt(2) cos(pi l x)``;
     ``theta`` shape (L,), ``x`` shape (n,) -> (n,)."""
     return load_mean + load_scale * cosine_series_1d(theta, _amplitudes(len(theta), tau), x)
@@ -430,7 +507,7 @@ def make_block(seed, start, stop, *, n_output, **params):
         coef = load_coefficients(theta, **shape)
         coef[[j for j in range(_BATCH) if lo + j not in rows]] = 0.0
         out = m.output_from_coefficients(coef, n)
-        outputs[rows.start - start:rows.stop - start] = out[rows.start - lo:rows.stop - lo]
+        outputs[rows.start - start : rows.stop - start] = out[rows.start - lo : rows.stop - lo]
     return inputs, outputs
 
 
@@ -438,6 +515,7 @@ def _make_grids(n_output_default):
     def grids(*, n_input=DEFAULTS["n_input"], n_output=n_output_default, **_):
         xo = np.linspace(0.0, 1.0, int(n_output))
         return {"x_load": np.linspace(0.0, 1.0, int(n_input))}, {"x": xo, "y": xo.copy()}
+
     return grids
 
 
@@ -447,26 +525,48 @@ def _spec(name, n_output, paper, what):
     def block(seed, start, stop, **params):
         return make_block(seed, start, stop, **{**defaults, **params})
 
-    return register(DatasetSpec(
-        name=name,
-        input_attrs={"long_name": "top-edge normal traction f(x)", "units": "1"},
-        output_attrs={"long_name": "von Mises stress", "units": "1"},
-        make_block=block,
-        defaults=defaults,
-        units="m",
-        grids=_make_grids(n_output),
-        ranges=_RANGES,
-        description=f"Structural mechanics {what}: top-edge load (41) -> von Mises stress "
-                    f"({n_output}x{n_output}), plane-stress plate with a fibre",
-        paper=paper,
-    ))
+    return register(
+        DatasetSpec(
+            name=name,
+            input_attrs={"long_name": "top-edge normal traction f(x)", "units": "1"},
+            output_attrs={"long_name": "von Mises stress", "units": "1"},
+            make_block=block,
+            defaults=defaults,
+            units="m",
+            grids=_make_grids(n_output),
+            ranges=_RANGES,
+            description=f"Structural mechanics {what}: top-edge load (41) -> von Mises stress "
+            f"({n_output}x{n_output}), plane-stress plate with a fibre",
+            paper=paper,
+        )
+    )
 
 
 STRUCTURAL_MECHANICS_LOW = _spec(
-    "structural_mechanics_low", 21,
-    dict(train=1000, test=1000, n_features=50000, gamma=1e-4, alpha=1e-6, cauchy=0.0767, gaussian=0.0871),
-    "low")
+    "structural_mechanics_low",
+    21,
+    dict(
+        train=1000,
+        test=1000,
+        n_features=50000,
+        gamma=1e-4,
+        alpha=1e-6,
+        cauchy=0.0767,
+        gaussian=0.0871,
+    ),
+    "low",
+)
 STRUCTURAL_MECHANICS_HIGH = _spec(
-    "structural_mechanics_high", 41,
-    dict(train=20000, test=20000, n_features=4000, gamma=1e-4, alpha=1e-6, cauchy=0.0700, gaussian=0.0625),
-    "high")
+    "structural_mechanics_high",
+    41,
+    dict(
+        train=20000,
+        test=20000,
+        n_features=4000,
+        gamma=1e-4,
+        alpha=1e-6,
+        cauchy=0.0700,
+        gaussian=0.0625,
+    ),
+    "high",
+)

@@ -24,7 +24,16 @@ _WHERE = {
     "measure": ("PeakMemory", "run_method"),
     "runners": ("make_models", "run_fits", "run_equal_time", "run_curves", "run"),
     "report": ("render",),
-    "reference": ("METHODS", "TUNED", "PARTS", "reference_data", "sizes", "quick_train", "quick_bound", "paper_error"),
+    "reference": (
+        "METHODS",
+        "TUNED",
+        "PARTS",
+        "reference_data",
+        "sizes",
+        "quick_train",
+        "quick_bound",
+        "paper_error",
+    ),
     "reproduce": ("reproduce", "main"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}

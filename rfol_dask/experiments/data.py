@@ -26,7 +26,9 @@ class SharedCluster:
 
     def __init__(self, workers: int):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"workers must be a whole number >= 0 (0: threads in this process), got {workers!r}")
+            raise ValueError(
+                f"workers must be a whole number >= 0 (0: threads in this process), got {workers!r}"
+            )
         self.workers, self.client = workers, None
 
     def __call__(self):
@@ -58,7 +60,9 @@ def load_split(name: str, data_dir, max_test: int, cluster=None) -> tuple[xr.Dat
     return ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
 
 
-def load_subset(name: str, n_train: int, n_test: int, data_dir, cluster=None) -> tuple[xr.Dataset, xr.Dataset]:
+def load_subset(
+    name: str, n_train: int, n_test: int, data_dir, cluster=None
+) -> tuple[xr.Dataset, xr.Dataset]:
     """Samples ``[0, n_train)`` (train) and ``[n_train, n_train + n_test)`` (test) of the seed-0 data.
 
     The paper-size store ``<data_dir>/<name>.zarr`` of :func:`load_split` is sliced when it holds
@@ -68,7 +72,9 @@ def load_subset(name: str, n_train: int, n_test: int, data_dir, cluster=None) ->
     total = n_train + n_test
     try:
         ds = datasets.open_dataset(Path(data_dir) / f"{name}.zarr")
-        if ds.sizes["sample"] < total or datasets.request_mismatch(json.loads(ds.attrs.get("rfol_dask_meta", "{}")), name):
+        if ds.sizes["sample"] < total or datasets.request_mismatch(
+            json.loads(ds.attrs.get("rfol_dask_meta", "{}")), name
+        ):
             raise ValueError("too small or other data")
     except (FileNotFoundError, ValueError):
         path = Path(data_dir) / "subsets" / f"{name}_{total}.zarr"
@@ -87,4 +93,6 @@ def arrays(ds: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
 def grid(da: xr.DataArray) -> tuple[np.ndarray, ...] | None:
     """The 1-D coordinates of the grid dimensions of ``da`` (None when a dimension has none)."""
     dims = da.dims[1:]
-    return tuple(np.asarray(da[d].values) for d in dims) if all(d in da.coords for d in dims) else None
+    return (
+        tuple(np.asarray(da[d].values) for d in dims) if all(d in da.coords for d in dims) else None
+    )

@@ -97,6 +97,11 @@ def run_method(model, U, V, Ut, Vt, repeats: int = 1):
         peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
-    row = {"error": relative_l2_error(Vt, pred), "fit_s": statistics.median(fits),
-           "predict_s": statistics.median(preds), "peak_mib": peak / 2**20, "rss_mib": pm.increase / 2**20}
+    row = {
+        "error": relative_l2_error(Vt, pred),
+        "fit_s": statistics.median(fits),
+        "predict_s": statistics.median(preds),
+        "peak_mib": peak / 2**20,
+        "rss_mib": pm.increase / 2**20,
+    }
     return row, pred

@@ -11,8 +11,18 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["METHODS", "TUNED", "PARTS", "reference_data", "part_applies", "sizes", "quick_train", "quick_bound", "paper_error",
-           "paper_equal_time"]
+__all__ = [
+    "METHODS",
+    "TUNED",
+    "PARTS",
+    "reference_data",
+    "part_applies",
+    "sizes",
+    "quick_train",
+    "quick_bound",
+    "paper_error",
+    "paper_equal_time",
+]
 
 #: the methods of every fits table, in table order: the paper's settings (RF) and the median heuristic
 #: (kernels), then the models selected on the training split (``rf_tuned``: RandomFeatureOperatorCV,
@@ -34,7 +44,10 @@ def reference_data() -> dict[str, Any]:
 def part_applies(name: str, part: str) -> bool:
     """Whether the paper has ``part`` for data set ``name``: fits for every set, the equal-time
     comparison and the error curves for the sets of ``equal_time_sets`` and ``curve_sets``."""
-    return part == "fits" or name in reference_data()[{"equal_time": "equal_time_sets", "curves": "curve_sets"}[part]]
+    return (
+        part == "fits"
+        or name in reference_data()[{"equal_time": "equal_time_sets", "curves": "curve_sets"}[part]]
+    )
 
 
 def sizes(quick: bool) -> dict[str, int]:
@@ -54,7 +67,9 @@ def quick_bound(name: str, method: str) -> float:
     try:
         return float(reference_data()["quick"]["bounds"][name][method])
     except KeyError:
-        raise ValueError(f"reference.toml has no quick-mode bound for {name!r} / {method!r}") from None
+        raise ValueError(
+            f"reference.toml has no quick-mode bound for {name!r} / {method!r}"
+        ) from None
 
 
 def paper_error(name: str, method: str) -> float | None:
@@ -68,7 +83,9 @@ def paper_error(name: str, method: str) -> float | None:
     if method == "rf_tuned":
         return min(paper_error(name, "rf_cauchy"), paper_error(name, "rf_gaussian"))
     if method == "kernel_tuned":
-        known = [e for e in (paper_error(name, "rbf"), paper_error(name, "matern52")) if e is not None]
+        known = [
+            e for e in (paper_error(name, "rbf"), paper_error(name, "matern52")) if e is not None
+        ]
         return min(known) if known else None
     if method.startswith("rf_"):
         from .. import datasets

@@ -10,12 +10,25 @@ import numpy as np
 
 from .reference import METHODS, PARTS, TUNED, reference_data
 
-__all__ = ["render", "fmt_error", "fits_table", "tuned_note", "equal_time_table", "curves_table", "MANIFEST",
-           "claim", "foreign_outputs"]
+__all__ = [
+    "render",
+    "fmt_error",
+    "fits_table",
+    "tuned_note",
+    "equal_time_table",
+    "curves_table",
+    "MANIFEST",
+    "claim",
+    "foreign_outputs",
+]
 
 #: the file in a results folder listing the names reproduce writes there (its own, replaced by later runs)
 MANIFEST = ".rfol-dask-reproduce.json"
-_TABLE_HEADS = ("| data set |", "| equal time |", "| curve (Cauchy) |")  # the first line of a table.md
+_TABLE_HEADS = (
+    "| data set |",
+    "| equal time |",
+    "| curve (Cauchy) |",
+)  # the first line of a table.md
 
 
 def fmt_error(x, pct=True, missing="-"):
@@ -51,7 +64,9 @@ def read_results(path):
     try:
         return json.loads(Path(path).read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON ({exc}); delete it (or move it away) and run again") from exc
+        raise ValueError(
+            f"{path} is not valid JSON ({exc}); delete it (or move it away) and run again"
+        ) from exc
 
 
 def _is_results(path):
@@ -60,7 +75,11 @@ def _is_results(path):
         res = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(res, dict) and bool(set(PARTS) & set(res)) and res.get("name", path.stem) == path.stem
+    return (
+        isinstance(res, dict)
+        and bool(set(PARTS) & set(res))
+        and res.get("name", path.stem) == path.stem
+    )
 
 
 def _claimed(out):
@@ -74,8 +93,10 @@ def _claimed(out):
 
 def claim(out, names):
     """Add ``names`` (files or folders in the results folder ``out``) to its manifest, before they are written."""
-    write_results(Path(out) / MANIFEST, {"written_by": "rfol-dask reproduce",
-                                         "files": sorted(_claimed(out) | set(names))})
+    write_results(
+        Path(out) / MANIFEST,
+        {"written_by": "rfol-dask reproduce", "files": sorted(_claimed(out) | set(names))},
+    )
 
 
 def foreign_outputs(out, data=None):
@@ -108,8 +129,12 @@ def foreign_outputs(out, data=None):
         elif data.parent == here:
             own.add(data.name)
     own |= {f".{n}.tmp" for n in own}
-    return [f for f in foreign_entries(out, ()) if f not in own
-            and not (f == "quick" and (out / f).is_dir() and not foreign_outputs(out / f))]
+    return [
+        f
+        for f in foreign_entries(out, ())
+        if f not in own
+        and not (f == "quick" and (out / f).is_dir() and not foreign_outputs(out / f))
+    ]
 
 
 def _slope(x, digits=3):
@@ -123,10 +148,14 @@ def fits_table(results: dict) -> list[str]:
     run's ``bound %`` and a full run's error / paper ``ratio``, each column shown when some row has
     it, ``-`` in the rows of the other kind: a folder may hold both)."""
     fits = {name: r for name, r in results.items() if "fits" in r}
-    kinds = [k for k in (True, False) if k in {bool(r["quick"]) for r in fits.values()}]  # quick, full
+    kinds = [
+        k for k in (True, False) if k in {bool(r["quick"]) for r in fits.values()}
+    ]  # quick, full
     heads = " | ".join({True: "bound %", False: "ratio"}[k] for k in kinds)
-    lines = [f"| data set | train / test | method | error % | paper % | {heads} | fit s | predict s | peak MiB |",
-             "|---|---|---|---|---|" + "---|" * len(kinds) + "---|---|---|"]
+    lines = [
+        f"| data set | train / test | method | error % | paper % | {heads} | fit s | predict s | peak MiB |",
+        "|---|---|---|---|---|" + "---|" * len(kinds) + "---|---|---|",
+    ]
     for name, r in fits.items():
         size = f"{r['train']} / {r['test']}"
         if r["paper_test"] != r["test"] and not r["quick"]:
@@ -138,12 +167,22 @@ def fits_table(results: dict) -> list[str]:
             if r["quick"]:
                 col = fmt_error(m.get("bound"))
             else:
-                measured = m["error"] is not None and np.isfinite(m["error"])  # None: a NaN, in strict JSON
-                col = "-" if m["paper"] is None else f"{m['error'] / m['paper']:.2f}" if measured else "nan"
+                measured = m["error"] is not None and np.isfinite(
+                    m["error"]
+                )  # None: a NaN, in strict JSON
+                col = (
+                    "-"
+                    if m["paper"] is None
+                    else f"{m['error'] / m['paper']:.2f}"
+                    if measured
+                    else "nan"
+                )
             cols = " | ".join(col if k == bool(r["quick"]) else "-" for k in kinds)
             flag = "" if m.get("passed", True) else " **over bound**"
-            lines.append(f"| {name} | {size} | {label} | {fmt_error(m['error'], missing='nan')}{flag} | {fmt_error(m['paper'])} | "
-                         f"{cols} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |")
+            lines.append(
+                f"| {name} | {size} | {label} | {fmt_error(m['error'], missing='nan')}{flag} | {fmt_error(m['paper'])} | "
+                f"{cols} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |"
+            )
     return lines
 
 
@@ -160,9 +199,13 @@ def tuned_note(results: dict) -> list[str]:
                 ridge = p.get("alpha", p.get("nugget"))
                 if methods[label].get("grow_to"):
                     grown.add(methods[label]["grow_to"])
-                chosen.append(f"{name} {label}: {law}" + ("" if scale is None else f", scale {scale:.3g}")
-                              + f", ridge {ridge:.0e}" + (f", N {p['n_features']}" if "n_features" in p else "")
-                              + f", validation {fmt_error(methods[label]['validation_error'])} %")
+                chosen.append(
+                    f"{name} {label}: {law}"
+                    + ("" if scale is None else f", scale {scale:.3g}")
+                    + f", ridge {ridge:.0e}"
+                    + (f", N {p['n_features']}" if "n_features" in p else "")
+                    + f", validation {fmt_error(methods[label]['validation_error'])} %"
+                )
     if not chosen:
         return []
     from ..baselines.kernel_cv import DEFAULT_LENGTH_SCALES
@@ -173,44 +216,60 @@ def tuned_note(results: dict) -> list[str]:
 
     from ..rf_operator_cv import DEFAULT_LAWS
 
-    return [f"rf_tuned: RandomFeatureOperatorCV ({', '.join(DEFAULT_LAWS)}; gamma {span(DEFAULT_GAMMAS)} x the "
-            f"median heuristic, alpha {span(DEFAULT_ALPHAS)}) at the N of the RF rows"
-            + (f", then N grown up to {', '.join(str(g) for g in sorted(grown))} features while the validation error "
-               "falls (its N is not the paper's)" if grown else "")
-            + f"; kernel_tuned: KernelOperatorCV (RBF, "
-            f"Matern 5/2, inverse quadratic, length scale {span(DEFAULT_LENGTH_SCALES)} x the median, nugget "
-            f"{span(DEFAULT_ALPHAS)}). Both are selected on the last 20 % "
-            "of the TRAINING split (never the test set) and refitted on all of it; their fit time includes the "
-            "search. Their paper % is the better published figure of their kind (RF; RBF / Matern 5/2). Chosen: "
-            + "; ".join(chosen) + "."]
+    return [
+        f"rf_tuned: RandomFeatureOperatorCV ({', '.join(DEFAULT_LAWS)}; gamma {span(DEFAULT_GAMMAS)} x the "
+        f"median heuristic, alpha {span(DEFAULT_ALPHAS)}) at the N of the RF rows"
+        + (
+            f", then N grown up to {', '.join(str(g) for g in sorted(grown))} features while the validation error "
+            "falls (its N is not the paper's)"
+            if grown
+            else ""
+        )
+        + f"; kernel_tuned: KernelOperatorCV (RBF, "
+        f"Matern 5/2, inverse quadratic, length scale {span(DEFAULT_LENGTH_SCALES)} x the median, nugget "
+        f"{span(DEFAULT_ALPHAS)}). Both are selected on the last 20 % "
+        "of the TRAINING split (never the test set) and refitted on all of it; their fit time includes the "
+        "search. Their paper % is the better published figure of their kind (RF; RBF / Matern 5/2). Chosen: "
+        + "; ".join(chosen)
+        + "."
+    ]
 
 
 def equal_time_table(results: dict) -> list[str]:
     """Rows of the equal-time table (the paper's table 2)."""
-    lines = ["| equal time | train / test | method | N | error % | train s | paper error % | paper s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| equal time | train / test | method | N | error % | train s | paper error % | paper s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         e = r["equal_time"]
         for label in ("rbf", "matern52", "rf_cauchy", "rf_gaussian"):
             m = e["methods"][label]
             p = m["paper"] or (None, None)
-            lines.append(f"| {name} | {e['train']} / {e['test']} | {label} | {m.get('n_features', '-')} | "
-                         f"{fmt_error(m['error'], missing='nan')} | {m['train_s']:.3g} | {fmt_error(p[0])} | {p[1] or '-'} |")
+            lines.append(
+                f"| {name} | {e['train']} / {e['test']} | {label} | {m.get('n_features', '-')} | "
+                f"{fmt_error(m['error'], missing='nan')} | {m['train_s']:.3g} | {fmt_error(p[0])} | {p[1] or '-'} |"
+            )
     return lines
 
 
 def curves_table(results: dict) -> list[str]:
     """Rows of the curves table: slopes, saturation and the floor fit past N = 2M."""
-    lines = ["| curve (Cauchy) | train / test | N | seeds | error slope | points fitted | saturated at N | "
-             "fit-time slope | N >= 2M: floor + c N^-p, p | floor % |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| curve (Cauchy) | train / test | N | seeds | error slope | points fitted | saturated at N | "
+        "fit-time slope | N >= 2M: floor + c N^-p, p | floor % |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in results.items():
         c = r["curves"]
         s, ex = c["slope"], c.get("excess", {})
-        lines.append(f"| {name} | {c['train']} / {c['test']} | {c['n_features'][0]}-{c['n_features'][-1]} | "
-                     f"{len(c['seeds'])} | {_slope(s['slope'])} | {s['n_points']} | "
-                     f"{'-' if s['saturated_at'] is None else int(s['saturated_at'])} | "
-                     f"{_slope(c['time_slope']['slope'], 2)} | {fmt_error(ex.get('p'), pct=False)} | "
-                     f"{fmt_error(ex.get('floor'))} |")
+        lines.append(
+            f"| {name} | {c['train']} / {c['test']} | {c['n_features'][0]}-{c['n_features'][-1]} | "
+            f"{len(c['seeds'])} | {_slope(s['slope'])} | {s['n_points']} | "
+            f"{'-' if s['saturated_at'] is None else int(s['saturated_at'])} | "
+            f"{_slope(c['time_slope']['slope'], 2)} | {fmt_error(ex.get('p'), pct=False)} | "
+            f"{fmt_error(ex.get('floor'))} |"
+        )
     return lines
 
 

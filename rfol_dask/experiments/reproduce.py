@@ -44,7 +44,9 @@ def _curve_figure(out):
     plots = {f.stem: read_results(f).get("curves") for f in files if f.exists()}
     plots = {n: c for n, c in plots.items() if c}
     if plots:
-        plot_curves(Path(out) / "curves.png", plots, title="Cauchy random features: error and fit time vs N")
+        plot_curves(
+            Path(out) / "curves.png", plots, title="Cauchy random features: error and fit time vs N"
+        )
 
 
 def _check_modes(out, names, quick):
@@ -57,13 +59,23 @@ def _check_modes(out, names, quick):
         earlier = read_results(path).get("quick") if path.is_file() else None
         if earlier is not None and bool(earlier) != bool(quick):
             mode = {True: "quick (--quick)", False: "full"}
-            raise ValueError(f"{path} holds {mode[bool(earlier)]} results and this run is {mode[bool(quick)]}: its "
-                             "parts would be merged into that file beside the others; give --out another folder "
-                             "(by default quick runs write into <out>/quick), or move the file away")
+            raise ValueError(
+                f"{path} holds {mode[bool(earlier)]} results and this run is {mode[bool(quick)]}: its "
+                "parts would be merged into that file beside the others; give --out another folder "
+                "(by default quick runs write into <out>/quick), or move the file away"
+            )
 
 
-def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, parts=PARTS, workers=2,
-              grow_to=None) -> int:
+def reproduce(
+    names="all",
+    *,
+    quick=False,
+    out="reproduce_output",
+    data=None,
+    parts=PARTS,
+    workers=2,
+    grow_to=None,
+) -> int:
     """Run ``parts`` of the reproduction on ``names`` (a list, a comma-separated string or "all").
 
     ``grow_to``: the "RF tuned" row grows N from the RF rows' N up to this many features
@@ -99,9 +111,11 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
         raise ValueError(f"parts must be a subset of {PARTS}, got {parts}")
     skipped = [(n, p) for n in names for p in parts if not part_applies(n, p)]
     if len(skipped) == len(names) * len(parts):
-        raise ValueError(f"nothing to run: the paper has no {' or '.join(parts)} for {', '.join(names)} "
-                         f"(equal time: {', '.join(reference_data()['equal_time_sets'])}; "
-                         f"curves: {', '.join(reference_data()['curve_sets'])})")
+        raise ValueError(
+            f"nothing to run: the paper has no {' or '.join(parts)} for {', '.join(names)} "
+            f"(equal time: {', '.join(reference_data()['equal_time_sets'])}; "
+            f"curves: {', '.join(reference_data()['curve_sets'])})"
+        )
     for n, p in skipped:
         print(f"{n}: no {p} in the paper; skipped")
     if grow_to is not None and int(grow_to) < 1:
@@ -115,15 +129,22 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
         check_parent_dir(folder, what)
     foreign = foreign_outputs(out, data)
     if foreign:
-        raise ValueError(f"{out} holds files that reproduce did not write: {', '.join(foreign[:5])}"
-                         + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "") + "; it writes table.md, "
-                         "<name>.json, <name>.png and curves.png there and replaces only its own: give --out a new "
-                         "or empty folder (or one of its earlier results), or move those files away")
+        raise ValueError(
+            f"{out} holds files that reproduce did not write: {', '.join(foreign[:5])}"
+            + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            + "; it writes table.md, "
+            "<name>.json, <name>.png and curves.png there and replaces only its own: give --out a new "
+            "or empty folder (or one of its earlier results), or move those files away"
+        )
     _check_modes(out, names, quick)
     out.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
-    claim(out, [f"{n}.{ext}" for n in names for ext in ("json", "png")] + ["curves.png", "table.md"]
-          + ([data.name] if Path(os.path.abspath(data)).parent == Path(os.path.abspath(out)) else []))
+    claim(
+        out,
+        [f"{n}.{ext}" for n in names for ext in ("json", "png")]
+        + ["curves.png", "table.md"]
+        + ([data.name] if Path(os.path.abspath(data)).parent == Path(os.path.abspath(out)) else []),
+    )
     cfg = dict(sizes(quick), grow_to=grow_to)
     t0 = time.perf_counter()
     results = {}
@@ -131,36 +152,63 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
         try:
             for name in names:
                 results[name] = run(name, parts, cfg, out, data, quick, cluster)
-        except BaseException:  # a failure or Ctrl-C: the parts written so far are kept (run writes each)
+        except (
+            BaseException
+        ):  # a failure or Ctrl-C: the parts written so far are kept (run writes each)
             with contextlib.suppress(Exception):  # the run's own error is the one to report
                 _curve_figure(out)
-                render(out)  # so table.md and curves.png show the results files as they stand, not the last run's
+                render(
+                    out
+                )  # so table.md and curves.png show the results files as they stand, not the last run's
             raise
         finally:
             cluster.close()
     _curve_figure(out)
     print("\n" + render(out))
     print(f"total {time.perf_counter() - t0:.1f} s; results in {out}")
-    failed = [f"{name}/{k}" for name, res in results.items()
-              for k, m in res.get("fits", {}).get("methods", {}).items() if not m.get("passed", True)]
+    failed = [
+        f"{name}/{k}"
+        for name, res in results.items()
+        for k, m in res.get("fits", {}).get("methods", {}).items()
+        if not m.get("passed", True)
+    ]
     if failed:
         print(f"over the quick-mode bound: {', '.join(failed)}")
         return 1
     return 0
 
 
-def add_arguments(parser: argparse.ArgumentParser, default_out="reproduce_output", default_data=None):
+def add_arguments(
+    parser: argparse.ArgumentParser, default_out="reproduce_output", default_data=None
+):
     """The reproduction's options (shared by ``rfol-dask reproduce`` and ``benchmarks/reproduce.py``)."""
     data_help = f"{default_out}/data" if default_data is None else default_data
     parser.add_argument("name", help="a data set, a comma-separated list, or 'all'")
-    parser.add_argument("--quick", action="store_true", help="small sizes (CI); checks every error against a bound")
-    parser.add_argument("--out", default=None, help=f"results folder (default {default_out}, quick: .../quick)")
-    parser.add_argument("--data", default=default_data, help=f"data-set stores (default {data_help}, whatever --out)")
-    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
-    parser.add_argument("--workers", type=int, default=2, help="processes generating missing data (0: threads)")
-    parser.add_argument("--grow-to", type=int, default=None, metavar="N",
-                        help="grow the 'RF tuned' row's N up to N features while the validation error falls "
-                             "(RandomFeatureOperatorCV(max_features=N)); default: the RF rows' N")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes (CI); checks every error against a bound"
+    )
+    parser.add_argument(
+        "--out", default=None, help=f"results folder (default {default_out}, quick: .../quick)"
+    )
+    parser.add_argument(
+        "--data",
+        default=default_data,
+        help=f"data-set stores (default {data_help}, whatever --out)",
+    )
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=2, help="processes generating missing data (0: threads)"
+    )
+    parser.add_argument(
+        "--grow-to",
+        type=int,
+        default=None,
+        metavar="N",
+        help="grow the 'RF tuned' row's N up to N features while the validation error falls "
+        "(RandomFeatureOperatorCV(max_features=N)); default: the RF rows' N",
+    )
     parser.set_defaults(default_out=default_out)
     return parser
 
@@ -170,12 +218,21 @@ def run_args(args) -> int:
     ``<default_out>`` (quick: ``<default_out>/quick``) and data in ``<default_out>/data``, whatever ``--out``."""
     out = args.out or str(Path(args.default_out) / ("quick" if args.quick else ""))
     data = args.data or str(Path(args.default_out) / "data")
-    return reproduce(args.name, quick=args.quick, out=out, data=data, parts=args.parts, workers=args.workers,
-                     grow_to=args.grow_to)
+    return reproduce(
+        args.name,
+        quick=args.quick,
+        out=out,
+        data=data,
+        parts=args.parts,
+        workers=args.workers,
+        grow_to=args.grow_to,
+    )
 
 
 def build_parser(default_out="reproduce_output", default_data=None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     return add_arguments(parser, default_out, default_data)
 
 

@@ -13,7 +13,15 @@ from ..baselines import KernelOperator, KernelOperatorCV
 from ..plotting import plot_example
 from .data import arrays, grid, load_split, load_subset
 from .measure import run_method
-from .reference import METHODS, TUNED, paper_equal_time, paper_error, part_applies, quick_bound, quick_train
+from .reference import (
+    METHODS,
+    TUNED,
+    paper_equal_time,
+    paper_error,
+    part_applies,
+    quick_bound,
+    quick_train,
+)
 from .report import fmt_error, read_results, write_results
 from .selection import median_length_scale, select_nugget
 
@@ -27,8 +35,9 @@ def _pct(x, missing="-"):
 
 
 def _rf(law, N, paper):
-    return RandomFeatureOperator(n_features=N, distribution=law, gamma=paper["gamma"], alpha=paper["alpha"],
-                                 random_state=0)
+    return RandomFeatureOperator(
+        n_features=N, distribution=law, gamma=paper["gamma"], alpha=paper["alpha"], random_state=0
+    )
 
 
 def make_models(paper, U, V, max_features=None, grow_to=None):
@@ -44,11 +53,18 @@ def make_models(paper, U, V, max_features=None, grow_to=None):
     data ``U``, ``V`` (the last 20 %) when fitted, then refit the winner on all of it; their
     selection time is part of their fit time (``select_s`` 0).
     """
-    N = int(paper["n_features"]) if not max_features else min(int(paper["n_features"]), max_features)
+    N = (
+        int(paper["n_features"])
+        if not max_features
+        else min(int(paper["n_features"]), max_features)
+    )
     out = {}
     for law in ("cauchy", "gaussian"):
-        out[f"rf_{law}"] = (_rf(law, N, paper), {"n_features": N, "gamma": paper["gamma"],
-                                                 "alpha": paper["alpha"]}, 0.0)
+        out[f"rf_{law}"] = (
+            _rf(law, N, paper),
+            {"n_features": N, "gamma": paper["gamma"], "alpha": paper["alpha"]},
+            0.0,
+        )
     ell = median_length_scale(U, random_state=0)
     for kernel in ("rbf", "matern52", "linear"):
         nugget, sel_s, sel = select_nugget(kernel, ell, U, V)
@@ -57,8 +73,11 @@ def make_models(paper, U, V, max_features=None, grow_to=None):
             info["length_scale"] = ell
         out[kernel] = (KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget), info, sel_s)
     grow = int(grow_to) if grow_to and int(grow_to) > N else None
-    out["rf_tuned"] = (RandomFeatureOperatorCV(n_features=N, max_features=grow, random_state=0),
-                       {"n_features": N, "grow_to": grow}, 0.0)
+    out["rf_tuned"] = (
+        RandomFeatureOperatorCV(n_features=N, max_features=grow, random_state=0),
+        {"n_features": N, "grow_to": grow},
+        0.0,
+    )
     out["kernel_tuned"] = (KernelOperatorCV(), {}, 0.0)
     return out
 
@@ -66,9 +85,13 @@ def make_models(paper, U, V, max_features=None, grow_to=None):
 def tuned_info(search):
     """The selection of a fitted ``RandomFeatureOperatorCV`` / ``KernelOperatorCV``: chosen parameters,
     validation error (on the training data's validation split), search and refit seconds, candidates."""
-    return {"best_params": search.best_params_, "validation_error": -float(search.best_score_),
-            "search_s": search.search_time_, "refit_s": search.refit_time_,
-            "candidates": int(len(search.cv_results_["mean_test_score"]))}
+    return {
+        "best_params": search.best_params_,
+        "validation_error": -float(search.best_score_),
+        "search_s": search.search_time_,
+        "refit_s": search.refit_time_,
+        "candidates": int(len(search.cv_results_["mean_test_score"])),
+    }
 
 
 def run_fits(name, train, test, cfg, out, quick):
@@ -82,7 +105,9 @@ def run_fits(name, train, test, cfg, out, quick):
     U, V = arrays(train)
     Ut, Vt = arrays(test)
     rows, example = {}, None
-    for label, (model, info, sel_s) in make_models(paper, U, V, cfg["max_features"], cfg.get("grow_to")).items():
+    for label, (model, info, sel_s) in make_models(
+        paper, U, V, cfg["max_features"], cfg.get("grow_to")
+    ).items():
         row, pred = run_method(model, U, V, Ut, Vt)
         row.update(info, select_s=sel_s, paper=paper_error(name, label))
         if label in TUNED:
@@ -93,17 +118,27 @@ def run_fits(name, train, test, cfg, out, quick):
             row["bound"] = quick_bound(name, label)
             row["passed"] = bool(row["error"] < row["bound"])
         rows[label] = row
-        print(f"  {name:26s} {label:12s} error {_pct(row['error'], 'nan')}  paper {_pct(row['paper'])}  "
-              f"fit {row['fit_s']:7.2f} s  predict {row['predict_s']:6.2f} s  peak {row['peak_mib']:7.0f} MiB"
-              + (f"  select {sel_s:.2f} s" if sel_s else "")
-              + (f"  chose {row['best_params']}" if label in TUNED else ""), flush=True)
+        print(
+            f"  {name:26s} {label:12s} error {_pct(row['error'], 'nan')}  paper {_pct(row['paper'])}  "
+            f"fit {row['fit_s']:7.2f} s  predict {row['predict_s']:6.2f} s  peak {row['peak_mib']:7.0f} MiB"
+            + (f"  select {sel_s:.2f} s" if sel_s else "")
+            + (f"  chose {row['best_params']}" if label in TUNED else ""),
+            flush=True,
+        )
         if label == "rf_cauchy":
             example = pred
     shape_out = train["output"].shape[1:]
-    png = plot_example(Path(out) / f"{name}.png", train["input"].values[0], train["output"].values[0],
-                       test["output"].values[0], example[0].reshape(shape_out), grid(train["input"]),
-                       grid(train["output"]), title=f"{name}: RF Cauchy, N = {rows['rf_cauchy']['n_features']}",
-                       label="RF Cauchy")
+    png = plot_example(
+        Path(out) / f"{name}.png",
+        train["input"].values[0],
+        train["output"].values[0],
+        test["output"].values[0],
+        example[0].reshape(shape_out),
+        grid(train["input"]),
+        grid(train["output"]),
+        title=f"{name}: RF Cauchy, N = {rows['rf_cauchy']['n_features']}",
+        label="RF Cauchy",
+    )
     assert set(rows) == set(METHODS)
     return {"methods": rows, "figure": Path(png).name}
 
@@ -119,24 +154,43 @@ def run_equal_time(name, train, test, cfg):
     ell = median_length_scale(U, random_state=0)
     for kernel in ("rbf", "matern52"):
         nugget, sel_s, _ = select_nugget(kernel, ell, U, V)
-        row, _ = run_method(KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget), U, V, Ut, Vt, repeats=3)
+        row, _ = run_method(
+            KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget), U, V, Ut, Vt, repeats=3
+        )
         row.update(nugget=nugget, length_scale=ell, select_s=sel_s, train_s=sel_s + row["fit_s"])
         rows[kernel] = row
     budget = float(np.mean([r["train_s"] for r in rows.values()]))
     ladder = curves.doubling(250, cfg["curve_stop"])
     for law in ("cauchy", "gaussian"):
-        c = curves.error_curve(U, V, Ut, Vt, ladder, distribution=law, gamma=paper["gamma"], alpha=paper["alpha"],
-                               random_state=0)
+        c = curves.error_curve(
+            U,
+            V,
+            Ut,
+            Vt,
+            ladder,
+            distribution=law,
+            gamma=paper["gamma"],
+            alpha=paper["alpha"],
+            random_state=0,
+        )
         N = int(c["n_features"][np.argmin(np.abs(np.log(c["fit_time"] / budget)))])
         row, _ = run_method(_rf(law, N, paper), U, V, Ut, Vt, repeats=3)
-        row.update(n_features=N, train_s=row["fit_s"], ladder_fit_s=c["fit_time"].tolist(),
-                   ladder_error=c["error"].tolist())
+        row.update(
+            n_features=N,
+            train_s=row["fit_s"],
+            ladder_fit_s=c["fit_time"].tolist(),
+            ladder_error=c["error"].tolist(),
+        )
         rows[f"rf_{law}"] = row
     for label, row in rows.items():
         row["paper"] = paper_equal_time(name, label)
-        print(f"  equal time {name:18s} {label:12s} error {_pct(row['error'], 'nan')}  "
-              f"train {row['train_s']:6.3f} s" + (f"  N = {row['n_features']}" if "n_features" in row else "")
-              + (f"  (paper {_pct(row['paper'][0])}, {row['paper'][1]} s)" if row["paper"] else ""), flush=True)
+        print(
+            f"  equal time {name:18s} {label:12s} error {_pct(row['error'], 'nan')}  "
+            f"train {row['train_s']:6.3f} s"
+            + (f"  N = {row['n_features']}" if "n_features" in row else "")
+            + (f"  (paper {_pct(row['paper'][0])}, {row['paper'][1]} s)" if row["paper"] else ""),
+            flush=True,
+        )
     return {"train": len(U), "test": len(Ut), "budget_s": budget, "methods": rows}
 
 
@@ -148,19 +202,45 @@ def run_curves(name, train, test, cfg):
     U, V = arrays(train)
     Ut, Vt = arrays(test)
     ladder = curves.doubling(250, cfg["curve_stop"])
-    res = curves.error_curves(U, V, Ut, Vt, ladder, seeds=range(cfg["curve_seeds"]), distribution="cauchy",
-                              gamma=paper["gamma"], alpha=paper["alpha"])
+    res = curves.error_curves(
+        U,
+        V,
+        Ut,
+        Vt,
+        ladder,
+        seeds=range(cfg["curve_seeds"]),
+        distribution="cauchy",
+        gamma=paper["gamma"],
+        alpha=paper["alpha"],
+    )
     s = res["slope"]
     sat = "-" if s["saturated_at"] is None else int(s["saturated_at"])
-    print(f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over {s['n_points']} points"
-          f" (saturated at N = {sat}); fit-time slope {res['time_slope']['slope']:+.2f}; for N >= 2M: "
-          + (f"error = {res['excess']['floor']:.3g} + c N^-{res['excess']['p']:.2f}"
-             if np.isfinite(res["excess"]["p"]) else "too few points to fit a floor"), flush=True)
-    return {"train": len(U), "test": len(Ut), "n_train": len(U), "distribution": "cauchy",
-            "gamma": res["gamma"].tolist(), "settings": res["settings"], "seeds": res["seeds"].tolist(),
-            "n_features": res["n_features"].tolist(), "error": res["error"].tolist(),
-            "fit_time": res["fit_time"].tolist(), "predict_time": res["predict_time"].tolist(),
-            "slope": s, "time_slope": res["time_slope"], "excess": res["excess"]}
+    print(
+        f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over {s['n_points']} points"
+        f" (saturated at N = {sat}); fit-time slope {res['time_slope']['slope']:+.2f}; for N >= 2M: "
+        + (
+            f"error = {res['excess']['floor']:.3g} + c N^-{res['excess']['p']:.2f}"
+            if np.isfinite(res["excess"]["p"])
+            else "too few points to fit a floor"
+        ),
+        flush=True,
+    )
+    return {
+        "train": len(U),
+        "test": len(Ut),
+        "n_train": len(U),
+        "distribution": "cauchy",
+        "gamma": res["gamma"].tolist(),
+        "settings": res["settings"],
+        "seeds": res["seeds"].tolist(),
+        "n_features": res["n_features"].tolist(),
+        "error": res["error"].tolist(),
+        "fit_time": res["fit_time"].tolist(),
+        "predict_time": res["predict_time"].tolist(),
+        "slope": s,
+        "time_slope": res["time_slope"],
+        "excess": res["excess"],
+    }
 
 
 def _split(name, cfg, data_dir, quick, cluster):
@@ -176,12 +256,18 @@ def run(name, parts, cfg, out, data_dir, quick, cluster=None):
     refuses a file of the other) after each part and returns its content."""
     path = Path(out) / f"{name}.json"
     res = read_results(path) if path.exists() else {}
-    res.update(name=name, quick=quick)  # every part of a file is of one mode (reproduce refuses the other)
+    res.update(
+        name=name, quick=quick
+    )  # every part of a file is of one mode (reproduce refuses the other)
     if "fits" in parts:
         train, test = _split(name, cfg, data_dir, quick, cluster)
-        res.update(train=train.sizes["sample"], test=test.sizes["sample"],
-                   paper_test=datasets.get(name).paper["test"], machine=platform.machine(),
-                   load_avg=os.getloadavg()[0])
+        res.update(
+            train=train.sizes["sample"],
+            test=test.sizes["sample"],
+            paper_test=datasets.get(name).paper["test"],
+            machine=platform.machine(),
+            load_avg=os.getloadavg()[0],
+        )
         res["fits"] = run_fits(name, train, test, cfg, out, quick)
         write_results(path, res)
     if "equal_time" in parts and part_applies(name, "equal_time"):

@@ -15,7 +15,9 @@ import numpy as np
 
 from ..baselines import KernelOperator
 from ..metrics import relative_l2_error
-from ..tuning import median_length_scale  # the library's heuristic (re-exported: one implementation)
+from ..tuning import (
+    median_length_scale,
+)  # the library's heuristic (re-exported: one implementation)
 from .reference import reference_data
 
 __all__ = ["median_length_scale", "select_nugget"]
@@ -38,11 +40,13 @@ def select_nugget(kernel: str, length_scale: float, U: np.ndarray, V: np.ndarray
     n_val = min(500, len(U) - n_fit)
     if n_fit < 1 or n_val < 1:
         raise ValueError(f"select_nugget needs at least 2 training samples, got {len(U)}")
-    Uf, Vf, Uv, Vv = U[:n_fit], V[:n_fit], U[n_fit:n_fit + n_val], V[n_fit:n_fit + n_val]
+    Uf, Vf, Uv, Vv = U[:n_fit], V[:n_fit], U[n_fit : n_fit + n_val], V[n_fit : n_fit + n_val]
     scale = float(((Uf - Uf.mean(axis=0)) ** 2).sum(axis=1).mean()) if kernel == "linear" else 1.0
     errors = {}
     for rel in grid:
-        model = KernelOperator(kernel=kernel, length_scale=length_scale, nugget=rel * scale).fit(Uf, Vf)
+        model = KernelOperator(kernel=kernel, length_scale=length_scale, nugget=rel * scale).fit(
+            Uf, Vf
+        )
         errors[rel * scale] = relative_l2_error(Vv, model.predict(Uv))
     best = min(errors, key=errors.get)
     return best, time.perf_counter() - t0, {f"{k:.3g}": v for k, v in errors.items()}

@@ -59,15 +59,30 @@ from .grids import as_grid, as_periods, grid_domain, same_grid, tolerance, unifo
 from .interpolation import GridInterpolation, Recovery, SpectralResampling
 from .rf import RandomFeatureInterpolant
 
-__all__ = ["KINDS", "as_grid", "as_periods", "make_recovery", "Recovery", "GridInterpolation", "SpectralResampling",
-           "RandomFeatureInterpolant", "same_grid", "tolerance", "grid_domain", "uniform_period"]
+__all__ = [
+    "KINDS",
+    "as_grid",
+    "as_periods",
+    "make_recovery",
+    "Recovery",
+    "GridInterpolation",
+    "SpectralResampling",
+    "RandomFeatureInterpolant",
+    "same_grid",
+    "tolerance",
+    "grid_domain",
+    "uniform_period",
+]
 
 KINDS = ("cubic", "linear", "nearest", "spectral", "rf")
 
 
-def make_recovery(kind: str | Mapping = "cubic",
-                  grid_in: ArrayLike | Sequence[ArrayLike] | Mapping[str, ArrayLike] | None = None,
-                  periods: float | Sequence[float | None] | None = None, **options) -> Recovery:
+def make_recovery(
+    kind: str | Mapping = "cubic",
+    grid_in: ArrayLike | Sequence[ArrayLike] | Mapping[str, ArrayLike] | None = None,
+    periods: float | Sequence[float | None] | None = None,
+    **options,
+) -> Recovery:
     """Build the recovery map of one grid, ready to resample values on it to other grids.
 
     Parameters

@@ -11,8 +11,20 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["RTOL", "tolerance", "as_grid", "as_periods", "is_closed", "periodic_matrix", "spline_matrix", "uniform_period",
-           "grid_domain", "span", "same_grid", "grid_shape"]
+__all__ = [
+    "RTOL",
+    "tolerance",
+    "as_grid",
+    "as_periods",
+    "is_closed",
+    "periodic_matrix",
+    "spline_matrix",
+    "uniform_period",
+    "grid_domain",
+    "span",
+    "same_grid",
+    "grid_shape",
+]
 
 #: tolerance on grid coordinates, relative to the span of the axis
 RTOL = 1e-6
@@ -29,19 +41,25 @@ def as_grid(grid, name="grid"):
         axes = list(grid.values())
     elif isinstance(grid, np.ndarray) and grid.ndim == 1:
         axes = [grid]
-    elif isinstance(grid, (list, tuple)) and grid and all(isinstance(g, numbers.Real) for g in grid):
+    elif (
+        isinstance(grid, (list, tuple)) and grid and all(isinstance(g, numbers.Real) for g in grid)
+    ):
         axes = [grid]
     elif isinstance(grid, (list, tuple)) and grid:
         axes = list(grid)
     else:
-        raise TypeError(f"{name} must be a 1-D coordinate array, a sequence of them (one per axis) or a "
-                        f"mapping dim -> coordinates; got {type(grid).__name__}")
+        raise TypeError(
+            f"{name} must be a 1-D coordinate array, a sequence of them (one per axis) or a "
+            f"mapping dim -> coordinates; got {type(grid).__name__}"
+        )
     out = []
     for k, ax in enumerate(axes):
         ax = np.asarray(getattr(ax, "values", ax))
         if ax.ndim != 1 or ax.size == 0 or not np.issubdtype(ax.dtype, np.number):
-            raise ValueError(f"{name}: axis {k} must be a non-empty 1-D array of numbers, got shape {ax.shape} "
-                             f"and dtype {ax.dtype}")
+            raise ValueError(
+                f"{name}: axis {k} must be a non-empty 1-D array of numbers, got shape {ax.shape} "
+                f"and dtype {ax.dtype}"
+            )
         ax = ax.astype(np.float64)
         if not np.all(np.isfinite(ax)):
             raise ValueError(f"{name}: axis {k} holds NaN or Inf")
@@ -65,8 +83,10 @@ def as_periods(periods, grid, name="periods"):
         periods = (periods,) * len(grid)
     periods = tuple(periods)
     if len(periods) != len(grid):
-        raise ValueError(f"{name} has {len(periods)} entries but the grid has {len(grid)} axes: "
-                         "give one period (or None) per axis")
+        raise ValueError(
+            f"{name} has {len(periods)} entries but the grid has {len(grid)} axes: "
+            "give one period (or None) per axis"
+        )
     out = []
     for k, (ax, P) in enumerate(zip(grid, periods)):
         if P is None:
@@ -76,8 +96,10 @@ def as_periods(periods, grid, name="periods"):
             raise ValueError(f"{name}: the period of axis {k} must be a positive number, got {P!r}")
         P = float(P)
         if ax[-1] - ax[0] > P * (1 + RTOL):
-            raise ValueError(f"{name}: axis {k} spans [{ax[0]:g}, {ax[-1]:g}], more than its period {P:g}; "
-                             "a periodic axis must lie in one period, e.g. [0, period)")
+            raise ValueError(
+                f"{name}: axis {k} spans [{ax[0]:g}, {ax[-1]:g}], more than its period {P:g}; "
+                "a periodic axis must lie in one period, e.g. [0, period)"
+            )
         out.append(P)
     return tuple(out)
 
@@ -105,8 +127,9 @@ def spline_matrix(x, y, k, period=None):
     if period is None:
         t = make_interp_spline(x, np.zeros(n), k=k).t
     else:
-        t = make_interp_spline(np.append(x, x[0] + period), np.zeros(n + 1), k=k,
-                               bc_type="periodic" if k > 1 else None).t
+        t = make_interp_spline(
+            np.append(x, x[0] + period), np.zeros(n + 1), k=k, bc_type="periodic" if k > 1 else None
+        ).t
 
     def basis(z):  # (len(z), n) sparse; periodic: coefficient j is coefficient j mod n
         B = BSpline.design_matrix(z, t, k).tocoo()
@@ -171,7 +194,9 @@ def same_grid(a, b):
     """True if the grids ``a`` and ``b`` have the same shape and coordinates (to :func:`tolerance`)."""
     if a is None or b is None or len(a) != len(b):
         return False
-    return all(x.shape == y.shape and np.allclose(x, y, rtol=0, atol=tolerance(x)) for x, y in zip(a, b))
+    return all(
+        x.shape == y.shape and np.allclose(x, y, rtol=0, atol=tolerance(x)) for x, y in zip(a, b)
+    )
 
 
 def grid_shape(grid):

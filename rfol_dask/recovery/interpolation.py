@@ -8,8 +8,19 @@ from functools import partial
 import dask.array as da
 import numpy as np
 
-from .grids import (RTOL, as_grid, as_periods, grid_domain, grid_shape, is_closed, periodic_matrix, same_grid,
-                    spline_matrix, tolerance, uniform_period)
+from .grids import (
+    RTOL,
+    as_grid,
+    as_periods,
+    grid_domain,
+    grid_shape,
+    is_closed,
+    periodic_matrix,
+    same_grid,
+    spline_matrix,
+    tolerance,
+    uniform_period,
+)
 
 __all__ = ["Recovery", "GridInterpolation", "SpectralResampling", "apply_matrix"]
 
@@ -42,30 +53,46 @@ class Recovery:
     def domain(self):
         """``[(lo, hi), ...]`` per axis of ``grid_in`` (see :func:`grid_domain`); an axis with a
         given period gives ``(x[0], x[0] + period)`` (its points wrap, any coordinate is valid)."""
-        return [(ax[0], ax[0] + P) if P is not None else d
-                for ax, P, d in zip(self.grid_in, self.periods, grid_domain(self.grid_in, self.periodic))]
+        return [
+            (ax[0], ax[0] + P) if P is not None else d
+            for ax, P, d in zip(
+                self.grid_in, self.periods, grid_domain(self.grid_in, self.periodic)
+            )
+        ]
 
     def check_grid(self, grid, name="grid_out", where="the grid it is recovered from"):
         """``grid`` as a tuple of axes, clipped into the domain; ValueError if it has the wrong
         number of axes or leaves the domain by more than :func:`.grids.tolerance`."""
         grid = as_grid(grid, name)
         if len(grid) != self.ndim:
-            raise ValueError(f"{name} has {len(grid)} axes but the recovery grid has {self.ndim} "
-                             f"(shape {self.shape_in}): pass one coordinate array per axis")
+            raise ValueError(
+                f"{name} has {len(grid)} axes but the recovery grid has {self.ndim} "
+                f"(shape {self.shape_in}): pass one coordinate array per axis"
+            )
         out = []
-        for k, (y, (lo, hi), x, P) in enumerate(zip(grid, self.domain(), self.grid_in, self.periods)):
+        for k, (y, (lo, hi), x, P) in enumerate(
+            zip(grid, self.domain(), self.grid_in, self.periods)
+        ):
             if P is not None:  # wraps: every coordinate is valid
                 out.append(y)
                 continue
             tol = tolerance(x)
             if y[0] < lo - tol or y[-1] > hi + tol:
-                hint = ("if the axis is periodic, give its period: the coordinate attribute 'period' or "
-                        "fit(..., periods=)") if self.kind != "rf" else (
-                        "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral' for them")
+                hint = (
+                    (
+                        "if the axis is periodic, give its period: the coordinate attribute 'period' or "
+                        "fit(..., periods=)"
+                    )
+                    if self.kind != "rf"
+                    else (
+                        "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral' for them"
+                    )
+                )
                 raise ValueError(
                     f"{name} spans [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the domain [{lo:.10g}, "
                     f"{hi:.10g}] of "
-                    f"{where}; recovery does not extrapolate ({hint})")
+                    f"{where}; recovery does not extrapolate ({hint})"
+                )
             out.append(np.clip(y, lo, hi))
         return tuple(out)
 
@@ -93,13 +120,18 @@ class Recovery:
         if values.ndim == 2 and self.ndim != 1 and values.shape[1] == int(np.prod(self.shape_in)):
             values = values.reshape((values.shape[0], *self.shape_in))
         if tuple(values.shape[1:]) != self.shape_in:
-            raise ValueError(f"values have shape {tuple(values.shape)} but the recovery grid has shape "
-                             f"{self.shape_in}: pass (n_samples, *grid shape)")
+            raise ValueError(
+                f"values have shape {tuple(values.shape)} but the recovery grid has shape "
+                f"{self.shape_in}: pass (n_samples, *grid shape)"
+            )
         dtype = np.float32 if values.dtype == np.float32 else np.float64
         if isinstance(values, da.Array):
             values = values.rechunk({k: -1 for k in range(1, values.ndim)})
-            out = values.map_blocks(partial(self._resample_block, grid_out=grid_out, dtype=dtype),
-                                    chunks=(values.chunks[0], *shape_out), dtype=dtype)
+            out = values.map_blocks(
+                partial(self._resample_block, grid_out=grid_out, dtype=dtype),
+                chunks=(values.chunks[0], *shape_out),
+                dtype=dtype,
+            )
         else:
             out = self._resample_block(np.asarray(values), grid_out, dtype)
         return out[0] if single else out
@@ -165,7 +197,9 @@ class GridInterpolation(Recovery):
             from scipy.interpolate import RegularGridInterpolator
 
             W = np.zeros((y.size, n))
-            node = RegularGridInterpolator((x,), np.arange(n, dtype=float), method="nearest")(y[:, None])
+            node = RegularGridInterpolator((x,), np.arange(n, dtype=float), method="nearest")(
+                y[:, None]
+            )
             W[np.arange(y.size), node.astype(np.int64)] = 1.0
             return W
         return spline_matrix(x, y, 3 if self.method == "cubic" and n >= 4 else 1)
@@ -190,13 +224,16 @@ class SpectralResampling(Recovery):
         super().__init__(grid_in, periods)
         for k, (x, P) in enumerate(zip(self.grid_in, self.periods)):
             if x.size > 2 and not np.allclose(np.diff(x), x[1] - x[0], rtol=RTOL, atol=0):
-                raise ValueError(f"spectral resampling needs uniform periodic axes; axis {k} is not uniform "
-                                 "(use kind='cubic' for general grids)")
+                raise ValueError(
+                    f"spectral resampling needs uniform periodic axes; axis {k} is not uniform "
+                    "(use kind='cubic' for general grids)"
+                )
             n = x.size - 1 if P is not None and is_closed(x, P) else x.size
             if P is not None and n > 1 and abs(n * (x[1] - x[0]) - P) > RTOL * P:
                 raise ValueError(
                     f"spectral resampling needs the nodes of a periodic axis to split its period uniformly: "
-                    f"axis {k} has {n} points {x[1] - x[0]:g} apart but period {P:g} (use kind='cubic')")
+                    f"axis {k} has {n} points {x[1] - x[0]:g} apart but period {P:g} (use kind='cubic')"
+                )
 
     def _period(self, axis):
         """``(period, closed)`` of grid axis ``axis``: the given period, else ``n * spacing``."""
@@ -210,7 +247,7 @@ class SpectralResampling(Recovery):
         C = np.fft.fft(np.moveaxis(values, array_axis, -1), axis=-1) / n
         if n % 2 == 0:
             C[..., n // 2] *= 0.5
-            C = np.concatenate([C, C[..., n // 2:n // 2 + 1]], axis=-1)
+            C = np.concatenate([C, C[..., n // 2 : n // 2 + 1]], axis=-1)
         return C, self._wavenumbers(n)
 
     @staticmethod

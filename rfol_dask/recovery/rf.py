@@ -22,7 +22,9 @@ def _check_factor_memory(n, N, k, n_out=0):
     points, also the features of those points (``n_out N``) and the ``n_out x n`` products of
     :meth:`RandomFeatureInterpolant._map` (three at once). Float64 throughout."""
     held = {f"the {n} x {N} features": n * N * 8, f"the {k} x {N} frequencies": (k + 1) * N * 8}
-    if not n_out:  # A A^T is made C-ordered, then copied into the Fortran order of the factorisation
+    if (
+        not n_out
+    ):  # A A^T is made C-ordered, then copied into the Fortran order of the factorisation
         held["the Gram's Fortran-ordered copy"] = n * n * 8
     else:
         held[f"the {n_out} x {N} features of the output points"] = n_out * N * 8
@@ -83,18 +85,39 @@ class RandomFeatureInterpolant(Recovery):
 
     kind = "rf"
 
-    def __init__(self, grid_in, *, distribution="gaussian", gamma=None, n_features=None, ridge=1e-6,
-                 separable=True, nu=3.0, random_state=0):
+    def __init__(
+        self,
+        grid_in,
+        *,
+        distribution="gaussian",
+        gamma=None,
+        n_features=None,
+        ridge=1e-6,
+        separable=True,
+        nu=3.0,
+        random_state=0,
+    ):
         super().__init__(grid_in)
         if distribution not in ("gaussian", "cauchy", "student_t"):
-            raise ValueError(f"distribution must be 'gaussian', 'cauchy' or 'student_t', got {distribution!r}")
+            raise ValueError(
+                f"distribution must be 'gaussian', 'cauchy' or 'student_t', got {distribution!r}"
+            )
         if gamma is not None and not gamma > 0:
             raise ValueError(f"gamma must be > 0, got {gamma!r}")
         if not ridge >= 0:
             raise ValueError(f"ridge must be >= 0, got {ridge!r}")
-        self.distribution, self.ridge, self.separable, self.nu = distribution, float(ridge), bool(separable), nu
+        self.distribution, self.ridge, self.separable, self.nu = (
+            distribution,
+            float(ridge),
+            bool(separable),
+            nu,
+        )
         if gamma is None:
-            gamma = {"gaussian": (0.2 * np.pi) ** 2 / 2, "cauchy": 0.05 * np.pi, "student_t": 0.2 * np.pi}[distribution]
+            gamma = {
+                "gaussian": (0.2 * np.pi) ** 2 / 2,
+                "cauchy": 0.05 * np.pi,
+                "student_t": 0.2 * np.pi,
+            }[distribution]
         self.gamma = float(gamma)
         self.scale = [(x[-1] - x[0]) / (x.size - 1) if x.size > 1 else 1.0 for x in self.grid_in]
         rng = check_random_state(random_state)
@@ -111,9 +134,13 @@ class RandomFeatureInterpolant(Recovery):
             try:
                 L, used = cholesky(G, self.ridge)
             except ValueError as exc:
-                raise ValueError(f"the random-feature Gram of grid axes {axes} is singular with ridge={self.ridge:g}: "
-                                 "pass ridge > 0 (e.g. 1e-10), a larger gamma or more features") from exc
-            self.factors.append({"axes": axes, "omega": omega, "b": b, "A": A, "L": L, "ridge": used})
+                raise ValueError(
+                    f"the random-feature Gram of grid axes {axes} is singular with ridge={self.ridge:g}: "
+                    "pass ridge > 0 (e.g. 1e-10), a larger gamma or more features"
+                ) from exc
+            self.factors.append(
+                {"axes": axes, "omega": omega, "b": b, "A": A, "L": L, "ridge": used}
+            )
         self.n_features = [f["omega"].shape[1] for f in self.factors]
 
     def _points(self, axes, coords):

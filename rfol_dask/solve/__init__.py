@@ -23,7 +23,15 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ..backend import device_namespace, is_array_api
-from ..memory import check_gram_memory, check_tile_memory, dual_plan, gram_device, gram_slots, memory_budget, n_slots
+from ..memory import (
+    check_gram_memory,
+    check_tile_memory,
+    dual_plan,
+    gram_device,
+    gram_slots,
+    memory_budget,
+    n_slots,
+)
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
 from .in_memory import fit_numpy, held_beside_gram, model_bytes
@@ -31,8 +39,17 @@ from .primal import fit_primal
 from .streamed import fit_streamed
 from .tiled import fit_tiled
 
-__all__ = ["choose_solver", "check_min_norm", "check_primal_memory", "dask_fit_plan", "fit_numpy", "held_beside_gram",
-           "model_bytes", "fit_dask", "InputCentre"]
+__all__ = [
+    "choose_solver",
+    "check_min_norm",
+    "check_primal_memory",
+    "dask_fit_plan",
+    "fit_numpy",
+    "held_beside_gram",
+    "model_bytes",
+    "fit_dask",
+    "InputCentre",
+]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):
@@ -53,13 +70,18 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
         return
     rows = n_samples - bool(fit_intercept)
     # solver: (singular, needed relation, its Gram, the other solver)
-    rules = {"primal": (n_features > rows, "<=", "N x N", "dual"), "dual": (n_features < rows, ">=", "M x M", "primal")}
+    rules = {
+        "primal": (n_features > rows, "<=", "N x N", "dual"),
+        "dual": (n_features < rows, ">=", "M x M", "primal"),
+    }
     if solver in rules and rules[solver][0]:
         _, relation, gram, other = rules[solver]
-        raise ValueError(f"alpha=0 (min-norm interpolation) in the {solver} needs n_features {relation} {rows} (the "
-                         f"samples{' less one with an intercept' if fit_intercept else ''}), got {n_features} "
-                         f"features and {n_samples} samples: the {gram} Gram is singular; pass solver='{other}' "
-                         "or alpha > 0")
+        raise ValueError(
+            f"alpha=0 (min-norm interpolation) in the {solver} needs n_features {relation} {rows} (the "
+            f"samples{' less one with an intercept' if fit_intercept else ''}), got {n_features} "
+            f"features and {n_samples} samples: the {gram} Gram is singular; pass solver='{other}' "
+            "or alpha > 0"
+        )
 
 
 def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None, budget=None):
@@ -69,9 +91,16 @@ def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None, 
     frequencies. (A dask dual that does not fit one worker is factorised blocked instead.) ``budget``:
     the workers' :class:`rfol_dask.memory.Budget`, if the caller has it (else they are asked)."""
     dtype = np.dtype(dtype)
-    check_gram_memory(n_features, dtype, max_gram_bytes, client, solver="primal",
-                      peak_copies=2 if n_slots(client) > 1 else 1, beside=(n + 1) * n_features * dtype.itemsize,
-                      budget=budget)
+    check_gram_memory(
+        n_features,
+        dtype,
+        max_gram_bytes,
+        client,
+        solver="primal",
+        peak_copies=2 if n_slots(client) > 1 else 1,
+        beside=(n + 1) * n_features * dtype.itemsize,
+        budget=budget,
+    )
 
 
 def _on_device(device, meta):
@@ -79,8 +108,20 @@ def _on_device(device, meta):
     return device != "cpu" or is_array_api(meta)
 
 
-def dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes=None, client=None, device="cpu", meta=None,
-                  warn=True, budget=None):
+def dask_fit_plan(
+    M,
+    n,
+    m,
+    n_features,
+    dtype,
+    solver,
+    max_gram_bytes=None,
+    client=None,
+    device="cpu",
+    meta=None,
+    warn=True,
+    budget=None,
+):
     """The :class:`rfol_dask.memory.DualPlan` of a dask fit of ``M`` samples, ``n`` inputs and ``m``
     outputs (None for the primal), after the checks that refuse it before any work:
     ValueError when the primal's Gram does not fit on the CPU (:func:`check_primal_memory`); on GPUs
@@ -93,9 +134,17 @@ def dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes=None, clien
     on_device = _on_device(device, meta)
     plan = None
     if solver == "dual":
-        plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=M * (n + m) * dtype.itemsize,
-                         n_features=n_features, n_inputs=n, device=gram_device(device, meta),
-                         warn=warn and not on_device)
+        plan = dual_plan(
+            M,
+            dtype,
+            max_gram_bytes,
+            client,
+            held_bytes=M * (n + m) * dtype.itemsize,
+            n_features=n_features,
+            n_inputs=n,
+            device=gram_device(device, meta),
+            warn=warn and not on_device,
+        )
     elif not on_device:  # on GPUs the primal is refused whatever its size
         check_primal_memory(n, n_features, dtype, max_gram_bytes, client, budget)
     if on_device and (plan is None or plan.blocked):
@@ -103,15 +152,27 @@ def dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes=None, clien
             f"on a GPU, dask input is fitted by the streamed dual only, not the "
             f"{'primal' if plan is None else f'blocked dual (the Gram does not fit one worker: {plan.reason})'}: "
             "pass solver='dual' with a Gram that fits one GPU worker, or compute the data into memory "
-            "(numpy or CuPy) for the in-memory GPU fit")
+            "(numpy or CuPy) for the in-memory GPU fit"
+        )
     return plan
 
 
-def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],
-             n_features: int, dtype: DTypeLike, alpha: float, fit_intercept: bool, solver: str,
-             column_block: int | None = None, progress: bool = False,
-             max_gram_bytes: float | None = None, device: str = "cpu",
-             input_centre: InputCentre | None = None) -> tuple[np.ndarray, np.ndarray]:
+def fit_dask(
+    U: da.Array,
+    V: da.Array,
+    *,
+    frequencies: Callable[..., tuple[np.ndarray, np.ndarray]],
+    n_features: int,
+    dtype: DTypeLike,
+    alpha: float,
+    fit_intercept: bool,
+    solver: str,
+    column_block: int | None = None,
+    progress: bool = False,
+    max_gram_bytes: float | None = None,
+    device: str = "cpu",
+    input_centre: InputCentre | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
 
     Runs on the active ``distributed.Client`` if any, else dask's local scheduler. The dual
@@ -184,23 +245,59 @@ def fit_dask(U: da.Array, V: da.Array, *, frequencies: Callable[..., tuple[np.nd
     if device != "cpu" and client is None:  # computed in this process: say what is missing, first
         device_namespace(device)
     # the primal on the CPU asks the workers for their memory once, for its check and for its chains
-    budget = memory_budget(max_gram_bytes, client) if solver == "primal" and not _on_device(device, meta) else None
-    plan = dask_fit_plan(M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, budget=budget)
+    budget = (
+        memory_budget(max_gram_bytes, client)
+        if solver == "primal" and not _on_device(device, meta)
+        else None
+    )
+    plan = dask_fit_plan(
+        M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, budget=budget
+    )
     tiled = solver == "dual" and plan.blocked  # its blocks make features: n_features values a row
-    Ub, Vb, starts, cols = row_blocks(U, V, column_block, client, max_blocks=MAX_TILE_BLOCKS if tiled else None,
-                                      row_bytes=n_features * dtype.itemsize)
+    Ub, Vb, starts, cols = row_blocks(
+        U,
+        V,
+        column_block,
+        client,
+        max_blocks=MAX_TILE_BLOCKS if tiled else None,
+        row_bytes=n_features * dtype.itemsize,
+    )
     if input_centre is not None:
         input_centre.attach(Ub, starts, dtype, TaskNames())
-    common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress,
-                  input_centre=input_centre)
+    common = dict(
+        alpha=alpha,
+        fit_intercept=fit_intercept,
+        client=client,
+        progress=progress,
+        input_centre=input_centre,
+    )
     if solver == "primal":  # as many chains on a worker as its memory holds Grams
-        per_worker = gram_slots(n_features, dtype, beside=(n + 1) * n_features * dtype.itemsize,
-                                with_each=n_features * m * dtype.itemsize, budget=budget)
+        per_worker = gram_slots(
+            n_features,
+            dtype,
+            beside=(n + 1) * n_features * dtype.itemsize,
+            with_each=n_features * m * dtype.itemsize,
+            budget=budget,
+        )
         return fit_primal(Ub, Vb, starts, cols, frequencies, per_worker=per_worker, **common)
     if plan.blocked:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
         check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)
-        return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common)
+        return fit_tiled(
+            Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common
+        )
     draw_on = gram_device(device, meta)
-    return fit_streamed(Ub, Vb, starts, m, frequencies, n_features=n_features, dtype=dtype,
-                        slab_bytes=plan.slab_bytes, device=device, draw_on=draw_on, n_inputs=n, **common)
+    return fit_streamed(
+        Ub,
+        Vb,
+        starts,
+        m,
+        frequencies,
+        n_features=n_features,
+        dtype=dtype,
+        slab_bytes=plan.slab_bytes,
+        device=device,
+        draw_on=draw_on,
+        n_inputs=n,
+        **common,
+    )

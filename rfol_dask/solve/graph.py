@@ -9,17 +9,31 @@ import dask
 import numpy as np
 
 from ..backend import is_array_api, to_numpy
-from ..features import CENTRE_ROWS, input_centre
-from ..gram import check_finite
 from ..exceptions import BlockedFactorError
 from ..factor import used_ridge
+from ..features import CENTRE_ROWS, input_centre
+from ..gram import check_finite
 from ..linalg import first_ridge, warn_ridge
 from ..memory import n_slots
 from ..placement import pinned
 from ..progress import compute
 
-__all__ = ["TaskNames", "InputCentre", "row_blocks", "column_blocks", "tree_sum", "hand_over", "after", "iadd", "chained_sum", "block_vsum",
-           "column_slab", "rows", "Columns", "compute_fit"]
+__all__ = [
+    "TaskNames",
+    "InputCentre",
+    "row_blocks",
+    "column_blocks",
+    "tree_sum",
+    "hand_over",
+    "after",
+    "iadd",
+    "chained_sum",
+    "block_vsum",
+    "column_slab",
+    "rows",
+    "Columns",
+    "compute_fit",
+]
 
 
 class TaskNames:
@@ -50,7 +64,9 @@ class InputCentre:
             self.task = dask.delayed(self.value, pure=True, traverse=False)
             return self
         k = max(1, int(np.searchsorted(starts, CENTRE_ROWS, side="left")))
-        self.task = dask.delayed(_checked_centre)(dtype, starts[:k], *Ub[:k], dask_key_name=names("input-centre"))
+        self.task = dask.delayed(_checked_centre)(
+            dtype, starts[:k], *Ub[:k], dask_key_name=names("input-centre")
+        )
         return self
 
     @staticmethod
@@ -189,7 +205,11 @@ def chained_sum(n_blocks, slots, add_block, combine):
         mine.setdefault(slots[c], []).append(ends[c])
     # one tree over every chain, sorted by worker, summed a worker's odd chain with the next worker's
     # first while the worker still held its own: one accumulator more than its threads
-    return tree_sum([tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()], combine, list(mine))
+    return tree_sum(
+        [tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()],
+        combine,
+        list(mine),
+    )
 
 
 def block_vsum(V, start):
@@ -206,8 +226,10 @@ def column_slab(start, stop, dtype, *blocks):
     row = 0
     for B in blocks:
         k = len(B)
-        out[row:row + k] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
-        check_finite(out[row:row + k], row, "V")  # after the cast: a float64 value may overflow float32
+        out[row : row + k] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
+        check_finite(
+            out[row : row + k], row, "V"
+        )  # after the cast: a float64 value may overflow float32
         row += k
     return out
 
@@ -237,7 +259,9 @@ class Columns:
         self.intercept[slice(*self.cols[k])] = c
 
 
-def compute_fit(*collections, progress, client, desc, alpha, consume=None, centre=None, factor=None):
+def compute_fit(
+    *collections, progress, client, desc, alpha, consume=None, centre=None, factor=None
+):
     """``progress.compute`` for a fit graph (``consume``: see there); a failed blocked Cholesky
     becomes a :class:`BlockedFactorError` (a ValueError; :func:`with_ridges` retries it). An
     :class:`InputCentre` ``centre`` is computed alongside, into ``centre.value``. With the
@@ -262,11 +286,14 @@ def compute_fit(*collections, progress, client, desc, alpha, consume=None, centr
                 given(i, result)
             else:
                 results[i] = result
+
     try:
         out = compute(*collections, progress=progress, client=client, desc=desc, consume=consume)
     except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky
-        raise BlockedFactorError(f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
-                                 "is not numerically positive definite; pass a larger alpha") from exc
+        raise BlockedFactorError(
+            f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
+            "is not numerically positive definite; pass a larger alpha"
+        ) from exc
     if centre is not None:
         centre.value = got["centre"]
     if got.get("ridge") is not None and got["ridge"][0] != alpha:
@@ -281,6 +308,7 @@ def with_ridges(run, alpha, dtype, mean_diag=1.0):
     default 1 bounds it for unit-variance features and kernels) until its factorisation succeeds, as the
     in-memory factorisations retry: a RuntimeWarning names a raised ridge. Each retry computes
     the whole graph again (the blocked factor is not kept beside its Gram)."""
+
     def attempt(ridge, again):
         try:
             return (run(ridge),)  # wrapped: any result of run counts, None too

@@ -102,8 +102,16 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
     (slabs,) = feature_slabs(M, N, 1, itemsize(omega.dtype), slab_bytes)
 
     def slab(f0, f1):  # A[:, f0:f1] (exactly centred if fit_intercept) and its shift
-        return slab_features(U, lambda columns: (omega[:, f0:f1], b[f0:f1]), N, f0, f1, fit_intercept,
-                             shift_rows=None, input_centre=input_centre)
+        return slab_features(
+            U,
+            lambda columns: (omega[:, f0:f1], b[f0:f1]),
+            N,
+            f0,
+            f1,
+            fit_intercept,
+            shift_rows=None,
+            input_centre=input_centre,
+        )
 
     K, shifts = None, []
     for f0, f1 in slabs:
@@ -126,8 +134,10 @@ def model_bytes(n, N, m, dtype):
     """The fitted model's arrays, ``{what: bytes}``: ``Omega`` and ``b`` (``(n + 1) N``) and the
     coefficients (``N m``) in ``dtype``; what any fit (in memory or dask) leaves in the client."""
     size = np.dtype(dtype).itemsize
-    return {f"the {n} x {N} frequencies": (int(n) + 1) * int(N) * size,
-            f"the {N} x {m} coefficients": int(N) * int(m) * size}
+    return {
+        f"the {n} x {N} frequencies": (int(n) + 1) * int(N) * size,
+        f"the {N} x {m} coefficients": int(N) * int(m) * size,
+    }
 
 
 def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
@@ -153,7 +163,9 @@ def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
             slab_bytes = int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
         (slabs,) = feature_slabs(M, N, 1, size, slab_bytes)
         width = max(f1 - f0 for f0, f1 in slabs)
-        held[f"slabs of {M} x {width} features"] = int((1.25 if in_place else 2.25) * M * width * size)
+        held[f"slabs of {M} x {width} features"] = int(
+            (1.25 if in_place else 2.25) * M * width * size
+        )
     else:
         (s, e), *_ = row_ranges(M, N * size)
         rows = max(e - s, min(64, M))
@@ -161,9 +173,18 @@ def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
     return held
 
 
-def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *, alpha: float,
-              fit_intercept: bool, solver: str, slab_bytes: int | None = None,
-              input_centre: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def fit_numpy(
+    U: np.ndarray,
+    V: np.ndarray,
+    omega: np.ndarray,
+    b: np.ndarray,
+    *,
+    alpha: float,
+    fit_intercept: bool,
+    solver: str,
+    slab_bytes: int | None = None,
+    input_centre: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients in memory (numpy, no graph).
 
     Parameters
@@ -225,11 +246,21 @@ def fit_numpy(U: np.ndarray, V: np.ndarray, omega: np.ndarray, b: np.ndarray, *,
     """
     dtype, xp = omega.dtype, namespace(omega)
     if solver == "dual" and not is_fast(xp):
-        return dual_slabs(U, V, omega, b, alpha=alpha, fit_intercept=fit_intercept, slab_bytes=slab_bytes,
-                          input_centre=input_centre)
+        return dual_slabs(
+            U,
+            V,
+            omega,
+            b,
+            alpha=alpha,
+            fit_intercept=fit_intercept,
+            slab_bytes=slab_bytes,
+            input_centre=input_centre,
+        )
     if solver == "dual":
         A = features_block(U, omega, b, input_centre=input_centre)
-        shift = xp.mean(A, axis=0) if fit_intercept else xp.zeros(A.shape[1], dtype=dtype)  # exact centring
+        shift = (
+            xp.mean(A, axis=0) if fit_intercept else xp.zeros(A.shape[1], dtype=dtype)
+        )  # exact centring
         A -= shift
         fac, Beta = dual_numpy(A, V, dual_tile, alpha=alpha, fit_intercept=fit_intercept)
         C = A.T @ Beta

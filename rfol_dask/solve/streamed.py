@@ -62,9 +62,27 @@ from ..memory import device_free_bytes, free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
 from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
 
-__all__ = ["SHIFT_ROWS", "ROW_STEP", "FEATURE_MODES", "row_steps", "feature_slabs", "slab_features", "slab_shift", "gram_slab", "coef_slab", "Resident",
-           "gram_rows", "coef_rows", "rows_need", "feature_mode", "sweep_stale_caches", "open_cache", "remove_cache", "dual_stream_graph",
-           "fit_streamed"]
+__all__ = [
+    "SHIFT_ROWS",
+    "ROW_STEP",
+    "FEATURE_MODES",
+    "row_steps",
+    "feature_slabs",
+    "slab_features",
+    "slab_shift",
+    "gram_slab",
+    "coef_slab",
+    "Resident",
+    "gram_rows",
+    "coef_rows",
+    "rows_need",
+    "feature_mode",
+    "sweep_stale_caches",
+    "open_cache",
+    "remove_cache",
+    "dual_stream_graph",
+    "fit_streamed",
+]
 
 logger = logging.getLogger("rfol_dask")
 
@@ -101,7 +119,11 @@ def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
         bounds = [min(N, (n_blocks * g // n_groups) * B) for g in range(n_groups + 1)]
     else:
         bounds = [N * g // n_groups for g in range(n_groups + 1)]
-    return [[(f, min(f + width, g1)) for f in range(g0, g1, width)] for g0, g1 in zip(bounds, bounds[1:]) if g1 > g0]
+    return [
+        [(f, min(f + width, g1)) for f in range(g0, g1, width)]
+        for g0, g1 in zip(bounds, bounds[1:])
+        if g1 > g0
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -120,7 +142,9 @@ def sweep_stale_caches():
     their process was killed (SIGKILL, or SIGTERM outside the CLI: no clean-up ran). A worker's
     caches live in its local directory, which dask removes with the worker."""
     for path in glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), "rfol-*")):
-        owner = tag_owner(os.path.basename(path)[len("rfol-"):])  # None: not a cache of this naming
+        owner = tag_owner(
+            os.path.basename(path)[len("rfol-") :]
+        )  # None: not a cache of this naming
         if owner is not None and owner[0] == socket.gethostname() and not process_alive(*owner):
             shutil.rmtree(path, ignore_errors=True)
 
@@ -146,7 +170,11 @@ def remove_cache(token, dask_worker=None):
 
 
 def _cache_file(token, f0):
-    return None if token is None else os.path.join(_cache_dir(token, current_worker()), f"slab-{f0}.npy")
+    return (
+        None
+        if token is None
+        else os.path.join(_cache_dir(token, current_worker()), f"slab-{f0}.npy")
+    )
 
 
 def _cache_put(token, f0, A):
@@ -177,8 +205,11 @@ def _slab_frequencies(token, U, frequencies, f0, f1, keep):
     pair = _KEPT_FREQUENCIES.pop((token, f0), None)
     if pair is None:  # not drawn ahead (:func:`draw_slab`) or not kept
         pair = tuple(_like(a, U) for a in frequencies(columns=(f0, f1)))
-        keep = keep and _room(token, backend.namespace(U), sum(math.prod(a.shape) * backend.itemsize(a.dtype)
-                                                                for a in pair))
+        keep = keep and _room(
+            token,
+            backend.namespace(U),
+            sum(math.prod(a.shape) * backend.itemsize(a.dtype) for a in pair),
+        )
     if keep:
         _keep(token, f0, pair)
     return lambda columns: pair
@@ -196,7 +227,10 @@ def _keep(token, f0, pair):
 def _room(token, xp, nbytes, reserve=0):
     """True while the fit ``token`` runs (its cache directory exists) and the memory of ``xp``
     has ``reserve + 4 nbytes + 1 GiB`` free: room to keep ``nbytes`` of frequencies."""
-    return os.path.isdir(_cache_dir(token, current_worker())) and free_bytes(xp) > reserve + 4 * nbytes + 2**30
+    return (
+        os.path.isdir(_cache_dir(token, current_worker()))
+        and free_bytes(xp) > reserve + 4 * nbytes + 2**30
+    )
 
 
 def draw_slab(token, frequencies, f0, f1, device, nbytes, reserve):
@@ -268,7 +302,9 @@ def _colsum(X):
     return backend.namespace(X).sum(X, axis=0)
 
 
-def slab_features(U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None):
+def slab_features(
+    U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None
+):
     """Features ``A[:, f0:f1]`` (M, f1 - f0) of all of ``U`` (M, n) minus their mean ``s_f``
     over the first ``shift_rows`` samples (if ``centre``; ``shift_rows=None``: over all of them,
     the exact column means), and that shift (or None).
@@ -285,15 +321,18 @@ def slab_features(U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_R
         A -= shift
         return A, shift
     shift = slab_shift(U, omega, b, n_features, shift_rows, input_centre)
-    return feature_map(U, omega, b, shift=shift, n_features=n_features, input_centre=input_centre), shift
+    return feature_map(
+        U, omega, b, shift=shift, n_features=n_features, input_centre=input_centre
+    ), shift
 
 
 def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS, input_centre=None):
     """The centring shift ``s_f`` of a slab: the mean of its features over the first
     ``shift_rows`` samples of ``U`` (all of them if fewer), in ``U``'s namespace."""
-    head = U[:min(shift_rows, U.shape[0]), ...]
-    return backend.namespace(U).mean(feature_map(head, omega, b, n_features=n_features, input_centre=input_centre),
-                                     axis=0)
+    head = U[: min(shift_rows, U.shape[0]), ...]
+    return backend.namespace(U).mean(
+        feature_map(head, omega, b, n_features=n_features, input_centre=input_centre), axis=0
+    )
 
 
 def _slab_threads(U):
@@ -310,7 +349,9 @@ def gram_slab(K, U, frequencies, n_features, f0, f1, centre, token=None, after=N
     disk for ``C = A^T Beta`` (else made again then). ``after`` (ignored): the slab's
     :func:`draw_slab`, if any. Cost ``2 M n (f1 - f0) + M^2 (f1 - f0)`` flops."""
     with blas_limits(_slab_threads(U)):
-        A, _ = slab_features(U, _slab_frequencies(token, U, frequencies, f0, f1, True), n_features, f0, f1, centre)
+        A, _ = slab_features(
+            U, _slab_frequencies(token, U, frequencies, f0, f1, True), n_features, f0, f1, centre
+        )
         K = syrk(A, trans=False, C=K)
     _cache_put(token, f0, A)
     return K
@@ -373,7 +414,9 @@ class Resident:
     __slots__ = ("A", "K", "g0", "shifts", "pairs")
 
 
-def gram_rows(acc, B, start, M, frequencies, n_features, slabs, centre, token=None, last=False, after=None):
+def gram_rows(
+    acc, B, start, M, frequencies, n_features, slabs, centre, token=None, last=False, after=None
+):
     """Add the row block ``B`` (k, n) (rows ``start:start + k`` of ``U``) to the worker's
     :class:`Resident` ``acc`` (None: the first block, which allocates it, takes each slab's
     frequencies, drawn ahead by :func:`draw_slab` or drawn here, and fixes each slab's shift from
@@ -390,17 +433,29 @@ def gram_rows(acc, B, start, M, frequencies, n_features, slabs, centre, token=No
             acc.g0, width = slabs[0][0], slabs[-1][1] - slabs[0][0]
             dt = B.dtype
             acc.A = xp.empty((M, width), dtype=dt)
-            acc.K = np.zeros((M, M), dtype=dt, order="F") if isinstance(B, np.ndarray) else xp.zeros((M, M), dtype=dt)
-            acc.pairs = {f0: tuple(_like(a, B) for a in _slab_frequencies(token, B, frequencies, f0, f1, False)(
-                columns=(f0, f1))) for f0, f1 in slabs}
+            acc.K = (
+                np.zeros((M, M), dtype=dt, order="F")
+                if isinstance(B, np.ndarray)
+                else xp.zeros((M, M), dtype=dt)
+            )
+            acc.pairs = {
+                f0: tuple(
+                    _like(a, B)
+                    for a in _slab_frequencies(token, B, frequencies, f0, f1, False)(
+                        columns=(f0, f1)
+                    )
+                )
+                for f0, f1 in slabs
+            }
             acc.shifts = {}
             if centre:
                 for f0, _ in slabs:
                     acc.shifts[f0] = slab_shift(B, *acc.pairs[f0], n_features)
         e = start + B.shape[0]
         for f0, f1 in slabs:
-            acc.A[start:e, f0 - acc.g0:f1 - acc.g0] = feature_map(B, *acc.pairs[f0], shift=acc.shifts.get(f0),
-                                                                  n_features=n_features)
+            acc.A[start:e, f0 - acc.g0 : f1 - acc.g0] = feature_map(
+                B, *acc.pairs[f0], shift=acc.shifts.get(f0), n_features=n_features
+            )
         acc.K[start:e, :e] = acc.A[start:e, ...] @ acc.A[:e, ...].T
         if not isinstance(acc.K, np.ndarray) and start:
             acc.K[:start, start:e] = acc.K[start:e, :start].T
@@ -424,7 +479,7 @@ def resident_gram(acc):
 def coef_rows(acc, f0, f1, centre, Beta, out=None, after=None):
     """:func:`coef_slab` from the worker's resident features ``A`` (no features made again)."""
     with blas_limits(_slab_threads(acc.A)):
-        A = acc.A[:, f0 - acc.g0:f1 - acc.g0]
+        A = acc.A[:, f0 - acc.g0 : f1 - acc.g0]
         return _coef_rows(A, Beta, acc.shifts.get(f0) if centre else None, f0, f1, out)
 
 
@@ -456,13 +511,35 @@ def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
     if draw_on is None:
         return "slabs"
     need = rows_need(M, -(-N // max(1, n_workers)), m, n_inputs, itemsize, n_workers)
-    free = client.run(device_free_bytes, draw_on).values() if client is not None else [device_free_bytes(draw_on)]
+    free = (
+        client.run(device_free_bytes, draw_on).values()
+        if client is not None
+        else [device_free_bytes(draw_on)]
+    )
     return "rows" if min(free) > need else "slabs"
 
 
-def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client,
-                      slab_bytes, token=None, device="cpu", out=None, draw_on=None, n_inputs=0, mode="slabs",
-                      input_centre=None):
+def dual_stream_graph(
+    Ub,
+    Vb,
+    starts,
+    m,
+    frequencies,
+    *,
+    n_features,
+    alpha,
+    fit_intercept,
+    dtype,
+    client,
+    slab_bytes,
+    token=None,
+    device="cpu",
+    out=None,
+    draw_on=None,
+    n_inputs=0,
+    mode="slabs",
+    input_centre=None,
+):
     """The streamed dual fit (see the module docstring) on the delayed row blocks ``Ub``
     (k_i, n), ``Vb`` (k_i, m) with offsets ``starts``; returns ``slabs``, a list of
     ``((f0, f1), delayed (rows of C or None, s_f^T C_f or None))`` (:func:`coef_slab`), and
@@ -486,17 +563,34 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
     if centre is not None:  # the recipe every task draws with, the centre bound into it
         frequencies = dask.delayed(functools.partial, pure=True)(frequencies, input_centre=centre)
     if draw_on is not None:  # each block moved to the device as soon as it is read
-        Ub = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-inputs", i)) for i, B in enumerate(Ub)]
-        Vb = [dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-outputs", i)) for i, B in enumerate(Vb)]
+        Ub = [
+            dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-inputs", i))
+            for i, B in enumerate(Ub)
+        ]
+        Vb = [
+            dask.delayed(_on_device)(B, draw_on, dask_key_name=names("device-outputs", i))
+            for i, B in enumerate(Vb)
+        ]
     rows_mode = mode == "rows"
     if rows_mode:  # the row blocks of each step, checked and stacked where they are computed
         steps = row_steps(starts)
-        Ub = [dask.delayed(stack_rows)([int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)], dtype, device,
-                                       *(Ub[i] for i in s), offset=int(starts[s[0]]), centre=centre,
-                                       dask_key_name=names("check-inputs", k)) for k, s in enumerate(steps)]
+        Ub = [
+            dask.delayed(stack_rows)(
+                [int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)],
+                dtype,
+                device,
+                *(Ub[i] for i in s),
+                offset=int(starts[s[0]]),
+                centre=centre,
+                dask_key_name=names("check-inputs", k),
+            )
+            for k, s in enumerate(steps)
+        ]
         row_starts = [int(starts[s[0]]) for s in steps]
     else:
-        U = dask.delayed(stack_rows)(starts, dtype, device, *Ub, centre=centre, dask_key_name=names("stack-inputs"))
+        U = dask.delayed(stack_rows)(
+            starts, dtype, device, *Ub, centre=centre, dask_key_name=names("stack-inputs")
+        )
         args = (U, frequencies, n_features)
     grams, residents = [], []
     for w, group in zip(workers, groups):
@@ -507,33 +601,77 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
                 if draw_on is not None and token is not None:
                     # what the device must keep free beside the frequencies: Gram, V, and U and two
                     # slabs, or the resident features
-                    held = M * (M + m) + (M * width if rows_mode else M * n_inputs + 2 * M * (f1 - f0))
-                    drawn.append(dask.delayed(draw_slab)(token, frequencies, f0, f1, draw_on,
-                                                         itemsize * (n_inputs + 1) * (f1 - f0), itemsize * held,
-                                                         dask_key_name=names("draw-slab", f0)))
+                    held = M * (M + m) + (
+                        M * width if rows_mode else M * n_inputs + 2 * M * (f1 - f0)
+                    )
+                    drawn.append(
+                        dask.delayed(draw_slab)(
+                            token,
+                            frequencies,
+                            f0,
+                            f1,
+                            draw_on,
+                            itemsize * (n_inputs + 1) * (f1 - f0),
+                            itemsize * held,
+                            dask_key_name=names("draw-slab", f0),
+                        )
+                    )
                 else:
                     drawn.append(None)
             K = None
             if rows_mode:
                 for i, B in enumerate(Ub):
-                    K = dask.delayed(gram_rows)(K, B, row_starts[i], M, frequencies, n_features, group, fit_intercept,
-                                                token, i == len(Ub) - 1, drawn if i == 0 else None,
-                                                dask_key_name=names("gram-rows", f"{group[0][0]}-{i}"))
+                    K = dask.delayed(gram_rows)(
+                        K,
+                        B,
+                        row_starts[i],
+                        M,
+                        frequencies,
+                        n_features,
+                        group,
+                        fit_intercept,
+                        token,
+                        i == len(Ub) - 1,
+                        drawn if i == 0 else None,
+                        dask_key_name=names("gram-rows", f"{group[0][0]}-{i}"),
+                    )
                 residents.append(K)
-                K = dask.delayed(resident_gram)(K, dask_key_name=names("resident-gram", group[0][0]))
+                K = dask.delayed(resident_gram)(
+                    K, dask_key_name=names("resident-gram", group[0][0])
+                )
             else:
                 for (f0, f1), d in zip(group, drawn):
-                    K = dask.delayed(gram_slab)(K, *args, f0, f1, fit_intercept, token, d,
-                                                dask_key_name=names("gram-slab", f0))
+                    K = dask.delayed(gram_slab)(
+                        K,
+                        *args,
+                        f0,
+                        f1,
+                        fit_intercept,
+                        token,
+                        d,
+                        dask_key_name=names("gram-slab", f0),
+                    )
         grams.append(K)
     K = tree_sum(grams, dask.delayed(iadd), workers)  # ends on workers[0]
     with pinned(workers[0]):
         K = dask.delayed(_symmetric)(K)
-        Vslab = dask.delayed(_like)(dask.delayed(_stack_outputs)(starts, dtype, device, m, *Vb,
-                                                                 dask_key_name=names("stack-outputs")), K)
-        fac = dask.delayed(dual_factor)(K, dask.delayed(_colsum)(Vslab), alpha, fit_intercept, warn=False,
-                                        dask_key_name=names("dual-factor"))
-        Beta = dask.delayed(dual_solve)(fac, Vslab, 0, True, True, dask_key_name=names("dual-solve"))
+        Vslab = dask.delayed(_like)(
+            dask.delayed(_stack_outputs)(
+                starts, dtype, device, m, *Vb, dask_key_name=names("stack-outputs")
+            ),
+            K,
+        )
+        fac = dask.delayed(dual_factor)(
+            K,
+            dask.delayed(_colsum)(Vslab),
+            alpha,
+            fit_intercept,
+            warn=False,
+            dask_key_name=names("dual-factor"),
+        )
+        Beta = dask.delayed(dual_solve)(
+            fac, Vslab, 0, True, True, dask_key_name=names("dual-solve")
+        )
         info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve
     slabs = []
     for g, (w, group) in enumerate(zip(workers, groups)):
@@ -541,13 +679,34 @@ def dual_stream_graph(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_
             rows = None
             for f0, f1 in group:
                 if rows_mode:
-                    rows = dask.delayed(coef_rows)(residents[g], f0, f1, fit_intercept, Beta, out, rows,
-                                                   dask_key_name=names("coef-rows", f0))
+                    rows = dask.delayed(coef_rows)(
+                        residents[g],
+                        f0,
+                        f1,
+                        fit_intercept,
+                        Beta,
+                        out,
+                        rows,
+                        dask_key_name=names("coef-rows", f0),
+                    )
                 else:
-                    rows = dask.delayed(coef_slab)(*args, f0, f1, fit_intercept, Beta, token, out, rows,
-                                                   dask_key_name=names("coef-slab", f0))
+                    rows = dask.delayed(coef_slab)(
+                        *args,
+                        f0,
+                        f1,
+                        fit_intercept,
+                        Beta,
+                        token,
+                        out,
+                        rows,
+                        dask_key_name=names("coef-slab", f0),
+                    )
                 slabs.append(((f0, f1), rows))
-    return slabs, dask.delayed(_host_intercept)(info, Beta, dask_key_name=names("dual-intercept")), info
+    return (
+        slabs,
+        dask.delayed(_host_intercept)(info, Beta, dask_key_name=names("dual-intercept")),
+        info,
+    )
 
 
 def _host_intercept(info, Beta):
@@ -566,8 +725,25 @@ def _in_process():
     return dask.base.get_scheduler() in (None, dask.threaded.get, dask.local.get_sync)
 
 
-def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
-                 slab_bytes, device="cpu", draw_on=None, n_inputs=0, input_centre=None):
+def fit_streamed(
+    Ub,
+    Vb,
+    starts,
+    m,
+    frequencies,
+    *,
+    n_features,
+    alpha,
+    fit_intercept,
+    dtype,
+    client,
+    progress,
+    slab_bytes,
+    device="cpu",
+    draw_on=None,
+    n_inputs=0,
+    input_centre=None,
+):
     """Run :func:`dual_stream_graph` in one ``compute``; returns numpy ``(coef (N, m), intercept (m,))``.
     On a cluster each slab's coefficient rows are gathered into ``coef`` as soon as they are
     made, while the workers make the next ones, and then forgotten on the cluster; dask's local
@@ -579,8 +755,16 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
     if cache not in ("disk", "none"):  # a typo turned the cache off silently
         raise ValueError(f"rfol_dask.feature-cache must be 'disk' or 'none', got {cache!r}")
     token = owned_tag() if cache == "disk" else None
-    mode = feature_mode(client, draw_on, int(starts[-1]), n_features, m, n_inputs, np.dtype(dtype).itemsize,
-                        len(worker_addresses(client)))
+    mode = feature_mode(
+        client,
+        draw_on,
+        int(starts[-1]),
+        n_features,
+        m,
+        n_inputs,
+        np.dtype(dtype).itemsize,
+        len(worker_addresses(client)),
+    )
     logger.debug("streamed dual: %s mode", mode)
     coef = np.empty((n_features, m), dtype=dtype)
     got = {"shift": np.zeros(m, dtype=dtype)}
@@ -590,11 +774,26 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
             open_cache(token)
         elif token is not None:
             client.run(open_cache, token)
-        slabs, intercept, factor = dual_stream_graph(Ub, Vb, starts, m, frequencies, n_features=n_features, alpha=alpha,
-                                             fit_intercept=fit_intercept, dtype=dtype, client=client,
-                                             slab_bytes=slab_bytes, token=token, device=device,
-                                             out=coef if client is None and _in_process() else None,
-                                             draw_on=draw_on, n_inputs=n_inputs, mode=mode, input_centre=input_centre)
+        slabs, intercept, factor = dual_stream_graph(
+            Ub,
+            Vb,
+            starts,
+            m,
+            frequencies,
+            n_features=n_features,
+            alpha=alpha,
+            fit_intercept=fit_intercept,
+            dtype=dtype,
+            client=client,
+            slab_bytes=slab_bytes,
+            token=token,
+            device=device,
+            out=coef if client is None and _in_process() else None,
+            draw_on=draw_on,
+            n_inputs=n_inputs,
+            mode=mode,
+            input_centre=input_centre,
+        )
 
         def consume(i, result):
             if i == len(slabs):
@@ -606,8 +805,17 @@ def fit_streamed(Ub, Vb, starts, m, frequencies, *, n_features, alpha, fit_inter
             if shifted is not None:
                 got["shift"] += shifted
 
-        compute_fit(*(slab for _, slab in slabs), intercept, progress=progress, client=client, desc="fit (dual)",
-                    alpha=alpha, consume=consume, centre=input_centre, factor=factor)
+        compute_fit(
+            *(slab for _, slab in slabs),
+            intercept,
+            progress=progress,
+            client=client,
+            desc="fit (dual)",
+            alpha=alpha,
+            consume=consume,
+            centre=input_centre,
+            factor=factor,
+        )
     finally:
         if token is not None:
             t0 = time.perf_counter()

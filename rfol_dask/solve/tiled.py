@@ -16,13 +16,27 @@ from ..gram import block_means, dual_tile, features_block
 from ..linalg import stands_on_rounding
 from ..memory import memory_plan
 from ..placement import first_worker, pinned, worker_slots
-from .graph import (Columns, after, InputCentre, TaskNames, block_vsum, chained_sum, column_slab, compute_fit, iadd, rows, tree_sum,
-                    with_ridges)
+from .graph import (
+    Columns,
+    InputCentre,
+    TaskNames,
+    after,
+    block_vsum,
+    chained_sum,
+    column_slab,
+    compute_fit,
+    iadd,
+    rows,
+    tree_sum,
+    with_ridges,
+)
 
 __all__ = ["dual_graph", "fit_tiled", "cross_block"]
 
 
-def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False, names=None):
+def dual_graph(
+    Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False, names=None
+):
     """The dual part of a dask fit, shared by the random-feature and kernel models.
 
     ``Xb`` are delayed row blocks (features, or inputs for a kernel), ``tile(X_i, X_j, diag)``
@@ -41,7 +55,9 @@ def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, block
     names = names or TaskNames()
     nb = len(Xb)
     sizes = [int(k) for k in np.diff(starts)]
-    vsum = tree_sum([dask.delayed(block_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add))
+    vsum = tree_sum(
+        [dask.delayed(block_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add)
+    )
 
     def gram_tile(i, j):
         return dask.delayed(tile)(Xb[i], Xb[j], i == j, dask_key_name=names("gram-tile", i, j))
@@ -55,19 +71,39 @@ def dual_graph(Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, block
     # not for the Gram): made all at once, they waited, up to half a Gram of them, for the chain.
     one, K, placed = first_worker(), None, None
     for i in range(nb):
-        row = [dask.delayed(_tile_after)(tile, Xb[i], Xb[j], i == j, placed, dask_key_name=names("gram-tile", i, j))
-               for j in range(i, nb)]
+        row = [
+            dask.delayed(_tile_after)(
+                tile, Xb[i], Xb[j], i == j, placed, dask_key_name=names("gram-tile", i, j)
+            )
+            for j in range(i, nb)
+        ]
         with pinned(one):
             if K is None:
                 K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
             K = dask.delayed(gram_place)(K, starts, i, *row, dask_key_name=names("gram-place", i))
             placed = dask.delayed(after)(None, K, dask_key_name=names("gram-placed", i))
     with pinned(one):
-        fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, upper=True, warn=False,
-                                        dask_key_name=names("dual-factor"))
+        fac = dask.delayed(dual_factor)(
+            K,
+            vsum,
+            alpha,
+            fit_intercept,
+            upper=True,
+            warn=False,
+            dask_key_name=names("dual-factor"),
+        )
     borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
-    betas = [dask.delayed(dual_solve)(fac, dask.delayed(column_slab)(c0, c1, dtype, *Vb), c0, borrow, True,
-                                      dask_key_name=names("dual-solve", c0)) for c0, c1 in cols]
+    betas = [
+        dask.delayed(dual_solve)(
+            fac,
+            dask.delayed(column_slab)(c0, c1, dtype, *Vb),
+            c0,
+            borrow,
+            True,
+            dask_key_name=names("dual-solve", c0),
+        )
+        for c0, c1 in cols
+    ]
     return fac, betas
 
 
@@ -82,11 +118,15 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     import dask.array as da
 
     M, m, nb = sum(sizes), cols[-1][1], len(sizes)
-    T = {ij: da.from_delayed(t, (sizes[ij[0]], sizes[ij[1]]), dtype=dtype) for ij, t in tiles.items()}
+    T = {
+        ij: da.from_delayed(t, (sizes[ij[0]], sizes[ij[1]]), dtype=dtype) for ij, t in tiles.items()
+    }
     K = da.block([[T[i, j] if i <= j else T[j, i].T for j in range(nb)] for i in range(nb)])
     r = K.sum(axis=1)
     V = da.concatenate([da.from_delayed(v, (sizes[i], m), dtype=dtype) for i, v in enumerate(Vb)])
-    vbar = da.from_delayed(vsum, (m,), dtype=dtype) / M if fit_intercept else da.zeros(m, dtype=dtype)
+    vbar = (
+        da.from_delayed(vsum, (m,), dtype=dtype) / M if fit_intercept else da.zeros(m, dtype=dtype)
+    )
     if fit_intercept:
         K = K - r[:, None] / M - r[None, :] / M + r.sum() / M**2
         if alpha == 0:
@@ -97,14 +137,29 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     pad = -M % c
     rhs = V - vbar
     if pad:
-        K = da.block([[K, da.zeros((M, pad), dtype=dtype)], [da.zeros((pad, M), dtype=dtype), da.eye(pad, dtype=dtype)]])
+        K = da.block(
+            [
+                [K, da.zeros((M, pad), dtype=dtype)],
+                [da.zeros((pad, M), dtype=dtype), da.eye(pad, dtype=dtype)],
+            ]
+        )
         rhs = da.concatenate([rhs, da.zeros((pad, m), dtype=dtype)])
     L = da.linalg.cholesky(K.rechunk(c), lower=True)
-    Beta = da.linalg.solve_triangular(L.T, da.linalg.solve_triangular(L, rhs.rechunk((c, m)), lower=True), lower=False)
+    Beta = da.linalg.solve_triangular(
+        L.T, da.linalg.solve_triangular(L, rhs.rechunk((c, m)), lower=True), lower=False
+    )
     Beta = Beta[:M]
-    if alpha == 0:  # a singular Gram may factorise by rounding: refused as the in-memory fits refuse it
-        Beta = da.map_blocks(_checked_pivots, Beta, da.diag(L)[:M].rechunk(-1), da.diag(K)[:M].rechunk(-1),
-                             dtype=Beta.dtype, meta=Beta._meta)
+    if (
+        alpha == 0
+    ):  # a singular Gram may factorise by rounding: refused as the in-memory fits refuse it
+        Beta = da.map_blocks(
+            _checked_pivots,
+            Beta,
+            da.diag(L)[:M].rechunk(-1),
+            da.diag(K)[:M].rechunk(-1),
+            dtype=Beta.dtype,
+            meta=Beta._meta,
+        )
     if fit_intercept:
         Beta = Beta - Beta.mean(axis=0)
     # chunks as delayed with the arrays' own keys: the tiles and features are shared with the
@@ -145,8 +200,21 @@ def cross_block(A, Beta_rows, acc=None):
     return acc
 
 
-def fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
-              input_centre=None):
+def fit_tiled(
+    Ub,
+    Vb,
+    starts,
+    cols,
+    frequencies,
+    *,
+    n_features,
+    alpha,
+    fit_intercept,
+    dtype,
+    client,
+    progress,
+    input_centre=None,
+):
     """The tiled random-feature dual fit, factorised blocked across the workers, on the delayed row blocks ``Ub``, ``Vb`` (offsets
     ``starts``); the frequencies come from the recipe ``frequencies()``, the inputs are measured from
     the fit's :class:`.graph.InputCentre` ``input_centre`` (if any). Returns numpy
@@ -159,13 +227,41 @@ def fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_inter
     again for ``C`` (tasks ``features-again``) instead of being held. A factorisation that fails
     is tried again with the raised ridges of the jitter policy (:func:`.graph.with_ridges`).
     """
-    return with_ridges(lambda ridge: _fit_tiled(Ub, Vb, starts, cols, frequencies, n_features=n_features, alpha=ridge,
-                                                fit_intercept=fit_intercept, dtype=dtype, client=client,
-                                                progress=progress, input_centre=input_centre), alpha, dtype)
+    return with_ridges(
+        lambda ridge: _fit_tiled(
+            Ub,
+            Vb,
+            starts,
+            cols,
+            frequencies,
+            n_features=n_features,
+            alpha=ridge,
+            fit_intercept=fit_intercept,
+            dtype=dtype,
+            client=client,
+            progress=progress,
+            input_centre=input_centre,
+        ),
+        alpha,
+        dtype,
+    )
 
 
-def _fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_intercept, dtype, client, progress,
-               input_centre=None):
+def _fit_tiled(
+    Ub,
+    Vb,
+    starts,
+    cols,
+    frequencies,
+    *,
+    n_features,
+    alpha,
+    fit_intercept,
+    dtype,
+    client,
+    progress,
+    input_centre=None,
+):
     """One try of :func:`fit_tiled` with the ridge ``alpha``."""
     names = TaskNames()
     nb = len(Ub)
@@ -174,21 +270,50 @@ def _fit_tiled(Ub, Vb, starts, cols, frequencies, *, n_features, alpha, fit_inte
     shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)[0]
 
     def features(name):
-        return [dask.delayed(features_block)(Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i))
-                for i in range(nb)]
+        return [
+            dask.delayed(features_block)(
+                Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i)
+            )
+            for i in range(nb)
+        ]
 
     A = features("features")
-    fac, betas = dual_graph(A, Vb, starts, dual_tile, cols, alpha=alpha, fit_intercept=fit_intercept, dtype=dtype,
-                            blocked=True, names=names)
+    fac, betas = dual_graph(
+        A,
+        Vb,
+        starts,
+        dual_tile,
+        cols,
+        alpha=alpha,
+        fit_intercept=fit_intercept,
+        dtype=dtype,
+        blocked=True,
+        names=names,
+    )
     if not memory_plan(client, int(starts[-1]), n_features, dtype).keep_features:
         A = features("features-again")
     coefs, intercepts, slots = [], [], worker_slots(client)
     for (c0, _), Beta in zip(cols, betas):
-        coefs.append(chained_sum(nb, slots, lambda i, acc: dask.delayed(cross_block)(
-            A[i], dask.delayed(rows)(Beta, starts[i], starts[i + 1]), acc), dask.delayed(iadd)))
+        coefs.append(
+            chained_sum(
+                nb,
+                slots,
+                lambda i, acc: dask.delayed(cross_block)(
+                    A[i], dask.delayed(rows)(Beta, starts[i], starts[i + 1]), acc
+                ),
+                dask.delayed(iadd),
+            )
+        )
         intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
     out, nc = Columns(cols), len(cols)
-    compute_fit(*coefs, *intercepts, progress=progress, client=client, desc="fit (dual)", alpha=alpha,
-                consume=lambda i, r: out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r),
-                centre=input_centre)
+    compute_fit(
+        *coefs,
+        *intercepts,
+        progress=progress,
+        client=client,
+        desc="fit (dual)",
+        alpha=alpha,
+        consume=lambda i, r: out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r),
+        centre=input_centre,
+    )
     return out.coef, out.intercept

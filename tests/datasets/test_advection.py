@@ -14,8 +14,8 @@ def test_output_is_exact_translation_of_input(name):
     u0, u = ds["input"].values, ds["output"].values
     # the output is the input profile evaluated at (x - t) mod 1: on this grid t is a whole
     # number of grid steps (20/39 = 20 dx), so the shift is a roll of the periodic samples
-    np.testing.assert_allclose(u[:, shift:], u0[:, :40 - shift], atol=0)
-    np.testing.assert_allclose(u[:, :shift], u0[:, 39 - shift:39], atol=0)
+    np.testing.assert_allclose(u[:, shift:], u0[:, : 40 - shift], atol=0)
+    np.testing.assert_allclose(u[:, :shift], u0[:, 39 - shift : 39], atol=0)
 
 
 def test_advection1_profile_wraps_periodically():

@@ -12,8 +12,14 @@ def _series_direct(theta, x, n_modes=50, tau=3.0):
     out = np.zeros_like(x)
     for l in range(1, n_modes + 1):
         c = 1.0 / (4 * np.pi**2 * l**2 + tau**2)
-        out += c * np.sqrt(2.0) * (theta[2 * l - 2] * np.cos(2 * np.pi * l * x)
-                                   + theta[2 * l - 1] * np.sin(2 * np.pi * l * x))
+        out += (
+            c
+            * np.sqrt(2.0)
+            * (
+                theta[2 * l - 2] * np.cos(2 * np.pi * l * x)
+                + theta[2 * l - 1] * np.sin(2 * np.pi * l * x)
+            )
+        )
     return out
 
 

@@ -34,8 +34,11 @@ def test_etdrk4_weights_series_matches_closed_form():
         assert np.max(np.abs(s - c) / np.abs(c)) < 1e-12
     # z = 0: Q = h/2, f1 = f2 = f3 = h/6 (the RK4 weights)
     E, E2, Q, f1, f2, f3 = burgers.etdrk4_coefficients(np.zeros(1), 0.5)
-    np.testing.assert_allclose([E[0], E2[0], Q[0], f1[0], f2[0], f3[0]],
-                               [1, 1, 0.25, 0.5 / 6, 0.5 / 6, 0.5 / 6], rtol=1e-15)
+    np.testing.assert_allclose(
+        [E[0], E2[0], Q[0], f1[0], f2[0], f3[0]],
+        [1, 1, 0.25, 0.5 / 6, 0.5 / 6, 0.5 / 6],
+        rtol=1e-15,
+    )
 
 
 @pytest.mark.parametrize("T", [0.1, 1.0])
@@ -49,8 +52,10 @@ def test_cole_hopf_steep_front_fourth_order():
     """nu = 0.02: a steeper front; errors of 100 and 200 steps show ETDRK4's 4th order."""
     x = np.arange(1024) / 1024
     exact = cole_hopf(x, 0.5, 2.0, 0.02)
-    e = [rel(burgers.solve(-2.0 * np.sin(2 * np.pi * x), T=0.5, nu=0.02, n_steps=s), exact)
-         for s in (100, 200)]
+    e = [
+        rel(burgers.solve(-2.0 * np.sin(2 * np.pi * x), T=0.5, nu=0.02, n_steps=s), exact)
+        for s in (100, 200)
+    ]
     assert e[1] < 2e-7  # measured 9.3e-8
     assert np.log2(e[0] / e[1]) > 3.5  # measured 3.8
 
@@ -89,7 +94,9 @@ def test_mean_conserved_energy_decays(u0_batch):
 
 def test_input_spectrum_matches_covariance():
     """E|rfft(u0)_k|^2 = n^2 c_k^2, c_k = 25 / ((2 pi k)^2 + 25), for the 128-point input."""
-    inputs, _ = burgers.make_block(0, 0, 150, n_steps=10)  # the fewest steps its check accepts (nu = 0.1)
+    inputs, _ = burgers.make_block(
+        0, 0, 150, n_steps=10
+    )  # the fewest steps its check accepts (nu = 0.1)
     n = inputs.shape[1]
     k = np.arange(1, 41)
     c = 25.0 / ((2 * np.pi * k) ** 2 + 25.0)
@@ -126,8 +133,21 @@ def test_a_blow_up_is_an_error_naming_the_fix(tmp_path, capsys):
 
     with pytest.raises(FloatingPointError, match="n_steps=100 too small for nu=0.001.*e.g. 800"):
         datasets.generate("burgers", 2, nu=1e-3)  # in memory it returned NaN outputs silently
-    assert main(["generate", "burgers", "--samples", "2", "--out", str(tmp_path / "b.zarr"),
-                 "--param", "nu=0.001"]) == 2
+    assert (
+        main(
+            [
+                "generate",
+                "burgers",
+                "--samples",
+                "2",
+                "--out",
+                str(tmp_path / "b.zarr"),
+                "--param",
+                "nu=0.001",
+            ]
+        )
+        == 2
+    )
     assert "increase n_steps" in capsys.readouterr().err
     ds = datasets.generate("burgers", 2, nu=1e-3, n_steps=800)
     assert np.isfinite(ds["output"].values).all()

@@ -5,7 +5,8 @@ reproducibility across block splits."""
 import numpy as np
 import pytest
 
-from rfol_dask.datasets import grf, navier_stokes as ns
+from rfol_dask.datasets import grf
+from rfol_dask.datasets import navier_stokes as ns
 from rfol_dask.datasets.registry import get, sample_rng
 
 N = 64
@@ -33,8 +34,9 @@ def test_advection_closed_form():
 def test_advection_conserves_energy_and_enstrophy(forcing):
     w = forcing / np.abs(forcing).max()
     adv = ns.advection(w)
-    psi_hat = np.fft.rfft2(w) / np.maximum((np.fft.fftfreq(N, 1 / N)[:, None] ** 2
-                                          + np.fft.rfftfreq(N, 1 / N)[None, :] ** 2), 1)
+    psi_hat = np.fft.rfft2(w) / np.maximum(
+        (np.fft.fftfreq(N, 1 / N)[:, None] ** 2 + np.fft.rfftfreq(N, 1 / N)[None, :] ** 2), 1
+    )
     psi = np.fft.irfft2(psi_hat, s=(N, N))
     scale = np.sqrt(np.sum(adv**2, axis=(1, 2)) * np.sum(w**2, axis=(1, 2)))
     assert np.all(np.abs(np.sum(adv * w, axis=(1, 2))) < 1e-13 * scale)  # enstrophy

@@ -12,7 +12,10 @@ from rfol_dask import datasets
 from rfol_dask.datasets import DatasetSpec, get, names, register, resolve_params
 
 # per data set: parameter -> [(bad value, what the message says after "must")]
-_ADVECTION = {"n_points": [(1, "be at least 2")], "t_index": [(0, "be at least 1"), (-3, "be at least 1")]}
+_ADVECTION = {
+    "n_points": [(1, "be at least 2")],
+    "t_index": [(0, "be at least 1"), (-3, "be at least 1")],
+}
 _HELMHOLTZ = {
     "n_cells": [(0, "be at least 1")],
     "stride": [(3, "divide n_cells = 100 (valid: [1, 2, 4, 5, 10, 20, 25, 50, 100])")],
@@ -28,8 +31,10 @@ _NAVIER_STOKES = {
     "nu": [(0, "be > 0"), (-0.01, "be > 0")],
     "T": [(0, "be > 0")],
     "n_grid": [(6, "be at least 8"), (63, "be even")],
-    "stride": [(3, "divide n_grid = 64 into >= 2 parts (valid: [1, 2, 4, 8, 16, 32])"),
-               (64, "divide n_grid = 64 into >= 2 parts")],
+    "stride": [
+        (3, "divide n_grid = 64 into >= 2 parts (valid: [1, 2, 4, 8, 16, 32])"),
+        (64, "divide n_grid = 64 into >= 2 parts"),
+    ],
     "n_steps": [(0, "be at least 1")],
     "w0_seed": [(-1, "be at least 0")],
     "n_modes": [(0, "be at least 1")],
@@ -47,9 +52,14 @@ _STRUCTURAL = {
     "tau": [(-3, "be at least 0")],
     "mesh_n": [(2, "be at least 4"), (47, "be even")],
     "n_input": [(1, "be at least 2")],
-    "input_interp": [("cubic3", "be 'exact' or 'cubicN' with N >= 4"),
-                     ("linear", "be 'exact' or 'cubicN' with N >= 4")],
-    "bottom_bc": [("free", "be one of ('clamped', 'roller')"), (3, "be one of ('clamped', 'roller')")],
+    "input_interp": [
+        ("cubic3", "be 'exact' or 'cubicN' with N >= 4"),
+        ("linear", "be 'exact' or 'cubicN' with N >= 4"),
+    ],
+    "bottom_bc": [
+        ("free", "be one of ('clamped', 'roller')"),
+        (3, "be one of ('clamped', 'roller')"),
+    ],
     "n_output": [(1, "be at least 2")],
 }
 BAD = {
@@ -66,7 +76,11 @@ BAD = {
         "nu": [(0, "be > 0"), (-0.1, "be > 0")],
         "T": [(0, "be > 0")],
         "n_out": [(1, "be at least 2"), (2.5, "be an integer")],
-        "n_solve": [(4, "be at least 6"), (1023, "be even"), (1000, "be a multiple of n_out = 128")],
+        "n_solve": [
+            (4, "be at least 6"),
+            (1023, "be even"),
+            (1000, "be a multiple of n_out = 128"),
+        ],
         "n_steps": [(0, "be at least 1")],
         "grading": [(0, "be > 0")],
         "n_modes": [(0, "be at least 1"), (512, "be in [1, 511] (below n_solve / 2 = 512)")],
@@ -75,8 +89,14 @@ BAD = {
     },
     "darcy": {
         "n_solve": [(3, "be at least 4")],
-        "stride": [(16, "divide n_solve - 1 = 420 (valid: [1, 2, 3, 4, 5, 6, 7, 10, 12, 14, 15, 20, 21, 28, "
-                        "30, 35, 42, 60, 70, 84, 105, 140, 210, 420])"), (1.5, "be an integer")],
+        "stride": [
+            (
+                16,
+                "divide n_solve - 1 = 420 (valid: [1, 2, 3, 4, 5, 6, 7, 10, 12, 14, 15, 20, 21, 28, "
+                "30, 35, 42, 60, 70, 84, 105, 140, 210, 420])",
+            ),
+            (1.5, "be an integer"),
+        ],
         "a_low": [(-3, "be > 0"), (0, "be > 0")],
         "a_high": [(2.0, "be at least a_low = 3.0")],
         "alpha": [(0, "be > 0")],
@@ -90,8 +110,12 @@ BAD = {
     "structural_mechanics_high": _STRUCTURAL,
     "structural_mechanics_low": _STRUCTURAL,
 }
-CASES = [(name, key, value, says) for name, table in BAD.items() for key, rows in table.items()
-         for value, says in rows]
+CASES = [
+    (name, key, value, says)
+    for name, table in BAD.items()
+    for key, rows in table.items()
+    for value, says in rows
+]
 
 
 def _shown(spec, key, value):
@@ -146,7 +170,9 @@ def test_a_refused_parameter_leaves_the_path_free_for_the_corrected_run(tmp_path
 _SLOW = {"structural_mechanics_high", "structural_mechanics_low"}  # first model build: about 10 s
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n for n in sorted(BAD)])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n for n in sorted(BAD)]
+)
 def test_defaults_generate(name, tmp_path):
     ds = datasets.generate(name, 1, store=tmp_path / "x.zarr")
     assert ds.sizes["sample"] == 1
@@ -154,12 +180,27 @@ def test_defaults_generate(name, tmp_path):
     assert {k: ds.attrs[f"param_{k}"] for k in get(name).defaults} == dict(get(name).defaults)
 
 
-@pytest.mark.parametrize("call, says", [
-    (lambda: get("darcy").make_block(0, 0, 1, n_solve=421, stride=16), "stride must divide n_solve - 1 = 420"),
-    (lambda: get("navier_stokes_high").make_block(0, 0, 1, stride=3), "stride must divide n_grid = 64"),
-    (lambda: get("burgers").make_block(0, 0, 1, n_solve=1000), "n_solve must be a multiple of n_out = 128, got 1000"),
-    (lambda: get("helmholtz_low").grids(n_cells=30, stride=4), "stride must divide n_cells = 30"),
-])
+@pytest.mark.parametrize(
+    "call, says",
+    [
+        (
+            lambda: get("darcy").make_block(0, 0, 1, n_solve=421, stride=16),
+            "stride must divide n_solve - 1 = 420",
+        ),
+        (
+            lambda: get("navier_stokes_high").make_block(0, 0, 1, stride=3),
+            "stride must divide n_grid = 64",
+        ),
+        (
+            lambda: get("burgers").make_block(0, 0, 1, n_solve=1000),
+            "n_solve must be a multiple of n_out = 128, got 1000",
+        ),
+        (
+            lambda: get("helmholtz_low").grids(n_cells=30, stride=4),
+            "stride must divide n_cells = 30",
+        ),
+    ],
+)
 def test_direct_calls_check_the_same_rules_without_a_data_set_name(call, says):
     with pytest.raises(ValueError, match=re.escape(says)):
         call()
@@ -169,7 +210,9 @@ def test_register_refuses_a_default_out_of_range_or_a_rule_on_an_unknown_paramet
     from rfol_dask.datasets.registry import greater
 
     spec = dict(name="_range_probe", make_block=None, grids=None)
-    with pytest.raises(ValueError, match="parameter 'nu' of data set '_range_probe' must be > 0, got 0.0"):
+    with pytest.raises(
+        ValueError, match="parameter 'nu' of data set '_range_probe' must be > 0, got 0.0"
+    ):
         register(DatasetSpec(**spec, defaults={"nu": 0.0}, ranges={"nu": greater(0)}))
     with pytest.raises(ValueError, match=r"ranges name unknown parameter\(s\) \['mu'\]"):
         register(DatasetSpec(**spec, defaults={"nu": 1.0}, ranges={"mu": greater(0)}))
@@ -180,8 +223,12 @@ def test_cli_bad_parameter_exits_2_with_an_error_line(tmp_path):
     out = tmp_path / "b.zarr"
     script = Path(sys.executable).with_name("rfol-dask")
     command = [str(script)] if script.exists() else [sys.executable, "-m", "rfol_dask.cli"]
-    res = subprocess.run([*command, "generate", "burgers", "--samples", "2", "--out", str(out), "--param", "nu=0"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [*command, "generate", "burgers", "--samples", "2", "--out", str(out), "--param", "nu=0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 2, res.stderr
     line = "rfol-dask generate: error: parameter 'nu' of data set 'burgers' must be > 0, got 0.0"
     assert line in res.stderr.splitlines(), res.stderr

@@ -11,7 +11,9 @@ def test_registry_lists_and_rejects():
     assert {"advection1", "advection2"} <= set(datasets.names())
     with pytest.raises(ValueError, match="unknown data set 'nope'; known data sets: .*advection1"):
         datasets.generate("nope", 3)
-    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['speed'\] for data set 'advection1'"):
+    with pytest.raises(
+        ValueError, match=r"unknown parameter\(s\) \['speed'\] for data set 'advection1'"
+    ):
         datasets.generate("advection1", 3, speed=2)
     for bad in (0, -5, 2.5):
         with pytest.raises(ValueError, match="n_samples must be a positive integer"):
@@ -26,23 +28,40 @@ def test_same_bytes_for_any_block_size_and_workers(tmp_path):
     np.testing.assert_array_equal(a["output"].values, ref["output"].values)
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as c, Client(c) as cl:
-        b = datasets.generate("advection2", 23, store=tmp_path / "b.zarr", seed=5, block_size=7, client=cl)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as c,
+        Client(c) as cl,
+    ):
+        b = datasets.generate(
+            "advection2", 23, store=tmp_path / "b.zarr", seed=5, block_size=7, client=cl
+        )
         np.testing.assert_array_equal(b["output"].values, ref["output"].values)
-    assert not np.array_equal(datasets.generate("advection2", 23, seed=6)["input"].values, ref["input"].values)
+    assert not np.array_equal(
+        datasets.generate("advection2", 23, seed=6)["input"].values, ref["input"].values
+    )
 
 
 def test_store_layout_attributes_and_chunks(tmp_path):
-    ds = datasets.generate("advection1", 10, store=tmp_path / "s.zarr", seed=2, block_size=4, t_index=10)
+    ds = datasets.generate(
+        "advection1", 10, store=tmp_path / "s.zarr", seed=2, block_size=4, t_index=10
+    )
     assert ds["input"].dims == ("sample", "x") and ds["input"].chunks == ((4, 4, 2), (40,))
-    assert ds.attrs["seed"] == 2 and ds.attrs["param_t_index"] == 10 and ds.attrs["param_n_points"] == 40
+    assert (
+        ds.attrs["seed"] == 2
+        and ds.attrs["param_t_index"] == 10
+        and ds.attrs["param_n_points"] == 40
+    )
     assert ds.attrs["rfol_dask_version"] == __version__
     assert ds["x"].attrs["units"] == "m" and ds["x"].attrs["period"] == 1.0
     assert "block_done" not in ds
     import zarr
 
     group = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
-    assert group["input"].compressors == () and group["output"].compressors == ()  # fields stored raw
+    assert (
+        group["input"].compressors == () and group["output"].compressors == ()
+    )  # fields stored raw
 
 
 def test_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypatch):
@@ -68,7 +87,7 @@ def test_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypatch):
     raw = xr.open_zarr(path)
     done = block_flags(path).astype(int)  # the bookkeeping, hidden from xarray
     missing = int(np.flatnonzero(done == 0)[0])
-    assert np.isnan(raw["input"].values[missing * 5:(missing + 1) * 5]).all()
+    assert np.isnan(raw["input"].values[missing * 5 : (missing + 1) * 5]).all()
 
     calls = []
     monkeypatch.setattr(store_mod, "_write_block", lambda *a: calls.append(a[5]) or real(*a))
@@ -89,7 +108,9 @@ def test_existing_store_not_overwritten(tmp_path):
         datasets.generate("advection1", 8, store=path, seed=1)
     assert "block_size" not in str(info.value)
     with pytest.raises(ValueError, match=r"\{'n_samples': \(8, 30\), 'seed': \(0, 1\)\}"):
-        datasets.generate("advection1", 30, store=path, seed=1)  # its default block size, not asked for, differs
+        datasets.generate(
+            "advection1", 30, store=path, seed=1
+        )  # its default block size, not asked for, differs
     with pytest.raises(ValueError, match=r"'block_size': \(8, 4\)"):
         datasets.generate("advection1", 8, store=path, seed=1, block_size=4)  # asked for: named
     ds = datasets.generate("advection2", 8, store=path, seed=0, overwrite=True)
@@ -127,8 +148,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _cli(*args, timeout=300):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "rfol_dask.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "rfol_dask.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def _python(code, wait=True):
@@ -136,7 +162,9 @@ def _python(code, wait=True):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-c", textwrap.dedent(code)]
     if not wait:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -144,7 +172,8 @@ def _python(code, wait=True):
 def test_concurrent_generate_into_one_store_is_refused(tmp_path):
     store, gate = tmp_path / "s.zarr", tmp_path / "gate"
     # run A writes seed 1 and waits inside its first block until the gate file appears
-    a = _python(f"""
+    a = _python(
+        f"""
         import time
         from pathlib import Path
         from rfol_dask.datasets import store
@@ -156,7 +185,9 @@ def test_concurrent_generate_into_one_store_is_refused(tmp_path):
         store._write_block = waits
         from rfol_dask.cli import main
         raise SystemExit(main(["generate", "advection1", "--samples", "8", "--seed", "1", "--out", {str(store)!r}]))
-    """, wait=False)
+    """,
+        wait=False,
+    )
     try:
         deadline = time.time() + 120
         while not (store / ".rfol_dask.lock").exists():
@@ -173,30 +204,50 @@ def test_concurrent_generate_into_one_store_is_refused(tmp_path):
     assert not (store / ".rfol_dask.lock").exists()
     ds = datasets.open(store)
     assert ds.attrs["seed"] == 1
-    np.testing.assert_array_equal(ds["input"].values, datasets.generate("advection1", 8, seed=1)["input"].values)
+    np.testing.assert_array_equal(
+        ds["input"].values, datasets.generate("advection1", 8, seed=1)["input"].values
+    )
     # run B again, now alone: a clash of seeds, reported as such
     b = _cli("generate", "advection1", "--samples", "8", "--seed", "2", "--out", str(store))
-    assert b.returncode == 2 and "holds another data set" in b.stderr and "'seed': (1, 2)" in b.stderr
+    assert (
+        b.returncode == 2 and "holds another data set" in b.stderr and "'seed': (1, 2)" in b.stderr
+    )
 
 
 def test_stale_lock_of_a_dead_run_is_taken_over(tmp_path):
     store = tmp_path / "s.zarr"
     dead = _python("import os; print(os.getpid())").stdout.strip()
     store.mkdir()
-    (store / ".rfol_dask.lock").write_text(json.dumps({"pid": int(dead), "host": socket.gethostname(),
-                                                       "dataset": "advection1", "seed": 0}))
+    (store / ".rfol_dask.lock").write_text(
+        json.dumps(
+            {"pid": int(dead), "host": socket.gethostname(), "dataset": "advection1", "seed": 0}
+        )
+    )
     ds = datasets.generate("advection1", 6, store=store)
     assert ds["input"].shape == (6, 40) and not (store / ".rfol_dask.lock").exists()
     # a lock of another host cannot be judged: refused with the way out
-    (store / ".rfol_dask.lock").write_text(json.dumps({"pid": 1, "host": "elsewhere", "dataset": "advection1",
-                                                       "seed": 0, "started": "earlier"}))
-    with pytest.raises(ValueError, match=r"being written by .*pid 1 on elsewhere.*remove .*\.rfol_dask\.lock"):
+    (store / ".rfol_dask.lock").write_text(
+        json.dumps(
+            {
+                "pid": 1,
+                "host": "elsewhere",
+                "dataset": "advection1",
+                "seed": 0,
+                "started": "earlier",
+            }
+        )
+    )
+    with pytest.raises(
+        ValueError, match=r"being written by .*pid 1 on elsewhere.*remove .*\.rfol_dask\.lock"
+    ):
         datasets.generate("advection1", 6, store=store)
 
 
 @pytest.mark.slow  # subprocesses
 @pytest.mark.parametrize("legacy", [False, True])
-def test_generate_killed_while_writing_the_template_is_restarted_by_the_same_command(tmp_path, legacy):
+def test_generate_killed_while_writing_the_template_is_restarted_by_the_same_command(
+    tmp_path, legacy
+):
     store = tmp_path / "s.zarr"
     killed = _python(f"""
         import os, zarr
@@ -209,7 +260,18 @@ def test_generate_killed_while_writing_the_template_is_restarted_by_the_same_com
     assert (store / ".rfol_dask.template").exists() and (store / ".rfol_dask.lock").exists()
     if legacy:  # as a version without the marker would leave it
         (store / ".rfol_dask.template").unlink()
-    again = _cli("generate", "advection2", "--samples", "10", "--seed", "3", "--block-size", "4", "--out", str(store))
+    again = _cli(
+        "generate",
+        "advection2",
+        "--samples",
+        "10",
+        "--seed",
+        "3",
+        "--block-size",
+        "4",
+        "--out",
+        str(store),
+    )
     assert again.returncode == 0, again.stderr
     ref = datasets.generate("advection2", 10, seed=3)
     ds = datasets.open(store)
@@ -241,10 +303,13 @@ def test_generate_replaces_only_rfol_dask_data_sets(tmp_path):
     from rfol_dask import RandomFeatureOperator
 
     model = tmp_path / "m.zarr"
-    RandomFeatureOperator(n_features=10, random_state=0).fit(np.ones((5, 3)) * np.arange(5)[:, None],
-                                                              np.ones((5, 2))).save(model)
+    RandomFeatureOperator(n_features=10, random_state=0).fit(
+        np.ones((5, 3)) * np.arange(5)[:, None], np.ones((5, 2))
+    ).save(model)
     for path, what in ((other, "a directory holding other files"), (model, "an rfol_dask model")):
-        with pytest.raises(ValueError, match=f"exists and is not an rfol_dask data set \\(it is {what}\\)"):
+        with pytest.raises(
+            ValueError, match=f"exists and is not an rfol_dask data set \\(it is {what}\\)"
+        ):
             datasets.generate("advection1", 8, store=path, overwrite=True)
     with pytest.raises(ValueError, match="is a file, not a data-set store"):
         datasets.generate("advection1", 8, store=plain, overwrite=True)
@@ -261,17 +326,25 @@ def test_generate_refuses_a_store_inside_another_zarr_store(tmp_path, capsys):
     outer = tmp_path / "outer.zarr"
     datasets.generate("advection1", 8, store=outer, block_size=8)
     model = tmp_path / "m.zarr"
-    RandomFeatureOperator(n_features=10, random_state=0).fit(np.ones((5, 3)) * np.arange(5)[:, None],
-                                                              np.ones((5, 2))).save(model)
+    RandomFeatureOperator(n_features=10, random_state=0).fit(
+        np.ones((5, 3)) * np.arange(5)[:, None], np.ones((5, 2))
+    ).save(model)
     before = {p: sorted(os.listdir(p)) for p in (outer, outer / "input", model)}
     for inner in (outer / "inner.zarr", outer / "input" / "d.zarr"):
-        with pytest.raises(ValueError, match=r"cannot write a data set at .*: it is inside the Zarr store .*outer\.zarr "
-                                             r"\(an rfol_dask data set\), which replacing or regenerating it would "
-                                             r"delete; write it beside the store \(e\.g\. .*(inner|d)\.zarr\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"cannot write a data set at .*: it is inside the Zarr store .*outer\.zarr "
+            r"\(an rfol_dask data set\), which replacing or regenerating it would "
+            r"delete; write it beside the store \(e\.g\. .*(inner|d)\.zarr\)",
+        ):
             datasets.generate("advection1", 8, store=inner)
-    with pytest.raises(ValueError, match=r"inside the model at .*m\.zarr, which could then no longer be replaced"):
+    with pytest.raises(
+        ValueError, match=r"inside the model at .*m\.zarr, which could then no longer be replaced"
+    ):
         datasets.generate("advection1", 8, store=model / "d.zarr")
-    assert main(["generate", "advection1", "--samples", "8", "--out", str(outer / "inner.zarr")]) == 2
+    assert (
+        main(["generate", "advection1", "--samples", "8", "--out", str(outer / "inner.zarr")]) == 2
+    )
     assert "cannot write a data set at" in capsys.readouterr().err
     assert before == {p: sorted(os.listdir(p)) for p in (outer, outer / "input", model)}
     datasets.generate("advection1", 8, store=tmp_path / "beside.zarr")  # beside the store: written
@@ -285,7 +358,9 @@ def test_nan_from_a_generator_is_an_error_in_memory_as_in_a_store(tmp_path, monk
 
     monkeypatch.setattr(burgers, "solve", broken)
     for store in (None, tmp_path / "b.zarr"):
-        with pytest.raises(FloatingPointError, match="burgers: generator produced NaN/Inf in output of samples 0-1"):
+        with pytest.raises(
+            FloatingPointError, match="burgers: generator produced NaN/Inf in output of samples 0-1"
+        ):
             datasets.generate("burgers", 2, store=store)
 
 
@@ -293,7 +368,9 @@ def test_the_title_names_non_default_parameters():
     plain = datasets.generate("advection1", 2)
     assert plain.attrs["title"] == datasets.get("advection1").description
     other = datasets.generate("advection1", 2, n_points=80)
-    assert other.attrs["title"].endswith("with non-default parameters n_points=80 (the description is for the defaults)")
+    assert other.attrs["title"].endswith(
+        "with non-default parameters n_points=80 (the description is for the defaults)"
+    )
     assert other.attrs["param_n_points"] == 80
 
 
@@ -315,19 +392,25 @@ def test_an_xarray_copy_of_a_data_set_is_never_cleared(tmp_path):
     for name in ("advection2", "advection1"):
         with pytest.raises(ValueError, match="a copy of a data set without generate's bookkeeping"):
             datasets.generate(name, 5, store=tmp_path / "copy.zarr", overwrite=True)
-    np.testing.assert_array_equal(xr.open_zarr(tmp_path / "copy.zarr")["input"].values, copy["input"].values)
+    np.testing.assert_array_equal(
+        xr.open_zarr(tmp_path / "copy.zarr")["input"].values, copy["input"].values
+    )
 
 
 def test_overwrite_never_deletes_a_users_files_in_a_data_set(tmp_path):
     path = tmp_path / "s.zarr"
     datasets.generate("advection1", 8, store=path)
     (path / "my_notes.txt").write_text("mine")
-    with pytest.raises(ValueError, match=r"also holds other files \(my_notes\.txt\).*move them away"):
+    with pytest.raises(
+        ValueError, match=r"also holds other files \(my_notes\.txt\).*move them away"
+    ):
         datasets.generate("advection1", 8, store=path, seed=1, overwrite=True)
     assert (path / "my_notes.txt").read_text() == "mine"
     assert datasets.open(path).attrs["seed"] == 0  # untouched
     (path / "my_notes.txt").unlink()
-    zarr.open_group(str(path), mode="r+").create_array("my_predictions", shape=(8,), dtype="f8")  # a user's array
+    zarr.open_group(str(path), mode="r+").create_array(
+        "my_predictions", shape=(8,), dtype="f8"
+    )  # a user's array
     with pytest.raises(ValueError, match=r"also holds other files \(my_predictions"):
         datasets.generate("advection1", 8, store=path, seed=1, overwrite=True)
     assert (path / "my_predictions" / "zarr.json").is_file()  # untouched
@@ -343,7 +426,10 @@ def test_resume_takes_the_stored_block_size_and_refuses_another_version(tmp_path
     path = tmp_path / "s.zarr"
     datasets.generate("advection1", 20, store=path, block_size=3)
     _clear_flags(path, [2, 5])  # an interrupted run
-    with pytest.raises(ValueError, match=r"started with block_size=3: rerun with that block size \(--block-size 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"started with block_size=3: rerun with that block size \(--block-size 3\)",
+    ):
         datasets.generate("advection1", 20, store=path, block_size=5)
     calls = []
     real = store_mod._write_block
@@ -352,7 +438,10 @@ def test_resume_takes_the_stored_block_size_and_refuses_another_version(tmp_path
     assert sorted(calls) == [2, 5]
     _clear_flags(path, [1])
     zarr.open_group(str(path), mode="r+").attrs["rfol_dask_version"] = "0.0.1"
-    with pytest.raises(ValueError, match=r"started by rfol_dask 0\.0\.1 and this is .*could mix samples of two versions"):
+    with pytest.raises(
+        ValueError,
+        match=r"started by rfol_dask 0\.0\.1 and this is .*could mix samples of two versions",
+    ):
         datasets.generate("advection1", 20, store=path)
 
 
@@ -364,20 +453,30 @@ def test_reuse_or_generate_reads_resumes_or_refuses(tmp_path, monkeypatch):
     datasets.generate("advection1", 30, store=path, block_size=10)  # three blocks
     made = []
     real = store_mod.generate
-    monkeypatch.setattr(store_mod, "generate", lambda *a, **k: made.append((a[1], k["overwrite"])) or real(*a, **k))
+    monkeypatch.setattr(
+        store_mod, "generate", lambda *a, **k: made.append((a[1], k["overwrite"])) or real(*a, **k)
+    )
     first = datasets.reuse_or_generate("advection1", 30, path)
-    smaller = datasets.reuse_or_generate("advection1", 12, path)  # the first samples of the larger store
+    smaller = datasets.reuse_or_generate(
+        "advection1", 12, path
+    )  # the first samples of the larger store
     assert made == []
     np.testing.assert_array_equal(smaller["input"].values, ref["input"].values[:12])
     np.testing.assert_array_equal(first["output"].values, ref["output"].values)
     _clear_flags(path, [1])  # an interrupted run of 30: its first block written, not its second
-    head = datasets.reuse_or_generate("advection1", 10, path)  # within the written blocks: read as it is
+    head = datasets.reuse_or_generate(
+        "advection1", 10, path
+    )  # within the written blocks: read as it is
     assert made == [] and head.sizes["sample"] == 10
     np.testing.assert_array_equal(head["input"].values, ref["input"].values[:10])
-    resumed = datasets.reuse_or_generate("advection1", 20, path)  # beyond them: resumed, with its block size
+    resumed = datasets.reuse_or_generate(
+        "advection1", 20, path
+    )  # beyond them: resumed, with its block size
     assert made == [(30, False)] and resumed.sizes["sample"] == 20
     assert datasets.open(path).sizes["sample"] == 30
-    larger = datasets.reuse_or_generate("advection1", 40, path)  # the same data, more of it: made again
+    larger = datasets.reuse_or_generate(
+        "advection1", 40, path
+    )  # the same data, more of it: made again
     assert made[-1] == (40, True)
     np.testing.assert_array_equal(larger["input"].values[:30], ref["input"].values)
     for other in (dict(seed=1), dict(n_points=80)):
@@ -399,7 +498,9 @@ def test_open_dataset_reads_the_written_leading_samples_of_an_interrupted_store(
     with pytest.raises(ValueError, match="incomplete"):
         datasets.open(path)
     for bad in (0, 31, 2.5, True):
-        with pytest.raises(ValueError, match="samples must be a whole number from 1 to the 30 samples"):
+        with pytest.raises(
+            ValueError, match="samples must be a whole number from 1 to the 30 samples"
+        ):
             datasets.open(path, samples=bad)
 
 
@@ -422,12 +523,16 @@ def test_a_copy_with_renamed_variables_is_never_cleared(tmp_path):
     for v in copy.variables.values():
         v.encoding = {}
     copy.to_zarr(tmp_path / "copy.zarr")
-    for call in (lambda: datasets.generate("advection2", 8, store=tmp_path / "copy.zarr"),
-                 lambda: datasets.generate("advection1", 6, store=tmp_path / "copy.zarr", overwrite=True),
-                 lambda: datasets.reuse_or_generate("advection1", 6, tmp_path / "copy.zarr")):
+    for call in (
+        lambda: datasets.generate("advection2", 8, store=tmp_path / "copy.zarr"),
+        lambda: datasets.generate("advection1", 6, store=tmp_path / "copy.zarr", overwrite=True),
+        lambda: datasets.reuse_or_generate("advection1", 6, tmp_path / "copy.zarr"),
+    ):
         with pytest.raises(ValueError, match="holding other data"):
             call()
-    np.testing.assert_array_equal(xr.open_zarr(tmp_path / "copy.zarr")["u0"].values, src["input"].values)
+    np.testing.assert_array_equal(
+        xr.open_zarr(tmp_path / "copy.zarr")["u0"].values, src["input"].values
+    )
 
 
 def test_request_mismatch_and_load_subset_use_only_the_same_data(tmp_path):
@@ -441,14 +546,18 @@ def test_request_mismatch_and_load_subset_use_only_the_same_data(tmp_path):
     meta = json.loads(datasets.open(tmp_path / "advection1.zarr").attrs["rfol_dask_meta"])
     assert datasets.request_mismatch(meta, "advection1", seed=1) == {}
     assert datasets.request_mismatch(meta, "advection1") == {"seed": (1, 0)}
-    assert datasets.request_mismatch(meta, "advection2", seed=1) == {"dataset": ("advection1", "advection2")}
+    assert datasets.request_mismatch(meta, "advection2", seed=1) == {
+        "dataset": ("advection1", "advection2")
+    }
     assert set(datasets.request_mismatch(meta, "advection1", seed=1, n_points=80)) == {"params"}
     train, test = load_subset("advection1", 6, 2, tmp_path)
     ref = datasets.generate("advection1", 8, seed=0)
     np.testing.assert_array_equal(train["input"].values, ref["input"].values[:6])
     np.testing.assert_array_equal(test["output"].values, ref["output"].values[6:])
     assert (tmp_path / "subsets" / "advection1_8.zarr").is_dir()
-    assert json.loads(datasets.open(tmp_path / "advection1.zarr").attrs["rfol_dask_meta"])["seed"] == 1
+    assert (
+        json.loads(datasets.open(tmp_path / "advection1.zarr").attrs["rfol_dask_meta"])["seed"] == 1
+    )
 
 
 # ---------------------------------------------------------------------- Ctrl-C, then the same call at once
@@ -457,20 +566,27 @@ import signal  # noqa: E402
 import threading  # noqa: E402
 
 
-def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resumes(tmp_path, monkeypatch,
-                                                                                  ctrl_c_in_zarr_write):
+def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resumes(
+    tmp_path, monkeypatch, ctrl_c_in_zarr_write
+):
     """Ctrl-C ends the main thread's wait for a zarr call while zarr's IO thread still writes; the late
     write (the array ``input``) landed after the rerun had cleared the cut template, which then failed
     with "variable 'input' already exists". generate now waits for zarr's IO before letting go."""
     path = tmp_path / "t.zarr"
     real_to_zarr, go = xr.Dataset.to_zarr, threading.Event()
     # the rerun's template lets the held write go (before the fix); else it lands after 1 s
-    held, landed = ctrl_c_in_zarr_write(lambda p: p == path / "input" / "zarr.json", lambda: go.wait(1))
+    held, landed = ctrl_c_in_zarr_write(
+        lambda p: p == path / "input" / "zarr.json", lambda: go.wait(1)
+    )
     with pytest.raises(KeyboardInterrupt):
         datasets.generate("advection1", 12, store=path, seed=1, block_size=5)
-    assert held and (path / ".rfol_dask.template").exists() and not (path / ".rfol_dask.lock").exists()
+    assert (
+        held and (path / ".rfol_dask.template").exists() and not (path / ".rfol_dask.lock").exists()
+    )
 
-    def to_zarr(self, *args, **kwargs):  # the rerun's template, after clearing the store: the late write lands
+    def to_zarr(
+        self, *args, **kwargs
+    ):  # the rerun's template, after clearing the store: the late write lands
         go.set()
         landed.wait(5)
         return real_to_zarr(self, *args, **kwargs)
@@ -482,8 +598,9 @@ def test_ctrl_c_in_a_zarr_write_of_the_template_then_the_same_call_at_once_resum
     np.testing.assert_array_equal(ds["output"].values, ref["output"].values)
 
 
-def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(tmp_path, monkeypatch, capsys,
-                                                                            ctrl_c):
+def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(
+    tmp_path, monkeypatch, capsys, ctrl_c
+):
     """dask's threaded scheduler returns from an interrupt while its pool threads still write their
     blocks; they went on writing after the lock was released (into whatever a next run had made of the
     store). Now the running blocks end first, the others never start, and the same call resumes."""
@@ -508,10 +625,14 @@ def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(tmp
         datasets.generate("advection1", 40, store=path, seed=1, block_size=5)
     flags = block_flags(path)
     assert started[0] in finished and flags[started[0]]  # written before the interrupt propagated
-    assert sorted(finished) == sorted(started) == sorted(np.flatnonzero(flags))  # none still running
+    assert (
+        sorted(finished) == sorted(started) == sorted(np.flatnonzero(flags))
+    )  # none still running
     assert not flags.all() and not (path / ".rfol_dask.lock").exists()
-    assert re.search(r"generate advection1 \(8 blocks\): stopping; waiting for the [12] running tasks? to end",
-                     capsys.readouterr().err)
+    assert re.search(
+        r"generate advection1 \(8 blocks\): stopping; waiting for the [12] running tasks? to end",
+        capsys.readouterr().err,
+    )
     monkeypatch.setattr(store_mod, "_write_block", real)
     ds = datasets.generate("advection1", 40, store=path, seed=1, block_size=5)
     ref = datasets.generate("advection1", 40, seed=1)
@@ -525,7 +646,9 @@ def dask_threads(n):
     return dask.config.set(scheduler="threads", num_workers=n)
 
 
-def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(tmp_path, monkeypatch, cluster_client, ctrl_c):
+def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(
+    tmp_path, monkeypatch, cluster_client, ctrl_c
+):
     """On a distributed client an interrupted generate released its futures and the workers finished
     their running blocks unseen, after the lock was gone; now those end first and the rest never start.
     (``ctrl_c``: for Python's SIGINT handler; the signal comes from a worker.)"""
@@ -553,10 +676,14 @@ def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(tmp_path, monke
     with pytest.raises(KeyboardInterrupt):
         datasets.generate("advection1", 60, store=path, seed=1, block_size=5, client=cluster_client)
     flags = block_flags(path)
-    assert flags[int(first.read_text())] and not flags.all()  # written before the interrupt propagated
+    assert (
+        flags[int(first.read_text())] and not flags.all()
+    )  # written before the interrupt propagated
     assert not (path / ".rfol_dask.lock").exists()
     monkeypatch.setattr(store_mod, "_write_block", real)
-    ds = datasets.generate("advection1", 60, store=path, seed=1, block_size=5, client=cluster_client)
+    ds = datasets.generate(
+        "advection1", 60, store=path, seed=1, block_size=5, client=cluster_client
+    )
     ref = datasets.generate("advection1", 60, seed=1)
     np.testing.assert_array_equal(ds["input"].values, ref["input"].values)
     np.testing.assert_array_equal(ds["output"].values, ref["output"].values)

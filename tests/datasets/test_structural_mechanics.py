@@ -23,7 +23,13 @@ def test_registered_defaults_and_grids():
     lo, hi = get("structural_mechanics_low"), get("structural_mechanics_high")
     for spec, n in ((lo, 21), (hi, 41)):
         d = spec.defaults
-        assert (d["radius"], d["E_fibre"], d["nu_fibre"], d["mu_matrix"], d["nu_matrix"]) == (0.3, 4e6, 0.35, 0.39e6, 0.45)
+        assert (d["radius"], d["E_fibre"], d["nu_fibre"], d["mu_matrix"], d["nu_matrix"]) == (
+            0.3,
+            4e6,
+            0.35,
+            0.39e6,
+            0.45,
+        )
         assert (d["load_mean"], d["load_scale"], d["n_modes"], d["tau"]) == (100.0, 400.0, 100, 3.0)
         assert d["n_input"] == 41 and d["n_output"] == n and d["input_interp"] == "cubic21"
         gin, gout = spec.grids(**d)
@@ -55,12 +61,15 @@ def test_mesh_conforms_to_circle(mesh_n):
 def test_uniform_traction_on_homogeneous_plate_gives_uniform_stress():
     # fibre = matrix, bottom on rollers (u_y = 0, one x-pin): exact solution is uniaxial
     # sigma_yy = f, which P2 reproduces; von Mises = |f| everywhere on the output grid
-    params = dict(SMALL, E_fibre=E_M, nu_fibre=NU, bottom_bc="roller", load_scale=0.0, load_mean=250.0)
+    params = dict(
+        SMALL, E_fibre=E_M, nu_fibre=NU, bottom_bc="roller", load_scale=0.0, load_mean=250.0
+    )
     x, y = sm.make_block(0, 0, 3, n_output=21, **params)
     np.testing.assert_allclose(x, 250.0, rtol=1e-13)
     np.testing.assert_allclose(y, 250.0, rtol=1e-9)
     m = sm.model(**params)
-    c = np.zeros((101, 1)); c[0] = 250.0
+    c = np.zeros((101, 1))
+    c[0] = 250.0
     sxx, syy, sxy = m.stresses_quad(m.U @ c)
     assert np.abs(sxx).max() < 1e-8 * 250 and np.abs(sxy).max() < 1e-8 * 250
     np.testing.assert_allclose(syy, 250.0, rtol=1e-10)
@@ -70,9 +79,9 @@ def test_uniform_traction_on_homogeneous_plate_gives_uniform_stress():
 
 
 def test_von_mises_formula():
-    assert sm.von_mises(-3.0, 0.0, 0.0) == 3.0                       # uniaxial
-    np.testing.assert_allclose(sm.von_mises(0.0, 0.0, 2.0), 2 * np.sqrt(3))   # pure shear
-    np.testing.assert_allclose(sm.von_mises(5.0, 5.0, 0.0), 5.0)       # equibiaxial
+    assert sm.von_mises(-3.0, 0.0, 0.0) == 3.0  # uniaxial
+    np.testing.assert_allclose(sm.von_mises(0.0, 0.0, 2.0), 2 * np.sqrt(3))  # pure shear
+    np.testing.assert_allclose(sm.von_mises(5.0, 5.0, 0.0), 5.0)  # equibiaxial
 
 
 def test_equilibrium_reactions_balance_random_load():
@@ -114,17 +123,29 @@ def test_input_is_cubic_interpolation_of_21_samples_or_exact():
     theta = sm.draw_load(sample_rng(2, 5))
     x41 = np.linspace(0, 1, 41)
     l = np.arange(1, 101)
-    exact = 100 + 400 * (np.cos(np.pi * np.outer(x41, l)) * np.sqrt(2) / np.sqrt(np.pi**2 * l**2 + 9)) @ theta
+    exact = (
+        100
+        + 400
+        * (np.cos(np.pi * np.outer(x41, l)) * np.sqrt(2) / np.sqrt(np.pi**2 * l**2 + 9))
+        @ theta
+    )
     xe = sm.make_block(2, 5, 6, n_output=21, input_interp="exact", **SMALL)[0][0]
     np.testing.assert_allclose(xe, exact, rtol=1e-12, atol=1e-10)
     xc = sm.make_block(2, 5, 6, n_output=21, **SMALL)[0][0]
-    np.testing.assert_allclose(xc[::2], exact[::2], rtol=1e-12, atol=1e-10)  # nodes of the 21-point spline
-    assert np.abs(xc[1::2] - exact[1::2]).max() > 1.0  # the high modes are not resolved by 21 points
+    np.testing.assert_allclose(
+        xc[::2], exact[::2], rtol=1e-12, atol=1e-10
+    )  # nodes of the 21-point spline
+    assert (
+        np.abs(xc[1::2] - exact[1::2]).max() > 1.0
+    )  # the high modes are not resolved by 21 points
     from scipy.interpolate import CubicSpline
+
     np.testing.assert_allclose(xc, CubicSpline(x41[::2], exact[::2])(x41), rtol=1e-12, atol=1e-10)
     # outputs do not depend on how the input is represented
-    np.testing.assert_array_equal(sm.make_block(2, 5, 6, n_output=21, input_interp="exact", **SMALL)[1],
-                                  sm.make_block(2, 5, 6, n_output=21, **SMALL)[1])
+    np.testing.assert_array_equal(
+        sm.make_block(2, 5, 6, n_output=21, input_interp="exact", **SMALL)[1],
+        sm.make_block(2, 5, 6, n_output=21, **SMALL)[1],
+    )
 
 
 def test_reproducible_across_block_splits():

@@ -1,3 +1,5 @@
 from . import linalg  # noqa
+
+
 class special:  # noqa
     pass

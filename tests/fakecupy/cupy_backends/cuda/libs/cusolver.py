@@ -1,18 +1,32 @@
 import numpy as np
-from scipy.linalg import lapack
 from cupy import _REG
+from scipy.linalg import lapack
+
 
 def _check(handle, uplo, n, A, lda):
-    assert isinstance(handle, int) and isinstance(uplo, int) and isinstance(n, int) and isinstance(lda, int), (handle, uplo, n, lda)
+    assert (
+        isinstance(handle, int)
+        and isinstance(uplo, int)
+        and isinstance(n, int)
+        and isinstance(lda, int)
+    ), (handle, uplo, n, lda)
     a = _REG[A]
-    assert a.shape == (n, n) and a.flags.f_contiguous and lda == n, ("potrf on a non-Fortran or wrong-shape array", a.shape, a.strides, lda)
+    assert a.shape == (n, n) and a.flags.f_contiguous and lda == n, (
+        "potrf on a non-Fortran or wrong-shape array",
+        a.shape,
+        a.strides,
+        lda,
+    )
     return a
+
 
 def _buf(kind):
     def f(handle, uplo, n, A, lda):
         _check(handle, uplo, n, A, lda)
         return max(1, n)
+
     return f
+
 
 def _potrf(kind):
     def f(handle, uplo, n, A, lda, work, lwork, devInfo):
@@ -25,7 +39,9 @@ def _potrf(kind):
         if not np.shares_memory(c, a):
             a[...] = c
         info[0] = inf
+
     return f
+
 
 spotrf_bufferSize, dpotrf_bufferSize = _buf("s"), _buf("d")
 spotrf, dpotrf = _potrf("s"), _potrf("d")
