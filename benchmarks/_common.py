@@ -50,8 +50,8 @@ def blas_info():
 
 
 def argv_or_usage(doc, n_positional, argv=None):
-    """The script's arguments, or its docstring and an exit for ``-h`` / ``--help`` (status 0) and for
-    fewer than ``n_positional`` positional arguments (status 2, the docstring on stderr)."""
+    """The script's arguments, or its docstring and an exit for ``-h`` / ``--help`` (status 0)
+    and for fewer than ``n_positional`` positional arguments (status 2, the docstring on stderr)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if "-h" in argv or "--help" in argv:
         print(doc)

@@ -1,6 +1,7 @@
 """Can another draw of the same features close the gap to the exact kernel? (issue 10, NS high)
 
-    OPENBLAS_NUM_THREADS=2 python benchmarks/feature_variants.py 4000,8000 benchmarks/results/feature_variants.json
+    OPENBLAS_NUM_THREADS=2 python benchmarks/feature_variants.py 4000,8000
+    benchmarks/results/feature_variants.json
 
 At N = 160000 (8 features per training sample) the tuned rational-quadratic model on the
 20000-sample Navier-Stokes-high set is 1.33 x the tuned exact kernel (``tuning.py --ns-high`` and
@@ -113,7 +114,8 @@ def probe(M, seed=0):
                 "decade_alpha": float(ALPHAS[j]),
             }
             print(
-                f"M = {M}, {variant:10s} N = {Ng:6d}: {100 * errs[i]:.4f} % (alpha {ALPHAS[i]:.3g}; "
+                f"M = {M}, {variant:10s} N = {Ng:6d}: {100 * errs[i]:.4f} % (alpha "
+                f"{ALPHAS[i]:.3g}; "
                 f"decade grid {100 * errs[j]:.4f} %)",
                 flush=True,
             )

@@ -6,11 +6,11 @@ Cases (n = m = 1024 grid points in and out):
 
 For each: rfol_dask on numpy input (float64 and float32), plain numpy (the textbook formulas with
 np.linalg.solve), and rfol_dask on dask input on a LocalCluster (data persisted on the workers
-first). Times are medians of --repeats runs; the flop bound is the docs/design.md flop count divided by
-the matrix-multiply rate measured in the same run; peak memory is the growth of the resident memory
-of this process and its children (the LocalCluster workers) during the first run.
+first). Times are medians of --repeats runs; the flop bound is the docs/design.md flop count divided
+by the matrix-multiply rate measured in the same run; peak memory is the growth of the resident
+memory of this process and its children (the LocalCluster workers) during the first run.
 
-    python benchmarks/fit_speed.py                 # full sizes, writes benchmarks/results/fit_speed.json
+    python benchmarks/fit_speed.py          # full sizes, writes benchmarks/results/fit_speed.json
     python benchmarks/fit_speed.py --quick         # small sizes, a smoke test
 """
 
@@ -93,7 +93,8 @@ def run_case(name, M, n, N, m, repeats, clusters):
         "flop_bound_s": bound,
     }
     print(
-        f"\n== {name}: M={M} n={n} N={N} m={m}; {flops / 1e9:.0f} Gflop, matmul {rate / 1e9:.0f} GF/s, "
+        f"\n== {name}: M={M} n={n} N={N} m={m}; {flops / 1e9:.0f} Gflop, matmul {rate / 1e9:.0f} "
+        "GF/s, "
         f"flop bound {bound:.2f} s",
         flush=True,
     )
@@ -106,7 +107,8 @@ def run_case(name, M, n, N, m, repeats, clusters):
     t, peak, m64 = timed(lambda: model().fit(U, V), repeats, memory=True)
     rows["numpy_f64"] = {"time_s": t, "ratio_to_bound": t / bound, "peak_bytes": peak}
     print(
-        f"rfol_dask numpy float64 : {t:7.2f} s  ({t / bound:.2f} x bound)  peak +{peak / 2**30:.2f} GiB",
+        f"rfol_dask numpy float64 : {t:7.2f} s  ({t / bound:.2f} x bound)  peak "
+        f"+{peak / 2**30:.2f} GiB",
         flush=True,
     )
 
@@ -119,7 +121,8 @@ def run_case(name, M, n, N, m, repeats, clusters):
     p64 = m64.predict(Ut)
     rows["numpy_vs_plain_rel_diff"] = float(np.linalg.norm(p64 - p_ref) / np.linalg.norm(p_ref))
     print(
-        f"plain numpy             : {t:7.2f} s  ({t / bound:.2f} x bound)  peak +{peak / 2**30:.2f} GiB"
+        f"plain numpy             : {t:7.2f} s  ({t / bound:.2f} x bound)  peak "
+        f"+{peak / 2**30:.2f} GiB"
         f"  (predictions differ by {rows['numpy_vs_plain_rel_diff']:.1e})",
         flush=True,
     )
@@ -139,7 +142,8 @@ def run_case(name, M, n, N, m, repeats, clusters):
         "test_error_f64": err64,
     }
     print(
-        f"rfol_dask numpy float32 : {t32:7.2f} s  ({t32 / rows['numpy_f64']['time_s']:.2f} x float64)  "
+        f"rfol_dask numpy float32 : {t32:7.2f} s  ({t32 / rows['numpy_f64']['time_s']:.2f} x "
+        "float64)  "
         f"predictions differ from float64 by {diff:.1e}; test error {err32:.4e} vs {err64:.4e}",
         flush=True,
     )
@@ -166,8 +170,10 @@ def run_case(name, M, n, N, m, repeats, clusters):
                 "pred_rel_diff_to_numpy": d,
             }
             print(
-                f"rfol_dask dask {kind:9s}: {t:7.2f} s  ({t / bound:.2f} x bound)  peak +{peak / 2**30:.2f} GiB"
-                f"  ({workers} workers x {threads} threads; predictions differ from numpy by {d:.1e})",
+                f"rfol_dask dask {kind:9s}: {t:7.2f} s  ({t / bound:.2f} x bound)  peak "
+                f"+{peak / 2**30:.2f} GiB"
+                f"  ({workers} workers x {threads} threads; predictions differ from numpy by "
+                f"{d:.1e})",
                 flush=True,
             )
             client.cluster.close()

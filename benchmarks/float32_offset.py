@@ -7,7 +7,8 @@ the part that varies. The models measure their inputs from a centre (``input_cen
 Smooth synthetic data: inputs of 5 sine modes on ``n`` points, outputs their derivative-like
 cosine series plus a nonlinear term; 1000 training and 500 test samples.
 
-    python benchmarks/float32_offset.py [--n 256] [--features 800] [--alpha 1e-4] [--out benchmarks/results/float32_offset.json]
+    python benchmarks/float32_offset.py [--n 256] [--features 800] [--alpha 1e-4] [--out
+    benchmarks/results/float32_offset.json]
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def main(argv=None):
     spread = float(U0.std())
     rows = []
     print(
-        f"{args.distribution}, n = {args.n}, N = {args.features}, alpha = {args.alpha:g}, spread {spread:.3g}"
+        f"{args.distribution}, n = {args.n}, N = {args.features}, alpha = {args.alpha:g}, spread "
+        f"{spread:.3g}"
     )
     print("offset / spread | test error f64 | test error f32 | |P32 - P64| / |P64|")
     for off in OFFSETS:
@@ -74,7 +76,8 @@ def main(argv=None):
         }
         rows.append(row)
         print(
-            f"{off:15.0e} | {row['test_error_f64']:.3e} | {row['test_error_f32']:.3e} | {row['f32_vs_f64']:.2e}",
+            f"{off:15.0e} | {row['test_error_f64']:.3e} | {row['test_error_f32']:.3e} | "
+            f"{row['f32_vs_f64']:.2e}",
             flush=True,
         )
     if args.out:

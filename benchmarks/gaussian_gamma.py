@@ -4,10 +4,11 @@ bandwidth by decades around it (issue 5).
 docs/datasets.md gives one (N, gamma, alpha) per data set, the Cauchy one; the Gaussian law
 ``Omega = sqrt(2 gamma) N(0, 1)`` at that gamma has a far wider spectrum than the Cauchy law
 ``gamma * standard_cauchy`` on inputs of large norm. This fits RF Gaussian at 10 gamma, gamma,
-gamma/10, gamma/100, gamma/1000 on the paper-size splits of ``rfol_dask.experiments.load_split`` (N capped
-at --max-features) and records the test errors against the paper's Gaussian figure.
+gamma/10, gamma/100, gamma/1000 on the paper-size splits of ``rfol_dask.experiments.load_split`` (N
+capped at --max-features) and records the test errors against the paper's Gaussian figure.
 
-    python benchmarks/gaussian_gamma.py structural_mechanics_low darcy helmholtz_low navier_stokes_low
+    python benchmarks/gaussian_gamma.py structural_mechanics_low darcy helmholtz_low
+    navier_stokes_low
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def main(argv=None):
                 }
             )
             print(
-                f"{name:26s} N={N:6d} gamma={gamma:.0e} (paper's: {paper['gamma']:.0e}): error {100 * err:6.2f} %"
+                f"{name:26s} N={N:6d} gamma={gamma:.0e} (paper's: {paper['gamma']:.0e}): error "
+                f"{100 * err:6.2f} %"
                 f"  (paper's Gaussian figure {100 * paper['gaussian']:.2f} %)",
                 flush=True,
             )

@@ -2,19 +2,20 @@
 
 One command on a machine with a CUDA GPU and CuPy:
 
-    python benchmarks/gpu.py                          # M = 20000, n = m = 4096, N = 20000 and 160000
+    python benchmarks/gpu.py                         # M = 20000, n = m = 4096, N = 20000 and 160000
     python benchmarks/gpu.py --size tiny --device cpu # smoke test without a GPU (seconds)
 
 It writes ``benchmarks/results/gpu_<size>_<device>.json`` (``--out`` to change) with the device
 name, and for each N: the fit time (median of ``--repeats`` after a warm-up fit that compiles the
 CuPy kernels; the first, cold fit is reported too), the prediction time of the test samples, the
 test error, the peak GPU memory and the model's memory. Also: the fit from numpy input with
-``device="cuda"`` (host-to-device copies included), the streamed dask dual on the GPU (``--dask``: dask arrays of numpy chunks,
-``device="cuda"``, dask's threaded scheduler, no cluster), the fit from a Zarr store through a one-GPU
-dask worker (``--zarr``; ``--zarr-codecs none,zstd``: stores written uncompressed, as rfol_dask's
-data sets, and with zarr's default codec; ``--zarr-modes auto,slabs``: the streamed dual's rows mode,
-where the GPU has room, and its slabs mode; one stage each), and the equality of GPU and CPU
-predictions with the same seed at a small size (target 1e-8 relative, float64).
+``device="cuda"`` (host-to-device copies included), the streamed dask dual on the GPU (``--dask``:
+dask arrays of numpy chunks, ``device="cuda"``, dask's threaded scheduler, no cluster), the fit from
+a Zarr store through a one-GPU dask worker (``--zarr``; ``--zarr-codecs none,zstd``: stores written
+uncompressed, as rfol_dask's data sets, and with zarr's default codec; ``--zarr-modes auto,slabs``:
+the streamed dual's rows mode, where the GPU has room, and its slabs mode; one stage each), and the
+equality of GPU and CPU predictions with the same seed at a small size (target 1e-8 relative,
+float64).
 
 Timing: every GPU timing ends with ``cupy.cuda.Device().synchronize()``. Peak GPU memory: the
 CuPy memory pool is emptied (``free_all_blocks``) before each fit; the pool keeps the blocks
@@ -49,8 +50,8 @@ the internet and carry it:
         dask toolz cloudpickle partd locket fsspec xarray pandas python-dateutil tzdata \\
         scikit-learn joblib threadpoolctl psutil pyyaml array-api-compat
     # on the GPU machine:
-    pip install --no-index --find-links wheelhouse dask xarray scikit-learn psutil pyyaml array-api-compat
-    PYTHONPATH=$PWD python benchmarks/gpu.py
+    pip install --no-index --find-links wheelhouse dask xarray scikit-learn psutil pyyaml
+    array-api-compat PYTHONPATH=$PWD python benchmarks/gpu.py
 
 (zarr, distributed and dask-cuda are not needed.)
 """
@@ -74,7 +75,7 @@ SIZES = {  # (train samples, grid side, test samples, feature counts, equality-c
 
 
 def synthetic_fields(n_samples, side, seed=0, batch=1000):
-    """Smooth periodic fields ``U`` (M, side^2) and outputs ``V = heat(U) + 0.3 U^2`` (M, side^2)."""
+    """Smooth periodic fields ``U`` (M, side^2) and outputs ``V = heat(U) + 0.3 U^2``."""
     rng = np.random.default_rng(seed)
     k = np.fft.fftfreq(side, 1.0 / side)
     k2 = k[:, None] ** 2 + k[None, :] ** 2
@@ -387,7 +388,8 @@ def run(
             if r == 0:
                 row["peak_gpu_bytes"] = dev.pool_bytes()
         row.update(fit_seconds=statistics.median(times), fit_seconds_all=times, solver=est.solver_)
-        t, P = timed(dev, lambda: est.predict(Ug_test))
+        predict = est.predict
+        t, P = timed(dev, lambda: predict(Ug_test))
         P = dev.get(P)
         row.update(predict_seconds=t, test_rel_l2=rel_l2(V_test, P))
         row["model_bytes"] = b = {
@@ -460,7 +462,8 @@ def run(
             from distributed import Client
 
             store = Path(tempfile.mkdtemp())
-            # "none": uncompressed, as rfol_dask's data sets are stored; "zstd": zarr's default codec
+            # "none": uncompressed, as rfol_dask's data sets are stored; "zstd": zarr's default
+            # codec
             kw = {"compressors": None} if codec == "none" else {}
             t_write = time.perf_counter()
             da.from_array(U_train, chunks=(2000, -1)).to_zarr(str(store / "U.zarr"), **kw)
@@ -485,7 +488,8 @@ def run(
                         )
                     times.append(t)
                 res = against_in_memory(est, statistics.median(times[1:]))
-                # the floor of any fit from this store: reading (and decompressing) U and V on the worker
+                # the floor of any fit from this store: reading (and decompressing) U and V on the
+                # worker
                 t_read, _ = timed(dev, lambda: client.compute([Uz.sum(), Vz.sum()], sync=True))
                 # and of moving the coefficients (N0 x m float64) from the worker to the client
                 made = client.submit(np.ones, (N0, V_train.shape[1]), pure=False)
@@ -605,7 +609,8 @@ def run(
                         np.array_equal(np.isfinite(errs), np.isfinite(cpu_errs))
                     )
                     rel = np.abs(errs[scored] - cpu_errs[scored]) / np.abs(errs[scored])
-                    # the largest sits at the smallest alphas, where rounding decides (cond ~ |G| / alpha)
+                    # the largest sits at the smallest alphas, where rounding decides (cond ~ |G| /
+                    # alpha)
                     res["max_rel_diff_validation_errors"] = float(np.max(rel)) if rel.size else None
                     res["median_rel_diff_validation_errors"] = (
                         float(np.median(rel)) if rel.size else None
@@ -632,7 +637,8 @@ def main(argv=None):
     parser.add_argument(
         "--zarr",
         action="store_true",
-        help="also time the fit from a Zarr store through a one-GPU dask worker (dask-cuda if installed)",
+        help="also time the fit from a Zarr store through a one-GPU dask worker (dask-cuda if "
+        "installed)",
     )
     parser.add_argument(
         "--zarr-codecs",
@@ -647,7 +653,8 @@ def main(argv=None):
         type=lambda t: t.split(","),
         default=["auto"],
         metavar="auto,slabs",
-        help="rfol_dask.device-features of the Zarr fits, one timed stage each (auto: the rows mode "
+        help="rfol_dask.device-features of the Zarr fits, one timed stage each (auto: the rows "
+        "mode "
         "where the GPU has room; slabs: the slabs of the stacked rows)",
     )
     parser.add_argument(

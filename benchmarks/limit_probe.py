@@ -1,6 +1,7 @@
 """Which gamma wins as N grows? (issue 10, the growth stage's limit anchor)
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/limit_probe.py 5000 64000 benchmarks/results/limit_probe_5000.json [--kernel]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/limit_probe.py 5000 64000
+    benchmarks/results/limit_probe_5000.json [--kernel]
 
 On the first M training samples of the Navier-Stokes-high store (the 20000 / 2000 benchmark's
 ``results/data/navier_stokes_high_22000.zarr``; the search's default split, 80 / 20 % of these M,
@@ -11,7 +12,8 @@ a sketch of 512 output combinations). ``--kernel`` also runs ``KernelOperatorCV`
 inverse-quadratic kernel (the law's N -> infinity limit) over length scales 4^-1 ... 4^5 of the
 median one and nuggets 1e-18 ... 1e-5, one stage.
 
-    OPENBLAS_NUM_THREADS=2 python benchmarks/limit_probe.py --limit-rows 0.125,0.25 benchmarks/results/limit_rows.json
+    OPENBLAS_NUM_THREADS=2 python benchmarks/limit_probe.py --limit-rows 0.125,0.25
+    benchmarks/results/limit_rows.json
 
 ``--limit-rows F1,F2,...``: the growth's limit stage alone, as ``RandomFeatureOperatorCV`` runs it
 on all 20000 training samples (default split, search of 1.22e-4 x median at N = 4000, growth to

@@ -64,7 +64,8 @@ PROBLEMS = {
         gamma_points=26**2,
         alpha=1e-13,
         paper=(4.06, 3.95, 3.88, 3.98),
-        # the default, and the random-feature R_V (the outputs oscillate at ~3.5 points per wavelength)
+        # the default, and the random-feature R_V (the outputs oscillate at ~3.5 points per
+        # wavelength)
         recoveries=(("cubic", "cubic"), ("cubic", "rf")),
     ),
 }
@@ -162,7 +163,8 @@ def run(problem, distribution, data, n_train, settings, n_features):
         row["same"][k] = relative_l2_error(V[n_train:], model.predict(U[n_train:]))
         models[k] = model
         print(
-            f"  {problem:9s} {distribution:8s} {k:3d}x{k:<3d} same-resolution error {100 * row['same'][k]:.2f} %"
+            f"  {problem:9s} {distribution:8s} {k:3d}x{k:<3d} same-resolution error "
+            f"{100 * row['same'][k]:.2f} %"
             f"  (fit {row['fit_s'][k]:.1f} s)",
             flush=True,
         )
@@ -181,7 +183,8 @@ def run(problem, distribution, data, n_train, settings, n_features):
             row["recovery_only"][name][k] = relative_l2_error(V[n_train:], floor)
             print(
                 f"  {problem:9s} {distribution:8s} train {k0}x{k0} -> test {k}x{k} ({name}): "
-                f"{100 * row['cross'][name][k]:.2f} %  (R_V alone {100 * row['recovery_only'][name][k]:.2f} %)",
+                f"{100 * row['cross'][name][k]:.2f} %  (R_V alone "
+                f"{100 * row['recovery_only'][name][k]:.2f} %)",
                 flush=True,
             )
     same = np.array([row["same"][k] for k in res])

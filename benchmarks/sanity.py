@@ -27,7 +27,8 @@ NAMES = reference_data()["sets"]
 
 def run(name, data_dir, max_test, workers, train=None, n_features=None, gaussian=False):
     """One Cauchy fit (and a Gaussian one with ``gaussian``) at the paper's settings; ``train`` /
-    ``n_features`` override the paper's training size and feature count (a subset of the stored data)."""
+    ``n_features`` override the paper's training size and feature count (a subset of the stored
+    data)."""
     paper = datasets.get(name).paper
     t0 = time.perf_counter()
     cluster = SharedCluster(workers)

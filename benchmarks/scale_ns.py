@@ -2,9 +2,9 @@
 bound, bytes moved between workers, peak memory of all processes (issue: scale out).
 
     python benchmarks/scale_ns.py --case n20000     # N = 20000 Cauchy features, dual
-    python benchmarks/scale_ns.py --case n20000 --workers 1 --threads-per-worker 2   # one worker, 2 threads
+    python benchmarks/scale_ns.py --case n20000 --workers 1 --threads-per-worker 2  # 1 worker
     python benchmarks/scale_ns.py --case n150000    # N = 150000 features on the same samples
-    python benchmarks/scale_ns.py --case primal     # synthetic M = 200000, N = 8000, primal, from Zarr
+    python benchmarks/scale_ns.py --case primal  # synthetic M = 200000, N = 8000, primal, from Zarr
 
 The data set (20000 train + 2000 test, 64 x 64) is generated once into --data with
 `rfol-dask generate navier_stokes_high` semantics and reused. Results are appended to
@@ -133,7 +133,8 @@ def main(argv=None):
     rate = matmul_rate()
     bound = flops / rate
     print(
-        f"{args.case}: M={M} n={n} m={m} N={N}: {flops / 1e12:.1f} Tflop, matmul {rate / 1e9:.0f} GF/s, "
+        f"{args.case}: M={M} n={n} m={m} N={N}: {flops / 1e12:.1f} Tflop, matmul {rate / 1e9:.0f} "
+        "GF/s, "
         f"flop bound {bound:.0f} s",
         flush=True,
     )

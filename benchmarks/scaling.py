@@ -186,8 +186,10 @@ def main(argv=None):
                         for k, v in sorted(row["phases"].items())
                     )
                     print(
-                        f"{study:8s} workers={workers} M={M:6d} N={N:6d} {row['solver']:6s} fit {row['fit_s']:6.2f} s "
-                        f"(bound {row['flop_bound_s']:.2f}) predict {row['predict_s']:.2f} s | busy/span: {ph}",
+                        f"{study:8s} workers={workers} M={M:6d} N={N:6d} {row['solver']:6s} fit "
+                        f"{row['fit_s']:6.2f} s "
+                        f"(bound {row['flop_bound_s']:.2f}) predict {row['predict_s']:.2f} s | "
+                        f"busy/span: {ph}",
                         flush=True,
                     )
         finally:

@@ -109,12 +109,14 @@ def main(argv=None):
     t0 = time.perf_counter()
     rows = burgers_rows(args.samples) + navier_stokes_rows(args.samples)
     print(
-        f"\n| set | nu | T | steps | grid | tail | refused (> {MAX_TAIL:g}) | error vs fine | fine grid's tail |"
+        f"\n| set | nu | T | steps | grid | tail | refused (> {MAX_TAIL:g}) | error vs fine | "
+        "fine grid's tail |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['set']} | {r['nu']:g} | {r['T']:g} | {r['n_steps']} | {r['grid']} | {r['tail']:.1e} | "
+            f"| {r['set']} | {r['nu']:g} | {r['T']:g} | {r['n_steps']} | {r['grid']} | "
+            f"{r['tail']:.1e} | "
             f"{'yes' if r['tail'] > MAX_TAIL else 'no'} | {r['error']:.1e} | {r['fine_tail']:.1e} |"
         )
     with open(args.out, "w") as fh:

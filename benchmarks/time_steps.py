@@ -84,7 +84,8 @@ def main(argv=None):
     start = time.perf_counter()
     results = []
     print(
-        "| data set | parameters | n_steps | error | estimate | make_block |\n|---|---|---|---|---|---|"
+        "| data set | parameters | n_steps | error | estimate | make_block "
+        "|\n|---|---|---|---|---|---|"
     )
     for name, module, params, counts in CASES:
         rows = run_case(module, params, counts, args.samples)
@@ -93,7 +94,8 @@ def main(argv=None):
             err = f"{r['error']:.1e}" if "error" in r else "-"
             est = f"{r['estimate']:.1e}" if r.get("estimate") is not None else "-"
             print(
-                f"| {name} | {json.dumps(params)} | {r['n_steps']} | {err} | {est} | {r['verdict']} |",
+                f"| {name} | {json.dumps(params)} | {r['n_steps']} | {err} | {est} | "
+                f"{r['verdict']} |",
                 flush=True,
             )
     with open(args.out, "w") as f:

@@ -116,7 +116,8 @@ def main(argv=None):
                 }
                 report["rows"].append(row)
                 print(
-                    f"{name:6s} {codec:22s} stored/raw {row['stored_over_raw']:.3f}  write {write:5.2f} s  "
+                    f"{name:6s} {codec:22s} stored/raw {row['stored_over_raw']:.3f}  write "
+                    f"{write:5.2f} s  "
                     f"read {read:5.3f} s  ({row['read_over_uncompressed']:.2f} x raw)",
                     flush=True,
                 )
