@@ -2,7 +2,7 @@
 
     PYTHONPATH=<checkout> python benchmarks/cpu_ab.py search   # the default CV searches
     PYTHONPATH=<checkout> python benchmarks/cpu_ab.py stream   # the dask fits (local threads)
-    PYTHONPATH=<checkout> python benchmarks/cpu_ab.py cluster  # dask fits and search on a LocalCluster
+    PYTHONPATH=<checkout> python benchmarks/cpu_ab.py cluster  # dask fits, search: LocalCluster
 
 ``search``: RandomFeatureOperatorCV (n_features=1000) and KernelOperatorCV on 2000 synthetic smooth
 1-D samples (256 points in and out). ``stream``: the streamed dask dual (N = 6000) and the dask
