@@ -35,10 +35,12 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-import xarray as xr
-from distributed import Client, LocalCluster
 
-from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, datasets
+if __name__ != "__mp_main__":  # the workers' processes import this file again: keep that cheap
+    import xarray as xr
+    from distributed import Client, LocalCluster
+
+    from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, datasets
 
 DATA = "advection1"  # cheap to make, 40 -> 40 points
 N_SAMPLES, BLOCK, N_TRAIN = 400, 50, 300
