@@ -36,11 +36,13 @@ for M in n_train:
         model = RandomFeatureOperator(
             n_features=N, distribution="cauchy", gamma=1e-5, alpha=1e-15, random_state=0
         )
-        t0 = time.perf_counter()
-        model.fit(train["input"], train["output"])
-        elapsed = time.perf_counter() - t0
+        elapsed = []  # the best of two fits: a fair time on a busy machine
+        for _ in range(2):
+            t0 = time.perf_counter()
+            model.fit(train["input"], train["output"])
+            elapsed.append(time.perf_counter() - t0)
         err = float(relative_l2_error(test["output"], model.predict(test["input"])))
-        study["fit_time"].loc[M, N] = elapsed
+        study["fit_time"].loc[M, N] = min(elapsed)
         study["error"].loc[M, N] = err
 
 # %%
@@ -55,5 +57,8 @@ study.error.plot.line(ax=left, x="n_train", hue="n_features", xscale="log", ysca
 left.set_title("test error")
 study.fit_time.plot.line(ax=right, x="n_features", hue="n_train", xscale="log", yscale="log")
 right.set_title("fit time")
+for ax, ticks in ((left, n_train), (right, n_features)):
+    ax.minorticks_off()
+    ax.set_xticks(ticks, [str(t) for t in ticks])
 fig.suptitle("Advection I, Cauchy features")
 fig.tight_layout()

@@ -53,5 +53,8 @@ left.axvline(400, color="0.6", linestyle=":", label="N = M")
 left.legend()
 curve.fit_time.median("seed").plot(ax=right, x="n_features", xscale="log", yscale="log")
 right.set_title("median fit time")
+for ax in (left, right):
+    ax.minorticks_off()
+    ax.set_xticks(curve.n_features.values, [str(n) for n in curve.n_features.values])
 fig.suptitle(f"Advection III, tuned {p['distribution']} features, one curve per seed")
 fig.tight_layout()
