@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # about a minute of CPU; far more on a busy machine
 def test_docs_build_without_warnings(tmp_path):
     for module in ("sphinx", "pydata_sphinx_theme", "numpydoc", "sphinx_gallery", "myst_parser"):
         pytest.importorskip(module, reason='install the docs extra: pip install ".[docs]"')

@@ -14,6 +14,7 @@ from tempfile import mkdtemp
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
+from matplotlib.ticker import NullLocator
 
 from rfol_dask import RandomFeatureOperator, datasets
 from rfol_dask.metrics import relative_l2_error
@@ -58,7 +59,7 @@ left.set_title("test error")
 study.fit_time.plot.line(ax=right, x="n_features", hue="n_train", xscale="log", yscale="log")
 right.set_title("fit time")
 for ax, ticks in ((left, n_train), (right, n_features)):
-    ax.minorticks_off()
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticks(ticks, [str(t) for t in ticks])
 fig.suptitle("Advection I, Cauchy features")
 fig.tight_layout()

@@ -9,6 +9,7 @@ one fit grown block by block per seed, scored at every doubling of ``N``.
 """
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import NullLocator
 
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, curves, datasets
 from rfol_dask.metrics import relative_l2_error
@@ -54,7 +55,7 @@ left.legend()
 curve.fit_time.median("seed").plot(ax=right, x="n_features", xscale="log", yscale="log")
 right.set_title("median fit time")
 for ax in (left, right):
-    ax.minorticks_off()
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xticks(curve.n_features.values, [str(n) for n in curve.n_features.values])
 fig.suptitle(f"Advection III, tuned {p['distribution']} features, one curve per seed")
 fig.tight_layout()
