@@ -4,6 +4,7 @@ Build: ``python -m sphinx -W --keep-going -b html docs docs/_build/html`` (insta
 """
 
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -99,3 +100,15 @@ html_theme_options = {
     "secondary_sidebar_items": ["page-toc"],
 }
 html_sidebars = {"index": [], "changelog": [], "contributing": []}
+
+
+_LONE_STAR = re.compile(r"(?<=, )\*(?=\w)")  # the unpacking star of a shape: (M, *grid)
+
+
+def _escape_unpacking_stars(app, what, name, obj, options, lines):
+    """Shapes such as ``(M, *input_grid)`` in docstrings are not reST emphasis: escape the star."""
+    lines[:] = [_LONE_STAR.sub(r"\\*", line) for line in lines]
+
+
+def setup(app):
+    app.connect("autodoc-process-docstring", _escape_unpacking_stars)

@@ -354,8 +354,8 @@ def generate(
     Returns
     -------
     xarray.Dataset
-        Variables ``input`` ``(sample, *input_grid)`` and ``output`` ``(sample, *output_grid)``,
-        float64, with grid coordinates (units, ``period`` on periodic axes) and the
+        Variables ``input`` (sample, *input grid dims) and ``output`` (sample, *output grid
+        dims), float64, with grid coordinates (units, ``period`` on periodic axes) and the
         parameters as attributes; read lazily from ``store`` (chunks of ``block_size``
         samples), or in memory without one.
 
