@@ -654,7 +654,7 @@ def test_a_killed_run_not_yet_reaped_is_dead_to_the_locks():
     import sys
     import time
 
-    from rfol_dask.io import process_alive
+    from rfol_dask.solve.owners import process_alive
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     deadline = time.monotonic() + 30
