@@ -636,3 +636,31 @@ def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(
     ref = datasets.generate("advection1", 60, seed=1)
     np.testing.assert_array_equal(ds["input"].values, ref["input"].values)
     np.testing.assert_array_equal(ds["output"].values, ref["output"].values)
+
+
+@pytest.mark.cluster
+def test_relative_store_paths_are_the_clients_when_workers_run_elsewhere(tmp_path, monkeypatch):
+    """Workers that started in another folder (``a``: where the job script ran) wrote a relative
+    ``store="data.zarr"`` into *their* ``a/data.zarr``, over the data set there; the path is now
+    made absolute on the client, for the generated store and for predictions alike."""
+    from distributed import Client, LocalCluster
+
+    from rfol_dask.predictions import write_predictions
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    monkeypatch.chdir(a)
+    datasets.generate("advection1", 8, store="data.zarr", seed=1, block_size=4)
+    before = sorted(p.relative_to(a) for p in a.rglob("*"))
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
+        monkeypatch.chdir(b)  # the client moves on; the worker stays in a
+        with Client(c, set_as_default=False) as client:
+            ds = datasets.generate("advection1", 8, store="data.zarr", seed=2, client=client)
+            write_predictions(ds["output"], "p.zarr", client=client, progress=False)
+    assert sorted(p.relative_to(a) for p in a.rglob("*")) == before
+    assert datasets.open(a / "data.zarr").attrs["seed"] == 1
+    np.testing.assert_array_equal(
+        datasets.open(b / "data.zarr")["input"].values,
+        datasets.generate("advection1", 8, seed=2)["input"].values,
+    )
+    assert xr.open_zarr(b / "p.zarr")["prediction"].shape == (8, 40)
