@@ -1,4 +1,4 @@
-"""Model files: what a fitted estimator writes and reads back, and the locks of what rfol_dask writes.
+"""Model files: what a fitted estimator writes and reads back; the locks of what rfol_dask writes.
 
 A model is a Zarr group: one array per fitted array (each with a SHA-256 checksum, verified on
 load), the training coordinates and grids, and JSON attributes. A save writes a hidden sibling
@@ -70,9 +70,7 @@ reads. A model is written with the lowest format that reads it right
 * 0 (no attribute): models saved before the format was versioned; they load with a warning
   that their arrays cannot be verified.
 """
-_LEFTOVER = re.compile(
-    r"(.+\.\d+\.)?[0-9a-f]+"
-)  # the tag of a save's sibling (older: host.pid.hex)
+_LEFTOVER = re.compile(r"(.+\.\d+\.)?[0-9a-f]+")  # a save's sibling's tag (older: host.pid.hex)
 
 
 @contextlib.contextmanager
@@ -161,7 +159,8 @@ def _check_model_path(path, overwrite):
     elif kind != "empty":
         raise ValueError(
             f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
-            "(only an existing model is ever replaced): choose another path or move it away yourself"
+            "(only an existing model is ever replaced): choose another path or move it away "
+            "yourself"
         )
 
 
@@ -364,8 +363,7 @@ def jsonable(value, strict=False):
         return {str(k): jsonable(v, strict) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
         return [jsonable(v, strict) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
+    value = value.item() if isinstance(value, np.generic) else value
     if isinstance(value, (str, int, float, bool, type(None))):
         return value
     if strict:
@@ -377,96 +375,59 @@ def attrs_of(V, dims):
     """``(attrs, {dim: coordinate attrs})`` of an xarray output ``V``; empty for arrays."""
     if not isinstance(V, xr.DataArray):
         return {}, {}
-    return jsonable(dict(V.attrs)), {
-        d: jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords
-    }
+    coords = {d: jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords}
+    return jsonable(dict(V.attrs)), coords
 
 
 def _params(model):
-    """``model.get_params()`` as JSON values (:func:`jsonable`: numpy scalars as Python ones; a
-    dtype by name; a seed of any integer type as an int, a Generator seed as None: the fitted
-    arrays hold its draw). ValueError for a parameter that JSON cannot hold, such as a Generator
-    among the ``recovery`` options (drawn from at each prediction, it cannot be stored)."""
+    """``model.get_params()`` as JSON values: a dtype by name, an integer seed as an int, a
+    Generator seed as None (the fitted arrays hold its draw); ValueError for a parameter JSON
+    cannot hold (a Generator among the ``recovery`` options, drawn from at each prediction)."""
     params = model.get_params()
     params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
     if "random_state" in params:
         rs = params["random_state"]
-        params["random_state"] = (
-            int(rs) if isinstance(rs, numbers.Integral) and not isinstance(rs, bool) else None
-        )
+        integral = isinstance(rs, numbers.Integral) and not isinstance(rs, bool)
+        params["random_state"] = int(rs) if integral else None
     saved = {}
     for name, value in params.items():
         try:
             saved[name] = jsonable(value, strict=True)
         except TypeError as exc:
             what = exc.args[0]
+            seeds = (np.random.Generator, np.random.RandomState, np.random.SeedSequence)
             fix = (
                 "pass an integer seed instead (e.g. 'random_state': 0)"
-                if isinstance(
-                    what, (np.random.Generator, np.random.RandomState, np.random.SeedSequence)
-                )
+                if isinstance(what, seeds)
                 else "give it as numbers, strings, lists or dicts"
             )
             raise ValueError(
-                f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved model "
-                f"cannot store: {fix}, then fit and save again"
+                f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved "
+                f"model cannot store: {fix}, then fit and save again"
             ) from None
     return saved
 
 
 def _coord_key(which, dim):
-    """The array name of a training coordinate: the dim name with ``/`` (a Zarr group separator)
-    and other characters outside letters, digits and ``_.-~`` percent-escaped (plain names as
-    they are, as models of earlier versions stored them)."""
+    """The array name of a training coordinate, the dim name percent-escaped (``/`` is a Zarr
+    group separator; plain names as they are)."""
     return f"coord_{which}_{quote(str(dim), safe='')}"
-
-
-def _saved_coord(arrays, which, dim):
-    """The training coordinate ``dim`` among the loaded ``arrays`` (by its escaped name, or the raw
-    one of models saved before names were escaped), or None."""
-    return next(
-        (arrays[k] for k in (_coord_key(which, dim), f"coord_{which}_{dim}") if k in arrays), None
-    )
-
-
-def _coord_array(which, dim, values):
-    """A training coordinate as a numpy array Zarr can store: object arrays of strings (pandas,
-    netCDF labels) as unicode; ValueError for other objects."""
-    values = np.asarray(values)
-    if values.dtype == object:
-        if not all(isinstance(v, str) for v in values.ravel()):
-            raise ValueError(
-                f"the {which} coordinate {dim!r} holds Python objects ({values.dtype}), which a model "
-                "cannot store: give it numbers, strings or datetimes (e.g. .astype(str))"
-            )
-        values = values.astype(str)
-    return values
 
 
 def estimator_state(model):
     """``(arrays, attrs)`` of a fitted ``OperatorEstimator``: the numpy arrays
     (``model._fitted_arrays``, ``coord_<which>_<dim>``, ``grid_<which>_<k>``) and the JSON
     attributes that :func:`restore_estimator` reads back."""
+    names = getattr(model, "feature_names_in_", None)
     attrs = {
         "estimator": type(model).__name__,
         "params": _params(model),
         "n_features_in_": int(model.n_features_in_),
-        "feature_names_in_": (
-            None
-            if getattr(model, "feature_names_in_", None) is None
-            else [str(c) for c in model.feature_names_in_]
-        ),
-        "input_shape_": list(model.input_shape_),
-        "output_shape_": list(model.output_shape_),
-        "input_dims_": None if model.input_dims_ is None else list(model.input_dims_),
-        "output_dims_": None if model.output_dims_ is None else list(model.output_dims_),
-        "periods_": {
-            w: None if (p := getattr(model, f"{w}_periods_", None)) is None else list(p)
-            for w in ("input", "output")
-        },
+        "feature_names_in_": None if names is None else [str(c) for c in names],
         "output_attrs_": getattr(model, "output_attrs_", {}),
         "output_coord_attrs_": getattr(model, "output_coord_attrs_", {}),
         "version": __version__,
+        "periods_": {},
     }
     # numpy on disk whatever the device of the fit: a model fitted on a GPU loads on a CPU
     arrays = {
@@ -475,64 +436,75 @@ def estimator_state(model):
         if getattr(model, name) is not None
     }
     attrs.update({name: jsonable(getattr(model, name)) for name in model._fitted_scalars})
-    for which, coords in (("input", model.input_coords_), ("output", model.output_coords_)):
-        for dim, values in coords.items():
-            arrays[_coord_key(which, dim)] = _coord_array(which, dim, values)
     for which in ("input", "output"):
+        attrs[f"{which}_shape_"] = list(getattr(model, f"{which}_shape_"))
+        dims, periods = getattr(model, f"{which}_dims_"), getattr(model, f"{which}_periods_", None)
+        attrs[f"{which}_dims_"] = None if dims is None else list(dims)
+        attrs["periods_"][which] = None if periods is None else list(periods)
+        for dim, values in getattr(model, f"{which}_coords_").items():
+            values = np.asarray(values)
+            if values.dtype == object:  # strings (pandas, netCDF labels) as unicode
+                if not all(isinstance(v, str) for v in values.ravel()):
+                    raise ValueError(
+                        f"the {which} coordinate {dim!r} holds Python objects, which a model "
+                        "cannot store: give it numbers, strings or datetimes (e.g. .astype(str))"
+                    )
+                values = values.astype(str)
+            arrays[_coord_key(which, dim)] = values
         grid = getattr(model, f"{which}_grid_", None)
         attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
-        for k, ax in enumerate(grid or ()):
-            arrays[f"grid_{which}_{k}"] = ax
+        arrays.update({f"grid_{which}_{k}": ax for k, ax in enumerate(grid or ())})
     return arrays, attrs
 
 
-def restore_estimator(cls, arrays, attrs, path=None, device=None):
-    """A fitted ``cls`` instance from what :func:`estimator_state` wrote (read from ``path``).
-    A model fitted on a device that is not available here predicts on the CPU, with a warning;
-    ``device`` (``"cpu"``, ``"cuda"``): where it predicts instead of the saved one (no warning).
-    A model of another class is a :class:`~rfol_dask.exceptions.ForeignModelError` (a ValueError);
-    any other error is the model's own."""
-    params = dict(attrs["params"])
-    if device is not None and "device" in params:
-        backend.check_device(
-            params["device"]
-        )  # a device no version knows: an unusable model, said as such
-        params["device"] = device
-    if isinstance(params.get("recovery"), list):
-        params["recovery"] = tuple(params["recovery"])
+def _instance(cls, params, attrs, path):
+    """``cls(**params)``: ForeignModelError for a model of another class, ValueError for
+    parameters of another version (or edited)."""
     saved = attrs.get("estimator")  # absent in models saved before it was recorded
     if saved is not None and saved != cls.__name__:
         raise ForeignModelError(
             f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load"
         )
     try:
-        model = cls(**params)
+        return cls(**params)
     except TypeError as exc:  # parameters this class does not know
-        if (
-            saved == cls.__name__
-        ):  # the class matches: its parameters are of another version, or edited
-            unknown = sorted(set(params) - set(cls().get_params()))
-            version = attrs.get("version")
-            fix = (
-                f"load it with rfol_dask {version}"
-                if version and version != __version__
-                else "the model's attributes were changed after it was saved; fit and save it again"
-            )
-            raise ValueError(
-                f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
-                f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}"
+        if saved != cls.__name__:
+            raise ForeignModelError(
+                f"the model at {path} was saved by another estimator class than {cls.__name__} "
+                f"({exc}): load it with that class's load"
             ) from exc
-        raise ForeignModelError(
-            f"the model at {path} was saved by another estimator class than {cls.__name__} "
-            f"({exc}): load it with that class's load"
+        unknown = sorted(set(params) - set(cls().get_params()))
+        version = attrs.get("version")
+        fix = (
+            f"load it with rfol_dask {version}"
+            if version and version != __version__
+            else "the model's attributes were changed after it was saved; fit and save it again"
+        )
+        raise ValueError(
+            f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
+            f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}"
         ) from exc
+
+
+def restore_estimator(cls, arrays, attrs, path=None, device=None):
+    """A fitted ``cls`` instance from what :func:`estimator_state` wrote (read from ``path``).
+    A model fitted on a device not available here predicts on the CPU, with a warning;
+    ``device`` (``"cpu"``, ``"cuda"``): where it predicts instead (no warning). A model of
+    another class is a :class:`~rfol_dask.exceptions.ForeignModelError` (a ValueError)."""
+    params = dict(attrs["params"])
+    if device is not None and "device" in params:
+        backend.check_device(params["device"])  # a device no version knows: an unusable model
+        params["device"] = device
+    if isinstance(params.get("recovery"), list):
+        params["recovery"] = tuple(params["recovery"])
+    model = _instance(cls, params, attrs, path)
     if device is None and getattr(model, "device", "cpu") != "cpu":
         try:
             backend.device_namespace(model.device)
         except (ImportError, RuntimeError) as exc:
             warnings.warn(
-                f"the model at {path} was fitted with device={model.device!r}, which is not available "
-                f"here ({exc}); it predicts on the CPU (device='cpu')",
+                f"the model at {path} was fitted with device={model.device!r}, which is not "
+                f"available here ({exc}); it predicts on the CPU (device='cpu')",
                 ModelFileWarning,
                 stacklevel=user_stacklevel(),
             )
@@ -544,24 +516,17 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
     model.n_features_in_ = attrs["n_features_in_"]
     if attrs.get("feature_names_in_") is not None:  # the columns of a DataFrame it was fitted on
         model.feature_names_in_ = np.asarray(attrs["feature_names_in_"], dtype=object)
-    model.input_shape_ = tuple(attrs["input_shape_"])
-    model.output_shape_ = tuple(attrs["output_shape_"])
     model.output_attrs_ = attrs.get("output_attrs_", {})
     model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
     for which in ("input", "output"):
-        dims = attrs[f"{which}_dims_"]
+        setattr(model, f"{which}_shape_", tuple(attrs[f"{which}_shape_"]))
+        dims, ndim = attrs[f"{which}_dims_"], attrs.get(f"{which}_grid_ndim")
         setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
-        setattr(
-            model,
-            f"{which}_coords_",
-            {d: c for d in (dims or []) if (c := _saved_coord(arrays, which, d)) is not None},
-        )
-        ndim = attrs.get(f"{which}_grid_ndim")
-        setattr(
-            model,
-            f"{which}_grid_",
-            None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)),
-        )
+        keys = {d: (_coord_key(which, d), f"coord_{which}_{d}") for d in dims or ()}  # or unescaped
+        coords = {d: next((arrays[k] for k in ks if k in arrays), None) for d, ks in keys.items()}
+        setattr(model, f"{which}_coords_", {d: c for d, c in coords.items() if c is not None})
+        grid = None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim))
+        setattr(model, f"{which}_grid_", grid)
         periods = attrs.get("periods_", {}).get(which)
         setattr(model, f"{which}_periods_", None if periods is None else tuple(periods))
     return model

@@ -42,7 +42,7 @@ def write_predictions(pred, path, attrs=None, client=None, progress=True):
     if not isinstance(pred, xr.DataArray):
         raise TypeError(
             f"write_predictions writes a DataArray (model.predict of ds['input']), got a "
-            f"{type(pred).__name__}; wrap an array with xarray.DataArray(pred, dims=('sample', ...))"
+            f"{type(pred).__name__}; wrap an array: xarray.DataArray(pred, dims=('sample', ...))"
         )
     # regular blocks along sample (a first chunk cut short would make blocks straddle two chunks)
     k = max(pred.chunks[0]) if pred.chunks else pred.shape[0]
@@ -90,7 +90,8 @@ def check_prediction_path(path):
     cwd = Path(os.path.realpath("."))
     if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
         raise ValueError(
-            f"{path} is the current directory or holds it, which writing replaces; give another path"
+            f"{path} is the current directory or holds it, which writing replaces; give another "
+            "path"
         )
     check_outside_stores(path, "write predictions")
     arrays = prediction_arrays(path)

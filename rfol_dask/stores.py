@@ -103,10 +103,11 @@ def _check_chunks(arr, store, name, dims, meta, samples=None):
         os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs
     }
     axis = dims.index("sample") if "sample" in dims else None
-    grid = [-(-n // c) for n, c in zip(arr.shape, chunks)]
+    grid = [-(-n // c) for n, c in zip(arr.shape, chunks, strict=True)]
     if samples is not None and axis is not None:
         grid[axis] = min(grid[axis], -(-int(samples) // chunks[axis]))
-    missing = [i for i in np.ndindex(*grid) if arr.metadata.encode_chunk_key(i) not in stored]
+    key = arr.metadata.encode_chunk_key
+    missing = [i for i in np.ndindex(*grid) if key(i) not in stored]
     if not missing:
         return
     first = missing[0][axis] * chunks[axis] if axis is not None else None
@@ -121,7 +122,7 @@ def _check_chunks(arr, store, name, dims, meta, samples=None):
         )
     raise ValueError(
         f"data set at {store}: {len(missing)} chunk(s) of variable {name!r} are missing from the "
-        f"store (first: {where}, file {os.path.join(folder, arr.metadata.encode_chunk_key(missing[0]))}"
+        f"store (first: {where}, file {os.path.join(folder, key(missing[0]))}"
         f"); the store is damaged: restore the files or "
         f"{fix if 'dataset' in meta else 'write the store again'}{hint}"
     )

@@ -55,7 +55,7 @@ __all__ = [
 
 _TARGET_CHUNK_BYTES = 32 * 2**20
 _META_KEYS = ("dataset", "n_samples", "seed", "block_size", "params")
-_LOCK = ".rfol_dask.lock"  # held by the generate run writing the store (see store_lock)
+_LOCK = ".rfol_dask.lock"  # the file lock of the generate run writing the store
 _TEMPLATE_MARK = ".rfol_dask.template"  # present while the store's template is being written
 
 
@@ -74,23 +74,17 @@ def _grids(spec, params):
 
 def default_block_size(spec, params, n_samples):
     """Samples per block: chunks of about 32 MiB, at most 1000 samples, at most ``n_samples``."""
-    gin, gout = _grids(spec, params)
-    per_sample = 8 * (
-        np.prod([len(c) for c in gin.values()]) + np.prod([len(c) for c in gout.values()])
-    )
+    per_sample = 8 * sum(np.prod([len(c) for c in g.values()]) for g in _grids(spec, params))
     return int(max(1, min(n_samples, 1000, _TARGET_CHUNK_BYTES // per_sample)))
 
 
 def _title(spec, params):
     """The data set's description (written for its defaults), with the parameters that differ
     from them named after it."""
-    changed = {k: v for k, v in params.items() if v != spec.defaults.get(k)}
+    changed = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v != spec.defaults.get(k))
     if not changed:
         return spec.description
-    return (
-        f"{spec.description} -- with non-default parameters "
-        f"{', '.join(f'{k}={v}' for k, v in sorted(changed.items()))} (the description is for the defaults)"
-    )
+    return f"{spec.description} -- with non-default parameters {changed} (described: the defaults)"
 
 
 def _check_count(value, what):
@@ -123,7 +117,7 @@ def _template(spec, params, n_samples, block_size, seed):
     for dim in {**gin, **gout}:
         ds[dim].attrs.update(spec.coord_attrs(dim))
     ds["sample"].attrs["long_name"] = "sample index"
-    meta = dict(zip(_META_KEYS, (spec.name, n_samples, int(seed), block_size, params)))
+    meta = dict(zip(_META_KEYS, (spec.name, n_samples, int(seed), block_size, params), strict=True))
     ds.attrs.update(
         {
             "title": _title(spec, params),
@@ -183,7 +177,7 @@ def _store_state(path):
 
 
 def _stored_attrs(path):
-    """The root attributes of the data-set store at ``path``, its ``rfol_dask_meta`` read as JSON."""
+    """The root attributes of the data-set store ``path``, its ``rfol_dask_meta`` read as JSON."""
     attrs = group_attrs(path)
     return {**attrs, "rfol_dask_meta": json.loads(attrs["rfol_dask_meta"])}
 
@@ -202,7 +196,7 @@ def _checked_block(name, seed, start, stop, params):
 
 
 def _write_block(path, name, seed, start, stop, block, params):
-    """Make samples ``start:stop`` on a worker and write them into their region, then mark the block."""
+    """Make samples ``start:stop`` on a worker, write them into their region, then flag it."""
     import zarr
 
     inputs, outputs = _checked_block(name, seed, start, stop, params)
@@ -240,7 +234,8 @@ def generate(
     n_samples : int
         Number of samples ``M`` (>= 1).
     store : str or os.PathLike, optional
-        Zarr store to write into; without it the samples are made in memory.
+        Zarr store to write into (a relative path is the caller's, wherever the workers run);
+        without it the samples are made in memory.
     seed : int, default=0
         Non-negative seed of the samples.
     client : distributed.Client, optional
@@ -267,20 +262,16 @@ def generate(
     Raises
     ------
     ValueError
-        If the name or a parameter is unknown or a parameter is out of its range (the message
-        names it, its value and the range; checked before the store is touched), a size or the
-        seed is not a non-negative integer, ``store`` holds another data set (pass ``overwrite=True`` to
-        replace it) or something that is not a data set, or is inside a Zarr store (a model, a
-        data set: replacing that would delete it), or another run holds the store's lock (the
-        message names it).
+        If the name or a parameter is unknown or out of its range (checked before the store is
+        touched), a size or the seed is not a non-negative integer, ``store`` holds another
+        data set (pass ``overwrite=True``) or something else, is inside a Zarr store, or
+        another run writes it.
 
     Notes
     -----
-    A run holds a lock file in the store, so two runs never write one store; a run killed at
-    any point (even while creating the store) is resumed or restarted by the same call.
-
-    Memory: one block of inputs and outputs per worker thread with ``store``; the whole
-    data set (``8 M (n + m)`` bytes, twice while the blocks are joined) without.
+    A run killed at any point is resumed or restarted by the same call. Memory: one block per
+    worker thread with ``store``; the whole data set (``8 M (n + m)`` bytes, twice while the
+    blocks are joined) without.
     """
     spec = get(name)
     n_samples = _check_count(n_samples, "n_samples")
@@ -306,7 +297,8 @@ def generate(
 
     if path.is_symlink() and not path.exists():
         raise ValueError(
-            f"{path} is a symbolic link to a missing target; pick another path (it was left untouched)"
+            f"{path} is a symbolic link to a missing target; pick another path (it was left "
+            "untouched)"
         )
     if path.exists() and not path.is_dir():
         raise ValueError(
@@ -344,23 +336,11 @@ def reuse_or_generate(
     **params,
 ) -> xr.Dataset:
     """The first ``n_samples`` samples of data set ``name`` from the store ``store``, made only
-    when it does not hold them: the store of a run that wants its data, whatever ran before.
-
-    - A store of the same data (name, seed and parameters) with at least ``n_samples`` samples is
-      read, if the blocks of its first ``n_samples`` samples are written (they are the ones asked
-      for: sample ``i`` depends only on the seed and ``i``); an interrupted one is read so too.
-    - An interrupted :func:`generate` of at least as many samples of the same data, short of those
-      blocks, is resumed (all of it).
-    - A store of the same data with fewer samples is made again, larger (nothing is lost: the
-      same numbers come back).
-    - Nothing there, or a template cut short: generated.
-    - Anything else (other data, a copy without bookkeeping, a user's files) is a ValueError; it is
-      never replaced.
-
-    ``client`` is a distributed client, or a callable returning one (or None), called only when
-    samples must be made (so that reading an existing store starts no cluster). Returns the lazily
-    read data set, ``n_samples`` long.
-    """
+    when it does not hold them. A store of the same data (name, seed, parameters) is read when
+    the blocks of those samples are written (sample ``i`` depends only on the seed and ``i``),
+    else resumed, or made again larger when it holds fewer; nothing there: generated; anything
+    else is a ValueError and never replaced. ``client``: a distributed client, or a callable
+    returning one, called only when samples must be made. Returns the data set, lazily read."""
     spec = get(name)
     params = resolve_params(spec, params)
     n_samples = _check_count(n_samples, "n_samples")  # before a store is read
@@ -399,7 +379,7 @@ def _stored_request(path, spec, params, seed, n_samples):
 
 
 def _request(spec, params, seed):
-    """What fixes a data set's samples, as its store's metadata records it: name, seed, parameters."""
+    """What fixes a data set's samples, as its store's metadata records them: name, seed, params."""
     return {
         "dataset": spec.name,
         "seed": int(seed),
@@ -408,7 +388,7 @@ def _request(spec, params, seed):
 
 
 def _mismatch(stored, asked):
-    """The entries of ``asked`` that the metadata ``stored`` does not hold: ``{key: (stored, asked)}``."""
+    """The entries of ``asked`` that the metadata ``stored`` lacks: ``{key: (stored, asked)}``."""
     return {k: (stored.get(k), v) for k, v in asked.items() if stored.get(k) != v}
 
 
@@ -434,7 +414,8 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=Tr
             if list(diff) == ["block_size"]:  # the same samples, written in other blocks
                 raise ValueError(
                     f"{path} was started with block_size={existing['block_size']}: rerun with that "
-                    f"block size (--block-size {existing['block_size']}), or without one, to resume it"
+                    f"block size (--block-size {existing['block_size']}), or without one, to "
+                    "resume it"
                 )
             if not block_given:  # not asked for: it follows from the sample count
                 diff.pop("block_size", None)
@@ -446,7 +427,8 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=Tr
             refuse_foreign(_foreign_files(path), f"the data set at {path}", "use another path")
         elif version != __version__ and not all(block_flags(path)):
             raise ValueError(
-                f"{path} was started by rfol_dask {version or '(version not recorded)'} and this is "
+                f"{path} was started by rfol_dask {version or '(version not recorded)'} and this "
+                "is "
                 f"{__version__}: resuming could mix samples of two versions; pass overwrite=True "
                 "(--overwrite) to start it again, or move it away"
             )
