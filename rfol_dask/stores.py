@@ -110,9 +110,10 @@ def _check_chunks(arr, store, name, dims, meta, samples=None):
     missing = [i for i in np.ndindex(*grid) if key(i) not in stored]
     if not missing:
         return
-    first = missing[0][axis] * chunks[axis] if axis is not None else None
-    where = f"chunk {missing[0]}, " + ("all samples" if axis is None else f"samples {first}-")
-    where += "" if axis is None else str(min(first + chunks[axis], arr.shape[axis]) - 1)
+    span, first = "all samples", missing[0]
+    if axis is not None:
+        a = first[axis] * chunks[axis]
+        span = f"samples {a}-{min(a + chunks[axis], arr.shape[axis]) - 1}"
     fix = f"regenerate it (rfol-dask generate {meta.get('dataset')} ... --overwrite)"
     hint = ""
     if isinstance(arr.fill_value, (int, float, np.number)) and not np.isnan(arr.fill_value):
@@ -122,7 +123,7 @@ def _check_chunks(arr, store, name, dims, meta, samples=None):
         )
     raise ValueError(
         f"data set at {store}: {len(missing)} chunk(s) of variable {name!r} are missing from the "
-        f"store (first: {where}, file {os.path.join(folder, key(missing[0]))}"
+        f"store (first: chunk {first}, {span}, file {os.path.join(folder, key(first))}"
         f"); the store is damaged: restore the files or "
         f"{fix if 'dataset' in meta else 'write the store again'}{hint}"
     )
