@@ -704,7 +704,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             (:func:`rfol_dask.metrics.r2_score`).
         """
         _refuse_sample_weight(sample_weight)
-        with stores.checked_once():  # the stores' arrays of X are checked here, not again by predict
+        with stores.checked_once():  # the stored arrays of X are checked here, not by predict
             U, V = io.read_pair(X, y)
             io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
             model = _published(self)  # predictions and grids of one fit

@@ -38,6 +38,7 @@ from .stores import (
     describe_path,
     foreign_entries,
     group_attrs,
+    refuse_foreign,
 )
 
 __all__ = [
@@ -45,7 +46,6 @@ __all__ = [
     "path_lock",
     "lock_beside",
     "swap_into_place",
-    "refuse_foreign",
     "save_model",
     "load_model",
     "check_model_path",
@@ -57,19 +57,11 @@ __all__ = [
 ]
 
 MODEL_FORMAT = 3
-"""Layout version of a saved model (attribute ``rfol_dask_format``), the newest this version
-reads. A model is written with the lowest format that reads it right
-(``OperatorEstimator._model_format``), so older versions refuse only what they would misread.
-
-* 3: a linear-kernel KernelOperator fitted in the primal keeps ``coef_`` (p, m) instead of
-  ``X_train_`` and ``dual_coef_``; every other model is written as format 2.
-* 2: a RandomFeatureOperator keeps its input centre ``input_centre_`` (its ``b_`` are the
-  phases of the centred inputs); models of format 1 or 0 load with no centre.
-* 1: NaN fill value for float arrays, a SHA-256 checksum per array (``rfol_dask_checksums``)
-  and the save time (``rfol_dask_saved``, ns since the epoch).
-* 0 (no attribute): models saved before the format was versioned; they load with a warning
-  that their arrays cannot be verified.
-"""
+"""Layout version of a saved model (``rfol_dask_format``), the newest this version reads; a model
+is written with the lowest format that reads it right (``OperatorEstimator._model_format``).
+3: a primal linear-kernel KernelOperator keeps ``coef_`` (p, m) (others are written as 2);
+2: a RandomFeatureOperator keeps ``input_centre_`` (older ones load with no centre); 1: NaN fill
+values, a SHA-256 checksum per array, the save time; 0: unversioned, loaded with a warning."""
 _LEFTOVER = re.compile(r"(.+\.\d+\.)?[0-9a-f]+")  # a save's sibling's tag (older: host.pid.hex)
 
 
@@ -92,12 +84,10 @@ def path_lock(lock, busy):
 
 
 def lock_beside(path, busy):
-    """:func:`path_lock` of the file ``.NAME.lock`` beside ``path``, held while a save checks,
-    writes and swaps in what it writes there (a model or a prediction store: one lock for both)."""
-    return path_lock(path.with_name(f".{path.name}.lock"), f"{busy}; wait for it or {_ELSE}")
-
-
-_ELSE = "write to another path"
+    """:func:`path_lock` of ``.NAME.lock`` beside ``path``: a model's or prediction store's."""
+    return path_lock(
+        path.with_name(f".{path.name}.lock"), f"{busy}; wait for it or write elsewhere"
+    )
 
 
 def _checksum(value):
@@ -105,17 +95,6 @@ def _checksum(value):
     h = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode())
     h.update(np.ascontiguousarray(value).tobytes())
     return h.hexdigest()
-
-
-def refuse_foreign(foreign, owner, instead):
-    """ValueError when a store to be replaced, ``owner`` ("the model at PATH"), holds ``foreign``
-    entries of the user's (:func:`stores.foreign_entries`), which replacing it would delete."""
-    if foreign:
-        more = ", ..." if len(foreign) > 5 else ""
-        raise ValueError(
-            f"{owner} also holds other files ({', '.join(foreign[:5])}{more}), which replacing it "
-            f"would delete; move them away or {instead}"
-        )
 
 
 def check_model_path(path, overwrite=True):
@@ -155,7 +134,7 @@ def _check_model_path(path, overwrite):
             names = sums if isinstance(sums, dict) else zarr.open_group(str(path)).array_keys()
         except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
             names = ()
-        refuse_foreign(foreign_entries(path, set(names)), f"the model at {path}", _ELSE)
+        refuse_foreign(foreign_entries(path, set(names)), f"the model at {path}", "save elsewhere")
     elif kind != "empty":
         raise ValueError(
             f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
@@ -260,7 +239,8 @@ def load_model(path):
 
     path = Path(os.path.abspath(path))
     if not path.exists():
-        found = [p for p in _leftovers(path, "old") + _leftovers(path, "tmp") if _is_model(p)]
+        found = _leftovers(path, "old") + _leftovers(path, "tmp")
+        found = [p for p in found if describe_path(p) == "model"]
         if not found:
             raise FileNotFoundError(f"no model at {path}")
         target, path = path, max(found, key=_saved_time)
@@ -300,10 +280,6 @@ def load_model(path):
             stacklevel=user_stacklevel(),
         )
     return _verified(group, path, fmt, attrs)
-
-
-def _is_model(path):
-    return describe_path(path) == "model"
 
 
 def _saved_time(path):

@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from ._version import __version__
-from .persistence import clean_leftovers, lock_beside, refuse_foreign, swap_into_place
+from .persistence import clean_leftovers, lock_beside, swap_into_place
 from .progress import compute
 from .stores import (
     PREDICTION_KEY,
@@ -28,6 +28,7 @@ from .stores import (
     foreign_entries,
     group_attrs,
     quiet_consolidated,
+    refuse_foreign,
 )
 
 __all__ = ["PREDICTION_KEY", "prediction_arrays", "check_prediction_path", "write_predictions"]

@@ -318,3 +318,14 @@ def foreign_entries(path, arrays):
             if not all(p in allowed or chunk.fullmatch(p) for p in sub.relative_to(entry).parts)
         ]
     return sorted(foreign)
+
+
+def refuse_foreign(foreign, owner, instead):
+    """ValueError when a store to be replaced, ``owner`` ("the model at PATH"), holds ``foreign``
+    entries of the user's (:func:`foreign_entries`), which replacing it would delete."""
+    if foreign:
+        more = ", ..." if len(foreign) > 5 else ""
+        raise ValueError(
+            f"{owner} also holds other files ({', '.join(foreign[:5])}{more}), which replacing it "
+            f"would delete; move them away or {instead}"
+        )

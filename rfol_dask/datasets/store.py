@@ -26,7 +26,7 @@ import xarray as xr
 
 from .._version import __version__
 from ..io import open_dataset
-from ..persistence import path_lock, refuse_foreign
+from ..persistence import path_lock
 from ..progress import compute
 from ..stores import (
     BOOKKEEPING_GROUP,
@@ -38,6 +38,7 @@ from ..stores import (
     foreign_entries,
     group_attrs,
     quiet_consolidated,
+    refuse_foreign,
 )
 from .registry import get, resolve_params
 
