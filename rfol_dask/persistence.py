@@ -1,10 +1,8 @@
 """Model files: what a fitted estimator writes and reads back; the locks of what rfol_dask writes.
 
-A model is a Zarr group: one array per fitted array (each with a SHA-256 checksum, verified on
-load), the training coordinates and grids, and JSON attributes. A save writes a hidden sibling
-and renames it into place, so an interrupted save leaves the previous model readable; only an
-rfol_dask model is ever replaced. :func:`estimator_state` / :func:`restore_estimator` turn an
-``OperatorEstimator`` into that content and back.
+A model is a Zarr group: the fitted arrays (each with a SHA-256 checksum, verified on load),
+training coordinates and grids, and JSON attributes (:func:`estimator_state`). A save writes a
+hidden sibling and renames it into place: an interrupted save leaves the previous model readable.
 """
 
 from __future__ import annotations
@@ -67,9 +65,8 @@ _LEFTOVER = re.compile(r"(.+\.\d+\.)?[0-9a-f]+")  # a save's sibling's tag (olde
 
 @contextlib.contextmanager
 def path_lock(lock, busy):
-    """Hold the file lock ``lock`` (``filelock``: the OS lets go of it when its holder dies, so a
-    killed run never blocks the next) while the block runs; ValueError ``busy`` if another run
-    holds it. Its file is removed before it is let go: nothing is left beside what is written."""
+    """Hold the file lock ``lock`` (``filelock``: the OS lets go of it when its holder dies)
+    while the block runs, its file removed before it is let go; ValueError ``busy`` if held."""
     held = filelock.FileLock(os.fspath(lock), timeout=0)
     try:
         held.acquire()
@@ -85,13 +82,11 @@ def path_lock(lock, busy):
 
 def lock_beside(path, busy):
     """:func:`path_lock` of ``.NAME.lock`` beside ``path``: a model's or prediction store's."""
-    return path_lock(
-        path.with_name(f".{path.name}.lock"), f"{busy}; wait for it or write elsewhere"
-    )
+    lock = path.with_name(f".{path.name}.lock")
+    return path_lock(lock, f"{busy}; wait for it or write elsewhere")
 
 
 def _checksum(value):
-    """SHA-256 of an array's dtype, shape and bytes (hex)."""
     h = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode())
     h.update(np.ascontiguousarray(value).tobytes())
     return h.hexdigest()
@@ -168,10 +163,9 @@ def clean_leftovers(path):
 
 
 def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
-    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model (a Zarr group) at
-    ``path``, marked as of format ``model_format``; see :func:`check_model_path` for what may be
-    replaced. Written beside ``path`` and swapped into place (:func:`swap_into_place`), holding
-    the lock beside it."""
+    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model of format
+    ``model_format`` at ``path`` (:func:`check_model_path` says what may be replaced), through
+    :func:`swap_into_place`, holding the lock beside it."""
     import zarr
 
     path = Path(os.path.abspath(path))
@@ -229,12 +223,10 @@ def swap_into_place(path, write, check):
 
 
 def load_model(path):
-    """Read ``(arrays, attrs)`` written by :func:`save_model`, verifying every array.
-
-    If ``path`` is missing because a save was killed between its two renames, the newest complete
-    model left beside it is read, with a warning. FileNotFoundError if there is no model;
-    ValueError if ``path`` is not a model, is of a newer format, or an array is missing,
-    unreadable or fails its checksum (the message names it)."""
+    """Read ``(arrays, attrs)`` written by :func:`save_model`, verifying every array; if a save
+    was killed between its two renames, the newest complete model left beside ``path``, with a
+    warning. FileNotFoundError: no model; ValueError: not a model, a newer format, or an array
+    missing, unreadable or failing its checksum (the message names it)."""
     import zarr
 
     path = Path(os.path.abspath(path))
@@ -283,15 +275,14 @@ def load_model(path):
 
 
 def _saved_time(path):
-    """When the model at ``path`` was saved (ns): its ``rfol_dask_saved`` attribute, else the
-    modification time of its metadata (models of format 0)."""
+    """When the model at ``path`` was saved (ns; format 0: its metadata's modification time)."""
     saved = (group_attrs(path) or {}).get("rfol_dask_saved")
     return int(saved) if saved is not None else (path / "zarr.json").stat().st_mtime_ns
 
 
 def _verified(group, path, fmt, attrs):
-    """The arrays and model attributes of the model ``group`` at ``path``, each array checked
-    against its checksum (formats 1 and later); ValueError naming what is damaged."""
+    """The arrays and attributes of the model ``group`` at ``path``, each array checked against
+    its checksum (formats 1 and later); ValueError naming what is damaged."""
 
     def damaged(subject, problem, exc=None):
         detail = "" if exc is None else f" ({type(exc).__name__}: {exc})"
