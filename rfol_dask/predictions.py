@@ -1,11 +1,8 @@
 """Prediction stores: a model's predictions written to Zarr, block by block, without loss.
 
-:func:`write_predictions` writes a prediction (``model.predict`` of xarray inputs, lazy or not)
-as the variable ``prediction`` of a Zarr store, uncompressed, chunked along ``sample``, with
-consolidated metadata. The path may be new, an empty folder or an earlier prediction store
-(marked by the root attribute :data:`PREDICTION_KEY`, holding nothing else), which is replaced;
-anything else is refused. The store is written beside the path and swapped into place
-(:func:`rfol_dask.persistence.swap_into_place`). ``rfol-dask predict`` uses it.
+The store (variable ``prediction``, uncompressed, chunked along ``sample``, consolidated) is
+written beside its path and swapped into place; only an earlier prediction store (root attribute
+:data:`PREDICTION_KEY`, holding nothing else) is ever replaced. ``rfol-dask predict`` uses it.
 """
 
 from __future__ import annotations

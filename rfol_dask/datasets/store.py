@@ -296,15 +296,9 @@ def generate(
         ds["output"].data = np.concatenate([p[1] for p in parts])
         return ds
 
-    if path.is_symlink() and not path.exists():
-        raise ValueError(
-            f"{path} is a symbolic link to a missing target; pick another path (it was left "
-            "untouched)"
-        )
-    if path.exists() and not path.is_dir():
-        raise ValueError(
-            f"{path} is a file, not a data-set store; pick another path (it was left untouched)"
-        )
+    if path.is_symlink() and not path.exists() or path.exists() and not path.is_dir():
+        what = "a file" if path.exists() else "a symbolic link to a missing target"
+        raise ValueError(f"{path} is {what}, not a data-set store; pick another path (untouched)")
     check_parent_dir(path, "a data set")
     check_outside_stores(path, "write a data set")
     if path.exists():
@@ -381,11 +375,8 @@ def _stored_request(path, spec, params, seed, n_samples):
 
 def _request(spec, params, seed):
     """What fixes a data set's samples, as its store's metadata records them: name, seed, params."""
-    return {
-        "dataset": spec.name,
-        "seed": int(seed),
-        "params": json.loads(json.dumps(params, sort_keys=True)),
-    }
+    params = json.loads(json.dumps(params, sort_keys=True))
+    return {"dataset": spec.name, "seed": int(seed), "params": params}
 
 
 def _mismatch(stored, asked):
