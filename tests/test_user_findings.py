@@ -898,7 +898,7 @@ def test_a_users_store_with_samples_last_names_the_samples_of_a_bad_chunk(tmp_pa
     )  # the chunk is not among the first 40 samples
     (path / "input" / key((1, 2))).write_bytes((path / "input" / key((1, 1))).read_bytes())
     (path / "output" / key((0, 1))).write_bytes(b"not zstd data" * 8)
-    with pytest.raises(ValueError):  # zarr's own error: the chunk cannot be decoded
+    with pytest.raises((ValueError, RuntimeError)):  # the codec's error: it cannot decode it
         _rf().fit(path)
 
 

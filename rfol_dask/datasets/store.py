@@ -85,7 +85,8 @@ def _title(spec, params):
     changed = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v != spec.defaults.get(k))
     if not changed:
         return spec.description
-    return f"{spec.description} -- with non-default parameters {changed} (described: the defaults)"
+    note = "(the description is for the defaults)"
+    return f"{spec.description} -- with non-default parameters {changed} {note}"
 
 
 def _check_count(value, what):
