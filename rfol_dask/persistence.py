@@ -126,7 +126,8 @@ def _check_model_path(path, overwrite):
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
         sums = (group_attrs(path) or {}).get("rfol_dask_checksums")
         try:
-            names = sums if isinstance(sums, dict) else zarr.open_group(str(path)).array_keys()
+            group = None if isinstance(sums, dict) else zarr.open_group(str(path), mode="r")
+            names = sums if group is None else group.array_keys()
         except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
             names = ()
         refuse_foreign(foreign_entries(path, set(names)), f"the model at {path}", "save elsewhere")
