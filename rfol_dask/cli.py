@@ -267,7 +267,7 @@ def _check_report_path(path, out=None):
     """ValueError unless an HTML report can be written at ``path`` (checked before the fit):
     nothing may be there but a report of ``--report``, and neither a Zarr store (a data set, a
     model: Zarr metadata in a folder above) nor the model path ``out`` may hold it."""
-    from .io import zarr_parents
+    from .stores import zarr_parents
 
     path = Path(os.path.abspath(path))
     if path.is_dir():

@@ -37,7 +37,7 @@ from numpy.typing import ArrayLike
 from .factor import dual_factor, dual_intercept, dual_solve
 from .features import draw_frequencies, integer_seed
 from .gram import check_finite, features_block
-from .io import check_sources
+from .stores import check_sources
 from .linalg import symmetrize, syrk
 from .metrics import relative_l2_error
 from .tuning import input_scales
@@ -678,7 +678,7 @@ def _write_study(curves, path, **how):
     import xarray as xr
     import zarr
 
-    from .io import quiet_consolidated
+    from .stores import quiet_consolidated
 
     with quiet_consolidated():
         curves.to_zarr(path, consolidated=False, **how)

@@ -23,7 +23,7 @@ from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import backend, io, persistence
+from . import backend, io, persistence, stores
 from . import recovery as rec
 from .exceptions import ComplexDataError
 from .gram import check_finite
@@ -348,7 +348,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         A fit that raises, or is interrupted (KeyboardInterrupt), leaves the estimator as it was
         before: a model fitted earlier still predicts as it did, an unfitted one stays unfitted.
         """
-        with all_or_nothing(self) as work, io.checked_once():
+        with all_or_nothing(self) as work, stores.checked_once():
             work._fit(
                 X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
             )
@@ -571,7 +571,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         if isinstance(U, (str, bytes, os.PathLike)) or hasattr(U, "data_vars"):
             U, _ = io.read_pair(U, variables=("input",))
         else:
-            io.check_sources(
+            stores.check_sources(
                 U
             )  # a missing chunk file of a Zarr store: an error, not its fill value
         U = io.match_dims(U, getattr(self, "input_dims_", None), "X")
@@ -704,7 +704,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             (:func:`rfol_dask.metrics.r2_score`).
         """
         _refuse_sample_weight(sample_weight)
-        with io.checked_once():  # the stores' arrays of X are checked here, not again by predict
+        with stores.checked_once():  # the stored arrays of X are checked here, not by predict
             U, V = io.read_pair(X, y)
             io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
             model = _published(self)  # predictions and grids of one fit

@@ -1,34 +1,34 @@
-"""Model files: what a fitted estimator writes and reads back.
+"""Model files: what a fitted estimator writes and reads back; the locks of what rfol_dask writes.
 
-A model is a Zarr group: one array per fitted array, the training coordinates and grids, and
-JSON attributes (parameters, shapes, dims, periods, the output's attributes, versions). The
-write goes to a temporary group that is renamed into place, so an interrupted save leaves the
-previous model readable; :func:`save_model` never replaces anything but an rfol_dask model.
-:func:`estimator_state` / :func:`restore_estimator` turn an ``OperatorEstimator`` into that
-content and back.
+A model is a Zarr group: the fitted arrays (each with a SHA-256 checksum, verified on load),
+training coordinates and grids, and JSON attributes (:func:`estimator_state`). A save writes a
+hidden sibling and renames it into place: an interrupted save leaves the previous model readable.
 """
 
 from __future__ import annotations
 
-import glob
+import contextlib
 import hashlib
 import json
 import numbers
 import os
+import re
 import shutil
-import socket
 import time
+import uuid
 import warnings
 from pathlib import Path
 from urllib.parse import quote
 
+import filelock
 import numpy as np
 import xarray as xr
 
 from . import backend
 from ._version import __version__
 from .exceptions import ForeignModelError, ModelFileWarning
-from .io import (
+from .stacklevel import user_stacklevel
+from .stores import (
     MODEL_KEY,
     PREDICTION_STORE,
     check_outside_stores,
@@ -36,94 +36,67 @@ from .io import (
     describe_path,
     foreign_entries,
     group_attrs,
-    lock_file,
-    lock_held,
-    owned_tag,
-    process_alive,
-    tag_owner,
-    wait_zarr_io,
+    refuse_foreign,
 )
-from .stacklevel import user_stacklevel
 
 __all__ = [
     "MODEL_FORMAT",
-    "swap_into_place",
+    "path_lock",
     "lock_beside",
-    "refuse_foreign",
+    "swap_into_place",
     "save_model",
     "load_model",
     "check_model_path",
-    "describe_path",
     "jsonable",
     "attrs_of",
     "estimator_state",
     "restore_estimator",
-    "sibling",
     "clean_leftovers",
 ]
 
-
 MODEL_FORMAT = 3
-"""Layout version of a saved model, written as the attribute ``rfol_dask_format``: the newest
-this version reads. A model is written with the lowest format that reads it right
-(``OperatorEstimator._model_format``), so older versions refuse only what they would misread.
+"""Layout version of a saved model (``rfol_dask_format``), the newest this version reads; a model
+is written with the lowest format that reads it right (``OperatorEstimator._model_format``).
+3: a primal linear-kernel KernelOperator keeps ``coef_`` (p, m) (others are written as 2);
+2: a RandomFeatureOperator keeps ``input_centre_`` (older ones load with no centre); 1: NaN fill
+values, a SHA-256 checksum per array, the save time; 0: unversioned, loaded with a warning."""
+_LEFTOVER = re.compile(r"(.+\.\d+\.)?[0-9a-f]+")  # a save's sibling's tag (older: host.pid.hex)
 
-* 3: a KernelOperator of the linear kernel with fewer inputs than samples, fitted in the
-  primal, keeps its ridge weights ``coef_`` (p, m) instead of ``X_train_`` and ``dual_coef_``:
-  an rfol_dask of format 2 would fail to predict with it, so it refuses these models. Every
-  other model is still written as format 2; KernelOperators of format 2 or lower (no
-  ``coef_``) load and predict from their dual coefficients.
-* 2: a RandomFeatureOperator keeps its input centre ``input_centre_``, and its ``b_`` are the
-  phases of the centred inputs: an rfol_dask of format 1 would ignore the centre and predict
-  wrongly, so it refuses these models. Models of format 1 or 0 load with no centre (``c = 0``).
-* 1: NaN fill value for float arrays, a SHA-256 checksum per array (``rfol_dask_checksums``,
-  verified on load) and the save time (``rfol_dask_saved``, ns since the epoch).
-* 0 (no attribute): models saved before the format was versioned. They
-  load, with a warning that their arrays cannot be verified; saving them again upgrades them.
 
-A model of a newer format is refused with a message to upgrade rfol_dask.
-"""
+@contextlib.contextmanager
+def path_lock(lock, busy):
+    """Hold the file lock ``lock`` (``filelock``: the OS lets go of it when its holder dies)
+    while the block runs, its file removed before it is let go; ValueError ``busy`` if held."""
+    held = filelock.FileLock(os.fspath(lock), timeout=0)
+    try:
+        held.acquire()
+    except filelock.Timeout:
+        raise ValueError(busy) from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        held.release()
 
-_STALE_FOREIGN_TMP_S = 3600  # a temporary of another host older than this is abandoned
-_LOAD_TRIES = 6  # reads of a model that saves keep replacing meanwhile (10 to 160 ms apart)
+
+def lock_beside(path, busy):
+    """:func:`path_lock` of ``.NAME.lock`` beside ``path``: a model's or prediction store's."""
+    lock = path.with_name(f".{path.name}.lock")
+    return path_lock(lock, f"{busy}; wait for it or write elsewhere")
 
 
 def _checksum(value):
-    """SHA-256 of an array's dtype, shape and bytes (hex)."""
     h = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode())
     h.update(np.ascontiguousarray(value).tobytes())
     return h.hexdigest()
 
 
-def _foreign_entries(path):
-    """What the model directory ``path`` holds beyond the model (:func:`io.foreign_entries`): its
-    own arrays are the keys of its checksums, else the arrays Zarr lists."""
-    import zarr
-
-    sums = (group_attrs(path) or {}).get("rfol_dask_checksums")
-    try:
-        names = (
-            set(sums)
-            if isinstance(sums, dict)
-            else set(zarr.open_group(str(path), mode="r").array_keys())
-        )
-    except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
-        names = set()
-    return foreign_entries(path, names)
-
-
-def _model_path(path):
-    """``path`` as an absolute path (``"."``, ``"a/.."``: the folder they name; links not followed)."""
-    return Path(os.path.abspath(path))
-
-
 def check_model_path(path, overwrite=True):
-    """Raise ValueError unless a model may be saved at ``path``: nothing there, an empty
-    directory, or an rfol_dask model (holding nothing but its own arrays) when ``overwrite`` is
-    true. Nothing else is ever replaced; nor is the current directory or a folder holding it,
-    and nothing is saved inside a Zarr store (a model, a data set). It looks holding the lock of :func:`save_model`: a save
-    of ``path`` running meanwhile raises ValueError saying so."""
-    path = _model_path(path)
+    """ValueError unless a model may be saved at ``path``: nothing there, an empty directory, or
+    (with ``overwrite``) an rfol_dask model holding nothing but its own arrays; never the current
+    directory or a folder holding it, nor inside a Zarr store. A save running there is refused."""
+    path = Path(os.path.abspath(path))
     cwd = Path(os.path.realpath("."))
     if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
         raise ValueError(
@@ -137,285 +110,151 @@ def check_model_path(path, overwrite=True):
         _check_model_path(path, overwrite)
 
 
-def _lock_path(path):
-    return path.with_name(f".{path.name}.lock")
-
-
-def lock_beside(path, record, running, instead, writer):
-    """The lock file ``.NAME.lock`` beside ``path`` (:func:`io.lock_file`, holding ``record``),
-    held while a save checks, writes and swaps in what it writes there (a model, a prediction
-    store: the same lock for both). A second writer is refused: "``running`` (its pid, host,
-    start); wait for it to finish or ``instead`` (if no such ``writer`` is alive, remove the lock)"."""
-    lock = _lock_path(path)
-
-    def busy(held):
-        who = (
-            ""
-            if held is None
-            else f" (pid {held.get('pid')} on {held.get('host')}, started {held.get('started')})"
-        )
-        return f"{running}{who}; wait for it to finish or {instead} (if no such {writer} is alive, remove {lock})"
-
-    return lock_file(lock, record, busy)
-
-
-def refuse_foreign(foreign, owner, instead):
-    """ValueError when a store to be replaced, ``owner`` ("the model at PATH"), holds ``foreign``
-    entries of the user's (:func:`io.foreign_entries`), which replacing it would delete."""
-    if foreign:
-        raise ValueError(
-            f"{owner} also holds other files ({', '.join(foreign[:5])}{', ...' if len(foreign) > 5 else ''}"
-            f"), which replacing it would delete; move them away or {instead}"
-        )
-
-
 def _save_lock(path):
-    """:func:`lock_beside` the model ``path``, held while a save checks, writes and swaps it in."""
-    return lock_beside(
-        path,
-        {"model": str(path)},
-        f"another save of the model at {path} is running",
-        "save to another path",
-        "save",
-    )
+    return lock_beside(path, f"another save of the model at {path} is running")
 
 
 def _check_model_path(path, overwrite):
     """What :func:`check_model_path` checks at the absolute ``path`` itself, without the lock."""
+    import zarr
+
     kind = describe_path(path)
     if kind is None:
-        check_parent_dir(path, "a model")
-        return
-    if kind == "empty":
-        return
+        return check_parent_dir(path, "a model")
     if kind == "model":
         if not overwrite:
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
-        refuse_foreign(_foreign_entries(path), f"the model at {path}", "choose another path")
-        return
-    raise ValueError(
-        f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
-        "(only an existing model is ever replaced): choose another path or move it away yourself"
-    )
+        sums = (group_attrs(path) or {}).get("rfol_dask_checksums")
+        try:
+            group = None if isinstance(sums, dict) else zarr.open_group(str(path), mode="r")
+            names = sums if group is None else group.array_keys()
+        except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
+            names = ()
+        refuse_foreign(foreign_entries(path, set(names)), f"the model at {path}", "save elsewhere")
+    elif kind != "empty":
+        raise ValueError(
+            f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
+            "(only an existing model is ever replaced): choose another path or move it away "
+            "yourself"
+        )
 
 
-def sibling(path, kind):
-    """A fresh hidden sibling ``.NAME.<kind>-<host>.<pid>.<random>`` of ``path`` (a model's, or a
-    prediction store's of ``rfol-dask predict``, which is swapped in the same way)."""
-    return path.with_name(f".{path.name}.{kind}-{owned_tag(8)}")
-
-
-def _writer(leftover, prefix):
-    """``(host, pid)`` of the save that named ``leftover`` (``prefix`` + its tag, see
-    :func:`sibling`), or None for any other name."""
-    return tag_owner(leftover.name[len(prefix) :])
-
-
-def _writer_gone(leftover, prefix):
-    """Whether the save that named ``leftover`` (see :func:`_writer`) no longer runs (a model of
-    an older naming: its save has finished or was killed)."""
-    writer = _writer(leftover, prefix)
-    if writer is None:
-        return True
-    host, pid = writer
-    if host != socket.gethostname():
-        return time.time() - leftover.stat().st_mtime > _STALE_FOREIGN_TMP_S
-    return pid == os.getpid() or not process_alive(host, pid)
+def _sibling(path, kind):
+    """A fresh hidden sibling ``.NAME.<kind>-<random hex>`` of ``path``."""
+    return path.with_name(f".{path.name}.{kind}-{uuid.uuid4().hex[:12]}")
 
 
 def _leftovers(path, kind):
-    """The hidden siblings ``.NAME.<kind>-*`` of ``path`` that saves left: named by a save
-    (:func:`_writer`) or holding a model (older namings). A user's own ``.NAME.old-backup``
-    folder of other files is not one, and is never removed."""
+    """The hidden siblings ``.NAME.<kind>-*`` of ``path`` that interrupted saves left: named by a
+    save, or holding a model. A user's own folder (``.NAME.old-backup``) is not one."""
     prefix = f".{path.name}.{kind}-"
     return sorted(
         p
-        for p in path.parent.glob(f"{glob.escape(prefix)}*")
-        if _writer(p, prefix) is not None or describe_path(p) == "model"
+        for p in path.parent.iterdir()
+        if p.name.startswith(prefix)
+        and (_LEFTOVER.fullmatch(p.name[len(prefix) :]) or describe_path(p) == "model")
     )
 
 
 def clean_leftovers(path):
-    """Remove the hidden siblings that interrupted saves of ``path`` left: every previous model
-    (``.old-*``; ``path`` holds the newest) and every temporary whose writer is gone (the same
-    for the prediction stores of ``rfol-dask predict``)."""
-    for old in _leftovers(path, "old"):
-        shutil.rmtree(old, ignore_errors=True)
-    for tmp in _leftovers(path, "tmp"):
-        if _writer_gone(tmp, f".{path.name}.tmp-"):
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _saved_time(path):
-    """When the model at ``path`` was saved (ns): its ``rfol_dask_saved`` attribute, else the
-    modification time of its metadata (models of format 0)."""
-    saved = (group_attrs(path) or {}).get("rfol_dask_saved")
-    return int(saved) if saved is not None else (path / "zarr.json").stat().st_mtime_ns
+    """Remove what interrupted saves of ``path`` left beside it (called holding its lock, so no
+    other save is writing them)."""
+    for leftover in _leftovers(path, "old") + _leftovers(path, "tmp"):
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
-    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model (a Zarr group) at ``path``,
-    marked as of format ``model_format`` (1 to :data:`MODEL_FORMAT`: the lowest that reads it).
+    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model of format
+    ``model_format`` at ``path`` (:func:`check_model_path` says what may be replaced), through
+    :func:`swap_into_place`, holding the lock beside it."""
+    import zarr
 
-    Only an existing model is replaced (and only with ``overwrite``); a file, a data set or any
-    other directory at ``path`` raises ValueError and is left untouched. The group is written
-    to a hidden temporary sibling and renamed into place: an interrupted save leaves the
-    previous model readable (at ``path``, or beside it if the process was killed between
-    the two renames; :func:`load_model` finds it). A successful save removes what earlier
-    interrupted saves left behind. A save holds the lock file ``.NAME.lock`` beside ``path``
-    (:func:`io.lock_file`): another save of the same path meanwhile raises ValueError.
-    """
-    path = _model_path(path)
+    path = Path(os.path.abspath(path))
     check_model_path(path, overwrite)  # before making folders for it
     path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(tmp):
+        group = zarr.open_group(str(tmp), mode="w")
+        for key, value in arrays.items():
+            value = np.asarray(value)
+            fill = np.nan if value.dtype.kind in "fc" else None
+            chunks = value.shape or None
+            group.create_array(
+                key, shape=value.shape, dtype=value.dtype, chunks=chunks, fill_value=fill
+            )[...] = value
+        group.attrs.update(
+            {
+                "rfol_dask_format": int(model_format),
+                "rfol_dask_version": __version__,
+                "rfol_dask_checksums": {k: _checksum(np.asarray(v)) for k, v in arrays.items()},
+                "rfol_dask_saved": time.time_ns(),
+                MODEL_KEY: json.dumps(attrs),
+            }
+        )
+
     with _save_lock(path):
         _check_model_path(path, overwrite)  # again, holding the lock
-        _swap_in(path, arrays, attrs, overwrite, model_format)
+        swap_into_place(path, write, lambda: _check_model_path(path, overwrite))
         clean_leftovers(path)
 
 
 def swap_into_place(path, write, check):
     """Write a store through ``write(tmp)`` into a hidden sibling of ``path``, then, once
-    ``check()`` (which raises if ``path`` may not be replaced: something may have appeared
-    meanwhile) passes, rename it into place, an earlier one at ``path`` moved aside first and
-    removed once the new one is in place.
-
-    Whatever ends it early (an error, Ctrl-C) removes the temporary and leaves ``path`` as it was
-    (the earlier one put back); only a killed process leaves the hidden siblings
-    (:func:`clean_leftovers` removes them)."""
-    tmp, old = sibling(path, "tmp"), None
+    ``check()`` passes (it raises if ``path`` may no longer be replaced), rename it into place,
+    an earlier one moved aside first and removed after. An error or Ctrl-C leaves ``path`` as it
+    was; a killed process leaves hidden siblings (:func:`clean_leftovers`, :func:`load_model`)."""
+    tmp, old = _sibling(path, "tmp"), None
     try:
         write(tmp)
         check()
         if describe_path(path) == "empty":
             path.rmdir()
         elif path.exists():
-            old = sibling(path, "old")
+            old = _sibling(path, "old")
             os.replace(path, old)
         os.replace(tmp, path)
     except BaseException:
-        wait_zarr_io()  # a zarr write cut short by Ctrl-C goes on in zarr's thread: let it land first
         if old is not None and old.exists() and not path.exists():
             os.replace(old, path)  # put the earlier one back
         raise
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif old is not None and old.exists() and path.exists():
-            shutil.rmtree(
-                old, ignore_errors=True
-            )  # the new one is in place (interrupted just after?)
-
-
-def _swap_in(path, arrays, attrs, overwrite, model_format=MODEL_FORMAT):
-    """The body of :func:`save_model`: write the temporary group, rename it into place
-    (:func:`swap_into_place`; :func:`load_model` reads the previous model if a kill fell between
-    the renames)."""
-    import zarr
-
-    def write(tmp):
-        group = zarr.open_group(str(tmp), mode="w")
-        sums = {}
-        for key, value in arrays.items():
-            value = np.asarray(value)
-            fill = np.nan if value.dtype.kind in "fc" else None
-            group.create_array(
-                key,
-                shape=value.shape,
-                dtype=value.dtype,
-                chunks=value.shape or None,
-                fill_value=fill,
-            )[...] = value
-            sums[key] = _checksum(value)
-        group.attrs.update(
-            {
-                "rfol_dask_format": int(model_format),
-                "rfol_dask_version": __version__,
-                "rfol_dask_checksums": sums,
-                "rfol_dask_saved": time.time_ns(),
-                MODEL_KEY: json.dumps(attrs),
-            }
-        )
-
-    swap_into_place(
-        path, write, lambda: _check_model_path(path, overwrite)
-    )  # checked again: may have changed
-
-
-def _fallback_model(path):
-    """The newest complete model that interrupted saves left beside a missing ``path``, or None."""
-    found = [
-        p for p in _leftovers(path, "old") + _leftovers(path, "tmp") if describe_path(p) == "model"
-    ]
-    return max(found, key=_saved_time) if found else None
-
-
-def _save_token(path):
-    """Which save's model is at ``path``: its directory (device, inode) and save time, or None if
-    nothing is there. A save replacing the model changes it."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino, (group_attrs(path) or {}).get("rfol_dask_saved")
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and path.exists():
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def load_model(path):
-    """Read ``(arrays, attrs)`` written by :func:`save_model`, verifying every array.
-
-    If ``path`` is missing because a save was killed between its two renames, the newest
-    complete model left beside it (by save time) is read, with a warning. Raises
-    FileNotFoundError if there is no model, ValueError if ``path`` is not a model, is of a
-    newer format, or an array is missing, unreadable or fails its checksum (the message
-    names the array). A model that a save (of another process) replaces while it is read, or
-    that is missing while a save holds its lock, is read again: only a model that stays the
-    same throughout and fails is refused.
-    """
-    path = _model_path(path)
-    for tries_left in reversed(range(_LOAD_TRIES)):
-        token = _save_token(path)
-        if (
-            token is not None or not tries_left or not lock_held(_lock_path(path))
-        ):  # else: between a save's renames
-            try:
-                return _read_model(path)
-            except Exception as exc:  # noqa: BLE001  (re-raised unless the model was replaced meanwhile)
-                if _save_token(path) == token:
-                    raise
-                replaced = exc
-        time.sleep(0.01 * 2 ** (_LOAD_TRIES - 1 - tries_left))
-    raise ValueError(
-        f"the model at {path} was replaced by other saves each of the {_LOAD_TRIES} times it was "
-        "read; load it again when it is not being saved"
-    ) from replaced
-
-
-def _read_model(path):
-    """One attempt of :func:`load_model` at the absolute ``path``."""
+    """Read ``(arrays, attrs)`` written by :func:`save_model`, verifying every array; if a save
+    was killed between its two renames, the newest complete model left beside ``path``, with a
+    warning. FileNotFoundError: no model; ValueError: not a model, a newer format, or an array
+    missing, unreadable or failing its checksum (the message names it)."""
     import zarr
 
+    path = Path(os.path.abspath(path))
     if not path.exists():
-        found = _fallback_model(path)
-        if found is None:
+        found = _leftovers(path, "old") + _leftovers(path, "tmp")
+        found = [p for p in found if describe_path(p) == "model"]
+        if not found:
             raise FileNotFoundError(f"no model at {path}")
+        target, path = path, max(found, key=_saved_time)
         warnings.warn(
-            f"no model at {path}: a save to it was interrupted; loading the newest complete model "
-            f"left beside it ({found.name}). Save the model to {path} again to finish and clean up.",
+            f"no model at {target}: a save to it was interrupted; loading the newest complete "
+            f"model left beside it ({path.name}). Save the model to {target} again to finish and "
+            "clean up.",
             ModelFileWarning,
             stacklevel=user_stacklevel(),
         )
-        path = found
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind != "model":
         hint = {
-            "an rfol_dask data set": "open it with rfol_dask.datasets.open_dataset, or fit a model on it "
-            "(fit(path)); ",
+            "an rfol_dask data set": "open it with rfol_dask.datasets.open_dataset, or fit a model "
+            "on it (fit(path)); ",
             PREDICTION_STORE: "read its predictions with xarray.open_zarr(path)['prediction']; ",
         }.get(kind, "")
+        kind = "an empty directory" if kind == "empty" else kind
         raise ValueError(
-            f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is "
-            f"{'an empty directory' if kind == 'empty' else kind}): {hint}load reads the path a model "
-            "was saved to (save, rfol-dask fit --out)"
+            f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is {kind}): {hint}"
+            "load reads the path a model was saved to (save, rfol-dask fit --out)"
         )
     group = zarr.open_group(str(path), mode="r")
     attrs = dict(group.attrs)
@@ -426,6 +265,25 @@ def _read_model(path):
             f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
             f"0 to {MODEL_FORMAT}: upgrade rfol_dask to load it"
         )
+    if fmt == 0:
+        warnings.warn(
+            f"the model at {path} was saved before model format 1 and has no checksums, so its "
+            "arrays cannot be verified; save it again to add them",
+            ModelFileWarning,
+            stacklevel=user_stacklevel(),
+        )
+    return _verified(group, path, fmt, attrs)
+
+
+def _saved_time(path):
+    """When the model at ``path`` was saved (ns; format 0: its metadata's modification time)."""
+    saved = (group_attrs(path) or {}).get("rfol_dask_saved")
+    return int(saved) if saved is not None else (path / "zarr.json").stat().st_mtime_ns
+
+
+def _verified(group, path, fmt, attrs):
+    """The arrays and attributes of the model ``group`` at ``path``, each array checked against
+    its checksum (formats 1 and later); ValueError naming what is damaged."""
 
     def damaged(subject, problem, exc=None):
         detail = "" if exc is None else f" ({type(exc).__name__}: {exc})"
@@ -434,42 +292,29 @@ def _read_model(path):
             "fit and save it again"
         )
 
-    arrays = {}
     try:
         listed = list(group.arrays())
     except Exception as exc:  # noqa: BLE001  (an array's metadata unreadable)
         raise damaged("the array metadata", "cannot be read", exc) from exc
-    for key, arr in listed:
-        try:
-            arrays[key] = arr[...]
-        except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
-            raise damaged(f"array {key!r}", "cannot be read", exc) from exc
-    if fmt == 0:
-        warnings.warn(
-            f"the model at {path} was saved before model format 1 and has no checksums, so its "
-            "arrays cannot be verified; save it again to add them",
-            ModelFileWarning,
-            stacklevel=user_stacklevel(),
-        )
     sums = attrs.get("rfol_dask_checksums", {})
-    if fmt >= 1:
-        unsummed = sorted(set(arrays) - set(sums)) if isinstance(sums, dict) else ["(all)"]
-        if unsummed:
-            raise damaged(f"the checksums of arrays {unsummed}", "are missing")
+    if fmt >= 1 and not isinstance(sums, dict):
+        raise damaged("the checksums of arrays ['(all)']", "are missing")
+    keys = [k for k, _ in listed] + [k for k in sums if "/" in k]  # nested: '/' in a dim name
+    arrays = {}
+    for key in dict.fromkeys(keys):
+        try:
+            arrays[key] = group[key][...]
+        except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
+            if key in dict(listed):
+                raise damaged(f"array {key!r}", "cannot be read", exc) from exc
+    unsummed = sorted(set(arrays) - set(sums))
+    if fmt >= 1 and unsummed:
+        raise damaged(f"the checksums of arrays {unsummed}", "are missing")
     for key, expected in sums.items():
-        if (
-            key not in arrays and "/" in key
-        ):  # a nested array (a dim name with '/' in older versions)
-            try:
-                arrays[key] = group[key][...]
-            except Exception:  # noqa: BLE001  (absent or unreadable: reported as missing below)
-                pass
         if key not in arrays:
             raise damaged(f"array {key!r}", "is missing")
         if _checksum(arrays[key]) != expected:
-            raise damaged(
-                f"array {key!r}", "does not match its checksum (a chunk is missing or was changed)"
-            )
+            raise damaged(f"array {key!r}", "does not match its checksum (missing or changed)")
     try:
         return arrays, json.loads(attrs[MODEL_KEY])
     except (TypeError, ValueError) as exc:
@@ -486,8 +331,7 @@ def jsonable(value, strict=False):
         return {str(k): jsonable(v, strict) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
         return [jsonable(v, strict) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
+    value = value.item() if isinstance(value, np.generic) else value
     if isinstance(value, (str, int, float, bool, type(None))):
         return value
     if strict:
@@ -499,96 +343,59 @@ def attrs_of(V, dims):
     """``(attrs, {dim: coordinate attrs})`` of an xarray output ``V``; empty for arrays."""
     if not isinstance(V, xr.DataArray):
         return {}, {}
-    return jsonable(dict(V.attrs)), {
-        d: jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords
-    }
+    coords = {d: jsonable(dict(V[d].attrs)) for d in dims or () if d in V.coords}
+    return jsonable(dict(V.attrs)), coords
 
 
 def _params(model):
-    """``model.get_params()`` as JSON values (:func:`jsonable`: numpy scalars as Python ones; a
-    dtype by name; a seed of any integer type as an int, a Generator seed as None: the fitted
-    arrays hold its draw). ValueError for a parameter that JSON cannot hold, such as a Generator
-    among the ``recovery`` options (drawn from at each prediction, it cannot be stored)."""
+    """``model.get_params()`` as JSON values: a dtype by name, an integer seed as an int, a
+    Generator seed as None (the fitted arrays hold its draw); ValueError for a parameter JSON
+    cannot hold (a Generator among the ``recovery`` options, drawn from at each prediction)."""
     params = model.get_params()
     params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
     if "random_state" in params:
         rs = params["random_state"]
-        params["random_state"] = (
-            int(rs) if isinstance(rs, numbers.Integral) and not isinstance(rs, bool) else None
-        )
+        integral = isinstance(rs, numbers.Integral) and not isinstance(rs, bool)
+        params["random_state"] = int(rs) if integral else None
     saved = {}
     for name, value in params.items():
         try:
             saved[name] = jsonable(value, strict=True)
         except TypeError as exc:
             what = exc.args[0]
+            seeds = (np.random.Generator, np.random.RandomState, np.random.SeedSequence)
             fix = (
                 "pass an integer seed instead (e.g. 'random_state': 0)"
-                if isinstance(
-                    what, (np.random.Generator, np.random.RandomState, np.random.SeedSequence)
-                )
+                if isinstance(what, seeds)
                 else "give it as numbers, strings, lists or dicts"
             )
             raise ValueError(
-                f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved model "
-                f"cannot store: {fix}, then fit and save again"
+                f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved "
+                f"model cannot store: {fix}, then fit and save again"
             ) from None
     return saved
 
 
 def _coord_key(which, dim):
-    """The array name of a training coordinate: the dim name with ``/`` (a Zarr group separator)
-    and other characters outside letters, digits and ``_.-~`` percent-escaped (plain names as
-    they are, as models of earlier versions stored them)."""
+    """The array name of a training coordinate, the dim name percent-escaped (``/`` is a Zarr
+    group separator; plain names as they are)."""
     return f"coord_{which}_{quote(str(dim), safe='')}"
-
-
-def _saved_coord(arrays, which, dim):
-    """The training coordinate ``dim`` among the loaded ``arrays`` (by its escaped name, or the raw
-    one of models saved before names were escaped), or None."""
-    return next(
-        (arrays[k] for k in (_coord_key(which, dim), f"coord_{which}_{dim}") if k in arrays), None
-    )
-
-
-def _coord_array(which, dim, values):
-    """A training coordinate as a numpy array Zarr can store: object arrays of strings (pandas,
-    netCDF labels) as unicode; ValueError for other objects."""
-    values = np.asarray(values)
-    if values.dtype == object:
-        if not all(isinstance(v, str) for v in values.ravel()):
-            raise ValueError(
-                f"the {which} coordinate {dim!r} holds Python objects ({values.dtype}), which a model "
-                "cannot store: give it numbers, strings or datetimes (e.g. .astype(str))"
-            )
-        values = values.astype(str)
-    return values
 
 
 def estimator_state(model):
     """``(arrays, attrs)`` of a fitted ``OperatorEstimator``: the numpy arrays
     (``model._fitted_arrays``, ``coord_<which>_<dim>``, ``grid_<which>_<k>``) and the JSON
     attributes that :func:`restore_estimator` reads back."""
+    names = getattr(model, "feature_names_in_", None)
     attrs = {
         "estimator": type(model).__name__,
         "params": _params(model),
         "n_features_in_": int(model.n_features_in_),
-        "feature_names_in_": (
-            None
-            if getattr(model, "feature_names_in_", None) is None
-            else [str(c) for c in model.feature_names_in_]
-        ),
-        "input_shape_": list(model.input_shape_),
-        "output_shape_": list(model.output_shape_),
-        "input_dims_": None if model.input_dims_ is None else list(model.input_dims_),
-        "output_dims_": None if model.output_dims_ is None else list(model.output_dims_),
-        "periods_": {
-            w: None if (p := getattr(model, f"{w}_periods_", None)) is None else list(p)
-            for w in ("input", "output")
-        },
+        "feature_names_in_": None if names is None else [str(c) for c in names],
         "output_attrs_": getattr(model, "output_attrs_", {}),
         "output_coord_attrs_": getattr(model, "output_coord_attrs_", {}),
         "version": __version__,
+        "periods_": {},
     }
     # numpy on disk whatever the device of the fit: a model fitted on a GPU loads on a CPU
     arrays = {
@@ -597,64 +404,75 @@ def estimator_state(model):
         if getattr(model, name) is not None
     }
     attrs.update({name: jsonable(getattr(model, name)) for name in model._fitted_scalars})
-    for which, coords in (("input", model.input_coords_), ("output", model.output_coords_)):
-        for dim, values in coords.items():
-            arrays[_coord_key(which, dim)] = _coord_array(which, dim, values)
     for which in ("input", "output"):
+        attrs[f"{which}_shape_"] = list(getattr(model, f"{which}_shape_"))
+        dims, periods = getattr(model, f"{which}_dims_"), getattr(model, f"{which}_periods_", None)
+        attrs[f"{which}_dims_"] = None if dims is None else list(dims)
+        attrs["periods_"][which] = None if periods is None else list(periods)
+        for dim, values in getattr(model, f"{which}_coords_").items():
+            values = np.asarray(values)
+            if values.dtype == object:  # strings (pandas, netCDF labels) as unicode
+                if not all(isinstance(v, str) for v in values.ravel()):
+                    raise ValueError(
+                        f"the {which} coordinate {dim!r} holds Python objects, which a model "
+                        "cannot store: give it numbers, strings or datetimes (e.g. .astype(str))"
+                    )
+                values = values.astype(str)
+            arrays[_coord_key(which, dim)] = values
         grid = getattr(model, f"{which}_grid_", None)
         attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
-        for k, ax in enumerate(grid or ()):
-            arrays[f"grid_{which}_{k}"] = ax
+        arrays.update({f"grid_{which}_{k}": ax for k, ax in enumerate(grid or ())})
     return arrays, attrs
 
 
-def restore_estimator(cls, arrays, attrs, path=None, device=None):
-    """A fitted ``cls`` instance from what :func:`estimator_state` wrote (read from ``path``).
-    A model fitted on a device that is not available here predicts on the CPU, with a warning;
-    ``device`` (``"cpu"``, ``"cuda"``): where it predicts instead of the saved one (no warning).
-    A model of another class is a :class:`~rfol_dask.exceptions.ForeignModelError` (a ValueError);
-    any other error is the model's own."""
-    params = dict(attrs["params"])
-    if device is not None and "device" in params:
-        backend.check_device(
-            params["device"]
-        )  # a device no version knows: an unusable model, said as such
-        params["device"] = device
-    if isinstance(params.get("recovery"), list):
-        params["recovery"] = tuple(params["recovery"])
+def _instance(cls, params, attrs, path):
+    """``cls(**params)``: ForeignModelError for a model of another class, ValueError for
+    parameters of another version (or edited)."""
     saved = attrs.get("estimator")  # absent in models saved before it was recorded
     if saved is not None and saved != cls.__name__:
         raise ForeignModelError(
             f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load"
         )
     try:
-        model = cls(**params)
+        return cls(**params)
     except TypeError as exc:  # parameters this class does not know
-        if (
-            saved == cls.__name__
-        ):  # the class matches: its parameters are of another version, or edited
-            unknown = sorted(set(params) - set(cls().get_params()))
-            version = attrs.get("version")
-            fix = (
-                f"load it with rfol_dask {version}"
-                if version and version != __version__
-                else "the model's attributes were changed after it was saved; fit and save it again"
-            )
-            raise ValueError(
-                f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
-                f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}"
+        if saved != cls.__name__:
+            raise ForeignModelError(
+                f"the model at {path} was saved by another estimator class than {cls.__name__} "
+                f"({exc}): load it with that class's load"
             ) from exc
-        raise ForeignModelError(
-            f"the model at {path} was saved by another estimator class than {cls.__name__} "
-            f"({exc}): load it with that class's load"
+        unknown = sorted(set(params) - set(cls().get_params()))
+        version = attrs.get("version")
+        fix = (
+            f"load it with rfol_dask {version}"
+            if version and version != __version__
+            else "the model's attributes were changed after it was saved; fit and save it again"
+        )
+        raise ValueError(
+            f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
+            f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}"
         ) from exc
+
+
+def restore_estimator(cls, arrays, attrs, path=None, device=None):
+    """A fitted ``cls`` instance from what :func:`estimator_state` wrote (read from ``path``).
+    A model fitted on a device not available here predicts on the CPU, with a warning;
+    ``device`` (``"cpu"``, ``"cuda"``): where it predicts instead (no warning). A model of
+    another class is a :class:`~rfol_dask.exceptions.ForeignModelError` (a ValueError)."""
+    params = dict(attrs["params"])
+    if device is not None and "device" in params:
+        backend.check_device(params["device"])  # a device no version knows: an unusable model
+        params["device"] = device
+    if isinstance(params.get("recovery"), list):
+        params["recovery"] = tuple(params["recovery"])
+    model = _instance(cls, params, attrs, path)
     if device is None and getattr(model, "device", "cpu") != "cpu":
         try:
             backend.device_namespace(model.device)
         except (ImportError, RuntimeError) as exc:
             warnings.warn(
-                f"the model at {path} was fitted with device={model.device!r}, which is not available "
-                f"here ({exc}); it predicts on the CPU (device='cpu')",
+                f"the model at {path} was fitted with device={model.device!r}, which is not "
+                f"available here ({exc}); it predicts on the CPU (device='cpu')",
                 ModelFileWarning,
                 stacklevel=user_stacklevel(),
             )
@@ -666,24 +484,17 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
     model.n_features_in_ = attrs["n_features_in_"]
     if attrs.get("feature_names_in_") is not None:  # the columns of a DataFrame it was fitted on
         model.feature_names_in_ = np.asarray(attrs["feature_names_in_"], dtype=object)
-    model.input_shape_ = tuple(attrs["input_shape_"])
-    model.output_shape_ = tuple(attrs["output_shape_"])
     model.output_attrs_ = attrs.get("output_attrs_", {})
     model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
     for which in ("input", "output"):
-        dims = attrs[f"{which}_dims_"]
+        setattr(model, f"{which}_shape_", tuple(attrs[f"{which}_shape_"]))
+        dims, ndim = attrs[f"{which}_dims_"], attrs.get(f"{which}_grid_ndim")
         setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
-        setattr(
-            model,
-            f"{which}_coords_",
-            {d: c for d in (dims or []) if (c := _saved_coord(arrays, which, d)) is not None},
-        )
-        ndim = attrs.get(f"{which}_grid_ndim")
-        setattr(
-            model,
-            f"{which}_grid_",
-            None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim)),
-        )
+        keys = {d: (_coord_key(which, d), f"coord_{which}_{d}") for d in dims or ()}  # or unescaped
+        coords = {d: next((arrays[k] for k in ks if k in arrays), None) for d, ks in keys.items()}
+        setattr(model, f"{which}_coords_", {d: c for d, c in coords.items() if c is not None})
+        grid = None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim))
+        setattr(model, f"{which}_grid_", grid)
         periods = attrs.get("periods_", {}).get(which)
         setattr(model, f"{which}_periods_", None if periods is None else tuple(periods))
     return model

@@ -44,7 +44,7 @@ import numpy as np
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from . import backend, io
+from . import backend, io, stores
 from .estimator import OperatorEstimator, all_or_nothing
 from .exceptions import DataWarning, SelectionWarning
 from .features import FREQUENCY_BLOCK
@@ -264,7 +264,7 @@ class SelectionCV(OperatorEstimator):
         results and ``best_estimator_`` together, or unfitted)."""
         with (
             all_or_nothing(self) as work,
-            io.checked_once(),
+            stores.checked_once(),
         ):  # the refit reads the data the search checked
             work._fit_search(
                 X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params

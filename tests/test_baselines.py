@@ -462,7 +462,7 @@ def test_set_params_after_fit_leaves_the_fitted_kernel_alone(tmp_path):
 
     import zarr
 
-    from rfol_dask.io import MODEL_KEY
+    from rfol_dask.stores import MODEL_KEY
 
     U, V = smooth_operator_data(60, 8)
     Ut, _ = smooth_operator_data(20, 8, seed=1)

@@ -322,24 +322,6 @@ def test_a_failure_midway_leaves_no_store_and_an_earlier_one_as_it_was(
     assert kept.sizes["sample"] == 5 and kept.attrs["model"] == str(root / "rf.zarr")
 
 
-def test_ctrl_c_during_the_write_removes_the_temporary(
-    saved, tmp_path, capsys, ctrl_c_in_zarr_write
-):
-    """Ctrl-C while a chunk is being written: exit 130, no store under the final name and no temporary,
-    even with the interrupted chunk write landing late (in zarr's IO thread)."""
-    root, store, _ = saved
-    held, landed = ctrl_c_in_zarr_write(
-        lambda p: ".p.zarr.tmp-" in str(p) and "prediction/c/" in str(p),
-        lambda: threading.Event().wait(0.3),
-    )
-    code = main(
-        ["predict", str(root / "rf.zarr"), str(store), "--out", str(tmp_path / "p.zarr"), "-q"]
-    )
-    assert code == 130 and held and landed.wait(5)
-    assert "rfol-dask predict: interrupted" in capsys.readouterr().err
-    assert os.listdir(tmp_path) == []
-
-
 @pytest.mark.cluster
 def test_predict_on_a_local_cluster_writes_from_the_workers(saved, tmp_path, capsys):
     root, store, models = saved

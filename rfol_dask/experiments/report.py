@@ -109,7 +109,7 @@ def foreign_outputs(out, data=None):
     ``data`` (or its data-set stores when it is ``out`` itself); a ``quick`` folder holding nothing
     else (the default quick run's, inside the full run's folder).
     """
-    from ..io import foreign_entries
+    from ..stores import foreign_entries
 
     out = Path(out)
     if not out.is_dir():

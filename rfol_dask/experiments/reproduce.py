@@ -97,7 +97,7 @@ def reproduce(
     import numpy as np
 
     from .. import datasets
-    from ..io import check_parent_dir
+    from ..stores import check_parent_dir
     from .data import SharedCluster
     from .report import claim, foreign_outputs, render
     from .runners import run

@@ -56,7 +56,7 @@ from ..backend import sized_by_arrays, symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
 from ..features import FREQUENCY_BLOCK, feature_map
 from ..gram import stack_rows
-from ..io import owned_tag, process_alive, tag_owner
+from .owners import owned_tag, process_alive, tag_owner
 from ..linalg import blas_limits
 from ..memory import device_free_bytes, free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads

@@ -1,0 +1,331 @@
+"""Store checks: what a path holds, and missing chunks and unfinished blocks of Zarr stores.
+
+A chunk file missing from a local Zarr store reads back as its fill value; every store an
+estimator reads is counted through zarr (``nchunks_initialized``) and, where chunks are missing,
+refused naming the store, the variable and the samples.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import dask.array as da
+import numpy as np
+import xarray as xr
+from dask.blockwise import Blockwise
+from dask.highlevelgraph import MaterializedLayer
+
+BOOKKEEPING_GROUP = "_rfol_dask"
+"""The Zarr group of a data-set store holding ``block_done`` (not an xarray variable)."""
+MODEL_KEY = "rfol_dask_model"  # root attribute of a saved model, written last: marks a whole one
+PREDICTION_KEY = "rfol_dask_prediction"  # root attribute of a prediction store: its arrays (JSON)
+PREDICTION_STORE = "an rfol_dask prediction store"  # what :func:`describe_path` calls one
+_ZARR_META = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
+_CHECKED = contextvars.ContextVar("rfol_dask_checked_arrays", default=None)
+
+
+def group_attrs(path):
+    """Root attributes of the Zarr group at ``path``, or None if it is not a readable group."""
+    import zarr
+
+    try:
+        return dict(zarr.open_group(str(path), mode="r").attrs)
+    except Exception:  # noqa: BLE001  (anything unreadable is "not a group")
+        return None
+
+
+def flags_key(group):
+    """Where the ``block_done`` flags sit in the Zarr ``group`` of a data-set store: in the
+    bookkeeping group, or (stores written before it) a top-level array."""
+    return f"{BOOKKEEPING_GROUP}/block_done" if BOOKKEEPING_GROUP in group else "block_done"
+
+
+def block_flags(path):
+    """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None
+    if it has none (a store not written by ``datasets.generate``)."""
+    import zarr
+
+    try:
+        group = zarr.open_group(os.fspath(path), mode="r")
+        return np.asarray(group[flags_key(group)][...]).astype(bool)
+    except Exception:  # noqa: BLE001  (no such group or array)
+        return None
+
+
+def check_store(ds, path=None, samples=None):
+    """ValueError if the data-set store at ``path`` (opened as ``ds``; default: its ``source``,
+    when a local folder) was never finished (unset ``block_done`` flags: resume it) or lacks a
+    chunk file of ``input`` / ``output``, among the blocks of its first ``samples`` samples if
+    given."""
+    import zarr
+
+    path = ds.encoding.get("source") if path is None else path
+    if not isinstance(path, str) or not os.path.isdir(path):
+        return
+    meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
+    _check_flags(path, meta, samples)
+    for name in ("input", "output"):
+        where = os.path.join(path, name)
+        if name in ds and os.path.isdir(where) and (samples is not None or _first_check(where)):
+            arr = zarr.open_array(where, mode="r")
+            _check_chunks(arr, path, name, ds[name].dims, meta, samples)
+
+
+def _check_flags(path, meta, samples=None):
+    """ValueError if the data-set store at ``path`` (its ``rfol_dask_meta`` ``meta``) has unset
+    ``block_done`` flags (among the blocks of its first ``samples`` samples if given)."""
+    done, bs = block_flags(path), int(meta.get("block_size", 1))
+    if done is not None and samples is not None:
+        done = done[: -(-int(samples) // bs)]
+    if done is not None and not done.all():
+        first = int(np.flatnonzero(~done)[0]) * bs
+        raise ValueError(
+            f"data set at {path} is incomplete: {int((~done).sum())} of {len(done)} blocks were "
+            f"never written (first missing samples {first}-{first + bs - 1}); rerun the same "
+            f"generate command (rfol-dask generate {meta.get('dataset', 'NAME')} ...) to resume it"
+        )
+
+
+def _check_chunks(arr, store, name, dims, meta, samples=None):
+    """ValueError naming the chunk files of variable ``name`` (dims ``dims``) of the local store
+    ``store`` missing from its folder (of its first ``samples`` samples, if given)."""
+    if arr.nchunks_initialized == arr.nchunks:
+        return
+    folder, chunks = os.path.join(store, name), arr.shards or arr.chunks  # a file holds a shard
+    stored = {
+        os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs
+    }
+    axis = dims.index("sample") if "sample" in dims else None
+    grid = [-(-n // c) for n, c in zip(arr.shape, chunks, strict=True)]
+    if samples is not None and axis is not None:
+        grid[axis] = min(grid[axis], -(-int(samples) // chunks[axis]))
+    key = arr.metadata.encode_chunk_key
+    missing = [i for i in np.ndindex(*grid) if key(i) not in stored]
+    if not missing:
+        return
+    span, first = "all samples", missing[0]
+    if axis is not None:
+        a = first[axis] * chunks[axis]
+        span = f"samples {a}-{min(a + chunks[axis], arr.shape[axis]) - 1}"
+    fix = f"regenerate it (rfol-dask generate {meta.get('dataset')} ... --overwrite)"
+    hint = ""
+    if isinstance(arr.fill_value, (int, float, np.number)) and not np.isnan(arr.fill_value):
+        hint = (
+            f"; or, if those chunks hold only the fill value {arr.fill_value}, zarr left them out: "
+            "write the store with write_empty_chunks=True"
+        )
+    raise ValueError(
+        f"data set at {store}: {len(missing)} chunk(s) of variable {name!r} are missing from the "
+        f"store (first: chunk {first}, {span}, file {os.path.join(folder, key(first))}"
+        f"); the store is damaged: restore the files or "
+        f"{fix if 'dataset' in meta else 'write the store again'}{hint}"
+    )
+
+
+@contextlib.contextmanager
+def checked_once():
+    """Within this block each Zarr array is checked for missing chunks once (a search and its
+    refit, a ``score`` and its ``predict`` read the same data); nested blocks share the record."""
+    if _CHECKED.get() is not None:
+        yield
+        return
+    token = _CHECKED.set(set())
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
+def _first_check(where):
+    """Whether the array in folder ``where`` is still to be checked in this :func:`checked_once`
+    block (then it is recorded); always True outside one."""
+    seen, key = _CHECKED.get(), os.path.realpath(where)
+    if seen is None:
+        return True
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def check_sources(*operands):
+    """ValueError naming the store, variable and samples where an operand (a DataArray of
+    ``xr.open_zarr``, a dask array of ``da.from_zarr``) reads a Zarr array of a local store that
+    lacks chunk files (read as the fill value) or of a data set whose generation was cut short.
+    Anything else passes. Returns how many stored arrays (of any store) the operands read."""
+    found = 0
+    for X in operands:
+        for arr in _stored_arrays(X):
+            found += 1
+            where = _local_folder(arr)
+            if where is None or not _first_check(where):
+                continue
+            store, name = os.path.split(where)
+            meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
+            _check_flags(store, meta)
+            dims = arr.metadata.dimension_names if arr.metadata.zarr_format == 3 else None
+            dims = dims or arr.attrs.get("_ARRAY_DIMENSIONS") or ()
+            _check_chunks(arr, store, name, tuple(dims) if "sample" in dims else ("sample",), meta)
+    return found
+
+
+def _stored_arrays(X):
+    """The ``zarr.Array`` objects the dask data of the DataArray or dask array ``X`` reads: held
+    in its graph's materialized layers or as literal arguments of its blockwise layers (xarray's
+    lazy indexing adapters around them unwrapped). No public route reaches them otherwise."""
+    zarr = sys.modules.get("zarr")
+    X = X.data if isinstance(X, xr.DataArray) and X.chunks is not None else X
+    if zarr is None or not isinstance(X, da.Array):
+        return
+    for layer in X.__dask_graph__().layers.values():
+        if isinstance(layer, Blockwise):  # literal arguments: da.from_zarr(..., inline_array=True)
+            objects = (arg for arg, index in layer.indices if index is None)
+        else:
+            objects = layer.mapping.values() if isinstance(layer, MaterializedLayer) else ()
+        for obj in objects:
+            while type(obj).__module__.startswith("xarray.") and hasattr(obj, "array"):
+                obj = obj.array
+            if type(obj).__module__.startswith("xarray.") and hasattr(obj, "get_array"):
+                obj = obj.get_array()  # xarray's ZarrArrayWrapper
+            if isinstance(obj, zarr.Array):
+                yield obj
+
+
+def _local_folder(arr):
+    """The folder of the Zarr array ``arr`` if its store is a local directory (``LocalStore``,
+    or the local ``FsspecStore`` of ``da.from_zarr(path)``), else None."""
+    store = arr.store_path.store
+    root = getattr(store, "root", None)
+    protocol = getattr(getattr(store, "fs", None), "protocol", ())
+    if root is None and "file" in ((protocol,) if isinstance(protocol, str) else protocol):
+        root = store.path
+    where = None if root is None else os.path.join(os.fspath(root), arr.store_path.path)
+    return where if where is not None and os.path.isdir(where) else None
+
+
+@contextlib.contextmanager
+def quiet_consolidated():
+    """Silence zarr's warning that consolidated metadata (so that a plain ``xr.open_zarr`` reads
+    the store) is not in the Zarr v3 specification."""
+    import zarr
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
+        yield
+
+
+def zarr_parents(path):
+    """The folders above ``path`` that are Zarr stores (hold Zarr metadata), nearest first."""
+    return (p for p in Path(path).parents if any((p / name).is_file() for name in _ZARR_META))
+
+
+def check_parent_dir(path, what):
+    """ValueError when the nearest existing folder above ``path`` is a file."""
+    parent = next(p for p in Path(os.path.abspath(path)).parents if p.exists())
+    if not parent.is_dir():
+        raise ValueError(f"cannot write {what} at {path}: {parent} is a file, not a directory")
+
+
+def describe_path(path):
+    """What is at ``path``: None (nothing), ``"model"``, ``"empty"`` (an empty directory) or a
+    phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, ...)."""
+    path = Path(os.fspath(path))
+    if path.is_symlink():
+        return "a symbolic link"
+    if not path.exists():
+        return None
+    if not path.is_dir():
+        return "a file"
+    attrs = group_attrs(path)
+    if attrs is not None and MODEL_KEY in attrs:
+        return "model"
+    if not any(path.iterdir()):
+        return "empty"
+    if attrs is None:
+        damaged = [n for n in ("zarr.json", ".zgroup") if not _json_or_absent(path / n)]
+        return (
+            "a Zarr store whose metadata cannot be read (damaged: cut short or edited?)"
+            if damaged
+            else "a directory holding other files"
+        )
+    if "rfol_dask_meta" in attrs:
+        return "an rfol_dask data set"
+    return PREDICTION_STORE if PREDICTION_KEY in attrs else "a Zarr store of other data"
+
+
+def _json_or_absent(path):
+    """Whether the file ``path`` is absent or holds JSON (else: metadata cut short or edited)."""
+    try:
+        json.loads(path.read_text())
+    except FileNotFoundError:
+        return True
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def load_hint(path):
+    """How to load the model saved at ``path``, for messages (the estimator class it records)."""
+    try:
+        return f"{json.loads(group_attrs(path)[MODEL_KEY])['estimator']}.load"
+    except (TypeError, KeyError, ValueError):  # a model saved before it recorded its class
+        return "the load method of the estimator class that saved it"
+
+
+def check_outside_stores(path, action="save a model"):
+    """ValueError when ``path`` is inside a Zarr store (a model, a data set), which replacing or
+    regenerating that store would delete."""
+    path = Path(os.path.abspath(path))
+    outer = next(reversed(list(zarr_parents(path))), None)  # the outermost
+    if outer is None:
+        return
+    kind = describe_path(outer)
+    if kind == "model":
+        raise ValueError(
+            f"cannot {action} at {path}: it is inside the model at {outer}, which could then no "
+            "longer be replaced; choose a path outside it"
+        )
+    raise ValueError(
+        f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which "
+        f"replacing or regenerating it would delete; {action.split()[0]} it beside the store "
+        f"(e.g. {outer.parent / path.name})"
+    )
+
+
+def foreign_entries(path, arrays):
+    """What the Zarr directory ``path`` holds beyond its own ``arrays`` (paths such as ``"coef"``
+    or ``"_rfol_dask/block_done"``): a user's files or folders, sorted. Within an array's folder
+    only metadata, the names on the way to nested arrays and chunk keys are its own."""
+    path, chunk, foreign = Path(path), re.compile(r"[0-9.]+"), []
+    for entry in path.iterdir():
+        keys = [n.split("/") for n in arrays if n.split("/")[0] == entry.name]
+        if entry.name in _ZARR_META:
+            continue
+        if not keys or entry.is_symlink() or not entry.is_dir():
+            foreign.append(entry.name)
+            continue
+        allowed = _ZARR_META | {"c"} | {part for k in keys for part in k[1:]}
+        foreign += [
+            str(sub.relative_to(path))
+            for sub in entry.rglob("*")
+            if not all(p in allowed or chunk.fullmatch(p) for p in sub.relative_to(entry).parts)
+        ]
+    return sorted(foreign)
+
+
+def refuse_foreign(foreign, owner, instead):
+    """ValueError when a store to be replaced, ``owner`` ("the model at PATH"), holds ``foreign``
+    entries of the user's (:func:`foreign_entries`), which replacing it would delete."""
+    if foreign:
+        more = ", ..." if len(foreign) > 5 else ""
+        raise ValueError(
+            f"{owner} also holds other files ({', '.join(foreign[:5])}{more}), which replacing it "
+            f"would delete; move them away or {instead}"
+        )
