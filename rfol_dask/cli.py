@@ -118,8 +118,9 @@ def _cmd_generate(args):
     from . import datasets
 
     params = dict(args.param or [])
-    if len(params) < len(args.param or []):
-        raise ValueError("a --param key is given twice: give each once")
+    for key, value in args.param or []:  # else the last value of a key would win, silently
+        if params[key] != value:
+            raise ValueError(f"--param {key} is given twice with two values: give it once")
     params.update(seed=args.seed, block_size=args.block_size, overwrite=args.overwrite)
     with _client(args) as client:
         t0 = time.perf_counter()
@@ -199,6 +200,8 @@ def _cmd_fit(args):
             truth = test[names.get("output", "output")]
             err = relative_l2_error(_samples_first(truth, sample), _samples_first(pred, sample))
             print(f"relative L2 error on the {test.sizes[sample]} remaining samples: {err:.4e}")
+        else:
+            print("no test: all samples trained (--train M tests on the samples after the first M)")
     return 0
 
 
