@@ -274,19 +274,28 @@ def _cmd_predict(args):
     sample = names.get("sample_dim") or getattr(model, "sample_dim_", None) or "sample"
     output = args.output or getattr(model, "output_name_", None) or "output"
     ds = open_dataset(args.data)
-    chosen = ds.isel({sample: args.samples}) if args.samples != slice(None) else ds
-    truth, grid = chosen.get(output), None
-    if truth is not None and getattr(model, "output_grid_", None) is not None:
-        dims = [d for d in truth.dims if d != sample]  # the predictions go on the store's grid
-        if set(dims) == set(model.output_dims_) and all(d in ds.coords for d in dims):
-            grid = {d: np.sort(ds[d].values) for d in dims}
-    start, stop, _ = args.samples.indices(ds.sizes.get(sample, 0))
+    chosen, n = ds, ds.sizes.get(sample, 0)
+    if args.samples != slice(None):
+        start, stop = args.samples.start or 0, n if args.samples.stop is None else args.samples.stop
+        if not start < stop <= n:
+            raise ValueError(f"--samples {start}:{stop} is not a range of the {n} samples of "
+                             f"{args.data}: give START < STOP <= {n}")  # fmt: skip
+        chosen = ds.isel({sample: args.samples})
+    truth, grid, model_dims = chosen.get(output), None, getattr(model, "output_dims_", None)
+    dims = [] if truth is None else [d for d in truth.dims if d != sample]  # the store's grid
+    if model_dims and set(dims) == set(model_dims) and all(d in ds.coords for d in dims):
+        grid = {d: np.sort(ds[d].values) for d in dims}  # the predictions go on it
+    start, stop, _ = args.samples.indices(n)
     where = f"samples {start}:{stop} of {args.data}"
     attrs = {"title": f"rfol-dask predict: {where}", "samples": [start, stop]}
     attrs.update(model=os.path.abspath(args.model), store=os.path.abspath(args.data))
+    t0 = time.perf_counter()
+    pred = model.predict(chosen, **names, output_grid=grid)  # lazy: it checks the data now
+    if not model_dims and dims and truth.shape[1:] == pred.shape[1:]:
+        # a model fitted on arrays predicts the store's grid by position: labelled as it
+        pred = pred.rename(dict(zip(pred.dims[1:], dims, strict=True)))
+        pred = pred.assign_coords({d: truth[d].values for d in dims if d in truth.coords})
     with _client(args) as client:
-        t0 = time.perf_counter()
-        pred = model.predict(chosen, **names, output_grid=grid)
         write_predictions(pred, out, attrs, client, progress=not args.quiet)
     dt = time.perf_counter() - t0
     print(f"predictions: {where} in {args.out} ({dt:.1f} s, prediction {pred.shape})")
@@ -306,10 +315,10 @@ def _print_prediction_error(truth, out, sample):
     truth = _samples_first(truth, sample)
     if set(truth.dims) == set(written.dims):  # grid dims matched by name, in any order
         truth = truth.transpose(*written.dims)
-    elif truth.shape == written.shape:  # a model fitted on arrays: its grid by position
-        truth, written = truth.data, written.data
-    if truth.shape != written.shape:
-        return print("no error: the store's output is on another grid than the predictions")
+    if truth.dims != written.dims or truth.shape != written.shape:
+        sizes = [", ".join(f"{d}: {k}" for d, k in x.sizes.items()) for x in (truth, written)]
+        return print(f"no error: the store's output ({sizes[0]}) is not on the predictions' grid "
+                     f"({sizes[1]}); rename its dims to the model's to compare them")  # fmt: skip
     error = relative_l2_error(truth, written)
     print(f"relative L2 error on the {truth.shape[0]} predicted samples: {error:.4e}")
 
