@@ -1,7 +1,5 @@
-"""The ``rfol-dask`` command: ``quickstart``, ``datasets``, ``generate``, ``fit``, ``predict``,
-``reproduce``. It parses, calls the library and prints; the estimators validate. Only the standard
-library is imported at module level (numpy, dask, xarray and scikit-learn inside the commands), so
-``rfol-dask --help`` and ``--version`` answer at once."""
+"""The ``rfol-dask`` command. It parses, calls the library and prints; the estimators validate.
+Only the commands import numpy, dask, xarray and scikit-learn: ``--help`` answers at once."""
 
 from __future__ import annotations
 
@@ -140,7 +138,6 @@ def _cmd_quickstart(args):
 
 
 def _fit_model(args):
-    """``RandomFeatureOperatorCV`` with ``--tune``, else ``RandomFeatureOperator``."""
     given = dict(n_features=args.n_features, nu=args.nu, solver=args.solver, dtype=args.dtype)
     given.update(random_state=args.seed, progress=not args.quiet, device=_device(args))
     if args.tune:
@@ -245,20 +242,16 @@ def _check_report_path(path, out=None):
 def _load_any_model(path, device=None):
     """The model saved at ``path``, restored as the estimator class it records."""
     from .baselines import KernelOperator
-    from .exceptions import ForeignModelError
     from .io import user_path
     from .persistence import load_model, restore_estimator
     from .rf_operator import RandomFeatureOperator
 
     classes = {cls.__name__: cls for cls in (RandomFeatureOperator, KernelOperator)}
     arrays, attrs = load_model(user_path(path))
-    saved = attrs.get("estimator")
-    if saved is not None and saved not in classes:
+    saved = attrs.get("estimator", "RandomFeatureOperator")
+    if saved not in classes:
         raise ValueError(f"the model at {path} is a {saved}: predict loads {', '.join(classes)}")
-    if saved is None:  # saved before the class was recorded: the one that takes its parameters
-        with contextlib.suppress(ForeignModelError):
-            return restore_estimator(RandomFeatureOperator, arrays, attrs, path, device)
-    return restore_estimator(classes[saved or "KernelOperator"], arrays, attrs, path, device)
+    return restore_estimator(classes[saved], arrays, attrs, path, device)
 
 
 def _cmd_predict(args):
@@ -304,8 +297,7 @@ def _cmd_predict(args):
 
 
 def _print_prediction_error(truth, out, sample):
-    """The error of the predictions written at ``out`` (read back) against the store's output."""
-    import xarray as xr
+    import xarray as xr  # the predictions read back: no second prediction
 
     from .metrics import relative_l2_error
 
@@ -370,8 +362,8 @@ FIT = (
 
 def build_parser():
     """The parser of ``rfol-dask`` and its commands."""
-    parser = argparse.ArgumentParser(prog="rfol-dask", description=__doc__.split(".")[0],
-                                     epilog=EPILOG, formatter_class=RAW)
+    parser = argparse.ArgumentParser(prog="rfol-dask", epilog=EPILOG, formatter_class=RAW,
+                                     description="Random-feature operator learning on Dask")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     common = [argparse.ArgumentParser(add_help=False)]  # -q and -v of every command
@@ -455,20 +447,18 @@ def _console(command, level):
 
 
 def _terminate(signum, frame):
-    """SIGTERM (a batch system's kill, ``timeout``) as SystemExit: the clean-up runs."""
     raise SystemExit(128 + signum)
 
 
 def main(argv=None):
-    """Run the command of ``argv``; returns the exit code (0, 2 for an error of the user's
-    input or setup, printed as one line without a traceback, 130 after Ctrl-C)."""
+    """Run ``argv``; returns 0, 2 after an error (one line, no traceback), 130 after Ctrl-C."""
     args = build_parser().parse_args(argv)
     import threading
 
     from . import exceptions as e
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGTERM, _terminate)  # a batch system's kill: the clean-up runs
     # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up
     errors = (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError)
     errors += (FloatingPointError, e.ClusterStartError, e.WorkersKilledError, e.NoWorkersError)

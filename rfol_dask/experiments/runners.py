@@ -1,4 +1,4 @@
-"""The three parts of the reproduction for one data set: the fits table, equal time, error curves."""
+"""The three parts of the reproduction for one data set: fits table, equal time, error curves."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ __all__ = ["make_models", "tuned_info", "run_fits", "run_equal_time", "run_curve
 
 
 def _pct(x, missing="-"):
-    """An error for the console: in percent, with the unit (as the paper's beside it), or ``missing``."""
+    """An error for the console: in percent, with the unit, or ``missing``."""
     text = fmt_error(x, missing=missing)
     return text if text == missing else f"{text} %"
 
@@ -41,7 +41,7 @@ def _rf(law, N, paper):
 
 
 def make_models(paper, U, V, max_features=None, grow_to=None):
-    """The methods of :data:`METHODS` with their hyperparameters: ``{label: (estimator, info, select_s)}``.
+    """The methods of :data:`METHODS`: ``{label: (estimator, info, select_s)}``.
 
     RF Cauchy / Gaussian at the paper's (N, gamma, alpha), N capped at ``max_features``;
     RBF, Matern 5/2 and linear kernel ridge with the median-heuristic length scale of ``U``
@@ -83,8 +83,8 @@ def make_models(paper, U, V, max_features=None, grow_to=None):
 
 
 def tuned_info(search):
-    """The selection of a fitted ``RandomFeatureOperatorCV`` / ``KernelOperatorCV``: chosen parameters,
-    validation error (on the training data's validation split), search and refit seconds, candidates."""
+    """The selection of a fitted ``RandomFeatureOperatorCV`` / ``KernelOperatorCV``: chosen
+    parameters, validation error, search and refit seconds, candidates."""
     return {
         "best_params": search.best_params_,
         "validation_error": -float(search.best_score_),
@@ -95,7 +95,7 @@ def tuned_info(search):
 
 
 def run_fits(name, train, test, cfg, out, quick):
-    """Every method of :data:`METHODS` on one split; the RF Cauchy example figure to ``<out>/<name>.png``.
+    """Every method of :data:`METHODS` on one split; the RF Cauchy figure to ``<out>/<name>.png``.
 
     Returns ``{"methods": {label: row}, "figure": file name}``; each row holds the
     :func:`run_method` figures, the hyperparameters, the paper's error and, in quick mode,
@@ -119,8 +119,9 @@ def run_fits(name, train, test, cfg, out, quick):
             row["passed"] = bool(row["error"] < row["bound"])
         rows[label] = row
         print(
-            f"  {name:26s} {label:12s} error {_pct(row['error'], 'nan')}  paper {_pct(row['paper'])}  "
-            f"fit {row['fit_s']:7.2f} s  predict {row['predict_s']:6.2f} s  peak {row['peak_mib']:7.0f} MiB"
+            f"  {name:26s} {label:12s} error {_pct(row['error'], 'nan')}  "
+            f"paper {_pct(row['paper'])}  fit {row['fit_s']:7.2f} s  "
+            f"predict {row['predict_s']:6.2f} s  peak {row['peak_mib']:7.0f} MiB"
             + (f"  select {sel_s:.2f} s" if sel_s else "")
             + (f"  chose {row['best_params']}" if label in TUNED else ""),
             flush=True,
@@ -195,8 +196,8 @@ def run_equal_time(name, train, test, cfg):
 
 
 def run_curves(name, train, test, cfg):
-    """Error and fit time vs N (Cauchy) from one grow-by-blocks fit per seed, with the fitted slopes,
-    the gamma of each seed and the curve's settings (alpha among them): the results file's ``curves``
+    """Error and fit time vs N (Cauchy) from one grow-by-blocks fit per seed, with the slopes,
+    the gamma of each seed and the curve's settings (alpha among them): the results' ``curves``
     is an :func:`~rfol_dask.curves.error_curves` result (``curves.curve_dataset`` reads it)."""
     paper = datasets.get(name).paper
     U, V = arrays(train)
@@ -216,8 +217,9 @@ def run_curves(name, train, test, cfg):
     s = res["slope"]
     sat = "-" if s["saturated_at"] is None else int(s["saturated_at"])
     print(
-        f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over {s['n_points']} points"
-        f" (saturated at N = {sat}); fit-time slope {res['time_slope']['slope']:+.2f}; for N >= 2M: "
+        f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over "
+        f"{s['n_points']} points (saturated at N = {sat}); fit-time slope "
+        f"{res['time_slope']['slope']:+.2f}; for N >= 2M: "
         + (
             f"error = {res['excess']['floor']:.3g} + c N^-{res['excess']['p']:.2f}"
             if np.isfinite(res["excess"]["p"])
@@ -252,7 +254,7 @@ def _split(name, cfg, data_dir, quick, cluster):
 
 def run(name, parts, cfg, out, data_dir, quick, cluster=None):
     """The requested ``parts`` for data set ``name``; writes ``<out>/<name>.json`` (merged with an
-    earlier file of the same name and mode, ``quick``: :func:`~rfol_dask.experiments.reproduce.reproduce`
+    earlier file of the same name and mode, ``quick``: :func:`.reproduce.reproduce`
     refuses a file of the other) after each part and returns its content."""
     path = Path(out) / f"{name}.json"
     res = read_results(path) if path.exists() else {}
