@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -67,35 +66,21 @@ def _is_results(path):
     )
 
 
-def foreign_outputs(out, data=None):
-    """What the results folder ``out`` holds beyond reproduce's own outputs (which alone it
-    replaces): the results files of the data sets (:func:`_is_results`), their figures,
-    ``curves.png``, a ``table.md`` of :func:`render`, temporary files of :func:`write_results`, the
-    data folder ``data`` and a ``quick`` folder of its own are reproduce's."""
-    from ..io import foreign_entries
-
-    out = Path(out)
-    if not out.is_dir():
-        return []
-    sets = reference_data()["sets"]
+def foreign_outputs(out, names=None):
+    """The files in ``out`` that a run of the data sets ``names`` (default all) would write over
+    and that reproduce did not write: never replaced. Its own are the results files of the data
+    sets (:func:`_is_results`), their figures, a ``table.md`` of :func:`render` and, beside results
+    files, ``curves.png``."""
+    out, sets = Path(out), reference_data()["sets"]
     results = [n for n in sets if _is_results(out / f"{n}.json")]
-    own = {f"{n}.{ext}" for n in results for ext in ("json", "png")} | {"curves.png"}
+    own = {f"{n}.{ext}" for n in results for ext in ("json", "png")}
+    own |= {"curves.png"} if results else set()
     table = out / "table.md"
     if table.is_file() and table.read_text(errors="replace").startswith(_TABLE_HEADS):
         own.add("table.md")
-    if data is not None:  # this run's data folder
-        data, here = Path(os.path.abspath(data)), Path(os.path.abspath(out))
-        if data == here:
-            own |= {f"{n}.zarr" for n in sets} | {"subsets"}
-        elif data.parent == here:
-            own.add(data.name)
-    own |= {f".{n}.tmp" for n in own}
-    return [
-        f
-        for f in foreign_entries(out, ())
-        if f not in own
-        and not (f == "quick" and (out / f).is_dir() and not foreign_outputs(out / f))
-    ]
+    written = [f"{n}.{ext}" for n in names or sets for ext in ("json", "png")]
+    written += ["curves.png", "table.md"]
+    return sorted(f for f in written if (out / f).exists() and f not in own)
 
 
 def _slope(x, digits=3):
@@ -124,7 +109,7 @@ def fits_table(results: dict) -> list[str]:
             m = r["fits"]["methods"][label]
             col = fmt_error(m.get("bound"))  # full runs: the ratio; None is a NaN in strict JSON
             if not r["quick"]:
-                ratio = None if m["error"] is None else m["error"] / m["paper"]
+                ratio = None if None in (m["error"], m["paper"]) else m["error"] / m["paper"]
                 col = "-" if m["paper"] is None else fmt_error(ratio, pct=False, missing="nan")
             cols = " | ".join(col if k == bool(r["quick"]) else "-" for k in kinds)
             error = fmt_error(m["error"], missing="nan") + (

@@ -53,8 +53,8 @@ def _check_modes(out, names, quick):
 
 def _check_run(names, parts, out, data, quick):
     """The names and parts to run; ValueError before any work for unknown names or parts, an
-    ``out`` or ``data`` that is a file, files in ``out`` that reproduce did not write (never
-    replaced) and results files of the other mode (quick or full) this run would merge into."""
+    ``out`` or ``data`` that is a file, files in ``out`` that reproduce did not write where it
+    would write (never replaced), results files of the other mode (quick or full)."""
     from .. import datasets
     from ..io import check_parent_dir
     from .report import foreign_outputs
@@ -80,13 +80,11 @@ def _check_run(names, parts, out, data, quick):
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"{folder} is a file, not a folder for {what}; pick another path")
         check_parent_dir(folder, what)
-    foreign = foreign_outputs(out, data)
+    foreign = foreign_outputs(out, names)
     if foreign:
-        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
         raise ValueError(
-            f"{out} holds files that reproduce did not write: {', '.join(foreign[:5])}{more}; it "
-            "writes table.md, <name>.json, <name>.png and curves.png there and replaces only its "
-            "own: give --out a new or empty folder (or one of its earlier results)"
+            f"{out} holds files that reproduce did not write: {', '.join(foreign)}; it would write "
+            "over them: give --out another folder (or move them away)"
         )
     _check_modes(out, names, quick)
     return names, parts
@@ -187,7 +185,8 @@ def add_arguments(
 
 def run_args(args) -> int:
     """:func:`reproduce` with the options of :func:`add_arguments`: by default results in
-    ``<default_out>`` (quick: ``<default_out>/quick``), data in ``<default_out>/data``."""
+    ``<default_out>`` (quick: ``<default_out>/quick``), data in ``<default_out>/data`` whatever
+    ``--out``."""
     out = args.out or str(Path(args.default_out) / ("quick" if args.quick else ""))
     data = args.data or str(Path(args.default_out) / "data")
     return reproduce(
