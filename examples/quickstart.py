@@ -17,8 +17,8 @@ def main():
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "example_output")
     out.mkdir(parents=True, exist_ok=True)
 
-    with local_client(n_workers=2) as client:
-        # 1. a data set in a chunked Zarr store (chunks along `sample`), read back lazily with xarray
+    with local_client(n_workers=2):  # the computations below run on it
+        # 1. a data set in a Zarr store, chunked along `sample`, read back lazily with xarray
         ds = datasets.generate(
             "advection2",
             2000,
