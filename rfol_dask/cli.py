@@ -1,8 +1,6 @@
 """The ``rfol-dask`` command. It parses, calls the library and prints; the estimators validate.
 Only the commands import numpy, dask, xarray and scikit-learn: ``--help`` answers at once."""
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import json
@@ -15,8 +13,6 @@ from importlib import resources
 from pathlib import Path
 
 from ._version import __version__
-
-RAW = argparse.RawDescriptionHelpFormatter
 
 __all__ = ["main", "build_parser", "run"]
 
@@ -59,8 +55,7 @@ def _param(text):
     return key.strip(), value
 
 
-def _sample_range(text):
-    """``--samples START:STOP`` (either may be left out) as a slice."""
+def _sample_range(text):  # START:STOP, either may be left out
     start, stop = (int(b) if b.strip() else None for b in text.split(":"))  # else argparse's error
     return slice(start, stop)
 
@@ -75,9 +70,9 @@ def _client(args, default=None):
     if cluster and workers is not None:
         raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
     if not cluster and workers is None:
-        cores = os.cpu_count() or 1
-        _log.info(f"running on dask's threads in this process ({cores} cores); --workers K or "
-                  "--cluster NAME runs on a cluster")  # fmt: skip
+        _log.info(
+            "running on dask's threads in this process; --workers K or --cluster NAME: a cluster"
+        )
         yield None
         return
     client = start_client(cluster) if cluster else local_client(n_workers=workers)
@@ -97,8 +92,9 @@ def _device(args):
 
 
 def _names(args, *which):
-    """The ``input`` / ``output`` / ``sample_dim`` keywords given on the command line."""
+    """The keywords ``which`` of the names (and periods) given on the command line."""
     given = {"input": args.input, "output": args.output, "sample_dim": args.sample_dim}
+    given["periods"] = getattr(args, "periods", None)
     return {k: v for k, v in given.items() if v is not None and k in which}
 
 
@@ -133,8 +129,7 @@ def _cmd_quickstart(args):
     from .experiments.quickstart import quickstart
 
     with _client(args) as client:
-        return quickstart(args.dataset, args.train, args.test, args.n_features, args.seed,
-                          args.out, client, progress=not args.quiet)  # fmt: skip
+        return quickstart(args, client)
 
 
 def _fit_model(args):
@@ -169,7 +164,7 @@ def _cmd_fit(args):
         check_model_path(args.out)  # before the fit: never replace a data set or other files
     if args.report:
         _check_report_path(args.report, args.out)
-    names = _names(args, "input", "output", "sample_dim")
+    names = _names(args, "input", "output", "sample_dim", "periods")
     sample = names.get("sample_dim", "sample")
     ds = open_dataset(args.data)
     train, test = ds, None
@@ -179,15 +174,12 @@ def _cmd_fit(args):
         train = ds.isel({sample: slice(0, args.train)})
         test = ds.isel({sample: slice(args.train, None)})
     model = _fit_model(args)
-    periods = {} if args.periods is None else {"periods": args.periods}
-    report = contextlib.nullcontext()
-    if args.report:
-        from distributed import performance_report
+    from distributed import performance_report
 
-        report = performance_report(filename=args.report)
+    report = performance_report(args.report) if args.report else contextlib.nullcontext()
     with _client(args, "local" if args.report else None), report:
         t0 = time.perf_counter()
-        model.fit(train, **names, **periods)
+        model.fit(train, **names)
         _print_fit(args, model, time.perf_counter() - t0)
         if args.out:  # before the test: a failure there keeps the model
             model.save(args.out)
@@ -202,8 +194,7 @@ def _cmd_fit(args):
     return 0
 
 
-def _samples_first(x, sample):
-    """``x`` with its sample dim named ``sample``, as the metrics pair them."""
+def _samples_first(x, sample):  # the metrics pair samples along "sample"
     return x.rename({sample: "sample"}) if sample != "sample" and sample in x.dims else x
 
 
@@ -230,55 +221,46 @@ def _check_report_path(path, out=None):
     from .io import zarr_parents
 
     path = Path(os.path.abspath(path))
-    if path.is_dir() or not path.parent.is_dir():
-        raise ValueError(f"--report {path}: give the path of an HTML file in an existing folder")
-    store = next(zarr_parents(path), None)
-    if store is not None or (out and Path(os.path.abspath(out)) in (path, *path.parents)):
-        raise ValueError(f"--report {path} is inside {store or out}: write it outside")
+    inside = next(zarr_parents(path), None) or (out if out and Path(os.path.abspath(out)) in
+                                                (path, *path.parents) else None)  # fmt: skip
+    if inside or path.is_dir() or not path.parent.is_dir():
+        raise ValueError(f"--report {path}: give an HTML file in an existing folder, outside "
+                         "Zarr stores and --out")  # fmt: skip
     if path.exists() and _REPORT_TITLE not in path.read_text(errors="replace")[:4096]:
         raise ValueError(f"--report {path} exists and is not a performance report: give a new path")
-
-
-def _load_any_model(path, device=None):
-    """The model saved at ``path``, restored as the estimator class it records."""
-    from .baselines import KernelOperator
-    from .io import user_path
-    from .persistence import load_model, restore_estimator
-    from .rf_operator import RandomFeatureOperator
-
-    classes = {cls.__name__: cls for cls in (RandomFeatureOperator, KernelOperator)}
-    arrays, attrs = load_model(user_path(path))
-    saved = attrs.get("estimator", "RandomFeatureOperator")
-    if saved not in classes:
-        raise ValueError(f"the model at {path} is a {saved}: predict loads {', '.join(classes)}")
-    return restore_estimator(classes[saved], arrays, attrs, path, device)
 
 
 def _cmd_predict(args):
     import numpy as np
 
+    from .baselines import KernelOperator
     from .io import open_dataset, user_path
+    from .persistence import load_model, restore_estimator
     from .predictions import check_prediction_path, write_predictions
+    from .rf_operator import RandomFeatureOperator
 
     out = Path(os.path.abspath(user_path(args.out)))
     check_prediction_path(out)  # before any work: never replace a data set, a model or files
-    model = _load_any_model(args.model, _device(args))  # a CPU model predicts on GPUs, and back
+    classes = {cls.__name__: cls for cls in (RandomFeatureOperator, KernelOperator)}
+    arrays, attrs = load_model(user_path(args.model))  # restored as the class it records:
+    saved = attrs.get("estimator", "RandomFeatureOperator")
+    if saved not in classes:
+        raise ValueError(f"the model {args.model} is a {saved}: predict loads {', '.join(classes)}")
+    model = restore_estimator(classes[saved], arrays, attrs, args.model, _device(args))
     names = _names(args, "input", "sample_dim")
     sample = names.get("sample_dim") or getattr(model, "sample_dim_", None) or "sample"
     output = args.output or getattr(model, "output_name_", None) or "output"
     ds = open_dataset(args.data)
-    chosen, n = ds, ds.sizes.get(sample, 0)
-    if args.samples != slice(None):
-        start, stop = args.samples.start or 0, n if args.samples.stop is None else args.samples.stop
-        if not start < stop <= n:
-            raise ValueError(f"--samples {start}:{stop} is not a range of the {n} samples of "
-                             f"{args.data}: give START < STOP <= {n}")  # fmt: skip
-        chosen = ds.isel({sample: args.samples})
+    n, given = ds.sizes.get(sample, 0), args.samples != slice(None)
+    start, stop = args.samples.start or 0, n if args.samples.stop is None else args.samples.stop
+    if given and not start < stop <= n:
+        raise ValueError(f"--samples {start}:{stop} is not a range of the {n} samples of "
+                         f"{args.data}: give START < STOP <= {n}")  # fmt: skip
+    chosen = ds.isel({sample: slice(start, stop)}) if given else ds
     truth, grid, model_dims = chosen.get(output), None, getattr(model, "output_dims_", None)
     dims = [] if truth is None else [d for d in truth.dims if d != sample]  # the store's grid
     if model_dims and set(dims) == set(model_dims) and all(d in ds.coords for d in dims):
         grid = {d: np.sort(ds[d].values) for d in dims}  # the predictions go on it
-    start, stop, _ = args.samples.indices(n)
     where = f"samples {start}:{stop} of {args.data}"
     attrs = {"title": f"rfol-dask predict: {where}", "samples": [start, stop]}
     attrs.update(model=os.path.abspath(args.model), store=os.path.abspath(args.data))
@@ -316,13 +298,6 @@ def _print_prediction_error(truth, out, sample):
 
 
 # fmt: off
-def _add(parser, *options):
-    """Add ``(flags, keywords)`` options to ``parser``."""
-    for flags, kwargs in options:
-        parser.add_argument(*flags.split(), **kwargs)
-    return parser
-
-
 def _cluster_options(workers=None):
     shipped = sorted(p.stem for p in resources.files(__package__).joinpath("clusters").iterdir())
     return (
@@ -362,7 +337,8 @@ FIT = (
 
 def build_parser():
     """The parser of ``rfol-dask`` and its commands."""
-    parser = argparse.ArgumentParser(prog="rfol-dask", epilog=EPILOG, formatter_class=RAW,
+    raw = argparse.RawDescriptionHelpFormatter  # the examples as they are written
+    parser = argparse.ArgumentParser(prog="rfol-dask", epilog=EPILOG, formatter_class=raw,
                                      description="Random-feature operator learning on Dask")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -371,10 +347,13 @@ def build_parser():
     group.add_argument("-q", "--quiet", action="store_true", help="stderr: warnings and errors")
     group.add_argument("-v", "--verbose", action="store_true", help="stderr: debug messages too")
 
-    def command(name, func, text, *options):
+    def command(name, func, text, *options):  # options: (flags, keywords) pairs
         parsed = sub.add_parser(name, parents=common, help=text, description=text, epilog=EPILOG,
-                                formatter_class=RAW)
-        _add(parsed, *options).set_defaults(func=func)
+                                formatter_class=raw)
+        for flags, kwargs in options:
+            parsed.add_argument(*flags.split(), **kwargs)
+        parsed.set_defaults(func=func)
+        return parsed
 
     command("quickstart", _cmd_quickstart, "make a small data set, fit a tuned model, plot",
         ("--dataset", dict(default="advection1", help="data set (default advection1)")),
@@ -412,8 +391,7 @@ def build_parser():
 
 @contextlib.contextmanager
 def _console(command, level):
-    """For the block: the package's log messages of ``level`` and above on stderr as
-    ``rfol-dask: <message>`` (only its logger is configured, and restored after), and its
+    """For the block: the package's log messages on stderr as ``rfol-dask: <message>`` and its
     warnings as ``rfol-dask COMMAND: warning (Category): message`` (no file and line)."""
     import warnings
 
@@ -423,8 +401,7 @@ def _console(command, level):
 
     def once(record):  # a link (the dashboard's) is shown once, whoever logs it
         links = {w for w in record.getMessage().split() if "://" in w}
-        new = not links or not links <= seen
-        seen.update(links)
+        new, _ = not links or not links <= seen, seen.update(links)
         return new
 
     handler.addFilter(once)
@@ -446,10 +423,6 @@ def _console(command, level):
         logger.propagate, warnings.formatwarning = saved[1:]
 
 
-def _terminate(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv=None):
     """Run ``argv``; returns 0, 2 after an error (one line, no traceback), 130 after Ctrl-C."""
     args = build_parser().parse_args(argv)
@@ -458,7 +431,7 @@ def main(argv=None):
     from . import exceptions as e
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)  # a batch system's kill: the clean-up runs
+        signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # runs clean-up
     # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up
     errors = (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError)
     errors += (FloatingPointError, e.ClusterStartError, e.WorkersKilledError, e.NoWorkersError)

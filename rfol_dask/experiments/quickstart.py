@@ -10,11 +10,12 @@ from ..metrics import relative_l2_error
 from ..plotting import plot_prediction
 
 
-def quickstart(dataset, n_train, n_test, n_features, seed, out, client=None, progress=True):
-    """Generate (or reuse) ``n_train + n_test`` samples of ``dataset`` in ``<out>``, fit
-    ``RandomFeatureOperatorCV`` (law, gamma and alpha chosen on the last 20 % of the training
-    samples) on the first ``n_train``, print its test error beside the paper's, save the model
-    and plot a test sample. Returns 0."""
+def quickstart(args, client=None):
+    """Generate (or reuse) ``args.train + args.test`` samples of ``args.dataset`` in
+    ``args.out``, fit ``RandomFeatureOperatorCV`` (law, gamma and alpha chosen on the last 20 %
+    of the training samples) on the first ``args.train``, print its test error beside the
+    paper's, save the model and plot a test sample. Returns 0."""
+    dataset, n_train, n_test, seed, out = args.dataset, args.train, args.test, args.seed, args.out
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = datasets.get(dataset)
@@ -23,8 +24,8 @@ def quickstart(dataset, n_train, n_test, n_features, seed, out, client=None, pro
     ds = datasets.reuse_or_generate(dataset, n_train + n_test, store, seed=seed, client=client)
     print(f"data: {n_train} train + {n_test} test samples in {store}")
     train, test = ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
-    n = n_features or spec.paper.get("n_features", 1000)
-    model = RandomFeatureOperatorCV(n_features=n, random_state=seed, progress=progress)
+    n = args.n_features or spec.paper.get("n_features", 1000)
+    model = RandomFeatureOperatorCV(n_features=n, random_state=seed, progress=not args.quiet)
     t0 = time.perf_counter()
     model.fit(train)
     fit_s = time.perf_counter() - t0
