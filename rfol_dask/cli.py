@@ -19,10 +19,10 @@ __all__ = ["main", "build_parser", "run"]
 _log = logging.getLogger("rfol_dask.cli")  # a child of the package's logger
 
 EPILOG = """examples:
-  rfol-dask generate burgers --samples 1200 --out burgers.zarr
-  rfol-dask fit burgers.zarr --train 1000 --tune --out model.zarr
-  rfol-dask fit mine.nc --input u0 --output uT --sample-dim case --periods x=6.2832 --tune
-  rfol-dask predict model.zarr burgers.zarr --samples 1000: --out predictions.zarr"""
+  rfol-dask fit data.zarr --train 1000 --tune --out model.zarr   # law, gamma and alpha chosen
+  rfol-dask fit data.nc --input u0 --output uT --sample-dim case --periods x=6.2832 --tune
+  rfol-dask predict model.zarr data.zarr --samples 1000: --out predictions.zarr
+  rfol-dask generate burgers --samples 1200 --out data.zarr      # a data set to try it on"""
 
 
 def _count(text):
