@@ -284,7 +284,7 @@ def test_fit_checks_report_and_out_paths_and_the_sample_dim_before_fitting(store
         ],
         capsys,
     )
-    assert code == 2 and "give the path of an HTML file in an existing folder" in err
+    assert code == 2 and "give an HTML file in an existing folder, outside Zarr stores" in err
     code, err = _run(
         ["fit", str(store), "--train", "20", "--n-features", "20", "--out", str(plain / "m.zarr")],
         capsys,
@@ -477,9 +477,9 @@ def test_fit_report_replaces_only_reports_and_writes_nothing_inside_stores(
     before = meta.read_bytes()
     for path, says in (
         (notes, "exists and is not a performance report"),
-        (meta, "is inside"),
-        (store / "input" / "r.html", "is inside"),
-        (tmp_path / "m.zarr" / "r.html", "is inside"),
+        (meta, "outside Zarr stores and --out"),
+        (store / "input" / "r.html", "outside Zarr stores and --out"),
+        (tmp_path / "m.zarr" / "r.html", "outside Zarr stores and --out"),
     ):
         (tmp_path / "m.zarr").mkdir(exist_ok=True)
         fit = ["fit", str(store), "--n-features", "20", "--report", str(path)]
