@@ -135,24 +135,23 @@ def _cmd_quickstart(args):
 def _fit_model(args):
     given = dict(n_features=args.n_features, nu=args.nu, solver=args.solver, dtype=args.dtype)
     given.update(random_state=args.seed, progress=not args.quiet, device=_device(args))
-    if args.tune:
-        from .rf_operator_cv import RandomFeatureOperatorCV
+    if not args.tune:
+        if args.max_features is not None or len(args.pca_power or ()) > 1:
+            raise ValueError("--max-features and a list of --pca-power are searched: add --tune")
+        from .rf_operator import RandomFeatureOperator
 
-        if args.gamma is not None or args.alpha is not None:
-            raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
-        if args.distribution:
-            given["distributions"] = (args.distribution,)
-        powers = None if args.pca_power is None else tuple(args.pca_power)
-        return RandomFeatureOperatorCV(max_features=args.max_features, pca_power=powers, **given)
-    if args.max_features is not None:
-        raise ValueError("--max-features grows N in the --tune search: add --tune")
-    if args.pca_power is not None and len(args.pca_power) > 1:
-        raise ValueError("--pca-power takes one value without --tune (--tune searches a list)")
-    from .rf_operator import RandomFeatureOperator
+        given.update(distribution=args.distribution, gamma=args.gamma, alpha=args.alpha)
+        given["pca_power"] = args.pca_power and args.pca_power[0]
+        return RandomFeatureOperator(**{k: v for k, v in given.items() if v is not None})
+    if args.gamma is not None or args.alpha is not None:
+        raise ValueError("--tune searches gamma and alpha: leave out --gamma and --alpha")
+    from .rf_operator_cv import RandomFeatureOperatorCV
 
-    given.update(distribution=args.distribution, gamma=args.gamma, alpha=args.alpha)
-    given["pca_power"] = args.pca_power and args.pca_power[0]
-    return RandomFeatureOperator(**{k: v for k, v in given.items() if v is not None})
+    laws = {"distributions": (args.distribution,)} if args.distribution else {}
+    powers = args.pca_power and tuple(args.pca_power)
+    return RandomFeatureOperatorCV(
+        max_features=args.max_features, pca_power=powers, **laws, **given
+    )
 
 
 def _cmd_fit(args):

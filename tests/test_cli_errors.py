@@ -240,7 +240,7 @@ def test_fit_pca_power_list_needs_tune(store, capsys):
     code, err = _run(
         ["fit", str(store), "--train", "20", "--n-features", "40", "--pca-power", "none,1"], capsys
     )
-    assert code == 2 and "--pca-power takes one value without --tune" in err
+    assert code == 2 and "a list of --pca-power are searched: add --tune" in err
     with pytest.raises(SystemExit):
         main(["fit", str(store), "--pca-power", "smooth"])
     assert "argument --pca-power: invalid" in capsys.readouterr().err
