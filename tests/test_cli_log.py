@@ -30,7 +30,10 @@ def test_the_mpi_scheduler_file_wait_is_on_stderr_unless_quiet(store, tmp_path, 
     code = main(["fit", str(store), "--cluster", str(config), *([flag] if flag else [])])
     out, err = capsys.readouterr()
     assert code == 2 and f"no scheduler file {scheduler_file} after 0.2 s" in err and out == ""
-    waiting = f"rfol-dask: waiting up to 0.2 s for the MPI job to write its scheduler file {scheduler_file}\n"
+    waiting = (
+        f"rfol-dask: waiting up to 0.2 s for the MPI job to write its scheduler file "
+        f"{scheduler_file}\n"
+    )
     assert (waiting in err) == (flag not in ("--quiet", "-q"))
     assert _logger_state() == before  # level, handlers and propagation as they were
 
@@ -45,7 +48,11 @@ def test_a_plain_fit_logs_nothing_verbose_the_debug_timings_quiet_not_even_progr
     args = ["fit", str(store), "--train", "20", "--n-features", "20"]
     assert main(args) == 0
     plain = capsys.readouterr()
-    assert "fit: 20 samples" in plain.out and "rfol-dask:" not in plain.err
+    logged = [line for line in plain.err.splitlines() if line.startswith("rfol-dask:")]
+    assert "fit: N=20" in plain.out and logged == [
+        "rfol-dask: running on dask's threads in this process; --workers K or --cluster NAME: "
+        "a cluster"
+    ]
     assert "Completed" in plain.err  # dask's progress bar
     assert main([*args, "--verbose"]) == 0
     verbose = capsys.readouterr()
@@ -69,20 +76,8 @@ def test_fit_on_a_cluster_says_its_dashboard_once(store, tmp_path, capsys):
     err = capsys.readouterr().err
     logged = [line for line in err.splitlines() if line.startswith("rfol-dask:")]
     assert len(logged) == 1 and logged[0].startswith("rfol-dask: dask dashboard: "), err
-    assert (
-        main(
-            [
-                "fit",
-                str(store),
-                "--train",
-                "20",
-                "--n-features",
-                "20",
-                "--cluster",
-                str(config),
-                "-q",
-            ]
-        )
-        == 0
-    )
+    fit = ["fit", str(store), "--train", "20", "--n-features", "20", "--cluster", str(config)]
+    assert main([*fit, "-v"]) == 0  # the cluster's debug line shows the link: not again
+    assert capsys.readouterr().err.count("http") == 1
+    assert main([*fit, "-q"]) == 0
     assert capsys.readouterr().err == ""

@@ -51,7 +51,7 @@ def load_split(name: str, data_dir, max_test: int, cluster=None) -> tuple[xr.Dat
     ``train`` holds the paper's training size, ``test`` ``min(paper test size, max_test)``
     samples: read from the store ``<data_dir>/<name>.zarr`` when it holds them, else made there on
     ``cluster()`` (a :class:`SharedCluster`; None: dask threads), resuming an interrupted run
-    (:func:`rfol_dask.datasets.reuse_or_generate`: a store of other data is refused, never replaced).
+    (:func:`rfol_dask.datasets.reuse_or_generate`: a store of other data is refused).
     """
     paper = datasets.get(name).paper
     n_train, n_test = paper["train"], min(paper["test"], max_test)
@@ -63,7 +63,7 @@ def load_split(name: str, data_dir, max_test: int, cluster=None) -> tuple[xr.Dat
 def load_subset(
     name: str, n_train: int, n_test: int, data_dir, cluster=None
 ) -> tuple[xr.Dataset, xr.Dataset]:
-    """Samples ``[0, n_train)`` (train) and ``[n_train, n_train + n_test)`` (test) of the seed-0 data.
+    """Samples ``[0, n_train)`` (train) and ``[n_train, n_train + n_test)`` (test), seed 0.
 
     The paper-size store ``<data_dir>/<name>.zarr`` of :func:`load_split` is sliced when it holds
     enough default seed-0 samples; otherwise ``n_train + n_test`` samples are generated into

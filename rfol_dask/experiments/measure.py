@@ -52,7 +52,7 @@ class PeakMemory:
             time.sleep(self.interval)
 
     def peak_between(self, t0: float, t1: float = float("inf")) -> int:
-        """The peak (bytes) of the ``timeline`` entries in ``[t0, t1)`` seconds since entry (0: none)."""
+        """The peak (bytes) of the ``timeline`` entries in ``[t0, t1)`` s since entry (0: none)."""
         return max((rss for t, rss in self.timeline if t0 <= t < t1), default=0)
 
     def __enter__(self):
@@ -73,7 +73,7 @@ class PeakMemory:
 
 
 def run_method(model, U, V, Ut, Vt, repeats: int = 1):
-    """Fit ``model`` on ``U`` (M, n) / ``V`` (M, m) and predict ``Ut`` (M_test, n), ``repeats`` times.
+    """Fit ``model`` on ``U`` (M, n) / ``V`` (M, m), predict ``Ut`` (M_test, n), ``repeats`` times.
 
     Returns ``(row, prediction)``: ``row`` holds ``error`` (relative L2 against ``Vt``), ``fit_s``
     and ``predict_s`` (medians over the repeats), ``peak_mib`` (peak of the memory allocated

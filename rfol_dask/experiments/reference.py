@@ -24,7 +24,7 @@ __all__ = [
     "paper_equal_time",
 ]
 
-#: the methods of every fits table, in table order: the paper's settings (RF) and the median heuristic
+#: the methods of every fits table, in order: the paper's settings (RF), the median heuristic
 #: (kernels), then the models selected on the training split (``rf_tuned``: RandomFeatureOperatorCV,
 #: ``kernel_tuned``: KernelOperatorCV)
 METHODS = ("rf_cauchy", "rf_gaussian", "rbf", "matern52", "linear", "rf_tuned", "kernel_tuned")
@@ -51,7 +51,7 @@ def part_applies(name: str, part: str) -> bool:
 
 
 def sizes(quick: bool) -> dict[str, int]:
-    """The run sizes of the ``[quick]`` or ``[full]`` table (``max_features = 0``: the paper's N)."""
+    """The run sizes of the ``[quick]`` or ``[full]`` table (``max_features = 0``: the paper's)."""
     table = reference_data()["quick" if quick else "full"]
     return {k: v for k, v in table.items() if not isinstance(v, dict)}
 
@@ -73,7 +73,7 @@ def quick_bound(name: str, method: str) -> float:
 
 
 def paper_error(name: str, method: str) -> float | None:
-    """The published relative test error of ``method`` on ``name`` (None where the paper gives none).
+    """The published relative test error of ``method`` on ``name`` (None where there is none).
 
     RF figures come from the data set's spec (``datasets.get(name).paper``), the kernel and linear
     ones from ``reference.toml``. The tuned rows compare with the better published figure of their

@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from .reference import METHODS, PARTS, TUNED, reference_data
 
-__all__ = [
-    "render",
-    "fmt_error",
-    "fits_table",
-    "tuned_note",
-    "equal_time_table",
-    "curves_table",
-    "MANIFEST",
-    "claim",
-    "foreign_outputs",
-]
+__all__ = ["render", "fmt_error", "fits_table", "tuned_note", "equal_time_table", "curves_table"]
+__all__ += ["foreign_outputs", "read_results", "write_results"]
 
-#: the file in a results folder listing the names reproduce writes there (its own, replaced by later runs)
-MANIFEST = ".rfol-dask-reproduce.json"
-_TABLE_HEADS = (
-    "| data set |",
-    "| equal time |",
-    "| curve (Cauchy) |",
-)  # the first line of a table.md
+_TABLE_HEADS = ("| data set |", "| equal time |", "| curve (Cauchy) |")  # a table.md's first line
 
 
 def fmt_error(x, pct=True, missing="-"):
@@ -82,59 +66,21 @@ def _is_results(path):
     )
 
 
-def _claimed(out):
-    """The names the manifest of the results folder ``out`` lists (none when it is missing or unreadable)."""
-    try:
-        files = json.loads((Path(out) / MANIFEST).read_text())["files"]
-        return {f for f in files if isinstance(f, str)}
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
-
-
-def claim(out, names):
-    """Add ``names`` (files or folders in the results folder ``out``) to its manifest, before they are written."""
-    write_results(
-        Path(out) / MANIFEST,
-        {"written_by": "rfol-dask reproduce", "files": sorted(_claimed(out) | set(names))},
-    )
-
-
-def foreign_outputs(out, data=None):
-    """What the results folder ``out`` holds beyond reproduce's own outputs, as
-    :func:`rfol_dask.io.foreign_entries` lists a folder's entries: reproduce replaces only its own.
-
-    Its own: the names its manifest lists; from runs before the manifest, the results files of the
-    data sets (:func:`_is_results`), their figures, ``curves.png`` and a ``table.md`` that starts
-    with a table of :func:`render`; temporary files of :func:`write_results`; the data folder
-    ``data`` (or its data-set stores when it is ``out`` itself); a ``quick`` folder holding nothing
-    else (the default quick run's, inside the full run's folder).
-    """
-    from ..stores import foreign_entries
-
-    out = Path(out)
-    if not out.is_dir():
-        return []
-    sets = reference_data()["sets"]
+def foreign_outputs(out, names=None):
+    """The files in ``out`` that a run of the data sets ``names`` (default all) would write over
+    and that reproduce did not write: never replaced. Its own are the results files of the data
+    sets (:func:`_is_results`), their figures, a ``table.md`` of :func:`render` and, beside results
+    files, ``curves.png``."""
+    out, sets = Path(out), reference_data()["sets"]
     results = [n for n in sets if _is_results(out / f"{n}.json")]
-    own = _claimed(out) | {MANIFEST} | {f"{n}.{ext}" for n in results for ext in ("json", "png")}
-    if results:
-        own.add("curves.png")
+    own = {f"{n}.{ext}" for n in results for ext in ("json", "png")}
+    own |= {"curves.png"} if results else set()
     table = out / "table.md"
     if table.is_file() and table.read_text(errors="replace").startswith(_TABLE_HEADS):
         own.add("table.md")
-    if data is not None:  # this run's data folder
-        data, here = Path(os.path.abspath(data)), Path(os.path.abspath(out))
-        if data == here:
-            own |= {f"{n}.zarr" for n in sets} | {"subsets"}
-        elif data.parent == here:
-            own.add(data.name)
-    own |= {f".{n}.tmp" for n in own}
-    return [
-        f
-        for f in foreign_entries(out, ())
-        if f not in own
-        and not (f == "quick" and (out / f).is_dir() and not foreign_outputs(out / f))
-    ]
+    written = [f"{n}.{ext}" for n in names or sets for ext in ("json", "png")]
+    written += ["curves.png", "table.md"]
+    return sorted(f for f in written if (out / f).exists() and f not in own)
 
 
 def _slope(x, digits=3):
@@ -148,90 +94,72 @@ def fits_table(results: dict) -> list[str]:
     run's ``bound %`` and a full run's error / paper ``ratio``, each column shown when some row has
     it, ``-`` in the rows of the other kind: a folder may hold both)."""
     fits = {name: r for name, r in results.items() if "fits" in r}
-    kinds = [
-        k for k in (True, False) if k in {bool(r["quick"]) for r in fits.values()}
-    ]  # quick, full
+    kinds = [k for k in (True, False) if k in {bool(r["quick"]) for r in fits.values()}]
     heads = " | ".join({True: "bound %", False: "ratio"}[k] for k in kinds)
     lines = [
-        f"| data set | train / test | method | error % | paper % | {heads} | fit s | predict s | peak MiB |",
+        f"| data set | train / test | method | error % | paper % | {heads} | fit s | predict s "
+        "| peak MiB |",
         "|---|---|---|---|---|" + "---|" * len(kinds) + "---|---|---|",
     ]
     for name, r in fits.items():
         size = f"{r['train']} / {r['test']}"
         if r["paper_test"] != r["test"] and not r["quick"]:
             size += f" (paper {r['paper_test']})"
-        for label in METHODS:
-            if label not in r["fits"]["methods"]:  # a results file from before the method was added
-                continue
+        for label in (k for k in METHODS if k in r["fits"]["methods"]):
             m = r["fits"]["methods"][label]
-            if r["quick"]:
-                col = fmt_error(m.get("bound"))
-            else:
-                measured = m["error"] is not None and np.isfinite(
-                    m["error"]
-                )  # None: a NaN, in strict JSON
-                col = (
-                    "-"
-                    if m["paper"] is None
-                    else f"{m['error'] / m['paper']:.2f}"
-                    if measured
-                    else "nan"
-                )
+            col = fmt_error(m.get("bound"))  # full runs: the ratio; None is a NaN in strict JSON
+            if not r["quick"]:
+                ratio = None if None in (m["error"], m["paper"]) else m["error"] / m["paper"]
+                col = "-" if m["paper"] is None else fmt_error(ratio, pct=False, missing="nan")
             cols = " | ".join(col if k == bool(r["quick"]) else "-" for k in kinds)
-            flag = "" if m.get("passed", True) else " **over bound**"
+            error = fmt_error(m["error"], missing="nan") + (
+                "" if m.get("passed", True) else " **over bound**"
+            )
             lines.append(
-                f"| {name} | {size} | {label} | {fmt_error(m['error'], missing='nan')}{flag} | {fmt_error(m['paper'])} | "
-                f"{cols} | {m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |"
+                f"| {name} | {size} | {label} | {error} | {fmt_error(m['paper'])} | {cols} | "
+                f"{m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |"
             )
     return lines
 
 
 def tuned_note(results: dict) -> list[str]:
-    """The lines under the fits table that say how the tuned rows were selected and what they chose."""
+    """The lines under the fits table: how the tuned rows were selected and what they chose."""
+    from ..baselines.kernel_cv import DEFAULT_LENGTH_SCALES
+    from ..rf_operator_cv import DEFAULT_LAWS
+    from ..selection import DEFAULT_ALPHAS, DEFAULT_GAMMAS
+
     chosen, grown = [], set()
     for name, r in results.items():
         methods = r.get("fits", {}).get("methods", {})
-        for label in TUNED:
-            if label in methods:
-                p = methods[label]["best_params"]
-                law = p.get("distribution", p.get("kernel"))
-                scale = p.get("gamma", p.get("length_scale"))
-                ridge = p.get("alpha", p.get("nugget"))
-                if methods[label].get("grow_to"):
-                    grown.add(methods[label]["grow_to"])
-                chosen.append(
-                    f"{name} {label}: {law}"
-                    + ("" if scale is None else f", scale {scale:.3g}")
-                    + f", ridge {ridge:.0e}"
-                    + (f", N {p['n_features']}" if "n_features" in p else "")
-                    + f", validation {fmt_error(methods[label]['validation_error'])} %"
-                )
+        for label in (k for k in TUNED if k in methods):
+            p, grown = methods[label]["best_params"], grown | {methods[label].get("grow_to")}
+            scale = p.get("gamma", p.get("length_scale"))
+            chosen.append(
+                f"{name} {label}: {p.get('distribution', p.get('kernel'))}"
+                + ("" if scale is None else f", scale {scale:.3g}")
+                + f", ridge {p.get('alpha', p.get('nugget')):.0e}"
+                + (f", N {p['n_features']}" if "n_features" in p else "")
+                + f", validation {fmt_error(methods[label]['validation_error'])} %"
+            )
     if not chosen:
         return []
-    from ..baselines.kernel_cv import DEFAULT_LENGTH_SCALES
-    from ..selection import DEFAULT_ALPHAS, DEFAULT_GAMMAS
-
-    def span(grid):
-        return f"{min(grid):.3g}..{max(grid):.3g}"
-
-    from ..rf_operator_cv import DEFAULT_LAWS
-
+    span = {g: f"{min(grid):.3g}..{max(grid):.3g}" for g, grid in (("gamma", DEFAULT_GAMMAS),
+            ("alpha", DEFAULT_ALPHAS), ("scale", DEFAULT_LENGTH_SCALES))}  # fmt: skip
+    grown = ", ".join(str(g) for g in sorted(grown - {None}))
     return [
-        f"rf_tuned: RandomFeatureOperatorCV ({', '.join(DEFAULT_LAWS)}; gamma {span(DEFAULT_GAMMAS)} x the "
-        f"median heuristic, alpha {span(DEFAULT_ALPHAS)}) at the N of the RF rows"
+        f"rf_tuned: RandomFeatureOperatorCV ({', '.join(DEFAULT_LAWS)}; gamma {span['gamma']} x "
+        f"the median heuristic, alpha {span['alpha']}) at the N of the RF rows"
         + (
-            f", then N grown up to {', '.join(str(g) for g in sorted(grown))} features while the validation error "
-            "falls (its N is not the paper's)"
+            f", then N grown up to {grown} features while the validation error falls (its N is "
+            "not the paper's)"
             if grown
             else ""
-        )
-        + f"; kernel_tuned: KernelOperatorCV (RBF, "
-        f"Matern 5/2, inverse quadratic, length scale {span(DEFAULT_LENGTH_SCALES)} x the median, nugget "
-        f"{span(DEFAULT_ALPHAS)}). Both are selected on the last 20 % "
-        "of the TRAINING split (never the test set) and refitted on all of it; their fit time includes the "
-        "search. Their paper % is the better published figure of their kind (RF; RBF / Matern 5/2). Chosen: "
-        + "; ".join(chosen)
-        + "."
+        )  # fmt: skip
+        + f"; kernel_tuned: KernelOperatorCV (RBF, Matern 5/2, inverse quadratic, length scale "
+        f"{span['scale']} x the median, nugget {span['alpha']}). Both are selected on the last "
+        "20 % of the TRAINING split (never the test set) and refitted on all of it; their fit "
+        "time includes the search. Their paper % is the better published figure of their kind "
+        "(RF; RBF / Matern 5/2). Chosen: " + "; ".join(chosen) + "."
     ]
 
 
@@ -248,7 +176,8 @@ def equal_time_table(results: dict) -> list[str]:
             p = m["paper"] or (None, None)
             lines.append(
                 f"| {name} | {e['train']} / {e['test']} | {label} | {m.get('n_features', '-')} | "
-                f"{fmt_error(m['error'], missing='nan')} | {m['train_s']:.3g} | {fmt_error(p[0])} | {p[1] or '-'} |"
+                f"{fmt_error(m['error'], missing='nan')} | {m['train_s']:.3g} | "
+                f"{fmt_error(p[0])} | {p[1] or '-'} |"
             )
     return lines
 
@@ -256,7 +185,8 @@ def equal_time_table(results: dict) -> list[str]:
 def curves_table(results: dict) -> list[str]:
     """Rows of the curves table: slopes, saturation and the floor fit past N = 2M."""
     lines = [
-        "| curve (Cauchy) | train / test | N | seeds | error slope | points fitted | saturated at N | "
+        "| curve (Cauchy) | train / test | N | seeds | error slope | points fitted | "
+        "saturated at N | "
         "fit-time slope | N >= 2M: floor + c N^-p, p | floor % |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -274,8 +204,8 @@ def curves_table(results: dict) -> list[str]:
 
 
 def render(out, names=None) -> str:
-    """The markdown tables of every ``<out>/<name>.json`` present (fits and the note on its tuned
-    rows, equal time, curves), separated by blank lines; also written to ``<out>/table.md``. ``names`` default: every set."""
+    """The markdown tables of every ``<out>/<name>.json`` present (of ``names``, default all):
+    fits and the note on its tuned rows, equal time, curves; also written to ``<out>/table.md``."""
     out = Path(out)
     names = reference_data()["sets"] if names is None else names
     results = {n: read_results(out / f"{n}.json") for n in names if (out / f"{n}.json").exists()}

@@ -1,32 +1,17 @@
 """The reproduction driver: the paper's tables beside kernel and linear baselines on the same data.
 
-For each data set (low and high variants separately):
-
-- fits: RF Cauchy and RF Gaussian with the paper's (N, gamma, alpha); kernel ridge with the RBF and
-  Matern 5/2 kernels (length scale: median heuristic on the training inputs; nugget chosen on a
-  validation split of the training set); the linear baseline (ridge on the raw inputs, nugget chosen
-  the same way); "RF tuned" (``RandomFeatureOperatorCV`` at the RF rows' N: law, gamma and alpha) and
-  "kernel tuned" (``KernelOperatorCV``: kernel, length scale and nugget), both selected on the last
-  20 % of the training split, never on the test set, and refitted on all of it. Relative test error, fit time, predict time and peak memory go to
-  ``<out>/<name>.json``; a figure like the paper's to ``<out>/<name>.png``.
-- equal time (the paper's table 2; Burgers and Navier-Stokes low): the kernels as above, each RF law
-  with the N at which its fit takes about as long as the kernels' training.
-- curves (the paper's figure 8; Burgers, Darcy, Navier-Stokes low): error and fit time vs N from one
-  grow-by-blocks fit per seed (:mod:`rfol_dask.curves`), slopes.
-
-Sizes: the ``[full]`` and ``[quick]`` tables of ``reference.toml``. Full: the paper's training sizes,
-test sets capped at 2000 samples. Quick: 200 train / 100 test per data set (the first samples of the
-same seed-0 data), N <= 2000, curves up to N = 2000 with 2 seeds, every error checked against its
-bound in ``[quick.bounds]``.
-
-Only the standard library is imported at module level, so ``rfol-dask`` builds its parser quickly.
+Per data set: ``fits`` (RF Cauchy and Gaussian at the paper's settings; RBF, Matern 5/2 and linear
+kernel ridge; ``RandomFeatureOperatorCV`` and ``KernelOperatorCV`` selected on the last 20 % of the
+training split), ``equal_time`` (the paper's table 2) and ``curves`` (error and fit time vs N, the
+paper's figure 8). Sizes: the ``[full]`` and ``[quick]`` tables of ``reference.toml``; a quick run
+checks every error against its bound. Only the standard library is imported at module level, so
+``rfol-dask`` builds its parser quickly.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import time
 from pathlib import Path
 
@@ -36,7 +21,7 @@ __all__ = ["reproduce", "add_arguments", "run_args", "build_parser", "main"]
 
 
 def _curve_figure(out):
-    """``<out>/curves.png`` from the curves of every ``<out>/<name>.json`` present (this run's and earlier)."""
+    """``<out>/curves.png`` from the curves of every ``<out>/<name>.json`` present."""
     from ..plotting import plot_curves
     from .report import read_results
 
@@ -60,10 +45,49 @@ def _check_modes(out, names, quick):
         if earlier is not None and bool(earlier) != bool(quick):
             mode = {True: "quick (--quick)", False: "full"}
             raise ValueError(
-                f"{path} holds {mode[bool(earlier)]} results and this run is {mode[bool(quick)]}: its "
-                "parts would be merged into that file beside the others; give --out another folder "
-                "(by default quick runs write into <out>/quick), or move the file away"
+                f"{path} holds {mode[bool(earlier)]} results and this run is "
+                f"{mode[bool(quick)]}: give --out another folder (by default quick runs write "
+                "into <out>/quick), or move the file away"
             )
+
+
+def _check_run(names, parts, out, data, quick):
+    """The names and parts to run; ValueError before any work for unknown names or parts, an
+    ``out`` or ``data`` that is a file, files in ``out`` that reproduce did not write where it
+    would write (never replaced), results files of the other mode (quick or full)."""
+    from .. import datasets
+    from ..stores import check_parent_dir
+    from .report import foreign_outputs
+
+    if isinstance(names, str):
+        names = reference_data()["sets"] if names == "all" else names.split(",")
+    for name in names:
+        datasets.get(name)  # unknown names fail before any work
+    parts = parts.split(",") if isinstance(parts, str) else list(parts)
+    if set(parts) - set(PARTS):
+        raise ValueError(f"parts must be a subset of {PARTS}, got {parts}")
+    skipped = [(n, p) for n in names for p in parts if not part_applies(n, p)]
+    if len(skipped) == len(names) * len(parts):
+        ref = reference_data()
+        raise ValueError(
+            f"nothing to run: the paper has no {' or '.join(parts)} for {', '.join(names)} "
+            f"(equal time: {', '.join(ref['equal_time_sets'])}; "
+            f"curves: {', '.join(ref['curve_sets'])})"
+        )
+    for n, p in skipped:
+        print(f"{n}: no {p} in the paper; skipped")
+    for folder, what in ((out, "the results"), (data, "the data sets")):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} is a file, not a folder for {what}; pick another path")
+        check_parent_dir(folder, what)
+    foreign = foreign_outputs(out, names)
+    if foreign:
+        raise ValueError(
+            f"{out} holds files that reproduce did not write: {', '.join(foreign)}; it would write "
+            "over them: give --out another folder (or move them away)"
+        )
+    _check_modes(out, names, quick)
+    return names, parts
 
 
 def reproduce(
@@ -78,110 +102,56 @@ def reproduce(
 ) -> int:
     """Run ``parts`` of the reproduction on ``names`` (a list, a comma-separated string or "all").
 
-    ``grow_to``: the "RF tuned" row grows N from the RF rows' N up to this many features
-    (``RandomFeatureOperatorCV(max_features=grow_to)``); None: it stays at their N.
-
     Writes ``<out>/<name>.json``, ``<name>.png``, ``curves.png`` and ``table.md``; data-set stores
-    are read from (or generated into) ``data`` on a LocalCluster of ``workers`` processes (0: dask
-    threads in this process). ``data`` defaults to ``<out>/data`` here; the command line
-    (:func:`run_args`) passes ``reproduce_output/data`` (``benchmarks/reproduce.py``:
-    ``benchmarks/results/data``) whatever ``--out``, so that its result folders share one copy.
-    Returns 0, or 1 when a quick-mode error is over its bound. A run that fails or is interrupted keeps
-    the parts it finished (each is written when done) and writes ``table.md`` and ``curves.png`` of
-    them before it stops; a rerun computes every part again. Unknown names or parts raise
-    ValueError before any work, and so does an ``out`` holding files it did not write
-    (:func:`~rfol_dask.experiments.report.foreign_outputs`; it lists its own in
-    ``<out>/.rfol-dask-reproduce.json``): those are never replaced; an ``<out>/<name>.json`` of the other
-    mode (quick or full), into which this run would merge its parts, is refused too.
+    are read from (or generated into) ``data`` (default ``<out>/data``) on a LocalCluster of
+    ``workers`` processes (0: dask threads). ``grow_to``: the "RF tuned" row grows N up to this
+    many features. Returns 0, or 1 when a quick-mode error is over its bound. Each part is
+    written when done: a failed or interrupted run keeps them, with their ``table.md``.
     """
     import numpy as np
 
-    from .. import datasets
-    from ..stores import check_parent_dir
     from .data import SharedCluster
-    from .report import claim, foreign_outputs, render
+    from .report import render
     from .runners import run
 
-    if isinstance(names, str):
-        names = reference_data()["sets"] if names == "all" else names.split(",")
-    for name in names:
-        datasets.get(name)  # unknown names fail before any work
-    parts = parts.split(",") if isinstance(parts, str) else list(parts)
-    if set(parts) - set(PARTS):
-        raise ValueError(f"parts must be a subset of {PARTS}, got {parts}")
-    skipped = [(n, p) for n in names for p in parts if not part_applies(n, p)]
-    if len(skipped) == len(names) * len(parts):
-        raise ValueError(
-            f"nothing to run: the paper has no {' or '.join(parts)} for {', '.join(names)} "
-            f"(equal time: {', '.join(reference_data()['equal_time_sets'])}; "
-            f"curves: {', '.join(reference_data()['curve_sets'])})"
-        )
-    for n, p in skipped:
-        print(f"{n}: no {p} in the paper; skipped")
+    out = Path(out)
+    data = out / "data" if data is None else Path(data)
+    names, parts = _check_run(names, parts, out, data, quick)
     if grow_to is not None and int(grow_to) < 1:
         raise ValueError(f"grow_to must be a number of features >= 1, got {grow_to}")
     cluster = SharedCluster(workers)  # checks workers; starts nothing yet
-    out = Path(out)
-    data = out / "data" if data is None else Path(data)
-    for folder, what in ((out, "the results"), (data, "the data sets")):
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(f"{folder} is a file, not a folder for {what}; pick another path")
-        check_parent_dir(folder, what)
-    foreign = foreign_outputs(out, data)
-    if foreign:
-        raise ValueError(
-            f"{out} holds files that reproduce did not write: {', '.join(foreign[:5])}"
-            + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-            + "; it writes table.md, "
-            "<name>.json, <name>.png and curves.png there and replaces only its own: give --out a new "
-            "or empty folder (or one of its earlier results), or move those files away"
-        )
-    _check_modes(out, names, quick)
     out.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
-    claim(
-        out,
-        [f"{n}.{ext}" for n in names for ext in ("json", "png")]
-        + ["curves.png", "table.md"]
-        + ([data.name] if Path(os.path.abspath(data)).parent == Path(os.path.abspath(out)) else []),
-    )
-    cfg = dict(sizes(quick), grow_to=grow_to)
-    t0 = time.perf_counter()
-    results = {}
+    cfg, t0, results = dict(sizes(quick), grow_to=grow_to), time.perf_counter(), {}
     with np.errstate(all="ignore"):
         try:
             for name in names:
                 results[name] = run(name, parts, cfg, out, data, quick, cluster)
-        except (
-            BaseException
-        ):  # a failure or Ctrl-C: the parts written so far are kept (run writes each)
+        except BaseException:  # a failure or Ctrl-C: the table of the parts written so far
             with contextlib.suppress(Exception):  # the run's own error is the one to report
                 _curve_figure(out)
-                render(
-                    out
-                )  # so table.md and curves.png show the results files as they stand, not the last run's
+                render(out)
             raise
         finally:
             cluster.close()
     _curve_figure(out)
     print("\n" + render(out))
     print(f"total {time.perf_counter() - t0:.1f} s; results in {out}")
-    failed = [
-        f"{name}/{k}"
-        for name, res in results.items()
-        for k, m in res.get("fits", {}).get("methods", {}).items()
-        if not m.get("passed", True)
-    ]
+    methods = {
+        f"{n}/{k}": m
+        for n, r in results.items()
+        for k, m in r.get("fits", {}).get("methods", {}).items()
+    }
+    failed = [key for key, m in methods.items() if not m.get("passed", True)]
     if failed:
         print(f"over the quick-mode bound: {', '.join(failed)}")
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 def add_arguments(
     parser: argparse.ArgumentParser, default_out="reproduce_output", default_data=None
 ):
-    """The reproduction's options (shared by ``rfol-dask reproduce`` and ``benchmarks/reproduce.py``)."""
+    """The reproduction's options (of ``rfol-dask reproduce`` and ``benchmarks/reproduce.py``)."""
     data_help = f"{default_out}/data" if default_data is None else default_data
     parser.add_argument("name", help="a data set, a comma-separated list, or 'all'")
     parser.add_argument(
@@ -215,7 +185,8 @@ def add_arguments(
 
 def run_args(args) -> int:
     """:func:`reproduce` with the options of :func:`add_arguments`: by default results in
-    ``<default_out>`` (quick: ``<default_out>/quick``) and data in ``<default_out>/data``, whatever ``--out``."""
+    ``<default_out>`` (quick: ``<default_out>/quick``), data in ``<default_out>/data`` whatever
+    ``--out``."""
     out = args.out or str(Path(args.default_out) / ("quick" if args.quick else ""))
     data = args.data or str(Path(args.default_out) / "data")
     return reproduce(
@@ -237,5 +208,5 @@ def build_parser(default_out="reproduce_output", default_data=None) -> argparse.
 
 
 def main(argv=None, default_out="reproduce_output", default_data=None) -> int:
-    """Command-line entry point; ``benchmarks/reproduce.py`` passes the source tree's result folders."""
+    """Command-line entry point; ``benchmarks/reproduce.py`` passes its result folders."""
     return run_args(build_parser(default_out, default_data).parse_args(argv))

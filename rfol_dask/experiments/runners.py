@@ -1,4 +1,4 @@
-"""The three parts of the reproduction for one data set: the fits table, equal time, error curves."""
+"""The three parts of the reproduction for one data set: fits table, equal time, error curves."""
 
 from __future__ import annotations
 
@@ -11,17 +11,9 @@ import numpy as np
 from .. import RandomFeatureOperator, RandomFeatureOperatorCV, curves, datasets
 from ..baselines import KernelOperator, KernelOperatorCV
 from ..plotting import plot_example
+from . import reference as ref
 from .data import arrays, grid, load_split, load_subset
 from .measure import run_method
-from .reference import (
-    METHODS,
-    TUNED,
-    paper_equal_time,
-    paper_error,
-    part_applies,
-    quick_bound,
-    quick_train,
-)
 from .report import fmt_error, read_results, write_results
 from .selection import median_length_scale, select_nugget
 
@@ -29,7 +21,7 @@ __all__ = ["make_models", "tuned_info", "run_fits", "run_equal_time", "run_curve
 
 
 def _pct(x, missing="-"):
-    """An error for the console: in percent, with the unit (as the paper's beside it), or ``missing``."""
+    """An error for the console: in percent, with the unit, or ``missing``."""
     text = fmt_error(x, missing=missing)
     return text if text == missing else f"{text} %"
 
@@ -41,30 +33,18 @@ def _rf(law, N, paper):
 
 
 def make_models(paper, U, V, max_features=None, grow_to=None):
-    """The methods of :data:`METHODS` with their hyperparameters: ``{label: (estimator, info, select_s)}``.
+    """The methods of :data:`.METHODS`: ``{label: (estimator, info, select_s)}``.
 
-    RF Cauchy / Gaussian at the paper's (N, gamma, alpha), N capped at ``max_features``;
-    RBF, Matern 5/2 and linear kernel ridge with the median-heuristic length scale of ``U``
-    (M, n) and the nugget of :func:`select_nugget` (``select_s``: its seconds); ``rf_tuned``:
-    :class:`~rfol_dask.RandomFeatureOperatorCV` at the same N (the default search: law, gamma and
-    alpha; with ``grow_to`` > N its growth stage then grows N up to ``grow_to``),
-    ``kernel_tuned``: :class:`~rfol_dask.baselines.KernelOperatorCV` (default search: kernel,
-    length scale and nugget). Both select on a validation split of the training
-    data ``U``, ``V`` (the last 20 %) when fitted, then refit the winner on all of it; their
-    selection time is part of their fit time (``select_s`` 0).
+    RF Cauchy / Gaussian at the paper's (N, gamma, alpha), N capped at ``max_features``; RBF,
+    Matern 5/2 and linear kernel ridge with the median-heuristic length scale of ``U`` (M, n) and
+    the nugget of :func:`select_nugget` (``select_s``: its seconds); ``rf_tuned`` and
+    ``kernel_tuned``: the default searches of ``RandomFeatureOperatorCV`` at the same N (grown up
+    to ``grow_to``) and ``KernelOperatorCV``, selected on the last 20 % of ``U``, ``V`` and refitted
+    on all of it (their selection time is part of their fit time).
     """
-    N = (
-        int(paper["n_features"])
-        if not max_features
-        else min(int(paper["n_features"]), max_features)
-    )
-    out = {}
-    for law in ("cauchy", "gaussian"):
-        out[f"rf_{law}"] = (
-            _rf(law, N, paper),
-            {"n_features": N, "gamma": paper["gamma"], "alpha": paper["alpha"]},
-            0.0,
-        )
+    N = min(int(paper["n_features"]), max_features or int(paper["n_features"]))
+    info = {"n_features": N, "gamma": paper["gamma"], "alpha": paper["alpha"]}
+    out = {f"rf_{law}": (_rf(law, N, paper), info, 0.0) for law in ("cauchy", "gaussian")}
     ell = median_length_scale(U, random_state=0)
     for kernel in ("rbf", "matern52", "linear"):
         nugget, sel_s, sel = select_nugget(kernel, ell, U, V)
@@ -73,18 +53,15 @@ def make_models(paper, U, V, max_features=None, grow_to=None):
             info["length_scale"] = ell
         out[kernel] = (KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget), info, sel_s)
     grow = int(grow_to) if grow_to and int(grow_to) > N else None
-    out["rf_tuned"] = (
-        RandomFeatureOperatorCV(n_features=N, max_features=grow, random_state=0),
-        {"n_features": N, "grow_to": grow},
-        0.0,
-    )
+    search = RandomFeatureOperatorCV(n_features=N, max_features=grow, random_state=0)
+    out["rf_tuned"] = (search, {"n_features": N, "grow_to": grow}, 0.0)
     out["kernel_tuned"] = (KernelOperatorCV(), {}, 0.0)
     return out
 
 
 def tuned_info(search):
-    """The selection of a fitted ``RandomFeatureOperatorCV`` / ``KernelOperatorCV``: chosen parameters,
-    validation error (on the training data's validation split), search and refit seconds, candidates."""
+    """The selection of a fitted ``RandomFeatureOperatorCV`` / ``KernelOperatorCV``: chosen
+    parameters, validation error, search and refit seconds, candidates."""
     return {
         "best_params": search.best_params_,
         "validation_error": -float(search.best_score_),
@@ -95,51 +72,48 @@ def tuned_info(search):
 
 
 def run_fits(name, train, test, cfg, out, quick):
-    """Every method of :data:`METHODS` on one split; the RF Cauchy example figure to ``<out>/<name>.png``.
-
-    Returns ``{"methods": {label: row}, "figure": file name}``; each row holds the
-    :func:`run_method` figures, the hyperparameters, the paper's error and, in quick mode,
-    the ``bound`` and whether the error ``passed`` it.
-    """
+    """Every method of :data:`.METHODS` on one split; the RF Cauchy figure to ``<out>/<name>.png``.
+    Returns ``{"methods": {label: row}, "figure": file name}``; a row holds the :func:`run_method`
+    figures, the hyperparameters, the paper's error and, in quick mode, the ``bound`` and whether
+    the error ``passed`` it."""
     paper = datasets.get(name).paper
     U, V = arrays(train)
     Ut, Vt = arrays(test)
     rows, example = {}, None
-    for label, (model, info, sel_s) in make_models(
-        paper, U, V, cfg["max_features"], cfg.get("grow_to")
-    ).items():
+    models = make_models(paper, U, V, cfg["max_features"], cfg.get("grow_to"))
+    for label, (model, info, sel_s) in models.items():
         row, pred = run_method(model, U, V, Ut, Vt)
-        row.update(info, select_s=sel_s, paper=paper_error(name, label))
-        if label in TUNED:
+        row.update(info, select_s=sel_s, paper=ref.paper_error(name, label))
+        if label in ref.TUNED:
             row.update(tuned_info(model))
             if "n_features" in row["best_params"]:  # the N the growth chose
                 row["n_features"] = row["best_params"]["n_features"]
         if quick:
-            row["bound"] = quick_bound(name, label)
+            row["bound"] = ref.quick_bound(name, label)
             row["passed"] = bool(row["error"] < row["bound"])
         rows[label] = row
         print(
-            f"  {name:26s} {label:12s} error {_pct(row['error'], 'nan')}  paper {_pct(row['paper'])}  "
-            f"fit {row['fit_s']:7.2f} s  predict {row['predict_s']:6.2f} s  peak {row['peak_mib']:7.0f} MiB"
+            f"  {name:26s} {label:12s} error {_pct(row['error'], 'nan')}  "
+            f"paper {_pct(row['paper'])}  fit {row['fit_s']:7.2f} s  "
+            f"predict {row['predict_s']:6.2f} s  peak {row['peak_mib']:7.0f} MiB"
             + (f"  select {sel_s:.2f} s" if sel_s else "")
-            + (f"  chose {row['best_params']}" if label in TUNED else ""),
+            + (f"  chose {row['best_params']}" if label in ref.TUNED else ""),
             flush=True,
         )
         if label == "rf_cauchy":
             example = pred
-    shape_out = train["output"].shape[1:]
     png = plot_example(
         Path(out) / f"{name}.png",
         train["input"].values[0],
         train["output"].values[0],
         test["output"].values[0],
-        example[0].reshape(shape_out),
+        example[0].reshape(train["output"].shape[1:]),
         grid(train["input"]),
         grid(train["output"]),
         title=f"{name}: RF Cauchy, N = {rows['rf_cauchy']['n_features']}",
         label="RF Cauchy",
     )
-    assert set(rows) == set(METHODS)
+    assert set(rows) == set(ref.METHODS)
     return {"methods": rows, "figure": Path(png).name}
 
 
@@ -162,28 +136,15 @@ def run_equal_time(name, train, test, cfg):
     budget = float(np.mean([r["train_s"] for r in rows.values()]))
     ladder = curves.doubling(250, cfg["curve_stop"])
     for law in ("cauchy", "gaussian"):
-        c = curves.error_curve(
-            U,
-            V,
-            Ut,
-            Vt,
-            ladder,
-            distribution=law,
-            gamma=paper["gamma"],
-            alpha=paper["alpha"],
-            random_state=0,
-        )
+        settings = dict(distribution=law, gamma=paper["gamma"], alpha=paper["alpha"])
+        c = curves.error_curve(U, V, Ut, Vt, ladder, random_state=0, **settings)
         N = int(c["n_features"][np.argmin(np.abs(np.log(c["fit_time"] / budget)))])
         row, _ = run_method(_rf(law, N, paper), U, V, Ut, Vt, repeats=3)
-        row.update(
-            n_features=N,
-            train_s=row["fit_s"],
-            ladder_fit_s=c["fit_time"].tolist(),
-            ladder_error=c["error"].tolist(),
-        )
+        row.update(n_features=N, train_s=row["fit_s"], ladder_fit_s=c["fit_time"].tolist())
+        row["ladder_error"] = c["error"].tolist()
         rows[f"rf_{law}"] = row
     for label, row in rows.items():
-        row["paper"] = paper_equal_time(name, label)
+        row["paper"] = ref.paper_equal_time(name, label)
         print(
             f"  equal time {name:18s} {label:12s} error {_pct(row['error'], 'nan')}  "
             f"train {row['train_s']:6.3f} s"
@@ -195,29 +156,21 @@ def run_equal_time(name, train, test, cfg):
 
 
 def run_curves(name, train, test, cfg):
-    """Error and fit time vs N (Cauchy) from one grow-by-blocks fit per seed, with the fitted slopes,
-    the gamma of each seed and the curve's settings (alpha among them): the results file's ``curves``
+    """Error and fit time vs N (Cauchy) from one grow-by-blocks fit per seed, with the slopes,
+    the gamma of each seed and the curve's settings (alpha among them): the results' ``curves``
     is an :func:`~rfol_dask.curves.error_curves` result (``curves.curve_dataset`` reads it)."""
     paper = datasets.get(name).paper
     U, V = arrays(train)
     Ut, Vt = arrays(test)
     ladder = curves.doubling(250, cfg["curve_stop"])
-    res = curves.error_curves(
-        U,
-        V,
-        Ut,
-        Vt,
-        ladder,
-        seeds=range(cfg["curve_seeds"]),
-        distribution="cauchy",
-        gamma=paper["gamma"],
-        alpha=paper["alpha"],
-    )
+    settings = dict(distribution="cauchy", gamma=paper["gamma"], alpha=paper["alpha"])
+    res = curves.error_curves(U, V, Ut, Vt, ladder, seeds=range(cfg["curve_seeds"]), **settings)
     s = res["slope"]
     sat = "-" if s["saturated_at"] is None else int(s["saturated_at"])
     print(
-        f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over {s['n_points']} points"
-        f" (saturated at N = {sat}); fit-time slope {res['time_slope']['slope']:+.2f}; for N >= 2M: "
+        f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over "
+        f"{s['n_points']} points (saturated at N = {sat}); fit-time slope "
+        f"{res['time_slope']['slope']:+.2f}; for N >= 2M: "
         + (
             f"error = {res['excess']['floor']:.3g} + c N^-{res['excess']['p']:.2f}"
             if np.isfinite(res["excess"]["p"])
@@ -225,56 +178,38 @@ def run_curves(name, train, test, cfg):
         ),
         flush=True,
     )
-    return {
-        "train": len(U),
-        "test": len(Ut),
-        "n_train": len(U),
-        "distribution": "cauchy",
-        "gamma": res["gamma"].tolist(),
-        "settings": res["settings"],
-        "seeds": res["seeds"].tolist(),
-        "n_features": res["n_features"].tolist(),
-        "error": res["error"].tolist(),
-        "fit_time": res["fit_time"].tolist(),
-        "predict_time": res["predict_time"].tolist(),
-        "slope": s,
-        "time_slope": res["time_slope"],
-        "excess": res["excess"],
-    }
+    arrays_ = ("gamma", "seeds", "n_features", "error", "fit_time", "predict_time")
+    out = dict(train=len(U), test=len(Ut), n_train=len(U), distribution="cauchy")
+    out.update({k: res[k].tolist() for k in arrays_}, settings=res["settings"], slope=s)
+    return dict(out, time_slope=res["time_slope"], excess=res["excess"])
 
 
 def _split(name, cfg, data_dir, quick, cluster):
     """The fits / curves split: the quick subset, or the paper-size split with capped test set."""
     if quick:
-        return load_subset(name, quick_train(name), cfg["test"], data_dir, cluster)
+        return load_subset(name, ref.quick_train(name), cfg["test"], data_dir, cluster)
     return load_split(name, data_dir, cfg["max_test"], cluster)
 
 
 def run(name, parts, cfg, out, data_dir, quick, cluster=None):
     """The requested ``parts`` for data set ``name``; writes ``<out>/<name>.json`` (merged with an
-    earlier file of the same name and mode, ``quick``: :func:`~rfol_dask.experiments.reproduce.reproduce`
+    earlier file of the same name and mode, ``quick``: :func:`.reproduce.reproduce`
     refuses a file of the other) after each part and returns its content."""
     path = Path(out) / f"{name}.json"
     res = read_results(path) if path.exists() else {}
-    res.update(
-        name=name, quick=quick
-    )  # every part of a file is of one mode (reproduce refuses the other)
+    res.update(name=name, quick=quick)  # every part of a file is of one mode
     if "fits" in parts:
         train, test = _split(name, cfg, data_dir, quick, cluster)
-        res.update(
-            train=train.sizes["sample"],
-            test=test.sizes["sample"],
-            paper_test=datasets.get(name).paper["test"],
-            machine=platform.machine(),
-            load_avg=os.getloadavg()[0],
-        )
+        res.update(train=train.sizes["sample"], test=test.sizes["sample"])
+        res.update(paper_test=datasets.get(name).paper["test"], machine=platform.machine())
+        res["load_avg"] = os.getloadavg()[0]
         res["fits"] = run_fits(name, train, test, cfg, out, quick)
         write_results(path, res)
-    if "equal_time" in parts and part_applies(name, "equal_time"):
+    if "equal_time" in parts and ref.part_applies(name, "equal_time"):
         train, test = load_subset(name, cfg["equal_train"], cfg["equal_test"], data_dir, cluster)
         res["equal_time"] = run_equal_time(name, train, test, cfg)
         write_results(path, res)
-    if "curves" in parts and part_applies(name, "curves"):
+    if "curves" in parts and ref.part_applies(name, "curves"):
         train, test = _split(name, cfg, data_dir, quick, cluster)
         res["curves"] = run_curves(name, train, test, cfg)
         write_results(path, res)

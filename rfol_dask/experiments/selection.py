@@ -1,10 +1,5 @@
-"""Hyperparameters of the kernel baselines: the median heuristic (:func:`rfol_dask.tuning.median_length_scale`,
-re-exported here) and a nugget chosen on validation data.
-
-The median runs over all pairs of a seeded random sample of at most 2000 training rows (fewer for
-wide inputs) from the first 10000: at the quick sizes that is every row, so the values are those of
-the former heuristic here (the first 1000 rows); at full sizes the sample differs from the first
-1000 rows and the length scale moves by the sampling error of a median.
+"""Hyperparameters of the kernel baselines: the library's median heuristic
+(:func:`rfol_dask.tuning.median_length_scale`, re-exported) and a nugget chosen on validation data.
 """
 
 from __future__ import annotations
