@@ -214,27 +214,41 @@ def pinned(worker):
 def worker_addresses(client):
     """The client's worker addresses, sorted; ``[None]`` without a client (one local "worker").
 
-    The tasks placed by them go to the workers there now: a cluster without workers is given
-    :data:`WORKER_WAIT_S` seconds for a first one, then NoWorkersError (a fit on it had divided by
-    its zero workers, or pinned its tasks to none)."""
+    A cluster without workers (still starting, or restarted by their nannies) is given
+    :data:`WORKER_WAIT_S` seconds for a first one, then NoWorkersError."""
     if client is None:
         return [None]
     workers = scheduler_workers(client)
     if not workers:
-        try:
+        with contextlib.suppress(TimeoutError):
             client.wait_for_workers(1, timeout=WORKER_WAIT_S)
-        except TimeoutError:
-            pass
         workers = scheduler_workers(client)
     if not workers:
         raise NoWorkersError(
-            f"the dask cluster of the client has no workers (none arrived within {WORKER_WAIT_S} s): start some "
-            "(cluster.scale(n); an adaptive cluster starts them only for tasks waiting, so give cluster.adapt a "
-            "minimum >= 1) or wait for them (client.wait_for_workers(n)) before the fit; workers that exceed "
-            "their memory limit as they start (a memory_limit below the few hundred MB a worker process takes) "
-            "are restarted again and again and never join"
+            f"the dask cluster of the client has no workers (none arrived within {WORKER_WAIT_S} "
+            "s): start some (cluster.scale(n), or cluster.adapt with a minimum >= 1) or wait for "
+            "them (client.wait_for_workers(n)) before the fit; a memory_limit below the few "
+            "hundred MB a worker process takes restarts them again and again"
         )
     return sorted(workers)
+
+
+def ask_workers(client, func, *args):
+    """``{address: func(*args)}`` run on every worker of ``client`` that answers: a worker lost
+    meanwhile (killed, its job ended) is left out, and asked again once if none answers; then
+    NoWorkersError. An error ``func`` raises is raised."""
+    for _ in range(2):
+        answers = client.run(func, *args, workers=worker_addresses(client), on_error="return")
+        for answer in answers.values():
+            if isinstance(answer, BaseException) and not isinstance(answer, OSError):
+                raise answer
+        answers = {a: r for a, r in answers.items() if not isinstance(r, OSError)}
+        if answers:
+            return answers
+    raise NoWorkersError(
+        f"every worker of the dask cluster was lost while asked for its memory ({func.__name__})"
+        ": check that the workers stay up (their logs say why they ended) and run it again"
+    )
 
 
 def worker_slots(client, per_worker=None):
