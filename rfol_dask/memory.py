@@ -22,29 +22,6 @@ from .exceptions import MemoryPlanWarning, SettingWarning
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
-__all__ = [
-    "ROW_BLOCK_BYTES",
-    "SLAB_BYTES",
-    "MIN_SLAB_COLUMNS",
-    "DEVICE_SHARE",
-    "Budget",
-    "memory_budget",
-    "free_bytes",
-    "device_free_bytes",
-    "device_total_bytes",
-    "gram_device",
-    "check_gram_memory",
-    "check_host_memory",
-    "check_prediction_memory",
-    "check_tile_memory",
-    "DualPlan",
-    "dual_plan",
-    "MemoryPlan",
-    "memory_plan",
-    "gram_slots",
-    "n_slots",
-]
-
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
 ROW_BLOCK_BYTES = 128 * 2**20
 
@@ -60,29 +37,15 @@ DEVICE_SHARE = 0.6
 
 @dataclass(frozen=True)
 class Budget:
-    """Bytes one process may give to a fit.
-
-    Attributes
-    ----------
-    bytes : float
-        The budget.
-    where : str
-        Where it comes from, for messages.
-    peak_room : float or None
-        What a worker may hold at the brief peak of a step (the sum of the workers' Grams): the
-        least ``0.8 limit - used`` of the workers (None when they never pause), or on GPUs their
-        least free GPU memory; None without worker limits or with ``max_gram_bytes``.
-    workers : int
-        Workers of the client (1 without one).
-    peak_line : str
-        What ``peak_room`` is, for messages.
-    """
+    """Bytes one process may give to a fit: ``bytes``, from ``where`` (for messages)."""
 
     bytes: float
     where: str
+    #: what a worker may hold at the brief peak of a step (a sum of Grams): the least ``0.8 limit
+    #: - used`` of the workers (None if they never pause), or their least free GPU memory
     peak_room: float | None = None
-    workers: int = 1
-    peak_line: str = "it has before dask pauses it"
+    workers: int = 1  #: workers of the client
+    peak_line: str = "it has before dask pauses it"  #: what ``peak_room`` is, for messages
 
 
 def _worker_limits(client):
@@ -352,19 +315,8 @@ def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None,
 
 @dataclass(frozen=True)
 class DualPlan:
-    """How a dask dual fit holds the M x M Gram.
-
-    Attributes
-    ----------
-    blocked : bool
-        The Gram (with what a worker holds beside it) does not fit one worker: it is factorised
-        blocked across the workers.
-    slab_bytes : int
-        Bytes of one feature slab (M x slab width) of the streamed dual (0 when blocked or
-        without feature slabs).
-    reason : str
-        Why the plan is blocked, for messages ("" when not).
-    """
+    """How a dask dual fit holds the M x M Gram: ``blocked`` (factorised across the workers, as
+    it does not fit one; ``reason`` says why) or streamed in feature slabs of ``slab_bytes``."""
 
     blocked: bool
     slab_bytes: int
@@ -436,14 +388,8 @@ def dual_plan(
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """How the tiled dask dual fit uses memory.
-
-    Attributes
-    ----------
-    keep_features : bool
-        The row blocks of ``A`` stay in memory for ``C = A^T Beta``; else they are made again
-        from the inputs.
-    """
+    """Whether the tiled dask dual keeps the rows of ``A`` for ``C = A^T Beta`` (else it makes
+    them again from the inputs)."""
 
     keep_features: bool
 

@@ -19,21 +19,11 @@ import dask
 
 from .exceptions import NoWorkersError, WorkersKilledError
 
-__all__ = [
-    "NO_WORKERS_TIMEOUT",
-    "active_client",
-    "scheduler_workers",
-    "compute",
-    "release",
-    "WorkersKilledError",
-    "NoWorkersError",
-]
-
 logger = logging.getLogger("rfol_dask")
 
-#: How long a scheduler started after this import lets tasks wait while the cluster has no
-#: workers (every worker job past its walltime, preempted or cancelled) before they fail; unset
-#: upstream, where they wait for ever. A value the user configures wins.
+#: how long the tasks of a scheduler started after this import wait on a cluster without workers
+#: (jobs past their walltime, preempted, cancelled) before they fail; upstream they wait for ever
+#: (a value the user configures wins)
 NO_WORKERS_TIMEOUT = "60s"
 dask.config.update_defaults(
     {"distributed": {"scheduler": {"no-workers-timeout": NO_WORKERS_TIMEOUT}}}
@@ -207,23 +197,15 @@ def release(futures):
 def compute(
     *collections, progress=False, client=None, desc="rfol_dask", consume=None, settle=False
 ):
-    """``dask.compute(*collections)`` with an optional progress bar on stderr (a widget in a
-    notebook).
+    """``dask.compute(*collections)`` on the given or active client (else dask's local
+    scheduler), with a progress bar on stderr (a widget in a notebook) if ``progress``.
 
-    With a distributed client (given, or the active one) the collections run there, else on
-    dask's local scheduler. A task that keeps killing its workers (``distributed.KilledWorker``)
-    raises :class:`WorkersKilledError`; a cluster whose workers all ended, none coming back within
-    ``distributed.scheduler.no-workers-timeout`` (:data:`NO_WORKERS_TIMEOUT`), raises
-    :class:`NoWorkersError`.
-
-    ``consume(i, result)``, if given, receives the result of ``collections[i]`` as soon as it is
-    computed, and nothing is returned: with a client each result is gathered while the others
-    still run and released on the cluster at once (a result in parts never lies whole on the
-    workers); the local scheduler hands them over at the end, in order.
-
-    ``settle``: when the computation fails or is interrupted, the tasks already running end
-    before the exception propagates (none still writes into a store once the caller lets go of
-    its lock); tasks not started never start. A second interrupt stops the wait.
+    A task that keeps killing its workers raises :class:`WorkersKilledError`; a cluster whose
+    workers all ended for ``distributed.scheduler.no-workers-timeout`` :class:`NoWorkersError`.
+    ``consume(i, result)``, if given, receives each result as soon as it is computed (then
+    released on the cluster) and nothing is returned. ``settle``: on a failure or an interrupt,
+    the tasks already running end before the exception propagates (none still writes into a
+    store once the caller lets go of its lock); a second interrupt stops the wait.
     """
     client = client if client is not None else active_client()
     if client is None:
