@@ -16,6 +16,7 @@ import threading
 import time
 
 import dask
+import distributed  # noqa: F401  (its configuration defaults first: NO_WORKERS_TIMEOUT overrides one)
 
 from .exceptions import NoWorkersError, WorkersKilledError
 
@@ -261,9 +262,8 @@ def _let_running_end(client, futures, desc):
 
 
 def _collect(pending, client, desc, progress, consume):
-    """Wait for the futures ``pending`` (``{index: future}``) under a progress bar; gather them
-    all at the end, or hand each to ``consume`` as it finishes (popped from ``pending``, so that
-    the cluster forgets it)."""
+    """Gather the futures ``pending`` (``{index: future}``) under a progress bar as each finishes;
+    for ``consume``, if given, each popped from ``pending`` (the cluster forgets it)."""
     from distributed import as_completed
     from distributed.utils import is_kernel
 
@@ -276,30 +276,27 @@ def _collect(pending, client, desc, progress, consume):
         bar = threading.Thread(target=_text_bar, args=args, daemon=True, name="rfol-progress")
         bar.start()
         drawn.wait(10)  # the bar tracks the keys before any is forgotten (else no bar)
-    t0 = time.perf_counter()
-    if consume is None:
-        for _ in as_completed(futures, loop=client.loop):  # wait (without a default client)
-            pass
-        results = tuple(client.gather(futures))
-    else:
-        index = {f.key: i for i, f in pending.items()}
-        done = as_completed(futures, with_results=True, loop=client.loop)
-        del futures
-        for future, result in done:
-            if isinstance(result, BaseException):  # a cancelled future comes with its error
-                raise RuntimeError(
-                    f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: "
-                    f"{result}); was the cluster restarted or the client closed during the "
-                    "computation? Run it again"
-                ) from result
-            i = index[future.key]
+    t0, results = time.perf_counter(), [None] * len(pending)
+    index = {f.key: i for i, f in pending.items()}
+    done = as_completed(futures, with_results=True, loop=client.loop)
+    del futures
+    for future, result in done:  # a task's error is raised here
+        if isinstance(result, BaseException):  # a cancelled future comes with its error
+            raise RuntimeError(
+                f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: "
+                f"{result}); was the cluster restarted or the client closed during the "
+                "computation? Run it again"
+            ) from result
+        i = index[future.key]
+        if consume is None:
+            results[i] = result
+        else:  # forgotten on the cluster before the next one comes
             del pending[i], future
             consume(i, result)
             del result
-        results = None
     logger.debug("%s: computed and gathered in %.3f s", desc, time.perf_counter() - t0)
     if bar is not None:
         bar.join(timeout=5)
     if widget is not None:  # let the widget draw the end before the futures go
         concurrent.futures.wait([widget], timeout=5)
-    return results
+    return tuple(results) if consume is None else None

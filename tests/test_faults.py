@@ -93,7 +93,8 @@ def test_task_that_kills_every_worker_gives_clear_error_and_writes_nothing(tmp_p
             RandomFeatureOperator.load(tmp_path / "model.zarr").coef_, good.coef_
         )
 
-        # a data-set generation whose block kills its workers leaves an incomplete store, never a complete one
+        # a data-set generation whose block kills its workers leaves an incomplete store, never a
+        # complete one
         from rfol_dask.datasets import store as store_mod
 
         real = store_mod._write_block
@@ -134,7 +135,8 @@ def test_fit_under_memory_pressure_spills_and_completes():
 
         Ud, Vd = da.from_array(U, chunks=(150, -1)), da.from_array(V, chunks=(150, -1))
         with get_task_stream(client=client) as ts:
-            # (a numeric gamma: the default "median" reads a sample of U in a compute of its own first)
+            # (a numeric gamma: the default "median" reads a sample of U in a compute of its own
+            # first)
             model = RandomFeatureOperator(
                 n_features=1500, gamma=1.0, alpha=1e-6, random_state=0
             ).fit(Ud, Vd)
