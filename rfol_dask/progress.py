@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import importlib.util
+import itertools
 import logging
 import sys
 import threading
@@ -126,7 +127,8 @@ def _compute_local(collections, progress, desc, settle):
     run, pool = _LocalRun(desc, sys.stderr if progress else None), None
     if settle and get_scheduler(collections=collections) is dask.threaded.get:
         workers = dask.config.get("num_workers", None) or CPU_COUNT
-        pool = dask.threaded.ContextAwareThreadPoolExecutor(workers)
+        prefix = f"rfol-compute-{next(_POOLS)}-"
+        pool = dask.threaded.ContextAwareThreadPoolExecutor(workers, thread_name_prefix=prefix)
     try:
         with run.callback, dask.config.set(pool=pool) if pool else contextlib.nullcontext():
             return dask.compute(*collections)
@@ -135,8 +137,14 @@ def _compute_local(collections, progress, desc, settle):
             _say_waiting(desc, len(run.state["running"]))
         raise
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:  # by name: an interrupt in a thread's start leaves it off the pool
+            pool.shutdown(wait=False, cancel_futures=True)
+            for thread in threading.enumerate():
+                if thread.name.startswith(prefix):
+                    thread.join()
+
+
+_POOLS = itertools.count()  # numbers the pools of :func:`_compute_local`
 
 
 def _say_waiting(desc, n):
