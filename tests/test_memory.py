@@ -659,3 +659,20 @@ def test_an_in_memory_prediction_from_another_input_grid_is_refused_before_its_i
         np.asarray(X), [x]
     )  # the same prediction as before
     np.testing.assert_array_equal(np.asarray(pred), model.predict(by_hand, output_grid=[out]))
+
+
+def test_a_memory_probe_that_no_worker_answers_says_what_failed():
+    """Workers lost while asked (killed, their jobs ended) are left out; if none answers, twice,
+    one error says so, not distributed's CommClosedError."""
+    from distributed.comm.core import CommClosedError
+
+    from rfol_dask.exceptions import NoWorkersError
+
+    class Lost(FakeClient):
+        def run(self, func, *args, **kwargs):
+            return {"w0": CommClosedError("in <TCP (closed) Scheduler Broadcast>"), "w1": 1e6}
+
+    assert memory_budget(client=Lost(300e6, 300e6)).bytes == pytest.approx(0.6 * 300e6)
+    Lost.run = lambda self, func, *a, **k: {"w0": CommClosedError("closed")}
+    with pytest.raises(NoWorkersError, match="every worker of the dask cluster was lost while"):
+        memory_budget(client=Lost(300e6))
