@@ -49,8 +49,7 @@ class Budget:
 
 
 def _worker_limits(client):
-    """Memory limits ``{address: bytes}`` of the client's workers (the scheduler's view); empty
-    unless every worker has one."""
+    """Memory limits ``{address: bytes}`` of the workers (the scheduler's), if all have one."""
     workers = scheduler_workers(client) if client is not None else {}
     limits = {a: w.get("memory_limit") or 0 for a, w in workers.items()}
     return limits if limits and min(limits.values()) > 0 else {}

@@ -1,9 +1,6 @@
-"""``dask.compute`` with a progress bar, on dask's local scheduler or a distributed client, and
-with the cluster's failures said in one line.
-
-Progress never goes to stdout (which carries results): the text bars write to stderr, and in a
-Jupyter kernel with ``ipywidgets`` the distributed bar is a widget.
-"""
+"""``dask.compute`` on dask's local scheduler or a distributed client, with a progress bar that
+never goes to stdout (which carries results: stderr, or a widget in a notebook), and with the
+cluster's failures said in one line."""
 
 from __future__ import annotations
 
