@@ -1,16 +1,10 @@
 """The errors and warnings of rfol_dask, in one place (as ``sklearn.exceptions``).
 
-Every warning the package gives is a :class:`RfolDaskWarning`, and also the one standard category
-it always had (``UserWarning`` or ``RuntimeWarning``; the base itself is neither, so a filter on
-one of them acts as before). The package's warnings point at the user's
-line that called into it (:mod:`rfol_dask.stacklevel`), so a filter by module does not find
-them; filter by category instead::
+Every warning is a :class:`RfolDaskWarning` and also the standard category it always had
+(``UserWarning`` or ``RuntimeWarning``). The warnings point at the user's line that called into
+the package (:mod:`rfol_dask.stacklevel`), so filter them by category, not by module::
 
-    warnings.filterwarnings("ignore", category=rfol_dask.exceptions.RfolDaskWarning)   # all of them
-    warnings.filterwarnings("error", category=rfol_dask.exceptions.MemoryPlanWarning)  # one kind
-
-The errors are also importable from the modules that raise them. Apart from scikit-learn's
-metric warning, no imports: the bottom module, :mod:`rfol_dask.linalg`, may use it.
+    warnings.filterwarnings("ignore", category=rfol_dask.exceptions.RfolDaskWarning)
 """
 
 from __future__ import annotations
@@ -42,18 +36,16 @@ class RfolDaskWarning(Warning):
 
 
 class MemoryPlanWarning(RfolDaskWarning, RuntimeWarning):
-    """A fit's memory plan changed: the dual's Gram does not fit one worker, so it is factorised
-    blocked, across the workers."""
+    """The dual's Gram does not fit one worker: it is factorised blocked, across the workers."""
 
 
 class ClusterWarning(RfolDaskWarning, RuntimeWarning):
-    """A cluster that may leave work behind: a batch job that may have been queued, a cluster that
-    did not close."""
+    """A cluster that may leave work behind (jobs that may be queued, a cluster not closed)."""
 
 
 class SettingWarning(RfolDaskWarning, UserWarning):
-    """A setting of the user's that defeats a safeguard: a ``max_gram_bytes`` beyond what the
-    hardware holds, a cluster configuration that oversubscribes its nodes' cores."""
+    """A setting that defeats a safeguard (a ``max_gram_bytes`` beyond the hardware, a cluster
+    configuration that oversubscribes its nodes' cores)."""
 
 
 class DataWarning(RfolDaskWarning, UserWarning):
@@ -66,14 +58,12 @@ class SelectionWarning(RfolDaskWarning, UserWarning):
 
 
 class ModelFileWarning(RfolDaskWarning, UserWarning):
-    """A saved model loaded other than as it was saved (an older format, another device, the
+    """A saved model loaded other than as it was saved (older format, another device, the
     previous model after an interrupted save)."""
 
 
 class RidgeRaised(RfolDaskWarning, RuntimeWarning):
-    """A factorisation that needed a larger ridge than asked for; ``alpha`` is the ridge asked
-    for, ``ridge`` the one used (a search records it instead of warning:
-    :class:`rfol_dask.selection.SelectionCV`)."""
+    """A factorisation that needed a larger ridge, ``ridge``, than the ``alpha`` asked for."""
 
     def __init__(self, message, alpha=None, ridge=None):
         super().__init__(message)
@@ -85,36 +75,31 @@ class UndefinedMetricWarning(RfolDaskWarning, _SklearnUndefinedMetric):
 
 
 class ComplexDataError(TypeError, ValueError):
-    """Complex input: a TypeError (as the dask path raises for any dtype that is not real) and
-    the ValueError scikit-learn's estimator checks expect."""
+    """Complex input: a TypeError (as dask raises for any dtype that is not real) and the
+    ValueError scikit-learn's estimator checks expect."""
 
 
 class NoWorkersError(RuntimeError):
-    """The client's cluster has no workers to place a fit's tasks on (none arrived in the wait
-    of :func:`rfol_dask.placement.worker_addresses`)."""
+    """The client's cluster has no workers: none arrived, or every worker ended during a
+    computation (jobs past their walltime, preempted, cancelled)."""
 
 
 class WorkersKilledError(RuntimeError):
-    """A task killed the workers it ran on (dask's KilledWorker), usually by running out of
-    memory: the message names the task and the workers' memory limits."""
+    """A task killed the workers it ran on (dask's KilledWorker), usually out of memory."""
 
 
 class ClusterStartError(RuntimeError):
-    """A cluster that could not be started (its jobs cannot be submitted, no Kubernetes cluster
-    can be reached, no MPI scheduler appeared); the CLI prints it as one line."""
+    """A cluster that could not be started (jobs not submitted, no Kubernetes cluster, no MPI
+    scheduler); the CLI prints it as one line."""
 
 
 class BlockedFactorError(ValueError):
-    """The blocked Cholesky factorisation of a fit graph failed
-    (:func:`rfol_dask.solve.graph.compute_fit`)."""
+    """The blocked Cholesky factorisation of a fit graph failed."""
 
 
 class ForeignModelError(ValueError):
-    """A saved model of another estimator class than the one loading it (the class it records, or
-    for a model saved before the class was recorded, parameters the class does not take): another
-    class may load it (:func:`rfol_dask.persistence.restore_estimator`)."""
+    """A saved model of another estimator class than the one loading it."""
 
 
 class NoDeviceError(RuntimeError):
-    """``device="cuda"`` where CuPy is installed but finds no GPU (no driver, none visible):
-    :func:`rfol_dask.backend.device_namespace`."""
+    """``device="cuda"`` where CuPy finds no GPU (no driver, none visible)."""

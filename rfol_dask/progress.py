@@ -1,43 +1,46 @@
-"""Running dask collections with a progress bar that works on the local and distributed schedulers.
-
-Progress never goes to stdout (which carries results): the text bars write to stderr, and in
-a Jupyter kernel with ``ipywidgets`` installed the distributed bar is a widget.
-"""
+"""``dask.compute`` on dask's local scheduler or a distributed client, with a progress bar that
+never goes to stdout (which carries results: stderr, or a widget in a notebook), and with the
+cluster's failures said in one line."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import importlib.util
 import itertools
 import logging
 import sys
+import threading
 import time
 
 import dask
+import distributed  # noqa: F401  (its configuration defaults first: NO_WORKERS_TIMEOUT overrides one)
 
 from .exceptions import NoWorkersError, WorkersKilledError
 
-__all__ = ["active_client", "scheduler_workers", "compute", "WorkersKilledError", "NoWorkersError"]
-
-
 logger = logging.getLogger("rfol_dask")
+
+#: how long the tasks of a scheduler started after this import wait on a cluster without workers
+#: (jobs past their walltime, preempted, cancelled) before they fail; upstream they wait for ever
+#: (a value the user configures wins)
+NO_WORKERS_TIMEOUT = "60s"
+dask.config.update_defaults(
+    {"distributed": {"scheduler": {"no-workers-timeout": NO_WORKERS_TIMEOUT}}}
+)
 
 
 def active_client():
-    """The active ``distributed.Client`` or ``None`` (never starts one). A scheduler chosen
-    with ``dask.config.set(scheduler=...)`` wins, as it does for dask's own collections:
-    ``"sync"``, ``"threads"``, ``"processes"`` (or a get function) give None, a Client (or
-    its ``get``) that Client."""
+    """The active ``distributed.Client`` or None (never starts one). A scheduler chosen with
+    ``dask.config.set(scheduler=...)`` wins, as for dask's own collections: a Client (or its
+    ``get``) gives that Client, any other scheduler None."""
     chosen = dask.config.get("scheduler", None)
-    chosen = getattr(chosen, "__self__", chosen)  # a Client's bound ``get`` stands for the Client
+    chosen = getattr(chosen, "__self__", chosen)  # a Client's bound ``get`` stands for it
     if chosen is not None and not (
         isinstance(chosen, str) and chosen.lower() in ("dask.distributed", "distributed")
     ):
         return chosen if hasattr(chosen, "submit") and hasattr(chosen, "scatter") else None
-    try:
-        from distributed import get_client
-    except ImportError:  # pragma: no cover - distributed is a dependency
-        return None
+    from distributed import get_client
+
     try:
         return get_client()
     except ValueError:
@@ -45,102 +48,138 @@ def active_client():
 
 
 def scheduler_workers(client):
-    """``{address: info}`` of the client's workers (``nthreads``, ``memory_limit``, ...), asked of
-    the scheduler itself: a synchronous client's ``scheduler_info()`` returns a cache that its
-    periodic refresh can empty between the update and the read (then a fit saw no workers)."""
+    """``{address: info}`` of every worker of ``client`` (``nthreads``, ``memory_limit``, ...),
+    asked of the scheduler (``scheduler_info()`` lists 5 workers and is a cache that its periodic
+    refresh replaces)."""
     if getattr(client, "asynchronous", False) or not hasattr(client, "sync"):
         return client.scheduler_info()["workers"]
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
 def _memory_limits(client):
-    """`` (memory limit per worker: N bytes)`` for a message, from the workers there or restarted
-    within 10 s (their nannies restart killed ones); "" when they cannot be asked."""
+    """`` (memory limit per worker: N bytes)`` for a message; "" when the cluster cannot say."""
     try:
+        client.wait_for_workers(1, timeout=10)  # killed workers: their nannies restart them
         workers = scheduler_workers(client)
-        if not workers:
-            client.wait_for_workers(1, timeout=10)
-            workers = scheduler_workers(client)
-        limits = sorted({int(w.get("memory_limit") or 0) for w in workers.values()})
-    except Exception:  # noqa: BLE001  (a cluster going down: the message goes without it)
+    except (OSError, RuntimeError):  # (TimeoutError is an OSError) a cluster going down
         return ""
+    limits = sorted({int(w.get("memory_limit") or 0) for w in workers.values()})
     if not limits:
         return ""
     if limits[0] == 0:
         return " (the workers have no memory limit: the machine's memory ran out)"
-    return f" (memory limit per worker: {limits[0]:,} bytes{' or more' if len(limits) > 1 else ''})"
-
-
-def _widgets_available():
-    """True in a Jupyter kernel that can show ipywidgets."""
-    from distributed.utils import is_kernel
-
-    return is_kernel() and importlib.util.find_spec("ipywidgets") is not None
+    more = " or more" if len(limits) > 1 else ""
+    return f" (memory limit per worker: {limits[0]:,} bytes{more})"
 
 
 def _redraw_seconds(out):
-    """How often a text bar on ``out`` is drawn again: 0.1 s on a terminal; 10 s into a file or
-    a pipe (a log), where every drawing stays (a long fit wrote a line a tenth of a second). The
-    bars still look every 0.1 s, so that they end when the work ends; they skip drawings."""
+    """How often a text bar on ``out`` is drawn: 0.1 s on a terminal, 10 s into a file or a pipe
+    (a log keeps every drawing). The bars still end as soon as the work ends."""
     try:
         return 0.1 if out.isatty() else 10.0
     except (AttributeError, ValueError):  # no isatty, or closed
         return 10.0
 
 
-def _local_bar(out):
-    """dask's local-scheduler ``ProgressBar`` on ``out``, drawn every :func:`_redraw_seconds`
-    (it polls every 0.1 s: its end waits for the poll, so a long poll would delay every compute)."""
-    from dask.diagnostics import ProgressBar
-
-    every = _redraw_seconds(out)
-
-    class Bar(ProgressBar):
-        _last = -float("inf")
-
-        def _draw_bar(self, frac, elapsed):
-            if frac < 1 and elapsed - self._last < every:
-                return  # into a log: not yet
-            self._last = elapsed
-            super()._draw_bar(frac, elapsed)
-
-    return Bar(out=out)
+def _draw(out, desc, frac, elapsed, end=False):
+    with contextlib.suppress(ValueError):  # a closed stream
+        out.write(f"\r{desc}: [{'#' * int(40 * frac):<40}] | {int(100 * frac)}% Completed")
+        out.write(f" | {elapsed:.1f}s" + ("\n" if end else ""))
+        out.flush()
 
 
-def _text_bar(futures, scheduler, desc, out, drawn=None):
-    """Block until ``futures`` (or their keys) finish, drawing distributed's text bar to ``out``;
-    ``drawn`` (a ``threading.Event``) is set at its first drawing, when the scheduler tracks them."""
+class _LocalRun:
+    """Callbacks of dask's local scheduler: a text bar on ``out`` (if ``out``), and the state of
+    the run (its running tasks, for :func:`_compute_local`)."""
+
+    def __init__(self, desc, out=None):
+        from dask.callbacks import Callback
+
+        self.desc, self.out, self.state, self.t0 = desc, out, {}, time.perf_counter()
+        self.every, self.last = _redraw_seconds(out) if out else 0, -float("inf")
+        self.callback = Callback(
+            start_state=lambda dsk, state: setattr(self, "state", state),
+            posttask=lambda key, result, dsk, state, worker_id: self.draw(state),
+            finish=lambda dsk, state, errored: self.draw(state, end=True),
+        )
+
+    def draw(self, state, end=False):
+        elapsed = time.perf_counter() - self.t0
+        if self.out is None or not (end or elapsed - self.last >= self.every):
+            return
+        self.last = elapsed
+        done = len(state["finished"])
+        total = done + sum(len(state[k]) for k in ("ready", "waiting", "running"))
+        _draw(self.out, self.desc, done / total if total else 1.0, elapsed, end)
+
+
+def _compute_local(collections, progress, desc, settle):
+    """``dask.compute`` on dask's local scheduler, with a bar on stderr if ``progress``; with
+    ``settle`` on a pool of its own (threaded scheduler), whose running tasks end before an
+    interrupt or a failure propagates (its queued ones are dropped)."""
+    import dask.threaded
+    from dask.base import get_scheduler
+    from dask.system import CPU_COUNT
+
+    run, pool = _LocalRun(desc, sys.stderr if progress else None), None
+    if settle and get_scheduler(collections=collections) is dask.threaded.get:
+        workers = dask.config.get("num_workers", None) or CPU_COUNT
+        prefix = f"rfol-compute-{next(_POOLS)}-"
+        pool = dask.threaded.ContextAwareThreadPoolExecutor(workers, thread_name_prefix=prefix)
+    try:
+        with run.callback, dask.config.set(pool=pool) if pool else contextlib.nullcontext():
+            return dask.compute(*collections)
+    except BaseException:
+        if pool is not None and run.state.get("running"):
+            _say_waiting(desc, len(run.state["running"]))
+        raise
+    finally:
+        if pool is not None:  # by name: an interrupt in a thread's start leaves it off the pool
+            pool.shutdown(wait=False, cancel_futures=True)
+            for thread in threading.enumerate():
+                if thread.name.startswith(prefix):
+                    thread.join()
+
+
+_POOLS = itertools.count()  # numbers the pools of :func:`_compute_local`
+
+
+def _say_waiting(desc, n):
+    with contextlib.suppress(ValueError):  # a closed stderr
+        sys.stderr.write(
+            f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
+            "(interrupt again to stop at once)\n"
+        )
+        sys.stderr.flush()
+
+
+def _text_bar(keys, scheduler, desc, out, drawn):
+    """Block until ``keys`` finish, drawing distributed's text bar on ``out``; ``drawn`` (an
+    Event) is set at its first drawing (the scheduler tracks the keys) or its end."""
     from distributed.diagnostics.progressbar import TextProgressBar
 
     every, last = _redraw_seconds(out), [-float("inf")]
 
-    class Bar(TextProgressBar):  # distributed's bar writes to sys.stdout; this one to ``out``
+    class Bar(TextProgressBar):  # distributed's bar writes to stdout; this one to ``out``
         def _draw_bar(self, remaining, all, **kwargs):
-            if drawn is not None:
-                drawn.set()
-            if remaining and self.elapsed - last[0] < every:
-                return  # into a log: not yet
-            last[0] = self.elapsed
-            frac = (1 - remaining / all) if all else 1.0
-            with contextlib.suppress(ValueError):
-                out.write(
-                    f"\r{desc}: [{'#' * int(self.width * frac):<{self.width}}] | {int(100 * frac)}% Completed"
-                    f" | {self.elapsed:.1f}s"
-                )
-                out.flush()
+            drawn.set()
+            if not remaining or self.elapsed - last[0] >= every:
+                last[0] = self.elapsed
+                _draw(out, desc, (1 - remaining / all) if all else 1.0, self.elapsed)
 
         def _draw_stop(self, **kwargs):
             with contextlib.suppress(ValueError):
                 out.write("\n")
-                out.flush()
 
-    Bar(futures, scheduler=scheduler, complete=True)
+    try:
+        Bar(keys, scheduler=scheduler, complete=True)
+    finally:
+        drawn.set()
 
 
 def _widget_bar(futures, client, desc):
-    """Show distributed's progress widget for ``futures``; it updates from the client's loop
-    (the kernel's own loop is blocked while the cell waits). Returns the concurrent future
-    of the updating coroutine."""
+    """Show distributed's progress widget for ``futures``, updated from the client's loop (the
+    kernel's is blocked while the cell waits); returns the future of its updating coroutine."""
     import asyncio
 
     from distributed.diagnostics.progressbar import MultiProgressWidget
@@ -152,24 +191,11 @@ def _widget_bar(futures, client, desc):
     return asyncio.run_coroutine_threadsafe(bar.listen(), client.loop.asyncio_loop)
 
 
-def show_progress(futures, client, desc="rfol_dask"):
-    """Progress of distributed ``futures``: a widget in a notebook with ipywidgets (returns at
-    once, with a ``concurrent.futures.Future`` that ends when the widget shows the end), else a
-    text bar on stderr (returns None when the futures are done)."""
-    if _widgets_available():
-        return _widget_bar(futures, client, desc)
-    _text_bar(futures, client.scheduler.address, desc, sys.stderr)
-    return None
-
-
 def release(futures):
     """Tell the cluster that this client no longer wants ``futures`` (their tasks, and those only
-    they need, are forgotten; running ones end on their workers unseen), as when the futures are
-    garbage-collected, but now: an interrupted compute's traceback keeps them alive in a notebook.
-    Not ``client.cancel``: distributed (2026.8) cancels the dependents of a cancelled task too and
-    fails an assertion on one that no client wants (an inner task of the graph); the scheduler then
-    closes the client's stream and drops the client with every future it holds (a Ctrl-C during a
-    fit lost the user's persisted data: FutureCancelledError, lost dependencies)."""
+    they need, are forgotten), now rather than when they are garbage-collected. Not
+    ``client.cancel``, which also cancels their dependents and can drop the client with every
+    future it holds (the user's persisted data)."""
     for future in list(futures):
         future.release()
 
@@ -177,200 +203,105 @@ def release(futures):
 def compute(
     *collections, progress=False, client=None, desc="rfol_dask", consume=None, settle=False
 ):
-    """``dask.compute(*collections)`` with an optional progress bar.
+    """``dask.compute(*collections)`` on the given or active client (else dask's local
+    scheduler), with a progress bar on stderr (a widget in a notebook) if ``progress``.
 
-    With a distributed client (given, or the active one) the collections run there under
-    :func:`show_progress`; otherwise dask's local scheduler runs them under
-    ``dask.diagnostics.ProgressBar`` on stderr. A task that keeps killing its workers
-    (``distributed.KilledWorker``) becomes a RuntimeError saying so.
-
-    ``consume(i, result)``, if given, receives the result of ``collections[i]`` as soon as it
-    is computed, and nothing is returned: with a client each result is gathered while the others
-    still run and then released on the cluster, so a large result that comes in parts (the
-    coefficient rows of a fit) moves to the client during the computation and never lies
-    whole on the workers; the local scheduler hands the results over at the end, in order.
-
-    ``settle``: when the computation fails or is interrupted (Ctrl-C), the tasks already running
-    end before the exception propagates, so that none still writes (into a store) once the caller
-    has let go (of its lock); tasks not yet started never start. Without it they end unseen
-    afterwards: dask's local scheduler leaves its pool threads running, and a distributed
-    worker finishes a released task. A second interrupt stops the wait.
+    A task that keeps killing its workers raises :class:`WorkersKilledError`; a cluster whose
+    workers all ended for ``distributed.scheduler.no-workers-timeout`` :class:`NoWorkersError`.
+    ``consume(i, result)``, if given, receives each result as soon as it is computed (then
+    released on the cluster) and nothing is returned. ``settle``: on a failure or an interrupt,
+    the tasks already running end before the exception propagates (none still writes into a
+    store once the caller lets go of its lock); a second interrupt stops the wait.
     """
     client = client if client is not None else active_client()
-    if client is not None:
-        from distributed import KilledWorker
-
-        pending = dict(enumerate(client.compute(list(collections))))
-        ended = False
-        try:
-            results = _collect(pending, client, desc, progress, consume)  # logs its times
-            ended = True
+    if client is None:
+        results = _compute_local(collections, progress, desc, settle)
+        if consume is None:
             return results
-        except KilledWorker as exc:
-            raise WorkersKilledError(
-                f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} last); "
-                "the computation was abandoned and nothing was written. A task that kills its worker "
-                f"usually ran out of memory{_memory_limits(client)}: use smaller chunks, more memory per worker, "
-                "or fewer features"
-            ) from exc
-        finally:
-            if settle and not ended:
-                _let_running_end(client, list(pending.values()), desc)
-            release(pending.values())
-    ctx = contextlib.nullcontext()
-    if progress:
-        sys.stderr.write(f"{desc}:\n")
-        ctx = _local_bar(sys.stderr)
-    pool, results = (_own_pool(collections) if settle else None), None
-    try:
-        with ctx, contextlib.nullcontext() if pool is None else dask.config.set(pool=pool):
-            results = dask.compute(*collections)
-    finally:
-        if (
-            pool is not None
-        ):  # after an interrupt: the running tasks end here, the queued ones are dropped
-            _close_pool(pool, None if results is not None else desc)
-    if consume is None:
-        return results
-    for i, result in enumerate(results):
-        consume(i, result)
-    return None
-
-
-_pools = itertools.count()  # names the threads of each pool of :func:`_own_pool`
-
-
-def _own_pool(collections):
-    """A thread pool of its own for one compute on dask's threaded scheduler (the default), so
-    that its threads can be waited for after an interrupt (the shared pool's go on); None for
-    another local scheduler (``sync`` runs in the caller's thread)."""
-    import dask.threaded
-    from dask.base import get_scheduler
-
-    if get_scheduler(collections=collections) is not dask.threaded.get:
+        for i, result in enumerate(results):
+            consume(i, result)
         return None
-    from concurrent.futures import ThreadPoolExecutor
+    from distributed import KilledWorker
+    from distributed.scheduler import NoValidWorkerError, NoWorkerError
 
-    from dask.system import CPU_COUNT
-
-    executor = getattr(dask.threaded, "ContextAwareThreadPoolExecutor", ThreadPoolExecutor)
-    return executor(
-        dask.config.get("num_workers", None) or CPU_COUNT,
-        thread_name_prefix=f"rfol-compute-{next(_pools)}",
-    )
-
-
-def _close_pool(pool, desc=None):
-    """Drop the tasks ``pool`` has queued and wait for those running: join every thread of the
-    pool by its name, as an interrupt during a thread's start leaves it running but off the
-    executor's own list, which ``shutdown(wait=True)`` joins. With ``desc`` (a compute that
-    failed), a line on stderr says so if some still run."""
-    import threading
-
-    pool.shutdown(wait=False, cancel_futures=True)
-    prefix = f"{pool._thread_name_prefix}_"
-    threads = [t for t in threading.enumerate() if t.name.startswith(prefix)]
-    for thread in threads:
-        thread.join(0.05)  # idle ones end at once
-    busy = [t for t in threads if t.is_alive()]
-    if busy and desc is not None:
-        _say_waiting(desc, len(busy))
-    for thread in busy:
-        thread.join()
-
-
-def _say_waiting(desc, n):
-    """Tell on stderr why an interrupted compute does not return at once."""
-    with contextlib.suppress(ValueError):  # a closed stderr
-        sys.stderr.write(
-            f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
-            "(interrupt again to stop at once)\n"
-        )
-        sys.stderr.flush()
+    pending = dict(enumerate(client.compute(list(collections))))
+    ended = False
+    try:
+        results = _collect(pending, client, desc, progress, consume)
+        ended = True
+        return results
+    except KilledWorker as exc:
+        raise WorkersKilledError(
+            f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} "
+            "last); the computation was abandoned and nothing was written. A task that kills its "
+            f"worker usually ran out of memory{_memory_limits(client)}: use smaller chunks, more "
+            "memory per worker, or fewer features"
+        ) from exc
+    except (NoWorkerError, NoValidWorkerError) as exc:
+        raise NoWorkersError(
+            f"{desc}: every worker of the cluster ended during the computation and none came back "
+            f"within {exc.timeout:g} s (batch jobs past their walltime, preempted or cancelled); "
+            "raise the jobs' walltime or start more workers, and run it again"
+        ) from None
+    finally:
+        if settle and not ended:
+            _let_running_end(client, list(pending.values()), desc)
+        release(pending.values())
 
 
 def _let_running_end(client, futures, desc):
-    """Release those of ``futures`` that no worker runs yet, then wait for the others' tasks to
-    end (``compute(settle=True)`` after a failure or an interrupt)."""
+    """Release those of ``futures`` that no worker runs yet, and wait for the others to end."""
     from distributed import as_completed
 
     futures = [f for f in futures if not f.done()]
-    if not futures:
-        return
     try:
         running = {key for keys in client.processing().values() for key in keys}
-    except Exception:  # noqa: BLE001  (a cluster going down: nothing to wait for)
+    except OSError:  # a cluster going down: nothing to wait for
         return
     release([f for f in futures if f.key not in running])
     busy = [f for f in futures if f.key in running]
     if busy:
         _say_waiting(desc, len(busy))
-    for _ in as_completed(busy, loop=client.loop):  # (``distributed.wait`` needs a default client)
+    for _ in as_completed(busy, loop=client.loop):  # (``wait`` needs a default client)
         pass
 
 
 def _collect(pending, client, desc, progress, consume):
-    """Wait for the futures ``pending`` (``{index: future}``) under a progress bar; gather them
-    all at the end, or hand each to ``consume`` as it finishes (popped from ``pending``, so that
-    the cluster forgets it)."""
-    import threading
-
+    """Gather the futures ``pending`` (``{index: future}``) under a progress bar as each finishes;
+    for ``consume``, if given, each popped from ``pending`` (the cluster forgets it)."""
     from distributed import as_completed
+    from distributed.utils import is_kernel
 
-    futures = list(pending.values())
-    widget = bar = None
-    if progress and (consume is None or _widgets_available()):
-        widget = show_progress(futures, client, desc)  # the text bar returns at the end
-    elif progress:  # the text bar blocks until the end: in a thread beside the streamed gathers
-        keys = [f.key for f in futures]  # keys, not futures: a gathered result is forgotten at once
+    futures, widget, bar = list(pending.values()), None, None
+    if progress and is_kernel() and importlib.util.find_spec("ipywidgets") is not None:
+        widget = _widget_bar(futures, client, desc)
+    elif progress:  # keys, not futures: a consumed result is forgotten at once
         drawn = threading.Event()
-        bar = threading.Thread(
-            target=_text_bar,
-            args=(keys, client.scheduler.address, desc, sys.stderr, drawn),
-            daemon=True,
-            name="rfol-progress",
-        )
+        args = ([f.key for f in futures], client.scheduler.address, desc, sys.stderr, drawn)
+        bar = threading.Thread(target=_text_bar, args=args, daemon=True, name="rfol-progress")
         bar.start()
-        # wait until the bar tracks the keys, before any is forgotten (at most 10 s: else no bar)
-        deadline = time.monotonic() + 10
-        while bar.is_alive() and not drawn.wait(0.05) and time.monotonic() < deadline:
-            pass
-    t0 = time.perf_counter()
-    if consume is None:
-        for _ in as_completed(futures, loop=client.loop):  # wait (without a default client)
-            pass
-        t1 = time.perf_counter()
-        results = tuple(client.gather(futures))
-        logger.debug(
-            "%s: computed in %.3f s, results gathered in %.3f s",
-            desc,
-            t1 - t0,
-            time.perf_counter() - t1,
-        )
-    else:
-        index = {f.key: i for i, f in pending.items()}
-        done = as_completed(futures, with_results=True, loop=client.loop)
-        del futures
-        for future, result in done:
-            i = index[future.key]
-            if isinstance(
-                result, BaseException
-            ):  # a cancelled future comes with its CancelledError
-                raise RuntimeError(
-                    f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: {result}); "
-                    "was the cluster restarted or the client closed during the computation? "
-                    "Run it again"
-                ) from result
+        drawn.wait(10)  # the bar tracks the keys before any is forgotten (else no bar)
+    t0, results = time.perf_counter(), [None] * len(pending)
+    index = {f.key: i for i, f in pending.items()}
+    done = as_completed(futures, with_results=True, loop=client.loop)
+    del futures
+    for future, result in done:  # a task's error is raised here
+        if isinstance(result, BaseException):  # a cancelled future comes with its error
+            raise RuntimeError(
+                f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: "
+                f"{result}); was the cluster restarted or the client closed during the "
+                "computation? Run it again"
+            ) from result
+        i = index[future.key]
+        if consume is None:
+            results[i] = result
+        else:  # forgotten on the cluster before the next one comes
             del pending[i], future
             consume(i, result)
             del result
-        results = None
-        logger.debug(
-            "%s: computed, results streamed to the client in %.3f s", desc, time.perf_counter() - t0
-        )
+    logger.debug("%s: computed and gathered in %.3f s", desc, time.perf_counter() - t0)
     if bar is not None:
         bar.join(timeout=5)
     if widget is not None:  # let the widget draw the end before the futures go
-        with contextlib.suppress(Exception):
-            widget.result(timeout=5)
-    return results
+        concurrent.futures.wait([widget], timeout=5)
+    return tuple(results) if consume is None else None

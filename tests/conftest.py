@@ -132,7 +132,7 @@ class FakeClient:
             }
         }
 
-    def run(self, func):
+    def run(self, func, *args, **kwargs):
         return {f"w{i}": self.used for i in range(len(self.limits))}
 
 

@@ -93,7 +93,8 @@ def test_task_that_kills_every_worker_gives_clear_error_and_writes_nothing(tmp_p
             RandomFeatureOperator.load(tmp_path / "model.zarr").coef_, good.coef_
         )
 
-        # a data-set generation whose block kills its workers leaves an incomplete store, never a complete one
+        # a data-set generation whose block kills its workers leaves an incomplete store, never a
+        # complete one
         from rfol_dask.datasets import store as store_mod
 
         real = store_mod._write_block
@@ -134,7 +135,8 @@ def test_fit_under_memory_pressure_spills_and_completes():
 
         Ud, Vd = da.from_array(U, chunks=(150, -1)), da.from_array(V, chunks=(150, -1))
         with get_task_stream(client=client) as ts:
-            # (a numeric gamma: the default "median" reads a sample of U in a compute of its own first)
+            # (a numeric gamma: the default "median" reads a sample of U in a compute of its own
+            # first)
             model = RandomFeatureOperator(
                 n_features=1500, gamma=1.0, alpha=1e-6, random_state=0
             ).fit(Ud, Vd)
@@ -191,3 +193,75 @@ def test_rows_mode_survives_a_worker_lost_after_the_gram_pass(tmp_path, prefix):
         )
     assert (tmp_path / "killed").exists()  # a worker died during the fit
     np.testing.assert_allclose(model.predict(U), want.predict(U), rtol=1e-7, atol=1e-9)
+
+
+def _dies_on(pid, func):
+    if os.getpid() == pid:
+        os._exit(1)
+    return func()
+
+
+def test_a_worker_lost_during_the_memory_probe_leaves_the_fit_to_the_others(monkeypatch):
+    """The fit asks every worker for its memory; one killed then failed the fit with distributed's
+    CommClosedError. The workers that answer are enough."""
+    import functools
+
+    from rfol_dask import memory
+
+    U, V = smooth_operator_data(200, 8)
+    kw = dict(n_features=300, gamma=0.05, alpha=1e-6, random_state=0)
+    want = RandomFeatureOperator(**kw).fit(U, V).predict(U)
+    run, asked = Client.run, []
+
+    def dying(self, func, *args, **kwargs):
+        if func is memory._process_memory:
+            asked.append(func)
+            func = functools.partial(_dies_on, victim, func)
+        return run(self, func, *args, **kwargs)
+
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        victim = sorted(client.run(os.getpid).items())[0][1]
+        monkeypatch.setattr(Client, "run", dying)
+        model = RandomFeatureOperator(**kw).fit(
+            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+        )
+        monkeypatch.undo()
+        assert asked and victim not in client.run(os.getpid).values()  # it died in the probe
+    np.testing.assert_allclose(model.predict(U), want, rtol=1e-6, atol=1e-8)
+
+
+def test_a_fit_whose_workers_all_end_fails_in_bounded_time():
+    """Every worker ending mid-fit (jobs past their walltime, preempted, cancelled) left the fit
+    waiting for ever; after distributed's no-workers-timeout it fails with one clear error."""
+    from dask.utils import parse_timedelta
+
+    from rfol_dask.exceptions import NoWorkersError
+    from rfol_dask.progress import NO_WORKERS_TIMEOUT
+
+    assert dask.config.get("distributed.scheduler.no-workers-timeout") == NO_WORKERS_TIMEOUT
+    assert parse_timedelta(NO_WORKERS_TIMEOUT) == 60  # the package's default, upstream's is None
+    U, V = smooth_operator_data(800, 24)
+    with (
+        dask.config.set({"distributed.scheduler.no-workers-timeout": "2s"}),
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        Ud = da.from_array(U, chunks=(50, -1)).map_blocks(_slow_block, dtype=U.dtype)
+
+        ended = []
+
+        def end_every_worker():  # once the fit's tasks run
+            while not any(client.processing().values()):
+                time.sleep(0.05)
+            cluster.scale(0)
+            ended.append(time.perf_counter())
+
+        threading.Thread(target=end_every_worker, daemon=True).start()
+        with pytest.raises(NoWorkersError, match=r"every worker of the cluster ended.*walltime"):
+            RandomFeatureOperator(n_features=900, gamma=0.05, random_state=0).fit(
+                Ud, da.from_array(V, chunks=(50, -1))
+            )
+        assert time.perf_counter() - ended[0] < 30

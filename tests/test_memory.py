@@ -50,7 +50,8 @@ def test_dual_plan_counts_the_feature_slab():
 
 
 def test_dual_plan_blocks_when_the_gram_and_the_narrowest_slabs_do_not_fit():
-    M = 2000  # a 32 MB Gram fits 40 MB, but not with two slabs of 64 columns (2 MB each) and 8 MB of data
+    # a 32 MB Gram fits 40 MB, but not with two slabs of 64 columns (2 MB each) and 8 MB of data
+    M = 2000
     with pytest.warns(
         RuntimeWarning,
         match=r"2000 x 2000 Gram matrix needs 32,000,000 bytes .*feature slabs.*"
@@ -85,9 +86,12 @@ def test_oversized_dual_fit_advises_the_primal_solver():
     [
         (
             "dual",
-            r"the 200 x 200 Gram matrix needs 320,000 bytes \(0.00 GiB\), and 8,680,000 more bytes for the 8 x "
-            r"5000 frequencies \(360,000 bytes\), the 5000 x 8 coefficients \(320,000 bytes\) and the 200 x 5000 "
-            r"features A \(8,000,000 bytes\) held with it, but the budget \(max_gram_bytes\) is 2,000,000 bytes; "
+            r"the 200 x 200 Gram matrix needs 320,000 bytes \(0.00 GiB\), and 8,680,000 more "
+            r"bytes for the 8 x "
+            r"5000 frequencies \(360,000 bytes\), the 5000 x 8 coefficients \(320,000 bytes\) and "
+            r"the 200 x 5000 "
+            r"features A \(8,000,000 bytes\) held with it, but the budget \(max_gram_bytes\) is "
+            r"2,000,000 bytes; "
             r"use fewer features",
         ),
         ("primal", r"the 5000 x 5000 Gram matrix needs 200,000,000 bytes"),
@@ -261,14 +265,18 @@ def test_dask_sizeof_counts_the_arrays_our_task_results_hold():
     [
         (
             "kernel",
-            r"the 400 x 400 Gram matrix needs 1,280,000 bytes \(0.00 GiB\), and 4,480,000 more bytes for the "
-            r"distances, a copy and the eigenvectors, 400 x 400 each \(3,840,000 bytes\) and the validation "
+            r"the 400 x 400 Gram matrix needs 1,280,000 bytes \(0.00 GiB\), and 4,480,000 more "
+            r"bytes for the "
+            r"distances, a copy and the eigenvectors, 400 x 400 each \(3,840,000 bytes\) and the "
+            r"validation "
             r"distances and cross-Gram, 100 x 400 each \(640,000 bytes\) held with it",
         ),
         (
             "rf",
-            r"the 400 x 400 Gram matrix needs 1,280,000 bytes .* the 100 x 400 cross-Gram \(320,000 bytes\), the "
-            r"solve's copy of a Gram \(1,280,000 bytes\) and two 500 x 300 feature slabs \(2,400,000 bytes\)",
+            r"the 400 x 400 Gram matrix needs 1,280,000 bytes .* the 100 x 400 cross-Gram "
+            r"\(320,000 bytes\), the "
+            r"solve's copy of a Gram \(1,280,000 bytes\) and two 500 x 300 feature slabs "
+            r"\(2,400,000 bytes\)",
         ),
     ],
 )
@@ -338,15 +346,21 @@ def test_searches_check_their_refit_s_memory_before_searching(case, monkeypatch)
     rf = dict(random_state=0, alphas=(1e-3,))
     few = [(np.arange(100), np.arange(100, 120))]  # a small search, the refit on all 500 samples
     search, data, match = {
-        # 500 x N features (8 bytes each) beside the 500 x 500 Gram, at N from 300 to 20000: 9600 on do not fit 30 MB
+        # 500 x N features (8 bytes each) beside the 500 x 500 Gram, at N from 300 to 20000: 9600
+        # on do not fit 30 MB
         "rf_growth": (
             RandomFeatureOperatorCV(n_features=300, max_features=20000, max_gram_bytes=3e7, **rf),
             (U, V),
-            r"RandomFeatureOperatorCV would refit its winner on all 500 training samples after the search, "
-            r"and that refit would be refused for memory at n_features=9600, 19200, 20000 \(of 300, 600, "
-            r"1200, 2400, 4800, 9600, 19200, 20000: leave those out of the search\): the 500 x 500 Gram "
-            r"matrix needs 2,000,000 bytes .* the 500 x 9600 features A \(38,400,000 bytes\) held with it, "
-            r"but the budget \(max_gram_bytes\) is 30,000,000 bytes; .*; or pass refit=False to search only",
+            r"RandomFeatureOperatorCV would refit its winner on all 500 training samples after "
+            r"the search, "
+            r"and that refit would be refused for memory at n_features=9600, 19200, 20000 \(of "
+            r"300, 600, "
+            r"1200, 2400, 4800, 9600, 19200, 20000: leave those out of the search\): the 500 x "
+            r"500 Gram "
+            r"matrix needs 2,000,000 bytes .* the 500 x 9600 features A \(38,400,000 bytes\) held "
+            r"with it, "
+            r"but the budget \(max_gram_bytes\) is 30,000,000 bytes; .*; or pass refit=False to "
+            r"search only",
         ),
         "rf_n_features": (
             RandomFeatureOperatorCV(n_features=(300, 3000), cv=few, max_gram_bytes=1e7, **rf),
@@ -359,7 +373,8 @@ def test_searches_check_their_refit_s_memory_before_searching(case, monkeypatch)
             (U.astype(np.float32), V.astype(np.float32)),
             None,
         ),
-        # a dask refit at N = 450 < M is the primal, its 450 x 450 Gram (1.62 MB) summed over two chains
+        # a dask refit at N = 450 < M is the primal, its 450 x 450 Gram (1.62 MB) summed over two
+        # chains
         "rf_dask_primal": (
             RandomFeatureOperatorCV(n_features=450, cv=few, max_gram_bytes=1.5e6, **rf),
             (da.from_array(U, chunks=100), da.from_array(V, chunks=100)),
@@ -369,11 +384,15 @@ def test_searches_check_their_refit_s_memory_before_searching(case, monkeypatch)
         "kernel": (
             KernelOperatorCV(cv=few, max_gram_bytes=1.9e6),
             (U, V),
-            r"KernelOperatorCV would refit its winner on all 500 training samples after the search, and that "
-            r"refit would be refused for memory: the 500 x 500 Gram matrix needs 2,000,000 bytes \(0.00 GiB\) "
-            r"but the budget \(max_gram_bytes\) is 1,900,000 bytes; use fewer samples.*; or pass refit=False",
+            r"KernelOperatorCV would refit its winner on all 500 training samples after the "
+            r"search, and that "
+            r"refit would be refused for memory: the 500 x 500 Gram matrix needs 2,000,000 bytes "
+            r"\(0.00 GiB\) "
+            r"but the budget \(max_gram_bytes\) is 1,900,000 bytes; use fewer samples.*; or pass "
+            r"refit=False",
         ),
-        # the linear kernel on 4 inputs refits in the primal (a 4 x 4 Gram): it was checked as the dual
+        # the linear kernel on 4 inputs refits in the primal (a 4 x 4 Gram): it was checked as the
+        # dual
         "kernel_linear": (
             KernelOperatorCV(kernels=("linear",), cv=few, max_gram_bytes=1.9e6),
             (U, V),
@@ -396,7 +415,8 @@ def test_searches_check_their_refit_s_memory_before_searching(case, monkeypatch)
 
 
 def _machine(monkeypatch, available):
-    """psutil reports ``available`` bytes free on a machine too large for a max_gram_bytes warning."""
+    """psutil reports ``available`` bytes free on a machine too large for a max_gram_bytes "
+    "warning."""
     import collections
 
     import psutil
@@ -437,8 +457,10 @@ def test_a_model_beyond_this_process_s_memory_is_refused_before_any_work(case, m
         return RandomFeatureOperator(n_features=N, max_gram_bytes=10**12)
 
     match = (
-        r"the fitted model needs 680,000 bytes \(0.00 GiB\) in this process for the 8 x 5000 frequencies "
-        r"\(360,000 bytes\) and the 5000 x 8 coefficients \(320,000 bytes\), but it has 600,000 bytes \(0.00 GiB\) "
+        r"the fitted model needs 680,000 bytes \(0.00 GiB\) in this process for the 8 x 5000 "
+        r"frequencies "
+        r"\(360,000 bytes\) and the 5000 x 8 coefficients \(320,000 bytes\), but it has 600,000 "
+        r"bytes \(0.00 GiB\) "
         r"available; use fewer features \(n_features\), dtype='float32' \(half the bytes\)"
     )
     if case == "search_refit":
@@ -459,15 +481,18 @@ def test_a_model_beyond_this_process_s_memory_is_refused_before_any_work(case, m
         # in memory without input PCA the model keeps a copy of U too (not the caller's array)
         (
             "numpy",
-            r"the 60 x 8 training inputs \(3,840 bytes\) and the 60 x 100 dual coefficients \(48,000 bytes\)",
+            r"the 60 x 8 training inputs \(3,840 bytes\) and the 60 x 100 dual coefficients "
+            r"\(48,000 bytes\)",
         ),
         (
             "dask",
-            r"the 60 x 8 training inputs \(3,840 bytes\) and the 60 x 100 dual coefficients \(48,000 bytes\)",
+            r"the 60 x 8 training inputs \(3,840 bytes\) and the 60 x 100 dual coefficients "
+            r"\(48,000 bytes\)",
         ),
         (
             "dask_pca",
-            r"the 60 x 3 training inputs \(1,440 bytes\), the 60 x 100 dual coefficients \(48,000 bytes\) "
+            r"the 60 x 3 training inputs \(1,440 bytes\), the 60 x 100 dual coefficients \(48,000 "
+            r"bytes\) "
             r"and the 8 x 3 principal directions \(216 bytes\)",
         ),
         ("dask_linear", r"the 8 x 100 weights \(6,400 bytes\)"),
@@ -511,7 +536,8 @@ def test_a_kernel_model_beyond_this_process_s_memory_is_refused_before_any_work(
         model = KernelOperator(max_gram_bytes=10**12, **params)
     _machine(monkeypatch, need - 1)
     match = (
-        f"the fitted model needs {need:,} bytes .* in this process for {arrays}.*, but it has {need - 1:,} "
+        f"the fitted model needs {need:,} bytes .* in this process for {arrays}.*, but it has "
+        f"{need - 1:,} "
         r"bytes .* available; use fewer "
         + (r"inputs \(n_components\)" if case == "dask_linear" else "training samples")
     )
@@ -633,3 +659,20 @@ def test_an_in_memory_prediction_from_another_input_grid_is_refused_before_its_i
         np.asarray(X), [x]
     )  # the same prediction as before
     np.testing.assert_array_equal(np.asarray(pred), model.predict(by_hand, output_grid=[out]))
+
+
+def test_a_memory_probe_that_no_worker_answers_says_what_failed():
+    """Workers lost while asked (killed, their jobs ended) are left out; if none answers, twice,
+    one error says so, not distributed's CommClosedError."""
+    from distributed.comm.core import CommClosedError
+
+    from rfol_dask.exceptions import NoWorkersError
+
+    class Lost(FakeClient):
+        def run(self, func, *args, **kwargs):
+            return {"w0": CommClosedError("in <TCP (closed) Scheduler Broadcast>"), "w1": 1e6}
+
+    assert memory_budget(client=Lost(300e6, 300e6)).bytes == pytest.approx(0.6 * 300e6)
+    Lost.run = lambda self, func, *a, **k: {"w0": CommClosedError("closed")}
+    with pytest.raises(NoWorkersError, match="every worker of the dask cluster was lost while"):
+        memory_budget(client=Lost(300e6))

@@ -194,3 +194,17 @@ def test_a_bar_into_a_log_does_not_delay_the_end_of_the_work():
     t0 = time.perf_counter()
     compute(dask.delayed(sum)([1, 2]), progress=True, desc="quick")
     assert time.perf_counter() - t0 < 2.0
+
+
+def test_the_package_sets_a_no_workers_timeout_that_distributed_keeps():
+    """Upstream's default lets tasks wait for ever on a cluster whose workers all ended; the
+    package's default holds whichever of rfol_dask and distributed is imported first."""
+    import subprocess
+    import sys
+
+    code = (
+        "import rfol_dask, distributed, dask; "
+        "print(dask.config.get('distributed.scheduler.no-workers-timeout'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "60s"

@@ -26,7 +26,7 @@ from rfol_dask.stacklevel import user_stacklevel
 
 
 def _recorded(call, match):
-    """The warnings whose message matches ``match`` recorded while ``call()`` runs (at least one)."""
+    """The warnings matching ``match`` recorded while ``call()`` runs (at least one)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         call()
