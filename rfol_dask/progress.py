@@ -23,7 +23,7 @@ logger = logging.getLogger("rfol_dask")
 #: how long the tasks of a scheduler started after this import wait on a cluster without workers
 #: (jobs past their walltime, preempted, cancelled) before they fail; upstream they wait for ever
 #: (a value the user configures wins)
-NO_WORKERS_TIMEOUT = "60s"
+NO_WORKERS_TIMEOUT = "300s"
 dask.config.update_defaults(
     {"distributed": {"scheduler": {"no-workers-timeout": NO_WORKERS_TIMEOUT}}}
 )
