@@ -50,7 +50,7 @@ __all__ = [
     "operand_grid",
     "grid_dims",
     "learn_periods",
-    "match_dims",
+    "named",
     "foreign_entries",
     "zarr_parents",
     "quiet_consolidated",
@@ -86,8 +86,9 @@ def user_path(path):
     return os.path.expanduser(os.fspath(path))
 
 
-def open_dataset(path, samples=None):
-    """Open a data-set store lazily; raise if it is not one or if blocks or chunks are missing.
+def open_dataset(path, samples=None, sample_dim="sample"):
+    """Open a data set lazily: a Zarr store (checked for missing blocks and chunks) or a file
+    xarray opens (NetCDF), in chunks along ``sample_dim``.
 
     With ``samples``, only the first ``samples`` samples are opened and checked (the leading
     blocks of a store whose generation was interrupted or is still running).
@@ -102,6 +103,8 @@ def open_dataset(path, samples=None):
     path = user_path(path)
     if not Path(path).exists():
         raise FileNotFoundError(f"no data set at {path}")
+    if Path(path).is_file():
+        return _open_file(path, samples, sample_dim)
     kind = describe_path(Path(path).resolve())
     if kind == "model":
         raise ValueError(
@@ -122,15 +125,7 @@ def open_dataset(path, samples=None):
             ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
         raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
-    size = ds.sizes.get("sample", 0)
-    if samples is not None and (
-        isinstance(samples, bool)
-        or not isinstance(samples, numbers.Integral)
-        or not 1 <= samples <= size
-    ):
-        raise ValueError(
-            f"samples must be a whole number from 1 to the {size} samples of {path}, got {samples!r}"
-        )
+    _check_samples(samples, ds.sizes.get(sample_dim, 0), path)
     readers = _check_store(ds, path, samples)
     ds = ds.drop_vars("block_done", errors="ignore")
     for name, reader in readers.items():
@@ -148,7 +143,37 @@ def open_dataset(path, samples=None):
                 name=f"read-{name}-{dask.base.tokenize(path, name, reader.stamp)}",
             )
             ds[name] = ds[name].copy(data=data)
-    return ds if samples is None else ds.isel(sample=slice(0, int(samples)))
+    return ds if samples is None else ds.isel({sample_dim: slice(0, int(samples))})
+
+
+def _check_samples(samples, size, path):
+    if samples is not None and (
+        isinstance(samples, bool)
+        or not isinstance(samples, numbers.Integral)
+        or not 1 <= samples <= size
+    ):
+        raise ValueError(
+            f"samples must be a whole number from 1 to the {size} samples of {path}, got {samples!r}"
+        )
+
+
+def _open_file(path, samples, sample_dim):
+    """A NetCDF (or other) file opened lazily by xarray, about 64 MiB of samples a chunk."""
+    try:
+        ds = xr.open_dataset(path, chunks={})
+    except (ValueError, OSError) as exc:
+        raise ValueError(
+            f"{path} cannot be read as an xarray data set: {exc} (NetCDF needs h5netcdf or "
+            "netCDF4 installed)"
+        ) from exc
+    size = ds.sizes.get(sample_dim, 0)
+    _check_samples(samples, size, path)
+    if size:
+        row = max(
+            (v.nbytes // size for v in ds.data_vars.values() if sample_dim in v.dims), default=1
+        )
+        ds = ds.chunk({sample_dim: int(max(1, min(size, 2**26 // max(row, 1))))})
+    return ds if samples is None else ds.isel({sample_dim: slice(0, int(samples))})
 
 
 def _check_store(ds, path, samples=None):
@@ -316,29 +341,28 @@ class _ChunkReader:
         return None
 
 
-def read_pair(X, y=None, variables=("input", "output")):
-    """``(input, output)`` DataArrays from a Dataset or a store path; ``(X, y)`` otherwise,
-    with ``y`` aligned to the samples of ``X`` (:func:`align_samples`). With ``variables=
-    ("input",)`` (prediction) only ``input`` is needed: ``(input, None)``."""
+def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
+    """``(X, y)``, or the variables ``names`` of a Dataset or data-set path ``X`` (``names[1]``
+    None: prediction, ``(input, None)``); the stores they read are checked for missing chunks."""
     opened = isinstance(X, (str, os.PathLike))
     if opened:
-        X = open_dataset(X)  # checks the store
-    if isinstance(X, xr.Dataset):
-        missing = [v for v in variables if v not in X]
-        if missing:
-            raise ValueError(
-                f"the Dataset needs variable{'s' if len(variables) > 1 else ''} "
-                f"{' and '.join(map(repr, variables))}; missing {missing}"
-            )
-        if y is not None:
-            raise ValueError(
-                "pass either a Dataset / store path alone or the arrays (U, V), not both"
-            )
-        if not opened and not check_sources(*(X[v] for v in variables)):
-            _check_source(X)  # loaded into memory from a store: check the store it came from
-        return X["input"], X["output"] if "output" in variables else None
-    check_sources(X, y)
-    return X, align_samples(X, y)
+        X = open_dataset(X, sample_dim=sample_dim)  # checks the store
+    if not isinstance(X, xr.Dataset):
+        check_sources(X, y)
+        return X, y
+    wanted = [v for v in names if v is not None]
+    missing = [v for v in wanted if v not in X]
+    held = list(map(str, X.data_vars)) or ["?"]
+    if missing:
+        raise ValueError(
+            f"the data set has no variable {' or '.join(map(repr, missing))}; it holds "
+            f"{held}: name yours, e.g. fit(ds, input={held[0]!r}, output={held[-1]!r})"
+        )
+    if y is not None:
+        raise ValueError("pass either a Dataset / store path alone or the arrays (X, y), not both")
+    if not opened and not check_sources(*(X[v] for v in wanted)):
+        _check_source(X)  # loaded into memory from a store: check the store it came from
+    return X[names[0]], None if names[1] is None else X[names[1]]
 
 
 def _check_source(ds):
@@ -644,66 +668,76 @@ def ascending_grid(X):
     return X
 
 
-def _no_sample_dim(X, name, model_dims, model_shape):
-    """The ValueError for a DataArray ``X`` without a ``sample`` dim, advising what fits the
-    model's grid dims and shape (None: not known, as at fit): ``expand_dims`` for one sample on
-    that grid, a rename only where one dim is left over for the samples."""
-    if "sample" in X.coords:  # X.sel(sample=k): one sample, its dim dropped
-        return ValueError(
-            f"{name} holds one sample ('sample' is a scalar coordinate, dims {X.dims}): keep the "
-            f"dimension, e.g. {name}.expand_dims('sample'), or select with a list (sel(sample=[k]))"
-        )
-    if not X.ndim:
-        return ValueError(f"{name} must have a 'sample' dimension, got a 0-d DataArray")
-    if model_dims is not None:  # matched by name
-        one = sorted(map(str, X.dims)) == sorted(map(str, model_dims))
-        extra = [d for d in X.dims if d not in model_dims]
-        rename = extra[0] if len(extra) == 1 and X.ndim == len(model_dims) + 1 else None
-    else:  # by position: the samples first
-        one = model_shape is not None and X.shape == tuple(model_shape)
-        rename = X.dims[0] if model_shape is None or X.ndim == len(model_shape) + 1 else None
-    if one:
-        advice = f"it holds one sample on the model's grid: add the dimension, e.g. {name}.expand_dims('sample')"
-    elif rename is not None:
-        advice = f"rename the dimension that runs over the samples, e.g. {name}.rename({{{rename!r}: 'sample'}})"
-    elif model_dims is not None:
-        advice = (
-            f"the model was trained on ('sample', {', '.join(map(repr, model_dims))}): rename {name}'s "
-            "dims to those"
-        )
-    else:
-        advice = (
-            f"the model was trained on functions of shape {tuple(model_shape)}: pass {name} with dims "
-            "('sample', ...) of that shape"
-        )
-    return ValueError(f"{name} must have a 'sample' dimension, got dims {X.dims}; {advice}")
+def named(X, name, sample_dim="sample", dims=None, shape=None):
+    """DataArray ``X`` with its ``sample_dim`` renamed ``sample`` and put first, then the grid
+    ``dims`` (the model's, matched by name; None: any); other operands unchanged. ValueError
+    listing at once every rename or squeeze that makes ``X`` match (``shape``: the model's grid
+    shape, which pairs dims by size)."""
+    if not isinstance(X, xr.DataArray):
+        return X
+    want = (sample_dim, *(dims or ()))
+    ok = set(X.dims) == set(want) and X.ndim == len(want) if dims else sample_dim in X.dims
+    if not ok:
+        raise ValueError(_rename_advice(X, name, sample_dim, dims, shape))
+    X = X.rename({sample_dim: "sample"}) if sample_dim != "sample" else X
+    order = ("sample", *dims) if dims else ("sample", ...)
+    return X if X.dims[0] == "sample" and not dims else X.transpose(*order)
 
 
-def as_operand(X, name, sort=True, model_dims=None, model_shape=None):
+def _rename_advice(X, name, sample_dim, dims, shape):
+    """What :func:`named` says: ``X``'s dims, the model's, and one expression that fixes them."""
+    if sample_dim in X.coords and sample_dim not in X.dims:
+        return (
+            f"{name} holds one sample ({sample_dim!r} is a scalar coordinate): keep the dimension, "
+            f"e.g. {name}.expand_dims({sample_dim!r}), or select with a list"
+        )
+    if shape is not None and X.shape == tuple(shape) and (dims is None or set(X.dims) == set(dims)):
+        return f"{name} holds one sample of the model's grid: {name}.expand_dims({sample_dim!r})"
+    if not dims:
+        guess = next((d for d in X.dims if shape is None or X.ndim != len(shape) + 1), None)
+        guess = X.dims[0] if guess is None else guess
+        return (
+            f"{name} has dims {X.dims} and none named {sample_dim!r}: pass sample_dim={guess!r} "
+            "(the dim that runs over the samples)"
+        )
+    extra = [d for d in X.dims if d not in (sample_dim, *dims)]
+    sizes = dict(zip(dims, shape or ()))
+    rename = {}
+    for d in (d for d in dims if d not in X.dims):  # grid dims first, paired by size
+        free = [e for e in extra if e not in rename]
+        e = next((e for e in free if X.sizes[e] == sizes.get(d)), free[0] if free else None)
+        if e is not None:
+            rename[e] = d
+    free = [e for e in extra if e not in rename]
+    if sample_dim not in X.dims and free:
+        rename[next((e for e in free if X.sizes[e] > 1), free[0])] = sample_dim
+    squeeze = [e for e in extra if e not in rename and X.sizes[e] == 1]
+    left = [e for e in extra if e not in rename and e not in squeeze]
+    fix = name + (f".squeeze({squeeze!r})" if squeeze else "")
+    fix += f".rename({rename!r})" if rename else ""
+    fix = "" if fix == name else f": {fix}"
+    if left:
+        fix += f"{';' if fix else ':'} drop or select the dims {left}, which the model has not"
+    if sample_dim in rename.values():
+        fix += f" (or pass sample_dim={next(k for k, v in rename.items() if v == sample_dim)!r})"
+    return f"{name} has dims {X.dims} but the model reads {(sample_dim, *dims)}{fix}"
+
+
+def as_operand(X, name, sort=True):
     """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``.
     A DataArray's ``sample`` dim is put first (wherever it is) and, with ``sort``, its grid dims
-    in increasing coordinate order (:func:`ascending_grid`; without: by position). A DataArray
-    without one is refused, with advice fitting the model's grid dims and shape where given."""
+    in increasing coordinate order (:func:`ascending_grid`; without: by position)."""
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
-        if "sample" not in X.dims:
-            raise _no_sample_dim(X, name, model_dims, model_shape)
-        X = X.transpose("sample", ...)  # matched by name: the samples first
-        X = ascending_grid(X) if sort else X
+        X = ascending_grid(named(X, name)) if sort else named(X, name)
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}
         periods = {d: X[d].attrs["period"] for d in coords if X[d].attrs.get("period") is not None}
         inner = as_operand(X.data, name)
         # labels, times, members along 'sample', and scalar coordinates (a time stamp of them all)
         along = {k: c.variable for k, c in X.coords.items() if c.dims in (("sample",), ())}
         return Operand(
-            inner.data,
-            inner.grid_shape,
-            "xarray",
-            tuple(X.dims[1:]),
-            coords,
-            along or None,
-            periods,
+            inner.data, inner.grid_shape, "xarray", X.dims[1:], coords, along or None, periods
         )
     if isinstance(X, da.Array):
         if X.ndim == 0:
@@ -830,24 +864,6 @@ def learn_periods(periods, operand, grid, which, dims=None):
             )
         return None
     return as_periods(per_axis, grid, f"the periods of the {which} grid")
-
-
-def match_dims(X, dims, name):
-    """DataArray ``X`` transposed to ``("sample", *dims)`` (grid dims matched by name, as
-    ``apply_ufunc`` core dims are); other operands, or ``dims`` None, unchanged."""
-    if not isinstance(X, xr.DataArray) or dims is None or "sample" not in X.dims:
-        return X
-    grid = tuple(d for d in X.dims if d != "sample")
-    if grid == tuple(dims):
-        return X.transpose("sample", *dims) if X.dims[0] != "sample" else X
-    if sorted(map(str, grid)) != sorted(map(str, dims)):
-        unknown, absent = [d for d in grid if d not in dims], [d for d in dims if d not in grid]
-        raise ValueError(
-            f"{name} has dims {X.dims} but the model was trained on ('sample', {', '.join(map(repr, dims))}); "
-            f"unknown dims {unknown}, missing {absent}: rename them, e.g. {name}.rename("
-            f"{dict(zip(unknown, absent)) or '...'})"
-        )
-    return X.transpose("sample", *dims)
 
 
 # ------------------------------------------------------------------------------ data-set stores
