@@ -148,10 +148,10 @@ def bad_samples(X, labels, name, sample_dim="sample", action="fitting", part=Fal
     shown = (rows if labels is None else np.asarray(labels)[rows])[:5]
     listed = ", ".join(map(str, shown)) + (", ..." if len(rows) > 5 else "")
     where = f"{sample_dim} {listed}" if labels is not None else f"rows {listed}"
-    fix = f"ds.dropna({sample_dim!r}, how='any')" if labels is not None else "X[keep]"
+    fix = f", e.g. ds.dropna({sample_dim!r}, how='any')" if labels is not None else ""
     return ValueError(
         f"{name} holds NaN or infinity in {len(rows)} sample{'s' * (len(rows) > 1)}"
-        f"{' of this chunk' if part else ''} ({where}): drop them before {action}, e.g. {fix}"
+        f"{' of this chunk' if part else ''} ({where}): drop them before {action}{fix}"
     )
 
 
@@ -268,11 +268,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             )
         if U.shape[0] != V.shape[0]:
             raise ValueError(f"U has {U.shape[0]} samples but V has {V.shape[0]}; they must match")
-        if U.shape[0] < 1 or U.shape[1] < 1 or V.shape[1] < 1:
-            raise ValueError(
-                f"U has shape {U.shape} and V {V.shape}: need at least one sample, one input "
-                "point and one output point"
-            )
+        if U.shape[0] < 1 or U.shape[1] < 1:
+            raise ValueError(f"U has shape {U.shape}: need at least one sample and one point")
+        if V.shape[1] < 1:
+            raise ValueError(f"V has shape {V.shape}: the output functions have no values")
         for name, X in (("U", U), ("V", V)):
             _refuse_not_real(X, name)
         self.n_features_in_ = U.shape[1]

@@ -100,8 +100,8 @@ def test_unknown_grid_dims_are_refused(grid2d):
     model = RandomFeatureOperator(n_features=50, random_state=0).fit(X, Y)
     with pytest.raises(
         ValueError,
-        match=r"dims \('sample', 'x', 'z'\) but the model was trained on "
-        r"\('sample', 'x', 'y'\); unknown dims \['z'\], missing \['y'\].*rename",
+        match=r"dims \('sample', 'x', 'z'\) but the model reads \('sample', 'x', 'y'\): "
+        r"X.rename\(\{'z': 'y'\}\)",
     ):
         model.predict(X.rename(y="z"))
     # numpy keeps its positional meaning

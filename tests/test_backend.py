@@ -281,7 +281,7 @@ def test_nan_named_on_generic_path(data):
     U, V = data
     U = U.copy()
     U[11, 2] = np.nan
-    with pytest.raises(ValueError, match="first bad sample: 11"):
+    with pytest.raises(ValueError, match=r"\(rows 11\)"):
         RandomFeatureOperator(n_features=50, random_state=0).fit(*strict(U, V))
 
 
