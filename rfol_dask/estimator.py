@@ -15,22 +15,17 @@ import logging
 import numbers
 import os
 from collections.abc import Mapping, Sequence
-from urllib.parse import urlparse
 
-import dask
 import dask.array as da
 import numpy as np
-import psutil
 import xarray as xr
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import backend, io, persistence
+from . import backend, inputs, io, persistence
 from . import recovery as rec
-from .exceptions import ComplexDataError
-from .gram import check_finite
 from .memory import check_prediction_memory
 from .metrics import r2_score
 from .placement import broadcast, worker_addresses
@@ -73,104 +68,12 @@ def _published(estimator):
     return view
 
 
-def _flatten(X, name="X"):
-    """``(M, *grid) -> (M, prod(grid))`` for numpy-like ``X``; returns ``(X2, grid or None)``.
-    Array-likes of at most two dims pass unchanged for scikit-learn's validation; nested lists
-    of more are read as the numpy array they make (ValueError where their grids differ)."""
-    if isinstance(X, (list, tuple)):
-        depth, inner = 0, X
-        while isinstance(inner, (list, tuple)) and len(inner):
-            depth, inner = depth + 1, inner[0]
-        if depth + len(getattr(inner, "shape", ())) > 2:
-            try:
-                X = np.asarray(X)
-            except ValueError as exc:
-                raise ValueError(
-                    f"{name} is a nested list that is not a regular array of shape (n_samples, "
-                    f"*grid): every sample must have the same grid shape ({exc})"
-                ) from exc
-            except TypeError:  # arrays numpy does not take implicitly (CuPy's)
-                pass
-    if hasattr(X, "toarray") or not hasattr(X, "shape") or len(X.shape) <= 2:
-        return X, None
-    if backend.is_array_api(X):
-        return backend.namespace(X).reshape(X, (X.shape[0], -1)), tuple(X.shape[1:])
-    return np.reshape(np.asarray(X), (X.shape[0], -1)), tuple(X.shape[1:])
-
-
 def _on(args, xp):
     """The arrays among ``args`` (fitted arrays of a predict kernel) as arrays of ``xp``."""
     return tuple(
         backend.to_namespace(a, xp) if isinstance(a, np.ndarray) or backend.is_array_api(a) else a
         for a in args
     )
-
-
-def _num_samples(X):
-    shape = getattr(X, "shape", None)
-    if shape is None:
-        try:
-            return len(X)
-        except TypeError:
-            return None
-    return shape[0] if len(shape) else None
-
-
-def _refuse_not_real(X, name):
-    """:class:`ComplexDataError` for complex values, TypeError for datetimes, timedeltas and
-    booleans (scikit-learn's validation would cast them to float) and, in dask or array API
-    arrays, any dtype that is not a real number."""
-    dtype = getattr(X, "dtype", None)
-    strict = isinstance(X, da.Array) or backend.is_array_api(X)
-    dtype = backend.to_numpy_dtype(dtype) if backend.is_array_api(X) else dtype
-    if not isinstance(dtype, np.dtype):
-        return
-    if np.issubdtype(dtype, np.complexfloating):
-        raise ComplexDataError(
-            f"Complex data not supported: {name} must hold real numbers, got dtype {dtype}"
-        )
-    if dtype.kind in "mMb" or strict and not backend.is_real_dtype(dtype):
-        fix = f" (as 0 and 1: {name}.astype(float))" if dtype.kind == "b" else ""
-        raise TypeError(f"{name} must hold real numbers, got dtype {dtype}{fix}")
-
-
-def bad_samples(X, labels, name, sample_dim="sample", action="fitting", part=False):
-    """ValueError naming the samples of the 2-D ``X`` that hold NaN or Inf by their ``labels``
-    (None: positions), how many, and the fix; None when every value is finite."""
-    if isinstance(X, da.Array):
-        ok = np.asarray(da.isfinite(X).all(axis=1).compute())
-    else:
-        X = np.asarray(backend.to_numpy(X) if backend.is_array_api(X) else X)
-        ok = np.isfinite(X.reshape(len(X), -1)).all(axis=1)
-    rows = np.flatnonzero(~ok)
-    if not len(rows):
-        return None
-    shown = (rows if labels is None else np.asarray(labels)[rows])[:5]
-    listed = ", ".join(map(str, shown)) + (", ..." if len(rows) > 5 else "")
-    where = f"{sample_dim} {listed}" if labels is not None else f"rows {listed}"
-    fix = f", e.g. ds.dropna({sample_dim!r}, how='any')" if labels is not None else ""
-    return ValueError(
-        f"{name} holds NaN or infinity in {len(rows)} sample{'s' * (len(rows) > 1)}"
-        f"{' of this chunk' if part else ''} ({where}): drop them before {action}{fix}"
-    )
-
-
-def _as_dask(x):
-    """The in-memory side of a fit with one dask operand, as one dask chunk (CuPy as it is,
-    other array API arrays moved to numpy)."""
-    if backend.is_array_api(x):
-        return da.asarray(x if backend.is_cupy(backend.namespace(x)) else backend.to_numpy(x))
-    return da.asarray(np.asarray(x))
-
-
-def _own_name(X, default):
-    """A DataArray's own name (``u0``), else ``default``: what messages call it."""
-    return X.name if isinstance(X, xr.DataArray) and isinstance(X.name, str) else default
-
-
-def _labels(op):
-    """The sample labels of an operand (its ``sample`` coordinate), else None."""
-    return None if not op.sample or "sample" not in op.sample else op.sample["sample"].values
 
 
 def _predict_chunk(blk, labels, p, *, block, device, name, sample_dim):
@@ -180,27 +83,9 @@ def _predict_chunk(blk, labels, p, *, block, device, name, sample_dim):
     xp = backend.device_namespace(device) if on_host else backend.namespace(blk)
     blk = backend.to_namespace(np.asarray(blk) if on_host else blk, xp)
     if not bool(xp.all(xp.isfinite(blk))):
-        raise bad_samples(blk, np.ravel(labels), name, sample_dim, "predicting", part=True)
+        raise inputs.bad_samples(blk, np.ravel(labels), name, sample_dim, "predicting", part=True)
     Y = block(blk, *_on(p, xp))
     return backend.to_numpy(Y) if on_host else Y
-
-
-def _in_memory(*arrays):
-    """Whether dask ``arrays`` are small enough to load and fit in memory: under a fraction
-    (dask config ``rfol_dask.in-memory-fraction``, default 0.1) of the available memory, on
-    numpy chunks, and with no distributed client whose workers run on other machines."""
-    fraction = float(dask.config.get("rfol_dask.in-memory-fraction", 0.1))
-    nbytes = sum(a.nbytes for a in arrays)
-    if nbytes >= fraction * psutil.virtual_memory().available:
-        return False
-    if any(backend.is_array_api(a._meta) for a in arrays):
-        return False
-    client = active_client()
-    if client is None:
-        return True
-    here = {"localhost", "127.0.0.1", "::1", None}
-    here |= {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
-    return all(urlparse(w).hostname in here for w in client.scheduler_info()["workers"])
 
 
 class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
@@ -257,76 +142,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """The ``device`` parameter ("cpu" where a subclass has none)."""
         return backend.check_device(getattr(self, "device", "cpu"))
 
-    def _check_shapes(self, U, V):
-        """``(U (M, n), V (M, m))`` of 2-D dask or array API operands, checked from their
-        metadata (nothing is computed)."""
-        V = V[:, None] if V.ndim == 1 else V
-        if U.ndim != 2:
-            raise ValueError(
-                "U must be 2-D (n_samples, n_points) or more; reshape a single "
-                "input function with U.reshape(1, -1)"
-            )
-        if U.shape[0] != V.shape[0]:
-            raise ValueError(f"U has {U.shape[0]} samples but V has {V.shape[0]}; they must match")
-        if U.shape[0] < 1 or U.shape[1] < 1:
-            raise ValueError(f"U has shape {U.shape}: need at least one sample and one point")
-        if V.shape[1] < 1:
-            raise ValueError(f"V has shape {V.shape}: the output functions have no values")
-        for name, X in (("U", U), ("V", V)):
-            _refuse_not_real(X, name)
-        self.n_features_in_ = U.shape[1]
-        self.__dict__.pop("feature_names_in_", None)  # no column names kept
-        return U, V
-
-    def _check_arrays(self, U, V):
-        """Validate and flatten array API operands of another namespace than numpy (CuPy: on
-        their device); returns ``(U (M, n), V (M, m), input grid shape, output grid shape)``."""
-        xp = backend.namespace(U if backend.is_array_api(U) else V)
-        U, V = (
-            backend.to_namespace(X if backend.is_array_api(X) else np.asarray(X), xp)
-            for X in (U, V)
-        )
-        if U.ndim < 2:
-            raise ValueError(
-                "U must be 2-D (n_samples, n_points) or more; reshape a single "
-                "input function with U.reshape(1, -1)"
-            )
-        (U2, in_shape), (V2, out_shape) = _flatten(U, "U"), _flatten(V, "V")
-        U2, V2 = self._check_shapes(U2, V2)
-        dt = getattr(xp, self._work_dtype(U2).name)
-        U2, V2 = (xp.astype(X, dt, copy=False) for X in (U2, V2))  # copy=False: no third copy
-        check_finite(V2, 0, "V")
-        return U2, V2, in_shape or (U2.shape[1],), out_shape or tuple(V.shape[1:])
-
-    def _check_numpy(self, U, V):
-        """``(U (M, n), V (M, m), input grid shape, output grid shape)`` of numpy-like operands,
-        validated by scikit-learn and cast to the working dtype (moved to ``device``)."""
-        (Ua, in_shape), (Va, out_shape) = _flatten(U, "U"), _flatten(V, "V")
-        n_u, n_v = _num_samples(Ua), _num_samples(Va)
-        if n_u is not None and n_v is not None and n_u != n_v:
-            raise ValueError(f"U has {n_u} samples but V has {n_v}; they must match")
-        if isinstance(Va, np.ndarray) and np.issubdtype(Va.dtype, np.floating) and Va.ndim:
-            check_finite(Va, 0, "V")  # scikit-learn's check of y names no sample
-        _refuse_not_real(Ua, "U")
-        _refuse_not_real(Va, "V")
-        Ua, Va = validate_data(
-            self,
-            Ua,
-            Va,
-            multi_output=True,
-            y_numeric=True,
-            dtype=[np.float64, np.float32],
-            ensure_all_finite=False,
-        )
-        dt = self._cast_dtype(Ua)
-        Ud, Vd = np.asarray(Ua, dtype=dt), np.asarray(Va, dtype=dt)
-        out_shape = out_shape if out_shape is not None else Vd.shape[1:]
-        Vd = Vd[:, None] if Vd.ndim == 1 else Vd
-        if self._device() != "cpu":  # numpy / xarray input on an accelerator: moved there once
-            xp = backend.device_namespace(self._device())
-            Ud, Vd = backend.to_namespace(Ud, xp), backend.to_namespace(Vd, xp)
-        return Ud, Vd, in_shape or (Ud.shape[1],), out_shape
-
     # ------------------------------------------------------------------ fit
     def fit(
         self,
@@ -343,41 +158,36 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     ) -> OperatorEstimator:
         """Fit the operator on pairs of input and output functions.
 
-        numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask
-        graph over its sample chunks, computed once (on the active ``distributed.Client``
-        if any, else dask's local scheduler), unless it fits in memory: dask data under a
-        tenth of the available memory are loaded once and fitted in memory (logged; not with a
-        client whose workers run on other machines). xarray ``X`` and ``y`` are paired by their
-        sample labels (reordered if needed; different label sets are an error).
+        numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask graph
+        over its sample chunks (on the active ``distributed.Client`` if any), unless it fits
+        in memory: under a tenth of the available memory it is loaded once and fitted in memory
+        (logged; not with workers on other machines). xarray ``X`` and ``y`` are paired by
+        their sample labels, their grid dims by name.
 
         Parameters
         ----------
-        X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
-            The ``M`` input functions (the paper's ``U``), float32 or float64 (other real
-            dtypes are cast to float64). A Dataset, or the path of a Zarr store or NetCDF file,
-            gives both ``X`` and ``y`` (its variables ``input`` and ``output``).
-        y : array-like, dask array or DataArray of shape (M,), (M, m) or (M, *output_grid), default=None
-            The output functions (the paper's ``V``); None only with a Dataset / store ``X``.
+        X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
+            The ``M`` input functions, float32 or float64 (other real dtypes are cast to
+            float64). A Dataset, or the path of a Zarr store or NetCDF file, gives ``X`` and
+            ``y`` (its variables ``input`` and ``output``).
+        y : array-like, dask array or DataArray (M,), (M, m) or (M, *output_grid), default=None
+            The output functions; None only with a Dataset / store ``X``.
         input_grid, output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
-            The training grids of numpy / dask input (one increasing coordinate array per grid
-            axis); xarray input gives them through its coordinates. They let ``predict`` read
-            and write other grids of the same domain.
+            The training grids of numpy / dask input (one increasing coordinate array per
+            axis; xarray gives its coordinates): ``predict`` can then read and write other grids.
         periods : float, sequence of (float or None) or mapping dim -> float, default=None
-            Periodic grid axes: one period for every axis of both grids, one entry per axis
-            (None: not periodic), or a mapping dim -> period (for arrays the dims are the keys
-            of mapping ``input_grid`` / ``output_grid``, else ``dim_0, dim_1, ...``); default:
-            the ``period`` attributes of the xarray coordinates. On a periodic axis ``predict``
-            accepts any grid (it wraps; not with ``recovery="rf"``).
+            Periodic grid axes: one period for every axis, one per axis (None: not periodic),
+            or a mapping dim -> period (arrays: the keys of mapping grids, else ``dim_0, ...``);
+            default: the coordinates' ``period`` attributes. ``predict`` wraps on such an axis.
         input, output : str, default=None
-            The names of the input and output variables of a Dataset or store ``X`` (default
-            ``"input"`` and ``"output"``). The model remembers them (and a DataArray's own
-            name) as ``input_name_`` and ``output_name_``, which ``predict`` and ``score`` read.
+            The input and output variables of a Dataset or store ``X`` (default ``"input"``
+            and ``"output"``); remembered (or a DataArray's own name) as ``input_name_`` and
+            ``output_name_`` for ``predict`` and ``score``.
         sample_dim : str, default=None
             The dim of DataArrays that runs over the samples (default ``"sample"``); remembered
-            as ``sample_dim_``. Predictions carry it, with the samples' labels.
+            as ``sample_dim_``. Predictions carry it and the samples' labels.
         **fit_params : dict
-            ``sample_weight=None`` only: weights are not supported (a ``sample_weight`` other
-            than None is a ValueError; other keywords a TypeError).
+            ``sample_weight=None`` only (weights are a ValueError, other keywords a TypeError).
 
         Returns
         -------
@@ -388,19 +198,16 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         ------
         ValueError
             If the sample counts or labels of ``X`` and ``y`` differ, a variable or dim is not
-            found (the message lists every rename needed), the data hold NaN / Inf (the message
-            names the samples by label), a grid does not match the data, the Gram does not fit
-            in memory (the message gives the bytes and the fix), or ``sample_weight`` is given.
+            found (one message lists every rename), the data hold NaN / Inf (the samples are
+            named by label), a grid does not match the data, or the Gram does not fit in memory.
         TypeError
-            For a keyword argument other than those above, or data that are not real numbers.
+            For an unknown keyword, or data that are not real numbers.
 
         Notes
         -----
-        Memory: the in-memory fit holds the inputs and outputs, plus the model's Gram
-        (see the class docstring); a dask fit never holds the data whole.
-
-        A fit that raises, or is interrupted (KeyboardInterrupt), leaves the estimator as it was
-        before: a model fitted earlier still predicts as it did, an unfitted one stays unfitted.
+        Memory: the in-memory fit holds the data and the model's Gram (see the class
+        docstring); a dask fit never holds the data whole. A fit that raises or is interrupted
+        leaves the estimator as it was: the previous model whole, or unfitted.
         """
         with all_or_nothing(self) as work, io.checked_once():
             work._fit(
@@ -435,7 +242,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
                 f"{type(self).__name__} requires y to be passed, but the target y is None: "
                 "call fit(X, y), or fit(dataset, input=..., output=...)"
             )
-        labels = [_own_name(a, d) for a, d in ((U, "X"), (V, "y"))]
+        labels = [inputs.own_name(a, d) for a, d in ((U, "X"), (V, "y"))]
         U = io.named(U, labels[0], sample_dim)
         V = io.align_samples(U, io.named(V, labels[1], sample_dim))
         u, v = io.as_operand(U, "U"), io.as_operand(V, "V")
@@ -443,7 +250,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         self.output_name_ = names["output"] or (labels[1] if labels[1] != "y" else "output")
         self.sample_dim_ = sample_dim
         try:
-            Ud, Vd, in_shape, out_shape, lazy = self._fit_data(u, v)
+            Ud, Vd, in_shape, out_shape, lazy = inputs.fit_data(self, u, v)
             self._learn_grids(u, v, V, in_shape, out_shape, input_grid, output_grid, periods)
             if lazy and (client := active_client()) is not None:
                 worker_addresses(client)  # a cluster without workers: waited for, else an error
@@ -453,40 +260,14 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
                 raise
             # every bad sample, by label: a second pass on this error only
             errors = [
-                bad_samples(op.data, _labels(op), n, sample_dim) for op, n in zip((u, v), labels)
+                inputs.bad_samples(op.data, inputs.sample_labels(op), n, sample_dim)
+                for op, n in zip((u, v), labels, strict=True)
             ]
             if any(errors):
                 raise ValueError("; ".join(str(e) for e in errors if e is not None)) from exc
             raise
-        self._check_fitted_finite()
+        inputs.check_fitted_finite(self)
         return self
-
-    def _fit_data(self, u, v):
-        """``(U (M, n), V (M, m), input grid shape, output grid shape, lazy)`` of the operands,
-        validated: CuPy (array API) where it lives, dask lazily, numpy (and small dask data,
-        loaded once: :func:`_in_memory`) in memory."""
-        lazy = [x for x in (u.data, v.data) if isinstance(x, da.Array)]
-        if lazy and _in_memory(*lazy):
-            nbytes = sum(x.nbytes for x in lazy)
-            logger.info("loading the %.1f MiB of training data into memory to fit", nbytes / 2**20)
-            loaded = dask.compute(u.data, v.data)
-            u, v = (
-                io.Operand(
-                    np.reshape(d, (len(d), *x.grid_shape)) if x.grid_shape else d, None, "numpy"
-                )
-                for d, x in zip(loaded, (u, v))
-            )
-            lazy = []
-        if lazy:
-            ud, vd = (
-                x if isinstance(x.data, da.Array) else io.as_operand(_as_dask(x.data), n)
-                for x, n in ((u, "U"), (v, "V"))
-            )
-            Ud, Vd = self._check_shapes(ud.data, vd.data)
-            return Ud, Vd, ud.grid_shape, vd.grid_shape, True
-        if backend.is_array_api(u.data) or backend.is_array_api(v.data):
-            return (*self._check_arrays(u.data, v.data), False)  # fitted where they live
-        return (*self._check_numpy(u.data, v.data), False)
 
     def _learn_grids(self, u, v, V, in_shape, out_shape, input_grid, output_grid, periods):
         """The fitted shapes, dims, coordinates, attributes, grids and periods of both sides."""
@@ -509,61 +290,14 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         self.input_periods_ = io.learn_periods(periods, u, self.input_grid_, "input", in_dims)
         self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output", out_dims)
 
-    def _check_fitted_finite(self):
-        """ValueError when the fit gave NaN or infinity (a scale beyond the working dtype's
-        range). With an intercept only ``intercept_`` is read (a non-finite coefficient shows
-        there); without one, every fitted array. A search without refit has none."""
-        if getattr(self, "intercept_", None) is None:
-            return
-        arrays = [self.intercept_] if self.fit_intercept else list(self._predict_kernel()[1])
-        for a in arrays:
-            if backend.is_array_api(a) or (
-                isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.inexact)
-            ):
-                xp = backend.namespace(a)
-                # min and max are finite only if every entry is (NaN propagates)
-                if a.size and not all(bool(xp.isfinite(r)) for r in (xp.min(a), xp.max(a))):
-                    scale = ", ".join(
-                        f"{k}={getattr(self, k):.3g}"
-                        for k in ("gamma_", "length_scale_")
-                        if hasattr(self, k)
-                    )
-                    raise ValueError(
-                        f"the fit gave NaN or infinite coefficients ({scale}): the inputs' scale "
-                        "or the model's scale parameter is beyond the range of the working dtype; "
-                        "rescale the inputs (e.g. to unit spread) or pass another gamma / "
-                        "length_scale"
-                    )
-
     # ------------------------------------------------------------------ predict
     def _knows_grid(self, which):
-        """Whether the model's ``which`` grid has dims or coordinates: then DataArrays are read in
-        increasing coordinate order; a model fitted on arrays without grids reads them by position."""
+        """Whether the model's ``which`` grid has dims or coordinates: then DataArrays are read
+        in increasing coordinate order; a model fitted on bare arrays reads them by position."""
         return (
             getattr(self, f"{which}_dims_", None) is not None
             or getattr(self, f"{which}_grid_", None) is not None
         )
-
-    def _check_width(self, n, shape):
-        """ValueError unless ``X`` has the training width ``n`` and, when ``X`` is a grid of two or
-        more axes and the model's grid is too or is known, the training grid shape (a transposed
-        grid of the same size would otherwise be read by position). Flat rows read by position."""
-        shape = tuple(shape)
-        if n != self.n_features_in_:
-            raise ValueError(
-                f"X has {n} features, but {type(self).__name__} is expecting {self.n_features_in_} "
-                f"features as input (input grid {shape} vs the training grid {self.input_shape_})"
-            )
-        if (
-            len(shape) > 1
-            and shape != tuple(self.input_shape_)
-            and (len(self.input_shape_) > 1 or self._knows_grid("input"))
-        ):
-            raise ValueError(
-                f"X has input grid {shape} but the model was trained on the grid "
-                f"{tuple(self.input_shape_)}: pass the functions on the training grid (same axes, "
-                "same order), flattened (M, n) rows of it, or input_grid= for another grid"
-            )
 
     def predict(
         self,
@@ -578,61 +312,49 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
         numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``X``);
         xarray predictions carry the sample dim and labels and the output grid coordinates.
-        xarray grid dims are matched to the training dims by name (transposed as needed).
+        DataArray grid dims are matched to the training dims by name.
 
         Parameters
         ----------
-        X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
+        X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
             The input functions, on the training input grid unless ``input_grid`` (or the
-            xarray coordinates) says otherwise; a Dataset, Zarr store or NetCDF path gives its
-            input variable. Arrays are read by position, in the model's grid order (increasing
+            coordinates) says otherwise; a Dataset, Zarr store or NetCDF path gives its input
+            variable. Arrays are read by position, in the model's grid order (increasing
             coordinates for a model fitted on xarray); a DataArray by its dims and coordinates.
         input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
-            The grid of numpy / dask ``X`` when it is not the training grid: ``X`` is first
-            resampled to the training grid through ``R_U`` (the ``recovery`` parameter). A
-            DataArray's coordinates give its grid (one that differs from them is a ValueError).
+            The grid of numpy / dask ``X`` when it is not the training grid (resampled through
+            ``R_U``, the ``recovery`` parameter). A DataArray's coordinates give its grid.
         output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
-            Return the prediction on this grid (through ``R_V``) instead of the training
-            output grid.
+            Return the prediction on this grid (through ``R_V``).
         input : str, default=None
-            The input variable of a Dataset or store ``X`` (default: ``input_name_``, the
-            model's).
+            The input variable of a Dataset or store ``X`` (default: ``input_name_``).
         sample_dim : str, default=None
-            The sample dim of a DataArray ``X`` (default: ``sample_dim_``, the model's).
+            The sample dim of a DataArray ``X`` (default: ``sample_dim_``).
 
         Returns
         -------
         ndarray, dask array or DataArray of shape (M, *output_grid)
-            The predicted output functions in the working dtype, in the kind of ``X``
-            (a Dataset or store path gives a DataArray).
+            The predictions in the working dtype, in the kind of ``X`` (a Dataset or path
+            gives a DataArray).
 
         Raises
         ------
         ValueError
-            If ``X`` has the wrong width, dims or grid shape (the message lists the renames),
-            holds NaN / Inf (the samples are named by label), a DataArray's grid labels that the
-            model reads by label differ from the training data's, a grid has another dimension
-            or other dim names than the training grid or lies outside the training domain (along
-            a periodic axis any grid is valid: the recovery wraps), or numpy ``X`` whose
-            predictions would not fit this process's available memory (predict in parts, or pass
-            a dask array for a lazy prediction).
+            If ``X`` has the wrong width, dims or grid (one message lists the renames), holds
+            NaN / Inf (the samples are named by label), has other grid labels than the training
+            data where they are read by label, a grid lies outside the training domain (a
+            periodic axis wraps), or numpy predictions would not fit the available memory.
         TypeError
             If ``X`` holds complex or non-numeric values.
 
         Notes
         -----
-        Extra memory: the features (or kernel row) of one row block of about 128 MiB, and
-        the resampled inputs and outputs of one block. numpy ``X`` gives its whole prediction
-        in memory, checked against this process's available memory first
-        (:func:`rfol_dask.memory.check_prediction_memory`).
-
-        Dask input gives a lazy result. On a distributed client a model of 8 MiB or more
-        (:data:`rfol_dask.placement.EMBED_BYTES`) is shipped to the cluster once and held by
-        its scheduler while the result lives; smaller models travel inside the graph. The
-        result computes after lost workers, ``client.restart()``, on another client and pickled.
-
-        A refit in another thread meanwhile does not mix into the prediction: it is made from
-        the model fitted when ``predict`` was called.
+        Extra memory: the features of one row block of about 128 MiB. numpy ``X`` gives its
+        whole prediction in memory, checked first
+        (:func:`rfol_dask.memory.check_prediction_memory`). On a distributed client a model of
+        8 MiB or more is shipped to the cluster once (:func:`rfol_dask.placement.broadcast`).
+        The prediction is of the model fitted when ``predict`` was called, whatever a refit in
+        another thread does meanwhile.
         """
         check_is_fitted(self)
         model = _published(self)
@@ -652,16 +374,16 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     def _predict(self, U, input_grid, output_grid, sample_dim):
         """:meth:`predict` of the fitted model (a :func:`_published` view: nothing a fit changes),
         its DataArrays' sample dim named ``sample``."""
-        self._check_coordinate_order()
-        name = _own_name(U, "X")
+        inputs.check_coordinate_order(self)
+        name = inputs.own_name(U, "X")
         U = io.named(U, name, sample_dim, self.input_dims_, self.input_shape_)
         U = io.match_grid_labels(U, self.input_coords_, self.input_grid_, name)
         u = io.as_operand(U, name, sort=self._knows_grid("input"))
         new_grid = self._new_output_grid(output_grid)  # before anything is resampled or allocated
         if not isinstance(u.data, da.Array) and not backend.is_array_api(u.data):
-            M = _num_samples(u.data)
+            M = inputs.num_samples(u.data)
             M = (
-                _num_samples(np.asarray(u.data))
+                inputs.num_samples(np.asarray(u.data))
                 if M is None and hasattr(u.data, "__array__")
                 else M
             )
@@ -670,27 +392,27 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
                 dtype = backend.to_numpy_dtype(self.intercept_.dtype)
                 check_prediction_memory(M, self.intercept_.shape[0], dtype, n_new)
         u = self._to_training_grid(U, u, input_grid)
-        where = (_labels(u), name, sample_dim)
+        where = (inputs.sample_labels(u), name, sample_dim)
         if isinstance(u.data, da.Array):
             Y = self._predict_lazy(u.data, u.grid_shape, *where)
         elif backend.is_array_api(u.data):  # follow the input: computed where X lives
-            X, _ = _flatten(u.data)
+            X, _ = inputs.flatten(u.data)
             if X.ndim != 2:
                 raise ValueError(f"X must be at least 2-D (n_samples, ...), got {tuple(X.shape)}")
-            self._check_width(X.shape[1], u.data.shape[1:])
-            if (err := bad_samples(X, *where, "predicting")) is not None:
+            inputs.check_width(self, X.shape[1], u.data.shape[1:])
+            if (err := inputs.bad_samples(X, *where, "predicting")) is not None:
                 raise err
             block, args = self._predict_kernel()
             Y = block(X, *_on(args, backend.namespace(X)))
         else:
-            raw, grid_shape = _flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
+            raw, grid_shape = inputs.flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
             if grid_shape is not None:
-                self._check_width(raw.shape[1], grid_shape)
-            _refuse_not_real(raw, name)
+                inputs.check_width(self, raw.shape[1], grid_shape)
+            inputs.refuse_not_real(raw, name)
             X = validate_data(
                 self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False
             )
-            if (err := bad_samples(X, *where, "predicting")) is not None:
+            if (err := inputs.bad_samples(X, *where, "predicting")) is not None:
                 raise err
             block, args = self._predict_kernel()
             xp = backend.device_namespace(self._device())
@@ -711,8 +433,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """The lazy prediction of the dask array ``X`` (M, n): one task per sample chunk."""
         if X.ndim != 2:
             raise ValueError(f"X must be at least 2-D (n_samples, ...), got shape {X.shape}")
-        _refuse_not_real(X, name)
-        self._check_width(X.shape[1], grid_shape)
+        inputs.refuse_not_real(X, name)
+        inputs.check_width(self, X.shape[1], grid_shape)
         if self._device() != "cpu" and active_client() is None:  # computed here: say what lacks
             backend.device_namespace(self._device())
         X = X.rechunk({1: -1})
@@ -749,10 +471,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like, dask array or DataArray of shape (M, n) or (M, *input_grid); or Dataset or str
+        X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
             Test input functions; a Dataset, Zarr store or NetCDF path holds both the input
             and the output variables.
-        y : array-like, dask array or DataArray of shape (M,), (M, m) or (M, *output_grid), default=None
+        y : array-like, dask array or DataArray (M,), (M, m) or (M, *output_grid), default=None
             True output functions; None only with a Dataset / store ``X``.
         sample_weight : None, default=None
             Not supported (anything but None raises ValueError).
@@ -783,37 +505,26 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             pred = model.predict(U, sample_dim=sample_dim)
         if isinstance(pred, xr.DataArray) and sample_dim != "sample":
             pred = pred.rename({sample_dim: "sample"})
-        V = io.named(V, _own_name(V, "y"), sample_dim, model.output_dims_, model.output_shape_)
+        V = io.named(
+            V, inputs.own_name(V, "y"), sample_dim, model.output_dims_, model.output_shape_
+        )
         if model._knows_grid("output"):
             V = io.ascending_grid(V)  # the order of pred
         return r2_score(V, pred)
-
-    def _check_coordinate_order(self):
-        """ValueError for a model fitted (by rfol_dask 0.1.0) on grid coordinates that do not
-        increase: it read its data by position, data are now read in increasing order."""
-        for which in ("input", "output"):
-            for d, c in (getattr(self, f"{which}_coords_", None) or {}).items():
-                if io.unsorted_axis(c):
-                    raise ValueError(
-                        f"this model was fitted on {which} coordinates that do not increase along "
-                        f"{d!r} (an older rfol_dask read them by position); data are now read in "
-                        "increasing coordinate order: refit the model with this version"
-                    )
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> str | os.PathLike:
         """Save the fitted model to a Zarr store.
 
         The store holds the parameters, the fitted arrays with a checksum each, the training
-        grids and periods, the output's attributes and the package and format versions. The
-        write goes to a temporary store renamed into place: an interrupted save leaves the
-        previous model readable.
+        grids, names and periods and the versions; it is written beside and renamed into
+        place, so an interrupted save leaves the previous model readable.
 
         Parameters
         ----------
         path : str or os.PathLike
-            Directory of the Zarr store: nothing there, an empty directory, or an rfol_dask
-            model (replaced only if ``overwrite``).
+            Directory of the store: nothing, an empty directory, or an rfol_dask model
+            (replaced only if ``overwrite``).
         overwrite : bool, default=True
             Whether an existing model at ``path`` may be replaced.
 
@@ -827,15 +538,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         sklearn.exceptions.NotFittedError
             If the model is not fitted.
         ValueError
-            If ``path`` holds anything but an rfol_dask model (a file, a data set, other
-            files: left untouched), or a model and ``overwrite`` is false; if it is inside a
-            model, or is (or holds) the current directory.
-
-        Notes
-        -----
-        Disk: the fitted arrays (e.g. ``omega_`` (n, N) and ``coef_`` (N, m) of a
-        ``RandomFeatureOperator``, ``X_train_`` (M, p) and ``dual_coef_`` (M, m) of a
-        ``KernelOperator``), written from memory without a further copy.
+            If ``path`` holds anything but an rfol_dask model (left untouched), a model and
+            ``overwrite`` is false, or is inside a model or the current directory.
         """
         check_is_fitted(self)
         target = io.user_path(path)  # '~' expanded, as xarray and zarr read paths
@@ -858,18 +562,14 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Returns
         -------
         OperatorEstimator
-            A fitted instance of ``cls`` with the saved parameters and fitted arrays
-            (numpy, in memory).
+            A fitted instance of ``cls`` (numpy arrays, in memory).
 
         Raises
         ------
         FileNotFoundError
-            If there is no model at ``path`` (nor a complete one an interrupted save left
-            beside it: then the newest is loaded, with a warning).
+            If there is no model at ``path`` (nor a complete one an interrupted save left).
         ValueError
-            If ``path`` is not a model store written by :meth:`save`, has a newer format, or
-            an array is missing or damaged (the message names it). Models saved before the
-            format was versioned load with a warning (see ``rfol_dask.persistence.MODEL_FORMAT``).
+            If ``path`` is not a model, has a newer format, or an array is missing or damaged.
         """
         arrays, attrs = persistence.load_model(io.user_path(path))
         return persistence.restore_estimator(cls, arrays, attrs, path)

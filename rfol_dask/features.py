@@ -204,16 +204,7 @@ def draw_frequencies(
 
     Memory: the output plus one block of ``n_inputs x 256`` float64 per thread.
     """
-    if distribution not in DISTRIBUTIONS:
-        raise ValueError(f"unknown distribution {distribution!r}; choose one of {DISTRIBUTIONS}")
-    if distribution == "student_t" and (nu is None or not nu > 0):
-        raise ValueError(f"distribution='student_t' needs nu > 0 degrees of freedom, got nu={nu!r}")
-    if distribution == "rational_quadratic":
-        if nu is not None and not nu > 0:
-            raise ValueError(
-                f"distribution='rational_quadratic' needs a shape nu > 0 (or None for 1), got nu={nu!r}"
-            )
-        shape = 1.0 if nu is None else float(nu)
+    shape = _law_shape(distribution, nu)
     seq = _seed_sequence(random_state)
     n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
     if metric is not None and np.shape(metric)[0] != n:
@@ -244,27 +235,13 @@ def draw_frequencies(
         rng = np.random.default_rng(
             np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,))
         )
-        if distribution == "cauchy":
-            om = gamma * rng.standard_cauchy((r, B))
-        elif distribution == "gaussian":
-            om = np.sqrt(2.0 * gamma) * rng.standard_normal((r, B))
-        elif distribution == "student_t":
-            om = gamma * rng.standard_normal((r, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
-        else:  # rational_quadratic: a Gamma(a, 1) scale mixture of the Gaussian law
-            om = (
-                np.sqrt(2.0 * gamma / shape)
-                * rng.standard_normal((r, B))
-                * np.sqrt(rng.standard_gamma(shape, B))
-            )
-        bk = rng.uniform(0.0, 2.0 * np.pi, size=B)
+        om, bk = _draw_block(rng, distribution, gamma, nu, shape, r, B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
         om, bk = om[:, lo - k * B : hi - k * B], bk[lo - k * B : hi - k * B]
         if metric is not None:
             om = metric @ om
-        if (
-            input_centre is not None
-        ):  # float64, reduced before the cast (the phase may be large); summed
-            # row by row, so that a column's phase does not depend on the columns drawn with it
+        if input_centre is not None:  # float64, reduced before the cast; summed row by row, so
+            # that a column's phase does not depend on the columns drawn with it
             bk = np.mod(bk + (input_centre[:, None] * om).sum(axis=0), 2.0 * np.pi)
         with device():
             if not host:  # cast on the host, one contiguous transfer per block
@@ -280,6 +257,36 @@ def draw_frequencies(
     else:
         list(_pool(threads).map(block, blocks))
     return omega, b
+
+
+def _law_shape(distribution, nu):
+    """ValueError for an unknown law or a ``nu`` it refuses; the rational quadratic's shape."""
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"unknown distribution {distribution!r}; choose one of {DISTRIBUTIONS}")
+    if distribution == "student_t" and (nu is None or not nu > 0):
+        raise ValueError(f"distribution='student_t' needs nu > 0 degrees of freedom, got nu={nu!r}")
+    if distribution == "rational_quadratic" and nu is not None and not nu > 0:
+        raise ValueError(
+            f"distribution='rational_quadratic' needs a shape nu > 0 (or None for 1), got nu={nu!r}"
+        )
+    return 1.0 if nu is None else float(nu)
+
+
+def _draw_block(rng, distribution, gamma, nu, shape, r, B):
+    """One block of ``B`` frequencies (r, B) of the law and their phases (B,), from ``rng``."""
+    if distribution == "cauchy":
+        om = gamma * rng.standard_cauchy((r, B))
+    elif distribution == "gaussian":
+        om = np.sqrt(2.0 * gamma) * rng.standard_normal((r, B))
+    elif distribution == "student_t":
+        om = gamma * rng.standard_normal((r, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
+    else:  # rational_quadratic: a Gamma(a, 1) scale mixture of the Gaussian law
+        om = (
+            np.sqrt(2.0 * gamma / shape)
+            * rng.standard_normal((r, B))
+            * np.sqrt(rng.standard_gamma(shape, B))
+        )
+    return om, rng.uniform(0.0, 2.0 * np.pi, size=B)
 
 
 _POOL = {}

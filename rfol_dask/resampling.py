@@ -196,6 +196,35 @@ class ResamplingMixin:
             getattr(self, "input_periods_", None), grid, name=source
         )  # each axis in one period
         R_U = self._recovery("input", grid)
+        self._check_domain(trained, grid, R_U, source)
+        data = u.data if u.kind == "xarray" else U  # u: the grid dims in increasing order
+        xp = (
+            backend.namespace(data) if backend.is_array_api(data) else None
+        )  # CuPy: resampled on the host
+        data = (
+            data
+            if isinstance(data, da.Array)
+            else backend.to_numpy(data)
+            if xp is not None
+            else np.asarray(data)
+        )
+        shape = tuple(len(ax) for ax in grid)
+        if (
+            data.ndim < 1
+            or int(np.prod(data.shape[1:])) != int(np.prod(shape))
+            or (data.ndim > 2 and tuple(data.shape[1:]) != shape)
+        ):  # flat (M, n) rows are read in grid order
+            raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
+        resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
+        resampled = (
+            resampled if xp is None else backend.to_namespace(resampled, xp)
+        )  # moved back: follow the input
+        new = io.as_operand(resampled, "U")
+        return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
+
+    def _check_domain(self, trained, grid, R_U, source):
+        """ValueError where the input ``grid`` does not cover the ``trained`` domain (no
+        extrapolation) or strays outside it; a periodic axis needs its whole period sampled."""
         domain = rec.grid_domain(trained, R_U.periodic)
         for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(
             zip(trained, grid, domain, R_U.domain(), R_U.periods)
@@ -223,30 +252,6 @@ class ResamplingMixin:
                     f"{source} span [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the training "
                     f"domain [{lo:.10g}, {hi:.10g}]"
                 )
-        data = u.data if u.kind == "xarray" else U  # u: the grid dims in increasing order
-        xp = (
-            backend.namespace(data) if backend.is_array_api(data) else None
-        )  # CuPy: resampled on the host
-        data = (
-            data
-            if isinstance(data, da.Array)
-            else backend.to_numpy(data)
-            if xp is not None
-            else np.asarray(data)
-        )
-        shape = tuple(len(ax) for ax in grid)
-        if (
-            data.ndim < 1
-            or int(np.prod(data.shape[1:])) != int(np.prod(shape))
-            or (data.ndim > 2 and tuple(data.shape[1:]) != shape)
-        ):  # flat (M, n) rows are read in grid order
-            raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
-        resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
-        resampled = (
-            resampled if xp is None else backend.to_namespace(resampled, xp)
-        )  # moved back: follow the input
-        new = io.as_operand(resampled, "U")
-        return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
 
     def _with_output_attrs(self, pred):
         """An xarray prediction with the training output's attributes and coordinate attributes."""

@@ -251,7 +251,7 @@ class RandomFeatureOperator(OperatorEstimator):
         self.device = device
 
     _fitted_arrays = ("omega_", "b_", "coef_", "intercept_", "input_centre_")
-    _fitted_scalars = ("solver_", "gamma_")
+    _fitted_scalars = ("solver_", "gamma_", *OperatorEstimator._fitted_scalars)
 
     def _cast_dtype(self, data):
         """float64 numpy input keeps its dtype on the CPU whatever the working dtype: its rows are
@@ -347,53 +347,11 @@ class RandomFeatureOperator(OperatorEstimator):
             metric=self.input_metric_,
         )
         if lazy:
-            # the workers draw what they need, the centre folded in. On the CPU the centre is made in
-            # the fit's graph (the data are read once) and the client draws Omega after the fit (its
-            # workers may share this host's memory). On GPUs, whose workers hold the Gram and slabs in
-            # device memory, the client draws meanwhile, from a centre made first from the first rows.
-            centre = InputCentre(_head_centre(U, dtype) if on_gpu else None)
-            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
-                drawn = (
-                    pool.submit(_timed_draw, functools.partial(recipe, input_centre=centre.value))
-                    if on_gpu
-                    else None
-                )
-                t0 = time.perf_counter()
-                coef, intercept = fit_dask(
-                    U,
-                    V,
-                    alpha=float(self.alpha),
-                    fit_intercept=self.fit_intercept,
-                    solver=self.solver_,
-                    column_block=self.column_block,
-                    progress=self.progress,
-                    max_gram_bytes=self.max_gram_bytes,
-                    frequencies=recipe,
-                    n_features=self.n_features,
-                    dtype=dtype,
-                    device=self._device(),
-                    input_centre=centre,
-                )
-                t1 = time.perf_counter()
-                self.input_centre_ = centre.value
-                self.omega_, self.b_ = (
-                    drawn.result()
-                    if on_gpu
-                    else _timed_draw(functools.partial(recipe, input_centre=centre.value))
-                )
-            logger.debug(
-                "dask fit %.3f s, then %.3f s for the client's draw of Omega",
-                t1 - t0,
-                time.perf_counter() - t1,
-            )
+            coef, intercept = self._fit_lazy(U, V, recipe, on_gpu, dtype)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)
-            check_finite(
-                U[: min(CENTRE_ROWS, U.shape[0]), ...], 0, "U"
-            )  # a NaN / Inf named here, not in the phases
-            centre = input_centre(
-                dtype, U
-            )  # numpy: the recipe folds it into the phases on the host
+            check_finite(U[: min(CENTRE_ROWS, U.shape[0]), ...], 0, "U")  # named here, not later
+            centre = input_centre(dtype, U)  # numpy: folded into the phases on the host
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
             self.omega_, self.b_ = recipe(xp=xp, input_centre=centre)
             self.input_centre_ = backend.to_namespace(centre, xp)
@@ -412,6 +370,48 @@ class RandomFeatureOperator(OperatorEstimator):
                 return
         self.coef_ = coef.astype(dtype, copy=False)
         self.intercept_ = np.asarray(intercept, dtype=dtype).reshape(m)
+
+    def _fit_lazy(self, U, V, recipe, on_gpu, dtype):
+        """The dask fit: ``(coef, intercept)``, with ``omega_``, ``b_`` and ``input_centre_`` set.
+        On the CPU the centre is made in the fit's graph (the data are read once) and the client
+        draws Omega after the fit; on GPUs, whose workers hold the Gram in device memory, the
+        client draws meanwhile, from a centre made first from the first rows."""
+        centre = InputCentre(_head_centre(U, dtype) if on_gpu else None)
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
+            drawn = (
+                pool.submit(_timed_draw, functools.partial(recipe, input_centre=centre.value))
+                if on_gpu
+                else None
+            )
+            t0 = time.perf_counter()
+            coef, intercept = fit_dask(
+                U,
+                V,
+                alpha=float(self.alpha),
+                fit_intercept=self.fit_intercept,
+                solver=self.solver_,
+                column_block=self.column_block,
+                progress=self.progress,
+                max_gram_bytes=self.max_gram_bytes,
+                frequencies=recipe,
+                n_features=self.n_features,
+                dtype=dtype,
+                device=self._device(),
+                input_centre=centre,
+            )
+            t1 = time.perf_counter()
+            self.input_centre_ = centre.value
+            self.omega_, self.b_ = (
+                drawn.result()
+                if on_gpu
+                else _timed_draw(functools.partial(recipe, input_centre=centre.value))
+            )
+        logger.debug(
+            "dask fit %.3f s, then %.3f s for the client's draw of Omega",
+            t1 - t0,
+            time.perf_counter() - t1,
+        )
+        return coef, intercept
 
     def _predict_kernel(self):
         # models saved before the centre was kept load without it: None, c = 0

@@ -790,11 +790,13 @@ def test_array_api_input_of_the_working_dtype_is_not_copied():
     """``fit`` on array API operands already in the working dtype keeps their buffers (CuPy: no
     second U and V on the GPU); another dtype is converted."""
     xs = pytest.importorskip("array_api_strict")
+    from rfol_dask import inputs
+
     U = xs.asarray(np.random.default_rng(0).normal(size=(40, 6)))
     V = xs.asarray(np.random.default_rng(1).normal(size=(40, 3)))
-    U2, V2, _, _ = RandomFeatureOperator(n_features=30)._check_arrays(U, V)
+    U2, V2, _, _ = inputs.check_arrays(RandomFeatureOperator(n_features=30), U, V)
     assert np.shares_memory(U2._array, U._array) and np.shares_memory(V2._array, V._array)
-    U3, _, _, _ = RandomFeatureOperator(n_features=30, dtype=np.float32)._check_arrays(U, V)
+    U3, _, _, _ = inputs.check_arrays(RandomFeatureOperator(n_features=30, dtype=np.float32), U, V)
     assert U3.dtype == xs.float32
 
 
