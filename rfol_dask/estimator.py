@@ -1,17 +1,12 @@
-"""The estimator base shared by the operator learners: inputs, grids, prediction, persistence.
+"""The estimator base of the operator learners: fit, predict, score, save and load once.
 
-Subclasses (``RandomFeatureOperator``, ``baselines.KernelOperator``) supply the numerics:
-``_fit_arrays(U, V, lazy, dtype)`` fits on 2-D numpy or dask arrays, ``_predict_kernel()``
-returns the block function and its fitted arrays, ``_fitted_arrays`` / ``_fitted_scalars`` name
-what ``save`` writes. Everything about operands (numpy, dask, xarray, Dataset / store path),
-sklearn validation, training grids and the recovery maps ``R_U`` / ``R_V`` lives here once.
-"""
+Subclasses supply the numerics: ``_fit_arrays(U, V, lazy, dtype)`` fits on 2-D numpy or dask
+arrays, ``_predict_kernel()`` returns the block function and its fitted arrays."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import numbers
 import os
 from collections.abc import Mapping, Sequence
@@ -22,19 +17,16 @@ import xarray as xr
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from . import backend, inputs, io, persistence
 from . import recovery as rec
-from .memory import check_prediction_memory
 from .metrics import r2_score
 from .placement import broadcast, worker_addresses
 from .progress import active_client
 from .resampling import ResamplingMixin
 
 __all__ = ["OperatorEstimator"]
-
-logger = logging.getLogger("rfol_dask")
 
 #: what ``fit`` / ``predict`` / ``score`` take as functions: array-likes, dask arrays, DataArrays
 Functions = ArrayLike | da.Array | xr.DataArray
@@ -120,6 +112,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """Fitted scalars of models saved before they were kept: ``{name: value}``."""
         return dict(NAMES)
 
+    def _names(self, *given):
+        """The input and output variables and the sample dim: ``given``, else the model's."""
+        return tuple(g or getattr(self, k, NAMES[k]) for g, k in zip(given, NAMES, strict=True))
+
     def _work_dtype(self, data):
         if self.dtype is not None:
             dt = np.dtype(self.dtype)
@@ -142,7 +138,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """The ``device`` parameter ("cpu" where a subclass has none)."""
         return backend.check_device(getattr(self, "device", "cpu"))
 
-    # ------------------------------------------------------------------ fit
     def fit(
         self,
         X: Data,
@@ -269,36 +264,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         inputs.check_fitted_finite(self)
         return self
 
-    def _learn_grids(self, u, v, V, in_shape, out_shape, input_grid, output_grid, periods):
-        """The fitted shapes, dims, coordinates, attributes, grids and periods of both sides."""
-        self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
-        self.input_coords_, self.output_coords_ = u.coords, v.coords
-        self.output_attrs_, self.output_coord_attrs_ = persistence.attrs_of(V, v.dims)
-        self.input_grid_ = io.learn_grid(input_grid, u, self.input_shape_, "input")
-        self.output_grid_ = io.learn_grid(output_grid, v, self.output_shape_, "output")
-        in_dims = io.grid_dims(u, input_grid, self.input_grid_)
-        out_dims = io.grid_dims(v, output_grid, self.output_grid_)
-        # arrays with grid mappings: the keys name the dims, so a later grid mapping is read by name
-        self.input_dims_ = u.dims or (in_dims if isinstance(input_grid, Mapping) else None)
-        self.output_dims_ = v.dims or (out_dims if isinstance(output_grid, Mapping) else None)
-        if isinstance(periods, Mapping) and (set(periods) - set(in_dims) - set(out_dims)):
-            raise ValueError(
-                f"periods names dims {sorted(set(periods) - set(in_dims) - set(out_dims))} that "
-                f"are not grid dims of the data (input {in_dims}, output {out_dims}; arrays name "
-                "them by the keys of input_grid= / output_grid= mappings, else dim_0, dim_1, ...)"
-            )
-        self.input_periods_ = io.learn_periods(periods, u, self.input_grid_, "input", in_dims)
-        self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output", out_dims)
-
-    # ------------------------------------------------------------------ predict
-    def _knows_grid(self, which):
-        """Whether the model's ``which`` grid has dims or coordinates: then DataArrays are read
-        in increasing coordinate order; a model fitted on bare arrays reads them by position."""
-        return (
-            getattr(self, f"{which}_dims_", None) is not None
-            or getattr(self, f"{which}_grid_", None) is not None
-        )
-
     def predict(
         self,
         X: Data,
@@ -358,14 +323,11 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         model = _published(self)
-        sample_dim = sample_dim or getattr(model, "sample_dim_", "sample")
+        name, _, sample_dim = model._names(input, None, sample_dim)
         if isinstance(X, (str, os.PathLike)) or hasattr(X, "data_vars"):
-            name = input or getattr(model, "input_name_", "input")
             X, _ = io.read_pair(X, names=(name, None), sample_dim=sample_dim)
         else:
-            io.check_sources(
-                X
-            )  # a missing chunk file of a Zarr store: an error, not its fill value
+            io.check_sources(X)  # a missing chunk file: an error, not its fill value
         Y = model._predict(X, input_grid, output_grid, sample_dim)
         if isinstance(Y, xr.DataArray) and sample_dim != "sample":
             return Y.rename({"sample": sample_dim})
@@ -380,54 +342,21 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         U = io.match_grid_labels(U, self.input_coords_, self.input_grid_, name)
         u = io.as_operand(U, name, sort=self._knows_grid("input"))
         new_grid = self._new_output_grid(output_grid)  # before anything is resampled or allocated
-        if not isinstance(u.data, da.Array) and not backend.is_array_api(u.data):
-            M = inputs.num_samples(u.data)
-            M = (
-                inputs.num_samples(np.asarray(u.data))
-                if M is None and hasattr(u.data, "__array__")
-                else M
-            )
-            if M is not None:  # numpy: the whole prediction here, checked before the resampling
-                n_new = None if new_grid is None else int(np.prod([len(a) for a in new_grid]))
-                dtype = backend.to_numpy_dtype(self.intercept_.dtype)
-                check_prediction_memory(M, self.intercept_.shape[0], dtype, n_new)
+        inputs.check_prediction_memory(self, u.data, new_grid)  # numpy, before any resampling
         u = self._to_training_grid(U, u, input_grid)
         where = (inputs.sample_labels(u), name, sample_dim)
         if isinstance(u.data, da.Array):
             Y = self._predict_lazy(u.data, u.grid_shape, *where)
-        elif backend.is_array_api(u.data):  # follow the input: computed where X lives
-            X, _ = inputs.flatten(u.data)
-            if X.ndim != 2:
-                raise ValueError(f"X must be at least 2-D (n_samples, ...), got {tuple(X.shape)}")
-            inputs.check_width(self, X.shape[1], u.data.shape[1:])
-            if (err := inputs.bad_samples(X, *where, "predicting")) is not None:
-                raise err
+        else:  # array API arrays where they live; numpy on ``device``, numpy out
+            X = inputs.predict_rows(self, u, *where)
             block, args = self._predict_kernel()
-            Y = block(X, *_on(args, backend.namespace(X)))
-        else:
-            raw, grid_shape = inputs.flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
-            if grid_shape is not None:
-                inputs.check_width(self, raw.shape[1], grid_shape)
-            inputs.refuse_not_real(raw, name)
-            X = validate_data(
-                self, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False
-            )
-            if (err := inputs.bad_samples(X, *where, "predicting")) is not None:
-                raise err
-            block, args = self._predict_kernel()
-            xp = backend.device_namespace(self._device())
-            Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))
-        if not backend.is_array_api(Y):
-            return self._output_on_grid(Y, u, output_grid, new_grid)
-        # a DataArray of CuPy values gives one; the recovery maps resample on the host
-        xp = backend.namespace(Y)
-        if output_grid is None:
-            Y = xp.reshape(Y, (Y.shape[0], *self.output_shape_))
-            return self._output_on_grid(Y, u, None, None) if u.kind == "xarray" else Y
-        out = self._output_on_grid(backend.to_numpy(Y), u, output_grid, new_grid)
-        if isinstance(out, xr.DataArray):
-            return out.copy(data=backend.to_namespace(out.data, xp))
-        return backend.to_namespace(out, xp)
+            xp = backend.namespace(X) if backend.is_array_api(X) else None
+            if xp is not None:
+                Y = block(X, *_on(args, xp))
+            else:
+                xp = backend.device_namespace(self._device())
+                Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))
+        return self._output_on_grid(Y, u, output_grid, new_grid)
 
     def _predict_lazy(self, X, grid_shape, labels, name, sample_dim):
         """The lazy prediction of the dask array ``X`` (M, n): one task per sample chunk."""
@@ -494,11 +423,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             raise ValueError("sample_weight is not supported")
         model = _published(self)  # predictions and grids of one fit
         check_is_fitted(model)
-        sample_dim = sample_dim or getattr(model, "sample_dim_", "sample")
-        names = (
-            input or getattr(model, "input_name_", "input"),
-            output or getattr(model, "output_name_", "output"),
-        )
+        *names, sample_dim = model._names(input, output, sample_dim)
         with io.checked_once():  # the stores' arrays of X are checked here, not again by predict
             U, V = io.read_pair(X, y, names, sample_dim)
             io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
@@ -512,7 +437,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             V = io.ascending_grid(V)  # the order of pred
         return r2_score(V, pred)
 
-    # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> str | os.PathLike:
         """Save the fitted model to a Zarr store.
 

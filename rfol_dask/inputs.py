@@ -13,7 +13,7 @@ import psutil
 import xarray as xr
 from sklearn.utils.validation import validate_data
 
-from . import backend, io
+from . import backend, io, memory
 from .exceptions import ComplexDataError
 from .gram import check_finite
 from .progress import active_client
@@ -289,3 +289,37 @@ def check_coordinate_order(est):
                     f"{d!r} (an older rfol_dask read them by position); data are now read in "
                     "increasing coordinate order: refit the model with this version"
                 )
+
+
+def check_prediction_memory(est, X, new_grid):
+    """:func:`rfol_dask.memory.check_prediction_memory` of a numpy prediction of the samples of
+    ``X`` on ``new_grid`` (None: the training output grid); dask and array API ``X`` pass."""
+    if isinstance(X, da.Array) or backend.is_array_api(X):
+        return
+    M = num_samples(X)
+    M = num_samples(np.asarray(X)) if M is None and hasattr(X, "__array__") else M
+    if M is not None:  # else the validation refuses X
+        n_new = None if new_grid is None else int(np.prod([len(a) for a in new_grid]))
+        dtype = backend.to_numpy_dtype(est.intercept_.dtype)
+        memory.check_prediction_memory(M, est.intercept_.shape[0], dtype, n_new)
+
+
+def predict_rows(est, u, labels, name, sample_dim):
+    """The rows (M, n) of the in-memory operand ``u`` to predict, validated: array API arrays
+    as they are, numpy by scikit-learn; NaN / Inf named by label."""
+    if backend.is_array_api(u.data):
+        X, _ = flatten(u.data)
+        if X.ndim != 2:
+            raise ValueError(f"X must be at least 2-D (n_samples, ...), got {tuple(X.shape)}")
+        check_width(est, X.shape[1], u.data.shape[1:])
+    else:
+        raw, grid_shape = flatten(np.asarray(u.data) if u.kind == "xarray" else u.data)
+        if grid_shape is not None:
+            check_width(est, raw.shape[1], grid_shape)
+        refuse_not_real(raw, name)
+        X = validate_data(
+            est, raw, reset=False, dtype=[np.float64, np.float32], ensure_all_finite=False
+        )
+    if (err := bad_samples(X, labels, name, sample_dim, "predicting")) is not None:
+        raise err
+    return X

@@ -15,7 +15,7 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from . import backend, io
+from . import backend, io, persistence
 from . import recovery as rec
 from .exceptions import DataWarning
 from .stacklevel import user_stacklevel
@@ -25,6 +25,35 @@ __all__ = ["ResamplingMixin"]
 
 class ResamplingMixin:
     """Recovery-map helpers of the operator learners (see the module docstring)."""
+
+    def _knows_grid(self, which):
+        """Whether the model's ``which`` grid has dims or coordinates: then DataArrays are read
+        in increasing coordinate order; a model fitted on bare arrays reads them by position."""
+        return (
+            getattr(self, f"{which}_dims_", None) is not None
+            or getattr(self, f"{which}_grid_", None) is not None
+        )
+
+    def _learn_grids(self, u, v, V, in_shape, out_shape, input_grid, output_grid, periods):
+        """The fitted shapes, dims, coordinates, attributes, grids and periods of both sides."""
+        self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
+        self.input_coords_, self.output_coords_ = u.coords, v.coords
+        self.output_attrs_, self.output_coord_attrs_ = persistence.attrs_of(V, v.dims)
+        self.input_grid_ = io.learn_grid(input_grid, u, self.input_shape_, "input")
+        self.output_grid_ = io.learn_grid(output_grid, v, self.output_shape_, "output")
+        in_dims = io.grid_dims(u, input_grid, self.input_grid_)
+        out_dims = io.grid_dims(v, output_grid, self.output_grid_)
+        # arrays with grid mappings: the keys name the dims, so a later grid mapping is read by name
+        self.input_dims_ = u.dims or (in_dims if isinstance(input_grid, Mapping) else None)
+        self.output_dims_ = v.dims or (out_dims if isinstance(output_grid, Mapping) else None)
+        if isinstance(periods, Mapping) and (set(periods) - set(in_dims) - set(out_dims)):
+            raise ValueError(
+                f"periods names dims {sorted(set(periods) - set(in_dims) - set(out_dims))} that "
+                f"are not grid dims of the data (input {in_dims}, output {out_dims}; arrays name "
+                "them by the keys of input_grid= / output_grid= mappings, else dim_0, dim_1, ...)"
+            )
+        self.input_periods_ = io.learn_periods(periods, u, self.input_grid_, "input", in_dims)
+        self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output", out_dims)
 
     def _recovery_specs(self):
         """``(R_U spec, R_V spec)`` from the ``recovery`` parameter."""
@@ -118,8 +147,17 @@ class ResamplingMixin:
 
     def _output_on_grid(self, Y, u, output_grid, grid_new):
         """Predictions ``Y`` (M, m) on the training output grid, resampled to ``output_grid`` if
-        given, in the kind of the operand ``u`` (numpy, dask or xarray). ``grid_new``: the
-        caller's :meth:`_new_output_grid` of ``output_grid`` (validated once, before the prediction)."""
+        given (``grid_new``: its :meth:`_new_output_grid`), in the kind of the operand ``u``
+        (numpy, dask or xarray; array API values stay in their namespace)."""
+        if backend.is_array_api(Y):  # the recovery maps resample on the host
+            xp = backend.namespace(Y)
+            if output_grid is None:
+                Y = xp.reshape(Y, (Y.shape[0], *self.output_shape_))
+                return self._output_on_grid(Y, u, None, None) if u.kind == "xarray" else Y
+            out = self._output_on_grid(backend.to_numpy(Y), u, output_grid, grid_new)
+            if isinstance(out, xr.DataArray):
+                return out.copy(data=backend.to_namespace(out.data, xp))
+            return backend.to_namespace(out, xp)
         shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
         grid = getattr(self, "output_grid_", None)
         if grid_new is not None:
