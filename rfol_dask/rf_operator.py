@@ -39,12 +39,11 @@ __all__ = ["RandomFeatureOperator"]
 
 
 def _predict_block(U, omega, b, coef, intercept, input_centre=None):
-    """Predictions for one row block ``U`` (k, n) -> (k, m), in row chunks of bounded memory;
-    ``input_centre`` (n,) is the model's (None: a model saved before it was kept, ``c = 0``)."""
+    """Predictions for one row block ``U`` (k, n) -> (k, m), checked finite by ``predict``, in
+    row chunks of bounded memory; ``input_centre`` (n,) is the model's (None: ``c = 0``)."""
     xp = backend.namespace(omega)
-    # with a centre the rows are centred in their own dtype, then cast, a chunk at a time (feature_map)
+    # with a centre the rows are centred in their own dtype, then cast (feature_map)
     U = xp.asarray(U, dtype=omega.dtype) if input_centre is None else xp.asarray(U)
-    check_finite(U, 0, "U")
     M = U.shape[0]
     out = xp.empty((M, coef.shape[1]), dtype=omega.dtype)
     step = max(1, ROW_BLOCK_BYTES // (omega.shape[1] * backend.itemsize(omega.dtype)))
@@ -79,50 +78,37 @@ def _timed_draw(recipe):
 class RandomFeatureOperator(OperatorEstimator):
     """Operator learning with random Fourier features: ``v = C^T phi(u) + c0``.
 
-    ``phi(u) = sqrt(2/N) cos(u @ Omega + b)`` with ``N = n_features`` frequencies drawn from
-    ``distribution`` and ``b ~ U(0, 2 pi)``; ``C`` solves the ridge problem shared by all
-    output grid points (one factorisation for all ``m`` outputs). The phase is formed from the
-    inputs less a centre ``c`` (``input_centre_``), ``cos((u - c) @ Omega + b')`` with
-    ``b' = b + c @ Omega`` (mod 2 pi, in float64): the same features, free of the rounding of a
-    large common offset of the inputs (e.g. pressures in Pa) in float32
-    (:func:`rfol_dask.features.input_centre`).
+    ``phi(u) = sqrt(2/N) cos((u - c) @ Omega + b)`` with ``N = n_features`` frequencies drawn
+    from ``distribution``, ``b ~ U(0, 2 pi)`` and the inputs measured from a centre ``c``
+    (``input_centre_``: free of the float32 rounding of a large common offset); ``C`` solves the
+    ridge problem shared by all output grid points (one factorisation for all ``m`` outputs).
 
     Parameters
     ----------
     n_features : int, default=1000
         Number of random features ``N``.
     distribution : {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default="cauchy"
-        Frequency law: tensor-product Cauchy with scale ``gamma`` (kernel
-        ``exp(-gamma ||x-y||_1)``), Gaussian ``N(0, 2 gamma)`` (kernel
-        ``exp(-gamma ||x-y||^2)``), multivariate Student-t with ``nu`` degrees of freedom, or
-        a Gamma(``nu``, 1) scale mixture of Gaussians (kernel ``(1 + gamma ||x-y||^2 / nu)^-nu``,
-        ``nu = 1`` if None); see :func:`rfol_dask.features.draw_frequencies`.
+        Frequency law: tensor-product Cauchy (kernel ``exp(-gamma ||x-y||_1)``), Gaussian
+        (``exp(-gamma ||x-y||^2)``), multivariate Student-t with ``nu`` degrees of freedom, or
+        rational quadratic (``(1 + gamma ||x-y||^2 / nu)^-nu``, ``nu = 1`` if None); see
+        :func:`rfol_dask.features.draw_frequencies`.
     gamma : float or "median", default="median"
-        Frequency scale (> 0). ``"median"`` sets it from the training inputs (median heuristic,
-        :func:`rfol_dask.tuning.median_gamma`, over a sample of at most 2000 rows drawn with
-        ``random_state``): ``1 / median ||u_i - u_j||_2^2`` for ``"gaussian"``,
-        ``1 / median ||u_i - u_j||_1`` for ``"cauchy"``, ``1 / median ||u_i - u_j||_2`` for
-        ``"student_t"``, so a typical pair of inputs has kernel value about ``exp(-1)``
-        (``"student_t"``: ``exp(-1)`` at ``nu = 1``, rising with ``nu`` towards ``exp(-1/2)``, 0.48
-        at ``nu = 3``; ``1 / median ||u_i - u_j||_2^2`` for ``"rational_quadratic"``: kernel value
-        ``(1 + 1 / nu)^-nu``, 1/2 at ``nu = 1``).
+        Frequency scale (> 0). ``"median"`` sets it from the training inputs (at most 2000
+        rows, :func:`rfol_dask.tuning.median_gamma`) so that a typical pair of inputs has a
+        kernel value of about ``exp(-1)``.
     nu : float, default=None
-        Degrees of freedom for ``distribution="student_t"`` (> 0, required); shape ``a`` of
-        ``distribution="rational_quadratic"`` (> 0; None: 1, the inverse quadratic kernel).
+        Degrees of freedom of ``"student_t"`` (> 0, required); shape of
+        ``"rational_quadratic"`` (> 0; None: 1, the inverse quadratic kernel).
     alpha : float, default=1e-10
         Ridge parameter (>= 0). ``alpha=0`` is min-norm interpolation: the dual needs
-        ``n_features >= M - 1`` (``M`` without an intercept), the primal ``n_features <= M - 1``
-        (``M``), else a ValueError; ``solver="auto"`` picks the one that applies.
+        ``n_features >= M - 1``, the primal ``n_features <= M - 1`` (``M`` without an
+        intercept), else a ValueError; ``solver="auto"`` picks the one that applies.
     pca_power : float or None, default=None
         The input metric. None: the Euclidean (``"cauchy"``: l1) distance of the grid values.
-        A number ``q``: the distance in the inputs' principal directions ``v_j`` (of a sample
-        of at most 4000 training rows, :func:`rfol_dask.tuning.pca_metric`), the component
-        along ``v_j`` weighted by ``(s_j / s_1)^q`` (``s_j`` its singular value): ``q > 0``
-        stresses the leading, large-variance directions (on smooth data the smooth ones),
-        ``0`` is Euclidean on their span, ``q < 0`` whitens. The frequencies are drawn in
-        those coordinates and mapped back to the grid (``Omega = T Omega_r``), so the model keeps
-        the form ``cos(u @ Omega + b)``; ``gamma="median"`` measures in the same metric.
-        Select it by validation (``RandomFeatureOperatorCV(pca_power=...)``).
+        A number ``q``: the distance in the inputs' principal directions, the one of singular
+        value ``s_j`` weighted by ``(s_j / s_1)^q`` (:func:`rfol_dask.tuning.pca_metric`;
+        ``q > 0`` stresses the leading directions, ``q < 0`` whitens). Select it by validation
+        (``RandomFeatureOperatorCV(pca_power=...)``).
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
     solver : {"auto", "dual", "primal"}, default="auto"
@@ -135,22 +121,19 @@ class RandomFeatureOperator(OperatorEstimator):
     column_block : int, default=None
         Output columns per solve task for dask input (default: spread over all worker threads).
     max_gram_bytes : int, default=None
-        Memory budget for the Gram (in memory: with the features and frequencies held with it;
-        default: 60 % of available / worker memory).
+        Memory budget for the Gram and what is held with it (default: 60 % of available /
+        worker memory).
     progress : bool, default=False
         Show a progress bar while fitting dask input.
     recovery : {"cubic", "linear", "nearest", "spectral", "rf"}, dict or 2-tuple, default="cubic"
-        Recovery maps ``R_U`` (input) and ``R_V`` (output) used when ``predict`` reads or
-        writes another grid than the training one (:func:`rfol_dask.recovery.make_recovery`;
-        a dict carries options, e.g. ``{"kind": "rf", "distribution": "cauchy"}``; a tuple
-        gives ``(R_U, R_V)`` separately). Cubic is the default (measured most accurate on
-        smooth data; see :mod:`rfol_dask.recovery`); ``"spectral"`` means periodic grids (it
-        warns on an axis whose period the model does not know: ``fit(periods=...)``).
+        Recovery maps ``R_U`` and ``R_V`` used when ``predict`` reads or writes another grid
+        (:func:`rfol_dask.recovery.make_recovery`; a dict carries options, e.g.
+        ``{"kind": "rf", "distribution": "cauchy"}``; a tuple gives ``(R_U, R_V)``).
+        ``"spectral"`` means periodic grids.
     device : {"cpu", "cuda"}, default="cpu"
-        Where numpy / xarray input is computed: ``"cuda"`` moves it to the GPU (CuPy; install
-        ``rfol-dask[gpu]``) and returns numpy. CuPy input is always computed on its GPU and
-        gives CuPy predictions and fitted arrays ("follow the input"); ``save`` writes numpy,
-        so a model fitted on a GPU loads and predicts on a CPU.
+        Where numpy / xarray input is computed (``"cuda"``: on the GPU with CuPy, numpy out).
+        CuPy input is computed on its GPU and gives CuPy predictions and fitted arrays;
+        ``save`` writes numpy, so a model fitted on a GPU loads on a CPU.
 
     Attributes
     ----------
@@ -159,9 +142,8 @@ class RandomFeatureOperator(OperatorEstimator):
     b_ : ndarray of shape (N,)
         The phases of the centred inputs, ``(b + input_centre_ @ Omega) mod 2 pi``.
     input_centre_ : ndarray of shape (n,) or None
-        The centre ``c`` the inputs are measured from, ``phi(u) = sqrt(2/N) cos((u - c) @ omega_ + b_)``:
-        the mean of the first 64 training samples, in the working dtype. None in models saved
-        before it was kept (their ``b_`` are the phases of ``u`` itself: ``c = 0``).
+        The centre ``c``: the mean of the first 64 training samples (None in models saved
+        before it was kept: ``c = 0``).
     coef_ : ndarray of shape (N, m)
         Coefficients ``C`` (``m`` output grid points).
     intercept_ : ndarray of shape (m,)
@@ -181,26 +163,27 @@ class RandomFeatureOperator(OperatorEstimator):
     input_coords_, output_coords_ : dict of str to ndarray
         Grid coordinates when fitted on xarray data (else empty).
     input_grid_, output_grid_ : tuple of ndarray or None
-        The training grids (one coordinate array per grid axis), from ``fit(...,
-        input_grid=, output_grid=)`` or from the xarray coordinates; None if unknown (then
-        ``predict`` only reads and writes the training grids).
+        The training grids, from ``fit(input_grid=, output_grid=)`` or the coordinates; None
+        if unknown (then ``predict`` only reads and writes the training grids).
     input_periods_, output_periods_ : tuple of (float or None) or None
-        The period of each grid axis (None: not periodic), from ``fit(..., periods=)`` or the
-        coordinates' ``period`` attributes; periodic axes wrap in ``predict``.
+        The period of each grid axis (None: not periodic); periodic axes wrap in ``predict``.
     output_attrs_, output_coord_attrs_ : dict
-        Attributes of the training output (e.g. ``long_name``, ``units``) and of its grid
-        coordinates (dim -> dict) when fitted on xarray data (else empty); xarray predictions
-        carry them.
+        Attributes of the training output and of its grid coordinates (xarray; else empty),
+        which xarray predictions carry.
+    input_name_, output_name_ : str
+        The input and output variables a Dataset or store is read by (``fit(input=,
+        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
+    sample_dim_ : str
+        The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
 
-    Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
-    holds the Gram (N x N) and one 128 MiB block of ``A``; both hold ``Omega`` (n x N) and the
-    coefficients (N x m). All of it is checked against the budget (``max_gram_bytes``) before
-    ``Omega`` is drawn (:func:`rfol_dask.solve.in_memory.held_beside_gram`), and ``Omega`` and the
-    coefficients, which every fit leaves in this process (a dask fit gathers them here), against its
-    available memory, whatever ``max_gram_bytes`` (:func:`rfol_dask.memory.check_host_memory`).
-    On dask input ``A`` is never whole: the dual sums the Gram over feature slabs of at most
-    256 MiB (less where the worker memory asks) on each worker (``8 M^2 + 8 M n`` per worker; see :mod:`rfol_dask.solve.streamed`
-    and :func:`rfol_dask.memory.dual_plan`), the primal over row blocks.
+    Notes
+    -----
+    Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M), the primal the
+    Gram (N x N) and one 128 MiB block of ``A``; both ``Omega`` and the coefficients. All of
+    it is checked against ``max_gram_bytes`` before ``Omega`` is drawn, and the fitted model
+    against this process's available memory. On dask input ``A`` is never whole: the dual sums
+    the Gram over feature slabs on each worker (:mod:`rfol_dask.solve.streamed`), the primal
+    over row blocks.
     """
 
     _parameter_constraints = {
@@ -254,9 +237,8 @@ class RandomFeatureOperator(OperatorEstimator):
     _fitted_scalars = ("solver_", "gamma_", *OperatorEstimator._fitted_scalars)
 
     def _cast_dtype(self, data):
-        """float64 numpy input keeps its dtype on the CPU whatever the working dtype: its rows are
-        centred before they are rounded to float32 (:func:`rfol_dask.features.feature_map`; no
-        float32 copy of ``U`` is made). Moved to a device, it is cast first (half the bytes moved)."""
+        """float64 numpy input keeps its dtype on the CPU (its rows are centred before they are
+        rounded to float32, no float32 copy is made); moved to a device, it is cast first."""
         dt = self._work_dtype(data)
         return np.dtype(np.float64) if self._device() == "cpu" and data.dtype == np.float64 else dt
 
