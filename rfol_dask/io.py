@@ -73,16 +73,12 @@ class Operand:
     kind: str  # "numpy", "dask" or "xarray"
     dims: tuple | None = None
     coords: dict = field(default_factory=dict)
-    sample: dict | None = (
-        None  # the DataArray's coordinates along 'sample' and scalar ones (name -> Variable), if any
-    )
-    periods: dict = field(default_factory=dict)  # dim -> the ``period`` attribute of its coordinate
+    sample: dict | None = None  # a DataArray's coordinates along 'sample' and scalar ones
+    periods: dict = field(default_factory=dict)  # dim -> its coordinate's ``period`` attribute
 
 
 def user_path(path):
-    """``path`` (str or os.PathLike) as a string with a leading ``~`` expanded to the user's home,
-    as xarray and zarr read paths (``to_zarr("~/d.zarr")`` writes in the home folder); a path
-    read literally would make a folder named ``~`` in the working directory instead."""
+    """``path`` as a string with a leading ``~`` expanded, as xarray and zarr read paths."""
     return os.path.expanduser(os.fspath(path))
 
 
@@ -90,15 +86,10 @@ def open_dataset(path, samples=None, sample_dim="sample"):
     """Open a data set lazily: a Zarr store (checked for missing blocks and chunks) or a file
     xarray opens (NetCDF), in chunks along ``sample_dim``.
 
-    With ``samples``, only the first ``samples`` samples are opened and checked (the leading
-    blocks of a store whose generation was interrupted or is still running).
-
-    Stores written by ``rfol_dask.datasets.generate`` carry a ``block_done`` flag per block
-    (in the Zarr group ``_rfol_dask``; a variable in stores written before it); a store with
-    unset flags was interrupted (rerun the generation to resume it). A chunk
-    file of ``input`` / ``output`` missing from the store (it would read back as its fill
-    value) is an error naming it; a chunk that cannot be decoded (a damaged file) raises,
-    when it is read, a ValueError naming the store, the variable and the chunk.
+    With ``samples``, only the first ``samples`` samples are opened and checked. A generated
+    store with unset ``block_done`` flags (interrupted: rerun the generation), or a missing chunk
+    file of ``input`` / ``output``, is a ValueError naming it; so is, when read, a chunk that
+    cannot be decoded.
     """
     path = user_path(path)
     if not Path(path).exists():
@@ -108,15 +99,14 @@ def open_dataset(path, samples=None, sample_dim="sample"):
     kind = describe_path(Path(path).resolve())
     if kind == "model":
         raise ValueError(
-            f"{path} is a saved model, not a data set: load it with {load_hint(Path(path).resolve())} "
-            "to predict with it; fit and open_dataset read a data-set store (variables input and output, "
-            "as rfol-dask generate writes them)"
+            f"{path} is a saved model, not a data set: load it with "
+            f"{load_hint(Path(path).resolve())} to predict with it; fit and open_dataset read a "
+            "data-set store"
         )
     if kind == PREDICTION_STORE:
         raise ValueError(
-            f"{path} is {kind}, not a data set: read its predictions with xarray.open_zarr(path)"
-            "['prediction']; fit, predict and open_dataset read a data-set store (variables input and "
-            "output, as rfol-dask generate writes them)"
+            f"{path} is {kind}, not a data set: read its predictions with "
+            "xarray.open_zarr(path)['prediction']"
         )
     try:
         try:
@@ -153,7 +143,8 @@ def _check_samples(samples, size, path):
         or not 1 <= samples <= size
     ):
         raise ValueError(
-            f"samples must be a whole number from 1 to the {size} samples of {path}, got {samples!r}"
+            f"samples must be a whole number from 1 to the {size} samples of {path}, "
+            f"got {samples!r}"
         )
 
 
@@ -523,72 +514,57 @@ def _local_folder(arr):
 
 
 def align_samples(X, y):
-    """``y`` paired with ``X`` by the labels of their ``sample`` coordinates.
-
-    Applies when both are DataArrays with a ``sample`` coordinate (else ``y`` unchanged:
-    arrays pair by position; a UserWarning where only one side has labels, out of order). The same labels in another order: ``y`` reordered to the
-    order of ``X`` (lazily for dask). Different label sets or duplicated labels:
-    ValueError saying how to align them.
-    """
+    """``y`` paired with ``X`` by the labels of their ``sample`` coordinates where both carry
+    them (reordered lazily; ValueError for other or duplicated labels), else by position (a
+    DataWarning where one side's labels are out of order)."""
     labelled = [
         n for n, a in (("X", X), ("y", y)) if isinstance(a, xr.DataArray) and "sample" in a.indexes
     ]
-    if (
-        len(labelled) == 1
-    ):  # one side's labels, the other's positions: worth a word where the labels are shuffled
-        index = (X if labelled == ["X"] else y).indexes["sample"]
+    if len(labelled) == 1:
+        index, (one, other) = (
+            (X if labelled == ["X"] else y).indexes["sample"],
+            sorted(("X", "y"), key=lambda n: n != labelled[0]),
+        )
         if len(index) > 1 and not index.is_monotonic_increasing:
-            other = "y" if labelled == ["X"] else "X"
             warnings.warn(
-                f"{labelled[0]}'s 'sample' labels are not in increasing order but {other} carries no "
-                f"sample labels, so they are paired by position; if {other} is not in {labelled[0]}'s "
-                f"order, give it the same labels (a DataArray) or sort {labelled[0]} "
-                f"({labelled[0]}.sortby('sample'))",
+                f"{one}'s sample labels are not in increasing order but {other} has none, so they "
+                f"are paired by position; give {other} the same labels or sort {one} "
+                f"({one}.sortby('sample'))",
                 DataWarning,
                 stacklevel=user_stacklevel(),
             )
-    if (
-        not (isinstance(X, xr.DataArray) and isinstance(y, xr.DataArray))
-        or "sample" not in X.coords
-        or "sample" not in y.coords
-        or "sample" not in X.indexes
-    ):
+    if len(labelled) < 2:
         return y
     how = (
-        "pair them yourself: X, y = xarray.align(X, y, join='inner') keeps the common samples, "
+        "pair them yourself: xarray.align(X, y, join='inner') keeps the common samples, "
         "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position"
     )
     return _same_labels(X, y, "sample", ("X", "y"), how)
 
 
 def _same_labels(a, b, d, names, how):
-    """``b`` with the labels of ``a`` along ``d`` (reordered; unchanged where they are equal);
-    ValueError, ending in ``how``, for duplicated labels or different label sets."""
+    """``b`` with the labels of ``a`` along ``d`` (reordered); ValueError ending in ``how`` for
+    duplicated labels or different label sets."""
     ia, ib = a.indexes[d], b.indexes.get(d)
     if ib is None or ia.equals(ib):
         return b
     if not (ia.is_unique and ib.is_unique):
-        raise ValueError(
-            f"{names[0]} or {names[1]} has duplicated {d!r} labels, so they cannot be paired by label; "
-            f"{how}"
-        )
+        raise ValueError(f"{names[0]} or {names[1]} has duplicated {d!r} labels; {how}")
     only_a, only_b = ia.difference(ib), ib.difference(ia)
     if len(only_a) or len(only_b):
         raise ValueError(
-            f"{names[0]} and {names[1]} have different {d!r} labels: {len(only_a)} only in {names[0]} (e.g. "
-            f"{list(only_a[:3])}), {len(only_b)} only in {names[1]} (e.g. {list(only_b[:3])}); {how}"
+            f"{names[0]} and {names[1]} have different {d!r} labels: {len(only_a)} only in "
+            f"{names[0]} (e.g. {list(only_a[:3])}), {len(only_b)} only in {names[1]} (e.g. "
+            f"{list(only_b[:3])}); {how}"
         )
     return b.sel({d: ia})
 
 
 def align_by_label(a, b, names=("true", "pred")):
-    """``b`` matched to the DataArray ``a`` by label, as the estimators match their operands:
-    dims by name (``b`` transposed to the order of ``a``), and along every dim whose coordinate
-    both carry, the labels of ``a`` picked from ``b`` (another order is reordered; numeric grids
-    equal to ``1e-6`` of their span are equal; different label sets raise ValueError naming the
-    dim). Two DataArrays whose grid dims are named differently (e.g. the ``dim_0`` of a model
-    fitted on arrays) are matched along ``sample`` only, their grids paired by position.
-    Anything else: ``b`` unchanged, paired by position."""
+    """``b`` matched to the DataArray ``a`` as the estimators match operands: dims by name, labels
+    by coordinate along every dim both carry (numeric grids equal to ``1e-6`` of their span);
+    grid dims named differently (a model fitted on arrays: ``dim_0``) along ``sample`` only.
+    Anything else is paired by position."""
     if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)):
         return b
     if set(a.dims) == set(b.dims):
@@ -599,7 +575,7 @@ def align_by_label(a, b, names=("true", "pred")):
         b, dims = b.transpose(*order), ("sample",)
     else:
         return b
-    how = "align them first (e.g. xarray.align(..., join='inner')) or pass .values to pair by position"
+    how = "align them first (xarray.align(..., join='inner')) or pass .values to pair by position"
     for d in dims:
         ia, ib = a.indexes.get(d), b.indexes.get(d)
         if ia is not None and ib is not None and not _same_axis(ia, ib):
@@ -608,20 +584,15 @@ def align_by_label(a, b, names=("true", "pred")):
 
 
 def match_grid_labels(X, coords, grid, name="X"):
-    """DataArray ``X`` with the labels of its grid dims matched to ``coords`` (dim -> labels: a
-    model's training coordinates) where the model reads them by label, not through a grid
-    (``grid`` None: some coordinates are not numbers, or some dim had none): the same labels in
-    another order are reordered to the model's (lazily for dask); other labels are a ValueError
-    naming the dim. Numeric coordinates equal to ``1e-6`` of their span are equal. A dim without
-    coordinates in ``X`` is read by position, and so is any other operand."""
+    """DataArray ``X`` with its grid labels matched to ``coords`` (the model's) where the model
+    reads them by label, having no ``grid`` (labels that are not numbers): reordered, or a
+    ValueError naming the dim. Dims without coordinates, and other operands, by position."""
     if not isinstance(X, xr.DataArray) or not coords or grid is not None:
         return X
-    X = (
-        ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X
-    )  # as the training data were
+    X = ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X
     how = (
-        f"pass {name} on the model's labels, or drop its coordinates ({name}.drop_vars(...)) or pass "
-        f"{name}.values to read it by position"
+        f"pass {name} on the model's labels, or drop its coordinates ({name}.drop_vars(...)) or "
+        f"pass {name}.values to read it by position"
     )
     for d, labels in coords.items():
         if d not in X.indexes:
@@ -633,8 +604,7 @@ def match_grid_labels(X, coords, grid, name="X"):
 
 
 def _same_axis(ia, ib):
-    """Numeric coordinates equal as the grids of the recovery maps are (to ``1e-6`` of the span:
-    rounding, float32 copies), point by point in the same order."""
+    """Numeric 1-D coordinates equal point by point to ``1e-6`` of the span (float32 copies)."""
     x, y = np.asarray(ia), np.asarray(ib)
     numeric = all(
         np.issubdtype(v.dtype, np.number) and not np.issubdtype(v.dtype, np.complexfloating)
@@ -655,10 +625,8 @@ def unsorted_axis(coords):
 
 
 def ascending_grid(X):
-    """A DataArray with every grid dim (all but the first) whose numeric coordinates are not
-    increasing sorted by them (a descending latitude, a reversed axis), lazily; anything else
-    as it is. The models read and write grids in increasing order, so data given in another
-    order are matched by their coordinates, not by position."""
+    """A DataArray with every grid dim (all but the first) sorted by its numeric coordinates,
+    lazily (the models read grids in increasing order); anything else as it is."""
     if not isinstance(X, xr.DataArray):
         return X
     for d in X.dims[1:]:
@@ -750,23 +718,18 @@ def as_operand(X, name, sort=True):
 
 
 def check_known_sizes(X, name):
-    """ValueError for a dask array ``X`` (named ``name``) of unknown chunk sizes (NaN in its shape,
-    e.g. after boolean indexing), saying how to give them; anything else passes."""
+    """ValueError for a dask array ``X`` of unknown chunk sizes (after boolean indexing)."""
     if isinstance(X, da.Array) and any(np.isnan(n) for n in X.shape):
         raise ValueError(
-            f"{name} is a dask array of unknown chunk sizes (shape {X.shape}, e.g. after boolean indexing "
-            f"or from_delayed): call {name}.compute_chunk_sizes() first, or pass a Zarr store / xarray data set"
+            f"{name} is a dask array of unknown chunk sizes (shape {X.shape}): call "
+            f"{name}.compute_chunk_sizes() first"
         )
 
 
 def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
-    """Give predictions (M, m) the caller's kind: reshape to ``(M, *grid_shape)`` and, for
-    xarray, wrap with the coordinates along ``sample`` of ``template`` (its labels and e.g. a
-    ``time(sample)``), its scalar coordinates (but one named as an output dim) and the output
-    grid ``coords``."""
-    if tuple(values.shape[1:]) != tuple(
-        grid_shape
-    ):  # (arrays of the array API have no reshape method)
+    """Predictions (M, m) reshaped to ``(M, *grid_shape)`` and, for xarray, wrapped with the
+    sample and scalar coordinates of ``template`` and the output grid ``coords``."""
+    if tuple(values.shape[1:]) != tuple(grid_shape):
         values = values.reshape((values.shape[0], *grid_shape))
     if template.kind != "xarray":
         return values
@@ -774,9 +737,6 @@ def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     out_coords = {d: c for d, c in (coords or {}).items() if d in dims}
     out_coords.update({k: v for k, v in (template.sample or {}).items() if v.dims or k not in dims})
     return xr.DataArray(values, dims=("sample", *dims), coords=out_coords, name=name)
-
-
-# ------------------------------------------------------------------------------ grids and dims
 
 
 def learn_grid(grid, operand, shape, which):
@@ -793,14 +753,9 @@ def learn_grid(grid, operand, shape, which):
 
 
 def operand_grid(operand):
-    """The grid of an xarray operand if every grid dim has numeric coordinates (None if one has
-    none or labels that are not numbers). ValueError for numeric coordinates that are no grid
-    (a repeated value, NaN): matched by coordinate, their values would be read by position."""
-    if (
-        operand.kind != "xarray"
-        or not operand.dims
-        or any(d not in operand.coords for d in operand.dims)
-    ):
+    """The grid of an xarray operand whose grid dims all have numeric coordinates, else None;
+    ValueError for numeric coordinates that are no grid (a repeated value, NaN)."""
+    if operand.kind != "xarray" or not operand.dims or set(operand.dims) - set(operand.coords):
         return None
     coords = {d: np.asarray(operand.coords[d]) for d in operand.dims}
     if not all(
@@ -808,19 +763,15 @@ def operand_grid(operand):
     ):
         return None
     try:
-        as_grid(
-            {d: np.sort(c) for d, c in coords.items()}
-        )  # in any order: a descending axis is a grid
+        as_grid({d: np.sort(c) for d, c in coords.items()})  # in any order
     except (TypeError, ValueError) as exc:
         raise ValueError(
-            f"the coordinates of the grid dims {list(coords)} are not a grid ({exc}); fix them, or drop "
-            "them (da.drop_vars(...)) to have the values read by position"
+            f"the coordinates of the grid dims {list(coords)} are not a grid ({exc}); fix them, "
+            "or drop them (da.drop_vars(...)) to have the values read by position"
         ) from exc
     try:
         return as_grid(coords)
-    except (
-        ValueError
-    ):  # not increasing: read by position (a model without grid), else sorted before
+    except ValueError:  # not increasing: read by position
         return None
 
 
@@ -835,10 +786,8 @@ def grid_dims(operand, grid_arg, grid):
 
 
 def learn_periods(periods, operand, grid, which, dims=None):
-    """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` (a
-    number, one entry per axis, or a mapping dim -> period, the dims named as
-    :func:`grid_dims` names them) or else from the ``period`` attributes of the xarray
-    coordinates; None without a grid."""
+    """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` or else
+    the coordinates' ``period`` attributes; None without a grid."""
     dims = grid_dims(operand, None, grid) if dims is None else dims
     if periods is None:
         per_axis = [operand.periods.get(d) for d in dims]
@@ -850,14 +799,11 @@ def learn_periods(periods, operand, grid, which, dims=None):
         per_axis = list(periods)
         if grid is not None and len(per_axis) != len(grid):
             raise ValueError(
-                f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: give one "
-                "period (or None) per axis, or a mapping dim -> period when the input and output grids differ"
+                f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: "
+                "give one period (or None) per axis, or a mapping dim -> period"
             )
     if grid is None:
-        named = (
-            any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None
-        )
-        if named:
+        if any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None:
             raise ValueError(
                 f"periods= needs the {which} grid coordinates: pass fit(..., {which}_grid=...) "
                 "or xarray data with coordinates"
