@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import dask.array as da
 import numpy as np
 import xarray as xr
+from dask.array.utils import meta_from_array
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -375,7 +376,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             _predict_chunk, block=block, device=self._device(), name=name, sample_dim=sample_dim
         )
         dtype = backend.to_numpy(self.intercept_).dtype
-        xp = backend.namespace(X._meta) if backend.is_array_api(X._meta) else None  # CuPy: CuPy out
+        cupy = backend.is_array_api(meta_from_array(X))  # CuPy chunks: CuPy out
         return da.map_blocks(
             run,
             X,
@@ -383,7 +384,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             params,
             chunks=(X.chunks[0], (self.intercept_.shape[0],)),
             dtype=dtype,
-            meta=None if xp is None else xp.empty((0, 0), dtype=getattr(xp, dtype.name)),
+            meta=meta_from_array(X, ndim=2, dtype=dtype) if cupy else None,
         )
 
     def score(

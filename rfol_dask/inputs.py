@@ -11,6 +11,7 @@ import dask.array as da
 import numpy as np
 import psutil
 import xarray as xr
+from dask.array.utils import meta_from_array
 from sklearn.utils.validation import validate_data
 
 from . import backend, io, memory
@@ -121,7 +122,7 @@ def in_memory(*arrays):
     nbytes = sum(a.nbytes for a in arrays)
     if nbytes >= fraction * psutil.virtual_memory().available:
         return False
-    if any(backend.is_array_api(a._meta) for a in arrays):
+    if any(backend.is_array_api(meta_from_array(a)) for a in arrays):
         return False
     client = active_client()
     if client is None:

@@ -8,7 +8,9 @@ import logging
 import numbers
 import time
 
+import dask.array as da
 import numpy as np
+from dask.array.utils import meta_from_array
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import backend
@@ -55,6 +57,11 @@ def _predict_block(U, omega, b, coef, intercept, input_centre=None):
 
 
 logger = logging.getLogger("rfol_dask")
+
+
+def _meta(U):
+    """The chunk type of a dask array (CuPy or numpy), None for others."""
+    return meta_from_array(U) if isinstance(U, da.Array) else None
 
 
 def _head_centre(U, dtype):
@@ -251,7 +258,7 @@ class RandomFeatureOperator(OperatorEstimator):
 
     def _on_gpu(self, U, lazy):
         """Whether a dask fit runs on GPUs (which only the streamed dual fits)."""
-        return lazy and (self._device() != "cpu" or backend.is_array_api(getattr(U, "_meta", None)))
+        return lazy and (self._device() != "cpu" or backend.is_array_api(_meta(U)))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
         """ValueError before any work when a fit on ``U`` (M, n) and ``V`` (M, m) in ``dtype`` would
@@ -277,7 +284,7 @@ class RandomFeatureOperator(OperatorEstimator):
                 self.max_gram_bytes,
                 client,
                 self._device(),
-                getattr(U, "_meta", None),
+                _meta(U),
                 warn=False,
             )
             return
