@@ -634,7 +634,9 @@ def test_a_scheduler_chosen_in_dask_config_wins_over_the_client(monkeypatch):
                 refit = RandomFeatureOperator(n_features=64, random_state=0).fit(
                     X, da.from_array(V, chunks=40)
                 )
-                np.testing.assert_allclose(refit.predict(U), model.predict(U), rtol=1e-10)
+                np.testing.assert_allclose(
+                    refit.predict(U), model.predict(U), rtol=1e-10, atol=1e-12
+                )
         for chosen in (client, client.get):
             with dask.config.set(scheduler=chosen):
                 assert progress.active_client() is client
