@@ -161,11 +161,6 @@ def check_arrays(est, U, V):
     U, V = (
         backend.to_namespace(X if backend.is_array_api(X) else np.asarray(X), xp) for X in (U, V)
     )
-    if U.ndim < 2:
-        raise ValueError(
-            "U must be 2-D (n_samples, n_points) or more; reshape a single "
-            "input function with U.reshape(1, -1)"
-        )
     (U2, in_shape), (V2, out_shape) = flatten(U, "U"), flatten(V, "V")
     U2, V2 = check_shapes(est, U2, V2)
     dt = getattr(xp, est._work_dtype(U2).name)
@@ -205,9 +200,9 @@ def check_numpy(est, U, V):
 
 
 def fit_data(est, u, v):
-    """``(U (M, n), V (M, m), input grid shape, output grid shape, lazy)`` of the operands,
-    validated: CuPy (array API) where it lives, dask lazily, numpy (and small dask data,
-    loaded once: :func:`_in_memory`) in memory."""
+    """``(U (M, n), V (M, m), input grid shape, output grid shape, lazy)``, validated: array
+    API arrays where they live, dask lazily, numpy (and small dask data: :func:`in_memory`) in
+    memory."""
     lazy = [x for x in (u.data, v.data) if isinstance(x, da.Array)]
     if lazy and in_memory(*lazy):
         nbytes = sum(x.nbytes for x in lazy)
@@ -231,9 +226,8 @@ def fit_data(est, u, v):
 
 
 def check_fitted_finite(est):
-    """ValueError when the fit gave NaN or infinity (a scale beyond the working dtype's
-    range). With an intercept only ``intercept_`` is read (a non-finite coefficient shows
-    there); without one, every fitted array. A search without refit has none."""
+    """ValueError when the fit gave NaN or infinity (a scale beyond the working dtype's range);
+    with an intercept, ``intercept_`` shows any non-finite coefficient."""
     if getattr(est, "intercept_", None) is None:
         return
     arrays = [est.intercept_] if est.fit_intercept else list(est._predict_kernel()[1])
@@ -258,9 +252,8 @@ def check_fitted_finite(est):
 
 
 def check_width(est, n, shape):
-    """ValueError unless ``X`` has the training width ``n`` and, when ``X`` is a grid of two or
-    more axes and the model's grid is too or is known, the training grid shape (a transposed
-    grid of the same size would otherwise be read by position). Flat rows read by position."""
+    """ValueError unless ``X`` has the training width ``n`` and, as a grid of two or more axes
+    where the model's is known, the training grid shape (not a transposed one)."""
     shape = tuple(shape)
     if n != est.n_features_in_:
         raise ValueError(

@@ -1,4 +1,4 @@
-"""xarray operands are matched by label: samples by their ``sample`` coordinate, grid dims by name."""
+"""xarray operands are matched by label: samples by their sample coordinate, grid dims by name."""
 
 import numpy as np
 import pytest

@@ -116,7 +116,8 @@ def test_gram_too_large_names_bytes(data):
         RandomFeatureOperator(n_features=20, max_gram_bytes=1000).fit(
             da.from_array(U), da.from_array(V)
         )
-    # (a dual Gram of dask input that does not fit is factorised blocked instead: tests/test_scale.py)
+    # (a dual Gram of dask input that does not fit is factorised blocked instead:
+    # tests/test_scale.py)
 
 
 def test_not_fitted_and_missing_target(data):
@@ -300,7 +301,8 @@ def test_dtype_accepts_types_dtypes_and_names(data, dtype):
 
 def _users_stores(tmp_path):
     """The same pairs (40 samples, chunks of 10) in a store written by xarray (fill value NaN)
-    and in one written by zarr directly (fill value 0), each with input chunk 1 (samples 10-19) deleted."""
+    and in one written by zarr directly (fill value 0), each with input chunk 1 (samples 10-19)
+    deleted."""
     import zarr
 
     U, V = smooth_operator_data(40, 8)
@@ -326,7 +328,10 @@ def test_a_missing_chunk_behind_dataarrays_and_dask_arrays_is_an_error(tmp_path)
     from rfol_dask.baselines import KernelOperator
 
     by_xarray, by_zarr, U, V = _users_stores(tmp_path)
-    missing = r"1 chunk\(s\) of variable 'input' are missing from the store \(first: chunk \(1, 0\), samples 10-19, "
+    missing = (
+        r"1 chunk\(s\) of variable 'input' are missing from the store "
+        r"\(first: chunk \(1, 0\), samples 10-19, "
+    )
     ds = xr.open_zarr(by_xarray, consolidated=False)
     with pytest.raises(
         ValueError,
@@ -412,7 +417,8 @@ def test_each_entry_point_checks_a_stores_arrays_once(tmp_path, monkeypatch):
 
 
 def test_a_missing_shard_is_named_with_its_samples(tmp_path):
-    """In a sharded store a chunk file holds a shard: a missing shard (samples 10-19, of inner chunks
+    """In a sharded store a chunk file holds a shard: a missing shard (samples 10-19, of inner
+    chunks
     of 5) was reported as 5 missing chunks, the first 'chunk (1, 0), samples 5-9' (file c/1/0, the
     shard's), the others files that no sharded store has."""
     U, V = smooth_operator_data(40, 8)
@@ -422,7 +428,10 @@ def test_a_missing_shard_is_named_with_its_samples(tmp_path):
         path, encoding={v: {"chunks": (5, 8), "shards": (10, 8)} for v in ds}, consolidated=False
     )
     (path / "input" / "c" / "1" / "0").unlink()
-    missing = r"1 chunk\(s\) of variable 'input' are missing from the store \(first: chunk \(1, 0\), samples 10-19, "
+    missing = (
+        r"1 chunk\(s\) of variable 'input' are missing from the store "
+        r"\(first: chunk \(1, 0\), samples 10-19, "
+    )
     with pytest.raises(ValueError, match=missing):
         RandomFeatureOperator(n_features=20).fit(path)
     opened = xr.open_zarr(path, consolidated=False)
