@@ -1,9 +1,9 @@
-"""xarray / Zarr conventions: reading operands and opening data-set stores (models: ``persistence``).
+"""Operands and grids: reading data sets (Zarr stores, NetCDF files) and operands.
 
-An operand is a numpy array, a dask array, an ``xarray.DataArray`` with a ``sample``
-dimension (anywhere; it is put first), or (for ``fit``) an ``xarray.Dataset`` / Zarr store path holding the
-variables ``input`` and ``output``. :func:`as_operand` flattens the grid dimensions to
-one axis without computing anything and remembers how to undo that.
+An operand is a numpy array, a dask array, an ``xarray.DataArray`` with a sample dim (the
+user's name, renamed ``sample`` and put first: :func:`named`), or a Dataset / path holding the
+input and output variables. :func:`as_operand` flattens the grid dims lazily and remembers
+how to undo that.
 """
 
 from __future__ import annotations
@@ -669,7 +669,7 @@ def _rename_advice(X, name, sample_dim, dims, shape):
             "(the dim that runs over the samples)"
         )
     extra = [d for d in X.dims if d not in (sample_dim, *dims)]
-    sizes = dict(zip(dims, shape or ()))
+    sizes = dict(zip(dims, shape or (), strict=False))
     rename = {}
     for d in (d for d in dims if d not in X.dims):  # grid dims first, paired by size
         free = [e for e in extra if e not in rename]
