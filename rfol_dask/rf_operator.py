@@ -261,32 +261,16 @@ class RandomFeatureOperator(OperatorEstimator):
         return lazy and (self._device() != "cpu" or backend.is_array_api(_meta(U)))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
-        """ValueError before any work when a fit on ``U`` (M, n) and ``V`` (M, m) in ``dtype`` would
-        be refused for memory (:func:`rfol_dask.memory.check_gram_memory`, the message naming the
-        sizes and the fix): the fitted model in this process (:meth:`_check_model_memory`); in
-        memory, the Gram (``M x M`` dual, ``N x N`` primal) with the frequencies, features and
-        coefficients held with it (:func:`rfol_dask.solve.held_beside_gram`);
-        on dask, as ``fit`` checks it on the workers of ``client`` (the active one;
-        :func:`rfol_dask.solve.dask_fit_plan`): the primal's Gram (a dual that does not fit one
-        worker is factorised blocked instead), and on GPUs NotImplementedError for the primal
-        and for a dual whose Gram does not fit one GPU worker."""
+        """ValueError before any work when a fit on ``U`` (M, n) and ``V`` (M, m) would be refused
+        for memory (the message names the sizes and the fix): the fitted model here; in memory,
+        the Gram with what is held beside it; on dask, as the workers of ``client`` would
+        (:func:`rfol_dask.solve.dask_fit_plan`; NotImplementedError for what GPUs cannot fit)."""
         M, n, m = U.shape[0], U.shape[1], V.shape[1]
         self._check_model_memory(U, V, lazy, dtype)
         solver = choose_solver(self.solver, M, self.n_features, dual_only=self._on_gpu(U, lazy))
         if lazy:
-            dask_fit_plan(
-                M,
-                n,
-                m,
-                self.n_features,
-                dtype,
-                solver,
-                self.max_gram_bytes,
-                client,
-                self._device(),
-                _meta(U),
-                warn=False,
-            )
+            plan = (M, n, m, self.n_features, dtype, solver, self.max_gram_bytes, client)
+            dask_fit_plan(*plan, self._device(), _meta(U), warn=False)
             return
         xp = backend.namespace(U)
         check_gram_memory(
@@ -299,10 +283,8 @@ class RandomFeatureOperator(OperatorEstimator):
         )
 
     def _check_model_memory(self, U, V, lazy, dtype):
-        """ValueError (:func:`rfol_dask.memory.check_host_memory`) when the fitted ``Omega``, ``b``
-        and coefficients in ``dtype`` exceed this process's available memory where they end up in
-        it: after a dask fit (gathered from the workers), or an in-memory fit of numpy (CuPy's stay
-        on its GPU, within the GPU's budget)."""
+        """ValueError when the fitted model would not fit this process's available memory, where
+        it ends up here (a dask fit gathers it; CuPy's stays on its GPU)."""
         if lazy or not backend.is_array_api(U):
             check_host_memory(model_bytes(U.shape[1], self.n_features, V.shape[1], dtype), dtype)
 
