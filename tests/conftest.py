@@ -1,4 +1,5 @@
 import contextlib
+import os
 
 import dask
 import numpy as np
@@ -11,8 +12,9 @@ from distributed import WorkerPlugin
 # cluster itself carries the marker, and the guard below fails one that does not.
 
 
-# small dask data are fitted in memory (rfol_dask.estimator._in_memory); the tests of the dask
-# path keep it, and the tests of that loading set the fraction themselves
+# small dask data are fitted in memory (rfol_dask.inputs.in_memory); the tests of the dask path,
+# and the command lines they start, keep it; the tests of that loading set the fraction themselves
+os.environ["DASK_RFOL_DASK__IN_MEMORY_FRACTION"] = "0"
 dask.config.set({"rfol_dask.in-memory-fraction": 0})
 
 
