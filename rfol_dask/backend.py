@@ -1,25 +1,8 @@
-"""Array namespaces: which library computes a fit, and the few operations the array API
-standard lacks, dispatched per backend.
-
-The numerics above this module (features, Gram, factor, solves, prediction) are written once
-against an array namespace ``xp`` (the array API standard, through ``array_api_compat``):
-
-- numpy arrays: ``xp`` is the ``numpy`` module itself and every operation below is the fast CPU
-  path of :mod:`rfol_dask.linalg` (in-place SYRK, in-place LAPACK ``potrf`` / ``potrs``, Fortran
-  order, threaded cosines); nothing generic is on that path;
-- CuPy arrays (``device="cuda"``): cuBLAS products, the Cholesky factor by cuSOLVER ``potrf`` in
-  place in the Gram's own buffer (the ridge put on its diagonal), ``cupyx.scipy.linalg.solve_triangular``
-  on that Fortran-ordered factor (no copy of it);
-- any other array API namespace (e.g. ``array_api_strict``, or numpy inside
-  :func:`generic_numpy`): the standard's operations; the Cholesky factor is a new array
-  (``xp.linalg.cholesky``), triangular solves by ``xp.linalg.solve`` on the triangle (the standard
-  has no triangular solve).
-
-Only numpy and CuPy factorise in place; products accumulated into an existing array (:func:`syrk`
-with ``C``) never form a second ``n x n`` array on any path.
-
-CuPy is imported only when a CuPy array is seen (``array_api_compat`` looks in ``sys.modules``)
-or when ``device="cuda"`` is asked for; a CPU install never imports it.
+"""Array namespaces: which library computes a fit, and the operations the array API standard
+lacks. numpy arrays take the fast in-place LAPACK path of :mod:`rfol_dask.linalg`; CuPy arrays
+(``device="cuda"``) cuBLAS and cuSOLVER, factorising in place; other array API namespaces the
+standard's operations (a new Cholesky factor, triangular solves by ``xp.linalg.solve``). CuPy is
+imported only when a CuPy array is seen or ``device="cuda"`` is asked for.
 """
 
 from __future__ import annotations
@@ -27,55 +10,25 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
+import array_api_compat
 import numpy as np
 
 from . import linalg
 from .exceptions import NoDeviceError
-
-__all__ = [
-    "DEVICES",
-    "namespace",
-    "generic_numpy",
-    "is_fast",
-    "is_cupy",
-    "device_namespace",
-    "check_device",
-    "compute_namespace",
-    "to_namespace",
-    "to_numpy",
-    "is_array_api",
-    "itemsize",
-    "is_real_dtype",
-    "as_fortran",
-    "fortran_copy",
-    "copy",
-    "take_rows",
-    "diagonal",
-    "fill_diagonal",
-    "syrk",
-    "symmetrize",
-    "centre_gram",
-    "ridge_factor",
-    "cholesky",
-    "cho_solve",
-    "sized_by_arrays",
-]
 
 DEVICES = ("cpu", "cuda")
 
 _GENERIC = contextvars.ContextVar("rfol_dask_generic_numpy", default=False)
 
 _GPU_INSTALL = (
-    "pip install 'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install cupy-cuda13x "
-    "instead of cupy-cuda12x)"
+    "pip install 'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install "
+    "cupy-cuda13x instead of cupy-cuda12x)"
 )
 
 
 def sized_by_arrays(cls):
-    """Class decorator: dask's ``sizeof`` of an instance counts the arrays it holds (its dataclass
-    fields or ``__slots__``, through dask's ``sizeof`` of each: numpy, CuPy, tuples, dicts).
-    Without it dask counts about 60 bytes for a factor of gigabytes, so the workers' memory
-    managers and the scheduler's transfer costs (task placement, work stealing) miss it."""
+    """Class decorator: dask's ``sizeof`` of an instance counts the arrays it holds (dataclass
+    fields or ``__slots__``), so that memory managers and transfer costs see a factor's size."""
     import dataclasses
     import sys
 
@@ -96,8 +49,7 @@ def sized_by_arrays(cls):
 
 @contextlib.contextmanager
 def generic_numpy():
-    """Within this block numpy arrays go through the generic array API path
-    (``array_api_compat.numpy``) instead of the LAPACK fast path; for tests and comparisons."""
+    """Within this block numpy arrays take the generic array API path (for tests)."""
     token = _GENERIC.set(True)
     try:
         yield
@@ -105,40 +57,31 @@ def generic_numpy():
         _GENERIC.reset(token)
 
 
-def _compat():
-    import array_api_compat
-
-    return array_api_compat
-
-
 def is_array_api(x):
-    """True for an array of a namespace other than numpy (CuPy, array_api_strict, ...): an
-    operand that is computed where it lives ("follow the input"). numpy, dask, xarray and
-    array-likes are False."""
+    """True for an array of a namespace other than numpy (CuPy, array_api_strict, ...), computed
+    where it lives; numpy, dask, xarray and array-likes are False."""
     if x is None or isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
         return False
     mod = type(x).__module__.split(".")[0]
     if mod in ("dask", "xarray", "numpy", "pandas", "scipy"):
         return False
     # CuPy arrays are recognised by array_api_compat (from sys.modules, without importing CuPy)
-    return hasattr(x, "__array_namespace__") or _compat().is_array_api_obj(x)
+    return hasattr(x, "__array_namespace__") or array_api_compat.is_array_api_obj(x)
 
 
 def namespace(*arrays):
-    """The namespace that computes on ``arrays`` (``None`` and Python scalars ignored): the
-    ``numpy`` module for numpy arrays (the fast path; ``array_api_compat.numpy`` inside
-    :func:`generic_numpy`), else ``array_api_compat.array_namespace`` (TypeError when the arrays
-    live in different libraries, e.g. numpy mixed with CuPy)."""
+    """The namespace that computes on ``arrays`` (None and scalars ignored): ``numpy`` itself for
+    numpy arrays (outside :func:`generic_numpy`), else ``array_api_compat.array_namespace``."""
     arrays = [a for a in arrays if a is not None and not isinstance(a, (int, float, bool))]
     if all(isinstance(a, (np.ndarray, np.generic)) for a in arrays):
         if _GENERIC.get():
             return (
-                _compat().array_namespace(*arrays)
+                array_api_compat.array_namespace(*arrays)
                 if arrays
-                else _compat().array_namespace(np.empty(0))
+                else array_api_compat.array_namespace(np.empty(0))
             )
         return np
-    return _compat().array_namespace(*arrays)
+    return array_api_compat.array_namespace(*arrays)
 
 
 def is_fast(xp):
@@ -171,7 +114,7 @@ def _load_cupy():
             "device='cuda' needs a CUDA GPU, but CuPy finds none (check CUDA_VISIBLE_DEVICES), "
             "or pass device='cpu'"
         )
-    return _compat().array_namespace(cupy.empty(0))
+    return array_api_compat.array_namespace(cupy.empty(0))
 
 
 #: loaders of the namespace of each accelerator device (imported on first use)
@@ -186,9 +129,8 @@ def check_device(device):
 
 
 def device_namespace(device):
-    """The namespace computing on ``device``: numpy for "cpu"; for "cuda" CuPy's (imported here;
-    ImportError saying what to install when CuPy is missing, NoDeviceError (a RuntimeError) when
-    it finds no GPU)."""
+    """The namespace computing on ``device``: numpy for "cpu", CuPy's for "cuda" (ImportError
+    saying what to install without CuPy, NoDeviceError without a GPU)."""
     check_device(device)
     if device == "cpu":
         return namespace(np.empty(0))
@@ -196,8 +138,7 @@ def device_namespace(device):
 
 
 def compute_namespace(device, *arrays):
-    """Where a computation on ``arrays`` runs: the arrays' own namespace when they are
-    array API arrays other than numpy (follow the input), else that of ``device``."""
+    """The namespace of the array API ``arrays`` (follow the input), else of ``device``."""
     foreign = [a for a in arrays if is_array_api(a)]
     if foreign:
         return namespace(*foreign)
@@ -205,7 +146,7 @@ def compute_namespace(device, *arrays):
 
 
 def to_namespace(x, xp):
-    """``x`` (numpy or another namespace's array) as an array of ``xp`` (a copy only when it moves)."""
+    """``x`` as an array of ``xp`` (a copy only when it moves)."""
     if x is None:
         return None
     if is_fast(xp) or (getattr(xp, "__name__", "") == "array_api_compat.numpy"):
@@ -228,7 +169,7 @@ def to_numpy(x):
 
 
 def itemsize(dtype):
-    """Bytes per element of a floating ``dtype`` of any namespace."""
+    """Bytes per element of a ``dtype`` of any namespace."""
     return to_numpy_dtype(dtype).itemsize
 
 
@@ -241,8 +182,7 @@ def to_numpy_dtype(dtype):
 
 
 def is_real_dtype(dtype):
-    """True for real floating or integer dtypes (of any namespace); not for numpy's timedelta64,
-    which numpy counts among the integers but arithmetic with floats refuses."""
+    """True for real floating or integer dtypes of any namespace (not timedelta64)."""
     dt = to_numpy_dtype(dtype)
     return bool(np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer) and dt.kind != "m")
 
@@ -256,9 +196,8 @@ def as_fortran(A):
 
 
 def fortran_copy(X):
-    """A copy of ``X`` that a solve may overwrite: Fortran order for numpy and CuPy (LAPACK
-    ``potrs`` and cuBLAS ``trsm`` work in place on it, and copy a C-ordered right-hand side
-    first), the namespace's own layout elsewhere. Memory: one copy of ``X``."""
+    """A copy of ``X`` a solve may overwrite: Fortran order for numpy and CuPy (LAPACK and
+    cuBLAS solve in place in it), the namespace's own layout elsewhere."""
     if isinstance(X, np.ndarray):
         return np.array(X, order="F")
     xp = namespace(X)
@@ -277,8 +216,7 @@ def copy(X):
 
 
 def take_rows(X, rows):
-    """The rows ``rows`` (integer indices, numpy) of ``X`` (numpy or another namespace's
-    array), where ``X`` lives: a new (len(rows), ...) array."""
+    """The rows ``rows`` (integer indices) of ``X``, where ``X`` lives: a new array."""
     if isinstance(X, np.ndarray):
         return X[rows]
     xp = namespace(X)
@@ -286,15 +224,13 @@ def take_rows(X, rows):
 
 
 def diagonal(X):
-    """The diagonal of ``X`` (n, n): ``np.diagonal`` on numpy (numpy < 2 has no
-    ``linalg.diagonal``), the namespace's ``linalg.diagonal`` elsewhere."""
+    """The diagonal of ``X`` (n, n) (numpy < 2 has no ``linalg.diagonal``)."""
     xp = namespace(X)
     return np.diagonal(X) if xp is np else xp.linalg.diagonal(X)
 
 
 def fill_diagonal(X, value):
-    """``X`` (n, n) with ``value`` on its diagonal: in place on numpy and CuPy, a new array in
-    the other namespaces (the standard has no assignment by integer arrays); returns it."""
+    """``X`` (n, n) with ``value`` on its diagonal: in place on numpy and CuPy, else a new one."""
     xp = namespace(X)
     if isinstance(X, np.ndarray) and is_fast(xp):
         np.fill_diagonal(X, value)
@@ -310,13 +246,9 @@ def fill_diagonal(X, value):
 
 
 def syrk(A, trans, C=None):
-    """``A A^T`` (``trans=False``) or ``A^T A`` (``trans=True``), added to ``C`` if given.
-
-    numpy: BLAS SYRK, in place into ``C``, only the lower triangle meaningful
-    (:func:`rfol_dask.linalg.syrk`). Other namespaces: the full product; without ``C`` a new
-    array, with ``C`` added to it in place by slabs of its rows, each a temporary of about a
-    quarter of ``A`` (never a second ``n x n`` array beside ``C``).
-    """
+    """``A A^T`` (``trans=False``) or ``A^T A``, added to ``C`` if given: numpy by BLAS SYRK in
+    place (lower triangle meaningful); elsewhere the full product, added to ``C`` by slabs of
+    rows (never a second ``n x n`` array beside ``C``)."""
     xp = namespace(A, C)
     if is_fast(xp):
         return linalg.syrk(A, trans, C)
@@ -332,11 +264,8 @@ def syrk(A, trans, C=None):
 
 
 def symmetrize(C, source="lower", block=512):
-    """Fill one triangle of the square ``C`` from the other (``source``), in place; returns ``C``.
-
-    numpy: :func:`rfol_dask.linalg.symmetrize`. Other namespaces: the same slabs of ``block``
-    rows copied transposed by slice assignment (no ``n x n`` temporary on a GPU).
-    """
+    """Fill one triangle of the square ``C`` from the other (``source``), in place, by slabs of
+    ``block`` rows (no ``n x n`` temporary on a GPU); returns ``C``."""
     xp = namespace(C)
     if is_fast(xp):
         return linalg.symmetrize(C, source)
@@ -356,14 +285,9 @@ def symmetrize(C, source="lower", block=512):
 def centre_gram(K, a, c, block_bytes=None):
     """``K[i, j] -= (a[i] + a[j]) - c`` in place for the square ``K`` (M, M); returns ``K``.
 
-    The double centring ``H K H`` of a Gram (``a = K 1 / M``, ``c = 1^T K 1 / M^2``) in one pass
-    over ``K``: ``a[i] + a[j]`` is one rounded sum for both ``(i, j)`` and ``(j, i)``, so an exactly
-    symmetric ``K`` stays exactly symmetric (three passes, rows then columns, would not), as the
-    Cholesky factorisation's first attempt needs (:func:`rfol_dask.linalg.cholesky`). Works on
-    column blocks (numpy: through one scratch of about ``block_bytes``; other namespaces: a
-    temporary of that size per block); ``K`` Fortran-ordered is the fast case. ``block_bytes``:
-    default 1 MiB on numpy (the scratch stays in cache), 64 MiB elsewhere (few kernel launches
-    on a GPU: 48 blocks for M = 20000 in float64).
+    The double centring of a Gram in one pass: ``a[i] + a[j]`` is one rounded sum for ``(i, j)``
+    and ``(j, i)``, so a symmetric ``K`` stays exactly symmetric, as the Cholesky factorisation
+    needs. Column blocks of ``block_bytes`` (default 1 MiB on numpy, 64 MiB on a GPU).
     """
     xp = namespace(K)
     M = K.shape[0]
@@ -387,18 +311,10 @@ def centre_gram(K, a, c, block_bytes=None):
 
 
 def cholesky(G, alpha):
-    """Lower Cholesky factor of ``G + alpha I`` with the jitter policy of
-    :func:`rfol_dask.linalg.cholesky`; returns ``(L, ridge)``.
-
-    ``G`` (n, n) is symmetric with both triangles filled (numpy: exactly equal,
-    :func:`rfol_dask.linalg.cholesky`). numpy: in place in the Fortran-ordered
-    ``G`` (LAPACK ``potrf``). CuPy: in place too (:func:`_cupy_factor_in_place`: cuSOLVER
-    ``potrf`` on ``G``'s own buffer, the ridge put on its diagonal); ``L`` is a Fortran-ordered
-    view of that buffer whose lower triangle is the factor (the upper one keeps ``G``), so the
-    peak is ``n^2`` elements plus cuSOLVER's workspace. Other namespaces:
-    ``xp.linalg.cholesky(G + ridge I)``, a new factor beside ``G``, the identity and the sum
-    (peak about ``4 n^2`` elements).
-    """
+    """Lower Cholesky factor of ``G + alpha I`` (``G`` symmetric, both triangles filled) with
+    the jitter policy of :func:`rfol_dask.linalg.cholesky`; returns ``(L, ridge)``. numpy and
+    CuPy factorise in place in ``G`` (``L`` a Fortran-ordered view of its buffer); other
+    namespaces make a new factor (peak about ``4 n^2`` elements)."""
     xp = namespace(G)
     if is_fast(xp):
         return linalg.cholesky(G, alpha)
@@ -417,13 +333,10 @@ def cholesky(G, alpha):
 def ridge_factor(G):
     """Cholesky factorisations of ``G + ridge I`` for several ridges: ``(factor, restore)``.
 
-    ``factor(ridge, again)`` returns the lower factor (only its lower triangle meaningful), or
-    None where ``G + ridge I`` is not numerically positive definite; ``again`` says that an
-    earlier call factorised ``G`` already (numpy: its lower triangle is then mirrored back from
-    the upper one first, so ``G``'s triangles must be exactly equal). ``restore()`` gives ``G`` back as it came. ``G`` (n, n):
-    symmetric with both triangles filled. numpy (Fortran order) and CuPy: in place, the factor in
-    ``G``'s lower triangle and the upper one its backup (LAPACK / cuSOLVER ``potrf``), no
-    ``n^2`` copy. Other namespaces: ``xp.linalg.cholesky`` of a new ``G + ridge I`` (``G`` untouched).
+    ``factor(ridge, again)`` returns the lower factor, or None where ``G + ridge I`` is not
+    numerically positive definite (``again``: ``G`` was factorised before, its lower triangle is
+    mirrored back from the upper one first); ``restore()`` gives ``G`` back. numpy and CuPy work
+    in place (the upper triangle the backup), others on a new ``G + ridge I``.
     """
     xp = namespace(G)
     if is_fast(xp):
@@ -444,14 +357,12 @@ def ridge_factor(G):
 
 
 def _singular(pivots, gram_diag):
-    """:func:`rfol_dask.linalg.stands_on_rounding` for a factor of any namespace (its two
-    diagonals copied to the host: n values each)."""
+    """:func:`rfol_dask.linalg.stands_on_rounding` for a factor of any namespace."""
     return linalg.stands_on_rounding(to_numpy(pivots), to_numpy(gram_diag))
 
 
 def _factor_copy(G, xp):
-    """``factor(ridge, again)``: the lower factor of ``G + ridge I`` as a new array, or None
-    where it is not positive definite (the standard's ``xp.linalg.cholesky``; ``G`` untouched)."""
+    """``factor(ridge, again)`` by the standard's ``xp.linalg.cholesky`` (``G`` untouched)."""
     eye = xp.eye(G.shape[0], dtype=G.dtype, device=getattr(G, "device", None))
 
     def factor(ridge, again):
@@ -470,9 +381,8 @@ def _factor_copy(G, xp):
 
 
 def host_threads_per_gpu():
-    """Host cores per GPU of this node (at least 1): the threads a GPU task may give its host-side
-    work (the frequency draws), the GPU doing the arithmetic. The GPUs are counted by CuPy
-    (a dask-cuda worker sees them all, its own first); 1 GPU where CuPy cannot count them."""
+    """Host cores per GPU of this node (at least 1), the threads a GPU task may give its host-side
+    work; 1 GPU where CuPy cannot count them."""
     cores = linalg.host_cores()
     try:
         import cupy
@@ -484,17 +394,12 @@ def host_threads_per_gpu():
 
 
 def _cupy_factor_in_place(G):
-    """:func:`ridge_factor` for the CuPy array ``G``: ``factor`` puts ``diag + ridge`` on the
-    diagonal and factorises in place (:func:`_cupy_potrf`), returning the Fortran-ordered factor
-    (a view of ``G``'s buffer, lower triangle) or None where it is not positive definite. A
-    call first fills the lower triangle from the upper one, which ``potrf`` does not touch, so
-    every attempt factorises the same matrix (as LAPACK on the CPU, :func:`rfol_dask.linalg.potrf_ridge`)."""
+    """:func:`ridge_factor` of the CuPy array ``G``, in place by cuSOLVER (:func:`_cupy_potrf`);
+    each attempt first fills the lower triangle from the upper one, which ``potrf`` keeps."""
     import cupy
 
     # a C-ordered symmetric G is its own transpose: G.T is the Fortran-ordered view to factorise
-    copied = not (
-        G.flags.f_contiguous or G.flags.c_contiguous
-    )  # a strided view: factorised in a copy
+    copied = not (G.flags.f_contiguous or G.flags.c_contiguous)  # a strided view: in a copy
     F = G if G.flags.f_contiguous else G.T if G.flags.c_contiguous else cupy.asfortranarray(G)
     idx = cupy.arange(G.shape[0])
     diag = F[idx, idx].copy()
@@ -515,10 +420,9 @@ def _cupy_factor_in_place(G):
 
 
 def _cupy_potrf(F):
-    """cuSOLVER ``potrf`` (lower) on the Fortran-ordered (n, n) float32 / float64 CuPy array
-    ``F``, in place: its lower triangle becomes the Cholesky factor, the strict upper one is not
-    read or written. Returns cuSOLVER's ``devInfo``: 0 on success, ``k > 0`` where the leading
-    minor of order ``k`` is not positive definite. Memory: cuSOLVER's workspace only."""
+    """cuSOLVER ``potrf`` (lower) in place on the Fortran-ordered float CuPy array ``F`` (its
+    strict upper triangle untouched); returns ``devInfo``: 0 on success, ``k > 0`` where the
+    leading minor of order ``k`` is not positive definite."""
     import cupy
     from cupy.cuda import device
     from cupy_backends.cuda.libs import cublas, cusolver
@@ -539,24 +443,16 @@ def _cupy_potrf(F):
     return status
 
 
-def _cupy_solve_triangular():
-    from cupyx.scipy.linalg import solve_triangular
-
-    return solve_triangular
-
-
 def cho_solve(L, B, overwrite=False):
-    """Solve ``L L^T X = B`` for the (n, k) right-hand sides ``B`` (lower ``L`` from
-    :func:`cholesky`; only its lower triangle is read). numpy: LAPACK ``potrs`` (with
-    ``overwrite`` and a Fortran-ordered ``B``, in its memory); CuPy: two cuBLAS triangular
-    solves (``cupyx.scipy.linalg.solve_triangular``, which copies a C-ordered ``L`` or ``B``
-    into Fortran order first: :func:`cholesky` returns a Fortran-ordered ``L``, and
-    :func:`fortran_copy` makes a right-hand side to overwrite); other namespaces: ``xp.linalg.solve`` on the triangle (LU, ``n^3`` more flops)."""
+    """Solve ``L L^T X = B`` (lower ``L`` from :func:`cholesky`): numpy by LAPACK ``potrs``
+    (in ``B``'s memory with ``overwrite``), CuPy by two cuBLAS triangular solves, others by
+    ``xp.linalg.solve`` on the triangle."""
     xp = namespace(L, B)
     if is_fast(xp):
         return linalg.cho_solve(L, B, overwrite)
     if is_cupy(xp):
-        tri = _cupy_solve_triangular()
+        from cupyx.scipy.linalg import solve_triangular as tri
+
         Y = tri(L, B, lower=True, overwrite_b=overwrite, check_finite=False)
         return tri(L, Y, lower=True, trans="T", overwrite_b=True, check_finite=False)
     T = xp.tril(L)

@@ -15,23 +15,14 @@ and ``b ~ U(0, 2 pi)``. Frequencies are drawn with numpy from the seed, in colum
 with streams of their own, so that a seed fixes the model whatever the chunking and any
 slab of columns can be drawn where it is needed (never ``dask.array.random``).
 
-Input centre: a model measures its inputs from a centre ``c`` (n,) (:func:`input_centre`),
-``phi(u) = sqrt(2 / N) cos((u - c) @ Omega + b)`` with ``b = (b0 + c @ Omega) mod 2 pi`` for the
-drawn phases ``b0`` (:func:`draw_frequencies` folds them in float64). That is the same function
-``cos(u @ Omega + b0)``, but its phase is formed from ``u - c``, of the size of the inputs'
-spread: with a large common offset (pressures in Pa, temperatures in K) ``u @ Omega`` is
-dominated by ``c @ Omega``, and in float32 its rounding swamps the part that varies.
+Input centre: the phase is formed from ``u - c`` (:func:`input_centre`), ``b = (b0 + c @ Omega)
+mod 2 pi``: the same features, but in float32 a large common offset of the inputs (pressures in
+Pa) no longer swamps the part of ``u @ Omega`` that varies.
 
-The rational quadratic law is a Gamma scale mixture of the Gaussian one. For a column
-``omega = sqrt(2 gamma t / a) g``, ``g ~ N(0, I_n)``, and ``d = x - y``, conditionally on ``t``
-``omega . d ~ N(0, 2 gamma t ||d||^2 / a)``, so ``E[cos(omega . d) | t] = exp(-gamma t ||d||^2 / a)``,
-and the Laplace transform of ``t ~ Gamma(a, 1)``, ``E[exp(-s t)] = (1 + s)^-a``, gives
-
-    E[cos(omega . d)] = (1 + gamma ||d||^2 / a)^-a.
-
-That is scikit-learn's ``RationalQuadratic(length_scale=l, alpha=a)`` at ``gamma = 1 / (2 l^2)``
-(the Gaussian law's ``exp(-gamma ||d||^2)`` is its limit ``a -> infinity``); ``a = 1`` is the
-inverse quadratic ``(1 + gamma ||d||^2)^-1``.
+The rational quadratic law is a Gamma scale mixture of the Gaussian one: conditionally on ``t``,
+``E[cos(omega . d)] = exp(-gamma t ||d||^2 / a)``, and ``E[exp(-s t)] = (1 + s)^-a`` for
+``t ~ Gamma(a, 1)`` gives ``(1 + gamma ||d||^2 / a)^-a``: scikit-learn's
+``RationalQuadratic(length_scale=l, alpha=a)`` at ``gamma = 1 / (2 l^2)``.
 """
 
 from __future__ import annotations
@@ -46,26 +37,14 @@ from numpy.typing import DTypeLike
 from . import backend
 from .linalg import blas_threads
 
-__all__ = [
-    "DISTRIBUTIONS",
-    "CENTRE_ROWS",
-    "input_centre",
-    "draw_frequencies",
-    "feature_map",
-    "check_random_state",
-    "integer_seed",
-]
-
 DISTRIBUTIONS = ("cauchy", "gaussian", "student_t", "rational_quadratic")
 #: the laws whose shape ``nu`` sets (the others ignore it)
 NU_LAWS = ("student_t", "rational_quadratic")
 
 
 def check_random_state(seed):
-    """A ``numpy.random.Generator`` from ``None``, an int, a ``SeedSequence`` or a Generator.
-
-    A ``numpy.random.RandomState`` is accepted too (its bit generator is reused).
-    """
+    """A ``numpy.random.Generator`` from None, an int, a SeedSequence, a Generator or a
+    RandomState (its bit generator reused)."""
     if isinstance(seed, np.random.Generator):
         return seed
     if isinstance(seed, np.random.RandomState):
@@ -73,17 +52,14 @@ def check_random_state(seed):
     if seed is None or isinstance(seed, (int, np.integer, np.random.SeedSequence)):
         return np.random.default_rng(seed)
     raise TypeError(
-        f"random_state must be None, an int, a numpy SeedSequence or Generator; got {type(seed).__name__}"
+        "random_state must be None, an int, a numpy SeedSequence or Generator; got "
+        f"{type(seed).__name__}"
     )
 
 
 def integer_seed(random_state):
-    """An integer seed standing for ``random_state``: the frequencies are drawn from it, on the
-    client and (if the workers need them again after a failure) on any worker.
-
-    An int is returned as it is; None, a Generator, a RandomState or a SeedSequence give one in
-    ``[0, 2**32)``, a valid ``random_state`` of every estimator (scikit-learn's range), so a
-    search can hand its seed to the model it refits."""
+    """An integer seed standing for ``random_state`` (an int as it is, else one in
+    ``[0, 2**32)``), from which the client or any worker draws the same frequencies."""
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
     if random_state is None:
@@ -96,15 +72,9 @@ CENTRE_ROWS = 64
 
 
 def input_centre(dtype: DTypeLike, *blocks, rows: int = CENTRE_ROWS) -> np.ndarray:
-    """The input centre ``c`` (n,) of a model fitted on the row blocks ``blocks`` (k_i, n) of its
-    inputs, in order (one block: the whole ``U`` in memory): the mean of the first ``rows``
-    samples (all if fewer), made in float64 and rounded to ``dtype``, numpy.
-
-    Any fixed centre gives the same features (see the module docstring); one near the data
-    keeps the phases ``(u - c) @ Omega`` of the size of the inputs' spread. The first samples
-    serve as well as all of them: a dask fit takes them from its first row blocks in its one
-    graph (task ``input-centre``; the data are still read once), whatever the chunks. Blocks may
-    be numpy or another array API namespace (CuPy)."""
+    """The input centre ``c`` (n,) of a model fitted on the row blocks ``blocks`` (k_i, n), in
+    order: the mean of the first ``rows`` samples, in float64 rounded to ``dtype`` (numpy). Any
+    fixed centre gives the same features; one near the data keeps the phases small."""
     head, left = [], rows
     for B in blocks:
         if left <= 0:
@@ -142,10 +112,8 @@ def draw_frequencies(
     """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
     Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
-    (the seed's ``SeedSequence`` with spawn key ``k``), so a worker can draw the slab it needs
-    without the rest, and the first ``N'`` columns of a draw of ``N`` features are the draw
-    of ``N'`` features (one seed, nested models). The draw is made in float64 and cast, so
-    float32 and float64 models of one seed share their frequencies.
+    (spawn key ``k``): a worker draws the slab it needs alone, the first ``N'`` columns of a
+    draw are the draw of ``N'`` features, and float32 and float64 models share them.
 
     Parameters
     ----------
@@ -168,20 +136,14 @@ def draw_frequencies(
     columns : tuple of (int, int), optional
         Draw only the columns ``f0:f1`` of the ``n_features``.
     xp : array namespace, optional
-        Namespace of the returned arrays (CuPy's: each block is moved to the GPU as soon as it
-        is drawn, the host holding a few blocks at a time); default numpy. The values do not
-        depend on it.
+        Namespace of the returned arrays (CuPy's: each block moved to the GPU as it is drawn);
+        default numpy. The values do not depend on it.
     metric : ndarray of shape (n_inputs, r), optional
-        An input metric ``T`` (:func:`rfol_dask.tuning.pca_metric`): the frequencies are drawn
-        in ``r`` dimensions (``omega_r``, the draw of ``n_inputs = r``) and mapped to the grid,
-        ``omega = T omega_r``, so ``omega^T u = omega_r^T (T^T u)``: the law's kernel measured
-        in the distance ``||T^T (u - u')||``. Cost ``2 n r`` flops per column.
+        An input metric ``T`` (:func:`rfol_dask.tuning.pca_metric`): drawn in ``r`` dimensions
+        and mapped to the grid, ``omega = T omega_r``, the kernel measured in ``||T^T (u - u')||``.
     input_centre : ndarray of shape (n_inputs,), optional
-        The model's input centre ``c`` (:func:`input_centre`): the phases are those of the
-        centred inputs, ``b = (b0 + c @ omega) mod 2 pi`` for the drawn ``b0``, made in float64
-        from the float64 draw and reduced before the cast, so that
-        ``cos((u - c) @ omega + b) = cos(u @ omega + b0)`` (:func:`feature_map` with
-        ``input_centre=c``). Cost ``2 n`` flops per column.
+        The model's input centre ``c``: the phases ``b = (b0 + c @ omega) mod 2 pi`` (float64,
+        reduced before the cast), so that ``cos((u - c) @ omega + b) = cos(u @ omega + b0)``.
 
     Returns
     -------
@@ -198,22 +160,11 @@ def draw_frequencies(
 
     Notes
     -----
-    The blocks are drawn on the BLAS threads this process may use (one inside a default dask
-    worker; numpy's generators release the GIL), each from its own stream, so the values do not
-    depend on the thread count.
-
-    Memory: the output plus one block of ``n_inputs x 256`` float64 per thread.
+    The blocks are drawn on the BLAS threads this process may use, each from its own stream:
+    the values do not depend on the thread count. Memory: the output plus one block of
+    ``n_inputs x 256`` float64 per thread.
     """
-    if distribution not in DISTRIBUTIONS:
-        raise ValueError(f"unknown distribution {distribution!r}; choose one of {DISTRIBUTIONS}")
-    if distribution == "student_t" and (nu is None or not nu > 0):
-        raise ValueError(f"distribution='student_t' needs nu > 0 degrees of freedom, got nu={nu!r}")
-    if distribution == "rational_quadratic":
-        if nu is not None and not nu > 0:
-            raise ValueError(
-                f"distribution='rational_quadratic' needs a shape nu > 0 (or None for 1), got nu={nu!r}"
-            )
-        shape = 1.0 if nu is None else float(nu)
+    shape = _law_shape(distribution, nu)
     seq = _seed_sequence(random_state)
     n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
     if metric is not None and np.shape(metric)[0] != n:
@@ -244,27 +195,13 @@ def draw_frequencies(
         rng = np.random.default_rng(
             np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,))
         )
-        if distribution == "cauchy":
-            om = gamma * rng.standard_cauchy((r, B))
-        elif distribution == "gaussian":
-            om = np.sqrt(2.0 * gamma) * rng.standard_normal((r, B))
-        elif distribution == "student_t":
-            om = gamma * rng.standard_normal((r, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
-        else:  # rational_quadratic: a Gamma(a, 1) scale mixture of the Gaussian law
-            om = (
-                np.sqrt(2.0 * gamma / shape)
-                * rng.standard_normal((r, B))
-                * np.sqrt(rng.standard_gamma(shape, B))
-            )
-        bk = rng.uniform(0.0, 2.0 * np.pi, size=B)
+        om, bk = _draw_block(rng, distribution, gamma, nu, shape, r, B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
         om, bk = om[:, lo - k * B : hi - k * B], bk[lo - k * B : hi - k * B]
         if metric is not None:
             om = metric @ om
-        if (
-            input_centre is not None
-        ):  # float64, reduced before the cast (the phase may be large); summed
-            # row by row, so that a column's phase does not depend on the columns drawn with it
+        if input_centre is not None:  # float64, reduced before the cast; summed row by row, so
+            # that a column's phase does not depend on the columns drawn with it
             bk = np.mod(bk + (input_centre[:, None] * om).sum(axis=0), 2.0 * np.pi)
         with device():
             if not host:  # cast on the host, one contiguous transfer per block
@@ -280,6 +217,36 @@ def draw_frequencies(
     else:
         list(_pool(threads).map(block, blocks))
     return omega, b
+
+
+def _law_shape(distribution, nu):
+    """ValueError for an unknown law or a ``nu`` it refuses; the rational quadratic's shape."""
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"unknown distribution {distribution!r}; choose one of {DISTRIBUTIONS}")
+    if distribution == "student_t" and (nu is None or not nu > 0):
+        raise ValueError(f"distribution='student_t' needs nu > 0 degrees of freedom, got nu={nu!r}")
+    if distribution == "rational_quadratic" and nu is not None and not nu > 0:
+        raise ValueError(
+            f"distribution='rational_quadratic' needs a shape nu > 0 (or None for 1), got nu={nu!r}"
+        )
+    return 1.0 if nu is None else float(nu)
+
+
+def _draw_block(rng, distribution, gamma, nu, shape, r, B):
+    """One block of ``B`` frequencies (r, B) of the law and their phases (B,), from ``rng``."""
+    if distribution == "cauchy":
+        om = gamma * rng.standard_cauchy((r, B))
+    elif distribution == "gaussian":
+        om = np.sqrt(2.0 * gamma) * rng.standard_normal((r, B))
+    elif distribution == "student_t":
+        om = gamma * rng.standard_normal((r, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
+    else:  # rational_quadratic: a Gamma(a, 1) scale mixture of the Gaussian law
+        om = (
+            np.sqrt(2.0 * gamma / shape)
+            * rng.standard_normal((r, B))
+            * np.sqrt(rng.standard_gamma(shape, B))
+        )
+    return om, rng.uniform(0.0, 2.0 * np.pi, size=B)
 
 
 _POOL = {}
@@ -330,7 +297,7 @@ def feature_map(
     n_features: int | None = None,
     input_centre: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Compute the random Fourier features ``sqrt(2 / N) cos((U - c) @ omega + b) - shift`` of a block.
+    """Compute the features ``sqrt(2 / N) cos((U - c) @ omega + b) - shift`` of a block.
 
     The projection runs in the BLAS; the cosine and the other elementwise passes are split
     over as many threads as the BLAS may use, on slabs of rows.
@@ -350,10 +317,8 @@ def feature_map(
     n_features : int, optional
         The model's ``N`` in the scale ``sqrt(2 / N)`` (default ``N'``).
     input_centre : ndarray of shape (n,), optional
-        The model's input centre ``c`` (:func:`input_centre`; ``b`` must be the phases folded
-        with it, :func:`draw_frequencies`), subtracted from the rows of ``U`` before the
-        projection; None: ``c = 0``. ``U`` may then have another dtype than ``omega`` (float64
-        rows of a float32 model): the rows are centred in the wider dtype, then cast.
+        The model's input centre ``c`` (``b`` folded with it), subtracted from the rows of ``U``
+        in the wider dtype before the cast; None: ``c = 0``.
 
     Returns
     -------
@@ -363,16 +328,11 @@ def feature_map(
 
     Notes
     -----
-    Works in place on one (k, N') buffer: memory ``k * N' * itemsize``. With ``input_centre``,
-    ``U`` is not copied: the rows are centred a block at a time into a scratch buffer of
-    about 8 MiB (at least 256 rows of ``U``), each block projected by its own product; cost
-    ``k n`` more flops. Arrays of another namespace than numpy (CuPy on a GPU) take the
-    same steps with that namespace's operations.
+    Works in place on one (k, N') buffer; with ``input_centre`` the rows are centred a block at
+    a time into a scratch of about 8 MiB. Other namespaces (CuPy) take the same steps.
     """
     n_features = omega.shape[1] if n_features is None else n_features
-    xp = backend.namespace(
-        U, omega, b
-    )  # numpy, unless another namespace or backend.generic_numpy()
+    xp = backend.namespace(U, omega, b)  # numpy, unless another namespace
     if not backend.is_fast(xp):
         return _feature_map_generic(xp, U, omega, b, out, shift, n_features, input_centre)
     if input_centre is None:
@@ -407,7 +367,7 @@ def _feature_map_generic(xp, U, omega, b, out, shift, n_features, input_centre=N
     the namespace allows it: CuPy runs each step as one kernel over the (k, N') buffer)."""
     if input_centre is None:
         Z = U @ omega
-    else:  # a block of centred rows at a time, cast to omega's dtype (CuPy: each product written into Z)
+    else:  # a block of centred rows at a time, cast to omega's dtype
         c = backend.to_namespace(input_centre, xp)
         Z = xp.empty((U.shape[0], omega.shape[1]), dtype=omega.dtype)
         for s, e in _centred_blocks(U):

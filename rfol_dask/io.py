@@ -1,9 +1,9 @@
-"""xarray / Zarr conventions: reading operands and opening data-set stores (models: ``persistence``).
+"""Operands and grids: reading data sets (Zarr stores, NetCDF files) and operands.
 
-An operand is a numpy array, a dask array, an ``xarray.DataArray`` with a ``sample``
-dimension (anywhere; it is put first), or (for ``fit``) an ``xarray.Dataset`` / Zarr store path holding the
-variables ``input`` and ``output``. :func:`as_operand` flattens the grid dimensions to
-one axis without computing anything and remembers how to undo that.
+An operand is a numpy array, a dask array, an ``xarray.DataArray`` with a sample dim (the
+user's name, renamed ``sample`` and put first: :func:`named`), or a Dataset / path holding the
+input and output variables. :func:`as_operand` flattens the grid dims lazily and remembers
+how to undo that.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = [
     "operand_grid",
     "grid_dims",
     "learn_periods",
-    "match_dims",
+    "named",
 ]
 
 
@@ -49,47 +49,40 @@ class Operand:
     kind: str  # "numpy", "dask" or "xarray"
     dims: tuple | None = None
     coords: dict = field(default_factory=dict)
-    sample: dict | None = (
-        None  # the DataArray's coordinates along 'sample' and scalar ones (name -> Variable), if any
-    )
-    periods: dict = field(default_factory=dict)  # dim -> the ``period`` attribute of its coordinate
+    sample: dict | None = None  # a DataArray's coordinates along 'sample' and scalar ones
+    periods: dict = field(default_factory=dict)  # dim -> its coordinate's ``period`` attribute
 
 
 def user_path(path):
-    """``path`` (str or os.PathLike) as a string with a leading ``~`` expanded to the user's home,
-    as xarray and zarr read paths (``to_zarr("~/d.zarr")`` writes in the home folder); a path
-    read literally would make a folder named ``~`` in the working directory instead."""
+    """``path`` as a string with a leading ``~`` expanded, as xarray and zarr read paths."""
     return os.path.expanduser(os.fspath(path))
 
 
-def open_dataset(path, samples=None):
-    """Open a data-set store lazily; raise if it is not one or if blocks or chunks are missing.
+def open_dataset(path, samples=None, sample_dim="sample"):
+    """Open a data set lazily: a Zarr store (checked for missing blocks and chunks) or a file
+    xarray opens (NetCDF), in chunks along ``sample_dim``.
 
-    With ``samples``, only the first ``samples`` samples are opened and checked (the leading
-    blocks of a store whose generation was interrupted or is still running).
-
-    Stores written by ``rfol_dask.datasets.generate`` carry a ``block_done`` flag per block
-    (in the Zarr group ``_rfol_dask``; a variable in stores written before it); a store with
-    unset flags was interrupted (rerun the generation to resume it). A chunk
-    file of ``input`` / ``output`` missing from the store (it would read back as its fill
-    value) is an error naming it; a chunk that cannot be decoded (a damaged file) raises,
-    when it is read, a ValueError naming the store, the variable and the chunk.
+    With ``samples``, only the first ``samples`` samples are opened and checked. A generated
+    store with unset ``block_done`` flags (interrupted: rerun the generation), or a missing chunk
+    file of ``input`` / ``output``, is a ValueError naming it; so is, when read, a chunk that
+    cannot be decoded.
     """
     path = user_path(path)
     if not Path(path).exists():
         raise FileNotFoundError(f"no data set at {path}")
+    if Path(path).is_file():
+        return _open_file(path, samples, sample_dim)
     kind = describe_path(Path(path).resolve())
     if kind == "model":
         raise ValueError(
-            f"{path} is a saved model, not a data set: load it with {load_hint(Path(path).resolve())} "
-            "to predict with it; fit and open_dataset read a data-set store (variables input and output, "
-            "as rfol-dask generate writes them)"
+            f"{path} is a saved model, not a data set: load it with "
+            f"{load_hint(Path(path).resolve())} to predict with it; fit and open_dataset read a "
+            "data-set store"
         )
     if kind == PREDICTION_STORE:
         raise ValueError(
-            f"{path} is {kind}, not a data set: read its predictions with xarray.open_zarr(path)"
-            "['prediction']; fit, predict and open_dataset read a data-set store (variables input and "
-            "output, as rfol-dask generate writes them)"
+            f"{path} is {kind}, not a data set: read its predictions with "
+            "xarray.open_zarr(path)['prediction']"
         )
     try:
         try:
@@ -98,112 +91,119 @@ def open_dataset(path, samples=None):
             ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
         raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
-    size = ds.sizes.get("sample", 0)
+    _check_samples(samples, ds.sizes.get(sample_dim, 0), path)
+    check_store(ds, path, samples)
+    ds = ds.drop_vars("block_done", errors="ignore")
+    return ds if samples is None else ds.isel({sample_dim: slice(0, int(samples))})
+
+
+def _check_samples(samples, size, path):
     if samples is not None and (
         isinstance(samples, bool)
         or not isinstance(samples, numbers.Integral)
         or not 1 <= samples <= size
     ):
         raise ValueError(
-            f"samples must be a whole number from 1 to the {size} samples of {path}, got {samples!r}"
+            f"samples must be a whole number from 1 to the {size} samples of {path}, "
+            f"got {samples!r}"
         )
-    check_store(ds, path, samples)
-    ds = ds.drop_vars("block_done", errors="ignore")
-    return ds if samples is None else ds.isel(sample=slice(0, int(samples)))
 
 
-def read_pair(X, y=None, variables=("input", "output")):
-    """``(input, output)`` DataArrays from a Dataset or a store path; ``(X, y)`` otherwise,
-    with ``y`` aligned to the samples of ``X`` (:func:`align_samples`). With ``variables=
-    ("input",)`` (prediction) only ``input`` is needed: ``(input, None)``."""
+def _open_file(path, samples, sample_dim):
+    """A NetCDF (or other) file opened lazily by xarray, about 64 MiB of samples a chunk."""
+    try:
+        ds = xr.open_dataset(path, chunks={})
+    except (ValueError, OSError) as exc:
+        raise ValueError(
+            f"{path} cannot be read as an xarray data set: {exc} (NetCDF needs h5netcdf or "
+            "netCDF4 installed)"
+        ) from exc
+    size = ds.sizes.get(sample_dim, 0)
+    _check_samples(samples, size, path)
+    if size:
+        row = max(
+            (v.nbytes // size for v in ds.data_vars.values() if sample_dim in v.dims), default=1
+        )
+        ds = ds.chunk({sample_dim: int(max(1, min(size, 2**26 // max(row, 1))))})
+    return ds if samples is None else ds.isel({sample_dim: slice(0, int(samples))})
+
+
+def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
+    """``(X, y)``, or the variables ``names`` of a Dataset or data-set path ``X`` (``names[1]``
+    None: prediction, ``(input, None)``); the stores they read are checked for missing chunks."""
     opened = isinstance(X, (str, os.PathLike))
     if opened:
-        X = open_dataset(X)  # checks the store
-    if isinstance(X, xr.Dataset):
-        missing = [v for v in variables if v not in X]
-        if missing:
-            raise ValueError(
-                f"the Dataset needs variable{'s' if len(variables) > 1 else ''} "
-                f"{' and '.join(map(repr, variables))}; missing {missing}"
-            )
-        if y is not None:
-            raise ValueError(
-                "pass either a Dataset / store path alone or the arrays (U, V), not both"
-            )
-        if not opened and not check_sources(*(X[v] for v in variables)):
-            check_store(X)  # loaded into memory from a store: check the store it came from
-        return X["input"], X["output"] if "output" in variables else None
-    check_sources(X, y)
-    return X, align_samples(X, y)
+        X = open_dataset(X, sample_dim=sample_dim)  # checks the store
+    if not isinstance(X, xr.Dataset):
+        check_sources(X, y)
+        return X, y
+    wanted = [v for v in names if v is not None]
+    missing = [v for v in wanted if v not in X]
+    held = list(map(str, X.data_vars)) or ["?"]
+    if missing:
+        raise ValueError(
+            f"the data set has no variable {' or '.join(map(repr, missing))}; it holds "
+            f"{held}: name yours, e.g. fit(ds, input={held[0]!r}, output={held[-1]!r})"
+        )
+    if y is not None:
+        raise ValueError("pass either a Dataset / store path alone or the arrays (X, y), not both")
+    if not opened and not check_sources(*(X[v] for v in wanted)):
+        check_store(X)  # loaded into memory from a store: check the store it came from
+    return X[names[0]], None if names[1] is None else X[names[1]]
 
 
 def align_samples(X, y):
-    """``y`` paired with ``X`` by the labels of their ``sample`` coordinates.
-
-    Applies when both are DataArrays with a ``sample`` coordinate (else ``y`` unchanged:
-    arrays pair by position; a UserWarning where only one side has labels, out of order). The same labels in another order: ``y`` reordered to the
-    order of ``X`` (lazily for dask). Different label sets or duplicated labels:
-    ValueError saying how to align them.
-    """
+    """``y`` paired with ``X`` by the labels of their ``sample`` coordinates where both carry
+    them (reordered lazily; ValueError for other or duplicated labels), else by position (a
+    DataWarning where one side's labels are out of order)."""
     labelled = [
         n for n, a in (("X", X), ("y", y)) if isinstance(a, xr.DataArray) and "sample" in a.indexes
     ]
-    if (
-        len(labelled) == 1
-    ):  # one side's labels, the other's positions: worth a word where the labels are shuffled
-        index = (X if labelled == ["X"] else y).indexes["sample"]
+    if len(labelled) == 1:
+        index, (one, other) = (
+            (X if labelled == ["X"] else y).indexes["sample"],
+            sorted(("X", "y"), key=lambda n: n != labelled[0]),
+        )
         if len(index) > 1 and not index.is_monotonic_increasing:
-            other = "y" if labelled == ["X"] else "X"
             warnings.warn(
-                f"{labelled[0]}'s 'sample' labels are not in increasing order but {other} carries no "
-                f"sample labels, so they are paired by position; if {other} is not in {labelled[0]}'s "
-                f"order, give it the same labels (a DataArray) or sort {labelled[0]} "
-                f"({labelled[0]}.sortby('sample'))",
+                f"{one}'s sample labels are not in increasing order but {other} has none, so they "
+                f"are paired by position; give {other} the same labels or sort {one} "
+                f"({one}.sortby('sample'))",
                 DataWarning,
                 stacklevel=user_stacklevel(),
             )
-    if (
-        not (isinstance(X, xr.DataArray) and isinstance(y, xr.DataArray))
-        or "sample" not in X.coords
-        or "sample" not in y.coords
-        or "sample" not in X.indexes
-    ):
+    if len(labelled) < 2:
         return y
     how = (
-        "pair them yourself: X, y = xarray.align(X, y, join='inner') keeps the common samples, "
+        "pair them yourself: xarray.align(X, y, join='inner') keeps the common samples, "
         "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position"
     )
     return _same_labels(X, y, "sample", ("X", "y"), how)
 
 
 def _same_labels(a, b, d, names, how):
-    """``b`` with the labels of ``a`` along ``d`` (reordered; unchanged where they are equal);
-    ValueError, ending in ``how``, for duplicated labels or different label sets."""
+    """``b`` with the labels of ``a`` along ``d`` (reordered); ValueError ending in ``how`` for
+    duplicated labels or different label sets."""
     ia, ib = a.indexes[d], b.indexes.get(d)
     if ib is None or ia.equals(ib):
         return b
     if not (ia.is_unique and ib.is_unique):
-        raise ValueError(
-            f"{names[0]} or {names[1]} has duplicated {d!r} labels, so they cannot be paired by label; "
-            f"{how}"
-        )
+        raise ValueError(f"{names[0]} or {names[1]} has duplicated {d!r} labels; {how}")
     only_a, only_b = ia.difference(ib), ib.difference(ia)
     if len(only_a) or len(only_b):
         raise ValueError(
-            f"{names[0]} and {names[1]} have different {d!r} labels: {len(only_a)} only in {names[0]} (e.g. "
-            f"{list(only_a[:3])}), {len(only_b)} only in {names[1]} (e.g. {list(only_b[:3])}); {how}"
+            f"{names[0]} and {names[1]} have different {d!r} labels: {len(only_a)} only in "
+            f"{names[0]} (e.g. {list(only_a[:3])}), {len(only_b)} only in {names[1]} (e.g. "
+            f"{list(only_b[:3])}); {how}"
         )
     return b.sel({d: ia})
 
 
 def align_by_label(a, b, names=("true", "pred")):
-    """``b`` matched to the DataArray ``a`` by label, as the estimators match their operands:
-    dims by name (``b`` transposed to the order of ``a``), and along every dim whose coordinate
-    both carry, the labels of ``a`` picked from ``b`` (another order is reordered; numeric grids
-    equal to ``1e-6`` of their span are equal; different label sets raise ValueError naming the
-    dim). Two DataArrays whose grid dims are named differently (e.g. the ``dim_0`` of a model
-    fitted on arrays) are matched along ``sample`` only, their grids paired by position.
-    Anything else: ``b`` unchanged, paired by position."""
+    """``b`` matched to the DataArray ``a`` as the estimators match operands: dims by name, labels
+    by coordinate along every dim both carry (numeric grids equal to ``1e-6`` of their span);
+    grid dims named differently (a model fitted on arrays: ``dim_0``) along ``sample`` only.
+    Anything else is paired by position."""
     if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)):
         return b
     if set(a.dims) == set(b.dims):
@@ -214,7 +214,7 @@ def align_by_label(a, b, names=("true", "pred")):
         b, dims = b.transpose(*order), ("sample",)
     else:
         return b
-    how = "align them first (e.g. xarray.align(..., join='inner')) or pass .values to pair by position"
+    how = "align them first (xarray.align(..., join='inner')) or pass .values to pair by position"
     for d in dims:
         ia, ib = a.indexes.get(d), b.indexes.get(d)
         if ia is not None and ib is not None and not _same_axis(ia, ib):
@@ -223,20 +223,15 @@ def align_by_label(a, b, names=("true", "pred")):
 
 
 def match_grid_labels(X, coords, grid, name="X"):
-    """DataArray ``X`` with the labels of its grid dims matched to ``coords`` (dim -> labels: a
-    model's training coordinates) where the model reads them by label, not through a grid
-    (``grid`` None: some coordinates are not numbers, or some dim had none): the same labels in
-    another order are reordered to the model's (lazily for dask); other labels are a ValueError
-    naming the dim. Numeric coordinates equal to ``1e-6`` of their span are equal. A dim without
-    coordinates in ``X`` is read by position, and so is any other operand."""
+    """DataArray ``X`` with its grid labels matched to ``coords`` (the model's) where the model
+    reads them by label, having no ``grid`` (labels that are not numbers): reordered, or a
+    ValueError naming the dim. Dims without coordinates, and other operands, by position."""
     if not isinstance(X, xr.DataArray) or not coords or grid is not None:
         return X
-    X = (
-        ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X
-    )  # as the training data were
+    X = ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X
     how = (
-        f"pass {name} on the model's labels, or drop its coordinates ({name}.drop_vars(...)) or pass "
-        f"{name}.values to read it by position"
+        f"pass {name} on the model's labels, or drop its coordinates ({name}.drop_vars(...)) or "
+        f"pass {name}.values to read it by position"
     )
     for d, labels in coords.items():
         if d not in X.indexes:
@@ -248,8 +243,7 @@ def match_grid_labels(X, coords, grid, name="X"):
 
 
 def _same_axis(ia, ib):
-    """Numeric coordinates equal as the grids of the recovery maps are (to ``1e-6`` of the span:
-    rounding, float32 copies), point by point in the same order."""
+    """Numeric 1-D coordinates equal point by point to ``1e-6`` of the span (float32 copies)."""
     x, y = np.asarray(ia), np.asarray(ib)
     numeric = all(
         np.issubdtype(v.dtype, np.number) and not np.issubdtype(v.dtype, np.complexfloating)
@@ -270,10 +264,8 @@ def unsorted_axis(coords):
 
 
 def ascending_grid(X):
-    """A DataArray with every grid dim (all but the first) whose numeric coordinates are not
-    increasing sorted by them (a descending latitude, a reversed axis), lazily; anything else
-    as it is. The models read and write grids in increasing order, so data given in another
-    order are matched by their coordinates, not by position."""
+    """A DataArray with every grid dim (all but the first) sorted by its numeric coordinates,
+    lazily (the models read grids in increasing order); anything else as it is."""
     if not isinstance(X, xr.DataArray):
         return X
     for d in X.dims[1:]:
@@ -283,66 +275,76 @@ def ascending_grid(X):
     return X
 
 
-def _no_sample_dim(X, name, model_dims, model_shape):
-    """The ValueError for a DataArray ``X`` without a ``sample`` dim, advising what fits the
-    model's grid dims and shape (None: not known, as at fit): ``expand_dims`` for one sample on
-    that grid, a rename only where one dim is left over for the samples."""
-    if "sample" in X.coords:  # X.sel(sample=k): one sample, its dim dropped
-        return ValueError(
-            f"{name} holds one sample ('sample' is a scalar coordinate, dims {X.dims}): keep the "
-            f"dimension, e.g. {name}.expand_dims('sample'), or select with a list (sel(sample=[k]))"
-        )
-    if not X.ndim:
-        return ValueError(f"{name} must have a 'sample' dimension, got a 0-d DataArray")
-    if model_dims is not None:  # matched by name
-        one = sorted(map(str, X.dims)) == sorted(map(str, model_dims))
-        extra = [d for d in X.dims if d not in model_dims]
-        rename = extra[0] if len(extra) == 1 and X.ndim == len(model_dims) + 1 else None
-    else:  # by position: the samples first
-        one = model_shape is not None and X.shape == tuple(model_shape)
-        rename = X.dims[0] if model_shape is None or X.ndim == len(model_shape) + 1 else None
-    if one:
-        advice = f"it holds one sample on the model's grid: add the dimension, e.g. {name}.expand_dims('sample')"
-    elif rename is not None:
-        advice = f"rename the dimension that runs over the samples, e.g. {name}.rename({{{rename!r}: 'sample'}})"
-    elif model_dims is not None:
-        advice = (
-            f"the model was trained on ('sample', {', '.join(map(repr, model_dims))}): rename {name}'s "
-            "dims to those"
-        )
-    else:
-        advice = (
-            f"the model was trained on functions of shape {tuple(model_shape)}: pass {name} with dims "
-            "('sample', ...) of that shape"
-        )
-    return ValueError(f"{name} must have a 'sample' dimension, got dims {X.dims}; {advice}")
+def named(X, name, sample_dim="sample", dims=None, shape=None):
+    """DataArray ``X`` with its ``sample_dim`` renamed ``sample`` and put first, then the grid
+    ``dims`` (the model's, matched by name; None: any); other operands unchanged. ValueError
+    listing at once every rename or squeeze that makes ``X`` match (``shape``: the model's grid
+    shape, which pairs dims by size)."""
+    if not isinstance(X, xr.DataArray):
+        return X
+    want = (sample_dim, *(dims or ()))
+    ok = set(X.dims) == set(want) and X.ndim == len(want) if dims else sample_dim in X.dims
+    if not ok:
+        raise ValueError(_rename_advice(X, name, sample_dim, dims, shape))
+    X = X.rename({sample_dim: "sample"}) if sample_dim != "sample" else X
+    order = ("sample", *dims) if dims else ("sample", ...)
+    return X if X.dims[0] == "sample" and not dims else X.transpose(*order)
 
 
-def as_operand(X, name, sort=True, model_dims=None, model_shape=None):
+def _rename_advice(X, name, sample_dim, dims, shape):
+    """What :func:`named` says: ``X``'s dims, the model's, and one expression that fixes them."""
+    if sample_dim in X.coords and sample_dim not in X.dims:
+        return (
+            f"{name} holds one sample ({sample_dim!r} is a scalar coordinate): keep the dimension, "
+            f"e.g. {name}.expand_dims({sample_dim!r}), or select with a list"
+        )
+    if shape is not None and X.shape == tuple(shape) and (dims is None or set(X.dims) == set(dims)):
+        return f"{name} holds one sample of the model's grid: {name}.expand_dims({sample_dim!r})"
+    if not dims:
+        guess = next((d for d in X.dims if shape is None or X.ndim != len(shape) + 1), None)
+        guess = X.dims[0] if guess is None else guess
+        return (
+            f"{name} has dims {X.dims} and none named {sample_dim!r}: pass sample_dim={guess!r} "
+            "(the dim that runs over the samples)"
+        )
+    extra = [d for d in X.dims if d not in (sample_dim, *dims)]
+    sizes = dict(zip(dims, shape or (), strict=False))
+    rename = {}
+    for d in (d for d in dims if d not in X.dims):  # grid dims first, paired by size
+        free = [e for e in extra if e not in rename]
+        e = next((e for e in free if X.sizes[e] == sizes.get(d)), free[0] if free else None)
+        if e is not None:
+            rename[e] = d
+    free = [e for e in extra if e not in rename]
+    if sample_dim not in X.dims and free:
+        rename[next((e for e in free if X.sizes[e] > 1), free[0])] = sample_dim
+    squeeze = [e for e in extra if e not in rename and X.sizes[e] == 1]
+    left = [e for e in extra if e not in rename and e not in squeeze]
+    fix = name + (f".squeeze({squeeze!r})" if squeeze else "")
+    fix += f".rename({rename!r})" if rename else ""
+    fix = "" if fix == name else f": {fix}"
+    if left:
+        fix += f"{';' if fix else ':'} drop or select the dims {left}, which the model has not"
+    if sample_dim in rename.values():
+        fix += f" (or pass sample_dim={next(k for k, v in rename.items() if v == sample_dim)!r})"
+    return f"{name} has dims {X.dims} but the model reads {(sample_dim, *dims)}{fix}"
+
+
+def as_operand(X, name, sort=True):
     """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``.
     A DataArray's ``sample`` dim is put first (wherever it is) and, with ``sort``, its grid dims
-    in increasing coordinate order (:func:`ascending_grid`; without: by position). A DataArray
-    without one is refused, with advice fitting the model's grid dims and shape where given."""
+    in increasing coordinate order (:func:`ascending_grid`; without: by position)."""
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
-        if "sample" not in X.dims:
-            raise _no_sample_dim(X, name, model_dims, model_shape)
-        X = X.transpose("sample", ...)  # matched by name: the samples first
-        X = ascending_grid(X) if sort else X
+        X = ascending_grid(named(X, name)) if sort else named(X, name)
         coords = {d: X[d].values for d in X.dims[1:] if d in X.coords}
         periods = {d: X[d].attrs["period"] for d in coords if X[d].attrs.get("period") is not None}
         inner = as_operand(X.data, name)
         # labels, times, members along 'sample', and scalar coordinates (a time stamp of them all)
         along = {k: c.variable for k, c in X.coords.items() if c.dims in (("sample",), ())}
         return Operand(
-            inner.data,
-            inner.grid_shape,
-            "xarray",
-            tuple(X.dims[1:]),
-            coords,
-            along or None,
-            periods,
+            inner.data, inner.grid_shape, "xarray", X.dims[1:], coords, along or None, periods
         )
     if isinstance(X, da.Array):
         if X.ndim == 0:
@@ -355,23 +357,18 @@ def as_operand(X, name, sort=True, model_dims=None, model_shape=None):
 
 
 def check_known_sizes(X, name):
-    """ValueError for a dask array ``X`` (named ``name``) of unknown chunk sizes (NaN in its shape,
-    e.g. after boolean indexing), saying how to give them; anything else passes."""
+    """ValueError for a dask array ``X`` of unknown chunk sizes (after boolean indexing)."""
     if isinstance(X, da.Array) and any(np.isnan(n) for n in X.shape):
         raise ValueError(
-            f"{name} is a dask array of unknown chunk sizes (shape {X.shape}, e.g. after boolean indexing "
-            f"or from_delayed): call {name}.compute_chunk_sizes() first, or pass a Zarr store / xarray data set"
+            f"{name} is a dask array of unknown chunk sizes (shape {X.shape}): call "
+            f"{name}.compute_chunk_sizes() first"
         )
 
 
 def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
-    """Give predictions (M, m) the caller's kind: reshape to ``(M, *grid_shape)`` and, for
-    xarray, wrap with the coordinates along ``sample`` of ``template`` (its labels and e.g. a
-    ``time(sample)``), its scalar coordinates (but one named as an output dim) and the output
-    grid ``coords``."""
-    if tuple(values.shape[1:]) != tuple(
-        grid_shape
-    ):  # (arrays of the array API have no reshape method)
+    """Predictions (M, m) reshaped to ``(M, *grid_shape)`` and, for xarray, wrapped with the
+    sample and scalar coordinates of ``template`` and the output grid ``coords``."""
+    if tuple(values.shape[1:]) != tuple(grid_shape):
         values = values.reshape((values.shape[0], *grid_shape))
     if template.kind != "xarray":
         return values
@@ -379,9 +376,6 @@ def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     out_coords = {d: c for d, c in (coords or {}).items() if d in dims}
     out_coords.update({k: v for k, v in (template.sample or {}).items() if v.dims or k not in dims})
     return xr.DataArray(values, dims=("sample", *dims), coords=out_coords, name=name)
-
-
-# ------------------------------------------------------------------------------ grids and dims
 
 
 def learn_grid(grid, operand, shape, which):
@@ -398,14 +392,9 @@ def learn_grid(grid, operand, shape, which):
 
 
 def operand_grid(operand):
-    """The grid of an xarray operand if every grid dim has numeric coordinates (None if one has
-    none or labels that are not numbers). ValueError for numeric coordinates that are no grid
-    (a repeated value, NaN): matched by coordinate, their values would be read by position."""
-    if (
-        operand.kind != "xarray"
-        or not operand.dims
-        or any(d not in operand.coords for d in operand.dims)
-    ):
+    """The grid of an xarray operand whose grid dims all have numeric coordinates, else None;
+    ValueError for numeric coordinates that are no grid (a repeated value, NaN)."""
+    if operand.kind != "xarray" or not operand.dims or set(operand.dims) - set(operand.coords):
         return None
     coords = {d: np.asarray(operand.coords[d]) for d in operand.dims}
     if not all(
@@ -413,19 +402,15 @@ def operand_grid(operand):
     ):
         return None
     try:
-        as_grid(
-            {d: np.sort(c) for d, c in coords.items()}
-        )  # in any order: a descending axis is a grid
+        as_grid({d: np.sort(c) for d, c in coords.items()})  # in any order
     except (TypeError, ValueError) as exc:
         raise ValueError(
-            f"the coordinates of the grid dims {list(coords)} are not a grid ({exc}); fix them, or drop "
-            "them (da.drop_vars(...)) to have the values read by position"
+            f"the coordinates of the grid dims {list(coords)} are not a grid ({exc}); fix them, "
+            "or drop them (da.drop_vars(...)) to have the values read by position"
         ) from exc
     try:
         return as_grid(coords)
-    except (
-        ValueError
-    ):  # not increasing: read by position (a model without grid), else sorted before
+    except ValueError:  # not increasing: read by position
         return None
 
 
@@ -440,10 +425,8 @@ def grid_dims(operand, grid_arg, grid):
 
 
 def learn_periods(periods, operand, grid, which, dims=None):
-    """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` (a
-    number, one entry per axis, or a mapping dim -> period, the dims named as
-    :func:`grid_dims` names them) or else from the ``period`` attributes of the xarray
-    coordinates; None without a grid."""
+    """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` or else
+    the coordinates' ``period`` attributes; None without a grid."""
     dims = grid_dims(operand, None, grid) if dims is None else dims
     if periods is None:
         per_axis = [operand.periods.get(d) for d in dims]
@@ -455,14 +438,11 @@ def learn_periods(periods, operand, grid, which, dims=None):
         per_axis = list(periods)
         if grid is not None and len(per_axis) != len(grid):
             raise ValueError(
-                f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: give one "
-                "period (or None) per axis, or a mapping dim -> period when the input and output grids differ"
+                f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: "
+                "give one period (or None) per axis, or a mapping dim -> period"
             )
     if grid is None:
-        named = (
-            any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None
-        )
-        if named:
+        if any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None:
             raise ValueError(
                 f"periods= needs the {which} grid coordinates: pass fit(..., {which}_grid=...) "
                 "or xarray data with coordinates"
@@ -471,19 +451,4 @@ def learn_periods(periods, operand, grid, which, dims=None):
     return as_periods(per_axis, grid, f"the periods of the {which} grid")
 
 
-def match_dims(X, dims, name):
-    """DataArray ``X`` transposed to ``("sample", *dims)`` (grid dims matched by name, as
-    ``apply_ufunc`` core dims are); other operands, or ``dims`` None, unchanged."""
-    if not isinstance(X, xr.DataArray) or dims is None or "sample" not in X.dims:
-        return X
-    grid = tuple(d for d in X.dims if d != "sample")
-    if grid == tuple(dims):
-        return X.transpose("sample", *dims) if X.dims[0] != "sample" else X
-    if sorted(map(str, grid)) != sorted(map(str, dims)):
-        unknown, absent = [d for d in grid if d not in dims], [d for d in dims if d not in grid]
-        raise ValueError(
-            f"{name} has dims {X.dims} but the model was trained on ('sample', {', '.join(map(repr, dims))}); "
-            f"unknown dims {unknown}, missing {absent}: rename them, e.g. {name}.rename("
-            f"{dict(zip(unknown, absent)) or '...'})"
-        )
-    return X.transpose("sample", *dims)
+# ------------------------------------------------------------------------------ data-set stores

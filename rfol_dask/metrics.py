@@ -1,15 +1,9 @@
-"""Error measures for operator learning; they accept numpy, dask and xarray arrays, and
-arrays of other array API namespaces (CuPy: reduced on the GPU, the per-sample or per-point
-sums brought to the host).
+"""Error measures for operator learning, on numpy, dask, xarray and array API (CuPy) arrays.
 
-Samples run along axis 0; every other axis is part of one function's grid values. Two
-DataArrays are matched by label (dims by name, samples and grid points by coordinate), arrays
-by position.
-Dask inputs are reduced lazily and computed once at the end. Sums are taken in float64 (float32
-squares overflow above about 1e19 and underflow below 1e-22); NaN in the data gives NaN. When
-both inputs are numpy (or DataArrays of numpy), they are read in row blocks of :data:`BLOCK_BYTES`
-(in float64), so a metric holds two such blocks beside them, whatever their size and dtype; a
-numpy input beside a dask one is cast whole.
+Samples run along axis 0, the other axes are one function's grid values; two DataArrays are
+matched by label (dims by name, samples and grid points by coordinate), arrays by position.
+Dask inputs are reduced lazily and computed once. Sums are taken in float64; NaN gives NaN.
+Two numpy inputs are read in row blocks of :data:`BLOCK_BYTES` (float64), whatever their size.
 """
 
 from __future__ import annotations
@@ -38,19 +32,14 @@ def _pair(true, pred):
         true = true.transpose("sample", ...)  # the samples first, wherever they are
     pred = align_by_label(true, pred)  # DataArrays: by dims, samples and grid coordinates
     true, pred = (x.data if isinstance(x, xr.DataArray) else x for x in (true, pred))
-    if is_array_api(true) or is_array_api(
-        pred
-    ):  # computed where they live (one side numpy: moved there)
+    if is_array_api(true) or is_array_api(pred):  # computed where they live
         xp = namespace(true if is_array_api(true) else pred)
         true, pred = (x if is_array_api(x) else xp.asarray(np.asarray(x)) for x in (true, pred))
     else:
         true, pred = (x if isinstance(x, da.Array) else np.asarray(x) for x in (true, pred))
     for x, name in ((true, "true"), (pred, "pred")):
         check_known_sizes(x, name)  # else "true has shape (nan, m) but pred has shape (nan, m)"
-    one_column = {true.shape, pred.shape} == {
-        true.shape[:1],
-        (*true.shape[:1], 1),
-    }  # (M,) and (M, 1): as scikit-learn
+    one_column = {true.shape, pred.shape} == {true.shape[:1], (*true.shape[:1], 1)}
     if true.shape != pred.shape and not one_column:
         raise ValueError(f"true has shape {true.shape} but pred has shape {pred.shape}")
     if true.ndim == 0 or true.shape[0] == 0:
@@ -62,10 +51,8 @@ def _pair(true, pred):
         return tuple(
             xp.astype(xp.reshape(x, (x.shape[0], -1)), xp.float64, copy=False) for x in (true, pred)
         )
-    if isinstance(true, np.ndarray) and isinstance(pred, np.ndarray):
-        return tuple(
-            x.reshape(x.shape[0], -1) for x in (true, pred)
-        )  # cast block by block (_blocks)
+    if isinstance(true, np.ndarray) and isinstance(pred, np.ndarray):  # cast block by block
+        return tuple(x.reshape(x.shape[0], -1) for x in (true, pred))
     return tuple(x.reshape(x.shape[0], -1).astype(np.float64, copy=False) for x in (true, pred))
 
 
@@ -77,18 +64,6 @@ def _blocks(*arrays):
     for start in range(0, M, step):
         rows = slice(start, start + step)
         yield (rows, *(a[rows].astype(np.float64) for a in arrays))
-
-
-def _sum(x, axis):
-    return namespace(x).sum(x, axis=axis) if is_array_api(x) else x.sum(axis=axis)
-
-
-def _all(x, axis):
-    return namespace(x).all(x, axis=axis) if is_array_api(x) else x.all(axis=axis)
-
-
-def _mean(x, axis):
-    return namespace(x).mean(x, axis=axis) if is_array_api(x) else x.mean(axis=axis)
 
 
 def relative_l2_errors(true, pred):
@@ -103,17 +78,14 @@ def relative_l2_errors(true, pred):
             den[rows] = np.square(tb, out=tb).sum(1)
             del tb, pb  # before the next block is made
         return np.sqrt(num) / np.sqrt(den)
-    num = _sum((p - t) ** 2, 1) ** 0.5
-    den = _sum(t**2, 1) ** 0.5
-    return num / den
+    xp = namespace(t, p) if is_array_api(t) else da
+    return xp.sum((p - t) ** 2, axis=1) ** 0.5 / xp.sum(t**2, axis=1) ** 0.5
 
 
 def relative_l2_error(true, pred):
     """The paper's metric: the mean over samples of ``||pred_i - true_i||_2 / ||true_i||_2``.
 
-    A sample whose true function is identically zero makes the result infinite (NaN when its
-    prediction is zero too).
-    """
+    A true function identically zero makes it infinite (NaN when predicted zero too)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         (errors,) = dask.compute(relative_l2_errors(true, pred))
         return float(np.mean(to_numpy(errors)))
@@ -122,11 +94,9 @@ def relative_l2_error(true, pred):
 def r2_score(true, pred):
     """Coefficient of determination averaged uniformly over output components.
 
-    Same convention as ``sklearn.metrics.r2_score(multioutput="uniform_average")``:
-    a constant component scores 1 if predicted exactly, else 0; fewer than two samples give NaN
-    and an ``UndefinedMetricWarning``. A component is constant when all its true values are equal
-    (scikit-learn's own rule misses those whose mean rounds: seven values 0.1 have a mean one ulp
-    off, a total variance of 1e-33 and, predicted to 1e-3, an R^2 of -6e26, which ruled the mean).
+    As ``sklearn.metrics.r2_score(multioutput="uniform_average")``: a constant component (all
+    its true values equal, even where their mean rounds) scores 1 if predicted exactly, else 0;
+    fewer than two samples give NaN and an ``UndefinedMetricWarning``.
     """
     t, p = _pair(true, pred)
     if t.shape[0] < 2:
@@ -151,9 +121,10 @@ def r2_score(true, pred):
             ss_tot += np.square(tb, out=tb).sum(0)
             del tb  # before the next block is made
     else:
-        ss_res = _sum((t - p) ** 2, 0)
-        ss_tot = _sum((t - _mean(t, 0)) ** 2, 0)
-        constant = _all(t == t[:1, ...], 0)
+        xp = namespace(t, p) if is_array_api(t) else da
+        ss_res = xp.sum((t - p) ** 2, axis=0)
+        ss_tot = xp.sum((t - xp.mean(t, axis=0)) ** 2, axis=0)
+        constant = xp.all(t == t[:1, ...], axis=0)
     ss_res, ss_tot, constant = dask.compute(ss_res, ss_tot, constant)
     ss_res, ss_tot = (np.asarray(to_numpy(x), dtype=float) for x in (ss_res, ss_tot))
     ss_tot[np.asarray(to_numpy(constant), dtype=bool)] = 0.0  # not the rounding of its mean

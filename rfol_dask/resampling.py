@@ -1,13 +1,9 @@
-"""How an operator learner reads and writes other grids: the recovery maps ``R_U`` / ``R_V``
-chosen by its ``recovery`` parameter, applied to operands whose grid differs from the training
-grids (see :mod:`rfol_dask.recovery`). A mixin of :class:`rfol_dask.estimator.OperatorEstimator`;
-the fitted attributes it reads are the estimator's (``input_grid_``, ``output_grid_``, their
-periods, dims, coordinates and the output's attributes)."""
+"""How an operator learner knows its grids and reads and writes others: the recovery maps
+``R_U`` / ``R_V`` of its ``recovery`` parameter (:mod:`rfol_dask.recovery`). A mixin of
+:class:`rfol_dask.estimator.OperatorEstimator`."""
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import warnings
 from collections.abc import Mapping
 
@@ -15,7 +11,7 @@ import dask.array as da
 import numpy as np
 import xarray as xr
 
-from . import backend, io
+from . import backend, io, persistence
 from . import recovery as rec
 from .exceptions import DataWarning
 from .stacklevel import user_stacklevel
@@ -25,6 +21,35 @@ __all__ = ["ResamplingMixin"]
 
 class ResamplingMixin:
     """Recovery-map helpers of the operator learners (see the module docstring)."""
+
+    def _knows_grid(self, which):
+        """Whether the model's ``which`` grid has dims or coordinates: then DataArrays are read
+        in increasing coordinate order; a model fitted on bare arrays reads them by position."""
+        return (
+            getattr(self, f"{which}_dims_", None) is not None
+            or getattr(self, f"{which}_grid_", None) is not None
+        )
+
+    def _learn_grids(self, u, v, V, in_shape, out_shape, input_grid, output_grid, periods):
+        """The fitted shapes, dims, coordinates, attributes, grids and periods of both sides."""
+        self.input_shape_, self.output_shape_ = tuple(in_shape), tuple(out_shape)
+        self.input_coords_, self.output_coords_ = u.coords, v.coords
+        self.output_attrs_, self.output_coord_attrs_ = persistence.attrs_of(V, v.dims)
+        self.input_grid_ = io.learn_grid(input_grid, u, self.input_shape_, "input")
+        self.output_grid_ = io.learn_grid(output_grid, v, self.output_shape_, "output")
+        in_dims = io.grid_dims(u, input_grid, self.input_grid_)
+        out_dims = io.grid_dims(v, output_grid, self.output_grid_)
+        # arrays with grid mappings: the keys name the dims, so a later grid mapping is read by name
+        self.input_dims_ = u.dims or (in_dims if isinstance(input_grid, Mapping) else None)
+        self.output_dims_ = v.dims or (out_dims if isinstance(output_grid, Mapping) else None)
+        if isinstance(periods, Mapping) and (set(periods) - set(in_dims) - set(out_dims)):
+            raise ValueError(
+                f"periods names dims {sorted(set(periods) - set(in_dims) - set(out_dims))} that "
+                f"are not grid dims of the data (input {in_dims}, output {out_dims}; arrays name "
+                "them by the keys of input_grid= / output_grid= mappings, else dim_0, dim_1, ...)"
+            )
+        self.input_periods_ = io.learn_periods(periods, u, self.input_grid_, "input", in_dims)
+        self.output_periods_ = io.learn_periods(periods, v, self.output_grid_, "output", out_dims)
 
     def _recovery_specs(self):
         """``(R_U spec, R_V spec)`` from the ``recovery`` parameter."""
@@ -57,40 +82,22 @@ class ResamplingMixin:
                     f"recovery kind {kind!r} takes no options, got {sorted(options)} in "
                     f"recovery={self.recovery!r}"
                 )
-            allowed = [
-                p
-                for p in inspect.signature(rec.RandomFeatureInterpolant).parameters
-                if p != "grid_in"
-            ]
-            for key in options:
-                if key not in allowed:
-                    close = difflib.get_close_matches(str(key), allowed, n=1)
-                    raise ValueError(
-                        f"unknown option {key!r} of recovery 'rf' in recovery={self.recovery!r}"
-                        + (f" (did you mean {close[0]!r}?)" if close else "")
-                        + f"; options: {allowed}"
-                    )
             seed = options.get("random_state", 0)
             if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
                 raise ValueError(
-                    f"recovery 'rf' needs an int random_state, got {seed!r}: the map is built again for "
-                    "each new grid and must draw the same features every time"
+                    f"recovery 'rf' needs an int random_state, got {seed!r}: the map is built "
+                    "again for each new grid and must draw the same features every time"
                 )
-            try:
-                rec.RandomFeatureInterpolant(
-                    np.arange(4.0), **options
-                )  # its own checks of the values
+            try:  # its own checks of the names and values
+                rec.RandomFeatureInterpolant(np.arange(4.0), **options)
             except (TypeError, ValueError) as exc:
                 raise ValueError(
                     f"invalid options of recovery 'rf' in recovery={self.recovery!r}: {exc}"
                 ) from exc
 
     def _recovery(self, which, grid):
-        """The ``which`` ("input" / "output") recovery map of ``grid``, with the model's periods.
-
-        A spectral map reads an axis without a period as periodic, with period ``n * spacing``;
-        for data that are not periodic there (Darcy's) that is wrong near both ends, so it warns
-        unless the model knows the axis's period."""
+        """The ``which`` ("input" / "output") recovery map of ``grid``, with the model's periods;
+        a DataWarning where a spectral map takes an axis without a known period as periodic."""
         R = rec.make_recovery(
             self._recovery_specs()[which == "output"],
             grid,
@@ -102,14 +109,14 @@ class ResamplingMixin:
             ]
             guessed = [
                 f"{d} (period {rec.uniform_period(x):g})"
-                for d, x, P in zip(dims, R.grid_in, R.periods)
+                for d, x, P in zip(dims, R.grid_in, R.periods, strict=True)
                 if P is None and x.size > 1
             ]
             if guessed:
                 warnings.warn(
                     f"recovery 'spectral' reads the {which} axes {', '.join(guessed)} as periodic, "
-                    "but the model knows no period for them; for data that are not periodic there use "
-                    "recovery='cubic', for periodic data give the period (fit(..., periods={dim: P}) "
+                    "but the model knows no period for them; for data that are not periodic use "
+                    "recovery='cubic', for periodic data give the period (fit(periods={dim: P}) "
                     "or a 'period' attribute on the coordinate)",
                     DataWarning,
                     stacklevel=user_stacklevel(),
@@ -118,8 +125,17 @@ class ResamplingMixin:
 
     def _output_on_grid(self, Y, u, output_grid, grid_new):
         """Predictions ``Y`` (M, m) on the training output grid, resampled to ``output_grid`` if
-        given, in the kind of the operand ``u`` (numpy, dask or xarray). ``grid_new``: the
-        caller's :meth:`_new_output_grid` of ``output_grid`` (validated once, before the prediction)."""
+        given (``grid_new``: its :meth:`_new_output_grid`), in the kind of the operand ``u``
+        (numpy, dask or xarray; array API values stay in their namespace)."""
+        if backend.is_array_api(Y):  # the recovery maps resample on the host
+            xp = backend.namespace(Y)
+            if output_grid is None:
+                Y = xp.reshape(Y, (Y.shape[0], *self.output_shape_))
+                return self._output_on_grid(Y, u, None, None) if u.kind == "xarray" else Y
+            out = self._output_on_grid(backend.to_numpy(Y), u, output_grid, grid_new)
+            if isinstance(out, xr.DataArray):
+                return out.copy(data=backend.to_namespace(out.data, xp))
+            return backend.to_namespace(out, xp)
         shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
         grid = getattr(self, "output_grid_", None)
         if grid_new is not None:
@@ -130,7 +146,7 @@ class ResamplingMixin:
             Y = Y.reshape((Y.shape[0], -1))
         if grid is not None and (not coords or output_grid is not None):
             dims = dims or tuple(f"dim_{k}" for k in range(len(grid)))
-            coords = dict(zip(dims, grid))
+            coords = dict(zip(dims, grid, strict=True))
         return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
 
     def _new_output_grid(self, output_grid):
@@ -161,8 +177,8 @@ class ResamplingMixin:
         grid = rec.as_grid(self._named_axes(grid, which), f"{which}_grid")
         if trained is None:
             raise ValueError(
-                f"the model was fitted without {which} grid coordinates, so it cannot use another {which} grid: "
-                f"fit on xarray data with coordinates or pass fit(..., {which}_grid=...)"
+                f"the model was fitted without {which} grid coordinates, so it cannot use another "
+                f"{which} grid: fit on xarray data with coordinates or pass fit({which}_grid=...)"
             )
         if len(grid) != len(trained):
             raise ValueError(
@@ -182,8 +198,8 @@ class ResamplingMixin:
         )
         if input_grid is not None and own is not None and not rec.same_grid(grid, own):
             raise ValueError(
-                "input_grid differs from X's own coordinates, which give its grid: drop input_grid (or "
-                "X's coordinates, X.drop_vars(...), to read X on input_grid)"
+                "input_grid differs from X's own coordinates, which give its grid: drop input_grid "
+                "(or X's coordinates, X.drop_vars(...), to read X on input_grid)"
             )
         trained = getattr(self, "input_grid_", None)
         if grid is None or rec.same_grid(grid, trained):
@@ -191,49 +207,14 @@ class ResamplingMixin:
         if input_grid is None and trained is None:
             return u  # xarray coordinates but a model without grid: positional, as before
         grid = self._check_grid(grid, trained, "input")
-        source = "input_grid" if input_grid is not None else "X's coordinates"  # what the user gave
-        rec.as_periods(
-            getattr(self, "input_periods_", None), grid, name=source
-        )  # each axis in one period
+        source = "input_grid" if input_grid is not None else "X's coordinates"
+        rec.as_periods(getattr(self, "input_periods_", None), grid, name=source)
         R_U = self._recovery("input", grid)
-        domain = rec.grid_domain(trained, R_U.periodic)
-        for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(
-            zip(trained, grid, domain, R_U.domain(), R_U.periods)
-        ):
-            if P is not None:  # a periodic axis: any grid around the period covers the training one
-                _check_period_covered(x, y, P, k, source)
-                continue
-            tol, step = rec.tolerance(x), (hi - lo) / max(len(x) - 1, 1)
-            if x[0] < c_lo - tol or x[-1] > c_hi + tol:
-                known = (getattr(self, "input_periods_", None) or [None] * len(trained))[k]
-                hint = (
-                    (
-                        f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not wrap periodic axes: "
-                        "use 'cubic' or 'spectral'"
-                    )
-                    if known is not None
-                    else ""
-                )
-                raise ValueError(
-                    f"{source} span [{c_lo:.10g}, {c_hi:.10g}] along axis {k} but the model was trained on "
-                    f"[{lo:.10g}, {hi:.10g}]: the input must cover the training domain (no extrapolation){hint}"
-                )
-            if y[0] < lo - step or y[-1] > hi + step:
-                raise ValueError(
-                    f"{source} span [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the training "
-                    f"domain [{lo:.10g}, {hi:.10g}]"
-                )
+        self._check_domain(trained, grid, R_U, source)
         data = u.data if u.kind == "xarray" else U  # u: the grid dims in increasing order
-        xp = (
-            backend.namespace(data) if backend.is_array_api(data) else None
-        )  # CuPy: resampled on the host
-        data = (
-            data
-            if isinstance(data, da.Array)
-            else backend.to_numpy(data)
-            if xp is not None
-            else np.asarray(data)
-        )
+        xp = backend.namespace(data) if backend.is_array_api(data) else None  # CuPy: on the host
+        if not isinstance(data, da.Array):
+            data = backend.to_numpy(data) if xp is not None else np.asarray(data)
         shape = tuple(len(ax) for ax in grid)
         if (
             data.ndim < 1
@@ -242,11 +223,39 @@ class ResamplingMixin:
         ):  # flat (M, n) rows are read in grid order
             raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
         resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
-        resampled = (
-            resampled if xp is None else backend.to_namespace(resampled, xp)
-        )  # moved back: follow the input
+        resampled = resampled if xp is None else backend.to_namespace(resampled, xp)
         new = io.as_operand(resampled, "U")
         return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
+
+    def _check_domain(self, trained, grid, R_U, source):
+        """ValueError where the input ``grid`` does not cover the ``trained`` domain (no
+        extrapolation) or strays outside it; a periodic axis needs its whole period sampled."""
+        domain = rec.grid_domain(trained, R_U.periodic)
+        for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(
+            zip(trained, grid, domain, R_U.domain(), R_U.periods, strict=True)
+        ):
+            if P is not None:  # periodic: any grid around the period covers the training one
+                _check_period_covered(x, y, P, k, source)
+                continue
+            tol, step = rec.tolerance(x), (hi - lo) / max(len(x) - 1, 1)
+            if x[0] < c_lo - tol or x[-1] > c_hi + tol:
+                known = (getattr(self, "input_periods_", None) or [None] * len(trained))[k]
+                hint = (
+                    f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not wrap "
+                    "periodic axes: use 'cubic' or 'spectral'"
+                    if known is not None
+                    else ""
+                )
+                raise ValueError(
+                    f"{source} span [{c_lo:.10g}, {c_hi:.10g}] along axis {k} but the model was "
+                    f"trained on [{lo:.10g}, {hi:.10g}]: the input must cover the training domain "
+                    f"(no extrapolation){hint}"
+                )
+            if y[0] < lo - step or y[-1] > hi + step:
+                raise ValueError(
+                    f"{source} span [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the "
+                    f"training domain [{lo:.10g}, {hi:.10g}]"
+                )
 
     def _with_output_attrs(self, pred):
         """An xarray prediction with the training output's attributes and coordinate attributes."""
@@ -258,17 +267,14 @@ class ResamplingMixin:
         return pred
 
 
-#: a periodic input grid may leave no gap wider than this many of its median spacings (and the
-#: training grid's widest), or its recovery would interpolate across a part of the period it
-#: does not sample
+#: the widest gap a periodic input grid may leave, in its median spacings (or the training grid's)
 MAX_PERIODIC_GAP = 4.0
 
 
 def _check_period_covered(trained, grid, period, axis, source="input_grid"):
-    """ValueError when the input ``grid`` leaves a gap in the ``period`` of a periodic axis: wider
-    than :data:`MAX_PERIODIC_GAP` of its median spacing and than the ``trained`` grid's widest gap
-    (a coarser grid is fine; half a period is not). One point samples no period (a constant)
-    where the training grid has more."""
+    """ValueError when the input ``grid`` leaves a gap in the ``period`` wider than
+    :data:`MAX_PERIODIC_GAP` median spacings and the ``trained`` grid's widest (half a period,
+    or one point, samples no period; a coarser grid does)."""
 
     def gaps(x):
         x = np.sort(np.mod(np.asarray(x, dtype=float) - x[0], period))
@@ -276,8 +282,8 @@ def _check_period_covered(trained, grid, period, axis, source="input_grid"):
 
     if len(grid) < 2 <= len(trained):
         raise ValueError(
-            f"{source} has one point on the periodic axis {axis} (period {period:g}): the input must "
-            f"sample the whole period (the model was trained on {len(trained)} points)"
+            f"{source} has one point on the periodic axis {axis} (period {period:g}): the input "
+            f"must sample the whole period (the model was trained on {len(trained)} points)"
         )
     g, pts = gaps(grid)
     widest = int(np.argmax(g))
@@ -290,7 +296,7 @@ def _check_period_covered(trained, grid, period, axis, source="input_grid"):
     start = grid[0] + pts[widest]
     raise ValueError(
         f"{source} leaves a gap of {g[widest]:g} in the period {period:g} of axis {axis} (from "
-        f"{start:g} to {start + g[widest]:g}, {g[widest] / np.median(g):.0f} x its median spacing): the "
-        "input must sample the whole period; the recovery map would fill the gap by interpolating "
-        "across it"
+        f"{start:g} to {start + g[widest]:g}, {g[widest] / np.median(g):.0f} x its median "
+        "spacing): the input must sample the whole period; the recovery map would fill the gap by "
+        "interpolating across it"
     )

@@ -8,7 +8,9 @@ import logging
 import numbers
 import time
 
+import dask.array as da
 import numpy as np
+from dask.array.utils import meta_from_array
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import backend
@@ -39,12 +41,11 @@ __all__ = ["RandomFeatureOperator"]
 
 
 def _predict_block(U, omega, b, coef, intercept, input_centre=None):
-    """Predictions for one row block ``U`` (k, n) -> (k, m), in row chunks of bounded memory;
-    ``input_centre`` (n,) is the model's (None: a model saved before it was kept, ``c = 0``)."""
+    """Predictions for one row block ``U`` (k, n) -> (k, m), checked finite by ``predict``, in
+    row chunks of bounded memory; ``input_centre`` (n,) is the model's (None: ``c = 0``)."""
     xp = backend.namespace(omega)
-    # with a centre the rows are centred in their own dtype, then cast, a chunk at a time (feature_map)
+    # with a centre the rows are centred in their own dtype, then cast (feature_map)
     U = xp.asarray(U, dtype=omega.dtype) if input_centre is None else xp.asarray(U)
-    check_finite(U, 0, "U")
     M = U.shape[0]
     out = xp.empty((M, coef.shape[1]), dtype=omega.dtype)
     step = max(1, ROW_BLOCK_BYTES // (omega.shape[1] * backend.itemsize(omega.dtype)))
@@ -56,6 +57,11 @@ def _predict_block(U, omega, b, coef, intercept, input_centre=None):
 
 
 logger = logging.getLogger("rfol_dask")
+
+
+def _meta(U):
+    """The chunk type of a dask array (CuPy or numpy), None for others."""
+    return meta_from_array(U) if isinstance(U, da.Array) else None
 
 
 def _head_centre(U, dtype):
@@ -79,50 +85,37 @@ def _timed_draw(recipe):
 class RandomFeatureOperator(OperatorEstimator):
     """Operator learning with random Fourier features: ``v = C^T phi(u) + c0``.
 
-    ``phi(u) = sqrt(2/N) cos(u @ Omega + b)`` with ``N = n_features`` frequencies drawn from
-    ``distribution`` and ``b ~ U(0, 2 pi)``; ``C`` solves the ridge problem shared by all
-    output grid points (one factorisation for all ``m`` outputs). The phase is formed from the
-    inputs less a centre ``c`` (``input_centre_``), ``cos((u - c) @ Omega + b')`` with
-    ``b' = b + c @ Omega`` (mod 2 pi, in float64): the same features, free of the rounding of a
-    large common offset of the inputs (e.g. pressures in Pa) in float32
-    (:func:`rfol_dask.features.input_centre`).
+    ``phi(u) = sqrt(2/N) cos((u - c) @ Omega + b)`` with ``N = n_features`` frequencies drawn
+    from ``distribution``, ``b ~ U(0, 2 pi)`` and the inputs measured from a centre ``c``
+    (``input_centre_``: free of the float32 rounding of a large common offset); ``C`` solves the
+    ridge problem shared by all output grid points (one factorisation for all ``m`` outputs).
 
     Parameters
     ----------
     n_features : int, default=1000
         Number of random features ``N``.
     distribution : {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default="cauchy"
-        Frequency law: tensor-product Cauchy with scale ``gamma`` (kernel
-        ``exp(-gamma ||x-y||_1)``), Gaussian ``N(0, 2 gamma)`` (kernel
-        ``exp(-gamma ||x-y||^2)``), multivariate Student-t with ``nu`` degrees of freedom, or
-        a Gamma(``nu``, 1) scale mixture of Gaussians (kernel ``(1 + gamma ||x-y||^2 / nu)^-nu``,
-        ``nu = 1`` if None); see :func:`rfol_dask.features.draw_frequencies`.
+        Frequency law: tensor-product Cauchy (kernel ``exp(-gamma ||x-y||_1)``), Gaussian
+        (``exp(-gamma ||x-y||^2)``), multivariate Student-t with ``nu`` degrees of freedom, or
+        rational quadratic (``(1 + gamma ||x-y||^2 / nu)^-nu``, ``nu = 1`` if None); see
+        :func:`rfol_dask.features.draw_frequencies`.
     gamma : float or "median", default="median"
-        Frequency scale (> 0). ``"median"`` sets it from the training inputs (median heuristic,
-        :func:`rfol_dask.tuning.median_gamma`, over a sample of at most 2000 rows drawn with
-        ``random_state``): ``1 / median ||u_i - u_j||_2^2`` for ``"gaussian"``,
-        ``1 / median ||u_i - u_j||_1`` for ``"cauchy"``, ``1 / median ||u_i - u_j||_2`` for
-        ``"student_t"``, so a typical pair of inputs has kernel value about ``exp(-1)``
-        (``"student_t"``: ``exp(-1)`` at ``nu = 1``, rising with ``nu`` towards ``exp(-1/2)``, 0.48
-        at ``nu = 3``; ``1 / median ||u_i - u_j||_2^2`` for ``"rational_quadratic"``: kernel value
-        ``(1 + 1 / nu)^-nu``, 1/2 at ``nu = 1``).
+        Frequency scale (> 0). ``"median"`` sets it from the training inputs (at most 2000
+        rows, :func:`rfol_dask.tuning.median_gamma`) so that a typical pair of inputs has a
+        kernel value of about ``exp(-1)``.
     nu : float, default=None
-        Degrees of freedom for ``distribution="student_t"`` (> 0, required); shape ``a`` of
-        ``distribution="rational_quadratic"`` (> 0; None: 1, the inverse quadratic kernel).
+        Degrees of freedom of ``"student_t"`` (> 0, required); shape of
+        ``"rational_quadratic"`` (> 0; None: 1, the inverse quadratic kernel).
     alpha : float, default=1e-10
         Ridge parameter (>= 0). ``alpha=0`` is min-norm interpolation: the dual needs
-        ``n_features >= M - 1`` (``M`` without an intercept), the primal ``n_features <= M - 1``
-        (``M``), else a ValueError; ``solver="auto"`` picks the one that applies.
+        ``n_features >= M - 1``, the primal ``n_features <= M - 1`` (``M`` without an
+        intercept), else a ValueError; ``solver="auto"`` picks the one that applies.
     pca_power : float or None, default=None
         The input metric. None: the Euclidean (``"cauchy"``: l1) distance of the grid values.
-        A number ``q``: the distance in the inputs' principal directions ``v_j`` (of a sample
-        of at most 4000 training rows, :func:`rfol_dask.tuning.pca_metric`), the component
-        along ``v_j`` weighted by ``(s_j / s_1)^q`` (``s_j`` its singular value): ``q > 0``
-        stresses the leading, large-variance directions (on smooth data the smooth ones),
-        ``0`` is Euclidean on their span, ``q < 0`` whitens. The frequencies are drawn in
-        those coordinates and mapped back to the grid (``Omega = T Omega_r``), so the model keeps
-        the form ``cos(u @ Omega + b)``; ``gamma="median"`` measures in the same metric.
-        Select it by validation (``RandomFeatureOperatorCV(pca_power=...)``).
+        A number ``q``: the distance in the inputs' principal directions, the one of singular
+        value ``s_j`` weighted by ``(s_j / s_1)^q`` (:func:`rfol_dask.tuning.pca_metric`;
+        ``q > 0`` stresses the leading directions, ``q < 0`` whitens). Select it by validation
+        (``RandomFeatureOperatorCV(pca_power=...)``).
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
     solver : {"auto", "dual", "primal"}, default="auto"
@@ -135,22 +128,19 @@ class RandomFeatureOperator(OperatorEstimator):
     column_block : int, default=None
         Output columns per solve task for dask input (default: spread over all worker threads).
     max_gram_bytes : int, default=None
-        Memory budget for the Gram (in memory: with the features and frequencies held with it;
-        default: 60 % of available / worker memory).
+        Memory budget for the Gram and what is held with it (default: 60 % of available /
+        worker memory).
     progress : bool, default=False
         Show a progress bar while fitting dask input.
     recovery : {"cubic", "linear", "nearest", "spectral", "rf"}, dict or 2-tuple, default="cubic"
-        Recovery maps ``R_U`` (input) and ``R_V`` (output) used when ``predict`` reads or
-        writes another grid than the training one (:func:`rfol_dask.recovery.make_recovery`;
-        a dict carries options, e.g. ``{"kind": "rf", "distribution": "cauchy"}``; a tuple
-        gives ``(R_U, R_V)`` separately). Cubic is the default (measured most accurate on
-        smooth data; see :mod:`rfol_dask.recovery`); ``"spectral"`` means periodic grids (it
-        warns on an axis whose period the model does not know: ``fit(periods=...)``).
+        Recovery maps ``R_U`` and ``R_V`` used when ``predict`` reads or writes another grid
+        (:func:`rfol_dask.recovery.make_recovery`; a dict carries options, e.g.
+        ``{"kind": "rf", "distribution": "cauchy"}``; a tuple gives ``(R_U, R_V)``).
+        ``"spectral"`` means periodic grids.
     device : {"cpu", "cuda"}, default="cpu"
-        Where numpy / xarray input is computed: ``"cuda"`` moves it to the GPU (CuPy; install
-        ``rfol-dask[gpu]``) and returns numpy. CuPy input is always computed on its GPU and
-        gives CuPy predictions and fitted arrays ("follow the input"); ``save`` writes numpy,
-        so a model fitted on a GPU loads and predicts on a CPU.
+        Where numpy / xarray input is computed (``"cuda"``: on the GPU with CuPy, numpy out).
+        CuPy input is computed on its GPU and gives CuPy predictions and fitted arrays;
+        ``save`` writes numpy, so a model fitted on a GPU loads on a CPU.
 
     Attributes
     ----------
@@ -159,9 +149,8 @@ class RandomFeatureOperator(OperatorEstimator):
     b_ : ndarray of shape (N,)
         The phases of the centred inputs, ``(b + input_centre_ @ Omega) mod 2 pi``.
     input_centre_ : ndarray of shape (n,) or None
-        The centre ``c`` the inputs are measured from, ``phi(u) = sqrt(2/N) cos((u - c) @ omega_ + b_)``:
-        the mean of the first 64 training samples, in the working dtype. None in models saved
-        before it was kept (their ``b_`` are the phases of ``u`` itself: ``c = 0``).
+        The centre ``c``: the mean of the first 64 training samples (None in models saved
+        before it was kept: ``c = 0``).
     coef_ : ndarray of shape (N, m)
         Coefficients ``C`` (``m`` output grid points).
     intercept_ : ndarray of shape (m,)
@@ -181,26 +170,27 @@ class RandomFeatureOperator(OperatorEstimator):
     input_coords_, output_coords_ : dict of str to ndarray
         Grid coordinates when fitted on xarray data (else empty).
     input_grid_, output_grid_ : tuple of ndarray or None
-        The training grids (one coordinate array per grid axis), from ``fit(...,
-        input_grid=, output_grid=)`` or from the xarray coordinates; None if unknown (then
-        ``predict`` only reads and writes the training grids).
+        The training grids, from ``fit(input_grid=, output_grid=)`` or the coordinates; None
+        if unknown (then ``predict`` only reads and writes the training grids).
     input_periods_, output_periods_ : tuple of (float or None) or None
-        The period of each grid axis (None: not periodic), from ``fit(..., periods=)`` or the
-        coordinates' ``period`` attributes; periodic axes wrap in ``predict``.
+        The period of each grid axis (None: not periodic); periodic axes wrap in ``predict``.
     output_attrs_, output_coord_attrs_ : dict
-        Attributes of the training output (e.g. ``long_name``, ``units``) and of its grid
-        coordinates (dim -> dict) when fitted on xarray data (else empty); xarray predictions
-        carry them.
+        Attributes of the training output and of its grid coordinates (xarray; else empty),
+        which xarray predictions carry.
+    input_name_, output_name_ : str
+        The input and output variables a Dataset or store is read by (``fit(input=,
+        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
+    sample_dim_ : str
+        The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
 
-    Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M); the primal
-    holds the Gram (N x N) and one 128 MiB block of ``A``; both hold ``Omega`` (n x N) and the
-    coefficients (N x m). All of it is checked against the budget (``max_gram_bytes``) before
-    ``Omega`` is drawn (:func:`rfol_dask.solve.in_memory.held_beside_gram`), and ``Omega`` and the
-    coefficients, which every fit leaves in this process (a dask fit gathers them here), against its
-    available memory, whatever ``max_gram_bytes`` (:func:`rfol_dask.memory.check_host_memory`).
-    On dask input ``A`` is never whole: the dual sums the Gram over feature slabs of at most
-    256 MiB (less where the worker memory asks) on each worker (``8 M^2 + 8 M n`` per worker; see :mod:`rfol_dask.solve.streamed`
-    and :func:`rfol_dask.memory.dual_plan`), the primal over row blocks.
+    Notes
+    -----
+    Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M), the primal the
+    Gram (N x N) and one 128 MiB block of ``A``; both ``Omega`` and the coefficients. All of
+    it is checked against ``max_gram_bytes`` before ``Omega`` is drawn, and the fitted model
+    against this process's available memory. On dask input ``A`` is never whole: the dual sums
+    the Gram over feature slabs on each worker (:mod:`rfol_dask.solve.streamed`), the primal
+    over row blocks.
     """
 
     _parameter_constraints = {
@@ -251,12 +241,11 @@ class RandomFeatureOperator(OperatorEstimator):
         self.device = device
 
     _fitted_arrays = ("omega_", "b_", "coef_", "intercept_", "input_centre_")
-    _fitted_scalars = ("solver_", "gamma_")
+    _fitted_scalars = ("solver_", "gamma_", *OperatorEstimator._fitted_scalars)
 
     def _cast_dtype(self, data):
-        """float64 numpy input keeps its dtype on the CPU whatever the working dtype: its rows are
-        centred before they are rounded to float32 (:func:`rfol_dask.features.feature_map`; no
-        float32 copy of ``U`` is made). Moved to a device, it is cast first (half the bytes moved)."""
+        """float64 numpy input keeps its dtype on the CPU (its rows are centred before they are
+        rounded to float32, no float32 copy is made); moved to a device, it is cast first."""
         dt = self._work_dtype(data)
         return np.dtype(np.float64) if self._device() == "cpu" and data.dtype == np.float64 else dt
 
@@ -269,35 +258,19 @@ class RandomFeatureOperator(OperatorEstimator):
 
     def _on_gpu(self, U, lazy):
         """Whether a dask fit runs on GPUs (which only the streamed dual fits)."""
-        return lazy and (self._device() != "cpu" or backend.is_array_api(getattr(U, "_meta", None)))
+        return lazy and (self._device() != "cpu" or backend.is_array_api(_meta(U)))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
-        """ValueError before any work when a fit on ``U`` (M, n) and ``V`` (M, m) in ``dtype`` would
-        be refused for memory (:func:`rfol_dask.memory.check_gram_memory`, the message naming the
-        sizes and the fix): the fitted model in this process (:meth:`_check_model_memory`); in
-        memory, the Gram (``M x M`` dual, ``N x N`` primal) with the frequencies, features and
-        coefficients held with it (:func:`rfol_dask.solve.held_beside_gram`);
-        on dask, as ``fit`` checks it on the workers of ``client`` (the active one;
-        :func:`rfol_dask.solve.dask_fit_plan`): the primal's Gram (a dual that does not fit one
-        worker is factorised blocked instead), and on GPUs NotImplementedError for the primal
-        and for a dual whose Gram does not fit one GPU worker."""
+        """ValueError before any work when a fit on ``U`` (M, n) and ``V`` (M, m) would be refused
+        for memory (the message names the sizes and the fix): the fitted model here; in memory,
+        the Gram with what is held beside it; on dask, as the workers of ``client`` would
+        (:func:`rfol_dask.solve.dask_fit_plan`; NotImplementedError for what GPUs cannot fit)."""
         M, n, m = U.shape[0], U.shape[1], V.shape[1]
         self._check_model_memory(U, V, lazy, dtype)
         solver = choose_solver(self.solver, M, self.n_features, dual_only=self._on_gpu(U, lazy))
         if lazy:
-            dask_fit_plan(
-                M,
-                n,
-                m,
-                self.n_features,
-                dtype,
-                solver,
-                self.max_gram_bytes,
-                client,
-                self._device(),
-                getattr(U, "_meta", None),
-                warn=False,
-            )
+            plan = (M, n, m, self.n_features, dtype, solver, self.max_gram_bytes, client)
+            dask_fit_plan(*plan, self._device(), _meta(U), warn=False)
             return
         xp = backend.namespace(U)
         check_gram_memory(
@@ -310,10 +283,8 @@ class RandomFeatureOperator(OperatorEstimator):
         )
 
     def _check_model_memory(self, U, V, lazy, dtype):
-        """ValueError (:func:`rfol_dask.memory.check_host_memory`) when the fitted ``Omega``, ``b``
-        and coefficients in ``dtype`` exceed this process's available memory where they end up in
-        it: after a dask fit (gathered from the workers), or an in-memory fit of numpy (CuPy's stay
-        on its GPU, within the GPU's budget)."""
+        """ValueError when the fitted model would not fit this process's available memory, where
+        it ends up here (a dask fit gathers it; CuPy's stays on its GPU)."""
         if lazy or not backend.is_array_api(U):
             check_host_memory(model_bytes(U.shape[1], self.n_features, V.shape[1], dtype), dtype)
 
@@ -347,53 +318,11 @@ class RandomFeatureOperator(OperatorEstimator):
             metric=self.input_metric_,
         )
         if lazy:
-            # the workers draw what they need, the centre folded in. On the CPU the centre is made in
-            # the fit's graph (the data are read once) and the client draws Omega after the fit (its
-            # workers may share this host's memory). On GPUs, whose workers hold the Gram and slabs in
-            # device memory, the client draws meanwhile, from a centre made first from the first rows.
-            centre = InputCentre(_head_centre(U, dtype) if on_gpu else None)
-            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
-                drawn = (
-                    pool.submit(_timed_draw, functools.partial(recipe, input_centre=centre.value))
-                    if on_gpu
-                    else None
-                )
-                t0 = time.perf_counter()
-                coef, intercept = fit_dask(
-                    U,
-                    V,
-                    alpha=float(self.alpha),
-                    fit_intercept=self.fit_intercept,
-                    solver=self.solver_,
-                    column_block=self.column_block,
-                    progress=self.progress,
-                    max_gram_bytes=self.max_gram_bytes,
-                    frequencies=recipe,
-                    n_features=self.n_features,
-                    dtype=dtype,
-                    device=self._device(),
-                    input_centre=centre,
-                )
-                t1 = time.perf_counter()
-                self.input_centre_ = centre.value
-                self.omega_, self.b_ = (
-                    drawn.result()
-                    if on_gpu
-                    else _timed_draw(functools.partial(recipe, input_centre=centre.value))
-                )
-            logger.debug(
-                "dask fit %.3f s, then %.3f s for the client's draw of Omega",
-                t1 - t0,
-                time.perf_counter() - t1,
-            )
+            coef, intercept = self._fit_lazy(U, V, recipe, on_gpu, dtype)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)
-            check_finite(
-                U[: min(CENTRE_ROWS, U.shape[0]), ...], 0, "U"
-            )  # a NaN / Inf named here, not in the phases
-            centre = input_centre(
-                dtype, U
-            )  # numpy: the recipe folds it into the phases on the host
+            check_finite(U[: min(CENTRE_ROWS, U.shape[0]), ...], 0, "U")  # named here, not later
+            centre = input_centre(dtype, U)  # numpy: folded into the phases on the host
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
             self.omega_, self.b_ = recipe(xp=xp, input_centre=centre)
             self.input_centre_ = backend.to_namespace(centre, xp)
@@ -412,6 +341,48 @@ class RandomFeatureOperator(OperatorEstimator):
                 return
         self.coef_ = coef.astype(dtype, copy=False)
         self.intercept_ = np.asarray(intercept, dtype=dtype).reshape(m)
+
+    def _fit_lazy(self, U, V, recipe, on_gpu, dtype):
+        """The dask fit: ``(coef, intercept)``, with ``omega_``, ``b_`` and ``input_centre_`` set.
+        On the CPU the centre is made in the fit's graph (the data are read once) and the client
+        draws Omega after the fit; on GPUs, whose workers hold the Gram in device memory, the
+        client draws meanwhile, from a centre made first from the first rows."""
+        centre = InputCentre(_head_centre(U, dtype) if on_gpu else None)
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
+            drawn = (
+                pool.submit(_timed_draw, functools.partial(recipe, input_centre=centre.value))
+                if on_gpu
+                else None
+            )
+            t0 = time.perf_counter()
+            coef, intercept = fit_dask(
+                U,
+                V,
+                alpha=float(self.alpha),
+                fit_intercept=self.fit_intercept,
+                solver=self.solver_,
+                column_block=self.column_block,
+                progress=self.progress,
+                max_gram_bytes=self.max_gram_bytes,
+                frequencies=recipe,
+                n_features=self.n_features,
+                dtype=dtype,
+                device=self._device(),
+                input_centre=centre,
+            )
+            t1 = time.perf_counter()
+            self.input_centre_ = centre.value
+            self.omega_, self.b_ = (
+                drawn.result()
+                if on_gpu
+                else _timed_draw(functools.partial(recipe, input_centre=centre.value))
+            )
+        logger.debug(
+            "dask fit %.3f s, then %.3f s for the client's draw of Omega",
+            t1 - t0,
+            time.perf_counter() - t1,
+        )
+        return coef, intercept
 
     def _predict_kernel(self):
         # models saved before the centre was kept load without it: None, c = 0

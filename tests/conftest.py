@@ -1,5 +1,7 @@
 import contextlib
+import os
 
+import dask
 import numpy as np
 import pytest
 from distributed import WorkerPlugin
@@ -8,6 +10,12 @@ from distributed import WorkerPlugin
 # loop is ``python -m pytest -m "not slow"``), ``cluster`` for tests that start a distributed
 # LocalCluster. Users of the ``cluster_client`` fixture get ``cluster`` here; a test that starts a
 # cluster itself carries the marker, and the guard below fails one that does not.
+
+
+# small dask data are fitted in memory (rfol_dask.inputs.in_memory); the tests of the dask path,
+# and the command lines they start, keep it; the tests of that loading set the fraction themselves
+os.environ["DASK_RFOL_DASK__IN_MEMORY_FRACTION"] = "0"
+dask.config.set({"rfol_dask.in-memory-fraction": 0})
 
 
 def pytest_collection_modifyitems(config, items):

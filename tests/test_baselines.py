@@ -442,7 +442,7 @@ def test_save_load_and_errors(tmp_path):
         ValueError, match="'kernel' parameter of KernelOperator must be a str among"
     ):
         KernelOperator(kernel="laplace").fit(U, V)
-    with pytest.raises(ValueError, match="U contains NaN or infinity"):
+    with pytest.raises(ValueError, match="X holds NaN or infinity"):
         KernelOperator().fit(np.where(U > 0.5, np.nan, U), V)
 
 

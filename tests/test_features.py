@@ -39,7 +39,8 @@ def test_gaussian_features_approximate_rbf_kernel(gamma):
 
 
 def test_student_t_features_approximate_their_scale_mixture_kernel():
-    # omega = gamma * sqrt(nu / w) z, w ~ chi2_nu: E cos(omega.d) = E_w exp(-gamma^2 |d|^2 nu / (2 w))
+    # omega = gamma * sqrt(nu / w) z, w ~ chi2_nu: E cos(omega.d) = E_w exp(-gamma^2 |d|^2 nu / (2
+    # w))
     nu, gamma = 3.0, 0.8
     x, y = np.array([0.1, -0.4]), np.array([0.7, 0.2])
     r2 = ((x - y) ** 2).sum()
@@ -140,7 +141,7 @@ def test_frequencies_do_not_depend_on_threads_or_namespace(distribution, nu):
         placed = draw_frequencies(
             2048, 1100, distribution, 0.5, nu, 3, dtype=np.float32, columns=(100, 1100), xp=xs
         )
-    for s, t, p in zip(serial, threaded, placed):
+    for s, t, p in zip(serial, threaded, placed, strict=False):
         np.testing.assert_array_equal(t, s)
         assert p.dtype == xs.float32
         np.testing.assert_array_equal(np.asarray(p), s.astype(np.float32))

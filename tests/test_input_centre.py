@@ -54,7 +54,8 @@ def test_the_centre_and_the_median_gamma_do_not_depend_on_the_offset():
         RandomFeatureOperator(n_features=200, dtype="float32", random_state=0).fit(U + off, V)
         for off in (0.0, 1e4)
     ]
-    # the median heuristic measures distances: the same scale (float64 data, measured before the cast)
+    # the median heuristic measures distances: the same scale (float64 data, measured before the
+    # cast)
     assert models[0].gamma_ == pytest.approx(models[1].gamma_, rel=1e-12)
     np.testing.assert_allclose(
         models[1].input_centre_, (U[:64] + 1e4).mean(0).astype(np.float32), rtol=0

@@ -46,7 +46,8 @@ def test_r2_constant_column_rule():
 
 
 def test_r2_of_a_constant_column_whose_mean_rounds_is_the_constant_column_rule():
-    """Seven values 0.1 have a mean one ulp off 0.1: the column's total variance was 1e-33, not 0, and
+    """Seven values 0.1 have a mean one ulp off 0.1: the column's total variance was 1e-33, not 0,
+    and
     its R^2 -6e26 (scikit-learn's r2_score gives the same), so the mean over the columns, ``score``
     and every search ranking by it (GridSearchCV's default) measured that column's noise alone."""
     from sklearn.metrics import r2_score as sk_r2

@@ -45,7 +45,8 @@ SEARCHES = [
         {"check_regressors_train": RELATIVE_SCORE},
     ),
     (KernelOperatorCV(), {"check_methods_subset_invariance": NEAR_INTERPOLANT}),
-    # K folds of sorted data (iris, y = 0 0 0 0 0 1 ...): a fold whose outputs are all zero is left out
+    # K folds of sorted data (iris, y = 0 0 0 0 0 1 ...): a fold whose outputs are all zero is left
+    # out
     (KernelOperatorCV(cv=5), {}),
     (
         KernelOperatorCV(dtype="float32"),

@@ -1,0 +1,85 @@
+"""A user's own data on the first try: their variable and dim names, NetCDF files, bad samples
+named by label, small dask data fitted in memory (issue 37)."""
+
+import logging
+
+import dask
+import numpy as np
+import pytest
+import xarray as xr
+
+from rfol_dask import RandomFeatureOperator
+
+
+@pytest.fixture
+def burgers():
+    """A 1-D Burgers-like set with the user's names: dims ``case`` and ``x``, ``u0`` -> ``uT``."""
+    rng = np.random.default_rng(0)
+    x = np.linspace(0, 2 * np.pi, 32, endpoint=False)
+    u0 = sum(rng.normal(size=(120, 1)) * np.sin((k + 1) * x) for k in range(3))
+    cases = np.arange(1000, 1120)
+    return xr.Dataset(
+        {"u0": (("case", "x"), u0), "uT": (("case", "x"), 0.8 * np.roll(u0, 3, axis=1))},
+        coords={"case": cases, "x": x},
+    )
+
+
+def _model():
+    return RandomFeatureOperator(n_features=200, random_state=0)
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "nc"])
+def test_stores_fit_predict_and_score_with_the_user_s_names(burgers, tmp_path, fmt):
+    path = tmp_path / f"b.{fmt}"
+    burgers.to_zarr(path) if fmt == "zarr" else burgers.to_netcdf(path)
+    model = _model().fit(path, input="u0", output="uT", sample_dim="case")
+    assert (model.input_name_, model.output_name_, model.sample_dim_) == ("u0", "uT", "case")
+    pred = model.predict(path)  # the names the model remembers
+    assert pred.dims == ("case", "x") and (pred.case.values == burgers.case.values).all()
+    want = _model().fit(burgers.u0.values, burgers.uT.values).predict(burgers.u0.values)
+    np.testing.assert_allclose(pred.values, want, rtol=1e-8, atol=1e-10)
+    assert model.score(path) == pytest.approx(model.score(burgers.u0, burgers.uT))
+    loaded = type(model).load(model.save(tmp_path / "m.zarr"))
+    assert loaded.sample_dim_ == "case" and loaded.predict(burgers).dims == ("case", "x")
+
+
+def test_a_model_fitted_on_numpy_predicts_a_dataarray_with_another_sample_dim(burgers):
+    model = _model().fit(burgers.u0.values, burgers.uT.values)
+    pred = model.predict(burgers.u0, sample_dim="case")
+    assert pred.dims[0] == "case" and (pred.case.values == burgers.case.values).all()
+    with pytest.raises(ValueError, match="none named 'sample': pass sample_dim='case'"):
+        model.predict(burgers.u0)
+
+
+def test_one_message_lists_every_rename_and_squeeze(burgers):
+    model = _model().fit(burgers, input="u0", output="uT", sample_dim="case")
+    bad = burgers.u0.expand_dims(level=[0]).rename(case="n", x="xx")
+    with pytest.raises(ValueError) as err:
+        model.predict(bad)
+    assert "u0.squeeze(['level']).rename({'xx': 'x', 'n': 'case'})" in str(err.value)
+    assert "sample_dim='n'" in str(err.value)
+    with pytest.raises(ValueError, match=r"has no variable 'input' or 'output'.*input='u0'"):
+        _model().fit(burgers)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_bad_samples_are_named_by_label_with_the_fix(burgers, lazy):
+    bad = burgers.copy(deep=True)
+    bad.u0[[3, 17, 100]] = np.nan
+    bad = bad.chunk(case=40) if lazy else bad
+    match = r"u0 holds NaN or infinity in 3 samples \(case 1003, 1017, 1100\).*dropna\('case'"
+    with pytest.raises(ValueError, match=match):
+        _model().fit(bad, input="u0", output="uT", sample_dim="case")
+    model = _model().fit(burgers, input="u0", output="uT", sample_dim="case")
+    with pytest.raises(ValueError, match=r"\(case 1(003|017|100).*before predicting"):
+        dask.compute(model.predict(bad.u0))
+
+
+def test_small_dask_data_are_fitted_in_memory_with_a_log_line(burgers, caplog):
+    lazy = burgers.chunk(case=40)
+    with dask.config.set({"rfol_dask.in-memory-fraction": 0.1}):
+        with caplog.at_level(logging.INFO, logger="rfol_dask"):
+            model = _model().fit(lazy, input="u0", output="uT", sample_dim="case")
+    assert "into memory" in caplog.text
+    want = _model().fit(burgers, input="u0", output="uT", sample_dim="case")
+    np.testing.assert_allclose(model.coef_, want.coef_, rtol=1e-10, atol=1e-12)
