@@ -1,8 +1,5 @@
-"""Clients of clusters: use the active Dask client, or start one from a configuration when asked.
-
-Library calls never start a cluster; the CLI and user code call :func:`local_client` or
-:func:`start_client`. A configuration (a shipped name such as ``"slurm"``, a YAML path or a dict)
-names its ``kind``, which picks the cluster manager, and that manager's keywords::
+"""Clients of clusters, started from a configuration: a shipped name such as ``"slurm"``, a YAML
+path or a dict, naming its ``kind`` (which picks the cluster manager) and the manager's keywords::
 
     kind: slurm        # local | cuda-local | slurm | pbs | kubernetes | mpi
     scale: 4           # worker processes (local kinds), jobs (slurm/pbs), pods, or MPI worker ranks
@@ -10,22 +7,22 @@ names its ``kind``, which picks the cluster manager, and that manager's keywords
     options: {...}     # keywords of LocalCluster / LocalCUDACluster / SLURMCluster / PBSCluster /
                        # make_cluster_spec, or flags of the dask-mpi command
 
-MPI configurations also take ``scheduler_file``, ``scheduler_timeout``, ``launcher``,
-``node_cores``, ``ranks_per_node``, ``python`` and ``prologue`` (see ``clusters/mpi.yaml``).
-Options a configuration leaves out come from dask's configuration (``jobqueue.slurm.*`` ...), as
-dask-jobqueue reads it. Every node should run ``processes x threads x blas_threads <= cores``;
-:func:`job_script`, :func:`make_cluster` and :func:`start_client` warn where it does not.
+MPI ones also take the keys of ``clusters/mpi.yaml``. Options left out come from dask's
+configuration (``jobqueue.slurm.*`` ...) as dask-jobqueue reads it. Library calls never start one.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+import importlib
 import json
 import logging
 import numbers
 import os
 import shlex
+import signal
+import threading
 import time
 import warnings
 from importlib import resources
@@ -33,30 +30,18 @@ from pathlib import Path
 
 from distributed.core import Status
 
-from .exceptions import ClusterStartError, ClusterWarning, SettingWarning
-from .linalg import host_cores
-from .progress import active_client
+from .exceptions import ClusterStartError, ClusterWarning
 from .stacklevel import user_stacklevel
 
-__all__ = [
-    "active_client",
-    "local_client",
-    "local_cluster",
-    "local_cuda_cluster",
-    "load_config",
-    "job_script",
-    "make_cluster",
-    "start_client",
-    "close_client",
-    "blas_env",
-    "shipped_configs",
-    "gpu_config",
-    "node_threads",
-    "dashboard_link",
-    "KINDS",
-]
-
-KINDS = ("local", "cuda-local", "slurm", "pbs", "kubernetes", "mpi")
+#: the manager of each kind: (module, class, the extra of rfol-dask that installs it)
+_MANAGERS = {
+    "local": ("distributed", "LocalCluster", ""),
+    "cuda-local": ("dask_cuda", "LocalCUDACluster", "gpu"),
+    "slurm": ("dask_jobqueue", "SLURMCluster", "hpc"),
+    "pbs": ("dask_jobqueue", "PBSCluster", "hpc"),
+    "kubernetes": ("dask_kubernetes.operator", "KubeCluster", "cloud"),
+}
+KINDS = (*_MANAGERS, "mpi")
 _MPI_KEYS = {"scheduler_timeout", "launcher", "node_cores", "ranks_per_node", "python", "prologue"}
 _KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file"} | _MPI_KEYS
 #: keywords of a dask-jobqueue cluster that its job class does not take
@@ -66,6 +51,8 @@ _CLUSTER_ONLY |= {"asynchronous", "dashboard_address", "host", "scheduler_option
 SCHEDULER_TIMEOUT = 600.0
 #: seconds a cluster's close may take before it is given up with a warning
 CLOSE_TIMEOUT = 60.0
+#: seconds between two lines of a wait's log
+LOG_EVERY = 60
 logger = logging.getLogger("rfol_dask")
 
 
@@ -76,46 +63,30 @@ def blas_env(blas_threads):
 
 
 def _owning_client(cluster=None, **connect):
-    """A ``Client`` of ``cluster`` that closes the cluster when it closes (a plain
-    ``Client(cluster)`` leaves it running); without one, a client of ``connect`` (an MPI job's
-    scheduler file) whose close shuts its scheduler and workers down, which ends the MPI job."""
+    """A ``Client`` of ``cluster`` whose close closes the cluster too; without one, a client of
+    ``connect`` (an MPI job's scheduler file) whose close shuts the MPI job's dask down."""
     from distributed import Client
 
     class OwningClient(Client):
         def close(self, *args, **kwargs):
             if cluster is None and self.status == "running":
                 return self.shutdown()
-            try:
-                return super().close(*args, **kwargs)
-            finally:
-                if cluster is not None:
-                    _close_cluster(cluster)
+            super().close(*args, **kwargs)
+            if cluster is not None:
+                _close_cluster(cluster)
 
     return OwningClient(cluster, **connect)
 
 
-def local_client(
-    n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True, blas_threads=1, **kw
-):
-    """A ``Client`` of a new :func:`local_cluster`; closing the client closes both."""
-    cluster = local_cluster(
-        n_workers, threads_per_worker, memory_limit, processes, blas_threads, **kw
-    )
-    return _owning_client(cluster)
-
-
-def _check_count(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+def local_client(*args, **kwargs):
+    """A ``Client`` of a new :func:`local_cluster` (same arguments); its close closes both."""
+    return _owning_client(local_cluster(*args, **kwargs))
 
 
 def _without_sigint(start):
-    """``start()`` with SIGINT blocked meanwhile in this thread, hence in the worker processes it
-    spawns: a terminal's Ctrl-C then interrupts only this process, whose KeyboardInterrupt closes
-    the cluster, instead of every worker printing a traceback of its own. A Ctrl-C pressed during
-    the start is raised once it is done (the cluster closed)."""
-    import signal
-    import threading
+    """``start()`` with SIGINT blocked meanwhile, hence in the worker processes it spawns: a
+    terminal's Ctrl-C interrupts only this process, whose KeyboardInterrupt closes the cluster (a
+    Ctrl-C during the start is raised once it is done), not every worker with a traceback."""
     from multiprocessing import resource_tracker
 
     if threading.current_thread() is not threading.main_thread() or os.name == "nt":
@@ -135,50 +106,26 @@ def _without_sigint(start):
     return cluster
 
 
+def _local(kind, blas_threads=1, **kwargs):
+    """The local cluster of ``kind`` with BLAS threads set and the dashboard on a free port."""
+    if kwargs.get("processes", True):  # worker processes of their own: their environment
+        kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
+    kwargs.setdefault("dashboard_address", ":0")
+    return _without_sigint(functools.partial(_manager(kind), **kwargs))
+
+
 def local_cluster(
     n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True, blas_threads=1, **kw
 ):
     """A ``distributed.LocalCluster``: by default one single-threaded worker process per core,
-    ``blas_threads`` BLAS threads each, the dashboard on a free port."""
-    from distributed import LocalCluster
-
-    _check_count("threads_per_worker", threads_per_worker)
-    n_workers = n_workers or max(1, host_cores() // threads_per_worker)
-    _check_count("n_workers", n_workers)
-    if processes:
-        kw["env"] = {**blas_env(blas_threads), **kw.get("env", {})}
-    kw.setdefault("dashboard_address", ":0")
+    ``blas_threads`` BLAS threads each."""
     kw.update(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=processes)
-    return _without_sigint(functools.partial(LocalCluster, memory_limit=memory_limit, **kw))
-
-
-def _cuda_threads(value, gpus):
-    """Task threads per GPU worker: ``value``, or for "auto" the host cores per GPU, at most 8."""
-    return int(value) if value != "auto" else max(1, min(8, host_cores() // max(1, int(gpus))))
-
-
-def _gpus(options):
-    """GPUs a ``cuda-local`` configuration uses: ``n_workers``, else those named visible."""
-    visible = options.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if isinstance(visible, str):
-        visible = [d for d in visible.split(",") if d.strip()]
-    return options.get("n_workers") or len(visible or ())
+    return _local("local", blas_threads, memory_limit=memory_limit, **kw)
 
 
 def local_cuda_cluster(blas_threads=1, **kwargs):
-    """A ``dask_cuda.LocalCUDACluster``: one worker process per visible GPU, BLAS threads set."""
-    try:
-        from dask_cuda import LocalCUDACluster
-        from dask_cuda.utils import get_n_gpus
-    except ImportError as exc:
-        raise ImportError(
-            "kind 'cuda-local' needs dask-cuda: pip install 'rfol-dask[gpu]'"
-        ) from exc
-    kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
-    threads = kwargs.get("threads_per_worker", "auto")
-    kwargs["threads_per_worker"] = _cuda_threads(threads, _gpus(kwargs) or get_n_gpus())
-    kwargs.setdefault("dashboard_address", ":0")
-    return _without_sigint(functools.partial(LocalCUDACluster, **kwargs))
+    """A ``dask_cuda.LocalCUDACluster`` (one worker process per visible GPU), BLAS threads set."""
+    return _local("cuda-local", blas_threads, **kwargs)
 
 
 def shipped_configs():
@@ -219,8 +166,12 @@ def load_config(config):
     if unknown:
         raise ValueError(f"{where}: unknown keys {sorted(unknown)} for kind {config['kind']}")
     for key in ("scale", "blas_threads", "node_cores", "ranks_per_node"):
-        if config.get(key) is not None:
-            _check_count(f"{where}: {key}", config[key])
+        value = 1 if config.get(key) is None else config[key]
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{where}: {key} must be a whole number >= 1, got {value!r}")
+    timeout = config.get("scheduler_timeout", 1)
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout <= 0:
+        raise ValueError(f"{where}: scheduler_timeout must be a number of seconds > 0")
     n_workers = config["options"].get("n_workers")
     if config["kind"] in ("local", "cuda-local") and config.get("scale") is not None:
         if n_workers not in (None, config["scale"]):
@@ -229,23 +180,21 @@ def load_config(config):
     return config
 
 
-def _dask_jobqueue():
-    """``dask_jobqueue``, imported without the SIGINT handler its import installs (``sys.exit``,
-    which turns a Ctrl-C into a silent exit with status 0)."""
-    import signal
-    import threading
-
+def _manager(kind):
+    """The cluster manager class of ``kind``; ImportError saying what to install without it.
+    dask_jobqueue's import installs a SIGINT handler (a silent ``sys.exit``): put back."""
+    module, name, extra = _MANAGERS[kind]
     previous = signal.getsignal(signal.SIGINT)
     try:
-        import dask_jobqueue
+        return getattr(importlib.import_module(module), name)
     except ImportError as exc:
+        package = module.split(".")[0].replace("_", "-")
         raise ImportError(
-            "kinds 'slurm' and 'pbs' need dask-jobqueue: pip install 'rfol-dask[hpc]'"
+            f"kind {kind!r} needs {package}: pip install 'rfol-dask[{extra}]'"
         ) from exc
     finally:
         if previous is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, previous)
-    return dask_jobqueue
 
 
 def _jobqueue(config):
@@ -255,7 +204,7 @@ def _jobqueue(config):
     import dask
 
     kind, opts = config["kind"], dict(config["options"])
-    manager = getattr(_dask_jobqueue(), "SLURMCluster" if kind == "slurm" else "PBSCluster")
+    manager = _manager(kind)
     prologue = opts.get("job_script_prologue") or dask.config.get(
         f"jobqueue.{kind}.job-script-prologue", []
     )
@@ -274,60 +223,6 @@ def _job(config):
     return job_cls(scheduler="tcp://SCHEDULER:8786", name="rfol-dask", **opts)
 
 
-def node_threads(config):
-    """``{"processes", "threads", "blas", "cores"}`` of one node of ``config`` (worker processes,
-    task threads of each, BLAS threads, cores), or None where the configuration does not say."""
-    config = load_config(config)
-    kind, opts, blas = config["kind"], config["options"], config["blas_threads"]
-    if kind == "local":
-        threads = int(opts.get("threads_per_worker", 1))
-        workers = opts.get("n_workers") or max(1, host_cores() // threads)
-        if not opts.get("processes", True):  # one process: the BLAS variables are not set
-            return {"processes": 1, "threads": workers * threads, "blas": 1, "cores": host_cores()}
-        return {"processes": workers, "threads": threads, "blas": blas, "cores": host_cores()}
-    if kind == "cuda-local":
-        gpus = _gpus(opts)
-        threads = _cuda_threads(opts.get("threads_per_worker", "auto"), gpus)
-        return {"processes": gpus, "threads": threads, "blas": blas, "cores": host_cores()}
-    if kind in ("slurm", "pbs"):
-        job = _job(config)
-        spec = dict(p.split("=") for p in str(opts.get("resource_spec", "")).split(":") if "=" in p)
-        cores = opts.get("job_cpu") or spec.get("ncpus") or job.worker_cores
-        p, t = job.worker_processes, job.worker_process_threads
-        return {"processes": p, "threads": t, "blas": blas, "cores": int(cores)}
-    if kind == "kubernetes":
-        command = str(opts.get("worker_command", "")).split()
-        flag = {a: int(b) for a, b in zip(command, command[1:], strict=False) if b.isdigit()}
-        res = opts.get("resources") or {}
-        cpu = str((res.get("limits") or res.get("requests") or {}).get("cpu", ""))
-        if not cpu:
-            return None
-        cores = float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
-        p, t = flag.get("--nworkers", 1), flag.get("--nthreads", 1)
-        return {"processes": p, "threads": t, "blas": blas, "cores": cores}
-    if config.get("node_cores") is None:
-        return None
-    p, t = config.get("ranks_per_node") or 1, opts.get("nthreads") or 1
-    return {"processes": p, "threads": t, "blas": blas, "cores": config["node_cores"]}
-
-
-def _check_threads(config):
-    """Warn when a node of ``config`` runs more threads than it has cores."""
-    n = node_threads(config)
-    if n is None or n["processes"] * n["threads"] * n["blas"] <= n["cores"]:
-        return
-    total, tasks = n["processes"] * n["threads"] * n["blas"], n["processes"] * n["threads"]
-    fix = f"set blas_threads: {max(1, int(n['cores'] // tasks))}"
-    warnings.warn(
-        f"the {config['kind']} cluster configuration oversubscribes each node: {n['processes']} "
-        f"worker processes x {n['threads']} task threads x {n['blas']} BLAS threads = {total} "
-        f"threads on {n['cores']:g} cores; "
-        f"{fix if tasks <= n['cores'] else 'use fewer worker processes or task threads per node'}",
-        SettingWarning,
-        stacklevel=user_stacklevel(),
-    )
-
-
 def _mpi_script(config):
     """Launch script of the dask-mpi command (scheduler on rank 0, ``scale`` workers after it).
     It deletes an earlier scheduler file first, and where the launch fails writes the failure
@@ -336,38 +231,31 @@ def _mpi_script(config):
     ranks = int(config.get("scale") or 1) + 1
     launcher = config.get("launcher", "mpirun -n {ranks}")
     launcher = launcher.format(ranks=ranks, ranks_per_node=config.get("ranks_per_node", ""))
-    args = " ".join(
-        f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in config["options"].items()
+    args = "".join(
+        f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in config["options"].items()
     )
     blas = " ".join(f"{k}={v}" for k, v in blas_env(config["blas_threads"]).items())
     python = config.get("python")
     command = f"{shlex.quote(python)} -m dask_mpi.cli" if python else "dask-mpi"
-    lines = [f"export {v}" for v in blas.split()] + list(config.get("prologue") or [])
-    failed = '{"error": "the MPI launch failed with exit status $status (see its output)"}'
-    return (
-        "\n".join(
-            [
-                "#!/usr/bin/env bash",
-                f"# rfol_dask on MPI: {ranks} ranks; start_client reads {sched}",
-            ]
-            + lines
-            + [f"rm -f {sched}", f"{launcher} env {blas} {command} --scheduler-file {sched} {args}"]
-            + [
-                "status=$?",
-                f'if [ $status -ne 0 ]; then echo "{failed}" > {sched}; fi',
-                "exit $status",
-            ]
-        )
-        + "\n"
-    )
+    prologue = "".join(f"{line}\n" for line in config.get("prologue") or [])
+    failed = '{\\"error\\": \\"the MPI launch failed with exit status $status (see its output)\\"}'
+    return f"""#!/usr/bin/env bash
+# rfol_dask on MPI: {ranks} ranks, the scheduler on rank 0; start_client reads {sched}
+export {blas}
+{prologue}rm -f {sched}
+{launcher} env {blas} {command} --scheduler-file {sched}{args}
+status=$?
+if [ $status -ne 0 ]; then echo "{failed}" > {sched}; fi
+exit $status
+"""
 
 
 def _kubernetes_spec(config):
-    from dask_kubernetes.operator import make_cluster_spec
-
     opts = dict(config["options"])
     env = {**blas_env(config["blas_threads"]), **opts.pop("env", {})}
-    return make_cluster_spec(n_workers=int(config.get("scale") or 1), env=env, **opts)
+    _manager("kubernetes")  # ImportError saying what to install
+    make_cluster_spec = importlib.import_module(_MANAGERS["kubernetes"][0]).make_cluster_spec
+    return make_cluster_spec(n_workers=config.get("scale") or 1, env=env, **opts)
 
 
 def make_cluster(config):
@@ -378,7 +266,6 @@ def make_cluster(config):
     kind = config["kind"]
     if kind == "mpi":
         raise ValueError("an MPI cluster is started by running job_script(config) with mpirun")
-    _check_threads(config)
     try:
         if kind in ("local", "cuda-local"):
             start = local_cluster if kind == "local" else local_cuda_cluster
@@ -386,13 +273,7 @@ def make_cluster(config):
         if kind in ("slurm", "pbs"):
             manager, options = _jobqueue(config)
             return manager(**options)
-        try:
-            from dask_kubernetes.operator import KubeCluster
-        except ImportError as exc:
-            raise ImportError(
-                "kind 'kubernetes' needs dask-kubernetes: pip install 'rfol-dask[cloud]'"
-            ) from exc
-        return KubeCluster(custom_cluster_spec=_kubernetes_spec(config))
+        return _manager(kind)(custom_cluster_spec=_kubernetes_spec(config))
     except (RuntimeError, OSError, ValueError) as exc:
         raise ClusterStartError(f"the {kind} cluster of {name!r} did not start: {exc}") from exc
 
@@ -403,7 +284,6 @@ def job_script(config):
     import yaml
 
     config = load_config(config)
-    _check_threads(config)
     kind = config["kind"]
     if kind in ("slurm", "pbs"):
         return _job(config).job_script()
@@ -418,8 +298,8 @@ def job_script(config):
 def _wait_for_jobs(client, cluster, kind, jobs):
     """Wait for the first worker of ``jobs`` submitted jobs, logging the wait once a minute;
     ClusterStartError as soon as every submission has failed (the batch system refused them)."""
-    start = last = time.monotonic()
-    while not client.scheduler_info()["workers"]:
+    start = time.monotonic()
+    while not client.scheduler_info(n_workers=1)["workers"]:
         tried = list(cluster.workers.values())  # dask-jobqueue adds the jobs once all were tried
         queued = sum(job.job_id is not None for job in tried)
         if len(tried) >= jobs and not queued:
@@ -427,16 +307,11 @@ def _wait_for_jobs(client, cluster, kind, jobs):
                 f"the batch system refused every {kind.upper()} job (its message is logged "
                 "above): check the configuration's queue, account and resources"
             )
-        if time.monotonic() - last >= 60:
-            last = time.monotonic()
-            logger.info(
-                "waiting for the first worker: %d of %d jobs queued, %.0f s so far",
-                queued,
-                jobs,
-                last - start,
-            )
         del tried
         time.sleep(0.5)
+        if int(time.monotonic() - start) % LOG_EVERY == LOG_EVERY - 1:
+            logger.info(f"waiting for the first worker: {queued} of {jobs} jobs queued")
+            time.sleep(1)
 
 
 def _mpi_client(config):
@@ -445,48 +320,42 @@ def _mpi_client(config):
     import dask
 
     path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
-    timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
-    start = last = time.monotonic()
+    timeout, start = config.get("scheduler_timeout", SCHEDULER_TIMEOUT), time.monotonic()
     while not os.path.exists(path):
         if time.monotonic() - start > timeout:
             raise ClusterStartError(
-                f"no scheduler file {path} after {timeout:g} s: run the MPI job first "
-                "(job_script(config)), or raise scheduler_timeout while it waits in a queue"
+                f"no scheduler file {path} after {timeout:g} s: run the MPI "
+                "job first, or raise scheduler_timeout while it is queued"
             )
-        if time.monotonic() - last >= 60:
-            last = time.monotonic()
-            logger.info("waiting for the MPI scheduler file %s, %.0f s so far", path, last - start)
         time.sleep(0.5)
+        if int(time.monotonic() - start) % LOG_EVERY == LOG_EVERY - 1:
+            logger.info(f"waiting for the MPI job's scheduler file {path}")
+            time.sleep(1)
     try:
         with open(path) as f:
             error = json.load(f).get("error")
-    except (OSError, ValueError, AttributeError):  # rank 0 still writing it: the client retries
+    except (ValueError, AttributeError):  # rank 0 still writing it: the client retries
         error = None
     if error:
-        raise ClusterStartError(f"{error}; {path} says so: fix the launch and run it again")
-    connect = dask.config.get("distributed.comm.timeouts.connect")
+        raise ClusterStartError(f"{error}; fix the MPI launch and run it again")
     try:
-        return _owning_client(scheduler_file=path, timeout=connect)
+        return _owning_client(
+            scheduler_file=path, timeout=dask.config.get("distributed.comm.timeouts.connect")
+        )
     except OSError as exc:
         raise ClusterStartError(
-            f"the scheduler of {path} does not answer ({exc}): a file of an earlier MPI job? "
-            "run the MPI job again"
+            f"the scheduler of {path} does not answer ({exc}): run the MPI job again"
         ) from exc
 
 
 def start_client(config):
     """Start (for MPI, connect to) the cluster of ``config``; returns a ``Client`` whose close
-    (or :func:`close_client`) closes the cluster, for MPI by shutting its scheduler down.
-
-    SLURM/PBS/Kubernetes clusters are scaled to ``scale`` jobs/pods and the call waits for the
-    first worker, logging the wait once a minute (logger ``rfol_dask``, level INFO). Raises
-    :class:`ClusterStartError` where the cluster cannot start: every SLURM/PBS submission
-    refused, no Kubernetes cluster reached, no MPI scheduler file within ``scheduler_timeout``
-    seconds or an MPI launch that failed. A start that fails or is interrupted closes its cluster.
-    """
+    closes the cluster (for MPI: shuts the MPI job's dask down). Waits for the first worker of
+    SLURM/PBS/Kubernetes, logging the wait once a minute (logger ``rfol_dask``, INFO).
+    :class:`ClusterStartError` where every SLURM/PBS submission is refused, no Kubernetes
+    cluster is reached, or an MPI launch failed or wrote no scheduler file in time."""
     given, config = config, load_config(config)
     if config["kind"] == "mpi":
-        _check_threads(config)
         client = _mpi_client(config)
     else:
         cluster = make_cluster(given)
