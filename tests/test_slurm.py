@@ -74,67 +74,59 @@ def _run(*args, cwd):
     return out
 
 
-def test_generate_fit_and_predict_on_slurm_equal_local_runs(tmp_path):
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    """A folder with a store and a model made without a cluster."""
+    folder = tmp_path_factory.mktemp("local")
+    _run("generate", "advection2", "--samples", 48, "--out", "d.zarr", cwd=folder)
+    _run("fit", "d.zarr", "--n-features", 40, "--train", 40, "--out", "m", cwd=folder)
+    return folder
+
+
+def test_generate_fit_and_predict_on_slurm_equal_local_runs(tmp_path, local):
     import xarray as xr
 
-    config = _config(tmp_path / "slurm.yaml", scale=2)
-    for where, flags in (("slurm", ["--cluster", config]), ("local", [])):
-        _run(
-            "generate",
-            "advection2",
-            "--samples",
-            24,
-            "--out",
-            f"{where}.zarr",
-            *flags,
-            cwd=tmp_path,
-        )
-        assert _no_job_left()
-        _run("fit", "local.zarr", "--n-features", 40, "--out", f"{where}-m", *flags, cwd=tmp_path)
-        assert _no_job_left()
-        _run(
-            "predict", f"{where}-m", "local.zarr", "--out", f"{where}-p.zarr", *flags, cwd=tmp_path
-        )
-        assert _no_job_left()
-    for name in ("{}.zarr", "{}-p.zarr"):
-        slurm, local = (xr.open_zarr(tmp_path / name.format(w)) for w in ("slurm", "local"))
-        for var in local.data_vars:
-            np.testing.assert_allclose(slurm[var].values, local[var].values, rtol=1e-10, atol=0)
+    from rfol_dask import RandomFeatureOperator
+
+    flags = ["--cluster", _config(tmp_path / "slurm.yaml", scale=2)]
+    _run("generate", "advection2", "--samples", 48, "--out", "d.zarr", *flags, cwd=tmp_path)
+    assert _no_job_left()
+    fit = ("fit", local / "d.zarr", "--n-features", 40, "--train", 40, "--out", "m")
+    _run(*fit, *flags, cwd=tmp_path)
+    assert _no_job_left()
+    _run("predict", "m", local / "d.zarr", "--out", "p.zarr", *flags, cwd=tmp_path)
+    assert _no_job_left()
+    slurm, here = xr.open_zarr(tmp_path / "d.zarr"), xr.open_zarr(local / "d.zarr")
+    for var in here.data_vars:
+        np.testing.assert_array_equal(slurm[var].values, here[var].values)
+    X = here["input"].values
+    model, same = (RandomFeatureOperator.load(folder / "m") for folder in (tmp_path, local))
+    np.testing.assert_allclose(model.predict(X), same.predict(X), rtol=1e-9, atol=1e-12)
+    predicted = xr.open_zarr(tmp_path / "p.zarr")["prediction"].values
+    np.testing.assert_allclose(predicted, same.predict(X), rtol=1e-9, atol=1e-12)
 
 
-def _fit_until_a_job_runs(tmp_path, scale):
+def _fit_until_jobs_run(tmp_path, local, scale):
     """``rfol-dask fit`` on SLURM, returned once ``scale`` of its jobs run."""
     config = _config(tmp_path / "slurm.yaml", scale=scale)
-    _run("generate", "advection2", "--samples", 64, "--out", "d.zarr", cwd=tmp_path)
-    fit = _cli(
-        "fit",
-        "d.zarr",
-        "--n-features",
-        400,
-        "--tune",
-        "--out",
-        "m",
-        "--cluster",
-        config,
-        cwd=tmp_path,
-        stderr=subprocess.PIPE,
-    )
+    flags = ["--n-features", 600, "--tune", "--out", "m", "--cluster", config]
+    fit = _cli("fit", local / "d.zarr", *flags, cwd=tmp_path, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while len(_jobs("R")) < scale and fit.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     return fit
 
 
-def test_a_ctrl_c_mid_fit_leaves_no_job(tmp_path):
-    fit = _fit_until_a_job_runs(tmp_path, scale=1)
+def test_a_ctrl_c_mid_fit_leaves_no_job(tmp_path, local):
+    fit = _fit_until_jobs_run(tmp_path, local, scale=1)
     fit.send_signal(signal.SIGINT)
     _, err = fit.communicate(timeout=90)
     assert fit.returncode != 0 and "interrupted" in err, err[-3000:]
     assert _no_job_left()
 
 
-def test_a_worker_job_cancelled_mid_fit_is_survived_or_one_line_and_no_job_left(tmp_path):
-    fit = _fit_until_a_job_runs(tmp_path, scale=2)
+def test_a_worker_job_cancelled_mid_fit_is_survived_or_one_line_and_no_job_left(tmp_path, local):
+    fit = _fit_until_jobs_run(tmp_path, local, scale=2)
     time.sleep(2)
     subprocess.run(["scancel", _jobs("R")[0]], check=True)
     _, err = fit.communicate(timeout=240)
