@@ -21,6 +21,7 @@ import logging
 import numbers
 import os
 import shlex
+import shutil
 import signal
 import threading
 import time
@@ -321,6 +322,10 @@ def _mpi_client(config):
 
     path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
     timeout, start = config.get("scheduler_timeout", SCHEDULER_TIMEOUT), time.monotonic()
+    if not os.path.exists(path):
+        logger.info(
+            f"waiting up to {timeout:g} s for the MPI job to write its scheduler file {path}"
+        )
     while not os.path.exists(path):
         if time.monotonic() - start > timeout:
             raise ClusterStartError(
@@ -362,6 +367,12 @@ def start_client(config):
         client = _owning_client(cluster)
         try:
             if config["kind"] in ("slurm", "pbs"):
+                submit = shlex.split(cluster.job_cls.submit_command)[0]
+                if shutil.which(submit) is None:
+                    raise ClusterStartError(
+                        f"{submit!r} is not on PATH: this machine cannot submit "
+                        f"{config['kind'].upper()} jobs; start from a login node of the cluster"
+                    )
                 cluster.scale(jobs=config.get("scale") or 1)
                 _wait_for_jobs(client, cluster, config["kind"], config.get("scale") or 1)
             elif config["kind"] == "kubernetes":

@@ -190,9 +190,10 @@ def test_jobs_the_batch_system_refuses_are_an_error_at_once(monkeypatch, tmp_pat
     monkeypatch.setenv("PATH", path)
     config = {"kind": "slurm", "scale": 2, "options": {"cores": 1, "memory": "1GB"}}
     start = time.monotonic()
+    message = "refused every SLURM job" if sbatch == "refuses" else "'sbatch' is not on PATH"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nor a close given up with a warning
-        with pytest.raises(cluster.ClusterStartError, match="refused every SLURM job"):
+        with pytest.raises(cluster.ClusterStartError, match=message):
             cluster.start_client(config)
     assert time.monotonic() - start < 30
 
