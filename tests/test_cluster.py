@@ -4,6 +4,7 @@ are errors at once (a real SLURM: tests/test_slurm.py)."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -409,3 +410,44 @@ def test_a_search_records_the_ridge_its_refit_raised_on_a_worker(cluster_client)
     ]
     assert search.best_params_["alpha"] > 1e-12
     assert search.best_estimator_.alpha == search.best_params_["alpha"]
+
+
+def _open_mpi():
+    if shutil.which("mpirun") is None:
+        return False
+    out = subprocess.run(["mpirun", "--version"], capture_output=True, text=True)
+    return "Open MPI" in out.stdout + out.stderr
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+@pytest.mark.skipif(not _open_mpi(), reason="needs Open MPI's mpirun")
+@pytest.mark.parametrize("slots", ["enough", "too few"])
+def test_an_mpi_job_ends_with_its_client_and_a_failed_launch_is_seen_at_once(tmp_path, slots):
+    """Issue 38.6 with a real mpirun: the job gives back its ranks when the client closes, and a
+    launch short of slots is reported at once, not after scheduler_timeout."""
+    flag = "--oversubscribe " if slots == "enough" else ""
+    config = {
+        "kind": "mpi",
+        "scale": 1 if slots == "enough" else 64,
+        "scheduler_file": str(tmp_path / "scheduler.json"),
+        "python": sys.executable,
+        "launcher": f"mpirun {flag}-n {{ranks}}",
+        "options": {"nthreads": 1, "local_directory": str(tmp_path)},
+        "scheduler_timeout": 120,
+    }
+    (tmp_path / "launch.sh").write_text(cluster.job_script(config))
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    job = subprocess.Popen(["bash", "launch.sh"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL)
+    try:
+        start = time.monotonic()
+        if slots == "too few":
+            with pytest.raises(cluster.ClusterStartError, match="MPI launch failed"):
+                cluster.start_client(config)
+            assert time.monotonic() - start < 60
+        else:
+            with cluster.start_client(config) as client:
+                assert client.submit(sum, [1, 2]).result() == 3
+            assert job.wait(timeout=60) == 0
+    finally:
+        job.kill()
