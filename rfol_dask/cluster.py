@@ -1,5 +1,4 @@
-"""Clients of clusters, started from a configuration: a shipped name such as ``"slurm"``, a YAML
-path or a dict, naming its ``kind`` (which picks the cluster manager) and the manager's keywords::
+"""Clients of clusters started from a configuration (a shipped name, a YAML path or a dict)::
 
     kind: slurm        # local | cuda-local | slurm | pbs | kubernetes | mpi
     scale: 4           # worker processes (local kinds), jobs (slurm/pbs), pods, or MPI worker ranks
@@ -8,7 +7,7 @@ path or a dict, naming its ``kind`` (which picks the cluster manager) and the ma
                        # make_cluster_spec, or flags of the dask-mpi command
 
 MPI ones also take the keys of ``clusters/mpi.yaml``. Options left out come from dask's
-configuration (``jobqueue.slurm.*`` ...) as dask-jobqueue reads it. Library calls never start one.
+configuration (``jobqueue.slurm.*`` ...) as dask-jobqueue reads it.
 """
 
 from __future__ import annotations
@@ -93,17 +92,16 @@ def _without_sigint(start):
     if threading.current_thread() is not threading.main_thread() or os.name == "nt":
         return start()
     resource_tracker.ensure_running()  # else started from a worker thread, SIGINT unblocked
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous, cluster = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}), None
     try:
         cluster = start()
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        raise
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C pressed meanwhile: here
-    except BaseException:
-        cluster.close()
-        raise
+    finally:
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C meanwhile: here
+        except BaseException:
+            if cluster is not None:
+                cluster.close()
+            raise
     return cluster
 
 
@@ -296,46 +294,46 @@ def job_script(config):
     return yaml.safe_dump({manager: config["options"], "env": blas_env(config["blas_threads"])})
 
 
-def _wait_for_jobs(client, cluster, kind, jobs):
-    """Wait for the first worker of ``jobs`` submitted jobs, logging the wait once a minute;
-    ClusterStartError as soon as every submission has failed (the batch system refused them)."""
+def _wait(ready, what, timeout=float("inf")):
+    """Poll ``ready()`` every 0.5 s, logging ``what`` once a minute; False after ``timeout`` s."""
     start = time.monotonic()
-    while not client.scheduler_info(n_workers=1)["workers"]:
-        tried = list(cluster.workers.values())  # dask-jobqueue adds the jobs once all were tried
-        queued = sum(job.job_id is not None for job in tried)
-        if len(tried) >= jobs and not queued:
-            raise ClusterStartError(
-                f"the batch system refused every {kind.upper()} job (its message is logged "
-                "above): check the configuration's queue, account and resources"
-            )
-        del tried
+    while not ready():
+        if time.monotonic() - start > timeout:
+            return False
         time.sleep(0.5)
         if int(time.monotonic() - start) % LOG_EVERY == LOG_EVERY - 1:
-            logger.info(f"waiting for the first worker: {queued} of {jobs} jobs queued")
+            logger.info(f"waiting for {what}, {time.monotonic() - start:.0f} s so far")
             time.sleep(1)
+    return True
+
+
+def _first_worker(client, cluster, kind, jobs):
+    """True once a worker of the jobs is there; ClusterStartError as soon as every submission
+    has failed (dask-jobqueue adds the jobs to ``cluster.workers`` once all were tried)."""
+    ids = [job.job_id for job in cluster.workers.values()]  # no reference to a job is kept
+    if len(ids) >= jobs and not any(ids):
+        raise ClusterStartError(
+            f"the batch system refused every {kind.upper()} job (its message is logged above): "
+            "check the configuration's queue, account and resources"
+        )
+    return bool(client.scheduler_info(n_workers=1)["workers"])
 
 
 def _mpi_client(config):
-    """A client of the MPI job's scheduler, once its scheduler file appears (the wait logged
-    once a minute, at most ``scheduler_timeout`` s); its close ends the MPI job."""
+    """A client of the MPI job's scheduler, once its scheduler file appears (at most
+    ``scheduler_timeout`` s); its close ends the MPI job."""
     import dask
 
     path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
-    timeout, start = config.get("scheduler_timeout", SCHEDULER_TIMEOUT), time.monotonic()
+    timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
+    what = f"the MPI job to write its scheduler file {path}"
     if not os.path.exists(path):
-        logger.info(
-            f"waiting up to {timeout:g} s for the MPI job to write its scheduler file {path}"
+        logger.info(f"waiting up to {timeout:g} s for {what}")
+    if not _wait(lambda: os.path.exists(path), what, timeout):
+        raise ClusterStartError(
+            f"no scheduler file {path} after {timeout:g} s: run the MPI "
+            "job first, or raise scheduler_timeout while it is queued"
         )
-    while not os.path.exists(path):
-        if time.monotonic() - start > timeout:
-            raise ClusterStartError(
-                f"no scheduler file {path} after {timeout:g} s: run the MPI "
-                "job first, or raise scheduler_timeout while it is queued"
-            )
-        time.sleep(0.5)
-        if int(time.monotonic() - start) % LOG_EVERY == LOG_EVERY - 1:
-            logger.info(f"waiting for the MPI job's scheduler file {path}")
-            time.sleep(1)
     try:
         with open(path) as f:
             error = json.load(f).get("error")
@@ -344,21 +342,16 @@ def _mpi_client(config):
     if error:
         raise ClusterStartError(f"{error}; fix the MPI launch and run it again")
     try:
-        return _owning_client(
-            scheduler_file=path, timeout=dask.config.get("distributed.comm.timeouts.connect")
-        )
+        connect = dask.config.get("distributed.comm.timeouts.connect")
+        return _owning_client(scheduler_file=path, timeout=connect)
     except OSError as exc:
-        raise ClusterStartError(
-            f"the scheduler of {path} does not answer ({exc}): run the MPI job again"
-        ) from exc
+        raise ClusterStartError(f"no scheduler answers at {path}: run the MPI job again") from exc
 
 
 def start_client(config):
-    """Start (for MPI, connect to) the cluster of ``config``; returns a ``Client`` whose close
-    closes the cluster (for MPI: shuts the MPI job's dask down). Waits for the first worker of
-    SLURM/PBS/Kubernetes, logging the wait once a minute (logger ``rfol_dask``, INFO).
-    :class:`ClusterStartError` where every SLURM/PBS submission is refused, no Kubernetes
-    cluster is reached, or an MPI launch failed or wrote no scheduler file in time."""
+    """Start (for MPI, connect to) the cluster of ``config``: a ``Client`` whose close closes the
+    cluster (MPI: shuts the MPI job's dask down). Waits for a first SLURM/PBS worker, logging the
+    wait once a minute; :class:`ClusterStartError` where the cluster cannot start."""
     given, config = config, load_config(config)
     if config["kind"] == "mpi":
         client = _mpi_client(config)
@@ -373,8 +366,10 @@ def start_client(config):
                         f"{submit!r} is not on PATH: this machine cannot submit "
                         f"{config['kind'].upper()} jobs; start from a login node of the cluster"
                     )
-                cluster.scale(jobs=config.get("scale") or 1)
-                _wait_for_jobs(client, cluster, config["kind"], config.get("scale") or 1)
+                jobs = config.get("scale") or 1
+                cluster.scale(jobs=jobs)
+                ready = functools.partial(_first_worker, client, cluster, config["kind"], jobs)
+                _wait(ready, f"the first worker of {jobs} {config['kind'].upper()} jobs")
             elif config["kind"] == "kubernetes":
                 cluster.scale(config.get("scale") or 1)
                 client.wait_for_workers(1)
@@ -386,10 +381,9 @@ def start_client(config):
 
 
 def _close_cluster(cluster):
-    """Close ``cluster`` within :data:`CLOSE_TIMEOUT` s, else warn, naming its jobs to check.
-    dask-jobqueue's close fails on any job object still in memory and not closed or failed: the
-    refused jobs are marked failed, the others cancelled, and those in reference cycles (moved to
-    the oldest garbage collector generation during a long queue wait) collected."""
+    """Close ``cluster`` within :data:`CLOSE_TIMEOUT` s, else warn, naming its jobs. dask-jobqueue's
+    close fails on a job object in memory not closed or failed: refused jobs are marked failed,
+    the others cancelled and, in reference cycles that a long wait aged, collected."""
     if cluster.status == Status.closed:
         return
     deadline = time.monotonic() + CLOSE_TIMEOUT

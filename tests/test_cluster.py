@@ -199,7 +199,7 @@ def test_jobs_the_batch_system_refuses_are_an_error_at_once(monkeypatch, tmp_pat
     assert time.monotonic() - start < 30
 
 
-def test_a_queue_wait_is_logged_once_a_minute(monkeypatch, tmp_path, caplog):
+def test_a_queue_wait_is_logged_once_a_minute(monkeypatch, tmp_path):
     """A job accepted and never started: the wait goes on and says so; a Ctrl-C ends it."""
     pytest.importorskip("dask_jobqueue")
     import logging
@@ -208,16 +208,22 @@ def test_a_queue_wait_is_logged_once_a_minute(monkeypatch, tmp_path, caplog):
     (tmp_path / "scancel").write_text("#!/bin/sh\n")
     (tmp_path / "scancel").chmod(0o755)
     monkeypatch.setattr(cluster, "LOG_EVERY", 1)
-    timer = threading.Timer(3, signal.pthread_kill, [threading.main_thread().ident, signal.SIGINT])
-    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    logger, records = logging.getLogger("rfol_dask"), []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: (
+        records.append(record.getMessage()),
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT),  # a Ctrl-C
+    )
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    logger.addHandler(handler)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with caplog.at_level(logging.INFO, logger="rfol_dask"), pytest.raises(KeyboardInterrupt):
-            timer.start()
+        with pytest.raises(KeyboardInterrupt):
             cluster.start_client({"kind": "slurm", "options": {"cores": 1, "memory": "1GB"}})
     finally:
-        timer.cancel()
-        signal.signal(signal.SIGINT, handler)
-    assert "waiting for the first worker: 1 of 1 jobs queued" in caplog.text
+        logger.removeHandler(handler)
+        signal.signal(signal.SIGINT, previous)
+    assert records[0].startswith("waiting for the first worker of 1 SLURM jobs"), records
 
 
 def test_mpi_without_a_scheduler_file_is_a_bounded_wait(tmp_path):
