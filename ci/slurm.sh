@@ -67,6 +67,9 @@ start() {
     local cpus mem
     cpus=$(nproc)
     mem=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2))
+    if [ -f "$conf" ] && ! grep -q '^# written by ci/slurm.sh' "$conf"; then
+        cp "$conf" "$conf.orig"  # a site's own configuration: kept aside
+    fi
     cat >"$conf" <<CONF
 # written by ci/slurm.sh: one node, $node, no cgroups, root runs everything
 ClusterName=rfol
