@@ -311,6 +311,48 @@ def test_streamed_dual_makes_a_lost_cached_slab_again(tmp_path, monkeypatch):
     assert not os.listdir(tmp_path)
 
 
+def test_feature_cache_none_from_the_environment_fits_without_a_cache(tmp_path):
+    """``DASK_RFOL_DASK__FEATURE_CACHE=none``, which dask reads as None: the fit runs with no
+    cache directory and gives the cached fit's model."""
+    import subprocess
+    import sys
+
+    script = """if True:
+        import os, dask, dask.array as da, numpy as np
+        from rfol_dask import RandomFeatureOperator
+        assert dask.config.get("rfol_dask.feature-cache") is None
+        rng = np.random.default_rng(0)
+        U = rng.standard_normal((90, 6)); V = np.tanh(U)
+        kw = dict(n_features=300, solver="dual", random_state=0)
+        with dask.config.set({"rfol_dask.slab-bytes": 90 * 8 * 100}):
+            model = RandomFeatureOperator(**kw).fit(da.from_array(U, 40), da.from_array(V, 40))
+        with dask.config.set({"rfol_dask.feature-cache": "disk"}):
+            cached = RandomFeatureOperator(**kw).fit(da.from_array(U, 40), da.from_array(V, 40))
+        print(np.abs(model.coef_ - cached.coef_).max(), os.listdir(os.environ["TMPDIR"]))
+    """
+    env = {**os.environ, "DASK_RFOL_DASK__FEATURE_CACHE": "none", "TMPDIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    diff, listed = out.stdout.split()
+    assert float(diff) < 1e-10 and listed == "[]", out.stderr
+
+
+def test_feature_caches_left_by_killed_fits_are_swept_by_age(tmp_path, monkeypatch):
+    from rfol_dask.solve import streamed
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    old, new = "rfol-cache-" + "a" * 32, "rfol-cache-" + "b" * 32
+    others = ["rfol-cache-notes", "rfol-notes", "rfol-0123abcd"]
+    for name in [old, new, *others]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "slab-0.npy").write_bytes(b"x")
+    for name in [old, *others]:
+        os.utime(tmp_path / name, (time.time() - 2 * streamed.STALE_CACHE_S,) * 2)
+    streamed.sweep_stale_caches()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([new, *others])
+
+
 @pytest.mark.cluster
 def test_failed_streamed_fit_leaves_no_feature_cache(tmp_path):
     """One worker's slab fails while the other is still making (and caching) its first slab:
