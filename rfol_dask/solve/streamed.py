@@ -64,10 +64,10 @@ STALE_CACHE_S = 24 * 3600
 _KEPT_FREQUENCIES = {}
 
 
-def row_steps(starts, at_least=ROW_STEP):
+def row_steps(starts, at_least=None):
     """Consecutive groups of the row blocks with offsets ``starts`` (block indices), each of at
-    least ``at_least`` rows but for the last."""
-    steps, first = [], 0
+    least ``at_least`` (default :data:`ROW_STEP`) rows but for the last."""
+    steps, first, at_least = [], 0, ROW_STEP if at_least is None else at_least
     for i in range(1, len(starts)):
         if starts[i] - starts[first] >= at_least or i == len(starts) - 1:
             steps.append(list(range(first, i)))
