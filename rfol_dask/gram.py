@@ -78,6 +78,39 @@ def block_means(U, V, omega, b, fit_intercept=True, rows=64, input_centre=None):
     return xp.mean(A, axis=0), xp.mean(V, axis=0)
 
 
+#: samples whose mean features shift each feature slab (as :func:`block_means` shifts blocks)
+SHIFT_ROWS = 64
+
+
+def slab_features(
+    U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None
+):
+    """Features ``A[:, f0:f1]`` (M, f1 - f0) of ``U`` (M, n) less their mean ``s_f`` over the
+    first ``shift_rows`` samples (if ``centre``; None: all of them, the exact column means), and
+    that shift (or None). ``frequencies(columns=(f0, f1))`` draws ``(Omega, b)`` of the slab;
+    ``n_features`` is the model's ``N``; ``input_centre`` (n,) the model's."""
+    xp = backend.namespace(U)
+    omega, b = (backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
+    kw = dict(n_features=n_features, input_centre=input_centre)
+    if not centre:
+        return feature_map(U, omega, b, **kw), None
+    if shift_rows is None:
+        A = feature_map(U, omega, b, **kw)
+        shift = xp.mean(A, axis=0)
+        A -= shift
+        return A, shift
+    shift = slab_shift(U, omega, b, n_features, shift_rows, input_centre)
+    return feature_map(U, omega, b, shift=shift, **kw), shift
+
+
+def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS, input_centre=None):
+    """The centring shift ``s_f`` of a slab: the mean of its features over the first
+    ``shift_rows`` samples of ``U``, in ``U``'s namespace."""
+    head = U[: min(shift_rows, U.shape[0]), ...]
+    A = feature_map(head, omega, b, n_features=n_features, input_centre=input_centre)
+    return backend.namespace(U).mean(A, axis=0)
+
+
 def dual_tile(Ai, Aj, diagonal):
     """Tile ``A_i A_j^T`` of the dual Gram (full tile; SYRK and mirrored when ``diagonal``)."""
     if diagonal:

@@ -11,7 +11,7 @@ import numpy as np
 from ..backend import is_array_api, to_numpy
 from ..exceptions import BlockedFactorError
 from ..factor import used_ridge
-from ..features import CENTRE_ROWS, input_centre
+from ..features import CENTRE_ROWS, FREQUENCY_BLOCK, input_centre
 from ..gram import check_finite
 from ..linalg import first_ridge, warn_ridge
 from ..memory import n_slots
@@ -70,6 +70,25 @@ MAX_TILE_BLOCKS = 32
 
 #: a merged row block's rows take at most this many bytes (``row_bytes`` each: features or inputs)
 MERGED_BLOCK_BYTES = 256 * 2**20
+
+
+def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
+    """Column ranges ``(f0, f1)`` of ``A`` (M x N) in ``n_groups`` contiguous groups of nearly
+    equal width (one per worker; empty groups dropped), each cut into slabs of at most
+    ``slab_bytes``, on whole blocks of frequencies where the sizes allow."""
+    B = FREQUENCY_BLOCK
+    width = max(1, int(slab_bytes // (M * itemsize)))
+    width -= width % B if width > B else 0
+    n_blocks = -(-N // B)
+    if n_blocks >= n_groups:
+        bounds = [min(N, (n_blocks * g // n_groups) * B) for g in range(n_groups + 1)]
+    else:
+        bounds = [N * g // n_groups for g in range(n_groups + 1)]
+    return [
+        [(f, min(f + width, g1)) for f in range(g0, g1, width)]
+        for g0, g1 in zip(bounds, bounds[1:], strict=False)
+        if g1 > g0
+    ]
 
 
 def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=None):

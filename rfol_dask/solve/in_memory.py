@@ -14,9 +14,16 @@ import numpy as np
 
 from ..backend import is_cupy, is_fast, itemsize, namespace, syrk
 from ..factor import dual_factor, dual_intercept, dual_solve, primal_factor, primal_solve
-from ..gram import block_means, check_finite, dual_tile, features_block, primal_partial
+from ..gram import (
+    block_means,
+    check_finite,
+    dual_tile,
+    features_block,
+    primal_partial,
+    slab_features,
+)
 from ..memory import ROW_BLOCK_BYTES, SLAB_BYTES
-from .streamed import feature_slabs, slab_features
+from .graph import feature_slabs
 
 
 def row_ranges(n_rows, row_bytes, block_bytes=ROW_BLOCK_BYTES):

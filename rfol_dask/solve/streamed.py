@@ -1,21 +1,10 @@
-"""The streamed dask dual: the Gram ``K = sum_f A_f A_f^T`` summed over feature slabs on each
-worker and reduced across the workers, factorised once; ``C = A^T Beta`` slab by slab.
-
-Slabs mode: each worker gets all of ``U`` (M x n) and a contiguous group of feature slabs
-(:func:`feature_slabs`); along a chain of ``gram-slab`` tasks it draws each slab's frequencies,
-makes the slab and adds ``A_f A_f^T`` to its Gram, so neither ``A`` nor ``Omega`` exists whole
-and ``A`` never travels. The Grams are summed (a tree), factorised and solved on one worker;
-``Beta`` (M x m) goes to every worker, which makes the rows of ``C`` of its slabs
-(``coef-slab``), gathered by the client while the next ones are made. The slabs are cached on
-the workers' local disks between the two passes, in a directory of the fit removed when the fit
-ends, whether it succeeds or fails (dask config ``rfol_dask.feature-cache: none`` makes them
-again instead: ``2 M n N`` more flops). Memory per worker: its Gram, ``U`` and a slab.
-
-On GPUs each worker makes its slabs, Gram, factor and solves on its GPU; the slabs are made again
-for ``C`` from frequencies drawn ahead and kept on the GPU while it has room.
-Rows mode (config ``rfol_dask.device-features``; the default on a GPU with room): each worker
-keeps its features ``A`` (M x its columns), adds the Gram strip of each row block as it is read
-(:func:`gram_rows`) and reads the kept ``A`` for ``C``.
+"""The streamed dask dual: each worker sums ``A_f A_f^T`` over its feature slabs into its Gram
+(``A`` never whole, never moved), the Grams are reduced, factorised and solved on one worker, and
+``C = A^T Beta`` is made slab by slab where the slabs are. The slabs are cached on the workers'
+local disks between the passes, in a directory of the fit removed when it ends, whether it
+succeeds or fails (config ``rfol_dask.feature-cache: none``: made again); on GPUs the
+frequencies are kept on the device instead. Rows mode (config ``rfol_dask.device-features``):
+each worker keeps its features and adds each row block's Gram strip as the block is read.
 """
 
 from __future__ import annotations
@@ -25,7 +14,6 @@ import glob
 import logging
 import math
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -41,17 +29,15 @@ from dask.base import get_scheduler
 from .. import backend
 from ..backend import sized_by_arrays, symmetrize, syrk, to_numpy
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve
-from ..features import FREQUENCY_BLOCK, feature_map
-from ..gram import stack_rows
+from ..features import feature_map
+from ..gram import SHIFT_ROWS, slab_features, slab_shift, stack_rows
 from ..linalg import blas_limits
 from ..memory import device_free_bytes, free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
-from .graph import TaskNames, column_slab, compute_fit, iadd, tree_sum
+from .graph import TaskNames, column_slab, compute_fit, feature_slabs, iadd, tree_sum
 
 logger = logging.getLogger("rfol_dask")
 
-#: samples whose mean features shift each slab (the centring shift of ``gram.block_means``)
-SHIFT_ROWS = 64
 #: the rows mode adds the Gram strip of at least this many rows (whole row blocks) at a time
 ROW_STEP = 1024
 #: values of dask config ``rfol_dask.device-features``
@@ -75,25 +61,6 @@ def row_steps(starts, at_least=None):
     return steps
 
 
-def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
-    """Column ranges ``(f0, f1)`` of ``A`` (M x N) in ``n_groups`` contiguous groups of nearly
-    equal width (one per worker; empty groups dropped), each cut into slabs of at most
-    ``slab_bytes``, on whole blocks of frequencies where the sizes allow."""
-    B = FREQUENCY_BLOCK
-    width = max(1, int(slab_bytes // (M * itemsize)))
-    width -= width % B if width > B else 0
-    n_blocks = -(-N // B)
-    if n_blocks >= n_groups:
-        bounds = [min(N, (n_blocks * g // n_groups) * B) for g in range(n_groups + 1)]
-    else:
-        bounds = [N * g // n_groups for g in range(n_groups + 1)]
-    return [
-        [(f, min(f + width, g1)) for f in range(g0, g1, width)]
-        for g0, g1 in zip(bounds, bounds[1:], strict=False)
-        if g1 > g0
-    ]
-
-
 def _cache_dir(token, worker=None):
     base = worker.local_directory if worker is not None else tempfile.gettempdir()
     return os.path.join(base, CACHE_NAME + token)
@@ -104,14 +71,13 @@ def sweep_stale_caches(max_age=STALE_CACHE_S):
     scheduler that were killed: those untouched for ``max_age`` seconds (a running fit writes or
     deletes a slab in its directory at every step). A worker's caches are in its local
     directory, which dask removes with the worker."""
-    pattern = re.compile(re.escape(CACHE_NAME) + "[0-9a-f]{32}")
-    for path in glob.glob(os.path.join(glob.escape(tempfile.gettempdir()), CACHE_NAME + "*")):
+    root = glob.escape(tempfile.gettempdir())
+    for path in glob.glob(os.path.join(root, CACHE_NAME + "[0-9a-f]" * 32)):
         try:
-            stale = time.time() - os.path.getmtime(path) > max_age
+            if time.time() - os.path.getmtime(path) > max_age:
+                shutil.rmtree(path, ignore_errors=True)
         except OSError:  # removed meanwhile
-            continue
-        if stale and pattern.fullmatch(os.path.basename(path)):
-            shutil.rmtree(path, ignore_errors=True)
+            pass
 
 
 def open_cache(token, dask_worker=None):
@@ -133,11 +99,15 @@ def remove_cache(token, dask_worker=None):
         _KEPT_FREQUENCIES.pop(key, None)
 
 
+def _slab_file(token, f0):
+    return os.path.join(_cache_dir(token, current_worker()), f"slab-{f0}.npy")
+
+
 def _cache_put(token, f0, A):
     """Keep the numpy slab ``A`` on this worker's disk if the fit's cache is open and has room."""
     if token is None or not isinstance(A, np.ndarray):  # device slabs are made again instead
         return
-    path = os.path.join(_cache_dir(token, current_worker()), f"slab-{f0}.npy")
+    path = _slab_file(token, f0)
     try:
         if shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
             np.save(path, A)
@@ -148,10 +118,8 @@ def _cache_put(token, f0, A):
 
 def _cache_take(token, f0):
     """The cached slab ``f0`` (deleted from the disk), or None."""
-    if token is None:
-        return None
-    path = os.path.join(_cache_dir(token, current_worker()), f"slab-{f0}.npy")
-    if not os.path.exists(path):
+    path = None if token is None else _slab_file(token, f0)
+    if path is None or not os.path.exists(path):
         return None
     A = np.load(path)
     os.remove(path)
@@ -183,12 +151,9 @@ def _keep(token, f0, pair):
 
 
 def _room(token, xp, nbytes, reserve=0):
-    """True while the fit ``token`` runs and ``xp``'s memory has ``reserve + 4 nbytes + 1 GiB``
-    free."""
-    return (
-        os.path.isdir(_cache_dir(token, current_worker()))
-        and free_bytes(xp) > reserve + 4 * nbytes + 2**30
-    )
+    """True while the fit ``token`` runs and ``xp`` has ``reserve + 4 nbytes + 1 GiB`` free."""
+    running = os.path.isdir(_cache_dir(token, current_worker()))
+    return running and free_bytes(xp) > reserve + 4 * nbytes + 2**30
 
 
 def draw_slab(token, frequencies, f0, f1, device, nbytes, reserve):
@@ -231,35 +196,6 @@ def _colsum(X):
     return backend.namespace(X).sum(X, axis=0)
 
 
-def slab_features(
-    U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None
-):
-    """Features ``A[:, f0:f1]`` (M, f1 - f0) of ``U`` (M, n) less their mean ``s_f`` over the
-    first ``shift_rows`` samples (if ``centre``; None: all of them, the exact column means), and
-    that shift (or None). ``frequencies(columns=(f0, f1))`` draws ``(Omega, b)`` of the slab;
-    ``n_features`` is the model's ``N``; ``input_centre`` (n,) the model's."""
-    xp = backend.namespace(U)
-    omega, b = (backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
-    kw = dict(n_features=n_features, input_centre=input_centre)
-    if not centre:
-        return feature_map(U, omega, b, **kw), None
-    if shift_rows is None:
-        A = feature_map(U, omega, b, **kw)
-        shift = xp.mean(A, axis=0)
-        A -= shift
-        return A, shift
-    shift = slab_shift(U, omega, b, n_features, shift_rows, input_centre)
-    return feature_map(U, omega, b, shift=shift, **kw), shift
-
-
-def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS, input_centre=None):
-    """The centring shift ``s_f`` of a slab: the mean of its features over the first
-    ``shift_rows`` samples of ``U``, in ``U``'s namespace."""
-    head = U[: min(shift_rows, U.shape[0]), ...]
-    A = feature_map(head, omega, b, n_features=n_features, input_centre=input_centre)
-    return backend.namespace(U).mean(A, axis=0)
-
-
 def _slab_threads(U):
     """BLAS threads of a slab task: the worker's on the CPU; the host cores per GPU where ``U``
     is on a GPU (for the frequency draw)."""
@@ -267,10 +203,9 @@ def _slab_threads(U):
 
 
 def gram_slab(K, U, frequencies, fit, f0, f1, after=None):
-    """``K + A_f A_f^T`` (M, M) for the shifted slab ``A_f`` of columns ``f0:f1`` of the fit
-    ``fit`` (:func:`fit_streamed`): lower triangle, Fortran order, in place (``K=None`` starts
-    the sum); ``A_f`` is cached if the fit has a cache. ``after`` (ignored): the slab's
-    :func:`draw_slab`. Cost ``2 M n (f1 - f0) + M^2 (f1 - f0)`` flops."""
+    """``K + A_f A_f^T`` (M, M) in place for the shifted slab ``A_f`` of columns ``f0:f1`` of the
+    fit ``fit`` (:func:`fit_streamed`; numpy: lower triangle, Fortran order; ``K=None`` starts
+    the sum), caching ``A_f``. ``after`` (ignored): the slab's :func:`draw_slab`."""
     with blas_limits(_slab_threads(U)):
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, True)
         A, _ = slab_features(U, recipe, fit.n_features, f0, f1, fit.fit_intercept)
@@ -280,19 +215,17 @@ def gram_slab(K, U, frequencies, fit, f0, f1, after=None):
 
 
 def coef_slab(U, frequencies, fit, f0, f1, Beta, after=None):
-    """Rows ``f0:f1`` of ``C = A^T Beta`` (``Beta`` (M, m)) on the host and ``s_f^T C_f`` (m,)
-    (None without centring); with ``fit.out`` (the (N, m) coefficients in this process) the rows
-    are written there and None stands in their place. The slab is read from the cache or made
-    again. ``after`` (ignored) chains a worker's slabs, so that they run one at a time."""
+    """Rows ``f0:f1`` of ``C = A^T Beta`` (``Beta`` (M, m)) on the host (None where written into
+    ``fit.out``) and ``s_f^T C_f`` (m,) (None without centring), the slab read from the cache or
+    made again. ``after`` (ignored) chains a worker's slabs, so that they run one at a time."""
     with blas_limits(_slab_threads(U)):
         A = _cache_take(fit.token, f0)
-        frequencies = _slab_frequencies(fit.token, U, frequencies, f0, f1, False)
+        recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, False)
+        args = (recipe, fit.n_features, f0, f1, fit.fit_intercept)
         if A is None:
-            A, shift = slab_features(U, frequencies, fit.n_features, f0, f1, fit.fit_intercept)
+            A, shift = slab_features(U, *args)
         else:
-            shift = slab_features(
-                U[:SHIFT_ROWS], frequencies, fit.n_features, f0, f1, fit.fit_intercept
-            )[1]
+            shift = slab_features(U[:SHIFT_ROWS], *args)[1]
         return _coef_rows(A, Beta, shift, f0, f1, fit.out)
 
 
@@ -315,20 +248,17 @@ def _coef_rows(A, Beta, shift, f0, f1, out):
 
 @sized_by_arrays
 class Resident:
-    """What one worker holds in the rows mode: its features ``A`` (M, w) of the columns
-    ``g0:g0 + w``, each slab's shift and frequencies, and its Gram ``K`` (M, M; numpy: lower
-    triangle, Fortran order) until :func:`resident_gram` hands it over."""
+    """What one worker holds in the rows mode: its features ``A`` (M, w) of the columns from
+    ``g0``, each slab's shift and frequencies, and its Gram ``K`` (M, M) until handed over."""
 
     __slots__ = ("A", "K", "g0", "shifts", "pairs")
 
 
 def gram_rows(acc, B, start, frequencies, fit, slabs, last=False, after=None):
     """Add the row block ``B`` (k, n) (rows ``start:start + k`` of ``U``; in order) to the
-    worker's :class:`Resident` ``acc`` (None: the first block allocates it, takes each slab's
-    frequencies and fixes its shift from its first :data:`SHIFT_ROWS` rows): its features of the
-    ``slabs`` become rows of ``A`` and the Gram strip ``K[start:e, :e] = A[start:e] A[:e]^T``
-    is made (mirrored above the diagonal outside numpy). ``last``: drop the frequencies.
-    Cost ``2 k n w + 2 k e w`` flops."""
+    worker's :class:`Resident` ``acc`` (None: the first block allocates it and fixes the slabs'
+    frequencies and shifts): its features become rows of ``A`` and the Gram strip
+    ``K[start:e, :e] = A[start:e] A[:e]^T`` is made. ``last``: drop the frequencies."""
     xp, M = backend.namespace(B), fit.M
     with blas_limits(_slab_threads(B)):
         if acc is None:
@@ -370,10 +300,8 @@ def resident_gram(acc):
 def coef_rows(acc, fit, f0, f1, Beta, after=None):
     """:func:`coef_slab` from the worker's resident features ``A``."""
     with blas_limits(_slab_threads(acc.A)):
-        A = acc.A[:, f0 - acc.g0 : f1 - acc.g0]
-        return _coef_rows(
-            A, Beta, acc.shifts.get(f0) if fit.fit_intercept else None, f0, f1, fit.out
-        )
+        A, shift = acc.A[:, f0 - acc.g0 : f1 - acc.g0], acc.shifts.get(f0)
+        return _coef_rows(A, Beta, shift if fit.fit_intercept else None, f0, f1, fit.out)
 
 
 def rows_need(M, width, m, n_inputs, itemsize, n_workers=1):
