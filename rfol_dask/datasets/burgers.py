@@ -27,7 +27,6 @@ from . import grf
 from .registry import EVEN, DatasetSpec, Rule, at_least, check_params, greater, register, sample_rng
 from .resolution import check_resolved, check_time_steps
 
-__all__ = ["etdrk4_coefficients", "etdrk4", "time_grid", "solve", "make_block", "BURGERS"]
 
 _DEFAULTS = {
     "nu": 0.1,

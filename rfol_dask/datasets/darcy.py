@@ -48,7 +48,6 @@ from .registry import (
     sample_rng,
 )
 
-__all__ = ["assemble_darcy", "solve_darcy", "darcy_coefficient", "DARCY"]
 
 _DEFAULTS = {
     "n_solve": 421,

@@ -10,16 +10,6 @@ from __future__ import annotations
 import numpy as np
 import scipy.fft
 
-__all__ = [
-    "periodic_series_1d",
-    "burgers_initial",
-    "cosine_series_1d",
-    "neumann_dct_2d",
-    "neumann_eigen_2d",
-    "half_plane_wavevectors",
-    "periodic_forcing_2d",
-]
-
 
 def periodic_series_1d(theta_cos, theta_sin, coeffs, x):
     """``sum_l coeffs[l-1] * sqrt(2) * (theta_cos[l-1] cos 2 pi l x + theta_sin[l-1] sin 2 pi l x)``.

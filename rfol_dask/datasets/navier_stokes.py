@@ -37,15 +37,6 @@ from .registry import (
 )
 from .resolution import check_resolved, check_time_steps
 
-__all__ = [
-    "solve",
-    "advection",
-    "cfl_number",
-    "initial_vorticity",
-    "make_block",
-    "NAVIER_STOKES_HIGH",
-    "NAVIER_STOKES_LOW",
-]
 
 _DEFAULTS = {
     "nu": 0.025,

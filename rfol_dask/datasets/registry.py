@@ -16,22 +16,6 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = [
-    "DatasetSpec",
-    "Rule",
-    "register",
-    "get",
-    "names",
-    "sample_rng",
-    "resolve_params",
-    "check_params",
-    "greater",
-    "at_least",
-    "between",
-    "one_of",
-    "EVEN",
-    "divisor_of",
-]
 
 _REGISTRY: dict[str, "DatasetSpec"] = {}
 

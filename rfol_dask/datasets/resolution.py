@@ -23,14 +23,6 @@ from __future__ import annotations
 import numpy as np
 import scipy.fft
 
-__all__ = [
-    "MAX_TAIL",
-    "MAX_STEP_ERROR",
-    "spectral_tail",
-    "check_resolved",
-    "step_error",
-    "check_time_steps",
-]
 
 #: largest accepted :func:`spectral_tail` of a generated block
 MAX_TAIL = 1e-2

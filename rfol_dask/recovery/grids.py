@@ -11,20 +11,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = [
-    "RTOL",
-    "tolerance",
-    "as_grid",
-    "as_periods",
-    "is_closed",
-    "periodic_matrix",
-    "spline_matrix",
-    "uniform_period",
-    "grid_domain",
-    "span",
-    "same_grid",
-    "grid_shape",
-]
 
 #: tolerance on grid coordinates, relative to the span of the axis
 RTOL = 1e-6

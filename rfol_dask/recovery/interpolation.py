@@ -22,8 +22,6 @@ from .grids import (
     uniform_period,
 )
 
-__all__ = ["Recovery", "GridInterpolation", "SpectralResampling", "apply_matrix"]
-
 
 def apply_matrix(values, axis, W):
     """``values`` with ``axis`` (length n) mapped by ``W`` (n_out, n); cost ``2 n n_out`` flops per line."""

@@ -10,8 +10,6 @@ from ..memory import check_gram_memory
 from .grids import grid_shape
 from .interpolation import Recovery
 
-__all__ = ["RandomFeatureInterpolant"]
-
 
 def _check_factor_memory(n, N, k, n_out=0):
     """ValueError (:func:`rfol_dask.memory.check_gram_memory`) unless the map of a factor of ``n``
