@@ -20,7 +20,6 @@ import numpy as np
 from .grf import periodic_series_1d
 from .registry import DatasetSpec, at_least, greater, register, sample_rng
 
-
 _DEFAULTS = {"n_points": 200, "n_modes": 50, "tau": 3.0, "alpha": 2.0, "shift": 0.5}
 _RANGES = {
     "n_points": at_least(2),

@@ -48,7 +48,6 @@ from .registry import (
     sample_rng,
 )
 
-
 _DEFAULTS = {
     "n_solve": 421,
     "stride": 15,

@@ -16,7 +16,6 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-
 _REGISTRY: dict[str, "DatasetSpec"] = {}
 
 

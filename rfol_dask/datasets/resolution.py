@@ -23,7 +23,6 @@ from __future__ import annotations
 import numpy as np
 import scipy.fft
 
-
 #: largest accepted :func:`spectral_tail` of a generated block
 MAX_TAIL = 1e-2
 
