@@ -11,7 +11,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-
 #: tolerance on grid coordinates, relative to the span of the axis
 RTOL = 1e-6
 
@@ -74,7 +73,7 @@ def as_periods(periods, grid, name="periods"):
             "give one period (or None) per axis"
         )
     out = []
-    for k, (ax, P) in enumerate(zip(grid, periods)):
+    for k, (ax, P) in enumerate(zip(grid, periods, strict=False)):
         if P is None:
             out.append(None)
             continue
@@ -155,7 +154,7 @@ def uniform_period(ax):
 
 
 def grid_domain(grid, periodic=False):
-    """``[(lo, hi), ...]`` per axis: ``[x[0], x[-1]]``, or ``[x[0], x[0] + n * spacing)`` if ``periodic``."""
+    """``[(lo, hi), ...]`` per axis: ``[x[0], x[-1]]`` (``periodic``: ``[x[0], x[0] + n h)``)."""
     out = []
     for ax in as_grid(grid):
         hi = ax[0] + uniform_period(ax) if periodic and ax.size > 1 else ax[-1]
@@ -164,7 +163,7 @@ def grid_domain(grid, periodic=False):
 
 
 def span(ax):
-    """Length ``x[-1] - x[0]`` of the axis ``ax`` (1.0 for a single point): the scale of its tolerances."""
+    """Length ``x[-1] - x[0]`` of the axis ``ax`` (1.0 for one point): the scale of tolerances."""
     return float(ax[-1] - ax[0]) if ax.size > 1 else 1.0
 
 
@@ -177,11 +176,12 @@ def tolerance(ax):
 
 
 def same_grid(a, b):
-    """True if the grids ``a`` and ``b`` have the same shape and coordinates (to :func:`tolerance`)."""
+    """True if the grids ``a`` and ``b`` have the same shape and coordinates (to a tolerance)."""
     if a is None or b is None or len(a) != len(b):
         return False
+    pairs = zip(a, b, strict=False)
     return all(
-        x.shape == y.shape and np.allclose(x, y, rtol=0, atol=tolerance(x)) for x, y in zip(a, b)
+        x.shape == y.shape and np.allclose(x, y, rtol=0, atol=tolerance(x)) for x, y in pairs
     )
 
 

@@ -1,5 +1,5 @@
 """Recovery maps applied one axis at a time: the :class:`Recovery` base, piecewise-polynomial
-:class:`GridInterpolation` and trigonometric :class:`SpectralResampling`. See :mod:`rfol_dask.recovery`."""
+:class:`GridInterpolation` and trigonometric :class:`SpectralResampling`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .grids import (
 
 
 def apply_matrix(values, axis, W):
-    """``values`` with ``axis`` (length n) mapped by ``W`` (n_out, n); cost ``2 n n_out`` flops per line."""
+    """``values`` with ``axis`` (length n) mapped by ``W`` (n_out, n)."""
     return np.moveaxis(np.tensordot(W, values, axes=([1], [axis])), 0, axis)
 
 
@@ -51,12 +51,10 @@ class Recovery:
     def domain(self):
         """``[(lo, hi), ...]`` per axis of ``grid_in`` (see :func:`grid_domain`); an axis with a
         given period gives ``(x[0], x[0] + period)`` (its points wrap, any coordinate is valid)."""
-        return [
-            (ax[0], ax[0] + P) if P is not None else d
-            for ax, P, d in zip(
-                self.grid_in, self.periods, grid_domain(self.grid_in, self.periodic)
-            )
-        ]
+        axes = zip(
+            self.grid_in, self.periods, grid_domain(self.grid_in, self.periodic), strict=False
+        )
+        return [(ax[0], ax[0] + P) if P is not None else d for ax, P, d in axes]
 
     def check_grid(self, grid, name="grid_out", where="the grid it is recovered from"):
         """``grid`` as a tuple of axes, clipped into the domain; ValueError if it has the wrong
@@ -68,28 +66,20 @@ class Recovery:
                 f"(shape {self.shape_in}): pass one coordinate array per axis"
             )
         out = []
-        for k, (y, (lo, hi), x, P) in enumerate(
-            zip(grid, self.domain(), self.grid_in, self.periods)
-        ):
+        axes = zip(grid, self.domain(), self.grid_in, self.periods, strict=False)
+        for k, (y, (lo, hi), x, P) in enumerate(axes):
             if P is not None:  # wraps: every coordinate is valid
                 out.append(y)
                 continue
             tol = tolerance(x)
             if y[0] < lo - tol or y[-1] > hi + tol:
-                hint = (
-                    (
-                        "if the axis is periodic, give its period: the coordinate attribute 'period' or "
-                        "fit(..., periods=)"
-                    )
-                    if self.kind != "rf"
-                    else (
-                        "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral' for them"
-                    )
-                )
+                hint = "if the axis is periodic, give its period: the coordinate attribute "
+                hint += "'period' or fit(..., periods=)"
+                if self.kind == "rf":
+                    hint = "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral'"
                 raise ValueError(
-                    f"{name} spans [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the domain [{lo:.10g}, "
-                    f"{hi:.10g}] of "
-                    f"{where}; recovery does not extrapolate ({hint})"
+                    f"{name} spans [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the domain "
+                    f"[{lo:.10g}, {hi:.10g}] of {where}; recovery does not extrapolate ({hint})"
                 )
             out.append(np.clip(y, lo, hi))
         return tuple(out)
@@ -150,7 +140,7 @@ class Recovery:
         return out.astype(dtype, copy=False)
 
     def _apply(self, values, array_axis, axis, y):
-        """``values`` (float64) mapped along ``array_axis`` (grid axis ``axis``) to the points ``y``."""
+        """``values`` mapped along ``array_axis`` (grid axis ``axis``) to the points ``y``."""
         W = self._cached((axis, y.tobytes()), lambda: self._matrix(axis, y))
         return apply_matrix(values, array_axis, W)
 
@@ -220,7 +210,7 @@ class SpectralResampling(Recovery):
 
     def __init__(self, grid_in, periods=None):
         super().__init__(grid_in, periods)
-        for k, (x, P) in enumerate(zip(self.grid_in, self.periods)):
+        for k, (x, P) in enumerate(zip(self.grid_in, self.periods, strict=False)):
             if x.size > 2 and not np.allclose(np.diff(x), x[1] - x[0], rtol=RTOL, atol=0):
                 raise ValueError(
                     f"spectral resampling needs uniform periodic axes; axis {k} is not uniform "
@@ -229,8 +219,9 @@ class SpectralResampling(Recovery):
             n = x.size - 1 if P is not None and is_closed(x, P) else x.size
             if P is not None and n > 1 and abs(n * (x[1] - x[0]) - P) > RTOL * P:
                 raise ValueError(
-                    f"spectral resampling needs the nodes of a periodic axis to split its period uniformly: "
-                    f"axis {k} has {n} points {x[1] - x[0]:g} apart but period {P:g} (use kind='cubic')"
+                    "spectral resampling needs the nodes of a periodic axis to split its period "
+                    f"uniformly: axis {k} has {n} points {x[1] - x[0]:g} apart but period {P:g} "
+                    "(use kind='cubic')"
                 )
 
     def _period(self, axis):
@@ -241,7 +232,7 @@ class SpectralResampling(Recovery):
         return P, is_closed(x, P)
 
     def _coefficients(self, values, array_axis, n):
-        """Fourier coefficients along ``array_axis`` (moved last), Nyquist split: (..., K), k (K,)."""
+        """Fourier coefficients (..., K) along ``array_axis`` (moved last), Nyquist split."""
         C = np.fft.fft(np.moveaxis(values, array_axis, -1), axis=-1) / n
         if n % 2 == 0:
             C[..., n // 2] *= 0.5
@@ -250,7 +241,7 @@ class SpectralResampling(Recovery):
 
     @staticmethod
     def _wavenumbers(n):
-        """Wavenumbers (K,) of :meth:`_coefficients`: the FFT's, and ``+n/2`` appended for even ``n``."""
+        """Wavenumbers (K,) of :meth:`_coefficients` (``+n/2`` appended for even ``n``)."""
         k = np.rint(np.fft.fftfreq(n) * n).astype(np.int64)
         return np.concatenate([k, [n // 2]]) if n % 2 == 0 else k
 
