@@ -29,11 +29,8 @@ def apply_matrix(values, axis, W):
 
 
 class Recovery:
-    """Base class: a linear map from values on ``grid_in`` to values on any grid of its domain.
-
-    Subclasses implement ``_matrix(axis, y)``: the (len(y), n_axis) map of grid axis
-    ``axis`` to the points ``y`` (cached per output axis), or override ``_apply``.
-    """
+    """Base class: a linear map from values on ``grid_in`` to values on any grid of its domain;
+    subclasses give ``_matrix(axis, y)``, the (len(y), n_axis) map of one axis, or ``_apply``."""
 
     kind = None
     periodic = False
@@ -85,21 +82,9 @@ class Recovery:
         return tuple(out)
 
     def resample(self, values, grid_out):
-        """Values of the recovered functions on ``grid_out``.
-
-        Parameters
-        ----------
-        values : ndarray or dask.array, shape (M, *grid_in shape)
-            Also accepted: (M, prod(grid_in shape)) and, for one function, ``grid_in`` shape.
-        grid_out : grid (see :func:`as_grid`) inside the domain.
-
-        Returns
-        -------
-        Same kind as ``values``, shape (M, *grid_out shape) (or ``grid_out`` shape for one
-        function); float32 in gives float32 out. Dask input is mapped blockwise over its
-        sample chunks (grid axes rechunked whole), lazily; results do not depend on chunks.
-        Memory: a few copies of one block of values on the larger of the two grids.
-        """
+        """Values (M, *grid_out shape) of the recovered functions on ``grid_out`` (inside the
+        domain) from ``values`` (M, *grid_in shape), (M, prod(grid_in shape)) or one function's
+        (grid_in shape); numpy or dask (mapped lazily over the sample chunks), float32 kept."""
         grid_out = self.check_grid(grid_out)
         shape_out = grid_shape(grid_out)
         single = tuple(values.shape) == self.shape_in
@@ -156,16 +141,10 @@ class Recovery:
 
 
 class GridInterpolation(Recovery):
-    """Piecewise-polynomial interpolation on a rectilinear grid: ``RegularGridInterpolator``
-    (``method`` ``"cubic"``, ``"linear"`` or ``"nearest"``) applied along each axis.
-
-    The per-axis map (n_out, n_in) is built once per output axis from the B-spline basis
-    (:func:`spline_matrix`: a banded solve with n_out right-hand sides, about ``k n_in n_out``
-    flops; the same spline as ``RegularGridInterpolator``, not-a-knot cubic). Cost per
-    function ``2 n_in n_out`` flops per axis line; memory ``8 n_in n_out`` bytes per axis map
-    (a few copies while it is built). An axis with fewer than 4 points
-    (``"cubic"``) or 2 points (``"linear"``) falls back to the highest order it allows.
-    """
+    """Piecewise-polynomial interpolation on a rectilinear grid, ``RegularGridInterpolator``'s
+    ``method`` (``"cubic"``: not-a-knot, ``"linear"`` or ``"nearest"``) along each axis, as an
+    (n_out, n_in) map per output axis; an axis with too few points for cubic falls back to
+    linear."""
 
     def __init__(self, grid_in, method="cubic", periods=None):
         super().__init__(grid_in, periods)
@@ -185,25 +164,17 @@ class GridInterpolation(Recovery):
             from scipy.interpolate import RegularGridInterpolator
 
             W = np.zeros((y.size, n))
-            node = RegularGridInterpolator((x,), np.arange(n, dtype=float), method="nearest")(
-                y[:, None]
-            )
+            nearest = RegularGridInterpolator((x,), np.arange(n, dtype=float), method="nearest")
+            node = nearest(y[:, None])
             W[np.arange(y.size), node.astype(np.int64)] = 1.0
             return W
         return spline_matrix(x, y, 3 if self.method == "cubic" and n >= 4 else 1)
 
 
 class SpectralResampling(Recovery):
-    """Trigonometric interpolation on uniform periodic grids (every axis periodic with period
-    ``n * spacing``), evaluated exactly on the output grid.
-
-    Uniform output axes use the FFT (coefficients, phase shift, fold onto ``n_out`` bins,
-    inverse FFT): ``O(n log n + n_out log n_out)`` per line, exact point values (folding, not
-    truncation, so output nodes that are input nodes get the input values). Other output
-    axes use the (n_out, n) evaluation matrix (one FFT of the n_out rows of its complex
-    exponentials: ``O(n_out n log n)`` time, ``16 n_out n`` bytes). Even ``n``: the Nyquist
-    mode is read as ``cos``. Memory: complex copies of one block of values.
-    """
+    """Trigonometric interpolation on uniform periodic grids (period ``n * spacing`` unless
+    given), exact at the output points: by FFT and folding onto uniform output axes, by an
+    (n_out, n) evaluation matrix onto others; the Nyquist mode of even ``n`` read as ``cos``."""
 
     kind = "spectral"
     periodic = True

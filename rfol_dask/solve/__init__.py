@@ -136,9 +136,9 @@ def fit_dask(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
 
-    Runs on the active ``distributed.Client`` if any, else dask's local scheduler. The dual
-    is streamed, or tiled and factorised blocked across the workers when its Gram does not
-    fit one worker (:func:`rfol_dask.memory.dual_plan`); the primal sums over row blocks.
+    Runs on the active ``distributed.Client`` if any, else dask's local scheduler: the streamed
+    dual, the tiled dual factorised blocked when the Gram does not fit one worker
+    (:func:`rfol_dask.memory.dual_plan`), or the primal over row blocks.
 
     Parameters
     ----------
@@ -147,10 +147,8 @@ def fit_dask(
     V : dask array of shape (M, m)
         Output functions, chunked along samples only.
     frequencies : callable
-        Picklable recipe returning ``(omega (n, N), b (N,))`` or, called with
-        ``columns=(f0, f1)``, their columns ``f0:f1`` (a ``functools.partial`` of
-        :func:`rfol_dask.features.draw_frequencies`): the workers draw what they need
-        (again if the workers holding them die); nothing large enters the graph.
+        Picklable recipe of ``(omega (n, N), b (N,))``, or with ``columns=(f0, f1)`` their
+        columns ``f0:f1`` (a partial of :func:`rfol_dask.features.draw_frequencies`).
     n_features : int
         The number of features ``N``.
     dtype : {"float32", "float64"} or numpy dtype
@@ -160,7 +158,7 @@ def fit_dask(
     fit_intercept : bool
         Centre features and outputs and fit an intercept per output column.
     solver : {"dual", "primal"}
-        Dual (M x M Gram) or primal (N x N Gram); :func:`choose_solver` resolves ``"auto"``.
+        Dual (M x M Gram) or primal (N x N Gram).
     column_block : int, optional
         Output columns per solve task (default: spread over all worker threads).
     progress : bool, default=False
@@ -168,13 +166,10 @@ def fit_dask(
     max_gram_bytes : float, optional
         Memory budget of the Gram (default: 60 % of the available / worker memory).
     device : {"cpu", "cuda"}, default="cpu"
-        Where the workers compute numpy chunks; CuPy chunks are computed on their GPU whatever
-        this says. Only the streamed dual runs on GPUs.
+        Where the workers compute numpy chunks (CuPy chunks stay on their GPU).
     input_centre : InputCentre, optional
-        Measure the inputs from the model's input centre: it is made in the graph from the first
-        samples (:class:`.graph.InputCentre`; left in ``input_centre.value``), folded into the
-        phases the workers draw and subtracted from the rows of each block before its features
-        (:func:`rfol_dask.features.feature_map`; before the cast to ``dtype``). None: no centre.
+        The model's input centre, made in the graph from the first samples and left in
+        ``input_centre.value``; None: no centre.
 
     Returns
     -------
@@ -186,16 +181,10 @@ def fit_dask(
     Raises
     ------
     ValueError
-        If the primal Gram does not fit the memory budget (the message gives the bytes), or
-        the data hold NaN / Inf (the samples are named).
+        If the primal Gram does not fit the memory budget, or the data hold NaN / Inf (the
+        samples are named).
     NotImplementedError
-        On a GPU (``device="cuda"`` or CuPy chunks) with the primal or the blocked dual
-        (:func:`dask_fit_plan`; the budget is the GPU workers' free memory).
-
-    Notes
-    -----
-    Worker memory: streamed dual its Gram and the inputs (``8 M^2 + 8 M n`` bytes) and a slab;
-    tiled dual the Gram as tiles spread over the workers; primal the N x N Gram and a row block.
+        On a GPU with the primal or the blocked dual.
     """
     client = active_client()
     dtype = np.dtype(dtype)

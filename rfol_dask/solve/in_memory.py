@@ -142,31 +142,31 @@ def fit_numpy(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients in memory (numpy, no graph).
 
+    The fit runs in the namespace of ``omega`` (numpy: in-place LAPACK; CuPy: on its GPU, the
+    dual by :func:`dual_slabs`).
+
     Parameters
     ----------
     U : ndarray of shape (M, n)
-        Input functions (flattened grids), in the dtype of ``omega``. Any array API namespace:
-        the fit runs in the namespace of ``omega`` (CuPy arrays: on their GPU) and returns
-        arrays of it; numpy takes the in-place LAPACK path.
+        Input functions (flattened grids).
     V : ndarray of shape (M, m)
         Output functions.
     omega : ndarray of shape (n, N)
-        Frequencies; their dtype (float32 or float64) is the working precision.
+        Frequencies; their dtype is the working precision.
     b : ndarray of shape (N,)
-        Phases (folded with ``input_centre``, :func:`rfol_dask.features.draw_frequencies`).
+        Phases.
     alpha : float
         Ridge parameter (>= 0).
     fit_intercept : bool
         Centre features and outputs and fit an intercept per output column.
     solver : {"dual", "primal"}
-        Dual: ``(A A^T + alpha I) Beta = V``, ``C = A^T Beta``; primal:
+        Dual ``(A A^T + alpha I) Beta = V``, ``C = A^T Beta``, or primal
         ``(A^T A + alpha I) C = A^T V``.
     slab_bytes : int, optional
-        Bytes of one feature slab of the dual outside numpy (:func:`dual_slabs`; default: dask
-        config ``rfol_dask.slab-bytes``, else :data:`rfol_dask.memory.SLAB_BYTES`, 256 MiB).
+        Bytes of a feature slab of the dual outside numpy (default: config
+        ``rfol_dask.slab-bytes``, else 256 MiB).
     input_centre : ndarray of shape (n,), optional
-        The model's input centre, subtracted from the rows of ``U`` as the features are made
-        (:func:`rfol_dask.features.feature_map`: ``U`` is not copied; an 8 MiB scratch).
+        The model's input centre, subtracted from the rows of ``U`` as the features are made.
 
     Returns
     -------
@@ -179,13 +179,12 @@ def fit_numpy(
     ------
     ValueError
         If ``V`` holds NaN / Inf (the samples are named) or the Gram is singular with
-        ``alpha=0`` (the message suggests a ridge).
+        ``alpha=0``.
 
     Notes
     -----
-    Memory (elements): primal ``N^2 + N m`` plus a row block of about 128 MiB; dual on numpy
-    ``M N + M^2`` (the features and the Gram) plus a copy of ``V``; dual on other namespaces
-    (:func:`dual_slabs`) the Gram, a slab and ``U`` and ``V``, with ``2 M n N`` more flops.
+    Memory (elements): primal ``N^2 + N m`` and a row block; dual on numpy ``M N + M^2`` and a
+    copy of ``V``; dual elsewhere the Gram, a slab, ``U`` and ``V`` (``2 M n N`` more flops).
     """
     dtype, xp = omega.dtype, namespace(omega)
     if solver == "dual" and not is_fast(xp):
