@@ -196,38 +196,18 @@ def _compare_2d(fig, axes, truth, predictions, grid, truth_title="truth"):
 
 
 def prediction_figure(truth, predictions, grid=None, title=None):
-    """Figure comparing one test sample's ``truth`` with ``predictions`` (label -> array).
-
-    1-D outputs give line plots (truth and predictions, then pointwise errors on a log
-    scale); 2-D outputs give images: truth and each prediction on one colour scale, each
-    error ``prediction - truth`` on one symmetric scale.
-
-    Parameters
-    ----------
-    truth : ndarray or DataArray, shape (k,) or (kx, ky)
-    predictions : dict of label -> array of the same shape (DataArrays matched to a DataArray
-        ``truth`` by dims and coordinates, arrays by position)
-    grid : 1-D array (1-D outputs) or tuple of 1-D arrays / coordinates, optional
-        One axis per dimension of ``truth``, of its length.
-
-    Raises
-    ------
-    ValueError
-        If ``truth`` is not 1-D or 2-D, a prediction's shape differs from it (none is broadcast),
-        ``grid`` does not fit it or ``predictions`` is empty.
-    """
+    """Figure comparing one test sample's ``truth`` (k,) or (kx, ky) with ``predictions`` (label
+    -> array of its shape; DataArrays matched by dims and coordinates) on ``grid`` (one axis per
+    dimension): lines and log errors in 1-D; in 2-D images of truth and predictions on one
+    colour scale and of the errors on one symmetric scale. ValueError for other dimensions,
+    other shapes, a grid that does not fit or no prediction."""
     plt = _pyplot()
     truth = _host(truth)
-    predictions = {
-        label: align_by_label(truth, _host(p), ("truth", label)) for label, p in predictions.items()
-    }
+    predictions = {k: align_by_label(truth, _host(p), ("truth", k)) for k, p in predictions.items()}
     if not predictions:
         raise ValueError("predictions is empty: pass at least one label -> array")
-    _check_fields(
-        {"truth": truth, **{f"predictions[{label!r}]": p for label, p in predictions.items()}},
-        grid,
-        "grid",
-    )
+    named = {f"predictions[{label!r}]": p for label, p in predictions.items()}
+    _check_fields({"truth": truth, **named}, grid, "grid")
     if np.ndim(truth) == 1:
         ((x, xlabel),) = _axes(truth, grid)
         t = np.asarray(truth, float)
@@ -269,27 +249,11 @@ def example_figure(
     title=None,
     label="prediction",
 ):
-    """Figure laid out like the paper's data-set figures.
-
-    Panels: (a) a training input, (b) its output, then for one test sample either (c) truth
-    and prediction overlaid and (d) the pointwise error (1-D outputs), or (c) the truth and
-    (d) the prediction on one colour scale and (e) the pointwise error ``prediction - truth``
-    on a symmetric one (2-D outputs). Inputs and outputs may differ in dimension (e.g. a
-    1-D load and a 2-D stress field).
-
-    Parameters
-    ----------
-    train_input, train_output, test_truth, test_prediction : array, shape (k,) or (kx, ky)
-    input_grid, output_grid : tuple of 1-D coordinate arrays (or xarray coordinates), optional
-        Grid axes, one per dimension of the inputs / outputs and of its length (default: a
-        DataArray's coordinates, else indices).
-
-    Raises
-    ------
-    ValueError
-        If a field is not 1-D or 2-D, ``test_prediction``'s shape differs from ``test_truth``'s
-        or a grid does not fit its fields.
-    """
+    """Figure laid out like the paper's data-set figures: a training input and its output
+    (fields (k,) or (kx, ky) on ``input_grid`` / ``output_grid``), then the test truth and
+    prediction overlaid with the pointwise error (1-D) or as images on one colour scale with
+    the error on a symmetric one (2-D). ValueError for other dimensions, a prediction of
+    another shape or a grid that does not fit."""
     plt = _pyplot()
     train_input, train_output, test_truth, test_prediction = map(
         _host, (train_input, train_output, test_truth, test_prediction)
