@@ -1,4 +1,5 @@
-"""Scale-out behaviour: the streamed dual, and the blocked Cholesky when the dual Gram does not fit one worker."""
+"""Scale-out behaviour: the streamed dual, and the blocked Cholesky when the dual Gram does not
+fit one worker."""
 
 import contextlib
 import functools
@@ -194,7 +195,7 @@ def test_feature_slabs_cover_the_columns_in_contiguous_groups():
     assert (
         flat[0][0] == 0
         and flat[-1][1] == 150_000
-        and all(a[1] == b[0] for a, b in zip(flat, flat[1:]))
+        and all(a[1] == b[0] for a, b in zip(flat, flat[1:], strict=False))
     )
     assert len(groups) == 2 and abs(len(groups[0]) - len(groups[1])) <= 1
     assert max(e - s for s, e in flat) * 20_000 * 8 <= 256 * 2**20
@@ -230,7 +231,7 @@ def _draw_and_drop_slab_0(root, *args, columns=None):
 
 
 def _draw_or_fail(delay_columns, fail_columns, *args, columns=None):
-    """``draw_frequencies``, slowly for the slab at ``delay_columns``; the slab at ``fail_columns`` fails."""
+    """``draw_frequencies``, slow at the slab ``delay_columns``, failing at ``fail_columns``."""
     if columns is not None and columns[0] == fail_columns:
         raise RuntimeError("this slab cannot be drawn")
     if columns is not None and columns[0] == delay_columns:
@@ -505,9 +506,8 @@ def test_the_workers_grams_are_summed_by_a_tree_across_the_workers(tmp_path):
 @pytest.mark.parametrize("slots", [["a", "b"] * 3, ["a", "b", "c"] * 2 + ["a"], [None] * 5])
 def test_chained_sum_sums_a_workers_own_chains_before_another_workers(slots):
     """chained_sum's tree sums each worker's chains into one before a sum of another worker's
-    comes over, each sum on the worker of its left part: with three chains a worker, the pairwise
-    tree over the chains sorted by worker summed a worker's third chain with the next worker's
-    first, fetching it while it still held its own three (four Grams where three threads hold three)."""
+    comes over, each sum on the worker of its left part (so a worker never holds more Grams than
+    its threads and one that comes over)."""
     from rfol_dask.solve.graph import chained_sum
 
     def where():
@@ -582,9 +582,8 @@ def test_primal_chains_run_one_per_worker_thread(n_workers, threads):
 
 @pytest.mark.cluster
 def test_a_dask_primal_fit_asks_the_workers_for_their_memory_once(monkeypatch):
-    """The dask primal's Gram check and its chains per worker (memory.gram_slots) read one budget:
-    each asked the workers for their memory (a scheduler round trip to every worker), twice a fit, for
-    the random-feature primal and the linear kernel's alike."""
+    """The dask primal's Gram check and its chains per worker (memory.gram_slots) read one budget,
+    asked of the workers once a fit, for the random-feature primal and the linear kernel's alike."""
     from distributed import Client, LocalCluster
 
     from rfol_dask import memory
