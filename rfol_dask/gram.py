@@ -1,19 +1,8 @@
-"""Blockwise Gram matrices and cross-products of the feature matrix ``A = phi(U)``.
-
-The kernels here act on row blocks (one block = one chunk of samples) of numpy or any array
-API namespace (CuPy on a GPU; :mod:`rfol_dask.backend`) and are shared by the in-memory path
-and the dask graphs of :mod:`rfol_dask.solve`:
-
-- dual: ``K = A A^T`` (M, M) is a set of tiles ``A_i A_j^T`` over pairs of row blocks
-  ``i <= j`` (diagonal tiles by SYRK, so the Gram costs ``M^2 N`` flops, not ``2 M^2 N``);
-- primal: ``G = A^T A`` (N, N) and ``A^T V`` (N, m) are sums over row blocks,
-  accumulated in place along a chain of blocks (``G += A_i^T A_i`` by SYRK with beta = 1)
-  so that a chain holds one ``N x N`` buffer however many blocks it reads. The linear
-  kernel's features are the inputs themselves (``A = X``, :func:`linear_partial`): its
-  primal is ridge regression on ``X`` with the ``p x p`` Gram ``X^T X``.
-
-Every kernel that reads data checks it for NaN / Inf in the same pass and names the
-sample range of a bad value.
+"""Blockwise Gram matrices and cross-products of the feature matrix ``A = phi(U)``, on row
+blocks of numpy or CuPy arrays, shared by the in-memory fit and the dask graphs: the dual Gram
+``K = A A^T`` as tiles ``A_i A_j^T`` (diagonal ones by SYRK); the primal ``G = A^T A`` and
+``A^T V`` summed in place along a chain of blocks. Every kernel that reads data checks it for
+NaN / Inf in the same pass and names the samples of a bad value.
 """
 
 from __future__ import annotations
@@ -25,19 +14,6 @@ import numpy as np
 from . import backend
 from .backend import namespace, sized_by_arrays, symmetrize, syrk, to_numpy
 from .features import feature_map
-
-__all__ = [
-    "check_finite",
-    "stack_rows",
-    "features_block",
-    "block_means",
-    "dual_tile",
-    "PrimalSums",
-    "primal_partial",
-    "linear_shifts",
-    "linear_partial",
-    "add_partials",
-]
 
 
 def check_finite(X, start, name, action="fitting"):
@@ -54,13 +30,10 @@ def check_finite(X, start, name, action="fitting"):
 
 
 def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0, centre=None):
-    """The row blocks (k_i, n) stacked into one (M, n) array of ``dtype``, each checked for NaN /
-    Inf (:func:`check_finite`, samples ``offset + starts[i]`` on): in the namespace of the
-    blocks if they are CuPy (array API) arrays, else of ``device`` (numpy blocks moved there one
-    at a time); with ``fortran``, Fortran-ordered on numpy and CuPy. ``centre`` (n,), a model's
-    input centre (:func:`rfol_dask.features.input_centre`), is subtracted from the rows as they
-    are written, before the cast to ``dtype``. Memory: the stack, one copy (and, with ``centre``
-    outside numpy, the centred block before its cast)."""
+    """The row blocks (k_i, n) stacked into one checked (M, n) array of ``dtype`` (samples from
+    ``offset``), in the namespace of CuPy blocks or else of ``device``; ``fortran``: Fortran
+    order (numpy and CuPy). ``centre`` (n,), the model's input centre, is subtracted from the
+    rows as they are written, before the cast."""
     xp = backend.compute_namespace(device, *blocks)
     fast = backend.is_fast(xp)
     shape, order = (int(starts[-1]), blocks[0].shape[1]), {"order": "F"} if fortran else {}
@@ -76,21 +49,14 @@ def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0
         else:
             B = B if c is None else B - c
             out[starts[i] : starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
-        check_finite(
-            out[starts[i] : starts[i + 1], ...], offset + starts[i], name
-        )  # after the cast (overflow)
+        check_finite(out[starts[i] : starts[i + 1], ...], offset + starts[i], name)  # cast
     return out
 
 
 def features_block(U, omega, b, start=0, shift=None, name="U", input_centre=None):
-    """Checked features of one row block, minus ``shift``: ``U`` (k, n) -> ``A - shift`` (k, N),
-    of the inputs measured from ``input_centre`` (n,) (:func:`rfol_dask.features.feature_map`;
-    then ``U`` is read in its own dtype and centred before the cast to that of ``omega``).
-
-    Memory ``k N itemsize``. The shift (a row vector, see :func:`block_means`) keeps the
-    centred Grams free of cancellation: ``H (A - s)(A - s)^T H = H A A^T H`` exactly, but
-    with small entries when ``s`` is close to the column means.
-    """
+    """Checked features ``A - shift`` (k, N) of the row block ``U`` (k, n) measured from
+    ``input_centre`` (n,). The shift (:func:`block_means`) keeps the centred Grams free of
+    cancellation: ``H (A - s)(A - s)^T H = H A A^T H``, with small entries."""
     xp = namespace(omega)
     U = xp.asarray(U) if input_centre is not None else xp.asarray(U, dtype=omega.dtype)
     check_finite(U, start, name)
@@ -112,6 +78,39 @@ def block_means(U, V, omega, b, fit_intercept=True, rows=64, input_centre=None):
     return xp.mean(A, axis=0), xp.mean(V, axis=0)
 
 
+#: samples whose mean features shift each feature slab (as :func:`block_means` shifts blocks)
+SHIFT_ROWS = 64
+
+
+def slab_features(
+    U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None
+):
+    """Features ``A[:, f0:f1]`` (M, f1 - f0) of ``U`` (M, n) less their mean ``s_f`` over the
+    first ``shift_rows`` samples (if ``centre``; None: all of them, the exact column means), and
+    that shift (or None). ``frequencies(columns=(f0, f1))`` draws ``(Omega, b)`` of the slab;
+    ``n_features`` is the model's ``N``; ``input_centre`` (n,) the model's."""
+    xp = backend.namespace(U)
+    omega, b = (backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
+    kw = dict(n_features=n_features, input_centre=input_centre)
+    if not centre:
+        return feature_map(U, omega, b, **kw), None
+    if shift_rows is None:
+        A = feature_map(U, omega, b, **kw)
+        shift = xp.mean(A, axis=0)
+        A -= shift
+        return A, shift
+    shift = slab_shift(U, omega, b, n_features, shift_rows, input_centre)
+    return feature_map(U, omega, b, shift=shift, **kw), shift
+
+
+def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS, input_centre=None):
+    """The centring shift ``s_f`` of a slab: the mean of its features over the first
+    ``shift_rows`` samples of ``U``, in ``U``'s namespace."""
+    head = U[: min(shift_rows, U.shape[0]), ...]
+    A = feature_map(head, omega, b, n_features=n_features, input_centre=input_centre)
+    return backend.namespace(U).mean(A, axis=0)
+
+
 def dual_tile(Ai, Aj, diagonal):
     """Tile ``A_i A_j^T`` of the dual Gram (full tile; SYRK and mirrored when ``diagonal``)."""
     if diagonal:
@@ -122,21 +121,9 @@ def dual_tile(Ai, Aj, diagonal):
 @sized_by_arrays
 @dataclass
 class PrimalSums:
-    """The primal sums over the row blocks read so far, of the shifted data ``A - s``, ``V - t``.
-
-    Attributes
-    ----------
-    G : ndarray (N, N)
-        ``(A - s)^T (A - s)``; lower triangle only, Fortran order (updated in place by SYRK).
-    AtV : ndarray (N, m)
-        ``(A - s)^T (V - t)``.
-    colsum : ndarray (N,)
-        ``(A - s)^T 1``.
-    vsum : ndarray (m,)
-        ``(V - t)^T 1``.
-    count : int
-        Rows summed (``M`` once every block is in).
-    """
+    """The primal sums over the row blocks read so far of the shifted ``A - s``, ``V - t``:
+    ``G`` (N, N) ``(A - s)^T (A - s)`` (lower triangle, Fortran order), ``AtV`` (N, m),
+    ``colsum`` (N,), ``vsum`` (m,), ``count`` rows."""
 
     G: np.ndarray
     AtV: np.ndarray
@@ -146,11 +133,8 @@ class PrimalSums:
 
 
 def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None), input_centre=None):
-    """Add one row block ``U`` (k, n), ``V`` (k, m) to the :class:`PrimalSums` ``acc`` (in place;
-    ``None`` starts the sums); returns it. ``shifts = (s, t)`` (N,), (m,) are subtracted from the
-    features and outputs (``None``: no shift); ``input_centre`` (n,) is the model's.
-    Memory: ``N^2 + N m`` for the sums plus ``k N`` for the block's features.
-    """
+    """Add the row block ``U`` (k, n), ``V`` (k, m), shifted by ``shifts = (s (N,), t (m,))``,
+    to the :class:`PrimalSums` ``acc`` in place (None starts them); returns it."""
     s, t = shifts
     A = features_block(U, omega, b, start, s, input_centre=input_centre)
     return _add_rows(A, V, start, acc, t)
@@ -158,8 +142,7 @@ def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None), input
 
 def linear_shifts(X, V, fit_intercept=True, rows=64):
     """Shifts ``(s, t)`` of the linear kernel's primal: the column means of ``X`` (p,) and ``V``
-    (m,) over its first ``rows`` samples (all of them with ``rows=None``: the exact means), as
-    :func:`block_means` takes them for features; ``(None, None)`` without intercept."""
+    (m,) over the first ``rows`` samples (None: all); ``(None, None)`` without intercept."""
     if not fit_intercept:
         return None, None
     xp = namespace(X)
@@ -169,30 +152,22 @@ def linear_shifts(X, V, fit_intercept=True, rows=64):
 
 
 def linear_partial(X, V, start=0, acc=None, shifts=(None, None)):
-    """:func:`primal_partial` of the linear kernel, whose features are the inputs: add the row
-    block ``X`` (k, p) (checked inputs, in the working dtype; PCA scores where the model takes
-    them), ``V`` (k, m) to the :class:`PrimalSums` ``acc`` (``None`` starts them); returns it.
-    Memory: ``p^2 + p m`` for the sums plus a shifted copy of the block."""
+    """:func:`primal_partial` of the linear kernel, whose features are the (checked) inputs
+    ``X`` (k, p)."""
     s, t = shifts
     return _add_rows(X if s is None else X - s, V, start, acc, t)
 
 
 def _add_rows(A, V, start, acc, t):
-    """Add the (shifted) features ``A`` (k, N) of a row block and its outputs ``V`` (k, m), less
-    ``t`` (m,) if given, to the :class:`PrimalSums` ``acc`` (in place; ``None`` starts them)."""
+    """Add the features ``A`` (k, N) and outputs ``V - t`` (k, m) of a row block to ``acc``."""
     xp = namespace(A)
     V = xp.asarray(V, dtype=A.dtype)
     check_finite(V, start, "V")
     if t is not None:
         V = V - t
     if acc is None:
-        return PrimalSums(
-            G=syrk(A, trans=True),
-            AtV=A.T @ V,
-            colsum=xp.sum(A, axis=0),
-            vsum=xp.sum(V, axis=0),
-            count=A.shape[0],
-        )
+        G, colsum, vsum = syrk(A, trans=True), xp.sum(A, axis=0), xp.sum(V, axis=0)
+        return PrimalSums(G=G, AtV=A.T @ V, colsum=colsum, vsum=vsum, count=A.shape[0])
     acc.G = syrk(A, trans=True, C=acc.G)
     acc.AtV += A.T @ V
     acc.colsum += xp.sum(A, axis=0)

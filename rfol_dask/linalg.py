@@ -1,11 +1,9 @@
-"""Dense linear algebra at the bottom of the package: SYRK, triangle mirroring, the Cholesky
-factorisation with its jitter policy, triangular solves, and the BLAS threads they use.
+"""Dense linear algebra: SYRK, triangle mirroring, the Cholesky factorisation with its jitter
+policy, triangular solves, and the BLAS threads they use.
 
-Jitter policy: the Gram plus ``alpha I`` is factorised in place; if it is not numerically
-positive definite and ``alpha > 0``, the factorisation is retried with the ridge raised
-in steps of 10 from ``eps(dtype) * mean(diag)`` and a warning says which value was used
-(:func:`recorded_ridges` records it instead, :func:`ridge_name` names the ridge in it).
-With ``alpha = 0`` a singular Gram is an error that asks for ``alpha > 0``.
+Jitter policy: a Gram plus ``alpha I`` that is not numerically positive definite is factorised
+again with the ridge raised in steps of 10 from ``eps(dtype) * mean(diag)``, with a warning
+(:func:`recorded_ridges` records it instead); with ``alpha = 0`` it is an error.
 """
 
 from __future__ import annotations
@@ -23,33 +21,11 @@ from scipy.linalg import blas, lapack
 from .exceptions import RidgeRaised
 from .stacklevel import user_stacklevel
 
-__all__ = [
-    "syrk",
-    "symmetrize",
-    "blas_limits",
-    "blas_threads",
-    "host_cores",
-    "factor_threads",
-    "jitter_ridges",
-    "first_ridge",
-    "RidgeRaised",
-    "warn_ridge",
-    "recorded_ridges",
-    "ridge_name",
-    "not_positive_definite",
-    "potrf_ridge",
-    "cholesky",
-    "cho_solve",
-]
-
-
 _CONTROLLER = []
 
 
 def _controller():
-    """One ``ThreadpoolController`` for the process: building one (or calling
-    ``threadpool_limits`` / ``threadpool_info``) scans the loaded libraries, 0.4 ms on a plain install and
-    10 ms where many are loaded (a PyTorch environment), on every call."""
+    """One ``ThreadpoolController`` for the process (each new one scans the loaded libraries)."""
     if not _CONTROLLER:
         from threadpoolctl import ThreadpoolController
 
@@ -63,20 +39,9 @@ _LIMIT_STATE = {"depth": 0, "first": None}  # sections open in the process; the 
 
 
 def _as_controller(call):
-    """``call()``, a threadpoolctl setting of the BLAS threads, made from this thread with effect.
-
-    threadpoolctl 3.8 lets one thread at a time set the size of OpenBLAS's process-wide pthreads
-    pool: the first thread to set it, until its ``with threadpool_limits(...)`` block ends or it
-    dies; a setting from any other thread is silently dropped (``OpenBLASController.set_num_threads``).
-    :func:`blas_limits` sets without a ``with`` block (its sections overlap across threads), so
-    the first thread to set kept that right as long as it lived: a restore from another thread
-    was dropped (two fits in two threads left a user's 1 BLAS thread at 2 when the thread that
-    entered first was still running after the other's section had ended), and after one section
-    in the main thread every section in a dask worker thread was a no-op (its factorisation on
-    the count found, its slab tasks oversubscribed). The package's settings are serialised by
-    ``_LIMIT_LOCK``, so each one takes that right for its call and gives it up after it (where no
-    other thread took it meanwhile), as threadpoolctl's own ``with`` blocks do at their end.
-    threadpoolctl before 3.8 has no such rule (nothing to take)."""
+    """``call()``, a threadpoolctl setting of the BLAS threads, made with effect from this thread:
+    threadpoolctl 3.8 lets only one thread at a time set OpenBLAS's pthreads pool, so each
+    setting (serialised by ``_LIMIT_LOCK``) takes that right for its call and gives it back."""
     from threadpoolctl import OpenBLASController
 
     clear = getattr(OpenBLASController, "clear_controlling_thread", None)
@@ -91,16 +56,11 @@ def _as_controller(call):
 
 @contextlib.contextmanager
 def blas_limits(n):
-    """Context manager: at most ``n`` BLAS threads inside (``threadpool_limits(n, "blas")``).
-
-    The BLAS thread count is one setting of the process. Sections open in several threads at
-    once (two fits in two threads) overlap: each sets its limit on entry, a section that ends
-    sets its thread's enclosing limit again, and the last to end restores the count found by
-    the first. (threadpoolctl's own contexts restore what each found on entry, so overlapping
-    ones could leave another's limit in place for good: the user's 1 thread raised to 2, or
-    every later product of the process on 1 thread.) Each setting is made with effect from
-    whichever thread makes it (:func:`_as_controller`: threadpoolctl 3.8 drops those of all
-    threads but one under OpenBLAS's pthreads pool)."""
+    """Context manager: at most ``n`` BLAS threads inside. The count is one setting of the
+    process: sections open in several threads at once each set their limit on entry, one that
+    ends sets its thread's enclosing limit again, and the last to end restores the count found
+    by the first (threadpoolctl's own contexts, restoring what each found, could leave another
+    thread's limit in place for good)."""
     stack = _LIMITS.__dict__.setdefault("stack", [])
     with _LIMIT_LOCK:
         limiter = _as_controller(lambda: _controller().limit(limits=n, user_api="blas"))
@@ -129,11 +89,8 @@ def blas_threads():
 
 
 def syrk(A, trans, C=None):
-    """Lower triangle of ``A A^T`` (``trans=False``) or ``A^T A`` (``trans=True``), Fortran order.
-
-    ``A`` is C-contiguous; with ``C`` given the product is added to it in place (beta = 1).
-    Only the lower triangle of the result is meaningful.
-    """
+    """Lower triangle of ``A A^T`` (``trans=False``) or ``A^T A`` (``trans=True``), Fortran
+    order; added to ``C`` in place if given."""
     A = np.ascontiguousarray(A)
     f = blas.get_blas_funcs("syrk", (A,))
     # A.T is a Fortran-ordered view: syrk(a=A.T, trans=0) = A^T A, syrk(a=A.T, trans=1) = A A^T.
@@ -143,10 +100,8 @@ def syrk(A, trans, C=None):
 
 
 def symmetrize(C, source="lower", block=512):
-    """Fill one triangle of the square ``C`` from the other (``source``), in place; returns ``C``.
-
-    Copies transposed slabs of ``block`` rows (O(n^2) memory traffic, no n^2 index arrays).
-    """
+    """Fill one triangle of the square ``C`` from the other (``source``) in place, in slabs of
+    ``block`` rows; returns ``C``."""
     n = C.shape[0]
     T = C if source == "lower" else C.T  # mirror the lower triangle of T into its upper one
     for j in range(0, n, block):
@@ -160,20 +115,16 @@ def symmetrize(C, source="lower", block=512):
 
 def host_cores():
     """The cores this process may run on (its CPU affinity where the OS has one)."""
-    return (
-        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    )
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def factor_threads():
-    """BLAS threads for the factorisation: ``dask.config`` key ``rfol_dask.factor-threads``, by
-    default every core this process may run on. The factorisation is the one step every
-    other task waits for, so inside a dask worker (1 BLAS thread by default) it borrows the
-    idle cores of its host."""
+    """BLAS threads for the factorisation, the step every other task waits for: config
+    ``rfol_dask.factor-threads``, by default every core of the host (a dask worker's too)."""
     n = dask.config.get("rfol_dask.factor-threads", None)
-    if n:
-        return int(n)
-    return host_cores()
+    return int(n) if n else host_cores()
 
 
 def jitter_ridges(alpha, mean_diag, dtype):
@@ -184,19 +135,15 @@ def jitter_ridges(alpha, mean_diag, dtype):
 
 
 #: this context's raised-ridge reporting: (the name messages give the ridge, the list that
-#: records them instead of warning, or None). A context variable, not ``warnings.catch_warnings``,
-#: which swaps process-wide state before Python 3.14: two searches refitting in two threads
-#: lost or leaked each other's warnings, and each reset the process's warning filters.
+#: records them instead of warning, or None); per context, as searches run in threads
 _RIDGE_REPORT = contextvars.ContextVar("rfol_dask_ridge_report", default=("alpha", None))
 
 
 @contextlib.contextmanager
 def recorded_ridges():
     """Context manager yielding a list: the :class:`RidgeRaised` of each factorisation made in
-    this context is appended to it instead of being warned. The context is this thread's (and
-    that of the tasks dask's local threaded scheduler runs for it, which copies the submitting
-    thread's context), so searches in other threads are not affected; factorisations on
-    ``distributed`` workers still warn there."""
+    this context (this thread and the tasks dask's threaded scheduler runs for it) is appended
+    to it instead of being warned."""
     record = []
     token = _RIDGE_REPORT.set((_RIDGE_REPORT.get()[0], record))
     try:
@@ -207,8 +154,8 @@ def recorded_ridges():
 
 @contextlib.contextmanager
 def ridge_name(name):
-    """Context manager: the :class:`RidgeRaised` messages made in this context (as for
-    :func:`recorded_ridges`) call the ridge ``name`` (a kernel's ``"nugget"``) instead of ``alpha``."""
+    """Context manager: the :class:`RidgeRaised` messages made in this context call the ridge
+    ``name`` (a kernel's ``"nugget"``) instead of ``alpha``."""
     token = _RIDGE_REPORT.set((name, _RIDGE_REPORT.get()[1]))
     try:
         yield
@@ -234,11 +181,10 @@ def warn_ridge(alpha, ridge, dtype):
 
 
 def first_ridge(attempt, alpha, mean_diag, dtype):
-    """The jitter policy's loop: ``attempt(ridge, again)`` for each ridge of
-    :func:`jitter_ridges` in turn (``again``: not the first try) until it returns something
-    other than None; returns ``(that, ridge)``, with :func:`warn_ridge` for a raised ridge, or
-    raises :func:`not_positive_definite` when every ridge fails. ``mean_diag``: a number, or a
-    callable giving it, called only when ``alpha`` itself fails (it may cost a pass over data)."""
+    """``attempt(ridge, again)`` for each ridge of :func:`jitter_ridges` until it returns other
+    than None; returns ``(that, ridge)`` (a raised ridge warned), else raises
+    :func:`not_positive_definite`. ``mean_diag``: a number, or a callable called only when
+    ``alpha`` itself fails."""
     result = attempt(float(alpha), False)
     if result is not None:
         return result, alpha
@@ -259,31 +205,25 @@ def not_positive_definite(alpha, ridges):
             "than samples, or repeated samples): pass alpha > 0, for example alpha=1e-10"
         )
     return ValueError(
-        f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} (alpha={alpha:g}); "
-        "check the data for duplicated or constant samples, or pass a larger alpha"
+        f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} "
+        f"(alpha={alpha:g}); check the data for duplicated or constant samples, or pass a "
+        "larger alpha"
     )
 
 
 def stands_on_rounding(pivots, gram_diag):
-    """Whether a Cholesky factor of a Gram with no ridge (``alpha = 0``) is numerically singular:
-    its smallest squared pivot ``L_kk^2`` at most ``n eps`` times the Gram's largest diagonal
-    entry. An exactly singular Gram (repeated samples with different outputs) factorises or not
-    depending on rounding, and where it does its solution is noise. ``pivots``: the factor's
-    diagonal (n,), ``gram_diag`` the Gram's; numpy."""
-    n = pivots.shape[0]
-    return n > 0 and float(pivots.min()) ** 2 <= n * float(np.finfo(pivots.dtype).eps) * float(
-        np.abs(gram_diag).max()
-    )
+    """Whether a Cholesky factor with no ridge is numerically singular (its solution noise): its
+    smallest squared pivot (of ``pivots`` (n,)) at most ``n eps`` times the largest Gram diagonal
+    entry (of ``gram_diag``)."""
+    n, eps = pivots.shape[0], float(np.finfo(pivots.dtype).eps)
+    return n > 0 and float(pivots.min()) ** 2 <= n * eps * float(np.abs(gram_diag).max())
 
 
 def potrf_ridge(G, diag, ridge, mirror=True):
-    """LAPACK ``potrf`` of ``G`` with ``diag + ridge`` on its diagonal, in place in its lower
-    triangle; the strict upper triangle is left as it was. With ``mirror`` (a retry after an
-    attempt that overwrote the lower triangle) the upper triangle is first mirrored into the
-    lower one, so a ridge gives the same factor whichever attempt reaches it, provided the
-    triangles of ``G`` were exactly equal to begin with (as every Gram of the package is:
-    :func:`rfol_dask.backend.centre_gram`). ``G``: symmetric, Fortran order; ``diag`` its
-    original diagonal. Returns ``(L, info)`` (``info > 0``: not positive definite)."""
+    """LAPACK ``potrf`` of the symmetric Fortran-ordered ``G`` with ``diag + ridge`` on its
+    diagonal, in place in its lower triangle; ``mirror`` (a retry) first restores the lower
+    triangle from the untouched upper one. Returns ``(L, info)`` (``info > 0``: not positive
+    definite)."""
     if mirror:
         symmetrize(G, "upper")
     idx = np.arange(G.shape[0])
@@ -295,22 +235,14 @@ def potrf_ridge(G, diag, ridge, mirror=True):
 
 
 def cholesky(G, alpha):
-    """Lower Cholesky factor of ``G + alpha I``, computed in place in ``G``.
-
-    ``G`` is a symmetric Fortran-ordered (n, n) array with both triangles filled and exactly
-    equal (the upper one is kept as the backup a retry factorises: :func:`potrf_ridge`). Returns
-    ``(L, ridge)`` where only the lower triangle of ``L`` (n, n) is meaningful and ``ridge`` is
-    the value added to the diagonal. Cost ``n^3 / 3`` flops, no extra ``n x n`` memory.
-    """
+    """Lower Cholesky factor ``L`` (n, n) of ``G + alpha I`` in place in ``G`` (symmetric,
+    Fortran order, both triangles exactly equal), with the jitter policy: ``(L, ridge)``."""
     diag = np.diagonal(G).copy()
 
     def attempt(ridge, again):
         L, info = potrf_ridge(G, diag, ridge, mirror=again)
-        return (
-            L
-            if info == 0 and not (ridge == 0 and stands_on_rounding(np.diagonal(L), diag))
-            else None
-        )
+        singular = info != 0 or (ridge == 0 and stands_on_rounding(np.diagonal(L), diag))
+        return None if singular else L
 
     with blas_limits(factor_threads()):
         return first_ridge(attempt, alpha, float(np.mean(np.abs(diag))), G.dtype)

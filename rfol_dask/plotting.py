@@ -1,13 +1,10 @@
-"""Figures a user looks at: truth, prediction and pointwise error of test samples (matplotlib).
+"""Figures of test samples (truth, prediction, pointwise error) and of error curves (matplotlib).
 
-Fields may be NumPy arrays, xarray DataArrays or arrays on a GPU (CuPy, copied to the host for
-the figure). Axes are physical: the grid coordinates
-(``grid`` arguments, or a DataArray's own coordinates), labelled with their ``long_name``
-(or name) and ``units`` attributes when these exist. In 2-D figures truth and prediction
-share one colour scale and the error has a symmetric, diverging one centred at 0.
-The ``*_figure`` functions return the ``matplotlib.figure.Figure``; ``plot_*`` save it as PNG
-(or in the format of a suffix matplotlib writes, e.g. ``.pdf``, ``.svg``; any other path gets
-``.png`` appended) and return the path written.
+Fields may be numpy arrays, DataArrays or CuPy arrays (copied to the host). Axes are the grid
+coordinates (``grid`` arguments, or a DataArray's own), labelled with their ``long_name`` and
+``units``; in 2-D truth and prediction share one colour scale, the error a symmetric one.
+``*_figure`` return the Figure; ``plot_*`` save it (the format of a suffix matplotlib writes,
+else PNG with ``.png`` appended) and return the path written.
 """
 
 from __future__ import annotations
@@ -17,21 +14,11 @@ import numpy as np
 from .backend import is_array_api, to_numpy
 from .io import align_by_label
 
-__all__ = [
-    "plot_prediction",
-    "plot_example",
-    "plot_curves",
-    "prediction_figure",
-    "example_figure",
-    "curves_figure",
-]
-
 _FIELD_CMAP, _ERROR_CMAP = "viridis", "RdBu_r"
 
 
 def _host(x):
-    """``x`` with its values on the host: a CuPy (array API) array, or a DataArray holding one,
-    copied there; anything else as it is."""
+    """``x`` (an array, or a DataArray holding one) with its values on the host."""
     if is_array_api(x):
         return to_numpy(x)
     if is_array_api(getattr(x, "data", None)) and hasattr(x, "copy"):
@@ -50,8 +37,7 @@ def _label(obj, default):
 
 
 def _grid_of(values, grid):
-    """``grid`` as a tuple of axes (one bare array is the axis of a 1-D field); without one,
-    a DataArray's own coordinates, else None."""
+    """``grid`` as a tuple of axes; without one, a DataArray's own coordinates, else None."""
     if grid is not None and not isinstance(grid, (tuple, list)) and np.ndim(values) == 1:
         return (grid,)
     if grid is None and hasattr(values, "dims") and all(d in values.coords for d in values.dims):
@@ -60,39 +46,33 @@ def _grid_of(values, grid):
 
 
 def _axes(values, grid, name="grid"):
-    """Per dimension of ``values``: (coordinate array, axis label).
-
-    ``grid``: None, one 1-D array (1-D fields) or a tuple of 1-D arrays / xarray coordinates,
-    one per dimension and as long as it; else ValueError naming ``name``. Without a grid a
-    DataArray's own coordinates are used, else the indices.
-    """
+    """Per dimension of ``values``: (coordinates, axis label); ValueError naming ``name`` when
+    ``grid`` (None, or one 1-D axis per dimension, of its length) does not fit."""
     ndim, shape = np.ndim(values), np.shape(values)
     grid = _grid_of(values, grid)
     names = getattr(values, "dims", None) or ("x", "y", "z")[:ndim]
     if grid is None:
-        return [(np.arange(n), f"{dim} (index)") for n, dim in zip(shape, names)]
+        return [(np.arange(n), f"{dim} (index)") for n, dim in zip(shape, names, strict=False)]
     if len(grid) != ndim:
         raise ValueError(f"{name} has {len(grid)} axes but the field has {ndim} dimensions {shape}")
-    for i, (g, n) in enumerate(zip(grid, shape)):
+    for i, (g, n) in enumerate(zip(grid, shape, strict=True)):
         if np.shape(g) != (n,):
             raise ValueError(
                 f"{name}[{i}] has shape {np.shape(g)}; expected ({n},) for a field of shape {shape}"
             )
-    return [(_positions(g), _label(g, dim)) for g, dim in zip(grid, names)]
+    return [(_positions(g), _label(g, dim)) for g, dim in zip(grid, names, strict=False)]
 
 
 def _positions(axis):
-    """Where the points of one grid axis are drawn: their coordinates, or for labels that are not
-    numbers (station names) their indices (:func:`_name_ticks` writes the labels at them)."""
+    """Where the points of a grid axis are drawn: their coordinates, else (names) their indices."""
     a = np.asarray(getattr(axis, "values", axis))
     return a.astype(float) if a.dtype.kind in "biufmM" else np.arange(a.size, dtype=float)
 
 
 def _name_ticks(ax, values, grid, which="xy"):
-    """Label the ticks of ``ax`` with the names of the grid axes of ``values`` whose labels are
-    not numbers (``which``: the plot axes of the grid's first and second axes)."""
+    """Label the ticks of ``ax`` with the labels of the grid axes that are not numbers."""
     grid = _grid_of(values, grid)
-    for axis, side in zip(grid or (), which):
+    for axis, side in zip(grid or (), which, strict=False):
         labels = np.asarray(getattr(axis, "values", axis))
         if labels.dtype.kind not in "biufmM":
             step = max(1, -(-labels.size // 20))  # at most about 20 names
@@ -105,8 +85,8 @@ def _name_ticks(ax, values, grid, which="xy"):
 
 
 def _check_fields(fields, grid, grid_name):
-    """ValueError unless ``fields`` (argument name -> array, the first the reference) are 1-D
-    (k,) or 2-D (kx, ky) fields of one shape, and ``grid`` (as in :func:`_axes`) fits it."""
+    """ValueError unless ``fields`` (name -> array) are 1-D or 2-D fields of the first one's
+    shape, and ``grid`` fits it."""
     (ref_name, ref), *others = fields.items()
     shape = np.shape(ref)
     if len(shape) not in (1, 2):
@@ -131,9 +111,8 @@ def _pyplot():
 
 
 def _save(fig, path, dpi=100):
-    """Write ``fig`` to ``path`` and close it; returns the path written. A suffix matplotlib
-    writes (``.png``, ``.pdf``, ``.svg``, ...) names the format; any other path (none, or a dot
-    in the name: ``alpha_1e-8_N2.5k``) is saved as PNG with ``.png`` appended."""
+    """Write ``fig`` to ``path`` (a suffix matplotlib does not write, ``alpha_1e-8_N2.5k``
+    say, gets ``.png`` appended) and close it; returns the path written."""
     import os
 
     if fig.get_layout_engine() is None:
@@ -197,8 +176,7 @@ def _field_panel(fig, ax, values, grid, title):
 
 
 def _compare_2d(fig, axes, truth, predictions, grid, truth_title="truth"):
-    """Truth, predictions (one shared colour scale) and errors (one symmetric scale); shapes
-    checked by the caller (:func:`_check_fields`)."""
+    """Truth, predictions (one shared colour scale) and errors (one symmetric scale)."""
     grid = _grid_of(truth, grid)
     errors = {
         label: np.asarray(p, float) - np.asarray(truth, float) for label, p in predictions.items()
@@ -218,46 +196,24 @@ def _compare_2d(fig, axes, truth, predictions, grid, truth_title="truth"):
 
 
 def prediction_figure(truth, predictions, grid=None, title=None):
-    """Figure comparing one test sample's ``truth`` with ``predictions`` (label -> array).
-
-    1-D outputs give line plots (truth and predictions, then pointwise errors on a log
-    scale); 2-D outputs give images: truth and each prediction on one colour scale, each
-    error ``prediction - truth`` on one symmetric scale.
-
-    Parameters
-    ----------
-    truth : ndarray or DataArray, shape (k,) or (kx, ky)
-    predictions : dict of label -> array of the same shape (DataArrays matched to a DataArray
-        ``truth`` by dims and coordinates, arrays by position)
-    grid : 1-D array (1-D outputs) or tuple of 1-D arrays / coordinates, optional
-        One axis per dimension of ``truth``, of its length.
-
-    Raises
-    ------
-    ValueError
-        If ``truth`` is not 1-D or 2-D, a prediction's shape differs from it (none is broadcast),
-        ``grid`` does not fit it or ``predictions`` is empty.
-    """
+    """Figure comparing one test sample's ``truth`` (k,) or (kx, ky) with ``predictions`` (label
+    -> array of its shape; DataArrays matched by dims and coordinates) on ``grid`` (one axis per
+    dimension): lines and log errors in 1-D; in 2-D images of truth and predictions on one
+    colour scale and of the errors on one symmetric scale. ValueError for other dimensions,
+    other shapes, a grid that does not fit or no prediction."""
     plt = _pyplot()
     truth = _host(truth)
-    predictions = {
-        label: align_by_label(truth, _host(p), ("truth", label)) for label, p in predictions.items()
-    }
+    predictions = {k: align_by_label(truth, _host(p), ("truth", k)) for k, p in predictions.items()}
     if not predictions:
         raise ValueError("predictions is empty: pass at least one label -> array")
-    _check_fields(
-        {"truth": truth, **{f"predictions[{label!r}]": p for label, p in predictions.items()}},
-        grid,
-        "grid",
-    )
+    named = {f"predictions[{label!r}]": p for label, p in predictions.items()}
+    _check_fields({"truth": truth, **named}, grid, "grid")
     if np.ndim(truth) == 1:
         ((x, xlabel),) = _axes(truth, grid)
         t = np.asarray(truth, float)
         fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
         ax0.plot(x, t, "k-", lw=2, label="truth")
-        floor = np.finfo(float).eps * max(
-            np.abs(t).max(), np.finfo(float).tiny
-        )  # exact zeros on a log axis
+        floor = np.finfo(float).eps * max(np.abs(t).max(), np.finfo(float).tiny)  # exact zeros
         for label, pred in predictions.items():
             ax0.plot(x, np.asarray(pred, float), "--", label=label)
             ax1.semilogy(x, np.maximum(np.abs(np.asarray(pred, float) - t), floor), label=label)
@@ -279,8 +235,7 @@ def prediction_figure(truth, predictions, grid=None, title=None):
 
 
 def plot_prediction(path, truth, predictions, grid=None, title=None):
-    """Save :func:`prediction_figure` as a PNG at ``path`` (see the module's note on suffixes);
-    returns the path written."""
+    """Save :func:`prediction_figure` at ``path``; returns the path written."""
     return _save(prediction_figure(truth, predictions, grid, title), path, dpi=110)
 
 
@@ -294,27 +249,11 @@ def example_figure(
     title=None,
     label="prediction",
 ):
-    """Figure laid out like the paper's data-set figures.
-
-    Panels: (a) a training input, (b) its output, then for one test sample either (c) truth
-    and prediction overlaid and (d) the pointwise error (1-D outputs), or (c) the truth and
-    (d) the prediction on one colour scale and (e) the pointwise error ``prediction - truth``
-    on a symmetric one (2-D outputs). Inputs and outputs may differ in dimension (e.g. a
-    1-D load and a 2-D stress field).
-
-    Parameters
-    ----------
-    train_input, train_output, test_truth, test_prediction : ndarray or DataArray, shape (k,) or (kx, ky)
-    input_grid, output_grid : tuple of 1-D coordinate arrays (or xarray coordinates), optional
-        Grid axes, one per dimension of the inputs / outputs and of its length (default: a
-        DataArray's coordinates, else indices).
-
-    Raises
-    ------
-    ValueError
-        If a field is not 1-D or 2-D, ``test_prediction``'s shape differs from ``test_truth``'s
-        or a grid does not fit its fields.
-    """
+    """Figure laid out like the paper's data-set figures: a training input and its output
+    (fields (k,) or (kx, ky) on ``input_grid`` / ``output_grid``), then the test truth and
+    prediction overlaid with the pointwise error (1-D) or as images on one colour scale with
+    the error on a symmetric one (2-D). ValueError for other dimensions, a prediction of
+    another shape or a grid that does not fit."""
     plt = _pyplot()
     train_input, train_output, test_truth, test_prediction = map(
         _host, (train_input, train_output, test_truth, test_prediction)
@@ -343,52 +282,22 @@ def example_figure(
         lim = _error_norm(error).vmax
         axes[3].set_ylim(-1.05 * lim, 1.05 * lim)
     else:
-        _compare_2d(
-            fig,
-            axes[2:],
-            test_truth,
-            {f"predicted test ({label})": test_prediction},
-            output_grid,
-            truth_title="true test",
-        )
+        predicted = {f"predicted test ({label})": test_prediction}
+        _compare_2d(fig, axes[2:], test_truth, predicted, output_grid, truth_title="true test")
     if title:
         fig.suptitle(title)
     return fig
 
 
-def plot_example(
-    path,
-    train_input,
-    train_output,
-    test_truth,
-    test_prediction,
-    input_grid=None,
-    output_grid=None,
-    title=None,
-    label="prediction",
-):
-    """Save :func:`example_figure` as a PNG at ``path`` (see the module's note on suffixes);
-    returns the path written."""
-    return _save(
-        example_figure(
-            train_input,
-            train_output,
-            test_truth,
-            test_prediction,
-            input_grid,
-            output_grid,
-            title,
-            label,
-        ),
-        path,
-        dpi=100,
-    )
+def plot_example(path, *args, **kwargs):
+    """Save :func:`example_figure` of ``args`` and ``kwargs`` at ``path``; returns the path
+    written."""
+    return _save(example_figure(*args, **kwargs), path, dpi=100)
 
 
 def _curve_slope(c):
-    """The fitted error slope of one curve: ``c["slope"]["slope"]`` of a result dict, or the
-    ``slope_slope`` of a :func:`rfol_dask.curves.curve_dataset` (also read back from a file): a
-    0-d variable, or in datasets of earlier versions an attribute; None where there is none."""
+    """The fitted error slope of one curve (a result dict's ``slope``, a curve dataset's
+    ``slope_slope`` variable or attribute), or None."""
     fit = c.get("slope") if hasattr(c, "get") else None
     if isinstance(fit, dict):
         return fit.get("slope")  # None: no slope (JSON null for NaN)
@@ -398,24 +307,21 @@ def _curve_slope(c):
 
 
 def _curve_metric(c):
-    """The name of the error metric of one curve (its ``settings``' ``error``: a result dict's
-    entry or a :func:`rfol_dask.curves.curve_dataset`'s attribute), None where it is not recorded."""
+    """The error metric named in one curve's settings, or None."""
     settings = c.get("settings") if isinstance(c, dict) else getattr(c, "attrs", None)
     return (settings or {}).get("error")
 
 
 def _curve_values(label, c, key):
-    """``c[key]`` as a float array (n_seeds, k), a DataArray's dims read by name (a transposed
-    ``(n_features, seed)`` curve had its mean taken over the checkpoints); ValueError naming the
-    extra dims of a combined study (curves concatenated along ``n_train``, say): one curve is
-    drawn per label."""
+    """``c[key]`` as a float array (n_seeds, k), a DataArray's dims read by name; ValueError for
+    the extra dims of a combined study (one curve is drawn per label)."""
     values = c[key]
     extra = [d for d in getattr(values, "dims", ()) if d not in ("seed", "n_features")]
     if extra or np.ndim(values) > 2:
         dims = getattr(values, "dims", None) or np.shape(values)
         raise ValueError(
-            f"curve {label!r}: {key} has dims {dims}, a curve (seed, n_features): pass one curve per "
-            f"label, e.g. study.sel({extra[0] if extra else 'n_train'}=M) for each M of a combined study"
+            f"curve {label!r}: {key} has dims {dims}, not (seed, n_features): pass one curve per "
+            f"label, e.g. study.sel({extra[0] if extra else 'n_train'}=M) for each M"
         )
     if "n_features" in getattr(values, "dims", ()):
         values = values.transpose(..., "n_features")
@@ -423,15 +329,12 @@ def _curve_values(label, c, key):
 
 
 def curves_figure(curves, title=None):
-    """Figure of error-vs-N (log-log, with an ``N^(-1/2)`` guide) and fit-time-vs-N.
+    """Figure of error vs N (log-log, with an ``N^(-1/2)`` guide) and fit time vs N.
 
     ``curves`` maps a label to a dict with ``n_features`` (k,), ``error`` and ``fit_time``
-    (n_seeds, k) and optionally ``slope`` (a :func:`rfol_dask.curves.fit_slope` dict), or to
-    the ``xarray.Dataset`` of :func:`rfol_dask.curves.curve_dataset` (as saved and read back;
-    its slope is its ``slope_slope``): each label is drawn as its geometric mean over
-    seeds with the min-max band. A study combined along ``n_train`` gives one curve per
-    ``study.sel(n_train=M)``. The error axis is "relative test error" unless the curves' settings
-    name another metric (``error_curve(..., error=f)``), which it then names.
+    (n_seeds, k) and optionally ``slope`` (:func:`rfol_dask.curves.fit_slope`), or to a
+    :func:`rfol_dask.curves.curve_dataset`; each is drawn as its geometric mean over seeds with
+    the min-max band. The error axis names the curves' metric if it is not the relative error.
     """
     plt = _pyplot()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -466,7 +369,5 @@ def curves_figure(curves, title=None):
 
 
 def plot_curves(path, curves, title=None):
-    """Save :func:`curves_figure` (error and fit time vs N of ``curves``: label -> result dict or
-    :func:`rfol_dask.curves.curve_dataset`) as a PNG at ``path`` (see the module's note on
-    suffixes); returns the path written."""
+    """Save :func:`curves_figure` at ``path``; returns the path written."""
     return _save(curves_figure(curves, title), path, dpi=100)

@@ -318,30 +318,6 @@ def test_a_users_hidden_folders_beside_the_model_are_never_removed(tmp_path, mod
     assert (tmp_path / ".m.zarr.old-backup" / "thesis.txt").read_text() == "mine"
 
 
-def test_stale_feature_caches_of_killed_fits_are_swept(tmp_path, monkeypatch):
-    import socket
-    import tempfile
-
-    from rfol_dask.solve import streamed
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    ).stdout.strip()
-    host = socket.gethostname()
-    names = [
-        f"rfol-{host}.{dead}.ab12",
-        f"rfol-{host}.{os.getpid()}.cd34",
-        f"rfol-other-host.{dead}.ef56",
-        "rfol-0123abcd",
-        "rfol-notes",
-    ]
-    for name in names:
-        (tmp_path / name).mkdir()
-    streamed.sweep_stale_caches()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
-
-
 def test_a_model_with_parameters_of_a_newer_version_says_upgrade(tmp_path):
     import json
 

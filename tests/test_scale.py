@@ -1,4 +1,5 @@
-"""Scale-out behaviour: the streamed dual, and the blocked Cholesky when the dual Gram does not fit one worker."""
+"""Scale-out behaviour: the streamed dual, and the blocked Cholesky when the dual Gram does not
+fit one worker."""
 
 import contextlib
 import functools
@@ -194,7 +195,7 @@ def test_feature_slabs_cover_the_columns_in_contiguous_groups():
     assert (
         flat[0][0] == 0
         and flat[-1][1] == 150_000
-        and all(a[1] == b[0] for a, b in zip(flat, flat[1:]))
+        and all(a[1] == b[0] for a, b in zip(flat, flat[1:], strict=False))
     )
     assert len(groups) == 2 and abs(len(groups[0]) - len(groups[1])) <= 1
     assert max(e - s for s, e in flat) * 20_000 * 8 <= 256 * 2**20
@@ -230,7 +231,7 @@ def _draw_and_drop_slab_0(root, *args, columns=None):
 
 
 def _draw_or_fail(delay_columns, fail_columns, *args, columns=None):
-    """``draw_frequencies``, slowly for the slab at ``delay_columns``; the slab at ``fail_columns`` fails."""
+    """``draw_frequencies``, slow at the slab ``delay_columns``, failing at ``fail_columns``."""
     if columns is not None and columns[0] == fail_columns:
         raise RuntimeError("this slab cannot be drawn")
     if columns is not None and columns[0] == delay_columns:
@@ -309,6 +310,48 @@ def test_streamed_dual_makes_a_lost_cached_slab_again(tmp_path, monkeypatch):
     np.testing.assert_allclose(coef, ref[0], rtol=1e-9, atol=1e-9 * np.abs(ref[0]).max())
     np.testing.assert_allclose(intercept, ref[1], atol=1e-10)
     assert not os.listdir(tmp_path)
+
+
+def test_feature_cache_none_from_the_environment_fits_without_a_cache(tmp_path):
+    """``DASK_RFOL_DASK__FEATURE_CACHE=none``, which dask reads as None: the fit runs with no
+    cache directory and gives the cached fit's model."""
+    import subprocess
+    import sys
+
+    script = """if True:
+        import os, dask, dask.array as da, numpy as np
+        from rfol_dask import RandomFeatureOperator
+        assert dask.config.get("rfol_dask.feature-cache") is None
+        rng = np.random.default_rng(0)
+        U = rng.standard_normal((90, 6)); V = np.tanh(U)
+        kw = dict(n_features=300, solver="dual", random_state=0)
+        with dask.config.set({"rfol_dask.slab-bytes": 90 * 8 * 100}):
+            model = RandomFeatureOperator(**kw).fit(da.from_array(U, 40), da.from_array(V, 40))
+        with dask.config.set({"rfol_dask.feature-cache": "disk"}):
+            cached = RandomFeatureOperator(**kw).fit(da.from_array(U, 40), da.from_array(V, 40))
+        print(np.abs(model.coef_ - cached.coef_).max(), os.listdir(os.environ["TMPDIR"]))
+    """
+    env = {**os.environ, "DASK_RFOL_DASK__FEATURE_CACHE": "none", "TMPDIR": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    diff, listed = out.stdout.split()
+    assert float(diff) < 1e-10 and listed == "[]", out.stderr
+
+
+def test_feature_caches_left_by_killed_fits_are_swept_by_age(tmp_path, monkeypatch):
+    from rfol_dask.solve import streamed
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    old, new = "rfol-cache-" + "a" * 32, "rfol-cache-" + "b" * 32
+    others = ["rfol-cache-notes", "rfol-notes", "rfol-0123abcd"]
+    for name in [old, new, *others]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "slab-0.npy").write_bytes(b"x")
+    for name in [old, *others]:
+        os.utime(tmp_path / name, (time.time() - 2 * streamed.STALE_CACHE_S,) * 2)
+    streamed.sweep_stale_caches()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([new, *others])
 
 
 @pytest.mark.cluster
@@ -463,9 +506,8 @@ def test_the_workers_grams_are_summed_by_a_tree_across_the_workers(tmp_path):
 @pytest.mark.parametrize("slots", [["a", "b"] * 3, ["a", "b", "c"] * 2 + ["a"], [None] * 5])
 def test_chained_sum_sums_a_workers_own_chains_before_another_workers(slots):
     """chained_sum's tree sums each worker's chains into one before a sum of another worker's
-    comes over, each sum on the worker of its left part: with three chains a worker, the pairwise
-    tree over the chains sorted by worker summed a worker's third chain with the next worker's
-    first, fetching it while it still held its own three (four Grams where three threads hold three)."""
+    comes over, each sum on the worker of its left part (so a worker never holds more Grams than
+    its threads and one that comes over)."""
     from rfol_dask.solve.graph import chained_sum
 
     def where():
@@ -540,9 +582,8 @@ def test_primal_chains_run_one_per_worker_thread(n_workers, threads):
 
 @pytest.mark.cluster
 def test_a_dask_primal_fit_asks_the_workers_for_their_memory_once(monkeypatch):
-    """The dask primal's Gram check and its chains per worker (memory.gram_slots) read one budget:
-    each asked the workers for their memory (a scheduler round trip to every worker), twice a fit, for
-    the random-feature primal and the linear kernel's alike."""
+    """The dask primal's Gram check and its chains per worker (memory.gram_slots) read one budget,
+    asked of the workers once a fit, for the random-feature primal and the linear kernel's alike."""
     from distributed import Client, LocalCluster
 
     from rfol_dask import memory

@@ -36,21 +36,13 @@ def _profile_2(x, c1, w, h1, c2, a, h2):
     return square + bump
 
 
-def _draw_1(rng):
-    h = rng.uniform(1.0, 2.0)
-    w = rng.uniform(0.3, 0.6)
-    c = rng.uniform(0.3, 0.7)
-    return h, w, c
+def _draw_1(rng):  # h, w, c
+    return tuple(rng.uniform(lo, hi) for lo, hi in ((1.0, 2.0), (0.3, 0.6), (0.3, 0.7)))
 
 
-def _draw_2(rng):
-    c1 = rng.uniform(0.2, 0.3)
-    w = rng.uniform(0.1, 0.2)
-    h1 = rng.uniform(0.5, 2.0)
-    c2 = rng.uniform(0.7, 0.8)
-    a = rng.uniform(5.0, 10.0)
-    h2 = rng.uniform(0.5, 2.0)
-    return c1, w, h1, c2, a, h2
+def _draw_2(rng):  # c1, w, h1, c2, a, h2
+    ranges = ((0.2, 0.3), (0.1, 0.2), (0.5, 2.0), (0.7, 0.8), (5.0, 10.0), (0.5, 2.0))
+    return tuple(rng.uniform(lo, hi) for lo, hi in ranges)
 
 
 def _make(draw, profile):
@@ -59,9 +51,8 @@ def _make(draw, profile):
         t = t_index / (n_points - 1)
         inputs = np.empty((stop - start, n_points))
         outputs = np.empty_like(inputs)
-        # shifted positions on [0, 1): every one is a grid point k / (n - 1), k <= n - 2, so a value
-        # above 1 - 1 / (2 (n - 1)) is 0 rounded down by the modulo (-5.6e-17 % 1.0 = 1 - 1.1e-16),
-        # where Advection II's bump, which is not periodic, would be read at the far end
+        # shifted positions on [0, 1): a value near 1 is a 0 the modulo rounded down (-5.6e-17 %
+        # 1.0), where Advection II's bump, which is not periodic, would be read at the far end
         shifted = (x - t) % 1.0
         shifted[shifted > 1.0 - 0.5 / (n_points - 1)] = 0.0
         for row, i in enumerate(range(start, stop)):
@@ -78,50 +69,38 @@ def _grids(*, n_points=40, t_index=20):
     return {"x": x}, {"x": x}
 
 
-ADVECTION1 = register(
-    DatasetSpec(
-        name="advection1",
-        input_attrs={"long_name": "initial condition u(x, 0)", "units": "1"},
-        output_attrs={"long_name": "solution u(x, t)", "units": "1"},
-        make_block=_make(_draw_1, _profile_1),
-        defaults=dict(_DEFAULTS),
-        units="m",
-        periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
-        grids=_grids,
-        ranges=_RANGES,
-        description="Advection I: periodic square wave translated to t = 20/39 (40 -> 40)",
-        paper=dict(
-            train=1000,
-            test=1000,
-            n_features=5000,
-            gamma=1e-5,
-            alpha=1e-15,
-            cauchy=2.55e-6,
-            gaussian=4.62e-6,
-        ),
+def _spec(name, draw, profile, description, cauchy, gaussian):
+    paper = dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-15)
+    return register(
+        DatasetSpec(
+            name=name,
+            input_attrs={"long_name": "initial condition u(x, 0)", "units": "1"},
+            output_attrs={"long_name": "solution u(x, t)", "units": "1"},
+            make_block=_make(draw, profile),
+            defaults=dict(_DEFAULTS),
+            units="m",
+            periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
+            grids=_grids,
+            ranges=_RANGES,
+            description=description,
+            paper=dict(paper, cauchy=cauchy, gaussian=gaussian),
+        )
     )
-)
 
-ADVECTION2 = register(
-    DatasetSpec(
-        name="advection2",
-        input_attrs={"long_name": "initial condition u(x, 0)", "units": "1"},
-        output_attrs={"long_name": "solution u(x, t)", "units": "1"},
-        make_block=_make(_draw_2, _profile_2),
-        defaults=dict(_DEFAULTS),
-        units="m",
-        periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
-        grids=_grids,
-        ranges=_RANGES,
-        description="Advection II: square wave plus bump translated to t = 20/39 (40 -> 40)",
-        paper=dict(
-            train=1000,
-            test=1000,
-            n_features=5000,
-            gamma=1e-5,
-            alpha=1e-15,
-            cauchy=1.88e-6,
-            gaussian=6.30e-6,
-        ),
-    )
+
+ADVECTION1 = _spec(
+    "advection1",
+    _draw_1,
+    _profile_1,
+    "Advection I: periodic square wave translated to t = 20/39 (40 -> 40)",
+    2.55e-6,
+    4.62e-6,
+)
+ADVECTION2 = _spec(
+    "advection2",
+    _draw_2,
+    _profile_2,
+    "Advection II: square wave plus bump translated to t = 20/39 (40 -> 40)",
+    1.88e-6,
+    6.30e-6,
 )

@@ -1,16 +1,11 @@
-"""Advection III (de Hoop et al. 2022): a thresholded periodic random field translated by half a period.
+"""Advection III (de Hoop et al. 2022): a thresholded periodic random field shifted by half a
+period.
 
-Grid ``x = linspace(0, 1, n_points)`` (endpoint included, 200 points). The field
-
-    a(x) = sum_{l=1}^{L} (4 pi^2 l^2 + tau^2)^(-alpha/2) sqrt(2)
-           (theta_{2l-1} cos 2 pi l x + theta_{2l} sin 2 pi l x),   theta ~ N(0, 1),
-
-with ``L = n_modes = 50``, ``tau = 3``, ``alpha = 2`` (docs/datasets.md), is thresholded to
-``u0 = +1`` where ``a > 0`` and ``-1`` elsewhere (input). The output is the exact solution of
-``u_t + u_x = 0`` at ``t = shift = 0.5``: the same series evaluated at ``(x - shift) mod 1`` and
-thresholded the same way (no numerical transport, so the discontinuities stay sharp).
-Ranges: ``n_points >= 2``, ``n_modes >= 1``, ``tau >= 0``, ``alpha > 0`` (decaying modes),
-``shift > 0``.
+On ``x = linspace(0, 1, n_points)`` (200 points) the field ``a(x) = sum_{l <= n_modes}
+(4 pi^2 l^2 + tau^2)^(-alpha/2) sqrt(2) (theta_{2l-1} cos 2 pi l x + theta_{2l} sin 2 pi l x)``
+(50 modes, ``tau = 3``, ``alpha = 2``) is thresholded to ``u0 = sign(a)`` (input); the output is
+the exact solution of ``u_t + u_x = 0`` at ``t = shift = 0.5``, ``sign(a((x - shift) mod 1))``.
+Ranges: ``n_points >= 2``, ``n_modes >= 1``, ``tau >= 0``, ``alpha > 0``, ``shift > 0``.
 """
 
 from __future__ import annotations
@@ -19,8 +14,6 @@ import numpy as np
 
 from .grf import periodic_series_1d
 from .registry import DatasetSpec, at_least, greater, register, sample_rng
-
-__all__ = ["ADVECTION3", "make_block", "grids", "coefficients", "draw_theta", "field"]
 
 _DEFAULTS = {"n_points": 200, "n_modes": 50, "tau": 3.0, "alpha": 2.0, "shift": 0.5}
 _RANGES = {
@@ -33,26 +26,20 @@ _RANGES = {
 
 
 def coefficients(n_modes=50, tau=3.0, alpha=2.0):
-    """Mode amplitudes ``(4 pi^2 l^2 + tau^2)^(-alpha/2)``, ``l = 1..n_modes``; shape (n_modes,)."""
-    l = np.arange(1, int(n_modes) + 1)
-    return (4.0 * np.pi**2 * l**2 + tau**2) ** (-alpha / 2.0)
+    """Mode amplitudes ``(4 pi^2 l^2 + tau^2)^(-alpha/2)`` (n_modes,)."""
+    ell = np.arange(1, int(n_modes) + 1)
+    return (4.0 * np.pi**2 * ell**2 + tau**2) ** (-alpha / 2.0)
 
 
 def draw_theta(rng, n_modes=50):
-    """The ``2 n_modes`` N(0, 1) draws of one sample, split as ``(theta_cos, theta_sin)``.
-
-    ``theta_{2l-1}`` multiplies ``cos 2 pi l x`` and ``theta_{2l}`` multiplies ``sin 2 pi l x``;
-    each output has shape (n_modes,).
-    """
+    """The ``2 n_modes`` N(0, 1) draws of one sample as ``(theta_cos, theta_sin)``, each
+    (n_modes,)."""
     theta = rng.standard_normal(2 * int(n_modes))
     return theta[0::2], theta[1::2]
 
 
 def field(rng, x, *, n_modes=50, tau=3.0, alpha=2.0):
-    """The continuous field ``a`` of the sample drawn from ``rng``, evaluated at ``x`` (shape (n,)).
-
-    Cost O(n x n_modes).
-    """
+    """The field ``a`` (n,) of the sample drawn from ``rng`` at ``x`` (n,)."""
     theta_cos, theta_sin = draw_theta(rng, n_modes)
     return periodic_series_1d(theta_cos, theta_sin, coefficients(n_modes, tau, alpha), x)
 
@@ -62,11 +49,8 @@ def _threshold(a):
 
 
 def make_block(seed, start, stop, *, n_points=200, n_modes=50, tau=3.0, alpha=2.0, shift=0.5):
-    """Samples ``start .. stop-1``: inputs ``sign(a(x))`` and outputs ``sign(a((x - shift) mod 1))``.
-
-    Returns two float64 arrays of shape (stop - start, n_points) with values in {-1, +1}.
-    Cost O((stop - start) x n_points x n_modes); thousands of samples per second.
-    """
+    """Samples ``start .. stop-1``: inputs ``sign(a(x))`` and outputs ``sign(a((x - shift) mod
+    1))``, each (stop - start, n_points)."""
     x = np.linspace(0.0, 1.0, int(n_points))
     xs = np.concatenate([x, (x - shift) % 1.0])
     inputs = np.empty((stop - start, int(n_points)))
@@ -84,6 +68,8 @@ def grids(*, n_points=200, n_modes=50, tau=3.0, alpha=2.0, shift=0.5):
     return {"x": x}, {"x": x}
 
 
+_PAPER = dict(train=1000, test=1000, n_features=3000, gamma=1e-6, alpha=1e-15)
+_PAPER.update(cauchy=0.141, gaussian=0.211)
 ADVECTION3 = register(
     DatasetSpec(
         name="advection3",
@@ -95,15 +81,8 @@ ADVECTION3 = register(
         periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
         grids=grids,
         ranges=_RANGES,
-        description="Advection III: thresholded 50-mode periodic field translated by half a period (200 -> 200)",
-        paper=dict(
-            train=1000,
-            test=1000,
-            n_features=3000,
-            gamma=1e-6,
-            alpha=1e-15,
-            cauchy=0.141,
-            gaussian=0.211,
-        ),
+        description="Advection III: thresholded 50-mode periodic field translated by half a "
+        "period (200 -> 200)",
+        paper=_PAPER,
     )
 )

@@ -1,29 +1,15 @@
 """Darcy flow with a piecewise-constant coefficient (Lu et al. 2022, FNO collection).
 
 ``-div(a grad u) = 1`` on ``(0, 1)^2``, ``u = 0`` on the boundary, ``a = a_high`` (12) where the
-FNO-style Neumann DCT field (:func:`grf.neumann_dct_2d`, ``alpha = 2``, ``tau = 3``) is ``>= 0``
-and ``a_low`` (3) elsewhere. The field is drawn on the ``n_solve x n_solve`` node grid
-(``x_i = i / (n_solve - 1)``) and the equation is solved there with the 5-point finite-volume
-scheme whose face coefficient is the mean of the two neighbouring nodal values. Input ``a`` and
-output ``u`` are both subsampled with ``stride``; ``u`` is returned as solved (not multiplied
-by 100; its boundary values are exactly 0).
+Neumann DCT field :func:`grf.neumann_dct_2d` is ``>= 0`` and ``a_low`` (3) elsewhere, on the
+``n_solve x n_solve`` node grid; 5-point finite volumes (face coefficients the means of the two
+nodes), conjugate gradients preconditioned by the constant-coefficient Laplacian (two DST-I):
+about 25 iterations whatever the grid, 0.15 s per 421 x 421 sample. Input ``a`` and output
+``u`` subsampled by ``stride``, ``1 + (n_solve - 1) / stride`` points a side (421: strides 35,
+28, 15, 14, 10, 7, 5, 4, 1 give 13, 16, 29, 31, 43, 61, 85, 106, 421; docs/datasets.md).
 
-Resolution study: the output has ``1 + (n_solve - 1) / stride`` points per side, so ``stride``
-must divide ``n_solve - 1``. With the default ``n_solve = 421`` (420 = 2^2 3 5 7): stride 35 -> 13,
-28 -> 16, 15 -> 29 (default), 14 -> 31, 10 -> 43, 7 -> 61, 5 -> 85, 4 -> 106, 1 -> 421.
-26, 51 and 101 points per side cannot be reached from 421; take ``n_solve = 301`` and strides
-25, 12, 6, 3 for 13, 26, 51, 101 points (one solve grid for the whole study).
-
-Solver: conjugate gradients (``scipy.sparse.linalg.cg``, relative residual ``rtol``) on the
-interior unknowns, preconditioned by the exact inverse of the constant-coefficient 5-point
-Laplacian, applied with two orthonormal DST-I transforms (``scipy.fft.dstn``). The scheme's
-matrix is spectrally equivalent to that Laplacian with ratio ``max(a) / min(a)`` (4 here), so
-CG needs about 25 iterations independently of the grid: ~0.15 s per 421 x 421 sample on one core.
-Each sample is solved on its own, so its bytes do not depend on the block it is made in.
-
-Ranges: ``n_solve >= 4`` (the 5-point matrix needs 2 x 2 interior nodes); ``stride`` divides
-``n_solve - 1``; ``0 < a_low <= a_high`` (a positive coefficient); ``alpha``, ``tau > 0``;
-``0 < rtol < 1``.
+Ranges: ``n_solve >= 4``; ``stride`` divides ``n_solve - 1``; ``0 < a_low <= a_high``;
+``alpha``, ``tau > 0``; ``0 < rtol < 1``.
 """
 
 from __future__ import annotations
@@ -48,8 +34,6 @@ from .registry import (
     sample_rng,
 )
 
-__all__ = ["assemble_darcy", "solve_darcy", "darcy_coefficient", "DARCY"]
-
 _DEFAULTS = {
     "n_solve": 421,
     "stride": 15,
@@ -71,20 +55,9 @@ _RANGES = {
 
 
 def assemble_darcy(a):
-    """The 5-point finite-volume matrix of ``-div(a grad u)`` times ``h^2`` on the interior nodes.
-
-    Parameters
-    ----------
-    a : ndarray, shape (n, n)
-        Nodal coefficient on ``x_i = i / (n - 1)`` (axis 0 along x), boundary nodes included.
-
-    Returns
-    -------
-    scipy.sparse.csr_matrix, shape ((n-2)^2, (n-2)^2)
-        Symmetric positive definite; interior node ``(i, j)`` (1-based in the full grid) is
-        unknown ``(i - 1) * (n - 2) + (j - 1)``. Face coefficients are means of the two
-        neighbouring nodal values. Built from five diagonals, O(n^2).
-    """
+    """The 5-point finite-volume matrix ((n-2)^2, (n-2)^2) of ``-div(a grad u)`` times ``h^2``
+    on the interior nodes, for the nodal coefficient ``a`` (n, n) on ``i / (n - 1)``: symmetric
+    positive definite, interior node ``(i, j)`` the unknown ``(i - 1) (n - 2) + j - 1``."""
     a = np.asarray(a, dtype=float)
     n = a.shape[0]
     m = n - 2
@@ -121,23 +94,9 @@ def _laplacian_preconditioner(m):
 
 
 def solve_darcy(a, f=1.0, *, rtol=1e-10):
-    """Solve ``-div(a grad u) = f`` on ``(0, 1)^2`` with ``u = 0`` on the boundary.
-
-    Parameters
-    ----------
-    a : ndarray, shape (n, n)
-        Positive nodal coefficient on ``x_i = i / (n - 1)``, axis 0 along x.
-    f : float or ndarray, shape (n, n)
-        Nodal right-hand side (only interior values are used).
-    rtol : float
-        Relative residual of the preconditioned CG iteration.
-
-    Returns
-    -------
-    ndarray, shape (n, n)
-        Nodal solution, boundary values 0. Cost: O(n^2 log n) per CG iteration, about
-        ``sqrt(max a / min a)``-proportional iteration count, independent of ``n``.
-    """
+    """Nodal solution (n, n) of ``-div(a grad u) = f`` on ``(0, 1)^2``, ``u = 0`` on the boundary,
+    for the positive nodal coefficient ``a`` (n, n) and right-hand side ``f`` (a number or
+    (n, n)); preconditioned CG to the relative residual ``rtol``."""
     a = np.asarray(a, dtype=float)
     n = a.shape[0]
     if a.shape != (n, n) or n < 4:
@@ -145,9 +104,8 @@ def solve_darcy(a, f=1.0, *, rtol=1e-10):
     m = n - 2
     h = 1.0 / (n - 1)
     rhs = np.broadcast_to(np.asarray(f, dtype=float), (n, n))[1:-1, 1:-1].ravel() * h**2
-    u_int, info = sla.cg(
-        assemble_darcy(a), rhs, rtol=rtol, atol=0.0, maxiter=2000, M=_laplacian_preconditioner(m)
-    )
+    kw = dict(rtol=rtol, atol=0.0, maxiter=2000, M=_laplacian_preconditioner(m))
+    u_int, info = sla.cg(assemble_darcy(a), rhs, **kw)
     if info != 0:
         raise RuntimeError(f"CG did not reach rtol={rtol} (info={info})")
     u = np.zeros((n, n))
@@ -182,9 +140,8 @@ def make_block(
     inputs = np.empty((stop - start, k, k))
     outputs = np.empty_like(inputs)
     for row, i in enumerate(range(start, stop)):
-        a = darcy_coefficient(
-            sample_rng(seed, i), n_solve, a_high=a_high, a_low=a_low, alpha=alpha, tau=tau
-        )
+        shape = dict(a_high=a_high, a_low=a_low, alpha=alpha, tau=tau)
+        a = darcy_coefficient(sample_rng(seed, i), n_solve, **shape)
         u = solve_darcy(a, 1.0, rtol=rtol)
         inputs[row] = a[::stride, ::stride]
         outputs[row] = u[::stride, ::stride]
@@ -198,6 +155,8 @@ def grids(*, n_solve=421, stride=15, **_):
     return {"x": x, "y": x.copy()}, {"x": x, "y": x.copy()}
 
 
+_PAPER = dict(train=1000, test=200, n_features=100000, gamma=2e-4, alpha=1e-12)
+_PAPER.update(cauchy=0.0308, gaussian=0.0374)
 DARCY = register(
     DatasetSpec(
         name="darcy",
@@ -209,14 +168,6 @@ DARCY = register(
         grids=grids,
         ranges=_RANGES,
         description="Darcy: -div(a grad u) = 1, a in {3, 12}, 421^2 solve (29x29 -> 29x29)",
-        paper=dict(
-            train=1000,
-            test=200,
-            n_features=100000,
-            gamma=2e-4,
-            alpha=1e-12,
-            cauchy=0.0308,
-            gaussian=0.0374,
-        ),
+        paper=_PAPER,
     )
 )

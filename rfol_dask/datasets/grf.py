@@ -1,43 +1,24 @@
-"""Random input fields shared by the benchmark generators (docs/datasets.md).
-
-Every function takes the per-sample generator ``rng`` (see ``registry.sample_rng``)
-and returns one field on the requested grid, float64. Costs are O(grid size x modes)
-or O(grid log grid) where an FFT/DCT applies.
-"""
+"""Random input fields of the benchmark generators (docs/datasets.md): each function draws one
+float64 field on the requested grid from the per-sample generator ``rng``."""
 
 from __future__ import annotations
 
 import numpy as np
 import scipy.fft
 
-__all__ = [
-    "periodic_series_1d",
-    "burgers_initial",
-    "cosine_series_1d",
-    "neumann_dct_2d",
-    "neumann_eigen_2d",
-    "half_plane_wavevectors",
-    "periodic_forcing_2d",
-]
-
 
 def periodic_series_1d(theta_cos, theta_sin, coeffs, x):
-    """``sum_l coeffs[l-1] * sqrt(2) * (theta_cos[l-1] cos 2 pi l x + theta_sin[l-1] sin 2 pi l x)``.
-
-    ``theta_*`` and ``coeffs`` have shape (L,), ``x`` shape (n,); returns shape (n,).
-    """
-    l = np.arange(1, len(coeffs) + 1)
-    arg = 2.0 * np.pi * np.outer(x, l)
+    """``sum_l coeffs_l sqrt(2) (theta_cos_l cos 2 pi l x + theta_sin_l sin 2 pi l x)`` (n,) for
+    ``theta_*``, ``coeffs`` (L,) and ``x`` (n,)."""
+    ell = np.arange(1, len(coeffs) + 1)
+    arg = 2.0 * np.pi * np.outer(x, ell)
     return np.sqrt(2.0) * (np.cos(arg) @ (coeffs * theta_cos) + np.sin(arg) @ (coeffs * theta_sin))
 
 
 def burgers_initial(rng, n, n_modes=None, sigma=25.0, tau=5.0):
-    """Burgers' initial condition ``u0 ~ N(0, sigma^2 (-Lap + tau^2 I)^-2)`` on ``x = j / n``.
-
-    ``u0(x) = sum_{k>=1} sqrt(2) sigma ((2 pi k)^2 + tau^2)^-1 (xi_k cos 2 pi k x + eta_k sin 2 pi k x)``
-    with ``k <= n_modes`` (default ``n // 2 - 1``), evaluated with one inverse real FFT.
-    Returns shape (n,).
-    """
+    """Burgers' initial condition ``u0 ~ N(0, sigma^2 (-Lap + tau^2 I)^-2)`` (n,) on ``j / n``:
+    ``sum_{k <= n_modes} sqrt(2) sigma ((2 pi k)^2 + tau^2)^-1 (xi_k cos 2 pi k x + eta_k sin 2 pi
+    k x)`` (default ``n_modes = n // 2 - 1``), by one inverse real FFT."""
     n_modes = n // 2 - 1 if n_modes is None else int(n_modes)
     if not 1 <= n_modes < n // 2:
         raise ValueError(f"n_modes must be in [1, {n // 2 - 1}] for n={n}, got {n_modes}")
@@ -52,19 +33,16 @@ def burgers_initial(rng, n, n_modes=None, sigma=25.0, tau=5.0):
 
 
 def cosine_series_1d(theta, coeffs, x, *, sqrt2=True):
-    """``sum_l coeffs[l-1] theta[l-1] sqrt(2) cos(pi l x)``; shapes (L,), (L,), (n,) -> (n,)."""
-    l = np.arange(1, len(coeffs) + 1)
+    """``sum_l coeffs_l theta_l sqrt(2) cos(pi l x)`` (n,) for (L,), (L,), (n,)."""
+    ell = np.arange(1, len(coeffs) + 1)
     scale = np.sqrt(2.0) if sqrt2 else 1.0
-    return scale * (np.cos(np.pi * np.outer(x, l)) @ (coeffs * theta))
+    return scale * (np.cos(np.pi * np.outer(x, ell)) @ (coeffs * theta))
 
 
 def neumann_dct_2d(rng, s, alpha=2.0, tau=3.0):
-    """The FNO-collection Gaussian field on an ``s x s`` cell-centred grid of (0, 1)^2.
-
-    Coefficients ``s * tau^(alpha-1) (pi^2 (k1^2 + k2^2) + tau^2)^(-alpha/2) xi_k``, ``k`` in
-    ``[0, s)^2``, the (0, 0) mode removed, mapped to the grid by an orthonormal 2-D inverse
-    DCT-II (MATLAB ``idct2``). Returns shape (s, s), axis 0 along x.
-    """
+    """The FNO-collection Gaussian field (s, s) on a cell-centred grid of (0, 1)^2: coefficients
+    ``s tau^(alpha-1) (pi^2 |k|^2 + tau^2)^(-alpha/2) xi_k`` (no (0, 0) mode) by an orthonormal
+    inverse DCT-II (MATLAB ``idct2``)."""
     xi = rng.standard_normal((s, s))
     k = np.arange(s)
     k1, k2 = np.meshgrid(k, k, indexing="ij")
@@ -75,7 +53,7 @@ def neumann_dct_2d(rng, s, alpha=2.0, tau=3.0):
 
 
 def _sorted_lattice(n_modes, allowed):
-    """The first ``n_modes`` integer vectors accepted by ``allowed`` sorted by ``|l|^2`` (stable)."""
+    """The first ``n_modes`` integer vectors accepted by ``allowed``, by ``|l|^2`` (stable)."""
     r = int(np.ceil(np.sqrt(n_modes))) + 2
     while True:
         g = np.arange(-r, r + 1)
@@ -92,12 +70,9 @@ def _sorted_lattice(n_modes, allowed):
 
 
 def neumann_eigen_2d(rng, x, y, n_modes=100, tau=3.0, power=1.0):
-    """``sum_l theta_l (pi^2 |l|^2 + tau^2)^(-power) phi_l`` over the first ``n_modes`` ``l`` in
-    ``N^2 minus {0}`` sorted by ``|l|^2``; ``phi_l`` the normalised Neumann cosine eigenfunctions
-    ``c_{l1} c_{l2} cos(pi l1 x) cos(pi l2 y)`` (``c_0 = 1``, ``c_k = sqrt 2``).
-
-    ``x``, ``y`` are 1-D node coordinates; returns shape (len(x), len(y)).
-    """
+    """``sum_l theta_l (pi^2 |l|^2 + tau^2)^(-power) phi_l`` (len(x), len(y)) over the first
+    ``n_modes`` ``l`` of ``N^2 minus {0}`` by ``|l|^2``, ``phi_l`` the normalised Neumann cosine
+    eigenfunctions at the nodes ``x``, ``y``."""
     lv = _sorted_lattice(n_modes, lambda a, b: (a >= 0) & (b >= 0) & ((a > 0) | (b > 0)))
     theta = rng.standard_normal(n_modes)
     amp = theta * (np.pi**2 * (lv**2).sum(1) + tau**2) ** (-power)
@@ -113,11 +88,8 @@ def half_plane_wavevectors(n_modes):
 
 
 def periodic_forcing_2d(rng, x, y, n_modes=50, tau=3.0, power=2.0):
-    """``sum_i (a_i cos(k_i . x) + b_i sin(k_i . x)) / (sqrt(2) pi (tau^2 + |k_i|^2)^power)``.
-
-    ``k_i`` from :func:`half_plane_wavevectors`; ``x``, ``y`` 1-D coordinates on
-    ``[0, 2 pi)``; returns shape (len(x), len(y)).
-    """
+    """``sum_i (a_i cos(k_i . x) + b_i sin(k_i . x)) / (sqrt(2) pi (tau^2 + |k_i|^2)^power)``
+    (len(x), len(y)) on ``[0, 2 pi)^2``, ``k_i`` from :func:`half_plane_wavevectors`."""
     k = half_plane_wavevectors(n_modes)
     a = rng.standard_normal(n_modes)
     b = rng.standard_normal(n_modes)

@@ -1,22 +1,15 @@
 """Helmholtz equation with a random wave speed (de Hoop et al. 2022).
 
 ``-Lap v - (omega / c)^2 v = 0`` on ``(0, 1)^2``, ``omega = 1000``; ``dv/dn = 0`` on the left,
-right and bottom edges and ``dv/dn = 1{0.35 <= x <= 0.65}`` on the top edge (the exact indicator,
-integrated exactly: Gauss points, and the hats' exact integrals on a facet that an end cuts). ``c = 20 + tanh(a)`` with ``a`` from :func:`grf.neumann_eigen_2d`
-(100 modes, ``tau = 3``, ``power = 1``) evaluated at the nodes. Q1 finite elements on
-``n_cells x n_cells`` squares (scikit-fem ``MeshQuad`` / ``ElementQuad1``), 3 x 3 Gauss points,
-``c`` interpolated from its nodal values, one sparse LU (``scipy.sparse.linalg.splu``) per sample.
-Input ``c`` and output ``v`` are nodal, ``(n_cells + 1)^2`` (``helmholtz_high``) or every 4th node
-(``helmholtz_low``, 26 x 26), axis 0 along x.
+right and bottom edges and ``dv/dn = 1{0.35 <= x <= 0.65}`` on the top edge (integrated exactly).
+``c = 20 + tanh(a)``, ``a`` from :func:`grf.neumann_eigen_2d` (100 modes, ``tau = 3``,
+``power = 1``) at the nodes. Q1 elements on ``n_cells x n_cells`` squares (scikit-fem), 3 x 3
+Gauss points, ``c`` interpolated from its nodal values, one sparse LU per sample (about 30 ms at
+101 x 101). Input ``c`` and output ``v`` are nodal, ``(n_cells + 1)^2`` (``helmholtz_high``) or
+every 4th node (``helmholtz_low``, 26 x 26), axis 0 along x.
 
-Per mesh, :class:`HelmholtzQ1` precomputes the stiffness matrix, the matrix that interpolates
-nodal values to the quadrature points and the (sparse) map from quadrature-point weights to the
-entries of the weighted mass matrix; a sample then costs two sparse mat-vecs and one LU of a
-``(n_cells + 1)^2`` system (about 30 ms at 101 x 101).
-
-Ranges: ``n_cells >= 1``; ``stride`` divides ``n_cells``; ``omega > 0`` (0 leaves the Neumann
-problem singular); ``c0 > 1`` (so that ``c = c0 + tanh(a) > 0``); ``n_modes >= 1``; ``tau >= 0``;
-``power > 0``; ``0 <= flux_lo < flux_hi <= 1``.
+Ranges: ``n_cells >= 1``; ``stride`` divides ``n_cells``; ``omega > 0``; ``c0 > 1``;
+``n_modes >= 1``; ``tau >= 0``; ``power > 0``; ``0 <= flux_lo < flux_hi <= 1``.
 """
 
 from __future__ import annotations
@@ -42,15 +35,6 @@ from .registry import (
     sample_rng,
 )
 
-__all__ = [
-    "HelmholtzQ1",
-    "get_fe",
-    "solve_helmholtz",
-    "wave_speed",
-    "HELMHOLTZ_HIGH",
-    "HELMHOLTZ_LOW",
-]
-
 _INTORDER = 5  # tensor Gauss-Legendre with 3 x 3 points on each square
 
 
@@ -60,23 +44,12 @@ def _stiffness(u, v, w):
 
 
 class HelmholtzQ1:
-    """Q1 discretisation of ``-Lap v - k^2(x) v`` with Neumann data on ``n_cells^2`` unit-square cells.
+    """Q1 discretisation of ``-Lap v - k^2(x) v`` with Neumann data on ``n_cells^2`` cells.
 
-    Attributes
-    ----------
-    basis : skfem.CellBasis
-        Q1 basis with 3 x 3 Gauss points per cell; dof ``ix * (n_cells + 1) + iy`` is node
-        ``(x_ix, y_iy)``, so nodal arrays of shape (n+1, n+1) ravel to dof order.
-    indptr, indices : ndarray
-        CSR pattern shared by the stiffness and mass matrices (symmetric, so it is also their
-        CSC pattern).
-    stiffness : ndarray, shape (nnz,)
-        Stiffness entries on that pattern.
-    interp : scipy.sparse.csr_matrix, shape (n_elems * 9, n_dofs)
-        Nodal values -> values at the quadrature points (element-major).
-    mass_map : scipy.sparse.csr_matrix, shape (nnz, n_elems * 9)
-        Quadrature-point weight ``k^2`` -> entries of ``int k^2 phi_i phi_j``.
-    """
+    ``basis``: dof ``ix * (n_cells + 1) + iy`` is node ``(x_ix, y_iy)``; ``indptr``, ``indices``:
+    the CSR (and CSC) pattern of the stiffness and mass matrices; ``stiffness`` (nnz,) its
+    entries; ``interp`` (n_elems * 9, n_dofs): nodal values -> quadrature points; ``mass_map``
+    (nnz, n_elems * 9): quadrature weights ``k^2`` -> entries of ``int k^2 phi_i phi_j``."""
 
     def __init__(self, n_cells=100):
         self.n_cells = int(n_cells)
@@ -98,7 +71,8 @@ class HelmholtzQ1:
         phi = np.stack([np.asarray(self.basis.basis[i][0]) for i in range(n_loc)])  # (4, ne, nq)
         dx = self.basis.dx  # (ne, nq): weights times |det J|
 
-        # Shared CSR pattern: entry (dofs[i, e], dofs[j, e]) for every element and local pair.
+        # the CSR pattern: entry (dofs[i, e], dofs[j, e]) for every element and local pair;
+        # np.unique sorts by (row, col), so the slot numbers are the CSR data positions
         rows = np.broadcast_to(dofs[:, None, :], (n_loc, n_loc, n_elems))
         cols = np.broadcast_to(dofs[None, :, :], (n_loc, n_loc, n_elems))
         keys = rows.astype(np.int64) * self.n_dofs + cols
@@ -109,7 +83,6 @@ class HelmholtzQ1:
         )
         pattern.sort_indices()
         self.indptr, self.indices = pattern.indptr, pattern.indices
-        # np.unique sorts by (row, col): slot numbers are the CSR data positions.
 
         # mass_map[slot(i, j, e), e * nq + q] = phi_i phi_j dx at (e, q); duplicates are summed.
         vals = phi[:, None] * phi[None, :] * dx  # (4, 4, ne, nq)
@@ -118,16 +91,10 @@ class HelmholtzQ1:
         self.mass_map = sp.csr_matrix(
             (vals.ravel(), (slots_q.ravel(), cols_q.ravel())), shape=(len(uniq), n_elems * n_q)
         )
-        self.interp = sp.csr_matrix(
-            (
-                np.moveaxis(phi, 0, -1).ravel(),  # (ne, nq, 4)
-                (
-                    np.repeat(np.arange(n_elems * n_q), n_loc),
-                    np.broadcast_to(dofs.T[:, None, :], (n_elems, n_q, n_loc)).ravel(),
-                ),
-            ),
-            shape=(n_elems * n_q, self.n_dofs),
-        )
+        rows_q = np.repeat(np.arange(n_elems * n_q), n_loc)
+        cols_d = np.broadcast_to(dofs.T[:, None, :], (n_elems, n_q, n_loc)).ravel()
+        values = np.moveaxis(phi, 0, -1).ravel()  # (ne, nq, 4)
+        self.interp = sp.csr_matrix((values, (rows_q, cols_d)), shape=(n_elems * n_q, self.n_dofs))
         stiff = _stiffness.assemble(self.basis).tocsr()
         self.stiffness = np.asarray(stiff[uniq // self.n_dofs, uniq % self.n_dofs]).ravel()
         if not np.isclose(np.abs(stiff).sum(), np.abs(self.stiffness).sum()):
@@ -140,33 +107,24 @@ class HelmholtzQ1:
         return sp.csc_matrix((data, self.indices, self.indptr), shape=(self.n_dofs,) * 2)
 
     def load(self, source=None, flux=None, flux_interval=(0.35, 0.65)):
-        """Load vector ``int f phi + int_boundary g phi``, shape (n_dofs,).
-
-        ``source(x, y)`` and ``flux(x, y, nx, ny)`` are callables on quadrature-point arrays
-        (``flux`` is ``dv/dn`` on the whole boundary, outward normal ``(nx, ny)``). ``flux=None``
-        means the top-edge indicator of ``flux_interval``; ``source=None`` means 0.
-        """
+        """Load vector (n_dofs,) ``int f phi + int_boundary g phi`` of ``source(x, y)`` (None: 0)
+        and ``flux(x, y, nx, ny) = dv/dn`` (None: the top-edge indicator of ``flux_interval``)."""
         if flux is None:
             key = tuple(float(t) for t in flux_interval)
             if key not in self._default_loads:
                 lo, hi = key
                 top = self.basis.mesh.facets_satisfying(lambda x: np.isclose(x[1], 1.0))
-                fb = skfem.FacetBasis(
-                    self.basis.mesh, self.basis.elem, facets=top, intorder=_INTORDER
-                )
+                mesh = self.basis.mesh
+                fb = skfem.FacetBasis(mesh, self.basis.elem, facets=top, intorder=_INTORDER)
 
                 @skfem.LinearForm
                 def top_flux(v, w):
                     return ((w.x[0] >= lo) & (w.x[0] <= hi)) * v
 
                 b = top_flux.assemble(fb)
-                # a facet that lo or hi cuts: the indicator jumps inside it, which Gauss points
-                # integrate wrongly (by up to 5 % of the total at 30 cells); integrated exactly there
-                mesh = self.basis.mesh
+                # on a facet that lo or hi cuts Gauss points miss the jump: integrated exactly
                 xa, xb = np.sort(mesh.p[0, mesh.facets[:, top]], axis=0)
-                tol = 1e-9 * (
-                    xb - xa
-                )  # an end at a node, but for rounding (0.35000000000000003): not cut
+                tol = 1e-9 * (xb - xa)  # an end at a node but for rounding does not cut
                 cut = top[((xa + tol < lo) & (lo < xb - tol)) | ((xa + tol < hi) & (hi < xb - tol))]
                 if cut.size:
                     b -= top_flux.assemble(
@@ -193,35 +151,21 @@ class HelmholtzQ1:
         return b
 
     def _exact_indicator_load(self, facets, lo, hi):
-        """``int phi_k 1{lo <= x <= hi}`` over the horizontal ``facets`` (their Q1 hats are linear
-        along them), exactly, shape (n_dofs,)."""
+        """``int phi_k 1{lo <= x <= hi}`` (n_dofs,) over the horizontal ``facets``, exactly."""
         mesh, b = self.basis.mesh, np.zeros(self.n_dofs)
         for f in facets:
             nodes = mesh.facets[:, f]
             (a, e), order = np.sort(mesh.p[0, nodes]), np.argsort(mesh.p[0, nodes])
             p, q = max(lo, a), min(hi, e)
             if q > p:
-                h = e - a
-                b[nodes[order[0]]] += ((e - p) ** 2 - (e - q) ** 2) / (
-                    2 * h
-                )  # the hat falling from a
-                b[nodes[order[1]]] += ((q - a) ** 2 - (p - a) ** 2) / (2 * h)  # the hat rising to e
+                h = e - a  # the hats falling from a and rising to e
+                b[nodes[order[0]]] += ((e - p) ** 2 - (e - q) ** 2) / (2 * h)
+                b[nodes[order[1]]] += ((q - a) ** 2 - (p - a) ** 2) / (2 * h)
         return b
 
     def solve(self, c_nodal, omega, load):
-        """Solutions for a batch of nodal wave speeds.
-
-        Parameters
-        ----------
-        c_nodal : ndarray, shape (B, n+1, n+1)
-        omega : float
-        load : ndarray, shape (n_dofs,)
-
-        Returns
-        -------
-        ndarray, shape (B, n+1, n+1); one ``splu`` per sample (the mass entries of the whole
-        batch come from one sparse mat-mat product).
-        """
+        """Nodal solutions (B, n+1, n+1) for the nodal wave speeds ``c_nodal`` (B, n+1, n+1) and
+        the load vector ``load`` (n_dofs,); one ``splu`` per sample."""
         c_nodal = np.asarray(c_nodal, dtype=float)
         batch = c_nodal.shape[0]
         c_quad = self.interp @ c_nodal.reshape(batch, -1).T  # (ne * nq, B)
@@ -243,21 +187,9 @@ def get_fe(n_cells=100):
 
 
 def solve_helmholtz(c_nodal, omega=1000.0, *, source=None, flux=None, flux_interval=(0.35, 0.65)):
-    """Q1 solution of ``-Lap v - (omega / c)^2 v = source`` with ``dv/dn = flux`` on the boundary.
-
-    Parameters
-    ----------
-    c_nodal : ndarray, shape (n+1, n+1) or (B, n+1, n+1)
-        Nodal wave speed on ``linspace(0, 1, n+1)^2``, axis 0 along x.
-    omega : float
-    source : callable ``(x, y) -> f`` or None
-    flux : callable ``(x, y, nx, ny) -> dv/dn`` on the whole boundary, or None for the top-edge
-        indicator of ``flux_interval`` (0 on the other edges).
-
-    Returns
-    -------
-    ndarray, same shape as ``c_nodal``: nodal ``v``.
-    """
+    """Nodal Q1 solution ``v`` of ``-Lap v - (omega / c)^2 v = source``, ``dv/dn = flux``
+    (:meth:`HelmholtzQ1.load`), for the nodal wave speed ``c_nodal`` (n+1, n+1) or (B, n+1, n+1)
+    on ``linspace(0, 1, n+1)^2``; the shape of ``c_nodal``."""
     c_nodal = np.asarray(c_nodal, dtype=float)
     single = c_nodal.ndim == 2
     batch = c_nodal[None] if single else c_nodal
@@ -272,10 +204,8 @@ def wave_speed(rng, x, *, c0=20.0, n_modes=100, tau=3.0, power=1.0):
     return c0 + np.tanh(grf.neumann_eigen_2d(rng, x, x, n_modes=n_modes, tau=tau, power=power))
 
 
-#: largest accepted rounding error ``eps / (k h)^2`` of ``K - k^2 M``: with only Neumann data the
-#: mass term alone makes the system regular, and below about ``k h = 1e-5`` rounding takes it
-#: (omega = 1e-3 on 100 cells: 1e-3 off; 1e-5: the wrong sign; measured against the exact mean
-#: ``-flux / k^2`` of a constant wave speed)
+#: largest accepted rounding error ``eps / (k h)^2`` of ``K - k^2 M``: with Neumann data only the
+#: mass term makes the system regular, and rounding takes it below about ``k h = 1e-5``
 MAX_ROUNDING = 1e-6
 
 
@@ -285,8 +215,8 @@ def _check_omega(omega, c0, n_cells):
     if np.finfo(float).eps / kh**2 > MAX_ROUNDING:
         least = (c0 + 1.0) * n_cells * np.sqrt(np.finfo(float).eps / MAX_ROUNDING)
         raise ValueError(
-            f"omega={omega:g} is too small for the Neumann problem on {n_cells} cells: (omega h / c)^2 "
-            f"= {kh**2:.1e} is lost to rounding against the stiffness (error about "
+            f"omega={omega:g} is too small for the Neumann problem on {n_cells} cells: "
+            f"(omega h / c)^2 = {kh**2:.1e} is lost to rounding against the stiffness (error about "
             f"{np.finfo(float).eps / kh**2:.0e}); take omega >= {least:.3g}"
         )
 
@@ -314,18 +244,11 @@ def make_block(
     if stop <= start:
         k = n_cells // stride + 1
         return np.empty((0, k, k)), np.empty((0, k, k))
-    c = np.stack(
-        [
-            wave_speed(sample_rng(seed, i), x, c0=c0, n_modes=n_modes, tau=tau, power=power)
-            for i in range(start, stop)
-        ]
-    )
+    shape = dict(c0=c0, n_modes=n_modes, tau=tau, power=power)
+    c = np.stack([wave_speed(sample_rng(seed, i), x, **shape) for i in range(start, stop)])
     fe = get_fe(n_cells)
     v = fe.solve(c, omega, fe.load(flux_interval=(flux_lo, flux_hi)))
-    return (
-        np.ascontiguousarray(c[:, ::stride, ::stride]),
-        np.ascontiguousarray(v[:, ::stride, ::stride]),
-    )
+    return tuple(np.ascontiguousarray(a[:, ::stride, ::stride]) for a in (c, v))
 
 
 def _grids(*, n_cells=100, stride=1, **_):
@@ -359,48 +282,44 @@ _RANGES = {
     ),
 }
 
-HELMHOLTZ_HIGH = register(
-    DatasetSpec(
-        name="helmholtz_high",
-        input_attrs={"long_name": "wave speed c(x, y)", "units": "1"},
-        output_attrs={"long_name": "wave field v(x, y)", "units": "1"},
-        make_block=make_block,
-        defaults=dict(_DEFAULTS),
-        units="m",
-        grids=_grids,
-        ranges=_RANGES,
-        description="Helmholtz: wave speed c -> Q1 solution v, omega = 1000 (101x101 -> 101x101)",
-        paper=dict(
-            train=10000,
-            test=30000,
-            n_features=5000,
-            gamma=1e-4,
-            alpha=1e-12,
-            cauchy=0.0273,
-            gaussian=0.0287,
-        ),
-    )
-)
 
-HELMHOLTZ_LOW = register(
-    DatasetSpec(
-        name="helmholtz_low",
-        input_attrs={"long_name": "wave speed c(x, y)", "units": "1"},
-        output_attrs={"long_name": "wave field v(x, y)", "units": "1"},
-        make_block=partial(make_block, stride=4),
-        defaults=dict(_DEFAULTS, stride=4),
-        units="m",
-        grids=_grids,
-        ranges=_RANGES,
-        description="Helmholtz, every 4th node of the 101x101 solution (26x26 -> 26x26)",
-        paper=dict(
-            train=1000,
-            test=1000,
-            n_features=5000,
-            gamma=1e-5,
-            alpha=1e-13,
-            cauchy=0.0666,
-            gaussian=0.0363,
-        ),
+def _spec(name, stride, description, **paper):
+    return register(
+        DatasetSpec(
+            name=name,
+            input_attrs={"long_name": "wave speed c(x, y)", "units": "1"},
+            output_attrs={"long_name": "wave field v(x, y)", "units": "1"},
+            make_block=partial(make_block, stride=stride),
+            defaults=dict(_DEFAULTS, stride=stride),
+            units="m",
+            grids=_grids,
+            ranges=_RANGES,
+            description=description,
+            paper=paper,
+        )
     )
+
+
+_PAPER = dict(n_features=5000, cauchy=0.0273, gaussian=0.0287)
+HELMHOLTZ_HIGH = _spec(
+    "helmholtz_high",
+    1,
+    "Helmholtz: wave speed c -> Q1 solution v, omega = 1000 (101x101 -> 101x101)",
+    train=10000,
+    test=30000,
+    gamma=1e-4,
+    alpha=1e-12,
+    **_PAPER,
+)
+HELMHOLTZ_LOW = _spec(
+    "helmholtz_low",
+    4,
+    "Helmholtz, every 4th node of the 101x101 solution (26x26 -> 26x26)",
+    train=1000,
+    test=1000,
+    n_features=5000,
+    gamma=1e-5,
+    alpha=1e-13,
+    cauchy=0.0666,
+    gaussian=0.0363,
 )

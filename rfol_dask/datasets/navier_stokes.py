@@ -1,21 +1,14 @@
 """Navier-Stokes (de Hoop et al. 2022): forcing ``f`` -> vorticity ``w(., T)`` on [0, 2 pi)^2.
 
 ``w_t + (c . grad) w - nu Lap w = f``, ``c = (psi_y, -psi_x)``, ``-Lap psi = w``, periodic,
-``nu = 1/40``, ``T = 10``. The forcing of sample ``i`` is :func:`grf.periodic_forcing_2d`
-drawn from ``sample_rng(seed, i)``; the initial vorticity ``w0`` is one field of the same
-distribution shared by all samples and all seeds: ``periodic_forcing_2d(default_rng(w0_seed))``
-(``SeedSequence(w0_seed)`` with an empty spawn key, so it never coincides with a sample's
-stream). Pseudo-spectral on ``n_grid x n_grid`` (64) with 2/3 dealiasing, ETDRK4 in time
-(diffusion exact, forcing and advection through the ETD weights), the samples of a block in
-one ``(B, n, n)`` FFT stack. ``navier_stokes_high`` keeps the 64 x 64 grid,
-``navier_stokes_low`` every 4th point (16 x 16) of the same fields.
+``nu = 1/40``, ``T = 10``. Sample ``i``'s forcing is :func:`grf.periodic_forcing_2d` drawn from
+``sample_rng(seed, i)``; the initial vorticity is one draw of the same distribution from
+``default_rng(w0_seed)``, shared by all samples. Pseudo-spectral on ``n_grid x n_grid`` (64)
+with 2/3 dealiasing, ETDRK4 in time (40 steps: halving the step changes ``w`` by about 1e-9).
+``navier_stokes_low`` keeps every 4th point (16 x 16) of the same fields.
 
-Accuracy at the defaults (40 steps of 0.25): halving the step changes ``w(., 10)`` by about
-1e-9 relative (see ``tests/datasets/test_navier_stokes.py``).
-
-Ranges: ``nu``, ``T``, ``power > 0``; ``n_grid`` even and at least 8 (the 2/3 rule keeps modes
-``|k| <= (n_grid - 1) // 3``, at least 2, so that the resolution check has a band to judge); ``stride`` divides ``n_grid`` into at least 2 points;
-``n_steps``, ``n_modes >= 1``; ``w0_seed``, ``tau >= 0``.
+Ranges: ``nu``, ``T``, ``power > 0``; ``n_grid`` even and at least 8; ``stride`` divides
+``n_grid`` into at least 2 points; ``n_steps``, ``n_modes >= 1``; ``w0_seed``, ``tau >= 0``.
 """
 
 from __future__ import annotations
@@ -37,16 +30,6 @@ from .registry import (
 )
 from .resolution import check_resolved, check_time_steps
 
-__all__ = [
-    "solve",
-    "advection",
-    "cfl_number",
-    "initial_vorticity",
-    "make_block",
-    "NAVIER_STOKES_HIGH",
-    "NAVIER_STOKES_LOW",
-]
-
 _DEFAULTS = {
     "nu": 0.025,
     "T": 10.0,
@@ -61,10 +44,7 @@ _DEFAULTS = {
 _RANGES = {
     "nu": greater(0),
     "T": greater(0),
-    "n_grid": (
-        at_least(8),
-        EVEN,
-    ),  # 2/3 rule: modes |k| <= 2, so the resolution check has a band to judge
+    "n_grid": (at_least(8), EVEN),  # 2/3 rule: modes |k| <= 2, a band the resolution check judges
     "stride": divisor_of("n_grid", proper=True),
     "n_steps": at_least(1),
     "w0_seed": at_least(0),
@@ -75,13 +55,8 @@ _RANGES = {
 
 
 class _Spectral:
-    """Truncated real Fourier layout of an ``n x n`` periodic grid with the 2/3 rule.
-
-    Only the columns ``k_y = 0 .. K`` (``K = (n - 1) // 3``) of the real-FFT half plane are
-    stored, shape (..., n, K + 1); rows with ``|k_x| > K`` are kept at zero. Transforms are a
-    real FFT along y and a complex FFT along x of the stored columns only (scipy's
-    ``rfft2`` / ``irfft2`` conventions and scaling).
-    """
+    """Truncated real Fourier layout (..., n, K + 1) of an ``n x n`` periodic grid with the 2/3
+    rule (``K = (n - 1) // 3``; rows ``|k_x| > K`` zero), scipy's ``rfft2`` scaling."""
 
     def __init__(self, n):
         if n % 2:
@@ -124,38 +99,17 @@ class _Spectral:
 
 
 def advection(w):
-    """``(c . grad) w`` with ``c = (psi_y, -psi_x)``, ``-Lap psi = w``, on the periodic grid.
-
-    ``w`` has shape (..., n, n) at ``x_j = 2 pi j / n`` (axis -2 along x); returns the same
-    shape. Pseudo-spectral with 2/3 dealiasing; cost 5 real 2-D FFTs of the stack.
-    """
+    """``(c . grad) w`` (..., n, n) of ``w`` (..., n, n) on the periodic grid (dealiased)."""
     w = np.asarray(w, dtype=float)
     sp = _Spectral(w.shape[-1])
     return sp.inverse(sp.advection_hat(sp.forward(w)))
 
 
 def solve(w0, f, T=10.0, nu=0.025, n_steps=40, grading=1.0):
-    """Vorticity ``w(., T)`` of ``w_t + (c . grad) w - nu Lap w = f`` on [0, 2 pi)^2, periodic.
-
-    Parameters
-    ----------
-    w0, f : ndarray, shapes broadcasting to (B, n, n) (or (n, n))
-        Initial vorticity and time-independent forcing at ``(2 pi i / n, 2 pi j / n)``, axis
-        -2 along x, ``n`` even. Modes beyond the 2/3 rule (``|k_x|, |k_y| > (n - 1) // 3``) are
-        dropped; the mean of ``f`` drives the mean of ``w`` linearly.
-    T, nu : float
-        Final time and viscosity.
-    n_steps, grading : int, float
-        ETDRK4 steps on :func:`burgers.time_grid` (``grading = 1``: uniform).
-
-    Returns
-    -------
-    ndarray, the broadcast shape of ``w0`` and ``f``
-        ``w(., T)``; a FloatingPointError if the stepping blew up (the advection is explicit:
-        keep :func:`cfl_number` of the solution at step ``T / n_steps`` below about 2).
-        Cost: ``20 n_steps`` real 2-D FFTs of the (B, n, n) stack, O(n_steps B n^2 log n);
-        memory about 30 B n^2 floats.
-    """
+    """Vorticity ``w(., T)`` of ``w_t + (c . grad) w - nu Lap w = f``, periodic, for the initial
+    vorticity ``w0`` and forcing ``f`` (shapes broadcasting to (B, n, n), ``n`` even, axis -2
+    along x); ``n_steps`` ETDRK4 steps on :func:`burgers.time_grid`. FloatingPointError if the
+    stepping blew up (keep :func:`cfl_number` below about 2)."""
     w0 = np.asarray(w0, dtype=float)
     f = np.asarray(f, dtype=float)
     shape = np.broadcast_shapes(w0.shape, f.shape)
@@ -220,38 +174,30 @@ def make_block(
     tau=3.0,
     power=2.0,
 ):
-    """Samples ``start .. stop-1``: inputs ``f`` and outputs ``w(., T)``, each
-    (B, n_grid / stride, n_grid / stride), solved as one (B, n_grid, n_grid) stack. A ValueError
-    if the CFL number of ``w(., T)`` exceeds 2, the time-stepping error of the data set's first
-    sample exceeds 1e-4 (:func:`resolution.check_time_steps`, in the block of sample 0: one more
-    solve of it at twice the steps) or the grid does not resolve it (:func:`resolution.check_resolved`)."""
+    """Samples ``start .. stop-1``: inputs ``f`` and outputs ``w(., T)``, each (B, n_grid / stride,
+    n_grid / stride). ValueError if the CFL number exceeds 2, the time-stepping error of sample 0
+    exceeds 1e-4 or the grid does not resolve the fields (:mod:`.resolution`)."""
     check_params(_RANGES, {"n_grid": n_grid, "stride": stride})
     x = _grid(n_grid)
     f = np.empty((stop - start, n_grid, n_grid))
+    shape = dict(n_modes=n_modes, tau=tau, power=power)
     for row, i in enumerate(range(start, stop)):
-        f[row] = grf.periodic_forcing_2d(
-            sample_rng(seed, i), x, x, n_modes=n_modes, tau=tau, power=power
-        )
+        f[row] = grf.periodic_forcing_2d(sample_rng(seed, i), x, x, **shape)
     w0 = initial_vorticity(n_grid, w0_seed, n_modes, tau, power)
     w_T = solve(w0, f, T=T, nu=nu, n_steps=n_steps)
     cfl = cfl_number(w_T, T / n_steps)
     if cfl > _MAX_CFL:
         raise ValueError(f"CFL number {cfl:.2f} at t = T exceeds {_MAX_CFL}: increase n_steps")
     if start == 0 and len(f):  # the data set's first sample: once per data set
-        check_time_steps(
-            w_T[0],
-            lambda m: solve(w0, f[:1], T=T, nu=nu, n_steps=m)[0],
-            n_steps,
-            what=f"Navier-Stokes w(., T) at nu={nu:g}",
-        )
-    check_resolved(
-        w_T,
-        (n_grid - 1) // 3,
-        2,
-        what=f"Navier-Stokes w(., T) on the {n_grid} x {n_grid} grid",
-        fix=f"raise n_grid (and stride to keep the output grid, e.g. n_grid={2 * n_grid}, "
-        f"stride={2 * stride})",
-    )
+
+        def again(m):
+            return solve(w0, f[:1], T=T, nu=nu, n_steps=m)[0]
+
+        check_time_steps(w_T[0], again, n_steps, what=f"Navier-Stokes w(., T) at nu={nu:g}")
+    what = f"Navier-Stokes w(., T) on the {n_grid} x {n_grid} grid"
+    fix = f"raise n_grid (and stride to keep the output grid, e.g. n_grid={2 * n_grid}, "
+    fix += f"stride={2 * stride})"
+    check_resolved(w_T, (n_grid - 1) // 3, 2, what=what, fix=fix)
     sub = (slice(None), slice(None, None, stride), slice(None, None, stride))
     return np.ascontiguousarray(f[sub]), np.ascontiguousarray(w_T[sub])
 
@@ -261,47 +207,29 @@ def _grids(*, n_grid=64, stride=1, **_):
     return {"x": x, "y": x}, {"x": x, "y": x}
 
 
-_PAPER_HIGH = dict(
-    train=10000,
-    test=30000,
-    n_features=10000,
-    gamma=1e-4,
-    alpha=1e-12,
-    cauchy=0.00758,
-    gaussian=0.00497,
-)
-_PAPER_LOW = dict(
-    train=2000, test=2000, n_features=10000, gamma=1e-3, alpha=1e-10, cauchy=0.0321, gaussian=0.0106
-)
-
-NAVIER_STOKES_HIGH = register(
-    DatasetSpec(
-        name="navier_stokes_high",
-        input_attrs={"long_name": "forcing f(x, y)", "units": "1"},
-        output_attrs={"long_name": "vorticity w(x, y, T)", "units": "1"},
-        make_block=make_block,
-        defaults=dict(_DEFAULTS),
-        units="m",
-        periods={"x": 2 * np.pi, "y": 2 * np.pi},
-        grids=_grids,
-        ranges=_RANGES,
-        description="Navier-Stokes vorticity, nu = 1/40: forcing f -> w(., 10) (64x64 -> 64x64)",
-        paper=_PAPER_HIGH,
+def _spec(name, stride, size, paper):
+    return register(
+        DatasetSpec(
+            name=name,
+            input_attrs={"long_name": "forcing f(x, y)", "units": "1"},
+            output_attrs={"long_name": "vorticity w(x, y, T)", "units": "1"},
+            make_block=make_block,
+            defaults={**_DEFAULTS, "stride": stride},
+            units="m",
+            periods={"x": 2 * np.pi, "y": 2 * np.pi},
+            grids=_grids,
+            ranges=_RANGES,
+            description=f"Navier-Stokes vorticity, nu = 1/40: forcing f -> w(., 10) ({size})",
+            paper=paper,
+        )
     )
-)
 
-NAVIER_STOKES_LOW = register(
-    DatasetSpec(
-        name="navier_stokes_low",
-        input_attrs={"long_name": "forcing f(x, y)", "units": "1"},
-        output_attrs={"long_name": "vorticity w(x, y, T)", "units": "1"},
-        make_block=make_block,
-        defaults={**_DEFAULTS, "stride": 4},
-        units="m",
-        periods={"x": 2 * np.pi, "y": 2 * np.pi},
-        grids=_grids,
-        ranges=_RANGES,
-        description="Navier-Stokes vorticity, nu = 1/40: forcing f -> w(., 10) (16x16 -> 16x16)",
-        paper=_PAPER_LOW,
-    )
+
+_PAPER = dict(train=10000, test=30000, n_features=10000, gamma=1e-4, alpha=1e-12)
+NAVIER_STOKES_HIGH = _spec(
+    "navier_stokes_high", 1, "64x64 -> 64x64", dict(_PAPER, cauchy=0.00758, gaussian=0.00497)
+)
+_PAPER = dict(train=2000, test=2000, n_features=10000, gamma=1e-3, alpha=1e-10)
+NAVIER_STOKES_LOW = _spec(
+    "navier_stokes_low", 4, "16x16 -> 16x16", dict(_PAPER, cauchy=0.0321, gaussian=0.0106)
 )

@@ -1,12 +1,7 @@
-"""The data-set registry: one :class:`DatasetSpec` per benchmark, looked up by name.
-
-A generator module builds a ``DatasetSpec`` and calls :func:`register` at import time.
-The spec's ``make_block(seed, start, stop, **params)`` returns ``(inputs, outputs)`` for
-samples ``start .. stop-1``; sample ``i`` must depend only on ``(seed, i)`` (draw its
-randomness from :func:`sample_rng`), so that any block size and any number of workers
-give the same bytes. Its ``ranges`` map parameters to :class:`Rule` s (built with
-:func:`greater`, :func:`at_least`, :func:`between`, :func:`one_of`, :data:`EVEN`,
-:func:`divisor_of`), which :func:`resolve_params` checks before anything is made or written.
+"""The data-set registry: one :class:`DatasetSpec` per benchmark, registered by its generator
+module at import. Sample ``i`` of a spec's ``make_block`` depends only on ``(seed, i)``
+(:func:`sample_rng`), so that any block split gives the same bytes; its ``ranges`` of
+:class:`Rule` s are checked by :func:`resolve_params` before anything is made or written.
 """
 
 from __future__ import annotations
@@ -16,34 +11,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = [
-    "DatasetSpec",
-    "Rule",
-    "register",
-    "get",
-    "names",
-    "sample_rng",
-    "resolve_params",
-    "check_params",
-    "greater",
-    "at_least",
-    "between",
-    "one_of",
-    "EVEN",
-    "divisor_of",
-]
-
 _REGISTRY: dict[str, "DatasetSpec"] = {}
 
 
 @dataclass(frozen=True)
 class Rule:
-    """A condition on one generator parameter.
-
-    ``holds(value, params)`` is True where it is met (``params``: all parameters, for conditions
-    that involve others); ``says`` completes "<parameter> must ...", e.g. ``"be > 0"``: a str, or
-    ``says(params) -> str``.
-    """
+    """A condition ``holds(value, params)`` on one generator parameter; ``says`` (a str or
+    ``says(params)``) completes "<parameter> must ...", e.g. ``"be > 0"``."""
 
     holds: Callable[[Any, Mapping[str, Any]], bool]
     says: str | Callable[[Mapping[str, Any]], str]
@@ -101,8 +75,7 @@ def divisor_of(key: str, offset: int = 0, *, proper: bool = False) -> Rule:
 
 
 def _invalid(name, key, says, value):
-    """The ValueError "parameter <key> of data set <name> must <says>, got <value>" (``name``
-    None: "<key> must ..."), the one wording of every parameter error."""
+    """The ValueError "parameter <key> of data set <name> must <says>, got <value>"."""
     who = f"parameter {key!r} of data set {name!r}" if name else key
     return ValueError(f"{who} must {says}, got {value!r}")
 
@@ -112,11 +85,8 @@ def check_params(
     params: Mapping[str, Any],
     name: str | None = None,
 ) -> None:
-    """Raise a ValueError naming the first parameter of ``params`` that breaks a rule of ``ranges``.
-
-    ``ranges`` maps a parameter to a :class:`Rule` or a tuple of them, checked in order;
-    parameters absent from ``params`` are skipped. ``name``: the data set, for the message.
-    """
+    """ValueError naming the first parameter of ``params`` that breaks its rule (or tuple of
+    rules) in ``ranges``; ``name``: the data set, for the message."""
     for key, rules in ranges.items():
         if key in params:
             for rule in rules if isinstance(rules, tuple) else (rules,):
@@ -128,37 +98,13 @@ def check_params(
 class DatasetSpec:
     """How one benchmark data set is made.
 
-    Attributes
-    ----------
-    name : str
-        Registry key, e.g. ``"advection1"`` or ``"navier_stokes_low"``.
-    make_block : callable
-        ``make_block(seed, start, stop, **params) -> (inputs, outputs)`` with
-        ``inputs.shape == (stop - start, *input grid)`` and
-        ``outputs.shape == (stop - start, *output grid)``, float64.
-    defaults : mapping
-        Every physical / numerical parameter with the spec's default value; all of
-        them are keywords of ``make_block`` and are written into the Zarr attributes.
-    grids : callable
-        ``grids(**params) -> (input_coords, output_coords)``: two dicts mapping a
-        dimension name to its 1-D coordinate array, in the order of the array axes.
-        Input and output may share dimension names only when the coordinates are equal.
-    description : str
-        One line for ``rfol-dask datasets``.
-    units : str
-        Units of the grid coordinates (``"m"`` for positions; ``"1"`` only for truly
-        dimensionless ones).
-    input_attrs, output_attrs : mapping
-        CF attributes of the ``input`` / ``output`` variables (``long_name``, ``units``).
-    periods : mapping
-        Grid dimension -> period, for every periodic axis; written as the coordinate
-        attribute ``period``, which ``fit`` reads (recovery then wraps around that axis).
-    ranges : mapping
-        Parameter -> :class:`Rule` or tuple of rules: the values the scheme can run with,
-        checked by :func:`resolve_params` (the defaults are checked by :func:`register`).
-    paper : mapping
-        The paper's settings and figures (``train``, ``test``, ``n_features``,
-        ``gamma``, ``alpha``, ``cauchy``, ``gaussian``) for sanity tables.
+    ``make_block(seed, start, stop, **params) -> (inputs, outputs)`` of shapes
+    ``(stop - start, *grid)``, float64; ``defaults``: every parameter with its default (written
+    into the Zarr attributes); ``grids(**params) -> (input_coords, output_coords)``: dicts of
+    1-D coordinates by dimension (shared names only for equal coordinates); ``units`` of the
+    coordinates; ``input_attrs``, ``output_attrs``: CF attributes; ``periods``: the period of
+    each periodic dimension; ``ranges``: parameter -> :class:`Rule` (s); ``paper``: the paper's
+    settings and errors.
     """
 
     name: str
@@ -174,7 +120,7 @@ class DatasetSpec:
     ranges: Mapping[str, Rule | tuple[Rule, ...]] = field(default_factory=dict)
 
     def coord_attrs(self, dim: str) -> dict:
-        """Attributes of the grid coordinate ``dim``: ``units``, and ``period`` if it is periodic."""
+        """Attributes of the grid coordinate ``dim``: ``units``, and ``period`` if periodic."""
         attrs = {"units": self.units}
         if dim in self.periods:
             attrs["period"] = float(self.periods[dim])
@@ -200,13 +146,10 @@ def names() -> list[str]:
 
 
 def get(name: str) -> DatasetSpec:
-    """The spec registered under ``name``; unknown names raise a ValueError listing the known ones."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown data set {name!r}; known data sets: {', '.join(names())}"
-        ) from None
+    """The spec registered under ``name`` (ValueError listing the known ones)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown data set {name!r}; known data sets: {', '.join(names())}")
+    return _REGISTRY[name]
 
 
 def _is_count(key):
@@ -215,12 +158,9 @@ def _is_count(key):
 
 
 def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec's defaults updated with ``params``, converted to the defaults' types and checked.
-
-    Unknown keywords, values that do not convert (``n_points='abc'``), counts below 1 (``n_*``,
-    ``*_n``, ``stride``) and values outside the spec's ``ranges`` raise a ValueError naming the
-    data set, the parameter, the value and the valid range.
-    """
+    """The spec's defaults updated with ``params``, converted to the defaults' types and checked:
+    ValueError for unknown keywords, values that do not convert, counts below 1 and values
+    outside the spec's ``ranges``."""
     unknown = sorted(set(params) - set(spec.defaults))
     if unknown:
         raise ValueError(
@@ -238,11 +178,8 @@ def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, An
                 number = float(value)
             except (TypeError, ValueError):
                 raise _invalid(spec.name, key, kind, value) from None
-            if (
-                isinstance(value, bool)
-                or not np.isfinite(number)
-                or (isinstance(default, int) and number != int(number))
-            ):
+            bad = isinstance(value, bool) or not np.isfinite(number)
+            if bad or (isinstance(default, int) and number != int(number)):
                 raise _invalid(spec.name, key, kind, value)
             out[key] = int(number) if isinstance(default, int) else number
             if isinstance(default, int) and _is_count(key):
@@ -254,9 +191,6 @@ def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, An
 
 
 def sample_rng(seed: int, index: int) -> np.random.Generator:
-    """The random generator of sample ``index`` of the data set drawn with ``seed``.
-
-    It depends on ``(seed, index)`` only (``SeedSequence(seed).spawn`` child ``index``),
-    never on block sizes or workers.
-    """
+    """The random generator of sample ``index`` of the data set drawn with ``seed`` (the
+    ``SeedSequence(seed)`` child ``index``)."""
     return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(int(index),)))

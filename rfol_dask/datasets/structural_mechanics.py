@@ -3,7 +3,8 @@
 The unit square with a centred circular fibre (``radius``), linear elasticity in plane stress
 (a linear-elastic variant of the original hyperelastic data): fibre ``E_fibre``, ``nu_fibre``;
 matrix shear modulus ``mu_matrix`` and ``nu_matrix``. The top edge carries the normal traction
-``f(x) = load_mean + load_scale sum_{l=1}^{n_modes} theta_l (pi^2 l^2 + tau^2)^(-1/2) sqrt(2) cos(pi l x)``,
+``f(x) = load_mean + load_scale sum_{l=1}^{n_modes} theta_l (pi^2 l^2 + tau^2)^(-1/2) sqrt(2)
+cos(pi l x)``,
 ``theta_l ~ N(0, 1)``; left and right edges are free. ``bottom_bc``: ``"clamped"`` (``u = 0``,
 the benchmark) or ``"roller"`` (a frictionless support: ``u_y = 0`` along the bottom, ``u_x = 0``
 at the corner (0, 0) only; a homogeneous plate under a uniform load then has the exact uniform
@@ -12,17 +13,11 @@ Input: ``f`` at ``n_input`` points of the top edge (``input_interp="cubic21"``: 
 points and interpolated by a not-a-knot cubic spline, as in the original files; ``"exact"``;
 ``"cubicN"``). Output: von Mises on ``linspace(0, 1, n_output)^2`` (axis 0 along x).
 
-Discretisation: P2 triangles (scikit-fem) on an O-grid mesh conforming to the circle
-(:func:`build_mesh`, ``mesh_n`` elements per side); von Mises at the quadrature points, projected
-onto P1 with the lumped mass (nodal averages), probed at the output grid. The stiffness is
-factorised once per parameter set and process; the load is a combination of ``n_modes + 1``
-fixed profiles whose displacements one multi-right-hand-side solve gives, so a sample costs one
-dense product plus sparse products. Parameters, mesh study and validation: docs/datasets.md.
-
-Ranges: ``0 < radius < 0.5`` (the fibre inside the square); ``E_fibre``, ``mu_matrix > 0`` and
-Poisson ratios in ``(-1, 0.5]`` (a stable isotropic material); ``load_scale``, ``tau >= 0``;
-``n_modes >= 1``; ``mesh_n`` even and at least 4; ``n_input``, ``n_output >= 2``; ``input_interp``
-``"exact"`` or ``"cubicN"`` with ``N >= 4``; ``bottom_bc`` ``"clamped"`` or ``"roller"``.
+P2 triangles (scikit-fem) on an O-grid mesh conforming to the circle (``mesh_n`` elements per
+side); von Mises at the quadrature points, projected onto P1 with the lumped mass, probed at the
+output grid. The stiffness is factorised once per parameter set and process, and the
+displacements of the ``n_modes + 1`` load profiles solved at once, so a sample costs a dense
+product plus sparse products. Parameters, mesh study and validation: docs/datasets.md.
 """
 
 from __future__ import annotations
@@ -61,19 +56,6 @@ from .registry import (
     sample_rng,
 )
 
-__all__ = [
-    "STRUCTURAL_MECHANICS_LOW",
-    "STRUCTURAL_MECHANICS_HIGH",
-    "DEFAULTS",
-    "make_block",
-    "load",
-    "draw_load",
-    "load_coefficients",
-    "build_mesh",
-    "model",
-    "von_mises",
-]
-
 #: every parameter of the generator but ``n_output`` (21 low, 41 high), with its default; the one
 #: place the defaults are written (:func:`model` and :func:`make_block` fill from it)
 DEFAULTS = {
@@ -92,16 +74,7 @@ DEFAULTS = {
     "bottom_bc": "clamped",  # or "roller"
 }
 #: the parameters that define the finite-element model (the key of its per-process cache)
-_MODEL_KEYS = (
-    "radius",
-    "E_fibre",
-    "nu_fibre",
-    "mu_matrix",
-    "nu_matrix",
-    "n_modes",
-    "mesh_n",
-    "bottom_bc",
-)
+_MODEL_KEYS = tuple("radius E_fibre nu_fibre mu_matrix nu_matrix n_modes mesh_n bottom_bc".split())
 _BOTTOM_BC = ("clamped", "roller")
 
 
@@ -133,7 +106,7 @@ _RANGES = {
 
 
 def _params(params):
-    """``DEFAULTS`` updated with ``params``; an unknown keyword is a ValueError naming the known ones."""
+    """``DEFAULTS`` updated with ``params``; ValueError for an unknown one."""
     unknown = sorted(set(params) - set(DEFAULTS))
     if unknown:
         raise ValueError(
@@ -142,14 +115,9 @@ def _params(params):
     return {**DEFAULTS, **params}
 
 
-# Samples are processed in batches of _BATCH aligned on absolute sample indices (sample i is
-# column i % _BATCH of batch i // _BATCH, padded with zero loads), so every sample goes through
-# exactly the same BLAS / SuperLU calls whatever the block split: identical bytes.
+#: samples go in batches aligned on absolute sample indices (padded with zero loads), so each
+#: goes through the same BLAS calls whatever the block split: identical bytes
 _BATCH = 50
-
-
-# --------------------------------------------------------------------------------------------
-# mesh
 
 
 def _rings(m, radius, n_in, n_out):
@@ -189,7 +157,7 @@ def _inner_grid(m, half_in, n_ring):
 
 
 def _triangles(p, q):
-    """Quads ``q`` (k, 4) split along their shorter diagonal into counter-clockwise triangles (2k, 3)."""
+    """Quads ``q`` (k, 4) split along their shorter diagonal: triangles (2k, 3), anticlockwise."""
     d02 = np.linalg.norm(p[q[:, 0]] - p[q[:, 2]], axis=1)
     d13 = np.linalg.norm(p[q[:, 1]] - p[q[:, 3]], axis=1)
     t = np.where(
@@ -204,14 +172,10 @@ def _triangles(p, q):
 
 
 def build_mesh(mesh_n=DEFAULTS["mesh_n"], radius=DEFAULTS["radius"]):
-    """Triangle mesh of the unit square conforming to the circle of ``radius`` about (0.5, 0.5).
-
-    O-grid: ``4 mesh_n`` nodes on each of the loops {inner square of half-width ``radius / 2``,
-    circle, outer square}; ``n_in = max(2, round(0.2 mesh_n))`` layers inside the circle and
-    ``n_out = max(2, round(0.4 mesh_n))`` outside; an ``mesh_n x mesh_n`` grid fills the inner
-    square. Quads are split along their shorter diagonal. Returns ``(mesh, fibre)`` where
-    ``fibre`` is a boolean array over the elements (True inside the circle). O(mesh_n^2).
-    """
+    """Triangle mesh of the unit square conforming to the circle of ``radius`` about (0.5, 0.5),
+    and the elements' fibre mask. O-grid: ``4 mesh_n`` nodes on each loop, ``max(2, round(0.2
+    mesh_n))`` layers inside the circle, ``max(2, round(0.4 mesh_n))`` outside, a ``mesh_n``
+    square grid in the inner square; quads split along their shorter diagonal."""
     check_params(_RANGES, {"mesh_n": mesh_n, "radius": radius})
     m = int(mesh_n)
     c = np.array([0.5, 0.5])
@@ -224,27 +188,15 @@ def build_mesh(mesh_n=DEFAULTS["mesh_n"], radius=DEFAULTS["radius"]):
     A, B = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
     L, K = np.meshgrid(np.arange(n_loops - 1), np.arange(k4), indexing="ij")
     K1 = (K + 1) % k4
-    q = np.concatenate(
-        [
-            np.stack([idx[A, B], idx[A + 1, B], idx[A + 1, B + 1], idx[A, B + 1]], -1).reshape(
-                -1, 4
-            ),
-            np.stack([L * k4 + K, (L + 1) * k4 + K, (L + 1) * k4 + K1, L * k4 + K1], -1).reshape(
-                -1, 4
-            ),
-        ]
-    )
-    t = _triangles(p, q)
+    grid = np.stack([idx[A, B], idx[A + 1, B], idx[A + 1, B + 1], idx[A, B + 1]], -1)
+    loops = np.stack([L * k4 + K, (L + 1) * k4 + K, (L + 1) * k4 + K1, L * k4 + K1], -1)
+    t = _triangles(p, np.concatenate([grid.reshape(-1, 4), loops.reshape(-1, 4)]))
     # snap the square boundary exactly onto the unit square
     p = np.where(np.abs(p) < 1e-12, 0.0, p)
     p = np.where(np.abs(p - 1.0) < 1e-12, 1.0, p)
     mesh = MeshTri(p.T.copy(), t.T.copy())
     fibre = np.linalg.norm(mesh.p[:, mesh.t].mean(axis=1) - c[:, None], axis=0) < radius
     return mesh, fibre
-
-
-# --------------------------------------------------------------------------------------------
-# the model: factorised once, 101 basis solutions, linear operators to the output grid
 
 
 def von_mises(sxx, syy, sxy):
@@ -259,12 +211,9 @@ def _elasticity(u, v, w):
 
 
 class _Model:
-    """Everything about the PDE that does not depend on the sample (see :func:`model`).
-
-    Attributes: ``mesh``, ``fibre`` (element mask), ``ubasis`` (vector P2), ``sbasis`` (P1 on
-    the same quadrature), ``K`` (stiffness), ``free`` (unconstrained dofs), ``U`` (N_u, L + 1)
-    the displacements of the load profiles ``[1, sqrt(2) cos(pi l x)]``.
-    """
+    """What does not depend on the sample (:func:`model`): ``mesh``, ``fibre``, ``ubasis``
+    (vector P2), ``sbasis`` (P1), ``K`` (stiffness), ``free`` dofs, ``U`` (N_u, L + 1) the
+    displacements of the load profiles ``[1, sqrt(2) cos(pi l x)]``."""
 
     def __init__(self, radius, E_fibre, nu_fibre, mu_matrix, nu_matrix, n_modes, mesh_n, bottom_bc):
         self.mesh, self.fibre = build_mesh(mesh_n, radius)
@@ -290,15 +239,11 @@ class _Model:
 
         # the L + 1 load profiles [1, sqrt(2) cos(pi l x)] as right-hand sides (high-order rule)
         top = mesh.facets_satisfying(lambda x: x[1] > 1.0 - 1e-10)
-        self.top_basis = FacetBasis(
-            mesh,
-            self.ubasis.elem,
-            facets=top,
-            intorder=max(8, 4 + int(np.ceil(6 * n_modes / mesh_n))),
-        )
+        order = max(8, 4 + int(np.ceil(6 * n_modes / mesh_n)))
+        self.top_basis = FacetBasis(mesh, self.ubasis.elem, facets=top, intorder=order)
         xq = self.top_basis.global_coordinates().get(0)[0]  # (n_top_facets, nqp)
         profiles = [np.ones_like(xq)] + [
-            np.sqrt(2.0) * np.cos(np.pi * l * xq) for l in range(1, int(n_modes) + 1)
+            np.sqrt(2.0) * np.cos(np.pi * k * xq) for k in range(1, int(n_modes) + 1)
         ]
         F = np.stack([self.load_vector(f) for f in profiles], axis=1)
         self.U = self.solve(F)  # one multi-right-hand-side solve
@@ -309,16 +254,14 @@ class _Model:
         self.lumped = np.asarray(self.proj_rhs.sum(axis=1)).ravel()  # int(phi_i)
         self._out = {}
 
-    # -- building blocks -----------------------------------------------------------------
     def load_vector(self, f_quad):
-        """Right-hand side of the normal traction whose values at the top-facet quadrature
-        points (``self.top_basis.global_coordinates()``) are ``f_quad`` (shape
-        (n_top_facets, nqp)); returns shape (N_u,)."""
+        """Right-hand side (N_u,) of the normal traction ``f_quad`` (n_top_facets, nqp) at the
+        top-facet quadrature points."""
         return asm(LinearForm(lambda v, w: w.f * v[1]), self.top_basis, f=f_quad)
 
     def solve(self, F):
-        """Displacements for right-hand sides ``F`` (shape (N_u,) or (N_u, k)); one sparse LU
-        (SuperLU) of the constrained stiffness, factorised on first use."""
+        """Displacements for right-hand sides ``F`` (N_u,) or (N_u, k) (SuperLU, factorised on
+        first use)."""
         if self._lu is None:
             self._lu = spla.splu(self.K[self.free][:, self.free].tocsc())
         U = np.zeros(F.shape)
@@ -358,12 +301,8 @@ class _Model:
         xo = np.linspace(0.0, 1.0, n)
         X, Y = np.meshgrid(xo, xo, indexing="ij")
         pts = np.clip(np.stack([X.ravel(), Y.ravel()]), 1e-9, 1.0 - 1e-9)
-        return sp.vstack(
-            [
-                sp.csr_matrix(self.sbasis.probes(pts[:, i : i + 64]))
-                for i in range(0, pts.shape[1], 64)
-            ]
-        ).tocsr()
+        parts = [self.sbasis.probes(pts[:, i : i + 64]) for i in range(0, pts.shape[1], 64)]
+        return sp.vstack([sp.csr_matrix(part) for part in parts]).tocsr()
 
     def projector(self, n_output):
         """Sparse ``Q`` (n_output^2, n_quad): quadrature values -> lumped-mass L2 projection onto
@@ -383,22 +322,16 @@ class _Model:
             self._out[n] = (Q[:, quad].tocsr(), ops, np.ascontiguousarray(self.U[dofs]))
         return self._out[n]
 
-    # -- per-sample maps (columns are samples) -------------------------------------------
     def stresses_quad(self, U):
         """Plane-stress components ``(sxx, syy, sxy)`` at the quadrature points of ``ubasis``,
         each of shape (n_elements * nqp, k), for displacements ``U`` (N_u, k)."""
         return tuple(self.stress_ops[key] @ U for key in ("xx", "yy", "xy"))
 
-    def project(self, values_quad, n_output):
-        """Lumped L2 projection onto P1 of quadrature values (n_quad, k), on the output grid:
-        shape (n_output^2, k)."""
-        return self.projector(n_output) @ values_quad
-
     def output(self, U, n_output):
         """Von Mises (at quadrature points, then projected onto P1) on the output grid for
         displacements ``U`` (N_u, k); returns shape (k, n_output, n_output)."""
         vm = von_mises(*self.stresses_quad(U))
-        return self.project(vm, n_output).T.reshape(-1, int(n_output), int(n_output))
+        return (self.projector(n_output) @ vm).T.reshape(-1, int(n_output), int(n_output))
 
     def output_from_coefficients(self, coef, n_output):
         """:meth:`output` for the loads with profile weights ``coef`` (k, L + 1), touching only
@@ -414,12 +347,8 @@ _LOCK = threading.Lock()
 
 
 def model(**params):
-    """The cached :class:`_Model` of a parameter set (built on first use in each process:
-    about 10 s, peak 0.7 GB during the factorisation, at the defaults).
-
-    ``params``: any of :data:`DEFAULTS` (the others default); only the model's own ones
-    (``_MODEL_KEYS``: geometry, materials, modes, mesh, bottom condition) matter.
-    """
+    """The :class:`_Model` of the parameters ``params`` (any of :data:`DEFAULTS`), built once
+    per process (about 10 s and 0.7 GB at the defaults)."""
     p = _params(params)
     check_params(_RANGES, p)
     key = tuple(type(DEFAULTS[k])(p[k]) for k in _MODEL_KEYS)
@@ -429,13 +358,9 @@ def model(**params):
         return _CACHE[key]
 
 
-# --------------------------------------------------------------------------------------------
-# random load and the generator
-
-
 def _amplitudes(n_modes, tau):
-    l = np.arange(1, int(n_modes) + 1)
-    return (np.pi**2 * l**2 + tau**2) ** -0.5
+    ell = np.arange(1, int(n_modes) + 1)
+    return (np.pi**2 * ell**2 + tau**2) ** -0.5
 
 
 def draw_load(rng, n_modes=DEFAULTS["n_modes"]):
@@ -450,7 +375,7 @@ def load_coefficients(
     load_scale=DEFAULTS["load_scale"],
     tau=DEFAULTS["tau"],
 ):
-    """Weights of the profiles ``[1, sqrt(2) cos(pi l x)]`` for ``theta`` of shape (k, L): (k, L + 1)."""
+    """Weights (k, L + 1) of the profiles ``[1, sqrt(2) cos(pi l x)]`` for ``theta`` (k, L)."""
     theta = np.atleast_2d(theta)
     amp = load_scale * _amplitudes(theta.shape[1], tau) * theta
     return np.concatenate([np.full((len(theta), 1), load_mean), amp], axis=1)
@@ -476,19 +401,14 @@ def load(
     load_scale=DEFAULTS["load_scale"],
     tau=DEFAULTS["tau"],
 ):
-    """``f(x) = load_mean + load_scale sum_l theta_l (pi^2 l^2 + tau^2)^(-1/2) sqrt(2) cos(pi l x)``;
-    ``theta`` shape (L,), ``x`` shape (n,) -> (n,)."""
+    """The load ``f(x)`` (n,) of the module docstring at ``x`` (n,) for ``theta`` (L,)."""
     return load_mean + load_scale * cosine_series_1d(theta, _amplitudes(len(theta), tau), x)
 
 
 def make_block(seed, start, stop, *, n_output, **params):
-    """Samples ``start .. stop-1``: loads (k, n_input) and von Mises stresses (k, n_output, n_output).
-
-    ``params``: any of :data:`DEFAULTS` (the others default). The first call in a process builds
-    the factorised model (:func:`model`, about 10 s at the defaults); then each sample costs
-    O(N_u x (L + 1)) for its displacement plus sparse products batched by 50: 200-450 samples per
-    second (41 x 41, 2-core machine) after a 7-12 s setup.
-    """
+    """Samples ``start .. stop-1``: loads (k, n_input) and von Mises stresses (k, n_output,
+    n_output); ``params``: any of :data:`DEFAULTS`. 200-450 samples a second (41 x 41, 2 cores)
+    after the model's setup."""
     p = _params(params)
     check_params(_RANGES, {**p, "n_output": n_output})
     m = model(**p)
@@ -542,31 +462,16 @@ def _spec(name, n_output, paper, what):
     )
 
 
+_PAPER = dict(gamma=1e-4, alpha=1e-6)
 STRUCTURAL_MECHANICS_LOW = _spec(
     "structural_mechanics_low",
     21,
-    dict(
-        train=1000,
-        test=1000,
-        n_features=50000,
-        gamma=1e-4,
-        alpha=1e-6,
-        cauchy=0.0767,
-        gaussian=0.0871,
-    ),
+    dict(train=1000, test=1000, n_features=50000, **_PAPER, cauchy=0.0767, gaussian=0.0871),
     "low",
 )
 STRUCTURAL_MECHANICS_HIGH = _spec(
     "structural_mechanics_high",
     41,
-    dict(
-        train=20000,
-        test=20000,
-        n_features=4000,
-        gamma=1e-4,
-        alpha=1e-6,
-        cauchy=0.0700,
-        gaussian=0.0625,
-    ),
+    dict(train=20000, test=20000, n_features=4000, **_PAPER, cauchy=0.0700, gaussian=0.0625),
     "high",
 )

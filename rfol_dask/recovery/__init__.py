@@ -1,52 +1,18 @@
 """Recovery maps (the paper's ``R_U`` and ``R_V``): grid values -> functions -> other grids.
 
-A recovery is fitted once to a rectilinear grid ``grid_in`` (one 1-D coordinate array per
-axis, d = 1 or 2 in the paper, any d here) and turns the values of many functions on that
-grid, shape ``(M, *grid_in)``, into their values on any other grid of the same domain,
-``(M, *grid_out)``: ``make_recovery(kind, grid_in).resample(values, grid_out)``. Every
-map is linear in the values and a tensor product over the axes, so it is applied one axis
-at a time (a small ``n_out x n_in`` map per axis; only the non-separable random-feature
-option forms a map over the whole grid).
+``make_recovery(kind, grid_in).resample(values, grid_out)`` turns the values of many functions
+on a rectilinear grid, ``(M, *grid_in)``, into their values on another grid of the same domain,
+``(M, *grid_out)``; every map is linear and applied one axis at a time. Kinds: ``"cubic"``
+(default; not-a-knot spline, exact on cubics, 4 points per axis), ``"linear"``, ``"nearest"``
+(no overshoot on piecewise-constant data), ``"spectral"`` (trigonometric interpolation on
+uniform periodic grids, exact for band-limited data) and ``"rf"`` (the paper's min-norm
+random-feature interpolant). Measurements: ``benchmarks/README.md``, "Resolution".
 
-Kinds
------
-``"cubic"`` (default), ``"linear"``, ``"nearest"``
-    ``scipy.interpolate.RegularGridInterpolator``'s splines along each axis (cubic: not-a-knot
-    spline, solved directly; needs 4 points per axis), each axis map ``n_out x n_in`` built
-    from the B-spline basis in that memory. Exact on cubic polynomials.
-``"spectral"``
-    Trigonometric interpolation on uniform periodic grids, period ``n * spacing``
-    (``linspace(a, b, n, endpoint=False)``): FFT, fold or zero-pad, inverse FFT (uniform
-    output grids) or an explicit evaluation matrix (other output grids). Exact for
-    band-limited functions with ``|k| < n / 2`` modes.
-``"rf"``
-    The paper's min-norm random-feature interpolant (:class:`RandomFeatureInterpolant`):
-    features ``sqrt(2/N) cos(omega x + b)`` in physical space, frequencies from the Cauchy
-    or Gaussian law of :mod:`rfol_dask.features`, coefficients ``A^T (A A^T + ridge I)^{-1} u``
-    from one Cholesky factor (:func:`rfol_dask.solve.cholesky`) applied to all functions.
-
-Which kind: ``"cubic"`` is the default (robust, no hyperparameter, the most accurate general
-kind on smooth data); ``"spectral"`` is exact for band-limited periodic data and is the choice on
-periodic grids; ``"nearest"`` or ``"linear"`` avoid the overshoot of cubic on piecewise-constant
-data; ``"rf"`` helps where a grid barely resolves oscillations but depends on its bandwidth,
-feature count and ridge. The measurements behind this: ``benchmarks/README.md``, "Resolution".
-
-Periods
--------
-``make_recovery(kind, grid_in, periods=...)`` gives an axis a known period ``P`` (one entry
-per axis, ``None`` for a non-periodic one; data-set coordinates carry it as the attribute
-``period``). The axis must then lie in one period: an open grid (``x[-1] < x[0] + P``, e.g.
-``arange(n) / n``) or a closed one whose last point repeats the first (``x[-1] = x[0] + P``,
-e.g. ``linspace(0, 1, n)``; its last value is read as the first, averaged). On such an axis
-the recovery wraps: any output coordinate is valid (read modulo ``P``); ``"cubic"`` is a
-periodic cubic spline and ``"linear"`` / ``"nearest"`` wrap around
-(``scipy.interpolate.make_interp_spline``); ``"spectral"`` uses ``P`` and needs the nodes to
-split it uniformly. ``"rf"`` ignores periods (it is not periodic).
-
-Domains: a non-periodic axis spans ``[x[0], x[-1]]``; a ``"spectral"`` axis without a given
-period ``[x[0], x[0] + n h)`` (``n h`` is then taken as its period). Output points outside
-(beyond a tolerance of ``1e-6`` of the span) are an error: recovery never extrapolates.
-An axis with a given period has no bounds.
+``periods`` gives an axis a known period ``P`` (data-set coordinates carry it as the attribute
+``period``): the axis must lie in one period, open (``arange(n) / n``) or closed (last point
+``x[0] + P``, read as the first); it wraps, so any output coordinate is valid. ``"rf"`` ignores
+periods. Other output points outside the grid's span (beyond ``1e-6`` of it) are an error:
+recovery never extrapolates.
 """
 
 from __future__ import annotations
@@ -89,8 +55,7 @@ def make_recovery(
     ----------
     kind : {"cubic", "linear", "nearest", "spectral", "rf"} or dict, default="cubic"
         A dict is ``{"kind": ..., **options}`` (e.g. ``{"kind": "rf", "distribution":
-        "cauchy"}``). ``"cubic"`` is the default: see the module docstring for the measured
-        comparison.
+        "cauchy"}``).
     grid_in : 1-D array, sequence of 1-D arrays or mapping dim -> 1-D array
         The grid the values live on: one strictly increasing coordinate array per axis
         (:func:`as_grid`). Required.

@@ -11,42 +11,19 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = [
-    "RTOL",
-    "tolerance",
-    "as_grid",
-    "as_periods",
-    "is_closed",
-    "periodic_matrix",
-    "spline_matrix",
-    "uniform_period",
-    "grid_domain",
-    "span",
-    "same_grid",
-    "grid_shape",
-]
-
 #: tolerance on grid coordinates, relative to the span of the axis
 RTOL = 1e-6
 
 
 def as_grid(grid, name="grid"):
-    """Normalise a grid to a tuple of 1-D float64 coordinate arrays, one per axis.
-
-    Accepts a 1-D array (one axis), a sequence of 1-D arrays, or a mapping
-    ``{dim: coords}`` (e.g. ``DataArray.coords`` restricted to the grid dims; order kept).
-    Every axis must be finite and strictly increasing.
-    """
+    """A grid (a 1-D array, a sequence of them, or a mapping ``{dim: coords}``) as a tuple of
+    finite, strictly increasing 1-D float64 arrays, one per axis."""
     if isinstance(grid, Mapping):
         axes = list(grid.values())
     elif isinstance(grid, np.ndarray) and grid.ndim == 1:
         axes = [grid]
-    elif (
-        isinstance(grid, (list, tuple)) and grid and all(isinstance(g, numbers.Real) for g in grid)
-    ):
-        axes = [grid]
     elif isinstance(grid, (list, tuple)) and grid:
-        axes = list(grid)
+        axes = [grid] if all(isinstance(g, numbers.Real) for g in grid) else list(grid)
     else:
         raise TypeError(
             f"{name} must be a 1-D coordinate array, a sequence of them (one per axis) or a "
@@ -70,12 +47,8 @@ def as_grid(grid, name="grid"):
 
 
 def as_periods(periods, grid, name="periods"):
-    """Per-axis periods of ``grid``: a tuple of float or None (non-periodic), one per axis.
-
-    ``periods`` is None (no periodic axis), one number (every axis) or a sequence with one
-    entry per axis. Each period must be > 0 and its axis must fit in one period (an open
-    grid, or a closed one whose last point is ``x[0] + period``); else ValueError.
-    """
+    """Per-axis periods (float or None) of ``grid`` from ``periods`` (None, one number, or one
+    entry per axis); ValueError unless each is > 0 and its axis lies in one period."""
     grid = as_grid(grid)
     if periods is None:
         return (None,) * len(grid)
@@ -88,7 +61,7 @@ def as_periods(periods, grid, name="periods"):
             "give one period (or None) per axis"
         )
     out = []
-    for k, (ax, P) in enumerate(zip(grid, periods)):
+    for k, (ax, P) in enumerate(zip(grid, periods, strict=False)):
         if P is None:
             out.append(None)
             continue
@@ -111,14 +84,9 @@ def is_closed(ax, P):
 
 def spline_matrix(x, y, k, period=None):
     """The (len(y), len(x)) map of node values on ``x`` to the values at ``y`` of their
-    interpolating spline of degree ``k`` (``scipy.interpolate.make_interp_spline``'s knots:
-    not-a-knot, or periodic with ``period``, ``y`` then in ``[x[0], x[0] + period]``).
-
-    Built as ``E S^{-1}`` from the B-spline basis (``BSpline.design_matrix``, k + 1 entries a
-    row): ``E`` at ``y``, the collocation ``S`` at ``x`` (banded; cyclic-banded when periodic,
-    the basis folded modulo the period), solved as ``S^T W^T = E^T`` by a sparse LU with
-    ``len(y)`` right-hand sides. Memory ``O(len(x) len(y))`` (a few copies of the map), time
-    about ``k len(x) len(y)``: never the ``len(x)^2`` of interpolating the identity."""
+    interpolating spline of degree ``k`` (``make_interp_spline``'s knots: not-a-knot, or
+    periodic with ``period``), as ``E S^{-1}`` of the B-spline basis at ``y`` and ``x`` by a
+    sparse LU: about ``k len(x) len(y)`` flops."""
     from scipy.interpolate import BSpline, make_interp_spline
     from scipy.sparse import csc_array, csr_array
     from scipy.sparse.linalg import splu
@@ -169,7 +137,7 @@ def uniform_period(ax):
 
 
 def grid_domain(grid, periodic=False):
-    """``[(lo, hi), ...]`` per axis: ``[x[0], x[-1]]``, or ``[x[0], x[0] + n * spacing)`` if ``periodic``."""
+    """``[(lo, hi), ...]`` per axis: ``[x[0], x[-1]]`` (``periodic``: ``[x[0], x[0] + n h)``)."""
     out = []
     for ax in as_grid(grid):
         hi = ax[0] + uniform_period(ax) if periodic and ax.size > 1 else ax[-1]
@@ -178,7 +146,7 @@ def grid_domain(grid, periodic=False):
 
 
 def span(ax):
-    """Length ``x[-1] - x[0]`` of the axis ``ax`` (1.0 for a single point): the scale of its tolerances."""
+    """Length ``x[-1] - x[0]`` of the axis ``ax`` (1.0 for one point): the scale of tolerances."""
     return float(ax[-1] - ax[0]) if ax.size > 1 else 1.0
 
 
@@ -191,11 +159,12 @@ def tolerance(ax):
 
 
 def same_grid(a, b):
-    """True if the grids ``a`` and ``b`` have the same shape and coordinates (to :func:`tolerance`)."""
+    """True if the grids ``a`` and ``b`` have the same shape and coordinates (to a tolerance)."""
     if a is None or b is None or len(a) != len(b):
         return False
+    pairs = zip(a, b, strict=False)
     return all(
-        x.shape == y.shape and np.allclose(x, y, rtol=0, atol=tolerance(x)) for x, y in zip(a, b)
+        x.shape == y.shape and np.allclose(x, y, rtol=0, atol=tolerance(x)) for x, y in pairs
     )
 
 

@@ -1,5 +1,5 @@
 """Recovery maps applied one axis at a time: the :class:`Recovery` base, piecewise-polynomial
-:class:`GridInterpolation` and trigonometric :class:`SpectralResampling`. See :mod:`rfol_dask.recovery`."""
+:class:`GridInterpolation` and trigonometric :class:`SpectralResampling`."""
 
 from __future__ import annotations
 
@@ -22,20 +22,15 @@ from .grids import (
     uniform_period,
 )
 
-__all__ = ["Recovery", "GridInterpolation", "SpectralResampling", "apply_matrix"]
-
 
 def apply_matrix(values, axis, W):
-    """``values`` with ``axis`` (length n) mapped by ``W`` (n_out, n); cost ``2 n n_out`` flops per line."""
+    """``values`` with ``axis`` (length n) mapped by ``W`` (n_out, n)."""
     return np.moveaxis(np.tensordot(W, values, axes=([1], [axis])), 0, axis)
 
 
 class Recovery:
-    """Base class: a linear map from values on ``grid_in`` to values on any grid of its domain.
-
-    Subclasses implement ``_matrix(axis, y)``: the (len(y), n_axis) map of grid axis
-    ``axis`` to the points ``y`` (cached per output axis), or override ``_apply``.
-    """
+    """Base class: a linear map from values on ``grid_in`` to values on any grid of its domain;
+    subclasses give ``_matrix(axis, y)``, the (len(y), n_axis) map of one axis, or ``_apply``."""
 
     kind = None
     periodic = False
@@ -53,12 +48,10 @@ class Recovery:
     def domain(self):
         """``[(lo, hi), ...]`` per axis of ``grid_in`` (see :func:`grid_domain`); an axis with a
         given period gives ``(x[0], x[0] + period)`` (its points wrap, any coordinate is valid)."""
-        return [
-            (ax[0], ax[0] + P) if P is not None else d
-            for ax, P, d in zip(
-                self.grid_in, self.periods, grid_domain(self.grid_in, self.periodic)
-            )
-        ]
+        axes = zip(
+            self.grid_in, self.periods, grid_domain(self.grid_in, self.periodic), strict=False
+        )
+        return [(ax[0], ax[0] + P) if P is not None else d for ax, P, d in axes]
 
     def check_grid(self, grid, name="grid_out", where="the grid it is recovered from"):
         """``grid`` as a tuple of axes, clipped into the domain; ValueError if it has the wrong
@@ -70,48 +63,28 @@ class Recovery:
                 f"(shape {self.shape_in}): pass one coordinate array per axis"
             )
         out = []
-        for k, (y, (lo, hi), x, P) in enumerate(
-            zip(grid, self.domain(), self.grid_in, self.periods)
-        ):
+        axes = zip(grid, self.domain(), self.grid_in, self.periods, strict=False)
+        for k, (y, (lo, hi), x, P) in enumerate(axes):
             if P is not None:  # wraps: every coordinate is valid
                 out.append(y)
                 continue
             tol = tolerance(x)
             if y[0] < lo - tol or y[-1] > hi + tol:
-                hint = (
-                    (
-                        "if the axis is periodic, give its period: the coordinate attribute 'period' or "
-                        "fit(..., periods=)"
-                    )
-                    if self.kind != "rf"
-                    else (
-                        "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral' for them"
-                    )
-                )
+                hint = "if the axis is periodic, give its period: the coordinate attribute "
+                hint += "'period' or fit(..., periods=)"
+                if self.kind == "rf":
+                    hint = "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral'"
                 raise ValueError(
-                    f"{name} spans [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the domain [{lo:.10g}, "
-                    f"{hi:.10g}] of "
-                    f"{where}; recovery does not extrapolate ({hint})"
+                    f"{name} spans [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the domain "
+                    f"[{lo:.10g}, {hi:.10g}] of {where}; recovery does not extrapolate ({hint})"
                 )
             out.append(np.clip(y, lo, hi))
         return tuple(out)
 
     def resample(self, values, grid_out):
-        """Values of the recovered functions on ``grid_out``.
-
-        Parameters
-        ----------
-        values : ndarray or dask.array, shape (M, *grid_in shape)
-            Also accepted: (M, prod(grid_in shape)) and, for one function, ``grid_in`` shape.
-        grid_out : grid (see :func:`as_grid`) inside the domain.
-
-        Returns
-        -------
-        Same kind as ``values``, shape (M, *grid_out shape) (or ``grid_out`` shape for one
-        function); float32 in gives float32 out. Dask input is mapped blockwise over its
-        sample chunks (grid axes rechunked whole), lazily; results do not depend on chunks.
-        Memory: a few copies of one block of values on the larger of the two grids.
-        """
+        """Values (M, *grid_out shape) of the recovered functions on ``grid_out`` (inside the
+        domain) from ``values`` (M, *grid_in shape), (M, prod(grid_in shape)) or one function's
+        (grid_in shape); numpy or dask (mapped lazily over the sample chunks), float32 kept."""
         grid_out = self.check_grid(grid_out)
         shape_out = grid_shape(grid_out)
         single = tuple(values.shape) == self.shape_in
@@ -152,7 +125,7 @@ class Recovery:
         return out.astype(dtype, copy=False)
 
     def _apply(self, values, array_axis, axis, y):
-        """``values`` (float64) mapped along ``array_axis`` (grid axis ``axis``) to the points ``y``."""
+        """``values`` mapped along ``array_axis`` (grid axis ``axis``) to the points ``y``."""
         W = self._cached((axis, y.tobytes()), lambda: self._matrix(axis, y))
         return apply_matrix(values, array_axis, W)
 
@@ -168,16 +141,10 @@ class Recovery:
 
 
 class GridInterpolation(Recovery):
-    """Piecewise-polynomial interpolation on a rectilinear grid: ``RegularGridInterpolator``
-    (``method`` ``"cubic"``, ``"linear"`` or ``"nearest"``) applied along each axis.
-
-    The per-axis map (n_out, n_in) is built once per output axis from the B-spline basis
-    (:func:`spline_matrix`: a banded solve with n_out right-hand sides, about ``k n_in n_out``
-    flops; the same spline as ``RegularGridInterpolator``, not-a-knot cubic). Cost per
-    function ``2 n_in n_out`` flops per axis line; memory ``8 n_in n_out`` bytes per axis map
-    (a few copies while it is built). An axis with fewer than 4 points
-    (``"cubic"``) or 2 points (``"linear"``) falls back to the highest order it allows.
-    """
+    """Piecewise-polynomial interpolation on a rectilinear grid, ``RegularGridInterpolator``'s
+    ``method`` (``"cubic"``: not-a-knot, ``"linear"`` or ``"nearest"``) along each axis, as an
+    (n_out, n_in) map per output axis; an axis with too few points for cubic falls back to
+    linear."""
 
     def __init__(self, grid_in, method="cubic", periods=None):
         super().__init__(grid_in, periods)
@@ -197,32 +164,24 @@ class GridInterpolation(Recovery):
             from scipy.interpolate import RegularGridInterpolator
 
             W = np.zeros((y.size, n))
-            node = RegularGridInterpolator((x,), np.arange(n, dtype=float), method="nearest")(
-                y[:, None]
-            )
+            nearest = RegularGridInterpolator((x,), np.arange(n, dtype=float), method="nearest")
+            node = nearest(y[:, None])
             W[np.arange(y.size), node.astype(np.int64)] = 1.0
             return W
         return spline_matrix(x, y, 3 if self.method == "cubic" and n >= 4 else 1)
 
 
 class SpectralResampling(Recovery):
-    """Trigonometric interpolation on uniform periodic grids (every axis periodic with period
-    ``n * spacing``), evaluated exactly on the output grid.
-
-    Uniform output axes use the FFT (coefficients, phase shift, fold onto ``n_out`` bins,
-    inverse FFT): ``O(n log n + n_out log n_out)`` per line, exact point values (folding, not
-    truncation, so output nodes that are input nodes get the input values). Other output
-    axes use the (n_out, n) evaluation matrix (one FFT of the n_out rows of its complex
-    exponentials: ``O(n_out n log n)`` time, ``16 n_out n`` bytes). Even ``n``: the Nyquist
-    mode is read as ``cos``. Memory: complex copies of one block of values.
-    """
+    """Trigonometric interpolation on uniform periodic grids (period ``n * spacing`` unless
+    given), exact at the output points: by FFT and folding onto uniform output axes, by an
+    (n_out, n) evaluation matrix onto others; the Nyquist mode of even ``n`` read as ``cos``."""
 
     kind = "spectral"
     periodic = True
 
     def __init__(self, grid_in, periods=None):
         super().__init__(grid_in, periods)
-        for k, (x, P) in enumerate(zip(self.grid_in, self.periods)):
+        for k, (x, P) in enumerate(zip(self.grid_in, self.periods, strict=False)):
             if x.size > 2 and not np.allclose(np.diff(x), x[1] - x[0], rtol=RTOL, atol=0):
                 raise ValueError(
                     f"spectral resampling needs uniform periodic axes; axis {k} is not uniform "
@@ -231,8 +190,9 @@ class SpectralResampling(Recovery):
             n = x.size - 1 if P is not None and is_closed(x, P) else x.size
             if P is not None and n > 1 and abs(n * (x[1] - x[0]) - P) > RTOL * P:
                 raise ValueError(
-                    f"spectral resampling needs the nodes of a periodic axis to split its period uniformly: "
-                    f"axis {k} has {n} points {x[1] - x[0]:g} apart but period {P:g} (use kind='cubic')"
+                    "spectral resampling needs the nodes of a periodic axis to split its period "
+                    f"uniformly: axis {k} has {n} points {x[1] - x[0]:g} apart but period {P:g} "
+                    "(use kind='cubic')"
                 )
 
     def _period(self, axis):
@@ -243,7 +203,7 @@ class SpectralResampling(Recovery):
         return P, is_closed(x, P)
 
     def _coefficients(self, values, array_axis, n):
-        """Fourier coefficients along ``array_axis`` (moved last), Nyquist split: (..., K), k (K,)."""
+        """Fourier coefficients (..., K) along ``array_axis`` (moved last), Nyquist split."""
         C = np.fft.fft(np.moveaxis(values, array_axis, -1), axis=-1) / n
         if n % 2 == 0:
             C[..., n // 2] *= 0.5
@@ -252,7 +212,7 @@ class SpectralResampling(Recovery):
 
     @staticmethod
     def _wavenumbers(n):
-        """Wavenumbers (K,) of :meth:`_coefficients`: the FFT's, and ``+n/2`` appended for even ``n``."""
+        """Wavenumbers (K,) of :meth:`_coefficients` (``+n/2`` appended for even ``n``)."""
         k = np.rint(np.fft.fftfreq(n) * n).astype(np.int64)
         return np.concatenate([k, [n // 2]]) if n % 2 == 0 else k
 

@@ -1,4 +1,4 @@
-"""The paper's min-norm random-feature recovery map (:class:`RandomFeatureInterpolant`, kind ``"rf"``)."""
+"""The paper's min-norm random-feature recovery map (kind ``"rf"``)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,13 @@ from ..memory import check_gram_memory
 from .grids import grid_shape
 from .interpolation import Recovery
 
-__all__ = ["RandomFeatureInterpolant"]
-
 
 def _check_factor_memory(n, N, k, n_out=0):
-    """ValueError (:func:`rfol_dask.memory.check_gram_memory`) unless the map of a factor of ``n``
-    grid points in ``k`` dimensions (one axis when separable, else the whole grid) with ``N``
-    features fits the memory budget: its Gram
-    (``n^2``, twice while it is made: ``A A^T`` is copied into Fortran order), features ``A``
-    (``n N``) and frequencies (``(k + 1) N``); with ``n_out`` output
-    points, also the features of those points (``n_out N``) and the ``n_out x n`` products of
-    :meth:`RandomFeatureInterpolant._map` (three at once). Float64 throughout."""
+    """ValueError unless the map of a factor of ``n`` grid points in ``k`` dimensions with ``N``
+    features fits the memory budget: its Gram (twice while made), features and frequencies, or
+    with ``n_out`` output points their features and three ``n_out x n`` maps."""
     held = {f"the {n} x {N} features": n * N * 8, f"the {k} x {N} frequencies": (k + 1) * N * 8}
-    if (
-        not n_out
-    ):  # A A^T is made C-ordered, then copied into the Fortran order of the factorisation
+    if not n_out:  # A A^T is made C-ordered, then copied into Fortran order
         held["the Gram's Fortran-ordered copy"] = n * n * 8
     else:
         held[f"the {n_out} x {N} features of the output points"] = n_out * N * 8
@@ -38,25 +30,13 @@ def _check_factor_memory(n, N, k, n_out=0):
 class RandomFeatureInterpolant(Recovery):
     """The paper's min-norm random-feature recovery map on a grid.
 
-    For each factor of the grid (each axis when ``separable``, else all grid points at once)
-    with points ``x`` (n, k), coordinates divided by the mean spacing of each axis:
-    features ``A = sqrt(2/N) cos(x Omega + b)`` (n, N), ``Omega`` from ``distribution`` with
-    scale ``gamma`` (as in :mod:`rfol_dask.features`), the Gram ``G = A A^T + ridge I``
-    factorised once (:func:`rfol_dask.solve.cholesky`, with its jitter policy). A function's
-    values ``u`` (centred: constants are reproduced exactly) give ``c = A^T G^{-1} u`` and
-    values ``Phi(y) c`` anywhere. The factor serves every function: per output grid the
-    map ``Phi(y) A^T G^{-1}`` (n_out x n) is formed once from ``n_out`` triangular solves
-    and then applied to all M functions as one matrix product (this keeps the results
-    independent of how the samples are chunked; solving with the M functions as
-    right-hand sides costs the same but lets the Gram's conditioning amplify rounding).
-
-    ``separable=True`` uses products of 1-D features (``prod N_a`` features of the tensor-
-    product kernel; the min-norm problem factorises into 1-D ones, ridge per axis): memory
-    ``8 (n_a^2 + n_a N_a)`` bytes per axis. ``separable=False`` draws d-dimensional
-    frequencies as in the paper: the Gram covers the whole grid, ``8 n^2`` bytes for n grid
-    points, with the features ``8 n N`` (``N = 16 n`` by default: 16 x the Gram) and, per output
-    grid of ``n_out`` points, ``8 n_out (N + 3 n)`` for its map (all checked against the memory
-    budget before they are made); ``n^2 N`` flops to form the Gram, ``n^3 / 3`` to factorise it.
+    For each factor of the grid (each axis when ``separable``, else the whole grid) with points
+    ``x`` (n, k) in units of the mean spacing: features ``A = sqrt(2/N) cos(x Omega + b)``, the
+    Gram ``G = A A^T + ridge I`` factorised once; centred values ``u`` give ``c = A^T G^{-1} u``
+    and values ``Phi(y) c`` anywhere. Per output grid the map ``Phi(y) A^T G^{-1}`` is formed
+    once and applied to all functions (results independent of the chunking). Separable: memory
+    ``8 (n_a^2 + n_a N_a)`` bytes per axis; else ``8 n^2`` for the Gram and ``8 n N`` for the
+    features (checked against the memory budget first).
 
     Parameters
     ----------
@@ -106,12 +86,8 @@ class RandomFeatureInterpolant(Recovery):
             raise ValueError(f"gamma must be > 0, got {gamma!r}")
         if not ridge >= 0:
             raise ValueError(f"ridge must be >= 0, got {ridge!r}")
-        self.distribution, self.ridge, self.separable, self.nu = (
-            distribution,
-            float(ridge),
-            bool(separable),
-            nu,
-        )
+        self.distribution, self.ridge, self.nu = distribution, float(ridge), nu
+        self.separable = bool(separable)
         if gamma is None:
             gamma = {
                 "gaussian": (0.2 * np.pi) ** 2 / 2,
@@ -135,8 +111,9 @@ class RandomFeatureInterpolant(Recovery):
                 L, used = cholesky(G, self.ridge)
             except ValueError as exc:
                 raise ValueError(
-                    f"the random-feature Gram of grid axes {axes} is singular with ridge={self.ridge:g}: "
-                    "pass ridge > 0 (e.g. 1e-10), a larger gamma or more features"
+                    f"the random-feature Gram of grid axes {axes} is singular with "
+                    f"ridge={self.ridge:g}: pass ridge > 0 (e.g. 1e-10), a larger gamma or more "
+                    "features"
                 ) from exc
             self.factors.append(
                 {"axes": axes, "omega": omega, "b": b, "A": A, "L": L, "ridge": used}
@@ -145,7 +122,9 @@ class RandomFeatureInterpolant(Recovery):
 
     def _points(self, axes, coords):
         """Scaled points (n, len(axes)) of the tensor grid ``coords``, first axis slowest."""
-        scaled = [(c - self.grid_in[a][0]) / self.scale[a] for a, c in zip(axes, coords)]
+        scaled = [
+            (c - self.grid_in[a][0]) / self.scale[a] for a, c in zip(axes, coords, strict=False)
+        ]
         mesh = np.meshgrid(*scaled, indexing="ij")
         return np.stack([m.ravel() for m in mesh], axis=1)
 
@@ -153,7 +132,7 @@ class RandomFeatureInterpolant(Recovery):
         """The (n_out, n_in) map of factor ``f`` to the output coordinates ``coords``:
         ``W = Phi(y) A^T G^{-1}`` from the Cholesky factor (``n_out`` right-hand sides),
         corrected so that it centres the data first (``W + (1 - W 1) 1^T / n``)."""
-        # checked before it is made (the joint map of a non-separable grid: every output point at once)
+        # checked before it is made (a non-separable grid's map covers every output point)
         _check_factor_memory(*f["A"].shape, len(f["axes"]), int(np.prod([c.size for c in coords])))
         K = feature_map(self._points(f["axes"], coords), f["omega"], f["b"]) @ f["A"].T
         W = cho_solve(f["L"], np.asfortranarray(K.T)).T

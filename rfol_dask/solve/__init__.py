@@ -1,17 +1,9 @@
 """Fitting the coefficients: one Cholesky factorisation, triangular solves over output columns.
 
-``fit_numpy`` (:mod:`.in_memory`) runs in memory with no graph; ``fit_dask`` builds one dask
-graph and computes it in a single ``compute`` call, so the data are read once, with one of
-three algorithms:
-
-- :mod:`.streamed`: the dual Gram summed over feature slabs on each worker and reduced across
-  the workers (the default dual);
-- :mod:`.tiled`: the dual Gram from tiles of row blocks, factorised blocked across the workers
-  (the dual when the Gram does not fit one worker, :func:`rfol_dask.memory.dual_plan`);
-- :mod:`.primal`: chained partial sums of ``A^T A`` over row blocks.
-
-The factor and solve kernels are in :mod:`rfol_dask.factor`, the dense linear algebra in
-:mod:`rfol_dask.linalg`, the memory policy in :mod:`rfol_dask.memory`.
+``fit_numpy`` (:mod:`.in_memory`) runs in memory; ``fit_dask`` computes one dask graph, reading
+the data once: the streamed dual (:mod:`.streamed`, the Gram summed over feature slabs on each
+worker), the tiled dual (:mod:`.tiled`, factorised blocked when the Gram does not fit one
+worker) or the primal (:mod:`.primal`, partial sums of ``A^T A`` over row blocks).
 """
 
 from __future__ import annotations
@@ -39,17 +31,8 @@ from .primal import fit_primal
 from .streamed import fit_streamed
 from .tiled import fit_tiled
 
-__all__ = [
-    "choose_solver",
-    "check_min_norm",
-    "check_primal_memory",
-    "dask_fit_plan",
-    "fit_numpy",
-    "held_beside_gram",
-    "model_bytes",
-    "fit_dask",
-    "InputCentre",
-]
+__all__ = ["choose_solver", "check_min_norm", "check_primal_memory", "dask_fit_plan", "fit_dask"]
+__all__ += ["fit_numpy", "held_beside_gram", "model_bytes", "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):
@@ -61,11 +44,9 @@ def choose_solver(solver, n_samples, n_features, dual_only=False):
 
 
 def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
-    """ValueError for ``alpha = 0`` where the Gram is singular whatever the data: the centred
-    features (M, N) have rank at most ``r = min(N, M - 1)`` (``M`` without an intercept), so the
-    primal (N x N) needs ``N <= r`` and the dual (M x M, its ones direction lifted with an
-    intercept: :func:`rfol_dask.factor.lift_ones`) ``N >= M - 1`` (``M``). A factorisation
-    could otherwise succeed by rounding and give a wrong interpolant. ``"auto"`` always passes."""
+    """ValueError for ``alpha = 0`` where the Gram is singular whatever the data (a factorisation
+    could succeed by rounding): the centred features have rank at most ``min(N, M - 1)`` (``M``
+    without an intercept), so the primal needs ``N <= M - 1`` and the dual ``N >= M - 1``."""
     if alpha != 0:
         return
     rows = n_samples - bool(fit_intercept)
@@ -77,30 +58,21 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
     if solver in rules and rules[solver][0]:
         _, relation, gram, other = rules[solver]
         raise ValueError(
-            f"alpha=0 (min-norm interpolation) in the {solver} needs n_features {relation} {rows} (the "
-            f"samples{' less one with an intercept' if fit_intercept else ''}), got {n_features} "
-            f"features and {n_samples} samples: the {gram} Gram is singular; pass solver='{other}' "
-            "or alpha > 0"
+            f"alpha=0 (min-norm interpolation) in the {solver} needs n_features {relation} {rows} "
+            f"(the samples{' less one with an intercept' if fit_intercept else ''}), got "
+            f"{n_features} features and {n_samples} samples: the {gram} Gram is singular; pass "
+            f"solver='{other}' or alpha > 0"
         )
 
 
 def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None, budget=None):
-    """ValueError (:func:`rfol_dask.memory.check_gram_memory`) when the dask primal's ``N x N``
-    Gram of ``n_features`` does not fit the workers of ``client``: with several chains (worker
-    threads) the tree that sums their Grams holds two on one worker, beside the ``(n + 1) N``
-    frequencies. (A dask dual that does not fit one worker is factorised blocked instead.) ``budget``:
-    the workers' :class:`rfol_dask.memory.Budget`, if the caller has it (else they are asked)."""
+    """ValueError when the dask primal's ``N x N`` Gram does not fit the workers of ``client`` (two
+    on one worker with several chains, beside the frequencies); ``budget``: the workers'
+    :class:`rfol_dask.memory.Budget` if the caller has it."""
     dtype = np.dtype(dtype)
-    check_gram_memory(
-        n_features,
-        dtype,
-        max_gram_bytes,
-        client,
-        solver="primal",
-        peak_copies=2 if n_slots(client) > 1 else 1,
-        beside=(n + 1) * n_features * dtype.itemsize,
-        budget=budget,
-    )
+    beside, copies = (n + 1) * n_features * dtype.itemsize, 2 if n_slots(client) > 1 else 1
+    kw = dict(solver="primal", peak_copies=copies, beside=beside, budget=budget)
+    check_gram_memory(n_features, dtype, max_gram_bytes, client, **kw)
 
 
 def _on_device(device, meta):
@@ -123,36 +95,25 @@ def dask_fit_plan(
     budget=None,
 ):
     """The :class:`rfol_dask.memory.DualPlan` of a dask fit of ``M`` samples, ``n`` inputs and ``m``
-    outputs (None for the primal), after the checks that refuse it before any work:
-    ValueError when the primal's Gram does not fit on the CPU (:func:`check_primal_memory`); on GPUs
-    (``device="cuda"``, or array API chunks: ``meta``), NotImplementedError for the primal
-    and for the blocked dual (the Gram with the data and slabs does not fit 60 % of a GPU
-    worker's free memory, :func:`rfol_dask.memory.memory_budget`), which have no GPU path.
-    ``warn=False``: no RuntimeWarning for a blocked plan (a check made ahead of the fit, by a search).
-    ``budget``: the primal's :class:`rfol_dask.memory.Budget` on the CPU, if the caller has it."""
+    outputs (None for the primal), after the checks that refuse it before any work: ValueError
+    when the primal's Gram does not fit (:func:`check_primal_memory`); NotImplementedError on
+    GPUs (``device="cuda"`` or array API chunks, ``meta``) for the primal and the blocked dual.
+    ``warn=False``: no RuntimeWarning for a blocked plan. ``budget``: as for the primal check."""
     dtype = np.dtype(dtype)
     on_device = _on_device(device, meta)
     plan = None
     if solver == "dual":
-        plan = dual_plan(
-            M,
-            dtype,
-            max_gram_bytes,
-            client,
-            held_bytes=M * (n + m) * dtype.itemsize,
-            n_features=n_features,
-            n_inputs=n,
-            device=gram_device(device, meta),
-            warn=warn and not on_device,
-        )
+        held, device = M * (n + m) * dtype.itemsize, gram_device(device, meta)
+        kw = dict(n_features=n_features, n_inputs=n, device=device, warn=warn and not on_device)
+        plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=held, **kw)
     elif not on_device:  # on GPUs the primal is refused whatever its size
         check_primal_memory(n, n_features, dtype, max_gram_bytes, client, budget)
     if on_device and (plan is None or plan.blocked):
+        what = "primal" if plan is None else "blocked dual (the Gram does not fit one worker: "
         raise NotImplementedError(
-            f"on a GPU, dask input is fitted by the streamed dual only, not the "
-            f"{'primal' if plan is None else f'blocked dual (the Gram does not fit one worker: {plan.reason})'}: "
-            "pass solver='dual' with a Gram that fits one GPU worker, or compute the data into memory "
-            "(numpy or CuPy) for the in-memory GPU fit"
+            f"on a GPU, dask input is fitted by the streamed dual only, not the {what}"
+            f"{'' if plan is None else plan.reason + ')'}: pass solver='dual' with a Gram that "
+            "fits one GPU worker, or compute the data into memory for the in-memory GPU fit"
         )
     return plan
 
@@ -175,9 +136,9 @@ def fit_dask(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
 
-    Runs on the active ``distributed.Client`` if any, else dask's local scheduler. The dual
-    is streamed, or tiled and factorised blocked across the workers when its Gram does not
-    fit one worker (:func:`rfol_dask.memory.dual_plan`); the primal sums over row blocks.
+    Runs on the active ``distributed.Client`` if any, else dask's local scheduler: the streamed
+    dual, the tiled dual factorised blocked when the Gram does not fit one worker
+    (:func:`rfol_dask.memory.dual_plan`), or the primal over row blocks.
 
     Parameters
     ----------
@@ -186,10 +147,8 @@ def fit_dask(
     V : dask array of shape (M, m)
         Output functions, chunked along samples only.
     frequencies : callable
-        Picklable recipe returning ``(omega (n, N), b (N,))`` or, called with
-        ``columns=(f0, f1)``, their columns ``f0:f1`` (a ``functools.partial`` of
-        :func:`rfol_dask.features.draw_frequencies`): the workers draw what they need
-        (again if the workers holding them die); nothing large enters the graph.
+        Picklable recipe of ``(omega (n, N), b (N,))``, or with ``columns=(f0, f1)`` their
+        columns ``f0:f1`` (a partial of :func:`rfol_dask.features.draw_frequencies`).
     n_features : int
         The number of features ``N``.
     dtype : {"float32", "float64"} or numpy dtype
@@ -199,7 +158,7 @@ def fit_dask(
     fit_intercept : bool
         Centre features and outputs and fit an intercept per output column.
     solver : {"dual", "primal"}
-        Dual (M x M Gram) or primal (N x N Gram); :func:`choose_solver` resolves ``"auto"``.
+        Dual (M x M Gram) or primal (N x N Gram).
     column_block : int, optional
         Output columns per solve task (default: spread over all worker threads).
     progress : bool, default=False
@@ -207,13 +166,10 @@ def fit_dask(
     max_gram_bytes : float, optional
         Memory budget of the Gram (default: 60 % of the available / worker memory).
     device : {"cpu", "cuda"}, default="cpu"
-        Where the workers compute numpy chunks; CuPy chunks are computed on their GPU whatever
-        this says. Only the streamed dual runs on GPUs.
+        Where the workers compute numpy chunks (CuPy chunks stay on their GPU).
     input_centre : InputCentre, optional
-        Measure the inputs from the model's input centre: it is made in the graph from the first
-        samples (:class:`.graph.InputCentre`; left in ``input_centre.value``), folded into the
-        phases the workers draw and subtracted from the rows of each block before its features
-        (:func:`rfol_dask.features.feature_map`; before the cast to ``dtype``). None: no centre.
+        The model's input centre, made in the graph from the first samples and left in
+        ``input_centre.value``; None: no centre.
 
     Returns
     -------
@@ -225,18 +181,10 @@ def fit_dask(
     Raises
     ------
     ValueError
-        If the primal Gram does not fit the memory budget (the message gives the bytes), or
-        the data hold NaN / Inf (the samples are named).
+        If the primal Gram does not fit the memory budget, or the data hold NaN / Inf (the
+        samples are named).
     NotImplementedError
-        On a GPU (``device="cuda"`` or CuPy chunks) with the primal or the blocked dual
-        (:func:`dask_fit_plan`; the budget is the GPU workers' free memory).
-
-    Notes
-    -----
-    Worker memory: streamed dual ``8 M^2 + 8 M n`` bytes per worker (its Gram and inputs, with
-    feature slabs of about 256 MiB); tiled dual the Gram as tiles spread over the workers;
-    primal the N x N Gram plus one row block. The client receives only ``coef`` and
-    ``intercept``.
+        On a GPU with the primal or the blocked dual.
     """
     client = active_client()
     dtype = np.dtype(dtype)
@@ -254,31 +202,16 @@ def fit_dask(
         M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, budget=budget
     )
     tiled = solver == "dual" and plan.blocked  # its blocks make features: n_features values a row
-    Ub, Vb, starts, cols = row_blocks(
-        U,
-        V,
-        column_block,
-        client,
-        max_blocks=MAX_TILE_BLOCKS if tiled else None,
-        row_bytes=n_features * dtype.itemsize,
-    )
+    kw = dict(max_blocks=MAX_TILE_BLOCKS if tiled else None, row_bytes=n_features * dtype.itemsize)
+    Ub, Vb, starts, cols = row_blocks(U, V, column_block, client, **kw)
     if input_centre is not None:
         input_centre.attach(Ub, starts, dtype, TaskNames())
-    common = dict(
-        alpha=alpha,
-        fit_intercept=fit_intercept,
-        client=client,
-        progress=progress,
-        input_centre=input_centre,
-    )
+    common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress)
+    common.update(input_centre=input_centre)
     if solver == "primal":  # as many chains on a worker as its memory holds Grams
-        per_worker = gram_slots(
-            n_features,
-            dtype,
-            beside=(n + 1) * n_features * dtype.itemsize,
-            with_each=n_features * m * dtype.itemsize,
-            budget=budget,
-        )
+        size = n_features * dtype.itemsize
+        kw = dict(beside=(n + 1) * size, with_each=m * size, budget=budget)
+        per_worker = gram_slots(n_features, dtype, **kw)
         return fit_primal(Ub, Vb, starts, cols, frequencies, per_worker=per_worker, **common)
     if plan.blocked:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
@@ -286,18 +219,6 @@ def fit_dask(
         return fit_tiled(
             Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common
         )
-    draw_on = gram_device(device, meta)
-    return fit_streamed(
-        Ub,
-        Vb,
-        starts,
-        m,
-        frequencies,
-        n_features=n_features,
-        dtype=dtype,
-        slab_bytes=plan.slab_bytes,
-        device=device,
-        draw_on=draw_on,
-        n_inputs=n,
-        **common,
-    )
+    kw = dict(m=m, n_features=n_features, dtype=dtype, slab_bytes=plan.slab_bytes, n_inputs=n)
+    kw.update(device=device, draw_on=gram_device(device, meta))
+    return fit_streamed(Ub, Vb, starts, frequencies, **kw, **common)

@@ -11,35 +11,17 @@ import numpy as np
 from ..backend import is_array_api, to_numpy
 from ..exceptions import BlockedFactorError
 from ..factor import used_ridge
-from ..features import CENTRE_ROWS, input_centre
+from ..features import CENTRE_ROWS, FREQUENCY_BLOCK, input_centre
 from ..gram import check_finite
 from ..linalg import first_ridge, warn_ridge
 from ..memory import n_slots
 from ..placement import pinned
 from ..progress import compute
 
-__all__ = [
-    "TaskNames",
-    "InputCentre",
-    "row_blocks",
-    "column_blocks",
-    "tree_sum",
-    "hand_over",
-    "after",
-    "iadd",
-    "chained_sum",
-    "block_vsum",
-    "column_slab",
-    "rows",
-    "Columns",
-    "compute_fit",
-]
-
 
 class TaskNames:
-    """Key names for the tasks of one fit: ``names("gram-slab", 3)`` is ``"gram-slab-<token>-3"``,
-    so the tasks show under their own name in dashboards and task streams (``dask.utils.key_split``
-    gives back ``"gram-slab"``), and two fits never share a key."""
+    """Key names for the tasks of one fit: ``names("gram-slab", 3)`` is ``"gram-slab-<token>-3"``
+    (shown as ``gram-slab`` in dashboards; two fits never share a key)."""
 
     def __init__(self):
         self.token = uuid.uuid4().hex
@@ -49,17 +31,16 @@ class TaskNames:
 
 
 class InputCentre:
-    """The input centre of a dask fit (:func:`rfol_dask.features.input_centre`), made in its graph:
-    :meth:`attach` adds the task, ``kwargs`` passes it to the recipe and the feature tasks,
-    :func:`compute_fit` computes it with the fit and leaves it in ``value`` (numpy (n,)). Given a
-    ``value`` (made before the fit), the graph carries that instead."""
+    """The input centre of a dask fit (:func:`rfol_dask.features.input_centre`), made in its graph
+    (:meth:`attach`) and left in ``value`` (n,) by :func:`compute_fit`; a given ``value`` is
+    carried instead."""
 
     def __init__(self, value=None):
         self.task, self.value = None, value
 
     def attach(self, Ub, starts, dtype, names):
-        """The task ``input-centre`` on the first row blocks ``Ub`` (offsets ``starts``) that hold
-        :data:`rfol_dask.features.CENTRE_ROWS` samples (or the given value)."""
+        """The task ``input-centre`` on the first row blocks of ``Ub`` that hold ``CENTRE_ROWS``
+        samples."""
         if self.value is not None:
             self.task = dask.delayed(self.value, pure=True, traverse=False)
             return self
@@ -76,28 +57,45 @@ class InputCentre:
 
 
 def _checked_centre(dtype, starts, *blocks):
-    """:func:`rfol_dask.features.input_centre` of the row blocks (offsets ``starts``), each checked
-    for NaN / Inf first: a bad value is named in its block, not spread by the centre to every row."""
-    for B, start in zip(blocks, starts):
+    """:func:`rfol_dask.features.input_centre` of the row blocks, each checked for NaN / Inf first
+    (a bad value named in its block, not spread to every row)."""
+    for B, start in zip(blocks, starts, strict=False):
         check_finite(B if is_array_api(B) else np.asarray(B), int(start), "U")
     return input_centre(dtype, *blocks)
 
 
-#: the tiled duals (:mod:`.tiled`, the kernel model) take at most this many row blocks: their
-#: graphs grow as ``nb^2`` tiles (``nb^3 / 6`` tasks when factorised blocked), so finer sample
-#: chunks are merged (up to :data:`MERGED_BLOCK_BYTES` per block)
+#: the tiled duals take at most this many row blocks (their graphs grow as ``nb^2`` tiles): finer
+#: sample chunks are merged
 MAX_TILE_BLOCKS = 32
 
 #: a merged row block's rows take at most this many bytes (``row_bytes`` each: features or inputs)
 MERGED_BLOCK_BYTES = 256 * 2**20
 
 
+def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
+    """Column ranges ``(f0, f1)`` of ``A`` (M x N) in ``n_groups`` contiguous groups of nearly
+    equal width (one per worker; empty groups dropped), each cut into slabs of at most
+    ``slab_bytes``, on whole blocks of frequencies where the sizes allow."""
+    B = FREQUENCY_BLOCK
+    width = max(1, int(slab_bytes // (M * itemsize)))
+    width -= width % B if width > B else 0
+    n_blocks = -(-N // B)
+    if n_blocks >= n_groups:
+        bounds = [min(N, (n_blocks * g // n_groups) * B) for g in range(n_groups + 1)]
+    else:
+        bounds = [N * g // n_groups for g in range(n_groups + 1)]
+    return [
+        [(f, min(f + width, g1)) for f in range(g0, g1, width)]
+        for g0, g1 in zip(bounds, bounds[1:], strict=False)
+        if g1 > g0
+    ]
+
+
 def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=None):
     """Delayed row blocks of ``U`` (M, n) and ``V`` (M, m) on the same sample chunks, their
-    start offsets (nb + 1,), and the output column blocks for the solves (default: one per
-    worker thread). Nothing is computed. With ``max_blocks``, chunks smaller than
-    ``M / max_blocks`` rows are merged into blocks of that many rows, but of at most
-    :data:`MERGED_BLOCK_BYTES` (``row_bytes`` per row: what a block's task makes of a row)."""
+    offsets (nb + 1,), and the output column blocks (default: one per worker thread). With
+    ``max_blocks``, smaller chunks are merged into blocks of ``M / max_blocks`` rows, of at most
+    :data:`MERGED_BLOCK_BYTES` (``row_bytes`` a row)."""
     if max_blocks is not None and len(U.chunks[0]) > max_blocks:
         rows = -(-U.shape[0] // max_blocks)
         if row_bytes:
@@ -111,13 +109,12 @@ def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=
     if column_block is None:
         column_block = max(1, -(-m // n_slots(client)))
     Ub, Vb = U.to_delayed().ravel(), V.to_delayed().ravel()
-    Ub = [dask.delayed(_after_v_check)(u, v, s) for u, v, s in zip(Ub, Vb, starts)]
+    Ub = [dask.delayed(_after_v_check)(u, v, s) for u, v, s in zip(Ub, Vb, starts, strict=False)]
     return Ub, Vb, starts, column_blocks(m, column_block)
 
 
 def _after_v_check(U, V, start):
-    """The block ``U`` once the same rows of ``V`` are checked: a NaN in ``V`` fails before
-    the features are made, as one in ``U`` does."""
+    """The block ``U`` once the same rows of ``V`` are checked (a NaN fails before the features)."""
     check_finite(V if is_array_api(V) else np.asarray(V), start, "V")  # CuPy: checked on its GPU
     return U
 
@@ -130,17 +127,11 @@ def column_blocks(m, block):
 def tree_sum(parts, combine, workers=None, first=None):
     """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``.
 
-    ``workers``: the worker each part is made on (:func:`~rfol_dask.placement.pinned`); each
-    ``combine`` then runs where its left part is, so a worker holds two parts at a time (its own
-    and the one that comes over) and the total ends on ``workers[0]``. Every sum pinned to one
-    worker would have it fetch the parts of all its ready sums at once: up to all of them.
-    ``first``: the combine of the first level, for parts that must be kept (a sum into a new
-    array); the left part of every later sum is then one of its results, which ``combine`` may
-    add into in place (a part passed up unsummed is only ever a right one). A kept part comes
-    over to its sum as a task of its own (:func:`hand_over`, on its worker), used by that sum
-    only, so the copy the sum's worker fetched is freed once it is added: fetched as the kept
-    key itself, it stayed there as long as the part was kept (a fourth Gram on the first worker of
-    the growth's sums, beside its own, the new sum and the one that comes over)."""
+    ``workers``: the worker each part is made on; each ``combine`` runs where its left part is,
+    so a worker holds two parts at a time and the total ends on ``workers[0]``. ``first``: the
+    combine of the first level, for parts that must be kept (a sum into a new array); a kept
+    part comes over as a task of its own (:func:`hand_over`), so the fetched copy is freed once
+    it is added."""
     parts = list(parts)
     places = list(workers) if workers is not None else [None] * len(parts)
     kept = [first is not None] * len(parts)
@@ -164,13 +155,12 @@ def tree_sum(parts, combine, workers=None, first=None):
 
 
 def hand_over(part):
-    """``part`` itself (no copy where it is): a key of its own for one sum to fetch (:func:`tree_sum`)."""
+    """``part`` itself: a key of its own for one sum to fetch (:func:`tree_sum`)."""
     return part
 
 
 def after(value, *_):
-    """``value``, once the tasks given after it are done (orders tasks; ``after(None, x)``: a token
-    of ``x`` for tasks that wait for it without fetching it)."""
+    """``value``, once the tasks given after it are done (orders tasks)."""
     return value
 
 
@@ -182,16 +172,9 @@ def iadd(a, b):
 
 def chained_sum(n_blocks, slots, add_block, combine):
     """A sum over ``n_blocks`` blocks in at most ``len(slots)`` chains: block ``i`` joins chain
-    ``i % n_chains`` by ``acc = add_block(i, acc)`` (``acc`` None for the first block of a
-    chain; in place after that, so a chain holds one accumulator), then the chains' ends are
-    summed by a pairwise tree of ``combine``. ``add_block`` and ``combine`` build delayed tasks.
-
-    ``slots``: the worker of each chain (:func:`rfol_dask.placement.worker_slots`, one per worker
-    thread; None: unplaced). A chain runs on its worker, so a worker holds one accumulator per
-    thread: left to the scheduler, two chains could share a one-thread worker and three a two-thread
-    one, beyond what the memory checks count. A tree sums each worker's own chains into one on
-    that worker, then a tree across the workers sums those, each sum on the worker of its left part
-    (:func:`tree_sum`), so a worker holds its own chains' accumulators, then at most two."""
+    ``i % n_chains`` by ``acc = add_block(i, acc)`` (None for a chain's first block, in place
+    after that), each chain pinned to its worker ``slots[c]`` (one per worker thread; None:
+    unplaced); a tree sums each worker's own chains, then one across the workers."""
     n_chains = min(len(slots), n_blocks)
     ends = []
     for c in range(n_chains):
@@ -203,8 +186,6 @@ def chained_sum(n_blocks, slots, add_block, combine):
     mine = {}  # worker -> its chains' ends, the workers in the order of slots (the first one first)
     for c in range(n_chains):
         mine.setdefault(slots[c], []).append(ends[c])
-    # one tree over every chain, sorted by worker, summed a worker's odd chain with the next worker's
-    # first while the worker still held its own: one accumulator more than its threads
     return tree_sum(
         [tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()],
         combine,
@@ -220,16 +201,14 @@ def block_vsum(V, start):
 
 
 def column_slab(start, stop, dtype, *blocks):
-    """Columns ``start:stop`` of the row blocks ``blocks``, checked and stacked in one
-    Fortran-ordered (M, stop - start) array (the layout the triangular solves overwrite in place)."""
+    """Columns ``start:stop`` of the row blocks, checked and stacked in one Fortran-ordered
+    (M, stop - start) array (which the triangular solves overwrite in place)."""
     out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
     row = 0
     for B in blocks:
         k = len(B)
         out[row : row + k] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
-        check_finite(
-            out[row : row + k], row, "V"
-        )  # after the cast: a float64 value may overflow float32
+        check_finite(out[row : row + k], row, "V")  # after the cast, which may overflow
         row += k
     return out
 
@@ -241,8 +220,7 @@ def rows(X, start, stop):
 
 class Columns:
     """The coefficients (N, m) and intercepts (m,) of a fit, filled block by block of the output
-    columns ``cols`` (``[(c0, c1), ...]``) as :func:`compute_fit` hands them over (``consume``):
-    each block goes into its place as it is gathered, with no concatenated copy at the end."""
+    columns ``cols`` (``[(c0, c1), ...]``) as they are gathered."""
 
     def __init__(self, cols):
         self.cols, self.m = cols, cols[-1][1]
@@ -263,12 +241,9 @@ def compute_fit(
     *collections, progress, client, desc, alpha, consume=None, centre=None, factor=None
 ):
     """``progress.compute`` for a fit graph (``consume``: see there); a failed blocked Cholesky
-    becomes a :class:`BlockedFactorError` (a ValueError; :func:`with_ridges` retries it). An
-    :class:`InputCentre` ``centre`` is computed alongside, into ``centre.value``. With the
-    delayed ``factor`` (a factorisation task made with ``warn=False``, :mod:`rfol_dask.factor`),
-    the ridge it used comes back beside the results and a raised one is warned here, in the
-    caller's thread and context (:func:`rfol_dask.linalg.warn_ridge`; a search's refit records
-    it): on a cluster the task's own warning would stay on its worker, out of the user's sight."""
+    becomes a :class:`BlockedFactorError`. An :class:`InputCentre` ``centre`` is computed into
+    ``centre.value``; with the delayed ``factor`` (made with ``warn=False``) a raised ridge is
+    warned here, in the caller's thread (on a cluster the task's warning stays on its worker)."""
     extras = {}
     if centre is not None:
         extras["centre"] = centre.task
@@ -302,12 +277,9 @@ def compute_fit(
 
 
 def with_ridges(run, alpha, dtype, mean_diag=1.0):
-    """``run(ridge)`` (build and compute a blocked fit graph with that ridge) for the ridges of the
-    jitter policy (:func:`rfol_dask.linalg.jitter_ridges`; ``mean_diag``: the centred Gram's mean
-    diagonal or a callable giving it, as :func:`rfol_dask.linalg.first_ridge` takes it; the
-    default 1 bounds it for unit-variance features and kernels) until its factorisation succeeds, as the
-    in-memory factorisations retry: a RuntimeWarning names a raised ridge. Each retry computes
-    the whole graph again (the blocked factor is not kept beside its Gram)."""
+    """``run(ridge)`` (build and compute a blocked fit graph) for the ridges of the jitter policy
+    (:func:`rfol_dask.linalg.first_ridge`; ``mean_diag`` as it takes it) until its
+    factorisation succeeds; each retry computes the whole graph again."""
 
     def attempt(ridge, again):
         try:

@@ -14,11 +14,16 @@ import numpy as np
 
 from ..backend import is_cupy, is_fast, itemsize, namespace, syrk
 from ..factor import dual_factor, dual_intercept, dual_solve, primal_factor, primal_solve
-from ..gram import block_means, check_finite, dual_tile, features_block, primal_partial
+from ..gram import (
+    block_means,
+    check_finite,
+    dual_tile,
+    features_block,
+    primal_partial,
+    slab_features,
+)
 from ..memory import ROW_BLOCK_BYTES, SLAB_BYTES
-from .streamed import feature_slabs, slab_features
-
-__all__ = ["row_ranges", "dual_numpy", "dual_slabs", "fit_numpy", "held_beside_gram", "model_bytes"]
+from .graph import feature_slabs
 
 
 def row_ranges(n_rows, row_bytes, block_bytes=ROW_BLOCK_BYTES):
@@ -49,50 +54,13 @@ def _dual_gram_solve(K, V, alpha, fit_intercept):
 
 
 def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_centre=None):
-    """The dual fit without the features ``A`` (M x N) ever whole: two passes over feature slabs.
-
-    Parameters
-    ----------
-    U : array of shape (M, n)
-        Inputs, in the namespace of ``omega``.
-    V : array of shape (M, m)
-        Outputs.
-    omega : array of shape (n, N)
-        Frequencies.
-    b : array of shape (N,)
-        Phases.
-    alpha : float
-        Ridge parameter.
-    fit_intercept : bool
-        Centre each slab by its own column means (exact: the means of a slab's columns depend
-        on those columns only) and fit an intercept per output column.
-    slab_bytes : int, optional
-        Bytes of one slab ``A[:, f0:f1]`` (M x width), at least one column (default: dask
-        config ``rfol_dask.slab-bytes``, else :data:`rfol_dask.memory.SLAB_BYTES`); the
-        widths are those of the streamed dual (:func:`.streamed.feature_slabs`), the last
-        slab ragged.
-    input_centre : array of shape (n,), optional
-        The model's input centre (:func:`rfol_dask.features.feature_map`).
-
-    Returns
-    -------
-    coef : array of shape (N, m)
-    intercept : array of shape (m,)
-
-    Notes
-    -----
-    Pass 1 makes each slab (:func:`.streamed.slab_features`) and adds ``A_f A_f^T`` to the
-    Gram in place (:func:`rfol_dask.backend.syrk`), keeping the slab's column means (the
-    centring shift, N in all). The Gram is factorised in place (CuPy, numpy; other namespaces
-    copy, :func:`rfol_dask.backend.cholesky`) and solved; the factor is dropped before pass 2,
-    which makes each slab again and writes its rows of ``C = A^T Beta``.
-
-    Memory: the Gram (``M^2``) plus one slab and its temporaries (a quarter slab in the Gram
-    update; a second slab in the cosine of namespaces that cannot write it in place, not CuPy),
-    ``U`` and ``V``; during the solve one copy of ``V`` (M m); in pass 2 ``Beta`` (M m) and the
-    coefficients (N m, the output) instead of the Gram. Cost: that of the numpy dual plus
-    ``2 M n N`` flops for the slabs made again.
-    """
+    """The dual fit without the features ``A`` (M x N) ever whole, for namespaces other than
+    numpy (CuPy): the Gram summed over feature slabs (:func:`.streamed.feature_slabs` of
+    ``slab_bytes``, default config ``rfol_dask.slab-bytes``), each centred by its exact column
+    means with ``fit_intercept``, factorised in place and solved; the slabs made again for
+    ``C = A^T Beta`` (``2 M n N`` more flops). Returns ``(coef (N, m), intercept (m,))``.
+    Memory: the Gram, one slab and a quarter (a second slab where the cosine is not made in
+    place), ``U`` and ``V``; in pass 2 ``Beta`` and ``C`` instead of the Gram."""
     xp = namespace(omega)
     # with a centre, U keeps its dtype: its rows are centred, then cast (features.feature_map)
     U, V = _checked(U, omega if input_centre is None else U, "U"), _checked(V, omega)
@@ -102,16 +70,10 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
     (slabs,) = feature_slabs(M, N, 1, itemsize(omega.dtype), slab_bytes)
 
     def slab(f0, f1):  # A[:, f0:f1] (exactly centred if fit_intercept) and its shift
-        return slab_features(
-            U,
-            lambda columns: (omega[:, f0:f1], b[f0:f1]),
-            N,
-            f0,
-            f1,
-            fit_intercept,
-            shift_rows=None,
-            input_centre=input_centre,
-        )
+        def recipe(columns):
+            return omega[:, f0:f1], b[f0:f1]
+
+        return slab_features(U, recipe, N, f0, f1, fit_intercept, None, input_centre)
 
     K, shifts = None, []
     for f0, f1 in slabs:
@@ -141,18 +103,11 @@ def model_bytes(n, N, m, dtype):
 
 
 def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
-    """What an in-memory fit (:func:`fit_numpy`, with the model's frequencies) holds beside its
-    Gram at its peak, ``{what: bytes}``, for the up-front check
-    (:func:`rfol_dask.memory.check_gram_memory`, ``held``) made before ``Omega`` is drawn.
-
-    Always the model's arrays (:func:`model_bytes`). The numpy dual:
-    the features ``A`` (``M N``) whole. The other namespaces' dual: one slab of ``slab_bytes``
-    (as :func:`dual_slabs` cuts them) and a quarter slab (the Gram update), a second slab where
-    the cosine is not made in place (not CuPy); the coefficients are counted with the Gram,
-    though pass 2 holds them instead of it (a bound). The primal: one row block of about
-    :data:`~rfol_dask.memory.ROW_BLOCK_BYTES` (two outside numpy and CuPy), at least the 64
-    rows of its shifts.
-    """
+    """What an in-memory fit holds beside its Gram at its peak, ``{what: bytes}``, for the check
+    made before ``Omega`` is drawn (:func:`rfol_dask.memory.check_gram_memory`): the model's
+    arrays and, for the numpy dual, the features ``A``; for the other duals a slab and a quarter
+    (two and a quarter where the cosine is not made in place); for the primal a row block (two
+    outside numpy and CuPy) of at least 64 rows."""
     size = np.dtype(dtype).itemsize
     held = model_bytes(n, N, m, dtype)
     in_place = is_fast(xp) or is_cupy(xp)
@@ -187,31 +142,31 @@ def fit_numpy(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients in memory (numpy, no graph).
 
+    The fit runs in the namespace of ``omega`` (numpy: in-place LAPACK; CuPy: on its GPU, the
+    dual by :func:`dual_slabs`).
+
     Parameters
     ----------
     U : ndarray of shape (M, n)
-        Input functions (flattened grids), in the dtype of ``omega``. Any array API namespace:
-        the fit runs in the namespace of ``omega`` (CuPy arrays: on their GPU) and returns
-        arrays of it; numpy takes the in-place LAPACK path.
+        Input functions (flattened grids).
     V : ndarray of shape (M, m)
         Output functions.
     omega : ndarray of shape (n, N)
-        Frequencies; their dtype (float32 or float64) is the working precision.
+        Frequencies; their dtype is the working precision.
     b : ndarray of shape (N,)
-        Phases (folded with ``input_centre``, :func:`rfol_dask.features.draw_frequencies`).
+        Phases.
     alpha : float
         Ridge parameter (>= 0).
     fit_intercept : bool
         Centre features and outputs and fit an intercept per output column.
     solver : {"dual", "primal"}
-        Dual: ``(A A^T + alpha I) Beta = V``, ``C = A^T Beta``; primal:
+        Dual ``(A A^T + alpha I) Beta = V``, ``C = A^T Beta``, or primal
         ``(A^T A + alpha I) C = A^T V``.
     slab_bytes : int, optional
-        Bytes of one feature slab of the dual outside numpy (:func:`dual_slabs`; default: dask
-        config ``rfol_dask.slab-bytes``, else :data:`rfol_dask.memory.SLAB_BYTES`, 256 MiB).
+        Bytes of a feature slab of the dual outside numpy (default: config
+        ``rfol_dask.slab-bytes``, else 256 MiB).
     input_centre : ndarray of shape (n,), optional
-        The model's input centre, subtracted from the rows of ``U`` as the features are made
-        (:func:`rfol_dask.features.feature_map`: ``U`` is not copied; an 8 MiB scratch).
+        The model's input centre, subtracted from the rows of ``U`` as the features are made.
 
     Returns
     -------
@@ -224,44 +179,21 @@ def fit_numpy(
     ------
     ValueError
         If ``V`` holds NaN / Inf (the samples are named) or the Gram is singular with
-        ``alpha=0`` (the message suggests a ridge).
+        ``alpha=0``.
 
     Notes
     -----
-    Memory (elements): primal ``N^2 + N m`` plus one row block of about 128 MiB.
-
-    Dual on numpy (the fast CPU path, in-place LAPACK): ``M N + M^2``, the features ``A``
-    whole and the Gram, plus a copy of ``V`` during the solve.
-
-    Dual on the other namespaces (CuPy on a GPU, ``array_api_strict``, numpy inside
-    :func:`rfol_dask.backend.generic_numpy`; :func:`dual_slabs`): ``A`` is never whole. The peak
-    is the Gram ``M^2``, one slab and a quarter slab (the Gram update), ``U`` and ``V``; during
-    the solve a copy of ``V`` (``M m``) instead of the slab; in pass 2 ``Beta`` (``M m``) and
-    the returned coefficients (``N m``) instead of the Gram. On CuPy, which factorises in
-    place, that is within ``1.2 x (M^2 + slab + U + V)`` while ``M m`` and a quarter slab fit
-    in the 20 % (the issue's target), besides the model's ``omega``, ``b`` and the
-    coefficients. Other namespaces hold a second slab (the cosine is not made in place) and,
-    during the Cholesky and the solves, about ``3 M^2`` more (copies). The slabs are made
-    twice: ``2 M n N`` more flops than the numpy dual.
+    Memory (elements): primal ``N^2 + N m`` and a row block; dual on numpy ``M N + M^2`` and a
+    copy of ``V``; dual elsewhere the Gram, a slab, ``U`` and ``V`` (``2 M n N`` more flops).
     """
     dtype, xp = omega.dtype, namespace(omega)
     if solver == "dual" and not is_fast(xp):
-        return dual_slabs(
-            U,
-            V,
-            omega,
-            b,
-            alpha=alpha,
-            fit_intercept=fit_intercept,
-            slab_bytes=slab_bytes,
-            input_centre=input_centre,
-        )
+        kw = dict(slab_bytes=slab_bytes, input_centre=input_centre)
+        return dual_slabs(U, V, omega, b, alpha=alpha, fit_intercept=fit_intercept, **kw)
     if solver == "dual":
         A = features_block(U, omega, b, input_centre=input_centre)
-        shift = (
-            xp.mean(A, axis=0) if fit_intercept else xp.zeros(A.shape[1], dtype=dtype)
-        )  # exact centring
-        A -= shift
+        shift = xp.mean(A, axis=0) if fit_intercept else xp.zeros(A.shape[1], dtype=dtype)
+        A -= shift  # exact centring
         fac, Beta = dual_numpy(A, V, dual_tile, alpha=alpha, fit_intercept=fit_intercept)
         C = A.T @ Beta
         return C, dual_intercept(fac, Beta, C, shift)

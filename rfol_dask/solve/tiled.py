@@ -31,26 +31,19 @@ from .graph import (
     with_ridges,
 )
 
-__all__ = ["dual_graph", "fit_tiled", "cross_block"]
-
 
 def dual_graph(
     Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False, names=None
 ):
     """The dual part of a dask fit, shared by the random-feature and kernel models.
 
-    ``Xb`` are delayed row blocks (features, or inputs for a kernel), ``tile(X_i, X_j, diag)``
-    makes one Gram tile (only ``i <= j`` are formed), ``Vb`` the delayed output blocks,
-    ``starts`` (nb + 1,) the block offsets. Returns the delayed :class:`DualFactor` and one
-    delayed centred ``Beta`` (M, c1 - c0) per column block ``(c0, c1)`` of ``cols``.
-
-    In memory (default) a chain of tasks copies each row of tiles into the Gram as it is
-    made, and a row's tiles are made once the row before is placed (the Gram plus one tile row
-    in memory), one task factorises it, and the column
-    blocks are solved in tasks spread over the workers (``cols`` with one block solves on the
-    factorising worker, so the factor is never copied). ``blocked=True`` never assembles the
-    Gram: the tiles form a dask array factorised by ``dask.array.linalg.cholesky`` and solved
-    by blocked triangular solves, so no worker holds more than a few tiles.
+    ``Xb``: delayed row blocks (features, or a kernel's inputs) at offsets ``starts``;
+    ``tile(X_i, X_j, diag)`` makes a Gram tile (``i <= j``); ``Vb``: the output blocks. Returns
+    the delayed :class:`DualFactor` and a delayed centred ``Beta`` (M, c1 - c0) per column
+    block of ``cols``. By default a chain of tasks on one worker places each row of tiles into
+    the Gram (a row made once the one before is placed), one task factorises it and the column
+    blocks are solved spread over the workers; ``blocked=True`` keeps the tiles as a dask array
+    factorised by ``dask.array.linalg.cholesky``, so no worker holds more than a few tiles.
     """
     names = names or TaskNames()
     nb = len(Xb)
@@ -65,10 +58,7 @@ def dual_graph(
     if blocked:
         tiles = {(i, j): gram_tile(i, j) for i in range(nb) for j in range(i, nb)}
         return _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype)
-    # The Gram, its factor and (unless spread) the solves stay on one worker: the chain is pinned
-    # there as a preference, so the M x M array never travels between workers. The tiles are made
-    # anywhere, a row of them once the row before is placed (they wait for a token made beside it,
-    # not for the Gram): made all at once, they waited, up to half a Gram of them, for the chain.
+    # the Gram, its factor and a single solve stay on one worker: the M x M array never travels
     one, K, placed = first_worker(), None, None
     for i in range(nb):
         row = [
@@ -83,27 +73,14 @@ def dual_graph(
             K = dask.delayed(gram_place)(K, starts, i, *row, dask_key_name=names("gram-place", i))
             placed = dask.delayed(after)(None, K, dask_key_name=names("gram-placed", i))
     with pinned(one):
-        fac = dask.delayed(dual_factor)(
-            K,
-            vsum,
-            alpha,
-            fit_intercept,
-            upper=True,
-            warn=False,
-            dask_key_name=names("dual-factor"),
-        )
+        kw = dict(upper=True, warn=False, dask_key_name=names("dual-factor"))
+        fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, **kw)
     borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
-    betas = [
-        dask.delayed(dual_solve)(
-            fac,
-            dask.delayed(column_slab)(c0, c1, dtype, *Vb),
-            c0,
-            borrow,
-            True,
-            dask_key_name=names("dual-solve", c0),
-        )
-        for c0, c1 in cols
-    ]
+    betas = []
+    for c0, c1 in cols:
+        V = dask.delayed(column_slab)(c0, c1, dtype, *Vb)
+        name = names("dual-solve", c0)
+        betas.append(dask.delayed(dual_solve)(fac, V, c0, borrow, True, dask_key_name=name))
     return fac, betas
 
 
@@ -124,9 +101,9 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     K = da.block([[T[i, j] if i <= j else T[j, i].T for j in range(nb)] for i in range(nb)])
     r = K.sum(axis=1)
     V = da.concatenate([da.from_delayed(v, (sizes[i], m), dtype=dtype) for i, v in enumerate(Vb)])
-    vbar = (
-        da.from_delayed(vsum, (m,), dtype=dtype) / M if fit_intercept else da.zeros(m, dtype=dtype)
-    )
+    vbar = da.zeros(m, dtype=dtype)
+    if fit_intercept:
+        vbar = da.from_delayed(vsum, (m,), dtype=dtype) / M
     if fit_intercept:
         K = K - r[:, None] / M - r[None, :] / M + r.sum() / M**2
         if alpha == 0:
@@ -137,29 +114,18 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     pad = -M % c
     rhs = V - vbar
     if pad:
-        K = da.block(
-            [
-                [K, da.zeros((M, pad), dtype=dtype)],
-                [da.zeros((pad, M), dtype=dtype), da.eye(pad, dtype=dtype)],
-            ]
-        )
+        side, corner = da.zeros((M, pad), dtype=dtype), da.eye(pad, dtype=dtype)
+        K = da.block([[K, side], [side.T, corner]])
         rhs = da.concatenate([rhs, da.zeros((pad, m), dtype=dtype)])
     L = da.linalg.cholesky(K.rechunk(c), lower=True)
     Beta = da.linalg.solve_triangular(
         L.T, da.linalg.solve_triangular(L, rhs.rechunk((c, m)), lower=True), lower=False
     )
     Beta = Beta[:M]
-    if (
-        alpha == 0
-    ):  # a singular Gram may factorise by rounding: refused as the in-memory fits refuse it
-        Beta = da.map_blocks(
-            _checked_pivots,
-            Beta,
-            da.diag(L)[:M].rechunk(-1),
-            da.diag(K)[:M].rechunk(-1),
-            dtype=Beta.dtype,
-            meta=Beta._meta,
-        )
+    if alpha == 0:  # a singular Gram may factorise by rounding: refused as in memory
+        pivots, diag = (da.diag(X)[:M].rechunk(-1) for X in (L, K))
+        meta = np.empty((0, 0), dtype=Beta.dtype)
+        Beta = da.map_blocks(_checked_pivots, Beta, pivots, diag, dtype=Beta.dtype, meta=meta)
     if fit_intercept:
         Beta = Beta - Beta.mean(axis=0)
     # chunks as delayed with the arrays' own keys: the tiles and features are shared with the
@@ -170,8 +136,7 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
 
 
 def _checked_pivots(block, pivots, diag):
-    """``block``, or LinAlgError (a failed blocked factorisation) when the pivots of the alpha = 0
-    factor stand on rounding (:func:`rfol_dask.linalg.stands_on_rounding`)."""
+    """``block``, or LinAlgError when the pivots of the alpha = 0 factor stand on rounding."""
     if stands_on_rounding(pivots, diag):
         raise np.linalg.LinAlgError("the Gram is numerically singular (a pivot at rounding level)")
     return block
@@ -215,105 +180,49 @@ def fit_tiled(
     progress,
     input_centre=None,
 ):
-    """The tiled random-feature dual fit, factorised blocked across the workers, on the delayed row blocks ``Ub``, ``Vb`` (offsets
-    ``starts``); the frequencies come from the recipe ``frequencies()``, the inputs are measured from
-    the fit's :class:`.graph.InputCentre` ``input_centre`` (if any). Returns numpy
-    ``(coef (N, m), intercept (m,))``.
+    """The tiled random-feature dual fit, factorised blocked across the workers, on the delayed
+    row blocks ``Ub``, ``Vb`` (offsets ``starts``) with the frequency recipe ``frequencies`` and
+    the fit's :class:`.graph.InputCentre` (or None). Returns numpy ``(coef (N, m), intercept
+    (m,))``. Features per row block feed the Gram tiles; ``C = sum_i A_i^T Beta_i`` is summed in
+    one in-place accumulator per worker thread. When ``A`` would take more than 30 % of the
+    cluster memory (:func:`rfol_dask.memory.memory_plan`) the blocks are made again for ``C``.
+    A failed factorisation is tried again with raised ridges (:func:`.graph.with_ridges`)."""
+    nb, centred = len(Ub), InputCentre.kwargs(input_centre)
+    keep = memory_plan(client, int(starts[-1]), n_features, dtype).keep_features
 
-    Features per row block (task ``features``) feed the Gram tiles; ``C = sum_i A_i^T Beta_i``
-    is summed in one in-place (N, k) accumulator per worker thread and a tree over those
-    (``(N, k)`` partials per row block would cross between workers). When ``A`` would take more
-    than 30 % of the cluster memory (:func:`rfol_dask.memory.memory_plan`) the blocks are made
-    again for ``C`` (tasks ``features-again``) instead of being held. A factorisation that fails
-    is tried again with the raised ridges of the jitter policy (:func:`.graph.with_ridges`).
-    """
-    return with_ridges(
-        lambda ridge: _fit_tiled(
-            Ub,
-            Vb,
-            starts,
-            cols,
-            frequencies,
-            n_features=n_features,
-            alpha=ridge,
-            fit_intercept=fit_intercept,
-            dtype=dtype,
-            client=client,
-            progress=progress,
-            input_centre=input_centre,
-        ),
-        alpha,
-        dtype,
-    )
+    def attempt(ridge):
+        names = TaskNames()
+        om, bb = dask.delayed(frequencies, pure=True, nout=2)(**centred)
+        shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)[0]
 
+        def features(name):
+            return [
+                dask.delayed(features_block)(
+                    Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i)
+                )
+                for i in range(nb)
+            ]
 
-def _fit_tiled(
-    Ub,
-    Vb,
-    starts,
-    cols,
-    frequencies,
-    *,
-    n_features,
-    alpha,
-    fit_intercept,
-    dtype,
-    client,
-    progress,
-    input_centre=None,
-):
-    """One try of :func:`fit_tiled` with the ridge ``alpha``."""
-    names = TaskNames()
-    nb = len(Ub)
-    centred = InputCentre.kwargs(input_centre)
-    om, bb = dask.delayed(frequencies, pure=True, nout=2)(**centred)
-    shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)[0]
+        A = features("features")
+        kw = dict(alpha=ridge, fit_intercept=fit_intercept, dtype=dtype, blocked=True, names=names)
+        fac, betas = dual_graph(A, Vb, starts, dual_tile, cols, **kw)
+        A = A if keep else features("features-again")
+        coefs, intercepts, slots = [], [], worker_slots(client)
+        for (c0, _), Beta in zip(cols, betas, strict=True):
 
-    def features(name):
-        return [
-            dask.delayed(features_block)(
-                Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i)
-            )
-            for i in range(nb)
-        ]
+            def add_block(i, acc, Beta=Beta):
+                Beta_rows = dask.delayed(rows)(Beta, starts[i], starts[i + 1])
+                return dask.delayed(cross_block)(A[i], Beta_rows, acc)
 
-    A = features("features")
-    fac, betas = dual_graph(
-        A,
-        Vb,
-        starts,
-        dual_tile,
-        cols,
-        alpha=alpha,
-        fit_intercept=fit_intercept,
-        dtype=dtype,
-        blocked=True,
-        names=names,
-    )
-    if not memory_plan(client, int(starts[-1]), n_features, dtype).keep_features:
-        A = features("features-again")
-    coefs, intercepts, slots = [], [], worker_slots(client)
-    for (c0, _), Beta in zip(cols, betas):
-        coefs.append(
-            chained_sum(
-                nb,
-                slots,
-                lambda i, acc: dask.delayed(cross_block)(
-                    A[i], dask.delayed(rows)(Beta, starts[i], starts[i + 1]), acc
-                ),
-                dask.delayed(iadd),
-            )
-        )
-        intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
-    out, nc = Columns(cols), len(cols)
-    compute_fit(
-        *coefs,
-        *intercepts,
-        progress=progress,
-        client=client,
-        desc="fit (dual)",
-        alpha=alpha,
-        consume=lambda i, r: out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r),
-        centre=input_centre,
-    )
-    return out.coef, out.intercept
+            coefs.append(chained_sum(nb, slots, add_block, dask.delayed(iadd)))
+            intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
+        out, nc = Columns(cols), len(cols)
+
+        def consume(i, r):
+            return out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r)
+
+        kw = dict(progress=progress, client=client, alpha=ridge, centre=input_centre)
+        compute_fit(*coefs, *intercepts, desc="fit (dual)", consume=consume, **kw)
+        return out.coef, out.intercept
+
+    return with_ridges(attempt, alpha, dtype)
