@@ -123,6 +123,8 @@ def test_failed_kernel_refit_leaves_the_previous_model(monkeypatch):
 
 
 def test_interrupted_search_refit_leaves_the_previous_search(monkeypatch):
+    import rfol_dask.rf_operator as rfo
+
     U, V = smooth_operator_data(80, 8)
     search = RandomFeatureOperatorCV(
         n_features=40, distributions=("gaussian",), random_state=0
@@ -130,8 +132,7 @@ def test_interrupted_search_refit_leaves_the_previous_search(monkeypatch):
     want, params, best = search.predict(U[:5]), dict(search.best_params_), search.best_estimator_
     search.set_params(random_state=3, distributions=("cauchy",))
     with monkeypatch.context() as mp:
-        # the search is done, the refit of its winner is interrupted
-        _interrupt(mp, RandomFeatureOperatorCV, "_refit_best")
+        _interrupt(mp, rfo, "fit_numpy")  # the search is done: its winner's refit stops
         with pytest.raises(KeyboardInterrupt):
             search.fit(U, V)
     assert search.best_params_ == params and search.best_estimator_ is best

@@ -42,15 +42,10 @@ def test_a_cv_without_splits_or_with_an_empty_side_is_named(search):
     model = make(KFold(3).split(U)).fit(U, V)
     assert model.n_splits_ == 3
     for again in (model, make([])):
-        with pytest.raises(
-            ValueError,
-            match=r"cv gave no splits \(a generator is used up by one fit\): pass a list",
-        ):
+        with pytest.raises(ValueError, match="cv gave no splits"):
             again.fit(U, V)
     rows = np.arange(60)
-    with pytest.raises(
-        ValueError, match=r"split 1 has 50 / 0 of n_samples = 60: pass more samples or another cv"
-    ):
+    with pytest.raises(ValueError, match=r"split 1 has 50 / 0 of n_samples = 60"):
         make([(rows[:50], rows[50:]), (rows[:50], rows[:0])]).fit(U, V)
     with pytest.raises(ValueError, match=r"split 0 has 0 / 10 of n_samples = 60"):
         make([(np.array([], dtype=int), rows[50:])]).fit(U, V)
@@ -81,12 +76,7 @@ def test_a_search_without_refit_says_so_and_keeps_no_earlier_winner(tmp_path, se
         (lambda: model.score(U, V), "score"),
         (lambda: model.save(tmp_path / "m"), "save"),
     ):
-        with pytest.raises(
-            NotFittedError,
-            match=rf"This {name} instance was initialized with refit=False: {method} "
-            rf"is available only after refitting on the best parameters; fit "
-            rf"again with refit=True, or fit {name[:-2]} with best_params_",
-        ):
+        with pytest.raises(NotFittedError, match=rf"{name} .*refit=False.*{method}.*best_params_"):
             call()
     model = make().fit(U, V)
     model.set_params(refit=False).fit(U[:40], V[:40])

@@ -113,30 +113,19 @@ def test_a_dataarray_without_samples_is_told_what_fits_the_models_dims(grid2d):
     XU, XV = grid2d
     U = XU.drop_vars("sample")
     by_name, by_position = _rf().fit(XU, XV), _rf().fit(XU.values, XV.values)
-    one = (
-        r"got dims \({}\); it holds one sample on the model's grid: add the dimension, e\.g\. "
-        r"X\.expand_dims\('sample'\)$"
-    )
+    one = r"got dims \({}\).*X\.expand_dims\('sample'\)"
     for model in (by_name, by_position):
         with pytest.raises(ValueError, match=one.format("'x', 'y'")):
             model.predict(U[0])
     with pytest.raises(ValueError, match=one.format("'y', 'x'")):
         by_name.predict(U[0].transpose())
-    with pytest.raises(
-        ValueError, match=r"got dims \('x', 'y', 't'\); .* X\.rename\(\{'t': 'sample'\}\)$"
-    ):
+    with pytest.raises(ValueError, match=r"X\.rename\(\{'t': 'sample'\}\)"):
         by_name.predict(U.rename(sample="t").transpose("x", "y", "t"))
     with pytest.raises(
-        ValueError,
-        match=r"got dims \('z', 'y'\); the model was trained on \('sample', 'x', 'y'\): "
-        r"rename X's dims to those$",
+        ValueError, match=r"got dims \('z', 'y'\).*trained on \('sample', 'x', 'y'\)"
     ):
         by_name.predict(U[0].rename(x="z"))
-    with pytest.raises(
-        ValueError,
-        match=r"got dims \('y',\); the model was trained on functions of shape \(4, 5\): "
-        r"pass X with dims \('sample', \.\.\.\) of that shape$",
-    ):
+    with pytest.raises(ValueError, match=r"got dims \('y',\).*functions of shape \(4, 5\)"):
         by_position.predict(U[0, 0])
     np.testing.assert_allclose(
         by_name.predict(U[0].expand_dims("sample")).values, by_name.predict(XU[:1]).values
