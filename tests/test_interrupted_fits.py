@@ -139,6 +139,7 @@ def test_interrupted_search_refit_leaves_the_previous_search(monkeypatch):
     np.testing.assert_array_equal(search.predict(U[:5]), want)
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_interrupted_cluster_fit_keeps_the_users_persisted_data(cluster_client, monkeypatch):
     import time
