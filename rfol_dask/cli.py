@@ -431,15 +431,17 @@ def main(argv=None):
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # runs clean-up
-    # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up
-    errors = (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError)
+    # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up;
+    # OSError: the file system's (a full disk, no permission)
+    errors = (ValueError, TypeError, OSError, ImportError, NotImplementedError)
     errors += (FloatingPointError, e.ClusterStartError, e.WorkersKilledError, e.NoWorkersError)
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
     try:
         with _console(args.command, level):
             return args.func(args)
     except (*errors, e.NoDeviceError) as exc:
-        print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
+        hint = "; rerun the same command to resume" if args.command == "generate" else ""
+        print(f"rfol-dask {args.command}: error: {exc}{hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = "; rerun the same command to resume" if args.command == "generate" else ""
