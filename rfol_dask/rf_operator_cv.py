@@ -386,7 +386,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return RandomFeatureOperator(
             fit_intercept=self.fit_intercept,
             solver=self.solver,
-            dtype=self.dtype,
+            dtype=self._refit_dtype().name,
             random_state=self.random_state_,
             column_block=self.column_block,
             max_gram_bytes=self.max_gram_bytes,
@@ -530,6 +530,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
             self.alpha_path,
             alpha_center,
             WINDOW_HALF_WIDTH,
+            self._eps,
         )
         if client is None:
             Xa, Yt, Yv = arrange_rows(X, train, valid), take_rows(Y, train), take_rows(Y, valid)
@@ -748,6 +749,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
                         self.alpha_path,
                         centers[k],
                         WINDOW_HALF_WIDTH,
+                        self._eps,
                     )
                     for k in range(len(scales))
                 ]
@@ -877,7 +879,7 @@ def _select(acc, keep):
 
 
 def _path_errors(
-    acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2
+    acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center, half_width, eps
 ):
     """Validation errors of scale ``k`` and ``segments[g]`` features, then the alphas' rounding
     floor of that model's Gram (:func:`rfol_dask.tuning.floored_path_errors`): (n_alpha + 1,)."""
@@ -894,6 +896,7 @@ def _path_errors(
         method,
         center,
         half_width,
+        eps=eps,
     )
     errs[-1] *= factor  # the floor in the alphas' units
     return errs

@@ -273,7 +273,6 @@ class SelectionCV(OperatorEstimator):
 
     def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
         t0 = time.perf_counter()
-        self._refit_dtype = None  # numpy input: set by _cast_dtype
         # the base fit's body: this already runs on the copy that fit publishes whole (all_or_nothing)
         self._fit(
             X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
@@ -291,13 +290,12 @@ class SelectionCV(OperatorEstimator):
         return self
 
     def _refit_best(self, X, y, **kwargs):
-        """The winner fitted on all training data. Where its Gram needs a larger ridge than the
-        winner's (the jitter policy, :func:`rfol_dask.linalg.first_ridge`: a ridge at the rounding
-        level of the full Gram, or of a float32 refit), the ridge used replaces it in
-        ``best_params_`` and in the estimator's parameters, without the warning meant for a
-        ridge the user chose: ``best_params_`` refits the same model. The ridge is recorded in
-        this thread's context (:func:`rfol_dask.linalg.recorded_ridges`), so searches refitting
-        in several threads keep their own; other raised ridges are warned as usual."""
+        """The winner fitted on all training data, in the search's precision (:meth:`_refit_dtype`)
+        at the validated ridge. Where the refit's Gram could not take it all the same (the jitter
+        policy, :func:`rfol_dask.linalg.first_ridge`: a dask fit's blocked Cholesky), the warning
+        says so and ``best_params_`` takes the ridge used: it describes the model that predicts.
+        The ridges are recorded in this thread's context (:func:`rfol_dask.linalg.recorded_ridges`),
+        so searches refitting in several threads keep their own."""
         name = self._alpha_name
         with recorded_ridges() as raised:
             est = self._base_estimator(**self.best_params_).fit(X, y, **kwargs)
@@ -305,15 +303,18 @@ class SelectionCV(OperatorEstimator):
             if w.alpha == self.best_params_[name]:
                 self.best_params_[name] = w.ridge
                 est.set_params(**{name: w.ridge})
-            else:
-                warnings.warn(w, stacklevel=user_stacklevel())
+            warnings.warn(w, stacklevel=user_stacklevel())
         return est
 
     def _cast_dtype(self, data):
-        """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask input
-        (the refit on the caller's data works in the working dtype, noted for its memory check)."""
-        self._refit_dtype = self._work_dtype(data)
+        """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask input."""
+        self._work_dtype(data)  # a bad dtype is refused before any work
         return np.dtype(np.float64)
+
+    def _refit_dtype(self):
+        """The refit's precision: ``dtype``, else float64, the search's (a float32 refit of float32
+        input could not take the small ridges a float64 search validates)."""
+        return np.dtype(self.dtype or np.float64)
 
     def _splits(self, M):
         """``[(train rows, validation rows)]`` of the training set (M samples); ValueError if ``cv``
@@ -479,7 +480,8 @@ class SelectionCV(OperatorEstimator):
         M = U.shape[0]
         splits = self._splits(M)
         self._seed_search()
-        refit_dtype = self.__dict__.pop("_refit_dtype", None) or dtype
+        refit_dtype = self._refit_dtype()
+        self._eps = float(np.finfo(refit_dtype).eps)  # no alpha is scored that the refit cannot use
         # where the search's Grams live (:meth:`_search_budget`): on GPUs with device="cuda" or CuPy
         # input (the client's workers', or this process's), else on the host
         self._grams_on = gram_device(self._device(), getattr(U, "_meta", U))

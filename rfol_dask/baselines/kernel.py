@@ -14,7 +14,7 @@ Gram has rank at most ``p``, and the dual solve divides the outputs' part outsid
 span by the nugget only for ``X^T Beta`` to cancel it again, losing about ``log10(1 / nugget)``
 digits (1e-3 relative at nugget 1e-10 against scikit-learn's ``Ridge``). With ``p >= M`` the
 fit solves the dual by an eigendecomposition that leaves out the directions of rounding
-(:func:`linear_dual`; for dask input in one task, on one worker), where the Cholesky solve lost
+(:func:`eigen_dual`; for dask input in one task, on one worker), where the Cholesky solve lost
 the same digits on rank-deficient inputs.
 """
 
@@ -34,7 +34,7 @@ from .. import backend
 from ..estimator import OperatorEstimator
 from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
 from ..gram import check_finite, linear_partial, linear_shifts
-from ..linalg import blas_limits, factor_threads, ridge_name
+from ..linalg import blas_limits, factor_threads, recorded_ridges, ridge_name
 from ..memory import (
     ROW_BLOCK_BYTES,
     check_gram_memory,
@@ -65,7 +65,7 @@ from ..tuning import (
 )
 from .kernels import KERNELS, kernel_tile
 
-__all__ = ["KernelOperator", "linear_dual", "pca", "transform_inputs"]
+__all__ = ["KernelOperator", "eigen_dual", "pca", "transform_inputs"]
 
 
 def transform_inputs(U, start, mean, components, dtype):
@@ -169,48 +169,40 @@ def pca_from_scatter(mean, scatter, n_components, power=None):
     )
 
 
-def linear_dual(X, V, *, alpha, fit_intercept):
-    """The linear kernel's dual, ``(DualFactor, centred Beta (M, m))``, by one
-    eigendecomposition of the centred Gram ``X_c X_c^T = Q diag(lam) Q^T`` (M, M) with the
-    directions whose eigenvalue is within the bound of its rounding left out (``eps trace`` of
-    the uncentred ``X X^T``, :func:`rfol_dask.tuning.rounding_floor`):
-    ``Beta = Q_r (lam_r + alpha)^-1 Q_r^T (V - vbar)``.
-
-    With more inputs ``p`` than samples ``M`` (else the primal is solved) on rank-deficient
-    inputs, the Cholesky solve divided the outputs' part outside the inputs' span by the nugget
-    and the prediction ``x X^T Beta`` cancelled it again in products of uncentred inputs, losing
-    about ``log10(1 / nugget)`` digits against scikit-learn's ``Ridge(solver="svd")`` (3e-4 at
-    nugget 1e-10 on inputs of rank 5); outside the span the exact ``Beta`` has no effect on any
-    prediction (``X_c^T`` annihilates it), so leaving it out changes the model by rounding only.
-    ``X`` (M, p), ``V`` (M, m). Cost ``M^2 p`` (Gram) and an ``eigh`` (about 9 Cholesky
-    factorisations), on :func:`rfol_dask.linalg.factor_threads` BLAS threads (a dask fit's
-    task, on its worker, as the factorisation); memory the Gram and its eigenvectors, ``2 M^2``."""
+def eigen_dual(X, V, tile=None, *, alpha, fit_intercept):
+    """The dual by one eigendecomposition of the centred Gram, ``(DualFactor, centred Beta
+    (M, m))``: ``H K H = Q diag(lam) Q^T`` and ``Beta = Q (lam_+ + alpha)^-1 Q^T (V - vbar)``, the
+    solution the searches score (:class:`rfol_dask.tuning.EigenPath`: eigenvalues below zero are
+    rounding, set to zero), for any ``alpha > 0``, where a Cholesky factorisation of
+    ``H K H + alpha I`` may fail on the Gram's rounding. ``K = tile(X, X, True)``; ``tile=None``:
+    the linear kernel ``X X^T``, whose directions with an eigenvalue within the bound of its
+    rounding (``eps trace`` of ``K``, :func:`rfol_dask.tuning.rounding_floor`) are left out:
+    with more inputs than samples on rank-deficient inputs, the solve divided the outputs' part
+    outside the inputs' span by the nugget and the prediction cancelled it again, losing about
+    ``log10(1 / nugget)`` digits against scikit-learn's ``Ridge(solver="svd")``; outside the span
+    ``Beta`` has no effect on any prediction. ``X`` (M, p), ``V`` (M, m). Cost the Gram and an
+    ``eigh`` (about 9 Cholesky factorisations) on :func:`rfol_dask.linalg.factor_threads` BLAS
+    threads; memory the Gram and its eigenvectors, ``2 M^2``."""
     from ..solve.in_memory import _checked
 
     V = _checked(V, X)
     xp = backend.namespace(X)
     M = X.shape[0]
-    with blas_limits(
-        factor_threads()
-    ):  # a task of a dask fit borrows its host's idle cores, as the factor does
-        K = (X @ X.T).T  # Fortran order on numpy, as eigh and centre_gram work in place
+    with blas_limits(factor_threads()):
+        K = (X @ X.T).T if tile is None else backend.as_fortran(tile(X, X, True))
         r = xp.sum(K, axis=1)
-        floor = rounding_floor(
-            K, bound=True
-        )  # of the uncentred Gram, whose entries the centring subtracts
+        floor = rounding_floor(K, bound=True) if tile is None else None
         if fit_intercept:
             backend.centre_gram(K, r / M, xp.sum(r) / M**2)
         lam, Q = eigh_above(K, floor)
         del K
         vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
-        Beta = Q @ (
-            (Q.T @ (V - vbar)) / (lam + alpha)[:, None]
-        )  # (M, m); zero if every eigenvalue is rounding
+        lam = xp.maximum(lam, xp.zeros_like(lam))
+        Beta = Q @ ((Q.T @ (V - vbar)) / (lam + alpha)[:, None])
     if fit_intercept:
         Beta -= xp.mean(Beta, axis=0)
-    return DualFactor(
-        L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha)
-    ), Beta
+    fac = DualFactor(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha))
+    return fac, Beta
 
 
 def _block_moments(X):
@@ -278,7 +270,7 @@ class KernelOperator(OperatorEstimator):
         the primal, where the rank-deficient dual loses precision at small nuggets);
         predictions are ``x W + intercept_`` (``x`` the inputs, or their PCA scores). None for
         the other kernels and for the linear kernel with ``p >= M`` (fitted in the dual; with a
-        nugget by :func:`linear_dual`, an ``eigh`` that leaves out the Gram's directions of
+        nugget by :func:`eigen_dual`, an ``eigh`` that leaves out the Gram's directions of
         rounding: for dask input in one task, where its worker holds the Gram with the
         eigenvectors, inputs and outputs, else by the blocked Cholesky factorisation).
     intercept_ : ndarray of shape (m,)
@@ -391,7 +383,7 @@ class KernelOperator(OperatorEstimator):
         return self.kernel == "linear" and p < M
 
     def _eigen_dual(self):
-        """Whether the dual is solved by :func:`linear_dual` (the linear kernel with a nugget; a dask
+        """Whether the dual is solved by :func:`eigen_dual` (the linear kernel with a nugget; a dask
         fit where it fits one worker, else blocked: :meth:`_solve`)."""
         return self.kernel == "linear" and self.nugget > 0
 
@@ -513,12 +505,7 @@ class KernelOperator(OperatorEstimator):
                 X is U
             ):  # the caller's array, maybe (validated without a copy): kept as it is now, not as it will be
                 X = backend.copy(X)
-            solve = (
-                linear_dual
-                if self._eigen_dual()
-                else functools.partial(dual_numpy, tile=self._tile())
-            )
-            fac, Beta = solve(X, V, alpha=alpha, fit_intercept=self.fit_intercept)
+            fac, Beta = self._dual_in_memory(X, V, dtype, alpha)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
         client = active_client()
@@ -570,7 +557,7 @@ class KernelOperator(OperatorEstimator):
             eigen and not blocked
         ):  # the in-memory solve, in one task: the other dual too makes its Gram on one worker
             X = dask.delayed(np.concatenate)(Xb)
-            fac, Beta = dask.delayed(linear_dual, nout=2)(
+            fac, Beta = dask.delayed(eigen_dual, nout=2)(
                 X,
                 dask.delayed(column_slab)(0, m, dtype, *Vb),
                 alpha=alpha,
@@ -596,6 +583,24 @@ class KernelOperator(OperatorEstimator):
         self.X_train_ = X
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
         self.intercept_ = np.concatenate(intercepts).astype(dtype, copy=False)
+
+    def _dual_in_memory(self, X, V, dtype, alpha):
+        """The in-memory dual: :func:`eigen_dual` for the linear kernel; else a Cholesky solve, or
+        where ``H K H + nugget I`` is not numerically positive definite, :func:`eigen_dual` at
+        the nugget itself (a search's refit is the model it scored), its ``M x M`` eigenvectors
+        checked against the memory budget."""
+        kw = dict(alpha=alpha, fit_intercept=self.fit_intercept)
+        if self._eigen_dual():
+            return eigen_dual(X, V, **kw)
+        with recorded_ridges() as raised:
+            fac, Beta = dual_numpy(X, V, tile=self._tile(), **kw)
+        if not raised:
+            return fac, Beta
+        M = X.shape[0]
+        xp = backend.namespace(X) if backend.is_array_api(X) else None
+        held = {f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize}
+        check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
+        return eigen_dual(X, V, self._tile(), **kw)
 
     def _refuse_device(self, U):
         """NotImplementedError for dask input on a GPU (``device="cuda"`` or CuPy chunks)."""

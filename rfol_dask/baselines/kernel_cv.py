@@ -9,7 +9,7 @@ The linear kernel is scored as :class:`KernelOperator` refits it: with fewer inp
 training samples in the primal, one eigendecomposition of the ``p x p`` Gram of the centred
 inputs giving every nugget (the dual's rank-``p`` Gram lost digits at small nuggets); else by
 the eigen path with the Gram's directions of rounding left out, as the refit's
-:func:`rfol_dask.baselines.kernel.linear_dual` leaves them out.
+:func:`rfol_dask.baselines.kernel.eigen_dual` leaves them out.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ class KernelOperatorCV(SelectionCV):
             n_components=self.n_components,
             pca_power=self.pca_power,
             fit_intercept=self.fit_intercept,
-            dtype=self.dtype,
+            dtype=self._refit_dtype().name,
             column_block=self.column_block,
             max_gram_bytes=self.max_gram_bytes,
             progress=self.progress,
@@ -316,7 +316,7 @@ class KernelOperatorCV(SelectionCV):
         other). The linear kernel is scored as it is refitted: in the primal where its inputs (or
         PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`),
         else by the eigen path with the directions of rounding left out, as
-        :func:`rfol_dask.baselines.kernel.linear_dual` leaves them out (whatever ``alpha_path``)."""
+        :func:`rfol_dask.baselines.kernel.eigen_dual` leaves them out (whatever ``alpha_path``)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
         args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
@@ -324,12 +324,14 @@ class KernelOperatorCV(SelectionCV):
             X.shape[0], X_t.shape[1]
         ):
             G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
-            return np.asarray([[floored_path_errors(as_fortran(G), K, *args, design=X_c)]])
+            return np.asarray([[floored_path_errors(as_fortran(G), K, *args, design=X_c, eps=self._eps)]])
         for m in mults:
             G, K, trace = centred_kernels(
                 D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v
             )
-            # the linear kernel's dual leaves out the directions of rounding, as its refit (linear_dual)
+            # the linear kernel's dual leaves out the directions of rounding, as its refit (eigen_dual)
             drop = rounding_floor(G, trace, bound=True) if kernel == "linear" else None
-            out.append([floored_path_errors(as_fortran(G), K, *args, trace=trace, drop=drop)])
+            out.append([floored_path_errors(
+                    as_fortran(G), K, *args, trace=trace, drop=drop, eps=self._eps
+                )])
         return np.asarray(out)
