@@ -281,7 +281,7 @@ def ns_high(args, search=None):
                 max_features=args.grow_to,
                 random_state=0,
                 max_gram_bytes=args.max_gram_bytes,
-                score_outputs=args.score_outputs,
+                stages={"score_outputs": args.score_outputs},
                 progress=True,
                 **options,
             )

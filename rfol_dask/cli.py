@@ -337,7 +337,7 @@ def _fit_model(args):
             distributions=laws,
             nu=args.nu,
             pca_power=None if args.pca_power is None else tuple(args.pca_power),
-            solver=args.solver,
+            refit={"solver": args.solver},
             dtype=args.dtype,
             random_state=args.seed,
             progress=not args.quiet,

@@ -266,84 +266,78 @@ default=("cauchy", "gaussian", "rational_quadratic")
     _parameter_constraints = {
         "n_features": [Interval(numbers.Integral, 1, None, closed="left"), "array-like"],
         "max_features": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "growth_tol": [Interval(numbers.Real, 0, None, closed="left")],
-        "growth_refine": ["array-like"],
-        "limit_gammas": [StrOptions({"gammas"}), "array-like", None],
-        "finalists": [Interval(numbers.Integral, 1, None, closed="left")],
         "distributions": ["array-like"],
         "gammas": ["array-like", None],
         "alphas": ["array-like", None],
         "nu": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None, "array-like"],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
-        "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
-        "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
-        "refine": ["array-like"],
-        "refit": ["boolean"],
-        "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
-        "score_outputs": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "solver": [StrOptions({"auto", "dual", "primal"})],
+        "stages": [dict, None],
+        "refit": ["boolean", dict],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
-        **OperatorEstimator._common_constraints,
+        **{
+            k: v
+            for k, v in OperatorEstimator._common_constraints.items()
+            if k not in ("column_block", "recovery")
+        },
     }
+    _stage_constraints = {
+        **SelectionCV._stage_constraints,
+        "finalists": [Interval(numbers.Integral, 1, None, closed="left")],
+        "score_outputs": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "growth_tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "growth_refine": ["array-like"],
+        "limit_gammas": [StrOptions({"gammas"}), "array-like", None],
+    }
+    _stage_defaults = {
+        "coarse": 0.125,
+        "refine": DEFAULT_REFINE,
+        "fine": 0.5,
+        "finalists": 2,
+        "alpha_path": "auto",
+        "score_outputs": None,
+        "growth_tol": 0.01,
+        "growth_refine": DEFAULT_GROWTH_REFINE,
+        "limit_gammas": "gammas",
+    }
+    _base_class = RandomFeatureOperator
+    _refit_keys = ("solver", "column_block", "recovery")
 
     def __init__(
         self,
         *,
         n_features=1000,
         max_features=None,
-        growth_tol=0.01,
-        growth_refine=DEFAULT_GROWTH_REFINE,
-        limit_gammas="gammas",
         distributions=DEFAULT_LAWS,
-        finalists=2,
         gammas=None,
         alphas=None,
         nu=None,
         pca_power=None,
         cv=None,
-        coarse=0.125,
-        refine=DEFAULT_REFINE,
-        fine=0.5,
+        stages=None,
         refit=True,
-        alpha_path="auto",
-        score_outputs=None,
         fit_intercept=True,
-        solver="auto",
         dtype=None,
         random_state=None,
-        column_block=None,
         max_gram_bytes=None,
         progress=False,
-        recovery="cubic",
         device="cpu",
     ):
         self.n_features = n_features
         self.max_features = max_features
-        self.growth_tol = growth_tol
-        self.growth_refine = growth_refine
-        self.limit_gammas = limit_gammas
-        self.finalists = finalists
         self.distributions = distributions
         self.gammas = gammas
         self.alphas = alphas
         self.nu = nu
         self.pca_power = pca_power
         self.cv = cv
-        self.coarse = coarse
-        self.fine = fine
-        self.refine = refine
+        self.stages = stages
         self.refit = refit
-        self.alpha_path = alpha_path
-        self.score_outputs = score_outputs
         self.fit_intercept = fit_intercept
-        self.solver = solver
         self.dtype = dtype
         self.random_state = random_state
-        self.column_block = column_block
         self.max_gram_bytes = max_gram_bytes
         self.progress = progress
-        self.recovery = recovery
         self.device = device
 
     def _check_params(self):
@@ -359,16 +353,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
             raise ValueError(
                 "distributions includes 'student_t': pass its degrees of freedom nu > 0, e.g. nu=3"
             )
-        self._check_grids("gammas", "alphas", "refine", "growth_refine")
-        powers = self._powers()
-        if not powers or not all(
-            q is None or (isinstance(q, numbers.Real) and np.isfinite(q)) for q in powers
-        ):
-            raise ValueError(
-                f"pca_power must be None, a number or a non-empty sequence of them, got {self.pca_power!r}"
-            )
-        if not isinstance(self.limit_gammas, str):
-            self._check_grids("limit_gammas")
+        self._check_grids(gammas=self.gammas, alphas=self.alphas)
+        self._check_grids(growth_refine=self._st["growth_refine"])
+        if not isinstance(self._st["limit_gammas"], str):
+            self._check_grids(limit_gammas=self._st["limit_gammas"])
         searched = np.max(np.atleast_1d(self.n_features))
         if self.max_features is not None and self.max_features < searched:
             raise ValueError(
@@ -385,14 +373,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
         }  # best_params_ win
         return RandomFeatureOperator(
             fit_intercept=self.fit_intercept,
-            solver=self.solver,
             dtype=self._refit_dtype().name,
             random_state=self.random_state_,
-            column_block=self.column_block,
             max_gram_bytes=self.max_gram_bytes,
             progress=self.progress,
-            recovery=self.recovery,
             device=self.device,
+            **self._refit_settings(),
             **best,
         )
 
@@ -409,20 +395,6 @@ default=("cauchy", "gaussian", "rational_quadratic")
             )
         return "n_features", sorted(Ns)
 
-    def _powers(self):
-        """``pca_power`` as the list of values searched (one: the value itself)."""
-        return (
-            list(self.pca_power)
-            if isinstance(self.pca_power, (list, tuple, np.ndarray))
-            else [self.pca_power]
-        )
-
-    def _metric_values(self):
-        return self._powers()
-
-    def _metric_column(self):
-        return None if self.pca_power is None else "pca_power"
-
     def _set_metric(self, U, client, power):
         """The input metric of ``power`` and each law's median gamma in it (one sample of ``U``)."""
         laws = list(self.distributions)
@@ -437,12 +409,6 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _families(self):
         return list(self.distributions)
-
-    def _score_outputs(self):
-        return self.score_outputs
-
-    def _finalists(self):
-        return self.finalists
 
     def _multiples(self):
         return DEFAULT_GAMMAS if self.gammas is None else self.gammas
@@ -527,7 +493,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         args = (
             self._alphas(),
             self.fit_intercept,
-            self.alpha_path,
+            self._st["alpha_path"],
             alpha_center,
             WINDOW_HALF_WIDTH,
             self._eps,
@@ -592,7 +558,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         best = final_best(rows)
         if self.max_features is None or self.max_features <= best["n_features"]:
             return []
-        refine = np.unique(np.asarray(self.growth_refine, dtype=float))
+        refine = np.unique(np.asarray(self._st["growth_refine"], dtype=float))
         step = grid_step(refine)
         # anchors: (law, gamma multiple, index of the alpha its windows start at)
         anchors = [(best["family"], best["scale_multiple"], self._alpha_index(best["alpha"]))]
@@ -650,17 +616,15 @@ default=("cauchy", "gaussian", "rational_quadratic")
         ``max_features``), all alphas; [] when skipped. Cost per law and gamma: a Gram of
         ``rows x rows`` over ``16 rows`` features, ``16 rows^3`` flops (Navier-Stokes high, 4000
         of 16000 training rows: about 40 s on 2 cores, a few % of the growth)."""
-        if self.limit_gammas is None:
+        limit = self._st["limit_gammas"]
+        if limit is None:
             return []
-        mults = np.asarray(
-            self._multiples() if isinstance(self.limit_gammas, str) else self.limit_gammas,
-            dtype=float,
-        )
+        mults = np.asarray(self._multiples() if isinstance(limit, str) else limit, dtype=float)
         n_train = min(len(tr) for tr, _ in splits)
         n_rows = min(
             n_train,
             max(
-                self._n_rows(n_train, self.coarse or 0.125),
+                self._n_rows(n_train, self._st["coarse"] or 0.125),
                 best["n_features"] // 4,
                 int(LIMIT_ROWS_FRACTION * n_train),
             ),
@@ -746,7 +710,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
                         Yv,
                         alphas,
                         self.fit_intercept,
-                        self.alpha_path,
+                        self._st["alpha_path"],
                         centers[k],
                         WINDOW_HALF_WIDTH,
                         self._eps,
@@ -816,7 +780,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
                     )
             # each gamma grows on while a doubling gains growth_tol and it is not far behind its record
             keep = np.flatnonzero(
-                (best_k < previous * (1.0 - self.growth_tol))
+                (best_k < previous * (1.0 - self._st["growth_tol"]))
                 & (best_k <= held * (1.0 + GROWTH_PRUNE))
             )
             if len(keep) == 0:

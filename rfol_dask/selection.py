@@ -42,6 +42,7 @@ import warnings
 import dask
 import numpy as np
 from sklearn.exceptions import NotFittedError
+from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
 
 from . import backend, io
@@ -213,6 +214,48 @@ class SelectionCV(OperatorEstimator):
     _alpha_name = "alpha"  # its ridge parameter
     _distributed_search = True  # False: dask input is gathered and searched in memory
     _narrower = 1  # the direction of narrower kernels on the scale multiples: +1 a larger gamma, -1 a shorter length
+    #: the settings of the stages (``stages=``, a dict of some of them) and their defaults
+    _stage_constraints = {
+        "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
+        "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
+        "refine": ["array-like"],
+        "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
+    }
+    _stage_defaults: dict = {}
+    _base_class = OperatorEstimator  # the estimator refitted
+    _refit_keys: tuple = ()  # its settings that ``refit`` (a dict) may give
+
+    def _check_params(self):
+        """The parameters, the stage settings (``stages``, with the defaults: ``_st``) and the
+        refit's (``refit``, a dict), each by its rules."""
+        self._validate_params()
+        for what, given, allowed in (
+            ("stages", self.stages, self._stage_defaults),
+            ("refit", self.refit, self._refit_keys),
+        ):
+            unknown = sorted(set({} if given in (None, True, False) else given) - set(allowed))
+            if unknown:
+                raise ValueError(
+                    f"unknown setting {unknown[0]!r} in {what}; choose from {sorted(allowed)}"
+                )
+        self._st = {**self._stage_defaults, **(self.stages or {})}
+        validate_parameter_constraints(self._stage_constraints, self._st, "stages")
+        self._check_grids(refine=self._st["refine"])
+        powers = self._powers()
+        if not powers or not all(
+            q is None or (isinstance(q, numbers.Real) and np.isfinite(q)) for q in powers
+        ):
+            raise ValueError(
+                "pca_power must be None, a number or a non-empty sequence of them, "
+                f"got {self.pca_power!r}"
+            )
+        probe = self._base_class(**self._refit_settings())
+        probe._validate_params()
+        probe._check_recovery()
+
+    def _refit_settings(self):
+        """The refit's own settings given in ``refit`` (a dict), else none."""
+        return {} if isinstance(self.refit, bool) else dict(self.refit)
 
     # ------------------------------------------------------------------ delegation
     def _refitted(self, method):
@@ -278,7 +321,7 @@ class SelectionCV(OperatorEstimator):
             X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
         )
         self.search_time_ = time.perf_counter() - t0
-        if self.refit:
+        if self.refit is not False:
             t1 = time.perf_counter()
             self.best_estimator_ = self._refit_best(
                 X, y, input_grid=input_grid, output_grid=output_grid, periods=periods
@@ -440,7 +483,7 @@ class SelectionCV(OperatorEstimator):
         the search. Every value a winner may take is checked, so the message names all that would
         be refused (for the random features, the larger ``n_features`` of the search and of its
         growth)."""
-        if not self.refit:
+        if self.refit is False:
             return
         client = active_client() if lazy else None
         name, values = self._refit_candidates()
@@ -495,7 +538,7 @@ class SelectionCV(OperatorEstimator):
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
         self._prepare(X, client)
         values, column = self._metric_values(), self._metric_column()
-        k = self._score_outputs()
+        k = self._st.get("score_outputs")
         if (
             k is not None and k < V.shape[1]
         ):  # score on a sketch of the outputs (the refit sees them all)
@@ -629,7 +672,7 @@ class SelectionCV(OperatorEstimator):
         families, mults = self._families(), np.asarray(self._multiples(), dtype=float)
         Ns = self._n_list()
         n_train = min(len(tr) for tr, _ in splits)
-        frac = self.coarse
+        frac, refine = self._st["coarse"], self._st["refine"]
         n_coarse = self._n_rows(n_train, frac)
         Nc = (
             [None]
@@ -638,7 +681,7 @@ class SelectionCV(OperatorEstimator):
         )
         coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(
             mults
-        ) > len(self.refine)
+        ) > len(refine)
         rows = []
         if coarse:
             sub = self._subsample(splits, n_coarse)
@@ -664,22 +707,22 @@ class SelectionCV(OperatorEstimator):
             plan = [
                 (
                     fam,
-                    r["scale_multiple"] * np.asarray(self.refine, dtype=float),
+                    r["scale_multiple"] * np.asarray(refine, dtype=float),
                     self._alpha_index(r[self._alpha_name]),
                 )
-                for k, (fam, r) in enumerate(list(leaders.items())[: self._finalists()])
+                for k, (fam, r) in enumerate(list(leaders.items())[: self._st.get("finalists", 1)])
                 if k == 0 or -_score(r) <= FINALIST_TIE * first
             ]
         else:
             plan = [(fam, mults, None) for fam in families]
         name = "fine" if coarse else "full"
-        fine_step = grid_step(self.refine)
+        fine_step = grid_step(refine)
         # successive halving: the fine stage on a fraction of the rows, then its winner (and its
         # narrower neighbour on a tie) at full size (stage "final")
         n_fine = (
             n_train
-            if not coarse or self.fine is None
-            else max(n_coarse, self._n_rows(n_train, self.fine))
+            if not coarse or self._st["fine"] is None
+            else max(n_coarse, self._n_rows(n_train, self._st["fine"]))
         )
         rows_fine = splits if n_fine >= n_train else self._subsample(splits, n_fine)
         for fam, scales, center in plan:
@@ -769,22 +812,26 @@ class SelectionCV(OperatorEstimator):
         """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows N)."""
         return []
 
+    def _powers(self):
+        """``pca_power`` as the list of values searched (one: the value itself), a whole search
+        each on the same data."""
+        q = self.pca_power
+        return list(q) if isinstance(q, (list, tuple, np.ndarray)) else [q]
+
     def _metric_values(self):
-        """The input metrics searched, one whole search each (here one: the estimator's own)."""
-        return [None]
+        return self._powers()
 
     def _metric_column(self):
         """The results column naming each row's metric value (None: no column)."""
-        return None
+        return None if self.pca_power is None else "pca_power"
 
     def _set_metric(self, X, client, value):
         """Make ``value`` the metric of the next search (and its scales); here nothing to do."""
 
     # ------------------------------------------------------------------ hooks
-    def _check_grids(self, *names):
-        """ValueError unless each named parameter is None or a non-empty sequence of positive, finite numbers."""
-        for name in names:
-            values = getattr(self, name)
+    def _check_grids(self, **grids):
+        """ValueError unless each grid is None or a non-empty sequence of positive, finite numbers."""
+        for name, values in grids.items():
             if values is None:
                 continue
             v = np.asarray(values, dtype=float)
@@ -795,14 +842,6 @@ class SelectionCV(OperatorEstimator):
 
     def _family_multiples(self, family, mults):
         return mults
-
-    def _score_outputs(self):
-        """Outputs the validation scores are computed on (a sketch), or None: all of them."""
-        return None
-
-    def _finalists(self):
-        """How many families the coarse stage passes to the fine stage."""
-        return 1
 
     def _n_list(self):
         return [None]

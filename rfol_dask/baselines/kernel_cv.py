@@ -18,7 +18,7 @@ import functools
 import numbers
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval
 
 from ..backend import as_fortran, centre_gram, copy, diagonal, fill_diagonal, namespace, take_rows
 from ..estimator import OperatorEstimator
@@ -168,15 +168,19 @@ class KernelOperatorCV(SelectionCV):
         "length_scales": ["array-like", None],
         "nuggets": ["array-like", None],
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None],
+        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None, "array-like"],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
-        "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
-        "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
-        "refine": ["array-like"],
-        "refit": ["boolean"],
-        "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
-        **OperatorEstimator._common_constraints,
+        "stages": [dict, None],
+        "refit": ["boolean", dict],
+        **{
+            k: v
+            for k, v in OperatorEstimator._common_constraints.items()
+            if k not in ("column_block", "recovery")
+        },
     }
+    _stage_defaults = {"coarse": 0.25, "refine": DEFAULT_REFINE, "fine": 0.5, "alpha_path": "auto"}
+    _base_class = KernelOperator
+    _refit_keys = ("column_block", "recovery")
 
     def __init__(
         self,
@@ -187,17 +191,12 @@ class KernelOperatorCV(SelectionCV):
         n_components=None,
         pca_power=None,
         cv=None,
-        coarse=0.25,
-        refine=DEFAULT_REFINE,
-        fine=0.5,
+        stages=None,
         refit=True,
-        alpha_path="auto",
         fit_intercept=True,
         dtype=None,
-        column_block=None,
         max_gram_bytes=None,
         progress=False,
-        recovery="cubic",
         device="cpu",
     ):
         self.kernels = kernels
@@ -206,17 +205,12 @@ class KernelOperatorCV(SelectionCV):
         self.n_components = n_components
         self.pca_power = pca_power
         self.cv = cv
-        self.coarse = coarse
-        self.fine = fine
-        self.refine = refine
+        self.stages = stages
         self.refit = refit
-        self.alpha_path = alpha_path
         self.fit_intercept = fit_intercept
         self.dtype = dtype
-        self.column_block = column_block
         self.max_gram_bytes = max_gram_bytes
         self.progress = progress
-        self.recovery = recovery
         self.device = device
 
     def _check_params(self):
@@ -226,19 +220,19 @@ class KernelOperatorCV(SelectionCV):
         for kernel in self.kernels:
             if kernel not in KERNELS:
                 raise ValueError(f"unknown kernel {kernel!r} in kernels; choose from {KERNELS}")
-        self._check_grids("length_scales", "nuggets", "refine")
+        self._check_grids(length_scales=self.length_scales, nuggets=self.nuggets)
 
     def _base_estimator(self, **best):
+        powers = self._powers()
+        best = {"pca_power": powers[0] if len(powers) == 1 else None, **best}
         return KernelOperator(
             n_components=self.n_components,
-            pca_power=self.pca_power,
             fit_intercept=self.fit_intercept,
             dtype=self._refit_dtype().name,
-            column_block=self.column_block,
             max_gram_bytes=self.max_gram_bytes,
             progress=self.progress,
-            recovery=self.recovery,
             device=self.device,
+            **self._refit_settings(),
             **best,
         )
 
@@ -248,12 +242,14 @@ class KernelOperatorCV(SelectionCV):
         all alike); ``(None, [None])`` without it."""
         return ("kernel", list(self.kernels)) if "linear" in self.kernels else (None, [None])
 
-    def _prepare(self, U, client=None):
+    def _set_metric(self, U, client, power):
+        """The input PCA of ``n_components`` and ``power`` (of all training inputs), the median
+        length scale in it, and no cached distances (they were of the metric before)."""
         self._distances = None
         self._pca = (
             (None, None)
-            if self.n_components is None and self.pca_power is None
-            else pca(U, self.n_components, self.pca_power)
+            if self.n_components is None and power is None
+            else pca(U, self.n_components, power)
         )
         transform = functools.partial(
             transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64
@@ -283,6 +279,8 @@ class KernelOperatorCV(SelectionCV):
         params = {"kernel": str(row["family"]), "nugget": float(row["nugget"])}
         if row["family"] != "linear":
             params["length_scale"] = float(row["length_scale"])
+        if "pca_power" in row:
+            params["pca_power"] = None if row["pca_power"] is None else float(row["pca_power"])
         return params
 
     def _split_distances(self, X, train, valid, need):
@@ -319,19 +317,25 @@ class KernelOperatorCV(SelectionCV):
         :func:`rfol_dask.baselines.kernel.eigen_dual` leaves them out (whatever ``alpha_path``)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
-        args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
+        args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self._st["alpha_path"], alpha_center)
         if kernel == "linear" and self._base_estimator(kernel="linear")._primal(
             X.shape[0], X_t.shape[1]
         ):
             G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
-            return np.asarray([[floored_path_errors(as_fortran(G), K, *args, design=X_c, eps=self._eps)]])
+            return np.asarray(
+                [[floored_path_errors(as_fortran(G), K, *args, design=X_c, eps=self._eps)]]
+            )
         for m in mults:
             G, K, trace = centred_kernels(
                 D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v
             )
             # the linear kernel's dual leaves out the directions of rounding, as its refit (eigen_dual)
             drop = rounding_floor(G, trace, bound=True) if kernel == "linear" else None
-            out.append([floored_path_errors(
-                    as_fortran(G), K, *args, trace=trace, drop=drop, eps=self._eps
-                )])
+            out.append(
+                [
+                    floored_path_errors(
+                        as_fortran(G), K, *args, trace=trace, drop=drop, eps=self._eps
+                    )
+                ]
+            )
         return np.asarray(out)
