@@ -89,141 +89,80 @@ class RandomFeatureOperatorCV(SelectionCV):
     n_features : int or sequence of int, default=1000
         ``N``; a sequence is searched too (nested models of one draw, one pass for all).
     max_features : int or None, default=None
-        Grow ``N`` after the search: the winner's law at its gamma times ``growth_refine``, with
-        a window of alphas around the best, is scored at ``N, 2 N, 4 N, ...`` up to
-        ``max_features`` features on the same validation split(s), in one pass over the
-        frequencies per gamma (nested models of one draw). A gamma stops growing once a doubling
-        lowers its best validation error by less than ``growth_tol``, or once that error is more
-        than 25 % above the best seen at the same ``N`` (gammas in turn, the searched one
-        first). While the best growth model is at the largest (smallest) multiple, up to two
-        more multiples beyond it (a step of the ``growth_refine`` grid each) are grown. The best
-        of these (stage ``"growth"`` in ``cv_results_``) is refitted. None: no growth. Costs
-        about one fit at the largest ``N`` reached per gamma grown that far
-        (``(M_t^2 + 2 M_v M_t) N`` flops) plus one solve per checkpoint and gamma; memory one
-        training Gram and cross-Gram per split and gamma (gammas in groups that fit
-        ``max_gram_bytes``, one pass per group).
-    growth_tol : float, default=0.01
-        Relative decrease of the best validation error below which a gamma stops growing.
-    growth_refine : sequence of float, default=(0.5, 1.0, 2.0)
-        Multiples of the searched gamma scored while N grows: the best gamma of a large-N model
-        differs from that of the N searched (on Burgers it is smaller, on Navier-Stokes larger).
-    limit_gammas : "gammas", sequence of float or None, default="gammas"
-        Before the growth (``max_features``), a limit stage scores every searched law at these
-        multiples of its median gamma (``"gammas"``: the search's grid; extended at its edge as
-        the coarse stage's) with ``LIMIT_FEATURES_PER_ROW`` = 16 features per training row, on
-        ``max(coarse rows, N / 4, a quarter of the training rows)`` training rows: near the
-        kernel the features converge to,
-        whose best law and gamma are where a large-N model's go. When that is another law, or
-        a gamma outside the searched gamma times ``growth_refine``, it is grown too, times
-        ``growth_refine`` (the searched gamma first); its gammas are pruned only against each
-        other (they are expected to trail at small N), the searched gamma's against all. Skipped
-        when it would not have more features than the search. None: no limit stage.
+        Grow ``N`` after the search: the winner's law at its gamma times ``growth_refine`` is
+        scored at ``N, 2 N, 4 N, ...`` up to ``max_features`` on the same validation split(s),
+        one pass over the frequencies per gamma. A gamma stops once a doubling gains less than
+        ``growth_tol`` or its error is more than 25 % above the best at that ``N``; the best
+        (stage ``"growth"``) is refitted. Cost about one fit at the largest ``N`` reached per
+        gamma. None: no growth.
     distributions : sequence of {"cauchy", "gaussian", "student_t", "rational_quadratic"}, \
 default=("cauchy", "gaussian", "rational_quadratic")
-        Frequency laws searched. The coarse stage passes its best law, and up to ``finalists - 1``
-        more that tie with it, to the fine stage.
-    finalists : int, default=2
-        At most this many laws go to the fine stage: the coarse stage's best, and each next one
-        whose coarse best validation error is within 2 % of the best's
-        (:data:`rfol_dask.selection.FINALIST_TIE`; there the coarse stage, on an eighth of the rows
-        and features, cannot tell the laws apart).
+        Frequency laws searched.
     gammas : sequence of float, default=None
         Multiples of each law's median-heuristic gamma (:func:`rfol_dask.tuning.median_gamma`);
-        default ``4^-5 ... 4^2`` (:data:`rfol_dask.selection.DEFAULT_GAMMAS`, more than four decades).
+        default ``4^-5 ... 4^2`` (:data:`rfol_dask.selection.DEFAULT_GAMMAS`).
     alphas : sequence of float, default=None
-        Ridge values (> 0); default ``1e-16 ... 10`` (:data:`rfol_dask.selection.DEFAULT_ALPHAS`; the paper's
-        advection settings use 1e-15).
+        Ridge values (> 0); default ``1e-16 ... 10`` (:data:`rfol_dask.selection.DEFAULT_ALPHAS`).
     nu : float, default=None
-        Degrees of freedom for ``"student_t"`` (required with it) and shape ``a`` of
-        ``"rational_quadratic"`` (None: 1); one value serves both when both are searched.
+        Degrees of freedom of ``"student_t"`` (required with it) and shape ``a`` of
+        ``"rational_quadratic"`` (None: 1).
     pca_power : float, None or sequence of (float or None), default=None
-        The input metric (``RandomFeatureOperator``'s ``pca_power``; its principal directions
-        come from the training rows, the median gammas are measured in it). A sequence is
-        searched: a whole search per value on the same data (one read; the cost times the
-        number of values), the best validation error wins, and ``cv_results_`` gets a
-        ``pca_power`` column (also for a single value).
+        The input metric (``RandomFeatureOperator``'s). A sequence is searched: a whole search
+        per value on the same data (the cost times the number of values); ``cv_results_`` gets
+        a ``pca_power`` column.
     cv : None, int or scikit-learn splitter, default=None
-        None: validate on the last 20 % of the training samples; an int: that many
-        (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
-        index arrays (a list: a generator is used up by one fit). Scores are averaged over splits (validation samples whose output is
-        identically zero are left out of the relative error; a split that has no other is left
-        out of the search, with a warning).
-    coarse : float or None, default=0.125
-        Coarse stage on this fraction of the features (at least 256) and of the (training and
-        validation) rows (at least 200 training rows), over the whole grid (extended by two
-        grid steps, up to three times, for each law whose best is on its edge); then a fine
-        stage at full size for the best law (and its ties, ``finalists``), each at its gamma times ``refine``.
-        None: one stage, the whole grid at full size.
-    refine : sequence of float, default=(0.5, 1, 2)
-        Fine-stage factors applied to each finalist law's best coarse gamma; when the fine
-        stage's winner sits on their edge, steps of their grid beyond it are scored one at a
-        time while it stays there, two at most (:data:`rfol_dask.selection.FINE_EXTEND`).
-    fine : float or None, default=0.5
-        The fine stage runs on this fraction of the (training and validation) rows (at least
-        the coarse stage's), then its winner at full size (stage ``"final"``), with twice its
-        gamma where that was within 5 % of it on the fine rows (fewer rows favour smaller
-        gammas; :data:`rfol_dask.selection.NARROWER_TIE`): successive halving, a quarter of the
-        fine stage's Gram flops. None or 1: the fine stage at full size, no final stage.
-    refit : bool, default=True
-        Refit the winner on all training data as ``best_estimator_``; False: no ``best_estimator_``
-        (``predict``, ``score`` and ``save`` say so), the search's results only.
-    alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
-        How each Gram is solved for all alphas: one eigendecomposition, one Cholesky
-        factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).
-        With ``"auto"`` the fine stage solves only the three alphas around the coarse winner's
-        (widened while the best is on the window's edge) where that is cheaper than an ``eigh``.
-    score_outputs : int or None, default=None
-        Score the search on a Gaussian sketch of this many combinations of the output components
-        (:func:`rfol_dask.selection.sketch_outputs`) when there are more: the solves of the
-        search cost ``2 M_t^2 k`` instead of ``2 M_t^2 m`` per alpha. The validation errors are
-        then estimates (per-sample spread ``sqrt(1 / k)``, the same sketch for every
-        candidate); the refit uses all outputs. None: all outputs.
+        None: validate on the last 20 % of the training samples; an int: that many (unshuffled)
+        K folds; a splitter: its ``split(U)``; or a list of (train, validation) index arrays.
+        Scores are averaged over splits (samples whose output is identically zero are left out;
+        a split with no other is left out, with a warning).
+    stages : dict or None, default=None
+        Settings of the stages, any of these (default in brackets; successive halving, as
+        ``HalvingGridSearchCV``'s ``factor`` and ``min_resources``):
+        ``"coarse"`` (0.125): the coarse stage's fraction of the features (at least 256) and
+        rows (at least 200 training rows), over the whole grid, extended at its edge; None: one
+        stage at full size. ``"finalists"`` (2): laws passed on, those within 2 % of the best
+        (:data:`rfol_dask.selection.FINALIST_TIE`). ``"refine"`` ((0.5, 1, 2)): the fine stage's
+        factors of each finalist's gamma, stepped beyond an edge winner up to twice. ``"fine"``
+        (0.5): the fine stage's fraction of the rows, then its winner (and twice its gamma
+        where within 5 %) at full size (stage ``"final"``); None or 1: no final stage.
+        ``"alpha_path"`` ("auto"): ``"eigh"``, ``"cholesky"`` or the cheaper
+        (:func:`rfol_dask.tuning.path_errors`; with ``"auto"`` the later stages solve only the
+        alphas around the best). ``"score_outputs"`` (None): score on a Gaussian sketch of this
+        many output combinations (:func:`rfol_dask.selection.sketch_outputs`).
+        ``"growth_tol"`` (0.01), ``"growth_refine"`` ((0.5, 1, 2)): see ``max_features``.
+        ``"limit_gammas"`` ("gammas"): before the growth, every law at these multiples (the
+        search's grid) with 16 features per training row, near the kernel limit, whose best
+        law and gamma are grown too when they differ; None: no limit stage.
+    refit : bool or dict, default=True
+        Refit the winner on all training data as ``best_estimator_``; a dict: with these
+        settings of it, ``"solver"`` ({"auto", "dual", "primal"}), ``"column_block"``,
+        ``"recovery"`` (as ``RandomFeatureOperator``'s). False: the search's results only.
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
-    solver : {"auto", "dual", "primal"}, default="auto"
-        Solver of ``best_estimator_`` (the search itself always uses the dual Gram, in float64).
     dtype : {None, "float32", "float64"}, default=None
-        Working precision of ``best_estimator_``.
+        Precision of ``best_estimator_``; None: float64, the search's. With ``"float32"`` no
+        alpha below the rounding floor of float32 is scored (the refit could not take it).
     random_state : int, Generator or None, default=None
-        Seed of the base draw of the frequencies: the refitted winner
-        (``random_state=random_state_``) has exactly the searched frequencies.
-    column_block : int, default=None
-        Passed to ``best_estimator_``.
+        Seed of the frequencies: ``best_estimator_`` has exactly the searched ones.
     max_gram_bytes : int, default=None
-        Memory budget of a Gram (the search groups its gammas to fit it; the search's least peak,
-        one gamma's Grams with its slabs, is checked against it before the search starts); passed on.
-        With ``refit``, the refit is checked before the search too, at every ``n_features`` a winner
-        may take (the searched ones, and the growth's up to ``max_features``), as the refit checks
-        it (in memory: the Gram with the ``M x N`` features and the frequencies; on dask: the
-        primal's Gram): any that would be refused is an error then, naming them, not after the
-        search.
+        Memory budget of a Gram (the search groups its gammas to fit it); the search's least
+        peak and, with ``refit``, every refit a winner may need are checked before the search.
     progress : bool, default=False
         Progress bars for dask input.
-    recovery : str, dict or 2-tuple, default="cubic"
-        Recovery maps of ``best_estimator_``.
     device : {"cpu", "cuda"}, default="cpu"
-        Where the search runs and ``best_estimator_`` is refitted and predicts (see
-        :class:`rfol_dask.RandomFeatureOperator`): ``"cuda"`` moves numpy / dask input to the GPU
-        (on a cluster: each worker's), and CuPy input is searched where it lives whatever
-        ``device`` says. The Grams, ridge paths and scores are computed there; the median
-        heuristic and the input metric come from a sample on the host.
+        Where the search runs and ``best_estimator_`` is refitted and predicts, as in
+        :class:`rfol_dask.RandomFeatureOperator` (CuPy input is searched where it lives).
 
     Attributes
     ----------
     best_params_ : dict
         ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner (and ``nu`` where its
-        law takes one: ``"student_t"``, ``"rational_quadratic"``; ``pca_power`` where ``pca_power``
-        is not None), as ``best_estimator_`` was fitted, so that
-        ``RandomFeatureOperator(**best_params_, random_state=random_state_)`` is that model: an
-        alpha the refit's jitter policy had to raise (a float32 refit, a Gram singular to
-        rounding) is the ridge used, without a warning (``cv_results_`` keeps the value scored).
+        law takes one, ``pca_power`` where ``pca_power`` is not None), as ``best_estimator_``
+        was fitted: ``RandomFeatureOperator(**best_params_, random_state=random_state_)`` is
+        that model. Where a dask refit's Cholesky could not take the validated alpha, the
+        ridge used (with the jitter policy's warning).
     best_score_ : float
-        The validation score of the candidate that won, ``-mean relative L2 error`` (greater is
-        better): row ``best_index_`` of ``cv_results_``, at the alpha scored there, also where the
-        refit raised it (``best_params_`` then differs from that row in ``alpha`` alone). The raised
-        ridge is not scored: it answers the rounding of the full training Gram or of a float32
-        refit, which the search's float64 validation Grams do not have, so a score at it would
-        measure neither model.
+        The winner's validation score, ``-mean relative L2 error`` (greater is better).
     best_index_ : int
         The winner's row in ``cv_results_``.
     cv_results_ : SearchResults
@@ -235,9 +174,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         candidate's Gram, the largest of its splits': ``2 eps trace / sqrt(M_t)``,
         :func:`rfol_dask.tuning.rounding_floor`). ``.to_dataframe()`` with pandas. A NaN score: an
         alpha a stage after the coarse one left unsolved (the fine, final and growth stages solve
-        only the alphas near the best so far; see ``alpha_path``), or one below ``alpha_floor``,
-        where the validation predictions are dominated by rounding (not eligible; with ``alphas`` given,
-        a warning says so where the winner is the smallest alpha above it); it ranks last.
+        only the alphas near the best so far), or one below ``alpha_floor``,
+        where rounding dominates the validation predictions; it ranks last.
     best_estimator_ : RandomFeatureOperator
         The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to it.
     median_scales_ : dict

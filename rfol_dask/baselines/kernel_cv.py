@@ -80,62 +80,45 @@ class KernelOperatorCV(SelectionCV):
         Kernels searched (:data:`rfol_dask.baselines.KERNELS`; ``"linear"`` has no length scale).
     length_scales : sequence of float, default=None
         Multiples of the median-heuristic length scale (``KernelOperator(length_scale="median")``);
-        default ``4^-2 ... 4^2`` (the fine stage halves the spacing around the winner).
+        default ``4^-2 ... 4^2``.
     nuggets : sequence of float, default=None
         Ridge values (> 0) on the centred Gram; default ``1e-16 ... 10``.
     n_components : int, default=None
         Input PCA (fitted on all training inputs before the search).
-    pca_power : float or None, default=None
-        The input metric of every candidate and of the refit (``KernelOperator``'s).
+    pca_power : float, None or sequence of (float or None), default=None
+        The input metric of every candidate and of the refit (``KernelOperator``'s). A sequence
+        is searched: a whole search per value (the cost times the number of values);
+        ``cv_results_`` gets a ``pca_power`` column.
     cv : None, int or scikit-learn splitter, default=None
         Validation splits, as in :class:`rfol_dask.RandomFeatureOperatorCV`.
-    coarse : float or None, default=0.25
-        Coarse stage on this fraction of the rows (at least 200 training rows), over the whole grid.
-    refine : sequence of float, default=(0.5, 1, 2)
-        Fine-stage factors applied to the coarse winner's length scale; when the fine stage's
-        winner sits on their edge, two more steps of their grid beyond it are scored.
-    fine : float or None, default=0.5
-        The fine stage runs on this fraction of the rows (at least the coarse stage's), then its
-        winner at full size (stage ``"final"``), with half its length scale where that was within
-        5 % of it on the fine rows (fewer rows favour longer ones); None or 1: the fine stage at
-        full size, no final stage.
-    refit : bool, default=True
-        Refit the winner on all training data as ``best_estimator_``; False: no ``best_estimator_``
-        (``predict``, ``score`` and ``save`` say so), the search's results only.
-    alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
-        How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`); with
-        ``"auto"`` the fine stage solves only the nuggets around the coarse winner's where cheaper
-        (as in :class:`rfol_dask.RandomFeatureOperatorCV`; the others score NaN). The linear
-        kernel's dual (more inputs than training samples) is scored by ``"eigh"`` whatever this
-        says, as its refit solves it (the directions of rounding left out).
+    stages : dict or None, default=None
+        Settings of the stages, as in :class:`rfol_dask.RandomFeatureOperatorCV`: ``"coarse"``
+        (0.25 of the rows, at least 200), ``"refine"`` ((0.5, 1, 2): factors of the coarse
+        winner's length scale), ``"fine"`` (0.5: then the fine winner, and half its length
+        scale where within 5 %, at full size), ``"alpha_path"`` ("auto"; the linear kernel's
+        dual is scored by ``"eigh"``, as its refit solves it).
+    refit : bool or dict, default=True
+        Refit the winner on all training data as ``best_estimator_``; a dict: with these
+        settings of it, ``"column_block"``, ``"recovery"``. False: the search's results only.
     fit_intercept : bool, default=True
         Centre in feature space and fit an intercept per output component.
     dtype : {None, "float32", "float64"}, default=None
-        Working precision of ``best_estimator_`` (the search runs in float64).
-    column_block : int, default=None
-        Passed to ``best_estimator_``.
+        Precision of ``best_estimator_``; None: float64, the search's. With ``"float32"`` no
+        nugget below the rounding floor of float32 is scored.
     max_gram_bytes : int, default=None
-        Memory budget of the search and of ``best_estimator_``: both are checked before the
-        search starts (the refit's in-memory ``M x M`` Gram, with ``refit``).
+        Memory budget of the search and of ``best_estimator_``, both checked before the search.
     progress : bool, default=False
         Progress bars for dask input.
-    recovery : str, dict or 2-tuple, default="cubic"
-        Recovery maps of ``best_estimator_``.
     device : {"cpu", "cuda"}, default="cpu"
         Where the search runs and ``best_estimator_`` is refitted and predicts (see
-        :class:`rfol_dask.RandomFeatureOperator`): ``"cuda"`` moves numpy / dask input to the GPU
-        (on a cluster: each worker's), and CuPy input is searched where it lives whatever
-        ``device`` says. The Grams, ridge paths and scores are computed there; the median
-        heuristic and the input metric come from a sample on the host.
+        :class:`rfol_dask.RandomFeatureOperator`).
 
     Attributes
     ----------
     best_params_ : dict
-        ``kernel``, ``length_scale``, ``nugget``: ``best_estimator_``'s, so they refit it. The
-        nugget is the winner's, or the ridge the refit's jitter policy raised it to where the
-        full training Gram could not be factorised with it (no warning: ``cv_results_`` keeps the
-        value scored, and ``best_score_`` is that value's score, as in
-        :class:`rfol_dask.RandomFeatureOperatorCV`).
+        ``kernel``, ``length_scale``, ``nugget`` (and ``pca_power`` where ``pca_power`` is not
+        None): ``best_estimator_``'s. The refit solves by an eigendecomposition where a
+        Cholesky factorisation cannot take the validated nugget, as the search scored it.
     best_score_, best_index_, cv_results_, best_estimator_, search_time_, refit_time_
         As in :class:`rfol_dask.RandomFeatureOperatorCV` (``cv_results_`` has ``family`` = the
         kernel, ``length_scale``, ``nugget`` and ``nugget_floor`` columns; the floor is that of
