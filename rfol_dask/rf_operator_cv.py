@@ -604,100 +604,22 @@ default=("cauchy", "gaussian", "rational_quadratic")
             self._seed,
             metric=self.input_metric_,
         )
-        alphas = self._alphas()
         centers = list(centers)
-        workers = worker_addresses(client)
-        state = []  # per split: (inputs arranged, training outputs, validation outputs, per-worker accumulators)
+        state = []  # per split: inputs arranged, training and validation outputs, accumulators
         for tr, va in splits:
-            data = (
-                (arrange_rows(X, tr, va), take_rows(Y, tr), take_rows(Y, va))
-                if client is None
-                else client.persist(
-                    [
-                        dask.delayed(arrange_rows)(X, tr, va),
-                        dask.delayed(take_rows)(Y, tr),
-                        dask.delayed(take_rows)(Y, va),
-                    ]
-                )
-            )
-            state.append([*data, [None] * len(workers)])
+            parts = [(arrange_rows, X, tr, va), (take_rows, Y, tr), (take_rows, Y, va)]
+            if client is None:
+                data = [f(*a) for f, *a in parts]
+            else:
+                data = client.persist([dask.delayed(f)(*a) for f, *a in parts])
+            state.append([*data, [None] * len(worker_addresses(client))])
         slabs = slab_bounds(N_max, len(splits[0][0]) + len(splits[0][1]), checkpoints)
         out, previous, done = [], np.full(len(scales), np.inf), 0
         for Nk in checkpoints:
             new = [(f0, f1) for f0, f1 in slabs if done <= f0 and f1 <= Nk]
             done = Nk
-            errs = []  # per split, per scale: (n_alpha,)
-            for (tr, va), st in zip(splits, state):
-                Xa, Yt, Yv, accs = st
-                opts = dict(
-                    X=Xa,
-                    n_train=len(tr),
-                    frequencies=freq,
-                    n_features=N_max,
-                    scales=scales,
-                    segments=[N_max],
-                    fit_intercept=self.fit_intercept,
-                )
-                # the running sums carry sqrt(2 / N_max): segments (Nk, N_max) rescale them to Nk features
-                args = [
-                    (
-                        k,
-                        (Nk, N_max),
-                        0,
-                        Yt,
-                        Yv,
-                        alphas,
-                        self.fit_intercept,
-                        self._st["alpha_path"],
-                        centers[k],
-                        WINDOW_HALF_WIDTH,
-                        self._eps,
-                    )
-                    for k in range(len(scales))
-                ]
-                if client is None:
-                    acc = accs[0]
-                    for f0, f1 in new:
-                        acc = validation_slab(acc, f0=f0, f1=f1, **opts)
-                    st[3] = [acc]
-                    errs.append([_path_errors(acc, *a) for a in args])
-                    continue
-                accs, where = _chains(
-                    accs, workers, new, functools.partial(dask.delayed(validation_slab), **opts)
-                )
-                accs = client.persist(accs)
-                st[3] = accs + [None] * (len(workers) - len(accs))
-                # kept for the next checkpoint: summed pairwise where they are into new ones, which the
-                # later sums add into (new ones at every level held four Grams on the first worker); a
-                # split's sums start once the split before is scored (else every split's were held at once)
-                last = errs[-1][-1] if errs else None
-                total = (
-                    accs[0]
-                    if len(accs) == 1
-                    else tree_sum(
-                        accs,
-                        dask.delayed(add_validation),
-                        where,
-                        first=functools.partial(_gated_sum, gate=last),
-                    )
-                )
-                row = []
-                with pinned(where[0]):  # where the total is: one solve at a time
-                    for a in args:
-                        last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), *a)
-                        row.append(last)
-                errs.append(row)
-            if client is not None:
-                (errs,) = compute(
-                    errs,
-                    client=client,
-                    progress=self.progress,
-                    desc=f"selection (growth, N = {Nk})",
-                )
-            errs = np.moveaxis(
-                np.asarray(errs, dtype=float), 0, -1
-            )  # (scales, alphas + floor, splits)
-            errs, floors = errs[:, :-1], errs[:, -1]
+            errs = self._checkpoint(splits, state, new, Nk, freq, scales, centers, client)
+            errs, floors = errs[:, :-1], errs[:, -1]  # (scales, alphas, splits), (scales, splits)
             out += self._rows(
                 errs[:, None], floors[:, None], law, mults, [Nk], len(splits[0][0]), "growth"
             )
@@ -711,8 +633,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
             if self.progress:
                 for m, e, h in zip(mults, best_k, held):
                     print(
-                        f"selection (growth): {law}, gamma = {m:.3g} x median, N = {Nk}: best validation error "
-                        f"{e:.4g} (its record at this N: {h:.4g})",
+                        f"selection (growth): {law}, gamma = {m:.3g} x median, N = {Nk}: best "
+                        f"validation error {e:.4g} (its record at this N: {h:.4g})",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -735,14 +657,82 @@ default=("cauchy", "gaussian", "rational_quadratic")
                     st[3] = [
                         a
                         if a is None
-                        else (
-                            _select(a, keep)
-                            if client is None
-                            else client.persist(dask.delayed(_select)(a, keep))
-                        )
+                        else _select(a, keep)
+                        if client is None
+                        else client.persist(dask.delayed(_select)(a, keep))
                         for a in st[3]
                     ]
         return out
+
+    def _checkpoint(self, splits, state, new, Nk, freq, scales, centers, client):
+        """The running sums of every split advanced over the ``new`` slabs, and the validation
+        errors at ``Nk`` features, then each Gram's floor: (scales, alphas + 1, splits). On a
+        cluster the sums stay on their workers, summed pairwise where they are into new ones
+        (which the later sums add into); a split's sums start once the split before is scored."""
+        N_max = freq.args[1]
+        errs = []
+        for (tr, va), st in zip(splits, state):
+            Xa, Yt, Yv, accs = st
+            opts = dict(
+                X=Xa,
+                n_train=len(tr),
+                frequencies=freq,
+                n_features=N_max,
+                scales=scales,
+                segments=[N_max],
+                fit_intercept=self.fit_intercept,
+            )
+            # the running sums carry sqrt(2 / N_max): segments (Nk, N_max) rescale them to Nk
+            args = [
+                (
+                    k,
+                    (Nk, N_max),
+                    0,
+                    Yt,
+                    Yv,
+                    self._alphas(),
+                    self.fit_intercept,
+                    self._st["alpha_path"],
+                    centers[k],
+                    WINDOW_HALF_WIDTH,
+                    self._eps,
+                )
+                for k in range(len(scales))
+            ]
+            if client is None:
+                acc = accs[0]
+                for f0, f1 in new:
+                    acc = validation_slab(acc, f0=f0, f1=f1, **opts)
+                st[3] = [acc]
+                errs.append([_path_errors(acc, *a) for a in args])
+                continue
+            workers = worker_addresses(client)
+            step = functools.partial(dask.delayed(validation_slab), **opts)
+            accs, where = _chains(accs, workers, new, step)
+            accs = client.persist(accs)
+            st[3] = accs + [None] * (len(workers) - len(accs))
+            last = errs[-1][-1] if errs else None
+            total = (
+                accs[0]
+                if len(accs) == 1
+                else tree_sum(
+                    accs,
+                    dask.delayed(add_validation),
+                    where,
+                    first=functools.partial(_gated_sum, gate=last),
+                )
+            )
+            row = []
+            with pinned(where[0]):  # where the total is: one solve at a time
+                for a in args:
+                    last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), *a)
+                    row.append(last)
+            errs.append(row)
+        if client is not None:
+            (errs,) = compute(
+                errs, client=client, progress=self.progress, desc=f"selection (growth, N = {Nk})"
+            )
+        return np.moveaxis(np.asarray(errs, dtype=float), 0, -1)
 
 
 def growth_checkpoints(N0, N_max):

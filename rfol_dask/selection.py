@@ -669,11 +669,14 @@ class SelectionCV(OperatorEstimator):
         return out
 
     def _search(self, X, Y, splits, client):
+        """Rows of the whole search: the coarse stage (:meth:`_coarse`), the fine stage on its
+        plan, one refine step at a time beyond an edge winner (up to :data:`FINE_EXTEND`), then
+        the final stage at full size (:meth:`_final`)."""
         families, mults = self._families(), np.asarray(self._multiples(), dtype=float)
-        Ns = self._n_list()
+        Ns, refine = self._n_list(), self._st["refine"]
         n_train = min(len(tr) for tr, _ in splits)
-        frac, refine = self._st["coarse"], self._st["refine"]
-        n_coarse = self._n_rows(n_train, frac)
+        n_coarse = self._n_rows(n_train, self._st["coarse"])
+        frac = self._st["coarse"]
         Nc = (
             [None]
             if Ns == [None] or frac is None
@@ -682,103 +685,82 @@ class SelectionCV(OperatorEstimator):
         coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(
             mults
         ) > len(refine)
-        rows = []
-        if coarse:
-            sub = self._subsample(splits, n_coarse)
-            for fam in families:
-                rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
-            # a family whose best is on the edge of the grid: extend the grid that way (two steps at
-            # a time, at most 3 times), for every family (the coarse stage is cheap)
-            step = grid_step(mults, 4.0)
-            for fam in families:
-                for _ in range(3):
-                    new = beyond_edge(
-                        [r for r in rows if r["family"] == fam], step, 2
-                    )  # None: a scale-free family
-                    if new is None:
-                        break
-                    rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
-            # the fine stage: the best families of the coarse stage, each at its best scale times
-            # refine, solving the alphas around its best one where that is cheaper
-            leaders = {}
-            for r in sorted(rows, key=_score, reverse=True):
-                leaders.setdefault(r["family"], r)
-            first = -_score(next(iter(leaders.values())))  # the best coarse error
-            plan = [
-                (
-                    fam,
-                    r["scale_multiple"] * np.asarray(refine, dtype=float),
-                    self._alpha_index(r[self._alpha_name]),
-                )
-                for k, (fam, r) in enumerate(list(leaders.items())[: self._st.get("finalists", 1)])
-                if k == 0 or -_score(r) <= FINALIST_TIE * first
-            ]
-        else:
-            plan = [(fam, mults, None) for fam in families]
+        rows, plan = (
+            self._coarse(X, Y, splits, client, families, mults, Nc, n_coarse)
+            if coarse
+            else ([], [(fam, mults, None) for fam in families])
+        )
         name = "fine" if coarse else "full"
         fine_step = grid_step(refine)
-        # successive halving: the fine stage on a fraction of the rows, then its winner (and its
-        # narrower neighbour on a tie) at full size (stage "final")
+        fine = self._st["fine"]
         n_fine = (
-            n_train
-            if not coarse or self._st["fine"] is None
-            else max(n_coarse, self._n_rows(n_train, self._st["fine"]))
+            n_train if not coarse or fine is None else max(n_coarse, self._n_rows(n_train, fine))
         )
-        rows_fine = splits if n_fine >= n_train else self._subsample(splits, n_fine)
+        sub = splits if n_fine >= n_train else self._subsample(splits, n_fine)
         for fam, scales, center in plan:
-            rows += self._stage(
-                X, Y, rows_fine, client, fam, scales, Ns, len(rows_fine[0][0]), name, center
-            )
-        # the fine stage's winner on the edge of its family's multiples: one step beyond it at a
-        # time, up to FINE_EXTEND, while it stays there (a step that loses ends the walk)
+            rows += self._stage(X, Y, sub, client, fam, scales, Ns, len(sub[0][0]), name, center)
         for _ in range(FINE_EXTEND if coarse and fine_step else 0):
             best = best_row([r for r in rows if r["stage"] == name])
-            fam_rows = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
-            new = beyond_edge(fam_rows, fine_step, 1)
+            mine = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
+            new = beyond_edge(mine, fine_step, 1)
             if new is None:
                 break
+            center = self._alpha_index(best[self._alpha_name])
             rows += self._stage(
-                X,
-                Y,
-                rows_fine,
-                client,
-                best["family"],
-                new,
-                Ns,
-                len(rows_fine[0][0]),
-                name,
-                self._alpha_index(best[self._alpha_name]),
+                X, Y, sub, client, best["family"], new, Ns, len(sub[0][0]), name, center
             )
-        if rows_fine is not splits:
-            # fewer rows favour wider kernels (the fine winner on half the rows was half the full-size
-            # winner's gamma on 4 of 8 benchmark sets): the final stage scores one refine step
-            # narrower too
-            best = best_row([r for r in rows if r["stage"] == name])
-            finals = [best["scale_multiple"]]
-            if fine_step:
-                narrow = best["scale_multiple"] * fine_step**self._narrower
-                there = [
-                    r
-                    for r in rows
-                    if r["stage"] == name
-                    and r["family"] == best["family"]
-                    and np.isclose(r["scale_multiple"], narrow)
-                ]
-                if not there or -_score(best_row(there)) <= NARROWER_TIE * -_score(best):
-                    finals.append(narrow)
-            rows += self._stage(
-                X,
-                Y,
-                splits,
-                client,
-                best["family"],
-                finals,
-                Ns,
-                len(splits[0][0]),
-                "final",
-                self._alpha_index(best[self._alpha_name]),
-            )
+        if sub is not splits:
+            rows += self._final(X, Y, splits, client, rows, name, fine_step, Ns)
         return rows
+
+    def _coarse(self, X, Y, splits, client, families, mults, Nc, n_coarse):
+        """The coarse stage's rows over the whole grid on ``n_coarse`` rows, each family's grid
+        extended two steps at a time (up to 3 times) beyond an edge best; and the fine stage's
+        plan: the best families (:data:`FINALIST_TIE`), each at its best scale times ``refine``,
+        with the index of its best alpha."""
+        sub, rows = self._subsample(splits, n_coarse), []
+        for fam in families:
+            rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
+        step = grid_step(mults, 4.0)
+        for fam in families:
+            for _ in range(3):
+                new = beyond_edge([r for r in rows if r["family"] == fam], step, 2)
+                if new is None:
+                    break
+                rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
+        leaders = {}
+        for r in sorted(rows, key=_score, reverse=True):
+            leaders.setdefault(r["family"], r)
+        first = -_score(next(iter(leaders.values())))
+        refine = np.asarray(self._st["refine"], dtype=float)
+        plan = [
+            (fam, r["scale_multiple"] * refine, self._alpha_index(r[self._alpha_name]))
+            for k, (fam, r) in enumerate(list(leaders.items())[: self._st.get("finalists", 1)])
+            if k == 0 or -_score(r) <= FINALIST_TIE * first
+        ]
+        return rows, plan
+
+    def _final(self, X, Y, splits, client, rows, name, fine_step, Ns):
+        """The final stage's rows: the fine winner at full size, and one refine step narrower
+        where that was within :data:`NARROWER_TIE` of it on the fine rows (fewer rows favour
+        wider kernels: the fine winner was half the full-size winner's gamma on 4 of 8 sets)."""
+        best = best_row([r for r in rows if r["stage"] == name])
+        finals = [best["scale_multiple"]]
+        if fine_step:
+            narrow = best["scale_multiple"] * fine_step**self._narrower
+            there = [
+                r
+                for r in rows
+                if r["stage"] == name
+                and r["family"] == best["family"]
+                and np.isclose(r["scale_multiple"], narrow)
+            ]
+            if not there or -_score(best_row(there)) <= NARROWER_TIE * -_score(best):
+                finals.append(narrow)
+        center = self._alpha_index(best[self._alpha_name])
+        return self._stage(
+            X, Y, splits, client, best["family"], finals, Ns, len(splits[0][0]), "final", center
+        )
 
     def _n_rows(self, n_train, frac):
         """Training rows of a stage on the fraction ``frac`` of ``n_train`` (None: all): at least
