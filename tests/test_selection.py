@@ -1284,24 +1284,17 @@ def test_default_searches_are_unchanged_by_the_grouped_stage_settings():
         assert cv.best_score_ == pytest.approx(score, rel=1e-6)
 
 
-def test_best_score_is_the_scored_candidate_s_where_the_refit_raises_the_ridge():
-    """best_score_ and best_index_ are the searched winner's (its row of cv_results_, the nugget
-    scored), while best_params_ holds the ridge the refit used: they differ in the nugget alone."""
+def test_a_float32_refit_is_searched_above_the_rounding_of_float32():
+    """dtype="float32": the refit cannot take a nugget below the rounding floor of float32 (a
+    float32 Cholesky raised 1e-12 to 5e-6 here), so none is scored: a grid all below it is
+    refused, and the winner above it is the model refitted."""
     from rfol_dask.baselines import KernelOperatorCV
 
-    search = KernelOperatorCV(
-        **staged(
-            kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12,), coarse=None, dtype="float32"
-        )
-    ).fit(*_duplicated_rows(0))
-    row = {k: v[search.best_index_] for k, v in search.cv_results_.items()}
-    assert search.best_score_ == row["mean_test_score"] and row["nugget"] == 1e-12
-    assert search.best_params_ == {
-        "kernel": "rbf",
-        "length_scale": row["length_scale"],
-        "nugget": search.best_estimator_.nugget,
-    }
-    assert search.best_params_["nugget"] > 1e-12
+    kw = dict(kernels=("rbf",), length_scales=(1.0,), stages={"coarse": None}, dtype="float32")
+    with pytest.raises(ValueError, match="below the rounding floor"):
+        KernelOperatorCV(nuggets=(1e-12,), **kw).fit(*_duplicated_rows(0))
+    search = KernelOperatorCV(nuggets=(1e-12, 1e-4), **kw).fit(*_duplicated_rows(0))
+    assert search.best_params_["nugget"] == search.best_estimator_.nugget == 1e-4
 
 
 @pytest.mark.parametrize("make", ["rf", "kernel"])
