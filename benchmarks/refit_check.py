@@ -17,10 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import xarray as xr
 from _common import argv_or_usage
-
 from sklearn.base import clone
 
 from rfol_dask import RandomFeatureOperatorCV, datasets
@@ -69,7 +67,7 @@ def check(search, U, V):
 
 def main(argv=None):
     args = argv_or_usage(__doc__, 2, argv)
-    opts = dict(zip(args[2::2], args[3::2]))
+    opts = dict(zip(args[2::2], args[3::2], strict=False))
     names = list(SIZES) if args[0] == "all" else args[0].split(",")
     data_dir = opts.get("--data", str(Path(__file__).resolve().parent / "results" / "data_small"))
     out, ok = {}, True

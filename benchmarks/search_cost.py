@@ -1,6 +1,6 @@
 """What a search costs against one fit of its winner (issue 36, items 2 to 4).
 
-    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py cost 500,1000,2000 results/search_cost.json
+    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py cost 500,1000 results/search_cost.json
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py growth 1200 results/search_growth.json
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py metric all results/search_metric.json
 

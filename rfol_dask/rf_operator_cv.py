@@ -79,7 +79,7 @@ WINDOW_HALF_WIDTH = 1
 
 
 class RandomFeatureOperatorCV(SelectionCV):
-    """RandomFeatureOperator with its law, gamma and alpha chosen by validation on the training data.
+    """RandomFeatureOperator with its law, gamma and alpha chosen by validation.
 
     Searches ``distribution`` x ``gamma`` x ``alpha`` (and optionally ``n_features``) of
     :class:`~rfol_dask.RandomFeatureOperator`, then refits the winner on all training data.
@@ -177,7 +177,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         only the alphas near the best so far), or one below ``alpha_floor``,
         where rounding dominates the validation predictions; it ranks last.
     best_estimator_ : RandomFeatureOperator
-        The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to it.
+        The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to
+        it.
     median_scales_ : dict
         Each law's median-heuristic gamma (in the input metric of ``pca_power``).
     input_metric_ : ndarray of shape (n, r) or None
@@ -188,7 +189,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
         Seconds of the search (including the median heuristic) and of the refit.
     n_splits_ : int
         Number of validation splits scored.
-    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
@@ -298,7 +301,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         searched = np.max(np.atleast_1d(self.n_features))
         if self.max_features is not None and self.max_features < searched:
             raise ValueError(
-                f"max_features={self.max_features} is below the searched n_features ({searched}): the "
+                f"max_features={self.max_features} is below the searched n_features ({searched}): "
+                "the "
                 f"growth starts from the searched N; pass max_features >= n_features, or None"
             )
 
@@ -377,7 +381,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
     def _search_memory(self, M_t, M_v):
         """Beside a training Gram, at the least (one gamma per pass): the cross-Gram and the
         other nested ``N``'s Gram pairs (``8 (M_t + M_v) M_t`` each), the solve's copy of a
-        Gram and two ``M x slab`` buffers (``M = M_t + M_v``, :func:`rfol_dask.tuning.slab_bounds`)."""
+        Gram and two ``M x slab`` buffers (``M = M_t + M_v``,
+        :func:`rfol_dask.tuning.slab_bounds`)."""
         Ns, M = self._n_list(), M_t + M_v
         width = max(f1 - f0 for f0, f1 in slab_bounds(Ns[-1], M, Ns))
         held = {
@@ -399,7 +404,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their free memory) over
         ``8 (M_t + M_v) M_t n_segments`` bytes, at least one. ``summed``: pairs more per gamma that
         a worker holds beside them while it sums (the growth's first worker: the new sum and the one
-        that comes over), all of them within the whole budget (with one split, three pairs a gamma)."""
+        that comes over), all of them within the whole budget (with one split,
+        three pairs a gamma)."""
         per, budget = 8.0 * (M_t + M_v) * M_t, self._search_budget(client).bytes
         group = 0.5 * budget // (per * n_segments)
         if summed:
@@ -516,8 +522,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
         # the limit anchor's (expected to trail at small N) against their own only
         overall, own = {}, {}
         rules = [([overall], overall), ([overall, own], own)]
-        # every split's running sums are kept from one checkpoint to the next: a gamma holds one pair per split
-        # and on a cluster the first worker two more while it sums them; counted wherever the search runs,
+        # every split's running sums are kept from one checkpoint to the next: a gamma holds one
+        # pair per split
+        # and on a cluster the first worker two more while it sums them; counted wherever the search
+        # runs,
         # so that it groups its gammas, and so prunes them, alike on one machine and on a cluster
         group = self._gram_group(
             len(splits[0][0]), len(splits[0][1]), len(splits), client, summed=2
@@ -626,19 +634,20 @@ default=("cauchy", "gaussian", "rational_quadratic")
             mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
             mean = np.where(np.isnan(mean), np.inf, mean)
             best_k = mean.min(axis=1)
-            for (updates, _), e in zip(rules, best_k):
+            for (updates, _), e in zip(rules, best_k, strict=False):
                 for record in updates:
                     record[Nk] = min(record.get(Nk, np.inf), e)
             held = np.array([rule[1][Nk] for rule in rules])
             if self.progress:
-                for m, e, h in zip(mults, best_k, held):
+                for m, e, h in zip(mults, best_k, held, strict=False):
                     print(
                         f"selection (growth): {law}, gamma = {m:.3g} x median, N = {Nk}: best "
                         f"validation error {e:.4g} (its record at this N: {h:.4g})",
                         file=sys.stderr,
                         flush=True,
                     )
-            # each gamma grows on while a doubling gains growth_tol and it is not far behind its record
+            # each gamma grows on while a doubling gains growth_tol and it is not far behind its
+            # record
             keep = np.flatnonzero(
                 (best_k < previous * (1.0 - self._st["growth_tol"]))
                 & (best_k <= held * (1.0 + GROWTH_PRUNE))
@@ -671,7 +680,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         (which the later sums add into); a split's sums start once the split before is scored."""
         N_max = freq.args[1]
         errs = []
-        for (tr, va), st in zip(splits, state):
+        for (tr, _va), st in zip(splits, state, strict=False):
             Xa, Yt, Yv, accs = st
             opts = dict(
                 X=Xa,
@@ -736,7 +745,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
 
 def growth_checkpoints(N0, N_max):
-    """The ``n_features`` the growth stage scores from ``N0``: ``N0, 2 N0, 4 N0, ...`` and ``N_max``."""
+    """The ``n_features`` the growth stage scores from ``N0``: ``N0, 2 N0, 4 N0, ...`` and
+    ``N_max``."""
     return sorted({*(N0 * 2**k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
 
 
@@ -747,7 +757,9 @@ def _chains(accs, workers, slabs, step, gates=None):
     chain starting without an accumulator waits for."""
     groups = np.array_split(np.arange(len(slabs)), len(workers))
     out, where = [], []
-    for w, acc, gate, idx in zip(workers, accs, gates or [None] * len(workers), groups):
+    for w, acc, gate, idx in zip(
+        workers, accs, gates or [None] * len(workers), groups, strict=False
+    ):
         with pinned(w):
             for i in idx:
                 if acc is None and gate is not None:

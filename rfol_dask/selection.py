@@ -1,5 +1,6 @@
 """Model selection on the training data: the search shared by
-:class:`rfol_dask.RandomFeatureOperatorCV` (``rf_operator_cv.py``) and ``baselines.KernelOperatorCV``.
+:class:`rfol_dask.RandomFeatureOperatorCV` (``rf_operator_cv.py``) and
+``baselines.KernelOperatorCV``.
 
 A search scores every (family, scale, N, alpha) by the mean relative L2 error on validation
 rows of the TRAINING data (default: the last 20 %; ``cv=`` an int or a scikit-learn splitter
@@ -24,10 +25,12 @@ because (see :mod:`rfol_dask.tuning`):
   is on the window's edge) and the other alphas score NaN in ``cv_results_``;
 - an alpha below the rounding floor of its Gram (:func:`rfol_dask.tuning.rounding_floor`, the
   column ``<alpha>_floor`` of ``cv_results_``) is not eligible: it scores NaN, as its validation
-  predictions are dominated by rounding (with a grid of the user's, a warning says so where the winner is the smallest
+  predictions are dominated by rounding (with a grid of the user's, a warning says so where the
+  winner is the smallest
   alpha above it; a search with no alpha above it is an error).
 
-dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked and
+dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked
+and
 persisted on the cluster once (without a distributed client the inputs are gathered here; the
 median heuristic samples those), so the search reads the data once; the refit reads it again.
 """
@@ -79,7 +82,8 @@ __all__ = [
 DEFAULT_ALPHAS = tuple(
     float(f"1e{k}") for k in range(-16, 2)
 )  # exact decimals: 1e-05, not 10.0 ** -5
-#: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four decades)
+#: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four
+#: decades)
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
@@ -206,14 +210,17 @@ class SelectionCV(OperatorEstimator):
     """Base of the selection estimators (see the module docstring); not used directly.
 
     Subclasses give the base estimator (``_base_estimator``), the families and their median
-    scale (``_families``; ``_prepare`` or ``_set_metric`` sets ``median_scales_``), the validation errors of one stage
+    scale (``_families``; ``_prepare`` or ``_set_metric`` sets ``median_scales_``), the validation
+    errors of one stage
     (``_stage_errors``) and the winner's parameters (``_params_of``).
     """
 
     _param_name = "gamma"  # the scale parameter of the base estimator
     _alpha_name = "alpha"  # its ridge parameter
     _distributed_search = True  # False: dask input is gathered and searched in memory
-    _narrower = 1  # the direction of narrower kernels on the scale multiples: +1 a larger gamma, -1 a shorter length
+    # the direction of narrower kernels on the scale multiples: +1 a larger gamma, -1 a shorter
+    # length
+    _narrower = 1
     #: the settings of the stages (``stages=``, a dict of some of them) and their defaults
     _stage_constraints = {
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
@@ -259,7 +266,8 @@ class SelectionCV(OperatorEstimator):
 
     # ------------------------------------------------------------------ delegation
     def _refitted(self, method):
-        """``best_estimator_``; NotFittedError if there is none, saying why (not fitted, or ``refit=False``)."""
+        """``best_estimator_``; NotFittedError if there is none, saying why (not fitted, or
+        ``refit=False``)."""
         if not hasattr(self, "best_estimator_") and hasattr(self, "best_params_"):
             name = type(self).__name__
             seed = (
@@ -268,7 +276,8 @@ class SelectionCV(OperatorEstimator):
                 else ""
             )
             raise NotFittedError(
-                f"This {name} instance was initialized with refit=False: {method} is available only "
+                f"This {name} instance was initialized with refit=False: {method} is available "
+                "only "
                 f"after refitting on the best parameters; fit again with refit=True, or fit "
                 f"{name.removesuffix('CV')} with best_params_{seed} yourself"
             )
@@ -316,7 +325,8 @@ class SelectionCV(OperatorEstimator):
 
     def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
         t0 = time.perf_counter()
-        # the base fit's body: this already runs on the copy that fit publishes whole (all_or_nothing)
+        # the base fit's body: this already runs on the copy that fit publishes whole
+        # (all_or_nothing)
         self._fit(
             X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
         )
@@ -350,7 +360,8 @@ class SelectionCV(OperatorEstimator):
         return est
 
     def _cast_dtype(self, data):
-        """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask input."""
+        """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask
+        input."""
         self._work_dtype(data)  # a bad dtype is refused before any work
         return np.dtype(np.float64)
 
@@ -402,15 +413,20 @@ class SelectionCV(OperatorEstimator):
         dropped = [k for k, (_, va) in enumerate(splits) if not nonzero[va].any()]
         if len(dropped) == len(splits):
             raise ValueError(
-                f"every validation output of the {len(splits)} split(s) is identically zero: the relative "
-                "L2 error, the search's score, is undefined; pass a cv whose validation rows hold outputs "
+                f"every validation output of the {len(splits)} split(s) is identically zero: the "
+                "relative "
+                "L2 error, the search's score, is undefined; pass a cv whose validation rows hold "
+                "outputs "
                 "that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))"
             )
         if dropped:
             warnings.warn(
-                f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only identically zero "
-                "validation outputs, on which the relative L2 error (the score) is undefined: they are left "
-                "out of the search (n_splits_, split<k>_test_score count the others); shuffle the folds "
+                f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only "
+                "identically zero "
+                "validation outputs, on which the relative L2 error (the score) is undefined: "
+                "they are left "
+                "out of the search (n_splits_, split<k>_test_score count the others); shuffle the "
+                "folds "
                 "(KFold(5, shuffle=True, random_state=0)) to score every one",
                 DataWarning,
                 stacklevel=user_stacklevel(),
@@ -470,7 +486,8 @@ class SelectionCV(OperatorEstimator):
 
     def _refit_candidates(self):
         """``(name, values)``: the base estimator's parameter by which the candidates' refits differ
-        in memory and the values a winner may take (here ``(None, [None])``: they all hold the same)."""
+        in memory and the values a winner may take
+        (here ``(None, [None])``: they all hold the same)."""
         return None, [None]
 
     def _check_refit_memory(self, U, V, lazy, dtype):
@@ -513,7 +530,8 @@ class SelectionCV(OperatorEstimator):
             )
             why = " for memory" if isinstance(first, ValueError) else ""
             raise type(first)(
-                f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples "
+                f"{type(self).__name__} would refit its winner on all {U.shape[0]} training "
+                "samples "
                 f"after the search, and that refit would be refused{why}{at}: {first}; or pass "
                 "refit=False to search only"
             ) from first
@@ -573,8 +591,10 @@ class SelectionCV(OperatorEstimator):
         name = self._alpha_name
         if all(r[name] < r[f"{name}_floor"] for r in rows):
             raise ValueError(
-                f"every {name} searched is below the rounding floor of its Gram (2 eps trace / sqrt(M_t), "
-                f"up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the validation predictions are "
+                f"every {name} searched is below the rounding floor of its Gram (2 eps trace / "
+                "sqrt(M_t), "
+                f"up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the validation "
+                "predictions are "
                 f"dominated by rounding: search {name}s at or above it"
             )
         _rank(rows)
@@ -598,9 +618,12 @@ class SelectionCV(OperatorEstimator):
         below, above = alphas[alphas < floor], alphas[alphas >= floor]
         if len(below) and len(above) and best[name] == above.min():
             warnings.warn(
-                f"the best {name}, {best[name]:g}, is the smallest searched one above the rounding floor of "
-                f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the {len(below)} smaller "
-                f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, amplified by "
+                f"the best {name}, {best[name]:g}, is the smallest searched one above the "
+                "rounding floor of "
+                f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the "
+                f"{len(below)} smaller "
+                f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, "
+                "amplified by "
                 f"1 / {name}, can dominate the validation predictions",
                 SelectionWarning,
                 stacklevel=user_stacklevel(),
@@ -608,7 +631,8 @@ class SelectionCV(OperatorEstimator):
 
     def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
         """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
-        index ``alpha_center`` only, where that is cheaper: :func:`rfol_dask.tuning.path_errors`)."""
+        index ``alpha_center`` only, where that is cheaper:
+        :func:`rfol_dask.tuning.path_errors`)."""
         scales = self._family_multiples(family, scales)
         t0 = time.perf_counter()
         errs = []
@@ -631,7 +655,8 @@ class SelectionCV(OperatorEstimator):
         elif self.progress:  # computed here, stage by stage: one line each on stderr
             sys.stderr.write(
                 f"selection ({name}, {family}): {len(scales)} scales x {len(Ns)} N x "
-                f"{len(self._alphas())} alphas on {len(splits)} split(s) in {time.perf_counter() - t0:.2f} s\n"
+                f"{len(self._alphas())} alphas on {len(splits)} split(s) in "
+                f"{time.perf_counter() - t0:.2f} s\n"
             )
         errs = np.stack(
             [np.asarray(e) for e in errs], axis=-1
@@ -791,7 +816,8 @@ class SelectionCV(OperatorEstimator):
         (here nothing)."""
 
     def _extend(self, X, Y, splits, client, rows):
-        """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows N)."""
+        """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows
+        N)."""
         return []
 
     def _powers(self):
@@ -812,14 +838,16 @@ class SelectionCV(OperatorEstimator):
 
     # ------------------------------------------------------------------ hooks
     def _check_grids(self, **grids):
-        """ValueError unless each grid is None or a non-empty sequence of positive, finite numbers."""
+        """ValueError unless each grid is None or a non-empty sequence of positive, finite
+        numbers."""
         for name, values in grids.items():
             if values is None:
                 continue
             v = np.asarray(values, dtype=float)
             if v.size == 0 or not np.all(np.isfinite(v) & (v > 0)):
                 raise ValueError(
-                    f"{name} must be a non-empty sequence of positive, finite numbers; got {values!r}"
+                    f"{name} must be a non-empty sequence of positive, finite numbers; got "
+                    f"{values!r}"
                 )
 
     def _family_multiples(self, family, mults):

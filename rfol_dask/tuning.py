@@ -19,9 +19,12 @@ and for the exact kernels of :mod:`rfol_dask.baselines` (functions of ``||x - y|
 training rows (at most ``max_rows``, fewer for wide inputs so that the distances cost at most
 about ``_PAIR_FLOPS``; see :func:`sample_rows`): nothing but that sample is read.
 
-Ridge path (:func:`path_errors`): one symmetric eigendecomposition of the centred dual Gram ``G = Q diag(lam) Q^T``
-(training rows) gives the solution for every ``alpha``: ``Beta(alpha) = Q (lam + alpha)^-1 Q^T V_c``,
-and the validation predictions ``K_vt Beta(alpha) + vbar = (K_vt Q) (lam + alpha)^-1 (Q^T V_c) + vbar``
+Ridge path (:func:`path_errors`): one symmetric eigendecomposition of the centred dual Gram ``G = Q
+diag(lam) Q^T``
+(training rows) gives the solution for every ``alpha``: ``Beta(alpha) = Q (lam + alpha)^-1 Q^T
+V_c``,
+and the validation predictions ``K_vt Beta(alpha) + vbar = (K_vt Q) (lam + alpha)^-1 (Q^T V_c) +
+vbar``
 cost ``2 M_v M_t m`` flops per alpha once the two products are made (:class:`EigenPath`). An
 ``eigh`` costs as much as 9-24 Cholesky factorisations here (measured at M = 1000-6000), so
 for short alpha grids on large Grams one factorisation per alpha is cheaper and is used instead.
@@ -317,7 +320,7 @@ def slab_bounds(n_features, M, segments=(), slab_bytes=64 * 2**20):
     cuts = sorted(
         {0, int(n_features), *range(width, int(n_features), width), *(int(c) for c in segments)}
     )
-    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
 def validation_slab(
@@ -376,8 +379,8 @@ def validation_slab(
 
 def add_validation(a, b):
     """The sum of two :func:`validation_slab` accumulators (into ``a``)."""
-    for ra, rb in zip(a, b):
-        for g, (pa, pb) in enumerate(zip(ra, rb)):
+    for ra, rb in zip(a, b, strict=False):
+        for g, (pa, pb) in enumerate(zip(ra, rb, strict=False)):
             if pa is None:
                 ra[g] = pb
             elif pb is not None:

@@ -294,7 +294,8 @@ def test_sklearn_compatible_cv(estimator, check):
     check(estimator)
 
 
-# ---------------------------------------------------------------------------------------------- kernels
+# ----------------------------------------------------------------------------------------------
+# kernels
 
 from rfol_dask.baselines import KernelOperator, KernelOperatorCV  # noqa: E402
 
@@ -311,7 +312,8 @@ from rfol_dask.baselines import KernelOperator, KernelOperatorCV  # noqa: E402
 )
 def test_kernel_path_equals_brute_force_fits(kernel, path):
     U, V = _nonlinear_data(150)
-    # (the linear Gram has rank 24 and eigenvalues up to ~1e3: nuggets that keep it well conditioned)
+    # (the linear Gram has rank 24 and eigenvalues up to ~1e3: nuggets that keep it well
+    # conditioned)
     nuggets = (1e-3, 1e-1, 10.0) if kernel == "linear" else (1e-6, 1e-3, 1e-1)
     cv = KernelOperatorCV(
         **staged(
@@ -569,7 +571,8 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
         assert coarse[coarse.family == law].scale_multiple.min() < 1.0
     assert cv.best_params_["gamma"] < cv.median_scales_[cv.best_params_["distribution"]]
     # the fine stage: its winner is inside the multiples its law scored, or FINE_EXTEND refine steps
-    # (factor 2) past the coarse winner's refine grid were scored; the other finalist is not extended
+    # (factor 2) past the coarse winner's refine grid were scored; the other finalist is not
+    # extended
     fine = res[res.stage == "fine"]
     law = fine.loc[fine.mean_relative_l2.idxmin()].family
     for name, part in fine.groupby("family"):
@@ -662,7 +665,8 @@ def test_distributed_search_reads_each_chunk_once(cluster_client, tmp_path):
     assert lazy.median_scales_ == ref.median_scales_
 
 
-# ---------------------------------------------------------------------------------------------- growth of N
+# ----------------------------------------------------------------------------------------------
+# growth of N
 GROW = dict(
     n_features=256, max_features=2048, growth_tol=0.0, random_state=0, limit_gammas=None, **SMALL
 )
@@ -788,7 +792,8 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
     ).fit(U, V)
     res = cv.cv_results_.to_dataframe()
     limit = res[res.stage == "limit"]
-    n_rows = 160  # all 160 training rows: max(200 coarse rows, 256 // 4, 160 // 4), at most the training rows
+    # all 160 training rows: max(200 coarse rows, 256 // 4, 160 // 4), at most the training rows
+    n_rows = 160
     assert set(limit.n_train_rows) == {n_rows} and set(limit.n_features) == {
         LIMIT_FEATURES_PER_ROW * n_rows
     }
@@ -961,7 +966,8 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
     from dask.utils import key_split
 
     new_sums = Counter(t["worker"] for t in ts.data if key_split(t["key"]) == "sum_validation")
-    # checkpoint 1024: workers 0 and 1 hold sums (one new sum); 2048: all four (two new ones, then in place)
+    # checkpoint 1024: workers 0 and 1 hold sums (one new sum); 2048: all four (two new ones, then
+    # in place)
     assert new_sums == {workers[0]: 2, workers[2]: 1}
 
 
@@ -971,7 +977,8 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
     monkeypatch, cv
 ):
     """The growth's first worker holds its running sum of every split (what the groups count) and,
-    while a split is summed, that split's new sum and the one that comes over: the copy it fetched of
+    while a split is summed, that split's new sum and the one that comes over: the copy it fetched
+    of
     its neighbour's running sum stayed there while the sum was kept (four Grams with one split), and
     every split was summed at once (twelve with three, where it now holds five)."""
     import functools
@@ -1016,7 +1023,8 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
 @pytest.mark.cluster
 def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
     """With one split the growth's first worker holds three Gram pairs a gamma while it sums (its
-    running sum, the new sum and the one that comes over): groups sized for the running sums alone in
+    running sum, the new sum and the one that comes over): groups sized for the running sums alone
+    in
     half the budget (three gammas where it holds 6.2 pairs) held nine pairs, 1.5 times the budget."""
     import functools
 
@@ -1125,7 +1133,8 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
     } == {first}
 
 
-# ---------------------------------------------------------------------------------------------- sketched scores
+# ----------------------------------------------------------------------------------------------
+# sketched scores
 def test_scores_on_an_output_sketch_estimate_the_exact_ones_and_refit_on_all_outputs():
     """score_outputs=k scores the search on k Gaussian combinations of the outputs: close to the
     exact scores, the same winner here, a refit on every output; k >= m changes nothing."""

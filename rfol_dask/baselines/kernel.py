@@ -1,6 +1,7 @@
 """KernelOperator: exact kernel ridge regression for operators (one scalar kernel shared by all
 output components, as in Batlle et al. 2024), on the same dual Gram / Cholesky / column-block
-machinery as the random-feature model (``rfol_dask.solve.in_memory.dual_numpy`` and ``rfol_dask.solve.tiled.dual_graph``).
+machinery as the random-feature model (``rfol_dask.solve.in_memory.dual_numpy`` and
+``rfol_dask.solve.tiled.dual_graph``).
 
 Model: ``v(u) = k(u, U_train) Beta + c0`` with ``(H K H + nugget I) Beta = V - vbar`` when fitting
 an intercept (``H`` centres in feature space, as the random-feature model does). Optional input
@@ -146,7 +147,8 @@ def pca(U, n_components, power=None):
     )
     if bad.size:  # the eigensolver would not converge: named as the fit's own check names them
         raise ValueError(
-            f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop or "
+            f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop "
+            "or "
             "fill those samples before fitting"
         )
     return pca_from_scatter(mean, scatter, n_components, power)
@@ -223,9 +225,11 @@ class KernelOperator(OperatorEstimator):
 
     Parameters
     ----------
-    kernel : {"rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "linear"}, default="rbf"
+    kernel : {"rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "linear"}, \
+default="rbf"
         Scalar kernel of the (flattened, optionally PCA-reduced) input functions; see
-        :mod:`rfol_dask.baselines.kernels`. ``"linear"`` is the linear baseline (ridge on raw inputs).
+        :mod:`rfol_dask.baselines.kernels`. ``"linear"`` is the linear baseline (ridge on raw
+        inputs).
     length_scale : float or "median", default="median"
         Kernel length scale ``l`` (ignored by ``"linear"``). ``"median"``: ``l = median
         ||x_i - x_j||_2`` over a sample of at most 2000 training inputs (seed 0; after PCA if any;
@@ -260,7 +264,8 @@ class KernelOperator(OperatorEstimator):
     X_train_ : ndarray of shape (M, p) or None
         Training inputs (``p = n``, or the PCA scores: ``p = n_components``), needed to predict;
         the model's own copy (as scikit-learn's ``GaussianProcessRegressor(copy_X_train=True)``:
-        changing the caller's array afterwards does not change the model); None where the linear kernel is fitted in the primal (``p < M``: see ``coef_``).
+        changing the caller's array afterwards does not change the model); None where the linear
+        kernel is fitted in the primal (``p < M``: see ``coef_``).
     dual_coef_ : ndarray of shape (M, m) or None
         Dual coefficients ``Beta`` (``m`` output grid points); None where the linear kernel is
         fitted in the primal.
@@ -280,20 +285,25 @@ class KernelOperator(OperatorEstimator):
     pca_components_ : ndarray of shape (n, p) or None
         Leading principal directions of the training inputs, weighted with ``pca_power`` (None
         without ``n_components`` and ``pca_power``).
-    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     length_scale_ : float
-        The length scale used (``length_scale``, or its median-heuristic value; 1.0 for ``"linear"``).
+        The length scale used (``length_scale``, or its median-heuristic value; 1.0 for
+        ``"linear"``).
     kernel_ : str
-        The kernel fitted (``kernel`` at fit time): ``predict`` uses it, so a ``set_params(kernel=...)``
+        The kernel fitted (``kernel`` at fit time): ``predict`` uses it, so a
+        ``set_params(kernel=...)``
         after the fit changes nothing until the next fit, as for every other parameter.
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
     does not fit one) plus the training inputs. The fitted arrays, which a dask fit gathers into
     this process, are checked against its available memory before any work
-    (:func:`rfol_dask.memory.check_host_memory`, whatever ``max_gram_bytes``). Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
+    (:func:`rfol_dask.memory.check_host_memory`, whatever ``max_gram_bytes``). Cost: ``M^2 n``
+    (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
     The linear kernel with ``p < M``: the ``p x p`` Gram (one per worker thread for dask input,
     summed over row blocks as the random-feature primal sums its Gram) plus one row block;
     cost ``M p^2 + 2 M p m`` + ``p^3 / 3`` + ``2 p^2 m``. With ``p >= M`` and a nugget: the
@@ -354,7 +364,8 @@ class KernelOperator(OperatorEstimator):
         )
 
     def _older_scalars(self):
-        """Models saved before ``kernel_`` was kept were fitted with the kernel of their parameters."""
+        """Models saved before ``kernel_`` was kept were fitted with the kernel of their
+        parameters."""
         return {"kernel_": self.kernel}
 
     def _resolve_length_scale(self, U, transform):
@@ -379,7 +390,8 @@ class KernelOperator(OperatorEstimator):
         return ell
 
     def _primal(self, M, p):
-        """Whether the fit solves in the primal: the linear kernel on ``p < M`` inputs (PCA scores)."""
+        """Whether the fit solves in the primal: the linear kernel on ``p < M`` inputs (PCA
+        scores)."""
         return self.kernel == "linear" and p < M
 
     def _eigen_dual(self):
@@ -396,7 +408,8 @@ class KernelOperator(OperatorEstimator):
         return n if self.n_components is None else min(n, int(self.n_components))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
-        """ValueError when the fitted model would not fit this process (:meth:`_check_model_memory`),
+        """ValueError when the fitted model would not fit this process
+        (:meth:`_check_model_memory`),
         or the in-memory fit's ``M x M`` Gram of ``U`` (M, n) in ``dtype`` exceeds
         the memory budget (:func:`rfol_dask.memory.check_gram_memory`; on a GPU, its share of the
         GPU's); a dask fit's Gram is not refused for memory (a Gram that does not fit one worker is
@@ -503,24 +516,35 @@ class KernelOperator(OperatorEstimator):
             X = transform(U, 0)
             if (
                 X is U
-            ):  # the caller's array, maybe (validated without a copy): kept as it is now, not as it will be
+                # the caller's array, maybe (validated without a copy): kept as it is now, not as it
+                # will be
+            ):
                 X = backend.copy(X)
             fac, Beta = self._dual_in_memory(X, V, dtype, alpha)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
-        client = active_client()
+        self._solve_lazy(U, V, dtype, transform, alpha)
+
+    def _solve_lazy(self, U, V, dtype, transform, alpha):
+        """The dual of dask input: the eigen solve of the linear kernel in one task where its
+        worker holds it, else the tiled Gram factorised (blocked where it does not fit a worker)
+        with the jitter policy's raised ridges."""
+        M, client = U.shape[0], active_client()
         m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
         Ub, Vb, starts, cols = row_blocks(
             U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS, row_bytes=U.shape[1] * size
         )
-        # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the Gram; the
-        # chain that assembles it a row of tiles (tiled.dual_graph): one Gram more with one row block
+        # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the
+        # Gram; the
+        # chain that assembles it a row of tiles (tiled.dual_graph): one Gram more with one row
+        # block
         held, what = (
             (M * (M + self._width(U.shape[1]) + m) * size, "the data")
             if eigen
             else (int(max(np.diff(starts))) * M * size, "a row of Gram tiles")
         )
-        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no sum of Grams
+        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no
+        # sum of Grams
         blocked = dual_plan(
             M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False, held_what=what
         ).blocked
@@ -540,7 +564,7 @@ class KernelOperator(OperatorEstimator):
             )
             intercepts = [
                 dask.delayed(dual_intercept)(fac, Beta, start=c0)
-                for (c0, _), Beta in zip(cols, betas)
+                for (c0, _), Beta in zip(cols, betas, strict=False)
             ]
             return compute_fit(
                 dask.delayed(np.concatenate)(Xb),
@@ -606,8 +630,10 @@ class KernelOperator(OperatorEstimator):
         """NotImplementedError for dask input on a GPU (``device="cuda"`` or CuPy chunks)."""
         if self.device != "cpu" or backend.is_array_api(getattr(U, "_meta", None)):
             raise NotImplementedError(
-                "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): pass "
-                "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit"
+                "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): "
+                "pass "
+                "device='cpu', or compute the data into memory (numpy with device='cuda', or "
+                "CuPy) for the GPU fit"
             )
 
     def _solve_primal(self, U, V, lazy, dtype, transform, alpha):

@@ -69,7 +69,7 @@ def linear_primal(X_t, X_v, fit_intercept):
 
 
 class KernelOperatorCV(SelectionCV):
-    """KernelOperator with its kernel, length scale and nugget chosen by validation on the training data.
+    """KernelOperator with its kernel, length scale and nugget chosen by validation.
 
     See :class:`rfol_dask.RandomFeatureOperatorCV` for the search; the winner is refitted on all
     training data.
@@ -128,7 +128,9 @@ class KernelOperatorCV(SelectionCV):
         The median-heuristic length scale of each kernel (one value).
     n_splits_ : int
         Number of validation splits scored.
-    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
@@ -312,7 +314,8 @@ class KernelOperatorCV(SelectionCV):
             G, K, trace = centred_kernels(
                 D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v
             )
-            # the linear kernel's dual leaves out the directions of rounding, as its refit (eigen_dual)
+            # the linear kernel's dual leaves out the directions of rounding, as its refit
+            # (eigen_dual)
             drop = rounding_floor(G, trace, bound=True) if kernel == "linear" else None
             out.append(
                 [

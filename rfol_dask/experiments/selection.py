@@ -1,4 +1,5 @@
-"""Hyperparameters of the kernel baselines: the median heuristic (:func:`rfol_dask.tuning.median_length_scale`,
+"""Hyperparameters of the kernel baselines: the median heuristic
+(:func:`rfol_dask.tuning.median_length_scale`,
 re-exported here) and a nugget chosen on validation data.
 
 The median runs over all pairs of a seeded random sample of at most 2000 training rows (fewer for
