@@ -1,22 +1,15 @@
 """KernelOperator: exact kernel ridge regression for operators (one scalar kernel shared by all
-output components, as in Batlle et al. 2024), on the same dual Gram / Cholesky / column-block
-machinery as the random-feature model (``rfol_dask.solve.in_memory.dual_numpy`` and
-``rfol_dask.solve.tiled.dual_graph``).
+output components, as in Batlle et al. 2024), on the random-feature model's dual machinery
+(:func:`rfol_dask.solve.in_memory.dual_numpy`, :func:`rfol_dask.solve.tiled.dual_graph`).
 
 Model: ``v(u) = k(u, U_train) Beta + c0`` with ``(H K H + nugget I) Beta = V - vbar`` when fitting
-an intercept (``H`` centres in feature space, as the random-feature model does). Optional input
-PCA (``n_components``) replaces each input by its leading principal scores.
-
-The linear kernel with fewer input dimensions ``p`` than samples ``M`` is solved in the primal
-instead, ``(X_c^T X_c + nugget I) W = X_c^T V_c`` (the same ridge solution, ``v(u) = u W + c0``),
-on the random-feature primal's pieces (:func:`rfol_dask.gram.linear_partial`,
-:func:`rfol_dask.factor.primal_factor`, :func:`rfol_dask.solve.primal.solve_primal`): its dual
-Gram has rank at most ``p``, and the dual solve divides the outputs' part outside the inputs'
-span by the nugget only for ``X^T Beta`` to cancel it again, losing about ``log10(1 / nugget)``
-digits (1e-3 relative at nugget 1e-10 against scikit-learn's ``Ridge``). With ``p >= M`` the
-fit solves the dual by an eigendecomposition that leaves out the directions of rounding
-(:func:`eigen_dual`; for dask input in one task, on one worker), where the Cholesky solve lost
-the same digits on rank-deficient inputs.
+an intercept (``H`` centres in feature space). Optional input PCA (``n_components``,
+``pca_power``) replaces each input by its (weighted) principal scores. Where a Cholesky
+factorisation cannot take the nugget, the dual is solved by an eigendecomposition
+(:func:`eigen_dual`), as the search scores it. The linear kernel on fewer inputs ``p`` than
+samples is solved in the primal, ``(X_c^T X_c + nugget I) W = X_c^T V_c`` (its rank-``p`` dual
+loses ``log10(1 / nugget)`` digits); with ``p >= M`` by :func:`eigen_dual` without the
+directions of rounding.
 """
 
 from __future__ import annotations

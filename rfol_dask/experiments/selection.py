@@ -1,12 +1,6 @@
 """Hyperparameters of the kernel baselines: the median heuristic
-(:func:`rfol_dask.tuning.median_length_scale`,
-re-exported here) and a nugget chosen on validation data.
-
-The median runs over all pairs of a seeded random sample of at most 2000 training rows (fewer for
-wide inputs) from the first 10000: at the quick sizes that is every row, so the values are those of
-the former heuristic here (the first 1000 rows); at full sizes the sample differs from the first
-1000 rows and the length scale moves by the sampling error of a median.
-"""
+(:func:`rfol_dask.tuning.median_length_scale`, re-exported here) and a nugget chosen on
+validation data."""
 
 from __future__ import annotations
 
@@ -16,9 +10,7 @@ import numpy as np
 
 from ..baselines import KernelOperator
 from ..metrics import relative_l2_error
-from ..tuning import (
-    median_length_scale,
-)  # the library's heuristic (re-exported: one implementation)
+from ..tuning import median_length_scale
 from .reference import reference_data
 
 __all__ = ["median_length_scale", "select_nugget"]
