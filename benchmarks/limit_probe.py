@@ -83,12 +83,14 @@ def limit_rows(fractions, out, law="rational_quadratic"):
             n_features=4000,
             max_features=160000,
             distributions=(law,),
-            coarse=None,
             nu=nu,
             gammas=(1.220703125e-4,),
-            limit_gammas=tuple(4.0 ** np.arange(-5, -1)),
             alphas=tuple(10.0 ** np.arange(-18, -3)),
-            score_outputs=512,
+            stages={
+                "coarse": None,
+                "limit_gammas": tuple(4.0 ** np.arange(-5, -1)),
+                "score_outputs": 512,
+            },
             random_state=0,
             refit=False,
         ).fit(train)

@@ -70,6 +70,8 @@ from rfol_dask.experiments import load_subset, quick_train, sizes
 from rfol_dask.metrics import relative_l2_error
 from rfol_dask.selection import DEFAULT_GAMMAS
 
+STAGE_KEYS = set(RandomFeatureOperatorCV._stage_defaults)
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 QUICK = sizes(quick=True)
@@ -276,12 +278,14 @@ def ns_high(args, search=None):
             if args.limit_gammas is not None:
                 options["limit_gammas"] = None if args.limit_gammas == "none" else args.limit_gammas
             row["search_options"] = options
+            stages = {k: options.pop(k) for k in list(options) if k in STAGE_KEYS}
+            stages.setdefault("score_outputs", args.score_outputs)
             search = RandomFeatureOperatorCV(
                 n_features=args.max_features,
                 max_features=args.grow_to,
                 random_state=0,
                 max_gram_bytes=args.max_gram_bytes,
-                stages={"score_outputs": args.score_outputs},
+                stages=stages,
                 progress=True,
                 **options,
             )
