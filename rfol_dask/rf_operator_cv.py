@@ -790,7 +790,18 @@ def _select(acc, keep):
 
 
 def _path_errors(
-    acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center, half_width, eps
+    acc,
+    k,
+    segments,
+    g,
+    V_train,
+    V_valid,
+    alphas,
+    fit_intercept,
+    method,
+    center=None,
+    half_width=2,
+    eps=None,
 ):
     """Validation errors of scale ``k`` and ``segments[g]`` features, then the alphas' rounding
     floor of that model's Gram (:func:`rfol_dask.tuning.floored_path_errors`): (n_alpha + 1,)."""

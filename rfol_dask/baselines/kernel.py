@@ -603,12 +603,14 @@ default="rbf"
 
     def _dual_in_memory(self, X, V, dtype, alpha):
         """The in-memory dual: :func:`eigen_dual` for the linear kernel; else a Cholesky solve, or
-        where ``H K H + nugget I`` is not numerically positive definite, :func:`eigen_dual` at
-        the nugget itself (a search's refit is the model it scored), its ``M x M`` eigenvectors
-        checked against the memory budget."""
+        in float64 where ``H K H + nugget I`` is not numerically positive definite,
+        :func:`eigen_dual` at the nugget itself (a search's refit is the model it scored), its
+        ``M x M`` eigenvectors checked against the memory budget."""
         kw = dict(alpha=alpha, fit_intercept=self.fit_intercept)
         if self._eigen_dual():
             return eigen_dual(X, V, **kw)
+        if np.dtype(dtype) != np.float64:  # float32 predictions could not use such a solution
+            return dual_numpy(X, V, tile=self._tile(), **kw)
         with recorded_ridges() as raised:
             fac, Beta = dual_numpy(X, V, tile=self._tile(), **kw)
         if not raised:
