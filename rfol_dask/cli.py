@@ -148,9 +148,11 @@ def _fit_model(args):
     from .rf_operator_cv import RandomFeatureOperatorCV
 
     laws = {"distributions": (args.distribution,)} if args.distribution else {}
+    solver = given.pop("solver")
+    refit = {"refit": {"solver": solver}} if solver else {}
     powers = args.pca_power and tuple(args.pca_power)
     return RandomFeatureOperatorCV(
-        max_features=args.max_features, pca_power=powers, **laws, **given
+        max_features=args.max_features, pca_power=powers, **laws, **refit, **given
     )
 
 
