@@ -162,6 +162,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     Attributes
     ----------
+    input_name_, output_name_ : str
+        The input and output variables a Dataset or store is read by (``fit(input=,
+        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
+    sample_dim_ : str
+        The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
     best_params_ : dict
         ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner (and ``nu`` where its
         law takes one, ``pca_power`` where ``pca_power`` is not None), as ``best_estimator_``

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rfol_dask import cluster
+from rfol_dask import cluster, datasets
 
 CONFIGS = Path(cluster.__file__).parent / "clusters"  # shipped as package data
 ROOT = Path(__file__).resolve().parents[1]
@@ -310,6 +310,7 @@ def test_a_cluster_kind_without_its_package_says_what_to_install(monkeypatch, tm
         cluster.job_script({"kind": "pbs", "options": {"cores": 2, "memory": "1GB"}})
     with pytest.raises(ImportError, match=r"dask-kubernetes: pip install 'rfol-dask\[cloud\]'"):
         cluster.start_client({"kind": "kubernetes"})
+    datasets.generate("advection1", 4, store=tmp_path / "data.zarr")
     assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", "slurm"]) == 2
     err = capsys.readouterr().err
     assert (
@@ -330,6 +331,7 @@ def test_a_local_cluster_that_cannot_start_is_a_cluster_start_error(capsys, tmp_
     )
     with pytest.raises(cluster.ClusterStartError, match="the local cluster of .*site.yaml"):
         cluster.start_client(config)
+    datasets.generate("advection1", 4, store=tmp_path / "data.zarr")
     assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", str(config)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rfol-dask fit: error: the local cluster") and err.count("\n") == 1, err

@@ -246,7 +246,7 @@ def test_recovery_options_are_checked_at_fit_and_rf_needs_an_int_seed():
     fine); a Generator seed of the 'rf' map drew other features at each predict."""
     x, U, V = _periodic_data(32, 40)
     for recovery, match in [
-        ({"kind": "rf", "n_feature": 64}, "did you mean 'n_features'"),
+        ({"kind": "rf", "n_feature": 64}, "unexpected keyword argument 'n_feature'"),
         ({"kind": "cubic", "periodic": True}, "takes no options"),
         ({"kind": "rf", "ridge": -1}, "ridge must be >= 0"),
         ({"kind": "rf", "random_state": np.random.default_rng(0)}, "needs an int random_state"),

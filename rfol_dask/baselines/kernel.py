@@ -254,6 +254,11 @@ default="rbf"
 
     Attributes
     ----------
+    input_name_, output_name_ : str
+        The input and output variables a Dataset or store is read by (``fit(input=,
+        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
+    sample_dim_ : str
+        The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
     X_train_ : ndarray of shape (M, p) or None
         Training inputs (``p = n``, or the PCA scores: ``p = n_components``), needed to predict;
         the model's own copy (as scikit-learn's ``GaussianProcessRegressor(copy_X_train=True)``:
@@ -320,7 +325,7 @@ default="rbf"
         "pca_mean_",
         "pca_components_",
     )
-    _fitted_scalars = ("length_scale_", "kernel_")
+    _fitted_scalars = (*OperatorEstimator._fitted_scalars, "length_scale_", "kernel_")
 
     def __init__(
         self,
@@ -359,7 +364,7 @@ default="rbf"
     def _older_scalars(self):
         """Models saved before ``kernel_`` was kept were fitted with the kernel of their
         parameters."""
-        return {"kernel_": self.kernel}
+        return {**super()._older_scalars(), "kernel_": self.kernel}
 
     def _resolve_length_scale(self, U, transform):
         """``length_scale_`` from the parameter, or the median heuristic on a sample of the

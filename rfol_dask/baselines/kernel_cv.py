@@ -115,6 +115,11 @@ class KernelOperatorCV(SelectionCV):
 
     Attributes
     ----------
+    input_name_, output_name_ : str
+        The input and output variables a Dataset or store is read by (``fit(input=,
+        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
+    sample_dim_ : str
+        The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
     best_params_ : dict
         ``kernel``, ``length_scale``, ``nugget`` (and ``pca_power`` where ``pca_power`` is not
         None): ``best_estimator_``'s. The refit solves by an eigendecomposition where a
