@@ -10,7 +10,7 @@ Data: the first ``--train`` + ``--test`` samples of the seed-0 data set (generat
    gamma and alpha, and with the defaults (Cauchy, ``gamma="median"``, alpha 1e-10);
 3. ``benchmarks/results/choosing.png`` (error and fit time vs N) and ``choosing.json``.
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/choosing.py            # burgers, 500 / 200, N 250-32000 (about 10 s)
+    OPENBLAS_NUM_THREADS=1 python benchmarks/choosing.py  # burgers, 500 / 200, N 250-32000 (10 s)
 """
 
 from __future__ import annotations

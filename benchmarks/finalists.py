@@ -1,14 +1,16 @@
 """Does the coarse stage pick the law that wins at full size? (issue 10, the search's finalists)
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/finalists.py all results/finalists.json
-    OPENBLAS_NUM_THREADS=1 python benchmarks/finalists.py all results/finalists_default.json --default
+    OPENBLAS_NUM_THREADS=1 python benchmarks/finalists.py all results/finalists_default.json
+    --default
 
-Without ``--default``: on each set, at the size of its full reproduction (``results/reproduce/<set>.json``:
-train / test samples and the tuned row's N), the default search with every law in the fine stage
-(``finalists=3`` and no tie rule: ``selection.FINALIST_TIE = inf``; no refit), the coarse and fine best validation errors per law, and the test error of
-each law's fine best refitted at N. With ``--default``: the default ``RandomFeatureOperatorCV`` (refitted)
-against the reproduction's recorded ``rf_tuned`` row: chosen parameters, test error, the laws that
-reached the fine stage, seconds. ``all``: the eight sets the full reproduction ran on this machine.
+Without ``--default``: on each set, at the size of its full reproduction
+(``results/reproduce/<set>.json``: train / test samples and the tuned row's N), the default search
+with every law in the fine stage (``finalists=3`` and no tie rule: ``selection.FINALIST_TIE = inf``;
+no refit), the coarse and fine best validation errors per law, and the test error of each law's fine
+best refitted at N. With ``--default``: the default ``RandomFeatureOperatorCV`` (refitted) against
+the reproduction's recorded ``rf_tuned`` row: chosen parameters, test error, the laws that reached
+the fine stage, seconds. ``all``: the eight sets the full reproduction ran on this machine.
 """
 
 import json

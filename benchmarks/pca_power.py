@@ -5,9 +5,10 @@ samples of the 22000-sample store (its own validation split: the last 20 % of th
 prints and writes the validation error and the chosen law, gamma and alpha per power. The
 test samples (20000 onwards) are never read.
 
-    OPENBLAS_NUM_THREADS=2 python benchmarks/pca_power.py 5000 16000 none,0.5,0.75,1,1.5,2,3 results/pca_power_16000.json
-    OPENBLAS_NUM_THREADS=2 python benchmarks/pca_power.py 5000 64000 1,1.5 results/pca_power_64000.json gaussian
-    OPENBLAS_NUM_THREADS=2 python benchmarks/pca_power.py 3000 kernel none,0.75,-0.5 results/pca_power_kernel.json
+    OPENBLAS_NUM_THREADS=2 python benchmarks/pca_power.py 5000 16000 none,0.5,0.75,1,1.5,2,3
+    results/pca_power_16000.json OPENBLAS_NUM_THREADS=2 python benchmarks/pca_power.py 5000 64000
+    1,1.5 results/pca_power_64000.json gaussian OPENBLAS_NUM_THREADS=2 python
+    benchmarks/pca_power.py 3000 kernel none,0.75,-0.5 results/pca_power_kernel.json
 
 ``kernel`` in place of N: the exact kernel (``KernelOperatorCV``, RBF, Matern 5/2 and inverse
 quadratic) on the same metric, applied by hand: the inputs' principal coordinates (from the

@@ -25,7 +25,8 @@ gamma and alphas at N, 2 N, 4 N, ... NMAX on the same validation split of the tr
 pass, nested features, stopping once a doubling gains under 1 %); the best N is refitted on all
 training data and only then scored on the test split:
 
-    OPENBLAS_NUM_THREADS=2 python benchmarks/tuning.py burgers --train 1848 --test 200 --max-features 4000 \
+    OPENBLAS_NUM_THREADS=2 python benchmarks/tuning.py burgers --train 1848 --test 200
+    --max-features 4000 \
         --grow-to 128000 --threads 2 --out benchmarks/results/tuning_full.json
 
 ``--ns-high`` runs the 20000-sample Navier-Stokes target instead: train = the first 20000 samples
@@ -34,8 +35,10 @@ test = the other 2000, read from Zarr on a LocalCluster of one in-process worker
 search at ``--max-features`` grows N to ``--grow-to``; the winner is refitted, then refitted
 again at N = 20000; peak memory of the process is sampled throughout:
 
-    OPENBLAS_CORETYPE=Haswell OPENBLAS_NUM_THREADS=2 python benchmarks/tuning.py --ns-high --max-features 4000 \
-        --grow-to 160000 --threads 2 --max-gram-bytes 6e9 --out benchmarks/results/tuning_ns_high.json
+    OPENBLAS_CORETYPE=Haswell OPENBLAS_NUM_THREADS=2 python benchmarks/tuning.py --ns-high
+    --max-features 4000 \
+        --grow-to 160000 --threads 2 --max-gram-bytes 6e9 --out
+        benchmarks/results/tuning_ns_high.json
 
 ``--cost`` times a default search (no refit) against one fit at the chosen parameters (medians of
 ``--repeats``), on numpy input and on dask input from the Zarr store, and counts the dask
@@ -203,7 +206,8 @@ def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None, search=
                 )
     for label, row in rows.items():
         extra = (
-            f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  {row['best_params']}"
+            f"  search {row['search_s']:.2f} s = {row['cost_ratio']:.1f} x refit  "
+            f"{row['best_params']}"
             if "search_s" in row
             else f"  fit {row['fit_s']:.2f} s"
         )
@@ -227,7 +231,7 @@ def _floats(text):
 
 
 def _limit_gammas(text):
-    """``--limit-gammas``: comma-separated multiples, ``default`` (the default gamma grid) or ``none``."""
+    """``--limit-gammas``: comma-separated multiples, ``default`` (the default grid) or ``none``."""
     return {"default": DEFAULT_GAMMAS, "none": "none"}.get(text) or _floats(text)
 
 
@@ -414,7 +418,8 @@ def ns_high_kernel(args):
 def render_full(results):
     """Markdown table of the full-size runs (``--grow-to``)."""
     lines = [
-        "| data set | train / test | N searched, grown to | N chosen | law, gamma, alpha | RF tuned | kernel tuned "
+        "| data set | train / test | N searched, grown to | N chosen | law, gamma, alpha | RF "
+        "tuned | kernel tuned "
         "| paper's better RF | validation error | search s (incl. growth) | refit s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -425,9 +430,12 @@ def render_full(results):
         g, kern, p = m["rf_tuned"], m["kernel_tuned"], r["paper"]
         bp = g["best_params"]
         lines.append(
-            f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']}, {r['grow_to']} "
-            f"| {bp['n_features']} | {bp['distribution']}, {bp['gamma']:.3g}, {bp['alpha']:.0e} | {_pct(g['error'])} "
-            f"| {_pct(kern['error'])} ({kern['best_params']['kernel']}) | {_pct(min(p['cauchy'], p['gaussian']))} "
+            f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']}, "
+            f"{r['grow_to']} "
+            f"| {bp['n_features']} | {bp['distribution']}, {bp['gamma']:.3g}, {bp['alpha']:.0e} | "
+            f"{_pct(g['error'])} "
+            f"| {_pct(kern['error'])} ({kern['best_params']['kernel']}) | "
+            f"{_pct(min(p['cauchy'], p['gaussian']))} "
             f"| {_pct(g['validation_error'])} | {g['search_s']:.1f} | {g['refit_s']:.1f} |"
         )
     return "\n".join(lines)
@@ -441,8 +449,10 @@ def _pct(x):
 def render(results):
     """Markdown table of the tuned vs paper-settings errors."""
     lines = [
-        "| data set | train / test | N | RF paper (Cauchy / Gaussian) | RF median default (C / G) | RF tuned "
-        "| kernel tuned | RF tuned / kernel tuned | RF search cost (x refit) | kernel search cost (x refit) |",
+        "| data set | train / test | N | RF paper (Cauchy / Gaussian) | RF median default (C / G) "
+        "| RF tuned "
+        "| kernel tuned | RF tuned / kernel tuned | RF search cost (x refit) | kernel search cost "
+        "(x refit) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results.values():
@@ -453,8 +463,10 @@ def render(results):
             f"| {r.get('label', r['name'])} | {r['train']} / {r['test']} | {r['n_features']} | "
             f"{_pct(m['rf_cauchy_paper']['error'])} / {_pct(m['rf_gaussian_paper']['error'])} | "
             f"{_pct(m['rf_cauchy_median']['error'])} / {_pct(m['rf_gaussian_median']['error'])} | "
-            f"{_pct(tuned['error'])} ({bp['distribution']}, gamma {bp['gamma']:.3g}, alpha {bp['alpha']:.0e}) | "
-            f"{_pct(kern['error'])} ({kern['best_params']['kernel']}) | {tuned['error'] / kern['error']:.2f} | "
+            f"{_pct(tuned['error'])} ({bp['distribution']}, gamma {bp['gamma']:.3g}, alpha "
+            f"{bp['alpha']:.0e}) | "
+            f"{_pct(kern['error'])} ({kern['best_params']['kernel']}) | "
+            f"{tuned['error'] / kern['error']:.2f} | "
             f"{tuned['cost_ratio']:.1f} | {kern['cost_ratio']:.1f} |"
         )
     return "\n".join(lines)
@@ -499,8 +511,10 @@ def alpha_path(sizes, n_alphas=14, m=64, seed=0):
             "cholesky_total_s": n_alphas * t_chol,
         }
         print(
-            f"  M = {M:6d}: eigh + path {t_eigh:.2f} + {t_alphas:.2f} s; Cholesky + solve {t_chol:.2f} s per "
-            f"alpha ({n_alphas} alphas: {n_alphas * t_chol:.2f} s); break-even at {t_eigh / t_chol:.1f} alphas",
+            f"  M = {M:6d}: eigh + path {t_eigh:.2f} + {t_alphas:.2f} s; Cholesky + solve "
+            f"{t_chol:.2f} s per "
+            f"alpha ({n_alphas} alphas: {n_alphas * t_chol:.2f} s); break-even at "
+            f"{t_eigh / t_chol:.1f} alphas",
             flush=True,
         )
         out.append(row)
@@ -517,7 +531,8 @@ def _median_time(fn, repeats):
 
 
 def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, search=None):
-    """Seconds of a ``RandomFeatureOperatorCV(n_features=N, **search)`` search (no refit) against one
+    """Seconds of a ``RandomFeatureOperatorCV(n_features=N, **search)`` search (no refit) against
+    one
     ``RandomFeatureOperator`` fit at the chosen parameters, medians of ``repeats`` runs each, on
     numpy input and on dask input read from the Zarr store (threaded scheduler, ``chunk`` samples
     per chunk). For dask input it also counts the ``compute`` calls and how often each input
@@ -598,7 +613,8 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, search=None):
             f"  {name} M = {n_train}, N = {N}, {kind}: search {search_s:.2f} s, fit {fit_s:.2f} s "
             f"({row['ratio']:.2f} x); best {best}"
             + (
-                f"; computes search / fit {row['search_computes']:g} / {row['fit_computes']:g}, reads per chunk "
+                f"; computes search / fit {row['search_computes']:g} / {row['fit_computes']:g}, "
+                "reads per chunk "
                 f"(search + fit) <= {row['max_reads_per_chunk_search_and_fit']:g}"
                 if kind == "dask"
                 else ""

@@ -37,9 +37,9 @@ from numpy.typing import ArrayLike
 from .factor import dual_factor, dual_intercept, dual_solve
 from .features import draw_frequencies, integer_seed
 from .gram import check_finite, features_block
-from .stores import check_sources
 from .linalg import symmetrize, syrk
 from .metrics import relative_l2_error
+from .stores import check_sources
 from .tuning import input_scales
 
 __all__ = [

@@ -48,7 +48,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
 
-from . import backend, io, stores
+from . import backend, stores
 from .estimator import OperatorEstimator, all_or_nothing
 from .exceptions import DataWarning, SelectionWarning
 from .features import FREQUENCY_BLOCK

@@ -273,10 +273,11 @@ def test_kernel_dask_dual_on_several_workers_needs_no_room_for_a_sum_of_grams(
     Ut = smooth_operator_data(30, 64, seed=1)[0]
     numpy = KernelOperator(kernel="linear", nugget=1e-10).fit(U, V).predict(Ut)
     limits = [w["memory_limit"] for w in cluster_client.scheduler_info()["workers"].values()]
-    # every worker has 100,000 bytes before dask pauses it (and as its budget): the Gram, 20,000 bytes,
-    # and its eigenvectors, inputs and outputs, 71,200 bytes, fit; with a second Gram they would not
-    room = 100_000
-    monkeypatch.setattr(memory, "_process_memory", lambda used=0.8 * min(limits) - room: used)
+    # every worker has 100,000 bytes before dask pauses it (and as its budget): the Gram, 20,000
+    # bytes, and its eigenvectors, inputs and outputs, 71,200 bytes, fit; with a second Gram they
+    # would not
+    used = 0.8 * min(limits) - 100_000
+    monkeypatch.setattr(memory, "_process_memory", lambda: used)
     with cluster_client.as_current(), warnings.catch_warnings():
         warnings.simplefilter("error")  # no blocked plan
         lazy = KernelOperator(kernel="linear", nugget=1e-10).fit(
@@ -345,7 +346,8 @@ def test_linear_kernel_primal_in_float32_and_on_pca_scores():
     f32 = KernelOperator(kernel="linear", nugget=1e-4, dtype="float32").fit(U, V)
     assert f32.coef_.dtype == f32.intercept_.dtype == np.float32
     assert _rel(f32.predict(Ut.astype(np.float32)), ref.predict(Ut)) < 1e-5
-    # input PCA to 5 scores of the 300 x 400 inputs (more inputs than samples): a primal on the scores
+    # input PCA to 5 scores of the 300 x 400 inputs (more inputs than samples): a primal on the
+    # scores
     U2, V2 = smooth_operator_data(300, 400)
     Ut2 = smooth_operator_data(50, 400, seed=1)[0]
     model = KernelOperator(kernel="linear", nugget=1e-9, n_components=5).fit(U2, V2)

@@ -286,7 +286,7 @@ _SIZES = (60, 120)
 
 @pytest.fixture(scope="module")
 def study_curves():
-    """Curves of two training sizes whose fits differ: the fits of a combined study must keep both."""
+    """Curves of two training sizes whose fits differ: a combined study keeps the fits of both."""
     from rfol_dask.curves import curve_dataset
 
     U, V = smooth_operator_data(200, 8)

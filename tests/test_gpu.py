@@ -547,7 +547,9 @@ def test_gpu_dask_search_refuses_a_refit_it_cannot_run_before_searching(data, ca
             "not the blocked dual",
         ),
         "primal": (
-            RandomFeatureOperatorCV(**{**rf, "refit": {"solver": "primal"}, "max_gram_bytes": None}),
+            RandomFeatureOperatorCV(
+                **{**rf, "refit": {"solver": "primal"}, "max_gram_bytes": None}
+            ),
             r"refused at n_features=100, 200, 400 .* not the primal",
         ),
         "kernel": (

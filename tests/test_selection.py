@@ -355,10 +355,11 @@ def test_kernel_cv_search_and_dask_input():
     lazy = KernelOperatorCV(**staged(coarse=0.7, n_components=8)).fit(
         da.from_array(U, chunks=(100, -1)), da.from_array(V, chunks=(100, -1))
     )
+
     # the same winner; best_params_ holds each refit's ridge (the tiled refit may raise 1e-16)
-    winner = lambda s: {
-        k: s.cv_results_[k][s.best_index_] for k in ("family", "length_scale", "nugget")
-    }
+    def winner(s):
+        return {k: s.cv_results_[k][s.best_index_] for k in ("family", "length_scale", "nugget")}
+
     assert winner(lazy) == winner(cv)
 
 
@@ -395,10 +396,10 @@ def test_every_ridge_path_picks_a_nugget_the_refit_can_factorise():
 
 
 def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
-    """The kernels' Gram of unit diagonal on 192 training rows has the floor 2 eps sqrt(192) = 6e-15:
-    a winner at the smallest nugget above it in a grid of the user's is warned of (the nuggets
-    below were not scored), a grid with no nugget above it is refused, naming the floor, and the
-    default grid, which reaches below every floor on purpose, leaves them out silently."""
+    """The kernels' Gram of unit diagonal on 192 training rows has the floor 2 eps sqrt(192) =
+    6e-15: a winner at the smallest nugget above it in a grid of the user's is warned of (the
+    nuggets below were not scored), a grid with no nugget above it is refused, naming the floor,
+    and the default grid, which reaches below every floor on purpose, leaves them out silently."""
     U, V = smooth_operator_data()
     kw = dict(kernels=("rbf",), length_scales=(1.0,), coarse=None)
     with pytest.warns(
@@ -1023,9 +1024,9 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
 @pytest.mark.cluster
 def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
     """With one split the growth's first worker holds three Gram pairs a gamma while it sums (its
-    running sum, the new sum and the one that comes over): groups sized for the running sums alone
-    in
-    half the budget (three gammas where it holds 6.2 pairs) held nine pairs, 1.5 times the budget."""
+    running sum, the new sum and the one that comes over): groups sized for the running sums
+    alone in half the budget (three gammas where it holds 6.2 pairs) held nine pairs, 1.5 times
+    the budget."""
     import functools
 
     from conftest import held_arrays
@@ -1079,7 +1080,7 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
     chain of a group waited for the group before, so the other workers ran every group's chains
     at once and held every group's Grams (six training Grams on one worker in groups of one), and
     the splits of a stage, computed together, held each its own. The other workers wait for a
-    token made beside a group's sum, not for the sum: waiting for it fetched a copy of it to each."""
+    token made beside a group's sum, not for the sum: waiting for it fetched a copy to each."""
     import functools
 
     from conftest import fetched_keys, held_arrays

@@ -47,7 +47,8 @@ def test_median_gamma_is_inverse_median_distance_of_the_law(law, metric, power):
     ],
 )
 def test_every_law_is_a_scale_family(law, nu):
-    # the search draws gamma = 1 once and scales it for every gamma (rfol_dask.tuning.validation_slab)
+    # the search draws gamma = 1 once and scales it for every gamma
+    # (rfol_dask.tuning.validation_slab)
     base, b = draw_frequencies(5, 600, law, 1.0, nu, 9)
     for gamma in (0.01, 0.7, 30.0):
         omega, b_gamma = draw_frequencies(5, 600, law, gamma, nu, 9)
@@ -227,7 +228,8 @@ def test_cholesky_path_factors_in_place_and_gives_the_gram_back(m):
     from rfol_dask.tuning import cholesky_errors, relative_errors
 
     rng = np.random.default_rng(2)
-    M = 1500  # the Gram (18 MB) dwarfs the fixed-size temporaries of mirroring a triangle (about 3 MB)
+    # the Gram (18 MB) dwarfs the fixed-size temporaries of mirroring a triangle (about 3 MB)
+    M = 1500
     A = rng.normal(size=(M + 100, 400))
     A -= A[:M].mean(axis=0)
     G, K = np.asfortranarray(A[:M] @ A[:M].T), A[M:] @ A[:M].T
@@ -289,8 +291,9 @@ def test_alphas_below_the_rounding_floor_of_the_gram_are_not_scored():
     """The centred Gram of 100 random features on 300 rows has rank 100: its other eigenvalues
     are rounding, and a ridge below the Gram's own rounding (2 eps trace / sqrt(M)) is amplified
     from it. Every path leaves those alphas unscored (NaN) and agrees above them, where a
-    perturbation of the Gram at the rounding level moves the scores by far less than the search's
-    margins; the eigen path says inf where G + alpha I is not positive definite, as a Cholesky does."""
+    perturbation of the Gram at the rounding level moves the scores by far less than the
+    search's margins; the eigen path says inf where G + alpha I is not positive definite, as
+    Cholesky does."""
     from rfol_dask.tuning import EigenPath, path_errors, rounding_floor
 
     rng = np.random.default_rng(0)
@@ -320,7 +323,8 @@ def test_alphas_below_the_rounding_floor_of_the_gram_are_not_scored():
     assert np.isfinite(
         paths["window"][~below][:3]
     ).all()  # the window starts at the first alpha above the floor
-    # at least 10x above the floor the scores are resolved: the paths agree, and rounding-level changes
+    # at least 10x above the floor the scores are resolved: the paths agree, and rounding-level
+    # changes
     # of the Gram move them by less than 0.5 %
     resolved = alphas >= 10 * floor
     np.testing.assert_allclose(paths["eigh"][resolved], paths["cholesky"][resolved], rtol=5e-3)
