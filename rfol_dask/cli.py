@@ -457,6 +457,9 @@ def run(argv=None):
     own exit joins every thread, and an interrupted thread pool can leave one that never ends."""
     try:
         code = main(argv)
+    except KeyboardInterrupt:  # a Ctrl-C before main's own handler is in place
+        print("rfol-dask: interrupted", file=sys.stderr)
+        code = 130
     except SystemExit as exc:  # _terminate's; argparse's exits go on as they are
         if exc.code != 128 + signal.SIGTERM:
             raise
