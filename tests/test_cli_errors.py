@@ -605,3 +605,17 @@ def test_generate_on_a_full_disk_is_one_line_and_resumes(tmp_path, capsys):
         assert datasets.open(disk / "d.zarr").sizes["sample"] == 400
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_ctrl_c_before_the_command_starts_is_one_line():
+    """A Ctrl-C while the arguments are parsed (before main's handler): exit 130, no traceback."""
+    code = (
+        "import rfol_dask.cli as cli\n"
+        "def parser():\n"
+        "    raise KeyboardInterrupt\n"
+        "cli.build_parser = parser\n"
+        "cli.run(['datasets'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 130 and out.stderr == "rfol-dask: interrupted\n", out.stderr
