@@ -111,7 +111,7 @@ def test_blocked_linear_kernel_raises_the_ridge_by_its_mean_diagonal():
     ridge = float(re.search(r"used ridge (\S+) instead", blocked[0]).group(1))
     mean_diag = np.mean(np.sum((U - U.mean(axis=0)) ** 2, axis=1))
     steps = np.log10(ridge / (np.finfo(float).eps * mean_diag))
-    assert steps >= 1 and abs(steps - round(steps)) < 0.01  # 10^k times eps * mean diagonal
+    assert round(steps) >= 1 and abs(steps - round(steps)) < 0.01  # 10^k times eps * mean diag
     # in memory and from dask on one worker the eigen solve needs no raised ridge: the outputs, in
     # the inputs' span, are fitted
     for X, Y in ((U, V), (da.from_array(U, chunks=(20, -1)), da.from_array(V, chunks=(20, -1)))):
@@ -471,10 +471,13 @@ def test_set_params_after_fit_leaves_the_fitted_kernel_alone(tmp_path):
     model = KernelOperator(kernel="rbf", length_scale=1.3, nugget=1e-6).fit(U, V)
     before = model.predict(Ut)
     model.set_params(kernel="matern12")
-    np.testing.assert_array_equal(model.predict(Ut), before)
+    # (equal up to the rounding of threaded BLAS, which differs between calls)
+    np.testing.assert_allclose(model.predict(Ut), before, rtol=1e-10, atol=1e-12)
     assert model.kernel_ == "rbf"
     path = model.save(tmp_path / "m.zarr")
-    np.testing.assert_array_equal(KernelOperator.load(path).predict(Ut), before)
+    np.testing.assert_allclose(
+        KernelOperator.load(path).predict(Ut), before, rtol=1e-10, atol=1e-12
+    )
     assert KernelOperator(kernel="rbf").fit(U, V).kernel_ == "rbf"
     # a model saved before kernel_ was kept was fitted with the kernel of its parameters
     old = KernelOperator(kernel="matern32", length_scale=1.3, nugget=1e-6).fit(U, V)
@@ -485,4 +488,4 @@ def test_set_params_after_fit_leaves_the_fitted_kernel_alone(tmp_path):
     group.attrs[MODEL_KEY] = json.dumps(attrs)
     loaded = KernelOperator.load(path)
     assert loaded.kernel_ == "matern32"
-    np.testing.assert_array_equal(loaded.predict(Ut), old.predict(Ut))
+    np.testing.assert_allclose(loaded.predict(Ut), old.predict(Ut), rtol=1e-10, atol=1e-12)

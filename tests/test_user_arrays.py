@@ -117,15 +117,13 @@ def test_a_dataarray_without_samples_is_told_what_fits_the_models_dims(grid2d):
     for model in (by_name, by_position):
         with pytest.raises(ValueError, match=one.format("'x', 'y'")):
             model.predict(U[0])
-    with pytest.raises(ValueError, match=one.format("'y', 'x'")):
+    with pytest.raises(ValueError, match=r"X has dims \('y', 'x'\) but the model reads"):
         by_name.predict(U[0].transpose())
     with pytest.raises(ValueError, match=r"X\.rename\(\{'t': 'sample'\}\)"):
         by_name.predict(U.rename(sample="t").transpose("x", "y", "t"))
-    with pytest.raises(
-        ValueError, match=r"got dims \('z', 'y'\).*trained on \('sample', 'x', 'y'\)"
-    ):
+    with pytest.raises(ValueError, match=r"X has dims \('z', 'y'\) but the model reads"):
         by_name.predict(U[0].rename(x="z"))
-    with pytest.raises(ValueError, match=r"got dims \('y',\).*functions of shape \(4, 5\)"):
+    with pytest.raises(ValueError, match=r"X has dims \('y',\) and none named 'sample'"):
         by_position.predict(U[0, 0])
     np.testing.assert_allclose(
         by_name.predict(U[0].expand_dims("sample")).values, by_name.predict(XU[:1]).values
