@@ -236,10 +236,10 @@ class SelectionCV(OperatorEstimator):
         """``best_estimator_.predict`` (see the base estimator)."""
         return self._refitted("predict").predict(X, **kwargs)
 
-    def score(self, X, y=None, sample_weight=None):
+    def score(self, X, y=None, sample_weight=None, **kwargs):
         """``best_estimator_.score``: R^2 (use :data:`rfol_dask.metrics.relative_l2_scorer` for the
         relative L2 error)."""
-        return self._refitted("score").score(X, y, sample_weight)
+        return self._refitted("score").score(X, y, sample_weight, **kwargs)
 
     def save(self, path):
         """Save ``best_estimator_`` (load it with the base estimator's ``load``)."""
@@ -282,7 +282,7 @@ class SelectionCV(OperatorEstimator):
         if self.refit:
             t1 = time.perf_counter()
             self.best_estimator_ = self._refit_best(
-                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods
+                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
             )
             self.refit_time_ = time.perf_counter() - t1
         else:  # an earlier fit's winner would predict for this one's best_params_
