@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -422,6 +423,13 @@ def _console(command, level):
         logger.propagate, warnings.formatwarning = saved[1:]
 
 
+def _as_options(message):
+    """The library's naming hints (``fit(ds, input='u0', sample_dim='case')``) as options."""
+    message = re.sub(r"fit\(ds, ((?:\w+='[^']*'(?:, )?)+)\)", r"\1", message)
+    option = re.compile(r"\b(input|output|sample_dim)='([^']*)'(, )?")
+    return option.sub(lambda m: f"--{m[1].replace('_', '-')} {m[2]}" + " " * bool(m[3]), message)
+
+
 def main(argv=None):
     """Run ``argv``; returns 0, 2 after an error (one line, no traceback), 130 after Ctrl-C."""
     args = build_parser().parse_args(argv)
@@ -439,7 +447,7 @@ def main(argv=None):
         with _console(args.command, level):
             return args.func(args)
     except (*errors, e.NoDeviceError) as exc:
-        print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
+        print(f"rfol-dask {args.command}: error: {_as_options(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = "; rerun the same command to resume" if args.command == "generate" else ""
