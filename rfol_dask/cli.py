@@ -417,6 +417,9 @@ def _console(command, level):
     logger.propagate, warnings.formatwarning = False, formatwarning
     try:
         yield
+    except ValueError as exc:  # the library's naming hints as the command's options
+        exc.args = (_as_options(str(exc)),)
+        raise
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved[0])
@@ -447,7 +450,7 @@ def main(argv=None):
         with _console(args.command, level):
             return args.func(args)
     except (*errors, e.NoDeviceError) as exc:
-        print(f"rfol-dask {args.command}: error: {_as_options(str(exc))}", file=sys.stderr)
+        print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = "; rerun the same command to resume" if args.command == "generate" else ""
