@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -418,10 +419,20 @@ def _console(command, level):
     logger.propagate, warnings.formatwarning = False, formatwarning
     try:
         yield
+    except ValueError as exc:  # the library's naming hints as the command's options
+        exc.args = (_as_options(str(exc)),)
+        raise
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved[0])
         logger.propagate, warnings.formatwarning = saved[1:]
+
+
+def _as_options(message):
+    """The library's naming hints (``fit(ds, input='u0', sample_dim='case')``) as options."""
+    message = re.sub(r"fit\(ds, ((?:\w+='[^']*'(?:, )?)+)\)", r"\1", message)
+    option = re.compile(r"\b(input|output|sample_dim)='([^']*)'(, )?")
+    return option.sub(lambda m: f"--{m[1].replace('_', '-')} {m[2]}" + " " * bool(m[3]), message)
 
 
 def main(argv=None):

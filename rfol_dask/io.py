@@ -141,9 +141,11 @@ def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
     missing = [v for v in wanted if v not in X]
     held = list(map(str, X.data_vars)) or ["?"]
     if missing:
+        dims = X[held[0]].dims if held[0] in X.data_vars else ()
+        dim = f", sample_dim={dims[0]!r}" if dims and sample_dim not in X.dims else ""
         raise ValueError(
             f"the data set has no variable {' or '.join(map(repr, missing))}; it holds "
-            f"{held}: name yours, e.g. fit(ds, input={held[0]!r}, output={held[-1]!r})"
+            f"{held}: name yours, e.g. fit(ds, input={held[0]!r}, output={held[-1]!r}{dim})"
         )
     if y is not None:
         raise ValueError("pass either a Dataset / store path alone or the arrays (X, y), not both")

@@ -148,7 +148,7 @@ def _say_waiting(desc, n):
     with contextlib.suppress(ValueError):  # a closed stderr
         sys.stderr.write(
             f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
-            "(interrupt again to stop at once)\n"
+            "(interrupt to stop at once)\n"
         )
         sys.stderr.flush()
 

@@ -83,3 +83,60 @@ def test_small_dask_data_are_fitted_in_memory_with_a_log_line(burgers, caplog):
     assert "into memory" in caplog.text
     want = _model().fit(burgers, input="u0", output="uT", sample_dim="case")
     np.testing.assert_allclose(model.coef_, want.coef_, rtol=1e-10, atol=1e-12)
+
+
+def _sines(x, cases):
+    """Burgers-like pairs on any grid ``x`` of [0, 2 pi): smooth ``u0`` and ``uT``, a nonlinear
+    map of it (advected, squared, damped), the same functions on every grid."""
+    c = np.random.default_rng(len(cases)).normal(size=(len(cases), 3))
+    u0 = c @ np.sin(np.outer(np.arange(1, 4), x))
+    uT = 0.8 * (c @ np.sin(np.outer(np.arange(1, 4), x - 0.5))) + 0.1 * u0**2
+    return xr.Dataset(
+        {"u0": (("case", "x"), u0), "uT": (("case", "x"), uT)}, coords={"case": cases, "x": x}
+    )
+
+
+def test_a_model_predicts_and_scores_a_store_of_a_finer_periodic_grid(tmp_path):
+    x32, x64 = (np.linspace(0, 2 * np.pi, n, endpoint=False) for n in (32, 64))
+    fine = _sines(x64, np.arange(5000, 5040))
+    fine.to_netcdf(tmp_path / "fine.nc")
+    names = dict(input="u0", output="uT", sample_dim="case")
+    model = _model().fit(_sines(x32, np.arange(1000, 1200)), **names, periods={"x": 2 * np.pi})
+    pred = model.predict(tmp_path / "fine.nc", output_grid={"x": x64})
+    assert pred.sizes == {"case": 40, "x": 64}
+    from rfol_dask.metrics import r2_score
+
+    score = model.score(tmp_path / "fine.nc")  # predicted on the grid of the store's uT
+    assert score == pytest.approx(r2_score(fine.uT, pred), rel=1e-12) and score > 0.99
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "nc"])
+def test_a_search_fits_predicts_and_scores_a_store_with_the_user_s_names(burgers, tmp_path, fmt):
+    from rfol_dask import RandomFeatureOperatorCV
+
+    path = tmp_path / f"b.{fmt}"
+    burgers.to_zarr(path) if fmt == "zarr" else burgers.to_netcdf(path)
+    search = RandomFeatureOperatorCV(n_features=100, random_state=0)
+    search.fit(path, input="u0", output="uT", sample_dim="case")  # the refit reads them too
+    best = search.best_estimator_
+    assert (best.input_name_, best.output_name_, best.sample_dim_) == ("u0", "uT", "case")
+    assert search.predict(path).dims == ("case", "x")
+    assert search.score(burgers, input="u0", output="uT") == pytest.approx(search.score(path))
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "nc"])
+def test_a_store_s_bad_samples_are_named_by_label_across_its_chunks(burgers, tmp_path, fmt):
+    big = xr.concat([burgers.assign_coords(case=burgers.case + 120 * i) for i in range(5)], "case")
+    big.u0[[3, 17, 500]] = np.nan
+    path = tmp_path / f"bad.{fmt}"
+    big.chunk(case=64).to_zarr(path) if fmt == "zarr" else big.to_netcdf(path)
+    match = r"u0 holds NaN or infinity in 3 samples \(case 1003, 1017, 1500\).*dropna\('case'"
+    with pytest.raises(ValueError, match=match):
+        _model().fit(path, input="u0", output="uT", sample_dim="case")
+
+
+def test_a_store_without_the_default_names_gets_every_name_in_one_message(burgers, tmp_path):
+    burgers.to_zarr(tmp_path / "b.zarr")
+    fix = r"fit\(ds, input='u0', output='uT', sample_dim='case'\)"
+    with pytest.raises(ValueError, match=fix):
+        _model().fit(tmp_path / "b.zarr")
