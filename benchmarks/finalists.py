@@ -41,7 +41,9 @@ def one(name, default):
     selection.FINALIST_TIE = TIE if default else np.inf
     t0 = time.perf_counter()
     cv = RandomFeatureOperatorCV(
-        n_features=N, random_state=0, **({} if default else {"finalists": 3, "refit": False})
+        n_features=N,
+        random_state=0,
+        **({} if default else {"stages": {"finalists": 3}, "refit": False}),
     )
     cv.fit(U, V)
     res = cv.cv_results_

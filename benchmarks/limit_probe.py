@@ -85,12 +85,14 @@ def limit_rows(fractions, out, law="rational_quadratic"):
             n_features=4000,
             max_features=160000,
             distributions=(law,),
-            coarse=None,
             nu=nu,
             gammas=(1.220703125e-4,),
-            limit_gammas=tuple(4.0 ** np.arange(-5, -1)),
             alphas=tuple(10.0 ** np.arange(-18, -3)),
-            score_outputs=512,
+            stages={
+                "coarse": None,
+                "limit_gammas": tuple(4.0 ** np.arange(-5, -1)),
+                "score_outputs": 512,
+            },
             random_state=0,
             refit=False,
         ).fit(train)
@@ -120,11 +122,10 @@ def main(argv=None):
     t0 = time.perf_counter()
     rf = RandomFeatureOperatorCV(
         distributions=("rational_quadratic",),
-        coarse=None,
+        stages={"coarse": None, "score_outputs": 512},
         n_features=row["N"],
         gammas=(1.220703125e-4, 1 / 256, 1 / 64, 1 / 16, 1 / 4),
         alphas=tuple(10.0 ** np.arange(-18, -5)),
-        score_outputs=512,
         random_state=0,
         refit=False,
     ).fit(train)
@@ -140,7 +141,7 @@ def main(argv=None):
             kernels=("inverse_quadratic",),
             length_scales=tuple(4.0 ** np.arange(-1, 6)),
             nuggets=tuple(10.0 ** np.arange(-18, -4)),
-            coarse=None,
+            stages={"coarse": None},
             refit=False,
         ).fit(train)
         row["kernel"] = {

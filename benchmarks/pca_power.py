@@ -64,7 +64,12 @@ def main(argv=None):
     for q in powers:
         t0 = time.perf_counter()
         cv = RandomFeatureOperatorCV(
-            n_features=N, pca_power=q, random_state=0, refit=False, score_outputs=512, **laws
+            n_features=N,
+            pca_power=q,
+            random_state=0,
+            refit=False,
+            stages={"score_outputs": 512},
+            **laws,
         ).fit(ds)
         res["powers"][str(q)] = {
             "validation_error": -cv.best_score_,

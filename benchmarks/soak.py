@@ -130,7 +130,11 @@ def _clear_cli_failure(code, err):
     if code == -signal.SIGKILL:
         return None
     if "Traceback" in err:
-        return "traceback on stderr: " + err.strip().splitlines()[-1][:200]
+        last = err.strip().splitlines()[-1]
+        # Ctrl-C while the interpreter still imports the CLI is Python's own, before main runs
+        if last == "KeyboardInterrupt" and ", in main\n" not in err and ", in _cmd_" not in err:
+            return None
+        return "traceback on stderr: " + last[:200]
     return None
 
 

@@ -70,12 +70,22 @@ from rfol_dask.experiments import load_subset, quick_train, sizes
 from rfol_dask.metrics import relative_l2_error
 from rfol_dask.selection import DEFAULT_GAMMAS
 
+STAGE_KEYS = set(RandomFeatureOperatorCV._stage_defaults)
+
+
+def _staged(search):
+    """The search's options with its stage settings grouped in ``stages``."""
+    stages = {k: v for k, v in search.items() if k in STAGE_KEYS}
+    return {**{k: v for k, v in search.items() if k not in STAGE_KEYS}, "stages": stages}
+
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 QUICK = sizes(quick=True)
 #: the RandomFeatureOperatorCV defaults of the options --distributions, --nu and --coarse set
 DEFAULT_SEARCH = {
-    k: RandomFeatureOperatorCV().get_params()[k] for k in ("distributions", "nu", "coarse")
+    **{k: RandomFeatureOperatorCV().get_params()[k] for k in ("distributions", "nu")},
+    "coarse": RandomFeatureOperatorCV._stage_defaults["coarse"],
 }
 DEFAULT_LAWS = tuple(DEFAULT_SEARCH["distributions"])
 
@@ -175,7 +185,9 @@ def run_set(name, n_train, n_test, max_features, data_dir, grow_to=None, search=
     for label, est in (
         (
             "rf_tuned",
-            RandomFeatureOperatorCV(n_features=N, max_features=grow_to, random_state=0, **search),
+            RandomFeatureOperatorCV(
+                n_features=N, max_features=grow_to, random_state=0, **_staged(search)
+            ),
         ),
         ("kernel_tuned", KernelOperatorCV()),
     ):
@@ -276,12 +288,14 @@ def ns_high(args, search=None):
             if args.limit_gammas is not None:
                 options["limit_gammas"] = None if args.limit_gammas == "none" else args.limit_gammas
             row["search_options"] = options
+            stages = {k: options.pop(k) for k in list(options) if k in STAGE_KEYS}
+            stages.setdefault("score_outputs", args.score_outputs)
             search = RandomFeatureOperatorCV(
                 n_features=args.max_features,
                 max_features=args.grow_to,
                 random_state=0,
                 max_gram_bytes=args.max_gram_bytes,
-                score_outputs=args.score_outputs,
+                stages=stages,
                 progress=True,
                 **options,
             )
@@ -549,7 +563,7 @@ def cost(name, n_train, n_test, N, data_dir, repeats=3, chunk=250, search=None):
         with dask.config.set(scheduler=scheduler):
             search_s, search_all, fitted = _median_time(
                 lambda: RandomFeatureOperatorCV(
-                    n_features=N, random_state=0, refit=False, **search
+                    n_features=N, random_state=0, refit=False, **_staged(search)
                 ).fit(X, Y),
                 repeats,
             )

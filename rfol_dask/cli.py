@@ -148,9 +148,11 @@ def _fit_model(args):
     from .rf_operator_cv import RandomFeatureOperatorCV
 
     laws = {"distributions": (args.distribution,)} if args.distribution else {}
+    solver = given.pop("solver")
+    refit = {"refit": {"solver": solver}} if solver else {}
     powers = args.pca_power and tuple(args.pca_power)
     return RandomFeatureOperatorCV(
-        max_features=args.max_features, pca_power=powers, **laws, **given
+        max_features=args.max_features, pca_power=powers, **laws, **refit, **given
     )
 
 
@@ -431,15 +433,17 @@ def main(argv=None):
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # runs clean-up
-    # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up
-    errors = (ValueError, TypeError, FileNotFoundError, ImportError, NotImplementedError)
+    # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up;
+    # OSError: the file system's (a full disk, no permission)
+    errors = (ValueError, TypeError, OSError, ImportError, NotImplementedError)
     errors += (FloatingPointError, e.ClusterStartError, e.WorkersKilledError, e.NoWorkersError)
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
     try:
         with _console(args.command, level):
             return args.func(args)
     except (*errors, e.NoDeviceError) as exc:
-        print(f"rfol-dask {args.command}: error: {exc}", file=sys.stderr)
+        hint = "; rerun the same command to resume" if args.command == "generate" else ""
+        print(f"rfol-dask {args.command}: error: {exc}{hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = "; rerun the same command to resume" if args.command == "generate" else ""

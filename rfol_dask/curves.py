@@ -231,7 +231,7 @@ def error_curve(
     out = {k: [] for k in ("n_features", "error", "fit_time", "predict_time")}
     t_fit = t_pred = 0.0
     predictions = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in zip(edges[:-1], edges[1:], strict=False):
         dt_fit, dt_pred = _accumulate_block(
             U, U_test, omega[:, lo:hi], b[lo:hi], fit_intercept, S, S_test
         )
@@ -316,7 +316,8 @@ def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
 
 
 def _curve_frequencies(frequencies, n, n_max, distribution, gamma, nu, random_state, metric=None):
-    """``(omega (n, >= n_max), b)``: the given ``frequencies`` (checked) or a fresh draw of ``n_max``
+    """``(omega (n, >= n_max), b)``: the given ``frequencies`` (checked) or a fresh draw of
+    ``n_max``
     (in the input ``metric`` if given)."""
     if frequencies is None:
         return draw_frequencies(n, n_max, distribution, gamma, nu, random_state, metric=metric)
@@ -391,8 +392,10 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     if kwargs.get("frequencies") is not None and len(seeds) > 1:
         raise ValueError(
             f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} would give "
-            f"{len(seeds)} identical curves labelled as different draws; pass one seed (seeds=(s,), the "
-            "label of the curve of these frequencies), or leave out frequencies to draw them per seed"
+            f"{len(seeds)} identical curves labelled as different draws; pass one seed "
+            "(seeds=(s,), the "
+            "label of the curve of these frequencies), or leave out frequencies to draw them per "
+            "seed"
         )
     runs = [
         error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds
@@ -502,11 +505,13 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
     return out
 
 
-#: what each fit of :func:`error_curves` describes (the ``long_name`` of its variables in :func:`curve_dataset`)
+#: what each fit of :func:`error_curves` describes (the ``long_name`` of its variables in
+#: :func:`curve_dataset`)
 _FITS = {
     "slope": "error slope fit (fit_slope of the geometric-mean error over seeds)",
     "time_slope": "fit-time slope fit (fit_slope of the median fit time over seeds)",
-    "excess": "error = floor + c N^-p fit past N = 2 n_train (fit_excess of the geometric-mean error)",
+    "excess": "error = floor + c N^-p fit past N = 2 n_train (fit_excess of the geometric-mean "
+    "error)",
 }
 
 
@@ -522,7 +527,8 @@ def curve_dataset(result):
     the scalar coordinate ``n_train``. The ``settings`` of the curve (law, ``nu``, ``alpha``,
     ``fit_intercept``, ``pca_power``, ``gamma_rule``, the ``error`` metric's name, ``n_test``) are
     attributes (None left out, booleans as 0 / 1), and a single curve's ``seed`` a 0-d variable
-    (a float64: ``int(ds.seed)``), so that a saved curve says how to make it again. Predictions are left out.
+    (a float64: ``int(ds.seed)``), so that a saved curve says how to make it again. Predictions are
+    left out.
 
     The fits are data, not attributes, so that they survive combining the curves of a study:
     ``xr.concat(curves, dim="n_train")`` (or ``xr.open_mfdataset(paths, combine="nested",
@@ -566,7 +572,8 @@ def curve_dataset(result):
     if (
         not many and result.get("seed") is not None
     ):  # data, as the fits: each curve of a study keeps its own
-        # float64: exact below 2**53, and netCDF3 (scipy's, xarray's fallback) has no int64 for a seed >= 2**31
+        # float64: exact below 2**53, and netCDF3 (scipy's, xarray's fallback) has no int64 for a
+        # seed >= 2**31
         data["seed"] = ((), np.float64(result["seed"]), {"long_name": "seed of the frequency draw"})
     for fit, description in _FITS.items():
         for k, v in result.get(fit, {}).items():
@@ -583,7 +590,8 @@ def curve_dataset(result):
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 
-#: the attributes of a :func:`curve_dataset` that every curve of a study shares (``n_test`` may differ)
+#: the attributes of a :func:`curve_dataset` that every curve of a study shares (``n_test`` may
+#: differ)
 _SHARED_SETTINGS = (
     "distribution",
     "nu",
@@ -632,13 +640,15 @@ def append_curve(store, curve):
     with study:
         if "error" not in study or "n_train" not in study["error"].dims:
             raise ValueError(
-                f"{store} holds no curves along n_train (variables {list(study.data_vars)}); append "
+                f"{store} holds no curves along n_train (variables {list(study.data_vars)}); "
+                "append "
                 "to a store that append_curve made, or give a new path"
             )
         if study["error"].dims != new["error"].dims:
             raise ValueError(
                 f"the curve has dims {new['error'].dims} but the curves in {store} have "
-                f"{study['error'].dims}: a study holds curves of one kind (error_curves, or error_curve)"
+                f"{study['error'].dims}: a study holds curves of one kind (error_curves, or "
+                "error_curve)"
             )
         settings = [{k: ds.attrs.get(k) for k in _SHARED_SETTINGS} for ds in (study, new)]
         if (
@@ -650,7 +660,8 @@ def append_curve(store, curve):
                 if settings[0][k] != settings[1][k]
             }
             raise ValueError(
-                f"the curve was made with other settings than the curves in {store} (this curve's vs "
+                f"the curve was made with other settings than the curves in {store} (this curve's "
+                "vs "
                 f"the study's: {diff}): a study compares training sizes at one setting; use the "
                 "study's settings, or start another store"
             )
@@ -658,14 +669,16 @@ def append_curve(store, curve):
             if d in new.coords and not np.array_equal(study[d].values, new[d].values):
                 raise ValueError(
                     f"the curve's {d} {new[d].values.tolist()} differ from the study's "
-                    f"{study[d].values.tolist()} in {store}: appended, its values would be labelled "
+                    f"{study[d].values.tolist()} in {store}: appended, its values would be "
+                    "labelled "
                     f"with the study's {d}; use the same {d} for every curve of a study, or start "
                     "another store"
                 )
         M = int(new["n_train"][0])
         if M in study["n_train"].values:
             raise ValueError(
-                f"{store} already holds a curve of n_train = {M}; a study holds one curve per training "
+                f"{store} already holds a curve of n_train = {M}; a study holds one curve per "
+                "training "
                 "size (combine the seeds before, or start another store)"
             )
     return _write_study(new, path, append_dim="n_train")

@@ -51,6 +51,7 @@ __all__ = [
     "GROWTH_EXTEND",
     "LIMIT_FEATURES_PER_ROW",
     "LIMIT_ROWS_FRACTION",
+    "LIMIT_MIN_GROWTH",
 ]
 
 #: the frequency laws searched by default
@@ -72,6 +73,11 @@ LIMIT_FEATURES_PER_ROW = 16
 #: drifts with the rows (Navier-Stokes high, 16000 training rows: 1/256 of the median gamma wins on
 #: 2000 rows, by 0.7 %, and 1/64 on 4000, by 8 %)
 LIMIT_ROWS_FRACTION = 0.25
+#: ... and only where the growth spans at least this factor over the searched N: over fewer
+#: doublings ``growth_refine`` reaches the gamma a larger N wants, and the stage (every law over
+#: the grid) cost more than the growth itself (2000 -> 4000 features on 1200 samples: 5x a plain
+#: search at 4000, 2.2x without it)
+LIMIT_MIN_GROWTH = 4
 
 #: the fine and growth stages solve the alphas within this many grid steps of the best one so far
 #: (widened while the best sits on the window's edge) where one Cholesky per alpha beats an ``eigh``
@@ -79,7 +85,7 @@ WINDOW_HALF_WIDTH = 1
 
 
 class RandomFeatureOperatorCV(SelectionCV):
-    """RandomFeatureOperator with its law, gamma and alpha chosen by validation on the training data.
+    """RandomFeatureOperator with its law, gamma and alpha chosen by validation.
 
     Searches ``distribution`` x ``gamma`` x ``alpha`` (and optionally ``n_features``) of
     :class:`~rfol_dask.RandomFeatureOperator`, then refits the winner on all training data.
@@ -89,141 +95,81 @@ class RandomFeatureOperatorCV(SelectionCV):
     n_features : int or sequence of int, default=1000
         ``N``; a sequence is searched too (nested models of one draw, one pass for all).
     max_features : int or None, default=None
-        Grow ``N`` after the search: the winner's law at its gamma times ``growth_refine``, with
-        a window of alphas around the best, is scored at ``N, 2 N, 4 N, ...`` up to
-        ``max_features`` features on the same validation split(s), in one pass over the
-        frequencies per gamma (nested models of one draw). A gamma stops growing once a doubling
-        lowers its best validation error by less than ``growth_tol``, or once that error is more
-        than 25 % above the best seen at the same ``N`` (gammas in turn, the searched one
-        first). While the best growth model is at the largest (smallest) multiple, up to two
-        more multiples beyond it (a step of the ``growth_refine`` grid each) are grown. The best
-        of these (stage ``"growth"`` in ``cv_results_``) is refitted. None: no growth. Costs
-        about one fit at the largest ``N`` reached per gamma grown that far
-        (``(M_t^2 + 2 M_v M_t) N`` flops) plus one solve per checkpoint and gamma; memory one
-        training Gram and cross-Gram per split and gamma (gammas in groups that fit
-        ``max_gram_bytes``, one pass per group).
-    growth_tol : float, default=0.01
-        Relative decrease of the best validation error below which a gamma stops growing.
-    growth_refine : sequence of float, default=(0.5, 1.0, 2.0)
-        Multiples of the searched gamma scored while N grows: the best gamma of a large-N model
-        differs from that of the N searched (on Burgers it is smaller, on Navier-Stokes larger).
-    limit_gammas : "gammas", sequence of float or None, default="gammas"
-        Before the growth (``max_features``), a limit stage scores every searched law at these
-        multiples of its median gamma (``"gammas"``: the search's grid; extended at its edge as
-        the coarse stage's) with ``LIMIT_FEATURES_PER_ROW`` = 16 features per training row, on
-        ``max(coarse rows, N / 4, a quarter of the training rows)`` training rows: near the
-        kernel the features converge to,
-        whose best law and gamma are where a large-N model's go. When that is another law, or
-        a gamma outside the searched gamma times ``growth_refine``, it is grown too, times
-        ``growth_refine`` (the searched gamma first); its gammas are pruned only against each
-        other (they are expected to trail at small N), the searched gamma's against all. Skipped
-        when it would not have more features than the search. None: no limit stage.
+        Grow ``N`` after the search: the winner's law at its gamma times ``growth_refine`` is
+        scored at ``N, 2 N, 4 N, ...`` up to ``max_features`` on the same validation split(s),
+        one pass over the frequencies per gamma. A gamma stops once a doubling gains less than
+        ``growth_tol`` or its error is more than 25 % above the best at that ``N``; the best
+        (stage ``"growth"``) is refitted. Cost about one fit at the largest ``N`` reached per
+        gamma. None: no growth.
     distributions : sequence of {"cauchy", "gaussian", "student_t", "rational_quadratic"}, \
 default=("cauchy", "gaussian", "rational_quadratic")
-        Frequency laws searched. The coarse stage passes its best law, and up to ``finalists - 1``
-        more that tie with it, to the fine stage.
-    finalists : int, default=2
-        At most this many laws go to the fine stage: the coarse stage's best, and each next one
-        whose coarse best validation error is within 2 % of the best's
-        (:data:`rfol_dask.selection.FINALIST_TIE`; there the coarse stage, on an eighth of the rows
-        and features, cannot tell the laws apart).
+        Frequency laws searched.
     gammas : sequence of float, default=None
         Multiples of each law's median-heuristic gamma (:func:`rfol_dask.tuning.median_gamma`);
-        default ``4^-5 ... 4^2`` (:data:`rfol_dask.selection.DEFAULT_GAMMAS`, more than four decades).
+        default ``4^-5 ... 4^2`` (:data:`rfol_dask.selection.DEFAULT_GAMMAS`).
     alphas : sequence of float, default=None
-        Ridge values (> 0); default ``1e-16 ... 10`` (:data:`rfol_dask.selection.DEFAULT_ALPHAS`; the paper's
-        advection settings use 1e-15).
+        Ridge values (> 0); default ``1e-16 ... 10`` (:data:`rfol_dask.selection.DEFAULT_ALPHAS`).
     nu : float, default=None
-        Degrees of freedom for ``"student_t"`` (required with it) and shape ``a`` of
-        ``"rational_quadratic"`` (None: 1); one value serves both when both are searched.
+        Degrees of freedom of ``"student_t"`` (required with it) and shape ``a`` of
+        ``"rational_quadratic"`` (None: 1).
     pca_power : float, None or sequence of (float or None), default=None
-        The input metric (``RandomFeatureOperator``'s ``pca_power``; its principal directions
-        come from the training rows, the median gammas are measured in it). A sequence is
-        searched: a whole search per value on the same data (one read; the cost times the
-        number of values), the best validation error wins, and ``cv_results_`` gets a
-        ``pca_power`` column (also for a single value).
+        The input metric (``RandomFeatureOperator``'s). A sequence is searched: a whole search
+        per value on the same data (the cost times the number of values); ``cv_results_`` gets
+        a ``pca_power`` column.
     cv : None, int or scikit-learn splitter, default=None
-        None: validate on the last 20 % of the training samples; an int: that many
-        (unshuffled) K folds; a splitter: its ``split(U)``; or an iterable of (train, validation)
-        index arrays (a list: a generator is used up by one fit). Scores are averaged over splits (validation samples whose output is
-        identically zero are left out of the relative error; a split that has no other is left
-        out of the search, with a warning).
-    coarse : float or None, default=0.125
-        Coarse stage on this fraction of the features (at least 256) and of the (training and
-        validation) rows (at least 200 training rows), over the whole grid (extended by two
-        grid steps, up to three times, for each law whose best is on its edge); then a fine
-        stage at full size for the best law (and its ties, ``finalists``), each at its gamma times ``refine``.
-        None: one stage, the whole grid at full size.
-    refine : sequence of float, default=(0.5, 1, 2)
-        Fine-stage factors applied to each finalist law's best coarse gamma; when the fine
-        stage's winner sits on their edge, steps of their grid beyond it are scored one at a
-        time while it stays there, two at most (:data:`rfol_dask.selection.FINE_EXTEND`).
-    fine : float or None, default=0.5
-        The fine stage runs on this fraction of the (training and validation) rows (at least
-        the coarse stage's), then its winner at full size (stage ``"final"``), with twice its
-        gamma where that was within 5 % of it on the fine rows (fewer rows favour smaller
-        gammas; :data:`rfol_dask.selection.NARROWER_TIE`): successive halving, a quarter of the
-        fine stage's Gram flops. None or 1: the fine stage at full size, no final stage.
-    refit : bool, default=True
-        Refit the winner on all training data as ``best_estimator_``; False: no ``best_estimator_``
-        (``predict``, ``score`` and ``save`` say so), the search's results only.
-    alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
-        How each Gram is solved for all alphas: one eigendecomposition, one Cholesky
-        factorisation per alpha, or the cheaper of the two (:func:`rfol_dask.tuning.path_errors`).
-        With ``"auto"`` the fine stage solves only the three alphas around the coarse winner's
-        (widened while the best is on the window's edge) where that is cheaper than an ``eigh``.
-    score_outputs : int or None, default=None
-        Score the search on a Gaussian sketch of this many combinations of the output components
-        (:func:`rfol_dask.selection.sketch_outputs`) when there are more: the solves of the
-        search cost ``2 M_t^2 k`` instead of ``2 M_t^2 m`` per alpha. The validation errors are
-        then estimates (per-sample spread ``sqrt(1 / k)``, the same sketch for every
-        candidate); the refit uses all outputs. None: all outputs.
+        None: validate on the last 20 % of the training samples; an int: that many (unshuffled)
+        K folds; a splitter: its ``split(U)``; or a list of (train, validation) index arrays.
+        Scores are averaged over splits (samples whose output is identically zero are left out;
+        a split with no other is left out, with a warning).
+    stages : dict or None, default=None
+        Settings of the stages, any of these (default in brackets; successive halving, as
+        ``HalvingGridSearchCV``'s ``factor`` and ``min_resources``):
+        ``"coarse"`` (0.125): the coarse stage's fraction of the features (at least 256) and
+        rows (at least 200 training rows), over the whole grid, extended at its edge; None: one
+        stage at full size. ``"finalists"`` (2): laws passed on, those within 2 % of the best
+        (:data:`rfol_dask.selection.FINALIST_TIE`). ``"refine"`` ((0.5, 1, 2)): the fine stage's
+        factors of each finalist's gamma, stepped beyond an edge winner up to twice. ``"fine"``
+        (0.5): the fine stage's fraction of the rows, then its winner (and twice its gamma
+        where within 5 %) at full size (stage ``"final"``); None or 1: no final stage.
+        ``"alpha_path"`` ("auto"): ``"eigh"``, ``"cholesky"`` or the cheaper
+        (:func:`rfol_dask.tuning.path_errors`; with ``"auto"`` the later stages solve only the
+        alphas around the best). ``"score_outputs"`` (None): score on a Gaussian sketch of this
+        many output combinations (:func:`rfol_dask.selection.sketch_outputs`).
+        ``"growth_tol"`` (0.01), ``"growth_refine"`` ((0.5, 1, 2)): see ``max_features``.
+        ``"limit_gammas"`` ("gammas"): before the growth, every law at these multiples (the
+        search's grid) with 16 features per training row, near the kernel limit, whose best
+        law and gamma are grown too when they differ; only where ``max_features`` is at least
+        4 times the searched N (:data:`LIMIT_MIN_GROWTH`); None: no limit stage.
+    refit : bool or dict, default=True
+        Refit the winner on all training data as ``best_estimator_``; a dict: with these
+        settings of it, ``"solver"`` ({"auto", "dual", "primal"}), ``"column_block"``,
+        ``"recovery"`` (as ``RandomFeatureOperator``'s). False: the search's results only.
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
-    solver : {"auto", "dual", "primal"}, default="auto"
-        Solver of ``best_estimator_`` (the search itself always uses the dual Gram, in float64).
     dtype : {None, "float32", "float64"}, default=None
-        Working precision of ``best_estimator_``.
+        Precision of ``best_estimator_``; None: float64, the search's. With ``"float32"`` no
+        alpha below the rounding floor of float32 is scored (the refit could not take it).
     random_state : int, Generator or None, default=None
-        Seed of the base draw of the frequencies: the refitted winner
-        (``random_state=random_state_``) has exactly the searched frequencies.
-    column_block : int, default=None
-        Passed to ``best_estimator_``.
+        Seed of the frequencies: ``best_estimator_`` has exactly the searched ones.
     max_gram_bytes : int, default=None
-        Memory budget of a Gram (the search groups its gammas to fit it; the search's least peak,
-        one gamma's Grams with its slabs, is checked against it before the search starts); passed on.
-        With ``refit``, the refit is checked before the search too, at every ``n_features`` a winner
-        may take (the searched ones, and the growth's up to ``max_features``), as the refit checks
-        it (in memory: the Gram with the ``M x N`` features and the frequencies; on dask: the
-        primal's Gram): any that would be refused is an error then, naming them, not after the
-        search.
+        Memory budget of a Gram (the search groups its gammas to fit it); the search's least
+        peak and, with ``refit``, every refit a winner may need are checked before the search.
     progress : bool, default=False
         Progress bars for dask input.
-    recovery : str, dict or 2-tuple, default="cubic"
-        Recovery maps of ``best_estimator_``.
     device : {"cpu", "cuda"}, default="cpu"
-        Where the search runs and ``best_estimator_`` is refitted and predicts (see
-        :class:`rfol_dask.RandomFeatureOperator`): ``"cuda"`` moves numpy / dask input to the GPU
-        (on a cluster: each worker's), and CuPy input is searched where it lives whatever
-        ``device`` says. The Grams, ridge paths and scores are computed there; the median
-        heuristic and the input metric come from a sample on the host.
+        Where the search runs and ``best_estimator_`` is refitted and predicts, as in
+        :class:`rfol_dask.RandomFeatureOperator` (CuPy input is searched where it lives).
 
     Attributes
     ----------
     best_params_ : dict
         ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner (and ``nu`` where its
-        law takes one: ``"student_t"``, ``"rational_quadratic"``; ``pca_power`` where ``pca_power``
-        is not None), as ``best_estimator_`` was fitted, so that
-        ``RandomFeatureOperator(**best_params_, random_state=random_state_)`` is that model: an
-        alpha the refit's jitter policy had to raise (a float32 refit, a Gram singular to
-        rounding) is the ridge used, without a warning (``cv_results_`` keeps the value scored).
+        law takes one, ``pca_power`` where ``pca_power`` is not None), as ``best_estimator_``
+        was fitted: ``RandomFeatureOperator(**best_params_, random_state=random_state_)`` is
+        that model. Where a dask refit's Cholesky could not take the validated alpha, the
+        ridge used (with the jitter policy's warning).
     best_score_ : float
-        The validation score of the candidate that won, ``-mean relative L2 error`` (greater is
-        better): row ``best_index_`` of ``cv_results_``, at the alpha scored there, also where the
-        refit raised it (``best_params_`` then differs from that row in ``alpha`` alone). The raised
-        ridge is not scored: it answers the rounding of the full training Gram or of a float32
-        refit, which the search's float64 validation Grams do not have, so a score at it would
-        measure neither model.
+        The winner's validation score, ``-mean relative L2 error`` (greater is better).
     best_index_ : int
         The winner's row in ``cv_results_``.
     cv_results_ : SearchResults
@@ -235,11 +181,11 @@ default=("cauchy", "gaussian", "rational_quadratic")
         candidate's Gram, the largest of its splits': ``2 eps trace / sqrt(M_t)``,
         :func:`rfol_dask.tuning.rounding_floor`). ``.to_dataframe()`` with pandas. A NaN score: an
         alpha a stage after the coarse one left unsolved (the fine, final and growth stages solve
-        only the alphas near the best so far; see ``alpha_path``), or one below ``alpha_floor``,
-        where the validation predictions are dominated by rounding (not eligible; with ``alphas`` given,
-        a warning says so where the winner is the smallest alpha above it); it ranks last.
+        only the alphas near the best so far), or one below ``alpha_floor``,
+        where rounding dominates the validation predictions; it ranks last.
     best_estimator_ : RandomFeatureOperator
-        The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to it.
+        The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to
+        it.
     median_scales_ : dict
         Each law's median-heuristic gamma (in the input metric of ``pca_power``).
     input_metric_ : ndarray of shape (n, r) or None
@@ -250,7 +196,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
         Seconds of the search (including the median heuristic) and of the refit.
     n_splits_ : int
         Number of validation splits scored.
-    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
@@ -266,84 +214,78 @@ default=("cauchy", "gaussian", "rational_quadratic")
     _parameter_constraints = {
         "n_features": [Interval(numbers.Integral, 1, None, closed="left"), "array-like"],
         "max_features": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "growth_tol": [Interval(numbers.Real, 0, None, closed="left")],
-        "growth_refine": ["array-like"],
-        "limit_gammas": [StrOptions({"gammas"}), "array-like", None],
-        "finalists": [Interval(numbers.Integral, 1, None, closed="left")],
         "distributions": ["array-like"],
         "gammas": ["array-like", None],
         "alphas": ["array-like", None],
         "nu": [Interval(numbers.Real, 0, None, closed="neither"), None],
         "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None, "array-like"],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
-        "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
-        "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
-        "refine": ["array-like"],
-        "refit": ["boolean"],
-        "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
-        "score_outputs": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "solver": [StrOptions({"auto", "dual", "primal"})],
+        "stages": [dict, None],
+        "refit": ["boolean", dict],
         "random_state": ["random_state", np.random.Generator, np.random.SeedSequence],
-        **OperatorEstimator._common_constraints,
+        **{
+            k: v
+            for k, v in OperatorEstimator._common_constraints.items()
+            if k not in ("column_block", "recovery")
+        },
     }
+    _stage_constraints = {
+        **SelectionCV._stage_constraints,
+        "finalists": [Interval(numbers.Integral, 1, None, closed="left")],
+        "score_outputs": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "growth_tol": [Interval(numbers.Real, 0, None, closed="left")],
+        "growth_refine": ["array-like"],
+        "limit_gammas": [StrOptions({"gammas"}), "array-like", None],
+    }
+    _stage_defaults = {
+        "coarse": 0.125,
+        "refine": DEFAULT_REFINE,
+        "fine": 0.5,
+        "finalists": 2,
+        "alpha_path": "auto",
+        "score_outputs": None,
+        "growth_tol": 0.01,
+        "growth_refine": DEFAULT_GROWTH_REFINE,
+        "limit_gammas": "gammas",
+    }
+    _base_class = RandomFeatureOperator
+    _refit_keys = ("solver", "column_block", "recovery")
 
     def __init__(
         self,
         *,
         n_features=1000,
         max_features=None,
-        growth_tol=0.01,
-        growth_refine=DEFAULT_GROWTH_REFINE,
-        limit_gammas="gammas",
         distributions=DEFAULT_LAWS,
-        finalists=2,
         gammas=None,
         alphas=None,
         nu=None,
         pca_power=None,
         cv=None,
-        coarse=0.125,
-        refine=DEFAULT_REFINE,
-        fine=0.5,
+        stages=None,
         refit=True,
-        alpha_path="auto",
-        score_outputs=None,
         fit_intercept=True,
-        solver="auto",
         dtype=None,
         random_state=None,
-        column_block=None,
         max_gram_bytes=None,
         progress=False,
-        recovery="cubic",
         device="cpu",
     ):
         self.n_features = n_features
         self.max_features = max_features
-        self.growth_tol = growth_tol
-        self.growth_refine = growth_refine
-        self.limit_gammas = limit_gammas
-        self.finalists = finalists
         self.distributions = distributions
         self.gammas = gammas
         self.alphas = alphas
         self.nu = nu
         self.pca_power = pca_power
         self.cv = cv
-        self.coarse = coarse
-        self.fine = fine
-        self.refine = refine
+        self.stages = stages
         self.refit = refit
-        self.alpha_path = alpha_path
-        self.score_outputs = score_outputs
         self.fit_intercept = fit_intercept
-        self.solver = solver
         self.dtype = dtype
         self.random_state = random_state
-        self.column_block = column_block
         self.max_gram_bytes = max_gram_bytes
         self.progress = progress
-        self.recovery = recovery
         self.device = device
 
     def _check_params(self):
@@ -359,20 +301,15 @@ default=("cauchy", "gaussian", "rational_quadratic")
             raise ValueError(
                 "distributions includes 'student_t': pass its degrees of freedom nu > 0, e.g. nu=3"
             )
-        self._check_grids("gammas", "alphas", "refine", "growth_refine")
-        powers = self._powers()
-        if not powers or not all(
-            q is None or (isinstance(q, numbers.Real) and np.isfinite(q)) for q in powers
-        ):
-            raise ValueError(
-                f"pca_power must be None, a number or a non-empty sequence of them, got {self.pca_power!r}"
-            )
-        if not isinstance(self.limit_gammas, str):
-            self._check_grids("limit_gammas")
+        self._check_grids(gammas=self.gammas, alphas=self.alphas)
+        self._check_grids(growth_refine=self._st["growth_refine"])
+        if not isinstance(self._st["limit_gammas"], str):
+            self._check_grids(limit_gammas=self._st["limit_gammas"])
         searched = np.max(np.atleast_1d(self.n_features))
         if self.max_features is not None and self.max_features < searched:
             raise ValueError(
-                f"max_features={self.max_features} is below the searched n_features ({searched}): the "
+                f"max_features={self.max_features} is below the searched n_features ({searched}): "
+                "the "
                 f"growth starts from the searched N; pass max_features >= n_features, or None"
             )
 
@@ -385,14 +322,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
         }  # best_params_ win
         return RandomFeatureOperator(
             fit_intercept=self.fit_intercept,
-            solver=self.solver,
-            dtype=self.dtype,
+            dtype=self._refit_dtype().name,
             random_state=self.random_state_,
-            column_block=self.column_block,
             max_gram_bytes=self.max_gram_bytes,
             progress=self.progress,
-            recovery=self.recovery,
             device=self.device,
+            **self._refit_settings(),
             **best,
         )
 
@@ -409,20 +344,6 @@ default=("cauchy", "gaussian", "rational_quadratic")
             )
         return "n_features", sorted(Ns)
 
-    def _powers(self):
-        """``pca_power`` as the list of values searched (one: the value itself)."""
-        return (
-            list(self.pca_power)
-            if isinstance(self.pca_power, (list, tuple, np.ndarray))
-            else [self.pca_power]
-        )
-
-    def _metric_values(self):
-        return self._powers()
-
-    def _metric_column(self):
-        return None if self.pca_power is None else "pca_power"
-
     def _set_metric(self, U, client, power):
         """The input metric of ``power`` and each law's median gamma in it (one sample of ``U``)."""
         laws = list(self.distributions)
@@ -437,12 +358,6 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _families(self):
         return list(self.distributions)
-
-    def _score_outputs(self):
-        return self.score_outputs
-
-    def _finalists(self):
-        return self.finalists
 
     def _multiples(self):
         return DEFAULT_GAMMAS if self.gammas is None else self.gammas
@@ -473,7 +388,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
     def _search_memory(self, M_t, M_v):
         """Beside a training Gram, at the least (one gamma per pass): the cross-Gram and the
         other nested ``N``'s Gram pairs (``8 (M_t + M_v) M_t`` each), the solve's copy of a
-        Gram and two ``M x slab`` buffers (``M = M_t + M_v``, :func:`rfol_dask.tuning.slab_bounds`)."""
+        Gram and two ``M x slab`` buffers (``M = M_t + M_v``,
+        :func:`rfol_dask.tuning.slab_bounds`)."""
         Ns, M = self._n_list(), M_t + M_v
         width = max(f1 - f0 for f0, f1 in slab_bounds(Ns[-1], M, Ns))
         held = {
@@ -495,7 +411,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their free memory) over
         ``8 (M_t + M_v) M_t n_segments`` bytes, at least one. ``summed``: pairs more per gamma that
         a worker holds beside them while it sums (the growth's first worker: the new sum and the one
-        that comes over), all of them within the whole budget (with one split, three pairs a gamma)."""
+        that comes over), all of them within the whole budget (with one split,
+        three pairs a gamma)."""
         per, budget = 8.0 * (M_t + M_v) * M_t, self._search_budget(client).bytes
         group = 0.5 * budget // (per * n_segments)
         if summed:
@@ -527,9 +444,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
         args = (
             self._alphas(),
             self.fit_intercept,
-            self.alpha_path,
+            self._st["alpha_path"],
             alpha_center,
             WINDOW_HALF_WIDTH,
+            self._eps,
         )
         if client is None:
             Xa, Yt, Yv = arrange_rows(X, train, valid), take_rows(Y, train), take_rows(Y, valid)
@@ -591,7 +509,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         best = final_best(rows)
         if self.max_features is None or self.max_features <= best["n_features"]:
             return []
-        refine = np.unique(np.asarray(self.growth_refine, dtype=float))
+        refine = np.unique(np.asarray(self._st["growth_refine"], dtype=float))
         step = grid_step(refine)
         # anchors: (law, gamma multiple, index of the alpha its windows start at)
         anchors = [(best["family"], best["scale_multiple"], self._alpha_index(best["alpha"]))]
@@ -611,8 +529,10 @@ default=("cauchy", "gaussian", "rational_quadratic")
         # the limit anchor's (expected to trail at small N) against their own only
         overall, own = {}, {}
         rules = [([overall], overall), ([overall, own], own)]
-        # every split's running sums are kept from one checkpoint to the next: a gamma holds one pair per split
-        # and on a cluster the first worker two more while it sums them; counted wherever the search runs,
+        # every split's running sums are kept from one checkpoint to the next: a gamma holds one
+        # pair per split
+        # and on a cluster the first worker two more while it sums them; counted wherever the search
+        # runs,
         # so that it groups its gammas, and so prunes them, alike on one machine and on a cluster
         group = self._gram_group(
             len(splits[0][0]), len(splits[0][1]), len(splits), client, summed=2
@@ -649,23 +569,21 @@ default=("cauchy", "gaussian", "rational_quadratic")
         ``max_features``), all alphas; [] when skipped. Cost per law and gamma: a Gram of
         ``rows x rows`` over ``16 rows`` features, ``16 rows^3`` flops (Navier-Stokes high, 4000
         of 16000 training rows: about 40 s on 2 cores, a few % of the growth)."""
-        if self.limit_gammas is None:
+        limit = self._st["limit_gammas"]
+        if limit is None:
             return []
-        mults = np.asarray(
-            self._multiples() if isinstance(self.limit_gammas, str) else self.limit_gammas,
-            dtype=float,
-        )
+        mults = np.asarray(self._multiples() if isinstance(limit, str) else limit, dtype=float)
         n_train = min(len(tr) for tr, _ in splits)
         n_rows = min(
             n_train,
             max(
-                self._n_rows(n_train, self.coarse or 0.125),
+                self._n_rows(n_train, self._st["coarse"] or 0.125),
                 best["n_features"] // 4,
                 int(LIMIT_ROWS_FRACTION * n_train),
             ),
         )
         N = min(int(self.max_features), LIMIT_FEATURES_PER_ROW * n_rows)
-        if N <= best["n_features"]:
+        if N <= best["n_features"] or self.max_features < LIMIT_MIN_GROWTH * best["n_features"]:
             return []
         sub, out = self._subsample(splits, n_rows), []
         step = grid_step(mults, 4.0)
@@ -701,120 +619,44 @@ default=("cauchy", "gaussian", "rational_quadratic")
             self._seed,
             metric=self.input_metric_,
         )
-        alphas = self._alphas()
         centers = list(centers)
-        workers = worker_addresses(client)
-        state = []  # per split: (inputs arranged, training outputs, validation outputs, per-worker accumulators)
+        state = []  # per split: inputs arranged, training and validation outputs, accumulators
         for tr, va in splits:
-            data = (
-                (arrange_rows(X, tr, va), take_rows(Y, tr), take_rows(Y, va))
-                if client is None
-                else client.persist(
-                    [
-                        dask.delayed(arrange_rows)(X, tr, va),
-                        dask.delayed(take_rows)(Y, tr),
-                        dask.delayed(take_rows)(Y, va),
-                    ]
-                )
-            )
-            state.append([*data, [None] * len(workers)])
+            parts = [(arrange_rows, X, tr, va), (take_rows, Y, tr), (take_rows, Y, va)]
+            if client is None:
+                data = [f(*a) for f, *a in parts]
+            else:
+                data = client.persist([dask.delayed(f)(*a) for f, *a in parts])
+            state.append([*data, [None] * len(worker_addresses(client))])
         slabs = slab_bounds(N_max, len(splits[0][0]) + len(splits[0][1]), checkpoints)
         out, previous, done = [], np.full(len(scales), np.inf), 0
         for Nk in checkpoints:
             new = [(f0, f1) for f0, f1 in slabs if done <= f0 and f1 <= Nk]
             done = Nk
-            errs = []  # per split, per scale: (n_alpha,)
-            for (tr, va), st in zip(splits, state):
-                Xa, Yt, Yv, accs = st
-                opts = dict(
-                    X=Xa,
-                    n_train=len(tr),
-                    frequencies=freq,
-                    n_features=N_max,
-                    scales=scales,
-                    segments=[N_max],
-                    fit_intercept=self.fit_intercept,
-                )
-                # the running sums carry sqrt(2 / N_max): segments (Nk, N_max) rescale them to Nk features
-                args = [
-                    (
-                        k,
-                        (Nk, N_max),
-                        0,
-                        Yt,
-                        Yv,
-                        alphas,
-                        self.fit_intercept,
-                        self.alpha_path,
-                        centers[k],
-                        WINDOW_HALF_WIDTH,
-                    )
-                    for k in range(len(scales))
-                ]
-                if client is None:
-                    acc = accs[0]
-                    for f0, f1 in new:
-                        acc = validation_slab(acc, f0=f0, f1=f1, **opts)
-                    st[3] = [acc]
-                    errs.append([_path_errors(acc, *a) for a in args])
-                    continue
-                accs, where = _chains(
-                    accs, workers, new, functools.partial(dask.delayed(validation_slab), **opts)
-                )
-                accs = client.persist(accs)
-                st[3] = accs + [None] * (len(workers) - len(accs))
-                # kept for the next checkpoint: summed pairwise where they are into new ones, which the
-                # later sums add into (new ones at every level held four Grams on the first worker); a
-                # split's sums start once the split before is scored (else every split's were held at once)
-                last = errs[-1][-1] if errs else None
-                total = (
-                    accs[0]
-                    if len(accs) == 1
-                    else tree_sum(
-                        accs,
-                        dask.delayed(add_validation),
-                        where,
-                        first=functools.partial(_gated_sum, gate=last),
-                    )
-                )
-                row = []
-                with pinned(where[0]):  # where the total is: one solve at a time
-                    for a in args:
-                        last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), *a)
-                        row.append(last)
-                errs.append(row)
-            if client is not None:
-                (errs,) = compute(
-                    errs,
-                    client=client,
-                    progress=self.progress,
-                    desc=f"selection (growth, N = {Nk})",
-                )
-            errs = np.moveaxis(
-                np.asarray(errs, dtype=float), 0, -1
-            )  # (scales, alphas + floor, splits)
-            errs, floors = errs[:, :-1], errs[:, -1]
+            errs = self._checkpoint(splits, state, new, Nk, freq, scales, centers, client)
+            errs, floors = errs[:, :-1], errs[:, -1]  # (scales, alphas, splits), (scales, splits)
             out += self._rows(
                 errs[:, None], floors[:, None], law, mults, [Nk], len(splits[0][0]), "growth"
             )
             mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
             mean = np.where(np.isnan(mean), np.inf, mean)
             best_k = mean.min(axis=1)
-            for (updates, _), e in zip(rules, best_k):
+            for (updates, _), e in zip(rules, best_k, strict=False):
                 for record in updates:
                     record[Nk] = min(record.get(Nk, np.inf), e)
             held = np.array([rule[1][Nk] for rule in rules])
             if self.progress:
-                for m, e, h in zip(mults, best_k, held):
+                for m, e, h in zip(mults, best_k, held, strict=False):
                     print(
-                        f"selection (growth): {law}, gamma = {m:.3g} x median, N = {Nk}: best validation error "
-                        f"{e:.4g} (its record at this N: {h:.4g})",
+                        f"selection (growth): {law}, gamma = {m:.3g} x median, N = {Nk}: best "
+                        f"validation error {e:.4g} (its record at this N: {h:.4g})",
                         file=sys.stderr,
                         flush=True,
                     )
-            # each gamma grows on while a doubling gains growth_tol and it is not far behind its record
+            # each gamma grows on while a doubling gains growth_tol and it is not far behind its
+            # record
             keep = np.flatnonzero(
-                (best_k < previous * (1.0 - self.growth_tol))
+                (best_k < previous * (1.0 - self._st["growth_tol"]))
                 & (best_k <= held * (1.0 + GROWTH_PRUNE))
             )
             if len(keep) == 0:
@@ -831,18 +673,87 @@ default=("cauchy", "gaussian", "rational_quadratic")
                     st[3] = [
                         a
                         if a is None
-                        else (
-                            _select(a, keep)
-                            if client is None
-                            else client.persist(dask.delayed(_select)(a, keep))
-                        )
+                        else _select(a, keep)
+                        if client is None
+                        else client.persist(dask.delayed(_select)(a, keep))
                         for a in st[3]
                     ]
         return out
 
+    def _checkpoint(self, splits, state, new, Nk, freq, scales, centers, client):
+        """The running sums of every split advanced over the ``new`` slabs, and the validation
+        errors at ``Nk`` features, then each Gram's floor: (scales, alphas + 1, splits). On a
+        cluster the sums stay on their workers, summed pairwise where they are into new ones
+        (which the later sums add into); a split's sums start once the split before is scored."""
+        N_max = freq.args[1]
+        errs = []
+        for (tr, _va), st in zip(splits, state, strict=False):
+            Xa, Yt, Yv, accs = st
+            opts = dict(
+                X=Xa,
+                n_train=len(tr),
+                frequencies=freq,
+                n_features=N_max,
+                scales=scales,
+                segments=[N_max],
+                fit_intercept=self.fit_intercept,
+            )
+            # the running sums carry sqrt(2 / N_max): segments (Nk, N_max) rescale them to Nk
+            args = [
+                (
+                    k,
+                    (Nk, N_max),
+                    0,
+                    Yt,
+                    Yv,
+                    self._alphas(),
+                    self.fit_intercept,
+                    self._st["alpha_path"],
+                    centers[k],
+                    WINDOW_HALF_WIDTH,
+                    self._eps,
+                )
+                for k in range(len(scales))
+            ]
+            if client is None:
+                acc = accs[0]
+                for f0, f1 in new:
+                    acc = validation_slab(acc, f0=f0, f1=f1, **opts)
+                st[3] = [acc]
+                errs.append([_path_errors(acc, *a) for a in args])
+                continue
+            workers = worker_addresses(client)
+            step = functools.partial(dask.delayed(validation_slab), **opts)
+            accs, where = _chains(accs, workers, new, step)
+            accs = client.persist(accs)
+            st[3] = accs + [None] * (len(workers) - len(accs))
+            last = errs[-1][-1] if errs else None
+            total = (
+                accs[0]
+                if len(accs) == 1
+                else tree_sum(
+                    accs,
+                    dask.delayed(add_validation),
+                    where,
+                    first=functools.partial(_gated_sum, gate=last),
+                )
+            )
+            row = []
+            with pinned(where[0]):  # where the total is: one solve at a time
+                for a in args:
+                    last = dask.delayed(_path_errors)(dask.delayed(_after)(total, last), *a)
+                    row.append(last)
+            errs.append(row)
+        if client is not None:
+            (errs,) = compute(
+                errs, client=client, progress=self.progress, desc=f"selection (growth, N = {Nk})"
+            )
+        return np.moveaxis(np.asarray(errs, dtype=float), 0, -1)
+
 
 def growth_checkpoints(N0, N_max):
-    """The ``n_features`` the growth stage scores from ``N0``: ``N0, 2 N0, 4 N0, ...`` and ``N_max``."""
+    """The ``n_features`` the growth stage scores from ``N0``: ``N0, 2 N0, 4 N0, ...`` and
+    ``N_max``."""
     return sorted({*(N0 * 2**k for k in range(int(np.log2(N_max / N0)) + 1)), N_max})
 
 
@@ -853,7 +764,9 @@ def _chains(accs, workers, slabs, step, gates=None):
     chain starting without an accumulator waits for."""
     groups = np.array_split(np.arange(len(slabs)), len(workers))
     out, where = [], []
-    for w, acc, gate, idx in zip(workers, accs, gates or [None] * len(workers), groups):
+    for w, acc, gate, idx in zip(
+        workers, accs, gates or [None] * len(workers), groups, strict=False
+    ):
         with pinned(w):
             for i in idx:
                 if acc is None and gate is not None:
@@ -877,7 +790,18 @@ def _select(acc, keep):
 
 
 def _path_errors(
-    acc, k, segments, g, V_train, V_valid, alphas, fit_intercept, method, center=None, half_width=2
+    acc,
+    k,
+    segments,
+    g,
+    V_train,
+    V_valid,
+    alphas,
+    fit_intercept,
+    method,
+    center=None,
+    half_width=2,
+    eps=None,
 ):
     """Validation errors of scale ``k`` and ``segments[g]`` features, then the alphas' rounding
     floor of that model's Gram (:func:`rfol_dask.tuning.floored_path_errors`): (n_alpha + 1,)."""
@@ -894,6 +818,7 @@ def _path_errors(
         method,
         center,
         half_width,
+        eps=eps,
     )
     errs[-1] *= factor  # the floor in the alphas' units
     return errs

@@ -1,5 +1,6 @@
 """Model selection on the training data: the search shared by
-:class:`rfol_dask.RandomFeatureOperatorCV` (``rf_operator_cv.py``) and ``baselines.KernelOperatorCV``.
+:class:`rfol_dask.RandomFeatureOperatorCV` (``rf_operator_cv.py``) and
+``baselines.KernelOperatorCV``.
 
 A search scores every (family, scale, N, alpha) by the mean relative L2 error on validation
 rows of the TRAINING data (default: the last 20 %; ``cv=`` an int or a scikit-learn splitter
@@ -24,10 +25,12 @@ because (see :mod:`rfol_dask.tuning`):
   is on the window's edge) and the other alphas score NaN in ``cv_results_``;
 - an alpha below the rounding floor of its Gram (:func:`rfol_dask.tuning.rounding_floor`, the
   column ``<alpha>_floor`` of ``cv_results_``) is not eligible: it scores NaN, as its validation
-  predictions are dominated by rounding (with a grid of the user's, a warning says so where the winner is the smallest
+  predictions are dominated by rounding (with a grid of the user's, a warning says so where the
+  winner is the smallest
   alpha above it; a search with no alpha above it is an error).
 
-dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked and
+dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked
+and
 persisted on the cluster once (without a distributed client the inputs are gathered here; the
 median heuristic samples those), so the search reads the data once; the refit reads it again.
 """
@@ -42,6 +45,7 @@ import warnings
 import dask
 import numpy as np
 from sklearn.exceptions import NotFittedError
+from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
 
 from . import backend, io, stores
@@ -78,7 +82,8 @@ __all__ = [
 DEFAULT_ALPHAS = tuple(
     float(f"1e{k}") for k in range(-16, 2)
 )  # exact decimals: 1e-05, not 10.0 ** -5
-#: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four decades)
+#: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four
+#: decades)
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
@@ -205,18 +210,64 @@ class SelectionCV(OperatorEstimator):
     """Base of the selection estimators (see the module docstring); not used directly.
 
     Subclasses give the base estimator (``_base_estimator``), the families and their median
-    scale (``_families``; ``_prepare`` or ``_set_metric`` sets ``median_scales_``), the validation errors of one stage
+    scale (``_families``; ``_prepare`` or ``_set_metric`` sets ``median_scales_``), the validation
+    errors of one stage
     (``_stage_errors``) and the winner's parameters (``_params_of``).
     """
 
     _param_name = "gamma"  # the scale parameter of the base estimator
     _alpha_name = "alpha"  # its ridge parameter
     _distributed_search = True  # False: dask input is gathered and searched in memory
-    _narrower = 1  # the direction of narrower kernels on the scale multiples: +1 a larger gamma, -1 a shorter length
+    # the direction of narrower kernels on the scale multiples: +1 a larger gamma, -1 a shorter
+    # length
+    _narrower = 1
+    #: the settings of the stages (``stages=``, a dict of some of them) and their defaults
+    _stage_constraints = {
+        "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
+        "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
+        "refine": ["array-like"],
+        "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
+    }
+    _stage_defaults: dict = {}
+    _base_class = OperatorEstimator  # the estimator refitted
+    _refit_keys: tuple = ()  # its settings that ``refit`` (a dict) may give
+
+    def _check_params(self):
+        """The parameters, the stage settings (``stages``, with the defaults: ``_st``) and the
+        refit's (``refit``, a dict), each by its rules."""
+        self._validate_params()
+        for what, given, allowed in (
+            ("stages", self.stages, self._stage_defaults),
+            ("refit", self.refit, self._refit_keys),
+        ):
+            unknown = sorted(set({} if given in (None, True, False) else given) - set(allowed))
+            if unknown:
+                raise ValueError(
+                    f"unknown setting {unknown[0]!r} in {what}; choose from {sorted(allowed)}"
+                )
+        self._st = {**self._stage_defaults, **(self.stages or {})}
+        validate_parameter_constraints(self._stage_constraints, self._st, "stages")
+        self._check_grids(refine=self._st["refine"])
+        powers = self._powers()
+        if not powers or not all(
+            q is None or (isinstance(q, numbers.Real) and np.isfinite(q)) for q in powers
+        ):
+            raise ValueError(
+                "pca_power must be None, a number or a non-empty sequence of them, "
+                f"got {self.pca_power!r}"
+            )
+        probe = self._base_class(**self._refit_settings())
+        probe._validate_params()
+        probe._check_recovery()
+
+    def _refit_settings(self):
+        """The refit's own settings given in ``refit`` (a dict), else none."""
+        return {} if isinstance(self.refit, bool) else dict(self.refit)
 
     # ------------------------------------------------------------------ delegation
     def _refitted(self, method):
-        """``best_estimator_``; NotFittedError if there is none, saying why (not fitted, or ``refit=False``)."""
+        """``best_estimator_``; NotFittedError if there is none, saying why (not fitted, or
+        ``refit=False``)."""
         if not hasattr(self, "best_estimator_") and hasattr(self, "best_params_"):
             name = type(self).__name__
             seed = (
@@ -225,7 +276,8 @@ class SelectionCV(OperatorEstimator):
                 else ""
             )
             raise NotFittedError(
-                f"This {name} instance was initialized with refit=False: {method} is available only "
+                f"This {name} instance was initialized with refit=False: {method} is available "
+                "only "
                 f"after refitting on the best parameters; fit again with refit=True, or fit "
                 f"{name.removesuffix('CV')} with best_params_{seed} yourself"
             )
@@ -236,10 +288,10 @@ class SelectionCV(OperatorEstimator):
         """``best_estimator_.predict`` (see the base estimator)."""
         return self._refitted("predict").predict(X, **kwargs)
 
-    def score(self, X, y=None, sample_weight=None):
+    def score(self, X, y=None, sample_weight=None, **kwargs):
         """``best_estimator_.score``: R^2 (use :data:`rfol_dask.metrics.relative_l2_scorer` for the
         relative L2 error)."""
-        return self._refitted("score").score(X, y, sample_weight)
+        return self._refitted("score").score(X, y, sample_weight, **kwargs)
 
     def save(self, path):
         """Save ``best_estimator_`` (load it with the base estimator's ``load``)."""
@@ -273,16 +325,16 @@ class SelectionCV(OperatorEstimator):
 
     def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
         t0 = time.perf_counter()
-        self._refit_dtype = None  # numpy input: set by _cast_dtype
-        # the base fit's body: this already runs on the copy that fit publishes whole (all_or_nothing)
+        # the base fit's body: this already runs on the copy that fit publishes whole
+        # (all_or_nothing)
         self._fit(
             X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
         )
         self.search_time_ = time.perf_counter() - t0
-        if self.refit:
+        if self.refit is not False:
             t1 = time.perf_counter()
             self.best_estimator_ = self._refit_best(
-                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods
+                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
             )
             self.refit_time_ = time.perf_counter() - t1
         else:  # an earlier fit's winner would predict for this one's best_params_
@@ -291,13 +343,12 @@ class SelectionCV(OperatorEstimator):
         return self
 
     def _refit_best(self, X, y, **kwargs):
-        """The winner fitted on all training data. Where its Gram needs a larger ridge than the
-        winner's (the jitter policy, :func:`rfol_dask.linalg.first_ridge`: a ridge at the rounding
-        level of the full Gram, or of a float32 refit), the ridge used replaces it in
-        ``best_params_`` and in the estimator's parameters, without the warning meant for a
-        ridge the user chose: ``best_params_`` refits the same model. The ridge is recorded in
-        this thread's context (:func:`rfol_dask.linalg.recorded_ridges`), so searches refitting
-        in several threads keep their own; other raised ridges are warned as usual."""
+        """The winner fitted on all training data, in the search's precision (:meth:`_refit_dtype`)
+        at the validated ridge. Where the refit's Gram could not take it all the same (the jitter
+        policy, :func:`rfol_dask.linalg.first_ridge`: a dask fit's blocked Cholesky), the warning
+        says so and ``best_params_`` takes the ridge used: it describes the model that predicts.
+        The ridges are recorded in this thread's context (:func:`rfol_dask.linalg.recorded_ridges`),
+        so searches refitting in several threads keep their own."""
         name = self._alpha_name
         with recorded_ridges() as raised:
             est = self._base_estimator(**self.best_params_).fit(X, y, **kwargs)
@@ -305,15 +356,19 @@ class SelectionCV(OperatorEstimator):
             if w.alpha == self.best_params_[name]:
                 self.best_params_[name] = w.ridge
                 est.set_params(**{name: w.ridge})
-            else:
-                warnings.warn(w, stacklevel=user_stacklevel())
+            warnings.warn(w, stacklevel=user_stacklevel())
         return est
 
     def _cast_dtype(self, data):
-        """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask input
-        (the refit on the caller's data works in the working dtype, noted for its memory check)."""
-        self._refit_dtype = self._work_dtype(data)
+        """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask
+        input."""
+        self._work_dtype(data)  # a bad dtype is refused before any work
         return np.dtype(np.float64)
+
+    def _refit_dtype(self):
+        """The refit's precision: ``dtype``, else float64, the search's (a float32 refit of float32
+        input could not take the small ridges a float64 search validates)."""
+        return np.dtype(self.dtype or np.float64)
 
     def _splits(self, M):
         """``[(train rows, validation rows)]`` of the training set (M samples); ValueError if ``cv``
@@ -358,15 +413,20 @@ class SelectionCV(OperatorEstimator):
         dropped = [k for k, (_, va) in enumerate(splits) if not nonzero[va].any()]
         if len(dropped) == len(splits):
             raise ValueError(
-                f"every validation output of the {len(splits)} split(s) is identically zero: the relative "
-                "L2 error, the search's score, is undefined; pass a cv whose validation rows hold outputs "
+                f"every validation output of the {len(splits)} split(s) is identically zero: the "
+                "relative "
+                "L2 error, the search's score, is undefined; pass a cv whose validation rows hold "
+                "outputs "
                 "that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))"
             )
         if dropped:
             warnings.warn(
-                f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only identically zero "
-                "validation outputs, on which the relative L2 error (the score) is undefined: they are left "
-                "out of the search (n_splits_, split<k>_test_score count the others); shuffle the folds "
+                f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only "
+                "identically zero "
+                "validation outputs, on which the relative L2 error (the score) is undefined: "
+                "they are left "
+                "out of the search (n_splits_, split<k>_test_score count the others); shuffle the "
+                "folds "
                 "(KFold(5, shuffle=True, random_state=0)) to score every one",
                 DataWarning,
                 stacklevel=user_stacklevel(),
@@ -426,7 +486,8 @@ class SelectionCV(OperatorEstimator):
 
     def _refit_candidates(self):
         """``(name, values)``: the base estimator's parameter by which the candidates' refits differ
-        in memory and the values a winner may take (here ``(None, [None])``: they all hold the same)."""
+        in memory and the values a winner may take
+        (here ``(None, [None])``: they all hold the same)."""
         return None, [None]
 
     def _check_refit_memory(self, U, V, lazy, dtype):
@@ -439,7 +500,7 @@ class SelectionCV(OperatorEstimator):
         the search. Every value a winner may take is checked, so the message names all that would
         be refused (for the random features, the larger ``n_features`` of the search and of its
         growth)."""
-        if not self.refit:
+        if self.refit is False:
             return
         client = active_client() if lazy else None
         name, values = self._refit_candidates()
@@ -469,7 +530,8 @@ class SelectionCV(OperatorEstimator):
             )
             why = " for memory" if isinstance(first, ValueError) else ""
             raise type(first)(
-                f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples "
+                f"{type(self).__name__} would refit its winner on all {U.shape[0]} training "
+                "samples "
                 f"after the search, and that refit would be refused{why}{at}: {first}; or pass "
                 "refit=False to search only"
             ) from first
@@ -479,7 +541,8 @@ class SelectionCV(OperatorEstimator):
         M = U.shape[0]
         splits = self._splits(M)
         self._seed_search()
-        refit_dtype = self.__dict__.pop("_refit_dtype", None) or dtype
+        refit_dtype = self._refit_dtype()
+        self._eps = float(np.finfo(refit_dtype).eps)  # no alpha is scored that the refit cannot use
         # where the search's Grams live (:meth:`_search_budget`): on GPUs with device="cuda" or CuPy
         # input (the client's workers', or this process's), else on the host
         self._grams_on = gram_device(self._device(), getattr(U, "_meta", U))
@@ -493,7 +556,7 @@ class SelectionCV(OperatorEstimator):
         # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
         self._prepare(X, client)
         values, column = self._metric_values(), self._metric_column()
-        k = self._score_outputs()
+        k = self._st.get("score_outputs")
         if (
             k is not None and k < V.shape[1]
         ):  # score on a sketch of the outputs (the refit sees them all)
@@ -528,8 +591,10 @@ class SelectionCV(OperatorEstimator):
         name = self._alpha_name
         if all(r[name] < r[f"{name}_floor"] for r in rows):
             raise ValueError(
-                f"every {name} searched is below the rounding floor of its Gram (2 eps trace / sqrt(M_t), "
-                f"up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the validation predictions are "
+                f"every {name} searched is below the rounding floor of its Gram (2 eps trace / "
+                "sqrt(M_t), "
+                f"up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the validation "
+                "predictions are "
                 f"dominated by rounding: search {name}s at or above it"
             )
         _rank(rows)
@@ -553,9 +618,12 @@ class SelectionCV(OperatorEstimator):
         below, above = alphas[alphas < floor], alphas[alphas >= floor]
         if len(below) and len(above) and best[name] == above.min():
             warnings.warn(
-                f"the best {name}, {best[name]:g}, is the smallest searched one above the rounding floor of "
-                f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the {len(below)} smaller "
-                f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, amplified by "
+                f"the best {name}, {best[name]:g}, is the smallest searched one above the "
+                "rounding floor of "
+                f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the "
+                f"{len(below)} smaller "
+                f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, "
+                "amplified by "
                 f"1 / {name}, can dominate the validation predictions",
                 SelectionWarning,
                 stacklevel=user_stacklevel(),
@@ -563,7 +631,8 @@ class SelectionCV(OperatorEstimator):
 
     def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
         """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
-        index ``alpha_center`` only, where that is cheaper: :func:`rfol_dask.tuning.path_errors`)."""
+        index ``alpha_center`` only, where that is cheaper:
+        :func:`rfol_dask.tuning.path_errors`)."""
         scales = self._family_multiples(family, scales)
         t0 = time.perf_counter()
         errs = []
@@ -586,7 +655,8 @@ class SelectionCV(OperatorEstimator):
         elif self.progress:  # computed here, stage by stage: one line each on stderr
             sys.stderr.write(
                 f"selection ({name}, {family}): {len(scales)} scales x {len(Ns)} N x "
-                f"{len(self._alphas())} alphas on {len(splits)} split(s) in {time.perf_counter() - t0:.2f} s\n"
+                f"{len(self._alphas())} alphas on {len(splits)} split(s) in "
+                f"{time.perf_counter() - t0:.2f} s\n"
             )
         errs = np.stack(
             [np.asarray(e) for e in errs], axis=-1
@@ -624,11 +694,14 @@ class SelectionCV(OperatorEstimator):
         return out
 
     def _search(self, X, Y, splits, client):
+        """Rows of the whole search: the coarse stage (:meth:`_coarse`), the fine stage on its
+        plan, one refine step at a time beyond an edge winner (up to :data:`FINE_EXTEND`), then
+        the final stage at full size (:meth:`_final`)."""
         families, mults = self._families(), np.asarray(self._multiples(), dtype=float)
-        Ns = self._n_list()
+        Ns, refine = self._n_list(), self._st["refine"]
         n_train = min(len(tr) for tr, _ in splits)
-        frac = self.coarse
-        n_coarse = self._n_rows(n_train, frac)
+        n_coarse = self._n_rows(n_train, self._st["coarse"])
+        frac = self._st["coarse"]
         Nc = (
             [None]
             if Ns == [None] or frac is None
@@ -636,104 +709,83 @@ class SelectionCV(OperatorEstimator):
         )
         coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(
             mults
-        ) > len(self.refine)
-        rows = []
-        if coarse:
-            sub = self._subsample(splits, n_coarse)
-            for fam in families:
-                rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
-            # a family whose best is on the edge of the grid: extend the grid that way (two steps at
-            # a time, at most 3 times), for every family (the coarse stage is cheap)
-            step = grid_step(mults, 4.0)
-            for fam in families:
-                for _ in range(3):
-                    new = beyond_edge(
-                        [r for r in rows if r["family"] == fam], step, 2
-                    )  # None: a scale-free family
-                    if new is None:
-                        break
-                    rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
-            # the fine stage: the best families of the coarse stage, each at its best scale times
-            # refine, solving the alphas around its best one where that is cheaper
-            leaders = {}
-            for r in sorted(rows, key=_score, reverse=True):
-                leaders.setdefault(r["family"], r)
-            first = -_score(next(iter(leaders.values())))  # the best coarse error
-            plan = [
-                (
-                    fam,
-                    r["scale_multiple"] * np.asarray(self.refine, dtype=float),
-                    self._alpha_index(r[self._alpha_name]),
-                )
-                for k, (fam, r) in enumerate(list(leaders.items())[: self._finalists()])
-                if k == 0 or -_score(r) <= FINALIST_TIE * first
-            ]
-        else:
-            plan = [(fam, mults, None) for fam in families]
-        name = "fine" if coarse else "full"
-        fine_step = grid_step(self.refine)
-        # successive halving: the fine stage on a fraction of the rows, then its winner (and its
-        # narrower neighbour on a tie) at full size (stage "final")
-        n_fine = (
-            n_train
-            if not coarse or self.fine is None
-            else max(n_coarse, self._n_rows(n_train, self.fine))
+        ) > len(refine)
+        rows, plan = (
+            self._coarse(X, Y, splits, client, families, mults, Nc, n_coarse)
+            if coarse
+            else ([], [(fam, mults, None) for fam in families])
         )
-        rows_fine = splits if n_fine >= n_train else self._subsample(splits, n_fine)
+        name = "fine" if coarse else "full"
+        fine_step = grid_step(refine)
+        fine = self._st["fine"]
+        n_fine = (
+            n_train if not coarse or fine is None else max(n_coarse, self._n_rows(n_train, fine))
+        )
+        sub = splits if n_fine >= n_train else self._subsample(splits, n_fine)
         for fam, scales, center in plan:
-            rows += self._stage(
-                X, Y, rows_fine, client, fam, scales, Ns, len(rows_fine[0][0]), name, center
-            )
-        # the fine stage's winner on the edge of its family's multiples: one step beyond it at a
-        # time, up to FINE_EXTEND, while it stays there (a step that loses ends the walk)
+            rows += self._stage(X, Y, sub, client, fam, scales, Ns, len(sub[0][0]), name, center)
         for _ in range(FINE_EXTEND if coarse and fine_step else 0):
             best = best_row([r for r in rows if r["stage"] == name])
-            fam_rows = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
-            new = beyond_edge(fam_rows, fine_step, 1)
+            mine = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
+            new = beyond_edge(mine, fine_step, 1)
             if new is None:
                 break
+            center = self._alpha_index(best[self._alpha_name])
             rows += self._stage(
-                X,
-                Y,
-                rows_fine,
-                client,
-                best["family"],
-                new,
-                Ns,
-                len(rows_fine[0][0]),
-                name,
-                self._alpha_index(best[self._alpha_name]),
+                X, Y, sub, client, best["family"], new, Ns, len(sub[0][0]), name, center
             )
-        if rows_fine is not splits:
-            # fewer rows favour wider kernels (the fine winner on half the rows was half the full-size
-            # winner's gamma on 4 of 8 benchmark sets): the final stage scores one refine step
-            # narrower too
-            best = best_row([r for r in rows if r["stage"] == name])
-            finals = [best["scale_multiple"]]
-            if fine_step:
-                narrow = best["scale_multiple"] * fine_step**self._narrower
-                there = [
-                    r
-                    for r in rows
-                    if r["stage"] == name
-                    and r["family"] == best["family"]
-                    and np.isclose(r["scale_multiple"], narrow)
-                ]
-                if not there or -_score(best_row(there)) <= NARROWER_TIE * -_score(best):
-                    finals.append(narrow)
-            rows += self._stage(
-                X,
-                Y,
-                splits,
-                client,
-                best["family"],
-                finals,
-                Ns,
-                len(splits[0][0]),
-                "final",
-                self._alpha_index(best[self._alpha_name]),
-            )
+        if sub is not splits:
+            rows += self._final(X, Y, splits, client, rows, name, fine_step, Ns)
         return rows
+
+    def _coarse(self, X, Y, splits, client, families, mults, Nc, n_coarse):
+        """The coarse stage's rows over the whole grid on ``n_coarse`` rows, each family's grid
+        extended two steps at a time (up to 3 times) beyond an edge best; and the fine stage's
+        plan: the best families (:data:`FINALIST_TIE`), each at its best scale times ``refine``,
+        with the index of its best alpha."""
+        sub, rows = self._subsample(splits, n_coarse), []
+        for fam in families:
+            rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
+        step = grid_step(mults, 4.0)
+        for fam in families:
+            for _ in range(3):
+                new = beyond_edge([r for r in rows if r["family"] == fam], step, 2)
+                if new is None:
+                    break
+                rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
+        leaders = {}
+        for r in sorted(rows, key=_score, reverse=True):
+            leaders.setdefault(r["family"], r)
+        first = -_score(next(iter(leaders.values())))
+        refine = np.asarray(self._st["refine"], dtype=float)
+        plan = [
+            (fam, r["scale_multiple"] * refine, self._alpha_index(r[self._alpha_name]))
+            for k, (fam, r) in enumerate(list(leaders.items())[: self._st.get("finalists", 1)])
+            if k == 0 or -_score(r) <= FINALIST_TIE * first
+        ]
+        return rows, plan
+
+    def _final(self, X, Y, splits, client, rows, name, fine_step, Ns):
+        """The final stage's rows: the fine winner at full size, and one refine step narrower
+        where that was within :data:`NARROWER_TIE` of it on the fine rows (fewer rows favour
+        wider kernels: the fine winner was half the full-size winner's gamma on 4 of 8 sets)."""
+        best = best_row([r for r in rows if r["stage"] == name])
+        finals = [best["scale_multiple"]]
+        if fine_step:
+            narrow = best["scale_multiple"] * fine_step**self._narrower
+            there = [
+                r
+                for r in rows
+                if r["stage"] == name
+                and r["family"] == best["family"]
+                and np.isclose(r["scale_multiple"], narrow)
+            ]
+            if not there or -_score(best_row(there)) <= NARROWER_TIE * -_score(best):
+                finals.append(narrow)
+        center = self._alpha_index(best[self._alpha_name])
+        return self._stage(
+            X, Y, splits, client, best["family"], finals, Ns, len(splits[0][0]), "final", center
+        )
 
     def _n_rows(self, n_train, frac):
         """Training rows of a stage on the fraction ``frac`` of ``n_train`` (None: all): at least
@@ -764,43 +816,42 @@ class SelectionCV(OperatorEstimator):
         (here nothing)."""
 
     def _extend(self, X, Y, splits, client, rows):
-        """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows N)."""
+        """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows
+        N)."""
         return []
 
+    def _powers(self):
+        """``pca_power`` as the list of values searched (one: the value itself), a whole search
+        each on the same data."""
+        q = self.pca_power
+        return list(q) if isinstance(q, (list, tuple, np.ndarray)) else [q]
+
     def _metric_values(self):
-        """The input metrics searched, one whole search each (here one: the estimator's own)."""
-        return [None]
+        return self._powers()
 
     def _metric_column(self):
         """The results column naming each row's metric value (None: no column)."""
-        return None
+        return None if self.pca_power is None else "pca_power"
 
     def _set_metric(self, X, client, value):
         """Make ``value`` the metric of the next search (and its scales); here nothing to do."""
 
     # ------------------------------------------------------------------ hooks
-    def _check_grids(self, *names):
-        """ValueError unless each named parameter is None or a non-empty sequence of positive, finite numbers."""
-        for name in names:
-            values = getattr(self, name)
+    def _check_grids(self, **grids):
+        """ValueError unless each grid is None or a non-empty sequence of positive, finite
+        numbers."""
+        for name, values in grids.items():
             if values is None:
                 continue
             v = np.asarray(values, dtype=float)
             if v.size == 0 or not np.all(np.isfinite(v) & (v > 0)):
                 raise ValueError(
-                    f"{name} must be a non-empty sequence of positive, finite numbers; got {values!r}"
+                    f"{name} must be a non-empty sequence of positive, finite numbers; got "
+                    f"{values!r}"
                 )
 
     def _family_multiples(self, family, mults):
         return mults
-
-    def _score_outputs(self):
-        """Outputs the validation scores are computed on (a sketch), or None: all of them."""
-        return None
-
-    def _finalists(self):
-        """How many families the coarse stage passes to the fine stage."""
-        return 1
 
     def _n_list(self):
         return [None]

@@ -19,9 +19,12 @@ and for the exact kernels of :mod:`rfol_dask.baselines` (functions of ``||x - y|
 training rows (at most ``max_rows``, fewer for wide inputs so that the distances cost at most
 about ``_PAIR_FLOPS``; see :func:`sample_rows`): nothing but that sample is read.
 
-Ridge path (:func:`path_errors`): one symmetric eigendecomposition of the centred dual Gram ``G = Q diag(lam) Q^T``
-(training rows) gives the solution for every ``alpha``: ``Beta(alpha) = Q (lam + alpha)^-1 Q^T V_c``,
-and the validation predictions ``K_vt Beta(alpha) + vbar = (K_vt Q) (lam + alpha)^-1 (Q^T V_c) + vbar``
+Ridge path (:func:`path_errors`): one symmetric eigendecomposition of the centred dual Gram ``G = Q
+diag(lam) Q^T``
+(training rows) gives the solution for every ``alpha``: ``Beta(alpha) = Q (lam + alpha)^-1 Q^T
+V_c``,
+and the validation predictions ``K_vt Beta(alpha) + vbar = (K_vt Q) (lam + alpha)^-1 (Q^T V_c) +
+vbar``
 cost ``2 M_v M_t m`` flops per alpha once the two products are made (:class:`EigenPath`). An
 ``eigh`` costs as much as 9-24 Cholesky factorisations here (measured at M = 1000-6000), so
 for short alpha grids on large Grams one factorisation per alpha is cheaper and is used instead.
@@ -317,7 +320,7 @@ def slab_bounds(n_features, M, segments=(), slab_bytes=64 * 2**20):
     cuts = sorted(
         {0, int(n_features), *range(width, int(n_features), width), *(int(c) for c in segments)}
     )
-    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
 def validation_slab(
@@ -376,8 +379,8 @@ def validation_slab(
 
 def add_validation(a, b):
     """The sum of two :func:`validation_slab` accumulators (into ``a``)."""
-    for ra, rb in zip(a, b):
-        for g, (pa, pb) in enumerate(zip(ra, rb)):
+    for ra, rb in zip(a, b, strict=False):
+        for g, (pa, pb) in enumerate(zip(ra, rb, strict=False)):
             if pa is None:
                 ra[g] = pb
             elif pb is not None:
@@ -450,7 +453,7 @@ def scored_rows(V_valid):
     return keep
 
 
-def rounding_floor(G, trace=None, bound=False):
+def rounding_floor(G, trace=None, bound=False, eps=None):
     """The rounding floor of the Gram ``G`` (M, M): ``2 eps trace / sqrt(M)``, ``eps`` of ``G``'s
     dtype and ``trace`` that of the matrix ``G`` was computed from (default ``G``'s own; the exact
     kernels pass their uncentred kernel matrix's, from whose entries the centring subtracts). A
@@ -460,11 +463,12 @@ def rounding_floor(G, trace=None, bound=False):
     by up to ``1 / alpha``: the searches score no alpha below it. ``bound``: the bound of that
     norm instead, ``eps trace`` (the Frobenius norm of the errors; the rounding of the sums is
     not independent), which the linear kernel's eigen solve uses to tell the eigenvalues of
-    rounding (:func:`rfol_dask.baselines.kernel.linear_dual`). A float; cost O(M)."""
+    rounding (:func:`rfol_dask.baselines.kernel.eigen_dual`). ``eps``: that of the precision the
+    model is refitted in, where coarser than ``G``'s. A float; cost O(M)."""
     if trace is None:
         trace = backend.namespace(G).sum(backend.diagonal(G))
     M = max(1, G.shape[0])
-    eps = np.finfo(backend.to_numpy_dtype(G.dtype)).eps
+    eps = max(eps or 0.0, np.finfo(backend.to_numpy_dtype(G.dtype)).eps)
     return float(eps * abs(float(trace)) * (1.0 if bound else 2.0 / np.sqrt(M)))
 
 
@@ -476,7 +480,7 @@ def eigh_above(G, floor=None):
     """Eigenvalues (k,), ascending, and eigenvectors (M, k) of the symmetric ``G`` (M, M): LAPACK
     ``syevr`` in place on numpy (``G`` is overwritten), the namespace's ``eigh`` on the others.
     With ``floor`` the eigenvalues at most ``floor`` are left out with their directions (the
-    linear kernel's directions of rounding, :func:`rfol_dask.baselines.kernel.linear_dual`); else
+    linear kernel's directions of rounding, :func:`rfol_dask.baselines.kernel.eigen_dual`); else
     ``k = M``. Memory: ``G`` and the eigenvectors."""
     xp = backend.namespace(G)
     if backend.is_fast(xp):
@@ -508,7 +512,7 @@ class EigenPath:
         the right-hand sides are ``X_c^T (V - vbar)``.
     drop : float or None
         Leave out the eigenvalues at most ``drop`` with their directions (:func:`eigh_above`):
-        the linear kernel's dual, scored as :func:`rfol_dask.baselines.kernel.linear_dual`
+        the linear kernel's dual, scored as :func:`rfol_dask.baselines.kernel.eigen_dual`
         solves it (``drop`` its bound of the Gram's rounding). The solution is then that of
         ``G`` without those directions, not the Cholesky solve's.
 
@@ -696,10 +700,11 @@ def path_errors(
     return out
 
 
-def floored_path_errors(G, K, V, V_valid, alphas, *args, trace=None, **kwargs):
+def floored_path_errors(G, K, V, V_valid, alphas, *args, trace=None, eps=None, **kwargs):
     """:func:`path_errors` (``args``, ``kwargs`` as there), then the rounding floor of ``G``
-    (:func:`rounding_floor`, of ``trace``: that of the matrix ``G`` was computed from), taken
+    (:func:`rounding_floor`, of ``trace``: that of the matrix ``G`` was computed from, and ``eps``:
+    the refit's precision, so that no alpha is scored that the refit cannot use), taken
     before the solves may overwrite ``G``: (n_alpha + 1,), the row a search's stage records
     (the floor in ``cv_results_``, the alphas below it NaN)."""
-    floor = rounding_floor(G, trace)
+    floor = rounding_floor(G, trace, eps=eps)
     return np.append(path_errors(G, K, V, V_valid, alphas, *args, floor=floor, **kwargs), floor)

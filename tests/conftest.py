@@ -62,9 +62,9 @@ def cluster_client():
 
 @pytest.fixture
 def ctrl_c():
-    """A Ctrl-C as a terminal delivers it: a function sending SIGINT to the main thread, which raises
-    KeyboardInterrupt there even while it waits on a lock (``_thread.interrupt_main`` waits for the
-    lock first). Python's own SIGINT handler is installed for the test: an earlier import of
+    """A Ctrl-C as a terminal delivers it: a function sending SIGINT to the main thread, which
+    raises KeyboardInterrupt there even while it waits on a lock (``_thread.interrupt_main`` waits
+    for the lock first). Python's own SIGINT handler is installed for the test: an earlier import of
     dask_jobqueue replaces it with ``sys.exit()``."""
     import signal
     import threading
@@ -191,7 +191,8 @@ class _HeldArrays(WorkerPlugin):
 @contextlib.contextmanager
 def held_arrays(client, min_bytes):
     """Yields a dict that, on exit, maps each worker of ``client`` to the most arrays of at least
-    ``min_bytes`` it held at once meanwhile (:class:`_HeldArrays`): to check what a memory plan counts."""
+    ``min_bytes`` it held at once meanwhile (:class:`_HeldArrays`): to check what a memory plan
+    counts."""
     peaks = {}
     client.register_plugin(_HeldArrays(min_bytes))
     yield peaks

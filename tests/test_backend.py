@@ -443,7 +443,7 @@ _CV = [
             gammas=(0.5, 1.0, 2.0),
             alphas=(1e-6, 1e-4, 1e-2),
             pca_power=1.0,
-            score_outputs=3,
+            stages={"score_outputs": 3},
             random_state=1,
         ),
     ),

@@ -583,3 +583,25 @@ def test_the_package_s_warnings_print_as_one_line_naming_the_command():
         done.stderr
     )
     assert any("FutureWarning: from elsewhere" in line for line in lines), done.stderr
+
+
+def test_generate_on_a_full_disk_is_one_line_and_resumes(tmp_path, capsys):
+    """A disk that fills up mid-generation: one line naming the cause, then a rerun resumes."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=120k", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        args = ["generate", "advection1", "--samples", "400", "--block-size", "50"]
+        code, err = _run([*args, "--out", str(disk / "d.zarr"), "-q"], capsys)
+        assert code == 2 and "No space left on device" in err and "Traceback" not in err
+        assert "rerun the same command to resume" in err
+        subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
+        code, err = _run([*args, "--out", str(disk / "d.zarr"), "-q"], capsys)
+        assert code == 0, err
+        assert datasets.open(disk / "d.zarr").sizes["sample"] == 400
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)

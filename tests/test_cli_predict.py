@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -177,7 +176,7 @@ def test_predict_errors_are_one_line_and_write_nothing(saved, tmp_path, capsys):
         ([model, str(tmp_path / "u.zarr")], "'input'"),
         (
             [model, str(tmp_path / "y.zarr")],
-            "X has dims ('sample', 'y') but the model was trained on ('sample', 'x')",
+            "input has dims ('sample', 'y') but the model reads ('sample', 'x')",
         ),
         (
             [model, str(store), "--samples", "20:10"],

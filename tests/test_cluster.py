@@ -402,9 +402,7 @@ def test_a_search_records_the_ridge_its_refit_raised_on_a_worker(cluster_client)
         n_features=400,
         gammas=(1.0,),
         alphas=(1e-12,),
-        coarse=None,
-        refine=(1,),
-        fine=None,
+        stages={"coarse": None, "refine": (1,), "fine": None},
         random_state=0,
         dtype="float32",
     )

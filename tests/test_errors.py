@@ -14,22 +14,10 @@ def data():
     return smooth_operator_data(60, 8)
 
 
-def test_sample_counts_differ(data):
-    U, V = data
-    with pytest.raises(ValueError, match="U has 60 samples but V has 59"):
-        RandomFeatureOperator().fit(U, V[:59])
-    with pytest.raises(ValueError, match="U has 60 samples but V has 59"):
-        RandomFeatureOperator().fit(da.from_array(U), da.from_array(V[:59]))
-
-
 def test_wrong_width_at_predict(data):
     U, V = data
     model = RandomFeatureOperator(n_features=50, random_state=0).fit(U, V)
-    with pytest.raises(
-        ValueError, match=r"X has 7 features, but RandomFeatureOperator is expecting 8"
-    ):
-        model.predict(U[:, :7])
-    with pytest.raises(ValueError, match=r"training grid \(8,\)"):
+    with pytest.raises(ValueError, match=r"training grid \(8,\)"):  # numpy: tests/test_refusals.py
         model.predict(da.from_array(U[:, :7]))
 
 
@@ -142,14 +130,6 @@ def test_xarray_needs_a_sample_dim_anywhere_and_dataset_variables(data):
     np.testing.assert_allclose(got, want, rtol=1e-12)
     with pytest.raises(ValueError, match="has no variable 'output'"):
         RandomFeatureOperator().fit(xr.Dataset({"input": (("sample", "x"), U)}))
-
-
-def test_complex_and_string_data_rejected(data):
-    U, V = data
-    with pytest.raises(ValueError, match="[Cc]omplex"):
-        RandomFeatureOperator().fit(U.astype(complex), V)
-    with pytest.raises(TypeError, match="real numbers"):
-        RandomFeatureOperator().fit(da.from_array(U.astype(complex)), da.from_array(V))
 
 
 # ------------------------------------------------------------------ issue 11, item 12

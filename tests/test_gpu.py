@@ -15,7 +15,7 @@ import pytest
 cupy = pytest.importorskip("cupy")
 try:
     _GPUS = cupy.cuda.runtime.getDeviceCount()
-except Exception:  # CUDARuntimeError: no driver
+except Exception:  # noqa: BLE001 (CuPy's CUDARuntimeError: no driver)
     _GPUS = 0
 if _GPUS < 1:
     pytest.skip("no CUDA GPU visible to CuPy", allow_module_level=True)
@@ -531,23 +531,29 @@ def test_gpu_dask_search_refuses_a_refit_it_cannot_run_before_searching(data, ca
     search, match = {
         "blocked": (
             RandomFeatureOperatorCV(**rf),
-            r"RandomFeatureOperatorCV would refit its winner on all 300 training samples after the search, and "
-            r"that refit would be refused at n_features=100, 200, 400 \(of 100, 200, 400\): on a GPU, dask "
-            r"input is fitted by the streamed dual only, not the blocked dual \(the Gram does not fit one "
-            r"worker: the 300 x 300 Gram matrix needs 720,000 bytes \(0.00 GiB\), and 599,360 more bytes .* "
-            r"but the budget \(max_gram_bytes\) is 1,000,000 bytes\): .*; or pass refit=False to search only",
+            r"RandomFeatureOperatorCV would refit its winner on all 300 training samples after "
+            r"the search, and "
+            r"that refit would be refused at n_features=100, 200, 400 \(of 100, 200, 400\): on a "
+            r"GPU, dask "
+            r"input is fitted by the streamed dual only, not the blocked dual \(the Gram does not "
+            r"fit one "
+            r"worker: the 300 x 300 Gram matrix needs 720,000 bytes \(0.00 GiB\), and 599,360 "
+            r"more bytes .* "
+            r"but the budget \(max_gram_bytes\) is 1,000,000 bytes\): .*; or pass refit=False to "
+            r"search only",
         ),
         "blocked_cupy_chunks": (
             RandomFeatureOperatorCV(**{**rf, "device": "cpu"}),
             "not the blocked dual",
         ),
         "primal": (
-            RandomFeatureOperatorCV(**{**rf, "solver": "primal", "max_gram_bytes": None}),
+            RandomFeatureOperatorCV(**{**rf, "refit": {"solver": "primal"}, "max_gram_bytes": None}),
             r"refused at n_features=100, 200, 400 .* not the primal",
         ),
         "kernel": (
             KernelOperatorCV(device="cuda", cv=few),
-            r"KernelOperatorCV would refit its winner .* refused: KernelOperator fits dask input on the CPU only",
+            r"KernelOperatorCV would refit its winner .* refused: KernelOperator fits dask input "
+            r"on the CPU only",
         ),
     }[case]
     if case == "blocked_cupy_chunks":
@@ -816,8 +822,9 @@ def test_the_gpu_worker_that_sums_the_grams_holds_two(data, monkeypatch, free):
 def test_cli_predict_device_moves_a_saved_model_to_the_gpu_and_back(
     tmp_path, capsys, predict_devices
 ):
-    """``rfol-dask predict --device cuda`` predicts a model fitted on the CPU on the GPU (the store's
-    blocks computed through CuPy), and ``--device cpu`` (the default without a GPU cluster) a model
+    """``rfol-dask predict --device cuda`` predicts a model fitted on the CPU on the GPU (the
+    store's blocks computed through CuPy), and ``--device cpu`` (the default without a GPU cluster)
+    a model
     fitted with ``device="cuda"`` on the CPU; the predictions equal the CPU model's."""
     import xarray as xr
 

@@ -192,3 +192,20 @@ def test_kernel_operator_takes_the_same_metric(smooth):
         kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-3), pca_power=1.0
     ).fit(U, V)
     assert cv.best_estimator_.pca_power == 1.0 and cv.best_estimator_.pca_components_.shape[1] == 6
+
+
+def test_kernel_cv_searches_a_list_of_powers_as_the_rf_search_does(smooth):
+    """KernelOperatorCV(pca_power=(None, 1.0)) was refused (one value only): it now runs a whole
+    search per power, the better wins with its parameters, and the refit uses its power."""
+    from rfol_dask.baselines import KernelOperatorCV
+
+    U, V, _ = smooth
+    kw = dict(kernels=("rbf",), length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-3))
+    alone = {q: KernelOperatorCV(pca_power=q, **kw).fit(U, V) for q in (None, 1.0)}
+    both = KernelOperatorCV(pca_power=(None, 1.0), **kw).fit(U, V)
+    winner = max(alone, key=lambda q: alone[q].best_score_)
+    assert both.best_score_ == alone[winner].best_score_
+    assert both.best_params_ == {**alone[winner].best_params_, "pca_power": winner}
+    assert set(both.cv_results_["pca_power"]) == {None, 1.0}
+    assert both.best_estimator_.pca_power == winner
+    np.testing.assert_allclose(both.predict(U[:5]), alone[winner].predict(U[:5]), rtol=1e-10)

@@ -104,7 +104,8 @@ def test_model_format_version_checked(tmp_path, models):
     a = models[0]
     path = a.save(tmp_path / "m.zarr")
     group = zarr.open_group(str(path), mode="r+")
-    # the lowest format that reads it (3: a linear KernelOperator's primal weights), so older versions load it
+    # the lowest format that reads it (3: a linear KernelOperator's primal weights), so older
+    # versions load it
     assert group.attrs["rfol_dask_format"] == 2 and rio.MODEL_FORMAT == 3
     group.attrs["rfol_dask_format"] = 99
     with pytest.raises(
@@ -175,7 +176,8 @@ _KILLED_SAVE = textwrap.dedent("""
     from conftest import smooth_operator_data
     from rfol_dask import RandomFeatureOperator
     U, V = smooth_operator_data(40, 6)
-    fit = lambda k: RandomFeatureOperator(n_features=20 + 10 * k, alpha=1e-6, random_state=k).fit(U, V)
+    def fit(k):
+        return RandomFeatureOperator(n_features=20 + 10 * k, alpha=1e-6, random_state=k).fit(U, V)
     fit(0).save({path!r})
     real, calls = os.replace, []
     def killed_after(n):
@@ -264,7 +266,9 @@ def test_an_empty_lock_file_left_by_a_full_disk_blocks_nothing(tmp_path, models,
     if writer == "save":
         models[0].save(target)
     else:
-        write_predictions(xr.DataArray(np.ones((3, 4)), dims=("sample", "x")), target, progress=False)
+        write_predictions(
+            xr.DataArray(np.ones((3, 4)), dims=("sample", "x")), target, progress=False
+        )
     assert os.listdir(tmp_path) == ["m.zarr"]
 
 
@@ -496,8 +500,7 @@ def test_a_second_save_of_the_same_path_meanwhile_is_refused(tmp_path, models, m
     def second_save_meanwhile(value):  # another save of the path while this one writes its arrays
         if not errors:
             with pytest.raises(
-                ValueError,
-                match=r"another save of the model at .*m\.zarr is running; wait for it",
+                ValueError, match=r"another save of the model at .*m\.zarr is running; wait for it"
             ) as err:
                 c.save(path)
             errors.append(err)

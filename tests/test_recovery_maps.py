@@ -157,7 +157,8 @@ def test_rf_refuses_a_fine_grid_before_allocating():
 
     with pytest.raises(
         ValueError,
-        match=r"recovery 'rf' on 100000 grid points \(1600000 features\): the 100000 x 100000 Gram matrix needs 80,000,000,000 bytes .* the 100000 x "
+        match=r"recovery 'rf' on 100000 grid points \(1600000 features\): the 100000 x 100000 "
+        r"Gram matrix needs 80,000,000,000 bytes .* the 100000 x "
         r"1600000 features .*budget.*use recovery 'cubic'",
     ):
         make_recovery("rf", np.arange(100000) / 100000)

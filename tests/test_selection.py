@@ -18,6 +18,18 @@ from rfol_dask.selection import DEFAULT_REFINE, FINE_EXTEND
 from rfol_dask.tuning import frequency_scale, median_gamma
 
 SMALL = dict(gammas=(0.25, 1.0, 4.0), alphas=(1e-6, 1e-3, 1e-1), coarse=None)
+STAGE_KEYS = set(RandomFeatureOperatorCV._stage_defaults)
+REFIT_KEYS = set(RandomFeatureOperatorCV._refit_keys)
+
+
+def staged(**kw):
+    """The keyword arguments with the stage settings among them grouped in ``stages``, and the
+    refit's in ``refit`` (the tests combine them from shared dicts)."""
+    stages = {**kw.pop("stages", {}), **{k: kw.pop(k) for k in list(kw) if k in STAGE_KEYS}}
+    refit = {k: kw.pop(k) for k in list(kw) if k in REFIT_KEYS}
+    if refit and kw.get("refit", True) is not False:
+        kw["refit"] = refit
+    return dict(kw, stages=stages) if stages else kw
 
 
 def _nonlinear_data(M=200, seed=0):
@@ -39,13 +51,15 @@ def _nonlinear_data(M=200, seed=0):
 def test_path_scores_equal_brute_force_fits(law, path):
     U, V = _nonlinear_data(150)
     cv = RandomFeatureOperatorCV(
-        n_features=(128, 300),
-        distributions=(law,),
-        nu=3.0,
-        random_state=7,
-        refit=False,
-        alpha_path=path,
-        **SMALL,
+        **staged(
+            n_features=(128, 300),
+            distributions=(law,),
+            nu=3.0,
+            random_state=7,
+            refit=False,
+            alpha_path=path,
+            **SMALL,
+        )
     ).fit(U, V)
     res = cv.cv_results_
     assert len(res["alpha"]) == 3 * 2 * 3 and set(res["stage"]) == {"full"}
@@ -73,7 +87,7 @@ def test_refitted_winner_uses_the_searched_frequencies(seed):
     # the default random_state=None and Generator seeds included: the search's seed is one the
     # refitted estimator accepts (scikit-learn's [0, 2**32)), and its draw is the search's
     U, V = _nonlinear_data(150)
-    cv = RandomFeatureOperatorCV(n_features=300, random_state=seed, **SMALL).fit(U, V)
+    cv = RandomFeatureOperatorCV(**staged(n_features=300, random_state=seed, **SMALL)).fit(U, V)
     assert 0 <= cv.random_state_ < 2**32 and cv.best_estimator_.random_state == cv.random_state_
     best = cv.best_estimator_
     assert {k: best.get_params()[k] for k in cv.best_params_} == cv.best_params_
@@ -90,7 +104,7 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
     U, V = _nonlinear_data(600)
     Ut, Vt = U[500:], V[500:]  # held out: never given to the search
     U, V = U[:500], V[:500]
-    cv = RandomFeatureOperatorCV(n_features=400, coarse=0.5, random_state=0).fit(U, V)
+    cv = RandomFeatureOperatorCV(**staged(n_features=400, coarse=0.5, random_state=0)).fit(U, V)
     res = cv.cv_results_
     # coarse and fine: 200 of the 400 training rows (fine=0.5), then the fine winner at full size
     assert set(res["stage"]) == {"coarse", "fine", "final"}
@@ -132,7 +146,9 @@ def test_final_stage_scores_the_narrower_gamma_only_on_a_fine_stage_tie(monkeypa
     U, V = _nonlinear_data(500)
     res = (
         RandomFeatureOperatorCV(
-            n_features=400, distributions=("gaussian",), coarse=0.5, random_state=0, refit=False
+            **staged(
+                n_features=400, distributions=("gaussian",), coarse=0.5, random_state=0, refit=False
+            )
         )
         .fit(U, V)
         .cv_results_.to_dataframe()
@@ -149,11 +165,13 @@ def test_search_can_pick_the_rational_quadratic_law():
     U = rng.uniform(-1, 1, (300, 3))
     V = np.sin(U @ rng.normal(size=(3, 4)))
     cv = RandomFeatureOperatorCV(
-        n_features=400,
-        distributions=("cauchy", "rational_quadratic"),
-        alphas=(1e-12, 1e-9, 1e-6, 1e-3),
-        coarse=0.5,
-        random_state=0,
+        **staged(
+            n_features=400,
+            distributions=("cauchy", "rational_quadratic"),
+            alphas=(1e-12, 1e-9, 1e-6, 1e-3),
+            coarse=0.5,
+            random_state=0,
+        )
     ).fit(U, V)
     assert cv.nu is None  # the law needs no nu: shape 1, the inverse quadratic kernel
     res = cv.cv_results_
@@ -190,9 +208,9 @@ def test_search_sees_only_training_data():
             seen.append(len(X))
             return super().split(X, y, groups)
 
-    cv = RandomFeatureOperatorCV(n_features=200, cv=Recording(3), random_state=0, **SMALL).fit(
-        U[:100], V[:100]
-    )
+    cv = RandomFeatureOperatorCV(
+        **staged(n_features=200, cv=Recording(3), random_state=0, **SMALL)
+    ).fit(U[:100], V[:100])
     assert seen == [100]
     assert cv.n_splits_ == 3 and {"split0_test_score", "split2_test_score"} <= set(cv.cv_results_)
     s = cv.cv_results_
@@ -203,7 +221,7 @@ def test_search_sees_only_training_data():
 
 def test_kfold_int_and_delegation(tmp_path):
     U, V = _nonlinear_data(150)
-    cv = RandomFeatureOperatorCV(n_features=200, cv=3, random_state=0, **SMALL).fit(U, V)
+    cv = RandomFeatureOperatorCV(**staged(n_features=200, cv=3, random_state=0, **SMALL)).fit(U, V)
     assert cv.n_splits_ == 3
     np.testing.assert_array_equal(cv.predict(U[:5]), cv.best_estimator_.predict(U[:5]))
     assert cv.score(U, V) == cv.best_estimator_.score(U, V)
@@ -216,27 +234,27 @@ def test_kfold_int_and_delegation(tmp_path):
 def test_errors_are_clear():
     U, V = _nonlinear_data(60)
     with pytest.raises(ValueError, match="nu > 0"):
-        RandomFeatureOperatorCV(distributions=("student_t",)).fit(U, V)
+        RandomFeatureOperatorCV(**staged(distributions=("student_t",))).fit(U, V)
     with pytest.raises(ValueError, match="unknown distribution 'laplace'"):
-        RandomFeatureOperatorCV(distributions=("laplace",)).fit(U, V)
+        RandomFeatureOperatorCV(**staged(distributions=("laplace",))).fit(U, V)
     with pytest.raises(
         ValueError, match="alphas must be a non-empty sequence of positive, finite numbers"
     ):
-        RandomFeatureOperatorCV(alphas=(0.0, 1.0)).fit(U, V)
+        RandomFeatureOperatorCV(**staged(alphas=(0.0, 1.0))).fit(U, V)
     for grid in (
         {"alphas": [np.inf]},
         {"gammas": [1.0, np.inf]},
     ):  # refused before the search, not at its refit
         with pytest.raises(ValueError, match="positive, finite numbers"):
-            RandomFeatureOperatorCV(**grid).fit(U, V)
+            RandomFeatureOperatorCV(**staged(**grid)).fit(U, V)
 
 
 @pytest.mark.slow
 def test_numpy_dask_and_xarray_give_the_same_search():
     U, V = _nonlinear_data(150)
     kw = dict(n_features=300, random_state=0, **SMALL)
-    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
-    lazy = RandomFeatureOperatorCV(**kw).fit(
+    ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
+    lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(
         da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
     )
     assert lazy.best_params_ == ref.best_params_
@@ -245,7 +263,7 @@ def test_numpy_dask_and_xarray_give_the_same_search():
     )
     Ux = xr.DataArray(U, dims=("sample", "x")).chunk({"sample": 50})
     Vx = xr.DataArray(V, dims=("sample", "y")).chunk({"sample": 50})
-    on_x = RandomFeatureOperatorCV(**kw).fit(Ux, Vx)
+    on_x = RandomFeatureOperatorCV(**staged(**kw)).fit(Ux, Vx)
     assert on_x.best_params_ == ref.best_params_
     assert isinstance(on_x.predict(Ux), xr.DataArray)
 
@@ -254,9 +272,9 @@ def test_numpy_dask_and_xarray_give_the_same_search():
 def test_distributed_search_equals_numpy(cluster_client):
     U, V = _nonlinear_data(150)
     kw = dict(n_features=600, random_state=0, **SMALL)
-    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
     with cluster_client.as_current():
-        lazy = RandomFeatureOperatorCV(**kw).fit(
+        lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(
             da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
         )
     assert lazy.best_params_ == ref.best_params_
@@ -266,13 +284,18 @@ def test_distributed_search_equals_numpy(cluster_client):
 
 
 @parametrize_with_checks(
-    [RandomFeatureOperatorCV(n_features=50, gammas=(0.5, 2.0), alphas=(1e-6, 1e-2), random_state=0)]
+    [
+        RandomFeatureOperatorCV(
+            **staged(n_features=50, gammas=(0.5, 2.0), alphas=(1e-6, 1e-2), random_state=0)
+        )
+    ]
 )
 def test_sklearn_compatible_cv(estimator, check):
     check(estimator)
 
 
-# ---------------------------------------------------------------------------------------------- kernels
+# ----------------------------------------------------------------------------------------------
+# kernels
 
 from rfol_dask.baselines import KernelOperator, KernelOperatorCV  # noqa: E402
 
@@ -289,15 +312,18 @@ from rfol_dask.baselines import KernelOperator, KernelOperatorCV  # noqa: E402
 )
 def test_kernel_path_equals_brute_force_fits(kernel, path):
     U, V = _nonlinear_data(150)
-    # (the linear Gram has rank 24 and eigenvalues up to ~1e3: nuggets that keep it well conditioned)
+    # (the linear Gram has rank 24 and eigenvalues up to ~1e3: nuggets that keep it well
+    # conditioned)
     nuggets = (1e-3, 1e-1, 10.0) if kernel == "linear" else (1e-6, 1e-3, 1e-1)
     cv = KernelOperatorCV(
-        kernels=(kernel,),
-        length_scales=(0.5, 2.0),
-        nuggets=nuggets,
-        coarse=None,
-        refit=False,
-        alpha_path=path,
+        **staged(
+            kernels=(kernel,),
+            length_scales=(0.5, 2.0),
+            nuggets=nuggets,
+            coarse=None,
+            refit=False,
+            alpha_path=path,
+        )
     ).fit(U, V)
     res = cv.cv_results_
     assert len(res["nugget"]) == (1 if kernel == "linear" else 2) * 3
@@ -316,15 +342,17 @@ def test_kernel_cv_search_and_dask_input():
     U, V = _nonlinear_data(500)
     Ut, Vt = U[400:], V[400:]
     U, V = U[:400], V[:400]
-    cv = KernelOperatorCV(coarse=0.7, n_components=8).fit(U, V)
+    cv = KernelOperatorCV(**staged(coarse=0.7, n_components=8)).fit(U, V)
     assert set(cv.cv_results_["stage"]) == {"coarse", "fine", "final"}
     assert set(
-        KernelOperatorCV(coarse=0.7, fine=None, n_components=8).fit(U, V).cv_results_["stage"]
+        KernelOperatorCV(**staged(coarse=0.7, fine=None, n_components=8))
+        .fit(U, V)
+        .cv_results_["stage"]
     ) == {"coarse", "fine"}
     assert set(cv.best_params_) == {"kernel", "length_scale", "nugget"}
     default = KernelOperator(n_components=8).fit(U, V)
     assert relative_l2_error(Vt, cv.predict(Ut)) < relative_l2_error(Vt, default.predict(Ut))
-    lazy = KernelOperatorCV(coarse=0.7, n_components=8).fit(
+    lazy = KernelOperatorCV(**staged(coarse=0.7, n_components=8)).fit(
         da.from_array(U, chunks=(100, -1)), da.from_array(V, chunks=(100, -1))
     )
     # the same winner; best_params_ holds each refit's ridge (the tiled refit may raise 1e-16)
@@ -346,9 +374,9 @@ def test_every_ridge_path_picks_a_nugget_the_refit_can_factorise():
     ds = datasets.generate("advection1", 300, seed=0)
     U, V = ds["input"].values, ds["output"].values
     searches = {
-        path: KernelOperatorCV(kernels=("rbf",), length_scales=(4.0, 16.0), alpha_path=path).fit(
-            U, V
-        )
+        path: KernelOperatorCV(
+            **staged(kernels=("rbf",), length_scales=(4.0, 16.0), alpha_path=path)
+        ).fit(U, V)
         for path in ("eigh", "cholesky", "auto")
     }
     for s in searches.values():
@@ -377,7 +405,7 @@ def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
         UserWarning,
         match=r"best nugget, 1e-13, is the smallest searched one above the rounding floor",
     ):
-        search = KernelOperatorCV(nuggets=(1e-16, 1e-15, 1e-13, 1e-6), **kw).fit(U, V)
+        search = KernelOperatorCV(**staged(nuggets=(1e-16, 1e-15, 1e-13, 1e-6), **kw)).fit(U, V)
     res = search.cv_results_
     np.testing.assert_allclose(res["nugget_floor"], 2 * np.finfo(float).eps * np.sqrt(192))
     assert (
@@ -387,12 +415,12 @@ def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
         ValueError,
         match=r"every nugget searched is below the rounding floor of its Gram .* up to 6.15e-15",
     ):
-        KernelOperatorCV(nuggets=(1e-16, 1e-15), **kw).fit(U, V)
+        KernelOperatorCV(**staged(nuggets=(1e-16, 1e-15), **kw)).fit(U, V)
     with (
         warnings.catch_warnings()
     ):  # the default grid reaches below every floor on purpose: no warning
         warnings.simplefilter("error")
-        search = KernelOperatorCV(**kw).fit(U, V)
+        search = KernelOperatorCV(**staged(**kw)).fit(U, V)
     res = search.cv_results_
     assert res["nugget"][search.best_index_] == min(
         res["nugget"][res["nugget"] >= res["nugget_floor"]]
@@ -412,7 +440,7 @@ def test_linear_kernel_candidates_are_scored_as_the_refit_fits_them(path, cv):
     V = V + 0.05 * np.sin(7 * U[:, ::-1])  # outputs outside the inputs' span: the ridge matters
     nuggets = (1e-10, 1e-6, 1e-2, 1.0)
     search = KernelOperatorCV(
-        kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path
+        **staged(kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path)
     ).fit(U, V)
     res = search.cv_results_
     splits = search._splits(len(U))
@@ -444,7 +472,7 @@ def test_linear_kernel_dual_candidates_are_scored_as_the_refit_solves_them(path,
     V = V + 0.05 * np.sin(7 * U[:, ::-1])  # outputs outside the inputs' span: the ridge matters
     nuggets = (1e-12, 1e-10, 1e-6, 1e-2, 1.0)
     search = KernelOperatorCV(
-        kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path
+        **staged(kernels=("linear",), nuggets=nuggets, coarse=None, cv=cv, alpha_path=path)
     ).fit(U, V)
     res, splits = search.cv_results_, search._splits(len(U))
     ridge_errors = []
@@ -468,7 +496,9 @@ def test_linear_kernel_dual_candidates_are_scored_as_the_refit_solves_them(path,
     )
 
 
-@parametrize_with_checks([KernelOperatorCV(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))])
+@parametrize_with_checks(
+    [KernelOperatorCV(**staged(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2)))]
+)
 def test_sklearn_compatible_kernel_cv(estimator, check):
     check(estimator)
 
@@ -481,13 +511,13 @@ def test_fit_from_zarr_store(tmp_path):
     )
     ds.chunk({"sample": 50}).to_zarr(tmp_path / "d.zarr")
     kw = dict(n_features=300, random_state=0, **SMALL)
-    on_store = RandomFeatureOperatorCV(**kw).fit(str(tmp_path / "d.zarr"))
-    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    on_store = RandomFeatureOperatorCV(**staged(**kw)).fit(str(tmp_path / "d.zarr"))
+    ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
     assert on_store.best_params_ == ref.best_params_
     assert on_store.best_estimator_.input_grid_ is not None  # the refit saw the store's coordinates
     grid = dict(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2))
-    kernel = KernelOperatorCV(**grid).fit(str(tmp_path / "d.zarr"))
-    assert kernel.best_params_ == KernelOperatorCV(**grid).fit(U, V).best_params_
+    kernel = KernelOperatorCV(**staged(**grid)).fit(str(tmp_path / "d.zarr"))
+    assert kernel.best_params_ == KernelOperatorCV(**staged(**grid)).fit(U, V).best_params_
 
 
 @pytest.mark.parametrize(
@@ -510,10 +540,10 @@ def test_a_second_law_reaches_the_fine_stage_only_on_a_coarse_tie(monkeypatch, t
         random_state=0,
         refit=False,
     )
-    res = RandomFeatureOperatorCV(**kw).fit(U, V).cv_results_
+    res = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V).cv_results_
     assert set(res["family"][res["stage"] == "fine"]) == fine_laws
     one = (
-        RandomFeatureOperatorCV(finalists=1, **kw).fit(U, V).cv_results_
+        RandomFeatureOperatorCV(**staged(finalists=1, **kw)).fit(U, V).cv_results_
     )  # finalists caps the ties
     assert set(one["family"][one["stage"] == "fine"]) == {"rational_quadratic"}
 
@@ -523,12 +553,14 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
     U, _ = smooth_operator_data(300, 24)
     V = U @ np.random.default_rng(0).normal(size=(24, 6))
     cv = RandomFeatureOperatorCV(
-        n_features=1024,
-        distributions=("cauchy", "gaussian"),
-        gammas=(1.0, 4.0, 16.0, 64.0),
-        alphas=(1e-10, 1e-6),
-        random_state=0,
-        refit=False,
+        **staged(
+            n_features=1024,
+            distributions=("cauchy", "gaussian"),
+            gammas=(1.0, 4.0, 16.0, 64.0),
+            alphas=(1e-10, 1e-6),
+            random_state=0,
+            refit=False,
+        )
     ).fit(U, V)
     res = cv.cv_results_.to_dataframe()
     coarse = res[res.stage == "coarse"]
@@ -539,7 +571,8 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
         assert coarse[coarse.family == law].scale_multiple.min() < 1.0
     assert cv.best_params_["gamma"] < cv.median_scales_[cv.best_params_["distribution"]]
     # the fine stage: its winner is inside the multiples its law scored, or FINE_EXTEND refine steps
-    # (factor 2) past the coarse winner's refine grid were scored; the other finalist is not extended
+    # (factor 2) past the coarse winner's refine grid were scored; the other finalist is not
+    # extended
     fine = res[res.stage == "fine"]
     law = fine.loc[fine.mean_relative_l2.idxmin()].family
     for name, part in fine.groupby("family"):
@@ -555,8 +588,8 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
 def test_fine_stage_solves_only_the_alphas_around_the_coarse_winner_and_loses_nothing():
     U, V = _nonlinear_data(400)  # 320 training rows: one Cholesky per alpha of 5 beats an eigh
     kw = dict(n_features=600, distributions=("gaussian",), random_state=0, refit=False)
-    auto = RandomFeatureOperatorCV(**kw).fit(U, V)
-    full = RandomFeatureOperatorCV(alpha_path="eigh", **kw).fit(U, V)
+    auto = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
+    full = RandomFeatureOperatorCV(**staged(alpha_path="eigh", **kw)).fit(U, V)
     res = auto.cv_results_
     fine = res["stage"] == "fine"
     assert fine.any() and np.isnan(res["mean_test_score"][fine]).any()  # alphas left out
@@ -597,13 +630,13 @@ def test_dask_search_reads_each_chunk_once_and_the_refit_once_more():
 
     kw = dict(n_features=300, random_state=0, **SMALL)
     with dask.config.set(scheduler=counting):
-        search = RandomFeatureOperatorCV(refit=False, **kw).fit(Ud, Vd)
+        search = RandomFeatureOperatorCV(**staged(refit=False, **kw)).fit(Ud, Vd)
         assert (
             len(calls) == 1 and set(reads.values()) == {1} and len(reads) == 8
         )  # the median samples the read
-        search = RandomFeatureOperatorCV(**kw).fit(Ud, Vd)
+        search = RandomFeatureOperatorCV(**staged(**kw)).fit(Ud, Vd)
     assert set(reads.values()) == {3}  # twice per fit: the search, then the refit of the winner
-    assert search.median_scales_ == RandomFeatureOperatorCV(**kw).fit(U, V).median_scales_
+    assert search.median_scales_ == RandomFeatureOperatorCV(**staged(**kw)).fit(U, V).median_scales_
 
 
 def _logged_read(block, block_info=None, log=None):
@@ -618,9 +651,9 @@ def test_distributed_search_reads_each_chunk_once(cluster_client, tmp_path):
     log = str(tmp_path / "reads.txt")
     Ud = da.from_array(U, chunks=(40, -1)).map_blocks(_logged_read, dtype=U.dtype, log=log)
     with cluster_client.as_current():
-        lazy = RandomFeatureOperatorCV(n_features=300, random_state=0, refit=False, **SMALL).fit(
-            Ud, da.from_array(V, chunks=(40, -1))
-        )
+        lazy = RandomFeatureOperatorCV(
+            **staged(n_features=300, random_state=0, refit=False, **SMALL)
+        ).fit(Ud, da.from_array(V, chunks=(40, -1)))
     reads = sorted(int(line) for line in open(log))
     assert reads == [
         0,
@@ -628,11 +661,12 @@ def test_distributed_search_reads_each_chunk_once(cluster_client, tmp_path):
         2,
         3,
     ]  # the median heuristic samples the persisted inputs: no second read
-    ref = RandomFeatureOperatorCV(n_features=300, random_state=0, **SMALL).fit(U, V)
+    ref = RandomFeatureOperatorCV(**staged(n_features=300, random_state=0, **SMALL)).fit(U, V)
     assert lazy.median_scales_ == ref.median_scales_
 
 
-# ---------------------------------------------------------------------------------------------- growth of N
+# ----------------------------------------------------------------------------------------------
+# growth of N
 GROW = dict(
     n_features=256, max_features=2048, growth_tol=0.0, random_state=0, limit_gammas=None, **SMALL
 )
@@ -647,7 +681,7 @@ def test_growth_scores_equal_a_search_at_each_n():
     """Each growth checkpoint scores exactly what a one-stage search at that N, law and gamma
     scores (nested frequencies of one draw), and the refitted winner has the chosen N."""
     U, V = _nonlinear_data(200)
-    cv = RandomFeatureOperatorCV(**GROW).fit(U, V)
+    cv = RandomFeatureOperatorCV(**staged(**GROW)).fit(U, V)
     grown = _growth(cv)
     assert sorted(set(grown.n_features)) == [256, 512, 1024, 2048]
     law = cv.best_params_["distribution"]
@@ -662,13 +696,15 @@ def test_growth_scores_equal_a_search_at_each_n():
         if N not in set(grown[grown.scale_multiple == mult].n_features):
             continue  # that gamma stopped growing before N (no gain, or far behind the best)
         ref = RandomFeatureOperatorCV(
-            n_features=N,
-            distributions=(law,),
-            gammas=(mult,),
-            alphas=SMALL["alphas"],
-            coarse=None,
-            random_state=0,
-            refit=False,
+            **staged(
+                n_features=N,
+                distributions=(law,),
+                gammas=(mult,),
+                alphas=SMALL["alphas"],
+                coarse=None,
+                random_state=0,
+                refit=False,
+            )
         ).fit(U, V)
         mine = (
             grown[(grown.n_features == N) & (grown.scale_multiple == mult)]
@@ -693,7 +729,7 @@ def test_growth_drops_a_gamma_far_behind_and_extends_beyond_the_edge():
     from rfol_dask.rf_operator_cv import GROWTH_EXTEND
 
     U, V = _nonlinear_data(200)
-    cv = RandomFeatureOperatorCV(**dict(GROW, growth_refine=(1.0, 256.0))).fit(U, V)
+    cv = RandomFeatureOperatorCV(**staged(**dict(GROW, growth_refine=(1.0, 256.0)))).fit(U, V)
     grown, res = _growth(cv), cv.cv_results_.to_dataframe()
     searched = res.loc[res[res.stage == "full"].mean_relative_l2.idxmin()].scale_multiple
     assert sorted(set(grown[grown.scale_multiple == searched].n_features)) == [256, 512, 1024, 2048]
@@ -708,7 +744,7 @@ def test_growth_drops_a_gamma_far_behind_and_extends_beyond_the_edge():
         assert grown[grown.scale_multiple == far].mean_relative_l2.min() > 1.25 * best[256]
     assert sorted(set(grown.scale_multiple)) == [searched / 256, searched, 256 * searched]
     # two multiples far below the best: the growth walks up, one step of their grid at a time
-    low = RandomFeatureOperatorCV(**dict(GROW, growth_refine=(1 / 64, 1 / 16))).fit(U, V)
+    low = RandomFeatureOperatorCV(**staged(**dict(GROW, growth_refine=(1 / 64, 1 / 16)))).fit(U, V)
     grown = _growth(low)
     base = grown.scale_multiple.min() * 64
     np.testing.assert_allclose(
@@ -719,26 +755,28 @@ def test_growth_drops_a_gamma_far_behind_and_extends_beyond_the_edge():
 
 def test_growth_stops_when_a_doubling_gains_too_little_and_is_off_by_default():
     U, V = _nonlinear_data(200)
-    stopped = RandomFeatureOperatorCV(**dict(GROW, growth_tol=0.99)).fit(U, V)
+    stopped = RandomFeatureOperatorCV(**staged(**dict(GROW, growth_tol=0.99))).fit(U, V)
     assert sorted(set(_growth(stopped).n_features)) == [
         256,
         512,
     ]  # 512 cannot gain 99 %: stop there
-    plain = RandomFeatureOperatorCV(**dict(GROW, max_features=None)).fit(U, V)
+    plain = RandomFeatureOperatorCV(**staged(**dict(GROW, max_features=None))).fit(U, V)
     assert (
         "growth" not in set(plain.cv_results_["stage"]) and plain.best_params_["n_features"] == 256
     )
     assert "growth" not in set(
-        RandomFeatureOperatorCV(**dict(GROW, max_features=256)).fit(U, V).cv_results_["stage"]
+        RandomFeatureOperatorCV(**staged(**dict(GROW, max_features=256)))
+        .fit(U, V)
+        .cv_results_["stage"]
     )
     with pytest.raises(ValueError, match="max_features"):
-        RandomFeatureOperatorCV(max_features=0).fit(U, V)
+        RandomFeatureOperatorCV(**staged(max_features=0)).fit(U, V)
     # below the searched N (the largest of a sequence): an error, not a silent search without growth
     for n, top in ((256, 128), ((128, 512), 256)):
         with pytest.raises(
             ValueError, match=f"max_features={top} is below the searched n_features"
         ):
-            RandomFeatureOperatorCV(n_features=n, max_features=top).fit(U, V)
+            RandomFeatureOperatorCV(**staged(n_features=n, max_features=top)).fit(U, V)
 
 
 def test_limit_stage_scores_the_law_with_many_features_per_row():
@@ -749,10 +787,13 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
     from rfol_dask.rf_operator_cv import LIMIT_FEATURES_PER_ROW
 
     U, V = _nonlinear_data(200)
-    cv = RandomFeatureOperatorCV(**dict(GROW, limit_gammas="gammas", max_features=4096)).fit(U, V)
+    cv = RandomFeatureOperatorCV(
+        **staged(**dict(GROW, limit_gammas="gammas", max_features=4096))
+    ).fit(U, V)
     res = cv.cv_results_.to_dataframe()
     limit = res[res.stage == "limit"]
-    n_rows = 160  # all 160 training rows: max(200 coarse rows, 256 // 4, 160 // 4), at most the training rows
+    # all 160 training rows: max(200 coarse rows, 256 // 4, 160 // 4), at most the training rows
+    n_rows = 160
     assert set(limit.n_train_rows) == {n_rows} and set(limit.n_features) == {
         LIMIT_FEATURES_PER_ROW * n_rows
     }
@@ -761,13 +802,15 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
     mine = limit[limit.family == law]
     assert set(SMALL["gammas"]) <= set(mine.scale_multiple)
     ref = RandomFeatureOperatorCV(
-        n_features=LIMIT_FEATURES_PER_ROW * n_rows,
-        distributions=(law,),
-        gammas=tuple(sorted(set(mine.scale_multiple))),
-        alphas=SMALL["alphas"],
-        coarse=None,
-        random_state=0,
-        refit=False,
+        **staged(
+            n_features=LIMIT_FEATURES_PER_ROW * n_rows,
+            distributions=(law,),
+            gammas=tuple(sorted(set(mine.scale_multiple))),
+            alphas=SMALL["alphas"],
+            coarse=None,
+            random_state=0,
+            refit=False,
+        )
     ).fit(U, V)
     theirs = ref.cv_results_.to_dataframe().set_index(["scale_multiple", "alpha"]).mean_relative_l2
     np.testing.assert_allclose(
@@ -777,14 +820,16 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
     )
     assert "growth" == res.stage.iloc[-1]  # the growth rows come last: the winner is one of them
     few = RandomFeatureOperatorCV(
-        **dict(GROW, limit_gammas="gammas", n_features=2048, max_features=4096)
+        **staged(**dict(GROW, limit_gammas="gammas", n_features=2048, max_features=4096))
     ).fit(U[:100], V[:100])
     assert "limit" not in set(
         few.cv_results_["stage"]
     )  # 80 rows x 16 = 1280 features < 2048 searched
-    assert "limit" not in set(RandomFeatureOperatorCV(**GROW).fit(U, V).cv_results_["stage"])
+    assert "limit" not in set(
+        RandomFeatureOperatorCV(**staged(**GROW)).fit(U, V).cv_results_["stage"]
+    )
     with pytest.raises(ValueError, match="limit_gammas"):
-        RandomFeatureOperatorCV(**dict(GROW, limit_gammas=(1.0, -2.0))).fit(U, V)
+        RandomFeatureOperatorCV(**staged(**dict(GROW, limit_gammas=(1.0, -2.0)))).fit(U, V)
 
 
 def test_limit_stage_rows_are_at_least_a_fraction_of_the_training_rows(monkeypatch):
@@ -794,7 +839,7 @@ def test_limit_stage_rows_are_at_least_a_fraction_of_the_training_rows(monkeypat
     U, V = _nonlinear_data(400)  # 320 training rows; coarse rows max(200, 40) = 200, N / 4 = 64
     monkeypatch.setattr(mod, "LIMIT_ROWS_FRACTION", 0.75)
     cv = RandomFeatureOperatorCV(
-        **dict(GROW, limit_gammas=(1.0,), distributions=("gaussian",), max_features=8192)
+        **staged(**dict(GROW, limit_gammas=(1.0,), distributions=("gaussian",), max_features=8192))
     ).fit(U, V)
     res = cv.cv_results_.to_dataframe()
     limit = res[res.stage == "limit"]
@@ -807,7 +852,7 @@ def test_limit_gamma_outside_the_growth_multiples_grows_beside_them():
     growing while far behind the searched gamma at small N (they would be dropped if held to it)."""
     U, V = _nonlinear_data(200)
     far = 64.0  # outside 0.25 ... 4 (SMALL's gammas) times 0.5 ... 2
-    cv = RandomFeatureOperatorCV(**dict(GROW, limit_gammas=(far,))).fit(U, V)
+    cv = RandomFeatureOperatorCV(**staged(**dict(GROW, limit_gammas=(far,)))).fit(U, V)
     grown, res = _growth(cv), cv.cv_results_.to_dataframe()
     limit = res[res.stage == "limit"]
     law = limit.loc[limit.mean_relative_l2.idxmin()].family
@@ -839,7 +884,9 @@ def test_growth_groups_count_every_splits_running_sums(monkeypatch):
         return real(self, X, Y, splits, client, law, N0, mults, *args)
 
     monkeypatch.setattr(rf_operator_cv.RandomFeatureOperatorCV, "_grow", grow)
-    cv = RandomFeatureOperatorCV(**dict(GROW, cv=3, refit=False, max_gram_bytes=budget)).fit(U, V)
+    cv = RandomFeatureOperatorCV(
+        **staged(**dict(GROW, cv=3, refit=False, max_gram_bytes=budget))
+    ).fit(U, V)
     assert (
         "growth" in set(cv.cv_results_["stage"]) and sum(grown) >= 9
     )  # the three gammas were grown
@@ -848,8 +895,8 @@ def test_growth_groups_count_every_splits_running_sums(monkeypatch):
 
 def test_growth_on_dask_input_equals_numpy():
     U, V = _nonlinear_data(200)
-    ref = RandomFeatureOperatorCV(**GROW).fit(U, V)
-    lazy = RandomFeatureOperatorCV(**GROW).fit(
+    ref = RandomFeatureOperatorCV(**staged(**GROW)).fit(U, V)
+    lazy = RandomFeatureOperatorCV(**staged(**GROW)).fit(
         da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
     )
     assert lazy.best_params_ == ref.best_params_
@@ -868,9 +915,9 @@ def test_distributed_growth_equals_numpy(cluster_client, refine, limit):
     limit stage and its anchor) scores what the numpy search scores."""
     U, V = _nonlinear_data(200)
     kw = dict(GROW, max_features=4096, refit=False, growth_refine=refine, limit_gammas=limit)
-    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
     with cluster_client.as_current():
-        lazy = RandomFeatureOperatorCV(**kw).fit(
+        lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(
             da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
         )
     assert lazy.best_params_ == ref.best_params_
@@ -899,7 +946,7 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
         functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
     )
     kw = dict(GROW, refit=False, growth_refine=(1.0,), gammas=(1.0,), distributions=("cauchy",))
-    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
     with (
         LocalCluster(
             n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0"
@@ -907,7 +954,7 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
         Client(c) as client,
         get_task_stream() as ts,
     ):
-        lazy = RandomFeatureOperatorCV(**kw).fit(
+        lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(
             da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
         )
         workers = sorted(client.scheduler_info()["workers"])
@@ -919,7 +966,8 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
     from dask.utils import key_split
 
     new_sums = Counter(t["worker"] for t in ts.data if key_split(t["key"]) == "sum_validation")
-    # checkpoint 1024: workers 0 and 1 hold sums (one new sum); 2048: all four (two new ones, then in place)
+    # checkpoint 1024: workers 0 and 1 hold sums (one new sum); 2048: all four (two new ones, then
+    # in place)
     assert new_sums == {workers[0]: 2, workers[2]: 1}
 
 
@@ -929,7 +977,8 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
     monkeypatch, cv
 ):
     """The growth's first worker holds its running sum of every split (what the groups count) and,
-    while a split is summed, that split's new sum and the one that comes over: the copy it fetched of
+    while a split is summed, that split's new sum and the one that comes over: the copy it fetched
+    of
     its neighbour's running sum stayed there while the sum was kept (four Grams with one split), and
     every split was summed at once (twelve with three, where it now holds five)."""
     import functools
@@ -949,7 +998,7 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
     kw = dict(
         GROW, refit=False, growth_refine=(1.0,), gammas=(1.0,), distributions=("cauchy",), cv=cv
     )
-    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
     splits, M_t = (
         (1, 160) if cv is None else (3, 133)
     )  # the smallest training split (KFold: 133, 133, 134 rows)
@@ -960,7 +1009,7 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
         Client(c) as client,
         held_arrays(client, 8 * M_t * M_t) as peaks,
     ):
-        lazy = RandomFeatureOperatorCV(**kw).fit(
+        lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(
             da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
         )
         first = sorted(client.scheduler_info()["workers"])[0]
@@ -974,7 +1023,8 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
 @pytest.mark.cluster
 def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
     """With one split the growth's first worker holds three Gram pairs a gamma while it sums (its
-    running sum, the new sum and the one that comes over): groups sized for the running sums alone in
+    running sum, the new sum and the one that comes over): groups sized for the running sums alone
+    in
     half the budget (three gammas where it holds 6.2 pairs) held nine pairs, 1.5 times the budget."""
     import functools
 
@@ -1001,7 +1051,7 @@ def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
         distributions=("cauchy",),
         max_gram_bytes=6.2 * per,
     )
-    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
     with (
         LocalCluster(
             n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
@@ -1009,7 +1059,7 @@ def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
         Client(c) as client,
         held_arrays(client, 8 * 160 * 160) as peaks,
     ):
-        lazy = RandomFeatureOperatorCV(**kw).fit(
+        lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(
             da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
         )
     np.testing.assert_allclose(
@@ -1057,7 +1107,7 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
         max_gram_bytes=budget,  # 3.6 MB: groups of one gamma
         gammas=(0.25, 1.0, 4.0, 16.0) if cv is None else (1.0,),
     )
-    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
     M_t = (
         320 if cv is None else 300
     )  # training rows (the cross-Grams, of 80 or 100 rows, are smaller)
@@ -1069,7 +1119,7 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
         held_arrays(client, 8 * M_t * M_t) as peaks,
         fetched_keys(client) as fetched,
     ):
-        lazy = RandomFeatureOperatorCV(**kw).fit(
+        lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(
             da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
         )
         first = sorted(client.scheduler_info()["workers"])[0]
@@ -1083,15 +1133,16 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
     } == {first}
 
 
-# ---------------------------------------------------------------------------------------------- sketched scores
+# ----------------------------------------------------------------------------------------------
+# sketched scores
 def test_scores_on_an_output_sketch_estimate_the_exact_ones_and_refit_on_all_outputs():
     """score_outputs=k scores the search on k Gaussian combinations of the outputs: close to the
     exact scores, the same winner here, a refit on every output; k >= m changes nothing."""
     U, V = _nonlinear_data(300)
     V = np.concatenate([V, np.sin(3 * V), np.cos(2 * V), V**2], axis=1)  # m = 4 x the base outputs
     kw = dict(n_features=400, random_state=0, **SMALL)
-    exact = RandomFeatureOperatorCV(**kw).fit(U, V)
-    sketched = RandomFeatureOperatorCV(score_outputs=32, **kw).fit(U, V)  # of m = 96
+    exact = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
+    sketched = RandomFeatureOperatorCV(**staged(score_outputs=32, **kw)).fit(U, V)  # of m = 96
     assert V.shape[1] > 32
     assert sketched.best_params_ == exact.best_params_
     np.testing.assert_allclose(
@@ -1102,21 +1153,21 @@ def test_scores_on_an_output_sketch_estimate_the_exact_ones_and_refit_on_all_out
     )  # a sketch, not the exact scores
     assert sketched.best_estimator_.coef_.shape == exact.best_estimator_.coef_.shape
     np.testing.assert_allclose(sketched.predict(U[:5]), exact.predict(U[:5]))
-    same = RandomFeatureOperatorCV(score_outputs=V.shape[1], **kw).fit(U, V)
+    same = RandomFeatureOperatorCV(**staged(score_outputs=V.shape[1], **kw)).fit(U, V)
     np.testing.assert_array_equal(
         same.cv_results_["mean_relative_l2"], exact.cv_results_["mean_relative_l2"]
     )
     with pytest.raises(ValueError, match="score_outputs"):
-        RandomFeatureOperatorCV(score_outputs=0).fit(U, V)
+        RandomFeatureOperatorCV(**staged(score_outputs=0)).fit(U, V)
 
 
 @pytest.mark.slow
 def test_sketched_scores_on_a_cluster_equal_numpy(cluster_client):
     U, V = _nonlinear_data(200)
     kw = dict(n_features=300, random_state=0, score_outputs=2, refit=False, **SMALL)
-    ref = RandomFeatureOperatorCV(**kw).fit(U, V)
+    ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
     with cluster_client.as_current():
-        lazy = RandomFeatureOperatorCV(**kw).fit(
+        lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(
             da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
         )
     np.testing.assert_allclose(
@@ -1127,7 +1178,7 @@ def test_sketched_scores_on_a_cluster_equal_numpy(cluster_client):
 def test_best_index_points_at_the_winning_row():
     U, V = _nonlinear_data(60)
     search = RandomFeatureOperatorCV(
-        n_features=60, distributions=("cauchy",), random_state=0, refit=False
+        **staged(n_features=60, distributions=("cauchy",), random_state=0, refit=False)
     ).fit(U, V)
     assert search.cv_results_["mean_test_score"][search.best_index_] == search.best_score_
     assert search.cv_results_["alpha"][search.best_index_] == search.best_params_["alpha"]
@@ -1140,7 +1191,7 @@ def test_best_params_refit_the_winner_of_a_law_with_a_shape(law):
     another model without a word, and a Student-t winner's raised 'needs the degrees of freedom'."""
     U, V = _nonlinear_data(60)
     search = RandomFeatureOperatorCV(
-        n_features=40, distributions=(law,), nu=0.5, random_state=0
+        **staged(n_features=40, distributions=(law,), nu=0.5, random_state=0)
     ).fit(U, V)
     assert search.best_params_["nu"] == 0.5
     again = RandomFeatureOperator(**search.best_params_, random_state=search.random_state_).fit(
@@ -1148,7 +1199,7 @@ def test_best_params_refit_the_winner_of_a_law_with_a_shape(law):
     )
     np.testing.assert_array_equal(again.predict(U[:5]), search.predict(U[:5]))
     other = RandomFeatureOperatorCV(
-        n_features=40, distributions=("cauchy",), nu=0.5, random_state=0
+        **staged(n_features=40, distributions=("cauchy",), nu=0.5, random_state=0)
     ).fit(U, V)
     assert "nu" not in other.best_params_  # a law that takes none
 
@@ -1162,88 +1213,97 @@ def _duplicated_rows(seed):
     return U, np.sin(U) @ np.ones((3, 2))
 
 
-def test_searches_refitting_in_two_threads_each_record_their_raised_ridge(monkeypatch):
-    """_refit_best recorded the raised ridge with warnings.catch_warnings, which swaps process-wide
-    state (before Python 3.14): with two refits overlapping, the first one's warning went to the
-    second's record, the second's leaked to the user, and the second's exit left the process's
-    warnings going to a dead record. The refits are ordered here so that they overlap so."""
-    import threading
-    import warnings
+@pytest.mark.parametrize("search", ["kernel", "rf"])
+def test_the_refit_is_the_model_the_search_validated(search):
+    """float32 input: the searches validate in float64 and refitted the winner in float32, whose
+    Cholesky could not take the validated ridge (a Gram singular to rounding): the refit raised
+    it (1e-12 to 1e-5 here) and best_params_ named the raised ridge, a model never validated
+    (test errors 1.6-6x worse on Navier-Stokes and Helmholtz). The refit is now the validated
+    model: its parameters are best_params_, and refitted on the search's training rows it
+    scores the validation error reported."""
+    from sklearn.base import clone
 
-    from rfol_dask.baselines import KernelOperator, KernelOperatorCV
-
-    kw = dict(
-        kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12,), coarse=None, dtype="float32"
-    )
-    data = {name: _duplicated_rows(seed) for name, seed in (("first", 0), ("second", 1))}
-    expected = {
-        name: KernelOperatorCV(**kw).fit(*data[name]).best_params_["nugget"] for name in data
-    }
-    assert all(v > 1e-12 for v in expected.values())  # both refits raise the nugget
-
-    first_in, second_in, first_done = threading.Event(), threading.Event(), threading.Event()
-    fit = KernelOperator.fit
-
-    def ordered_fit(
-        self, *args, **kwargs
-    ):  # the refits: first enters, second enters, first ends, second ends
-        if threading.current_thread().name == "first":
-            first_in.set()
-            assert second_in.wait(30)
-        else:
-            assert first_in.wait(30)
-            second_in.set()
-            assert first_done.wait(30)
-        return fit(self, *args, **kwargs)
-
-    monkeypatch.setattr(KernelOperator, "fit", ordered_fit)
-    searches, errors = {}, []
-
-    def run(name):
-        try:
-            searches[name] = KernelOperatorCV(**kw).fit(*data[name])
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            if name == "first":
-                first_done.set()
-
-    filters, show = list(warnings.filters), warnings.showwarning
-    with warnings.catch_warnings(
-        record=True
-    ) as caught:  # set before the threads start, reset after they end
-        warnings.simplefilter("always")
-        threads = [threading.Thread(target=run, args=(name,), name=name) for name in data]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        warnings.warn("after the searches", UserWarning)
-    assert not errors, errors
-    assert {name: s.best_params_["nugget"] for name, s in searches.items()} == expected
-    assert {name: s.best_estimator_.nugget for name, s in searches.items()} == expected
-    assert [str(w.message) for w in caught] == [
-        "after the searches"
-    ]  # no ridge leaked; warnings still recorded
-    assert warnings.filters == filters and warnings.showwarning is show
-
-
-def test_best_score_is_the_scored_candidate_s_where_the_refit_raises_the_ridge():
-    """best_score_ and best_index_ are the searched winner's (its row of cv_results_, the nugget
-    scored), while best_params_ holds the ridge the refit used: they differ in the nugget alone."""
     from rfol_dask.baselines import KernelOperatorCV
 
-    search = KernelOperatorCV(
-        kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12,), coarse=None, dtype="float32"
-    ).fit(*_duplicated_rows(0))
-    row = {k: v[search.best_index_] for k, v in search.cv_results_.items()}
-    assert search.best_score_ == row["mean_test_score"] and row["nugget"] == 1e-12
-    assert search.best_params_ == {
-        "kernel": "rbf",
-        "length_scale": row["length_scale"],
-        "nugget": search.best_estimator_.nugget,
+    U, V = (a.astype(np.float32) for a in _duplicated_rows(0))
+    cv = (
+        KernelOperatorCV(kernels=("rbf",), length_scales=(1.0,), nuggets=(1e-12, 1e-6))
+        if search == "kernel"
+        else RandomFeatureOperatorCV(n_features=200, distributions=("gaussian",), random_state=0)
+    ).fit(U, V)
+    name = "nugget" if search == "kernel" else "alpha"
+    row = {k: v[cv.best_index_] for k, v in cv.cv_results_.items()}
+    assert cv.best_params_[name] == row[name] == cv.best_estimator_.get_params()[name]
+    assert cv.best_params_.items() <= cv.best_estimator_.get_params().items()
+    train, valid = np.arange(64), np.arange(64, 80)  # the default split: the last 20 %
+    again = clone(cv.best_estimator_).fit(U[train], V[train])
+    error = relative_l2_error(V[valid], again.predict(U[valid]))
+    assert error == pytest.approx(row["mean_relative_l2"], rel=1e-6)
+
+
+def test_default_searches_are_unchanged_by_the_grouped_stage_settings():
+    """The stage settings moved into stages= and the refit's into refit=: a default search gives
+    the best_params_ and cv_results_ it gave with the flat parameters (recorded before)."""
+    from rfol_dask.baselines import KernelOperatorCV
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((300, 8))
+    V = np.sin(U) @ rng.standard_normal((8, 5))
+    before = {
+        "rf": (
+            {
+                "distribution": "cauchy",
+                "gamma": 0.014012922323760462,
+                "alpha": 1e-11,
+                "n_features": 200,
+            },
+            594,
+            -0.05878985025098904,
+        ),
+        "grow": (
+            {
+                "distribution": "cauchy",
+                "gamma": 0.014012922323760462,
+                "alpha": 1e-08,
+                "n_features": 512,
+            },
+            1440,
+            -0.0342495889069176,
+        ),
+        "kernel": (
+            {"kernel": "inverse_quadratic", "nugget": 1e-07, "length_scale": 15.388721150810634},
+            378,
+            -0.08496277101776474,
+        ),
     }
-    assert search.best_params_["nugget"] > 1e-12
+    searches = {
+        "rf": RandomFeatureOperatorCV(n_features=200, random_state=0, refit=False),
+        "grow": RandomFeatureOperatorCV(
+            n_features=128, max_features=512, random_state=0, refit=False
+        ),
+        "kernel": KernelOperatorCV(refit=False),
+    }
+    for name, cv in searches.items():
+        params, n_rows, score = before[name]
+        cv.fit(U, V)
+        assert cv.best_params_.keys() == params.keys()
+        for k, v in params.items():
+            assert cv.best_params_[k] == pytest.approx(v, rel=1e-9)
+        assert len(cv.cv_results_["stage"]) == n_rows
+        assert cv.best_score_ == pytest.approx(score, rel=1e-6)
+
+
+def test_a_float32_refit_is_searched_above_the_rounding_of_float32():
+    """dtype="float32": the refit cannot take a nugget below the rounding floor of float32 (a
+    float32 Cholesky raised 1e-12 to 5e-6 here), so none is scored: a grid all below it is
+    refused, and the winner above it is the model refitted."""
+    from rfol_dask.baselines import KernelOperatorCV
+
+    kw = dict(kernels=("rbf",), length_scales=(1.0,), stages={"coarse": None}, dtype="float32")
+    with pytest.raises(ValueError, match="below the rounding floor"):
+        KernelOperatorCV(nuggets=(1e-12,), **kw).fit(*_duplicated_rows(0))
+    search = KernelOperatorCV(nuggets=(1e-12, 1e-4), **kw).fit(*_duplicated_rows(0))
+    assert search.best_params_["nugget"] == search.best_estimator_.nugget == 1e-4
 
 
 @pytest.mark.parametrize("make", ["rf", "kernel"])
@@ -1260,9 +1320,11 @@ def test_folds_whose_validation_outputs_are_all_zero_are_left_out_with_a_warning
 
     U, y = load_iris(return_X_y=True)
     make_search = {
-        "rf": lambda **kw: RandomFeatureOperatorCV(n_features=100, random_state=0, **SMALL, **kw),
+        "rf": lambda **kw: RandomFeatureOperatorCV(
+            **staged(n_features=100, random_state=0, **SMALL, **kw)
+        ),
         "kernel": lambda **kw: KernelOperatorCV(
-            length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2), **kw
+            **staged(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2), **kw)
         ),
     }[make]
     with pytest.warns(
@@ -1306,11 +1368,12 @@ def test_folds_with_all_zero_outputs_are_left_out_of_a_search_on_the_workers(clu
     U, y = load_iris(return_X_y=True)
     kw = dict(n_features=100, random_state=0, cv=5, **SMALL)
     with cluster_client.as_current(), pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
-        lazy = RandomFeatureOperatorCV(**kw).fit(
+        lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(
             da.from_array(U, chunks=50), da.from_array(y.astype(float), chunks=50)
         )
     assert lazy.n_splits_ == 4
     with pytest.warns(UserWarning, match=r"cv split\(s\) 0 of 5"):
         assert (
-            lazy.best_params_ == RandomFeatureOperatorCV(**kw).fit(U, y.astype(float)).best_params_
+            lazy.best_params_
+            == RandomFeatureOperatorCV(**staged(**kw)).fit(U, y.astype(float)).best_params_
         )

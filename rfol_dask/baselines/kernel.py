@@ -1,21 +1,15 @@
 """KernelOperator: exact kernel ridge regression for operators (one scalar kernel shared by all
-output components, as in Batlle et al. 2024), on the same dual Gram / Cholesky / column-block
-machinery as the random-feature model (``rfol_dask.solve.in_memory.dual_numpy`` and ``rfol_dask.solve.tiled.dual_graph``).
+output components, as in Batlle et al. 2024), on the random-feature model's dual machinery
+(:func:`rfol_dask.solve.in_memory.dual_numpy`, :func:`rfol_dask.solve.tiled.dual_graph`).
 
 Model: ``v(u) = k(u, U_train) Beta + c0`` with ``(H K H + nugget I) Beta = V - vbar`` when fitting
-an intercept (``H`` centres in feature space, as the random-feature model does). Optional input
-PCA (``n_components``) replaces each input by its leading principal scores.
-
-The linear kernel with fewer input dimensions ``p`` than samples ``M`` is solved in the primal
-instead, ``(X_c^T X_c + nugget I) W = X_c^T V_c`` (the same ridge solution, ``v(u) = u W + c0``),
-on the random-feature primal's pieces (:func:`rfol_dask.gram.linear_partial`,
-:func:`rfol_dask.factor.primal_factor`, :func:`rfol_dask.solve.primal.solve_primal`): its dual
-Gram has rank at most ``p``, and the dual solve divides the outputs' part outside the inputs'
-span by the nugget only for ``X^T Beta`` to cancel it again, losing about ``log10(1 / nugget)``
-digits (1e-3 relative at nugget 1e-10 against scikit-learn's ``Ridge``). With ``p >= M`` the
-fit solves the dual by an eigendecomposition that leaves out the directions of rounding
-(:func:`linear_dual`; for dask input in one task, on one worker), where the Cholesky solve lost
-the same digits on rank-deficient inputs.
+an intercept (``H`` centres in feature space). Optional input PCA (``n_components``,
+``pca_power``) replaces each input by its (weighted) principal scores. Where a Cholesky
+factorisation cannot take the nugget, the dual is solved by an eigendecomposition
+(:func:`eigen_dual`), as the search scores it. The linear kernel on fewer inputs ``p`` than
+samples is solved in the primal, ``(X_c^T X_c + nugget I) W = X_c^T V_c`` (its rank-``p`` dual
+loses ``log10(1 / nugget)`` digits); with ``p >= M`` by :func:`eigen_dual` without the
+directions of rounding.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ from .. import backend
 from ..estimator import OperatorEstimator
 from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
 from ..gram import check_finite, linear_partial, linear_shifts
-from ..linalg import blas_limits, factor_threads, ridge_name
+from ..linalg import blas_limits, factor_threads, recorded_ridges, ridge_name
 from ..memory import (
     ROW_BLOCK_BYTES,
     check_gram_memory,
@@ -65,7 +59,7 @@ from ..tuning import (
 )
 from .kernels import KERNELS, kernel_tile
 
-__all__ = ["KernelOperator", "linear_dual", "pca", "transform_inputs"]
+__all__ = ["KernelOperator", "eigen_dual", "pca", "transform_inputs"]
 
 
 def transform_inputs(U, start, mean, components, dtype):
@@ -146,7 +140,8 @@ def pca(U, n_components, power=None):
     )
     if bad.size:  # the eigensolver would not converge: named as the fit's own check names them
         raise ValueError(
-            f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop or "
+            f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop "
+            "or "
             "fill those samples before fitting"
         )
     return pca_from_scatter(mean, scatter, n_components, power)
@@ -169,48 +164,40 @@ def pca_from_scatter(mean, scatter, n_components, power=None):
     )
 
 
-def linear_dual(X, V, *, alpha, fit_intercept):
-    """The linear kernel's dual, ``(DualFactor, centred Beta (M, m))``, by one
-    eigendecomposition of the centred Gram ``X_c X_c^T = Q diag(lam) Q^T`` (M, M) with the
-    directions whose eigenvalue is within the bound of its rounding left out (``eps trace`` of
-    the uncentred ``X X^T``, :func:`rfol_dask.tuning.rounding_floor`):
-    ``Beta = Q_r (lam_r + alpha)^-1 Q_r^T (V - vbar)``.
-
-    With more inputs ``p`` than samples ``M`` (else the primal is solved) on rank-deficient
-    inputs, the Cholesky solve divided the outputs' part outside the inputs' span by the nugget
-    and the prediction ``x X^T Beta`` cancelled it again in products of uncentred inputs, losing
-    about ``log10(1 / nugget)`` digits against scikit-learn's ``Ridge(solver="svd")`` (3e-4 at
-    nugget 1e-10 on inputs of rank 5); outside the span the exact ``Beta`` has no effect on any
-    prediction (``X_c^T`` annihilates it), so leaving it out changes the model by rounding only.
-    ``X`` (M, p), ``V`` (M, m). Cost ``M^2 p`` (Gram) and an ``eigh`` (about 9 Cholesky
-    factorisations), on :func:`rfol_dask.linalg.factor_threads` BLAS threads (a dask fit's
-    task, on its worker, as the factorisation); memory the Gram and its eigenvectors, ``2 M^2``."""
+def eigen_dual(X, V, tile=None, *, alpha, fit_intercept):
+    """The dual by one eigendecomposition of the centred Gram, ``(DualFactor, centred Beta
+    (M, m))``: ``H K H = Q diag(lam) Q^T`` and ``Beta = Q (lam_+ + alpha)^-1 Q^T (V - vbar)``, the
+    solution the searches score (:class:`rfol_dask.tuning.EigenPath`: eigenvalues below zero are
+    rounding, set to zero), for any ``alpha > 0``, where a Cholesky factorisation of
+    ``H K H + alpha I`` may fail on the Gram's rounding. ``K = tile(X, X, True)``; ``tile=None``:
+    the linear kernel ``X X^T``, whose directions with an eigenvalue within the bound of its
+    rounding (``eps trace`` of ``K``, :func:`rfol_dask.tuning.rounding_floor`) are left out:
+    with more inputs than samples on rank-deficient inputs, the solve divided the outputs' part
+    outside the inputs' span by the nugget and the prediction cancelled it again, losing about
+    ``log10(1 / nugget)`` digits against scikit-learn's ``Ridge(solver="svd")``; outside the span
+    ``Beta`` has no effect on any prediction. ``X`` (M, p), ``V`` (M, m). Cost the Gram and an
+    ``eigh`` (about 9 Cholesky factorisations) on :func:`rfol_dask.linalg.factor_threads` BLAS
+    threads; memory the Gram and its eigenvectors, ``2 M^2``."""
     from ..solve.in_memory import _checked
 
     V = _checked(V, X)
     xp = backend.namespace(X)
     M = X.shape[0]
-    with blas_limits(
-        factor_threads()
-    ):  # a task of a dask fit borrows its host's idle cores, as the factor does
-        K = (X @ X.T).T  # Fortran order on numpy, as eigh and centre_gram work in place
+    with blas_limits(factor_threads()):
+        K = (X @ X.T).T if tile is None else backend.as_fortran(tile(X, X, True))
         r = xp.sum(K, axis=1)
-        floor = rounding_floor(
-            K, bound=True
-        )  # of the uncentred Gram, whose entries the centring subtracts
+        floor = rounding_floor(K, bound=True) if tile is None else None
         if fit_intercept:
             backend.centre_gram(K, r / M, xp.sum(r) / M**2)
         lam, Q = eigh_above(K, floor)
         del K
         vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
-        Beta = Q @ (
-            (Q.T @ (V - vbar)) / (lam + alpha)[:, None]
-        )  # (M, m); zero if every eigenvalue is rounding
+        lam = xp.maximum(lam, xp.zeros_like(lam))
+        Beta = Q @ ((Q.T @ (V - vbar)) / (lam + alpha)[:, None])
     if fit_intercept:
         Beta -= xp.mean(Beta, axis=0)
-    return DualFactor(
-        L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha)
-    ), Beta
+    fac = DualFactor(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha))
+    return fac, Beta
 
 
 def _block_moments(X):
@@ -231,9 +218,11 @@ class KernelOperator(OperatorEstimator):
 
     Parameters
     ----------
-    kernel : {"rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "linear"}, default="rbf"
+    kernel : {"rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "linear"}, \
+default="rbf"
         Scalar kernel of the (flattened, optionally PCA-reduced) input functions; see
-        :mod:`rfol_dask.baselines.kernels`. ``"linear"`` is the linear baseline (ridge on raw inputs).
+        :mod:`rfol_dask.baselines.kernels`. ``"linear"`` is the linear baseline (ridge on raw
+        inputs).
     length_scale : float or "median", default="median"
         Kernel length scale ``l`` (ignored by ``"linear"``). ``"median"``: ``l = median
         ||x_i - x_j||_2`` over a sample of at most 2000 training inputs (seed 0; after PCA if any;
@@ -268,7 +257,8 @@ class KernelOperator(OperatorEstimator):
     X_train_ : ndarray of shape (M, p) or None
         Training inputs (``p = n``, or the PCA scores: ``p = n_components``), needed to predict;
         the model's own copy (as scikit-learn's ``GaussianProcessRegressor(copy_X_train=True)``:
-        changing the caller's array afterwards does not change the model); None where the linear kernel is fitted in the primal (``p < M``: see ``coef_``).
+        changing the caller's array afterwards does not change the model); None where the linear
+        kernel is fitted in the primal (``p < M``: see ``coef_``).
     dual_coef_ : ndarray of shape (M, m) or None
         Dual coefficients ``Beta`` (``m`` output grid points); None where the linear kernel is
         fitted in the primal.
@@ -278,7 +268,7 @@ class KernelOperator(OperatorEstimator):
         the primal, where the rank-deficient dual loses precision at small nuggets);
         predictions are ``x W + intercept_`` (``x`` the inputs, or their PCA scores). None for
         the other kernels and for the linear kernel with ``p >= M`` (fitted in the dual; with a
-        nugget by :func:`linear_dual`, an ``eigh`` that leaves out the Gram's directions of
+        nugget by :func:`eigen_dual`, an ``eigh`` that leaves out the Gram's directions of
         rounding: for dask input in one task, where its worker holds the Gram with the
         eigenvectors, inputs and outputs, else by the blocked Cholesky factorisation).
     intercept_ : ndarray of shape (m,)
@@ -288,20 +278,25 @@ class KernelOperator(OperatorEstimator):
     pca_components_ : ndarray of shape (n, p) or None
         Leading principal directions of the training inputs, weighted with ``pca_power`` (None
         without ``n_components`` and ``pca_power``).
-    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     length_scale_ : float
-        The length scale used (``length_scale``, or its median-heuristic value; 1.0 for ``"linear"``).
+        The length scale used (``length_scale``, or its median-heuristic value; 1.0 for
+        ``"linear"``).
     kernel_ : str
-        The kernel fitted (``kernel`` at fit time): ``predict`` uses it, so a ``set_params(kernel=...)``
+        The kernel fitted (``kernel`` at fit time): ``predict`` uses it, so a
+        ``set_params(kernel=...)``
         after the fit changes nothing until the next fit, as for every other parameter.
 
     Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
     does not fit one) plus the training inputs. The fitted arrays, which a dask fit gathers into
     this process, are checked against its available memory before any work
-    (:func:`rfol_dask.memory.check_host_memory`, whatever ``max_gram_bytes``). Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
+    (:func:`rfol_dask.memory.check_host_memory`, whatever ``max_gram_bytes``). Cost: ``M^2 n``
+    (Gram) + ``M^3 / 3`` + ``2 M^2 m``.
     The linear kernel with ``p < M``: the ``p x p`` Gram (one per worker thread for dask input,
     summed over row blocks as the random-feature primal sums its Gram) plus one row block;
     cost ``M p^2 + 2 M p m`` + ``p^3 / 3`` + ``2 p^2 m``. With ``p >= M`` and a nugget: the
@@ -362,7 +357,8 @@ class KernelOperator(OperatorEstimator):
         )
 
     def _older_scalars(self):
-        """Models saved before ``kernel_`` was kept were fitted with the kernel of their parameters."""
+        """Models saved before ``kernel_`` was kept were fitted with the kernel of their
+        parameters."""
         return {"kernel_": self.kernel}
 
     def _resolve_length_scale(self, U, transform):
@@ -387,11 +383,12 @@ class KernelOperator(OperatorEstimator):
         return ell
 
     def _primal(self, M, p):
-        """Whether the fit solves in the primal: the linear kernel on ``p < M`` inputs (PCA scores)."""
+        """Whether the fit solves in the primal: the linear kernel on ``p < M`` inputs (PCA
+        scores)."""
         return self.kernel == "linear" and p < M
 
     def _eigen_dual(self):
-        """Whether the dual is solved by :func:`linear_dual` (the linear kernel with a nugget; a dask
+        """Whether the dual is solved by :func:`eigen_dual` (the linear kernel with a nugget; a dask
         fit where it fits one worker, else blocked: :meth:`_solve`)."""
         return self.kernel == "linear" and self.nugget > 0
 
@@ -404,7 +401,8 @@ class KernelOperator(OperatorEstimator):
         return n if self.n_components is None else min(n, int(self.n_components))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
-        """ValueError when the fitted model would not fit this process (:meth:`_check_model_memory`),
+        """ValueError when the fitted model would not fit this process
+        (:meth:`_check_model_memory`),
         or the in-memory fit's ``M x M`` Gram of ``U`` (M, n) in ``dtype`` exceeds
         the memory budget (:func:`rfol_dask.memory.check_gram_memory`; on a GPU, its share of the
         GPU's); a dask fit's Gram is not refused for memory (a Gram that does not fit one worker is
@@ -511,29 +509,35 @@ class KernelOperator(OperatorEstimator):
             X = transform(U, 0)
             if (
                 X is U
-            ):  # the caller's array, maybe (validated without a copy): kept as it is now, not as it will be
+                # the caller's array, maybe (validated without a copy): kept as it is now, not as it
+                # will be
+            ):
                 X = backend.copy(X)
-            solve = (
-                linear_dual
-                if self._eigen_dual()
-                else functools.partial(dual_numpy, tile=self._tile())
-            )
-            fac, Beta = solve(X, V, alpha=alpha, fit_intercept=self.fit_intercept)
+            fac, Beta = self._dual_in_memory(X, V, dtype, alpha)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
             return
-        client = active_client()
+        self._solve_lazy(U, V, dtype, transform, alpha)
+
+    def _solve_lazy(self, U, V, dtype, transform, alpha):
+        """The dual of dask input: the eigen solve of the linear kernel in one task where its
+        worker holds it, else the tiled Gram factorised (blocked where it does not fit a worker)
+        with the jitter policy's raised ridges."""
+        M, client = U.shape[0], active_client()
         m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
         Ub, Vb, starts, cols = row_blocks(
             U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS, row_bytes=U.shape[1] * size
         )
-        # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the Gram; the
-        # chain that assembles it a row of tiles (tiled.dual_graph): one Gram more with one row block
+        # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the
+        # Gram; the
+        # chain that assembles it a row of tiles (tiled.dual_graph): one Gram more with one row
+        # block
         held, what = (
             (M * (M + self._width(U.shape[1]) + m) * size, "the data")
             if eigen
             else (int(max(np.diff(starts))) * M * size, "a row of Gram tiles")
         )
-        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no sum of Grams
+        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no
+        # sum of Grams
         blocked = dual_plan(
             M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False, held_what=what
         ).blocked
@@ -553,7 +557,7 @@ class KernelOperator(OperatorEstimator):
             )
             intercepts = [
                 dask.delayed(dual_intercept)(fac, Beta, start=c0)
-                for (c0, _), Beta in zip(cols, betas)
+                for (c0, _), Beta in zip(cols, betas, strict=False)
             ]
             return compute_fit(
                 dask.delayed(np.concatenate)(Xb),
@@ -570,7 +574,7 @@ class KernelOperator(OperatorEstimator):
             eigen and not blocked
         ):  # the in-memory solve, in one task: the other dual too makes its Gram on one worker
             X = dask.delayed(np.concatenate)(Xb)
-            fac, Beta = dask.delayed(linear_dual, nout=2)(
+            fac, Beta = dask.delayed(eigen_dual, nout=2)(
                 X,
                 dask.delayed(column_slab)(0, m, dtype, *Vb),
                 alpha=alpha,
@@ -597,12 +601,34 @@ class KernelOperator(OperatorEstimator):
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
         self.intercept_ = np.concatenate(intercepts).astype(dtype, copy=False)
 
+    def _dual_in_memory(self, X, V, dtype, alpha):
+        """The in-memory dual: :func:`eigen_dual` for the linear kernel; else a Cholesky solve, or
+        in float64 where ``H K H + nugget I`` is not numerically positive definite,
+        :func:`eigen_dual` at the nugget itself (a search's refit is the model it scored), its
+        ``M x M`` eigenvectors checked against the memory budget."""
+        kw = dict(alpha=alpha, fit_intercept=self.fit_intercept)
+        if self._eigen_dual():
+            return eigen_dual(X, V, **kw)
+        if np.dtype(dtype) != np.float64:  # float32 predictions could not use such a solution
+            return dual_numpy(X, V, tile=self._tile(), **kw)
+        with recorded_ridges() as raised:
+            fac, Beta = dual_numpy(X, V, tile=self._tile(), **kw)
+        if not raised:
+            return fac, Beta
+        M = X.shape[0]
+        xp = backend.namespace(X) if backend.is_array_api(X) else None
+        held = {f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize}
+        check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
+        return eigen_dual(X, V, self._tile(), **kw)
+
     def _refuse_device(self, U):
         """NotImplementedError for dask input on a GPU (``device="cuda"`` or CuPy chunks)."""
         if self.device != "cpu" or backend.is_array_api(getattr(U, "_meta", None)):
             raise NotImplementedError(
-                "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): pass "
-                "device='cpu', or compute the data into memory (numpy with device='cuda', or CuPy) for the GPU fit"
+                "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): "
+                "pass "
+                "device='cpu', or compute the data into memory (numpy with device='cuda', or "
+                "CuPy) for the GPU fit"
             )
 
     def _solve_primal(self, U, V, lazy, dtype, transform, alpha):

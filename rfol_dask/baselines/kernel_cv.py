@@ -9,7 +9,7 @@ The linear kernel is scored as :class:`KernelOperator` refits it: with fewer inp
 training samples in the primal, one eigendecomposition of the ``p x p`` Gram of the centred
 inputs giving every nugget (the dual's rank-``p`` Gram lost digits at small nuggets); else by
 the eigen path with the Gram's directions of rounding left out, as the refit's
-:func:`rfol_dask.baselines.kernel.linear_dual` leaves them out.
+:func:`rfol_dask.baselines.kernel.eigen_dual` leaves them out.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import functools
 import numbers
 
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils._param_validation import Interval
 
 from ..backend import as_fortran, centre_gram, copy, diagonal, fill_diagonal, namespace, take_rows
 from ..estimator import OperatorEstimator
@@ -69,7 +69,7 @@ def linear_primal(X_t, X_v, fit_intercept):
 
 
 class KernelOperatorCV(SelectionCV):
-    """KernelOperator with its kernel, length scale and nugget chosen by validation on the training data.
+    """KernelOperator with its kernel, length scale and nugget chosen by validation.
 
     See :class:`rfol_dask.RandomFeatureOperatorCV` for the search; the winner is refitted on all
     training data.
@@ -80,62 +80,45 @@ class KernelOperatorCV(SelectionCV):
         Kernels searched (:data:`rfol_dask.baselines.KERNELS`; ``"linear"`` has no length scale).
     length_scales : sequence of float, default=None
         Multiples of the median-heuristic length scale (``KernelOperator(length_scale="median")``);
-        default ``4^-2 ... 4^2`` (the fine stage halves the spacing around the winner).
+        default ``4^-2 ... 4^2``.
     nuggets : sequence of float, default=None
         Ridge values (> 0) on the centred Gram; default ``1e-16 ... 10``.
     n_components : int, default=None
         Input PCA (fitted on all training inputs before the search).
-    pca_power : float or None, default=None
-        The input metric of every candidate and of the refit (``KernelOperator``'s).
+    pca_power : float, None or sequence of (float or None), default=None
+        The input metric of every candidate and of the refit (``KernelOperator``'s). A sequence
+        is searched: a whole search per value (the cost times the number of values);
+        ``cv_results_`` gets a ``pca_power`` column.
     cv : None, int or scikit-learn splitter, default=None
         Validation splits, as in :class:`rfol_dask.RandomFeatureOperatorCV`.
-    coarse : float or None, default=0.25
-        Coarse stage on this fraction of the rows (at least 200 training rows), over the whole grid.
-    refine : sequence of float, default=(0.5, 1, 2)
-        Fine-stage factors applied to the coarse winner's length scale; when the fine stage's
-        winner sits on their edge, two more steps of their grid beyond it are scored.
-    fine : float or None, default=0.5
-        The fine stage runs on this fraction of the rows (at least the coarse stage's), then its
-        winner at full size (stage ``"final"``), with half its length scale where that was within
-        5 % of it on the fine rows (fewer rows favour longer ones); None or 1: the fine stage at
-        full size, no final stage.
-    refit : bool, default=True
-        Refit the winner on all training data as ``best_estimator_``; False: no ``best_estimator_``
-        (``predict``, ``score`` and ``save`` say so), the search's results only.
-    alpha_path : {"auto", "eigh", "cholesky"}, default="auto"
-        How each Gram is solved for all nuggets (:func:`rfol_dask.tuning.path_errors`); with
-        ``"auto"`` the fine stage solves only the nuggets around the coarse winner's where cheaper
-        (as in :class:`rfol_dask.RandomFeatureOperatorCV`; the others score NaN). The linear
-        kernel's dual (more inputs than training samples) is scored by ``"eigh"`` whatever this
-        says, as its refit solves it (the directions of rounding left out).
+    stages : dict or None, default=None
+        Settings of the stages, as in :class:`rfol_dask.RandomFeatureOperatorCV`: ``"coarse"``
+        (0.25 of the rows, at least 200), ``"refine"`` ((0.5, 1, 2): factors of the coarse
+        winner's length scale), ``"fine"`` (0.5: then the fine winner, and half its length
+        scale where within 5 %, at full size), ``"alpha_path"`` ("auto"; the linear kernel's
+        dual is scored by ``"eigh"``, as its refit solves it).
+    refit : bool or dict, default=True
+        Refit the winner on all training data as ``best_estimator_``; a dict: with these
+        settings of it, ``"column_block"``, ``"recovery"``. False: the search's results only.
     fit_intercept : bool, default=True
         Centre in feature space and fit an intercept per output component.
     dtype : {None, "float32", "float64"}, default=None
-        Working precision of ``best_estimator_`` (the search runs in float64).
-    column_block : int, default=None
-        Passed to ``best_estimator_``.
+        Precision of ``best_estimator_``; None: float64, the search's. With ``"float32"`` no
+        nugget below the rounding floor of float32 is scored.
     max_gram_bytes : int, default=None
-        Memory budget of the search and of ``best_estimator_``: both are checked before the
-        search starts (the refit's in-memory ``M x M`` Gram, with ``refit``).
+        Memory budget of the search and of ``best_estimator_``, both checked before the search.
     progress : bool, default=False
         Progress bars for dask input.
-    recovery : str, dict or 2-tuple, default="cubic"
-        Recovery maps of ``best_estimator_``.
     device : {"cpu", "cuda"}, default="cpu"
         Where the search runs and ``best_estimator_`` is refitted and predicts (see
-        :class:`rfol_dask.RandomFeatureOperator`): ``"cuda"`` moves numpy / dask input to the GPU
-        (on a cluster: each worker's), and CuPy input is searched where it lives whatever
-        ``device`` says. The Grams, ridge paths and scores are computed there; the median
-        heuristic and the input metric come from a sample on the host.
+        :class:`rfol_dask.RandomFeatureOperator`).
 
     Attributes
     ----------
     best_params_ : dict
-        ``kernel``, ``length_scale``, ``nugget``: ``best_estimator_``'s, so they refit it. The
-        nugget is the winner's, or the ridge the refit's jitter policy raised it to where the
-        full training Gram could not be factorised with it (no warning: ``cv_results_`` keeps the
-        value scored, and ``best_score_`` is that value's score, as in
-        :class:`rfol_dask.RandomFeatureOperatorCV`).
+        ``kernel``, ``length_scale``, ``nugget`` (and ``pca_power`` where ``pca_power`` is not
+        None): ``best_estimator_``'s. The refit solves by an eigendecomposition where a
+        Cholesky factorisation cannot take the validated nugget, as the search scored it.
     best_score_, best_index_, cv_results_, best_estimator_, search_time_, refit_time_
         As in :class:`rfol_dask.RandomFeatureOperatorCV` (``cv_results_`` has ``family`` = the
         kernel, ``length_scale``, ``nugget`` and ``nugget_floor`` columns; the floor is that of
@@ -145,7 +128,9 @@ class KernelOperatorCV(SelectionCV):
         The median-heuristic length scale of each kernel (one value).
     n_splits_ : int
         Number of validation splits scored.
-    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_, input_coords_, output_coords_
+    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_
+        As in :class:`rfol_dask.RandomFeatureOperator`.
+    input_coords_, output_coords_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
@@ -168,15 +153,19 @@ class KernelOperatorCV(SelectionCV):
         "length_scales": ["array-like", None],
         "nuggets": ["array-like", None],
         "n_components": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None],
+        "pca_power": [Interval(numbers.Real, None, None, closed="neither"), None, "array-like"],
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
-        "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
-        "fine": [Interval(numbers.Real, 0, 1, closed="right"), None],
-        "refine": ["array-like"],
-        "refit": ["boolean"],
-        "alpha_path": [StrOptions({"auto", "eigh", "cholesky"})],
-        **OperatorEstimator._common_constraints,
+        "stages": [dict, None],
+        "refit": ["boolean", dict],
+        **{
+            k: v
+            for k, v in OperatorEstimator._common_constraints.items()
+            if k not in ("column_block", "recovery")
+        },
     }
+    _stage_defaults = {"coarse": 0.25, "refine": DEFAULT_REFINE, "fine": 0.5, "alpha_path": "auto"}
+    _base_class = KernelOperator
+    _refit_keys = ("column_block", "recovery")
 
     def __init__(
         self,
@@ -187,17 +176,12 @@ class KernelOperatorCV(SelectionCV):
         n_components=None,
         pca_power=None,
         cv=None,
-        coarse=0.25,
-        refine=DEFAULT_REFINE,
-        fine=0.5,
+        stages=None,
         refit=True,
-        alpha_path="auto",
         fit_intercept=True,
         dtype=None,
-        column_block=None,
         max_gram_bytes=None,
         progress=False,
-        recovery="cubic",
         device="cpu",
     ):
         self.kernels = kernels
@@ -206,17 +190,12 @@ class KernelOperatorCV(SelectionCV):
         self.n_components = n_components
         self.pca_power = pca_power
         self.cv = cv
-        self.coarse = coarse
-        self.fine = fine
-        self.refine = refine
+        self.stages = stages
         self.refit = refit
-        self.alpha_path = alpha_path
         self.fit_intercept = fit_intercept
         self.dtype = dtype
-        self.column_block = column_block
         self.max_gram_bytes = max_gram_bytes
         self.progress = progress
-        self.recovery = recovery
         self.device = device
 
     def _check_params(self):
@@ -226,19 +205,19 @@ class KernelOperatorCV(SelectionCV):
         for kernel in self.kernels:
             if kernel not in KERNELS:
                 raise ValueError(f"unknown kernel {kernel!r} in kernels; choose from {KERNELS}")
-        self._check_grids("length_scales", "nuggets", "refine")
+        self._check_grids(length_scales=self.length_scales, nuggets=self.nuggets)
 
     def _base_estimator(self, **best):
+        powers = self._powers()
+        best = {"pca_power": powers[0] if len(powers) == 1 else None, **best}
         return KernelOperator(
             n_components=self.n_components,
-            pca_power=self.pca_power,
             fit_intercept=self.fit_intercept,
-            dtype=self.dtype,
-            column_block=self.column_block,
+            dtype=self._refit_dtype().name,
             max_gram_bytes=self.max_gram_bytes,
             progress=self.progress,
-            recovery=self.recovery,
             device=self.device,
+            **self._refit_settings(),
             **best,
         )
 
@@ -248,12 +227,14 @@ class KernelOperatorCV(SelectionCV):
         all alike); ``(None, [None])`` without it."""
         return ("kernel", list(self.kernels)) if "linear" in self.kernels else (None, [None])
 
-    def _prepare(self, U, client=None):
+    def _set_metric(self, U, client, power):
+        """The input PCA of ``n_components`` and ``power`` (of all training inputs), the median
+        length scale in it, and no cached distances (they were of the metric before)."""
         self._distances = None
         self._pca = (
             (None, None)
-            if self.n_components is None and self.pca_power is None
-            else pca(U, self.n_components, self.pca_power)
+            if self.n_components is None and power is None
+            else pca(U, self.n_components, power)
         )
         transform = functools.partial(
             transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64
@@ -283,6 +264,8 @@ class KernelOperatorCV(SelectionCV):
         params = {"kernel": str(row["family"]), "nugget": float(row["nugget"])}
         if row["family"] != "linear":
             params["length_scale"] = float(row["length_scale"])
+        if "pca_power" in row:
+            params["pca_power"] = None if row["pca_power"] is None else float(row["pca_power"])
         return params
 
     def _split_distances(self, X, train, valid, need):
@@ -316,20 +299,29 @@ class KernelOperatorCV(SelectionCV):
         other). The linear kernel is scored as it is refitted: in the primal where its inputs (or
         PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`),
         else by the eigen path with the directions of rounding left out, as
-        :func:`rfol_dask.baselines.kernel.linear_dual` leaves them out (whatever ``alpha_path``)."""
+        :func:`rfol_dask.baselines.kernel.eigen_dual` leaves them out (whatever ``alpha_path``)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
-        args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self.alpha_path, alpha_center)
+        args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self._st["alpha_path"], alpha_center)
         if kernel == "linear" and self._base_estimator(kernel="linear")._primal(
             X.shape[0], X_t.shape[1]
         ):
             G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
-            return np.asarray([[floored_path_errors(as_fortran(G), K, *args, design=X_c)]])
+            return np.asarray(
+                [[floored_path_errors(as_fortran(G), K, *args, design=X_c, eps=self._eps)]]
+            )
         for m in mults:
             G, K, trace = centred_kernels(
                 D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v
             )
-            # the linear kernel's dual leaves out the directions of rounding, as its refit (linear_dual)
+            # the linear kernel's dual leaves out the directions of rounding, as its refit
+            # (eigen_dual)
             drop = rounding_floor(G, trace, bound=True) if kernel == "linear" else None
-            out.append([floored_path_errors(as_fortran(G), K, *args, trace=trace, drop=drop)])
+            out.append(
+                [
+                    floored_path_errors(
+                        as_fortran(G), K, *args, trace=trace, drop=drop, eps=self._eps
+                    )
+                ]
+            )
         return np.asarray(out)

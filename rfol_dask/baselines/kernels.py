@@ -6,7 +6,8 @@
 - ``"matern12"``: ``exp(-d / l)``
 - ``"matern32"``: ``(1 + sqrt(3) d / l) exp(-sqrt(3) d / l)``
 - ``"matern52"``: ``(1 + sqrt(5) d / l + 5 d^2 / (3 l^2)) exp(-sqrt(5) d / l)``
-- ``"inverse_quadratic"``: ``(1 + d^2 / (2 l^2))^-1`` (scikit-learn's RationalQuadratic with alpha = 1)
+- ``"inverse_quadratic"``: ``(1 + d^2 / (2 l^2))^-1`` (scikit-learn's RationalQuadratic with alpha =
+1)
 - ``"linear"``: ``x . y`` (kernel ridge on the raw inputs: the linear baseline)
 
 These are scikit-learn's ``RBF``, ``Matern(nu=0.5, 1.5, 2.5)`` and ``RationalQuadratic(alpha=1)``.
@@ -32,7 +33,8 @@ def sq_distances(X, Y):
     Both are first shifted by the mean row of ``Y`` (distances do not change), so a large
     common offset does not cancel in ``|x|^2 + |y|^2 - 2 x.y`` (in float32 an offset 1000 x
     the spread lost every digit); an empty ``Y`` (a dask block that kept no row) is not shifted
-    (numpy warns of the mean of no rows). Memory: the (k, l) result and the shifted copies (k + l) n."""
+    (numpy warns of the mean of no rows). Memory: the (k, l) result and the shifted
+    copies (k + l) n."""
     xp = namespace(X, Y)
     centre = xp.mean(Y, axis=0) if Y.shape[0] else 0.0
     Xc = X - centre

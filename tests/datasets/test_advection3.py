@@ -1,4 +1,4 @@
-"""Advection III: exact half-period translation, block-split reproducibility, spectrum of the field."""
+"""Advection III: exact half-period translation, block-split reproducibility, spectrum."""
 
 import numpy as np
 import scipy.fft
@@ -8,16 +8,16 @@ from rfol_dask.datasets.registry import get, sample_rng
 
 
 def _series_direct(theta, x, n_modes=50, tau=3.0):
-    """Independent evaluation of the docs/datasets.md formula with theta_{2l-1}, theta_{2l} in draw order."""
+    """The docs/datasets.md series evaluated directly (theta_{2l-1}, theta_{2l} in draw order)."""
     out = np.zeros_like(x)
-    for l in range(1, n_modes + 1):
-        c = 1.0 / (4 * np.pi**2 * l**2 + tau**2)
+    for ell in range(1, n_modes + 1):
+        c = 1.0 / (4 * np.pi**2 * ell**2 + tau**2)
         out += (
             c
             * np.sqrt(2.0)
             * (
-                theta[2 * l - 2] * np.cos(2 * np.pi * l * x)
-                + theta[2 * l - 1] * np.sin(2 * np.pi * l * x)
+                theta[2 * ell - 2] * np.cos(2 * np.pi * ell * x)
+                + theta[2 * ell - 1] * np.sin(2 * np.pi * ell * x)
             )
         )
     return out
@@ -69,8 +69,8 @@ def test_field_spectrum_matches_formula():
     a = np.stack([adv3.field(sample_rng(1, i), x) for i in range(m)])
     A = scipy.fft.rfft(a, axis=1)
     power = np.mean(np.abs(A) ** 2, axis=0)
-    l = np.arange(1, 51)
-    expected = n**2 * (4 * np.pi**2 * l**2 + 9.0) ** -2.0  # E|A_l|^2 = n^2 c_l^2
+    ell = np.arange(1, 51)
+    expected = n**2 * (4 * np.pi**2 * ell**2 + 9.0) ** -2.0  # E|A_l|^2 = n^2 c_l^2
     ratio = power[1:51] / expected
     assert np.all(np.abs(ratio - 1) < 0.12), ratio  # each mode: exponential mean, sd 1.8 %
     assert abs(ratio.mean() - 1) < 0.02

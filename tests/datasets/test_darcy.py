@@ -1,4 +1,4 @@
-"""Tests of the Darcy generator: scheme order, solver accuracy, reproducibility, coefficient values."""
+"""The Darcy generator: scheme order, solver accuracy, reproducibility, coefficient values."""
 
 import numpy as np
 import pytest
@@ -11,7 +11,7 @@ SMALL = dict(n_solve=61, stride=4)  # 16 x 16 output, fast
 
 
 def _manufactured(n):
-    """a = 2 + sin(2 pi x) cos(pi y), u = sin(pi x) sin(2 pi y) and f = -div(a grad u) on n x n nodes."""
+    """a = 2 + sin(2 pi x) cos(pi y), u = sin(pi x) sin(2 pi y), f = -div(a grad u), n x n nodes."""
     x = np.linspace(0.0, 1.0, n)
     X, Y = np.meshgrid(x, x, indexing="ij")
     pi = np.pi

@@ -26,7 +26,8 @@ def forcing():
 
 
 def test_advection_closed_form():
-    # w = cos x + cos 2y: psi = cos x + cos(2y)/4, c = (-sin(2y)/2, sin x) -> c.grad w = -1.5 sin x sin 2y
+    # w = cos x + cos 2y: psi = cos x + cos(2y)/4, c = (-sin(2y)/2, sin x) -> c.grad w = -1.5 sin x
+    # sin 2y
     adv = ns.advection(np.cos(XX) + np.cos(2 * YY))
     np.testing.assert_allclose(adv, -1.5 * np.sin(XX) * np.sin(2 * YY), rtol=0, atol=1e-13)
 
@@ -46,7 +47,8 @@ def test_advection_conserves_energy_and_enstrophy(forcing):
 
 @pytest.mark.parametrize("F, n_steps", [(0.0, 40), (0.3, 200)])
 def test_taylor_green_decay_and_forcing(F, n_steps):
-    """w0 = 2 cos x cos y is steady for advection: w(T) = (2 e^-2nuT + F/(2nu)(1 - e^-2nuT)) cos x cos y.
+    """w0 = 2 cos x cos y is steady for advection:
+    w(T) = (2 e^-2nuT + F/(2nu)(1 - e^-2nuT)) cos x cos y.
 
     Amplitude 2 is 20x the data's; with F = 0.3 it grows to 3.6 (|u| + |v| up to 1.8), which
     needs a smaller step than the data's default (explicit advection, CFL number)."""

@@ -135,7 +135,6 @@ def test_open_rejects_foreign_store(tmp_path):
 # ---------------------------------------------------------------------- concurrency, kills, layout
 import json  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
@@ -158,7 +157,7 @@ def _cli(*args, timeout=300):
 
 
 def _python(code, wait=True):
-    """Run ``code`` in a fresh interpreter that imports this checkout (``Popen`` if not ``wait``)."""
+    """Run ``code`` in a fresh interpreter importing this checkout (``Popen`` if not ``wait``)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-c", textwrap.dedent(code)]
     if not wait:
@@ -184,7 +183,8 @@ def test_concurrent_generate_into_one_store_is_refused(tmp_path):
             return real(*args)
         store._write_block = waits
         from rfol_dask.cli import main
-        raise SystemExit(main(["generate", "advection1", "--samples", "8", "--seed", "1", "--out", {str(store)!r}]))
+        args = ["generate", "advection1", "--samples", "8", "--seed", "1"]
+        raise SystemExit(main([*args, "--out", {str(store)!r}]))
     """,
         wait=False,
     )
@@ -232,7 +232,8 @@ def test_generate_killed_while_writing_the_template_is_restarted_by_the_same_com
     store = tmp_path / "s.zarr"
     killed = _python(f"""
         import os, zarr
-        zarr.Group.require_group = lambda *a, **k: os._exit(9)  # killed after the variables, before the bookkeeping
+        # killed after the variables, before the bookkeeping
+        zarr.Group.require_group = lambda *a, **k: os._exit(9)
         from rfol_dask.cli import main
         main(["generate", "advection2", "--samples", "10", "--seed", "3", "--block-size", "4",
               "--out", {str(store)!r}])
@@ -299,8 +300,8 @@ def test_generate_replaces_only_rfol_dask_data_sets(tmp_path):
 
 
 def test_generate_refuses_a_store_inside_another_zarr_store(tmp_path, capsys):
-    """A data set was written inside another store (its folder, or an array's), which replacing or
-    regenerating that store deletes; refused as a model save there is, before anything is written."""
+    """A data set was written inside another store (its folder, or an array's), which replacing
+    or regenerating that store deletes; refused as a model save there is, before any write."""
     from rfol_dask import RandomFeatureOperator
     from rfol_dask.cli import main
 
@@ -541,17 +542,18 @@ def test_request_mismatch_and_load_subset_use_only_the_same_data(tmp_path):
     )
 
 
-# ---------------------------------------------------------------------- Ctrl-C, then the same call at once
+# ---------------------------------------------------------------------- Ctrl-C, then the same call
+# at once
 import re  # noqa: E402
 import signal  # noqa: E402
-import threading  # noqa: E402
 
 
 def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(
     tmp_path, monkeypatch, capsys, ctrl_c
 ):
     """dask's threaded scheduler returns from an interrupt while its pool threads still write their
-    blocks; they went on writing after the lock was released (into whatever a next run had made of the
+    blocks; they went on writing after the lock was released (into whatever a next run had made of
+    the
     store). Now the running blocks end first, the others never start, and the same call resumes."""
     from rfol_dask.datasets import store as store_mod
 
@@ -599,7 +601,8 @@ def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(
     tmp_path, monkeypatch, cluster_client, ctrl_c
 ):
     """On a distributed client an interrupted generate released its futures and the workers finished
-    their running blocks unseen, after the lock was gone; now those end first and the rest never start.
+    their running blocks unseen, after the lock was gone; now those end first and the rest never
+    start.
     (``ctrl_c``: for Python's SIGINT handler; the signal comes from a worker.)"""
     import os
 
@@ -652,7 +655,9 @@ def test_relative_store_paths_are_the_clients_when_workers_run_elsewhere(tmp_pat
     monkeypatch.chdir(a)
     datasets.generate("advection1", 8, store="data.zarr", seed=1, block_size=4)
     before = sorted(p.relative_to(a) for p in a.rglob("*"))
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as c:
         monkeypatch.chdir(b)  # the client moves on; the worker stays in a
         with Client(c, set_as_default=False) as client:
             ds = datasets.generate("advection1", 8, store="data.zarr", seed=2, client=client)

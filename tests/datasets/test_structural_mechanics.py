@@ -1,4 +1,4 @@
-"""Structural mechanics: mesh, uniform-stress patch test, equilibrium, linearity, load/input, reproducibility.
+"""Structural mechanics: mesh, patch test, equilibrium, linearity, load/input, reproducibility.
 
 Small meshes (mesh_n 8-16) keep the whole module to a few seconds.
 """
@@ -122,11 +122,11 @@ def test_linearity_and_basis_solution_equals_direct_solve():
 def test_input_is_cubic_interpolation_of_21_samples_or_exact():
     theta = sm.draw_load(sample_rng(2, 5))
     x41 = np.linspace(0, 1, 41)
-    l = np.arange(1, 101)
+    ell = np.arange(1, 101)
     exact = (
         100
         + 400
-        * (np.cos(np.pi * np.outer(x41, l)) * np.sqrt(2) / np.sqrt(np.pi**2 * l**2 + 9))
+        * (np.cos(np.pi * np.outer(x41, ell)) * np.sqrt(2) / np.sqrt(np.pi**2 * ell**2 + 9))
         @ theta
     )
     xe = sm.make_block(2, 5, 6, n_output=21, input_interp="exact", **SMALL)[0][0]

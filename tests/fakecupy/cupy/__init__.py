@@ -90,7 +90,8 @@ class ndarray:
     # conversions
     def __array__(self, dtype=None, copy=None):
         raise TypeError(
-            "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to construct a NumPy array explicitly."
+            "Implicit conversion to a NumPy array is not allowed. Please use `.get()` to "
+            "construct a NumPy array explicitly."
         )
 
     def get(self, stream=None, order="C", out=None, blocking=True):

@@ -1,0 +1,107 @@
+"""What a search costs against one fit of its winner (issue 36, items 2 to 4).
+
+    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py cost 500,1000 results/search_cost.json
+    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py growth 1200 results/search_growth.json
+    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py metric all results/search_metric.json
+
+``cost``: for each ``M`` (training samples of the 64-point synthetic operator of ``_common``) and
+``N = M / 2, M, 2 M, 5 M, 10 M``, the default ``RandomFeatureOperatorCV(n_features=N)`` search
+(``search_time_``) and one fit of its winner (``RandomFeatureOperator(**best_params_)``), in the
+same run; the ratio of the two.
+``growth``: ``RandomFeatureOperatorCV(n_features=2000, max_features=4000)`` against a plain search
+at ``n_features=4000`` on ``M`` samples: seconds and validation error of each.
+``metric``: on the eight data sets of ``refit_check.py`` (all their samples are training samples),
+``pca_power=None`` against ``1.0`` scored on 5 shuffled folds of the training samples (refit
+off): the validation error of each, fold by fold, and the seconds (a search with
+``pca_power=(None, 1.0)`` costs the two).
+"""
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import argv_or_usage, synthetic_operator
+from refit_check import SIZES, load
+from sklearn.model_selection import KFold
+
+from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
+
+
+def cost(M):
+    """The search's seconds and one fit of its winner's, at each N of the table, for ``M``."""
+    U, V = synthetic_operator(M, 64, seed=0)
+    rows = []
+    for N in (M // 2, M, 2 * M, 5 * M, 10 * M):
+        cv = RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False).fit(U, V)
+        fits = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            RandomFeatureOperator(**cv.best_params_, random_state=cv.random_state_).fit(U, V)
+            fits.append(time.perf_counter() - t0)
+        fit = statistics.median(fits)
+        rows.append({"M": M, "N": N, "search_s": cv.search_time_, "fit_s": fit})
+        rows[-1]["ratio"] = cv.search_time_ / fit
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def growth(M):
+    """Growth to 4000 features against a plain search at 4000."""
+    U, V = synthetic_operator(M, 64, seed=0)
+    out = {}
+    for name, kw in (
+        ("grown", dict(n_features=2000, max_features=4000)),
+        ("plain", dict(n_features=4000)),
+    ):
+        t0 = time.perf_counter()
+        cv = RandomFeatureOperatorCV(random_state=0, refit=False, **kw).fit(U, V)
+        out[name] = {"seconds": time.perf_counter() - t0, "validation": -cv.best_score_}
+        out[name]["best_params"] = cv.best_params_
+        print(name, json.dumps(out[name]), flush=True)
+    return out
+
+
+def metric(names, data_dir):
+    """pca_power None against 1.0 on 5 shuffled folds of each data set's training samples."""
+    out = {}
+    for name in names:
+        U, V = load(name, data_dir, "float64")
+        folds = KFold(5, shuffle=True, random_state=0)
+        out[name] = {}
+        for q in (None, 1.0):
+            t0 = time.perf_counter()
+            cv = RandomFeatureOperatorCV(pca_power=q, cv=folds, random_state=0, refit=False)
+            cv.fit(U, V)
+            i = cv.best_index_
+            splits = [-cv.cv_results_[f"split{k}_test_score"][i] for k in range(cv.n_splits_)]
+            out[name][str(q)] = {
+                "validation": -cv.best_score_,
+                "folds": splits,
+                "seconds": time.perf_counter() - t0,
+            }
+        a, b = (np.asarray(out[name][k]["folds"]) for k in ("None", "1.0"))
+        out[name]["ratio_1_over_none"] = float(b.mean() / a.mean())
+        out[name]["folds_1_better"] = int(np.sum(b < a))
+        print(name, json.dumps(out[name]), flush=True)
+    return out
+
+
+def main(argv=None):
+    args = argv_or_usage(__doc__, 3, argv)
+    what, arg, path = args[:3]
+    if what == "cost":
+        res = [row for M in arg.split(",") for row in cost(int(M))]
+    elif what == "growth":
+        res = growth(int(arg))
+    else:
+        names = list(SIZES) if arg == "all" else arg.split(",")
+        res = metric(names, args[3] if len(args) > 3 else "results/data_small")
+    Path(path).write_text(json.dumps(res, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
