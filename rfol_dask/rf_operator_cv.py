@@ -202,8 +202,6 @@ default=("cauchy", "gaussian", "rational_quadratic")
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_name_, output_name_, sample_dim_
-        As in :class:`rfol_dask.RandomFeatureOperator`: the names ``predict`` and ``score`` read.
 
     Cost per stage, for each split and law, with ``S`` gammas: one pass over the feature
     slabs, ``2 M n N`` (projection) ``+ S (M_t^2 + 2 M_v M_t) N`` flops, then per gamma (and N)

@@ -284,8 +284,6 @@ default="rbf"
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_name_, output_name_, sample_dim_
-        As in :class:`rfol_dask.RandomFeatureOperator`: the names ``predict`` and ``score`` read.
     length_scale_ : float
         The length scale used (``length_scale``, or its median-heuristic value; 1.0 for
         ``"linear"``).

@@ -134,8 +134,6 @@ class KernelOperatorCV(SelectionCV):
         As in :class:`rfol_dask.RandomFeatureOperator`.
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_name_, output_name_, sample_dim_
-        As in :class:`rfol_dask.RandomFeatureOperator`: the names ``predict`` and ``score`` read.
 
     Cost per split: ``3 M_t (M_t + M_v) n`` flops for the distances, then per (kernel, length
     scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram (the linear kernel in the
