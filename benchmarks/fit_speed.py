@@ -6,9 +6,10 @@ Cases (n = m = 1024 grid points in and out):
 
 For each: rfol_dask on numpy input (float64 and float32), plain numpy (the textbook formulas with
 np.linalg.solve), and rfol_dask on dask input on a LocalCluster (data persisted on the workers
-first). Times are medians of --repeats runs; the flop bound is the docs/design.md flop count divided
-by the matrix-multiply rate measured in the same run; peak memory is the growth of the resident
-memory of this process and its children (the LocalCluster workers) during the first run.
+first). Times are medians of --repeats runs; the flop bound is the flop count of
+docs/background/algorithms.md divided by the matrix-multiply rate measured in the same run; peak
+memory is the growth of the resident memory of this process and its children (the LocalCluster
+workers) during the first run.
 
     python benchmarks/fit_speed.py          # full sizes, writes benchmarks/results/fit_speed.json
     python benchmarks/fit_speed.py --quick         # small sizes, a smoke test

@@ -44,8 +44,7 @@ class ClusterWarning(RfolDaskWarning, RuntimeWarning):
 
 
 class SettingWarning(RfolDaskWarning, UserWarning):
-    """A setting that defeats a safeguard (a ``max_gram_bytes`` beyond the hardware, a cluster
-    configuration that oversubscribes its nodes' cores)."""
+    """A setting that defeats a safeguard (a ``max_gram_bytes`` beyond the hardware)."""
 
 
 class DataWarning(RfolDaskWarning, UserWarning):

@@ -1,4 +1,4 @@
-"""Failure behaviour on a real distributed cluster (docs/design.md, "Failure behaviour")."""
+"""Failure behaviour on a real distributed cluster (docs/user_guide/scaling_out.md, "Failures")."""
 
 import os
 import signal

@@ -7,8 +7,8 @@ Fit an operator to data the package does not generate: the *heat equation*
 The data set uses its own names: the samples are along ``case``, the grid is ``position``,
 the variables are ``u0`` (initial temperature) and ``uT`` (temperature at time ``T``).
 
-The estimators read the samples along a dim called ``sample`` and any grid dims by name, so
-the data are renamed once.
+The estimators take those names as they are: ``fit(ds, input="u0", output="uT",
+sample_dim="case")``. The model remembers them, so ``predict`` and ``score`` need them no more.
 """
 
 import matplotlib.pyplot as plt
@@ -37,13 +37,14 @@ ds = xr.Dataset(
 print(ds)
 
 # %%
-# Rename the sample dim once; the grid dim ``position`` and the variable names stay yours.
+# Fit on the first 600 cases with your names; the grid dim ``position`` is matched by name.
 # The ``period`` attribute tells the model that the grid wraps around (used when predicting on
 # other grids).
-data = ds.rename(case="sample")
-train, test = data.isel(sample=slice(0, 600)), data.isel(sample=slice(600, None))
-model = RandomFeatureOperatorCV(n_features=1000, random_state=0).fit(train["u0"], train["uT"])
-pred = model.predict(test["u0"])
+train, test = ds.isel(case=slice(0, 600)), ds.isel(case=slice(600, None))
+model = RandomFeatureOperatorCV(n_features=1000, random_state=0)
+model.fit(train, input="u0", output="uT", sample_dim="case")
+print(model.input_name_, model.output_name_, model.sample_dim_)
+pred = model.predict(test)  # reads test["u0"]; the prediction runs along "case"
 errors = relative_l2_errors(test["uT"], pred)
 print(model.best_params_)
 print(f"median relative L2 test error: {float(np.median(errors)):.2e}")
@@ -53,9 +54,9 @@ print(f"median relative L2 test error: {float(np.median(errors)):.2e}")
 # DataArray on your grid: ``position`` and the test cases' labels are kept.
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
 for j, c in enumerate([0, 1, 2]):
-    test["u0"].isel(sample=c).plot(ax=axes[0], color=f"C{j}", alpha=0.35)
-    test["uT"].isel(sample=c).plot(ax=axes[0], color=f"C{j}")
-    pred.isel(sample=c).plot(ax=axes[0], color="k", linestyle=":")
+    test["u0"].isel(case=c).plot(ax=axes[0], color=f"C{j}", alpha=0.35)
+    test["uT"].isel(case=c).plot(ax=axes[0], color=f"C{j}")
+    pred.isel(case=c).plot(ax=axes[0], color="k", linestyle=":")
 axes[0].set_title("u0 (faint), uT (solid), prediction (dotted)")
 axes[0].set_ylabel("temperature")
 axes[1].hist(np.log10(errors), bins=30, color="C0")

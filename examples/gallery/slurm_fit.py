@@ -27,6 +27,11 @@ print(shipped_configs())
 #       cp $(python -c "import rfol_dask; print(rfol_dask.__path__[0])")/clusters/slurm.yaml \
 #          my-slurm.yaml
 #
+# Give ``walltime`` the time of the whole run, from the first job's start to the model saved,
+# with room to spare: a job that reaches its walltime takes its worker with it, and a fit whose
+# workers all end waits 300 s for new ones (``distributed.scheduler.no-workers-timeout``), then
+# fails with ``NoWorkersError``. Time a small fit on the same jobs and scale up from it.
+#
 # ``job_script`` shows what one job would run, without submitting anything: check the
 # ``#SBATCH`` lines, the modules and the worker command before you queue jobs.
 config = "my-slurm.yaml"  # or "slurm" for the shipped file as it is

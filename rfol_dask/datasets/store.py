@@ -1,13 +1,13 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
-Layout (docs/design.md): variables ``input`` (sample, <input grid dims>) and ``output`` (sample,
-<output grid dims>) with ``long_name`` and ``units``, grid coordinates with units, chunks along
-``sample`` only, the generator parameters, seed and package version as attributes, consolidated
-metadata. The Zarr group ``_rfol_dask`` (hidden from xarray) holds ``block_done``, one flag per
-block set after its data are written, so a killed run resumes where it stopped; a NaN fill value
-means a missing chunk never reads as zeros. A run holds the file lock ``.rfol_dask.lock`` in the
-store (two runs never write one store); a marker file exists while the template is written, so a
-run killed then is restarted by the same command.
+Layout (docs/user_guide/data_model.md, "Stores"): variables ``input`` (sample, <input grid dims>)
+and ``output`` (sample, <output grid dims>) with ``long_name`` and ``units``, grid coordinates with
+units, chunks along ``sample`` only, the generator parameters, seed and package version as
+attributes, consolidated metadata. The Zarr group ``_rfol_dask`` (hidden from xarray) holds
+``block_done``, one flag per block set after its data are written, so a killed run resumes where it
+stopped; a NaN fill value means a missing chunk never reads as zeros. A run holds the file lock
+``.rfol_dask.lock`` in the store (two runs never write one store); a marker file exists while the
+template is written, so a run killed then is restarted by the same command.
 """
 
 from __future__ import annotations
