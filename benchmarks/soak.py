@@ -396,6 +396,17 @@ def summary(records):
     return "\n".join(lines), total, growth
 
 
+def _start_cluster():
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0")
+    return cluster, Client(cluster, set_as_default=False)
+
+
+def _stop_cluster(cluster, client):
+    with contextlib.suppress(Exception):  # a cluster that lost its workers may fail to close
+        client.close()
+        cluster.close()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=None, help="wall-clock budget")
@@ -424,31 +435,36 @@ def main(argv=None):
     records = []
     with (
         tempfile.TemporaryDirectory(prefix="rfol-soak-") as workdir,
-        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
-        Client(cluster, set_as_default=False) as client,
         open(out.with_suffix(".jsonl"), "w") as log,
     ):
-        with client.as_current():
-            soak = Soak(workdir, client)
-        index = 0
-        while True:
-            if rounds is not None and index >= len(rounds):
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            number = rounds[index] if rounds is not None else index
-            record = one_round(soak, args.seed, number, kinds)
-            records.append(record)
-            log.write(json.dumps(record) + "\n")
-            log.flush()
-            print(
-                f"round {number}: {record['kind']} / {record['fault']} {record['seconds']} s "
-                f"{'OK' if not record['violations'] else record['violations']}",
-                flush=True,
-            )
-            if any(v.startswith("hang") for v in record["violations"]):
-                break  # the process's state is unknown after a hang
-            index += 1
+        cluster, client = _start_cluster()
+        try:
+            with client.as_current():
+                soak = Soak(workdir, client)
+            index = 0
+            while (rounds is None or index < len(rounds)) and (
+                deadline is None or time.monotonic() < deadline
+            ):
+                number = rounds[index] if rounds is not None else index
+                record = one_round(soak, args.seed, number, kinds)
+                records.append(record)
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                print(
+                    f"round {number}: {record['kind']} / {record['fault']} {record['seconds']} s "
+                    f"{'OK' if not record['violations'] else record['violations']}",
+                    flush=True,
+                )
+                if any(v.startswith("hang") for v in record["violations"]):
+                    break  # the process's state is unknown after a hang
+                if any("workers back" in v for v in record["violations"]):
+                    # reported once; the next rounds test the package on a whole cluster again
+                    _stop_cluster(cluster, client)
+                    cluster, client = _start_cluster()
+                    soak.client = client
+                index += 1
+        finally:
+            _stop_cluster(cluster, client)
     table, total, growth = summary(records)
     if len(records) >= 8 and growth > args.max_growth_mib:
         total += 1
