@@ -1,13 +1,11 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
 Layout (docs/design.md): variables ``input`` (sample, <input grid dims>) and ``output`` (sample,
-<output grid dims>) with ``long_name`` and ``units``, grid coordinates with units, chunks along
-``sample`` only, the generator parameters, seed and package version as attributes, consolidated
-metadata. The Zarr group ``_rfol_dask`` (hidden from xarray) holds ``block_done``, one flag per
-block set after its data are written, so a killed run resumes where it stopped; a NaN fill value
-means a missing chunk never reads as zeros. A run holds the file lock ``.rfol_dask.lock`` in the
-store (two runs never write one store); a marker file exists while the template is written, so a
-run killed then is restarted by the same command.
+<output grid dims>) with units, chunks along ``sample`` only, the generator parameters, seed and
+version as attributes. The Zarr group ``_rfol_dask`` holds ``block_done``, a flag per block set
+after its data are written, so a killed run resumes where it stopped (a NaN fill value: a missing
+chunk never reads as zeros). A run holds the file lock ``.rfol_dask.lock`` in the store; a marker
+file exists while the template is written, so a run killed then is restarted by the same command.
 """
 
 from __future__ import annotations
@@ -45,15 +43,6 @@ from .registry import get, resolve_params
 if TYPE_CHECKING:  # annotations only: importing distributed here would slow every import
     import distributed
 
-__all__ = [
-    "generate",
-    "reuse_or_generate",
-    "request_mismatch",
-    "open_dataset",
-    "default_block_size",
-]
-
-
 _TARGET_CHUNK_BYTES = 32 * 2**20
 _META_KEYS = ("dataset", "n_samples", "seed", "block_size", "params")
 _LOCK = ".rfol_dask.lock"  # the file lock of the generate run writing the store
@@ -80,23 +69,16 @@ def default_block_size(spec, params, n_samples):
 
 
 def _title(spec, params):
-    """The data set's description (written for its defaults), with the parameters that differ
-    from them named after it."""
+    """The data set's description, with the parameters that differ from its defaults."""
     changed = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v != spec.defaults.get(k))
-    if not changed:
-        return spec.description
-    note = "(the description is for the defaults)"
-    return f"{spec.description} -- with non-default parameters {changed} {note}"
+    note = f" -- with non-default parameters {changed} (the description is for the defaults)"
+    return spec.description + (note if changed else "")
 
 
 def _check_count(value, what):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{what} must be a positive integer, got {value!r}")
     return int(value)
-
-
-def _blocks(n_samples, block_size):
-    return [(s, min(s + block_size, n_samples)) for s in range(0, n_samples, block_size)]
 
 
 def _template(spec, params, n_samples, block_size, seed):
@@ -135,8 +117,8 @@ def _template(spec, params, n_samples, block_size, seed):
 
 
 def _write_template(path, ds, encoding, n_blocks):
-    """Write the store's metadata, coordinates and zeroed block flags (no sample data), all else
-    but the lock cleared first; a marker file present meanwhile marks a template cut short."""
+    """Write the store's metadata, coordinates and zeroed block flags, all else but the lock
+    cleared first; a marker file present meanwhile marks a template cut short."""
     import zarr
 
     mark = path / _TEMPLATE_MARK
@@ -154,8 +136,8 @@ def _write_template(path, ds, encoding, n_blocks):
 
 
 def _store_state(path):
-    """What the directory ``path`` holds: ``"new"`` (nothing but our lock), ``"partial"`` (a
-    template cut short), ``"dataset"`` (an rfol_dask data set), or a phrase for anything else."""
+    """What the directory ``path`` holds: ``"new"``, ``"partial"`` (a template cut short),
+    ``"dataset"``, or a phrase for anything else."""
     entries = {e.name for e in path.iterdir()} - {_LOCK}
     if not entries:
         return "new"
@@ -179,14 +161,14 @@ def _store_state(path):
 
 
 def _stored_attrs(path):
-    """The root attributes of the data-set store ``path``, its ``rfol_dask_meta`` read as JSON."""
+    """The root attributes of the data-set store ``path``, ``rfol_dask_meta`` read as JSON."""
     attrs = group_attrs(path)
     return {**attrs, "rfol_dask_meta": json.loads(attrs["rfol_dask_meta"])}
 
 
 def _checked_block(name, seed, start, stop, params):
     """Samples ``start:stop`` of data set ``name``: ``(inputs, outputs)``; FloatingPointError
-    when the generator produced NaN / Inf (in memory and in a store alike)."""
+    when the generator produced NaN / Inf."""
     inputs, outputs = get(name).make_block(seed, start, stop, **params)
     for var, values in (("input", inputs), ("output", outputs)):
         if not np.isfinite(values).all():
@@ -289,7 +271,7 @@ def generate(
         block_size = block_size or default_block_size(spec, params, n_samples)
     block_size = _check_count(block_size, "block_size")
     ds, meta, encoding = _template(spec, params, n_samples, block_size, seed)
-    blocks = _blocks(n_samples, block_size)
+    blocks = [(s, min(s + block_size, n_samples)) for s in range(0, n_samples, block_size)]
     if path is None:
         tasks = [dask.delayed(_checked_block)(name, seed, a, b, params) for a, b in blocks]
         parts = compute(*tasks, client=client, progress=progress, desc=f"generate {name}")
@@ -301,7 +283,7 @@ def generate(
         what = "a file" if path.exists() else "a symbolic link to a missing target"
         raise ValueError(f"{path} is {what}, not a data-set store; pick another path (untouched)")
     check_parent_dir(path, "a data set")
-    check_outside_stores(path, "write a data set")
+    check_outside_stores(path, "write a data set", cwd=False)
     if path.exists():
         _check_store_kind(path)  # refuse a foreign directory before even taking the lock in it
     path.mkdir(parents=True, exist_ok=True)
@@ -331,12 +313,10 @@ def reuse_or_generate(
     progress: bool = False,
     **params,
 ) -> xr.Dataset:
-    """The first ``n_samples`` samples of data set ``name`` from the store ``store``, made only
-    when it does not hold them. A store of the same data (name, seed, parameters) is read when
-    the blocks of those samples are written (sample ``i`` depends only on the seed and ``i``),
-    else resumed, or made again larger when it holds fewer; nothing there: generated; anything
-    else is a ValueError and never replaced. ``client``: a distributed client, or a callable
-    returning one, called only when samples must be made. Returns the data set, lazily read."""
+    """The first ``n_samples`` samples of data set ``name`` from ``store``, made only when it does
+    not hold them: a store of the same data (name, seed, parameters) is read, resumed, or made
+    again larger; anything else is a ValueError and never replaced. ``client``: a client, or a
+    callable returning one, called only when samples must be made."""
     spec = get(name)
     params = resolve_params(spec, params)
     n_samples = _check_count(n_samples, "n_samples")  # before a store is read
@@ -365,8 +345,7 @@ def reuse_or_generate(
 
 
 def _stored_request(path, spec, params, seed, n_samples):
-    """The metadata of the data-set store at ``path`` when it holds this very request (data set,
-    size, seed and parameters; any block size), else None."""
+    """The metadata of the data-set store at ``path`` if it holds this request (any block size)."""
     if path is None or not path.is_dir() or _store_state(path) != "dataset":
         return None
     stored = _stored_attrs(path)["rfol_dask_meta"]
@@ -386,18 +365,15 @@ def _mismatch(stored, asked):
 
 
 def request_mismatch(meta: dict, name: str, *, seed: int = 0, **params) -> dict:
-    """How a data-set store's metadata ``meta`` (its ``rfol_dask_meta`` attribute, read as JSON)
-    differs from data set ``name`` made with ``seed`` and ``params`` (the defaults for those not
-    given): ``{key: (stored, requested)}`` over the data set, the seed and the parameters; empty
-    when the store holds those samples (whatever its size)."""
+    """How a store's ``rfol_dask_meta`` ``meta`` differs from data set ``name`` made with ``seed``
+    and ``params`` (defaults for the rest): ``{key: (stored, requested)}``, empty if the same."""
     spec = get(name)
     return _mismatch(meta, _request(spec, resolve_params(spec, params), seed))
 
 
 def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=True):
-    """Under the lock: keep a store of the same data set (to resume it), else write the template
-    (a new or cut-short store, or another data set with ``overwrite``). Returns the block flags.
-    ``block_given``: whether the caller chose the block size (else the refusal leaves it out)."""
+    """Under the lock: keep a store of the same data set (to resume it), else write the template.
+    Returns the block flags. ``block_given``: whether the caller chose the block size."""
     state = _check_store_kind(path)
     if state == "dataset":
         stored = _stored_attrs(path)
@@ -421,9 +397,8 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=Tr
         elif version != __version__ and not all(block_flags(path)):
             raise ValueError(
                 f"{path} was started by rfol_dask {version or '(version not recorded)'} and this "
-                "is "
-                f"{__version__}: resuming could mix samples of two versions; pass overwrite=True "
-                "(--overwrite) to start it again, or move it away"
+                f"is {__version__}: resuming could mix samples of two versions; pass "
+                "overwrite=True (--overwrite) to start it again, or move it away"
             )
     if state != "dataset" or overwrite:
         _write_template(path, ds, encoding, n_blocks)
@@ -431,8 +406,8 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=Tr
 
 
 def _foreign_files(path):
-    """What the data-set store ``path`` holds beyond the arrays its template defines (a user's
-    files or arrays); everything when its metadata names no data set this version knows."""
+    """What the data-set store ``path`` holds beyond its template's arrays (all of it when its
+    metadata names no data set this version knows)."""
     try:
         meta = _stored_attrs(path)["rfol_dask_meta"]
         gin, gout = get(meta["dataset"]).grids(**meta["params"])
