@@ -120,12 +120,6 @@ def _leftovers(path):
     )
 
 
-def clean_leftovers(path):
-    """Remove what interrupted saves of ``path`` left beside it (called holding its lock)."""
-    for leftover in _leftovers(path):
-        shutil.rmtree(leftover, ignore_errors=True)
-
-
 def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
     """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model at ``path`` (checked
     first by the caller with :func:`check_model_path`) through :func:`swap_into_place`."""
@@ -137,15 +131,11 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
     def write(tmp):
         group = zarr.open_group(str(tmp), mode="w")
         for key, value in arrays.items():
-            value = np.asarray(value)
-            fill = np.nan if value.dtype.kind in "fc" else None
+            v = np.asarray(value)
+            fill = np.nan if v.dtype.kind in "fc" else None
             group.create_array(
-                key,
-                shape=value.shape,
-                dtype=value.dtype,
-                chunks=value.shape or None,
-                fill_value=fill,
-            )[...] = value
+                key, shape=v.shape, dtype=v.dtype, chunks=v.shape or None, fill_value=fill
+            )[...] = v
         group.attrs.update(
             {
                 "rfol_dask_format": int(model_format),
@@ -156,34 +146,37 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
             }
         )
 
-    with lock_beside(path, f"another save of the model at {path} is running"):
-        swap_into_place(path, write, lambda: _check_model_path(path, overwrite))
-        clean_leftovers(path)
+    check = lambda: _check_model_path(path, overwrite)  # noqa: E731
+    swap_into_place(path, write, check, f"another save of the model at {path} is running")
 
 
-def swap_into_place(path, write, check):
-    """Write a store through ``write(tmp)`` into a hidden sibling of ``path``, then, once
-    ``check()`` passes (it raises if ``path`` may no longer be replaced), rename it into place,
-    an earlier one moved aside first and removed after. An error or Ctrl-C leaves ``path`` as it
-    was; a killed process leaves hidden siblings (:func:`clean_leftovers`, :func:`load_model`)."""
-    tmp, old = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"), None
-    try:
-        write(tmp)
-        check()
-        if describe_path(path) == "empty":
-            path.rmdir()
-        elif path.exists():
-            old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:12]}")
-            os.replace(path, old)
-        os.replace(tmp, path)
-    except BaseException:
-        if old is not None and old.exists() and not path.exists():
-            os.replace(old, path)  # put the earlier one back
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and path.exists():
-            shutil.rmtree(old, ignore_errors=True)
+def swap_into_place(path, write, check, busy):
+    """Holding the lock beside ``path`` (else ValueError ``busy``), write a store through
+    ``write(tmp)`` into a hidden sibling, then, once ``check()`` passes (it raises if ``path`` may
+    no longer be replaced), rename it into place, an earlier one moved aside first and removed
+    after, and what killed runs left beside it. An error or Ctrl-C leaves ``path`` as it was; a
+    killed process leaves hidden siblings (removed by the next save; :func:`load_model`)."""
+    with lock_beside(path, busy):
+        tmp, old = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"), None
+        try:
+            write(tmp)
+            check()
+            if describe_path(path) == "empty":
+                path.rmdir()
+            elif path.exists():
+                old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:12]}")
+                os.replace(path, old)
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None and old.exists() and not path.exists():
+                os.replace(old, path)  # put the earlier one back
+            raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None and path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+        for leftover in _leftovers(path):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def load_model(path):

@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 
 from ._version import __version__
-from .persistence import clean_leftovers, lock_beside, swap_into_place
+from .persistence import swap_into_place
 from .progress import compute
 from .stores import (
     PREDICTION_KEY,
@@ -62,9 +62,8 @@ def write_predictions(pred, path, attrs=None, client=None, progress=True):
             )
         compute(job, client=client, progress=progress, desc="predict", settle=True)
 
-    with lock_beside(path, f"{path} is being written by another run"):
-        swap_into_place(path, write, lambda: check_prediction_path(path))
-        clean_leftovers(path)  # what killed runs left
+    busy = f"{path} is being written by another run"
+    swap_into_place(path, write, lambda: check_prediction_path(path), busy)
     return path
 
 

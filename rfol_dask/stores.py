@@ -146,8 +146,14 @@ def check_sources(*operands):
     for X in operands:
         for arr in _stored_arrays(X):
             found += 1
-            where = _local_folder(arr)
-            if where is None or not _first_check(where):
+            st = (
+                arr.store_path.store
+            )  # a LocalStore, or the local FsspecStore of da.from_zarr(path)
+            protocol = getattr(getattr(st, "fs", None), "protocol", ())
+            local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
+            root = getattr(st, "root", None) or (st.path if local else None)
+            where = root and os.path.join(os.fspath(root), arr.store_path.path)
+            if not where or not os.path.isdir(where) or not _first_check(where):
                 continue
             store, name = os.path.split(where)
             meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
@@ -177,18 +183,6 @@ def _stored_arrays(X):
                 obj = obj.get_array()  # xarray's ZarrArrayWrapper
             if isinstance(obj, zarr.Array):
                 yield obj
-
-
-def _local_folder(arr):
-    """The folder of the Zarr array ``arr`` in a local directory (``LocalStore``, a local
-    ``FsspecStore`` of ``da.from_zarr(path)``), else None."""
-    store = arr.store_path.store
-    root = getattr(store, "root", None)
-    protocol = getattr(getattr(store, "fs", None), "protocol", ())
-    if root is None and "file" in ((protocol,) if isinstance(protocol, str) else protocol):
-        root = store.path
-    where = None if root is None else os.path.join(os.fspath(root), arr.store_path.path)
-    return where if where is not None and os.path.isdir(where) else None
 
 
 @contextlib.contextmanager

@@ -205,11 +205,9 @@ def generate(
 ) -> xr.Dataset:
     """Make ``n_samples`` samples of a benchmark data set as a dask job.
 
-    Samples are made in blocks of ``block_size`` as dask tasks (on ``client``, the active
-    distributed client, or dask's local scheduler); sample ``i`` depends only on
-    ``(seed, i)``, whatever the blocks. With ``store`` every block is written straight into
-    its region of a Zarr store; rerunning the same call after an interruption skips the
-    blocks already written.
+    Samples are made in blocks of ``block_size`` as dask tasks; sample ``i`` depends only on
+    ``(seed, i)``. With ``store`` every block is written into its region of a Zarr store, and a
+    run killed at any point is resumed by the same call.
 
     Parameters
     ----------
@@ -246,16 +244,14 @@ def generate(
     Raises
     ------
     ValueError
-        If the name or a parameter is unknown or out of its range (checked before the store is
-        touched), a size or the seed is not a non-negative integer, ``store`` holds another
-        data set (pass ``overwrite=True``) or something else, is inside a Zarr store, or
-        another run writes it.
+        If the name, a parameter, a size or the seed is invalid (checked before the store is
+        touched), or ``store`` holds another data set (pass ``overwrite=True``) or anything
+        else, is inside a Zarr store, or another run writes it.
 
     Notes
     -----
-    A run killed at any point is resumed or restarted by the same call. Memory: one block per
-    worker thread with ``store``; the whole data set (``8 M (n + m)`` bytes, twice while the
-    blocks are joined) without.
+    Memory: one block per worker thread with ``store``; the whole data set (``8 M (n + m)``
+    bytes, twice while the blocks are joined) without.
     """
     spec = get(name)
     n_samples = _check_count(n_samples, "n_samples")
@@ -265,10 +261,10 @@ def generate(
     # absolute on the client: workers in another folder write where the user meant ('~' expanded)
     path = None if store is None else Path(os.path.abspath(os.path.expanduser(os.fspath(store))))
     block_given = block_size is not None
-    if block_size is None:
-        resumed = _stored_request(path, spec, params, seed, n_samples)
-        block_size = resumed["block_size"] if resumed else None
-        block_size = block_size or default_block_size(spec, params, n_samples)
+    if block_size is None:  # a resumed store's own (the same request), else chunks of ~32 MiB
+        stored, asked = _dataset_meta(path), _request(spec, params, seed)
+        same = stored and not _mismatch(stored, {**asked, "n_samples": n_samples})
+        block_size = (same and stored["block_size"]) or default_block_size(spec, params, n_samples)
     block_size = _check_count(block_size, "block_size")
     ds, meta, encoding = _template(spec, params, n_samples, block_size, seed)
     blocks = [(s, min(s + block_size, n_samples)) for s in range(0, n_samples, block_size)]
@@ -321,9 +317,8 @@ def reuse_or_generate(
     params = resolve_params(spec, params)
     n_samples = _check_count(n_samples, "n_samples")  # before a store is read
     path = Path(os.path.abspath(os.path.expanduser(os.fspath(store))))
-    overwrite, size = False, n_samples
-    if path.is_dir() and _store_state(path) == "dataset":
-        stored = _stored_attrs(path)["rfol_dask_meta"]
+    overwrite, size, stored = False, n_samples, _dataset_meta(path)
+    if stored is not None:
         other = _mismatch(stored, _request(spec, params, seed))
         if other:
             raise ValueError(
@@ -344,13 +339,10 @@ def reuse_or_generate(
     return ds.isel(sample=slice(0, n_samples))
 
 
-def _stored_request(path, spec, params, seed, n_samples):
-    """The metadata of the data-set store at ``path`` if it holds this request (any block size)."""
-    if path is None or not path.is_dir() or _store_state(path) != "dataset":
-        return None
-    stored = _stored_attrs(path)["rfol_dask_meta"]
-    asked = {**_request(spec, params, seed), "n_samples": n_samples}
-    return None if _mismatch(stored, asked) else stored
+def _dataset_meta(path):
+    """The ``rfol_dask_meta`` of the data-set store at ``path``; None if there is none."""
+    ok = path is not None and path.is_dir() and _store_state(path) == "dataset"
+    return _stored_attrs(path)["rfol_dask_meta"] if ok else None
 
 
 def _request(spec, params, seed):
