@@ -97,7 +97,7 @@ def _check_model_path(path, overwrite):
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
         sums = (group_attrs(path) or {}).get("rfol_dask_checksums")
         try:
-            names = sums if isinstance(sums, dict) else zarr.open_group(str(path), "r").array_keys()
+            names = sums if isinstance(sums, dict) else zarr.open_group(path, mode="r").array_keys()
         except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
             names = ()
         refuse_foreign(foreign_entries(path, set(names)), f"the model at {path}", "save elsewhere")
@@ -232,6 +232,11 @@ def load_model(path):
             ModelFileWarning,
             stacklevel=user_stacklevel(),
         )
+    return _verified(group, path, fmt, attrs)
+
+
+def _verified(group, path, fmt, attrs):
+    """The arrays and attributes of the model ``group``, each array checked against its checksum."""
 
     def damaged(subject, problem, exc=None):
         detail = "" if exc is None else f" ({type(exc).__name__}: {exc})"
