@@ -146,9 +146,8 @@ def check_sources(*operands):
     for X in operands:
         for arr in _stored_arrays(X):
             found += 1
-            st = (
-                arr.store_path.store
-            )  # a LocalStore, or the local FsspecStore of da.from_zarr(path)
+            # a LocalStore, or the local FsspecStore of da.from_zarr(path)
+            st = arr.store_path.store
             protocol = getattr(getattr(st, "fs", None), "protocol", ())
             local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
             root = getattr(st, "root", None) or (st.path if local else None)
