@@ -136,13 +136,11 @@ def _write_template(path, ds, encoding, n_blocks):
 
 
 def _store_state(path):
-    """What the directory ``path`` holds: ``"new"``, ``"partial"`` (a template cut short),
+    """What the directory ``path`` holds: ``"new"`` (nothing, or a template cut short),
     ``"dataset"``, or a phrase for anything else."""
     entries = {e.name for e in path.iterdir()} - {_LOCK}
-    if not entries:
+    if not entries or _TEMPLATE_MARK in entries:
         return "new"
-    if _TEMPLATE_MARK in entries:
-        return "partial"
     attrs = group_attrs(path)
     if attrs is None or "rfol_dask_meta" not in attrs:
         kind = describe_path(path)
@@ -157,7 +155,7 @@ def _store_state(path):
             "a copy of a data set without generate's bookkeeping, or holding other data "
             "(written by xarray or zarr)"
         )
-    return "partial"
+    return "new"
 
 
 def _stored_attrs(path):
@@ -413,7 +411,7 @@ def _foreign_files(path):
 def _check_store_kind(path):
     """:func:`_store_state` of ``path``; ValueError unless it is new, partial or a data set."""
     state = _store_state(path)
-    if state not in ("new", "partial", "dataset"):
+    if state not in ("new", "dataset"):
         raise ValueError(
             f"{path} exists and is not an rfol_dask data set (it is {state}); pick another "
             "path (--overwrite replaces only an rfol_dask data set)"
