@@ -137,13 +137,11 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
                 key, shape=v.shape, dtype=v.dtype, chunks=v.shape or None, fill_value=fill
             )[...] = v
         group.attrs.update(
-            {
-                "rfol_dask_format": int(model_format),
-                "rfol_dask_version": __version__,
-                "rfol_dask_checksums": {k: _checksum(np.asarray(v)) for k, v in arrays.items()},
-                "rfol_dask_saved": time.time_ns(),
-                MODEL_KEY: json.dumps(attrs),
-            }
+            rfol_dask_format=int(model_format),
+            rfol_dask_version=__version__,
+            rfol_dask_checksums={k: _checksum(np.asarray(v)) for k, v in arrays.items()},
+            rfol_dask_saved=time.time_ns(),
+            **{MODEL_KEY: json.dumps(attrs)},  # written last: marks a whole model
         )
 
     check = lambda: _check_model_path(path, overwrite)  # noqa: E731

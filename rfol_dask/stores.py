@@ -220,24 +220,18 @@ def describe_path(path):
         return "model"
     if not any(path.iterdir()):
         return "empty"
-    if attrs is None:
-        damaged = not all(_json_or_absent(path / n) for n in ("zarr.json", ".zgroup"))
-        what = "a Zarr store whose metadata cannot be read (damaged: cut short or edited?)"
-        return what if damaged else "a directory holding other files"
-    if "rfol_dask_meta" in attrs:
-        return "an rfol_dask data set"
-    return PREDICTION_STORE if PREDICTION_KEY in attrs else "a Zarr store of other data"
-
-
-def _json_or_absent(path):
-    """Whether the file ``path`` is absent or holds JSON."""
-    try:
-        json.loads(path.read_text())
-    except FileNotFoundError:
-        return True
-    except (ValueError, OSError):
-        return False
-    return True
+    if attrs is not None:
+        if "rfol_dask_meta" in attrs:
+            return "an rfol_dask data set"
+        return PREDICTION_STORE if PREDICTION_KEY in attrs else "a Zarr store of other data"
+    for name in ("zarr.json", ".zgroup"):
+        try:
+            json.loads((path / name).read_text())
+        except FileNotFoundError:
+            continue
+        except (ValueError, OSError):
+            return "a Zarr store whose metadata cannot be read (damaged: cut short or edited?)"
+    return "a directory holding other files"
 
 
 def load_hint(path):

@@ -103,15 +103,13 @@ def _template(spec, params, n_samples, block_size, seed):
     ds["sample"].attrs["long_name"] = "sample index"
     meta = dict(zip(_META_KEYS, (spec.name, n_samples, int(seed), block_size, params), strict=True))
     ds.attrs.update(
-        {
-            "title": _title(spec, params),
-            "Conventions": "CF-1.10",
-            "rfol_dask_version": __version__,
-            "rfol_dask_meta": json.dumps(meta, sort_keys=True),
-            "dataset": spec.name,
-            "seed": int(seed),
-            **{f"param_{k}": v for k, v in params.items()},
-        }
+        title=_title(spec, params),
+        Conventions="CF-1.10",
+        rfol_dask_version=__version__,
+        rfol_dask_meta=json.dumps(meta, sort_keys=True),
+        dataset=spec.name,
+        seed=int(seed),
+        **{f"param_{k}": v for k, v in params.items()},
     )
     return ds, meta, encoding
 
