@@ -62,12 +62,6 @@ def path_lock(lock, busy):
         held.release()
 
 
-def lock_beside(path, busy):
-    """:func:`path_lock` of ``.NAME.lock`` beside ``path``: a model's or prediction store's."""
-    lock = path.with_name(f".{path.name}.lock")
-    return path_lock(lock, f"{busy}; wait for it or write elsewhere")
-
-
 def _checksum(value):
     h = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode())
     h.update(np.ascontiguousarray(value).tobytes())
@@ -77,18 +71,11 @@ def _checksum(value):
 def check_model_path(path, overwrite=True):
     """ValueError unless a model may be saved at ``path``: nothing there, an empty directory, or
     (with ``overwrite``) a model holding nothing but its arrays; never the current directory or
-    a folder holding it, nor inside a Zarr store. A save running there is refused."""
-    path = Path(os.path.abspath(path))
-    check_outside_stores(path)
-    if not path.parent.is_dir():  # no save runs there
-        return _check_model_path(path, overwrite)
-    with lock_beside(path, f"another save of the model at {path} is running"):
-        _check_model_path(path, overwrite)
-
-
-def _check_model_path(path, overwrite):
+    a folder holding it, nor inside a Zarr store."""
     import zarr
 
+    path = Path(os.path.abspath(path))
+    check_outside_stores(path)
     kind = describe_path(path)
     if kind is None:
         return check_parent_dir(path, "a model")
@@ -144,7 +131,7 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
             **{MODEL_KEY: json.dumps(attrs)},  # written last: marks a whole model
         )
 
-    check = lambda: _check_model_path(path, overwrite)  # noqa: E731
+    check = lambda: check_model_path(path, overwrite)  # noqa: E731
     swap_into_place(path, write, check, f"another save of the model at {path} is running")
 
 
@@ -154,7 +141,7 @@ def swap_into_place(path, write, check, busy):
     no longer be replaced), rename it into place, an earlier one moved aside first and removed
     after, and what killed runs left beside it. An error or Ctrl-C leaves ``path`` as it was; a
     killed process leaves hidden siblings (removed by the next save; :func:`load_model`)."""
-    with lock_beside(path, busy):
+    with path_lock(path.with_name(f".{path.name}.lock"), f"{busy}; wait for it or write elsewhere"):
         tmp, old = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"), None
         try:
             write(tmp)
