@@ -1,7 +1,7 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
-Layout (docs/design.md): variables ``input`` (sample, <input grid dims>) and ``output`` (sample,
-<output grid dims>) with units, chunks along ``sample`` only, the generator parameters, seed and
+Layout (docs/user_guide/data_model.md, "Stores"): variables ``input`` and ``output`` (sample,
+<grid dims>) with units, chunks along ``sample`` only, the generator parameters, seed and
 version as attributes. The Zarr group ``_rfol_dask`` holds ``block_done``, a flag per block set
 after its data are written, so a killed run resumes where it stopped (a NaN fill value: a missing
 chunk never reads as zeros). A run holds the file lock ``.rfol_dask.lock`` in the store; a marker
