@@ -39,34 +39,16 @@ from .stores import (
     refuse_foreign,
 )
 
-__all__ = [
-    "MODEL_FORMAT",
-    "path_lock",
-    "lock_beside",
-    "swap_into_place",
-    "save_model",
-    "load_model",
-    "check_model_path",
-    "jsonable",
-    "attrs_of",
-    "estimator_state",
-    "restore_estimator",
-    "clean_leftovers",
-]
-
 MODEL_FORMAT = 3
-"""Layout version of a saved model (``rfol_dask_format``), the newest this version reads; a model
-is written with the lowest format that reads it right (``OperatorEstimator._model_format``).
-3: a primal linear-kernel KernelOperator keeps ``coef_`` (p, m) (others are written as 2);
-2: a RandomFeatureOperator keeps ``input_centre_`` (older ones load with no centre); 1: NaN fill
-values, a SHA-256 checksum per array, the save time; 0: unversioned, loaded with a warning."""
+"""Layout version of a saved model, the newest this version reads (a model is written with the
+lowest that reads it). 3: a primal linear KernelOperator keeps ``coef_``; 2: ``input_centre_``;
+1: NaN fills, a SHA-256 checksum per array, the save time; 0: unversioned, loaded with a warning."""
 _LEFTOVER = re.compile(r"(.+\.\d+\.)?[0-9a-f]+")  # a save's sibling's tag (older: host.pid.hex)
 
 
 @contextlib.contextmanager
 def path_lock(lock, busy):
-    """Hold the file lock ``lock`` (``filelock``: the OS lets go of it when its holder dies)
-    while the block runs, its file removed before it is let go; ValueError ``busy`` if held."""
+    """Hold the file lock ``lock`` (its file removed after); ValueError ``busy`` if it is held."""
     held = filelock.FileLock(os.fspath(lock), timeout=0)
     try:
         held.acquire()
@@ -80,12 +62,6 @@ def path_lock(lock, busy):
         held.release()
 
 
-def lock_beside(path, busy):
-    """:func:`path_lock` of ``.NAME.lock`` beside ``path``: a model's or prediction store's."""
-    lock = path.with_name(f".{path.name}.lock")
-    return path_lock(lock, f"{busy}; wait for it or write elsewhere")
-
-
 def _checksum(value):
     h = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode())
     h.update(np.ascontiguousarray(value).tobytes())
@@ -94,30 +70,12 @@ def _checksum(value):
 
 def check_model_path(path, overwrite=True):
     """ValueError unless a model may be saved at ``path``: nothing there, an empty directory, or
-    (with ``overwrite``) an rfol_dask model holding nothing but its own arrays; never the current
-    directory or a folder holding it, nor inside a Zarr store. A save running there is refused."""
-    path = Path(os.path.abspath(path))
-    cwd = Path(os.path.realpath("."))
-    if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
-        raise ValueError(
-            f"cannot save a model at {path}: it is the current directory or holds it, which saving "
-            "replaces; save it under another name (e.g. '../model.zarr') or from another directory"
-        )
-    check_outside_stores(path)
-    if not path.parent.is_dir():  # no save runs there
-        return _check_model_path(path, overwrite)
-    with _save_lock(path):
-        _check_model_path(path, overwrite)
-
-
-def _save_lock(path):
-    return lock_beside(path, f"another save of the model at {path} is running")
-
-
-def _check_model_path(path, overwrite):
-    """What :func:`check_model_path` checks at the absolute ``path`` itself, without the lock."""
+    (with ``overwrite``) a model holding nothing but its arrays; never the current directory or
+    a folder holding it, nor inside a Zarr store."""
     import zarr
 
+    path = Path(os.path.abspath(path))
+    check_outside_stores(path)
     kind = describe_path(path)
     if kind is None:
         return check_parent_dir(path, "a model")
@@ -126,101 +84,84 @@ def _check_model_path(path, overwrite):
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
         sums = (group_attrs(path) or {}).get("rfol_dask_checksums")
         try:
-            group = None if isinstance(sums, dict) else zarr.open_group(str(path), mode="r")
-            names = sums if group is None else group.array_keys()
+            names = sums if isinstance(sums, dict) else zarr.open_group(path, mode="r").array_keys()
         except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
             names = ()
         refuse_foreign(foreign_entries(path, set(names)), f"the model at {path}", "save elsewhere")
     elif kind != "empty":
         raise ValueError(
             f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
-            "(only an existing model is ever replaced): choose another path or move it away "
-            "yourself"
+            "(only a model is ever replaced): choose another path or move it away yourself"
         )
 
 
-def _sibling(path, kind):
-    """A fresh hidden sibling ``.NAME.<kind>-<random hex>`` of ``path``."""
-    return path.with_name(f".{path.name}.{kind}-{uuid.uuid4().hex[:12]}")
-
-
-def _leftovers(path, kind):
-    """The hidden siblings ``.NAME.<kind>-*`` of ``path`` that interrupted saves left: named by a
-    save, or holding a model. A user's own folder (``.NAME.old-backup``) is not one."""
-    prefix = f".{path.name}.{kind}-"
+def _leftovers(path):
+    """The hidden siblings ``.NAME.old-*`` / ``.NAME.tmp-*`` that interrupted saves of ``path``
+    left: named by a save, or holding a model (not a user's ``.NAME.old-backup``)."""
     return sorted(
         p
         for p in path.parent.iterdir()
-        if p.name.startswith(prefix)
-        and (_LEFTOVER.fullmatch(p.name[len(prefix) :]) or describe_path(p) == "model")
+        for kind in ("old", "tmp")
+        if p.name.startswith(pre := f".{path.name}.{kind}-")
+        and (_LEFTOVER.fullmatch(p.name[len(pre) :]) or describe_path(p) == "model")
     )
 
 
-def clean_leftovers(path):
-    """Remove what interrupted saves of ``path`` left beside it (called holding its lock, so no
-    other save is writing them)."""
-    for leftover in _leftovers(path, "old") + _leftovers(path, "tmp"):
-        shutil.rmtree(leftover, ignore_errors=True)
-
-
 def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
-    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model of format
-    ``model_format`` at ``path`` (:func:`check_model_path` says what may be replaced), through
-    :func:`swap_into_place`, holding the lock beside it."""
+    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model at ``path`` (checked
+    first by the caller with :func:`check_model_path`) through :func:`swap_into_place`."""
     import zarr
 
     path = Path(os.path.abspath(path))
-    check_model_path(path, overwrite)  # before making folders for it
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(tmp):
         group = zarr.open_group(str(tmp), mode="w")
         for key, value in arrays.items():
-            value = np.asarray(value)
-            fill = np.nan if value.dtype.kind in "fc" else None
-            chunks = value.shape or None
+            v = np.asarray(value)
+            fill = np.nan if v.dtype.kind in "fc" else None
             group.create_array(
-                key, shape=value.shape, dtype=value.dtype, chunks=chunks, fill_value=fill
-            )[...] = value
+                key, shape=v.shape, dtype=v.dtype, chunks=v.shape or None, fill_value=fill
+            )[...] = v
         group.attrs.update(
-            {
-                "rfol_dask_format": int(model_format),
-                "rfol_dask_version": __version__,
-                "rfol_dask_checksums": {k: _checksum(np.asarray(v)) for k, v in arrays.items()},
-                "rfol_dask_saved": time.time_ns(),
-                MODEL_KEY: json.dumps(attrs),
-            }
+            rfol_dask_format=int(model_format),
+            rfol_dask_version=__version__,
+            rfol_dask_checksums={k: _checksum(np.asarray(v)) for k, v in arrays.items()},
+            rfol_dask_saved=time.time_ns(),
+            **{MODEL_KEY: json.dumps(attrs)},  # written last: marks a whole model
         )
 
-    with _save_lock(path):
-        _check_model_path(path, overwrite)  # again, holding the lock
-        swap_into_place(path, write, lambda: _check_model_path(path, overwrite))
-        clean_leftovers(path)
+    check = lambda: check_model_path(path, overwrite)  # noqa: E731
+    swap_into_place(path, write, check, f"another save of the model at {path} is running")
 
 
-def swap_into_place(path, write, check):
-    """Write a store through ``write(tmp)`` into a hidden sibling of ``path``, then, once
-    ``check()`` passes (it raises if ``path`` may no longer be replaced), rename it into place,
-    an earlier one moved aside first and removed after. An error or Ctrl-C leaves ``path`` as it
-    was; a killed process leaves hidden siblings (:func:`clean_leftovers`, :func:`load_model`)."""
-    tmp, old = _sibling(path, "tmp"), None
-    try:
-        write(tmp)
-        check()
-        if describe_path(path) == "empty":
-            path.rmdir()
-        elif path.exists():
-            old = _sibling(path, "old")
-            os.replace(path, old)
-        os.replace(tmp, path)
-    except BaseException:
-        if old is not None and old.exists() and not path.exists():
-            os.replace(old, path)  # put the earlier one back
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and path.exists():
-            shutil.rmtree(old, ignore_errors=True)
+def swap_into_place(path, write, check, busy):
+    """Holding the lock beside ``path`` (else ValueError ``busy``), write a store through
+    ``write(tmp)`` into a hidden sibling, then, once ``check()`` passes (it raises if ``path`` may
+    no longer be replaced), rename it into place, an earlier one moved aside first and removed
+    after, and what killed runs left beside it. An error or Ctrl-C leaves ``path`` as it was; a
+    killed process leaves hidden siblings (removed by the next save; :func:`load_model`)."""
+    with path_lock(path.with_name(f".{path.name}.lock"), f"{busy}; wait for it or write elsewhere"):
+        tmp, old = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"), None
+        try:
+            write(tmp)
+            check()
+            if describe_path(path) == "empty":
+                path.rmdir()
+            elif path.exists():
+                old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:12]}")
+                os.replace(path, old)
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None and old.exists() and not path.exists():
+                os.replace(old, path)  # put the earlier one back
+            raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if old is not None and path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+        for leftover in _leftovers(path):
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def load_model(path):
@@ -232,11 +173,15 @@ def load_model(path):
 
     path = Path(os.path.abspath(path))
     if not path.exists():
-        found = _leftovers(path, "old") + _leftovers(path, "tmp")
-        found = [p for p in found if describe_path(p) == "model"]
+        found = [p for p in _leftovers(path) if describe_path(p) == "model"]
         if not found:
             raise FileNotFoundError(f"no model at {path}")
-        target, path = path, max(found, key=_saved_time)
+
+        def saved(p):  # ns; format 0: its metadata's modification time
+            t = (group_attrs(p) or {}).get("rfol_dask_saved")
+            return int(t) if t is not None else (p / "zarr.json").stat().st_mtime_ns
+
+        target, path = path, max(found, key=saved)
         warnings.warn(
             f"no model at {target}: a save to it was interrupted; loading the newest complete "
             f"model left beside it ({path.name}). Save the model to {target} again to finish and "
@@ -275,15 +220,8 @@ def load_model(path):
     return _verified(group, path, fmt, attrs)
 
 
-def _saved_time(path):
-    """When the model at ``path`` was saved (ns; format 0: its metadata's modification time)."""
-    saved = (group_attrs(path) or {}).get("rfol_dask_saved")
-    return int(saved) if saved is not None else (path / "zarr.json").stat().st_mtime_ns
-
-
 def _verified(group, path, fmt, attrs):
-    """The arrays and attributes of the model ``group`` at ``path``, each array checked against
-    its checksum (formats 1 and later); ValueError naming what is damaged."""
+    """The arrays and attributes of the model ``group``, each array checked against its checksum."""
 
     def damaged(subject, problem, exc=None):
         detail = "" if exc is None else f" ({type(exc).__name__}: {exc})"
@@ -293,19 +231,18 @@ def _verified(group, path, fmt, attrs):
         )
 
     try:
-        listed = list(group.arrays())
+        listed = dict(group.arrays())
     except Exception as exc:  # noqa: BLE001  (an array's metadata unreadable)
         raise damaged("the array metadata", "cannot be read", exc) from exc
     sums = attrs.get("rfol_dask_checksums", {})
     if fmt >= 1 and not isinstance(sums, dict):
         raise damaged("the checksums of arrays ['(all)']", "are missing")
-    keys = [k for k, _ in listed] + [k for k in sums if "/" in k]  # nested: '/' in a dim name
     arrays = {}
-    for key in dict.fromkeys(keys):
+    for key in dict.fromkeys([*listed, *(k for k in sums if "/" in k)]):  # '/' in a dim name
         try:
             arrays[key] = group[key][...]
         except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
-            if key in dict(listed):
+            if key in listed:
                 raise damaged(f"array {key!r}", "cannot be read", exc) from exc
     unsummed = sorted(set(arrays) - set(sums))
     if fmt >= 1 and unsummed:
@@ -321,12 +258,9 @@ def _verified(group, path, fmt, attrs):
         raise damaged(f"the attribute {MODEL_KEY!r}", "cannot be read", exc) from exc
 
 
-# ------------------------------------------------------------------------------ estimator state
-
-
 def jsonable(value, strict=False):
-    """``value`` with numpy scalars / arrays turned into Python ones (for JSON attributes); any
-    other object as its ``str``, or with ``strict`` a TypeError whose argument is the object."""
+    """``value`` with numpy scalars / arrays as Python ones (for JSON); any other object as its
+    ``str``, or with ``strict`` a TypeError whose argument is the object."""
     if isinstance(value, dict):
         return {str(k): jsonable(v, strict) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
@@ -348,25 +282,23 @@ def attrs_of(V, dims):
 
 
 def _params(model):
-    """``model.get_params()`` as JSON values: a dtype by name, an integer seed as an int, a
-    Generator seed as None (the fitted arrays hold its draw); ValueError for a parameter JSON
-    cannot hold (a Generator among the ``recovery`` options, drawn from at each prediction)."""
+    """``model.get_params()`` as JSON (a Generator seed as None: the fitted arrays hold its draw);
+    ValueError for a parameter JSON cannot hold (e.g. a Generator in ``recovery``)."""
     params = model.get_params()
     params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
     if "random_state" in params:
         rs = params["random_state"]
-        integral = isinstance(rs, numbers.Integral) and not isinstance(rs, bool)
-        params["random_state"] = int(rs) if integral else None
+        keep = isinstance(rs, numbers.Integral) and not isinstance(rs, bool)
+        params["random_state"] = int(rs) if keep else None
     saved = {}
     for name, value in params.items():
         try:
             saved[name] = jsonable(value, strict=True)
         except TypeError as exc:
-            what = exc.args[0]
-            seeds = (np.random.Generator, np.random.RandomState, np.random.SeedSequence)
+            what, rng = exc.args[0], np.random
             fix = (
                 "pass an integer seed instead (e.g. 'random_state': 0)"
-                if isinstance(what, seeds)
+                if isinstance(what, (rng.Generator, rng.RandomState, rng.SeedSequence))
                 else "give it as numbers, strings, lists or dicts"
             )
             raise ValueError(
@@ -377,15 +309,13 @@ def _params(model):
 
 
 def _coord_key(which, dim):
-    """The array name of a training coordinate, the dim name percent-escaped (``/`` is a Zarr
-    group separator; plain names as they are)."""
+    """The array name of a training coordinate (``/``, a Zarr group separator, escaped)."""
     return f"coord_{which}_{quote(str(dim), safe='')}"
 
 
 def estimator_state(model):
-    """``(arrays, attrs)`` of a fitted ``OperatorEstimator``: the numpy arrays
-    (``model._fitted_arrays``, ``coord_<which>_<dim>``, ``grid_<which>_<k>``) and the JSON
-    attributes that :func:`restore_estimator` reads back."""
+    """``(arrays, attrs)`` of a fitted ``OperatorEstimator``: numpy arrays (fitted, training
+    coordinates, grids) and JSON attributes that :func:`restore_estimator` reads back."""
     names = getattr(model, "feature_names_in_", None)
     attrs = {
         "estimator": type(model).__name__,
@@ -426,8 +356,7 @@ def estimator_state(model):
 
 
 def _instance(cls, params, attrs, path):
-    """``cls(**params)``: ForeignModelError for a model of another class, ValueError for
-    parameters of another version (or edited)."""
+    """``cls(**params)``; ForeignModelError: another class; ValueError: another version's."""
     saved = attrs.get("estimator")  # absent in models saved before it was recorded
     if saved is not None and saved != cls.__name__:
         raise ForeignModelError(
@@ -455,10 +384,8 @@ def _instance(cls, params, attrs, path):
 
 
 def restore_estimator(cls, arrays, attrs, path=None, device=None):
-    """A fitted ``cls`` instance from what :func:`estimator_state` wrote (read from ``path``).
-    A model fitted on a device not available here predicts on the CPU, with a warning;
-    ``device`` (``"cpu"``, ``"cuda"``): where it predicts instead (no warning). A model of
-    another class is a :class:`~rfol_dask.exceptions.ForeignModelError` (a ValueError)."""
+    """A fitted ``cls`` from what :func:`estimator_state` wrote (read from ``path``), predicting
+    on ``device``, or on the CPU with a warning when its fit's device is not available here."""
     params = dict(attrs["params"])
     if device is not None and "device" in params:
         backend.check_device(params["device"])  # a device no version knows: an unusable model

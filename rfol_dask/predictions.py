@@ -7,6 +7,7 @@ written beside its path and swapped into place; only an earlier prediction store
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -15,10 +16,11 @@ import numpy as np
 import xarray as xr
 
 from ._version import __version__
-from .persistence import clean_leftovers, lock_beside, swap_into_place
+from .persistence import swap_into_place
 from .progress import compute
 from .stores import (
     PREDICTION_KEY,
+    PREDICTION_STORE,
     check_outside_stores,
     check_parent_dir,
     describe_path,
@@ -28,15 +30,12 @@ from .stores import (
     refuse_foreign,
 )
 
-__all__ = ["PREDICTION_KEY", "prediction_arrays", "check_prediction_path", "write_predictions"]
-
 
 def write_predictions(pred, path, attrs=None, client=None, progress=True):
     """Write the DataArray ``pred`` (dims ``("sample", *grid)``) as the variable ``prediction`` of
-    a Zarr store at ``path`` (made absolute here: the workers write it), in blocks of its largest
-    chunk along ``sample``, on the workers of ``client`` (or dask's local scheduler), with the
-    root ``attrs`` and the package version. Returns the absolute path. Memory: one block of the
-    prediction per running task; nothing in the client."""
+    a Zarr store at ``path``, in blocks of its largest chunk along ``sample``, on the workers of
+    ``client`` (or dask's local scheduler), with the root ``attrs``. Returns the absolute path.
+    Memory: one block of the prediction per running task; nothing in the client."""
     if not isinstance(pred, xr.DataArray):
         raise TypeError(
             f"write_predictions writes a DataArray (model.predict of ds['input']), got a "
@@ -63,40 +62,22 @@ def write_predictions(pred, path, attrs=None, client=None, progress=True):
             )
         compute(job, client=client, progress=progress, desc="predict", settle=True)
 
-    with lock_beside(path, f"{path} is being written by another run"):
-        check_prediction_path(path)  # again, holding the lock
-        swap_into_place(path, write, lambda: check_prediction_path(path))
-        clean_leftovers(path)  # what killed runs left
+    busy = f"{path} is being written by another run"
+    swap_into_place(path, write, lambda: check_prediction_path(path), busy)
     return path
-
-
-def prediction_arrays(path):
-    """The arrays of the prediction store at ``path`` as its attribute lists them; None when
-    ``path`` is not one (nothing there, another store, a file)."""
-    if path.is_symlink() or not path.is_dir():
-        return None
-    try:
-        return set(json.loads((group_attrs(path) or {})[PREDICTION_KEY]))
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def check_prediction_path(path):
     """ValueError unless predictions may be written at the absolute ``path``: nothing there, an
     empty folder, or a prediction store holding nothing but its arrays (replaced); never inside
     a Zarr store, nor the current directory or a folder holding it."""
-    cwd = Path(os.path.realpath("."))
-    if Path(os.path.realpath(path)) in (cwd, *cwd.parents):
-        raise ValueError(
-            f"{path} is the current directory or holds it, which writing replaces; give another "
-            "path"
-        )
     check_outside_stores(path, "write predictions")
-    arrays = prediction_arrays(path)
-    if arrays is not None:
+    kind, arrays = describe_path(path), None
+    with contextlib.suppress(TypeError, ValueError):  # the arrays its attribute lists
+        arrays = kind == PREDICTION_STORE and set(json.loads(group_attrs(path)[PREDICTION_KEY]))
+    if arrays:
         foreign = foreign_entries(path, arrays)
         return refuse_foreign(foreign, f"the prediction store {path}", "give another path")
-    kind = describe_path(path)
     if kind is None:
         check_parent_dir(path, "predictions")
     elif kind != "empty":

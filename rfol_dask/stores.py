@@ -1,8 +1,7 @@
 """Store checks: what a path holds, and missing chunks and unfinished blocks of Zarr stores.
 
-A chunk file missing from a local Zarr store reads back as its fill value; every store an
-estimator reads is counted through zarr (``nchunks_initialized``) and, where chunks are missing,
-refused naming the store, the variable and the samples.
+A chunk file missing from a local Zarr store reads back as its fill value: every store an
+estimator reads is refused where chunks are missing, naming the store, variable and samples.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ import xarray as xr
 from dask.blockwise import Blockwise
 from dask.highlevelgraph import MaterializedLayer
 
-BOOKKEEPING_GROUP = "_rfol_dask"
-"""The Zarr group of a data-set store holding ``block_done`` (not an xarray variable)."""
+BOOKKEEPING_GROUP = "_rfol_dask"  # the Zarr group of a data-set store holding ``block_done``
 MODEL_KEY = "rfol_dask_model"  # root attribute of a saved model, written last: marks a whole one
 PREDICTION_KEY = "rfol_dask_prediction"  # root attribute of a prediction store: its arrays (JSON)
 PREDICTION_STORE = "an rfol_dask prediction store"  # what :func:`describe_path` calls one
@@ -42,14 +40,12 @@ def group_attrs(path):
 
 
 def flags_key(group):
-    """Where the ``block_done`` flags sit in the Zarr ``group`` of a data-set store: in the
-    bookkeeping group, or (stores written before it) a top-level array."""
+    """Where the ``block_done`` flags sit in the data-set store's Zarr ``group`` (older: on top)."""
     return f"{BOOKKEEPING_GROUP}/block_done" if BOOKKEEPING_GROUP in group else "block_done"
 
 
 def block_flags(path):
-    """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None
-    if it has none (a store not written by ``datasets.generate``)."""
+    """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None."""
     import zarr
 
     try:
@@ -60,10 +56,8 @@ def block_flags(path):
 
 
 def check_store(ds, path=None, samples=None):
-    """ValueError if the data-set store at ``path`` (opened as ``ds``; default: its ``source``,
-    when a local folder) was never finished (unset ``block_done`` flags: resume it) or lacks a
-    chunk file of ``input`` / ``output``, among the blocks of its first ``samples`` samples if
-    given."""
+    """ValueError if the local data-set store at ``path`` (default: the ``source`` of ``ds``) was
+    never finished or lacks a chunk file of ``input`` / ``output`` (of its first ``samples``)."""
     import zarr
 
     path = ds.encoding.get("source") if path is None else path
@@ -79,8 +73,7 @@ def check_store(ds, path=None, samples=None):
 
 
 def _check_flags(path, meta, samples=None):
-    """ValueError if the data-set store at ``path`` (its ``rfol_dask_meta`` ``meta``) has unset
-    ``block_done`` flags (among the blocks of its first ``samples`` samples if given)."""
+    """ValueError if the store at ``path`` has unset ``block_done`` flags (of first ``samples``)."""
     done, bs = block_flags(path), int(meta.get("block_size", 1))
     if done is not None and samples is not None:
         done = done[: -(-int(samples) // bs)]
@@ -94,8 +87,7 @@ def _check_flags(path, meta, samples=None):
 
 
 def _check_chunks(arr, store, name, dims, meta, samples=None):
-    """ValueError naming the chunk files of variable ``name`` (dims ``dims``) of the local store
-    ``store`` missing from its folder (of its first ``samples`` samples, if given)."""
+    """ValueError naming the chunk files of variable ``name`` missing from the local ``store``."""
     if arr.nchunks_initialized == arr.nchunks:
         return
     folder, chunks = os.path.join(store, name), arr.shards or arr.chunks  # a file holds a shard
@@ -117,55 +109,50 @@ def _check_chunks(arr, store, name, dims, meta, samples=None):
     fix = f"regenerate it (rfol-dask generate {meta.get('dataset')} ... --overwrite)"
     hint = ""
     if isinstance(arr.fill_value, (int, float, np.number)) and not np.isnan(arr.fill_value):
-        hint = (
-            f"; or, if those chunks hold only the fill value {arr.fill_value}, zarr left them out: "
-            "write the store with write_empty_chunks=True"
-        )
+        hint = f"; or, if those chunks hold only the fill value {arr.fill_value}, zarr left them "
+        hint += "out: write the store with write_empty_chunks=True"
     raise ValueError(
         f"data set at {store}: {len(missing)} chunk(s) of variable {name!r} are missing from the "
-        f"store (first: chunk {first}, {span}, file {os.path.join(folder, key(first))}"
-        f"); the store is damaged: restore the files or "
-        f"{fix if 'dataset' in meta else 'write the store again'}{hint}"
+        f"store (first: chunk {first}, {span}, file {os.path.join(folder, key(first))}); the store "
+        f"is damaged: restore the files or {fix if 'dataset' in meta else 'write the store again'}"
+        + hint
     )
 
 
 @contextlib.contextmanager
 def checked_once():
-    """Within this block each Zarr array is checked for missing chunks once (a search and its
-    refit, a ``score`` and its ``predict`` read the same data); nested blocks share the record."""
-    if _CHECKED.get() is not None:
-        yield
-        return
-    token = _CHECKED.set(set())
+    """Within this block (nested ones share it) each Zarr array is checked for missing chunks once:
+    a search and its refit, a ``score`` and its ``predict`` read the same data."""
+    token = _CHECKED.set(set()) if _CHECKED.get() is None else None
     try:
         yield
     finally:
-        _CHECKED.reset(token)
+        if token is not None:
+            _CHECKED.reset(token)
 
 
 def _first_check(where):
     """Whether the array in folder ``where`` is still to be checked in this :func:`checked_once`
     block (then it is recorded); always True outside one."""
-    seen, key = _CHECKED.get(), os.path.realpath(where)
-    if seen is None:
-        return True
-    if key in seen:
-        return False
-    seen.add(key)
-    return True
+    seen, n = _CHECKED.get(), len(_CHECKED.get() or ())
+    return seen is None or seen.add(os.path.realpath(where)) or len(seen) > n
 
 
 def check_sources(*operands):
-    """ValueError naming the store, variable and samples where an operand (a DataArray of
-    ``xr.open_zarr``, a dask array of ``da.from_zarr``) reads a Zarr array of a local store that
-    lacks chunk files (read as the fill value) or of a data set whose generation was cut short.
-    Anything else passes. Returns how many stored arrays (of any store) the operands read."""
+    """ValueError naming the store, variable and samples where an operand (``xr.open_zarr``,
+    ``da.from_zarr``) reads a local Zarr array lacking chunk files or a data set cut short.
+    Returns how many stored arrays (of any store) the operands read."""
     found = 0
     for X in operands:
         for arr in _stored_arrays(X):
             found += 1
-            where = _local_folder(arr)
-            if where is None or not _first_check(where):
+            # a LocalStore, or the local FsspecStore of da.from_zarr(path)
+            st = arr.store_path.store
+            protocol = getattr(getattr(st, "fs", None), "protocol", ())
+            local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
+            root = getattr(st, "root", None) or (st.path if local else None)
+            where = root and os.path.join(os.fspath(root), arr.store_path.path)
+            if not where or not os.path.isdir(where) or not _first_check(where):
                 continue
             store, name = os.path.split(where)
             meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
@@ -177,9 +164,8 @@ def check_sources(*operands):
 
 
 def _stored_arrays(X):
-    """The ``zarr.Array`` objects the dask data of the DataArray or dask array ``X`` reads: held
-    in its graph's materialized layers or as literal arguments of its blockwise layers (xarray's
-    lazy indexing adapters around them unwrapped). No public route reaches them otherwise."""
+    """The ``zarr.Array`` objects the dask data of ``X`` reads, in its graph's materialized layers
+    or literal blockwise arguments (xarray's lazy indexing adapters unwrapped)."""
     zarr = sys.modules.get("zarr")
     X = X.data if isinstance(X, xr.DataArray) and X.chunks is not None else X
     if zarr is None or not isinstance(X, da.Array):
@@ -198,22 +184,9 @@ def _stored_arrays(X):
                 yield obj
 
 
-def _local_folder(arr):
-    """The folder of the Zarr array ``arr`` if its store is a local directory (``LocalStore``,
-    or the local ``FsspecStore`` of ``da.from_zarr(path)``), else None."""
-    store = arr.store_path.store
-    root = getattr(store, "root", None)
-    protocol = getattr(getattr(store, "fs", None), "protocol", ())
-    if root is None and "file" in ((protocol,) if isinstance(protocol, str) else protocol):
-        root = store.path
-    where = None if root is None else os.path.join(os.fspath(root), arr.store_path.path)
-    return where if where is not None and os.path.isdir(where) else None
-
-
 @contextlib.contextmanager
 def quiet_consolidated():
-    """Silence zarr's warning that consolidated metadata (so that a plain ``xr.open_zarr`` reads
-    the store) is not in the Zarr v3 specification."""
+    """Silence zarr's warning that consolidated metadata is not in the Zarr v3 specification."""
     import zarr
 
     with warnings.catch_warnings():
@@ -234,8 +207,7 @@ def check_parent_dir(path, what):
 
 
 def describe_path(path):
-    """What is at ``path``: None (nothing), ``"model"``, ``"empty"`` (an empty directory) or a
-    phrase for anything else (``"a file"``, ``"an rfol_dask data set"``, ...)."""
+    """What is at ``path``: None, ``"model"``, ``"empty"`` or a phrase (``"a file"``, ...)."""
     path = Path(os.fspath(path))
     if path.is_symlink():
         return "a symbolic link"
@@ -248,41 +220,37 @@ def describe_path(path):
         return "model"
     if not any(path.iterdir()):
         return "empty"
-    if attrs is None:
-        damaged = [n for n in ("zarr.json", ".zgroup") if not _json_or_absent(path / n)]
-        return (
-            "a Zarr store whose metadata cannot be read (damaged: cut short or edited?)"
-            if damaged
-            else "a directory holding other files"
-        )
-    if "rfol_dask_meta" in attrs:
-        return "an rfol_dask data set"
-    return PREDICTION_STORE if PREDICTION_KEY in attrs else "a Zarr store of other data"
-
-
-def _json_or_absent(path):
-    """Whether the file ``path`` is absent or holds JSON (else: metadata cut short or edited)."""
-    try:
-        json.loads(path.read_text())
-    except FileNotFoundError:
-        return True
-    except (ValueError, OSError):
-        return False
-    return True
+    if attrs is not None:
+        if "rfol_dask_meta" in attrs:
+            return "an rfol_dask data set"
+        return PREDICTION_STORE if PREDICTION_KEY in attrs else "a Zarr store of other data"
+    for name in ("zarr.json", ".zgroup"):
+        try:
+            json.loads((path / name).read_text())
+        except FileNotFoundError:
+            continue
+        except (ValueError, OSError):
+            return "a Zarr store whose metadata cannot be read (damaged: cut short or edited?)"
+    return "a directory holding other files"
 
 
 def load_hint(path):
-    """How to load the model saved at ``path``, for messages (the estimator class it records)."""
+    """How to load the model saved at ``path`` (the estimator class it records), for messages."""
     try:
         return f"{json.loads(group_attrs(path)[MODEL_KEY])['estimator']}.load"
     except (TypeError, KeyError, ValueError):  # a model saved before it recorded its class
         return "the load method of the estimator class that saved it"
 
 
-def check_outside_stores(path, action="save a model"):
-    """ValueError when ``path`` is inside a Zarr store (a model, a data set), which replacing or
-    regenerating that store would delete."""
-    path = Path(os.path.abspath(path))
+def check_outside_stores(path, action="save a model", cwd=True):
+    """ValueError when ``path`` is inside a Zarr store, which replacing it would delete, or (with
+    ``cwd``) is the current directory or holds it."""
+    path, here = Path(os.path.abspath(path)), Path(os.path.realpath("."))
+    if cwd and Path(os.path.realpath(path)) in (here, *here.parents):
+        raise ValueError(
+            f"cannot {action} at {path}: it is the current directory or holds it, which writing "
+            f"replaces; give another path (e.g. '../{path.name}') or work from another directory"
+        )
     outer = next(reversed(list(zarr_parents(path))), None)  # the outermost
     if outer is None:
         return
@@ -300,9 +268,8 @@ def check_outside_stores(path, action="save a model"):
 
 
 def foreign_entries(path, arrays):
-    """What the Zarr directory ``path`` holds beyond its own ``arrays`` (paths such as ``"coef"``
-    or ``"_rfol_dask/block_done"``): a user's files or folders, sorted. Within an array's folder
-    only metadata, the names on the way to nested arrays and chunk keys are its own."""
+    """What the Zarr directory ``path`` holds beyond its own ``arrays`` (such as ``"coef"``,
+    ``"_rfol_dask/block_done"``): a user's files or folders, sorted."""
     path, chunk, foreign = Path(path), re.compile(r"[0-9.]+"), []
     for entry in path.iterdir():
         keys = [n.split("/") for n in arrays if n.split("/")[0] == entry.name]
@@ -321,8 +288,7 @@ def foreign_entries(path, arrays):
 
 
 def refuse_foreign(foreign, owner, instead):
-    """ValueError when a store to be replaced, ``owner`` ("the model at PATH"), holds ``foreign``
-    entries of the user's (:func:`foreign_entries`), which replacing it would delete."""
+    """ValueError when the store ``owner`` ("the model at PATH") holds ``foreign`` entries."""
     if foreign:
         more = ", ..." if len(foreign) > 5 else ""
         raise ValueError(

@@ -1,13 +1,11 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
-Layout (docs/user_guide/data_model.md, "Stores"): variables ``input`` (sample, <input grid dims>)
-and ``output`` (sample, <output grid dims>) with ``long_name`` and ``units``, grid coordinates with
-units, chunks along ``sample`` only, the generator parameters, seed and package version as
-attributes, consolidated metadata. The Zarr group ``_rfol_dask`` (hidden from xarray) holds
-``block_done``, one flag per block set after its data are written, so a killed run resumes where it
-stopped; a NaN fill value means a missing chunk never reads as zeros. A run holds the file lock
-``.rfol_dask.lock`` in the store (two runs never write one store); a marker file exists while the
-template is written, so a run killed then is restarted by the same command.
+Layout (docs/user_guide/data_model.md, "Stores"): variables ``input`` and ``output`` (sample,
+<grid dims>) with units, chunks along ``sample`` only, the generator parameters, seed and
+version as attributes. The Zarr group ``_rfol_dask`` holds ``block_done``, a flag per block set
+after its data are written, so a killed run resumes where it stopped (a NaN fill value: a missing
+chunk never reads as zeros). A run holds the file lock ``.rfol_dask.lock`` in the store; a marker
+file exists while the template is written, so a run killed then is restarted by the same command.
 """
 
 from __future__ import annotations
@@ -45,15 +43,6 @@ from .registry import get, resolve_params
 if TYPE_CHECKING:  # annotations only: importing distributed here would slow every import
     import distributed
 
-__all__ = [
-    "generate",
-    "reuse_or_generate",
-    "request_mismatch",
-    "open_dataset",
-    "default_block_size",
-]
-
-
 _TARGET_CHUNK_BYTES = 32 * 2**20
 _META_KEYS = ("dataset", "n_samples", "seed", "block_size", "params")
 _LOCK = ".rfol_dask.lock"  # the file lock of the generate run writing the store
@@ -80,23 +69,16 @@ def default_block_size(spec, params, n_samples):
 
 
 def _title(spec, params):
-    """The data set's description (written for its defaults), with the parameters that differ
-    from them named after it."""
+    """The data set's description, with the parameters that differ from its defaults."""
     changed = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v != spec.defaults.get(k))
-    if not changed:
-        return spec.description
-    note = "(the description is for the defaults)"
-    return f"{spec.description} -- with non-default parameters {changed} {note}"
+    note = f" -- with non-default parameters {changed} (the description is for the defaults)"
+    return spec.description + (note if changed else "")
 
 
 def _check_count(value, what):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{what} must be a positive integer, got {value!r}")
     return int(value)
-
-
-def _blocks(n_samples, block_size):
-    return [(s, min(s + block_size, n_samples)) for s in range(0, n_samples, block_size)]
 
 
 def _template(spec, params, n_samples, block_size, seed):
@@ -121,22 +103,20 @@ def _template(spec, params, n_samples, block_size, seed):
     ds["sample"].attrs["long_name"] = "sample index"
     meta = dict(zip(_META_KEYS, (spec.name, n_samples, int(seed), block_size, params), strict=True))
     ds.attrs.update(
-        {
-            "title": _title(spec, params),
-            "Conventions": "CF-1.10",
-            "rfol_dask_version": __version__,
-            "rfol_dask_meta": json.dumps(meta, sort_keys=True),
-            "dataset": spec.name,
-            "seed": int(seed),
-            **{f"param_{k}": v for k, v in params.items()},
-        }
+        title=_title(spec, params),
+        Conventions="CF-1.10",
+        rfol_dask_version=__version__,
+        rfol_dask_meta=json.dumps(meta, sort_keys=True),
+        dataset=spec.name,
+        seed=int(seed),
+        **{f"param_{k}": v for k, v in params.items()},
     )
     return ds, meta, encoding
 
 
 def _write_template(path, ds, encoding, n_blocks):
-    """Write the store's metadata, coordinates and zeroed block flags (no sample data), all else
-    but the lock cleared first; a marker file present meanwhile marks a template cut short."""
+    """Write the store's metadata, coordinates and zeroed block flags, all else but the lock
+    cleared first; a marker file present meanwhile marks a template cut short."""
     import zarr
 
     mark = path / _TEMPLATE_MARK
@@ -154,13 +134,11 @@ def _write_template(path, ds, encoding, n_blocks):
 
 
 def _store_state(path):
-    """What the directory ``path`` holds: ``"new"`` (nothing but our lock), ``"partial"`` (a
-    template cut short), ``"dataset"`` (an rfol_dask data set), or a phrase for anything else."""
+    """What the directory ``path`` holds: ``"new"`` (nothing, or a template cut short),
+    ``"dataset"``, or a phrase for anything else."""
     entries = {e.name for e in path.iterdir()} - {_LOCK}
-    if not entries:
+    if not entries or _TEMPLATE_MARK in entries:
         return "new"
-    if _TEMPLATE_MARK in entries:
-        return "partial"
     attrs = group_attrs(path)
     if attrs is None or "rfol_dask_meta" not in attrs:
         kind = describe_path(path)
@@ -175,18 +153,18 @@ def _store_state(path):
             "a copy of a data set without generate's bookkeeping, or holding other data "
             "(written by xarray or zarr)"
         )
-    return "partial"
+    return "new"
 
 
 def _stored_attrs(path):
-    """The root attributes of the data-set store ``path``, its ``rfol_dask_meta`` read as JSON."""
+    """The root attributes of the data-set store ``path``, ``rfol_dask_meta`` read as JSON."""
     attrs = group_attrs(path)
     return {**attrs, "rfol_dask_meta": json.loads(attrs["rfol_dask_meta"])}
 
 
 def _checked_block(name, seed, start, stop, params):
     """Samples ``start:stop`` of data set ``name``: ``(inputs, outputs)``; FloatingPointError
-    when the generator produced NaN / Inf (in memory and in a store alike)."""
+    when the generator produced NaN / Inf."""
     inputs, outputs = get(name).make_block(seed, start, stop, **params)
     for var, values in (("input", inputs), ("output", outputs)):
         if not np.isfinite(values).all():
@@ -223,11 +201,9 @@ def generate(
 ) -> xr.Dataset:
     """Make ``n_samples`` samples of a benchmark data set as a dask job.
 
-    Samples are made in blocks of ``block_size`` as dask tasks (on ``client``, the active
-    distributed client, or dask's local scheduler); sample ``i`` depends only on
-    ``(seed, i)``, whatever the blocks. With ``store`` every block is written straight into
-    its region of a Zarr store; rerunning the same call after an interruption skips the
-    blocks already written.
+    Samples are made in blocks of ``block_size`` as dask tasks; sample ``i`` depends only on
+    ``(seed, i)``. With ``store`` every block is written into its region of a Zarr store, and a
+    run killed at any point is resumed by the same call.
 
     Parameters
     ----------
@@ -264,16 +240,14 @@ def generate(
     Raises
     ------
     ValueError
-        If the name or a parameter is unknown or out of its range (checked before the store is
-        touched), a size or the seed is not a non-negative integer, ``store`` holds another
-        data set (pass ``overwrite=True``) or something else, is inside a Zarr store, or
-        another run writes it.
+        If the name, a parameter, a size or the seed is invalid (checked before the store is
+        touched), or ``store`` holds another data set (pass ``overwrite=True``) or anything
+        else, is inside a Zarr store, or another run writes it.
 
     Notes
     -----
-    A run killed at any point is resumed or restarted by the same call. Memory: one block per
-    worker thread with ``store``; the whole data set (``8 M (n + m)`` bytes, twice while the
-    blocks are joined) without.
+    Memory: one block per worker thread with ``store``; the whole data set (``8 M (n + m)``
+    bytes, twice while the blocks are joined) without.
     """
     spec = get(name)
     n_samples = _check_count(n_samples, "n_samples")
@@ -283,13 +257,13 @@ def generate(
     # absolute on the client: workers in another folder write where the user meant ('~' expanded)
     path = None if store is None else Path(os.path.abspath(os.path.expanduser(os.fspath(store))))
     block_given = block_size is not None
-    if block_size is None:
-        resumed = _stored_request(path, spec, params, seed, n_samples)
-        block_size = resumed["block_size"] if resumed else None
-        block_size = block_size or default_block_size(spec, params, n_samples)
+    if block_size is None:  # a resumed store's own (the same request), else chunks of ~32 MiB
+        stored, asked = _dataset_meta(path), _request(spec, params, seed)
+        same = stored and not _mismatch(stored, {**asked, "n_samples": n_samples})
+        block_size = (same and stored["block_size"]) or default_block_size(spec, params, n_samples)
     block_size = _check_count(block_size, "block_size")
     ds, meta, encoding = _template(spec, params, n_samples, block_size, seed)
-    blocks = _blocks(n_samples, block_size)
+    blocks = [(s, min(s + block_size, n_samples)) for s in range(0, n_samples, block_size)]
     if path is None:
         tasks = [dask.delayed(_checked_block)(name, seed, a, b, params) for a, b in blocks]
         parts = compute(*tasks, client=client, progress=progress, desc=f"generate {name}")
@@ -301,7 +275,7 @@ def generate(
         what = "a file" if path.exists() else "a symbolic link to a missing target"
         raise ValueError(f"{path} is {what}, not a data-set store; pick another path (untouched)")
     check_parent_dir(path, "a data set")
-    check_outside_stores(path, "write a data set")
+    check_outside_stores(path, "write a data set", cwd=False)
     if path.exists():
         _check_store_kind(path)  # refuse a foreign directory before even taking the lock in it
     path.mkdir(parents=True, exist_ok=True)
@@ -331,19 +305,16 @@ def reuse_or_generate(
     progress: bool = False,
     **params,
 ) -> xr.Dataset:
-    """The first ``n_samples`` samples of data set ``name`` from the store ``store``, made only
-    when it does not hold them. A store of the same data (name, seed, parameters) is read when
-    the blocks of those samples are written (sample ``i`` depends only on the seed and ``i``),
-    else resumed, or made again larger when it holds fewer; nothing there: generated; anything
-    else is a ValueError and never replaced. ``client``: a distributed client, or a callable
-    returning one, called only when samples must be made. Returns the data set, lazily read."""
+    """The first ``n_samples`` samples of data set ``name`` from ``store``, made only when it does
+    not hold them: a store of the same data (name, seed, parameters) is read, resumed, or made
+    again larger; anything else is a ValueError and never replaced. ``client``: a client, or a
+    callable returning one, called only when samples must be made."""
     spec = get(name)
     params = resolve_params(spec, params)
     n_samples = _check_count(n_samples, "n_samples")  # before a store is read
     path = Path(os.path.abspath(os.path.expanduser(os.fspath(store))))
-    overwrite, size = False, n_samples
-    if path.is_dir() and _store_state(path) == "dataset":
-        stored = _stored_attrs(path)["rfol_dask_meta"]
+    overwrite, size, stored = False, n_samples, _dataset_meta(path)
+    if stored is not None:
         other = _mismatch(stored, _request(spec, params, seed))
         if other:
             raise ValueError(
@@ -364,14 +335,10 @@ def reuse_or_generate(
     return ds.isel(sample=slice(0, n_samples))
 
 
-def _stored_request(path, spec, params, seed, n_samples):
-    """The metadata of the data-set store at ``path`` when it holds this very request (data set,
-    size, seed and parameters; any block size), else None."""
-    if path is None or not path.is_dir() or _store_state(path) != "dataset":
-        return None
-    stored = _stored_attrs(path)["rfol_dask_meta"]
-    asked = {**_request(spec, params, seed), "n_samples": n_samples}
-    return None if _mismatch(stored, asked) else stored
+def _dataset_meta(path):
+    """The ``rfol_dask_meta`` of the data-set store at ``path``; None if there is none."""
+    ok = path is not None and path.is_dir() and _store_state(path) == "dataset"
+    return _stored_attrs(path)["rfol_dask_meta"] if ok else None
 
 
 def _request(spec, params, seed):
@@ -386,18 +353,15 @@ def _mismatch(stored, asked):
 
 
 def request_mismatch(meta: dict, name: str, *, seed: int = 0, **params) -> dict:
-    """How a data-set store's metadata ``meta`` (its ``rfol_dask_meta`` attribute, read as JSON)
-    differs from data set ``name`` made with ``seed`` and ``params`` (the defaults for those not
-    given): ``{key: (stored, requested)}`` over the data set, the seed and the parameters; empty
-    when the store holds those samples (whatever its size)."""
+    """How a store's ``rfol_dask_meta`` ``meta`` differs from data set ``name`` made with ``seed``
+    and ``params`` (defaults for the rest): ``{key: (stored, requested)}``, empty if the same."""
     spec = get(name)
     return _mismatch(meta, _request(spec, resolve_params(spec, params), seed))
 
 
 def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=True):
-    """Under the lock: keep a store of the same data set (to resume it), else write the template
-    (a new or cut-short store, or another data set with ``overwrite``). Returns the block flags.
-    ``block_given``: whether the caller chose the block size (else the refusal leaves it out)."""
+    """Under the lock: keep a store of the same data set (to resume it), else write the template.
+    Returns the block flags. ``block_given``: whether the caller chose the block size."""
     state = _check_store_kind(path)
     if state == "dataset":
         stored = _stored_attrs(path)
@@ -421,9 +385,8 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=Tr
         elif version != __version__ and not all(block_flags(path)):
             raise ValueError(
                 f"{path} was started by rfol_dask {version or '(version not recorded)'} and this "
-                "is "
-                f"{__version__}: resuming could mix samples of two versions; pass overwrite=True "
-                "(--overwrite) to start it again, or move it away"
+                f"is {__version__}: resuming could mix samples of two versions; pass "
+                "overwrite=True (--overwrite) to start it again, or move it away"
             )
     if state != "dataset" or overwrite:
         _write_template(path, ds, encoding, n_blocks)
@@ -431,8 +394,8 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=Tr
 
 
 def _foreign_files(path):
-    """What the data-set store ``path`` holds beyond the arrays its template defines (a user's
-    files or arrays); everything when its metadata names no data set this version knows."""
+    """What the data-set store ``path`` holds beyond its template's arrays (all of it when its
+    metadata names no data set this version knows)."""
     try:
         meta = _stored_attrs(path)["rfol_dask_meta"]
         gin, gout = get(meta["dataset"]).grids(**meta["params"])
@@ -446,7 +409,7 @@ def _foreign_files(path):
 def _check_store_kind(path):
     """:func:`_store_state` of ``path``; ValueError unless it is new, partial or a data set."""
     state = _store_state(path)
-    if state not in ("new", "partial", "dataset"):
+    if state not in ("new", "dataset"):
         raise ValueError(
             f"{path} exists and is not an rfol_dask data set (it is {state}); pick another "
             "path (--overwrite replaces only an rfol_dask data set)"
