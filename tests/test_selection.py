@@ -937,12 +937,12 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
 
     from distributed import Client, LocalCluster, get_task_stream
 
-    from rfol_dask import rf_operator_cv, tuning
+    from rfol_dask import feature_passes, tuning
 
     U, V = _nonlinear_data(200)
     # slabs of 256 columns: the 1024 new columns of the last checkpoint go to all four workers
     monkeypatch.setattr(
-        rf_operator_cv,
+        feature_passes,
         "slab_bounds",
         functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
     )
@@ -987,12 +987,12 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
     from conftest import held_arrays
     from distributed import Client, LocalCluster
 
-    from rfol_dask import rf_operator_cv, tuning
+    from rfol_dask import feature_passes, tuning
 
     U, V = _nonlinear_data(200)
     # slabs of 256 columns: the 1024 new columns of the last checkpoint go to all four workers
     monkeypatch.setattr(
-        rf_operator_cv,
+        feature_passes,
         "slab_bounds",
         functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
     )
@@ -1032,12 +1032,12 @@ def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
     from conftest import held_arrays
     from distributed import Client, LocalCluster
 
-    from rfol_dask import rf_operator_cv, tuning
+    from rfol_dask import feature_passes, tuning
 
     U, V = _nonlinear_data(200)
     # slabs of 256 columns: the 512 columns of the first checkpoint go to both workers
     monkeypatch.setattr(
-        rf_operator_cv,
+        feature_passes,
         "slab_bounds",
         functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
     )
@@ -1087,12 +1087,12 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
     from dask.utils import key_split
     from distributed import Client, LocalCluster
 
-    from rfol_dask import rf_operator_cv, tuning
+    from rfol_dask import feature_passes, tuning
 
     U, V = _nonlinear_data(400)
     # slabs of 256 columns: the 2048 columns are spread over the four workers
     monkeypatch.setattr(
-        rf_operator_cv,
+        feature_passes,
         "slab_bounds",
         functools.partial(tuning.slab_bounds, slab_bytes=400 * 8 * 256),
     )
