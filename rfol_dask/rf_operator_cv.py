@@ -103,7 +103,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         ``"coarse"`` (0.125): the coarse stage's fraction of the features (at least 256) and
         rows (at least 200 training rows), over the whole grid, extended at its edge; None: one
         stage at full size. ``"finalists"`` (2): laws passed on, those within 2 % of the best
-        (:data:`rfol_dask.selection.FINALIST_TIE`). ``"refine"`` ((0.5, 1, 2)): the fine stage's
+        (:data:`rfol_dask.stages.FINALIST_TIE`). ``"refine"`` ((0.5, 1, 2)): the fine stage's
         factors of each finalist's gamma, stepped beyond an edge winner up to twice. ``"fine"``
         (0.5): the fine stage's fraction of the rows, then its winner (and twice its gamma
         where within 5 %) at full size (stage ``"final"``); None or 1: no final stage.

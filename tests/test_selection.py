@@ -140,9 +140,9 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
 
 @pytest.mark.parametrize("tie", [0.0, np.inf])
 def test_final_stage_scores_the_narrower_gamma_only_on_a_fine_stage_tie(monkeypatch, tie):
-    from rfol_dask import selection
+    from rfol_dask import stages
 
-    monkeypatch.setattr(selection, "NARROWER_TIE", tie)
+    monkeypatch.setattr(stages, "NARROWER_TIE", tie)
     U, V = _nonlinear_data(500)
     res = (
         RandomFeatureOperatorCV(
@@ -525,10 +525,10 @@ def test_fit_from_zarr_store(tmp_path):
     "tie, fine_laws", [(1.0, {"rational_quadratic"}), (10.0, {"cauchy", "rational_quadratic"})]
 )
 def test_a_second_law_reaches_the_fine_stage_only_on_a_coarse_tie(monkeypatch, tie, fine_laws):
-    from rfol_dask import selection
+    from rfol_dask import stages
 
     monkeypatch.setattr(
-        selection, "FINALIST_TIE", tie
+        stages, "FINALIST_TIE", tie
     )  # Cauchy is about 2 x behind at the coarse stage
     rng = np.random.default_rng(0)
     U = rng.uniform(-1, 1, (300, 3))

@@ -1,0 +1,255 @@
+"""The staged search of :class:`rfol_dask.selection.SelectionCV` (successive halving): a coarse
+stage over the whole grid on a subsample of rows and features, a fine one on half of the rows
+around the best families' coarse winners, then the fine winner at full size; and its results
+rows."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from .features import FREQUENCY_BLOCK
+from .progress import compute
+
+#: the fine stage scores up to this many steps of its ``refine`` grid beyond its winner on the
+#: edge of that family's multiples, one step (one more pass over the feature slabs) at a time
+#: while the winner stays on the edge
+FINE_EXTEND = 2
+#: a family after the coarse stage's best joins the fine stage only when its coarse best error is
+#: within this factor of the best one's (a tie at the coarse stage's resolution); on the eight
+#: full-size benchmark sets the coarse stage's best law was the fine stage's winner every time
+FINALIST_TIE = 1.02
+#: the final stage also scores the fine winner's narrower neighbour when, on the fine stage's
+#: rows, its validation error was within this factor of the winner's (or it was not scored): on
+#: the eight full-size benchmark sets the neighbour won at full size where that gap was 1.000-1.027
+#: and lost where it was 1.020-1.160
+NARROWER_TIE = 1.05
+#: the coarse stage keeps at least this many training rows (all if there are fewer)
+MIN_COARSE_ROWS = 200
+
+
+def _score(row):
+    """The ranking key of a results row (a NaN score ranks last)."""
+    score = row["mean_test_score"]
+    return -np.inf if np.isnan(score) else score
+
+
+def _rank(rows):
+    """Set ``rank_test_score`` of every results row, within its stage (1 = best)."""
+    for stage in {r["stage"] for r in rows}:
+        part = [r for r in rows if r["stage"] == stage]
+        order = np.argsort([-_score(r) for r in part], kind="stable")
+        for rank, k in enumerate(order, start=1):
+            part[k]["rank_test_score"] = rank
+
+
+def best_row(rows):
+    """The best results row (NaN scores rank last)."""
+    return max(rows, key=_score)
+
+
+def final_best(rows):
+    """The best results row of the last stage in ``rows``."""
+    return best_row([r for r in rows if r["stage"] == rows[-1]["stage"]])
+
+
+def grid_step(values, default=None):
+    """The mean ratio between neighbours of the sorted positive ``values`` (a geometric grid's
+    factor), or ``default`` for fewer than two."""
+    values = np.unique(np.asarray(values, dtype=float))
+    return float(values[-1] / values[0]) ** (1 / (len(values) - 1)) if len(values) > 1 else default
+
+
+def beyond_edge(rows, step, n):
+    """``n`` scale multiples beyond the edge of those tried in ``rows`` (one family) at which
+    the best row sits (a factor ``step`` apart), or None if the best is inside."""
+    tried = sorted({r["scale_multiple"] for r in rows})
+    best = best_row(rows)["scale_multiple"]
+    if len(tried) < 2 or tried[0] < best < tried[-1]:
+        return None
+    sign = -1 if best == tried[0] else 1
+    return best * step ** (sign * np.arange(1, n + 1))
+
+
+class StagedSearch:
+    """The stages of the search (mixed into :class:`rfol_dask.selection.SelectionCV`)."""
+
+    def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
+        """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
+        index ``alpha_center`` only, where that is cheaper:
+        :func:`rfol_dask.tuning.path_errors`)."""
+        scales = self._family_multiples(family, scales)
+        t0 = time.perf_counter()
+        errs = []
+        for (
+            tr,
+            va,
+        ) in (
+            splits
+        ):  # on a cluster each split's Grams wait for the one before: one split's at a time
+            after = errs[-1] if client is not None and errs else None
+            errs.append(
+                self._stage_errors(
+                    X, Y, tr, va, client, family, scales, Ns, alpha_center, after=after
+                )
+            )
+        if client is not None:
+            (errs,) = compute(
+                errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})"
+            )
+        elif self.progress:  # computed here, stage by stage: one line each on stderr
+            sys.stderr.write(
+                f"selection ({name}, {family}): {len(scales)} scales x {len(Ns)} N x "
+                f"{len(self._alphas())} alphas on {len(splits)} split(s) in "
+                f"{time.perf_counter() - t0:.2f} s\n"
+            )
+        errs = np.stack(
+            [np.asarray(e) for e in errs], axis=-1
+        )  # (scales, Ns, alphas + the floor, splits)
+        return self._rows(errs[:, :, :-1], errs[:, :, -1], family, scales, Ns, rows_used, name)
+
+    def _rows(self, errs, floors, family, scales, Ns, rows_used, name):
+        """Results rows of the validation errors ``errs`` (scales, Ns, alphas, splits) of Grams
+        with the rounding floors ``floors`` (scales, Ns, splits; the largest of a row's splits is
+        its ``<alpha>_floor``: alphas below it score NaN, :func:`rfol_dask.tuning.path_errors`)."""
+        out = []
+        for i, mult in enumerate(scales):
+            for j, N in enumerate(Ns):
+                for a, alpha in enumerate(self._alphas()):
+                    e = errs[i, j, a]
+                    with np.errstate(
+                        invalid="ignore"
+                    ):  # an infinite error (a failed solve): NaN spread
+                        spread = float(np.std(e))
+                    row = {
+                        "stage": name,
+                        "family": family,
+                        "scale_multiple": float(mult),
+                        self._param_name: float(mult * self.median_scales_[family]),
+                        "n_features": int(N) if N is not None else -1,
+                        self._alpha_name: float(alpha),
+                        f"{self._alpha_name}_floor": float(np.max(floors[i, j])),
+                        "n_train_rows": int(rows_used),
+                        "mean_relative_l2": float(np.mean(e)),
+                        "mean_test_score": -float(np.mean(e)),
+                        "std_test_score": spread,
+                    }
+                    row.update({f"split{k}_test_score": -float(v) for k, v in enumerate(e)})
+                    out.append(row)
+        return out
+
+    def _search(self, X, Y, splits, client):
+        """Rows of the whole search: the coarse stage (:meth:`_coarse`), the fine stage on its
+        plan, one refine step at a time beyond an edge winner (up to :data:`FINE_EXTEND`), then
+        the final stage at full size (:meth:`_final`)."""
+        families, mults = self._families(), np.asarray(self._multiples(), dtype=float)
+        Ns, refine = self._n_list(), self._st["refine"]
+        n_train = min(len(tr) for tr, _ in splits)
+        n_coarse = self._n_rows(n_train, self._st["coarse"])
+        frac = self._st["coarse"]
+        Nc = (
+            [None]
+            if Ns == [None] or frac is None
+            else [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
+        )
+        coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(
+            mults
+        ) > len(refine)
+        rows, plan = (
+            self._coarse(X, Y, splits, client, families, mults, Nc, n_coarse)
+            if coarse
+            else ([], [(fam, mults, None) for fam in families])
+        )
+        name = "fine" if coarse else "full"
+        fine_step = grid_step(refine)
+        fine = self._st["fine"]
+        n_fine = (
+            n_train if not coarse or fine is None else max(n_coarse, self._n_rows(n_train, fine))
+        )
+        sub = splits if n_fine >= n_train else self._subsample(splits, n_fine)
+        for fam, scales, center in plan:
+            rows += self._stage(X, Y, sub, client, fam, scales, Ns, len(sub[0][0]), name, center)
+        for _ in range(FINE_EXTEND if coarse and fine_step else 0):
+            best = best_row([r for r in rows if r["stage"] == name])
+            mine = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
+            new = beyond_edge(mine, fine_step, 1)
+            if new is None:
+                break
+            center = self._alpha_index(best[self._alpha_name])
+            rows += self._stage(
+                X, Y, sub, client, best["family"], new, Ns, len(sub[0][0]), name, center
+            )
+        if sub is not splits:
+            rows += self._final(X, Y, splits, client, rows, name, fine_step, Ns)
+        return rows
+
+    def _coarse(self, X, Y, splits, client, families, mults, Nc, n_coarse):
+        """The coarse stage's rows over the whole grid on ``n_coarse`` rows, each family's grid
+        extended two steps at a time (up to 3 times) beyond an edge best; and the fine stage's
+        plan: the best families (:data:`FINALIST_TIE`), each at its best scale times ``refine``,
+        with the index of its best alpha."""
+        sub, rows = self._subsample(splits, n_coarse), []
+        for fam in families:
+            rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
+        step = grid_step(mults, 4.0)
+        for fam in families:
+            for _ in range(3):
+                new = beyond_edge([r for r in rows if r["family"] == fam], step, 2)
+                if new is None:
+                    break
+                rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
+        leaders = {}
+        for r in sorted(rows, key=_score, reverse=True):
+            leaders.setdefault(r["family"], r)
+        first = -_score(next(iter(leaders.values())))
+        refine = np.asarray(self._st["refine"], dtype=float)
+        plan = [
+            (fam, r["scale_multiple"] * refine, self._alpha_index(r[self._alpha_name]))
+            for k, (fam, r) in enumerate(list(leaders.items())[: self._st.get("finalists", 1)])
+            if k == 0 or -_score(r) <= FINALIST_TIE * first
+        ]
+        return rows, plan
+
+    def _final(self, X, Y, splits, client, rows, name, fine_step, Ns):
+        """The final stage's rows: the fine winner at full size, and one refine step narrower
+        where that was within :data:`NARROWER_TIE` of it on the fine rows (fewer rows favour
+        wider kernels: the fine winner was half the full-size winner's gamma on 4 of 8 sets)."""
+        best = best_row([r for r in rows if r["stage"] == name])
+        finals = [best["scale_multiple"]]
+        if fine_step:
+            narrow = best["scale_multiple"] * fine_step**self._narrower
+            there = [
+                r
+                for r in rows
+                if r["stage"] == name
+                and r["family"] == best["family"]
+                and np.isclose(r["scale_multiple"], narrow)
+            ]
+            if not there or -_score(best_row(there)) <= NARROWER_TIE * -_score(best):
+                finals.append(narrow)
+        center = self._alpha_index(best[self._alpha_name])
+        return self._stage(
+            X, Y, splits, client, best["family"], finals, Ns, len(splits[0][0]), "final", center
+        )
+
+    def _n_rows(self, n_train, frac):
+        """Training rows of a stage on the fraction ``frac`` of ``n_train`` (None: all): at least
+        :data:`MIN_COARSE_ROWS`, at most all."""
+        return n_train if frac is None else min(n_train, max(MIN_COARSE_ROWS, int(frac * n_train)))
+
+    def _subsample(self, splits, n_rows):
+        """The splits cut to ``n_rows`` training rows each (drawn from the search's seed; the
+        validation rows in proportion, at least one): the coarse stage's rows."""
+        rng = np.random.default_rng(self._seed)
+        sub = []
+        for tr, va in splits:
+            k = min(len(tr), n_rows)
+            sub.append(
+                (
+                    np.sort(rng.choice(tr, k, replace=False)),
+                    np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False)),
+                )
+            )
+        return sub
