@@ -1,38 +1,19 @@
 """Model selection on the training data: the search shared by
-:class:`rfol_dask.RandomFeatureOperatorCV` (``rf_operator_cv.py``) and
-``baselines.KernelOperatorCV``.
+:class:`rfol_dask.RandomFeatureOperatorCV` and ``baselines.KernelOperatorCV``.
 
-A search scores every (family, scale, N, alpha) by the mean relative L2 error on validation
-rows of the TRAINING data (default: the last 20 %; ``cv=`` an int or a scikit-learn splitter
-for K folds), then refits the winner on all training data (``best_estimator_``). It is cheap
-because (see :mod:`rfol_dask.tuning`):
-
-- the ridge path: one eigendecomposition of each training Gram gives every alpha (or one
-  Cholesky factorisation per alpha where that is cheaper: short alpha grids, large Grams);
-- the validation cross-Gram is summed in the same pass over feature slabs as the Gram;
-- every frequency law is a scale family: one projection ``U Z`` per slab
-  serves every gamma of a sweep; nested N come out of the same pass;
-- successive halving: a coarse stage over the whole grid on a subsample of rows and features
-  (``coarse``; a family whose best is on the grid's edge gets the grid extended that way), then
-  a fine one on half of the rows (``fine``) around the coarse winner of each of the best
-  families (one for the kernels, ``finalists`` laws for the RF search; ``refine``, stepped
-  further when the winner is on its edge, :data:`FINE_EXTEND`), then the fine winner (and one
-  refine step narrower where that ties with it on the fine rows, :data:`NARROWER_TIE`: fewer rows
-  favour wider kernels) at full size (stage ``"final"``); where one
-  Cholesky factorisation per alpha of the alphas around the coarse winner's (five for the
-  kernels, three for the RF search) is cheaper than
-  an ``eigh`` (large Grams), the fine and final stages solve only those (widened while the best
-  is on the window's edge) and the other alphas score NaN in ``cv_results_``;
-- an alpha below the rounding floor of its Gram (:func:`rfol_dask.tuning.rounding_floor`, the
-  column ``<alpha>_floor`` of ``cv_results_``) is not eligible: it scores NaN, as its validation
-  predictions are dominated by rounding (with a grid of the user's, a warning says so where the
-  winner is the smallest
-  alpha above it; a search with no alpha above it is an error).
+A search scores every (family, scale, N, alpha) by the mean relative L2 error on validation rows of
+the TRAINING data (default: the last 20 %; ``cv=`` an int or a scikit-learn splitter for K folds),
+in stages (:mod:`rfol_dask.stages`), then refits the winner on all training data
+(``best_estimator_``). It is cheap because (see :mod:`rfol_dask.tuning`) one eigendecomposition of
+each training Gram gives every alpha (or one Cholesky per alpha near the best one, where cheaper:
+the other alphas score NaN), the validation cross-Gram is summed in the Gram's pass over feature
+slabs, and every frequency law is a scale family (one projection ``U Z`` per slab serves every
+gamma; nested N come out of the same pass). An alpha below the rounding floor of its Gram
+(:func:`rfol_dask.tuning.rounding_floor`, the column ``<alpha>_floor``) scores NaN.
 
 dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked
-and
-persisted on the cluster once (without a distributed client the inputs are gathered here; the
-median heuristic samples those), so the search reads the data once; the refit reads it again.
+and persisted on the cluster once (without a distributed client they are gathered here), so the
+search reads the data once; the refit reads it again.
 """
 
 from __future__ import annotations
@@ -49,7 +30,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import backend, stores
 from .estimator import OperatorEstimator, all_or_nothing
-from .exceptions import DataWarning, SelectionWarning
+from .exceptions import SelectionWarning
 from .gram import stack_rows
 from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, gram_device, memory_budget
@@ -68,7 +49,6 @@ from .stages import (
     final_best,
     grid_step,
 )
-from .tuning import nonzero_rows
 
 __all__ = [
     "SearchResults",
@@ -98,29 +78,6 @@ DEFAULT_ALPHAS = tuple(
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
-
-
-def _split_rows(rows, M, which):
-    """The ``which`` rows of a user's cv split as indices into the ``M`` training samples: a
-    boolean mask of length ``M`` or integer indices in ``[0, M)``; else ValueError."""
-    rows = np.asarray(rows)
-    if rows.dtype == bool:
-        if rows.shape != (M,):
-            raise ValueError(
-                f"a cv split's {which} mask has shape {rows.shape}, expected ({M},) for {M} samples"
-            )
-        return np.flatnonzero(rows)
-    if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
-        raise ValueError(
-            f"a cv split's {which} rows must be a 1-D array of integer indices or a boolean mask, "
-            f"got shape {rows.shape} and dtype {rows.dtype}"
-        )
-    if rows.size and (rows.min() < 0 or rows.max() >= M):
-        raise ValueError(
-            f"a cv split's {which} rows hold indices outside [0, {M}) (from {rows.min()} to "
-            f"{rows.max()}) for {M} training samples"
-        )
-    return rows.astype(np.intp)
 
 
 class SearchResults(dict):
@@ -230,8 +187,7 @@ class SelectionCV(StagedSearch, OperatorEstimator):
             )
             raise NotFittedError(
                 f"This {name} instance was initialized with refit=False: {method} is available "
-                "only "
-                f"after refitting on the best parameters; fit again with refit=True, or fit "
+                "only after refitting on the best parameters; fit again with refit=True, or fit "
                 f"{name.removesuffix('CV')} with best_params_{seed} yourself"
             )
         check_is_fitted(self, "best_estimator_")
@@ -323,69 +279,6 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         input could not take the small ridges a float64 search validates)."""
         return np.dtype(self.dtype or np.float64)
 
-    def _splits(self, M):
-        """``[(train rows, validation rows)]`` of the training set (M samples); ValueError if ``cv``
-        gives none (a used-up generator) or one with fewer than 2 training or no validation rows."""
-        from sklearn.model_selection import KFold
-
-        if self.cv is None:
-            n_valid = max(1, int(round(0.2 * M)))
-            splits = [(np.arange(M - n_valid), np.arange(M - n_valid, M))]
-        elif isinstance(self.cv, numbers.Integral):
-            splits = list(KFold(int(self.cv)).split(np.zeros((M, 1))))
-        elif hasattr(self.cv, "split"):
-            splits = list(self.cv.split(np.zeros((M, 1))))
-        else:  # an iterable of (train, validation) index arrays or boolean masks
-            splits = [
-                (_split_rows(tr, M, "training"), _split_rows(va, M, "validation"))
-                for tr, va in self.cv
-            ]
-        if not splits:
-            raise ValueError(
-                "cv gave no splits (a generator is used up by one fit): pass a list of (train, "
-                "validation) index pairs or a splitter such as KFold(5)"
-            )
-        for k, (tr, va) in enumerate(splits):
-            if len(tr) < 2 or len(va) < 1:
-                raise ValueError(
-                    f"{type(self).__name__} needs at least 2 training and 1 validation sample per "
-                    f"split; split {k} has {len(tr)} / {len(va)} of n_samples = {M}: pass more "
-                    "samples or another cv"
-                )
-        return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
-
-    def _scored_splits(self, splits, Y, client):
-        """The splits whose validation rows hold an output that is not identically zero: the
-        relative error, the score, is undefined on the others (a K-fold split of sorted data),
-        which are left out with a warning naming them; ValueError when none is left. ``Y``: the
-        training outputs, as :meth:`_data` gives them."""
-        if client is None:
-            nonzero = nonzero_rows(Y)
-        else:
-            nonzero = client.compute(dask.delayed(nonzero_rows)(Y)).result()
-        dropped = [k for k, (_, va) in enumerate(splits) if not nonzero[va].any()]
-        if len(dropped) == len(splits):
-            raise ValueError(
-                f"every validation output of the {len(splits)} split(s) is identically zero: the "
-                "relative "
-                "L2 error, the search's score, is undefined; pass a cv whose validation rows hold "
-                "outputs "
-                "that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))"
-            )
-        if dropped:
-            warnings.warn(
-                f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only "
-                "identically zero "
-                "validation outputs, on which the relative L2 error (the score) is undefined: "
-                "they are left "
-                "out of the search (n_splits_, split<k>_test_score count the others); shuffle the "
-                "folds "
-                "(KFold(5, shuffle=True, random_state=0)) to score every one",
-                DataWarning,
-                stacklevel=user_stacklevel(),
-            )
-        return [split for k, split in enumerate(splits) if k not in dropped]
-
     def _data(self, U, V, lazy):
         """The training data for the Gram passes, checked, in float64 where the search runs (the
         input's own namespace for array API input, else ``device``: numpy, or CuPy on a GPU), or
@@ -444,50 +337,36 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         return None, [None]
 
     def _check_refit_memory(self, U, V, lazy, dtype):
-        """With ``refit``, before the search (and before a dask input is read for it), ValueError
-        when the refit on all of ``U`` (M, n) and ``V`` (M, m), in ``dtype``, of any candidate
-        (:meth:`_refit_candidates`) would be refused for memory by the base estimator's own check
-        (``_check_memory``: an in-memory refit's Gram with what it holds beside it; on dask, the
-        primal's), and NotImplementedError when it could not run at all (dask input on a GPU:
-        the primal, a dual Gram that does not fit one GPU worker, a kernel fit), instead of after
-        the search. Every value a winner may take is checked, so the message names all that would
-        be refused (for the random features, the larger ``n_features`` of the search and of its
-        growth)."""
+        """With ``refit``, before the search (and before a dask input is read for it), the error
+        the base estimator's own ``_check_memory`` would raise for the refit on all of ``U`` (M, n)
+        and ``V`` (M, m) in ``dtype`` of any candidate (:meth:`_refit_candidates`): ValueError for
+        memory, NotImplementedError where it could not run at all; the message names every value a
+        winner may take that would be refused."""
         if self.refit is False:
             return
         client = active_client() if lazy else None
         name, values = self._refit_candidates()
         refused = []
         for value in values:
+            est = self._base_estimator(**({} if name is None else {name: value}))
             try:
-                self._base_estimator(**({} if name is None else {name: value}))._check_memory(
-                    U, V, lazy, dtype, client
-                )
+                est._check_memory(U, V, lazy, dtype, client)
             except (ValueError, NotImplementedError) as exc:
                 refused.append((value, exc))
-        if refused:
-            # a refit that cannot run at all is named first, with its type
-            first = next(
-                (exc for _, exc in refused if isinstance(exc, NotImplementedError)), refused[0][1]
-            )
-            leave = (
-                ": leave those out of the search" if len(refused) < len(values) else ""
-            )  # else none is left
-            at = (
-                ""
-                if name is None
-                else (
-                    f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
-                    f"{', '.join(map(str, values))}{leave})"
-                )
-            )
-            why = " for memory" if isinstance(first, ValueError) else ""
-            raise type(first)(
-                f"{type(self).__name__} would refit its winner on all {U.shape[0]} training "
-                "samples "
-                f"after the search, and that refit would be refused{why}{at}: {first}; or pass "
-                "refit=False to search only"
-            ) from first
+        if not refused:
+            return
+        # a refit that cannot run at all is named first, with its type
+        first = [e for _, e in refused if isinstance(e, NotImplementedError)] or [refused[0][1]]
+        first = first[0]
+        leave = ": leave those out of the search" if len(refused) < len(values) else ""
+        at = "" if name is None else f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
+        at += "" if name is None else f"{', '.join(map(str, values))}{leave})"
+        why = " for memory" if isinstance(first, ValueError) else ""
+        raise type(first)(
+            f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples "
+            f"after the search, and that refit would be refused{why}{at}: {first}; or pass "
+            "refit=False to search only"
+        ) from first
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""
@@ -545,10 +424,8 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         if all(r[name] < r[f"{name}_floor"] for r in rows):
             raise ValueError(
                 f"every {name} searched is below the rounding floor of its Gram (2 eps trace / "
-                "sqrt(M_t), "
-                f"up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the validation "
-                "predictions are "
-                f"dominated by rounding: search {name}s at or above it"
+                f"sqrt(M_t), up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the "
+                f"validation predictions are dominated by rounding: search {name}s at or above it"
             )
         _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
@@ -571,29 +448,18 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         below, above = alphas[alphas < floor], alphas[alphas >= floor]
         if len(below) and len(above) and best[name] == above.min():
             warnings.warn(
-                f"the best {name}, {best[name]:g}, is the smallest searched one above the "
-                "rounding floor of "
-                f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the "
-                f"{len(below)} smaller "
-                f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, "
-                "amplified by "
-                f"1 / {name}, can dominate the validation predictions",
+                f"the best {name}, {best[name]:g}, is the smallest searched one above the rounding "
+                f"floor of its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the "
+                f"{len(below)} smaller {name}s were not scored (NaN in cv_results_): below it the "
+                f"Gram's rounding, amplified by 1 / {name}, can dominate the validation "
+                "predictions",
                 SelectionWarning,
                 stacklevel=user_stacklevel(),
             )
 
-    def _seed_search(self):
-        """Set ``_seed``, the seed of the subsampled rows (here 0), before the search."""
-        self._seed = 0
-
     def _prepare(self, U, client=None):
         """Anything the search needs from the (gathered or persisted) inputs ``U`` before it starts
         (here nothing)."""
-
-    def _extend(self, X, Y, splits, client, rows):
-        """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows
-        N)."""
-        return []
 
     def _powers(self):
         """``pca_power`` as the list of values searched (one: the value itself), a whole search
@@ -624,16 +490,6 @@ class SelectionCV(StagedSearch, OperatorEstimator):
                     f"{name} must be a non-empty sequence of positive, finite numbers; got "
                     f"{values!r}"
                 )
-
-    def _family_multiples(self, family, mults):
-        return mults
-
-    def _n_list(self):
-        return [None]
-
-    def _alpha_index(self, alpha):
-        """Index of the grid alpha nearest ``alpha`` (in log)."""
-        return int(np.argmin(np.abs(np.log(self._alphas()) - np.log(alpha))))
 
     def _alphas(self):
         alphas = getattr(self, self._alpha_name + "s")

@@ -5,13 +5,19 @@ rows."""
 
 from __future__ import annotations
 
+import numbers
 import sys
 import time
+import warnings
 
+import dask
 import numpy as np
 
+from .exceptions import DataWarning
 from .features import FREQUENCY_BLOCK
 from .progress import compute
+from .stacklevel import user_stacklevel
+from .tuning import nonzero_rows
 
 #: the fine stage scores up to this many steps of its ``refine`` grid beyond its winner on the
 #: edge of that family's multiples, one step (one more pass over the feature slabs) at a time
@@ -73,8 +79,50 @@ def beyond_edge(rows, step, n):
     return best * step ** (sign * np.arange(1, n + 1))
 
 
+def _split_rows(rows, M, which):
+    """The ``which`` rows of a user's cv split as indices into the ``M`` training samples: a
+    boolean mask of length ``M`` or integer indices in ``[0, M)``; else ValueError."""
+    rows = np.asarray(rows)
+    if rows.dtype == bool:
+        if rows.shape != (M,):
+            raise ValueError(
+                f"a cv split's {which} mask has shape {rows.shape}, expected ({M},) for {M} samples"
+            )
+        return np.flatnonzero(rows)
+    if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
+        raise ValueError(
+            f"a cv split's {which} rows must be a 1-D array of integer indices or a boolean mask, "
+            f"got shape {rows.shape} and dtype {rows.dtype}"
+        )
+    if rows.size and (rows.min() < 0 or rows.max() >= M):
+        raise ValueError(
+            f"a cv split's {which} rows hold indices outside [0, {M}) (from {rows.min()} to "
+            f"{rows.max()}) for {M} training samples"
+        )
+    return rows.astype(np.intp)
+
+
 class StagedSearch:
     """The stages of the search (mixed into :class:`rfol_dask.selection.SelectionCV`)."""
+
+    def _seed_search(self):
+        """Set ``_seed``, the seed of the subsampled rows (here 0), before the search."""
+        self._seed = 0
+
+    def _extend(self, X, Y, splits, client, rows):
+        """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows
+        N)."""
+        return []
+
+    def _family_multiples(self, family, mults):
+        return mults
+
+    def _n_list(self):
+        return [None]
+
+    def _alpha_index(self, alpha):
+        """Index of the grid alpha nearest ``alpha`` (in log)."""
+        return int(np.argmin(np.abs(np.log(self._alphas()) - np.log(alpha))))
 
     def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
         """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
@@ -253,3 +301,66 @@ class StagedSearch:
                 )
             )
         return sub
+
+    def _splits(self, M):
+        """``[(train rows, validation rows)]`` of the training set (M samples); ValueError if ``cv``
+        gives none (a used-up generator) or one with fewer than 2 training or no validation rows."""
+        from sklearn.model_selection import KFold
+
+        if self.cv is None:
+            n_valid = max(1, int(round(0.2 * M)))
+            splits = [(np.arange(M - n_valid), np.arange(M - n_valid, M))]
+        elif isinstance(self.cv, numbers.Integral):
+            splits = list(KFold(int(self.cv)).split(np.zeros((M, 1))))
+        elif hasattr(self.cv, "split"):
+            splits = list(self.cv.split(np.zeros((M, 1))))
+        else:  # an iterable of (train, validation) index arrays or boolean masks
+            splits = [
+                (_split_rows(tr, M, "training"), _split_rows(va, M, "validation"))
+                for tr, va in self.cv
+            ]
+        if not splits:
+            raise ValueError(
+                "cv gave no splits (a generator is used up by one fit): pass a list of (train, "
+                "validation) index pairs or a splitter such as KFold(5)"
+            )
+        for k, (tr, va) in enumerate(splits):
+            if len(tr) < 2 or len(va) < 1:
+                raise ValueError(
+                    f"{type(self).__name__} needs at least 2 training and 1 validation sample per "
+                    f"split; split {k} has {len(tr)} / {len(va)} of n_samples = {M}: pass more "
+                    "samples or another cv"
+                )
+        return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
+
+    def _scored_splits(self, splits, Y, client):
+        """The splits whose validation rows hold an output that is not identically zero: the
+        relative error, the score, is undefined on the others (a K-fold split of sorted data),
+        which are left out with a warning naming them; ValueError when none is left. ``Y``: the
+        training outputs, as :meth:`_data` gives them."""
+        if client is None:
+            nonzero = nonzero_rows(Y)
+        else:
+            nonzero = client.compute(dask.delayed(nonzero_rows)(Y)).result()
+        dropped = [k for k, (_, va) in enumerate(splits) if not nonzero[va].any()]
+        if len(dropped) == len(splits):
+            raise ValueError(
+                f"every validation output of the {len(splits)} split(s) is identically zero: the "
+                "relative "
+                "L2 error, the search's score, is undefined; pass a cv whose validation rows hold "
+                "outputs "
+                "that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))"
+            )
+        if dropped:
+            warnings.warn(
+                f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only "
+                "identically zero "
+                "validation outputs, on which the relative L2 error (the score) is undefined: "
+                "they are left "
+                "out of the search (n_splits_, split<k>_test_score count the others); shuffle the "
+                "folds "
+                "(KFold(5, shuffle=True, random_state=0)) to score every one",
+                DataWarning,
+                stacklevel=user_stacklevel(),
+            )
+        return [split for k, split in enumerate(splits) if k not in dropped]
