@@ -60,20 +60,20 @@ def curve_dataset(result):
     error_name = (
         "relative test error" if metric == "relative_l2_error" else f"test error ({metric})"
     )
+    # xarray's .plot labels its axes by them
     labels = {
         "error": {"long_name": error_name},
         "fit_time": {"long_name": "fit time", "units": "s"},
         "predict_time": {"long_name": "predict time", "units": "s"},
-    }  # xarray's .plot labels its axes by them
+    }
     data = {k: (dims, np.asarray(result[k]), labels[k]) for k in labels}
     data["gamma"] = (
         ("seed",) if many else (),
         np.asarray(result["gamma"]),
         {"long_name": "frequency scale gamma"},
     )
-    if (
-        not many and result.get("seed") is not None
-    ):  # data, as the fits: each curve of a study keeps its own
+    # data, as the fits: each curve of a study keeps its own
+    if not many and result.get("seed") is not None:
         # float64: exact below 2**53, and netCDF3 (scipy's, xarray's fallback) has no int64 for a
         # seed >= 2**31
         data["seed"] = ((), np.float64(result["seed"]), {"long_name": "seed of the frequency draw"})

@@ -282,9 +282,8 @@ def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
         raise ValueError(f"gamma must be a number > 0 or 'median', got {gamma!r}")
     if not (number(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
-    check_sources(
-        U, V, U_test, V_test
-    )  # a missing chunk file of a Zarr store: an error, not its fill value
+    # a missing chunk file of a Zarr store: an error, not its fill value
+    check_sources(U, V, U_test, V_test)
     U, U_test = (np.ascontiguousarray(X, dtype=np.float64) for X in (U, U_test))
     V, V_test = (np.asarray(Y, dtype=np.float64) for Y in (V, V_test))
     V, V_test = (Y[:, None] if Y.ndim == 1 else Y for Y in (V, V_test))

@@ -62,9 +62,8 @@ def sample_rows(U, max_rows=2000, random_state=None, window=5):
 
         (rows,) = compute(U[idx], desc="median heuristic (sample of the inputs)")
         rows = backend.to_numpy(rows)  # CuPy chunks give a CuPy sample
-    elif backend.is_array_api(
-        U
-    ):  # CuPy, array_api_strict, ...: index where U lives, move the sample
+    # CuPy, array_api_strict, ...: index where U lives, move the sample
+    elif backend.is_array_api(U):
         xp = backend.namespace(U)
         rows = backend.to_numpy(xp.take(U, xp.asarray(idx), axis=0))
     else:
@@ -119,9 +118,8 @@ def pca_metric(X, power, rtol=1e-6):
     Cost: one SVD of (k, n); memory ``k n + n r``.
     """
     X = np.asarray(X, dtype=np.float64)
-    if not np.all(
-        np.isfinite(X)
-    ):  # the SVD would not converge; the fit's own check names the samples
+    # the SVD would not converge; the fit's own check names the samples
+    if not np.all(np.isfinite(X)):
         return np.eye(X.shape[1])
     X = X - X.mean(axis=0)
     _, sv, Vt = np.linalg.svd(X, full_matrices=False)

@@ -296,11 +296,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _base_estimator(self, **best):
         powers = self._powers()
-        best = {
-            "pca_power": powers[0] if len(powers) == 1 else None,
-            "nu": self.nu,
-            **best,
-        }  # best_params_ win
+        # best_params_ win
+        best = {"pca_power": powers[0] if len(powers) == 1 else None, "nu": self.nu, **best}
         return RandomFeatureOperator(
             fit_intercept=self.fit_intercept,
             dtype=self._refit_dtype().name,
@@ -358,9 +355,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
             "alpha": float(row["alpha"]),
             "n_features": int(row["n_features"]),
         }
-        if (
-            params["distribution"] in NU_LAWS
-        ):  # the law's shape: RandomFeatureOperator(**best_params_) is the winner
+        # the law's shape: RandomFeatureOperator(**best_params_) is the winner
+        if params["distribution"] in NU_LAWS:
             params["nu"] = None if self.nu is None else float(self.nu)
         if "pca_power" in row:
             params["pca_power"] = None if row["pca_power"] is None else float(row["pca_power"])
@@ -456,9 +452,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         step = grid_step(mults, 4.0)
         for law in self._families():
             rows = self._stage(X, Y, sub, client, law, mults, [N], len(sub[0][0]), "limit")
-            for _ in range(
-                3
-            ):  # the best on the grid's edge: two steps beyond it, as the coarse stage
+            # the best on the grid's edge: two steps beyond it, as the coarse stage
+            for _ in range(3):
                 new = beyond_edge(rows, step, 2)
                 if new is None:
                     break

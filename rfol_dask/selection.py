@@ -70,9 +70,8 @@ __all__ = [
 ]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
-DEFAULT_ALPHAS = tuple(
-    float(f"1e{k}") for k in range(-16, 2)
-)  # exact decimals: 1e-05, not 10.0 ** -5
+# exact decimals: 1e-05, not 10.0 ** -5
+DEFAULT_ALPHAS = tuple(float(f"1e{k}") for k in range(-16, 2))
 #: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four
 #: decades)
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
@@ -223,10 +222,8 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         winner on all of it as ``best_estimator_``. No test data is involved. A search or refit
         that raises or is interrupted leaves the estimator as it was before (the previous search's
         results and ``best_estimator_`` together, or unfitted)."""
-        with (
-            all_or_nothing(self) as work,
-            stores.checked_once(),
-        ):  # the refit reads the data the search checked
+        # the refit reads the data the search checked
+        with all_or_nothing(self) as work, stores.checked_once():
             work._fit_search(
                 X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
             )
@@ -389,9 +386,8 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         self._prepare(X, client)
         values, column = self._metric_values(), self._metric_column()
         k = self._st.get("score_outputs")
-        if (
-            k is not None and k < V.shape[1]
-        ):  # score on a sketch of the outputs (the refit sees them all)
+        # score on a sketch of the outputs (the refit sees them all)
+        if k is not None and k < V.shape[1]:
             seed = getattr(self, "_seed", None)
             if client is None:
                 Y = sketch_outputs(Y, k, seed)

@@ -131,12 +131,8 @@ class StagedSearch:
         scales = self._family_multiples(family, scales)
         t0 = time.perf_counter()
         errs = []
-        for (
-            tr,
-            va,
-        ) in (
-            splits
-        ):  # on a cluster each split's Grams wait for the one before: one split's at a time
+        # on a cluster each split's Grams wait for the one before: one split's at a time
+        for tr, va in splits:
             after = errs[-1] if client is not None and errs else None
             errs.append(
                 self._stage_errors(
@@ -153,9 +149,8 @@ class StagedSearch:
                 f"{len(self._alphas())} alphas on {len(splits)} split(s) in "
                 f"{time.perf_counter() - t0:.2f} s\n"
             )
-        errs = np.stack(
-            [np.asarray(e) for e in errs], axis=-1
-        )  # (scales, Ns, alphas + the floor, splits)
+        # (scales, Ns, alphas + the floor, splits)
+        errs = np.stack([np.asarray(e) for e in errs], axis=-1)
         return self._rows(errs[:, :, :-1], errs[:, :, -1], family, scales, Ns, rows_used, name)
 
     def _rows(self, errs, floors, family, scales, Ns, rows_used, name):
@@ -167,9 +162,8 @@ class StagedSearch:
             for j, N in enumerate(Ns):
                 for a, alpha in enumerate(self._alphas()):
                     e = errs[i, j, a]
-                    with np.errstate(
-                        invalid="ignore"
-                    ):  # an infinite error (a failed solve): NaN spread
+                    # an infinite error (a failed solve): NaN spread
+                    with np.errstate(invalid="ignore"):
                         spread = float(np.std(e))
                     row = {
                         "stage": name,

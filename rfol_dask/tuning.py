@@ -472,9 +472,8 @@ def path_errors(
     )
     if method == "window":
         scored_rows(V_valid)  # before a window is solved
-        start = min(
-            int(np.searchsorted(idx, int(center))), len(idx) - 1
-        )  # the centre, or the first eligible above it
+        # the centre, or the first eligible above it
+        start = min(int(np.searchsorted(idx, int(center))), len(idx) - 1)
         out[idx] = window_errors(
             G, K, V, V_valid, alphas[idx], start, half_width, fit_intercept, design
         )

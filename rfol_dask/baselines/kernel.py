@@ -269,9 +269,8 @@ default="rbf"
         self.pca_mean_ = self.pca_components_ = None
         if lazy:
             self._refuse_device(U)
-        self._check_model_memory(
-            U, V, lazy, dtype
-        )  # before any work (the PCA, the median length scale)
+        # before any work (the PCA, the median length scale)
+        self._check_model_memory(U, V, lazy, dtype)
         if self.n_components is not None or self.pca_power is not None:
             xp = backend.namespace(U) if backend.is_array_api(U) else np
             self.pca_mean_, self.pca_components_ = (
@@ -408,9 +407,8 @@ default="rbf"
                 primal_factor(sums, shifts, alpha, self.fit_intercept), 0, V.shape[1]
             )
         client = active_client()
-        budget = memory_budget(
-            self.max_gram_bytes, client
-        )  # asked once, for the check and the chains
+        # asked once, for the check and the chains
+        budget = memory_budget(self.max_gram_bytes, client)
         self._check_gram_memory(U, lazy, dtype, client, budget)
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
         names = TaskNames()
@@ -425,9 +423,8 @@ default="rbf"
                 Xb[i], Vb[i], starts[i], acc, shifts, dask_key_name=names("primal-partial", i)
             )
 
-        p = self._width(
-            U.shape[1]
-        )  # a worker runs the chains its memory holds, each with its p x p and p x m sums
+        # a worker runs the chains its memory holds, each with its p x p and p x m sums
+        p = self._width(U.shape[1])
         per_worker = gram_slots(
             p, dtype, with_each=p * V.shape[1] * np.dtype(dtype).itemsize, budget=budget
         )

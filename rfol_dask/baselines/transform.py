@@ -60,9 +60,8 @@ def pca(U, n_components, power=None):
     One pass over ``U`` (the ``n x n`` scatter matrix is summed over sample blocks) and an
     ``n x n`` symmetric eigendecomposition; memory ``n^2``.
     """
-    if backend.is_array_api(
-        U
-    ):  # CuPy: the scatter on the device, the small eigenproblem on the host
+    # CuPy: the scatter on the device, the small eigenproblem on the host
+    if backend.is_array_api(U):
         check_finite(U, 0, "U")
         xp = backend.namespace(U)
         mean = xp.mean(U, axis=0)
