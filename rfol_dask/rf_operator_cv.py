@@ -290,8 +290,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
         if self.max_features is not None and self.max_features < searched:
             raise ValueError(
                 f"max_features={self.max_features} is below the searched n_features ({searched}): "
-                "the "
-                f"growth starts from the searched N; pass max_features >= n_features, or None"
+                f"the growth starts from the searched N; pass max_features >= n_features, or None"
             )
 
     def _base_estimator(self, **best):
@@ -324,15 +323,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
 
     def _set_metric(self, U, client, power):
         """The input metric of ``power`` and each law's median gamma in it (one sample of ``U``)."""
-        laws = list(self.distributions)
+        args = (U, list(self.distributions), power)
         if client is not None:  # U: the stacked inputs persisted on the cluster
-            self.input_metric_, self.median_scales_ = client.compute(
-                dask.delayed(input_scales)(U, laws, power, random_state=self._seed)
-            ).result()
+            scales = client.compute(dask.delayed(input_scales)(*args, random_state=self._seed))
+            self.input_metric_, self.median_scales_ = scales.result()
         else:
-            self.input_metric_, self.median_scales_ = input_scales(
-                U, laws, power, random_state=self._seed
-            )
+            self.input_metric_, self.median_scales_ = input_scales(*args, random_state=self._seed)
 
     def _families(self):
         return list(self.distributions)
@@ -341,12 +337,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return DEFAULT_GAMMAS if self.gammas is None else self.gammas
 
     def _n_list(self):
-        Ns = (
-            [self.n_features]
-            if isinstance(self.n_features, numbers.Integral)
-            else list(self.n_features)
-        )
-        return sorted({int(N) for N in Ns})
+        N = self.n_features
+        return sorted({int(n) for n in ([N] if isinstance(N, numbers.Integral) else N)})
 
     def _params_of(self, row):
         params = {
@@ -380,9 +372,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         if out:
             limit = best_row(out)
             ratio = limit["scale_multiple"] / anchors[0][1]
-            if limit["family"] != anchors[0][0] or not refine[0] * (1 - 1e-9) <= ratio <= refine[
-                -1
-            ] * (1 + 1e-9):
+            inside = refine[0] * (1 - 1e-9) <= ratio <= refine[-1] * (1 + 1e-9)
+            if limit["family"] != anchors[0][0] or not inside:
                 anchors.append(
                     (limit["family"], limit["scale_multiple"], self._alpha_index(limit["alpha"]))
                 )
@@ -393,29 +384,20 @@ default=("cauchy", "gaussian", "rational_quadratic")
         overall, own = {}, {}
         rules = [([overall], overall), ([overall, own], own)]
         # every split's running sums are kept from one checkpoint to the next: a gamma holds one
-        # pair per split
-        # and on a cluster the first worker two more while it sums them; counted wherever the search
-        # runs,
-        # so that it groups its gammas, and so prunes them, alike on one machine and on a cluster
-        group = self._gram_group(
-            len(splits[0][0]), len(splits[0][1]), len(splits), client, summed=2
-        )
+        # pair per split and on a cluster the first worker two more while it sums them; counted
+        # wherever the search runs, so that it groups (and prunes) its gammas alike everywhere
+        M_t, M_v = len(splits[0][0]), len(splits[0][1])
+        group = self._gram_group(M_t, M_v, len(splits), client, summed=2)
         of, grown, extended = {}, [], [0] * len(anchors)  # of: (law, multiple) -> anchor
         while pending:
             law = anchors[pending[0][1]][0]  # one pass draws one law's frequencies
             chunk = [p for p in pending if anchors[p[1]][0] == law][:group]
             pending = [p for p in pending if p not in chunk]
             of.update({(law, m): i for m, i in chunk})
+            mults, idx = [m for m, _ in chunk], [i for _, i in chunk]
+            rules_of, centers = [rules[i] for i in idx], [anchors[i][2] for i in idx]
             grown += self._grow(
-                X,
-                Y,
-                splits,
-                client,
-                law,
-                best["n_features"],
-                [m for m, _ in chunk],
-                [rules[i] for _, i in chunk],
-                [anchors[i][2] for _, i in chunk],
+                X, Y, splits, client, law, best["n_features"], mults, rules_of, centers
             )
             for i in range(len(anchors) if not pending and step is not None else 0):
                 mine = [r for r in grown if of[(r["family"], r["scale_multiple"])] == i]
@@ -437,14 +419,12 @@ default=("cauchy", "gaussian", "rational_quadratic")
             return []
         mults = np.asarray(self._multiples() if isinstance(limit, str) else limit, dtype=float)
         n_train = min(len(tr) for tr, _ in splits)
-        n_rows = min(
-            n_train,
-            max(
-                self._n_rows(n_train, self._st["coarse"] or 0.125),
-                best["n_features"] // 4,
-                int(LIMIT_ROWS_FRACTION * n_train),
-            ),
+        n_rows = max(
+            self._n_rows(n_train, self._st["coarse"] or 0.125),
+            best["n_features"] // 4,
+            int(LIMIT_ROWS_FRACTION * n_train),
         )
+        n_rows = min(n_train, n_rows)
         N = min(int(self.max_features), LIMIT_FEATURES_PER_ROW * n_rows)
         if N <= best["n_features"] or self.max_features < LIMIT_MIN_GROWTH * best["n_features"]:
             return []

@@ -134,15 +134,11 @@ class StagedSearch:
         # on a cluster each split's Grams wait for the one before: one split's at a time
         for tr, va in splits:
             after = errs[-1] if client is not None and errs else None
-            errs.append(
-                self._stage_errors(
-                    X, Y, tr, va, client, family, scales, Ns, alpha_center, after=after
-                )
-            )
+            args = (X, Y, tr, va, client, family, scales, Ns, alpha_center)
+            errs.append(self._stage_errors(*args, after=after))
         if client is not None:
-            (errs,) = compute(
-                errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})"
-            )
+            desc = f"selection ({name}, {family})"
+            (errs,) = compute(errs, client=client, progress=self.progress, desc=desc)
         elif self.progress:  # computed here, stage by stage: one line each on stderr
             sys.stderr.write(
                 f"selection ({name}, {family}): {len(scales)} scales x {len(Ns)} N x "
@@ -191,25 +187,20 @@ class StagedSearch:
         n_train = min(len(tr) for tr, _ in splits)
         n_coarse = self._n_rows(n_train, self._st["coarse"])
         frac = self._st["coarse"]
-        Nc = (
-            [None]
-            if Ns == [None] or frac is None
-            else [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
-        )
-        coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(
-            mults
-        ) > len(refine)
-        rows, plan = (
-            self._coarse(X, Y, splits, client, families, mults, Nc, n_coarse)
-            if coarse
-            else ([], [(fam, mults, None) for fam in families])
-        )
+        Nc = [None]
+        if Ns != [None] and frac is not None:
+            Nc = [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
+        coarse = n_coarse < n_train or Nc[0] not in (None, Ns[-1])
+        coarse = coarse and len(families) * len(mults) > len(refine)
+        rows, plan = [], [(fam, mults, None) for fam in families]
+        if coarse:
+            rows, plan = self._coarse(X, Y, splits, client, families, mults, Nc, n_coarse)
         name = "fine" if coarse else "full"
         fine_step = grid_step(refine)
         fine = self._st["fine"]
-        n_fine = (
-            n_train if not coarse or fine is None else max(n_coarse, self._n_rows(n_train, fine))
-        )
+        n_fine = n_train
+        if coarse and fine is not None:
+            n_fine = max(n_coarse, self._n_rows(n_train, fine))
         sub = splits if n_fine >= n_train else self._subsample(splits, n_fine)
         for fam, scales, center in plan:
             rows += self._stage(X, Y, sub, client, fam, scales, Ns, len(sub[0][0]), name, center)
@@ -288,10 +279,11 @@ class StagedSearch:
         sub = []
         for tr, va in splits:
             k = min(len(tr), n_rows)
+            k_va = max(1, round(len(va) * k / len(tr)))
             sub.append(
                 (
                     np.sort(rng.choice(tr, k, replace=False)),
-                    np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False)),
+                    np.sort(rng.choice(va, k_va, replace=False)),
                 )
             )
         return sub
