@@ -383,9 +383,8 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
         raise ValueError(
             f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} would give "
             f"{len(seeds)} identical curves labelled as different draws; pass one seed "
-            "(seeds=(s,), the "
-            "label of the curve of these frequencies), or leave out frequencies to draw them per "
-            "seed"
+            "(seeds=(s,), the label of the curve of these frequencies), or leave out frequencies "
+            "to draw them per seed"
         )
     runs = [
         error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds

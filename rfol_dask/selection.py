@@ -127,9 +127,7 @@ class SelectionCV(StagedSearch, OperatorEstimator):
     _param_name = "gamma"  # the scale parameter of the base estimator
     _alpha_name = "alpha"  # its ridge parameter
     _distributed_search = True  # False: dask input is gathered and searched in memory
-    # the direction of narrower kernels on the scale multiples: +1 a larger gamma, -1 a shorter
-    # length
-    _narrower = 1
+    _narrower = 1  # the direction of narrower kernels: +1 a larger gamma, -1 a shorter length
     #: the settings of the stages (``stages=``, a dict of some of them) and their defaults
     _stage_constraints = {
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
@@ -231,8 +229,7 @@ class SelectionCV(StagedSearch, OperatorEstimator):
 
     def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
         t0 = time.perf_counter()
-        # the base fit's body: this already runs on the copy that fit publishes whole
-        # (all_or_nothing)
+        # the base fit's body, on the copy that fit publishes whole (all_or_nothing)
         self._fit(
             X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
         )

@@ -291,11 +291,7 @@ default="rbf"
         if not lazy:
             self._check_gram_memory(U, lazy, dtype)
             X = transform(U, 0)
-            if (
-                X is U
-                # the caller's array, maybe (validated without a copy): kept as it is now, not as it
-                # will be
-            ):
+            if X is U:  # the caller's array, maybe: kept as it is now, not as it will be
                 X = backend.copy(X)
             fac, Beta = self._dual_in_memory(X, V, dtype, alpha)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
@@ -318,8 +314,7 @@ default="rbf"
             held, what = M * (M + self._width(U.shape[1]) + m) * size, "the data"
         else:
             held, what = int(max(np.diff(starts))) * M * size, "a row of Gram tiles"
-        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no
-        # sum of Grams
+        # the Gram is assembled on one worker (or in the eigen solve's task): no sum of Grams
         blocked = dual_plan(
             M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False, held_what=what
         ).blocked

@@ -79,8 +79,7 @@ def pca(U, n_components, power=None):
     if bad.size:  # the eigensolver would not converge: named as the fit's own check names them
         raise ValueError(
             f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop "
-            "or "
-            "fill those samples before fitting"
+            "or fill those samples before fitting"
         )
     return pca_from_scatter(mean, scatter, n_components, power)
 
