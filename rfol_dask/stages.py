@@ -333,14 +333,16 @@ class StagedSearch:
             raise ValueError(
                 f"every validation output of the {len(splits)} split(s) is identically zero: the "
                 "relative L2 error, the search's score, is undefined; pass a cv whose validation "
-                "rows hold outputs that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))"
+                "rows hold outputs that are not all zero (shuffled folds: KFold(5, shuffle=True, "
+                "random_state=0))"
             )
         if dropped:
             warnings.warn(
                 f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only "
                 "identically zero validation outputs, on which the relative L2 error (the score) "
                 "is undefined: they are left out of the search (n_splits_, split<k>_test_score "
-                "count the others); shuffle the folds (KFold(5, shuffle=True, random_state=0)) to score every one",
+                "count the others); shuffle the folds (KFold(5, shuffle=True, random_state=0)) to "
+                "score every one",
                 DataWarning,
                 stacklevel=user_stacklevel(),
             )
