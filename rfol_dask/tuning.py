@@ -371,17 +371,15 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):
     M, m, M_v = G.shape[0], Vc.shape[1], K.shape[0]
     by_rows = M_v < m  # solve for K (G + alpha I)^-1 (M_v right-hand sides), then times V
     rhs = backend.as_fortran(K.T) if by_rows else Vc
-    with blas_limits(
-        _threads(factor_threads(), M**3 / 3 + 2.0 * M**2 * min(m, M_v) + 2.0 * M_v * M * m)
-    ):
+    flops = M**3 / 3 + 2.0 * M**2 * min(m, M_v) + 2.0 * M_v * M * m
+    with blas_limits(_threads(factor_threads(), flops)):
         for k, alpha in enumerate(alphas):
             L = factor(float(alpha), k > 0)
             if L is None:
                 out.append(np.inf)
                 continue
-            pred = (
-                backend.cho_solve(L, rhs).T @ Vc if by_rows else K @ backend.cho_solve(L, Vc)
-            ) + vbar
+            pred = backend.cho_solve(L, rhs).T @ Vc if by_rows else K @ backend.cho_solve(L, Vc)
+            pred = pred + vbar
             out.append(_mean_error(V_valid, pred, keep))
         restore()
     return np.array(out)
@@ -402,15 +400,13 @@ def window_errors(G, K, V, V_valid, alphas, center, half_width=2, fit_intercept=
     n = len(alphas)
     lo, hi = max(0, center - half_width), min(n, center + half_width + 1)
     out = np.full(n, np.nan)
-    solve = functools.partial(
-        cholesky_errors, G, K, V, V_valid, fit_intercept=fit_intercept, design=design
-    )
+    kw = dict(fit_intercept=fit_intercept, design=design)
+    solve = functools.partial(cholesky_errors, G, K, V, V_valid, **kw)
     out[lo:hi] = solve(alphas[lo:hi])
     while True:
         best = lo + int(np.argmin(out[lo:hi]))
-        if (
-            best == hi - 1 or not np.isfinite(out[best])
-        ) and hi < n:  # larger alphas (or none solved yet)
+        # larger alphas (or none solved yet)
+        if (best == hi - 1 or not np.isfinite(out[best])) and hi < n:
             out[hi] = solve(alphas[hi : hi + 1])[0]
             hi += 1
         elif best == lo and lo > 0 and np.isfinite(out[best]):
@@ -465,18 +461,16 @@ def path_errors(
     if not len(idx):
         scored_rows(V_valid)
         return out
-    method = (
-        "eigh"
-        if drop is not None
-        else path_method(len(idx), G.shape[0], method, center, half_width)
-    )
+    if drop is None:
+        method = path_method(len(idx), G.shape[0], method, center, half_width)
+    else:
+        method = "eigh"
     if method == "window":
         scored_rows(V_valid)  # before a window is solved
         # the centre, or the first eligible above it
         start = min(int(np.searchsorted(idx, int(center))), len(idx) - 1)
-        out[idx] = window_errors(
-            G, K, V, V_valid, alphas[idx], start, half_width, fit_intercept, design
-        )
+        args = (start, half_width, fit_intercept, design)
+        out[idx] = window_errors(G, K, V, V_valid, alphas[idx], *args)
         return out
     if method == "eigh":
         out[idx] = EigenPath(G, K, V, fit_intercept, design, drop).errors(alphas[idx], V_valid)
