@@ -386,9 +386,8 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
             "(seeds=(s,), the label of the curve of these frequencies), or leave out frequencies "
             "to draw them per seed"
         )
-    runs = [
-        error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds
-    ]
+    data = (U, V, U_test, V_test, n_features)
+    runs = [error_curve(*data, random_state=int(s), **kwargs) for s in seeds]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
     res["n_features"] = runs[0]["n_features"]
     res["n_train"] = runs[0]["n_train"]
@@ -397,13 +396,10 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     res["seeds"] = np.asarray(seeds)
     if "predictions" in runs[0]:
         res["predictions"] = [r["predictions"] for r in runs]
-    res["slope"] = fit_slope(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)))
-    res["time_slope"] = fit_slope(
-        res["n_features"], np.median(res["fit_time"], axis=0), min_decay=None
-    )
-    res["excess"] = fit_excess(
-        res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)), start_at=2 * len(U)
-    )
+    N, error = res["n_features"], np.exp(np.log(res["error"]).mean(axis=0))
+    res["slope"] = fit_slope(N, error)
+    res["time_slope"] = fit_slope(N, np.median(res["fit_time"], axis=0), min_decay=None)
+    res["excess"] = fit_excess(N, error, start_at=2 * len(U))
     return res
 
 
@@ -443,14 +439,9 @@ def fit_slope(n_features, errors, min_decay=0.1, min_points=2):
     N, err = np.asarray(n_features, float), np.asarray(errors, float)
     k = len(N) if min_decay is None else saturation_index(N, err, min_decay)
     sat = None if k >= len(N) else float(N[k])
-    if k < min_points:
-        return {
-            "slope": float("nan"),
-            "intercept": float("nan"),
-            "n_points": k,
-            "saturated_at": sat,
-        }
-    slope, intercept = np.polyfit(np.log(N[:k]), np.log(err[:k]), 1)
+    slope = intercept = float("nan")
+    if k >= min_points:
+        slope, intercept = np.polyfit(np.log(N[:k]), np.log(err[:k]), 1)
     return {
         "slope": float(slope),
         "intercept": float(intercept),
@@ -469,13 +460,8 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
     N, err = np.asarray(n_features, float), np.asarray(errors, float)
     keep = N >= (start_at or 0)
     N, err = N[keep], err[keep]
-    out = {
-        "floor": float("nan"),
-        "c": float("nan"),
-        "p": float("nan"),
-        "n_points": int(len(N)),
-        "from_n": float(N[0]) if len(N) else None,
-    }
+    out = dict(floor=float("nan"), c=float("nan"), p=float("nan"), n_points=int(len(N)))
+    out["from_n"] = float(N[0]) if len(N) else None
     if len(N) < min_points:
         return out
 
