@@ -132,7 +132,7 @@ def weighted_directions(directions, ratio, power, max_directions=None, rtol=1e-6
     """The principal ``directions`` (n, k), in decreasing order of ``ratio = s_j / s_1`` (k,),
     weighted by ``ratio^power``: those with ``ratio^(1 + power) < rtol`` or ``ratio <= 1e-10``
     left out, then at most ``max_directions`` kept. The rule of :func:`pca_metric` and of the
-    kernels' ``pca_power`` (:func:`rfol_dask.baselines.kernel.pca_from_scatter`).
+    kernels' ``pca_power`` (:func:`rfol_dask.baselines.transform.pca_from_scatter`).
 
     Each direction's sign is set so that its product with a fixed generic vector (standard normals
     of seed 0) is positive: an SVD's or ``eigh``'s signs are arbitrary (they flipped with the

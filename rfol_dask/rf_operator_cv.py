@@ -81,7 +81,7 @@ class RandomFeatureOperatorCV(FeaturePasses, SelectionCV):
 default=("cauchy", "gaussian", "rational_quadratic")
         Frequency laws searched.
     gammas : sequence of float, default=None
-        Multiples of each law's median-heuristic gamma (:func:`rfol_dask.tuning.median_gamma`);
+        Multiples of each law's median-heuristic gamma (:func:`rfol_dask.heuristics.median_gamma`);
         default ``4^-5 ... 4^2`` (:data:`rfol_dask.selection.DEFAULT_GAMMAS`).
     alphas : sequence of float, default=None
         Ridge values (> 0); default ``1e-16 ... 10`` (:data:`rfol_dask.selection.DEFAULT_ALPHAS`).
@@ -170,7 +170,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
     median_scales_ : dict
         Each law's median-heuristic gamma (in the input metric of ``pca_power``).
     input_metric_ : ndarray of shape (n, r) or None
-        The input metric of ``pca_power`` (:func:`rfol_dask.tuning.pca_metric`; None without it).
+        The input metric of ``pca_power`` (:func:`rfol_dask.heuristics.pca_metric`; else None).
     random_state_ : int
         The seed of the frequencies.
     search_time_, refit_time_ : float

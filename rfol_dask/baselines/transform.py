@@ -88,7 +88,7 @@ def pca_from_scatter(mean, scatter, n_components, power=None):
     """``(mean (n,), leading principal directions (n, p))`` from the scatter matrix (n, n).
 
     With ``power`` (``pca_power``) the directions are weighted by ``(s_j / s_1)^power`` (``s_j^2``
-    the scatter's eigenvalues), with the rule of :func:`rfol_dask.tuning.weighted_directions`
+    the scatter's eigenvalues), with the rule of :func:`rfol_dask.heuristics.weighted_directions`
     (the directions that hardly count left out, then at most ``n_components`` of the rest)."""
     lam, Q = np.linalg.eigh(np.asarray(scatter))
     lam, Q = lam[::-1], Q[:, ::-1]
