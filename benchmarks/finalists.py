@@ -6,7 +6,7 @@
 
 Without ``--default``: on each set, at the size of its full reproduction
 (``results/reproduce/<set>.json``: train / test samples and the tuned row's N), the default search
-with every law in the fine stage (``finalists=3`` and no tie rule: ``selection.FINALIST_TIE = inf``;
+with every law in the fine stage (``finalists=3`` and no tie rule: ``stages.FINALIST_TIE = inf``;
 no refit), the coarse and fine best validation errors per law, and the test error of each law's fine
 best refitted at N. With ``--default``: the default ``RandomFeatureOperatorCV`` (refitted) against
 the reproduction's recorded ``rf_tuned`` row: chosen parameters, test error, the laws that reached
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from _common import argv_or_usage
 
-from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, selection
+from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV, stages
 from rfol_dask.experiments import arrays, load_subset
 from rfol_dask.metrics import relative_l2_error
 
@@ -31,7 +31,7 @@ ALL = (
 )
 
 
-TIE = selection.FINALIST_TIE
+TIE = stages.FINALIST_TIE
 
 
 def one(name, default):
@@ -40,7 +40,7 @@ def one(name, default):
     N = int(tuned["best_params"]["n_features"])
     train, test = load_subset(name, int(rec["train"]), int(rec["test"]), HERE / "results" / "data")
     (U, V), (Ut, Vt) = arrays(train), arrays(test)
-    selection.FINALIST_TIE = TIE if default else np.inf
+    stages.FINALIST_TIE = TIE if default else np.inf
     t0 = time.perf_counter()
     cv = RandomFeatureOperatorCV(
         n_features=N,

@@ -27,13 +27,13 @@ threshold (``N >= 2 M`` with a tiny ridge) the error falls towards the kernel in
 from __future__ import annotations
 
 import numbers
-import os
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .curve_data import append_curve, curve_dataset
 from .factor import dual_factor, dual_intercept, dual_solve
 from .features import draw_frequencies, integer_seed
 from .gram import check_finite, features_block
@@ -199,9 +199,8 @@ def error_curve(
     """
     U, V, U_test, V_test = _check_curve_data(U, V, U_test, V_test, gamma, alpha)
     check_finite(V, 0, "V")
-    check_finite(
-        V_test, 0, "V_test", "computing error curves"
-    )  # else every error, and every slope fitted to them, is NaN
+    # else every error, and every slope fitted to them, is NaN
+    check_finite(V_test, 0, "V_test", "computing error curves")
     checkpoints = _check_checkpoints(n_features)
     if block_size is not None:
         block_size = _integer(block_size, "block_size", 1)
@@ -212,63 +211,55 @@ def error_curve(
             "pass pca_power or frequencies, not both (the metric shapes the frequencies)"
         )
     if frequencies is None and (pca_power is not None or gamma == "median"):
-        metric, gammas = input_scales(
-            U, [distribution], pca_power, random_state=seed
-        )  # as the model measures them
+        # as the model measures them
+        metric, gammas = input_scales(U, [distribution], pca_power, random_state=seed)
         gamma = gammas[distribution] if gamma == "median" else gamma
-    omega, b = _curve_frequencies(
-        frequencies, n, int(checkpoints[-1]), distribution, gamma, nu, seed, metric
-    )
-    if block_size is None:
-        block_size = max(64, _BLOCK_BYTES // (8 * max(M, len(U_test))))
+    N_max = int(checkpoints[-1])
+    omega, b = _curve_frequencies(frequencies, n, N_max, distribution, gamma, nu, seed, metric)
+    block_size = block_size or max(64, _BLOCK_BYTES // (8 * max(M, len(U_test))))
     edges = _block_edges(checkpoints, block_size)
-
-    S = np.zeros(
-        (M, M), order="F"
-    )  # lower triangle of sum_f A_f A_f^T, A_f = sqrt(2) cos(...) - s_f
-    S_test = np.zeros((len(U_test), M))
-    vsum = V.sum(axis=0)
-    out = {k: [] for k in ("n_features", "error", "fit_time", "predict_time")}
-    t_fit = t_pred = 0.0
-    predictions = []
-    for lo, hi in zip(edges[:-1], edges[1:], strict=False):
-        dt_fit, dt_pred = _accumulate_block(
-            U, U_test, omega[:, lo:hi], b[lo:hi], fit_intercept, S, S_test
-        )
-        t_fit, t_pred = t_fit + dt_fit, t_pred + dt_pred
-        if hi not in checkpoints:
-            continue
-        pred, dt_fit, dt_pred = _checkpoint_prediction(
-            S, S_test, hi, V, vsum, float(alpha), fit_intercept
-        )
-        out["n_features"].append(int(hi))
-        out["error"].append(float(error(V_test, pred)))
-        out["fit_time"].append(t_fit + dt_fit)
-        out["predict_time"].append(t_pred + dt_pred)
-        if return_predictions:
-            predictions.append(pred)
-    out = {k: np.asarray(v) for k, v in out.items()}
+    data = (U, V, U_test, V_test, omega, b)
+    out, predictions = _sweep(data, edges, checkpoints, float(alpha), fit_intercept, error)
     out["gamma"] = float(gamma) if gamma != "median" else float("nan")  # nan: given frequencies
     out["n_train"] = int(M)
-    out["seed"] = (
-        None if frequencies is not None else seed
-    )  # the draw's, also where random_state was None
-    gamma_rule = (
-        "frequencies" if frequencies is not None else "median" if gamma_arg == "median" else "given"
-    )
+    out["seed"] = None if frequencies is not None else seed  # also where random_state was None
+    given = "median" if gamma_arg == "median" else "given"
     out["settings"] = {
         "distribution": distribution,
         "nu": None if nu is None else float(nu),
         "alpha": float(alpha),
         "fit_intercept": bool(fit_intercept),
         "pca_power": None if pca_power is None else float(pca_power),
-        "gamma_rule": gamma_rule,
+        "gamma_rule": "frequencies" if frequencies is not None else given,
         "error": getattr(error, "__name__", repr(error)),
         "n_test": len(U_test),
     }
     if return_predictions:
         out["predictions"] = predictions
     return out
+
+
+def _sweep(data, edges, checkpoints, alpha, fit_intercept, error):
+    """One pass over the feature blocks between ``edges``: the curve's arrays and the test
+    predictions at the ``checkpoints``."""
+    U, V, U_test, V_test, omega, b = data
+    S = np.zeros((len(U), len(U)), order="F")  # lower triangle of sum_f A_f A_f^T
+    S_test, vsum = np.zeros((len(U_test), len(U))), V.sum(axis=0)
+    out = {k: [] for k in ("n_features", "error", "fit_time", "predict_time")}
+    t_fit = t_pred = 0.0
+    predictions = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=False):
+        block = (omega[:, lo:hi], b[lo:hi])
+        dt_fit, dt_pred = _accumulate_block(U, U_test, *block, fit_intercept, S, S_test)
+        t_fit, t_pred = t_fit + dt_fit, t_pred + dt_pred
+        if hi not in checkpoints:
+            continue
+        pred, dt_fit, dt_pred = _checkpoint_prediction(S, S_test, hi, V, vsum, alpha, fit_intercept)
+        values = (int(hi), float(error(V_test, pred)), t_fit + dt_fit, t_pred + dt_pred)
+        for k, v in zip(out, values, strict=True):
+            out[k].append(v)
+        predictions.append(pred)
+    return {k: np.asarray(v) for k, v in out.items()}, predictions
 
 
 def _check_checkpoints(n_features):
@@ -291,9 +282,8 @@ def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
         raise ValueError(f"gamma must be a number > 0 or 'median', got {gamma!r}")
     if not (number(alpha) and alpha >= 0):
         raise ValueError(f"alpha must be a number >= 0, got {alpha!r}")
-    check_sources(
-        U, V, U_test, V_test
-    )  # a missing chunk file of a Zarr store: an error, not its fill value
+    # a missing chunk file of a Zarr store: an error, not its fill value
+    check_sources(U, V, U_test, V_test)
     U, U_test = (np.ascontiguousarray(X, dtype=np.float64) for X in (U, U_test))
     V, V_test = (np.asarray(Y, dtype=np.float64) for Y in (V, V_test))
     V, V_test = (Y[:, None] if Y.ndim == 1 else Y for Y in (V, V_test))
@@ -393,13 +383,11 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
         raise ValueError(
             f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} would give "
             f"{len(seeds)} identical curves labelled as different draws; pass one seed "
-            "(seeds=(s,), the "
-            "label of the curve of these frequencies), or leave out frequencies to draw them per "
-            "seed"
+            "(seeds=(s,), the label of the curve of these frequencies), or leave out frequencies "
+            "to draw them per seed"
         )
-    runs = [
-        error_curve(U, V, U_test, V_test, n_features, random_state=int(s), **kwargs) for s in seeds
-    ]
+    data = (U, V, U_test, V_test, n_features)
+    runs = [error_curve(*data, random_state=int(s), **kwargs) for s in seeds]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
     res["n_features"] = runs[0]["n_features"]
     res["n_train"] = runs[0]["n_train"]
@@ -408,13 +396,10 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     res["seeds"] = np.asarray(seeds)
     if "predictions" in runs[0]:
         res["predictions"] = [r["predictions"] for r in runs]
-    res["slope"] = fit_slope(res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)))
-    res["time_slope"] = fit_slope(
-        res["n_features"], np.median(res["fit_time"], axis=0), min_decay=None
-    )
-    res["excess"] = fit_excess(
-        res["n_features"], np.exp(np.log(res["error"]).mean(axis=0)), start_at=2 * len(U)
-    )
+    N, error = res["n_features"], np.exp(np.log(res["error"]).mean(axis=0))
+    res["slope"] = fit_slope(N, error)
+    res["time_slope"] = fit_slope(N, np.median(res["fit_time"], axis=0), min_decay=None)
+    res["excess"] = fit_excess(N, error, start_at=2 * len(U))
     return res
 
 
@@ -454,14 +439,9 @@ def fit_slope(n_features, errors, min_decay=0.1, min_points=2):
     N, err = np.asarray(n_features, float), np.asarray(errors, float)
     k = len(N) if min_decay is None else saturation_index(N, err, min_decay)
     sat = None if k >= len(N) else float(N[k])
-    if k < min_points:
-        return {
-            "slope": float("nan"),
-            "intercept": float("nan"),
-            "n_points": k,
-            "saturated_at": sat,
-        }
-    slope, intercept = np.polyfit(np.log(N[:k]), np.log(err[:k]), 1)
+    slope = intercept = float("nan")
+    if k >= min_points:
+        slope, intercept = np.polyfit(np.log(N[:k]), np.log(err[:k]), 1)
     return {
         "slope": float(slope),
         "intercept": float(intercept),
@@ -480,13 +460,8 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
     N, err = np.asarray(n_features, float), np.asarray(errors, float)
     keep = N >= (start_at or 0)
     N, err = N[keep], err[keep]
-    out = {
-        "floor": float("nan"),
-        "c": float("nan"),
-        "p": float("nan"),
-        "n_points": int(len(N)),
-        "from_n": float(N[0]) if len(N) else None,
-    }
+    out = dict(floor=float("nan"), c=float("nan"), p=float("nan"), n_points=int(len(N)))
+    out["from_n"] = float(N[0]) if len(N) else None
     if len(N) < min_points:
         return out
 
@@ -503,197 +478,3 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
         return out
     out.update(floor=float(np.exp(lf)), c=float(np.exp(lc)), p=float(p))
     return out
-
-
-#: what each fit of :func:`error_curves` describes (the ``long_name`` of its variables in
-#: :func:`curve_dataset`)
-_FITS = {
-    "slope": "error slope fit (fit_slope of the geometric-mean error over seeds)",
-    "time_slope": "fit-time slope fit (fit_slope of the median fit time over seeds)",
-    "excess": "error = floor + c N^-p fit past N = 2 n_train (fit_excess of the geometric-mean "
-    "error)",
-}
-
-
-def curve_dataset(result):
-    """The result of :func:`error_curve` or :func:`error_curves` as an ``xarray.Dataset``, to save
-    (``.to_netcdf``, ``.to_zarr``) and plot (``ds.error.plot.line(x="n_features", xscale="log")``).
-
-    Variables over ``(n_features,)`` or ``(seed, n_features)``: ``error``, ``fit_time``,
-    ``predict_time`` (with ``long_name`` and, for the times, ``units`` "s", which label xarray's
-    plots); ``gamma`` (per seed); the fits (``slope``, ``time_slope``, ``excess``:
-    dicts of numbers) become 0-d variables ``<fit>_<key>`` (``slope_slope``,
-    ``slope_saturated_at``, ``excess_floor``, ...; NaN for a None), and the training size ``M``
-    the scalar coordinate ``n_train``. The ``settings`` of the curve (law, ``nu``, ``alpha``,
-    ``fit_intercept``, ``pca_power``, ``gamma_rule``, the ``error`` metric's name, ``n_test``) are
-    attributes (None left out, booleans as 0 / 1), and a single curve's ``seed`` a 0-d variable
-    (a float64: ``int(ds.seed)``), so that a saved curve says how to make it again. Predictions are
-    left out.
-
-    The fits are data, not attributes, so that they survive combining the curves of a study:
-    ``xr.concat(curves, dim="n_train")`` (or ``xr.open_mfdataset(paths, combine="nested",
-    concat_dim="n_train")``) gives each fit along ``n_train``, one value per curve, where
-    attributes would keep only one curve's; the settings, alike in every curve of a study, stay
-    attributes (``xr.concat`` keeps the first curve's: combine curves of one setting, as
-    :func:`append_curve` checks; it grows a Zarr store curve by curve). Each fit is over the seeds
-    of its own curve: fit the combined seeds again (:func:`fit_slope`) rather
-    than appending seeds to a saved curve. Curve datasets of earlier versions hold the fits as
-    attributes of the same names (:func:`rfol_dask.plotting.plot_curves` reads both forms)."""
-    import xarray as xr
-
-    many = "seeds" in result
-    dims = ("seed", "n_features") if many else ("n_features",)
-    coords = {
-        "n_features": (
-            "n_features",
-            np.asarray(result["n_features"]),
-            {"long_name": "random features N"},
-        )
-    }
-    if many:
-        coords["seed"] = np.asarray(result["seeds"])
-    if "n_train" in result:  # absent in results made before it was returned
-        coords["n_train"] = ((), int(result["n_train"]), {"long_name": "training samples M"})
-    metric = result.get("settings", {}).get("error") or "relative_l2_error"
-    error_name = (
-        "relative test error" if metric == "relative_l2_error" else f"test error ({metric})"
-    )
-    labels = {
-        "error": {"long_name": error_name},
-        "fit_time": {"long_name": "fit time", "units": "s"},
-        "predict_time": {"long_name": "predict time", "units": "s"},
-    }  # xarray's .plot labels its axes by them
-    data = {k: (dims, np.asarray(result[k]), labels[k]) for k in labels}
-    data["gamma"] = (
-        ("seed",) if many else (),
-        np.asarray(result["gamma"]),
-        {"long_name": "frequency scale gamma"},
-    )
-    if (
-        not many and result.get("seed") is not None
-    ):  # data, as the fits: each curve of a study keeps its own
-        # float64: exact below 2**53, and netCDF3 (scipy's, xarray's fallback) has no int64 for a
-        # seed >= 2**31
-        data["seed"] = ((), np.float64(result["seed"]), {"long_name": "seed of the frequency draw"})
-    for fit, description in _FITS.items():
-        for k, v in result.get(fit, {}).items():
-            data[f"{fit}_{k}"] = (
-                (),
-                np.float64(np.nan) if v is None else np.asarray(v),
-                {"long_name": f"{description}: {k}"},
-            )
-    attrs = {
-        k: int(v) if isinstance(v, bool) else v
-        for k, v in result.get("settings", {}).items()
-        if v is not None
-    }
-    return xr.Dataset(data, coords=coords, attrs=attrs)
-
-
-#: the attributes of a :func:`curve_dataset` that every curve of a study shares (``n_test`` may
-#: differ)
-_SHARED_SETTINGS = (
-    "distribution",
-    "nu",
-    "alpha",
-    "fit_intercept",
-    "pca_power",
-    "gamma_rule",
-    "error",
-)
-
-
-def append_curve(store, curve):
-    """Add one curve to the study in the Zarr store ``store`` along ``n_train`` (the first call
-    makes the store); returns the study as stored (a lazy Dataset over ``(n_train, seed,
-    n_features)``).
-
-    ``curve`` is a result of :func:`error_curves` or :func:`error_curve`, or its
-    :func:`curve_dataset`. A Zarr append keeps the store's own ``n_features`` and ``seed``
-    coordinates and writes the new values under them, so a curve with other checkpoints or seeds
-    would relabel the whole study without an error: it is refused (ValueError naming both), as
-    are a curve of other settings (law, ``nu``, ``alpha``, ``fit_intercept``, ``pca_power``,
-    ``gamma_rule``, error metric: the attributes of :func:`curve_dataset`), a training size the
-    study already holds, a curve without ``n_train`` (results of earlier versions) and a store
-    that holds no curves, before anything is written. Memory: the store's coordinates and the
-    one curve."""
-    import xarray as xr
-
-    from .io import user_path
-
-    new = curve_dataset(curve) if isinstance(curve, dict) else curve
-    if "n_train" not in new.coords or new["n_train"].ndim:
-        raise ValueError(
-            "the curve has no training size n_train (a result of an earlier version, or a study "
-            "already combined along n_train): append one curve of error_curve or error_curves"
-        )
-    new = new.expand_dims("n_train")
-    path = user_path(store)
-    if not os.path.exists(path):
-        return _write_study(new, path, mode="w-")
-    try:
-        study = xr.open_zarr(path, consolidated=False)
-    except (KeyError, ValueError, OSError) as exc:  # zarr's "no group found" is both
-        raise ValueError(
-            f"{store} exists and is not a Zarr store of curves ({exc}); give a new path"
-        ) from exc
-    with study:
-        if "error" not in study or "n_train" not in study["error"].dims:
-            raise ValueError(
-                f"{store} holds no curves along n_train (variables {list(study.data_vars)}); "
-                "append "
-                "to a store that append_curve made, or give a new path"
-            )
-        if study["error"].dims != new["error"].dims:
-            raise ValueError(
-                f"the curve has dims {new['error'].dims} but the curves in {store} have "
-                f"{study['error'].dims}: a study holds curves of one kind (error_curves, or "
-                "error_curve)"
-            )
-        settings = [{k: ds.attrs.get(k) for k in _SHARED_SETTINGS} for ds in (study, new)]
-        if (
-            any(v is not None for v in settings[0].values()) and settings[0] != settings[1]
-        ):  # earlier stores: none
-            diff = {
-                k: (settings[1][k], settings[0][k])
-                for k in _SHARED_SETTINGS
-                if settings[0][k] != settings[1][k]
-            }
-            raise ValueError(
-                f"the curve was made with other settings than the curves in {store} (this curve's "
-                "vs "
-                f"the study's: {diff}): a study compares training sizes at one setting; use the "
-                "study's settings, or start another store"
-            )
-        for d in ("n_features", "seed"):
-            if d in new.coords and not np.array_equal(study[d].values, new[d].values):
-                raise ValueError(
-                    f"the curve's {d} {new[d].values.tolist()} differ from the study's "
-                    f"{study[d].values.tolist()} in {store}: appended, its values would be "
-                    "labelled "
-                    f"with the study's {d}; use the same {d} for every curve of a study, or start "
-                    "another store"
-                )
-        M = int(new["n_train"][0])
-        if M in study["n_train"].values:
-            raise ValueError(
-                f"{store} already holds a curve of n_train = {M}; a study holds one curve per "
-                "training "
-                "size (combine the seeds before, or start another store)"
-            )
-    return _write_study(new, path, append_dim="n_train")
-
-
-def _write_study(curves, path, **how):
-    """Write ``curves`` to the Zarr store ``path`` (``how``: ``to_zarr``'s mode or append_dim) and
-    consolidate its metadata again (the consolidated metadata of a store that ``to_zarr`` wrote
-    by default would otherwise still show the study before the append); returns it reopened."""
-    import xarray as xr
-    import zarr
-
-    from .stores import quiet_consolidated
-
-    with quiet_consolidated():
-        curves.to_zarr(path, consolidated=False, **how)
-        zarr.consolidate_metadata(path)
-        return xr.open_zarr(path)

@@ -1,44 +1,24 @@
 """Model selection on the training data: the search shared by
-:class:`rfol_dask.RandomFeatureOperatorCV` (``rf_operator_cv.py``) and
-``baselines.KernelOperatorCV``.
+:class:`rfol_dask.RandomFeatureOperatorCV` and ``baselines.KernelOperatorCV``.
 
-A search scores every (family, scale, N, alpha) by the mean relative L2 error on validation
-rows of the TRAINING data (default: the last 20 %; ``cv=`` an int or a scikit-learn splitter
-for K folds), then refits the winner on all training data (``best_estimator_``). It is cheap
-because (see :mod:`rfol_dask.tuning`):
-
-- the ridge path: one eigendecomposition of each training Gram gives every alpha (or one
-  Cholesky factorisation per alpha where that is cheaper: short alpha grids, large Grams);
-- the validation cross-Gram is summed in the same pass over feature slabs as the Gram;
-- every frequency law is a scale family: one projection ``U Z`` per slab
-  serves every gamma of a sweep; nested N come out of the same pass;
-- successive halving: a coarse stage over the whole grid on a subsample of rows and features
-  (``coarse``; a family whose best is on the grid's edge gets the grid extended that way), then
-  a fine one on half of the rows (``fine``) around the coarse winner of each of the best
-  families (one for the kernels, ``finalists`` laws for the RF search; ``refine``, stepped
-  further when the winner is on its edge, :data:`FINE_EXTEND`), then the fine winner (and one
-  refine step narrower where that ties with it on the fine rows, :data:`NARROWER_TIE`: fewer rows
-  favour wider kernels) at full size (stage ``"final"``); where one
-  Cholesky factorisation per alpha of the alphas around the coarse winner's (five for the
-  kernels, three for the RF search) is cheaper than
-  an ``eigh`` (large Grams), the fine and final stages solve only those (widened while the best
-  is on the window's edge) and the other alphas score NaN in ``cv_results_``;
-- an alpha below the rounding floor of its Gram (:func:`rfol_dask.tuning.rounding_floor`, the
-  column ``<alpha>_floor`` of ``cv_results_``) is not eligible: it scores NaN, as its validation
-  predictions are dominated by rounding (with a grid of the user's, a warning says so where the
-  winner is the smallest
-  alpha above it; a search with no alpha above it is an error).
+A search scores every (family, scale, N, alpha) by the mean relative L2 error on validation rows of
+the TRAINING data (default: the last 20 %; ``cv=`` an int or a scikit-learn splitter for K folds),
+in stages (:mod:`rfol_dask.stages`), then refits the winner on all training data
+(``best_estimator_``). It is cheap because (see :mod:`rfol_dask.tuning`) one eigendecomposition of
+each training Gram gives every alpha (or one Cholesky per alpha near the best one, where cheaper:
+the other alphas score NaN), the validation cross-Gram is summed in the Gram's pass over feature
+slabs, and every frequency law is a scale family (one projection ``U Z`` per slab serves every
+gamma; nested N come out of the same pass). An alpha below the rounding floor of its Gram
+(:func:`rfol_dask.tuning.rounding_floor`, the column ``<alpha>_floor``) scores NaN.
 
 dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked
-and
-persisted on the cluster once (without a distributed client the inputs are gathered here; the
-median heuristic samples those), so the search reads the data once; the refit reads it again.
+and persisted on the cluster once (without a distributed client they are gathered here), so the
+search reads the data once; the refit reads it again.
 """
 
 from __future__ import annotations
 
 import numbers
-import sys
 import time
 import warnings
 
@@ -50,14 +30,25 @@ from sklearn.utils.validation import check_is_fitted
 
 from . import backend, stores
 from .estimator import OperatorEstimator, all_or_nothing
-from .exceptions import DataWarning, SelectionWarning
-from .features import FREQUENCY_BLOCK
+from .exceptions import SelectionWarning
 from .gram import stack_rows
 from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, gram_device, memory_budget
 from .progress import active_client, compute, release
 from .stacklevel import user_stacklevel
-from .tuning import nonzero_rows
+from .stages import (
+    FINALIST_TIE,
+    FINE_EXTEND,
+    MIN_COARSE_ROWS,
+    NARROWER_TIE,
+    StagedSearch,
+    _rank,
+    _score,
+    best_row,
+    beyond_edge,
+    final_best,
+    grid_step,
+)
 
 __all__ = [
     "SearchResults",
@@ -79,52 +70,13 @@ __all__ = [
 ]
 
 #: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
-DEFAULT_ALPHAS = tuple(
-    float(f"1e{k}") for k in range(-16, 2)
-)  # exact decimals: 1e-05, not 10.0 ** -5
+# exact decimals: 1e-05, not 10.0 ** -5
+DEFAULT_ALPHAS = tuple(float(f"1e{k}") for k in range(-16, 2))
 #: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four
 #: decades)
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
-#: the fine stage scores up to this many steps of its ``refine`` grid beyond its winner on the
-#: edge of that family's multiples, one step (one more pass over the feature slabs) at a time
-#: while the winner stays on the edge
-FINE_EXTEND = 2
-#: a family after the coarse stage's best joins the fine stage only when its coarse best error is
-#: within this factor of the best one's (a tie at the coarse stage's resolution); on the eight
-#: full-size benchmark sets the coarse stage's best law was the fine stage's winner every time
-FINALIST_TIE = 1.02
-#: the final stage also scores the fine winner's narrower neighbour when, on the fine stage's
-#: rows, its validation error was within this factor of the winner's (or it was not scored): on
-#: the eight full-size benchmark sets the neighbour won at full size where that gap was 1.000-1.027
-#: and lost where it was 1.020-1.160
-NARROWER_TIE = 1.05
-#: the coarse stage keeps at least this many training rows (all if there are fewer)
-MIN_COARSE_ROWS = 200
-
-
-def _split_rows(rows, M, which):
-    """The ``which`` rows of a user's cv split as indices into the ``M`` training samples: a
-    boolean mask of length ``M`` or integer indices in ``[0, M)``; else ValueError."""
-    rows = np.asarray(rows)
-    if rows.dtype == bool:
-        if rows.shape != (M,):
-            raise ValueError(
-                f"a cv split's {which} mask has shape {rows.shape}, expected ({M},) for {M} samples"
-            )
-        return np.flatnonzero(rows)
-    if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
-        raise ValueError(
-            f"a cv split's {which} rows must be a 1-D array of integer indices or a boolean mask, "
-            f"got shape {rows.shape} and dtype {rows.dtype}"
-        )
-    if rows.size and (rows.min() < 0 or rows.max() >= M):
-        raise ValueError(
-            f"a cv split's {which} rows hold indices outside [0, {M}) (from {rows.min()} to "
-            f"{rows.max()}) for {M} training samples"
-        )
-    return rows.astype(np.intp)
 
 
 class SearchResults(dict):
@@ -145,49 +97,6 @@ class SearchResults(dict):
         return xr.Dataset({k: ("candidate", np.asarray(v)) for k, v in self.items()})
 
 
-def _score(row):
-    """The ranking key of a results row (a NaN score ranks last)."""
-    score = row["mean_test_score"]
-    return -np.inf if np.isnan(score) else score
-
-
-def _rank(rows):
-    """Set ``rank_test_score`` of every results row, within its stage (1 = best)."""
-    for stage in {r["stage"] for r in rows}:
-        part = [r for r in rows if r["stage"] == stage]
-        order = np.argsort([-_score(r) for r in part], kind="stable")
-        for rank, k in enumerate(order, start=1):
-            part[k]["rank_test_score"] = rank
-
-
-def best_row(rows):
-    """The best results row (NaN scores rank last)."""
-    return max(rows, key=_score)
-
-
-def final_best(rows):
-    """The best results row of the last stage in ``rows``."""
-    return best_row([r for r in rows if r["stage"] == rows[-1]["stage"]])
-
-
-def grid_step(values, default=None):
-    """The mean ratio between neighbours of the sorted positive ``values`` (a geometric grid's
-    factor), or ``default`` for fewer than two."""
-    values = np.unique(np.asarray(values, dtype=float))
-    return float(values[-1] / values[0]) ** (1 / (len(values) - 1)) if len(values) > 1 else default
-
-
-def beyond_edge(rows, step, n):
-    """``n`` scale multiples beyond the edge of those tried in ``rows`` (one family) at which
-    the best row sits (a factor ``step`` apart), or None if the best is inside."""
-    tried = sorted({r["scale_multiple"] for r in rows})
-    best = best_row(rows)["scale_multiple"]
-    if len(tried) < 2 or tried[0] < best < tried[-1]:
-        return None
-    sign = -1 if best == tried[0] else 1
-    return best * step ** (sign * np.arange(1, n + 1))
-
-
 def sketch_outputs(V, k, seed=None):
     """``V S`` (M, k): the outputs (M, m) times a Gaussian sketch ``S`` (m, k) with variance
     ``1 / k`` drawn from ``seed``. Every prediction of a ridge model is linear in its training
@@ -206,7 +115,7 @@ def arrange_rows(U, train, valid):
     return backend.take_rows(U, np.concatenate([train, valid]))
 
 
-class SelectionCV(OperatorEstimator):
+class SelectionCV(StagedSearch, OperatorEstimator):
     """Base of the selection estimators (see the module docstring); not used directly.
 
     Subclasses give the base estimator (``_base_estimator``), the families and their median
@@ -218,9 +127,7 @@ class SelectionCV(OperatorEstimator):
     _param_name = "gamma"  # the scale parameter of the base estimator
     _alpha_name = "alpha"  # its ridge parameter
     _distributed_search = True  # False: dask input is gathered and searched in memory
-    # the direction of narrower kernels on the scale multiples: +1 a larger gamma, -1 a shorter
-    # length
-    _narrower = 1
+    _narrower = 1  # the direction of narrower kernels: +1 a larger gamma, -1 a shorter length
     #: the settings of the stages (``stages=``, a dict of some of them) and their defaults
     _stage_constraints = {
         "coarse": [Interval(numbers.Real, 0, 1, closed="right"), None],
@@ -277,8 +184,7 @@ class SelectionCV(OperatorEstimator):
             )
             raise NotFittedError(
                 f"This {name} instance was initialized with refit=False: {method} is available "
-                "only "
-                f"after refitting on the best parameters; fit again with refit=True, or fit "
+                "only after refitting on the best parameters; fit again with refit=True, or fit "
                 f"{name.removesuffix('CV')} with best_params_{seed} yourself"
             )
         check_is_fitted(self, "best_estimator_")
@@ -314,10 +220,8 @@ class SelectionCV(OperatorEstimator):
         winner on all of it as ``best_estimator_``. No test data is involved. A search or refit
         that raises or is interrupted leaves the estimator as it was before (the previous search's
         results and ``best_estimator_`` together, or unfitted)."""
-        with (
-            all_or_nothing(self) as work,
-            stores.checked_once(),
-        ):  # the refit reads the data the search checked
+        # the refit reads the data the search checked
+        with all_or_nothing(self) as work, stores.checked_once():
             work._fit_search(
                 X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
             )
@@ -325,8 +229,7 @@ class SelectionCV(OperatorEstimator):
 
     def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
         t0 = time.perf_counter()
-        # the base fit's body: this already runs on the copy that fit publishes whole
-        # (all_or_nothing)
+        # the base fit's body, on the copy that fit publishes whole (all_or_nothing)
         self._fit(
             X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
         )
@@ -369,69 +272,6 @@ class SelectionCV(OperatorEstimator):
         """The refit's precision: ``dtype``, else float64, the search's (a float32 refit of float32
         input could not take the small ridges a float64 search validates)."""
         return np.dtype(self.dtype or np.float64)
-
-    def _splits(self, M):
-        """``[(train rows, validation rows)]`` of the training set (M samples); ValueError if ``cv``
-        gives none (a used-up generator) or one with fewer than 2 training or no validation rows."""
-        from sklearn.model_selection import KFold
-
-        if self.cv is None:
-            n_valid = max(1, int(round(0.2 * M)))
-            splits = [(np.arange(M - n_valid), np.arange(M - n_valid, M))]
-        elif isinstance(self.cv, numbers.Integral):
-            splits = list(KFold(int(self.cv)).split(np.zeros((M, 1))))
-        elif hasattr(self.cv, "split"):
-            splits = list(self.cv.split(np.zeros((M, 1))))
-        else:  # an iterable of (train, validation) index arrays or boolean masks
-            splits = [
-                (_split_rows(tr, M, "training"), _split_rows(va, M, "validation"))
-                for tr, va in self.cv
-            ]
-        if not splits:
-            raise ValueError(
-                "cv gave no splits (a generator is used up by one fit): pass a list of (train, "
-                "validation) index pairs or a splitter such as KFold(5)"
-            )
-        for k, (tr, va) in enumerate(splits):
-            if len(tr) < 2 or len(va) < 1:
-                raise ValueError(
-                    f"{type(self).__name__} needs at least 2 training and 1 validation sample per "
-                    f"split; split {k} has {len(tr)} / {len(va)} of n_samples = {M}: pass more "
-                    "samples or another cv"
-                )
-        return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
-
-    def _scored_splits(self, splits, Y, client):
-        """The splits whose validation rows hold an output that is not identically zero: the
-        relative error, the score, is undefined on the others (a K-fold split of sorted data),
-        which are left out with a warning naming them; ValueError when none is left. ``Y``: the
-        training outputs, as :meth:`_data` gives them."""
-        if client is None:
-            nonzero = nonzero_rows(Y)
-        else:
-            nonzero = client.compute(dask.delayed(nonzero_rows)(Y)).result()
-        dropped = [k for k, (_, va) in enumerate(splits) if not nonzero[va].any()]
-        if len(dropped) == len(splits):
-            raise ValueError(
-                f"every validation output of the {len(splits)} split(s) is identically zero: the "
-                "relative "
-                "L2 error, the search's score, is undefined; pass a cv whose validation rows hold "
-                "outputs "
-                "that are not all zero (shuffled folds: KFold(5, shuffle=True, random_state=0))"
-            )
-        if dropped:
-            warnings.warn(
-                f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only "
-                "identically zero "
-                "validation outputs, on which the relative L2 error (the score) is undefined: "
-                "they are left "
-                "out of the search (n_splits_, split<k>_test_score count the others); shuffle the "
-                "folds "
-                "(KFold(5, shuffle=True, random_state=0)) to score every one",
-                DataWarning,
-                stacklevel=user_stacklevel(),
-            )
-        return [split for k, split in enumerate(splits) if k not in dropped]
 
     def _data(self, U, V, lazy):
         """The training data for the Gram passes, checked, in float64 where the search runs (the
@@ -491,50 +331,36 @@ class SelectionCV(OperatorEstimator):
         return None, [None]
 
     def _check_refit_memory(self, U, V, lazy, dtype):
-        """With ``refit``, before the search (and before a dask input is read for it), ValueError
-        when the refit on all of ``U`` (M, n) and ``V`` (M, m), in ``dtype``, of any candidate
-        (:meth:`_refit_candidates`) would be refused for memory by the base estimator's own check
-        (``_check_memory``: an in-memory refit's Gram with what it holds beside it; on dask, the
-        primal's), and NotImplementedError when it could not run at all (dask input on a GPU:
-        the primal, a dual Gram that does not fit one GPU worker, a kernel fit), instead of after
-        the search. Every value a winner may take is checked, so the message names all that would
-        be refused (for the random features, the larger ``n_features`` of the search and of its
-        growth)."""
+        """With ``refit``, before the search (and before a dask input is read for it), the error
+        the base estimator's own ``_check_memory`` would raise for the refit on all of ``U`` (M, n)
+        and ``V`` (M, m) in ``dtype`` of any candidate (:meth:`_refit_candidates`): ValueError for
+        memory, NotImplementedError where it could not run at all; the message names every value a
+        winner may take that would be refused."""
         if self.refit is False:
             return
         client = active_client() if lazy else None
         name, values = self._refit_candidates()
         refused = []
         for value in values:
+            est = self._base_estimator(**({} if name is None else {name: value}))
             try:
-                self._base_estimator(**({} if name is None else {name: value}))._check_memory(
-                    U, V, lazy, dtype, client
-                )
+                est._check_memory(U, V, lazy, dtype, client)
             except (ValueError, NotImplementedError) as exc:
                 refused.append((value, exc))
-        if refused:
-            # a refit that cannot run at all is named first, with its type
-            first = next(
-                (exc for _, exc in refused if isinstance(exc, NotImplementedError)), refused[0][1]
-            )
-            leave = (
-                ": leave those out of the search" if len(refused) < len(values) else ""
-            )  # else none is left
-            at = (
-                ""
-                if name is None
-                else (
-                    f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
-                    f"{', '.join(map(str, values))}{leave})"
-                )
-            )
-            why = " for memory" if isinstance(first, ValueError) else ""
-            raise type(first)(
-                f"{type(self).__name__} would refit its winner on all {U.shape[0]} training "
-                "samples "
-                f"after the search, and that refit would be refused{why}{at}: {first}; or pass "
-                "refit=False to search only"
-            ) from first
+        if not refused:
+            return
+        # a refit that cannot run at all is named first, with its type
+        first = [e for _, e in refused if isinstance(e, NotImplementedError)] or [refused[0][1]]
+        first = first[0]
+        leave = ": leave those out of the search" if len(refused) < len(values) else ""
+        at = "" if name is None else f" at {name}={', '.join(str(v) for v, _ in refused)} (of "
+        at += "" if name is None else f"{', '.join(map(str, values))}{leave})"
+        why = " for memory" if isinstance(first, ValueError) else ""
+        raise type(first)(
+            f"{type(self).__name__} would refit its winner on all {U.shape[0]} training samples "
+            f"after the search, and that refit would be refused{why}{at}: {first}; or pass "
+            "refit=False to search only"
+        ) from first
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""
@@ -557,9 +383,8 @@ class SelectionCV(OperatorEstimator):
         self._prepare(X, client)
         values, column = self._metric_values(), self._metric_column()
         k = self._st.get("score_outputs")
-        if (
-            k is not None and k < V.shape[1]
-        ):  # score on a sketch of the outputs (the refit sees them all)
+        # score on a sketch of the outputs (the refit sees them all)
+        if k is not None and k < V.shape[1]:
             seed = getattr(self, "_seed", None)
             if client is None:
                 Y = sketch_outputs(Y, k, seed)
@@ -592,10 +417,8 @@ class SelectionCV(OperatorEstimator):
         if all(r[name] < r[f"{name}_floor"] for r in rows):
             raise ValueError(
                 f"every {name} searched is below the rounding floor of its Gram (2 eps trace / "
-                "sqrt(M_t), "
-                f"up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the validation "
-                "predictions are "
-                f"dominated by rounding: search {name}s at or above it"
+                f"sqrt(M_t), up to {max(r[f'{name}_floor'] for r in rows):.3g}), where the "
+                f"validation predictions are dominated by rounding: search {name}s at or above it"
             )
         _rank(rows)
         self.cv_results_ = SearchResults({k: np.asarray([r[k] for r in rows]) for k in rows[0]})
@@ -618,207 +441,18 @@ class SelectionCV(OperatorEstimator):
         below, above = alphas[alphas < floor], alphas[alphas >= floor]
         if len(below) and len(above) and best[name] == above.min():
             warnings.warn(
-                f"the best {name}, {best[name]:g}, is the smallest searched one above the "
-                "rounding floor of "
-                f"its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the "
-                f"{len(below)} smaller "
-                f"{name}s were not scored (NaN in cv_results_): below it the Gram's rounding, "
-                "amplified by "
-                f"1 / {name}, can dominate the validation predictions",
+                f"the best {name}, {best[name]:g}, is the smallest searched one above the rounding "
+                f"floor of its Gram ({name}_floor = {floor:.3g}: 2 eps trace / sqrt(M_t)); the "
+                f"{len(below)} smaller {name}s were not scored (NaN in cv_results_): below it the "
+                f"Gram's rounding, amplified by 1 / {name}, can dominate the validation "
+                "predictions",
                 SelectionWarning,
                 stacklevel=user_stacklevel(),
             )
 
-    def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
-        """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
-        index ``alpha_center`` only, where that is cheaper:
-        :func:`rfol_dask.tuning.path_errors`)."""
-        scales = self._family_multiples(family, scales)
-        t0 = time.perf_counter()
-        errs = []
-        for (
-            tr,
-            va,
-        ) in (
-            splits
-        ):  # on a cluster each split's Grams wait for the one before: one split's at a time
-            after = errs[-1] if client is not None and errs else None
-            errs.append(
-                self._stage_errors(
-                    X, Y, tr, va, client, family, scales, Ns, alpha_center, after=after
-                )
-            )
-        if client is not None:
-            (errs,) = compute(
-                errs, client=client, progress=self.progress, desc=f"selection ({name}, {family})"
-            )
-        elif self.progress:  # computed here, stage by stage: one line each on stderr
-            sys.stderr.write(
-                f"selection ({name}, {family}): {len(scales)} scales x {len(Ns)} N x "
-                f"{len(self._alphas())} alphas on {len(splits)} split(s) in "
-                f"{time.perf_counter() - t0:.2f} s\n"
-            )
-        errs = np.stack(
-            [np.asarray(e) for e in errs], axis=-1
-        )  # (scales, Ns, alphas + the floor, splits)
-        return self._rows(errs[:, :, :-1], errs[:, :, -1], family, scales, Ns, rows_used, name)
-
-    def _rows(self, errs, floors, family, scales, Ns, rows_used, name):
-        """Results rows of the validation errors ``errs`` (scales, Ns, alphas, splits) of Grams
-        with the rounding floors ``floors`` (scales, Ns, splits; the largest of a row's splits is
-        its ``<alpha>_floor``: alphas below it score NaN, :func:`rfol_dask.tuning.path_errors`)."""
-        out = []
-        for i, mult in enumerate(scales):
-            for j, N in enumerate(Ns):
-                for a, alpha in enumerate(self._alphas()):
-                    e = errs[i, j, a]
-                    with np.errstate(
-                        invalid="ignore"
-                    ):  # an infinite error (a failed solve): NaN spread
-                        spread = float(np.std(e))
-                    row = {
-                        "stage": name,
-                        "family": family,
-                        "scale_multiple": float(mult),
-                        self._param_name: float(mult * self.median_scales_[family]),
-                        "n_features": int(N) if N is not None else -1,
-                        self._alpha_name: float(alpha),
-                        f"{self._alpha_name}_floor": float(np.max(floors[i, j])),
-                        "n_train_rows": int(rows_used),
-                        "mean_relative_l2": float(np.mean(e)),
-                        "mean_test_score": -float(np.mean(e)),
-                        "std_test_score": spread,
-                    }
-                    row.update({f"split{k}_test_score": -float(v) for k, v in enumerate(e)})
-                    out.append(row)
-        return out
-
-    def _search(self, X, Y, splits, client):
-        """Rows of the whole search: the coarse stage (:meth:`_coarse`), the fine stage on its
-        plan, one refine step at a time beyond an edge winner (up to :data:`FINE_EXTEND`), then
-        the final stage at full size (:meth:`_final`)."""
-        families, mults = self._families(), np.asarray(self._multiples(), dtype=float)
-        Ns, refine = self._n_list(), self._st["refine"]
-        n_train = min(len(tr) for tr, _ in splits)
-        n_coarse = self._n_rows(n_train, self._st["coarse"])
-        frac = self._st["coarse"]
-        Nc = (
-            [None]
-            if Ns == [None] or frac is None
-            else [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
-        )
-        coarse = (n_coarse < n_train or Nc[0] not in (None, Ns[-1])) and len(families) * len(
-            mults
-        ) > len(refine)
-        rows, plan = (
-            self._coarse(X, Y, splits, client, families, mults, Nc, n_coarse)
-            if coarse
-            else ([], [(fam, mults, None) for fam in families])
-        )
-        name = "fine" if coarse else "full"
-        fine_step = grid_step(refine)
-        fine = self._st["fine"]
-        n_fine = (
-            n_train if not coarse or fine is None else max(n_coarse, self._n_rows(n_train, fine))
-        )
-        sub = splits if n_fine >= n_train else self._subsample(splits, n_fine)
-        for fam, scales, center in plan:
-            rows += self._stage(X, Y, sub, client, fam, scales, Ns, len(sub[0][0]), name, center)
-        for _ in range(FINE_EXTEND if coarse and fine_step else 0):
-            best = best_row([r for r in rows if r["stage"] == name])
-            mine = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
-            new = beyond_edge(mine, fine_step, 1)
-            if new is None:
-                break
-            center = self._alpha_index(best[self._alpha_name])
-            rows += self._stage(
-                X, Y, sub, client, best["family"], new, Ns, len(sub[0][0]), name, center
-            )
-        if sub is not splits:
-            rows += self._final(X, Y, splits, client, rows, name, fine_step, Ns)
-        return rows
-
-    def _coarse(self, X, Y, splits, client, families, mults, Nc, n_coarse):
-        """The coarse stage's rows over the whole grid on ``n_coarse`` rows, each family's grid
-        extended two steps at a time (up to 3 times) beyond an edge best; and the fine stage's
-        plan: the best families (:data:`FINALIST_TIE`), each at its best scale times ``refine``,
-        with the index of its best alpha."""
-        sub, rows = self._subsample(splits, n_coarse), []
-        for fam in families:
-            rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
-        step = grid_step(mults, 4.0)
-        for fam in families:
-            for _ in range(3):
-                new = beyond_edge([r for r in rows if r["family"] == fam], step, 2)
-                if new is None:
-                    break
-                rows += self._stage(X, Y, sub, client, fam, new, Nc, len(sub[0][0]), "coarse")
-        leaders = {}
-        for r in sorted(rows, key=_score, reverse=True):
-            leaders.setdefault(r["family"], r)
-        first = -_score(next(iter(leaders.values())))
-        refine = np.asarray(self._st["refine"], dtype=float)
-        plan = [
-            (fam, r["scale_multiple"] * refine, self._alpha_index(r[self._alpha_name]))
-            for k, (fam, r) in enumerate(list(leaders.items())[: self._st.get("finalists", 1)])
-            if k == 0 or -_score(r) <= FINALIST_TIE * first
-        ]
-        return rows, plan
-
-    def _final(self, X, Y, splits, client, rows, name, fine_step, Ns):
-        """The final stage's rows: the fine winner at full size, and one refine step narrower
-        where that was within :data:`NARROWER_TIE` of it on the fine rows (fewer rows favour
-        wider kernels: the fine winner was half the full-size winner's gamma on 4 of 8 sets)."""
-        best = best_row([r for r in rows if r["stage"] == name])
-        finals = [best["scale_multiple"]]
-        if fine_step:
-            narrow = best["scale_multiple"] * fine_step**self._narrower
-            there = [
-                r
-                for r in rows
-                if r["stage"] == name
-                and r["family"] == best["family"]
-                and np.isclose(r["scale_multiple"], narrow)
-            ]
-            if not there or -_score(best_row(there)) <= NARROWER_TIE * -_score(best):
-                finals.append(narrow)
-        center = self._alpha_index(best[self._alpha_name])
-        return self._stage(
-            X, Y, splits, client, best["family"], finals, Ns, len(splits[0][0]), "final", center
-        )
-
-    def _n_rows(self, n_train, frac):
-        """Training rows of a stage on the fraction ``frac`` of ``n_train`` (None: all): at least
-        :data:`MIN_COARSE_ROWS`, at most all."""
-        return n_train if frac is None else min(n_train, max(MIN_COARSE_ROWS, int(frac * n_train)))
-
-    def _subsample(self, splits, n_rows):
-        """The splits cut to ``n_rows`` training rows each (drawn from the search's seed; the
-        validation rows in proportion, at least one): the coarse stage's rows."""
-        rng = np.random.default_rng(self._seed)
-        sub = []
-        for tr, va in splits:
-            k = min(len(tr), n_rows)
-            sub.append(
-                (
-                    np.sort(rng.choice(tr, k, replace=False)),
-                    np.sort(rng.choice(va, max(1, round(len(va) * k / len(tr))), replace=False)),
-                )
-            )
-        return sub
-
-    def _seed_search(self):
-        """Set ``_seed``, the seed of the subsampled rows (here 0), before the search."""
-        self._seed = 0
-
     def _prepare(self, U, client=None):
         """Anything the search needs from the (gathered or persisted) inputs ``U`` before it starts
         (here nothing)."""
-
-    def _extend(self, X, Y, splits, client, rows):
-        """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows
-        N)."""
-        return []
 
     def _powers(self):
         """``pca_power`` as the list of values searched (one: the value itself), a whole search
@@ -849,16 +483,6 @@ class SelectionCV(OperatorEstimator):
                     f"{name} must be a non-empty sequence of positive, finite numbers; got "
                     f"{values!r}"
                 )
-
-    def _family_multiples(self, family, mults):
-        return mults
-
-    def _n_list(self):
-        return [None]
-
-    def _alpha_index(self, alpha):
-        """Index of the grid alpha nearest ``alpha`` (in log)."""
-        return int(np.argmin(np.abs(np.log(self._alphas()) - np.log(alpha))))
 
     def _alphas(self):
         alphas = getattr(self, self._alpha_name + "s")

@@ -140,9 +140,9 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
 
 @pytest.mark.parametrize("tie", [0.0, np.inf])
 def test_final_stage_scores_the_narrower_gamma_only_on_a_fine_stage_tie(monkeypatch, tie):
-    from rfol_dask import selection
+    from rfol_dask import stages
 
-    monkeypatch.setattr(selection, "NARROWER_TIE", tie)
+    monkeypatch.setattr(stages, "NARROWER_TIE", tie)
     U, V = _nonlinear_data(500)
     res = (
         RandomFeatureOperatorCV(
@@ -525,10 +525,10 @@ def test_fit_from_zarr_store(tmp_path):
     "tie, fine_laws", [(1.0, {"rational_quadratic"}), (10.0, {"cauchy", "rational_quadratic"})]
 )
 def test_a_second_law_reaches_the_fine_stage_only_on_a_coarse_tie(monkeypatch, tie, fine_laws):
-    from rfol_dask import selection
+    from rfol_dask import stages
 
     monkeypatch.setattr(
-        selection, "FINALIST_TIE", tie
+        stages, "FINALIST_TIE", tie
     )  # Cauchy is about 2 x behind at the coarse stage
     rng = np.random.default_rng(0)
     U = rng.uniform(-1, 1, (300, 3))
@@ -937,12 +937,12 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
 
     from distributed import Client, LocalCluster, get_task_stream
 
-    from rfol_dask import rf_operator_cv, tuning
+    from rfol_dask import feature_passes, tuning
 
     U, V = _nonlinear_data(200)
     # slabs of 256 columns: the 1024 new columns of the last checkpoint go to all four workers
     monkeypatch.setattr(
-        rf_operator_cv,
+        feature_passes,
         "slab_bounds",
         functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
     )
@@ -987,12 +987,12 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
     from conftest import held_arrays
     from distributed import Client, LocalCluster
 
-    from rfol_dask import rf_operator_cv, tuning
+    from rfol_dask import feature_passes, tuning
 
     U, V = _nonlinear_data(200)
     # slabs of 256 columns: the 1024 new columns of the last checkpoint go to all four workers
     monkeypatch.setattr(
-        rf_operator_cv,
+        feature_passes,
         "slab_bounds",
         functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
     )
@@ -1032,12 +1032,12 @@ def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
     from conftest import held_arrays
     from distributed import Client, LocalCluster
 
-    from rfol_dask import rf_operator_cv, tuning
+    from rfol_dask import feature_passes, tuning
 
     U, V = _nonlinear_data(200)
     # slabs of 256 columns: the 512 columns of the first checkpoint go to both workers
     monkeypatch.setattr(
-        rf_operator_cv,
+        feature_passes,
         "slab_bounds",
         functools.partial(tuning.slab_bounds, slab_bytes=200 * 8 * 256),
     )
@@ -1087,12 +1087,12 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
     from dask.utils import key_split
     from distributed import Client, LocalCluster
 
-    from rfol_dask import rf_operator_cv, tuning
+    from rfol_dask import feature_passes, tuning
 
     U, V = _nonlinear_data(400)
     # slabs of 256 columns: the 2048 columns are spread over the four workers
     monkeypatch.setattr(
-        rf_operator_cv,
+        feature_passes,
         "slab_bounds",
         functools.partial(tuning.slab_bounds, slab_bytes=400 * 8 * 256),
     )

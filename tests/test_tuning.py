@@ -256,7 +256,7 @@ def test_growth_solves_in_the_accumulator_and_leaves_it_as_it_was(n_used):
     give the errors of a fresh copy; the accumulator's lower triangle and cross-Gram are kept."""
     import tracemalloc
 
-    from rfol_dask.rf_operator_cv import _path_errors
+    from rfol_dask.feature_passes import _path_errors
     from rfol_dask.tuning import validation_grams, validation_slab
 
     U, V = _data(M=1400, n=12)

@@ -20,24 +20,15 @@ import numbers
 import re
 
 import dask
-import dask.array as da
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import backend
 from ..estimator import OperatorEstimator
-from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
-from ..gram import check_finite, linear_partial, linear_shifts
-from ..linalg import blas_limits, factor_threads, recorded_ridges, ridge_name
-from ..memory import (
-    ROW_BLOCK_BYTES,
-    check_gram_memory,
-    check_host_memory,
-    dual_plan,
-    gram_slots,
-    memory_budget,
-    n_slots,
-)
+from ..factor import dual_intercept, primal_factor, primal_solve
+from ..gram import linear_partial, linear_shifts
+from ..linalg import recorded_ridges, ridge_name
+from ..memory import check_gram_memory, dual_plan, gram_slots, memory_budget
 from ..progress import active_client
 from ..solve.graph import (
     MAX_TILE_BLOCKS,
@@ -50,56 +41,13 @@ from ..solve.graph import (
 from ..solve.in_memory import dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
 from ..solve.tiled import dual_graph
-from ..tuning import (
-    eigh_above,
-    median_length_scale,
-    rounding_floor,
-    sample_rows,
-    weighted_directions,
-)
+from ..tuning import median_length_scale, sample_rows
+from .eigen import _linear_mean_diag, eigen_dual
+from .kernel_memory import KernelMemory
 from .kernels import KERNELS, kernel_tile
+from .transform import _predict_block, _predict_linear, pca, transform_inputs
 
 __all__ = ["KernelOperator", "eigen_dual", "pca", "transform_inputs"]
-
-
-def transform_inputs(U, start, mean, components, dtype):
-    """Checked inputs of one row block, projected on the PCA directions if any: (k, n) -> (k, p);
-    computed where the directions live (a numpy ``U`` is moved to a device's directions), else
-    where ``U`` lives."""
-    ref = components if backend.is_array_api(components) else U
-    xp = backend.namespace(ref) if backend.is_array_api(ref) else np
-    U = xp.asarray(
-        backend.to_namespace(U, xp) if xp is not np else U, dtype=getattr(xp, np.dtype(dtype).name)
-    )
-    check_finite(U, start, "U")
-    return U if components is None else (U - mean) @ components
-
-
-def _predict_linear(U, coef, intercept, mean, components):
-    """``x W + c0`` for one row block (k, n) -> (k, m): the linear kernel fitted in the primal."""
-    xp = backend.namespace(coef)
-    X = transform_inputs(
-        backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(coef.dtype)
-    )
-    out = X @ coef
-    out += intercept
-    return out
-
-
-def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
-    """``k(U, X_train) Beta + c0`` for one row block (k, n) -> (k, m), in row chunks."""
-    xp = backend.namespace(Beta)
-    X = transform_inputs(
-        backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(Beta.dtype)
-    )
-    M = X.shape[0]
-    out = xp.empty((M, Beta.shape[1]), dtype=Beta.dtype)
-    step = max(1, ROW_BLOCK_BYTES // (backend.itemsize(Beta.dtype) * max(1, X_train.shape[0])))
-    for s in range(0, M, step):
-        e = min(s + step, M)
-        out[s:e, ...] = tile(X[s:e, ...], X_train) @ Beta
-    out += intercept
-    return out
 
 
 @contextlib.contextmanager
@@ -114,106 +62,7 @@ def _nugget_messages():
             raise ValueError(re.sub(r"\balpha\b", "nugget", str(exc))) from exc
 
 
-def pca(U, n_components, power=None):
-    """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy or dask),
-    each weighted by ``(s_j / s_1)^power`` if ``power`` is given (:func:`pca_from_scatter`).
-
-    One pass over ``U`` (the ``n x n`` scatter matrix is summed over sample blocks) and an
-    ``n x n`` symmetric eigendecomposition; memory ``n^2``.
-    """
-    if backend.is_array_api(
-        U
-    ):  # CuPy: the scatter on the device, the small eigenproblem on the host
-        check_finite(U, 0, "U")
-        xp = backend.namespace(U)
-        mean = xp.mean(U, axis=0)
-        Uc = U - mean
-        mean, Q = pca_from_scatter(
-            backend.to_numpy(mean), backend.to_numpy(Uc.T @ Uc), n_components, power
-        )
-        return backend.to_namespace(mean, xp), backend.to_namespace(Q, xp)
-    mean = U.mean(axis=0)
-    Uc = U - mean
-    lib = da if isinstance(U, da.Array) else np
-    mean, scatter, bad = dask.compute(
-        mean, Uc.T @ Uc, lib.flatnonzero(~lib.isfinite(U).all(axis=1))
-    )
-    if bad.size:  # the eigensolver would not converge: named as the fit's own check names them
-        raise ValueError(
-            f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop "
-            "or "
-            "fill those samples before fitting"
-        )
-    return pca_from_scatter(mean, scatter, n_components, power)
-
-
-def pca_from_scatter(mean, scatter, n_components, power=None):
-    """``(mean (n,), leading principal directions (n, p))`` from the scatter matrix (n, n).
-
-    With ``power`` (``pca_power``) the directions are weighted by ``(s_j / s_1)^power`` (``s_j^2``
-    the scatter's eigenvalues), with the rule of :func:`rfol_dask.tuning.weighted_directions`
-    (the directions that hardly count left out, then at most ``n_components`` of the rest)."""
-    lam, Q = np.linalg.eigh(np.asarray(scatter))
-    lam, Q = lam[::-1], Q[:, ::-1]
-    if power is None:
-        p = min(int(n_components), Q.shape[1])
-        return np.asarray(mean), np.ascontiguousarray(Q[:, :p])
-    ratio = np.sqrt(np.clip(lam, 0.0, None) / lam[0]) if lam[0] > 0 else np.ones_like(lam)
-    return np.asarray(mean), weighted_directions(
-        Q, ratio, power, None if n_components is None else int(n_components)
-    )
-
-
-def eigen_dual(X, V, tile=None, *, alpha, fit_intercept):
-    """The dual by one eigendecomposition of the centred Gram, ``(DualFactor, centred Beta
-    (M, m))``: ``H K H = Q diag(lam) Q^T`` and ``Beta = Q (lam_+ + alpha)^-1 Q^T (V - vbar)``, the
-    solution the searches score (:class:`rfol_dask.tuning.EigenPath`: eigenvalues below zero are
-    rounding, set to zero), for any ``alpha > 0``, where a Cholesky factorisation of
-    ``H K H + alpha I`` may fail on the Gram's rounding. ``K = tile(X, X, True)``; ``tile=None``:
-    the linear kernel ``X X^T``, whose directions with an eigenvalue within the bound of its
-    rounding (``eps trace`` of ``K``, :func:`rfol_dask.tuning.rounding_floor`) are left out:
-    with more inputs than samples on rank-deficient inputs, the solve divided the outputs' part
-    outside the inputs' span by the nugget and the prediction cancelled it again, losing about
-    ``log10(1 / nugget)`` digits against scikit-learn's ``Ridge(solver="svd")``; outside the span
-    ``Beta`` has no effect on any prediction. ``X`` (M, p), ``V`` (M, m). Cost the Gram and an
-    ``eigh`` (about 9 Cholesky factorisations) on :func:`rfol_dask.linalg.factor_threads` BLAS
-    threads; memory the Gram and its eigenvectors, ``2 M^2``."""
-    from ..solve.in_memory import _checked
-
-    V = _checked(V, X)
-    xp = backend.namespace(X)
-    M = X.shape[0]
-    with blas_limits(factor_threads()):
-        K = (X @ X.T).T if tile is None else backend.as_fortran(tile(X, X, True))
-        r = xp.sum(K, axis=1)
-        floor = rounding_floor(K, bound=True) if tile is None else None
-        if fit_intercept:
-            backend.centre_gram(K, r / M, xp.sum(r) / M**2)
-        lam, Q = eigh_above(K, floor)
-        del K
-        vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
-        lam = xp.maximum(lam, xp.zeros_like(lam))
-        Beta = Q @ ((Q.T @ (V - vbar)) / (lam + alpha)[:, None])
-    if fit_intercept:
-        Beta -= xp.mean(Beta, axis=0)
-    fac = DualFactor(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha))
-    return fac, Beta
-
-
-def _block_moments(X):
-    """Column sums, sum of squares and row count of the row block ``X``."""
-    return X.sum(axis=0), float((X * X).sum()), X.shape[0]
-
-
-def _linear_mean_diag(Xb, centred):
-    """The mean diagonal of the linear kernel's Gram, centred (``H X X^T H``:
-    ``mean |x_i - xbar|^2``) or not, from the delayed row blocks ``Xb``: one pass over them."""
-    parts = dask.compute(*[dask.delayed(_block_moments)(x) for x in Xb])
-    total, squares, M = (sum(p[k] for p in parts) for k in range(3))
-    return squares / M - (float(total @ total) / M**2 if centred else 0.0)
-
-
-class KernelOperator(OperatorEstimator):
+class KernelOperator(KernelMemory, OperatorEstimator):
     """Kernel ridge regression for operators, with the conventions of ``RandomFeatureOperator``.
 
     Parameters
@@ -226,7 +75,7 @@ default="rbf"
     length_scale : float or "median", default="median"
         Kernel length scale ``l`` (ignored by ``"linear"``). ``"median"``: ``l = median
         ||x_i - x_j||_2`` over a sample of at most 2000 training inputs (seed 0; after PCA if any;
-        :func:`rfol_dask.tuning.median_length_scale`), the distance of a typical pair.
+        :func:`rfol_dask.heuristics.median_length_scale`), the distance of a typical pair.
     nugget : float, default=1e-8
         Ridge added to the diagonal of the centred Gram (>= 0).
     n_components : int, default=None
@@ -405,75 +254,6 @@ default="rbf"
             return components.shape[1]
         return n if self.n_components is None else min(n, int(self.n_components))
 
-    def _check_memory(self, U, V, lazy, dtype, client=None):
-        """ValueError when the fitted model would not fit this process
-        (:meth:`_check_model_memory`),
-        or the in-memory fit's ``M x M`` Gram of ``U`` (M, n) in ``dtype`` exceeds
-        the memory budget (:func:`rfol_dask.memory.check_gram_memory`; on a GPU, its share of the
-        GPU's); a dask fit's Gram is not refused for memory (a Gram that does not fit one worker is
-        factorised blocked across the workers), but on a GPU it is NotImplementedError
-        (:meth:`_refuse_device`). The linear kernel's primal checks its ``p x p`` Gram,
-        for dask input too (two of them on a worker that sums several chains')."""
-        if lazy:
-            self._refuse_device(U)
-        self._check_model_memory(U, V, lazy, dtype)
-        self._check_gram_memory(U, lazy, dtype, client)
-
-    def _check_gram_memory(self, U, lazy, dtype, client=None, budget=None):
-        """The Gram's part of :meth:`_check_memory`, which a fit makes once it knows the input
-        width (after the PCA; it checked the device and the model before any work). ``budget``: the
-        workers' :class:`rfol_dask.memory.Budget` for a dask primal, if the caller has it."""
-        M, p = U.shape[0], self._width(U.shape[1])
-        xp = backend.namespace(U) if not lazy and backend.is_array_api(U) else None
-        if self._primal(M, p):
-            check_gram_memory(
-                p,
-                dtype,
-                self.max_gram_bytes,
-                client if lazy else None,
-                solver="linear",
-                peak_copies=2 if lazy and n_slots(client) > 1 else 1,
-                xp=xp,
-                budget=budget,
-            )
-        elif not lazy:  # the linear kernel's eigen solve holds the eigenvectors beside the Gram
-            held = (
-                {f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize}
-                if self._eigen_dual()
-                else None
-            )
-            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
-
-    def _model_bytes(self, M, n, m, dtype, lazy):
-        """The fitted arrays a fit on ``M`` samples of ``n`` inputs and ``m`` outputs adds to this
-        process, ``{what: bytes}`` in ``dtype``: the dual coefficients (M x m) and the training
-        inputs (M x p, a copy: changing the caller's array afterwards does not change the model), or
-        the linear kernel's primal weights (p x m); with input PCA its directions (n x p)."""
-        size, p = np.dtype(dtype).itemsize, self._width(n)
-        pca_on = self.n_components is not None or self.pca_power is not None
-        if self._primal(M, p):
-            held = {f"the {p} x {m} weights": p * m * size}
-        else:
-            held = {f"the {M} x {p} training inputs": M * p * size}
-            held[f"the {M} x {m} dual coefficients"] = M * m * size
-        if pca_on:
-            held[f"the {n} x {p} principal directions"] = (n + 1) * p * size
-        return held
-
-    def _check_model_memory(self, U, V, lazy, dtype):
-        """ValueError (:func:`rfol_dask.memory.check_host_memory`) when the fitted arrays
-        (:meth:`_model_bytes`) exceed this process's available memory where they end up in it:
-        after a dask fit (gathered from the workers), or an in-memory fit of numpy (CuPy's stay on
-        its GPU, within the GPU's budget)."""
-        if lazy or not backend.is_array_api(U):
-            M, n, m = U.shape[0], U.shape[1], V.shape[1]
-            fewer = (
-                "inputs (n_components)"
-                if self._primal(M, self._width(n))
-                else "training samples (the model holds them), inputs (n_components)"
-            )
-            check_host_memory(self._model_bytes(M, n, m, dtype, lazy), dtype, fewer=fewer)
-
     def _model_format(self):
         """Format 3 for the linear kernel's primal weights (``coef_``, no ``X_train_``)."""
         return 3 if getattr(self, "coef_", None) is not None else super()._model_format()
@@ -489,9 +269,8 @@ default="rbf"
         self.pca_mean_ = self.pca_components_ = None
         if lazy:
             self._refuse_device(U)
-        self._check_model_memory(
-            U, V, lazy, dtype
-        )  # before any work (the PCA, the median length scale)
+        # before any work (the PCA, the median length scale)
+        self._check_model_memory(U, V, lazy, dtype)
         if self.n_components is not None or self.pca_power is not None:
             xp = backend.namespace(U) if backend.is_array_api(U) else np
             self.pca_mean_, self.pca_components_ = (
@@ -512,11 +291,7 @@ default="rbf"
         if not lazy:
             self._check_gram_memory(U, lazy, dtype)
             X = transform(U, 0)
-            if (
-                X is U
-                # the caller's array, maybe (validated without a copy): kept as it is now, not as it
-                # will be
-            ):
+            if X is U:  # the caller's array, maybe: kept as it is now, not as it will be
                 X = backend.copy(X)
             fac, Beta = self._dual_in_memory(X, V, dtype, alpha)
             self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
@@ -533,74 +308,47 @@ default="rbf"
             U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS, row_bytes=U.shape[1] * size
         )
         # the eigen solve's worker holds the eigenvectors, the inputs and the outputs beside the
-        # Gram; the
-        # chain that assembles it a row of tiles (tiled.dual_graph): one Gram more with one row
-        # block
-        held, what = (
-            (M * (M + self._width(U.shape[1]) + m) * size, "the data")
-            if eigen
-            else (int(max(np.diff(starts))) * M * size, "a row of Gram tiles")
-        )
-        # the Gram is assembled from its tiles on one worker (or made in the eigen solve's task): no
-        # sum of Grams
+        # Gram; the chain that assembles it a row of tiles (tiled.dual_graph): one Gram more with
+        # one row block
+        if eigen:
+            held, what = M * (M + self._width(U.shape[1]) + m) * size, "the data"
+        else:
+            held, what = int(max(np.diff(starts))) * M * size, "a row of Gram tiles"
+        # the Gram is assembled on one worker (or in the eigen solve's task): no sum of Grams
         blocked = dual_plan(
             M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False, held_what=what
         ).blocked
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
-
-        def run(ridge):  # the blocked factorisation is tried again with raised ridges if it fails
-            fac, betas = dual_graph(
-                Xb,
-                Vb,
-                starts,
-                self._tile(),
-                cols,
-                alpha=ridge,
-                fit_intercept=self.fit_intercept,
-                dtype=dtype,
-                blocked=blocked,
-            )
-            intercepts = [
-                dask.delayed(dual_intercept)(fac, Beta, start=c0)
-                for (c0, _), Beta in zip(cols, betas, strict=False)
-            ]
-            return compute_fit(
-                dask.delayed(np.concatenate)(Xb),
-                betas,
-                intercepts,
-                progress=self.progress,
-                client=client,
-                desc="fit (kernel)",
-                alpha=ridge,
-                factor=fac,
-            )
-
-        if (
-            eigen and not blocked
-        ):  # the in-memory solve, in one task: the other dual too makes its Gram on one worker
+        fit = functools.partial(compute_fit, progress=self.progress, client=client)
+        if eigen and not blocked:
+            # the in-memory solve, in one task: the other dual too makes its Gram on one worker
             X = dask.delayed(np.concatenate)(Xb)
+            Vs = dask.delayed(column_slab)(0, m, dtype, *Vb)
             fac, Beta = dask.delayed(eigen_dual, nout=2)(
-                X,
-                dask.delayed(column_slab)(0, m, dtype, *Vb),
-                alpha=alpha,
-                fit_intercept=self.fit_intercept,
+                X, Vs, alpha=alpha, fit_intercept=self.fit_intercept
             )
-            X, betas, intercepts = compute_fit(
-                X,
-                [Beta],
-                [dask.delayed(dual_intercept)(fac, Beta)],
-                progress=self.progress,
-                client=client,
-                desc="fit (linear kernel, eigen)",
-                alpha=alpha,
+            intercepts = [dask.delayed(dual_intercept)(fac, Beta)]
+            X, betas, intercepts = fit(
+                X, [Beta], intercepts, desc="fit (linear kernel, eigen)", alpha=alpha
             )
         else:
+
+            def run(ridge):  # the blocked factorisation is tried again with raised ridges
+                fac, betas = dual_graph(
+                    Xb, Vb, starts, self._tile(), cols, alpha=ridge,
+                    fit_intercept=self.fit_intercept, dtype=dtype, blocked=blocked,
+                )  # fmt: skip
+                intercepts = [
+                    dask.delayed(dual_intercept)(fac, Beta, start=c0)
+                    for (c0, _), Beta in zip(cols, betas, strict=False)
+                ]
+                X = dask.delayed(np.concatenate)(Xb)
+                return fit(X, betas, intercepts, desc="fit (kernel)", alpha=ridge, factor=fac)
+
             # the linear kernel's diagonal is not 1: its mean sets the raised ridges, as in memory
-            mean_diag = (
-                functools.partial(_linear_mean_diag, Xb, self.fit_intercept)
-                if self.kernel == "linear"
-                else 1.0
-            )
+            mean_diag = 1.0
+            if self.kernel == "linear":
+                mean_diag = functools.partial(_linear_mean_diag, Xb, self.fit_intercept)
             X, betas, intercepts = with_ridges(run, alpha, dtype, mean_diag)
         self.X_train_ = X
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
@@ -631,8 +379,7 @@ default="rbf"
         if self.device != "cpu" or backend.is_array_api(getattr(U, "_meta", None)):
             raise NotImplementedError(
                 "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): "
-                "pass "
-                "device='cpu', or compute the data into memory (numpy with device='cuda', or "
+                "pass device='cpu', or compute the data into memory (numpy with device='cuda', or "
                 "CuPy) for the GPU fit"
             )
 
@@ -655,9 +402,8 @@ default="rbf"
                 primal_factor(sums, shifts, alpha, self.fit_intercept), 0, V.shape[1]
             )
         client = active_client()
-        budget = memory_budget(
-            self.max_gram_bytes, client
-        )  # asked once, for the check and the chains
+        # asked once, for the check and the chains
+        budget = memory_budget(self.max_gram_bytes, client)
         self._check_gram_memory(U, lazy, dtype, client, budget)
         Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
         names = TaskNames()
@@ -672,9 +418,8 @@ default="rbf"
                 Xb[i], Vb[i], starts[i], acc, shifts, dask_key_name=names("primal-partial", i)
             )
 
-        p = self._width(
-            U.shape[1]
-        )  # a worker runs the chains its memory holds, each with its p x p and p x m sums
+        # a worker runs the chains its memory holds, each with its p x p and p x m sums
+        p = self._width(U.shape[1])
         per_worker = gram_slots(
             p, dtype, with_each=p * V.shape[1] * np.dtype(dtype).itemsize, budget=budget
         )

@@ -42,10 +42,7 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
     if kernel == "linear":
         K_tt, K_vt = X_t @ X_t.T, X_v @ X_t.T
     else:
-        K_tt, K_vt = (
-            kernel_values(copy(D2_tt), kernel, length_scale),
-            kernel_values(copy(D2_vt), kernel, length_scale),
-        )
+        K_tt, K_vt = (kernel_values(copy(D2), kernel, length_scale) for D2 in (D2_tt, D2_vt))
     xp = namespace(K_tt)
     trace = float(xp.sum(diagonal(K_tt)))
     if fit_intercept:
@@ -236,16 +233,12 @@ class KernelOperatorCV(SelectionCV):
         """The input PCA of ``n_components`` and ``power`` (of all training inputs), the median
         length scale in it, and no cached distances (they were of the metric before)."""
         self._distances = None
-        self._pca = (
-            (None, None)
-            if self.n_components is None and power is None
-            else pca(U, self.n_components, power)
-        )
-        transform = functools.partial(
+        on = self.n_components is not None or power is not None
+        self._pca = pca(U, self.n_components, power) if on else (None, None)
+        self._transform = functools.partial(
             transform_inputs, mean=self._pca[0], components=self._pca[1], dtype=np.float64
         )
-        self._transform = transform
-        ell = KernelOperator(kernel="rbf")._resolve_length_scale(U, transform)
+        ell = KernelOperator(kernel="rbf")._resolve_length_scale(U, self._transform)
         self.median_scales_ = {k: (1.0 if k == "linear" else ell) for k in self.kernels}
 
     def _search_memory(self, M_t, M_v):
@@ -280,10 +273,7 @@ class KernelOperatorCV(SelectionCV):
         key = (train.tobytes(), valid.tobytes())
         cached = getattr(self, "_distances", None)
         if cached is None or cached[0] != key or (need and cached[1][2] is None):
-            X_t, X_v = (
-                self._transform(take_rows(X, train), 0),
-                self._transform(take_rows(X, valid), 0),
-            )
+            X_t, X_v = (self._transform(take_rows(X, rows), 0) for rows in (train, valid))
             D2_tt = D2_vt = None
             if need:
                 D2_tt, D2_vt = fill_diagonal(sq_distances(X_t, X_t), 0.0), sq_distances(X_v, X_t)
@@ -308,25 +298,17 @@ class KernelOperatorCV(SelectionCV):
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
         args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self._st["alpha_path"], alpha_center)
-        if kernel == "linear" and self._base_estimator(kernel="linear")._primal(
-            X.shape[0], X_t.shape[1]
-        ):
+        linear = self._base_estimator(kernel="linear") if kernel == "linear" else None
+        if linear is not None and linear._primal(X.shape[0], X_t.shape[1]):
             G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
             return np.asarray(
                 [[floored_path_errors(as_fortran(G), K, *args, design=X_c, eps=self._eps)]]
             )
         for m in mults:
-            G, K, trace = centred_kernels(
-                D2_tt, D2_vt, kernel, m * self.median_scales_[kernel], self.fit_intercept, X_t, X_v
-            )
-            # the linear kernel's dual leaves out the directions of rounding, as its refit
-            # (eigen_dual)
+            ell = m * self.median_scales_[kernel]
+            G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, ell, self.fit_intercept, X_t, X_v)
+            # the linear kernel's dual leaves out the directions of rounding, as its refit does
             drop = rounding_floor(G, trace, bound=True) if kernel == "linear" else None
-            out.append(
-                [
-                    floored_path_errors(
-                        as_fortran(G), K, *args, trace=trace, drop=drop, eps=self._eps
-                    )
-                ]
-            )
+            G = as_fortran(G)
+            out.append([floored_path_errors(G, K, *args, trace=trace, drop=drop, eps=self._eps)])
         return np.asarray(out)

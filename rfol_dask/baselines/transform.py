@@ -1,0 +1,101 @@
+"""The kernels' input transform: principal scores of the inputs (``n_components``,
+``pca_power``), and the predictions through it."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import numpy as np
+
+from .. import backend
+from ..gram import check_finite
+from ..memory import ROW_BLOCK_BYTES
+from ..tuning import weighted_directions
+
+
+def transform_inputs(U, start, mean, components, dtype):
+    """Checked inputs of one row block, projected on the PCA directions if any: (k, n) -> (k, p);
+    computed where the directions live (a numpy ``U`` is moved to a device's directions), else
+    where ``U`` lives."""
+    ref = components if backend.is_array_api(components) else U
+    xp = backend.namespace(ref) if backend.is_array_api(ref) else np
+    U = xp.asarray(
+        backend.to_namespace(U, xp) if xp is not np else U, dtype=getattr(xp, np.dtype(dtype).name)
+    )
+    check_finite(U, start, "U")
+    return U if components is None else (U - mean) @ components
+
+
+def _predict_linear(U, coef, intercept, mean, components):
+    """``x W + c0`` for one row block (k, n) -> (k, m): the linear kernel fitted in the primal."""
+    xp = backend.namespace(coef)
+    X = transform_inputs(
+        backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(coef.dtype)
+    )
+    out = X @ coef
+    out += intercept
+    return out
+
+
+def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
+    """``k(U, X_train) Beta + c0`` for one row block (k, n) -> (k, m), in row chunks."""
+    xp = backend.namespace(Beta)
+    X = transform_inputs(
+        backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(Beta.dtype)
+    )
+    M = X.shape[0]
+    out = xp.empty((M, Beta.shape[1]), dtype=Beta.dtype)
+    step = max(1, ROW_BLOCK_BYTES // (backend.itemsize(Beta.dtype) * max(1, X_train.shape[0])))
+    for s in range(0, M, step):
+        e = min(s + step, M)
+        out[s:e, ...] = tile(X[s:e, ...], X_train) @ Beta
+    out += intercept
+    return out
+
+
+def pca(U, n_components, power=None):
+    """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy or dask),
+    each weighted by ``(s_j / s_1)^power`` if ``power`` is given (:func:`pca_from_scatter`).
+
+    One pass over ``U`` (the ``n x n`` scatter matrix is summed over sample blocks) and an
+    ``n x n`` symmetric eigendecomposition; memory ``n^2``.
+    """
+    # CuPy: the scatter on the device, the small eigenproblem on the host
+    if backend.is_array_api(U):
+        check_finite(U, 0, "U")
+        xp = backend.namespace(U)
+        mean = xp.mean(U, axis=0)
+        Uc = U - mean
+        mean, Q = pca_from_scatter(
+            backend.to_numpy(mean), backend.to_numpy(Uc.T @ Uc), n_components, power
+        )
+        return backend.to_namespace(mean, xp), backend.to_namespace(Q, xp)
+    mean = U.mean(axis=0)
+    Uc = U - mean
+    lib = da if isinstance(U, da.Array) else np
+    mean, scatter, bad = dask.compute(
+        mean, Uc.T @ Uc, lib.flatnonzero(~lib.isfinite(U).all(axis=1))
+    )
+    if bad.size:  # the eigensolver would not converge: named as the fit's own check names them
+        raise ValueError(
+            f"U contains NaN or infinity in {bad.size} samples (first bad sample: {bad[0]}); drop "
+            "or fill those samples before fitting"
+        )
+    return pca_from_scatter(mean, scatter, n_components, power)
+
+
+def pca_from_scatter(mean, scatter, n_components, power=None):
+    """``(mean (n,), leading principal directions (n, p))`` from the scatter matrix (n, n).
+
+    With ``power`` (``pca_power``) the directions are weighted by ``(s_j / s_1)^power`` (``s_j^2``
+    the scatter's eigenvalues), with the rule of :func:`rfol_dask.heuristics.weighted_directions`
+    (the directions that hardly count left out, then at most ``n_components`` of the rest)."""
+    lam, Q = np.linalg.eigh(np.asarray(scatter))
+    lam, Q = lam[::-1], Q[:, ::-1]
+    if power is None:
+        p = min(int(n_components), Q.shape[1])
+        return np.asarray(mean), np.ascontiguousarray(Q[:, :p])
+    ratio = np.sqrt(np.clip(lam, 0.0, None) / lam[0]) if lam[0] > 0 else np.ones_like(lam)
+    return np.asarray(mean), weighted_directions(
+        Q, ratio, power, None if n_components is None else int(n_components)
+    )
