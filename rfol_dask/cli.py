@@ -14,8 +14,6 @@ from pathlib import Path
 
 from ._version import __version__
 
-__all__ = ["main", "build_parser", "run"]
-
 _log = logging.getLogger("rfol_dask.cli")  # a child of the package's logger
 
 EPILOG = """examples:
@@ -35,20 +33,17 @@ def _gamma(text):
     return text if text == "median" else float(text)
 
 
-def _powers(text):
-    """``--pca-power``: numbers or ``none``, comma-separated."""
+def _powers(text):  # --pca-power: numbers or none, comma-separated
     return [None if p.strip().lower() == "none" else float(p) for p in text.split(",")]
 
 
-def _periods(text):
-    """``--periods``: one number, or ``DIM=NUMBER,...`` (a mapping dim -> period)."""
+def _periods(text):  # --periods: one number, or DIM=NUMBER,... (a mapping dim -> period)
     if "=" not in text:
         return float(text)
     return {k.strip(): float(v) for k, v in (part.split("=", 1) for part in text.split(","))}
 
 
-def _param(text):
-    """``--param KEY=VALUE``, VALUE read as JSON where it is (numbers, lists), else a string."""
+def _param(text):  # --param KEY=VALUE, VALUE read as JSON where it is, else a string
     key, _, value = text.partition("=")
     with contextlib.suppress(json.JSONDecodeError):
         value = json.loads(value)
@@ -84,15 +79,13 @@ def _client(args, default=None):
         close_client(client)
 
 
-def _device(args):
-    """``--device``; by default ``cuda`` on a GPU cluster configuration, else ``cpu``."""
+def _device(args):  # --device; by default cuda on a GPU cluster configuration, else cpu
     from .cluster import gpu_config
 
     return args.device or ("cuda" if args.cluster and gpu_config(args.cluster) else "cpu")
 
 
-def _names(args, *which):
-    """The keywords ``which`` of the names (and periods) given on the command line."""
+def _names(args, *which):  # the keywords which of the names (and periods) given
     given = {"input": args.input, "output": args.output, "sample_dim": args.sample_dim}
     given["periods"] = getattr(args, "periods", None)
     return {k: v for k, v in given.items() if v is not None and k in which}
@@ -215,8 +208,8 @@ _REPORT_TITLE = "<title>Dask Performance Report</title>"
 
 
 def _check_report_path(path, out=None):
-    """ValueError unless ``--report`` may write at ``path``: never over a file other than a
-    report, nor inside a Zarr store (a data set, a model) or ``--out``."""
+    """ValueError unless ``--report`` may write at ``path``: a report or new file, not inside a
+    Zarr store or ``--out``."""
     from .stores import zarr_parents
 
     path = Path(os.path.abspath(path))
@@ -431,28 +424,25 @@ def main(argv=None):
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # runs clean-up
-    # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up;
-    # OSError: the file system's (a full disk, no permission)
+    # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up
     errors = (ValueError, TypeError, OSError, ImportError, NotImplementedError)
     errors += (FloatingPointError, e.ClusterStartError, e.WorkersKilledError, e.NoWorkersError)
+    hint = "; rerun the same command to resume" if args.command == "generate" else ""
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
     try:
         with _console(args.command, level):
             return args.func(args)
     except (*errors, e.NoDeviceError) as exc:
-        hint = "; rerun the same command to resume" if args.command == "generate" else ""
         print(f"rfol-dask {args.command}: error: {exc}{hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        hint = "; rerun the same command to resume" if args.command == "generate" else ""
         print(f"rfol-dask {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
 
 
 def run(argv=None):
     """The ``rfol-dask`` console script: :func:`main`, then exit with its code; after Ctrl-C or
-    SIGTERM at once (``os._exit``, the clean-up done as the exception unwound): the interpreter's
-    own exit joins every thread, and an interrupted thread pool can leave one that never ends."""
+    SIGTERM with ``os._exit`` (clean-up done), as an interrupted thread pool can leave a thread."""
     try:
         code = main(argv)
     except SystemExit as exc:  # _terminate's; argparse's exits go on as they are
