@@ -1,10 +1,5 @@
-"""The paper's experiments: data access, baseline hyperparameters, runners and reports.
-
-``reproduce(names, quick=..., out=...)`` runs the reproduction (``rfol-dask reproduce`` and
-``benchmarks/reproduce.py`` call it); the reference figures and quick-mode bounds are the package
-data file ``reference.toml``. The core never imports this subpackage. Its names are imported from
-their modules on first use, so that the command line's parser imports no data set.
-"""
+"""The paper's experiments (``reproduce``: ``rfol-dask reproduce``), figures and bounds from
+``reference.toml``. Names are imported on first use: the command line's parser imports no data."""
 
 from importlib import import_module
 

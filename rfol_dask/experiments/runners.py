@@ -17,11 +17,8 @@ from .measure import run_method
 from .report import fmt_error, read_results, write_results
 from .selection import median_length_scale, select_nugget
 
-__all__ = ["make_models", "tuned_info", "run_fits", "run_equal_time", "run_curves", "run"]
 
-
-def _pct(x, missing="-"):
-    """An error for the console: in percent, with the unit, or ``missing``."""
+def _pct(x, missing="-"):  # an error for the console: in percent, with the unit, or missing
     text = fmt_error(x, missing=missing)
     return text if text == missing else f"{text} %"
 
@@ -33,15 +30,10 @@ def _rf(law, N, paper):
 
 
 def make_models(paper, U, V, max_features=None, grow_to=None):
-    """The methods of :data:`.METHODS`: ``{label: (estimator, info, select_s)}``.
-
-    RF Cauchy / Gaussian at the paper's (N, gamma, alpha), N capped at ``max_features``; RBF,
-    Matern 5/2 and linear kernel ridge with the median-heuristic length scale of ``U`` (M, n) and
-    the nugget of :func:`select_nugget` (``select_s``: its seconds); ``rf_tuned`` and
-    ``kernel_tuned``: the default searches of ``RandomFeatureOperatorCV`` at the same N (grown up
-    to ``grow_to``) and ``KernelOperatorCV``, selected on the last 20 % of ``U``, ``V`` and refitted
-    on all of it (their selection time is part of their fit time).
-    """
+    """The methods of :data:`.METHODS`: ``{label: (estimator, info, select_s)}``: RF at the
+    paper's (N capped at ``max_features``, gamma, alpha); kernels at the median length scale of
+    ``U`` (M, n) and the nugget of :func:`select_nugget` (``select_s`` s); the default searches of
+    the CV estimators (RF at the same N, grown up to ``grow_to``)."""
     N = min(int(paper["n_features"]), max_features or int(paper["n_features"]))
     info = {"n_features": N, "gamma": paper["gamma"], "alpha": paper["alpha"]}
     out = {f"rf_{law}": (_rf(law, N, paper), info, 0.0) for law in ("cauchy", "gaussian")}
@@ -60,22 +52,16 @@ def make_models(paper, U, V, max_features=None, grow_to=None):
 
 
 def tuned_info(search):
-    """The selection of a fitted ``RandomFeatureOperatorCV`` / ``KernelOperatorCV``: chosen
-    parameters, validation error, search and refit seconds, candidates."""
-    return {
-        "best_params": search.best_params_,
-        "validation_error": -float(search.best_score_),
-        "search_s": search.search_time_,
-        "refit_s": search.refit_time_,
-        "candidates": int(len(search.cv_results_["mean_test_score"])),
-    }
+    """The selection of a fitted CV estimator: chosen parameters, validation error, seconds."""
+    return dict(best_params=search.best_params_, validation_error=-float(search.best_score_),
+                search_s=search.search_time_, refit_s=search.refit_time_,
+                candidates=len(search.cv_results_["mean_test_score"]))  # fmt: skip
 
 
 def run_fits(name, train, test, cfg, out, quick):
-    """Every method of :data:`.METHODS` on one split; the RF Cauchy figure to ``<out>/<name>.png``.
-    Returns ``{"methods": {label: row}, "figure": file name}``; a row holds the :func:`run_method`
-    figures, the hyperparameters, the paper's error and, in quick mode, the ``bound`` and whether
-    the error ``passed`` it."""
+    """Every method of :data:`.METHODS` on one split, the RF Cauchy figure in ``<out>/<name>.png``:
+    ``{"methods": {label: row}, "figure": file name}``; a row holds the :func:`run_method` figures,
+    the hyperparameters, the paper's error and, quick, the ``bound`` and whether it ``passed``."""
     paper = datasets.get(name).paper
     U, V = arrays(train)
     Ut, Vt = arrays(test)
@@ -84,9 +70,9 @@ def run_fits(name, train, test, cfg, out, quick):
     for label, (model, info, sel_s) in models.items():
         row, pred = run_method(model, U, V, Ut, Vt)
         row.update(info, select_s=sel_s, paper=ref.paper_error(name, label))
-        if label in ref.TUNED:
+        if label in ref.TUNED:  # the selection; the N the growth chose
             row.update(tuned_info(model))
-            if "n_features" in row["best_params"]:  # the N the growth chose
+            if "n_features" in row["best_params"]:
                 row["n_features"] = row["best_params"]["n_features"]
         if quick:
             row["bound"] = ref.quick_bound(name, label)
@@ -102,25 +88,18 @@ def run_fits(name, train, test, cfg, out, quick):
         )
         if label == "rf_cauchy":
             example = pred
-    png = plot_example(
-        Path(out) / f"{name}.png",
-        train["input"].values[0],
-        train["output"].values[0],
-        test["output"].values[0],
-        example[0].reshape(train["output"].shape[1:]),
-        grid(train["input"]),
-        grid(train["output"]),
-        title=f"{name}: RF Cauchy, N = {rows['rf_cauchy']['n_features']}",
-        label="RF Cauchy",
-    )
+    kw = dict(title=f"{name}: RF Cauchy, N = {rows['rf_cauchy']['n_features']}", label="RF Cauchy")
+    sample = (train["input"].values[0], train["output"].values[0], test["output"].values[0])
+    example = example[0].reshape(train["output"].shape[1:])
+    grids = grid(train["input"]), grid(train["output"])
+    png = plot_example(Path(out) / f"{name}.png", *sample, example, *grids, **kw)
     assert set(rows) == set(ref.METHODS)
     return {"methods": rows, "figure": Path(png).name}
 
 
 def run_equal_time(name, train, test, cfg):
-    """The paper's table 2: kernels as in the fits; each RF law at the N of a doubling ladder
-    (timed by one grow-by-blocks curve) whose fit time is closest to the kernels' mean training
-    time (nugget selection + final fit). Fit times are medians of 3 runs."""
+    """The paper's table 2: kernels as in the fits; each RF law at the N of a doubling ladder whose
+    fit time is closest to the kernels' mean training time (selection + fit; medians of 3 runs)."""
     paper = datasets.get(name).paper
     U, V = arrays(train)
     Ut, Vt = arrays(test)
@@ -128,9 +107,8 @@ def run_equal_time(name, train, test, cfg):
     ell = median_length_scale(U, random_state=0)
     for kernel in ("rbf", "matern52"):
         nugget, sel_s, _ = select_nugget(kernel, ell, U, V)
-        row, _ = run_method(
-            KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget), U, V, Ut, Vt, repeats=3
-        )
+        model = KernelOperator(kernel=kernel, length_scale=ell, nugget=nugget)
+        row, _ = run_method(model, U, V, Ut, Vt, repeats=3)
         row.update(nugget=nugget, length_scale=ell, select_s=sel_s, train_s=sel_s + row["fit_s"])
         rows[kernel] = row
     budget = float(np.mean([r["train_s"] for r in rows.values()]))
@@ -156,9 +134,8 @@ def run_equal_time(name, train, test, cfg):
 
 
 def run_curves(name, train, test, cfg):
-    """Error and fit time vs N (Cauchy) from one grow-by-blocks fit per seed, with the slopes,
-    the gamma of each seed and the curve's settings (alpha among them): the results' ``curves``
-    is an :func:`~rfol_dask.curves.error_curves` result (``curves.curve_dataset`` reads it)."""
+    """Error and fit time vs N (Cauchy), one grow-by-blocks fit per seed: an
+    :func:`~rfol_dask.curves.error_curves` result (``curves.curve_dataset`` reads it)."""
     paper = datasets.get(name).paper
     U, V = arrays(train)
     Ut, Vt = arrays(test)
@@ -185,16 +162,14 @@ def run_curves(name, train, test, cfg):
 
 
 def _split(name, cfg, data_dir, quick, cluster):
-    """The fits / curves split: the quick subset, or the paper-size split with capped test set."""
     if quick:
         return load_subset(name, ref.quick_train(name), cfg["test"], data_dir, cluster)
     return load_split(name, data_dir, cfg["max_test"], cluster)
 
 
 def run(name, parts, cfg, out, data_dir, quick, cluster=None):
-    """The requested ``parts`` for data set ``name``; writes ``<out>/<name>.json`` (merged with an
-    earlier file of the same name and mode, ``quick``: :func:`.reproduce.reproduce`
-    refuses a file of the other) after each part and returns its content."""
+    """The ``parts`` of data set ``name``, written to ``<out>/<name>.json`` (merged with an earlier
+    file of the same mode) after each part; returns its content."""
     path = Path(out) / f"{name}.json"
     res = read_results(path) if path.exists() else {}
     res.update(name=name, quick=quick)  # every part of a file is of one mode
