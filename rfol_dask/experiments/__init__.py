@@ -3,17 +3,16 @@
 
 from importlib import import_module
 
-_WHERE = {
-    "data": ("SharedCluster", "load_split", "load_subset", "arrays", "grid"),
-    "selection": ("median_length_scale", "select_nugget"),
-    "measure": ("PeakMemory", "run_method"),
-    "runners": ("make_models", "run_fits", "run_equal_time", "run_curves", "run"),
-    "report": ("render",),
-    "reference": ("METHODS", "TUNED", "PARTS", "reference_data", "sizes", "quick_train"),
-    "reproduce": ("reproduce", "main"),
+_WHERE = {  # module: the names it gives
+    "data": "SharedCluster load_split load_subset arrays grid",
+    "selection": "median_length_scale select_nugget",
+    "measure": "PeakMemory run_method",
+    "runners": "make_models run_fits run_equal_time run_curves run",
+    "report": "render",
+    "reference": "METHODS TUNED PARTS reference_data sizes quick_train quick_bound paper_error",
+    "reproduce": "reproduce main",
 }
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-_MODULE_OF.update(quick_bound="reference", paper_error="reference")
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names.split()}
 __all__ = sorted(_MODULE_OF)
 
 

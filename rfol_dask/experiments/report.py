@@ -101,10 +101,9 @@ def fits_table(results: dict) -> list[str]:
             cols = " | ".join(col if k == bool(r["quick"]) else "-" for k in kinds)
             error = fmt_error(m["error"], missing="nan")
             error += "" if m.get("passed", True) else " **over bound**"
-            lines.append(
-                f"| {name} | {size} | {label} | {error} | {fmt_error(m['paper'])} | {cols} | "
-                f"{m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |"
-            )
+            times = f"{m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f}"
+            paper = fmt_error(m["paper"])
+            lines.append(f"| {name} | {size} | {label} | {error} | {paper} | {cols} | {times} |")
     return lines
 
 
@@ -147,20 +146,18 @@ def tuned_note(results: dict) -> list[str]:
 
 def equal_time_table(results: dict) -> list[str]:
     """Rows of the equal-time table (the paper's table 2)."""
-    lines = [
+    head = (
         "| equal time | train / test | method | N | error % | train s | paper error % | paper s |"
-    ]
-    lines.append("|---|---|---|---|---|---|---|---|")
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         e = r["equal_time"]
         for label in ("rbf", "matern52", "rf_cauchy", "rf_gaussian"):
             m = e["methods"][label]
-            p = m["paper"] or (None, None)
-            lines.append(
-                f"| {name} | {e['train']} / {e['test']} | {label} | {m.get('n_features', '-')} | "
-                f"{fmt_error(m['error'], missing='nan')} | {m['train_s']:.3g} | "
-                f"{fmt_error(p[0])} | {p[1] or '-'} |"
-            )
+            p, size = m["paper"] or (None, None), f"{e['train']} / {e['test']}"
+            lines.append(f"| {name} | {size} | {label} | {m.get('n_features', '-')} | "
+                         f"{fmt_error(m['error'], missing='nan')} | {m['train_s']:.3g} | "
+                         f"{fmt_error(p[0])} | {p[1] or '-'} |")  # fmt: skip
     return lines
 
 
@@ -172,13 +169,12 @@ def curves_table(results: dict) -> list[str]:
     for name, r in results.items():
         c = r["curves"]
         s, ex = c["slope"], c.get("excess", {})
-        lines.append(
-            f"| {name} | {c['train']} / {c['test']} | {c['n_features'][0]}-{c['n_features'][-1]} | "
-            f"{len(c['seeds'])} | {_slope(s['slope'])} | {s['n_points']} | "
-            f"{'-' if s['saturated_at'] is None else int(s['saturated_at'])} | "
-            f"{_slope(c['time_slope']['slope'], 2)} | {fmt_error(ex.get('p'), pct=False)} | "
-            f"{fmt_error(ex.get('floor'))} |"
-        )
+        sat = "-" if s["saturated_at"] is None else int(s["saturated_at"])
+        floor = f"{fmt_error(ex.get('p'), pct=False)} | {fmt_error(ex.get('floor'))}"
+        n, time_slope = c["n_features"], _slope(c["time_slope"]["slope"], 2)
+        size, slope = f"{c['train']} / {c['test']}", f"{_slope(s['slope'])} | {s['n_points']}"
+        row = f"{n[0]}-{n[-1]} | {len(c['seeds'])} | {slope} | {sat} | {time_slope} | {floor}"
+        lines.append(f"| {name} | {size} | {row} |")
     return lines
 
 

@@ -78,28 +78,24 @@ def _check_run(names, parts, out, data, quick):
 
 def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, parts=PARTS,
               workers=2, grow_to=None) -> int:  # fmt: skip
-    """Run ``parts`` of the reproduction on ``names`` (a list, a comma-separated string or "all").
-
-    Writes ``<out>/<name>.json``, ``<name>.png``, ``curves.png`` and ``table.md``; data-set stores
-    are read from (or generated into) ``data`` (default ``<out>/data``) on a LocalCluster of
-    ``workers`` processes (0: dask threads). ``grow_to``: the "RF tuned" row grows N up to this
-    many features. Returns 0, or 1 when a quick-mode error is over its bound. Each part is
-    written when done: a failed or interrupted run keeps them, with their ``table.md``.
-    """
+    """Run ``parts`` of the reproduction on ``names`` (a list, a comma-separated string or "all"):
+    ``<out>/<name>.json`` and ``.png`` written after each part, ``curves.png`` and ``table.md``;
+    missing data generated into ``data`` (default ``<out>/data``) on ``workers`` processes (0:
+    dask threads); ``grow_to``: the "RF tuned" row grows N up to this many features. Returns 0, or
+    1 when a quick-mode error is over its bound."""
     import numpy as np
 
     from .data import SharedCluster
     from .report import render
     from .runners import run
 
-    out = Path(out)
-    data = out / "data" if data is None else Path(data)
+    out, data = Path(out), Path(out) / "data" if data is None else Path(data)
     names, parts = _check_run(names, parts, out, data, quick)
     if grow_to is not None and int(grow_to) < 1:
         raise ValueError(f"grow_to must be a number of features >= 1, got {grow_to}")
     cluster = SharedCluster(workers)  # checks workers; starts nothing yet
-    out.mkdir(parents=True, exist_ok=True)
-    data.mkdir(parents=True, exist_ok=True)
+    for folder in (out, data):
+        folder.mkdir(parents=True, exist_ok=True)
     cfg, t0, results = dict(sizes(quick), grow_to=grow_to), time.perf_counter(), {}
     with np.errstate(all="ignore"):
         try:
@@ -116,9 +112,8 @@ def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, pa
     print("\n" + render(out))
     print(f"total {time.perf_counter() - t0:.1f} s; results in {out}")
     fits = {n: r.get("fits", {}).get("methods", {}) for n, r in results.items()}
-    if failed := [
-        f"{n}/{k}" for n, f in fits.items() for k, m in f.items() if not m.get("passed", 1)
-    ]:
+    failed = [f"{n}/{k}" for n, f in fits.items() for k, m in f.items() if not m.get("passed", 1)]
+    if failed:
         print(f"over the quick-mode bound: {', '.join(failed)}")
     return 1 if failed else 0
 
@@ -144,7 +139,7 @@ def add_arguments(parser, default_out="reproduce_output", default_data=None):
 
 def run_args(args) -> int:
     """:func:`reproduce` with the options of :func:`add_arguments`: by default results in
-    ``<default_out>`` (quick: ``<default_out>/quick``), data in ``<default_out>/data``."""
+    ``<default_out>`` (quick: ``.../quick``), data in ``<default_out>/data`` whatever ``--out``."""
     out = args.out or str(Path(args.default_out) / ("quick" if args.quick else ""))
     data = args.data or str(Path(args.default_out) / "data")
     return reproduce(args.name, quick=args.quick, out=out, data=data, parts=args.parts,

@@ -63,8 +63,7 @@ def run_fits(name, train, test, cfg, out, quick):
     ``{"methods": {label: row}, "figure": file name}``; a row holds the :func:`run_method` figures,
     the hyperparameters, the paper's error and, quick, the ``bound`` and whether it ``passed``."""
     paper = datasets.get(name).paper
-    U, V = arrays(train)
-    Ut, Vt = arrays(test)
+    (U, V), (Ut, Vt) = arrays(train), arrays(test)
     rows, example = {}, None
     models = make_models(paper, U, V, cfg["max_features"], cfg.get("grow_to"))
     for label, (model, info, sel_s) in models.items():
@@ -77,17 +76,12 @@ def run_fits(name, train, test, cfg, out, quick):
         if quick:
             row["bound"] = ref.quick_bound(name, label)
             row["passed"] = bool(row["error"] < row["bound"])
-        rows[label] = row
-        print(
-            f"  {name:26s} {label:12s} error {_pct(row['error'], 'nan')}  "
-            f"paper {_pct(row['paper'])}  fit {row['fit_s']:7.2f} s  "
-            f"predict {row['predict_s']:6.2f} s  peak {row['peak_mib']:7.0f} MiB"
-            + (f"  select {sel_s:.2f} s" if sel_s else "")
-            + (f"  chose {row['best_params']}" if label in ref.TUNED else ""),
-            flush=True,
-        )
-        if label == "rf_cauchy":
-            example = pred
+        rows[label], example = row, pred if label == "rf_cauchy" else example
+        more = f"  select {sel_s:.2f} s" if sel_s else ""
+        more += f"  chose {row['best_params']}" if label in ref.TUNED else ""
+        print(f"  {name:26s} {label:12s} error {_pct(row['error'], 'nan')}  paper "
+              f"{_pct(row['paper'])}  fit {row['fit_s']:7.2f} s  predict {row['predict_s']:6.2f} s"
+              f"  peak {row['peak_mib']:7.0f} MiB{more}", flush=True)  # fmt: skip
     kw = dict(title=f"{name}: RF Cauchy, N = {rows['rf_cauchy']['n_features']}", label="RF Cauchy")
     sample = (train["input"].values[0], train["output"].values[0], test["output"].values[0])
     example = example[0].reshape(train["output"].shape[1:])
@@ -101,8 +95,7 @@ def run_equal_time(name, train, test, cfg):
     """The paper's table 2: kernels as in the fits; each RF law at the N of a doubling ladder whose
     fit time is closest to the kernels' mean training time (selection + fit; medians of 3 runs)."""
     paper = datasets.get(name).paper
-    U, V = arrays(train)
-    Ut, Vt = arrays(test)
+    (U, V), (Ut, Vt) = arrays(train), arrays(test)
     rows = {}
     ell = median_length_scale(U, random_state=0)
     for kernel in ("rbf", "matern52"):
@@ -123,13 +116,10 @@ def run_equal_time(name, train, test, cfg):
         rows[f"rf_{law}"] = row
     for label, row in rows.items():
         row["paper"] = ref.paper_equal_time(name, label)
-        print(
-            f"  equal time {name:18s} {label:12s} error {_pct(row['error'], 'nan')}  "
-            f"train {row['train_s']:6.3f} s"
-            + (f"  N = {row['n_features']}" if "n_features" in row else "")
-            + (f"  (paper {_pct(row['paper'][0])}, {row['paper'][1]} s)" if row["paper"] else ""),
-            flush=True,
-        )
+        more = f"  N = {row['n_features']}" if "n_features" in row else ""
+        more += f"  (paper {_pct(row['paper'][0])}, {row['paper'][1]} s)" if row["paper"] else ""
+        print(f"  equal time {name:18s} {label:12s} error {_pct(row['error'], 'nan')}  "
+              f"train {row['train_s']:6.3f} s{more}", flush=True)  # fmt: skip
     return {"train": len(U), "test": len(Ut), "budget_s": budget, "methods": rows}
 
 
@@ -137,24 +127,17 @@ def run_curves(name, train, test, cfg):
     """Error and fit time vs N (Cauchy), one grow-by-blocks fit per seed: an
     :func:`~rfol_dask.curves.error_curves` result (``curves.curve_dataset`` reads it)."""
     paper = datasets.get(name).paper
-    U, V = arrays(train)
-    Ut, Vt = arrays(test)
+    (U, V), (Ut, Vt) = arrays(train), arrays(test)
     ladder = curves.doubling(250, cfg["curve_stop"])
     settings = dict(distribution="cauchy", gamma=paper["gamma"], alpha=paper["alpha"])
     res = curves.error_curves(U, V, Ut, Vt, ladder, seeds=range(cfg["curve_seeds"]), **settings)
-    s = res["slope"]
+    s, e = res["slope"], res["excess"]
     sat = "-" if s["saturated_at"] is None else int(s["saturated_at"])
-    print(
-        f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over "
-        f"{s['n_points']} points (saturated at N = {sat}); fit-time slope "
-        f"{res['time_slope']['slope']:+.2f}; for N >= 2M: "
-        + (
-            f"error = {res['excess']['floor']:.3g} + c N^-{res['excess']['p']:.2f}"
-            if np.isfinite(res["excess"]["p"])
-            else "too few points to fit a floor"
-        ),
-        flush=True,
-    )
+    floor = "too few points to fit a floor"
+    floor = f"error = {e['floor']:.3g} + c N^-{e['p']:.2f}" if np.isfinite(e["p"]) else floor
+    print(f"  curve {name:22s} Cauchy, M = {len(U)}: error slope {s['slope']:+.3f} over "
+          f"{s['n_points']} points (saturated at N = {sat}); fit-time slope "
+          f"{res['time_slope']['slope']:+.2f}; for N >= 2M: {floor}", flush=True)  # fmt: skip
     arrays_ = ("gamma", "seeds", "n_features", "error", "fit_time", "predict_time")
     out = dict(train=len(U), test=len(Ut), n_train=len(U), distribution="cauchy")
     out.update({k: res[k].tolist() for k in arrays_}, settings=res["settings"], slope=s)
