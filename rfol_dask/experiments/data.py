@@ -10,6 +10,7 @@ import numpy as np
 import xarray as xr
 
 from .. import datasets
+from ..cluster import close_client, local_client
 
 
 class SharedCluster:
@@ -23,14 +24,10 @@ class SharedCluster:
 
     def __call__(self):
         if self.client is None and self.workers:
-            from ..cluster import local_client
-
             self.client = local_client(n_workers=self.workers)
         return self.client
 
     def close(self) -> None:
-        from ..cluster import close_client
-
         close_client(self.client)
         self.client = None
 

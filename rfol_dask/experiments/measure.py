@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import threading
 import time
@@ -24,8 +23,7 @@ class PeakMemory:
         self.interval, self.every, self.peak, self.timeline = interval, every, 0, []
 
     def _rss(self) -> int:
-        proc = psutil.Process(os.getpid())
-        total = proc.memory_info().rss
+        total = (proc := psutil.Process()).memory_info().rss  # this process
         for child in proc.children(recursive=True):
             with contextlib.suppress(psutil.Error):  # ended meanwhile
                 total += child.memory_info().rss
@@ -58,7 +56,6 @@ class PeakMemory:
         self._thread.join()
         self.peak = max(self.peak, self._rss())
         self.increase = self.peak - self.base
-        return False
 
 
 def run_method(model, U, V, Ut, Vt, repeats: int = 1):

@@ -30,10 +30,8 @@ def quickstart(args, client=None):
     pred = model.predict(test["input"]).compute()
     model.save(out / "model.zarr")
     err, best = relative_l2_error(test["output"], pred), model.best_params_
-    print(
-        f"tuned: {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
-        f"N={best['n_features']}: {fit_s:.1f} s (search + refit)"
-    )
+    print(f"tuned: {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
+          f"N={best['n_features']}: {fit_s:.1f} s (search + refit)")  # fmt: skip
     paper = ", ".join(
         f"{k} {spec.paper[k]:.3g}" for k in ("cauchy", "gaussian") if spec.paper.get(k)
     )

@@ -24,10 +24,7 @@ def reference_data() -> dict[str, Any]:
 
 def part_applies(name: str, part: str) -> bool:
     """Whether the paper has ``part`` for data set ``name`` (fits: every set)."""
-    return (
-        part == "fits"
-        or name in reference_data()[{"curves": "curve_sets"}.get(part, f"{part}_sets")]
-    )
+    return part == "fits" or name in reference_data()[part.rstrip("s") + "_sets"]
 
 
 def sizes(quick: bool) -> dict[str, int]:
@@ -46,9 +43,8 @@ def quick_bound(name: str, method: str) -> float:
     try:
         return float(reference_data()["quick"]["bounds"][name][method])
     except KeyError:
-        raise ValueError(
-            f"reference.toml has no quick-mode bound for {name!r} / {method!r}"
-        ) from None
+        msg = f"reference.toml has no quick-mode bound for {name!r} / {method!r}"
+        raise ValueError(msg) from None
 
 
 def paper_error(name: str, method: str) -> float | None:

@@ -47,12 +47,10 @@ def _check_run(names, parts, out, data, quick):
         raise ValueError(f"parts must be a subset of {PARTS}, got {parts}")
     skipped = [(n, p) for n in names for p in parts if not part_applies(n, p)]
     if len(skipped) == len(names) * len(parts):
-        ref = reference_data()
-        raise ValueError(
-            f"nothing to run: the paper has no {' or '.join(parts)} for {', '.join(names)} "
-            f"(equal time: {', '.join(ref['equal_time_sets'])}; "
-            f"curves: {', '.join(ref['curve_sets'])})"
-        )
+        has = {k: ", ".join(reference_data()[f"{k}_sets"]) for k in ("equal_time", "curve")}
+        msg = f"{' or '.join(parts)} for {', '.join(names)}"
+        msg += f" (equal time: {has['equal_time']}; curves: {has['curve']})"
+        raise ValueError(f"nothing to run: the paper has no {msg}")
     for n, p in skipped:
         print(f"{n}: no {p} in the paper; skipped")
     for folder, what in ((out, "the results"), (data, "the data sets")):

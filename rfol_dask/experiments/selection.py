@@ -21,8 +21,7 @@ def select_nugget(kernel: str, length_scale: float, U: np.ndarray, V: np.ndarray
     ``min(500, M - that)``; ``grid`` (default: ``nuggets`` of ``reference.toml``) is relative to
     the mean diagonal of the centred Gram. Returns ``(nugget, seconds, {"<nugget>": error})``."""
     grid = reference_data()["nuggets"] if grid is None else grid
-    t0 = time.perf_counter()
-    n_fit = min(1000, int(0.8 * len(U)))
+    t0, n_fit = time.perf_counter(), min(1000, int(0.8 * len(U)))
     n_val = min(500, len(U) - n_fit)
     if n_fit < 1 or n_val < 1:
         raise ValueError(f"select_nugget needs at least 2 training samples, got {len(U)}")
