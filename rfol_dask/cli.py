@@ -8,7 +8,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
+import warnings
 from importlib import resources
 from pathlib import Path
 
@@ -96,8 +98,8 @@ def _cmd_datasets(args):
 
     for name in datasets.names():
         spec = datasets.get(name)
-        print(f"{name:28s} {spec.description}")
-        print(" " * 29 + ", ".join(f"{k}={v!r}" for k, v in spec.defaults.items()))
+        defaults = ", ".join(f"{k}={v!r}" for k, v in spec.defaults.items())
+        print(f"{name:28s} {spec.description}\n{' ' * 29}{defaults}")
     return 0
 
 
@@ -141,13 +143,13 @@ def _fit_model(args):
     from .rf_operator_cv import RandomFeatureOperatorCV
 
     laws = {"distributions": (args.distribution,)} if args.distribution else {}
-    powers = args.pca_power and tuple(args.pca_power)
-    return RandomFeatureOperatorCV(
-        max_features=args.max_features, pca_power=powers, **laws, **given
-    )
+    given.update(max_features=args.max_features, pca_power=args.pca_power and tuple(args.pca_power))
+    return RandomFeatureOperatorCV(**laws, **given)
 
 
 def _cmd_fit(args):
+    from distributed import performance_report
+
     from .io import open_dataset
     from .metrics import relative_l2_error
     from .persistence import check_model_path
@@ -163,11 +165,8 @@ def _cmd_fit(args):
     if args.train is not None:
         if args.train > ds.sizes.get(sample, args.train):
             raise ValueError(f"--train {args.train} is more than the samples of {args.data}")
-        train = ds.isel({sample: slice(0, args.train)})
-        test = ds.isel({sample: slice(args.train, None)})
+        train, test = (ds.isel({sample: slice(*b)}) for b in ((0, args.train), (args.train, None)))
     model = _fit_model(args)
-    from distributed import performance_report
-
     report = performance_report(args.report) if args.report else contextlib.nullcontext()
     with _client(args, "local" if args.report else None), report:
         t0 = time.perf_counter()
@@ -198,18 +197,12 @@ def _print_fit(args, model, seconds):
         error = f"validation relative L2 error {-model.best_score_:.4e} (last 20 % of the training)"
         print(f"search: {n} candidates in {model.search_time_:.2f} s; best {chosen}; {error}")
         model = model.best_estimator_
-    print(
-        f"fit: N={model.n_features} {model.distribution} features, gamma {model.gamma_:.4g}, "
-        f"solver {model.solver_}: {seconds:.2f} s" + (" (search + refit)" if args.tune else "")
-    )
-
-
-_REPORT_TITLE = "<title>Dask Performance Report</title>"
+    what = f"N={model.n_features} {model.distribution} features, gamma {model.gamma_:.4g}"
+    print(f"fit: {what}, solver {model.solver_}: {seconds:.2f} s{' (search + refit)' * args.tune}")
 
 
 def _check_report_path(path, out=None):
-    """ValueError unless ``--report`` may write at ``path``: a report or new file, not inside a
-    Zarr store or ``--out``."""
+    """ValueError unless ``--report`` may write at ``path`` (outside Zarr stores and ``--out``)."""
     from .stores import zarr_parents
 
     path = Path(os.path.abspath(path))
@@ -218,7 +211,8 @@ def _check_report_path(path, out=None):
     if inside or path.is_dir() or not path.parent.is_dir():
         raise ValueError(f"--report {path}: give an HTML file in an existing folder, outside "
                          "Zarr stores and --out")  # fmt: skip
-    if path.exists() and _REPORT_TITLE not in path.read_text(errors="replace")[:4096]:
+    title = "<title>Dask Performance Report</title>"
+    if path.exists() and title not in path.read_text(errors="replace")[:4096]:
         raise ValueError(f"--report {path} exists and is not a performance report: give a new path")
 
 
@@ -385,11 +379,9 @@ def build_parser():
 def _console(command, level):
     """For the block: the package's log messages on stderr as ``rfol-dask: <message>`` and its
     warnings as ``rfol-dask COMMAND: warning (Category): message`` (no file and line)."""
-    import warnings
-
     logger, handler = logging.getLogger("rfol_dask"), logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("rfol-dask: %(message)s"))
-    seen = set()
+    saved, seen = (logger.level, logger.propagate, warnings.formatwarning), set()
 
     def once(record):  # a link (the dashboard's) is shown once, whoever logs it
         links = {w for w in record.getMessage().split() if "://" in w}
@@ -397,7 +389,6 @@ def _console(command, level):
         return new
 
     handler.addFilter(once)
-    saved = logger.level, logger.propagate, warnings.formatwarning
 
     def formatwarning(message, category, filename, lineno, line=None):
         if category.__module__.startswith("rfol_dask"):
@@ -418,8 +409,6 @@ def _console(command, level):
 def main(argv=None):
     """Run ``argv``; returns 0, 2 after an error (one line, no traceback), 130 after Ctrl-C."""
     args = build_parser().parse_args(argv)
-    import threading
-
     from . import exceptions as e
 
     if threading.current_thread() is threading.main_thread():
