@@ -5,8 +5,7 @@
     blas_threads: 1  # BLAS threads per worker process
     options: {...}   # keywords of the cluster manager, or flags of the dask-mpi command
 
-Options left out come from dask's configuration (``jobqueue.slurm.*`` ...).
-"""
+(options left out: dask's configuration, ``jobqueue.slurm.*`` ...)."""
 
 from __future__ import annotations
 
@@ -80,9 +79,8 @@ def local_client(blas_threads=1, **kwargs):
 
 
 def _local(kind, blas_threads=1, **kwargs):
-    """The local cluster of ``kind``, BLAS threads set, the dashboard on a free port, started with
-    SIGINT blocked, hence in its workers: a Ctrl-C interrupts only this process (once the start is
-    done), whose KeyboardInterrupt closes the cluster."""
+    """The local cluster of ``kind`` (BLAS threads set, dashboard on a free port) started with
+    SIGINT blocked, hence in its workers: a Ctrl-C interrupts only this process, which closes it."""
     from multiprocessing import resource_tracker
 
     if kwargs.get("processes", True):  # worker processes of their own: their environment
@@ -147,11 +145,8 @@ def load_config(config):
         value = 1 if config.get(key) is None else config[key]
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{where}: {key} must be a whole number >= 1, got {value!r}")
-    if (
-        isinstance(t := config.get("scheduler_timeout", 1), bool)
-        or not isinstance(t, numbers.Real)
-        or t <= 0
-    ):
+    t = config.get("scheduler_timeout", 1)
+    if isinstance(t, bool) or not isinstance(t, numbers.Real) or t <= 0:
         raise ValueError(f"{where}: scheduler_timeout must be a number of seconds > 0")
     if config["kind"] in ("local", "cuda-local") and config.get("scale") is not None:
         if config["options"].get("n_workers") not in (None, config["scale"]):
@@ -163,8 +158,7 @@ def load_config(config):
 def _manager(kind):
     """The manager class of ``kind`` (ImportError: what to install), the SIGINT handler that
     dask_jobqueue's import replaces with a silent ``sys.exit`` put back."""
-    module, name, extra = _MANAGERS[kind]
-    previous = signal.getsignal(signal.SIGINT)
+    (module, name, extra), previous = _MANAGERS[kind], signal.getsignal(signal.SIGINT)
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:
@@ -181,10 +175,9 @@ def _jobqueue(config):
     import dask
 
     kind, opts, manager = config["kind"], dict(config["options"]), _manager(config["kind"])
-    prologue = opts.get("job_script_prologue") or dask.config.get(
-        f"jobqueue.{kind}.job-script-prologue", []
-    )
-    if prologue and not opts.get("python") and not dask.config.get(f"jobqueue.{kind}.python"):
+    key = f"jobqueue.{kind}"
+    prologue = opts.get("job_script_prologue") or dask.config.get(f"{key}.job-script-prologue", [])
+    if prologue and not opts.get("python") and not dask.config.get(f"{key}.python"):
         opts["python"] = "python"
     exports = [f"export {k}={v}" for k, v in blas_env(config["blas_threads"]).items()]
     opts["job_script_prologue"] = exports + list(prologue or [])
@@ -229,15 +222,13 @@ def job_script(config):
         return job_cls(scheduler="tcp://SCHEDULER:8786", name="rfol-dask", **opts).job_script()
     if kind == "kubernetes":
         return yaml.safe_dump(_kubernetes_spec(config), sort_keys=False)
-    if kind == "mpi":  # dask-mpi, the scheduler on rank 0; a failed launch writes its error into
-        # the scheduler file, which start_client reports at once
+    if kind == "mpi":  # a failed launch writes its error into the scheduler file: reported at once
         sched = shlex.quote(config.get("scheduler_file", "scheduler.json"))
         ranks = int(config.get("scale") or 1) + 1
         launcher = config.get("launcher", "mpirun -n {ranks}")
         launcher = launcher.format(ranks=ranks, ranks_per_node=config.get("ranks_per_node", ""))
-        args = "".join(
-            f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in config["options"].items()
-        )
+        opts = config["options"].items()
+        args = "".join(f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in opts)
         blas = " ".join(f"{k}={v}" for k, v in blas_env(config["blas_threads"]).items())
         python = config.get("python")
         command = f"{shlex.quote(python)} -m dask_mpi.cli" if python else "dask-mpi"
@@ -271,9 +262,8 @@ def _wait(ready, what, timeout=float("inf")):
 
 
 def start_client(config):
-    """Start (for MPI, connect to) the cluster of ``config``: a ``Client`` whose close closes the
-    cluster (MPI: shuts the MPI job's dask down). Waits for a first SLURM/PBS worker, logging the
-    wait once a minute; :class:`ClusterStartError` where the cluster cannot start."""
+    """Start (MPI: connect to) the cluster of ``config``: a ``Client`` whose close closes it (MPI:
+    ends the job's dask), after a first SLURM/PBS worker; :class:`ClusterStartError` if it can't."""
     import dask
 
     given, config = config, load_config(config)
@@ -288,11 +278,9 @@ def start_client(config):
         if not _wait(lambda: os.path.exists(path), what, timeout):
             msg = "run the MPI job first, or raise scheduler_timeout while it is queued"
             raise ClusterStartError(f"no scheduler file {path} after {timeout:g} s: {msg}")
-        error = None
         with open(path) as f, contextlib.suppress(ValueError, AttributeError):  # rank 0 writing
-            error = json.load(f).get("error")
-        if error:
-            raise ClusterStartError(f"{error}; fix the MPI launch and run it again")
+            if error := json.load(f).get("error"):  # a failed launch's (see job_script)
+                raise ClusterStartError(f"{error}; fix the MPI launch and run it again")
         try:
             connect = dask.config.get("distributed.comm.timeouts.connect")
             client = _owning_client(scheduler_file=path, timeout=connect)
@@ -328,9 +316,8 @@ def start_client(config):
 
 
 def _close_cluster(cluster):
-    """Close ``cluster`` within :data:`CLOSE_TIMEOUT` s, else warn naming its jobs. dask-jobqueue's
-    close waits on every job object alive: refused ones are marked failed, the rest cancelled and
-    collected."""
+    """Close ``cluster`` within :data:`CLOSE_TIMEOUT` s, else warn naming its jobs; refused jobs
+    are marked failed, the rest cancelled and collected (dask-jobqueue waits on every one alive)."""
     if cluster.status == Status.closed:
         return
     deadline = time.monotonic() + CLOSE_TIMEOUT
@@ -346,10 +333,8 @@ def _close_cluster(cluster):
         cluster.close(timeout=max(1.0, deadline - time.monotonic()))
     except TimeoutError:
         name = shlex.quote(str(getattr(cluster, "job_name", None) or "dask-worker"))
-        msg = f"`squeue -u $USER --name {name}` (SLURM) or `qselect -u $USER -N {name}` (PBS)"
-        msg = (
-            f"the cluster did not close in {CLOSE_TIMEOUT:g} s; its jobs may still be queued: {msg}"
-        )
+        msg = f"the cluster did not close in {CLOSE_TIMEOUT:g} s; its jobs may still be queued: "
+        msg += f"`squeue -u $USER --name {name}` (SLURM) or `qselect -u $USER -N {name}` (PBS)"
         warnings.warn(msg, ClusterWarning, stacklevel=user_stacklevel())
 
 
