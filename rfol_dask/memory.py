@@ -48,23 +48,21 @@ class Budget:
     peak_line: str = "it has before dask pauses it"  #: what ``peak_room`` is, for messages
 
 
-def _worker_limits(client):
-    """Memory limits ``{address: bytes}`` of the workers (the scheduler's), if all have one."""
+def _worker_limits(client):  # memory limits {address: bytes} of the workers, if all have one
     workers = scheduler_workers(client) if client is not None else {}
     limits = {a: w.get("memory_limit") or 0 for a, w in workers.items()}
     return limits if limits and min(limits.values()) > 0 else {}
 
 
-def _process_memory():
-    """Bytes this process holds (run on the workers, where it imports this package, as a fit)."""
+def _process_memory():  # bytes this process holds (run on the workers, having imported rfol_dask)
     import psutil
 
     return psutil.Process().memory_info().rss
 
 
 def _warn_above_limit(max_bytes, limits, xp, device, client):
-    """Warn when ``max_gram_bytes`` exceeds what the Gram's memory holds in all (the least worker
-    limit or GPU, or this machine's): it overrides the checks, so the fit gets workers killed."""
+    """Warn when ``max_gram_bytes`` exceeds what the Gram's memory holds in all: it overrides the
+    checks, so the fit gets workers killed."""
     from .placement import ask_workers
 
     on_gpu = device not in (None, "cpu")
@@ -82,22 +80,15 @@ def _warn_above_limit(max_bytes, limits, xp, device, client):
 
         cap, what = psutil.virtual_memory().total, "this machine's memory"
     if max_bytes > cap:
-        warnings.warn(
-            f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
-            "overrides the memory checks, so a Gram of that size gets the process killed, not "
-            "refused",
-            SettingWarning,
-            stacklevel=user_stacklevel(),
-        )
+        msg = f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
+        msg += "overrides the memory checks, so a Gram of that size gets the process killed, not "
+        msg += "refused"
+        warnings.warn(msg, SettingWarning, stacklevel=user_stacklevel())
 
 
 def memory_budget(max_bytes=None, client=None, xp=None, device=None):
-    """The :class:`Budget` of one process (the rule is in the module docstring).
-
-    ``xp`` CuPy: an in-memory fit on this process's GPU; ``device`` ``"cuda"``: a Gram on the GPUs
-    of the client's workers (or of this process without a client). The workers are asked through
-    :func:`rfol_dask.placement.ask_workers`: one lost meanwhile is left out.
-    """
+    """The :class:`Budget` of one process (the rule is in the module docstring); ``xp`` CuPy: an
+    in-memory fit on this process's GPU; ``device`` ``"cuda"``: a Gram on the workers' GPUs."""
     from .placement import ask_workers
 
     limits = _worker_limits(client)
@@ -134,12 +125,9 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
             f"{int(limits[tightest]):,}-byte limit, and dask pauses a worker at 80 % of it; give "
             "the workers more memory (memory_limit), or fewer, larger workers"
         )
-    return Budget(
-        min(min(0.6 * limit, to_pause[a]) for a, limit in limits.items()),
-        "60% of the smallest worker memory limit, less what the worker uses beyond 20%",
-        peak_room=peak_room,
-        workers=len(limits),
-    )
+    where = "60% of the smallest worker memory limit, less what the worker uses beyond 20%"
+    least = min(min(0.6 * limit, to_pause[a]) for a, limit in limits.items())
+    return Budget(least, where, peak_room=peak_room, workers=len(limits))
 
 
 def free_bytes(X):
@@ -209,29 +197,12 @@ def _listing(held):
     return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
-def check_gram_memory(
-    size,
-    dtype,
-    max_bytes=None,
-    client=None,
-    solver=None,
-    peak_copies=1,
-    xp=None,
-    beside=0,
-    held=None,
-    device=None,
-    budget=None,
-):
-    """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
-    or if ``peak_copies`` of it (a sum of several workers' Grams) and ``beside`` bytes exceed
-    :attr:`Budget.peak_room`; returns the bytes of one.
-
-    ``solver`` (``"dual"``, ``"primal"``, ``"kernel"``, ``"linear"``, ``"recovery"``,
-    ``"search"`` or None) picks the advice; ``xp`` and ``device`` pick the budget (see
-    :func:`memory_budget`); ``held``: ``{what: bytes}`` an in-memory fit holds with the Gram,
-    counted against the budget and named in the message; ``budget``: a :class:`Budget` the caller
-    has already.
-    """
+def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1,
+                      xp=None, beside=0, held=None, device=None, budget=None):  # fmt: skip
+    """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`
+    (or ``budget``), or if ``peak_copies`` of it (a sum of workers' Grams) and ``beside`` bytes
+    exceed :attr:`Budget.peak_room`; returns the bytes of one. ``solver`` picks the advice; ``xp``
+    and ``device`` the budget; ``held``: ``{what: bytes}`` held with the Gram, counted with it."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
     budget = budget if budget is not None else memory_budget(max_bytes, client, xp, device)
     extra = int(sum((held or {}).values()))
@@ -322,31 +293,14 @@ class DualPlan:
     reason: str = ""
 
 
-def dual_plan(
-    M,
-    dtype,
-    max_gram_bytes=None,
-    client=None,
-    *,
-    held_bytes=0,
-    n_features=0,
-    n_inputs=0,
-    device=None,
-    warn=True,
-    summed=True,
-    held_what="the data",
-):
-    """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
-
-    A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` (``held_what``, for
-    the message) and two feature slabs of ``n_features`` columns in all, each column ``M``
-    features and ``n_inputs + 1`` frequencies; the slab shrinks from ``SLAB_BYTES`` to what the
-    budget leaves, down to :data:`MIN_SLAB_COLUMNS` columns. With ``summed`` (each worker makes a
-    Gram) and several workers, the worker that sums two holds ``2 M^2 + held_bytes`` below
-    :attr:`Budget.peak_room`. If either does not fit, the plan is blocked, with a
-    :class:`~rfol_dask.exceptions.MemoryPlanWarning` if ``warn``. ``device``: see
-    :func:`memory_budget`.
-    """
+def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0,
+              n_inputs=0, device=None, warn=True, summed=True, held_what="the data"):  # fmt: skip
+    """The :class:`DualPlan` of a dask dual fit of ``M`` samples: a worker of the streamed dual
+    holds its Gram, ``held_bytes`` (``held_what``) and two feature slabs (``n_features`` columns in
+    all, each ``M`` features and ``n_inputs + 1`` frequencies; from ``SLAB_BYTES`` down to
+    :data:`MIN_SLAB_COLUMNS` columns); with ``summed`` and several workers, the one that sums two
+    Grams holds ``2 M^2 + held_bytes`` below :attr:`Budget.peak_room`. Else the plan is blocked,
+    with a :class:`~rfol_dask.exceptions.MemoryPlanWarning` if ``warn``."""
     itemsize = np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client, device=device)
     gram = int(M) ** 2 * itemsize
@@ -377,11 +331,8 @@ def dual_plan(
         reason = _shortfall(M, gram, budget, extra)
         reason += "" if reduction_fits else f"; and {reduction}"
     if warn:
-        warnings.warn(
-            f"{reason}: factorising it blocked, across the workers",
-            MemoryPlanWarning,
-            stacklevel=user_stacklevel(),
-        )
+        msg = f"{reason}: factorising it blocked, across the workers"
+        warnings.warn(msg, MemoryPlanWarning, stacklevel=user_stacklevel())
     return DualPlan(blocked=True, slab_bytes=0, reason=reason)
 
 
