@@ -24,13 +24,10 @@ from .stacklevel import user_stacklevel
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
 ROW_BLOCK_BYTES = 128 * 2**20
-
 #: bytes of one feature slab of the streamed dual (dask config ``rfol_dask.slab-bytes``)
 SLAB_BYTES = 256 * 2**20
-
 #: the narrowest feature slab the streamed dual uses before it factorises blocked instead
 MIN_SLAB_COLUMNS = 64
-
 #: share of a GPU's free memory that a fit or a search on it may take
 DEVICE_SHARE = 0.6
 
@@ -76,9 +73,7 @@ def _warn_above_limit(max_bytes, limits, xp, device, client):
         address = min(limits, key=limits.get)
         cap, what = limits[address], f"the memory limit of worker {address}"
     else:
-        import psutil
-
-        cap, what = psutil.virtual_memory().total, "this machine's memory"
+        cap, what = device_total_bytes("cpu"), "this machine's memory"
     if max_bytes > cap:
         msg = f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
         msg += "overrides the memory checks, so a Gram of that size gets the process killed, not "
@@ -272,9 +267,8 @@ def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None,
     need = (2 * int(rows) * int(n_features) + int(rows) ** 2 + freq) * np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client)
     if budget.peak_room is not None and need > budget.peak_room:
-        what = " and their tile"
-        if n_inputs:
-            what = f", their tile and the {n_inputs} x {n_features} frequencies"
+        what = f", their tile and the {n_inputs} x {n_features} frequencies" if n_inputs else ""
+        what = what or " and their tile"
         raise ValueError(
             f"a Gram tile of the blocked dual needs {need:,} bytes (two blocks of {rows} rows x "
             f"{n_features} features{what}) but a worker has {int(budget.peak_room):,} before "
@@ -347,11 +341,9 @@ class MemoryPlan:
 def memory_plan(client, M, N, dtype):
     """The :class:`MemoryPlan` of a tiled dual fit of ``M`` samples and ``N`` features: ``A`` is
     kept if it takes at most 30 % of the cluster's memory (else this machine's available)."""
-    limits = list(_worker_limits(client).values())
-    if not limits:
-        import psutil
+    import psutil
 
-        limits = [psutil.virtual_memory().available]
+    limits = list(_worker_limits(client).values()) or [psutil.virtual_memory().available]
     return MemoryPlan(keep_features=M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits))
 
 

@@ -193,12 +193,10 @@ def first_worker():
 
 def current_worker():
     """The distributed worker running this task, or None (local schedulers, the client)."""
-    try:
+    with contextlib.suppress(ImportError, ValueError):
         from distributed import get_worker
 
         return get_worker()
-    except (ImportError, ValueError):
-        return None
 
 
 def worker_threads():

@@ -33,16 +33,12 @@ def active_client():
     ``dask.config.set(scheduler=...)`` wins: a Client (or its ``get``) that Client, else None."""
     chosen = dask.config.get("scheduler", None)
     chosen = getattr(chosen, "__self__", chosen)  # a Client's bound ``get`` stands for it
-    if chosen is not None and not (
-        isinstance(chosen, str) and chosen.lower() in ("dask.distributed", "distributed")
-    ):
+    if chosen is not None and str(chosen).lower() not in ("dask.distributed", "distributed"):
         return chosen if hasattr(chosen, "submit") and hasattr(chosen, "scatter") else None
     from distributed import get_client
 
-    try:
+    with contextlib.suppress(ValueError):  # no client
         return get_client()
-    except ValueError:
-        return None
 
 
 def scheduler_workers(client):
@@ -71,10 +67,9 @@ def _memory_limits(client):
 
 def _redraw_seconds(out):
     """Seconds between drawings of a text bar on ``out``: 0.1 on a terminal, 10 into a file."""
-    try:
+    with contextlib.suppress(AttributeError, ValueError):  # no isatty, or closed
         return 0.1 if out.isatty() else 10.0
-    except (AttributeError, ValueError):  # no isatty, or closed
-        return 10.0
+    return 10.0
 
 
 def _draw(out, desc, frac, elapsed, end=False):
