@@ -310,11 +310,12 @@ def test_a_cluster_kind_without_its_package_says_what_to_install(monkeypatch, tm
         cluster.job_script({"kind": "pbs", "options": {"cores": 2, "memory": "1GB"}})
     with pytest.raises(ImportError, match=r"dask-kubernetes: pip install 'rfol-dask\[cloud\]'"):
         cluster.start_client({"kind": "kubernetes"})
-    out = str(tmp_path / "data.zarr")
-    assert main(["generate", "burgers", "--samples", "2", "--out", out, "--cluster", "slurm"]) == 2
+    assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", "slurm"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("rfol-dask generate: error: kind 'slurm' needs dask-jobqueue")
-    assert err.count("\n") == 1
+    assert (
+        err.startswith("rfol-dask fit: error: kind 'slurm' needs dask-jobqueue")
+        and err.count("\n") == 1
+    )
 
 
 @pytest.mark.cluster
@@ -329,12 +330,9 @@ def test_a_local_cluster_that_cannot_start_is_a_cluster_start_error(capsys, tmp_
     )
     with pytest.raises(cluster.ClusterStartError, match="the local cluster of .*site.yaml"):
         cluster.start_client(config)
-    out = str(tmp_path / "data.zarr")
-    assert (
-        main(["generate", "burgers", "--samples", "2", "--out", out, "--cluster", str(config)]) == 2
-    )
+    assert main(["fit", str(tmp_path / "data.zarr"), "--cluster", str(config)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("rfol-dask generate: error: the local cluster") and err.count("\n") == 1
+    assert err.startswith("rfol-dask fit: error: the local cluster") and err.count("\n") == 1, err
 
 
 def _duplicated_samples(M=100, n=16):

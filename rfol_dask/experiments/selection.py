@@ -9,7 +9,7 @@ import numpy as np
 
 from ..baselines import KernelOperator
 from ..metrics import relative_l2_error
-from ..tuning import median_length_scale  # re-exported: one implementation
+from ..tuning import median_length_scale
 from .reference import reference_data
 
 __all__ = ["median_length_scale", "select_nugget"]
