@@ -67,9 +67,8 @@ def _client(args, default=None):
     if cluster and workers is not None:
         raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
     if not cluster and workers is None:
-        _log.info(
-            "running on dask's threads in this process; --workers K or --cluster NAME: a cluster"
-        )
+        how = "--workers K or --cluster NAME: a cluster"
+        _log.info(f"running on dask's threads in this process; {how}")
         yield None
         return
     client = start_client(cluster) if cluster else local_client(n_workers=workers)
@@ -385,8 +384,7 @@ def _console(command, level):
 
     def once(record):  # a link (the dashboard's) is shown once, whoever logs it
         links = {w for w in record.getMessage().split() if "://" in w}
-        new, _ = not links or not links <= seen, seen.update(links)
-        return new
+        return (not links or not links <= seen, seen.update(links))[0]
 
     handler.addFilter(once)
 
