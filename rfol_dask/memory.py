@@ -1,11 +1,8 @@
 """Memory policy of the fits: budgets, the Gram pre-checks, the layout of the dask dual fit.
 
-A budget is ``max_gram_bytes`` when the user gives one; else, for the workers of a distributed
-client that have memory limits, the least of ``min(0.6 limit, 0.8 limit - used)`` (``used``: what
-the worker process holds once it has imported this package; dask pauses a worker at 80 %); else
-60 % of this machine's available memory. A Gram on GPUs has :data:`DEVICE_SHARE` of the least
-free GPU memory (of this process, or of the client's workers) instead.
-"""
+A budget is ``max_gram_bytes`` when given; else the least ``min(0.6 limit, 0.8 limit - used)`` of
+the client's workers with memory limits (dask pauses a worker at 80 %); else 60 % of this machine's
+available memory; on GPUs :data:`DEVICE_SHARE` of the least free GPU memory."""
 
 from __future__ import annotations
 
@@ -223,9 +220,8 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
 
 
 def check_host_memory(held, dtype, fewer="features (n_features)"):
-    """ValueError when the arrays this process holds once a fit is done, ``held`` (``{what:
-    bytes}``, the model's arrays in ``dtype``), exceed its available memory (``max_gram_bytes``
-    does not lift it); ``fewer``: what the advice says to use fewer of. Returns their bytes."""
+    """ValueError when the model's arrays ``held`` (``{what: bytes}`` in ``dtype``) exceed this
+    process's available memory; ``fewer``: what the advice names. Returns their bytes."""
     need = int(sum(held.values()))
     available = free_bytes(np)
     if need > available:
@@ -240,9 +236,8 @@ def check_host_memory(held, dtype, fewer="features (n_features)"):
 
 
 def check_prediction_memory(M, m, dtype, m_out=None):
-    """ValueError when an in-memory ``predict`` of ``M`` samples, its ``M x m`` predictions in
-    ``dtype`` (and with ``m_out``, their float64 values on an ``output_grid`` of ``m_out``
-    points), exceeds this process's available memory. Returns their bytes."""
+    """ValueError when an in-memory ``predict``'s ``M x m`` predictions in ``dtype`` (and ``M x
+    m_out`` float64 values on an ``output_grid``) exceed the available memory; returns bytes."""
     held = {f"the {M} x {m} predictions": int(M) * int(m) * np.dtype(dtype).itemsize}
     if m_out is not None:
         held[f"their {M} x {m_out} values on output_grid"] = int(M) * int(m_out) * 8
@@ -260,9 +255,8 @@ def check_prediction_memory(M, m, dtype, m_out=None):
 
 
 def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None, n_inputs=0):
-    """ValueError when one Gram tile task of the blocked dual (two blocks of ``rows`` x
-    ``n_features`` features, their ``rows x rows`` tile and the ``n_inputs x n_features``
-    frequencies) exceeds :attr:`Budget.peak_room`; returns its bytes."""
+    """ValueError when a Gram tile task of the blocked dual (two ``rows x n_features`` blocks, their
+    tile and the frequencies) exceeds :attr:`Budget.peak_room`; returns its bytes."""
     freq = (int(n_inputs) + 1) * int(n_features) if n_inputs else 0  # Omega and b
     need = (2 * int(rows) * int(n_features) + int(rows) ** 2 + freq) * np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client)
@@ -279,8 +273,7 @@ def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None,
 
 @dataclass(frozen=True)
 class DualPlan:
-    """How a dask dual fit holds the M x M Gram: ``blocked`` (factorised across the workers, as
-    it does not fit one; ``reason`` says why) or streamed in feature slabs of ``slab_bytes``."""
+    """A dask dual fit's Gram: ``blocked`` (``reason``) or streamed in ``slab_bytes`` slabs."""
 
     blocked: bool
     slab_bytes: int
@@ -332,8 +325,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Whether the tiled dask dual keeps the rows of ``A`` for ``C = A^T Beta`` (else it makes
-    them again from the inputs)."""
+    """Whether the tiled dask dual keeps the rows of ``A`` for ``C = A^T Beta`` (else remade)."""
 
     keep_features: bool
 
@@ -348,9 +340,8 @@ def memory_plan(client, M, N, dtype):
 
 
 def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0, budget=None):
-    """How many ``size x size`` Grams of ``dtype``, each with ``with_each`` more bytes, a worker
-    (this process without a client) may hold at once beside ``beside`` bytes within its
-    :func:`memory_budget` (or ``budget``), at least 1: the chains of the primal's sum."""
+    """How many ``size x size`` Grams (each with ``with_each`` more bytes) a worker may hold beside
+    ``beside`` bytes within its :func:`memory_budget` (or ``budget``), at least 1."""
     each = int(size) ** 2 * np.dtype(dtype).itemsize + int(with_each)
     budget = budget if budget is not None else memory_budget(max_gram_bytes, client)
     return max(1, int((budget.bytes - beside) // max(each, 1)))
