@@ -9,13 +9,13 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
+import warnings
 from importlib import resources
 from pathlib import Path
 
 from ._version import __version__
-
-__all__ = ["main", "build_parser", "run"]
 
 _log = logging.getLogger("rfol_dask.cli")  # a child of the package's logger
 
@@ -36,20 +36,17 @@ def _gamma(text):
     return text if text == "median" else float(text)
 
 
-def _powers(text):
-    """``--pca-power``: numbers or ``none``, comma-separated."""
+def _powers(text):  # --pca-power: numbers or none, comma-separated
     return [None if p.strip().lower() == "none" else float(p) for p in text.split(",")]
 
 
-def _periods(text):
-    """``--periods``: one number, or ``DIM=NUMBER,...`` (a mapping dim -> period)."""
+def _periods(text):  # --periods: one number, or DIM=NUMBER,... (a mapping dim -> period)
     if "=" not in text:
         return float(text)
     return {k.strip(): float(v) for k, v in (part.split("=", 1) for part in text.split(","))}
 
 
-def _param(text):
-    """``--param KEY=VALUE``, VALUE read as JSON where it is (numbers, lists), else a string."""
+def _param(text):  # --param KEY=VALUE, VALUE read as JSON where it is, else a string
     key, _, value = text.partition("=")
     with contextlib.suppress(json.JSONDecodeError):
         value = json.loads(value)
@@ -71,9 +68,8 @@ def _client(args, default=None):
     if cluster and workers is not None:
         raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
     if not cluster and workers is None:
-        _log.info(
-            "running on dask's threads in this process; --workers K or --cluster NAME: a cluster"
-        )
+        how = "--workers K or --cluster NAME: a cluster"
+        _log.info(f"running on dask's threads in this process; {how}")
         yield None
         return
     client = start_client(cluster) if cluster else local_client(n_workers=workers)
@@ -85,15 +81,13 @@ def _client(args, default=None):
         close_client(client)
 
 
-def _device(args):
-    """``--device``; by default ``cuda`` on a GPU cluster configuration, else ``cpu``."""
+def _device(args):  # --device; by default cuda on a GPU cluster configuration, else cpu
     from .cluster import gpu_config
 
     return args.device or ("cuda" if args.cluster and gpu_config(args.cluster) else "cpu")
 
 
-def _names(args, *which):
-    """The keywords ``which`` of the names (and periods) given on the command line."""
+def _names(args, *which):  # the keywords which of the names (and periods) given
     given = {"input": args.input, "output": args.output, "sample_dim": args.sample_dim}
     given["periods"] = getattr(args, "periods", None)
     return {k: v for k, v in given.items() if v is not None and k in which}
@@ -104,8 +98,8 @@ def _cmd_datasets(args):
 
     for name in datasets.names():
         spec = datasets.get(name)
-        print(f"{name:28s} {spec.description}")
-        print(" " * 29 + ", ".join(f"{k}={v!r}" for k, v in spec.defaults.items()))
+        defaults = ", ".join(f"{k}={v!r}" for k, v in spec.defaults.items())
+        print(f"{name:28s} {spec.description}\n{' ' * 29}{defaults}")
     return 0
 
 
@@ -151,13 +145,13 @@ def _fit_model(args):
     laws = {"distributions": (args.distribution,)} if args.distribution else {}
     solver = given.pop("solver")
     refit = {"refit": {"solver": solver}} if solver else {}
-    powers = args.pca_power and tuple(args.pca_power)
-    return RandomFeatureOperatorCV(
-        max_features=args.max_features, pca_power=powers, **laws, **refit, **given
-    )
+    given.update(max_features=args.max_features, pca_power=args.pca_power and tuple(args.pca_power))
+    return RandomFeatureOperatorCV(**laws, **refit, **given)
 
 
 def _cmd_fit(args):
+    from distributed import performance_report
+
     from .io import open_dataset
     from .metrics import relative_l2_error
     from .persistence import check_model_path
@@ -173,11 +167,8 @@ def _cmd_fit(args):
     if args.train is not None:
         if args.train > ds.sizes.get(sample, args.train):
             raise ValueError(f"--train {args.train} is more than the samples of {args.data}")
-        train = ds.isel({sample: slice(0, args.train)})
-        test = ds.isel({sample: slice(args.train, None)})
+        train, test = (ds.isel({sample: slice(*b)}) for b in ((0, args.train), (args.train, None)))
     model = _fit_model(args)
-    from distributed import performance_report
-
     report = performance_report(args.report) if args.report else contextlib.nullcontext()
     with _client(args, "local" if args.report else None), report:
         t0 = time.perf_counter()
@@ -208,18 +199,12 @@ def _print_fit(args, model, seconds):
         error = f"validation relative L2 error {-model.best_score_:.4e} (last 20 % of the training)"
         print(f"search: {n} candidates in {model.search_time_:.2f} s; best {chosen}; {error}")
         model = model.best_estimator_
-    print(
-        f"fit: N={model.n_features} {model.distribution} features, gamma {model.gamma_:.4g}, "
-        f"solver {model.solver_}: {seconds:.2f} s" + (" (search + refit)" if args.tune else "")
-    )
-
-
-_REPORT_TITLE = "<title>Dask Performance Report</title>"
+    what = f"N={model.n_features} {model.distribution} features, gamma {model.gamma_:.4g}"
+    print(f"fit: {what}, solver {model.solver_}: {seconds:.2f} s{' (search + refit)' * args.tune}")
 
 
 def _check_report_path(path, out=None):
-    """ValueError unless ``--report`` may write at ``path``: never over a file other than a
-    report, nor inside a Zarr store (a data set, a model) or ``--out``."""
+    """ValueError unless ``--report`` may write at ``path`` (outside Zarr stores and ``--out``)."""
     from .stores import zarr_parents
 
     path = Path(os.path.abspath(path))
@@ -228,7 +213,8 @@ def _check_report_path(path, out=None):
     if inside or path.is_dir() or not path.parent.is_dir():
         raise ValueError(f"--report {path}: give an HTML file in an existing folder, outside "
                          "Zarr stores and --out")  # fmt: skip
-    if path.exists() and _REPORT_TITLE not in path.read_text(errors="replace")[:4096]:
+    title = "<title>Dask Performance Report</title>"
+    if path.exists() and title not in path.read_text(errors="replace")[:4096]:
         raise ValueError(f"--report {path} exists and is not a performance report: give a new path")
 
 
@@ -395,19 +381,15 @@ def build_parser():
 def _console(command, level):
     """For the block: the package's log messages on stderr as ``rfol-dask: <message>`` and its
     warnings as ``rfol-dask COMMAND: warning (Category): message`` (no file and line)."""
-    import warnings
-
     logger, handler = logging.getLogger("rfol_dask"), logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("rfol-dask: %(message)s"))
-    seen = set()
+    saved, seen = (logger.level, logger.propagate, warnings.formatwarning), set()
 
     def once(record):  # a link (the dashboard's) is shown once, whoever logs it
         links = {w for w in record.getMessage().split() if "://" in w}
-        new, _ = not links or not links <= seen, seen.update(links)
-        return new
+        return (not links or not links <= seen, seen.update(links))[0]
 
     handler.addFilter(once)
-    saved = logger.level, logger.propagate, warnings.formatwarning
 
     def formatwarning(message, category, filename, lineno, line=None):
         if category.__module__.startswith("rfol_dask"):
@@ -438,34 +420,29 @@ def _as_options(message):
 def main(argv=None):
     """Run ``argv``; returns 0, 2 after an error (one line, no traceback), 130 after Ctrl-C."""
     args = build_parser().parse_args(argv)
-    import threading
-
     from . import exceptions as e
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # runs clean-up
-    # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up;
-    # OSError: the file system's (a full disk, no permission)
+    # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up
     errors = (ValueError, TypeError, OSError, ImportError, NotImplementedError)
     errors += (FloatingPointError, e.ClusterStartError, e.WorkersKilledError, e.NoWorkersError)
+    hint = "; rerun the same command to resume" if args.command == "generate" else ""
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
     try:
         with _console(args.command, level):
             return args.func(args)
     except (*errors, e.NoDeviceError) as exc:
-        hint = "; rerun the same command to resume" if args.command == "generate" else ""
         print(f"rfol-dask {args.command}: error: {exc}{hint}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        hint = "; rerun the same command to resume" if args.command == "generate" else ""
         print(f"rfol-dask {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
 
 
 def run(argv=None):
     """The ``rfol-dask`` console script: :func:`main`, then exit with its code; after Ctrl-C or
-    SIGTERM at once (``os._exit``, the clean-up done as the exception unwound): the interpreter's
-    own exit joins every thread, and an interrupted thread pool can leave one that never ends."""
+    SIGTERM with ``os._exit`` (clean-up done), as an interrupted thread pool can leave a thread."""
     try:
         code = main(argv)
     except KeyboardInterrupt:  # a Ctrl-C before main's own handler is in place

@@ -1,17 +1,15 @@
 """Clients of clusters started from a configuration (a shipped name, a YAML path or a dict)::
 
-    kind: slurm        # local | cuda-local | slurm | pbs | kubernetes | mpi
-    scale: 4           # worker processes (local kinds), jobs (slurm/pbs), pods, or MPI worker ranks
-    blas_threads: 1    # BLAS threads per worker process
-    options: {...}     # keywords of LocalCluster / LocalCUDACluster / SLURMCluster / PBSCluster /
-                       # make_cluster_spec, or flags of the dask-mpi command
+    kind: slurm      # local | cuda-local | slurm | pbs | kubernetes | mpi (+ keys of mpi.yaml)
+    scale: 4         # worker processes (local kinds), jobs (slurm/pbs), pods, or MPI worker ranks
+    blas_threads: 1  # BLAS threads per worker process
+    options: {...}   # keywords of the cluster manager, or flags of the dask-mpi command
 
-MPI ones also take the keys of ``clusters/mpi.yaml``. Options left out come from dask's
-configuration (``jobqueue.slurm.*`` ...) as dask-jobqueue reads it.
-"""
+(options left out: dask's configuration, ``jobqueue.slurm.*`` ...)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import importlib
@@ -44,15 +42,11 @@ _MANAGERS = {
 KINDS = (*_MANAGERS, "mpi")
 _MPI_KEYS = {"scheduler_timeout", "launcher", "node_cores", "ranks_per_node", "python", "prologue"}
 _KEYS = {"kind", "scale", "blas_threads", "options", "scheduler_file"} | _MPI_KEYS
-#: keywords of a dask-jobqueue cluster that its job class does not take
 _CLUSTER_ONLY = {"n_workers", "job_cls", "loop", "shared_temp_directory", "silence_logs"}
 _CLUSTER_ONLY |= {"asynchronous", "dashboard_address", "host", "scheduler_options", "scheduler_cls"}
-#: seconds :func:`start_client` waits for an MPI job's scheduler file (``scheduler_timeout``)
-SCHEDULER_TIMEOUT = 600.0
-#: seconds a cluster's close may take before it is given up with a warning
-CLOSE_TIMEOUT = 60.0
-#: seconds between two lines of a wait's log
-LOG_EVERY = 60
+SCHEDULER_TIMEOUT = 600.0  # s waited for an MPI job's scheduler file (``scheduler_timeout``)
+CLOSE_TIMEOUT = 60.0  # s a cluster's close may take before it is given up with a warning
+LOG_EVERY = 60  # s between two lines of a wait's log
 logger = logging.getLogger("rfol_dask")
 
 
@@ -63,8 +57,7 @@ def blas_env(blas_threads):
 
 
 def _owning_client(cluster=None, **connect):
-    """A ``Client`` of ``cluster`` whose close closes the cluster too; without one, a client of
-    ``connect`` (an MPI job's scheduler file) whose close shuts the MPI job's dask down."""
+    """A ``Client`` whose close closes ``cluster`` (without one: shuts the MPI job's dask down)."""
     from distributed import Client
 
     class OwningClient(Client):
@@ -78,17 +71,24 @@ def _owning_client(cluster=None, **connect):
     return OwningClient(cluster, **connect)
 
 
-def local_client(*args, **kwargs):
-    """A ``Client`` of a new :func:`local_cluster` (same arguments); its close closes both."""
-    return _owning_client(local_cluster(*args, **kwargs))
+def local_client(blas_threads=1, **kwargs):
+    """A ``Client`` of a new ``distributed.LocalCluster`` (its keywords; by default one
+    single-threaded worker process per core, ``blas_threads`` BLAS threads each); its close closes
+    both."""
+    return _owning_client(_local("local", blas_threads, **kwargs))
 
 
-def _without_sigint(start):
-    """``start()`` with SIGINT blocked meanwhile, hence in the worker processes it spawns: a
-    terminal's Ctrl-C interrupts only this process, whose KeyboardInterrupt closes the cluster (a
-    Ctrl-C during the start is raised once it is done), not every worker with a traceback."""
+def _local(kind, blas_threads=1, **kwargs):
+    """The local cluster of ``kind`` (BLAS threads set, dashboard on a free port) started with
+    SIGINT blocked, hence in its workers: a Ctrl-C interrupts only this process, which closes it."""
     from multiprocessing import resource_tracker
 
+    if kwargs.get("processes", True):  # worker processes of their own: their environment
+        kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
+    if kind == "local":
+        kwargs.setdefault("threads_per_worker", 1)
+    kwargs.setdefault("dashboard_address", ":0")
+    start = functools.partial(_manager(kind), **kwargs)
     if threading.current_thread() is not threading.main_thread() or os.name == "nt":
         return start()
     resource_tracker.ensure_running()  # else started from a worker thread, SIGINT unblocked
@@ -105,28 +105,6 @@ def _without_sigint(start):
     return cluster
 
 
-def _local(kind, blas_threads=1, **kwargs):
-    """The local cluster of ``kind`` with BLAS threads set and the dashboard on a free port."""
-    if kwargs.get("processes", True):  # worker processes of their own: their environment
-        kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
-    kwargs.setdefault("dashboard_address", ":0")
-    return _without_sigint(functools.partial(_manager(kind), **kwargs))
-
-
-def local_cluster(
-    n_workers=None, threads_per_worker=1, memory_limit="auto", processes=True, blas_threads=1, **kw
-):
-    """A ``distributed.LocalCluster``: by default one single-threaded worker process per core,
-    ``blas_threads`` BLAS threads each."""
-    kw.update(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=processes)
-    return _local("local", blas_threads, memory_limit=memory_limit, **kw)
-
-
-def local_cuda_cluster(blas_threads=1, **kwargs):
-    """A ``dask_cuda.LocalCUDACluster`` (one worker process per visible GPU), BLAS threads set."""
-    return _local("cuda-local", blas_threads, **kwargs)
-
-
 def shipped_configs():
     """Names of the configurations shipped with the package (``load_config`` accepts them)."""
     folder = resources.files("rfol_dask").joinpath("clusters")
@@ -136,8 +114,8 @@ def shipped_configs():
 def gpu_config(config):
     """True where the configuration's workers run on GPUs (``cuda-local``, ``dask cuda worker``)."""
     config = load_config(config)
-    command = str(config["options"].get("worker_command", ""))
-    return config["kind"] == "cuda-local" or "cuda" in command.split()
+    command = str(config["options"].get("worker_command", "")).split()
+    return config["kind"] == "cuda-local" or "cuda" in command
 
 
 def load_config(config):
@@ -161,114 +139,68 @@ def load_config(config):
     config = {"blas_threads": 1, **config, "options": dict(config.get("options") or {})}
     if config.get("kind") not in KINDS:
         raise ValueError(f"{where} needs kind in {KINDS}, got {config.get('kind')!r}")
-    unknown = set(config) - (_KEYS if config["kind"] == "mpi" else _KEYS - _MPI_KEYS)
-    if unknown:
+    if unknown := set(config) - (_KEYS if config["kind"] == "mpi" else _KEYS - _MPI_KEYS):
         raise ValueError(f"{where}: unknown keys {sorted(unknown)} for kind {config['kind']}")
     for key in ("scale", "blas_threads", "node_cores", "ranks_per_node"):
         value = 1 if config.get(key) is None else config[key]
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{where}: {key} must be a whole number >= 1, got {value!r}")
-    timeout = config.get("scheduler_timeout", 1)
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout <= 0:
+    t = config.get("scheduler_timeout", 1)
+    if isinstance(t, bool) or not isinstance(t, numbers.Real) or t <= 0:
         raise ValueError(f"{where}: scheduler_timeout must be a number of seconds > 0")
-    n_workers = config["options"].get("n_workers")
     if config["kind"] in ("local", "cuda-local") and config.get("scale") is not None:
-        if n_workers not in (None, config["scale"]):
+        if config["options"].get("n_workers") not in (None, config["scale"]):
             raise ValueError(f"{where}: scale and options.n_workers disagree; give one of them")
         config["options"]["n_workers"] = config["scale"]  # the number of worker processes
     return config
 
 
 def _manager(kind):
-    """The cluster manager class of ``kind``; ImportError saying what to install without it.
-    dask_jobqueue's import installs a SIGINT handler (a silent ``sys.exit``): put back."""
-    module, name, extra = _MANAGERS[kind]
-    previous = signal.getsignal(signal.SIGINT)
+    """The manager class of ``kind`` (ImportError: what to install), the SIGINT handler that
+    dask_jobqueue's import replaces with a silent ``sys.exit`` put back."""
+    (module, name, extra), previous = _MANAGERS[kind], signal.getsignal(signal.SIGINT)
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as exc:
-        package = module.split(".")[0].replace("_", "-")
-        raise ImportError(
-            f"kind {kind!r} needs {package}: pip install 'rfol-dask[{extra}]'"
-        ) from exc
+        pkg = module.split(".")[0].replace("_", "-")
+        raise ImportError(f"kind {kind!r} needs {pkg}: pip install 'rfol-dask[{extra}]'") from exc
     finally:
         if previous is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, previous)
 
 
 def _jobqueue(config):
-    """``(manager class, keywords)`` of a slurm/pbs configuration: the BLAS exports first in the
-    job's prologue (after the site's, from dask's configuration, where the file gives none), and
-    a prologue without ``python`` runs the ``python`` it puts on the PATH."""
+    """``(manager class, keywords)`` of a slurm/pbs configuration: the BLAS exports, then the
+    prologue (the site's where the file gives none), whose ``python`` runs the workers."""
     import dask
 
-    kind, opts = config["kind"], dict(config["options"])
-    manager = _manager(kind)
-    prologue = opts.get("job_script_prologue") or dask.config.get(
-        f"jobqueue.{kind}.job-script-prologue", []
-    )
-    if prologue and not opts.get("python") and not dask.config.get(f"jobqueue.{kind}.python"):
+    kind, opts, manager = config["kind"], dict(config["options"]), _manager(config["kind"])
+    key = f"jobqueue.{kind}"
+    prologue = opts.get("job_script_prologue") or dask.config.get(f"{key}.job-script-prologue", [])
+    if prologue and not opts.get("python") and not dask.config.get(f"{key}.python"):
         opts["python"] = "python"
     exports = [f"export {k}={v}" for k, v in blas_env(config["blas_threads"]).items()]
     opts["job_script_prologue"] = exports + list(prologue or [])
     return manager, opts
 
 
-def _job(config):
-    """The dask-jobqueue job of one job of ``config`` (renders its script; submits nothing)."""
-    manager, opts = _jobqueue(config)
-    job_cls = opts.get("job_cls") or manager.job_cls
-    opts = {k: v for k, v in opts.items() if k not in _CLUSTER_ONLY}
-    return job_cls(scheduler="tcp://SCHEDULER:8786", name="rfol-dask", **opts)
-
-
-def _mpi_script(config):
-    """Launch script of the dask-mpi command (scheduler on rank 0, ``scale`` workers after it).
-    It deletes an earlier scheduler file first, and where the launch fails writes the failure
-    into the file, so that :func:`start_client` reports it at once."""
-    sched = shlex.quote(config.get("scheduler_file", "scheduler.json"))
-    ranks = int(config.get("scale") or 1) + 1
-    launcher = config.get("launcher", "mpirun -n {ranks}")
-    launcher = launcher.format(ranks=ranks, ranks_per_node=config.get("ranks_per_node", ""))
-    args = "".join(
-        f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in config["options"].items()
-    )
-    blas = " ".join(f"{k}={v}" for k, v in blas_env(config["blas_threads"]).items())
-    python = config.get("python")
-    command = f"{shlex.quote(python)} -m dask_mpi.cli" if python else "dask-mpi"
-    prologue = "".join(f"{line}\n" for line in config.get("prologue") or [])
-    failed = '{\\"error\\": \\"the MPI launch failed with exit status $status (see its output)\\"}'
-    return f"""#!/usr/bin/env bash
-# rfol_dask on MPI: {ranks} ranks, the scheduler on rank 0; start_client reads {sched}
-export {blas}
-{prologue}rm -f {sched}
-{launcher} env {blas} {command} --scheduler-file {sched}{args}
-status=$?
-if [ $status -ne 0 ]; then echo "{failed}" > {sched}; fi
-exit $status
-"""
-
-
 def _kubernetes_spec(config):
     opts = dict(config["options"])
     env = {**blas_env(config["blas_threads"]), **opts.pop("env", {})}
     _manager("kubernetes")  # ImportError saying what to install
-    make_cluster_spec = importlib.import_module(_MANAGERS["kubernetes"][0]).make_cluster_spec
-    return make_cluster_spec(n_workers=config.get("scale") or 1, env=env, **opts)
+    spec = importlib.import_module(_MANAGERS["kubernetes"][0]).make_cluster_spec
+    return spec(n_workers=config.get("scale") or 1, env=env, **opts)
 
 
 def make_cluster(config):
-    """The cluster manager of ``config``: ``LocalCluster``, ``LocalCUDACluster``,
-    ``SLURMCluster`` / ``PBSCluster`` (no job submitted until it is scaled) or ``KubeCluster``.
-    An MPI cluster is started by its launcher (:func:`job_script`), not from Python."""
+    """The cluster manager of ``config`` (a SLURM/PBS one submits no job until it is scaled); an
+    MPI cluster is started by its launcher (:func:`job_script`), not from Python."""
     name, config = config, load_config(config)
-    kind = config["kind"]
-    if kind == "mpi":
+    if (kind := config["kind"]) == "mpi":
         raise ValueError("an MPI cluster is started by running job_script(config) with mpirun")
     try:
         if kind in ("local", "cuda-local"):
-            start = local_cluster if kind == "local" else local_cuda_cluster
-            return start(blas_threads=config["blas_threads"], **config["options"])
+            return _local(kind, config["blas_threads"], **config["options"])
         if kind in ("slurm", "pbs"):
             manager, options = _jobqueue(config)
             return manager(**options)
@@ -283,13 +215,35 @@ def job_script(config):
     import yaml
 
     config = load_config(config)
-    kind = config["kind"]
-    if kind in ("slurm", "pbs"):
-        return _job(config).job_script()
+    if (kind := config["kind"]) in ("slurm", "pbs"):  # one job's, rendered by its job class
+        manager, opts = _jobqueue(config)
+        job_cls = opts.get("job_cls") or manager.job_cls
+        opts = {k: v for k, v in opts.items() if k not in _CLUSTER_ONLY}
+        return job_cls(scheduler="tcp://SCHEDULER:8786", name="rfol-dask", **opts).job_script()
     if kind == "kubernetes":
         return yaml.safe_dump(_kubernetes_spec(config), sort_keys=False)
-    if kind == "mpi":
-        return _mpi_script(config)
+    if kind == "mpi":  # a failed launch writes its error into the scheduler file: reported at once
+        sched = shlex.quote(config.get("scheduler_file", "scheduler.json"))
+        ranks = int(config.get("scale") or 1) + 1
+        launcher = config.get("launcher", "mpirun -n {ranks}")
+        launcher = launcher.format(ranks=ranks, ranks_per_node=config.get("ranks_per_node", ""))
+        opts = config["options"].items()
+        args = "".join(f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in opts)
+        blas = " ".join(f"{k}={v}" for k, v in blas_env(config["blas_threads"]).items())
+        python = config.get("python")
+        command = f"{shlex.quote(python)} -m dask_mpi.cli" if python else "dask-mpi"
+        prologue = "".join(f"{line}\n" for line in config.get("prologue") or [])
+        failed = "the MPI launch failed with exit status $status (see its output)"
+        failed = f'{{\\"error\\": \\"{failed}\\"}}'
+        return f"""#!/usr/bin/env bash
+# rfol_dask on MPI: {ranks} ranks, the scheduler on rank 0; start_client reads {sched}
+export {blas}
+{prologue}rm -f {sched}
+{launcher} env {blas} {command} --scheduler-file {sched}{args}
+status=$?
+if [ $status -ne 0 ]; then echo "{failed}" > {sched}; fi
+exit $status
+"""
     manager = "LocalCUDACluster" if kind == "cuda-local" else "LocalCluster"
     return yaml.safe_dump({manager: config["options"], "env": blas_env(config["blas_threads"])})
 
@@ -307,83 +261,63 @@ def _wait(ready, what, timeout=float("inf")):
     return True
 
 
-def _first_worker(client, cluster, kind, jobs):
-    """True once a worker of the jobs is there; ClusterStartError as soon as every submission
-    has failed (dask-jobqueue adds the jobs to ``cluster.workers`` once all were tried)."""
-    ids = [job.job_id for job in cluster.workers.values()]  # no reference to a job is kept
-    if len(ids) >= jobs and not any(ids):
-        raise ClusterStartError(
-            f"the batch system refused every {kind.upper()} job (its message is logged above): "
-            "check the configuration's queue, account and resources"
-        )
-    return bool(client.scheduler_info(n_workers=1)["workers"])
-
-
-def _mpi_client(config):
-    """A client of the MPI job's scheduler, once its scheduler file appears (at most
-    ``scheduler_timeout`` s); its close ends the MPI job."""
+def start_client(config):
+    """Start (MPI: connect to) the cluster of ``config``: a ``Client`` whose close closes it (MPI:
+    ends the job's dask), after a first SLURM/PBS worker; :class:`ClusterStartError` if it can't."""
     import dask
 
-    path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
-    timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
-    what = f"the MPI job to write its scheduler file {path}"
-    if not os.path.exists(path):
-        logger.info(f"waiting up to {timeout:g} s for {what}")
-    if not _wait(lambda: os.path.exists(path), what, timeout):
-        raise ClusterStartError(
-            f"no scheduler file {path} after {timeout:g} s: run the MPI "
-            "job first, or raise scheduler_timeout while it is queued"
-        )
-    try:
-        with open(path) as f:
-            error = json.load(f).get("error")
-    except (ValueError, AttributeError):  # rank 0 still writing it: the client retries
-        error = None
-    if error:
-        raise ClusterStartError(f"{error}; fix the MPI launch and run it again")
-    try:
-        connect = dask.config.get("distributed.comm.timeouts.connect")
-        return _owning_client(scheduler_file=path, timeout=connect)
-    except OSError as exc:
-        raise ClusterStartError(f"no scheduler answers at {path}: run the MPI job again") from exc
-
-
-def start_client(config):
-    """Start (for MPI, connect to) the cluster of ``config``: a ``Client`` whose close closes the
-    cluster (MPI: shuts the MPI job's dask down). Waits for a first SLURM/PBS worker, logging the
-    wait once a minute; :class:`ClusterStartError` where the cluster cannot start."""
     given, config = config, load_config(config)
-    if config["kind"] == "mpi":
-        client = _mpi_client(config)
-    else:
-        cluster = make_cluster(given)
-        client = _owning_client(cluster)
+    kind, jobs = config["kind"], config.get("scale") or 1
+    up = kind.upper()
+    if kind == "mpi":  # a client of the MPI job's scheduler once its scheduler file appears
+        timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
+        path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))
+        what = f"the MPI job to write its scheduler file {path}"
+        if not os.path.exists(path):
+            logger.info(f"waiting up to {timeout:g} s for {what}")
+        if not _wait(lambda: os.path.exists(path), what, timeout):
+            msg = "run the MPI job first, or raise scheduler_timeout while it is queued"
+            raise ClusterStartError(f"no scheduler file {path} after {timeout:g} s: {msg}")
+        with open(path) as f, contextlib.suppress(ValueError, AttributeError):  # rank 0 writing
+            if error := json.load(f).get("error"):  # a failed launch's (see job_script)
+                raise ClusterStartError(f"{error}; fix the MPI launch and run it again")
         try:
-            if config["kind"] in ("slurm", "pbs"):
-                submit = shlex.split(cluster.job_cls.submit_command)[0]
-                if shutil.which(submit) is None:
-                    raise ClusterStartError(
-                        f"{submit!r} is not on PATH: this machine cannot submit "
-                        f"{config['kind'].upper()} jobs; start from a login node of the cluster"
-                    )
-                jobs = config.get("scale") or 1
-                cluster.scale(jobs=jobs)
-                ready = functools.partial(_first_worker, client, cluster, config["kind"], jobs)
-                _wait(ready, f"the first worker of {jobs} {config['kind'].upper()} jobs")
-            elif config["kind"] == "kubernetes":
-                cluster.scale(config.get("scale") or 1)
-                client.wait_for_workers(1)
-        except BaseException:
-            client.close()
-            raise
-    logger.debug("%s cluster started, dashboard: %s", config["kind"], dashboard_link(client))
+            connect = dask.config.get("distributed.comm.timeouts.connect")
+            client = _owning_client(scheduler_file=path, timeout=connect)
+        except OSError as exc:
+            msg = f"no scheduler answers at {path}: run the MPI job again"
+            raise ClusterStartError(msg) from exc
+        logger.debug("%s cluster started, dashboard: %s", kind, dashboard_link(client))
+        return client
+    client = _owning_client(cluster := make_cluster(given))
+
+    def ready():  # a worker is there; ClusterStartError once every submission failed
+        ids = [job.job_id for job in cluster.workers.values()]  # no reference to a job is kept
+        if len(ids) >= jobs and not any(ids):
+            msg = "(logged above): check the configuration's queue, account and resources"
+            raise ClusterStartError(f"the batch system refused every {up} job {msg}")
+        return bool(client.scheduler_info(n_workers=1)["workers"])
+
+    try:
+        if kind in ("slurm", "pbs"):
+            if shutil.which(submit := shlex.split(cluster.job_cls.submit_command)[0]) is None:
+                msg = f"this machine cannot submit {up} jobs; start from a login node"
+                raise ClusterStartError(f"{submit!r} is not on PATH: {msg}")
+            cluster.scale(jobs=jobs)
+            _wait(ready, f"the first worker of {jobs} {up} jobs")
+        elif kind == "kubernetes":
+            cluster.scale(jobs)
+            client.wait_for_workers(1)
+    except BaseException:
+        client.close()
+        raise
+    logger.debug("%s cluster started, dashboard: %s", kind, dashboard_link(client))
     return client
 
 
 def _close_cluster(cluster):
-    """Close ``cluster`` within :data:`CLOSE_TIMEOUT` s, else warn, naming its jobs. dask-jobqueue's
-    close fails on a job object in memory not closed or failed: refused jobs are marked failed,
-    the others cancelled and, in reference cycles that a long wait aged, collected."""
+    """Close ``cluster`` within :data:`CLOSE_TIMEOUT` s, else warn naming its jobs; refused jobs
+    are marked failed, the rest cancelled and collected (dask-jobqueue waits on every one alive)."""
     if cluster.status == Status.closed:
         return
     deadline = time.monotonic() + CLOSE_TIMEOUT
@@ -399,12 +333,9 @@ def _close_cluster(cluster):
         cluster.close(timeout=max(1.0, deadline - time.monotonic()))
     except TimeoutError:
         name = shlex.quote(str(getattr(cluster, "job_name", None) or "dask-worker"))
-        warnings.warn(
-            f"the cluster did not close in {CLOSE_TIMEOUT:g} s; its jobs may still be queued: "
-            f"`squeue -u $USER --name {name}` (SLURM) or `qselect -u $USER -N {name}` (PBS)",
-            ClusterWarning,
-            stacklevel=user_stacklevel(),
-        )
+        msg = f"the cluster did not close in {CLOSE_TIMEOUT:g} s; its jobs may still be queued: "
+        msg += f"`squeue -u $USER --name {name}` (SLURM) or `qselect -u $USER -N {name}` (PBS)"
+        warnings.warn(msg, ClusterWarning, stacklevel=user_stacklevel())
 
 
 def close_client(client):
@@ -415,7 +346,5 @@ def close_client(client):
 
 def dashboard_link(client):
     """The dashboard URL of ``client``'s scheduler, or None when it has none (bokeh missing)."""
-    try:
+    with contextlib.suppress(KeyError, AttributeError, TypeError):
         return client.dashboard_link
-    except (KeyError, AttributeError, TypeError):
-        return None

@@ -1,8 +1,6 @@
-"""The errors and warnings of rfol_dask, in one place (as ``sklearn.exceptions``).
-
-Every warning is a :class:`RfolDaskWarning` and also the standard category it always had
-(``UserWarning`` or ``RuntimeWarning``). The warnings point at the user's line that called into
-the package (:mod:`rfol_dask.stacklevel`), so filter them by category, not by module::
+"""The errors and warnings of rfol_dask (as ``sklearn.exceptions``). Every warning is a
+:class:`RfolDaskWarning` and a ``UserWarning`` or ``RuntimeWarning``; it points at the user's line
+that called into the package, so filter them by category, not by module::
 
     warnings.filterwarnings("ignore", category=rfol_dask.exceptions.RfolDaskWarning)
 """
@@ -11,24 +9,9 @@ from __future__ import annotations
 
 from sklearn.exceptions import UndefinedMetricWarning as _SklearnUndefinedMetric
 
-__all__ = [
-    "RfolDaskWarning",
-    "MemoryPlanWarning",
-    "ClusterWarning",
-    "SettingWarning",
-    "DataWarning",
-    "SelectionWarning",
-    "ModelFileWarning",
-    "RidgeRaised",
-    "UndefinedMetricWarning",
-    "ComplexDataError",
-    "NoWorkersError",
-    "WorkersKilledError",
-    "ClusterStartError",
-    "BlockedFactorError",
-    "ForeignModelError",
-    "NoDeviceError",
-]
+__all__ = """RfolDaskWarning MemoryPlanWarning ClusterWarning SettingWarning DataWarning
+SelectionWarning ModelFileWarning RidgeRaised UndefinedMetricWarning ComplexDataError NoWorkersError
+WorkersKilledError ClusterStartError BlockedFactorError ForeignModelError NoDeviceError""".split()
 
 
 class RfolDaskWarning(Warning):
@@ -48,8 +31,7 @@ class SettingWarning(RfolDaskWarning, UserWarning):
 
 
 class DataWarning(RfolDaskWarning, UserWarning):
-    """Data read in a way the user should know of (labels out of order, axes guessed periodic,
-    cross-validation splits left out)."""
+    """Data read in a way the user should know of (labels out of order, axes guessed periodic)."""
 
 
 class SelectionWarning(RfolDaskWarning, UserWarning):
@@ -57,8 +39,7 @@ class SelectionWarning(RfolDaskWarning, UserWarning):
 
 
 class ModelFileWarning(RfolDaskWarning, UserWarning):
-    """A saved model loaded other than as it was saved (older format, another device, the
-    previous model after an interrupted save)."""
+    """A saved model loaded other than as it was saved (older format, another device, ...)."""
 
 
 class RidgeRaised(RfolDaskWarning, RuntimeWarning):
@@ -74,13 +55,11 @@ class UndefinedMetricWarning(RfolDaskWarning, _SklearnUndefinedMetric):
 
 
 class ComplexDataError(TypeError, ValueError):
-    """Complex input: a TypeError (as dask raises for any dtype that is not real) and the
-    ValueError scikit-learn's estimator checks expect."""
+    """Complex input: a TypeError (as dask raises) and the ValueError scikit-learn expects."""
 
 
 class NoWorkersError(RuntimeError):
-    """The client's cluster has no workers: none arrived, or every worker ended during a
-    computation (jobs past their walltime, preempted, cancelled)."""
+    """The client's cluster has no workers: none arrived, or all ended during a computation."""
 
 
 class WorkersKilledError(RuntimeError):
@@ -88,8 +67,7 @@ class WorkersKilledError(RuntimeError):
 
 
 class ClusterStartError(RuntimeError):
-    """A cluster that could not be started (jobs not submitted, no Kubernetes cluster, no MPI
-    scheduler); the CLI prints it as one line."""
+    """A cluster that could not be started (jobs not submitted, no Kubernetes cluster, ...)."""
 
 
 class BlockedFactorError(ValueError):

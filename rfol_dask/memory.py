@@ -1,11 +1,8 @@
 """Memory policy of the fits: budgets, the Gram pre-checks, the layout of the dask dual fit.
 
-A budget is ``max_gram_bytes`` when the user gives one; else, for the workers of a distributed
-client that have memory limits, the least of ``min(0.6 limit, 0.8 limit - used)`` (``used``: what
-the worker process holds once it has imported this package; dask pauses a worker at 80 %); else
-60 % of this machine's available memory. A Gram on GPUs has :data:`DEVICE_SHARE` of the least
-free GPU memory (of this process, or of the client's workers) instead.
-"""
+A budget is ``max_gram_bytes`` when given; else the least ``min(0.6 limit, 0.8 limit - used)`` of
+the client's workers with memory limits (dask pauses a worker at 80 %); else 60 % of this machine's
+available memory; on GPUs :data:`DEVICE_SHARE` of the least free GPU memory."""
 
 from __future__ import annotations
 
@@ -24,13 +21,10 @@ from .stacklevel import user_stacklevel
 
 #: bytes of the rows of ``A`` formed at once by the in-memory primal path and by ``predict``
 ROW_BLOCK_BYTES = 128 * 2**20
-
 #: bytes of one feature slab of the streamed dual (dask config ``rfol_dask.slab-bytes``)
 SLAB_BYTES = 256 * 2**20
-
 #: the narrowest feature slab the streamed dual uses before it factorises blocked instead
 MIN_SLAB_COLUMNS = 64
-
 #: share of a GPU's free memory that a fit or a search on it may take
 DEVICE_SHARE = 0.6
 
@@ -48,23 +42,21 @@ class Budget:
     peak_line: str = "it has before dask pauses it"  #: what ``peak_room`` is, for messages
 
 
-def _worker_limits(client):
-    """Memory limits ``{address: bytes}`` of the workers (the scheduler's), if all have one."""
+def _worker_limits(client):  # memory limits {address: bytes} of the workers, if all have one
     workers = scheduler_workers(client) if client is not None else {}
     limits = {a: w.get("memory_limit") or 0 for a, w in workers.items()}
     return limits if limits and min(limits.values()) > 0 else {}
 
 
-def _process_memory():
-    """Bytes this process holds (run on the workers, where it imports this package, as a fit)."""
+def _process_memory():  # bytes this process holds (run on the workers, having imported rfol_dask)
     import psutil
 
     return psutil.Process().memory_info().rss
 
 
 def _warn_above_limit(max_bytes, limits, xp, device, client):
-    """Warn when ``max_gram_bytes`` exceeds what the Gram's memory holds in all (the least worker
-    limit or GPU, or this machine's): it overrides the checks, so the fit gets workers killed."""
+    """Warn when ``max_gram_bytes`` exceeds what the Gram's memory holds in all: it overrides the
+    checks, so the fit gets workers killed."""
     from .placement import ask_workers
 
     on_gpu = device not in (None, "cpu")
@@ -78,26 +70,17 @@ def _warn_above_limit(max_bytes, limits, xp, device, client):
         address = min(limits, key=limits.get)
         cap, what = limits[address], f"the memory limit of worker {address}"
     else:
-        import psutil
-
-        cap, what = psutil.virtual_memory().total, "this machine's memory"
+        cap, what = device_total_bytes("cpu"), "this machine's memory"
     if max_bytes > cap:
-        warnings.warn(
-            f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
-            "overrides the memory checks, so a Gram of that size gets the process killed, not "
-            "refused",
-            SettingWarning,
-            stacklevel=user_stacklevel(),
-        )
+        msg = f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
+        msg += "overrides the memory checks, so a Gram of that size gets the process killed, not "
+        msg += "refused"
+        warnings.warn(msg, SettingWarning, stacklevel=user_stacklevel())
 
 
 def memory_budget(max_bytes=None, client=None, xp=None, device=None):
-    """The :class:`Budget` of one process (the rule is in the module docstring).
-
-    ``xp`` CuPy: an in-memory fit on this process's GPU; ``device`` ``"cuda"``: a Gram on the GPUs
-    of the client's workers (or of this process without a client). The workers are asked through
-    :func:`rfol_dask.placement.ask_workers`: one lost meanwhile is left out.
-    """
+    """The :class:`Budget` of one process (the rule is in the module docstring); ``xp`` CuPy: an
+    in-memory fit on this process's GPU; ``device`` ``"cuda"``: a Gram on the workers' GPUs."""
     from .placement import ask_workers
 
     limits = _worker_limits(client)
@@ -134,12 +117,9 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
             f"{int(limits[tightest]):,}-byte limit, and dask pauses a worker at 80 % of it; give "
             "the workers more memory (memory_limit), or fewer, larger workers"
         )
-    return Budget(
-        min(min(0.6 * limit, to_pause[a]) for a, limit in limits.items()),
-        "60% of the smallest worker memory limit, less what the worker uses beyond 20%",
-        peak_room=peak_room,
-        workers=len(limits),
-    )
+    where = "60% of the smallest worker memory limit, less what the worker uses beyond 20%"
+    least = min(min(0.6 * limit, to_pause[a]) for a, limit in limits.items())
+    return Budget(least, where, peak_room=peak_room, workers=len(limits))
 
 
 def free_bytes(X):
@@ -209,29 +189,12 @@ def _listing(held):
     return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
-def check_gram_memory(
-    size,
-    dtype,
-    max_bytes=None,
-    client=None,
-    solver=None,
-    peak_copies=1,
-    xp=None,
-    beside=0,
-    held=None,
-    device=None,
-    budget=None,
-):
-    """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`,
-    or if ``peak_copies`` of it (a sum of several workers' Grams) and ``beside`` bytes exceed
-    :attr:`Budget.peak_room`; returns the bytes of one.
-
-    ``solver`` (``"dual"``, ``"primal"``, ``"kernel"``, ``"linear"``, ``"recovery"``,
-    ``"search"`` or None) picks the advice; ``xp`` and ``device`` pick the budget (see
-    :func:`memory_budget`); ``held``: ``{what: bytes}`` an in-memory fit holds with the Gram,
-    counted against the budget and named in the message; ``budget``: a :class:`Budget` the caller
-    has already.
-    """
+def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1,
+                      xp=None, beside=0, held=None, device=None, budget=None):  # fmt: skip
+    """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`
+    (or ``budget``), or if ``peak_copies`` of it (a sum of workers' Grams) and ``beside`` bytes
+    exceed :attr:`Budget.peak_room`; returns the bytes of one. ``solver`` picks the advice; ``xp``
+    and ``device`` the budget; ``held``: ``{what: bytes}`` held with the Gram, counted with it."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
     budget = budget if budget is not None else memory_budget(max_bytes, client, xp, device)
     extra = int(sum((held or {}).values()))
@@ -257,9 +220,8 @@ def check_gram_memory(
 
 
 def check_host_memory(held, dtype, fewer="features (n_features)"):
-    """ValueError when the arrays this process holds once a fit is done, ``held`` (``{what:
-    bytes}``, the model's arrays in ``dtype``), exceed its available memory (``max_gram_bytes``
-    does not lift it); ``fewer``: what the advice says to use fewer of. Returns their bytes."""
+    """ValueError when the model's arrays ``held`` (``{what: bytes}`` in ``dtype``) exceed this
+    process's available memory; ``fewer``: what the advice names. Returns their bytes."""
     need = int(sum(held.values()))
     available = free_bytes(np)
     if need > available:
@@ -274,9 +236,8 @@ def check_host_memory(held, dtype, fewer="features (n_features)"):
 
 
 def check_prediction_memory(M, m, dtype, m_out=None):
-    """ValueError when an in-memory ``predict`` of ``M`` samples, its ``M x m`` predictions in
-    ``dtype`` (and with ``m_out``, their float64 values on an ``output_grid`` of ``m_out``
-    points), exceeds this process's available memory. Returns their bytes."""
+    """ValueError when an in-memory ``predict``'s ``M x m`` predictions in ``dtype`` (and ``M x
+    m_out`` float64 values on an ``output_grid``) exceed the available memory; returns bytes."""
     held = {f"the {M} x {m} predictions": int(M) * int(m) * np.dtype(dtype).itemsize}
     if m_out is not None:
         held[f"their {M} x {m_out} values on output_grid"] = int(M) * int(m_out) * 8
@@ -294,16 +255,14 @@ def check_prediction_memory(M, m, dtype, m_out=None):
 
 
 def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None, n_inputs=0):
-    """ValueError when one Gram tile task of the blocked dual (two blocks of ``rows`` x
-    ``n_features`` features, their ``rows x rows`` tile and the ``n_inputs x n_features``
-    frequencies) exceeds :attr:`Budget.peak_room`; returns its bytes."""
+    """ValueError when a Gram tile task of the blocked dual (two ``rows x n_features`` blocks, their
+    tile and the frequencies) exceeds :attr:`Budget.peak_room`; returns its bytes."""
     freq = (int(n_inputs) + 1) * int(n_features) if n_inputs else 0  # Omega and b
     need = (2 * int(rows) * int(n_features) + int(rows) ** 2 + freq) * np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client)
     if budget.peak_room is not None and need > budget.peak_room:
-        what = " and their tile"
-        if n_inputs:
-            what = f", their tile and the {n_inputs} x {n_features} frequencies"
+        what = f", their tile and the {n_inputs} x {n_features} frequencies" if n_inputs else ""
+        what = what or " and their tile"
         raise ValueError(
             f"a Gram tile of the blocked dual needs {need:,} bytes (two blocks of {rows} rows x "
             f"{n_features} features{what}) but a worker has {int(budget.peak_room):,} before "
@@ -314,39 +273,21 @@ def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None,
 
 @dataclass(frozen=True)
 class DualPlan:
-    """How a dask dual fit holds the M x M Gram: ``blocked`` (factorised across the workers, as
-    it does not fit one; ``reason`` says why) or streamed in feature slabs of ``slab_bytes``."""
+    """A dask dual fit's Gram: ``blocked`` (``reason``) or streamed in ``slab_bytes`` slabs."""
 
     blocked: bool
     slab_bytes: int
     reason: str = ""
 
 
-def dual_plan(
-    M,
-    dtype,
-    max_gram_bytes=None,
-    client=None,
-    *,
-    held_bytes=0,
-    n_features=0,
-    n_inputs=0,
-    device=None,
-    warn=True,
-    summed=True,
-    held_what="the data",
-):
-    """The :class:`DualPlan` of a dask dual fit of ``M`` samples.
-
-    A worker of the streamed dual holds its Gram (``M^2``), ``held_bytes`` (``held_what``, for
-    the message) and two feature slabs of ``n_features`` columns in all, each column ``M``
-    features and ``n_inputs + 1`` frequencies; the slab shrinks from ``SLAB_BYTES`` to what the
-    budget leaves, down to :data:`MIN_SLAB_COLUMNS` columns. With ``summed`` (each worker makes a
-    Gram) and several workers, the worker that sums two holds ``2 M^2 + held_bytes`` below
-    :attr:`Budget.peak_room`. If either does not fit, the plan is blocked, with a
-    :class:`~rfol_dask.exceptions.MemoryPlanWarning` if ``warn``. ``device``: see
-    :func:`memory_budget`.
-    """
+def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0,
+              n_inputs=0, device=None, warn=True, summed=True, held_what="the data"):  # fmt: skip
+    """The :class:`DualPlan` of a dask dual fit of ``M`` samples: a worker of the streamed dual
+    holds its Gram, ``held_bytes`` (``held_what``) and two feature slabs (``n_features`` columns in
+    all, each ``M`` features and ``n_inputs + 1`` frequencies; from ``SLAB_BYTES`` down to
+    :data:`MIN_SLAB_COLUMNS` columns); with ``summed`` and several workers, the one that sums two
+    Grams holds ``2 M^2 + held_bytes`` below :attr:`Budget.peak_room`. Else the plan is blocked,
+    with a :class:`~rfol_dask.exceptions.MemoryPlanWarning` if ``warn``."""
     itemsize = np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client, device=device)
     gram = int(M) ** 2 * itemsize
@@ -377,18 +318,14 @@ def dual_plan(
         reason = _shortfall(M, gram, budget, extra)
         reason += "" if reduction_fits else f"; and {reduction}"
     if warn:
-        warnings.warn(
-            f"{reason}: factorising it blocked, across the workers",
-            MemoryPlanWarning,
-            stacklevel=user_stacklevel(),
-        )
+        msg = f"{reason}: factorising it blocked, across the workers"
+        warnings.warn(msg, MemoryPlanWarning, stacklevel=user_stacklevel())
     return DualPlan(blocked=True, slab_bytes=0, reason=reason)
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Whether the tiled dask dual keeps the rows of ``A`` for ``C = A^T Beta`` (else it makes
-    them again from the inputs)."""
+    """Whether the tiled dask dual keeps the rows of ``A`` for ``C = A^T Beta`` (else remade)."""
 
     keep_features: bool
 
@@ -396,18 +333,15 @@ class MemoryPlan:
 def memory_plan(client, M, N, dtype):
     """The :class:`MemoryPlan` of a tiled dual fit of ``M`` samples and ``N`` features: ``A`` is
     kept if it takes at most 30 % of the cluster's memory (else this machine's available)."""
-    limits = list(_worker_limits(client).values())
-    if not limits:
-        import psutil
+    import psutil
 
-        limits = [psutil.virtual_memory().available]
+    limits = list(_worker_limits(client).values()) or [psutil.virtual_memory().available]
     return MemoryPlan(keep_features=M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits))
 
 
 def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0, budget=None):
-    """How many ``size x size`` Grams of ``dtype``, each with ``with_each`` more bytes, a worker
-    (this process without a client) may hold at once beside ``beside`` bytes within its
-    :func:`memory_budget` (or ``budget``), at least 1: the chains of the primal's sum."""
+    """How many ``size x size`` Grams (each with ``with_each`` more bytes) a worker may hold beside
+    ``beside`` bytes within its :func:`memory_budget` (or ``budget``), at least 1."""
     each = int(size) ** 2 * np.dtype(dtype).itemsize + int(with_each)
     budget = budget if budget is not None else memory_budget(max_gram_bytes, client)
     return max(1, int((budget.bytes - beside) // max(each, 1)))

@@ -22,8 +22,7 @@ def _identity(x):
 
 
 #: values of fewer bytes (all together) stay in the graph; larger ones are shipped to the cluster
-#: once (:func:`broadcast`). Below distributed's large-graph warning (10 MB), which a graph that
-#: holds them would give at every compute.
+#: once (:func:`broadcast`); below distributed's large-graph warning (10 MB)
 EMBED_BYTES = 8 * 2**20
 
 #: seconds :func:`worker_addresses` waits for a first worker on a cluster that has none
@@ -42,11 +41,9 @@ def _nbytes(value):
 
 
 class _Shipped:
-    """Values persisted once on a cluster as the task of ``key`` (``future``). Pickled by the
-    client of ``future`` for its scheduler while ``future`` is held, they are the bare key (the
-    scheduler has them); pickled anywhere else (``pickle`` / ``joblib`` of a lazy result, another
-    client, after ``client.restart()``), the values themselves, so that the graph computes
-    wherever it goes."""
+    """Values persisted once on a cluster as the task of ``key`` (``future``): pickled by the client
+    of ``future`` while it is held, the bare key; anywhere else (``pickle`` of a lazy result,
+    another client, after a restart), the values themselves: the graph computes wherever it goes."""
 
     def __init__(self, values, key, future=None):
         self.values, self.key, self.future = values, key, future
@@ -59,8 +56,7 @@ class _Shipped:
 
 
 def _sent_by(client):
-    """Whether the pickling under way is ``client`` sending a graph (a method of ``client`` is
-    on the stack)."""
+    """Whether the pickling under way is ``client`` sending a graph (its method on the stack)."""
     frame = sys._getframe(1)
     while frame is not None:
         if "self" in frame.f_code.co_varnames[:1] and frame.f_locals.get("self") is client:
@@ -74,9 +70,8 @@ _FETCHED = {}
 
 
 def _shipped_values(values):
-    """The task of a :class:`_Shipped` key: its values. A bare key run inside another task (dask
-    inlines the tasks of a lazy result passed to ``dask.delayed``, as ``to_zarr`` does) fetches
-    them from the cluster of the worker running it (kept here for the next task)."""
+    """The task of a :class:`_Shipped` key: its values; a bare key inlined in another task (as
+    ``to_zarr`` does) fetches them from the worker's cluster (kept here for the next task)."""
     if not isinstance(values, _Shipped) or values.values is not None:
         return getattr(values, "values", values)
     worker, key = current_worker(), values.key
@@ -100,12 +95,8 @@ def _shipped_values(values):
 
 def broadcast(client, *values):
     """Delayed handles of values every task needs (frequencies, fitted arrays), never copied into
-    each task: arguments for delayed calls and map_blocks.
-
-    Below :data:`EMBED_BYTES` in all, or without a distributed client, they are graph values.
-    Larger ones are persisted on the client's cluster once, as a task that holds them (its
-    scheduler makes them again if their workers are lost, as it could not for scattered data);
-    the same objects shipped again while a graph using them lives reuse that copy."""
+    each task: graph values below :data:`EMBED_BYTES` or without a client, else persisted on the
+    cluster once as a task that holds them (remade if their workers are lost), reused while live."""
     if client is None or _nbytes(values) < EMBED_BYTES:
         return [dask.delayed(v, pure=True, traverse=False) for v in values]
     from distributed import futures_of
@@ -138,18 +129,15 @@ _SHIPPED = {}
 
 
 def pinned(worker):
-    """``dask.annotate`` preferring ``worker`` (loosely: another takes over if it dies); a
-    no-op for ``None``."""
+    """``dask.annotate`` preferring ``worker`` (another takes over if it dies); None: a no-op."""
     if worker is None:
         return contextlib.nullcontext()
     return dask.annotate(workers=[worker], allow_other_workers=True)
 
 
 def worker_addresses(client):
-    """The client's worker addresses, sorted; ``[None]`` without a client (one local "worker").
-
-    A cluster without workers (still starting, or restarted by their nannies) is given
-    :data:`WORKER_WAIT_S` seconds for a first one, then NoWorkersError."""
+    """The client's worker addresses, sorted (``[None]`` without a client); a cluster without
+    workers is given :data:`WORKER_WAIT_S` s for a first one, then NoWorkersError."""
     if client is None:
         return [None]
     workers = scheduler_workers(client)
@@ -168,9 +156,8 @@ def worker_addresses(client):
 
 
 def ask_workers(client, func, *args):
-    """``{address: func(*args)}`` run on every worker of ``client`` that answers: a worker lost
-    meanwhile (killed, its job ended) is left out, and asked again once if none answers; then
-    NoWorkersError. An error ``func`` raises is raised."""
+    """``{address: func(*args)}`` of every worker that answers (a lost one is left out; none:
+    asked again once, then NoWorkersError); an error ``func`` raises is raised."""
     for _ in range(2):
         answers = client.run(func, *args, workers=worker_addresses(client), on_error="return")
         for answer in answers.values():
@@ -186,17 +173,16 @@ def ask_workers(client, func, *args):
 
 
 def worker_slots(client, per_worker=None):
-    """One worker address per task thread (at most ``per_worker`` per worker), the first thread
-    of every worker first, so that the first entries spread over the workers; ``[None]`` per core
-    without a client."""
+    """One worker address per task thread (at most ``per_worker`` each), the first thread of every
+    worker first (the first entries spread over the workers); ``[None]`` per core without one."""
     cap = per_worker or float("inf")
     if client is None:
         return [None] * int(min(os.cpu_count() or 1, cap))
-    threads = {
-        a: max(1, int(min(w["nthreads"], cap))) for a, w in scheduler_workers(client).items()
-    }
+    workers = scheduler_workers(client)
     addresses = worker_addresses(client)  # waits for a first worker, else NoWorkersError
-    threads = {a: threads.get(a, 1) for a in addresses}
+    threads = {
+        a: max(1, int(min(workers[a]["nthreads"], cap))) if a in workers else 1 for a in addresses
+    }
     return [a for t in range(max(threads.values())) for a in addresses if threads[a] > t]
 
 
@@ -207,16 +193,13 @@ def first_worker():
 
 def current_worker():
     """The distributed worker running this task, or None (local schedulers, the client)."""
-    try:
+    with contextlib.suppress(ImportError, ValueError):
         from distributed import get_worker
 
         return get_worker()
-    except (ImportError, ValueError):
-        return None
 
 
 def worker_threads():
-    """BLAS threads for a task that runs alone on its worker: the worker's task threads, else
-    every core."""
+    """BLAS threads of a task alone on its worker: the worker's task threads, else every core."""
     worker = current_worker()
     return max(1, int(worker.state.nthreads)) if worker is not None else factor_threads()

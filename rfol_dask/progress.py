@@ -20,9 +20,8 @@ from .exceptions import NoWorkersError, WorkersKilledError
 
 logger = logging.getLogger("rfol_dask")
 
-#: how long the tasks of a scheduler started after this import wait on a cluster without workers
-#: (jobs past their walltime, preempted, cancelled) before they fail; upstream they wait for ever
-#: (a value the user configures wins)
+#: how long tasks wait on a cluster without workers (jobs ended) before they fail; upstream they
+#: wait for ever (a value the user configures wins)
 NO_WORKERS_TIMEOUT = "300s"
 dask.config.update_defaults(
     {"distributed": {"scheduler": {"no-workers-timeout": NO_WORKERS_TIMEOUT}}}
@@ -30,27 +29,21 @@ dask.config.update_defaults(
 
 
 def active_client():
-    """The active ``distributed.Client`` or None (never starts one). A scheduler chosen with
-    ``dask.config.set(scheduler=...)`` wins, as for dask's own collections: a Client (or its
-    ``get``) gives that Client, any other scheduler None."""
+    """The active ``distributed.Client`` or None (never starts one); a scheduler chosen with
+    ``dask.config.set(scheduler=...)`` wins: a Client (or its ``get``) that Client, else None."""
     chosen = dask.config.get("scheduler", None)
     chosen = getattr(chosen, "__self__", chosen)  # a Client's bound ``get`` stands for it
-    if chosen is not None and not (
-        isinstance(chosen, str) and chosen.lower() in ("dask.distributed", "distributed")
-    ):
+    if chosen is not None and str(chosen).lower() not in ("dask.distributed", "distributed"):
         return chosen if hasattr(chosen, "submit") and hasattr(chosen, "scatter") else None
     from distributed import get_client
 
-    try:
+    with contextlib.suppress(ValueError):  # no client
         return get_client()
-    except ValueError:
-        return None
 
 
 def scheduler_workers(client):
-    """``{address: info}`` of every worker of ``client`` (``nthreads``, ``memory_limit``, ...),
-    asked of the scheduler (``scheduler_info()`` lists 5 workers and is a cache that its periodic
-    refresh replaces)."""
+    """``{address: info}`` of every worker of ``client``, asked of the scheduler
+    (``scheduler_info()`` lists 5 workers, from a cache)."""
     if getattr(client, "asynchronous", False) or not hasattr(client, "sync"):
         return client.scheduler_info()["workers"]
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
@@ -73,12 +66,10 @@ def _memory_limits(client):
 
 
 def _redraw_seconds(out):
-    """How often a text bar on ``out`` is drawn: 0.1 s on a terminal, 10 s into a file or a pipe
-    (a log keeps every drawing). The bars still end as soon as the work ends."""
-    try:
+    """Seconds between drawings of a text bar on ``out``: 0.1 on a terminal, 10 into a file."""
+    with contextlib.suppress(AttributeError, ValueError):  # no isatty, or closed
         return 0.1 if out.isatty() else 10.0
-    except (AttributeError, ValueError):  # no isatty, or closed
-        return 10.0
+    return 10.0
 
 
 def _draw(out, desc, frac, elapsed, end=False):
@@ -89,8 +80,7 @@ def _draw(out, desc, frac, elapsed, end=False):
 
 
 class _LocalRun:
-    """Callbacks of dask's local scheduler: a text bar on ``out`` (if ``out``), and the state of
-    the run (its running tasks, for :func:`_compute_local`)."""
+    """Callbacks of dask's local scheduler: a text bar on ``out`` (if any), the run's state."""
 
     def __init__(self, desc, out=None):
         from dask.callbacks import Callback
@@ -114,9 +104,8 @@ class _LocalRun:
 
 
 def _compute_local(collections, progress, desc, settle):
-    """``dask.compute`` on dask's local scheduler, with a bar on stderr if ``progress``; with
-    ``settle`` on a pool of its own (threaded scheduler), whose running tasks end before an
-    interrupt or a failure propagates (its queued ones are dropped)."""
+    """``dask.compute`` on dask's local scheduler, a bar on stderr if ``progress``; ``settle``: on
+    a pool of its own whose running tasks end before a failure propagates (queued ones dropped)."""
     import dask.threaded
     from dask.base import get_scheduler
     from dask.system import CPU_COUNT
@@ -155,7 +144,7 @@ def _say_waiting(desc, n):
 
 def _text_bar(keys, scheduler, desc, out, drawn):
     """Block until ``keys`` finish, drawing distributed's text bar on ``out``; ``drawn`` (an
-    Event) is set at its first drawing (the scheduler tracks the keys) or its end."""
+    Event) is set at its first drawing or its end."""
     from distributed.diagnostics.progressbar import TextProgressBar
 
     every, last = _redraw_seconds(out), [-float("inf")]
@@ -192,10 +181,8 @@ def _widget_bar(futures, client, desc):
 
 
 def release(futures):
-    """Tell the cluster that this client no longer wants ``futures`` (their tasks, and those only
-    they need, are forgotten), now rather than when they are garbage-collected. Not
-    ``client.cancel``, which also cancels their dependents and can drop the client with every
-    future it holds (the user's persisted data)."""
+    """Tell the cluster now that this client no longer wants ``futures`` (not ``client.cancel``,
+    which also cancels their dependents and can drop every future of the client)."""
     for future in list(futures):
         future.release()
 
@@ -204,15 +191,11 @@ def compute(
     *collections, progress=False, client=None, desc="rfol_dask", consume=None, settle=False
 ):
     """``dask.compute(*collections)`` on the given or active client (else dask's local
-    scheduler), with a progress bar on stderr (a widget in a notebook) if ``progress``.
-
-    A task that keeps killing its workers raises :class:`WorkersKilledError`; a cluster whose
-    workers all ended for ``distributed.scheduler.no-workers-timeout`` :class:`NoWorkersError`.
-    ``consume(i, result)``, if given, receives each result as soon as it is computed (then
-    released on the cluster) and nothing is returned. ``settle``: on a failure or an interrupt,
-    the tasks already running end before the exception propagates (none still writes into a
-    store once the caller lets go of its lock); a second interrupt stops the wait.
-    """
+    scheduler), with a progress bar on stderr (a widget in a notebook) if ``progress``; a task
+    that kills its workers raises :class:`WorkersKilledError`, a cluster whose workers all ended
+    :class:`NoWorkersError`. ``consume(i, result)`` receives each result as soon as it is computed
+    (nothing is returned). ``settle``: on a failure or an interrupt, the running tasks end before
+    the exception propagates (none writes into a store after its lock); a second one stops it."""
     client = client if client is not None else active_client()
     if client is None:
         results = _compute_local(collections, progress, desc, settle)
@@ -267,8 +250,8 @@ def _let_running_end(client, futures, desc):
 
 
 def _collect(pending, client, desc, progress, consume):
-    """Gather the futures ``pending`` (``{index: future}``) under a progress bar as each finishes;
-    for ``consume``, if given, each popped from ``pending`` (the cluster forgets it)."""
+    """Gather the futures ``pending`` (``{index: future}``) under a progress bar as each finishes
+    (with ``consume``: popped, so that the cluster forgets it)."""
     from distributed import as_completed
     from distributed.utils import is_kernel
 

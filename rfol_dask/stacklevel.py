@@ -1,27 +1,19 @@
-"""Where the package's warnings point: the user's line that called into the package.
-
-``warnings.warn(message, category, stacklevel=user_stacklevel())`` attributes a warning to the
-first frame outside rfol_dask, whatever path led to it (Python 3.12's ``skip_file_prefixes``
-does the same; the package supports 3.11). No package imports: any module may use it.
+"""``warnings.warn(message, category, stacklevel=user_stacklevel())`` attributes a warning to the
+first frame outside rfol_dask (as Python 3.12's ``skip_file_prefixes``; the package supports 3.11).
 """
 
 from __future__ import annotations
 
 import sys
 
-__all__ = ["user_stacklevel"]
-
 #: plumbing between two of the package's frames (its context managers), skipped as they are
-_PLUMBING = frozenset({"contextlib"})
+_PLUMBING = {"contextlib"}
 
 #: modules that run the package's tasks in their threads: no user code below them
-_RUNNERS = frozenset(
-    {"dask", "distributed", "concurrent", "threading", "toolz", "tlz", "dask_cuda"}
-)
+_RUNNERS = {"dask", "distributed", "concurrent", "threading", "toolz", "tlz", "dask_cuda"}
 
 
-def _top(frame):
-    """The top-level package of the module running ``frame`` ('' where unknown)."""
+def _top(frame):  # the top-level package of the module running frame ('' where unknown)
     return str(frame.f_globals.get("__name__") or "").partition(".")[0]
 
 
@@ -29,8 +21,7 @@ def user_stacklevel():
     """The ``stacklevel`` for a ``warnings.warn`` made by the caller (in the call's arguments):
     the first frame outside rfol_dask (:mod:`contextlib` frames skipped), or, where the stack
     leaves the package into a task runner or never leaves it, its outermost frame (the task)."""
-    frame, level = sys._getframe(1), 1  # level 1: the function that warns
-    outermost = level
+    frame, level, outermost = sys._getframe(1), 1, 1  # level 1: the function that warns
     while frame is not None:
         top = _top(frame)
         if top == "rfol_dask":

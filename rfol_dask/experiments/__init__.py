@@ -1,24 +1,18 @@
-"""The paper's experiments: data access, baseline hyperparameters, runners and reports.
-
-``reproduce(names, quick=..., out=...)`` runs the reproduction (``rfol-dask reproduce`` and
-``benchmarks/reproduce.py`` call it); the reference figures and quick-mode bounds are the package
-data file ``reference.toml``. The core never imports this subpackage. Its names are imported from
-their modules on first use, so that the command line's parser imports no data set.
-"""
+"""The paper's experiments (``reproduce``: ``rfol-dask reproduce``), figures and bounds from
+``reference.toml``. Names are imported on first use: the command line's parser imports no data."""
 
 from importlib import import_module
 
-_WHERE = {
-    "data": ("SharedCluster", "load_split", "load_subset", "arrays", "grid"),
-    "selection": ("median_length_scale", "select_nugget"),
-    "measure": ("PeakMemory", "run_method"),
-    "runners": ("make_models", "run_fits", "run_equal_time", "run_curves", "run"),
-    "report": ("render",),
-    "reference": ("METHODS", "TUNED", "PARTS", "reference_data", "sizes", "quick_train"),
-    "reproduce": ("reproduce", "main"),
+_WHERE = {  # module: the names it gives
+    "data": "SharedCluster load_split load_subset arrays grid",
+    "selection": "median_length_scale select_nugget",
+    "measure": "PeakMemory run_method",
+    "runners": "make_models run_fits run_equal_time run_curves run",
+    "report": "render",
+    "reference": "METHODS TUNED PARTS reference_data sizes quick_train quick_bound paper_error",
+    "reproduce": "reproduce main",
 }
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-_MODULE_OF.update(quick_bound="reference", paper_error="reference")
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names.split()}
 __all__ = sorted(_MODULE_OF)
 
 

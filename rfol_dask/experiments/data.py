@@ -1,8 +1,5 @@
-"""Data access of the experiments: the seed-0 splits of the benchmark data sets, from Zarr stores.
-
-Sample ``i`` of a data set depends only on ``(seed, i)``, so the first samples of a large store are
-the same numbers as a fresh small store; :func:`load_subset` relies on it.
-"""
+"""Data access of the experiments: the seed-0 splits of the benchmark data sets, from Zarr stores
+(sample ``i`` depends only on ``(seed, i)``: :func:`load_subset` slices a larger store)."""
 
 from __future__ import annotations
 
@@ -13,46 +10,32 @@ import numpy as np
 import xarray as xr
 
 from .. import datasets
-
-__all__ = ["SharedCluster", "load_split", "load_subset", "arrays", "grid"]
+from ..cluster import close_client, local_client
 
 
 class SharedCluster:
-    """One LocalCluster of ``workers`` processes for all the data generated in a run.
-
-    Calling it returns the client, starting the cluster on the first call (so a run whose stores
-    all exist starts none); ``workers=0`` returns None (dask threads in this process).
-    """
+    """One LocalCluster of ``workers`` processes for the data generated in a run, started on the
+    first call (which returns its client; ``workers=0``: None, dask threads in this process)."""
 
     def __init__(self, workers: int):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ValueError(
-                f"workers must be a whole number >= 0 (0: threads in this process), got {workers!r}"
-            )
+            raise ValueError(f"workers must be a whole number >= 0 (0: threads), got {workers!r}")
         self.workers, self.client = workers, None
 
     def __call__(self):
         if self.client is None and self.workers:
-            from ..cluster import local_client
-
             self.client = local_client(n_workers=self.workers)
         return self.client
 
     def close(self) -> None:
-        from ..cluster import close_client
-
         close_client(self.client)
         self.client = None
 
 
 def load_split(name: str, data_dir, max_test: int, cluster=None) -> tuple[xr.Dataset, xr.Dataset]:
-    """The paper-size split of data set ``name`` (seed 0), loaded into memory: ``(train, test)``.
-
-    ``train`` holds the paper's training size, ``test`` ``min(paper test size, max_test)``
-    samples: read from the store ``<data_dir>/<name>.zarr`` when it holds them, else made there on
-    ``cluster()`` (a :class:`SharedCluster`; None: dask threads), resuming an interrupted run
-    (:func:`rfol_dask.datasets.reuse_or_generate`: a store of other data is refused).
-    """
+    """The paper-size split ``(train, test)`` of data set ``name`` (seed 0, at most ``max_test``
+    test samples) in memory, from ``<data_dir>/<name>.zarr``, generated there on ``cluster()``
+    where missing (:func:`rfol_dask.datasets.reuse_or_generate`: other data is refused)."""
     paper = datasets.get(name).paper
     n_train, n_test = paper["train"], min(paper["test"], max_test)
     path = Path(data_dir) / f"{name}.zarr"
@@ -60,21 +43,15 @@ def load_split(name: str, data_dir, max_test: int, cluster=None) -> tuple[xr.Dat
     return ds.isel(sample=slice(0, n_train)), ds.isel(sample=slice(n_train, None))
 
 
-def load_subset(
-    name: str, n_train: int, n_test: int, data_dir, cluster=None
-) -> tuple[xr.Dataset, xr.Dataset]:
-    """Samples ``[0, n_train)`` (train) and ``[n_train, n_train + n_test)`` (test), seed 0.
-
-    The paper-size store ``<data_dir>/<name>.zarr`` of :func:`load_split` is sliced when it holds
-    enough default seed-0 samples; otherwise ``n_train + n_test`` samples are generated into
-    ``<data_dir>/subsets/<name>_<n>.zarr`` on ``cluster()`` (None: dask threads).
-    """
+def load_subset(name: str, n_train: int, n_test: int, data_dir, cluster=None):
+    """Samples ``[0, n_train)`` (train) and ``[n_train, n_train + n_test)`` (test), seed 0: sliced
+    from the store of :func:`load_split` where it holds them, else generated into
+    ``<data_dir>/subsets/<name>_<n>.zarr`` on ``cluster()`` (None: dask threads)."""
     total = n_train + n_test
     try:
         ds = datasets.open_dataset(Path(data_dir) / f"{name}.zarr")
-        if ds.sizes["sample"] < total or datasets.request_mismatch(
-            json.loads(ds.attrs.get("rfol_dask_meta", "{}")), name
-        ):
+        meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
+        if ds.sizes["sample"] < total or datasets.request_mismatch(meta, name):
             raise ValueError("too small or other data")
     except (FileNotFoundError, ValueError):
         path = Path(data_dir) / "subsets" / f"{name}_{total}.zarr"
@@ -92,7 +69,5 @@ def arrays(ds: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
 
 def grid(da: xr.DataArray) -> tuple[np.ndarray, ...] | None:
     """The 1-D coordinates of the grid dimensions of ``da`` (None when a dimension has none)."""
-    dims = da.dims[1:]
-    return (
-        tuple(np.asarray(da[d].values) for d in dims) if all(d in da.coords for d in dims) else None
-    )
+    if all(d in da.coords for d in da.dims[1:]):
+        return tuple(np.asarray(da[d].values) for d in da.dims[1:])

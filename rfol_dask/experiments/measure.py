@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
 import statistics
 import threading
 import time
@@ -12,32 +12,21 @@ import psutil
 
 from ..metrics import relative_l2_error
 
-__all__ = ["PeakMemory", "run_method"]
-
 
 class PeakMemory:
-    """Peak resident memory of this process and its children (e.g. LocalCluster workers).
-
-    Sampled every ``interval`` seconds in a thread while the ``with`` block runs; afterwards
-    ``peak`` is the peak and ``increase`` the peak minus the resident memory at entry, in bytes.
-    With ``every`` (seconds), ``timeline`` holds ``(seconds since entry, peak since the previous
-    entry)`` pairs about that far apart (for a plot, or the peak of a phase: :meth:`peak_between`).
-    """
+    """Peak resident memory of this process and its children (LocalCluster workers), sampled every
+    ``interval`` s while the ``with`` block runs: ``peak`` and ``increase`` (over the entry's), in
+    bytes; with ``every`` (s), ``timeline`` holds ``(seconds since entry, peak since the previous
+    entry)`` pairs about that far apart (the peak of a phase: :meth:`peak_between`)."""
 
     def __init__(self, interval: float = 0.005, every: float | None = None):
-        self.interval = interval
-        self.every = every
-        self.peak = 0
-        self.timeline = []
+        self.interval, self.every, self.peak, self.timeline = interval, every, 0, []
 
     def _rss(self) -> int:
-        proc = psutil.Process(os.getpid())
-        total = proc.memory_info().rss
+        total = (proc := psutil.Process()).memory_info().rss  # this process
         for child in proc.children(recursive=True):
-            try:
+            with contextlib.suppress(psutil.Error):  # ended meanwhile
                 total += child.memory_info().rss
-            except psutil.Error:
-                pass
         return total
 
     def _run(self):
@@ -56,10 +45,8 @@ class PeakMemory:
         return max((rss for t, rss in self.timeline if t0 <= t < t1), default=0)
 
     def __enter__(self):
-        self.base = self._rss()
-        self.peak = self.base
-        self._t0 = time.perf_counter()
-        self._stop = threading.Event()
+        self.base = self.peak = self._rss()
+        self._t0, self._stop = time.perf_counter(), threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -69,19 +56,13 @@ class PeakMemory:
         self._thread.join()
         self.peak = max(self.peak, self._rss())
         self.increase = self.peak - self.base
-        return False
 
 
 def run_method(model, U, V, Ut, Vt, repeats: int = 1):
-    """Fit ``model`` on ``U`` (M, n) / ``V`` (M, m), predict ``Ut`` (M_test, n), ``repeats`` times.
-
-    Returns ``(row, prediction)``: ``row`` holds ``error`` (relative L2 against ``Vt``), ``fit_s``
-    and ``predict_s`` (medians over the repeats), ``peak_mib`` (peak of the memory allocated
-    through Python, numpy arrays included but BLAS / LAPACK workspaces not, during fit + predict,
-    by ``tracemalloc``, above what was allocated before) and ``rss_mib`` (growth of the resident
-    memory, :class:`PeakMemory`; it misses memory the allocator reuses, so it is a lower bound);
-    ``prediction`` has shape (M_test, m).
-    """
+    """Fit ``model`` on ``U`` (M, n) / ``V`` (M, m), predict ``Ut`` (M_test, n), ``repeats`` times:
+    ``(row, prediction (M_test, m))``; ``row``: ``error`` (relative L2 against ``Vt``), ``fit_s``
+    and ``predict_s`` (medians), ``peak_mib`` (tracemalloc's peak during fit + predict: numpy
+    arrays, not BLAS workspaces) and ``rss_mib`` (growth of the resident memory: a lower bound)."""
     fits, preds = [], []
     tracemalloc.start()
     try:
@@ -97,11 +78,6 @@ def run_method(model, U, V, Ut, Vt, repeats: int = 1):
         peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
-    row = {
-        "error": relative_l2_error(Vt, pred),
-        "fit_s": statistics.median(fits),
-        "predict_s": statistics.median(preds),
-        "peak_mib": peak / 2**20,
-        "rss_mib": pm.increase / 2**20,
-    }
-    return row, pred
+    row = dict(error=relative_l2_error(Vt, pred), fit_s=statistics.median(fits))
+    row.update(predict_s=statistics.median(preds), peak_mib=peak / 2**20)
+    return dict(row, rss_mib=pm.increase / 2**20), pred

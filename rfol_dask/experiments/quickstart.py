@@ -11,13 +11,11 @@ from ..plotting import plot_prediction
 
 
 def quickstart(args, client=None):
-    """Generate (or reuse) ``args.train + args.test`` samples of ``args.dataset`` in
-    ``args.out``, fit ``RandomFeatureOperatorCV`` (law, gamma and alpha chosen on the last 20 %
-    of the training samples) on the first ``args.train``, print its test error beside the
+    """Generate (or reuse) ``args.train + args.test`` samples of ``args.dataset`` in ``args.out``,
+    fit a ``RandomFeatureOperatorCV`` on the first ``args.train``, print its test error beside the
     paper's, save the model and plot a test sample. Returns 0."""
     dataset, n_train, n_test, seed, out = args.dataset, args.train, args.test, args.seed, args.out
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out := Path(out)).mkdir(parents=True, exist_ok=True)
     spec = datasets.get(dataset)
     store = out / (f"{dataset}.zarr" if not seed else f"{dataset}_seed{seed}.zarr")
     print(f"rfol-dask quickstart: {dataset} ({spec.description})")
@@ -32,21 +30,17 @@ def quickstart(args, client=None):
     pred = model.predict(test["input"]).compute()
     model.save(out / "model.zarr")
     err, best = relative_l2_error(test["output"], pred), model.best_params_
-    print(
-        f"tuned: {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
-        f"N={best['n_features']}: {fit_s:.1f} s (search + refit)"
-    )
+    print(f"tuned: {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
+          f"N={best['n_features']}: {fit_s:.1f} s (search + refit)")  # fmt: skip
     paper = ", ".join(
         f"{k} {spec.paper[k]:.3g}" for k in ("cauchy", "gaussian") if spec.paper.get(k)
     )
     print(f"relative L2 test error: {err:.3e} (paper: {paper or '-'})")
-    dims = ds["output"].dims[1:]
+    dims, title = ds["output"].dims[1:], f"{dataset}: test sample 0"
+    grid = ds[dims[0]] if len(dims) == 1 and dims[0] in ds.coords else None
+    preds = {f"tuned {best['distribution']}": pred.values[0]}
     png = plot_prediction(
-        out / "quickstart.png",
-        test["output"].values[0],
-        {f"tuned {best['distribution']}": pred.values[0]},
-        grid=ds[dims[0]] if len(dims) == 1 and dims[0] in ds.coords else None,
-        title=f"{dataset}: test sample 0",
+        out / "quickstart.png", test["output"].values[0], preds, grid=grid, title=title
     )
     print(f"figure: {png}\nmodel: {out / 'model.zarr'}")
     return 0

@@ -1,8 +1,5 @@
-"""The reproduction's reference figures and quick-mode settings, read from ``reference.toml``.
-
-The file ships inside the package (package data), so an installed package needs no source tree.
-This module imports nothing heavy at import time: the command-line parser reads :data:`PARTS`.
-"""
+"""The reproduction's reference figures and quick-mode settings, from the package data file
+``reference.toml``. Nothing heavy is imported: the command-line parser reads :data:`PARTS`."""
 
 from __future__ import annotations
 
@@ -11,26 +8,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-__all__ = [
-    "METHODS",
-    "TUNED",
-    "PARTS",
-    "reference_data",
-    "part_applies",
-    "sizes",
-    "quick_train",
-    "quick_bound",
-    "paper_error",
-    "paper_equal_time",
-]
-
-#: the methods of every fits table, in order: the paper's settings (RF), the median heuristic
-#: (kernels), then the models selected on the training split (``rf_tuned``: RandomFeatureOperatorCV,
-#: ``kernel_tuned``: KernelOperatorCV)
+#: the methods of every fits table: the paper's settings (RF), the median heuristic (kernels),
+#: then RandomFeatureOperatorCV and KernelOperatorCV selected on the training split (TUNED)
 METHODS = ("rf_cauchy", "rf_gaussian", "rbf", "matern52", "linear", "rf_tuned", "kernel_tuned")
-#: the selected (tuned) methods of :data:`METHODS`
 TUNED = ("rf_tuned", "kernel_tuned")
-#: the parts of a reproduction run
 PARTS = ("fits", "equal_time", "curves")
 
 
@@ -42,12 +23,8 @@ def reference_data() -> dict[str, Any]:
 
 
 def part_applies(name: str, part: str) -> bool:
-    """Whether the paper has ``part`` for data set ``name``: fits for every set, the equal-time
-    comparison and the error curves for the sets of ``equal_time_sets`` and ``curve_sets``."""
-    return (
-        part == "fits"
-        or name in reference_data()[{"equal_time": "equal_time_sets", "curves": "curve_sets"}[part]]
-    )
+    """Whether the paper has ``part`` for data set ``name`` (fits: every set)."""
+    return part == "fits" or name in reference_data()[part.rstrip("s") + "_sets"]
 
 
 def sizes(quick: bool) -> dict[str, int]:
@@ -57,8 +34,7 @@ def sizes(quick: bool) -> dict[str, int]:
 
 
 def quick_train(name: str) -> int:
-    """Training samples of data set ``name`` in quick mode."""
-    quick = reference_data()["quick"]
+    quick = reference_data()["quick"]  # training samples of data set ``name`` in quick mode
     return int(quick["train_by_set"].get(name, quick["train"]))
 
 
@@ -67,25 +43,16 @@ def quick_bound(name: str, method: str) -> float:
     try:
         return float(reference_data()["quick"]["bounds"][name][method])
     except KeyError:
-        raise ValueError(
-            f"reference.toml has no quick-mode bound for {name!r} / {method!r}"
-        ) from None
+        msg = f"reference.toml has no quick-mode bound for {name!r} / {method!r}"
+        raise ValueError(msg) from None
 
 
 def paper_error(name: str, method: str) -> float | None:
-    """The published relative test error of ``method`` on ``name`` (None where there is none).
-
-    RF figures come from the data set's spec (``datasets.get(name).paper``), the kernel and linear
-    ones from ``reference.toml``. The tuned rows compare with the better published figure of their
-    kind: ``rf_tuned`` with the better of the paper's two RF errors, ``kernel_tuned`` with the
-    better of its RBF and Matern 5/2 errors.
-    """
-    if method == "rf_tuned":
-        return min(paper_error(name, "rf_cauchy"), paper_error(name, "rf_gaussian"))
-    if method == "kernel_tuned":
-        known = [
-            e for e in (paper_error(name, "rbf"), paper_error(name, "matern52")) if e is not None
-        ]
+    """The published relative test error of ``method`` on ``name`` (None where there is none);
+    a tuned row's is the better published figure of its kind (RF; RBF and Matern 5/2)."""
+    if method in TUNED:
+        kin = ("rf_cauchy", "rf_gaussian") if method == "rf_tuned" else ("rbf", "matern52")
+        known = [e for e in (paper_error(name, k) for k in kin) if e is not None]
         return min(known) if known else None
     if method.startswith("rf_"):
         from .. import datasets

@@ -9,22 +9,19 @@ import numpy as np
 
 from .reference import METHODS, PARTS, TUNED, reference_data
 
-__all__ = ["render", "fmt_error", "fits_table", "tuned_note", "equal_time_table", "curves_table"]
-__all__ += ["foreign_outputs", "read_results", "write_results"]
-
 _TABLE_HEADS = ("| data set |", "| equal time |", "| curve (Cauchy) |")  # a table.md's first line
 
 
 def fmt_error(x, pct=True, missing="-"):
-    """``x`` in percent (or plain with ``pct=False``) to 3 digits; ``missing`` for None / NaN (a
-    measured error passes ``"nan"``, so that it never reads as a value the paper lacks)."""
+    """``x`` in percent (or plain) to 3 digits; ``missing`` for None / NaN (a measured error
+    passes ``"nan"``: never read as a figure the paper lacks)."""
     if x is None or not np.isfinite(x):
         return missing
     return f"{100 * x:.3g}" if pct else f"{x:.3g}"
 
 
 def _json_safe(x):
-    """``x`` with every non-finite float as None (JSON has no NaN: strict parsers refuse it)."""
+    """``x`` with every non-finite float as None (strict JSON parsers refuse NaN)."""
     if isinstance(x, dict):
         return {k: _json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
@@ -35,8 +32,7 @@ def _json_safe(x):
 
 
 def write_results(path, results):
-    """Write ``results`` to the JSON file ``path`` atomically (a temporary file renamed over it, so
-    an interrupted write leaves the old file), non-finite floats as ``null``."""
+    """Write ``results`` to the JSON file ``path`` atomically, non-finite floats as ``null``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(_json_safe(results), indent=1, allow_nan=False))
@@ -48,9 +44,7 @@ def read_results(path):
     try:
         return json.loads(Path(path).read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"{path} is not valid JSON ({exc}); delete it (or move it away) and run again"
-        ) from exc
+        raise ValueError(f"{path} is not valid JSON ({exc}); delete it and run again") from exc
 
 
 def _is_results(path):
@@ -67,10 +61,8 @@ def _is_results(path):
 
 
 def foreign_outputs(out, names=None):
-    """The files in ``out`` that a run of the data sets ``names`` (default all) would write over
-    and that reproduce did not write: never replaced. Its own are the results files of the data
-    sets (:func:`_is_results`), their figures, a ``table.md`` of :func:`render` and, beside results
-    files, ``curves.png``."""
+    """The files in ``out`` that a run of ``names`` (default all) would write over and that
+    reproduce did not write (results files, their figures, ``curves.png``, ``table.md``)."""
     out, sets = Path(out), reference_data()["sets"]
     results = [n for n in sets if _is_results(out / f"{n}.json")]
     own = {f"{n}.{ext}" for n in results for ext in ("json", "png")}
@@ -84,23 +76,18 @@ def foreign_outputs(out, names=None):
 
 
 def _slope(x, digits=3):
-    """A fitted slope, or "-" where fewer than two points were left to fit (saturated at once) or
-    the fit gave NaN (``None`` in strict JSON)."""
+    """A fitted slope, or "-" where there is none (too few points, NaN: ``None`` in JSON)."""
     return "-" if x is None or not np.isfinite(x) else f"{x:+.{digits}f}"
 
 
 def fits_table(results: dict) -> list[str]:
-    """Rows of the fits table: one per data set and method (error, paper, times, memory; a quick
-    run's ``bound %`` and a full run's error / paper ``ratio``, each column shown when some row has
-    it, ``-`` in the rows of the other kind: a folder may hold both)."""
+    """Rows of the fits table: one per data set and method; a quick run's ``bound %`` and a full
+    run's error / paper ``ratio`` columns where some row has them (a folder may hold both)."""
     fits = {name: r for name, r in results.items() if "fits" in r}
     kinds = [k for k in (True, False) if k in {bool(r["quick"]) for r in fits.values()}]
     heads = " | ".join({True: "bound %", False: "ratio"}[k] for k in kinds)
-    lines = [
-        f"| data set | train / test | method | error % | paper % | {heads} | fit s | predict s "
-        "| peak MiB |",
-        "|---|---|---|---|---|" + "---|" * len(kinds) + "---|---|---|",
-    ]
+    head = f"| data set | train / test | method | error % | paper % | {heads} | fit s | predict s "
+    lines = [head + "| peak MiB |", "|---|---|---|---|---|" + "---|" * len(kinds) + "---|---|---|"]
     for name, r in fits.items():
         size = f"{r['train']} / {r['test']}"
         if r["paper_test"] != r["test"] and not r["quick"]:
@@ -112,13 +99,11 @@ def fits_table(results: dict) -> list[str]:
                 ratio = None if None in (m["error"], m["paper"]) else m["error"] / m["paper"]
                 col = "-" if m["paper"] is None else fmt_error(ratio, pct=False, missing="nan")
             cols = " | ".join(col if k == bool(r["quick"]) else "-" for k in kinds)
-            error = fmt_error(m["error"], missing="nan") + (
-                "" if m.get("passed", True) else " **over bound**"
-            )
-            lines.append(
-                f"| {name} | {size} | {label} | {error} | {fmt_error(m['paper'])} | {cols} | "
-                f"{m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f} |"
-            )
+            error = fmt_error(m["error"], missing="nan")
+            error += "" if m.get("passed", True) else " **over bound**"
+            times = f"{m['fit_s']:.3g} | {m['predict_s']:.3g} | {m['peak_mib']:.0f}"
+            paper = fmt_error(m["paper"])
+            lines.append(f"| {name} | {size} | {label} | {error} | {paper} | {cols} | {times} |")
     return lines
 
 
@@ -146,16 +131,12 @@ def tuned_note(results: dict) -> list[str]:
     span = {g: f"{min(grid):.3g}..{max(grid):.3g}" for g, grid in (("gamma", DEFAULT_GAMMAS),
             ("alpha", DEFAULT_ALPHAS), ("scale", DEFAULT_LENGTH_SCALES))}  # fmt: skip
     grown = ", ".join(str(g) for g in sorted(grown - {None}))
+    grown = grown and f", then N grown up to {grown} features while the validation error falls"
+    grown = grown and f"{grown} (its N is not the paper's)"
     return [
         f"rf_tuned: RandomFeatureOperatorCV ({', '.join(DEFAULT_LAWS)}; gamma {span['gamma']} x "
-        f"the median heuristic, alpha {span['alpha']}) at the N of the RF rows"
-        + (
-            f", then N grown up to {grown} features while the validation error falls (its N is "
-            "not the paper's)"
-            if grown
-            else ""
-        )  # fmt: skip
-        + f"; kernel_tuned: KernelOperatorCV (RBF, Matern 5/2, inverse quadratic, length scale "
+        f"the median heuristic, alpha {span['alpha']}) at the N of the RF rows{grown}"
+        f"; kernel_tuned: KernelOperatorCV (RBF, Matern 5/2, inverse quadratic, length scale "
         f"{span['scale']} x the median, nugget {span['alpha']}). Both are selected on the last "
         "20 % of the TRAINING split (never the test set) and refitted on all of it; their fit "
         "time includes the search. Their paper % is the better published figure of their kind "
@@ -165,41 +146,35 @@ def tuned_note(results: dict) -> list[str]:
 
 def equal_time_table(results: dict) -> list[str]:
     """Rows of the equal-time table (the paper's table 2)."""
-    lines = [
-        "| equal time | train / test | method | N | error % | train s | paper error % | paper s |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    head = (
+        "| equal time | train / test | method | N | error % | train s | paper error % | paper s |"
+    )
+    lines = [head, "|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         e = r["equal_time"]
         for label in ("rbf", "matern52", "rf_cauchy", "rf_gaussian"):
             m = e["methods"][label]
-            p = m["paper"] or (None, None)
-            lines.append(
-                f"| {name} | {e['train']} / {e['test']} | {label} | {m.get('n_features', '-')} | "
-                f"{fmt_error(m['error'], missing='nan')} | {m['train_s']:.3g} | "
-                f"{fmt_error(p[0])} | {p[1] or '-'} |"
-            )
+            p, size = m["paper"] or (None, None), f"{e['train']} / {e['test']}"
+            lines.append(f"| {name} | {size} | {label} | {m.get('n_features', '-')} | "
+                         f"{fmt_error(m['error'], missing='nan')} | {m['train_s']:.3g} | "
+                         f"{fmt_error(p[0])} | {p[1] or '-'} |")  # fmt: skip
     return lines
 
 
 def curves_table(results: dict) -> list[str]:
     """Rows of the curves table: slopes, saturation and the floor fit past N = 2M."""
-    lines = [
-        "| curve (Cauchy) | train / test | N | seeds | error slope | points fitted | "
-        "saturated at N | "
-        "fit-time slope | N >= 2M: floor + c N^-p, p | floor % |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = ["| curve (Cauchy) | train / test | N | seeds | error slope | points fitted | "]
+    lines[0] += "saturated at N | fit-time slope | N >= 2M: floor + c N^-p, p | floor % |"
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         c = r["curves"]
         s, ex = c["slope"], c.get("excess", {})
-        lines.append(
-            f"| {name} | {c['train']} / {c['test']} | {c['n_features'][0]}-{c['n_features'][-1]} | "
-            f"{len(c['seeds'])} | {_slope(s['slope'])} | {s['n_points']} | "
-            f"{'-' if s['saturated_at'] is None else int(s['saturated_at'])} | "
-            f"{_slope(c['time_slope']['slope'], 2)} | {fmt_error(ex.get('p'), pct=False)} | "
-            f"{fmt_error(ex.get('floor'))} |"
-        )
+        sat = "-" if s["saturated_at"] is None else int(s["saturated_at"])
+        floor = f"{fmt_error(ex.get('p'), pct=False)} | {fmt_error(ex.get('floor'))}"
+        n, time_slope = c["n_features"], _slope(c["time_slope"]["slope"], 2)
+        size, slope = f"{c['train']} / {c['test']}", f"{_slope(s['slope'])} | {s['n_points']}"
+        row = f"{n[0]}-{n[-1]} | {len(c['seeds'])} | {slope} | {sat} | {time_slope} | {floor}"
+        lines.append(f"| {name} | {size} | {row} |")
     return lines
 
 
@@ -211,13 +186,9 @@ def render(out, names=None) -> str:
     results = {n: read_results(out / f"{n}.json") for n in names if (out / f"{n}.json").exists()}
     tables = []
     if any("fits" in r for r in results.values()):
-        tables.append(fits_table(results))
-        note = tuned_note(results)
-        if note:
-            tables.append(note)
+        tables += [fits_table(results)] + ([note] if (note := tuned_note(results)) else [])
     for part, table in (("equal_time", equal_time_table), ("curves", curves_table)):
-        subset = {n: r for n, r in results.items() if part in r}
-        if subset:
+        if subset := {n: r for n, r in results.items() if part in r}:
             tables.append(table(subset))
     text = "\n\n".join("\n".join(t) for t in tables) + "\n"
     (out / "table.md").write_text(text)

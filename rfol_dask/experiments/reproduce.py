@@ -17,8 +17,6 @@ from pathlib import Path
 
 from .reference import PARTS, part_applies, reference_data, sizes
 
-__all__ = ["reproduce", "add_arguments", "run_args", "build_parser", "main"]
-
 
 def _curve_figure(out):
     """``<out>/curves.png`` from the curves of every ``<out>/<name>.json`` present."""
@@ -27,37 +25,18 @@ def _curve_figure(out):
 
     files = [Path(out) / f"{n}.json" for n in reference_data()["curve_sets"]]
     plots = {f.stem: read_results(f).get("curves") for f in files if f.exists()}
-    plots = {n: c for n, c in plots.items() if c}
-    if plots:
-        plot_curves(
-            Path(out) / "curves.png", plots, title="Cauchy random features: error and fit time vs N"
-        )
-
-
-def _check_modes(out, names, quick):
-    """ValueError where ``<out>/<name>.json`` holds results of the other mode (quick or full): this
-    run's parts would be merged into it beside them, one file of two sizes."""
-    from .report import read_results
-
-    for name in names:
-        path = Path(out) / f"{name}.json"
-        earlier = read_results(path).get("quick") if path.is_file() else None
-        if earlier is not None and bool(earlier) != bool(quick):
-            mode = {True: "quick (--quick)", False: "full"}
-            raise ValueError(
-                f"{path} holds {mode[bool(earlier)]} results and this run is "
-                f"{mode[bool(quick)]}: give --out another folder (by default quick runs write "
-                "into <out>/quick), or move the file away"
-            )
+    if plots := {n: c for n, c in plots.items() if c}:
+        title = "Cauchy random features: error and fit time vs N"
+        plot_curves(Path(out) / "curves.png", plots, title=title)
 
 
 def _check_run(names, parts, out, data, quick):
-    """The names and parts to run; ValueError before any work for unknown names or parts, an
-    ``out`` or ``data`` that is a file, files in ``out`` that reproduce did not write where it
-    would write (never replaced), results files of the other mode (quick or full)."""
+    """The names and parts to run; ValueError before any work for unknown names or parts, a file
+    for ``out`` or ``data``, files in ``out`` that reproduce did not write (never replaced), or
+    results files of the other mode (quick or full: one file would hold two sizes)."""
     from .. import datasets
     from ..stores import check_parent_dir
-    from .report import foreign_outputs
+    from .report import foreign_outputs, read_results
 
     if isinstance(names, str):
         names = reference_data()["sets"] if names == "all" else names.split(",")
@@ -68,60 +47,53 @@ def _check_run(names, parts, out, data, quick):
         raise ValueError(f"parts must be a subset of {PARTS}, got {parts}")
     skipped = [(n, p) for n in names for p in parts if not part_applies(n, p)]
     if len(skipped) == len(names) * len(parts):
-        ref = reference_data()
-        raise ValueError(
-            f"nothing to run: the paper has no {' or '.join(parts)} for {', '.join(names)} "
-            f"(equal time: {', '.join(ref['equal_time_sets'])}; "
-            f"curves: {', '.join(ref['curve_sets'])})"
-        )
+        has = {k: ", ".join(reference_data()[f"{k}_sets"]) for k in ("equal_time", "curve")}
+        msg = f"{' or '.join(parts)} for {', '.join(names)}"
+        msg += f" (equal time: {has['equal_time']}; curves: {has['curve']})"
+        raise ValueError(f"nothing to run: the paper has no {msg}")
     for n, p in skipped:
         print(f"{n}: no {p} in the paper; skipped")
     for folder, what in ((out, "the results"), (data, "the data sets")):
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"{folder} is a file, not a folder for {what}; pick another path")
         check_parent_dir(folder, what)
-    foreign = foreign_outputs(out, names)
-    if foreign:
+    if foreign := foreign_outputs(out, names):
         raise ValueError(
             f"{out} holds files that reproduce did not write: {', '.join(foreign)}; it would write "
             "over them: give --out another folder (or move them away)"
         )
-    _check_modes(out, names, quick)
+    mode = {True: "quick (--quick)", False: "full"}
+    for path in (Path(out) / f"{name}.json" for name in names):
+        earlier = read_results(path).get("quick") if path.is_file() else None
+        if earlier is not None and bool(earlier) != bool(quick):
+            raise ValueError(
+                f"{path} holds {mode[bool(earlier)]} results and this run is {mode[bool(quick)]}: "
+                "give --out another folder (by default quick runs write into <out>/quick), or "
+                "move the file away"
+            )
     return names, parts
 
 
-def reproduce(
-    names="all",
-    *,
-    quick=False,
-    out="reproduce_output",
-    data=None,
-    parts=PARTS,
-    workers=2,
-    grow_to=None,
-) -> int:
-    """Run ``parts`` of the reproduction on ``names`` (a list, a comma-separated string or "all").
-
-    Writes ``<out>/<name>.json``, ``<name>.png``, ``curves.png`` and ``table.md``; data-set stores
-    are read from (or generated into) ``data`` (default ``<out>/data``) on a LocalCluster of
-    ``workers`` processes (0: dask threads). ``grow_to``: the "RF tuned" row grows N up to this
-    many features. Returns 0, or 1 when a quick-mode error is over its bound. Each part is
-    written when done: a failed or interrupted run keeps them, with their ``table.md``.
-    """
+def reproduce(names="all", *, quick=False, out="reproduce_output", data=None, parts=PARTS,
+              workers=2, grow_to=None) -> int:  # fmt: skip
+    """Run ``parts`` of the reproduction on ``names`` (a list, a comma-separated string or "all"):
+    ``<out>/<name>.json`` and ``.png`` written after each part, ``curves.png`` and ``table.md``;
+    missing data generated into ``data`` (default ``<out>/data``) on ``workers`` processes (0:
+    dask threads); ``grow_to``: the "RF tuned" row grows N up to this many features. Returns 0, or
+    1 when a quick-mode error is over its bound."""
     import numpy as np
 
     from .data import SharedCluster
     from .report import render
     from .runners import run
 
-    out = Path(out)
-    data = out / "data" if data is None else Path(data)
+    out, data = Path(out), Path(out) / "data" if data is None else Path(data)
     names, parts = _check_run(names, parts, out, data, quick)
     if grow_to is not None and int(grow_to) < 1:
         raise ValueError(f"grow_to must be a number of features >= 1, got {grow_to}")
     cluster = SharedCluster(workers)  # checks workers; starts nothing yet
-    out.mkdir(parents=True, exist_ok=True)
-    data.mkdir(parents=True, exist_ok=True)
+    for folder in (out, data):
+        folder.mkdir(parents=True, exist_ok=True)
     cfg, t0, results = dict(sizes(quick), grow_to=grow_to), time.perf_counter(), {}
     with np.errstate(all="ignore"):
         try:
@@ -137,76 +109,43 @@ def reproduce(
     _curve_figure(out)
     print("\n" + render(out))
     print(f"total {time.perf_counter() - t0:.1f} s; results in {out}")
-    methods = {
-        f"{n}/{k}": m
-        for n, r in results.items()
-        for k, m in r.get("fits", {}).get("methods", {}).items()
-    }
-    failed = [key for key, m in methods.items() if not m.get("passed", True)]
+    fits = {n: r.get("fits", {}).get("methods", {}) for n, r in results.items()}
+    failed = [f"{n}/{k}" for n, f in fits.items() for k, m in f.items() if not m.get("passed", 1)]
     if failed:
         print(f"over the quick-mode bound: {', '.join(failed)}")
     return 1 if failed else 0
 
 
-def add_arguments(
-    parser: argparse.ArgumentParser, default_out="reproduce_output", default_data=None
-):
+def add_arguments(parser, default_out="reproduce_output", default_data=None):
     """The reproduction's options (of ``rfol-dask reproduce`` and ``benchmarks/reproduce.py``)."""
-    data_help = f"{default_out}/data" if default_data is None else default_data
-    parser.add_argument("name", help="a data set, a comma-separated list, or 'all'")
-    parser.add_argument(
-        "--quick", action="store_true", help="small sizes (CI); checks every error against a bound"
-    )
-    parser.add_argument(
-        "--out", default=None, help=f"results folder (default {default_out}, quick: .../quick)"
-    )
-    parser.add_argument(
-        "--data",
-        default=default_data,
-        help=f"data-set stores (default {data_help}, whatever --out)",
-    )
-    parser.add_argument(
-        "--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}"
-    )
-    parser.add_argument(
-        "--workers", type=int, default=2, help="processes generating missing data (0: threads)"
-    )
-    parser.add_argument(
-        "--grow-to",
-        type=int,
-        default=None,
-        metavar="N",
-        help="grow the 'RF tuned' row's N up to N features while the validation error falls "
-        "(RandomFeatureOperatorCV(max_features=N)); default: the RF rows' N",
-    )
+    d, on, data_help = default_data, "store_true", default_data or f"{default_out}/data"
+    grow = "grow the 'RF tuned' row's N up to N features while the validation error falls "
+    grow += "(RandomFeatureOperatorCV(max_features=N)); default: the RF rows' N"
+    for flag, text, kw in (
+        ("name", "a data set, a comma-separated list, or 'all'", {}),
+        ("--quick", "small sizes (CI); checks every error against a bound", {"action": on}),
+        ("--out", f"results folder (default {default_out}, quick: .../quick)", {}),
+        ("--data", f"data-set stores (default {data_help}, whatever --out)", dict(default=d)),
+        ("--parts", f"comma-separated subset of {','.join(PARTS)}", dict(default=",".join(PARTS))),
+        ("--workers", "processes generating missing data (0: threads)", dict(type=int, default=2)),
+        ("--grow-to", grow, dict(type=int, metavar="N")),
+    ):  # fmt: skip
+        parser.add_argument(flag, help=text, **kw)
     parser.set_defaults(default_out=default_out)
     return parser
 
 
 def run_args(args) -> int:
     """:func:`reproduce` with the options of :func:`add_arguments`: by default results in
-    ``<default_out>`` (quick: ``<default_out>/quick``), data in ``<default_out>/data`` whatever
-    ``--out``."""
+    ``<default_out>`` (quick: ``.../quick``), data in ``<default_out>/data`` whatever ``--out``."""
     out = args.out or str(Path(args.default_out) / ("quick" if args.quick else ""))
     data = args.data or str(Path(args.default_out) / "data")
-    return reproduce(
-        args.name,
-        quick=args.quick,
-        out=out,
-        data=data,
-        parts=args.parts,
-        workers=args.workers,
-        grow_to=args.grow_to,
-    )
-
-
-def build_parser(default_out="reproduce_output", default_data=None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    return add_arguments(parser, default_out, default_data)
+    return reproduce(args.name, quick=args.quick, out=out, data=data, parts=args.parts,
+                     workers=args.workers, grow_to=args.grow_to)  # fmt: skip
 
 
 def main(argv=None, default_out="reproduce_output", default_data=None) -> int:
     """Command-line entry point; ``benchmarks/reproduce.py`` passes its result folders."""
-    return run_args(build_parser(default_out, default_data).parse_args(argv))
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
+    return run_args(add_arguments(parser, default_out, default_data).parse_args(argv))

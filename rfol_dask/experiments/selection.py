@@ -1,6 +1,5 @@
-"""Hyperparameters of the kernel baselines: the library's median heuristic
-(:func:`rfol_dask.tuning.median_length_scale`, re-exported) and a nugget chosen on validation data.
-"""
+"""Hyperparameters of the kernel baselines: the library's median heuristic (re-exported) and a
+nugget chosen on validation data."""
 
 from __future__ import annotations
 
@@ -17,19 +16,12 @@ __all__ = ["median_length_scale", "select_nugget"]
 
 
 def select_nugget(kernel: str, length_scale: float, U: np.ndarray, V: np.ndarray, grid=None):
-    """The nugget of the smallest validation error for a :class:`KernelOperator`.
-
-    Fits on the first ``min(1000, 0.8 M)`` rows of ``U`` (M, n) / ``V`` (M, m) and validates on the
-    next ``min(500, M - that)``. ``grid`` (default: ``nuggets`` of ``reference.toml``) is relative
-    to the mean diagonal of the centred Gram: 1 for the stationary kernels, the mean squared norm
-    of the centred inputs for ``"linear"``.
-
-    Returns ``(nugget, seconds, errors)``: the chosen absolute nugget, the time the selection
-    took, and ``{"<nugget>": validation error}`` over the grid.
-    """
+    """The nugget of the smallest validation error for a :class:`KernelOperator`, fitted on the
+    first ``min(1000, 0.8 M)`` rows of ``U`` (M, n) / ``V`` (M, m), validated on the next
+    ``min(500, M - that)``; ``grid`` (default: ``nuggets`` of ``reference.toml``) is relative to
+    the mean diagonal of the centred Gram. Returns ``(nugget, seconds, {"<nugget>": error})``."""
     grid = reference_data()["nuggets"] if grid is None else grid
-    t0 = time.perf_counter()
-    n_fit = min(1000, int(0.8 * len(U)))
+    t0, n_fit = time.perf_counter(), min(1000, int(0.8 * len(U)))
     n_val = min(500, len(U) - n_fit)
     if n_fit < 1 or n_val < 1:
         raise ValueError(f"select_nugget needs at least 2 training samples, got {len(U)}")
@@ -37,9 +29,7 @@ def select_nugget(kernel: str, length_scale: float, U: np.ndarray, V: np.ndarray
     scale = float(((Uf - Uf.mean(axis=0)) ** 2).sum(axis=1).mean()) if kernel == "linear" else 1.0
     errors = {}
     for rel in grid:
-        model = KernelOperator(kernel=kernel, length_scale=length_scale, nugget=rel * scale).fit(
-            Uf, Vf
-        )
-        errors[rel * scale] = relative_l2_error(Vv, model.predict(Uv))
+        model = KernelOperator(kernel=kernel, length_scale=length_scale, nugget=rel * scale)
+        errors[rel * scale] = relative_l2_error(Vv, model.fit(Uf, Vf).predict(Uv))
     best = min(errors, key=errors.get)
     return best, time.perf_counter() - t0, {f"{k:.3g}": v for k, v in errors.items()}
