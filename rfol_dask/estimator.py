@@ -17,12 +17,12 @@ import xarray as xr
 from dask.array.utils import meta_from_array
 from numpy.typing import ArrayLike
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from . import backend, inputs, io, persistence, stores
 from . import recovery as rec
 from .metrics import r2_score
+from .params import Interval, StrOptions
 from .placement import broadcast, worker_addresses
 from .progress import active_client
 from .resampling import ResamplingMixin

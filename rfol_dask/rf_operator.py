@@ -11,7 +11,6 @@ import time
 import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from . import backend
 from .estimator import OperatorEstimator
@@ -25,6 +24,7 @@ from .features import (
 )
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory
+from .params import Interval, StrOptions
 from .solve import (
     InputCentre,
     check_min_norm,

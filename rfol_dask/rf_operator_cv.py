@@ -9,11 +9,11 @@ import numbers
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from .estimator import OperatorEstimator
 from .feature_passes import GROWTH_PRUNE, FeaturePasses, growth_checkpoints
 from .features import DISTRIBUTIONS, NU_LAWS, integer_seed
+from .params import Interval, StrOptions
 from .rf_operator import RandomFeatureOperator
 from .selection import (
     DEFAULT_GAMMAS,

@@ -25,7 +25,6 @@ import warnings
 import dask
 import numpy as np
 from sklearn.exceptions import NotFittedError
-from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 from sklearn.utils.validation import check_is_fitted
 
 from . import backend, stores
@@ -34,6 +33,7 @@ from .exceptions import SelectionWarning
 from .gram import stack_rows
 from .linalg import recorded_ridges
 from .memory import DEVICE_SHARE, check_gram_memory, gram_device, memory_budget
+from .params import Interval, StrOptions, validate_parameter_constraints
 from .progress import active_client, compute, release
 from .stacklevel import user_stacklevel
 from .stages import (

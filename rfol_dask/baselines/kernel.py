@@ -21,7 +21,6 @@ import re
 
 import dask
 import numpy as np
-from sklearn.utils._param_validation import Interval, StrOptions
 
 from .. import backend
 from ..estimator import OperatorEstimator
@@ -29,6 +28,7 @@ from ..factor import dual_intercept, primal_factor, primal_solve
 from ..gram import linear_partial, linear_shifts
 from ..linalg import recorded_ridges, ridge_name
 from ..memory import check_gram_memory, dual_plan, gram_slots, memory_budget
+from ..params import Interval, StrOptions
 from ..progress import active_client
 from ..solve.graph import (
     MAX_TILE_BLOCKS,

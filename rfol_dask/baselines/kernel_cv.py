@@ -18,10 +18,10 @@ import functools
 import numbers
 
 import numpy as np
-from sklearn.utils._param_validation import Interval
 
 from ..backend import as_fortran, centre_gram, copy, diagonal, fill_diagonal, namespace, take_rows
 from ..estimator import OperatorEstimator
+from ..params import Interval
 from ..selection import DEFAULT_REFINE, SelectionCV
 from ..tuning import floored_path_errors, rounding_floor
 from .kernel import KernelOperator, pca, transform_inputs
