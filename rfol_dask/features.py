@@ -11,18 +11,11 @@
   feature, shape ``a = nu`` (``a = 1`` when ``nu`` is None); kernel
   ``(1 + gamma ||x - y||^2 / a)^-a`` (see below);
 
-and ``b ~ U(0, 2 pi)``. Frequencies are drawn with numpy from the seed, in column blocks
-with streams of their own, so that a seed fixes the model whatever the chunking and any
-slab of columns can be drawn where it is needed (never ``dask.array.random``).
-
-Input centre: the phase is formed from ``u - c`` (:func:`input_centre`), ``b = (b0 + c @ Omega)
-mod 2 pi``: the same features, but in float32 a large common offset of the inputs (pressures in
-Pa) no longer swamps the part of ``u @ Omega`` that varies.
-
-The rational quadratic law is a Gamma scale mixture of the Gaussian one: conditionally on ``t``,
-``E[cos(omega . d)] = exp(-gamma t ||d||^2 / a)``, and ``E[exp(-s t)] = (1 + s)^-a`` for
-``t ~ Gamma(a, 1)`` gives ``(1 + gamma ||d||^2 / a)^-a``: scikit-learn's
-``RationalQuadratic(length_scale=l, alpha=a)`` at ``gamma = 1 / (2 l^2)``.
+and ``b ~ U(0, 2 pi)``. Frequencies are drawn with numpy from the seed in column blocks with
+streams of their own: a seed fixes the model whatever the chunking. The rational quadratic
+kernel is scikit-learn's ``RationalQuadratic(length_scale=l, alpha=a)`` at
+``gamma = 1 / (2 l^2)``. Input centre: the phase is formed from ``u - c``, ``b = (b0 + c @ Omega)
+mod 2 pi``, so that in float32 a large common offset of the inputs does not swamp ``u @ Omega``.
 """
 
 from __future__ import annotations
@@ -44,7 +37,7 @@ NU_LAWS = ("student_t", "rational_quadratic")
 
 def check_random_state(seed):
     """A ``numpy.random.Generator`` from None, an int, a SeedSequence, a Generator or a
-    RandomState (its bit generator reused)."""
+    RandomState."""
     if isinstance(seed, np.random.Generator):
         return seed
     if isinstance(seed, np.random.RandomState):
@@ -58,8 +51,8 @@ def check_random_state(seed):
 
 
 def integer_seed(random_state):
-    """An integer seed standing for ``random_state`` (an int as it is, else one in
-    ``[0, 2**32)``), from which the client or any worker draws the same frequencies."""
+    """An integer seed standing for ``random_state`` from which any worker draws the same
+    frequencies."""
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
     if random_state is None:
@@ -72,9 +65,8 @@ CENTRE_ROWS = 64
 
 
 def input_centre(dtype: DTypeLike, *blocks, rows: int = CENTRE_ROWS) -> np.ndarray:
-    """The input centre ``c`` (n,) of a model fitted on the row blocks ``blocks`` (k_i, n), in
-    order: the mean of the first ``rows`` samples, in float64 rounded to ``dtype`` (numpy). Any
-    fixed centre gives the same features; one near the data keeps the phases small."""
+    """The input centre ``c`` (n,): the float64 mean of the first ``rows`` samples of ``blocks``, as
+    ``dtype``."""
     head, left = [], rows
     for B in blocks:
         if left <= 0:
@@ -111,9 +103,8 @@ def draw_frequencies(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
-    Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
-    (spawn key ``k``): a worker draws the slab it needs alone, the first ``N'`` columns of a
-    draw are the draw of ``N'`` features, and float32 and float64 models share them.
+    Block ``k`` of :data:`FREQUENCY_BLOCK` columns comes from its own stream (spawn key ``k``):
+    any slab of columns is drawn alone, and float32 and float64 models share the draw.
 
     Parameters
     ----------
@@ -155,17 +146,11 @@ def draw_frequencies(
     Raises
     ------
     ValueError
-        If ``distribution`` is unknown, ``"student_t"`` comes without ``nu > 0``, or
-        ``"rational_quadratic"`` with a ``nu`` that is not ``> 0``.
-
-    Notes
-    -----
-    The blocks are drawn on the BLAS threads this process may use, each from its own stream:
-    the values do not depend on the thread count. Memory: the output plus one block of
-    ``n_inputs x 256`` float64 per thread.
+        If ``distribution`` is unknown or ``nu`` is not ``> 0`` where the law needs it.
     """
     shape = _law_shape(distribution, nu)
     seq = _seed_sequence(random_state)
+    key = seq.spawn_key
     n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
     if metric is not None and np.shape(metric)[0] != n:
         raise ValueError(f"metric has {np.shape(metric)[0]} rows, expected n_inputs={n}")
@@ -181,8 +166,7 @@ def draw_frequencies(
     omega, b = xp.empty((n, f1 - f0), dtype=xdt), xp.empty(f1 - f0, dtype=xdt)
     B = FREQUENCY_BLOCK
 
-    # CuPy: the pool threads put their blocks on the GPU of omega (a thread starts on device 0);
-    # one Device object per block (a Device keeps its own stack of the devices it replaced)
+    # CuPy: each pool thread puts its block on omega's GPU, a Device object per block
     device = contextlib.nullcontext
     if not host and backend.is_cupy(xp):
         import cupy
@@ -190,18 +174,14 @@ def draw_frequencies(
         device = functools.partial(cupy.cuda.Device, omega.device.id)
 
     def block(k):
-        # always a whole block (the last one sliced): the first N' columns of any draw are the
-        # draw of N' features
-        rng = np.random.default_rng(
-            np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,))
-        )
+        # always a whole block: the first N' columns of any draw are the draw of N' features
+        rng = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*key, k)))
         om, bk = _draw_block(rng, distribution, gamma, nu, shape, r, B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
         om, bk = om[:, lo - k * B : hi - k * B], bk[lo - k * B : hi - k * B]
         if metric is not None:
             om = metric @ om
-        if input_centre is not None:  # float64, reduced before the cast; summed row by row, so
-            # that a column's phase does not depend on the columns drawn with it
+        if input_centre is not None:  # float64, reduced before the cast, summed row by row
             bk = np.mod(bk + (input_centre[:, None] * om).sum(axis=0), 2.0 * np.pi)
         with device():
             if not host:  # cast on the host, one contiguous transfer per block
@@ -241,11 +221,8 @@ def _draw_block(rng, distribution, gamma, nu, shape, r, B):
     elif distribution == "student_t":
         om = gamma * rng.standard_normal((r, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
     else:  # rational_quadratic: a Gamma(a, 1) scale mixture of the Gaussian law
-        om = (
-            np.sqrt(2.0 * gamma / shape)
-            * rng.standard_normal((r, B))
-            * np.sqrt(rng.standard_gamma(shape, B))
-        )
+        om = np.sqrt(2.0 * gamma / shape) * rng.standard_normal((r, B))
+        om = om * np.sqrt(rng.standard_gamma(shape, B))
     return om, rng.uniform(0.0, 2.0 * np.pi, size=B)
 
 
@@ -253,7 +230,6 @@ _POOL = {}
 
 
 def _pool(threads):
-    """The process's thread pool of ``threads`` workers (made once)."""
     from concurrent.futures import ThreadPoolExecutor
 
     pool = _POOL.get(threads)
@@ -263,8 +239,8 @@ def _pool(threads):
 
 
 def _rowwise(func, Z, threads, slab_bytes=2**21):
-    """Apply the in-place ``func`` to slabs of rows of ``Z`` (about 2 MiB each, so that the
-    elementwise passes stay in cache) on ``threads`` threads (numpy releases the GIL)."""
+    """Apply the in-place ``func`` to slabs of about 2 MiB of rows of ``Z`` on ``threads``
+    threads."""
     rows = max(1, slab_bytes // max(1, Z.shape[1] * Z.itemsize))
     slabs = [(s, min(s + rows, Z.shape[0])) for s in range(0, Z.shape[0], rows)]
     if threads <= 1 or len(slabs) == 1:
@@ -299,9 +275,6 @@ def feature_map(
 ) -> np.ndarray:
     """Compute the features ``sqrt(2 / N) cos((U - c) @ omega + b) - shift`` of a block.
 
-    The projection runs in the BLAS; the cosine and the other elementwise passes are split
-    over as many threads as the BLAS may use, on slabs of rows.
-
     Parameters
     ----------
     U : ndarray of shape (k, n)
@@ -324,12 +297,7 @@ def feature_map(
     -------
     ndarray of shape (k, N')
         The features, in the dtype of ``U @ omega`` (of ``omega`` with ``input_centre``;
-        ``out`` if given).
-
-    Notes
-    -----
-    Works in place on one (k, N') buffer; with ``input_centre`` the rows are centred a block at
-    a time into a scratch of about 8 MiB. Other namespaces (CuPy) take the same steps.
+        ``out`` if given), made in place in one buffer.
     """
     n_features = omega.shape[1] if n_features is None else n_features
     xp = backend.namespace(U, omega, b)  # numpy, unless another namespace
@@ -341,11 +309,8 @@ def feature_map(
         Z = np.empty((U.shape[0], omega.shape[1]), dtype=omega.dtype) if out is None else out
         c = np.asarray(input_centre)
         blocks = _centred_blocks(U)
-        scratch = (
-            np.empty((blocks[0][1] - blocks[0][0], U.shape[1]), dtype=omega.dtype)
-            if blocks
-            else None
-        )
+        rows = blocks[0][1] - blocks[0][0] if blocks else 0
+        scratch = np.empty((rows, U.shape[1]), dtype=omega.dtype)
         for s, e in blocks:
             np.subtract(U[s:e], c, out=scratch[: e - s], casting="same_kind")
             np.matmul(scratch[: e - s], omega, out=Z[s:e])
@@ -363,8 +328,7 @@ def feature_map(
 
 
 def _feature_map_generic(xp, U, omega, b, out, shift, n_features, input_centre=None):
-    """:func:`feature_map` with the operations of the arrays' own namespace (in place where
-    the namespace allows it: CuPy runs each step as one kernel over the (k, N') buffer)."""
+    """:func:`feature_map` in the arrays' own namespace (in place on CuPy)."""
     if input_centre is None:
         Z = U @ omega
     else:  # a block of centred rows at a time, cast to omega's dtype
