@@ -43,10 +43,8 @@ NAMES = {"input_name_": "input", "output_name_": "output", "sample_dim_": "sampl
 
 @contextlib.contextmanager
 def all_or_nothing(estimator):
-    """Run a fit of ``estimator`` on the shallow copy this yields, whose attributes replace the
-    estimator's at once when it ends (its ``__dict__`` is replaced, never changed in place): a fit
-    that raises or is interrupted leaves the previous model whole, and a ``predict`` in another
-    thread reads one fit (:func:`_published`)."""
+    """Fit on the shallow copy this yields, whose ``__dict__`` replaces the estimator's when it
+    ends: a failed fit leaves the previous model whole."""
     work = object.__new__(type(estimator))
     work.__dict__.update(vars(estimator))
     yield work
@@ -54,8 +52,7 @@ def all_or_nothing(estimator):
 
 
 def _published(estimator):
-    """A view sharing the model's current ``__dict__``, which a concurrent fit replaces but does
-    not change: everything a prediction reads is of one fit."""
+    """A view sharing the model's current ``__dict__``, which a concurrent fit replaces whole."""
     view = object.__new__(type(estimator))
     view.__dict__ = vars(estimator)
     return view
@@ -63,15 +60,12 @@ def _published(estimator):
 
 def _on(args, xp):
     """The arrays among ``args`` (fitted arrays of a predict kernel) as arrays of ``xp``."""
-    return tuple(
-        backend.to_namespace(a, xp) if isinstance(a, np.ndarray) or backend.is_array_api(a) else a
-        for a in args
-    )
+    moved = (isinstance(a, np.ndarray) or backend.is_array_api(a) for a in args)
+    return tuple(backend.to_namespace(a, xp) if m else a for a, m in zip(args, moved, strict=True))
 
 
 def _predict_chunk(blk, labels, p, *, block, device, name, sample_dim):
-    """One chunk of a lazy prediction: ``block(blk, *p)``. CuPy chunks are computed on their GPU
-    (CuPy out); numpy chunks where ``device`` says (numpy out)."""
+    """One chunk of a lazy prediction: CuPy chunks on their GPU, numpy ones on ``device``."""
     on_host = not backend.is_array_api(blk)
     xp = backend.device_namespace(device) if on_host else backend.namespace(blk)
     blk = backend.to_namespace(np.asarray(blk) if on_host else blk, xp)
@@ -105,8 +99,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return tags
 
     def _model_format(self):
-        """The lowest model format (:data:`rfol_dask.persistence.MODEL_FORMAT`) that reads this
-        model right: older versions load what they can and refuse what they would misread."""
+        """The lowest model format that reads this model right."""
         return 2
 
     def _older_scalars(self):
@@ -154,11 +147,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     ) -> OperatorEstimator:
         """Fit the operator on pairs of input and output functions.
 
-        numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask graph
-        over its sample chunks (on the active ``distributed.Client`` if any), unless it fits
-        in memory: under a tenth of the available memory it is loaded once and fitted in memory
-        (logged; not with workers on other machines). xarray ``X`` and ``y`` are paired by
-        their sample labels, their grid dims by name.
+        numpy input is fitted in memory, dask input by one dask graph (on the active
+        ``distributed.Client`` if any) unless it is under a tenth of the available memory.
+        xarray ``X`` and ``y`` are paired by their sample labels, their grid dims by name.
 
         Parameters
         ----------
@@ -201,9 +192,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
         Notes
         -----
-        Memory: the in-memory fit holds the data and the model's Gram (see the class
-        docstring); a dask fit never holds the data whole. A fit that raises or is interrupted
-        leaves the estimator as it was: the previous model whole, or unfitted.
+        A fit that raises or is interrupted leaves the estimator as it was.
         """
         with all_or_nothing(self) as work, stores.checked_once():
             work._fit(
@@ -276,9 +265,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     ) -> np.ndarray | da.Array | xr.DataArray:
         """Predict the output functions of input functions ``X``.
 
-        numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``X``);
-        xarray predictions carry the sample dim and labels and the output grid coordinates.
-        DataArray grid dims are matched to the training dims by name.
+        numpy in, numpy out; dask in, lazy out (chunks follow ``X``); xarray predictions carry
+        the sample labels and the output grid, DataArray grid dims matched by name.
 
         Parameters
         ----------
@@ -315,10 +303,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
         Notes
         -----
-        Extra memory: the features of one row block of about 128 MiB. numpy ``X`` gives its
-        whole prediction in memory, checked first
-        (:func:`rfol_dask.memory.check_prediction_memory`). On a distributed client a model of
-        8 MiB or more is shipped to the cluster once (:func:`rfol_dask.placement.broadcast`).
         The prediction is of the model fitted when ``predict`` was called, whatever a refit in
         another thread does meanwhile.
         """
@@ -335,8 +319,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return Y
 
     def _predict(self, U, input_grid, output_grid, sample_dim):
-        """:meth:`predict` of the fitted model (a :func:`_published` view: nothing a fit changes),
-        its DataArrays' sample dim named ``sample``."""
+        """:meth:`predict` of the fitted model, its DataArrays' sample dim named ``sample``."""
         inputs.check_coordinate_order(self)
         name = inputs.own_name(U, "X")
         U = io.named(U, name, sample_dim, self.input_dims_, self.input_shape_)
@@ -377,15 +360,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         )
         dtype = backend.to_numpy(self.intercept_).dtype
         cupy = backend.is_array_api(meta_from_array(X))  # CuPy chunks: CuPy out
-        return da.map_blocks(
-            run,
-            X,
-            labels,
-            params,
-            chunks=(X.chunks[0], (self.intercept_.shape[0],)),
-            dtype=dtype,
-            meta=meta_from_array(X, ndim=2, dtype=dtype) if cupy else None,
-        )
+        meta = meta_from_array(X, ndim=2, dtype=dtype) if cupy else None
+        chunks = (X.chunks[0], (self.intercept_.shape[0],))
+        return da.map_blocks(run, X, labels, params, chunks=chunks, dtype=dtype, meta=meta)
 
     def score(
         self,
@@ -425,9 +402,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         model = _published(self)  # predictions and grids of one fit
         check_is_fitted(model)
         *names, sample_dim = model._names(input, output, sample_dim)
-        with (
-            stores.checked_once()
-        ):  # the stores' arrays of X are checked here, not again by predict
+        with stores.checked_once():  # the stores' arrays of X are checked here, not in predict
             U, V = io.read_pair(X, y, names, sample_dim)
             io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
             pred = model.predict(U, sample_dim=sample_dim)
@@ -443,9 +418,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> str | os.PathLike:
         """Save the fitted model to a Zarr store.
 
-        The store holds the parameters, the fitted arrays with a checksum each, the training
-        grids, names and periods and the versions; it is written beside and renamed into
-        place, so an interrupted save leaves the previous model readable.
+        Written beside and renamed into place: an interrupted save leaves the previous model.
 
         Parameters
         ----------
@@ -472,9 +445,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         target = io.user_path(path)  # '~' expanded, as xarray and zarr read paths
         persistence.check_model_path(target, overwrite)
         arrays, attrs = persistence.estimator_state(self)
-        persistence.save_model(
-            target, arrays, attrs, overwrite=overwrite, model_format=self._model_format()
-        )
+        fmt = self._model_format()
+        persistence.save_model(target, arrays, attrs, overwrite=overwrite, model_format=fmt)
         return path
 
     @classmethod
