@@ -27,8 +27,6 @@ from .placement import broadcast, worker_addresses
 from .progress import active_client
 from .resampling import ResamplingMixin
 
-__all__ = ["OperatorEstimator"]
-
 #: what ``fit`` / ``predict`` / ``score`` take as functions: array-likes, dask arrays, DataArrays
 Functions = ArrayLike | da.Array | xr.DataArray
 #: a data set given whole: a Dataset, or the path of a Zarr store or NetCDF file
@@ -154,25 +152,21 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
-            The ``M`` input functions, float32 or float64 (other real dtypes are cast to
-            float64). A Dataset, or the path of a Zarr store or NetCDF file, gives ``X`` and
-            ``y`` (its variables ``input`` and ``output``).
+            The ``M`` input functions. A Dataset, or the path of a Zarr store or NetCDF file,
+            gives ``X`` and ``y`` (its variables ``input`` and ``output``).
         y : array-like, dask array or DataArray (M,), (M, m) or (M, *output_grid), default=None
             The output functions; None only with a Dataset / store ``X``.
         input_grid, output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             The training grids of numpy / dask input (one increasing coordinate array per
-            axis; xarray gives its coordinates): ``predict`` can then read and write other grids.
+            axis): ``predict`` can then read and write other grids.
         periods : float, sequence of (float or None) or mapping dim -> float, default=None
             Periodic grid axes: one period for every axis, one per axis (None: not periodic),
-            or a mapping dim -> period (arrays: the keys of mapping grids, else ``dim_0, ...``);
-            default: the coordinates' ``period`` attributes. ``predict`` wraps on such an axis.
+            or a mapping dim -> period; default: the coordinates' ``period`` attributes.
         input, output : str, default=None
             The input and output variables of a Dataset or store ``X`` (default ``"input"``
-            and ``"output"``); remembered (or a DataArray's own name) as ``input_name_`` and
-            ``output_name_`` for ``predict`` and ``score``.
+            and ``"output"``); remembered as ``input_name_`` and ``output_name_``.
         sample_dim : str, default=None
-            The dim of DataArrays that runs over the samples (default ``"sample"``); remembered
-            as ``sample_dim_``. Predictions carry it and the samples' labels.
+            The dim of DataArrays that runs over the samples (default ``"sample"``).
         **fit_params : dict
             ``sample_weight=None`` only (weights are a ValueError, other keywords a TypeError).
 
@@ -273,11 +267,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
             The input functions, on the training input grid unless ``input_grid`` (or the
             coordinates) says otherwise; a Dataset, Zarr store or NetCDF path gives its input
-            variable. Arrays are read by position, in the model's grid order (increasing
-            coordinates for a model fitted on xarray); a DataArray by its dims and coordinates.
+            variable. Arrays are read by position, a DataArray by its dims and coordinates.
         input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             The grid of numpy / dask ``X`` when it is not the training grid (resampled through
-            ``R_U``, the ``recovery`` parameter). A DataArray's coordinates give its grid.
+            ``R_U``).
         output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             Return the prediction on this grid (through ``R_V``).
         input : str, default=None
@@ -294,10 +287,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            If ``X`` has the wrong width, dims or grid (one message lists the renames), holds
-            NaN / Inf (the samples are named by label), has other grid labels than the training
-            data where they are read by label, a grid lies outside the training domain (a
-            periodic axis wraps), or numpy predictions would not fit the available memory.
+            If ``X`` has the wrong width, dims, grid labels or grid, holds NaN / Inf (the
+            samples are named), or numpy predictions would not fit the available memory.
         TypeError
             If ``X`` holds complex or non-numeric values.
 

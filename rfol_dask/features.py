@@ -127,14 +127,12 @@ def draw_frequencies(
     columns : tuple of (int, int), optional
         Draw only the columns ``f0:f1`` of the ``n_features``.
     xp : array namespace, optional
-        Namespace of the returned arrays (CuPy's: each block moved to the GPU as it is drawn);
-        default numpy. The values do not depend on it.
+        Namespace of the returned arrays (default numpy); the values do not depend on it.
     metric : ndarray of shape (n_inputs, r), optional
         An input metric ``T`` (:func:`rfol_dask.tuning.pca_metric`): drawn in ``r`` dimensions
-        and mapped to the grid, ``omega = T omega_r``, the kernel measured in ``||T^T (u - u')||``.
+        and mapped to the grid, ``omega = T omega_r``.
     input_centre : ndarray of shape (n_inputs,), optional
-        The model's input centre ``c``: the phases ``b = (b0 + c @ omega) mod 2 pi`` (float64,
-        reduced before the cast), so that ``cos((u - c) @ omega + b) = cos(u @ omega + b0)``.
+        The model's input centre ``c``: the phases ``b = (b0 + c @ omega) mod 2 pi``.
 
     Returns
     -------

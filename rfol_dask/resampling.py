@@ -15,8 +15,6 @@ from . import recovery as rec
 from .exceptions import DataWarning
 from .stacklevel import user_stacklevel
 
-__all__ = ["ResamplingMixin"]
-
 
 class ResamplingMixin:
     """Recovery-map helpers of the operator learners."""

@@ -37,8 +37,6 @@ from .solve import (
 )
 from .tuning import input_scales
 
-__all__ = ["RandomFeatureOperator"]
-
 
 def _predict_block(U, omega, b, coef, intercept, input_centre=None):
     """Predictions (k, m) for one row block ``U`` (k, n), in row chunks of bounded memory."""
@@ -83,9 +81,8 @@ class RandomFeatureOperator(OperatorEstimator):
     """Operator learning with random Fourier features: ``v = C^T phi(u) + c0``.
 
     ``phi(u) = sqrt(2/N) cos((u - c) @ Omega + b)`` with ``N = n_features`` frequencies drawn
-    from ``distribution``, ``b ~ U(0, 2 pi)`` and the inputs measured from a centre ``c``
-    (``input_centre_``: free of the float32 rounding of a large common offset); ``C`` solves the
-    ridge problem shared by all output grid points (one factorisation for all ``m`` outputs).
+    from ``distribution``, ``b ~ U(0, 2 pi)`` and an input centre ``c``; ``C`` solves the ridge
+    problem shared by all output grid points (one factorisation for all ``m`` outputs).
 
     Parameters
     ----------
@@ -97,9 +94,8 @@ class RandomFeatureOperator(OperatorEstimator):
         rational quadratic (``(1 + gamma ||x-y||^2 / nu)^-nu``, ``nu = 1`` if None); see
         :func:`rfol_dask.features.draw_frequencies`.
     gamma : float or "median", default="median"
-        Frequency scale (> 0). ``"median"`` sets it from the training inputs (at most 2000
-        rows, :func:`rfol_dask.tuning.median_gamma`) so that a typical pair of inputs has a
-        kernel value of about ``exp(-1)``.
+        Frequency scale (> 0). ``"median"``: a typical pair of training inputs has a kernel
+        value of about ``exp(-1)`` (:func:`rfol_dask.tuning.median_gamma`).
     nu : float, default=None
         Degrees of freedom of ``"student_t"`` (> 0, required); shape of
         ``"rational_quadratic"`` (> 0; None: 1, the inverse quadratic kernel).
@@ -108,11 +104,9 @@ class RandomFeatureOperator(OperatorEstimator):
         ``n_features >= M - 1``, the primal ``n_features <= M - 1`` (``M`` without an
         intercept), else a ValueError; ``solver="auto"`` picks the one that applies.
     pca_power : float or None, default=None
-        The input metric. None: the Euclidean (``"cauchy"``: l1) distance of the grid values.
-        A number ``q``: the distance in the inputs' principal directions, the one of singular
-        value ``s_j`` weighted by ``(s_j / s_1)^q`` (:func:`rfol_dask.tuning.pca_metric`;
-        ``q > 0`` stresses the leading directions, ``q < 0`` whitens). Select it by validation
-        (``RandomFeatureOperatorCV(pca_power=...)``).
+        The input metric. None: the distance of the grid values. A number ``q``: the distance
+        in the inputs' principal directions, the one of singular value ``s_j`` weighted by
+        ``(s_j / s_1)^q`` (:func:`rfol_dask.tuning.pca_metric`).
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
     solver : {"auto", "dual", "primal"}, default="auto"
@@ -131,13 +125,11 @@ class RandomFeatureOperator(OperatorEstimator):
         Show a progress bar while fitting dask input.
     recovery : {"cubic", "linear", "nearest", "spectral", "rf"}, dict or 2-tuple, default="cubic"
         Recovery maps ``R_U`` and ``R_V`` used when ``predict`` reads or writes another grid
-        (:func:`rfol_dask.recovery.make_recovery`; a dict carries options, e.g.
-        ``{"kind": "rf", "distribution": "cauchy"}``; a tuple gives ``(R_U, R_V)``).
-        ``"spectral"`` means periodic grids.
+        (:func:`rfol_dask.recovery.make_recovery`; a dict carries options; a tuple gives
+        ``(R_U, R_V)``).
     device : {"cpu", "cuda"}, default="cpu"
         Where numpy / xarray input is computed (``"cuda"``: on the GPU with CuPy, numpy out).
-        CuPy input is computed on its GPU and gives CuPy predictions and fitted arrays;
-        ``save`` writes numpy, so a model fitted on a GPU loads on a CPU.
+        CuPy input is computed on its GPU and gives CuPy predictions and fitted arrays.
 
     Attributes
     ----------
@@ -146,8 +138,7 @@ class RandomFeatureOperator(OperatorEstimator):
     b_ : ndarray of shape (N,)
         The phases of the centred inputs, ``(b + input_centre_ @ Omega) mod 2 pi``.
     input_centre_ : ndarray of shape (n,) or None
-        The centre ``c``: the mean of the first 64 training samples (None in models saved
-        before it was kept: ``c = 0``).
+        The centre ``c``: the mean of the first 64 training samples (None: ``c = 0``).
     coef_ : ndarray of shape (N, m)
         Coefficients ``C`` (``m`` output grid points).
     intercept_ : ndarray of shape (m,)
@@ -172,11 +163,9 @@ class RandomFeatureOperator(OperatorEstimator):
     input_periods_, output_periods_ : tuple of (float or None) or None
         The period of each grid axis (None: not periodic); periodic axes wrap in ``predict``.
     output_attrs_, output_coord_attrs_ : dict
-        Attributes of the training output and of its grid coordinates (xarray; else empty),
-        which xarray predictions carry.
+        Attributes of the training output and of its coordinates, which predictions carry.
     input_name_, output_name_ : str
-        The input and output variables a Dataset or store is read by (``fit(input=,
-        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
+        The input and output variables a Dataset or store is read by.
     sample_dim_ : str
         The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
 

@@ -5,6 +5,7 @@ the rows mode (config ``rfol_dask.device-features``), from features each worker 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import logging
@@ -66,11 +67,9 @@ def sweep_stale_caches(max_age=STALE_CACHE_S):
     """Remove the local fits' cache directories untouched for ``max_age`` seconds (killed fits)."""
     root = glob.escape(tempfile.gettempdir())
     for path in glob.glob(os.path.join(root, CACHE_NAME + "[0-9a-f]" * 32)):
-        try:
+        with contextlib.suppress(OSError):  # removed meanwhile
             if time.time() - os.path.getmtime(path) > max_age:
                 shutil.rmtree(path, ignore_errors=True)
-        except OSError:  # removed meanwhile
-            pass
 
 
 def open_cache(token, dask_worker=None):
@@ -315,10 +314,8 @@ def _gram_tasks(names, fit, group, data, starts, frequencies):
     K = None
     if not rows_mode:
         for (f0, f1), after in zip(group, drawn, strict=True):
-            name = names("gram-slab", f0)
-            K = dask.delayed(gram_slab)(
-                K, data, frequencies, fit, f0, f1, after, dask_key_name=name
-            )
+            kw = dict(dask_key_name=names("gram-slab", f0))
+            K = dask.delayed(gram_slab)(K, data, frequencies, fit, f0, f1, after, **kw)
         return K, None
     for i, B in enumerate(data):
         name = names("gram-rows", f"{group[0][0]}-{i}")
@@ -330,19 +327,15 @@ def _gram_tasks(names, fit, group, data, starts, frequencies):
 def _input_tasks(names, fit, Ub, starts, centre):
     """The stacked inputs of the features: all of ``U``, or (rows mode) the row steps and
     offsets."""
+    stack = dask.delayed(stack_rows)
     if fit.mode != "rows":
-        U = dask.delayed(stack_rows)(
-            starts, fit.dtype, fit.device, *Ub, centre=centre, dask_key_name=names("stack-inputs")
-        )
-        return U, None
-    steps = row_steps(starts)
-    data = []
+        name = names("stack-inputs")
+        return stack(starts, fit.dtype, fit.device, *Ub, centre=centre, dask_key_name=name), None
+    steps, data = row_steps(starts), []
     for k, s in enumerate(steps):
         offsets = [int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)]
         kw = dict(offset=int(starts[s[0]]), centre=centre, dask_key_name=names("check-inputs", k))
-        data.append(
-            dask.delayed(stack_rows)(offsets, fit.dtype, fit.device, *Ub[s[0] : s[-1] + 1], **kw)
-        )
+        data.append(stack(offsets, fit.dtype, fit.device, *Ub[s[0] : s[-1] + 1], **kw))
     return data, [int(starts[s[0]]) for s in steps]
 
 
@@ -355,11 +348,9 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
     if centre is not None:  # the recipe every task draws with, the centre bound into it
         frequencies = dask.delayed(functools.partial, pure=True)(frequencies, input_centre=centre)
     if fit.draw_on is not None:  # each block moved to the device as soon as it is read
+        move = dask.delayed(_on_device)
         Ub, Vb = (
-            [
-                dask.delayed(_on_device)(B, fit.draw_on, dask_key_name=names(what, i))
-                for i, B in enumerate(blocks)
-            ]
+            [move(B, fit.draw_on, dask_key_name=names(what, i)) for i, B in enumerate(blocks)]
             for what, blocks in (("device-inputs", Ub), ("device-outputs", Vb))
         )
     data, row_starts = _input_tasks(names, fit, Ub, starts, centre)
@@ -372,9 +363,8 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
     K = tree_sum(grams, dask.delayed(iadd), workers)  # ends on workers[0]
     with pinned(workers[0]):
         K = dask.delayed(_symmetric)(K)
-        V = dask.delayed(_stack_outputs)(
-            starts, fit.dtype, fit.device, fit.m, *Vb, dask_key_name=names("stack-outputs")
-        )
+        args = (starts, fit.dtype, fit.device, fit.m, *Vb)
+        V = dask.delayed(_stack_outputs)(*args, dask_key_name=names("stack-outputs"))
         V = dask.delayed(_like)(V, K)
         args = (K, dask.delayed(_colsum)(V), fit.alpha, fit.fit_intercept)
         fac = dask.delayed(dual_factor)(*args, warn=False, dask_key_name=names("dual-factor"))
@@ -386,15 +376,11 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
         for f0, f1 in group:
             with pinned(w):
                 if resident is not None:
-                    name = names("coef-rows", f0)
-                    rows = dask.delayed(coef_rows)(
-                        resident, fit, f0, f1, Beta, rows, dask_key_name=name
-                    )
+                    kw = dict(dask_key_name=names("coef-rows", f0))
+                    rows = dask.delayed(coef_rows)(resident, fit, f0, f1, Beta, rows, **kw)
                 else:
-                    name = names("coef-slab", f0)
-                    rows = dask.delayed(coef_slab)(
-                        data, frequencies, fit, f0, f1, Beta, rows, dask_key_name=name
-                    )
+                    kw = dict(dask_key_name=names("coef-slab", f0))
+                    rows = dask.delayed(coef_slab)(data, frequencies, fit, f0, f1, Beta, rows, **kw)
             slabs.append(((f0, f1), rows))
     intercept = dask.delayed(_host_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
     return slabs, intercept, info
@@ -438,18 +424,15 @@ def fit_streamed(Ub, Vb, starts, frequencies, *, client, progress, input_centre=
             open_cache(fit.token)
         elif fit.token:
             client.run(open_cache, fit.token)
-        slabs, intercept, factor = dual_stream_graph(
-            Ub, Vb, starts, frequencies, fit, client, input_centre
-        )
+        graph = dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre)
+        slabs, intercept, factor = graph
         kw = dict(progress=progress, client=client, alpha=fit.alpha, centre=input_centre)
         tasks = (*(slab for _, slab in slabs), intercept)
         compute_fit(*tasks, desc="fit (dual)", consume=consume, factor=factor, **kw)
     finally:
         if fit.token:
             remove_cache(fit.token)
-            if client is not None:
-                try:
+            with contextlib.suppress(OSError):  # a cluster going down takes its scratch space
+                if client is not None:
                     client.run(remove_cache, fit.token)
-                except OSError:  # a cluster going down takes its scratch space along
-                    pass
     return coef, got["intercept"] - got["shift"]
