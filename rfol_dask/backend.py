@@ -71,7 +71,6 @@ def namespace(*arrays):
 
 
 def is_fast(xp):
-    """True when ``xp`` is numpy on its fast (LAPACK, in-place) path."""
     return xp is np
 
 
@@ -154,12 +153,10 @@ def to_numpy(x):
 
 
 def itemsize(dtype):
-    """Bytes per element of a ``dtype`` of any namespace."""
     return to_numpy_dtype(dtype).itemsize
 
 
 def to_numpy_dtype(dtype):
-    """The numpy dtype of a floating or integer dtype of any namespace."""
     try:
         return np.dtype(dtype)
     except TypeError:
@@ -193,7 +190,6 @@ def fortran_copy(X):
 
 
 def copy(X):
-    """A copy of ``X`` in its own namespace and memory layout (numpy: ``order="K"``)."""
     if isinstance(X, np.ndarray):
         return X.copy(order="K")
     return namespace(X).asarray(X, copy=True)

@@ -119,7 +119,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)
 
     def _cast_dtype(self, data):
-        """The dtype numpy input is cast to before :meth:`_fit_arrays`: the working dtype."""
         return self._work_dtype(data)
 
     def _check_params(self):
@@ -127,7 +126,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         self._check_recovery()
 
     def _device(self):
-        """The ``device`` parameter ("cpu" where a subclass has none)."""
         return backend.check_device(getattr(self, "device", "cpu"))
 
     def fit(

@@ -31,7 +31,6 @@ class DualFactor:
     ridge: float | None = None
 
     def without_factor(self):
-        """The small parts only (``L`` dropped)."""
         return dataclasses.replace(self, L=None)
 
 

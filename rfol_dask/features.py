@@ -189,11 +189,7 @@ def draw_frequencies(
 
     blocks = range(f0 // B, -(-f1 // B))
     threads = min(len(blocks), blas_threads()) if n * (f1 - f0) >= 2**20 else 1
-    if threads <= 1:
-        for k in blocks:
-            block(k)
-    else:
-        list(_pool(threads).map(block, blocks))
+    list(map(block, blocks) if threads <= 1 else _pool(threads).map(block, blocks))
     return omega, b
 
 
@@ -224,16 +220,11 @@ def _draw_block(rng, distribution, gamma, nu, shape, r, B):
     return om, rng.uniform(0.0, 2.0 * np.pi, size=B)
 
 
-_POOL = {}
-
-
+@functools.cache
 def _pool(threads):
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = _POOL.get(threads)
-    if pool is None:
-        pool = _POOL[threads] = ThreadPoolExecutor(threads, thread_name_prefix="rfol-features")
-    return pool
+    return ThreadPoolExecutor(threads, thread_name_prefix="rfol-features")
 
 
 def _rowwise(func, Z, threads, slab_bytes=2**21):
@@ -241,11 +232,8 @@ def _rowwise(func, Z, threads, slab_bytes=2**21):
     threads."""
     rows = max(1, slab_bytes // max(1, Z.shape[1] * Z.itemsize))
     slabs = [(s, min(s + rows, Z.shape[0])) for s in range(0, Z.shape[0], rows)]
-    if threads <= 1 or len(slabs) == 1:
-        for a, e in slabs:
-            func(Z[a:e])
-        return
-    list(_pool(threads).map(lambda ae: func(Z[ae[0] : ae[1]]), slabs))
+    run = map if threads <= 1 or len(slabs) == 1 else _pool(threads).map
+    list(run(lambda ae: func(Z[ae[0] : ae[1]]), slabs))
 
 
 #: the centred rows of :func:`feature_map` go through a scratch buffer of about this many bytes
@@ -256,9 +244,8 @@ CENTRE_BLOCK_ROWS = 256
 
 def _centred_blocks(U):
     """Row ranges of ``U`` (k, n) centred at a time by :func:`feature_map`."""
-    rows = max(
-        CENTRE_BLOCK_ROWS, CENTRE_BLOCK_BYTES // max(1, U.shape[1] * backend.itemsize(U.dtype))
-    )
+    row_bytes = max(1, U.shape[1] * backend.itemsize(U.dtype))
+    rows = max(CENTRE_BLOCK_ROWS, CENTRE_BLOCK_BYTES // row_bytes)
     return [(s, min(s + rows, U.shape[0])) for s in range(0, U.shape[0], rows)]
 
 

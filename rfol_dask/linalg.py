@@ -22,7 +22,6 @@ from .stacklevel import user_stacklevel
 
 @functools.cache
 def _controller():
-    """One ``ThreadpoolController`` for the process (each new one scans the loaded libraries)."""
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()

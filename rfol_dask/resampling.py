@@ -242,7 +242,6 @@ class ResamplingMixin:
                 )
 
     def _with_output_attrs(self, pred):
-        """An xarray prediction with the training output's attributes."""
         if isinstance(pred, xr.DataArray):
             pred.attrs.update(getattr(self, "output_attrs_", {}))
             for dim, attrs in getattr(self, "output_coord_attrs_", {}).items():

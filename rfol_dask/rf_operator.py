@@ -57,7 +57,6 @@ logger = logging.getLogger("rfol_dask")
 
 
 def _meta(U):
-    """The chunk type of a dask array (CuPy or numpy), None for others."""
     return meta_from_array(U) if isinstance(U, da.Array) else None
 
 

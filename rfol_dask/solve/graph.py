@@ -114,7 +114,6 @@ def _after_v_check(U, V, start):
 
 
 def column_blocks(m, block):
-    """Ranges ``(c0, c1)`` of at most ``block`` of the ``m`` output columns."""
     return [(s, min(s + block, m)) for s in range(0, m, block)]
 
 
@@ -133,7 +132,7 @@ def tree_sum(parts, combine, workers=None, first=None):
                 right = parts[k + 1]
                 if kept[k + 1]:
                     with pinned(places[k + 1]):
-                        right = dask.delayed(hand_over)(right)
+                        right = dask.delayed(after)(right)  # fetched by one sum, then freed
                 with pinned(places[k]):
                     summed.append(step(parts[k], right))
                 still.append(False)
@@ -144,18 +143,12 @@ def tree_sum(parts, combine, workers=None, first=None):
     return parts[0]
 
 
-def hand_over(part):
-    """``part`` itself, a key of its own for one sum to fetch."""
-    return part
-
-
 def after(value, *_):
     """``value``, once the tasks given after it are done (orders tasks)."""
     return value
 
 
 def iadd(a, b):
-    """``a += b``; returns ``a``."""
     a += b
     return a
 
@@ -174,11 +167,8 @@ def chained_sum(n_blocks, slots, add_block, combine):
     mine = {}  # worker -> its chains' ends, the workers in the order of slots (the first one first)
     for c in range(n_chains):
         mine.setdefault(slots[c], []).append(ends[c])
-    return tree_sum(
-        [tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()],
-        combine,
-        list(mine),
-    )
+    per_worker = [tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()]
+    return tree_sum(per_worker, combine, list(mine))
 
 
 def block_vsum(V, start):
@@ -230,9 +220,7 @@ def compute_fit(
     """``progress.compute`` of a fit graph: a failed blocked Cholesky becomes a
     :class:`BlockedFactorError`, the ``centre`` is filled, a raised ridge of ``factor`` warned
     here."""
-    extras = {}
-    if centre is not None:
-        extras["centre"] = centre.task
+    extras = {} if centre is None else {"centre": centre.task}
     if factor is not None:
         extras["ridge"] = dask.delayed(used_ridge)(factor)
     n, given, got, results = len(collections), consume, {}, [None] * len(collections)

@@ -29,20 +29,15 @@ def row_ranges(n_rows, row_bytes, block_bytes=ROW_BLOCK_BYTES):
 def dual_numpy(X, V, tile, *, alpha, fit_intercept):
     """Dual solve in memory on the Gram ``tile(X, X, True)``: ``(DualFactor, centred Beta (M,
     m))``."""
-    V = _checked(V, X)
-    return _dual_gram_solve(tile(X, X, True), V, alpha, fit_intercept)
+    V, K = _checked(V, X), tile(X, X, True)
+    fac = dual_factor(K, namespace(K).sum(V, axis=0), alpha, fit_intercept)
+    return fac, dual_solve(fac, V)
 
 
 def _checked(V, like, name="V"):
     V = namespace(like).asarray(V, dtype=like.dtype)
     check_finite(V, 0, name)
     return V
-
-
-def _dual_gram_solve(K, V, alpha, fit_intercept):
-    """Centre, factorise ``K`` (M, M) in place and solve for ``V``: ``(DualFactor, Beta)``."""
-    fac = dual_factor(K, namespace(K).sum(V, axis=0), alpha, fit_intercept)
-    return fac, dual_solve(fac, V)
 
 
 def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_centre=None):
@@ -69,7 +64,8 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
         shifts.append(shift)
         del A  # before the next slab is made
     # outside numpy, syrk sums the full products: K is symmetric already (no mirroring pass)
-    fac, Beta = _dual_gram_solve(K, V, alpha, fit_intercept)
+    fac = dual_factor(K, namespace(K).sum(V, axis=0), alpha, fit_intercept)
+    Beta = dual_solve(fac, V)
     info = fac.without_factor()  # the Gram (factorised in its place) is freed before pass 2
     del fac, K
     C = xp.empty((N, m), dtype=omega.dtype)
