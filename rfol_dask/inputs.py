@@ -224,10 +224,8 @@ def check_fitted_finite(est):
                 names = [k for k in ("gamma_", "length_scale_") if hasattr(est, k)]
                 scale = ", ".join(f"{k}={getattr(est, k):.3g}" for k in names)
                 raise ValueError(
-                    f"the fit gave NaN or infinite coefficients ({scale}): the inputs' scale "
-                    "or the model's scale parameter is beyond the range of the working dtype; "
-                    "rescale the inputs (e.g. to unit spread) or pass another gamma / "
-                    "length_scale"
+                    f"the fit gave NaN or infinite coefficients ({scale}): the scale is beyond the "
+                    "dtype's range; rescale the inputs or pass another gamma or length_scale"
                 )
 
 
@@ -240,11 +238,8 @@ def check_width(est, n, shape):
             f"X has {n} features, but {type(est).__name__} is expecting {est.n_features_in_} "
             f"features as input (input grid {shape} vs the training grid {est.input_shape_})"
         )
-    if (
-        len(shape) > 1
-        and shape != tuple(est.input_shape_)
-        and (len(est.input_shape_) > 1 or est._knows_grid("input"))
-    ):
+    grid_known = len(est.input_shape_) > 1 or est._knows_grid("input")
+    if len(shape) > 1 and shape != tuple(est.input_shape_) and grid_known:
         raise ValueError(
             f"X has input grid {shape} but the model was trained on the grid "
             f"{tuple(est.input_shape_)}: pass the functions on the training grid (same axes, "

@@ -222,14 +222,10 @@ class ResamplingMixin:
             tol, step = rec.tolerance(x), (hi - lo) / max(len(x) - 1, 1)
             if x[0] < c_lo - tol or x[-1] > c_hi + tol:
                 known = (getattr(self, "input_periods_", None) or [None] * len(trained))[k]
-                hint = (
-                    ""
-                    if known is None
-                    else (
-                        f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not wrap "
-                        "periodic axes: use 'cubic' or 'spectral'"
-                    )
-                )
+                hint = ""
+                if known is not None:
+                    hint = f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not"
+                    hint += " wrap periodic axes: use 'cubic' or 'spectral'"
                 raise ValueError(
                     f"{source} span [{c_lo:.10g}, {c_hi:.10g}] along axis {k} but the model was "
                     f"trained on [{lo:.10g}, {hi:.10g}]: the input must cover the training domain "
