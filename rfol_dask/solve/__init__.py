@@ -11,15 +11,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from ..backend import device_namespace, is_array_api
-from ..memory import (
-    check_gram_memory,
-    check_tile_memory,
-    dual_plan,
-    gram_device,
-    gram_slots,
-    memory_budget,
-    n_slots,
-)
+from .. import memory
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
 from .in_memory import fit_numpy, held_beside_gram, model_bytes
@@ -63,9 +55,9 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
 def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None, budget=None):
     """ValueError when the dask primal's ``N x N`` Gram does not fit the workers of ``client``."""
     dtype = np.dtype(dtype)
-    beside, copies = (n + 1) * n_features * dtype.itemsize, 2 if n_slots(client) > 1 else 1
+    beside, copies = (n + 1) * n_features * dtype.itemsize, 2 if memory.n_slots(client) > 1 else 1
     kw = dict(solver="primal", peak_copies=copies, beside=beside, budget=budget)
-    check_gram_memory(n_features, dtype, max_gram_bytes, client, **kw)
+    memory.check_gram_memory(n_features, dtype, max_gram_bytes, client, **kw)
 
 
 def _on_device(device, meta):
@@ -93,9 +85,9 @@ def dask_fit_plan(
     on_device = _on_device(device, meta)
     plan = None
     if solver == "dual":
-        held, device = M * (n + m) * dtype.itemsize, gram_device(device, meta)
+        held, device = M * (n + m) * dtype.itemsize, memory.gram_device(device, meta)
         kw = dict(n_features=n_features, n_inputs=n, device=device, warn=warn and not on_device)
-        plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=held, **kw)
+        plan = memory.dual_plan(M, dtype, max_gram_bytes, client, held_bytes=held, **kw)
     elif not on_device:  # on GPUs the primal is refused whatever its size
         check_primal_memory(n, n_features, dtype, max_gram_bytes, client, budget)
     if on_device and (plan is None or plan.blocked):
@@ -182,7 +174,7 @@ def fit_dask(
         device_namespace(device)
     # the primal on the CPU asks the workers for their memory once, for its check and for its chains
     primal = solver == "primal" and not _on_device(device, meta)
-    budget = memory_budget(max_gram_bytes, client) if primal else None
+    budget = memory.memory_budget(max_gram_bytes, client) if primal else None
     sizes = (M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta)
     plan = dask_fit_plan(*sizes, budget=budget)
     tiled = solver == "dual" and plan.blocked  # its blocks make features: n_features values a row
@@ -195,13 +187,13 @@ def fit_dask(
     if solver == "primal":  # as many chains on a worker as its memory holds Grams
         size = n_features * dtype.itemsize
         kw = dict(beside=(n + 1) * size, with_each=m * size, budget=budget)
-        per_worker = gram_slots(n_features, dtype, **kw)
+        per_worker = memory.gram_slots(n_features, dtype, **kw)
         return fit_primal(Ub, Vb, starts, cols, frequencies, per_worker=per_worker, **common)
     if plan.blocked:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
-        check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)
+        memory.check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)
         common.update(n_features=n_features, dtype=dtype)
         return fit_tiled(Ub, Vb, starts, cols, frequencies, **common)
     kw = dict(m=m, n_features=n_features, dtype=dtype, slab_bytes=plan.slab_bytes, n_inputs=n)
-    kw.update(device=device, draw_on=gram_device(device, meta))
+    kw.update(device=device, draw_on=memory.gram_device(device, meta))
     return fit_streamed(Ub, Vb, starts, frequencies, **kw, **common)

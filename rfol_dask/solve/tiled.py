@@ -12,20 +12,7 @@ from ..gram import block_means, dual_tile, features_block
 from ..linalg import stands_on_rounding
 from ..memory import memory_plan
 from ..placement import first_worker, pinned, worker_slots
-from .graph import (
-    Columns,
-    InputCentre,
-    TaskNames,
-    after,
-    block_vsum,
-    chained_sum,
-    column_slab,
-    compute_fit,
-    iadd,
-    rows,
-    tree_sum,
-    with_ridges,
-)
+from . import graph
 
 
 def dual_graph(
@@ -35,11 +22,11 @@ def dual_graph(
     tiles made by ``tile(X_i, X_j, diag)``: the delayed :class:`DualFactor` and a delayed centred
     ``Beta`` per column block of ``cols``. ``blocked``: factorised by
     ``dask.array.linalg.cholesky`` across the workers, else on one worker."""
-    names = names or TaskNames()
+    names = names or graph.TaskNames()
     nb = len(Xb)
     sizes = [int(k) for k in np.diff(starts)]
-    vsums = [dask.delayed(block_vsum)(Vb[i], starts[i]) for i in range(nb)]
-    vsum = tree_sum(vsums, dask.delayed(np.add))
+    vsums = [dask.delayed(graph.block_vsum)(Vb[i], starts[i]) for i in range(nb)]
+    vsum = graph.tree_sum(vsums, dask.delayed(np.add))
 
     def gram_tile(i, j):
         return dask.delayed(tile)(Xb[i], Xb[j], i == j, dask_key_name=names("gram-tile", i, j))
@@ -59,14 +46,14 @@ def dual_graph(
             if K is None:
                 K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
             K = dask.delayed(gram_place)(K, starts, i, *row, dask_key_name=names("gram-place", i))
-            placed = dask.delayed(after)(None, K, dask_key_name=names("gram-placed", i))
+            placed = dask.delayed(graph.after)(None, K, dask_key_name=names("gram-placed", i))
     with pinned(one):
         kw = dict(upper=True, warn=False, dask_key_name=names("dual-factor"))
         fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, **kw)
     borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
     betas = []
     for c0, c1 in cols:
-        V = dask.delayed(column_slab)(c0, c1, dtype, *Vb)
+        V = dask.delayed(graph.column_slab)(c0, c1, dtype, *Vb)
         name = names("dual-solve", c0)
         betas.append(dask.delayed(dual_solve)(fac, V, c0, borrow, True, dask_key_name=name))
     return fac, betas
@@ -166,11 +153,11 @@ def fit_tiled(
     """The tiled random-feature dual fit, factorised blocked across the workers: numpy ``(coef (N,
     m), intercept (m,))``. The feature blocks are made again for ``C`` where keeping them would
     take too much memory; a failed factorisation is tried again with raised ridges."""
-    nb, centred = len(Ub), InputCentre.kwargs(input_centre)
+    nb, centred = len(Ub), graph.InputCentre.kwargs(input_centre)
     keep = memory_plan(client, int(starts[-1]), n_features, dtype).keep_features
 
     def attempt(ridge):
-        names = TaskNames()
+        names = graph.TaskNames()
         om, bb = dask.delayed(frequencies, pure=True, nout=2)(**centred)
         shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)[0]
 
@@ -190,18 +177,18 @@ def fit_tiled(
         for (c0, _), Beta in zip(cols, betas, strict=True):
 
             def add_block(i, acc, Beta=Beta):
-                Beta_rows = dask.delayed(rows)(Beta, starts[i], starts[i + 1])
+                Beta_rows = dask.delayed(graph.rows)(Beta, starts[i], starts[i + 1])
                 return dask.delayed(cross_block)(A[i], Beta_rows, acc)
 
-            coefs.append(chained_sum(nb, slots, add_block, dask.delayed(iadd)))
+            coefs.append(graph.chained_sum(nb, slots, add_block, dask.delayed(graph.iadd)))
             intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
-        out, nc = Columns(cols), len(cols)
+        out, nc = graph.Columns(cols), len(cols)
 
         def consume(i, r):
             return out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r)
 
         kw = dict(progress=progress, client=client, alpha=ridge, centre=input_centre)
-        compute_fit(*coefs, *intercepts, desc="fit (dual)", consume=consume, **kw)
+        graph.compute_fit(*coefs, *intercepts, desc="fit (dual)", consume=consume, **kw)
         return out.coef, out.intercept
 
-    return with_ridges(attempt, alpha, dtype)
+    return graph.with_ridges(attempt, alpha, dtype)
