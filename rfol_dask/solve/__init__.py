@@ -10,8 +10,8 @@ import dask.array as da
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..backend import device_namespace, is_array_api
 from .. import memory
+from ..backend import device_namespace, is_array_api
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
 from .in_memory import fit_numpy, held_beside_gram, model_bytes
