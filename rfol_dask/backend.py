@@ -190,9 +190,7 @@ def fortran_copy(X):
 
 
 def copy(X):
-    if isinstance(X, np.ndarray):
-        return X.copy(order="K")
-    return namespace(X).asarray(X, copy=True)
+    return X.copy(order="K") if isinstance(X, np.ndarray) else namespace(X).asarray(X, copy=True)
 
 
 def take_rows(X, rows):
@@ -220,9 +218,8 @@ def fill_diagonal(X, value):
 
         cupy.fill_diagonal(X, value)
         return X
-    return xp.where(
-        xp.eye(X.shape[0], X.shape[1], dtype=xp.bool), xp.asarray(value, dtype=X.dtype), X
-    )
+    eye = xp.eye(X.shape[0], X.shape[1], dtype=xp.bool)
+    return xp.where(eye, xp.asarray(value, dtype=X.dtype), X)
 
 
 def syrk(A, trans, C=None):
