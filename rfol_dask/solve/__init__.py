@@ -65,18 +65,7 @@ def _on_device(device, meta):
 
 
 def dask_fit_plan(
-    M,
-    n,
-    m,
-    n_features,
-    dtype,
-    solver,
-    max_gram_bytes=None,
-    client=None,
-    device="cpu",
-    meta=None,
-    warn=True,
-    budget=None,
+    M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, warn=True, budget=None
 ):
     """The :class:`rfol_dask.memory.DualPlan` of a dask fit (None for the primal), after the checks
     that refuse it before any work: ValueError when the primal's Gram does not fit;

@@ -13,24 +13,13 @@ from .graph import Columns, InputCentre, TaskNames, chained_sum, compute_fit
 
 
 def fit_primal(
-    Ub,
-    Vb,
-    starts,
-    cols,
-    frequencies,
-    *,
-    alpha,
-    fit_intercept,
-    client,
-    progress,
-    input_centre=None,
-    per_worker=None,
+    Ub, Vb, starts, cols, draw, *, alpha, fit_intercept, client, progress, input_centre, per_worker
 ):
     """The primal random-feature fit on the delayed row blocks: numpy ``(coef (N, m), intercept
     (m,))``; ``per_worker``: the chains a worker may run at once (None: one per thread)."""
     names = TaskNames()
     centred = InputCentre.kwargs(input_centre)
-    om, bb = dask.delayed(frequencies, pure=True, nout=2)(**centred)
+    om, bb = dask.delayed(draw, pure=True, nout=2)(**centred)
     shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)
 
     def add_block(i, acc):
