@@ -44,10 +44,8 @@ def check_random_state(seed):
         return np.random.Generator(seed._bit_generator)
     if seed is None or isinstance(seed, (int, np.integer, np.random.SeedSequence)):
         return np.random.default_rng(seed)
-    raise TypeError(
-        "random_state must be None, an int, a numpy SeedSequence or Generator; got "
-        f"{type(seed).__name__}"
-    )
+    msg = "random_state must be None, an int, a numpy SeedSequence or Generator; got "
+    raise TypeError(msg + type(seed).__name__)
 
 
 def integer_seed(random_state):

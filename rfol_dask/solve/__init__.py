@@ -181,8 +181,7 @@ def fit_dask(
     if plan.blocked:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
         memory.check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)
-        common.update(n_features=n_features, dtype=dtype)
-        return fit_tiled(Ub, Vb, starts, cols, frequencies, **common)
+        return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features, dtype, **common)
     kw = dict(m=m, n_features=n_features, dtype=dtype, slab_bytes=plan.slab_bytes, n_inputs=n)
     kw.update(device=device, draw_on=memory.gram_device(device, meta))
     return fit_streamed(Ub, Vb, starts, frequencies, **kw, **common)

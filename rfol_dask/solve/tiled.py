@@ -136,36 +136,23 @@ def cross_block(A, Beta_rows, acc=None):
 
 
 def fit_tiled(
-    Ub,
-    Vb,
-    starts,
-    cols,
-    frequencies,
-    *,
-    n_features,
-    alpha,
-    fit_intercept,
-    dtype,
-    client,
-    progress,
-    input_centre=None,
+    Ub, Vb, starts, cols, draw, N, dtype, *, alpha, fit_intercept, client, progress, input_centre
 ):
     """The tiled random-feature dual fit, factorised blocked across the workers: numpy ``(coef (N,
     m), intercept (m,))``. The feature blocks are made again for ``C`` where keeping them would
     take too much memory; a failed factorisation is tried again with raised ridges."""
     nb, centred = len(Ub), graph.InputCentre.kwargs(input_centre)
-    keep = memory_plan(client, int(starts[-1]), n_features, dtype).keep_features
+    keep = memory_plan(client, int(starts[-1]), N, dtype).keep_features
 
     def attempt(ridge):
         names = graph.TaskNames()
-        om, bb = dask.delayed(frequencies, pure=True, nout=2)(**centred)
+        om, bb = dask.delayed(draw, pure=True, nout=2)(**centred)
         shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)[0]
 
         def features(name):
+            make = dask.delayed(features_block)
             return [
-                dask.delayed(features_block)(
-                    Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i)
-                )
+                make(Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i))
                 for i in range(nb)
             ]
 
