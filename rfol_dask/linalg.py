@@ -183,15 +183,10 @@ def first_ridge(attempt, alpha, mean_diag, dtype):
 def not_positive_definite(alpha, ridges):
     """The ValueError of a Gram that no ridge in ``ridges`` made positive definite."""
     if alpha == 0:
-        return ValueError(
-            "alpha=0 leaves the Gram matrix singular (not positive definite; e.g. fewer features "
-            "than samples, or repeated samples): pass alpha > 0, for example alpha=1e-10"
-        )
-    return ValueError(
-        f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} "
-        f"(alpha={alpha:g}); check the data for duplicated or constant samples, or pass a "
-        "larger alpha"
-    )
+        msg = "alpha=0 leaves the Gram matrix singular (e.g. fewer features than samples, or "
+        return ValueError(msg + "repeated samples): pass alpha > 0, for example alpha=1e-10")
+    msg = f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} (alpha="
+    return ValueError(msg + f"{alpha:g}); check for duplicated samples, or pass a larger alpha")
 
 
 def stands_on_rounding(pivots, gram_diag):

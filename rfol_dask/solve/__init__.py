@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import dask.array as da
 import numpy as np
+from dask.array.utils import meta_from_array
 from numpy.typing import DTypeLike
 
 from .. import memory
@@ -158,7 +159,7 @@ def fit_dask(
     client = active_client()
     dtype = np.dtype(dtype)
     (M, n), m = U.shape, V.shape[1]
-    meta = getattr(U, "_meta", None)
+    meta = meta_from_array(U)
     if device != "cpu" and client is None:  # computed in this process: say what is missing, first
         device_namespace(device)
     # the primal on the CPU asks the workers for their memory once, for its check and for its chains
