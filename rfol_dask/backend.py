@@ -166,9 +166,6 @@ def is_real_dtype(dtype):
     return bool(np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer) and dt.kind != "m")
 
 
-# ---------------------------------------------------------------------- what the standard lacks
-
-
 def as_fortran(A):
     """``A`` in Fortran order for LAPACK (numpy; other namespaces choose their own layout)."""
     return np.asfortranarray(A) if isinstance(A, np.ndarray) and is_fast(namespace(A)) else A
@@ -335,9 +332,6 @@ def _factor_copy(G, xp):
         return None if ridge == 0 and _singular(diagonal(L), diagonal(G)) else L
 
     return factor
-
-
-# ---------------------------------------------------------------------- CuPy only
 
 
 def host_threads_per_gpu():

@@ -176,9 +176,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            If the sample counts or labels of ``X`` and ``y`` differ, a variable or dim is not
-            found (one message lists every rename), the data hold NaN / Inf (the samples are
-            named by label), a grid does not match the data, or the Gram does not fit in memory.
+            If the samples of ``X`` and ``y`` differ, a variable or dim is not found, the data
+            hold NaN / Inf (the samples are named), or the Gram does not fit in memory.
         TypeError
             For an unknown keyword, or data that are not real numbers.
 
@@ -279,8 +278,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Returns
         -------
         ndarray, dask array or DataArray of shape (M, *output_grid)
-            The predictions in the working dtype, in the kind of ``X`` (a Dataset or path
-            gives a DataArray).
+            The predictions in the working dtype, in the kind of ``X``.
 
         Raises
         ------
@@ -368,23 +366,20 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
-            Test input functions; a Dataset, Zarr store or NetCDF path holds both the input
-            and the output variables.
+            Test input functions; a Dataset, Zarr store or NetCDF path holds both.
         y : array-like, dask array or DataArray (M,), (M, m) or (M, *output_grid), default=None
             True output functions; None only with a Dataset / store ``X``.
         sample_weight : None, default=None
             Not supported (anything but None raises ValueError).
         input, output : str, default=None
-            The variables of a Dataset or store ``X`` (default: the model's ``input_name_``
-            and ``output_name_``).
+            The variables of a Dataset or store ``X`` (default: the model's).
         sample_dim : str, default=None
             The sample dim of DataArrays (default: the model's ``sample_dim_``).
 
         Returns
         -------
         float
-            R^2 of every output grid point, averaged uniformly over the points
-            (:func:`rfol_dask.metrics.r2_score`).
+            R^2 of every output grid point, averaged (:func:`rfol_dask.metrics.r2_score`).
         """
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported")
@@ -427,8 +422,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         sklearn.exceptions.NotFittedError
             If the model is not fitted.
         ValueError
-            If ``path`` holds anything but an rfol_dask model (left untouched), a model and
-            ``overwrite`` is false, or is inside a model or the current directory.
+            If ``path`` holds anything but an rfol_dask model (left untouched), or a model and
+            ``overwrite`` is false.
         """
         check_is_fitted(self)
         target = io.user_path(path)  # '~' expanded, as xarray and zarr read paths

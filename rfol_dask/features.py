@@ -5,17 +5,13 @@
 - ``"cauchy"``: i.i.d. ``gamma * standard_cauchy`` entries (tensor-product Cauchy); the
   features approximate the kernel ``exp(-gamma ||x - y||_1)``;
 - ``"gaussian"``: i.i.d. ``N(0, 2 gamma)`` entries; kernel ``exp(-gamma ||x - y||^2)``;
-- ``"student_t"``: ``sqrt(nu / chi2_nu) * N(0, gamma^2)`` with one chi-square draw per
-  feature (a multivariate t law); kernel of Matern type with smoothness ``nu / 2``;
-- ``"rational_quadratic"``: ``sqrt(2 gamma t / a) * N(0, I)`` with one ``t ~ Gamma(a, 1)`` per
-  feature, shape ``a = nu`` (``a = 1`` when ``nu`` is None); kernel
-  ``(1 + gamma ||x - y||^2 / a)^-a`` (see below);
+- ``"student_t"``: ``sqrt(nu / chi2_nu) * N(0, gamma^2)``, one chi-square draw per feature;
+  a Matern-type kernel of smoothness ``nu / 2``;
+- ``"rational_quadratic"``: ``sqrt(2 gamma t / a) * N(0, I)``, one ``t ~ Gamma(a, 1)`` per
+  feature, ``a = nu`` (1 if None); kernel ``(1 + gamma ||x - y||^2 / a)^-a``;
 
-and ``b ~ U(0, 2 pi)``. Frequencies are drawn with numpy from the seed in column blocks with
-streams of their own: a seed fixes the model whatever the chunking. The rational quadratic
-kernel is scikit-learn's ``RationalQuadratic(length_scale=l, alpha=a)`` at
-``gamma = 1 / (2 l^2)``. Input centre: the phase is formed from ``u - c``, ``b = (b0 + c @ Omega)
-mod 2 pi``, so that in float32 a large common offset of the inputs does not swamp ``u @ Omega``.
+and ``b ~ U(0, 2 pi)``, drawn with numpy from the seed whatever the chunking. With an input
+centre ``c`` the phase is formed from ``u - c``, ``b = (b0 + c @ Omega) mod 2 pi``.
 """
 
 from __future__ import annotations
@@ -116,8 +112,7 @@ def draw_frequencies(
         Frequency scale (> 0).
     nu : float, optional
         Degrees of freedom of ``"student_t"`` (> 0, required), or the shape ``a`` of
-        ``"rational_quadratic"`` (> 0; None: ``a = 1``, the inverse quadratic kernel); ignored by
-        the others.
+        ``"rational_quadratic"`` (> 0; None: 1); ignored by the others.
     random_state : int, Generator, SeedSequence or None, default=None
         Seed; an int or SeedSequence fixes the draw whatever ``columns`` asks for.
     dtype : numpy dtype, default=np.float64
@@ -127,8 +122,7 @@ def draw_frequencies(
     xp : array namespace, optional
         Namespace of the returned arrays (default numpy); the values do not depend on it.
     metric : ndarray of shape (n_inputs, r), optional
-        An input metric ``T`` (:func:`rfol_dask.tuning.pca_metric`): drawn in ``r`` dimensions
-        and mapped to the grid, ``omega = T omega_r``.
+        An input metric ``T`` (:func:`rfol_dask.tuning.pca_metric`): ``omega = T omega_r``.
     input_centre : ndarray of shape (n_inputs,), optional
         The model's input centre ``c``: the phases ``b = (b0 + c @ omega) mod 2 pi``.
 
@@ -273,14 +267,12 @@ def feature_map(
     n_features : int, optional
         The model's ``N`` in the scale ``sqrt(2 / N)`` (default ``N'``).
     input_centre : ndarray of shape (n,), optional
-        The model's input centre ``c`` (``b`` folded with it), subtracted from the rows of ``U``
-        in the wider dtype before the cast; None: ``c = 0``.
+        The model's input centre ``c``, subtracted from the rows of ``U`` before the cast.
 
     Returns
     -------
     ndarray of shape (k, N')
-        The features, in the dtype of ``U @ omega`` (of ``omega`` with ``input_centre``;
-        ``out`` if given), made in place in one buffer.
+        The features in the dtype of ``U @ omega`` (``out`` if given).
     """
     n_features = omega.shape[1] if n_features is None else n_features
     xp = backend.namespace(U, omega, b)  # numpy, unless another namespace

@@ -117,8 +117,7 @@ def fit_dask(
     V : dask array of shape (M, m)
         Output functions, chunked along samples only.
     frequencies : callable
-        Picklable recipe of ``(omega (n, N), b (N,))``, or with ``columns=(f0, f1)`` their
-        columns ``f0:f1`` (a partial of :func:`rfol_dask.features.draw_frequencies`).
+        Picklable recipe of ``(omega (n, N), b (N,))`` (``columns=(f0, f1)``: those columns).
     n_features : int
         The number of features ``N``.
     dtype : {"float32", "float64"} or numpy dtype
@@ -138,8 +137,7 @@ def fit_dask(
     device : {"cpu", "cuda"}, default="cpu"
         Where the workers compute numpy chunks (CuPy chunks stay on their GPU).
     input_centre : InputCentre, optional
-        The model's input centre, made in the graph from the first samples and left in
-        ``input_centre.value``; None: no centre.
+        The model's input centre, made in the graph and left in ``input_centre.value``.
 
     Returns
     -------
@@ -151,8 +149,7 @@ def fit_dask(
     Raises
     ------
     ValueError
-        If the primal Gram does not fit the memory budget, or the data hold NaN / Inf (the
-        samples are named).
+        If the primal Gram does not fit the memory budget, or the data hold NaN / Inf.
     NotImplementedError
         On a GPU with the primal or the blocked dual.
     """

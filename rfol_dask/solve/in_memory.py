@@ -134,11 +134,9 @@ def fit_numpy(
     fit_intercept : bool
         Centre features and outputs and fit an intercept per output column.
     solver : {"dual", "primal"}
-        Dual ``(A A^T + alpha I) Beta = V``, ``C = A^T Beta``, or primal
-        ``(A^T A + alpha I) C = A^T V``.
+        Dual ``(A A^T + alpha I) Beta = V`` or primal ``(A^T A + alpha I) C = A^T V``.
     slab_bytes : int, optional
-        Bytes of a feature slab of the dual outside numpy (default: config
-        ``rfol_dask.slab-bytes``, else 256 MiB).
+        Bytes of a feature slab of the dual outside numpy (default: ``rfol_dask.slab-bytes``).
     input_centre : ndarray of shape (n,), optional
         The model's input centre, subtracted from the rows of ``U`` as the features are made.
 
@@ -152,8 +150,7 @@ def fit_numpy(
     Raises
     ------
     ValueError
-        If ``V`` holds NaN / Inf (the samples are named) or the Gram is singular with
-        ``alpha=0``.
+        If ``V`` holds NaN / Inf or the Gram is singular with ``alpha=0``.
     """
     dtype, xp = omega.dtype, namespace(omega)
     if solver == "dual" and not is_fast(xp):
