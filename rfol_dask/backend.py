@@ -62,7 +62,7 @@ def is_array_api(x):
 
 
 def namespace(*arrays):
-    """The namespace computing on ``arrays``: numpy itself (outside :func:`generic_numpy`), else
+    """The namespace computing on ``arrays``: numpy (outside :func:`generic_numpy`), else
     array_api_compat's."""
     arrays = [a for a in arrays if a is not None and not isinstance(a, (int, float, bool))]
     if all(isinstance(a, (np.ndarray, np.generic)) for a in arrays):
@@ -217,8 +217,8 @@ def fill_diagonal(X, value):
 
 
 def syrk(A, trans, C=None):
-    """``A A^T`` (``trans=False``) or ``A^T A``, added to ``C`` if given (numpy: lower triangle
-    only, in place)."""
+    """``A A^T`` (``trans=False``) or ``A^T A``, added to ``C`` if given (numpy: the lower
+    triangle)."""
     xp = namespace(A, C)
     if is_fast(xp):
         return linalg.syrk(A, trans, C)
@@ -252,8 +252,7 @@ def symmetrize(C, source="lower", block=512):
 
 
 def centre_gram(K, a, c, block_bytes=None):
-    """``K[i, j] -= (a[i] + a[j]) - c`` in place for ``K`` (M, M), exactly symmetric, by column
-    blocks."""
+    """``K[i, j] -= (a[i] + a[j]) - c`` in place for ``K`` (M, M), exactly symmetric."""
     xp = namespace(K)
     M = K.shape[0]
     if block_bytes is None:
@@ -276,8 +275,7 @@ def centre_gram(K, a, c, block_bytes=None):
 
 
 def cholesky(G, alpha):
-    """Lower Cholesky factor of ``G + alpha I`` with the jitter of
-    :func:`rfol_dask.linalg.cholesky`: ``(L, ridge)``."""
+    """Lower Cholesky factor of ``G + alpha I`` with the jitter policy: ``(L, ridge)``."""
     xp = namespace(G)
     if is_fast(xp):
         return linalg.cholesky(G, alpha)
@@ -372,8 +370,7 @@ def _cupy_factor_in_place(G):
 
 
 def _cupy_potrf(F):
-    """cuSOLVER ``potrf`` (lower) in place on the Fortran-ordered CuPy ``F``; returns
-    ``devInfo``."""
+    """cuSOLVER ``potrf`` (lower) in place on the Fortran-ordered CuPy ``F``: ``devInfo``."""
     import cupy
     from cupy.cuda import device
     from cupy_backends.cuda.libs import cublas, cusolver
@@ -392,8 +389,8 @@ def _cupy_potrf(F):
 
 
 def cho_solve(L, B, overwrite=False):
-    """Solve ``L L^T X = B`` for the lower ``L`` of :func:`cholesky` (numpy: in ``B`` with
-    ``overwrite``)."""
+    """Solve ``L L^T X = B`` for the lower ``L`` of :func:`cholesky` (numpy: ``overwrite``
+    ``B``)."""
     xp = namespace(L, B)
     if is_fast(xp):
         return linalg.cho_solve(L, B, overwrite)

@@ -422,8 +422,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         sklearn.exceptions.NotFittedError
             If the model is not fitted.
         ValueError
-            If ``path`` holds anything but an rfol_dask model (left untouched), or a model and
-            ``overwrite`` is false.
+            If ``path`` holds anything but an rfol_dask model (left untouched), a model and
+            ``overwrite`` is false, or is inside a model or the current directory.
         """
         check_is_fitted(self)
         target = io.user_path(path)  # '~' expanded, as xarray and zarr read paths

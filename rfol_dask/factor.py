@@ -48,8 +48,7 @@ class PrimalFactor:
 
 
 def gram_place(K, offsets, i, *tiles):
-    """Copy the tiles ``A_i A_j^T`` (j >= i) of row block ``i`` into the upper block triangle of
-    ``K``."""
+    """Copy the tiles ``A_i A_j^T`` (j >= i) of row block ``i`` into the upper triangle of ``K``."""
     for j, T in enumerate(tiles, start=i):
         K[offsets[i] : offsets[i + 1], offsets[j] : offsets[j + 1]] = T
     return K
@@ -79,8 +78,7 @@ def dual_factor(K, vsum, alpha, fit_intercept, upper=False, warn=True):
 
 
 def _factorised(G, alpha, warn):
-    """:func:`rfol_dask.backend.cholesky`: ``(L, ridge)``, a raised ridge recorded without
-    ``warn``."""
+    """:func:`rfol_dask.backend.cholesky`: ``(L, ridge)``; without ``warn`` recorded."""
     with contextlib.nullcontext() if warn else recorded_ridges():
         L, ridge = cholesky(G, alpha)
     return L, float(ridge)
@@ -107,8 +105,8 @@ def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
 
 
 def dual_intercept(fac, Beta, C=None, shift=None, start=0):
-    """Intercepts ``vbar - mu^T C`` (k,) of the columns ``start:start+k``, ``mu^T C = s^T C + r^T
-    Beta / M``."""
+    """Intercepts ``vbar - mu^T C`` (k,) of the columns ``start:``, ``mu^T C = s^T C + r^T Beta /
+    M``."""
     if not fac.fit_intercept:
         return namespace(Beta).zeros(Beta.shape[1], dtype=Beta.dtype)
     out = fac.vbar[start : start + Beta.shape[1]] - (fac.r @ Beta) / fac.M

@@ -32,8 +32,7 @@ NU_LAWS = ("student_t", "rational_quadratic")
 
 
 def check_random_state(seed):
-    """A ``numpy.random.Generator`` from None, an int, a SeedSequence, a Generator or a
-    RandomState."""
+    """A ``numpy.random.Generator`` from None, an int, a SeedSequence, Generator or RandomState."""
     if isinstance(seed, np.random.Generator):
         return seed
     if isinstance(seed, np.random.RandomState):
@@ -45,8 +44,7 @@ def check_random_state(seed):
 
 
 def integer_seed(random_state):
-    """An integer seed standing for ``random_state`` from which any worker draws the same
-    frequencies."""
+    """An integer seed for ``random_state``, from which any worker draws the same frequencies."""
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
     if random_state is None:
@@ -59,8 +57,7 @@ CENTRE_ROWS = 64
 
 
 def input_centre(dtype: DTypeLike, *blocks, rows: int = CENTRE_ROWS) -> np.ndarray:
-    """The input centre ``c`` (n,): the float64 mean of the first ``rows`` samples of ``blocks``, as
-    ``dtype``."""
+    """The input centre ``c`` (n,): the mean of the first ``rows`` samples, as ``dtype``."""
     head, left = [], rows
     for B in blocks:
         if left <= 0:
@@ -220,8 +217,7 @@ def _pool(threads):
 
 
 def _rowwise(func, Z, threads, slab_bytes=2**21):
-    """Apply the in-place ``func`` to slabs of about 2 MiB of rows of ``Z`` on ``threads``
-    threads."""
+    """Apply the in-place ``func`` to 2 MiB slabs of rows of ``Z`` on ``threads`` threads."""
     rows = max(1, slab_bytes // max(1, Z.shape[1] * Z.itemsize))
     slabs = [(s, min(s + rows, Z.shape[0])) for s in range(0, Z.shape[0], rows)]
     run = map if threads <= 1 or len(slabs) == 1 else _pool(threads).map

@@ -260,8 +260,7 @@ def check_coordinate_order(est):
 
 
 def check_prediction_memory(est, X, new_grid):
-    """:func:`rfol_dask.memory.check_prediction_memory` of a numpy prediction of ``X`` on
-    ``new_grid``."""
+    """:func:`rfol_dask.memory.check_prediction_memory` of a numpy prediction of ``X``."""
     if isinstance(X, da.Array) or backend.is_array_api(X):
         return
     M = num_samples(X)
@@ -273,8 +272,7 @@ def check_prediction_memory(est, X, new_grid):
 
 
 def predict_rows(est, u, labels, name, sample_dim):
-    """The validated rows (M, n) of the in-memory operand ``u`` to predict; NaN / Inf named by
-    label."""
+    """The validated rows (M, n) of the in-memory operand ``u``; NaN / Inf named by label."""
     if backend.is_array_api(u.data):
         X, _ = flatten(u.data)
         if X.ndim != 2:

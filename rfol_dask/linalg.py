@@ -109,8 +109,7 @@ def host_cores():
 
 
 def factor_threads():
-    """BLAS threads for the factorisation: config ``rfol_dask.factor-threads``, else every core of
-    the host."""
+    """BLAS threads of the factorisation: config ``rfol_dask.factor-threads``, else all cores."""
     n = dask.config.get("rfol_dask.factor-threads", None)
     return int(n) if n else host_cores()
 
@@ -150,8 +149,7 @@ def ridge_name(name):
 
 
 def warn_ridge(alpha, ridge, dtype):
-    """Warn (or record, :func:`recorded_ridges`) that a factorisation needed ``ridge`` instead of
-    ``alpha``."""
+    """Warn (or record, :func:`recorded_ridges`) that a factorisation needed ``ridge``."""
     name, record = _RIDGE_REPORT.get()
     msg = (
         f"the Gram matrix plus {name}={alpha:g} is not numerically positive definite in "

@@ -20,8 +20,7 @@ class ResamplingMixin:
     """Recovery-map helpers of the operator learners."""
 
     def _knows_grid(self, which):
-        """Whether the model's ``which`` grid has dims or coordinates (else data are read by
-        position)."""
+        """Whether the ``which`` grid has dims or coordinates (else data are read by position)."""
         keys = (f"{which}_dims_", f"{which}_grid_")
         return any(getattr(self, k, None) is not None for k in keys)
 
@@ -112,8 +111,7 @@ class ResamplingMixin:
         return R
 
     def _output_on_grid(self, Y, u, output_grid, grid_new):
-        """Predictions ``Y`` (M, m) resampled to ``output_grid`` if given, in the kind of the
-        operand ``u``."""
+        """Predictions ``Y`` (M, m) resampled to ``output_grid`` if given, in the kind of ``u``."""
         if backend.is_array_api(Y):  # the recovery maps resample on the host
             xp = backend.namespace(Y)
             if output_grid is None:
@@ -137,8 +135,7 @@ class ResamplingMixin:
         return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
 
     def _new_output_grid(self, output_grid):
-        """``output_grid`` as axes where given and other than the training output grid, else
-        None."""
+        """``output_grid`` as axes where given and not the training output grid, else None."""
         if output_grid is None:
             return None
         grid = getattr(self, "output_grid_", None)
@@ -146,8 +143,7 @@ class ResamplingMixin:
         return None if rec.same_grid(grid_new, grid) else grid_new
 
     def _named_axes(self, grid, which):
-        """A mapping ``{dim: coords}`` grid as axes in the order of the model's dims; any other grid
-        as it is."""
+        """A ``{dim: coords}`` grid as axes in the order of the model's dims; others as they are."""
         dims = getattr(self, f"{which}_dims_", None)
         if not isinstance(grid, Mapping) or dims is None:
             return grid  # a model fitted on arrays knows no names: the mapping's order
@@ -175,8 +171,7 @@ class ResamplingMixin:
         return grid
 
     def _to_training_grid(self, U, u, input_grid):
-        """The operand ``u`` resampled through ``R_U`` to the training input grid where its grid
-        differs."""
+        """The operand ``u`` resampled through ``R_U`` to the training input grid if needed."""
         own = io.operand_grid(u)  # a DataArray's coordinates
         grid = own
         if input_grid is not None:
@@ -211,7 +206,7 @@ class ResamplingMixin:
 
     def _check_domain(self, trained, grid, R_U, source):
         """ValueError where the input ``grid`` does not cover the ``trained`` domain or strays
-        outside it."""
+        off."""
         domain = rec.grid_domain(trained, R_U.periodic)
         for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(
             zip(trained, grid, domain, R_U.domain(), R_U.periods, strict=True)

@@ -242,8 +242,7 @@ class RandomFeatureOperator(OperatorEstimator):
         return lazy and (self._device() != "cpu" or backend.is_array_api(_meta(U)))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
-        """ValueError before any work when a fit on ``U`` (M, n) and ``V`` (M, m) would not fit in
-        memory."""
+        """ValueError before any work when a fit on ``U`` and ``V`` would not fit in memory."""
         M, n, m = U.shape[0], U.shape[1], V.shape[1]
         self._check_model_memory(U, V, lazy, dtype)
         solver = choose_solver(self.solver, M, self.n_features, dual_only=self._on_gpu(U, lazy))

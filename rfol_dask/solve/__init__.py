@@ -25,8 +25,8 @@ __all__ += ["fit_numpy", "held_beside_gram", "model_bytes", "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):
-    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram, or the dual with ``dual_only``
-    (GPU)."""
+    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram, or the dual if
+    ``dual_only``."""
     if solver == "auto":
         return "dual" if dual_only or n_features >= n_samples else "primal"
     return solver

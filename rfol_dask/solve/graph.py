@@ -30,15 +30,13 @@ class TaskNames:
 
 
 class InputCentre:
-    """The input centre of a dask fit, made in its graph (:meth:`attach`) and left in ``value``
-    (n,)."""
+    """The input centre of a dask fit, made in its graph (:meth:`attach`), left in ``value``."""
 
     def __init__(self, value=None):
         self.task, self.value = None, value
 
     def attach(self, Ub, starts, dtype, names):
-        """The task ``input-centre`` on the first row blocks of ``Ub`` (a given ``value``
-        carried)."""
+        """The task ``input-centre`` on the first row blocks of ``Ub`` (or the given ``value``)."""
         if self.value is not None:
             self.task = dask.delayed(self.value, pure=True, traverse=False)
             return self
@@ -54,8 +52,7 @@ class InputCentre:
 
 
 def _checked_centre(dtype, starts, *blocks):
-    """:func:`rfol_dask.features.input_centre` of the row blocks, each checked for NaN / Inf
-    first."""
+    """:func:`rfol_dask.features.input_centre` of the row blocks, checked for NaN / Inf."""
     for B, start in zip(blocks, starts, strict=False):
         check_finite(B if is_array_api(B) else np.asarray(B), int(start), "U")
     return input_centre(dtype, *blocks)
@@ -179,8 +176,7 @@ def block_vsum(V, start):
 
 
 def column_slab(start, stop, dtype, *blocks):
-    """Columns ``start:stop`` of the row blocks, checked and stacked Fortran-ordered (M, stop -
-    start)."""
+    """Columns ``start:stop`` of the row blocks, checked and stacked Fortran-ordered."""
     out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
     row = 0
     for B in blocks:
@@ -196,8 +192,7 @@ def rows(X, start, stop):
 
 
 class Columns:
-    """The coefficients (N, m) and intercepts (m,) of a fit, filled by output column blocks
-    ``cols``."""
+    """The coefficients (N, m) and intercepts (m,) of a fit, filled by column blocks ``cols``."""
 
     def __init__(self, cols):
         self.cols, self.m = cols, cols[-1][1]

@@ -27,8 +27,7 @@ def row_ranges(n_rows, row_bytes, block_bytes=ROW_BLOCK_BYTES):
 
 
 def dual_numpy(X, V, tile, *, alpha, fit_intercept):
-    """Dual solve in memory on the Gram ``tile(X, X, True)``: ``(DualFactor, centred Beta (M,
-    m))``."""
+    """Dual solve in memory on the Gram ``tile(X, X, True)``: ``(DualFactor, centred Beta)``."""
     V, K = _checked(V, X), tile(X, X, True)
     fac = dual_factor(K, namespace(K).sum(V, axis=0), alpha, fit_intercept)
     return fac, dual_solve(fac, V)

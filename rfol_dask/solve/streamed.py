@@ -48,7 +48,7 @@ _KEPT_FREQUENCIES = {}
 
 
 def row_steps(starts, at_least=None):
-    """Consecutive groups of the row blocks at offsets ``starts``, each of ``at_least`` rows but the
+    """Consecutive groups of the row blocks at ``starts``, each of ``at_least`` rows but the
     last."""
     steps, first, at_least = [], 0, ROW_STEP if at_least is None else at_least
     for i in range(1, len(starts)):
@@ -116,8 +116,7 @@ def _cache_take(token, f0):
 
 
 def _slab_frequencies(token, U, frequencies, f0, f1, keep):
-    """The recipe of ``(omega, b)`` of the columns ``f0:f1``; on a GPU drawn once and kept while
-    room."""
+    """The recipe of ``(omega, b)`` of the columns ``f0:f1`` (on a GPU drawn once and kept)."""
     if isinstance(U, np.ndarray) or token is None:
         return frequencies
     pair = _KEPT_FREQUENCIES.pop((token, f0), None)
@@ -193,8 +192,7 @@ def gram_slab(K, U, frequencies, fit, f0, f1, after=None):
 
 
 def coef_slab(U, frequencies, fit, f0, f1, Beta, after=None):
-    """Rows ``f0:f1`` of ``C = A^T Beta`` and ``s_f^T C_f``, from the cached slab or one made
-    again."""
+    """Rows ``f0:f1`` of ``C = A^T Beta`` and ``s_f^T C_f``, from the cached slab or a new one."""
     with blas_limits(_slab_threads(U)):
         A = _cache_take(fit.token, f0)
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, False)
@@ -224,7 +222,7 @@ def _coef_rows(A, Beta, shift, f0, f1, out):
 
 @sized_by_arrays
 class Resident:
-    """One worker's rows-mode state: features ``A`` (M, w) from column ``g0``, shifts, frequencies,
+    """One worker's rows-mode state: features ``A`` from column ``g0``, shifts, frequencies,
     Gram."""
 
     __slots__ = ("A", "K", "g0", "shifts", "pairs")
@@ -285,8 +283,7 @@ def rows_need(M, width, m, n_inputs, itemsize, n_workers=1):
 
 
 def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
-    """``"rows"`` or ``"slabs"`` (config ``rfol_dask.device-features``; ``"auto"``: rows on a device
-    with room)."""
+    """``"rows"`` or ``"slabs"`` (config ``rfol_dask.device-features``; auto: rows if room)."""
     mode = dask.config.get("rfol_dask.device-features", "auto")
     if mode not in FEATURE_MODES:
         raise ValueError(f"rfol_dask.device-features must be one of {FEATURE_MODES}, got {mode!r}")
@@ -301,8 +298,7 @@ def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
 
 
 def _gram_tasks(names, fit, group, data, starts, frequencies):
-    """The delayed Gram of one worker's feature ``group`` and its delayed :class:`Resident` (or
-    None)."""
+    """The delayed Gram of one worker's feature ``group`` and its :class:`Resident` (or None)."""
     M, width, rows_mode = fit.M, group[-1][1] - group[0][0], isinstance(data, list)
     drawn = [None] * len(group)
     for k, (f0, f1) in enumerate(group if fit.draw_on is not None and fit.token else []):
@@ -325,8 +321,7 @@ def _gram_tasks(names, fit, group, data, starts, frequencies):
 
 
 def _input_tasks(names, fit, Ub, starts, centre):
-    """The stacked inputs of the features: all of ``U``, or (rows mode) the row steps and
-    offsets."""
+    """The stacked inputs: all of ``U``, or (rows mode) the row steps and offsets."""
     stack = dask.delayed(stack_rows)
     if fit.mode != "rows":
         name = names("stack-inputs")
