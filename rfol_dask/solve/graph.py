@@ -41,9 +41,8 @@ class InputCentre:
             self.task = dask.delayed(self.value, pure=True, traverse=False)
             return self
         k = max(1, int(np.searchsorted(starts, CENTRE_ROWS, side="left")))
-        self.task = dask.delayed(_checked_centre)(
-            dtype, starts[:k], *Ub[:k], dask_key_name=names("input-centre")
-        )
+        name = names("input-centre")
+        self.task = dask.delayed(_checked_centre)(dtype, starts[:k], *Ub[:k], dask_key_name=name)
         return self
 
     @staticmethod

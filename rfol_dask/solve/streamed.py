@@ -107,6 +107,7 @@ def _cache_put(token, f0, A):
 
 
 def _cache_take(token, f0):
+    """The cached slab ``f0``, deleted from the disk, or None."""
     path = None if token is None else _slab_file(token, f0)
     if path is None or not os.path.exists(path):
         return None
@@ -165,6 +166,7 @@ def _stack_outputs(starts, dtype, device, m, *blocks):
 
 
 def _symmetric(K):
+    """The summed Gram made symmetric (numpy's SYRK fills the lower triangle only)."""
     return symmetrize(K, "lower") if isinstance(K, np.ndarray) else K
 
 
@@ -287,10 +289,8 @@ def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
     mode = dask.config.get("rfol_dask.device-features", "auto")
     if mode not in FEATURE_MODES:
         raise ValueError(f"rfol_dask.device-features must be one of {FEATURE_MODES}, got {mode!r}")
-    if mode != "auto":
-        return mode
-    if draw_on is None:
-        return "slabs"
+    if mode != "auto" or draw_on is None:
+        return "slabs" if mode == "auto" else mode
     need = rows_need(M, -(-N // max(1, n_workers)), m, n_inputs, itemsize, n_workers)
     if client is None:
         return "rows" if device_free_bytes(draw_on) > need else "slabs"
@@ -382,6 +382,7 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
 
 
 def _host_intercept(info, Beta):
+    """The intercept as numpy, made on the worker: a client without a GPU cannot unpickle CuPy."""
     return to_numpy(dual_intercept(info, Beta))
 
 
