@@ -1,9 +1,6 @@
-"""Array namespaces: which library computes a fit, and the operations the array API standard
-lacks. numpy arrays take the fast in-place LAPACK path of :mod:`rfol_dask.linalg`; CuPy arrays
-(``device="cuda"``) cuBLAS and cuSOLVER, factorising in place; other array API namespaces the
-standard's operations (a new Cholesky factor, triangular solves by ``xp.linalg.solve``). CuPy is
-imported only when a CuPy array is seen or ``device="cuda"`` is asked for.
-"""
+"""Array namespaces: numpy takes the in-place LAPACK path of :mod:`rfol_dask.linalg`, CuPy
+(``device="cuda"``, imported on first use) cuBLAS and cuSOLVER, other array API namespaces the
+standard's operations; and the operations the standard lacks."""
 
 from __future__ import annotations
 
@@ -27,18 +24,14 @@ _GPU_INSTALL = (
 
 
 def sized_by_arrays(cls):
-    """Class decorator: dask's ``sizeof`` of an instance counts the arrays it holds (dataclass
-    fields or ``__slots__``), so that memory managers and transfer costs see a factor's size."""
+    """Class decorator: dask's ``sizeof`` of an instance counts the arrays it holds."""
     import dataclasses
     import sys
 
     from dask.sizeof import sizeof
 
-    names = (
-        tuple(f.name for f in dataclasses.fields(cls))
-        if dataclasses.is_dataclass(cls)
-        else cls.__slots__
-    )
+    fields = dataclasses.is_dataclass(cls)
+    names = tuple(f.name for f in dataclasses.fields(cls)) if fields else cls.__slots__
 
     @sizeof.register(cls)
     def _size(obj):
@@ -58,8 +51,7 @@ def generic_numpy():
 
 
 def is_array_api(x):
-    """True for an array of a namespace other than numpy (CuPy, array_api_strict, ...), computed
-    where it lives; numpy, dask, xarray and array-likes are False."""
+    """True for an array of a namespace other than numpy (CuPy, array_api_strict, ...)."""
     if x is None or isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
         return False
     mod = type(x).__module__.split(".")[0]
@@ -70,22 +62,15 @@ def is_array_api(x):
 
 
 def namespace(*arrays):
-    """The namespace that computes on ``arrays`` (None and scalars ignored): ``numpy`` itself for
-    numpy arrays (outside :func:`generic_numpy`), else ``array_api_compat.array_namespace``."""
+    """The namespace computing on ``arrays``: numpy (outside :func:`generic_numpy`), else
+    array_api_compat's."""
     arrays = [a for a in arrays if a is not None and not isinstance(a, (int, float, bool))]
     if all(isinstance(a, (np.ndarray, np.generic)) for a in arrays):
-        if _GENERIC.get():
-            return (
-                array_api_compat.array_namespace(*arrays)
-                if arrays
-                else array_api_compat.array_namespace(np.empty(0))
-            )
-        return np
+        return array_api_compat.array_namespace(*arrays or [np.empty(0)]) if _GENERIC.get() else np
     return array_api_compat.array_namespace(*arrays)
 
 
 def is_fast(xp):
-    """True when ``xp`` is numpy on its fast (LAPACK, in-place) path."""
     return xp is np
 
 
@@ -103,16 +88,13 @@ def _load_cupy():
             "or pass device='cpu'"
         ) from exc
     try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # CUDARuntimeError without a driver
-        raise NoDeviceError(
-            f"device='cuda' needs a CUDA GPU, but CuPy finds none ({exc}); check the driver and "
-            "CUDA_VISIBLE_DEVICES, or pass device='cpu'"
-        ) from exc
+        count, why = cupy.cuda.runtime.getDeviceCount(), ""
+    except Exception as exc:  # noqa: BLE001 - CUDARuntimeError without a driver
+        count, why = 0, f" ({exc})"
     if count < 1:
         raise NoDeviceError(
-            "device='cuda' needs a CUDA GPU, but CuPy finds none (check CUDA_VISIBLE_DEVICES), "
-            "or pass device='cpu'"
+            f"device='cuda' needs a CUDA GPU, but CuPy finds none{why}; check the driver and "
+            "CUDA_VISIBLE_DEVICES, or pass device='cpu'"
         )
     return array_api_compat.array_namespace(cupy.empty(0))
 
@@ -129,8 +111,7 @@ def check_device(device):
 
 
 def device_namespace(device):
-    """The namespace computing on ``device``: numpy for "cpu", CuPy's for "cuda" (ImportError
-    saying what to install without CuPy, NoDeviceError without a GPU)."""
+    """The namespace computing on ``device``: numpy for "cpu", CuPy's for "cuda"."""
     check_device(device)
     if device == "cpu":
         return namespace(np.empty(0))
@@ -169,12 +150,10 @@ def to_numpy(x):
 
 
 def itemsize(dtype):
-    """Bytes per element of a ``dtype`` of any namespace."""
     return to_numpy_dtype(dtype).itemsize
 
 
 def to_numpy_dtype(dtype):
-    """The numpy dtype of a floating or integer dtype of any namespace."""
     try:
         return np.dtype(dtype)
     except TypeError:
@@ -187,17 +166,13 @@ def is_real_dtype(dtype):
     return bool(np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer) and dt.kind != "m")
 
 
-# ---------------------------------------------------------------------- what the standard lacks
-
-
 def as_fortran(A):
     """``A`` in Fortran order for LAPACK (numpy; other namespaces choose their own layout)."""
     return np.asfortranarray(A) if isinstance(A, np.ndarray) and is_fast(namespace(A)) else A
 
 
 def fortran_copy(X):
-    """A copy of ``X`` a solve may overwrite: Fortran order for numpy and CuPy (LAPACK and
-    cuBLAS solve in place in it), the namespace's own layout elsewhere."""
+    """A copy of ``X`` a solve may overwrite (Fortran order for numpy and CuPy)."""
     if isinstance(X, np.ndarray):
         return np.array(X, order="F")
     xp = namespace(X)
@@ -209,10 +184,7 @@ def fortran_copy(X):
 
 
 def copy(X):
-    """A copy of ``X`` in its own namespace and memory layout (numpy: ``order="K"``)."""
-    if isinstance(X, np.ndarray):
-        return X.copy(order="K")
-    return namespace(X).asarray(X, copy=True)
+    return X.copy(order="K") if isinstance(X, np.ndarray) else namespace(X).asarray(X, copy=True)
 
 
 def take_rows(X, rows):
@@ -240,15 +212,13 @@ def fill_diagonal(X, value):
 
         cupy.fill_diagonal(X, value)
         return X
-    return xp.where(
-        xp.eye(X.shape[0], X.shape[1], dtype=xp.bool), xp.asarray(value, dtype=X.dtype), X
-    )
+    eye = xp.eye(X.shape[0], X.shape[1], dtype=xp.bool)
+    return xp.where(eye, xp.asarray(value, dtype=X.dtype), X)
 
 
 def syrk(A, trans, C=None):
-    """``A A^T`` (``trans=False``) or ``A^T A``, added to ``C`` if given: numpy by BLAS SYRK in
-    place (lower triangle meaningful); elsewhere the full product, added to ``C`` by slabs of
-    rows (never a second ``n x n`` array beside ``C``)."""
+    """``A A^T`` (``trans=False``) or ``A^T A``, added to ``C`` if given (numpy: the lower
+    triangle)."""
     xp = namespace(A, C)
     if is_fast(xp):
         return linalg.syrk(A, trans, C)
@@ -264,8 +234,7 @@ def syrk(A, trans, C=None):
 
 
 def symmetrize(C, source="lower", block=512):
-    """Fill one triangle of the square ``C`` from the other (``source``), in place, by slabs of
-    ``block`` rows (no ``n x n`` temporary on a GPU); returns ``C``."""
+    """Fill one triangle of the square ``C`` from the other (``source``) in place, by row slabs."""
     xp = namespace(C)
     if is_fast(xp):
         return linalg.symmetrize(C, source)
@@ -283,12 +252,7 @@ def symmetrize(C, source="lower", block=512):
 
 
 def centre_gram(K, a, c, block_bytes=None):
-    """``K[i, j] -= (a[i] + a[j]) - c`` in place for the square ``K`` (M, M); returns ``K``.
-
-    The double centring of a Gram in one pass: ``a[i] + a[j]`` is one rounded sum for ``(i, j)``
-    and ``(j, i)``, so a symmetric ``K`` stays exactly symmetric, as the Cholesky factorisation
-    needs. Column blocks of ``block_bytes`` (default 1 MiB on numpy, 64 MiB on a GPU).
-    """
+    """``K[i, j] -= (a[i] + a[j]) - c`` in place for ``K`` (M, M), exactly symmetric."""
     xp = namespace(K)
     M = K.shape[0]
     if block_bytes is None:
@@ -311,10 +275,7 @@ def centre_gram(K, a, c, block_bytes=None):
 
 
 def cholesky(G, alpha):
-    """Lower Cholesky factor of ``G + alpha I`` (``G`` symmetric, both triangles filled) with
-    the jitter policy of :func:`rfol_dask.linalg.cholesky`; returns ``(L, ridge)``. numpy and
-    CuPy factorise in place in ``G`` (``L`` a Fortran-ordered view of its buffer); other
-    namespaces make a new factor (peak about ``4 n^2`` elements)."""
+    """Lower Cholesky factor of ``G + alpha I`` with the jitter policy: ``(L, ridge)``."""
     xp = namespace(G)
     if is_fast(xp):
         return linalg.cholesky(G, alpha)
@@ -331,13 +292,8 @@ def cholesky(G, alpha):
 
 
 def ridge_factor(G):
-    """Cholesky factorisations of ``G + ridge I`` for several ridges: ``(factor, restore)``.
-
-    ``factor(ridge, again)`` returns the lower factor, or None where ``G + ridge I`` is not
-    numerically positive definite (``again``: ``G`` was factorised before, its lower triangle is
-    mirrored back from the upper one first); ``restore()`` gives ``G`` back. numpy and CuPy work
-    in place (the upper triangle the backup), others on a new ``G + ridge I``.
-    """
+    """``(factor, restore)``: ``factor(ridge, again)`` the lower factor of ``G + ridge I`` or None
+    where not positive definite; ``restore()`` gives ``G`` back (numpy and CuPy work in place)."""
     xp = namespace(G)
     if is_fast(xp):
         diag = np.diagonal(G).copy()
@@ -357,7 +313,6 @@ def ridge_factor(G):
 
 
 def _singular(pivots, gram_diag):
-    """:func:`rfol_dask.linalg.stands_on_rounding` for a factor of any namespace."""
     return linalg.stands_on_rounding(to_numpy(pivots), to_numpy(gram_diag))
 
 
@@ -377,12 +332,8 @@ def _factor_copy(G, xp):
     return factor
 
 
-# ---------------------------------------------------------------------- CuPy only
-
-
 def host_threads_per_gpu():
-    """Host cores per GPU of this node (at least 1), the threads a GPU task may give its host-side
-    work; 1 GPU where CuPy cannot count them."""
+    """Host cores per GPU of this node (at least 1)."""
     cores = linalg.host_cores()
     try:
         import cupy
@@ -394,8 +345,7 @@ def host_threads_per_gpu():
 
 
 def _cupy_factor_in_place(G):
-    """:func:`ridge_factor` of the CuPy array ``G``, in place by cuSOLVER (:func:`_cupy_potrf`);
-    each attempt first fills the lower triangle from the upper one, which ``potrf`` keeps."""
+    """:func:`ridge_factor` of the CuPy array ``G``, in place by cuSOLVER."""
     import cupy
 
     # a C-ordered symmetric G is its own transpose: G.T is the Fortran-ordered view to factorise
@@ -420,20 +370,15 @@ def _cupy_factor_in_place(G):
 
 
 def _cupy_potrf(F):
-    """cuSOLVER ``potrf`` (lower) in place on the Fortran-ordered float CuPy array ``F`` (its
-    strict upper triangle untouched); returns ``devInfo``: 0 on success, ``k > 0`` where the
-    leading minor of order ``k`` is not positive definite."""
+    """cuSOLVER ``potrf`` (lower) in place on the Fortran-ordered CuPy ``F``: ``devInfo``."""
     import cupy
     from cupy.cuda import device
     from cupy_backends.cuda.libs import cublas, cusolver
 
     kind = {"float32": "s", "float64": "d"}[F.dtype.name]
-    potrf, buffer_size = (
-        getattr(cusolver, kind + "potrf"),
-        getattr(cusolver, kind + "potrf_bufferSize"),
-    )
+    potrf, size = (getattr(cusolver, kind + name) for name in ("potrf", "potrf_bufferSize"))
     handle, n, lower = device.get_cusolver_handle(), F.shape[0], cublas.CUBLAS_FILL_MODE_LOWER
-    lwork = buffer_size(handle, lower, n, F.data.ptr, n)
+    lwork = size(handle, lower, n, F.data.ptr, n)
     work = cupy.empty(lwork, dtype=F.dtype)
     info = cupy.zeros(1, dtype=np.int32)
     potrf(handle, lower, n, F.data.ptr, n, work.data.ptr, lwork, info.data.ptr)
@@ -444,9 +389,8 @@ def _cupy_potrf(F):
 
 
 def cho_solve(L, B, overwrite=False):
-    """Solve ``L L^T X = B`` (lower ``L`` from :func:`cholesky`): numpy by LAPACK ``potrs``
-    (in ``B``'s memory with ``overwrite``), CuPy by two cuBLAS triangular solves, others by
-    ``xp.linalg.solve`` on the triangle."""
+    """Solve ``L L^T X = B`` for the lower ``L`` of :func:`cholesky` (numpy: ``overwrite``
+    ``B``)."""
     xp = namespace(L, B)
     if is_fast(xp):
         return linalg.cho_solve(L, B, overwrite)

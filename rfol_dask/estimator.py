@@ -27,8 +27,6 @@ from .placement import broadcast, worker_addresses
 from .progress import active_client
 from .resampling import ResamplingMixin
 
-__all__ = ["OperatorEstimator"]
-
 #: what ``fit`` / ``predict`` / ``score`` take as functions: array-likes, dask arrays, DataArrays
 Functions = ArrayLike | da.Array | xr.DataArray
 #: a data set given whole: a Dataset, or the path of a Zarr store or NetCDF file
@@ -43,10 +41,8 @@ NAMES = {"input_name_": "input", "output_name_": "output", "sample_dim_": "sampl
 
 @contextlib.contextmanager
 def all_or_nothing(estimator):
-    """Run a fit of ``estimator`` on the shallow copy this yields, whose attributes replace the
-    estimator's at once when it ends (its ``__dict__`` is replaced, never changed in place): a fit
-    that raises or is interrupted leaves the previous model whole, and a ``predict`` in another
-    thread reads one fit (:func:`_published`)."""
+    """Fit on the shallow copy this yields, whose ``__dict__`` replaces the estimator's when it
+    ends: a failed fit leaves the previous model whole."""
     work = object.__new__(type(estimator))
     work.__dict__.update(vars(estimator))
     yield work
@@ -54,8 +50,7 @@ def all_or_nothing(estimator):
 
 
 def _published(estimator):
-    """A view sharing the model's current ``__dict__``, which a concurrent fit replaces but does
-    not change: everything a prediction reads is of one fit."""
+    """A view sharing the model's current ``__dict__``, which a concurrent fit replaces whole."""
     view = object.__new__(type(estimator))
     view.__dict__ = vars(estimator)
     return view
@@ -63,15 +58,12 @@ def _published(estimator):
 
 def _on(args, xp):
     """The arrays among ``args`` (fitted arrays of a predict kernel) as arrays of ``xp``."""
-    return tuple(
-        backend.to_namespace(a, xp) if isinstance(a, np.ndarray) or backend.is_array_api(a) else a
-        for a in args
-    )
+    moved = (isinstance(a, np.ndarray) or backend.is_array_api(a) for a in args)
+    return tuple(backend.to_namespace(a, xp) if m else a for a, m in zip(args, moved, strict=True))
 
 
 def _predict_chunk(blk, labels, p, *, block, device, name, sample_dim):
-    """One chunk of a lazy prediction: ``block(blk, *p)``. CuPy chunks are computed on their GPU
-    (CuPy out); numpy chunks where ``device`` says (numpy out)."""
+    """One chunk of a lazy prediction: CuPy chunks on their GPU, numpy ones on ``device``."""
     on_host = not backend.is_array_api(blk)
     xp = backend.device_namespace(device) if on_host else backend.namespace(blk)
     blk = backend.to_namespace(np.asarray(blk) if on_host else blk, xp)
@@ -105,8 +97,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return tags
 
     def _model_format(self):
-        """The lowest model format (:data:`rfol_dask.persistence.MODEL_FORMAT`) that reads this
-        model right: older versions load what they can and refuse what they would misread."""
+        """The lowest model format that reads this model right."""
         return 2
 
     def _older_scalars(self):
@@ -128,7 +119,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)
 
     def _cast_dtype(self, data):
-        """The dtype numpy input is cast to before :meth:`_fit_arrays`: the working dtype."""
         return self._work_dtype(data)
 
     def _check_params(self):
@@ -136,7 +126,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         self._check_recovery()
 
     def _device(self):
-        """The ``device`` parameter ("cpu" where a subclass has none)."""
         return backend.check_device(getattr(self, "device", "cpu"))
 
     def fit(
@@ -154,34 +143,28 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     ) -> OperatorEstimator:
         """Fit the operator on pairs of input and output functions.
 
-        numpy input is fitted in memory; dask (and dask-backed xarray) input by one dask graph
-        over its sample chunks (on the active ``distributed.Client`` if any), unless it fits
-        in memory: under a tenth of the available memory it is loaded once and fitted in memory
-        (logged; not with workers on other machines). xarray ``X`` and ``y`` are paired by
-        their sample labels, their grid dims by name.
+        numpy input is fitted in memory, dask input by one dask graph (on the active
+        ``distributed.Client`` if any) unless it is under a tenth of the available memory.
+        xarray ``X`` and ``y`` are paired by their sample labels, their grid dims by name.
 
         Parameters
         ----------
         X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
-            The ``M`` input functions, float32 or float64 (other real dtypes are cast to
-            float64). A Dataset, or the path of a Zarr store or NetCDF file, gives ``X`` and
-            ``y`` (its variables ``input`` and ``output``).
+            The ``M`` input functions. A Dataset, or the path of a Zarr store or NetCDF file,
+            gives ``X`` and ``y`` (its variables ``input`` and ``output``).
         y : array-like, dask array or DataArray (M,), (M, m) or (M, *output_grid), default=None
             The output functions; None only with a Dataset / store ``X``.
         input_grid, output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             The training grids of numpy / dask input (one increasing coordinate array per
-            axis; xarray gives its coordinates): ``predict`` can then read and write other grids.
+            axis): ``predict`` can then read and write other grids.
         periods : float, sequence of (float or None) or mapping dim -> float, default=None
             Periodic grid axes: one period for every axis, one per axis (None: not periodic),
-            or a mapping dim -> period (arrays: the keys of mapping grids, else ``dim_0, ...``);
-            default: the coordinates' ``period`` attributes. ``predict`` wraps on such an axis.
+            or a mapping dim -> period; default: the coordinates' ``period`` attributes.
         input, output : str, default=None
             The input and output variables of a Dataset or store ``X`` (default ``"input"``
-            and ``"output"``); remembered (or a DataArray's own name) as ``input_name_`` and
-            ``output_name_`` for ``predict`` and ``score``.
+            and ``"output"``); remembered as ``input_name_`` and ``output_name_``.
         sample_dim : str, default=None
-            The dim of DataArrays that runs over the samples (default ``"sample"``); remembered
-            as ``sample_dim_``. Predictions carry it and the samples' labels.
+            The dim of DataArrays that runs over the samples (default ``"sample"``).
         **fit_params : dict
             ``sample_weight=None`` only (weights are a ValueError, other keywords a TypeError).
 
@@ -193,17 +176,14 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            If the sample counts or labels of ``X`` and ``y`` differ, a variable or dim is not
-            found (one message lists every rename), the data hold NaN / Inf (the samples are
-            named by label), a grid does not match the data, or the Gram does not fit in memory.
+            If the samples of ``X`` and ``y`` differ, a variable or dim is not found, the data
+            hold NaN / Inf (the samples are named), or the Gram does not fit in memory.
         TypeError
             For an unknown keyword, or data that are not real numbers.
 
         Notes
         -----
-        Memory: the in-memory fit holds the data and the model's Gram (see the class
-        docstring); a dask fit never holds the data whole. A fit that raises or is interrupted
-        leaves the estimator as it was: the previous model whole, or unfitted.
+        A fit that raises or is interrupted leaves the estimator as it was.
         """
         with all_or_nothing(self) as work, stores.checked_once():
             work._fit(
@@ -276,20 +256,18 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     ) -> np.ndarray | da.Array | xr.DataArray:
         """Predict the output functions of input functions ``X``.
 
-        numpy in, numpy out; dask or dask-backed xarray in, lazy out (chunks follow ``X``);
-        xarray predictions carry the sample dim and labels and the output grid coordinates.
-        DataArray grid dims are matched to the training dims by name.
+        numpy in, numpy out; dask in, lazy out (chunks follow ``X``); xarray predictions carry
+        the sample labels and the output grid, DataArray grid dims matched by name.
 
         Parameters
         ----------
         X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
             The input functions, on the training input grid unless ``input_grid`` (or the
             coordinates) says otherwise; a Dataset, Zarr store or NetCDF path gives its input
-            variable. Arrays are read by position, in the model's grid order (increasing
-            coordinates for a model fitted on xarray); a DataArray by its dims and coordinates.
+            variable. Arrays are read by position, a DataArray by its dims and coordinates.
         input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             The grid of numpy / dask ``X`` when it is not the training grid (resampled through
-            ``R_U``, the ``recovery`` parameter). A DataArray's coordinates give its grid.
+            ``R_U``).
         output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             Return the prediction on this grid (through ``R_V``).
         input : str, default=None
@@ -300,25 +278,18 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Returns
         -------
         ndarray, dask array or DataArray of shape (M, *output_grid)
-            The predictions in the working dtype, in the kind of ``X`` (a Dataset or path
-            gives a DataArray).
+            The predictions in the working dtype, in the kind of ``X``.
 
         Raises
         ------
         ValueError
-            If ``X`` has the wrong width, dims or grid (one message lists the renames), holds
-            NaN / Inf (the samples are named by label), has other grid labels than the training
-            data where they are read by label, a grid lies outside the training domain (a
-            periodic axis wraps), or numpy predictions would not fit the available memory.
+            If ``X`` has the wrong width, dims, grid labels or grid, holds NaN / Inf (the
+            samples are named), or numpy predictions would not fit the available memory.
         TypeError
             If ``X`` holds complex or non-numeric values.
 
         Notes
         -----
-        Extra memory: the features of one row block of about 128 MiB. numpy ``X`` gives its
-        whole prediction in memory, checked first
-        (:func:`rfol_dask.memory.check_prediction_memory`). On a distributed client a model of
-        8 MiB or more is shipped to the cluster once (:func:`rfol_dask.placement.broadcast`).
         The prediction is of the model fitted when ``predict`` was called, whatever a refit in
         another thread does meanwhile.
         """
@@ -335,8 +306,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         return Y
 
     def _predict(self, U, input_grid, output_grid, sample_dim):
-        """:meth:`predict` of the fitted model (a :func:`_published` view: nothing a fit changes),
-        its DataArrays' sample dim named ``sample``."""
+        """:meth:`predict` of the fitted model, its DataArrays' sample dim named ``sample``."""
         inputs.check_coordinate_order(self)
         name = inputs.own_name(U, "X")
         U = io.named(U, name, sample_dim, self.input_dims_, self.input_shape_)
@@ -377,15 +347,9 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         )
         dtype = backend.to_numpy(self.intercept_).dtype
         cupy = backend.is_array_api(meta_from_array(X))  # CuPy chunks: CuPy out
-        return da.map_blocks(
-            run,
-            X,
-            labels,
-            params,
-            chunks=(X.chunks[0], (self.intercept_.shape[0],)),
-            dtype=dtype,
-            meta=meta_from_array(X, ndim=2, dtype=dtype) if cupy else None,
-        )
+        meta = meta_from_array(X, ndim=2, dtype=dtype) if cupy else None
+        chunks = (X.chunks[0], (self.intercept_.shape[0],))
+        return da.map_blocks(run, X, labels, params, chunks=chunks, dtype=dtype, meta=meta)
 
     def score(
         self,
@@ -402,23 +366,20 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
-            Test input functions; a Dataset, Zarr store or NetCDF path holds both the input
-            and the output variables.
+            Test input functions; a Dataset, Zarr store or NetCDF path holds both.
         y : array-like, dask array or DataArray (M,), (M, m) or (M, *output_grid), default=None
             True output functions; None only with a Dataset / store ``X``.
         sample_weight : None, default=None
             Not supported (anything but None raises ValueError).
         input, output : str, default=None
-            The variables of a Dataset or store ``X`` (default: the model's ``input_name_``
-            and ``output_name_``).
+            The variables of a Dataset or store ``X`` (default: the model's).
         sample_dim : str, default=None
             The sample dim of DataArrays (default: the model's ``sample_dim_``).
 
         Returns
         -------
         float
-            R^2 of every output grid point, averaged uniformly over the points
-            (:func:`rfol_dask.metrics.r2_score`).
+            R^2 of every output grid point, averaged (:func:`rfol_dask.metrics.r2_score`).
         """
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported")
@@ -444,9 +405,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
     def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> str | os.PathLike:
         """Save the fitted model to a Zarr store.
 
-        The store holds the parameters, the fitted arrays with a checksum each, the training
-        grids, names and periods and the versions; it is written beside and renamed into
-        place, so an interrupted save leaves the previous model readable.
+        Written beside and renamed into place: an interrupted save leaves the previous model.
 
         Parameters
         ----------
@@ -473,9 +432,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         target = io.user_path(path)  # '~' expanded, as xarray and zarr read paths
         persistence.check_model_path(target, overwrite)
         arrays, attrs = persistence.estimator_state(self)
-        persistence.save_model(
-            target, arrays, attrs, overwrite=overwrite, model_format=self._model_format()
-        )
+        fmt = self._model_format()
+        persistence.save_model(target, arrays, attrs, overwrite=overwrite, model_format=fmt)
         return path
 
     @classmethod

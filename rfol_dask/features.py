@@ -5,24 +5,13 @@
 - ``"cauchy"``: i.i.d. ``gamma * standard_cauchy`` entries (tensor-product Cauchy); the
   features approximate the kernel ``exp(-gamma ||x - y||_1)``;
 - ``"gaussian"``: i.i.d. ``N(0, 2 gamma)`` entries; kernel ``exp(-gamma ||x - y||^2)``;
-- ``"student_t"``: ``sqrt(nu / chi2_nu) * N(0, gamma^2)`` with one chi-square draw per
-  feature (a multivariate t law); kernel of Matern type with smoothness ``nu / 2``;
-- ``"rational_quadratic"``: ``sqrt(2 gamma t / a) * N(0, I)`` with one ``t ~ Gamma(a, 1)`` per
-  feature, shape ``a = nu`` (``a = 1`` when ``nu`` is None); kernel
-  ``(1 + gamma ||x - y||^2 / a)^-a`` (see below);
+- ``"student_t"``: ``sqrt(nu / chi2_nu) * N(0, gamma^2)``, one chi-square draw per feature;
+  a Matern-type kernel of smoothness ``nu / 2``;
+- ``"rational_quadratic"``: ``sqrt(2 gamma t / a) * N(0, I)``, one ``t ~ Gamma(a, 1)`` per
+  feature, ``a = nu`` (1 if None); kernel ``(1 + gamma ||x - y||^2 / a)^-a``;
 
-and ``b ~ U(0, 2 pi)``. Frequencies are drawn with numpy from the seed, in column blocks
-with streams of their own, so that a seed fixes the model whatever the chunking and any
-slab of columns can be drawn where it is needed (never ``dask.array.random``).
-
-Input centre: the phase is formed from ``u - c`` (:func:`input_centre`), ``b = (b0 + c @ Omega)
-mod 2 pi``: the same features, but in float32 a large common offset of the inputs (pressures in
-Pa) no longer swamps the part of ``u @ Omega`` that varies.
-
-The rational quadratic law is a Gamma scale mixture of the Gaussian one: conditionally on ``t``,
-``E[cos(omega . d)] = exp(-gamma t ||d||^2 / a)``, and ``E[exp(-s t)] = (1 + s)^-a`` for
-``t ~ Gamma(a, 1)`` gives ``(1 + gamma ||d||^2 / a)^-a``: scikit-learn's
-``RationalQuadratic(length_scale=l, alpha=a)`` at ``gamma = 1 / (2 l^2)``.
+and ``b ~ U(0, 2 pi)``, drawn with numpy from the seed whatever the chunking. With an input
+centre ``c`` the phase is formed from ``u - c``, ``b = (b0 + c @ Omega) mod 2 pi``.
 """
 
 from __future__ import annotations
@@ -43,23 +32,19 @@ NU_LAWS = ("student_t", "rational_quadratic")
 
 
 def check_random_state(seed):
-    """A ``numpy.random.Generator`` from None, an int, a SeedSequence, a Generator or a
-    RandomState (its bit generator reused)."""
+    """A ``numpy.random.Generator`` from None, an int, a SeedSequence, Generator or RandomState."""
     if isinstance(seed, np.random.Generator):
         return seed
     if isinstance(seed, np.random.RandomState):
         return np.random.Generator(seed._bit_generator)
     if seed is None or isinstance(seed, (int, np.integer, np.random.SeedSequence)):
         return np.random.default_rng(seed)
-    raise TypeError(
-        "random_state must be None, an int, a numpy SeedSequence or Generator; got "
-        f"{type(seed).__name__}"
-    )
+    msg = "random_state must be None, an int, a numpy SeedSequence or Generator; got "
+    raise TypeError(msg + type(seed).__name__)
 
 
 def integer_seed(random_state):
-    """An integer seed standing for ``random_state`` (an int as it is, else one in
-    ``[0, 2**32)``), from which the client or any worker draws the same frequencies."""
+    """An integer seed for ``random_state``, from which any worker draws the same frequencies."""
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
     if random_state is None:
@@ -72,9 +57,7 @@ CENTRE_ROWS = 64
 
 
 def input_centre(dtype: DTypeLike, *blocks, rows: int = CENTRE_ROWS) -> np.ndarray:
-    """The input centre ``c`` (n,) of a model fitted on the row blocks ``blocks`` (k_i, n), in
-    order: the mean of the first ``rows`` samples, in float64 rounded to ``dtype`` (numpy). Any
-    fixed centre gives the same features; one near the data keeps the phases small."""
+    """The input centre ``c`` (n,): the mean of the first ``rows`` samples, as ``dtype``."""
     head, left = [], rows
     for B in blocks:
         if left <= 0:
@@ -111,9 +94,8 @@ def draw_frequencies(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
-    Columns are drawn in blocks of :data:`FREQUENCY_BLOCK`, block ``k`` from its own stream
-    (spawn key ``k``): a worker draws the slab it needs alone, the first ``N'`` columns of a
-    draw are the draw of ``N'`` features, and float32 and float64 models share them.
+    Block ``k`` of :data:`FREQUENCY_BLOCK` columns comes from its own stream (spawn key ``k``):
+    any slab of columns is drawn alone, and float32 and float64 models share the draw.
 
     Parameters
     ----------
@@ -127,8 +109,7 @@ def draw_frequencies(
         Frequency scale (> 0).
     nu : float, optional
         Degrees of freedom of ``"student_t"`` (> 0, required), or the shape ``a`` of
-        ``"rational_quadratic"`` (> 0; None: ``a = 1``, the inverse quadratic kernel); ignored by
-        the others.
+        ``"rational_quadratic"`` (> 0; None: 1); ignored by the others.
     random_state : int, Generator, SeedSequence or None, default=None
         Seed; an int or SeedSequence fixes the draw whatever ``columns`` asks for.
     dtype : numpy dtype, default=np.float64
@@ -136,14 +117,11 @@ def draw_frequencies(
     columns : tuple of (int, int), optional
         Draw only the columns ``f0:f1`` of the ``n_features``.
     xp : array namespace, optional
-        Namespace of the returned arrays (CuPy's: each block moved to the GPU as it is drawn);
-        default numpy. The values do not depend on it.
+        Namespace of the returned arrays (default numpy); the values do not depend on it.
     metric : ndarray of shape (n_inputs, r), optional
-        An input metric ``T`` (:func:`rfol_dask.tuning.pca_metric`): drawn in ``r`` dimensions
-        and mapped to the grid, ``omega = T omega_r``, the kernel measured in ``||T^T (u - u')||``.
+        An input metric ``T`` (:func:`rfol_dask.tuning.pca_metric`): ``omega = T omega_r``.
     input_centre : ndarray of shape (n_inputs,), optional
-        The model's input centre ``c``: the phases ``b = (b0 + c @ omega) mod 2 pi`` (float64,
-        reduced before the cast), so that ``cos((u - c) @ omega + b) = cos(u @ omega + b0)``.
+        The model's input centre ``c``: the phases ``b = (b0 + c @ omega) mod 2 pi``.
 
     Returns
     -------
@@ -155,17 +133,11 @@ def draw_frequencies(
     Raises
     ------
     ValueError
-        If ``distribution`` is unknown, ``"student_t"`` comes without ``nu > 0``, or
-        ``"rational_quadratic"`` with a ``nu`` that is not ``> 0``.
-
-    Notes
-    -----
-    The blocks are drawn on the BLAS threads this process may use, each from its own stream:
-    the values do not depend on the thread count. Memory: the output plus one block of
-    ``n_inputs x 256`` float64 per thread.
+        If ``distribution`` is unknown or ``nu`` is not ``> 0`` where the law needs it.
     """
     shape = _law_shape(distribution, nu)
     seq = _seed_sequence(random_state)
+    key = seq.spawn_key
     n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
     if metric is not None and np.shape(metric)[0] != n:
         raise ValueError(f"metric has {np.shape(metric)[0]} rows, expected n_inputs={n}")
@@ -181,8 +153,7 @@ def draw_frequencies(
     omega, b = xp.empty((n, f1 - f0), dtype=xdt), xp.empty(f1 - f0, dtype=xdt)
     B = FREQUENCY_BLOCK
 
-    # CuPy: the pool threads put their blocks on the GPU of omega (a thread starts on device 0);
-    # one Device object per block (a Device keeps its own stack of the devices it replaced)
+    # CuPy: each pool thread puts its block on omega's GPU, a Device object per block
     device = contextlib.nullcontext
     if not host and backend.is_cupy(xp):
         import cupy
@@ -190,18 +161,14 @@ def draw_frequencies(
         device = functools.partial(cupy.cuda.Device, omega.device.id)
 
     def block(k):
-        # always a whole block (the last one sliced): the first N' columns of any draw are the
-        # draw of N' features
-        rng = np.random.default_rng(
-            np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key + (k,))
-        )
+        # always a whole block: the first N' columns of any draw are the draw of N' features
+        rng = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*key, k)))
         om, bk = _draw_block(rng, distribution, gamma, nu, shape, r, B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
         om, bk = om[:, lo - k * B : hi - k * B], bk[lo - k * B : hi - k * B]
         if metric is not None:
             om = metric @ om
-        if input_centre is not None:  # float64, reduced before the cast; summed row by row, so
-            # that a column's phase does not depend on the columns drawn with it
+        if input_centre is not None:  # float64, reduced before the cast, summed row by row
             bk = np.mod(bk + (input_centre[:, None] * om).sum(axis=0), 2.0 * np.pi)
         with device():
             if not host:  # cast on the host, one contiguous transfer per block
@@ -211,11 +178,7 @@ def draw_frequencies(
 
     blocks = range(f0 // B, -(-f1 // B))
     threads = min(len(blocks), blas_threads()) if n * (f1 - f0) >= 2**20 else 1
-    if threads <= 1:
-        for k in blocks:
-            block(k)
-    else:
-        list(_pool(threads).map(block, blocks))
+    list(map(block, blocks) if threads <= 1 else _pool(threads).map(block, blocks))
     return omega, b
 
 
@@ -241,37 +204,24 @@ def _draw_block(rng, distribution, gamma, nu, shape, r, B):
     elif distribution == "student_t":
         om = gamma * rng.standard_normal((r, B)) * np.sqrt(nu / rng.chisquare(nu, size=B))
     else:  # rational_quadratic: a Gamma(a, 1) scale mixture of the Gaussian law
-        om = (
-            np.sqrt(2.0 * gamma / shape)
-            * rng.standard_normal((r, B))
-            * np.sqrt(rng.standard_gamma(shape, B))
-        )
+        om = np.sqrt(2.0 * gamma / shape) * rng.standard_normal((r, B))
+        om = om * np.sqrt(rng.standard_gamma(shape, B))
     return om, rng.uniform(0.0, 2.0 * np.pi, size=B)
 
 
-_POOL = {}
-
-
+@functools.cache
 def _pool(threads):
-    """The process's thread pool of ``threads`` workers (made once)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = _POOL.get(threads)
-    if pool is None:
-        pool = _POOL[threads] = ThreadPoolExecutor(threads, thread_name_prefix="rfol-features")
-    return pool
+    return ThreadPoolExecutor(threads, thread_name_prefix="rfol-features")
 
 
 def _rowwise(func, Z, threads, slab_bytes=2**21):
-    """Apply the in-place ``func`` to slabs of rows of ``Z`` (about 2 MiB each, so that the
-    elementwise passes stay in cache) on ``threads`` threads (numpy releases the GIL)."""
+    """Apply the in-place ``func`` to 2 MiB slabs of rows of ``Z`` on ``threads`` threads."""
     rows = max(1, slab_bytes // max(1, Z.shape[1] * Z.itemsize))
     slabs = [(s, min(s + rows, Z.shape[0])) for s in range(0, Z.shape[0], rows)]
-    if threads <= 1 or len(slabs) == 1:
-        for a, e in slabs:
-            func(Z[a:e])
-        return
-    list(_pool(threads).map(lambda ae: func(Z[ae[0] : ae[1]]), slabs))
+    run = map if threads <= 1 or len(slabs) == 1 else _pool(threads).map
+    list(run(lambda ae: func(Z[ae[0] : ae[1]]), slabs))
 
 
 #: the centred rows of :func:`feature_map` go through a scratch buffer of about this many bytes
@@ -282,9 +232,8 @@ CENTRE_BLOCK_ROWS = 256
 
 def _centred_blocks(U):
     """Row ranges of ``U`` (k, n) centred at a time by :func:`feature_map`."""
-    rows = max(
-        CENTRE_BLOCK_ROWS, CENTRE_BLOCK_BYTES // max(1, U.shape[1] * backend.itemsize(U.dtype))
-    )
+    row_bytes = max(1, U.shape[1] * backend.itemsize(U.dtype))
+    rows = max(CENTRE_BLOCK_ROWS, CENTRE_BLOCK_BYTES // row_bytes)
     return [(s, min(s + rows, U.shape[0])) for s in range(0, U.shape[0], rows)]
 
 
@@ -298,9 +247,6 @@ def feature_map(
     input_centre: np.ndarray | None = None,
 ) -> np.ndarray:
     """Compute the features ``sqrt(2 / N) cos((U - c) @ omega + b) - shift`` of a block.
-
-    The projection runs in the BLAS; the cosine and the other elementwise passes are split
-    over as many threads as the BLAS may use, on slabs of rows.
 
     Parameters
     ----------
@@ -317,19 +263,12 @@ def feature_map(
     n_features : int, optional
         The model's ``N`` in the scale ``sqrt(2 / N)`` (default ``N'``).
     input_centre : ndarray of shape (n,), optional
-        The model's input centre ``c`` (``b`` folded with it), subtracted from the rows of ``U``
-        in the wider dtype before the cast; None: ``c = 0``.
+        The model's input centre ``c``, subtracted from the rows of ``U`` before the cast.
 
     Returns
     -------
     ndarray of shape (k, N')
-        The features, in the dtype of ``U @ omega`` (of ``omega`` with ``input_centre``;
-        ``out`` if given).
-
-    Notes
-    -----
-    Works in place on one (k, N') buffer; with ``input_centre`` the rows are centred a block at
-    a time into a scratch of about 8 MiB. Other namespaces (CuPy) take the same steps.
+        The features in the dtype of ``U @ omega`` (``out`` if given).
     """
     n_features = omega.shape[1] if n_features is None else n_features
     xp = backend.namespace(U, omega, b)  # numpy, unless another namespace
@@ -341,11 +280,8 @@ def feature_map(
         Z = np.empty((U.shape[0], omega.shape[1]), dtype=omega.dtype) if out is None else out
         c = np.asarray(input_centre)
         blocks = _centred_blocks(U)
-        scratch = (
-            np.empty((blocks[0][1] - blocks[0][0], U.shape[1]), dtype=omega.dtype)
-            if blocks
-            else None
-        )
+        rows = blocks[0][1] - blocks[0][0] if blocks else 0
+        scratch = np.empty((rows, U.shape[1]), dtype=omega.dtype)
         for s, e in blocks:
             np.subtract(U[s:e], c, out=scratch[: e - s], casting="same_kind")
             np.matmul(scratch[: e - s], omega, out=Z[s:e])
@@ -363,8 +299,7 @@ def feature_map(
 
 
 def _feature_map_generic(xp, U, omega, b, out, shift, n_features, input_centre=None):
-    """:func:`feature_map` with the operations of the arrays' own namespace (in place where
-    the namespace allows it: CuPy runs each step as one kernel over the (k, N') buffer)."""
+    """:func:`feature_map` in the arrays' own namespace (in place on CuPy)."""
     if input_centre is None:
         Z = U @ omega
     else:  # a block of centred rows at a time, cast to omega's dtype

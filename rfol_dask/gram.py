@@ -1,9 +1,6 @@
-"""Blockwise Gram matrices and cross-products of the feature matrix ``A = phi(U)``, on row
-blocks of numpy or CuPy arrays, shared by the in-memory fit and the dask graphs: the dual Gram
-``K = A A^T`` as tiles ``A_i A_j^T`` (diagonal ones by SYRK); the primal ``G = A^T A`` and
-``A^T V`` summed in place along a chain of blocks. Every kernel that reads data checks it for
-NaN / Inf in the same pass and names the samples of a bad value.
-"""
+"""Blockwise Grams and cross-products of the features ``A = phi(U)`` on row blocks: dual tiles
+``A_i A_j^T``, primal sums of ``A^T A`` and ``A^T V``. Every kernel that reads data checks it for
+NaN / Inf and names the samples of a bad value."""
 
 from __future__ import annotations
 
@@ -30,10 +27,8 @@ def check_finite(X, start, name, action="fitting"):
 
 
 def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0, centre=None):
-    """The row blocks (k_i, n) stacked into one checked (M, n) array of ``dtype`` (samples from
-    ``offset``), in the namespace of CuPy blocks or else of ``device``; ``fortran``: Fortran
-    order (numpy and CuPy). ``centre`` (n,), the model's input centre, is subtracted from the
-    rows as they are written, before the cast."""
+    """The row blocks stacked into one checked (M, n) array of ``dtype`` (samples from ``offset``)
+    in the namespace of CuPy blocks or ``device``, less ``centre`` before the cast."""
     xp = backend.compute_namespace(device, *blocks)
     fast = backend.is_fast(xp)
     shape, order = (int(starts[-1]), blocks[0].shape[1]), {"order": "F"} if fortran else {}
@@ -54,9 +49,8 @@ def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0
 
 
 def features_block(U, omega, b, start=0, shift=None, name="U", input_centre=None):
-    """Checked features ``A - shift`` (k, N) of the row block ``U`` (k, n) measured from
-    ``input_centre`` (n,). The shift (:func:`block_means`) keeps the centred Grams free of
-    cancellation: ``H (A - s)(A - s)^T H = H A A^T H``, with small entries."""
+    """Checked features ``A - shift`` (k, N) of the row block ``U``; the shift keeps the centred
+    Grams free of cancellation."""
     xp = namespace(omega)
     U = xp.asarray(U) if input_centre is not None else xp.asarray(U, dtype=omega.dtype)
     check_finite(U, start, name)
@@ -64,9 +58,8 @@ def features_block(U, omega, b, start=0, shift=None, name="U", input_centre=None
 
 
 def block_means(U, V, omega, b, fit_intercept=True, rows=64, input_centre=None):
-    """Shifts ``(s, t)``: column means of ``phi(U)`` (N,) and ``V`` (m,) over the first ``rows``
-    samples of a block (zeros without intercept), ``phi`` with the model's ``input_centre``.
-    Any representative sample serves."""
+    """Shifts ``(s, t)``: column means of ``phi(U)`` and ``V`` over the first ``rows`` samples
+    (zeros without intercept)."""
     xp = namespace(omega)
     if not fit_intercept:
         return xp.zeros(omega.shape[1], dtype=omega.dtype), xp.zeros(V.shape[1], dtype=omega.dtype)
@@ -85,10 +78,8 @@ SHIFT_ROWS = 64
 def slab_features(
     U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None
 ):
-    """Features ``A[:, f0:f1]`` (M, f1 - f0) of ``U`` (M, n) less their mean ``s_f`` over the
-    first ``shift_rows`` samples (if ``centre``; None: all of them, the exact column means), and
-    that shift (or None). ``frequencies(columns=(f0, f1))`` draws ``(Omega, b)`` of the slab;
-    ``n_features`` is the model's ``N``; ``input_centre`` (n,) the model's."""
+    """Features ``A[:, f0:f1]`` of ``U`` less their shift over the first ``shift_rows`` samples (if
+    ``centre``; None: the exact means), and the shift (or None)."""
     xp = backend.namespace(U)
     omega, b = (backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
     kw = dict(n_features=n_features, input_centre=input_centre)
@@ -104,8 +95,7 @@ def slab_features(
 
 
 def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS, input_centre=None):
-    """The centring shift ``s_f`` of a slab: the mean of its features over the first
-    ``shift_rows`` samples of ``U``, in ``U``'s namespace."""
+    """The centring shift of a slab: its features' mean over the first ``shift_rows`` samples."""
     head = U[: min(shift_rows, U.shape[0]), ...]
     A = feature_map(head, omega, b, n_features=n_features, input_centre=input_centre)
     return backend.namespace(U).mean(A, axis=0)
@@ -121,9 +111,8 @@ def dual_tile(Ai, Aj, diagonal):
 @sized_by_arrays
 @dataclass
 class PrimalSums:
-    """The primal sums over the row blocks read so far of the shifted ``A - s``, ``V - t``:
-    ``G`` (N, N) ``(A - s)^T (A - s)`` (lower triangle, Fortran order), ``AtV`` (N, m),
-    ``colsum`` (N,), ``vsum`` (m,), ``count`` rows."""
+    """The primal sums over the row blocks read so far of ``A - s``, ``V - t``: ``G`` (N, N) lower
+    triangle, ``AtV`` (N, m), ``colsum``, ``vsum``, ``count``."""
 
     G: np.ndarray
     AtV: np.ndarray
@@ -133,16 +122,16 @@ class PrimalSums:
 
 
 def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None), input_centre=None):
-    """Add the row block ``U`` (k, n), ``V`` (k, m), shifted by ``shifts = (s (N,), t (m,))``,
-    to the :class:`PrimalSums` ``acc`` in place (None starts them); returns it."""
+    """Add the row block ``U``, ``V`` shifted by ``shifts`` to the :class:`PrimalSums` ``acc`` (None
+    starts them)."""
     s, t = shifts
     A = features_block(U, omega, b, start, s, input_centre=input_centre)
     return _add_rows(A, V, start, acc, t)
 
 
 def linear_shifts(X, V, fit_intercept=True, rows=64):
-    """Shifts ``(s, t)`` of the linear kernel's primal: the column means of ``X`` (p,) and ``V``
-    (m,) over the first ``rows`` samples (None: all); ``(None, None)`` without intercept."""
+    """Shifts ``(s, t)`` of the linear kernel's primal over the first ``rows`` samples; ``(None,
+    None)`` without intercept."""
     if not fit_intercept:
         return None, None
     xp = namespace(X)
@@ -152,14 +141,12 @@ def linear_shifts(X, V, fit_intercept=True, rows=64):
 
 
 def linear_partial(X, V, start=0, acc=None, shifts=(None, None)):
-    """:func:`primal_partial` of the linear kernel, whose features are the (checked) inputs
-    ``X`` (k, p)."""
+    """:func:`primal_partial` of the linear kernel, whose features are the inputs ``X``."""
     s, t = shifts
     return _add_rows(X if s is None else X - s, V, start, acc, t)
 
 
 def _add_rows(A, V, start, acc, t):
-    """Add the features ``A`` (k, N) and outputs ``V - t`` (k, m) of a row block to ``acc``."""
     xp = namespace(A)
     V = xp.asarray(V, dtype=A.dtype)
     check_finite(V, start, "V")

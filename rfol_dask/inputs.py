@@ -23,9 +23,8 @@ logger = logging.getLogger("rfol_dask")
 
 
 def flatten(X, name="X"):
-    """``(M, *grid) -> (M, prod(grid))`` for numpy-like ``X``; returns ``(X2, grid or None)``.
-    Array-likes of at most two dims pass unchanged for scikit-learn's validation; nested lists
-    of more are read as the numpy array they make (ValueError where their grids differ)."""
+    """``(M, *grid) -> (M, prod(grid))`` for numpy-like ``X``: ``(X2, grid or None)``; nested lists
+    of more than two dims read as the array they make."""
     if isinstance(X, (list, tuple)):
         depth, inner = 0, X
         while isinstance(inner, (list, tuple)) and len(inner):
@@ -58,9 +57,8 @@ def num_samples(X):
 
 
 def refuse_not_real(X, name):
-    """:class:`ComplexDataError` for complex values, TypeError for datetimes, timedeltas and
-    booleans (scikit-learn's validation would cast them to float) and, in dask or array API
-    arrays, any dtype that is not a real number."""
+    """:class:`ComplexDataError` for complex values; TypeError for datetimes, timedeltas, booleans
+    and (dask, array API) any dtype not a real number."""
     dtype = getattr(X, "dtype", None)
     strict = isinstance(X, da.Array) or backend.is_array_api(X)
     dtype = backend.to_numpy_dtype(dtype) if backend.is_array_api(X) else dtype
@@ -77,7 +75,7 @@ def refuse_not_real(X, name):
 
 def bad_samples(X, labels, name, sample_dim="sample", action="fitting", part=False):
     """ValueError naming the samples of the 2-D ``X`` that hold NaN or Inf by their ``labels``
-    (None: positions), how many, and the fix; None when every value is finite."""
+    (None: positions); None when all are finite."""
     if isinstance(X, da.Array):
         ok = np.asarray(da.isfinite(X).all(axis=1).compute())
     else:
@@ -97,8 +95,7 @@ def bad_samples(X, labels, name, sample_dim="sample", action="fitting", part=Fal
 
 
 def as_dask(x):
-    """The in-memory side of a fit with one dask operand, as one dask chunk (CuPy as it is,
-    other array API arrays moved to numpy)."""
+    """The in-memory side of a fit with one dask operand, as one dask chunk."""
     if backend.is_array_api(x):
         return da.asarray(x if backend.is_cupy(backend.namespace(x)) else backend.to_numpy(x))
     return da.asarray(np.asarray(x))
@@ -115,9 +112,9 @@ def sample_labels(op):
 
 
 def in_memory(*arrays):
-    """Whether dask ``arrays`` are small enough to load and fit in memory: under a fraction
-    (dask config ``rfol_dask.in-memory-fraction``, default 0.1) of the available memory, on
-    numpy chunks, and with no distributed client whose workers run on other machines."""
+    """Whether dask ``arrays`` are small enough to fit in memory: under config
+    ``rfol_dask.in-memory-fraction`` (0.1) of the available memory, on numpy chunks, with no workers
+    on other machines."""
     fraction = float(dask.config.get("rfol_dask.in-memory-fraction", 0.1))
     nbytes = sum(a.nbytes for a in arrays)
     if nbytes >= fraction * psutil.virtual_memory().available:
@@ -133,14 +130,11 @@ def in_memory(*arrays):
 
 
 def check_shapes(est, U, V):
-    """``(U (M, n), V (M, m))`` of 2-D dask or array API operands, checked from their
-    metadata (nothing is computed)."""
+    """``(U (M, n), V (M, m))`` of 2-D dask or array API operands, checked from their metadata."""
     V = V[:, None] if V.ndim == 1 else V
     if U.ndim != 2:
-        raise ValueError(
-            "U must be 2-D (n_samples, n_points) or more; reshape a single "
-            "input function with U.reshape(1, -1)"
-        )
+        msg = "U must be 2-D (n_samples, n_points) or more; reshape a single input function with"
+        raise ValueError(msg + " U.reshape(1, -1)")
     if U.shape[0] != V.shape[0]:
         raise ValueError(f"U has {U.shape[0]} samples but V has {V.shape[0]}; they must match")
     if U.shape[0] < 1 or U.shape[1] < 1:
@@ -155,8 +149,8 @@ def check_shapes(est, U, V):
 
 
 def check_arrays(est, U, V):
-    """Validate and flatten array API operands of another namespace than numpy (CuPy: on
-    their device); returns ``(U (M, n), V (M, m), input grid shape, output grid shape)``."""
+    """Validate and flatten array API operands (CuPy: on their device): ``(U, V, input grid shape,
+    output grid shape)``."""
     xp = backend.namespace(U if backend.is_array_api(U) else V)
     U, V = (
         backend.to_namespace(X if backend.is_array_api(X) else np.asarray(X), xp) for X in (U, V)
@@ -170,8 +164,8 @@ def check_arrays(est, U, V):
 
 
 def check_numpy(est, U, V):
-    """``(U (M, n), V (M, m), input grid shape, output grid shape)`` of numpy-like operands,
-    validated by scikit-learn and cast to the working dtype (moved to ``device``)."""
+    """``(U, V, input grid shape, output grid shape)`` of numpy-like operands, validated by
+    scikit-learn and cast (moved to ``device``)."""
     (Ua, in_shape), (Va, out_shape) = flatten(U, "U"), flatten(V, "V")
     n_u, n_v = num_samples(Ua), num_samples(Va)
     if n_u is not None and n_v is not None and n_u != n_v:
@@ -180,15 +174,8 @@ def check_numpy(est, U, V):
         check_finite(Va, 0, "V")  # scikit-learn's check of y names no sample
     refuse_not_real(Ua, "U")
     refuse_not_real(Va, "V")
-    Ua, Va = validate_data(
-        est,
-        Ua,
-        Va,
-        multi_output=True,
-        y_numeric=True,
-        dtype=[np.float64, np.float32],
-        ensure_all_finite=False,
-    )
+    kw = dict(dtype=[np.float64, np.float32], ensure_all_finite=False)
+    Ua, Va = validate_data(est, Ua, Va, multi_output=True, y_numeric=True, **kw)
     dt = est._cast_dtype(Ua)
     Ud, Vd = np.asarray(Ua, dtype=dt), np.asarray(Va, dtype=dt)
     out_shape = out_shape if out_shape is not None else Vd.shape[1:]
@@ -200,9 +187,7 @@ def check_numpy(est, U, V):
 
 
 def fit_data(est, u, v):
-    """``(U (M, n), V (M, m), input grid shape, output grid shape, lazy)``, validated: array
-    API arrays where they live, dask lazily, numpy (and small dask data: :func:`in_memory`) in
-    memory."""
+    """``(U (M, n), V (M, m), input grid shape, output grid shape, lazy)``, validated."""
     lazy = [x for x in (u.data, v.data) if isinstance(x, da.Array)]
     if lazy and in_memory(*lazy):
         nbytes = sum(x.nbytes for x in lazy)
@@ -226,45 +211,35 @@ def fit_data(est, u, v):
 
 
 def check_fitted_finite(est):
-    """ValueError when the fit gave NaN or infinity (a scale beyond the working dtype's range);
-    with an intercept, ``intercept_`` shows any non-finite coefficient."""
+    """ValueError when the fit gave NaN or infinity (a scale beyond the working dtype's range)."""
     if getattr(est, "intercept_", None) is None:
         return
     arrays = [est.intercept_] if est.fit_intercept else list(est._predict_kernel()[1])
     for a in arrays:
-        if backend.is_array_api(a) or (
-            isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.inexact)
-        ):
+        inexact = isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.inexact)
+        if backend.is_array_api(a) or inexact:
             xp = backend.namespace(a)
             # min and max are finite only if every entry is (NaN propagates)
             if a.size and not all(bool(xp.isfinite(r)) for r in (xp.min(a), xp.max(a))):
-                scale = ", ".join(
-                    f"{k}={getattr(est, k):.3g}"
-                    for k in ("gamma_", "length_scale_")
-                    if hasattr(est, k)
-                )
+                names = [k for k in ("gamma_", "length_scale_") if hasattr(est, k)]
+                scale = ", ".join(f"{k}={getattr(est, k):.3g}" for k in names)
                 raise ValueError(
-                    f"the fit gave NaN or infinite coefficients ({scale}): the inputs' scale "
-                    "or the model's scale parameter is beyond the range of the working dtype; "
-                    "rescale the inputs (e.g. to unit spread) or pass another gamma / "
-                    "length_scale"
+                    f"the fit gave NaN or infinite coefficients ({scale}): the scale is beyond the "
+                    "dtype's range; rescale the inputs or pass another gamma or length_scale"
                 )
 
 
 def check_width(est, n, shape):
-    """ValueError unless ``X`` has the training width ``n`` and, as a grid of two or more axes
-    where the model's is known, the training grid shape (not a transposed one)."""
+    """ValueError unless ``X`` has the training width ``n`` and, where the model knows its grid, the
+    training grid shape."""
     shape = tuple(shape)
     if n != est.n_features_in_:
         raise ValueError(
             f"X has {n} features, but {type(est).__name__} is expecting {est.n_features_in_} "
             f"features as input (input grid {shape} vs the training grid {est.input_shape_})"
         )
-    if (
-        len(shape) > 1
-        and shape != tuple(est.input_shape_)
-        and (len(est.input_shape_) > 1 or est._knows_grid("input"))
-    ):
+    grid_known = len(est.input_shape_) > 1 or est._knows_grid("input")
+    if len(shape) > 1 and shape != tuple(est.input_shape_) and grid_known:
         raise ValueError(
             f"X has input grid {shape} but the model was trained on the grid "
             f"{tuple(est.input_shape_)}: pass the functions on the training grid (same axes, "
@@ -273,8 +248,7 @@ def check_width(est, n, shape):
 
 
 def check_coordinate_order(est):
-    """ValueError for a model fitted (by rfol_dask 0.1.0) on grid coordinates that do not
-    increase: it read its data by position, data are now read in increasing order."""
+    """ValueError for a model fitted (by rfol_dask 0.1.0) on coordinates that do not increase."""
     for which in ("input", "output"):
         for d, c in (getattr(est, f"{which}_coords_", None) or {}).items():
             if io.unsorted_axis(c):
@@ -286,8 +260,7 @@ def check_coordinate_order(est):
 
 
 def check_prediction_memory(est, X, new_grid):
-    """:func:`rfol_dask.memory.check_prediction_memory` of a numpy prediction of the samples of
-    ``X`` on ``new_grid`` (None: the training output grid); dask and array API ``X`` pass."""
+    """:func:`rfol_dask.memory.check_prediction_memory` of a numpy prediction of ``X``."""
     if isinstance(X, da.Array) or backend.is_array_api(X):
         return
     M = num_samples(X)
@@ -299,8 +272,7 @@ def check_prediction_memory(est, X, new_grid):
 
 
 def predict_rows(est, u, labels, name, sample_dim):
-    """The rows (M, n) of the in-memory operand ``u`` to predict, validated: array API arrays
-    as they are, numpy by scikit-learn; NaN / Inf named by label."""
+    """The validated rows (M, n) of the in-memory operand ``u``; NaN / Inf named by label."""
     if backend.is_array_api(u.data):
         X, _ = flatten(u.data)
         if X.ndim != 2:

@@ -1,15 +1,13 @@
-"""Dense linear algebra: SYRK, triangle mirroring, the Cholesky factorisation with its jitter
-policy, triangular solves, and the BLAS threads they use.
-
-Jitter policy: a Gram plus ``alpha I`` that is not numerically positive definite is factorised
-again with the ridge raised in steps of 10 from ``eps(dtype) * mean(diag)``, with a warning
-(:func:`recorded_ridges` records it instead); with ``alpha = 0`` it is an error.
-"""
+"""Dense linear algebra on numpy: SYRK, the Cholesky factorisation with its jitter policy (a
+Gram plus ``alpha I`` not numerically positive definite is factorised again with the ridge raised
+tenfold from ``eps(dtype) * mean(diag)``, with a warning; at ``alpha = 0`` an error), solves, and
+the BLAS threads they use."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import threading
 import warnings
@@ -21,16 +19,12 @@ from scipy.linalg import blas, lapack
 from .exceptions import RidgeRaised
 from .stacklevel import user_stacklevel
 
-_CONTROLLER = []
 
-
+@functools.cache
 def _controller():
-    """One ``ThreadpoolController`` for the process (each new one scans the loaded libraries)."""
-    if not _CONTROLLER:
-        from threadpoolctl import ThreadpoolController
+    from threadpoolctl import ThreadpoolController
 
-        _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0]
+    return ThreadpoolController()
 
 
 _LIMITS = threading.local()  # this thread's stack of limits (the innermost last)
@@ -39,9 +33,8 @@ _LIMIT_STATE = {"depth": 0, "first": None}  # sections open in the process; the 
 
 
 def _as_controller(call):
-    """``call()``, a threadpoolctl setting of the BLAS threads, made with effect from this thread:
-    threadpoolctl 3.8 lets only one thread at a time set OpenBLAS's pthreads pool, so each
-    setting (serialised by ``_LIMIT_LOCK``) takes that right for its call and gives it back."""
+    """``call()``, a threadpoolctl setting made with effect from this thread (threadpoolctl lets one
+    thread at a time set OpenBLAS's pool)."""
     from threadpoolctl import OpenBLASController
 
     clear = getattr(OpenBLASController, "clear_controlling_thread", None)
@@ -56,11 +49,8 @@ def _as_controller(call):
 
 @contextlib.contextmanager
 def blas_limits(n):
-    """Context manager: at most ``n`` BLAS threads inside. The count is one setting of the
-    process: sections open in several threads at once each set their limit on entry, one that
-    ends sets its thread's enclosing limit again, and the last to end restores the count found
-    by the first (threadpoolctl's own contexts, restoring what each found, could leave another
-    thread's limit in place for good)."""
+    """Context manager: at most ``n`` BLAS threads inside, a process-wide setting; the last section
+    to end restores the count found by the first."""
     stack = _LIMITS.__dict__.setdefault("stack", [])
     with _LIMIT_LOCK:
         limiter = _as_controller(lambda: _controller().limit(limits=n, user_api="blas"))
@@ -82,15 +72,14 @@ def blas_limits(n):
 
 
 def blas_threads():
-    """Threads the BLAS may use now (the fewest over its loaded libraries; 1 inside a default
-    dask worker, 1 where no BLAS is found)."""
+    """Threads the BLAS may use now (the fewest over its loaded libraries; 1 where none)."""
     counts = [i["num_threads"] for i in _controller().info() if i["user_api"] == "blas"]
     return max(1, min(counts)) if counts else 1
 
 
 def syrk(A, trans, C=None):
-    """Lower triangle of ``A A^T`` (``trans=False``) or ``A^T A`` (``trans=True``), Fortran
-    order; added to ``C`` in place if given."""
+    """Lower triangle of ``A A^T`` (``trans=False``) or ``A^T A``, Fortran order; added to ``C`` in
+    place if given."""
     A = np.ascontiguousarray(A)
     f = blas.get_blas_funcs("syrk", (A,))
     # A.T is a Fortran-ordered view: syrk(a=A.T, trans=0) = A^T A, syrk(a=A.T, trans=1) = A A^T.
@@ -100,8 +89,7 @@ def syrk(A, trans, C=None):
 
 
 def symmetrize(C, source="lower", block=512):
-    """Fill one triangle of the square ``C`` from the other (``source``) in place, in slabs of
-    ``block`` rows; returns ``C``."""
+    """Fill one triangle of the square ``C`` from the other (``source``) in place; returns ``C``."""
     n = C.shape[0]
     T = C if source == "lower" else C.T  # mirror the lower triangle of T into its upper one
     for j in range(0, n, block):
@@ -121,15 +109,14 @@ def host_cores():
 
 
 def factor_threads():
-    """BLAS threads for the factorisation, the step every other task waits for: config
-    ``rfol_dask.factor-threads``, by default every core of the host (a dask worker's too)."""
+    """BLAS threads of the factorisation: config ``rfol_dask.factor-threads``, else all cores."""
     n = dask.config.get("rfol_dask.factor-threads", None)
     return int(n) if n else host_cores()
 
 
 def jitter_ridges(alpha, mean_diag, dtype):
     """The ridges tried in turn: ``alpha``, then (if ``alpha > 0``) 10x, 100x, ... (8 steps) of
-    ``max(alpha, eps(dtype) * mean_diag)``, ``mean_diag`` the mean absolute diagonal."""
+    ``max(alpha, eps(dtype) * mean_diag)``."""
     floor = np.finfo(dtype).eps * max(mean_diag, np.finfo(dtype).tiny)
     return [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
 
@@ -141,9 +128,8 @@ _RIDGE_REPORT = contextvars.ContextVar("rfol_dask_ridge_report", default=("alpha
 
 @contextlib.contextmanager
 def recorded_ridges():
-    """Context manager yielding a list: the :class:`RidgeRaised` of each factorisation made in
-    this context (this thread and the tasks dask's threaded scheduler runs for it) is appended
-    to it instead of being warned."""
+    """Context manager yielding a list to which the :class:`RidgeRaised` of each factorisation in
+    this context is appended instead of warned."""
     record = []
     token = _RIDGE_REPORT.set((_RIDGE_REPORT.get()[0], record))
     try:
@@ -154,8 +140,7 @@ def recorded_ridges():
 
 @contextlib.contextmanager
 def ridge_name(name):
-    """Context manager: the :class:`RidgeRaised` messages made in this context call the ridge
-    ``name`` (a kernel's ``"nugget"``) instead of ``alpha``."""
+    """Context manager: :class:`RidgeRaised` messages in this context call the ridge ``name``."""
     token = _RIDGE_REPORT.set((name, _RIDGE_REPORT.get()[1]))
     try:
         yield
@@ -164,16 +149,14 @@ def ridge_name(name):
 
 
 def warn_ridge(alpha, ridge, dtype):
-    """The :class:`RidgeRaised` warning of a factorisation that needed ``ridge`` instead of
-    ``alpha``, or its record where :func:`recorded_ridges` is active in this context."""
+    """Warn (or record, :func:`recorded_ridges`) that a factorisation needed ``ridge``."""
     name, record = _RIDGE_REPORT.get()
-    raised = RidgeRaised(
+    msg = (
         f"the Gram matrix plus {name}={alpha:g} is not numerically positive definite in "
         f"{np.dtype(dtype)}; used ridge {ridge:.3g} instead (pass a larger {name} to choose it "
-        "yourself)",
-        float(alpha),
-        float(ridge),
+        "yourself)"
     )
+    raised = RidgeRaised(msg, float(alpha), float(ridge))
     if record is not None:
         record.append(raised)
     else:
@@ -181,10 +164,8 @@ def warn_ridge(alpha, ridge, dtype):
 
 
 def first_ridge(attempt, alpha, mean_diag, dtype):
-    """``attempt(ridge, again)`` for each ridge of :func:`jitter_ridges` until it returns other
-    than None; returns ``(that, ridge)`` (a raised ridge warned), else raises
-    :func:`not_positive_definite`. ``mean_diag``: a number, or a callable called only when
-    ``alpha`` itself fails."""
+    """``attempt(ridge, again)`` for each ridge of :func:`jitter_ridges` until not None: ``(that,
+    ridge)``; ``mean_diag`` may be a callable."""
     result = attempt(float(alpha), False)
     if result is not None:
         return result, alpha
@@ -200,30 +181,22 @@ def first_ridge(attempt, alpha, mean_diag, dtype):
 def not_positive_definite(alpha, ridges):
     """The ValueError of a Gram that no ridge in ``ridges`` made positive definite."""
     if alpha == 0:
-        return ValueError(
-            "alpha=0 leaves the Gram matrix singular (not positive definite; e.g. fewer features "
-            "than samples, or repeated samples): pass alpha > 0, for example alpha=1e-10"
-        )
-    return ValueError(
-        f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} "
-        f"(alpha={alpha:g}); check the data for duplicated or constant samples, or pass a "
-        "larger alpha"
-    )
+        msg = "alpha=0 leaves the Gram matrix singular (e.g. fewer features than samples, or "
+        return ValueError(msg + "repeated samples): pass alpha > 0, for example alpha=1e-10")
+    msg = f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} (alpha="
+    return ValueError(msg + f"{alpha:g}); check for duplicated samples, or pass a larger alpha")
 
 
 def stands_on_rounding(pivots, gram_diag):
-    """Whether a Cholesky factor with no ridge is numerically singular (its solution noise): its
-    smallest squared pivot (of ``pivots`` (n,)) at most ``n eps`` times the largest Gram diagonal
-    entry (of ``gram_diag``)."""
+    """Whether a Cholesky factor with no ridge is numerically singular: its smallest squared pivot
+    at most ``n eps`` times the largest Gram diagonal entry."""
     n, eps = pivots.shape[0], float(np.finfo(pivots.dtype).eps)
     return n > 0 and float(pivots.min()) ** 2 <= n * eps * float(np.abs(gram_diag).max())
 
 
 def potrf_ridge(G, diag, ridge, mirror=True):
-    """LAPACK ``potrf`` of the symmetric Fortran-ordered ``G`` with ``diag + ridge`` on its
-    diagonal, in place in its lower triangle; ``mirror`` (a retry) first restores the lower
-    triangle from the untouched upper one. Returns ``(L, info)`` (``info > 0``: not positive
-    definite)."""
+    """LAPACK ``potrf`` in place of the Fortran-ordered ``G`` with ``diag + ridge`` on its diagonal
+    (``mirror``: lower triangle restored first); ``(L, info)``."""
     if mirror:
         symmetrize(G, "upper")
     idx = np.arange(G.shape[0])
@@ -235,8 +208,8 @@ def potrf_ridge(G, diag, ridge, mirror=True):
 
 
 def cholesky(G, alpha):
-    """Lower Cholesky factor ``L`` (n, n) of ``G + alpha I`` in place in ``G`` (symmetric,
-    Fortran order, both triangles exactly equal), with the jitter policy: ``(L, ridge)``."""
+    """Lower Cholesky factor of ``G + alpha I`` in place in ``G`` (symmetric, Fortran order) with
+    the jitter policy: ``(L, ridge)``."""
     diag = np.diagonal(G).copy()
 
     def attempt(ridge, again):
@@ -249,8 +222,7 @@ def cholesky(G, alpha):
 
 
 def cho_solve(L, B, overwrite=False):
-    """Solve ``L L^T X = B`` for the (n, k) right-hand sides ``B`` (cost ``2 n^2 k`` flops);
-    with ``overwrite`` and a Fortran-ordered ``B`` the solution replaces ``B`` (no copy)."""
+    """Solve ``L L^T X = B``; with ``overwrite`` and a Fortran-ordered ``B`` in its memory."""
     X, info = lapack.get_lapack_funcs("potrs", (L,))(L, B, lower=1, overwrite_b=overwrite)
     if info != 0:  # pragma: no cover
         raise RuntimeError(f"potrs failed with info={info}")

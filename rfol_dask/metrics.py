@@ -1,10 +1,7 @@
-"""Error measures for operator learning, on numpy, dask, xarray and array API (CuPy) arrays.
+"""Error measures for operator learning on numpy, dask, xarray and array API (CuPy) arrays.
 
-Samples run along axis 0, the other axes are one function's grid values; two DataArrays are
-matched by label (dims by name, samples and grid points by coordinate), arrays by position.
-Dask inputs are reduced lazily and computed once. Sums are taken in float64; NaN gives NaN.
-Two numpy inputs are read in row blocks of :data:`BLOCK_BYTES` (float64), whatever their size.
-"""
+Samples run along axis 0; DataArrays are matched by label, arrays by position. Sums are taken in
+float64; NaN gives NaN."""
 
 from __future__ import annotations
 
@@ -48,17 +45,15 @@ def _pair(true, pred):
         raise ValueError(f"need at least one value per sample, got shape {true.shape}")
     if is_array_api(true):
         xp = namespace(true, pred)
-        return tuple(
-            xp.astype(xp.reshape(x, (x.shape[0], -1)), xp.float64, copy=False) for x in (true, pred)
-        )
+        flat = (xp.reshape(x, (x.shape[0], -1)) for x in (true, pred))
+        return tuple(xp.astype(x, xp.float64, copy=False) for x in flat)
     if isinstance(true, np.ndarray) and isinstance(pred, np.ndarray):  # cast block by block
         return tuple(x.reshape(x.shape[0], -1) for x in (true, pred))
     return tuple(x.reshape(x.shape[0], -1).astype(np.float64, copy=False) for x in (true, pred))
 
 
 def _blocks(*arrays):
-    """Row blocks ``(rows, a[rows], b[rows], ...)`` of numpy (M, m) arrays, as float64 copies (a
-    loop deletes its blocks before asking for the next: two blocks held, not four)."""
+    """Row blocks ``(rows, a[rows], ...)`` of numpy (M, m) arrays as float64 copies."""
     M, m = arrays[0].shape
     step = max(1, BLOCK_BYTES // (8 * m))
     for start in range(0, M, step):
@@ -100,11 +95,8 @@ def r2_score(true, pred):
     """
     t, p = _pair(true, pred)
     if t.shape[0] < 2:
-        warnings.warn(
-            "R^2 score is not well-defined with less than two samples.",
-            UndefinedMetricWarning,
-            stacklevel=user_stacklevel(),
-        )
+        msg = "R^2 score is not well-defined with less than two samples."
+        warnings.warn(msg, UndefinedMetricWarning, stacklevel=user_stacklevel())
         return float("nan")
     if isinstance(t, np.ndarray) and isinstance(p, np.ndarray):
         ss_res, total = np.zeros(t.shape[1]), np.zeros(t.shape[1])
@@ -135,9 +127,5 @@ def r2_score(true, pred):
     return float(np.mean(score))
 
 
-#: scikit-learn scorer ranking models by the paper's metric: ``scorer(estimator, X, y)`` is
-#: ``-relative_l2_error(y, estimator.predict(X))`` (greater is better), e.g.
-#: ``GridSearchCV(RandomFeatureOperator(), grid, scoring=relative_l2_scorer)``. Unlike the
-#: default R^2, which averages over output grid points, it does not rank models by the noise
-#: on output points whose training values are (nearly) constant.
+#: scikit-learn scorer of the paper's metric, ``-relative_l2_error(y, estimator.predict(X))``
 relative_l2_scorer = make_scorer(relative_l2_error, greater_is_better=False)

@@ -1,6 +1,5 @@
-"""How an operator learner knows its grids and reads and writes others: the recovery maps
-``R_U`` / ``R_V`` of its ``recovery`` parameter (:mod:`rfol_dask.recovery`). A mixin of
-:class:`rfol_dask.estimator.OperatorEstimator`."""
+"""How an operator learner knows its grids and reads and writes others through the recovery maps
+``R_U`` / ``R_V`` of its ``recovery`` parameter."""
 
 from __future__ import annotations
 
@@ -16,19 +15,14 @@ from . import recovery as rec
 from .exceptions import DataWarning
 from .stacklevel import user_stacklevel
 
-__all__ = ["ResamplingMixin"]
-
 
 class ResamplingMixin:
-    """Recovery-map helpers of the operator learners (see the module docstring)."""
+    """Recovery-map helpers of the operator learners."""
 
     def _knows_grid(self, which):
-        """Whether the model's ``which`` grid has dims or coordinates: then DataArrays are read
-        in increasing coordinate order; a model fitted on bare arrays reads them by position."""
-        return (
-            getattr(self, f"{which}_dims_", None) is not None
-            or getattr(self, f"{which}_grid_", None) is not None
-        )
+        """Whether the ``which`` grid has dims or coordinates (else data are read by position)."""
+        keys = (f"{which}_dims_", f"{which}_grid_")
+        return any(getattr(self, k, None) is not None for k in keys)
 
     def _learn_grids(self, u, v, V, in_shape, out_shape, input_grid, output_grid, periods):
         """The fitted shapes, dims, coordinates, attributes, grids and periods of both sides."""
@@ -68,15 +62,12 @@ class ResamplingMixin:
         return tuple(specs)
 
     def _check_recovery(self):
-        """Validate the ``recovery`` parameter at ``fit``, options included (they are used only
-        when a grid differs from the training one, at some later ``predict``)."""
+        """Validate the ``recovery`` parameter at ``fit``, options included."""
         for spec in self._recovery_specs():
             if not isinstance(spec, Mapping) or len(spec) <= ("kind" in spec):
                 continue
-            kind, options = (
-                spec.get("kind", "cubic"),
-                {k: v for k, v in spec.items() if k != "kind"},
-            )
+            kind = spec.get("kind", "cubic")
+            options = {k: v for k, v in spec.items() if k != "kind"}
             if kind != "rf":
                 raise ValueError(
                     f"recovery kind {kind!r} takes no options, got {sorted(options)} in "
@@ -96,17 +87,13 @@ class ResamplingMixin:
                 ) from exc
 
     def _recovery(self, which, grid):
-        """The ``which`` ("input" / "output") recovery map of ``grid``, with the model's periods;
-        a DataWarning where a spectral map takes an axis without a known period as periodic."""
-        R = rec.make_recovery(
-            self._recovery_specs()[which == "output"],
-            grid,
-            periods=getattr(self, f"{which}_periods_", None),
-        )
+        """The ``which`` recovery map of ``grid``; a DataWarning where a spectral map takes an axis
+        of no known period as periodic."""
+        periods = getattr(self, f"{which}_periods_", None)
+        R = rec.make_recovery(self._recovery_specs()[which == "output"], grid, periods=periods)
         if R.kind == "spectral":
-            dims = getattr(self, f"{which}_dims_", None) or [
-                f"dim_{k}" for k in range(len(R.grid_in))
-            ]
+            dims = getattr(self, f"{which}_dims_", None)
+            dims = dims or [f"dim_{k}" for k in range(len(R.grid_in))]
             guessed = [
                 f"{d} (period {rec.uniform_period(x):g})"
                 for d, x, P in zip(dims, R.grid_in, R.periods, strict=True)
@@ -124,9 +111,7 @@ class ResamplingMixin:
         return R
 
     def _output_on_grid(self, Y, u, output_grid, grid_new):
-        """Predictions ``Y`` (M, m) on the training output grid, resampled to ``output_grid`` if
-        given (``grid_new``: its :meth:`_new_output_grid`), in the kind of the operand ``u``
-        (numpy, dask or xarray; array API values stay in their namespace)."""
+        """Predictions ``Y`` (M, m) resampled to ``output_grid`` if given, in the kind of ``u``."""
         if backend.is_array_api(Y):  # the recovery maps resample on the host
             xp = backend.namespace(Y)
             if output_grid is None:
@@ -150,8 +135,7 @@ class ResamplingMixin:
         return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
 
     def _new_output_grid(self, output_grid):
-        """``output_grid`` as axes where it is given and differs from the training output grid,
-        else None (ValueError as :meth:`_check_grid` for a grid the model cannot use)."""
+        """``output_grid`` as axes where given and not the training output grid, else None."""
         if output_grid is None:
             return None
         grid = getattr(self, "output_grid_", None)
@@ -159,8 +143,7 @@ class ResamplingMixin:
         return None if rec.same_grid(grid_new, grid) else grid_new
 
     def _named_axes(self, grid, which):
-        """A mapping ``{dim: coords}`` grid as its axes in the order of the model's ``which`` dims
-        (ValueError for names that are not those dims); any other grid as it is."""
+        """A ``{dim: coords}`` grid as axes in the order of the model's dims; others as they are."""
         dims = getattr(self, f"{which}_dims_", None)
         if not isinstance(grid, Mapping) or dims is None:
             return grid  # a model fitted on arrays knows no names: the mapping's order
@@ -188,14 +171,11 @@ class ResamplingMixin:
         return grid
 
     def _to_training_grid(self, U, u, input_grid):
-        """The operand ``u`` resampled through ``R_U`` to the training input grid if its grid
-        (``input_grid`` or the xarray coordinates) differs from it."""
+        """The operand ``u`` resampled through ``R_U`` to the training input grid if needed."""
         own = io.operand_grid(u)  # a DataArray's coordinates
-        grid = (
-            rec.as_grid(self._named_axes(input_grid, "input"), "input_grid")
-            if input_grid is not None
-            else own
-        )
+        grid = own
+        if input_grid is not None:
+            grid = rec.as_grid(self._named_axes(input_grid, "input"), "input_grid")
         if input_grid is not None and own is not None and not rec.same_grid(grid, own):
             raise ValueError(
                 "input_grid differs from X's own coordinates, which give its grid: drop input_grid "
@@ -216,11 +196,8 @@ class ResamplingMixin:
         if not isinstance(data, da.Array):
             data = backend.to_numpy(data) if xp is not None else np.asarray(data)
         shape = tuple(len(ax) for ax in grid)
-        if (
-            data.ndim < 1
-            or int(np.prod(data.shape[1:])) != int(np.prod(shape))
-            or (data.ndim > 2 and tuple(data.shape[1:]) != shape)
-        ):  # flat (M, n) rows are read in grid order
+        wrong = data.ndim > 2 and tuple(data.shape[1:]) != shape  # flat rows: in grid order
+        if data.ndim < 1 or int(np.prod(data.shape[1:])) != int(np.prod(shape)) or wrong:
             raise ValueError(f"X has shape {tuple(data.shape)} but input_grid has shape {shape}")
         resampled = R_U.resample(data.reshape((data.shape[0], *shape)), trained)
         resampled = resampled if xp is None else backend.to_namespace(resampled, xp)
@@ -228,8 +205,8 @@ class ResamplingMixin:
         return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
 
     def _check_domain(self, trained, grid, R_U, source):
-        """ValueError where the input ``grid`` does not cover the ``trained`` domain (no
-        extrapolation) or strays outside it; a periodic axis needs its whole period sampled."""
+        """ValueError where the input ``grid`` does not cover the ``trained`` domain or strays
+        off."""
         domain = rec.grid_domain(trained, R_U.periodic)
         for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(
             zip(trained, grid, domain, R_U.domain(), R_U.periods, strict=True)
@@ -240,12 +217,10 @@ class ResamplingMixin:
             tol, step = rec.tolerance(x), (hi - lo) / max(len(x) - 1, 1)
             if x[0] < c_lo - tol or x[-1] > c_hi + tol:
                 known = (getattr(self, "input_periods_", None) or [None] * len(trained))[k]
-                hint = (
-                    f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not wrap "
-                    "periodic axes: use 'cubic' or 'spectral'"
-                    if known is not None
-                    else ""
-                )
+                hint = ""
+                if known is not None:
+                    hint = f"; the axis has period {known:g}, but recovery {R_U.kind!r} does not"
+                    hint += " wrap periodic axes: use 'cubic' or 'spectral'"
                 raise ValueError(
                     f"{source} span [{c_lo:.10g}, {c_hi:.10g}] along axis {k} but the model was "
                     f"trained on [{lo:.10g}, {hi:.10g}]: the input must cover the training domain "
@@ -258,7 +233,6 @@ class ResamplingMixin:
                 )
 
     def _with_output_attrs(self, pred):
-        """An xarray prediction with the training output's attributes and coordinate attributes."""
         if isinstance(pred, xr.DataArray):
             pred.attrs.update(getattr(self, "output_attrs_", {}))
             for dim, attrs in getattr(self, "output_coord_attrs_", {}).items():
@@ -272,9 +246,8 @@ MAX_PERIODIC_GAP = 4.0
 
 
 def _check_period_covered(trained, grid, period, axis, source="input_grid"):
-    """ValueError when the input ``grid`` leaves a gap in the ``period`` wider than
-    :data:`MAX_PERIODIC_GAP` median spacings and the ``trained`` grid's widest (half a period,
-    or one point, samples no period; a coarser grid does)."""
+    """ValueError when ``grid`` leaves a gap in the ``period`` wider than :data:`MAX_PERIODIC_GAP`
+    median spacings and the ``trained`` grid's widest."""
 
     def gaps(x):
         x = np.sort(np.mod(np.asarray(x, dtype=float) - x[0], period))
@@ -287,11 +260,7 @@ def _check_period_covered(trained, grid, period, axis, source="input_grid"):
         )
     g, pts = gaps(grid)
     widest = int(np.argmax(g))
-    if (
-        len(grid) < 2
-        or g[widest] <= MAX_PERIODIC_GAP * np.median(g)
-        or g[widest] <= gaps(trained)[0].max()
-    ):
+    if len(grid) < 2 or g[widest] <= max(MAX_PERIODIC_GAP * np.median(g), gaps(trained)[0].max()):
         return
     start = grid[0] + pts[widest]
     raise ValueError(

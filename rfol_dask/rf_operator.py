@@ -37,12 +37,9 @@ from .solve import (
 )
 from .tuning import input_scales
 
-__all__ = ["RandomFeatureOperator"]
-
 
 def _predict_block(U, omega, b, coef, intercept, input_centre=None):
-    """Predictions for one row block ``U`` (k, n) -> (k, m), checked finite by ``predict``, in
-    row chunks of bounded memory; ``input_centre`` (n,) is the model's (None: ``c = 0``)."""
+    """Predictions (k, m) for one row block ``U`` (k, n), in row chunks of bounded memory."""
     xp = backend.namespace(omega)
     # with a centre the rows are centred in their own dtype, then cast (feature_map)
     U = xp.asarray(U, dtype=omega.dtype) if input_centre is None else xp.asarray(U)
@@ -60,16 +57,13 @@ logger = logging.getLogger("rfol_dask")
 
 
 def _meta(U):
-    """The chunk type of a dask array (CuPy or numpy), None for others."""
     return meta_from_array(U) if isinstance(U, da.Array) else None
 
 
 def _head_centre(U, dtype):
-    """The input centre (:func:`rfol_dask.features.input_centre`) of the dask array ``U`` (M, n),
-    from its first rows, computed before a fit (numpy; the rows checked for NaN / Inf)."""
-    head = (
-        U[:CENTRE_ROWS].map_blocks(backend.to_numpy, meta=np.empty((0, 0), dtype=U.dtype)).compute()
-    )
+    """The input centre of the dask array ``U`` (M, n) from its first rows (checked finite)."""
+    meta = np.empty((0, 0), dtype=U.dtype)
+    head = U[:CENTRE_ROWS].map_blocks(backend.to_numpy, meta=meta).compute()
     check_finite(head, 0, "U")
     return input_centre(dtype, head)
 
@@ -86,9 +80,8 @@ class RandomFeatureOperator(OperatorEstimator):
     """Operator learning with random Fourier features: ``v = C^T phi(u) + c0``.
 
     ``phi(u) = sqrt(2/N) cos((u - c) @ Omega + b)`` with ``N = n_features`` frequencies drawn
-    from ``distribution``, ``b ~ U(0, 2 pi)`` and the inputs measured from a centre ``c``
-    (``input_centre_``: free of the float32 rounding of a large common offset); ``C`` solves the
-    ridge problem shared by all output grid points (one factorisation for all ``m`` outputs).
+    from ``distribution``, ``b ~ U(0, 2 pi)`` and an input centre ``c``; ``C`` solves the ridge
+    problem shared by all output grid points (one factorisation for all ``m`` outputs).
 
     Parameters
     ----------
@@ -100,9 +93,8 @@ class RandomFeatureOperator(OperatorEstimator):
         rational quadratic (``(1 + gamma ||x-y||^2 / nu)^-nu``, ``nu = 1`` if None); see
         :func:`rfol_dask.features.draw_frequencies`.
     gamma : float or "median", default="median"
-        Frequency scale (> 0). ``"median"`` sets it from the training inputs (at most 2000
-        rows, :func:`rfol_dask.tuning.median_gamma`) so that a typical pair of inputs has a
-        kernel value of about ``exp(-1)``.
+        Frequency scale (> 0). ``"median"``: a typical pair of training inputs has a kernel
+        value of about ``exp(-1)`` (:func:`rfol_dask.tuning.median_gamma`).
     nu : float, default=None
         Degrees of freedom of ``"student_t"`` (> 0, required); shape of
         ``"rational_quadratic"`` (> 0; None: 1, the inverse quadratic kernel).
@@ -111,11 +103,9 @@ class RandomFeatureOperator(OperatorEstimator):
         ``n_features >= M - 1``, the primal ``n_features <= M - 1`` (``M`` without an
         intercept), else a ValueError; ``solver="auto"`` picks the one that applies.
     pca_power : float or None, default=None
-        The input metric. None: the Euclidean (``"cauchy"``: l1) distance of the grid values.
-        A number ``q``: the distance in the inputs' principal directions, the one of singular
-        value ``s_j`` weighted by ``(s_j / s_1)^q`` (:func:`rfol_dask.tuning.pca_metric`;
-        ``q > 0`` stresses the leading directions, ``q < 0`` whitens). Select it by validation
-        (``RandomFeatureOperatorCV(pca_power=...)``).
+        The input metric. None: the distance of the grid values. A number ``q``: the distance
+        in the inputs' principal directions, the one of singular value ``s_j`` weighted by
+        ``(s_j / s_1)^q`` (:func:`rfol_dask.tuning.pca_metric`).
     fit_intercept : bool, default=True
         Centre features and outputs (an intercept per output component).
     solver : {"auto", "dual", "primal"}, default="auto"
@@ -134,13 +124,11 @@ class RandomFeatureOperator(OperatorEstimator):
         Show a progress bar while fitting dask input.
     recovery : {"cubic", "linear", "nearest", "spectral", "rf"}, dict or 2-tuple, default="cubic"
         Recovery maps ``R_U`` and ``R_V`` used when ``predict`` reads or writes another grid
-        (:func:`rfol_dask.recovery.make_recovery`; a dict carries options, e.g.
-        ``{"kind": "rf", "distribution": "cauchy"}``; a tuple gives ``(R_U, R_V)``).
-        ``"spectral"`` means periodic grids.
+        (:func:`rfol_dask.recovery.make_recovery`; a dict carries options; a tuple gives
+        ``(R_U, R_V)``).
     device : {"cpu", "cuda"}, default="cpu"
         Where numpy / xarray input is computed (``"cuda"``: on the GPU with CuPy, numpy out).
-        CuPy input is computed on its GPU and gives CuPy predictions and fitted arrays;
-        ``save`` writes numpy, so a model fitted on a GPU loads on a CPU.
+        CuPy input is computed on its GPU and gives CuPy predictions and fitted arrays.
 
     Attributes
     ----------
@@ -149,8 +137,7 @@ class RandomFeatureOperator(OperatorEstimator):
     b_ : ndarray of shape (N,)
         The phases of the centred inputs, ``(b + input_centre_ @ Omega) mod 2 pi``.
     input_centre_ : ndarray of shape (n,) or None
-        The centre ``c``: the mean of the first 64 training samples (None in models saved
-        before it was kept: ``c = 0``).
+        The centre ``c``: the mean of the first 64 training samples (None: ``c = 0``).
     coef_ : ndarray of shape (N, m)
         Coefficients ``C`` (``m`` output grid points).
     intercept_ : ndarray of shape (m,)
@@ -175,22 +162,17 @@ class RandomFeatureOperator(OperatorEstimator):
     input_periods_, output_periods_ : tuple of (float or None) or None
         The period of each grid axis (None: not periodic); periodic axes wrap in ``predict``.
     output_attrs_, output_coord_attrs_ : dict
-        Attributes of the training output and of its grid coordinates (xarray; else empty),
-        which xarray predictions carry.
+        Attributes of the training output and of its coordinates, which predictions carry.
     input_name_, output_name_ : str
-        The input and output variables a Dataset or store is read by (``fit(input=,
-        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
+        The input and output variables a Dataset or store is read by.
     sample_dim_ : str
         The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
 
     Notes
     -----
-    Memory: the in-memory dual fit holds ``A`` (M x N) and the Gram (M x M), the primal the
-    Gram (N x N) and one 128 MiB block of ``A``; both ``Omega`` and the coefficients. All of
-    it is checked against ``max_gram_bytes`` before ``Omega`` is drawn, and the fitted model
-    against this process's available memory. On dask input ``A`` is never whole: the dual sums
-    the Gram over feature slabs on each worker (:mod:`rfol_dask.solve.streamed`), the primal
-    over row blocks.
+    Memory is checked against ``max_gram_bytes`` before ``Omega`` is drawn. On dask input
+    ``A`` (M x N) is never whole: the dual sums the Gram over feature slabs on each worker, the
+    primal over row blocks.
     """
 
     _parameter_constraints = {
@@ -244,8 +226,7 @@ class RandomFeatureOperator(OperatorEstimator):
     _fitted_scalars = ("solver_", "gamma_", *OperatorEstimator._fitted_scalars)
 
     def _cast_dtype(self, data):
-        """float64 numpy input keeps its dtype on the CPU (its rows are centred before they are
-        rounded to float32, no float32 copy is made); moved to a device, it is cast first."""
+        """float64 numpy input on the CPU stays float64 (its rows are centred before the cast)."""
         dt = self._work_dtype(data)
         return np.dtype(np.float64) if self._device() == "cpu" and data.dtype == np.float64 else dt
 
@@ -261,10 +242,7 @@ class RandomFeatureOperator(OperatorEstimator):
         return lazy and (self._device() != "cpu" or backend.is_array_api(_meta(U)))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
-        """ValueError before any work when a fit on ``U`` (M, n) and ``V`` (M, m) would be refused
-        for memory (the message names the sizes and the fix): the fitted model here; in memory,
-        the Gram with what is held beside it; on dask, as the workers of ``client`` would
-        (:func:`rfol_dask.solve.dask_fit_plan`; NotImplementedError for what GPUs cannot fit)."""
+        """ValueError before any work when a fit on ``U`` and ``V`` would not fit in memory."""
         M, n, m = U.shape[0], U.shape[1], V.shape[1]
         self._check_model_memory(U, V, lazy, dtype)
         solver = choose_solver(self.solver, M, self.n_features, dual_only=self._on_gpu(U, lazy))
@@ -272,19 +250,13 @@ class RandomFeatureOperator(OperatorEstimator):
             plan = (M, n, m, self.n_features, dtype, solver, self.max_gram_bytes, client)
             dask_fit_plan(*plan, self._device(), _meta(U), warn=False)
             return
-        xp = backend.namespace(U)
-        check_gram_memory(
-            M if solver == "dual" else self.n_features,
-            dtype,
-            self.max_gram_bytes,
-            solver=solver,
-            xp=xp,
-            held=held_beside_gram(M, n, self.n_features, m, dtype, solver, xp),
-        )
+        xp, N = backend.namespace(U), self.n_features
+        held = held_beside_gram(M, n, N, m, dtype, solver, xp)
+        size = M if solver == "dual" else N
+        check_gram_memory(size, dtype, self.max_gram_bytes, solver=solver, xp=xp, held=held)
 
     def _check_model_memory(self, U, V, lazy, dtype):
-        """ValueError when the fitted model would not fit this process's available memory, where
-        it ends up here (a dask fit gathers it; CuPy's stays on its GPU)."""
+        """ValueError when the fitted model would not fit this process's available memory."""
         if lazy or not backend.is_array_api(U):
             check_host_memory(model_bytes(U.shape[1], self.n_features, V.shape[1], dtype), dtype)
 
@@ -301,21 +273,13 @@ class RandomFeatureOperator(OperatorEstimator):
         seed = integer_seed(self.random_state)
         self.input_metric_, self.gamma_ = None, self.gamma
         if self.gamma == "median" or self.pca_power is not None:
-            self.input_metric_, gammas = input_scales(
-                U, [self.distribution], self.pca_power, random_state=seed
-            )
+            scales = input_scales(U, [self.distribution], self.pca_power, random_state=seed)
+            self.input_metric_, gammas = scales
             self.gamma_ = gammas[self.distribution] if self.gamma == "median" else self.gamma
         self.gamma_ = float(self.gamma_)
+        law = (self.n_features, self.distribution, self.gamma_, self.nu, seed)
         recipe = functools.partial(
-            draw_frequencies,
-            U.shape[1],
-            self.n_features,
-            self.distribution,
-            self.gamma_,
-            self.nu,
-            seed,
-            dtype=dtype,
-            metric=self.input_metric_,
+            draw_frequencies, U.shape[1], *law, dtype=dtype, metric=self.input_metric_
         )
         if lazy:
             coef, intercept = self._fit_lazy(U, V, recipe, on_gpu, dtype)
@@ -326,16 +290,9 @@ class RandomFeatureOperator(OperatorEstimator):
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
             self.omega_, self.b_ = recipe(xp=xp, input_centre=centre)
             self.input_centre_ = backend.to_namespace(centre, xp)
-            coef, intercept = fit_numpy(
-                U,
-                V,
-                self.omega_,
-                self.b_,
-                alpha=float(self.alpha),
-                fit_intercept=self.fit_intercept,
-                solver=self.solver_,
-                input_centre=self.input_centre_,
-            )
+            kw = dict(alpha=float(self.alpha), fit_intercept=self.fit_intercept)
+            kw.update(solver=self.solver_, input_centre=self.input_centre_)
+            coef, intercept = fit_numpy(U, V, self.omega_, self.b_, **kw)
             if not backend.is_fast(xp):
                 self.coef_, self.intercept_ = coef, xp.reshape(intercept, (m,))
                 return
@@ -344,52 +301,29 @@ class RandomFeatureOperator(OperatorEstimator):
 
     def _fit_lazy(self, U, V, recipe, on_gpu, dtype):
         """The dask fit: ``(coef, intercept)``, with ``omega_``, ``b_`` and ``input_centre_`` set.
-        On the CPU the centre is made in the fit's graph (the data are read once) and the client
-        draws Omega after the fit; on GPUs, whose workers hold the Gram in device memory, the
-        client draws meanwhile, from a centre made first from the first rows."""
+        On GPUs the client draws Omega during the fit, from a centre of the first rows; on the
+        CPU after it, the centre made in the fit's graph."""
         centre = InputCentre(_head_centre(U, dtype) if on_gpu else None)
+        kw = dict(alpha=float(self.alpha), fit_intercept=self.fit_intercept, solver=self.solver_)
+        kw.update(column_block=self.column_block, progress=self.progress, dtype=dtype)
+        kw.update(max_gram_bytes=self.max_gram_bytes, n_features=self.n_features)
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
-            drawn = (
-                pool.submit(_timed_draw, functools.partial(recipe, input_centre=centre.value))
-                if on_gpu
-                else None
-            )
+            draw = functools.partial(recipe, input_centre=centre.value)
+            drawn = pool.submit(_timed_draw, draw) if on_gpu else None
             t0 = time.perf_counter()
             coef, intercept = fit_dask(
-                U,
-                V,
-                alpha=float(self.alpha),
-                fit_intercept=self.fit_intercept,
-                solver=self.solver_,
-                column_block=self.column_block,
-                progress=self.progress,
-                max_gram_bytes=self.max_gram_bytes,
-                frequencies=recipe,
-                n_features=self.n_features,
-                dtype=dtype,
-                device=self._device(),
-                input_centre=centre,
+                U, V, frequencies=recipe, device=self._device(), input_centre=centre, **kw
             )
             t1 = time.perf_counter()
             self.input_centre_ = centre.value
-            self.omega_, self.b_ = (
-                drawn.result()
-                if on_gpu
-                else _timed_draw(functools.partial(recipe, input_centre=centre.value))
-            )
+            draw = functools.partial(recipe, input_centre=centre.value)
+            self.omega_, self.b_ = drawn.result() if on_gpu else _timed_draw(draw)
         logger.debug(
-            "dask fit %.3f s, then %.3f s for the client's draw of Omega",
-            t1 - t0,
-            time.perf_counter() - t1,
+            "dask fit %.3f s, then %.3f s to draw Omega", t1 - t0, time.perf_counter() - t1
         )
         return coef, intercept
 
     def _predict_kernel(self):
         # models saved before the centre was kept load without it: None, c = 0
-        return _predict_block, (
-            self.omega_,
-            self.b_,
-            self.coef_,
-            self.intercept_,
-            getattr(self, "input_centre_", None),
-        )
+        centre = getattr(self, "input_centre_", None)
+        return _predict_block, (self.omega_, self.b_, self.coef_, self.intercept_, centre)

@@ -1,10 +1,6 @@
-"""Fitting the coefficients: one Cholesky factorisation, triangular solves over output columns.
-
-``fit_numpy`` (:mod:`.in_memory`) runs in memory; ``fit_dask`` computes one dask graph, reading
-the data once: the streamed dual (:mod:`.streamed`, the Gram summed over feature slabs on each
-worker), the tiled dual (:mod:`.tiled`, factorised blocked when the Gram does not fit one
-worker) or the primal (:mod:`.primal`, partial sums of ``A^T A`` over row blocks).
-"""
+"""Fitting the coefficients: ``fit_numpy`` in memory; ``fit_dask`` in one dask graph reading the
+data once: the streamed dual (:mod:`.streamed`), the tiled dual (:mod:`.tiled`, when the Gram
+does not fit one worker) or the primal (:mod:`.primal`)."""
 
 from __future__ import annotations
 
@@ -12,18 +8,11 @@ from collections.abc import Callable
 
 import dask.array as da
 import numpy as np
+from dask.array.utils import meta_from_array
 from numpy.typing import DTypeLike
 
+from .. import memory
 from ..backend import device_namespace, is_array_api
-from ..memory import (
-    check_gram_memory,
-    check_tile_memory,
-    dual_plan,
-    gram_device,
-    gram_slots,
-    memory_budget,
-    n_slots,
-)
 from ..progress import active_client
 from .graph import MAX_TILE_BLOCKS, InputCentre, TaskNames, row_blocks
 from .in_memory import fit_numpy, held_beside_gram, model_bytes
@@ -36,17 +25,16 @@ __all__ += ["fit_numpy", "held_beside_gram", "model_bytes", "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):
-    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram (dual when ``N >= M``), or the
-    dual with ``dual_only`` (dask input on a GPU, which only the streamed dual fits)."""
+    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram, or the dual if
+    ``dual_only``."""
     if solver == "auto":
         return "dual" if dual_only or n_features >= n_samples else "primal"
     return solver
 
 
 def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
-    """ValueError for ``alpha = 0`` where the Gram is singular whatever the data (a factorisation
-    could succeed by rounding): the centred features have rank at most ``min(N, M - 1)`` (``M``
-    without an intercept), so the primal needs ``N <= M - 1`` and the dual ``N >= M - 1``."""
+    """ValueError for ``alpha = 0`` where the Gram is singular whatever the data (rank at most
+    ``min(N, M - 1)``)."""
     if alpha != 0:
         return
     rows = n_samples - bool(fit_intercept)
@@ -66,46 +54,30 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
 
 
 def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None, budget=None):
-    """ValueError when the dask primal's ``N x N`` Gram does not fit the workers of ``client`` (two
-    on one worker with several chains, beside the frequencies); ``budget``: the workers'
-    :class:`rfol_dask.memory.Budget` if the caller has it."""
+    """ValueError when the dask primal's ``N x N`` Gram does not fit the workers of ``client``."""
     dtype = np.dtype(dtype)
-    beside, copies = (n + 1) * n_features * dtype.itemsize, 2 if n_slots(client) > 1 else 1
+    beside, copies = (n + 1) * n_features * dtype.itemsize, 2 if memory.n_slots(client) > 1 else 1
     kw = dict(solver="primal", peak_copies=copies, beside=beside, budget=budget)
-    check_gram_memory(n_features, dtype, max_gram_bytes, client, **kw)
+    memory.check_gram_memory(n_features, dtype, max_gram_bytes, client, **kw)
 
 
 def _on_device(device, meta):
-    """Whether a dask fit runs on GPUs: ``device`` not ``"cpu"``, or array API chunks (``meta``)."""
     return device != "cpu" or is_array_api(meta)
 
 
 def dask_fit_plan(
-    M,
-    n,
-    m,
-    n_features,
-    dtype,
-    solver,
-    max_gram_bytes=None,
-    client=None,
-    device="cpu",
-    meta=None,
-    warn=True,
-    budget=None,
+    M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, warn=True, budget=None
 ):
-    """The :class:`rfol_dask.memory.DualPlan` of a dask fit of ``M`` samples, ``n`` inputs and ``m``
-    outputs (None for the primal), after the checks that refuse it before any work: ValueError
-    when the primal's Gram does not fit (:func:`check_primal_memory`); NotImplementedError on
-    GPUs (``device="cuda"`` or array API chunks, ``meta``) for the primal and the blocked dual.
-    ``warn=False``: no RuntimeWarning for a blocked plan. ``budget``: as for the primal check."""
+    """The :class:`rfol_dask.memory.DualPlan` of a dask fit (None for the primal), after the checks
+    that refuse it before any work: ValueError when the primal's Gram does not fit;
+    NotImplementedError on GPUs for the primal and the blocked dual."""
     dtype = np.dtype(dtype)
     on_device = _on_device(device, meta)
     plan = None
     if solver == "dual":
-        held, device = M * (n + m) * dtype.itemsize, gram_device(device, meta)
+        held, device = M * (n + m) * dtype.itemsize, memory.gram_device(device, meta)
         kw = dict(n_features=n_features, n_inputs=n, device=device, warn=warn and not on_device)
-        plan = dual_plan(M, dtype, max_gram_bytes, client, held_bytes=held, **kw)
+        plan = memory.dual_plan(M, dtype, max_gram_bytes, client, held_bytes=held, **kw)
     elif not on_device:  # on GPUs the primal is refused whatever its size
         check_primal_memory(n, n_features, dtype, max_gram_bytes, client, budget)
     if on_device and (plan is None or plan.blocked):
@@ -136,9 +108,7 @@ def fit_dask(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
 
-    Runs on the active ``distributed.Client`` if any, else dask's local scheduler: the streamed
-    dual, the tiled dual factorised blocked when the Gram does not fit one worker
-    (:func:`rfol_dask.memory.dual_plan`), or the primal over row blocks.
+    Runs on the active ``distributed.Client`` if any, else dask's local scheduler.
 
     Parameters
     ----------
@@ -147,8 +117,7 @@ def fit_dask(
     V : dask array of shape (M, m)
         Output functions, chunked along samples only.
     frequencies : callable
-        Picklable recipe of ``(omega (n, N), b (N,))``, or with ``columns=(f0, f1)`` their
-        columns ``f0:f1`` (a partial of :func:`rfol_dask.features.draw_frequencies`).
+        Picklable recipe of ``(omega (n, N), b (N,))`` (``columns=(f0, f1)``: those columns).
     n_features : int
         The number of features ``N``.
     dtype : {"float32", "float64"} or numpy dtype
@@ -168,8 +137,7 @@ def fit_dask(
     device : {"cpu", "cuda"}, default="cpu"
         Where the workers compute numpy chunks (CuPy chunks stay on their GPU).
     input_centre : InputCentre, optional
-        The model's input centre, made in the graph from the first samples and left in
-        ``input_centre.value``; None: no centre.
+        The model's input centre, made in the graph and left in ``input_centre.value``.
 
     Returns
     -------
@@ -181,26 +149,21 @@ def fit_dask(
     Raises
     ------
     ValueError
-        If the primal Gram does not fit the memory budget, or the data hold NaN / Inf (the
-        samples are named).
+        If the primal Gram does not fit the memory budget, or the data hold NaN / Inf.
     NotImplementedError
         On a GPU with the primal or the blocked dual.
     """
     client = active_client()
     dtype = np.dtype(dtype)
     (M, n), m = U.shape, V.shape[1]
-    meta = getattr(U, "_meta", None)
+    meta = meta_from_array(U)
     if device != "cpu" and client is None:  # computed in this process: say what is missing, first
         device_namespace(device)
     # the primal on the CPU asks the workers for their memory once, for its check and for its chains
-    budget = (
-        memory_budget(max_gram_bytes, client)
-        if solver == "primal" and not _on_device(device, meta)
-        else None
-    )
-    plan = dask_fit_plan(
-        M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, budget=budget
-    )
+    primal = solver == "primal" and not _on_device(device, meta)
+    budget = memory.memory_budget(max_gram_bytes, client) if primal else None
+    sizes = (M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta)
+    plan = dask_fit_plan(*sizes, budget=budget)
     tiled = solver == "dual" and plan.blocked  # its blocks make features: n_features values a row
     kw = dict(max_blocks=MAX_TILE_BLOCKS if tiled else None, row_bytes=n_features * dtype.itemsize)
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client, **kw)
@@ -211,14 +174,12 @@ def fit_dask(
     if solver == "primal":  # as many chains on a worker as its memory holds Grams
         size = n_features * dtype.itemsize
         kw = dict(beside=(n + 1) * size, with_each=m * size, budget=budget)
-        per_worker = gram_slots(n_features, dtype, **kw)
+        per_worker = memory.gram_slots(n_features, dtype, **kw)
         return fit_primal(Ub, Vb, starts, cols, frequencies, per_worker=per_worker, **common)
     if plan.blocked:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
-        check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)
-        return fit_tiled(
-            Ub, Vb, starts, cols, frequencies, n_features=n_features, dtype=dtype, **common
-        )
+        memory.check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)
+        return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features, dtype, **common)
     kw = dict(m=m, n_features=n_features, dtype=dtype, slab_bytes=plan.slab_bytes, n_inputs=n)
-    kw.update(device=device, draw_on=gram_device(device, meta))
+    kw.update(device=device, draw_on=memory.gram_device(device, meta))
     return fit_streamed(Ub, Vb, starts, frequencies, **kw, **common)

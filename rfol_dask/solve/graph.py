@@ -20,8 +20,7 @@ from ..progress import compute
 
 
 class TaskNames:
-    """Key names for the tasks of one fit: ``names("gram-slab", 3)`` is ``"gram-slab-<token>-3"``
-    (shown as ``gram-slab`` in dashboards; two fits never share a key)."""
+    """Key names of one fit's tasks: ``names("gram-slab", 3)`` is ``"gram-slab-<token>-3"``."""
 
     def __init__(self):
         self.token = uuid.uuid4().hex
@@ -31,34 +30,28 @@ class TaskNames:
 
 
 class InputCentre:
-    """The input centre of a dask fit (:func:`rfol_dask.features.input_centre`), made in its graph
-    (:meth:`attach`) and left in ``value`` (n,) by :func:`compute_fit`; a given ``value`` is
-    carried instead."""
+    """The input centre of a dask fit, made in its graph (:meth:`attach`), left in ``value``."""
 
     def __init__(self, value=None):
         self.task, self.value = None, value
 
     def attach(self, Ub, starts, dtype, names):
-        """The task ``input-centre`` on the first row blocks of ``Ub`` that hold ``CENTRE_ROWS``
-        samples."""
+        """The task ``input-centre`` on the first row blocks of ``Ub`` (or the given ``value``)."""
         if self.value is not None:
             self.task = dask.delayed(self.value, pure=True, traverse=False)
             return self
         k = max(1, int(np.searchsorted(starts, CENTRE_ROWS, side="left")))
-        self.task = dask.delayed(_checked_centre)(
-            dtype, starts[:k], *Ub[:k], dask_key_name=names("input-centre")
-        )
+        name = names("input-centre")
+        self.task = dask.delayed(_checked_centre)(dtype, starts[:k], *Ub[:k], dask_key_name=name)
         return self
 
     @staticmethod
     def kwargs(centre):
-        """``{"input_centre": the task}`` for the calls that take it, ``{}`` without a centre."""
         return {} if centre is None else {"input_centre": centre.task}
 
 
 def _checked_centre(dtype, starts, *blocks):
-    """:func:`rfol_dask.features.input_centre` of the row blocks, each checked for NaN / Inf first
-    (a bad value named in its block, not spread to every row)."""
+    """:func:`rfol_dask.features.input_centre` of the row blocks, checked for NaN / Inf."""
     for B, start in zip(blocks, starts, strict=False):
         check_finite(B if is_array_api(B) else np.asarray(B), int(start), "U")
     return input_centre(dtype, *blocks)
@@ -73,9 +66,8 @@ MERGED_BLOCK_BYTES = 256 * 2**20
 
 
 def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
-    """Column ranges ``(f0, f1)`` of ``A`` (M x N) in ``n_groups`` contiguous groups of nearly
-    equal width (one per worker; empty groups dropped), each cut into slabs of at most
-    ``slab_bytes``, on whole blocks of frequencies where the sizes allow."""
+    """Column ranges ``(f0, f1)`` of ``A`` (M x N) in ``n_groups`` groups of nearly equal width, cut
+    into slabs of at most ``slab_bytes``."""
     B = FREQUENCY_BLOCK
     width = max(1, int(slab_bytes // (M * itemsize)))
     width -= width % B if width > B else 0
@@ -92,10 +84,8 @@ def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
 
 
 def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=None):
-    """Delayed row blocks of ``U`` (M, n) and ``V`` (M, m) on the same sample chunks, their
-    offsets (nb + 1,), and the output column blocks (default: one per worker thread). With
-    ``max_blocks``, smaller chunks are merged into blocks of ``M / max_blocks`` rows, of at most
-    :data:`MERGED_BLOCK_BYTES` (``row_bytes`` a row)."""
+    """Delayed row blocks of ``U`` and ``V``, their offsets and the output column blocks;
+    ``max_blocks``: smaller chunks merged."""
     if max_blocks is not None and len(U.chunks[0]) > max_blocks:
         rows = -(-U.shape[0] // max_blocks)
         if row_bytes:
@@ -114,24 +104,19 @@ def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=
 
 
 def _after_v_check(U, V, start):
-    """The block ``U`` once the same rows of ``V`` are checked (a NaN fails before the features)."""
+    """The block ``U`` once the same rows of ``V`` are checked."""
     check_finite(V if is_array_api(V) else np.asarray(V), start, "V")  # CuPy: checked on its GPU
     return U
 
 
 def column_blocks(m, block):
-    """Ranges ``(c0, c1)`` of at most ``block`` of the ``m`` output columns."""
     return [(s, min(s + block, m)) for s in range(0, m, block)]
 
 
 def tree_sum(parts, combine, workers=None, first=None):
-    """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``.
-
-    ``workers``: the worker each part is made on; each ``combine`` runs where its left part is,
-    so a worker holds two parts at a time and the total ends on ``workers[0]``. ``first``: the
-    combine of the first level, for parts that must be kept (a sum into a new array); a kept
-    part comes over as a task of its own (:func:`hand_over`), so the fetched copy is freed once
-    it is added."""
+    """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``, each run where its
+    left part is (``workers``); ``first``: the first level's combine, for parts that must be
+    kept."""
     parts = list(parts)
     places = list(workers) if workers is not None else [None] * len(parts)
     kept = [first is not None] * len(parts)
@@ -143,7 +128,7 @@ def tree_sum(parts, combine, workers=None, first=None):
                 right = parts[k + 1]
                 if kept[k + 1]:
                     with pinned(places[k + 1]):
-                        right = dask.delayed(hand_over)(right)
+                        right = dask.delayed(after)(right)  # fetched by one sum, then freed
                 with pinned(places[k]):
                     summed.append(step(parts[k], right))
                 still.append(False)
@@ -154,27 +139,19 @@ def tree_sum(parts, combine, workers=None, first=None):
     return parts[0]
 
 
-def hand_over(part):
-    """``part`` itself: a key of its own for one sum to fetch (:func:`tree_sum`)."""
-    return part
-
-
 def after(value, *_):
     """``value``, once the tasks given after it are done (orders tasks)."""
     return value
 
 
 def iadd(a, b):
-    """``a += b``; returns ``a``."""
     a += b
     return a
 
 
 def chained_sum(n_blocks, slots, add_block, combine):
-    """A sum over ``n_blocks`` blocks in at most ``len(slots)`` chains: block ``i`` joins chain
-    ``i % n_chains`` by ``acc = add_block(i, acc)`` (None for a chain's first block, in place
-    after that), each chain pinned to its worker ``slots[c]`` (one per worker thread; None:
-    unplaced); a tree sums each worker's own chains, then one across the workers."""
+    """A sum over ``n_blocks`` blocks in at most ``len(slots)`` chains pinned to their workers,
+    ``acc = add_block(i, acc)``, then tree-summed."""
     n_chains = min(len(slots), n_blocks)
     ends = []
     for c in range(n_chains):
@@ -186,23 +163,19 @@ def chained_sum(n_blocks, slots, add_block, combine):
     mine = {}  # worker -> its chains' ends, the workers in the order of slots (the first one first)
     for c in range(n_chains):
         mine.setdefault(slots[c], []).append(ends[c])
-    return tree_sum(
-        [tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()],
-        combine,
-        list(mine),
-    )
+    per_worker = [tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()]
+    return tree_sum(per_worker, combine, list(mine))
 
 
 def block_vsum(V, start):
-    """Column sums (m,) of the checked output block ``V`` (k, m) that starts at sample ``start``."""
+    """Column sums (m,) of the checked output block ``V`` (k, m) starting at ``start``."""
     V = np.asarray(V)
     check_finite(V, start, "V")
     return V.sum(axis=0)
 
 
 def column_slab(start, stop, dtype, *blocks):
-    """Columns ``start:stop`` of the row blocks, checked and stacked in one Fortran-ordered
-    (M, stop - start) array (which the triangular solves overwrite in place)."""
+    """Columns ``start:stop`` of the row blocks, checked and stacked Fortran-ordered."""
     out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
     row = 0
     for B in blocks:
@@ -214,13 +187,11 @@ def column_slab(start, stop, dtype, *blocks):
 
 
 def rows(X, start, stop):
-    """``X[start:stop]``."""
     return X[start:stop]
 
 
 class Columns:
-    """The coefficients (N, m) and intercepts (m,) of a fit, filled block by block of the output
-    columns ``cols`` (``[(c0, c1), ...]``) as they are gathered."""
+    """The coefficients (N, m) and intercepts (m,) of a fit, filled by column blocks ``cols``."""
 
     def __init__(self, cols):
         self.cols, self.m = cols, cols[-1][1]
@@ -240,13 +211,10 @@ class Columns:
 def compute_fit(
     *collections, progress, client, desc, alpha, consume=None, centre=None, factor=None
 ):
-    """``progress.compute`` for a fit graph (``consume``: see there); a failed blocked Cholesky
-    becomes a :class:`BlockedFactorError`. An :class:`InputCentre` ``centre`` is computed into
-    ``centre.value``; with the delayed ``factor`` (made with ``warn=False``) a raised ridge is
-    warned here, in the caller's thread (on a cluster the task's warning stays on its worker)."""
-    extras = {}
-    if centre is not None:
-        extras["centre"] = centre.task
+    """``progress.compute`` of a fit graph: a failed blocked Cholesky becomes a
+    :class:`BlockedFactorError`, the ``centre`` is filled, a raised ridge of ``factor`` warned
+    here."""
+    extras = {} if centre is None else {"centre": centre.task}
     if factor is not None:
         extras["ridge"] = dask.delayed(used_ridge)(factor)
     n, given, got, results = len(collections), consume, {}, [None] * len(collections)
@@ -277,9 +245,7 @@ def compute_fit(
 
 
 def with_ridges(run, alpha, dtype, mean_diag=1.0):
-    """``run(ridge)`` (build and compute a blocked fit graph) for the ridges of the jitter policy
-    (:func:`rfol_dask.linalg.first_ridge`; ``mean_diag`` as it takes it) until its
-    factorisation succeeds; each retry computes the whole graph again."""
+    """``run(ridge)`` for the ridges of the jitter policy until its factorisation succeeds."""
 
     def attempt(ridge, again):
         try:

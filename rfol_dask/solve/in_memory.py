@@ -1,11 +1,5 @@
-"""The in-memory fit (no graph): the dual with one Gram, the primal over row blocks; numpy on the
-CPU, or CuPy (any array API namespace) where the arrays live (:mod:`rfol_dask.backend`).
-
-The dual on numpy forms the features ``A`` (M x N) whole (the fast CPU path); on the other
-namespaces (:func:`dual_slabs`) it never does: the Gram is summed over feature slabs, as the
-streamed dask dual does on each worker (:mod:`.streamed`), and ``C = A^T Beta`` is formed slab
-by slab with the slabs made again.
-"""
+"""The in-memory fit (no graph): the dual with one Gram (numpy: ``A`` whole; other namespaces
+summed over feature slabs), the primal over row blocks."""
 
 from __future__ import annotations
 
@@ -33,34 +27,21 @@ def row_ranges(n_rows, row_bytes, block_bytes=ROW_BLOCK_BYTES):
 
 
 def dual_numpy(X, V, tile, *, alpha, fit_intercept):
-    """Dual solve in memory: ``K = tile(X, X, True)`` (M, M), centred, factorised once, solved
-    for all columns of ``V`` (M, m). Returns ``(DualFactor, centred Beta (M, m))``."""
-    V = _checked(V, X)
-    return _dual_gram_solve(tile(X, X, True), V, alpha, fit_intercept)
+    """Dual solve in memory on the Gram ``tile(X, X, True)``: ``(DualFactor, centred Beta)``."""
+    V, K = _checked(V, X), tile(X, X, True)
+    fac = dual_factor(K, namespace(K).sum(V, axis=0), alpha, fit_intercept)
+    return fac, dual_solve(fac, V)
 
 
 def _checked(V, like, name="V"):
-    """``V`` in the namespace and dtype of ``like``, checked for NaN / Inf."""
     V = namespace(like).asarray(V, dtype=like.dtype)
     check_finite(V, 0, name)
     return V
 
 
-def _dual_gram_solve(K, V, alpha, fit_intercept):
-    """Centre and factorise the full Gram ``K`` (M, M) in place and solve for ``V`` (M, m);
-    returns ``(DualFactor, centred Beta (M, m))``. Memory: ``K`` and one copy of ``V``."""
-    fac = dual_factor(K, namespace(K).sum(V, axis=0), alpha, fit_intercept)
-    return fac, dual_solve(fac, V)
-
-
 def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_centre=None):
-    """The dual fit without the features ``A`` (M x N) ever whole, for namespaces other than
-    numpy (CuPy): the Gram summed over feature slabs (:func:`.streamed.feature_slabs` of
-    ``slab_bytes``, default config ``rfol_dask.slab-bytes``), each centred by its exact column
-    means with ``fit_intercept``, factorised in place and solved; the slabs made again for
-    ``C = A^T Beta`` (``2 M n N`` more flops). Returns ``(coef (N, m), intercept (m,))``.
-    Memory: the Gram, one slab and a quarter (a second slab where the cosine is not made in
-    place), ``U`` and ``V``; in pass 2 ``Beta`` and ``C`` instead of the Gram."""
+    """The dual fit outside numpy (CuPy) without ``A`` (M x N) ever whole: the Gram summed over
+    feature slabs, the slabs made again for ``C = A^T Beta``; ``(coef (N, m), intercept (m,))``."""
     xp = namespace(omega)
     # with a centre, U keeps its dtype: its rows are centred, then cast (features.feature_map)
     U, V = _checked(U, omega if input_centre is None else U, "U"), _checked(V, omega)
@@ -82,7 +63,8 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
         shifts.append(shift)
         del A  # before the next slab is made
     # outside numpy, syrk sums the full products: K is symmetric already (no mirroring pass)
-    fac, Beta = _dual_gram_solve(K, V, alpha, fit_intercept)
+    fac = dual_factor(K, namespace(K).sum(V, axis=0), alpha, fit_intercept)
+    Beta = dual_solve(fac, V)
     info = fac.without_factor()  # the Gram (factorised in its place) is freed before pass 2
     del fac, K
     C = xp.empty((N, m), dtype=omega.dtype)
@@ -93,8 +75,7 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
 
 
 def model_bytes(n, N, m, dtype):
-    """The fitted model's arrays, ``{what: bytes}``: ``Omega`` and ``b`` (``(n + 1) N``) and the
-    coefficients (``N m``) in ``dtype``; what any fit (in memory or dask) leaves in the client."""
+    """The fitted model's arrays, ``{what: bytes}``: what any fit leaves in the client."""
     size = np.dtype(dtype).itemsize
     return {
         f"the {n} x {N} frequencies": (int(n) + 1) * int(N) * size,
@@ -103,11 +84,7 @@ def model_bytes(n, N, m, dtype):
 
 
 def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
-    """What an in-memory fit holds beside its Gram at its peak, ``{what: bytes}``, for the check
-    made before ``Omega`` is drawn (:func:`rfol_dask.memory.check_gram_memory`): the model's
-    arrays and, for the numpy dual, the features ``A``; for the other duals a slab and a quarter
-    (two and a quarter where the cosine is not made in place); for the primal a row block (two
-    outside numpy and CuPy) of at least 64 rows."""
+    """What an in-memory fit holds beside its Gram at its peak, ``{what: bytes}``."""
     size = np.dtype(dtype).itemsize
     held = model_bytes(n, N, m, dtype)
     in_place = is_fast(xp) or is_cupy(xp)
@@ -118,9 +95,8 @@ def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
             slab_bytes = int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
         (slabs,) = feature_slabs(M, N, 1, size, slab_bytes)
         width = max(f1 - f0 for f0, f1 in slabs)
-        held[f"slabs of {M} x {width} features"] = int(
-            (1.25 if in_place else 2.25) * M * width * size
-        )
+        copies = 1.25 if in_place else 2.25
+        held[f"slabs of {M} x {width} features"] = int(copies * M * width * size)
     else:
         (s, e), *_ = row_ranges(M, N * size)
         rows = max(e - s, min(64, M))
@@ -140,10 +116,7 @@ def fit_numpy(
     slab_bytes: int | None = None,
     input_centre: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Fit the random-feature ridge coefficients in memory (numpy, no graph).
-
-    The fit runs in the namespace of ``omega`` (numpy: in-place LAPACK; CuPy: on its GPU, the
-    dual by :func:`dual_slabs`).
+    """Fit the random-feature ridge coefficients in memory, in the namespace of ``omega``.
 
     Parameters
     ----------
@@ -160,11 +133,9 @@ def fit_numpy(
     fit_intercept : bool
         Centre features and outputs and fit an intercept per output column.
     solver : {"dual", "primal"}
-        Dual ``(A A^T + alpha I) Beta = V``, ``C = A^T Beta``, or primal
-        ``(A^T A + alpha I) C = A^T V``.
+        Dual ``(A A^T + alpha I) Beta = V`` or primal ``(A^T A + alpha I) C = A^T V``.
     slab_bytes : int, optional
-        Bytes of a feature slab of the dual outside numpy (default: config
-        ``rfol_dask.slab-bytes``, else 256 MiB).
+        Bytes of a feature slab of the dual outside numpy (default: ``rfol_dask.slab-bytes``).
     input_centre : ndarray of shape (n,), optional
         The model's input centre, subtracted from the rows of ``U`` as the features are made.
 
@@ -178,13 +149,7 @@ def fit_numpy(
     Raises
     ------
     ValueError
-        If ``V`` holds NaN / Inf (the samples are named) or the Gram is singular with
-        ``alpha=0``.
-
-    Notes
-    -----
-    Memory (elements): primal ``N^2 + N m`` and a row block; dual on numpy ``M N + M^2`` and a
-    copy of ``V``; dual elsewhere the Gram, a slab, ``U`` and ``V`` (``2 M n N`` more flops).
+        If ``V`` holds NaN / Inf or the Gram is singular with ``alpha=0``.
     """
     dtype, xp = omega.dtype, namespace(omega)
     if solver == "dual" and not is_fast(xp):

@@ -1,8 +1,6 @@
-"""The primal dask fit: ``G = A^T A`` (N, N) and ``A^T V`` (N, m) summed over row blocks in
-per-worker-thread chains of in-place partial sums, a tree over the chains, one factorisation,
-solves over column blocks of the outputs. :func:`fit_primal` for random features;
-:func:`solve_primal` is the part after the sums, which the linear kernel baseline shares
-(its features are the inputs, :func:`rfol_dask.gram.linear_partial`)."""
+"""The primal dask fit: ``A^T A`` and ``A^T V`` summed over row blocks in chains of in-place
+partial sums, one factorisation, solves over output column blocks (:func:`solve_primal` shared
+with the linear kernel baseline)."""
 
 from __future__ import annotations
 
@@ -15,48 +13,31 @@ from .graph import Columns, InputCentre, TaskNames, chained_sum, compute_fit
 
 
 def fit_primal(
-    Ub,
-    Vb,
-    starts,
-    cols,
-    frequencies,
-    *,
-    alpha,
-    fit_intercept,
-    client,
-    progress,
-    input_centre=None,
-    per_worker=None,
+    Ub, Vb, starts, cols, draw, *, alpha, fit_intercept, client, progress, input_centre, per_worker
 ):
-    """The primal random-feature fit on the delayed row blocks ``Ub`` (k_i, n), ``Vb`` (k_i, m)
-    (offsets ``starts``, output column blocks ``cols``) with the frequency recipe
-    ``frequencies`` and the fit's :class:`.graph.InputCentre` (or None); returns numpy
-    ``(coef (N, m), intercept (m,))``. Memory per chain ``N^2 + N m`` and a block of features;
-    ``per_worker``: the chains a worker may run at once (None: one per thread)."""
+    """The primal random-feature fit on the delayed row blocks: numpy ``(coef (N, m), intercept
+    (m,))``; ``per_worker``: the chains a worker may run at once (None: one per thread)."""
     names = TaskNames()
     centred = InputCentre.kwargs(input_centre)
-    om, bb = dask.delayed(frequencies, pure=True, nout=2)(**centred)
+    om, bb = dask.delayed(draw, pure=True, nout=2)(**centred)
     shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)
 
     def add_block(i, acc):
         args = (Ub[i], Vb[i], om, bb, starts[i], acc, shifts)
-        return dask.delayed(primal_partial)(
-            *args, **centred, dask_key_name=names("primal-partial", i)
-        )
+        name = names("primal-partial", i)
+        return dask.delayed(primal_partial)(*args, **centred, dask_key_name=name)
 
     sums = primal_sums(len(Ub), add_block, client, per_worker)
     kw = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress)
-    return solve_primal(
-        sums, shifts, cols, names, desc="fit (primal)", input_centre=input_centre, **kw
-    )
+    kw.update(desc="fit (primal)", input_centre=input_centre)
+    return solve_primal(sums, shifts, cols, names, **kw)
 
 
 def primal_sums(n_blocks, add_block, client, per_worker=None):
-    """The delayed :class:`rfol_dask.gram.PrimalSums` of ``n_blocks`` row blocks in one chain per
-    worker thread (at most ``per_worker`` a worker): ``add_block(i, acc)`` adds block ``i``."""
-    return chained_sum(
-        n_blocks, worker_slots(client, per_worker), add_block, dask.delayed(add_partials)
-    )
+    """The delayed :class:`rfol_dask.gram.PrimalSums` of ``n_blocks`` row blocks, one chain per
+    worker thread (at most ``per_worker`` a worker)."""
+    slots = worker_slots(client, per_worker)
+    return chained_sum(n_blocks, slots, add_block, dask.delayed(add_partials))
 
 
 def solve_primal(
@@ -64,9 +45,8 @@ def solve_primal(
 ):
     """Factorise the delayed primal ``sums`` (of data shifted by ``shifts``), solve the output
     column blocks ``cols``, compute it all and return numpy ``(coef (N, m), intercept (m,))``."""
-    fac = dask.delayed(primal_factor)(
-        sums, shifts, alpha, fit_intercept, warn=False, dask_key_name=names("primal-factor")
-    )
+    kw = dict(warn=False, dask_key_name=names("primal-factor"))
+    fac = dask.delayed(primal_factor)(sums, shifts, alpha, fit_intercept, **kw)
     solved = [
         dask.delayed(primal_solve, nout=2)(fac, c0, c1, dask_key_name=names("primal-solve", c0))
         for c0, c1 in cols

@@ -1,14 +1,11 @@
-"""The streamed dask dual: each worker sums ``A_f A_f^T`` over its feature slabs into its Gram
-(``A`` never whole, never moved), the Grams are reduced, factorised and solved on one worker, and
-``C = A^T Beta`` is made slab by slab where the slabs are. The slabs are cached on the workers'
-local disks between the passes, in a directory of the fit removed when it ends, whether it
-succeeds or fails (config ``rfol_dask.feature-cache: none``: made again); on GPUs the
-frequencies are kept on the device instead. Rows mode (config ``rfol_dask.device-features``):
-each worker keeps its features and adds each row block's Gram strip as the block is read.
-"""
+"""The streamed dask dual: each worker sums ``A_f A_f^T`` over its feature slabs (``A`` never
+whole), the Grams are reduced and solved on one worker, and ``C = A^T Beta`` is made where the
+slabs are, from slabs cached on the workers' disks (config ``rfol_dask.feature-cache``) or, in
+the rows mode (config ``rfol_dask.device-features``), from features each worker keeps."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import logging
@@ -51,8 +48,8 @@ _KEPT_FREQUENCIES = {}
 
 
 def row_steps(starts, at_least=None):
-    """Consecutive groups of the row blocks with offsets ``starts`` (block indices), each of at
-    least ``at_least`` (default :data:`ROW_STEP`) rows but for the last."""
+    """Consecutive groups of the row blocks at ``starts``, each of ``at_least`` rows but the
+    last."""
     steps, first, at_least = [], 0, ROW_STEP if at_least is None else at_least
     for i in range(1, len(starts)):
         if starts[i] - starts[first] >= at_least or i == len(starts) - 1:
@@ -67,28 +64,21 @@ def _cache_dir(token, worker=None):
 
 
 def sweep_stale_caches(max_age=STALE_CACHE_S):
-    """Remove the cache directories left in the temporary directory by fits on the local
-    scheduler that were killed: those untouched for ``max_age`` seconds (a running fit writes or
-    deletes a slab in its directory at every step). A worker's caches are in its local
-    directory, which dask removes with the worker."""
+    """Remove the local fits' cache directories untouched for ``max_age`` seconds (killed fits)."""
     root = glob.escape(tempfile.gettempdir())
     for path in glob.glob(os.path.join(root, CACHE_NAME + "[0-9a-f]" * 32)):
-        try:
+        with contextlib.suppress(OSError):  # removed meanwhile
             if time.time() - os.path.getmtime(path) > max_age:
                 shutil.rmtree(path, ignore_errors=True)
-        except OSError:  # removed meanwhile
-            pass
 
 
 def open_cache(token, dask_worker=None):
-    """Make the cache directory of the fit ``token`` (``client.run`` passes ``dask_worker``).
-    Slabs are only cached where it exists, so a task that outlives its failed fit writes nothing."""
+    """Make the cache directory of the fit ``token``; slabs are cached only while it exists."""
     os.makedirs(_cache_dir(token, dask_worker), exist_ok=True)
 
 
 def remove_cache(token, dask_worker=None):
-    """Delete the cache directory of the fit ``token``, then the frequencies kept in this process
-    (:func:`_keep` checks the directory after keeping)."""
+    """Delete the cache directory of the fit ``token`` and its kept frequencies."""
     path = _cache_dir(token, dask_worker)
     for _ in range(5):  # a task writing a slab meanwhile makes rmtree fail: again
         shutil.rmtree(path, ignore_errors=True)
@@ -117,7 +107,7 @@ def _cache_put(token, f0, A):
 
 
 def _cache_take(token, f0):
-    """The cached slab ``f0`` (deleted from the disk), or None."""
+    """The cached slab ``f0``, deleted from the disk, or None."""
     path = None if token is None else _slab_file(token, f0)
     if path is None or not os.path.exists(path):
         return None
@@ -127,9 +117,7 @@ def _cache_take(token, f0):
 
 
 def _slab_frequencies(token, U, frequencies, f0, f1, keep):
-    """``(omega, b)`` of the columns ``f0:f1`` in the namespace of ``U``, as a recipe for
-    :func:`slab_features`. Numpy ``U`` draws them. On a GPU the first pass (``keep=True``) draws
-    them and keeps them for the second while the device has room (:func:`_room`)."""
+    """The recipe of ``(omega, b)`` of the columns ``f0:f1`` (on a GPU drawn once and kept)."""
     if isinstance(U, np.ndarray) or token is None:
         return frequencies
     pair = _KEPT_FREQUENCIES.pop((token, f0), None)
@@ -143,8 +131,7 @@ def _slab_frequencies(token, U, frequencies, f0, f1, keep):
 
 
 def _keep(token, f0, pair):
-    """Keep ``pair`` for slab ``f0`` of the fit ``token`` unless that fit has ended (its cache
-    directory is gone; checked after storing, as :func:`remove_cache` removes it first)."""
+    """Keep ``pair`` for slab ``f0`` unless the fit ``token`` has ended."""
     _KEPT_FREQUENCIES[(token, f0)] = pair
     if not os.path.isdir(_cache_dir(token, current_worker())):
         _KEPT_FREQUENCIES.pop((token, f0), None)
@@ -157,9 +144,7 @@ def _room(token, xp, nbytes, reserve=0):
 
 
 def draw_slab(token, frequencies, f0, f1, device, nbytes, reserve):
-    """Draw the frequencies of the columns ``f0:f1`` (``nbytes``) on the host cores and keep them
-    on ``device`` for both passes, if the device keeps ``reserve`` bytes beyond them free; else
-    draw nothing. A task without data: a GPU worker draws while the rows of ``U`` are read."""
+    """Draw the frequencies of the columns ``f0:f1`` and keep them on ``device`` if it has room."""
     xp = backend.device_namespace(device)
     if _room(token, xp, nbytes, reserve):
         with blas_limits(backend.host_threads_per_gpu()):
@@ -170,13 +155,11 @@ def draw_slab(token, frequencies, f0, f1, device, nbytes, reserve):
 
 
 def _on_device(B, device):
-    """The row block ``B`` moved to ``device`` (array API arrays stay where they are)."""
     return backend.to_namespace(B, backend.compute_namespace(device, B))
 
 
 def _stack_outputs(starts, dtype, device, m, *blocks):
-    """The checked output blocks stacked into one Fortran-ordered (M, m) array for the in-place
-    solves (on a device, written there block by block)."""
+    """The output blocks stacked into one Fortran-ordered (M, m) array."""
     if backend.is_fast(backend.compute_namespace(device, *blocks)):
         return column_slab(0, m, dtype, *blocks)
     return stack_rows(starts, dtype, device, *blocks, name="V", fortran=True)
@@ -188,7 +171,6 @@ def _symmetric(K):
 
 
 def _like(X, ref):
-    """``X`` moved to the namespace (device) of ``ref``."""
     return backend.to_namespace(X, backend.namespace(ref))
 
 
@@ -197,15 +179,12 @@ def _colsum(X):
 
 
 def _slab_threads(U):
-    """BLAS threads of a slab task: the worker's on the CPU; the host cores per GPU where ``U``
-    is on a GPU (for the frequency draw)."""
+    """BLAS threads of a slab task: the worker's on the CPU, the host cores per GPU on a GPU."""
     return worker_threads() if isinstance(U, np.ndarray) else backend.host_threads_per_gpu()
 
 
 def gram_slab(K, U, frequencies, fit, f0, f1, after=None):
-    """``K + A_f A_f^T`` (M, M) in place for the shifted slab ``A_f`` of columns ``f0:f1`` of the
-    fit ``fit`` (:func:`fit_streamed`; numpy: lower triangle, Fortran order; ``K=None`` starts
-    the sum), caching ``A_f``. ``after`` (ignored): the slab's :func:`draw_slab`."""
+    """``K + A_f A_f^T`` (M, M) in place for the slab of the columns ``f0:f1``, caching ``A_f``."""
     with blas_limits(_slab_threads(U)):
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, True)
         A, _ = slab_features(U, recipe, fit.n_features, f0, f1, fit.fit_intercept)
@@ -215,9 +194,7 @@ def gram_slab(K, U, frequencies, fit, f0, f1, after=None):
 
 
 def coef_slab(U, frequencies, fit, f0, f1, Beta, after=None):
-    """Rows ``f0:f1`` of ``C = A^T Beta`` (``Beta`` (M, m)) on the host (None where written into
-    ``fit.out``) and ``s_f^T C_f`` (m,) (None without centring), the slab read from the cache or
-    made again. ``after`` (ignored) chains a worker's slabs, so that they run one at a time."""
+    """Rows ``f0:f1`` of ``C = A^T Beta`` and ``s_f^T C_f``, from the cached slab or a new one."""
     with blas_limits(_slab_threads(U)):
         A = _cache_take(fit.token, f0)
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, False)
@@ -230,8 +207,7 @@ def coef_slab(U, frequencies, fit, f0, f1, Beta, after=None):
 
 
 def _coef_rows(A, Beta, shift, f0, f1, out):
-    """``C_f = A^T Beta`` of the features ``A`` of the columns ``f0:f1`` on the host (into
-    ``out[f0:f1]`` if given), and ``s_f^T C_f``."""
+    """``C_f = A^T Beta`` on the host (into ``out[f0:f1]`` if given: None) and ``s_f^T C_f``."""
     rows = None if out is None else out[f0:f1]
     if isinstance(A, np.ndarray) and isinstance(Beta, np.ndarray):
         Cf = rows = np.matmul(A.T, Beta, out=rows)
@@ -248,17 +224,15 @@ def _coef_rows(A, Beta, shift, f0, f1, out):
 
 @sized_by_arrays
 class Resident:
-    """What one worker holds in the rows mode: its features ``A`` (M, w) of the columns from
-    ``g0``, each slab's shift and frequencies, and its Gram ``K`` (M, M) until handed over."""
+    """One worker's rows-mode state: features ``A`` from column ``g0``, shifts, frequencies,
+    Gram."""
 
     __slots__ = ("A", "K", "g0", "shifts", "pairs")
 
 
 def gram_rows(acc, B, start, frequencies, fit, slabs, last=False, after=None):
-    """Add the row block ``B`` (k, n) (rows ``start:start + k`` of ``U``; in order) to the
-    worker's :class:`Resident` ``acc`` (None: the first block allocates it and fixes the slabs'
-    frequencies and shifts): its features become rows of ``A`` and the Gram strip
-    ``K[start:e, :e] = A[start:e] A[:e]^T`` is made. ``last``: drop the frequencies."""
+    """Add the row block ``B`` at ``start`` to the :class:`Resident` ``acc`` (None: allocate it):
+    its features and its Gram strip ``K[start:e, :e]``."""
     xp, M = backend.namespace(B), fit.M
     with blas_limits(_slab_threads(B)):
         if acc is None:
@@ -288,8 +262,7 @@ def gram_rows(acc, B, start, frequencies, fit, slabs, last=False, after=None):
 
 
 def resident_gram(acc):
-    """The Gram of a :class:`Resident`, handed over (``acc`` keeps ``A`` only); run again (its
-    worker lost), it makes the Gram again from ``A``."""
+    """Hand over the Gram of a :class:`Resident` (made again from ``A`` if gone)."""
     K, acc.K = acc.K, None
     if K is None:
         with blas_limits(_slab_threads(acc.A)):
@@ -298,31 +271,26 @@ def resident_gram(acc):
 
 
 def coef_rows(acc, fit, f0, f1, Beta, after=None):
-    """:func:`coef_slab` from the worker's resident features ``A``."""
+    """:func:`coef_slab` from the worker's resident features."""
     with blas_limits(_slab_threads(acc.A)):
         A, shift = acc.A[:, f0 - acc.g0 : f1 - acc.g0], acc.shifts.get(f0)
         return _coef_rows(A, Beta, shift if fit.fit_intercept else None, f0, f1, fit.out)
 
 
 def rows_need(M, width, m, n_inputs, itemsize, n_workers=1):
-    """Bytes a worker's device holds in the rows mode: its features and Gram (two Grams on a
-    worker that sums them), ``V`` and ``Beta``, the group's frequencies, a quarter more for a
-    block's temporaries and 1 GiB for the libraries."""
+    """Bytes a worker's device holds in the rows mode, 1 GiB for the libraries included."""
     grams = 2 if n_workers > 1 else 1
     held = itemsize * (M * width + grams * M * M + 2 * M * m + (n_inputs + 1) * width)
     return int(1.25 * held) + 2**30
 
 
 def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
-    """``"rows"`` or ``"slabs"`` (config ``rfol_dask.device-features``): ``"auto"`` takes the rows
-    mode on a device (``draw_on``) whose every worker has :func:`rows_need` bytes free."""
+    """``"rows"`` or ``"slabs"`` (config ``rfol_dask.device-features``; auto: rows if room)."""
     mode = dask.config.get("rfol_dask.device-features", "auto")
     if mode not in FEATURE_MODES:
         raise ValueError(f"rfol_dask.device-features must be one of {FEATURE_MODES}, got {mode!r}")
-    if mode != "auto":
-        return mode
-    if draw_on is None:
-        return "slabs"
+    if mode != "auto" or draw_on is None:
+        return "slabs" if mode == "auto" else mode
     need = rows_need(M, -(-N // max(1, n_workers)), m, n_inputs, itemsize, n_workers)
     if client is None:
         return "rows" if device_free_bytes(draw_on) > need else "slabs"
@@ -330,9 +298,7 @@ def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
 
 
 def _gram_tasks(names, fit, group, data, starts, frequencies):
-    """The delayed Gram of one worker's feature ``group`` and, in the rows mode (``data`` a list
-    of stacked row steps at offsets ``starts``; else the stacked ``U``), its delayed
-    :class:`Resident` (else None)."""
+    """The delayed Gram of one worker's feature ``group`` and its :class:`Resident` (or None)."""
     M, width, rows_mode = fit.M, group[-1][1] - group[0][0], isinstance(data, list)
     drawn = [None] * len(group)
     for k, (f0, f1) in enumerate(group if fit.draw_on is not None and fit.token else []):
@@ -344,10 +310,8 @@ def _gram_tasks(names, fit, group, data, starts, frequencies):
     K = None
     if not rows_mode:
         for (f0, f1), after in zip(group, drawn, strict=True):
-            name = names("gram-slab", f0)
-            K = dask.delayed(gram_slab)(
-                K, data, frequencies, fit, f0, f1, after, dask_key_name=name
-            )
+            kw = dict(dask_key_name=names("gram-slab", f0))
+            K = dask.delayed(gram_slab)(K, data, frequencies, fit, f0, f1, after, **kw)
         return K, None
     for i, B in enumerate(data):
         name = names("gram-rows", f"{group[0][0]}-{i}")
@@ -357,41 +321,31 @@ def _gram_tasks(names, fit, group, data, starts, frequencies):
 
 
 def _input_tasks(names, fit, Ub, starts, centre):
-    """The stacked inputs each worker makes its features of: all of ``U`` (slabs mode) or, in
-    the rows mode, a list of the stacked steps of :func:`row_steps` and their offsets."""
+    """The stacked inputs: all of ``U``, or (rows mode) the row steps and offsets."""
+    stack = dask.delayed(stack_rows)
     if fit.mode != "rows":
-        U = dask.delayed(stack_rows)(
-            starts, fit.dtype, fit.device, *Ub, centre=centre, dask_key_name=names("stack-inputs")
-        )
-        return U, None
-    steps = row_steps(starts)
-    data = []
+        name = names("stack-inputs")
+        return stack(starts, fit.dtype, fit.device, *Ub, centre=centre, dask_key_name=name), None
+    steps, data = row_steps(starts), []
     for k, s in enumerate(steps):
         offsets = [int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)]
         kw = dict(offset=int(starts[s[0]]), centre=centre, dask_key_name=names("check-inputs", k))
-        data.append(
-            dask.delayed(stack_rows)(offsets, fit.dtype, fit.device, *Ub[s[0] : s[-1] + 1], **kw)
-        )
+        data.append(stack(offsets, fit.dtype, fit.device, *Ub[s[0] : s[-1] + 1], **kw))
     return data, [int(starts[s[0]]) for s in steps]
 
 
 def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=None):
-    """The streamed dual fit ``fit`` (:func:`fit_streamed`) on the delayed row blocks ``Ub``
-    (k_i, n), ``Vb`` (k_i, m) with offsets ``starts``. Returns ``slabs``, a list of
-    ``((f0, f1), delayed (rows of C or None, s_f^T C_f or None))`` (:func:`coef_slab`), the
-    delayed intercept (m,) before the shifts' part ``- sum_f s_f^T C_f``, and the delayed
-    :class:`rfol_dask.factor.DualFactor` without its factor."""
+    """The streamed dual's graph: ``[((f0, f1), delayed coef_slab)]``, the delayed intercept before
+    the shifts' part and the delayed :class:`rfol_dask.factor.DualFactor` without its factor."""
     names, workers = TaskNames(), worker_addresses(client)
     groups = feature_slabs(fit.M, fit.n_features, len(workers), fit.itemsize, fit.slab_bytes)
     centre = None if input_centre is None else input_centre.task
     if centre is not None:  # the recipe every task draws with, the centre bound into it
         frequencies = dask.delayed(functools.partial, pure=True)(frequencies, input_centre=centre)
     if fit.draw_on is not None:  # each block moved to the device as soon as it is read
+        move = dask.delayed(_on_device)
         Ub, Vb = (
-            [
-                dask.delayed(_on_device)(B, fit.draw_on, dask_key_name=names(what, i))
-                for i, B in enumerate(blocks)
-            ]
+            [move(B, fit.draw_on, dask_key_name=names(what, i)) for i, B in enumerate(blocks)]
             for what, blocks in (("device-inputs", Ub), ("device-outputs", Vb))
         )
     data, row_starts = _input_tasks(names, fit, Ub, starts, centre)
@@ -404,9 +358,8 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
     K = tree_sum(grams, dask.delayed(iadd), workers)  # ends on workers[0]
     with pinned(workers[0]):
         K = dask.delayed(_symmetric)(K)
-        V = dask.delayed(_stack_outputs)(
-            starts, fit.dtype, fit.device, fit.m, *Vb, dask_key_name=names("stack-outputs")
-        )
+        args = (starts, fit.dtype, fit.device, fit.m, *Vb)
+        V = dask.delayed(_stack_outputs)(*args, dask_key_name=names("stack-outputs"))
         V = dask.delayed(_like)(V, K)
         args = (K, dask.delayed(_colsum)(V), fit.alpha, fit.fit_intercept)
         fac = dask.delayed(dual_factor)(*args, warn=False, dask_key_name=names("dual-factor"))
@@ -418,33 +371,24 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
         for f0, f1 in group:
             with pinned(w):
                 if resident is not None:
-                    name = names("coef-rows", f0)
-                    rows = dask.delayed(coef_rows)(
-                        resident, fit, f0, f1, Beta, rows, dask_key_name=name
-                    )
+                    kw = dict(dask_key_name=names("coef-rows", f0))
+                    rows = dask.delayed(coef_rows)(resident, fit, f0, f1, Beta, rows, **kw)
                 else:
-                    name = names("coef-slab", f0)
-                    rows = dask.delayed(coef_slab)(
-                        data, frequencies, fit, f0, f1, Beta, rows, dask_key_name=name
-                    )
+                    kw = dict(dask_key_name=names("coef-slab", f0))
+                    rows = dask.delayed(coef_slab)(data, frequencies, fit, f0, f1, Beta, rows, **kw)
             slabs.append(((f0, f1), rows))
     intercept = dask.delayed(_host_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
     return slabs, intercept, info
 
 
 def _host_intercept(info, Beta):
-    """:func:`dual_intercept` as numpy, made on the worker (a client without a GPU cannot
-    unpickle a CuPy array)."""
+    """The intercept as numpy, made on the worker: a client without a GPU cannot unpickle CuPy."""
     return to_numpy(dual_intercept(info, Beta))
 
 
 def fit_streamed(Ub, Vb, starts, frequencies, *, client, progress, input_centre=None, **settings):
-    """Run :func:`dual_stream_graph` in one ``compute``; returns numpy ``(coef (N, m),
-    intercept (m,))``. ``settings``: ``m``, ``n_features``, ``alpha``, ``fit_intercept``,
-    ``dtype``, ``slab_bytes``, ``device``, ``draw_on``, ``n_inputs`` (from ``fit_dask``).
-    Each slab's coefficient rows are gathered into ``coef`` as they are made (dask's threaded
-    and synchronous schedulers write them in place). The feature cache is opened on every
-    worker first and removed afterwards, also on failure."""
+    """Run :func:`dual_stream_graph` in one ``compute``; numpy ``(coef (N, m), intercept (m,))``.
+    The feature cache is opened on every worker first and removed afterwards, also on failure."""
     cache = dask.config.get("rfol_dask.feature-cache", "disk")
     if cache not in ("disk", "none", None):  # None: the environment's "none", as dask reads it
         raise ValueError(f"rfol_dask.feature-cache must be 'disk' or 'none', got {cache!r}")
@@ -476,18 +420,15 @@ def fit_streamed(Ub, Vb, starts, frequencies, *, client, progress, input_centre=
             open_cache(fit.token)
         elif fit.token:
             client.run(open_cache, fit.token)
-        slabs, intercept, factor = dual_stream_graph(
-            Ub, Vb, starts, frequencies, fit, client, input_centre
-        )
+        graph = dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre)
+        slabs, intercept, factor = graph
         kw = dict(progress=progress, client=client, alpha=fit.alpha, centre=input_centre)
         tasks = (*(slab for _, slab in slabs), intercept)
         compute_fit(*tasks, desc="fit (dual)", consume=consume, factor=factor, **kw)
     finally:
         if fit.token:
             remove_cache(fit.token)
-            if client is not None:
-                try:
+            with contextlib.suppress(OSError):  # a cluster going down takes its scratch space
+                if client is not None:
                     client.run(remove_cache, fit.token)
-                except OSError:  # a cluster going down takes its scratch space along
-                    pass
     return coef, got["intercept"] - got["shift"]

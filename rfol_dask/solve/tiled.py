@@ -1,10 +1,6 @@
-"""The tiled dask dual: the Gram from tiles ``X_i X_j^T`` of row blocks (``i <= j``), assembled
-on one worker and factorised there, or, when it does not fit one worker, kept as a dask array
-of tiles and factorised blocked across the workers (``dask.array.linalg.cholesky``).
-
-:func:`dual_graph` serves the random-feature and the kernel models; :func:`fit_tiled` is the
-random-feature fit on it (features per row block, ``C = A^T Beta`` summed over row blocks).
-"""
+"""The tiled dask dual: the Gram from tiles ``X_i X_j^T`` of row blocks, assembled and factorised
+on one worker or, when it does not fit one, factorised blocked across the workers.
+:func:`dual_graph` serves the random-feature and the kernel models, :func:`fit_tiled` the first."""
 
 from __future__ import annotations
 
@@ -16,41 +12,21 @@ from ..gram import block_means, dual_tile, features_block
 from ..linalg import stands_on_rounding
 from ..memory import memory_plan
 from ..placement import first_worker, pinned, worker_slots
-from .graph import (
-    Columns,
-    InputCentre,
-    TaskNames,
-    after,
-    block_vsum,
-    chained_sum,
-    column_slab,
-    compute_fit,
-    iadd,
-    rows,
-    tree_sum,
-    with_ridges,
-)
+from . import graph
 
 
 def dual_graph(
     Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False, names=None
 ):
-    """The dual part of a dask fit, shared by the random-feature and kernel models.
-
-    ``Xb``: delayed row blocks (features, or a kernel's inputs) at offsets ``starts``;
-    ``tile(X_i, X_j, diag)`` makes a Gram tile (``i <= j``); ``Vb``: the output blocks. Returns
-    the delayed :class:`DualFactor` and a delayed centred ``Beta`` (M, c1 - c0) per column
-    block of ``cols``. By default a chain of tasks on one worker places each row of tiles into
-    the Gram (a row made once the one before is placed), one task factorises it and the column
-    blocks are solved spread over the workers; ``blocked=True`` keeps the tiles as a dask array
-    factorised by ``dask.array.linalg.cholesky``, so no worker holds more than a few tiles.
-    """
-    names = names or TaskNames()
+    """The dual part of a dask fit on the delayed row blocks ``Xb`` at offsets ``starts``, the Gram
+    tiles made by ``tile(X_i, X_j, diag)``: the delayed :class:`DualFactor` and a delayed centred
+    ``Beta`` per column block of ``cols``. ``blocked``: factorised by
+    ``dask.array.linalg.cholesky`` across the workers, else on one worker."""
+    names = names or graph.TaskNames()
     nb = len(Xb)
     sizes = [int(k) for k in np.diff(starts)]
-    vsum = tree_sum(
-        [dask.delayed(block_vsum)(Vb[i], starts[i]) for i in range(nb)], dask.delayed(np.add)
-    )
+    vsums = [dask.delayed(graph.block_vsum)(Vb[i], starts[i]) for i in range(nb)]
+    vsum = graph.tree_sum(vsums, dask.delayed(np.add))
 
     def gram_tile(i, j):
         return dask.delayed(tile)(Xb[i], Xb[j], i == j, dask_key_name=names("gram-tile", i, j))
@@ -61,42 +37,40 @@ def dual_graph(
     # the Gram, its factor and a single solve stay on one worker: the M x M array never travels
     one, K, placed = first_worker(), None, None
     for i in range(nb):
+        tile_after = dask.delayed(_tile_after)
         row = [
-            dask.delayed(_tile_after)(
-                tile, Xb[i], Xb[j], i == j, placed, dask_key_name=names("gram-tile", i, j)
-            )
+            tile_after(tile, Xb[i], Xb[j], i == j, placed, dask_key_name=names("gram-tile", i, j))
             for j in range(i, nb)
         ]
         with pinned(one):
             if K is None:
                 K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
             K = dask.delayed(gram_place)(K, starts, i, *row, dask_key_name=names("gram-place", i))
-            placed = dask.delayed(after)(None, K, dask_key_name=names("gram-placed", i))
+            placed = dask.delayed(graph.after)(None, K, dask_key_name=names("gram-placed", i))
     with pinned(one):
         kw = dict(upper=True, warn=False, dask_key_name=names("dual-factor"))
         fac = dask.delayed(dual_factor)(K, vsum, alpha, fit_intercept, **kw)
     borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
     betas = []
     for c0, c1 in cols:
-        V = dask.delayed(column_slab)(c0, c1, dtype, *Vb)
+        V = dask.delayed(graph.column_slab)(c0, c1, dtype, *Vb)
         name = names("dual-solve", c0)
         betas.append(dask.delayed(dual_solve)(fac, V, c0, borrow, True, dask_key_name=name))
     return fac, betas
 
 
 def _tile_after(tile, X, Y, diagonal, *_):
-    """``tile(X, Y, diagonal)``, once the tasks given after ``diagonal`` are done."""
     return tile(X, Y, diagonal)
 
 
 def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
-    """Blocked dual solve on the ``tiles`` {(i, j): delayed tile, i <= j} as a dask array (see
-    :func:`dual_graph`); returns the delayed factor (without ``L``) and the ``Beta`` blocks."""
+    """Blocked dual solve on the ``tiles`` {(i, j): delayed tile} as a dask array: the delayed
+    factor (without ``L``) and the ``Beta`` blocks."""
     import dask.array as da
 
     M, m, nb = sum(sizes), cols[-1][1], len(sizes)
     T = {
-        ij: da.from_delayed(t, (sizes[ij[0]], sizes[ij[1]]), dtype=dtype) for ij, t in tiles.items()
+        (i, j): da.from_delayed(t, (sizes[i], sizes[j]), dtype=dtype) for (i, j), t in tiles.items()
     }
     K = da.block([[T[i, j] if i <= j else T[j, i].T for j in range(nb)] for i in range(nb)])
     r = K.sum(axis=1)
@@ -104,7 +78,6 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     vbar = da.zeros(m, dtype=dtype)
     if fit_intercept:
         vbar = da.from_delayed(vsum, (m,), dtype=dtype) / M
-    if fit_intercept:
         K = K - r[:, None] / M - r[None, :] / M + r.sum() / M**2
         if alpha == 0:
             K = K + lift_ones(abs(da.diag(K)).mean(), M)
@@ -118,10 +91,8 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
         K = da.block([[K, side], [side.T, corner]])
         rhs = da.concatenate([rhs, da.zeros((pad, m), dtype=dtype)])
     L = da.linalg.cholesky(K.rechunk(c), lower=True)
-    Beta = da.linalg.solve_triangular(
-        L.T, da.linalg.solve_triangular(L, rhs.rechunk((c, m)), lower=True), lower=False
-    )
-    Beta = Beta[:M]
+    Y = da.linalg.solve_triangular(L, rhs.rechunk((c, m)), lower=True)
+    Beta = da.linalg.solve_triangular(L.T, Y, lower=False)[:M]
     if alpha == 0:  # a singular Gram may factorise by rounding: refused as in memory
         pivots, diag = (da.diag(X)[:M].rechunk(-1) for X in (L, K))
         meta = np.empty((0, 0), dtype=Beta.dtype)
@@ -143,7 +114,7 @@ def _checked_pivots(block, pivots, diag):
 
 
 def _whole(x):
-    """A dask array as one delayed numpy array, keeping its keys (no separate optimisation)."""
+    """A dask array as one delayed numpy array, keeping its keys."""
     blocks = x.to_delayed(optimize_graph=False)
     return dask.delayed(_assemble)(blocks.tolist(), x.ndim)
 
@@ -157,8 +128,7 @@ def _columns(X, start, stop):
 
 
 def cross_block(A, Beta_rows, acc=None):
-    """``acc + A^T Beta_rows`` (N, k) for a row block ``A`` (k_i, N), ``Beta_rows`` (k_i, k),
-    accumulated in place into ``acc`` when given."""
+    """``acc + A^T Beta_rows`` (N, k), in place into ``acc`` when given."""
     if acc is None:
         return A.T @ Beta_rows
     acc += A.T @ Beta_rows
@@ -166,40 +136,23 @@ def cross_block(A, Beta_rows, acc=None):
 
 
 def fit_tiled(
-    Ub,
-    Vb,
-    starts,
-    cols,
-    frequencies,
-    *,
-    n_features,
-    alpha,
-    fit_intercept,
-    dtype,
-    client,
-    progress,
-    input_centre=None,
+    Ub, Vb, starts, cols, draw, N, dtype, *, alpha, fit_intercept, client, progress, input_centre
 ):
-    """The tiled random-feature dual fit, factorised blocked across the workers, on the delayed
-    row blocks ``Ub``, ``Vb`` (offsets ``starts``) with the frequency recipe ``frequencies`` and
-    the fit's :class:`.graph.InputCentre` (or None). Returns numpy ``(coef (N, m), intercept
-    (m,))``. Features per row block feed the Gram tiles; ``C = sum_i A_i^T Beta_i`` is summed in
-    one in-place accumulator per worker thread. When ``A`` would take more than 30 % of the
-    cluster memory (:func:`rfol_dask.memory.memory_plan`) the blocks are made again for ``C``.
-    A failed factorisation is tried again with raised ridges (:func:`.graph.with_ridges`)."""
-    nb, centred = len(Ub), InputCentre.kwargs(input_centre)
-    keep = memory_plan(client, int(starts[-1]), n_features, dtype).keep_features
+    """The tiled random-feature dual fit, factorised blocked across the workers: numpy ``(coef (N,
+    m), intercept (m,))``. The feature blocks are made again for ``C`` where keeping them would
+    take too much memory; a failed factorisation is tried again with raised ridges."""
+    nb, centred = len(Ub), graph.InputCentre.kwargs(input_centre)
+    keep = memory_plan(client, int(starts[-1]), N, dtype).keep_features
 
     def attempt(ridge):
-        names = TaskNames()
-        om, bb = dask.delayed(frequencies, pure=True, nout=2)(**centred)
+        names = graph.TaskNames()
+        om, bb = dask.delayed(draw, pure=True, nout=2)(**centred)
         shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)[0]
 
         def features(name):
+            make = dask.delayed(features_block)
             return [
-                dask.delayed(features_block)(
-                    Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i)
-                )
+                make(Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i))
                 for i in range(nb)
             ]
 
@@ -211,18 +164,18 @@ def fit_tiled(
         for (c0, _), Beta in zip(cols, betas, strict=True):
 
             def add_block(i, acc, Beta=Beta):
-                Beta_rows = dask.delayed(rows)(Beta, starts[i], starts[i + 1])
+                Beta_rows = dask.delayed(graph.rows)(Beta, starts[i], starts[i + 1])
                 return dask.delayed(cross_block)(A[i], Beta_rows, acc)
 
-            coefs.append(chained_sum(nb, slots, add_block, dask.delayed(iadd)))
+            coefs.append(graph.chained_sum(nb, slots, add_block, dask.delayed(graph.iadd)))
             intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
-        out, nc = Columns(cols), len(cols)
+        out, nc = graph.Columns(cols), len(cols)
 
         def consume(i, r):
             return out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r)
 
         kw = dict(progress=progress, client=client, alpha=ridge, centre=input_centre)
-        compute_fit(*coefs, *intercepts, desc="fit (dual)", consume=consume, **kw)
+        graph.compute_fit(*coefs, *intercepts, desc="fit (dual)", consume=consume, **kw)
         return out.coef, out.intercept
 
-    return with_ridges(attempt, alpha, dtype)
+    return graph.with_ridges(attempt, alpha, dtype)
