@@ -24,6 +24,7 @@ import warnings
 
 import dask
 import numpy as np
+from dask.array.utils import meta_from_array
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
@@ -371,7 +372,7 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         self._eps = float(np.finfo(refit_dtype).eps)  # no alpha is scored that the refit cannot use
         # where the search's Grams live (:meth:`_search_budget`): on GPUs with device="cuda" or CuPy
         # input (the client's workers', or this process's), else on the host
-        self._grams_on = gram_device(self._device(), getattr(U, "_meta", U))
+        self._grams_on = gram_device(self._device(), meta_from_array(U))
         # before the data are read: the search's least peak on its largest split, then the refit
         self._check_search_memory(
             splits, active_client() if lazy and self._distributed_search else None

@@ -21,6 +21,7 @@ import re
 
 import dask
 import numpy as np
+from dask.array.utils import meta_from_array
 
 from .. import backend
 from ..estimator import OperatorEstimator
@@ -376,7 +377,7 @@ default="rbf"
 
     def _refuse_device(self, U):
         """NotImplementedError for dask input on a GPU (``device="cuda"`` or CuPy chunks)."""
-        if self.device != "cpu" or backend.is_array_api(getattr(U, "_meta", None)):
+        if self.device != "cpu" or backend.is_array_api(meta_from_array(U)):
             raise NotImplementedError(
                 "KernelOperator fits dask input on the CPU only (its tiled Gram has no GPU path): "
                 "pass device='cpu', or compute the data into memory (numpy with device='cuda', or "
