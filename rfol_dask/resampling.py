@@ -116,11 +116,15 @@ class ResamplingMixin:
             xp = backend.namespace(Y)
             if output_grid is None:
                 Y = xp.reshape(Y, (Y.shape[0], *self.output_shape_))
-                return self._output_on_grid(Y, u, None, None) if u.kind == "xarray" else Y
-            out = self._output_on_grid(backend.to_numpy(Y), u, output_grid, grid_new)
+                return self._output_on_host(Y, u, None, None) if u.kind == "xarray" else Y
+            out = self._output_on_host(backend.to_numpy(Y), u, output_grid, grid_new)
             if isinstance(out, xr.DataArray):
                 return out.copy(data=backend.to_namespace(out.data, xp))
             return backend.to_namespace(out, xp)
+        return self._output_on_host(Y, u, output_grid, grid_new)
+
+    def _output_on_host(self, Y, u, output_grid, grid_new):
+        """:meth:`_output_on_grid` of numpy or dask ``Y`` (CuPy values pass through, unwrapped)."""
         shape, dims, coords = self.output_shape_, self.output_dims_, self.output_coords_
         grid = getattr(self, "output_grid_", None)
         if grid_new is not None:
