@@ -433,7 +433,8 @@ def main(argv=None):
         with _console(args.command, level):
             return args.func(args)
     except (*errors, e.NoDeviceError) as exc:
-        print(f"rfol-dask {args.command}: error: {exc}{hint}", file=sys.stderr)
+        more = hint if isinstance(exc, OSError) else ""  # a full disk: space, then resume
+        print(f"rfol-dask {args.command}: error: {exc}{more}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"rfol-dask {args.command}: interrupted{hint}", file=sys.stderr)

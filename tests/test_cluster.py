@@ -411,7 +411,11 @@ def test_a_float32_search_on_a_cluster_refuses_alphas_its_refit_cannot_take(clus
 
 
 def _open_mpi():
-    if shutil.which("mpirun") is None:
+    import importlib.util
+
+    if shutil.which("mpirun") is None or not all(
+        importlib.util.find_spec(m) for m in ("mpi4py", "dask_mpi")
+    ):
         return False
     out = subprocess.run(["mpirun", "--version"], capture_output=True, text=True)
     return "Open MPI" in out.stdout + out.stderr

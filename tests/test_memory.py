@@ -369,7 +369,9 @@ def test_searches_check_their_refit_s_memory_before_searching(case, monkeypatch)
         ),
         # the refit of float32 data works in float32: 7.1 MB at N = 3000 (14.2 MB in float64)
         "rf_float32": (
-            RandomFeatureOperatorCV(n_features=(300, 3000), cv=few, max_gram_bytes=7.2e6, **rf),
+            RandomFeatureOperatorCV(
+                n_features=(300, 3000), cv=few, max_gram_bytes=7.2e6, dtype="float32", **rf
+            ),
             (U.astype(np.float32), V.astype(np.float32)),
             None,
         ),
