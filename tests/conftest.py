@@ -4,6 +4,7 @@ import os
 import dask
 import numpy as np
 import pytest
+import xarray as xr
 from distributed import WorkerPlugin
 
 # Markers (registered in pyproject.toml): ``slow`` for tests of more than a few seconds (the fast
@@ -238,3 +239,33 @@ def predict_devices(monkeypatch):
 
     monkeypatch.setattr(estimator, "_predict_chunk", recorded)
     return devices
+
+
+@pytest.fixture(scope="module")
+def grid2d():
+    """Inputs and outputs on a 4 x 5 grid (x, y) as DataArrays with coordinates."""
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((40, 4, 5))
+    V = np.cumsum(U, axis=1) + 0.2 * U**2
+    coords = {"sample": np.arange(40), "x": np.linspace(0, 1, 4), "y": np.linspace(0, 2, 5)}
+    return (
+        xr.DataArray(U, dims=("sample", "x", "y"), coords=coords),
+        xr.DataArray(V, dims=("sample", "x", "y"), coords=coords),
+    )
+
+
+def stations():
+    """Inputs on 5 named stations (string coordinates), outputs on two named components."""
+    rng = np.random.default_rng(0)
+    st = ["BER", "PAR", "ROM", "MAD", "OSL"]
+    U = xr.DataArray(
+        rng.standard_normal((50, 5)),
+        dims=("sample", "station"),
+        coords={"sample": np.arange(50), "station": st},
+    )
+    V = xr.DataArray(
+        np.c_[U.values.sum(1), U.values[:, 0] - U.values[:, 3]],
+        dims=("sample", "out"),
+        coords={"sample": np.arange(50), "out": ["sum", "diff"]},
+    )
+    return U, V

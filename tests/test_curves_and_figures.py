@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 import xarray as xr
-from conftest import smooth_operator_data
+from conftest import smooth_operator_data, stations
 
 from rfol_dask import RandomFeatureOperator
 
@@ -15,23 +15,6 @@ def _rf(**kw):
     return RandomFeatureOperator(
         **{"n_features": 60, "gamma": 0.1, "alpha": 1e-8, "random_state": 0, **kw}
     )
-
-
-def _stations():
-    """Inputs on 5 named stations (string coordinates), outputs on two named components."""
-    rng = np.random.default_rng(0)
-    st = ["BER", "PAR", "ROM", "MAD", "OSL"]
-    U = xr.DataArray(
-        rng.standard_normal((50, 5)),
-        dims=("sample", "station"),
-        coords={"sample": np.arange(50), "station": st},
-    )
-    V = xr.DataArray(
-        np.c_[U.values.sum(1), U.values[:, 0] - U.values[:, 3]],
-        dims=("sample", "out"),
-        coords={"sample": np.arange(50), "out": ["sum", "diff"]},
-    )
-    return U, V
 
 
 def test_error_curve_takes_the_pca_power_of_a_search_and_checks_its_inputs():
@@ -163,7 +146,7 @@ def test_figures_of_functions_on_named_grid_points(tmp_path):
     to float'; the stations are now drawn at their positions, named on the ticks."""
     from rfol_dask.plotting import example_figure, plot_prediction, prediction_figure
 
-    U, V = _stations()
+    U, V = stations()
     model = _rf().fit(U, V)
     pred = model.predict(U)
     fig = prediction_figure(U[0], {"scaled": U[0] * 1.1})

@@ -16,19 +16,6 @@ def _rf(**kw):
     )
 
 
-@pytest.fixture(scope="module")
-def grid2d():
-    """Inputs and outputs on a 4 x 5 grid (x, y) as DataArrays with coordinates."""
-    rng = np.random.default_rng(0)
-    U = rng.standard_normal((40, 4, 5))
-    V = np.cumsum(U, axis=1) + 0.2 * U**2
-    coords = {"sample": np.arange(40), "x": np.linspace(0, 1, 4), "y": np.linspace(0, 2, 5)}
-    return (
-        xr.DataArray(U, dims=("sample", "x", "y"), coords=coords),
-        xr.DataArray(V, dims=("sample", "x", "y"), coords=coords),
-    )
-
-
 def _periodic_data(n=64, M=80):
     x = np.arange(n) / n
     rng = np.random.default_rng(1)

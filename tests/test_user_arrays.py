@@ -5,6 +5,7 @@ import dask.array as da  # noqa: F401
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import stations
 
 from rfol_dask import RandomFeatureOperator
 from rfol_dask.baselines import KernelOperator
@@ -14,36 +15,6 @@ def _rf(**kw):
     return RandomFeatureOperator(
         **{"n_features": 60, "gamma": 0.1, "alpha": 1e-8, "random_state": 0, **kw}
     )
-
-
-@pytest.fixture(scope="module")
-def grid2d():
-    """Inputs and outputs on a 4 x 5 grid (x, y) as DataArrays with coordinates."""
-    rng = np.random.default_rng(0)
-    U = rng.standard_normal((40, 4, 5))
-    V = np.cumsum(U, axis=1) + 0.2 * U**2
-    coords = {"sample": np.arange(40), "x": np.linspace(0, 1, 4), "y": np.linspace(0, 2, 5)}
-    return (
-        xr.DataArray(U, dims=("sample", "x", "y"), coords=coords),
-        xr.DataArray(V, dims=("sample", "x", "y"), coords=coords),
-    )
-
-
-def _stations():
-    """Inputs on 5 named stations (string coordinates), outputs on two named components."""
-    rng = np.random.default_rng(0)
-    st = ["BER", "PAR", "ROM", "MAD", "OSL"]
-    U = xr.DataArray(
-        rng.standard_normal((50, 5)),
-        dims=("sample", "station"),
-        coords={"sample": np.arange(50), "station": st},
-    )
-    V = xr.DataArray(
-        np.c_[U.values.sum(1), U.values[:, 0] - U.values[:, 3]],
-        dims=("sample", "out"),
-        coords={"sample": np.arange(50), "out": ["sum", "diff"]},
-    )
-    return U, V
 
 
 def test_predict_reads_a_store_or_dataset_of_inputs_alone(tmp_path, grid2d):
@@ -138,7 +109,7 @@ def test_grid_points_with_labels_that_are_not_numbers_are_matched_by_label(
     """A model fitted on stations named by strings read a DataArray of the same stations in
     another order by position (predictions off by 6 where the outputs are of size 2), and one of
     other stations without a word; operands are matched by label, grid points by coordinate."""
-    U, V = _stations()
+    U, V = stations()
     model = estimator().fit(U, V)
     want = model.predict(U)
     X = U.isel(station=[3, 1, 4, 0, 2])
