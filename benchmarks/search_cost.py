@@ -5,7 +5,8 @@
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py metric all results/search_metric.json
 
 ``cost``: for each ``M`` (training samples of the 64-point synthetic operator of ``_common``) and
-``N = M / 2, M, 2 M, 5 M, 10 M``, the default ``RandomFeatureOperatorCV(n_features=N)`` search
+``N = M / 2, M, 2 M, 5 M, 10 M`` (or the factors of ``M`` given as a fourth argument, e.g.
+``0.5,1,2``), the default ``RandomFeatureOperatorCV(n_features=N)`` search
 (``search_time_``) and one fit of its winner (``RandomFeatureOperator(**best_params_)``), in the
 same run; the ratio of the two.
 ``growth``: ``RandomFeatureOperatorCV(n_features=2000, max_features=4000)`` against a plain search
@@ -17,6 +18,7 @@ off): the validation error of each, fold by fold, and the seconds (a search with
 """
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -30,21 +32,27 @@ from sklearn.model_selection import KFold
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
 
 
-def cost(M):
-    """The search's seconds and one fit of its winner's, at each N of the table, for ``M``."""
+def cost(M, factors=(0.5, 1, 2, 5, 10), path=None):
+    """The search's seconds and one fit of its winner's at ``N = f M`` for each factor ``f``;
+    each row is also appended to ``path`` + ``.jsonl`` as it comes (long runs keep what they
+    measured)."""
     U, V = synthetic_operator(M, 64, seed=0)
     rows = []
-    for N in (M // 2, M, 2 * M, 5 * M, 10 * M):
+    for N in (int(f * M) for f in factors):
         cv = RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False).fit(U, V)
-        fits = []
-        for _ in range(3):
+        fits = []  # at least 3, more for fits under a second (the median of up to 9)
+        while len(fits) < 3 or (sum(fits) < 2 and len(fits) < 9):
             t0 = time.perf_counter()
             RandomFeatureOperator(**cv.best_params_, random_state=cv.random_state_).fit(U, V)
             fits.append(time.perf_counter() - t0)
         fit = statistics.median(fits)
         rows.append({"M": M, "N": N, "search_s": cv.search_time_, "fit_s": fit})
         rows[-1]["ratio"] = cv.search_time_ / fit
+        rows[-1]["load_average"] = os.getloadavg()[0]
         print(json.dumps(rows[-1]), flush=True)
+        if path:
+            with open(f"{path}.jsonl", "a") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
     return rows
 
 
@@ -93,7 +101,8 @@ def main(argv=None):
     args = argv_or_usage(__doc__, 3, argv)
     what, arg, path = args[:3]
     if what == "cost":
-        res = [row for M in arg.split(",") for row in cost(int(M))]
+        factors = [float(f) for f in args[3].split(",")] if len(args) > 3 else (0.5, 1, 2, 5, 10)
+        res = [row for M in arg.split(",") for row in cost(int(M), factors, path)]
     elif what == "growth":
         res = growth(int(arg))
     else:
