@@ -33,21 +33,15 @@ class _Spectral:
     rule (``K = (n - 1) // 3``; rows ``|k_x| > K`` zero), scipy's ``rfft2`` scaling."""
 
     def __init__(self, n):
-        self.n = n
-        K = (n - 1) // 3
-        self.kx = scipy.fft.fftfreq(n, 1.0 / n)[:, None]
-        self.ky = np.arange(K + 1.0)[None, :]
-        self.keep = np.broadcast_to(np.abs(self.kx) <= K, (n, K + 1))
-        self.k2 = self.kx**2 + self.ky**2
-        self.inv_k2 = np.divide(1.0, self.k2, out=np.zeros_like(self.k2), where=self.k2 > 0)
+        self.n, K = n, (n - 1) // 3
+        self.kx = kx = scipy.fft.fftfreq(n, 1.0 / n)[:, None]
+        self.ky = ky = np.arange(K + 1.0)[None, :]
+        self.keep = np.broadcast_to(np.abs(kx) <= K, (n, K + 1))
+        self.k2 = k2 = kx**2 + ky**2
+        inv = np.divide(1.0, k2, out=np.zeros_like(k2), where=k2 > 0)
         # psi_y, -psi_x, w_x, w_y from w_hat (psi_hat = w_hat / |k|^2), shape (4, n, K + 1)
         self.grad_ops = np.stack(
-            [
-                1j * self.ky * self.inv_k2,
-                -1j * self.kx * self.inv_k2,
-                1j * self.kx + 0 * self.ky,
-                1j * self.ky + 0 * self.kx,
-            ]
+            [1j * ky * inv, -1j * kx * inv, 1j * kx + 0 * ky, 1j * ky + 0 * kx]
         )
 
     def gradients(self, w_hat, count=4):

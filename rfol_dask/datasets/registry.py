@@ -34,15 +34,6 @@ def at_least(bound) -> Rule:
     return Rule(lambda v, p: v >= bound, f"be at least {bound}")
 
 
-def between(low, high, *, open_low=False, open_high=False) -> Rule:
-    """``value`` in the interval from ``low`` to ``high`` (closed ends unless ``open_*``)."""
-
-    def holds(v, p):
-        return (low < v if open_low else low <= v) and (v < high if open_high else v <= high)
-
-    return Rule(holds, f"be in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}")
-
-
 def one_of(*choices) -> Rule:
     """``value`` is one of ``choices``."""
     return Rule(lambda v, p: v in choices, f"be one of {choices}")
@@ -73,11 +64,7 @@ def _invalid(name, key, says, value):
     return ValueError(f"{who} must {says}, got {value!r}")
 
 
-def check_params(
-    ranges: Mapping[str, "Rule | tuple[Rule, ...]"],
-    params: Mapping[str, Any],
-    name: str | None = None,
-) -> None:
+def check_params(ranges, params, name=None) -> None:
     """ValueError naming the first parameter of ``params`` that breaks its rule (or tuple of
     rules) in ``ranges``; ``name``: the data set, for the message."""
     for key, rules in ranges.items():
@@ -125,8 +112,7 @@ def register(spec: DatasetSpec) -> DatasetSpec:
     parameter or a default out of its range is an error)."""
     if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
         raise ValueError(f"a data set named {spec.name!r} is already registered")
-    unknown = sorted(set(spec.ranges) - set(spec.defaults))
-    if unknown:
+    if unknown := sorted(set(spec.ranges) - set(spec.defaults)):
         raise ValueError(f"{spec.name}: ranges name unknown parameter(s) {unknown}")
     check_params(spec.ranges, spec.defaults, spec.name)
     _REGISTRY[spec.name] = spec
@@ -149,18 +135,15 @@ def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, An
     """The spec's defaults updated with ``params``, converted to the defaults' types and checked:
     ValueError for unknown keywords, values that do not convert and values outside the spec's
     ``ranges``."""
-    unknown = sorted(set(params) - set(spec.defaults))
-    if unknown:
+    if unknown := sorted(set(params) - set(spec.defaults)):
         raise ValueError(
             f"unknown parameter(s) {unknown} for data set {spec.name!r}; "
             f"its parameters are {sorted(spec.defaults)}"
         )
     out = dict(spec.defaults)
     for key, value in params.items():
-        default = spec.defaults[key]
-        if isinstance(default, bool) or default is None:
-            out[key] = value
-        elif isinstance(default, (int, float)):
+        default, out[key] = spec.defaults[key], value
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
             kind = "be an integer" if isinstance(default, int) else "be a number"
             try:
                 number = float(value)
@@ -170,8 +153,6 @@ def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, An
             if bad or (isinstance(default, int) and number != int(number)):
                 raise _invalid(spec.name, key, kind, value)
             out[key] = int(number) if isinstance(default, int) else number
-        else:
-            out[key] = value
     check_params(spec.ranges, out, spec.name)
     return out
 

@@ -24,7 +24,7 @@ from skfem.helpers import ddot, eye, sym_grad, trace
 
 from . import registry
 from .grf import cosine_series_1d
-from .registry import EVEN, DatasetSpec, Rule, at_least, between, filled, greater, one_of
+from .registry import EVEN, DatasetSpec, Rule, at_least, filled, greater, one_of
 
 #: every parameter of the generator but ``n_output`` (21 low, 41 high), with its default; the one
 #: place the defaults are written (:func:`model` and :func:`make_block` fill from it)
@@ -53,9 +53,9 @@ def _cubic_points(input_interp):
     return int(match.group(1)) if match else None
 
 
-_POISSON = between(-1, 0.5, open_low=True)
+_POISSON = Rule(lambda v, p: -1 < v <= 0.5, "be in (-1, 0.5]")
 _RANGES = {
-    "radius": between(0, 0.5, open_low=True, open_high=True),
+    "radius": Rule(lambda v, p: 0 < v < 0.5, "be in (0, 0.5)"),
     "E_fibre": greater(0),
     "nu_fibre": _POISSON,
     "mu_matrix": greater(0),
