@@ -101,9 +101,9 @@ def make_block(seed, start, stop, **params):
     return inputs, outputs
 
 
-def grids(**params):
+def grids(*, n_solve=421, stride=15, **_):
     """Node coordinates ``linspace(0, 1, n_solve)[::stride]`` for x and y (input = output)."""
-    p = filled(_DEFAULTS, params, "Darcy", _RANGES)
+    p = filled(_DEFAULTS, dict(n_solve=n_solve, stride=stride), "Darcy", _RANGES)
     x = np.linspace(0.0, 1.0, p.n_solve)[:: p.stride]
     return {"x": x, "y": x.copy()}, {"x": x, "y": x.copy()}
 

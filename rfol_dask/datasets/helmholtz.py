@@ -205,8 +205,8 @@ def make_block(seed, start, stop, **params):
     return tuple(np.ascontiguousarray(a[:, :: p.stride, :: p.stride]) for a in (c, v))
 
 
-def _grids(**params):
-    p = filled(_DEFAULTS, params, "Helmholtz", _RANGES)
+def _grids(*, n_cells=100, stride=1, **_):
+    p = filled(_DEFAULTS, dict(n_cells=n_cells, stride=stride), "Helmholtz", _RANGES)
     x = np.linspace(0.0, 1.0, p.n_cells + 1)[:: p.stride]
     return {"x": x, "y": x.copy()}, {"x": x, "y": x.copy()}
 

@@ -254,19 +254,6 @@ class _Model:
         probe = sp.vstack([sp.csr_matrix(part) for part in parts]).tocsr()
         return (probe @ sp.diags(1.0 / self.lumped) @ self.proj_rhs).tocsr()
 
-    def _output_maps(self, n_output):
-        """``Q``, the stress operators and the profile displacements restricted to the
-        quadrature points and dofs that reach the output grid (cached per ``n_output``)."""
-        n = int(n_output)
-        if n not in self._out:
-            Q = self.projector(n)
-            quad = np.unique(Q.indices)
-            ops = {k: v[quad] for k, v in self.stress_ops.items()}
-            dofs = np.unique(np.concatenate([op.indices for op in ops.values()]))
-            ops = {k: v[:, dofs].tocsr() for k, v in ops.items()}
-            self._out[n] = (Q[:, quad].tocsr(), ops, np.ascontiguousarray(self.U[dofs]))
-        return self._out[n]
-
     def stresses_quad(self, U):
         """Plane-stress components ``(sxx, syy, sxy)`` at the quadrature points of ``ubasis``,
         each of shape (n_elements * nqp, k), for displacements ``U`` (N_u, k)."""
@@ -279,12 +266,20 @@ class _Model:
         return (self.projector(n_output) @ vm).T.reshape(-1, int(n_output), int(n_output))
 
     def output_from_coefficients(self, coef, n_output):
-        """:meth:`output` for the loads with profile weights ``coef`` (k, L + 1), touching only
-        the quadrature points and dofs that reach the output grid; shape (k, n, n)."""
-        Q, ops, U = self._output_maps(n_output)
+        """:meth:`output` for the loads with profile weights ``coef`` (k, L + 1), through only the
+        quadrature points and dofs that reach the output grid (cached per ``n_output``)."""
+        n = int(n_output)
+        if n not in self._out:
+            Q = self.projector(n)
+            quad = np.unique(Q.indices)
+            ops = {k: v[quad] for k, v in self.stress_ops.items()}
+            dofs = np.unique(np.concatenate([op.indices for op in ops.values()]))
+            ops = {k: v[:, dofs].tocsr() for k, v in ops.items()}
+            self._out[n] = (Q[:, quad].tocsr(), ops, np.ascontiguousarray(self.U[dofs]))
+        Q, ops, U = self._out[n]
         Uk = U @ coef.T
         vm = von_mises(*(ops[key] @ Uk for key in ("xx", "yy", "xy")))
-        return (Q @ vm).T.reshape(-1, int(n_output), int(n_output))
+        return (Q @ vm).T.reshape(-1, n, n)
 
 
 _CACHE: dict = {}
