@@ -1,26 +1,11 @@
-"""Advection I and II (Lu et al. 2022): closed-form translation ``u(x, t) = u0((x - t) mod 1)``.
-
-Grid ``x = linspace(0, 1, n_points)`` (endpoint included); input ``u(., 0)``, output
-``u(., t_index / (n_points - 1))`` (default 20/39, about 0.513, as in the published files).
-Ranges: ``n_points >= 2`` (two grid points span the period), ``t_index >= 1`` (a time ``t > 0``).
-"""
+"""Advection I and II (Lu et al. 2022): the closed-form translation ``u(x, t) = u0((x - t) mod 1)``
+on ``x = linspace(0, 1, n_points)``, ``t = t_index / (n_points - 1)`` (docs/datasets.md)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .registry import DatasetSpec, at_least, register, sample_rng
-
-_DEFAULTS = {"n_points": 40, "t_index": 20}
-_RANGES = {"n_points": at_least(2), "t_index": at_least(1)}
-
-
-def _grid(n_points):
-    return np.linspace(0.0, 1.0, int(n_points))
-
-
-def _heaviside(z):
-    return np.heaviside(z, 0.5)
 
 
 def _profile_1(x, h, w, c):
@@ -31,23 +16,16 @@ def _profile_1(x, h, w, c):
 
 def _profile_2(x, c1, w, h1, c2, a, h2):
     """Square wave plus semicircle-like bump of Advection II at shifted positions ``x``."""
-    square = h1 * _heaviside(x - c1 + w / 2.0) * _heaviside(c1 + w / 2.0 - x)
+    square = h1 * np.heaviside(x - c1 + w / 2.0, 0.5) * np.heaviside(c1 + w / 2.0 - x, 0.5)
     bump = np.sqrt(np.maximum(h2**2 - a**2 * (x - c2) ** 2, 0.0))
     return square + bump
 
 
-def _draw_1(rng):  # h, w, c
-    return tuple(rng.uniform(lo, hi) for lo, hi in ((1.0, 2.0), (0.3, 0.6), (0.3, 0.7)))
+def _make(bounds, profile):
+    """``make_block`` of the profile whose parameters are uniform on ``bounds``."""
 
-
-def _draw_2(rng):  # c1, w, h1, c2, a, h2
-    ranges = ((0.2, 0.3), (0.1, 0.2), (0.5, 2.0), (0.7, 0.8), (5.0, 10.0), (0.5, 2.0))
-    return tuple(rng.uniform(lo, hi) for lo, hi in ranges)
-
-
-def _make(draw, profile):
     def make_block(seed, start, stop, *, n_points=40, t_index=20):
-        x = _grid(n_points)
+        x = np.linspace(0.0, 1.0, int(n_points))
         t = t_index / (n_points - 1)
         inputs = np.empty((stop - start, n_points))
         outputs = np.empty_like(inputs)
@@ -56,7 +34,8 @@ def _make(draw, profile):
         shifted = (x - t) % 1.0
         shifted[shifted > 1.0 - 0.5 / (n_points - 1)] = 0.0
         for row, i in enumerate(range(start, stop)):
-            p = draw(sample_rng(seed, i))
+            rng = sample_rng(seed, i)
+            p = tuple(rng.uniform(lo, hi) for lo, hi in bounds)
             inputs[row] = profile(x % 1.0, *p)
             outputs[row] = profile(shifted, *p)
         return inputs, outputs
@@ -65,42 +44,33 @@ def _make(draw, profile):
 
 
 def _grids(*, n_points=40, t_index=20):
-    x = _grid(n_points)
+    x = np.linspace(0.0, 1.0, int(n_points))
     return {"x": x}, {"x": x}
 
 
-def _spec(name, draw, profile, description, cauchy, gaussian):
+def _spec(name, bounds, profile, what, cauchy, gaussian):
     paper = dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-15)
     return register(
         DatasetSpec(
             name=name,
             input_attrs={"long_name": "initial condition u(x, 0)", "units": "1"},
             output_attrs={"long_name": "solution u(x, t)", "units": "1"},
-            make_block=_make(draw, profile),
-            defaults=dict(_DEFAULTS),
+            make_block=_make(bounds, profile),
+            defaults={"n_points": 40, "t_index": 20},
             units="m",
             periods={"x": 1.0},  # linspace(0, 1, n): a closed periodic grid, u(1) = u(0)
             grids=_grids,
-            ranges=_RANGES,
-            description=description,
+            ranges={"n_points": at_least(2), "t_index": at_least(1)},
+            description=f"Advection {what} translated to t = 20/39 (40 -> 40)",
             paper=dict(paper, cauchy=cauchy, gaussian=gaussian),
         )
     )
 
 
-ADVECTION1 = _spec(
-    "advection1",
-    _draw_1,
-    _profile_1,
-    "Advection I: periodic square wave translated to t = 20/39 (40 -> 40)",
-    2.55e-6,
-    4.62e-6,
-)
+# h, w, c;  c1, w, h1, c2, a, h2
+_BOUNDS_1 = ((1.0, 2.0), (0.3, 0.6), (0.3, 0.7))
+_BOUNDS_2 = ((0.2, 0.3), (0.1, 0.2), (0.5, 2.0), (0.7, 0.8), (5.0, 10.0), (0.5, 2.0))
+ADVECTION1 = _spec("advection1", _BOUNDS_1, _profile_1, "I: periodic square wave", 2.55e-6, 4.62e-6)
 ADVECTION2 = _spec(
-    "advection2",
-    _draw_2,
-    _profile_2,
-    "Advection II: square wave plus bump translated to t = 20/39 (40 -> 40)",
-    1.88e-6,
-    6.30e-6,
+    "advection2", _BOUNDS_2, _profile_2, "II: square wave plus bump", 1.88e-6, 6.3e-6
 )

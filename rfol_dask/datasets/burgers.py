@@ -1,16 +1,6 @@
-"""Burgers (Lu et al. 2022, from the FNO collection): ``u_t + (u^2/2)_x = nu u_xx`` on [0, 1).
-
-Periodic, ``nu = 0.1``, ``T = 1``; ``u0 ~ N(0, 625 (-Lap + 25 I)^-2)`` from
-:func:`grf.burgers_initial` (511 modes whatever the solver grid). Fourier pseudo-spectral ETDRK4
-(Kassam & Trefethen 2005) on ``n_solve`` points with 2/3 dealiasing, steps graded
-``t_j = T (j / n_steps)^2`` for the fast initial decay of the rough data's high modes; inputs
-and outputs at the ``n_out`` points ``j / n_out``. At the defaults (1024 points, 100 steps)
-halving the steps changes the output by about 1e-8 (Cole-Hopf matched to 1.5e-8); ``nu = 1e-3``
-needs 800 steps.
-
-Ranges: ``nu``, ``T``, ``grading``, ``sigma > 0``; ``tau >= 0``; ``n_out >= 2``; ``n_solve``
-even, at least 6 and a multiple of ``n_out``; ``1 <= n_modes < n_solve / 2``.
-"""
+"""Burgers (Lu et al. 2022, from the FNO collection): ``u_t + (u^2/2)_x = nu u_xx`` on [0, 1)
+periodic, ``u0 -> u(., T)``; Fourier pseudo-spectral ETDRK4 (Kassam & Trefethen 2005) with 2/3
+dealiasing on steps graded ``t_j = T (j / n_steps)^grading`` (docs/datasets.md)."""
 
 from __future__ import annotations
 
@@ -18,20 +8,11 @@ import numpy as np
 import scipy.fft
 
 from . import grf
-from .registry import EVEN, DatasetSpec, Rule, at_least, check_params, greater, register, sample_rng
+from .registry import EVEN, DatasetSpec, Rule, at_least, filled, greater, register, sample_rng
 from .resolution import check_resolved, check_time_steps
 
-_DEFAULTS = {
-    "nu": 0.1,
-    "T": 1.0,
-    "n_solve": 1024,
-    "n_out": 128,
-    "n_steps": 100,
-    "grading": 2.0,
-    "n_modes": 511,
-    "sigma": 25.0,
-    "tau": 5.0,
-}
+_DEFAULTS = dict(nu=0.1, T=1.0, n_solve=1024, n_out=128, n_steps=100, grading=2.0, n_modes=511)
+_DEFAULTS.update(sigma=25.0, tau=5.0)
 _RANGES = {
     "nu": greater(0),
     "T": greater(0),
@@ -114,13 +95,11 @@ MAX_GROWTH = 1.05
 
 def solve(u0, T=1.0, nu=0.1, n_steps=100, grading=2.0):
     """``u(., T)`` of periodic viscous Burgers on [0, 1) from ``u0`` (B, n) or (n,) at ``j / n``
-    (``n`` even; modes above ``n / 3`` dropped), ``n_steps`` ETDRK4 steps on :func:`time_grid`.
+    (modes above ``n / 3`` dropped), ``n_steps`` ETDRK4 steps on :func:`time_grid`.
     FloatingPointError if the stepping blew up (a value not finite, or a max norm grown above
     :data:`MAX_GROWTH` x its start)."""
     u0 = np.asarray(u0, dtype=float)
     n = u0.shape[-1]
-    if n % 2:
-        raise ValueError(f"n must be even, got {n}")
     m = np.arange(n // 2 + 1)
     k = 2.0 * np.pi * m
     keep = m <= n // 3
@@ -146,41 +125,24 @@ def solve(u0, T=1.0, nu=0.1, n_steps=100, grading=2.0):
     return u
 
 
-def make_block(
-    seed,
-    start,
-    stop,
-    *,
-    nu=0.1,
-    T=1.0,
-    n_solve=1024,
-    n_out=128,
-    n_steps=100,
-    grading=2.0,
-    n_modes=511,
-    sigma=25.0,
-    tau=5.0,
-):
+def make_block(seed, start, stop, **params):
     """Samples ``start .. stop-1``: inputs ``u0`` and outputs ``u(., T)``, each (B, n_out),
     solved as one batch. ValueError if the solver grid does not resolve ``u(., T)`` or the
     time-stepping error of sample 0 exceeds 1e-4 (:mod:`.resolution`)."""
-    check_params(_RANGES, {"n_out": n_out, "n_solve": n_solve, "n_modes": n_modes})
-    u0 = np.zeros((0, n_solve))
-    shape = dict(n_modes=n_modes, sigma=sigma, tau=tau)
-    if stop > start:
-        u0 = np.stack(
-            [grf.burgers_initial(sample_rng(seed, i), n_solve, **shape) for i in range(start, stop)]
-        )
-    stride = n_solve // n_out
-    u_T = solve(u0, T=T, nu=nu, n_steps=n_steps, grading=grading)
+    p = filled(_DEFAULTS, params, "Burgers", _RANGES)
+    shape = dict(n_modes=p.n_modes, sigma=p.sigma, tau=p.tau)
+    u0 = [grf.burgers_initial(sample_rng(seed, i), p.n_solve, **shape) for i in range(start, stop)]
+    u0 = np.reshape(u0, (stop - start, p.n_solve))
+    step = dict(T=p.T, nu=p.nu, grading=p.grading)
+    u_T = solve(u0, n_steps=p.n_steps, **step)
     if start == 0 and len(u0):  # the data set's first sample: once per data set
-
-        def again(m):
-            return solve(u0[:1], T=T, nu=nu, n_steps=m, grading=grading)[0]
-
-        check_time_steps(u_T[0], again, n_steps, what=f"Burgers u(., T) at nu={nu:g}")
-    fix = f"raise n_solve (a multiple of n_out = {n_out}; e.g. {4 * n_solve})"
-    check_resolved(u_T, n_solve // 3, 1, what=f"Burgers u(., T) on {n_solve} points", fix=fix)
+        what = f"Burgers u(., T) at nu={p.nu:g}"
+        check_time_steps(
+            u_T[0], lambda m: solve(u0[:1], n_steps=m, **step)[0], p.n_steps, what=what
+        )
+    fix = f"raise n_solve (a multiple of n_out = {p.n_out}; e.g. {4 * p.n_solve})"
+    check_resolved(u_T, p.n_solve // 3, 1, what=f"Burgers u(., T) on {p.n_solve} points", fix=fix)
+    stride = p.n_solve // p.n_out
     return np.ascontiguousarray(u0[:, ::stride]), np.ascontiguousarray(u_T[:, ::stride])
 
 

@@ -1,16 +1,7 @@
-"""Darcy flow with a piecewise-constant coefficient (Lu et al. 2022, FNO collection).
-
-``-div(a grad u) = 1`` on ``(0, 1)^2``, ``u = 0`` on the boundary, ``a = a_high`` (12) where the
-Neumann DCT field :func:`grf.neumann_dct_2d` is ``>= 0`` and ``a_low`` (3) elsewhere, on the
-``n_solve x n_solve`` node grid; 5-point finite volumes (face coefficients the means of the two
-nodes), conjugate gradients preconditioned by the constant-coefficient Laplacian (two DST-I):
-about 25 iterations whatever the grid, 0.15 s per 421 x 421 sample. Input ``a`` and output
-``u`` subsampled by ``stride``, ``1 + (n_solve - 1) / stride`` points a side (421: strides 35,
-28, 15, 14, 10, 7, 5, 4, 1 give 13, 16, 29, 31, 43, 61, 85, 106, 421; docs/datasets.md).
-
-Ranges: ``n_solve >= 4``; ``stride`` divides ``n_solve - 1``; ``0 < a_low <= a_high``;
-``alpha``, ``tau > 0``; ``0 < rtol < 1``.
-"""
+"""Darcy flow (Lu et al. 2022, FNO collection): ``-div(a grad u) = 1`` on ``(0, 1)^2``, ``u = 0``
+on the boundary, ``a`` in ``{a_low, a_high}`` thresholded from :func:`grf.neumann_dct_2d`; 5-point
+finite volumes solved by CG preconditioned with the constant-coefficient Laplacian (two DST-I),
+about 25 iterations whatever the grid; ``a``, ``u`` subsampled by ``stride`` (docs/datasets.md)."""
 
 from __future__ import annotations
 
@@ -22,27 +13,9 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as sla
 
 from . import grf
-from .registry import (
-    DatasetSpec,
-    Rule,
-    at_least,
-    between,
-    check_params,
-    divisor_of,
-    greater,
-    register,
-    sample_rng,
-)
+from .registry import DatasetSpec, Rule, at_least, divisor_of, filled, greater, register, sample_rng
 
-_DEFAULTS = {
-    "n_solve": 421,
-    "stride": 15,
-    "a_high": 12.0,
-    "a_low": 3.0,
-    "alpha": 2.0,
-    "tau": 3.0,
-    "rtol": 1e-10,
-}
+_DEFAULTS = dict(n_solve=421, stride=15, a_high=12.0, a_low=3.0, alpha=2.0, tau=3.0, rtol=1e-10)
 _RANGES = {
     "n_solve": at_least(4),
     "stride": divisor_of("n_solve", -1),
@@ -50,7 +23,7 @@ _RANGES = {
     "a_high": Rule(lambda v, p: v >= p["a_low"], lambda p: f"be at least a_low = {p['a_low']}"),
     "alpha": greater(0),
     "tau": greater(0),
-    "rtol": between(0, 1, open_low=True, open_high=True),
+    "rtol": Rule(lambda v, p: 0 < v < 1, "be in (0, 1)"),
 }
 
 
@@ -76,14 +49,10 @@ def assemble_darcy(a):
 
 
 @lru_cache(maxsize=8)
-def _laplacian_eigenvalues(m):
-    """Eigenvalues of the unit-coefficient 5-point Dirichlet Laplacian (times h^2), shape (m, m)."""
-    s = 4.0 * np.sin(np.pi * np.arange(1, m + 1) / (2.0 * (m + 1))) ** 2
-    return s[:, None] + s[None, :]
-
-
 def _laplacian_preconditioner(m):
-    lam = _laplacian_eigenvalues(m)
+    """The inverse of the unit-coefficient 5-point Dirichlet Laplacian (times h^2) by DST-I."""
+    s = 4.0 * np.sin(np.pi * np.arange(1, m + 1) / (2.0 * (m + 1))) ** 2
+    lam = s[:, None] + s[None, :]
 
     def apply(r):
         r = r.reshape(m, m)
@@ -97,13 +66,11 @@ def solve_darcy(a, f=1.0, *, rtol=1e-10):
     """Nodal solution (n, n) of ``-div(a grad u) = f`` on ``(0, 1)^2``, ``u = 0`` on the boundary,
     for the positive nodal coefficient ``a`` (n, n) and right-hand side ``f`` (a number or
     (n, n)); preconditioned CG to the relative residual ``rtol``."""
-    a = np.asarray(a, dtype=float)
-    n = a.shape[0]
-    if a.shape != (n, n) or n < 4:
-        raise ValueError(f"a must be a square nodal array with n >= 4, got shape {a.shape}")
-    m = n - 2
-    h = 1.0 / (n - 1)
-    rhs = np.broadcast_to(np.asarray(f, dtype=float), (n, n))[1:-1, 1:-1].ravel() * h**2
+    n, m = len(a), len(a) - 2
+    rhs = (
+        np.broadcast_to(np.asarray(f, dtype=float), (n, n))[1:-1, 1:-1].ravel()
+        * (1.0 / (n - 1)) ** 2
+    )
     kw = dict(rtol=rtol, atol=0.0, maxiter=2000, M=_laplacian_preconditioner(m))
     u_int, info = sla.cg(assemble_darcy(a), rhs, **kw)
     if info != 0:
@@ -120,38 +87,24 @@ def darcy_coefficient(rng, n_solve=421, *, a_high=12.0, a_low=3.0, alpha=2.0, ta
     return np.where(field >= 0.0, a_high, a_low)
 
 
-def make_block(
-    seed,
-    start,
-    stop,
-    *,
-    n_solve=421,
-    stride=15,
-    a_high=12.0,
-    a_low=3.0,
-    alpha=2.0,
-    tau=3.0,
-    rtol=1e-10,
-):
+def make_block(seed, start, stop, **params):
     """Samples ``start .. stop-1``: inputs ``a`` and outputs ``u``, both shape
     ``(stop - start, k, k)`` with ``k = 1 + (n_solve - 1) // stride``. One CG solve per sample."""
-    check_params(_RANGES, {"n_solve": n_solve, "stride": stride})
-    k = 1 + (n_solve - 1) // stride
-    inputs = np.empty((stop - start, k, k))
-    outputs = np.empty_like(inputs)
+    p = filled(_DEFAULTS, params, "Darcy", _RANGES)
+    shape = dict(a_high=p.a_high, a_low=p.a_low, alpha=p.alpha, tau=p.tau)
+    k = 1 + (p.n_solve - 1) // p.stride
+    inputs, outputs = np.empty((stop - start, k, k)), np.empty((stop - start, k, k))
     for row, i in enumerate(range(start, stop)):
-        shape = dict(a_high=a_high, a_low=a_low, alpha=alpha, tau=tau)
-        a = darcy_coefficient(sample_rng(seed, i), n_solve, **shape)
-        u = solve_darcy(a, 1.0, rtol=rtol)
-        inputs[row] = a[::stride, ::stride]
-        outputs[row] = u[::stride, ::stride]
+        a = darcy_coefficient(sample_rng(seed, i), p.n_solve, **shape)
+        inputs[row] = a[:: p.stride, :: p.stride]
+        outputs[row] = solve_darcy(a, 1.0, rtol=p.rtol)[:: p.stride, :: p.stride]
     return inputs, outputs
 
 
 def grids(*, n_solve=421, stride=15, **_):
     """Node coordinates ``linspace(0, 1, n_solve)[::stride]`` for x and y (input = output)."""
-    check_params(_RANGES, {"n_solve": n_solve, "stride": stride})
-    x = np.linspace(0.0, 1.0, n_solve)[::stride]
+    p = filled(_DEFAULTS, dict(n_solve=n_solve, stride=stride), "Darcy", _RANGES)
+    x = np.linspace(0.0, 1.0, p.n_solve)[:: p.stride]
     return {"x": x, "y": x.copy()}, {"x": x, "y": x.copy()}
 
 

@@ -20,10 +20,7 @@ def burgers_initial(rng, n, n_modes=None, sigma=25.0, tau=5.0):
     ``sum_{k <= n_modes} sqrt(2) sigma ((2 pi k)^2 + tau^2)^-1 (xi_k cos 2 pi k x + eta_k sin 2 pi
     k x)`` (default ``n_modes = n // 2 - 1``), by one inverse real FFT."""
     n_modes = n // 2 - 1 if n_modes is None else int(n_modes)
-    if not 1 <= n_modes < n // 2:
-        raise ValueError(f"n_modes must be in [1, {n // 2 - 1}] for n={n}, got {n_modes}")
-    xi = rng.standard_normal(n_modes)
-    eta = rng.standard_normal(n_modes)
+    xi, eta = rng.standard_normal(n_modes), rng.standard_normal(n_modes)
     k = np.arange(1, n_modes + 1)
     c = np.sqrt(2.0) * sigma / ((2.0 * np.pi * k) ** 2 + tau**2)
     spec = np.zeros(n // 2 + 1, dtype=complex)
@@ -32,11 +29,10 @@ def burgers_initial(rng, n, n_modes=None, sigma=25.0, tau=5.0):
     return scipy.fft.irfft(spec, n)
 
 
-def cosine_series_1d(theta, coeffs, x, *, sqrt2=True):
+def cosine_series_1d(theta, coeffs, x):
     """``sum_l coeffs_l theta_l sqrt(2) cos(pi l x)`` (n,) for (L,), (L,), (n,)."""
     ell = np.arange(1, len(coeffs) + 1)
-    scale = np.sqrt(2.0) if sqrt2 else 1.0
-    return scale * (np.cos(np.pi * np.outer(x, ell)) @ (coeffs * theta))
+    return np.sqrt(2.0) * (np.cos(np.pi * np.outer(x, ell)) @ (coeffs * theta))
 
 
 def neumann_dct_2d(rng, s, alpha=2.0, tau=3.0):
@@ -44,8 +40,7 @@ def neumann_dct_2d(rng, s, alpha=2.0, tau=3.0):
     ``s tau^(alpha-1) (pi^2 |k|^2 + tau^2)^(-alpha/2) xi_k`` (no (0, 0) mode) by an orthonormal
     inverse DCT-II (MATLAB ``idct2``)."""
     xi = rng.standard_normal((s, s))
-    k = np.arange(s)
-    k1, k2 = np.meshgrid(k, k, indexing="ij")
+    k1, k2 = np.meshgrid(np.arange(s), np.arange(s), indexing="ij")
     coef = tau ** (alpha - 1.0) * (np.pi**2 * (k1**2 + k2**2) + tau**2) ** (-alpha / 2.0)
     spec = s * coef * xi
     spec[0, 0] = 0.0
@@ -91,8 +86,7 @@ def periodic_forcing_2d(rng, x, y, n_modes=50, tau=3.0, power=2.0):
     """``sum_i (a_i cos(k_i . x) + b_i sin(k_i . x)) / (sqrt(2) pi (tau^2 + |k_i|^2)^power)``
     (len(x), len(y)) on ``[0, 2 pi)^2``, ``k_i`` from :func:`half_plane_wavevectors`."""
     k = half_plane_wavevectors(n_modes)
-    a = rng.standard_normal(n_modes)
-    b = rng.standard_normal(n_modes)
+    a, b = rng.standard_normal(n_modes), rng.standard_normal(n_modes)
     scale = 1.0 / (np.sqrt(2.0) * np.pi * (tau**2 + (k**2).sum(1)) ** power)
     phase = np.multiply.outer(x, k[:, 0])[:, None, :] + np.multiply.outer(y, k[:, 1])[None, :, :]
     return np.cos(phase) @ (a * scale) + np.sin(phase) @ (b * scale)

@@ -1,16 +1,6 @@
-"""Helmholtz equation with a random wave speed (de Hoop et al. 2022).
-
-``-Lap v - (omega / c)^2 v = 0`` on ``(0, 1)^2``, ``omega = 1000``; ``dv/dn = 0`` on the left,
-right and bottom edges and ``dv/dn = 1{0.35 <= x <= 0.65}`` on the top edge (integrated exactly).
-``c = 20 + tanh(a)``, ``a`` from :func:`grf.neumann_eigen_2d` (100 modes, ``tau = 3``,
-``power = 1``) at the nodes. Q1 elements on ``n_cells x n_cells`` squares (scikit-fem), 3 x 3
-Gauss points, ``c`` interpolated from its nodal values, one sparse LU per sample (about 30 ms at
-101 x 101). Input ``c`` and output ``v`` are nodal, ``(n_cells + 1)^2`` (``helmholtz_high``) or
-every 4th node (``helmholtz_low``, 26 x 26), axis 0 along x.
-
-Ranges: ``n_cells >= 1``; ``stride`` divides ``n_cells``; ``omega > 0``; ``c0 > 1``;
-``n_modes >= 1``; ``tau >= 0``; ``power > 0``; ``0 <= flux_lo < flux_hi <= 1``.
-"""
+"""Helmholtz with a random wave speed (de Hoop et al. 2022): ``-Lap v - (omega / c)^2 v = 0`` on
+``(0, 1)^2`` with Neumann data, ``c = c0 + tanh(a)``, ``a`` from :func:`grf.neumann_eigen_2d`; Q1
+elements (scikit-fem), one sparse LU per sample; nodal ``c -> v`` (docs/datasets.md)."""
 
 from __future__ import annotations
 
@@ -23,17 +13,7 @@ import skfem
 from skfem.helpers import dot, grad
 
 from . import grf
-from .registry import (
-    DatasetSpec,
-    Rule,
-    at_least,
-    between,
-    check_params,
-    divisor_of,
-    greater,
-    register,
-    sample_rng,
-)
+from .registry import DatasetSpec, Rule, at_least, divisor_of, filled, greater, register, sample_rng
 
 _INTORDER = 5  # tensor Gauss-Legendre with 3 x 3 points on each square
 
@@ -52,40 +32,30 @@ class HelmholtzQ1:
     (nnz, n_elems * 9): quadrature weights ``k^2`` -> entries of ``int k^2 phi_i phi_j``."""
 
     def __init__(self, n_cells=100):
-        self.n_cells = int(n_cells)
-        nodes = np.linspace(0.0, 1.0, self.n_cells + 1)
+        self.n_cells = n = int(n_cells)
+        nodes = np.linspace(0.0, 1.0, n + 1)
         mesh = skfem.MeshQuad.init_tensor(nodes, nodes)
         self.basis = skfem.Basis(mesh, skfem.ElementQuad1(), intorder=_INTORDER)
-        n1 = self.n_cells + 1
-        ix = np.rint(mesh.p[0] * self.n_cells).astype(int)
-        iy = np.rint(mesh.p[1] * self.n_cells).astype(int)
-        if not np.array_equal(ix * n1 + iy, np.arange(n1 * n1)):
+        ix, iy = np.rint(mesh.p * n).astype(int)
+        if not np.array_equal(ix * (n + 1) + iy, np.arange((n + 1) ** 2)):
             raise RuntimeError("unexpected node order of MeshQuad.init_tensor")
-        if self.basis.X.shape[1] != 9:
-            raise RuntimeError("expected 3 x 3 Gauss points per cell")
-        self.n_dofs = self.basis.N
-
+        self.n_dofs = N = self.basis.N
         dofs = self.basis.element_dofs  # (4, n_elems)
         n_loc, n_elems = dofs.shape
         n_q = self.basis.X.shape[1]
         phi = np.stack([np.asarray(self.basis.basis[i][0]) for i in range(n_loc)])  # (4, ne, nq)
-        dx = self.basis.dx  # (ne, nq): weights times |det J|
 
         # the CSR pattern: entry (dofs[i, e], dofs[j, e]) for every element and local pair;
         # np.unique sorts by (row, col), so the slot numbers are the CSR data positions
-        rows = np.broadcast_to(dofs[:, None, :], (n_loc, n_loc, n_elems))
-        cols = np.broadcast_to(dofs[None, :, :], (n_loc, n_loc, n_elems))
-        keys = rows.astype(np.int64) * self.n_dofs + cols
+        keys = dofs[:, None, :].astype(np.int64) * N + dofs[None, :, :]
         uniq, slot = np.unique(keys.ravel(), return_inverse=True)
-        pattern = sp.csr_matrix(
-            (np.ones(len(uniq)), (uniq // self.n_dofs, uniq % self.n_dofs)),
-            shape=(self.n_dofs, self.n_dofs),
-        )
+        rows, cols = uniq // N, uniq % N
+        pattern = sp.csr_matrix((np.ones(len(uniq)), (rows, cols)), shape=(N, N))
         pattern.sort_indices()
         self.indptr, self.indices = pattern.indptr, pattern.indices
 
         # mass_map[slot(i, j, e), e * nq + q] = phi_i phi_j dx at (e, q); duplicates are summed.
-        vals = phi[:, None] * phi[None, :] * dx  # (4, 4, ne, nq)
+        vals = phi[:, None] * phi[None, :] * self.basis.dx  # (4, 4, ne, nq)
         cols_q = np.broadcast_to(np.arange(n_elems * n_q).reshape(n_elems, n_q), vals.shape)
         slots_q = np.broadcast_to(slot.reshape(n_loc, n_loc, n_elems, 1), vals.shape)
         self.mass_map = sp.csr_matrix(
@@ -94,11 +64,9 @@ class HelmholtzQ1:
         rows_q = np.repeat(np.arange(n_elems * n_q), n_loc)
         cols_d = np.broadcast_to(dofs.T[:, None, :], (n_elems, n_q, n_loc)).ravel()
         values = np.moveaxis(phi, 0, -1).ravel()  # (ne, nq, 4)
-        self.interp = sp.csr_matrix((values, (rows_q, cols_d)), shape=(n_elems * n_q, self.n_dofs))
+        self.interp = sp.csr_matrix((values, (rows_q, cols_d)), shape=(n_elems * n_q, N))
         stiff = _stiffness.assemble(self.basis).tocsr()
-        self.stiffness = np.asarray(stiff[uniq // self.n_dofs, uniq % self.n_dofs]).ravel()
-        if not np.isclose(np.abs(stiff).sum(), np.abs(self.stiffness).sum()):
-            raise RuntimeError("stiffness matrix has entries outside the element pattern")
+        self.stiffness = np.asarray(stiff[rows, cols]).ravel()
         self._default_loads = {}
 
     def matrix(self, k2_quad):
@@ -221,53 +189,30 @@ def _check_omega(omega, c0, n_cells):
         )
 
 
-def make_block(
-    seed,
-    start,
-    stop,
-    *,
-    n_cells=100,
-    stride=1,
-    omega=1000.0,
-    c0=20.0,
-    n_modes=100,
-    tau=3.0,
-    power=1.0,
-    flux_lo=0.35,
-    flux_hi=0.65,
-):
+def make_block(seed, start, stop, **params):
     """Samples ``start .. stop-1``: nodal ``c`` (input) and ``v`` (output), both of shape
     ``(stop - start, k, k)`` with ``k = n_cells // stride + 1``. One sparse LU per sample."""
-    check_params(_RANGES, {"n_cells": n_cells, "stride": stride})
-    _check_omega(omega, c0, n_cells)
-    x = np.linspace(0.0, 1.0, n_cells + 1)
+    p = filled(_DEFAULTS, params, "Helmholtz", _RANGES)
+    _check_omega(p.omega, p.c0, p.n_cells)
     if stop <= start:
-        k = n_cells // stride + 1
+        k = p.n_cells // p.stride + 1
         return np.empty((0, k, k)), np.empty((0, k, k))
-    shape = dict(c0=c0, n_modes=n_modes, tau=tau, power=power)
+    x = np.linspace(0.0, 1.0, p.n_cells + 1)
+    shape = dict(c0=p.c0, n_modes=p.n_modes, tau=p.tau, power=p.power)
     c = np.stack([wave_speed(sample_rng(seed, i), x, **shape) for i in range(start, stop)])
-    fe = get_fe(n_cells)
-    v = fe.solve(c, omega, fe.load(flux_interval=(flux_lo, flux_hi)))
-    return tuple(np.ascontiguousarray(a[:, ::stride, ::stride]) for a in (c, v))
+    fe = get_fe(p.n_cells)
+    v = fe.solve(c, p.omega, fe.load(flux_interval=(p.flux_lo, p.flux_hi)))
+    return tuple(np.ascontiguousarray(a[:, :: p.stride, :: p.stride]) for a in (c, v))
 
 
 def _grids(*, n_cells=100, stride=1, **_):
-    check_params(_RANGES, {"n_cells": n_cells, "stride": stride})
-    x = np.linspace(0.0, 1.0, n_cells + 1)[::stride]
+    p = filled(_DEFAULTS, dict(n_cells=n_cells, stride=stride), "Helmholtz", _RANGES)
+    x = np.linspace(0.0, 1.0, p.n_cells + 1)[:: p.stride]
     return {"x": x, "y": x.copy()}, {"x": x, "y": x.copy()}
 
 
-_DEFAULTS = {
-    "n_cells": 100,
-    "stride": 1,
-    "omega": 1000.0,
-    "c0": 20.0,
-    "n_modes": 100,
-    "tau": 3.0,
-    "power": 1.0,
-    "flux_lo": 0.35,
-    "flux_hi": 0.65,
-}
+_DEFAULTS = dict(n_cells=100, stride=1, omega=1000.0, c0=20.0, n_modes=100, tau=3.0, power=1.0)
+_DEFAULTS.update(flux_lo=0.35, flux_hi=0.65)
 _RANGES = {
     "n_cells": at_least(1),
     "stride": divisor_of("n_cells"),
@@ -276,14 +221,14 @@ _RANGES = {
     "n_modes": at_least(1),
     "tau": at_least(0),
     "power": greater(0),
-    "flux_lo": between(0, 1, open_high=True),
+    "flux_lo": Rule(lambda v, p: 0 <= v < 1, "be in [0, 1)"),
     "flux_hi": Rule(
         lambda v, p: p["flux_lo"] < v <= 1, lambda p: f"be in (flux_lo = {p['flux_lo']}, 1]"
     ),
 }
 
 
-def _spec(name, stride, description, **paper):
+def _spec(name, stride, description, paper):
     return register(
         DatasetSpec(
             name=name,
@@ -300,26 +245,9 @@ def _spec(name, stride, description, **paper):
     )
 
 
-_PAPER = dict(n_features=5000, cauchy=0.0273, gaussian=0.0287)
-HELMHOLTZ_HIGH = _spec(
-    "helmholtz_high",
-    1,
-    "Helmholtz: wave speed c -> Q1 solution v, omega = 1000 (101x101 -> 101x101)",
-    train=10000,
-    test=30000,
-    gamma=1e-4,
-    alpha=1e-12,
-    **_PAPER,
-)
-HELMHOLTZ_LOW = _spec(
-    "helmholtz_low",
-    4,
-    "Helmholtz, every 4th node of the 101x101 solution (26x26 -> 26x26)",
-    train=1000,
-    test=1000,
-    n_features=5000,
-    gamma=1e-5,
-    alpha=1e-13,
-    cauchy=0.0666,
-    gaussian=0.0363,
-)
+_HIGH = dict(train=10000, test=30000, n_features=5000, gamma=1e-4, alpha=1e-12)
+_LOW = dict(train=1000, test=1000, n_features=5000, gamma=1e-5, alpha=1e-13)
+_DESC = "Helmholtz: wave speed c -> Q1 solution v, omega = 1000 (101x101 -> 101x101)"
+HELMHOLTZ_HIGH = _spec("helmholtz_high", 1, _DESC, dict(_HIGH, cauchy=0.0273, gaussian=0.0287))
+_DESC = "Helmholtz, every 4th node of the 101x101 solution (26x26 -> 26x26)"
+HELMHOLTZ_LOW = _spec("helmholtz_low", 4, _DESC, dict(_LOW, cauchy=0.0666, gaussian=0.0363))

@@ -1,15 +1,7 @@
-"""Navier-Stokes (de Hoop et al. 2022): forcing ``f`` -> vorticity ``w(., T)`` on [0, 2 pi)^2.
-
-``w_t + (c . grad) w - nu Lap w = f``, ``c = (psi_y, -psi_x)``, ``-Lap psi = w``, periodic,
-``nu = 1/40``, ``T = 10``. Sample ``i``'s forcing is :func:`grf.periodic_forcing_2d` drawn from
-``sample_rng(seed, i)``; the initial vorticity is one draw of the same distribution from
-``default_rng(w0_seed)``, shared by all samples. Pseudo-spectral on ``n_grid x n_grid`` (64)
-with 2/3 dealiasing, ETDRK4 in time (40 steps: halving the step changes ``w`` by about 1e-9).
-``navier_stokes_low`` keeps every 4th point (16 x 16) of the same fields.
-
-Ranges: ``nu``, ``T``, ``power > 0``; ``n_grid`` even and at least 8; ``stride`` divides
-``n_grid`` into at least 2 points; ``n_steps``, ``n_modes >= 1``; ``w0_seed``, ``tau >= 0``.
-"""
+"""Navier-Stokes (de Hoop et al. 2022): forcing ``f`` -> vorticity ``w(., T)`` on [0, 2 pi)^2,
+``w_t + (c . grad) w - nu Lap w = f``, ``c = (psi_y, -psi_x)``, ``-Lap psi = w``; the initial
+vorticity is one draw from ``default_rng(w0_seed)`` shared by all samples; pseudo-spectral with
+2/3 dealiasing, ETDRK4 in time (docs/datasets.md)."""
 
 from __future__ import annotations
 
@@ -18,29 +10,11 @@ import scipy.fft
 
 from . import grf
 from .burgers import etdrk4, time_grid
-from .registry import (
-    EVEN,
-    DatasetSpec,
-    at_least,
-    check_params,
-    divisor_of,
-    greater,
-    register,
-    sample_rng,
-)
+from .registry import EVEN, DatasetSpec, at_least, divisor_of, filled, greater, register, sample_rng
 from .resolution import check_resolved, check_time_steps
 
-_DEFAULTS = {
-    "nu": 0.025,
-    "T": 10.0,
-    "n_grid": 64,
-    "stride": 1,
-    "n_steps": 40,
-    "w0_seed": 0,
-    "n_modes": 50,
-    "tau": 3.0,
-    "power": 2.0,
-}
+_DEFAULTS = dict(nu=0.025, T=10.0, n_grid=64, stride=1, n_steps=40, w0_seed=0, n_modes=50)
+_DEFAULTS.update(tau=3.0, power=2.0)
 _RANGES = {
     "nu": greater(0),
     "T": greater(0),
@@ -59,23 +33,15 @@ class _Spectral:
     rule (``K = (n - 1) // 3``; rows ``|k_x| > K`` zero), scipy's ``rfft2`` scaling."""
 
     def __init__(self, n):
-        if n % 2:
-            raise ValueError(f"n must be even, got {n}")
-        self.n = n
-        K = (n - 1) // 3
-        self.kx = scipy.fft.fftfreq(n, 1.0 / n)[:, None]
-        self.ky = np.arange(K + 1.0)[None, :]
-        self.keep = np.broadcast_to(np.abs(self.kx) <= K, (n, K + 1))
-        self.k2 = self.kx**2 + self.ky**2
-        self.inv_k2 = np.divide(1.0, self.k2, out=np.zeros_like(self.k2), where=self.k2 > 0)
+        self.n, K = n, (n - 1) // 3
+        self.kx = kx = scipy.fft.fftfreq(n, 1.0 / n)[:, None]
+        self.ky = ky = np.arange(K + 1.0)[None, :]
+        self.keep = np.broadcast_to(np.abs(kx) <= K, (n, K + 1))
+        self.k2 = k2 = kx**2 + ky**2
+        inv = np.divide(1.0, k2, out=np.zeros_like(k2), where=k2 > 0)
         # psi_y, -psi_x, w_x, w_y from w_hat (psi_hat = w_hat / |k|^2), shape (4, n, K + 1)
         self.grad_ops = np.stack(
-            [
-                1j * self.ky * self.inv_k2,
-                -1j * self.kx * self.inv_k2,
-                1j * self.kx + 0 * self.ky,
-                1j * self.ky + 0 * self.kx,
-            ]
+            [1j * ky * inv, -1j * kx * inv, 1j * kx + 0 * ky, 1j * ky + 0 * kx]
         )
 
     def gradients(self, w_hat, count=4):
@@ -110,13 +76,9 @@ def solve(w0, f, T=10.0, nu=0.025, n_steps=40, grading=1.0):
     vorticity ``w0`` and forcing ``f`` (shapes broadcasting to (B, n, n), ``n`` even, axis -2
     along x); ``n_steps`` ETDRK4 steps on :func:`burgers.time_grid`. FloatingPointError if the
     stepping blew up (keep :func:`cfl_number` below about 2)."""
-    w0 = np.asarray(w0, dtype=float)
-    f = np.asarray(f, dtype=float)
+    w0, f = np.asarray(w0, dtype=float), np.asarray(f, dtype=float)
     shape = np.broadcast_shapes(w0.shape, f.shape)
-    n = shape[-1]
-    if shape[-2] != n:
-        raise ValueError(f"fields must be n x n with n even, got {shape}")
-    sp = _Spectral(n)
+    sp = _Spectral(shape[-1])
     f_hat = sp.forward(np.broadcast_to(f, shape))
 
     def nonlinear(w_hat):
@@ -159,46 +121,29 @@ def initial_vorticity(n_grid=64, w0_seed=0, n_modes=50, tau=3.0, power=2.0):
     )
 
 
-def make_block(
-    seed,
-    start,
-    stop,
-    *,
-    nu=0.025,
-    T=10.0,
-    n_grid=64,
-    stride=1,
-    n_steps=40,
-    w0_seed=0,
-    n_modes=50,
-    tau=3.0,
-    power=2.0,
-):
+def make_block(seed, start, stop, **params):
     """Samples ``start .. stop-1``: inputs ``f`` and outputs ``w(., T)``, each (B, n_grid / stride,
     n_grid / stride). ValueError if the CFL number exceeds 2, the time-stepping error of sample 0
     exceeds 1e-4 or the grid does not resolve the fields (:mod:`.resolution`)."""
-    check_params(_RANGES, {"n_grid": n_grid, "stride": stride})
-    x = _grid(n_grid)
-    f = np.empty((stop - start, n_grid, n_grid))
-    shape = dict(n_modes=n_modes, tau=tau, power=power)
+    p = filled(_DEFAULTS, params, "Navier-Stokes", _RANGES)
+    x, shape = _grid(p.n_grid), dict(n_modes=p.n_modes, tau=p.tau, power=p.power)
+    f = np.empty((stop - start, p.n_grid, p.n_grid))
     for row, i in enumerate(range(start, stop)):
         f[row] = grf.periodic_forcing_2d(sample_rng(seed, i), x, x, **shape)
-    w0 = initial_vorticity(n_grid, w0_seed, n_modes, tau, power)
-    w_T = solve(w0, f, T=T, nu=nu, n_steps=n_steps)
-    cfl = cfl_number(w_T, T / n_steps)
+    w0 = initial_vorticity(p.n_grid, p.w0_seed, p.n_modes, p.tau, p.power)
+    w_T = solve(w0, f, T=p.T, nu=p.nu, n_steps=p.n_steps)
+    cfl = cfl_number(w_T, p.T / p.n_steps)
     if cfl > _MAX_CFL:
         raise ValueError(f"CFL number {cfl:.2f} at t = T exceeds {_MAX_CFL}: increase n_steps")
     if start == 0 and len(f):  # the data set's first sample: once per data set
-
-        def again(m):
-            return solve(w0, f[:1], T=T, nu=nu, n_steps=m)[0]
-
-        check_time_steps(w_T[0], again, n_steps, what=f"Navier-Stokes w(., T) at nu={nu:g}")
-    what = f"Navier-Stokes w(., T) on the {n_grid} x {n_grid} grid"
-    fix = f"raise n_grid (and stride to keep the output grid, e.g. n_grid={2 * n_grid}, "
-    fix += f"stride={2 * stride})"
-    check_resolved(w_T, (n_grid - 1) // 3, 2, what=what, fix=fix)
-    sub = (slice(None), slice(None, None, stride), slice(None, None, stride))
+        what = f"Navier-Stokes w(., T) at nu={p.nu:g}"
+        fine = lambda m: solve(w0, f[:1], T=p.T, nu=p.nu, n_steps=m)[0]  # noqa: E731
+        check_time_steps(w_T[0], fine, p.n_steps, what=what)
+    what = f"Navier-Stokes w(., T) on the {p.n_grid} x {p.n_grid} grid"
+    fix = f"raise n_grid (and stride to keep the output grid, e.g. n_grid={2 * p.n_grid}, "
+    fix += f"stride={2 * p.stride})"
+    check_resolved(w_T, (p.n_grid - 1) // 3, 2, what=what, fix=fix)
+    sub = (slice(None), slice(None, None, p.stride), slice(None, None, p.stride))
     return np.ascontiguousarray(f[sub]), np.ascontiguousarray(w_T[sub])
 
 

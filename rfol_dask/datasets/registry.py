@@ -1,12 +1,10 @@
 """The data-set registry: one :class:`DatasetSpec` per benchmark, registered by its generator
-module at import. Sample ``i`` of a spec's ``make_block`` depends only on ``(seed, i)``
-(:func:`sample_rng`), so that any block split gives the same bytes; its ``ranges`` of
-:class:`Rule` s are checked by :func:`resolve_params` before anything is made or written.
-"""
+module at import, with the :class:`Rule` s its parameters are checked against."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -36,15 +34,6 @@ def at_least(bound) -> Rule:
     return Rule(lambda v, p: v >= bound, f"be at least {bound}")
 
 
-def between(low, high, *, open_low=False, open_high=False) -> Rule:
-    """``value`` in the interval from ``low`` to ``high`` (closed ends unless ``open_*``)."""
-
-    def holds(v, p):
-        return (low < v if open_low else low <= v) and (v < high if open_high else v <= high)
-
-    return Rule(holds, f"be in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}")
-
-
 def one_of(*choices) -> Rule:
     """``value`` is one of ``choices``."""
     return Rule(lambda v, p: v in choices, f"be one of {choices}")
@@ -58,33 +47,24 @@ def divisor_of(key: str, offset: int = 0, *, proper: bool = False) -> Rule:
     """``value`` divides ``params[key] + offset`` (``proper``: and is smaller, leaving >= 2 parts);
     the message lists the valid values."""
 
-    def size(p):
-        return p[key] + offset
-
     def valid(p):
-        n = size(p)
+        n = p[key] + offset
         return [d for d in range(1, n if proper else n + 1) if n % d == 0]
 
-    label = key if not offset else f"{key} {'+' if offset > 0 else '-'} {abs(offset)}"
+    label = f"{key} - {-offset}" if offset else key  # offsets are negative
+    parts = " into >= 2 parts" if proper else ""
     return Rule(
-        lambda v, p: v >= 1 and size(p) % v == 0 and (not proper or v < size(p)),
-        lambda p: (
-            f"divide {label} = {size(p)}{' into >= 2 parts' if proper else ''} (valid: {valid(p)})"
-        ),
+        lambda v, p: v in valid(p),
+        lambda p: f"divide {label} = {p[key] + offset}{parts} (valid: {valid(p)})",
     )
 
 
 def _invalid(name, key, says, value):
-    """The ValueError "parameter <key> of data set <name> must <says>, got <value>"."""
     who = f"parameter {key!r} of data set {name!r}" if name else key
     return ValueError(f"{who} must {says}, got {value!r}")
 
 
-def check_params(
-    ranges: Mapping[str, "Rule | tuple[Rule, ...]"],
-    params: Mapping[str, Any],
-    name: str | None = None,
-) -> None:
+def check_params(ranges, params, name=None) -> None:
     """ValueError naming the first parameter of ``params`` that breaks its rule (or tuple of
     rules) in ``ranges``; ``name``: the data set, for the message."""
     for key, rules in ranges.items():
@@ -132,8 +112,7 @@ def register(spec: DatasetSpec) -> DatasetSpec:
     parameter or a default out of its range is an error)."""
     if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
         raise ValueError(f"a data set named {spec.name!r} is already registered")
-    unknown = sorted(set(spec.ranges) - set(spec.defaults))
-    if unknown:
+    if unknown := sorted(set(spec.ranges) - set(spec.defaults)):
         raise ValueError(f"{spec.name}: ranges name unknown parameter(s) {unknown}")
     check_params(spec.ranges, spec.defaults, spec.name)
     _REGISTRY[spec.name] = spec
@@ -152,27 +131,19 @@ def get(name: str) -> DatasetSpec:
     return _REGISTRY[name]
 
 
-def _is_count(key):
-    """Parameters named ``n_*``, ``*_n`` or ``stride`` count points, modes or steps: at least 1."""
-    return key.startswith("n_") or key.endswith("_n") or key == "stride"
-
-
 def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, Any]:
     """The spec's defaults updated with ``params``, converted to the defaults' types and checked:
-    ValueError for unknown keywords, values that do not convert, counts below 1 and values
-    outside the spec's ``ranges``."""
-    unknown = sorted(set(params) - set(spec.defaults))
-    if unknown:
+    ValueError for unknown keywords, values that do not convert and values outside the spec's
+    ``ranges``."""
+    if unknown := sorted(set(params) - set(spec.defaults)):
         raise ValueError(
             f"unknown parameter(s) {unknown} for data set {spec.name!r}; "
             f"its parameters are {sorted(spec.defaults)}"
         )
     out = dict(spec.defaults)
     for key, value in params.items():
-        default = spec.defaults[key]
-        if isinstance(default, bool) or default is None:
-            out[key] = value
-        elif isinstance(default, (int, float)):
+        default, out[key] = spec.defaults[key], value
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
             kind = "be an integer" if isinstance(default, int) else "be a number"
             try:
                 number = float(value)
@@ -182,10 +153,6 @@ def resolve_params(spec: DatasetSpec, params: Mapping[str, Any]) -> dict[str, An
             if bad or (isinstance(default, int) and number != int(number)):
                 raise _invalid(spec.name, key, kind, value)
             out[key] = int(number) if isinstance(default, int) else number
-            if isinstance(default, int) and _is_count(key):
-                check_params({key: at_least(1)}, out, spec.name)
-        else:
-            out[key] = value
     check_params(spec.ranges, out, spec.name)
     return out
 
@@ -194,3 +161,12 @@ def sample_rng(seed: int, index: int) -> np.random.Generator:
     """The random generator of sample ``index`` of the data set drawn with ``seed`` (the
     ``SeedSequence(seed)`` child ``index``)."""
     return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(int(index),)))
+
+
+def filled(defaults, params, what, ranges) -> SimpleNamespace:
+    """``defaults`` updated with ``params``, checked against ``ranges``, as attributes (for direct
+    calls of a generator); ValueError naming an unknown or out-of-range parameter."""
+    if unknown := sorted(set(params) - set(defaults)):
+        raise ValueError(f"unknown {what} parameter(s) {unknown}; known: {sorted(defaults)}")
+    check_params(ranges, {**defaults, **params})
+    return SimpleNamespace(**{**defaults, **params})

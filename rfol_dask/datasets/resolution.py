@@ -1,12 +1,5 @@
-"""Is a pseudo-spectral solution resolved, in space and in time?
-
-With the 2/3 rule a solver keeps the modes ``|k|_inf <= K``; a resolved solution has decayed by
-orders before ``K``, an under-resolved one keeps a visible share in the upper half of the band
-(:func:`spectral_tail`; tails below 1e-4 went with errors below 2e-8, tails of 0.1-0.2 with
-errors of 5-21 %, ``benchmarks/spectral_tail.py``). In time, coarse steps can stay finite and be
-far off (``benchmarks/time_steps.py``): :func:`check_time_steps` estimates the error by step
-doubling.
-"""
+"""Is a pseudo-spectral solution resolved: in space by the share of the upper half of the kept
+modes (:func:`spectral_tail`), in time by step doubling (docs/datasets.md, "Resolution")."""
 
 from __future__ import annotations
 
@@ -57,8 +50,7 @@ def check_resolved(u, cutoff: int, ndim: int, *, what: str, fix: str) -> None:
 def step_error(coarse, fine, order: int = 4) -> float:
     """Step-doubling estimate ``||coarse - fine|| / ||fine|| 2^p / (2^p - 1)`` of the relative
     time-stepping error of ``coarse`` (``fine``: twice the steps of a method of ``order`` p)."""
-    coarse, fine = np.asarray(coarse, dtype=float), np.asarray(fine, dtype=float)
-    diff, size = np.linalg.norm(coarse - fine), np.linalg.norm(fine)
+    diff, size = np.linalg.norm(np.subtract(coarse, fine, dtype=float)), np.linalg.norm(fine)
     if not np.isfinite(diff):
         return float("inf")
     factor = 2.0**order / (2.0**order - 1.0)

@@ -1,11 +1,11 @@
 """Generating a data set as a dask job into a chunked, resumable Zarr store, and reading it back.
 
 Layout (docs/user_guide/data_model.md, "Stores"): variables ``input`` and ``output`` (sample,
-<grid dims>) with units, chunks along ``sample`` only, the generator parameters, seed and
-version as attributes. The Zarr group ``_rfol_dask`` holds ``block_done``, a flag per block set
-after its data are written, so a killed run resumes where it stopped (a NaN fill value: a missing
-chunk never reads as zeros). A run holds the file lock ``.rfol_dask.lock`` in the store; a marker
-file exists while the template is written, so a run killed then is restarted by the same command.
+<grid dims>) chunked along ``sample`` only, the parameters, seed and version as attributes; the
+group ``_rfol_dask`` holds ``block_done``, a flag per block set after its data are written, so a
+killed run resumes where it stopped (a NaN fill value: a missing chunk never reads as zeros). A run
+holds the file lock ``.rfol_dask.lock``; a marker file exists while the template is written, so a
+run killed then is restarted by the same command.
 """
 
 from __future__ import annotations
@@ -44,35 +44,14 @@ if TYPE_CHECKING:  # annotations only: importing distributed here would slow eve
     import distributed
 
 _TARGET_CHUNK_BYTES = 32 * 2**20
-_META_KEYS = ("dataset", "n_samples", "seed", "block_size", "params")
 _LOCK = ".rfol_dask.lock"  # the file lock of the generate run writing the store
 _TEMPLATE_MARK = ".rfol_dask.template"  # present while the store's template is being written
 
 
-def _grids(spec, params):
-    """``spec.grids(**params)``; ValueError if an axis has no points."""
-    gin, gout = spec.grids(**params)
-    for which, grid in (("input", gin), ("output", gout)):
-        empty = [d for d, c in grid.items() if len(c) == 0]
-        if empty:
-            raise ValueError(
-                f"{spec.name}: parameters {params} give an empty {which} grid (no points along "
-                f"{empty}); choose larger grid sizes"
-            )
-    return gin, gout
-
-
 def default_block_size(spec, params, n_samples):
     """Samples per block: chunks of about 32 MiB, at most 1000 samples, at most ``n_samples``."""
-    per_sample = 8 * sum(np.prod([len(c) for c in g.values()]) for g in _grids(spec, params))
+    per_sample = 8 * sum(np.prod([len(c) for c in g.values()]) for g in spec.grids(**params))
     return int(max(1, min(n_samples, 1000, _TARGET_CHUNK_BYTES // per_sample)))
-
-
-def _title(spec, params):
-    """The data set's description, with the parameters that differ from its defaults."""
-    changed = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v != spec.defaults.get(k))
-    note = f" -- with non-default parameters {changed} (the description is for the defaults)"
-    return spec.description + (note if changed else "")
 
 
 def _check_count(value, what):
@@ -83,12 +62,7 @@ def _check_count(value, what):
 
 def _template(spec, params, n_samples, block_size, seed):
     """The store's Dataset (NaN dask arrays: nothing is computed), metadata and encoding."""
-    gin, gout = _grids(spec, params)
-    for dim in set(gin) & set(gout):
-        if not np.array_equal(gin[dim], gout[dim]):
-            raise ValueError(
-                f"{spec.name}: input and output share dim {dim!r} with different coordinates"
-            )
+    gin, gout = spec.grids(**params)
     fields, encoding = {}, {}
     for var, grid, attrs in (("input", gin, spec.input_attrs), ("output", gout, spec.output_attrs)):
         shape = (n_samples, *(len(c) for c in grid.values()))
@@ -101,16 +75,14 @@ def _template(spec, params, n_samples, block_size, seed):
     for dim in {**gin, **gout}:
         ds[dim].attrs.update(spec.coord_attrs(dim))
     ds["sample"].attrs["long_name"] = "sample index"
-    meta = dict(zip(_META_KEYS, (spec.name, n_samples, int(seed), block_size, params), strict=True))
-    ds.attrs.update(
-        title=_title(spec, params),
-        Conventions="CF-1.10",
-        rfol_dask_version=__version__,
-        rfol_dask_meta=json.dumps(meta, sort_keys=True),
-        dataset=spec.name,
-        seed=int(seed),
-        **{f"param_{k}": v for k, v in params.items()},
-    )
+    meta = dict(dataset=spec.name, n_samples=n_samples, seed=int(seed), block_size=block_size)
+    meta = json.loads(json.dumps({**meta, "params": params}, sort_keys=True))
+    changed = ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if v != spec.defaults.get(k))
+    note = f" -- with non-default parameters {changed} (the description is for the defaults)"
+    title = spec.description + (note if changed else "")
+    ds.attrs.update(title=title, Conventions="CF-1.10", rfol_dask_version=__version__)
+    ds.attrs.update(rfol_dask_meta=json.dumps(meta, sort_keys=True), dataset=spec.name)
+    ds.attrs.update(seed=int(seed), **{f"param_{k}": v for k, v in params.items()})
     return ds, meta, encoding
 
 
@@ -156,15 +128,13 @@ def _store_state(path):
     return "new"
 
 
-def _stored_attrs(path):
-    """The root attributes of the data-set store ``path``, ``rfol_dask_meta`` read as JSON."""
-    attrs = group_attrs(path)
-    return {**attrs, "rfol_dask_meta": json.loads(attrs["rfol_dask_meta"])}
+def _stored_meta(path):
+    """The ``rfol_dask_meta`` of the data-set store ``path``, read as JSON."""
+    return json.loads(group_attrs(path)["rfol_dask_meta"])
 
 
 def _checked_block(name, seed, start, stop, params):
-    """Samples ``start:stop`` of data set ``name``: ``(inputs, outputs)``; FloatingPointError
-    when the generator produced NaN / Inf."""
+    """Samples ``start:stop`` of data set ``name``; FloatingPointError for NaN / Inf."""
     inputs, outputs = get(name).make_block(seed, start, stop, **params)
     for var, values in (("input", inputs), ("output", outputs)):
         if not np.isfinite(values).all():
@@ -181,8 +151,7 @@ def _write_block(path, name, seed, start, stop, block, params):
 
     inputs, outputs = _checked_block(name, seed, start, stop, params)
     group = zarr.open_group(path, mode="r+")
-    for var, values in (("input", inputs), ("output", outputs)):
-        group[var][start:stop] = values
+    group["input"][start:stop], group["output"][start:stop] = inputs, outputs
     group[flags_key(group)][block] = 1
     return stop - start
 
@@ -283,10 +252,10 @@ def generate(
     with path_lock(path / _LOCK, busy):
         done = _prepare_store(path, ds, meta, encoding, len(blocks), overwrite, block_given)
         todo = [(k, a, b) for k, (a, b) in enumerate(blocks) if not done[k]]
+        key = f"generate-{name}-"
+        write = dask.delayed(_write_block)
         tasks = [
-            dask.delayed(_write_block)(
-                str(path), name, seed, a, b, k, params, dask_key_name=f"generate-{name}-{k}"
-            )
+            write(str(path), name, seed, a, b, k, params, dask_key_name=f"{key}{k}")
             for k, a, b in todo
         ]
         if tasks:  # settle: after an interrupt, no block is still being written once the lock goes
@@ -329,16 +298,14 @@ def reuse_or_generate(
             except ValueError:  # interrupted before the samples asked for: resumed
                 size = stored["n_samples"]
     client = client() if callable(client) else client
-    ds = generate(
-        name, size, path, seed=seed, client=client, overwrite=overwrite, progress=progress, **params
-    )
-    return ds.isel(sample=slice(0, n_samples))
+    kw = dict(seed=seed, client=client, overwrite=overwrite, progress=progress)
+    return generate(name, size, path, **kw, **params).isel(sample=slice(0, n_samples))
 
 
 def _dataset_meta(path):
     """The ``rfol_dask_meta`` of the data-set store at ``path``; None if there is none."""
     ok = path is not None and path.is_dir() and _store_state(path) == "dataset"
-    return _stored_attrs(path)["rfol_dask_meta"] if ok else None
+    return _stored_meta(path) if ok else None
 
 
 def _request(spec, params, seed):
@@ -359,19 +326,18 @@ def request_mismatch(meta: dict, name: str, *, seed: int = 0, **params) -> dict:
     return _mismatch(meta, _request(spec, resolve_params(spec, params), seed))
 
 
-def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=True):
+def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given):
     """Under the lock: keep a store of the same data set (to resume it), else write the template.
     Returns the block flags. ``block_given``: whether the caller chose the block size."""
     state = _check_store_kind(path)
-    if state == "dataset":
-        stored = _stored_attrs(path)
-        existing, version = stored["rfol_dask_meta"], stored.get("rfol_dask_version")
-        if existing != json.loads(json.dumps(meta, sort_keys=True)) and not overwrite:
-            diff = _mismatch(existing, {k: meta[k] for k in _META_KEYS})
+    if state == "dataset" and not overwrite:
+        existing = _stored_meta(path)
+        if existing != meta:
+            diff = _mismatch(existing, meta)
             if list(diff) == ["block_size"]:  # the same samples, written in other blocks
                 raise ValueError(
-                    f"{path} was started with block_size={existing['block_size']}: rerun with that "
-                    f"block size (--block-size {existing['block_size']}), or without one, to "
+                    f"{path} was started with block_size={existing['block_size']}: rerun with "
+                    f"that block size (--block-size {existing['block_size']}), or without one, to "
                     "resume it"
                 )
             if not block_given:  # not asked for: it follows from the sample count
@@ -380,14 +346,15 @@ def _prepare_store(path, ds, meta, encoding, n_blocks, overwrite, block_given=Tr
                 f"{path} holds another data set (stored vs requested: {diff}); pass "
                 "overwrite=True (--overwrite) to replace it, or use another path"
             )
-        if overwrite:
-            refuse_foreign(_foreign_files(path), f"the data set at {path}", "use another path")
-        elif version != __version__ and not all(block_flags(path)):
+        version = group_attrs(path).get("rfol_dask_version")
+        if version != __version__ and not all(block_flags(path)):
             raise ValueError(
                 f"{path} was started by rfol_dask {version or '(version not recorded)'} and this "
                 f"is {__version__}: resuming could mix samples of two versions; pass "
                 "overwrite=True (--overwrite) to start it again, or move it away"
             )
+    elif state == "dataset":
+        refuse_foreign(_foreign_files(path), f"the data set at {path}", "use another path")
     if state != "dataset" or overwrite:
         _write_template(path, ds, encoding, n_blocks)
     return block_flags(path)
@@ -397,7 +364,7 @@ def _foreign_files(path):
     """What the data-set store ``path`` holds beyond its template's arrays (all of it when its
     metadata names no data set this version knows)."""
     try:
-        meta = _stored_attrs(path)["rfol_dask_meta"]
+        meta = _stored_meta(path)
         gin, gout = get(meta["dataset"]).grids(**meta["params"])
     except (KeyError, TypeError, ValueError):  # unreadable, or another version's data set
         return sorted(e.name for e in path.iterdir() if e.name not in (_LOCK, _TEMPLATE_MARK))

@@ -1,23 +1,13 @@
 """Structural mechanics (de Hoop et al. 2022): von Mises stress of a loaded plate with a fibre.
 
-The unit square with a centred circular fibre (``radius``), linear elasticity in plane stress
-(a linear-elastic variant of the original hyperelastic data): fibre ``E_fibre``, ``nu_fibre``;
-matrix shear modulus ``mu_matrix`` and ``nu_matrix``. The top edge carries the normal traction
-``f(x) = load_mean + load_scale sum_{l=1}^{n_modes} theta_l (pi^2 l^2 + tau^2)^(-1/2) sqrt(2)
-cos(pi l x)``,
-``theta_l ~ N(0, 1)``; left and right edges are free. ``bottom_bc``: ``"clamped"`` (``u = 0``,
-the benchmark) or ``"roller"`` (a frictionless support: ``u_y = 0`` along the bottom, ``u_x = 0``
-at the corner (0, 0) only; a homogeneous plate under a uniform load then has the exact uniform
-stress ``sigma_yy = f``, which P2 reproduces to rounding: the generator's patch test).
-Input: ``f`` at ``n_input`` points of the top edge (``input_interp="cubic21"``: sampled at 21
-points and interpolated by a not-a-knot cubic spline, as in the original files; ``"exact"``;
-``"cubicN"``). Output: von Mises on ``linspace(0, 1, n_output)^2`` (axis 0 along x).
-
-P2 triangles (scikit-fem) on an O-grid mesh conforming to the circle (``mesh_n`` elements per
-side); von Mises at the quadrature points, projected onto P1 with the lumped mass, probed at the
-output grid. The stiffness is factorised once per parameter set and process, and the
-displacements of the ``n_modes + 1`` load profiles solved at once, so a sample costs a dense
-product plus sparse products. Parameters, mesh study and validation: docs/datasets.md.
+The unit square with a centred circular fibre, linear elasticity in plane stress; the top edge
+carries the normal traction ``f(x) = load_mean + load_scale sum_{l <= n_modes} theta_l (pi^2 l^2
++ tau^2)^(-1/2) sqrt(2) cos(pi l x)``, ``theta_l ~ N(0, 1)``; the bottom is ``"clamped"`` or on a
+``"roller"`` (``u_y = 0``, ``u_x = 0`` at (0, 0) only: the patch test). Input: ``f`` at ``n_input``
+points of the top edge (``"exact"``, or ``"cubicN"``: a not-a-knot cubic spline through N
+samples); output: von Mises on ``linspace(0, 1, n_output)^2`` (axis 0 along x). P2 triangles
+(scikit-fem) on an O-grid mesh conforming to the circle; the stiffness is factorised once per
+parameter set and process and the ``n_modes + 1`` load profiles solved at once (docs/datasets.md).
 """
 
 from __future__ import annotations
@@ -28,33 +18,13 @@ import threading
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+import skfem
 from scipy.interpolate import CubicSpline
-from skfem import (
-    Basis,
-    BilinearForm,
-    ElementTriP1,
-    ElementTriP2,
-    ElementVector,
-    FacetBasis,
-    LinearForm,
-    MeshTri,
-    asm,
-)
 from skfem.helpers import ddot, eye, sym_grad, trace
 
+from . import registry
 from .grf import cosine_series_1d
-from .registry import (
-    EVEN,
-    DatasetSpec,
-    Rule,
-    at_least,
-    between,
-    check_params,
-    greater,
-    one_of,
-    register,
-    sample_rng,
-)
+from .registry import EVEN, DatasetSpec, Rule, at_least, filled, greater, one_of
 
 #: every parameter of the generator but ``n_output`` (21 low, 41 high), with its default; the one
 #: place the defaults are written (:func:`model` and :func:`make_block` fill from it)
@@ -75,7 +45,6 @@ DEFAULTS = {
 }
 #: the parameters that define the finite-element model (the key of its per-process cache)
 _MODEL_KEYS = tuple("radius E_fibre nu_fibre mu_matrix nu_matrix n_modes mesh_n bottom_bc".split())
-_BOTTOM_BC = ("clamped", "roller")
 
 
 def _cubic_points(input_interp):
@@ -84,9 +53,9 @@ def _cubic_points(input_interp):
     return int(match.group(1)) if match else None
 
 
-_POISSON = between(-1, 0.5, open_low=True)
+_POISSON = Rule(lambda v, p: -1 < v <= 0.5, "be in (-1, 0.5]")
 _RANGES = {
-    "radius": between(0, 0.5, open_low=True, open_high=True),
+    "radius": Rule(lambda v, p: 0 < v < 0.5, "be in (0, 0.5)"),
     "E_fibre": greater(0),
     "nu_fibre": _POISSON,
     "mu_matrix": greater(0),
@@ -100,19 +69,9 @@ _RANGES = {
         lambda v, p: v == "exact" or (_cubic_points(v) or 0) >= 4,
         "be 'exact' or 'cubicN' with N >= 4",
     ),
-    "bottom_bc": one_of(*_BOTTOM_BC),
+    "bottom_bc": one_of("clamped", "roller"),
     "n_output": at_least(2),
 }
-
-
-def _params(params):
-    """``DEFAULTS`` updated with ``params``; ValueError for an unknown one."""
-    unknown = sorted(set(params) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(
-            f"unknown structural mechanics parameter(s) {unknown}; known: {sorted(DEFAULTS)}"
-        )
-    return {**DEFAULTS, **params}
 
 
 #: samples go in batches aligned on absolute sample indices (padded with zero loads), so each
@@ -176,7 +135,6 @@ def build_mesh(mesh_n=DEFAULTS["mesh_n"], radius=DEFAULTS["radius"]):
     and the elements' fibre mask. O-grid: ``4 mesh_n`` nodes on each loop, ``max(2, round(0.2
     mesh_n))`` layers inside the circle, ``max(2, round(0.4 mesh_n))`` outside, a ``mesh_n``
     square grid in the inner square; quads split along their shorter diagonal."""
-    check_params(_RANGES, {"mesh_n": mesh_n, "radius": radius})
     m = int(mesh_n)
     c = np.array([0.5, 0.5])
     ring = _rings(m, radius, max(2, round(0.2 * m)), max(2, round(0.4 * m)))
@@ -194,7 +152,7 @@ def build_mesh(mesh_n=DEFAULTS["mesh_n"], radius=DEFAULTS["radius"]):
     # snap the square boundary exactly onto the unit square
     p = np.where(np.abs(p) < 1e-12, 0.0, p)
     p = np.where(np.abs(p - 1.0) < 1e-12, 1.0, p)
-    mesh = MeshTri(p.T.copy(), t.T.copy())
+    mesh = skfem.MeshTri(p.T.copy(), t.T.copy())
     fibre = np.linalg.norm(mesh.p[:, mesh.t].mean(axis=1) - c[:, None], axis=0) < radius
     return mesh, fibre
 
@@ -204,7 +162,7 @@ def von_mises(sxx, syy, sxy):
     return np.sqrt(np.maximum(sxx**2 - sxx * syy + syy**2 + 3.0 * sxy**2, 0.0))
 
 
-@BilinearForm
+@skfem.BilinearForm
 def _elasticity(u, v, w):
     eps = sym_grad(u)
     return ddot(2.0 * w.mu * eps + w.lam * eye(trace(eps), 2), sym_grad(v))
@@ -216,48 +174,47 @@ class _Model:
     displacements of the load profiles ``[1, sqrt(2) cos(pi l x)]``."""
 
     def __init__(self, radius, E_fibre, nu_fibre, mu_matrix, nu_matrix, n_modes, mesh_n, bottom_bc):
-        self.mesh, self.fibre = build_mesh(mesh_n, radius)
-        mesh = self.mesh
-        self.ubasis = Basis(mesh, ElementVector(ElementTriP2()), intorder=4)
-        self.sbasis = self.ubasis.with_element(ElementTriP1())
-        E_matrix = 2.0 * mu_matrix * (1.0 + nu_matrix)
-        E = np.where(self.fibre, E_fibre, E_matrix)
-        nu = np.where(self.fibre, nu_fibre, nu_matrix)
-        nqp = self.ubasis.X.shape[-1]
+        self.mesh, self.fibre = mesh, fibre = build_mesh(mesh_n, radius)
+        self.ubasis = ub = skfem.Basis(mesh, skfem.ElementVector(skfem.ElementTriP2()), intorder=4)
+        self.sbasis = ub.with_element(skfem.ElementTriP1())
+        E = np.where(fibre, E_fibre, 2.0 * mu_matrix * (1.0 + nu_matrix))
+        nu = np.where(fibre, nu_fibre, nu_matrix)
+        nqp = ub.X.shape[-1]
         self.lam = np.repeat((E * nu / (1.0 - nu**2))[:, None], nqp, axis=1)  # plane stress
         self.mu = np.repeat((E / (2.0 * (1.0 + nu)))[:, None], nqp, axis=1)
-
-        self.K = asm(_elasticity, self.ubasis, lam=self.lam, mu=self.mu).tocsc()
-        bottom = self.ubasis.get_dofs(lambda x: x[1] < 1e-10)
+        self.K = skfem.asm(_elasticity, ub, lam=self.lam, mu=self.mu).tocsc()
+        bottom = ub.get_dofs(lambda x: x[1] < 1e-10)
         if bottom_bc == "clamped":
             D = bottom.all()
         else:  # "roller": u_y = 0 on the bottom, u_x = 0 at (0, 0) only (no rigid motion left)
             corner = np.nonzero((mesh.p[0] < 1e-10) & (mesh.p[1] < 1e-10))[0]
-            D = np.union1d(bottom.all(["u^2"]), self.ubasis.get_dofs(nodes=corner).all(["u^1"]))
-        self.free = np.setdiff1d(np.arange(self.ubasis.N), D)
+            D = np.union1d(bottom.all(["u^2"]), ub.get_dofs(nodes=corner).all(["u^1"]))
+        self.free = np.setdiff1d(np.arange(ub.N), D)
         self._lu = None
-
         # the L + 1 load profiles [1, sqrt(2) cos(pi l x)] as right-hand sides (high-order rule)
         top = mesh.facets_satisfying(lambda x: x[1] > 1.0 - 1e-10)
         order = max(8, 4 + int(np.ceil(6 * n_modes / mesh_n)))
-        self.top_basis = FacetBasis(mesh, self.ubasis.elem, facets=top, intorder=order)
+        self.top_basis = skfem.FacetBasis(mesh, ub.elem, facets=top, intorder=order)
         xq = self.top_basis.global_coordinates().get(0)[0]  # (n_top_facets, nqp)
         profiles = [np.ones_like(xq)] + [
             np.sqrt(2.0) * np.cos(np.pi * k * xq) for k in range(1, int(n_modes) + 1)
         ]
-        F = np.stack([self.load_vector(f) for f in profiles], axis=1)
-        self.U = self.solve(F)  # one multi-right-hand-side solve
+        self.U = self.solve(np.stack([self.load_vector(f) for f in profiles], axis=1))
         self._lu = None  # free the factor (hundreds of MB); solve() refactorises on demand
-
         self.stress_ops = self._stress_operators()  # (n_quad, N_u) each
-        self.proj_rhs = self._projection_rhs()  # (N_p1, n_quad): int(. phi_i)
+        sb = self.sbasis  # the P1 projection's right-hand side int(. phi_i), (N_p1, n_quad)
+        nel, nqp = sb.mesh.t.shape[1], sb.X.shape[-1]
+        r = np.concatenate([np.repeat(sb.element_dofs[k], nqp) for k in range(sb.Nbfun)])
+        c = np.tile(np.arange(nel * nqp), sb.Nbfun)
+        v = np.concatenate([(sb.basis[k][0].get(0) * sb.dx).ravel() for k in range(sb.Nbfun)])
+        self.proj_rhs = sp.csr_matrix((v, (r, c)), shape=(sb.N, nel * nqp))
         self.lumped = np.asarray(self.proj_rhs.sum(axis=1)).ravel()  # int(phi_i)
         self._out = {}
 
     def load_vector(self, f_quad):
         """Right-hand side (N_u,) of the normal traction ``f_quad`` (n_top_facets, nqp) at the
         top-facet quadrature points."""
-        return asm(LinearForm(lambda v, w: w.f * v[1]), self.top_basis, f=f_quad)
+        return skfem.asm(skfem.LinearForm(lambda v, w: w.f * v[1]), self.top_basis, f=f_quad)
 
     def solve(self, F):
         """Displacements for right-hand sides ``F`` (N_u,) or (N_u, k) (SuperLU, factorised on
@@ -286,41 +243,16 @@ class _Model:
             for key, v in vals.items()
         }
 
-    def _projection_rhs(self):
-        sb = self.sbasis
-        nel, nqp = sb.mesh.t.shape[1], sb.X.shape[-1]
-        r = np.concatenate([np.repeat(sb.element_dofs[k], nqp) for k in range(sb.Nbfun)])
-        c = np.tile(np.arange(nel * nqp), sb.Nbfun)
-        v = np.concatenate([(sb.basis[k][0].get(0) * sb.dx).ravel() for k in range(sb.Nbfun)])
-        return sp.csr_matrix((v, (r, c)), shape=(sb.N, nel * nqp))
-
-    def probe(self, n_output):
-        """Sparse (n_output^2, N_p1) evaluation of P1 functions on ``linspace(0, 1, n)^2``
-        (x-major; points nudged 1e-9 inside the square so each lies in a triangle)."""
-        n = int(n_output)
-        xo = np.linspace(0.0, 1.0, n)
+    def projector(self, n_output):
+        """Sparse ``Q`` (n_output^2, n_quad): quadrature values -> lumped-mass L2 projection onto
+        P1 (nodal averages) -> values on ``linspace(0, 1, n)^2`` (x-major; points nudged 1e-9
+        inside the square so each lies in a triangle)."""
+        xo = np.linspace(0.0, 1.0, int(n_output))
         X, Y = np.meshgrid(xo, xo, indexing="ij")
         pts = np.clip(np.stack([X.ravel(), Y.ravel()]), 1e-9, 1.0 - 1e-9)
         parts = [self.sbasis.probes(pts[:, i : i + 64]) for i in range(0, pts.shape[1], 64)]
-        return sp.vstack([sp.csr_matrix(part) for part in parts]).tocsr()
-
-    def projector(self, n_output):
-        """Sparse ``Q`` (n_output^2, n_quad): quadrature values -> lumped-mass L2 projection onto
-        P1 (nodal averages ``int(v phi_i) / int(phi_i)``) -> values on the output grid."""
-        return (self.probe(n_output) @ sp.diags(1.0 / self.lumped) @ self.proj_rhs).tocsr()
-
-    def _output_maps(self, n_output):
-        """``Q``, the stress operators and the profile displacements restricted to the
-        quadrature points and dofs that reach the output grid (cached per ``n_output``)."""
-        n = int(n_output)
-        if n not in self._out:
-            Q = self.projector(n)
-            quad = np.unique(Q.indices)
-            ops = {k: v[quad] for k, v in self.stress_ops.items()}
-            dofs = np.unique(np.concatenate([op.indices for op in ops.values()]))
-            ops = {k: v[:, dofs].tocsr() for k, v in ops.items()}
-            self._out[n] = (Q[:, quad].tocsr(), ops, np.ascontiguousarray(self.U[dofs]))
-        return self._out[n]
+        probe = sp.vstack([sp.csr_matrix(part) for part in parts]).tocsr()
+        return (probe @ sp.diags(1.0 / self.lumped) @ self.proj_rhs).tocsr()
 
     def stresses_quad(self, U):
         """Plane-stress components ``(sxx, syy, sxy)`` at the quadrature points of ``ubasis``,
@@ -334,12 +266,20 @@ class _Model:
         return (self.projector(n_output) @ vm).T.reshape(-1, int(n_output), int(n_output))
 
     def output_from_coefficients(self, coef, n_output):
-        """:meth:`output` for the loads with profile weights ``coef`` (k, L + 1), touching only
-        the quadrature points and dofs that reach the output grid; shape (k, n, n)."""
-        Q, ops, U = self._output_maps(n_output)
+        """:meth:`output` for the loads with profile weights ``coef`` (k, L + 1), through only the
+        quadrature points and dofs that reach the output grid (cached per ``n_output``)."""
+        n = int(n_output)
+        if n not in self._out:
+            Q = self.projector(n)
+            quad = np.unique(Q.indices)
+            ops = {k: v[quad] for k, v in self.stress_ops.items()}
+            dofs = np.unique(np.concatenate([op.indices for op in ops.values()]))
+            ops = {k: v[:, dofs].tocsr() for k, v in ops.items()}
+            self._out[n] = (Q[:, quad].tocsr(), ops, np.ascontiguousarray(self.U[dofs]))
+        Q, ops, U = self._out[n]
         Uk = U @ coef.T
         vm = von_mises(*(ops[key] @ Uk for key in ("xx", "yy", "xy")))
-        return (Q @ vm).T.reshape(-1, int(n_output), int(n_output))
+        return (Q @ vm).T.reshape(-1, n, n)
 
 
 _CACHE: dict = {}
@@ -349,8 +289,7 @@ _LOCK = threading.Lock()
 def model(**params):
     """The :class:`_Model` of the parameters ``params`` (any of :data:`DEFAULTS`), built once
     per process (about 10 s and 0.7 GB at the defaults)."""
-    p = _params(params)
-    check_params(_RANGES, p)
+    p = vars(filled(DEFAULTS, params, "structural mechanics", _RANGES))
     key = tuple(type(DEFAULTS[k])(p[k]) for k in _MODEL_KEYS)
     with _LOCK:
         if key not in _CACHE:
@@ -359,8 +298,7 @@ def model(**params):
 
 
 def _amplitudes(n_modes, tau):
-    ell = np.arange(1, int(n_modes) + 1)
-    return (np.pi**2 * ell**2 + tau**2) ** -0.5
+    return (np.pi**2 * np.arange(1, int(n_modes) + 1) ** 2 + tau**2) ** -0.5
 
 
 def draw_load(rng, n_modes=DEFAULTS["n_modes"]):
@@ -368,61 +306,41 @@ def draw_load(rng, n_modes=DEFAULTS["n_modes"]):
     return rng.standard_normal(int(n_modes))
 
 
-def load_coefficients(
-    theta,
-    *,
-    load_mean=DEFAULTS["load_mean"],
-    load_scale=DEFAULTS["load_scale"],
-    tau=DEFAULTS["tau"],
-):
+def load_coefficients(theta, *, load_mean=100.0, load_scale=400.0, tau=3.0):
     """Weights (k, L + 1) of the profiles ``[1, sqrt(2) cos(pi l x)]`` for ``theta`` (k, L)."""
     theta = np.atleast_2d(theta)
     amp = load_scale * _amplitudes(theta.shape[1], tau) * theta
     return np.concatenate([np.full((len(theta), 1), load_mean), amp], axis=1)
 
 
-def _input_matrix(input_interp, n_input):
-    """``(x_sample, S)``: the load is sampled at ``x_sample`` and the input is ``S @ f(x_sample)``
-    (shape (n_input, len(x_sample))); ``S`` is the identity for ``"exact"`` and the not-a-knot
-    cubic spline (``scipy.interpolate.CubicSpline``) for ``"cubicN"``."""
-    check_params(_RANGES, {"input_interp": input_interp, "n_input": n_input})
-    x_in = np.linspace(0.0, 1.0, int(n_input))
-    if input_interp == "exact":
-        return x_in, np.eye(len(x_in))
-    x_s = np.linspace(0.0, 1.0, _cubic_points(input_interp))
-    return x_s, CubicSpline(x_s, np.eye(len(x_s)), axis=0)(x_in)
-
-
-def load(
-    theta,
-    x,
-    *,
-    load_mean=DEFAULTS["load_mean"],
-    load_scale=DEFAULTS["load_scale"],
-    tau=DEFAULTS["tau"],
-):
+def load(theta, x, *, load_mean=100.0, load_scale=400.0, tau=3.0):
     """The load ``f(x)`` (n,) of the module docstring at ``x`` (n,) for ``theta`` (L,)."""
     return load_mean + load_scale * cosine_series_1d(theta, _amplitudes(len(theta), tau), x)
 
 
 def make_block(seed, start, stop, *, n_output, **params):
     """Samples ``start .. stop-1``: loads (k, n_input) and von Mises stresses (k, n_output,
-    n_output); ``params``: any of :data:`DEFAULTS`. 200-450 samples a second (41 x 41, 2 cores)
-    after the model's setup."""
-    p = _params(params)
-    check_params(_RANGES, {**p, "n_output": n_output})
-    m = model(**p)
-    x_s, S = _input_matrix(p["input_interp"], p["n_input"])
-    n_modes, shape = int(p["n_modes"]), {k: p[k] for k in ("load_mean", "load_scale", "tau")}
-    k, n = stop - start, int(n_output)
-    inputs = np.empty((k, int(p["n_input"])))
-    outputs = np.empty((k, n, n))
+    n_output); ``params``: any of :data:`DEFAULTS`. Samples go in batches aligned on absolute
+    sample indices (padded with zero loads), so each goes through the same BLAS calls whatever
+    the block split: identical bytes."""
+    p = filled({**DEFAULTS, "n_output": n_output}, params, "structural mechanics", _RANGES)
+    m = model(**{k: getattr(p, k) for k in _MODEL_KEYS})
+    # the load is sampled at x_s and the input is S @ f(x_s): S is the identity for "exact", the
+    # not-a-knot cubic spline for "cubicN"
+    x_s = x_in = np.linspace(0.0, 1.0, int(p.n_input))
+    S = np.eye(len(x_in))
+    if p.input_interp != "exact":
+        x_s = np.linspace(0.0, 1.0, _cubic_points(p.input_interp))
+        S = CubicSpline(x_s, np.eye(len(x_s)), axis=0)(x_in)
+    shape = dict(load_mean=p.load_mean, load_scale=p.load_scale, tau=p.tau)
+    k, n, n_modes = stop - start, int(n_output), int(p.n_modes)
+    inputs, outputs = np.empty((k, int(p.n_input))), np.empty((k, n, n))
     for b in range(start // _BATCH, -(-stop // _BATCH)):
         lo = b * _BATCH
         rows = range(max(lo, start), min(lo + _BATCH, stop))
         theta = np.zeros((_BATCH, n_modes))
         for i in rows:
-            theta[i - lo] = draw_load(sample_rng(seed, i), n_modes)
+            theta[i - lo] = draw_load(registry.sample_rng(seed, i), n_modes)
             inputs[i - start] = S @ load(theta[i - lo], x_s, **shape)
         coef = load_coefficients(theta, **shape)
         coef[[j for j in range(_BATCH) if lo + j not in rows]] = 0.0
@@ -431,29 +349,24 @@ def make_block(seed, start, stop, *, n_output, **params):
     return inputs, outputs
 
 
-def _make_grids(n_output_default):
-    def grids(*, n_input=DEFAULTS["n_input"], n_output=n_output_default, **_):
-        xo = np.linspace(0.0, 1.0, int(n_output))
-        return {"x_load": np.linspace(0.0, 1.0, int(n_input))}, {"x": xo, "y": xo.copy()}
-
-    return grids
-
-
 def _spec(name, n_output, paper, what):
     defaults = {**DEFAULTS, "n_output": n_output}
 
-    def block(seed, start, stop, **params):
-        return make_block(seed, start, stop, **{**defaults, **params})
+    def grids(*, n_input=DEFAULTS["n_input"], n_output=n_output, **_):
+        xo = np.linspace(0.0, 1.0, int(n_output))
+        return {"x_load": np.linspace(0.0, 1.0, int(n_input))}, {"x": xo, "y": xo.copy()}
 
-    return register(
+    return registry.register(
         DatasetSpec(
             name=name,
             input_attrs={"long_name": "top-edge normal traction f(x)", "units": "1"},
             output_attrs={"long_name": "von Mises stress", "units": "1"},
-            make_block=block,
+            make_block=lambda seed, start, stop, **params: make_block(
+                seed, start, stop, **{**defaults, **params}
+            ),
             defaults=defaults,
             units="m",
-            grids=_make_grids(n_output),
+            grids=grids,
             ranges=_RANGES,
             description=f"Structural mechanics {what}: top-edge load (41) -> von Mises stress "
             f"({n_output}x{n_output}), plane-stress plate with a fibre",

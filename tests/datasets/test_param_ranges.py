@@ -83,7 +83,7 @@ BAD = {
         ],
         "n_steps": [(0, "be at least 1")],
         "grading": [(0, "be > 0")],
-        "n_modes": [(0, "be at least 1"), (512, "be in [1, 511] (below n_solve / 2 = 512)")],
+        "n_modes": [(0, "be in [1, 511]"), (512, "be in [1, 511] (below n_solve / 2 = 512)")],
         "sigma": [(0, "be > 0")],
         "tau": [(-5, "be at least 0")],
     },
