@@ -1,10 +1,5 @@
-"""Operands and grids: reading data sets (Zarr stores, NetCDF files) and operands.
-
-An operand is a numpy array, a dask array, an ``xarray.DataArray`` with a sample dim (the
-user's name, renamed ``sample`` and put first: :func:`named`), or a Dataset / path holding the
-input and output variables. :func:`as_operand` flattens the grid dims lazily and remembers
-how to undo that.
-"""
+"""Operands and grids: data sets opened lazily (Zarr stores, NetCDF files); operands matched by
+name (:func:`named`, samples and grid dims by label) and flattened to 2-D (:func:`as_operand`)."""
 
 from __future__ import annotations
 
@@ -23,21 +18,6 @@ from .exceptions import DataWarning
 from .recovery.grids import as_grid, as_periods, same_grid
 from .stacklevel import user_stacklevel
 from .stores import PREDICTION_STORE, check_sources, check_store, describe_path, load_hint
-
-__all__ = [
-    "user_path",
-    "Operand",
-    "as_operand",
-    "align_samples",
-    "open_dataset",
-    "read_pair",
-    "check_known_sizes",
-    "learn_grid",
-    "operand_grid",
-    "grid_dims",
-    "learn_periods",
-    "named",
-]
 
 
 @dataclass
@@ -59,45 +39,37 @@ def user_path(path):
 
 
 def open_dataset(path, samples=None, sample_dim="sample"):
-    """Open a data set lazily: a Zarr store (checked for missing blocks and chunks) or a file
-    xarray opens (NetCDF), in chunks along ``sample_dim``.
-
-    With ``samples``, only the first ``samples`` samples are opened and checked. A generated
-    store with unset ``block_done`` flags (interrupted: rerun the generation), or a missing chunk
-    file of ``input`` / ``output``, is a ValueError naming it; so is, when read, a chunk that
-    cannot be decoded.
-    """
+    """Open a data set lazily, in chunks along ``sample_dim``: a Zarr store (ValueError for unset
+    ``block_done`` flags or a missing chunk file of ``input`` / ``output``) or a file xarray
+    opens (NetCDF); with ``samples``, only its first ``samples`` samples (and chunks checked)."""
     path = user_path(path)
-    if not Path(path).exists():
+    where = Path(path).resolve()
+    if not where.exists():
         raise FileNotFoundError(f"no data set at {path}")
-    if Path(path).is_file():
-        return _open_file(path, samples, sample_dim)
-    kind = describe_path(Path(path).resolve())
+    kind = describe_path(where)
     if kind == "model":
         raise ValueError(
-            f"{path} is a saved model, not a data set: load it with "
-            f"{load_hint(Path(path).resolve())} to predict with it; fit and open_dataset read a "
-            "data-set store"
+            f"{path} is a saved model, not a data set: load it with {load_hint(where)} to predict "
+            "with it; fit and open_dataset read a data-set store"
         )
     if kind == PREDICTION_STORE:
         raise ValueError(
             f"{path} is {kind}, not a data set: read its predictions with "
             "xarray.open_zarr(path)['prediction']"
         )
+    is_file = where.is_file()
     try:
-        try:
-            ds = xr.open_zarr(path, consolidated=True)
-        except (KeyError, ValueError):  # stores written without consolidated metadata
-            ds = xr.open_zarr(path, consolidated=False)
+        if is_file:
+            ds = xr.open_dataset(path, chunks={})
+        else:
+            try:
+                ds = xr.open_zarr(path, consolidated=True)
+            except (KeyError, ValueError):  # stores written without consolidated metadata
+                ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
-        raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
-    _check_samples(samples, ds.sizes.get(sample_dim, 0), path)
-    check_store(ds, path, samples)
-    ds = ds.drop_vars("block_done", errors="ignore")
-    return ds if samples is None else ds.isel({sample_dim: slice(0, int(samples))})
-
-
-def _check_samples(samples, size, path):
+        how = ": {} (NetCDF needs h5netcdf or netCDF4 installed)" if is_file else " in Zarr: {}"
+        raise ValueError(f"{path} cannot be read as an xarray data set" + how.format(exc)) from exc
+    size = ds.sizes.get(sample_dim, 0)
     if samples is not None and (
         isinstance(samples, bool)
         or not isinstance(samples, numbers.Integral)
@@ -107,20 +79,10 @@ def _check_samples(samples, size, path):
             f"samples must be a whole number from 1 to the {size} samples of {path}, "
             f"got {samples!r}"
         )
-
-
-def _open_file(path, samples, sample_dim):
-    """A NetCDF (or other) file opened lazily by xarray, about 64 MiB of samples a chunk."""
-    try:
-        ds = xr.open_dataset(path, chunks={})
-    except (ValueError, OSError) as exc:
-        raise ValueError(
-            f"{path} cannot be read as an xarray data set: {exc} (NetCDF needs h5netcdf or "
-            "netCDF4 installed)"
-        ) from exc
-    size = ds.sizes.get(sample_dim, 0)
-    _check_samples(samples, size, path)
-    if size:
+    if not is_file:
+        check_store(ds, path, samples)
+        ds = ds.drop_vars("block_done", errors="ignore")
+    elif size:  # about 64 MiB of samples a chunk
         row = max(
             (v.nbytes // size for v in ds.data_vars.values() if sample_dim in v.dims), default=1
         )
@@ -138,9 +100,8 @@ def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
         check_sources(X, y)
         return X, y
     wanted = [v for v in names if v is not None]
-    missing = [v for v in wanted if v not in X]
-    held = list(map(str, X.data_vars)) or ["?"]
-    if missing:
+    if missing := [v for v in wanted if v not in X]:
+        held = list(map(str, X.data_vars)) or ["?"]
         dims = X[held[0]].dims if held[0] in X.data_vars else ()
         dim = f", sample_dim={dims[0]!r}" if dims and sample_dim not in X.dims else ""
         raise ValueError(
@@ -161,11 +122,15 @@ def align_samples(X, y):
     labelled = [
         n for n, a in (("X", X), ("y", y)) if isinstance(a, xr.DataArray) and "sample" in a.indexes
     ]
-    if len(labelled) == 1:
-        index, (one, other) = (
-            (X if labelled == ["X"] else y).indexes["sample"],
-            sorted(("X", "y"), key=lambda n: n != labelled[0]),
+    if len(labelled) == 2:
+        how = (
+            "pair them yourself: xarray.align(X, y, join='inner') keeps the common samples, "
+            "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position"
         )
+        return _same_labels(X, y, "sample", ("X", "y"), how)
+    if labelled:
+        one, other = ("X", "y") if labelled == ["X"] else ("y", "X")
+        index = (X if one == "X" else y).indexes["sample"]
         if len(index) > 1 and not index.is_monotonic_increasing:
             warnings.warn(
                 f"{one}'s sample labels are not in increasing order but {other} has none, so they "
@@ -174,13 +139,7 @@ def align_samples(X, y):
                 DataWarning,
                 stacklevel=user_stacklevel(),
             )
-    if len(labelled) < 2:
-        return y
-    how = (
-        "pair them yourself: xarray.align(X, y, join='inner') keeps the common samples, "
-        "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position"
-    )
-    return _same_labels(X, y, "sample", ("X", "y"), how)
+    return y
 
 
 def _same_labels(a, b, d, names, how):
@@ -247,22 +206,14 @@ def match_grid_labels(X, coords, grid, name="X"):
 def _same_axis(ia, ib):
     """Numeric 1-D coordinates equal point by point to ``1e-6`` of the span (float32 copies)."""
     x, y = np.asarray(ia), np.asarray(ib)
-    numeric = all(
-        np.issubdtype(v.dtype, np.number) and not np.issubdtype(v.dtype, np.complexfloating)
-        for v in (x, y)
-    )
-    return numeric and x.ndim == 1 and same_grid((x.astype(float),), (y.astype(float),))
+    numeric = x.dtype.kind in "iuf" and y.dtype.kind in "iuf" and x.ndim == 1
+    return numeric and same_grid((x.astype(float),), (y.astype(float),))
 
 
 def unsorted_axis(coords):
     """True for numeric 1-D coordinates of two or more points that do not increase."""
     c = np.asarray(coords)
-    return (
-        c.ndim == 1
-        and c.size > 1
-        and np.issubdtype(c.dtype, np.number)
-        and not np.all(np.diff(c) > 0)
-    )
+    return c.ndim == 1 and c.size > 1 and c.dtype.kind in "iufc" and not np.all(np.diff(c) > 0)
 
 
 def ascending_grid(X):
@@ -303,10 +254,9 @@ def _rename_advice(X, name, sample_dim, dims, shape):
     if shape is not None and X.shape == tuple(shape) and (dims is None or set(X.dims) == set(dims)):
         return f"{name} holds one sample of the model's grid: {name}.expand_dims({sample_dim!r})"
     if not dims:
-        guess = next((d for d in X.dims if shape is None or X.ndim != len(shape) + 1), None)
-        guess = X.dims[0] if guess is None else guess
         return (
-            f"{name} has dims {X.dims} and none named {sample_dim!r}: pass sample_dim={guess!r} "
+            f"{name} has dims {X.dims} and none named {sample_dim!r}: pass "
+            f"sample_dim={X.dims[0]!r} "
             "(the dim that runs over the samples)"
         )
     extra = [d for d in X.dims if d not in (sample_dim, *dims)]
@@ -399,9 +349,7 @@ def operand_grid(operand):
     if operand.kind != "xarray" or not operand.dims or set(operand.dims) - set(operand.coords):
         return None
     coords = {d: np.asarray(operand.coords[d]) for d in operand.dims}
-    if not all(
-        np.issubdtype(c.dtype, np.number) and not np.iscomplexobj(c) for c in coords.values()
-    ):
+    if not all(c.dtype.kind in "iuf" for c in coords.values()):
         return None
     try:
         as_grid({d: np.sort(c) for d, c in coords.items()})  # in any order
@@ -410,10 +358,7 @@ def operand_grid(operand):
             f"the coordinates of the grid dims {list(coords)} are not a grid ({exc}); fix them, "
             "or drop them (da.drop_vars(...)) to have the values read by position"
         ) from exc
-    try:
-        return as_grid(coords)
-    except ValueError:  # not increasing: read by position
-        return None
+    return None if any(map(unsorted_axis, coords.values())) else as_grid(coords)  # or by position
 
 
 def grid_dims(operand, grid_arg, grid):
@@ -426,23 +371,9 @@ def grid_dims(operand, grid_arg, grid):
     return tuple(f"dim_{k}" for k in range(len(grid or ())))
 
 
-def learn_periods(periods, operand, grid, which, dims=None):
-    """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` or else
-    the coordinates' ``period`` attributes; None without a grid."""
-    dims = grid_dims(operand, None, grid) if dims is None else dims
-    if periods is None:
-        per_axis = [operand.periods.get(d) for d in dims]
-    elif isinstance(periods, Mapping):
-        per_axis = [periods.get(d) for d in dims]
-    elif isinstance(periods, numbers.Real):
-        per_axis = [periods] * len(dims)
-    else:
-        per_axis = list(periods)
-        if grid is not None and len(per_axis) != len(grid):
-            raise ValueError(
-                f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: "
-                "give one period (or None) per axis, or a mapping dim -> period"
-            )
+def learn_periods(periods, operand, grid, which, dims):
+    """Per-axis periods (float or None) of one training grid (its axes ``dims``), from
+    ``fit(periods=)`` or else the coordinates' ``period`` attributes; None without a grid."""
     if grid is None:
         if any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None:
             raise ValueError(
@@ -450,7 +381,6 @@ def learn_periods(periods, operand, grid, which, dims=None):
                 "or xarray data with coordinates"
             )
         return None
-    return as_periods(per_axis, grid, f"the periods of the {which} grid")
-
-
-# ------------------------------------------------------------------------------ data-set stores
+    if periods is None or isinstance(periods, Mapping):
+        periods = [(operand.periods if periods is None else periods).get(d) for d in dims]
+    return as_periods(periods, grid, f"the periods of the {which} grid")

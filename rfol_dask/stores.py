@@ -1,8 +1,5 @@
-"""Store checks: what a path holds, and missing chunks and unfinished blocks of Zarr stores.
-
-A chunk file missing from a local Zarr store reads back as its fill value: every store an
-estimator reads is refused where chunks are missing, naming the store, variable and samples.
-"""
+"""Store checks: what a path holds; the missing chunks (which read back as the fill value) and
+unfinished blocks of the local Zarr stores an estimator reads, named by variable and samples."""
 
 from __future__ import annotations
 
@@ -91,15 +88,12 @@ def _check_chunks(arr, store, name, dims, meta, samples=None):
     if arr.nchunks_initialized == arr.nchunks:
         return
     folder, chunks = os.path.join(store, name), arr.shards or arr.chunks  # a file holds a shard
-    stored = {
-        os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs
-    }
     axis = dims.index("sample") if "sample" in dims else None
     grid = [-(-n // c) for n, c in zip(arr.shape, chunks, strict=True)]
     if samples is not None and axis is not None:
         grid[axis] = min(grid[axis], -(-int(samples) // chunks[axis]))
     key = arr.metadata.encode_chunk_key
-    missing = [i for i in np.ndindex(*grid) if key(i) not in stored]
+    missing = [i for i in np.ndindex(*grid) if not os.path.exists(os.path.join(folder, key(i)))]
     if not missing:
         return
     span, first = "all samples", missing[0]
