@@ -91,8 +91,7 @@ def open_dataset(path, samples=None, sample_dim="sample"):
 
 
 def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
-    """``(X, y)``, or the variables ``names`` of a Dataset or data-set path ``X`` (``names[1]``
-    None: prediction, ``(input, None)``); the stores they read are checked for missing chunks."""
+    """``(X, y)``, or the variables ``names`` of a Dataset or store path ``X``, stores checked."""
     opened = isinstance(X, (str, os.PathLike))
     if opened:
         X = open_dataset(X, sample_dim=sample_dim)  # checks the store
@@ -116,9 +115,7 @@ def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
 
 
 def align_samples(X, y):
-    """``y`` paired with ``X`` by the labels of their ``sample`` coordinates where both carry
-    them (reordered lazily; ValueError for other or duplicated labels), else by position (a
-    DataWarning where one side's labels are out of order)."""
+    """``y`` reordered to the ``sample`` labels of ``X`` where both carry them, else as it is."""
     labelled = [
         n for n, a in (("X", X), ("y", y)) if isinstance(a, xr.DataArray) and "sample" in a.indexes
     ]
@@ -143,8 +140,7 @@ def align_samples(X, y):
 
 
 def _same_labels(a, b, d, names, how):
-    """``b`` with the labels of ``a`` along ``d`` (reordered); ValueError ending in ``how`` for
-    duplicated labels or different label sets."""
+    """``b`` reordered to the labels of ``a`` along ``d``; ValueError ending in ``how``."""
     ia, ib = a.indexes[d], b.indexes.get(d)
     if ib is None or ia.equals(ib):
         return b
@@ -161,10 +157,8 @@ def _same_labels(a, b, d, names, how):
 
 
 def align_by_label(a, b, names=("true", "pred")):
-    """``b`` matched to the DataArray ``a`` as the estimators match operands: dims by name, labels
-    by coordinate along every dim both carry (numeric grids equal to ``1e-6`` of their span);
-    grid dims named differently (a model fitted on arrays: ``dim_0``) along ``sample`` only.
-    Anything else is paired by position."""
+    """``b`` matched to the DataArray ``a``: dims by name, labels along every dim both carry
+    (grid dims named otherwise, e.g. ``dim_0``: along ``sample`` only), else by position."""
     if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)):
         return b
     if set(a.dims) == set(b.dims):
@@ -184,9 +178,7 @@ def align_by_label(a, b, names=("true", "pred")):
 
 
 def match_grid_labels(X, coords, grid, name="X"):
-    """DataArray ``X`` with its grid labels matched to ``coords`` (the model's) where the model
-    reads them by label, having no ``grid`` (labels that are not numbers): reordered, or a
-    ValueError naming the dim. Dims without coordinates, and other operands, by position."""
+    """DataArray ``X`` reordered to the model's non-numeric grid labels ``coords`` (no ``grid``)."""
     if not isinstance(X, xr.DataArray) or not coords or grid is not None:
         return X
     X = ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X
@@ -217,8 +209,7 @@ def unsorted_axis(coords):
 
 
 def ascending_grid(X):
-    """A DataArray with every grid dim (all but the first) sorted by its numeric coordinates,
-    lazily (the models read grids in increasing order); anything else as it is."""
+    """A DataArray with its grid dims (all but the first) sorted by numeric coordinate, lazily."""
     if not isinstance(X, xr.DataArray):
         return X
     for d in X.dims[1:]:
@@ -229,10 +220,8 @@ def ascending_grid(X):
 
 
 def named(X, name, sample_dim="sample", dims=None, shape=None):
-    """DataArray ``X`` with its ``sample_dim`` renamed ``sample`` and put first, then the grid
-    ``dims`` (the model's, matched by name; None: any); other operands unchanged. ValueError
-    listing at once every rename or squeeze that makes ``X`` match (``shape``: the model's grid
-    shape, which pairs dims by size)."""
+    """DataArray ``X`` with ``sample_dim`` renamed ``sample``, first, then the model's grid ``dims``
+    (by name); else a ValueError listing every rename or squeeze (dims paired by ``shape``)."""
     if not isinstance(X, xr.DataArray):
         return X
     want = (sample_dim, *(dims or ()))
@@ -283,9 +272,7 @@ def _rename_advice(X, name, sample_dim, dims, shape):
 
 
 def as_operand(X, name, sort=True):
-    """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``.
-    A DataArray's ``sample`` dim is put first (wherever it is) and, with ``sort``, its grid dims
-    in increasing coordinate order (:func:`ascending_grid`; without: by position)."""
+    """``X`` (M, *grid) flattened lazily to a 2-D :class:`Operand` (a DataArray's grid sorted)."""
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
@@ -318,8 +305,7 @@ def check_known_sizes(X, name):
 
 
 def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
-    """Predictions (M, m) reshaped to ``(M, *grid_shape)`` and, for xarray, wrapped with the
-    sample and scalar coordinates of ``template`` and the output grid ``coords``."""
+    """Predictions (M, m) as ``(M, *grid_shape)``, for xarray with ``template``'s coordinates."""
     if tuple(values.shape[1:]) != tuple(grid_shape):
         values = values.reshape((values.shape[0], *grid_shape))
     if template.kind != "xarray":
@@ -344,8 +330,7 @@ def learn_grid(grid, operand, shape, which):
 
 
 def operand_grid(operand):
-    """The grid of an xarray operand whose grid dims all have numeric coordinates, else None;
-    ValueError for numeric coordinates that are no grid (a repeated value, NaN)."""
+    """The grid of an xarray operand's numeric coordinates; ValueError if they are no grid."""
     if operand.kind != "xarray" or not operand.dims or set(operand.dims) - set(operand.coords):
         return None
     coords = {d: np.asarray(operand.coords[d]) for d in operand.dims}
@@ -362,8 +347,7 @@ def operand_grid(operand):
 
 
 def grid_dims(operand, grid_arg, grid):
-    """The names of one side's grid axes: the xarray dims, else the keys of a mapping
-    ``fit(..., input_grid=/output_grid=)``, else ``dim_0, dim_1, ...``."""
+    """One side's grid dims: the xarray dims, a mapping grid's keys, else ``dim_0, dim_1, ...``."""
     if operand.dims:
         return tuple(operand.dims)
     if isinstance(grid_arg, Mapping):
@@ -372,8 +356,7 @@ def grid_dims(operand, grid_arg, grid):
 
 
 def learn_periods(periods, operand, grid, which, dims):
-    """Per-axis periods (float or None) of one training grid (its axes ``dims``), from
-    ``fit(periods=)`` or else the coordinates' ``period`` attributes; None without a grid."""
+    """One grid's periods per axis, from ``fit(periods=)`` or the coordinates' ``period``."""
     if grid is None:
         if any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None:
             raise ValueError(

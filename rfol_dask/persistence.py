@@ -64,9 +64,7 @@ def _checksum(value):
 
 
 def check_model_path(path, overwrite=True):
-    """ValueError unless a model may be saved at ``path``: nothing there, an empty directory, or
-    (with ``overwrite``) a model holding nothing but its arrays; never the current directory or
-    a folder holding it, nor inside a Zarr store."""
+    """ValueError unless ``path`` is free, an empty folder or (``overwrite``) a model alone."""
     import zarr
 
     path = Path(os.path.abspath(path))
@@ -88,8 +86,7 @@ def check_model_path(path, overwrite=True):
 
 
 def _leftovers(path):
-    """Hidden ``.NAME.old-*`` / ``.NAME.tmp-*`` siblings of interrupted saves (a save's tag or a
-    model: never a user's ``.NAME.old-backup``)."""
+    """Hidden ``.NAME.old-*``/``.NAME.tmp-*`` siblings of killed saves (not ``.NAME.old-mine``)."""
     return sorted(
         p
         for p in path.parent.iterdir()
@@ -100,8 +97,7 @@ def _leftovers(path):
 
 
 def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
-    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model at ``path`` (checked
-    first by the caller with :func:`check_model_path`) through :func:`swap_into_place`."""
+    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model at ``path``."""
     import zarr
 
     path = Path(os.path.abspath(path))
@@ -242,8 +238,7 @@ def _verified(group, path, fmt, attrs):
 
 
 def jsonable(value, strict=False):
-    """``value`` with numpy scalars / arrays as Python ones (for JSON); any other object as its
-    ``str``, or with ``strict`` a TypeError whose argument is the object."""
+    """``value`` in JSON types; other objects as ``str`` (``strict``: TypeError of the object)."""
     if isinstance(value, dict):
         return {str(k): jsonable(v, strict) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
@@ -265,8 +260,7 @@ def attrs_of(V, dims):
 
 
 def _params(model):
-    """``model.get_params()`` as JSON (a Generator seed as None: the fitted arrays hold its draw);
-    ValueError for a parameter JSON cannot hold (e.g. a Generator in ``recovery``)."""
+    """``model.get_params()`` as JSON (a Generator seed: None, the fitted arrays hold its draw)."""
     params = model.get_params()
     params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
     if "random_state" in params:
@@ -296,8 +290,7 @@ def _coord_key(which, dim):
 
 
 def estimator_state(model):
-    """``(arrays, attrs)`` of a fitted ``OperatorEstimator``: numpy arrays (fitted, training
-    coordinates, grids) and JSON attributes that :func:`restore_estimator` reads back."""
+    """``(arrays, attrs)``: a fitted estimator's numpy arrays and JSON attributes, to save."""
     names = getattr(model, "feature_names_in_", None)
     attrs = {
         "estimator": type(model).__name__,
@@ -362,8 +355,7 @@ def _instance(cls, params, attrs, path):
 
 
 def restore_estimator(cls, arrays, attrs, path=None, device=None):
-    """A fitted ``cls`` from what :func:`estimator_state` wrote (read from ``path``), predicting
-    on ``device``, or on the CPU with a warning when its fit's device is not available here."""
+    """A fitted ``cls`` from :func:`estimator_state`'s output, on ``device`` (else its own/CPU)."""
     params = dict(attrs["params"])
     if device is not None and "device" in params:
         backend.check_device(params["device"])  # a device no version knows: an unusable model
