@@ -237,7 +237,7 @@ def check_outside_stores(path, action="save a model", cwd=True):
 
 
 def foreign_entries(path, arrays):
-    """The files of the Zarr directory ``path`` beyond its ``arrays`` (e.g. ``"coef_"``), sorted."""
+    """A user's entries in the Zarr directory ``path``: all beyond its own ``arrays``, sorted."""
     path, chunk, foreign = Path(path), re.compile(r"[0-9.]+"), []
     for entry in path.iterdir():
         keys = [n.split("/") for n in arrays if n.split("/")[0] == entry.name]
