@@ -38,7 +38,6 @@ from .stores import (
 # The newest model layout this version reads (a model is written with the lowest that reads it):
 # 3 a primal KernelOperator's coef_, 2 input_centre_, 1 checksums, 0 unversioned (a warning).
 MODEL_FORMAT = 3
-_LEFTOVER = re.compile(r"(.+\.\d+\.)?[0-9a-f]+")  # a save's sibling's tag (older: host.pid.hex)
 
 
 @contextlib.contextmanager
@@ -83,17 +82,6 @@ def check_model_path(path, overwrite=True):
             f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
             "(only a model is ever replaced): choose another path or move it away yourself"
         )
-
-
-def _leftovers(path):
-    """Hidden ``.NAME.old-*``/``.NAME.tmp-*`` siblings of killed saves (not ``.NAME.old-mine``)."""
-    return sorted(
-        p
-        for p in path.parent.iterdir()
-        for kind in ("old", "tmp")
-        if p.name.startswith(pre := f".{path.name}.{kind}-")
-        and (_LEFTOVER.fullmatch(p.name[len(pre) :]) or describe_path(p) == "model")
-    )
 
 
 def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
@@ -145,34 +133,22 @@ def swap_into_place(path, write, check, busy):
             shutil.rmtree(tmp, ignore_errors=True)
             if old is not None and path.exists():
                 shutil.rmtree(old, ignore_errors=True)
-        for leftover in _leftovers(path):
-            shutil.rmtree(leftover, ignore_errors=True)
+        # what killed saves left (their tag; older: host.pid.hex), never a user's .NAME.old-mine
+        left = re.compile(rf"\.{re.escape(path.name)}\.(old|tmp)-(.+\.\d+\.)?[0-9a-f]+")
+        for p in path.parent.iterdir():
+            if left.fullmatch(p.name):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def load_model(path):
-    """``(arrays, attrs)`` of the model :func:`save_model` wrote at ``path``, every array verified
-    (a save killed between its renames: the newest model left beside it, with a warning).
+    """``(arrays, attrs)`` of the model :func:`save_model` wrote at ``path``, every array verified.
     FileNotFoundError: no model; ValueError: not a model, a newer format, or damaged."""
     import zarr
 
     path = Path(os.path.abspath(path))
-    if not path.exists():
-        found = [p for p in _leftovers(path) if describe_path(p) == "model"]
-        if not found:
-            raise FileNotFoundError(f"no model at {path}")
-
-        def saved(p):  # ns; format 0: its metadata's modification time
-            return group_attrs(p).get("rfol_dask_saved") or (p / "zarr.json").stat().st_mtime_ns
-
-        target, path = path, max(found, key=saved)
-        warnings.warn(
-            f"no model at {target}: a save to it was interrupted; loading the newest complete "
-            f"model left beside it ({path.name}). Save the model to {target} again to finish and "
-            "clean up.",
-            ModelFileWarning,
-            stacklevel=user_stacklevel(),
-        )
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
+    if kind is None:
+        raise FileNotFoundError(f"no model at {path}")
     if kind != "model":
         hint = {
             "an rfol_dask data set": "open it with rfol_dask.datasets.open_dataset, or fit a model "
