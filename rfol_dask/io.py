@@ -252,10 +252,8 @@ def _rename_advice(X, name, sample_dim, dims, shape):
     sizes = dict(zip(dims, shape or (), strict=False))
     rename = {}
     for d in (d for d in dims if d not in X.dims):  # grid dims first, paired by size
-        free = [e for e in extra if e not in rename]
-        e = next((e for e in free if X.sizes[e] == sizes.get(d)), free[0] if free else None)
-        if e is not None:
-            rename[e] = d
+        if free := [e for e in extra if e not in rename]:
+            rename[next((e for e in free if X.sizes[e] == sizes.get(d)), free[0])] = d
     free = [e for e in extra if e not in rename]
     if sample_dim not in X.dims and free:
         rename[next((e for e in free if X.sizes[e] > 1), free[0])] = sample_dim
