@@ -185,7 +185,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         -----
         A fit that raises or is interrupted leaves the estimator as it was.
         """
-        with all_or_nothing(self) as work, stores.checked_once():
+        with all_or_nothing(self) as work:
             work._fit(
                 X,
                 y,
@@ -386,13 +386,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         model = _published(self)  # predictions and grids of one fit
         check_is_fitted(model)
         *names, sample_dim = model._names(input, output, sample_dim)
-        with stores.checked_once():  # the stores' arrays of X are checked here, not by predict
-            U, V = io.read_pair(X, y, names, sample_dim)
-            io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
-            dims = model._knows_grid("output") and getattr(model, "output_dims_", None)
-            on_y = dims and isinstance(V, xr.DataArray) and all(d in V.coords for d in dims)
-            grid = {d: np.sort(V[d].values) for d in dims} if on_y else None  # y's grid
-            pred = model.predict(U, sample_dim=sample_dim, output_grid=grid)
+        U, V = io.read_pair(X, y, names, sample_dim)
+        io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
+        dims = model._knows_grid("output") and getattr(model, "output_dims_", None)
+        on_y = dims and isinstance(V, xr.DataArray) and all(d in V.coords for d in dims)
+        grid = {d: np.sort(V[d].values) for d in dims} if on_y else None  # y's grid
+        pred = model.predict(U, sample_dim=sample_dim, output_grid=grid)
         if isinstance(pred, xr.DataArray) and sample_dim != "sample":
             pred = pred.rename({sample_dim: "sample"})
         V = io.named(

@@ -1,10 +1,5 @@
-"""Operands and grids: reading data sets (Zarr stores, NetCDF files) and operands.
-
-An operand is a numpy array, a dask array, an ``xarray.DataArray`` with a sample dim (the
-user's name, renamed ``sample`` and put first: :func:`named`), or a Dataset / path holding the
-input and output variables. :func:`as_operand` flattens the grid dims lazily and remembers
-how to undo that.
-"""
+"""Operands and grids: data sets opened lazily (Zarr stores, NetCDF files); operands matched by
+name (:func:`named`, samples and grid dims by label) and flattened to 2-D (:func:`as_operand`)."""
 
 from __future__ import annotations
 
@@ -23,21 +18,6 @@ from .exceptions import DataWarning
 from .recovery.grids import as_grid, as_periods, same_grid
 from .stacklevel import user_stacklevel
 from .stores import PREDICTION_STORE, check_sources, check_store, describe_path, load_hint
-
-__all__ = [
-    "user_path",
-    "Operand",
-    "as_operand",
-    "align_samples",
-    "open_dataset",
-    "read_pair",
-    "check_known_sizes",
-    "learn_grid",
-    "operand_grid",
-    "grid_dims",
-    "learn_periods",
-    "named",
-]
 
 
 @dataclass
@@ -59,45 +39,37 @@ def user_path(path):
 
 
 def open_dataset(path, samples=None, sample_dim="sample"):
-    """Open a data set lazily: a Zarr store (checked for missing blocks and chunks) or a file
-    xarray opens (NetCDF), in chunks along ``sample_dim``.
-
-    With ``samples``, only the first ``samples`` samples are opened and checked. A generated
-    store with unset ``block_done`` flags (interrupted: rerun the generation), or a missing chunk
-    file of ``input`` / ``output``, is a ValueError naming it; so is, when read, a chunk that
-    cannot be decoded.
-    """
+    """Open a data set lazily, in chunks along ``sample_dim``: a Zarr store (ValueError for unset
+    ``block_done`` flags or a missing chunk file of ``input`` / ``output``) or a file xarray
+    opens (NetCDF); with ``samples``, only its first ``samples`` samples (and chunks checked)."""
     path = user_path(path)
-    if not Path(path).exists():
+    where = Path(path).resolve()
+    if not where.exists():
         raise FileNotFoundError(f"no data set at {path}")
-    if Path(path).is_file():
-        return _open_file(path, samples, sample_dim)
-    kind = describe_path(Path(path).resolve())
+    kind = describe_path(where)
     if kind == "model":
         raise ValueError(
-            f"{path} is a saved model, not a data set: load it with "
-            f"{load_hint(Path(path).resolve())} to predict with it; fit and open_dataset read a "
-            "data-set store"
+            f"{path} is a saved model, not a data set: load it with {load_hint(where)} to predict "
+            "with it; fit and open_dataset read a data-set store"
         )
     if kind == PREDICTION_STORE:
         raise ValueError(
             f"{path} is {kind}, not a data set: read its predictions with "
             "xarray.open_zarr(path)['prediction']"
         )
+    is_file = where.is_file()
     try:
-        try:
-            ds = xr.open_zarr(path, consolidated=True)
-        except (KeyError, ValueError):  # stores written without consolidated metadata
-            ds = xr.open_zarr(path, consolidated=False)
+        if is_file:
+            ds = xr.open_dataset(path, chunks={})
+        else:
+            try:
+                ds = xr.open_zarr(path, consolidated=True)
+            except (KeyError, ValueError):  # stores written without consolidated metadata
+                ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
-        raise ValueError(f"{path} cannot be read as an xarray data set in Zarr: {exc}") from exc
-    _check_samples(samples, ds.sizes.get(sample_dim, 0), path)
-    check_store(ds, path, samples)
-    ds = ds.drop_vars("block_done", errors="ignore")
-    return ds if samples is None else ds.isel({sample_dim: slice(0, int(samples))})
-
-
-def _check_samples(samples, size, path):
+        how = ": {} (NetCDF needs h5netcdf or netCDF4 installed)" if is_file else " in Zarr: {}"
+        raise ValueError(f"{path} cannot be read as an xarray data set" + how.format(exc)) from exc
+    size = ds.sizes.get(sample_dim, 0)
     if samples is not None and (
         isinstance(samples, bool)
         or not isinstance(samples, numbers.Integral)
@@ -107,20 +79,10 @@ def _check_samples(samples, size, path):
             f"samples must be a whole number from 1 to the {size} samples of {path}, "
             f"got {samples!r}"
         )
-
-
-def _open_file(path, samples, sample_dim):
-    """A NetCDF (or other) file opened lazily by xarray, about 64 MiB of samples a chunk."""
-    try:
-        ds = xr.open_dataset(path, chunks={})
-    except (ValueError, OSError) as exc:
-        raise ValueError(
-            f"{path} cannot be read as an xarray data set: {exc} (NetCDF needs h5netcdf or "
-            "netCDF4 installed)"
-        ) from exc
-    size = ds.sizes.get(sample_dim, 0)
-    _check_samples(samples, size, path)
-    if size:
+    if not is_file:
+        check_store(ds, path, samples)
+        ds = ds.drop_vars("block_done", errors="ignore")
+    elif size:  # about 64 MiB of samples a chunk
         row = max(
             (v.nbytes // size for v in ds.data_vars.values() if sample_dim in v.dims), default=1
         )
@@ -129,8 +91,7 @@ def _open_file(path, samples, sample_dim):
 
 
 def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
-    """``(X, y)``, or the variables ``names`` of a Dataset or data-set path ``X`` (``names[1]``
-    None: prediction, ``(input, None)``); the stores they read are checked for missing chunks."""
+    """``(X, y)``, or the variables ``names`` of a Dataset or store path ``X``, stores checked."""
     opened = isinstance(X, (str, os.PathLike))
     if opened:
         X = open_dataset(X, sample_dim=sample_dim)  # checks the store
@@ -138,9 +99,8 @@ def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
         check_sources(X, y)
         return X, y
     wanted = [v for v in names if v is not None]
-    missing = [v for v in wanted if v not in X]
-    held = list(map(str, X.data_vars)) or ["?"]
-    if missing:
+    if missing := [v for v in wanted if v not in X]:
+        held = list(map(str, X.data_vars)) or ["?"]
         dims = X[held[0]].dims if held[0] in X.data_vars else ()
         dim = f", sample_dim={dims[0]!r}" if dims and sample_dim not in X.dims else ""
         raise ValueError(
@@ -155,17 +115,19 @@ def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
 
 
 def align_samples(X, y):
-    """``y`` paired with ``X`` by the labels of their ``sample`` coordinates where both carry
-    them (reordered lazily; ValueError for other or duplicated labels), else by position (a
-    DataWarning where one side's labels are out of order)."""
+    """``y`` reordered to the ``sample`` labels of ``X`` where both carry them, else as it is."""
     labelled = [
         n for n, a in (("X", X), ("y", y)) if isinstance(a, xr.DataArray) and "sample" in a.indexes
     ]
-    if len(labelled) == 1:
-        index, (one, other) = (
-            (X if labelled == ["X"] else y).indexes["sample"],
-            sorted(("X", "y"), key=lambda n: n != labelled[0]),
+    if len(labelled) == 2:
+        how = (
+            "pair them yourself: xarray.align(X, y, join='inner') keeps the common samples, "
+            "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position"
         )
+        return _same_labels(X, y, "sample", ("X", "y"), how)
+    if labelled:
+        one, other = ("X", "y") if labelled == ["X"] else ("y", "X")
+        index = (X if one == "X" else y).indexes["sample"]
         if len(index) > 1 and not index.is_monotonic_increasing:
             warnings.warn(
                 f"{one}'s sample labels are not in increasing order but {other} has none, so they "
@@ -174,18 +136,11 @@ def align_samples(X, y):
                 DataWarning,
                 stacklevel=user_stacklevel(),
             )
-    if len(labelled) < 2:
-        return y
-    how = (
-        "pair them yourself: xarray.align(X, y, join='inner') keeps the common samples, "
-        "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position"
-    )
-    return _same_labels(X, y, "sample", ("X", "y"), how)
+    return y
 
 
 def _same_labels(a, b, d, names, how):
-    """``b`` with the labels of ``a`` along ``d`` (reordered); ValueError ending in ``how`` for
-    duplicated labels or different label sets."""
+    """``b`` reordered to the labels of ``a`` along ``d``; ValueError ending in ``how``."""
     ia, ib = a.indexes[d], b.indexes.get(d)
     if ib is None or ia.equals(ib):
         return b
@@ -202,10 +157,8 @@ def _same_labels(a, b, d, names, how):
 
 
 def align_by_label(a, b, names=("true", "pred")):
-    """``b`` matched to the DataArray ``a`` as the estimators match operands: dims by name, labels
-    by coordinate along every dim both carry (numeric grids equal to ``1e-6`` of their span);
-    grid dims named differently (a model fitted on arrays: ``dim_0``) along ``sample`` only.
-    Anything else is paired by position."""
+    """``b`` matched to the DataArray ``a``: dims by name, labels along every dim both carry
+    (grid dims named otherwise, e.g. ``dim_0``: along ``sample`` only), else by position."""
     if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)):
         return b
     if set(a.dims) == set(b.dims):
@@ -225,9 +178,7 @@ def align_by_label(a, b, names=("true", "pred")):
 
 
 def match_grid_labels(X, coords, grid, name="X"):
-    """DataArray ``X`` with its grid labels matched to ``coords`` (the model's) where the model
-    reads them by label, having no ``grid`` (labels that are not numbers): reordered, or a
-    ValueError naming the dim. Dims without coordinates, and other operands, by position."""
+    """DataArray ``X`` reordered to the model's non-numeric grid labels ``coords`` (no ``grid``)."""
     if not isinstance(X, xr.DataArray) or not coords or grid is not None:
         return X
     X = ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X
@@ -247,27 +198,18 @@ def match_grid_labels(X, coords, grid, name="X"):
 def _same_axis(ia, ib):
     """Numeric 1-D coordinates equal point by point to ``1e-6`` of the span (float32 copies)."""
     x, y = np.asarray(ia), np.asarray(ib)
-    numeric = all(
-        np.issubdtype(v.dtype, np.number) and not np.issubdtype(v.dtype, np.complexfloating)
-        for v in (x, y)
-    )
-    return numeric and x.ndim == 1 and same_grid((x.astype(float),), (y.astype(float),))
+    numeric = x.dtype.kind in "iuf" and y.dtype.kind in "iuf" and x.ndim == 1
+    return numeric and same_grid((x.astype(float),), (y.astype(float),))
 
 
 def unsorted_axis(coords):
     """True for numeric 1-D coordinates of two or more points that do not increase."""
     c = np.asarray(coords)
-    return (
-        c.ndim == 1
-        and c.size > 1
-        and np.issubdtype(c.dtype, np.number)
-        and not np.all(np.diff(c) > 0)
-    )
+    return c.ndim == 1 and c.size > 1 and c.dtype.kind in "iufc" and not np.all(np.diff(c) > 0)
 
 
 def ascending_grid(X):
-    """A DataArray with every grid dim (all but the first) sorted by its numeric coordinates,
-    lazily (the models read grids in increasing order); anything else as it is."""
+    """A DataArray with its grid dims (all but the first) sorted by numeric coordinate, lazily."""
     if not isinstance(X, xr.DataArray):
         return X
     for d in X.dims[1:]:
@@ -278,10 +220,8 @@ def ascending_grid(X):
 
 
 def named(X, name, sample_dim="sample", dims=None, shape=None):
-    """DataArray ``X`` with its ``sample_dim`` renamed ``sample`` and put first, then the grid
-    ``dims`` (the model's, matched by name; None: any); other operands unchanged. ValueError
-    listing at once every rename or squeeze that makes ``X`` match (``shape``: the model's grid
-    shape, which pairs dims by size)."""
+    """DataArray ``X`` with ``sample_dim`` renamed ``sample``, first, then the model's grid ``dims``
+    (by name); else a ValueError listing every rename or squeeze (dims paired by ``shape``)."""
     if not isinstance(X, xr.DataArray):
         return X
     want = (sample_dim, *(dims or ()))
@@ -303,20 +243,17 @@ def _rename_advice(X, name, sample_dim, dims, shape):
     if shape is not None and X.shape == tuple(shape) and (dims is None or set(X.dims) == set(dims)):
         return f"{name} holds one sample of the model's grid: {name}.expand_dims({sample_dim!r})"
     if not dims:
-        guess = next((d for d in X.dims if shape is None or X.ndim != len(shape) + 1), None)
-        guess = X.dims[0] if guess is None else guess
         return (
-            f"{name} has dims {X.dims} and none named {sample_dim!r}: pass sample_dim={guess!r} "
+            f"{name} has dims {X.dims} and none named {sample_dim!r}: pass "
+            f"sample_dim={X.dims[0]!r} "
             "(the dim that runs over the samples)"
         )
     extra = [d for d in X.dims if d not in (sample_dim, *dims)]
     sizes = dict(zip(dims, shape or (), strict=False))
     rename = {}
     for d in (d for d in dims if d not in X.dims):  # grid dims first, paired by size
-        free = [e for e in extra if e not in rename]
-        e = next((e for e in free if X.sizes[e] == sizes.get(d)), free[0] if free else None)
-        if e is not None:
-            rename[e] = d
+        if free := [e for e in extra if e not in rename]:
+            rename[next((e for e in free if X.sizes[e] == sizes.get(d)), free[0])] = d
     free = [e for e in extra if e not in rename]
     if sample_dim not in X.dims and free:
         rename[next((e for e in free if X.sizes[e] > 1), free[0])] = sample_dim
@@ -333,9 +270,7 @@ def _rename_advice(X, name, sample_dim, dims, shape):
 
 
 def as_operand(X, name, sort=True):
-    """Flatten ``X`` (M, *grid) to a 2-D :class:`Operand` lazily; 1-D ``X`` gives grid ``()``.
-    A DataArray's ``sample`` dim is put first (wherever it is) and, with ``sort``, its grid dims
-    in increasing coordinate order (:func:`ascending_grid`; without: by position)."""
+    """``X`` (M, *grid) flattened lazily to a 2-D :class:`Operand` (a DataArray's grid sorted)."""
     if isinstance(X, xr.Dataset):
         raise TypeError(f"{name} is a Dataset; pass its DataArray (e.g. ds['input'])")
     if isinstance(X, xr.DataArray):
@@ -368,8 +303,7 @@ def check_known_sizes(X, name):
 
 
 def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
-    """Predictions (M, m) reshaped to ``(M, *grid_shape)`` and, for xarray, wrapped with the
-    sample and scalar coordinates of ``template`` and the output grid ``coords``."""
+    """Predictions (M, m) as ``(M, *grid_shape)``, for xarray with ``template``'s coordinates."""
     if tuple(values.shape[1:]) != tuple(grid_shape):
         values = values.reshape((values.shape[0], *grid_shape))
     if template.kind != "xarray":
@@ -394,14 +328,11 @@ def learn_grid(grid, operand, shape, which):
 
 
 def operand_grid(operand):
-    """The grid of an xarray operand whose grid dims all have numeric coordinates, else None;
-    ValueError for numeric coordinates that are no grid (a repeated value, NaN)."""
+    """The grid of an xarray operand's numeric coordinates; ValueError if they are no grid."""
     if operand.kind != "xarray" or not operand.dims or set(operand.dims) - set(operand.coords):
         return None
     coords = {d: np.asarray(operand.coords[d]) for d in operand.dims}
-    if not all(
-        np.issubdtype(c.dtype, np.number) and not np.iscomplexobj(c) for c in coords.values()
-    ):
+    if not all(c.dtype.kind in "iuf" for c in coords.values()):
         return None
     try:
         as_grid({d: np.sort(c) for d, c in coords.items()})  # in any order
@@ -410,15 +341,11 @@ def operand_grid(operand):
             f"the coordinates of the grid dims {list(coords)} are not a grid ({exc}); fix them, "
             "or drop them (da.drop_vars(...)) to have the values read by position"
         ) from exc
-    try:
-        return as_grid(coords)
-    except ValueError:  # not increasing: read by position
-        return None
+    return None if any(map(unsorted_axis, coords.values())) else as_grid(coords)  # or by position
 
 
 def grid_dims(operand, grid_arg, grid):
-    """The names of one side's grid axes: the xarray dims, else the keys of a mapping
-    ``fit(..., input_grid=/output_grid=)``, else ``dim_0, dim_1, ...``."""
+    """One side's grid dims: the xarray dims, a mapping grid's keys, else ``dim_0, dim_1, ...``."""
     if operand.dims:
         return tuple(operand.dims)
     if isinstance(grid_arg, Mapping):
@@ -426,23 +353,8 @@ def grid_dims(operand, grid_arg, grid):
     return tuple(f"dim_{k}" for k in range(len(grid or ())))
 
 
-def learn_periods(periods, operand, grid, which, dims=None):
-    """Per-axis periods (float or None) of one training grid, from ``fit(periods=)`` or else
-    the coordinates' ``period`` attributes; None without a grid."""
-    dims = grid_dims(operand, None, grid) if dims is None else dims
-    if periods is None:
-        per_axis = [operand.periods.get(d) for d in dims]
-    elif isinstance(periods, Mapping):
-        per_axis = [periods.get(d) for d in dims]
-    elif isinstance(periods, numbers.Real):
-        per_axis = [periods] * len(dims)
-    else:
-        per_axis = list(periods)
-        if grid is not None and len(per_axis) != len(grid):
-            raise ValueError(
-                f"periods has {len(per_axis)} entries but the {which} grid has {len(grid)} axes: "
-                "give one period (or None) per axis, or a mapping dim -> period"
-            )
+def learn_periods(periods, operand, grid, which, dims):
+    """One grid's periods per axis, from ``fit(periods=)`` or the coordinates' ``period``."""
     if grid is None:
         if any(d in periods for d in dims) if isinstance(periods, Mapping) else periods is not None:
             raise ValueError(
@@ -450,7 +362,6 @@ def learn_periods(periods, operand, grid, which, dims=None):
                 "or xarray data with coordinates"
             )
         return None
-    return as_periods(per_axis, grid, f"the periods of the {which} grid")
-
-
-# ------------------------------------------------------------------------------ data-set stores
+    if periods is None or isinstance(periods, Mapping):
+        periods = [(operand.periods if periods is None else periods).get(d) for d in dims]
+    return as_periods(periods, grid, f"the periods of the {which} grid")

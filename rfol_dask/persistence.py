@@ -1,9 +1,5 @@
-"""Model files: what a fitted estimator writes and reads back; the locks of what rfol_dask writes.
-
-A model is a Zarr group: the fitted arrays (each with a SHA-256 checksum, verified on load),
-training coordinates and grids, and JSON attributes (:func:`estimator_state`). A save writes a
-hidden sibling and renames it into place: an interrupted save leaves the previous model readable.
-"""
+"""Model files: a fitted estimator's Zarr group (arrays with SHA-256 checksums, JSON attributes),
+written into a hidden sibling and renamed into place under a lock; loading verifies it."""
 
 from __future__ import annotations
 
@@ -39,11 +35,9 @@ from .stores import (
     refuse_foreign,
 )
 
+# The newest model layout this version reads (a model is written with the lowest that reads it):
+# 3 a primal KernelOperator's coef_, 2 input_centre_, 1 checksums, 0 unversioned (a warning).
 MODEL_FORMAT = 3
-"""Layout version of a saved model, the newest this version reads (a model is written with the
-lowest that reads it). 3: a primal linear KernelOperator keeps ``coef_``; 2: ``input_centre_``;
-1: NaN fills, a SHA-256 checksum per array, the save time; 0: unversioned, loaded with a warning."""
-_LEFTOVER = re.compile(r"(.+\.\d+\.)?[0-9a-f]+")  # a save's sibling's tag (older: host.pid.hex)
 
 
 @contextlib.contextmanager
@@ -69,9 +63,7 @@ def _checksum(value):
 
 
 def check_model_path(path, overwrite=True):
-    """ValueError unless a model may be saved at ``path``: nothing there, an empty directory, or
-    (with ``overwrite``) a model holding nothing but its arrays; never the current directory or
-    a folder holding it, nor inside a Zarr store."""
+    """ValueError unless ``path`` is free, an empty folder or (``overwrite``) a model alone."""
     import zarr
 
     path = Path(os.path.abspath(path))
@@ -82,11 +74,8 @@ def check_model_path(path, overwrite=True):
     if kind == "model":
         if not overwrite:
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
-        sums = (group_attrs(path) or {}).get("rfol_dask_checksums")
-        try:
-            names = sums if isinstance(sums, dict) else zarr.open_group(path, mode="r").array_keys()
-        except Exception:  # noqa: BLE001  (an unreadable listing: only the metadata is the model's)
-            names = ()
+        sums = group_attrs(path).get("rfol_dask_checksums")  # format 0: zarr lists the arrays
+        names = sums if isinstance(sums, dict) else zarr.open_group(path, mode="r").array_keys()
         refuse_foreign(foreign_entries(path, set(names)), f"the model at {path}", "save elsewhere")
     elif kind != "empty":
         raise ValueError(
@@ -95,38 +84,24 @@ def check_model_path(path, overwrite=True):
         )
 
 
-def _leftovers(path):
-    """The hidden siblings ``.NAME.old-*`` / ``.NAME.tmp-*`` that interrupted saves of ``path``
-    left: named by a save, or holding a model (not a user's ``.NAME.old-backup``)."""
-    return sorted(
-        p
-        for p in path.parent.iterdir()
-        for kind in ("old", "tmp")
-        if p.name.startswith(pre := f".{path.name}.{kind}-")
-        and (_LEFTOVER.fullmatch(p.name[len(pre) :]) or describe_path(p) == "model")
-    )
-
-
 def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
-    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model at ``path`` (checked
-    first by the caller with :func:`check_model_path`) through :func:`swap_into_place`."""
+    """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model at ``path``."""
     import zarr
 
     path = Path(os.path.abspath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
 
     def write(tmp):
         group = zarr.open_group(str(tmp), mode="w")
-        for key, value in arrays.items():
-            v = np.asarray(value)
+        for key, v in arrays.items():
             fill = np.nan if v.dtype.kind in "fc" else None
-            group.create_array(
-                key, shape=v.shape, dtype=v.dtype, chunks=v.shape or None, fill_value=fill
-            )[...] = v
+            kw = dict(shape=v.shape, dtype=v.dtype, chunks=v.shape or None, fill_value=fill)
+            group.create_array(key, **kw)[...] = v
         group.attrs.update(
             rfol_dask_format=int(model_format),
             rfol_dask_version=__version__,
-            rfol_dask_checksums={k: _checksum(np.asarray(v)) for k, v in arrays.items()},
+            rfol_dask_checksums={k: _checksum(v) for k, v in arrays.items()},
             rfol_dask_saved=time.time_ns(),
             **{MODEL_KEY: json.dumps(attrs)},  # written last: marks a whole model
         )
@@ -136,11 +111,9 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
 
 
 def swap_into_place(path, write, check, busy):
-    """Holding the lock beside ``path`` (else ValueError ``busy``), write a store through
-    ``write(tmp)`` into a hidden sibling, then, once ``check()`` passes (it raises if ``path`` may
-    no longer be replaced), rename it into place, an earlier one moved aside first and removed
-    after, and what killed runs left beside it. An error or Ctrl-C leaves ``path`` as it was; a
-    killed process leaves hidden siblings (removed by the next save; :func:`load_model`)."""
+    """Under the lock beside ``path`` (else ValueError ``busy``): ``write(tmp)`` a hidden sibling,
+    ``check()`` that ``path`` may still be replaced, rename it into place (the earlier one moved
+    aside, then removed), and clear what killed saves left. An error leaves ``path`` as it was."""
     with path_lock(path.with_name(f".{path.name}.lock"), f"{busy}; wait for it or write elsewhere"):
         tmp, old = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"), None
         try:
@@ -160,45 +133,31 @@ def swap_into_place(path, write, check, busy):
             shutil.rmtree(tmp, ignore_errors=True)
             if old is not None and path.exists():
                 shutil.rmtree(old, ignore_errors=True)
-        for leftover in _leftovers(path):
-            shutil.rmtree(leftover, ignore_errors=True)
+        # what killed saves left (their tag; older: host.pid.hex), never a user's .NAME.old-mine
+        left = re.compile(rf"\.{re.escape(path.name)}\.(old|tmp)-(.+\.\d+\.)?[0-9a-f]+")
+        for p in path.parent.iterdir():
+            if left.fullmatch(p.name):
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def load_model(path):
-    """Read ``(arrays, attrs)`` written by :func:`save_model`, verifying every array; if a save
-    was killed between its two renames, the newest complete model left beside ``path``, with a
-    warning. FileNotFoundError: no model; ValueError: not a model, a newer format, or an array
-    missing, unreadable or failing its checksum (the message names it)."""
+    """``(arrays, attrs)`` of the model :func:`save_model` wrote at ``path``, every array verified.
+    FileNotFoundError: no model; ValueError: not a model, a newer format, or damaged."""
     import zarr
 
     path = Path(os.path.abspath(path))
-    if not path.exists():
-        found = [p for p in _leftovers(path) if describe_path(p) == "model"]
-        if not found:
-            raise FileNotFoundError(f"no model at {path}")
-
-        def saved(p):  # ns; format 0: its metadata's modification time
-            t = (group_attrs(p) or {}).get("rfol_dask_saved")
-            return int(t) if t is not None else (p / "zarr.json").stat().st_mtime_ns
-
-        target, path = path, max(found, key=saved)
-        warnings.warn(
-            f"no model at {target}: a save to it was interrupted; loading the newest complete "
-            f"model left beside it ({path.name}). Save the model to {target} again to finish and "
-            "clean up.",
-            ModelFileWarning,
-            stacklevel=user_stacklevel(),
-        )
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
+    if kind is None:
+        raise FileNotFoundError(f"no model at {path}")
     if kind != "model":
         hint = {
             "an rfol_dask data set": "open it with rfol_dask.datasets.open_dataset, or fit a model "
             "on it (fit(path)); ",
             PREDICTION_STORE: "read its predictions with xarray.open_zarr(path)['prediction']; ",
         }.get(kind, "")
-        kind = "an empty directory" if kind == "empty" else kind
         raise ValueError(
-            f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is {kind}): {hint}"
+            f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is "
+            f"{'an empty directory' if kind == 'empty' else kind}): {hint}"
             "load reads the path a model was saved to (save, rfol-dask fit --out)"
         )
     group = zarr.open_group(str(path), mode="r")
@@ -234,18 +193,14 @@ def _verified(group, path, fmt, attrs):
         listed = dict(group.arrays())
     except Exception as exc:  # noqa: BLE001  (an array's metadata unreadable)
         raise damaged("the array metadata", "cannot be read", exc) from exc
-    sums = attrs.get("rfol_dask_checksums", {})
-    if fmt >= 1 and not isinstance(sums, dict):
-        raise damaged("the checksums of arrays ['(all)']", "are missing")
-    arrays = {}
-    for key in dict.fromkeys([*listed, *(k for k in sums if "/" in k)]):  # '/' in a dim name
+    sums, arrays = attrs.get("rfol_dask_checksums", {}), {}
+    for key in dict.fromkeys([*listed, *sums]):  # summed keys with '/': older coordinate names
         try:
             arrays[key] = group[key][...]
         except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
             if key in listed:
                 raise damaged(f"array {key!r}", "cannot be read", exc) from exc
-    unsummed = sorted(set(arrays) - set(sums))
-    if fmt >= 1 and unsummed:
+    if fmt >= 1 and (unsummed := sorted(set(arrays) - set(sums))):
         raise damaged(f"the checksums of arrays {unsummed}", "are missing")
     for key, expected in sums.items():
         if key not in arrays:
@@ -259,8 +214,7 @@ def _verified(group, path, fmt, attrs):
 
 
 def jsonable(value, strict=False):
-    """``value`` with numpy scalars / arrays as Python ones (for JSON); any other object as its
-    ``str``, or with ``strict`` a TypeError whose argument is the object."""
+    """``value`` in JSON types; other objects as ``str`` (``strict``: TypeError of the object)."""
     if isinstance(value, dict):
         return {str(k): jsonable(v, strict) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
@@ -282,23 +236,21 @@ def attrs_of(V, dims):
 
 
 def _params(model):
-    """``model.get_params()`` as JSON (a Generator seed as None: the fitted arrays hold its draw);
-    ValueError for a parameter JSON cannot hold (e.g. a Generator in ``recovery``)."""
+    """``model.get_params()`` as JSON (a Generator seed: None, the fitted arrays hold its draw)."""
     params = model.get_params()
     params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
     if "random_state" in params:
         rs = params["random_state"]
-        keep = isinstance(rs, numbers.Integral) and not isinstance(rs, bool)
-        params["random_state"] = int(rs) if keep else None
+        params["random_state"] = int(rs) if isinstance(rs, numbers.Integral) else None
     saved = {}
     for name, value in params.items():
         try:
             saved[name] = jsonable(value, strict=True)
         except TypeError as exc:
-            what, rng = exc.args[0], np.random
+            what = exc.args[0]
             fix = (
                 "pass an integer seed instead (e.g. 'random_state': 0)"
-                if isinstance(what, (rng.Generator, rng.RandomState, rng.SeedSequence))
+                if type(what).__module__.startswith("numpy.random")
                 else "give it as numbers, strings, lists or dicts"
             )
             raise ValueError(
@@ -314,8 +266,7 @@ def _coord_key(which, dim):
 
 
 def estimator_state(model):
-    """``(arrays, attrs)`` of a fitted ``OperatorEstimator``: numpy arrays (fitted, training
-    coordinates, grids) and JSON attributes that :func:`restore_estimator` reads back."""
+    """``(arrays, attrs)``: a fitted estimator's numpy arrays and JSON attributes, to save."""
     names = getattr(model, "feature_names_in_", None)
     attrs = {
         "estimator": type(model).__name__,
@@ -326,19 +277,19 @@ def estimator_state(model):
         "output_coord_attrs_": getattr(model, "output_coord_attrs_", {}),
         "version": __version__,
         "periods_": {},
+        **{name: jsonable(getattr(model, name)) for name in model._fitted_scalars},
     }
     # numpy on disk whatever the device of the fit: a model fitted on a GPU loads on a CPU
-    arrays = {
-        name: backend.to_numpy(getattr(model, name))
-        for name in model._fitted_arrays
-        if getattr(model, name) is not None
-    }
-    attrs.update({name: jsonable(getattr(model, name)) for name in model._fitted_scalars})
+    fitted = {n: getattr(model, n) for n in model._fitted_arrays}
+    arrays = {n: backend.to_numpy(a) for n, a in fitted.items() if a is not None}
     for which in ("input", "output"):
-        attrs[f"{which}_shape_"] = list(getattr(model, f"{which}_shape_"))
         dims, periods = getattr(model, f"{which}_dims_"), getattr(model, f"{which}_periods_", None)
+        grid = getattr(model, f"{which}_grid_", None)
+        attrs[f"{which}_shape_"] = list(getattr(model, f"{which}_shape_"))
         attrs[f"{which}_dims_"] = None if dims is None else list(dims)
         attrs["periods_"][which] = None if periods is None else list(periods)
+        attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
+        arrays.update({f"grid_{which}_{k}": ax for k, ax in enumerate(grid or ())})
         for dim, values in getattr(model, f"{which}_coords_").items():
             values = np.asarray(values)
             if values.dtype == object:  # strings (pandas, netCDF labels) as unicode
@@ -349,29 +300,25 @@ def estimator_state(model):
                     )
                 values = values.astype(str)
             arrays[_coord_key(which, dim)] = values
-        grid = getattr(model, f"{which}_grid_", None)
-        attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
-        arrays.update({f"grid_{which}_{k}": ax for k, ax in enumerate(grid or ())})
     return arrays, attrs
 
 
 def _instance(cls, params, attrs, path):
     """``cls(**params)``; ForeignModelError: another class; ValueError: another version's."""
     saved = attrs.get("estimator")  # absent in models saved before it was recorded
-    if saved is not None and saved != cls.__name__:
+    if saved not in (None, cls.__name__):
         raise ForeignModelError(
             f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load"
         )
     try:
         return cls(**params)
     except TypeError as exc:  # parameters this class does not know
-        if saved != cls.__name__:
+        if saved is None:
             raise ForeignModelError(
                 f"the model at {path} was saved by another estimator class than {cls.__name__} "
                 f"({exc}): load it with that class's load"
             ) from exc
-        unknown = sorted(set(params) - set(cls().get_params()))
-        version = attrs.get("version")
+        unknown, version = sorted(set(params) - set(cls().get_params())), attrs.get("version")
         fix = (
             f"load it with rfol_dask {version}"
             if version and version != __version__
@@ -384,8 +331,7 @@ def _instance(cls, params, attrs, path):
 
 
 def restore_estimator(cls, arrays, attrs, path=None, device=None):
-    """A fitted ``cls`` from what :func:`estimator_state` wrote (read from ``path``), predicting
-    on ``device``, or on the CPU with a warning when its fit's device is not available here."""
+    """A fitted ``cls`` from :func:`estimator_state`'s output, on ``device`` (else its own/CPU)."""
     params = dict(attrs["params"])
     if device is not None and "device" in params:
         backend.check_device(params["device"])  # a device no version knows: an unusable model
@@ -413,15 +359,15 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
         model.feature_names_in_ = np.asarray(attrs["feature_names_in_"], dtype=object)
     model.output_attrs_ = attrs.get("output_attrs_", {})
     model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
+    tup = lambda v: None if v is None else tuple(v)  # noqa: E731
     for which in ("input", "output"):
-        setattr(model, f"{which}_shape_", tuple(attrs[f"{which}_shape_"]))
         dims, ndim = attrs[f"{which}_dims_"], attrs.get(f"{which}_grid_ndim")
-        setattr(model, f"{which}_dims_", None if dims is None else tuple(dims))
         keys = {d: (_coord_key(which, d), f"coord_{which}_{d}") for d in dims or ()}  # or unescaped
         coords = {d: next((arrays[k] for k in ks if k in arrays), None) for d, ks in keys.items()}
+        grid = None if ndim is None else [arrays[f"grid_{which}_{k}"] for k in range(ndim)]
+        setattr(model, f"{which}_shape_", tuple(attrs[f"{which}_shape_"]))
+        setattr(model, f"{which}_dims_", tup(dims))
         setattr(model, f"{which}_coords_", {d: c for d, c in coords.items() if c is not None})
-        grid = None if ndim is None else tuple(arrays[f"grid_{which}_{k}"] for k in range(ndim))
-        setattr(model, f"{which}_grid_", grid)
-        periods = attrs.get("periods_", {}).get(which)
-        setattr(model, f"{which}_periods_", None if periods is None else tuple(periods))
+        setattr(model, f"{which}_grid_", tup(grid))
+        setattr(model, f"{which}_periods_", tup(attrs.get("periods_", {}).get(which)))
     return model

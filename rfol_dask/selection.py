@@ -28,7 +28,7 @@ from dask.array.utils import meta_from_array
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
-from . import backend, stores
+from . import backend
 from .estimator import OperatorEstimator, all_or_nothing
 from .exceptions import SelectionWarning
 from .gram import stack_rows
@@ -221,8 +221,7 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         winner on all of it as ``best_estimator_``. No test data is involved. A search or refit
         that raises or is interrupted leaves the estimator as it was before (the previous search's
         results and ``best_estimator_`` together, or unfitted)."""
-        # the refit reads the data the search checked
-        with all_or_nothing(self) as work, stores.checked_once():
+        with all_or_nothing(self) as work:
             work._fit_search(
                 X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
             )

@@ -1,13 +1,9 @@
-"""Store checks: what a path holds, and missing chunks and unfinished blocks of Zarr stores.
-
-A chunk file missing from a local Zarr store reads back as its fill value: every store an
-estimator reads is refused where chunks are missing, naming the store, variable and samples.
-"""
+"""Store checks: what a path holds; the missing chunks (which read back as the fill value) and
+unfinished blocks of the local Zarr stores an estimator reads, named by variable and samples."""
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import json
 import os
 import re
@@ -26,7 +22,6 @@ MODEL_KEY = "rfol_dask_model"  # root attribute of a saved model, written last: 
 PREDICTION_KEY = "rfol_dask_prediction"  # root attribute of a prediction store: its arrays (JSON)
 PREDICTION_STORE = "an rfol_dask prediction store"  # what :func:`describe_path` calls one
 _ZARR_META = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
-_CHECKED = contextvars.ContextVar("rfol_dask_checked_arrays", default=None)
 
 
 def group_attrs(path):
@@ -56,8 +51,7 @@ def block_flags(path):
 
 
 def check_store(ds, path=None, samples=None):
-    """ValueError if the local data-set store at ``path`` (default: the ``source`` of ``ds``) was
-    never finished or lacks a chunk file of ``input`` / ``output`` (of its first ``samples``)."""
+    """ValueError if the store of ``ds`` is unfinished or lacks a chunk of ``input``/``output``."""
     import zarr
 
     path = ds.encoding.get("source") if path is None else path
@@ -67,7 +61,7 @@ def check_store(ds, path=None, samples=None):
     _check_flags(path, meta, samples)
     for name in ("input", "output"):
         where = os.path.join(path, name)
-        if name in ds and os.path.isdir(where) and (samples is not None or _first_check(where)):
+        if name in ds and os.path.isdir(where):
             arr = zarr.open_array(where, mode="r")
             _check_chunks(arr, path, name, ds[name].dims, meta, samples)
 
@@ -91,15 +85,12 @@ def _check_chunks(arr, store, name, dims, meta, samples=None):
     if arr.nchunks_initialized == arr.nchunks:
         return
     folder, chunks = os.path.join(store, name), arr.shards or arr.chunks  # a file holds a shard
-    stored = {
-        os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs
-    }
     axis = dims.index("sample") if "sample" in dims else None
     grid = [-(-n // c) for n, c in zip(arr.shape, chunks, strict=True)]
     if samples is not None and axis is not None:
         grid[axis] = min(grid[axis], -(-int(samples) // chunks[axis]))
     key = arr.metadata.encode_chunk_key
-    missing = [i for i in np.ndindex(*grid) if key(i) not in stored]
+    missing = [i for i in np.ndindex(*grid) if not os.path.exists(os.path.join(folder, key(i)))]
     if not missing:
         return
     span, first = "all samples", missing[0]
@@ -119,29 +110,9 @@ def _check_chunks(arr, store, name, dims, meta, samples=None):
     )
 
 
-@contextlib.contextmanager
-def checked_once():
-    """Within this block (nested ones share it) each Zarr array is checked for missing chunks once:
-    a search and its refit, a ``score`` and its ``predict`` read the same data."""
-    token = _CHECKED.set(set()) if _CHECKED.get() is None else None
-    try:
-        yield
-    finally:
-        if token is not None:
-            _CHECKED.reset(token)
-
-
-def _first_check(where):
-    """Whether the array in folder ``where`` is still to be checked in this :func:`checked_once`
-    block (then it is recorded); always True outside one."""
-    seen, n = _CHECKED.get(), len(_CHECKED.get() or ())
-    return seen is None or seen.add(os.path.realpath(where)) or len(seen) > n
-
-
 def check_sources(*operands):
-    """ValueError naming the store, variable and samples where an operand (``xr.open_zarr``,
-    ``da.from_zarr``) reads a local Zarr array lacking chunk files or a data set cut short.
-    Returns how many stored arrays (of any store) the operands read."""
+    """ValueError where an operand reads a local Zarr array lacking chunks or an unfinished data
+    set; returns how many stored arrays (of any store) the operands read."""
     found = 0
     for X in operands:
         for arr in _stored_arrays(X):
@@ -152,7 +123,7 @@ def check_sources(*operands):
             local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
             root = getattr(st, "root", None) or (st.path if local else None)
             where = root and os.path.join(os.fspath(root), arr.store_path.path)
-            if not where or not os.path.isdir(where) or not _first_check(where):
+            if not where or not os.path.isdir(where):
                 continue
             store, name = os.path.split(where)
             meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
@@ -164,8 +135,7 @@ def check_sources(*operands):
 
 
 def _stored_arrays(X):
-    """The ``zarr.Array`` objects the dask data of ``X`` reads, in its graph's materialized layers
-    or literal blockwise arguments (xarray's lazy indexing adapters unwrapped)."""
+    """The ``zarr.Array`` objects in the dask graph of ``X`` (xarray's adapters unwrapped)."""
     zarr = sys.modules.get("zarr")
     X = X.data if isinstance(X, xr.DataArray) and X.chunks is not None else X
     if zarr is None or not isinstance(X, da.Array):
@@ -243,8 +213,7 @@ def load_hint(path):
 
 
 def check_outside_stores(path, action="save a model", cwd=True):
-    """ValueError when ``path`` is inside a Zarr store, which replacing it would delete, or (with
-    ``cwd``) is the current directory or holds it."""
+    """ValueError for a ``path`` inside a Zarr store or (``cwd``) holding the current directory."""
     path, here = Path(os.path.abspath(path)), Path(os.path.realpath("."))
     if cwd and Path(os.path.realpath(path)) in (here, *here.parents):
         raise ValueError(
@@ -268,8 +237,7 @@ def check_outside_stores(path, action="save a model", cwd=True):
 
 
 def foreign_entries(path, arrays):
-    """What the Zarr directory ``path`` holds beyond its own ``arrays`` (such as ``"coef"``,
-    ``"_rfol_dask/block_done"``): a user's files or folders, sorted."""
+    """A user's entries in the Zarr directory ``path``: all beyond its own ``arrays``, sorted."""
     path, chunk, foreign = Path(path), re.compile(r"[0-9.]+"), []
     for entry in path.iterdir():
         keys = [n.split("/") for n in arrays if n.split("/")[0] == entry.name]

@@ -138,7 +138,7 @@ def test_period_errors():
         RandomFeatureOperator(n_features=20).fit(U, V, input_grid=x, output_grid=x, periods=0.5)
     with pytest.raises(ValueError, match=r"periods= needs the input grid coordinates"):
         RandomFeatureOperator(n_features=20).fit(U, V, periods=1.0)
-    with pytest.raises(ValueError, match="periods has 2 entries but the input grid has 1 axes"):
+    with pytest.raises(ValueError, match="input grid has 2 entries but the grid has 1 axes"):
         RandomFeatureOperator(n_features=20).fit(
             U, V, input_grid=x, output_grid=x, periods=(1.0, 1.0)
         )
