@@ -235,6 +235,8 @@ def named(X, name, sample_dim="sample", dims=None, shape=None):
 
 def _rename_advice(X, name, sample_dim, dims, shape):
     """What :func:`named` says: ``X``'s dims, the model's, and one expression that fixes them."""
+    if X.ndim == 0:
+        return f"{name} is a 0-d DataArray: pass samples along a dim named {sample_dim!r}"
     if sample_dim in X.coords and sample_dim not in X.dims:
         return (
             f"{name} holds one sample ({sample_dim!r} is a scalar coordinate): keep the dimension, "

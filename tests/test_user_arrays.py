@@ -77,6 +77,14 @@ def test_one_selected_sample_is_told_to_keep_its_dimension(grid2d):
     )
 
 
+def test_a_zero_dimensional_dataarray_is_refused_with_its_fix(grid2d):
+    U, V = grid2d
+    with pytest.raises(ValueError, match="0-d DataArray: pass samples along a dim named 'sample'"):
+        _rf().fit(xr.DataArray(1.0), V)
+    with pytest.raises(ValueError, match="X is a 0-d DataArray"):
+        _rf().fit(U, V).predict(xr.DataArray(1.0))
+
+
 def test_a_dataarray_without_samples_is_told_what_fits_the_models_dims(grid2d):
     """``predict(X[0])`` of a DataArray without a 'sample' coordinate (dims the model's grid) was
     told to rename a grid dim to 'sample', as was an array with the samples along its last dim
