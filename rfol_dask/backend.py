@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import sys
 
 import array_api_compat
 import numpy as np
@@ -17,17 +19,9 @@ DEVICES = ("cpu", "cuda")
 
 _GENERIC = contextvars.ContextVar("rfol_dask_generic_numpy", default=False)
 
-_GPU_INSTALL = (
-    "pip install 'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install "
-    "cupy-cuda13x instead of cupy-cuda12x)"
-)
-
 
 def sized_by_arrays(cls):
     """Class decorator: dask's ``sizeof`` of an instance counts the arrays it holds."""
-    import dataclasses
-    import sys
-
     from dask.sizeof import sizeof
 
     fields = dataclasses.is_dataclass(cls)
@@ -62,8 +56,7 @@ def is_array_api(x):
 
 
 def namespace(*arrays):
-    """The namespace computing on ``arrays``: numpy (outside :func:`generic_numpy`), else
-    array_api_compat's."""
+    """The namespace of ``arrays``: numpy (outside :func:`generic_numpy`), else array_api_compat."""
     arrays = [a for a in arrays if a is not None and not isinstance(a, (int, float, bool))]
     if all(isinstance(a, (np.ndarray, np.generic)) for a in arrays):
         return array_api_compat.array_namespace(*arrays or [np.empty(0)]) if _GENERIC.get() else np
@@ -84,8 +77,9 @@ def _load_cupy():
         import cupy
     except ImportError as exc:
         raise ImportError(
-            f"device='cuda' needs CuPy and a CUDA GPU, but CuPy is not installed: {_GPU_INSTALL}; "
-            "or pass device='cpu'"
+            "device='cuda' needs CuPy and a CUDA GPU, but CuPy is not installed: pip install "
+            "'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install cupy-cuda13x "
+            "instead of cupy-cuda12x); or pass device='cpu'"
         ) from exc
     try:
         count, why = cupy.cuda.runtime.getDeviceCount(), ""
@@ -128,9 +122,7 @@ def compute_namespace(device, *arrays):
 
 def to_namespace(x, xp):
     """``x`` as an array of ``xp`` (a copy only when it moves)."""
-    if x is None:
-        return None
-    if is_fast(xp) or (getattr(xp, "__name__", "") == "array_api_compat.numpy"):
+    if x is None or is_fast(xp) or getattr(xp, "__name__", "") == "array_api_compat.numpy":
         return to_numpy(x)
     if not isinstance(x, np.ndarray) and namespace(x) is xp:
         return x
@@ -217,8 +209,7 @@ def fill_diagonal(X, value):
 
 
 def syrk(A, trans, C=None):
-    """``A A^T`` (``trans=False``) or ``A^T A``, added to ``C`` if given (numpy: the lower
-    triangle)."""
+    """``A A^T`` (``trans=False``) or ``A^T A``, plus ``C`` if given (numpy: lower triangle)."""
     xp = namespace(A, C)
     if is_fast(xp):
         return linalg.syrk(A, trans, C)
@@ -279,16 +270,14 @@ def cholesky(G, alpha):
     xp = namespace(G)
     if is_fast(xp):
         return linalg.cholesky(G, alpha)
-    n, dtype = G.shape[0], to_numpy_dtype(G.dtype)
     factor, _ = ridge_factor(G)
 
     def attempt(ridge, again):
         L = factor(ridge, again)
         return L if L is not None and bool(xp.all(xp.isfinite(diagonal(L)))) else None
 
-    return linalg.first_ridge(
-        attempt, alpha, float(xp.mean(xp.abs(diagonal(G)))) if n else 0.0, dtype
-    )
+    scale = float(xp.mean(xp.abs(diagonal(G)))) if G.shape[0] else 0.0
+    return linalg.first_ridge(attempt, alpha, scale, to_numpy_dtype(G.dtype))
 
 
 def ridge_factor(G):
@@ -312,7 +301,7 @@ def ridge_factor(G):
     return _factor_copy(G, xp), lambda: None
 
 
-def _singular(pivots, gram_diag):
+def _singular(pivots, gram_diag):  # a zero ridge whose pivots stand on rounding
     return linalg.stands_on_rounding(to_numpy(pivots), to_numpy(gram_diag))
 
 
@@ -389,8 +378,7 @@ def _cupy_potrf(F):
 
 
 def cho_solve(L, B, overwrite=False):
-    """Solve ``L L^T X = B`` for the lower ``L`` of :func:`cholesky` (numpy: ``overwrite``
-    ``B``)."""
+    """Solve ``L L^T X = B`` for the lower ``L`` of :func:`cholesky` (numpy: ``overwrite`` B)."""
     xp = namespace(L, B)
     if is_fast(xp):
         return linalg.cho_solve(L, B, overwrite)

@@ -1,7 +1,5 @@
-"""The estimator base of the operator learners: fit, predict, score, save and load once.
-
-Subclasses supply the numerics: ``_fit_arrays(U, V, lazy, dtype)`` fits on 2-D numpy or dask
-arrays, ``_predict_kernel()`` returns the block function and its fitted arrays."""
+"""The estimator base of the operator learners: fit, predict, score, save and load. Subclasses
+supply ``_fit_arrays(U, V, lazy, dtype)`` and ``_predict_kernel()`` (block function, arrays)."""
 
 from __future__ import annotations
 
@@ -96,12 +94,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         tags.input_tags.allow_nan = False
         return tags
 
-    def _model_format(self):
-        """The lowest model format that reads this model right."""
+    def _model_format(self):  # the lowest model format that reads this model right
         return 2
 
-    def _older_scalars(self):
-        """Fitted scalars of models saved before they were kept: ``{name: value}``."""
+    def _older_scalars(self):  # fitted scalars of models saved before they were kept
         return dict(NAMES)
 
     def _names(self, *given):
@@ -145,7 +141,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
         numpy input is fitted in memory, dask input by one dask graph (on the active
         ``distributed.Client`` if any) unless it is under a tenth of the available memory.
-        xarray ``X`` and ``y`` are paired by their sample labels, their grid dims by name.
+        xarray ``X`` and ``y`` are paired by their sample labels, their grid dims by name. A fit
+        that raises or is interrupted leaves the estimator as it was.
 
         Parameters
         ----------
@@ -180,39 +177,22 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             hold NaN / Inf (the samples are named), or the Gram does not fit in memory.
         TypeError
             For an unknown keyword, or data that are not real numbers.
-
-        Notes
-        -----
-        A fit that raises or is interrupted leaves the estimator as it was.
         """
+        kw = dict(input=input, output=output, sample_dim=sample_dim, **fit_params)
         with all_or_nothing(self) as work, stores.checked_once():
-            work._fit(
-                X,
-                y,
-                input_grid=input_grid,
-                output_grid=output_grid,
-                periods=periods,
-                input=input,
-                output=output,
-                sample_dim=sample_dim,
-                **fit_params,
-            )
+            work._fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **kw)
         return self
 
     def _fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None, **kwargs):
-        names = {k: kwargs.pop(k, None) for k in ("input", "output", "sample_dim")}
-        unknown = sorted(set(kwargs) - {"sample_weight"})
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__}.fit() got an unexpected keyword argument {unknown[0]!r}"
-            )
+        given = [kwargs.pop(k, None) for k in ("input", "output", "sample_dim")]
+        if unknown := sorted(set(kwargs) - {"sample_weight"}):
+            msg = f"{type(self).__name__}.fit() got an unexpected keyword argument {unknown[0]!r}"
+            raise TypeError(msg)
         if kwargs.get("sample_weight") is not None:
             raise ValueError("sample_weight is not supported")
         self._check_params()
-        sample_dim = names["sample_dim"] or "sample"
-        U, V = io.read_pair(
-            X, y, (names["input"] or "input", names["output"] or "output"), sample_dim
-        )
+        *names, sample_dim = (g or d for g, d in zip(given, NAMES.values(), strict=True))
+        U, V = io.read_pair(X, y, tuple(names), sample_dim)
         if V is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None: "
@@ -222,8 +202,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         U = io.named(U, labels[0], sample_dim)
         V = io.align_samples(U, io.named(V, labels[1], sample_dim))
         u, v = io.as_operand(U, "U"), io.as_operand(V, "V")
-        self.input_name_ = names["input"] or (labels[0] if labels[0] != "X" else "input")
-        self.output_name_ = names["output"] or (labels[1] if labels[1] != "y" else "output")
+        self.input_name_ = given[0] or (labels[0] if labels[0] != "X" else "input")
+        self.output_name_ = given[1] or (labels[1] if labels[1] != "y" else "output")
         self.sample_dim_ = sample_dim
         try:
             Ud, Vd, in_shape, out_shape, lazy = inputs.fit_data(self, u, v)
@@ -235,12 +215,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             if "NaN or infinity" not in str(exc):
                 raise
             # every bad sample, by label: a second pass on this error only
-            errors = [
-                inputs.bad_samples(op.data, inputs.sample_labels(op), n, sample_dim)
-                for op, n in zip((u, v), labels, strict=True)
-            ]
-            if any(errors):
-                raise ValueError("; ".join(str(e) for e in errors if e is not None)) from exc
+            ops = zip((u, v), labels, strict=True)
+            found = (
+                inputs.bad_samples(o.data, inputs.sample_labels(o), n, sample_dim) for o, n in ops
+            )
+            if errors := [str(e) for e in found if e is not None]:
+                raise ValueError("; ".join(errors)) from exc
             raise
         inputs.check_fitted_finite(self)
         return self
@@ -257,7 +237,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """Predict the output functions of input functions ``X``.
 
         numpy in, numpy out; dask in, lazy out (chunks follow ``X``); xarray predictions carry
-        the sample labels and the output grid, DataArray grid dims matched by name.
+        the sample labels and the output grid, DataArray grid dims matched by name. It predicts
+        with the model fitted when it was called, whatever a refit in another thread does.
 
         Parameters
         ----------
@@ -287,11 +268,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             samples are named), or numpy predictions would not fit the available memory.
         TypeError
             If ``X`` holds complex or non-numeric values.
-
-        Notes
-        -----
-        The prediction is of the model fitted when ``predict`` was called, whatever a refit in
-        another thread does meanwhile.
         """
         check_is_fitted(self)
         model = _published(self)
@@ -321,12 +297,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         else:  # array API arrays where they live; numpy on ``device``, numpy out
             X = inputs.predict_rows(self, u, *where)
             block, args = self._predict_kernel()
-            xp = backend.namespace(X) if backend.is_array_api(X) else None
-            if xp is not None:
-                Y = block(X, *_on(args, xp))
-            else:
-                xp = backend.device_namespace(self._device())
-                Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))
+            here = backend.is_array_api(X)
+            xp = backend.namespace(X) if here else backend.device_namespace(self._device())
+            Y = block(backend.to_namespace(X, xp), *_on(args, xp))
+            Y = Y if here else backend.to_numpy(Y)
         return self._output_on_grid(Y, u, output_grid, new_grid)
 
     def _predict_lazy(self, X, grid_shape, labels, name, sample_dim):
