@@ -107,17 +107,13 @@ def check_device(device):
 def device_namespace(device):
     """The namespace computing on ``device``: numpy for "cpu", CuPy's for "cuda"."""
     check_device(device)
-    if device == "cpu":
-        return namespace(np.empty(0))
-    return _DEVICE_NAMESPACES[device]()
+    return namespace(np.empty(0)) if device == "cpu" else _DEVICE_NAMESPACES[device]()
 
 
 def compute_namespace(device, *arrays):
     """The namespace of the array API ``arrays`` (follow the input), else of ``device``."""
     foreign = [a for a in arrays if is_array_api(a)]
-    if foreign:
-        return namespace(*foreign)
-    return device_namespace(device)
+    return namespace(*foreign) if foreign else device_namespace(device)
 
 
 def to_namespace(x, xp):
@@ -368,8 +364,7 @@ def _cupy_potrf(F):
     potrf, size = (getattr(cusolver, kind + name) for name in ("potrf", "potrf_bufferSize"))
     handle, n, lower = device.get_cusolver_handle(), F.shape[0], cublas.CUBLAS_FILL_MODE_LOWER
     lwork = size(handle, lower, n, F.data.ptr, n)
-    work = cupy.empty(lwork, dtype=F.dtype)
-    info = cupy.zeros(1, dtype=np.int32)
+    work, info = cupy.empty(lwork, dtype=F.dtype), cupy.zeros(1, dtype=np.int32)
     potrf(handle, lower, n, F.data.ptr, n, work.data.ptr, lwork, info.data.ptr)
     status = int(info[0])  # synchronises
     if status < 0:  # pragma: no cover - argument error

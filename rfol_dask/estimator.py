@@ -106,13 +106,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
     def _work_dtype(self, data):
         if self.dtype is not None:
-            dt = np.dtype(self.dtype)
-            if dt not in (np.float32, np.float64):
+            if (dt := np.dtype(self.dtype)) not in (np.float32, np.float64):
                 raise ValueError(f"dtype must be float32 or float64, got {dt}")
             return dt
         dt = getattr(data, "dtype", None)
         dt = backend.to_numpy_dtype(dt) if dt is not None and backend.is_array_api(data) else dt
-        return np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)
+        return np.dtype(np.float32 if dt == np.float32 else np.float64)
 
     def _cast_dtype(self, data):
         return self._work_dtype(data)
@@ -152,14 +151,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         y : array-like, dask array or DataArray (M,), (M, m) or (M, *output_grid), default=None
             The output functions; None only with a Dataset / store ``X``.
         input_grid, output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
-            The training grids of numpy / dask input (one increasing coordinate array per
-            axis): ``predict`` can then read and write other grids.
+            The training grids of numpy / dask input (an increasing array per axis).
         periods : float, sequence of (float or None) or mapping dim -> float, default=None
-            Periodic grid axes: one period for every axis, one per axis (None: not periodic),
-            or a mapping dim -> period; default: the coordinates' ``period`` attributes.
+            Periodic grid axes: one period for all, one per axis (None: not periodic) or by
+            dim; default: the coordinates' ``period`` attributes.
         input, output : str, default=None
-            The input and output variables of a Dataset or store ``X`` (default ``"input"``
-            and ``"output"``); remembered as ``input_name_`` and ``output_name_``.
+            The variables of a Dataset or store ``X`` (default ``"input"``, ``"output"``).
         sample_dim : str, default=None
             The dim of DataArrays that runs over the samples (default ``"sample"``).
         **fit_params : dict
@@ -243,12 +240,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
-            The input functions, on the training input grid unless ``input_grid`` (or the
-            coordinates) says otherwise; a Dataset, Zarr store or NetCDF path gives its input
-            variable. Arrays are read by position, a DataArray by its dims and coordinates.
+            The input functions (a Dataset, Zarr store or NetCDF path: its input variable);
+            arrays are read by position, a DataArray by its dims and coordinates.
         input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
-            The grid of numpy / dask ``X`` when it is not the training grid (resampled through
-            ``R_U``).
+            The grid of numpy / dask ``X`` if not the training grid (resampled by ``R_U``).
         output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             Return the prediction on this grid (through ``R_V``).
         input : str, default=None
@@ -369,23 +364,19 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             pred = model.predict(U, sample_dim=sample_dim, output_grid=grid)
         if isinstance(pred, xr.DataArray) and sample_dim != "sample":
             pred = pred.rename({sample_dim: "sample"})
-        V = io.named(
-            V, inputs.own_name(V, "y"), sample_dim, model.output_dims_, model.output_shape_
-        )
+        dims_shape = (model.output_dims_, model.output_shape_)
+        V = io.named(V, inputs.own_name(V, "y"), sample_dim, *dims_shape)
         if model._knows_grid("output"):
             V = io.ascending_grid(V)  # the order of pred
         return r2_score(V, pred)
 
     def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> str | os.PathLike:
-        """Save the fitted model to a Zarr store.
-
-        Written beside and renamed into place: an interrupted save leaves the previous model.
+        """Save the fitted model to a Zarr store (written beside, then renamed into place).
 
         Parameters
         ----------
         path : str or os.PathLike
-            Directory of the store: nothing, an empty directory, or an rfol_dask model
-            (replaced only if ``overwrite``).
+            Nothing, an empty directory, or an rfol_dask model (replaced if ``overwrite``).
         overwrite : bool, default=True
             Whether an existing model at ``path`` may be replaced.
 

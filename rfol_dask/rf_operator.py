@@ -69,10 +69,9 @@ class RandomFeatureOperator(OperatorEstimator):
     n_features : int, default=1000
         Number of random features ``N``.
     distribution : {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default="cauchy"
-        Frequency law: tensor-product Cauchy (kernel ``exp(-gamma ||x-y||_1)``), Gaussian
-        (``exp(-gamma ||x-y||^2)``), multivariate Student-t with ``nu`` degrees of freedom, or
-        rational quadratic (``(1 + gamma ||x-y||^2 / nu)^-nu``, ``nu = 1`` if None); see
-        :func:`rfol_dask.features.draw_frequencies`.
+        Frequency law (:func:`rfol_dask.features.draw_frequencies`): tensor-product Cauchy
+        (kernel ``exp(-gamma ||x-y||_1)``), Gaussian (``exp(-gamma ||x-y||^2)``), Student-t
+        with ``nu`` degrees of freedom, or rational quadratic (``(1 + gamma ||x-y||^2 / nu)^-nu``).
     gamma : float or "median", default="median"
         Frequency scale (> 0). ``"median"``: a typical pair of training inputs has a kernel
         value of about ``exp(-1)`` (:func:`rfol_dask.tuning.median_gamma`).
@@ -99,14 +98,12 @@ class RandomFeatureOperator(OperatorEstimator):
     column_block : int, default=None
         Output columns per solve task for dask input (default: spread over all worker threads).
     max_gram_bytes : int, default=None
-        Memory budget for the Gram and what is held with it (default: 60 % of available /
-        worker memory).
+        Memory budget of the Gram and what it holds (default: 60 % of available / worker memory).
     progress : bool, default=False
         Show a progress bar while fitting dask input.
     recovery : {"cubic", "linear", "nearest", "spectral", "rf"}, dict or 2-tuple, default="cubic"
-        Recovery maps ``R_U`` and ``R_V`` used when ``predict`` reads or writes another grid
-        (:func:`rfol_dask.recovery.make_recovery`; a dict carries options; a tuple gives
-        ``(R_U, R_V)``).
+        Recovery maps ``R_U``, ``R_V`` for ``predict`` on another grid (a dict: with options; a
+        tuple: ``(R_U, R_V)``; :func:`rfol_dask.recovery.make_recovery`).
     device : {"cpu", "cuda"}, default="cpu"
         Where numpy / xarray input is computed (``"cuda"``: on the GPU with CuPy, numpy out).
         CuPy input is computed on its GPU and gives CuPy predictions and fitted arrays.
@@ -138,8 +135,7 @@ class RandomFeatureOperator(OperatorEstimator):
     input_coords_, output_coords_ : dict of str to ndarray
         Grid coordinates when fitted on xarray data (else empty).
     input_grid_, output_grid_ : tuple of ndarray or None
-        The training grids, from ``fit(input_grid=, output_grid=)`` or the coordinates; None
-        if unknown (then ``predict`` only reads and writes the training grids).
+        The training grids (``fit(input_grid=, output_grid=)`` or coordinates; None: unknown).
     input_periods_, output_periods_ : tuple of (float or None) or None
         The period of each grid axis (None: not periodic); periodic axes wrap in ``predict``.
     output_attrs_, output_coord_attrs_ : dict
