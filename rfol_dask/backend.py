@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import importlib
 import sys
 
 import array_api_compat
@@ -161,13 +162,9 @@ def as_fortran(A):
 
 def fortran_copy(X):
     """A copy of ``X`` a solve may overwrite (Fortran order for numpy and CuPy)."""
-    if isinstance(X, np.ndarray):
-        return np.array(X, order="F")
-    xp = namespace(X)
-    if is_cupy(xp):
-        import cupy
-
-        return cupy.array(X, order="F")
+    if isinstance(X, np.ndarray) or is_cupy(xp := namespace(X)):
+        lib = np if isinstance(X, np.ndarray) else importlib.import_module("cupy")
+        return lib.array(X, order="F")
     return xp.asarray(X, copy=True)
 
 
@@ -192,13 +189,8 @@ def diagonal(X):
 def fill_diagonal(X, value):
     """``X`` (n, n) with ``value`` on its diagonal: in place on numpy and CuPy, else a new one."""
     xp = namespace(X)
-    if isinstance(X, np.ndarray) and is_fast(xp):
-        np.fill_diagonal(X, value)
-        return X
-    if is_cupy(xp):
-        import cupy
-
-        cupy.fill_diagonal(X, value)
+    if is_fast(xp) or is_cupy(xp):
+        (np if is_fast(xp) else importlib.import_module("cupy")).fill_diagonal(X, value)
         return X
     eye = xp.eye(X.shape[0], X.shape[1], dtype=xp.bool)
     return xp.where(eye, xp.asarray(value, dtype=X.dtype), X)

@@ -361,9 +361,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             dims = model._knows_grid("output") and getattr(model, "output_dims_", None)
             on_y = dims and isinstance(V, xr.DataArray) and all(d in V.coords for d in dims)
             grid = {d: np.sort(V[d].values) for d in dims} if on_y else None  # y's grid
-            pred = model.predict(U, sample_dim=sample_dim, output_grid=grid)
-        if isinstance(pred, xr.DataArray) and sample_dim != "sample":
-            pred = pred.rename({sample_dim: "sample"})
+            pred = model._predict(U, None, grid, sample_dim)  # its sample dim named "sample"
         dims_shape = (model.output_dims_, model.output_shape_)
         V = io.named(V, inputs.own_name(V, "y"), sample_dim, *dims_shape)
         if model._knows_grid("output"):

@@ -3,6 +3,7 @@ numbers refused, NaN / Inf named by sample label, and small dask data loaded int
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from urllib.parse import urlparse
 
@@ -46,12 +47,10 @@ def flatten(X, name="X"):
 
 def num_samples(X):
     shape = getattr(X, "shape", None)
-    if shape is None:
-        try:
-            return len(X)
-        except TypeError:
-            return None
-    return shape[0] if len(shape) else None
+    if shape is not None:
+        return shape[0] if len(shape) else None
+    with contextlib.suppress(TypeError):
+        return len(X)
 
 
 def refuse_not_real(X, name):
@@ -94,9 +93,8 @@ def bad_samples(X, labels, name, sample_dim="sample", action="fitting", part=Fal
 
 def as_dask(x):
     """The in-memory side of a fit with one dask operand, as one dask chunk."""
-    if backend.is_array_api(x):
-        return da.asarray(x if backend.is_cupy(backend.namespace(x)) else backend.to_numpy(x))
-    return da.asarray(np.asarray(x))
+    cupy = backend.is_array_api(x) and backend.is_cupy(backend.namespace(x))
+    return da.asarray(x if cupy else np.asarray(backend.to_numpy(x)))
 
 
 def own_name(X, default):

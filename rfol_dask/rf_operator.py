@@ -210,9 +210,8 @@ class RandomFeatureOperator(OperatorEstimator):
     def _check_params(self):
         super()._check_params()
         if self.distribution == "student_t" and self.nu is None:
-            raise ValueError(
-                "distribution='student_t' needs the degrees of freedom: pass nu > 0, e.g. nu=3"
-            )
+            msg = "distribution='student_t' needs the degrees of freedom: pass nu > 0, e.g. nu=3"
+            raise ValueError(msg)
 
     def _on_gpu(self, U, lazy):
         """Whether a dask fit runs on GPUs (which only the streamed dual fits)."""
