@@ -49,8 +49,7 @@ def is_array_api(x):
     """True for an array of a namespace other than numpy (CuPy, array_api_strict, ...)."""
     if x is None or isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
         return False
-    mod = type(x).__module__.split(".")[0]
-    if mod in ("dask", "xarray", "numpy", "pandas", "scipy"):
+    if type(x).__module__.split(".")[0] in ("dask", "xarray", "numpy", "pandas", "scipy"):
         return False
     # CuPy arrays are recognised by array_api_compat (from sys.modules, without importing CuPy)
     return hasattr(x, "__array_namespace__") or array_api_compat.is_array_api_obj(x)
@@ -204,8 +203,7 @@ def syrk(A, trans, C=None):
     B = A.T if trans else A  # the product is B B^T, B (n, k)
     if C is None:
         return B @ B.T
-    n, k = B.shape
-    step = max(64, k // 4)
+    n, step = B.shape[0], max(64, B.shape[1] // 4)
     for s in range(0, n, step):
         e = min(s + step, n)  # in bounds: the standard leaves slices past the end unspecified
         C[s:e, :] += B[s:e, :] @ B.T
@@ -334,9 +332,8 @@ def _cupy_factor_in_place(G):
     def factor(ridge, again):
         symmetrize(F, "upper")
         F[idx, idx] = diag + ridge
-        if _cupy_potrf(F) != 0 or (ridge == 0 and _singular(F[idx, idx], diag)):
-            return None
-        return F
+        ok = _cupy_potrf(F) == 0 and not (ridge == 0 and _singular(F[idx, idx], diag))
+        return F if ok else None
 
     def restore():
         if not copied:

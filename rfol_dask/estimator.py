@@ -25,13 +25,10 @@ from .placement import broadcast, worker_addresses
 from .progress import active_client
 from .resampling import ResamplingMixin
 
-#: what ``fit`` / ``predict`` / ``score`` take as functions: array-likes, dask arrays, DataArrays
+#: the types of the functions, data sets, grids and periods ``fit`` / ``predict`` take
 Functions = ArrayLike | da.Array | xr.DataArray
-#: a data set given whole: a Dataset, or the path of a Zarr store or NetCDF file
 Data = Functions | xr.Dataset | str | os.PathLike
-#: a grid: one increasing coordinate array per axis, or a mapping dim -> coordinates
 Grid = Sequence[ArrayLike] | Mapping[str, ArrayLike]
-#: periods of grid axes: one for every axis, one (or None) per axis, or a mapping dim -> period
 Periods = float | Sequence[float | None] | Mapping[str, float | None]
 #: the names a model remembers, and their defaults (models saved before they were kept)
 NAMES = {"input_name_": "input", "output_name_": "output", "sample_dim_": "sample"}
@@ -89,8 +86,7 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True
-        tags.target_tags.single_output = True
+        tags.target_tags.multi_output = tags.target_tags.single_output = True
         tags.input_tags.allow_nan = False
         return tags
 
@@ -311,9 +307,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         labels = da.from_array(labels[:, None], chunks=(X.chunks[0], 1))
         block, args = self._predict_kernel()
         (params,) = broadcast(active_client(), _on(args, np))  # shipped once, not in every task
-        run = functools.partial(
-            _predict_chunk, block=block, device=self._device(), name=name, sample_dim=sample_dim
-        )
+        kw = dict(block=block, device=self._device(), name=name, sample_dim=sample_dim)
+        run = functools.partial(_predict_chunk, **kw)
         dtype = backend.to_numpy(self.intercept_).dtype
         cupy = backend.is_array_api(meta_from_array(X))  # CuPy chunks: CuPy out
         meta = meta_from_array(X, ndim=2, dtype=dtype) if cupy else None

@@ -297,5 +297,4 @@ def _feature_map_generic(xp, U, omega, b, out, shift, n_features, input_centre=N
         Z -= shift
     if out is not None:
         out[...] = Z
-        return out
-    return Z
+    return Z if out is None else out

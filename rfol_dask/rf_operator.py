@@ -8,7 +8,6 @@ import logging
 import numbers
 import time
 
-import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
@@ -38,10 +37,6 @@ def _predict_block(U, omega, b, coef, intercept, input_centre=None):
 
 
 logger = logging.getLogger("rfol_dask")
-
-
-def _meta(U):
-    return meta_from_array(U) if isinstance(U, da.Array) else None
 
 
 def _head_centre(U, dtype):  # the input centre of the dask U's first rows (checked finite)
@@ -215,7 +210,7 @@ class RandomFeatureOperator(OperatorEstimator):
 
     def _on_gpu(self, U, lazy):
         """Whether a dask fit runs on GPUs (which only the streamed dual fits)."""
-        return lazy and (self._device() != "cpu" or backend.is_array_api(_meta(U)))
+        return lazy and (self._device() != "cpu" or backend.is_array_api(meta_from_array(U)))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
         """ValueError before any work when a fit on ``U`` and ``V`` would not fit in memory."""
@@ -224,7 +219,7 @@ class RandomFeatureOperator(OperatorEstimator):
         solver = solve.choose_solver(self.solver, M, N, dual_only=self._on_gpu(U, lazy))
         if lazy:
             plan = (M, n, m, N, dtype, solver, self.max_gram_bytes, client)
-            solve.dask_fit_plan(*plan, self._device(), _meta(U), warn=False)
+            solve.dask_fit_plan(*plan, self._device(), meta_from_array(U), warn=False)
             return
         xp = backend.namespace(U)
         held = solve.held_beside_gram(M, n, N, m, dtype, solver, xp)
@@ -281,15 +276,11 @@ class RandomFeatureOperator(OperatorEstimator):
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
             draw = functools.partial(recipe, input_centre=centre.value)
             drawn = pool.submit(_timed_draw, draw) if on_gpu else None
-            t0 = time.perf_counter()
             kw.update(frequencies=recipe, device=self._device(), input_centre=centre)
             coef, intercept = solve.fit_dask(U, V, **kw)
-            t1 = time.perf_counter()
             self.input_centre_ = centre.value
             draw = functools.partial(recipe, input_centre=centre.value)
             self.omega_, self.b_ = drawn.result() if on_gpu else _timed_draw(draw)
-        t2 = time.perf_counter()
-        logger.debug("dask fit %.3f s, then %.3f s to draw Omega", t1 - t0, t2 - t1)
         return coef, intercept
 
     def _predict_kernel(self):
