@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 from types import ModuleType
 
 import numpy as np
@@ -136,15 +137,12 @@ def draw_frequencies(
     omega, b = xp.empty((n, f1 - f0), dtype=xdt), xp.empty(f1 - f0, dtype=xdt)
     device = contextlib.nullcontext  # CuPy: each pool thread puts its block on omega's GPU
     if not host and backend.is_cupy(xp):
-        import cupy
-
-        device = functools.partial(cupy.cuda.Device, omega.device.id)
+        device = functools.partial(importlib.import_module("cupy").cuda.Device, omega.device.id)
 
     def block(k):
         # always a whole block: the first N' columns of any draw are the draw of N' features
         ss = np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, k))
-        rng = np.random.default_rng(ss)
-        om, bk = _draw_block(rng, distribution, gamma, nu, shape, r, B)
+        om, bk = _draw_block(np.random.default_rng(ss), distribution, gamma, nu, shape, r, B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
         om, bk = om[:, lo - k * B : hi - k * B], bk[lo - k * B : hi - k * B]
         if metric is not None:
