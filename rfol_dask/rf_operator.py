@@ -17,7 +17,7 @@ from .features import CENTRE_ROWS, DISTRIBUTIONS, draw_frequencies, feature_map,
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory
 from .params import Interval, StrOptions
-from .solve import fit_numpy
+from .solve import fit_dask, fit_numpy
 from .tuning import input_scales
 
 
@@ -277,7 +277,7 @@ class RandomFeatureOperator(OperatorEstimator):
             draw = functools.partial(recipe, input_centre=centre.value)
             drawn = pool.submit(_timed_draw, draw) if on_gpu else None
             kw.update(frequencies=recipe, device=self._device(), input_centre=centre)
-            coef, intercept = solve.fit_dask(U, V, **kw)
+            coef, intercept = fit_dask(U, V, **kw)
             self.input_centre_ = centre.value
             draw = functools.partial(recipe, input_centre=centre.value)
             self.omega_, self.b_ = drawn.result() if on_gpu else _timed_draw(draw)
