@@ -309,14 +309,11 @@ def _factor_copy(G, xp):
 
 def host_threads_per_gpu():
     """Host cores per GPU of this node (at least 1)."""
-    cores = linalg.host_cores()
     try:
-        import cupy
-
-        gpus = int(cupy.cuda.runtime.getDeviceCount())
+        gpus = int(importlib.import_module("cupy").cuda.runtime.getDeviceCount())
     except Exception:  # noqa: BLE001 - no CuPy, no driver: count one
         gpus = 1
-    return max(1, cores // max(1, gpus))
+    return max(1, linalg.host_cores() // max(1, gpus))
 
 
 def _cupy_factor_in_place(G):
