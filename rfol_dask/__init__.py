@@ -14,8 +14,7 @@ logging.getLogger("rfol_dask").addHandler(logging.NullHandler())
 
 
 def __getattr__(name):
-    """The estimators, imported on first use (numpy, dask, xarray, scikit-learn): ``rfol-dask
-    --version`` and ``--help`` import none of them."""
+    """The estimators, imported on first use (``rfol-dask --version``, ``--help``: no numpy)."""
     if name in _MODULE_OF:
         return getattr(import_module(f".{_MODULE_OF[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import importlib
+import sys
 
 import array_api_compat
 import numpy as np
@@ -17,17 +20,9 @@ DEVICES = ("cpu", "cuda")
 
 _GENERIC = contextvars.ContextVar("rfol_dask_generic_numpy", default=False)
 
-_GPU_INSTALL = (
-    "pip install 'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install "
-    "cupy-cuda13x instead of cupy-cuda12x)"
-)
-
 
 def sized_by_arrays(cls):
     """Class decorator: dask's ``sizeof`` of an instance counts the arrays it holds."""
-    import dataclasses
-    import sys
-
     from dask.sizeof import sizeof
 
     fields = dataclasses.is_dataclass(cls)
@@ -54,16 +49,14 @@ def is_array_api(x):
     """True for an array of a namespace other than numpy (CuPy, array_api_strict, ...)."""
     if x is None or isinstance(x, (np.ndarray, np.generic, list, tuple, int, float)):
         return False
-    mod = type(x).__module__.split(".")[0]
-    if mod in ("dask", "xarray", "numpy", "pandas", "scipy"):
+    if type(x).__module__.split(".")[0] in ("dask", "xarray", "numpy", "pandas", "scipy"):
         return False
     # CuPy arrays are recognised by array_api_compat (from sys.modules, without importing CuPy)
     return hasattr(x, "__array_namespace__") or array_api_compat.is_array_api_obj(x)
 
 
 def namespace(*arrays):
-    """The namespace computing on ``arrays``: numpy (outside :func:`generic_numpy`), else
-    array_api_compat's."""
+    """The namespace of ``arrays``: numpy (outside :func:`generic_numpy`), else array_api_compat."""
     arrays = [a for a in arrays if a is not None and not isinstance(a, (int, float, bool))]
     if all(isinstance(a, (np.ndarray, np.generic)) for a in arrays):
         return array_api_compat.array_namespace(*arrays or [np.empty(0)]) if _GENERIC.get() else np
@@ -84,8 +77,9 @@ def _load_cupy():
         import cupy
     except ImportError as exc:
         raise ImportError(
-            f"device='cuda' needs CuPy and a CUDA GPU, but CuPy is not installed: {_GPU_INSTALL}; "
-            "or pass device='cpu'"
+            "device='cuda' needs CuPy and a CUDA GPU, but CuPy is not installed: pip install "
+            "'rfol-dask[gpu]' (CuPy for CUDA 12 and dask-cuda; for CUDA 13 install cupy-cuda13x "
+            "instead of cupy-cuda12x); or pass device='cpu'"
         ) from exc
     try:
         count, why = cupy.cuda.runtime.getDeviceCount(), ""
@@ -113,24 +107,18 @@ def check_device(device):
 def device_namespace(device):
     """The namespace computing on ``device``: numpy for "cpu", CuPy's for "cuda"."""
     check_device(device)
-    if device == "cpu":
-        return namespace(np.empty(0))
-    return _DEVICE_NAMESPACES[device]()
+    return namespace(np.empty(0)) if device == "cpu" else _DEVICE_NAMESPACES[device]()
 
 
 def compute_namespace(device, *arrays):
     """The namespace of the array API ``arrays`` (follow the input), else of ``device``."""
     foreign = [a for a in arrays if is_array_api(a)]
-    if foreign:
-        return namespace(*foreign)
-    return device_namespace(device)
+    return namespace(*foreign) if foreign else device_namespace(device)
 
 
 def to_namespace(x, xp):
     """``x`` as an array of ``xp`` (a copy only when it moves)."""
-    if x is None:
-        return None
-    if is_fast(xp) or (getattr(xp, "__name__", "") == "array_api_compat.numpy"):
+    if x is None or is_fast(xp) or getattr(xp, "__name__", "") == "array_api_compat.numpy":
         return to_numpy(x)
     if not isinstance(x, np.ndarray) and namespace(x) is xp:
         return x
@@ -173,13 +161,9 @@ def as_fortran(A):
 
 def fortran_copy(X):
     """A copy of ``X`` a solve may overwrite (Fortran order for numpy and CuPy)."""
-    if isinstance(X, np.ndarray):
-        return np.array(X, order="F")
-    xp = namespace(X)
-    if is_cupy(xp):
-        import cupy
-
-        return cupy.array(X, order="F")
+    if isinstance(X, np.ndarray) or is_cupy(xp := namespace(X)):
+        lib = np if isinstance(X, np.ndarray) else importlib.import_module("cupy")
+        return lib.array(X, order="F")
     return xp.asarray(X, copy=True)
 
 
@@ -204,29 +188,22 @@ def diagonal(X):
 def fill_diagonal(X, value):
     """``X`` (n, n) with ``value`` on its diagonal: in place on numpy and CuPy, else a new one."""
     xp = namespace(X)
-    if isinstance(X, np.ndarray) and is_fast(xp):
-        np.fill_diagonal(X, value)
-        return X
-    if is_cupy(xp):
-        import cupy
-
-        cupy.fill_diagonal(X, value)
+    if is_fast(xp) or is_cupy(xp):
+        (np if is_fast(xp) else importlib.import_module("cupy")).fill_diagonal(X, value)
         return X
     eye = xp.eye(X.shape[0], X.shape[1], dtype=xp.bool)
     return xp.where(eye, xp.asarray(value, dtype=X.dtype), X)
 
 
 def syrk(A, trans, C=None):
-    """``A A^T`` (``trans=False``) or ``A^T A``, added to ``C`` if given (numpy: the lower
-    triangle)."""
+    """``A A^T`` (``trans=False``) or ``A^T A``, plus ``C`` if given (numpy: lower triangle)."""
     xp = namespace(A, C)
     if is_fast(xp):
         return linalg.syrk(A, trans, C)
     B = A.T if trans else A  # the product is B B^T, B (n, k)
     if C is None:
         return B @ B.T
-    n, k = B.shape
-    step = max(64, k // 4)
+    n, step = B.shape[0], max(64, B.shape[1] // 4)
     for s in range(0, n, step):
         e = min(s + step, n)  # in bounds: the standard leaves slices past the end unspecified
         C[s:e, :] += B[s:e, :] @ B.T
@@ -279,16 +256,14 @@ def cholesky(G, alpha):
     xp = namespace(G)
     if is_fast(xp):
         return linalg.cholesky(G, alpha)
-    n, dtype = G.shape[0], to_numpy_dtype(G.dtype)
     factor, _ = ridge_factor(G)
 
     def attempt(ridge, again):
         L = factor(ridge, again)
         return L if L is not None and bool(xp.all(xp.isfinite(diagonal(L)))) else None
 
-    return linalg.first_ridge(
-        attempt, alpha, float(xp.mean(xp.abs(diagonal(G)))) if n else 0.0, dtype
-    )
+    scale = float(xp.mean(xp.abs(diagonal(G)))) if G.shape[0] else 0.0
+    return linalg.first_ridge(attempt, alpha, scale, to_numpy_dtype(G.dtype))
 
 
 def ridge_factor(G):
@@ -312,7 +287,7 @@ def ridge_factor(G):
     return _factor_copy(G, xp), lambda: None
 
 
-def _singular(pivots, gram_diag):
+def _singular(pivots, gram_diag):  # a zero ridge whose pivots stand on rounding
     return linalg.stands_on_rounding(to_numpy(pivots), to_numpy(gram_diag))
 
 
@@ -334,14 +309,11 @@ def _factor_copy(G, xp):
 
 def host_threads_per_gpu():
     """Host cores per GPU of this node (at least 1)."""
-    cores = linalg.host_cores()
     try:
-        import cupy
-
-        gpus = int(cupy.cuda.runtime.getDeviceCount())
+        gpus = int(importlib.import_module("cupy").cuda.runtime.getDeviceCount())
     except Exception:  # noqa: BLE001 - no CuPy, no driver: count one
         gpus = 1
-    return max(1, cores // max(1, gpus))
+    return max(1, linalg.host_cores() // max(1, gpus))
 
 
 def _cupy_factor_in_place(G):
@@ -357,9 +329,8 @@ def _cupy_factor_in_place(G):
     def factor(ridge, again):
         symmetrize(F, "upper")
         F[idx, idx] = diag + ridge
-        if _cupy_potrf(F) != 0 or (ridge == 0 and _singular(F[idx, idx], diag)):
-            return None
-        return F
+        ok = _cupy_potrf(F) == 0 and not (ridge == 0 and _singular(F[idx, idx], diag))
+        return F if ok else None
 
     def restore():
         if not copied:
@@ -379,8 +350,7 @@ def _cupy_potrf(F):
     potrf, size = (getattr(cusolver, kind + name) for name in ("potrf", "potrf_bufferSize"))
     handle, n, lower = device.get_cusolver_handle(), F.shape[0], cublas.CUBLAS_FILL_MODE_LOWER
     lwork = size(handle, lower, n, F.data.ptr, n)
-    work = cupy.empty(lwork, dtype=F.dtype)
-    info = cupy.zeros(1, dtype=np.int32)
+    work, info = cupy.empty(lwork, dtype=F.dtype), cupy.zeros(1, dtype=np.int32)
     potrf(handle, lower, n, F.data.ptr, n, work.data.ptr, lwork, info.data.ptr)
     status = int(info[0])  # synchronises
     if status < 0:  # pragma: no cover - argument error
@@ -389,8 +359,7 @@ def _cupy_potrf(F):
 
 
 def cho_solve(L, B, overwrite=False):
-    """Solve ``L L^T X = B`` for the lower ``L`` of :func:`cholesky` (numpy: ``overwrite``
-    ``B``)."""
+    """Solve ``L L^T X = B`` for the lower ``L`` of :func:`cholesky` (numpy: ``overwrite`` B)."""
     xp = namespace(L, B)
     if is_fast(xp):
         return linalg.cho_solve(L, B, overwrite)

@@ -52,8 +52,7 @@ logger = logging.getLogger("rfol_dask")
 
 def blas_env(blas_threads):
     """Environment variables that fix the BLAS threads of a worker process."""
-    n = str(int(blas_threads))
-    return {"OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+    return {f"{k}_NUM_THREADS": str(int(blas_threads)) for k in ("OMP", "OPENBLAS", "MKL")}
 
 
 def _owning_client(cluster=None, **connect):
@@ -267,8 +266,7 @@ def start_client(config):
     import dask
 
     given, config = config, load_config(config)
-    kind, jobs = config["kind"], config.get("scale") or 1
-    up = kind.upper()
+    kind, jobs, up = config["kind"], config.get("scale") or 1, config["kind"].upper()
     if kind == "mpi":  # a client of the MPI job's scheduler once its scheduler file appears
         timeout = config.get("scheduler_timeout", SCHEDULER_TIMEOUT)
         path = os.path.abspath(config.get("scheduler_file", "scheduler.json"))

@@ -1,7 +1,5 @@
-"""The estimator base of the operator learners: fit, predict, score, save and load once.
-
-Subclasses supply the numerics: ``_fit_arrays(U, V, lazy, dtype)`` fits on 2-D numpy or dask
-arrays, ``_predict_kernel()`` returns the block function and its fitted arrays."""
+"""The estimator base of the operator learners: fit, predict, score, save and load. Subclasses
+supply ``_fit_arrays(U, V, lazy, dtype)`` and ``_predict_kernel()`` (block function, arrays)."""
 
 from __future__ import annotations
 
@@ -27,13 +25,10 @@ from .placement import broadcast, worker_addresses
 from .progress import active_client
 from .resampling import ResamplingMixin
 
-#: what ``fit`` / ``predict`` / ``score`` take as functions: array-likes, dask arrays, DataArrays
+#: the types of the functions, data sets, grids and periods ``fit`` / ``predict`` take
 Functions = ArrayLike | da.Array | xr.DataArray
-#: a data set given whole: a Dataset, or the path of a Zarr store or NetCDF file
 Data = Functions | xr.Dataset | str | os.PathLike
-#: a grid: one increasing coordinate array per axis, or a mapping dim -> coordinates
 Grid = Sequence[ArrayLike] | Mapping[str, ArrayLike]
-#: periods of grid axes: one for every axis, one (or None) per axis, or a mapping dim -> period
 Periods = float | Sequence[float | None] | Mapping[str, float | None]
 #: the names a model remembers, and their defaults (models saved before they were kept)
 NAMES = {"input_name_": "input", "output_name_": "output", "sample_dim_": "sample"}
@@ -91,17 +86,14 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True
-        tags.target_tags.single_output = True
+        tags.target_tags.multi_output = tags.target_tags.single_output = True
         tags.input_tags.allow_nan = False
         return tags
 
-    def _model_format(self):
-        """The lowest model format that reads this model right."""
+    def _model_format(self):  # the lowest model format that reads this model right
         return 2
 
-    def _older_scalars(self):
-        """Fitted scalars of models saved before they were kept: ``{name: value}``."""
+    def _older_scalars(self):  # fitted scalars of models saved before they were kept
         return dict(NAMES)
 
     def _names(self, *given):
@@ -110,13 +102,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
     def _work_dtype(self, data):
         if self.dtype is not None:
-            dt = np.dtype(self.dtype)
-            if dt not in (np.float32, np.float64):
+            if (dt := np.dtype(self.dtype)) not in (np.float32, np.float64):
                 raise ValueError(f"dtype must be float32 or float64, got {dt}")
             return dt
         dt = getattr(data, "dtype", None)
         dt = backend.to_numpy_dtype(dt) if dt is not None and backend.is_array_api(data) else dt
-        return np.dtype(np.float32) if dt == np.float32 else np.dtype(np.float64)
+        return np.dtype(np.float32 if dt == np.float32 else np.float64)
 
     def _cast_dtype(self, data):
         return self._work_dtype(data)
@@ -145,7 +136,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
 
         numpy input is fitted in memory, dask input by one dask graph (on the active
         ``distributed.Client`` if any) unless it is under a tenth of the available memory.
-        xarray ``X`` and ``y`` are paired by their sample labels, their grid dims by name.
+        xarray ``X`` and ``y`` are paired by their sample labels, their grid dims by name. A fit
+        that raises or is interrupted leaves the estimator as it was.
 
         Parameters
         ----------
@@ -155,14 +147,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         y : array-like, dask array or DataArray (M,), (M, m) or (M, *output_grid), default=None
             The output functions; None only with a Dataset / store ``X``.
         input_grid, output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
-            The training grids of numpy / dask input (one increasing coordinate array per
-            axis): ``predict`` can then read and write other grids.
+            The training grids of numpy / dask input (an increasing array per axis).
         periods : float, sequence of (float or None) or mapping dim -> float, default=None
-            Periodic grid axes: one period for every axis, one per axis (None: not periodic),
-            or a mapping dim -> period; default: the coordinates' ``period`` attributes.
+            Periodic grid axes: one period for all, one per axis (None: not periodic) or by
+            dim; default: the coordinates' ``period`` attributes.
         input, output : str, default=None
-            The input and output variables of a Dataset or store ``X`` (default ``"input"``
-            and ``"output"``); remembered as ``input_name_`` and ``output_name_``.
+            The variables of a Dataset or store ``X`` (default ``"input"``, ``"output"``).
         sample_dim : str, default=None
             The dim of DataArrays that runs over the samples (default ``"sample"``).
         **fit_params : dict
@@ -180,39 +170,22 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             hold NaN / Inf (the samples are named), or the Gram does not fit in memory.
         TypeError
             For an unknown keyword, or data that are not real numbers.
-
-        Notes
-        -----
-        A fit that raises or is interrupted leaves the estimator as it was.
         """
+        kw = dict(input=input, output=output, sample_dim=sample_dim, **fit_params)
         with all_or_nothing(self) as work:
-            work._fit(
-                X,
-                y,
-                input_grid=input_grid,
-                output_grid=output_grid,
-                periods=periods,
-                input=input,
-                output=output,
-                sample_dim=sample_dim,
-                **fit_params,
-            )
+            work._fit(X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **kw)
         return self
 
     def _fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None, **kwargs):
-        names = {k: kwargs.pop(k, None) for k in ("input", "output", "sample_dim")}
-        unknown = sorted(set(kwargs) - {"sample_weight"})
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__}.fit() got an unexpected keyword argument {unknown[0]!r}"
-            )
+        given = [kwargs.pop(k, None) for k in ("input", "output", "sample_dim")]
+        if unknown := sorted(set(kwargs) - {"sample_weight"}):
+            msg = f"{type(self).__name__}.fit() got an unexpected keyword argument {unknown[0]!r}"
+            raise TypeError(msg)
         if kwargs.get("sample_weight") is not None:
             raise ValueError("sample_weight is not supported")
         self._check_params()
-        sample_dim = names["sample_dim"] or "sample"
-        U, V = io.read_pair(
-            X, y, (names["input"] or "input", names["output"] or "output"), sample_dim
-        )
+        *names, sample_dim = (g or d for g, d in zip(given, NAMES.values(), strict=True))
+        U, V = io.read_pair(X, y, tuple(names), sample_dim)
         if V is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None: "
@@ -222,8 +195,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         U = io.named(U, labels[0], sample_dim)
         V = io.align_samples(U, io.named(V, labels[1], sample_dim))
         u, v = io.as_operand(U, "U"), io.as_operand(V, "V")
-        self.input_name_ = names["input"] or (labels[0] if labels[0] != "X" else "input")
-        self.output_name_ = names["output"] or (labels[1] if labels[1] != "y" else "output")
+        self.input_name_ = given[0] or (labels[0] if labels[0] != "X" else "input")
+        self.output_name_ = given[1] or (labels[1] if labels[1] != "y" else "output")
         self.sample_dim_ = sample_dim
         try:
             Ud, Vd, in_shape, out_shape, lazy = inputs.fit_data(self, u, v)
@@ -235,12 +208,12 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             if "NaN or infinity" not in str(exc):
                 raise
             # every bad sample, by label: a second pass on this error only
-            errors = [
-                inputs.bad_samples(op.data, inputs.sample_labels(op), n, sample_dim)
-                for op, n in zip((u, v), labels, strict=True)
-            ]
-            if any(errors):
-                raise ValueError("; ".join(str(e) for e in errors if e is not None)) from exc
+            ops = zip((u, v), labels, strict=True)
+            found = (
+                inputs.bad_samples(o.data, inputs.sample_labels(o), n, sample_dim) for o, n in ops
+            )
+            if errors := [str(e) for e in found if e is not None]:
+                raise ValueError("; ".join(errors)) from exc
             raise
         inputs.check_fitted_finite(self)
         return self
@@ -257,17 +230,16 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         """Predict the output functions of input functions ``X``.
 
         numpy in, numpy out; dask in, lazy out (chunks follow ``X``); xarray predictions carry
-        the sample labels and the output grid, DataArray grid dims matched by name.
+        the sample labels and the output grid, DataArray grid dims matched by name. It predicts
+        with the model fitted when it was called, whatever a refit in another thread does.
 
         Parameters
         ----------
         X : array-like, dask array or DataArray (M, n) or (M, *input_grid); Dataset or str
-            The input functions, on the training input grid unless ``input_grid`` (or the
-            coordinates) says otherwise; a Dataset, Zarr store or NetCDF path gives its input
-            variable. Arrays are read by position, a DataArray by its dims and coordinates.
+            The input functions (a Dataset, Zarr store or NetCDF path: its input variable);
+            arrays are read by position, a DataArray by its dims and coordinates.
         input_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
-            The grid of numpy / dask ``X`` when it is not the training grid (resampled through
-            ``R_U``).
+            The grid of numpy / dask ``X`` if not the training grid (resampled by ``R_U``).
         output_grid : sequence of 1-D arrays or mapping dim -> 1-D array, default=None
             Return the prediction on this grid (through ``R_V``).
         input : str, default=None
@@ -287,11 +259,6 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
             samples are named), or numpy predictions would not fit the available memory.
         TypeError
             If ``X`` holds complex or non-numeric values.
-
-        Notes
-        -----
-        The prediction is of the model fitted when ``predict`` was called, whatever a refit in
-        another thread does meanwhile.
         """
         check_is_fitted(self)
         model = _published(self)
@@ -321,12 +288,10 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         else:  # array API arrays where they live; numpy on ``device``, numpy out
             X = inputs.predict_rows(self, u, *where)
             block, args = self._predict_kernel()
-            xp = backend.namespace(X) if backend.is_array_api(X) else None
-            if xp is not None:
-                Y = block(X, *_on(args, xp))
-            else:
-                xp = backend.device_namespace(self._device())
-                Y = backend.to_numpy(block(backend.to_namespace(X, xp), *_on(args, xp)))
+            here = backend.is_array_api(X)
+            xp = backend.namespace(X) if here else backend.device_namespace(self._device())
+            Y = block(backend.to_namespace(X, xp), *_on(args, xp))
+            Y = Y if here else backend.to_numpy(Y)
         return self._output_on_grid(Y, u, output_grid, new_grid)
 
     def _predict_lazy(self, X, grid_shape, labels, name, sample_dim):
@@ -342,9 +307,8 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         labels = da.from_array(labels[:, None], chunks=(X.chunks[0], 1))
         block, args = self._predict_kernel()
         (params,) = broadcast(active_client(), _on(args, np))  # shipped once, not in every task
-        run = functools.partial(
-            _predict_chunk, block=block, device=self._device(), name=name, sample_dim=sample_dim
-        )
+        kw = dict(block=block, device=self._device(), name=name, sample_dim=sample_dim)
+        run = functools.partial(_predict_chunk, **kw)
         dtype = backend.to_numpy(self.intercept_).dtype
         cupy = backend.is_array_api(meta_from_array(X))  # CuPy chunks: CuPy out
         meta = meta_from_array(X, ndim=2, dtype=dtype) if cupy else None
@@ -386,31 +350,25 @@ class OperatorEstimator(ResamplingMixin, RegressorMixin, BaseEstimator):
         model = _published(self)  # predictions and grids of one fit
         check_is_fitted(model)
         *names, sample_dim = model._names(input, output, sample_dim)
-        U, V = io.read_pair(X, y, names, sample_dim)
+        U, V = io.read_pair(X, y, names, sample_dim)  # the stores' arrays checked here
         io.check_known_sizes(V.data if isinstance(V, xr.DataArray) else V, "y")
         dims = model._knows_grid("output") and getattr(model, "output_dims_", None)
         on_y = dims and isinstance(V, xr.DataArray) and all(d in V.coords for d in dims)
         grid = {d: np.sort(V[d].values) for d in dims} if on_y else None  # y's grid
-        pred = model.predict(U, sample_dim=sample_dim, output_grid=grid)
-        if isinstance(pred, xr.DataArray) and sample_dim != "sample":
-            pred = pred.rename({sample_dim: "sample"})
-        V = io.named(
-            V, inputs.own_name(V, "y"), sample_dim, model.output_dims_, model.output_shape_
-        )
+        pred = model._predict(U, None, grid, sample_dim)  # its sample dim named "sample"
+        dims_shape = (model.output_dims_, model.output_shape_)
+        V = io.named(V, inputs.own_name(V, "y"), sample_dim, *dims_shape)
         if model._knows_grid("output"):
             V = io.ascending_grid(V)  # the order of pred
         return r2_score(V, pred)
 
     def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> str | os.PathLike:
-        """Save the fitted model to a Zarr store.
-
-        Written beside and renamed into place: an interrupted save leaves the previous model.
+        """Save the fitted model to a Zarr store (written beside, then renamed into place).
 
         Parameters
         ----------
         path : str or os.PathLike
-            Directory of the store: nothing, an empty directory, or an rfol_dask model
-            (replaced only if ``overwrite``).
+            Nothing, an empty directory, or an rfol_dask model (replaced if ``overwrite``).
         overwrite : bool, default=True
             Whether an existing model at ``path`` may be replaced.
 

@@ -1,23 +1,11 @@
-"""Random frequency laws and the random Fourier feature map.
-
-``phi(U) = sqrt(2 / N) cos(U @ Omega + b)`` with ``Omega`` (n, N) drawn from
-
-- ``"cauchy"``: i.i.d. ``gamma * standard_cauchy`` entries (tensor-product Cauchy); the
-  features approximate the kernel ``exp(-gamma ||x - y||_1)``;
-- ``"gaussian"``: i.i.d. ``N(0, 2 gamma)`` entries; kernel ``exp(-gamma ||x - y||^2)``;
-- ``"student_t"``: ``sqrt(nu / chi2_nu) * N(0, gamma^2)``, one chi-square draw per feature;
-  a Matern-type kernel of smoothness ``nu / 2``;
-- ``"rational_quadratic"``: ``sqrt(2 gamma t / a) * N(0, I)``, one ``t ~ Gamma(a, 1)`` per
-  feature, ``a = nu`` (1 if None); kernel ``(1 + gamma ||x - y||^2 / a)^-a``;
-
-and ``b ~ U(0, 2 pi)``, drawn with numpy from the seed whatever the chunking. With an input
-centre ``c`` the phase is formed from ``u - c``, ``b = (b0 + c @ Omega) mod 2 pi``.
-"""
+"""Random frequency laws (:func:`draw_frequencies`) and the random Fourier feature map
+``phi(U) = sqrt(2 / N) cos((U - c) @ Omega + b)`` (:func:`feature_map`)."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 from types import ModuleType
 
 import numpy as np
@@ -95,7 +83,8 @@ def draw_frequencies(
     """Draw the random frequencies ``Omega`` and phases ``b`` of the feature map.
 
     Block ``k`` of :data:`FREQUENCY_BLOCK` columns comes from its own stream (spawn key ``k``):
-    any slab of columns is drawn alone, and float32 and float64 models share the draw.
+    any slab of columns is drawn alone, and float32 and float64 models share the draw; the
+    phases ``b`` are uniform on ``[0, 2 pi)``.
 
     Parameters
     ----------
@@ -104,7 +93,11 @@ def draw_frequencies(
     n_features : int
         Number of features ``N`` (columns of ``Omega``).
     distribution : {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default="cauchy"
-        Frequency law (see the module docstring).
+        Frequency law: i.i.d. ``gamma * standard_cauchy`` entries (kernel ``exp(-gamma ||x -
+        y||_1)``); i.i.d. ``N(0, 2 gamma)`` (``exp(-gamma ||x - y||^2)``); ``sqrt(nu / chi2_nu)
+        N(0, gamma^2)``, one chi-square per feature (Matern-type, smoothness ``nu / 2``); or
+        ``sqrt(2 gamma t / a) N(0, I)``, one ``t ~ Gamma(a, 1)`` per feature, ``a = nu`` (1 if
+        None): kernel ``(1 + gamma ||x - y||^2 / a)^-a``.
     gamma : float, default=1.0
         Frequency scale (> 0).
     nu : float, optional
@@ -128,16 +121,9 @@ def draw_frequencies(
     omega : ndarray of shape (n_inputs, N')
         The frequencies, ``N' = n_features`` or ``f1 - f0``, in ``xp``.
     b : ndarray of shape (N',)
-        The phases, uniform on ``[0, 2 pi)``.
-
-    Raises
-    ------
-    ValueError
-        If ``distribution`` is unknown or ``nu`` is not ``> 0`` where the law needs it.
+        The phases.
     """
-    shape = _law_shape(distribution, nu)
-    seq = _seed_sequence(random_state)
-    key = seq.spawn_key
+    shape, seq = _law_shape(distribution, nu), _seed_sequence(random_state)
     n, (f0, f1) = int(n_inputs), (0, int(n_features)) if columns is None else map(int, columns)
     if metric is not None and np.shape(metric)[0] != n:
         raise ValueError(f"metric has {np.shape(metric)[0]} rows, expected n_inputs={n}")
@@ -146,24 +132,17 @@ def draw_frequencies(
         input_centre = np.asarray(backend.to_numpy(input_centre), dtype=np.float64)
         if input_centre.shape != (n,):
             raise ValueError(f"input_centre has shape {input_centre.shape}, expected ({n},)")
-    host = xp is None or xp is np
-    xp = np if host else xp
-    dt = np.dtype(dtype)
-    xdt = dt if host else getattr(xp, dt.name)  # the namespace's own dtype object (array API)
+    host, dt, B = xp is None or xp is np, np.dtype(dtype), FREQUENCY_BLOCK
+    xp, xdt = (np, dt) if host else (xp, getattr(xp, dt.name))  # the namespace's dtype object
     omega, b = xp.empty((n, f1 - f0), dtype=xdt), xp.empty(f1 - f0, dtype=xdt)
-    B = FREQUENCY_BLOCK
-
-    # CuPy: each pool thread puts its block on omega's GPU, a Device object per block
-    device = contextlib.nullcontext
+    device = contextlib.nullcontext  # CuPy: each pool thread puts its block on omega's GPU
     if not host and backend.is_cupy(xp):
-        import cupy
-
-        device = functools.partial(cupy.cuda.Device, omega.device.id)
+        device = functools.partial(importlib.import_module("cupy").cuda.Device, omega.device.id)
 
     def block(k):
         # always a whole block: the first N' columns of any draw are the draw of N' features
-        rng = np.random.default_rng(np.random.SeedSequence(seq.entropy, spawn_key=(*key, k)))
-        om, bk = _draw_block(rng, distribution, gamma, nu, shape, r, B)
+        ss = np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, k))
+        om, bk = _draw_block(np.random.default_rng(ss), distribution, gamma, nu, shape, r, B)
         lo, hi = max(f0, k * B), min(f1, k * B + B)
         om, bk = om[:, lo - k * B : hi - k * B], bk[lo - k * B : hi - k * B]
         if metric is not None:
@@ -182,8 +161,7 @@ def draw_frequencies(
     return omega, b
 
 
-def _law_shape(distribution, nu):
-    """ValueError for an unknown law or a ``nu`` it refuses; the rational quadratic's shape."""
+def _law_shape(distribution, nu):  # the rational quadratic's shape; ValueError for a bad law/nu
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r}; choose one of {DISTRIBUTIONS}")
     if distribution == "student_t" and (nu is None or not nu > 0):
@@ -195,8 +173,7 @@ def _law_shape(distribution, nu):
     return 1.0 if nu is None else float(nu)
 
 
-def _draw_block(rng, distribution, gamma, nu, shape, r, B):
-    """One block of ``B`` frequencies (r, B) of the law and their phases (B,), from ``rng``."""
+def _draw_block(rng, distribution, gamma, nu, shape, r, B):  # frequencies (r, B), phases (B,)
     if distribution == "cauchy":
         om = gamma * rng.standard_cauchy((r, B))
     elif distribution == "gaussian":
@@ -216,25 +193,17 @@ def _pool(threads):
     return ThreadPoolExecutor(threads, thread_name_prefix="rfol-features")
 
 
-def _rowwise(func, Z, threads, slab_bytes=2**21):
-    """Apply the in-place ``func`` to 2 MiB slabs of rows of ``Z`` on ``threads`` threads."""
-    rows = max(1, slab_bytes // max(1, Z.shape[1] * Z.itemsize))
-    slabs = [(s, min(s + rows, Z.shape[0])) for s in range(0, Z.shape[0], rows)]
-    run = map if threads <= 1 or len(slabs) == 1 else _pool(threads).map
-    list(run(lambda ae: func(Z[ae[0] : ae[1]]), slabs))
+def _slabs(M, rows):
+    return [(s, min(s + rows, M)) for s in range(0, M, rows)]
 
 
-#: the centred rows of :func:`feature_map` go through a scratch buffer of about this many bytes
-#: (at least :data:`CENTRE_BLOCK_ROWS` rows, so that each product stays large)
-CENTRE_BLOCK_BYTES = 2**23
-CENTRE_BLOCK_ROWS = 256
+#: :func:`feature_map` centres rows in blocks of about this many bytes, at least 256 rows
+CENTRE_BLOCK_BYTES, CENTRE_BLOCK_ROWS = 2**23, 256
 
 
 def _centred_blocks(U):
-    """Row ranges of ``U`` (k, n) centred at a time by :func:`feature_map`."""
     row_bytes = max(1, U.shape[1] * backend.itemsize(U.dtype))
-    rows = max(CENTRE_BLOCK_ROWS, CENTRE_BLOCK_BYTES // row_bytes)
-    return [(s, min(s + rows, U.shape[0])) for s in range(0, U.shape[0], rows)]
+    return _slabs(U.shape[0], max(CENTRE_BLOCK_ROWS, CENTRE_BLOCK_BYTES // row_bytes))
 
 
 def feature_map(
@@ -294,7 +263,10 @@ def feature_map(
         if shift is not None:
             block -= shift
 
-    _rowwise(finish, Z, blas_threads() if Z.size >= 2**20 else 1)
+    threads = blas_threads() if Z.size >= 2**20 else 1  # on 2 MiB slabs of rows
+    slabs = _slabs(Z.shape[0], max(1, 2**21 // max(1, Z.shape[1] * Z.itemsize)))
+    run = map if threads <= 1 or len(slabs) == 1 else _pool(threads).map
+    list(run(lambda se: finish(Z[se[0] : se[1]]), slabs))
     return Z
 
 
@@ -323,5 +295,4 @@ def _feature_map_generic(xp, U, omega, b, out, shift, n_features, input_centre=N
         Z -= shift
     if out is not None:
         out[...] = Z
-        return out
-    return Z
+    return Z if out is None else out

@@ -3,6 +3,7 @@ numbers refused, NaN / Inf named by sample label, and small dask data loaded int
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from urllib.parse import urlparse
 
@@ -33,41 +34,37 @@ def flatten(X, name="X"):
             try:
                 X = np.asarray(X)
             except ValueError as exc:
-                raise ValueError(
-                    f"{name} is a nested list that is not a regular array of shape (n_samples, "
-                    f"*grid): every sample must have the same grid shape ({exc})"
-                ) from exc
+                msg = f"{name} is a nested list that is not a regular array of shape (n_samples, "
+                msg += f"*grid): every sample must have the same grid shape ({exc})"
+                raise ValueError(msg) from exc
             except TypeError:  # arrays numpy does not take implicitly (CuPy's)
                 pass
     if hasattr(X, "toarray") or not hasattr(X, "shape") or len(X.shape) <= 2:
         return X, None
-    if backend.is_array_api(X):
-        return backend.namespace(X).reshape(X, (X.shape[0], -1)), tuple(X.shape[1:])
-    return np.reshape(np.asarray(X), (X.shape[0], -1)), tuple(X.shape[1:])
+    xp, X = (backend.namespace(X), X) if backend.is_array_api(X) else (np, np.asarray(X))
+    return xp.reshape(X, (X.shape[0], -1)), tuple(X.shape[1:])
 
 
 def num_samples(X):
     shape = getattr(X, "shape", None)
-    if shape is None:
-        try:
-            return len(X)
-        except TypeError:
-            return None
-    return shape[0] if len(shape) else None
+    if shape is not None:
+        return shape[0] if len(shape) else None
+    with contextlib.suppress(TypeError):
+        return len(X)
 
 
 def refuse_not_real(X, name):
     """:class:`ComplexDataError` for complex values; TypeError for datetimes, timedeltas, booleans
     and (dask, array API) any dtype not a real number."""
-    dtype = getattr(X, "dtype", None)
-    strict = isinstance(X, da.Array) or backend.is_array_api(X)
-    dtype = backend.to_numpy_dtype(dtype) if backend.is_array_api(X) else dtype
+    dtype, foreign = getattr(X, "dtype", None), backend.is_array_api(X)
+    dtype = backend.to_numpy_dtype(dtype) if foreign else dtype
     if not isinstance(dtype, np.dtype):
         return
     if np.issubdtype(dtype, np.complexfloating):
         raise ComplexDataError(
             f"Complex data not supported: {name} must hold real numbers, got dtype {dtype}"
         )
+    strict = foreign or isinstance(X, da.Array)
     if dtype.kind in "mMb" or strict and not backend.is_real_dtype(dtype):
         fix = f" (as 0 and 1: {name}.astype(float))" if dtype.kind == "b" else ""
         raise TypeError(f"{name} must hold real numbers, got dtype {dtype}{fix}")
@@ -96,9 +93,8 @@ def bad_samples(X, labels, name, sample_dim="sample", action="fitting", part=Fal
 
 def as_dask(x):
     """The in-memory side of a fit with one dask operand, as one dask chunk."""
-    if backend.is_array_api(x):
-        return da.asarray(x if backend.is_cupy(backend.namespace(x)) else backend.to_numpy(x))
-    return da.asarray(np.asarray(x))
+    cupy = backend.is_array_api(x) and backend.is_cupy(backend.namespace(x))
+    return da.asarray(x if cupy else np.asarray(backend.to_numpy(x)))
 
 
 def own_name(X, default):
@@ -116,13 +112,10 @@ def in_memory(*arrays):
     ``rfol_dask.in-memory-fraction`` (0.1) of the available memory, on numpy chunks, with no workers
     on other machines."""
     fraction = float(dask.config.get("rfol_dask.in-memory-fraction", 0.1))
-    nbytes = sum(a.nbytes for a in arrays)
-    if nbytes >= fraction * psutil.virtual_memory().available:
+    small = sum(a.nbytes for a in arrays) < fraction * psutil.virtual_memory().available
+    if not small or any(backend.is_array_api(meta_from_array(a)) for a in arrays):
         return False
-    if any(backend.is_array_api(meta_from_array(a)) for a in arrays):
-        return False
-    client = active_client()
-    if client is None:
+    if (client := active_client()) is None:
         return True
     here = {"localhost", "127.0.0.1", "::1", None}
     here |= {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
@@ -178,8 +171,7 @@ def check_numpy(est, U, V):
     Ua, Va = validate_data(est, Ua, Va, multi_output=True, y_numeric=True, **kw)
     dt = est._cast_dtype(Ua)
     Ud, Vd = np.asarray(Ua, dtype=dt), np.asarray(Va, dtype=dt)
-    out_shape = out_shape if out_shape is not None else Vd.shape[1:]
-    Vd = Vd[:, None] if Vd.ndim == 1 else Vd
+    out_shape, Vd = out_shape or Vd.shape[1:], Vd[:, None] if Vd.ndim == 1 else Vd
     if est._device() != "cpu":  # numpy / xarray input on an accelerator: moved there once
         xp = backend.device_namespace(est._device())
         Ud, Vd = backend.to_namespace(Ud, xp), backend.to_namespace(Vd, xp)
@@ -214,19 +206,18 @@ def check_fitted_finite(est):
     """ValueError when the fit gave NaN or infinity (a scale beyond the working dtype's range)."""
     if getattr(est, "intercept_", None) is None:
         return
-    arrays = [est.intercept_] if est.fit_intercept else list(est._predict_kernel()[1])
-    for a in arrays:
+    for a in [est.intercept_] if est.fit_intercept else est._predict_kernel()[1]:
         inexact = isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.inexact)
-        if backend.is_array_api(a) or inexact:
-            xp = backend.namespace(a)
-            # min and max are finite only if every entry is (NaN propagates)
-            if a.size and not all(bool(xp.isfinite(r)) for r in (xp.min(a), xp.max(a))):
-                names = [k for k in ("gamma_", "length_scale_") if hasattr(est, k)]
-                scale = ", ".join(f"{k}={getattr(est, k):.3g}" for k in names)
-                raise ValueError(
-                    f"the fit gave NaN or infinite coefficients ({scale}): the scale is beyond the "
-                    "dtype's range; rescale the inputs or pass another gamma or length_scale"
-                )
+        if not (backend.is_array_api(a) or inexact) or not a.size:
+            continue
+        xp = backend.namespace(a)  # min and max are finite only if every entry is (NaN propagates)
+        if not all(bool(xp.isfinite(r)) for r in (xp.min(a), xp.max(a))):
+            names = [k for k in ("gamma_", "length_scale_") if hasattr(est, k)]
+            scale = ", ".join(f"{k}={getattr(est, k):.3g}" for k in names)
+            raise ValueError(
+                f"the fit gave NaN or infinite coefficients ({scale}): the scale is beyond the "
+                "dtype's range; rescale the inputs or pass another gamma or length_scale"
+            )
 
 
 def check_width(est, n, shape):

@@ -8,33 +8,16 @@ import logging
 import numbers
 import time
 
-import dask.array as da
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from . import backend
+from . import backend, features, solve
 from .estimator import OperatorEstimator
-from .features import (
-    CENTRE_ROWS,
-    DISTRIBUTIONS,
-    draw_frequencies,
-    feature_map,
-    input_centre,
-    integer_seed,
-)
+from .features import CENTRE_ROWS, DISTRIBUTIONS, draw_frequencies, feature_map, input_centre
 from .gram import check_finite
 from .memory import ROW_BLOCK_BYTES, check_gram_memory, check_host_memory
 from .params import Interval, StrOptions
-from .solve import (
-    InputCentre,
-    check_min_norm,
-    choose_solver,
-    dask_fit_plan,
-    fit_dask,
-    fit_numpy,
-    held_beside_gram,
-    model_bytes,
-)
+from .solve import fit_dask, fit_numpy
 from .tuning import input_scales
 
 
@@ -56,20 +39,13 @@ def _predict_block(U, omega, b, coef, intercept, input_centre=None):
 logger = logging.getLogger("rfol_dask")
 
 
-def _meta(U):
-    return meta_from_array(U) if isinstance(U, da.Array) else None
-
-
-def _head_centre(U, dtype):
-    """The input centre of the dask array ``U`` (M, n) from its first rows (checked finite)."""
-    meta = np.empty((0, 0), dtype=U.dtype)
-    head = U[:CENTRE_ROWS].map_blocks(backend.to_numpy, meta=meta).compute()
+def _head_centre(U, dtype):  # the input centre of the dask U's first rows (checked finite)
+    head = U[:CENTRE_ROWS].map_blocks(backend.to_numpy, meta=np.empty((0, 0), U.dtype)).compute()
     check_finite(head, 0, "U")
     return input_centre(dtype, head)
 
 
-def _timed_draw(recipe):
-    """``recipe()``, its time logged (debug)."""
+def _timed_draw(recipe):  # ``recipe()``, its time logged (debug)
     t0 = time.perf_counter()
     out = recipe()
     logger.debug("Omega drawn on the client in %.3f s", time.perf_counter() - t0)
@@ -88,10 +64,9 @@ class RandomFeatureOperator(OperatorEstimator):
     n_features : int, default=1000
         Number of random features ``N``.
     distribution : {"cauchy", "gaussian", "student_t", "rational_quadratic"}, default="cauchy"
-        Frequency law: tensor-product Cauchy (kernel ``exp(-gamma ||x-y||_1)``), Gaussian
-        (``exp(-gamma ||x-y||^2)``), multivariate Student-t with ``nu`` degrees of freedom, or
-        rational quadratic (``(1 + gamma ||x-y||^2 / nu)^-nu``, ``nu = 1`` if None); see
-        :func:`rfol_dask.features.draw_frequencies`.
+        Frequency law (:func:`rfol_dask.features.draw_frequencies`): tensor-product Cauchy
+        (kernel ``exp(-gamma ||x-y||_1)``), Gaussian (``exp(-gamma ||x-y||^2)``), Student-t
+        with ``nu`` degrees of freedom, or rational quadratic (``(1 + gamma ||x-y||^2 / nu)^-nu``).
     gamma : float or "median", default="median"
         Frequency scale (> 0). ``"median"``: a typical pair of training inputs has a kernel
         value of about ``exp(-1)`` (:func:`rfol_dask.tuning.median_gamma`).
@@ -118,14 +93,12 @@ class RandomFeatureOperator(OperatorEstimator):
     column_block : int, default=None
         Output columns per solve task for dask input (default: spread over all worker threads).
     max_gram_bytes : int, default=None
-        Memory budget for the Gram and what is held with it (default: 60 % of available /
-        worker memory).
+        Memory budget of the Gram and what it holds (default: 60 % of available / worker memory).
     progress : bool, default=False
         Show a progress bar while fitting dask input.
     recovery : {"cubic", "linear", "nearest", "spectral", "rf"}, dict or 2-tuple, default="cubic"
-        Recovery maps ``R_U`` and ``R_V`` used when ``predict`` reads or writes another grid
-        (:func:`rfol_dask.recovery.make_recovery`; a dict carries options; a tuple gives
-        ``(R_U, R_V)``).
+        Recovery maps ``R_U``, ``R_V`` for ``predict`` on another grid (a dict: with options; a
+        tuple: ``(R_U, R_V)``; :func:`rfol_dask.recovery.make_recovery`).
     device : {"cpu", "cuda"}, default="cpu"
         Where numpy / xarray input is computed (``"cuda"``: on the GPU with CuPy, numpy out).
         CuPy input is computed on its GPU and gives CuPy predictions and fitted arrays.
@@ -157,8 +130,7 @@ class RandomFeatureOperator(OperatorEstimator):
     input_coords_, output_coords_ : dict of str to ndarray
         Grid coordinates when fitted on xarray data (else empty).
     input_grid_, output_grid_ : tuple of ndarray or None
-        The training grids, from ``fit(input_grid=, output_grid=)`` or the coordinates; None
-        if unknown (then ``predict`` only reads and writes the training grids).
+        The training grids (``fit(input_grid=, output_grid=)`` or coordinates; None: unknown).
     input_periods_, output_periods_ : tuple of (float or None) or None
         The period of each grid axis (None: not periodic); periodic axes wrap in ``predict``.
     output_attrs_, output_coord_attrs_ : dict
@@ -233,56 +205,52 @@ class RandomFeatureOperator(OperatorEstimator):
     def _check_params(self):
         super()._check_params()
         if self.distribution == "student_t" and self.nu is None:
-            raise ValueError(
-                "distribution='student_t' needs the degrees of freedom: pass nu > 0, e.g. nu=3"
-            )
+            msg = "distribution='student_t' needs the degrees of freedom: pass nu > 0, e.g. nu=3"
+            raise ValueError(msg)
 
     def _on_gpu(self, U, lazy):
         """Whether a dask fit runs on GPUs (which only the streamed dual fits)."""
-        return lazy and (self._device() != "cpu" or backend.is_array_api(_meta(U)))
+        return lazy and (self._device() != "cpu" or backend.is_array_api(meta_from_array(U)))
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
         """ValueError before any work when a fit on ``U`` and ``V`` would not fit in memory."""
-        M, n, m = U.shape[0], U.shape[1], V.shape[1]
+        M, n, m, N = U.shape[0], U.shape[1], V.shape[1], self.n_features
         self._check_model_memory(U, V, lazy, dtype)
-        solver = choose_solver(self.solver, M, self.n_features, dual_only=self._on_gpu(U, lazy))
+        solver = solve.choose_solver(self.solver, M, N, dual_only=self._on_gpu(U, lazy))
         if lazy:
-            plan = (M, n, m, self.n_features, dtype, solver, self.max_gram_bytes, client)
-            dask_fit_plan(*plan, self._device(), _meta(U), warn=False)
+            plan = (M, n, m, N, dtype, solver, self.max_gram_bytes, client)
+            solve.dask_fit_plan(*plan, self._device(), meta_from_array(U), warn=False)
             return
-        xp, N = backend.namespace(U), self.n_features
-        held = held_beside_gram(M, n, N, m, dtype, solver, xp)
+        xp = backend.namespace(U)
+        held = solve.held_beside_gram(M, n, N, m, dtype, solver, xp)
         size = M if solver == "dual" else N
         check_gram_memory(size, dtype, self.max_gram_bytes, solver=solver, xp=xp, held=held)
 
     def _check_model_memory(self, U, V, lazy, dtype):
         """ValueError when the fitted model would not fit this process's available memory."""
         if lazy or not backend.is_array_api(U):
-            check_host_memory(model_bytes(U.shape[1], self.n_features, V.shape[1], dtype), dtype)
+            nbytes = solve.model_bytes(U.shape[1], self.n_features, V.shape[1], dtype)
+            check_host_memory(nbytes, dtype)
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """Draw the frequencies and solve for ``coef_`` (N, m) and ``intercept_`` (m,)."""
         M, m = U.shape[0], V.shape[1]
         on_gpu = self._on_gpu(U, lazy)
-        self.solver_ = choose_solver(self.solver, M, self.n_features, dual_only=on_gpu)
-        check_min_norm(self.solver_, self.alpha, M, self.n_features, self.fit_intercept)
-        if not lazy:  # before any work (fit_dask checks a dask fit's Gram on the workers)
-            self._check_memory(U, V, lazy, dtype)
-        else:
-            self._check_model_memory(U, V, lazy, dtype)
-        seed = integer_seed(self.random_state)
-        self.input_metric_, self.gamma_ = None, self.gamma
-        if self.gamma == "median" or self.pca_power is not None:
+        self.solver_ = solve.choose_solver(self.solver, M, self.n_features, dual_only=on_gpu)
+        solve.check_min_norm(self.solver_, self.alpha, M, self.n_features, self.fit_intercept)
+        # before any work (fit_dask checks a dask fit's Gram on the workers)
+        (self._check_model_memory if lazy else self._check_memory)(U, V, lazy, dtype)
+        seed, self.input_metric_, gamma = features.integer_seed(self.random_state), None, self.gamma
+        if gamma == "median" or self.pca_power is not None:
             scales = input_scales(U, [self.distribution], self.pca_power, random_state=seed)
             self.input_metric_, gammas = scales
-            self.gamma_ = gammas[self.distribution] if self.gamma == "median" else self.gamma
-        self.gamma_ = float(self.gamma_)
-        law = (self.n_features, self.distribution, self.gamma_, self.nu, seed)
-        recipe = functools.partial(
-            draw_frequencies, U.shape[1], *law, dtype=dtype, metric=self.input_metric_
-        )
+            gamma = gammas[self.distribution] if gamma == "median" else gamma
+        self.gamma_ = float(gamma)
+        law = (U.shape[1], self.n_features, self.distribution, self.gamma_, self.nu, seed)
+        recipe = functools.partial(draw_frequencies, *law, dtype=dtype, metric=self.input_metric_)
+        kw = dict(alpha=float(self.alpha), fit_intercept=self.fit_intercept, solver=self.solver_)
         if lazy:
-            coef, intercept = self._fit_lazy(U, V, recipe, on_gpu, dtype)
+            coef, intercept = self._fit_lazy(U, V, recipe, on_gpu, dtype, kw)
         else:  # numpy on the CPU, or the namespace U lives in (CuPy: its GPU)
             xp = backend.namespace(U)
             check_finite(U[: min(CENTRE_ROWS, U.shape[0]), ...], 0, "U")  # named here, not later
@@ -290,8 +258,7 @@ class RandomFeatureOperator(OperatorEstimator):
             # drawn where U lives, block by block (CuPy: each block moved to the GPU as it comes)
             self.omega_, self.b_ = recipe(xp=xp, input_centre=centre)
             self.input_centre_ = backend.to_namespace(centre, xp)
-            kw = dict(alpha=float(self.alpha), fit_intercept=self.fit_intercept)
-            kw.update(solver=self.solver_, input_centre=self.input_centre_)
+            kw["input_centre"] = self.input_centre_
             coef, intercept = fit_numpy(U, V, self.omega_, self.b_, **kw)
             if not backend.is_fast(xp):
                 self.coef_, self.intercept_ = coef, xp.reshape(intercept, (m,))
@@ -299,28 +266,21 @@ class RandomFeatureOperator(OperatorEstimator):
         self.coef_ = coef.astype(dtype, copy=False)
         self.intercept_ = np.asarray(intercept, dtype=dtype).reshape(m)
 
-    def _fit_lazy(self, U, V, recipe, on_gpu, dtype):
+    def _fit_lazy(self, U, V, recipe, on_gpu, dtype, kw):
         """The dask fit: ``(coef, intercept)``, with ``omega_``, ``b_`` and ``input_centre_`` set.
         On GPUs the client draws Omega during the fit, from a centre of the first rows; on the
         CPU after it, the centre made in the fit's graph."""
-        centre = InputCentre(_head_centre(U, dtype) if on_gpu else None)
-        kw = dict(alpha=float(self.alpha), fit_intercept=self.fit_intercept, solver=self.solver_)
+        centre = solve.InputCentre(_head_centre(U, dtype) if on_gpu else None)
         kw.update(column_block=self.column_block, progress=self.progress, dtype=dtype)
         kw.update(max_gram_bytes=self.max_gram_bytes, n_features=self.n_features)
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rfol-omega") as pool:
             draw = functools.partial(recipe, input_centre=centre.value)
             drawn = pool.submit(_timed_draw, draw) if on_gpu else None
-            t0 = time.perf_counter()
-            coef, intercept = fit_dask(
-                U, V, frequencies=recipe, device=self._device(), input_centre=centre, **kw
-            )
-            t1 = time.perf_counter()
+            kw.update(frequencies=recipe, device=self._device(), input_centre=centre)
+            coef, intercept = fit_dask(U, V, **kw)
             self.input_centre_ = centre.value
             draw = functools.partial(recipe, input_centre=centre.value)
             self.omega_, self.b_ = drawn.result() if on_gpu else _timed_draw(draw)
-        logger.debug(
-            "dask fit %.3f s, then %.3f s to draw Omega", t1 - t0, time.perf_counter() - t1
-        )
         return coef, intercept
 
     def _predict_kernel(self):
