@@ -13,15 +13,8 @@ from .feature_passes import GROWTH_PRUNE, FeaturePasses, growth_checkpoints
 from .features import DISTRIBUTIONS, NU_LAWS, integer_seed
 from .params import Interval, StrOptions
 from .rf_operator import RandomFeatureOperator
-from .selection import (
-    DEFAULT_GAMMAS,
-    DEFAULT_REFINE,
-    SelectionCV,
-    best_row,
-    beyond_edge,
-    final_best,
-    grid_step,
-)
+from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV
+from .stages import best_row, beyond_edge, final_best, grid_step
 from .tuning import input_scales
 
 __all__ = [

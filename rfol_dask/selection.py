@@ -29,19 +29,7 @@ from .memory import DEVICE_SHARE, check_gram_memory, gram_device, memory_budget
 from .params import Interval, StrOptions, validate_parameter_constraints
 from .progress import active_client, compute, release
 from .stacklevel import user_stacklevel
-from .stages import (
-    FINALIST_TIE,
-    FINE_EXTEND,
-    MIN_COARSE_ROWS,
-    NARROWER_TIE,
-    StagedSearch,
-    _rank,
-    _score,
-    best_row,
-    beyond_edge,
-    final_best,
-    grid_step,
-)
+from .stages import StagedSearch, _rank, _score, final_best
 
 __all__ = [
     "SearchResults",
@@ -49,24 +37,15 @@ __all__ = [
     "DEFAULT_ALPHAS",
     "DEFAULT_GAMMAS",
     "DEFAULT_REFINE",
-    "MIN_COARSE_ROWS",
-    "FINE_EXTEND",
-    "FINALIST_TIE",
     "DEVICE_SHARE",
-    "NARROWER_TIE",
     "arrange_rows",
     "sketch_outputs",
-    "best_row",
-    "beyond_edge",
-    "final_best",
-    "grid_step",
 ]
 
-#: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
-# exact decimals: 1e-05, not 10.0 ** -5
+#: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1), in
+#: exact decimals (1e-05, not 10.0 ** -5)
 DEFAULT_ALPHAS = tuple(float(f"1e{k}") for k in range(-16, 2))
-#: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four
-#: decades)
+#: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
