@@ -203,9 +203,8 @@ def rounding_floor(G, trace=None, bound=False, eps=None):
     from (default ``G``'s); ``bound``: the bound of that norm instead, ``eps trace``."""
     if trace is None:
         trace = backend.namespace(G).sum(backend.diagonal(G))
-    M = max(1, G.shape[0])
     eps = max(eps or 0.0, np.finfo(backend.to_numpy_dtype(G.dtype)).eps)
-    return float(eps * abs(float(trace)) * (1.0 if bound else 2.0 / np.sqrt(M)))
+    return float(eps * abs(float(trace)) * (1.0 if bound else 2.0 / np.sqrt(max(1, G.shape[0]))))
 
 
 def _mean_error(V_valid, pred, keep):
@@ -256,12 +255,9 @@ class EigenPath:
 
     def errors(self, alphas, V_valid):
         """Mean relative L2 validation error per alpha (numpy; zero outputs left out)."""
-        keep = scored_rows(V_valid)
+        keep, lo = scored_rows(V_valid), self.lam_min
         return np.array(
-            [
-                _mean_error(V_valid, self.predict(a), keep) if a + self.lam_min > 0 else np.inf
-                for a in alphas
-            ]
+            [_mean_error(V_valid, self.predict(a), keep) if a + lo > 0 else np.inf for a in alphas]
         )
 
 
@@ -274,8 +270,7 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):
     xp = backend.namespace(G, K, V)
     keep = scored_rows(V_valid)
     vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
-    Vc = V - vbar
-    Vc = backend.as_fortran(Vc if design is None else design.T @ Vc)
+    Vc = backend.as_fortran(V - vbar if design is None else design.T @ (V - vbar))
     G = backend.as_fortran(G)
     factor, restore = backend.ridge_factor(G)
     out = []
@@ -288,10 +283,9 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):
             L = factor(float(alpha), k > 0)
             if L is None:
                 out.append(np.inf)
-                continue
-            pred = backend.cho_solve(L, rhs).T @ Vc if by_rows else K @ backend.cho_solve(L, Vc)
-            pred = pred + vbar
-            out.append(_mean_error(V_valid, pred, keep))
+            else:
+                pred = backend.cho_solve(L, rhs).T @ Vc if by_rows else K @ backend.cho_solve(L, Vc)
+                out.append(_mean_error(V_valid, pred + vbar, keep))
         restore()
     return np.array(out)
 
