@@ -43,19 +43,14 @@ class FeaturePasses:
         args = (self.n_features_in_, N, law, 1.0, self.nu, self._seed)
         return functools.partial(draw_frequencies, *args, metric=self.input_metric_)
 
-    def _path_args(self, center):
-        """The ridge-path arguments of :func:`_path_errors` after the outputs."""
+    def _path_args(self, center):  # of _path_errors after the outputs
         a = self._st["alpha_path"]
         return self._alphas(), self.fit_intercept, a, center, WINDOW_HALF_WIDTH, self._eps
 
     def _gram_group(self, M_t, M_v, n_segments, client, summed=0):
-        """How many gammas' Grams and cross-Grams (``n_segments`` each: one per nested ``N``, or in
-        the growth one per split, all held at once) one pass may hold: half the search's memory
-        budget (:meth:`_search_budget`: on GPUs :data:`DEVICE_SHARE` of their free memory) over
-        ``8 (M_t + M_v) M_t n_segments`` bytes, at least one. ``summed``: pairs more per gamma that
-        a worker holds beside them while it sums (the growth's first worker: the new sum and the one
-        that comes over), all of them within the whole budget (with one split,
-        three pairs a gamma)."""
+        """How many gammas' Gram pairs (``n_segments`` each) one pass may hold: half the search's
+        budget over ``8 (M_t + M_v) M_t n_segments`` bytes, at least one; with ``summed`` pairs more
+        a gamma while a worker sums, all within the whole budget."""
         per, budget = 8.0 * (M_t + M_v) * M_t, self._search_budget(client).bytes
         group = 0.5 * budget // (per * n_segments)
         if summed:
@@ -63,10 +58,8 @@ class FeaturePasses:
         return max(1, int(group))
 
     def _search_memory(self, M_t, M_v):
-        """Beside a training Gram, at the least (one gamma per pass): the cross-Gram and the
-        other nested ``N``'s Gram pairs (``8 (M_t + M_v) M_t`` each), the solve's copy of a
-        Gram and two ``M x slab`` buffers (``M = M_t + M_v``,
-        :func:`rfol_dask.tuning.slab_bounds`)."""
+        """Beside a training Gram (one gamma per pass): the cross-Gram, the other nested ``N``'s
+        Gram pairs, the solve's copy of a Gram and two ``M x slab`` buffers."""
         Ns, M = self._n_list(), M_t + M_v
         width = max(f1 - f0 for f0, f1 in slab_bounds(Ns[-1], M, Ns))
         cross = f"{len(Ns)} cross-Grams of {M_v} x {M_t}"
@@ -81,9 +74,8 @@ class FeaturePasses:
         self, X, Y, train, valid, client, law, mults, Ns, alpha_center=None, after=None
     ):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), len(Ns),
-        n_alpha + 1), or their delayed value. ``after``: on a cluster, the delayed errors of the
-        split before, which this split's first Grams wait for (the splits of a stage are computed
-        together: else every split's Grams were held at once, where the group counts one's)."""
+        n_alpha + 1), or delayed; on a cluster the first Grams wait for ``after`` (the split
+        before's errors): else every split's Grams were held at once."""
         N, M_t, M_v = Ns[-1], len(train), len(valid)
         freq, args = self._frequencies(law, N), self._path_args(alpha_center)
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
@@ -112,13 +104,8 @@ class FeaturePasses:
         Yt, Yv = dask.delayed(take_rows)(Y, train), dask.delayed(take_rows)(Y, valid)
         out, summed = [], None
         for sc in groups:
-            step = functools.partial(
-                dask.delayed(validation_slab),
-                X=Xa,
-                scales=sc,
-                fit_intercept=self.fit_intercept,
-                **opts,
-            )
+            kw = dict(X=Xa, scales=sc, fit_intercept=self.fit_intercept, **opts)
+            step = functools.partial(dask.delayed(validation_slab), **kw)
             # one group's Grams at a time on the first worker, and one solve at a time (each solve
             # uses every core and a copy of a Gram): each waits for the task before it; the other
             # workers start a group once the group before is summed (else each held every group's):
@@ -138,12 +125,10 @@ class FeaturePasses:
         return dask.delayed(np.asarray)(out)
 
     def _grow(self, X, Y, splits, client, law, N0, mults, rules, centers):
-        """Growth rows of the scale multiples ``mults`` of ``law`` from ``N0`` features: one pass
-        over nested slabs, a multiple dropping out once it gains less than ``growth_tol`` over the
-        previous checkpoint or is more than :data:`GROWTH_PRUNE` above its record. ``rules[k]`` of
-        multiple ``k``: (the records it updates, the record it is held to); a record maps a
-        checkpoint N to the best validation error seen there. ``centers[k]``: the index of the
-        alpha its first window is centred on."""
+        """Growth rows of the multiples ``mults`` of ``law`` from ``N0`` features, one pass over
+        nested slabs; a multiple drops out as :meth:`_keep` says. ``rules[k]``: (the records it
+        updates, the record it is held to), a record mapping N to the best error there;
+        ``centers[k]``: the alpha index its first window is centred on."""
         N_max = int(self.max_features)
         checkpoints = growth_checkpoints(N0, N_max)
         scales = [frequency_scale(law, m * self.median_scales_[law]) for m in mults]
@@ -159,14 +144,13 @@ class FeaturePasses:
         slabs = slab_bounds(N_max, len(splits[0][0]) + len(splits[0][1]), checkpoints)
         out, previous, done = [], np.full(len(scales), np.inf), 0
         for Nk in checkpoints:
-            new = [(f0, f1) for f0, f1 in slabs if done <= f0 and f1 <= Nk]
-            done = Nk
+            new, done = [(f0, f1) for f0, f1 in slabs if done <= f0 and f1 <= Nk], Nk
             errs = self._checkpoint(splits, state, new, Nk, freq, scales, centers, client)
             errs, floors = errs[:, :-1], errs[:, -1]  # (scales, alphas, splits), (scales, splits)
             n_rows = len(splits[0][0])
             out += self._rows(errs[:, None], floors[:, None], law, mults, [Nk], n_rows, "growth")
-            mean = np.mean(errs, axis=-1)  # NaN: an alpha left unsolved
-            mean = np.where(np.isnan(mean), np.inf, mean)
+            mean = np.mean(errs, axis=-1)
+            mean = np.where(np.isnan(mean), np.inf, mean)  # NaN: an alpha left unsolved
             best_k = mean.min(axis=1)
             keep = self._keep(law, Nk, mults, rules, best_k, previous)
             if len(keep) == 0:
@@ -176,8 +160,7 @@ class FeaturePasses:
             if len(keep) < len(scales):  # the dropped gammas' sums are freed
                 scales = [scales[k] for k in keep]
                 for st in state:
-                    select = _select if client is None else _persisted_select(client)
-                    st[3] = [a if a is None else select(a, keep) for a in st[3]]
+                    st[3] = [a if a is None else _select(a, keep, client) for a in st[3]]
         return out
 
     def _keep(self, law, Nk, mults, rules, best_k, previous):
@@ -200,10 +183,9 @@ class FeaturePasses:
         )
 
     def _checkpoint(self, splits, state, new, Nk, freq, scales, centers, client):
-        """The running sums of every split advanced over the ``new`` slabs, and the validation
-        errors at ``Nk`` features, then each Gram's floor: (scales, alphas + 1, splits). On a
-        cluster the sums stay on their workers, summed pairwise where they are into new ones
-        (which the later sums add into); a split's sums start once the split before is scored."""
+        """The running sums of every split advanced over the ``new`` slabs and the errors at ``Nk``
+        features, then each Gram's floor: (scales, alphas + 1, splits). On a cluster the sums stay
+        on their workers; a split's sums start once the split before is scored."""
         N_max = freq.args[1]
         errs = []
         for (tr, _va), st in zip(splits, state, strict=False):
@@ -248,10 +230,9 @@ def growth_checkpoints(N0, N_max):
 
 
 def _chains(accs, workers, slabs, step, gates=None):
-    """Per worker, its accumulator (None: none yet) advanced by ``step(acc, f0=, f1=)`` (delayed)
-    over its share of ``slabs`` (consecutive groups, one per worker); the accumulators that
-    exist afterwards, and their workers. ``gates``: per worker, a delayed task (or None) that a
-    chain starting without an accumulator waits for."""
+    """Per worker, its accumulator (None: none yet) advanced by the delayed ``step(acc, f0=, f1=)``
+    over its share of ``slabs``; the accumulators and their workers. ``gates``: per worker, a task
+    a chain starting without an accumulator waits for."""
     groups = np.array_split(np.arange(len(slabs)), len(workers))
     out, where = [], []
     for w, acc, gate, idx in zip(
@@ -269,50 +250,26 @@ def _chains(accs, workers, slabs, step, gates=None):
 
 
 def _gated_sum(a, b, gate=None):
-    """The delayed :func:`rfol_dask.tuning.sum_validation` of ``a`` and ``b``, once the delayed
-    ``gate`` (or None) is done."""
+    """The delayed sum of ``a`` and ``b`` (a new one), once ``gate`` (or None) is done."""
     return dask.delayed(sum_validation)(a if gate is None else dask.delayed(_after)(a, gate), b)
 
 
-def _select(acc, keep):
-    """The :func:`validation_slab` accumulator of the scales ``keep`` only."""
+def _select(acc, keep, client=None):
+    """The accumulator of the scales ``keep`` only (persisted where ``acc`` is)."""
+    if client is not None:
+        return client.persist(dask.delayed(_select)(acc, keep))
     return [acc[k] for k in keep]
 
 
 def _path_errors(
-    acc,
-    k,
-    segments,
-    g,
-    V_train,
-    V_valid,
-    alphas,
-    fit_intercept,
-    method,
-    center=None,
-    half_width=2,
-    eps=None,
+    acc, k, segments, g, Vt, Vv, alphas, fit_intercept, method, center=None, half_width=2, eps=None
 ):
     """Validation errors of scale ``k`` and ``segments[g]`` features, then the alphas' rounding
     floor of that model's Gram (:func:`rfol_dask.tuning.floored_path_errors`): (n_alpha + 1,)."""
     # the Cholesky paths solve in the accumulator's own Gram and leave it as it was: no M_t^2 copy
-    in_place = path_method(len(alphas), V_train.shape[0], method, center, half_width) != "eigh"
+    in_place = path_method(len(alphas), Vt.shape[0], method, center, half_width) != "eigh"
     G, K, factor = validation_grams(acc, k, segments, g, copy=not in_place)
-    errs = floored_path_errors(
-        G,
-        K,
-        V_train,
-        V_valid,
-        np.asarray(alphas) / factor,
-        fit_intercept,
-        method,
-        center,
-        half_width,
-        eps=eps,
-    )
+    a = np.asarray(alphas) / factor
+    errs = floored_path_errors(G, K, Vt, Vv, a, fit_intercept, method, center, half_width, eps=eps)
     errs[-1] *= factor  # the floor in the alphas' units
     return errs
-
-
-def _persisted_select(client):
-    return lambda acc, keep: client.persist(dask.delayed(_select)(acc, keep))

@@ -1,8 +1,4 @@
-"""scikit-learn's parameter constraints, the one place the package reads them from.
-
-They live in a private scikit-learn module (``sklearn.utils._param_validation``); importing them
-here alone keeps an upgrade that moves them to one line to change.
-"""
+"""scikit-learn's parameter constraints, read from its private ``_param_validation`` here only."""
 
 from sklearn.utils._param_validation import Interval, StrOptions, validate_parameter_constraints
 

@@ -1,7 +1,5 @@
 """``RandomFeatureOperatorCV``: law x gamma x alpha (x N) chosen by validation on the training
-data, on the search machinery of :mod:`rfol_dask.selection` (one pass over feature slabs per
-stage and law, the validation cross-Gram in the Gram's pass, one projection per slab for every
-gamma, the ridge path over alpha)."""
+data, on the search of :mod:`rfol_dask.selection`."""
 
 from __future__ import annotations
 
@@ -15,15 +13,8 @@ from .feature_passes import GROWTH_PRUNE, FeaturePasses, growth_checkpoints
 from .features import DISTRIBUTIONS, NU_LAWS, integer_seed
 from .params import Interval, StrOptions
 from .rf_operator import RandomFeatureOperator
-from .selection import (
-    DEFAULT_GAMMAS,
-    DEFAULT_REFINE,
-    SelectionCV,
-    best_row,
-    beyond_edge,
-    final_best,
-    grid_step,
-)
+from .selection import DEFAULT_GAMMAS, DEFAULT_REFINE, SelectionCV
+from .stages import best_row, beyond_edge, final_best, grid_step
 from .tuning import input_scales
 
 __all__ = [
@@ -41,22 +32,16 @@ __all__ = [
 DEFAULT_LAWS = ("cauchy", "gaussian", "rational_quadratic")
 #: the multiples of the searched gamma scored while N grows
 DEFAULT_GROWTH_REFINE = (0.5, 1.0, 2.0)
-#: the growth stage adds up to this many gammas beyond the edge of ``growth_refine`` (one step of
-#: its grid at a time) while the best growth model sits on that edge
+#: the growth stage adds up to this many gammas beyond the edge of ``growth_refine``, one step at a
+#: time, while the best growth model sits on that edge
 GROWTH_EXTEND = 2
-
 #: the limit stage (before the growth) scores every law with this many features per training row,
-#: near the kernel the features converge to as N grows, whose best gamma is where a large-N
-#: model's best gamma goes (on Navier-Stokes high 32 to 128 times the one searched at N = 4000)
+#: near the kernel limit, whose best gamma is where a large-N model's goes
 LIMIT_FEATURES_PER_ROW = 16
-#: ... on at least this fraction of the training rows: the gamma that wins near the kernel limit
-#: drifts with the rows (Navier-Stokes high, 16000 training rows: 1/256 of the median gamma wins on
-#: 2000 rows, by 0.7 %, and 1/64 on 4000, by 8 %)
+#: ... on at least this fraction of the training rows (the limit's best gamma drifts with the rows)
 LIMIT_ROWS_FRACTION = 0.25
-#: ... and only where the growth spans at least this factor over the searched N: over fewer
-#: doublings ``growth_refine`` reaches the gamma a larger N wants, and the stage (every law over
-#: the grid) cost more than the growth itself (2000 -> 4000 features on 1200 samples: 5x a plain
-#: search at 4000, 2.2x without it)
+#: ... and only where ``max_features`` is at least this factor over the searched N (over fewer
+#: doublings ``growth_refine`` reaches the gamma a larger N wants, and the stage costs more)
 LIMIT_MIN_GROWTH = 4
 
 
@@ -154,19 +139,15 @@ default=("cauchy", "gaussian", "rational_quadratic")
     best_index_ : int
         The winner's row in ``cv_results_``.
     cv_results_ : SearchResults
-        One row per candidate: ``stage`` ("coarse", "fine", "final", "full", "limit" or
-        "growth"), ``family``
-        (the law), ``scale_multiple``, ``gamma``, ``n_features``, ``alpha``, ``n_train_rows``,
-        ``mean_relative_l2``, ``mean_test_score``, ``std_test_score``, ``split<k>_test_score``,
-        ``rank_test_score`` (within the stage), ``alpha_floor`` (the rounding floor of the
-        candidate's Gram, the largest of its splits': ``2 eps trace / sqrt(M_t)``,
-        :func:`rfol_dask.tuning.rounding_floor`). ``.to_dataframe()`` with pandas. A NaN score: an
-        alpha a stage after the coarse one left unsolved (the fine, final and growth stages solve
-        only the alphas near the best so far), or one below ``alpha_floor``,
-        where rounding dominates the validation predictions; it ranks last.
+        One row per candidate: ``stage`` ("coarse", "fine", "final", "full", "limit" or "growth"),
+        ``family`` (the law), ``scale_multiple``, ``gamma``, ``n_features``, ``alpha``,
+        ``n_train_rows``, ``mean_relative_l2``, ``mean_test_score``, ``std_test_score``,
+        ``split<k>_test_score``, ``rank_test_score`` (within the stage), ``alpha_floor`` (the
+        rounding floor of the candidate's Gram, :func:`rfol_dask.tuning.rounding_floor`).
+        ``.to_dataframe()`` with pandas. A NaN score, ranked last: an alpha a later stage left
+        unsolved (they solve only the alphas near the best so far) or one below ``alpha_floor``.
     best_estimator_ : RandomFeatureOperator
-        The winner refitted on all training data; ``predict``, ``score`` and ``save`` delegate to
-        it.
+        The winner refitted on all training data; ``predict``, ``score``, ``save`` delegate to it.
     median_scales_ : dict
         Each law's median-heuristic gamma (in the input metric of ``pca_power``).
     input_metric_ : ndarray of shape (n, r) or None
@@ -184,12 +165,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
     input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
 
-    Cost per stage, for each split and law, with ``S`` gammas: one pass over the feature
-    slabs, ``2 M n N`` (projection) ``+ S (M_t^2 + 2 M_v M_t) N`` flops, then per gamma (and N)
-    one ``eigh`` of the ``M_t x M_t`` Gram and ``2 M_v M_t m`` per alpha. Memory: ``S`` pairs of
-    Grams ``8 (M_t^2 + M_v M_t)`` bytes (the gammas are split in groups that fit
-    ``max_gram_bytes`` / 60 % of the memory) plus two ``M x slab`` buffers. Only the dual is
-    searched (the ``M_t x M_t`` Gram), whatever ``N``.
+    Cost per stage, split and law with ``S`` gammas: one pass over the feature slabs, ``2 M n N +
+    S (M_t^2 + 2 M_v M_t) N`` flops, then per gamma and N one ``eigh`` of the ``M_t x M_t`` dual
+    Gram and ``2 M_v M_t m`` per alpha; memory ``S`` Gram pairs (grouped to fit the budget).
     """
 
     _parameter_constraints = {
@@ -273,19 +251,19 @@ default=("cauchy", "gaussian", "rational_quadratic")
         super()._check_params()
         if not len(self.distributions):
             raise ValueError(f"distributions is empty: give at least one of {DISTRIBUTIONS}")
-        for law in self.distributions:
-            if law not in DISTRIBUTIONS:
-                raise ValueError(
-                    f"unknown distribution {law!r} in distributions; choose from {DISTRIBUTIONS}"
-                )
+        for law in [d for d in self.distributions if d not in DISTRIBUTIONS][:1]:
+            raise ValueError(
+                f"unknown distribution {law!r} in distributions; choose from {DISTRIBUTIONS}"
+            )
         if "student_t" in self.distributions and self.nu is None:
             raise ValueError(
                 "distributions includes 'student_t': pass its degrees of freedom nu > 0, e.g. nu=3"
             )
-        self._check_grids(gammas=self.gammas, alphas=self.alphas)
-        self._check_grids(growth_refine=self._st["growth_refine"])
-        if not isinstance(self._st["limit_gammas"], str):
-            self._check_grids(limit_gammas=self._st["limit_gammas"])
+        limit = self._st["limit_gammas"]
+        self._check_grids(
+            gammas=self.gammas, alphas=self.alphas, growth_refine=self._st["growth_refine"]
+        )
+        self._check_grids(limit_gammas=None if isinstance(limit, str) else limit)
         searched = np.max(np.atleast_1d(self.n_features))
         if self.max_features is not None and self.max_features < searched:
             raise ValueError(
@@ -312,23 +290,19 @@ default=("cauchy", "gaussian", "rational_quadratic")
         self._seed = self.random_state_ = integer_seed(self.random_state)
 
     def _refit_candidates(self):
-        """The ``n_features`` a winner may have: the searched ones and, with ``max_features``, the
-        growth's checkpoints from each (the limit stage's lie below ``max_features``)."""
-        Ns = set(self._n_list())
-        if self.max_features is not None:
-            Ns.update(
-                N for N0 in self._n_list() for N in growth_checkpoints(N0, int(self.max_features))
-            )
-        return "n_features", sorted(Ns)
+        """The ``n_features`` a winner may have: the searched ones and the growth's checkpoints."""
+        Ns, top = self._n_list(), self.max_features
+        grown = [N for N0 in Ns for N in growth_checkpoints(N0, int(top))] if top else []
+        return "n_features", sorted({*Ns, *grown})
 
     def _set_metric(self, U, client, power):
         """The input metric of ``power`` and each law's median gamma in it (one sample of ``U``)."""
         args = (U, list(self.distributions), power)
-        if client is not None:  # U: the stacked inputs persisted on the cluster
+        if client is None:
+            self.input_metric_, self.median_scales_ = input_scales(*args, random_state=self._seed)
+        else:  # U: the stacked inputs persisted on the cluster
             scales = client.compute(dask.delayed(input_scales)(*args, random_state=self._seed))
             self.input_metric_, self.median_scales_ = scales.result()
-        else:
-            self.input_metric_, self.median_scales_ = input_scales(*args, random_state=self._seed)
 
     def _families(self):
         return list(self.distributions)
@@ -355,12 +329,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return params
 
     def _extend(self, X, Y, splits, client, rows):
-        """The limit stage (:meth:`_limit_stage`), then the growth stage (``max_features``): the
-        search's winner at ``N, 2 N, ...`` features, at its gamma times ``growth_refine`` (and
-        the limit stage's best law and gamma times ``growth_refine`` when that is another law or
-        outside those multiples), the centre multiples first, in groups of one law that fit the
-        memory budget; each anchor's multiples are extended beyond their edge while its best
-        growth model sits there (:data:`GROWTH_EXTEND`)."""
+        """The limit stage, then the growth stage: the winner (and the limit stage's best where it
+        differs) at ``N, 2 N, ...`` features and its gamma times ``growth_refine``, the centre
+        first, in groups of one law, extended beyond an edge best (:data:`GROWTH_EXTEND`)."""
         best = final_best(rows)
         if self.max_features is None or self.max_features <= best["n_features"]:
             return []
@@ -373,20 +344,18 @@ default=("cauchy", "gaussian", "rational_quadratic")
             limit = best_row(out)
             ratio = limit["scale_multiple"] / anchors[0][1]
             inside = refine[0] * (1 - 1e-9) <= ratio <= refine[-1] * (1 + 1e-9)
-            if limit["family"] != anchors[0][0] or not inside:
-                anchors.append(
-                    (limit["family"], limit["scale_multiple"], self._alpha_index(limit["alpha"]))
-                )
+            other = (limit["family"], limit["scale_multiple"], self._alpha_index(limit["alpha"]))
+            if other[0] != anchors[0][0] or not inside:
+                anchors.append(other)
         order = refine[np.argsort(np.abs(np.log(refine)), kind="stable")]
         pending = [(a * r, i) for r in order for i, (_, a, _) in enumerate(anchors)]
         # the searched anchor's gammas are pruned against every gamma's best error at a checkpoint,
         # the limit anchor's (expected to trail at small N) against their own only
         overall, own = {}, {}
         rules = [([overall], overall), ([overall, own], own)]
-        # every split's running sums are kept from one checkpoint to the next: a gamma holds one
-        # pair per split and on a cluster the first worker two more while it sums them; counted
-        # wherever the search runs, so that it groups (and prunes) its gammas alike everywhere
-        M_t, M_v = len(splits[0][0]), len(splits[0][1])
+        # a gamma holds one pair of running sums per split, and on a cluster two more while they
+        # are summed: counted wherever the search runs, so that it groups its gammas alike
+        M_t, M_v, N0 = len(splits[0][0]), len(splits[0][1]), best["n_features"]
         group = self._gram_group(M_t, M_v, len(splits), client, summed=2)
         of, grown, extended = {}, [], [0] * len(anchors)  # of: (law, multiple) -> anchor
         while pending:
@@ -396,9 +365,7 @@ default=("cauchy", "gaussian", "rational_quadratic")
             of.update({(law, m): i for m, i in chunk})
             mults, idx = [m for m, _ in chunk], [i for _, i in chunk]
             rules_of, centers = [rules[i] for i in idx], [anchors[i][2] for i in idx]
-            grown += self._grow(
-                X, Y, splits, client, law, best["n_features"], mults, rules_of, centers
-            )
+            grown += self._grow(X, Y, splits, client, law, N0, mults, rules_of, centers)
             for i in range(len(anchors) if not pending and step is not None else 0):
                 mine = [r for r in grown if of[(r["family"], r["scale_multiple"])] == i]
                 beyond = beyond_edge(mine, step, 1) if extended[i] < GROWTH_EXTEND else None
@@ -409,11 +376,8 @@ default=("cauchy", "gaussian", "rational_quadratic")
         return out + grown
 
     def _limit_stage(self, X, Y, splits, client, best):
-        """Rows of the limit stage (see ``limit_gammas``): every searched law over the grid on a
-        subsample of rows with :data:`LIMIT_FEATURES_PER_ROW` features per training row (at most
-        ``max_features``), all alphas; [] when skipped. Cost per law and gamma: a Gram of
-        ``rows x rows`` over ``16 rows`` features, ``16 rows^3`` flops (Navier-Stokes high, 4000
-        of 16000 training rows: about 40 s on 2 cores, a few % of the growth)."""
+        """Rows of the limit stage (``limit_gammas``): every law over the grid on a subsample of
+        rows with :data:`LIMIT_FEATURES_PER_ROW` features per training row; [] when skipped."""
         limit = self._st["limit_gammas"]
         if limit is None:
             return []

@@ -1,19 +1,11 @@
 """Model selection on the training data: the search shared by
 :class:`rfol_dask.RandomFeatureOperatorCV` and ``baselines.KernelOperatorCV``.
 
-A search scores every (family, scale, N, alpha) by the mean relative L2 error on validation rows of
-the TRAINING data (default: the last 20 %; ``cv=`` an int or a scikit-learn splitter for K folds),
-in stages (:mod:`rfol_dask.stages`), then refits the winner on all training data
-(``best_estimator_``). It is cheap because (see :mod:`rfol_dask.tuning`) one eigendecomposition of
-each training Gram gives every alpha (or one Cholesky per alpha near the best one, where cheaper:
-the other alphas score NaN), the validation cross-Gram is summed in the Gram's pass over feature
-slabs, and every frequency law is a scale family (one projection ``U Z`` per slab serves every
-gamma; nested N come out of the same pass). An alpha below the rounding floor of its Gram
-(:func:`rfol_dask.tuning.rounding_floor`, the column ``<alpha>_floor``) scores NaN.
-
-dask input runs the Gram passes as one graph per stage and family on the workers, on inputs stacked
-and persisted on the cluster once (without a distributed client they are gathered here), so the
-search reads the data once; the refit reads it again.
+Every (family, scale, N, alpha) is scored by the mean relative L2 error on validation rows of the
+training data, in stages (:mod:`rfol_dask.stages`), on the ridge paths of :mod:`rfol_dask.tuning`;
+the winner is refitted on all training data (``best_estimator_``). dask input is stacked and
+persisted on the cluster once (gathered here without a distributed client) and the Gram passes run
+as one graph per stage and family on the workers.
 """
 
 from __future__ import annotations
@@ -37,19 +29,7 @@ from .memory import DEVICE_SHARE, check_gram_memory, gram_device, memory_budget
 from .params import Interval, StrOptions, validate_parameter_constraints
 from .progress import active_client, compute, release
 from .stacklevel import user_stacklevel
-from .stages import (
-    FINALIST_TIE,
-    FINE_EXTEND,
-    MIN_COARSE_ROWS,
-    NARROWER_TIE,
-    StagedSearch,
-    _rank,
-    _score,
-    best_row,
-    beyond_edge,
-    final_best,
-    grid_step,
-)
+from .stages import StagedSearch, _rank, _score, final_best
 
 __all__ = [
     "SearchResults",
@@ -57,35 +37,23 @@ __all__ = [
     "DEFAULT_ALPHAS",
     "DEFAULT_GAMMAS",
     "DEFAULT_REFINE",
-    "MIN_COARSE_ROWS",
-    "FINE_EXTEND",
-    "FINALIST_TIE",
     "DEVICE_SHARE",
-    "NARROWER_TIE",
     "arrange_rows",
     "sketch_outputs",
-    "best_row",
-    "beyond_edge",
-    "final_best",
-    "grid_step",
 ]
 
-#: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1)
-# exact decimals: 1e-05, not 10.0 ** -5
+#: default ridge grid (the centred Gram of unit-variance features has a diagonal of about 1), in
+#: exact decimals (1e-05, not 10.0 ** -5)
 DEFAULT_ALPHAS = tuple(float(f"1e{k}") for k in range(-16, 2))
-#: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16 (more than four
-#: decades)
+#: default multiples of the median-heuristic gamma: 4^-5 = 1/1024 to 4^2 = 16
 DEFAULT_GAMMAS = tuple(4.0 ** np.arange(-5, 3))
 #: default fine-stage factors around the coarse winner's scale (a grid of factor 2 there)
 DEFAULT_REFINE = (0.5, 1.0, 2.0)
 
 
 class SearchResults(dict):
-    """``cv_results_``: a dict of equal-length numpy arrays, one entry per candidate (row).
-
-    ``to_dataframe()`` gives a ``pandas.DataFrame`` (pandas needed), ``to_xarray()`` an
-    ``xarray.Dataset`` with one variable per column along the dimension ``candidate``.
-    """
+    """``cv_results_``: a dict of equal-length numpy arrays, one entry per candidate (row);
+    ``to_dataframe()`` (pandas) and ``to_xarray()`` (dimension ``candidate``) convert it."""
 
     def to_dataframe(self):
         import pandas as pd
@@ -99,18 +67,15 @@ class SearchResults(dict):
 
 
 def sketch_outputs(V, k, seed=None):
-    """``V S`` (M, k): the outputs (M, m) times a Gaussian sketch ``S`` (m, k) with variance
-    ``1 / k`` drawn from ``seed``. Every prediction of a ridge model is linear in its training
-    outputs, so a search scored on ``V S`` scores the sketch of each model's predictions; each
-    sample's ``||v S||^2`` is an unbiased estimate of ``||v||^2`` (relative spread
-    ``sqrt(2 / k)``), and the sketch is the same for every candidate."""
+    """``V S`` (M, k): the outputs (M, m) times a Gaussian sketch ``S`` (m, k) of variance ``1 / k``
+    from ``seed``. Ridge predictions are linear in the training outputs, so a search on ``V S``
+    scores each model's predictions sketched alike (``||v S||^2`` estimates ``||v||^2``)."""
     S = np.random.default_rng(seed).standard_normal((V.shape[1], k)) / np.sqrt(k)
     return V @ (S if isinstance(V, np.ndarray) else backend.to_namespace(S, backend.namespace(V)))
 
 
 def arrange_rows(U, train, valid):
-    """The rows ``train`` then ``valid`` of the float64 ``U`` in one new array (M_t + M_v, n),
-    where ``U`` lives (numpy, CuPy, ...)."""
+    """The rows ``train`` then ``valid`` of ``U`` in one new float64 array, where ``U`` lives."""
     if isinstance(U, np.ndarray):
         return np.ascontiguousarray(np.concatenate([U[train], U[valid]]), dtype=np.float64)
     return backend.take_rows(U, np.concatenate([train, valid]))
@@ -119,9 +84,8 @@ def arrange_rows(U, train, valid):
 class SelectionCV(StagedSearch, OperatorEstimator):
     """Base of the selection estimators (see the module docstring); not used directly.
 
-    Subclasses give the base estimator (``_base_estimator``), the families and their median
-    scale (``_families``; ``_prepare`` or ``_set_metric`` sets ``median_scales_``), the validation
-    errors of one stage
+    Subclasses give the base estimator (``_base_estimator``), the families (``_families``;
+    ``_set_metric`` sets their ``median_scales_``), the validation errors of one stage
     (``_stage_errors``) and the winner's parameters (``_params_of``).
     """
 
@@ -141,8 +105,7 @@ class SelectionCV(StagedSearch, OperatorEstimator):
     _refit_keys: tuple = ()  # its settings that ``refit`` (a dict) may give
 
     def _check_params(self):
-        """The parameters, the stage settings (``stages``, with the defaults: ``_st``) and the
-        refit's (``refit``, a dict), each by its rules."""
+        """The parameters, the stage settings (``_st``: ``stages`` over defaults) and ``refit``."""
         self._validate_params()
         for what, given, allowed in (
             ("stages", self.stages, self._stage_defaults),
@@ -169,13 +132,10 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         probe._check_recovery()
 
     def _refit_settings(self):
-        """The refit's own settings given in ``refit`` (a dict), else none."""
         return {} if isinstance(self.refit, bool) else dict(self.refit)
 
-    # ------------------------------------------------------------------ delegation
     def _refitted(self, method):
-        """``best_estimator_``; NotFittedError if there is none, saying why (not fitted, or
-        ``refit=False``)."""
+        """``best_estimator_``; NotFittedError saying why where there is none."""
         if not hasattr(self, "best_estimator_") and hasattr(self, "best_params_"):
             name = type(self).__name__
             seed = (
@@ -214,44 +174,29 @@ class SelectionCV(StagedSearch, OperatorEstimator):
     def _predict_kernel(self):  # pragma: no cover - predict is delegated
         return self.best_estimator_._predict_kernel()
 
-    # ------------------------------------------------------------------ fit
     def fit(self, X, y=None, *, input_grid=None, output_grid=None, periods=None, **fit_params):
         """Search on the training data (``X``, ``y``, the grids, ``periods`` and ``fit_params``
         as in the base estimator's ``fit``: ``sample_weight`` is not supported), then refit the
         winner on all of it as ``best_estimator_``. No test data is involved. A search or refit
         that raises or is interrupted leaves the estimator as it was before (the previous search's
         results and ``best_estimator_`` together, or unfitted)."""
-        with all_or_nothing(self) as work:
-            work._fit_search(
-                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
-            )
-        return self
-
-    def _fit_search(self, X, y, *, input_grid, output_grid, periods, **fit_params):
-        t0 = time.perf_counter()
-        # the base fit's body, on the copy that fit publishes whole (all_or_nothing)
-        self._fit(
-            X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
-        )
-        self.search_time_ = time.perf_counter() - t0
-        if self.refit is not False:
-            t1 = time.perf_counter()
-            self.best_estimator_ = self._refit_best(
-                X, y, input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params
-            )
-            self.refit_time_ = time.perf_counter() - t1
-        else:  # an earlier fit's winner would predict for this one's best_params_
-            self.__dict__.pop("best_estimator_", None)
-            self.__dict__.pop("refit_time_", None)
+        kw = dict(input_grid=input_grid, output_grid=output_grid, periods=periods, **fit_params)
+        with all_or_nothing(self) as work:  # on a copy published whole
+            t0 = time.perf_counter()
+            work._fit(X, y, **kw)
+            work.search_time_ = time.perf_counter() - t0
+            if self.refit is not False:
+                t1 = time.perf_counter()
+                work.best_estimator_ = work._refit_best(X, y, **kw)
+                work.refit_time_ = time.perf_counter() - t1
+            else:  # an earlier fit's winner would predict for this one's best_params_
+                work.__dict__.pop("best_estimator_", None)
+                work.__dict__.pop("refit_time_", None)
         return self
 
     def _refit_best(self, X, y, **kwargs):
-        """The winner fitted on all training data, in the search's precision (:meth:`_refit_dtype`)
-        at the validated ridge. Where the refit's Gram could not take it all the same (the jitter
-        policy, :func:`rfol_dask.linalg.first_ridge`: a dask fit's blocked Cholesky), the warning
-        says so and ``best_params_`` takes the ridge used: it describes the model that predicts.
-        The ridges are recorded in this thread's context (:func:`rfol_dask.linalg.recorded_ridges`),
-        so searches refitting in several threads keep their own."""
+        """The winner fitted on all training data; where the refit had to raise the ridge (a dask
+        fit's blocked Cholesky), ``best_params_`` takes the ridge used, with the warning."""
         name = self._alpha_name
         with recorded_ridges() as raised:
             est = self._base_estimator(**self.best_params_).fit(X, y, **kwargs)
@@ -263,20 +208,17 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         return est
 
     def _cast_dtype(self, data):
-        """float64: the search runs in float64 whatever ``dtype`` says, as it does for dask
-        input."""
+        """float64, the search's, whatever ``dtype`` says."""
         self._work_dtype(data)  # a bad dtype is refused before any work
         return np.dtype(np.float64)
 
     def _refit_dtype(self):
-        """The refit's precision: ``dtype``, else float64, the search's (a float32 refit of float32
-        input could not take the small ridges a float64 search validates)."""
+        """``dtype``, else float64 (a float32 refit could not take the ridges float64 validates)."""
         return np.dtype(self.dtype or np.float64)
 
     def _data(self, U, V, lazy):
-        """The training data for the Gram passes, checked, in float64 where the search runs (the
-        input's own namespace for array API input, else ``device``: numpy, or CuPy on a GPU), or
-        (distributed client) delayed stacked arrays persisted on the cluster; and the client."""
+        """``(U, V, client)``: the training data in float64 where the search runs, or (distributed
+        client) stacked and persisted on the cluster."""
         client = active_client() if lazy and self._distributed_search else None
         device = self._device()
         if lazy:
@@ -297,45 +239,21 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         return Us, Vs, client
 
     def _search_memory(self, M_t, M_v):
-        """``{what: bytes}`` the search holds beside one ``M_t x M_t`` training Gram at its least
-        peak on a split of ``M_t`` training and ``M_v`` validation rows (subclasses; float64)."""
+        """``{what: bytes}`` the search holds beside one ``M_t x M_t`` training Gram (float64)."""
         return {}
 
     def _search_budget(self, client):
-        """The :class:`rfol_dask.memory.Budget` of the search's Grams, by the rule of the fits'
-        (:func:`rfol_dask.memory.memory_budget`): ``max_gram_bytes``, else, where they live on GPUs
-        (``device="cuda"`` or CuPy input), 60 % of the least free GPU memory of the client's
-        workers (of this process's GPU without a client), else the host memory of the client's
-        workers or of this machine."""
+        """The memory budget of the search's Grams, by the fits' rule (``memory_budget``)."""
         return memory_budget(self.max_gram_bytes, client, device=self._grams_on)
 
-    def _check_search_memory(self, splits, client):
-        """ValueError before any work when the search's least peak on its largest split (the
-        training Gram and :meth:`_search_memory`) exceeds the memory budget
-        (:meth:`_search_budget`): the refit's own check came only after the whole search."""
-        M_t, M_v = max(((len(tr), len(va)) for tr, va in splits), key=lambda s: (s[0], s[1]))
-        check_gram_memory(
-            M_t,
-            np.float64,
-            self.max_gram_bytes,
-            client,
-            solver="search",
-            device=self._grams_on,
-            held=self._search_memory(M_t, M_v),
-        )
-
     def _refit_candidates(self):
-        """``(name, values)``: the base estimator's parameter by which the candidates' refits differ
-        in memory and the values a winner may take
-        (here ``(None, [None])``: they all hold the same)."""
+        """``(name, values)``: the base estimator's parameter by which the refits differ in memory,
+        and the values a winner may take."""
         return None, [None]
 
     def _check_refit_memory(self, U, V, lazy, dtype):
-        """With ``refit``, before the search (and before a dask input is read for it), the error
-        the base estimator's own ``_check_memory`` would raise for the refit on all of ``U`` (M, n)
-        and ``V`` (M, m) in ``dtype`` of any candidate (:meth:`_refit_candidates`): ValueError for
-        memory, NotImplementedError where it could not run at all; the message names every value a
-        winner may take that would be refused."""
+        """With ``refit``, before the search, the error the base estimator's ``_check_memory`` would
+        raise for the refit of any candidate, naming every value it would refuse."""
         if self.refit is False:
             return
         client = active_client() if lazy else None
@@ -364,24 +282,21 @@ class SelectionCV(StagedSearch, OperatorEstimator):
 
     def _fit_arrays(self, U, V, lazy, dtype):
         """The search: fills ``cv_results_``, ``best_params_``, ``best_score_``."""
-        M = U.shape[0]
-        splits = self._splits(M)
+        splits = self._splits(U.shape[0])
         self._seed_search()
-        refit_dtype = self._refit_dtype()
-        self._eps = float(np.finfo(refit_dtype).eps)  # no alpha is scored that the refit cannot use
-        # where the search's Grams live (:meth:`_search_budget`): on GPUs with device="cuda" or CuPy
-        # input (the client's workers', or this process's), else on the host
-        self._grams_on = gram_device(self._device(), meta_from_array(U))
+        self._eps = float(np.finfo(self._refit_dtype()).eps)  # no alpha the refit cannot use
+        self._grams_on = gram_device(self._device(), meta_from_array(U))  # where the Grams live
         # before the data are read: the search's least peak on its largest split, then the refit
-        self._check_search_memory(
-            splits, active_client() if lazy and self._distributed_search else None
+        M_t, M_v = max((len(tr), len(va)) for tr, va in splits)
+        client = active_client() if lazy and self._distributed_search else None
+        on, held = self._grams_on, self._search_memory(M_t, M_v)
+        check_gram_memory(
+            M_t, np.float64, self.max_gram_bytes, client, "search", device=on, held=held
         )
-        self._check_refit_memory(U, V, lazy, refit_dtype)
+        self._check_refit_memory(U, V, lazy, self._refit_dtype())
         X, Y, client = self._data(U, V, lazy)
         splits = self._scored_splits(splits, Y, client)
-        # the median heuristic samples the gathered (or persisted) inputs: no extra read of the data
-        self._prepare(X, client)
-        values, column = self._metric_values(), self._metric_column()
+        values, column = self._powers(), None if self.pca_power is None else "pca_power"
         k = self._st.get("score_outputs")
         # score on a sketch of the outputs (the refit sees them all)
         if k is not None and k < V.shape[1]:
@@ -429,11 +344,8 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         self._warn_floor(best)
 
     def _warn_floor(self, best):
-        """A warning where the winner's alpha is the smallest searched one at or above the
-        rounding floor of its Gram and smaller ones of the user's grid were left out below it (the
-        search may have preferred them, but float64 does not resolve them:
-        :func:`rfol_dask.tuning.rounding_floor`). The default grid reaches below every floor on
-        purpose: its alphas below are left out silently (NaN in ``cv_results_``)."""
+        """A warning where the winner's alpha is the smallest of the user's grid at or above the
+        rounding floor of its Gram and smaller ones were left out (the default grid: silently)."""
         name = self._alpha_name
         if getattr(self, name + "s") is None:
             return
@@ -450,30 +362,16 @@ class SelectionCV(StagedSearch, OperatorEstimator):
                 stacklevel=user_stacklevel(),
             )
 
-    def _prepare(self, U, client=None):
-        """Anything the search needs from the (gathered or persisted) inputs ``U`` before it starts
-        (here nothing)."""
-
     def _powers(self):
-        """``pca_power`` as the list of values searched (one: the value itself), a whole search
-        each on the same data."""
+        """``pca_power`` as the list of values searched, a whole search each on the same data."""
         q = self.pca_power
         return list(q) if isinstance(q, (list, tuple, np.ndarray)) else [q]
 
-    def _metric_values(self):
-        return self._powers()
-
-    def _metric_column(self):
-        """The results column naming each row's metric value (None: no column)."""
-        return None if self.pca_power is None else "pca_power"
-
     def _set_metric(self, X, client, value):
-        """Make ``value`` the metric of the next search (and its scales); here nothing to do."""
+        """Make ``value`` the metric of the next search (and set ``median_scales_``)."""
 
-    # ------------------------------------------------------------------ hooks
     def _check_grids(self, **grids):
-        """ValueError unless each grid is None or a non-empty sequence of positive, finite
-        numbers."""
+        """ValueError unless each grid is None or a non-empty sequence of positive finite values."""
         for name, values in grids.items():
             if values is None:
                 continue

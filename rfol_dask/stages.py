@@ -19,18 +19,14 @@ from .progress import compute
 from .stacklevel import user_stacklevel
 from .tuning import nonzero_rows
 
-#: the fine stage scores up to this many steps of its ``refine`` grid beyond its winner on the
-#: edge of that family's multiples, one step (one more pass over the feature slabs) at a time
-#: while the winner stays on the edge
+#: the fine stage scores up to this many steps of ``refine`` beyond a winner on its family's edge
 FINE_EXTEND = 2
 #: a family after the coarse stage's best joins the fine stage only when its coarse best error is
-#: within this factor of the best one's (a tie at the coarse stage's resolution); on the eight
-#: full-size benchmark sets the coarse stage's best law was the fine stage's winner every time
+#: within this factor of the best one's (a tie at the coarse stage's resolution)
 FINALIST_TIE = 1.02
-#: the final stage also scores the fine winner's narrower neighbour when, on the fine stage's
-#: rows, its validation error was within this factor of the winner's (or it was not scored): on
-#: the eight full-size benchmark sets the neighbour won at full size where that gap was 1.000-1.027
-#: and lost where it was 1.020-1.160
+#: the final stage also scores the fine winner's narrower neighbour when, on the fine rows, its
+#: error was within this factor of the winner's (on the eight benchmark sets it won at full size
+#: where that gap was 1.000-1.027 and lost where it was 1.020-1.160)
 NARROWER_TIE = 1.05
 #: the coarse stage keeps at least this many training rows (all if there are fewer)
 MIN_COARSE_ROWS = 200
@@ -69,8 +65,8 @@ def grid_step(values, default=None):
 
 
 def beyond_edge(rows, step, n):
-    """``n`` scale multiples beyond the edge of those tried in ``rows`` (one family) at which
-    the best row sits (a factor ``step`` apart), or None if the best is inside."""
+    """``n`` scale multiples ``step`` apart beyond the edge of ``rows`` (one family) where the best
+    sits, or None if it is inside."""
     tried = sorted({r["scale_multiple"] for r in rows})
     best = best_row(rows)["scale_multiple"]
     if len(tried) < 2 or tried[0] < best < tried[-1]:
@@ -80,8 +76,7 @@ def beyond_edge(rows, step, n):
 
 
 def _split_rows(rows, M, which):
-    """The ``which`` rows of a user's cv split as indices into the ``M`` training samples: a
-    boolean mask of length ``M`` or integer indices in ``[0, M)``; else ValueError."""
+    """A user's cv split rows (a boolean mask or integer indices in ``[0, M)``) as indices."""
     rows = np.asarray(rows)
     if rows.dtype == bool:
         if rows.shape != (M,):
@@ -105,13 +100,10 @@ def _split_rows(rows, M, which):
 class StagedSearch:
     """The stages of the search (mixed into :class:`rfol_dask.selection.SelectionCV`)."""
 
-    def _seed_search(self):
-        """Set ``_seed``, the seed of the subsampled rows (here 0), before the search."""
+    def _seed_search(self):  # the seed of the subsampled rows
         self._seed = 0
 
-    def _extend(self, X, Y, splits, client, rows):
-        """Rows of a stage after the search's last (none here; ``RandomFeatureOperatorCV`` grows
-        N)."""
+    def _extend(self, X, Y, splits, client, rows):  # rows of stages after the search's last
         return []
 
     def _family_multiples(self, family, mults):
@@ -125,9 +117,8 @@ class StagedSearch:
         return int(np.argmin(np.abs(np.log(self._alphas()) - np.log(alpha))))
 
     def _stage(self, X, Y, splits, client, family, scales, Ns, rows_used, name, alpha_center=None):
-        """Rows of the results table for one family over ``scales`` x ``Ns`` x alphas (around the
-        index ``alpha_center`` only, where that is cheaper:
-        :func:`rfol_dask.tuning.path_errors`)."""
+        """Results rows of one family over ``scales`` x ``Ns`` x alphas (only around the index
+        ``alpha_center`` where cheaper)."""
         scales = self._family_multiples(family, scales)
         t0 = time.perf_counter()
         errs = []
@@ -150,16 +141,14 @@ class StagedSearch:
         return self._rows(errs[:, :, :-1], errs[:, :, -1], family, scales, Ns, rows_used, name)
 
     def _rows(self, errs, floors, family, scales, Ns, rows_used, name):
-        """Results rows of the validation errors ``errs`` (scales, Ns, alphas, splits) of Grams
-        with the rounding floors ``floors`` (scales, Ns, splits; the largest of a row's splits is
-        its ``<alpha>_floor``: alphas below it score NaN, :func:`rfol_dask.tuning.path_errors`)."""
+        """Results rows of the errors ``errs`` (scales, Ns, alphas, splits) of Grams with rounding
+        floors ``floors`` (scales, Ns, splits; a row's ``<alpha>_floor``: the largest)."""
         out = []
         for i, mult in enumerate(scales):
             for j, N in enumerate(Ns):
                 for a, alpha in enumerate(self._alphas()):
                     e = errs[i, j, a]
-                    # an infinite error (a failed solve): NaN spread
-                    with np.errstate(invalid="ignore"):
+                    with np.errstate(invalid="ignore"):  # an inf error (failed solve): NaN spread
                         spread = float(np.std(e))
                     row = {
                         "stage": name,
@@ -179,15 +168,13 @@ class StagedSearch:
         return out
 
     def _search(self, X, Y, splits, client):
-        """Rows of the whole search: the coarse stage (:meth:`_coarse`), the fine stage on its
-        plan, one refine step at a time beyond an edge winner (up to :data:`FINE_EXTEND`), then
-        the final stage at full size (:meth:`_final`)."""
+        """Rows of the whole search: coarse (:meth:`_coarse`), fine (extended beyond an edge winner
+        up to :data:`FINE_EXTEND` steps), then final at full size (:meth:`_final`)."""
         families, mults = self._families(), np.asarray(self._multiples(), dtype=float)
         Ns, refine = self._n_list(), self._st["refine"]
         n_train = min(len(tr) for tr, _ in splits)
-        n_coarse = self._n_rows(n_train, self._st["coarse"])
         frac = self._st["coarse"]
-        Nc = [None]
+        n_coarse, Nc = self._n_rows(n_train, frac), [None]
         if Ns != [None] and frac is not None:
             Nc = [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
         coarse = n_coarse < n_train or Nc[0] not in (None, Ns[-1])
@@ -197,10 +184,8 @@ class StagedSearch:
             rows, plan = self._coarse(X, Y, splits, client, families, mults, Nc, n_coarse)
         name = "fine" if coarse else "full"
         fine_step = grid_step(refine)
-        fine = self._st["fine"]
-        n_fine = n_train
-        if coarse and fine is not None:
-            n_fine = max(n_coarse, self._n_rows(n_train, fine))
+        fine = coarse and self._st["fine"] is not None
+        n_fine = max(n_coarse, self._n_rows(n_train, self._st["fine"])) if fine else n_train
         sub = splits if n_fine >= n_train else self._subsample(splits, n_fine)
         for fam, scales, center in plan:
             rows += self._stage(X, Y, sub, client, fam, scales, Ns, len(sub[0][0]), name, center)
@@ -210,19 +195,15 @@ class StagedSearch:
             new = beyond_edge(mine, fine_step, 1)
             if new is None:
                 break
-            center = self._alpha_index(best[self._alpha_name])
-            rows += self._stage(
-                X, Y, sub, client, best["family"], new, Ns, len(sub[0][0]), name, center
-            )
+            fam, center = best["family"], self._alpha_index(best[self._alpha_name])
+            rows += self._stage(X, Y, sub, client, fam, new, Ns, len(sub[0][0]), name, center)
         if sub is not splits:
             rows += self._final(X, Y, splits, client, rows, name, fine_step, Ns)
         return rows
 
     def _coarse(self, X, Y, splits, client, families, mults, Nc, n_coarse):
-        """The coarse stage's rows over the whole grid on ``n_coarse`` rows, each family's grid
-        extended two steps at a time (up to 3 times) beyond an edge best; and the fine stage's
-        plan: the best families (:data:`FINALIST_TIE`), each at its best scale times ``refine``,
-        with the index of its best alpha."""
+        """The coarse stage's rows (the whole grid on ``n_coarse`` rows, extended beyond an edge
+        best) and the fine stage's plan: the finalists' best scale times ``refine``, best alpha."""
         sub, rows = self._subsample(splits, n_coarse), []
         for fam in families:
             rows += self._stage(X, Y, sub, client, fam, mults, Nc, len(sub[0][0]), "coarse")
@@ -246,20 +227,14 @@ class StagedSearch:
         return rows, plan
 
     def _final(self, X, Y, splits, client, rows, name, fine_step, Ns):
-        """The final stage's rows: the fine winner at full size, and one refine step narrower
-        where that was within :data:`NARROWER_TIE` of it on the fine rows (fewer rows favour
-        wider kernels: the fine winner was half the full-size winner's gamma on 4 of 8 sets)."""
+        """The final stage's rows: the fine winner at full size, and one refine step narrower where
+        that was within :data:`NARROWER_TIE` of it (fewer rows favour wider kernels)."""
         best = best_row([r for r in rows if r["stage"] == name])
         finals = [best["scale_multiple"]]
         if fine_step:
             narrow = best["scale_multiple"] * fine_step**self._narrower
-            there = [
-                r
-                for r in rows
-                if r["stage"] == name
-                and r["family"] == best["family"]
-                and np.isclose(r["scale_multiple"], narrow)
-            ]
+            there = [r for r in rows if r["stage"] == name and r["family"] == best["family"]]
+            there = [r for r in there if np.isclose(r["scale_multiple"], narrow)]
             if not there or -_score(best_row(there)) <= NARROWER_TIE * -_score(best):
                 finals.append(narrow)
         center = self._alpha_index(best[self._alpha_name])
@@ -268,29 +243,21 @@ class StagedSearch:
         )
 
     def _n_rows(self, n_train, frac):
-        """Training rows of a stage on the fraction ``frac`` of ``n_train`` (None: all): at least
-        :data:`MIN_COARSE_ROWS`, at most all."""
+        """Training rows of a stage on ``frac`` of ``n_train`` (None: all), at least 200."""
         return n_train if frac is None else min(n_train, max(MIN_COARSE_ROWS, int(frac * n_train)))
 
     def _subsample(self, splits, n_rows):
-        """The splits cut to ``n_rows`` training rows each (drawn from the search's seed; the
-        validation rows in proportion, at least one): the coarse stage's rows."""
-        rng = np.random.default_rng(self._seed)
-        sub = []
+        """The splits cut to ``n_rows`` training rows each, the validation rows in proportion."""
+        rng, sub = np.random.default_rng(self._seed), []
         for tr, va in splits:
             k = min(len(tr), n_rows)
             k_va = max(1, round(len(va) * k / len(tr)))
-            sub.append(
-                (
-                    np.sort(rng.choice(tr, k, replace=False)),
-                    np.sort(rng.choice(va, k_va, replace=False)),
-                )
-            )
+            sub.append([np.sort(rng.choice(x, n, replace=False)) for x, n in ((tr, k), (va, k_va))])
         return sub
 
     def _splits(self, M):
-        """``[(train rows, validation rows)]`` of the training set (M samples); ValueError if ``cv``
-        gives none (a used-up generator) or one with fewer than 2 training or no validation rows."""
+        """``[(train rows, validation rows)]`` of the M training samples by ``cv``; ValueError for
+        none or one with fewer than 2 training or no validation rows."""
         from sklearn.model_selection import KFold
 
         if self.cv is None:
@@ -320,10 +287,8 @@ class StagedSearch:
         return [(np.asarray(tr), np.asarray(va)) for tr, va in splits]
 
     def _scored_splits(self, splits, Y, client):
-        """The splits whose validation rows hold an output that is not identically zero: the
-        relative error, the score, is undefined on the others (a K-fold split of sorted data),
-        which are left out with a warning naming them; ValueError when none is left. ``Y``: the
-        training outputs, as :meth:`_data` gives them."""
+        """The splits whose validation outputs are not all zero (the relative error is undefined on
+        the others: left out with a warning); ValueError when none is left."""
         if client is None:
             nonzero = nonzero_rows(Y)
         else:
@@ -332,17 +297,14 @@ class StagedSearch:
         if len(dropped) == len(splits):
             raise ValueError(
                 f"every validation output of the {len(splits)} split(s) is identically zero: the "
-                "relative L2 error, the search's score, is undefined; pass a cv whose validation "
-                "rows hold outputs that are not all zero (shuffled folds: KFold(5, shuffle=True, "
-                "random_state=0))"
+                "relative L2 error is undefined; pass a cv whose validation rows hold nonzero "
+                "outputs, e.g. KFold(5, shuffle=True, random_state=0)"
             )
         if dropped:
             warnings.warn(
                 f"cv split(s) {', '.join(map(str, dropped))} of {len(splits)} have only "
-                "identically zero validation outputs, on which the relative L2 error (the score) "
-                "is undefined: they are left out of the search (n_splits_, split<k>_test_score "
-                "count the others); shuffle the folds (KFold(5, shuffle=True, random_state=0)) to "
-                "score every one",
+                "identically zero validation outputs (relative L2 error undefined): left out of "
+                "the search; KFold(5, shuffle=True, random_state=0) scores every one",
                 DataWarning,
                 stacklevel=user_stacklevel(),
             )

@@ -14,7 +14,8 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
 from rfol_dask.features import draw_frequencies
 from rfol_dask.metrics import relative_l2_error
-from rfol_dask.selection import DEFAULT_REFINE, FINE_EXTEND
+from rfol_dask.selection import DEFAULT_REFINE
+from rfol_dask.stages import FINE_EXTEND
 from rfol_dask.tuning import frequency_scale, median_gamma
 
 SMALL = dict(gammas=(0.25, 1.0, 4.0), alphas=(1e-6, 1e-3, 1e-1), coarse=None)
