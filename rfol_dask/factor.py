@@ -54,12 +54,6 @@ def gram_place(K, offsets, i, *tiles):
     return K
 
 
-def lift_ones(mean_diag, M):
-    """The constant added to a centred Gram (M, M) at ``alpha = 0`` so that the ones direction gets
-    the eigenvalue ``mean_diag``."""
-    return mean_diag / M
-
-
 def dual_factor(K, vsum, alpha, fit_intercept, upper=False, warn=True):
     """Centre the Gram ``K`` (M, M) (``upper``: C-ordered, its upper block triangle filled) and
     factorise ``H K H + alpha I`` in place: a :class:`DualFactor`. ``warn=False``: a raised ridge
@@ -70,8 +64,8 @@ def dual_factor(K, vsum, alpha, fit_intercept, upper=False, warn=True):
     r = xp.sum(K, axis=1)
     if fit_intercept:
         backend.centre_gram(K, r / M, xp.sum(r) / M**2)  # one pass; K stays exactly symmetric
-        if alpha == 0:
-            K += lift_ones(xp.mean(xp.abs(backend.diagonal(K))), M)
+        if alpha == 0:  # the ones direction gets the eigenvalue mean(diag)
+            K += xp.mean(xp.abs(backend.diagonal(K))) / M
     L, ridge = _factorised(K, alpha, warn)
     vbar = vsum / M if fit_intercept else xp.zeros_like(vsum)
     return DualFactor(L=L, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=ridge)
@@ -92,12 +86,9 @@ def used_ridge(fac):
 def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
     """Centred dual coefficients ``H Beta`` (M, k) of the output columns ``start:start+k``;
     ``overwrite``: in the memory of a Fortran-ordered ``V``."""
-    limits = factor_threads() if borrow_threads else None
-    vbar = fac.vbar[start : start + V.shape[1]]
-    if not overwrite:
-        V = backend.fortran_copy(V)
-    V -= vbar
-    with blas_limits(limits):
+    V = V if overwrite else backend.fortran_copy(V)
+    V -= fac.vbar[start : start + V.shape[1]]
+    with blas_limits(factor_threads() if borrow_threads else None):
         Beta = cho_solve(fac.L, V, overwrite=True)
     if fac.fit_intercept:
         Beta -= namespace(Beta).mean(Beta, axis=0)
@@ -117,10 +108,9 @@ def primal_factor(sums, shifts, alpha, fit_intercept, warn=True):
     """Centre the :class:`rfol_dask.gram.PrimalSums` ``sums`` (of data shifted by ``shifts``) and
     factorise ``A_c^T A_c + alpha I`` in place: a :class:`PrimalFactor`."""
     G, AtV, M = symmetrize(sums.G, "lower"), sums.AtV, sums.count
-    xp = namespace(G)
+    xp, N = namespace(G), G.shape[0]
     if fit_intercept:
         d, e = sums.colsum / M, sums.vsum / M
-        N = G.shape[0]
         rows = max(1, 2**21 // max(1, N))  # row blocks of 16 MiB (float64): no N x N temporary
         for r0 in range(0, N, rows):
             r1 = min(r0 + rows, N)  # (the array API has no out-of-bounds slices)
@@ -128,7 +118,7 @@ def primal_factor(sums, shifts, alpha, fit_intercept, warn=True):
         AtV = AtV - M * (d[:, None] * e[None, :])
         mu, vbar = shifts[0] + d, shifts[1] + e
     else:
-        mu, vbar = xp.zeros(G.shape[0], dtype=G.dtype), xp.zeros(AtV.shape[1], dtype=G.dtype)
+        mu, vbar = xp.zeros(N, dtype=G.dtype), xp.zeros(AtV.shape[1], dtype=G.dtype)
     L, ridge = _factorised(G, alpha, warn)
     return PrimalFactor(L=L, AtV=AtV, mu=mu, vbar=vbar, ridge=ridge)
 

@@ -40,13 +40,12 @@ class InputCentre:
         if self.value is not None:
             self.task = dask.delayed(self.value, pure=True, traverse=False)
             return self
-        k = max(1, int(np.searchsorted(starts, CENTRE_ROWS, side="left")))
-        name = names("input-centre")
+        k, name = max(1, int(np.searchsorted(starts, CENTRE_ROWS))), names("input-centre")
         self.task = dask.delayed(_checked_centre)(dtype, starts[:k], *Ub[:k], dask_key_name=name)
         return self
 
     @staticmethod
-    def kwargs(centre):
+    def kwargs(centre):  # the keyword arguments of the tasks that make features
         return {} if centre is None else {"input_centre": centre.task}
 
 
@@ -94,13 +93,11 @@ def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=
             U = U.rechunk({0: rows})
     U = U.rechunk({1: -1})
     V = V.rechunk({0: U.chunks[0], 1: -1})
-    starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
-    m = V.shape[1]
-    if column_block is None:
-        column_block = max(1, -(-m // n_slots(client)))
+    starts, m = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int), V.shape[1]
+    column_block = column_block or max(1, -(-m // n_slots(client)))
     Ub, Vb = U.to_delayed().ravel(), V.to_delayed().ravel()
     Ub = [dask.delayed(_after_v_check)(u, v, s) for u, v, s in zip(Ub, Vb, starts, strict=False)]
-    return Ub, Vb, starts, column_blocks(m, column_block)
+    return Ub, Vb, starts, [(s, min(s + column_block, m)) for s in range(0, m, column_block)]
 
 
 def _after_v_check(U, V, start):
@@ -109,14 +106,9 @@ def _after_v_check(U, V, start):
     return U
 
 
-def column_blocks(m, block):
-    return [(s, min(s + block, m)) for s in range(0, m, block)]
-
-
 def tree_sum(parts, combine, workers=None, first=None):
     """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``, each run where its
-    left part is (``workers``); ``first``: the first level's combine, for parts that must be
-    kept."""
+    left part is (``workers``); ``first``: the first level's combine, for parts to be kept."""
     parts = list(parts)
     places = list(workers) if workers is not None else [None] * len(parts)
     kept = [first is not None] * len(parts)
@@ -152,25 +144,20 @@ def iadd(a, b):
 def chained_sum(n_blocks, slots, add_block, combine):
     """A sum over ``n_blocks`` blocks in at most ``len(slots)`` chains pinned to their workers,
     ``acc = add_block(i, acc)``, then tree-summed."""
-    n_chains = min(len(slots), n_blocks)
-    ends = []
+    n_chains, mine = min(len(slots), n_blocks), {}  # mine: worker -> its chains' ends
     for c in range(n_chains):
         acc = None
         with pinned(slots[c]):
             for i in range(c, n_blocks, n_chains):
                 acc = add_block(i, acc)
-        ends.append(acc)
-    mine = {}  # worker -> its chains' ends, the workers in the order of slots (the first one first)
-    for c in range(n_chains):
-        mine.setdefault(slots[c], []).append(ends[c])
+        mine.setdefault(slots[c], []).append(acc)  # the workers in the order of slots
     per_worker = [tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()]
     return tree_sum(per_worker, combine, list(mine))
 
 
 def block_vsum(V, start):
     """Column sums (m,) of the checked output block ``V`` (k, m) starting at ``start``."""
-    V = np.asarray(V)
-    check_finite(V, start, "V")
+    check_finite(V := np.asarray(V), start, "V")
     return V.sum(axis=0)
 
 
@@ -179,33 +166,24 @@ def column_slab(start, stop, dtype, *blocks):
     out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
     row = 0
     for B in blocks:
-        k = len(B)
-        out[row : row + k] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
-        check_finite(out[row : row + k], row, "V")  # after the cast, which may overflow
-        row += k
+        out[row : row + len(B)] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
+        check_finite(out[row : row + len(B)], row, "V")  # after the cast, which may overflow
+        row += len(B)
     return out
-
-
-def rows(X, start, stop):
-    return X[start:stop]
 
 
 class Columns:
     """The coefficients (N, m) and intercepts (m,) of a fit, filled by column blocks ``cols``."""
 
     def __init__(self, cols):
-        self.cols, self.m = cols, cols[-1][1]
-        self.coef = self.intercept = None
+        self.cols, self.coef, self.intercept = cols, None, None
 
-    def put_coef(self, k, C):
-        if self.coef is None:
-            self.coef = np.empty((C.shape[0], self.m), dtype=C.dtype)
-        self.coef[:, slice(*self.cols[k])] = C
-
-    def put_intercept(self, k, c):
-        if self.intercept is None:
-            self.intercept = np.empty(self.m, dtype=c.dtype)
-        self.intercept[slice(*self.cols[k])] = c
+    def put(self, k, coef=None, intercept=None):
+        for name, X in (("coef", coef), ("intercept", intercept)):
+            if X is not None:
+                if getattr(self, name) is None:
+                    setattr(self, name, np.empty((*X.shape[:-1], self.cols[-1][1]), X.dtype))
+                getattr(self, name)[..., slice(*self.cols[k])] = X
 
 
 def compute_fit(

@@ -6,16 +6,10 @@ from __future__ import annotations
 import dask
 import numpy as np
 
+from .. import gram
 from ..backend import is_cupy, is_fast, itemsize, namespace, syrk
 from ..factor import dual_factor, dual_intercept, dual_solve, primal_factor, primal_solve
-from ..gram import (
-    block_means,
-    check_finite,
-    dual_tile,
-    features_block,
-    primal_partial,
-    slab_features,
-)
+from ..gram import block_means, dual_tile, features_block, primal_partial, slab_features
 from ..memory import ROW_BLOCK_BYTES, SLAB_BYTES
 from .graph import feature_slabs
 
@@ -34,8 +28,7 @@ def dual_numpy(X, V, tile, *, alpha, fit_intercept):
 
 
 def _checked(V, like, name="V"):
-    V = namespace(like).asarray(V, dtype=like.dtype)
-    check_finite(V, 0, name)
+    gram.check_finite(V := namespace(like).asarray(V, dtype=like.dtype), 0, name)
     return V
 
 
@@ -46,15 +39,11 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
     # with a centre, U keeps its dtype: its rows are centred, then cast (features.feature_map)
     U, V = _checked(U, omega if input_centre is None else U, "U"), _checked(V, omega)
     (M, m), N = V.shape, omega.shape[1]
-    if slab_bytes is None:
-        slab_bytes = int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
-    (slabs,) = feature_slabs(M, N, 1, itemsize(omega.dtype), slab_bytes)
+    (slabs,) = feature_slabs(M, N, 1, itemsize(omega.dtype), _slab_bytes(slab_bytes))
 
     def slab(f0, f1):  # A[:, f0:f1] (exactly centred if fit_intercept) and its shift
-        def recipe(columns):
-            return omega[:, f0:f1], b[f0:f1]
-
-        return slab_features(U, recipe, N, f0, f1, fit_intercept, None, input_centre)
+        args = (N, f0, f1, fit_intercept, None, input_centre)
+        return slab_features(U, lambda columns: (omega[:, f0:f1], b[f0:f1]), *args)
 
     K, shifts = None, []
     for f0, f1 in slabs:
@@ -74,6 +63,14 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
     return C, dual_intercept(info, Beta, C, shift)
 
 
+def _slab_bytes(slab_bytes):
+    return (
+        int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
+        if slab_bytes is None
+        else slab_bytes
+    )
+
+
 def model_bytes(n, N, m, dtype):
     """The fitted model's arrays, ``{what: bytes}``: what any fit leaves in the client."""
     size = np.dtype(dtype).itemsize
@@ -91,11 +88,8 @@ def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
     if solver == "dual" and is_fast(xp):
         held[f"the {M} x {N} features A"] = int(M) * int(N) * size
     elif solver == "dual":
-        if slab_bytes is None:
-            slab_bytes = int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
-        (slabs,) = feature_slabs(M, N, 1, size, slab_bytes)
-        width = max(f1 - f0 for f0, f1 in slabs)
-        copies = 1.25 if in_place else 2.25
+        (slabs,) = feature_slabs(M, N, 1, size, _slab_bytes(slab_bytes))
+        width, copies = max(f1 - f0 for f0, f1 in slabs), 1.25 if in_place else 2.25
         held[f"slabs of {M} x {width} features"] = int(copies * M * width * size)
     else:
         (s, e), *_ = row_ranges(M, N * size)

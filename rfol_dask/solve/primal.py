@@ -17,14 +17,12 @@ def fit_primal(
 ):
     """The primal random-feature fit on the delayed row blocks: numpy ``(coef (N, m), intercept
     (m,))``; ``per_worker``: the chains a worker may run at once (None: one per thread)."""
-    names = TaskNames()
-    centred = InputCentre.kwargs(input_centre)
+    names, centred = TaskNames(), InputCentre.kwargs(input_centre)
     om, bb = dask.delayed(draw, pure=True, nout=2)(**centred)
     shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)
 
     def add_block(i, acc):
-        args = (Ub[i], Vb[i], om, bb, starts[i], acc, shifts)
-        name = names("primal-partial", i)
+        args, name = (Ub[i], Vb[i], om, bb, starts[i], acc, shifts), names("primal-partial", i)
         return dask.delayed(primal_partial)(*args, **centred, dask_key_name=name)
 
     sums = primal_sums(len(Ub), add_block, client, per_worker)
@@ -47,16 +45,8 @@ def solve_primal(
     column blocks ``cols``, compute it all and return numpy ``(coef (N, m), intercept (m,))``."""
     kw = dict(warn=False, dask_key_name=names("primal-factor"))
     fac = dask.delayed(primal_factor)(sums, shifts, alpha, fit_intercept, **kw)
-    solved = [
-        dask.delayed(primal_solve, nout=2)(fac, c0, c1, dask_key_name=names("primal-solve", c0))
-        for c0, c1 in cols
-    ]
-    out = Columns(cols)
-
-    def consume(k, result):
-        out.put_coef(k, result[0])
-        out.put_intercept(k, result[1])
-
+    solve, out = dask.delayed(primal_solve, nout=2), Columns(cols)
+    solved = [solve(fac, c0, c1, dask_key_name=names("primal-solve", c0)) for c0, c1 in cols]
     kw = dict(progress=progress, client=client, desc=desc, alpha=alpha, centre=input_centre)
-    compute_fit(*solved, consume=consume, factor=fac, **kw)
+    compute_fit(*solved, consume=lambda k, result: out.put(k, *result), factor=fac, **kw)
     return out.coef, out.intercept

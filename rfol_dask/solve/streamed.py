@@ -48,8 +48,7 @@ _KEPT_FREQUENCIES = {}
 
 
 def row_steps(starts, at_least=None):
-    """Consecutive groups of the row blocks at ``starts``, each of ``at_least`` rows but the
-    last."""
+    """Consecutive groups of the row blocks at ``starts``, of ``at_least`` rows but the last."""
     steps, first, at_least = [], 0, ROW_STEP if at_least is None else at_least
     for i in range(1, len(starts)):
         if starts[i] - starts[first] >= at_least or i == len(starts) - 1:
@@ -158,24 +157,21 @@ def _on_device(B, device):
     return backend.to_namespace(B, backend.compute_namespace(device, B))
 
 
-def _stack_outputs(starts, dtype, device, m, *blocks):
-    """The output blocks stacked into one Fortran-ordered (M, m) array."""
+def _outputs(K, starts, dtype, device, m, *blocks):
+    """The summed Gram made symmetric (numpy's SYRK fills the lower triangle only), the output
+    blocks stacked Fortran-ordered beside it, and their column sums."""
+    if isinstance(K, np.ndarray):
+        symmetrize(K, "lower")
     if backend.is_fast(backend.compute_namespace(device, *blocks)):
-        return column_slab(0, m, dtype, *blocks)
-    return stack_rows(starts, dtype, device, *blocks, name="V", fortran=True)
-
-
-def _symmetric(K):
-    """The summed Gram made symmetric (numpy's SYRK fills the lower triangle only)."""
-    return symmetrize(K, "lower") if isinstance(K, np.ndarray) else K
+        V = column_slab(0, m, dtype, *blocks)
+    else:
+        V = stack_rows(starts, dtype, device, *blocks, name="V", fortran=True)
+    V = _like(V, K)
+    return K, V, backend.namespace(V).sum(V, axis=0)
 
 
 def _like(X, ref):
     return backend.to_namespace(X, backend.namespace(ref))
-
-
-def _colsum(X):
-    return backend.namespace(X).sum(X, axis=0)
 
 
 def _slab_threads(U):
@@ -224,30 +220,33 @@ def _coef_rows(A, Beta, shift, f0, f1, out):
 
 @sized_by_arrays
 class Resident:
-    """One worker's rows-mode state: features ``A`` from column ``g0``, shifts, frequencies,
-    Gram."""
+    """A worker's rows-mode state: features ``A`` from column ``g0``, shifts, frequencies, Gram."""
 
     __slots__ = ("A", "K", "g0", "shifts", "pairs")
+
+
+def _resident(B, M, frequencies, fit, slabs):
+    """A new :class:`Resident` for the block ``B``'s namespace, its frequencies drawn."""
+    acc, xp, dt = Resident(), backend.namespace(B), B.dtype
+    acc.g0 = slabs[0][0]
+    acc.A = xp.empty((M, slabs[-1][1] - acc.g0), dtype=dt)
+    numpy = isinstance(B, np.ndarray)
+    acc.K = np.zeros((M, M), dtype=dt, order="F") if numpy else xp.zeros((M, M), dtype=dt)
+    acc.pairs = {}
+    for f0, f1 in slabs:
+        recipe = _slab_frequencies(fit.token, B, frequencies, f0, f1, False)
+        acc.pairs[f0] = tuple(_like(a, B) for a in recipe(columns=(f0, f1)))
+    acc.shifts = {}
+    if fit.fit_intercept:
+        acc.shifts = {f0: slab_shift(B, *acc.pairs[f0], fit.n_features) for f0, _ in slabs}
+    return acc
 
 
 def gram_rows(acc, B, start, frequencies, fit, slabs, last=False, after=None):
     """Add the row block ``B`` at ``start`` to the :class:`Resident` ``acc`` (None: allocate it):
     its features and its Gram strip ``K[start:e, :e]``."""
-    xp, M = backend.namespace(B), fit.M
     with blas_limits(_slab_threads(B)):
-        if acc is None:
-            acc = Resident()
-            acc.g0, width, dt = slabs[0][0], slabs[-1][1] - slabs[0][0], B.dtype
-            acc.A = xp.empty((M, width), dtype=dt)
-            numpy = isinstance(B, np.ndarray)
-            acc.K = np.zeros((M, M), dtype=dt, order="F") if numpy else xp.zeros((M, M), dtype=dt)
-            acc.pairs = {}
-            for f0, f1 in slabs:
-                recipe = _slab_frequencies(fit.token, B, frequencies, f0, f1, False)
-                acc.pairs[f0] = tuple(_like(a, B) for a in recipe(columns=(f0, f1)))
-            acc.shifts = {}
-            if fit.fit_intercept:
-                acc.shifts = {f0: slab_shift(B, *acc.pairs[f0], fit.n_features) for f0, _ in slabs}
+        acc = _resident(B, fit.M, frequencies, fit, slabs) if acc is None else acc
         e = start + B.shape[0]
         for f0, f1 in slabs:
             acc.A[start:e, f0 - acc.g0 : f1 - acc.g0] = feature_map(
@@ -357,11 +356,9 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
         residents.append(resident)
     K = tree_sum(grams, dask.delayed(iadd), workers)  # ends on workers[0]
     with pinned(workers[0]):
-        K = dask.delayed(_symmetric)(K)
         args = (starts, fit.dtype, fit.device, fit.m, *Vb)
-        V = dask.delayed(_stack_outputs)(*args, dask_key_name=names("stack-outputs"))
-        V = dask.delayed(_like)(V, K)
-        args = (K, dask.delayed(_colsum)(V), fit.alpha, fit.fit_intercept)
+        K, V, vsum = dask.delayed(_outputs, nout=3)(K, *args, dask_key_name=names("stack-outputs"))
+        args = (K, vsum, fit.alpha, fit.fit_intercept)
         fac = dask.delayed(dual_factor)(*args, warn=False, dask_key_name=names("dual-factor"))
         Beta = dask.delayed(dual_solve)(fac, V, 0, True, True, dask_key_name=names("dual-solve"))
         info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve
@@ -392,10 +389,9 @@ def fit_streamed(Ub, Vb, starts, frequencies, *, client, progress, input_centre=
     cache = dask.config.get("rfol_dask.feature-cache", "disk")
     if cache not in ("disk", "none", None):  # None: the environment's "none", as dask reads it
         raise ValueError(f"rfol_dask.feature-cache must be 'disk' or 'none', got {cache!r}")
-    fit = SimpleNamespace(**settings, M=int(starts[-1]), token=None, out=None)
+    fit = SimpleNamespace(**settings, M=int(starts[-1]), out=None)
     fit.itemsize, (N, m) = np.dtype(fit.dtype).itemsize, (fit.n_features, fit.m)
-    if cache == "disk":
-        fit.token = uuid.uuid4().hex
+    fit.token = uuid.uuid4().hex if cache == "disk" else None
     coef = np.empty((N, m), dtype=fit.dtype)
     if client is None and get_scheduler() in (None, dask.threaded.get, dask.local.get_sync):
         fit.out = coef
@@ -420,8 +416,9 @@ def fit_streamed(Ub, Vb, starts, frequencies, *, client, progress, input_centre=
             open_cache(fit.token)
         elif fit.token:
             client.run(open_cache, fit.token)
-        graph = dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre)
-        slabs, intercept, factor = graph
+        slabs, intercept, factor = dual_stream_graph(
+            Ub, Vb, starts, frequencies, fit, client, input_centre
+        )
         kw = dict(progress=progress, client=client, alpha=fit.alpha, centre=input_centre)
         tasks = (*(slab for _, slab in slabs), intercept)
         compute_fit(*tasks, desc="fit (dual)", consume=consume, factor=factor, **kw)

@@ -5,13 +5,15 @@ on one worker or, when it does not fit one, factorised blocked across the worker
 from __future__ import annotations
 
 import dask
+import dask.array as da
 import numpy as np
 
-from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_place, lift_ones
+from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_place
 from ..gram import block_means, dual_tile, features_block
 from ..linalg import stands_on_rounding
 from ..memory import memory_plan
-from ..placement import first_worker, pinned, worker_slots
+from ..placement import pinned, worker_addresses, worker_slots
+from ..progress import active_client
 from . import graph
 
 
@@ -22,20 +24,18 @@ def dual_graph(
     tiles made by ``tile(X_i, X_j, diag)``: the delayed :class:`DualFactor` and a delayed centred
     ``Beta`` per column block of ``cols``. ``blocked``: factorised by
     ``dask.array.linalg.cholesky`` across the workers, else on one worker."""
-    names = names or graph.TaskNames()
-    nb = len(Xb)
-    sizes = [int(k) for k in np.diff(starts)]
+    names, nb = names or graph.TaskNames(), len(Xb)
     vsums = [dask.delayed(graph.block_vsum)(Vb[i], starts[i]) for i in range(nb)]
     vsum = graph.tree_sum(vsums, dask.delayed(np.add))
-
-    def gram_tile(i, j):
-        return dask.delayed(tile)(Xb[i], Xb[j], i == j, dask_key_name=names("gram-tile", i, j))
-
     if blocked:
-        tiles = {(i, j): gram_tile(i, j) for i in range(nb) for j in range(i, nb)}
-        return _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype)
+        tiles = {
+            (i, j): dask.delayed(tile)(Xb[i], Xb[j], i == j, dask_key_name=names("gram-tile", i, j))
+            for i in range(nb)
+            for j in range(i, nb)
+        }
+        return _blocked_dual(tiles, np.diff(starts), vsum, Vb, cols, alpha, fit_intercept, dtype)
     # the Gram, its factor and a single solve stay on one worker: the M x M array never travels
-    one, K, placed = first_worker(), None, None
+    one, K, placed = worker_addresses(active_client())[0], None, None
     for i in range(nb):
         tile_after = dask.delayed(_tile_after)
         row = [
@@ -53,8 +53,7 @@ def dual_graph(
     borrow = len(cols) == 1  # a single solve task runs alone: it may use all cores, like the factor
     betas = []
     for c0, c1 in cols:
-        V = dask.delayed(graph.column_slab)(c0, c1, dtype, *Vb)
-        name = names("dual-solve", c0)
+        V, name = dask.delayed(graph.column_slab)(c0, c1, dtype, *Vb), names("dual-solve", c0)
         betas.append(dask.delayed(dual_solve)(fac, V, c0, borrow, True, dask_key_name=name))
     return fac, betas
 
@@ -66,11 +65,9 @@ def _tile_after(tile, X, Y, diagonal, *_):
 def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     """Blocked dual solve on the ``tiles`` {(i, j): delayed tile} as a dask array: the delayed
     factor (without ``L``) and the ``Beta`` blocks."""
-    import dask.array as da
-
-    M, m, nb = sum(sizes), cols[-1][1], len(sizes)
+    M, m, nb, sizes = int(sum(sizes)), cols[-1][1], len(sizes), [int(k) for k in sizes]
     T = {
-        (i, j): da.from_delayed(t, (sizes[i], sizes[j]), dtype=dtype) for (i, j), t in tiles.items()
+        ij: da.from_delayed(t, (sizes[ij[0]], sizes[ij[1]]), dtype=dtype) for ij, t in tiles.items()
     }
     K = da.block([[T[i, j] if i <= j else T[j, i].T for j in range(nb)] for i in range(nb)])
     r = K.sum(axis=1)
@@ -79,13 +76,12 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
     if fit_intercept:
         vbar = da.from_delayed(vsum, (m,), dtype=dtype) / M
         K = K - r[:, None] / M - r[None, :] / M + r.sum() / M**2
-        if alpha == 0:
-            K = K + lift_ones(abs(da.diag(K)).mean(), M)
+        if alpha == 0:  # the ones direction gets the eigenvalue mean(diag), as dual_factor does
+            K = K + abs(da.diag(K)).mean() / M
     K = K + da.diag(da.full(M, alpha, chunks=(tuple(sizes),), dtype=dtype))
     # dask's blocked Cholesky wants equal square chunks: pad with an identity block to a multiple
     c = max(sizes)
-    pad = -M % c
-    rhs = V - vbar
+    pad, rhs = -M % c, V - vbar
     if pad:
         side, corner = da.zeros((M, pad), dtype=dtype), da.eye(pad, dtype=dtype)
         K = da.block([[K, side], [side.T, corner]])
@@ -101,9 +97,12 @@ def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
         Beta = Beta - Beta.mean(axis=0)
     # chunks as delayed with the arrays' own keys: the tiles and features are shared with the
     # rest of the fit graph, not optimised (and so recomputed) once per array
-    r, vbar, Beta = (_whole(x) for x in (r, vbar, Beta.astype(dtype)))
+    r, vbar, Beta = (
+        dask.delayed(np.block)(x.to_delayed(optimize_graph=False).tolist())
+        for x in (r, vbar, Beta.astype(dtype))
+    )
     fac = dask.delayed(DualFactor)(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept)
-    return fac, [dask.delayed(_columns)(Beta, c0, c1) for c0, c1 in cols]
+    return fac, [Beta[:, c0:c1] for c0, c1 in cols]
 
 
 def _checked_pivots(block, pivots, diag):
@@ -111,20 +110,6 @@ def _checked_pivots(block, pivots, diag):
     if stands_on_rounding(pivots, diag):
         raise np.linalg.LinAlgError("the Gram is numerically singular (a pivot at rounding level)")
     return block
-
-
-def _whole(x):
-    """A dask array as one delayed numpy array, keeping its keys."""
-    blocks = x.to_delayed(optimize_graph=False)
-    return dask.delayed(_assemble)(blocks.tolist(), x.ndim)
-
-
-def _assemble(blocks, ndim):
-    return np.block(blocks) if ndim > 1 else np.concatenate(blocks)
-
-
-def _columns(X, start, stop):
-    return X[:, start:stop]
 
 
 def cross_block(A, Beta_rows, acc=None):
@@ -164,15 +149,15 @@ def fit_tiled(
         for (c0, _), Beta in zip(cols, betas, strict=True):
 
             def add_block(i, acc, Beta=Beta):
-                Beta_rows = dask.delayed(graph.rows)(Beta, starts[i], starts[i + 1])
-                return dask.delayed(cross_block)(A[i], Beta_rows, acc)
+                rows = Beta[starts[i] : starts[i + 1]]
+                return dask.delayed(cross_block)(A[i], rows, acc)
 
             coefs.append(graph.chained_sum(nb, slots, add_block, dask.delayed(graph.iadd)))
             intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
         out, nc = graph.Columns(cols), len(cols)
 
         def consume(i, r):
-            return out.put_coef(i, r) if i < nc else out.put_intercept(i - nc, r)
+            return out.put(i, coef=r) if i < nc else out.put(i - nc, intercept=r)
 
         kw = dict(progress=progress, client=client, alpha=ridge, centre=input_centre)
         graph.compute_fit(*coefs, *intercepts, desc="fit (dual)", consume=consume, **kw)
