@@ -31,20 +31,18 @@ def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0
     in the namespace of CuPy blocks or ``device``, less ``centre`` before the cast."""
     xp = backend.compute_namespace(device, *blocks)
     fast = backend.is_fast(xp)
-    shape, order = (int(starts[-1]), blocks[0].shape[1]), {"order": "F"} if fortran else {}
-    if fast or backend.is_cupy(xp):
-        out = xp.empty(shape, dtype=dtype if fast else getattr(xp, np.dtype(dtype).name), **order)
-    else:
-        out = xp.empty(shape, dtype=getattr(xp, np.dtype(dtype).name))
+    order = {"order": "F"} if fortran and (fast or backend.is_cupy(xp)) else {}
+    dt = dtype if fast else getattr(xp, np.dtype(dtype).name)
+    out = xp.empty((int(starts[-1]), blocks[0].shape[1]), dtype=dt, **order)
     c = None if centre is None else backend.to_namespace(centre, xp)
     for i, B in enumerate(blocks):
-        B = backend.to_namespace(B, xp)
+        B, rows = backend.to_namespace(B, xp), slice(starts[i], starts[i + 1])
         if c is not None and fast:  # in place, computed in the wider of the two dtypes
-            np.subtract(B, c, out=out[starts[i] : starts[i + 1], ...], casting="same_kind")
+            np.subtract(B, c, out=out[rows, ...], casting="same_kind")
         else:
             B = B if c is None else B - c
-            out[starts[i] : starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
-        check_finite(out[starts[i] : starts[i + 1], ...], offset + starts[i], name)  # cast
+            out[rows, ...] = B if fast else xp.astype(B, out.dtype, copy=False)
+        check_finite(out[rows, ...], offset + starts[i], name)  # after the cast
     return out
 
 
@@ -64,10 +62,8 @@ def block_means(U, V, omega, b, fit_intercept=True, rows=64, input_centre=None):
     if not fit_intercept:
         return xp.zeros(omega.shape[1], dtype=omega.dtype), xp.zeros(V.shape[1], dtype=omega.dtype)
     rows = min(rows, U.shape[0])
-    U, V = U[:rows, ...], V[:rows, ...]
-    A = features_block(U, omega, b, input_centre=input_centre)
-    V = xp.asarray(V, dtype=omega.dtype)
-    check_finite(V, 0, "V")
+    A = features_block(U[:rows, ...], omega, b, input_centre=input_centre)
+    check_finite(V := xp.asarray(V[:rows, ...], dtype=omega.dtype), 0, "V")
     return xp.mean(A, axis=0), xp.mean(V, axis=0)
 
 
@@ -124,9 +120,8 @@ class PrimalSums:
 def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None), input_centre=None):
     """Add the row block ``U``, ``V`` shifted by ``shifts`` to the :class:`PrimalSums` ``acc`` (None
     starts them)."""
-    s, t = shifts
-    A = features_block(U, omega, b, start, s, input_centre=input_centre)
-    return _add_rows(A, V, start, acc, t)
+    A = features_block(U, omega, b, start, shifts[0], input_centre=input_centre)
+    return _add_rows(A, V, start, acc, shifts[1])
 
 
 def linear_shifts(X, V, fit_intercept=True, rows=64):
@@ -134,10 +129,8 @@ def linear_shifts(X, V, fit_intercept=True, rows=64):
     None)`` without intercept."""
     if not fit_intercept:
         return None, None
-    xp = namespace(X)
-    X, V = X[:rows, ...], xp.asarray(V[:rows, ...], dtype=X.dtype)
-    check_finite(V, 0, "V")
-    return xp.mean(X, axis=0), xp.mean(V, axis=0)
+    check_finite(V := namespace(X).asarray(V[:rows, ...], dtype=X.dtype), 0, "V")
+    return namespace(X).mean(X[:rows, ...], axis=0), namespace(X).mean(V, axis=0)
 
 
 def linear_partial(X, V, start=0, acc=None, shifts=(None, None)):
@@ -148,8 +141,7 @@ def linear_partial(X, V, start=0, acc=None, shifts=(None, None)):
 
 def _add_rows(A, V, start, acc, t):
     xp = namespace(A)
-    V = xp.asarray(V, dtype=A.dtype)
-    check_finite(V, start, "V")
+    check_finite(V := xp.asarray(V, dtype=A.dtype), start, "V")
     if t is not None:
         V = V - t
     if acc is None:

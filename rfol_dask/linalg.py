@@ -29,7 +29,7 @@ def _controller():
 
 _LIMITS = threading.local()  # this thread's stack of limits (the innermost last)
 _LIMIT_LOCK = threading.Lock()
-_LIMIT_STATE = {"depth": 0, "first": None}  # sections open in the process; the first one's limiter
+_LIMIT_STATE = {"depth": 0}  # sections open in the process; "first": the first one's limiter
 
 
 def _as_controller(call):
@@ -66,7 +66,6 @@ def blas_limits(n):
             _LIMIT_STATE["depth"] -= 1
             if _LIMIT_STATE["depth"] == 0:
                 _as_controller(_LIMIT_STATE.pop("first").restore_original_limits)
-                _LIMIT_STATE["first"] = None
             elif stack:  # nested in this thread: the enclosing limit again
                 _as_controller(lambda: _controller().limit(limits=stack[-1], user_api="blas"))
 
@@ -83,9 +82,8 @@ def syrk(A, trans, C=None):
     A = np.ascontiguousarray(A)
     f = blas.get_blas_funcs("syrk", (A,))
     # A.T is a Fortran-ordered view: syrk(a=A.T, trans=0) = A^T A, syrk(a=A.T, trans=1) = A A^T.
-    if C is None:
-        return f(1.0, A.T, trans=0 if trans else 1, lower=1)
-    return f(1.0, A.T, beta=1.0, c=C, trans=0 if trans else 1, lower=1, overwrite_c=1)
+    kw = {} if C is None else dict(beta=1.0, c=C, overwrite_c=1)
+    return f(1.0, A.T, trans=0 if trans else 1, lower=1, **kw)
 
 
 def symmetrize(C, source="lower", block=512):
@@ -103,9 +101,7 @@ def symmetrize(C, source="lower", block=512):
 
 def host_cores():
     """The cores this process may run on (its CPU affinity where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def factor_threads():
@@ -127,36 +123,32 @@ _RIDGE_REPORT = contextvars.ContextVar("rfol_dask_ridge_report", default=("alpha
 
 
 @contextlib.contextmanager
-def recorded_ridges():
-    """Context manager yielding a list to which the :class:`RidgeRaised` of each factorisation in
-    this context is appended instead of warned."""
-    record = []
-    token = _RIDGE_REPORT.set((_RIDGE_REPORT.get()[0], record))
+def _reporting(name=None, record=None):
+    old_name, old_record = _RIDGE_REPORT.get()
+    token = _RIDGE_REPORT.set((name or old_name, old_record if record is None else record))
     try:
         yield record
     finally:
         _RIDGE_REPORT.reset(token)
 
 
-@contextlib.contextmanager
+def recorded_ridges():
+    """Context manager yielding a list to which the :class:`RidgeRaised` of each factorisation in
+    this context is appended instead of warned."""
+    return _reporting(record=[])
+
+
 def ridge_name(name):
     """Context manager: :class:`RidgeRaised` messages in this context call the ridge ``name``."""
-    token = _RIDGE_REPORT.set((name, _RIDGE_REPORT.get()[1]))
-    try:
-        yield
-    finally:
-        _RIDGE_REPORT.reset(token)
+    return _reporting(name=name)
 
 
 def warn_ridge(alpha, ridge, dtype):
     """Warn (or record, :func:`recorded_ridges`) that a factorisation needed ``ridge``."""
     name, record = _RIDGE_REPORT.get()
-    msg = (
-        f"the Gram matrix plus {name}={alpha:g} is not numerically positive definite in "
-        f"{np.dtype(dtype)}; used ridge {ridge:.3g} instead (pass a larger {name} to choose it "
-        "yourself)"
-    )
-    raised = RidgeRaised(msg, float(alpha), float(ridge))
+    msg = f"the Gram matrix plus {name}={alpha:g} is not numerically positive definite in "
+    msg += f"{np.dtype(dtype)}; used ridge {ridge:.3g} instead (pass a larger {name} to choose it "
+    raised = RidgeRaised(msg + "yourself)", float(alpha), float(ridge))
     if record is not None:
         record.append(raised)
     else:
@@ -175,16 +167,11 @@ def first_ridge(attempt, alpha, mean_diag, dtype):
         if result is not None:
             warn_ridge(alpha, ridge, dtype)
             return result, ridge
-    raise not_positive_definite(alpha, ridges)
-
-
-def not_positive_definite(alpha, ridges):
-    """The ValueError of a Gram that no ridge in ``ridges`` made positive definite."""
     if alpha == 0:
         msg = "alpha=0 leaves the Gram matrix singular (e.g. fewer features than samples, or "
-        return ValueError(msg + "repeated samples): pass alpha > 0, for example alpha=1e-10")
+        raise ValueError(msg + "repeated samples): pass alpha > 0, for example alpha=1e-10")
     msg = f"the Gram matrix is not positive definite even with ridge {ridges[-1]:.3g} (alpha="
-    return ValueError(msg + f"{alpha:g}); check for duplicated samples, or pass a larger alpha")
+    raise ValueError(msg + f"{alpha:g}); check for duplicated samples, or pass a larger alpha")
 
 
 def stands_on_rounding(pivots, gram_diag):
@@ -201,10 +188,7 @@ def potrf_ridge(G, diag, ridge, mirror=True):
         symmetrize(G, "upper")
     idx = np.arange(G.shape[0])
     G[idx, idx] = diag + G.dtype.type(ridge)
-    L, info = lapack.get_lapack_funcs("potrf", (G,))(G, lower=1, overwrite_a=1, clean=0)
-    if info < 0:  # pragma: no cover - argument error in LAPACK
-        raise RuntimeError(f"potrf argument {-info} invalid")
-    return L, info
+    return lapack.get_lapack_funcs("potrf", (G,))(G, lower=1, overwrite_a=1, clean=0)
 
 
 def cholesky(G, alpha):
@@ -223,7 +207,4 @@ def cholesky(G, alpha):
 
 def cho_solve(L, B, overwrite=False):
     """Solve ``L L^T X = B``; with ``overwrite`` and a Fortran-ordered ``B`` in its memory."""
-    X, info = lapack.get_lapack_funcs("potrs", (L,))(L, B, lower=1, overwrite_b=overwrite)
-    if info != 0:  # pragma: no cover
-        raise RuntimeError(f"potrs failed with info={info}")
-    return X
+    return lapack.get_lapack_funcs("potrs", (L,))(L, B, lower=1, overwrite_b=overwrite)[0]

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 import dask
 import numpy as np
+import psutil
 
 from . import backend
 from .exceptions import MemoryPlanWarning, SettingWarning
+from .placement import ask_workers
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
@@ -49,16 +51,12 @@ def _worker_limits(client):  # memory limits {address: bytes} of the workers, if
 
 
 def _process_memory():  # bytes this process holds (run on the workers, having imported rfol_dask)
-    import psutil
-
     return psutil.Process().memory_info().rss
 
 
 def _warn_above_limit(max_bytes, limits, xp, device, client):
     """Warn when ``max_gram_bytes`` exceeds what the Gram's memory holds in all: it overrides the
     checks, so the fit gets workers killed."""
-    from .placement import ask_workers
-
     on_gpu = device not in (None, "cpu")
     if (xp is not None and backend.is_cupy(xp)) or (on_gpu and client is None):
         cap, what = device_total_bytes(device if on_gpu else "cuda"), "the GPU's memory"
@@ -74,15 +72,12 @@ def _warn_above_limit(max_bytes, limits, xp, device, client):
     if max_bytes > cap:
         msg = f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
         msg += "overrides the memory checks, so a Gram of that size gets the process killed, not "
-        msg += "refused"
-        warnings.warn(msg, SettingWarning, stacklevel=user_stacklevel())
+        warnings.warn(msg + "refused", SettingWarning, stacklevel=user_stacklevel())
 
 
 def memory_budget(max_bytes=None, client=None, xp=None, device=None):
     """The :class:`Budget` of one process (the rule is in the module docstring); ``xp`` CuPy: an
     in-memory fit on this process's GPU; ``device`` ``"cuda"``: a Gram on the workers' GPUs."""
-    from .placement import ask_workers
-
     limits = _worker_limits(client)
     if max_bytes is not None:
         _warn_above_limit(float(max_bytes), limits, xp, device, client)
@@ -99,8 +94,6 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
         line = "bytes of GPU memory free on the least free worker"
         return Budget(DEVICE_SHARE * least, where, peak_room=least, workers=n, peak_line=line)
     if not limits:
-        import psutil
-
         return Budget(0.6 * psutil.virtual_memory().available, "60% of the available memory")
     answers = ask_workers(client, _process_memory)
     # a worker that did not answer (lost, or new) counts as the fullest that did
@@ -112,10 +105,9 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
         peak_room = None
     elif peak_room <= 0:
         raise ValueError(
-            f"the workers have no memory to spare: worker {tightest} holds "
-            f"{int(used[tightest]):,} bytes of its "
-            f"{int(limits[tightest]):,}-byte limit, and dask pauses a worker at 80 % of it; give "
-            "the workers more memory (memory_limit), or fewer, larger workers"
+            f"the workers have no memory to spare: worker {tightest} holds {int(used[tightest]):,}"
+            f" bytes of its {int(limits[tightest]):,}-byte limit, and dask pauses a worker at 80 %"
+            " of it; give the workers more memory (memory_limit), or fewer, larger workers"
         )
     where = "60% of the smallest worker memory limit, less what the worker uses beyond 20%"
     least = min(min(0.6 * limit, to_pause[a]) for a, limit in limits.items())
@@ -130,8 +122,6 @@ def free_bytes(X):
 
         pool = cupy.get_default_memory_pool()
         return int(cupy.cuda.runtime.memGetInfo()[0]) + int(pool.free_bytes())
-    import psutil
-
     return int(psutil.virtual_memory().available)
 
 
@@ -146,8 +136,6 @@ def device_total_bytes(device):
         import cupy
 
         return int(cupy.cuda.runtime.memGetInfo()[1])
-    import psutil
-
     return int(psutil.virtual_memory().total)
 
 
@@ -219,20 +207,25 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
     return need
 
 
+def _check_available(held, what, owner, advice, where=""):
+    """ValueError ``"{what} needs ...{where} for {held}, but {owner} has ... available; {advice}"``
+    when ``held`` (``{what: bytes}``) exceed this process's available memory; returns bytes."""
+    need, available = int(sum(held.values())), free_bytes(np)
+    if need > available:
+        raise ValueError(
+            f"{what} needs {need:,} bytes ({need / 2**30:.2f} GiB){where} for {_listing(held)}, "
+            f"but {owner} has {available:,} bytes ({available / 2**30:.2f} GiB) available; {advice}"
+        )
+    return need
+
+
 def check_host_memory(held, dtype, fewer="features (n_features)"):
     """ValueError when the model's arrays ``held`` (``{what: bytes}`` in ``dtype``) exceed this
     process's available memory; ``fewer``: what the advice names. Returns their bytes."""
-    need = int(sum(held.values()))
-    available = free_bytes(np)
-    if need > available:
-        half = ", dtype='float32' (half the bytes)" if np.dtype(dtype).itemsize > 4 else ""
-        raise ValueError(
-            f"the fitted model needs {need:,} bytes ({need / 2**30:.2f} GiB) in this process for "
-            f"{_listing(held)}, but it has {available:,} bytes ({available / 2**30:.2f} GiB) "
-            f"available; use fewer {fewer}{half} or fewer output points: these arrays are the "
-            "model, whichever the solver"
-        )
-    return need
+    half = ", dtype='float32' (half the bytes)" if np.dtype(dtype).itemsize > 4 else ""
+    advice = f"use fewer {fewer}{half} or fewer output points: these arrays are the model, "
+    advice += "whichever the solver"
+    return _check_available(held, "the fitted model", "it", advice, " in this process")
 
 
 def check_prediction_memory(M, m, dtype, m_out=None):
@@ -241,17 +234,9 @@ def check_prediction_memory(M, m, dtype, m_out=None):
     held = {f"the {M} x {m} predictions": int(M) * int(m) * np.dtype(dtype).itemsize}
     if m_out is not None:
         held[f"their {M} x {m_out} values on output_grid"] = int(M) * int(m_out) * 8
-    need = int(sum(held.values()))
-    available = free_bytes(np)
-    if need > available:
-        raise ValueError(
-            f"predicting {M} samples in memory needs {need:,} bytes ({need / 2**30:.2f} GiB) "
-            f"for {_listing(held)}, but this process has {available:,} bytes "
-            f"({available / 2**30:.2f} GiB) available; predict in parts (a slice of the samples "
-            "at a time, X[i:j]), or pass a dask array (dask.array.from_array(X, chunks=...)) for "
-            "a lazy prediction"
-        )
-    return need
+    advice = "predict in parts (a slice of the samples at a time, X[i:j]), or pass a dask array "
+    advice += "(dask.array.from_array(X, chunks=...)) for a lazy prediction"
+    return _check_available(held, f"predicting {M} samples in memory", "this process", advice)
 
 
 def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None, n_inputs=0):
@@ -323,20 +308,11 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     return DualPlan(blocked=True, slab_bytes=0, reason=reason)
 
 
-@dataclass(frozen=True)
-class MemoryPlan:
-    """Whether the tiled dask dual keeps the rows of ``A`` for ``C = A^T Beta`` (else remade)."""
-
-    keep_features: bool
-
-
-def memory_plan(client, M, N, dtype):
-    """The :class:`MemoryPlan` of a tiled dual fit of ``M`` samples and ``N`` features: ``A`` is
-    kept if it takes at most 30 % of the cluster's memory (else this machine's available)."""
-    import psutil
-
+def keeps_features(client, M, N, dtype):
+    """Whether a tiled dual fit of ``M`` samples keeps ``A`` (M x N) for ``C = A^T Beta`` (else
+    remade): if it takes at most 30 % of the cluster's memory (else this machine's available)."""
     limits = list(_worker_limits(client).values()) or [psutil.virtual_memory().available]
-    return MemoryPlan(keep_features=M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits))
+    return M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits)
 
 
 def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0, budget=None):

@@ -136,11 +136,6 @@ def after(value, *_):
     return value
 
 
-def iadd(a, b):
-    a += b
-    return a
-
-
 def chained_sum(n_blocks, slots, add_block, combine):
     """A sum over ``n_blocks`` blocks in at most ``len(slots)`` chains pinned to their workers,
     ``acc = add_block(i, acc)``, then tree-summed."""

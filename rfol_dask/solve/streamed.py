@@ -10,6 +10,7 @@ import functools
 import glob
 import logging
 import math
+import operator
 import os
 import shutil
 import tempfile
@@ -31,7 +32,7 @@ from ..gram import SHIFT_ROWS, slab_features, slab_shift, stack_rows
 from ..linalg import blas_limits
 from ..memory import device_free_bytes, free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
-from .graph import TaskNames, column_slab, compute_fit, feature_slabs, iadd, tree_sum
+from .graph import TaskNames, compute_fit, feature_slabs, tree_sum
 
 logger = logging.getLogger("rfol_dask")
 
@@ -157,16 +158,12 @@ def _on_device(B, device):
     return backend.to_namespace(B, backend.compute_namespace(device, B))
 
 
-def _outputs(K, starts, dtype, device, m, *blocks):
+def _outputs(K, starts, dtype, device, *blocks):
     """The summed Gram made symmetric (numpy's SYRK fills the lower triangle only), the output
     blocks stacked Fortran-ordered beside it, and their column sums."""
     if isinstance(K, np.ndarray):
         symmetrize(K, "lower")
-    if backend.is_fast(backend.compute_namespace(device, *blocks)):
-        V = column_slab(0, m, dtype, *blocks)
-    else:
-        V = stack_rows(starts, dtype, device, *blocks, name="V", fortran=True)
-    V = _like(V, K)
+    V = _like(stack_rows(starts, dtype, device, *blocks, name="V", fortran=True), K)
     return K, V, backend.namespace(V).sum(V, axis=0)
 
 
@@ -207,14 +204,10 @@ def _coef_rows(A, Beta, shift, f0, f1, out):
     rows = None if out is None else out[f0:f1]
     if isinstance(A, np.ndarray) and isinstance(Beta, np.ndarray):
         Cf = rows = np.matmul(A.T, Beta, out=rows)
-    else:  # on the device; the rows come back to the host
-        Cf = A.T @ Beta
-        if rows is None:
-            rows = to_numpy(Cf)
-        elif backend.is_cupy(backend.namespace(Cf)) and Cf.flags.c_contiguous:
-            Cf.get(out=rows)
-        else:
-            rows[...] = to_numpy(Cf)
+    elif rows is None:  # on the device; the rows come back to the host
+        rows = to_numpy(Cf := A.T @ Beta)
+    else:
+        rows[...] = to_numpy(Cf := A.T @ Beta)
     return (None if out is not None else rows), (None if shift is None else to_numpy(shift @ Cf))
 
 
@@ -269,7 +262,7 @@ def resident_gram(acc):
     return K
 
 
-def coef_rows(acc, fit, f0, f1, Beta, after=None):
+def coef_rows(acc, frequencies, fit, f0, f1, Beta, after=None):
     """:func:`coef_slab` from the worker's resident features."""
     with blas_limits(_slab_threads(acc.A)):
         A, shift = acc.A[:, f0 - acc.g0 : f1 - acc.g0], acc.shifts.get(f0)
@@ -354,9 +347,9 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
             K, resident = _gram_tasks(names, fit, group, data, row_starts, frequencies)
         grams.append(K)
         residents.append(resident)
-    K = tree_sum(grams, dask.delayed(iadd), workers)  # ends on workers[0]
+    K = tree_sum(grams, dask.delayed(operator.iadd), workers)  # ends on workers[0]
     with pinned(workers[0]):
-        args = (starts, fit.dtype, fit.device, fit.m, *Vb)
+        args = (starts, fit.dtype, fit.device, *Vb)
         K, V, vsum = dask.delayed(_outputs, nout=3)(K, *args, dask_key_name=names("stack-outputs"))
         args = (K, vsum, fit.alpha, fit.fit_intercept)
         fac = dask.delayed(dual_factor)(*args, warn=False, dask_key_name=names("dual-factor"))
@@ -364,15 +357,13 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
         info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve
     slabs = []
     for w, group, resident in zip(workers, groups, residents, strict=False):
-        rows = None
+        rows, (src, make, what) = None, (data, coef_slab, "coef-slab")
+        if resident is not None:
+            src, make, what = resident, coef_rows, "coef-rows"
         for f0, f1 in group:
             with pinned(w):
-                if resident is not None:
-                    kw = dict(dask_key_name=names("coef-rows", f0))
-                    rows = dask.delayed(coef_rows)(resident, fit, f0, f1, Beta, rows, **kw)
-                else:
-                    kw = dict(dask_key_name=names("coef-slab", f0))
-                    rows = dask.delayed(coef_slab)(data, frequencies, fit, f0, f1, Beta, rows, **kw)
+                kw = dict(dask_key_name=names(what, f0))
+                rows = dask.delayed(make)(src, frequencies, fit, f0, f1, Beta, rows, **kw)
             slabs.append(((f0, f1), rows))
     intercept = dask.delayed(_host_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
     return slabs, intercept, info

@@ -4,6 +4,8 @@ on one worker or, when it does not fit one, factorised blocked across the worker
 
 from __future__ import annotations
 
+import operator
+
 import dask
 import dask.array as da
 import numpy as np
@@ -11,7 +13,7 @@ import numpy as np
 from ..factor import DualFactor, dual_factor, dual_intercept, dual_solve, gram_place
 from ..gram import block_means, dual_tile, features_block
 from ..linalg import stands_on_rounding
-from ..memory import memory_plan
+from ..memory import keeps_features
 from ..placement import pinned, worker_addresses, worker_slots
 from ..progress import active_client
 from . import graph
@@ -127,7 +129,7 @@ def fit_tiled(
     m), intercept (m,))``. The feature blocks are made again for ``C`` where keeping them would
     take too much memory; a failed factorisation is tried again with raised ridges."""
     nb, centred = len(Ub), graph.InputCentre.kwargs(input_centre)
-    keep = memory_plan(client, int(starts[-1]), N, dtype).keep_features
+    keep = keeps_features(client, int(starts[-1]), N, dtype)
 
     def attempt(ridge):
         names = graph.TaskNames()
@@ -152,7 +154,7 @@ def fit_tiled(
                 rows = Beta[starts[i] : starts[i + 1]]
                 return dask.delayed(cross_block)(A[i], rows, acc)
 
-            coefs.append(graph.chained_sum(nb, slots, add_block, dask.delayed(graph.iadd)))
+            coefs.append(graph.chained_sum(nb, slots, add_block, dask.delayed(operator.iadd)))
             intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
         out, nc = graph.Columns(cols), len(cols)
 
