@@ -84,8 +84,7 @@ def used_ridge(fac):
 
 
 def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
-    """Centred dual coefficients ``H Beta`` (M, k) of the output columns ``start:start+k``;
-    ``overwrite``: in the memory of a Fortran-ordered ``V``."""
+    """Centred ``H Beta`` (M, k) of the columns ``start:start+k`` (``overwrite``: in ``V``)."""
     V = V if overwrite else backend.fortran_copy(V)
     V -= fac.vbar[start : start + V.shape[1]]
     with blas_limits(factor_threads() if borrow_threads else None):
@@ -96,8 +95,7 @@ def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
 
 
 def dual_intercept(fac, Beta, C=None, shift=None, start=0):
-    """Intercepts ``vbar - mu^T C`` (k,) of the columns ``start:``, ``mu^T C = s^T C + r^T Beta /
-    M``."""
+    """Intercepts ``vbar - mu^T C`` (k,) of columns ``start:``; ``mu^T C = s^T C + r^T Beta/M``."""
     if not fac.fit_intercept:
         return namespace(Beta).zeros(Beta.shape[1], dtype=Beta.dtype)
     out = fac.vbar[start : start + Beta.shape[1]] - (fac.r @ Beta) / fac.M

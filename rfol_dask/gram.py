@@ -47,8 +47,7 @@ def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0
 
 
 def features_block(U, omega, b, start=0, shift=None, name="U", input_centre=None):
-    """Checked features ``A - shift`` (k, N) of the row block ``U``; the shift keeps the centred
-    Grams free of cancellation."""
+    """Checked features ``A - shift`` (k, N) of the row block ``U`` (no cancellation in Grams)."""
     xp = namespace(omega)
     U = xp.asarray(U) if input_centre is not None else xp.asarray(U, dtype=omega.dtype)
     check_finite(U, start, name)
@@ -56,8 +55,7 @@ def features_block(U, omega, b, start=0, shift=None, name="U", input_centre=None
 
 
 def block_means(U, V, omega, b, fit_intercept=True, rows=64, input_centre=None):
-    """Shifts ``(s, t)``: column means of ``phi(U)`` and ``V`` over the first ``rows`` samples
-    (zeros without intercept)."""
+    """Shifts ``(s, t)``: column means of the first ``rows`` of ``phi(U)`` and ``V`` (or zeros)."""
     xp = namespace(omega)
     if not fit_intercept:
         return xp.zeros(omega.shape[1], dtype=omega.dtype), xp.zeros(V.shape[1], dtype=omega.dtype)
@@ -118,15 +116,13 @@ class PrimalSums:
 
 
 def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None), input_centre=None):
-    """Add the row block ``U``, ``V`` shifted by ``shifts`` to the :class:`PrimalSums` ``acc`` (None
-    starts them)."""
+    """Add the row block ``U``, ``V`` less ``shifts`` to the :class:`PrimalSums` ``acc``."""
     A = features_block(U, omega, b, start, shifts[0], input_centre=input_centre)
     return _add_rows(A, V, start, acc, shifts[1])
 
 
 def linear_shifts(X, V, fit_intercept=True, rows=64):
-    """Shifts ``(s, t)`` of the linear kernel's primal over the first ``rows`` samples; ``(None,
-    None)`` without intercept."""
+    """:func:`block_means` of the linear kernel (its features are ``X``); ``(None, None)``."""
     if not fit_intercept:
         return None, None
     check_finite(V := namespace(X).asarray(V[:rows, ...], dtype=X.dtype), 0, "V")

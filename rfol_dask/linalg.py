@@ -33,8 +33,7 @@ _LIMIT_STATE = {"depth": 0}  # sections open in the process; "first": the first 
 
 
 def _as_controller(call):
-    """``call()``, a threadpoolctl setting made with effect from this thread (threadpoolctl lets one
-    thread at a time set OpenBLAS's pool)."""
+    """``call()`` from this thread (threadpoolctl lets one thread at a time set OpenBLAS's pool)."""
     from threadpoolctl import OpenBLASController
 
     clear = getattr(OpenBLASController, "clear_controlling_thread", None)
@@ -77,8 +76,7 @@ def blas_threads():
 
 
 def syrk(A, trans, C=None):
-    """Lower triangle of ``A A^T`` (``trans=False``) or ``A^T A``, Fortran order; added to ``C`` in
-    place if given."""
+    """Lower triangle of ``A A^T`` (``trans=False``) or ``A^T A`` (Fortran), added to ``C``."""
     A = np.ascontiguousarray(A)
     f = blas.get_blas_funcs("syrk", (A,))
     # A.T is a Fortran-ordered view: syrk(a=A.T, trans=0) = A^T A, syrk(a=A.T, trans=1) = A A^T.
@@ -111,8 +109,7 @@ def factor_threads():
 
 
 def jitter_ridges(alpha, mean_diag, dtype):
-    """The ridges tried in turn: ``alpha``, then (if ``alpha > 0``) 10x, 100x, ... (8 steps) of
-    ``max(alpha, eps(dtype) * mean_diag)``."""
+    """``alpha``, then (if > 0) 10x ... 10^8 x ``max(alpha, eps(dtype) * mean_diag)``."""
     floor = np.finfo(dtype).eps * max(mean_diag, np.finfo(dtype).tiny)
     return [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
 
@@ -156,8 +153,7 @@ def warn_ridge(alpha, ridge, dtype):
 
 
 def first_ridge(attempt, alpha, mean_diag, dtype):
-    """``attempt(ridge, again)`` for each ridge of :func:`jitter_ridges` until not None: ``(that,
-    ridge)``; ``mean_diag`` may be a callable."""
+    """``(attempt(ridge, again), ridge)`` for the first ridge of :func:`jitter_ridges` not None."""
     result = attempt(float(alpha), False)
     if result is not None:
         return result, alpha
@@ -175,15 +171,13 @@ def first_ridge(attempt, alpha, mean_diag, dtype):
 
 
 def stands_on_rounding(pivots, gram_diag):
-    """Whether a Cholesky factor with no ridge is numerically singular: its smallest squared pivot
-    at most ``n eps`` times the largest Gram diagonal entry."""
+    """Whether a factor with no ridge is singular: least squared pivot <= ``n eps max|diag|``."""
     n, eps = pivots.shape[0], float(np.finfo(pivots.dtype).eps)
     return n > 0 and float(pivots.min()) ** 2 <= n * eps * float(np.abs(gram_diag).max())
 
 
 def potrf_ridge(G, diag, ridge, mirror=True):
-    """LAPACK ``potrf`` in place of the Fortran-ordered ``G`` with ``diag + ridge`` on its diagonal
-    (``mirror``: lower triangle restored first); ``(L, info)``."""
+    """``potrf`` in place of ``G`` (Fortran) with ``diag + ridge`` on its diagonal."""
     if mirror:
         symmetrize(G, "upper")
     idx = np.arange(G.shape[0])
@@ -192,8 +186,7 @@ def potrf_ridge(G, diag, ridge, mirror=True):
 
 
 def cholesky(G, alpha):
-    """Lower Cholesky factor of ``G + alpha I`` in place in ``G`` (symmetric, Fortran order) with
-    the jitter policy: ``(L, ridge)``."""
+    """Lower factor of ``G + alpha I`` in place (Fortran order), jitter policy: ``(L, ridge)``."""
     diag = np.diagonal(G).copy()
 
     def attempt(ridge, again):

@@ -55,8 +55,7 @@ def _process_memory():  # bytes this process holds (run on the workers, having i
 
 
 def _warn_above_limit(max_bytes, limits, xp, device, client):
-    """Warn when ``max_gram_bytes`` exceeds what the Gram's memory holds in all: it overrides the
-    checks, so the fit gets workers killed."""
+    """Warn when ``max_gram_bytes`` exceeds the Gram's memory: the fit would get killed."""
     on_gpu = device not in (None, "cpu")
     if (xp is not None and backend.is_cupy(xp)) or (on_gpu and client is None):
         cap, what = device_total_bytes(device if on_gpu else "cuda"), "the GPU's memory"
@@ -140,8 +139,7 @@ def device_total_bytes(device):
 
 
 def gram_device(device, meta=None):
-    """``"cuda"`` where a dask fit's Gram lives on the workers' GPUs (``device`` ``"cuda"``, or
-    CuPy chunks: ``meta`` is the dask array's ``_meta``), else None (the host)."""
+    """``"cuda"`` where a dask fit's Gram is on the GPUs (device, or CuPy ``meta``), else None."""
     on_gpu = backend.is_array_api(meta) and backend.is_cupy(backend.namespace(meta))
     return "cuda" if device == "cuda" or on_gpu else None
 
@@ -208,8 +206,7 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
 
 
 def _check_available(held, what, owner, advice, where=""):
-    """ValueError ``"{what} needs ...{where} for {held}, but {owner} has ... available; {advice}"``
-    when ``held`` (``{what: bytes}``) exceed this process's available memory; returns bytes."""
+    """ValueError when ``held`` (``{what: bytes}``) exceed the available memory; returns bytes."""
     need, available = int(sum(held.values())), free_bytes(np)
     if need > available:
         raise ValueError(
@@ -309,8 +306,7 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
 
 
 def keeps_features(client, M, N, dtype):
-    """Whether a tiled dual fit of ``M`` samples keeps ``A`` (M x N) for ``C = A^T Beta`` (else
-    remade): if it takes at most 30 % of the cluster's memory (else this machine's available)."""
+    """Whether the tiled dual keeps ``A`` (M x N) for ``C``: <= 30 % of the cluster's memory."""
     limits = list(_worker_limits(client).values()) or [psutil.virtual_memory().available]
     return M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits)
 

@@ -14,7 +14,7 @@ import dask
 
 from .exceptions import NoWorkersError
 from .linalg import factor_threads
-from .progress import active_client, scheduler_workers
+from .progress import scheduler_workers
 
 
 def _identity(x):
@@ -156,8 +156,8 @@ def worker_addresses(client):
 
 
 def ask_workers(client, func, *args):
-    """``{address: func(*args)}`` of every worker that answers (a lost one is left out; none:
-    asked again once, then NoWorkersError); an error ``func`` raises is raised."""
+    """``{address: func(*args)}`` of the workers that answer (none: asked again, then
+    NoWorkersError); an error of ``func`` is raised."""
     for _ in range(2):
         answers = client.run(func, *args, workers=worker_addresses(client), on_error="return")
         for answer in answers.values():
@@ -184,11 +184,6 @@ def worker_slots(client, per_worker=None):
         a: max(1, int(min(workers[a]["nthreads"], cap))) if a in workers else 1 for a in addresses
     }
     return [a for t in range(max(threads.values())) for a in addresses if threads[a] > t]
-
-
-def first_worker():
-    """The first worker address of the active distributed client (None without one)."""
-    return worker_addresses(active_client())[0]
 
 
 def current_worker():

@@ -25,16 +25,14 @@ __all__ += ["held_beside_gram", "model_bytes", "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):
-    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram, or the dual if
-    ``dual_only``."""
+    """``"dual"`` or ``"primal"``; ``"auto"``: the smaller Gram, or the dual if ``dual_only``."""
     if solver == "auto":
         return "dual" if dual_only or n_features >= n_samples else "primal"
     return solver
 
 
 def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
-    """ValueError for ``alpha = 0`` where the Gram is singular whatever the data (rank at most
-    ``min(N, M - 1)``)."""
+    """ValueError for ``alpha = 0`` where the Gram is singular whatever the data."""
     rows, primal = n_samples - bool(fit_intercept), solver == "primal"
     if alpha == 0 and (n_features > rows if primal else n_features < rows):
         relation, gram, other = ("<=", "N x N", "dual") if primal else (">=", "M x M", "primal")
@@ -49,9 +47,8 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
 def dask_fit_plan(
     M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, warn=True, budget=None
 ):
-    """The :class:`rfol_dask.memory.DualPlan` of a dask fit (None for the primal), after the checks
-    that refuse it before any work: ValueError when the primal's ``N x N`` Gram does not fit;
-    NotImplementedError on GPUs for the primal and the blocked dual."""
+    """The :class:`rfol_dask.memory.DualPlan` of a dask fit (None: the primal), after the checks
+    that refuse it before any work (memory; on GPUs the primal and the blocked dual)."""
     dtype = np.dtype(dtype)
     on_device, plan = device != "cpu" or is_array_api(meta), None
     if solver == "dual":

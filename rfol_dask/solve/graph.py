@@ -83,8 +83,7 @@ def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
 
 
 def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=None):
-    """Delayed row blocks of ``U`` and ``V``, their offsets and the output column blocks;
-    ``max_blocks``: smaller chunks merged."""
+    """Delayed row blocks of ``U`` and ``V`` (chunks merged to ``max_blocks``), offsets, columns."""
     if max_blocks is not None and len(U.chunks[0]) > max_blocks:
         rows = -(-U.shape[0] // max_blocks)
         if row_bytes:
@@ -137,8 +136,7 @@ def after(value, *_):
 
 
 def chained_sum(n_blocks, slots, add_block, combine):
-    """A sum over ``n_blocks`` blocks in at most ``len(slots)`` chains pinned to their workers,
-    ``acc = add_block(i, acc)``, then tree-summed."""
+    """``acc = add_block(i, acc)`` in at most ``len(slots)`` pinned chains, then tree-summed."""
     n_chains, mine = min(len(slots), n_blocks), {}  # mine: worker -> its chains' ends
     for c in range(n_chains):
         acc = None
@@ -184,27 +182,24 @@ class Columns:
 def compute_fit(
     *collections, progress, client, desc, alpha, consume=None, centre=None, factor=None
 ):
-    """``progress.compute`` of a fit graph: a failed blocked Cholesky becomes a
-    :class:`BlockedFactorError`, the ``centre`` is filled, a raised ridge of ``factor`` warned
-    here."""
+    """``progress.compute`` of a fit graph: :class:`BlockedFactorError` for a failed blocked
+    Cholesky; the ``centre`` filled, a raised ridge of ``factor`` warned."""
     extras = {} if centre is None else {"centre": centre.task}
     if factor is not None:
         extras["ridge"] = dask.delayed(used_ridge)(factor)
-    n, given, got, results = len(collections), consume, {}, [None] * len(collections)
-    if extras:
-        names = list(extras)
-        collections = (*collections, *extras.values())
+    n, names, got, results = len(collections), list(extras), {}, [None] * len(collections)
 
-        def consume(i, result):
-            if i >= n:
-                got[names[i - n]] = result
-            elif given is not None:
-                given(i, result)
-            else:
-                results[i] = result
+    def take(i, result):
+        if i >= n:
+            got[names[i - n]] = result
+        elif consume is not None:
+            consume(i, result)
+        else:
+            results[i] = result
 
+    kw = dict(progress=progress, client=client, desc=desc, consume=take)
     try:
-        out = compute(*collections, progress=progress, client=client, desc=desc, consume=consume)
+        compute(*collections, *extras.values(), **kw)
     except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky
         raise BlockedFactorError(
             f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
@@ -214,7 +209,7 @@ def compute_fit(
         centre.value = got["centre"]
     if got.get("ridge") is not None and got["ridge"][0] != alpha:
         warn_ridge(alpha, *got["ridge"])
-    return tuple(results) if extras and given is None else out
+    return tuple(results)
 
 
 def with_ridges(run, alpha, dtype, mean_diag=1.0):

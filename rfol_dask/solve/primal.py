@@ -15,8 +15,7 @@ from .graph import Columns, InputCentre, TaskNames, chained_sum, compute_fit
 def fit_primal(
     Ub, Vb, starts, cols, draw, *, alpha, fit_intercept, client, progress, input_centre, per_worker
 ):
-    """The primal random-feature fit on the delayed row blocks: numpy ``(coef (N, m), intercept
-    (m,))``; ``per_worker``: the chains a worker may run at once (None: one per thread)."""
+    """The primal fit on the delayed row blocks, ``per_worker`` chains a worker: ``(C, c0)``."""
     names, centred = TaskNames(), InputCentre.kwargs(input_centre)
     om, bb = dask.delayed(draw, pure=True, nout=2)(**centred)
     shifts = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)
@@ -32,8 +31,7 @@ def fit_primal(
 
 
 def primal_sums(n_blocks, add_block, client, per_worker=None):
-    """The delayed :class:`rfol_dask.gram.PrimalSums` of ``n_blocks`` row blocks, one chain per
-    worker thread (at most ``per_worker`` a worker)."""
+    """The delayed :class:`rfol_dask.gram.PrimalSums`, a chain per worker thread (<= per_worker)."""
     slots = worker_slots(client, per_worker)
     return chained_sum(n_blocks, slots, add_block, dask.delayed(add_partials))
 
@@ -41,8 +39,7 @@ def primal_sums(n_blocks, add_block, client, per_worker=None):
 def solve_primal(
     sums, shifts, cols, names, *, alpha, fit_intercept, client, progress, desc, input_centre=None
 ):
-    """Factorise the delayed primal ``sums`` (of data shifted by ``shifts``), solve the output
-    column blocks ``cols``, compute it all and return numpy ``(coef (N, m), intercept (m,))``."""
+    """Factorise the delayed ``sums``, solve the column blocks ``cols``: numpy ``(C, c0)``."""
     kw = dict(warn=False, dask_key_name=names("primal-factor"))
     fac = dask.delayed(primal_factor)(sums, shifts, alpha, fit_intercept, **kw)
     solve, out = dask.delayed(primal_solve, nout=2), Columns(cols)

@@ -159,8 +159,7 @@ def _on_device(B, device):
 
 
 def _outputs(K, starts, dtype, device, *blocks):
-    """The summed Gram made symmetric (numpy's SYRK fills the lower triangle only), the output
-    blocks stacked Fortran-ordered beside it, and their column sums."""
+    """The summed Gram made symmetric (numpy's SYRK fills one triangle), V and its column sums."""
     if isinstance(K, np.ndarray):
         symmetrize(K, "lower")
     V = _like(stack_rows(starts, dtype, device, *blocks, name="V", fortran=True), K)
@@ -236,8 +235,7 @@ def _resident(B, M, frequencies, fit, slabs):
 
 
 def gram_rows(acc, B, start, frequencies, fit, slabs, last=False, after=None):
-    """Add the row block ``B`` at ``start`` to the :class:`Resident` ``acc`` (None: allocate it):
-    its features and its Gram strip ``K[start:e, :e]``."""
+    """Add the features of the row block ``B`` and its Gram strip to ``acc`` (None: a new one)."""
     with blas_limits(_slab_threads(B)):
         acc = _resident(B, fit.M, frequencies, fit, slabs) if acc is None else acc
         e = start + B.shape[0]
@@ -375,8 +373,8 @@ def _host_intercept(info, Beta):
 
 
 def fit_streamed(Ub, Vb, starts, frequencies, *, client, progress, input_centre=None, **settings):
-    """Run :func:`dual_stream_graph` in one ``compute``; numpy ``(coef (N, m), intercept (m,))``.
-    The feature cache is opened on every worker first and removed afterwards, also on failure."""
+    """Run :func:`dual_stream_graph` in one ``compute``, in a feature cache removed afterwards (also
+    on failure); numpy ``(coef (N, m), intercept (m,))``."""
     cache = dask.config.get("rfol_dask.feature-cache", "disk")
     if cache not in ("disk", "none", None):  # None: the environment's "none", as dask reads it
         raise ValueError(f"rfol_dask.feature-cache must be 'disk' or 'none', got {cache!r}")

@@ -22,10 +22,8 @@ from . import graph
 def dual_graph(
     Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False, names=None
 ):
-    """The dual part of a dask fit on the delayed row blocks ``Xb`` at offsets ``starts``, the Gram
-    tiles made by ``tile(X_i, X_j, diag)``: the delayed :class:`DualFactor` and a delayed centred
-    ``Beta`` per column block of ``cols``. ``blocked``: factorised by
-    ``dask.array.linalg.cholesky`` across the workers, else on one worker."""
+    """The delayed :class:`DualFactor` and centred ``Beta`` per column block on the row blocks
+    ``Xb`` (tiles ``tile(X_i, X_j, diag)``), factorised ``blocked`` across the workers or on one."""
     names, nb = names or graph.TaskNames(), len(Xb)
     vsums = [dask.delayed(graph.block_vsum)(Vb[i], starts[i]) for i in range(nb)]
     vsum = graph.tree_sum(vsums, dask.delayed(np.add))
@@ -65,8 +63,7 @@ def _tile_after(tile, X, Y, diagonal, *_):
 
 
 def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
-    """Blocked dual solve on the ``tiles`` {(i, j): delayed tile} as a dask array: the delayed
-    factor (without ``L``) and the ``Beta`` blocks."""
+    """The dual solved blocked on ``tiles`` {(i, j): delayed tile}: factor (no ``L``), ``Beta``s."""
     M, m, nb, sizes = int(sum(sizes)), cols[-1][1], len(sizes), [int(k) for k in sizes]
     T = {
         ij: da.from_delayed(t, (sizes[ij[0]], sizes[ij[1]]), dtype=dtype) for ij, t in tiles.items()
@@ -125,9 +122,8 @@ def cross_block(A, Beta_rows, acc=None):
 def fit_tiled(
     Ub, Vb, starts, cols, draw, N, dtype, *, alpha, fit_intercept, client, progress, input_centre
 ):
-    """The tiled random-feature dual fit, factorised blocked across the workers: numpy ``(coef (N,
-    m), intercept (m,))``. The feature blocks are made again for ``C`` where keeping them would
-    take too much memory; a failed factorisation is tried again with raised ridges."""
+    """The blocked random-feature dual fit, with raised ridges where the factorisation fails, the
+    features made again for ``C`` unless kept: numpy ``(coef (N, m), intercept (m,))``."""
     nb, centred = len(Ub), graph.InputCentre.kwargs(input_centre)
     keep = keeps_features(client, int(starts[-1]), N, dtype)
 
