@@ -59,13 +59,11 @@ def _warn_above_limit(max_bytes, limits, xp, device, client):
     on_gpu = device not in (None, "cpu")
     if (xp is not None and backend.is_cupy(xp)) or (on_gpu and client is None):
         cap, what = device_total_bytes(device if on_gpu else "cuda"), "the GPU's memory"
-    elif on_gpu:
-        totals = ask_workers(client, device_total_bytes, device)
-        address = min(totals, key=totals.get)
-        cap, what = totals[address], f"the total GPU memory of worker {address}"
-    elif limits:
-        address = min(limits, key=limits.get)
-        cap, what = limits[address], f"the memory limit of worker {address}"
+    elif on_gpu or limits:
+        caps = ask_workers(client, device_total_bytes, device) if on_gpu else limits
+        address = min(caps, key=caps.get)
+        cap, what = caps[address], f"the {'total GPU memory' if on_gpu else 'memory limit'} of"
+        what += f" worker {address}"
     else:
         cap, what = device_total_bytes("cpu"), "this machine's memory"
     if max_bytes > cap:

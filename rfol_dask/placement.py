@@ -104,15 +104,10 @@ def broadcast(client, *values):
     handles = []
     for value in values:
         ids = (id(client), tuple(map(id, _leaves(value))))
+        # a live copy holds its client and leaves: their ids are theirs while it lives
         ref = _SHIPPED.get(ids)
         shipped = ref() if ref is not None else None
-        if shipped is not None and not (
-            shipped.future.status not in (None, "cancelled")
-            and shipped.future.client is client
-            and all(a is b for a, b in zip(_leaves(shipped.values), _leaves(value), strict=True))
-        ):
-            shipped = None  # its task forgotten (a restart), or other objects at those ids
-        if shipped is None:
+        if shipped is None or shipped.future.status in (None, "cancelled"):  # or forgotten
             shipped = _Shipped(value, f"arrays-shipped-once-{uuid.uuid4().hex}")
             task = dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key)
             with warnings.catch_warnings():  # sent once on purpose

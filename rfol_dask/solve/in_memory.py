@@ -63,12 +63,8 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
     return C, dual_intercept(info, Beta, C, shift)
 
 
-def _slab_bytes(slab_bytes):
-    return (
-        int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
-        if slab_bytes is None
-        else slab_bytes
-    )
+def _slab_bytes(given):
+    return int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES)) if given is None else given
 
 
 def model_bytes(n, N, m, dtype):

@@ -93,29 +93,6 @@ def _slab_file(token, f0):
     return os.path.join(_cache_dir(token, current_worker()), f"slab-{f0}.npy")
 
 
-def _cache_put(token, f0, A):
-    """Keep the numpy slab ``A`` on this worker's disk if the fit's cache is open and has room."""
-    if token is None or not isinstance(A, np.ndarray):  # device slabs are made again instead
-        return
-    path = _slab_file(token, f0)
-    try:
-        if shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
-            np.save(path, A)
-    except OSError:  # the cache is closed (the fit ended) or the disk is full: made again later
-        if os.path.exists(path):
-            os.remove(path)
-
-
-def _cache_take(token, f0):
-    """The cached slab ``f0``, deleted from the disk, or None."""
-    path = None if token is None else _slab_file(token, f0)
-    if path is None or not os.path.exists(path):
-        return None
-    A = np.load(path)
-    os.remove(path)
-    return A
-
-
 def _slab_frequencies(token, U, frequencies, f0, f1, keep):
     """The recipe of ``(omega, b)`` of the columns ``f0:f1`` (on a GPU drawn once and kept)."""
     if isinstance(U, np.ndarray) or token is None:
@@ -176,19 +153,31 @@ def _slab_threads(U):
 
 
 def gram_slab(K, U, frequencies, fit, f0, f1, after=None):
-    """``K + A_f A_f^T`` (M, M) in place for the slab of the columns ``f0:f1``, caching ``A_f``."""
+    """``K + A_f A_f^T`` (M, M) in place for the slab of the columns ``f0:f1``, caching ``A_f``
+    on this worker's disk (numpy) if the fit's cache is open and has room."""
     with blas_limits(_slab_threads(U)):
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, True)
         A, _ = slab_features(U, recipe, fit.n_features, f0, f1, fit.fit_intercept)
         K = syrk(A, trans=False, C=K)
-    _cache_put(fit.token, f0, A)
+    if fit.token is None or not isinstance(A, np.ndarray):  # device slabs are made again instead
+        return K
+    path = _slab_file(fit.token, f0)
+    try:
+        if shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
+            np.save(path, A)
+    except OSError:  # the cache is closed (the fit ended) or the disk is full: made again later
+        if os.path.exists(path):
+            os.remove(path)
     return K
 
 
 def coef_slab(U, frequencies, fit, f0, f1, Beta, after=None):
     """Rows ``f0:f1`` of ``C = A^T Beta`` and ``s_f^T C_f``, from the cached slab or a new one."""
     with blas_limits(_slab_threads(U)):
-        A = _cache_take(fit.token, f0)
+        A, path = None, fit.token and _slab_file(fit.token, f0)
+        if path and os.path.exists(path):  # taken: deleted from the disk
+            A = np.load(path)
+            os.remove(path)
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, False)
         args = (recipe, fit.n_features, f0, f1, fit.fit_intercept)
         if A is None:
@@ -217,27 +206,20 @@ class Resident:
     __slots__ = ("A", "K", "g0", "shifts", "pairs")
 
 
-def _resident(B, M, frequencies, fit, slabs):
-    """A new :class:`Resident` for the block ``B``'s namespace, its frequencies drawn."""
-    acc, xp, dt = Resident(), backend.namespace(B), B.dtype
-    acc.g0 = slabs[0][0]
-    acc.A = xp.empty((M, slabs[-1][1] - acc.g0), dtype=dt)
-    numpy = isinstance(B, np.ndarray)
-    acc.K = np.zeros((M, M), dtype=dt, order="F") if numpy else xp.zeros((M, M), dtype=dt)
-    acc.pairs = {}
-    for f0, f1 in slabs:
-        recipe = _slab_frequencies(fit.token, B, frequencies, f0, f1, False)
-        acc.pairs[f0] = tuple(_like(a, B) for a in recipe(columns=(f0, f1)))
-    acc.shifts = {}
-    if fit.fit_intercept:
-        acc.shifts = {f0: slab_shift(B, *acc.pairs[f0], fit.n_features) for f0, _ in slabs}
-    return acc
-
-
 def gram_rows(acc, B, start, frequencies, fit, slabs, last=False, after=None):
     """Add the features of the row block ``B`` and its Gram strip to ``acc`` (None: a new one)."""
+    M, xp, dt = fit.M, backend.namespace(B), B.dtype
     with blas_limits(_slab_threads(B)):
-        acc = _resident(B, fit.M, frequencies, fit, slabs) if acc is None else acc
+        if acc is None:
+            acc, g0 = Resident(), slabs[0][0]
+            acc.g0, acc.A, acc.pairs = g0, xp.empty((M, slabs[-1][1] - g0), dtype=dt), {}
+            numpy = isinstance(B, np.ndarray)
+            acc.K = np.zeros((M, M), dtype=dt, order="F") if numpy else xp.zeros((M, M), dtype=dt)
+            for f0, f1 in slabs:
+                recipe = _slab_frequencies(fit.token, B, frequencies, f0, f1, False)
+                acc.pairs[f0] = tuple(_like(a, B) for a in recipe(columns=(f0, f1)))
+            shift = functools.partial(slab_shift, B, n_features=fit.n_features)
+            acc.shifts = {f0: shift(*acc.pairs[f0]) for f0, _ in slabs if fit.fit_intercept}
         e = start + B.shape[0]
         for f0, f1 in slabs:
             acc.A[start:e, f0 - acc.g0 : f1 - acc.g0] = feature_map(
@@ -339,12 +321,11 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
             for what, blocks in (("device-inputs", Ub), ("device-outputs", Vb))
         )
     data, row_starts = _input_tasks(names, fit, Ub, starts, centre)
-    grams, residents = [], []
+    parts = []  # (the Gram, the Resident or None) of each worker
     for w, group in zip(workers, groups, strict=False):
         with pinned(w):
-            K, resident = _gram_tasks(names, fit, group, data, row_starts, frequencies)
-        grams.append(K)
-        residents.append(resident)
+            parts.append(_gram_tasks(names, fit, group, data, row_starts, frequencies))
+    grams, residents = zip(*parts, strict=True)
     K = tree_sum(grams, dask.delayed(operator.iadd), workers)  # ends on workers[0]
     with pinned(workers[0]):
         args = (starts, fit.dtype, fit.device, *Vb)
