@@ -53,8 +53,7 @@ def blas_limits(n):
     stack = _LIMITS.__dict__.setdefault("stack", [])
     with _LIMIT_LOCK:
         limiter = _as_controller(lambda: _controller().limit(limits=n, user_api="blas"))
-        if _LIMIT_STATE["depth"] == 0:
-            _LIMIT_STATE["first"] = limiter  # remembers the count before any section
+        _LIMIT_STATE.setdefault("first", limiter)  # the first section's: the count before any
         _LIMIT_STATE["depth"] += 1
         stack.append(n)
     try:

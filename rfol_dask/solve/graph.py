@@ -156,12 +156,11 @@ def block_vsum(V, start):
 
 def column_slab(start, stop, dtype, *blocks):
     """Columns ``start:stop`` of the row blocks, checked and stacked Fortran-ordered."""
-    out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
-    row = 0
-    for B in blocks:
-        out[row : row + len(B)] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
-        check_finite(out[row : row + len(B)], row, "V")  # after the cast, which may overflow
-        row += len(B)
+    rows = np.cumsum([0, *map(len, blocks)]).tolist()
+    out = np.empty((rows[-1], stop - start), dtype=dtype, order="F")
+    for B, r in zip(blocks, rows, strict=False):
+        out[r : r + len(B)] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
+        check_finite(out[r : r + len(B)], r, "V")  # after the cast, which may overflow
     return out
 
 

@@ -292,20 +292,6 @@ def _gram_tasks(names, fit, group, data, starts, frequencies):
     return dask.delayed(resident_gram)(K, dask_key_name=names("resident-gram", group[0][0])), K
 
 
-def _input_tasks(names, fit, Ub, starts, centre):
-    """The stacked inputs: all of ``U``, or (rows mode) the row steps and offsets."""
-    stack = dask.delayed(stack_rows)
-    if fit.mode != "rows":
-        name = names("stack-inputs")
-        return stack(starts, fit.dtype, fit.device, *Ub, centre=centre, dask_key_name=name), None
-    steps, data = row_steps(starts), []
-    for k, s in enumerate(steps):
-        offsets = [int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)]
-        kw = dict(offset=int(starts[s[0]]), centre=centre, dask_key_name=names("check-inputs", k))
-        data.append(stack(offsets, fit.dtype, fit.device, *Ub[s[0] : s[-1] + 1], **kw))
-    return data, [int(starts[s[0]]) for s in steps]
-
-
 def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=None):
     """The streamed dual's graph: ``[((f0, f1), delayed coef_slab)]``, the delayed intercept before
     the shifts' part and the delayed :class:`rfol_dask.factor.DualFactor` without its factor."""
@@ -320,7 +306,16 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
             [move(B, fit.draw_on, dask_key_name=names(what, i)) for i, B in enumerate(blocks)]
             for what, blocks in (("device-inputs", Ub), ("device-outputs", Vb))
         )
-    data, row_starts = _input_tasks(names, fit, Ub, starts, centre)
+    stack, steps = dask.delayed(stack_rows), row_steps(starts) if fit.mode == "rows" else []
+    data = []  # U stacked whole, or (rows mode) by row steps
+    if not steps:
+        name = names("stack-inputs")
+        data = stack(starts, fit.dtype, fit.device, *Ub, centre=centre, dask_key_name=name)
+    for k, s in enumerate(steps):
+        offsets = [int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)]
+        kw = dict(offset=int(starts[s[0]]), centre=centre, dask_key_name=names("check-inputs", k))
+        data.append(stack(offsets, fit.dtype, fit.device, *Ub[s[0] : s[-1] + 1], **kw))
+    row_starts = [int(starts[s[0]]) for s in steps]
     parts = []  # (the Gram, the Resident or None) of each worker
     for w, group in zip(workers, groups, strict=False):
         with pinned(w):

@@ -153,12 +153,9 @@ def fit_tiled(
             coefs.append(graph.chained_sum(nb, slots, add_block, dask.delayed(operator.iadd)))
             intercepts.append(dask.delayed(dual_intercept)(fac, Beta, coefs[-1], shift, c0))
         out, nc = graph.Columns(cols), len(cols)
-
-        def consume(i, r):
-            return out.put(i, coef=r) if i < nc else out.put(i - nc, intercept=r)
-
         kw = dict(progress=progress, client=client, alpha=ridge, centre=input_centre)
-        graph.compute_fit(*coefs, *intercepts, desc="fit (dual)", consume=consume, **kw)
+        kw["consume"] = lambda i, r: out.put(i, coef=r) if i < nc else out.put(i - nc, intercept=r)
+        graph.compute_fit(*coefs, *intercepts, desc="fit (dual)", **kw)
         return out.coef, out.intercept
 
     return graph.with_ridges(attempt, alpha, dtype)
