@@ -4,6 +4,7 @@ NaN / Inf and names the samples of a bad value."""
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,9 +154,6 @@ def _add_rows(A, V, start, acc, t):
 
 def add_partials(a, b):
     """Sum of two :class:`PrimalSums` (in place into ``a``); returns ``a``."""
-    a.G += b.G
-    a.AtV += b.AtV
-    a.colsum += b.colsum
-    a.vsum += b.vsum
-    a.count += b.count
+    for name in ("G", "AtV", "colsum", "vsum", "count"):
+        setattr(a, name, operator.iadd(getattr(a, name), getattr(b, name)))
     return a

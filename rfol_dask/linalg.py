@@ -1,7 +1,6 @@
-"""Dense linear algebra on numpy: SYRK, the Cholesky factorisation with its jitter policy (a
-Gram plus ``alpha I`` not numerically positive definite is factorised again with the ridge raised
-tenfold from ``eps(dtype) * mean(diag)``, with a warning; at ``alpha = 0`` an error), solves, and
-the BLAS threads they use."""
+"""Dense linear algebra on numpy: SYRK, Cholesky with the jitter policy (a Gram plus ``alpha I``
+not numerically positive definite is factorised again with the ridge raised tenfold from
+``eps(dtype) * mean(diag)``, with a warning; at ``alpha = 0`` an error), solves, BLAS threads."""
 
 from __future__ import annotations
 
@@ -113,8 +112,7 @@ def jitter_ridges(alpha, mean_diag, dtype):
     return [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
 
 
-#: this context's raised-ridge reporting: (the name messages give the ridge, the list that
-#: records them instead of warning, or None); per context, as searches run in threads
+#: (the ridge's name in messages, a list recording raised ridges instead of warnings, or None)
 _RIDGE_REPORT = contextvars.ContextVar("rfol_dask_ridge_report", default=("alpha", None))
 
 

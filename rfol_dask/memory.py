@@ -96,8 +96,7 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
     # a worker that did not answer (lost, or new) counts as the fullest that did
     used = {a: answers.get(a, max(answers.values())) for a in limits}
     to_pause = {a: 0.8 * limit - used[a] for a, limit in limits.items()}  # below the pause line
-    tightest = min(to_pause, key=to_pause.get)
-    peak_room = to_pause[tightest]
+    peak_room = to_pause[tightest := min(to_pause, key=to_pause.get)]
     if not dask.config.get("distributed.worker.memory.pause", 0.8):  # workers never pause
         peak_room = None
     elif peak_room <= 0:

@@ -21,10 +21,8 @@ def _identity(x):
     return x
 
 
-#: values of fewer bytes (all together) stay in the graph; larger ones are shipped to the cluster
-#: once (:func:`broadcast`); below distributed's large-graph warning (10 MB)
-EMBED_BYTES = 8 * 2**20
-
+#: values of fewer bytes (all together) stay in the graph, larger ones go once (:func:`broadcast`)
+EMBED_BYTES = 8 * 2**20  # below distributed's large-graph warning (10 MB)
 #: seconds :func:`worker_addresses` waits for a first worker on a cluster that has none
 WORKER_WAIT_S = 10
 
@@ -118,8 +116,7 @@ def broadcast(client, *values):
     return handles
 
 
-#: (id of the client, ids of the values' leaves) -> weak reference to their live
-#: :class:`_Shipped`: predictions from the same fitted arrays reuse the cluster's copy
+#: (id of the client, ids of the values' leaves) -> weak reference to their live :class:`_Shipped`
 _SHIPPED = {}
 
 

@@ -56,10 +56,8 @@ def _checked_centre(dtype, starts, *blocks):
     return input_centre(dtype, *blocks)
 
 
-#: the tiled duals take at most this many row blocks (their graphs grow as ``nb^2`` tiles): finer
-#: sample chunks are merged
+#: the tiled duals take at most this many row blocks (``nb^2`` tiles): finer chunks are merged
 MAX_TILE_BLOCKS = 32
-
 #: a merged row block's rows take at most this many bytes (``row_bytes`` each: features or inputs)
 MERGED_BLOCK_BYTES = 256 * 2**20
 

@@ -1,6 +1,5 @@
 """The primal dask fit: ``A^T A`` and ``A^T V`` summed over row blocks in chains of in-place
-partial sums, one factorisation, solves over output column blocks (:func:`solve_primal` shared
-with the linear kernel baseline)."""
+partial sums, one factorisation, solves by output column blocks (shared with the linear kernel)."""
 
 from __future__ import annotations
 

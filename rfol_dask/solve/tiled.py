@@ -1,6 +1,5 @@
-"""The tiled dask dual: the Gram from tiles ``X_i X_j^T`` of row blocks, assembled and factorised
-on one worker or, when it does not fit one, factorised blocked across the workers.
-:func:`dual_graph` serves the random-feature and the kernel models, :func:`fit_tiled` the first."""
+"""The tiled dask dual (random features and kernels): the Gram from tiles ``X_i X_j^T`` of row
+blocks, assembled on one worker or, when it does not fit one, factorised blocked across them."""
 
 from __future__ import annotations
 
