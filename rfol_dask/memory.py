@@ -273,9 +273,8 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     column = (int(M) + (int(n_inputs) + 1 if n_inputs else 0)) * itemsize
     smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)
     pair = 2 * gram + held_bytes
-    reduction_fits = (
-        not summed or budget.peak_room is None or budget.workers < 2 or pair <= budget.peak_room
-    )
+    room = budget.peak_room
+    reduction_fits = not summed or room is None or budget.workers < 2 or pair <= room
     steady_fits = gram + held_bytes + 2 * smallest <= budget.bytes
     if steady_fits and reduction_fits:
         room = max(int((budget.bytes - gram - held_bytes) / 2), smallest)

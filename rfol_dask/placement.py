@@ -172,9 +172,8 @@ def worker_slots(client, per_worker=None):
         return [None] * int(min(os.cpu_count() or 1, cap))
     workers = scheduler_workers(client)
     addresses = worker_addresses(client)  # waits for a first worker, else NoWorkersError
-    threads = {
-        a: max(1, int(min(workers[a]["nthreads"], cap))) if a in workers else 1 for a in addresses
-    }
+    nthreads = {a: workers[a]["nthreads"] if a in workers else 1 for a in addresses}
+    threads = {a: max(1, int(min(n, cap))) for a, n in nthreads.items()}
     return [a for t in range(max(threads.values())) for a in addresses if threads[a] > t]
 
 

@@ -73,11 +73,8 @@ def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
         bounds = [min(N, (n_blocks * g // n_groups) * B) for g in range(n_groups + 1)]
     else:
         bounds = [N * g // n_groups for g in range(n_groups + 1)]
-    return [
-        [(f, min(f + width, g1)) for f in range(g0, g1, width)]
-        for g0, g1 in zip(bounds, bounds[1:], strict=False)
-        if g1 > g0
-    ]
+    groups = [(g0, g1) for g0, g1 in zip(bounds, bounds[1:], strict=False) if g1 > g0]
+    return [[(f, min(f + width, g1)) for f in range(g0, g1, width)] for g0, g1 in groups]
 
 
 def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=None):

@@ -69,11 +69,9 @@ def _slab_bytes(given):
 
 def model_bytes(n, N, m, dtype):
     """The fitted model's arrays, ``{what: bytes}``: what any fit leaves in the client."""
-    size = np.dtype(dtype).itemsize
-    return {
-        f"the {n} x {N} frequencies": (int(n) + 1) * int(N) * size,
-        f"the {N} x {m} coefficients": int(N) * int(m) * size,
-    }
+    size, N = np.dtype(dtype).itemsize, int(N)
+    held = {f"the {n} x {N} frequencies": (int(n) + 1) * N * size}
+    return held | {f"the {N} x {m} coefficients": N * int(m) * size}
 
 
 def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):

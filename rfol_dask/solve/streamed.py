@@ -381,9 +381,8 @@ def fit_streamed(Ub, Vb, starts, frequencies, *, client, progress, input_centre=
             open_cache(fit.token)
         elif fit.token:
             client.run(open_cache, fit.token)
-        slabs, intercept, factor = dual_stream_graph(
-            Ub, Vb, starts, frequencies, fit, client, input_centre
-        )
+        graph = dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre)
+        slabs, intercept, factor = graph
         kw = dict(progress=progress, client=client, alpha=fit.alpha, centre=input_centre)
         tasks = (*(slab for _, slab in slabs), intercept)
         compute_fit(*tasks, desc="fit (dual)", consume=consume, factor=factor, **kw)

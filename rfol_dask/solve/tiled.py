@@ -3,6 +3,7 @@ blocks, assembled on one worker or, when it does not fit one, factorised blocked
 
 from __future__ import annotations
 
+import itertools
 import operator
 
 import dask
@@ -26,21 +27,21 @@ def dual_graph(
     names, nb = names or graph.TaskNames(), len(Xb)
     vsums = [dask.delayed(graph.block_vsum)(Vb[i], starts[i]) for i in range(nb)]
     vsum = graph.tree_sum(vsums, dask.delayed(np.add))
+    sizes = [int(k) for k in np.diff(starts)]
+
+    def gram_tile(i, j, *after):  # the tile X_i X_j^T, once the tasks ``after`` are done
+        name = names("gram-tile", i, j)
+        return dask.delayed(_tile_after)(tile, Xb[i], Xb[j], i == j, *after, dask_key_name=name)
+
     if blocked:
-        tiles = {
-            (i, j): dask.delayed(tile)(Xb[i], Xb[j], i == j, dask_key_name=names("gram-tile", i, j))
-            for i in range(nb)
-            for j in range(i, nb)
-        }
-        return _blocked_dual(tiles, np.diff(starts), vsum, Vb, cols, alpha, fit_intercept, dtype)
+        T = {}
+        for i, j in itertools.combinations_with_replacement(range(nb), 2):
+            T[i, j] = da.from_delayed(gram_tile(i, j), (sizes[i], sizes[j]), dtype=dtype)
+        return _blocked_dual(T, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype)
     # the Gram, its factor and a single solve stay on one worker: the M x M array never travels
     one, K, placed = worker_addresses(active_client())[0], None, None
     for i in range(nb):
-        tile_after = dask.delayed(_tile_after)
-        row = [
-            tile_after(tile, Xb[i], Xb[j], i == j, placed, dask_key_name=names("gram-tile", i, j))
-            for j in range(i, nb)
-        ]
+        row = [gram_tile(i, j, placed) for j in range(i, nb)]
         with pinned(one):
             if K is None:
                 K = dask.delayed(np.empty)((int(starts[-1]),) * 2, dtype=dtype)
@@ -61,12 +62,9 @@ def _tile_after(tile, X, Y, diagonal, *_):
     return tile(X, Y, diagonal)
 
 
-def _blocked_dual(tiles, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
-    """The dual solved blocked on ``tiles`` {(i, j): delayed tile}: factor (no ``L``), ``Beta``s."""
-    M, m, nb, sizes = int(sum(sizes)), cols[-1][1], len(sizes), [int(k) for k in sizes]
-    T = {
-        ij: da.from_delayed(t, (sizes[ij[0]], sizes[ij[1]]), dtype=dtype) for ij, t in tiles.items()
-    }
+def _blocked_dual(T, sizes, vsum, Vb, cols, alpha, fit_intercept, dtype):
+    """The dual solved blocked on the tiles ``T`` {(i <= j, j): dask array}: factor, ``Beta``s."""
+    M, m, nb = sum(sizes), cols[-1][1], len(sizes)
     K = da.block([[T[i, j] if i <= j else T[j, i].T for j in range(nb)] for i in range(nb)])
     r = K.sum(axis=1)
     V = da.concatenate([da.from_delayed(v, (sizes[i], m), dtype=dtype) for i, v in enumerate(Vb)])
