@@ -106,12 +106,6 @@ def factor_threads():
     return int(n) if n else host_cores()
 
 
-def jitter_ridges(alpha, mean_diag, dtype):
-    """``alpha``, then (if > 0) 10x ... 10^8 x ``max(alpha, eps(dtype) * mean_diag)``."""
-    floor = np.finfo(dtype).eps * max(mean_diag, np.finfo(dtype).tiny)
-    return [alpha] + ([max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else [])
-
-
 #: (the ridge's name in messages, a list recording raised ridges instead of warnings, or None)
 _RIDGE_REPORT = contextvars.ContextVar("rfol_dask_ridge_report", default=("alpha", None))
 
@@ -150,12 +144,15 @@ def warn_ridge(alpha, ridge, dtype):
 
 
 def first_ridge(attempt, alpha, mean_diag, dtype):
-    """``(attempt(ridge, again), ridge)`` for the first ridge of :func:`jitter_ridges` not None."""
+    """``(attempt(ridge, again), ridge)`` for the first ridge not None: ``alpha``, then (if > 0)
+    10x ... 10^8 x ``max(alpha, eps(dtype) * mean_diag)`` (a callable: called if needed)."""
     result = attempt(float(alpha), False)
     if result is not None:
         return result, alpha
-    ridges = jitter_ridges(alpha, mean_diag() if callable(mean_diag) else mean_diag, dtype)
-    for ridge in ridges[1:]:
+    mean_diag = mean_diag() if callable(mean_diag) else mean_diag
+    floor = np.finfo(dtype).eps * max(mean_diag, np.finfo(dtype).tiny)
+    ridges = [max(alpha, floor) * 10.0**k for k in range(1, 9)] if alpha > 0 else []
+    for ridge in ridges:
         result = attempt(float(ridge), True)
         if result is not None:
             warn_ridge(alpha, ridge, dtype)

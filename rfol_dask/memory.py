@@ -142,10 +142,8 @@ def gram_device(device, meta=None):
 
 
 def _shortfall(size, need, budget, extra=""):
-    return (
-        f"the {size} x {size} Gram matrix needs {need:,} bytes ({need / 2**30:.2f} GiB){extra} "
-        f"but the budget ({budget.where}) is {int(budget.bytes):,} bytes"
-    )
+    msg = f"the {size} x {size} Gram matrix needs {need:,} bytes ({need / 2**30:.2f} GiB){extra} "
+    return msg + f"but the budget ({budget.where}) is {int(budget.bytes):,} bytes"
 
 
 _LARGER = "or pass a larger max_gram_bytes"
@@ -285,10 +283,8 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     if held_bytes or smallest:
         held = f"{held_what} and the feature slabs" if smallest else held_what
         extra = f", and {held_bytes + 2 * smallest:,} more bytes for {held} held with it,"
-    reduction = (
-        f"a worker that sums the {budget.workers} workers' Grams holds two: {pair:,} bytes "
-        f"against the {int(budget.peak_room or 0):,} {budget.peak_line}"
-    )
+    reduction = f"a worker that sums the {budget.workers} workers' Grams holds two: {pair:,} "
+    reduction += f"bytes against the {int(room or 0):,} {budget.peak_line}"
     if steady_fits:  # the budget holds one Gram, the sum does not fit
         reason = f"the {M} x {M} Gram matrix needs {gram:,} bytes ({gram / 2**30:.2f} GiB), but "
         reason += reduction

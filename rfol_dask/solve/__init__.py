@@ -91,10 +91,8 @@ def fit_dask(
 
     Parameters
     ----------
-    U : dask array of shape (M, n)
-        Input functions (flattened grids), chunked along samples only.
-    V : dask array of shape (M, m)
-        Output functions, chunked along samples only.
+    U, V : dask arrays of shapes (M, n) and (M, m)
+        Input and output functions (flattened grids), chunked along samples only.
     frequencies : callable
         Picklable recipe of ``(omega (n, N), b (N,))`` (``columns=(f0, f1)``: those columns).
     n_features : int

@@ -108,14 +108,10 @@ def fit_numpy(
 
     Parameters
     ----------
-    U : ndarray of shape (M, n)
-        Input functions (flattened grids).
-    V : ndarray of shape (M, m)
-        Output functions.
-    omega : ndarray of shape (n, N)
-        Frequencies; their dtype is the working precision.
-    b : ndarray of shape (N,)
-        Phases.
+    U, V : ndarrays of shapes (M, n) and (M, m)
+        Input and output functions (flattened grids).
+    omega, b : ndarrays of shapes (n, N) and (N,)
+        Frequencies (their dtype is the working precision) and phases.
     alpha : float
         Ridge parameter (>= 0).
     fit_intercept : bool

@@ -180,11 +180,8 @@ def coef_slab(U, frequencies, fit, f0, f1, Beta, after=None):
             os.remove(path)
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, False)
         args = (recipe, fit.n_features, f0, f1, fit.fit_intercept)
-        if A is None:
-            A, shift = slab_features(U, *args)
-        else:
-            shift = slab_features(U[:SHIFT_ROWS], *args)[1]
-        return _coef_rows(A, Beta, shift, f0, f1, fit.out)
+        made, shift = slab_features(U if A is None else U[:SHIFT_ROWS], *args)  # cached: the shift
+        return _coef_rows(made if A is None else A, Beta, shift, f0, f1, fit.out)
 
 
 def _coef_rows(A, Beta, shift, f0, f1, out):
@@ -245,8 +242,8 @@ def resident_gram(acc):
 def coef_rows(acc, frequencies, fit, f0, f1, Beta, after=None):
     """:func:`coef_slab` from the worker's resident features."""
     with blas_limits(_slab_threads(acc.A)):
-        A, shift = acc.A[:, f0 - acc.g0 : f1 - acc.g0], acc.shifts.get(f0)
-        return _coef_rows(A, Beta, shift if fit.fit_intercept else None, f0, f1, fit.out)
+        A = acc.A[:, f0 - acc.g0 : f1 - acc.g0]
+        return _coef_rows(A, Beta, acc.shifts.get(f0), f0, f1, fit.out)
 
 
 def rows_need(M, width, m, n_inputs, itemsize, n_workers=1):
