@@ -19,9 +19,8 @@ from .linalg import blas_limits, factor_threads, recorded_ridges
 @backend.sized_by_arrays
 @dataclass
 class DualFactor:
-    """The factorised dual: ``L`` (M, M) the factor of ``H K H + alpha I`` (None once dropped),
-    ``r`` (M,) the row sums ``K 1``, ``vbar`` (m,) the output means, ``ridge`` the ridge used (None:
-    blocked)."""
+    """The factorised dual: ``L`` of ``H K H + alpha I`` (or None), ``r = K 1``, the output means
+    ``vbar``, the ``ridge`` used (None: blocked)."""
 
     L: np.ndarray | None
     r: np.ndarray
@@ -37,8 +36,7 @@ class DualFactor:
 @backend.sized_by_arrays
 @dataclass
 class PrimalFactor:
-    """The factorised primal: ``L`` (N, N) the factor of ``A_c^T A_c + alpha I``, ``AtV`` (N, m),
-    the means ``mu`` (N,) and ``vbar`` (m,), ``ridge`` the ridge used."""
+    """The factorised primal: ``L`` of ``A_c^T A_c + alpha I``, ``AtV``, means, ``ridge`` used."""
 
     L: np.ndarray
     AtV: np.ndarray
@@ -55,9 +53,8 @@ def gram_place(K, offsets, i, *tiles):
 
 
 def dual_factor(K, vsum, alpha, fit_intercept, upper=False, warn=True):
-    """Centre the Gram ``K`` (M, M) (``upper``: C-ordered, its upper block triangle filled) and
-    factorise ``H K H + alpha I`` in place: a :class:`DualFactor`. ``warn=False``: a raised ridge
-    kept in ``ridge``."""
+    """Centre the Gram ``K`` (``upper``: C-ordered, upper block triangle filled), factorise ``H K H
+    + alpha I`` in place: a :class:`DualFactor` (``warn=False``: a raised ridge kept in it)."""
     M, xp = K.shape[0], namespace(K)
     # K.T of a C-ordered symmetric K is the Fortran-ordered view LAPACK factorises in place
     K = symmetrize(K, "upper").T if upper else backend.as_fortran(K)
@@ -103,8 +100,7 @@ def dual_intercept(fac, Beta, C=None, shift=None, start=0):
 
 
 def primal_factor(sums, shifts, alpha, fit_intercept, warn=True):
-    """Centre the :class:`rfol_dask.gram.PrimalSums` ``sums`` (of data shifted by ``shifts``) and
-    factorise ``A_c^T A_c + alpha I`` in place: a :class:`PrimalFactor`."""
+    """Centre ``sums`` (of data less ``shifts``), factorise in place: a :class:`PrimalFactor`."""
     G, AtV, M = symmetrize(sums.G, "lower"), sums.AtV, sums.count
     xp, N = namespace(G), G.shape[0]
     if fit_intercept:

@@ -28,8 +28,7 @@ def check_finite(X, start, name, action="fitting"):
 
 
 def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0, centre=None):
-    """The row blocks stacked into one checked (M, n) array of ``dtype`` (samples from ``offset``)
-    in the namespace of CuPy blocks or ``device``, less ``centre`` before the cast."""
+    """The row blocks stacked, less ``centre``, cast to ``dtype``, checked (samples ``offset:``)."""
     xp = backend.compute_namespace(device, *blocks)
     fast = backend.is_fast(xp)
     order = {"order": "F"} if fortran and (fast or backend.is_cupy(xp)) else {}
@@ -70,13 +69,11 @@ def block_means(U, V, omega, b, fit_intercept=True, rows=64, input_centre=None):
 SHIFT_ROWS = 64
 
 
-def slab_features(
-    U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None
-):
+def slab_features(U, recipe, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None):
     """Features ``A[:, f0:f1]`` of ``U`` less their shift over the first ``shift_rows`` samples (if
     ``centre``; None: the exact means), and the shift (or None)."""
     xp = backend.namespace(U)
-    omega, b = (backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
+    omega, b = (backend.to_namespace(a, xp) for a in recipe(columns=(f0, f1)))
     kw = dict(n_features=n_features, input_centre=input_centre)
     if not centre:
         return feature_map(U, omega, b, **kw), None
@@ -106,8 +103,7 @@ def dual_tile(Ai, Aj, diagonal):
 @sized_by_arrays
 @dataclass
 class PrimalSums:
-    """The primal sums over the row blocks read so far of ``A - s``, ``V - t``: ``G`` (N, N) lower
-    triangle, ``AtV`` (N, m), ``colsum``, ``vsum``, ``count``."""
+    """Sums over the row blocks of ``A - s``, ``V - t``: ``G`` (lower triangle), ``A^T V``, ..."""
 
     G: np.ndarray
     AtV: np.ndarray

@@ -14,6 +14,7 @@ import warnings
 import dask
 import numpy as np
 from scipy.linalg import blas, lapack
+from threadpoolctl import OpenBLASController, ThreadpoolController
 
 from .exceptions import RidgeRaised
 from .stacklevel import user_stacklevel
@@ -21,8 +22,6 @@ from .stacklevel import user_stacklevel
 
 @functools.cache
 def _controller():
-    from threadpoolctl import ThreadpoolController
-
     return ThreadpoolController()
 
 
@@ -33,8 +32,6 @@ _LIMIT_STATE = {"depth": 0}  # sections open in the process; "first": the first 
 
 def _as_controller(call):
     """``call()`` from this thread (threadpoolctl lets one thread at a time set OpenBLAS's pool)."""
-    from threadpoolctl import OpenBLASController
-
     clear = getattr(OpenBLASController, "clear_controlling_thread", None)
     if clear is None:
         return call()
@@ -47,8 +44,7 @@ def _as_controller(call):
 
 @contextlib.contextmanager
 def blas_limits(n):
-    """Context manager: at most ``n`` BLAS threads inside, a process-wide setting; the last section
-    to end restores the count found by the first."""
+    """At most ``n`` BLAS threads inside (process-wide; the last one out restores the first's)."""
     stack = _LIMITS.__dict__.setdefault("stack", [])
     with _LIMIT_LOCK:
         limiter = _as_controller(lambda: _controller().limit(limits=n, user_api="blas"))
@@ -121,8 +117,7 @@ def _reporting(name=None, record=None):
 
 
 def recorded_ridges():
-    """Context manager yielding a list to which the :class:`RidgeRaised` of each factorisation in
-    this context is appended instead of warned."""
+    """Context manager: a list the :class:`RidgeRaised` of this context go to, not warned."""
     return _reporting(record=[])
 
 

@@ -73,8 +73,7 @@ def _warn_above_limit(max_bytes, limits, xp, device, client):
 
 
 def memory_budget(max_bytes=None, client=None, xp=None, device=None):
-    """The :class:`Budget` of one process (the rule is in the module docstring); ``xp`` CuPy: an
-    in-memory fit on this process's GPU; ``device`` ``"cuda"``: a Gram on the workers' GPUs."""
+    """The :class:`Budget` of a process (module docstring); ``xp``, ``device``: of a GPU's Gram."""
     limits = _worker_limits(client)
     if max_bytes is not None:
         _warn_above_limit(float(max_bytes), limits, xp, device, client)
@@ -111,8 +110,7 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
 
 
 def free_bytes(X):
-    """Bytes free in the memory holding ``X`` (an array, or a namespace): the GPU's (CuPy: free
-    device memory plus the pool's free blocks), else the host's available memory."""
+    """Bytes free where ``X`` (array or namespace) lives: a GPU's (with CuPy's pool), the host's."""
     if backend.is_cupy(X if isinstance(X, types.ModuleType) else backend.namespace(X)):
         import cupy
 
@@ -212,8 +210,7 @@ def _check_available(held, what, owner, advice, where=""):
 
 
 def check_host_memory(held, dtype, fewer="features (n_features)"):
-    """ValueError when the model's arrays ``held`` (``{what: bytes}`` in ``dtype``) exceed this
-    process's available memory; ``fewer``: what the advice names. Returns their bytes."""
+    """ValueError when the model's arrays ``held`` exceed the available memory; returns bytes."""
     half = ", dtype='float32' (half the bytes)" if np.dtype(dtype).itemsize > 4 else ""
     advice = f"use fewer {fewer}{half} or fewer output points: these arrays are the model, "
     advice += "whichever the solver"
@@ -221,8 +218,7 @@ def check_host_memory(held, dtype, fewer="features (n_features)"):
 
 
 def check_prediction_memory(M, m, dtype, m_out=None):
-    """ValueError when an in-memory ``predict``'s ``M x m`` predictions in ``dtype`` (and ``M x
-    m_out`` float64 values on an ``output_grid``) exceed the available memory; returns bytes."""
+    """ValueError when in-memory predictions (and values on an output grid) would not fit."""
     held = {f"the {M} x {m} predictions": int(M) * int(m) * np.dtype(dtype).itemsize}
     if m_out is not None:
         held[f"their {M} x {m_out} values on output_grid"] = int(M) * int(m_out) * 8
@@ -232,8 +228,7 @@ def check_prediction_memory(M, m, dtype, m_out=None):
 
 
 def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None, n_inputs=0):
-    """ValueError when a Gram tile task of the blocked dual (two ``rows x n_features`` blocks, their
-    tile and the frequencies) exceeds :attr:`Budget.peak_room`; returns its bytes."""
+    """ValueError when a blocked dual's Gram tile task exceeds :attr:`Budget.peak_room`."""
     freq = (int(n_inputs) + 1) * int(n_features) if n_inputs else 0  # Omega and b
     need = (2 * int(rows) * int(n_features) + int(rows) ** 2 + freq) * np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client)
@@ -304,8 +299,7 @@ def keeps_features(client, M, N, dtype):
 
 
 def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0, budget=None):
-    """How many ``size x size`` Grams (each with ``with_each`` more bytes) a worker may hold beside
-    ``beside`` bytes within its :func:`memory_budget` (or ``budget``), at least 1."""
+    """How many Grams (each with ``with_each`` bytes) a worker holds beside ``beside`` (>= 1)."""
     each = int(size) ** 2 * np.dtype(dtype).itemsize + int(with_each)
     budget = budget if budget is not None else memory_budget(max_gram_bytes, client)
     return max(1, int((budget.bytes - beside) // max(each, 1)))

@@ -11,6 +11,7 @@ import warnings
 import weakref
 
 import dask
+from distributed import futures_of, get_client, get_worker
 
 from .exceptions import NoWorkersError
 from .linalg import factor_threads
@@ -68,16 +69,13 @@ _FETCHED = {}
 
 
 def _shipped_values(values):
-    """The task of a :class:`_Shipped` key: its values; a bare key inlined in another task (as
-    ``to_zarr`` does) fetches them from the worker's cluster (kept here for the next task)."""
+    """The values of a :class:`_Shipped` (a bare key, as ``to_zarr`` inlines it: fetched)."""
     if not isinstance(values, _Shipped) or values.values is not None:
         return getattr(values, "values", values)
     worker, key = current_worker(), values.key
     if worker is not None and key in worker.data:
         return worker.data[key]
     if key not in _FETCHED and worker is not None:
-        from distributed import get_client
-
         client = get_client()  # the worker's; the scheduler knows who holds the key
         got = client.sync(client.scheduler.gather, keys=[key])
         if got.get("status") == "OK":
@@ -97,8 +95,6 @@ def broadcast(client, *values):
     cluster once as a task that holds them (remade if their workers are lost), reused while live."""
     if client is None or _nbytes(values) < EMBED_BYTES:
         return [dask.delayed(v, pure=True, traverse=False) for v in values]
-    from distributed import futures_of
-
     handles = []
     for value in values:
         ids = (id(client), tuple(map(id, _leaves(value))))
@@ -128,8 +124,7 @@ def pinned(worker):
 
 
 def worker_addresses(client):
-    """The client's worker addresses, sorted (``[None]`` without a client); a cluster without
-    workers is given :data:`WORKER_WAIT_S` s for a first one, then NoWorkersError."""
+    """The client's worker addresses, sorted (``[None]`` without one), waiting for a first one."""
     if client is None:
         return [None]
     workers = scheduler_workers(client)
@@ -165,8 +160,7 @@ def ask_workers(client, func, *args):
 
 
 def worker_slots(client, per_worker=None):
-    """One worker address per task thread (at most ``per_worker`` each), the first thread of every
-    worker first (the first entries spread over the workers); ``[None]`` per core without one."""
+    """A worker address per task thread (``per_worker`` at most), first threads first."""
     cap = per_worker or float("inf")
     if client is None:
         return [None] * int(min(os.cpu_count() or 1, cap))
@@ -179,9 +173,7 @@ def worker_slots(client, per_worker=None):
 
 def current_worker():
     """The distributed worker running this task, or None (local schedulers, the client)."""
-    with contextlib.suppress(ImportError, ValueError):
-        from distributed import get_worker
-
+    with contextlib.suppress(ValueError):
         return get_worker()
 
 

@@ -47,8 +47,7 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
 def dask_fit_plan(
     M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, warn=True, budget=None
 ):
-    """The :class:`rfol_dask.memory.DualPlan` of a dask fit (None: the primal), after the checks
-    that refuse it before any work (memory; on GPUs the primal and the blocked dual)."""
+    """The :class:`rfol_dask.memory.DualPlan` of a dask fit (None: primal), after its refusals."""
     dtype = np.dtype(dtype)
     on_device, plan = device != "cpu" or is_array_api(meta), None
     if solver == "dual":

@@ -63,8 +63,7 @@ MERGED_BLOCK_BYTES = 256 * 2**20
 
 
 def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
-    """Column ranges ``(f0, f1)`` of ``A`` (M x N) in ``n_groups`` groups of nearly equal width, cut
-    into slabs of at most ``slab_bytes``."""
+    """Column ranges ``(f0, f1)`` of ``A`` in ``n_groups`` groups, slabs of <= ``slab_bytes``."""
     B = FREQUENCY_BLOCK
     width = max(1, int(slab_bytes // (M * itemsize)))
     width -= width % B if width > B else 0
@@ -101,8 +100,7 @@ def _after_v_check(U, V, start):
 
 
 def tree_sum(parts, combine, workers=None, first=None):
-    """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``, each run where its
-    left part is (``workers``); ``first``: the first level's combine, for parts to be kept."""
+    """Pairwise ``combine`` of ``parts``, each where its left part is (``first``: at level one)."""
     parts = list(parts)
     places = list(workers) if workers is not None else [None] * len(parts)
     kept = [first is not None] * len(parts)
@@ -173,15 +171,12 @@ class Columns:
                 getattr(self, name)[..., slice(*self.cols[k])] = X
 
 
-def compute_fit(
-    *collections, progress, client, desc, alpha, consume=None, centre=None, factor=None
-):
-    """``progress.compute`` of a fit graph: :class:`BlockedFactorError` for a failed blocked
-    Cholesky; the ``centre`` filled, a raised ridge of ``factor`` warned."""
+def compute_fit(*tasks, progress, client, desc, alpha, consume=None, centre=None, factor=None):
+    """``progress.compute`` of a fit graph; the ``centre`` filled, a raised ridge warned."""
     extras = {} if centre is None else {"centre": centre.task}
     if factor is not None:
         extras["ridge"] = dask.delayed(used_ridge)(factor)
-    n, names, got, results = len(collections), list(extras), {}, [None] * len(collections)
+    n, names, got, results = len(tasks), list(extras), {}, [None] * len(tasks)
 
     def take(i, result):
         if i >= n:
@@ -193,7 +188,7 @@ def compute_fit(
 
     kw = dict(progress=progress, client=client, desc=desc, consume=take)
     try:
-        compute(*collections, *extras.values(), **kw)
+        compute(*tasks, *extras.values(), **kw)
     except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky
         raise BlockedFactorError(
             f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "

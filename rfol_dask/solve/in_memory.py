@@ -33,8 +33,7 @@ def _checked(V, like, name="V"):
 
 
 def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_centre=None):
-    """The dual fit outside numpy (CuPy) without ``A`` (M x N) ever whole: the Gram summed over
-    feature slabs, the slabs made again for ``C = A^T Beta``; ``(coef (N, m), intercept (m,))``."""
+    """The dual outside numpy (CuPy): the Gram and ``C = A^T Beta`` by feature slabs of ``A``."""
     xp = namespace(omega)
     # with a centre, U keeps its dtype: its rows are centred, then cast (features.feature_map)
     U, V = _checked(U, omega if input_centre is None else U, "U"), _checked(V, omega)

@@ -153,8 +153,7 @@ def _slab_threads(U):
 
 
 def gram_slab(K, U, frequencies, fit, f0, f1, after=None):
-    """``K + A_f A_f^T`` (M, M) in place for the slab of the columns ``f0:f1``, caching ``A_f``
-    on this worker's disk (numpy) if the fit's cache is open and has room."""
+    """``K + A_f A_f^T`` in place for the columns ``f0:f1``; ``A_f`` cached on the disk if room."""
     with blas_limits(_slab_threads(U)):
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, True)
         A, _ = slab_features(U, recipe, fit.n_features, f0, f1, fit.fit_intercept)
@@ -290,8 +289,7 @@ def _gram_tasks(names, fit, group, data, starts, frequencies):
 
 
 def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=None):
-    """The streamed dual's graph: ``[((f0, f1), delayed coef_slab)]``, the delayed intercept before
-    the shifts' part and the delayed :class:`rfol_dask.factor.DualFactor` without its factor."""
+    """``[((f0, f1), delayed rows of C)]``, the intercept (less the shifts' part), the factor."""
     names, workers = TaskNames(), worker_addresses(client)
     groups = feature_slabs(fit.M, fit.n_features, len(workers), fit.itemsize, fit.slab_bytes)
     centre = None if input_centre is None else input_centre.task
@@ -346,8 +344,7 @@ def _host_intercept(info, Beta):
 
 
 def fit_streamed(Ub, Vb, starts, frequencies, *, client, progress, input_centre=None, **settings):
-    """Run :func:`dual_stream_graph` in one ``compute``, in a feature cache removed afterwards (also
-    on failure); numpy ``(coef (N, m), intercept (m,))``."""
+    """Run :func:`dual_stream_graph` in a feature cache removed afterwards: numpy ``(C, c0)``."""
     cache = dask.config.get("rfol_dask.feature-cache", "disk")
     if cache not in ("disk", "none", None):  # None: the environment's "none", as dask reads it
         raise ValueError(f"rfol_dask.feature-cache must be 'disk' or 'none', got {cache!r}")

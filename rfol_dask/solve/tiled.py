@@ -22,8 +22,7 @@ from . import graph
 def dual_graph(
     Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False, names=None
 ):
-    """The delayed :class:`DualFactor` and centred ``Beta`` per column block on the row blocks
-    ``Xb`` (tiles ``tile(X_i, X_j, diag)``), factorised ``blocked`` across the workers or on one."""
+    """The delayed :class:`DualFactor` and ``Beta`` per column block (``blocked``: on all workers)."""
     names, nb = names or graph.TaskNames(), len(Xb)
     vsums = [dask.delayed(graph.block_vsum)(Vb[i], starts[i]) for i in range(nb)]
     vsum = graph.tree_sum(vsums, dask.delayed(np.add))
@@ -119,8 +118,7 @@ def cross_block(A, Beta_rows, acc=None):
 def fit_tiled(
     Ub, Vb, starts, cols, draw, N, dtype, *, alpha, fit_intercept, client, progress, input_centre
 ):
-    """The blocked random-feature dual fit, with raised ridges where the factorisation fails, the
-    features made again for ``C`` unless kept: numpy ``(coef (N, m), intercept (m,))``."""
+    """The blocked random-feature dual fit, ridges raised where it fails: numpy ``(C, c0)``."""
     nb, centred = len(Ub), graph.InputCentre.kwargs(input_centre)
     keep = keeps_features(client, int(starts[-1]), N, dtype)
 
