@@ -22,7 +22,7 @@ from . import graph
 def dual_graph(
     Xb, Vb, starts, tile, cols, *, alpha, fit_intercept, dtype, blocked=False, names=None
 ):
-    """The delayed :class:`DualFactor` and ``Beta`` per column block (``blocked``: on all workers)."""
+    """The delayed :class:`DualFactor` and ``Beta`` per column block (``blocked``: by workers)."""
     names, nb = names or graph.TaskNames(), len(Xb)
     vsums = [dask.delayed(graph.block_vsum)(Vb[i], starts[i]) for i in range(nb)]
     vsum = graph.tree_sum(vsums, dask.delayed(np.add))
