@@ -66,7 +66,7 @@ def blas_limits(n):
 def blas_threads():
     """Threads the BLAS may use now (the fewest over its loaded libraries; 1 where none)."""
     counts = [i["num_threads"] for i in _controller().info() if i["user_api"] == "blas"]
-    return max(1, min(counts)) if counts else 1
+    return max(1, min(counts, default=1))
 
 
 def syrk(A, trans, C=None):
@@ -80,13 +80,11 @@ def syrk(A, trans, C=None):
 
 def symmetrize(C, source="lower", block=512):
     """Fill one triangle of the square ``C`` from the other (``source``) in place; returns ``C``."""
-    n = C.shape[0]
-    T = C if source == "lower" else C.T  # mirror the lower triangle of T into its upper one
+    n, T = C.shape[0], C if source == "lower" else C.T  # T's lower triangle into its upper one
     for j in range(0, n, block):
         e = min(j + block, n)
         T[j:e, e:] = T[e:, j:e].T
-        D = T[j:e, j:e]
-        iu = np.triu_indices(e - j, 1)
+        D, iu = T[j:e, j:e], np.triu_indices(e - j, 1)
         D[iu] = D.T[iu]
     return C
 

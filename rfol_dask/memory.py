@@ -37,8 +37,7 @@ class Budget:
 
     bytes: float
     where: str
-    #: what a worker may hold at the brief peak of a step (a sum of Grams): the least ``0.8 limit
-    #: - used`` of the workers (None if they never pause), or their least free GPU memory
+    #: a worker's room at a step's peak (a sum of Grams): least 0.8 limit - used, or free GPU memory
     peak_room: float | None = None
     workers: int = 1  #: workers of the client
     peak_line: str = "it has before dask pauses it"  #: what ``peak_room`` is, for messages
@@ -78,11 +77,10 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
     if max_bytes is not None:
         _warn_above_limit(float(max_bytes), limits, xp, device, client)
         return Budget(float(max_bytes), "max_gram_bytes")
-    gpu = f"{DEVICE_SHARE:.0%} of the GPU's free memory"
-    if xp is not None and backend.is_cupy(xp):
-        return Budget(DEVICE_SHARE * free_bytes(xp), gpu)
-    if device not in (None, "cpu") and client is None:
-        return Budget(DEVICE_SHARE * device_free_bytes(device), gpu)
+    here = xp if xp is not None and backend.is_cupy(xp) else None  # this process's GPU
+    if here is not None or (device not in (None, "cpu") and client is None):
+        free = free_bytes(here) if here is not None else device_free_bytes(device)
+        return Budget(DEVICE_SHARE * free, f"{DEVICE_SHARE:.0%} of the GPU's free memory")
     if device not in (None, "cpu"):
         free = ask_workers(client, device_free_bytes, device)
         least, n = min(free.values()), len(free)

@@ -86,7 +86,9 @@ def fit_dask(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
 
-    Runs on the active ``distributed.Client`` if any, else dask's local scheduler.
+    Runs on the active ``distributed.Client`` if any, else dask's local scheduler. ValueError
+    before any work when the primal Gram does not fit, NotImplementedError on a GPU for the primal
+    and the blocked dual; ValueError for NaN / Inf in the data.
 
     Parameters
     ----------
@@ -121,13 +123,6 @@ def fit_dask(
         The coefficients ``C``, numpy in ``dtype``.
     intercept : ndarray of shape (m,)
         The intercept ``c0`` of each output column.
-
-    Raises
-    ------
-    ValueError
-        If the primal Gram does not fit the memory budget, or the data hold NaN / Inf.
-    NotImplementedError
-        On a GPU with the primal or the blocked dual.
     """
     client, dtype = active_client(), np.dtype(dtype)
     (M, n), m, meta = U.shape, V.shape[1], meta_from_array(U)

@@ -39,10 +39,11 @@ class InputCentre:
         """The task ``input-centre`` on the first row blocks of ``Ub`` (or the given ``value``)."""
         if self.value is not None:
             self.task = dask.delayed(self.value, pure=True, traverse=False)
-            return self
-        k, name = max(1, int(np.searchsorted(starts, CENTRE_ROWS))), names("input-centre")
-        self.task = dask.delayed(_checked_centre)(dtype, starts[:k], *Ub[:k], dask_key_name=name)
-        return self
+        else:
+            k, name = max(1, int(np.searchsorted(starts, CENTRE_ROWS))), names("input-centre")
+            self.task = dask.delayed(_checked_centre)(
+                dtype, starts[:k], *Ub[:k], dask_key_name=name
+            )
 
     @staticmethod
     def kwargs(centre):  # the keyword arguments of the tasks that make features

@@ -75,8 +75,7 @@ def model_bytes(n, N, m, dtype):
 
 def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
     """What an in-memory fit holds beside its Gram at its peak, ``{what: bytes}``."""
-    size = np.dtype(dtype).itemsize
-    held = model_bytes(n, N, m, dtype)
+    size, held = np.dtype(dtype).itemsize, model_bytes(n, N, m, dtype)
     in_place = is_fast(xp) or is_cupy(xp)
     if solver == "dual" and is_fast(xp):
         held[f"the {M} x {N} features A"] = int(M) * int(N) * size
@@ -105,6 +104,8 @@ def fit_numpy(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients in memory, in the namespace of ``omega``.
 
+    ValueError if ``V`` holds NaN / Inf or the Gram is singular with ``alpha=0``.
+
     Parameters
     ----------
     U, V : ndarrays of shapes (M, n) and (M, m)
@@ -128,11 +129,6 @@ def fit_numpy(
         The coefficients ``C``.
     intercept : ndarray of shape (m,)
         The intercept ``c0`` of each output column.
-
-    Raises
-    ------
-    ValueError
-        If ``V`` holds NaN / Inf or the Gram is singular with ``alpha=0``.
     """
     dtype, xp = omega.dtype, namespace(omega)
     if solver == "dual" and not is_fast(xp):

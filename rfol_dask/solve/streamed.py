@@ -9,7 +9,6 @@ import contextlib
 import functools
 import glob
 import logging
-import math
 import operator
 import os
 import shutil
@@ -38,8 +37,6 @@ logger = logging.getLogger("rfol_dask")
 
 #: the rows mode adds the Gram strip of at least this many rows (whole row blocks) at a time
 ROW_STEP = 1024
-#: values of dask config ``rfol_dask.device-features``
-FEATURE_MODES = ("auto", "rows", "slabs")
 #: the feature cache of a fit: a directory ``rfol-cache-<32 hex digits>``
 CACHE_NAME = "rfol-cache-"
 #: a cache directory in the temporary directory untouched this long is a killed fit's: swept
@@ -100,7 +97,7 @@ def _slab_frequencies(token, U, frequencies, f0, f1, keep):
     pair = _KEPT_FREQUENCIES.pop((token, f0), None)
     if pair is None:  # not drawn ahead (:func:`draw_slab`) or not kept
         pair = tuple(_like(a, U) for a in frequencies(columns=(f0, f1)))
-        nbytes = sum(math.prod(a.shape) * backend.itemsize(a.dtype) for a in pair)
+        nbytes = sum(a.size * backend.itemsize(a.dtype) for a in pair)
         keep = keep and _room(token, backend.namespace(U), nbytes)
     if keep:
         _keep(token, f0, pair)
@@ -255,8 +252,8 @@ def rows_need(M, width, m, n_inputs, itemsize, n_workers=1):
 def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
     """``"rows"`` or ``"slabs"`` (config ``rfol_dask.device-features``; auto: rows if room)."""
     mode = dask.config.get("rfol_dask.device-features", "auto")
-    if mode not in FEATURE_MODES:
-        raise ValueError(f"rfol_dask.device-features must be one of {FEATURE_MODES}, got {mode!r}")
+    if mode not in (modes := ("auto", "rows", "slabs")):
+        raise ValueError(f"rfol_dask.device-features must be one of {modes}, got {mode!r}")
     if mode != "auto" or draw_on is None:
         return "slabs" if mode == "auto" else mode
     need = rows_need(M, -(-N // max(1, n_workers)), m, n_inputs, itemsize, n_workers)
