@@ -19,8 +19,7 @@ from .linalg import blas_limits, factor_threads, recorded_ridges
 @backend.sized_by_arrays
 @dataclass
 class DualFactor:
-    """The factorised dual: ``L`` of ``H K H + alpha I`` (or None), ``r = K 1``, the output means
-    ``vbar``, the ``ridge`` used (None: blocked)."""
+    """The factorised dual: ``L`` of ``H K H + alpha I`` (or None), ``r = K 1``, ``vbar``, ridge."""
 
     L: np.ndarray | None
     r: np.ndarray

@@ -29,8 +29,7 @@ def check_finite(X, start, name, action="fitting"):
 
 def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0, centre=None):
     """The row blocks stacked, less ``centre``, cast to ``dtype``, checked (samples ``offset:``)."""
-    xp = backend.compute_namespace(device, *blocks)
-    fast = backend.is_fast(xp)
+    fast = backend.is_fast(xp := backend.compute_namespace(device, *blocks))
     order = {"order": "F"} if fortran and (fast or backend.is_cupy(xp)) else {}
     dt = dtype if fast else getattr(xp, np.dtype(dtype).name)
     out = xp.empty((int(starts[-1]), blocks[0].shape[1]), dtype=dt, **order)
@@ -48,9 +47,8 @@ def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0
 
 def features_block(U, omega, b, start=0, shift=None, name="U", input_centre=None):
     """Checked features ``A - shift`` (k, N) of the row block ``U`` (no cancellation in Grams)."""
-    xp = namespace(omega)
-    U = xp.asarray(U) if input_centre is not None else xp.asarray(U, dtype=omega.dtype)
-    check_finite(U, start, name)
+    dt = {} if input_centre is not None else {"dtype": omega.dtype}  # centred rows: cast after
+    check_finite(U := namespace(omega).asarray(U, **dt), start, name)
     return feature_map(U, omega, b, shift=shift, input_centre=input_centre)
 
 
@@ -70,8 +68,7 @@ SHIFT_ROWS = 64
 
 
 def slab_features(U, recipe, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None):
-    """Features ``A[:, f0:f1]`` of ``U`` less their shift over the first ``shift_rows`` samples (if
-    ``centre``; None: the exact means), and the shift (or None)."""
+    """``A[:, f0:f1]`` less its mean over ``shift_rows`` rows (None: all) if ``centre``; shift."""
     xp = backend.namespace(U)
     omega, b = (backend.to_namespace(a, xp) for a in recipe(columns=(f0, f1)))
     kw = dict(n_features=n_features, input_centre=input_centre)
@@ -95,9 +92,7 @@ def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS, input_centre=None
 
 def dual_tile(Ai, Aj, diagonal):
     """Tile ``A_i A_j^T`` of the dual Gram (full tile; SYRK and mirrored when ``diagonal``)."""
-    if diagonal:
-        return symmetrize(syrk(Ai, trans=False), "lower")
-    return Ai @ Aj.T
+    return symmetrize(syrk(Ai, trans=False), "lower") if diagonal else Ai @ Aj.T
 
 
 @sized_by_arrays
@@ -128,15 +123,13 @@ def linear_shifts(X, V, fit_intercept=True, rows=64):
 
 def linear_partial(X, V, start=0, acc=None, shifts=(None, None)):
     """:func:`primal_partial` of the linear kernel, whose features are the inputs ``X``."""
-    s, t = shifts
-    return _add_rows(X if s is None else X - s, V, start, acc, t)
+    return _add_rows(X if shifts[0] is None else X - shifts[0], V, start, acc, shifts[1])
 
 
 def _add_rows(A, V, start, acc, t):
     xp = namespace(A)
     check_finite(V := xp.asarray(V, dtype=A.dtype), start, "V")
-    if t is not None:
-        V = V - t
+    V = V if t is None else V - t
     if acc is None:
         G, colsum, vsum = syrk(A, trans=True), xp.sum(A, axis=0), xp.sum(V, axis=0)
         return PrimalSums(G=G, AtV=A.T @ V, colsum=colsum, vsum=vsum, count=A.shape[0])

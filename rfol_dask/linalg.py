@@ -137,8 +137,7 @@ def warn_ridge(alpha, ridge, dtype):
 
 
 def first_ridge(attempt, alpha, mean_diag, dtype):
-    """``(attempt(ridge, again), ridge)`` for the first ridge not None: ``alpha``, then (if > 0)
-    10x ... 10^8 x ``max(alpha, eps(dtype) * mean_diag)`` (a callable: called if needed)."""
+    """``(attempt(ridge, again), ridge)`` not None: alpha, then 10^k max(alpha, eps mean_diag)."""
     result = attempt(float(alpha), False)
     if result is not None:
         return result, alpha

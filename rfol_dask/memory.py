@@ -168,10 +168,8 @@ def _listing(held):
 
 def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1,
                       xp=None, beside=0, held=None, device=None, budget=None):  # fmt: skip
-    """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`
-    (or ``budget``), or if ``peak_copies`` of it (a sum of workers' Grams) and ``beside`` bytes
-    exceed :attr:`Budget.peak_room`; returns the bytes of one. ``solver`` picks the advice; ``xp``
-    and ``device`` the budget; ``held``: ``{what: bytes}`` held with the Gram, counted with it."""
+    """ValueError if a ``size x size`` Gram and ``held`` ({what: bytes}) exceed the budget, or
+    ``peak_copies`` of it and ``beside`` bytes :attr:`Budget.peak_room`; returns its bytes."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
     budget = budget if budget is not None else memory_budget(max_bytes, client, xp, device)
     extra = int(sum((held or {}).values()))
@@ -252,12 +250,9 @@ class DualPlan:
 
 def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0,
               n_inputs=0, device=None, warn=True, summed=True, held_what="the data"):  # fmt: skip
-    """The :class:`DualPlan` of a dask dual fit of ``M`` samples: a worker of the streamed dual
-    holds its Gram, ``held_bytes`` (``held_what``) and two feature slabs (``n_features`` columns in
-    all, each ``M`` features and ``n_inputs + 1`` frequencies; from ``SLAB_BYTES`` down to
-    :data:`MIN_SLAB_COLUMNS` columns); with ``summed`` and several workers, the one that sums two
-    Grams holds ``2 M^2 + held_bytes`` below :attr:`Budget.peak_room`. Else the plan is blocked,
-    with a :class:`~rfol_dask.exceptions.MemoryPlanWarning` if ``warn``."""
+    """The :class:`DualPlan` of a dask dual of ``M`` samples: streamed where a worker holds a Gram,
+    ``held_bytes`` and two feature slabs (and, ``summed``, two Grams below ``peak_room``), else
+    blocked, with a :class:`~rfol_dask.exceptions.MemoryPlanWarning` if ``warn``."""
     itemsize = np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client, device=device)
     gram = int(M) ** 2 * itemsize

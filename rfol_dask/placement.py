@@ -40,9 +40,8 @@ def _nbytes(value):
 
 
 class _Shipped:
-    """Values persisted once on a cluster as the task of ``key`` (``future``): pickled by the client
-    of ``future`` while it is held, the bare key; anywhere else (``pickle`` of a lazy result,
-    another client, after a restart), the values themselves: the graph computes wherever it goes."""
+    """Values held on a cluster by the task ``key`` (``future``): pickled as the bare key when its
+    client sends them, else (a pickled lazy result) as the values: it computes wherever it goes."""
 
     def __init__(self, values, key, future=None):
         self.values, self.key, self.future = values, key, future
@@ -90,9 +89,8 @@ def _shipped_values(values):
 
 
 def broadcast(client, *values):
-    """Delayed handles of values every task needs (frequencies, fitted arrays), never copied into
-    each task: graph values below :data:`EMBED_BYTES` or without a client, else persisted on the
-    cluster once as a task that holds them (remade if their workers are lost), reused while live."""
+    """Delayed handles of values every task needs: in the graph below :data:`EMBED_BYTES` or without
+    a client, else persisted on the cluster once (remade if their workers are lost) and reused."""
     if client is None or _nbytes(values) < EMBED_BYTES:
         return [dask.delayed(v, pure=True, traverse=False) for v in values]
     handles = []
@@ -103,12 +101,12 @@ def broadcast(client, *values):
         shipped = ref() if ref is not None else None
         if shipped is None or shipped.future.status in (None, "cancelled"):  # or forgotten
             shipped = _Shipped(value, f"arrays-shipped-once-{uuid.uuid4().hex}")
-            task = dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key)
-            with warnings.catch_warnings():  # sent once on purpose
-                warnings.filterwarnings("ignore", "Sending large graph")
-                (shipped.future,) = futures_of(client.persist(task))
-            _SHIPPED[ids] = weakref.ref(shipped, lambda _, ids=ids: _SHIPPED.pop(ids, None))
         handles.append(dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key))
+        if shipped.future is None:  # new: sent once, on purpose
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Sending large graph")
+                (shipped.future,) = futures_of(client.persist(handles[-1]))
+            _SHIPPED[ids] = weakref.ref(shipped, lambda _, ids=ids: _SHIPPED.pop(ids, None))
     return handles
 
 
@@ -143,8 +141,7 @@ def worker_addresses(client):
 
 
 def ask_workers(client, func, *args):
-    """``{address: func(*args)}`` of the workers that answer (none: asked again, then
-    NoWorkersError); an error of ``func`` is raised."""
+    """``{address: func(*args)}`` of the workers that answer (none: once more, NoWorkersError)."""
     for _ in range(2):
         answers = client.run(func, *args, workers=worker_addresses(client), on_error="return")
         for answer in answers.values():

@@ -109,10 +109,7 @@ def _checked_pivots(block, pivots, diag):
 
 def cross_block(A, Beta_rows, acc=None):
     """``acc + A^T Beta_rows`` (N, k), in place into ``acc`` when given."""
-    if acc is None:
-        return A.T @ Beta_rows
-    acc += A.T @ Beta_rows
-    return acc
+    return A.T @ Beta_rows if acc is None else operator.iadd(acc, A.T @ Beta_rows)
 
 
 def fit_tiled(
