@@ -96,8 +96,7 @@ def host_cores():
 
 def factor_threads():
     """BLAS threads of the factorisation: config ``rfol_dask.factor-threads``, else all cores."""
-    n = dask.config.get("rfol_dask.factor-threads", None)
-    return int(n) if n else host_cores()
+    return int(n) if (n := dask.config.get("rfol_dask.factor-threads", None)) else host_cores()
 
 
 #: (the ridge's name in messages, a list recording raised ridges instead of warnings, or None)

@@ -227,13 +227,12 @@ def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None,
     """ValueError when a blocked dual's Gram tile task exceeds :attr:`Budget.peak_room`."""
     freq = (int(n_inputs) + 1) * int(n_features) if n_inputs else 0  # Omega and b
     need = (2 * int(rows) * int(n_features) + int(rows) ** 2 + freq) * np.dtype(dtype).itemsize
-    budget = memory_budget(max_gram_bytes, client)
-    if budget.peak_room is not None and need > budget.peak_room:
+    if (room := memory_budget(max_gram_bytes, client).peak_room) is not None and need > room:
         what = f", their tile and the {n_inputs} x {n_features} frequencies" if n_inputs else ""
         what = what or " and their tile"
         raise ValueError(
             f"a Gram tile of the blocked dual needs {need:,} bytes (two blocks of {rows} rows x "
-            f"{n_features} features{what}) but a worker has {int(budget.peak_room):,} before "
+            f"{n_features} features{what}) but a worker has {int(room):,} before "
             "dask pauses it: use fewer features, smaller sample chunks, or more memory per worker"
         )
     return need

@@ -141,8 +141,7 @@ def fit_numpy(
         fac, Beta = dual_numpy(A, V, dual_tile, alpha=alpha, fit_intercept=fit_intercept)
         C = A.T @ Beta
         return C, dual_intercept(fac, Beta, C, shift)
-    shifts = block_means(U, V, omega, b, fit_intercept, input_centre=input_centre)
-    sums = None
+    shifts, sums = block_means(U, V, omega, b, fit_intercept, input_centre=input_centre), None
     for s, e in row_ranges(U.shape[0], omega.shape[1] * itemsize(dtype)):
         sums = primal_partial(U[s:e, ...], V[s:e, ...], omega, b, s, sums, shifts, input_centre)
     return primal_solve(primal_factor(sums, shifts, alpha, fit_intercept), 0, V.shape[1])

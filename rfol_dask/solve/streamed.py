@@ -132,12 +132,12 @@ def _on_device(B, device):
     return backend.to_namespace(B, backend.compute_namespace(device, B))
 
 
-def _outputs(K, starts, dtype, device, *blocks):
-    """The summed Gram made symmetric (numpy's SYRK fills one triangle), V and its column sums."""
-    if isinstance(K, np.ndarray):
-        symmetrize(K, "lower")
-    V = _like(stack_rows(starts, dtype, device, *blocks, name="V", fortran=True), K)
-    return K, V, backend.namespace(V).sum(V, axis=0)
+def _symmetric(K):  # numpy's SYRK fills the lower triangle only
+    return symmetrize(K, "lower") if isinstance(K, np.ndarray) else K
+
+
+def _colsum(X):
+    return backend.namespace(X).sum(X, axis=0)
 
 
 def _like(X, ref):
@@ -187,8 +187,10 @@ def _coef_rows(A, Beta, shift, f0, f1, out):
         Cf = rows = np.matmul(A.T, Beta, out=rows)
     elif rows is None:  # on the device; the rows come back to the host
         rows = to_numpy(Cf := A.T @ Beta)
+    elif backend.is_cupy(backend.namespace(Cf := A.T @ Beta)) and Cf.flags.c_contiguous:
+        Cf.get(out=rows)  # no host copy on the way
     else:
-        rows[...] = to_numpy(Cf := A.T @ Beta)
+        rows[...] = to_numpy(Cf)
     return (None if out is not None else rows), (None if shift is None else to_numpy(shift @ Cf))
 
 
@@ -315,9 +317,12 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
     grams, residents = zip(*parts, strict=True)
     K = tree_sum(grams, dask.delayed(operator.iadd), workers)  # ends on workers[0]
     with pinned(workers[0]):
-        args = (starts, fit.dtype, fit.device, *Vb)
-        K, V, vsum = dask.delayed(_outputs, nout=3)(K, *args, dask_key_name=names("stack-outputs"))
-        args = (K, vsum, fit.alpha, fit.fit_intercept)
+        K, kw = dask.delayed(_symmetric)(K), dict(dask_key_name=names("stack-outputs"))
+        V = dask.delayed(stack_rows)(
+            starts, fit.dtype, fit.device, *Vb, name="V", fortran=True, **kw
+        )
+        V = dask.delayed(_like)(V, K)
+        args = (K, dask.delayed(_colsum)(V), fit.alpha, fit.fit_intercept)
         fac = dask.delayed(dual_factor)(*args, warn=False, dask_key_name=names("dual-factor"))
         Beta = dask.delayed(dual_solve)(fac, V, 0, True, True, dask_key_name=names("dual-solve"))
         info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve

@@ -124,12 +124,10 @@ def fit_tiled(
         om, bb = dask.delayed(draw, pure=True, nout=2)(**centred)
         shift = dask.delayed(block_means, nout=2)(Ub[0], Vb[0], om, bb, fit_intercept, **centred)[0]
 
-        def features(name):
+        def features(name):  # a delayed block of features per row block
             make = dask.delayed(features_block)
-            return [
-                make(Ub[i], om, bb, starts[i], shift, **centred, dask_key_name=names(name, i))
-                for i in range(nb)
-            ]
+            args = [(Ub[i], om, bb, starts[i], shift) for i in range(nb)]
+            return [make(*a, **centred, dask_key_name=names(name, i)) for i, a in enumerate(args)]
 
         A = features("features")
         kw = dict(alpha=ridge, fit_intercept=fit_intercept, dtype=dtype, blocked=True, names=names)
