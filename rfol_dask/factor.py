@@ -19,9 +19,7 @@ from .linalg import blas_limits, factor_threads, recorded_ridges
 @backend.sized_by_arrays
 @dataclass
 class DualFactor:
-    """The factorised dual: ``L`` (M, M) the factor of ``H K H + alpha I`` (None once dropped),
-    ``r`` (M,) the row sums ``K 1``, ``vbar`` (m,) the output means, ``ridge`` the ridge used (None:
-    blocked)."""
+    """The factorised dual: ``L`` of ``H K H + alpha I`` (or None), ``r = K 1``, ``vbar``, ridge."""
 
     L: np.ndarray | None
     r: np.ndarray
@@ -37,8 +35,7 @@ class DualFactor:
 @backend.sized_by_arrays
 @dataclass
 class PrimalFactor:
-    """The factorised primal: ``L`` (N, N) the factor of ``A_c^T A_c + alpha I``, ``AtV`` (N, m),
-    the means ``mu`` (N,) and ``vbar`` (m,), ``ridge`` the ridge used."""
+    """The factorised primal: ``L`` of ``A_c^T A_c + alpha I``, ``AtV``, means, ``ridge`` used."""
 
     L: np.ndarray
     AtV: np.ndarray
@@ -54,24 +51,17 @@ def gram_place(K, offsets, i, *tiles):
     return K
 
 
-def lift_ones(mean_diag, M):
-    """The constant added to a centred Gram (M, M) at ``alpha = 0`` so that the ones direction gets
-    the eigenvalue ``mean_diag``."""
-    return mean_diag / M
-
-
 def dual_factor(K, vsum, alpha, fit_intercept, upper=False, warn=True):
-    """Centre the Gram ``K`` (M, M) (``upper``: C-ordered, its upper block triangle filled) and
-    factorise ``H K H + alpha I`` in place: a :class:`DualFactor`. ``warn=False``: a raised ridge
-    kept in ``ridge``."""
+    """Centre the Gram ``K`` (``upper``: C-ordered, upper block triangle filled), factorise ``H K H
+    + alpha I`` in place: a :class:`DualFactor` (``warn=False``: a raised ridge kept in it)."""
     M, xp = K.shape[0], namespace(K)
     # K.T of a C-ordered symmetric K is the Fortran-ordered view LAPACK factorises in place
     K = symmetrize(K, "upper").T if upper else backend.as_fortran(K)
     r = xp.sum(K, axis=1)
     if fit_intercept:
         backend.centre_gram(K, r / M, xp.sum(r) / M**2)  # one pass; K stays exactly symmetric
-        if alpha == 0:
-            K += lift_ones(xp.mean(xp.abs(backend.diagonal(K))), M)
+        if alpha == 0:  # the ones direction gets the eigenvalue mean(diag)
+            K += xp.mean(xp.abs(backend.diagonal(K))) / M
     L, ridge = _factorised(K, alpha, warn)
     vbar = vsum / M if fit_intercept else xp.zeros_like(vsum)
     return DualFactor(L=L, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=ridge)
@@ -90,14 +80,10 @@ def used_ridge(fac):
 
 
 def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
-    """Centred dual coefficients ``H Beta`` (M, k) of the output columns ``start:start+k``;
-    ``overwrite``: in the memory of a Fortran-ordered ``V``."""
-    limits = factor_threads() if borrow_threads else None
-    vbar = fac.vbar[start : start + V.shape[1]]
-    if not overwrite:
-        V = backend.fortran_copy(V)
-    V -= vbar
-    with blas_limits(limits):
+    """Centred ``H Beta`` (M, k) of the columns ``start:start+k`` (``overwrite``: in ``V``)."""
+    V = V if overwrite else backend.fortran_copy(V)
+    V -= fac.vbar[start : start + V.shape[1]]
+    with blas_limits(factor_threads() if borrow_threads else None):
         Beta = cho_solve(fac.L, V, overwrite=True)
     if fac.fit_intercept:
         Beta -= namespace(Beta).mean(Beta, axis=0)
@@ -105,8 +91,7 @@ def dual_solve(fac, V, start=0, borrow_threads=False, overwrite=False):
 
 
 def dual_intercept(fac, Beta, C=None, shift=None, start=0):
-    """Intercepts ``vbar - mu^T C`` (k,) of the columns ``start:``, ``mu^T C = s^T C + r^T Beta /
-    M``."""
+    """Intercepts ``vbar - mu^T C`` (k,) of columns ``start:``; ``mu^T C = s^T C + r^T Beta/M``."""
     if not fac.fit_intercept:
         return namespace(Beta).zeros(Beta.shape[1], dtype=Beta.dtype)
     out = fac.vbar[start : start + Beta.shape[1]] - (fac.r @ Beta) / fac.M
@@ -114,13 +99,11 @@ def dual_intercept(fac, Beta, C=None, shift=None, start=0):
 
 
 def primal_factor(sums, shifts, alpha, fit_intercept, warn=True):
-    """Centre the :class:`rfol_dask.gram.PrimalSums` ``sums`` (of data shifted by ``shifts``) and
-    factorise ``A_c^T A_c + alpha I`` in place: a :class:`PrimalFactor`."""
+    """Centre ``sums`` (of data less ``shifts``), factorise in place: a :class:`PrimalFactor`."""
     G, AtV, M = symmetrize(sums.G, "lower"), sums.AtV, sums.count
-    xp = namespace(G)
+    xp, N = namespace(G), G.shape[0]
     if fit_intercept:
         d, e = sums.colsum / M, sums.vsum / M
-        N = G.shape[0]
         rows = max(1, 2**21 // max(1, N))  # row blocks of 16 MiB (float64): no N x N temporary
         for r0 in range(0, N, rows):
             r1 = min(r0 + rows, N)  # (the array API has no out-of-bounds slices)
@@ -128,7 +111,7 @@ def primal_factor(sums, shifts, alpha, fit_intercept, warn=True):
         AtV = AtV - M * (d[:, None] * e[None, :])
         mu, vbar = shifts[0] + d, shifts[1] + e
     else:
-        mu, vbar = xp.zeros(G.shape[0], dtype=G.dtype), xp.zeros(AtV.shape[1], dtype=G.dtype)
+        mu, vbar = xp.zeros(N, dtype=G.dtype), xp.zeros(AtV.shape[1], dtype=G.dtype)
     L, ridge = _factorised(G, alpha, warn)
     return PrimalFactor(L=L, AtV=AtV, mu=mu, vbar=vbar, ridge=ridge)
 

@@ -4,6 +4,7 @@ NaN / Inf and names the samples of a bad value."""
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,47 +28,38 @@ def check_finite(X, start, name, action="fitting"):
 
 
 def stack_rows(starts, dtype, device, *blocks, name="U", fortran=False, offset=0, centre=None):
-    """The row blocks stacked into one checked (M, n) array of ``dtype`` (samples from ``offset``)
-    in the namespace of CuPy blocks or ``device``, less ``centre`` before the cast."""
-    xp = backend.compute_namespace(device, *blocks)
-    fast = backend.is_fast(xp)
-    shape, order = (int(starts[-1]), blocks[0].shape[1]), {"order": "F"} if fortran else {}
-    if fast or backend.is_cupy(xp):
-        out = xp.empty(shape, dtype=dtype if fast else getattr(xp, np.dtype(dtype).name), **order)
-    else:
-        out = xp.empty(shape, dtype=getattr(xp, np.dtype(dtype).name))
+    """The row blocks stacked, less ``centre``, cast to ``dtype``, checked (samples ``offset:``)."""
+    fast = backend.is_fast(xp := backend.compute_namespace(device, *blocks))
+    order = {"order": "F"} if fortran and (fast or backend.is_cupy(xp)) else {}
+    dt = dtype if fast else getattr(xp, np.dtype(dtype).name)
+    out = xp.empty((int(starts[-1]), blocks[0].shape[1]), dtype=dt, **order)
     c = None if centre is None else backend.to_namespace(centre, xp)
     for i, B in enumerate(blocks):
-        B = backend.to_namespace(B, xp)
+        B, rows = backend.to_namespace(B, xp), slice(starts[i], starts[i + 1])
         if c is not None and fast:  # in place, computed in the wider of the two dtypes
-            np.subtract(B, c, out=out[starts[i] : starts[i + 1], ...], casting="same_kind")
+            np.subtract(B, c, out=out[rows, ...], casting="same_kind")
         else:
             B = B if c is None else B - c
-            out[starts[i] : starts[i + 1], ...] = B if fast else xp.astype(B, out.dtype, copy=False)
-        check_finite(out[starts[i] : starts[i + 1], ...], offset + starts[i], name)  # cast
+            out[rows, ...] = B if fast else xp.astype(B, out.dtype, copy=False)
+        check_finite(out[rows, ...], offset + starts[i], name)  # after the cast
     return out
 
 
 def features_block(U, omega, b, start=0, shift=None, name="U", input_centre=None):
-    """Checked features ``A - shift`` (k, N) of the row block ``U``; the shift keeps the centred
-    Grams free of cancellation."""
-    xp = namespace(omega)
-    U = xp.asarray(U) if input_centre is not None else xp.asarray(U, dtype=omega.dtype)
-    check_finite(U, start, name)
+    """Checked features ``A - shift`` (k, N) of the row block ``U`` (no cancellation in Grams)."""
+    dt = {} if input_centre is not None else {"dtype": omega.dtype}  # centred rows: cast after
+    check_finite(U := namespace(omega).asarray(U, **dt), start, name)
     return feature_map(U, omega, b, shift=shift, input_centre=input_centre)
 
 
 def block_means(U, V, omega, b, fit_intercept=True, rows=64, input_centre=None):
-    """Shifts ``(s, t)``: column means of ``phi(U)`` and ``V`` over the first ``rows`` samples
-    (zeros without intercept)."""
+    """Shifts ``(s, t)``: column means of the first ``rows`` of ``phi(U)`` and ``V`` (or zeros)."""
     xp = namespace(omega)
     if not fit_intercept:
         return xp.zeros(omega.shape[1], dtype=omega.dtype), xp.zeros(V.shape[1], dtype=omega.dtype)
     rows = min(rows, U.shape[0])
-    U, V = U[:rows, ...], V[:rows, ...]
-    A = features_block(U, omega, b, input_centre=input_centre)
-    V = xp.asarray(V, dtype=omega.dtype)
-    check_finite(V, 0, "V")
+    A = features_block(U[:rows, ...], omega, b, input_centre=input_centre)
+    check_finite(V := xp.asarray(V[:rows, ...], dtype=omega.dtype), 0, "V")
     return xp.mean(A, axis=0), xp.mean(V, axis=0)
 
 
@@ -75,13 +67,10 @@ def block_means(U, V, omega, b, fit_intercept=True, rows=64, input_centre=None):
 SHIFT_ROWS = 64
 
 
-def slab_features(
-    U, frequencies, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None
-):
-    """Features ``A[:, f0:f1]`` of ``U`` less their shift over the first ``shift_rows`` samples (if
-    ``centre``; None: the exact means), and the shift (or None)."""
+def slab_features(U, recipe, n_features, f0, f1, centre, shift_rows=SHIFT_ROWS, input_centre=None):
+    """``A[:, f0:f1]`` less its mean over ``shift_rows`` rows (None: all) if ``centre``; shift."""
     xp = backend.namespace(U)
-    omega, b = (backend.to_namespace(a, xp) for a in frequencies(columns=(f0, f1)))
+    omega, b = (backend.to_namespace(a, xp) for a in recipe(columns=(f0, f1)))
     kw = dict(n_features=n_features, input_centre=input_centre)
     if not centre:
         return feature_map(U, omega, b, **kw), None
@@ -103,16 +92,13 @@ def slab_shift(U, omega, b, n_features, shift_rows=SHIFT_ROWS, input_centre=None
 
 def dual_tile(Ai, Aj, diagonal):
     """Tile ``A_i A_j^T`` of the dual Gram (full tile; SYRK and mirrored when ``diagonal``)."""
-    if diagonal:
-        return symmetrize(syrk(Ai, trans=False), "lower")
-    return Ai @ Aj.T
+    return symmetrize(syrk(Ai, trans=False), "lower") if diagonal else Ai @ Aj.T
 
 
 @sized_by_arrays
 @dataclass
 class PrimalSums:
-    """The primal sums over the row blocks read so far of ``A - s``, ``V - t``: ``G`` (N, N) lower
-    triangle, ``AtV`` (N, m), ``colsum``, ``vsum``, ``count``."""
+    """Sums over the row blocks of ``A - s``, ``V - t``: ``G`` (lower triangle), ``A^T V``, ..."""
 
     G: np.ndarray
     AtV: np.ndarray
@@ -122,36 +108,28 @@ class PrimalSums:
 
 
 def primal_partial(U, V, omega, b, start=0, acc=None, shifts=(None, None), input_centre=None):
-    """Add the row block ``U``, ``V`` shifted by ``shifts`` to the :class:`PrimalSums` ``acc`` (None
-    starts them)."""
-    s, t = shifts
-    A = features_block(U, omega, b, start, s, input_centre=input_centre)
-    return _add_rows(A, V, start, acc, t)
+    """Add the row block ``U``, ``V`` less ``shifts`` to the :class:`PrimalSums` ``acc``."""
+    A = features_block(U, omega, b, start, shifts[0], input_centre=input_centre)
+    return _add_rows(A, V, start, acc, shifts[1])
 
 
 def linear_shifts(X, V, fit_intercept=True, rows=64):
-    """Shifts ``(s, t)`` of the linear kernel's primal over the first ``rows`` samples; ``(None,
-    None)`` without intercept."""
+    """:func:`block_means` of the linear kernel (its features are ``X``); ``(None, None)``."""
     if not fit_intercept:
         return None, None
-    xp = namespace(X)
-    X, V = X[:rows, ...], xp.asarray(V[:rows, ...], dtype=X.dtype)
-    check_finite(V, 0, "V")
-    return xp.mean(X, axis=0), xp.mean(V, axis=0)
+    check_finite(V := namespace(X).asarray(V[:rows, ...], dtype=X.dtype), 0, "V")
+    return namespace(X).mean(X[:rows, ...], axis=0), namespace(X).mean(V, axis=0)
 
 
 def linear_partial(X, V, start=0, acc=None, shifts=(None, None)):
     """:func:`primal_partial` of the linear kernel, whose features are the inputs ``X``."""
-    s, t = shifts
-    return _add_rows(X if s is None else X - s, V, start, acc, t)
+    return _add_rows(X if shifts[0] is None else X - shifts[0], V, start, acc, shifts[1])
 
 
 def _add_rows(A, V, start, acc, t):
     xp = namespace(A)
-    V = xp.asarray(V, dtype=A.dtype)
-    check_finite(V, start, "V")
-    if t is not None:
-        V = V - t
+    check_finite(V := xp.asarray(V, dtype=A.dtype), start, "V")
+    V = V if t is None else V - t
     if acc is None:
         G, colsum, vsum = syrk(A, trans=True), xp.sum(A, axis=0), xp.sum(V, axis=0)
         return PrimalSums(G=G, AtV=A.T @ V, colsum=colsum, vsum=vsum, count=A.shape[0])
@@ -165,9 +143,6 @@ def _add_rows(A, V, start, acc, t):
 
 def add_partials(a, b):
     """Sum of two :class:`PrimalSums` (in place into ``a``); returns ``a``."""
-    a.G += b.G
-    a.AtV += b.AtV
-    a.colsum += b.colsum
-    a.vsum += b.vsum
-    a.count += b.count
+    for name in ("G", "AtV", "colsum", "vsum", "count"):
+        setattr(a, name, operator.iadd(getattr(a, name), getattr(b, name)))
     return a

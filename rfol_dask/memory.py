@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 import dask
 import numpy as np
+import psutil
 
 from . import backend
 from .exceptions import MemoryPlanWarning, SettingWarning
+from .placement import ask_workers
 from .progress import scheduler_workers
 from .stacklevel import user_stacklevel
 
@@ -35,8 +37,7 @@ class Budget:
 
     bytes: float
     where: str
-    #: what a worker may hold at the brief peak of a step (a sum of Grams): the least ``0.8 limit
-    #: - used`` of the workers (None if they never pause), or their least free GPU memory
+    #: a worker's room at a step's peak (a sum of Grams): least 0.8 limit - used, or free GPU memory
     peak_room: float | None = None
     workers: int = 1  #: workers of the client
     peak_line: str = "it has before dask pauses it"  #: what ``peak_room`` is, for messages
@@ -49,49 +50,37 @@ def _worker_limits(client):  # memory limits {address: bytes} of the workers, if
 
 
 def _process_memory():  # bytes this process holds (run on the workers, having imported rfol_dask)
-    import psutil
-
     return psutil.Process().memory_info().rss
 
 
 def _warn_above_limit(max_bytes, limits, xp, device, client):
-    """Warn when ``max_gram_bytes`` exceeds what the Gram's memory holds in all: it overrides the
-    checks, so the fit gets workers killed."""
-    from .placement import ask_workers
-
+    """Warn when ``max_gram_bytes`` exceeds the Gram's memory: the fit would get killed."""
     on_gpu = device not in (None, "cpu")
     if (xp is not None and backend.is_cupy(xp)) or (on_gpu and client is None):
         cap, what = device_total_bytes(device if on_gpu else "cuda"), "the GPU's memory"
-    elif on_gpu:
-        totals = ask_workers(client, device_total_bytes, device)
-        address = min(totals, key=totals.get)
-        cap, what = totals[address], f"the total GPU memory of worker {address}"
-    elif limits:
-        address = min(limits, key=limits.get)
-        cap, what = limits[address], f"the memory limit of worker {address}"
+    elif on_gpu or limits:
+        caps = ask_workers(client, device_total_bytes, device) if on_gpu else limits
+        address = min(caps, key=caps.get)
+        cap, what = caps[address], f"the {'total GPU memory' if on_gpu else 'memory limit'} of"
+        what += f" worker {address}"
     else:
         cap, what = device_total_bytes("cpu"), "this machine's memory"
     if max_bytes > cap:
         msg = f"max_gram_bytes={int(max_bytes):,} is more than {what} ({int(cap):,} bytes); it "
         msg += "overrides the memory checks, so a Gram of that size gets the process killed, not "
-        msg += "refused"
-        warnings.warn(msg, SettingWarning, stacklevel=user_stacklevel())
+        warnings.warn(msg + "refused", SettingWarning, stacklevel=user_stacklevel())
 
 
 def memory_budget(max_bytes=None, client=None, xp=None, device=None):
-    """The :class:`Budget` of one process (the rule is in the module docstring); ``xp`` CuPy: an
-    in-memory fit on this process's GPU; ``device`` ``"cuda"``: a Gram on the workers' GPUs."""
-    from .placement import ask_workers
-
+    """The :class:`Budget` of a process (module docstring); ``xp``, ``device``: of a GPU's Gram."""
     limits = _worker_limits(client)
     if max_bytes is not None:
         _warn_above_limit(float(max_bytes), limits, xp, device, client)
         return Budget(float(max_bytes), "max_gram_bytes")
-    gpu = f"{DEVICE_SHARE:.0%} of the GPU's free memory"
-    if xp is not None and backend.is_cupy(xp):
-        return Budget(DEVICE_SHARE * free_bytes(xp), gpu)
-    if device not in (None, "cpu") and client is None:
-        return Budget(DEVICE_SHARE * device_free_bytes(device), gpu)
+    here = xp if xp is not None and backend.is_cupy(xp) else None  # this process's GPU
+    if here is not None or (device not in (None, "cpu") and client is None):
+        free = free_bytes(here) if here is not None else device_free_bytes(device)
+        return Budget(DEVICE_SHARE * free, f"{DEVICE_SHARE:.0%} of the GPU's free memory")
     if device not in (None, "cpu"):
         free = ask_workers(client, device_free_bytes, device)
         least, n = min(free.values()), len(free)
@@ -99,23 +88,19 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
         line = "bytes of GPU memory free on the least free worker"
         return Budget(DEVICE_SHARE * least, where, peak_room=least, workers=n, peak_line=line)
     if not limits:
-        import psutil
-
         return Budget(0.6 * psutil.virtual_memory().available, "60% of the available memory")
     answers = ask_workers(client, _process_memory)
     # a worker that did not answer (lost, or new) counts as the fullest that did
     used = {a: answers.get(a, max(answers.values())) for a in limits}
     to_pause = {a: 0.8 * limit - used[a] for a, limit in limits.items()}  # below the pause line
-    tightest = min(to_pause, key=to_pause.get)
-    peak_room = to_pause[tightest]
+    peak_room = to_pause[tightest := min(to_pause, key=to_pause.get)]
     if not dask.config.get("distributed.worker.memory.pause", 0.8):  # workers never pause
         peak_room = None
     elif peak_room <= 0:
         raise ValueError(
-            f"the workers have no memory to spare: worker {tightest} holds "
-            f"{int(used[tightest]):,} bytes of its "
-            f"{int(limits[tightest]):,}-byte limit, and dask pauses a worker at 80 % of it; give "
-            "the workers more memory (memory_limit), or fewer, larger workers"
+            f"the workers have no memory to spare: worker {tightest} holds {int(used[tightest]):,}"
+            f" bytes of its {int(limits[tightest]):,}-byte limit, and dask pauses a worker at 80 %"
+            " of it; give the workers more memory (memory_limit), or fewer, larger workers"
         )
     where = "60% of the smallest worker memory limit, less what the worker uses beyond 20%"
     least = min(min(0.6 * limit, to_pause[a]) for a, limit in limits.items())
@@ -123,15 +108,12 @@ def memory_budget(max_bytes=None, client=None, xp=None, device=None):
 
 
 def free_bytes(X):
-    """Bytes free in the memory holding ``X`` (an array, or a namespace): the GPU's (CuPy: free
-    device memory plus the pool's free blocks), else the host's available memory."""
+    """Bytes free where ``X`` (array or namespace) lives: a GPU's (with CuPy's pool), the host's."""
     if backend.is_cupy(X if isinstance(X, types.ModuleType) else backend.namespace(X)):
         import cupy
 
         pool = cupy.get_default_memory_pool()
         return int(cupy.cuda.runtime.memGetInfo()[0]) + int(pool.free_bytes())
-    import psutil
-
     return int(psutil.virtual_memory().available)
 
 
@@ -146,23 +128,18 @@ def device_total_bytes(device):
         import cupy
 
         return int(cupy.cuda.runtime.memGetInfo()[1])
-    import psutil
-
     return int(psutil.virtual_memory().total)
 
 
 def gram_device(device, meta=None):
-    """``"cuda"`` where a dask fit's Gram lives on the workers' GPUs (``device`` ``"cuda"``, or
-    CuPy chunks: ``meta`` is the dask array's ``_meta``), else None (the host)."""
+    """``"cuda"`` where a dask fit's Gram is on the GPUs (device, or CuPy ``meta``), else None."""
     on_gpu = backend.is_array_api(meta) and backend.is_cupy(backend.namespace(meta))
     return "cuda" if device == "cuda" or on_gpu else None
 
 
 def _shortfall(size, need, budget, extra=""):
-    return (
-        f"the {size} x {size} Gram matrix needs {need:,} bytes ({need / 2**30:.2f} GiB){extra} "
-        f"but the budget ({budget.where}) is {int(budget.bytes):,} bytes"
-    )
+    msg = f"the {size} x {size} Gram matrix needs {need:,} bytes ({need / 2**30:.2f} GiB){extra} "
+    return msg + f"but the budget ({budget.where}) is {int(budget.bytes):,} bytes"
 
 
 _LARGER = "or pass a larger max_gram_bytes"
@@ -191,10 +168,8 @@ def _listing(held):
 
 def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, peak_copies=1,
                       xp=None, beside=0, held=None, device=None, budget=None):  # fmt: skip
-    """Raise ValueError if a ``size x size`` Gram of ``dtype`` exceeds the :func:`memory_budget`
-    (or ``budget``), or if ``peak_copies`` of it (a sum of workers' Grams) and ``beside`` bytes
-    exceed :attr:`Budget.peak_room`; returns the bytes of one. ``solver`` picks the advice; ``xp``
-    and ``device`` the budget; ``held``: ``{what: bytes}`` held with the Gram, counted with it."""
+    """ValueError if a ``size x size`` Gram and ``held`` ({what: bytes}) exceed the budget, or
+    ``peak_copies`` of it and ``beside`` bytes :attr:`Budget.peak_room`; returns its bytes."""
     need = int(size) ** 2 * np.dtype(dtype).itemsize
     budget = budget if budget is not None else memory_budget(max_bytes, client, xp, device)
     extra = int(sum((held or {}).values()))
@@ -219,53 +194,45 @@ def check_gram_memory(size, dtype, max_bytes=None, client=None, solver=None, pea
     return need
 
 
-def check_host_memory(held, dtype, fewer="features (n_features)"):
-    """ValueError when the model's arrays ``held`` (``{what: bytes}`` in ``dtype``) exceed this
-    process's available memory; ``fewer``: what the advice names. Returns their bytes."""
-    need = int(sum(held.values()))
-    available = free_bytes(np)
+def _check_available(held, what, owner, advice, where=""):
+    """ValueError when ``held`` (``{what: bytes}``) exceed the available memory; returns bytes."""
+    need, available = int(sum(held.values())), free_bytes(np)
     if need > available:
-        half = ", dtype='float32' (half the bytes)" if np.dtype(dtype).itemsize > 4 else ""
         raise ValueError(
-            f"the fitted model needs {need:,} bytes ({need / 2**30:.2f} GiB) in this process for "
-            f"{_listing(held)}, but it has {available:,} bytes ({available / 2**30:.2f} GiB) "
-            f"available; use fewer {fewer}{half} or fewer output points: these arrays are the "
-            "model, whichever the solver"
+            f"{what} needs {need:,} bytes ({need / 2**30:.2f} GiB){where} for {_listing(held)}, "
+            f"but {owner} has {available:,} bytes ({available / 2**30:.2f} GiB) available; {advice}"
         )
     return need
+
+
+def check_host_memory(held, dtype, fewer="features (n_features)"):
+    """ValueError when the model's arrays ``held`` exceed the available memory; returns bytes."""
+    half = ", dtype='float32' (half the bytes)" if np.dtype(dtype).itemsize > 4 else ""
+    advice = f"use fewer {fewer}{half} or fewer output points: these arrays are the model, "
+    advice += "whichever the solver"
+    return _check_available(held, "the fitted model", "it", advice, " in this process")
 
 
 def check_prediction_memory(M, m, dtype, m_out=None):
-    """ValueError when an in-memory ``predict``'s ``M x m`` predictions in ``dtype`` (and ``M x
-    m_out`` float64 values on an ``output_grid``) exceed the available memory; returns bytes."""
+    """ValueError when in-memory predictions (and values on an output grid) would not fit."""
     held = {f"the {M} x {m} predictions": int(M) * int(m) * np.dtype(dtype).itemsize}
     if m_out is not None:
         held[f"their {M} x {m_out} values on output_grid"] = int(M) * int(m_out) * 8
-    need = int(sum(held.values()))
-    available = free_bytes(np)
-    if need > available:
-        raise ValueError(
-            f"predicting {M} samples in memory needs {need:,} bytes ({need / 2**30:.2f} GiB) "
-            f"for {_listing(held)}, but this process has {available:,} bytes "
-            f"({available / 2**30:.2f} GiB) available; predict in parts (a slice of the samples "
-            "at a time, X[i:j]), or pass a dask array (dask.array.from_array(X, chunks=...)) for "
-            "a lazy prediction"
-        )
-    return need
+    advice = "predict in parts (a slice of the samples at a time, X[i:j]), or pass a dask array "
+    advice += "(dask.array.from_array(X, chunks=...)) for a lazy prediction"
+    return _check_available(held, f"predicting {M} samples in memory", "this process", advice)
 
 
 def check_tile_memory(rows, n_features, dtype, max_gram_bytes=None, client=None, n_inputs=0):
-    """ValueError when a Gram tile task of the blocked dual (two ``rows x n_features`` blocks, their
-    tile and the frequencies) exceeds :attr:`Budget.peak_room`; returns its bytes."""
+    """ValueError when a blocked dual's Gram tile task exceeds :attr:`Budget.peak_room`."""
     freq = (int(n_inputs) + 1) * int(n_features) if n_inputs else 0  # Omega and b
     need = (2 * int(rows) * int(n_features) + int(rows) ** 2 + freq) * np.dtype(dtype).itemsize
-    budget = memory_budget(max_gram_bytes, client)
-    if budget.peak_room is not None and need > budget.peak_room:
+    if (room := memory_budget(max_gram_bytes, client).peak_room) is not None and need > room:
         what = f", their tile and the {n_inputs} x {n_features} frequencies" if n_inputs else ""
         what = what or " and their tile"
         raise ValueError(
             f"a Gram tile of the blocked dual needs {need:,} bytes (two blocks of {rows} rows x "
-            f"{n_features} features{what}) but a worker has {int(budget.peak_room):,} before "
+            f"{n_features} features{what}) but a worker has {int(room):,} before "
             "dask pauses it: use fewer features, smaller sample chunks, or more memory per worker"
         )
     return need
@@ -282,21 +249,17 @@ class DualPlan:
 
 def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_features=0,
               n_inputs=0, device=None, warn=True, summed=True, held_what="the data"):  # fmt: skip
-    """The :class:`DualPlan` of a dask dual fit of ``M`` samples: a worker of the streamed dual
-    holds its Gram, ``held_bytes`` (``held_what``) and two feature slabs (``n_features`` columns in
-    all, each ``M`` features and ``n_inputs + 1`` frequencies; from ``SLAB_BYTES`` down to
-    :data:`MIN_SLAB_COLUMNS` columns); with ``summed`` and several workers, the one that sums two
-    Grams holds ``2 M^2 + held_bytes`` below :attr:`Budget.peak_room`. Else the plan is blocked,
-    with a :class:`~rfol_dask.exceptions.MemoryPlanWarning` if ``warn``."""
+    """The :class:`DualPlan` of a dask dual of ``M`` samples: streamed where a worker holds a Gram,
+    ``held_bytes`` and two feature slabs (and, ``summed``, two Grams below ``peak_room``), else
+    blocked, with a :class:`~rfol_dask.exceptions.MemoryPlanWarning` if ``warn``."""
     itemsize = np.dtype(dtype).itemsize
     budget = memory_budget(max_gram_bytes, client, device=device)
     gram = int(M) ** 2 * itemsize
     column = (int(M) + (int(n_inputs) + 1 if n_inputs else 0)) * itemsize
     smallest = column * min(int(n_features), MIN_SLAB_COLUMNS)
     pair = 2 * gram + held_bytes
-    reduction_fits = (
-        not summed or budget.peak_room is None or budget.workers < 2 or pair <= budget.peak_room
-    )
+    room = budget.peak_room
+    reduction_fits = not summed or room is None or budget.workers < 2 or pair <= room
     steady_fits = gram + held_bytes + 2 * smallest <= budget.bytes
     if steady_fits and reduction_fits:
         room = max(int((budget.bytes - gram - held_bytes) / 2), smallest)
@@ -307,10 +270,8 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     if held_bytes or smallest:
         held = f"{held_what} and the feature slabs" if smallest else held_what
         extra = f", and {held_bytes + 2 * smallest:,} more bytes for {held} held with it,"
-    reduction = (
-        f"a worker that sums the {budget.workers} workers' Grams holds two: {pair:,} bytes "
-        f"against the {int(budget.peak_room or 0):,} {budget.peak_line}"
-    )
+    reduction = f"a worker that sums the {budget.workers} workers' Grams holds two: {pair:,} "
+    reduction += f"bytes against the {int(room or 0):,} {budget.peak_line}"
     if steady_fits:  # the budget holds one Gram, the sum does not fit
         reason = f"the {M} x {M} Gram matrix needs {gram:,} bytes ({gram / 2**30:.2f} GiB), but "
         reason += reduction
@@ -323,25 +284,14 @@ def dual_plan(M, dtype, max_gram_bytes=None, client=None, *, held_bytes=0, n_fea
     return DualPlan(blocked=True, slab_bytes=0, reason=reason)
 
 
-@dataclass(frozen=True)
-class MemoryPlan:
-    """Whether the tiled dask dual keeps the rows of ``A`` for ``C = A^T Beta`` (else remade)."""
-
-    keep_features: bool
-
-
-def memory_plan(client, M, N, dtype):
-    """The :class:`MemoryPlan` of a tiled dual fit of ``M`` samples and ``N`` features: ``A`` is
-    kept if it takes at most 30 % of the cluster's memory (else this machine's available)."""
-    import psutil
-
+def keeps_features(client, M, N, dtype):
+    """Whether the tiled dual keeps ``A`` (M x N) for ``C``: <= 30 % of the cluster's memory."""
     limits = list(_worker_limits(client).values()) or [psutil.virtual_memory().available]
-    return MemoryPlan(keep_features=M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits))
+    return M * N * np.dtype(dtype).itemsize <= 0.3 * sum(limits)
 
 
 def gram_slots(size, dtype, max_gram_bytes=None, client=None, beside=0, with_each=0, budget=None):
-    """How many ``size x size`` Grams (each with ``with_each`` more bytes) a worker may hold beside
-    ``beside`` bytes within its :func:`memory_budget` (or ``budget``), at least 1."""
+    """How many Grams (each with ``with_each`` bytes) a worker holds beside ``beside`` (>= 1)."""
     each = int(size) ** 2 * np.dtype(dtype).itemsize + int(with_each)
     budget = budget if budget is not None else memory_budget(max_gram_bytes, client)
     return max(1, int((budget.bytes - beside) // max(each, 1)))

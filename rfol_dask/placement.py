@@ -11,20 +11,19 @@ import warnings
 import weakref
 
 import dask
+from distributed import futures_of, get_client, get_worker
 
 from .exceptions import NoWorkersError
 from .linalg import factor_threads
-from .progress import active_client, scheduler_workers
+from .progress import scheduler_workers
 
 
 def _identity(x):
     return x
 
 
-#: values of fewer bytes (all together) stay in the graph; larger ones are shipped to the cluster
-#: once (:func:`broadcast`); below distributed's large-graph warning (10 MB)
-EMBED_BYTES = 8 * 2**20
-
+#: values of fewer bytes (all together) stay in the graph, larger ones go once (:func:`broadcast`)
+EMBED_BYTES = 8 * 2**20  # below distributed's large-graph warning (10 MB)
 #: seconds :func:`worker_addresses` waits for a first worker on a cluster that has none
 WORKER_WAIT_S = 10
 
@@ -41,9 +40,8 @@ def _nbytes(value):
 
 
 class _Shipped:
-    """Values persisted once on a cluster as the task of ``key`` (``future``): pickled by the client
-    of ``future`` while it is held, the bare key; anywhere else (``pickle`` of a lazy result,
-    another client, after a restart), the values themselves: the graph computes wherever it goes."""
+    """Values held on a cluster by the task ``key`` (``future``): pickled as the bare key when its
+    client sends them, else (a pickled lazy result) as the values: it computes wherever it goes."""
 
     def __init__(self, values, key, future=None):
         self.values, self.key, self.future = values, key, future
@@ -70,16 +68,13 @@ _FETCHED = {}
 
 
 def _shipped_values(values):
-    """The task of a :class:`_Shipped` key: its values; a bare key inlined in another task (as
-    ``to_zarr`` does) fetches them from the worker's cluster (kept here for the next task)."""
+    """The values of a :class:`_Shipped` (a bare key, as ``to_zarr`` inlines it: fetched)."""
     if not isinstance(values, _Shipped) or values.values is not None:
         return getattr(values, "values", values)
     worker, key = current_worker(), values.key
     if worker is not None and key in worker.data:
         return worker.data[key]
     if key not in _FETCHED and worker is not None:
-        from distributed import get_client
-
         client = get_client()  # the worker's; the scheduler knows who holds the key
         got = client.sync(client.scheduler.gather, keys=[key])
         if got.get("status") == "OK":
@@ -94,37 +89,28 @@ def _shipped_values(values):
 
 
 def broadcast(client, *values):
-    """Delayed handles of values every task needs (frequencies, fitted arrays), never copied into
-    each task: graph values below :data:`EMBED_BYTES` or without a client, else persisted on the
-    cluster once as a task that holds them (remade if their workers are lost), reused while live."""
+    """Delayed handles of values every task needs: in the graph below :data:`EMBED_BYTES` or without
+    a client, else persisted on the cluster once (remade if their workers are lost) and reused."""
     if client is None or _nbytes(values) < EMBED_BYTES:
         return [dask.delayed(v, pure=True, traverse=False) for v in values]
-    from distributed import futures_of
-
     handles = []
     for value in values:
         ids = (id(client), tuple(map(id, _leaves(value))))
+        # a live copy holds its client and leaves: their ids are theirs while it lives
         ref = _SHIPPED.get(ids)
         shipped = ref() if ref is not None else None
-        if shipped is not None and not (
-            shipped.future.status not in (None, "cancelled")
-            and shipped.future.client is client
-            and all(a is b for a, b in zip(_leaves(shipped.values), _leaves(value), strict=True))
-        ):
-            shipped = None  # its task forgotten (a restart), or other objects at those ids
-        if shipped is None:
+        if shipped is None or shipped.future.status in (None, "cancelled"):  # or forgotten
             shipped = _Shipped(value, f"arrays-shipped-once-{uuid.uuid4().hex}")
-            task = dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key)
-            with warnings.catch_warnings():  # sent once on purpose
-                warnings.filterwarnings("ignore", "Sending large graph")
-                (shipped.future,) = futures_of(client.persist(task))
-            _SHIPPED[ids] = weakref.ref(shipped, lambda _, ids=ids: _SHIPPED.pop(ids, None))
         handles.append(dask.delayed(_shipped_values, pure=True)(shipped, dask_key_name=shipped.key))
+        if shipped.future is None:  # new: sent once, on purpose
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Sending large graph")
+                (shipped.future,) = futures_of(client.persist(handles[-1]))
+            _SHIPPED[ids] = weakref.ref(shipped, lambda _, ids=ids: _SHIPPED.pop(ids, None))
     return handles
 
 
-#: (id of the client, ids of the values' leaves) -> weak reference to their live
-#: :class:`_Shipped`: predictions from the same fitted arrays reuse the cluster's copy
+#: (id of the client, ids of the values' leaves) -> weak reference to their live :class:`_Shipped`
 _SHIPPED = {}
 
 
@@ -136,8 +122,7 @@ def pinned(worker):
 
 
 def worker_addresses(client):
-    """The client's worker addresses, sorted (``[None]`` without a client); a cluster without
-    workers is given :data:`WORKER_WAIT_S` s for a first one, then NoWorkersError."""
+    """The client's worker addresses, sorted (``[None]`` without one), waiting for a first one."""
     if client is None:
         return [None]
     workers = scheduler_workers(client)
@@ -156,8 +141,7 @@ def worker_addresses(client):
 
 
 def ask_workers(client, func, *args):
-    """``{address: func(*args)}`` of every worker that answers (a lost one is left out; none:
-    asked again once, then NoWorkersError); an error ``func`` raises is raised."""
+    """``{address: func(*args)}`` of the workers that answer (none: once more, NoWorkersError)."""
     for _ in range(2):
         answers = client.run(func, *args, workers=worker_addresses(client), on_error="return")
         for answer in answers.values():
@@ -173,29 +157,20 @@ def ask_workers(client, func, *args):
 
 
 def worker_slots(client, per_worker=None):
-    """One worker address per task thread (at most ``per_worker`` each), the first thread of every
-    worker first (the first entries spread over the workers); ``[None]`` per core without one."""
+    """A worker address per task thread (``per_worker`` at most), first threads first."""
     cap = per_worker or float("inf")
     if client is None:
         return [None] * int(min(os.cpu_count() or 1, cap))
     workers = scheduler_workers(client)
     addresses = worker_addresses(client)  # waits for a first worker, else NoWorkersError
-    threads = {
-        a: max(1, int(min(workers[a]["nthreads"], cap))) if a in workers else 1 for a in addresses
-    }
+    nthreads = {a: workers[a]["nthreads"] if a in workers else 1 for a in addresses}
+    threads = {a: max(1, int(min(n, cap))) for a, n in nthreads.items()}
     return [a for t in range(max(threads.values())) for a in addresses if threads[a] > t]
-
-
-def first_worker():
-    """The first worker address of the active distributed client (None without one)."""
-    return worker_addresses(active_client())[0]
 
 
 def current_worker():
     """The distributed worker running this task, or None (local schedulers, the client)."""
-    with contextlib.suppress(ImportError, ValueError):
-        from distributed import get_worker
-
+    with contextlib.suppress(ValueError):
         return get_worker()
 
 

@@ -177,11 +177,11 @@ def test_blocked_memory_plans_give_the_same_model(limit, keep):
 
 
 def test_memory_plan_thresholds():
-    from rfol_dask.memory import memory_plan
+    from rfol_dask.memory import keeps_features
 
     # A 1.6 GB <= 2.4 GB (30 % of the cluster): kept; A 24 GB: made again for C = A^T Beta
-    assert memory_plan(FakeClient(4e9, 4e9), 10_000, 20_000, np.float64).keep_features
-    assert not memory_plan(FakeClient(4e9, 4e9), 20_000, 150_000, np.float64).keep_features
+    assert keeps_features(FakeClient(4e9, 4e9), 10_000, 20_000, np.float64)
+    assert not keeps_features(FakeClient(4e9, 4e9), 20_000, 150_000, np.float64)
 
 
 def test_feature_slabs_cover_the_columns_in_contiguous_groups():

@@ -20,31 +20,22 @@ from .primal import fit_primal
 from .streamed import fit_streamed
 from .tiled import fit_tiled
 
-__all__ = ["choose_solver", "check_min_norm", "check_primal_memory", "dask_fit_plan", "fit_dask"]
-__all__ += ["fit_numpy", "held_beside_gram", "model_bytes", "InputCentre"]
+__all__ = ["choose_solver", "check_min_norm", "dask_fit_plan", "fit_dask", "fit_numpy"]
+__all__ += ["held_beside_gram", "model_bytes", "InputCentre"]
 
 
 def choose_solver(solver, n_samples, n_features, dual_only=False):
-    """``"dual"`` or ``"primal"``: ``"auto"`` picks the smaller Gram, or the dual if
-    ``dual_only``."""
+    """``"dual"`` or ``"primal"``; ``"auto"``: the smaller Gram, or the dual if ``dual_only``."""
     if solver == "auto":
         return "dual" if dual_only or n_features >= n_samples else "primal"
     return solver
 
 
 def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
-    """ValueError for ``alpha = 0`` where the Gram is singular whatever the data (rank at most
-    ``min(N, M - 1)``)."""
-    if alpha != 0:
-        return
-    rows = n_samples - bool(fit_intercept)
-    # solver: (singular, needed relation, its Gram, the other solver)
-    rules = {
-        "primal": (n_features > rows, "<=", "N x N", "dual"),
-        "dual": (n_features < rows, ">=", "M x M", "primal"),
-    }
-    if solver in rules and rules[solver][0]:
-        _, relation, gram, other = rules[solver]
+    """ValueError for ``alpha = 0`` where the Gram is singular whatever the data."""
+    rows, primal = n_samples - bool(fit_intercept), solver == "primal"
+    if alpha == 0 and (n_features > rows if primal else n_features < rows):
+        relation, gram, other = ("<=", "N x N", "dual") if primal else (">=", "M x M", "primal")
         raise ValueError(
             f"alpha=0 (min-norm interpolation) in the {solver} needs n_features {relation} {rows} "
             f"(the samples{' less one with an intercept' if fit_intercept else ''}), got "
@@ -53,33 +44,20 @@ def check_min_norm(solver, alpha, n_samples, n_features, fit_intercept):
         )
 
 
-def check_primal_memory(n, n_features, dtype, max_gram_bytes=None, client=None, budget=None):
-    """ValueError when the dask primal's ``N x N`` Gram does not fit the workers of ``client``."""
-    dtype = np.dtype(dtype)
-    beside, copies = (n + 1) * n_features * dtype.itemsize, 2 if memory.n_slots(client) > 1 else 1
-    kw = dict(solver="primal", peak_copies=copies, beside=beside, budget=budget)
-    memory.check_gram_memory(n_features, dtype, max_gram_bytes, client, **kw)
-
-
-def _on_device(device, meta):
-    return device != "cpu" or is_array_api(meta)
-
-
 def dask_fit_plan(
     M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta, warn=True, budget=None
 ):
-    """The :class:`rfol_dask.memory.DualPlan` of a dask fit (None for the primal), after the checks
-    that refuse it before any work: ValueError when the primal's Gram does not fit;
-    NotImplementedError on GPUs for the primal and the blocked dual."""
+    """The :class:`rfol_dask.memory.DualPlan` of a dask fit (None: primal), after its refusals."""
     dtype = np.dtype(dtype)
-    on_device = _on_device(device, meta)
-    plan = None
+    on_device, plan = device != "cpu" or is_array_api(meta), None
     if solver == "dual":
         held, device = M * (n + m) * dtype.itemsize, memory.gram_device(device, meta)
         kw = dict(n_features=n_features, n_inputs=n, device=device, warn=warn and not on_device)
         plan = memory.dual_plan(M, dtype, max_gram_bytes, client, held_bytes=held, **kw)
     elif not on_device:  # on GPUs the primal is refused whatever its size
-        check_primal_memory(n, n_features, dtype, max_gram_bytes, client, budget)
+        beside, copies = (n + 1) * n_features * dtype.itemsize, min(2, memory.n_slots(client))
+        kw = dict(solver="primal", peak_copies=copies, beside=beside, budget=budget)
+        memory.check_gram_memory(n_features, dtype, max_gram_bytes, client, **kw)
     if on_device and (plan is None or plan.blocked):
         what = "primal" if plan is None else "blocked dual (the Gram does not fit one worker: "
         raise NotImplementedError(
@@ -108,14 +86,14 @@ def fit_dask(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients on dask arrays, in one graph and one ``compute``.
 
-    Runs on the active ``distributed.Client`` if any, else dask's local scheduler.
+    Runs on the active ``distributed.Client`` if any, else dask's local scheduler. ValueError
+    before any work when the primal Gram does not fit, NotImplementedError on a GPU for the primal
+    and the blocked dual; ValueError for NaN / Inf in the data.
 
     Parameters
     ----------
-    U : dask array of shape (M, n)
-        Input functions (flattened grids), chunked along samples only.
-    V : dask array of shape (M, m)
-        Output functions, chunked along samples only.
+    U, V : dask arrays of shapes (M, n) and (M, m)
+        Input and output functions (flattened grids), chunked along samples only.
     frequencies : callable
         Picklable recipe of ``(omega (n, N), b (N,))`` (``columns=(f0, f1)``: those columns).
     n_features : int
@@ -145,38 +123,29 @@ def fit_dask(
         The coefficients ``C``, numpy in ``dtype``.
     intercept : ndarray of shape (m,)
         The intercept ``c0`` of each output column.
-
-    Raises
-    ------
-    ValueError
-        If the primal Gram does not fit the memory budget, or the data hold NaN / Inf.
-    NotImplementedError
-        On a GPU with the primal or the blocked dual.
     """
-    client = active_client()
-    dtype = np.dtype(dtype)
-    (M, n), m = U.shape, V.shape[1]
-    meta = meta_from_array(U)
+    client, dtype = active_client(), np.dtype(dtype)
+    (M, n), m, meta = U.shape, V.shape[1], meta_from_array(U)
     if device != "cpu" and client is None:  # computed in this process: say what is missing, first
         device_namespace(device)
     # the primal on the CPU asks the workers for their memory once, for its check and for its chains
-    primal = solver == "primal" and not _on_device(device, meta)
+    primal = solver == "primal" and device == "cpu" and not is_array_api(meta)
     budget = memory.memory_budget(max_gram_bytes, client) if primal else None
     sizes = (M, n, m, n_features, dtype, solver, max_gram_bytes, client, device, meta)
     plan = dask_fit_plan(*sizes, budget=budget)
     tiled = solver == "dual" and plan.blocked  # its blocks make features: n_features values a row
-    kw = dict(max_blocks=MAX_TILE_BLOCKS if tiled else None, row_bytes=n_features * dtype.itemsize)
+    size = n_features * dtype.itemsize
+    kw = dict(max_blocks=MAX_TILE_BLOCKS if tiled else None, row_bytes=size)
     Ub, Vb, starts, cols = row_blocks(U, V, column_block, client, **kw)
     if input_centre is not None:
         input_centre.attach(Ub, starts, dtype, TaskNames())
     common = dict(alpha=alpha, fit_intercept=fit_intercept, client=client, progress=progress)
     common.update(input_centre=input_centre)
     if solver == "primal":  # as many chains on a worker as its memory holds Grams
-        size = n_features * dtype.itemsize
         kw = dict(beside=(n + 1) * size, with_each=m * size, budget=budget)
         per_worker = memory.gram_slots(n_features, dtype, **kw)
         return fit_primal(Ub, Vb, starts, cols, frequencies, per_worker=per_worker, **common)
-    if plan.blocked:
+    if tiled:
         rows = max(np.diff([*starts, M]))  # the largest (merged) row block
         memory.check_tile_memory(rows, n_features, dtype, max_gram_bytes, client, n_inputs=n)
         return fit_tiled(Ub, Vb, starts, cols, frequencies, n_features, dtype, **common)

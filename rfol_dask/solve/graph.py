@@ -39,14 +39,14 @@ class InputCentre:
         """The task ``input-centre`` on the first row blocks of ``Ub`` (or the given ``value``)."""
         if self.value is not None:
             self.task = dask.delayed(self.value, pure=True, traverse=False)
-            return self
-        k = max(1, int(np.searchsorted(starts, CENTRE_ROWS, side="left")))
-        name = names("input-centre")
-        self.task = dask.delayed(_checked_centre)(dtype, starts[:k], *Ub[:k], dask_key_name=name)
-        return self
+        else:
+            k, name = max(1, int(np.searchsorted(starts, CENTRE_ROWS))), names("input-centre")
+            self.task = dask.delayed(_checked_centre)(
+                dtype, starts[:k], *Ub[:k], dask_key_name=name
+            )
 
     @staticmethod
-    def kwargs(centre):
+    def kwargs(centre):  # the keyword arguments of the tasks that make features
         return {} if centre is None else {"input_centre": centre.task}
 
 
@@ -57,17 +57,14 @@ def _checked_centre(dtype, starts, *blocks):
     return input_centre(dtype, *blocks)
 
 
-#: the tiled duals take at most this many row blocks (their graphs grow as ``nb^2`` tiles): finer
-#: sample chunks are merged
+#: the tiled duals take at most this many row blocks (``nb^2`` tiles): finer chunks are merged
 MAX_TILE_BLOCKS = 32
-
 #: a merged row block's rows take at most this many bytes (``row_bytes`` each: features or inputs)
 MERGED_BLOCK_BYTES = 256 * 2**20
 
 
 def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
-    """Column ranges ``(f0, f1)`` of ``A`` (M x N) in ``n_groups`` groups of nearly equal width, cut
-    into slabs of at most ``slab_bytes``."""
+    """Column ranges ``(f0, f1)`` of ``A`` in ``n_groups`` groups, slabs of <= ``slab_bytes``."""
     B = FREQUENCY_BLOCK
     width = max(1, int(slab_bytes // (M * itemsize)))
     width -= width % B if width > B else 0
@@ -76,16 +73,12 @@ def feature_slabs(M, N, n_groups, itemsize, slab_bytes):
         bounds = [min(N, (n_blocks * g // n_groups) * B) for g in range(n_groups + 1)]
     else:
         bounds = [N * g // n_groups for g in range(n_groups + 1)]
-    return [
-        [(f, min(f + width, g1)) for f in range(g0, g1, width)]
-        for g0, g1 in zip(bounds, bounds[1:], strict=False)
-        if g1 > g0
-    ]
+    groups = [(g0, g1) for g0, g1 in zip(bounds, bounds[1:], strict=False) if g1 > g0]
+    return [[(f, min(f + width, g1)) for f in range(g0, g1, width)] for g0, g1 in groups]
 
 
 def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=None):
-    """Delayed row blocks of ``U`` and ``V``, their offsets and the output column blocks;
-    ``max_blocks``: smaller chunks merged."""
+    """Delayed row blocks of ``U`` and ``V`` (chunks merged to ``max_blocks``), offsets, columns."""
     if max_blocks is not None and len(U.chunks[0]) > max_blocks:
         rows = -(-U.shape[0] // max_blocks)
         if row_bytes:
@@ -94,13 +87,11 @@ def row_blocks(U, V, column_block=None, client=None, max_blocks=None, row_bytes=
             U = U.rechunk({0: rows})
     U = U.rechunk({1: -1})
     V = V.rechunk({0: U.chunks[0], 1: -1})
-    starts = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int)
-    m = V.shape[1]
-    if column_block is None:
-        column_block = max(1, -(-m // n_slots(client)))
+    starts, m = np.concatenate([[0], np.cumsum(U.chunks[0])]).astype(int), V.shape[1]
+    column_block = column_block or max(1, -(-m // n_slots(client)))
     Ub, Vb = U.to_delayed().ravel(), V.to_delayed().ravel()
     Ub = [dask.delayed(_after_v_check)(u, v, s) for u, v, s in zip(Ub, Vb, starts, strict=False)]
-    return Ub, Vb, starts, column_blocks(m, column_block)
+    return Ub, Vb, starts, [(s, min(s + column_block, m)) for s in range(0, m, column_block)]
 
 
 def _after_v_check(U, V, start):
@@ -109,14 +100,8 @@ def _after_v_check(U, V, start):
     return U
 
 
-def column_blocks(m, block):
-    return [(s, min(s + block, m)) for s in range(0, m, block)]
-
-
 def tree_sum(parts, combine, workers=None, first=None):
-    """Pairwise tree reduction of delayed ``parts`` with delayed ``combine``, each run where its
-    left part is (``workers``); ``first``: the first level's combine, for parts that must be
-    kept."""
+    """Pairwise ``combine`` of ``parts``, each where its left part is (``first``: at level one)."""
     parts = list(parts)
     places = list(workers) if workers is not None else [None] * len(parts)
     kept = [first is not None] * len(parts)
@@ -144,94 +129,67 @@ def after(value, *_):
     return value
 
 
-def iadd(a, b):
-    a += b
-    return a
-
-
 def chained_sum(n_blocks, slots, add_block, combine):
-    """A sum over ``n_blocks`` blocks in at most ``len(slots)`` chains pinned to their workers,
-    ``acc = add_block(i, acc)``, then tree-summed."""
-    n_chains = min(len(slots), n_blocks)
-    ends = []
+    """``acc = add_block(i, acc)`` in at most ``len(slots)`` pinned chains, then tree-summed."""
+    n_chains, mine = min(len(slots), n_blocks), {}  # mine: worker -> its chains' ends
     for c in range(n_chains):
         acc = None
         with pinned(slots[c]):
             for i in range(c, n_blocks, n_chains):
                 acc = add_block(i, acc)
-        ends.append(acc)
-    mine = {}  # worker -> its chains' ends, the workers in the order of slots (the first one first)
-    for c in range(n_chains):
-        mine.setdefault(slots[c], []).append(ends[c])
+        mine.setdefault(slots[c], []).append(acc)  # the workers in the order of slots
     per_worker = [tree_sum(parts, combine, [w] * len(parts)) for w, parts in mine.items()]
     return tree_sum(per_worker, combine, list(mine))
 
 
 def block_vsum(V, start):
     """Column sums (m,) of the checked output block ``V`` (k, m) starting at ``start``."""
-    V = np.asarray(V)
-    check_finite(V, start, "V")
+    check_finite(V := np.asarray(V), start, "V")
     return V.sum(axis=0)
 
 
 def column_slab(start, stop, dtype, *blocks):
     """Columns ``start:stop`` of the row blocks, checked and stacked Fortran-ordered."""
-    out = np.empty((sum(len(B) for B in blocks), stop - start), dtype=dtype, order="F")
-    row = 0
-    for B in blocks:
-        k = len(B)
-        out[row : row + k] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
-        check_finite(out[row : row + k], row, "V")  # after the cast, which may overflow
-        row += k
+    rows = np.cumsum([0, *map(len, blocks)]).tolist()
+    out = np.empty((rows[-1], stop - start), dtype=dtype, order="F")
+    for B, r in zip(blocks, rows, strict=False):
+        out[r : r + len(B)] = to_numpy(B)[:, start:stop]  # CuPy blocks: copied to the host
+        check_finite(out[r : r + len(B)], r, "V")  # after the cast, which may overflow
     return out
-
-
-def rows(X, start, stop):
-    return X[start:stop]
 
 
 class Columns:
     """The coefficients (N, m) and intercepts (m,) of a fit, filled by column blocks ``cols``."""
 
     def __init__(self, cols):
-        self.cols, self.m = cols, cols[-1][1]
-        self.coef = self.intercept = None
+        self.cols, self.coef, self.intercept = cols, None, None
 
-    def put_coef(self, k, C):
-        if self.coef is None:
-            self.coef = np.empty((C.shape[0], self.m), dtype=C.dtype)
-        self.coef[:, slice(*self.cols[k])] = C
-
-    def put_intercept(self, k, c):
-        if self.intercept is None:
-            self.intercept = np.empty(self.m, dtype=c.dtype)
-        self.intercept[slice(*self.cols[k])] = c
+    def put(self, k, coef=None, intercept=None):
+        for name, X in (("coef", coef), ("intercept", intercept)):
+            if X is not None:
+                if getattr(self, name) is None:
+                    setattr(self, name, np.empty((*X.shape[:-1], self.cols[-1][1]), X.dtype))
+                getattr(self, name)[..., slice(*self.cols[k])] = X
 
 
-def compute_fit(
-    *collections, progress, client, desc, alpha, consume=None, centre=None, factor=None
-):
-    """``progress.compute`` of a fit graph: a failed blocked Cholesky becomes a
-    :class:`BlockedFactorError`, the ``centre`` is filled, a raised ridge of ``factor`` warned
-    here."""
+def compute_fit(*tasks, progress, client, desc, alpha, consume=None, centre=None, factor=None):
+    """``progress.compute`` of a fit graph; the ``centre`` filled, a raised ridge warned."""
     extras = {} if centre is None else {"centre": centre.task}
     if factor is not None:
         extras["ridge"] = dask.delayed(used_ridge)(factor)
-    n, given, got, results = len(collections), consume, {}, [None] * len(collections)
-    if extras:
-        names = list(extras)
-        collections = (*collections, *extras.values())
+    n, names, got, results = len(tasks), list(extras), {}, [None] * len(tasks)
 
-        def consume(i, result):
-            if i >= n:
-                got[names[i - n]] = result
-            elif given is not None:
-                given(i, result)
-            else:
-                results[i] = result
+    def take(i, result):
+        if i >= n:
+            got[names[i - n]] = result
+        elif consume is not None:
+            consume(i, result)
+        else:
+            results[i] = result
 
+    kw = dict(progress=progress, client=client, desc=desc, consume=take)
     try:
-        out = compute(*collections, progress=progress, client=client, desc=desc, consume=consume)
+        compute(*tasks, *extras.values(), **kw)
     except np.linalg.LinAlgError as exc:  # raised by the blocked Cholesky
         raise BlockedFactorError(
             f"the blocked Cholesky factorisation failed ({exc}): the Gram plus alpha={alpha:g} "
@@ -241,7 +199,7 @@ def compute_fit(
         centre.value = got["centre"]
     if got.get("ridge") is not None and got["ridge"][0] != alpha:
         warn_ridge(alpha, *got["ridge"])
-    return tuple(results) if extras and given is None else out
+    return tuple(results)
 
 
 def with_ridges(run, alpha, dtype, mean_diag=1.0):

@@ -6,16 +6,10 @@ from __future__ import annotations
 import dask
 import numpy as np
 
+from .. import gram
 from ..backend import is_cupy, is_fast, itemsize, namespace, syrk
 from ..factor import dual_factor, dual_intercept, dual_solve, primal_factor, primal_solve
-from ..gram import (
-    block_means,
-    check_finite,
-    dual_tile,
-    features_block,
-    primal_partial,
-    slab_features,
-)
+from ..gram import block_means, dual_tile, features_block, primal_partial, slab_features
 from ..memory import ROW_BLOCK_BYTES, SLAB_BYTES
 from .graph import feature_slabs
 
@@ -34,27 +28,21 @@ def dual_numpy(X, V, tile, *, alpha, fit_intercept):
 
 
 def _checked(V, like, name="V"):
-    V = namespace(like).asarray(V, dtype=like.dtype)
-    check_finite(V, 0, name)
+    gram.check_finite(V := namespace(like).asarray(V, dtype=like.dtype), 0, name)
     return V
 
 
 def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_centre=None):
-    """The dual fit outside numpy (CuPy) without ``A`` (M x N) ever whole: the Gram summed over
-    feature slabs, the slabs made again for ``C = A^T Beta``; ``(coef (N, m), intercept (m,))``."""
+    """The dual outside numpy (CuPy): the Gram and ``C = A^T Beta`` by feature slabs of ``A``."""
     xp = namespace(omega)
     # with a centre, U keeps its dtype: its rows are centred, then cast (features.feature_map)
     U, V = _checked(U, omega if input_centre is None else U, "U"), _checked(V, omega)
     (M, m), N = V.shape, omega.shape[1]
-    if slab_bytes is None:
-        slab_bytes = int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
-    (slabs,) = feature_slabs(M, N, 1, itemsize(omega.dtype), slab_bytes)
+    (slabs,) = feature_slabs(M, N, 1, itemsize(omega.dtype), _slab_bytes(slab_bytes))
 
     def slab(f0, f1):  # A[:, f0:f1] (exactly centred if fit_intercept) and its shift
-        def recipe(columns):
-            return omega[:, f0:f1], b[f0:f1]
-
-        return slab_features(U, recipe, N, f0, f1, fit_intercept, None, input_centre)
+        args = (N, f0, f1, fit_intercept, None, input_centre)
+        return slab_features(U, lambda columns: (omega[:, f0:f1], b[f0:f1]), *args)
 
     K, shifts = None, []
     for f0, f1 in slabs:
@@ -74,28 +62,26 @@ def dual_slabs(U, V, omega, b, *, alpha, fit_intercept, slab_bytes=None, input_c
     return C, dual_intercept(info, Beta, C, shift)
 
 
+def _slab_bytes(given):
+    return int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES)) if given is None else given
+
+
 def model_bytes(n, N, m, dtype):
     """The fitted model's arrays, ``{what: bytes}``: what any fit leaves in the client."""
-    size = np.dtype(dtype).itemsize
-    return {
-        f"the {n} x {N} frequencies": (int(n) + 1) * int(N) * size,
-        f"the {N} x {m} coefficients": int(N) * int(m) * size,
-    }
+    size, N = np.dtype(dtype).itemsize, int(N)
+    held = {f"the {n} x {N} frequencies": (int(n) + 1) * N * size}
+    return held | {f"the {N} x {m} coefficients": N * int(m) * size}
 
 
 def held_beside_gram(M, n, N, m, dtype, solver, xp=np, slab_bytes=None):
     """What an in-memory fit holds beside its Gram at its peak, ``{what: bytes}``."""
-    size = np.dtype(dtype).itemsize
-    held = model_bytes(n, N, m, dtype)
+    size, held = np.dtype(dtype).itemsize, model_bytes(n, N, m, dtype)
     in_place = is_fast(xp) or is_cupy(xp)
     if solver == "dual" and is_fast(xp):
         held[f"the {M} x {N} features A"] = int(M) * int(N) * size
     elif solver == "dual":
-        if slab_bytes is None:
-            slab_bytes = int(dask.config.get("rfol_dask.slab-bytes", SLAB_BYTES))
-        (slabs,) = feature_slabs(M, N, 1, size, slab_bytes)
-        width = max(f1 - f0 for f0, f1 in slabs)
-        copies = 1.25 if in_place else 2.25
+        (slabs,) = feature_slabs(M, N, 1, size, _slab_bytes(slab_bytes))
+        width, copies = max(f1 - f0 for f0, f1 in slabs), 1.25 if in_place else 2.25
         held[f"slabs of {M} x {width} features"] = int(copies * M * width * size)
     else:
         (s, e), *_ = row_ranges(M, N * size)
@@ -118,16 +104,14 @@ def fit_numpy(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fit the random-feature ridge coefficients in memory, in the namespace of ``omega``.
 
+    ValueError if ``V`` holds NaN / Inf or the Gram is singular with ``alpha=0``.
+
     Parameters
     ----------
-    U : ndarray of shape (M, n)
-        Input functions (flattened grids).
-    V : ndarray of shape (M, m)
-        Output functions.
-    omega : ndarray of shape (n, N)
-        Frequencies; their dtype is the working precision.
-    b : ndarray of shape (N,)
-        Phases.
+    U, V : ndarrays of shapes (M, n) and (M, m)
+        Input and output functions (flattened grids).
+    omega, b : ndarrays of shapes (n, N) and (N,)
+        Frequencies (their dtype is the working precision) and phases.
     alpha : float
         Ridge parameter (>= 0).
     fit_intercept : bool
@@ -145,11 +129,6 @@ def fit_numpy(
         The coefficients ``C``.
     intercept : ndarray of shape (m,)
         The intercept ``c0`` of each output column.
-
-    Raises
-    ------
-    ValueError
-        If ``V`` holds NaN / Inf or the Gram is singular with ``alpha=0``.
     """
     dtype, xp = omega.dtype, namespace(omega)
     if solver == "dual" and not is_fast(xp):
@@ -162,8 +141,7 @@ def fit_numpy(
         fac, Beta = dual_numpy(A, V, dual_tile, alpha=alpha, fit_intercept=fit_intercept)
         C = A.T @ Beta
         return C, dual_intercept(fac, Beta, C, shift)
-    shifts = block_means(U, V, omega, b, fit_intercept, input_centre=input_centre)
-    sums = None
+    shifts, sums = block_means(U, V, omega, b, fit_intercept, input_centre=input_centre), None
     for s, e in row_ranges(U.shape[0], omega.shape[1] * itemsize(dtype)):
         sums = primal_partial(U[s:e, ...], V[s:e, ...], omega, b, s, sums, shifts, input_centre)
     return primal_solve(primal_factor(sums, shifts, alpha, fit_intercept), 0, V.shape[1])

@@ -9,7 +9,7 @@ import contextlib
 import functools
 import glob
 import logging
-import math
+import operator
 import os
 import shutil
 import tempfile
@@ -31,14 +31,12 @@ from ..gram import SHIFT_ROWS, slab_features, slab_shift, stack_rows
 from ..linalg import blas_limits
 from ..memory import device_free_bytes, free_bytes
 from ..placement import current_worker, pinned, worker_addresses, worker_threads
-from .graph import TaskNames, column_slab, compute_fit, feature_slabs, iadd, tree_sum
+from .graph import TaskNames, compute_fit, feature_slabs, tree_sum
 
 logger = logging.getLogger("rfol_dask")
 
 #: the rows mode adds the Gram strip of at least this many rows (whole row blocks) at a time
 ROW_STEP = 1024
-#: values of dask config ``rfol_dask.device-features``
-FEATURE_MODES = ("auto", "rows", "slabs")
 #: the feature cache of a fit: a directory ``rfol-cache-<32 hex digits>``
 CACHE_NAME = "rfol-cache-"
 #: a cache directory in the temporary directory untouched this long is a killed fit's: swept
@@ -48,8 +46,7 @@ _KEPT_FREQUENCIES = {}
 
 
 def row_steps(starts, at_least=None):
-    """Consecutive groups of the row blocks at ``starts``, each of ``at_least`` rows but the
-    last."""
+    """Consecutive groups of the row blocks at ``starts``, of ``at_least`` rows but the last."""
     steps, first, at_least = [], 0, ROW_STEP if at_least is None else at_least
     for i in range(1, len(starts)):
         if starts[i] - starts[first] >= at_least or i == len(starts) - 1:
@@ -93,29 +90,6 @@ def _slab_file(token, f0):
     return os.path.join(_cache_dir(token, current_worker()), f"slab-{f0}.npy")
 
 
-def _cache_put(token, f0, A):
-    """Keep the numpy slab ``A`` on this worker's disk if the fit's cache is open and has room."""
-    if token is None or not isinstance(A, np.ndarray):  # device slabs are made again instead
-        return
-    path = _slab_file(token, f0)
-    try:
-        if shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
-            np.save(path, A)
-    except OSError:  # the cache is closed (the fit ended) or the disk is full: made again later
-        if os.path.exists(path):
-            os.remove(path)
-
-
-def _cache_take(token, f0):
-    """The cached slab ``f0``, deleted from the disk, or None."""
-    path = None if token is None else _slab_file(token, f0)
-    if path is None or not os.path.exists(path):
-        return None
-    A = np.load(path)
-    os.remove(path)
-    return A
-
-
 def _slab_frequencies(token, U, frequencies, f0, f1, keep):
     """The recipe of ``(omega, b)`` of the columns ``f0:f1`` (on a GPU drawn once and kept)."""
     if isinstance(U, np.ndarray) or token is None:
@@ -123,7 +97,7 @@ def _slab_frequencies(token, U, frequencies, f0, f1, keep):
     pair = _KEPT_FREQUENCIES.pop((token, f0), None)
     if pair is None:  # not drawn ahead (:func:`draw_slab`) or not kept
         pair = tuple(_like(a, U) for a in frequencies(columns=(f0, f1)))
-        nbytes = sum(math.prod(a.shape) * backend.itemsize(a.dtype) for a in pair)
+        nbytes = sum(a.size * backend.itemsize(a.dtype) for a in pair)
         keep = keep and _room(token, backend.namespace(U), nbytes)
     if keep:
         _keep(token, f0, pair)
@@ -158,24 +132,16 @@ def _on_device(B, device):
     return backend.to_namespace(B, backend.compute_namespace(device, B))
 
 
-def _stack_outputs(starts, dtype, device, m, *blocks):
-    """The output blocks stacked into one Fortran-ordered (M, m) array."""
-    if backend.is_fast(backend.compute_namespace(device, *blocks)):
-        return column_slab(0, m, dtype, *blocks)
-    return stack_rows(starts, dtype, device, *blocks, name="V", fortran=True)
-
-
-def _symmetric(K):
-    """The summed Gram made symmetric (numpy's SYRK fills the lower triangle only)."""
+def _symmetric(K):  # numpy's SYRK fills the lower triangle only
     return symmetrize(K, "lower") if isinstance(K, np.ndarray) else K
-
-
-def _like(X, ref):
-    return backend.to_namespace(X, backend.namespace(ref))
 
 
 def _colsum(X):
     return backend.namespace(X).sum(X, axis=0)
+
+
+def _like(X, ref):
+    return backend.to_namespace(X, backend.namespace(ref))
 
 
 def _slab_threads(U):
@@ -184,26 +150,34 @@ def _slab_threads(U):
 
 
 def gram_slab(K, U, frequencies, fit, f0, f1, after=None):
-    """``K + A_f A_f^T`` (M, M) in place for the slab of the columns ``f0:f1``, caching ``A_f``."""
+    """``K + A_f A_f^T`` in place for the columns ``f0:f1``; ``A_f`` cached on the disk if room."""
     with blas_limits(_slab_threads(U)):
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, True)
         A, _ = slab_features(U, recipe, fit.n_features, f0, f1, fit.fit_intercept)
         K = syrk(A, trans=False, C=K)
-    _cache_put(fit.token, f0, A)
+    if fit.token is None or not isinstance(A, np.ndarray):  # device slabs are made again instead
+        return K
+    path = _slab_file(fit.token, f0)
+    try:
+        if shutil.disk_usage(os.path.dirname(path)).free > 4 * A.nbytes + 2**30:
+            np.save(path, A)
+    except OSError:  # the cache is closed (the fit ended) or the disk is full: made again later
+        if os.path.exists(path):
+            os.remove(path)
     return K
 
 
 def coef_slab(U, frequencies, fit, f0, f1, Beta, after=None):
     """Rows ``f0:f1`` of ``C = A^T Beta`` and ``s_f^T C_f``, from the cached slab or a new one."""
     with blas_limits(_slab_threads(U)):
-        A = _cache_take(fit.token, f0)
+        A, path = None, fit.token and _slab_file(fit.token, f0)
+        if path and os.path.exists(path):  # taken: deleted from the disk
+            A = np.load(path)
+            os.remove(path)
         recipe = _slab_frequencies(fit.token, U, frequencies, f0, f1, False)
         args = (recipe, fit.n_features, f0, f1, fit.fit_intercept)
-        if A is None:
-            A, shift = slab_features(U, *args)
-        else:
-            shift = slab_features(U[:SHIFT_ROWS], *args)[1]
-        return _coef_rows(A, Beta, shift, f0, f1, fit.out)
+        made, shift = slab_features(U if A is None else U[:SHIFT_ROWS], *args)  # cached: the shift
+        return _coef_rows(made if A is None else A, Beta, shift, f0, f1, fit.out)
 
 
 def _coef_rows(A, Beta, shift, f0, f1, out):
@@ -211,43 +185,36 @@ def _coef_rows(A, Beta, shift, f0, f1, out):
     rows = None if out is None else out[f0:f1]
     if isinstance(A, np.ndarray) and isinstance(Beta, np.ndarray):
         Cf = rows = np.matmul(A.T, Beta, out=rows)
-    else:  # on the device; the rows come back to the host
-        Cf = A.T @ Beta
-        if rows is None:
-            rows = to_numpy(Cf)
-        elif backend.is_cupy(backend.namespace(Cf)) and Cf.flags.c_contiguous:
-            Cf.get(out=rows)
-        else:
-            rows[...] = to_numpy(Cf)
+    elif rows is None:  # on the device; the rows come back to the host
+        rows = to_numpy(Cf := A.T @ Beta)
+    elif backend.is_cupy(backend.namespace(Cf := A.T @ Beta)) and Cf.flags.c_contiguous:
+        Cf.get(out=rows)  # no host copy on the way
+    else:
+        rows[...] = to_numpy(Cf)
     return (None if out is not None else rows), (None if shift is None else to_numpy(shift @ Cf))
 
 
 @sized_by_arrays
 class Resident:
-    """One worker's rows-mode state: features ``A`` from column ``g0``, shifts, frequencies,
-    Gram."""
+    """A worker's rows-mode state: features ``A`` from column ``g0``, shifts, frequencies, Gram."""
 
     __slots__ = ("A", "K", "g0", "shifts", "pairs")
 
 
 def gram_rows(acc, B, start, frequencies, fit, slabs, last=False, after=None):
-    """Add the row block ``B`` at ``start`` to the :class:`Resident` ``acc`` (None: allocate it):
-    its features and its Gram strip ``K[start:e, :e]``."""
-    xp, M = backend.namespace(B), fit.M
+    """Add the features of the row block ``B`` and its Gram strip to ``acc`` (None: a new one)."""
+    M, xp, dt = fit.M, backend.namespace(B), B.dtype
     with blas_limits(_slab_threads(B)):
         if acc is None:
-            acc = Resident()
-            acc.g0, width, dt = slabs[0][0], slabs[-1][1] - slabs[0][0], B.dtype
-            acc.A = xp.empty((M, width), dtype=dt)
+            acc, g0 = Resident(), slabs[0][0]
+            acc.g0, acc.A, acc.pairs = g0, xp.empty((M, slabs[-1][1] - g0), dtype=dt), {}
             numpy = isinstance(B, np.ndarray)
             acc.K = np.zeros((M, M), dtype=dt, order="F") if numpy else xp.zeros((M, M), dtype=dt)
-            acc.pairs = {}
             for f0, f1 in slabs:
                 recipe = _slab_frequencies(fit.token, B, frequencies, f0, f1, False)
                 acc.pairs[f0] = tuple(_like(a, B) for a in recipe(columns=(f0, f1)))
-            acc.shifts = {}
-            if fit.fit_intercept:
-                acc.shifts = {f0: slab_shift(B, *acc.pairs[f0], fit.n_features) for f0, _ in slabs}
+            shift = functools.partial(slab_shift, B, n_features=fit.n_features)
+            acc.shifts = {f0: shift(*acc.pairs[f0]) for f0, _ in slabs if fit.fit_intercept}
         e = start + B.shape[0]
         for f0, f1 in slabs:
             acc.A[start:e, f0 - acc.g0 : f1 - acc.g0] = feature_map(
@@ -270,11 +237,11 @@ def resident_gram(acc):
     return K
 
 
-def coef_rows(acc, fit, f0, f1, Beta, after=None):
+def coef_rows(acc, frequencies, fit, f0, f1, Beta, after=None):
     """:func:`coef_slab` from the worker's resident features."""
     with blas_limits(_slab_threads(acc.A)):
-        A, shift = acc.A[:, f0 - acc.g0 : f1 - acc.g0], acc.shifts.get(f0)
-        return _coef_rows(A, Beta, shift if fit.fit_intercept else None, f0, f1, fit.out)
+        A = acc.A[:, f0 - acc.g0 : f1 - acc.g0]
+        return _coef_rows(A, Beta, acc.shifts.get(f0), f0, f1, fit.out)
 
 
 def rows_need(M, width, m, n_inputs, itemsize, n_workers=1):
@@ -287,8 +254,8 @@ def rows_need(M, width, m, n_inputs, itemsize, n_workers=1):
 def feature_mode(client, draw_on, M, N, m, n_inputs, itemsize, n_workers):
     """``"rows"`` or ``"slabs"`` (config ``rfol_dask.device-features``; auto: rows if room)."""
     mode = dask.config.get("rfol_dask.device-features", "auto")
-    if mode not in FEATURE_MODES:
-        raise ValueError(f"rfol_dask.device-features must be one of {FEATURE_MODES}, got {mode!r}")
+    if mode not in (modes := ("auto", "rows", "slabs")):
+        raise ValueError(f"rfol_dask.device-features must be one of {modes}, got {mode!r}")
     if mode != "auto" or draw_on is None:
         return "slabs" if mode == "auto" else mode
     need = rows_need(M, -(-N // max(1, n_workers)), m, n_inputs, itemsize, n_workers)
@@ -320,23 +287,8 @@ def _gram_tasks(names, fit, group, data, starts, frequencies):
     return dask.delayed(resident_gram)(K, dask_key_name=names("resident-gram", group[0][0])), K
 
 
-def _input_tasks(names, fit, Ub, starts, centre):
-    """The stacked inputs: all of ``U``, or (rows mode) the row steps and offsets."""
-    stack = dask.delayed(stack_rows)
-    if fit.mode != "rows":
-        name = names("stack-inputs")
-        return stack(starts, fit.dtype, fit.device, *Ub, centre=centre, dask_key_name=name), None
-    steps, data = row_steps(starts), []
-    for k, s in enumerate(steps):
-        offsets = [int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)]
-        kw = dict(offset=int(starts[s[0]]), centre=centre, dask_key_name=names("check-inputs", k))
-        data.append(stack(offsets, fit.dtype, fit.device, *Ub[s[0] : s[-1] + 1], **kw))
-    return data, [int(starts[s[0]]) for s in steps]
-
-
 def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=None):
-    """The streamed dual's graph: ``[((f0, f1), delayed coef_slab)]``, the delayed intercept before
-    the shifts' part and the delayed :class:`rfol_dask.factor.DualFactor` without its factor."""
+    """``[((f0, f1), delayed rows of C)]``, the intercept (less the shifts' part), the factor."""
     names, workers = TaskNames(), worker_addresses(client)
     groups = feature_slabs(fit.M, fit.n_features, len(workers), fit.itemsize, fit.slab_bytes)
     centre = None if input_centre is None else input_centre.task
@@ -348,18 +300,27 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
             [move(B, fit.draw_on, dask_key_name=names(what, i)) for i, B in enumerate(blocks)]
             for what, blocks in (("device-inputs", Ub), ("device-outputs", Vb))
         )
-    data, row_starts = _input_tasks(names, fit, Ub, starts, centre)
-    grams, residents = [], []
+    stack, steps = dask.delayed(stack_rows), row_steps(starts) if fit.mode == "rows" else []
+    data = []  # U stacked whole, or (rows mode) by row steps
+    if not steps:
+        name = names("stack-inputs")
+        data = stack(starts, fit.dtype, fit.device, *Ub, centre=centre, dask_key_name=name)
+    for k, s in enumerate(steps):
+        offsets = [int(starts[i] - starts[s[0]]) for i in (*s, s[-1] + 1)]
+        kw = dict(offset=int(starts[s[0]]), centre=centre, dask_key_name=names("check-inputs", k))
+        data.append(stack(offsets, fit.dtype, fit.device, *Ub[s[0] : s[-1] + 1], **kw))
+    row_starts = [int(starts[s[0]]) for s in steps]
+    parts = []  # (the Gram, the Resident or None) of each worker
     for w, group in zip(workers, groups, strict=False):
         with pinned(w):
-            K, resident = _gram_tasks(names, fit, group, data, row_starts, frequencies)
-        grams.append(K)
-        residents.append(resident)
-    K = tree_sum(grams, dask.delayed(iadd), workers)  # ends on workers[0]
+            parts.append(_gram_tasks(names, fit, group, data, row_starts, frequencies))
+    grams, residents = zip(*parts, strict=True)
+    K = tree_sum(grams, dask.delayed(operator.iadd), workers)  # ends on workers[0]
     with pinned(workers[0]):
-        K = dask.delayed(_symmetric)(K)
-        args = (starts, fit.dtype, fit.device, fit.m, *Vb)
-        V = dask.delayed(_stack_outputs)(*args, dask_key_name=names("stack-outputs"))
+        K, kw = dask.delayed(_symmetric)(K), dict(dask_key_name=names("stack-outputs"))
+        V = dask.delayed(stack_rows)(
+            starts, fit.dtype, fit.device, *Vb, name="V", fortran=True, **kw
+        )
         V = dask.delayed(_like)(V, K)
         args = (K, dask.delayed(_colsum)(V), fit.alpha, fit.fit_intercept)
         fac = dask.delayed(dual_factor)(*args, warn=False, dask_key_name=names("dual-factor"))
@@ -367,15 +328,13 @@ def dual_stream_graph(Ub, Vb, starts, frequencies, fit, client, input_centre=Non
         info = dask.delayed(DualFactor.without_factor)(fac)  # the factor is freed after the solve
     slabs = []
     for w, group, resident in zip(workers, groups, residents, strict=False):
-        rows = None
+        rows, (src, make, what) = None, (data, coef_slab, "coef-slab")
+        if resident is not None:
+            src, make, what = resident, coef_rows, "coef-rows"
         for f0, f1 in group:
             with pinned(w):
-                if resident is not None:
-                    kw = dict(dask_key_name=names("coef-rows", f0))
-                    rows = dask.delayed(coef_rows)(resident, fit, f0, f1, Beta, rows, **kw)
-                else:
-                    kw = dict(dask_key_name=names("coef-slab", f0))
-                    rows = dask.delayed(coef_slab)(data, frequencies, fit, f0, f1, Beta, rows, **kw)
+                kw = dict(dask_key_name=names(what, f0))
+                rows = dask.delayed(make)(src, frequencies, fit, f0, f1, Beta, rows, **kw)
             slabs.append(((f0, f1), rows))
     intercept = dask.delayed(_host_intercept)(info, Beta, dask_key_name=names("dual-intercept"))
     return slabs, intercept, info
@@ -387,15 +346,13 @@ def _host_intercept(info, Beta):
 
 
 def fit_streamed(Ub, Vb, starts, frequencies, *, client, progress, input_centre=None, **settings):
-    """Run :func:`dual_stream_graph` in one ``compute``; numpy ``(coef (N, m), intercept (m,))``.
-    The feature cache is opened on every worker first and removed afterwards, also on failure."""
+    """Run :func:`dual_stream_graph` in a feature cache removed afterwards: numpy ``(C, c0)``."""
     cache = dask.config.get("rfol_dask.feature-cache", "disk")
     if cache not in ("disk", "none", None):  # None: the environment's "none", as dask reads it
         raise ValueError(f"rfol_dask.feature-cache must be 'disk' or 'none', got {cache!r}")
-    fit = SimpleNamespace(**settings, M=int(starts[-1]), token=None, out=None)
+    fit = SimpleNamespace(**settings, M=int(starts[-1]), out=None)
     fit.itemsize, (N, m) = np.dtype(fit.dtype).itemsize, (fit.n_features, fit.m)
-    if cache == "disk":
-        fit.token = uuid.uuid4().hex
+    fit.token = uuid.uuid4().hex if cache == "disk" else None
     coef = np.empty((N, m), dtype=fit.dtype)
     if client is None and get_scheduler() in (None, dask.threaded.get, dask.local.get_sync):
         fit.out = coef
