@@ -11,19 +11,13 @@ from ..tuning import eigh_above, rounding_floor
 
 
 def eigen_dual(X, V, tile=None, *, alpha, fit_intercept):
-    """The dual by one eigendecomposition of the centred Gram, ``(DualFactor, centred Beta
-    (M, m))``: ``H K H = Q diag(lam) Q^T`` and ``Beta = Q (lam_+ + alpha)^-1 Q^T (V - vbar)``, the
-    solution the searches score (:class:`rfol_dask.tuning.EigenPath`: eigenvalues below zero are
-    rounding, set to zero), for any ``alpha > 0``, where a Cholesky factorisation of
-    ``H K H + alpha I`` may fail on the Gram's rounding. ``K = tile(X, X, True)``; ``tile=None``:
-    the linear kernel ``X X^T``, whose directions with an eigenvalue within the bound of its
-    rounding (``eps trace`` of ``K``, :func:`rfol_dask.tuning.rounding_floor`) are left out:
-    with more inputs than samples on rank-deficient inputs, the solve divided the outputs' part
-    outside the inputs' span by the nugget and the prediction cancelled it again, losing about
-    ``log10(1 / nugget)`` digits against scikit-learn's ``Ridge(solver="svd")``; outside the span
-    ``Beta`` has no effect on any prediction. ``X`` (M, p), ``V`` (M, m). Cost the Gram and an
-    ``eigh`` (about 9 Cholesky factorisations) on :func:`rfol_dask.linalg.factor_threads` BLAS
-    threads; memory the Gram and its eigenvectors, ``2 M^2``."""
+    """``(DualFactor, centred Beta (M, m))`` by one eigendecomposition of the centred Gram,
+    ``H K H = Q diag(lam) Q^T``: ``Beta = Q (lam_+ + alpha)^-1 Q^T (V - vbar)``, the solution the
+    searches score, for any ``alpha > 0`` (a Cholesky factorisation of ``H K H + alpha I`` may fail
+    on the Gram's rounding). ``K = tile(X, X, True)``; ``tile=None``: the linear kernel ``X X^T``,
+    whose directions with an eigenvalue within its rounding bound are left out (else they cost
+    ``log10(1 / alpha)`` digits against ``Ridge(solver="svd")``; ``Beta`` there changes no
+    prediction). Memory ``2 M^2``; an ``eigh`` costs about 9 Cholesky factorisations."""
     from ..solve.in_memory import _checked
 
     V = _checked(V, X)
@@ -47,13 +41,12 @@ def eigen_dual(X, V, tile=None, *, alpha, fit_intercept):
 
 
 def _block_moments(X):
-    """Column sums, sum of squares and row count of the row block ``X``."""
     return X.sum(axis=0), float((X * X).sum()), X.shape[0]
 
 
 def _linear_mean_diag(Xb, centred):
-    """The mean diagonal of the linear kernel's Gram, centred (``H X X^T H``:
-    ``mean |x_i - xbar|^2``) or not, from the delayed row blocks ``Xb``: one pass over them."""
+    """The mean diagonal of the linear kernel's Gram, centred or not, from the delayed row blocks
+    ``Xb`` in one pass."""
     parts = dask.compute(*[dask.delayed(_block_moments)(x) for x in Xb])
     total, squares, M = (sum(p[k] for p in parts) for k in range(3))
     return squares / M - (float(total @ total) / M**2 if centred else 0.0)

@@ -1,15 +1,11 @@
 """KernelOperatorCV: the exact kernel baseline with its kernel, length scale and nugget chosen by
 validation on the training data (the search of :mod:`rfol_dask.selection`).
 
-Per split, the squared distances (training x training and validation x training) are computed
-once and every (kernel, length scale) candidate is an elementwise map of them; one
-eigendecomposition of each centred training Gram gives every nugget (or one Cholesky
-factorisation per nugget where cheaper: :func:`rfol_dask.tuning.path_errors`).
-The linear kernel is scored as :class:`KernelOperator` refits it: with fewer inputs than
-training samples in the primal, one eigendecomposition of the ``p x p`` Gram of the centred
-inputs giving every nugget (the dual's rank-``p`` Gram lost digits at small nuggets); else by
-the eigen path with the Gram's directions of rounding left out, as the refit's
-:func:`rfol_dask.baselines.kernel.eigen_dual` leaves them out.
+Per split the squared distances are computed once and every (kernel, length scale) is an
+elementwise map of them; one eigendecomposition of each centred training Gram gives every nugget
+(:func:`rfol_dask.tuning.path_errors`). The linear kernel is scored as :class:`KernelOperator`
+refits it: in the primal with fewer inputs than training samples, else by the eigen path without
+the Gram's directions of rounding.
 """
 
 from __future__ import annotations
@@ -35,10 +31,8 @@ DEFAULT_LENGTH_SCALES = tuple(4.0 ** np.arange(-2, 3))
 
 def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None, X_v=None):
     """Centred training Gram ``H K_tt H`` (M_t, M_t), validation cross-Gram (M_v, M_t) and the
-    trace of ``K_tt`` for one kernel and length scale, from the squared distances (for
-    ``"linear"``, from ``X_t``, ``X_v``): the kernel of features centred by their training mean,
-    as :class:`KernelOperator` fits it. The centring subtracts entries of ``K_tt``'s size, so its
-    trace sets the Gram's rounding floor (:func:`rfol_dask.tuning.rounding_floor`)."""
+    trace of ``K_tt`` (it sets the rounding floor) for one kernel and length scale, from the
+    squared distances (``"linear"``: from ``X_t``, ``X_v``), as :class:`KernelOperator` fits."""
     if kernel == "linear":
         K_tt, K_vt = X_t @ X_t.T, X_v @ X_t.T
     else:
@@ -55,10 +49,8 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
 
 
 def linear_primal(X_t, X_v, fit_intercept):
-    """The linear kernel's primal problem of one split, as :class:`KernelOperator` solves it with
-    fewer inputs ``p`` than samples: ``(X_c^T X_c (p, p), X_vc (M_v, p), X_c (M_t, p))``, the
-    training inputs ``X_t`` (M_t, p) and validation inputs ``X_v`` centred by the training mean
-    (or as they are), for :func:`rfol_dask.tuning.path_errors` with ``design=X_c``."""
+    """The linear kernel's primal problem of one split, ``(X_c^T X_c, X_vc, X_c)``: the inputs
+    centred by the training mean (or as they are), for ``path_errors(design=X_c)``."""
     if fit_intercept:
         xbar = namespace(X_t).mean(X_t, axis=0)
         X_t, X_v = X_t - xbar, X_v - xbar
@@ -224,14 +216,13 @@ class KernelOperatorCV(SelectionCV):
         )
 
     def _refit_candidates(self):
-        """The kernels a winner may have where their refits differ in memory: the linear kernel's
-        (on fewer inputs than samples, its ``p x p`` primal) from the others' (the ``M x M`` dual,
-        all alike); ``(None, [None])`` without it."""
+        """The kernels whose refits differ in memory (the linear kernel's primal, the others'
+        dual); ``(None, [None])`` without the linear kernel."""
         return ("kernel", list(self.kernels)) if "linear" in self.kernels else (None, [None])
 
     def _set_metric(self, U, client, power):
-        """The input PCA of ``n_components`` and ``power`` (of all training inputs), the median
-        length scale in it, and no cached distances (they were of the metric before)."""
+        """The input PCA of ``n_components`` and ``power``, the median length scale in it, and no
+        cached distances."""
         self._distances = None
         on = self.n_components is not None or power is not None
         self._pca = pca(U, self.n_components, power) if on else (None, None)
@@ -242,8 +233,6 @@ class KernelOperatorCV(SelectionCV):
         self.median_scales_ = {k: (1.0 if k == "linear" else ell) for k in self.kernels}
 
     def _search_memory(self, M_t, M_v):
-        """Beside a training Gram: the distances, the Gram's copy and the ridge path's eigenvectors
-        (three more ``M_t x M_t``), the validation distances and cross-Gram (two ``M_v x M_t``)."""
         return {
             f"the distances, a copy and the eigenvectors, {M_t} x {M_t} each": 3 * 8 * M_t * M_t,
             f"the validation distances and cross-Gram, {M_v} x {M_t} each": 2 * 8 * M_v * M_t,
@@ -268,8 +257,7 @@ class KernelOperatorCV(SelectionCV):
 
     def _split_distances(self, X, train, valid, need):
         """Transformed inputs of one split and (``need``) their squared distances, kept for the
-        next call with the same rows: every kernel of a stage reuses them (the last split only;
-        dropped when the search ends)."""
+        other kernels of the stage (the last split only; dropped when the search ends)."""
         key = (train.tobytes(), valid.tobytes())
         cached = getattr(self, "_distances", None)
         if cached is None or cached[0] != key or (need and cached[1][2] is None):
@@ -290,11 +278,8 @@ class KernelOperatorCV(SelectionCV):
         self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None, after=None
     ):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), 1,
-        n_nugget + 1), computed here (``after`` is not used: the splits are scored one after the
-        other). The linear kernel is scored as it is refitted: in the primal where its inputs (or
-        PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`),
-        else by the eigen path with the directions of rounding left out, as
-        :func:`rfol_dask.baselines.kernel.eigen_dual` leaves them out (whatever ``alpha_path``)."""
+        n_nugget + 1) (``after`` is not used). The linear kernel is scored as it is refitted (in
+        the primal, or by the eigen path without the directions of rounding)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
         args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self._st["alpha_path"], alpha_center)
@@ -307,7 +292,6 @@ class KernelOperatorCV(SelectionCV):
         for m in mults:
             ell = m * self.median_scales_[kernel]
             G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, ell, self.fit_intercept, X_t, X_v)
-            # the linear kernel's dual leaves out the directions of rounding, as its refit does
             drop = rounding_floor(G, trace, bound=True) if kernel == "linear" else None
             G = as_fortran(G)
             out.append([floored_path_errors(G, K, *args, trace=trace, drop=drop, eps=self._eps)])
