@@ -21,8 +21,7 @@ class ResamplingMixin:
 
     def _knows_grid(self, which):
         """Whether the ``which`` grid has dims or coordinates (else data are read by position)."""
-        keys = (f"{which}_dims_", f"{which}_grid_")
-        return any(getattr(self, k, None) is not None for k in keys)
+        return any(getattr(self, f"{which}_{k}_", None) is not None for k in ("dims", "grid"))
 
     def _learn_grids(self, u, v, V, in_shape, out_shape, input_grid, output_grid, periods):
         """The fitted shapes, dims, coordinates, attributes, grids and periods of both sides."""
@@ -87,13 +86,12 @@ class ResamplingMixin:
                 ) from exc
 
     def _recovery(self, which, grid):
-        """The ``which`` recovery map of ``grid``; a DataWarning where a spectral map takes an axis
+        """The ``which`` recovery map of ``grid``; a DataWarning where a spectral map reads an axis
         of no known period as periodic."""
         periods = getattr(self, f"{which}_periods_", None)
         R = rec.make_recovery(self._recovery_specs()[which == "output"], grid, periods=periods)
         if R.kind == "spectral":
-            dims = getattr(self, f"{which}_dims_", None)
-            dims = dims or [f"dim_{k}" for k in range(len(R.grid_in))]
+            dims = getattr(self, f"{which}_dims_", None) or [f"dim_{k}" for k in range(R.ndim)]
             guessed = [
                 f"{d} (period {rec.uniform_period(x):g})"
                 for d, x, P in zip(dims, R.grid_in, R.periods, strict=True)
@@ -176,8 +174,7 @@ class ResamplingMixin:
 
     def _to_training_grid(self, U, u, input_grid):
         """The operand ``u`` resampled through ``R_U`` to the training input grid if needed."""
-        own = io.operand_grid(u)  # a DataArray's coordinates
-        grid = own
+        grid = own = io.operand_grid(u)  # a DataArray's coordinates
         if input_grid is not None:
             grid = rec.as_grid(self._named_axes(input_grid, "input"), "input_grid")
         if input_grid is not None and own is not None and not rec.same_grid(grid, own):
@@ -209,8 +206,7 @@ class ResamplingMixin:
         return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
 
     def _check_domain(self, trained, grid, R_U, source):
-        """ValueError where the input ``grid`` does not cover the ``trained`` domain or strays
-        off."""
+        """ValueError where the input ``grid`` misses part of the ``trained`` domain or strays."""
         domain = rec.grid_domain(trained, R_U.periodic)
         for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(
             zip(trained, grid, domain, R_U.domain(), R_U.periods, strict=True)

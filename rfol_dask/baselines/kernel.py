@@ -10,7 +10,6 @@ primal (its rank-deficient dual loses ``log10(1 / nugget)`` digits); with a nugg
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import numbers
 import re
@@ -21,9 +20,9 @@ from dask.array.utils import meta_from_array
 
 from .. import backend
 from ..estimator import OperatorEstimator
-from ..factor import dual_intercept, primal_factor, primal_solve
+from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
 from ..gram import linear_partial, linear_shifts
-from ..linalg import recorded_ridges, ridge_name
+from ..linalg import blas_limits, factor_threads, recorded_ridges, ridge_name
 from ..memory import (
     check_gram_memory,
     check_host_memory,
@@ -42,25 +41,54 @@ from ..solve.graph import (
     row_blocks,
     with_ridges,
 )
-from ..solve.in_memory import dual_numpy, row_ranges
+from ..solve.in_memory import _checked, dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
 from ..solve.tiled import dual_graph
-from ..tuning import median_length_scale, sample_rows
-from .eigen import _linear_mean_diag, eigen_dual
+from ..tuning import eigh_above, median_length_scale, rounding_floor, sample_rows
 from .kernels import KERNELS, kernel_tile
 from .transform import _predict_block, _predict_linear, pca, transform_inputs
 
 __all__ = ["KernelOperator", "eigen_dual", "pca", "transform_inputs"]
 
 
-@contextlib.contextmanager
-def _nugget_messages():
-    """The shared solvers' errors and warnings with their ``alpha`` called ``nugget``."""
-    with ridge_name("nugget"):
-        try:
-            yield
-        except ValueError as exc:
-            raise ValueError(re.sub(r"\balpha\b", "nugget", str(exc))) from exc
+def eigen_dual(X, V, tile=None, *, alpha, fit_intercept):
+    """``(DualFactor, centred Beta (M, m))`` by one eigendecomposition of the centred Gram,
+    ``H K H = Q diag(lam) Q^T``: ``Beta = Q (lam_+ + alpha)^-1 Q^T (V - vbar)``, the solution the
+    searches score, for any ``alpha > 0`` (a Cholesky factorisation of ``H K H + alpha I`` may fail
+    on the Gram's rounding). ``K = tile(X, X, True)``; ``tile=None``: the linear kernel ``X X^T``,
+    whose directions with an eigenvalue within its rounding bound are left out (else they cost
+    ``log10(1 / alpha)`` digits against ``Ridge(solver="svd")``; ``Beta`` there changes no
+    prediction). Memory ``2 M^2``; an ``eigh`` costs about 9 Cholesky factorisations."""
+    V = _checked(V, X)
+    xp = backend.namespace(X)
+    M = X.shape[0]
+    with blas_limits(factor_threads()):
+        K = (X @ X.T).T if tile is None else backend.as_fortran(tile(X, X, True))
+        r = xp.sum(K, axis=1)
+        floor = rounding_floor(K, bound=True) if tile is None else None
+        if fit_intercept:
+            backend.centre_gram(K, r / M, xp.sum(r) / M**2)
+        lam, Q = eigh_above(K, floor)
+        del K
+        vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
+        lam = xp.maximum(lam, xp.zeros_like(lam))
+        Beta = Q @ ((Q.T @ (V - vbar)) / (lam + alpha)[:, None])
+    if fit_intercept:
+        Beta -= xp.mean(Beta, axis=0)
+    fac = DualFactor(L=None, r=r, vbar=vbar, M=M, fit_intercept=fit_intercept, ridge=float(alpha))
+    return fac, Beta
+
+
+def _block_moments(X):
+    return X.sum(axis=0), float((X * X).sum()), X.shape[0]
+
+
+def _linear_mean_diag(Xb, centred):
+    """The mean diagonal of the linear kernel's Gram, centred or not, from the delayed row blocks
+    ``Xb`` in one pass."""
+    parts = dask.compute(*[dask.delayed(_block_moments)(x) for x in Xb])
+    total, squares, M = (sum(p[k] for p in parts) for k in range(3))
+    return squares / M - (float(total @ total) / M**2 if centred else 0.0)
 
 
 class KernelOperator(OperatorEstimator):
@@ -104,11 +132,6 @@ default="rbf"
 
     Attributes
     ----------
-    input_name_, output_name_ : str
-        The input and output variables a Dataset or store is read by (``fit(input=,
-        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
-    sample_dim_ : str
-        The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
     X_train_ : ndarray of shape (M, p) or None
         The model's own copy of the training inputs (``p = n``, or the PCA scores), needed to
         predict; None where the linear kernel is fitted in the primal (see ``coef_``).
@@ -127,11 +150,11 @@ default="rbf"
     pca_components_ : ndarray of shape (n, p) or None
         Leading principal directions of the training inputs, weighted with ``pca_power`` (None
         without ``n_components`` and ``pca_power``).
-    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_
+    input_name_, output_name_, sample_dim_, n_features_in_, input_shape_, output_shape_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_coords_, output_coords_
+    input_dims_, output_dims_, input_coords_, output_coords_, input_grid_, output_grid_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
+    input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
     length_scale_ : float
         The length scale used (``length_scale``, or its median-heuristic value; 1.0 for
@@ -201,15 +224,14 @@ default="rbf"
         (transformed) inputs; ValueError where its square is beyond float64."""
         if self.kernel == "linear":
             return 1.0
-        if self.length_scale != "median":
+        median = self.length_scale == "median"
+        if not median:
             ell = float(self.length_scale)
         else:
             ell = median_length_scale(transform(sample_rows(U, random_state=0), 0), random_state=0)
         with np.errstate(over="ignore", under="ignore"):
             if not 0 < np.float64(ell) ** 2 < np.inf:
-                src = (
-                    " (the median distance of the inputs)" if self.length_scale == "median" else ""
-                )
+                src = " (the median distance of the inputs)" if median else ""
                 raise ValueError(
                     f"length scale {ell:.3g}{src}: its square is beyond the range of float64; "
                     "rescale the inputs (e.g. to unit spread)"
@@ -287,36 +309,40 @@ default="rbf"
     def _fit_arrays(self, U, V, lazy, dtype):
         """``dual_coef_`` (M, m), ``intercept_`` (m,) and the training inputs; the linear kernel on
         fewer inputs than samples: ``coef_`` (p, m) and ``intercept_``."""
-        with _nugget_messages():
-            self.pca_mean_ = self.pca_components_ = self.coef_ = None
-            if lazy:
-                self._refuse_device(U)
-            self._check_model_memory(U, V, lazy, dtype)  # before the PCA and median length scale
-            if self.n_components is not None or self.pca_power is not None:
-                xp = backend.namespace(U) if backend.is_array_api(U) else np
-                self.pca_mean_, self.pca_components_ = (
-                    xp.astype(a, getattr(xp, dtype.name))
-                    for a in pca(U, self.n_components, self.pca_power)
-                )
-            transform = functools.partial(
-                transform_inputs, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype
+        with ridge_name("nugget"):  # the shared solvers' alpha is this model's nugget
+            try:
+                self._solve(U, V, lazy, dtype)
+            except ValueError as exc:
+                raise ValueError(re.sub(r"\balpha\b", "nugget", str(exc))) from exc
+
+    def _solve(self, U, V, lazy, dtype):
+        self.pca_mean_ = self.pca_components_ = self.coef_ = None
+        if lazy:
+            self._refuse_device(U)
+        self._check_model_memory(U, V, lazy, dtype)  # before the PCA and median length scale
+        if self.n_components is not None or self.pca_power is not None:
+            xp = backend.namespace(U) if backend.is_array_api(U) else np
+            self.pca_mean_, self.pca_components_ = (
+                xp.astype(a, getattr(xp, dtype.name))
+                for a in pca(U, self.n_components, self.pca_power)
             )
-            alpha, self.kernel_ = float(self.nugget), self.kernel
-            self.length_scale_ = self._resolve_length_scale(U, transform)
-            if self._primal(U.shape[0], self._width(U.shape[1])):
-                self.X_train_ = self.dual_coef_ = None
-                self.coef_, self.intercept_ = self._solve_primal(
-                    U, V, lazy, dtype, transform, alpha
-                )
-            elif lazy:
-                self._solve_lazy(U, V, dtype, transform, alpha)
-            else:
-                self._check_gram_memory(U, lazy, dtype)
-                X = transform(U, 0)
-                if X is U:  # the caller's array, maybe: kept as it is now, not as it will be
-                    X = backend.copy(X)
-                fac, Beta = self._dual_in_memory(X, V, dtype, alpha)
-                self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
+        transform = functools.partial(
+            transform_inputs, mean=self.pca_mean_, components=self.pca_components_, dtype=dtype
+        )
+        alpha, self.kernel_ = float(self.nugget), self.kernel
+        self.length_scale_ = self._resolve_length_scale(U, transform)
+        if self._primal(U.shape[0], self._width(U.shape[1])):
+            self.X_train_ = self.dual_coef_ = None
+            self.coef_, self.intercept_ = self._solve_primal(U, V, lazy, dtype, transform, alpha)
+        elif lazy:
+            self._solve_lazy(U, V, dtype, transform, alpha)
+        else:
+            self._check_gram_memory(U, lazy, dtype)
+            X = transform(U, 0)
+            if X is U:  # the caller's array, maybe: kept as it is now, not as it will be
+                X = backend.copy(X)
+            fac, Beta = self._dual_in_memory(X, V, dtype, alpha)
+            self.X_train_, self.dual_coef_, self.intercept_ = X, Beta, dual_intercept(fac, Beta)
 
     def _solve_lazy(self, U, V, dtype, transform, alpha):
         """The dual of dask input: the linear kernel's eigen solve in one task where a worker holds

@@ -104,11 +104,6 @@ class KernelOperatorCV(SelectionCV):
 
     Attributes
     ----------
-    input_name_, output_name_ : str
-        The input and output variables a Dataset or store is read by (``fit(input=,
-        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
-    sample_dim_ : str
-        The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
     best_params_ : dict
         ``kernel``, ``length_scale``, ``nugget`` (and ``pca_power`` where ``pca_power`` is not
         None): ``best_estimator_``'s. The refit solves by an eigendecomposition where a
@@ -122,19 +117,17 @@ class KernelOperatorCV(SelectionCV):
         The median-heuristic length scale of each kernel (one value).
     n_splits_ : int
         Number of validation splits scored.
-    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_
+    input_name_, output_name_, sample_dim_, n_features_in_, input_shape_, output_shape_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_coords_, output_coords_
+    input_dims_, output_dims_, input_coords_, output_coords_, input_grid_, output_grid_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
+    input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Cost per split: ``3 M_t (M_t + M_v) n`` flops for the distances, then per (kernel, length
     scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram (the linear kernel in the
-    primal: ``M_t p^2`` flops and an ``eigh`` of ``p x p``). Memory: four
-    ``M_t x M_t`` and two ``M_v x M_t`` arrays, checked against the budget (``max_gram_bytes``,
-    else 60 % of the memory) before the search starts. dask input is gathered first (the model
-    holds its training inputs anyway).
+    primal: ``M_t p^2`` flops and an ``eigh`` of ``p x p``). Memory: four ``M_t x M_t`` and two
+    ``M_v x M_t`` arrays, checked against the budget before the search. dask input is gathered.
     """
 
     _param_name = "length_scale"

@@ -69,12 +69,10 @@ class Recovery:
                 continue
             tol = tolerance(x)
             if y[0] < lo - tol or y[-1] > hi + tol:
-                hint = (
-                    "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral'"
-                    if self.kind == "rf"
-                    else "if the axis is periodic, give its period: the coordinate attribute "
-                    "'period' or fit(..., periods=)"
-                )
+                hint = "if the axis is periodic, give its period: the coordinate attribute "
+                hint += "'period' or fit(..., periods=)"
+                if self.kind == "rf":
+                    hint = "recovery 'rf' does not wrap periodic axes: use 'cubic' or 'spectral'"
                 raise ValueError(
                     f"{name} spans [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the domain "
                     f"[{lo:.10g}, {hi:.10g}] of {where}; recovery does not extrapolate ({hint})"
