@@ -51,39 +51,21 @@ class ResamplingMixin:
             raise ValueError(
                 f"recovery must be a kind, a dict or a pair (input, output); got {self.recovery!r}"
             )
-        for spec in specs:
-            kind = spec.get("kind", "cubic") if isinstance(spec, Mapping) else spec
-            if kind not in rec.KINDS:
-                raise ValueError(
-                    f"unknown recovery kind {kind!r} in recovery={self.recovery!r}; "
-                    f"choose from {rec.KINDS}"
-                )
         return tuple(specs)
 
     def _check_recovery(self):
-        """Validate the ``recovery`` parameter at ``fit``, options included."""
+        """Validate the ``recovery`` parameter at ``fit``: kinds and options."""
         for spec in self._recovery_specs():
-            if not isinstance(spec, Mapping) or len(spec) <= ("kind" in spec):
-                continue
-            kind = spec.get("kind", "cubic")
-            options = {k: v for k, v in spec.items() if k != "kind"}
-            if kind != "rf":
-                raise ValueError(
-                    f"recovery kind {kind!r} takes no options, got {sorted(options)} in "
-                    f"recovery={self.recovery!r}"
-                )
-            seed = options.get("random_state", 0)
+            try:  # the kind, and the names and values of its options
+                rec.make_recovery(spec, np.arange(4.0))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"invalid recovery={self.recovery!r}: {exc}") from exc
+            seed = spec.get("random_state", 0) if isinstance(spec, Mapping) else 0
             if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
                 raise ValueError(
                     f"recovery 'rf' needs an int random_state, got {seed!r}: the map is built "
                     "again for each new grid and must draw the same features every time"
                 )
-            try:  # its own checks of the names and values
-                rec.RandomFeatureInterpolant(np.arange(4.0), **options)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(
-                    f"invalid options of recovery 'rf' in recovery={self.recovery!r}: {exc}"
-                ) from exc
 
     def _recovery(self, which, grid):
         """The ``which`` recovery map of ``grid``; a DataWarning where a spectral map reads an axis

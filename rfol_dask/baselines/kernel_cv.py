@@ -27,6 +27,8 @@ __all__ = ["KernelOperatorCV", "DEFAULT_LENGTH_SCALES"]
 
 #: default multiples of the median-heuristic length scale: 4^-2 = 1/16 to 4^2 = 16
 DEFAULT_LENGTH_SCALES = tuple(4.0 ** np.arange(-2, 3))
+_REFIT = ("column_block", "recovery")  # the refit's settings that refit= (a dict) may give
+_SHARED = ("n_components", "fit_intercept", "max_gram_bytes", "progress", "device")
 
 
 def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None, X_v=None):
@@ -144,15 +146,11 @@ class KernelOperatorCV(SelectionCV):
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
         "stages": [dict, None],
         "refit": ["boolean", dict],
-        **{
-            k: v
-            for k, v in OperatorEstimator._common_constraints.items()
-            if k not in ("column_block", "recovery")
-        },
+        **{k: v for k, v in OperatorEstimator._common_constraints.items() if k not in _REFIT},
     }
     _stage_defaults = {"coarse": 0.25, "refine": DEFAULT_REFINE, "fine": 0.5, "alpha_path": "auto"}
     _base_class = KernelOperator
-    _refit_keys = ("column_block", "recovery")
+    _refit_keys = _REFIT
 
     def __init__(
         self,
@@ -197,15 +195,9 @@ class KernelOperatorCV(SelectionCV):
     def _base_estimator(self, **best):
         powers = self._powers()
         best = {"pca_power": powers[0] if len(powers) == 1 else None, **best}
+        shared = {k: getattr(self, k) for k in _SHARED}
         return KernelOperator(
-            n_components=self.n_components,
-            fit_intercept=self.fit_intercept,
-            dtype=self._refit_dtype().name,
-            max_gram_bytes=self.max_gram_bytes,
-            progress=self.progress,
-            device=self.device,
-            **self._refit_settings(),
-            **best,
+            dtype=self._refit_dtype().name, **shared, **self._refit_settings(), **best
         )
 
     def _refit_candidates(self):

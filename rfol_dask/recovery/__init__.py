@@ -23,20 +23,9 @@ from .grids import as_grid, as_periods, grid_domain, same_grid, tolerance, unifo
 from .interpolation import GridInterpolation, Recovery, SpectralResampling
 from .rf import RandomFeatureInterpolant
 
-__all__ = [
-    "KINDS",
-    "as_grid",
-    "as_periods",
-    "make_recovery",
-    "Recovery",
-    "GridInterpolation",
-    "SpectralResampling",
-    "RandomFeatureInterpolant",
-    "same_grid",
-    "tolerance",
-    "grid_domain",
-    "uniform_period",
-]
+__all__ = ["KINDS", "as_grid", "as_periods", "make_recovery", "Recovery", "GridInterpolation"]
+__all__ += ["SpectralResampling", "RandomFeatureInterpolant", "same_grid", "tolerance"]
+__all__ += ["grid_domain", "uniform_period"]
 
 KINDS = ("cubic", "linear", "nearest", "spectral", "rf")
 
