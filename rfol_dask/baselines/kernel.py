@@ -162,13 +162,11 @@ default="rbf"
     kernel_ : str
         The kernel fitted, which ``predict`` uses (``set_params(kernel=...)`` acts at the next fit).
 
-    Memory: the M x M Gram (factorised in place; blocked across workers for dask input that
-    does not fit one) plus the training inputs; the fitted arrays are checked against this
-    process's available memory before any work. Cost: ``M^2 n`` (Gram) + ``M^3 / 3`` +
-    ``2 M^2 m``. The linear kernel with ``p < M``: the ``p x p`` Gram (one per worker thread for
-    dask input) plus one row block, cost ``M p^2 + 2 M p m`` + ``p^3 / 3`` + ``2 p^2 m``; with
-    ``p >= M`` and a nugget: the Gram and its eigenvectors (``2 M^2``; for dask input on one
-    worker, with the data), cost ``M^2 p`` + an ``eigh`` (about ``3 M^3``) + ``4 M^2 m``.
+    Memory: the M x M Gram (blocked across workers for dask input that does not fit one) plus the
+    training inputs, checked before any work; cost ``M^2 n + M^3 / 3 + 2 M^2 m``. The linear
+    kernel with ``p < M``: the ``p x p`` Gram (one per worker thread) plus a row block, cost
+    ``M p^2 + 2 M p m + p^3 / 3 + 2 p^2 m``; with ``p >= M`` and a nugget: the Gram and its
+    eigenvectors (on one worker for dask input), cost ``M^2 p`` + an ``eigh`` + ``4 M^2 m``.
     """
 
     _parameter_constraints = {
@@ -258,9 +256,8 @@ default="rbf"
         return 3 if getattr(self, "coef_", None) is not None else super()._model_format()
 
     def _check_memory(self, U, V, lazy, dtype, client=None):
-        """ValueError when the fitted model would not fit this process, or the in-memory fit's
-        Gram (the linear kernel's primal: its ``p x p`` Gram, for dask input too) exceeds the
-        memory budget; NotImplementedError for dask input on a GPU."""
+        """ValueError when the fitted model exceeds this process's memory or the in-memory Gram
+        (the primal's, also from dask) the budget; NotImplementedError for dask on a GPU."""
         if lazy:
             self._refuse_device(U)
         self._check_model_memory(U, V, lazy, dtype)
@@ -352,8 +349,7 @@ default="rbf"
         Ub, Vb, starts, cols = row_blocks(
             U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS, row_bytes=U.shape[1] * size
         )
-        # beside the Gram, the eigen solve's worker holds the eigenvectors and the data; the tiled
-        # chain a row of tiles
+        # held beside the Gram: by the eigen solve the eigenvectors and data, else a row of tiles
         if eigen:
             held, what = M * (M + self._width(U.shape[1]) + m) * size, "the data"
         else:

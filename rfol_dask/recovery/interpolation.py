@@ -8,18 +8,7 @@ from functools import partial
 import dask.array as da
 import numpy as np
 
-from .grids import (
-    RTOL,
-    as_grid,
-    as_periods,
-    grid_domain,
-    is_closed,
-    periodic_matrix,
-    same_grid,
-    spline_matrix,
-    tolerance,
-    uniform_period,
-)
+from . import grids
 
 
 def apply_matrix(values, axis, W):
@@ -35,9 +24,9 @@ class Recovery:
     periodic = False
 
     def __init__(self, grid_in, periods=None):
-        self.grid_in = as_grid(grid_in, "grid_in")
+        self.grid_in = grids.as_grid(grid_in, "grid_in")
         self.shape_in = tuple(x.size for x in self.grid_in)
-        self.periods = as_periods(periods, self.grid_in)
+        self.periods = grids.as_periods(periods, self.grid_in)
         self._cache = {}
 
     @property
@@ -45,17 +34,16 @@ class Recovery:
         return len(self.grid_in)
 
     def domain(self):
-        """``[(lo, hi), ...]`` per axis of ``grid_in`` (:func:`grid_domain`; ``(x[0], x[0] + P)``
-        on an axis of period ``P``)."""
-        axes = zip(
-            self.grid_in, self.periods, grid_domain(self.grid_in, self.periodic), strict=False
-        )
+        """``[(lo, hi), ...]`` per axis of ``grid_in`` (``(x[0], x[0] + P)`` on an axis of period
+        ``P``)."""
+        domain = grids.grid_domain(self.grid_in, self.periodic)
+        axes = zip(self.grid_in, self.periods, domain, strict=False)
         return [(ax[0], ax[0] + P) if P is not None else d for ax, P, d in axes]
 
     def check_grid(self, grid, name="grid_out", where="the grid it is recovered from"):
         """``grid`` as a tuple of axes, clipped into the domain; ValueError if it has the wrong
-        number of axes or leaves the domain by more than :func:`.grids.tolerance`."""
-        grid = as_grid(grid, name)
+        number of axes or leaves the domain by more than :func:`grids.tolerance`."""
+        grid = grids.as_grid(grid, name)
         if len(grid) != self.ndim:
             raise ValueError(
                 f"{name} has {len(grid)} axes but the recovery grid has {self.ndim} "
@@ -67,7 +55,7 @@ class Recovery:
             if P is not None:  # wraps: every coordinate is valid
                 out.append(y)
                 continue
-            tol = tolerance(x)
+            tol = grids.tolerance(x)
             if y[0] < lo - tol or y[-1] > hi + tol:
                 hint = "if the axis is periodic, give its period: the coordinate attribute "
                 hint += "'period' or fit(..., periods=)"
@@ -118,7 +106,7 @@ class Recovery:
     def _resample_block(self, block, grid_out, dtype):
         out = self._finite(block)
         for axis, y in enumerate(grid_out):
-            if not same_grid((self.grid_in[axis],), (y,)):
+            if not grids.same_grid((self.grid_in[axis],), (y,)):
                 out = self._apply(out, axis + 1, axis, y)
         return out.astype(dtype, copy=False)
 
@@ -151,7 +139,7 @@ class GridInterpolation(Recovery):
     def _matrix(self, axis, y):
         x, n = self.grid_in[axis], self.grid_in[axis].size
         if self.periods[axis] is not None:
-            return periodic_matrix(x, self.periods[axis], y, self.method)
+            return grids.periodic_matrix(x, self.periods[axis], y, self.method)
         if n == 1:
             return np.ones((y.size, 1))
         y = np.clip(y, x[0], x[-1])
@@ -162,7 +150,7 @@ class GridInterpolation(Recovery):
             node = RegularGridInterpolator((x,), np.arange(n, dtype=float), method="nearest")
             W[np.arange(y.size), node(y[:, None]).astype(np.int64)] = 1.0
             return W
-        return spline_matrix(x, y, 3 if self.method == "cubic" and n >= 4 else 1)
+        return grids.spline_matrix(x, y, 3 if self.method == "cubic" and n >= 4 else 1)
 
 
 class SpectralResampling(Recovery):
@@ -176,13 +164,13 @@ class SpectralResampling(Recovery):
     def __init__(self, grid_in, periods=None):
         super().__init__(grid_in, periods)
         for k, (x, P) in enumerate(zip(self.grid_in, self.periods, strict=False)):
-            if x.size > 2 and not np.allclose(np.diff(x), x[1] - x[0], rtol=RTOL, atol=0):
+            if x.size > 2 and not np.allclose(np.diff(x), x[1] - x[0], rtol=grids.RTOL, atol=0):
                 raise ValueError(
                     f"spectral resampling needs uniform periodic axes; axis {k} is not uniform "
                     "(use kind='cubic' for general grids)"
                 )
-            n = x.size - 1 if P is not None and is_closed(x, P) else x.size
-            if P is not None and n > 1 and abs(n * (x[1] - x[0]) - P) > RTOL * P:
+            n = x.size - 1 if P is not None and grids.is_closed(x, P) else x.size
+            if P is not None and n > 1 and abs(n * (x[1] - x[0]) - P) > grids.RTOL * P:
                 raise ValueError(
                     "spectral resampling needs the nodes of a periodic axis to split its period "
                     f"uniformly: axis {k} has {n} points {x[1] - x[0]:g} apart but period {P:g} "
@@ -199,14 +187,14 @@ class SpectralResampling(Recovery):
         x, P = self.grid_in[axis], self.periods[axis]
         if x.size == 1:
             return np.repeat(values, y.size, axis=array_axis)
-        period = uniform_period(x) if P is None else P
-        if P is not None and is_closed(x, P):  # the repeated end point: averaged into the first
+        period = grids.uniform_period(x) if P is None else P
+        if P is not None and grids.is_closed(x, P):  # the repeated end point: into the first
             last = np.take(values, -1, axis=array_axis)
             values = np.delete(values, -1, axis=array_axis)
             first = (slice(None),) * array_axis + (0,)
             values[first] = (values[first] + last) / 2
         n, m = values.shape[array_axis], y.size
-        if m == 1 or np.allclose(np.diff(y), period / m, rtol=RTOL, atol=0):  # by FFT and folding
+        if m == 1 or np.allclose(np.diff(y), period / m, rtol=grids.RTOL, atol=0):  # FFT, fold
             k = self._wavenumbers(n)
             C = np.fft.fft(np.moveaxis(values, array_axis, -1), axis=-1) / n
             if n % 2 == 0:  # the Nyquist mode split in halves at -n/2 and n/2
