@@ -116,7 +116,13 @@ class ResamplingMixin:
         if grid is not None and (not coords or output_grid is not None):
             dims = dims or tuple(f"dim_{k}" for k in range(len(grid)))
             coords = dict(zip(dims, grid, strict=True))
-        return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
+        pred = io.wrap_like(Y, u, shape, dims, coords, name="prediction")
+        if isinstance(pred, xr.DataArray):
+            pred.attrs.update(getattr(self, "output_attrs_", {}))
+            for dim, attrs in getattr(self, "output_coord_attrs_", {}).items():
+                if dim in pred.coords:
+                    pred[dim].attrs.update(attrs)
+        return pred
 
     def _new_output_grid(self, output_grid):
         """``output_grid`` as axes where given and not the training output grid, else None."""
@@ -213,14 +219,6 @@ class ResamplingMixin:
                     f"{source} span [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the "
                     f"training domain [{lo:.10g}, {hi:.10g}]"
                 )
-
-    def _with_output_attrs(self, pred):
-        if isinstance(pred, xr.DataArray):
-            pred.attrs.update(getattr(self, "output_attrs_", {}))
-            for dim, attrs in getattr(self, "output_coord_attrs_", {}).items():
-                if dim in pred.coords:
-                    pred[dim].attrs.update(attrs)
-        return pred
 
 
 #: the widest gap a periodic input grid may leave, in its median spacings (or the training grid's)

@@ -18,29 +18,14 @@ import dask
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from .. import backend
+from .. import backend, memory
 from ..estimator import OperatorEstimator
 from ..factor import DualFactor, dual_intercept, primal_factor, primal_solve
 from ..gram import linear_partial, linear_shifts
 from ..linalg import blas_limits, factor_threads, recorded_ridges, ridge_name
-from ..memory import (
-    check_gram_memory,
-    check_host_memory,
-    dual_plan,
-    gram_slots,
-    memory_budget,
-    n_slots,
-)
 from ..params import Interval, StrOptions
 from ..progress import active_client
-from ..solve.graph import (
-    MAX_TILE_BLOCKS,
-    TaskNames,
-    column_slab,
-    compute_fit,
-    row_blocks,
-    with_ridges,
-)
+from ..solve import graph
 from ..solve.in_memory import _checked, dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
 from ..solve.tiled import dual_graph
@@ -268,15 +253,18 @@ default="rbf"
         M, p = U.shape[0], self._width(U.shape[1])
         xp = backend.namespace(U) if not lazy and backend.is_array_api(U) else None
         if self._primal(M, p):
-            copies = 2 if lazy and n_slots(client) > 1 else 1  # a worker summing chains holds two
-            check_gram_memory(
+            copies = 2 if lazy and memory.n_slots(client) > 1 else 1  # a summing worker: two
+            memory.check_gram_memory(
                 p, dtype, self.max_gram_bytes, client if lazy else None, solver="linear",
                 peak_copies=copies, xp=xp, budget=budget,
             )  # fmt: skip
         elif not lazy:  # the linear kernel's eigen solve holds the eigenvectors beside the Gram
-            held = {f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize}
-            held = held if self._eigen_dual() else None
-            check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
+            self._check_dual_memory(M, dtype, xp, self._eigen_dual())
+
+    def _check_dual_memory(self, M, dtype, xp, eigen=True):
+        """The in-memory dual's ``M x M`` Gram, with its eigenvectors for an eigen solve."""
+        held = {f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize} if eigen else None
+        memory.check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
 
     def _check_model_memory(self, U, V, lazy, dtype):
         """ValueError when the fitted arrays exceed this process's available memory where they end
@@ -292,7 +280,7 @@ default="rbf"
                 fewer = "training samples (the model holds them), inputs (n_components)"
             if self.n_components is not None or self.pca_power is not None:
                 held[f"the {n} x {p} principal directions"] = (n + 1) * p * size
-            check_host_memory(held, dtype, fewer=fewer)
+            memory.check_host_memory(held, dtype, fewer=fewer)
 
     def _refuse_device(self, U):
         """NotImplementedError for dask input on a GPU (``device="cuda"`` or CuPy chunks)."""
@@ -346,22 +334,23 @@ default="rbf"
         it, else the tiled Gram factorised (blocked where it does not fit a worker)."""
         M, client = U.shape[0], active_client()
         m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
-        Ub, Vb, starts, cols = row_blocks(
-            U, V, self.column_block, client, max_blocks=MAX_TILE_BLOCKS, row_bytes=U.shape[1] * size
+        most, row = graph.MAX_TILE_BLOCKS, U.shape[1] * size
+        Ub, Vb, starts, cols = graph.row_blocks(
+            U, V, self.column_block, client, max_blocks=most, row_bytes=row
         )
         # held beside the Gram: by the eigen solve the eigenvectors and data, else a row of tiles
         if eigen:
             held, what = M * (M + self._width(U.shape[1]) + m) * size, "the data"
         else:
             held, what = int(max(np.diff(starts))) * M * size, "a row of Gram tiles"
-        blocked = dual_plan(
+        blocked = memory.dual_plan(
             M, dtype, self.max_gram_bytes, client, held_bytes=held, summed=False, held_what=what
         ).blocked
         Xb = [dask.delayed(transform)(Ub[i], starts[i]) for i in range(len(Ub))]
-        fit = functools.partial(compute_fit, progress=self.progress, client=client)
+        fit = functools.partial(graph.compute_fit, progress=self.progress, client=client)
         if eigen and not blocked:
             X = dask.delayed(np.concatenate)(Xb)
-            Vs = dask.delayed(column_slab)(0, m, dtype, *Vb)
+            Vs = dask.delayed(graph.column_slab)(0, m, dtype, *Vb)
             fac, Beta = dask.delayed(eigen_dual, nout=2)(
                 X, Vs, alpha=alpha, fit_intercept=self.fit_intercept
             )
@@ -387,7 +376,7 @@ default="rbf"
             mean_diag = 1.0
             if self.kernel == "linear":
                 mean_diag = functools.partial(_linear_mean_diag, Xb, self.fit_intercept)
-            X, betas, intercepts = with_ridges(run, alpha, dtype, mean_diag)
+            X, betas, intercepts = graph.with_ridges(run, alpha, dtype, mean_diag)
         self.X_train_ = X
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)
         self.intercept_ = np.concatenate(intercepts).astype(dtype, copy=False)
@@ -407,8 +396,7 @@ default="rbf"
             return fac, Beta
         M = X.shape[0]
         xp = backend.namespace(X) if backend.is_array_api(X) else None
-        held = {f"its {M} x {M} eigenvectors": M * M * np.dtype(dtype).itemsize}
-        check_gram_memory(M, dtype, self.max_gram_bytes, solver="kernel", xp=xp, held=held)
+        self._check_dual_memory(M, dtype, xp)
         return eigen_dual(X, V, self._tile(), **kw)
 
     def _solve_primal(self, U, V, lazy, dtype, transform, alpha):
@@ -424,10 +412,10 @@ default="rbf"
                 sums = linear_partial(X[s:e, ...], V[s:e, ...], s, sums, shifts)
             return primal_solve(primal_factor(sums, shifts, alpha, icpt), 0, V.shape[1])
         client = active_client()
-        budget = memory_budget(self.max_gram_bytes, client)  # asked once: the check and the chains
+        budget = memory.memory_budget(self.max_gram_bytes, client)  # for the check and chains
         self._check_gram_memory(U, lazy, dtype, client, budget)
-        Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
-        names = TaskNames()
+        Ub, Vb, starts, cols = graph.row_blocks(U, V, self.column_block, client)
+        names = graph.TaskNames()
         Xb = [
             dask.delayed(transform)(Ub[i], starts[i], dask_key_name=names("inputs", i))
             for i in range(len(Ub))
@@ -441,7 +429,7 @@ default="rbf"
 
         # a worker runs the chains its memory holds, each with its p x p and p x m sums
         p, size = self._width(U.shape[1]), np.dtype(dtype).itemsize
-        per_worker = gram_slots(p, dtype, with_each=p * V.shape[1] * size, budget=budget)
+        per_worker = memory.gram_slots(p, dtype, with_each=p * V.shape[1] * size, budget=budget)
         coef, intercept = solve_primal(
             primal_sums(len(Ub), add_block, client, per_worker), shifts, cols, names, alpha=alpha,
             fit_intercept=icpt, client=client, progress=self.progress,

@@ -50,15 +50,6 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
     return K_tt, K_vt, trace
 
 
-def linear_primal(X_t, X_v, fit_intercept):
-    """The linear kernel's primal problem of one split, ``(X_c^T X_c, X_vc, X_c)``: the inputs
-    centred by the training mean (or as they are), for ``path_errors(design=X_c)``."""
-    if fit_intercept:
-        xbar = namespace(X_t).mean(X_t, axis=0)
-        X_t, X_v = X_t - xbar, X_v - xbar
-    return X_t.T @ X_t, X_v, X_t
-
-
 class KernelOperatorCV(SelectionCV):
     """KernelOperator with its kernel, length scale and nugget chosen by validation.
 
@@ -268,12 +259,12 @@ class KernelOperatorCV(SelectionCV):
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
         args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self._st["alpha_path"], alpha_center)
-        linear = self._base_estimator(kernel="linear") if kernel == "linear" else None
-        if linear is not None and linear._primal(X.shape[0], X_t.shape[1]):
-            G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
-            return np.asarray(
-                [[floored_path_errors(as_fortran(G), K, *args, design=X_c, eps=self._eps)]]
-            )
+        if kernel == "linear" and KernelOperator(kernel="linear")._primal(X.shape[0], X_t.shape[1]):
+            if self.fit_intercept:  # the primal of the inputs centred by the training mean
+                xbar = namespace(X_t).mean(X_t, axis=0)
+                X_t, X_v = X_t - xbar, X_v - xbar
+            G = as_fortran(X_t.T @ X_t)
+            return np.asarray([[floored_path_errors(G, X_v, *args, design=X_t, eps=self._eps)]])
         for m in mults:
             ell = m * self.median_scales_[kernel]
             G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, ell, self.fit_intercept, X_t, X_v)

@@ -53,13 +53,10 @@ def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
 
 
 def pca(U, n_components, power=None):
-    """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy or dask),
-    each weighted by ``(s_j / s_1)^power`` if ``power`` is given (:func:`pca_from_scatter`).
-
-    One pass over ``U`` and an ``n x n`` symmetric eigendecomposition; memory ``n^2``.
-    """
-    # CuPy: the scatter on the device, the small eigenproblem on the host
-    if backend.is_array_api(U):
+    """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy, dask or
+    CuPy), weighted by ``(s_j / s_1)^power`` if ``power`` is given (:func:`pca_from_scatter`); one
+    pass over ``U`` and an ``n x n`` eigendecomposition."""
+    if backend.is_array_api(U):  # CuPy: the scatter on the GPU, the eigenproblem on the host
         check_finite(U, 0, "U")
         xp = backend.namespace(U)
         mean = xp.mean(U, axis=0)
