@@ -26,6 +26,7 @@ from ..linalg import blas_limits, factor_threads, recorded_ridges, ridge_name
 from ..params import Interval, StrOptions
 from ..progress import active_client
 from ..solve import graph
+from ..solve.graph import row_blocks
 from ..solve.in_memory import _checked, dual_numpy, row_ranges
 from ..solve.primal import primal_sums, solve_primal
 from ..solve.tiled import dual_graph
@@ -335,7 +336,7 @@ default="rbf"
         M, client = U.shape[0], active_client()
         m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
         most, row = graph.MAX_TILE_BLOCKS, U.shape[1] * size
-        Ub, Vb, starts, cols = graph.row_blocks(
+        Ub, Vb, starts, cols = row_blocks(
             U, V, self.column_block, client, max_blocks=most, row_bytes=row
         )
         # held beside the Gram: by the eigen solve the eigenvectors and data, else a row of tiles
@@ -414,7 +415,7 @@ default="rbf"
         client = active_client()
         budget = memory.memory_budget(self.max_gram_bytes, client)  # for the check and chains
         self._check_gram_memory(U, lazy, dtype, client, budget)
-        Ub, Vb, starts, cols = graph.row_blocks(U, V, self.column_block, client)
+        Ub, Vb, starts, cols = row_blocks(U, V, self.column_block, client)
         names = graph.TaskNames()
         Xb = [
             dask.delayed(transform)(Ub[i], starts[i], dask_key_name=names("inputs", i))
