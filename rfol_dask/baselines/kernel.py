@@ -333,7 +333,7 @@ default="rbf"
     def _solve_lazy(self, U, V, dtype, transform, alpha):
         """The dual of dask input: the linear kernel's eigen solve in one task where a worker holds
         it, else the tiled Gram factorised (blocked where it does not fit a worker)."""
-        M, client = U.shape[0], active_client()
+        M, client, icpt = U.shape[0], active_client(), self.fit_intercept
         m, size, eigen = V.shape[1], np.dtype(dtype).itemsize, self._eigen_dual()
         most, row = graph.MAX_TILE_BLOCKS, U.shape[1] * size
         Ub, Vb, starts, cols = row_blocks(
@@ -352,9 +352,7 @@ default="rbf"
         if eigen and not blocked:
             X = dask.delayed(np.concatenate)(Xb)
             Vs = dask.delayed(graph.column_slab)(0, m, dtype, *Vb)
-            fac, Beta = dask.delayed(eigen_dual, nout=2)(
-                X, Vs, alpha=alpha, fit_intercept=self.fit_intercept
-            )
+            fac, Beta = dask.delayed(eigen_dual, nout=2)(X, Vs, alpha=alpha, fit_intercept=icpt)
             intercepts = [dask.delayed(dual_intercept)(fac, Beta)]
             X, betas, intercepts = fit(
                 X, [Beta], intercepts, desc="fit (linear kernel, eigen)", alpha=alpha
@@ -363,8 +361,8 @@ default="rbf"
 
             def run(ridge):  # the blocked factorisation is tried again with raised ridges
                 fac, betas = dual_graph(
-                    Xb, Vb, starts, self._tile(), cols, alpha=ridge,
-                    fit_intercept=self.fit_intercept, dtype=dtype, blocked=blocked,
+                    Xb, Vb, starts, self._tile(), cols, alpha=ridge, fit_intercept=icpt,
+                    dtype=dtype, blocked=blocked,
                 )  # fmt: skip
                 intercepts = [
                     dask.delayed(dual_intercept)(fac, Beta, start=c0)
@@ -376,7 +374,7 @@ default="rbf"
             # the linear kernel's diagonal is not 1: its mean sets the raised ridges, as in memory
             mean_diag = 1.0
             if self.kernel == "linear":
-                mean_diag = functools.partial(_linear_mean_diag, Xb, self.fit_intercept)
+                mean_diag = functools.partial(_linear_mean_diag, Xb, icpt)
             X, betas, intercepts = graph.with_ridges(run, alpha, dtype, mean_diag)
         self.X_train_ = X
         self.dual_coef_ = np.concatenate(betas, axis=1).astype(dtype, copy=False)

@@ -87,13 +87,9 @@ def spline_matrix(x, y, k, period=None):
     from scipy.sparse import csc_array, csr_array
     from scipy.sparse.linalg import splu
 
-    n = x.size
-    if period is None:
-        t = make_interp_spline(x, np.zeros(n), k=k).t
-    else:
-        t = make_interp_spline(
-            np.append(x, x[0] + period), np.zeros(n + 1), k=k, bc_type="periodic" if k > 1 else None
-        ).t
+    n, nodes = x.size, x if period is None else np.append(x, x[0] + period)
+    bc = "periodic" if period is not None and k > 1 else None
+    t = make_interp_spline(nodes, np.zeros(nodes.size), k=k, bc_type=bc).t
 
     def basis(z):  # (len(z), n) sparse; periodic: coefficient j is coefficient j mod n
         B = BSpline.design_matrix(z, t, k).tocoo()
