@@ -21,8 +21,7 @@ class ResamplingMixin:
 
     def _knows_grid(self, which):
         """Whether the ``which`` grid has dims or coordinates (else data are read by position)."""
-        keys = (f"{which}_dims_", f"{which}_grid_")
-        return any(getattr(self, k, None) is not None for k in keys)
+        return any(getattr(self, f"{which}_{k}_", None) is not None for k in ("dims", "grid"))
 
     def _learn_grids(self, u, v, V, in_shape, out_shape, input_grid, output_grid, periods):
         """The fitted shapes, dims, coordinates, attributes, grids and periods of both sides."""
@@ -52,48 +51,29 @@ class ResamplingMixin:
             raise ValueError(
                 f"recovery must be a kind, a dict or a pair (input, output); got {self.recovery!r}"
             )
-        for spec in specs:
-            kind = spec.get("kind", "cubic") if isinstance(spec, Mapping) else spec
-            if kind not in rec.KINDS:
-                raise ValueError(
-                    f"unknown recovery kind {kind!r} in recovery={self.recovery!r}; "
-                    f"choose from {rec.KINDS}"
-                )
         return tuple(specs)
 
     def _check_recovery(self):
-        """Validate the ``recovery`` parameter at ``fit``, options included."""
+        """Validate the ``recovery`` parameter at ``fit``: kinds and options."""
         for spec in self._recovery_specs():
-            if not isinstance(spec, Mapping) or len(spec) <= ("kind" in spec):
-                continue
-            kind = spec.get("kind", "cubic")
-            options = {k: v for k, v in spec.items() if k != "kind"}
-            if kind != "rf":
-                raise ValueError(
-                    f"recovery kind {kind!r} takes no options, got {sorted(options)} in "
-                    f"recovery={self.recovery!r}"
-                )
-            seed = options.get("random_state", 0)
+            try:  # the kind, and the names and values of its options
+                rec.make_recovery(spec, np.arange(4.0))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"invalid recovery={self.recovery!r}: {exc}") from exc
+            seed = spec.get("random_state", 0) if isinstance(spec, Mapping) else 0
             if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
                 raise ValueError(
                     f"recovery 'rf' needs an int random_state, got {seed!r}: the map is built "
                     "again for each new grid and must draw the same features every time"
                 )
-            try:  # its own checks of the names and values
-                rec.RandomFeatureInterpolant(np.arange(4.0), **options)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(
-                    f"invalid options of recovery 'rf' in recovery={self.recovery!r}: {exc}"
-                ) from exc
 
     def _recovery(self, which, grid):
-        """The ``which`` recovery map of ``grid``; a DataWarning where a spectral map takes an axis
+        """The ``which`` recovery map of ``grid``; a DataWarning where a spectral map reads an axis
         of no known period as periodic."""
         periods = getattr(self, f"{which}_periods_", None)
         R = rec.make_recovery(self._recovery_specs()[which == "output"], grid, periods=periods)
         if R.kind == "spectral":
-            dims = getattr(self, f"{which}_dims_", None)
-            dims = dims or [f"dim_{k}" for k in range(len(R.grid_in))]
+            dims = getattr(self, f"{which}_dims_", None) or [f"dim_{k}" for k in range(R.ndim)]
             guessed = [
                 f"{d} (period {rec.uniform_period(x):g})"
                 for d, x, P in zip(dims, R.grid_in, R.periods, strict=True)
@@ -136,7 +116,13 @@ class ResamplingMixin:
         if grid is not None and (not coords or output_grid is not None):
             dims = dims or tuple(f"dim_{k}" for k in range(len(grid)))
             coords = dict(zip(dims, grid, strict=True))
-        return self._with_output_attrs(io.wrap_like(Y, u, shape, dims, coords, name="prediction"))
+        pred = io.wrap_like(Y, u, shape, dims, coords, name="prediction")
+        if isinstance(pred, xr.DataArray):
+            pred.attrs.update(getattr(self, "output_attrs_", {}))
+            for dim, attrs in getattr(self, "output_coord_attrs_", {}).items():
+                if dim in pred.coords:
+                    pred[dim].attrs.update(attrs)
+        return pred
 
     def _new_output_grid(self, output_grid):
         """``output_grid`` as axes where given and not the training output grid, else None."""
@@ -176,8 +162,7 @@ class ResamplingMixin:
 
     def _to_training_grid(self, U, u, input_grid):
         """The operand ``u`` resampled through ``R_U`` to the training input grid if needed."""
-        own = io.operand_grid(u)  # a DataArray's coordinates
-        grid = own
+        grid = own = io.operand_grid(u)  # a DataArray's coordinates
         if input_grid is not None:
             grid = rec.as_grid(self._named_axes(input_grid, "input"), "input_grid")
         if input_grid is not None and own is not None and not rec.same_grid(grid, own):
@@ -209,8 +194,7 @@ class ResamplingMixin:
         return io.Operand(new.data, new.grid_shape, u.kind, u.dims, u.coords, u.sample)
 
     def _check_domain(self, trained, grid, R_U, source):
-        """ValueError where the input ``grid`` does not cover the ``trained`` domain or strays
-        off."""
+        """ValueError where the input ``grid`` misses part of the ``trained`` domain or strays."""
         domain = rec.grid_domain(trained, R_U.periodic)
         for k, (x, y, (lo, hi), (c_lo, c_hi), P) in enumerate(
             zip(trained, grid, domain, R_U.domain(), R_U.periods, strict=True)
@@ -235,14 +219,6 @@ class ResamplingMixin:
                     f"{source} span [{y[0]:.10g}, {y[-1]:.10g}] along axis {k}, outside the "
                     f"training domain [{lo:.10g}, {hi:.10g}]"
                 )
-
-    def _with_output_attrs(self, pred):
-        if isinstance(pred, xr.DataArray):
-            pred.attrs.update(getattr(self, "output_attrs_", {}))
-            for dim, attrs in getattr(self, "output_coord_attrs_", {}).items():
-                if dim in pred.coords:
-                    pred[dim].attrs.update(attrs)
-        return pred
 
 
 #: the widest gap a periodic input grid may leave, in its median spacings (or the training grid's)

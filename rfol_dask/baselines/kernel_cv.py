@@ -1,15 +1,11 @@
 """KernelOperatorCV: the exact kernel baseline with its kernel, length scale and nugget chosen by
 validation on the training data (the search of :mod:`rfol_dask.selection`).
 
-Per split, the squared distances (training x training and validation x training) are computed
-once and every (kernel, length scale) candidate is an elementwise map of them; one
-eigendecomposition of each centred training Gram gives every nugget (or one Cholesky
-factorisation per nugget where cheaper: :func:`rfol_dask.tuning.path_errors`).
-The linear kernel is scored as :class:`KernelOperator` refits it: with fewer inputs than
-training samples in the primal, one eigendecomposition of the ``p x p`` Gram of the centred
-inputs giving every nugget (the dual's rank-``p`` Gram lost digits at small nuggets); else by
-the eigen path with the Gram's directions of rounding left out, as the refit's
-:func:`rfol_dask.baselines.kernel.eigen_dual` leaves them out.
+Per split the squared distances are computed once and every (kernel, length scale) is an
+elementwise map of them; one eigendecomposition of each centred training Gram gives every nugget
+(:func:`rfol_dask.tuning.path_errors`). The linear kernel is scored as :class:`KernelOperator`
+refits it: in the primal with fewer inputs than training samples, else by the eigen path without
+the Gram's directions of rounding.
 """
 
 from __future__ import annotations
@@ -31,14 +27,14 @@ __all__ = ["KernelOperatorCV", "DEFAULT_LENGTH_SCALES"]
 
 #: default multiples of the median-heuristic length scale: 4^-2 = 1/16 to 4^2 = 16
 DEFAULT_LENGTH_SCALES = tuple(4.0 ** np.arange(-2, 3))
+_REFIT = ("column_block", "recovery")  # the refit's settings that refit= (a dict) may give
+_SHARED = ("n_components", "fit_intercept", "max_gram_bytes", "progress", "device")
 
 
 def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None, X_v=None):
     """Centred training Gram ``H K_tt H`` (M_t, M_t), validation cross-Gram (M_v, M_t) and the
-    trace of ``K_tt`` for one kernel and length scale, from the squared distances (for
-    ``"linear"``, from ``X_t``, ``X_v``): the kernel of features centred by their training mean,
-    as :class:`KernelOperator` fits it. The centring subtracts entries of ``K_tt``'s size, so its
-    trace sets the Gram's rounding floor (:func:`rfol_dask.tuning.rounding_floor`)."""
+    trace of ``K_tt`` (it sets the rounding floor) for one kernel and length scale, from the
+    squared distances (``"linear"``: from ``X_t``, ``X_v``), as :class:`KernelOperator` fits."""
     if kernel == "linear":
         K_tt, K_vt = X_t @ X_t.T, X_v @ X_t.T
     else:
@@ -52,17 +48,6 @@ def centred_kernels(D2_tt, D2_vt, kernel, length_scale, fit_intercept, X_t=None,
         K_vt -= r[None, :] - c
         K_tt = centre_gram(K_tt, r, c)  # exactly symmetric, as the factorisation needs
     return K_tt, K_vt, trace
-
-
-def linear_primal(X_t, X_v, fit_intercept):
-    """The linear kernel's primal problem of one split, as :class:`KernelOperator` solves it with
-    fewer inputs ``p`` than samples: ``(X_c^T X_c (p, p), X_vc (M_v, p), X_c (M_t, p))``, the
-    training inputs ``X_t`` (M_t, p) and validation inputs ``X_v`` centred by the training mean
-    (or as they are), for :func:`rfol_dask.tuning.path_errors` with ``design=X_c``."""
-    if fit_intercept:
-        xbar = namespace(X_t).mean(X_t, axis=0)
-        X_t, X_v = X_t - xbar, X_v - xbar
-    return X_t.T @ X_t, X_v, X_t
 
 
 class KernelOperatorCV(SelectionCV):
@@ -112,11 +97,6 @@ class KernelOperatorCV(SelectionCV):
 
     Attributes
     ----------
-    input_name_, output_name_ : str
-        The input and output variables a Dataset or store is read by (``fit(input=,
-        output=)``, or the DataArrays' own names; default ``"input"``, ``"output"``).
-    sample_dim_ : str
-        The sample dim of DataArrays (``fit(sample_dim=)``, default ``"sample"``).
     best_params_ : dict
         ``kernel``, ``length_scale``, ``nugget`` (and ``pca_power`` where ``pca_power`` is not
         None): ``best_estimator_``'s. The refit solves by an eigendecomposition where a
@@ -130,19 +110,17 @@ class KernelOperatorCV(SelectionCV):
         The median-heuristic length scale of each kernel (one value).
     n_splits_ : int
         Number of validation splits scored.
-    n_features_in_, input_shape_, output_shape_, input_dims_, output_dims_
+    input_name_, output_name_, sample_dim_, n_features_in_, input_shape_, output_shape_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_coords_, output_coords_
+    input_dims_, output_dims_, input_coords_, output_coords_, input_grid_, output_grid_
         As in :class:`rfol_dask.RandomFeatureOperator`.
-    input_grid_, output_grid_, input_periods_, output_periods_, output_attrs_, output_coord_attrs_
+    input_periods_, output_periods_, output_attrs_, output_coord_attrs_
         As in :class:`rfol_dask.RandomFeatureOperator`.
 
     Cost per split: ``3 M_t (M_t + M_v) n`` flops for the distances, then per (kernel, length
     scale) an elementwise map and an ``eigh`` of the ``M_t x M_t`` Gram (the linear kernel in the
-    primal: ``M_t p^2`` flops and an ``eigh`` of ``p x p``). Memory: four
-    ``M_t x M_t`` and two ``M_v x M_t`` arrays, checked against the budget (``max_gram_bytes``,
-    else 60 % of the memory) before the search starts. dask input is gathered first (the model
-    holds its training inputs anyway).
+    primal: ``M_t p^2`` flops and an ``eigh`` of ``p x p``). Memory: four ``M_t x M_t`` and two
+    ``M_v x M_t`` arrays, checked against the budget before the search. dask input is gathered.
     """
 
     _param_name = "length_scale"
@@ -159,15 +137,11 @@ class KernelOperatorCV(SelectionCV):
         "cv": [Interval(numbers.Integral, 2, None, closed="left"), "cv_object", None],
         "stages": [dict, None],
         "refit": ["boolean", dict],
-        **{
-            k: v
-            for k, v in OperatorEstimator._common_constraints.items()
-            if k not in ("column_block", "recovery")
-        },
+        **{k: v for k, v in OperatorEstimator._common_constraints.items() if k not in _REFIT},
     }
     _stage_defaults = {"coarse": 0.25, "refine": DEFAULT_REFINE, "fine": 0.5, "alpha_path": "auto"}
     _base_class = KernelOperator
-    _refit_keys = ("column_block", "recovery")
+    _refit_keys = _REFIT
 
     def __init__(
         self,
@@ -212,26 +186,19 @@ class KernelOperatorCV(SelectionCV):
     def _base_estimator(self, **best):
         powers = self._powers()
         best = {"pca_power": powers[0] if len(powers) == 1 else None, **best}
+        shared = {k: getattr(self, k) for k in _SHARED}
         return KernelOperator(
-            n_components=self.n_components,
-            fit_intercept=self.fit_intercept,
-            dtype=self._refit_dtype().name,
-            max_gram_bytes=self.max_gram_bytes,
-            progress=self.progress,
-            device=self.device,
-            **self._refit_settings(),
-            **best,
+            dtype=self._refit_dtype().name, **shared, **self._refit_settings(), **best
         )
 
     def _refit_candidates(self):
-        """The kernels a winner may have where their refits differ in memory: the linear kernel's
-        (on fewer inputs than samples, its ``p x p`` primal) from the others' (the ``M x M`` dual,
-        all alike); ``(None, [None])`` without it."""
+        """The kernels whose refits differ in memory (the linear kernel's primal, the others'
+        dual); ``(None, [None])`` without the linear kernel."""
         return ("kernel", list(self.kernels)) if "linear" in self.kernels else (None, [None])
 
     def _set_metric(self, U, client, power):
-        """The input PCA of ``n_components`` and ``power`` (of all training inputs), the median
-        length scale in it, and no cached distances (they were of the metric before)."""
+        """The input PCA of ``n_components`` and ``power``, the median length scale in it, and no
+        cached distances."""
         self._distances = None
         on = self.n_components is not None or power is not None
         self._pca = pca(U, self.n_components, power) if on else (None, None)
@@ -242,8 +209,6 @@ class KernelOperatorCV(SelectionCV):
         self.median_scales_ = {k: (1.0 if k == "linear" else ell) for k in self.kernels}
 
     def _search_memory(self, M_t, M_v):
-        """Beside a training Gram: the distances, the Gram's copy and the ridge path's eigenvectors
-        (three more ``M_t x M_t``), the validation distances and cross-Gram (two ``M_v x M_t``)."""
         return {
             f"the distances, a copy and the eigenvectors, {M_t} x {M_t} each": 3 * 8 * M_t * M_t,
             f"the validation distances and cross-Gram, {M_v} x {M_t} each": 2 * 8 * M_v * M_t,
@@ -268,8 +233,7 @@ class KernelOperatorCV(SelectionCV):
 
     def _split_distances(self, X, train, valid, need):
         """Transformed inputs of one split and (``need``) their squared distances, kept for the
-        next call with the same rows: every kernel of a stage reuses them (the last split only;
-        dropped when the search ends)."""
+        other kernels of the stage (the last split only; dropped when the search ends)."""
         key = (train.tobytes(), valid.tobytes())
         cached = getattr(self, "_distances", None)
         if cached is None or cached[0] != key or (need and cached[1][2] is None):
@@ -290,24 +254,20 @@ class KernelOperatorCV(SelectionCV):
         self, X, Y, train, valid, client, kernel, mults, Ns, alpha_center=None, after=None
     ):
         """Validation errors of one split, then each Gram's rounding floor: (len(mults), 1,
-        n_nugget + 1), computed here (``after`` is not used: the splits are scored one after the
-        other). The linear kernel is scored as it is refitted: in the primal where its inputs (or
-        PCA scores) are fewer than the training samples (:meth:`KernelOperator._primal`),
-        else by the eigen path with the directions of rounding left out, as
-        :func:`rfol_dask.baselines.kernel.eigen_dual` leaves them out (whatever ``alpha_path``)."""
+        n_nugget + 1) (``after`` is not used). The linear kernel is scored as it is refitted (in
+        the primal, or by the eigen path without the directions of rounding)."""
         X_t, X_v, D2_tt, D2_vt = self._split_distances(X, train, valid, kernel != "linear")
         Y_t, Y_v, out = take_rows(Y, train), take_rows(Y, valid), []
         args = (Y_t, Y_v, self._alphas(), self.fit_intercept, self._st["alpha_path"], alpha_center)
-        linear = self._base_estimator(kernel="linear") if kernel == "linear" else None
-        if linear is not None and linear._primal(X.shape[0], X_t.shape[1]):
-            G, K, X_c = linear_primal(X_t, X_v, self.fit_intercept)
-            return np.asarray(
-                [[floored_path_errors(as_fortran(G), K, *args, design=X_c, eps=self._eps)]]
-            )
+        if kernel == "linear" and KernelOperator(kernel="linear")._primal(X.shape[0], X_t.shape[1]):
+            if self.fit_intercept:  # the primal of the inputs centred by the training mean
+                xbar = namespace(X_t).mean(X_t, axis=0)
+                X_t, X_v = X_t - xbar, X_v - xbar
+            G = as_fortran(X_t.T @ X_t)
+            return np.asarray([[floored_path_errors(G, X_v, *args, design=X_t, eps=self._eps)]])
         for m in mults:
             ell = m * self.median_scales_[kernel]
             G, K, trace = centred_kernels(D2_tt, D2_vt, kernel, ell, self.fit_intercept, X_t, X_v)
-            # the linear kernel's dual leaves out the directions of rounding, as its refit does
             drop = rounding_floor(G, trace, bound=True) if kernel == "linear" else None
             G = as_fortran(G)
             out.append([floored_path_errors(G, K, *args, trace=trace, drop=drop, eps=self._eps)])

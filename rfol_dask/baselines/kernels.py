@@ -6,8 +6,7 @@
 - ``"matern12"``: ``exp(-d / l)``
 - ``"matern32"``: ``(1 + sqrt(3) d / l) exp(-sqrt(3) d / l)``
 - ``"matern52"``: ``(1 + sqrt(5) d / l + 5 d^2 / (3 l^2)) exp(-sqrt(5) d / l)``
-- ``"inverse_quadratic"``: ``(1 + d^2 / (2 l^2))^-1`` (scikit-learn's RationalQuadratic with alpha =
-1)
+- ``"inverse_quadratic"``: ``(1 + d^2 / (2 l^2))^-1``
 - ``"linear"``: ``x . y`` (kernel ridge on the raw inputs: the linear baseline)
 
 These are scikit-learn's ``RBF``, ``Matern(nu=0.5, 1.5, 2.5)`` and ``RationalQuadratic(alpha=1)``.
@@ -30,11 +29,8 @@ KERNELS = ("rbf", "matern12", "matern32", "matern52", "inverse_quadratic", "line
 def sq_distances(X, Y):
     """Squared Euclidean distances between the rows of ``X`` (k, n) and ``Y`` (l, n): (k, l).
 
-    Both are first shifted by the mean row of ``Y`` (distances do not change), so a large
-    common offset does not cancel in ``|x|^2 + |y|^2 - 2 x.y`` (in float32 an offset 1000 x
-    the spread lost every digit); an empty ``Y`` (a dask block that kept no row) is not shifted
-    (numpy warns of the mean of no rows). Memory: the (k, l) result and the shifted
-    copies (k + l) n."""
+    Both are first shifted by the mean row of ``Y`` (a non-empty one), so a large common offset
+    does not cancel in ``|x|^2 + |y|^2 - 2 x.y``. Memory: the result and (k + l) n."""
     xp = namespace(X, Y)
     centre = xp.mean(Y, axis=0) if Y.shape[0] else 0.0
     Xc = X - centre
@@ -54,17 +50,12 @@ def sq_distances(X, Y):
     return D
 
 
-_GENERIC = {
-    "exp": lambda xp, x: xp.exp(x),
-    "sqrt": lambda xp, x: xp.sqrt(x),
-    "reciprocal": lambda xp, x: 1.0 / x,
-}
-
-
 def _elementwise(name, x):
     """``np.<name>(x, out=x)`` for numpy, the namespace's own function (a new array) otherwise."""
     xp = namespace(x)
-    return getattr(np, name)(x, out=x) if is_fast(xp) else _GENERIC[name](xp, x)
+    if is_fast(xp):
+        return getattr(np, name)(x, out=x)
+    return 1.0 / x if name == "reciprocal" else getattr(xp, name)(x)
 
 
 def kernel_values(D2, kernel, length_scale):
@@ -86,10 +77,7 @@ def kernel_values(D2, kernel, length_scale):
     c = float(np.sqrt(3.0) if kernel == "matern32" else np.sqrt(5.0))
     r *= c / length_scale
     e = namespace(r).exp(-r)
-    if kernel == "matern32":
-        r += 1.0
-    else:
-        r += 1.0 + r * r / 3.0
+    r += 1.0 if kernel == "matern32" else 1.0 + r * r / 3.0
     r *= e
     return r
 

@@ -26,23 +26,22 @@ def transform_inputs(U, start, mean, components, dtype):
     return U if components is None else (U - mean) @ components
 
 
+def _scores(U, like, mean, components):
+    """The inputs (k, n) of one prediction block as the model's (k, p), where ``like`` lives."""
+    xp, dtype = backend.namespace(like), backend.to_numpy_dtype(like.dtype)
+    return xp, transform_inputs(backend.to_namespace(U, xp), 0, mean, components, dtype)
+
+
 def _predict_linear(U, coef, intercept, mean, components):
     """``x W + c0`` for one row block (k, n) -> (k, m): the linear kernel fitted in the primal."""
-    xp = backend.namespace(coef)
-    X = transform_inputs(
-        backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(coef.dtype)
-    )
-    out = X @ coef
+    out = _scores(U, coef, mean, components)[1] @ coef
     out += intercept
     return out
 
 
 def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
     """``k(U, X_train) Beta + c0`` for one row block (k, n) -> (k, m), in row chunks."""
-    xp = backend.namespace(Beta)
-    X = transform_inputs(
-        backend.to_namespace(U, xp), 0, mean, components, backend.to_numpy_dtype(Beta.dtype)
-    )
+    xp, X = _scores(U, Beta, mean, components)
     M = X.shape[0]
     out = xp.empty((M, Beta.shape[1]), dtype=Beta.dtype)
     step = max(1, ROW_BLOCK_BYTES // (backend.itemsize(Beta.dtype) * max(1, X_train.shape[0])))
@@ -54,14 +53,10 @@ def _predict_block(U, X_train, Beta, intercept, mean, components, tile):
 
 
 def pca(U, n_components, power=None):
-    """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy or dask),
-    each weighted by ``(s_j / s_1)^power`` if ``power`` is given (:func:`pca_from_scatter`).
-
-    One pass over ``U`` (the ``n x n`` scatter matrix is summed over sample blocks) and an
-    ``n x n`` symmetric eigendecomposition; memory ``n^2``.
-    """
-    # CuPy: the scatter on the device, the small eigenproblem on the host
-    if backend.is_array_api(U):
+    """Mean (n,) and leading principal directions (n, p) of the rows of ``U`` (numpy, dask or
+    CuPy), weighted by ``(s_j / s_1)^power`` if ``power`` is given (:func:`pca_from_scatter`); one
+    pass over ``U`` and an ``n x n`` eigendecomposition."""
+    if backend.is_array_api(U):  # CuPy: the scatter on the GPU, the eigenproblem on the host
         check_finite(U, 0, "U")
         xp = backend.namespace(U)
         mean = xp.mean(U, axis=0)
@@ -85,17 +80,14 @@ def pca(U, n_components, power=None):
 
 
 def pca_from_scatter(mean, scatter, n_components, power=None):
-    """``(mean (n,), leading principal directions (n, p))`` from the scatter matrix (n, n).
-
-    With ``power`` (``pca_power``) the directions are weighted by ``(s_j / s_1)^power`` (``s_j^2``
-    the scatter's eigenvalues), with the rule of :func:`rfol_dask.heuristics.weighted_directions`
-    (the directions that hardly count left out, then at most ``n_components`` of the rest)."""
+    """``(mean (n,), leading principal directions (n, p))`` from the scatter matrix (n, n),
+    weighted by ``(s_j / s_1)^power`` with ``power`` (``s_j^2`` the scatter's eigenvalues; the
+    rule of :func:`rfol_dask.heuristics.weighted_directions`)."""
     lam, Q = np.linalg.eigh(np.asarray(scatter))
     lam, Q = lam[::-1], Q[:, ::-1]
     if power is None:
         p = min(int(n_components), Q.shape[1])
         return np.asarray(mean), np.ascontiguousarray(Q[:, :p])
     ratio = np.sqrt(np.clip(lam, 0.0, None) / lam[0]) if lam[0] > 0 else np.ones_like(lam)
-    return np.asarray(mean), weighted_directions(
-        Q, ratio, power, None if n_components is None else int(n_components)
-    )
+    p = None if n_components is None else int(n_components)
+    return np.asarray(mean), weighted_directions(Q, ratio, power, p)

@@ -1,18 +1,16 @@
 """Recovery maps (the paper's ``R_U`` and ``R_V``): grid values -> functions -> other grids.
 
-``make_recovery(kind, grid_in).resample(values, grid_out)`` turns the values of many functions
-on a rectilinear grid, ``(M, *grid_in)``, into their values on another grid of the same domain,
-``(M, *grid_out)``; every map is linear and applied one axis at a time. Kinds: ``"cubic"``
-(default; not-a-knot spline, exact on cubics, 4 points per axis), ``"linear"``, ``"nearest"``
-(no overshoot on piecewise-constant data), ``"spectral"`` (trigonometric interpolation on
-uniform periodic grids, exact for band-limited data) and ``"rf"`` (the paper's min-norm
-random-feature interpolant). Measurements: ``benchmarks/README.md``, "Resolution".
+``make_recovery(kind, grid_in).resample(values, grid_out)`` maps the values of many functions
+on a rectilinear grid, ``(M, *grid_in)``, to another grid of the same domain, ``(M, *grid_out)``,
+linearly and one axis at a time. Kinds: ``"cubic"`` (default; not-a-knot spline), ``"linear"``,
+``"nearest"`` (no overshoot on piecewise-constant data), ``"spectral"`` (trigonometric
+interpolation on uniform periodic grids) and ``"rf"`` (the paper's min-norm random-feature
+interpolant). Measurements: ``benchmarks/README.md``, "Resolution".
 
-``periods`` gives an axis a known period ``P`` (data-set coordinates carry it as the attribute
-``period``): the axis must lie in one period, open (``arange(n) / n``) or closed (last point
-``x[0] + P``, read as the first); it wraps, so any output coordinate is valid. ``"rf"`` ignores
-periods. Other output points outside the grid's span (beyond ``1e-6`` of it) are an error:
-recovery never extrapolates.
+``periods`` gives an axis a known period ``P`` (the coordinate attribute ``period``): the axis
+lies in one period, open (``arange(n) / n``) or closed (last point ``x[0] + P``, read as the
+first), and wraps, so any output coordinate is valid (``"rf"`` ignores periods). Other output
+points beyond ``1e-6`` of the grid's span are an error: recovery never extrapolates.
 """
 
 from __future__ import annotations
@@ -25,20 +23,9 @@ from .grids import as_grid, as_periods, grid_domain, same_grid, tolerance, unifo
 from .interpolation import GridInterpolation, Recovery, SpectralResampling
 from .rf import RandomFeatureInterpolant
 
-__all__ = [
-    "KINDS",
-    "as_grid",
-    "as_periods",
-    "make_recovery",
-    "Recovery",
-    "GridInterpolation",
-    "SpectralResampling",
-    "RandomFeatureInterpolant",
-    "same_grid",
-    "tolerance",
-    "grid_domain",
-    "uniform_period",
-]
+__all__ = ["KINDS", "as_grid", "as_periods", "make_recovery", "Recovery", "GridInterpolation"]
+__all__ += ["SpectralResampling", "RandomFeatureInterpolant", "same_grid", "tolerance"]
+__all__ += ["grid_domain", "uniform_period"]
 
 KINDS = ("cubic", "linear", "nearest", "spectral", "rf")
 

@@ -1,8 +1,5 @@
-"""Grids of the recovery maps: normalised coordinates, periods, domains and the periodic axis map.
-
-A grid is a tuple of 1-D float64 coordinate arrays, one per axis (:func:`as_grid`); ``periods``
-gives each axis a period or None (:func:`as_periods`). See :mod:`rfol_dask.recovery`.
-"""
+"""Grids of the recovery maps (tuples of 1-D float64 coordinate arrays, one per axis), their
+periods and domains, and the one-axis interpolation matrices."""
 
 from __future__ import annotations
 
@@ -84,20 +81,15 @@ def is_closed(ax, P):
 
 def spline_matrix(x, y, k, period=None):
     """The (len(y), len(x)) map of node values on ``x`` to the values at ``y`` of their
-    interpolating spline of degree ``k`` (``make_interp_spline``'s knots: not-a-knot, or
-    periodic with ``period``), as ``E S^{-1}`` of the B-spline basis at ``y`` and ``x`` by a
-    sparse LU: about ``k len(x) len(y)`` flops."""
+    interpolating spline of degree ``k`` (``make_interp_spline``'s knots: not-a-knot, or periodic
+    with ``period``): ``E S^{-1}`` of the B-spline bases at ``y`` and ``x``, by a sparse LU."""
     from scipy.interpolate import BSpline, make_interp_spline
     from scipy.sparse import csc_array, csr_array
     from scipy.sparse.linalg import splu
 
-    n = x.size
-    if period is None:
-        t = make_interp_spline(x, np.zeros(n), k=k).t
-    else:
-        t = make_interp_spline(
-            np.append(x, x[0] + period), np.zeros(n + 1), k=k, bc_type="periodic" if k > 1 else None
-        ).t
+    n, nodes = x.size, x if period is None else np.append(x, x[0] + period)
+    bc = "periodic" if period is not None and k > 1 else None
+    t = make_interp_spline(nodes, np.zeros(nodes.size), k=k, bc_type=bc).t
 
     def basis(z):  # (len(z), n) sparse; periodic: coefficient j is coefficient j mod n
         B = BSpline.design_matrix(z, t, k).tocoo()
@@ -108,10 +100,9 @@ def spline_matrix(x, y, k, period=None):
 
 
 def periodic_matrix(x, P, y, method):
-    """The (len(y), len(x)) map of values on the periodic axis ``x`` (period ``P``) to ``y``:
-    wraps ``y`` into ``[x[0], x[0] + P)``; cubic: periodic spline, linear: wrapped hat
-    functions (:func:`spline_matrix`), nearest: nearest node modulo ``P``. On a closed axis
-    the repeated end point shares the weight of the first. Memory ``O(len(x) len(y))``."""
+    """The (len(y), len(x)) map of values on the periodic axis ``x`` (period ``P``) to ``y``
+    wrapped into the period: periodic spline, wrapped hats or nearest node modulo ``P``; on a
+    closed axis the repeated end point shares the weight of the first."""
     closed = is_closed(x, P)
     xu = x[:-1] if closed else x
     n = xu.size
@@ -131,31 +122,26 @@ def periodic_matrix(x, P, y, method):
 
 
 def uniform_period(ax):
-    """``n * spacing`` of a uniform axis of ``n > 1`` points: its period when it is read as an open
-    periodic grid (``linspace(a, b, n, endpoint=False)``)."""
+    """``n * spacing`` of a uniform axis of ``n > 1`` points: its period as an open periodic
+    grid."""
     return ax.size * (ax[-1] - ax[0]) / (ax.size - 1)
 
 
 def grid_domain(grid, periodic=False):
     """``[(lo, hi), ...]`` per axis: ``[x[0], x[-1]]`` (``periodic``: ``[x[0], x[0] + n h)``)."""
-    out = []
-    for ax in as_grid(grid):
-        hi = ax[0] + uniform_period(ax) if periodic and ax.size > 1 else ax[-1]
-        out.append((float(ax[0]), float(hi)))
-    return out
-
-
-def span(ax):
-    """Length ``x[-1] - x[0]`` of the axis ``ax`` (1.0 for one point): the scale of tolerances."""
-    return float(ax[-1] - ax[0]) if ax.size > 1 else 1.0
+    return [
+        (float(x[0]), float(x[0] + uniform_period(x) if periodic and x.size > 1 else x[-1]))
+        for x in as_grid(grid)
+    ]
 
 
 def tolerance(ax):
     """How far a coordinate of the axis ``ax`` may be from a point of it and still be that point:
-    ``1e-6`` of the span, or of the axis' largest magnitude where that is larger (coordinates far
-    from 0 round to about ``6e-8`` of their magnitude in float32: ``1000 + 0.02 k``)."""
+    ``1e-6`` of the span (1 for one point), or of the largest magnitude where larger (float32
+    rounds coordinates far from 0 to about ``6e-8`` of it)."""
     ax = np.asarray(ax, dtype=float)
-    return RTOL * max(span(ax), float(np.max(np.abs(ax))) if ax.size else 0.0)
+    span = float(ax[-1] - ax[0]) if ax.size > 1 else 1.0
+    return RTOL * max(span, float(np.max(np.abs(ax))) if ax.size else 0.0)
 
 
 def same_grid(a, b):
@@ -166,8 +152,3 @@ def same_grid(a, b):
     return all(
         x.shape == y.shape and np.allclose(x, y, rtol=0, atol=tolerance(x)) for x, y in pairs
     )
-
-
-def grid_shape(grid):
-    """Shape ``(n_1, ..., n_d)`` of the grid (a tuple of axes)."""
-    return tuple(len(ax) for ax in grid)

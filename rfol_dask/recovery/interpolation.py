@@ -8,19 +8,7 @@ from functools import partial
 import dask.array as da
 import numpy as np
 
-from .grids import (
-    RTOL,
-    as_grid,
-    as_periods,
-    grid_domain,
-    grid_shape,
-    is_closed,
-    periodic_matrix,
-    same_grid,
-    spline_matrix,
-    tolerance,
-    uniform_period,
-)
+from . import grids
 
 
 def apply_matrix(values, axis, W):
@@ -36,9 +24,9 @@ class Recovery:
     periodic = False
 
     def __init__(self, grid_in, periods=None):
-        self.grid_in = as_grid(grid_in, "grid_in")
-        self.shape_in = grid_shape(self.grid_in)
-        self.periods = as_periods(periods, self.grid_in)
+        self.grid_in = grids.as_grid(grid_in, "grid_in")
+        self.shape_in = tuple(x.size for x in self.grid_in)
+        self.periods = grids.as_periods(periods, self.grid_in)
         self._cache = {}
 
     @property
@@ -46,17 +34,16 @@ class Recovery:
         return len(self.grid_in)
 
     def domain(self):
-        """``[(lo, hi), ...]`` per axis of ``grid_in`` (see :func:`grid_domain`); an axis with a
-        given period gives ``(x[0], x[0] + period)`` (its points wrap, any coordinate is valid)."""
-        axes = zip(
-            self.grid_in, self.periods, grid_domain(self.grid_in, self.periodic), strict=False
-        )
+        """``[(lo, hi), ...]`` per axis of ``grid_in`` (``(x[0], x[0] + P)`` on an axis of period
+        ``P``)."""
+        domain = grids.grid_domain(self.grid_in, self.periodic)
+        axes = zip(self.grid_in, self.periods, domain, strict=False)
         return [(ax[0], ax[0] + P) if P is not None else d for ax, P, d in axes]
 
     def check_grid(self, grid, name="grid_out", where="the grid it is recovered from"):
         """``grid`` as a tuple of axes, clipped into the domain; ValueError if it has the wrong
-        number of axes or leaves the domain by more than :func:`.grids.tolerance`."""
-        grid = as_grid(grid, name)
+        number of axes or leaves the domain by more than :func:`grids.tolerance`."""
+        grid = grids.as_grid(grid, name)
         if len(grid) != self.ndim:
             raise ValueError(
                 f"{name} has {len(grid)} axes but the recovery grid has {self.ndim} "
@@ -68,7 +55,7 @@ class Recovery:
             if P is not None:  # wraps: every coordinate is valid
                 out.append(y)
                 continue
-            tol = tolerance(x)
+            tol = grids.tolerance(x)
             if y[0] < lo - tol or y[-1] > hi + tol:
                 hint = "if the axis is periodic, give its period: the coordinate attribute "
                 hint += "'period' or fit(..., periods=)"
@@ -86,7 +73,7 @@ class Recovery:
         domain) from ``values`` (M, *grid_in shape), (M, prod(grid_in shape)) or one function's
         (grid_in shape); numpy or dask (mapped lazily over the sample chunks), float32 kept."""
         grid_out = self.check_grid(grid_out)
-        shape_out = grid_shape(grid_out)
+        shape_out = tuple(y.size for y in grid_out)
         single = tuple(values.shape) == self.shape_in
         if single:
             values = values[None]
@@ -111,7 +98,6 @@ class Recovery:
 
     @staticmethod
     def _finite(block):
-        """One block of values as float64; ValueError if it holds NaN or Inf."""
         block = np.asarray(block, dtype=np.float64)
         if not np.all(np.isfinite(block)):
             raise ValueError("values hold NaN or Inf; recovery needs finite values")
@@ -120,12 +106,11 @@ class Recovery:
     def _resample_block(self, block, grid_out, dtype):
         out = self._finite(block)
         for axis, y in enumerate(grid_out):
-            if not same_grid((self.grid_in[axis],), (y,)):
+            if not grids.same_grid((self.grid_in[axis],), (y,)):
                 out = self._apply(out, axis + 1, axis, y)
         return out.astype(dtype, copy=False)
 
     def _apply(self, values, array_axis, axis, y):
-        """``values`` mapped along ``array_axis`` (grid axis ``axis``) to the points ``y``."""
         W = self._cached((axis, y.tobytes()), lambda: self._matrix(axis, y))
         return apply_matrix(values, array_axis, W)
 
@@ -142,9 +127,8 @@ class Recovery:
 
 class GridInterpolation(Recovery):
     """Piecewise-polynomial interpolation on a rectilinear grid, ``RegularGridInterpolator``'s
-    ``method`` (``"cubic"``: not-a-knot, ``"linear"`` or ``"nearest"``) along each axis, as an
-    (n_out, n_in) map per output axis; an axis with too few points for cubic falls back to
-    linear."""
+    ``method`` (``"cubic"``: not-a-knot, ``"linear"`` or ``"nearest"``) one axis at a time; an axis
+    with too few points for cubic falls back to linear."""
 
     def __init__(self, grid_in, method="cubic", periods=None):
         super().__init__(grid_in, periods)
@@ -153,10 +137,9 @@ class GridInterpolation(Recovery):
         self.kind = self.method = method
 
     def _matrix(self, axis, y):
-        x = self.grid_in[axis]
-        n = x.size
+        x, n = self.grid_in[axis], self.grid_in[axis].size
         if self.periods[axis] is not None:
-            return periodic_matrix(x, self.periods[axis], y, self.method)
+            return grids.periodic_matrix(x, self.periods[axis], y, self.method)
         if n == 1:
             return np.ones((y.size, 1))
         y = np.clip(y, x[0], x[-1])
@@ -164,11 +147,10 @@ class GridInterpolation(Recovery):
             from scipy.interpolate import RegularGridInterpolator
 
             W = np.zeros((y.size, n))
-            nearest = RegularGridInterpolator((x,), np.arange(n, dtype=float), method="nearest")
-            node = nearest(y[:, None])
-            W[np.arange(y.size), node.astype(np.int64)] = 1.0
+            node = RegularGridInterpolator((x,), np.arange(n, dtype=float), method="nearest")
+            W[np.arange(y.size), node(y[:, None]).astype(np.int64)] = 1.0
             return W
-        return spline_matrix(x, y, 3 if self.method == "cubic" and n >= 4 else 1)
+        return grids.spline_matrix(x, y, 3 if self.method == "cubic" and n >= 4 else 1)
 
 
 class SpectralResampling(Recovery):
@@ -182,58 +164,44 @@ class SpectralResampling(Recovery):
     def __init__(self, grid_in, periods=None):
         super().__init__(grid_in, periods)
         for k, (x, P) in enumerate(zip(self.grid_in, self.periods, strict=False)):
-            if x.size > 2 and not np.allclose(np.diff(x), x[1] - x[0], rtol=RTOL, atol=0):
+            if x.size > 2 and not np.allclose(np.diff(x), x[1] - x[0], rtol=grids.RTOL, atol=0):
                 raise ValueError(
                     f"spectral resampling needs uniform periodic axes; axis {k} is not uniform "
                     "(use kind='cubic' for general grids)"
                 )
-            n = x.size - 1 if P is not None and is_closed(x, P) else x.size
-            if P is not None and n > 1 and abs(n * (x[1] - x[0]) - P) > RTOL * P:
+            n = x.size - 1 if P is not None and grids.is_closed(x, P) else x.size
+            if P is not None and n > 1 and abs(n * (x[1] - x[0]) - P) > grids.RTOL * P:
                 raise ValueError(
                     "spectral resampling needs the nodes of a periodic axis to split its period "
                     f"uniformly: axis {k} has {n} points {x[1] - x[0]:g} apart but period {P:g} "
                     "(use kind='cubic')"
                 )
 
-    def _period(self, axis):
-        """``(period, closed)`` of grid axis ``axis``: the given period, else ``n * spacing``."""
-        x, P = self.grid_in[axis], self.periods[axis]
-        if P is None:
-            return uniform_period(x), False
-        return P, is_closed(x, P)
-
-    def _coefficients(self, values, array_axis, n):
-        """Fourier coefficients (..., K) along ``array_axis`` (moved last), Nyquist split."""
-        C = np.fft.fft(np.moveaxis(values, array_axis, -1), axis=-1) / n
-        if n % 2 == 0:
-            C[..., n // 2] *= 0.5
-            C = np.concatenate([C, C[..., n // 2 : n // 2 + 1]], axis=-1)
-        return C, self._wavenumbers(n)
-
     @staticmethod
     def _wavenumbers(n):
-        """Wavenumbers (K,) of :meth:`_coefficients` (``+n/2`` appended for even ``n``)."""
+        """Wavenumbers (K,) of the Fourier coefficients, ``+n/2`` appended for even ``n``."""
         k = np.rint(np.fft.fftfreq(n) * n).astype(np.int64)
         return np.concatenate([k, [n // 2]]) if n % 2 == 0 else k
 
     def _apply(self, values, array_axis, axis, y):
-        x = self.grid_in[axis]
+        x, P = self.grid_in[axis], self.periods[axis]
         if x.size == 1:
             return np.repeat(values, y.size, axis=array_axis)
-        period, closed = self._period(axis)
-        if closed:  # the repeated end point: averaged into the first, then dropped
+        period = grids.uniform_period(x) if P is None else P
+        if P is not None and grids.is_closed(x, P):  # the repeated end point: into the first
             last = np.take(values, -1, axis=array_axis)
             values = np.delete(values, -1, axis=array_axis)
             first = (slice(None),) * array_axis + (0,)
             values[first] = (values[first] + last) / 2
-        n = values.shape[array_axis]
-        m = y.size
-        uniform = m == 1 or (np.allclose(np.diff(y), period / m, rtol=RTOL, atol=0))
-        if uniform:
-            C, k = self._coefficients(values, array_axis, n)
+        n, m = values.shape[array_axis], y.size
+        if m == 1 or np.allclose(np.diff(y), period / m, rtol=grids.RTOL, atol=0):  # FFT, fold
+            k = self._wavenumbers(n)
+            C = np.fft.fft(np.moveaxis(values, array_axis, -1), axis=-1) / n
+            if n % 2 == 0:  # the Nyquist mode split in halves at -n/2 and n/2
+                C[..., n // 2] *= 0.5
+                C = np.concatenate([C, C[..., n // 2 : n // 2 + 1]], axis=-1)
             C = C * np.exp(2j * np.pi * k * (y[0] - x[0]) / period)
-            lead = C.shape[:-1]
-            C2 = C.reshape(-1, C.shape[-1])
+            lead, C2 = C.shape[:-1], C.reshape(-1, C.shape[-1])
             folded = np.zeros((C2.shape[0], m), dtype=complex)
             np.add.at(folded, (slice(None), k % m), C2)
             out = (np.fft.ifft(folded, axis=-1) * m).real.reshape((*lead, m))

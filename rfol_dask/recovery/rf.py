@@ -7,14 +7,15 @@ import numpy as np
 from ..features import check_random_state, draw_frequencies, feature_map
 from ..linalg import cho_solve, cholesky
 from ..memory import check_gram_memory
-from .grids import grid_shape
 from .interpolation import Recovery
+
+#: the default ``gamma`` of each distribution
+_GAMMA = {"gaussian": (0.2 * np.pi) ** 2 / 2, "cauchy": 0.05 * np.pi, "student_t": 0.2 * np.pi}
 
 
 def _check_factor_memory(n, N, k, n_out=0):
-    """ValueError unless the map of a factor of ``n`` grid points in ``k`` dimensions with ``N``
-    features fits the memory budget: its Gram (twice while made), features and frequencies, or
-    with ``n_out`` output points their features and three ``n_out x n`` maps."""
+    """ValueError unless a factor of ``n`` grid points in ``k`` dimensions with ``N`` features
+    fits the memory budget: its Gram (twice while made), or with ``n_out`` output points the map."""
     held = {f"the {n} x {N} features": n * N * 8, f"the {k} x {N} frequencies": (k + 1) * N * 8}
     if not n_out:  # A A^T is made C-ordered, then copied into Fortran order
         held["the Gram's Fortran-ordered copy"] = n * n * 8
@@ -78,7 +79,7 @@ class RandomFeatureInterpolant(Recovery):
         random_state=0,
     ):
         super().__init__(grid_in)
-        if distribution not in ("gaussian", "cauchy", "student_t"):
+        if distribution not in _GAMMA:
             raise ValueError(
                 f"distribution must be 'gaussian', 'cauchy' or 'student_t', got {distribution!r}"
             )
@@ -88,13 +89,7 @@ class RandomFeatureInterpolant(Recovery):
             raise ValueError(f"ridge must be >= 0, got {ridge!r}")
         self.distribution, self.ridge, self.nu = distribution, float(ridge), nu
         self.separable = bool(separable)
-        if gamma is None:
-            gamma = {
-                "gaussian": (0.2 * np.pi) ** 2 / 2,
-                "cauchy": 0.05 * np.pi,
-                "student_t": 0.2 * np.pi,
-            }[distribution]
-        self.gamma = float(gamma)
+        self.gamma = float(_GAMMA[distribution] if gamma is None else gamma)
         self.scale = [(x[-1] - x[0]) / (x.size - 1) if x.size > 1 else 1.0 for x in self.grid_in]
         rng = check_random_state(random_state)
         factors = [(a,) for a in range(self.ndim)] if self.separable else [tuple(range(self.ndim))]
@@ -115,9 +110,7 @@ class RandomFeatureInterpolant(Recovery):
                     f"ridge={self.ridge:g}: pass ridge > 0 (e.g. 1e-10), a larger gamma or more "
                     "features"
                 ) from exc
-            self.factors.append(
-                {"axes": axes, "omega": omega, "b": b, "A": A, "L": L, "ridge": used}
-            )
+            self.factors.append(dict(axes=axes, omega=omega, b=b, A=A, L=L, ridge=used))
         self.n_features = [f["omega"].shape[1] for f in self.factors]
 
     def _points(self, axes, coords):
@@ -129,10 +122,8 @@ class RandomFeatureInterpolant(Recovery):
         return np.stack([m.ravel() for m in mesh], axis=1)
 
     def _map(self, f, coords):
-        """The (n_out, n_in) map of factor ``f`` to the output coordinates ``coords``:
-        ``W = Phi(y) A^T G^{-1}`` from the Cholesky factor (``n_out`` right-hand sides),
-        corrected so that it centres the data first (``W + (1 - W 1) 1^T / n``)."""
-        # checked before it is made (a non-separable grid's map covers every output point)
+        """The (n_out, n_in) map ``W = Phi(y) A^T G^{-1}`` of factor ``f`` to the output coordinates
+        ``coords``, corrected so that it centres the data first (``W + (1 - W 1) 1^T / n``)."""
         _check_factor_memory(*f["A"].shape, len(f["axes"]), int(np.prod([c.size for c in coords])))
         K = feature_map(self._points(f["axes"], coords), f["omega"], f["b"]) @ f["A"].T
         W = cho_solve(f["L"], np.asfortranarray(K.T)).T
@@ -148,4 +139,4 @@ class RandomFeatureInterpolant(Recovery):
         key = ("joint",) + tuple(y.tobytes() for y in grid_out)
         W = self._cached(key, lambda: self._map(self.factors[0], list(grid_out)))
         out = block.reshape(block.shape[0], -1) @ W.T
-        return out.reshape((block.shape[0], *grid_shape(grid_out))).astype(dtype, copy=False)
+        return out.reshape((block.shape[0], *(y.size for y in grid_out))).astype(dtype, copy=False)
