@@ -12,6 +12,7 @@ import logging
 import sys
 import threading
 import time
+import uuid
 
 import dask
 import distributed  # noqa: F401  (its configuration defaults first: NO_WORKERS_TIMEOUT overrides one)
@@ -142,28 +143,43 @@ def _say_waiting(desc, n):
         sys.stderr.flush()
 
 
-def _text_bar(keys, scheduler, desc, out, drawn):
-    """Block until ``keys`` finish, drawing distributed's text bar on ``out``; ``drawn`` (an
-    Event) is set at its first drawing or its end."""
-    from distributed.diagnostics.progressbar import TextProgressBar
+def _scheduler_bar(client, keys, desc, out):
+    """Track on the scheduler the tasks that ``keys`` need (distributed's ``Progress`` plugin) and
+    draw their share done on ``out`` from a thread; returns ``finish(ok)``, which draws the end."""
+    import asyncio
 
-    every, last = _redraw_seconds(out), [-float("inf")]
+    name, stop, ok = f"rfol-progress-{uuid.uuid4().hex}", threading.Event(), []
 
-    class Bar(TextProgressBar):  # distributed's bar writes to stdout; this one to ``out``
-        def _draw_bar(self, remaining, all, **kwargs):
-            drawn.set()
-            if not remaining or self.elapsed - last[0] >= every:
-                last[0] = self.elapsed
-                _draw(out, desc, (1 - remaining / all) if all else 1.0, self.elapsed)
+    async def start(dask_scheduler):  # nested functions: pickled by value for the scheduler
+        from distributed.diagnostics.progress import Progress
 
-        def _draw_stop(self, **kwargs):
-            with contextlib.suppress(ValueError):
-                out.write("\n")
+        bar = Progress(keys, dask_scheduler, complete=True, name=name)
+        await asyncio.wait_for(bar.setup(), 10)  # (it ends itself when its tasks end or fail)
 
-    try:
-        Bar(keys, scheduler=scheduler, complete=True)
-    finally:
-        drawn.set()
+    def read(dask_scheduler):
+        bar = dask_scheduler.plugins.get(name)
+        return None if bar is None else (len(bar.keys), len(bar.all_keys))
+
+    def draw():
+        t0, every, frac = time.perf_counter(), _redraw_seconds(out), 0.0
+        for n in itertools.count():
+            end = stop.wait(every if n else 0)
+            with contextlib.suppress(OSError, RuntimeError):  # a cluster going down
+                left = client.run_on_scheduler(read)  # None: its tasks ended
+                frac = frac if left is None else 1 - left[0] / left[1] if left[1] else 1.0
+            _draw(out, desc, 1.0 if end and ok else frac, time.perf_counter() - t0, end)
+            if end:
+                return
+
+    def finish(done):
+        ok.extend([True] if done else [])
+        stop.set()
+        thread.join(timeout=5)
+
+    client.run_on_scheduler(start)
+    thread = threading.Thread(target=draw, daemon=True, name="rfol-progress")
+    thread.start()
+    return finish
 
 
 def _widget_bar(futures, client, desc):
@@ -259,32 +275,32 @@ def _collect(pending, client, desc, progress, consume):
     if progress and is_kernel() and importlib.util.find_spec("ipywidgets") is not None:
         widget = _widget_bar(futures, client, desc)
     elif progress:  # keys, not futures: a consumed result is forgotten at once
-        drawn = threading.Event()
-        args = ([f.key for f in futures], client.scheduler.address, desc, sys.stderr, drawn)
-        bar = threading.Thread(target=_text_bar, args=args, daemon=True, name="rfol-progress")
-        bar.start()
-        drawn.wait(10)  # the bar tracks the keys before any is forgotten (else no bar)
-    t0, results = time.perf_counter(), [None] * len(pending)
+        with contextlib.suppress(OSError, RuntimeError):  # TimeoutError: no bar
+            bar = _scheduler_bar(client, [f.key for f in futures], desc, sys.stderr)
+    t0, results, ok = time.perf_counter(), [None] * len(pending), False
     index = {f.key: i for i, f in pending.items()}
     done = as_completed(futures, with_results=True, loop=client.loop)
     del futures
-    for future, result in done:  # a task's error is raised here
-        if isinstance(result, BaseException):  # a cancelled future comes with its error
-            raise RuntimeError(
-                f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: "
-                f"{result}); was the cluster restarted or the client closed during the "
-                "computation? Run it again"
-            ) from result
-        i = index[future.key]
-        if consume is None:
-            results[i] = result
-        else:  # forgotten on the cluster before the next one comes
-            del pending[i], future
-            consume(i, result)
-            del result
+    try:
+        for future, result in done:  # a task's error is raised here
+            if isinstance(result, BaseException):  # a cancelled future comes with its error
+                raise RuntimeError(
+                    f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: "
+                    f"{result}); was the cluster restarted or the client closed during the "
+                    "computation? Run it again"
+                ) from result
+            i = index[future.key]
+            if consume is None:
+                results[i] = result
+            else:  # forgotten on the cluster before the next one comes
+                del pending[i], future
+                consume(i, result)
+                del result
+        ok = True
+    finally:
+        if bar is not None:
+            bar(ok)
     logger.debug("%s: computed and gathered in %.3f s", desc, time.perf_counter() - t0)
-    if bar is not None:
-        bar.join(timeout=5)
     if widget is not None:  # let the widget draw the end before the futures go
         concurrent.futures.wait([widget], timeout=5)
     return tuple(results) if consume is None else None
