@@ -80,50 +80,36 @@ def _draw(out, desc, frac, elapsed, end=False):
         out.flush()
 
 
-class _LocalRun:
-    """Callbacks of dask's local scheduler: a text bar on ``out`` (if any), the run's state."""
-
-    def __init__(self, desc, out=None):
-        from dask.callbacks import Callback
-
-        self.desc, self.out, self.state, self.t0 = desc, out, {}, time.perf_counter()
-        self.every, self.last = _redraw_seconds(out) if out else 0, -float("inf")
-        self.callback = Callback(
-            start_state=lambda dsk, state: setattr(self, "state", state),
-            posttask=lambda key, result, dsk, state, worker_id: self.draw(state),
-            finish=lambda dsk, state, errored: self.draw(state, end=True),
-        )
-
-    def draw(self, state, end=False):
-        elapsed = time.perf_counter() - self.t0
-        if self.out is None or not (end or elapsed - self.last >= self.every):
-            return
-        self.last = elapsed
-        done = len(state["finished"])
-        total = done + sum(len(state[k]) for k in ("ready", "waiting", "running"))
-        _draw(self.out, self.desc, done / total if total else 1.0, elapsed, end)
-
-
 def _compute_local(collections, progress, desc, settle):
     """``dask.compute`` on dask's local scheduler, a bar on stderr if ``progress``; ``settle``: on
     a pool of its own whose running tasks end before a failure propagates (queued ones dropped)."""
     import dask.threaded
     from dask.base import get_scheduler
+    from dask.callbacks import Callback
     from dask.system import CPU_COUNT
 
-    run, pool = _LocalRun(desc, sys.stderr if progress else None), None
+    run, pool, ok = {"finished": (), "running": ()}, None, False  # the scheduler's state
+
+    def share():  # of the tasks done
+        done = len(run["finished"])
+        total = done + sum(len(run.get(k, ())) for k in ("ready", "waiting", "running"))
+        return done / total if total else None
+
     if settle and get_scheduler(collections=collections) is dask.threaded.get:
         workers = dask.config.get("num_workers", None) or CPU_COUNT
         prefix = f"rfol-compute-{next(_POOLS)}-"
         pool = dask.threaded.ContextAwareThreadPoolExecutor(workers, thread_name_prefix=prefix)
+    bar = _bar(share, desc, sys.stderr) if progress else None
+    watch = Callback(start_state=lambda dsk, state: run.update(state))  # updated in place
     try:
-        with run.callback, dask.config.set(pool=pool) if pool else contextlib.nullcontext():
-            return dask.compute(*collections)
-    except BaseException:
-        if pool is not None and run.state.get("running"):
-            _say_waiting(desc, len(run.state["running"]))
-        raise
+        with watch, dask.config.set(pool=pool) if pool else contextlib.nullcontext():
+            results, ok = dask.compute(*collections), True
+        return results
     finally:
+        if bar is not None:
+            bar(ok)
+        if pool is not None and not ok and run["running"]:
+            _say_waiting(desc, len(run["running"]))
         if pool is not None:  # by name: an interrupt in a thread's start leaves it off the pool
             pool.shutdown(wait=False, cancel_futures=True)
             for thread in threading.enumerate():
@@ -143,30 +129,17 @@ def _say_waiting(desc, n):
         sys.stderr.flush()
 
 
-def _scheduler_bar(client, keys, desc, out):
-    """Track on the scheduler the tasks that ``keys`` need (distributed's ``Progress`` plugin) and
-    draw their share done on ``out`` from a thread; returns ``finish(ok)``, which draws the end."""
-    import asyncio
-
-    name, stop, ok = f"rfol-progress-{uuid.uuid4().hex}", threading.Event(), []
-
-    async def start(dask_scheduler):  # nested functions: pickled by value for the scheduler
-        from distributed.diagnostics.progress import Progress
-
-        bar = Progress(keys, dask_scheduler, complete=True, name=name)
-        await asyncio.wait_for(bar.setup(), 10)  # (it ends itself when its tasks end or fail)
-
-    def read(dask_scheduler):
-        bar = dask_scheduler.plugins.get(name)
-        return None if bar is None else (len(bar.keys), len(bar.all_keys))
+def _bar(share, desc, out):
+    """Draw ``share()``, the share done (None: as before), on ``out`` from a thread, at once and
+    every :func:`_redraw_seconds`; returns ``finish(ok)``, which draws the end (full if ``ok``)."""
+    stop, ok = threading.Event(), []
 
     def draw():
         t0, every, frac = time.perf_counter(), _redraw_seconds(out), 0.0
         for n in itertools.count():
             end = stop.wait(every if n else 0)
             with contextlib.suppress(OSError, RuntimeError):  # a cluster going down
-                left = client.run_on_scheduler(read)  # None: its tasks ended
-                frac = frac if left is None else 1 - left[0] / left[1] if left[1] else 1.0
+                frac = frac if (now := share()) is None else now
             _draw(out, desc, 1.0 if end and ok else frac, time.perf_counter() - t0, end)
             if end:
                 return
@@ -176,10 +149,31 @@ def _scheduler_bar(client, keys, desc, out):
         stop.set()
         thread.join(timeout=5)
 
-    client.run_on_scheduler(start)
     thread = threading.Thread(target=draw, daemon=True, name="rfol-progress")
     thread.start()
     return finish
+
+
+def _scheduler_bar(client, keys, desc, out):
+    """:func:`_bar` of the tasks that ``keys`` need, tracked on the scheduler by distributed's
+    ``Progress`` plugin (functions nested: pickled by value, the scheduler needs no rfol_dask)."""
+    import asyncio
+
+    name = f"rfol-progress-{uuid.uuid4().hex}"
+
+    async def start(dask_scheduler):
+        from distributed.diagnostics.progress import Progress
+
+        bar = Progress(keys, dask_scheduler, complete=True, name=name)
+        await asyncio.wait_for(bar.setup(), 10)  # (it ends itself when its tasks end or fail)
+
+    def share(dask_scheduler):
+        if (bar := dask_scheduler.plugins.get(name)) is None:  # its tasks ended
+            return None
+        return 1 - len(bar.keys) / len(bar.all_keys) if bar.all_keys else 1.0
+
+    client.run_on_scheduler(start)
+    return _bar(lambda: client.run_on_scheduler(share), desc, out)
 
 
 def _widget_bar(futures, client, desc):
