@@ -131,25 +131,18 @@ def error_curve(
     Returns
     -------
     dict
-        Arrays of shape (n_checkpoints,): ``n_features``, ``error``, ``fit_time`` (seconds
-        a single fit at that ``N`` costs here: the feature and Gram work of the blocks up to
-        ``N`` plus one factorisation and solve, not the earlier checkpoints' solves) and
-        ``predict_time`` (test features, cross Gram up to ``N`` and the product); the float
-        ``gamma`` and the int ``n_train`` (``M``); ``seed``, the integer seed of the draw (also
-        where ``random_state`` was None or a Generator; None with given ``frequencies``); and
-        ``settings``, what else the curve depends on: ``distribution``, ``nu``, ``alpha``,
-        ``fit_intercept``, ``pca_power``, ``gamma_rule`` ("median", "given" or "frequencies"),
-        ``error`` (the metric's name) and ``n_test`` (``M_t``). With ``return_predictions``,
-        ``predictions`` is a list of (M_t, m) arrays.
-        :func:`curve_dataset` makes it an ``xarray.Dataset`` to save and plot.
+        Arrays of shape (n_checkpoints,): ``n_features``, ``error``, ``fit_time`` (what a single
+        fit at that ``N`` costs: its blocks' feature and Gram work, one factorisation and solve)
+        and ``predict_time``; ``gamma``, ``n_train``, ``seed`` (the draw's integer seed; None
+        with given ``frequencies``), ``settings`` (what else the curve depends on) and, with
+        ``return_predictions``, ``predictions``. :func:`curve_dataset` makes it a Dataset.
 
     Raises
     ------
     ValueError
         If ``n_features`` is not increasing positive integers, ``block_size`` not a positive
-        integer (TypeError: not numbers), ``frequencies`` are too few,
-        the arrays' shapes do not match (``(M, n)``, ``(M, m)``, ``(M_t, n)``, ``(M_t, m)``),
-        ``gamma`` is not positive, ``alpha`` is negative, or ``V`` or ``V_test`` holds NaN / Inf.
+        integer, ``frequencies`` are too few, the arrays' shapes do not match, ``gamma`` is not
+        positive, ``alpha`` is negative, or ``V`` or ``V_test`` holds NaN / Inf.
 
     Notes
     -----

@@ -24,12 +24,9 @@ def _host(x):
 
 def _label(obj, default):
     """``long_name [units]`` of an xarray object's attrs, else its name, else ``default``."""
-    attrs = getattr(obj, "attrs", None) or {}
-    name = attrs.get("long_name") or getattr(obj, "name", None) or default
-    units = attrs.get("units")
-    if name is None:
-        return None
-    return f"{name} [{units}]" if units not in (None, "") else str(name)
+    a = getattr(obj, "attrs", None) or {}
+    name, units = a.get("long_name") or getattr(obj, "name", None) or default, a.get("units")
+    return None if name is None else f"{name} [{units}]" if units not in (None, "") else str(name)
 
 
 def _grid_of(values, grid):

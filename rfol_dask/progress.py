@@ -122,11 +122,8 @@ _POOLS = itertools.count()  # numbers the pools of :func:`_compute_local`
 
 def _say_waiting(desc, n):
     with contextlib.suppress(ValueError):  # a closed stderr
-        sys.stderr.write(
-            f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
-            "(interrupt to stop at once)\n"
-        )
-        sys.stderr.flush()
+        print(f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
+              "(interrupt to stop at once)", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _bar(share, desc, out):
@@ -217,8 +214,7 @@ def compute(
     from distributed import KilledWorker
     from distributed.scheduler import NoValidWorkerError, NoWorkerError
 
-    pending = dict(enumerate(client.compute(list(collections))))
-    ended = False
+    pending, ended = dict(enumerate(client.compute(list(collections)))), False
     try:
         results = _collect(pending, client, desc, progress, consume)
         ended = True
@@ -278,11 +274,10 @@ def _collect(pending, client, desc, progress, consume):
     try:
         for future, result in done:  # a task's error is raised here
             if isinstance(result, BaseException):  # a cancelled future comes with its error
-                raise RuntimeError(
-                    f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: "
-                    f"{result}); was the cluster restarted or the client closed during the "
-                    "computation? Run it again"
-                ) from result
+                what = f"{type(result).__name__}: {result}"
+                raise RuntimeError(f"{desc}: task {future.key!r} was cancelled ({what}); was the "
+                                   "cluster restarted or the client closed during the computation?"
+                                   " Run it again") from result  # fmt: skip
             i = index[future.key]
             if consume is None:
                 results[i] = result

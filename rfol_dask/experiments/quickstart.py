@@ -39,8 +39,7 @@ def quickstart(args, client=None):
     dims, title = ds["output"].dims[1:], f"{dataset}: test sample 0"
     grid = ds[dims[0]] if len(dims) == 1 and dims[0] in ds.coords else None
     preds = {f"tuned {best['distribution']}": pred.values[0]}
-    png = plot_prediction(
-        out / "quickstart.png", test["output"].values[0], preds, grid=grid, title=title
-    )
+    truth = test["output"].values[0]
+    png = plot_prediction(out / "quickstart.png", truth, preds, grid=grid, title=title)
     print(f"figure: {png}\nmodel: {out / 'model.zarr'}")
     return 0

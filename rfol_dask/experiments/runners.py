@@ -87,7 +87,6 @@ def run_fits(name, train, test, cfg, out, quick):
     example = example[0].reshape(train["output"].shape[1:])
     grids = grid(train["input"]), grid(train["output"])
     png = plot_example(Path(out) / f"{name}.png", *sample, example, *grids, **kw)
-    assert set(rows) == set(ref.METHODS)
     return {"methods": rows, "figure": Path(png).name}
 
 
