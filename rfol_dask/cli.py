@@ -164,7 +164,9 @@ def _cmd_fit(args):
     sample = names.get("sample_dim", "sample")
     ds = open_dataset(args.data)
     train, test = ds, None
-    if args.train is not None:  # more than the samples: all trained, "no test" said
+    if args.train is not None:
+        if args.train > ds.sizes.get(sample, args.train):
+            raise ValueError(f"--train {args.train} is more than the samples of {args.data}")
         train, test = (ds.isel({sample: slice(*b)}) for b in ((0, args.train), (args.train, None)))
     model = _fit_model(args)
     report = performance_report(args.report) if args.report else contextlib.nullcontext()
@@ -265,10 +267,8 @@ def _print_prediction_error(truth, out, sample):
 # fmt: off
 def _cluster_options(workers=None):
     shipped = sorted(p.stem for p in resources.files(__package__).joinpath("clusters").iterdir())
-    return (
-        ("--workers", dict(type=_count, default=workers, help="LocalCluster worker processes")),
-        ("--cluster", dict(metavar="NAME|PATH", help=f"a YAML file or {', '.join(shipped)}")),
-    )
+    return (("--workers", dict(type=_count, default=workers, help="LocalCluster worker processes")),
+            ("--cluster", dict(metavar="NAME|PATH", help=f"a YAML file or {', '.join(shipped)}")))
 
 
 def _name_options(remembered=""):

@@ -220,18 +220,16 @@ def compute(
         ended = True
         return results
     except KilledWorker as exc:
-        raise WorkersKilledError(
-            f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} "
-            "last); the computation was abandoned and nothing was written. A task that kills its "
-            f"worker usually ran out of memory{_memory_limits(client)}: use smaller chunks, more "
-            "memory per worker, or fewer features"
-        ) from exc
+        raise WorkersKilledError(f"{desc}: task {exc.task!r} killed the workers it ran on "
+                                 f"({exc.last_worker.address} last); the computation was abandoned "
+                                 "and nothing was written. A task that kills its worker usually "
+                                 f"ran out of memory{_memory_limits(client)}: use smaller chunks, "
+                                 "more memory per worker, or fewer features") from exc  # fmt: skip
     except (NoWorkerError, NoValidWorkerError) as exc:
-        raise NoWorkersError(
-            f"{desc}: every worker of the cluster ended during the computation and none came back "
-            f"within {exc.timeout:g} s (batch jobs past their walltime, preempted or cancelled); "
-            "raise the jobs' walltime or start more workers, and run it again"
-        ) from None
+        raise NoWorkersError(f"{desc}: every worker of the cluster ended during the computation "
+                             f"and none came back within {exc.timeout:g} s (batch jobs past their "
+                             "walltime, preempted or cancelled); raise the jobs' walltime or start "
+                             "more workers, and run it again") from None  # fmt: skip
     finally:
         if settle and not ended:
             _let_running_end(client, list(pending.values()), desc)
