@@ -197,8 +197,7 @@ def _sweep(data, edges, checkpoints, alpha, fit_intercept, error):
     S = np.zeros((len(U), len(U)), order="F")  # lower triangle of sum_f A_f A_f^T
     S_test, vsum = np.zeros((len(U_test), len(U))), V.sum(axis=0)
     out = {k: [] for k in ("n_features", "error", "fit_time", "predict_time")}
-    t_fit = t_pred = 0.0
-    predictions = []
+    t_fit, t_pred, predictions = 0.0, 0.0, []
     for lo, hi in zip(edges[:-1], edges[1:], strict=False):
         block = (omega[:, lo:hi], b[lo:hi])
         dt_fit, dt_pred = _accumulate_block(U, U_test, *block, fit_intercept, S, S_test)
@@ -304,18 +303,14 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     if seeds.ndim != 1:
         raise ValueError(f"seeds must be a sequence of integers, got shape {seeds.shape}")
     if kwargs.get("frequencies") is not None and len(seeds) > 1:
-        raise ValueError(
-            f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} would give "
-            f"{len(seeds)} identical curves labelled as different draws; pass one seed "
-            "(seeds=(s,), the label of the curve of these frequencies), or leave out frequencies "
-            "to draw them per seed"
-        )
+        raise ValueError(f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} "
+                         f"would give {len(seeds)} identical curves labelled as different draws; "
+                         "pass one seed (seeds=(s,), the label of the curve of these frequencies), "
+                         "or leave out frequencies to draw them per seed")  # fmt: skip
     data = (U, V, U_test, V_test, n_features)
     runs = [error_curve(*data, random_state=int(s), **kwargs) for s in seeds]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
-    res["n_features"] = runs[0]["n_features"]
-    res["n_train"] = runs[0]["n_train"]
-    res["settings"] = runs[0]["settings"]
+    res.update({k: runs[0][k] for k in ("n_features", "n_train", "settings")})
     res["gamma"] = np.asarray([r["gamma"] for r in runs])
     res["seeds"] = np.asarray(seeds)
     if "predictions" in runs[0]:
@@ -389,10 +384,9 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
 
     floor0 = 0.9 * err.min()
     p0 = (np.log(floor0), np.log(max(err[0] - floor0, 1e-12 * err[0])) + 0.5 * np.log(N[0]), 0.5)
+    how = dict(p0=p0, bounds=([-50, -50, 0], [5, 50, 4]), maxfev=20000)
     try:
-        (lf, lc, p), _ = curve_fit(
-            model, np.log(N), np.log(err), p0=p0, bounds=([-50, -50, 0], [5, 50, 4]), maxfev=20000
-        )
+        (lf, lc, p), _ = curve_fit(model, np.log(N), np.log(err), **how)
     except (RuntimeError, ValueError):
         return out
     out.update(floor=float(np.exp(lf)), c=float(np.exp(lc)), p=float(p))

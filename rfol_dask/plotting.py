@@ -286,13 +286,9 @@ def _curve_values(label, c, key):
 
 
 def curves_figure(curves, title=None):
-    """Figure of error vs N (log-log, with an ``N^(-1/2)`` guide) and fit time vs N.
-
-    ``curves`` maps a label to a dict with ``n_features`` (k,), ``error`` and ``fit_time``
-    (n_seeds, k) and optionally ``slope`` (:func:`rfol_dask.curves.fit_slope`), or to a
-    :func:`rfol_dask.curves.curve_dataset`; each is drawn as its geometric mean over seeds with
-    the min-max band. The error axis names the curves' metric if it is not the relative error.
-    """
+    """Figure of error vs N (log-log, with an ``N^(-1/2)`` guide) and fit time vs N: ``curves``
+    maps a label to an :func:`rfol_dask.curves.error_curves` result or its ``curve_dataset``,
+    drawn as the geometric mean over seeds with the min-max band."""
     plt = _pyplot()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, c in curves.items():

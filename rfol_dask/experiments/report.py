@@ -43,11 +43,8 @@ def _is_results(path):
         res = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return (
-        isinstance(res, dict)
-        and bool(set(PARTS) & set(res))
-        and res.get("name", path.stem) == path.stem
-    )
+    ours = isinstance(res, dict) and bool(set(PARTS) & set(res))
+    return ours and res.get("name", path.stem) == path.stem
 
 
 def foreign_outputs(out, names=None):

@@ -24,9 +24,8 @@ def _pct(x, missing="-"):  # an error for the console: in percent, with the unit
 
 
 def _rf(law, N, paper):
-    return RandomFeatureOperator(
-        n_features=N, distribution=law, gamma=paper["gamma"], alpha=paper["alpha"], random_state=0
-    )
+    kw = dict(gamma=paper["gamma"], alpha=paper["alpha"], random_state=0)
+    return RandomFeatureOperator(n_features=N, distribution=law, **kw)
 
 
 def make_models(paper, U, V, max_features=None, grow_to=None):
