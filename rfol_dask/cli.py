@@ -41,9 +41,8 @@ def _powers(text):  # --pca-power: numbers or none, comma-separated
 
 
 def _periods(text):  # --periods: one number, or DIM=NUMBER,... (a mapping dim -> period)
-    if "=" not in text:
-        return float(text)
-    return {k.strip(): float(v) for k, v in (part.split("=", 1) for part in text.split(","))}
+    pairs = (part.split("=", 1) for part in text.split(","))
+    return {k.strip(): float(v) for k, v in pairs} if "=" in text else float(text)
 
 
 def _param(text):  # --param KEY=VALUE, VALUE read as JSON where it is, else a string
@@ -64,15 +63,13 @@ def _client(args, default=None):
     dashboard link logged, closed after the block; None (dask's threads) without either."""
     from .cluster import close_client, dashboard_link, local_client, start_client
 
-    cluster, workers = args.cluster or (default if args.workers is None else None), args.workers
-    if cluster and workers is not None:
-        raise ValueError("give --cluster or --workers, not both (--workers starts a LocalCluster)")
-    if not cluster and workers is None:
+    cluster = args.cluster or (default if args.workers is None else None)  # argparse: not both
+    if not cluster and args.workers is None:
         how = "--workers K or --cluster NAME: a cluster"
         _log.info(f"running on dask's threads in this process; {how}")
         yield None
         return
-    client = start_client(cluster) if cluster else local_client(n_workers=workers)
+    client = start_client(cluster) if cluster else local_client(n_workers=args.workers)
     try:
         link = dashboard_link(client) or "none (needs bokeh: pip install 'rfol-dask[diagnostics]')"
         _log.info("dask dashboard: %s", link)
@@ -88,9 +85,7 @@ def _device(args):  # --device; by default cuda on a GPU cluster configuration, 
 
 
 def _names(args, *which):  # the keywords which of the names (and periods) given
-    given = {"input": args.input, "output": args.output, "sample_dim": args.sample_dim}
-    given["periods"] = getattr(args, "periods", None)
-    return {k: v for k, v in given.items() if v is not None and k in which}
+    return {k: v for k in which if (v := getattr(args, k, None)) is not None}
 
 
 def _cmd_datasets(args):
@@ -106,10 +101,9 @@ def _cmd_datasets(args):
 def _cmd_generate(args):
     from . import datasets
 
-    params = dict(args.param or [])
-    for key, value in args.param or []:  # else the last value of a key would win, silently
-        if params[key] != value:
-            raise ValueError(f"--param {key} is given twice with two values: give it once")
+    params = dict(args.param or [])  # a key given twice with two values: the last would win
+    if twice := sorted(k for k, v in args.param or [] if params[k] != v):
+        raise ValueError(f"--param {twice[0]} is given twice with two values: give it once")
     params.update(seed=args.seed, block_size=args.block_size, overwrite=args.overwrite)
     with _client(args) as client:
         t0 = time.perf_counter()
@@ -143,10 +137,8 @@ def _fit_model(args):
     from .rf_operator_cv import RandomFeatureOperatorCV
 
     laws = {"distributions": (args.distribution,)} if args.distribution else {}
-    solver = given.pop("solver")
-    refit = {"refit": {"solver": solver}} if solver else {}
     given.update(max_features=args.max_features, pca_power=args.pca_power and tuple(args.pca_power))
-    return RandomFeatureOperatorCV(**laws, **refit, **given)
+    return RandomFeatureOperatorCV(**laws, refit={"solver": given.pop("solver")}, **given)
 
 
 def _cmd_fit(args):
@@ -155,11 +147,19 @@ def _cmd_fit(args):
     from .io import open_dataset
     from .metrics import relative_l2_error
     from .persistence import check_model_path
+    from .stores import zarr_parents
 
     if args.out:
         check_model_path(args.out)  # before the fit: never replace a data set or other files
-    if args.report:
-        _check_report_path(args.report, args.out)
+    if args.report:  # an HTML file outside Zarr stores and --out, a new one or a report
+        path = Path(os.path.abspath(args.report))
+        in_out = args.out and Path(os.path.abspath(args.out)) in (path, *path.parents)
+        if in_out or next(zarr_parents(path), None) or path.is_dir() or not path.parent.is_dir():
+            raise ValueError(f"--report {path}: give an HTML file in an existing folder, outside "
+                             "Zarr stores and --out")  # fmt: skip
+        if path.exists() and "<title>Dask Perf" not in path.read_text(errors="replace")[:4096]:
+            raise ValueError(f"--report {path} exists and is not a performance report: give a "
+                             "new path")  # fmt: skip
     names = _names(args, "input", "output", "sample_dim", "periods")
     sample = names.get("sample_dim", "sample")
     ds = open_dataset(args.data)
@@ -203,24 +203,7 @@ def _print_fit(args, model, seconds):
     print(f"fit: {what}, solver {model.solver_}: {seconds:.2f} s{' (search + refit)' * args.tune}")
 
 
-def _check_report_path(path, out=None):
-    """ValueError unless ``--report`` may write at ``path`` (outside Zarr stores and ``--out``)."""
-    from .stores import zarr_parents
-
-    path = Path(os.path.abspath(path))
-    inside = next(zarr_parents(path), None) or (out if out and Path(os.path.abspath(out)) in
-                                                (path, *path.parents) else None)  # fmt: skip
-    if inside or path.is_dir() or not path.parent.is_dir():
-        raise ValueError(f"--report {path}: give an HTML file in an existing folder, outside "
-                         "Zarr stores and --out")  # fmt: skip
-    title = "<title>Dask Performance Report</title>"
-    if path.exists() and title not in path.read_text(errors="replace")[:4096]:
-        raise ValueError(f"--report {path} exists and is not a performance report: give a new path")
-
-
 def _cmd_predict(args):
-    import numpy as np
-
     from .baselines import KernelOperator
     from .io import open_dataset, user_path
     from .persistence import load_model, restore_estimator
@@ -229,12 +212,9 @@ def _cmd_predict(args):
 
     out = Path(os.path.abspath(user_path(args.out)))
     check_prediction_path(out)  # before any work: never replace a data set, a model or files
-    classes = {cls.__name__: cls for cls in (RandomFeatureOperator, KernelOperator)}
-    arrays, attrs = load_model(user_path(args.model))  # restored as the class it records:
-    saved = attrs.get("estimator", "RandomFeatureOperator")
-    if saved not in classes:
-        raise ValueError(f"the model {args.model} is a {saved}: predict loads {', '.join(classes)}")
-    model = restore_estimator(classes[saved], arrays, attrs, args.model, _device(args))
+    arrays, attrs = load_model(user_path(args.model))  # restored as the class it records
+    cls = KernelOperator if attrs.get("estimator") == "KernelOperator" else RandomFeatureOperator
+    model = restore_estimator(cls, arrays, attrs, args.model, _device(args))
     names = _names(args, "input", "sample_dim")
     sample = names.get("sample_dim") or getattr(model, "sample_dim_", None) or "sample"
     output = args.output or getattr(model, "output_name_", None) or "output"
@@ -248,7 +228,7 @@ def _cmd_predict(args):
     truth, grid, model_dims = chosen.get(output), None, getattr(model, "output_dims_", None)
     dims = [] if truth is None else [d for d in truth.dims if d != sample]  # the store's grid
     if model_dims and set(dims) == set(model_dims) and all(d in ds.coords for d in dims):
-        grid = {d: np.sort(ds[d].values) for d in dims}  # the predictions go on it
+        grid = {d: ds[d].sortby(d).values for d in dims}  # the predictions go on it
     where = f"samples {start}:{stop} of {args.data}"
     attrs = {"title": f"rfol-dask predict: {where}", "samples": [start, stop]}
     attrs.update(model=os.path.abspath(args.model), store=os.path.abspath(args.data))
@@ -275,8 +255,7 @@ def _print_prediction_error(truth, out, sample):
         return print("no error: the store has no output to compare with")
     written = _samples_first(xr.open_zarr(out, consolidated=True)["prediction"], sample)
     truth = _samples_first(truth, sample)
-    if set(truth.dims) == set(written.dims):  # grid dims matched by name, in any order
-        truth = truth.transpose(*written.dims)
+    truth = truth.transpose(*written.dims) if set(truth.dims) == set(written.dims) else truth
     if truth.dims != written.dims or truth.shape != written.shape:
         sizes = [", ".join(f"{d}: {k}" for d, k in x.sizes.items()) for x in (truth, written)]
         return print(f"no error: the store's output ({sizes[0]}) is not on the predictions' grid "
@@ -288,10 +267,8 @@ def _print_prediction_error(truth, out, sample):
 # fmt: off
 def _cluster_options(workers=None):
     shipped = sorted(p.stem for p in resources.files(__package__).joinpath("clusters").iterdir())
-    return (
-        ("--workers", dict(type=_count, default=workers, help="LocalCluster worker processes")),
-        ("--cluster", dict(metavar="NAME|PATH", help=f"a YAML file or {', '.join(shipped)}")),
-    )
+    return (("--workers", dict(type=_count, default=workers, help="LocalCluster worker processes")),
+            ("--cluster", dict(metavar="NAME|PATH", help=f"a YAML file or {', '.join(shipped)}")))
 
 
 def _name_options(remembered=""):
@@ -338,8 +315,10 @@ def build_parser():
     def command(name, func, text, *options):  # options: (flags, keywords) pairs
         parsed = sub.add_parser(name, parents=common, help=text, description=text, epilog=EPILOG,
                                 formatter_class=raw)
+        one = options and parsed.add_mutually_exclusive_group()  # --workers or --cluster
         for flags, kwargs in options:
-            parsed.add_argument(*flags.split(), **kwargs)
+            where = one if flags in ("--workers", "--cluster") else parsed
+            where.add_argument(*flags.split(), **kwargs)
         parsed.set_defaults(func=func)
         return parsed
 
@@ -389,21 +368,17 @@ def _console(command, level):
         links = {w for w in record.getMessage().split() if "://" in w}
         return (not links or not links <= seen, seen.update(links))[0]
 
-    handler.addFilter(once)
-
     def formatwarning(message, category, filename, lineno, line=None):
         if category.__module__.startswith("rfol_dask"):
             return f"rfol-dask {command}: warning ({category.__name__}): {message}\n"
         return saved[2](message, category, filename, lineno, line)
 
+    handler.addFilter(once)
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate, warnings.formatwarning = False, formatwarning
     try:
         yield
-    except ValueError as exc:  # the library's naming hints as the command's options
-        exc.args = (_as_options(str(exc)),)
-        raise
     finally:
         logger.removeHandler(handler)
         logger.setLevel(saved[0])
@@ -424,17 +399,16 @@ def main(argv=None):
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))  # runs clean-up
-    # ImportError: an optional extra; FloatingPointError: a generator's time stepping blew up
-    errors = (ValueError, TypeError, OSError, ImportError, NotImplementedError)
-    errors += (FloatingPointError, e.ClusterStartError, e.WorkersKilledError, e.NoWorkersError)
+    errors = (ValueError, TypeError, OSError, ImportError, NotImplementedError, FloatingPointError)
+    errors += (e.ClusterStartError, e.WorkersKilledError, e.NoWorkersError, e.NoDeviceError)
     hint = "; rerun the same command to resume" if args.command == "generate" else ""
     level = logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
     try:
         with _console(args.command, level):
             return args.func(args)
-    except (*errors, e.NoDeviceError) as exc:
+    except errors as exc:  # ImportError: a missing extra; FloatingPointError: a generator blew up
         more = hint if isinstance(exc, OSError) else ""  # a full disk: space, then resume
-        print(f"rfol-dask {args.command}: error: {exc}{more}", file=sys.stderr)
+        print(f"rfol-dask {args.command}: error: {_as_options(str(exc))}{more}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"rfol-dask {args.command}: interrupted{hint}", file=sys.stderr)

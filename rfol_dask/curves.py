@@ -1,27 +1,12 @@
 """Error-vs-N and fit-time-vs-N curves from one fit per seed that grows N block by block.
 
-The dual Gram of ``N`` features is a sum over feature blocks: with ``A_f`` the (centred)
-features of the columns of block ``f``, ``K_N = sum_f A_f A_f^T``. One pass over the
-feature blocks of a single frequency draw ``Omega`` (n, N_max) therefore gives the fit at
-every checkpoint ``N`` (a leading column count): at each one the running sum is copied,
-factorised once (``factor.dual_factor``: ``H K_N H + alpha I``, Cholesky with the jitter
-policy of :mod:`rfol_dask.linalg`) and solved for all outputs (``factor.dual_solve``). The
-result equals ``fit_numpy`` on ``omega[:, :N]``, which is the model
-``RandomFeatureOperator(n_features=N)`` of the same seed draws (``draw_frequencies`` is
-nested in ``N``).
-
-Predictions never need ``C_N = A_{1:N}^T Beta`` (N, m): the test features of the same blocks,
-shifted by the training column means, are accumulated the same way into the cross Gram
-``K*_N = sum_f A*_f A_f^T`` (M_test, M), and ``A*_{1:N} C_N = K*_N Beta``; the intercept
-is ``factor.dual_intercept``. This is exactly the prediction of the fitted model.
-
-Everything is in memory (numpy). A dask version would accumulate the same block sums as
-per-block tasks (``rfol_dask.gram``); it is a possible extension.
-
-Slopes: :func:`fit_slope` fits ``log error = a + s log N`` by least squares over the
-points before saturation; see :func:`saturation_index` for the rule. Past the interpolation
-threshold (``N >= 2 M`` with a tiny ridge) the error falls towards the kernel interpolant's;
-:func:`fit_excess` fits ``error = floor + c N^(-p)`` there.
+The dual Gram of ``N`` features is a sum over feature blocks, ``K_N = sum_f A_f A_f^T``, so one
+pass over the blocks of a single draw ``Omega`` (n, N_max) gives the fit at every checkpoint ``N``:
+the running sum is factorised (``factor.dual_factor``) and solved there, and the test predictions
+come from the cross Gram ``K*_N = sum_f A*_f A_f^T`` accumulated alike (``A*_{1:N} C_N = K*_N
+Beta``). Each checkpoint equals ``RandomFeatureOperator(n_features=N)`` of the same seed
+(``draw_frequencies`` is nested in ``N``). In memory (numpy). :func:`fit_slope` fits ``log error =
+a + s log N`` before saturation; :func:`fit_excess` ``error = floor + c N^(-p)`` past ``N = 2 M``.
 """
 
 from __future__ import annotations
@@ -42,16 +27,8 @@ from .metrics import relative_l2_error
 from .stores import check_sources
 from .tuning import input_scales
 
-__all__ = [
-    "doubling",
-    "error_curve",
-    "error_curves",
-    "curve_dataset",
-    "append_curve",
-    "saturation_index",
-    "fit_slope",
-    "fit_excess",
-]
+__all__ = ["doubling", "error_curve", "error_curves", "curve_dataset", "append_curve",
+           "saturation_index", "fit_slope", "fit_excess"]  # fmt: skip
 
 #: bytes of one block of training (or test) features held at a time
 _BLOCK_BYTES = 64 * 2**20
@@ -72,8 +49,7 @@ def doubling(start=250, stop=64000):
 
 
 def _integers(values, name, minimum):
-    """``values`` (a number or an array-like) as int64; TypeError unless real numbers, ValueError
-    unless integral (``10.0`` is taken, ``10.5`` is not) and ``>= minimum``."""
+    """``values`` as int64; TypeError unless numbers, ValueError unless integral and >= minimum."""
     a = np.asarray(values)
     what = "integers" if a.ndim else "an integer"
     if a.dtype.kind not in "iuf":  # bool, str, object (None, nested ragged lists, ...)
@@ -91,12 +67,6 @@ def _integer(value, name, minimum):
     if a.ndim:
         raise TypeError(f"{name} must be one integer, got {value!r}")
     return int(a)
-
-
-def _block_edges(checkpoints, block_size):
-    """Feature-block boundaries: every checkpoint and every multiple of ``block_size`` (>= 1)."""
-    grid = np.arange(0, checkpoints[-1] + 1, block_size)
-    return np.unique(np.concatenate([[0], grid, checkpoints]))
 
 
 def error_curve(
@@ -136,8 +106,7 @@ def error_curve(
         Frequency law, as in :class:`rfol_dask.RandomFeatureOperator`.
     gamma : float or "median", default="median"
         Frequency scale; ``"median"``: the median heuristic measured on ``U`` as
-        ``RandomFeatureOperator`` measures it (same rows for the same seed), so the curve of
-        the default model is the default curve. The value used is returned as ``gamma``.
+        ``RandomFeatureOperator`` measures it. The value used is returned as ``gamma``.
     nu : float, optional
         Degrees of freedom of ``"student_t"``, shape of ``"rational_quadratic"``.
     alpha : float, default=1e-10
@@ -145,9 +114,8 @@ def error_curve(
     fit_intercept : bool, default=True
         Centre features and outputs.
     random_state : int, Generator or None, default=None
-        Seed of the one draw ``Omega`` (n, N_max), of which checkpoint ``N`` uses the leading
-        ``N`` columns; taken as ``RandomFeatureOperator`` takes it, so checkpoint ``N`` is that
-        model of the same ``random_state``.
+        Seed of the one draw ``Omega`` (n, N_max): checkpoint ``N`` is the model
+        ``RandomFeatureOperator(n_features=N)`` of the same ``random_state``.
     frequencies : tuple (omega (n, N_max), b (N_max,)), optional
         Use these frequencies instead of drawing them (``random_state`` then plays no part).
     block_size : int, optional
@@ -158,50 +126,37 @@ def error_curve(
         Also return the test predictions at every checkpoint (``M_t m`` memory each).
     pca_power : float, optional
         Draw in the input metric of ``RandomFeatureOperator(pca_power=...)``, measured on ``U``
-        from the same rows for the same seed: the curve of a search's winner whose
-        ``best_params_`` hold a ``pca_power`` is that model's.
+        as that model measures it.
 
     Returns
     -------
     dict
-        Arrays of shape (n_checkpoints,): ``n_features``, ``error``, ``fit_time`` (seconds
-        a single fit at that ``N`` costs here: the feature and Gram work of the blocks up to
-        ``N`` plus one factorisation and solve, not the earlier checkpoints' solves) and
-        ``predict_time`` (test features, cross Gram up to ``N`` and the product); the float
-        ``gamma`` and the int ``n_train`` (``M``); ``seed``, the integer seed of the draw (also
-        where ``random_state`` was None or a Generator; None with given ``frequencies``); and
-        ``settings``, what else the curve depends on: ``distribution``, ``nu``, ``alpha``,
-        ``fit_intercept``, ``pca_power``, ``gamma_rule`` ("median", "given" or "frequencies"),
-        ``error`` (the metric's name) and ``n_test`` (``M_t``). With ``return_predictions``,
-        ``predictions`` is a list of (M_t, m) arrays.
-        :func:`curve_dataset` makes it an ``xarray.Dataset`` to save and plot.
+        Arrays of shape (n_checkpoints,): ``n_features``, ``error``, ``fit_time`` (what a single
+        fit at that ``N`` costs: its blocks' feature and Gram work, one factorisation and solve)
+        and ``predict_time``; ``gamma``, ``n_train``, ``seed`` (the draw's integer seed; None
+        with given ``frequencies``), ``settings`` (what else the curve depends on) and, with
+        ``return_predictions``, ``predictions``. :func:`curve_dataset` makes it a Dataset.
 
     Raises
     ------
     ValueError
         If ``n_features`` is not increasing positive integers, ``block_size`` not a positive
-        integer (TypeError: not numbers), ``frequencies`` are too few,
-        the arrays' shapes do not match (``(M, n)``, ``(M, m)``, ``(M_t, n)``, ``(M_t, m)``),
-        ``gamma`` is not positive, ``alpha`` is negative, or ``V`` or ``V_test`` holds NaN / Inf.
+        integer, ``frequencies`` are too few, the arrays' shapes do not match, ``gamma`` is not
+        positive, ``alpha`` is negative, or ``V`` or ``V_test`` holds NaN / Inf.
 
     Notes
     -----
-    A ridge raised by the jitter policy is announced by a RuntimeWarning, as in a plain fit.
-
-    For ``N < M`` the Gram has rank ``N`` and the solve leans on ``alpha`` (a plain fit would use
-    the primal solver for the same model; on Burgers with ``alpha = 1e-12`` the two give
-    predictions that agree to about 1e-4 relative and errors to 4 digits).
-
-    Memory: ``Omega`` (``n N_max``), the running Gram and its factorised copy (``2 M^2``), the
-    cross Gram (``M_t M``) and one feature block of each set; no ``M x N`` matrix.
-    Cost: ``M^2 N_max + 2 M_t M N_max + 2 (M + M_t) n N_max`` flops for the sums plus
-    ``M^3 / 3 + 2 M^2 m`` per checkpoint.
+    A ridge raised by the jitter policy is announced by a RuntimeWarning, as in a plain fit. For
+    ``N < M`` the solve leans on ``alpha`` (a plain fit would use the primal solver). Memory:
+    ``Omega``, two ``M x M`` Grams, the ``M_t x M`` cross Gram and one feature block of each set.
     """
     U, V, U_test, V_test = _check_curve_data(U, V, U_test, V_test, gamma, alpha)
     check_finite(V, 0, "V")
     # else every error, and every slope fitted to them, is NaN
     check_finite(V_test, 0, "V_test", "computing error curves")
-    checkpoints = _check_checkpoints(n_features)
+    checkpoints = _integers(n_features, "n_features", 1)
+    if checkpoints.ndim != 1 or len(checkpoints) == 0 or np.any(np.diff(checkpoints) <= 0):
+        raise ValueError(f"n_features must be increasing positive integers, got {n_features!r}")
     if block_size is not None:
         block_size = _integer(block_size, "block_size", 1)
     M, n = U.shape
@@ -217,37 +172,32 @@ def error_curve(
     N_max = int(checkpoints[-1])
     omega, b = _curve_frequencies(frequencies, n, N_max, distribution, gamma, nu, seed, metric)
     block_size = block_size or max(64, _BLOCK_BYTES // (8 * max(M, len(U_test))))
-    edges = _block_edges(checkpoints, block_size)
+    # feature blocks end at every checkpoint and every multiple of block_size
+    edges = np.unique(np.r_[0, np.arange(0, N_max + 1, block_size), checkpoints])
     data = (U, V, U_test, V_test, omega, b)
     out, predictions = _sweep(data, edges, checkpoints, float(alpha), fit_intercept, error)
     out["gamma"] = float(gamma) if gamma != "median" else float("nan")  # nan: given frequencies
-    out["n_train"] = int(M)
     out["seed"] = None if frequencies is not None else seed  # also where random_state was None
-    given = "median" if gamma_arg == "median" else "given"
-    out["settings"] = {
-        "distribution": distribution,
-        "nu": None if nu is None else float(nu),
-        "alpha": float(alpha),
-        "fit_intercept": bool(fit_intercept),
-        "pca_power": None if pca_power is None else float(pca_power),
-        "gamma_rule": "frequencies" if frequencies is not None else given,
-        "error": getattr(error, "__name__", repr(error)),
-        "n_test": len(U_test),
-    }
+    out["n_train"], rule = int(M), "median" if gamma_arg == "median" else "given"
+    rule = "frequencies" if frequencies is not None else rule
+    nu, pca_power = (None if x is None else float(x) for x in (nu, pca_power))
+    out["settings"] = dict(
+        distribution=distribution, nu=nu, alpha=float(alpha), fit_intercept=bool(fit_intercept),
+        pca_power=pca_power, gamma_rule=rule, error=getattr(error, "__name__", repr(error)),
+        n_test=len(U_test),
+    )  # fmt: skip
     if return_predictions:
         out["predictions"] = predictions
     return out
 
 
 def _sweep(data, edges, checkpoints, alpha, fit_intercept, error):
-    """One pass over the feature blocks between ``edges``: the curve's arrays and the test
-    predictions at the ``checkpoints``."""
+    """One pass over the feature blocks between ``edges``: the curve and its predictions."""
     U, V, U_test, V_test, omega, b = data
     S = np.zeros((len(U), len(U)), order="F")  # lower triangle of sum_f A_f A_f^T
     S_test, vsum = np.zeros((len(U_test), len(U))), V.sum(axis=0)
     out = {k: [] for k in ("n_features", "error", "fit_time", "predict_time")}
-    t_fit = t_pred = 0.0
-    predictions = []
+    t_fit, t_pred, predictions = 0.0, 0.0, []
     for lo, hi in zip(edges[:-1], edges[1:], strict=False):
         block = (omega[:, lo:hi], b[lo:hi])
         dt_fit, dt_pred = _accumulate_block(U, U_test, *block, fit_intercept, S, S_test)
@@ -262,18 +212,8 @@ def _sweep(data, edges, checkpoints, alpha, fit_intercept, error):
     return {k: np.asarray(v) for k, v in out.items()}, predictions
 
 
-def _check_checkpoints(n_features):
-    """``n_features`` as an int array (k,); ValueError unless increasing positive integers
-    (TypeError if not numbers)."""
-    checkpoints = _integers(n_features, "n_features", 1)
-    if checkpoints.ndim != 1 or len(checkpoints) == 0 or np.any(np.diff(checkpoints) <= 0):
-        raise ValueError(f"n_features must be increasing positive integers, got {n_features!r}")
-    return checkpoints
-
-
 def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
-    """The four arrays in float64 (``U`` C-contiguous, outputs 2-D); ValueError naming what does
-    not match or a ``gamma`` / ``alpha`` out of range."""
+    """The four arrays in float64, outputs 2-D; ValueError naming what does not match."""
 
     def number(x):
         return isinstance(x, numbers.Real) and not isinstance(x, bool) and np.isfinite(x)
@@ -289,26 +229,19 @@ def _check_curve_data(U, V, U_test, V_test, gamma, alpha):
     V, V_test = (Y[:, None] if Y.ndim == 1 else Y for Y in (V, V_test))
     for name, X in (("U", U), ("U_test", U_test), ("V", V), ("V_test", V_test)):
         if X.ndim != 2:
-            raise ValueError(
-                f"{name} must be 2-D (samples, flattened grid), got shape {X.shape}: reshape it to "
-                f"({name}.shape[0], -1)"
-            )
+            raise ValueError(f"{name} must be 2-D (samples, flattened grid), got shape {X.shape}: "
+                             f"reshape it to ({name}.shape[0], -1)")  # fmt: skip
     if len(V) != len(U) or len(V_test) != len(U_test):
-        raise ValueError(
-            f"samples differ: U {len(U)}, V {len(V)}, U_test {len(U_test)}, V_test {len(V_test)}"
-        )
+        raise ValueError(f"samples differ: U {len(U)}, V {len(V)}, U_test {len(U_test)}, "
+                         f"V_test {len(V_test)}")  # fmt: skip
     if U_test.shape[1] != U.shape[1] or V_test.shape[1] != V.shape[1]:
-        raise ValueError(
-            f"widths differ: U {U.shape[1]} vs U_test {U_test.shape[1]}, V {V.shape[1]} vs V_test "
-            f"{V_test.shape[1]}"
-        )
+        raise ValueError(f"widths differ: U {U.shape[1]} vs U_test {U_test.shape[1]}, V "
+                         f"{V.shape[1]} vs V_test {V_test.shape[1]}")  # fmt: skip
     return U, V, U_test, V_test
 
 
 def _curve_frequencies(frequencies, n, n_max, distribution, gamma, nu, random_state, metric=None):
-    """``(omega (n, >= n_max), b)``: the given ``frequencies`` (checked) or a fresh draw of
-    ``n_max``
-    (in the input ``metric`` if given)."""
+    """``(omega (n, >= n_max), b)``: the given ``frequencies`` (checked) or a draw of ``n_max``."""
     if frequencies is None:
         return draw_frequencies(n, n_max, distribution, gamma, nu, random_state, metric=metric)
     omega, b = (np.asarray(a, dtype=np.float64) for a in frequencies)
@@ -318,9 +251,8 @@ def _curve_frequencies(frequencies, n, n_max, distribution, gamma, nu, random_st
 
 
 def _scaled_features(X, omega, b, shift=None, name="U"):
-    """Features of ``X`` (k, n) for one block of frequencies ``omega`` (n, w), ``b`` (w,), times
-    ``sqrt(w)`` (``feature_map`` scales by ``sqrt(2 / w)``; this makes ``K_N = S / N`` for every
-    ``N``), minus ``shift`` (w,) if given: (k, w)."""
+    """Features of ``X`` for one block of frequencies, times ``sqrt(w)`` (then ``K_N = S / N``
+    for every ``N``), minus ``shift`` if given."""
     A = features_block(X, omega, b, name=name)
     A *= np.sqrt(omega.shape[1])
     if shift is not None:
@@ -329,10 +261,8 @@ def _scaled_features(X, omega, b, shift=None, name="U"):
 
 
 def _accumulate_block(U, U_test, omega, b, fit_intercept, S, S_test):
-    """Add one feature block to the running sums, in place: ``S`` (M, M, lower triangle)
-    ``+= A A^T`` and ``S_test`` (M_t, M) ``+= A* A^T``, with ``A`` (M, w) and ``A*`` (M_t, w)
-    shifted by the exact column means of ``A`` if ``fit_intercept`` (as in ``fit_numpy``).
-    Returns the seconds of the training part and of the test part."""
+    """``S += A A^T`` (lower triangle) and ``S_test += A* A^T`` in place, both centred by ``A``'s
+    column means if ``fit_intercept``; returns the seconds of the training and the test part."""
     t0 = time.perf_counter()
     A = _scaled_features(U, omega, b)
     shift = A.mean(axis=0) if fit_intercept else None
@@ -346,9 +276,8 @@ def _accumulate_block(U, U_test, omega, b, fit_intercept, S, S_test):
 
 
 def _checkpoint_prediction(S, S_test, N, V, vsum, alpha, fit_intercept):
-    """The fit at checkpoint ``N`` from the running sums: ``K_N = S / N`` factorised and solved
-    for ``V`` (M, m) (``vsum`` (m,) its column sums); returns the test prediction (M_t, m), the
-    seconds of the factorisation and solve, and those of the prediction."""
+    """The fit at checkpoint ``N`` (``K_N = S / N``): the test prediction and the seconds of the
+    factorisation and solve and of the prediction."""
     t0 = time.perf_counter()
     K = symmetrize(S.copy(order="F"))
     K /= N
@@ -361,18 +290,12 @@ def _checkpoint_prediction(S, S_test, N, V, vsum, alpha, fit_intercept):
 
 
 def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwargs):
-    """:func:`error_curve` for each seed in ``seeds``; returns a dict of (n_seeds, n_points)
-    arrays ``error``, ``fit_time``, ``predict_time``, the ``n_features`` checkpoints, the
-    ``seeds``, each seed's ``gamma``, ``n_train`` (``M``), the ``settings`` of :func:`error_curve`,
-    the slope fits (:func:`fit_slope`) of the geometric-mean error (``slope``) and of the median
-    fit time (``time_slope``) over seeds, and the :func:`fit_excess` of that error (``excess``).
-    :func:`curve_dataset` saves and plots it.
-    With ``return_predictions=True``, ``predictions`` holds each seed's :func:`error_curve`
-    predictions (a list per seed of (M_t, m) arrays, one per checkpoint: ``n_seeds n_points M_t m``
-    memory). ``seeds`` are integers >= 0 (ValueError for ``1.5``, -1 or none at all). Given
-    ``frequencies`` fix the draw whatever the seed, so they take one seed, the label of their
-    curve (ValueError for several: identical curves labelled as different draws).
-    Memory as one :func:`error_curve` (the seeds run one after another)."""
+    """:func:`error_curve` for each seed in ``seeds`` (integers >= 0; one only with given
+    ``frequencies``, which fix the draw): a dict of (n_seeds, n_points) arrays ``error``,
+    ``fit_time``, ``predict_time``, the ``n_features``, ``seeds``, each seed's ``gamma``,
+    ``n_train``, ``settings``, the :func:`fit_slope` of the geometric-mean error (``slope``) and
+    of the median fit time (``time_slope``), the :func:`fit_excess` of that error (``excess``)
+    and, with ``return_predictions=True``, each seed's ``predictions``."""
     seeds = list(seeds)
     if not seeds:
         raise ValueError("seeds must hold at least one seed (one curve per seed)")
@@ -380,18 +303,14 @@ def error_curves(U, V, U_test, V_test, n_features, seeds=(0, 1, 2, 3, 4), **kwar
     if seeds.ndim != 1:
         raise ValueError(f"seeds must be a sequence of integers, got shape {seeds.shape}")
     if kwargs.get("frequencies") is not None and len(seeds) > 1:
-        raise ValueError(
-            f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} would give "
-            f"{len(seeds)} identical curves labelled as different draws; pass one seed "
-            "(seeds=(s,), the label of the curve of these frequencies), or leave out frequencies "
-            "to draw them per seed"
-        )
+        raise ValueError(f"frequencies fix the draw whatever the seed: seeds {seeds.tolist()} "
+                         f"would give {len(seeds)} identical curves labelled as different draws; "
+                         "pass one seed (seeds=(s,), the label of the curve of these frequencies), "
+                         "or leave out frequencies to draw them per seed")  # fmt: skip
     data = (U, V, U_test, V_test, n_features)
     runs = [error_curve(*data, random_state=int(s), **kwargs) for s in seeds]
     res = {k: np.stack([r[k] for r in runs]) for k in ("error", "fit_time", "predict_time")}
-    res["n_features"] = runs[0]["n_features"]
-    res["n_train"] = runs[0]["n_train"]
-    res["settings"] = runs[0]["settings"]
+    res.update({k: runs[0][k] for k in ("n_features", "n_train", "settings")})
     res["gamma"] = np.asarray([r["gamma"] for r in runs])
     res["seeds"] = np.asarray(seeds)
     if "predictions" in runs[0]:
@@ -442,12 +361,7 @@ def fit_slope(n_features, errors, min_decay=0.1, min_points=2):
     slope = intercept = float("nan")
     if k >= min_points:
         slope, intercept = np.polyfit(np.log(N[:k]), np.log(err[:k]), 1)
-    return {
-        "slope": float(slope),
-        "intercept": float(intercept),
-        "n_points": k,
-        "saturated_at": sat,
-    }
+    return dict(slope=float(slope), intercept=float(intercept), n_points=k, saturated_at=sat)
 
 
 def fit_excess(n_features, errors, start_at=None, min_points=4):
@@ -470,10 +384,9 @@ def fit_excess(n_features, errors, start_at=None, min_points=4):
 
     floor0 = 0.9 * err.min()
     p0 = (np.log(floor0), np.log(max(err[0] - floor0, 1e-12 * err[0])) + 0.5 * np.log(N[0]), 0.5)
+    how = dict(p0=p0, bounds=([-50, -50, 0], [5, 50, 4]), maxfev=20000)
     try:
-        (lf, lc, p), _ = curve_fit(
-            model, np.log(N), np.log(err), p0=p0, bounds=([-50, -50, 0], [5, 50, 4]), maxfev=20000
-        )
+        (lf, lc, p), _ = curve_fit(model, np.log(N), np.log(err), **how)
     except (RuntimeError, ValueError):
         return out
     out.update(floor=float(np.exp(lf)), c=float(np.exp(lc)), p=float(p))

@@ -1,11 +1,7 @@
 """Figures of test samples (truth, prediction, pointwise error) and of error curves (matplotlib).
-
-Fields may be numpy arrays, DataArrays or CuPy arrays (copied to the host). Axes are the grid
-coordinates (``grid`` arguments, or a DataArray's own), labelled with their ``long_name`` and
-``units``; in 2-D truth and prediction share one colour scale, the error a symmetric one.
-``*_figure`` return the Figure; ``plot_*`` save it (the format of a suffix matplotlib writes,
-else PNG with ``.png`` appended) and return the path written.
-"""
+Fields: numpy, DataArrays or CuPy arrays, on their grid coordinates (labelled by ``long_name`` and
+``units``). ``*_figure`` return the Figure; ``plot_*`` save it (PNG unless the suffix names a
+format matplotlib writes) and return the path written."""
 
 from __future__ import annotations
 
@@ -28,12 +24,9 @@ def _host(x):
 
 def _label(obj, default):
     """``long_name [units]`` of an xarray object's attrs, else its name, else ``default``."""
-    attrs = getattr(obj, "attrs", None) or {}
-    name = attrs.get("long_name") or getattr(obj, "name", None) or default
-    units = attrs.get("units")
-    if name is None:
-        return None
-    return f"{name} [{units}]" if units not in (None, "") else str(name)
+    a = getattr(obj, "attrs", None) or {}
+    name, units = a.get("long_name") or getattr(obj, "name", None) or default, a.get("units")
+    return None if name is None else f"{name} [{units}]" if units not in (None, "") else str(name)
 
 
 def _grid_of(values, grid):
@@ -57,9 +50,8 @@ def _axes(values, grid, name="grid"):
         raise ValueError(f"{name} has {len(grid)} axes but the field has {ndim} dimensions {shape}")
     for i, (g, n) in enumerate(zip(grid, shape, strict=True)):
         if np.shape(g) != (n,):
-            raise ValueError(
-                f"{name}[{i}] has shape {np.shape(g)}; expected ({n},) for a field of shape {shape}"
-            )
+            raise ValueError(f"{name}[{i}] has shape {np.shape(g)}; expected ({n},) for a field of "
+                             f"shape {shape}")  # fmt: skip
     return [(_positions(g), _label(g, dim)) for g, dim in zip(grid, names, strict=False)]
 
 
@@ -75,29 +67,22 @@ def _name_ticks(ax, values, grid, which="xy"):
     for axis, side in zip(grid or (), which, strict=False):
         labels = np.asarray(getattr(axis, "values", axis))
         if labels.dtype.kind not in "biufmM":
-            step = max(1, -(-labels.size // 20))  # at most about 20 names
-            getattr(ax, f"set_{side}ticks")(
-                np.arange(0, labels.size, step),
-                [str(v) for v in labels[::step]],
-                rotation=90 if side == "x" else 0,
-                fontsize=8,
-            )
+            step, turn = max(1, -(-labels.size // 20)), 90 if side == "x" else 0  # <= ~20 names
+            ticks = np.arange(0, labels.size, step), [str(v) for v in labels[::step]]
+            getattr(ax, f"set_{side}ticks")(*ticks, rotation=turn, fontsize=8)
 
 
 def _check_fields(fields, grid, grid_name):
     """ValueError unless ``fields`` (name -> array) are 1-D or 2-D fields of the first one's
     shape, and ``grid`` fits it."""
     (ref_name, ref), *others = fields.items()
-    shape = np.shape(ref)
-    if len(shape) not in (1, 2):
-        raise ValueError(
-            f"{ref_name} must be one sample's field, 1-D (k,) or 2-D (kx, ky), got shape {shape}"
-        )
+    if len(shape := np.shape(ref)) not in (1, 2):
+        raise ValueError(f"{ref_name} must be one sample's field, 1-D (k,) or 2-D (kx, ky), got "
+                         f"shape {shape}")  # fmt: skip
     for name, values in others:
         if np.shape(values) != shape:
-            raise ValueError(
-                f"{name} has shape {np.shape(values)}; expected {shape}, the shape of {ref_name}"
-            )
+            raise ValueError(f"{name} has shape {np.shape(values)}; expected {shape}, the shape of "
+                             f"{ref_name}")  # fmt: skip
     _axes(ref, grid, grid_name)
 
 
@@ -111,17 +96,14 @@ def _pyplot():
 
 
 def _save(fig, path, dpi=100):
-    """Write ``fig`` to ``path`` (a suffix matplotlib does not write, ``alpha_1e-8_N2.5k``
-    say, gets ``.png`` appended) and close it; returns the path written."""
+    """Write ``fig`` to ``path`` (``.png`` appended to a suffix matplotlib does not write, as
+    ``alpha_1e-8_N2.5k``) and close it; returns the path written."""
     import os
 
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    suffix = os.path.splitext(os.fspath(path))[1][1:].lower()
-    if suffix not in fig.canvas.get_supported_filetypes():
-        path = (
-            type(path)(os.fspath(path) + ".png") if isinstance(path, os.PathLike) else f"{path}.png"
-        )
+    if os.path.splitext(path)[1][1:].lower() not in fig.canvas.get_supported_filetypes():
+        path = type(path)(f"{os.fspath(path)}.png")  # a str or a Path
     fig.savefig(path, dpi=dpi)
     _pyplot().close(fig)
     return path
@@ -131,9 +113,7 @@ def _field_norm(*fields):
     """One colour scale (Normalize) covering every field."""
     from matplotlib.colors import Normalize
 
-    finite = np.concatenate(
-        [np.asarray(f, float)[np.isfinite(np.asarray(f, float))] for f in fields]
-    )
+    finite = np.concatenate([f[np.isfinite(f)] for f in (np.asarray(f, float) for f in fields)])
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     return Normalize(lo, hi if hi > lo else lo + 1.0)
 
@@ -177,22 +157,16 @@ def _field_panel(fig, ax, values, grid, title):
 
 def _compare_2d(fig, axes, truth, predictions, grid, truth_title="truth"):
     """Truth, predictions (one shared colour scale) and errors (one symmetric scale)."""
-    grid = _grid_of(truth, grid)
-    errors = {
-        label: np.asarray(p, float) - np.asarray(truth, float) for label, p in predictions.items()
-    }
+    grid, t = _grid_of(truth, grid), np.asarray(truth, float)
+    errors = {label: np.asarray(p, float) - t for label, p in predictions.items()}
     norm, enorm = _field_norm(truth, *predictions.values()), _error_norm(*errors.values())
     value_label = _label(truth, "")
-    field_axes = [axes[0]]
     mesh = _image(axes[0], truth, grid, norm, _FIELD_CMAP, truth_title)
-    err_axes = []
     for i, (label, pred) in enumerate(predictions.items()):
         _image(axes[1 + 2 * i], pred, grid, norm, _FIELD_CMAP, label)
         emesh = _image(axes[2 + 2 * i], errors[label], grid, enorm, _ERROR_CMAP, f"{label} - truth")
-        field_axes.append(axes[1 + 2 * i])
-        err_axes.append(axes[2 + 2 * i])
-    fig.colorbar(mesh, ax=field_axes, shrink=0.8, label=value_label)
-    fig.colorbar(emesh, ax=err_axes, shrink=0.8, label=f"error {value_label}".strip())
+    fig.colorbar(mesh, ax=[axes[0], *axes[1::2]], shrink=0.8, label=value_label)
+    fig.colorbar(emesh, ax=list(axes[2::2]), shrink=0.8, label=f"error {value_label}".strip())
 
 
 def prediction_figure(truth, predictions, grid=None, title=None):
@@ -221,13 +195,10 @@ def prediction_figure(truth, predictions, grid=None, title=None):
         ax1.set(xlabel=xlabel, ylabel="|prediction - truth|", title="pointwise |error|")
         for ax in (ax0, ax1):
             _name_ticks(ax, truth, grid, "x")
-        ax0.legend()
-        ax1.legend()
+            ax.legend()
     else:
-        cols = 1 + 2 * len(predictions)
-        fig, axes = plt.subplots(
-            1, cols, figsize=(3.4 * cols, 3.4), layout="constrained", squeeze=False
-        )
+        n = 1 + 2 * len(predictions)
+        fig, axes = plt.subplots(1, n, figsize=(3.4 * n, 3.4), layout="constrained", squeeze=False)
         _compare_2d(fig, axes[0], truth, predictions, grid)
     if title:
         fig.suptitle(title)
@@ -239,31 +210,21 @@ def plot_prediction(path, truth, predictions, grid=None, title=None):
     return _save(prediction_figure(truth, predictions, grid, title), path, dpi=110)
 
 
-def example_figure(
-    train_input,
-    train_output,
-    test_truth,
-    test_prediction,
-    input_grid=None,
-    output_grid=None,
-    title=None,
-    label="prediction",
-):
+def example_figure(train_input, train_output, test_truth, test_prediction, input_grid=None,
+                   output_grid=None, title=None, label="prediction"):  # fmt: skip
     """Figure laid out like the paper's data-set figures: a training input and its output
     (fields (k,) or (kx, ky) on ``input_grid`` / ``output_grid``), then the test truth and
     prediction overlaid with the pointwise error (1-D) or as images on one colour scale with
     the error on a symmetric one (2-D). ValueError for other dimensions, a prediction of
     another shape or a grid that does not fit."""
     plt = _pyplot()
-    train_input, train_output, test_truth, test_prediction = map(
-        _host, (train_input, train_output, test_truth, test_prediction)
-    )
+    fields = map(_host, (train_input, train_output, test_truth, test_prediction))
+    train_input, train_output, test_truth, test_prediction = fields
     test_prediction = align_by_label(test_truth, test_prediction, ("test_truth", "test_prediction"))
     _check_fields({"train_input": train_input}, input_grid, "input_grid")
     _check_fields({"train_output": train_output}, output_grid, "output_grid")
-    _check_fields(
-        {"test_truth": test_truth, "test_prediction": test_prediction}, output_grid, "output_grid"
-    )
+    test = {"test_truth": test_truth, "test_prediction": test_prediction}
+    _check_fields(test, output_grid, "output_grid")
     n_panels = 4 if np.ndim(test_truth) == 1 else 5
     fig, axes = plt.subplots(1, n_panels, figsize=(3.4 * n_panels, 3.2), layout="constrained")
     _field_panel(fig, axes[0], train_input, input_grid, "training input")
@@ -290,14 +251,12 @@ def example_figure(
 
 
 def plot_example(path, *args, **kwargs):
-    """Save :func:`example_figure` of ``args`` and ``kwargs`` at ``path``; returns the path
-    written."""
+    """Save :func:`example_figure` of ``args`` and ``kwargs`` at ``path``; returns the path."""
     return _save(example_figure(*args, **kwargs), path, dpi=100)
 
 
 def _curve_slope(c):
-    """The fitted error slope of one curve (a result dict's ``slope``, a curve dataset's
-    ``slope_slope`` variable or attribute), or None."""
+    """The fitted error slope of a curve (dict or curve dataset, old or new), or None."""
     fit = c.get("slope") if hasattr(c, "get") else None
     if isinstance(fit, dict):
         return fit.get("slope")  # None: no slope (JSON null for NaN)
@@ -313,56 +272,43 @@ def _curve_metric(c):
 
 
 def _curve_values(label, c, key):
-    """``c[key]`` as a float array (n_seeds, k), a DataArray's dims read by name; ValueError for
-    the extra dims of a combined study (one curve is drawn per label)."""
+    """``c[key]`` as a float array (n_seeds, k); ValueError for a combined study's extra dims."""
     values = c[key]
     extra = [d for d in getattr(values, "dims", ()) if d not in ("seed", "n_features")]
     if extra or np.ndim(values) > 2:
         dims = getattr(values, "dims", None) or np.shape(values)
-        raise ValueError(
-            f"curve {label!r}: {key} has dims {dims}, not (seed, n_features): pass one curve per "
-            f"label, e.g. study.sel({extra[0] if extra else 'n_train'}=M) for each M"
-        )
+        sel = extra[0] if extra else "n_train"
+        raise ValueError(f"curve {label!r}: {key} has dims {dims}, not (seed, n_features): pass "
+                         f"one curve per label, e.g. study.sel({sel}=M) for each M")  # fmt: skip
     if "n_features" in getattr(values, "dims", ()):
         values = values.transpose(..., "n_features")
     return np.atleast_2d(np.asarray(values, float))
 
 
 def curves_figure(curves, title=None):
-    """Figure of error vs N (log-log, with an ``N^(-1/2)`` guide) and fit time vs N.
-
-    ``curves`` maps a label to a dict with ``n_features`` (k,), ``error`` and ``fit_time``
-    (n_seeds, k) and optionally ``slope`` (:func:`rfol_dask.curves.fit_slope`), or to a
-    :func:`rfol_dask.curves.curve_dataset`; each is drawn as its geometric mean over seeds with
-    the min-max band. The error axis names the curves' metric if it is not the relative error.
-    """
+    """Figure of error vs N (log-log, with an ``N^(-1/2)`` guide) and fit time vs N: ``curves``
+    maps a label to an :func:`rfol_dask.curves.error_curves` result or its ``curve_dataset``,
+    drawn as the geometric mean over seeds with the min-max band."""
     plt = _pyplot()
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4.2))
     for label, c in curves.items():
         N = np.asarray(c["n_features"], float)
         for ax, key in ((ax0, "error"), (ax1, "fit_time")):
             vals = _curve_values(label, c, key)
-            mid = np.exp(np.log(vals).mean(axis=0))
-            text = label
-            slope = _curve_slope(c)
+            mid, text, slope = np.exp(np.log(vals).mean(axis=0)), label, _curve_slope(c)
             if key == "error" and slope is not None and np.isfinite(slope):
                 text = f"{label} (slope {slope:.2f})"
             (line,) = ax.loglog(N, mid, "o-", label=text)
-            ax.fill_between(
-                N, vals.min(axis=0), vals.max(axis=0), color=line.get_color(), alpha=0.2
-            )
+            ax.fill_between(N, vals.min(0), vals.max(0), color=line.get_color(), alpha=0.2)
             if key == "error":
                 ax.loglog(N, mid[0] * (N / N[0]) ** -0.5, ":", color=line.get_color(), lw=1)
     metrics = sorted({_curve_metric(c) or "relative_l2_error" for c in curves.values()})
-    ylabel = (
-        "relative test error"
-        if metrics in ([], ["relative_l2_error"])
-        else f"test error ({', '.join(metrics)})"
-    )
+    ylabel = f"test error ({', '.join(metrics)})"
+    ylabel = "relative test error" if metrics in ([], ["relative_l2_error"]) else ylabel
     ax0.set(xlabel="N (random features)", ylabel=ylabel, title="error vs N (dotted: N^-1/2)")
     ax1.set(xlabel="N (random features)", ylabel="fit time [s]", title="fit time vs N")
-    ax0.legend(fontsize=8)
-    ax1.legend(fontsize=8)
+    for ax in (ax0, ax1):
+        ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
     return fig

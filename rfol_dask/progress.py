@@ -12,6 +12,7 @@ import logging
 import sys
 import threading
 import time
+import uuid
 
 import dask
 import distributed  # noqa: F401  (its configuration defaults first: NO_WORKERS_TIMEOUT overrides one)
@@ -79,50 +80,36 @@ def _draw(out, desc, frac, elapsed, end=False):
         out.flush()
 
 
-class _LocalRun:
-    """Callbacks of dask's local scheduler: a text bar on ``out`` (if any), the run's state."""
-
-    def __init__(self, desc, out=None):
-        from dask.callbacks import Callback
-
-        self.desc, self.out, self.state, self.t0 = desc, out, {}, time.perf_counter()
-        self.every, self.last = _redraw_seconds(out) if out else 0, -float("inf")
-        self.callback = Callback(
-            start_state=lambda dsk, state: setattr(self, "state", state),
-            posttask=lambda key, result, dsk, state, worker_id: self.draw(state),
-            finish=lambda dsk, state, errored: self.draw(state, end=True),
-        )
-
-    def draw(self, state, end=False):
-        elapsed = time.perf_counter() - self.t0
-        if self.out is None or not (end or elapsed - self.last >= self.every):
-            return
-        self.last = elapsed
-        done = len(state["finished"])
-        total = done + sum(len(state[k]) for k in ("ready", "waiting", "running"))
-        _draw(self.out, self.desc, done / total if total else 1.0, elapsed, end)
-
-
 def _compute_local(collections, progress, desc, settle):
     """``dask.compute`` on dask's local scheduler, a bar on stderr if ``progress``; ``settle``: on
     a pool of its own whose running tasks end before a failure propagates (queued ones dropped)."""
     import dask.threaded
     from dask.base import get_scheduler
+    from dask.callbacks import Callback
     from dask.system import CPU_COUNT
 
-    run, pool = _LocalRun(desc, sys.stderr if progress else None), None
+    run, pool, ok = {"finished": (), "running": ()}, None, False  # the scheduler's state
+
+    def share():  # of the tasks done
+        done = len(run["finished"])
+        total = done + sum(len(run.get(k, ())) for k in ("ready", "waiting", "running"))
+        return done / total if total else None
+
     if settle and get_scheduler(collections=collections) is dask.threaded.get:
         workers = dask.config.get("num_workers", None) or CPU_COUNT
         prefix = f"rfol-compute-{next(_POOLS)}-"
         pool = dask.threaded.ContextAwareThreadPoolExecutor(workers, thread_name_prefix=prefix)
+    bar = _bar(share, desc, sys.stderr) if progress else None
+    watch = Callback(start_state=lambda dsk, state: run.update(state))  # updated in place
     try:
-        with run.callback, dask.config.set(pool=pool) if pool else contextlib.nullcontext():
-            return dask.compute(*collections)
-    except BaseException:
-        if pool is not None and run.state.get("running"):
-            _say_waiting(desc, len(run.state["running"]))
-        raise
+        with watch, dask.config.set(pool=pool) if pool else contextlib.nullcontext():
+            results, ok = dask.compute(*collections), True
+        return results
     finally:
+        if bar is not None:
+            bar(ok)
+        if pool is not None and not ok and run["running"]:
+            _say_waiting(desc, len(run["running"]))
         if pool is not None:  # by name: an interrupt in a thread's start leaves it off the pool
             pool.shutdown(wait=False, cancel_futures=True)
             for thread in threading.enumerate():
@@ -135,35 +122,55 @@ _POOLS = itertools.count()  # numbers the pools of :func:`_compute_local`
 
 def _say_waiting(desc, n):
     with contextlib.suppress(ValueError):  # a closed stderr
-        sys.stderr.write(
-            f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
-            "(interrupt to stop at once)\n"
-        )
-        sys.stderr.flush()
+        print(f"{desc}: stopping; waiting for the {n} running task{'s' if n > 1 else ''} to end "
+              "(interrupt to stop at once)", file=sys.stderr, flush=True)  # fmt: skip
 
 
-def _text_bar(keys, scheduler, desc, out, drawn):
-    """Block until ``keys`` finish, drawing distributed's text bar on ``out``; ``drawn`` (an
-    Event) is set at its first drawing or its end."""
-    from distributed.diagnostics.progressbar import TextProgressBar
+def _bar(share, desc, out):
+    """Draw ``share()``, the share done (None: as before), on ``out`` from a thread, at once and
+    every :func:`_redraw_seconds`; returns ``finish(ok)``, which draws the end (full if ``ok``)."""
+    stop, ok = threading.Event(), []
 
-    every, last = _redraw_seconds(out), [-float("inf")]
+    def draw():
+        t0, every, frac = time.perf_counter(), _redraw_seconds(out), 0.0
+        for n in itertools.count():
+            end = stop.wait(every if n else 0)
+            with contextlib.suppress(OSError, RuntimeError):  # a cluster going down
+                frac = frac if (now := share()) is None else now
+            _draw(out, desc, 1.0 if end and ok else frac, time.perf_counter() - t0, end)
+            if end:
+                return
 
-    class Bar(TextProgressBar):  # distributed's bar writes to stdout; this one to ``out``
-        def _draw_bar(self, remaining, all, **kwargs):
-            drawn.set()
-            if not remaining or self.elapsed - last[0] >= every:
-                last[0] = self.elapsed
-                _draw(out, desc, (1 - remaining / all) if all else 1.0, self.elapsed)
+    def finish(done):
+        ok.extend([True] if done else [])
+        stop.set()
+        thread.join(timeout=5)
 
-        def _draw_stop(self, **kwargs):
-            with contextlib.suppress(ValueError):
-                out.write("\n")
+    thread = threading.Thread(target=draw, daemon=True, name="rfol-progress")
+    thread.start()
+    return finish
 
-    try:
-        Bar(keys, scheduler=scheduler, complete=True)
-    finally:
-        drawn.set()
+
+def _scheduler_bar(client, keys, desc, out):
+    """:func:`_bar` of the tasks that ``keys`` need, tracked on the scheduler by distributed's
+    ``Progress`` plugin (functions nested: pickled by value, the scheduler needs no rfol_dask)."""
+    import asyncio
+
+    name = f"rfol-progress-{uuid.uuid4().hex}"
+
+    async def start(dask_scheduler):
+        from distributed.diagnostics.progress import Progress
+
+        bar = Progress(keys, dask_scheduler, complete=True, name=name)
+        await asyncio.wait_for(bar.setup(), 10)  # (it ends itself when its tasks end or fail)
+
+    def share(dask_scheduler):
+        if (bar := dask_scheduler.plugins.get(name)) is None:  # its tasks ended
+            return None
+        return 1 - len(bar.keys) / len(bar.all_keys) if bar.all_keys else 1.0
+
+    client.run_on_scheduler(start)
+    return _bar(lambda: client.run_on_scheduler(share), desc, out)
 
 
 def _widget_bar(futures, client, desc):
@@ -207,25 +214,22 @@ def compute(
     from distributed import KilledWorker
     from distributed.scheduler import NoValidWorkerError, NoWorkerError
 
-    pending = dict(enumerate(client.compute(list(collections))))
-    ended = False
+    pending, ended = dict(enumerate(client.compute(list(collections)))), False
     try:
         results = _collect(pending, client, desc, progress, consume)
         ended = True
         return results
     except KilledWorker as exc:
-        raise WorkersKilledError(
-            f"{desc}: task {exc.task!r} killed the workers it ran on ({exc.last_worker.address} "
-            "last); the computation was abandoned and nothing was written. A task that kills its "
-            f"worker usually ran out of memory{_memory_limits(client)}: use smaller chunks, more "
-            "memory per worker, or fewer features"
-        ) from exc
+        raise WorkersKilledError(f"{desc}: task {exc.task!r} killed the workers it ran on "
+                                 f"({exc.last_worker.address} last); the computation was abandoned "
+                                 "and nothing was written. A task that kills its worker usually "
+                                 f"ran out of memory{_memory_limits(client)}: use smaller chunks, "
+                                 "more memory per worker, or fewer features") from exc  # fmt: skip
     except (NoWorkerError, NoValidWorkerError) as exc:
-        raise NoWorkersError(
-            f"{desc}: every worker of the cluster ended during the computation and none came back "
-            f"within {exc.timeout:g} s (batch jobs past their walltime, preempted or cancelled); "
-            "raise the jobs' walltime or start more workers, and run it again"
-        ) from None
+        raise NoWorkersError(f"{desc}: every worker of the cluster ended during the computation "
+                             f"and none came back within {exc.timeout:g} s (batch jobs past their "
+                             "walltime, preempted or cancelled); raise the jobs' walltime or start "
+                             "more workers, and run it again") from None  # fmt: skip
     finally:
         if settle and not ended:
             _let_running_end(client, list(pending.values()), desc)
@@ -259,32 +263,31 @@ def _collect(pending, client, desc, progress, consume):
     if progress and is_kernel() and importlib.util.find_spec("ipywidgets") is not None:
         widget = _widget_bar(futures, client, desc)
     elif progress:  # keys, not futures: a consumed result is forgotten at once
-        drawn = threading.Event()
-        args = ([f.key for f in futures], client.scheduler.address, desc, sys.stderr, drawn)
-        bar = threading.Thread(target=_text_bar, args=args, daemon=True, name="rfol-progress")
-        bar.start()
-        drawn.wait(10)  # the bar tracks the keys before any is forgotten (else no bar)
-    t0, results = time.perf_counter(), [None] * len(pending)
+        with contextlib.suppress(OSError, RuntimeError):  # TimeoutError: no bar
+            bar = _scheduler_bar(client, [f.key for f in futures], desc, sys.stderr)
+    t0, results, ok = time.perf_counter(), [None] * len(pending), False
     index = {f.key: i for i, f in pending.items()}
     done = as_completed(futures, with_results=True, loop=client.loop)
     del futures
-    for future, result in done:  # a task's error is raised here
-        if isinstance(result, BaseException):  # a cancelled future comes with its error
-            raise RuntimeError(
-                f"{desc}: task {future.key!r} was cancelled ({type(result).__name__}: "
-                f"{result}); was the cluster restarted or the client closed during the "
-                "computation? Run it again"
-            ) from result
-        i = index[future.key]
-        if consume is None:
-            results[i] = result
-        else:  # forgotten on the cluster before the next one comes
-            del pending[i], future
-            consume(i, result)
-            del result
+    try:
+        for future, result in done:  # a task's error is raised here
+            if isinstance(result, BaseException):  # a cancelled future comes with its error
+                what = f"{type(result).__name__}: {result}"
+                raise RuntimeError(f"{desc}: task {future.key!r} was cancelled ({what}); was the "
+                                   "cluster restarted or the client closed during the computation?"
+                                   " Run it again") from result  # fmt: skip
+            i = index[future.key]
+            if consume is None:
+                results[i] = result
+            else:  # forgotten on the cluster before the next one comes
+                del pending[i], future
+                consume(i, result)
+                del result
+        ok = True
+    finally:
+        if bar is not None:
+            bar(ok)
     logger.debug("%s: computed and gathered in %.3f s", desc, time.perf_counter() - t0)
-    if bar is not None:
-        bar.join(timeout=5)
     if widget is not None:  # let the widget draw the end before the futures go
         concurrent.futures.wait([widget], timeout=5)
     return tuple(results) if consume is None else None

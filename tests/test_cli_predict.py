@@ -187,10 +187,6 @@ def test_predict_errors_are_one_line_and_write_nothing(saved, tmp_path, capsys):
             "--samples 25:31 is not a range of the 30 samples",
         ),
         ([model, str(store), "--samples", "30:"], "give START < STOP <= 30"),
-        (
-            [model, str(store), "--cluster", "local", "--workers", "2"],
-            "give --cluster or --workers, not both",
-        ),
     ):
         code, stdout, err = _run(["predict", *args, "--out", str(out)], capsys)
         assert code == 2 and err.startswith("rfol-dask predict: error: ") and says in err, err
@@ -199,6 +195,21 @@ def test_predict_errors_are_one_line_and_write_nothing(saved, tmp_path, capsys):
         with pytest.raises(SystemExit) as info:
             main(["predict", model, str(store), "--out", str(out), "--samples", bad])
         assert info.value.code == 2 and "START:STOP" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:  # argparse: --workers starts a LocalCluster
+        main(
+            [
+                "predict",
+                model,
+                str(store),
+                "--out",
+                str(out),
+                "--cluster",
+                "local",
+                "--workers",
+                "2",
+            ]
+        )
+    assert info.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["u.zarr", "y.zarr"]
 
 

@@ -31,14 +31,13 @@ class PeakMemory:
 
     def _run(self):
         window, last = 0, self._t0
-        while not self._stop.is_set():
+        while not self._stop.wait(self.interval):
             rss = self._rss()
             self.peak, window = max(self.peak, rss), max(window, rss)
             now = time.perf_counter()
             if self.every is not None and now - last >= self.every:
                 self.timeline.append((now - self._t0, window))
                 window, last = 0, now
-            time.sleep(self.interval)
 
     def peak_between(self, t0: float, t1: float = float("inf")) -> int:
         """The peak (bytes) of the ``timeline`` entries in ``[t0, t1)`` s since entry (0: none)."""

@@ -32,15 +32,13 @@ def quickstart(args, client=None):
     err, best = relative_l2_error(test["output"], pred), model.best_params_
     print(f"tuned: {best['distribution']}, gamma {best['gamma']:.4g}, alpha {best['alpha']:.3g}, "
           f"N={best['n_features']}: {fit_s:.1f} s (search + refit)")  # fmt: skip
-    paper = ", ".join(
-        f"{k} {spec.paper[k]:.3g}" for k in ("cauchy", "gaussian") if spec.paper.get(k)
-    )
+    known = [k for k in ("cauchy", "gaussian") if spec.paper.get(k)]
+    paper = ", ".join(f"{k} {spec.paper[k]:.3g}" for k in known)
     print(f"relative L2 test error: {err:.3e} (paper: {paper or '-'})")
     dims, title = ds["output"].dims[1:], f"{dataset}: test sample 0"
     grid = ds[dims[0]] if len(dims) == 1 and dims[0] in ds.coords else None
     preds = {f"tuned {best['distribution']}": pred.values[0]}
-    png = plot_prediction(
-        out / "quickstart.png", test["output"].values[0], preds, grid=grid, title=title
-    )
+    truth = test["output"].values[0]
+    png = plot_prediction(out / "quickstart.png", truth, preds, grid=grid, title=title)
     print(f"figure: {png}\nmodel: {out / 'model.zarr'}")
     return 0

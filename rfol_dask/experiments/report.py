@@ -20,22 +20,12 @@ def fmt_error(x, pct=True, missing="-"):
     return f"{100 * x:.3g}" if pct else f"{x:.3g}"
 
 
-def _json_safe(x):
-    """``x`` with every non-finite float as None (strict JSON parsers refuse NaN)."""
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    if isinstance(x, float) and not np.isfinite(x):
-        return None
-    return x
-
-
 def write_results(path, results):
     """Write ``results`` to the JSON file ``path`` atomically, non-finite floats as ``null``."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_json_safe(results), indent=1, allow_nan=False))
+    safe = json.loads(json.dumps(results), parse_constant=lambda _: None)  # NaN, Infinity: null
+    tmp.write_text(json.dumps(safe, indent=1, allow_nan=False))
     tmp.replace(path)
 
 
@@ -53,11 +43,8 @@ def _is_results(path):
         res = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return (
-        isinstance(res, dict)
-        and bool(set(PARTS) & set(res))
-        and res.get("name", path.stem) == path.stem
-    )
+    ours = isinstance(res, dict) and bool(set(PARTS) & set(res))
+    return ours and res.get("name", path.stem) == path.stem
 
 
 def foreign_outputs(out, names=None):
@@ -117,15 +104,14 @@ def tuned_note(results: dict) -> list[str]:
     for name, r in results.items():
         methods = r.get("fits", {}).get("methods", {})
         for label in (k for k in TUNED if k in methods):
-            p, grown = methods[label]["best_params"], grown | {methods[label].get("grow_to")}
+            m = methods[label]
+            p, grown = m["best_params"], grown | {m.get("grow_to")}
             scale = p.get("gamma", p.get("length_scale"))
-            chosen.append(
-                f"{name} {label}: {p.get('distribution', p.get('kernel'))}"
-                + ("" if scale is None else f", scale {scale:.3g}")
-                + f", ridge {p.get('alpha', p.get('nugget')):.0e}"
-                + (f", N {p['n_features']}" if "n_features" in p else "")
-                + f", validation {fmt_error(methods[label]['validation_error'])} %"
-            )
+            chosen.append(f"{name} {label}: {p.get('distribution', p.get('kernel'))}"
+                          + ("" if scale is None else f", scale {scale:.3g}")
+                          + f", ridge {p.get('alpha', p.get('nugget')):.0e}"
+                          + (f", N {p['n_features']}" if "n_features" in p else "")
+                          + f", validation {fmt_error(m['validation_error'])} %")  # fmt: skip
     if not chosen:
         return []
     span = {g: f"{min(grid):.3g}..{max(grid):.3g}" for g, grid in (("gamma", DEFAULT_GAMMAS),
@@ -146,10 +132,8 @@ def tuned_note(results: dict) -> list[str]:
 
 def equal_time_table(results: dict) -> list[str]:
     """Rows of the equal-time table (the paper's table 2)."""
-    head = (
-        "| equal time | train / test | method | N | error % | train s | paper error % | paper s |"
-    )
-    lines = [head, "|---|---|---|---|---|---|---|---|"]
+    head = "| equal time | train / test | method | N | error % | train s | paper error % |"
+    lines = [head + " paper s |", "|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         e = r["equal_time"]
         for label in ("rbf", "matern52", "rf_cauchy", "rf_gaussian"):

@@ -58,19 +58,16 @@ def _check_run(names, parts, out, data, quick):
             raise ValueError(f"{folder} is a file, not a folder for {what}; pick another path")
         check_parent_dir(folder, what)
     if foreign := foreign_outputs(out, names):
-        raise ValueError(
-            f"{out} holds files that reproduce did not write: {', '.join(foreign)}; it would write "
-            "over them: give --out another folder (or move them away)"
-        )
+        raise ValueError(f"{out} holds files that reproduce did not write: {', '.join(foreign)}; "
+                         "it would write over them: give --out another folder (or move them "
+                         "away)")  # fmt: skip
     mode = {True: "quick (--quick)", False: "full"}
     for path in (Path(out) / f"{name}.json" for name in names):
         earlier = read_results(path).get("quick") if path.is_file() else None
         if earlier is not None and bool(earlier) != bool(quick):
-            raise ValueError(
-                f"{path} holds {mode[bool(earlier)]} results and this run is {mode[bool(quick)]}: "
-                "give --out another folder (by default quick runs write into <out>/quick), or "
-                "move the file away"
-            )
+            raise ValueError(f"{path} holds {mode[bool(earlier)]} results and this run is "
+                             f"{mode[bool(quick)]}: give --out another folder (by default quick "
+                             "runs write into <out>/quick), or move the file away")  # fmt: skip
     return names, parts
 
 
