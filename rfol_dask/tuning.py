@@ -33,34 +33,16 @@ from .heuristics import (
 from .linalg import blas_limits
 from .metrics import relative_l2_errors
 
+# fmt: off
 __all__ = [
-    "sample_rows",
-    "median_distance",
-    "median_gamma",
-    "median_gammas",
-    "median_length_scale",
-    "PCA_ROWS",
-    "pca_metric",
-    "weighted_directions",
-    "input_scales",
-    "GAMMA_METRIC",
-    "frequency_scale",
-    "validation_slab",
-    "sum_validation",
-    "validation_grams",
-    "path_method",
-    "eigh_above",
-    "EigenPath",
-    "cholesky_errors",
-    "window_errors",
-    "path_errors",
-    "floored_path_errors",
-    "rounding_floor",
-    "eigh_pays",
-    "relative_errors",
-    "nonzero_rows",
+    "sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
+    "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
+    "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method",
+    "eigh_above", "EigenPath", "cholesky_errors", "window_errors", "path_errors",
+    "floored_path_errors", "rounding_floor", "eigh_pays", "relative_errors", "nonzero_rows",
     "scored_rows",
 ]
+# fmt: on
 
 #: below this many flops a BLAS / LAPACK call of the search runs on one thread: small calls lose
 #: a lot to threads on shared cores (a 160 x 160 ``eigh``: 6 ms on one thread, 70 ms on two)
