@@ -125,6 +125,7 @@ def test_fit_reads_data_once_in_one_compute(solver, n_features):
     assert model.coef_.shape == (n_features, 12)
 
 
+@pytest.mark.slow  # each compute spawns a pool of processes that import the package
 def test_dask_processes_scheduler_gives_the_in_memory_fit():
     """dask's local processes scheduler runs the tasks elsewhere: the coefficient rows come back
     (the threaded scheduler writes them into the caller's array in place instead)."""
@@ -141,9 +142,20 @@ def test_dask_processes_scheduler_gives_the_in_memory_fit():
         np.testing.assert_allclose(model.intercept_, want.intercept_, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("fit_intercept", [True, False])
-@pytest.mark.parametrize("step", [1, 50])  # a strip per block, or per two blocks taken together
-def test_streamed_dual_rows_mode_gives_the_in_memory_fit(fit_intercept, step, monkeypatch):
+# a strip per block, or per two blocks taken together; the processes scheduler (a pool of new
+# processes per compute) on two of the four
+@pytest.mark.parametrize(
+    "step, fit_intercept, schedulers",
+    [
+        (1, True, ["threads"]),
+        (50, False, ["threads"]),
+        pytest.param(1, False, ["threads", "processes"], marks=pytest.mark.slow),
+        pytest.param(50, True, ["threads", "processes"], marks=pytest.mark.slow),
+    ],
+)
+def test_streamed_dual_rows_mode_gives_the_in_memory_fit(
+    step, fit_intercept, schedulers, monkeypatch
+):
     """The rows mode of the streamed dual (features kept, the Gram grown row block by row block
     as the blocks come; the default on a GPU with room) fits what the slabs mode and the
     in-memory fit do, on the threaded and the processes scheduler; a NaN is named as ever."""
@@ -161,7 +173,7 @@ def test_streamed_dual_rows_mode_gives_the_in_memory_fit(fit_intercept, step, mo
     )
     want = RandomFeatureOperator(**kw).fit(U, V)
     Ud, Vd = da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
-    for scheduler in ("threads", "processes"):
+    for scheduler in schedulers:
         with dask.config.set(
             {"rfol_dask.device-features": "rows", "rfol_dask.slab-bytes": 130 * 8 * 128},
             scheduler=scheduler,
@@ -386,6 +398,7 @@ def test_get_set_params_clone():
 
 
 @pytest.mark.cluster
+@pytest.mark.slow  # its last compute spawns a process pool
 def test_lazy_prediction_outlives_its_client(monkeypatch):
     # a prediction made lazily on a distributed client and computed after the client closed (a
     # notebook's `with Client(): pred = model.predict(ds)`, then `pred.plot()`): a small model
