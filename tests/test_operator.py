@@ -31,6 +31,7 @@ def plain_numpy_fit_predict(U, V, Ut, omega, b, alpha, fit_intercept, solver, ce
 @pytest.mark.parametrize("solver,n_features", [("dual", 300), ("primal", 120)])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("distribution", ["cauchy", "gaussian"])
+@pytest.mark.slow
 def test_matches_plain_numpy(solver, n_features, fit_intercept, distribution):
     U, V = smooth_operator_data(200, 24)
     Ut, Vt = smooth_operator_data(50, 24, seed=1)
@@ -77,6 +78,7 @@ def test_auto_solver_picks_smaller_gram():
 
 
 @pytest.mark.parametrize("solver,n_features", [("dual", 400), ("primal", 150)])
+@pytest.mark.slow
 def test_same_model_for_any_chunking(solver, n_features):
     U, V = smooth_operator_data(210, 20)
     ref = RandomFeatureOperator(
@@ -236,6 +238,7 @@ def test_real_local_cluster_two_workers_same_model(cluster_client):
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_one_worker_and_two_workers_agree(monkeypatch):
     from distributed import Client, LocalCluster
 
@@ -311,6 +314,7 @@ def test_grid_shapes_and_xarray_coordinates_kept():
     assert m1.predict(U).shape == (60,)
 
 
+@pytest.mark.slow
 def test_fit_from_dataset_and_zarr_path(tmp_path):
     from rfol_dask import datasets
 
@@ -328,6 +332,7 @@ def test_fit_from_dataset_and_zarr_path(tmp_path):
 
 
 @pytest.mark.parametrize("solver,n_features", [("dual", 300), ("primal", 100)])
+@pytest.mark.slow
 def test_float32_in_float32_out(solver, n_features):
     U, V = smooth_operator_data(200, 16)
     m64 = RandomFeatureOperator(
@@ -483,6 +488,7 @@ def _sends_large_graph(compute):
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_a_large_models_lazy_prediction_computes_wherever_it_goes(cluster_client, monkeypatch):
     # a model shipped to one client's cluster (8 MiB or more): its lazy prediction computed by
     # another
@@ -526,6 +532,7 @@ def test_a_large_models_lazy_prediction_computes_wherever_it_goes(cluster_client
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_a_large_models_lazy_prediction_passed_to_delayed_computes_on_its_cluster(
     cluster_client, monkeypatch, tmp_path
 ):
