@@ -154,6 +154,7 @@ def test_dask_processes_scheduler_gives_the_in_memory_fit():
         pytest.param(1, False, ["threads", "processes"], marks=pytest.mark.slow),
         pytest.param(50, True, ["threads", "processes"], marks=pytest.mark.slow),
     ],
+    ids=["1-True", "50-False", "1-False-processes", "50-True-processes"],
 )
 def test_streamed_dual_rows_mode_gives_the_in_memory_fit(
     step, fit_intercept, schedulers, monkeypatch
