@@ -15,7 +15,6 @@ from rfol_dask.baselines import KernelOperatorCV
         RandomFeatureOperator(n_features=50, random_state=0),
     ]
 )
-@pytest.mark.slow
 def test_sklearn_compatible_estimator(estimator, check):
     check(estimator)
 
