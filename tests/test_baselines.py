@@ -264,6 +264,7 @@ def test_linear_kernel_dual_from_dask_is_the_in_memory_eigen_solve(cluster_clien
         ).fit(Ud, Vd)
 
 
+@pytest.mark.slow  # the shared process cluster (cluster_client): its start and close
 def test_kernel_dask_dual_on_several_workers_needs_no_room_for_a_sum_of_grams(
     cluster_client, monkeypatch
 ):
