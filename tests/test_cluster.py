@@ -399,6 +399,7 @@ def test_a_ridge_raised_on_a_worker_is_warned_at_the_users_line(cluster_client, 
         assert model.coef_.shape == (16, 8) and model.dual_coef_ is None
 
 
+@pytest.mark.slow  # starts the shared process cluster (cluster_client)
 def test_a_float32_search_on_a_cluster_refuses_alphas_its_refit_cannot_take(cluster_client):
     """A float32 search scores no alpha below float32's rounding floor of its Gram: the refit on
     a worker would have raised it (best_params_ then named a model that was never validated)."""
