@@ -7,8 +7,9 @@ import pytest
 import xarray as xr
 from distributed import WorkerPlugin
 
-# Markers (registered in pyproject.toml): ``slow`` for tests of more than a few seconds (the fast
-# loop is ``python -m pytest -m "not slow"``), ``cluster`` for tests that start a distributed
+# Markers (registered in pyproject.toml): ``slow`` for tests over about a quarter second on an idle
+# 2-core machine (subprocesses, clusters, process pools, large fits), so that the fast loop
+# ``python -m pytest -m "not slow"`` takes a minute; ``cluster`` for tests that start a distributed
 # LocalCluster. Users of the ``cluster_client`` fixture get ``cluster`` here; a test that starts a
 # cluster itself carries the marker, and the guard below fails one that does not.
 

@@ -110,6 +110,7 @@ def test_unknown_grid_dims_are_refused(grid2d):
 
 @pytest.mark.parametrize("lazy", [False, True])
 @pytest.mark.parametrize("order", ["reversed", "shuffled"])
+@pytest.mark.slow
 def test_grid_dims_in_another_order_are_matched_by_coordinate(pair, lazy, order):
     # a descending axis (latitude 90 -> -90) or a shuffled one is read in increasing coordinate
     # order, at fit, predict and score: the same model and predictions as the sorted data

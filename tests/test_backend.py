@@ -363,6 +363,7 @@ def test_metrics_and_score_of_device_arrays(data):
     assert model.score(*strict(U, V)) == pytest.approx(r2_score(V, P_np), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_figures_of_device_arrays():
     """The figures take predictions on a device (CuPy) as they take numpy ones."""
     pytest.importorskip("matplotlib")
@@ -486,6 +487,7 @@ def scored_in(monkeypatch):
 
 
 @pytest.mark.parametrize("est, kw", _CV)
+@pytest.mark.slow
 def test_cv_search_runs_on_the_device(fake_cuda, scored_in, data, est, kw):
     """The CV estimators search where the fit runs: with ``device="cuda"`` (numpy in) and with
     array API input, every Gram, ridge path and score is computed in that namespace, and the
@@ -539,6 +541,7 @@ def test_cv_search_groups_its_grams_by_the_device_memory(fake_cuda, data, monkey
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_cv_search_on_the_device_through_a_distributed_worker(fake_cuda, scored_in, data):
     """Dask input on a cluster: the training rows are stacked on the worker's device and the
     search runs there, with the CPU search's errors."""
@@ -601,6 +604,7 @@ def test_device_cuda_without_cupy_says_what_to_install(tmp_path, data):
     assert loaded.device == "cpu" and rel(loaded.predict(U[:3]), want) < TOL
 
 
+@pytest.mark.slow
 def test_cpu_fit_imports_nothing_gpu_related():
     code = textwrap.dedent("""
         import sys
@@ -718,6 +722,7 @@ def test_frequencies_kept_after_their_fit_ended_are_dropped():
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("room", [True, False])
+@pytest.mark.slow
 def test_streamed_dual_on_the_device_through_a_distributed_worker(
     fake_cuda, data, monkeypatch, room
 ):

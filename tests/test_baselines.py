@@ -24,6 +24,7 @@ SKLEARN = {
 
 
 @pytest.mark.parametrize("kernel", sorted(SKLEARN))
+@pytest.mark.slow
 def test_matches_sklearn_kernel_ridge(kernel):
     U, V = smooth_operator_data(150, 12)
     Ut, _ = smooth_operator_data(40, 12, seed=1)
@@ -68,6 +69,7 @@ def test_input_pca():
 
 
 @pytest.mark.parametrize("n_components", [None, 4])
+@pytest.mark.slow
 def test_dask_input_same_model_in_memory_and_blocked(n_components):
     U, V = smooth_operator_data(180, 12)
     ref = KernelOperator(
@@ -96,6 +98,7 @@ def _ridges_used(X, Y, **kw):
     return [str(w.message) for w in record if "used ridge" in str(w.message)]
 
 
+@pytest.mark.slow
 def test_blocked_linear_kernel_raises_the_ridge_by_its_mean_diagonal():
     # a singular linear Gram with a large diagonal: the raised ridges of the blocked dask fit follow
     # its mean diagonal (more inputs than samples: the linear kernel is fitted in the dual)
@@ -149,6 +152,7 @@ def _rel(a, b):
 @pytest.mark.parametrize("kind", ["smooth", "gaussian"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("nugget", [1e-6, 1e-10])
+@pytest.mark.slow
 def test_linear_kernel_matches_sklearn_ridge_at_small_nuggets(kind, fit_intercept, nugget):
     """With more samples than inputs the linear kernel's dual Gram is rank-deficient: the dual
     solve lost 1.2e-7 relative against Ridge(solver="svd") at nugget 1e-6 and 1e-3 at 1e-10. The
@@ -216,6 +220,7 @@ def test_linear_kernel_dual_on_rank_deficient_inputs_matches_sklearn_ridge(fit_i
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.slow
 def test_linear_kernel_dual_from_dask_is_the_in_memory_eigen_solve(cluster_client, fit_intercept):
     """More inputs (64) than samples (50), of rank 5, from dask: the fit solved the Cholesky dual,
     2.7e-4 relative off Ridge(solver="svd") at nugget 1e-10 where the in-memory eigen solve agrees
@@ -259,6 +264,7 @@ def test_linear_kernel_dual_from_dask_is_the_in_memory_eigen_solve(cluster_clien
         ).fit(Ud, Vd)
 
 
+@pytest.mark.slow  # the shared process cluster (cluster_client): its start and close
 def test_kernel_dask_dual_on_several_workers_needs_no_room_for_a_sum_of_grams(
     cluster_client, monkeypatch
 ):
@@ -287,6 +293,7 @@ def test_kernel_dask_dual_on_several_workers_needs_no_room_for_a_sum_of_grams(
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_kernel_dask_dual_makes_a_row_of_tiles_once_the_row_before_is_placed():
     """The kernel dual's chain copies each row of Gram tiles into the Gram on one worker. The tiles
     were all made at once on every worker, ahead of the chain: dozens waited beside the Gram (a
@@ -340,6 +347,7 @@ def test_kernel_dask_dual_plan_counts_a_row_of_tiles():
         np.testing.assert_allclose(model.predict(U), ref.predict(U), rtol=1e-8, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_linear_kernel_primal_in_float32_and_on_pca_scores():
     U, V, Ut = _linear_data("gaussian")
     ref = Ridge(alpha=1e-4, solver="svd").fit(U, V)
@@ -367,6 +375,7 @@ def test_linear_kernel_primal_in_float32_and_on_pca_scores():
     )
 
 
+@pytest.mark.slow
 def test_linear_kernel_primal_saves_and_a_dual_model_of_the_earlier_version_still_loads(
     tmp_path, monkeypatch
 ):
@@ -451,6 +460,7 @@ def test_save_load_and_errors(tmp_path):
 @parametrize_with_checks(
     [KernelOperator(length_scale=3.0, nugget=1e-6), KernelOperator(kernel="linear", nugget=1e-6)]
 )
+@pytest.mark.slow
 def test_sklearn_compatible(estimator, check):
     check(estimator)
 

@@ -35,8 +35,8 @@ def test_version():
 @pytest.mark.parametrize(
     "value, says",
     [
-        ("0", "must be at least 1, got 0"),
-        ("-4", "must be at least 1, got -4"),
+        ("0", "must be at least 2, got 0"),
+        ("-4", "must be at least 2, got -4"),
         ("abc", "must be an integer, got 'abc'"),
         ("2.5", "must be an integer, got 2.5"),
     ],
@@ -157,6 +157,7 @@ def test_fit_on_a_saved_model_says_it_is_a_model_and_what_to_pass(store, tmp_pat
     ) in err
 
 
+@pytest.mark.slow
 def test_fit_out_refuses_a_file_and_the_data_set_itself(store, tmp_path, capsys):
     plain = tmp_path / "plain.txt"
     plain.write_text("keep")
@@ -301,6 +302,7 @@ def test_fit_checks_report_and_out_paths_and_the_sample_dim_before_fitting(store
     assert code == 2 and "'sample'" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_fit_removes_its_feature_cache(tmp_path):
     import time
 
@@ -347,6 +349,7 @@ def test_sigterm_during_a_fit_removes_its_feature_cache(tmp_path):
 
 @pytest.mark.parametrize("exit_by", ["raise SystemExit(143)", "return 130"])
 @pytest.mark.parametrize("state", ["orphan", "held lock"])
+@pytest.mark.slow
 def test_an_interrupt_that_leaves_a_pool_thread_stuck_does_not_hang_the_exit(exit_by, state):
     # An interrupt raised in the main thread can leave a pool's worker that the interpreter's exit
     # joins for ever (the rare hang of the SIGTERM test above): started inside ThreadPoolExecutor's
@@ -423,6 +426,7 @@ def test_reproduce_refuses_bad_options_before_making_folders(
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_cluster_that_cannot_submit_jobs_is_one_line_not_a_hang(tmp_path, monkeypatch, capsys):
     pytest.importorskip("dask_jobqueue")
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
@@ -466,6 +470,7 @@ def test_fit_without_train_says_nothing_is_tested(store, capsys):
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_fit_report_replaces_only_reports_and_writes_nothing_inside_stores(
     store, tmp_path, monkeypatch, capsys
 ):
@@ -558,6 +563,7 @@ def test_fit_device_cuda_where_cupy_finds_no_gpu_is_one_line(store, capsys, monk
                 del sys.modules[name]
 
 
+@pytest.mark.slow
 def test_the_package_s_warnings_print_as_one_line_naming_the_command():
     """A warning of the CLI printed as ``/.../bin/rfol-dask:8: DataWarning: ...`` followed by the
     line ``sys.exit(run())``; now ``rfol-dask COMMAND: warning (Category): message``. Others keep

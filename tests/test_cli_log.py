@@ -22,6 +22,7 @@ def _logger_state():
 
 
 @pytest.mark.parametrize("flag", [None, "--quiet", "-q", "--verbose"])
+@pytest.mark.slow
 def test_the_mpi_scheduler_file_wait_is_on_stderr_unless_quiet(store, tmp_path, capsys, flag):
     config = tmp_path / "mpi.yaml"
     scheduler_file = tmp_path / "scheduler.json"
@@ -66,6 +67,7 @@ def test_a_plain_fit_logs_nothing_verbose_the_debug_timings_quiet_not_even_progr
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_fit_on_a_cluster_says_its_dashboard_once(store, tmp_path, capsys):
     config = tmp_path / "one.yaml"
     config.write_text("kind: local\nblas_threads: 1\noptions: {n_workers: 1, processes: false}\n")

@@ -42,6 +42,7 @@ def _run(args, capsys):
 
 
 @pytest.mark.parametrize("kind", ["rf", "kernel"])
+@pytest.mark.slow
 def test_predict_writes_the_model_s_predictions_block_by_block_and_prints_their_error(
     saved, tmp_path, kind, capsys, monkeypatch
 ):
@@ -241,6 +242,7 @@ def test_predict_refuses_foreign_out_paths_and_leaves_them_alone(saved, tmp_path
     assert {p: sorted(os.walk(p)) for p in (store, root / "rf.zarr")} == before
 
 
+@pytest.mark.slow
 def test_predict_replaces_an_earlier_prediction_store_and_fills_an_empty_folder(
     saved, tmp_path, capsys
 ):
@@ -289,6 +291,7 @@ def test_predict_replaces_an_earlier_prediction_store_and_fills_an_empty_folder(
     assert sorted(os.listdir(tmp_path)) == ["p.zarr"]  # the earlier store, moved aside, is gone
 
 
+@pytest.mark.slow
 def test_a_failure_midway_leaves_no_store_and_an_earlier_one_as_it_was(
     saved, tmp_path, capsys, monkeypatch
 ):
@@ -335,6 +338,7 @@ def test_a_failure_midway_leaves_no_store_and_an_earlier_one_as_it_was(
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_predict_on_a_local_cluster_writes_from_the_workers(saved, tmp_path, capsys):
     root, store, models = saved
     code, stdout, err = _run(

@@ -36,6 +36,7 @@ def _run(args, capsys):
     return code, out, err
 
 
+@pytest.mark.slow
 def test_fit_with_the_user_s_names_and_periods_predicts_a_finer_grid(tmp_path, capsys):
     _burgers(32, np.arange(1000, 1200)).to_netcdf(tmp_path / "b.nc")
     _burgers(64, np.arange(5000, 5040)).to_zarr(tmp_path / "fine.zarr")
@@ -65,6 +66,7 @@ def test_the_hints_of_a_store_without_the_default_names_are_options(tmp_path, ca
     assert code == 2 and "pass --sample-dim case (the dim" in err, err
 
 
+@pytest.mark.slow
 def test_a_failure_while_tasks_run_does_not_speak_of_a_second_interrupt(capsys):
     def fail():
         time.sleep(0.2)

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_local_config_starts_a_local_cluster_with_blas_threads():
     cfg = cluster.load_config(CONFIGS / "local.yaml")
     assert cfg["kind"] == "local" and cfg["blas_threads"] == 1
@@ -73,6 +74,7 @@ def test_a_misspelt_option_is_the_managers_own_error():
         )
 
 
+@pytest.mark.slow
 def test_kubernetes_spec():
     pytest.importorskip("dask_kubernetes")
     import yaml
@@ -183,6 +185,7 @@ def _fake_sbatch(tmp_path, text):
 
 
 @pytest.mark.parametrize("sbatch", ["refuses", "missing"])
+@pytest.mark.slow
 def test_jobs_the_batch_system_refuses_are_an_error_at_once(monkeypatch, tmp_path, sbatch):
     """Reported once every submission has failed, not after a fixed 60 s (issue 38.6)."""
     pytest.importorskip("dask_jobqueue")
@@ -199,6 +202,7 @@ def test_jobs_the_batch_system_refuses_are_an_error_at_once(monkeypatch, tmp_pat
     assert time.monotonic() - start < 30
 
 
+@pytest.mark.slow
 def test_a_queue_wait_is_logged_once_a_minute(monkeypatch, tmp_path):
     """A job accepted and never started: the wait goes on and says so; a Ctrl-C ends it."""
     pytest.importorskip("dask_jobqueue")
@@ -273,6 +277,7 @@ def test_closing_an_mpi_client_ends_the_mpi_jobs_dask(tmp_path):
 
 @pytest.mark.cluster
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads signal masks from /proc")
+@pytest.mark.slow
 def test_local_workers_leave_ctrl_c_to_this_process():
     """A terminal's Ctrl-C goes to the whole process group: the workers block SIGINT (none dies with
     a KeyboardInterrupt traceback of its own), this process keeps it and closes the cluster."""
@@ -288,6 +293,7 @@ def test_local_workers_leave_ctrl_c_to_this_process():
         assert blocks_sigint(pid) and not blocks_sigint(os.getpid())
 
 
+@pytest.mark.slow
 def test_rendering_a_jobqueue_script_keeps_the_ctrl_c_handler():
     """dask_jobqueue's import makes SIGINT call sys.exit(): a Ctrl-C ended ``rfol-dask fit --cluster
     slurm`` with status 0, without its clean-up."""
@@ -358,6 +364,7 @@ def _duplicated_inputs(M=200, n=8):
 
 
 @pytest.mark.parametrize("make", ["rf dual", "rf primal", "kernel", "linear kernel primal"])
+@pytest.mark.slow
 def test_a_ridge_raised_on_a_worker_is_warned_at_the_users_line(cluster_client, make):
     """The factorisation runs in a task on a worker process, whose warning stayed there: the user
     never learnt that the ridge was raised, and a search's refit could not record it. The ridge
@@ -392,6 +399,7 @@ def test_a_ridge_raised_on_a_worker_is_warned_at_the_users_line(cluster_client, 
         assert model.coef_.shape == (16, 8) and model.dual_coef_ is None
 
 
+@pytest.mark.slow  # starts the shared process cluster (cluster_client)
 def test_a_float32_search_on_a_cluster_refuses_alphas_its_refit_cannot_take(cluster_client):
     """A float32 search scores no alpha below float32's rounding floor of its Gram: the refit on
     a worker would have raised it (best_params_ then named a model that was never validated)."""

@@ -25,6 +25,7 @@ def _rel(a, b):
 @pytest.mark.parametrize(
     "distribution,fit_intercept", [("cauchy", True), ("gaussian", True), ("cauchy", False)]
 )
+@pytest.mark.slow
 def test_grown_curve_equals_separate_fits(data, distribution, fit_intercept):
     U, V, Ut, Vt = data
     omega, b = draw_frequencies(U.shape[1], 640, distribution, 0.3, random_state=7)
@@ -78,6 +79,7 @@ def test_every_checkpoint_is_the_operator_with_the_same_seed(data):
         assert _rel(res["predictions"][k], model.predict(Ut)) < 1e-8
 
 
+@pytest.mark.slow
 def test_error_curves_over_seeds_are_the_single_seed_curves(data):
     U, V, Ut, Vt = data
     res = error_curves(U, V, Ut, Vt, doubling(100, 800), seeds=(0, 1), gamma=0.3, alpha=1e-6)
@@ -118,6 +120,7 @@ def test_given_frequencies_take_one_seed_the_label_of_their_curve(data):
     np.testing.assert_allclose(res["error"][0], single["error"], rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_error_falls_with_n_on_an_easy_problem():
     # a smooth 5-mode operator, narrow Gaussian features, N <= M: every doubling of N lowers the
     # test error by at least a quarter on every seed (measured: 29-60 %), down to about 0.1 %
@@ -348,6 +351,7 @@ def test_curves_appended_to_a_zarr_store_keep_their_own_fits(study_curves, tmp_p
         _check_study(study.load(), results)
 
 
+@pytest.mark.slow
 def test_append_curve_grows_a_study_and_refuses_curves_it_would_relabel(study_curves, tmp_path):
     """``to_zarr(append_dim="n_train")`` of a curve with other checkpoints or seeds kept the store's
     ``n_features`` / ``seed`` coordinates and wrote the new values under them (and an earlier
@@ -457,6 +461,7 @@ def test_a_saved_curve_records_the_settings_that_made_it(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_append_curve_refuses_a_curve_of_other_settings(study_curves, tmp_path):
     """A Gaussian curve at one alpha was appended beside Cauchy curves at another without an error:
     the study's curves of different training sizes were of different models."""

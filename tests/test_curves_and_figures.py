@@ -68,6 +68,7 @@ def test_error_curves_keep_each_seeds_predictions_when_asked():
     assert "predictions" not in error_curves(*args, seeds=(0,), **kw)
 
 
+@pytest.mark.slow
 def test_saved_curve_datasets_of_either_form_plot_with_their_slope(tmp_path):
     """The README saves curves with ``curve_dataset(c).to_netcdf``; the file read back lost its
     fitted slope from the legend. Fits are 0-d variables now (attributes were lost when curves of
@@ -129,6 +130,7 @@ def test_metrics_and_figures_match_dataarrays_by_label(tmp_path):
     np.testing.assert_array_equal(drawn, pred[0].values[::-1])
 
 
+@pytest.mark.slow
 def test_a_figure_path_without_suffix_returns_the_file_written(tmp_path):
     from rfol_dask.plotting import plot_prediction
 
@@ -141,6 +143,7 @@ def test_a_figure_path_without_suffix_returns_the_file_written(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_figures_of_functions_on_named_grid_points(tmp_path):
     """Plotting the predictions of a model on named stations failed with 'could not convert string
     to float'; the stations are now drawn at their positions, named on the ticks."""

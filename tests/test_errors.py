@@ -334,6 +334,7 @@ def test_a_missing_chunk_behind_dataarrays_and_dask_arrays_is_an_error(tmp_path)
             call()
 
 
+@pytest.mark.slow
 def test_each_entry_point_checks_the_stored_arrays_it_reads(tmp_path, monkeypatch):
     """fit, predict, score, a search with its refit, the kernel baseline and the CLI's fit count the
     chunks of each stored array they read; numpy input, none."""

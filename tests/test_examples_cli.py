@@ -64,6 +64,7 @@ def test_cli_quickstart(tmp_path):
     assert datasets.open(tmp_path / "qs" / "advection1.zarr").sizes["sample"] == 600
 
 
+@pytest.mark.slow
 def test_cli_datasets_and_generate_errors(tmp_path):
     from rfol_dask.cli import main
 
@@ -250,6 +251,7 @@ def test_cli_fit_report_without_cluster(tmp_path, capsys):
     assert "dask dashboard:" in err and "dask dashboard" not in out and "fit: N=300" in out
 
 
+@pytest.mark.slow
 def test_cli_fit_gamma_defaults_to_the_median_heuristic_and_tune_searches(tmp_path, capsys):
     from rfol_dask import RandomFeatureOperator
     from rfol_dask.cli import main

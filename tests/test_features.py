@@ -18,6 +18,7 @@ def _kernel_estimate(x, y, distribution, gamma, nu=None, n_features=400_000, see
 
 
 @pytest.mark.parametrize("gamma", [0.3, 1.5])
+@pytest.mark.slow
 def test_cauchy_features_approximate_laplace_l1_kernel(gamma):
     rng = np.random.default_rng(1)
     for _ in range(3):
@@ -29,6 +30,7 @@ def test_cauchy_features_approximate_laplace_l1_kernel(gamma):
 
 
 @pytest.mark.parametrize("gamma", [0.2, 2.0])
+@pytest.mark.slow
 def test_gaussian_features_approximate_rbf_kernel(gamma):
     rng = np.random.default_rng(2)
     for _ in range(3):
@@ -52,6 +54,7 @@ def test_student_t_features_approximate_their_scale_mixture_kernel():
 
 
 @pytest.mark.parametrize("nu, a", [(None, 1.0), (2.0, 2.0)])
+@pytest.mark.slow
 def test_rational_quadratic_features_approximate_their_kernel(nu, a):
     # omega = sqrt(2 gamma t / a) g, t ~ Gamma(a, 1): E cos(omega.d) = E_t exp(-gamma t |d|^2 / a)
     # = (1 + gamma |d|^2 / a)^-a. The feature inner product is the mean of
@@ -124,6 +127,7 @@ def test_frequency_slabs_and_prefixes_are_the_same_draw(distribution, nu):
 
 
 @pytest.mark.parametrize("distribution,nu", [("cauchy", None), ("student_t", 3.0)])
+@pytest.mark.slow
 def test_frequencies_do_not_depend_on_threads_or_namespace(distribution, nu):
     """Large draws are spread over threads (one stream per block) and can be placed in another
     namespace block by block (CuPy: the GPU); the values are those of the serial numpy draw."""
@@ -169,6 +173,7 @@ def test_draw_frequencies_takes_a_random_state():
     np.testing.assert_array_equal(a[1], b[1])
 
 
+@pytest.mark.slow
 def test_feature_map_on_several_threads_matches_one_thread():
     """A block of over 2^20 entries: the elementwise passes run on as many threads as the BLAS
     may use, slab by slab, and give exactly the one-thread result."""

@@ -93,6 +93,7 @@ def test_slab_bytes_default_from_dask_config(problem, monkeypatch):
     assert made == [(0, 730), (0, 730)]
 
 
+@pytest.mark.slow
 def test_slab_dual_peak_memory(monkeypatch):
     """tracemalloc peak of the generic numpy dual (U and V allocated inside the trace; Omega
     and b before it, as the model's own arrays).

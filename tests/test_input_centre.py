@@ -31,6 +31,7 @@ def _rel(a, b):
 @pytest.mark.parametrize(
     "as_float32", [False, True]
 )  # float64 data cast by the model, or float32 data
+@pytest.mark.slow
 def test_float32_with_a_large_offset_is_as_accurate_as_float64(as_float32):
     # at 1e4 x the spread the uncentred phase u @ Omega rounded away its varying part in float32:
     # predictions 1.2e-2 away from float64's, test error 10 % off (5e-5 and 0.03 % at no offset)
@@ -63,6 +64,7 @@ def test_the_centre_and_the_median_gamma_do_not_depend_on_the_offset():
     np.testing.assert_allclose(models[1].input_centre_ - 1e4, models[0].input_centre_, atol=2e-3)
 
 
+@pytest.mark.slow
 def test_float64_predictions_are_those_of_the_uncentred_features():
     # the centre changes how the phase is rounded, not the model: with the drawn phases b0,
     # cos((u - c) @ Omega + (b0 + c @ Omega)) = cos(u @ Omega + b0)
@@ -134,6 +136,7 @@ def offset_data():
         ("primal", 120, {}),
     ],
 )
+@pytest.mark.slow
 def test_dask_fit_equals_the_in_memory_fit(offset_data, dtype, solver, N, config):
     U, V, Ut = offset_data
     config = dict(config)

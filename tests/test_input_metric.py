@@ -38,6 +38,7 @@ def test_pca_metric_weights_the_principal_directions(smooth):
     np.testing.assert_array_equal(pca_metric(np.ones((5, 3)), 1.0), np.eye(3))
 
 
+@pytest.mark.slow
 def test_the_metric_has_one_sign_so_a_seed_gives_one_model():
     """The principal directions' signs are arbitrary: on these inputs those of the inputs rounded to
     float32 came out flipped, and the model of one seed drawn through them (``Omega = T Omega_r``)
@@ -92,6 +93,7 @@ def test_input_scales_without_power_are_the_median_gammas(smooth):
         input_scales(da.from_array(U), ["laplace"], 1.0)
 
 
+@pytest.mark.slow
 def test_model_with_a_metric_is_the_model_of_the_mapped_inputs(smooth):
     """cos(u @ T omega_r + b) = cos((u @ T) @ omega_r + b): the same model as on the inputs mapped
     by ``T``, with the same seed and gamma; numpy and dask input agree; save / load keeps it."""
@@ -112,6 +114,7 @@ def test_model_with_a_metric_is_the_model_of_the_mapped_inputs(smooth):
     assert median.gamma_ == g["cauchy"]
 
 
+@pytest.mark.slow
 def test_cv_searches_in_the_metric_and_refits_with_it(smooth, tmp_path):
     U, V, _ = smooth
     cv = RandomFeatureOperatorCV(
@@ -138,6 +141,7 @@ def test_cv_searches_in_the_metric_and_refits_with_it(smooth, tmp_path):
     np.testing.assert_allclose(loaded.predict(U[:5]), cv.predict(U[:5]), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_cv_searches_a_list_of_powers_as_separate_searches_on_one_read(smooth):
     """``pca_power=(None, 1.0)``: the better of the two searches made alone wins, with its
     parameters, score and metric; every row names its power; the refit uses the winner's."""
@@ -168,6 +172,7 @@ def test_cv_searches_a_list_of_powers_as_separate_searches_on_one_read(smooth):
         RandomFeatureOperatorCV(pca_power=[], **kw).fit(U, V)
 
 
+@pytest.mark.slow
 def test_kernel_operator_takes_the_same_metric(smooth):
     """KernelOperator(pca_power=q): its principal directions, weighted as the RF metric's (the
     same directions, up to sign, on the same rows), are the inputs of its kernel; the CV passes
@@ -194,6 +199,7 @@ def test_kernel_operator_takes_the_same_metric(smooth):
     assert cv.best_estimator_.pca_power == 1.0 and cv.best_estimator_.pca_components_.shape[1] == 6
 
 
+@pytest.mark.slow
 def test_kernel_cv_searches_a_list_of_powers_as_the_rf_search_does(smooth):
     """KernelOperatorCV(pca_power=(None, 1.0)) was refused (one value only): it now runs a whole
     search per power, the better wins with its parameters, and the refit uses its power."""

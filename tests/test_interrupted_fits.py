@@ -196,6 +196,7 @@ def test_interrupted_cluster_fit_keeps_the_users_persisted_data(cluster_client, 
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_a_fit_on_a_cluster_without_workers_waits_for_one_then_says_so(monkeypatch):
     """A dual fit of dask arrays on a client whose cluster had no workers (not yet scaled up, or
     workers restarted again and again by their nannies) raised ZeroDivisionError from the slab

@@ -172,6 +172,7 @@ def _fits_reaching_the_factorisation():
 
 
 @pytest.mark.parametrize("name", list(_fits_reaching_the_factorisation()))
+@pytest.mark.slow
 def test_every_gram_reaches_its_first_factorisation_exactly_symmetric(name, monkeypatch):
     # the first attempt factorises the lower triangle as it is and a retry mirrors the upper one
     # into it (potrf_ridge): the two agree only if the triangles were equal to the last bit

@@ -3,10 +3,12 @@
 import time
 
 import numpy as np
+import pytest
 
 from rfol_dask.experiments.measure import PeakMemory
 
 
+@pytest.mark.slow
 def test_peak_memory_sees_an_allocation_and_its_phase():
     with PeakMemory(interval=0.01, every=0.1) as pm:
         time.sleep(0.3)

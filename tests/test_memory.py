@@ -156,6 +156,7 @@ def test_the_worker_that_sums_the_grams_holds_two():
     ).blocked
 
 
+@pytest.mark.slow
 def test_the_primal_centring_makes_no_n_by_n_temporary():
     import tracemalloc
 

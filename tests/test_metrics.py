@@ -178,6 +178,7 @@ def test_numpy_metrics_read_row_blocks_and_match_the_plain_formulas(monkeypatch)
     )
 
 
+@pytest.mark.slow
 def test_numpy_metrics_hold_blocks_not_float64_copies_of_their_inputs():
     import tracemalloc
 

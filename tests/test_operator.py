@@ -31,6 +31,7 @@ def plain_numpy_fit_predict(U, V, Ut, omega, b, alpha, fit_intercept, solver, ce
 @pytest.mark.parametrize("solver,n_features", [("dual", 300), ("primal", 120)])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.parametrize("distribution", ["cauchy", "gaussian"])
+@pytest.mark.slow
 def test_matches_plain_numpy(solver, n_features, fit_intercept, distribution):
     U, V = smooth_operator_data(200, 24)
     Ut, Vt = smooth_operator_data(50, 24, seed=1)
@@ -77,6 +78,7 @@ def test_auto_solver_picks_smaller_gram():
 
 
 @pytest.mark.parametrize("solver,n_features", [("dual", 400), ("primal", 150)])
+@pytest.mark.slow
 def test_same_model_for_any_chunking(solver, n_features):
     U, V = smooth_operator_data(210, 20)
     ref = RandomFeatureOperator(
@@ -125,6 +127,7 @@ def test_fit_reads_data_once_in_one_compute(solver, n_features):
     assert model.coef_.shape == (n_features, 12)
 
 
+@pytest.mark.slow  # each compute spawns a pool of processes that import the package
 def test_dask_processes_scheduler_gives_the_in_memory_fit():
     """dask's local processes scheduler runs the tasks elsewhere: the coefficient rows come back
     (the threaded scheduler writes them into the caller's array in place instead)."""
@@ -141,9 +144,21 @@ def test_dask_processes_scheduler_gives_the_in_memory_fit():
         np.testing.assert_allclose(model.intercept_, want.intercept_, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("fit_intercept", [True, False])
-@pytest.mark.parametrize("step", [1, 50])  # a strip per block, or per two blocks taken together
-def test_streamed_dual_rows_mode_gives_the_in_memory_fit(fit_intercept, step, monkeypatch):
+# a strip per block, or per two blocks taken together; the processes scheduler (a pool of new
+# processes per compute) on two of the four
+@pytest.mark.parametrize(
+    "step, fit_intercept, schedulers",
+    [
+        (1, True, ["threads"]),
+        (50, False, ["threads"]),
+        pytest.param(1, False, ["threads", "processes"], marks=pytest.mark.slow),
+        pytest.param(50, True, ["threads", "processes"], marks=pytest.mark.slow),
+    ],
+    ids=["1-True", "50-False", "1-False-processes", "50-True-processes"],
+)
+def test_streamed_dual_rows_mode_gives_the_in_memory_fit(
+    step, fit_intercept, schedulers, monkeypatch
+):
     """The rows mode of the streamed dual (features kept, the Gram grown row block by row block
     as the blocks come; the default on a GPU with room) fits what the slabs mode and the
     in-memory fit do, on the threaded and the processes scheduler; a NaN is named as ever."""
@@ -161,7 +176,7 @@ def test_streamed_dual_rows_mode_gives_the_in_memory_fit(fit_intercept, step, mo
     )
     want = RandomFeatureOperator(**kw).fit(U, V)
     Ud, Vd = da.from_array(U, chunks=(40, -1)), da.from_array(V, chunks=(40, -1))
-    for scheduler in ("threads", "processes"):
+    for scheduler in schedulers:
         with dask.config.set(
             {"rfol_dask.device-features": "rows", "rfol_dask.slab-bytes": 130 * 8 * 128},
             scheduler=scheduler,
@@ -224,6 +239,7 @@ def test_real_local_cluster_two_workers_same_model(cluster_client):
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_one_worker_and_two_workers_agree(monkeypatch):
     from distributed import Client, LocalCluster
 
@@ -299,6 +315,7 @@ def test_grid_shapes_and_xarray_coordinates_kept():
     assert m1.predict(U).shape == (60,)
 
 
+@pytest.mark.slow
 def test_fit_from_dataset_and_zarr_path(tmp_path):
     from rfol_dask import datasets
 
@@ -316,6 +333,7 @@ def test_fit_from_dataset_and_zarr_path(tmp_path):
 
 
 @pytest.mark.parametrize("solver,n_features", [("dual", 300), ("primal", 100)])
+@pytest.mark.slow
 def test_float32_in_float32_out(solver, n_features):
     U, V = smooth_operator_data(200, 16)
     m64 = RandomFeatureOperator(
@@ -386,6 +404,7 @@ def test_get_set_params_clone():
 
 
 @pytest.mark.cluster
+@pytest.mark.slow  # its last compute spawns a process pool
 def test_lazy_prediction_outlives_its_client(monkeypatch):
     # a prediction made lazily on a distributed client and computed after the client closed (a
     # notebook's `with Client(): pred = model.predict(ds)`, then `pred.plot()`): a small model
@@ -470,6 +489,7 @@ def _sends_large_graph(compute):
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_a_large_models_lazy_prediction_computes_wherever_it_goes(cluster_client, monkeypatch):
     # a model shipped to one client's cluster (8 MiB or more): its lazy prediction computed by
     # another
@@ -513,6 +533,7 @@ def test_a_large_models_lazy_prediction_computes_wherever_it_goes(cluster_client
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_a_large_models_lazy_prediction_passed_to_delayed_computes_on_its_cluster(
     cluster_client, monkeypatch, tmp_path
 ):

@@ -42,6 +42,7 @@ def rel(a, b):
     return float(np.linalg.norm(np.asarray(a) - b) / np.linalg.norm(b))
 
 
+@pytest.mark.slow
 def test_model_trained_at_64_points_predicts_at_96(trained):
     model, x = trained
     assert model.input_periods_ == (1.0,) and model.output_periods_ == (1.0,)
@@ -61,6 +62,7 @@ def test_model_trained_at_64_points_predicts_at_96(trained):
     assert rel(model.predict(U64, output_grid=tail), functions(a, tail)[1]) < 2 * base
 
 
+@pytest.mark.slow
 def test_spectral_option_and_numpy_periods():
     a = np.random.default_rng(2).standard_normal((200, K.size)) / K
     x, x96 = np.arange(32) / 32, np.arange(96) / 96

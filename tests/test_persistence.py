@@ -32,6 +32,7 @@ def _hidden(folder):
     return sorted(p.name for p in Path(folder).iterdir() if p.name.startswith("."))
 
 
+@pytest.mark.slow
 def test_save_refuses_anything_but_a_model_and_leaves_it_untouched(tmp_path, models):
     a, b, _ = models
     mine = tmp_path / "results"
@@ -100,6 +101,7 @@ def test_damaged_model_is_refused_naming_the_array(tmp_path, models):
         RandomFeatureOperator.load(path)
 
 
+@pytest.mark.slow
 def test_model_format_version_checked(tmp_path, models):
     a = models[0]
     path = a.save(tmp_path / "m.zarr")
@@ -149,6 +151,7 @@ def test_exception_mid_save_restores_previous_model_and_leaves_nothing(
     np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, a.coef_)
 
 
+@pytest.mark.slow
 def test_ctrl_c_just_after_the_swap_leaves_the_new_model_alone(tmp_path, models, monkeypatch):
     """Interrupted once the new model is in place, a save left the previous one beside it as
     ``.m.zarr.old-*`` until the next save; it now removes it, and the new model is read."""
@@ -206,6 +209,7 @@ def _killed_save(path, k, n_renames):
     assert res.returncode == 9, res.stderr
 
 
+@pytest.mark.slow
 def test_a_save_killed_between_renames_is_finished_by_the_next_save(tmp_path, models):
     path = tmp_path / "m.zarr"
     _killed_save(path, k=1, n_renames=1)  # killed after moving the previous model aside
@@ -224,6 +228,7 @@ def test_a_save_killed_between_renames_is_finished_by_the_next_save(tmp_path, mo
     np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, models[2].coef_)
 
 
+@pytest.mark.slow
 def test_successful_save_removes_the_leftovers_of_interrupted_saves(tmp_path, models):
     """Holding the lock, a save knows no other save writes beside the path: every temporary and
     previous model that interrupted saves left (this version's names and older ones) goes."""
@@ -381,6 +386,7 @@ def test_a_model_and_a_data_set_each_say_what_they_are_where_the_other_is_read(t
         RandomFeatureOperator.load(data)
 
 
+@pytest.mark.slow
 def test_numpy_scalar_parameters_are_saved_as_python_values(tmp_path):
     from rfol_dask.baselines import KernelOperator
 

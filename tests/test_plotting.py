@@ -55,6 +55,7 @@ def test_2d_prediction_figure_shares_scales_and_labels_axes():
     assert cbar_labels == {"temperature [K]", "error temperature [K]"}
 
 
+@pytest.mark.slow
 def test_example_figure_with_plain_arrays_and_grids():
     truth = _field().values
     x, y = _field().x.values, _field().y.values
@@ -77,6 +78,7 @@ def test_example_figure_with_plain_arrays_and_grids():
     assert _panels(fig)["pointwise error"].get_xlim()[1] > 6
 
 
+@pytest.mark.slow
 def test_1d_prediction_figure_uses_coordinate_units(tmp_path):
     truth = _field().isel(y=0)
     fig = prediction_figure(truth, {"rf": truth + 1e-3})
@@ -96,6 +98,7 @@ def test_1d_prediction_figure_uses_coordinate_units(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_dot_in_the_file_name_is_no_format(tmp_path):
     x = np.linspace(0, 1, 30)
     t = np.sin(x)
@@ -178,6 +181,7 @@ def test_a_transposed_curve_dataset_is_drawn_by_its_dims():
         np.testing.assert_allclose(y, want)
 
 
+@pytest.mark.slow
 def test_curves_of_another_error_metric_are_not_labelled_relative_error():
     """``error_curve(..., error=f)`` curves were drawn on an axis labelled "relative test error"."""
     import matplotlib.pyplot as plt

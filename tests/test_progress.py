@@ -63,6 +63,7 @@ def _wait_for(path, seconds=30.0):
     return os.path.exists(path)
 
 
+@pytest.mark.slow
 def test_consume_receives_each_result_while_the_others_run(cluster_client, tmp_path, capsys):
     """With ``consume`` a result reaches the client as soon as it is made (the second task
     waits for the first one's consumption, so gathering at the end would time it out), and
@@ -196,6 +197,7 @@ def test_a_bar_into_a_log_does_not_delay_the_end_of_the_work():
     assert time.perf_counter() - t0 < 2.0
 
 
+@pytest.mark.slow
 def test_the_package_sets_a_no_workers_timeout_that_distributed_keeps():
     """Upstream's default lets tasks wait for ever on a cluster whose workers all ended; the
     package's default (set when an estimator is imported) holds whichever of rfol_dask and

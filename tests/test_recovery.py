@@ -101,6 +101,7 @@ def _max_error(kind, n, **options):
 
 
 @pytest.mark.parametrize("kind,rate", [("cubic", 4.0), ("linear", 2.0)])
+@pytest.mark.slow
 def test_grid_interpolation_converges_at_its_order(kind, rate):
     ns = [21, 41, 81, 161]
     errors = [_max_error(kind, n) for n in ns]
@@ -120,6 +121,7 @@ def test_spectral_converges_exponentially_on_analytic_periodic_function():
     assert errors[0] > 1e-3 and errors[1] < 1e-5 and errors[2] < 1e-12, errors
 
 
+@pytest.mark.slow
 def test_rf_interpolant_converges_and_cubic_is_better_default():
     """The RF interpolant (defaults) improves with the grid, but less than cubic: the measured
     reason why cubic is the default."""
@@ -195,6 +197,7 @@ def heat_model():
 
 
 @pytest.mark.parametrize("n_test", [48, 64, 128])
+@pytest.mark.slow
 def test_model_trained_on_coarse_grid_predicts_on_finer_grids(heat_model, n_test):
     """Heat semigroup learned at 32 points: read at 48 / 64 / 128 points through R_U, written
     there through R_V, with the same accuracy as at the training resolution."""
@@ -218,6 +221,7 @@ def test_model_trained_on_coarse_grid_predicts_on_finer_grids(heat_model, n_test
     np.testing.assert_allclose(lazy.values, pred.values, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_cubic_recovery_on_non_periodic_grids():
     """Endpoint-including grids of [0, 1] with the default cubic maps: train at 33 points,
     test at 65 and 50 points."""
@@ -240,6 +244,7 @@ def test_cubic_recovery_on_non_periodic_grids():
         assert cross < 1.5 * same, (same, cross)
 
 
+@pytest.mark.slow
 def test_save_load_keeps_grids_and_recovery(tmp_path, heat_model):
     model, x = heat_model
     model2 = RandomFeatureOperator(
@@ -361,6 +366,7 @@ def test_recovery_errors():
         make_recovery("rf", np.linspace(0, 1, 41), ridge=0.0)
 
 
+@pytest.mark.slow
 def test_joint_rf_recovery_checks_its_features_and_maps_before_making_them(monkeypatch):
     """The non-separable "rf" map holds its features (n x 16 n, 16 x its Gram) beside its Gram,
     and per output grid the output points' features: only the Gram was checked, and predicting

@@ -87,6 +87,7 @@ def test_grid_maps_equal_the_dense_construction(method, n):
 @pytest.mark.parametrize("method", ["cubic", "linear", "nearest"])
 @pytest.mark.parametrize("closed", [False, True])
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 9, 40])
+@pytest.mark.slow
 def test_periodic_maps_equal_the_dense_construction(method, closed, n):
     rng = np.random.default_rng(100 + n)
     P = 2.0
@@ -127,6 +128,7 @@ FINE = [
 
 
 @pytest.mark.parametrize("kind, period", FINE)
+@pytest.mark.slow
 def test_fine_input_grid_builds_its_map_in_bounded_memory(kind, period):
     """A fine input axis (n_in = 40000) read on 64 points: peak memory a few maps (the dense
     construction needed n_in^2 doubles, 12.8 GB), time well under the seconds of a fit."""

@@ -76,6 +76,7 @@ def test_quick_fits_meet_the_bounds_of_the_data_file(tmp_path):
     assert f"advection1 rf_tuned: {rf['best_params']['distribution']}" in note
 
 
+@pytest.mark.slow
 def test_an_error_over_its_bound_fails_the_run(tmp_path, monkeypatch):
     ref = json.loads(json.dumps(reference_module.reference_data()))
     ref["quick"]["bounds"]["advection1"]["rbf"] = 1e-9  # far below the error RBF reaches
@@ -241,6 +242,7 @@ def test_parts_the_paper_lacks_are_named_not_silently_skipped(tmp_path, capsys):
     assert experiments.reference.part_applies("advection1", "fits")
 
 
+@pytest.mark.slow
 def test_plot_example_mixed_dimensions(tmp_path):
     from rfol_dask.plotting import plot_curves, plot_example
 
@@ -265,6 +267,7 @@ def test_plot_example_mixed_dimensions(tmp_path):
     assert all((tmp_path / f).stat().st_size > 5_000 for f in ("a.png", "b.png", "c.png"))
 
 
+@pytest.mark.slow
 def test_grow_to_grows_the_tuned_rf_row_only(tmp_path):
     # --grow-to: the "RF tuned" row searches at the RF rows' N, then grows N; the other rows keep
     # the paper's N, the JSON row carries the chosen N and the note says it is not the paper's
@@ -622,6 +625,7 @@ def test_the_command_lines_data_folder_is_the_one_its_help_and_docstring_name(
     )
 
 
+@pytest.mark.slow
 def test_a_full_run_is_not_merged_into_a_quick_runs_results_file(tmp_path, monkeypatch):
     """A quick run's curves and a full run's fits into the same --out went into one burgers.json,
     under the full run's quick = false: the table showed quick curves as the full run's. The second

@@ -26,6 +26,7 @@ _MONITOR_OFF = {
 
 
 @pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.slow
 def test_blocked_cholesky_matches_in_memory_fit(fit_intercept):
     U, V = smooth_operator_data(230, 12)
     ref = RandomFeatureOperator(
@@ -61,35 +62,37 @@ def _count_tasks():
         yield count
 
 
+@pytest.mark.slow
 def test_tiled_duals_merge_fine_sample_chunks():
     """Chunks of one sample would make 1 x 1 tiles: a graph of M^3 / 6 tasks (80 samples took
     224 s and 3.5 GB). The tiled duals take at most MAX_TILE_BLOCKS row blocks."""
     from rfol_dask.baselines import KernelOperator
     from rfol_dask.solve.graph import MAX_TILE_BLOCKS
 
-    U, V = smooth_operator_data(120, 8)
+    U, V = smooth_operator_data(40, 8)  # 40 blocks, more than MAX_TILE_BLOCKS
     Ud, Vd = da.from_array(U, chunks=(1, -1)), da.from_array(V, chunks=(1, -1))
     ref = RandomFeatureOperator(n_features=240, alpha=1e-5, random_state=0).fit(U, V)
     with pytest.warns(RuntimeWarning, match="factorising it blocked"), _count_tasks() as count:
         model = RandomFeatureOperator(
-            n_features=240, alpha=1e-5, random_state=0, max_gram_bytes=50_000
+            n_features=240, alpha=1e-5, random_state=0, max_gram_bytes=5_000
         ).fit(Ud, Vd)
     np.testing.assert_allclose(
         model.coef_, ref.coef_, rtol=1e-9, atol=1e-9 * np.abs(ref.coef_).max()
     )
     assert (
         0 < count["gram-tile"] <= MAX_TILE_BLOCKS * (MAX_TILE_BLOCKS + 1) // 2
-    )  # 7260 tiles unmerged
+    )  # 820 tiles unmerged
     kernel = KernelOperator(kernel="rbf", length_scale=1.0)
     with _count_tasks() as count:
         lazy = kernel.fit(Ud, Vd).predict(U)
     np.testing.assert_allclose(lazy, kernel.fit(U, V).predict(U), rtol=1e-9, atol=1e-9)
     assert (
         0 < count["gram-tile"] <= MAX_TILE_BLOCKS * (MAX_TILE_BLOCKS + 1) // 2
-    )  # 7260 tiles unmerged
+    )  # 820 tiles unmerged
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_worker_memory_limit_triggers_blocked_factorisation():
     from distributed import Client, LocalCluster
 
@@ -128,6 +131,7 @@ def test_blocked_factorisation_reports_indefinite_gram():
         )
 
 
+@pytest.mark.slow
 def test_blocked_factorisation_retries_with_raised_ridges_as_in_memory():
     """A ridge below the Gram's rounding fails the blocked Cholesky; like the in-memory
     factorisations it is tried again with the jitter policy's raised ridges, with a warning."""
@@ -145,6 +149,7 @@ def test_blocked_factorisation_retries_with_raised_ridges_as_in_memory():
 
 @pytest.mark.parametrize("limit,keep", [("500kB", False), ("1MB", True)])
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_blocked_memory_plans_give_the_same_model(limit, keep):
     """A (200 x 350 doubles, 560 kB) is kept for C = A^T Beta when it takes at most 30 % of the
     cluster memory, else each feature block is made again (the tasks ``features-again``)."""
@@ -242,6 +247,7 @@ def _draw_or_fail(delay_columns, fail_columns, *args, columns=None):
 @pytest.mark.parametrize("cache", ["disk", "none"])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_streamed_dual_sums_the_gram_over_feature_slabs_and_workers(tmp_path, cache, fit_intercept):
     """Several slabs per worker, two workers each holding a partial Gram: the same model as the
     in-memory fit; the slabs cached between the passes are deleted afterwards."""
@@ -312,6 +318,7 @@ def test_streamed_dual_makes_a_lost_cached_slab_again(tmp_path, monkeypatch):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.slow
 def test_feature_cache_none_from_the_environment_fits_without_a_cache(tmp_path):
     """``DASK_RFOL_DASK__FEATURE_CACHE=none``, which dask reads as None: the fit runs with no
     cache directory and gives the cached fit's model."""
@@ -355,6 +362,7 @@ def test_feature_caches_left_by_killed_fits_are_swept_by_age(tmp_path, monkeypat
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_failed_streamed_fit_leaves_no_feature_cache(tmp_path):
     """One worker's slab fails while the other is still making (and caching) its first slab:
     the fit fails, and nothing of its cache is left on the workers' disks, not even the slab
@@ -421,6 +429,7 @@ def test_streamed_dual_fits_small_workers():
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_predict_on_a_cluster_ships_the_model_once_not_in_the_graph():
     import warnings
 
@@ -538,6 +547,7 @@ def test_chained_sum_sums_a_workers_own_chains_before_another_workers(slots):
 
 @pytest.mark.parametrize("n_workers, threads", [(4, 1), (2, 2)])
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_primal_chains_run_one_per_worker_thread(n_workers, threads):
     """The primal's chains of in-place sums, one per worker thread, each run on a worker of their
     own: left to the scheduler, two chains shared a one-thread worker (three a two-thread one),

@@ -91,6 +91,7 @@ def test_a_search_without_refit_says_so_and_keeps_no_earlier_winner(tmp_path, se
         type(model)().predict(U)
 
 
+@pytest.mark.slow
 def test_cv_search_with_dtype_float32_is_the_same_for_numpy_and_dask():
     from rfol_dask.baselines import KernelOperatorCV
 
@@ -144,6 +145,7 @@ def _rf_float32_case(name):
 @pytest.mark.parametrize(
     "case", [(_kernel_cv_case, "advection1"), (_rf_float32_case, "advection1")]
 )
+@pytest.mark.slow
 def test_a_search_refits_the_ridge_it_reports_without_warning(case):
     """KernelOperatorCV picked nugget=1e-16, which the refit's Gram could not factorise: the refit
     warned as if the user had passed it (an error under -W error) and used 1e-14, which nothing

@@ -49,6 +49,7 @@ def _nonlinear_data(M=200, seed=0):
         ("cauchy", "cholesky"),
     ],
 )
+@pytest.mark.slow
 def test_path_scores_equal_brute_force_fits(law, path):
     U, V = _nonlinear_data(150)
     cv = RandomFeatureOperatorCV(
@@ -84,6 +85,7 @@ def test_path_scores_equal_brute_force_fits(law, path):
 
 
 @pytest.mark.parametrize("seed", [3, None, np.random.default_rng(5), np.random.RandomState(5)])
+@pytest.mark.slow
 def test_refitted_winner_uses_the_searched_frequencies(seed):
     # the default random_state=None and Generator seeds included: the search's seed is one the
     # refitted estimator accepts (scikit-learn's [0, 2**32)), and its draw is the search's
@@ -140,6 +142,7 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
 
 
 @pytest.mark.parametrize("tie", [0.0, np.inf])
+@pytest.mark.slow
 def test_final_stage_scores_the_narrower_gamma_only_on_a_fine_stage_tie(monkeypatch, tie):
     from rfol_dask import stages
 
@@ -160,6 +163,7 @@ def test_final_stage_scores_the_narrower_gamma_only_on_a_fine_stage_tie(monkeypa
     assert set(final.n_train_rows) == {400} and set(fine.n_train_rows) == {200}
 
 
+@pytest.mark.slow
 def test_search_can_pick_the_rational_quadratic_law():
     # smooth outputs of smooth inputs: the rough Cauchy kernel loses to the rational quadratic
     rng = np.random.default_rng(0)
@@ -220,6 +224,7 @@ def test_search_sees_only_training_data():
     )
 
 
+@pytest.mark.slow
 def test_kfold_int_and_delegation(tmp_path):
     U, V = _nonlinear_data(150)
     cv = RandomFeatureOperatorCV(**staged(n_features=200, cv=3, random_state=0, **SMALL)).fit(U, V)
@@ -291,6 +296,7 @@ def test_distributed_search_equals_numpy(cluster_client):
         )
     ]
 )
+@pytest.mark.slow
 def test_sklearn_compatible_cv(estimator, check):
     check(estimator)
 
@@ -311,6 +317,7 @@ from rfol_dask.baselines import KernelOperator, KernelOperatorCV  # noqa: E402
         ("matern52", "cholesky"),
     ],
 )
+@pytest.mark.slow
 def test_kernel_path_equals_brute_force_fits(kernel, path):
     U, V = _nonlinear_data(150)
     # (the linear Gram has rank 24 and eigenvalues up to ~1e3: nuggets that keep it well
@@ -364,6 +371,7 @@ def test_kernel_cv_search_and_dask_input():
     assert winner(lazy) == winner(cv)
 
 
+@pytest.mark.slow
 def test_every_ridge_path_picks_a_nugget_the_refit_can_factorise():
     """Advection I is a shift: long RBF length scales win, whose centred Gram has eigenvalues far
     below the rounding of the kernel matrix it is centred from. The eigen path scored nugget 1e-14,
@@ -396,6 +404,7 @@ def test_every_ridge_path_picks_a_nugget_the_refit_can_factorise():
         )
 
 
+@pytest.mark.slow
 def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
     """The kernels' Gram of unit diagonal on 192 training rows has the floor 2 eps sqrt(192) =
     6e-15: a winner at the smallest nugget above it in a grid of the user's is warned of (the
@@ -431,6 +440,7 @@ def test_a_winner_at_the_rounding_floor_is_warned_and_a_grid_below_it_refused():
 
 @pytest.mark.parametrize("path", ["eigh", "cholesky"])
 @pytest.mark.parametrize("cv", [None, 3])
+@pytest.mark.slow
 def test_linear_kernel_candidates_are_scored_as_the_refit_fits_them(path, cv):
     """With fewer inputs (64, of rank 5) than samples the linear kernel is refitted in the primal
     (ridge on the inputs); its candidates are scored in the primal too, and their validation
@@ -461,6 +471,7 @@ def test_linear_kernel_candidates_are_scored_as_the_refit_fits_them(path, cv):
 
 @pytest.mark.parametrize("path", ["eigh", "cholesky"])
 @pytest.mark.parametrize("cv", [None, 3])
+@pytest.mark.slow
 def test_linear_kernel_dual_candidates_are_scored_as_the_refit_solves_them(path, cv):
     """With more inputs (64, of rank 5) than samples the linear kernel is refitted by the eigen
     solve that leaves out the Gram's directions of rounding (linear_dual); its candidates were
@@ -501,10 +512,12 @@ def test_linear_kernel_dual_candidates_are_scored_as_the_refit_solves_them(path,
 @parametrize_with_checks(
     [KernelOperatorCV(**staged(length_scales=(0.5, 2.0), nuggets=(1e-6, 1e-2)))]
 )
+@pytest.mark.slow
 def test_sklearn_compatible_kernel_cv(estimator, check):
     check(estimator)
 
 
+@pytest.mark.slow
 def test_fit_from_zarr_store(tmp_path):
     U, V = _nonlinear_data(150)
     ds = xr.Dataset(
@@ -525,6 +538,7 @@ def test_fit_from_zarr_store(tmp_path):
 @pytest.mark.parametrize(
     "tie, fine_laws", [(1.0, {"rational_quadratic"}), (10.0, {"cauchy", "rational_quadratic"})]
 )
+@pytest.mark.slow
 def test_a_second_law_reaches_the_fine_stage_only_on_a_coarse_tie(monkeypatch, tie, fine_laws):
     from rfol_dask import stages
 
@@ -550,6 +564,7 @@ def test_a_second_law_reaches_the_fine_stage_only_on_a_coarse_tie(monkeypatch, t
     assert set(one["family"][one["stage"] == "fine"]) == {"rational_quadratic"}
 
 
+@pytest.mark.slow
 def test_coarse_grid_is_extended_past_an_edge_winner():
     # a linear operator: the smaller gamma, the better (the features' linear regime)
     U, _ = smooth_operator_data(300, 24)
@@ -587,6 +602,7 @@ def test_coarse_grid_is_extended_past_an_edge_winner():
         np.testing.assert_allclose(np.diff(np.log2(tried)), 1.0)  # one grid of factor 2
 
 
+@pytest.mark.slow
 def test_fine_stage_solves_only_the_alphas_around_the_coarse_winner_and_loses_nothing():
     U, V = _nonlinear_data(400)  # 320 training rows: one Cholesky per alpha of 5 beats an eigh
     kw = dict(n_features=600, distributions=("gaussian",), random_state=0, refit=False)
@@ -611,6 +627,7 @@ def test_fine_stage_solves_only_the_alphas_around_the_coarse_winner_and_loses_no
     )
 
 
+@pytest.mark.slow
 def test_dask_search_reads_each_chunk_once_and_the_refit_once_more():
     import dask
 
@@ -679,6 +696,7 @@ def _growth(cv):
     return res[res.stage == "growth"]
 
 
+@pytest.mark.slow
 def test_growth_scores_equal_a_search_at_each_n():
     """Each growth checkpoint scores exactly what a one-stage search at that N, law and gamma
     scores (nested frequencies of one draw), and the refitted winner has the chosen N."""
@@ -724,6 +742,7 @@ def test_growth_scores_equal_a_search_at_each_n():
     assert (cv.cv_results_["rank_test_score"][cv.cv_results_["stage"] == "growth"] >= 1).all()
 
 
+@pytest.mark.slow
 def test_growth_drops_a_gamma_far_behind_and_extends_beyond_the_edge():
     """A gamma whose validation error at a checkpoint is more than GROWTH_PRUNE above the best
     seen there stops growing; while the best sits at the edge of the multiples, more are grown
@@ -755,6 +774,7 @@ def test_growth_drops_a_gamma_far_behind_and_extends_beyond_the_edge():
     )
 
 
+@pytest.mark.slow
 def test_growth_stops_when_a_doubling_gains_too_little_and_is_off_by_default():
     U, V = _nonlinear_data(200)
     stopped = RandomFeatureOperatorCV(**staged(**dict(GROW, growth_tol=0.99))).fit(U, V)
@@ -781,6 +801,7 @@ def test_growth_stops_when_a_doubling_gains_too_little_and_is_off_by_default():
             RandomFeatureOperatorCV(**staged(n_features=n, max_features=top)).fit(U, V)
 
 
+@pytest.mark.slow
 def test_limit_stage_scores_the_law_with_many_features_per_row():
     """The limit stage scores every searched law over the gamma grid on a subsample of the rows
     with LIMIT_FEATURES_PER_ROW features per training row (capped by max_features), exactly as a
@@ -834,6 +855,7 @@ def test_limit_stage_scores_the_law_with_many_features_per_row():
         RandomFeatureOperatorCV(**staged(**dict(GROW, limit_gammas=(1.0, -2.0)))).fit(U, V)
 
 
+@pytest.mark.slow
 def test_limit_stage_rows_are_at_least_a_fraction_of_the_training_rows(monkeypatch):
     """The limit stage's rows: max(coarse rows, N / 4, LIMIT_ROWS_FRACTION x training rows)."""
     import rfol_dask.rf_operator_cv as mod
@@ -848,6 +870,7 @@ def test_limit_stage_rows_are_at_least_a_fraction_of_the_training_rows(monkeypat
     assert set(limit.n_train_rows) == {240} and set(limit.n_features) == {16 * 240}
 
 
+@pytest.mark.slow
 def test_limit_gamma_outside_the_growth_multiples_grows_beside_them():
     """A limit-stage gamma outside the searched gamma times growth_refine is grown too (in its
     own law), times growth_refine; its gammas are held only to each other's errors, so they keep
@@ -868,6 +891,7 @@ def test_limit_gamma_outside_the_growth_multiples_grows_beside_them():
     assert reached > 256  # ... and grown on all the same
 
 
+@pytest.mark.slow
 def test_growth_groups_count_every_splits_running_sums(monkeypatch):
     """The growth keeps each split's running Gram and cross-Gram per gamma from one checkpoint to
     the next: with cv=3 a pass of S gammas holds 3 S pairs. Its groups were sized for one pair per
@@ -895,6 +919,7 @@ def test_growth_groups_count_every_splits_running_sums(monkeypatch):
     assert max(grown) * per <= 0.5 * budget
 
 
+@pytest.mark.slow
 def test_growth_on_dask_input_equals_numpy():
     U, V = _nonlinear_data(200)
     ref = RandomFeatureOperatorCV(**staged(**GROW)).fit(U, V)
@@ -929,6 +954,7 @@ def test_distributed_growth_equals_numpy(cluster_client, refine, limit):
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
     """Four workers' running sums of the growth, kept for the next checkpoint, are summed pairwise
     into new arrays at the first level of the tree only; the second level adds into the first
@@ -975,6 +1001,7 @@ def test_distributed_growth_sums_into_one_new_accumulator(monkeypatch):
 
 @pytest.mark.parametrize("cv", [None, 3])
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is_summed(
     monkeypatch, cv
 ):
@@ -1023,6 +1050,7 @@ def test_distributed_growth_holds_its_running_sums_and_two_more_while_a_split_is
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
     """With one split the growth's first worker holds three Gram pairs a gamma while it sums (its
     running sum, the new sum and the one that comes over): groups sized for the running sums
@@ -1075,6 +1103,7 @@ def test_distributed_growth_groups_fit_the_budget_with_the_sums(monkeypatch):
 
 @pytest.mark.parametrize("cv, budget", [(None, 3.6e6), (4, None)])
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, cv, budget):
     """A stage of the search on four workers holds one group of gammas' Grams at a time, of one
     split (each worker its chain's and, summing, one that comes over): only the first worker's
@@ -1137,6 +1166,7 @@ def test_distributed_search_holds_one_group_of_one_split_at_a_time(monkeypatch, 
 
 # ----------------------------------------------------------------------------------------------
 # sketched scores
+@pytest.mark.slow
 def test_scores_on_an_output_sketch_estimate_the_exact_ones_and_refit_on_all_outputs():
     """score_outputs=k scores the search on k Gaussian combinations of the outputs: close to the
     exact scores, the same winner here, a refit on every output; k >= m changes nothing."""
@@ -1243,6 +1273,7 @@ def test_the_refit_is_the_model_the_search_validated(search):
     assert error == pytest.approx(row["mean_relative_l2"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_default_searches_are_unchanged_by_the_grouped_stage_settings():
     """The stage settings moved into stages= and the refit's into refit=: a default search gives
     the best_params_ and cv_results_ it gave with the flat parameters (recorded before)."""
@@ -1310,6 +1341,7 @@ def test_a_float32_refit_is_searched_above_the_rounding_of_float32():
 
 
 @pytest.mark.parametrize("make", ["rf", "kernel"])
+@pytest.mark.slow
 def test_folds_whose_validation_outputs_are_all_zero_are_left_out_with_a_warning(make):
     """K folds of sorted data (iris's labels: 0 0 ... 1 1 ... 2 2 ...) refused to fit: "every
     validation output is identically zero". A fold where the relative error is undefined is now
@@ -1364,6 +1396,7 @@ def test_folds_whose_validation_outputs_are_all_zero_are_left_out_with_a_warning
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_folds_with_all_zero_outputs_are_left_out_of_a_search_on_the_workers(cluster_client):
     """As above, with the outputs persisted on a distributed cluster."""
     from sklearn.datasets import load_iris

@@ -60,6 +60,7 @@ SEARCHES = [
     expected_failed_checks=lambda est: next(f for e, f in SEARCHES if e is est),
     xfail_strict=True,
 )
+@pytest.mark.slow
 def test_searches_pass_sklearn_checks_but_for_their_properties(estimator, check):
     """The searches with their default grids and K folds pass scikit-learn's checks, but for those
     listed with why (xfail_strict: each must still fail); fits on K folds whose first folds hold

@@ -21,6 +21,7 @@ def _rf(**kw):
     "n_features, solver",
     [(99, "dual"), (100, "dual"), (101, "auto"), (99, "primal"), (99, "auto"), (60, "auto")],
 )
+@pytest.mark.slow
 def test_alpha_zero_is_the_min_norm_interpolant_on_every_path(n_features, solver, lazy):
     # the centred features have rank min(N, M - 1): the dual's ones direction is lifted, so the
     # fit no longer factorises (or fails) by rounding; compared with pinv of the centred features

@@ -77,6 +77,7 @@ def test_constant_inputs_fall_back_to_one():
 
 
 @pytest.mark.parametrize("law", DISTRIBUTIONS)
+@pytest.mark.slow
 def test_default_gamma_is_the_median_heuristic(law):
     U, V = _data()
     model = RandomFeatureOperator(
@@ -95,6 +96,7 @@ def test_default_gamma_is_the_median_heuristic(law):
     assert lazy.gamma_ == model.gamma_
 
 
+@pytest.mark.slow
 def test_default_gamma_beats_the_old_default_on_wide_inputs():
     # functions on a 200-point grid: pairwise distances ~ 10, where gamma=1 is far too narrow
     rng = np.random.default_rng(0)
@@ -117,6 +119,7 @@ def test_default_gamma_beats_the_old_default_on_wide_inputs():
     assert err["median"] < 0.5 * err[1.0]
 
 
+@pytest.mark.slow
 def test_kernel_default_length_scale_is_the_median(tmp_path):
     U, V = _data()
     model = KernelOperator().fit(U, V)
@@ -218,6 +221,7 @@ def test_window_errors_solve_only_around_the_center_and_widen_at_an_edge():
 
 
 @pytest.mark.parametrize("m", [2, 300])
+@pytest.mark.slow
 def test_cholesky_path_factors_in_place_and_gives_the_gram_back(m):
     """One Cholesky per alpha in the Gram's own buffer (restored from its upper triangle after
     each): the errors equal plain solves, the Gram comes back unchanged (a failed alpha
@@ -250,6 +254,7 @@ def test_cholesky_path_factors_in_place_and_gives_the_gram_back(m):
 
 
 @pytest.mark.parametrize("n_used", [1200, 2400])
+@pytest.mark.slow
 def test_growth_solves_in_the_accumulator_and_leaves_it_as_it_was(n_used):
     """The search's Cholesky paths solve in a running accumulator's own Gram (no M_t^2 copy),
     for the model of all its features or of fewer (the ridge rescaled instead of the Gram), and

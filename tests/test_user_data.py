@@ -29,6 +29,7 @@ def _model():
 
 
 @pytest.mark.parametrize("fmt", ["zarr", "nc"])
+@pytest.mark.slow
 def test_stores_fit_predict_and_score_with_the_user_s_names(burgers, tmp_path, fmt):
     path = tmp_path / f"b.{fmt}"
     burgers.to_zarr(path) if fmt == "zarr" else burgers.to_netcdf(path)
@@ -135,6 +136,7 @@ def test_a_store_s_bad_samples_are_named_by_label_across_its_chunks(burgers, tmp
         _model().fit(path, input="u0", output="uT", sample_dim="case")
 
 
+@pytest.mark.slow
 def test_a_store_without_the_default_names_gets_every_name_in_one_message(burgers, tmp_path):
     burgers.to_zarr(tmp_path / "b.zarr")
     fix = r"fit\(ds, input='u0', output='uT', sample_dim='case'\)"

@@ -1,6 +1,7 @@
 """Advection III: exact half-period translation, block-split reproducibility, spectrum."""
 
 import numpy as np
+import pytest
 import scipy.fft
 
 from rfol_dask.datasets import advection3 as adv3
@@ -63,6 +64,7 @@ def test_reproducible_across_block_splits():
     assert not np.array_equal(a[0], c[0])
 
 
+@pytest.mark.slow
 def test_field_spectrum_matches_formula():
     n, m = 200, 3000
     x = np.arange(n) / n

@@ -42,12 +42,14 @@ def test_etdrk4_weights_series_matches_closed_form():
 
 
 @pytest.mark.parametrize("T", [0.1, 1.0])
+@pytest.mark.slow
 def test_cole_hopf_default_settings(T):
     x = np.arange(1024) / 1024
     u = burgers.solve(-2.0 * np.sin(2 * np.pi * x), T=T, nu=0.1, n_steps=100)
     assert rel(u, cole_hopf(x, T, 2.0, 0.1)) < 1e-7  # measured 2.8e-9 (T=0.1), 1.5e-8 (T=1)
 
 
+@pytest.mark.slow
 def test_cole_hopf_steep_front_fourth_order():
     """nu = 0.02: a steeper front; errors of 100 and 200 steps show ETDRK4's 4th order."""
     x = np.arange(1024) / 1024
@@ -65,6 +67,7 @@ def u0_batch():
     return np.stack([grf.burgers_initial(sample_rng(3, i), 1024, n_modes=511) for i in range(6)])
 
 
+@pytest.mark.slow
 def test_half_step_and_order_on_data(u0_batch):
     ref = burgers.solve(u0_batch, n_steps=400)
     e = {s: rel(burgers.solve(u0_batch, n_steps=s), ref) for s in (50, 100, 200)}
@@ -74,6 +77,7 @@ def test_half_step_and_order_on_data(u0_batch):
     assert np.log2(e[50] / e[100]) > 3.5  # graded steps keep 4th order on rough data (4.0)
 
 
+@pytest.mark.slow
 def test_grid_doubling():
     a_in, a_out = burgers.make_block(5, 0, 4)
     b_in, b_out = burgers.make_block(5, 0, 4, n_solve=2048)
@@ -81,6 +85,7 @@ def test_grid_doubling():
     assert rel(b_out, a_out) < 1e-10  # measured 5e-14
 
 
+@pytest.mark.slow
 def test_mean_conserved_energy_decays(u0_batch):
     u0 = u0_batch[:2] + 0.3
     prev = np.sum((u0 - 0.3) ** 2, axis=1)
@@ -92,6 +97,7 @@ def test_mean_conserved_energy_decays(u0_batch):
         prev = energy
 
 
+@pytest.mark.slow
 def test_input_spectrum_matches_covariance():
     """E|rfft(u0)_k|^2 = n^2 c_k^2, c_k = 25 / ((2 pi k)^2 + 25), for the 128-point input."""
     inputs, _ = burgers.make_block(
@@ -105,6 +111,7 @@ def test_input_spectrum_matches_covariance():
     assert abs(ratio[:, :5].mean() - 1) < 0.15 and abs(ratio[:, 20:].mean() - 1) < 0.1
 
 
+@pytest.mark.slow
 def test_reproducible_across_block_splits():
     whole = burgers.make_block(11, 0, 10)
     parts = [burgers.make_block(11, 0, 4), burgers.make_block(11, 4, 10)]
@@ -127,6 +134,7 @@ def test_registered_spec():
     assert np.all((ratio > 1e-3) & (ratio < 0.1))
 
 
+@pytest.mark.slow
 def test_a_blow_up_is_an_error_naming_the_fix(tmp_path, capsys):
     from rfol_dask import datasets
     from rfol_dask.cli import main

@@ -25,6 +25,7 @@ def _manufactured(n):
     return a, f, u
 
 
+@pytest.mark.slow
 def test_second_order_convergence():
     errors = []
     for n in (33, 65, 129):
@@ -43,6 +44,7 @@ def test_cg_matches_direct_solve():
     assert np.abs(u[1:-1, 1:-1].ravel() - direct).max() < 1e-9 * np.abs(direct).max()
 
 
+@pytest.mark.slow
 def test_block_split_reproducible_and_values():
     spec = get("darcy")
     a, u = spec.make_block(7, 0, 10, **SMALL)

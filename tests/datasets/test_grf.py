@@ -1,6 +1,7 @@
 """Empirical spectra of the shared random fields against their formulas."""
 
 import numpy as np
+import pytest
 import scipy.fft
 
 from rfol_dask.datasets import grf
@@ -26,6 +27,7 @@ def test_neumann_dct_field_coefficients_have_unit_variance():
     assert np.abs(var[:4, :4] - 1).max() < 0.35  # each low mode: chi2 with 400 dof, sd 0.07
 
 
+@pytest.mark.slow
 def test_neumann_eigen_field_projections_match_formula():
     n_nodes, n = 129, 300
     x = np.linspace(0, 1, n_nodes)
@@ -48,6 +50,7 @@ def test_neumann_eigen_field_projections_match_formula():
     assert abs(np.einsum("sij,i,j->s", fields, w, w)).max() < 1e-3 * fields.std()
 
 
+@pytest.mark.slow
 def test_navier_stokes_forcing_modes_and_amplitudes():
     n_grid, n = 32, 300
     x = 2 * np.pi * np.arange(n_grid) / n_grid

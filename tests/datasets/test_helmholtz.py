@@ -37,6 +37,7 @@ def _l2_error(n):
     return np.sqrt(np.sum(fe.basis.dx * diff**2))
 
 
+@pytest.mark.slow
 def test_q1_l2_convergence_order_two():
     errors = np.array([_l2_error(n) for n in (16, 32, 64)])
     rates = np.log2(errors[:-1] / errors[1:])
@@ -68,6 +69,7 @@ def test_top_flux_balance():
         assert abs(total + 0.3) < 1e-8
 
 
+@pytest.mark.slow
 def test_block_split_reproducible_and_variants():
     high, low = get("helmholtz_high"), get("helmholtz_low")
     params = dict(n_cells=40)

@@ -46,6 +46,7 @@ def test_advection_conserves_energy_and_enstrophy(forcing):
 
 
 @pytest.mark.parametrize("F, n_steps", [(0.0, 40), (0.3, 200)])
+@pytest.mark.slow
 def test_taylor_green_decay_and_forcing(F, n_steps):
     """w0 = 2 cos x cos y is steady for advection:
     w(T) = (2 e^-2nuT + F/(2nu)(1 - e^-2nuT)) cos x cos y.
@@ -67,6 +68,7 @@ def test_blow_up_is_reported():
         ns.solve(2 * cc, 0.3 * cc, n_steps=40)
 
 
+@pytest.mark.slow
 def test_half_step_and_fourth_order_full_T(forcing):
     w0 = ns.initial_vorticity()
     ref = ns.solve(w0, forcing, n_steps=160)
@@ -78,6 +80,7 @@ def test_half_step_and_fourth_order_full_T(forcing):
     assert ns.cfl_number(ref, 10.0 / 40) < 1.0  # measured 0.6
 
 
+@pytest.mark.slow
 def test_grid_doubling_resolved():
     a_in, a_out = ns.make_block(2, 0, 3)
     b_in, b_out = ns.make_block(2, 0, 3, n_grid=128)
@@ -95,6 +98,7 @@ def test_shared_initial_vorticity():
     assert not np.allclose(ns.initial_vorticity(w0_seed=1), w0)
 
 
+@pytest.mark.slow
 def test_registered_specs_low_is_high_subsampled():
     high, low = get("navier_stokes_high"), get("navier_stokes_low")
     assert high.defaults["nu"] == 0.025 and high.defaults["T"] == 10.0
@@ -110,6 +114,7 @@ def test_registered_specs_low_is_high_subsampled():
     assert list(gin) == list(gout) == ["x", "y"]
 
 
+@pytest.mark.slow
 def test_reproducible_across_block_splits():
     whole = ns.make_block(11, 0, 10)
     parts = [ns.make_block(11, 0, 4), ns.make_block(11, 4, 10)]

@@ -157,6 +157,7 @@ def test_bad_parameter_writes_nothing(name, tmp_path):
     assert not store.exists() and not store.parent.exists()
 
 
+@pytest.mark.slow
 def test_a_refused_parameter_leaves_the_path_free_for_the_corrected_run(tmp_path):
     store = tmp_path / "x.zarr"
     good = {"n_solve": 256, "n_out": 64, "n_modes": 100}
@@ -174,6 +175,7 @@ _SLOW = {"structural_mechanics_high", "structural_mechanics_low"}  # first model
 @pytest.mark.parametrize(
     "name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n for n in sorted(BAD)]
 )
+@pytest.mark.slow
 def test_defaults_generate(name, tmp_path):
     ds = datasets.generate(name, 1, store=tmp_path / "x.zarr")
     assert ds.sizes["sample"] == 1
@@ -220,6 +222,7 @@ def test_register_refuses_a_default_out_of_range_or_a_rule_on_an_unknown_paramet
     assert "_range_probe" not in names()
 
 
+@pytest.mark.slow
 def test_cli_bad_parameter_exits_2_with_an_error_line(tmp_path):
     out = tmp_path / "b.zarr"
     script = Path(sys.executable).with_name("rfol-dask")

@@ -54,6 +54,7 @@ def test_check_resolved_names_the_tail_and_the_fix():
         )
 
 
+@pytest.mark.slow
 def test_burgers_refuses_a_grid_too_coarse_for_its_viscosity():
     params = dict(n_out=64, n_modes=63, nu=1e-3, n_steps=200)
     with pytest.raises(
@@ -66,6 +67,7 @@ def test_burgers_refuses_a_grid_too_coarse_for_its_viscosity():
     assert np.isfinite(outputs).all()
 
 
+@pytest.mark.slow
 def test_navier_stokes_refuses_a_coarse_grid_and_says_how_to_keep_the_output():
     with pytest.raises(ValueError, match=r"16 x 16 grid is under-resolved.*n_grid=32, stride=2"):
         generate("navier_stokes_high", 2, n_grid=16)
@@ -73,6 +75,7 @@ def test_navier_stokes_refuses_a_coarse_grid_and_says_how_to_keep_the_output():
     assert ds["output"].shape == (2, 16, 16)
 
 
+@pytest.mark.slow
 def test_the_defaults_are_resolved_by_orders_of_magnitude():
     u0 = np.stack(
         [grf.burgers_initial(np.random.default_rng(i), 1024, n_modes=511) for i in range(2)]
@@ -105,6 +108,7 @@ def test_step_error_is_exact_for_a_pure_fourth_order_error():
     assert step_error(np.array([np.inf, 0.0]), np.zeros(2)) == np.inf
 
 
+@pytest.mark.slow
 def test_burgers_refuses_too_few_time_steps_and_names_a_count_that_passes():
     """Coarse but stable steps stay finite and can be far off (nu = 0.01: 5 steps are 39 % off,
     3 steps 1e10 times; benchmarks/time_steps.py): the step-doubling check refuses them."""
@@ -129,6 +133,7 @@ def test_burgers_refuses_too_few_time_steps_and_names_a_count_that_passes():
     )  # a block without sample 0 is not checked again
 
 
+@pytest.mark.slow
 def test_navier_stokes_checks_its_time_steps(monkeypatch):
     from rfol_dask.datasets import resolution
 

@@ -21,6 +21,7 @@ def test_registry_lists_and_rejects():
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_same_bytes_for_any_block_size_and_workers(tmp_path):
     ref = datasets.generate("advection2", 23, seed=5, block_size=23)
     a = datasets.generate("advection2", 23, store=tmp_path / "a.zarr", seed=5, block_size=4)
@@ -64,6 +65,7 @@ def test_store_layout_attributes_and_chunks(tmp_path):
     )  # fields stored raw
 
 
+@pytest.mark.slow
 def test_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypatch):
     from rfol_dask.datasets import store as store_mod
 
@@ -99,6 +101,7 @@ def test_resume_after_interruption_equals_uninterrupted(tmp_path, monkeypatch):
     np.testing.assert_array_equal(resumed["output"].values, ref["output"].values)
 
 
+@pytest.mark.slow
 def test_existing_store_not_overwritten(tmp_path):
     path = tmp_path / "o.zarr"
     datasets.generate("advection1", 8, store=path, seed=0)
@@ -299,6 +302,7 @@ def test_generate_replaces_only_rfol_dask_data_sets(tmp_path):
     RandomFeatureOperator.load(model)
 
 
+@pytest.mark.slow
 def test_generate_refuses_a_store_inside_another_zarr_store(tmp_path, capsys):
     """A data set was written inside another store (its folder, or an array's), which replacing
     or regenerating that store deletes; refused as a model save there is, before any write."""
@@ -379,6 +383,7 @@ def test_an_xarray_copy_of_a_data_set_is_never_cleared(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_overwrite_never_deletes_a_users_files_in_a_data_set(tmp_path):
     path = tmp_path / "s.zarr"
     datasets.generate("advection1", 8, store=path)
@@ -402,6 +407,7 @@ def test_overwrite_never_deletes_a_users_files_in_a_data_set(tmp_path):
     assert datasets.generate("advection1", 8, store=path, seed=1, overwrite=True).attrs["seed"] == 1
 
 
+@pytest.mark.slow
 def test_resume_takes_the_stored_block_size_and_refuses_another_version(tmp_path, monkeypatch):
     from rfol_dask.datasets import store as store_mod
 
@@ -427,6 +433,7 @@ def test_resume_takes_the_stored_block_size_and_refuses_another_version(tmp_path
         datasets.generate("advection1", 20, store=path)
 
 
+@pytest.mark.slow
 def test_reuse_or_generate_reads_resumes_or_refuses(tmp_path, monkeypatch):
     from rfol_dask.datasets import store as store_mod
 
@@ -469,6 +476,7 @@ def test_reuse_or_generate_reads_resumes_or_refuses(tmp_path, monkeypatch):
     assert datasets.open(path).sizes["sample"] == 40 and len(made) == 2
 
 
+@pytest.mark.slow
 def test_open_dataset_reads_the_written_leading_samples_of_an_interrupted_store(tmp_path):
     path = tmp_path / "i.zarr"
     datasets.generate("advection1", 30, store=path, block_size=10)
@@ -548,6 +556,7 @@ import re  # noqa: E402
 import signal  # noqa: E402
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_blocks_are_written_waits_for_them_before_the_lock_goes(
     tmp_path, monkeypatch, capsys, ctrl_c
 ):
@@ -597,6 +606,7 @@ def dask_threads(n):
     return dask.config.set(scheduler="threads", num_workers=n)
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(
     tmp_path, monkeypatch, cluster_client, ctrl_c
 ):
@@ -642,6 +652,7 @@ def test_ctrl_c_on_a_cluster_waits_for_the_blocks_on_the_workers(
 
 
 @pytest.mark.cluster
+@pytest.mark.slow
 def test_relative_store_paths_are_the_clients_when_workers_run_elsewhere(tmp_path, monkeypatch):
     """Workers that started in another folder (``a``: where the job script ran) wrote a relative
     ``store="data.zarr"`` into *their* ``a/data.zarr``, over the data set there; the path is now

@@ -19,6 +19,7 @@ def _quad_load(m, theta, **kw):
     return sm.load(theta, x.ravel(), **kw).reshape(x.shape)
 
 
+@pytest.mark.slow
 def test_registered_defaults_and_grids():
     lo, hi = get("structural_mechanics_low"), get("structural_mechanics_high")
     for spec, n in ((lo, 21), (hi, 41)):
@@ -58,6 +59,7 @@ def test_mesh_conforms_to_circle(mesh_n):
     assert len(mesh.boundary_facets()) == 4 * mesh_n
 
 
+@pytest.mark.slow
 def test_uniform_traction_on_homogeneous_plate_gives_uniform_stress():
     # fibre = matrix, bottom on rollers (u_y = 0, one x-pin): exact solution is uniaxial
     # sigma_yy = f, which P2 reproduces; von Mises = |f| everywhere on the output grid
@@ -148,6 +150,7 @@ def test_input_is_cubic_interpolation_of_21_samples_or_exact():
     )
 
 
+@pytest.mark.slow
 def test_reproducible_across_block_splits():
     spec = get("structural_mechanics_high")
     p = {**spec.defaults, **SMALL}
@@ -168,6 +171,7 @@ def test_output_varies_with_load_and_fibre_matters():
     assert np.linalg.norm(y - yh) > 0.05 * np.linalg.norm(y)
 
 
+@pytest.mark.slow
 def test_bottom_condition_is_a_data_set_parameter():
     from rfol_dask import datasets
 
