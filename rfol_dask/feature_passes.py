@@ -268,8 +268,8 @@ def _path_errors(
     floor of that model's Gram (:func:`rfol_dask.tuning.floored_path_errors`): (n_alpha + 1,)."""
     # the Cholesky paths solve in the accumulator's own Gram and leave it as it was: no M_t^2 copy
     in_place = path_method(len(alphas), Vt.shape[0], method, center, half_width) != "eigh"
-    G, K, factor = validation_grams(acc, k, segments, g, copy=not in_place)
-    a = np.asarray(alphas) / factor
-    errs = floored_path_errors(G, K, Vt, Vv, a, fit_intercept, method, center, half_width, eps=eps)
+    G, K, factor, A = validation_grams(acc, k, segments, g, not in_place, Vt.shape[0])
+    a, kw = np.asarray(alphas) / factor, dict(eps=eps, design=A)
+    errs = floored_path_errors(G, K, Vt, Vv, a, fit_intercept, method, center, half_width, **kw)
     errs[-1] *= factor  # the floor in the alphas' units
     return errs

@@ -37,7 +37,8 @@ from .metrics import relative_l2_errors
 __all__ = [
     "sample_rows", "median_distance", "median_gamma", "median_gammas", "median_length_scale",
     "PCA_ROWS", "pca_metric", "weighted_directions", "input_scales", "GAMMA_METRIC",
-    "frequency_scale", "validation_slab", "sum_validation", "validation_grams", "path_method",
+    "frequency_scale", "scores_primal", "validation_slab", "sum_validation", "validation_grams",
+    "path_method",
     "eigh_above", "EigenPath", "cholesky_errors", "window_errors", "path_errors",
     "floored_path_errors", "rounding_floor", "eigh_pays", "relative_errors", "nonzero_rows",
     "scored_rows",
@@ -74,6 +75,12 @@ def slab_bounds(n_features, M, segments=(), slab_bytes=64 * 2**20):
     return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
+def scores_primal(n_train, n_features):
+    """Whether a search scores ``n_features`` on ``n_train`` rows in the primal (its ``N x N``
+    Gram is the smaller), as the refit's ``solver="auto"`` solves."""
+    return n_features < n_train
+
+
 def validation_slab(
     acc, X, n_train, frequencies, n_features, f0, f1, scales, segments, fit_intercept=True
 ):
@@ -83,7 +90,9 @@ def validation_slab(
     ``gamma = 1`` slab ``(Z, b)``, ``P = X Z`` is made once and scale ``s`` has the features
     ``sqrt(2 / N) cos(s P + b)``. ``acc[k][g]`` is ``(G, K)`` of scale ``k`` and segment ``g``
     (nested models ``N' = segments[g]`` out of one pass): ``G`` the sum of ``A_t A_t^T`` (numpy:
-    lower triangle, Fortran order) and ``K`` of ``A_v A_t^T``, made where ``X`` lives.
+    lower triangle, Fortran order) and ``K`` of ``A_v A_t^T``, made where ``X`` lives. Where
+    :func:`scores_primal`, ``acc[k][0]`` is the centred features ``A`` (M_t + M_v, N) themselves,
+    zero outside the slabs made, and the other segments None.
     """
     from .placement import worker_threads
 
@@ -93,7 +102,9 @@ def validation_slab(
     g = int(np.searchsorted(segments, f1))
     norm, acc = float(np.sqrt(2.0 / n_features)), acc or [[None] * len(segments) for _ in scales]
     M_t, M_v, w = n_train, X.shape[0] - n_train, f1 - f0
-    flops = 2 * (M_t + M_v) * X.shape[1] * w + len(scales) * (M_t**2 + 2 * M_v * M_t) * w
+    primal = scores_primal(n_train, n_features)
+    grams = 0 if primal else len(scales) * (M_t**2 + 2 * M_v * M_t) * w
+    flops = 2 * (M_t + M_v) * X.shape[1] * w + grams
     with blas_limits(_threads(worker_threads(), flops)):
         P = X @ Z
         A = np.empty_like(P) if fast else None
@@ -107,6 +118,11 @@ def validation_slab(
                 A = xp.cos(P * float(s) + b) * norm
             if fit_intercept:
                 A -= xp.mean(A[:n_train, ...], axis=0)
+            if primal:
+                if acc[k][0] is None:
+                    acc[k][0] = xp.zeros((X.shape[0], n_features), dtype=X.dtype)
+                acc[k][0][:, f0:f1] = A
+                continue
             At, Av = A[:n_train, ...], A[n_train:, ...]
             G, K = acc[k][g] or (None, xp.zeros((M_v, n_train), dtype=X.dtype))
             K += Av @ At.T
@@ -120,6 +136,8 @@ def add_validation(a, b):
         for g, (pa, pb) in enumerate(zip(ra, rb, strict=False)):
             if pa is None:
                 ra[g] = pb
+            elif pb is not None and not isinstance(pa, tuple):
+                pa += pb  # the primal's features: each part holds its own columns
             elif pb is not None:
                 G, K = pa
                 G += pb[0]  # in place (numpy, CuPy, array API)
@@ -129,29 +147,35 @@ def add_validation(a, b):
 
 def sum_validation(*accs):
     """The sum of :func:`validation_slab` accumulators in a new one (the inputs are kept)."""
-    out = [
-        [None if p is None else (backend.copy(p[0]), backend.copy(p[1])) for p in row]
-        for row in accs[0]
-    ]
+
+    def copy(p):
+        return backend.copy(p) if not isinstance(p, tuple) else tuple(map(backend.copy, p))
+
+    out = [[None if p is None else copy(p) for p in row] for row in accs[0]]
     for acc in accs[1:]:
         add_validation(out, acc)
     return out
 
 
-def validation_grams(acc, k, segments, g, copy=True):
-    """``(G, K, factor)`` of scale ``k`` and ``segments[g]`` features: the segments' sums up to
-    ``g``; that model's Grams are ``factor G``, ``factor K`` (``factor = N / segments[g]``).
-    ``copy=False`` with one segment: the accumulator's own arrays, ``G`` symmetrized in place."""
-    parts = [p for p in acc[k][: g + 1] if p is not None]
+def validation_grams(acc, k, segments, g, copy=True, n_train=None):
+    """``(G, K, factor, design)`` of scale ``k`` and ``segments[g]`` features: the segments' sums
+    up to ``g``; that model's Grams are ``factor G``, ``factor K`` (``factor = N / segments[g]``).
+    ``copy=False`` with one segment: the accumulator's own arrays, ``G`` symmetrized in place.
+    A primal accumulator (``n_train`` rows) gives ``A_t^T A_t``, ``A_v`` and ``design = A_t``
+    (:class:`EigenPath`); a dual one ``design = None``."""
     factor = segments[-1] / segments[g]
+    if not isinstance(acc[k][0], tuple):  # the primal: the Gram of the first segments[g] features
+        A = acc[k][0][:n_train, : segments[g]]
+        return symmetrize(syrk(A, trans=True)), acc[k][0][n_train:, : segments[g]], factor, A
+    parts = [p for p in acc[k][: g + 1] if p is not None]
     if not copy and len(parts) == 1:
-        return symmetrize(parts[0][0]), parts[0][1], factor
+        return symmetrize(parts[0][0]), parts[0][1], factor, None
     G = backend.fortran_copy(parts[0][0])  # a new array: the accumulator is kept
     K = backend.copy(parts[0][1])
     for p in parts[1:]:
         G += p[0]
         K += p[1]
-    return symmetrize(G), K, factor
+    return symmetrize(G), K, factor, None
 
 
 def relative_errors(true, pred):

@@ -259,7 +259,7 @@ def test_validation_grams_on_every_path():
         out = [tuning.validation_grams(total, k, Ns, g) for k in range(2) for g in range(2)]
         tuning.add_validation(accs[0], accs[1])
         out += [tuning.validation_grams(accs[0], 1, Ns, 1, copy=False)]
-        return [(backend.to_numpy(G), backend.to_numpy(K), f) for G, K, f in out]
+        return [(backend.to_numpy(G), backend.to_numpy(K), f) for G, K, f, _ in out]
 
     want = grams(X)
     # the reference: the centred features of all N columns at once

@@ -275,9 +275,10 @@ def test_numpy_dask_and_xarray_give_the_same_search():
 
 
 @pytest.mark.slow
-def test_distributed_search_equals_numpy(cluster_client):
+@pytest.mark.parametrize("n_features", [600, 96])  # the dual, the primal (fewer than 120 rows)
+def test_distributed_search_equals_numpy(cluster_client, n_features):
     U, V = _nonlinear_data(150)
-    kw = dict(n_features=600, random_state=0, **SMALL)
+    kw = dict(n_features=n_features, random_state=0, **SMALL)
     ref = RandomFeatureOperatorCV(**staged(**kw)).fit(U, V)
     with cluster_client.as_current():
         lazy = RandomFeatureOperatorCV(**staged(**kw)).fit(

@@ -271,7 +271,7 @@ def test_growth_solves_in_the_accumulator_and_leaves_it_as_it_was(n_used):
     G0, K0 = np.tril(acc[0][0][0]).copy(), acc[0][0][1].copy()
     alphas = np.array([1e-8, 1e-6, 1e-4, 1e-2])
     args = ((n_used, N), 0, V[:n_train], V[n_train:], alphas, True, "auto", 2, 1)
-    G, K, factor = validation_grams(acc, 0, (n_used, N), 0)  # a copy
+    G, K, factor, _ = validation_grams(acc, 0, (n_used, N), 0)  # a copy
     np.testing.assert_allclose(G, G0 + np.tril(G0, -1).T, rtol=1e-13)
     assert factor == N / n_used
     tracemalloc.start()
@@ -290,6 +290,39 @@ def test_growth_solves_in_the_accumulator_and_leaves_it_as_it_was(n_used):
     for a in (1, 2, 3):
         pred = Ks @ np.linalg.solve(Gs + alphas[a] * np.eye(n_train), V[:n_train] - vbar) + vbar
         np.testing.assert_allclose(errs[a], np.mean(relative_errors(V[n_train:], pred)), rtol=1e-8)
+
+
+@pytest.mark.parametrize("method", ["eigh", "cholesky"])
+def test_features_fewer_than_training_rows_are_scored_in_the_primal(method):
+    """With N < M_t the search keeps the features (no M_t x M_t Gram) and scores each nested N by
+    the N x N Gram; accumulators of alternate slabs summed (a cluster's workers) give the same;
+    the errors equal a plain numpy ridge on the centred features of that N."""
+    import functools
+
+    from rfol_dask.feature_passes import _path_errors
+    from rfol_dask.tuning import relative_errors, slab_bounds, sum_validation, validation_slab
+
+    U, V = _data(M=500, n=12)
+    n_train, N, Ns, s = 400, 256, [128, 256], frequency_scale("gaussian", 0.05)
+    freq = functools.partial(draw_frequencies, 12, N, "gaussian", 1.0, None, 0)
+    accs = [None, None]
+    for i, (f0, f1) in enumerate(slab_bounds(N, 500, Ns, slab_bytes=500 * 8 * 64)):
+        accs[i % 2] = validation_slab(accs[i % 2], U, n_train, freq, N, f0, f1, [s], Ns)
+    acc = sum_validation(*accs)
+    om, b = freq()
+    A = np.sqrt(2.0 / N) * np.cos(s * U @ om + b)
+    A -= A[:n_train].mean(axis=0)
+    np.testing.assert_allclose(acc[0][0], A, rtol=1e-12, atol=1e-15)
+    alphas = np.array([1e-6, 1e-4, 1e-2])
+    vbar = V[:n_train].mean(axis=0)
+    for g, Ng in enumerate(Ns):
+        args = (Ns, g, V[:n_train], V[n_train:], alphas, True, method)
+        errs = _path_errors(acc, 0, *args)
+        At, Av = np.sqrt(N / Ng) * A[:n_train, :Ng], np.sqrt(N / Ng) * A[n_train:, :Ng]
+        for a, alpha in enumerate(alphas):
+            C = np.linalg.solve(At.T @ At + alpha * np.eye(Ng), At.T @ (V[:n_train] - vbar))
+            want = np.mean(relative_errors(V[n_train:], Av @ C + vbar))
+            np.testing.assert_allclose(errs[a], want, rtol=1e-7)
 
 
 def test_alphas_below_the_rounding_floor_of_the_gram_are_not_scored():
