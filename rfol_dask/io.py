@@ -80,7 +80,8 @@ def open_dataset(path, samples=None, sample_dim="sample"):
             f"got {samples!r}"
         )
     if not is_file:
-        check_store(ds, path, samples)
+        names = [v for v in ("input", "output") if v in ds]
+        check_sources(*(ds[v] for v in names), samples=samples, sample_dim=sample_dim)
         ds = ds.drop_vars("block_done", errors="ignore")
     elif size:  # about 64 MiB of samples a chunk
         row = max(

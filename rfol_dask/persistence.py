@@ -36,7 +36,7 @@ from .stores import (
 )
 
 # The newest model layout this version reads (a model is written with the lowest that reads it):
-# 3 a primal KernelOperator's coef_, 2 input_centre_, 1 checksums, 0 unversioned (a warning).
+# 3 a primal KernelOperator's coef_, 2 input_centre_, 1 checksums (older models are refused).
 MODEL_FORMAT = 3
 
 
@@ -64,8 +64,6 @@ def _checksum(value):
 
 def check_model_path(path, overwrite=True):
     """ValueError unless ``path`` is free, an empty folder or (``overwrite``) a model alone."""
-    import zarr
-
     path = Path(os.path.abspath(path))
     check_outside_stores(path)
     kind = describe_path(path)
@@ -74,9 +72,8 @@ def check_model_path(path, overwrite=True):
     if kind == "model":
         if not overwrite:
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
-        sums = group_attrs(path).get("rfol_dask_checksums")  # format 0: zarr lists the arrays
-        names = sums if isinstance(sums, dict) else zarr.open_group(path, mode="r").array_keys()
-        refuse_foreign(foreign_entries(path, set(names)), f"the model at {path}", "save elsewhere")
+        sums = group_attrs(path).get("rfol_dask_checksums", {})  # names every array of the model
+        refuse_foreign(foreign_entries(path, set(sums)), f"the model at {path}", "save elsewhere")
     elif kind != "empty":
         raise ValueError(
             f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
@@ -162,24 +159,17 @@ def load_model(path):
         )
     group = zarr.open_group(str(path), mode="r")
     attrs = dict(group.attrs)
-    fmt = attrs.get("rfol_dask_format", 0)
-    if isinstance(fmt, bool) or not isinstance(fmt, int) or not 0 <= fmt <= MODEL_FORMAT:
+    fmt = attrs.get("rfol_dask_format")
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or not 1 <= fmt <= MODEL_FORMAT:
         raise ValueError(
             f"the model at {path} has format {fmt!r} (written by rfol_dask "
             f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
-            f"0 to {MODEL_FORMAT}: upgrade rfol_dask to load it"
+            f"1 to {MODEL_FORMAT}: upgrade rfol_dask to load it (fit and save an older one again)"
         )
-    if fmt == 0:
-        warnings.warn(
-            f"the model at {path} was saved before model format 1 and has no checksums, so its "
-            "arrays cannot be verified; save it again to add them",
-            ModelFileWarning,
-            stacklevel=user_stacklevel(),
-        )
-    return _verified(group, path, fmt, attrs)
+    return _verified(group, path, attrs)
 
 
-def _verified(group, path, fmt, attrs):
+def _verified(group, path, attrs):
     """The arrays and attributes of the model ``group``, each array checked against its checksum."""
 
     def damaged(subject, problem, exc=None):
@@ -200,7 +190,7 @@ def _verified(group, path, fmt, attrs):
         except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
             if key in listed:
                 raise damaged(f"array {key!r}", "cannot be read", exc) from exc
-    if fmt >= 1 and (unsummed := sorted(set(arrays) - set(sums))):
+    if unsummed := sorted(set(arrays) - set(sums)):
         raise damaged(f"the checksums of arrays {unsummed}", "are missing")
     for key, expected in sums.items():
         if key not in arrays:

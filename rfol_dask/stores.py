@@ -50,42 +50,52 @@ def block_flags(path):
         return None
 
 
-def check_store(ds, path=None, samples=None):
-    """ValueError if the store of ``ds`` is unfinished or lacks a chunk of ``input``/``output``."""
+def check_store(ds):
+    """:func:`check_sources` of ``input`` / ``output`` of the local store ``ds`` was read from."""
     import zarr
 
-    path = ds.encoding.get("source") if path is None else path
-    if not isinstance(path, str) or not os.path.isdir(path):
-        return
-    meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
-    _check_flags(path, meta, samples)
-    for name in ("input", "output"):
-        where = os.path.join(path, name)
-        if name in ds and os.path.isdir(where):
-            arr = zarr.open_array(where, mode="r")
-            _check_chunks(arr, path, name, ds[name].dims, meta, samples)
+    src = ds.encoding.get("source")
+    names = [v for v in ("input", "output") if isinstance(src, str) and v in ds]
+    names = [v for v in names if os.path.isdir(os.path.join(src, v))]
+    check_sources(*(zarr.open_group(src, mode="r")[v] for v in names))
 
 
-def _check_flags(path, meta, samples=None):
-    """ValueError if the store at ``path`` has unset ``block_done`` flags (of first ``samples``)."""
-    done, bs = block_flags(path), int(meta.get("block_size", 1))
+def check_sources(*operands, samples=None, sample_dim="sample"):
+    """ValueError where an operand (a ``zarr.Array``, or dask-backed) reads a local Zarr array
+    lacking chunks (of its first ``samples`` along ``sample_dim``) or an unfinished data set;
+    returns how many stored arrays (of any store) the operands read."""
+    found = 0
+    for arr in (a for X in operands for a in _stored_arrays(X)):
+        found += 1
+        st = arr.store_path.store  # a LocalStore, or the local FsspecStore of da.from_zarr(path)
+        protocol = getattr(getattr(st, "fs", None), "protocol", ())
+        local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
+        root = getattr(st, "root", None) or (st.path if local else None)
+        where = root and os.path.join(os.fspath(root), arr.store_path.path)
+        if where and os.path.isdir(where):
+            _check_array(arr, *os.path.split(where), samples, sample_dim)
+    return found
+
+
+def _check_array(arr, store, name, samples, sample_dim):
+    """ValueError for unset ``block_done`` flags of ``store`` or missing chunk files of ``arr``."""
+    meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
+    done, bs = block_flags(store), int(meta.get("block_size", 1))
     if done is not None and samples is not None:
         done = done[: -(-int(samples) // bs)]
     if done is not None and not done.all():
         first = int(np.flatnonzero(~done)[0]) * bs
         raise ValueError(
-            f"data set at {path} is incomplete: {int((~done).sum())} of {len(done)} blocks were "
+            f"data set at {store} is incomplete: {int((~done).sum())} of {len(done)} blocks were "
             f"never written (first missing samples {first}-{first + bs - 1}); rerun the same "
             f"generate command (rfol-dask generate {meta.get('dataset', 'NAME')} ...) to resume it"
         )
-
-
-def _check_chunks(arr, store, name, dims, meta, samples=None):
-    """ValueError naming the chunk files of variable ``name`` missing from the local ``store``."""
     if arr.nchunks_initialized == arr.nchunks:
         return
+    dims = arr.metadata.dimension_names if arr.metadata.zarr_format == 3 else None
+    dims = tuple(dims or arr.attrs.get("_ARRAY_DIMENSIONS") or ())
+    axis = dims.index(sample_dim) if sample_dim in dims else 0 if arr.ndim else None
     folder, chunks = os.path.join(store, name), arr.shards or arr.chunks  # a file holds a shard
-    axis = dims.index("sample") if "sample" in dims else None
     grid = [-(-n // c) for n, c in zip(arr.shape, chunks, strict=True)]
     if samples is not None and axis is not None:
         grid[axis] = min(grid[axis], -(-int(samples) // chunks[axis]))
@@ -110,34 +120,12 @@ def _check_chunks(arr, store, name, dims, meta, samples=None):
     )
 
 
-def check_sources(*operands):
-    """ValueError where an operand reads a local Zarr array lacking chunks or an unfinished data
-    set; returns how many stored arrays (of any store) the operands read."""
-    found = 0
-    for X in operands:
-        for arr in _stored_arrays(X):
-            found += 1
-            # a LocalStore, or the local FsspecStore of da.from_zarr(path)
-            st = arr.store_path.store
-            protocol = getattr(getattr(st, "fs", None), "protocol", ())
-            local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
-            root = getattr(st, "root", None) or (st.path if local else None)
-            where = root and os.path.join(os.fspath(root), arr.store_path.path)
-            if not where or not os.path.isdir(where):
-                continue
-            store, name = os.path.split(where)
-            meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
-            _check_flags(store, meta)
-            dims = arr.metadata.dimension_names if arr.metadata.zarr_format == 3 else None
-            dims = dims or arr.attrs.get("_ARRAY_DIMENSIONS") or ()
-            _check_chunks(arr, store, name, tuple(dims) if "sample" in dims else ("sample",), meta)
-    return found
-
-
 def _stored_arrays(X):
     """The ``zarr.Array`` objects in the dask graph of ``X`` (xarray's adapters unwrapped)."""
     zarr = sys.modules.get("zarr")
     X = X.data if isinstance(X, xr.DataArray) and X.chunks is not None else X
+    if zarr is not None and isinstance(X, zarr.Array):
+        yield X
     if zarr is None or not isinstance(X, da.Array):
         return
     for layer in X.__dask_graph__().layers.values():
@@ -206,10 +194,9 @@ def describe_path(path):
 
 def load_hint(path):
     """How to load the model saved at ``path`` (the estimator class it records), for messages."""
-    try:
+    with contextlib.suppress(TypeError, KeyError, ValueError):  # saved before it recorded it
         return f"{json.loads(group_attrs(path)[MODEL_KEY])['estimator']}.load"
-    except (TypeError, KeyError, ValueError):  # a model saved before it recorded its class
-        return "the load method of the estimator class that saved it"
+    return "the load method of the estimator class that saved it"
 
 
 def check_outside_stores(path, action="save a model", cwd=True):
