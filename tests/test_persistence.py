@@ -111,20 +111,20 @@ def test_model_format_version_checked(tmp_path, models):
     assert group.attrs["rfol_dask_format"] == 2 and rio.MODEL_FORMAT == 3
     group.attrs["rfol_dask_format"] = 99
     with pytest.raises(
-        ValueError, match=r"has format 99 .*reads formats 0 to 3: upgrade rfol_dask"
+        ValueError, match=r"has format 99 .*reads formats 1 to 3: upgrade rfol_dask"
     ):
         RandomFeatureOperator.load(path)
-    # a model saved before the format was versioned (no format, no checksums) loads, with a warning
+    # a model saved before the format was versioned (no format, no checksums) is refused, and a
+    # save never replaces it (its arrays are not known to be its own)
     attrs = dict(group.attrs)
     for key in ("rfol_dask_format", "rfol_dask_checksums", "rfol_dask_saved"):
         del attrs[key]
     group.attrs.clear()
     group.attrs.update(attrs)
-    with pytest.warns(UserWarning, match="saved before model format 1 and has no checksums"):
-        legacy = RandomFeatureOperator.load(path)
-    np.testing.assert_array_equal(legacy.coef_, a.coef_)
-    models[1].save(path)  # its arrays (listed by zarr, no checksums) are its own: replaced
-    np.testing.assert_array_equal(RandomFeatureOperator.load(path).coef_, models[1].coef_)
+    with pytest.raises(ValueError, match=r"has format None .*fit and save an older one again"):
+        RandomFeatureOperator.load(path)
+    with pytest.raises(ValueError, match="also holds other files"):
+        models[1].save(path)
 
 
 def test_exception_mid_save_restores_previous_model_and_leaves_nothing(
