@@ -20,20 +20,11 @@ import filelock
 import numpy as np
 import xarray as xr
 
-from . import backend
+from . import backend, stores
 from ._version import __version__
 from .exceptions import ForeignModelError, ModelFileWarning
 from .stacklevel import user_stacklevel
-from .stores import (
-    MODEL_KEY,
-    PREDICTION_STORE,
-    check_outside_stores,
-    check_parent_dir,
-    describe_path,
-    foreign_entries,
-    group_attrs,
-    refuse_foreign,
-)
+from .stores import MODEL_KEY, PREDICTION_STORE, describe_path
 
 # The newest model layout this version reads (a model is written with the lowest that reads it):
 # 3 a primal KernelOperator's coef_, 2 input_centre_, 1 checksums (older models are refused).
@@ -65,15 +56,15 @@ def _checksum(value):
 def check_model_path(path, overwrite=True):
     """ValueError unless ``path`` is free, an empty folder or (``overwrite``) a model alone."""
     path = Path(os.path.abspath(path))
-    check_outside_stores(path)
-    kind = describe_path(path)
-    if kind is None:
-        return check_parent_dir(path, "a model")
+    stores.check_outside_stores(path)
+    if (kind := describe_path(path)) is None:
+        return stores.check_parent_dir(path, "a model")
     if kind == "model":
         if not overwrite:
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
-        sums = group_attrs(path).get("rfol_dask_checksums", {})  # names every array of the model
-        refuse_foreign(foreign_entries(path, set(sums)), f"the model at {path}", "save elsewhere")
+        own = set(stores.group_attrs(path).get("rfol_dask_checksums", {}))  # its arrays' names
+        foreign = stores.foreign_entries(path, own)
+        stores.refuse_foreign(foreign, f"the model at {path}", "save elsewhere")
     elif kind != "empty":
         raise ValueError(
             f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
@@ -93,8 +84,7 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
         group = zarr.open_group(str(tmp), mode="w")
         for key, v in arrays.items():
             fill = np.nan if v.dtype.kind in "fc" else None
-            kw = dict(shape=v.shape, dtype=v.dtype, chunks=v.shape or None, fill_value=fill)
-            group.create_array(key, **kw)[...] = v
+            group.create_array(key, data=v, chunks=v.shape or None, fill_value=fill)
         group.attrs.update(
             rfol_dask_format=int(model_format),
             rfol_dask_version=__version__,
@@ -103,8 +93,8 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
             **{MODEL_KEY: json.dumps(attrs)},  # written last: marks a whole model
         )
 
-    check = lambda: check_model_path(path, overwrite)  # noqa: E731
-    swap_into_place(path, write, check, f"another save of the model at {path} is running")
+    busy = f"another save of the model at {path} is running"
+    swap_into_place(path, write, lambda: check_model_path(path, overwrite), busy)
 
 
 def swap_into_place(path, write, check, busy):
@@ -166,11 +156,6 @@ def load_model(path):
             f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
             f"1 to {MODEL_FORMAT}: upgrade rfol_dask to load it (fit and save an older one again)"
         )
-    return _verified(group, path, attrs)
-
-
-def _verified(group, path, attrs):
-    """The arrays and attributes of the model ``group``, each array checked against its checksum."""
 
     def damaged(subject, problem, exc=None):
         detail = "" if exc is None else f" ({type(exc).__name__}: {exc})"
@@ -237,15 +222,10 @@ def _params(model):
         try:
             saved[name] = jsonable(value, strict=True)
         except TypeError as exc:
-            what = exc.args[0]
-            fix = (
-                "pass an integer seed instead (e.g. 'random_state': 0)"
-                if type(what).__module__.startswith("numpy.random")
-                else "give it as numbers, strings, lists or dicts"
-            )
             raise ValueError(
-                f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved "
-                f"model cannot store: {fix}, then fit and save again"
+                f"the parameter {name}={value!r} holds a {type(exc.args[0]).__name__}, which a "
+                "saved model cannot store: give numbers, strings, lists or dicts (an integer seed "
+                "for a random state), then fit and save again"
             ) from None
     return saved
 
@@ -257,27 +237,19 @@ def _coord_key(which, dim):
 
 def estimator_state(model):
     """``(arrays, attrs)``: a fitted estimator's numpy arrays and JSON attributes, to save."""
-    names = getattr(model, "feature_names_in_", None)
-    attrs = {
-        "estimator": type(model).__name__,
-        "params": _params(model),
-        "n_features_in_": int(model.n_features_in_),
-        "feature_names_in_": None if names is None else [str(c) for c in names],
-        "output_attrs_": getattr(model, "output_attrs_", {}),
-        "output_coord_attrs_": getattr(model, "output_coord_attrs_", {}),
-        "version": __version__,
-        "periods_": {},
-        **{name: jsonable(getattr(model, name)) for name in model._fitted_scalars},
-    }
+    attrs = dict(estimator=type(model).__name__, params=_params(model), version=__version__)
+    names = ("n_features_in_", "feature_names_in_", *model._fitted_scalars)  # sklearn's and ours
+    attrs |= {n: jsonable(getattr(model, n, None)) for n in names}
+    attrs |= {n: getattr(model, n, {}) for n in ("output_attrs_", "output_coord_attrs_")}
+    attrs["periods_"] = {}
     # numpy on disk whatever the device of the fit: a model fitted on a GPU loads on a CPU
     fitted = {n: getattr(model, n) for n in model._fitted_arrays}
     arrays = {n: backend.to_numpy(a) for n, a in fitted.items() if a is not None}
     for which in ("input", "output"):
-        dims, periods = getattr(model, f"{which}_dims_"), getattr(model, f"{which}_periods_", None)
+        side = {a: getattr(model, f"{which}_{a}_", None) for a in ("shape", "dims", "periods")}
+        attrs |= {f"{which}_{a}_": jsonable(side[a]) for a in ("shape", "dims")}
+        attrs["periods_"][which] = jsonable(side["periods"])
         grid = getattr(model, f"{which}_grid_", None)
-        attrs[f"{which}_shape_"] = list(getattr(model, f"{which}_shape_"))
-        attrs[f"{which}_dims_"] = None if dims is None else list(dims)
-        attrs["periods_"][which] = None if periods is None else list(periods)
         attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
         arrays.update({f"grid_{which}_{k}": ax for k, ax in enumerate(grid or ())})
         for dim, values in getattr(model, f"{which}_coords_").items():
@@ -349,15 +321,14 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
         model.feature_names_in_ = np.asarray(attrs["feature_names_in_"], dtype=object)
     model.output_attrs_ = attrs.get("output_attrs_", {})
     model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
-    tup = lambda v: None if v is None else tuple(v)  # noqa: E731
     for which in ("input", "output"):
-        dims, ndim = attrs[f"{which}_dims_"], attrs.get(f"{which}_grid_ndim")
-        keys = {d: (_coord_key(which, d), f"coord_{which}_{d}") for d in dims or ()}  # or unescaped
-        coords = {d: next((arrays[k] for k in ks if k in arrays), None) for d, ks in keys.items()}
+        dims, ndim = attrs[f"{which}_dims_"] or (), attrs.get(f"{which}_grid_ndim")
+        keys = [(d, k) for d in dims for k in (f"coord_{which}_{d}", _coord_key(which, d))]
+        coords = {d: arrays[k] for d, k in keys if k in arrays}  # escaped names, else as they were
         grid = None if ndim is None else [arrays[f"grid_{which}_{k}"] for k in range(ndim)]
-        setattr(model, f"{which}_shape_", tuple(attrs[f"{which}_shape_"]))
-        setattr(model, f"{which}_dims_", tup(dims))
-        setattr(model, f"{which}_coords_", {d: c for d, c in coords.items() if c is not None})
-        setattr(model, f"{which}_grid_", tup(grid))
-        setattr(model, f"{which}_periods_", tup(attrs.get("periods_", {}).get(which)))
+        side = dict(shape=attrs[f"{which}_shape_"], dims=attrs[f"{which}_dims_"], grid=grid)
+        side["periods"] = attrs.get("periods_", {}).get(which)
+        for a, v in side.items():
+            setattr(model, f"{which}_{a}_", None if v is None else tuple(v))
+        setattr(model, f"{which}_coords_", coords)
     return model
