@@ -17,7 +17,7 @@ import xarray as xr
 from .exceptions import DataWarning
 from .recovery.grids import as_grid, as_periods, same_grid
 from .stacklevel import user_stacklevel
-from .stores import PREDICTION_STORE, check_sources, check_store, describe_path, load_hint
+from .stores import PREDICTION_STORE, check_sources, describe_path, load_hint
 
 
 @dataclass
@@ -104,8 +104,8 @@ def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
         )
     if y is not None:
         raise ValueError("pass either a Dataset / store path alone or the arrays (X, y), not both")
-    if not opened and not check_sources(*(X[v] for v in wanted)):
-        check_store(X)  # loaded into memory from a store: check the store it came from
+    if not opened:  # (open_dataset checked them)
+        check_sources(*(X[v] for v in wanted))
     return X[names[0]], None if names[1] is None else X[names[1]]
 
 

@@ -50,23 +50,10 @@ def block_flags(path):
         return None
 
 
-def check_store(ds):
-    """:func:`check_sources` of ``input`` / ``output`` of the local store ``ds`` was read from."""
-    import zarr
-
-    src = ds.encoding.get("source")
-    names = [v for v in ("input", "output") if isinstance(src, str) and v in ds]
-    names = [v for v in names if os.path.isdir(os.path.join(src, v))]
-    check_sources(*(zarr.open_group(src, mode="r")[v] for v in names))
-
-
 def check_sources(*operands, samples=None, sample_dim="sample"):
-    """ValueError where an operand (a ``zarr.Array``, or dask-backed) reads a local Zarr array
-    lacking chunks (of its first ``samples`` along ``sample_dim``) or an unfinished data set;
-    returns how many stored arrays (of any store) the operands read."""
-    found = 0
+    """ValueError where a dask-backed operand reads a local Zarr array lacking chunks (of its
+    first ``samples`` along ``sample_dim``) or one of an unfinished data set."""
     for arr in (a for X in operands for a in _stored_arrays(X)):
-        found += 1
         st = arr.store_path.store  # a LocalStore, or the local FsspecStore of da.from_zarr(path)
         protocol = getattr(getattr(st, "fs", None), "protocol", ())
         local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
@@ -74,7 +61,6 @@ def check_sources(*operands, samples=None, sample_dim="sample"):
         where = root and os.path.join(os.fspath(root), arr.store_path.path)
         if where and os.path.isdir(where):
             _check_array(arr, *os.path.split(where), samples, sample_dim)
-    return found
 
 
 def _check_array(arr, store, name, samples, sample_dim):
@@ -124,8 +110,6 @@ def _stored_arrays(X):
     """The ``zarr.Array`` objects in the dask graph of ``X`` (xarray's adapters unwrapped)."""
     zarr = sys.modules.get("zarr")
     X = X.data if isinstance(X, xr.DataArray) and X.chunks is not None else X
-    if zarr is not None and isinstance(X, zarr.Array):
-        yield X
     if zarr is None or not isinstance(X, da.Array):
         return
     for layer in X.__dask_graph__().layers.values():
@@ -182,11 +166,9 @@ def describe_path(path):
         if "rfol_dask_meta" in attrs:
             return "an rfol_dask data set"
         return PREDICTION_STORE if PREDICTION_KEY in attrs else "a Zarr store of other data"
-    for name in ("zarr.json", ".zgroup"):
-        try:
-            json.loads((path / name).read_text())
-        except FileNotFoundError:
-            continue
+    for meta in (path / n for n in ("zarr.json", ".zgroup") if (path / n).exists()):
+        try:  # Zarr metadata that zarr cannot read
+            json.loads(meta.read_text())
         except (ValueError, OSError):
             return "a Zarr store whose metadata cannot be read (damaged: cut short or edited?)"
     return "a directory holding other files"
