@@ -79,34 +79,30 @@ def open_dataset(path, samples=None, sample_dim="sample"):
         check_sources(*(ds[v] for v in names), samples=samples, sample_dim=sample_dim)
         ds = ds.drop_vars("block_done", errors="ignore")
     elif size:  # about 64 MiB of samples a chunk
-        row = max(
-            (v.nbytes // size for v in ds.data_vars.values() if sample_dim in v.dims), default=1
-        )
+        row = max((v.nbytes // size for v in ds.values() if sample_dim in v.dims), default=1)
         ds = ds.chunk({sample_dim: int(max(1, min(size, 2**26 // max(row, 1))))})
     return ds if samples is None else ds.isel({sample_dim: slice(0, int(samples))})
 
 
 def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
     """``(X, y)``, or the variables ``names`` of a Dataset or store path ``X``, stores checked."""
-    opened = isinstance(X, (str, os.PathLike))
-    X = open_dataset(X, sample_dim=sample_dim) if opened else X
-    if not isinstance(X, xr.Dataset):
-        check_sources(X, y)
-        return X, y
-    wanted = [v for v in names if v is not None]
-    if missing := [v for v in wanted if v not in X]:
-        held = list(map(str, X.data_vars)) or ["?"]
-        dims = X[held[0]].dims if held[0] in X.data_vars else ()
-        dim = f", sample_dim={dims[0]!r}" if dims and sample_dim not in X.dims else ""
-        raise ValueError(
-            f"the data set has no variable {' or '.join(map(repr, missing))}; it holds "
-            f"{held}: name yours, e.g. fit(ds, input={held[0]!r}, output={held[-1]!r}{dim})"
-        )
-    if y is not None:
-        raise ValueError("pass either a Dataset / store path alone or the arrays (X, y), not both")
-    if not opened:  # (open_dataset checked them)
-        check_sources(*(X[v] for v in wanted))
-    return X[names[0]], None if names[1] is None else X[names[1]]
+    if isinstance(X, (str, os.PathLike)):
+        X = open_dataset(X, sample_dim=sample_dim)
+    if isinstance(X, xr.Dataset):
+        wanted = [v for v in names if v is not None]
+        if missing := [v for v in wanted if v not in X]:
+            held = list(map(str, X.data_vars)) or ["?"]
+            dims = X[held[0]].dims if held[0] in X.data_vars else ()
+            dim = f", sample_dim={dims[0]!r}" if dims and sample_dim not in X.dims else ""
+            raise ValueError(
+                f"the data set has no variable {' or '.join(map(repr, missing))}; it holds "
+                f"{held}: name yours, e.g. fit(ds, input={held[0]!r}, output={held[-1]!r}{dim})"
+            )
+        if y is not None:
+            raise ValueError("pass either a Dataset / store path or the arrays (X, y), not both")
+        X, y = X[names[0]], None if names[1] is None else X[names[1]]
+    check_sources(X, y)
+    return X, y
 
 
 def align_samples(X, y):
@@ -237,12 +233,8 @@ def _rename_advice(X, name, sample_dim, dims, shape):
         rename[next((e for e in free if X.sizes[e] > 1), free[0])] = sample_dim
     squeeze = [e for e in extra if e not in rename and X.sizes[e] == 1]
     left = [e for e in extra if e not in rename and e not in squeeze]
-    fix = (
-        name
-        + (f".squeeze({squeeze!r})" if squeeze else "")
-        + (f".rename({rename!r})" * bool(rename))
-    )
-    fix = "" if fix == name else f": {fix}"
+    fix = f".squeeze({squeeze!r})" * bool(squeeze) + f".rename({rename!r})" * bool(rename)
+    fix = fix and f": {name}{fix}"
     if left:
         fix += f"{';' if fix else ':'} drop or select the dims {left}, which the model has not"
     if sample_dim in rename.values():

@@ -214,9 +214,8 @@ def _params(model):
     """``model.get_params()`` as JSON (a Generator seed: None, the fitted arrays hold its draw)."""
     params = model.get_params()
     params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
-    if "random_state" in params:
-        rs = params["random_state"]
-        params["random_state"] = int(rs) if isinstance(rs, numbers.Integral) else None
+    if not isinstance(params.get("random_state", 0), numbers.Integral):  # a Generator: its draw
+        params["random_state"] = None  # is in the fitted arrays
     saved = {}
     for name, value in params.items():
         try:
@@ -253,15 +252,13 @@ def estimator_state(model):
         attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
         arrays.update({f"grid_{which}_{k}": ax for k, ax in enumerate(grid or ())})
         for dim, values in getattr(model, f"{which}_coords_").items():
-            values = np.asarray(values)
-            if values.dtype == object:  # strings (pandas, netCDF labels) as unicode
-                if not all(isinstance(v, str) for v in values.ravel()):
-                    raise ValueError(
-                        f"the {which} coordinate {dim!r} holds Python objects, which a model "
-                        "cannot store: give it numbers, strings or datetimes (e.g. .astype(str))"
-                    )
-                values = values.astype(str)
-            arrays[_coord_key(which, dim)] = values
+            text = (values := np.asarray(values)).dtype == object  # strings of pandas, netCDF
+            if text and not all(isinstance(v, str) for v in values.ravel()):
+                raise ValueError(
+                    f"the {which} coordinate {dim!r} holds Python objects, which a model cannot "
+                    "store: give it numbers, strings or datetimes (e.g. .astype(str))"
+                )
+            arrays[_coord_key(which, dim)] = values.astype(str) if text else values
     return arrays, attrs
 
 
@@ -281,11 +278,8 @@ def _instance(cls, params, attrs, path):
                 f"({exc}): load it with that class's load"
             ) from exc
         unknown, version = sorted(set(params) - set(cls().get_params())), attrs.get("version")
-        fix = (
-            f"load it with rfol_dask {version}"
-            if version and version != __version__
-            else "the model's attributes were changed after it was saved; fit and save it again"
-        )
+        fix = "the model's attributes were changed after it was saved; fit and save it again"
+        fix = f"load it with rfol_dask {version}" if version and version != __version__ else fix
         raise ValueError(
             f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
             f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}"
@@ -319,8 +313,8 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
     model.n_features_in_ = attrs["n_features_in_"]
     if attrs.get("feature_names_in_") is not None:  # the columns of a DataFrame it was fitted on
         model.feature_names_in_ = np.asarray(attrs["feature_names_in_"], dtype=object)
-    model.output_attrs_ = attrs.get("output_attrs_", {})
-    model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
+    for name in ("output_attrs_", "output_coord_attrs_"):
+        setattr(model, name, attrs.get(name, {}))
     for which in ("input", "output"):
         dims, ndim = attrs[f"{which}_dims_"] or (), attrs.get(f"{which}_grid_ndim")
         keys = [(d, k) for d in dims for k in (f"coord_{which}_{d}", _coord_key(which, d))]

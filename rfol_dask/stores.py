@@ -67,8 +67,7 @@ def _check_array(arr, store, name, samples, sample_dim):
     """ValueError for unset ``block_done`` flags of ``store`` or missing chunk files of ``arr``."""
     meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
     done, bs = block_flags(store), int(meta.get("block_size", 1))
-    if done is not None and samples is not None:
-        done = done[: -(-int(samples) // bs)]
+    done = done if done is None or samples is None else done[: -(-int(samples) // bs)]
     if done is not None and not done.all():
         first = int(np.flatnonzero(~done)[0]) * bs
         raise ValueError(
@@ -89,20 +88,19 @@ def _check_array(arr, store, name, samples, sample_dim):
     missing = [i for i in np.ndindex(*grid) if not os.path.exists(os.path.join(folder, key(i)))]
     if not missing:
         return
-    span, first = "all samples", missing[0]
+    first, fill, span, fix = missing[0], arr.fill_value, "all samples", "write the store again"
     if axis is not None:
         a = first[axis] * chunks[axis]
         span = f"samples {a}-{min(a + chunks[axis], arr.shape[axis]) - 1}"
-    fix = f"regenerate it (rfol-dask generate {meta.get('dataset')} ... --overwrite)"
-    hint = ""
-    if isinstance(arr.fill_value, (int, float, np.number)) and not np.isnan(arr.fill_value):
-        hint = f"; or, if those chunks hold only the fill value {arr.fill_value}, zarr left them "
-        hint += "out: write the store with write_empty_chunks=True"
+    if "dataset" in meta:
+        fix = f"regenerate it (rfol-dask generate {meta['dataset']} ... --overwrite)"
+    if isinstance(fill, (int, float, np.number)) and not np.isnan(fill):
+        fix += f"; or, if those chunks hold only the fill value {fill}, zarr left them out: "
+        fix += "write the store with write_empty_chunks=True"
     raise ValueError(
         f"data set at {store}: {len(missing)} chunk(s) of variable {name!r} are missing from the "
         f"store (first: chunk {first}, {span}, file {os.path.join(folder, key(first))}); the store "
-        f"is damaged: restore the files or {fix if 'dataset' in meta else 'write the store again'}"
-        + hint
+        f"is damaged: restore the files or {fix}"
     )
 
 
