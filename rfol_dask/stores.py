@@ -149,12 +149,8 @@ def check_parent_dir(path, what):
 def describe_path(path):
     """What is at ``path``: None, ``"model"``, ``"empty"`` or a phrase (``"a file"``, ...)."""
     path = Path(os.fspath(path))
-    if path.is_symlink():
-        return "a symbolic link"
-    if not path.exists():
-        return None
-    if not path.is_dir():
-        return "a file"
+    if path.is_symlink() or not path.is_dir():
+        return "a symbolic link" if path.is_symlink() else "a file" if path.exists() else None
     attrs = group_attrs(path)
     if attrs is not None and MODEL_KEY in attrs:
         return "model"
@@ -190,12 +186,7 @@ def check_outside_stores(path, action="save a model", cwd=True):
     outer = next(reversed(list(zarr_parents(path))), None)  # the outermost
     if outer is None:
         return
-    kind = describe_path(outer)
-    if kind == "model":
-        raise ValueError(
-            f"cannot {action} at {path}: it is inside the model at {outer}, which could then no "
-            "longer be replaced; choose a path outside it"
-        )
+    kind = "an rfol_dask model" if (kind := describe_path(outer)) == "model" else kind
     raise ValueError(
         f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which "
         f"replacing or regenerating it would delete; {action.split()[0]} it beside the store "

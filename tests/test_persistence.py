@@ -453,7 +453,7 @@ def test_save_refuses_the_current_directory_and_paths_inside_a_model(tmp_path, m
     for inner in ("m.zarr/inner", "m.zarr/coef_/x"):
         with pytest.raises(
             ValueError,
-            match=r"inside the model at .*m\.zarr, which could then no longer be replaced",
+            match=r"inside the Zarr store .*m\.zarr \(an rfol_dask model\), which replacing",
         ):
             models[1].save(inner)
     models[1].save("m.zarr")  # the outer model is still a model that may be replaced
