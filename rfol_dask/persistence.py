@@ -19,6 +19,7 @@ from urllib.parse import quote
 import filelock
 import numpy as np
 import xarray as xr
+import zarr
 
 from . import backend, stores
 from ._version import __version__
@@ -29,6 +30,7 @@ from .stores import MODEL_KEY, PREDICTION_STORE, describe_path
 # The newest model layout this version reads (a model is written with the lowest that reads it):
 # 3 a primal KernelOperator's coef_, 2 input_centre_, 1 checksums (older models are refused).
 MODEL_FORMAT = 3
+_DAMAGED = "the model is damaged; fit and save it again"
 
 
 @contextlib.contextmanager
@@ -74,8 +76,6 @@ def check_model_path(path, overwrite=True):
 
 def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
     """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model at ``path``."""
-    import zarr
-
     path = Path(os.path.abspath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
@@ -130,8 +130,6 @@ def swap_into_place(path, write, check, busy):
 def load_model(path):
     """``(arrays, attrs)`` of the model :func:`save_model` wrote at ``path``, every array verified.
     FileNotFoundError: no model; ValueError: not a model, a newer format, or damaged."""
-    import zarr
-
     path = Path(os.path.abspath(path))
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind is None:
@@ -158,28 +156,23 @@ def load_model(path):
         )
 
     def damaged(subject, problem, exc=None):
-        detail = "" if exc is None else f" ({type(exc).__name__}: {exc})"
-        return ValueError(
-            f"{subject} of the model at {path} {problem}{detail}: the model is damaged; "
-            "fit and save it again"
-        )
+        why = "" if exc is None else f" ({type(exc).__name__}: {exc})"
+        return ValueError(f"{subject} of the model at {path} {problem}{why}: {_DAMAGED}")
 
+    sums, arrays = attrs.get("rfol_dask_checksums", {}), {}
     try:
-        listed = dict(group.arrays())
+        unsummed = sorted(set(group.array_keys()) - set(sums))
     except Exception as exc:  # noqa: BLE001  (an array's metadata unreadable)
         raise damaged("the array metadata", "cannot be read", exc) from exc
-    sums, arrays = attrs.get("rfol_dask_checksums", {}), {}
-    for key in dict.fromkeys([*listed, *sums]):  # summed keys with '/': older coordinate names
+    if unsummed:
+        raise damaged(f"the checksums of arrays {unsummed}", "are missing")
+    for key, expected in sums.items():  # keys with '/': older coordinate names, in subgroups
         try:
             arrays[key] = group[key][...]
+        except KeyError:
+            raise damaged(f"array {key!r}", "is missing") from None
         except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
-            if key in listed:
-                raise damaged(f"array {key!r}", "cannot be read", exc) from exc
-    if unsummed := sorted(set(arrays) - set(sums)):
-        raise damaged(f"the checksums of arrays {unsummed}", "are missing")
-    for key, expected in sums.items():
-        if key not in arrays:
-            raise damaged(f"array {key!r}", "is missing")
+            raise damaged(f"array {key!r}", "cannot be read", exc) from exc
         if _checksum(arrays[key]) != expected:
             raise damaged(f"array {key!r}", "does not match its checksum (missing or changed)")
     try:

@@ -7,13 +7,13 @@ import contextlib
 import json
 import os
 import re
-import sys
 import warnings
 from pathlib import Path
 
 import dask.array as da
 import numpy as np
 import xarray as xr
+import zarr
 from dask.blockwise import Blockwise
 from dask.highlevelgraph import MaterializedLayer
 
@@ -26,8 +26,6 @@ _ZARR_META = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
 
 def group_attrs(path):
     """Root attributes of the Zarr group at ``path``, or None if it is not a readable group."""
-    import zarr
-
     try:
         return dict(zarr.open_group(str(path), mode="r").attrs)
     except Exception:  # noqa: BLE001  (anything unreadable is "not a group")
@@ -41,8 +39,6 @@ def flags_key(group):
 
 def block_flags(path):
     """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None."""
-    import zarr
-
     try:
         group = zarr.open_group(os.fspath(path), mode="r")
         return np.asarray(group[flags_key(group)][...]).astype(bool)
@@ -106,9 +102,8 @@ def _check_array(arr, store, name, samples, sample_dim):
 
 def _stored_arrays(X):
     """The ``zarr.Array`` objects in the dask graph of ``X`` (xarray's adapters unwrapped)."""
-    zarr = sys.modules.get("zarr")
     X = X.data if isinstance(X, xr.DataArray) and X.chunks is not None else X
-    if zarr is None or not isinstance(X, da.Array):
+    if not isinstance(X, da.Array):
         return
     for layer in X.__dask_graph__().layers.values():
         if isinstance(layer, Blockwise):  # literal arguments: da.from_zarr(..., inline_array=True)
@@ -127,8 +122,6 @@ def _stored_arrays(X):
 @contextlib.contextmanager
 def quiet_consolidated():
     """Silence zarr's warning that consolidated metadata is not in the Zarr v3 specification."""
-    import zarr
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
         yield
