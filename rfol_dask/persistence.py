@@ -203,25 +203,6 @@ def attrs_of(V, dims):
     return jsonable(dict(V.attrs)), coords
 
 
-def _params(model):
-    """``model.get_params()`` as JSON (a Generator seed: None, the fitted arrays hold its draw)."""
-    params = model.get_params()
-    params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
-    if not isinstance(params.get("random_state", 0), numbers.Integral):  # a Generator: its draw
-        params["random_state"] = None  # is in the fitted arrays
-    saved = {}
-    for name, value in params.items():
-        try:
-            saved[name] = jsonable(value, strict=True)
-        except TypeError as exc:
-            raise ValueError(
-                f"the parameter {name}={value!r} holds a {type(exc.args[0]).__name__}, which a "
-                "saved model cannot store: give numbers, strings, lists or dicts (an integer seed "
-                "for a random state), then fit and save again"
-            ) from None
-    return saved
-
-
 def _coord_key(which, dim):
     """The array name of a training coordinate (``/``, a Zarr group separator, escaped)."""
     return f"coord_{which}_{quote(str(dim), safe='')}"
@@ -229,7 +210,20 @@ def _coord_key(which, dim):
 
 def estimator_state(model):
     """``(arrays, attrs)``: a fitted estimator's numpy arrays and JSON attributes, to save."""
-    attrs = dict(estimator=type(model).__name__, params=_params(model), version=__version__)
+    params = model.get_params()
+    params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
+    if not isinstance(params.get("random_state", 0), numbers.Integral):  # a Generator: None,
+        params["random_state"] = None  # the fitted arrays hold its draw
+    for name, value in params.items():
+        try:
+            params[name] = jsonable(value, strict=True)
+        except TypeError as exc:
+            raise ValueError(
+                f"the parameter {name}={value!r} holds a {type(exc.args[0]).__name__}, which a "
+                "saved model cannot store: give numbers, strings, lists or dicts (an integer seed "
+                "for a random state), then fit and save again"
+            ) from None
+    attrs = dict(estimator=type(model).__name__, params=params, version=__version__)
     names = ("n_features_in_", "feature_names_in_", *model._fitted_scalars)  # sklearn's and ours
     attrs |= {n: jsonable(getattr(model, n, None)) for n in names}
     attrs |= {n: getattr(model, n, {}) for n in ("output_attrs_", "output_coord_attrs_")}
@@ -255,15 +249,21 @@ def estimator_state(model):
     return arrays, attrs
 
 
-def _instance(cls, params, attrs, path):
-    """``cls(**params)``; ForeignModelError: another class; ValueError: another version's."""
+def restore_estimator(cls, arrays, attrs, path=None, device=None):
+    """A fitted ``cls`` from :func:`estimator_state`'s output, on ``device`` (else its own/CPU)."""
+    params = dict(attrs["params"])
+    if device is not None and "device" in params:
+        backend.check_device(params["device"])  # a device no version knows: an unusable model
+        params["device"] = device
+    if isinstance(params.get("recovery"), list):
+        params["recovery"] = tuple(params["recovery"])
     saved = attrs.get("estimator")  # absent in models saved before it was recorded
     if saved not in (None, cls.__name__):
         raise ForeignModelError(
             f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load"
         )
     try:
-        return cls(**params)
+        model = cls(**params)
     except TypeError as exc:  # parameters this class does not know
         if saved is None:
             raise ForeignModelError(
@@ -277,17 +277,6 @@ def _instance(cls, params, attrs, path):
             f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
             f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}"
         ) from exc
-
-
-def restore_estimator(cls, arrays, attrs, path=None, device=None):
-    """A fitted ``cls`` from :func:`estimator_state`'s output, on ``device`` (else its own/CPU)."""
-    params = dict(attrs["params"])
-    if device is not None and "device" in params:
-        backend.check_device(params["device"])  # a device no version knows: an unusable model
-        params["device"] = device
-    if isinstance(params.get("recovery"), list):
-        params["recovery"] = tuple(params["recovery"])
-    model = _instance(cls, params, attrs, path)
     if device is None and getattr(model, "device", "cpu") != "cpu":
         try:
             backend.device_namespace(model.device)
