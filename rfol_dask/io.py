@@ -202,25 +202,24 @@ def named(X, name, sample_dim="sample", dims=None, shape=None):
     if not isinstance(X, xr.DataArray):
         return X
     want = (sample_dim, *(dims or ()))
-    if not (set(X.dims) == set(want) and X.ndim == len(want) if dims else sample_dim in X.dims):
-        raise ValueError(_rename_advice(X, name, sample_dim, dims, shape))
-    X = X.rename({sample_dim: "sample"}) if sample_dim != "sample" else X
-    return X.transpose("sample", *dims) if dims else X.transpose("sample", ...)
-
-
-def _rename_advice(X, name, sample_dim, dims, shape):
-    """What :func:`named` says: ``X``'s dims, the model's, and one expression that fixes them."""
+    if set(X.dims) == set(want) and X.ndim == len(want) if dims else sample_dim in X.dims:
+        X = X.rename({sample_dim: "sample"}) if sample_dim != "sample" else X
+        return X.transpose("sample", *dims) if dims else X.transpose("sample", ...)
     if X.ndim == 0:
-        return f"{name} is a 0-d DataArray: pass samples along a dim named {sample_dim!r}"
+        raise ValueError(
+            f"{name} is a 0-d DataArray: pass samples along a dim named {sample_dim!r}"
+        )
     if sample_dim in X.coords and sample_dim not in X.dims:
-        return (
+        raise ValueError(
             f"{name} holds one sample ({sample_dim!r} is a scalar coordinate): keep the dimension, "
             f"e.g. {name}.expand_dims({sample_dim!r}), or select with a list"
         )
     if shape is not None and X.shape == tuple(shape) and (dims is None or set(X.dims) == set(dims)):
-        return f"{name} holds one sample of the model's grid: {name}.expand_dims({sample_dim!r})"
+        raise ValueError(
+            f"{name} holds one sample of the model's grid: {name}.expand_dims({sample_dim!r})"
+        )
     if not dims:
-        return (
+        raise ValueError(
             f"{name} has dims {X.dims} and none named {sample_dim!r}: pass sample_dim={X.dims[0]!r}"
         )
     extra = [d for d in X.dims if d not in (sample_dim, *dims)]
@@ -239,7 +238,7 @@ def _rename_advice(X, name, sample_dim, dims, shape):
         fix += f"{';' if fix else ':'} drop or select the dims {left}, which the model has not"
     if sample_dim in rename.values():
         fix += f" (or pass sample_dim={next(k for k, v in rename.items() if v == sample_dim)!r})"
-    return f"{name} has dims {X.dims} but the model reads {(sample_dim, *dims)}{fix}"
+    raise ValueError(f"{name} has dims {X.dims} but the model reads {(sample_dim, *dims)}{fix}")
 
 
 def as_operand(X, name, sort=True):

@@ -48,56 +48,54 @@ def block_flags(path):
 
 def check_sources(*operands, samples=None, sample_dim="sample"):
     """ValueError where a dask-backed operand reads a local Zarr array lacking chunks (of its
-    first ``samples`` along ``sample_dim``) or one of an unfinished data set."""
+    first ``samples`` along ``sample_dim``) or one of an unfinished data set (unset flags)."""
     for arr in (a for X in operands for a in _stored_arrays(X)):
         st = arr.store_path.store  # a LocalStore, or the local FsspecStore of da.from_zarr(path)
         protocol = getattr(getattr(st, "fs", None), "protocol", ())
         local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
         root = getattr(st, "root", None) or (st.path if local else None)
         where = root and os.path.join(os.fspath(root), arr.store_path.path)
-        if where and os.path.isdir(where):
-            _check_array(arr, *os.path.split(where), samples, sample_dim)
-
-
-def _check_array(arr, store, name, samples, sample_dim):
-    """ValueError for unset ``block_done`` flags of ``store`` or missing chunk files of ``arr``."""
-    meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
-    done, bs = block_flags(store), int(meta.get("block_size", 1))
-    done = done if done is None or samples is None else done[: -(-int(samples) // bs)]
-    if done is not None and not done.all():
-        first = int(np.flatnonzero(~done)[0]) * bs
+        if not where or not os.path.isdir(where):
+            continue
+        store, name = os.path.split(where)
+        meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
+        done, bs = block_flags(store), int(meta.get("block_size", 1))
+        done = done if done is None or samples is None else done[: -(-int(samples) // bs)]
+        if done is not None and not done.all():
+            first = int(np.flatnonzero(~done)[0]) * bs
+            raise ValueError(
+                f"data set at {store} is incomplete: {int((~done).sum())} of {len(done)} blocks "
+                f"were never written (first missing samples {first}-{first + bs - 1}); rerun the "
+                f"same generate command (rfol-dask generate {meta.get('dataset', 'NAME')} ...) to "
+                "resume it"
+            )
+        if arr.nchunks_initialized == arr.nchunks:
+            continue
+        dims = arr.metadata.dimension_names if arr.metadata.zarr_format == 3 else None
+        dims = tuple(dims or arr.attrs.get("_ARRAY_DIMENSIONS") or ())
+        axis = dims.index(sample_dim) if sample_dim in dims else 0 if arr.ndim else None
+        chunks = arr.shards or arr.chunks  # a file holds a shard
+        grid = [-(-n // c) for n, c in zip(arr.shape, chunks, strict=True)]
+        if samples is not None and axis is not None:
+            grid[axis] = min(grid[axis], -(-int(samples) // chunks[axis]))
+        key = arr.metadata.encode_chunk_key
+        missing = [i for i in np.ndindex(*grid) if not os.path.exists(os.path.join(where, key(i)))]
+        if not missing:
+            continue
+        first, fill, span, fix = missing[0], arr.fill_value, "all samples", "write the store again"
+        if axis is not None:
+            a = first[axis] * chunks[axis]
+            span = f"samples {a}-{min(a + chunks[axis], arr.shape[axis]) - 1}"
+        if "dataset" in meta:
+            fix = f"regenerate it (rfol-dask generate {meta['dataset']} ... --overwrite)"
+        if isinstance(fill, (int, float, np.number)) and not np.isnan(fill):
+            fix += f"; or, if those chunks hold only the fill value {fill}, zarr left them out: "
+            fix += "write the store with write_empty_chunks=True"
         raise ValueError(
-            f"data set at {store} is incomplete: {int((~done).sum())} of {len(done)} blocks were "
-            f"never written (first missing samples {first}-{first + bs - 1}); rerun the same "
-            f"generate command (rfol-dask generate {meta.get('dataset', 'NAME')} ...) to resume it"
+            f"data set at {store}: {len(missing)} chunk(s) of variable {name!r} are missing from "
+            f"the store (first: chunk {first}, {span}, file {os.path.join(where, key(first))}); "
+            f"the store is damaged: restore the files or {fix}"
         )
-    if arr.nchunks_initialized == arr.nchunks:
-        return
-    dims = arr.metadata.dimension_names if arr.metadata.zarr_format == 3 else None
-    dims = tuple(dims or arr.attrs.get("_ARRAY_DIMENSIONS") or ())
-    axis = dims.index(sample_dim) if sample_dim in dims else 0 if arr.ndim else None
-    folder, chunks = os.path.join(store, name), arr.shards or arr.chunks  # a file holds a shard
-    grid = [-(-n // c) for n, c in zip(arr.shape, chunks, strict=True)]
-    if samples is not None and axis is not None:
-        grid[axis] = min(grid[axis], -(-int(samples) // chunks[axis]))
-    key = arr.metadata.encode_chunk_key
-    missing = [i for i in np.ndindex(*grid) if not os.path.exists(os.path.join(folder, key(i)))]
-    if not missing:
-        return
-    first, fill, span, fix = missing[0], arr.fill_value, "all samples", "write the store again"
-    if axis is not None:
-        a = first[axis] * chunks[axis]
-        span = f"samples {a}-{min(a + chunks[axis], arr.shape[axis]) - 1}"
-    if "dataset" in meta:
-        fix = f"regenerate it (rfol-dask generate {meta['dataset']} ... --overwrite)"
-    if isinstance(fill, (int, float, np.number)) and not np.isnan(fill):
-        fix += f"; or, if those chunks hold only the fill value {fill}, zarr left them out: "
-        fix += "write the store with write_empty_chunks=True"
-    raise ValueError(
-        f"data set at {store}: {len(missing)} chunk(s) of variable {name!r} are missing from the "
-        f"store (first: chunk {first}, {span}, file {os.path.join(folder, key(first))}); the store "
-        f"is damaged: restore the files or {fix}"
-    )
 
 
 def _stored_arrays(X):
