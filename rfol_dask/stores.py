@@ -143,14 +143,13 @@ def describe_path(path):
     if path.is_symlink() or not path.is_dir():
         return "a symbolic link" if path.is_symlink() else "a file" if path.exists() else None
     attrs = group_attrs(path)
-    if attrs is not None and MODEL_KEY in attrs:
-        return "model"
-    if not any(path.iterdir()):
+    kinds = {MODEL_KEY: "model", "rfol_dask_meta": "an rfol_dask data set"}
+    kinds[PREDICTION_KEY] = PREDICTION_STORE
+    kind = next((v for k, v in kinds.items() if k in (attrs or ())), None)
+    if kind != "model" and not any(path.iterdir()):
         return "empty"
     if attrs is not None:
-        if "rfol_dask_meta" in attrs:
-            return "an rfol_dask data set"
-        return PREDICTION_STORE if PREDICTION_KEY in attrs else "a Zarr store of other data"
+        return kind or "a Zarr store of other data"
     for meta in (path / n for n in ("zarr.json", ".zgroup") if (path / n).exists()):
         try:  # Zarr metadata that zarr cannot read
             json.loads(meta.read_text())
@@ -174,24 +173,20 @@ def check_outside_stores(path, action="save a model", cwd=True):
             f"cannot {action} at {path}: it is the current directory or holds it, which writing "
             f"replaces; give another path (e.g. '../{path.name}') or work from another directory"
         )
-    outer = next(reversed(list(zarr_parents(path))), None)  # the outermost
-    if outer is None:
-        return
-    kind = "an rfol_dask model" if (kind := describe_path(outer)) == "model" else kind
-    raise ValueError(
-        f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which "
-        f"replacing or regenerating it would delete; {action.split()[0]} it beside the store "
-        f"(e.g. {outer.parent / path.name})"
-    )
+    if outer := next(reversed(list(zarr_parents(path))), None):  # the outermost
+        kind = "an rfol_dask model" if (kind := describe_path(outer)) == "model" else kind
+        raise ValueError(
+            f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which "
+            f"replacing or regenerating it would delete; {action.split()[0]} it beside the store "
+            f"(e.g. {outer.parent / path.name})"
+        )
 
 
 def foreign_entries(path, arrays):
     """A user's entries in the Zarr directory ``path``: all beyond its own ``arrays``, sorted."""
     path, chunk, foreign = Path(path), re.compile(r"[0-9.]+"), []
-    for entry in path.iterdir():
+    for entry in (e for e in path.iterdir() if e.name not in _ZARR_META):
         keys = [n.split("/") for n in arrays if n.split("/")[0] == entry.name]
-        if entry.name in _ZARR_META:
-            continue
         if not keys or entry.is_symlink() or not entry.is_dir():
             foreign.append(entry.name)
             continue
@@ -207,8 +202,8 @@ def foreign_entries(path, arrays):
 def refuse_foreign(foreign, owner, instead):
     """ValueError when the store ``owner`` ("the model at PATH") holds ``foreign`` entries."""
     if foreign:
-        more = ", ..." if len(foreign) > 5 else ""
+        names = ", ".join(foreign[:5]) + ", ..." * (len(foreign) > 5)
         raise ValueError(
-            f"{owner} also holds other files ({', '.join(foreign[:5])}{more}), which replacing it "
-            f"would delete; move them away or {instead}"
+            f"{owner} also holds other files ({names}), which replacing it would delete; move them "
+            f"away or {instead}"
         )
