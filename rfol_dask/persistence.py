@@ -44,8 +44,7 @@ def path_lock(lock, busy):
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
+        Path(lock).unlink(missing_ok=True)
         held.release()
 
 
@@ -85,13 +84,10 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
         for key, v in arrays.items():
             fill = np.nan if v.dtype.kind in "fc" else None
             group.create_array(key, data=v, chunks=v.shape or None, fill_value=fill)
-        group.attrs.update(
-            rfol_dask_format=int(model_format),
-            rfol_dask_version=__version__,
-            rfol_dask_checksums={k: _checksum(v) for k, v in arrays.items()},
-            rfol_dask_saved=time.time_ns(),
-            **{MODEL_KEY: json.dumps(attrs)},  # written last: marks a whole model
-        )
+        sums = {k: _checksum(v) for k, v in arrays.items()}
+        meta = dict(rfol_dask_format=int(model_format), rfol_dask_version=__version__)
+        meta |= dict(rfol_dask_checksums=sums, rfol_dask_saved=time.time_ns())
+        group.update_attributes({**meta, MODEL_KEY: json.dumps(attrs)})  # one write
 
     busy = f"another save of the model at {path} is running"
     swap_into_place(path, write, lambda: check_model_path(path, overwrite), busy)
@@ -122,9 +118,8 @@ def swap_into_place(path, write, check, busy):
                 shutil.rmtree(old, ignore_errors=True)
         # what killed saves left (their tag; older: host.pid.hex), never a user's .NAME.old-mine
         left = re.compile(rf"\.{re.escape(path.name)}\.(old|tmp)-(.+\.\d+\.)?[0-9a-f]+")
-        for p in path.parent.iterdir():
-            if left.fullmatch(p.name):
-                shutil.rmtree(p, ignore_errors=True)
+        for p in (p for p in path.parent.iterdir() if left.fullmatch(p.name)):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def load_model(path):
