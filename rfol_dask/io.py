@@ -17,7 +17,7 @@ import xarray as xr
 from .exceptions import DataWarning
 from .recovery.grids import as_grid, as_periods, same_grid
 from .stacklevel import user_stacklevel
-from .stores import PREDICTION_STORE, check_sources, describe_path, load_hint
+from .stores import PREDICTION_STORE, check_sources, describe_path, use_hint
 
 
 @dataclass
@@ -46,16 +46,9 @@ def open_dataset(path, samples=None, sample_dim="sample"):
     where = Path(path).resolve()
     if not where.exists():
         raise FileNotFoundError(f"no data set at {path}")
-    if (kind := describe_path(where)) == "model":
-        raise ValueError(
-            f"{path} is a saved model, not a data set: load it with {load_hint(where)} to predict "
-            "with it; fit and open_dataset read a data-set store"
-        )
-    if kind == PREDICTION_STORE:
-        raise ValueError(
-            f"{path} is {kind}, not a data set: read its predictions with "
-            "xarray.open_zarr(path)['prediction']"
-        )
+    if (kind := describe_path(where)) in ("model", PREDICTION_STORE):
+        what = "a saved model" if kind == "model" else kind
+        raise ValueError(f"{path} is {what}, not a data set: {use_hint(where, kind)}")
     is_file = where.is_file()
     try:
         if is_file:

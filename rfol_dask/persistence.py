@@ -25,7 +25,7 @@ from . import backend, stores
 from ._version import __version__
 from .exceptions import ForeignModelError, ModelFileWarning
 from .stacklevel import user_stacklevel
-from .stores import MODEL_KEY, PREDICTION_STORE, describe_path
+from .stores import MODEL_KEY, describe_path
 
 # The newest model layout this version reads (a model is written with the lowest that reads it):
 # 3 a primal KernelOperator's coef_, 2 input_centre_, 1 checksums (older models are refused).
@@ -130,14 +130,10 @@ def load_model(path):
     if kind is None:
         raise FileNotFoundError(f"no model at {path}")
     if kind != "model":
-        hint = {
-            "an rfol_dask data set": "open it with rfol_dask.datasets.open_dataset, or fit a model "
-            "on it (fit(path)); ",
-            PREDICTION_STORE: "read its predictions with xarray.open_zarr(path)['prediction']; ",
-        }.get(kind, "")
+        hint = stores.use_hint(path, kind)
         raise ValueError(
             f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is "
-            f"{'an empty directory' if kind == 'empty' else kind}): {hint}"
+            f"{'an empty directory' if kind == 'empty' else kind}): {hint}{'; ' * bool(hint)}"
             "load reads the path a model was saved to (save, rfol-dask fit --out)"
         )
     group = zarr.open_group(str(path), mode="r")

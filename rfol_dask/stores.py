@@ -158,11 +158,18 @@ def describe_path(path):
     return "a directory holding other files"
 
 
-def load_hint(path):
-    """How to load the model saved at ``path`` (the estimator class it records), for messages."""
-    with contextlib.suppress(TypeError, KeyError, ValueError):  # saved before it recorded it
-        return f"{json.loads(group_attrs(path)[MODEL_KEY])['estimator']}.load"
-    return "the load method of the estimator class that saved it"
+def use_hint(path, kind):
+    """What to do with the ``kind`` of store at ``path`` (:func:`describe_path`), or ""."""
+    if kind == "model":
+        with contextlib.suppress(TypeError, KeyError, ValueError):  # saved before it recorded it
+            cls = json.loads(group_attrs(path)[MODEL_KEY])["estimator"]
+            return f"load it with {cls}.load to predict with it"
+        return "load it with the load method of the estimator class that saved it"
+    if kind == "an rfol_dask data set":
+        return "open it with rfol_dask.datasets.open_dataset, or fit a model on it (fit(path))"
+    return "read its predictions with xarray.open_zarr(path)['prediction']" * (
+        kind == PREDICTION_STORE
+    )
 
 
 def check_outside_stores(path, action="save a model", cwd=True):

@@ -370,8 +370,7 @@ def test_a_model_and_a_data_set_each_say_what_they_are_where_the_other_is_read(t
             with pytest.raises(
                 ValueError,
                 match=rf"is a saved model, not a data set: load it with "
-                rf"{type(model).__name__}\.load to predict with it; fit and "
-                r"open_dataset read a data-set store",
+                rf"{type(model).__name__}\.load to predict with it",
             ) as err:
                 read(path)
             assert "dimension_names" not in str(err.value)
