@@ -39,9 +39,7 @@ def user_path(path):
 
 
 def open_dataset(path, samples=None, sample_dim="sample"):
-    """Open a data set lazily, in chunks along ``sample_dim``: a Zarr store (its ``block_done``
-    flags and the chunk files of ``input`` / ``output`` checked) or a file xarray opens (NetCDF);
-    with ``samples``, only its first ``samples`` samples (and chunks checked)."""
+    """A Zarr store (``input`` / ``output`` checked) or NetCDF file, lazily, first ``samples``."""
     path = user_path(path)
     where = Path(path).resolve()
     if not where.exists():
@@ -134,8 +132,7 @@ def _same_labels(a, b, d, names, how):
 
 
 def align_by_label(a, b, names=("true", "pred")):
-    """``b`` matched to the DataArray ``a``: dims by name, labels along every dim both carry
-    (grid dims named otherwise, e.g. ``dim_0``: along ``sample`` only), else by position."""
+    """``b`` matched to the DataArray ``a`` by dim names and labels (else by position)."""
     if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)):
         return b
     if set(a.dims) == set(b.dims):
@@ -190,8 +187,7 @@ def ascending_grid(X):
 
 
 def named(X, name, sample_dim="sample", dims=None, shape=None):
-    """DataArray ``X`` with ``sample_dim`` renamed ``sample``, first, then the model's grid ``dims``
-    (by name); else a ValueError listing every rename or squeeze (dims paired by ``shape``)."""
+    """DataArray ``X``'s dims as ``("sample", *dims)`` by name, else a ValueError with the fix."""
     if not isinstance(X, xr.DataArray):
         return X
     want = (sample_dim, *(dims or ()))

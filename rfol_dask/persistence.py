@@ -94,9 +94,7 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
 
 
 def swap_into_place(path, write, check, busy):
-    """Under the lock beside ``path`` (else ValueError ``busy``): ``write(tmp)`` a hidden sibling,
-    ``check()`` that ``path`` may still be replaced, rename it into place (the earlier one moved
-    aside, then removed), and clear what killed saves left. An error leaves ``path`` as it was."""
+    """Under a lock, ``write(tmp)`` beside ``path``, ``check()``, swap it in; errors keep ``path``."""
     with path_lock(path.with_name(f".{path.name}.lock"), f"{busy}; wait for it or write elsewhere"):
         tmp, old = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"), None
         try:
@@ -123,8 +121,7 @@ def swap_into_place(path, write, check, busy):
 
 
 def load_model(path):
-    """``(arrays, attrs)`` of the model :func:`save_model` wrote at ``path``, every array verified.
-    FileNotFoundError: no model; ValueError: not a model, a newer format, or damaged."""
+    """``(arrays, attrs)`` of the model :func:`save_model` wrote at ``path``, arrays verified."""
     path = Path(os.path.abspath(path))
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind is None:

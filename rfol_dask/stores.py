@@ -47,8 +47,7 @@ def block_flags(path):
 
 
 def check_sources(*operands, samples=None, sample_dim="sample"):
-    """ValueError where a dask-backed operand reads a local Zarr array lacking chunks (of its
-    first ``samples`` along ``sample_dim``) or one of an unfinished data set (unset flags)."""
+    """ValueError where an operand reads a local Zarr array lacking chunks or unfinished."""
     for arr in (a for X in operands for a in _stored_arrays(X)):
         st = arr.store_path.store  # a LocalStore, or the local FsspecStore of da.from_zarr(path)
         protocol = getattr(getattr(st, "fs", None), "protocol", ())
