@@ -94,7 +94,7 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
 
 
 def swap_into_place(path, write, check, busy):
-    """Under a lock, ``write(tmp)`` beside ``path``, ``check()``, swap it in; errors keep ``path``."""
+    """Under a lock, ``write(tmp)`` beside ``path``, ``check()``, swap in; errors keep ``path``."""
     with path_lock(path.with_name(f".{path.name}.lock"), f"{busy}; wait for it or write elsewhere"):
         tmp, old = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"), None
         try:
