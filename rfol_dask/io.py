@@ -63,7 +63,8 @@ def open_dataset(path, samples=None, sample_dim="sample"):
     whole = isinstance(samples, numbers.Integral) and not isinstance(samples, bool)
     if samples is not None and not (whole and 1 <= samples <= size):
         raise ValueError(
-            f"samples must be a whole number from 1 to the {size} samples of {path}: {samples!r}"
+            f"samples must be a whole number from 1 to the {size} samples of {path}, "
+            f"got {samples!r}"
         )
     if not is_file:
         names = [v for v in ("input", "output") if v in ds]
@@ -210,6 +211,7 @@ def named(X, name, sample_dim="sample", dims=None, shape=None):
     if not dims:
         raise ValueError(
             f"{name} has dims {X.dims} and none named {sample_dim!r}: pass sample_dim={X.dims[0]!r}"
+            " (the dim that runs over the samples)"
         )
     extra = [d for d in X.dims if d not in (sample_dim, *dims)]
     sizes, rename = dict(zip(dims, shape or (), strict=False)), {}
