@@ -17,7 +17,7 @@ import xarray as xr
 from .exceptions import DataWarning
 from .recovery.grids import as_grid, as_periods, same_grid
 from .stacklevel import user_stacklevel
-from .stores import PREDICTION_STORE, check_sources, check_store, describe_path, load_hint
+from .stores import PREDICTION_STORE, check_sources, describe_path, use_hint
 
 
 @dataclass
@@ -39,24 +39,14 @@ def user_path(path):
 
 
 def open_dataset(path, samples=None, sample_dim="sample"):
-    """Open a data set lazily, in chunks along ``sample_dim``: a Zarr store (ValueError for unset
-    ``block_done`` flags or a missing chunk file of ``input`` / ``output``) or a file xarray
-    opens (NetCDF); with ``samples``, only its first ``samples`` samples (and chunks checked)."""
+    """A Zarr store (``input`` / ``output`` checked) or NetCDF file, lazily, first ``samples``."""
     path = user_path(path)
     where = Path(path).resolve()
     if not where.exists():
         raise FileNotFoundError(f"no data set at {path}")
-    kind = describe_path(where)
-    if kind == "model":
-        raise ValueError(
-            f"{path} is a saved model, not a data set: load it with {load_hint(where)} to predict "
-            "with it; fit and open_dataset read a data-set store"
-        )
-    if kind == PREDICTION_STORE:
-        raise ValueError(
-            f"{path} is {kind}, not a data set: read its predictions with "
-            "xarray.open_zarr(path)['prediction']"
-        )
+    if (kind := describe_path(where)) in ("model", PREDICTION_STORE):
+        what = "a saved model" if kind == "model" else kind
+        raise ValueError(f"{path} is {what}, not a data set: {use_hint(where, kind)}")
     is_file = where.is_file()
     try:
         if is_file:
@@ -70,72 +60,58 @@ def open_dataset(path, samples=None, sample_dim="sample"):
         how = ": {} (NetCDF needs h5netcdf or netCDF4 installed)" if is_file else " in Zarr: {}"
         raise ValueError(f"{path} cannot be read as an xarray data set" + how.format(exc)) from exc
     size = ds.sizes.get(sample_dim, 0)
-    if samples is not None and (
-        isinstance(samples, bool)
-        or not isinstance(samples, numbers.Integral)
-        or not 1 <= samples <= size
-    ):
+    whole = isinstance(samples, numbers.Integral) and not isinstance(samples, bool)
+    if samples is not None and not (whole and 1 <= samples <= size):
         raise ValueError(
             f"samples must be a whole number from 1 to the {size} samples of {path}, "
             f"got {samples!r}"
         )
     if not is_file:
-        check_store(ds, path, samples)
+        names = [v for v in ("input", "output") if v in ds]
+        check_sources(*(ds[v] for v in names), samples=samples, sample_dim=sample_dim)
         ds = ds.drop_vars("block_done", errors="ignore")
     elif size:  # about 64 MiB of samples a chunk
-        row = max(
-            (v.nbytes // size for v in ds.data_vars.values() if sample_dim in v.dims), default=1
-        )
+        row = max((v.nbytes // size for v in ds.values() if sample_dim in v.dims), default=1)
         ds = ds.chunk({sample_dim: int(max(1, min(size, 2**26 // max(row, 1))))})
     return ds if samples is None else ds.isel({sample_dim: slice(0, int(samples))})
 
 
 def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
     """``(X, y)``, or the variables ``names`` of a Dataset or store path ``X``, stores checked."""
-    opened = isinstance(X, (str, os.PathLike))
-    if opened:
-        X = open_dataset(X, sample_dim=sample_dim)  # checks the store
-    if not isinstance(X, xr.Dataset):
-        check_sources(X, y)
-        return X, y
-    wanted = [v for v in names if v is not None]
-    if missing := [v for v in wanted if v not in X]:
-        held = list(map(str, X.data_vars)) or ["?"]
-        dims = X[held[0]].dims if held[0] in X.data_vars else ()
-        dim = f", sample_dim={dims[0]!r}" if dims and sample_dim not in X.dims else ""
-        raise ValueError(
-            f"the data set has no variable {' or '.join(map(repr, missing))}; it holds "
-            f"{held}: name yours, e.g. fit(ds, input={held[0]!r}, output={held[-1]!r}{dim})"
-        )
-    if y is not None:
-        raise ValueError("pass either a Dataset / store path alone or the arrays (X, y), not both")
-    if not opened and not check_sources(*(X[v] for v in wanted)):
-        check_store(X)  # loaded into memory from a store: check the store it came from
-    return X[names[0]], None if names[1] is None else X[names[1]]
+    if isinstance(X, (str, os.PathLike)):
+        X = open_dataset(X, sample_dim=sample_dim)
+    if isinstance(X, xr.Dataset):
+        wanted = [v for v in names if v is not None]
+        if missing := [v for v in wanted if v not in X]:
+            held = list(map(str, X.data_vars)) or ["?"]
+            dims = X[held[0]].dims if held[0] in X.data_vars else ()
+            dim = f", sample_dim={dims[0]!r}" if dims and sample_dim not in X.dims else ""
+            raise ValueError(
+                f"the data set has no variable {' or '.join(map(repr, missing))}; it holds "
+                f"{held}: name yours, e.g. fit(ds, input={held[0]!r}, output={held[-1]!r}{dim})"
+            )
+        if y is not None:
+            raise ValueError("pass either a Dataset / store path or the arrays (X, y), not both")
+        X, y = X[names[0]], None if names[1] is None else X[names[1]]
+    check_sources(X, y)
+    return X, y
 
 
 def align_samples(X, y):
     """``y`` reordered to the ``sample`` labels of ``X`` where both carry them, else as it is."""
-    labelled = [
-        n for n, a in (("X", X), ("y", y)) if isinstance(a, xr.DataArray) and "sample" in a.indexes
-    ]
-    if len(labelled) == 2:
-        how = (
-            "pair them yourself: xarray.align(X, y, join='inner') keeps the common samples, "
-            "y.sel(sample=X.sample) picks y's samples of X, or pass y.values to pair by position"
-        )
+    has = [isinstance(a, xr.DataArray) and "sample" in a.indexes for a in (X, y)]
+    if all(has):
+        how = "align them (xarray.align(X, y, join='inner')) or pass y.values to pair by position"
         return _same_labels(X, y, "sample", ("X", "y"), how)
-    if labelled:
-        one, other = ("X", "y") if labelled == ["X"] else ("y", "X")
-        index = (X if one == "X" else y).indexes["sample"]
-        if len(index) > 1 and not index.is_monotonic_increasing:
-            warnings.warn(
-                f"{one}'s sample labels are not in increasing order but {other} has none, so they "
-                f"are paired by position; give {other} the same labels or sort {one} "
-                f"({one}.sortby('sample'))",
-                DataWarning,
-                stacklevel=user_stacklevel(),
-            )
+    one, other, a = ("X", "y", X) if has[0] else ("y", "X", y)
+    index = a.indexes["sample"] if any(has) else ()
+    if len(index) > 1 and not index.is_monotonic_increasing:
+        warnings.warn(
+            f"{one}'s sample labels are not in increasing order but {other} has none, so they are "
+            f"paired by position; give {other} the same labels or sort {one}.sortby('sample')",
+            DataWarning,
+            stacklevel=user_stacklevel(),
+        )
     return y
 
 
@@ -157,8 +133,7 @@ def _same_labels(a, b, d, names, how):
 
 
 def align_by_label(a, b, names=("true", "pred")):
-    """``b`` matched to the DataArray ``a``: dims by name, labels along every dim both carry
-    (grid dims named otherwise, e.g. ``dim_0``: along ``sample`` only), else by position."""
+    """``b`` matched to the DataArray ``a`` by dim names and labels (else by position)."""
     if not (isinstance(a, xr.DataArray) and isinstance(b, xr.DataArray)):
         return b
     if set(a.dims) == set(b.dims):
@@ -182,15 +157,10 @@ def match_grid_labels(X, coords, grid, name="X"):
     if not isinstance(X, xr.DataArray) or not coords or grid is not None:
         return X
     X = ascending_grid(X.transpose("sample", ...)) if "sample" in X.dims else X
-    how = (
-        f"pass {name} on the model's labels, or drop its coordinates ({name}.drop_vars(...)) or "
-        f"pass {name}.values to read it by position"
-    )
+    how = f"pass {name} on the model's labels, or {name}.values to read it by position"
     for d, labels in coords.items():
-        if d not in X.indexes:
-            continue
-        model = xr.DataArray(np.asarray(labels), dims=(d,), coords={d: np.asarray(labels)})
-        if not _same_axis(model.indexes[d], X.indexes[d]):
+        if d in X.indexes and not _same_axis(labels, X.indexes[d]):
+            model = xr.DataArray(np.asarray(labels), dims=(d,), coords={d: np.asarray(labels)})
             X = _same_labels(model, X, d, ("the training data", name), how)
     return X
 
@@ -210,9 +180,7 @@ def unsorted_axis(coords):
 
 def ascending_grid(X):
     """A DataArray with its grid dims (all but the first) sorted by numeric coordinate, lazily."""
-    if not isinstance(X, xr.DataArray):
-        return X
-    for d in X.dims[1:]:
+    for d in X.dims[1:] if isinstance(X, xr.DataArray) else ():
         c = X.coords.get(d)
         if c is not None and unsorted_axis(c.values):
             X = X.isel({d: slice(None, None, -1)}) if np.all(np.diff(c.values) < 0) else X.sortby(d)
@@ -220,39 +188,33 @@ def ascending_grid(X):
 
 
 def named(X, name, sample_dim="sample", dims=None, shape=None):
-    """DataArray ``X`` with ``sample_dim`` renamed ``sample``, first, then the model's grid ``dims``
-    (by name); else a ValueError listing every rename or squeeze (dims paired by ``shape``)."""
+    """DataArray ``X``'s dims as ``("sample", *dims)`` by name, else a ValueError with the fix."""
     if not isinstance(X, xr.DataArray):
         return X
     want = (sample_dim, *(dims or ()))
-    ok = set(X.dims) == set(want) and X.ndim == len(want) if dims else sample_dim in X.dims
-    if not ok:
-        raise ValueError(_rename_advice(X, name, sample_dim, dims, shape))
-    X = X.rename({sample_dim: "sample"}) if sample_dim != "sample" else X
-    order = ("sample", *dims) if dims else ("sample", ...)
-    return X if X.dims[0] == "sample" and not dims else X.transpose(*order)
-
-
-def _rename_advice(X, name, sample_dim, dims, shape):
-    """What :func:`named` says: ``X``'s dims, the model's, and one expression that fixes them."""
+    if set(X.dims) == set(want) and X.ndim == len(want) if dims else sample_dim in X.dims:
+        X = X.rename({sample_dim: "sample"}) if sample_dim != "sample" else X
+        return X.transpose("sample", *dims) if dims else X.transpose("sample", ...)
     if X.ndim == 0:
-        return f"{name} is a 0-d DataArray: pass samples along a dim named {sample_dim!r}"
+        raise ValueError(
+            f"{name} is a 0-d DataArray: pass samples along a dim named {sample_dim!r}"
+        )
     if sample_dim in X.coords and sample_dim not in X.dims:
-        return (
+        raise ValueError(
             f"{name} holds one sample ({sample_dim!r} is a scalar coordinate): keep the dimension, "
             f"e.g. {name}.expand_dims({sample_dim!r}), or select with a list"
         )
     if shape is not None and X.shape == tuple(shape) and (dims is None or set(X.dims) == set(dims)):
-        return f"{name} holds one sample of the model's grid: {name}.expand_dims({sample_dim!r})"
+        raise ValueError(
+            f"{name} holds one sample of the model's grid: {name}.expand_dims({sample_dim!r})"
+        )
     if not dims:
-        return (
-            f"{name} has dims {X.dims} and none named {sample_dim!r}: pass "
-            f"sample_dim={X.dims[0]!r} "
-            "(the dim that runs over the samples)"
+        raise ValueError(
+            f"{name} has dims {X.dims} and none named {sample_dim!r}: pass sample_dim={X.dims[0]!r}"
+            " (the dim that runs over the samples)"
         )
     extra = [d for d in X.dims if d not in (sample_dim, *dims)]
-    sizes = dict(zip(dims, shape or (), strict=False))
-    rename = {}
+    sizes, rename = dict(zip(dims, shape or (), strict=False)), {}
     for d in (d for d in dims if d not in X.dims):  # grid dims first, paired by size
         if free := [e for e in extra if e not in rename]:
             rename[next((e for e in free if X.sizes[e] == sizes.get(d)), free[0])] = d
@@ -261,14 +223,13 @@ def _rename_advice(X, name, sample_dim, dims, shape):
         rename[next((e for e in free if X.sizes[e] > 1), free[0])] = sample_dim
     squeeze = [e for e in extra if e not in rename and X.sizes[e] == 1]
     left = [e for e in extra if e not in rename and e not in squeeze]
-    fix = name + (f".squeeze({squeeze!r})" if squeeze else "")
-    fix += f".rename({rename!r})" if rename else ""
-    fix = "" if fix == name else f": {fix}"
+    fix = f".squeeze({squeeze!r})" * bool(squeeze) + f".rename({rename!r})" * bool(rename)
+    fix = fix and f": {name}{fix}"
     if left:
         fix += f"{';' if fix else ':'} drop or select the dims {left}, which the model has not"
     if sample_dim in rename.values():
         fix += f" (or pass sample_dim={next(k for k, v in rename.items() if v == sample_dim)!r})"
-    return f"{name} has dims {X.dims} but the model reads {(sample_dim, *dims)}{fix}"
+    raise ValueError(f"{name} has dims {X.dims} but the model reads {(sample_dim, *dims)}{fix}")
 
 
 def as_operand(X, name, sort=True):
@@ -282,17 +243,14 @@ def as_operand(X, name, sort=True):
         inner = as_operand(X.data, name)
         # labels, times, members along 'sample', and scalar coordinates (a time stamp of them all)
         along = {k: c.variable for k, c in X.coords.items() if c.dims in (("sample",), ())}
-        return Operand(
-            inner.data, inner.grid_shape, "xarray", X.dims[1:], coords, along or None, periods
-        )
-    if isinstance(X, da.Array):
-        if X.ndim == 0:
-            raise ValueError(f"{name} must have a sample axis, got a 0-d array")
-        check_known_sizes(X, name)
-        if X.ndim > 2:
-            X = X.rechunk({k: -1 for k in range(1, X.ndim)})
-        return Operand(X.reshape(X.shape[0], -1) if X.ndim > 2 else X, tuple(X.shape[1:]), "dask")
-    return Operand(X, None, "numpy")
+        return Operand(inner.data, inner.grid_shape, "xarray", X.dims[1:], coords, along, periods)
+    if not isinstance(X, da.Array):
+        return Operand(X, None, "numpy")
+    if X.ndim == 0:
+        raise ValueError(f"{name} must have a sample axis, got a 0-d array")
+    check_known_sizes(X, name)
+    flat = X.rechunk({k: -1 for k in range(1, X.ndim)}).reshape(len(X), -1) if X.ndim > 2 else X
+    return Operand(flat, tuple(X.shape[1:]), "dask")
 
 
 def check_known_sizes(X, name):
@@ -311,22 +269,21 @@ def wrap_like(values, template, grid_shape, dims=None, coords=None, name=None):
     if template.kind != "xarray":
         return values
     dims = dims or tuple(f"dim_{k}" for k in range(len(grid_shape)))
-    out_coords = {d: c for d, c in (coords or {}).items() if d in dims}
-    out_coords.update({k: v for k, v in (template.sample or {}).items() if v.dims or k not in dims})
-    return xr.DataArray(values, dims=("sample", *dims), coords=out_coords, name=name)
+    out = {d: c for d, c in (coords or {}).items() if d in dims}
+    out.update({k: v for k, v in (template.sample or {}).items() if v.dims or k not in dims})
+    return xr.DataArray(values, dims=("sample", *dims), coords=out, name=name)
 
 
 def learn_grid(grid, operand, shape, which):
     """The training grid of one side: the explicit ``grid``, else the xarray coordinates."""
-    if grid is not None:
-        grid = as_grid(grid, f"{which}_grid")
-        if tuple(len(ax) for ax in grid) != tuple(shape):
-            raise ValueError(
-                f"{which}_grid has shape {tuple(len(ax) for ax in grid)} but the {which} "
-                f"functions have grid shape {tuple(shape)}"
-            )
-        return grid
-    return operand_grid(operand)
+    if grid is None:
+        return operand_grid(operand)
+    grid = as_grid(grid, f"{which}_grid")
+    if (got := tuple(len(ax) for ax in grid)) != tuple(shape):
+        raise ValueError(
+            f"{which}_grid has shape {got} but the {which} functions have grid shape {tuple(shape)}"
+        )
+    return grid
 
 
 def operand_grid(operand):
@@ -348,10 +305,8 @@ def operand_grid(operand):
 
 def grid_dims(operand, grid_arg, grid):
     """One side's grid dims: the xarray dims, a mapping grid's keys, else ``dim_0, dim_1, ...``."""
-    if operand.dims:
-        return tuple(operand.dims)
-    if isinstance(grid_arg, Mapping):
-        return tuple(grid_arg)
+    if operand.dims or isinstance(grid_arg, Mapping):
+        return tuple(operand.dims or grid_arg)
     return tuple(f"dim_{k}" for k in range(len(grid or ())))
 
 

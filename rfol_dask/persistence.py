@@ -19,25 +19,18 @@ from urllib.parse import quote
 import filelock
 import numpy as np
 import xarray as xr
+import zarr
 
-from . import backend
+from . import backend, stores
 from ._version import __version__
 from .exceptions import ForeignModelError, ModelFileWarning
 from .stacklevel import user_stacklevel
-from .stores import (
-    MODEL_KEY,
-    PREDICTION_STORE,
-    check_outside_stores,
-    check_parent_dir,
-    describe_path,
-    foreign_entries,
-    group_attrs,
-    refuse_foreign,
-)
+from .stores import MODEL_KEY, describe_path
 
 # The newest model layout this version reads (a model is written with the lowest that reads it):
-# 3 a primal KernelOperator's coef_, 2 input_centre_, 1 checksums, 0 unversioned (a warning).
+# 3 a primal KernelOperator's coef_, 2 input_centre_, 1 checksums (older models are refused).
 MODEL_FORMAT = 3
+_DAMAGED = "the model is damaged; fit and save it again"
 
 
 @contextlib.contextmanager
@@ -51,8 +44,7 @@ def path_lock(lock, busy):
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
+        Path(lock).unlink(missing_ok=True)
         held.release()
 
 
@@ -64,19 +56,16 @@ def _checksum(value):
 
 def check_model_path(path, overwrite=True):
     """ValueError unless ``path`` is free, an empty folder or (``overwrite``) a model alone."""
-    import zarr
-
     path = Path(os.path.abspath(path))
-    check_outside_stores(path)
-    kind = describe_path(path)
-    if kind is None:
-        return check_parent_dir(path, "a model")
+    stores.check_outside_stores(path)
+    if (kind := describe_path(path)) is None:
+        return stores.check_parent_dir(path, "a model")
     if kind == "model":
         if not overwrite:
             raise ValueError(f"a model already exists at {path}; pass overwrite=True to replace it")
-        sums = group_attrs(path).get("rfol_dask_checksums")  # format 0: zarr lists the arrays
-        names = sums if isinstance(sums, dict) else zarr.open_group(path, mode="r").array_keys()
-        refuse_foreign(foreign_entries(path, set(names)), f"the model at {path}", "save elsewhere")
+        own = set(stores.group_attrs(path).get("rfol_dask_checksums", {}))  # its arrays' names
+        foreign = stores.foreign_entries(path, own)
+        stores.refuse_foreign(foreign, f"the model at {path}", "save elsewhere")
     elif kind != "empty":
         raise ValueError(
             f"{path} exists and is {kind}, not an rfol_dask model; saving refuses to replace it "
@@ -86,8 +75,6 @@ def check_model_path(path, overwrite=True):
 
 def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT):
     """Write ``arrays`` (name -> numpy) and JSON-able ``attrs`` as a model at ``path``."""
-    import zarr
-
     path = Path(os.path.abspath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
@@ -96,24 +83,18 @@ def save_model(path, arrays, attrs, *, overwrite=True, model_format=MODEL_FORMAT
         group = zarr.open_group(str(tmp), mode="w")
         for key, v in arrays.items():
             fill = np.nan if v.dtype.kind in "fc" else None
-            kw = dict(shape=v.shape, dtype=v.dtype, chunks=v.shape or None, fill_value=fill)
-            group.create_array(key, **kw)[...] = v
-        group.attrs.update(
-            rfol_dask_format=int(model_format),
-            rfol_dask_version=__version__,
-            rfol_dask_checksums={k: _checksum(v) for k, v in arrays.items()},
-            rfol_dask_saved=time.time_ns(),
-            **{MODEL_KEY: json.dumps(attrs)},  # written last: marks a whole model
-        )
+            group.create_array(key, data=v, chunks=v.shape or None, fill_value=fill)
+        sums = {k: _checksum(v) for k, v in arrays.items()}
+        meta = dict(rfol_dask_format=int(model_format), rfol_dask_version=__version__)
+        meta |= dict(rfol_dask_checksums=sums, rfol_dask_saved=time.time_ns())
+        group.update_attributes({**meta, MODEL_KEY: json.dumps(attrs)})  # one write
 
-    check = lambda: check_model_path(path, overwrite)  # noqa: E731
-    swap_into_place(path, write, check, f"another save of the model at {path} is running")
+    busy = f"another save of the model at {path} is running"
+    swap_into_place(path, write, lambda: check_model_path(path, overwrite), busy)
 
 
 def swap_into_place(path, write, check, busy):
-    """Under the lock beside ``path`` (else ValueError ``busy``): ``write(tmp)`` a hidden sibling,
-    ``check()`` that ``path`` may still be replaced, rename it into place (the earlier one moved
-    aside, then removed), and clear what killed saves left. An error leaves ``path`` as it was."""
+    """Under a lock, ``write(tmp)`` beside ``path``, ``check()``, swap in; errors keep ``path``."""
     with path_lock(path.with_name(f".{path.name}.lock"), f"{busy}; wait for it or write elsewhere"):
         tmp, old = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"), None
         try:
@@ -135,76 +116,51 @@ def swap_into_place(path, write, check, busy):
                 shutil.rmtree(old, ignore_errors=True)
         # what killed saves left (their tag; older: host.pid.hex), never a user's .NAME.old-mine
         left = re.compile(rf"\.{re.escape(path.name)}\.(old|tmp)-(.+\.\d+\.)?[0-9a-f]+")
-        for p in path.parent.iterdir():
-            if left.fullmatch(p.name):
-                shutil.rmtree(p, ignore_errors=True)
+        for p in (p for p in path.parent.iterdir() if left.fullmatch(p.name)):
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def load_model(path):
-    """``(arrays, attrs)`` of the model :func:`save_model` wrote at ``path``, every array verified.
-    FileNotFoundError: no model; ValueError: not a model, a newer format, or damaged."""
-    import zarr
-
+    """``(arrays, attrs)`` of the model :func:`save_model` wrote at ``path``, arrays verified."""
     path = Path(os.path.abspath(path))
     kind = describe_path(path.resolve())  # a link to a model loads it (save never replaces a link)
     if kind is None:
         raise FileNotFoundError(f"no model at {path}")
     if kind != "model":
-        hint = {
-            "an rfol_dask data set": "open it with rfol_dask.datasets.open_dataset, or fit a model "
-            "on it (fit(path)); ",
-            PREDICTION_STORE: "read its predictions with xarray.open_zarr(path)['prediction']; ",
-        }.get(kind, "")
+        hint = stores.use_hint(path, kind)
         raise ValueError(
             f"{path} is not an rfol_dask model (no '{MODEL_KEY}' attribute; it is "
-            f"{'an empty directory' if kind == 'empty' else kind}): {hint}"
+            f"{'an empty directory' if kind == 'empty' else kind}): {hint}{'; ' * bool(hint)}"
             "load reads the path a model was saved to (save, rfol-dask fit --out)"
         )
     group = zarr.open_group(str(path), mode="r")
     attrs = dict(group.attrs)
-    fmt = attrs.get("rfol_dask_format", 0)
-    if isinstance(fmt, bool) or not isinstance(fmt, int) or not 0 <= fmt <= MODEL_FORMAT:
+    fmt = attrs.get("rfol_dask_format")
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or not 1 <= fmt <= MODEL_FORMAT:
         raise ValueError(
             f"the model at {path} has format {fmt!r} (written by rfol_dask "
             f"{attrs.get('rfol_dask_version', '?')}); this rfol_dask {__version__} reads formats "
-            f"0 to {MODEL_FORMAT}: upgrade rfol_dask to load it"
+            f"1 to {MODEL_FORMAT}: upgrade rfol_dask to load it (fit and save an older one again)"
         )
-    if fmt == 0:
-        warnings.warn(
-            f"the model at {path} was saved before model format 1 and has no checksums, so its "
-            "arrays cannot be verified; save it again to add them",
-            ModelFileWarning,
-            stacklevel=user_stacklevel(),
-        )
-    return _verified(group, path, fmt, attrs)
-
-
-def _verified(group, path, fmt, attrs):
-    """The arrays and attributes of the model ``group``, each array checked against its checksum."""
 
     def damaged(subject, problem, exc=None):
-        detail = "" if exc is None else f" ({type(exc).__name__}: {exc})"
-        return ValueError(
-            f"{subject} of the model at {path} {problem}{detail}: the model is damaged; "
-            "fit and save it again"
-        )
+        why = "" if exc is None else f" ({type(exc).__name__}: {exc})"
+        return ValueError(f"{subject} of the model at {path} {problem}{why}: {_DAMAGED}")
 
+    sums, arrays = attrs.get("rfol_dask_checksums", {}), {}
     try:
-        listed = dict(group.arrays())
+        unsummed = sorted(set(group.array_keys()) - set(sums))
     except Exception as exc:  # noqa: BLE001  (an array's metadata unreadable)
         raise damaged("the array metadata", "cannot be read", exc) from exc
-    sums, arrays = attrs.get("rfol_dask_checksums", {}), {}
-    for key in dict.fromkeys([*listed, *sums]):  # summed keys with '/': older coordinate names
+    if unsummed:
+        raise damaged(f"the checksums of arrays {unsummed}", "are missing")
+    for key, expected in sums.items():  # keys with '/': older coordinate names, in subgroups
         try:
             arrays[key] = group[key][...]
+        except KeyError:
+            raise damaged(f"array {key!r}", "is missing") from None
         except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
-            if key in listed:
-                raise damaged(f"array {key!r}", "cannot be read", exc) from exc
-    if fmt >= 1 and (unsummed := sorted(set(arrays) - set(sums))):
-        raise damaged(f"the checksums of arrays {unsummed}", "are missing")
-    for key, expected in sums.items():
-        if key not in arrays:
-            raise damaged(f"array {key!r}", "is missing")
+            raise damaged(f"array {key!r}", "cannot be read", exc) from exc
         if _checksum(arrays[key]) != expected:
             raise damaged(f"array {key!r}", "does not match its checksum (missing or changed)")
     try:
@@ -235,31 +191,6 @@ def attrs_of(V, dims):
     return jsonable(dict(V.attrs)), coords
 
 
-def _params(model):
-    """``model.get_params()`` as JSON (a Generator seed: None, the fitted arrays hold its draw)."""
-    params = model.get_params()
-    params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
-    if "random_state" in params:
-        rs = params["random_state"]
-        params["random_state"] = int(rs) if isinstance(rs, numbers.Integral) else None
-    saved = {}
-    for name, value in params.items():
-        try:
-            saved[name] = jsonable(value, strict=True)
-        except TypeError as exc:
-            what = exc.args[0]
-            fix = (
-                "pass an integer seed instead (e.g. 'random_state': 0)"
-                if type(what).__module__.startswith("numpy.random")
-                else "give it as numbers, strings, lists or dicts"
-            )
-            raise ValueError(
-                f"the parameter {name}={value!r} holds a {type(what).__name__}, which a saved "
-                f"model cannot store: {fix}, then fit and save again"
-            ) from None
-    return saved
-
-
 def _coord_key(which, dim):
     """The array name of a training coordinate (``/``, a Zarr group separator, escaped)."""
     return f"coord_{which}_{quote(str(dim), safe='')}"
@@ -267,67 +198,43 @@ def _coord_key(which, dim):
 
 def estimator_state(model):
     """``(arrays, attrs)``: a fitted estimator's numpy arrays and JSON attributes, to save."""
-    names = getattr(model, "feature_names_in_", None)
-    attrs = {
-        "estimator": type(model).__name__,
-        "params": _params(model),
-        "n_features_in_": int(model.n_features_in_),
-        "feature_names_in_": None if names is None else [str(c) for c in names],
-        "output_attrs_": getattr(model, "output_attrs_", {}),
-        "output_coord_attrs_": getattr(model, "output_coord_attrs_", {}),
-        "version": __version__,
-        "periods_": {},
-        **{name: jsonable(getattr(model, name)) for name in model._fitted_scalars},
-    }
+    params = model.get_params()
+    params["dtype"] = None if params["dtype"] is None else np.dtype(params["dtype"]).name
+    if not isinstance(params.get("random_state", 0), numbers.Integral):  # a Generator: None,
+        params["random_state"] = None  # the fitted arrays hold its draw
+    for name, value in params.items():
+        try:
+            params[name] = jsonable(value, strict=True)
+        except TypeError as exc:
+            raise ValueError(
+                f"the parameter {name}={value!r} holds a {type(exc.args[0]).__name__}, which a "
+                "saved model cannot store: give numbers, strings, lists or dicts (an integer seed "
+                "for a random state), then fit and save again"
+            ) from None
+    attrs = dict(estimator=type(model).__name__, params=params, version=__version__)
+    names = ("n_features_in_", "feature_names_in_", *model._fitted_scalars)  # sklearn's and ours
+    attrs |= {n: jsonable(getattr(model, n, None)) for n in names}
+    attrs |= {n: getattr(model, n, {}) for n in ("output_attrs_", "output_coord_attrs_")}
+    attrs["periods_"] = {}
     # numpy on disk whatever the device of the fit: a model fitted on a GPU loads on a CPU
     fitted = {n: getattr(model, n) for n in model._fitted_arrays}
     arrays = {n: backend.to_numpy(a) for n, a in fitted.items() if a is not None}
     for which in ("input", "output"):
-        dims, periods = getattr(model, f"{which}_dims_"), getattr(model, f"{which}_periods_", None)
+        side = {a: getattr(model, f"{which}_{a}_", None) for a in ("shape", "dims", "periods")}
+        attrs |= {f"{which}_{a}_": jsonable(side[a]) for a in ("shape", "dims")}
+        attrs["periods_"][which] = jsonable(side["periods"])
         grid = getattr(model, f"{which}_grid_", None)
-        attrs[f"{which}_shape_"] = list(getattr(model, f"{which}_shape_"))
-        attrs[f"{which}_dims_"] = None if dims is None else list(dims)
-        attrs["periods_"][which] = None if periods is None else list(periods)
         attrs[f"{which}_grid_ndim"] = None if grid is None else len(grid)
         arrays.update({f"grid_{which}_{k}": ax for k, ax in enumerate(grid or ())})
         for dim, values in getattr(model, f"{which}_coords_").items():
-            values = np.asarray(values)
-            if values.dtype == object:  # strings (pandas, netCDF labels) as unicode
-                if not all(isinstance(v, str) for v in values.ravel()):
-                    raise ValueError(
-                        f"the {which} coordinate {dim!r} holds Python objects, which a model "
-                        "cannot store: give it numbers, strings or datetimes (e.g. .astype(str))"
-                    )
-                values = values.astype(str)
-            arrays[_coord_key(which, dim)] = values
+            text = (values := np.asarray(values)).dtype == object  # strings of pandas, netCDF
+            if text and not all(isinstance(v, str) for v in values.ravel()):
+                raise ValueError(
+                    f"the {which} coordinate {dim!r} holds Python objects, which a model cannot "
+                    "store: give it numbers, strings or datetimes (e.g. .astype(str))"
+                )
+            arrays[_coord_key(which, dim)] = values.astype(str) if text else values
     return arrays, attrs
-
-
-def _instance(cls, params, attrs, path):
-    """``cls(**params)``; ForeignModelError: another class; ValueError: another version's."""
-    saved = attrs.get("estimator")  # absent in models saved before it was recorded
-    if saved not in (None, cls.__name__):
-        raise ForeignModelError(
-            f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load"
-        )
-    try:
-        return cls(**params)
-    except TypeError as exc:  # parameters this class does not know
-        if saved is None:
-            raise ForeignModelError(
-                f"the model at {path} was saved by another estimator class than {cls.__name__} "
-                f"({exc}): load it with that class's load"
-            ) from exc
-        unknown, version = sorted(set(params) - set(cls().get_params())), attrs.get("version")
-        fix = (
-            f"load it with rfol_dask {version}"
-            if version and version != __version__
-            else "the model's attributes were changed after it was saved; fit and save it again"
-        )
-        raise ValueError(
-            f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
-            f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}"
-        ) from exc
 
 
 def restore_estimator(cls, arrays, attrs, path=None, device=None):
@@ -338,7 +245,26 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
         params["device"] = device
     if isinstance(params.get("recovery"), list):
         params["recovery"] = tuple(params["recovery"])
-    model = _instance(cls, params, attrs, path)
+    saved = attrs.get("estimator")  # absent in models saved before it was recorded
+    if saved not in (None, cls.__name__):
+        raise ForeignModelError(
+            f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load"
+        )
+    try:
+        model = cls(**params)
+    except TypeError as exc:  # parameters this class does not know
+        if saved is None:
+            raise ForeignModelError(
+                f"the model at {path} was saved by another estimator class than {cls.__name__} "
+                f"({exc}): load it with that class's load"
+            ) from exc
+        unknown, version = sorted(set(params) - set(cls().get_params())), attrs.get("version")
+        fix = "the model's attributes were changed after it was saved; fit and save it again"
+        fix = f"load it with rfol_dask {version}" if version and version != __version__ else fix
+        raise ValueError(
+            f"the model at {path} has parameters {unknown} that {cls.__name__} of rfol_dask "
+            f"{__version__} does not know (saved by rfol_dask {version or '?'}): {fix}"
+        ) from exc
     if device is None and getattr(model, "device", "cpu") != "cpu":
         try:
             backend.device_namespace(model.device)
@@ -357,17 +283,16 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
     model.n_features_in_ = attrs["n_features_in_"]
     if attrs.get("feature_names_in_") is not None:  # the columns of a DataFrame it was fitted on
         model.feature_names_in_ = np.asarray(attrs["feature_names_in_"], dtype=object)
-    model.output_attrs_ = attrs.get("output_attrs_", {})
-    model.output_coord_attrs_ = attrs.get("output_coord_attrs_", {})
-    tup = lambda v: None if v is None else tuple(v)  # noqa: E731
+    for name in ("output_attrs_", "output_coord_attrs_"):
+        setattr(model, name, attrs.get(name, {}))
     for which in ("input", "output"):
-        dims, ndim = attrs[f"{which}_dims_"], attrs.get(f"{which}_grid_ndim")
-        keys = {d: (_coord_key(which, d), f"coord_{which}_{d}") for d in dims or ()}  # or unescaped
-        coords = {d: next((arrays[k] for k in ks if k in arrays), None) for d, ks in keys.items()}
+        dims, ndim = attrs[f"{which}_dims_"] or (), attrs.get(f"{which}_grid_ndim")
+        keys = [(d, k) for d in dims for k in (f"coord_{which}_{d}", _coord_key(which, d))]
+        coords = {d: arrays[k] for d, k in keys if k in arrays}  # escaped names, else as they were
         grid = None if ndim is None else [arrays[f"grid_{which}_{k}"] for k in range(ndim)]
-        setattr(model, f"{which}_shape_", tuple(attrs[f"{which}_shape_"]))
-        setattr(model, f"{which}_dims_", tup(dims))
-        setattr(model, f"{which}_coords_", {d: c for d, c in coords.items() if c is not None})
-        setattr(model, f"{which}_grid_", tup(grid))
-        setattr(model, f"{which}_periods_", tup(attrs.get("periods_", {}).get(which)))
+        side = dict(shape=attrs[f"{which}_shape_"], dims=attrs[f"{which}_dims_"], grid=grid)
+        side["periods"] = attrs.get("periods_", {}).get(which)
+        for a, v in side.items():
+            setattr(model, f"{which}_{a}_", None if v is None else tuple(v))
+        setattr(model, f"{which}_coords_", coords)
     return model

@@ -7,13 +7,13 @@ import contextlib
 import json
 import os
 import re
-import sys
 import warnings
 from pathlib import Path
 
 import dask.array as da
 import numpy as np
 import xarray as xr
+import zarr
 from dask.blockwise import Blockwise
 from dask.highlevelgraph import MaterializedLayer
 
@@ -26,8 +26,6 @@ _ZARR_META = {"zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata"}
 
 def group_attrs(path):
     """Root attributes of the Zarr group at ``path``, or None if it is not a readable group."""
-    import zarr
-
     try:
         return dict(zarr.open_group(str(path), mode="r").attrs)
     except Exception:  # noqa: BLE001  (anything unreadable is "not a group")
@@ -41,8 +39,6 @@ def flags_key(group):
 
 def block_flags(path):
     """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None."""
-    import zarr
-
     try:
         group = zarr.open_group(os.fspath(path), mode="r")
         return np.asarray(group[flags_key(group)][...]).astype(bool)
@@ -50,95 +46,61 @@ def block_flags(path):
         return None
 
 
-def check_store(ds, path=None, samples=None):
-    """ValueError if the store of ``ds`` is unfinished or lacks a chunk of ``input``/``output``."""
-    import zarr
-
-    path = ds.encoding.get("source") if path is None else path
-    if not isinstance(path, str) or not os.path.isdir(path):
-        return
-    meta = json.loads(ds.attrs.get("rfol_dask_meta", "{}"))
-    _check_flags(path, meta, samples)
-    for name in ("input", "output"):
-        where = os.path.join(path, name)
-        if name in ds and os.path.isdir(where):
-            arr = zarr.open_array(where, mode="r")
-            _check_chunks(arr, path, name, ds[name].dims, meta, samples)
-
-
-def _check_flags(path, meta, samples=None):
-    """ValueError if the store at ``path`` has unset ``block_done`` flags (of first ``samples``)."""
-    done, bs = block_flags(path), int(meta.get("block_size", 1))
-    if done is not None and samples is not None:
-        done = done[: -(-int(samples) // bs)]
-    if done is not None and not done.all():
-        first = int(np.flatnonzero(~done)[0]) * bs
+def check_sources(*operands, samples=None, sample_dim="sample"):
+    """ValueError where an operand reads a local Zarr array lacking chunks or unfinished."""
+    for arr in (a for X in operands for a in _stored_arrays(X)):
+        st = arr.store_path.store  # a LocalStore, or the local FsspecStore of da.from_zarr(path)
+        protocol = getattr(getattr(st, "fs", None), "protocol", ())
+        local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
+        root = getattr(st, "root", None) or (st.path if local else None)
+        where = root and os.path.join(os.fspath(root), arr.store_path.path)
+        if not where or not os.path.isdir(where):
+            continue
+        store, name = os.path.split(where)
+        meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
+        done, bs = block_flags(store), int(meta.get("block_size", 1))
+        done = done if done is None or samples is None else done[: -(-int(samples) // bs)]
+        if done is not None and not done.all():
+            first = int(np.flatnonzero(~done)[0]) * bs
+            raise ValueError(
+                f"data set at {store} is incomplete: {int((~done).sum())} of {len(done)} blocks "
+                f"were never written (first missing samples {first}-{first + bs - 1}); rerun the "
+                f"same generate command (rfol-dask generate {meta.get('dataset', 'NAME')} ...) to "
+                "resume it"
+            )
+        if arr.nchunks_initialized == arr.nchunks:
+            continue
+        dims = arr.metadata.dimension_names if arr.metadata.zarr_format == 3 else None
+        dims = tuple(dims or arr.attrs.get("_ARRAY_DIMENSIONS") or ())
+        axis = dims.index(sample_dim) if sample_dim in dims else 0 if arr.ndim else None
+        chunks = arr.shards or arr.chunks  # a file holds a shard
+        grid = [-(-n // c) for n, c in zip(arr.shape, chunks, strict=True)]
+        if samples is not None and axis is not None:
+            grid[axis] = min(grid[axis], -(-int(samples) // chunks[axis]))
+        key = arr.metadata.encode_chunk_key
+        missing = [i for i in np.ndindex(*grid) if not os.path.exists(os.path.join(where, key(i)))]
+        if not missing:
+            continue
+        first, fill, span, fix = missing[0], arr.fill_value, "all samples", "write the store again"
+        if axis is not None:
+            a = first[axis] * chunks[axis]
+            span = f"samples {a}-{min(a + chunks[axis], arr.shape[axis]) - 1}"
+        if "dataset" in meta:
+            fix = f"regenerate it (rfol-dask generate {meta['dataset']} ... --overwrite)"
+        if isinstance(fill, (int, float, np.number)) and not np.isnan(fill):
+            fix += f"; or, if those chunks hold only the fill value {fill}, zarr left them out: "
+            fix += "write the store with write_empty_chunks=True"
         raise ValueError(
-            f"data set at {path} is incomplete: {int((~done).sum())} of {len(done)} blocks were "
-            f"never written (first missing samples {first}-{first + bs - 1}); rerun the same "
-            f"generate command (rfol-dask generate {meta.get('dataset', 'NAME')} ...) to resume it"
+            f"data set at {store}: {len(missing)} chunk(s) of variable {name!r} are missing from "
+            f"the store (first: chunk {first}, {span}, file {os.path.join(where, key(first))}); "
+            f"the store is damaged: restore the files or {fix}"
         )
-
-
-def _check_chunks(arr, store, name, dims, meta, samples=None):
-    """ValueError naming the chunk files of variable ``name`` missing from the local ``store``."""
-    if arr.nchunks_initialized == arr.nchunks:
-        return
-    folder, chunks = os.path.join(store, name), arr.shards or arr.chunks  # a file holds a shard
-    axis = dims.index("sample") if "sample" in dims else None
-    grid = [-(-n // c) for n, c in zip(arr.shape, chunks, strict=True)]
-    if samples is not None and axis is not None:
-        grid[axis] = min(grid[axis], -(-int(samples) // chunks[axis]))
-    key = arr.metadata.encode_chunk_key
-    missing = [i for i in np.ndindex(*grid) if not os.path.exists(os.path.join(folder, key(i)))]
-    if not missing:
-        return
-    span, first = "all samples", missing[0]
-    if axis is not None:
-        a = first[axis] * chunks[axis]
-        span = f"samples {a}-{min(a + chunks[axis], arr.shape[axis]) - 1}"
-    fix = f"regenerate it (rfol-dask generate {meta.get('dataset')} ... --overwrite)"
-    hint = ""
-    if isinstance(arr.fill_value, (int, float, np.number)) and not np.isnan(arr.fill_value):
-        hint = f"; or, if those chunks hold only the fill value {arr.fill_value}, zarr left them "
-        hint += "out: write the store with write_empty_chunks=True"
-    raise ValueError(
-        f"data set at {store}: {len(missing)} chunk(s) of variable {name!r} are missing from the "
-        f"store (first: chunk {first}, {span}, file {os.path.join(folder, key(first))}); the store "
-        f"is damaged: restore the files or {fix if 'dataset' in meta else 'write the store again'}"
-        + hint
-    )
-
-
-def check_sources(*operands):
-    """ValueError where an operand reads a local Zarr array lacking chunks or an unfinished data
-    set; returns how many stored arrays (of any store) the operands read."""
-    found = 0
-    for X in operands:
-        for arr in _stored_arrays(X):
-            found += 1
-            # a LocalStore, or the local FsspecStore of da.from_zarr(path)
-            st = arr.store_path.store
-            protocol = getattr(getattr(st, "fs", None), "protocol", ())
-            local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
-            root = getattr(st, "root", None) or (st.path if local else None)
-            where = root and os.path.join(os.fspath(root), arr.store_path.path)
-            if not where or not os.path.isdir(where):
-                continue
-            store, name = os.path.split(where)
-            meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
-            _check_flags(store, meta)
-            dims = arr.metadata.dimension_names if arr.metadata.zarr_format == 3 else None
-            dims = dims or arr.attrs.get("_ARRAY_DIMENSIONS") or ()
-            _check_chunks(arr, store, name, tuple(dims) if "sample" in dims else ("sample",), meta)
-    return found
 
 
 def _stored_arrays(X):
     """The ``zarr.Array`` objects in the dask graph of ``X`` (xarray's adapters unwrapped)."""
-    zarr = sys.modules.get("zarr")
     X = X.data if isinstance(X, xr.DataArray) and X.chunks is not None else X
-    if zarr is None or not isinstance(X, da.Array):
+    if not isinstance(X, da.Array):
         return
     for layer in X.__dask_graph__().layers.values():
         if isinstance(layer, Blockwise):  # literal arguments: da.from_zarr(..., inline_array=True)
@@ -157,8 +119,6 @@ def _stored_arrays(X):
 @contextlib.contextmanager
 def quiet_consolidated():
     """Silence zarr's warning that consolidated metadata is not in the Zarr v3 specification."""
-    import zarr
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Consolidated metadata", zarr.errors.ZarrUserWarning)
         yield
@@ -179,37 +139,36 @@ def check_parent_dir(path, what):
 def describe_path(path):
     """What is at ``path``: None, ``"model"``, ``"empty"`` or a phrase (``"a file"``, ...)."""
     path = Path(os.fspath(path))
-    if path.is_symlink():
-        return "a symbolic link"
-    if not path.exists():
-        return None
-    if not path.is_dir():
-        return "a file"
+    if path.is_symlink() or not path.is_dir():
+        return "a symbolic link" if path.is_symlink() else "a file" if path.exists() else None
     attrs = group_attrs(path)
-    if attrs is not None and MODEL_KEY in attrs:
-        return "model"
-    if not any(path.iterdir()):
+    kinds = {MODEL_KEY: "model", "rfol_dask_meta": "an rfol_dask data set"}
+    kinds[PREDICTION_KEY] = PREDICTION_STORE
+    kind = next((v for k, v in kinds.items() if k in (attrs or ())), None)
+    if kind != "model" and not any(path.iterdir()):
         return "empty"
     if attrs is not None:
-        if "rfol_dask_meta" in attrs:
-            return "an rfol_dask data set"
-        return PREDICTION_STORE if PREDICTION_KEY in attrs else "a Zarr store of other data"
-    for name in ("zarr.json", ".zgroup"):
-        try:
-            json.loads((path / name).read_text())
-        except FileNotFoundError:
-            continue
+        return kind or "a Zarr store of other data"
+    for meta in (path / n for n in ("zarr.json", ".zgroup") if (path / n).exists()):
+        try:  # Zarr metadata that zarr cannot read
+            json.loads(meta.read_text())
         except (ValueError, OSError):
             return "a Zarr store whose metadata cannot be read (damaged: cut short or edited?)"
     return "a directory holding other files"
 
 
-def load_hint(path):
-    """How to load the model saved at ``path`` (the estimator class it records), for messages."""
-    try:
-        return f"{json.loads(group_attrs(path)[MODEL_KEY])['estimator']}.load"
-    except (TypeError, KeyError, ValueError):  # a model saved before it recorded its class
-        return "the load method of the estimator class that saved it"
+def use_hint(path, kind):
+    """What to do with the ``kind`` of store at ``path`` (:func:`describe_path`), or ""."""
+    if kind == "model":
+        with contextlib.suppress(TypeError, KeyError, ValueError):  # saved before it recorded it
+            cls = json.loads(group_attrs(path)[MODEL_KEY])["estimator"]
+            return f"load it with {cls}.load to predict with it"
+        return "load it with the load method of the estimator class that saved it"
+    if kind == "an rfol_dask data set":
+        return "open it with rfol_dask.datasets.open_dataset, or fit a model on it (fit(path))"
+    return "read its predictions with xarray.open_zarr(path)['prediction']" * (
+        kind == PREDICTION_STORE
+    )
 
 
 def check_outside_stores(path, action="save a model", cwd=True):
@@ -220,29 +179,20 @@ def check_outside_stores(path, action="save a model", cwd=True):
             f"cannot {action} at {path}: it is the current directory or holds it, which writing "
             f"replaces; give another path (e.g. '../{path.name}') or work from another directory"
         )
-    outer = next(reversed(list(zarr_parents(path))), None)  # the outermost
-    if outer is None:
-        return
-    kind = describe_path(outer)
-    if kind == "model":
+    if outer := next(reversed(list(zarr_parents(path))), None):  # the outermost
+        kind = "an rfol_dask model" if (kind := describe_path(outer)) == "model" else kind
         raise ValueError(
-            f"cannot {action} at {path}: it is inside the model at {outer}, which could then no "
-            "longer be replaced; choose a path outside it"
+            f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which "
+            f"replacing or regenerating it would delete; {action.split()[0]} it beside the store "
+            f"(e.g. {outer.parent / path.name})"
         )
-    raise ValueError(
-        f"cannot {action} at {path}: it is inside the Zarr store {outer} ({kind}), which "
-        f"replacing or regenerating it would delete; {action.split()[0]} it beside the store "
-        f"(e.g. {outer.parent / path.name})"
-    )
 
 
 def foreign_entries(path, arrays):
     """A user's entries in the Zarr directory ``path``: all beyond its own ``arrays``, sorted."""
     path, chunk, foreign = Path(path), re.compile(r"[0-9.]+"), []
-    for entry in path.iterdir():
+    for entry in (e for e in path.iterdir() if e.name not in _ZARR_META):
         keys = [n.split("/") for n in arrays if n.split("/")[0] == entry.name]
-        if entry.name in _ZARR_META:
-            continue
         if not keys or entry.is_symlink() or not entry.is_dir():
             foreign.append(entry.name)
             continue
@@ -258,8 +208,8 @@ def foreign_entries(path, arrays):
 def refuse_foreign(foreign, owner, instead):
     """ValueError when the store ``owner`` ("the model at PATH") holds ``foreign`` entries."""
     if foreign:
-        more = ", ..." if len(foreign) > 5 else ""
+        names = ", ".join(foreign[:5]) + ", ..." * (len(foreign) > 5)
         raise ValueError(
-            f"{owner} also holds other files ({', '.join(foreign[:5])}{more}), which replacing it "
-            f"would delete; move them away or {instead}"
+            f"{owner} also holds other files ({names}), which replacing it would delete; move them "
+            f"away or {instead}"
         )

@@ -395,7 +395,7 @@ def test_linear_kernel_primal_saves_and_a_dual_model_of_the_earlier_version_stil
     with monkeypatch.context() as m:
         m.setattr(persistence, "MODEL_FORMAT", 2)
         with pytest.raises(
-            ValueError, match="has format 3 .*reads formats 0 to 2: upgrade rfol_dask"
+            ValueError, match="has format 3 .*reads formats 1 to 2: upgrade rfol_dask"
         ):
             KernelOperator.load(path)
     # a linear model fitted in the dual, as the earlier version saved it (format 2, no coef_)

@@ -232,7 +232,7 @@ def test_predict_refuses_foreign_out_paths_and_leaves_them_alone(saved, tmp_path
         (store, "exists and is an rfol_dask data set"),
         (root / "rf.zarr", "is an rfol_dask model"),
         (store / "p.zarr", f"is inside the Zarr store {store}"),
-        (root / "rf.zarr" / "p", "inside the model"),
+        (root / "rf.zarr" / "p", "(an rfol_dask model)"),
         (ours, "also holds other files (mine.txt)"),
     ):
         code, _, err = _run(["predict", model, str(store), "--out", str(out)], capsys)

@@ -78,9 +78,7 @@ def test_warnings_of_fit_point_at_the_callers_line():
     )
 
 
-def test_warnings_of_predict_score_and_load_point_at_the_callers_line(tmp_path):
-    import zarr
-
+def test_warnings_of_predict_and_score_point_at_the_callers_line():
     X, Y = _data()
     x = np.linspace(0, 1, X.shape[1])
     model = RandomFeatureOperator(n_features=50, random_state=0, recovery="spectral").fit(
@@ -91,14 +89,6 @@ def test_warnings_of_predict_score_and_load_point_at_the_callers_line(tmp_path):
     )
     # metrics.r2_score through score (no stacklevel: pointed into rfol_dask/metrics.py)
     _assert_here(_recorded(lambda: model.score(X[:1], Y[:1]), "less than two samples"))
-    path = model.save(tmp_path / "m.zarr")
-    group = zarr.open_group(str(path), mode="r+")
-    attrs = dict(group.attrs)
-    for key in ("rfol_dask_format", "rfol_dask_checksums", "rfol_dask_saved"):
-        del attrs[key]
-    group.attrs.clear()
-    group.attrs.update(attrs)
-    _assert_here(_recorded(lambda: RandomFeatureOperator.load(path), "saved before model format 1"))
 
 
 def test_a_warning_in_a_task_of_the_package_points_at_the_task():

@@ -325,7 +325,7 @@ def test_generate_refuses_a_store_inside_another_zarr_store(tmp_path, capsys):
         ):
             datasets.generate("advection1", 8, store=inner)
     with pytest.raises(
-        ValueError, match=r"inside the model at .*m\.zarr, which could then no longer be replaced"
+        ValueError, match=r"inside the Zarr store .*m\.zarr \(an rfol_dask model\), which replacing"
     ):
         datasets.generate("advection1", 8, store=model / "d.zarr")
     assert (
