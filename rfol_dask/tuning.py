@@ -30,7 +30,7 @@ from .heuristics import (
     sample_rows,
     weighted_directions,
 )
-from .linalg import blas_limits
+from .linalg import blas_limits, factor_threads
 from .metrics import relative_l2_errors
 
 # fmt: off
@@ -242,7 +242,6 @@ class EigenPath:
     """
 
     def __init__(self, G, K, V, fit_intercept=True, design=None, drop=None):
-        from .linalg import factor_threads
 
         xp = backend.namespace(G, K, V)
         M = G.shape[0]
@@ -262,16 +261,20 @@ class EigenPath:
     def errors(self, alphas, V_valid):
         """Mean relative L2 validation error per alpha (numpy; zero outputs left out)."""
         keep, lo = scored_rows(V_valid), self.lam_min
-        return np.array(
-            [_mean_error(V_valid, self.predict(a), keep) if a + lo > 0 else np.inf for a in alphas]
-        )
+        (M_v, k), m = self.W.shape, self.R.shape[1]
+        with blas_limits(_threads(factor_threads(), 2.0 * M_v * k * m * len(alphas))):
+            return np.array(
+                [
+                    _mean_error(V_valid, self.predict(a), keep) if a + lo > 0 else np.inf
+                    for a in alphas
+                ]
+            )
 
 
 def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):
     """:meth:`EigenPath.errors` by one Cholesky per alpha (``inf`` where it fails; no jitter), made
     in place in the symmetric Fortran ``G``, which is restored afterwards; the solve runs against
     the ``m`` outputs, or the ``M_v`` rows of ``K^T`` when fewer. ``design`` as for EigenPath."""
-    from .linalg import factor_threads
 
     xp = backend.namespace(G, K, V)
     keep = scored_rows(V_valid)
