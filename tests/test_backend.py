@@ -235,7 +235,8 @@ def test_ridge_factor_paths():
         assert np.array_equal(backend.to_numpy(Gx), G)
 
 
-def test_validation_grams_on_every_path():
+@pytest.mark.parametrize("rows, n_train", [(50, 40), (600, 560)])  # the dual; the primal (N < 560)
+def test_validation_grams_on_every_path(rows, n_train):
     """The validation Grams of random features (the sums the search solves): one slab at a time,
     two accumulators summed, nested segments; numpy, generic numpy and array_api_strict agree."""
     import functools
@@ -243,7 +244,7 @@ def test_validation_grams_on_every_path():
     from rfol_dask import tuning
 
     rng = np.random.default_rng(12)
-    X = rng.standard_normal((50, 7))
+    X = rng.standard_normal((rows, 7))
     N, Ns, scales = 512, [256, 512], [0.3, 1.1]
     freq = functools.partial(draw_frequencies, 7, N, "cauchy", 1.0, random_state=3)
 
@@ -254,11 +255,15 @@ def test_validation_grams_on_every_path():
                 N, len(X) if isinstance(X, np.ndarray) else X.shape[0], Ns, slab_bytes=50 * 8 * 128
             )
         ):
-            accs[i % 2] = tuning.validation_slab(accs[i % 2], X, 40, freq, N, f0, f1, scales, Ns)
+            accs[i % 2] = tuning.validation_slab(
+                accs[i % 2], X, n_train, freq, N, f0, f1, scales, Ns
+            )
         total = tuning.sum_validation(*accs)
-        out = [tuning.validation_grams(total, k, Ns, g) for k in range(2) for g in range(2)]
+        out = [
+            tuning.validation_grams(total, k, Ns, g, True, n_train) for k in (0, 1) for g in (0, 1)
+        ]
         tuning.add_validation(accs[0], accs[1])
-        out += [tuning.validation_grams(accs[0], 1, Ns, 1, copy=False)]
+        out += [tuning.validation_grams(accs[0], 1, Ns, 1, False, n_train)]
         return [(backend.to_numpy(G), backend.to_numpy(K), f) for G, K, f, _ in out]
 
     want = grams(X)
@@ -266,11 +271,12 @@ def test_validation_grams_on_every_path():
     om, b = freq()
     for k, s in enumerate(scales):
         A = np.sqrt(2.0 / N) * np.cos(s * X @ om + b)
-        A -= A[:40].mean(axis=0)
+        A -= A[:n_train].mean(axis=0)
         for g, Ng in enumerate(Ns):
             G, K, f = want[2 * k + g]
-            At, Av = A[:40, :Ng], A[40:, :Ng]
-            assert f == N / Ng and rel(G, At @ At.T) < TOL and rel(K, Av @ At.T) < TOL
+            At, Av = A[:n_train, :Ng], A[n_train:, :Ng]
+            Gw, Kw = (At.T @ At, Av) if n_train > N else (At @ At.T, Av @ At.T)
+            assert f == N / Ng and rel(G, Gw) < TOL and rel(K, Kw) < TOL
     assert rel(want[-1][0], want[3][0]) < TOL
     for got in (_generic(lambda: grams(X)), grams(xs.asarray(X))):
         for (G, K, f), (G0, K0, f0) in zip(got, want, strict=False):
