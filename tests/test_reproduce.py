@@ -17,40 +17,36 @@ def _table_rows(table, first):
 
 
 @pytest.mark.slow
-def test_quick_fits_meet_the_bounds_of_the_data_file(tmp_path):
+def test_quick_fits_meet_the_bounds_of_the_data_file_and_one_over_its_bound_fails(
+    tmp_path, monkeypatch
+):
+    """One quick run, RBF's bound set far below the error it reaches: that row is marked and the
+    run exits 1 (the burgers test below sees exit 0); every other method meets its bound."""
+    ref = json.loads(json.dumps(reference_module.reference_data()))
+    ref["quick"]["bounds"]["advection1"]["rbf"] = 1e-9
+    monkeypatch.setattr(reference_module, "reference_data", lambda: ref)
     out, data = tmp_path / "out", tmp_path / "data"
-    assert (
-        main(
-            [
-                "reproduce",
-                "advection1",
-                "--quick",
-                "--parts",
-                "fits",
-                "--out",
-                str(out),
-                "--data",
-                str(data),
-                "--workers",
-                "0",
-            ]
-        )
-        == 0
-    )
+    args = ["--out", str(out), "--data", str(data), "--workers", "0"]
+    assert main(["reproduce", "advection1", "--quick", "--parts", "fits", *args]) == 1
     res = json.loads((out / "advection1.json").read_text())
     assert res["quick"] and (res["train"], res["test"]) == (200, 100)
     methods = res["fits"]["methods"]
     assert list(methods) == list(experiments.METHODS)
     for label, m in methods.items():
-        assert 0 < m["error"] < experiments.quick_bound("advection1", label)
+        assert 0 < m["error"]
+        if label != "rbf":
+            assert m["passed"] and m["error"] < experiments.quick_bound("advection1", label)
+    assert not methods["rbf"]["passed"]
     assert methods["rf_cauchy"]["n_features"] == 2000  # the paper's N = 5000, capped in quick mode
     assert (out / "advection1.png").stat().st_size > 10_000
-    # the table holds one row per method with the error of the JSON file, in percent
+    # the table holds one row per method with the error of the JSON file, in percent; only the
+    # row over its bound says so
     rows = _table_rows((out / "table.md").read_text(), "advection1")
     assert [r.split(" | ")[2] for r in rows] == list(experiments.METHODS)
     for row, m in zip(rows, methods.values(), strict=True):
-        assert float(row.split(" | ")[3]) == pytest.approx(100 * m["error"], rel=5e-3)
-    assert "over bound" not in (out / "table.md").read_text()
+        assert float(row.split(" | ")[3].split()[0]) == pytest.approx(100 * m["error"], rel=5e-3)
+    assert [r for r in rows if "over bound" in r] == [r for r in rows if "| rbf |" in r]
+    assert "**over bound**" in next(r for r in rows if "| rbf |" in r)
     # the tuned rows: selected on the training split only (the same search on the training
     # samples alone chooses the same), at least as good as the paper-settings RF within 1.5 x,
     # their fit time includes the search, and the note under the table says what they chose
@@ -74,38 +70,6 @@ def test_quick_fits_meet_the_bounds_of_the_data_file(tmp_path):
     note = (out / "table.md").read_text().split("\n\n")[1]
     assert "TRAINING split (never the test set)" in note
     assert f"advection1 rf_tuned: {rf['best_params']['distribution']}" in note
-
-
-@pytest.mark.slow
-def test_an_error_over_its_bound_fails_the_run(tmp_path, monkeypatch):
-    ref = json.loads(json.dumps(reference_module.reference_data()))
-    ref["quick"]["bounds"]["advection1"]["rbf"] = 1e-9  # far below the error RBF reaches
-    monkeypatch.setattr(reference_module, "reference_data", lambda: ref)
-    out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "reproduce",
-                "advection1",
-                "--quick",
-                "--parts",
-                "fits",
-                "--out",
-                str(out),
-                "--data",
-                str(tmp_path / "data"),
-                "--workers",
-                "0",
-            ]
-        )
-        == 1
-    )
-    m = json.loads((out / "advection1.json").read_text())["fits"]["methods"]
-    assert not m["rbf"]["passed"] and m["rf_cauchy"]["passed"]
-    (row,) = [
-        r for r in _table_rows((out / "table.md").read_text(), "advection1") if "| rbf |" in r
-    ]
-    assert "**over bound**" in row
 
 
 @pytest.mark.slow

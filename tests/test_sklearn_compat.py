@@ -31,7 +31,7 @@ NEAR_INTERPOLANT = (
 )
 #: the search ranks by the mean relative L2 error per sample, the paper's metric for functions: on a
 #: scalar target centred at zero it is ruled by the samples nearest zero and favours a model that
-#: predicts the mean (R^2 6e-5 with cv=5; the default split's rows happen to pass)
+#: predicts the mean (R^2 6e-5 with cv=5, below 0.5 with 3 too; the default split passes)
 RELATIVE_SCORE = (
     "the search scores by the relative L2 error per sample, which on a zero-centred scalar "
     "target favours predicting the mean over an R^2 above 0.5"
@@ -42,15 +42,15 @@ FLOAT32 = "dtype='float32' predicts in float32; the check wants float64 from flo
 #: invariant), but a float32 prediction moves by an ulp with the order of the sums
 FLOAT32_ULP = "float32 predictions differ by one ulp (1.2e-7) with the sample order; rtol is 1e-7"
 
+# K folds of sorted data (the checks' nan/inf and positive-only data): a fold whose outputs are all
+# zero is left out (3 folds take the path as 5 did, in two thirds of the time)
 SEARCHES = [
     (
-        RandomFeatureOperatorCV(n_features=200, cv=5, random_state=0),
+        RandomFeatureOperatorCV(n_features=200, cv=3, random_state=0),
         {"check_regressors_train": RELATIVE_SCORE},
     ),
     (KernelOperatorCV(), {"check_methods_subset_invariance": NEAR_INTERPOLANT}),
-    # K folds of sorted data (iris, y = 0 0 0 0 0 1 ...): a fold whose outputs are all zero is left
-    # out
-    (KernelOperatorCV(cv=5), {}),
+    (KernelOperatorCV(cv=3), {}),
     (KernelOperatorCV(dtype="float32"), {"check_regressor_multioutput": FLOAT32}),
 ]
 

@@ -148,17 +148,6 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _cli(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "rfol_dask.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-
-
 def _python(code, wait=True):
     """Run ``code`` in a fresh interpreter importing this checkout (``Popen`` if not ``wait``)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -171,7 +160,9 @@ def _python(code, wait=True):
 
 
 @pytest.mark.slow  # subprocesses
-def test_concurrent_generate_into_one_store_is_refused(tmp_path):
+def test_concurrent_generate_into_one_store_is_refused(tmp_path, capfd):
+    from rfol_dask.cli import main
+
     store, gate = tmp_path / "s.zarr", tmp_path / "gate"
     # run A writes seed 1 and waits inside its first block until the gate file appears
     a = _python(
@@ -196,10 +187,10 @@ def test_concurrent_generate_into_one_store_is_refused(tmp_path):
         while not (store / ".rfol_dask.lock").exists():
             assert a.poll() is None and time.time() < deadline, a.communicate()
             time.sleep(0.05)
-        b = _cli("generate", "advection1", "--samples", "8", "--seed", "2", "--out", str(store))
-        assert b.returncode == 2, b.stderr
-        assert "being written by another generate run" in b.stderr
-        assert "Traceback" not in b.stderr
+        b = ["generate", "advection1", "--samples", "8", "--seed", "2", "--out", str(store)]
+        assert main(b) == 2  # run B, in this process
+        err = capfd.readouterr().err
+        assert "being written by another generate run" in err and "Traceback" not in err
     finally:
         gate.write_text("go")
         out, err = a.communicate(timeout=120)
@@ -211,10 +202,9 @@ def test_concurrent_generate_into_one_store_is_refused(tmp_path):
         ds["input"].values, datasets.generate("advection1", 8, seed=1)["input"].values
     )
     # run B again, now alone: a clash of seeds, reported as such
-    b = _cli("generate", "advection1", "--samples", "8", "--seed", "2", "--out", str(store))
-    assert (
-        b.returncode == 2 and "holds another data set" in b.stderr and "'seed': (1, 2)" in b.stderr
-    )
+    assert main(b) == 2
+    err = capfd.readouterr().err
+    assert "holds another data set" in err and "'seed': (1, 2)" in err
 
 
 def test_a_lock_file_whose_holder_is_gone_blocks_nothing(tmp_path):
@@ -232,6 +222,8 @@ def test_a_lock_file_whose_holder_is_gone_blocks_nothing(tmp_path):
 def test_generate_killed_while_writing_the_template_is_restarted_by_the_same_command(
     tmp_path, legacy
 ):
+    from rfol_dask.cli import main
+
     store = tmp_path / "s.zarr"
     killed = _python(f"""
         import os, zarr
@@ -245,19 +237,8 @@ def test_generate_killed_while_writing_the_template_is_restarted_by_the_same_com
     assert (store / ".rfol_dask.template").exists() and (store / ".rfol_dask.lock").exists()
     if legacy:  # as a version without the marker would leave it
         (store / ".rfol_dask.template").unlink()
-    again = _cli(
-        "generate",
-        "advection2",
-        "--samples",
-        "10",
-        "--seed",
-        "3",
-        "--block-size",
-        "4",
-        "--out",
-        str(store),
-    )
-    assert again.returncode == 0, again.stderr
+    again = ["--samples", "10", "--seed", "3", "--block-size", "4", "--out", str(store)]
+    assert main(["generate", "advection2", *again]) == 0  # in this process
     ref = datasets.generate("advection2", 10, seed=3)
     ds = datasets.open(store)
     np.testing.assert_array_equal(ds["input"].values, ref["input"].values)
