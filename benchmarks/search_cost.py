@@ -3,6 +3,7 @@
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py cost 500,1000 results/search_cost.json
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py growth 1200 results/search_growth.json
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py metric all results/search_metric.json
+    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py stages 5000:2500,10000:5000 OUT
 
 ``cost``: for each ``M`` (training samples of the 64-point synthetic operator of ``_common``) and
 ``N = M / 2, M, 2 M, 5 M, 10 M`` (or the factors of ``M`` given as a fourth argument, e.g.
@@ -11,6 +12,9 @@
 same run; the ratio of the two.
 ``growth``: ``RandomFeatureOperatorCV(n_features=2000, max_features=4000)`` against a plain search
 at ``n_features=4000`` on ``M`` samples: seconds and validation error of each.
+``stages``: for each ``M:N``, the default search against ``stages={"fine": 0.25,
+"finalists": 1}`` (fewer candidates on fewer rows): seconds, one fit of each winner, and the
+winner's validation error.
 ``metric``: on the eight data sets of ``refit_check.py`` (all their samples are training samples),
 ``pca_power=None`` against ``1.0`` scored on 5 shuffled folds of the training samples (refit
 off): the validation error of each, fold by fold, and the seconds (a search with
@@ -54,6 +58,26 @@ def cost(M, factors=(0.5, 1, 2, 5, 10), path=None):
             with open(f"{path}.jsonl", "a") as f:
                 f.write(json.dumps(rows[-1]) + "\n")
     return rows
+
+
+def stages(sizes):
+    """The default stages against a cheaper setting, at each ``(M, N)``."""
+    out = []
+    for M, N in sizes:
+        U, V = synthetic_operator(M, 64, seed=0)
+        for st in (None, {"fine": 0.25, "finalists": 1}):
+            cv = RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False, stages=st)
+            cv.fit(U, V)
+            fits = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                RandomFeatureOperator(**cv.best_params_, random_state=cv.random_state_).fit(U, V)
+                fits.append(time.perf_counter() - t0)
+            row = dict(M=M, N=N, stages=st, search_s=cv.search_time_, best=cv.best_params_)
+            row.update(fit_s=statistics.median(fits), validation=-cv.best_score_)
+            out.append(row | {"ratio": row["search_s"] / row["fit_s"]})
+            print(json.dumps(out[-1]), flush=True)
+    return out
 
 
 def growth(M):
@@ -105,6 +129,8 @@ def main(argv=None):
         res = [row for M in arg.split(",") for row in cost(int(M), factors, path)]
     elif what == "growth":
         res = growth(int(arg))
+    elif what == "stages":
+        res = stages([tuple(map(int, size.split(":"))) for size in arg.split(",")])
     else:
         names = list(SIZES) if arg == "all" else arg.split(",")
         res = metric(names, args[3] if len(args) > 3 else "results/data_small")
