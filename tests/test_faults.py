@@ -1,6 +1,5 @@
 """Failure behaviour on a real distributed cluster (docs/user_guide/scaling_out.md, "Failures")."""
 
-import contextlib
 import os
 import signal
 import threading
@@ -18,38 +17,24 @@ from rfol_dask import RandomFeatureOperator, datasets
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]  # every test runs a process cluster
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """Two worker processes shared by the tests that kill some of them (a nanny starts a new one);
-    a task that killed two workers fails (allowed-failures 1: read when the scheduler starts)."""
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
-        cluster = LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        )
-    with cluster:
-        yield cluster
-
-
-@contextlib.contextmanager
-def _client(cluster):
-    with Client(cluster) as client:
-        client.wait_for_workers(2)  # those killed by an earlier test are back
-        yield client
-
-
 def _slow_block(block):
     time.sleep(0.15)  # makes the fit last long enough to kill a worker in its middle
     return block
 
 
 @pytest.mark.parametrize("solver,n_features", [("dual", 900), ("primal", 150)])
-def test_worker_killed_mid_fit_gives_same_model(cluster, solver, n_features):
+def test_worker_killed_mid_fit_gives_same_model(solver, n_features):
     U, V = smooth_operator_data(800, 24)
     ref = RandomFeatureOperator(n_features=n_features, alpha=1e-6, solver=solver, random_state=0)
-    Ud, Vd = da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
-    clean = ref.__class__(**ref.get_params()).fit(Ud, Vd)  # the same blocks, dask's threads
-    with _client(cluster) as client:
-        Ud = Ud.map_blocks(_slow_block, dtype=U.dtype)
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        Ud = da.from_array(U, chunks=(50, -1)).map_blocks(_slow_block, dtype=U.dtype)
+        Vd = da.from_array(V, chunks=(50, -1))
+        clean = ref.__class__(**ref.get_params()).fit(Ud, Vd)
         pids = list(client.run(os.getpid).values())
         killer = threading.Timer(0.8, os.kill, (pids[0], signal.SIGKILL))
         killer.start()
@@ -59,10 +44,10 @@ def test_worker_killed_mid_fit_gives_same_model(cluster, solver, n_features):
         killer.join()
         assert pids[0] not in client.run(os.getpid).values()  # a fresh worker replaced it
     # A lost or doubly counted row block would move the model by far more than 1e-6. What may
-    # differ is the order of the sums: the workers (the replacement too) take other shares of the
-    # row blocks than dask's threads, and rounding differences of the Gram (1e-16) grow by its
-    # condition number in the coefficients (seen: 6e-8 relative for the primal on a loaded
-    # machine); predictions are better conditioned.
+    # differ is the order of the sums: the replacement worker can take another share of the row
+    # blocks, and rounding differences of the Gram (1e-16) grow by its condition number in the
+    # coefficients (seen: 6e-8 relative for the primal on a loaded machine); predictions are
+    # better conditioned.
     np.testing.assert_allclose(
         model.coef_, clean.coef_, rtol=1e-6, atol=1e-7 * np.abs(clean.coef_).max()
     )
@@ -76,11 +61,17 @@ def _kill_worker(block):
     os._exit(1)
 
 
-def test_task_that_kills_every_worker_gives_clear_error_and_writes_nothing(cluster, tmp_path):
+def test_task_that_kills_every_worker_gives_clear_error_and_writes_nothing(tmp_path):
     U, V = smooth_operator_data(100, 8)
     good = RandomFeatureOperator(n_features=200, alpha=1e-6, random_state=0).fit(U, V)
     good.save(tmp_path / "model.zarr")
-    with _client(cluster):
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 1}),
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster),
+    ):
         Ud = da.from_array(U, chunks=(25, -1))
         Ud = da.map_blocks(
             lambda b, block_info=None: (
@@ -182,21 +173,24 @@ class _KillOnce:
 
 
 @pytest.mark.parametrize("prefix", ["dual-factor", "coef-rows"])
-def test_rows_mode_survives_a_worker_lost_after_the_gram_pass(cluster, tmp_path, prefix):
+def test_rows_mode_survives_a_worker_lost_after_the_gram_pass(tmp_path, prefix):
     from distributed.diagnostics.plugin import WorkerPlugin
 
     U, V = smooth_operator_data(600, 16)
     kw = dict(n_features=900, gamma=0.05, alpha=1e-6, random_state=0)
     want = RandomFeatureOperator(**kw).fit(U, V)
     plugin = type("KillOnce", (_KillOnce, WorkerPlugin), {})(prefix, str(tmp_path / "killed"))
-    with _client(cluster) as client, dask.config.set({"rfol_dask.device-features": "rows"}):
-        client.register_plugin(plugin, name="kill-once")
-        try:
-            model = RandomFeatureOperator(**kw).fit(
-                da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
-            )
-        finally:
-            client.unregister_worker_plugin("kill-once")
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+        dask.config.set({"rfol_dask.device-features": "rows"}),
+    ):
+        client.register_plugin(plugin)
+        model = RandomFeatureOperator(**kw).fit(
+            da.from_array(U, chunks=(50, -1)), da.from_array(V, chunks=(50, -1))
+        )
     assert (tmp_path / "killed").exists()  # a worker died during the fit
     np.testing.assert_allclose(model.predict(U), want.predict(U), rtol=1e-7, atol=1e-9)
 
@@ -207,7 +201,7 @@ def _dies_on(pid, func):
     return func()
 
 
-def test_a_worker_lost_during_the_memory_probe_leaves_the_fit_to_the_others(cluster, monkeypatch):
+def test_a_worker_lost_during_the_memory_probe_leaves_the_fit_to_the_others(monkeypatch):
     """The fit asks every worker for its memory; one killed then failed the fit with distributed's
     CommClosedError. The workers that answer are enough."""
     import functools
@@ -225,7 +219,10 @@ def test_a_worker_lost_during_the_memory_probe_leaves_the_fit_to_the_others(clus
             func = functools.partial(_dies_on, victim, func)
         return run(self, func, *args, **kwargs)
 
-    with _client(cluster) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
         victim = sorted(client.run(os.getpid).items())[0][1]
         monkeypatch.setattr(Client, "run", dying)
         model = RandomFeatureOperator(**kw).fit(
@@ -249,10 +246,7 @@ def test_a_fit_whose_workers_all_end_fails_in_bounded_time():
     U, V = smooth_operator_data(800, 24)
     with (
         dask.config.set({"distributed.scheduler.no-workers-timeout": "2s"}),
-        # worker threads: the scheduler sees them leave as it sees worker processes or jobs end
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster,
+        LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster,
         Client(cluster) as client,
     ):
         Ud = da.from_array(U, chunks=(50, -1)).map_blocks(_slow_block, dtype=U.dtype)
