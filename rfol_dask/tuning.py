@@ -242,7 +242,6 @@ class EigenPath:
     """
 
     def __init__(self, G, K, V, fit_intercept=True, design=None, drop=None):
-
         xp = backend.namespace(G, K, V)
         M = G.shape[0]
         with blas_limits(_threads(factor_threads(), 9.0 * M**3 + 2.0 * K.shape[0] * M**2)):
