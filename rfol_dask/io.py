@@ -192,7 +192,8 @@ def named(X, name, sample_dim="sample", dims=None, shape=None):
     if not isinstance(X, xr.DataArray):
         return X
     want = (sample_dim, *(dims or ()))
-    if set(X.dims) == set(want) and X.ndim == len(want) if dims else sample_dim in X.dims:
+    fits = set(X.dims) == set(want) and X.ndim == len(want) if dims else sample_dim in X.dims
+    if fits:
         X = X.rename({sample_dim: "sample"}) if sample_dim != "sample" else X
         return X.transpose("sample", *dims) if dims else X.transpose("sample", ...)
     if X.ndim == 0:
