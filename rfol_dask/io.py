@@ -69,7 +69,6 @@ def open_dataset(path, samples=None, sample_dim="sample"):
     if not is_file:
         names = [v for v in ("input", "output") if v in ds]
         check_sources(*(ds[v] for v in names), samples=samples, sample_dim=sample_dim)
-        ds = ds.drop_vars("block_done", errors="ignore")
     elif size:  # about 64 MiB of samples a chunk
         row = max((v.nbytes // size for v in ds.values() if sample_dim in v.dims), default=1)
         ds = ds.chunk({sample_dim: int(max(1, min(size, 2**26 // max(row, 1))))})
@@ -214,23 +213,15 @@ def named(X, name, sample_dim="sample", dims=None, shape=None):
             f"{name} has dims {X.dims} and none named {sample_dim!r}: pass sample_dim={X.dims[0]!r}"
             " (the dim that runs over the samples)"
         )
-    extra = [d for d in X.dims if d not in (sample_dim, *dims)]
-    sizes, rename = dict(zip(dims, shape or (), strict=False)), {}
-    for d in (d for d in dims if d not in X.dims):  # grid dims first, paired by size
-        if free := [e for e in extra if e not in rename]:
-            rename[next((e for e in free if X.sizes[e] == sizes.get(d)), free[0])] = d
-    free = [e for e in extra if e not in rename]
-    if sample_dim not in X.dims and free:
-        rename[next((e for e in free if X.sizes[e] > 1), free[0])] = sample_dim
-    squeeze = [e for e in extra if e not in rename and X.sizes[e] == 1]
-    left = [e for e in extra if e not in rename and e not in squeeze]
-    fix = f".squeeze({squeeze!r})" * bool(squeeze) + f".rename({rename!r})" * bool(rename)
-    fix = fix and f": {name}{fix}"
-    if left:
-        fix += f"{';' if fix else ':'} drop or select the dims {left}, which the model has not"
-    if sample_dim in rename.values():
-        fix += f" (or pass sample_dim={next(k for k, v in rename.items() if v == sample_dim)!r})"
-    raise ValueError(f"{name} has dims {X.dims} but the model reads {(sample_dim, *dims)}{fix}")
+    extra, missing = [d for d in X.dims if d not in want], [d for d in want if d not in X.dims]
+    fix = f"{name}.rename() its dims {extra} to {missing}" if missing else f"drop the dims {extra}"
+    runs = [e for e in extra if X.sizes[e] > 1]  # the dims that a rename, not a squeeze, fixes
+    if sample_dim in missing and len(runs) == len(missing):
+        fix += f" (or pass sample_dim={runs[0]!r})"
+    raise ValueError(
+        f"{name} has dims {X.dims} but the model reads {want}: {fix}, squeezing or selecting any "
+        "of size one"
+    )
 
 
 def as_operand(X, name, sort=True):

@@ -154,7 +154,7 @@ def load_model(path):
         raise damaged("the array metadata", "cannot be read", exc) from exc
     if unsummed:
         raise damaged(f"the checksums of arrays {unsummed}", "are missing")
-    for key, expected in sums.items():  # keys with '/': older coordinate names, in subgroups
+    for key, expected in sums.items():
         try:
             arrays[key] = group[key][...]
         except KeyError:
@@ -245,19 +245,13 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
         params["device"] = device
     if isinstance(params.get("recovery"), list):
         params["recovery"] = tuple(params["recovery"])
-    saved = attrs.get("estimator")  # absent in models saved before it was recorded
-    if saved not in (None, cls.__name__):
+    if (saved := attrs.get("estimator", cls.__name__)) != cls.__name__:
         raise ForeignModelError(
             f"the model at {path} is a {saved}, not a {cls.__name__}: load it with {saved}.load"
         )
     try:
         model = cls(**params)
     except TypeError as exc:  # parameters this class does not know
-        if saved is None:
-            raise ForeignModelError(
-                f"the model at {path} was saved by another estimator class than {cls.__name__} "
-                f"({exc}): load it with that class's load"
-            ) from exc
         unknown, version = sorted(set(params) - set(cls().get_params())), attrs.get("version")
         fix = "the model's attributes were changed after it was saved; fit and save it again"
         fix = f"load it with rfol_dask {version}" if version and version != __version__ else fix
@@ -287,8 +281,7 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
         setattr(model, name, attrs.get(name, {}))
     for which in ("input", "output"):
         dims, ndim = attrs[f"{which}_dims_"] or (), attrs.get(f"{which}_grid_ndim")
-        keys = [(d, k) for d in dims for k in (f"coord_{which}_{d}", _coord_key(which, d))]
-        coords = {d: arrays[k] for d, k in keys if k in arrays}  # escaped names, else as they were
+        coords = {d: arrays[k] for d in dims if (k := _coord_key(which, d)) in arrays}
         grid = None if ndim is None else [arrays[f"grid_{which}_{k}"] for k in range(ndim)]
         side = dict(shape=attrs[f"{which}_shape_"], dims=attrs[f"{which}_dims_"], grid=grid)
         side["periods"] = attrs.get("periods_", {}).get(which)

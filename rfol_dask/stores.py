@@ -18,6 +18,7 @@ from dask.blockwise import Blockwise
 from dask.highlevelgraph import MaterializedLayer
 
 BOOKKEEPING_GROUP = "_rfol_dask"  # the Zarr group of a data-set store holding ``block_done``
+FLAGS_KEY = f"{BOOKKEEPING_GROUP}/block_done"  # a flag per block, set once its data are written
 MODEL_KEY = "rfol_dask_model"  # root attribute of a saved model, written last: marks a whole one
 PREDICTION_KEY = "rfol_dask_prediction"  # root attribute of a prediction store: its arrays (JSON)
 PREDICTION_STORE = "an rfol_dask prediction store"  # what :func:`describe_path` calls one
@@ -32,16 +33,10 @@ def group_attrs(path):
         return None
 
 
-def flags_key(group):
-    """Where the ``block_done`` flags sit in the data-set store's Zarr ``group`` (older: on top)."""
-    return f"{BOOKKEEPING_GROUP}/block_done" if BOOKKEEPING_GROUP in group else "block_done"
-
-
 def block_flags(path):
     """The ``block_done`` flags (bool, one per block) of the data-set store at ``path``, or None."""
     try:
-        group = zarr.open_group(os.fspath(path), mode="r")
-        return np.asarray(group[flags_key(group)][...]).astype(bool)
+        return np.asarray(zarr.open_group(os.fspath(path), mode="r")[FLAGS_KEY][...]).astype(bool)
     except Exception:  # noqa: BLE001  (no such group or array)
         return None
 

@@ -101,7 +101,7 @@ def test_unknown_grid_dims_are_refused(grid2d):
     with pytest.raises(
         ValueError,
         match=r"dims \('sample', 'x', 'z'\) but the model reads \('sample', 'x', 'y'\): "
-        r"X.rename\(\{'z': 'y'\}\)",
+        r"X.rename\(\) its dims \['z'\] to \['y'\]",
     ):
         model.predict(X.rename(y="z"))
     # numpy keeps its positional meaning

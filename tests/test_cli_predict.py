@@ -542,9 +542,7 @@ def test_an_output_of_another_grid_without_coordinates_is_not_compared(saved, tm
     assert rel(pred.values, model.predict(ds["input"]).values) < 1e-12
 
 
-def test_a_model_saved_before_its_class_was_recorded_loads_as_a_random_feature_operator(
-    saved, tmp_path, capsys
-):
+def test_a_model_that_records_no_class_loads_as_a_random_feature_operator(saved, tmp_path, capsys):
     """A model that records no class is a RandomFeatureOperator: its own errors are shown, and a
     KernelOperator's parameters say which class loads it."""
     import json
@@ -554,12 +552,12 @@ def test_a_model_saved_before_its_class_was_recorded_loads_as_a_random_feature_o
     root, store, models = saved
     for name, device, says in (
         ("rf", "gpu", "device must be one of ('cpu', 'cuda'), got 'gpu'"),
-        ("kernel", "cpu", "another estimator class than RandomFeatureOperator"),
+        ("kernel", "cpu", "that RandomFeatureOperator of rfol_dask"),
     ):
         path = models[name].save(tmp_path / f"{name}.zarr")
         group = zarr.open_group(str(path), mode="r+")
         state = json.loads(group.attrs["rfol_dask_model"])
-        del state["estimator"]  # as saved before the class was recorded
+        del state["estimator"]  # a damaged model: no class recorded
         state["params"]["device"] = device
         group.attrs["rfol_dask_model"] = json.dumps(state)
         code, _, err = _run(

@@ -415,12 +415,12 @@ def test_dataarrays_of_an_interrupted_generator_store_are_refused(tmp_path):
     import zarr
 
     from rfol_dask import datasets
-    from rfol_dask.stores import flags_key
+    from rfol_dask.stores import FLAGS_KEY
 
     path = tmp_path / "flags.zarr"
     datasets.generate("advection1", 20, store=path, block_size=10)
     group = zarr.open_group(str(path), mode="r+")
-    group[flags_key(group)][1] = 0
+    group[FLAGS_KEY][1] = 0
     ds = xr.open_zarr(path)
     for args in ((ds["input"], ds["output"]), (ds,)):
         with pytest.raises(ValueError, match="incomplete.*rerun the same generate command"):

@@ -98,7 +98,7 @@ def test_a_dataarray_without_samples_is_told_what_fits_the_models_dims(grid2d):
             model.predict(U[0])
     with pytest.raises(ValueError, match=r"X has dims \('y', 'x'\) but the model reads"):
         by_name.predict(U[0].transpose())
-    with pytest.raises(ValueError, match=r"X\.rename\(\{'t': 'sample'\}\)"):
+    with pytest.raises(ValueError, match=r"X\.rename\(\) its dims \['t'\] to \['sample'\]"):
         by_name.predict(U.rename(sample="t").transpose("x", "y", "t"))
     with pytest.raises(ValueError, match=r"X has dims \('z', 'y'\) but the model reads"):
         by_name.predict(U[0].rename(x="z"))

@@ -28,11 +28,11 @@ from ..persistence import path_lock
 from ..progress import compute
 from ..stores import (
     BOOKKEEPING_GROUP,
+    FLAGS_KEY,
     block_flags,
     check_outside_stores,
     check_parent_dir,
     describe_path,
-    flags_key,
     foreign_entries,
     group_attrs,
     quiet_consolidated,
@@ -152,7 +152,7 @@ def _write_block(path, name, seed, start, stop, block, params):
     inputs, outputs = _checked_block(name, seed, start, stop, params)
     group = zarr.open_group(path, mode="r+")
     group["input"][start:stop], group["output"][start:stop] = inputs, outputs
-    group[flags_key(group)][block] = 1
+    group[FLAGS_KEY][block] = 1
     return stop - start
 
 
@@ -368,8 +368,7 @@ def _foreign_files(path):
         gin, gout = get(meta["dataset"]).grids(**meta["params"])
     except (KeyError, TypeError, ValueError):  # unreadable, or another version's data set
         return sorted(e.name for e in path.iterdir() if e.name not in (_LOCK, _TEMPLATE_MARK))
-    own = {"input", "output", "sample", *gin, *gout, f"{BOOKKEEPING_GROUP}/block_done"}
-    foreign = foreign_entries(path, own | {"block_done"})
+    foreign = foreign_entries(path, {"input", "output", "sample", *gin, *gout, FLAGS_KEY})
     return [f for f in foreign if f not in (_LOCK, _TEMPLATE_MARK)]
 
 
