@@ -16,7 +16,7 @@ def test_readme_is_short_with_the_set_up_commands_and_three_snippets():
     text = README.read_text()
     assert len(text) <= 6000, f"README.md has {len(text)} characters (at most 6000)"
     assert "python -m pip install . && rfol-dask quickstart" in text
-    assert 'python -m pip install ".[test]" && python -m pytest -q' in text
+    assert 'python -m pip install ".[test]" && python -m pytest -q -n 2 --dist loadfile' in text
     assert len(_snippets()) == 3
     long = [p[:60] for p in text.split("\n\n") if len(p) > 600 and not p.lstrip().startswith("-")]
     assert not long, f"paragraphs over 600 characters: {long}"
