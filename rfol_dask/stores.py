@@ -44,12 +44,10 @@ def block_flags(path):
 def check_sources(*operands, samples=None, sample_dim="sample"):
     """ValueError where an operand reads a local Zarr array lacking chunks or unfinished."""
     for arr in (a for X in operands for a in _stored_arrays(X)):
-        st = arr.store_path.store  # a LocalStore, or the local FsspecStore of da.from_zarr(path)
-        protocol = getattr(getattr(st, "fs", None), "protocol", ())
-        local = "file" in ((protocol,) if isinstance(protocol, str) else protocol)
-        root = getattr(st, "root", None) or (st.path if local else None)
+        st = arr.store_path.store  # a LocalStore, or the FsspecStore of da.from_zarr(path)
+        root = getattr(st, "root", None) or getattr(st, "path", None)
         where = root and os.path.join(os.fspath(root), arr.store_path.path)
-        if not where or not os.path.isdir(where):
+        if not where or not os.path.isdir(where):  # not a folder here: a remote store
             continue
         store, name = os.path.split(where)
         meta = json.loads((group_attrs(store) or {}).get("rfol_dask_meta", "{}"))
