@@ -26,8 +26,10 @@ import warnings
 from importlib import resources
 from pathlib import Path
 
+import dask
 from distributed.core import Status
 
+from . import progress  # noqa: F401  (the package's no-workers timeout: a default of dask's)
 from .exceptions import ClusterStartError, ClusterWarning
 from .stacklevel import user_stacklevel
 
@@ -50,9 +52,12 @@ LOG_EVERY = 60  # s between two lines of a wait's log
 logger = logging.getLogger("rfol_dask")
 
 
-def blas_env(blas_threads):
-    """Environment variables that fix the BLAS threads of a worker process."""
-    return {f"{k}_NUM_THREADS": str(int(blas_threads)) for k in ("OMP", "OPENBLAS", "MKL")}
+def process_env(blas_threads):
+    """Environment variables of a cluster's processes: a worker's BLAS threads, and the no-workers
+    timeout (the package's default) for a scheduler started elsewhere (MPI rank 0, a pod)."""
+    env = {f"{k}_NUM_THREADS": str(int(blas_threads)) for k in ("OMP", "OPENBLAS", "MKL")}
+    timeout = dask.config.get("distributed.scheduler.no-workers-timeout")
+    return {**env, "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": str(timeout)}
 
 
 def _owning_client(cluster=None, **connect):
@@ -83,7 +88,7 @@ def _local(kind, blas_threads=1, **kwargs):
     from multiprocessing import resource_tracker
 
     if kwargs.get("processes", True):  # worker processes of their own: their environment
-        kwargs["env"] = {**blas_env(blas_threads), **kwargs.get("env", {})}
+        kwargs["env"] = {**process_env(blas_threads), **kwargs.get("env", {})}
     if kind == "local":
         kwargs.setdefault("threads_per_worker", 1)
     kwargs.setdefault("dashboard_address", ":0")
@@ -171,21 +176,19 @@ def _manager(kind):
 def _jobqueue(config):
     """``(manager class, keywords)`` of a slurm/pbs configuration: the BLAS exports, then the
     prologue (the site's where the file gives none), whose ``python`` runs the workers."""
-    import dask
-
     kind, opts, manager = config["kind"], dict(config["options"]), _manager(config["kind"])
     key = f"jobqueue.{kind}"
     prologue = opts.get("job_script_prologue") or dask.config.get(f"{key}.job-script-prologue", [])
     if prologue and not opts.get("python") and not dask.config.get(f"{key}.python"):
         opts["python"] = "python"
-    exports = [f"export {k}={v}" for k, v in blas_env(config["blas_threads"]).items()]
+    exports = [f"export {k}={v}" for k, v in process_env(config["blas_threads"]).items()]
     opts["job_script_prologue"] = exports + list(prologue or [])
     return manager, opts
 
 
 def _kubernetes_spec(config):
     opts = dict(config["options"])
-    env = {**blas_env(config["blas_threads"]), **opts.pop("env", {})}
+    env = {**process_env(config["blas_threads"]), **opts.pop("env", {})}
     _manager("kubernetes")  # ImportError saying what to install
     spec = importlib.import_module(_MANAGERS["kubernetes"][0]).make_cluster_spec
     return spec(n_workers=config.get("scale") or 1, env=env, **opts)
@@ -228,7 +231,7 @@ def job_script(config):
         launcher = launcher.format(ranks=ranks, ranks_per_node=config.get("ranks_per_node", ""))
         opts = config["options"].items()
         args = "".join(f" --{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in opts)
-        blas = " ".join(f"{k}={v}" for k, v in blas_env(config["blas_threads"]).items())
+        blas = " ".join(f"{k}={v}" for k, v in process_env(config["blas_threads"]).items())
         python = config.get("python")
         command = f"{shlex.quote(python)} -m dask_mpi.cli" if python else "dask-mpi"
         prologue = "".join(f"{line}\n" for line in config.get("prologue") or [])
@@ -244,7 +247,7 @@ if [ $status -ne 0 ]; then echo "{failed}" > {sched}; fi
 exit $status
 """
     manager = "LocalCUDACluster" if kind == "cuda-local" else "LocalCluster"
-    return yaml.safe_dump({manager: config["options"], "env": blas_env(config["blas_threads"])})
+    return yaml.safe_dump({manager: config["options"], "env": process_env(config["blas_threads"])})
 
 
 def _wait(ready, what, timeout=float("inf")):
@@ -263,8 +266,6 @@ def _wait(ready, what, timeout=float("inf")):
 def start_client(config):
     """Start (MPI: connect to) the cluster of ``config``: a ``Client`` whose close closes it (MPI:
     ends the job's dask), after a first SLURM/PBS worker; :class:`ClusterStartError` if it can't."""
-    import dask
-
     given, config = config, load_config(config)
     kind, jobs, up = config["kind"], config.get("scale") or 1, config["kind"].upper()
     if kind == "mpi":  # a client of the MPI job's scheduler once its scheduler file appears

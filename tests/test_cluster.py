@@ -13,6 +13,7 @@ import time
 import warnings
 from pathlib import Path
 
+import dask
 import pytest
 
 from rfol_dask import cluster, datasets
@@ -85,6 +86,9 @@ def test_kubernetes_spec():
     assert worker["replicas"] == 8
     env = {e["name"]: e["value"] for e in worker["spec"]["containers"][0]["env"]}
     assert env["OPENBLAS_NUM_THREADS"] == "4" and env["EXTRA_PIP_PACKAGES"] == "rfol-dask"
+    # the scheduler pod fails tasks once every worker pod is gone, as a local scheduler does
+    sched = spec["spec"]["scheduler"]["spec"]["containers"][0]["env"]
+    assert {"name": "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT", "value": "300s"} in sched
 
 
 def test_kubernetes_without_a_reachable_cluster_is_a_cluster_start_error(monkeypatch):
@@ -458,6 +462,9 @@ def test_an_mpi_job_ends_with_its_client_and_a_failed_launch_is_seen_at_once(tmp
         else:
             with cluster.start_client(config) as client:
                 assert client.submit(sum, [1, 2]).result() == 3
+                # rank 0's scheduler, started by dask-mpi, fails tasks once no worker is left
+                key = "distributed.scheduler.no-workers-timeout"
+                assert client.run_on_scheduler(dask.config.get, key) == "300s"
             assert job.wait(timeout=60) == 0
     finally:
         job.kill()
