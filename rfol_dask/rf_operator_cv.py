@@ -132,12 +132,13 @@ default=("cauchy", "gaussian", "rational_quadratic")
         ``distribution``, ``gamma``, ``alpha``, ``n_features`` of the winner (and ``nu`` where its
         law takes one, ``pca_power`` where ``pca_power`` is not None), as ``best_estimator_``
         was fitted: ``RandomFeatureOperator(**best_params_, random_state=random_state_)`` is
-        that model. Where a dask refit's Cholesky could not take the validated alpha, the
-        ridge used (with the jitter policy's warning).
+        that model. Where the refit's Gram (all training rows) could not take the validated
+        alpha, the best candidate validated at the ridge it took or above, refitted instead (or,
+        without one, the ridge used), with the jitter policy's warning.
     best_score_ : float
         The winner's validation score, ``-mean relative L2 error`` (greater is better).
     best_index_ : int
-        The winner's row in ``cv_results_``.
+        The winner's row in ``cv_results_`` (the refitted candidate's: see ``best_params_``).
     cv_results_ : SearchResults
         One row per candidate: ``stage`` ("coarse", "fine", "final", "full", "limit" or "growth"),
         ``family`` (the law), ``scale_multiple``, ``gamma``, ``n_features``, ``alpha``,

@@ -195,17 +195,31 @@ class SelectionCV(StagedSearch, OperatorEstimator):
         return self
 
     def _refit_best(self, X, y, **kwargs):
-        """The winner fitted on all training data; where the refit had to raise the ridge (a dask
-        fit's blocked Cholesky), ``best_params_`` takes the ridge used, with the warning."""
-        name = self._alpha_name
-        with recorded_ridges() as raised:
-            est = self._base_estimator(**self.best_params_).fit(X, y, **kwargs)
-        for w in raised:
-            if w.alpha == self.best_params_[name]:
-                self.best_params_[name] = w.ridge
-                est.set_params(**{name: w.ridge})
-            warnings.warn(w, stacklevel=user_stacklevel())
-        return est
+        """The winner fitted on all training data. Where that Gram (more rows than the search's)
+        cannot take the validated alpha, the best candidate of the winner's stage validated at the
+        ridge used or above is refitted instead and becomes ``best_index_``, ``best_score_`` and
+        ``best_params_``; without one, ``best_params_`` takes the ridge used. Warned either way."""
+        name, res = self._alpha_name, self.cv_results_
+        while True:
+            with recorded_ridges() as raised:
+                est = self._base_estimator(**self.best_params_).fit(X, y, **kwargs)
+            for w in raised:
+                warnings.warn(w, stacklevel=user_stacklevel())
+            used = [w.ridge for w in raised if w.alpha == self.best_params_[name]]
+            if not used:
+                return est
+            fitted = {**self.best_params_, name: used[0]}
+            same = [res[k] == res[k][self.best_index_] for k in ("stage", "pca_power") if k in res]
+            ok = np.logical_and.reduce([*same, res[name] >= used[0]])
+            ok &= ~np.isnan(res["mean_test_score"])
+            if not ok.any():
+                self.best_params_ = fitted
+                return est.set_params(**{name: used[0]})
+            i = int(np.flatnonzero(ok)[np.argmax(res["mean_test_score"][ok])])
+            self.best_index_, self.best_score_ = i, float(res["mean_test_score"][i])
+            self.best_params_ = self._params_of({k: v[i] for k, v in res.items()})
+            if self.best_params_ == fitted:  # the model just fitted: validated at the ridge used
+                return est.set_params(**{name: used[0]})
 
     def _cast_dtype(self, data):
         """float64, the search's, whatever ``dtype`` says."""

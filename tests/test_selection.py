@@ -1279,6 +1279,34 @@ def test_the_refit_is_the_model_the_search_validated(search):
 
 
 @pytest.mark.slow
+def test_a_winner_whose_full_gram_cannot_take_its_ridge_refits_the_best_one_that_can():
+    """N = M = 1000 (a square Gram): the search validated alpha = 1e-16 on its 800 training rows,
+    the refit on all 1000 could not factorise it and used 1e-15, and best_index_ and best_score_
+    still named the 1e-16 candidate (validation error 9.3e-5; 1.7e-4 at 1e-15). The refit is
+    now the best candidate validated at a ridge it could take, and the results name that one."""
+    from rfol_dask.exceptions import RidgeRaised
+
+    rng = np.random.default_rng(0)
+    x, k = np.arange(64) / 64, np.arange(1, 21)
+    a = rng.standard_normal((1000, k.size)) / k
+    basis = np.sin(2 * np.pi * np.outer(k, x))
+    U = a @ basis
+    V = (a * np.exp(-0.02 * k**2)) @ basis + 0.3 * U**2
+    search = RandomFeatureOperatorCV(n_features=1000, distributions=("cauchy",), random_state=0)
+    with pytest.warns(RidgeRaised, match="alpha=1e-16 .* used ridge 1e-15"):
+        search.fit(U, V)
+    res = search.cv_results_
+    row = {key: v[search.best_index_] for key, v in res.items()}
+    assert search.best_params_["alpha"] == row["alpha"] == search.best_estimator_.alpha == 1e-15
+    assert search.best_params_.items() <= search.best_estimator_.get_params().items()
+    assert search.best_score_ == row["mean_test_score"]
+    # the best of the final stage at alpha >= 1e-15; the 1e-16 one it replaces scored better
+    final = (res["stage"] == row["stage"]) & ~np.isnan(res["mean_test_score"])
+    assert row["mean_test_score"] == np.max(res["mean_test_score"][final & (res["alpha"] >= 1e-15)])
+    assert np.max(res["mean_test_score"][final]) > row["mean_test_score"]
+
+
+@pytest.mark.slow
 def test_default_searches_are_unchanged_by_the_grouped_stage_settings():
     """The stage settings moved into stages= and the refit's into refit=: a default search gives
     the best_params_ and cv_results_ it gave with the flat parameters (recorded before)."""
