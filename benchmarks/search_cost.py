@@ -4,6 +4,7 @@
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py growth 1200 results/search_growth.json
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py metric all results/search_metric.json
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py stages 5000:2500,10000:5000 OUT
+    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py profile 5000:2500,1000:500 OUT
 
 ``cost``: for each ``M`` (training samples of the 64-point synthetic operator of ``_common``) and
 ``N = M / 2, M, 2 M, 5 M, 10 M`` (or the factors of ``M`` given as a fourth argument, e.g.
@@ -15,6 +16,8 @@ at ``n_features=4000`` on ``M`` samples: seconds and validation error of each.
 ``stages``: for each ``M:N``, the default search against ``stages={"fine": 0.25,
 "finalists": 1}`` (fewer candidates on fewer rows): seconds, one fit of each winner, and the
 winner's validation error.
+``profile``: for each ``M:N``, the default search's wall time per stage (and scales scored), the
+time in its ``syrk`` and ``potrf`` calls per stage, and one fit of its winner.
 ``metric``: on the eight data sets of ``refit_check.py`` (all their samples are training samples),
 ``pca_power=None`` against ``1.0`` scored on 5 shuffled folds of the training samples (refit
 off): the validation error of each, fold by fold, and the seconds (a search with
@@ -80,6 +83,50 @@ def stages(sizes):
     return out
 
 
+def profile(sizes):
+    """Seconds per stage of the default search, and in its Gram and Cholesky kernels."""
+    from rfol_dask import linalg, stages
+
+    out, clock = [], {}
+
+    def timed(f, key):
+        def run(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                k = (clock["stage"], key)
+                clock[k] = clock.get(k, 0.0) + time.perf_counter() - t0
+
+        return run
+
+    stage, syrk, potrf = stages.StagedSearch._stage, linalg.syrk, linalg.potrf_ridge
+    linalg.syrk = timed(syrk, "syrk_s")
+    linalg.potrf_ridge = timed(potrf, "potrf_s")
+
+    def _stage(self, X, Y, splits, client, family, scales, *args):
+        clock["stage"] = args[2]  # its name
+        clock[(args[2], "scales")] = clock.get((args[2], "scales"), 0) + len(scales)
+        return timed(stage, "wall_s")(self, X, Y, splits, client, family, scales, *args)
+
+    stages.StagedSearch._stage = _stage
+    try:
+        for M, N in sizes:
+            clock.clear()
+            U, V = synthetic_operator(M, 64, seed=0)
+            cv = RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False).fit(U, V)
+            t0 = time.perf_counter()
+            RandomFeatureOperator(**cv.best_params_, random_state=cv.random_state_).fit(U, V)
+            row = {"M": M, "N": N, "search_s": cv.search_time_, "fit_s": time.perf_counter() - t0}
+            row |= {f"{k[0]}_{k[1]}": v for k, v in clock.items() if isinstance(k, tuple)}
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        stages.StagedSearch._stage, linalg.potrf_ridge = stage, potrf
+        linalg.syrk = syrk
+    return out
+
+
 def growth(M):
     """Growth to 4000 features against a plain search at 4000."""
     U, V = synthetic_operator(M, 64, seed=0)
@@ -129,8 +176,9 @@ def main(argv=None):
         res = [row for M in arg.split(",") for row in cost(int(M), factors, path)]
     elif what == "growth":
         res = growth(int(arg))
-    elif what == "stages":
-        res = stages([tuple(map(int, size.split(":"))) for size in arg.split(",")])
+    elif what in ("stages", "profile"):
+        sizes = [tuple(map(int, size.split(":"))) for size in arg.split(",")]
+        res = stages(sizes) if what == "stages" else profile(sizes)
     else:
         names = list(SIZES) if arg == "all" else arg.split(",")
         res = metric(names, args[3] if len(args) > 3 else "results/data_small")
