@@ -26,6 +26,7 @@ off): the validation error of each, fold by fold, and the seconds (a search with
 
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -114,10 +115,15 @@ def profile(sizes):
         for M, N in sizes:
             clock.clear()
             U, V = synthetic_operator(M, 64, seed=0)
+            r0 = resource.getrusage(resource.RUSAGE_SELF)
             cv = RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False).fit(U, V)
-            t0 = time.perf_counter()
+            r1, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
             RandomFeatureOperator(**cv.best_params_, random_state=cv.random_state_).fit(U, V)
+            r2 = resource.getrusage(resource.RUSAGE_SELF)
             row = {"M": M, "N": N, "search_s": cv.search_time_, "fit_s": time.perf_counter() - t0}
+            for name, a, b in (("search", r0, r1), ("fit", r1, r2)):  # CPU seconds: user, system
+                row[f"{name}_user_s"] = b.ru_utime - a.ru_utime
+                row[f"{name}_sys_s"] = b.ru_stime - a.ru_stime
             row |= {f"{k[0]}_{k[1]}": v for k, v in clock.items() if isinstance(k, tuple)}
             out.append(row)
             print(json.dumps(row), flush=True)
