@@ -1,4 +1,4 @@
-"""The quickstart command, the example script and the notebook run as a new user runs them."""
+"""The command line as a new user runs it: the quickstart, generate, fit, tune."""
 
 import subprocess
 import sys
@@ -84,33 +84,6 @@ def test_cli_datasets_and_generate_errors(tmp_path):
         )
         == 0
     )
-
-
-@pytest.mark.slow
-@pytest.mark.cluster
-def test_example_script(tmp_path):
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert res.returncode == 0, res.stderr
-    err = float(res.stdout.split("relative L2 test error:")[1].split()[0])
-    assert err < 1e-4
-    assert (tmp_path / "advection2.png").exists() and (tmp_path / "advection2_model.zarr").is_dir()
-
-
-@pytest.mark.slow
-@pytest.mark.cluster
-def test_example_notebook(tmp_path):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    nb = nbformat.read(ROOT / "examples" / "quickstart.ipynb", as_version=4)
-    nbclient.NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-    assert (tmp_path / "notebook_advection1.zarr").is_dir()
 
 
 @pytest.mark.slow
