@@ -212,13 +212,12 @@ class SelectionCV(StagedSearch, OperatorEstimator):
             same = [res[k] == res[k][self.best_index_] for k in ("stage", "pca_power") if k in res]
             ok = np.logical_and.reduce([*same, res[name] >= used[0]])
             ok &= ~np.isnan(res["mean_test_score"])
-            if not ok.any():
+            if ok.any():
+                i = int(np.flatnonzero(ok)[np.argmax(res["mean_test_score"][ok])])
+                self.best_index_, self.best_score_ = i, float(res["mean_test_score"][i])
+                self.best_params_ = self._params_of({k: v[i] for k, v in res.items()})
+            if not ok.any() or self.best_params_ == fitted:  # what was just fitted is the model
                 self.best_params_ = fitted
-                return est.set_params(**{name: used[0]})
-            i = int(np.flatnonzero(ok)[np.argmax(res["mean_test_score"][ok])])
-            self.best_index_, self.best_score_ = i, float(res["mean_test_score"][i])
-            self.best_params_ = self._params_of({k: v[i] for k, v in res.items()})
-            if self.best_params_ == fitted:  # the model just fitted: validated at the ridge used
                 return est.set_params(**{name: used[0]})
 
     def _cast_dtype(self, data):

@@ -274,7 +274,6 @@ def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):
     """:meth:`EigenPath.errors` by one Cholesky per alpha (``inf`` where it fails; no jitter), made
     in place in the symmetric Fortran ``G``, which is restored afterwards; the solve runs against
     the ``m`` outputs, or the ``M_v`` rows of ``K^T`` when fewer. ``design`` as for EigenPath."""
-
     xp = backend.namespace(G, K, V)
     keep = scored_rows(V_valid)
     vbar = xp.mean(V, axis=0) if fit_intercept else xp.zeros(V.shape[1], dtype=V.dtype)
