@@ -38,8 +38,8 @@ def user_path(path):
     return os.path.expanduser(os.fspath(path))
 
 
-def open_dataset(path, samples=None, sample_dim="sample"):
-    """A Zarr store (``input`` / ``output`` checked) or NetCDF file, lazily, first ``samples``."""
+def open_dataset(path, samples=None, sample_dim="sample", check=("input", "output")):
+    """A Zarr store (its variables ``check`` checked) or NetCDF file, lazily, first ``samples``."""
     path = user_path(path)
     where = Path(path).resolve()
     if not where.exists():
@@ -67,8 +67,7 @@ def open_dataset(path, samples=None, sample_dim="sample"):
             f"got {samples!r}"
         )
     if not is_file:
-        names = [v for v in ("input", "output") if v in ds]
-        check_sources(*(ds[v] for v in names), samples=samples, sample_dim=sample_dim)
+        check_sources(*(ds[v] for v in check if v in ds), samples=samples, sample_dim=sample_dim)
     elif size:  # about 64 MiB of samples a chunk
         row = max((v.nbytes // size for v in ds.values() if sample_dim in v.dims), default=1)
         ds = ds.chunk({sample_dim: int(max(1, min(size, 2**26 // max(row, 1))))})
@@ -78,7 +77,7 @@ def open_dataset(path, samples=None, sample_dim="sample"):
 def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
     """``(X, y)``, or the variables ``names`` of a Dataset or store path ``X``, stores checked."""
     if isinstance(X, (str, os.PathLike)):
-        X = open_dataset(X, sample_dim=sample_dim)
+        X = open_dataset(X, sample_dim=sample_dim, check=())  # the arrays read are checked below
     if isinstance(X, xr.Dataset):
         wanted = [v for v in names if v is not None]
         if missing := [v for v in wanted if v not in X]:
@@ -92,7 +91,7 @@ def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
         if y is not None:
             raise ValueError("pass either a Dataset / store path or the arrays (X, y), not both")
         X, y = X[names[0]], None if names[1] is None else X[names[1]]
-    check_sources(X, y)
+    check_sources(X, y, sample_dim=sample_dim)
     return X, y
 
 

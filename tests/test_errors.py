@@ -380,6 +380,10 @@ def test_each_entry_point_checks_the_stored_arrays_it_reads(tmp_path, monkeypatc
     assert count(lambda: model.predict(Ui)) == one
     assert count(lambda: model.score(Ui, Vo)) == both
     assert count(lambda: model.score(ds)) == both
+    for call, read in ((lambda: model.fit(path), both), (lambda: model.predict(path), one)):
+        counted.clear()
+        call()
+        assert sorted(counted) == read  # each array checked once (not on opening, then again)
     assert count(lambda: model.fit(U, V).predict(U)) == []
     fit = ["fit", str(path), "--train", "30", "--n-features", "20"]
     assert count(lambda: main(fit)) == both
