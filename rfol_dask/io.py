@@ -51,11 +51,8 @@ def open_dataset(path, samples=None, sample_dim="sample", check=("input", "outpu
     try:
         if is_file:
             ds = xr.open_dataset(path, chunks={})
-        else:
-            try:
-                ds = xr.open_zarr(path, consolidated=True)
-            except (KeyError, ValueError):  # stores written without consolidated metadata
-                ds = xr.open_zarr(path, consolidated=False)
+        else:  # each array's own metadata: a local store, and never a stale consolidated copy
+            ds = xr.open_zarr(path, consolidated=False)
     except (KeyError, ValueError, OSError) as exc:
         how = ": {} (NetCDF needs h5netcdf or netCDF4 installed)" if is_file else " in Zarr: {}"
         raise ValueError(f"{path} cannot be read as an xarray data set" + how.format(exc)) from exc
