@@ -191,18 +191,12 @@ def named(X, name, sample_dim="sample", dims=None, shape=None):
     if fits:
         X = X.rename({sample_dim: "sample"}) if sample_dim != "sample" else X
         return X.transpose("sample", *dims) if dims else X.transpose("sample", ...)
-    if X.ndim == 0:
+    scalar = X.ndim == 0 or sample_dim in X.coords and sample_dim not in X.dims  # 0-d, sel(k)
+    field = shape is not None and X.shape == tuple(shape) and set(X.dims) == set(dims or X.dims)
+    if scalar or field:  # one sample (of the model's grid)
         raise ValueError(
-            f"{name} is a 0-d DataArray: pass samples along a dim named {sample_dim!r}"
-        )
-    if sample_dim in X.coords and sample_dim not in X.dims:
-        raise ValueError(
-            f"{name} holds one sample ({sample_dim!r} is a scalar coordinate): keep the dimension, "
-            f"e.g. {name}.expand_dims({sample_dim!r}), or select with a list"
-        )
-    if shape is not None and X.shape == tuple(shape) and (dims is None or set(X.dims) == set(dims)):
-        raise ValueError(
-            f"{name} holds one sample of the model's grid: {name}.expand_dims({sample_dim!r})"
+            f"{name} holds one sample without a {sample_dim!r} dim: add it with "
+            f"{name}.expand_dims({sample_dim!r}), or select samples with a list"
         )
     if not dims:
         raise ValueError(

@@ -79,9 +79,9 @@ def test_one_selected_sample_is_told_to_keep_its_dimension(grid2d):
 
 def test_a_zero_dimensional_dataarray_is_refused_with_its_fix(grid2d):
     U, V = grid2d
-    with pytest.raises(ValueError, match="0-d DataArray: pass samples along a dim named 'sample'"):
+    with pytest.raises(ValueError, match=r"X holds one sample without a 'sample' dim: add it"):
         _rf().fit(xr.DataArray(1.0), V)
-    with pytest.raises(ValueError, match="X is a 0-d DataArray"):
+    with pytest.raises(ValueError, match=r"X holds one sample .*X\.expand_dims\('sample'\)"):
         _rf().fit(U, V).predict(xr.DataArray(1.0))
 
 
