@@ -100,9 +100,7 @@ def swap_into_place(path, write, check, busy):
         try:
             write(tmp)
             check()
-            if describe_path(path) == "empty":
-                path.rmdir()
-            elif path.exists():
+            if path.exists():  # an empty folder or what check() lets a save replace
                 old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:12]}")
                 os.replace(path, old)
             os.replace(tmp, path)
