@@ -155,10 +155,8 @@ def load_model(path):
     for key, expected in sums.items():
         try:
             arrays[key] = group[key][...]
-        except KeyError:
-            raise damaged(f"array {key!r}", "is missing") from None
-        except Exception as exc:  # noqa: BLE001  (codec errors of a corrupt chunk)
-            raise damaged(f"array {key!r}", "cannot be read", exc) from exc
+        except Exception as exc:  # noqa: BLE001  (KeyError, codec errors of a corrupt chunk)
+            raise damaged(f"array {key!r}", "is missing or cannot be read", exc) from exc
         if _checksum(arrays[key]) != expected:
             raise damaged(f"array {key!r}", "does not match its checksum (missing or changed)")
     try:
