@@ -270,11 +270,10 @@ def restore_estimator(cls, arrays, attrs, path=None, device=None):
         setattr(model, name, arrays.get(name))
     for name in model._fitted_scalars:  # a scalar newer than the model: its class says what it was
         setattr(model, name, attrs[name] if name in attrs else model._older_scalars()[name])
-    model.n_features_in_ = attrs["n_features_in_"]
+    for name in ("n_features_in_", "output_attrs_", "output_coord_attrs_"):
+        setattr(model, name, attrs[name])
     if attrs.get("feature_names_in_") is not None:  # the columns of a DataFrame it was fitted on
         model.feature_names_in_ = np.asarray(attrs["feature_names_in_"], dtype=object)
-    for name in ("output_attrs_", "output_coord_attrs_"):
-        setattr(model, name, attrs.get(name, {}))
     for which in ("input", "output"):
         dims, ndim = attrs[f"{which}_dims_"] or (), attrs.get(f"{which}_grid_ndim")
         coords = {d: arrays[k] for d in dims if (k := _coord_key(which, d)) in arrays}
