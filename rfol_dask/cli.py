@@ -162,7 +162,7 @@ def _cmd_fit(args):
                              "new path")  # fmt: skip
     names = _names(args, "input", "output", "sample_dim", "periods")
     sample = names.get("sample_dim", "sample")
-    ds = open_dataset(args.data)
+    ds = open_dataset(args.data, check=())  # fit checks the arrays it reads
     train, test = ds, None
     if args.train is not None:
         if args.train > ds.sizes.get(sample, args.train):
@@ -218,7 +218,7 @@ def _cmd_predict(args):
     names = _names(args, "input", "sample_dim")
     sample = names.get("sample_dim") or getattr(model, "sample_dim_", None) or "sample"
     output = args.output or getattr(model, "output_name_", None) or "output"
-    ds = open_dataset(args.data)
+    ds = open_dataset(args.data, check=(output,))  # predict checks the input
     n, given = ds.sizes.get(sample, 0), args.samples != slice(None)
     start, stop = args.samples.start or 0, n if args.samples.stop is None else args.samples.stop
     if given and not start < stop <= n:

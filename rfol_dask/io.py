@@ -78,7 +78,7 @@ def read_pair(X, y=None, names=("input", "output"), sample_dim="sample"):
     if isinstance(X, xr.Dataset):
         wanted = [v for v in names if v is not None]
         if missing := [v for v in wanted if v not in X]:
-            held = list(map(str, X.data_vars)) or ["?"]
+            held = sorted(map(str, X.data_vars)) or ["?"]
             dims = X[held[0]].dims if held[0] in X.data_vars else ()
             dim = f", sample_dim={dims[0]!r}" if dims and sample_dim not in X.dims else ""
             raise ValueError(
