@@ -90,8 +90,9 @@ default=("cauchy", "gaussian", "rational_quadratic")
         stage at full size. ``"finalists"`` (2): laws passed on, those within 2 % of the best
         (:data:`rfol_dask.stages.FINALIST_TIE`). ``"refine"`` ((0.5, 1, 2)): the fine stage's
         factors of each finalist's gamma, stepped beyond an edge winner up to twice. ``"fine"``
-        (0.5): the fine stage's fraction of the rows, then its winner (and twice its gamma
-        where within 5 %) at full size (stage ``"final"``); None or 1: no final stage.
+        (0.5): the fine stage's fraction of the rows and of ``N`` (one ``n_features``; at least
+        256), then its winner (and twice its gamma where within 5 %) at full size (stage
+        ``"final"``); None or 1: no final stage.
         ``"alpha_path"`` ("auto"): ``"eigh"``, ``"cholesky"`` or the cheaper
         (:func:`rfol_dask.tuning.path_errors`; with ``"auto"`` the later stages solve only the
         alphas around the best). ``"score_outputs"`` (None): score on a Gaussian sketch of this

@@ -174,9 +174,7 @@ class StagedSearch:
         Ns, refine = self._n_list(), self._st["refine"]
         n_train = min(len(tr) for tr, _ in splits)
         frac = self._st["coarse"]
-        n_coarse, Nc = self._n_rows(n_train, frac), [None]
-        if Ns != [None] and frac is not None:
-            Nc = [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
+        n_coarse, Nc = self._n_rows(n_train, frac), self._n_features(Ns, frac)
         coarse = n_coarse < n_train or Nc[0] not in (None, Ns[-1])
         coarse = coarse and len(families) * len(mults) > len(refine)
         rows, plan = [], [(fam, mults, None) for fam in families]
@@ -187,8 +185,9 @@ class StagedSearch:
         fine = coarse and self._st["fine"] is not None
         n_fine = max(n_coarse, self._n_rows(n_train, self._st["fine"])) if fine else n_train
         sub = splits if n_fine >= n_train else self._subsample(splits, n_fine)
+        Nf = self._n_features(Ns, self._st["fine"]) if fine and len(Ns) == 1 else Ns
         for fam, scales, center in plan:
-            rows += self._stage(X, Y, sub, client, fam, scales, Ns, len(sub[0][0]), name, center)
+            rows += self._stage(X, Y, sub, client, fam, scales, Nf, len(sub[0][0]), name, center)
         for _ in range(FINE_EXTEND if coarse and fine_step else 0):
             best = best_row([r for r in rows if r["stage"] == name])
             mine = [r for r in rows if r["family"] == best["family"] and r["stage"] == name]
@@ -196,8 +195,8 @@ class StagedSearch:
             if new is None:
                 break
             fam, center = best["family"], self._alpha_index(best[self._alpha_name])
-            rows += self._stage(X, Y, sub, client, fam, new, Ns, len(sub[0][0]), name, center)
-        if sub is not splits:
+            rows += self._stage(X, Y, sub, client, fam, new, Nf, len(sub[0][0]), name, center)
+        if sub is not splits or Nf != Ns:
             rows += self._final(X, Y, splits, client, rows, name, fine_step, Ns)
         return rows
 
@@ -241,6 +240,12 @@ class StagedSearch:
         return self._stage(
             X, Y, splits, client, best["family"], finals, Ns, len(splits[0][0]), "final", center
         )
+
+    def _n_features(self, Ns, frac):
+        """A stage's features: ``frac`` of the largest of ``Ns`` (at least 256); None: all."""
+        if Ns == [None] or frac is None:
+            return [None]
+        return [min(Ns[-1], max(FREQUENCY_BLOCK, int(frac * Ns[-1])))]
 
     def _n_rows(self, n_train, frac):
         """Training rows of a stage on ``frac`` of ``n_train`` (None: all), at least 200."""

@@ -114,6 +114,9 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
     assert set(res["n_train_rows"][res["stage"] == "coarse"]) == {200}
     assert set(res["n_train_rows"][res["stage"] == "fine"]) == {200}
     assert set(res["n_train_rows"][res["stage"] == "final"]) == {400}
+    # ... on 256 features (coarse and fine: half of N, at least 256), the final stage on all 400
+    assert set(res["n_features"][res["stage"] != "final"]) == {256}
+    assert set(res["n_features"][res["stage"] == "final"]) == {400}
     err_cv = relative_l2_error(Vt, cv.predict(Ut))
     errs = {}
     for gamma in ("median", 1.0):
@@ -139,6 +142,17 @@ def test_search_picks_a_sensible_model_and_beats_the_defaults():
     assert table.sizes["candidate"] == len(res["alpha"]) and set(table.data_vars) == set(res)
     np.testing.assert_array_equal(table["mean_relative_l2"].values, res["mean_relative_l2"])
     assert list(table["stage"].values) == list(res["stage"])
+
+
+def test_a_fine_stage_on_all_rows_but_half_the_features_is_followed_by_the_full_model():
+    U, V = _nonlinear_data(250)  # 200 training rows: the fine stage keeps them all
+    cv = RandomFeatureOperatorCV(n_features=1000, distributions=("gaussian",), random_state=0)
+    res = cv.fit(U, V).cv_results_.to_dataframe()
+    for stage, n_features in (("coarse", 256), ("fine", 500), ("final", 1000)):
+        assert set(res[res.stage == stage].n_features) == {n_features}
+    assert set(res.n_train_rows) == {200}
+    assert cv.best_index_ in res.index[res.stage == "final"]
+    assert cv.best_estimator_.n_features == 1000
 
 
 @pytest.mark.parametrize("tie", [0.0, np.inf])
