@@ -24,6 +24,9 @@ GAMMA_METRIC = {
 
 #: budget of the pairwise distances (about ``rows^2 / 2 * n`` flops)
 _PAIR_FLOPS = 4e8
+#: rows sampled for the median heuristic: 499,500 pairs put the median within about 2 % of that of
+#: 2000 rows (four times the pairs and the time: 0.23 s for three laws of 64 inputs)
+MEDIAN_ROWS = 1000
 
 
 def sample_rows(U, max_rows=2000, random_state=None, window=5):
@@ -115,7 +118,7 @@ def _median_gammas_of(X, laws):
     return {law: 1.0 / med[GAMMA_METRIC[law]] for law in laws}
 
 
-def input_scales(U, distributions, power=None, *, max_rows=2000, random_state=None):
+def input_scales(U, distributions, power=None, *, max_rows=MEDIAN_ROWS, random_state=None):
     """``(T, {law: gamma})`` from one sample of the rows of ``U``: the input metric of ``power``
     (:func:`pca_metric` of :data:`PCA_ROWS` rows; None for None) and each law's median gamma in the
     distance ``||T^T (u - u')||``."""
@@ -130,19 +133,19 @@ def input_scales(U, distributions, power=None, *, max_rows=2000, random_state=No
     return T, _median_gammas_of(X[:: max(1, len(X) // rows)][:rows] @ T, distributions)
 
 
-def median_gammas(U, distributions, *, max_rows=2000, random_state=None):
+def median_gammas(U, distributions, *, max_rows=MEDIAN_ROWS, random_state=None):
     """:func:`median_gamma` of several laws from one sample of ``U``: a dict law -> gamma."""
     return input_scales(U, distributions, max_rows=max_rows, random_state=random_state)[1]
 
 
-def median_gamma(U, distribution="cauchy", *, max_rows=2000, random_state=None):
+def median_gamma(U, distribution="cauchy", *, max_rows=MEDIAN_ROWS, random_state=None):
     """``gamma = 1 / median distance`` of the law's kernel over a sample of the rows of ``U``
     (1.0 when all sampled inputs coincide)."""
     gammas = median_gammas(U, [distribution], max_rows=max_rows, random_state=random_state)
     return gammas[distribution]
 
 
-def median_length_scale(U, *, max_rows=2000, random_state=None):
+def median_length_scale(U, *, max_rows=MEDIAN_ROWS, random_state=None):
     """``l = median ||x - y||_2`` over a sample of the rows of ``U``, the exact kernels' length
     scale (1.0 when all sampled inputs coincide)."""
     X = sample_rows(U, _pair_rows(U, max_rows), random_state)
