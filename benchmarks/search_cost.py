@@ -3,7 +3,7 @@
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py cost 500,1000 results/search_cost.json
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py growth 1200 results/search_growth.json
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py metric all results/search_metric.json
-    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py stages 5000:2500,10000:5000 OUT
+    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py plan all results/search_plan.json DIR
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py profile 5000:2500,1000:500 OUT
 
 ``cost``: for each ``M`` (training samples of the 64-point synthetic operator of ``_common``) and
@@ -13,9 +13,10 @@
 same run; the ratio of the two.
 ``growth``: ``RandomFeatureOperatorCV(n_features=2000, max_features=4000)`` against a plain search
 at ``n_features=4000`` on ``M`` samples: seconds and validation error of each.
-``stages``: for each ``M:N``, the default search against ``stages={"fine": 0.25,
-"finalists": 1}`` (fewer candidates on fewer rows): seconds, one fit of each winner, and the
-winner's validation error.
+``plan``: the default plan (its fine stage on half of N) against the previous one (the fine stage
+on all N), on the eight data sets' training samples (5 shuffled folds; ``all``: and three sizes of
+the synthetic operator, default split) or the cases given: the winner's validation error and the
+seconds of each.
 ``profile``: for each ``M:N``, the default search's wall time per stage (and scales scored), the
 time in its ``syrk`` and ``potrf`` calls per stage, and one fit of its winner.
 ``metric``: on the eight data sets of ``refit_check.py`` (all their samples are training samples),
@@ -24,6 +25,7 @@ off): the validation error of each, fold by fold, and the seconds (a search with
 ``pca_power=(None, 1.0)`` costs the two).
 """
 
+import contextlib
 import json
 import os
 import resource
@@ -64,23 +66,46 @@ def cost(M, factors=(0.5, 1, 2, 5, 10), path=None):
     return rows
 
 
-def stages(sizes):
-    """The default stages against a cheaper setting, at each ``(M, N)``."""
+@contextlib.contextmanager
+def previous_plan():
+    """The plan before the fine stage took half of N: its features are all N (benchmark only)."""
+    from rfol_dask.stages import StagedSearch
+
+    own = StagedSearch._n_features
+
+    def n_features(self, Ns, frac):
+        fine = frac is not None and frac == self._st["fine"] != self._st["coarse"]
+        return Ns if fine else own(self, Ns, frac)
+
+    StagedSearch._n_features = n_features
+    try:
+        yield
+    finally:
+        StagedSearch._n_features = own
+
+
+def plan(cases, data_dir):
+    """The default plan against the previous one: each data set's training samples on 5 shuffled
+    folds, each ``M:N`` of the synthetic operator on the default split."""
     out = []
-    for M, N in sizes:
-        U, V = synthetic_operator(M, 64, seed=0)
-        for st in (None, {"fine": 0.25, "finalists": 1}):
-            cv = RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False, stages=st)
-            cv.fit(U, V)
-            fits = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                RandomFeatureOperator(**cv.best_params_, random_state=cv.random_state_).fit(U, V)
-                fits.append(time.perf_counter() - t0)
-            row = dict(M=M, N=N, stages=st, search_s=cv.search_time_, best=cv.best_params_)
-            row.update(fit_s=statistics.median(fits), validation=-cv.best_score_)
-            out.append(row | {"ratio": row["search_s"] / row["fit_s"]})
-            print(json.dumps(out[-1]), flush=True)
+    for case in cases:
+        if ":" in case:
+            M, N = map(int, case.split(":"))
+            (U, V), kw = synthetic_operator(M, 64, seed=0), dict(n_features=N)
+        else:
+            (U, V), kw = (
+                load(case, data_dir, "float64"),
+                dict(cv=KFold(5, shuffle=True, random_state=0)),
+            )
+        row = {"case": case}
+        for name, context in (("previous", previous_plan), ("default", contextlib.nullcontext)):
+            with context():
+                cv = RandomFeatureOperatorCV(random_state=0, refit=False, **kw).fit(U, V)
+            row[name] = dict(validation=-cv.best_score_, search_s=cv.search_time_)
+            row[name]["best_params"] = cv.best_params_
+        row["ratio"] = row["default"]["validation"] / row["previous"]["validation"]
+        out.append(row)
+        print(json.dumps(row), flush=True)
     return out
 
 
@@ -182,9 +207,12 @@ def main(argv=None):
         res = [row for M in arg.split(",") for row in cost(int(M), factors, path)]
     elif what == "growth":
         res = growth(int(arg))
-    elif what in ("stages", "profile"):
-        sizes = [tuple(map(int, size.split(":"))) for size in arg.split(",")]
-        res = stages(sizes) if what == "stages" else profile(sizes)
+    elif what == "profile":
+        res = profile([tuple(map(int, size.split(":"))) for size in arg.split(",")])
+    elif what == "plan":
+        extra = ["2000:1000", "5000:2500", "5000:5000"]
+        cases = list(SIZES) + extra if arg == "all" else arg.split(",")
+        res = plan(cases, args[3] if len(args) > 3 else "results/data_small")
     else:
         names = list(SIZES) if arg == "all" else arg.split(",")
         res = metric(names, args[3] if len(args) > 3 else "results/data_small")
