@@ -9,8 +9,8 @@
 ``cost``: for each ``M`` (training samples of the 64-point synthetic operator of ``_common``) and
 ``N = M / 2, M, 2 M, 5 M, 10 M`` (or the factors of ``M`` given as a fourth argument, e.g.
 ``0.5,1,2``), the default ``RandomFeatureOperatorCV(n_features=N)`` search
-(``search_time_``) and one fit of its winner (``RandomFeatureOperator(**best_params_)``), in the
-same run; the ratio of the two.
+(``search_time_``, the median of 3) and one fit of its winner
+(``RandomFeatureOperator(**best_params_)``), in the same run; the ratio of the two.
 ``growth``: ``RandomFeatureOperatorCV(n_features=2000, max_features=4000)`` against a plain search
 at ``n_features=4000`` on ``M`` samples: seconds and validation error of each.
 ``plan``: the default plan (its fine stage on half of N) against the previous one (the fine stage
@@ -42,23 +42,26 @@ from sklearn.model_selection import KFold
 from rfol_dask import RandomFeatureOperator, RandomFeatureOperatorCV
 
 
-def cost(M, factors=(0.5, 1, 2, 5, 10), path=None):
-    """The search's seconds and one fit of its winner's at ``N = f M`` for each factor ``f``;
-    each row is also appended to ``path`` + ``.jsonl`` as it comes (long runs keep what they
-    measured)."""
+def cost(M, factors=(0.5, 1, 2, 5, 10), path=None, repeats=3):
+    """The search's seconds (the median of ``repeats`` searches) and one fit of its winner's at
+    ``N = f M`` for each factor ``f``; each row is also appended to ``path`` + ``.jsonl`` as it
+    comes (long runs keep what they measured)."""
     U, V = synthetic_operator(M, 64, seed=0)
+    RandomFeatureOperatorCV(n_features=64, refit=False).fit(U[:100], V[:100])  # imports, warm-up
     rows = []
     for N in (int(f * M) for f in factors):
-        cv = RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False).fit(U, V)
+        searches = []
+        for _ in range(repeats):
+            cv = RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False).fit(U, V)
+            searches.append(cv.search_time_)
         fits = []  # at least 3, more for fits under a second (the median of up to 9)
         while len(fits) < 3 or (sum(fits) < 2 and len(fits) < 9):
             t0 = time.perf_counter()
             RandomFeatureOperator(**cv.best_params_, random_state=cv.random_state_).fit(U, V)
             fits.append(time.perf_counter() - t0)
-        fit = statistics.median(fits)
-        rows.append({"M": M, "N": N, "search_s": cv.search_time_, "fit_s": fit})
-        rows[-1]["ratio"] = cv.search_time_ / fit
-        rows[-1]["load_average"] = os.getloadavg()[0]
+        search, fit = statistics.median(searches), statistics.median(fits)
+        rows.append({"M": M, "N": N, "search_s": search, "fit_s": fit, "ratio": search / fit})
+        rows[-1] |= {"searches_s": searches, "fits_s": fits, "load_average": os.getloadavg()[0]}
         print(json.dumps(rows[-1]), flush=True)
         if path:
             with open(f"{path}.jsonl", "a") as f:
@@ -66,7 +69,6 @@ def cost(M, factors=(0.5, 1, 2, 5, 10), path=None):
     return rows
 
 
-@contextlib.contextmanager
 def previous_plan():
     """The plan before the fine stage took half of N: its features are all N (benchmark only)."""
     from rfol_dask.stages import StagedSearch
