@@ -138,6 +138,8 @@ def profile(sizes):
         return timed(stage, "wall_s")(self, X, Y, splits, client, family, scales, *args)
 
     stages.StagedSearch._stage = _stage
+    U, V = synthetic_operator(100, 64, seed=0)
+    RandomFeatureOperatorCV(n_features=64, refit=False).fit(U, V)  # imports, warm-up
     try:
         for M, N in sizes:
             clock.clear()

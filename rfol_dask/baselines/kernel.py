@@ -89,7 +89,7 @@ default="rbf"
         inputs).
     length_scale : float or "median", default="median"
         Kernel length scale ``l`` (ignored by ``"linear"``). ``"median"``: ``l = median
-        ||x_i - x_j||_2`` over a sample of at most 2000 training inputs (seed 0; after PCA if any;
+        ||x_i - x_j||_2`` over a sample of at most 1000 training inputs (seed 0; after PCA if any;
         :func:`rfol_dask.heuristics.median_length_scale`), the distance of a typical pair.
     nugget : float, default=1e-8
         Ridge added to the diagonal of the centred Gram (>= 0).
