@@ -1,7 +1,7 @@
 """The staged search of :class:`rfol_dask.selection.SelectionCV` (successive halving): a coarse
 stage over the whole grid on a subsample of rows and features, a fine one on half of the rows
-around the best families' coarse winners, then the fine winner at full size; and its results
-rows."""
+and features around the best families' coarse winners, then the fine winner at full size; and
+its results rows."""
 
 from __future__ import annotations
 
