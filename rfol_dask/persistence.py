@@ -112,8 +112,8 @@ def swap_into_place(path, write, check, busy):
             shutil.rmtree(tmp, ignore_errors=True)
             if old is not None and path.exists():
                 shutil.rmtree(old, ignore_errors=True)
-        # what killed saves left (their hex tag), never a user's .NAME.old-mine
-        left = re.compile(rf"\.{re.escape(path.name)}\.(old|tmp)-[0-9a-f]+")
+        # what killed saves left (their 12-digit hex tag), never a user's .NAME.old-cafe
+        left = re.compile(rf"\.{re.escape(path.name)}\.(old|tmp)-[0-9a-f]{{12}}")
         for p in (p for p in path.parent.iterdir() if left.fullmatch(p.name)):
             shutil.rmtree(p, ignore_errors=True)
 

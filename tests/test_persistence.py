@@ -233,7 +233,7 @@ def test_successful_save_removes_the_leftovers_of_interrupted_saves(tmp_path, mo
     """Holding the lock, a save knows no other save writes beside the path: every temporary and
     previous model that interrupted saves left goes."""
     path = tmp_path / "m.zarr"
-    for name in (".m.zarr.old-1234abcd", ".m.zarr.tmp-5678abcd"):
+    for name in (".m.zarr.old-1234abcd1234", ".m.zarr.tmp-5678abcd5678"):
         models[0].save(tmp_path / name)
     models[1].save(path)
     assert os.listdir(tmp_path) == ["m.zarr"]
@@ -299,12 +299,13 @@ def test_loading_with_another_estimator_class_names_the_right_one(tmp_path, mode
 
 
 def test_a_users_hidden_folders_beside_the_model_are_never_removed(tmp_path, models):
-    for name in (".m.zarr.old-backup", ".m.zarr.tmp-notes"):
+    mine = [".m.zarr.old-backup", ".m.zarr.old-cafe", ".m.zarr.tmp-notes"]  # cafe: hex, not a tag
+    for name in mine:
         (tmp_path / name).mkdir()
         (tmp_path / name / "thesis.txt").write_text("mine")
     models[0].save(tmp_path / "m.zarr")
     models[1].save(tmp_path / "m.zarr")
-    assert _hidden(tmp_path) == [".m.zarr.old-backup", ".m.zarr.tmp-notes"]
+    assert _hidden(tmp_path) == mine
     assert (tmp_path / ".m.zarr.old-backup" / "thesis.txt").read_text() == "mine"
 
 
