@@ -31,7 +31,7 @@ from .heuristics import (
     weighted_directions,
 )
 from .linalg import blas_limits, factor_threads
-from .metrics import relative_l2_errors
+from .metrics import BLOCK_BYTES, relative_l2_errors
 
 # fmt: off
 __all__ = [
@@ -258,16 +258,28 @@ class EigenPath:
         return self.W @ (self.R / (self.lam + float(alpha))[:, None]) + self.vbar
 
     def errors(self, alphas, V_valid):
-        """Mean relative L2 validation error per alpha (numpy; zero outputs left out)."""
+        """Mean relative L2 validation error per alpha (numpy; zero outputs left out): the
+        predictions of as many alphas at once as fit in ``BLOCK_BYTES`` (float64)."""
         keep, lo = scored_rows(V_valid), self.lam_min
         (M_v, k), m = self.W.shape, self.R.shape[1]
+        alphas = np.asarray(alphas, dtype=float)
+        out, ok = np.full(len(alphas), np.inf), np.flatnonzero(alphas + lo > 0)
+        step = BLOCK_BYTES // (8 * M_v * m)
         with blas_limits(_threads(factor_threads(), 2.0 * M_v * k * m * len(alphas))):
-            return np.array(
-                [
-                    _mean_error(V_valid, self.predict(a), keep) if a + lo > 0 else np.inf
-                    for a in alphas
-                ]
-            )
+            if step < 2:  # one alpha's predictions fill a block: one at a time
+                out[ok] = [_mean_error(V_valid, self.predict(a), keep) for a in alphas[ok]]
+                return out
+            xp = backend.namespace(self.W, V_valid)
+            rows = backend.to_namespace(keep, xp)
+            W, true = self.W[rows], xp.asarray(V_valid[rows], dtype=xp.float64)
+            norms = xp.sqrt(xp.sum(true * true, axis=1))
+            for a in (ok[i : i + step] for i in range(0, len(ok), step)):
+                shrink = self.lam[None, :] + xp.asarray(alphas[a], dtype=self.lam.dtype)[:, None]
+                pred = W @ (self.R[None, ...] / shrink[:, :, None]) + self.vbar
+                diff = xp.asarray(pred, dtype=xp.float64) - true
+                errs = xp.sqrt(xp.sum(diff * diff, axis=2)) / norms
+                out[a] = backend.to_numpy(xp.mean(errs, axis=1))
+        return out
 
 
 def cholesky_errors(G, K, V, V_valid, alphas, fit_intercept=True, design=None):

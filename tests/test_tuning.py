@@ -189,6 +189,31 @@ def test_ridge_paths_agree_and_the_cheaper_is_chosen():
         path_errors(G, K, V[:70], V[70:], alphas, method="qr")
 
 
+def test_the_eigen_path_scores_alphas_in_blocks_as_one_by_one(monkeypatch):
+    """Every alpha's predictions at once (numpy), or one alpha at a time where one alone fills a
+    block: the same errors, each the plain numpy ridge solution's; zero outputs left out."""
+    from rfol_dask import tuning
+
+    rng = np.random.default_rng(2)
+    A = rng.normal(size=(90, 40))
+    A -= A[:70].mean(axis=0)
+    G, K, V = A[:70] @ A[:70].T, A[70:] @ A[:70].T, rng.normal(size=(90, 3))
+    V[85] = 0.0  # a validation output of zeros: no relative error
+    alphas = [-1e3, 1e-3, 1e-1, 10.0]  # -1e3: G + alpha I not positive definite, scores inf
+    scored = np.arange(20) != 15
+    want, norms = [], np.linalg.norm(V[70:][scored], axis=1)
+    for alpha in alphas[1:]:
+        beta = np.linalg.solve(G + alpha * np.eye(70), V[:70] - V[:70].mean(axis=0))
+        miss = K @ beta + V[:70].mean(axis=0) - V[70:]
+        want.append(np.mean(np.linalg.norm(miss[scored], axis=1) / norms))
+    batched = tuning.EigenPath(G.copy(), K, V[:70]).errors(alphas, V[70:])
+    monkeypatch.setattr(tuning, "BLOCK_BYTES", 8)
+    single = tuning.EigenPath(G.copy(), K, V[:70]).errors(alphas, V[70:])
+    assert np.isinf(batched[0]) and np.isinf(single[0])
+    np.testing.assert_allclose(batched[1:], want, rtol=1e-10)
+    np.testing.assert_allclose(single[1:], batched[1:], rtol=1e-14)
+
+
 def test_window_errors_solve_only_around_the_center_and_widen_at_an_edge():
     from rfol_dask.tuning import path_errors, window_errors
 
