@@ -5,11 +5,12 @@
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py metric all results/search_metric.json
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py plan all results/search_plan.json DIR
     OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py profile 5000:2500,1000:500 OUT
+    OPENBLAS_NUM_THREADS=2 python benchmarks/search_cost.py errors 500:250,5000:2500 OUT
 
 ``cost``: for each ``M`` (training samples of the 64-point synthetic operator of ``_common``) and
 ``N = M / 2, M, 2 M, 5 M, 10 M`` (or the factors of ``M`` given as a fourth argument, e.g.
 ``0.5,1,2``), the default ``RandomFeatureOperatorCV(n_features=N)`` search
-(``search_time_``, the median of 3) and one fit of its winner
+(``search_time_``, the median of 3, or of the searches given as a fifth argument) and one fit of its winner
 (``RandomFeatureOperator(**best_params_)``), in the same run; the ratio of the two.
 ``growth``: ``RandomFeatureOperatorCV(n_features=2000, max_features=4000)`` against a plain search
 at ``n_features=4000`` on ``M`` samples: seconds and validation error of each.
@@ -19,6 +20,8 @@ the synthetic operator, default split) or the cases given: the winner's validati
 seconds of each.
 ``profile``: for each ``M:N``, the default search's wall time per stage (and scales scored), the
 time in its ``syrk`` and ``potrf`` calls per stage, and one fit of its winner.
+``errors``: for each ``M:N``, the default search with the alpha path's errors taken one alpha
+at a time (as before they were batched) against the default, alternating, 5 of each: medians.
 ``metric``: on the eight data sets of ``refit_check.py`` (all their samples are training samples),
 ``pca_power=None`` against ``1.0`` scored on 5 shuffled folds of the training samples (refit
 off): the validation error of each, fold by fold, and the seconds (a search with
@@ -162,6 +165,44 @@ def profile(sizes):
     return out
 
 
+def one_alpha_at_a_time(self, alphas, V_valid):
+    """``EigenPath.errors`` before its predictions were batched (benchmark only)."""
+    from rfol_dask import tuning
+
+    keep, lo = tuning.scored_rows(V_valid), self.lam_min
+    return np.array(
+        [
+            tuning._mean_error(V_valid, self.predict(a), keep) if a + lo > 0 else np.inf
+            for a in alphas
+        ]
+    )
+
+
+def errors(sizes, repeats=5):
+    """The search with the alpha path one alpha at a time against the default (batched)."""
+    from rfol_dask.tuning import EigenPath
+
+    batched, out = EigenPath.errors, []
+    U, V = synthetic_operator(100, 64, seed=0)
+    RandomFeatureOperatorCV(n_features=64, refit=False).fit(U, V)  # imports, warm-up
+    try:
+        for M, N in sizes:
+            U, V = synthetic_operator(M, 64, seed=0)
+            runs = {"one_by_one_s": [], "batched_s": []}
+            for _ in range(repeats):
+                for key, f in (("one_by_one_s", one_alpha_at_a_time), ("batched_s", batched)):
+                    EigenPath.errors = f
+                    cv = RandomFeatureOperatorCV(n_features=N, random_state=0, refit=False)
+                    runs[key].append(cv.fit(U, V).search_time_)
+            row = {"M": M, "N": N, **{k[:-2]: statistics.median(v) for k, v in runs.items()}}
+            row |= {"ratio": row["batched"] / row["one_by_one"], **runs}
+            out.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        EigenPath.errors = batched
+    return out
+
+
 def growth(M):
     """Growth to 4000 features against a plain search at 4000."""
     U, V = synthetic_operator(M, 64, seed=0)
@@ -208,11 +249,13 @@ def main(argv=None):
     what, arg, path = args[:3]
     if what == "cost":
         factors = [float(f) for f in args[3].split(",")] if len(args) > 3 else (0.5, 1, 2, 5, 10)
-        res = [row for M in arg.split(",") for row in cost(int(M), factors, path)]
+        n = int(args[4]) if len(args) > 4 else 3
+        res = [row for M in arg.split(",") for row in cost(int(M), factors, path, n)]
     elif what == "growth":
         res = growth(int(arg))
-    elif what == "profile":
-        res = profile([tuple(map(int, size.split(":"))) for size in arg.split(",")])
+    elif what in ("profile", "errors"):
+        sizes = [tuple(map(int, size.split(":"))) for size in arg.split(",")]
+        res = profile(sizes) if what == "profile" else errors(sizes)
     elif what == "plan":
         extra = ["2000:1000", "5000:2500", "5000:5000"]
         cases = list(SIZES) + extra if arg == "all" else arg.split(",")
