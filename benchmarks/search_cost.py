@@ -10,8 +10,8 @@
 ``cost``: for each ``M`` (training samples of the 64-point synthetic operator of ``_common``) and
 ``N = M / 2, M, 2 M, 5 M, 10 M`` (or the factors of ``M`` given as a fourth argument, e.g.
 ``0.5,1,2``), the default ``RandomFeatureOperatorCV(n_features=N)`` search
-(``search_time_``, the median of 3, or of the searches given as a fifth argument) and one fit of its winner
-(``RandomFeatureOperator(**best_params_)``), in the same run; the ratio of the two.
+(``search_time_``, the median of 3, or of the searches given as a fifth argument) and one fit
+of its winner (``RandomFeatureOperator(**best_params_)``), in the same run; the ratio of the two.
 ``growth``: ``RandomFeatureOperatorCV(n_features=2000, max_features=4000)`` against a plain search
 at ``n_features=4000`` on ``M`` samples: seconds and validation error of each.
 ``plan``: the default plan (its fine stage on half of N) against the previous one (the fine stage
