@@ -271,14 +271,12 @@ class EigenPath:
                 return out
             xp = backend.namespace(self.W, V_valid)
             rows = backend.to_namespace(keep, xp)
-            W, true = self.W[rows], xp.asarray(V_valid[rows], dtype=xp.float64)
-            norms = xp.sqrt(xp.sum(true * true, axis=1))
+            W, true = self.W[rows], V_valid[rows]
             for a in (ok[i : i + step] for i in range(0, len(ok), step)):
                 shrink = self.lam[None, :] + xp.asarray(alphas[a], dtype=self.lam.dtype)[:, None]
                 pred = W @ (self.R[None, ...] / shrink[:, :, None]) + self.vbar
-                diff = xp.asarray(pred, dtype=xp.float64) - true
-                errs = xp.sqrt(xp.sum(diff * diff, axis=2)) / norms
-                out[a] = backend.to_numpy(xp.mean(errs, axis=1))
+                flat = (xp.reshape(x, (-1, m)) for x in (xp.broadcast_to(true, pred.shape), pred))
+                out[a] = np.mean(relative_errors(*flat).reshape(len(a), -1), axis=1)
         return out
 
 
